@@ -1,0 +1,1 @@
+"""Strom: an event streaming platform in Python that speaks the Kafka wire protocol."""

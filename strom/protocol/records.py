@@ -1,0 +1,370 @@
+"""Record batches (magic 2) kept as bytes: header parsing, validation, patching.
+
+The broker never decodes individual records on the produce or fetch path. This
+module reads the fixed 61-byte batch header, checks CRC32C with the ``crc32c``
+package, and rewrites the few header fields the broker owns (base offset,
+partition leader epoch, and the timestamp for LogAppendTime topics).
+
+Layout of a v2 batch (big-endian)::
+
+    offset size field
+         0    8 baseOffset
+         8    4 batchLength            bytes after this field
+        12    4 partitionLeaderEpoch
+        16    1 magic                  always 2 here
+        17    4 crc                    CRC32C of bytes 21..end
+        21    2 attributes             bits 0-2 codec, 3 timestamp type,
+                                       4 transactional, 5 control
+        23    4 lastOffsetDelta
+        27    8 baseTimestamp
+        35    8 maxTimestamp
+        43    8 producerId
+        51    2 producerEpoch
+        53    4 baseSequence
+        57    4 recordsCount
+        61    .. records (compressed as a block when codec != 0)
+
+A record inside (only built here, for tests and internal topics)::
+
+    length varint, attributes int8, timestampDelta varlong, offsetDelta varint,
+    keyLength varint, key, valueLength varint, value, headerCount varint,
+    headers (keyLength varint, key, valueLength varint, value)
+
+Not here: compression codecs (``codecs.py``), wire framing (``framing.py``).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Iterator
+
+from crc32c import crc32c
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: what batchLength does not count
+MAGIC_V2 = 2
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_BASE_OFFSET = struct.Struct(">q")
+_LENGTH_AT_8 = struct.Struct(">qi")
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+
+ATTR_CODEC_MASK = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+
+CODEC_NONE = 0
+CODEC_GZIP = 1
+CODEC_SNAPPY = 2
+CODEC_LZ4 = 3
+CODEC_ZSTD = 4
+
+NO_TIMESTAMP = -1
+
+
+class CorruptBatchError(ValueError):
+    """The bytes are not a well-formed, intact magic-2 record batch."""
+
+
+class UnsupportedMagicError(CorruptBatchError):
+    """A batch with a magic byte other than 2 (message format v0/v1)."""
+
+
+@dataclass(slots=True)
+class BatchHeader:
+    """The header fields of one batch and where it sits in its buffer."""
+
+    position: int
+    size: int  # whole batch, LOG_OVERHEAD included
+    base_offset: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & ATTR_CODEC_MASK
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+
+def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Parse the batch header at ``position``; checks sizes and magic, not the CRC."""
+    if len(buf) - position < HEADER_SIZE:
+        if len(buf) - position >= 17 and buf[position + 16] != MAGIC_V2:
+            raise UnsupportedMagicError(f"magic {buf[position + 16]} is not supported")
+        raise CorruptBatchError("truncated batch header")
+    fields = _HEADER.unpack_from(buf, position)
+    header = BatchHeader(position, fields[1] + LOG_OVERHEAD, fields[0], *fields[2:])
+    if header.magic != MAGIC_V2:
+        raise UnsupportedMagicError(f"magic {header.magic} is not supported")
+    if header.size < HEADER_SIZE:
+        raise CorruptBatchError(f"batch length {header.size - LOG_OVERHEAD} is too small")
+    if position + header.size > len(buf):
+        raise CorruptBatchError("batch extends past the end of the buffer")
+    return header
+
+
+def crc_ok(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
+    start = header.position + 21
+    end = header.position + header.size
+    return crc32c(memoryview(buf)[start:end]) == header.crc
+
+
+def iter_headers(buf: bytes | bytearray | memoryview) -> Iterator[BatchHeader]:
+    """Every batch header in a buffer of back-to-back batches (sizes checked)."""
+    position = 0
+    end = len(buf)
+    while position < end:
+        header = read_header(buf, position)
+        yield header
+        position += header.size
+
+
+def validate_batches(
+    buf: bytes | bytearray | memoryview, max_batch_size: int | None = None
+) -> list[BatchHeader]:
+    """Headers of every batch in a produced ``records`` field, each fully checked.
+
+    Raises CorruptBatchError for bad framing, CRC, magic or counts, and
+    BatchTooLargeError when a batch exceeds ``max_batch_size``.
+    """
+    headers = []
+    for header in iter_headers(buf):
+        if max_batch_size is not None and header.size > max_batch_size:
+            raise BatchTooLargeError(f"batch of {header.size} bytes exceeds {max_batch_size}")
+        if header.record_count <= 0:
+            raise InvalidRecordCountError(f"batch claims {header.record_count} records")
+        if header.last_offset_delta != header.record_count - 1 and not header.is_control:
+            raise InvalidRecordCountError(
+                f"lastOffsetDelta {header.last_offset_delta} does not match "
+                f"{header.record_count} records"
+            )
+        if not crc_ok(buf, header):
+            raise CorruptBatchError("CRC32C mismatch")
+        headers.append(header)
+    if not headers:
+        raise CorruptBatchError("no record batch in the request")
+    return headers
+
+
+class BatchTooLargeError(ValueError):
+    """A batch larger than the topic's max.message.bytes."""
+
+
+class InvalidRecordCountError(CorruptBatchError):
+    """recordsCount and lastOffsetDelta disagree or are not positive."""
+
+
+def set_base_offset(buf: bytearray, header: BatchHeader, base_offset: int) -> None:
+    """Rewrite baseOffset in place; the CRC does not cover it."""
+    _BASE_OFFSET.pack_into(buf, header.position, base_offset)
+    header.base_offset = base_offset
+
+
+def set_partition_leader_epoch(buf: bytearray, header: BatchHeader, epoch: int) -> None:
+    """Rewrite partitionLeaderEpoch in place; the CRC does not cover it."""
+    _I32.pack_into(buf, header.position + 12, epoch)
+    header.partition_leader_epoch = epoch
+
+
+def set_log_append_time(buf: bytearray, header: BatchHeader, timestamp_ms: int) -> None:
+    """Mark the batch LogAppendTime with ``timestamp_ms`` and recompute its CRC."""
+    p = header.position
+    header.attributes |= ATTR_TIMESTAMP_TYPE
+    header.max_timestamp = timestamp_ms
+    _I16.pack_into(buf, p + 21, header.attributes)
+    _I64.pack_into(buf, p + 35, timestamp_ms)
+    header.crc = crc32c(memoryview(buf)[p + 21 : p + header.size])
+    _U32.pack_into(buf, p + 17, header.crc)
+
+
+# ---------------------------------------------------------------------------
+# Building batches: used by tests, benchmarks and internal topics, never on the
+# produce path (clients build their own batches).
+
+
+def _zigzag(n: int) -> int:
+    return (n << 1) ^ (n >> 63)
+
+
+def write_varint(out: bytearray, n: int) -> None:
+    """Append a zig-zag encoded signed varint (records use signed varints)."""
+    v = _zigzag(n) & 0xFFFFFFFFFFFFFFFF
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """Read a zig-zag signed varint at ``pos``; returns (value, next position)."""
+    shift = 0
+    result = 0
+    while True:
+        if pos >= len(buf):
+            raise CorruptBatchError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise CorruptBatchError("varint too long")
+    return (result >> 1) ^ -(result & 1), pos
+
+
+@dataclass(slots=True)
+class Record:
+    """One decoded record; offsets and timestamps are absolute."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+def _encode_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes | None]],
+) -> bytes:
+    body = bytearray(b"\x00")
+    write_varint(body, timestamp_delta)
+    write_varint(body, offset_delta)
+    for blob in (key, value):
+        if blob is None:
+            write_varint(body, -1)
+        else:
+            write_varint(body, len(blob))
+            body += blob
+    write_varint(body, len(headers))
+    for hkey, hvalue in headers:
+        encoded = hkey.encode()
+        write_varint(body, len(encoded))
+        body += encoded
+        if hvalue is None:
+            write_varint(body, -1)
+        else:
+            write_varint(body, len(hvalue))
+            body += hvalue
+    out = bytearray()
+    write_varint(out, len(body))
+    out += body
+    return bytes(out)
+
+
+def build_batch(
+    records: list[tuple[bytes | None, bytes | None]]
+    | list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
+    *,
+    base_offset: int = 0,
+    base_timestamp: int = 0,
+    timestamps: list[int] | None = None,
+    codec: int = CODEC_NONE,
+    attributes: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """Encode (key, value[, headers]) pairs as one magic-2 batch."""
+    from strom.protocol.codecs import compress
+
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    stamps = timestamps or [base_timestamp] * len(records)
+    first_ts = stamps[0]
+    body = bytearray()
+    for delta, rec in enumerate(records):
+        headers = list(rec[2]) if len(rec) > 2 else []  # type: ignore[misc]
+        body += _encode_record(delta, stamps[delta] - first_ts, rec[0], rec[1], headers)
+    payload = compress(codec, bytes(body)) if codec else bytes(body)
+    attrs = (attributes & ~ATTR_CODEC_MASK) | codec
+    after_crc = struct.pack(
+        ">hiqqqhii",
+        attrs,
+        len(records) - 1,
+        first_ts,
+        max(stamps),
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
+    ) + payload
+    crc = crc32c(after_crc)
+    head = struct.pack(">qiibI", base_offset, len(after_crc) + 9, partition_leader_epoch, 2, crc)
+    return head + after_crc
+
+
+def decode_records(buf: bytes | memoryview, header: BatchHeader) -> list[Record]:
+    """Decode every record of one batch (decompressing it). Not for hot paths."""
+    from strom.protocol.codecs import decompress
+
+    start = header.position + HEADER_SIZE
+    body = bytes(buf[start : header.position + header.size])
+    if header.codec:
+        body = decompress(header.codec, body)
+    out: list[Record] = []
+    pos = 0
+    for _ in range(header.record_count):
+        length, pos = read_varint(body, pos)
+        end = pos + length
+        pos += 1  # record attributes
+        ts_delta, pos = read_varint(body, pos)
+        off_delta, pos = read_varint(body, pos)
+        key, pos = _read_blob(body, pos)
+        value, pos = _read_blob(body, pos)
+        n_headers, pos = read_varint(body, pos)
+        headers: list[tuple[str, bytes | None]] = []
+        for _ in range(n_headers):
+            hkey, pos = _read_blob(body, pos)
+            hvalue, pos = _read_blob(body, pos)
+            headers.append(((hkey or b"").decode(), hvalue))
+        if pos != end:
+            raise CorruptBatchError("record length does not match its contents")
+        out.append(
+            Record(header.base_offset + off_delta, header.base_timestamp + ts_delta, key, value,
+                   headers)
+        )
+    return out
+
+
+def _read_blob(body: bytes, pos: int) -> tuple[bytes | None, int]:
+    n, pos = read_varint(body, pos)
+    if n < 0:
+        return None, pos
+    if pos + n > len(body):
+        raise CorruptBatchError("record field extends past the batch")
+    return body[pos : pos + n], pos + n
