@@ -1,0 +1,134 @@
+"""A bounded LRU cache of open OS file descriptors, shared by every segment.
+
+Owns: opening segment and index files (read/write, never creating them), keeping
+at most ``capacity`` of them open, closing the least recently used ones, and
+pinning an fd while a caller uses it so that eviction by another thread can never
+close (and let the OS reuse) a descriptor in use.
+Does not own: file positions (callers use os.pread/os.pwrite), creating or
+deleting files, fsync policy.
+
+With 1,000 partitions there are 3,000+ segment files; the broker must start under
+``ulimit -n 1024``, so segments ask this cache for an fd each time they need one
+and an evicted fd is simply reopened on next use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+
+log = logging.getLogger(__name__)
+
+_OPEN_FLAGS = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+
+
+class FileHandleCache:
+    """LRU of open fds keyed by path. Thread-safe; fds are pinned while leased."""
+
+    __slots__ = ("capacity", "_entries", "_orphans", "_lock", "opens")
+
+    def __init__(self, capacity: int = 512) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
+        # path -> [fd, pins]
+        self._entries: OrderedDict[str, list[int]] = OrderedDict()
+        # fds forgotten while pinned: fd -> pins; closed when the last lease ends
+        self._orphans: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self.opens = 0  # how many times a file was opened (for tests and metrics)
+
+    def __len__(self) -> int:
+        return len(self._entries) + len(self._orphans)
+
+    def lease(self, path: str) -> _Lease:
+        """``with cache.lease(path) as fd:`` pins an open fd for the block."""
+        return _Lease(self, path)
+
+    def acquire(self, path: str) -> int:
+        """Open (or reuse) the fd of ``path`` and pin it; pair with release()."""
+        with self._lock:
+            entry = self._entries.get(path)
+            if entry is None:
+                fd = os.open(path, _OPEN_FLAGS)
+                self.opens += 1
+                entry = [fd, 1]
+                self._entries[path] = entry
+                self._evict()
+                return fd
+            self._entries.move_to_end(path)
+            entry[1] += 1
+            return entry[0]
+
+    def release(self, path: str, fd: int) -> None:
+        with self._lock:
+            entry = self._entries.get(path)
+            if entry is not None and entry[0] == fd:
+                entry[1] -= 1
+                if len(self._entries) > self.capacity:
+                    self._evict()
+                return
+            pins = self._orphans.get(fd)
+            if pins is None:
+                return
+            if pins <= 1:
+                del self._orphans[fd]
+                os.close(fd)
+            else:
+                self._orphans[fd] = pins - 1
+
+    def forget(self, path: str) -> None:
+        """Close the fd of ``path`` (before the file is deleted or renamed)."""
+        with self._lock:
+            entry = self._entries.pop(path, None)
+            if entry is None:
+                return
+            fd, pins = entry
+            if pins:
+                self._orphans[fd] = pins
+            else:
+                os.close(fd)
+
+    def close_all(self) -> None:
+        """Close every unpinned fd (pinned ones close when released)."""
+        with self._lock:
+            for fd, pins in self._entries.values():
+                if pins:
+                    self._orphans[fd] = pins
+                else:
+                    os.close(fd)
+            self._entries.clear()
+
+    def _evict(self) -> None:
+        # Called with the lock held. Pinned entries are skipped, so the cache may
+        # briefly exceed its capacity while many fds are in use at once.
+        excess = len(self._entries) - self.capacity
+        if excess <= 0:
+            return
+        victims = []
+        for path, (_fd, pins) in self._entries.items():
+            if not pins:
+                victims.append(path)
+                if len(victims) == excess:
+                    break
+        for path in victims:
+            fd, _pins = self._entries.pop(path)
+            os.close(fd)
+
+
+class _Lease:
+    __slots__ = ("_cache", "_path", "_fd")
+
+    def __init__(self, cache: FileHandleCache, path: str) -> None:
+        self._cache = cache
+        self._path = path
+        self._fd = -1
+
+    def __enter__(self) -> int:
+        self._fd = self._cache.acquire(self._path)
+        return self._fd
+
+    def __exit__(self, *exc: object) -> None:
+        self._cache.release(self._path, self._fd)

@@ -1,0 +1,191 @@
+"""Every partition log under one log directory.
+
+Owns: discovering ``{topic}-{partition}`` directories at start-up, the checkpoint
+files ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``, the
+clean shutdown marker ``.kafka_cleanshutdown`` (present: trust the files; absent:
+recover above each recovery point), a ``.lock`` file so two brokers never share a
+directory, creating and deleting logs, periodic flushes, the shared FileHandleCache.
+Does not own: which topics should exist or their configs (the cluster metadata
+hands in a ``configs(topic)`` callable), retention and compaction schedules (later).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from strom.storage.checkpoint import read_checkpoint, write_checkpoint
+from strom.storage.errors import LogDirLockedError
+from strom.storage.handles import FileHandleCache
+from strom.storage.log_config import LogConfig
+from strom.storage.partition_log import PartitionLog
+
+log = logging.getLogger(__name__)
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
+DELETE_SUFFIX = "-delete"
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """(topic, partition) from ``{topic}-{partition}``; topics may hold '-' and '.'."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit() or not _LEGAL_TOPIC.match(topic):
+        return None
+    return topic, int(partition)
+
+
+class LogManager:
+    """All PartitionLogs of one log directory, sharing one bounded fd cache."""
+
+    def __init__(self, log_dir: Path, default_config: LogConfig, max_open_files: int = 512) -> None:
+        self.log_dir = Path(log_dir)
+        self.default_config = default_config
+        self.handles = FileHandleCache(max_open_files)
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._lock_fd: int | None = None
+
+    def _lock(self) -> None:
+        if self._lock_fd is not None:
+            return
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.log_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LogDirLockedError(f"{self.log_dir} is in use by another process") from None
+        self._lock_fd = fd
+
+    def load(self, configs: Callable[[str], LogConfig] | None = None) -> None:
+        """Open every partition log found in the directory (recovering if needed)."""
+        self._lock()
+        started = time.monotonic()
+        marker = self.log_dir / CLEAN_SHUTDOWN_MARKER
+        clean = marker.exists()
+        recovery_points = read_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
+        start_offsets = read_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT)
+        for entry in sorted(os.scandir(self.log_dir), key=lambda e: e.name):
+            if not entry.is_dir():
+                continue
+            if entry.name.endswith(DELETE_SUFFIX):
+                log.info("removing %s left by a topic deletion", entry.path)
+                shutil.rmtree(entry.path, ignore_errors=True)
+                continue
+            parsed = parse_partition_dir(entry.name)
+            if parsed is None:
+                continue
+            topic, partition = parsed
+            config = configs(topic) if configs is not None else self.default_config
+            self._logs[parsed] = PartitionLog.open(
+                Path(entry.path),
+                topic,
+                partition,
+                config,
+                self.handles,
+                recovery_point=recovery_points.get(parsed, 0),
+                log_start_offset=start_offsets.get(parsed, 0),
+                clean=clean,
+            )
+        if clean:
+            marker.unlink()
+        log.info(
+            "loaded %d partition logs (%d segments, %d bytes) from %s in %.2fs after %s",
+            len(self._logs),
+            sum(len(p.segments()) for p in self._logs.values()),
+            sum(p.size_bytes for p in self._logs.values()),
+            self.log_dir,
+            time.monotonic() - started,
+            "a clean shutdown" if clean else "an unclean shutdown (recovered)",
+        )
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def create(self, topic: str, partition: int, config: LogConfig | None = None) -> PartitionLog:
+        """The log of ``topic``-``partition``, created empty if it does not exist."""
+        existing = self._logs.get((topic, partition))
+        if existing is not None:
+            return existing
+        if not _LEGAL_TOPIC.match(topic) or topic in (".", ".."):
+            raise ValueError(f"illegal topic name {topic!r}")
+        if partition < 0:
+            raise ValueError(f"illegal partition {partition}")
+        self._lock()
+        partition_log = PartitionLog.open(
+            self.log_dir / partition_dir_name(topic, partition),
+            topic,
+            partition,
+            config or self.default_config,
+            self.handles,
+            clean=True,
+        )
+        self._logs[(topic, partition)] = partition_log
+        return partition_log
+
+    def delete_topic(self, topic: str) -> int:
+        """Delete every partition log of ``topic``; returns how many there were."""
+        doomed = [key for key in self._logs if key[0] == topic]
+        for key in doomed:
+            self._logs.pop(key).delete()
+        if doomed:
+            log.info("deleted %d partition logs of topic %s", len(doomed), topic)
+        return len(doomed)
+
+    def all_logs(self) -> list[PartitionLog]:
+        return list(self._logs.values())
+
+    def checkpoint(self) -> None:
+        """Atomically rewrite both checkpoint files from the open logs."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        write_checkpoint(
+            self.log_dir / RECOVERY_POINT_CHECKPOINT,
+            {key: p.recovery_point for key, p in self._logs.items()},
+        )
+        write_checkpoint(
+            self.log_dir / LOG_START_OFFSET_CHECKPOINT,
+            {key: p.log_start_offset for key, p in self._logs.items()},
+        )
+
+    def flush_due(self, now_ms: int | None = None) -> int:
+        """Apply each log's flush.ms; returns how many logs were flushed."""
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        return sum(1 for p in self._logs.values() if p.maybe_flush(now_ms))
+
+    def shutdown(self) -> None:
+        """Flush and close every log, checkpoint, and leave the clean shutdown marker."""
+        for partition_log in self._logs.values():
+            partition_log.close()
+        self.checkpoint()
+        marker = self.log_dir / CLEAN_SHUTDOWN_MARKER
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        dir_fd = os.open(self.log_dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        self.handles.close_all()
+        self._logs.clear()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        log.info("log manager for %s shut down cleanly", self.log_dir)

@@ -1,0 +1,404 @@
+"""The log of one topic partition: an ordered list of segments in one directory.
+
+Owns: assigning offsets to appended batches (patching base offset, partition leader
+epoch and, when asked, LogAppendTime in place), rolling segments by size, age and
+index fullness, the flush policy and the recovery point, the log start offset
+(moved by DeleteRecords, whole segments below it deleted), the high watermark
+(single node: the log end offset), reads by offset and lookups by timestamp across
+segments, and start-up recovery of segments above the recovery point.
+Does not own: validating produced batches (the broker calls
+``records.validate_batches`` first), idempotence/transactions, retention and
+compaction (later), checkpoint files (log_manager.py), fd caching (handles.py).
+
+A PartitionLog is not thread-safe: its owner serialises calls (the broker's event
+loop does). Only the FileHandleCache it shares with other logs is locked.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+import uuid
+from bisect import bisect_right
+from pathlib import Path
+
+from strom.protocol.records import (
+    BatchHeader,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+)
+from strom.storage.errors import OffsetOutOfRangeError
+from strom.storage.handles import FileHandleCache
+from strom.storage.log_config import LogConfig
+from strom.storage.segment import INT32_MAX, LOG_SUFFIX, LogSegment
+
+log = logging.getLogger(__name__)
+
+_STALE_SUFFIXES = (".deleted", ".cleaned")
+
+
+class PartitionLog:
+    """Append-only log of one partition. Create with ``PartitionLog.open``."""
+
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        handles: FileHandleCache,
+        segments: list[LogSegment],
+        log_start_offset: int,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.directory = directory
+        self.config = config
+        self.handles = handles
+        self._segments = segments
+        self._bases = [segment.base_offset for segment in segments]
+        active = segments[-1]
+        assert active.next_offset is not None
+        self.log_end_offset: int = active.next_offset
+        self.high_watermark: int = self.log_end_offset
+        self.log_start_offset: int = min(
+            max(log_start_offset, segments[0].base_offset), self.log_end_offset
+        )
+        self.recovery_point: int = self.log_end_offset
+        self._dirty: list[LogSegment] = []  # segments written since the last flush
+        self._oldest_unflushed_ms: int | None = None
+        self._dir_dirty = False  # files created since the last flush
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.topic}-{self.partition}, start={self.log_start_offset}, "
+            f"end={self.log_end_offset}, segments={len(self._segments)})"
+        )
+
+    # -- opening ----------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        handles: FileHandleCache,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        clean: bool = False,
+    ) -> PartitionLog:
+        """Open (creating if missing) the log in ``directory``.
+
+        Unless ``clean``, every segment from the one holding ``recovery_point`` on is
+        verified batch by batch (framing, offsets, CRC32C); the first bad or torn batch
+        and everything after it is cut off and later segments are dropped. Segments
+        below (or all, when ``clean``) are trusted; only an index file that is missing
+        or not a whole number of entries is rebuilt.
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        sizes: dict[int, int] = {}
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.endswith(LOG_SUFFIX) and len(name) == 24 and name[:20].isdigit():
+                    sizes[int(name[:20])] = entry.stat().st_size
+                elif name.endswith(_STALE_SUFFIXES):
+                    log.info("removing leftover %s", entry.path)
+                    os.unlink(entry.path)
+        bases = sorted(sizes)
+        interval = config.index_interval_bytes
+        segments: list[LogSegment] = []
+        if not bases:
+            segments.append(LogSegment.create(directory, max(log_start_offset, 0), handles))
+        else:
+            verify_from = len(bases) if clean else max(0, bisect_right(bases, recovery_point) - 1)
+            for i, base in enumerate(bases):
+                segment = LogSegment(directory, base, handles, sizes[base])
+                segments.append(segment)
+                is_last = i == len(bases) - 1
+                if i < verify_from:
+                    if not segment.indexes_look_valid():
+                        log.warning("rebuilding missing or partial indexes of %s", segment.log_path)
+                        segment.recover(interval, verify=False)
+                        cls._settle(segment, is_last)
+                    continue
+                cut = segment.recover(interval, verify=True)
+                later = bases[i + 1 :]
+                assert segment.next_offset is not None
+                if later and (cut or segment.next_offset > later[0]):
+                    for dropped in later:
+                        log.warning(
+                            "dropping segment %s after a damaged one",
+                            LogSegment(directory, dropped, handles, 0).log_path,
+                        )
+                        LogSegment(directory, dropped, handles, 0).delete()
+                    is_last = True
+                cls._settle(segment, is_last)
+                segment.flush()
+                if is_last:
+                    break
+            segments[-1].load_tail(interval)
+        return cls(directory, topic, partition, config, handles, segments, log_start_offset)
+
+    @staticmethod
+    def _settle(segment: LogSegment, is_active: bool) -> None:
+        # An inactive segment's time index ends with its max timestamp; its indexes
+        # then leave memory until a read needs them.
+        if not is_active:
+            segment.seal()
+            segment.drop_indexes()
+        else:
+            segment.write_indexes()
+
+    # -- introspection ------------------------------------------------------------
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    def segments(self) -> list[int]:
+        """Base offsets of the segments, oldest first."""
+        return list(self._bases)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+
+    # -- appends -----------------------------------------------------------------
+
+    def append(
+        self,
+        buf: bytearray,
+        headers: list[BatchHeader],
+        *,
+        leader_epoch: int = 0,
+        log_append_time_ms: int | None = None,
+    ) -> int:
+        """Append validated back-to-back batches; returns the first batch's base offset.
+
+        ``headers`` come from ``records.validate_batches(buf)``; their offsets, leader
+        epoch (and LogAppendTime when ``log_append_time_ms`` is given) are patched into
+        ``buf`` in place. The whole of ``buf`` goes into one segment with one write.
+        """
+        if not headers:
+            raise ValueError("nothing to append")
+        last = headers[-1]
+        if headers[0].position != 0 or last.position + last.size != len(buf):
+            raise ValueError("headers do not cover the buffer")
+        now_ms = int(time.time() * 1000)
+        first_offset = offset = self.log_end_offset
+        for header in headers:
+            set_base_offset(buf, header, offset)
+            set_partition_leader_epoch(buf, header, leader_epoch)
+            if log_append_time_ms is not None:
+                set_log_append_time(buf, header, log_append_time_ms)
+            offset += header.last_offset_delta + 1
+        segment = self._segments[-1]
+        if segment.size and self._should_roll(segment, len(buf), offset - 1, now_ms):
+            segment = self._roll()
+        segment.append(buf, headers, self.config.index_interval_bytes, now_ms)
+        if not self._dirty or self._dirty[-1] is not segment:
+            self._dirty.append(segment)
+        self.log_end_offset = offset
+        self.high_watermark = offset
+        if self._oldest_unflushed_ms is None:
+            self._oldest_unflushed_ms = now_ms
+        self.maybe_flush(now_ms)
+        return first_offset
+
+    def _should_roll(self, segment: LogSegment, size: int, last_offset: int, now_ms: int) -> bool:
+        config = self.config
+        offset_index, time_index = segment.offset_index, segment.time_index
+        assert offset_index is not None and time_index is not None
+        first_append = segment.first_append_time(now_ms)
+        return (
+            segment.size + size > config.segment_bytes
+            or segment.size + size > INT32_MAX
+            or last_offset - segment.base_offset > INT32_MAX
+            or (first_append is not None and now_ms - first_append > config.segment_ms)
+            or len(offset_index) >= config.max_offset_index_entries
+            or len(time_index) >= config.max_time_index_entries
+        )
+
+    def _roll(self) -> LogSegment:
+        old = self._segments[-1]
+        old.seal()
+        old.write_indexes()
+        segment = LogSegment.create(self.directory, self.log_end_offset, self.handles)
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+        self._dir_dirty = True
+        log.debug(
+            "%s-%d: rolled segment at offset %d (previous %d bytes)",
+            self.topic,
+            self.partition,
+            segment.base_offset,
+            old.size,
+        )
+        return segment
+
+    # -- durability ----------------------------------------------------------------
+
+    def maybe_flush(self, now_ms: int | None = None) -> bool:
+        """Apply flush.messages / flush.ms; returns True if it flushed."""
+        unflushed = self.log_end_offset - self.recovery_point
+        if unflushed <= 0:
+            return False
+        config = self.config
+        if config.flush_messages is not None and unflushed >= config.flush_messages:
+            self.flush()
+            return True
+        if config.flush_ms is not None and self._oldest_unflushed_ms is not None:
+            if now_ms is None:
+                now_ms = int(time.time() * 1000)
+            if now_ms - self._oldest_unflushed_ms >= config.flush_ms:
+                self.flush()
+                return True
+        return False
+
+    def flush(self) -> None:
+        """fsync every segment written since the last flush; recovery point = end."""
+        for segment in self._dirty:
+            segment.flush()
+        self._dirty.clear()
+        if self._dir_dirty:
+            fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._dir_dirty = False
+        self.recovery_point = self.log_end_offset
+        self._oldest_unflushed_ms = None
+
+    # -- reads -----------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, *, upper_bound: int | None = None) -> bytes:
+        """Whole batches from the one containing ``offset``, across segments.
+
+        At most ``max_bytes`` in total except that the first batch is returned whole
+        even if larger; no batch whose base offset is >= ``upper_bound``. b"" at the
+        log end offset. Raises OffsetOutOfRangeError outside [log start, log end].
+        """
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]"
+                f" of {self.topic}-{self.partition}"
+            )
+        if offset == self.log_end_offset or (upper_bound is not None and offset >= upper_bound):
+            return b""
+        segments = self._segments
+        i = max(0, bisect_right(self._bases, offset) - 1)
+        interval = self.config.index_interval_bytes
+        data, done = segments[i].read(offset, max_bytes, upper_bound, True, interval)
+        if done or i + 1 == len(segments) or len(data) >= max_bytes:
+            return data
+        chunks = [data] if data else []
+        remaining = max_bytes - len(data)
+        for segment in segments[i + 1 :]:
+            data, done = segment.read(offset, remaining, upper_bound, not chunks, interval)
+            if data:
+                chunks.append(data)
+                remaining -= len(data)
+            if done or remaining <= 0:
+                break
+        return b"".join(chunks)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first batch with max timestamp >= ``timestamp``.
+
+        Batch granularity: the offset is the batch's base offset (or the log start
+        offset if that is higher) and the timestamp the batch's max timestamp.
+        """
+        interval = self.config.index_interval_bytes
+        start = self.log_start_offset
+        i = max(0, bisect_right(self._bases, start) - 1)
+        for segment in self._segments[i:]:
+            found = segment.offset_for_timestamp(timestamp, start, interval)
+            if found is not None:
+                return found
+        return None
+
+    def max_timestamp(self) -> tuple[int, int]:
+        """(offset, timestamp) of the batch with the largest max timestamp (its last
+        offset; the earliest such batch on ties); (-1, -1) if there is none."""
+        interval = self.config.index_interval_bytes
+        best_ts, best_offset = -1, -1
+        i = max(0, bisect_right(self._bases, self.log_start_offset) - 1)
+        for segment in self._segments[i:]:
+            ts, offset = segment.max_timestamp(interval)
+            if ts > best_ts:
+                best_ts, best_offset = ts, offset
+        return (best_offset, best_ts) if best_ts >= 0 else (-1, -1)
+
+    # -- log start offset --------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """Move the log start offset up to ``offset`` (<= high watermark) and delete the
+        segments lying entirely below it (never the active one). Returns the new start."""
+        if offset < 0 or offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete before {offset}: high watermark is {self.high_watermark}"
+            )
+        if offset <= self.log_start_offset:
+            return self.log_start_offset
+        self.log_start_offset = offset
+        while len(self._segments) > 1 and self._bases[1] <= offset:
+            segment = self._segments.pop(0)
+            self._bases.pop(0)
+            if segment in self._dirty:
+                self._dirty.remove(segment)
+            segment.delete()
+            log.info(
+                "%s-%d: deleted segment %d below log start offset %d",
+                self.topic,
+                self.partition,
+                segment.base_offset,
+                offset,
+            )
+        return self.log_start_offset
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush (fsync) and release every fd. The log must not be used afterwards."""
+        if self._closed:
+            return
+        active = self._segments[-1]
+        time_index = active.time_index
+        entries = len(time_index) if time_index is not None else 0
+        active.seal()
+        if time_index is not None and len(time_index) != entries and active not in self._dirty:
+            self._dirty.append(active)
+        self.flush()
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+
+    def delete(self) -> None:
+        """Close without flushing and remove the partition directory.
+
+        The directory is first renamed to ``{name}.{uuid}-delete`` (atomic), so a crash
+        during the removal leaves nothing that looks like a live partition.
+        """
+        for segment in self._segments:
+            for path in (segment.log_path, segment.index_path, segment.timeindex_path):
+                self.handles.forget(path)
+        self._closed = True
+        grave = self.directory.with_name(f"{self.directory.name}.{uuid.uuid4().hex}-delete")
+        try:
+            os.rename(self.directory, grave)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(grave, ignore_errors=True)

@@ -1,0 +1,475 @@
+"""One log segment: a ``.log`` file of back-to-back record batches plus its indexes.
+
+Owns: the files ``{base_offset:020d}.log``, ``.index`` and ``.timeindex`` of one
+segment; appending already-patched batch bytes at the end of the log file; adding
+sparse index entries every ``index_interval_bytes``; finding batches by offset and
+by timestamp through the indexes (binary search, then a short walk over batch
+headers); rebuilding the indexes and, when asked to verify, cutting a torn or
+corrupt tail off the log file.
+Does not own: assigning offsets, rolling, flush policy, log start offset (all in
+partition_log.py), or which fds stay open (handles.py). Batches are never decoded
+here, only their 61-byte headers are read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from strom.protocol import records
+from strom.protocol.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    BatchHeader,
+    CorruptBatchError,
+    UnsupportedMagicError,
+)
+from strom.storage.handles import FileHandleCache
+from strom.storage.index import OffsetIndex, TimeIndex
+
+log = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+_RECOVERY_CHUNK = 8 << 20
+_SCAN_CHUNK = 64 << 10
+
+
+def segment_file(directory: Path | str, base_offset: int, suffix: str) -> str:
+    return os.path.join(directory, f"{base_offset:020d}{suffix}")
+
+
+def parse_header_only(buf: bytes, at: int, position: int) -> BatchHeader:
+    """The header of the batch whose first 61 bytes are at ``buf[at:]``.
+
+    ``records.read_header`` wants the whole batch in the buffer; walking a segment
+    needs only headers, so this reads the same layout (``records._HEADER``) from the
+    header bytes alone. ``position`` (the batch's place in the file) is recorded in
+    the returned header. Checks magic and minimum size, not the CRC.
+    """
+    fields = records._HEADER.unpack_from(buf, at)
+    header = BatchHeader(position, fields[1] + LOG_OVERHEAD, fields[0], *fields[2:])
+    if header.magic != MAGIC_V2:
+        raise UnsupportedMagicError(f"magic {header.magic} is not supported")
+    if header.size < HEADER_SIZE:
+        raise CorruptBatchError(f"batch length {header.size - LOG_OVERHEAD} is too small")
+    return header
+
+
+class _Window:
+    """A pread window over a file: few syscalls for a walk over nearby headers."""
+
+    __slots__ = ("fd", "end", "chunk", "start", "data")
+
+    def __init__(self, fd: int, end: int, chunk: int) -> None:
+        self.fd = fd
+        self.end = end  # file size: nothing at or past it is read
+        self.chunk = chunk
+        self.start = 0
+        self.data = b""
+
+    def fetch(self, position: int, length: int) -> int:
+        """Make ``[position, position+length)`` available; returns its index in data."""
+        start = self.start
+        if start <= position and position + length <= start + len(self.data):
+            return position - start
+        want = min(max(length, self.chunk), self.end - position)
+        self.data = os.pread(self.fd, want, position) if want > 0 else b""
+        self.start = position
+        return 0
+
+    def header(self, position: int) -> BatchHeader | None:
+        """Header of the batch at ``position``; None if fewer than 61 bytes remain."""
+        if position + HEADER_SIZE > self.end:
+            return None
+        at = self.fetch(position, HEADER_SIZE)
+        if len(self.data) - at < HEADER_SIZE:
+            return None
+        return parse_header_only(self.data, at, position)
+
+
+class LogSegment:
+    """One segment. Indexes of inactive segments load lazily on first use."""
+
+    __slots__ = (
+        "base_offset",
+        "log_path",
+        "index_path",
+        "timeindex_path",
+        "handles",
+        "size",
+        "next_offset",
+        "offset_index",
+        "time_index",
+        "bytes_since_index",
+        "first_append_ms",
+        "_max_ts",
+        "_offset_of_max_ts",
+    )
+
+    def __init__(
+        self, directory: Path | str, base_offset: int, handles: FileHandleCache, size: int
+    ) -> None:
+        self.base_offset = base_offset
+        self.log_path = segment_file(directory, base_offset, LOG_SUFFIX)
+        self.index_path = segment_file(directory, base_offset, INDEX_SUFFIX)
+        self.timeindex_path = segment_file(directory, base_offset, TIMEINDEX_SUFFIX)
+        self.handles = handles
+        self.size = size
+        self.next_offset: int | None = None  # known once the segment was scanned
+        self.offset_index: OffsetIndex | None = None
+        self.time_index: TimeIndex | None = None
+        self.bytes_since_index = 0
+        self.first_append_ms: int | None = None
+        self._max_ts: int | None = None
+        self._offset_of_max_ts = -1
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, size={self.size})"
+
+    # -- creation and loading -------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, directory: Path | str, base_offset: int, handles: FileHandleCache
+    ) -> LogSegment:
+        """A new empty segment (its three files created, or emptied if present)."""
+        segment = cls(directory, base_offset, handles, 0)
+        for path in (segment.log_path, segment.index_path, segment.timeindex_path):
+            handles.forget(path)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        segment.offset_index = OffsetIndex(segment.index_path)
+        segment.time_index = TimeIndex(segment.timeindex_path)
+        segment.next_offset = base_offset
+        segment._max_ts = -1
+        return segment
+
+    def indexes_look_valid(self) -> bool:
+        """Cheap check from file sizes alone: both index files exist with whole entries."""
+        for path, entry in ((self.index_path, 8), (self.timeindex_path, 12)):
+            try:
+                if os.stat(path).st_size % entry:
+                    return False
+            except FileNotFoundError:
+                return False
+        return True
+
+    def ensure_indexes(self, index_interval: int) -> None:
+        """Load both indexes from their files, rebuilding them if unusable."""
+        if self.offset_index is not None and self.time_index is not None:
+            return
+        offset_index = OffsetIndex.load(self.index_path, self.handles)
+        time_index = TimeIndex.load(self.timeindex_path, self.handles)
+        if (
+            offset_index is None
+            or time_index is None
+            or (len(offset_index) and not 0 <= offset_index.pos[-1] < self.size)
+            or (len(offset_index) and offset_index.rel[-1] < 0)
+            or (len(time_index) and time_index.rel[-1] < 0)
+        ):
+            log.warning("rebuilding unusable indexes of %s", self.log_path)
+            self.recover(index_interval, verify=False)
+            return
+        self.offset_index = offset_index
+        self.time_index = time_index
+        last = time_index.last()
+        if self._max_ts is None:
+            if last is None:
+                self._max_ts, self._offset_of_max_ts = -1, -1
+            else:
+                self._max_ts, self._offset_of_max_ts = last[0], self.base_offset + last[1]
+        self.bytes_since_index = (
+            self.size - offset_index.last_position() if len(offset_index) else self.size
+        )
+
+    def load_tail(self, index_interval: int) -> None:
+        """For the active segment of a cleanly shut down log: learn its next offset and
+        max timestamp by walking the headers after the last offset index entry."""
+        self.ensure_indexes(index_interval)
+        if self.next_offset is not None:
+            return
+        assert self.offset_index is not None
+        next_offset = self.base_offset
+        max_ts, offset_of_max = (
+            self._max_ts if self._max_ts is not None else -1,
+            self._offset_of_max_ts,
+        )
+        position = self.offset_index.last_position()
+        try:
+            with self.handles.lease(self.log_path) as fd:
+                window = _Window(fd, self.size, _SCAN_CHUNK)
+                while position < self.size:
+                    header = window.header(position)
+                    if header is None or position + header.size > self.size:
+                        raise CorruptBatchError(f"torn batch at {position}")
+                    if header.max_timestamp > max_ts:
+                        max_ts, offset_of_max = header.max_timestamp, header.last_offset
+                    next_offset = header.next_offset
+                    position += header.size
+        except CorruptBatchError as exc:
+            log.warning("%s: %s despite a clean shutdown; recovering it", self.log_path, exc)
+            self.recover(index_interval, verify=True)
+            return
+        self.next_offset = next_offset
+        self._max_ts, self._offset_of_max_ts = max_ts, offset_of_max
+
+    def recover(self, index_interval: int, *, verify: bool) -> int:
+        """Rebuild both indexes by walking every batch; returns bytes cut off the log.
+
+        Framing, magic and offsets are always checked, the CRC32C too with ``verify``;
+        the file is truncated at the first bad or torn batch.
+        """
+        self.offset_index = OffsetIndex(self.index_path)
+        self.time_index = TimeIndex(self.timeindex_path)
+        self._max_ts, self._offset_of_max_ts = -1, -1
+        self.bytes_since_index = 0
+        next_offset = self.base_offset
+        position = 0
+        reason = ""
+        with self.handles.lease(self.log_path) as fd:
+            file_size = os.fstat(fd).st_size
+            window = _Window(fd, file_size, _RECOVERY_CHUNK)
+            while position < file_size:
+                try:
+                    header = window.header(position)
+                except CorruptBatchError as exc:
+                    reason = str(exc)
+                    break
+                if header is None:
+                    reason = "torn batch header"
+                    break
+                if position + header.size > file_size:
+                    reason = "torn batch"
+                    break
+                if (
+                    header.base_offset < next_offset
+                    or header.last_offset_delta < 0
+                    or (header.last_offset - self.base_offset > INT32_MAX)
+                ):
+                    reason = f"batch offset {header.base_offset} out of sequence"
+                    break
+                if verify:
+                    at = window.fetch(position, header.size)
+                    if not records.crc_ok(window.data, records.read_header(window.data, at)):
+                        reason = "CRC32C mismatch"
+                        break
+                self._index_batch(position, header, index_interval)
+                next_offset = header.next_offset
+                position += header.size
+            cut = file_size - position
+            if cut:
+                os.ftruncate(fd, position)
+                log.warning(
+                    "truncated %d bytes off %s at position %d (%s)",
+                    cut,
+                    self.log_path,
+                    position,
+                    reason,
+                )
+        self.size = position
+        self.next_offset = next_offset
+        self.offset_index.rewrite(self.handles)
+        self.time_index.rewrite(self.handles)
+        return cut
+
+    def _index_batch(self, position: int, header: BatchHeader, index_interval: int) -> None:
+        assert self.offset_index is not None and self.time_index is not None
+        if header.max_timestamp > self._max_ts:  # type: ignore[operator]
+            self._max_ts = header.max_timestamp
+            self._offset_of_max_ts = header.last_offset
+        if self.bytes_since_index >= index_interval:
+            self.offset_index.append(header.base_offset - self.base_offset, position)
+            self.time_index.maybe_append(
+                self._max_ts,
+                self._offset_of_max_ts - self.base_offset,  # type: ignore[arg-type]
+            )
+            self.bytes_since_index = 0
+        self.bytes_since_index += header.size
+
+    # -- appends -------------------------------------------------------------
+
+    def append(
+        self, buf: bytearray, headers: list[BatchHeader], index_interval: int, now_ms: int
+    ) -> None:
+        """Write ``buf`` (patched batches, headers positioned within it) at the end."""
+        position = self.size
+        view = memoryview(buf)
+        at = position
+        with self.handles.lease(self.log_path) as fd:
+            while view:
+                written = os.pwrite(fd, view, at)
+                view = view[written:]
+                at += written
+        if self.first_append_ms is None:
+            self.first_append_ms = now_ms
+        # Per-batch index bookkeeping, inlined: this runs once per produced batch.
+        offset_index, time_index = self.offset_index, self.time_index
+        assert offset_index is not None and time_index is not None
+        base = self.base_offset
+        max_ts, offset_of_max = self._max_ts, self._offset_of_max_ts
+        since = self.bytes_since_index
+        for header in headers:
+            if header.max_timestamp > max_ts:  # type: ignore[operator]
+                max_ts = header.max_timestamp
+                offset_of_max = header.base_offset + header.last_offset_delta
+            if since >= index_interval:
+                offset_index.append(header.base_offset - base, position + header.position)
+                time_index.maybe_append(max_ts, offset_of_max - base)  # type: ignore[arg-type]
+                since = 0
+            since += header.size
+        self._max_ts, self._offset_of_max_ts = max_ts, offset_of_max
+        self.bytes_since_index = since
+        self.size = position + len(buf)
+        self.next_offset = headers[-1].next_offset
+
+    def first_append_time(self, now_ms: int) -> int | None:
+        """When this segment got its first batch (for segment.ms); None if empty.
+
+        For a segment reopened after a restart it is the first batch's max timestamp
+        (Kafka's rule) unless that is not a plausible past wall-clock time.
+        """
+        if self.first_append_ms is None and self.size:
+            with self.handles.lease(self.log_path) as fd:
+                header = _Window(fd, self.size, HEADER_SIZE).header(0)
+            ts = header.max_timestamp if header is not None else -1
+            self.first_append_ms = ts if 0 < ts <= now_ms else now_ms
+        return self.first_append_ms
+
+    def seal(self) -> None:
+        """Make the time index's last entry the segment's max timestamp (on roll/close)."""
+        if self.time_index is not None and self._max_ts is not None and self._max_ts >= 0:
+            self.time_index.maybe_append(self._max_ts, self._offset_of_max_ts - self.base_offset)
+
+    # -- reads ----------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        upper_bound: int | None,
+        min_one: bool,
+        index_interval: int,
+    ) -> tuple[bytes, bool]:
+        """Whole batches from the one holding ``offset``, at most ``max_bytes`` (but the
+        first batch regardless when ``min_one``), none with base offset >= upper_bound.
+
+        Returns (bytes, done): ``done`` is False when the segment's end was reached
+        without hitting a limit, so the caller may go on with the next segment.
+        """
+        self.ensure_indexes(index_interval)
+        assert self.offset_index is not None
+        size = self.size
+        position = self.offset_index.lookup(offset - self.base_offset)
+        if position >= size:
+            return b"", False
+        with self.handles.lease(self.log_path) as fd:
+            window = _Window(fd, size, max(max_bytes, 0) + index_interval + 16384)
+            while True:
+                header = window.header(position)
+                if header is None:
+                    return b"", False
+                if header.base_offset + header.last_offset_delta >= offset:
+                    break
+                position += header.size
+            start = position
+            if upper_bound is not None and header.base_offset >= upper_bound:
+                return b"", True
+            if header.size > max_bytes and not min_one:
+                return b"", True
+            limit = start + max_bytes
+            end = start + header.size
+            done = False
+            if end < size:
+                # Jump to the furthest indexed batch that still fits, then walk.
+                bound = INT32_MAX if upper_bound is None else upper_bound - self.base_offset
+                jump = self.offset_index.last_entry_at_or_below(limit, bound)
+                if jump > end:
+                    end = jump
+                while end < size:
+                    header = window.header(end)
+                    if header is None:
+                        break
+                    if end + header.size > limit or (
+                        upper_bound is not None and header.base_offset >= upper_bound
+                    ):
+                        done = True
+                        break
+                    end += header.size
+            at = start - window.start
+            data = window.data
+            if 0 <= at and end - window.start <= len(data):
+                if at == 0 and end - start == len(data):
+                    return data, done
+                return data[at : at + end - start], done
+            return os.pread(fd, end - start, start), done
+
+    def max_timestamp(self, index_interval: int) -> tuple[int, int]:
+        """(max timestamp, offset of the batch's last record holding it); (-1, -1) if none."""
+        if self._max_ts is None:
+            last = TimeIndex.read_last(self.timeindex_path, self.handles)
+            if last is not None:
+                return last[0], self.base_offset + last[1]
+            self.ensure_indexes(index_interval)
+        return (self._max_ts, self._offset_of_max_ts) if self._max_ts >= 0 else (-1, -1)  # type: ignore[operator]
+
+    def offset_for_timestamp(
+        self, timestamp: int, min_offset: int, index_interval: int
+    ) -> tuple[int, int] | None:
+        """(offset, max timestamp) of the first batch at or after ``min_offset`` whose
+        max timestamp is >= ``timestamp``; None if this segment has none."""
+        if self.max_timestamp(index_interval)[0] < timestamp:
+            return None
+        self.ensure_indexes(index_interval)
+        assert self.offset_index is not None and self.time_index is not None
+        floor = self.time_index.floor_below(timestamp)
+        start_offset = self.base_offset + floor if floor is not None else self.base_offset
+        start_offset = max(start_offset, min_offset)
+        position = self.offset_index.lookup(start_offset - self.base_offset)
+        with self.handles.lease(self.log_path) as fd:
+            window = _Window(fd, self.size, _SCAN_CHUNK)
+            while position < self.size:
+                header = window.header(position)
+                if header is None:
+                    break
+                if header.max_timestamp >= timestamp and header.last_offset >= min_offset:
+                    return max(header.base_offset, min_offset), header.max_timestamp
+                position += header.size
+        return None
+
+    # -- durability and lifecycle --------------------------------------------
+
+    def write_indexes(self) -> None:
+        if self.offset_index is not None:
+            self.offset_index.write_pending(self.handles)
+        if self.time_index is not None:
+            self.time_index.write_pending(self.handles)
+
+    def flush(self) -> None:
+        """Write pending index entries and fsync the log and index files."""
+        self.write_indexes()
+        for path in (self.log_path, self.index_path, self.timeindex_path):
+            with self.handles.lease(path) as fd:
+                os.fsync(fd)
+
+    def drop_indexes(self) -> None:
+        """Free the in-memory indexes of an inactive segment (reloaded on demand)."""
+        self.write_indexes()
+        self.offset_index = None
+        self.time_index = None
+
+    def close(self) -> None:
+        self.write_indexes()
+        for path in (self.log_path, self.index_path, self.timeindex_path):
+            self.handles.forget(path)
+
+    def delete(self) -> None:
+        for path in (self.log_path, self.index_path, self.timeindex_path):
+            self.handles.forget(path)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
