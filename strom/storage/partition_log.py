@@ -72,6 +72,7 @@ class PartitionLog:
         self._oldest_unflushed_ms: int | None = None
         self._dir_dirty = False  # files created since the last flush
         self._closed = False
+        self._delete_segments_below_start()
 
     def __repr__(self) -> str:
         return (
@@ -239,6 +240,7 @@ class PartitionLog:
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
         self._dir_dirty = True
+        self._delete_segments_below_start()
         log.debug(
             "%s-%d: rolled segment at offset %d (previous %d bytes)",
             self.topic,
@@ -351,10 +353,16 @@ class PartitionLog:
             raise OffsetOutOfRangeError(
                 f"cannot delete before {offset}: high watermark is {self.high_watermark}"
             )
-        if offset <= self.log_start_offset:
-            return self.log_start_offset
-        self.log_start_offset = offset
-        while len(self._segments) > 1 and self._bases[1] <= offset:
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+        self._delete_segments_below_start()
+        return self.log_start_offset
+
+    def _delete_segments_below_start(self) -> None:
+        # Segments whose successor starts at or below the log start offset hold nothing
+        # readable. The active one is kept; it goes after the next roll.
+        start = self.log_start_offset
+        while len(self._segments) > 1 and self._bases[1] <= start:
             segment = self._segments.pop(0)
             self._bases.pop(0)
             if segment in self._dirty:
@@ -365,9 +373,8 @@ class PartitionLog:
                 self.topic,
                 self.partition,
                 segment.base_offset,
-                offset,
+                start,
             )
-        return self.log_start_offset
 
     # -- lifecycle -----------------------------------------------------------------------
 
