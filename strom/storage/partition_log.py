@@ -236,6 +236,8 @@ class PartitionLog:
         old = self._segments[-1]
         old.seal()
         old.write_indexes()
+        if old not in self._dirty:
+            self._dirty.append(old)  # its sealed time index is fsynced by the next flush
         segment = LogSegment.create(self.directory, self.log_end_offset, self.handles)
         self._segments.append(segment)
         self._bases.append(segment.base_offset)

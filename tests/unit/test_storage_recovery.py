@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,18 @@ def test_empty_log_starts_at_log_start_offset(tmp_path, handles):
     plog = reopen(tmp_path / "t-0", handles, log_start_offset=42)
     assert plog.segments() == [42] and plog.log_end_offset == 42
     assert append(plog, 1) == 42
+
+
+def test_segment_age_after_restart_comes_from_the_first_batch(tmp_path, handles):
+    config = LogConfig(segment_ms=60_000)
+    now_ms = int(time.time() * 1000)
+    plog = PartitionLog.open(tmp_path / "t-0", "t", 0, config, handles)
+    append(plog, 1, ts=now_ms - 120_000)  # in-process age counts from the append
+    append(plog, 1, ts=now_ms - 120_000)
+    assert plog.segments() == [0]
+    plog.close()
+    plog = PartitionLog.open(tmp_path / "t-0", "t", 0, config, handles, clean=True)
+    append(plog, 1, ts=now_ms)  # after a restart the first batch's timestamp says 2 min old
+    assert plog.segments() == [0, 2]
+    append(plog, 1, ts=now_ms)
+    assert plog.segments() == [0, 2]
