@@ -1,0 +1,411 @@
+"""Typed broker and topic configuration with Kafka's property names and defaults.
+
+Owns: parsing ``server.properties`` and ``--override key=value`` pairs, validating
+every value (a bad one is a ConfigError with one readable line), the table of
+topic-level configs with the broker property that supplies each default, and the
+translation of a topic's effective configs into a storage ``LogConfig``.
+
+Does not own: where topic overrides are stored (``strom.cluster.metadata``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from strom.storage.log_config import LogConfig
+
+log = logging.getLogger(__name__)
+
+LONG_MAX = 9223372036854775807
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message is one line for users."""
+
+
+def _parse_bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ValueError("expected true or false")
+
+
+def _parse_list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    """One config key: its type, default, and allowed values."""
+
+    name: str
+    kind: str  # int, long, bool, string, list, double, password
+    default: Any
+    doc: str = ""
+    minimum: float | None = None
+    choices: tuple[str, ...] | None = None
+    # The broker property that supplies a topic config's default, if any.
+    broker_name: str | None = None
+
+    def parse(self, raw: str | None) -> Any:
+        if raw is None:
+            return None
+        try:
+            if self.kind in ("int", "long"):
+                value: Any = int(raw.strip())
+                limit = 2**31 - 1 if self.kind == "int" else LONG_MAX
+                if not -limit - 1 <= value <= limit:
+                    raise ValueError(f"out of range for {self.kind}")
+            elif self.kind == "double":
+                value = float(raw.strip())
+            elif self.kind == "bool":
+                value = _parse_bool(raw)
+            elif self.kind == "list":
+                value = _parse_list(raw)
+            else:
+                value = raw.strip()
+        except ValueError as exc:
+            raise ConfigError(
+                f"Invalid value {raw!r} for configuration {self.name}: {exc}"
+            ) from None
+        if self.minimum is not None and value < self.minimum:
+            raise ConfigError(
+                f"Invalid value {raw!r} for configuration {self.name}: "
+                f"value must be at least {self.minimum:g}"
+            )
+        if self.choices is not None:
+            items = value if isinstance(value, list) else [value]
+            for item in items:
+                if item not in self.choices:
+                    raise ConfigError(
+                        f"Invalid value {raw!r} for configuration {self.name}: "
+                        f"must be one of {', '.join(self.choices)}"
+                    )
+        return value
+
+
+def render(value: Any) -> str | None:
+    """A parsed value back in Kafka's string form."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(value)
+    return str(value)
+
+
+_COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+_CLEANUP = ("delete", "compact")
+
+BROKER_CONFIGS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in [
+        ConfigDef("node.id", "int", 1, minimum=0),
+        ConfigDef("broker.id", "int", None, minimum=-1),
+        ConfigDef("cluster.id", "string", None),
+        ConfigDef("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"]),
+        ConfigDef("advertised.listeners", "list", None),
+        ConfigDef("log.dirs", "list", None),
+        ConfigDef("log.dir", "string", "./strom-data"),
+        ConfigDef("num.partitions", "int", 1, minimum=1),
+        ConfigDef("default.replication.factor", "int", 1, minimum=1),
+        ConfigDef("auto.create.topics.enable", "bool", True),
+        ConfigDef("delete.topic.enable", "bool", True),
+        ConfigDef("message.max.bytes", "int", 1048588, minimum=0),
+        ConfigDef("socket.request.max.bytes", "int", 104857600, minimum=1),
+        ConfigDef("log.segment.bytes", "int", 1073741824, minimum=14),
+        ConfigDef("log.roll.hours", "int", 168, minimum=1),
+        ConfigDef("log.roll.ms", "long", None, minimum=1),
+        ConfigDef("log.index.interval.bytes", "int", 4096, minimum=0),
+        ConfigDef("log.index.size.max.bytes", "int", 10485760, minimum=4),
+        ConfigDef("log.flush.interval.messages", "long", LONG_MAX, minimum=1),
+        ConfigDef("log.flush.interval.ms", "long", None, minimum=0),
+        ConfigDef("log.flush.scheduler.interval.ms", "long", 1000, minimum=1),
+        ConfigDef("log.flush.offset.checkpoint.interval.ms", "int", 60000, minimum=0),
+        ConfigDef("log.retention.hours", "int", 168),
+        ConfigDef("log.retention.minutes", "int", None),
+        ConfigDef("log.retention.ms", "long", None),
+        ConfigDef("log.retention.bytes", "long", -1),
+        ConfigDef("log.retention.check.interval.ms", "long", 300000, minimum=1),
+        ConfigDef("log.cleanup.policy", "list", ["delete"], choices=_CLEANUP),
+        ConfigDef("log.message.timestamp.type", "string", "CreateTime", choices=_TIMESTAMP_TYPES),
+        ConfigDef("log.message.timestamp.before.max.ms", "long", LONG_MAX, minimum=0),
+        ConfigDef("log.message.timestamp.after.max.ms", "long", 3600000, minimum=0),
+        ConfigDef("log.cleaner.delete.retention.ms", "long", 86400000, minimum=0),
+        ConfigDef("log.cleaner.min.cleanable.ratio", "double", 0.5, minimum=0),
+        ConfigDef("log.cleaner.min.compaction.lag.ms", "long", 0, minimum=0),
+        ConfigDef("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, minimum=1),
+        ConfigDef("log.segment.delete.delay.ms", "long", 60000, minimum=0),
+        ConfigDef("compression.type", "string", "producer", choices=_COMPRESSION),
+        ConfigDef("min.insync.replicas", "int", 1, minimum=1),
+        ConfigDef("unclean.leader.election.enable", "bool", False),
+        ConfigDef("offsets.topic.num.partitions", "int", 50, minimum=1),
+        ConfigDef("offsets.topic.replication.factor", "int", 1, minimum=1),
+        ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, minimum=0),
+        ConfigDef("max.open.segment.files", "int", 512, minimum=16),
+    ]
+}
+
+TOPIC_CONFIGS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in [
+        ConfigDef("cleanup.policy", "list", ["delete"], choices=_CLEANUP,
+                  broker_name="log.cleanup.policy"),
+        ConfigDef("compression.type", "string", "producer", choices=_COMPRESSION,
+                  broker_name="compression.type"),
+        ConfigDef("delete.retention.ms", "long", 86400000, minimum=0,
+                  broker_name="log.cleaner.delete.retention.ms"),
+        ConfigDef("file.delete.delay.ms", "long", 60000, minimum=0,
+                  broker_name="log.segment.delete.delay.ms"),
+        ConfigDef("flush.messages", "long", LONG_MAX, minimum=1,
+                  broker_name="log.flush.interval.messages"),
+        ConfigDef("flush.ms", "long", LONG_MAX, minimum=0, broker_name="log.flush.interval.ms"),
+        ConfigDef("index.interval.bytes", "int", 4096, minimum=0,
+                  broker_name="log.index.interval.bytes"),
+        ConfigDef("max.compaction.lag.ms", "long", LONG_MAX, minimum=1,
+                  broker_name="log.cleaner.max.compaction.lag.ms"),
+        ConfigDef("max.message.bytes", "int", 1048588, minimum=0, broker_name="message.max.bytes"),
+        ConfigDef("message.timestamp.type", "string", "CreateTime", choices=_TIMESTAMP_TYPES,
+                  broker_name="log.message.timestamp.type"),
+        ConfigDef("message.timestamp.before.max.ms", "long", LONG_MAX, minimum=0,
+                  broker_name="log.message.timestamp.before.max.ms"),
+        ConfigDef("message.timestamp.after.max.ms", "long", 3600000, minimum=0,
+                  broker_name="log.message.timestamp.after.max.ms"),
+        ConfigDef("min.cleanable.dirty.ratio", "double", 0.5, minimum=0,
+                  broker_name="log.cleaner.min.cleanable.ratio"),
+        ConfigDef("min.compaction.lag.ms", "long", 0, minimum=0,
+                  broker_name="log.cleaner.min.compaction.lag.ms"),
+        ConfigDef("min.insync.replicas", "int", 1, minimum=1, broker_name="min.insync.replicas"),
+        ConfigDef("retention.bytes", "long", -1, broker_name="log.retention.bytes"),
+        ConfigDef("retention.ms", "long", 604800000, minimum=-1, broker_name="log.retention.ms"),
+        ConfigDef("segment.bytes", "int", 1073741824, minimum=14, broker_name="log.segment.bytes"),
+        ConfigDef("segment.index.bytes", "int", 10485760, minimum=4,
+                  broker_name="log.index.size.max.bytes"),
+        ConfigDef("segment.ms", "long", 604800000, minimum=1, broker_name="log.roll.ms"),
+        ConfigDef("unclean.leader.election.enable", "bool", False,
+                  broker_name="unclean.leader.election.enable"),
+    ]
+}
+
+# Broker properties that may be changed at run time (IncrementalAlterConfigs on a broker).
+DYNAMIC_BROKER_CONFIGS = frozenset(
+    name for d in TOPIC_CONFIGS.values() if (name := d.broker_name)
+) | {"log.retention.hours", "log.retention.minutes", "log.roll.hours"}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java-properties subset: ``key=value`` or ``key: value``, # and ! comments."""
+    props: dict[str, str] = {}
+    for lineno, raw_line in enumerate(text.splitlines(), 1):
+        line = raw_line.strip()
+        if not line or line[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in line:
+                key, _, value = line.partition(sep)
+                props[key.strip()] = value.strip()
+                break
+        else:
+            raise ConfigError(f"line {lineno}: expected key=value, got {line!r}")
+    return props
+
+
+class BrokerConfig:
+    """A broker's effective configuration: defaults, then the file, then overrides."""
+
+    def __init__(self, props: Mapping[str, str] | None = None) -> None:
+        self._raw: dict[str, str] = {}
+        self._values: dict[str, Any] = {d.name: d.default for d in BROKER_CONFIGS.values()}
+        for key, raw in (props or {}).items():
+            self.set(key, raw)
+        self._check()
+
+    @classmethod
+    def load(cls, path: str | None, overrides: Iterable[str] = ()) -> BrokerConfig:
+        props: dict[str, str] = {}
+        if path is not None:
+            try:
+                props.update(parse_properties(Path(path).read_text()))
+            except OSError as exc:
+                raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"--override expects key=value, got {item!r}")
+            props[key.strip()] = value
+        return cls(props)
+
+    def set(self, key: str, raw: str | None) -> None:
+        definition = BROKER_CONFIGS.get(key)
+        if definition is None:
+            log.warning("ignoring unknown broker config %s", key)
+            return
+        if raw is None:
+            self._raw.pop(key, None)
+            self._values[key] = definition.default
+        else:
+            self._values[key] = definition.parse(raw)
+            self._raw[key] = raw
+
+    def _check(self) -> None:
+        for listener in self.listeners:
+            parse_listener(listener, "listeners")
+        for listener in self._values["advertised.listeners"] or []:
+            parse_listener(listener, "advertised.listeners")
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def is_set(self, key: str) -> bool:
+        return key in self._raw
+
+    # Derived values -------------------------------------------------------
+
+    @property
+    def node_id(self) -> int:
+        broker_id = self._values["broker.id"]
+        if broker_id is not None and broker_id >= 0 and not self.is_set("node.id"):
+            return int(broker_id)
+        return int(self._values["node.id"])
+
+    @property
+    def listeners(self) -> list[str]:
+        return list(self._values["listeners"])
+
+    @property
+    def advertised_listeners(self) -> list[str]:
+        return list(self._values["advertised.listeners"] or self._values["listeners"])
+
+    @property
+    def log_dir(self) -> Path:
+        dirs = self._values["log.dirs"]
+        if dirs:
+            if len(dirs) > 1:
+                raise ConfigError("log.dirs: only one log directory is supported")
+            return Path(dirs[0])
+        return Path(self._values["log.dir"])
+
+    @property
+    def retention_ms(self) -> int:
+        if self._values["log.retention.ms"] is not None:
+            return int(self._values["log.retention.ms"])
+        if self._values["log.retention.minutes"] is not None:
+            return int(self._values["log.retention.minutes"]) * 60_000
+        return int(self._values["log.retention.hours"]) * 3_600_000
+
+    @property
+    def roll_ms(self) -> int:
+        if self._values["log.roll.ms"] is not None:
+            return int(self._values["log.roll.ms"])
+        return int(self._values["log.roll.hours"]) * 3_600_000
+
+    def broker_default_for_topic(self, topic_key: str) -> Any:
+        """The value a topic config takes when the topic does not override it."""
+        definition = TOPIC_CONFIGS[topic_key]
+        if topic_key == "retention.ms":
+            return self.retention_ms
+        if topic_key == "segment.ms":
+            return self.roll_ms
+        if topic_key == "flush.ms":
+            value = self._values["log.flush.interval.ms"]
+            return LONG_MAX if value is None else value
+        if definition.broker_name is not None:
+            return self._values[definition.broker_name]
+        return definition.default
+
+    def describe(self) -> dict[str, tuple[str | None, bool]]:
+        """Every broker config as (value, is_default)."""
+        return {
+            name: (render(self._values[name]), name not in self._raw) for name in BROKER_CONFIGS
+        }
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+
+def parse_listener(spec: str, key: str = "listeners") -> Listener:
+    """``PLAINTEXT://host:port`` (host may be empty for all interfaces)."""
+    problem = f"Invalid value {spec!r} for configuration {key}"
+    name, sep, rest = spec.partition("://")
+    host, colon, port_text = rest.rpartition(":")
+    if not sep or not colon:
+        raise ConfigError(f"{problem}: expected NAME://host:port")
+    try:
+        port = int(port_text)
+        if not 0 <= port <= 65535:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"{problem}: port must be 0-65535") from None
+    if name.upper() != "PLAINTEXT":
+        raise ConfigError(f"{problem}: only PLAINTEXT is supported")
+    return Listener(name.upper(), host.strip("[]"), port)
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
+    """Parse topic overrides; unknown keys and bad values raise ConfigError."""
+    parsed: dict[str, Any] = {}
+    for key, raw in configs.items():
+        definition = TOPIC_CONFIGS.get(key)
+        if definition is None:
+            raise ConfigError(f"Unknown topic config name: {key}")
+        if raw is None:
+            raise ConfigError(f"Null value not supported for topic configs: {key}")
+        parsed[key] = definition.parse(raw)
+    return parsed
+
+
+def effective_topic_configs(
+    broker: BrokerConfig, overrides: Mapping[str, str]
+) -> dict[str, tuple[Any, str]]:
+    """Each topic config as (value, source) with source 'topic', 'broker' or 'default'."""
+    out: dict[str, tuple[Any, str]] = {}
+    for key, definition in TOPIC_CONFIGS.items():
+        if key in overrides:
+            out[key] = (definition.parse(overrides[key]), "topic")
+        else:
+            source = "default"
+            name = definition.broker_name
+            if name is not None and (
+                broker.is_set(name)
+                or (key == "retention.ms" and any(broker.is_set(k) for k in _RETENTION_KEYS))
+                or (key == "segment.ms" and broker.is_set("log.roll.hours"))
+            ):
+                source = "broker"
+            out[key] = (broker.broker_default_for_topic(key), source)
+    return out
+
+
+_RETENTION_KEYS = ("log.retention.hours", "log.retention.minutes", "log.retention.ms")
+
+
+def log_config_for(broker: BrokerConfig, overrides: Mapping[str, str]) -> LogConfig:
+    """The storage view of a topic's effective configs."""
+    values = {key: value for key, (value, _) in effective_topic_configs(broker, overrides).items()}
+    flush_messages = values["flush.messages"]
+    flush_ms = values["flush.ms"]
+    return LogConfig(
+        segment_bytes=values["segment.bytes"],
+        segment_ms=values["segment.ms"],
+        index_interval_bytes=values["index.interval.bytes"],
+        segment_index_bytes=values["segment.index.bytes"],
+        flush_messages=None if flush_messages >= LONG_MAX else flush_messages,
+        flush_ms=None if flush_ms >= LONG_MAX else flush_ms,
+        retention_ms=values["retention.ms"],
+        retention_bytes=values["retention.bytes"],
+        max_message_bytes=values["max.message.bytes"],
+        message_timestamp_type=values["message.timestamp.type"],
+        cleanup_policy=",".join(values["cleanup.policy"]),
+    )
+
+
+ConfigSource = Callable[[str], LogConfig]
