@@ -36,8 +36,8 @@ Not here: compression codecs (``codecs.py``), wire framing (``framing.py``).
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from crc32c import crc32c
 

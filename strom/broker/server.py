@@ -1,0 +1,264 @@
+"""The broker process: listeners, the per-connection request loop, background duties.
+
+Owns: accepting connections, cutting the byte stream into frames, routing each
+request to its handler in arrival order (responses go back in request order, as
+Kafka clients require), closing a connection that sends a malformed, oversized
+or unknown request (one log line, the broker carries on), the periodic flush and
+checkpoint, and an orderly shutdown.
+
+A connection handles its requests one at a time. Most handlers answer at once;
+a long-polling fetch returns an awaitable, and the connection holds later
+requests until it completes. Reading is paused while the socket's send buffer
+is full, so a slow client cannot make the broker buffer without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import struct
+import time
+
+from strom.broker.api_versions import unsupported_version_response
+from strom.broker.purgatory import Purgatory
+from strom.broker.router import RequestContext, Route, load_handlers
+from strom.cluster.controller import Controller
+from strom.config import BrokerConfig, Listener, parse_listener
+from strom.protocol.framing import (
+    API_VERSIONS_KEY,
+    FrameError,
+    codec_for,
+    decode_request,
+    encode_response,
+    peek_header,
+)
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_COMPACT_AT = 1 << 20
+
+
+class Broker:
+    """One Strom node: controller, storage and the network front."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.routes: dict[int, Route] = load_handlers()
+        self.controller = Controller(config)
+        self.purgatory = Purgatory()
+        self.listeners = [parse_listener(spec) for spec in config.listeners]
+        self.advertised = [parse_listener(spec) for spec in config.advertised_listeners]
+        self.max_request_size: int = config["socket.request.max.bytes"]
+        self._servers: list[asyncio.AbstractServer] = []
+        self._connections: set[KafkaConnection] = set()
+        self._duties: asyncio.Task[None] | None = None
+        self.bound: list[Listener] = []
+
+    @property
+    def cluster_id(self) -> str:
+        return self.controller.cluster_id
+
+    def advertised_endpoint(self) -> tuple[str, int]:
+        listener = self.advertised[0]
+        host = listener.host or "127.0.0.1"
+        port = listener.port
+        if port == 0 and self.bound:
+            port = self.bound[0].port
+        return host, port
+
+    async def start(self) -> None:
+        started = time.monotonic()
+        self.controller.load()
+        loop = asyncio.get_running_loop()
+        for listener in self.listeners:
+            server = await loop.create_server(
+                lambda: KafkaConnection(self),
+                host=listener.host or None,
+                port=listener.port,
+                reuse_address=True,
+                backlog=1024,
+            )
+            port = server.sockets[0].getsockname()[1]
+            self.bound.append(Listener(listener.name, listener.host, port))
+            self._servers.append(server)
+        self._duties = loop.create_task(self._run_duties())
+        endpoints = ", ".join(f"{b.name}://{b.host}:{b.port}" for b in self.bound)
+        log.info(
+            "Strom broker %d started in %.2fs: listening on %s, log dir %s, cluster id %s",
+            self.node_id,
+            time.monotonic() - started,
+            endpoints,
+            self.config.log_dir.resolve(),
+            self.cluster_id,
+        )
+
+    async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        for connection in list(self._connections):
+            connection.close()
+        if self._duties is not None:
+            self._duties.cancel()
+        for server in self._servers:
+            await server.wait_closed()
+        self.purgatory.wake_all()
+        self.controller.shutdown()
+        log.info("Strom broker %d stopped cleanly", self.node_id)
+
+    async def _run_duties(self) -> None:
+        flush_every = self.config["log.flush.scheduler.interval.ms"] / 1000
+        checkpoint_every = max(self.config["log.flush.offset.checkpoint.interval.ms"], 1) / 1000
+        last_checkpoint = time.monotonic()
+        while True:
+            await asyncio.sleep(flush_every)
+            try:
+                self.controller.logs.flush_due(int(time.time() * 1000))
+                if time.monotonic() - last_checkpoint >= checkpoint_every:
+                    self.controller.logs.checkpoint()
+                    last_checkpoint = time.monotonic()
+            except Exception:
+                log.exception("periodic flush failed")
+
+
+class KafkaConnection(asyncio.Protocol):
+    """The request loop of one client connection."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.start = 0  # where the next unread frame begins in ``buffer``
+        self.busy = False  # an awaitable response is pending
+        self.write_paused = False
+        self.closed = False
+        self.peer = "?"
+
+    # asyncio callbacks -----------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}"
+        self.broker._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.broker._connections.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        self._process()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+            self._process()
+
+    # Request loop ----------------------------------------------------------
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _process(self) -> None:
+        buffer = self.buffer
+        while not (self.busy or self.write_paused or self.closed):
+            available = len(buffer) - self.start
+            if available < 4:
+                break
+            (size,) = _SIZE.unpack_from(buffer, self.start)
+            if size < 0 or size > self.broker.max_request_size:
+                log.warning(
+                    "closing connection from %s: request size %d is outside 0..%d",
+                    self.peer, size, self.broker.max_request_size,
+                )
+                self.close()
+                return
+            if available < 4 + size:
+                break
+            begin = self.start + 4
+            frame = bytes(buffer[begin : begin + size])
+            self.start = begin + size
+            self._handle(frame)
+        if self.start and (self.start == len(buffer) or self.start >= _COMPACT_AT):
+            del buffer[: self.start]
+            self.start = 0
+
+    def _handle(self, frame: bytes) -> None:
+        try:
+            api_key, api_version, correlation_id = peek_header(frame)
+        except FrameError as exc:
+            self._reject(str(exc))
+            return
+        route = self.broker.routes.get(api_key)
+        if route is None:
+            self._reject(f"unknown API key {api_key}")
+            return
+        if not route.min_version <= api_version <= route.max_version:
+            if api_key == API_VERSIONS_KEY:
+                self._write(
+                    encode_response(
+                        correlation_id, codec_for(API_VERSIONS_KEY, 0),
+                        unsupported_version_response(),
+                    )
+                )
+            else:
+                self._reject(f"unsupported version {api_version} of API key {api_key}")
+            return
+        codec = codec_for(api_key, api_version)
+        try:
+            request = decode_request(frame, codec)
+        except FrameError as exc:
+            self._reject(str(exc))
+            return
+        ctx = RequestContext(
+            self.broker, api_key, api_version, correlation_id, request.client_id, codec, self.peer
+        )
+        try:
+            result = route.handler(ctx, request.body)
+        except Exception:
+            log.exception("closing connection from %s: handler for API key %d failed",
+                          self.peer, api_key)
+            self.close()
+            return
+        if result is None:
+            return
+        if inspect.isawaitable(result):
+            self.busy = True
+            asyncio.get_running_loop().create_task(self._finish(ctx, result))
+            return
+        self._write(encode_response(correlation_id, codec, result))
+
+    async def _finish(self, ctx: RequestContext, pending: object) -> None:
+        try:
+            response = await pending  # type: ignore[misc]
+        except Exception:
+            log.exception("closing connection from %s: handler for API key %d failed",
+                          self.peer, ctx.api_key)
+            self.close()
+            return
+        self.busy = False
+        if self.closed:
+            return
+        if response is not None:
+            self._write(encode_response(ctx.correlation_id, ctx.codec, response))
+        self._process()
+
+    def _write(self, data: bytes) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(data)
+
+    def _reject(self, reason: str) -> None:
+        log.warning("closing connection from %s: %s", self.peer, reason)
+        self.close()

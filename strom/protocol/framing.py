@@ -1,0 +1,157 @@
+"""Kafka request/response framing on top of kio's generated message types.
+
+Owns: splitting a byte stream into size-prefixed frames, decoding a request
+header and body for an (api key, version) pair, encoding a response with the
+right header version, and ``build`` which constructs a kio message of any
+version from a superset of field values. Sans-I/O: no sockets here.
+
+Header versions follow Kafka: a request with a flexible body has request header
+v2 (tagged fields), otherwise v1; a flexible response has response header v1,
+except ApiVersions, whose response header is always v0 so that clients can read
+it before they know the broker's versions.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import sys
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+API_VERSIONS_KEY = 18
+
+_SIZE = struct.Struct(">i")
+_KEY_VERSION_CORRELATION = struct.Struct(">hhi")
+
+
+class FrameError(ValueError):
+    """A frame that cannot be decoded; the connection that sent it is closed."""
+
+
+@dataclass(slots=True)
+class Request:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class MessageCodec:
+    """Everything needed to decode one request version and encode its response."""
+
+    request_type: type
+    response_type: type
+    read_header: Any
+    read_body: Any
+    write_body: Any
+    flexible_response_header: bool
+
+
+@cache
+def codec_for(api_key: int, api_version: int) -> MessageCodec:
+    request_type = load_request_schema(api_key, api_version)
+    response_type = load_response_schema(api_key, api_version)
+    return MessageCodec(
+        request_type=request_type,
+        response_type=response_type,
+        read_header=entity_reader(request_type.__header_schema__),
+        read_body=entity_reader(request_type),
+        write_body=entity_writer(response_type),
+        flexible_response_header=bool(response_type.__flexible__) and api_key != API_VERSIONS_KEY,
+    )
+
+
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """(api key, api version, correlation id) from the fixed start of a request."""
+    if len(frame) < 8:
+        raise FrameError(f"request of {len(frame)} bytes is shorter than a header")
+    return _KEY_VERSION_CORRELATION.unpack_from(frame, 0)
+
+
+def decode_request(frame: bytes | memoryview, codec: MessageCodec) -> Request:
+    """Decode header and body; any failure is a FrameError."""
+    try:
+        header, header_size = codec.read_header(frame, 0)
+        body, body_size = codec.read_body(frame, header_size)
+    except Exception as exc:  # kio raises several types for malformed input
+        raise FrameError(f"malformed request: {type(exc).__name__}: {exc}") from None
+    return Request(
+        header.request_api_key,
+        header.request_api_version,
+        header.correlation_id,
+        header.client_id,
+        body,
+        len(frame),
+    )
+
+
+def encode_response(correlation_id: int, codec: MessageCodec, response: Any) -> bytes:
+    """A whole response frame: size, header, body."""
+    out = io.BytesIO()
+    out.write(b"\x00\x00\x00\x00")
+    out.write(_SIZE.pack(correlation_id))
+    if codec.flexible_response_header:
+        out.write(b"\x00")  # no tagged fields
+    codec.write_body(out, response)
+    frame = out.getbuffer()
+    _SIZE.pack_into(frame, 0, len(frame) - 4)
+    del frame
+    return out.getvalue()
+
+
+def encode_request(correlation_id: int, client_id: str | None, body: Any) -> bytes:
+    """A whole request frame (used by tests and tools that speak raw protocol)."""
+    request_type = type(body)
+    header_type = request_type.__header_schema__
+    values: dict[str, Any] = {
+        "request_api_key": request_type.__api_key__,
+        "request_api_version": request_type.__version__,
+        "correlation_id": correlation_id,
+        "client_id": client_id,
+    }
+    header = header_type(**{f.name: values[f.name] for f in fields(header_type)})
+    out = io.BytesIO()
+    out.write(b"\x00\x00\x00\x00")
+    entity_writer(header_type)(out, header)
+    entity_writer(request_type)(out, body)
+    frame = out.getbuffer()
+    _SIZE.pack_into(frame, 0, len(frame) - 4)
+    del frame
+    return out.getvalue()
+
+
+@cache
+def _field_names(message_type: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(message_type))
+
+
+def build(message_type: type, **values: Any) -> Any:
+    """Construct ``message_type`` from ``values``, dropping fields this version lacks.
+
+    Handlers describe a response once, with every field any version has; this
+    keeps only what the requested version defines.
+    """
+    names = _field_names(message_type)
+    return message_type(**{k: v for k, v in values.items() if k in names})
+
+
+def has_field(message_type: type, name: str) -> bool:
+    return name in _field_names(message_type)
+
+
+def nested(message_type: type, name: str) -> type:
+    """A nested message class (e.g. a response's topic entry) of the same version."""
+    return getattr(sys.modules[message_type.__module__], name)
+
+
+def nested_if_any(message_type: type, name: str) -> type | None:
+    """Like ``nested`` for a class that older versions of the message lack."""
+    return getattr(sys.modules[message_type.__module__], name, None)
