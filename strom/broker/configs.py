@@ -1,0 +1,264 @@
+"""Configs of topics and brokers: DescribeConfigs (32) v1-4, AlterConfigs (33) v0-2,
+IncrementalAlterConfigs (44) v0-1.
+
+Resources: TOPIC (2) and BROKER (4, named by node id, or "" for the
+cluster-wide default). Names, defaults and value checks are Kafka's, from
+``strom.config``. Sources reported: DYNAMIC_TOPIC_CONFIG (1) for a topic
+override, DYNAMIC_BROKER_CONFIG (2) for a broker value set at run time,
+STATIC_BROKER_CONFIG (5) from server.properties or --override, DEFAULT_CONFIG
+(6). With ``include_synonyms`` a topic config lists the broker property that
+supplies its default. AlterConfigs replaces the whole set of overrides of a
+resource, IncrementalAlterConfigs applies SET (0), DELETE (1), APPEND (2) and
+SUBTRACT (3) to list configs; both honour ``validate_only``. Only the broker
+configs that Kafka can change at run time (the topic defaults) are alterable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strom.broker.common import NO_THROTTLE
+from strom.broker.router import RequestContext, handles
+from strom.config import (
+    BROKER_CONFIGS,
+    DYNAMIC_BROKER_CONFIGS,
+    TOPIC_CONFIGS,
+    ConfigDef,
+    ConfigError,
+    effective_topic_configs,
+    render,
+    validate_topic_configs,
+)
+from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import build, nested
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_DYNAMIC_BROKER = 2
+SOURCE_STATIC_BROKER = 5
+SOURCE_DEFAULT = 6
+
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+_CONFIG_TYPES = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7,
+                 "password": 9}
+
+
+class _ResourceError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@handles(32, 1, 4)
+def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
+    response_type = ctx.response_type
+    result_type = nested(response_type, "DescribeConfigsResult")
+    entry_type = nested(response_type, "DescribeConfigsResourceResult")
+    synonym_type = nested(response_type, "DescribeConfigsSynonym")
+    synonyms_wanted = getattr(request, "include_synonyms", False)
+    docs_wanted = getattr(request, "include_documentation", False)
+    results = []
+    for resource in request.resources:
+        error = ErrorCode.none
+        message = None
+        entries: list[Any] = []
+        try:
+            rows = _describe(ctx, resource.resource_type, resource.resource_name)
+            keys = resource.configuration_keys
+            for name, value, source, definition, synonyms in rows:
+                if keys and name not in keys:
+                    continue
+                entries.append(
+                    build(
+                        entry_type,
+                        name=name,
+                        value=value,
+                        read_only=resource.resource_type == RESOURCE_BROKER
+                        and name not in DYNAMIC_BROKER_CONFIGS,
+                        config_source=source,
+                        is_default=source == SOURCE_DEFAULT,
+                        is_sensitive=False,
+                        synonyms=tuple(
+                            build(synonym_type, name=n, value=v, source=s) for n, v, s in synonyms
+                        ) if synonyms_wanted else (),
+                        config_type=_CONFIG_TYPES.get(definition.kind, 0),
+                        documentation=definition.doc or None if docs_wanted else None,
+                    )
+                )
+        except _ResourceError as exc:
+            error, message = exc.code, str(exc)
+        results.append(
+            build(
+                result_type,
+                error_code=error,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=tuple(entries),
+            )
+        )
+    return build(response_type, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+Row = tuple[str, str | None, int, ConfigDef, list[tuple[str, str | None, int]]]
+
+
+def _check_broker_name(ctx: RequestContext, name: str) -> None:
+    if name not in ("", str(ctx.broker.node_id)):
+        raise _ResourceError(ErrorCode.invalid_request, f"Unknown broker {name!r}")
+
+
+def _describe(ctx: RequestContext, resource_type: int, name: str) -> list[Row]:
+    broker_config = ctx.broker.config
+    dynamic = ctx.broker.controller.metadata.broker_overrides
+    if resource_type == RESOURCE_TOPIC:
+        topic = ctx.broker.controller.topic(name)
+        if topic is None:
+            raise _ResourceError(
+                ErrorCode.unknown_topic_or_partition, f"Topic {name!r} does not exist"
+            )
+        rows: list[Row] = []
+        for key, (value, source) in sorted(
+            effective_topic_configs(broker_config, topic.configs).items()
+        ):
+            definition = TOPIC_CONFIGS[key]
+            broker_key = definition.broker_name
+            broker_source = SOURCE_DYNAMIC_BROKER if broker_key in dynamic else SOURCE_STATIC_BROKER
+            code = {"topic": SOURCE_DYNAMIC_TOPIC, "broker": broker_source}.get(
+                source, SOURCE_DEFAULT
+            )
+            synonyms: list[tuple[str, str | None, int]] = []
+            if source == "topic":
+                synonyms.append((key, topic.configs[key], SOURCE_DYNAMIC_TOPIC))
+            if broker_key is not None and broker_config.is_set(broker_key):
+                synonyms.append(
+                    (broker_key, render(broker_config[broker_key]), broker_source)
+                )
+            synonyms.append((broker_key or key, render(definition.default), SOURCE_DEFAULT))
+            rows.append((key, render(value), code, definition, synonyms))
+        return rows
+    if resource_type == RESOURCE_BROKER:
+        _check_broker_name(ctx, name)
+        rows = []
+        for key, (value, is_default) in sorted(broker_config.describe().items()):
+            if is_default:
+                code = SOURCE_DEFAULT
+            else:
+                code = SOURCE_DYNAMIC_BROKER if key in dynamic else SOURCE_STATIC_BROKER
+            synonyms = [(key, value, code)]
+            rows.append((key, value, code, BROKER_CONFIGS[key], synonyms))
+        return rows
+    raise _ResourceError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type}")
+
+
+@handles(33, 0, 2)
+def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    def new_configs(resource: Any, current: dict[str, str]) -> dict[str, str]:
+        return {c.name: c.value for c in resource.configs}
+
+    return _alter(ctx, request, new_configs)
+
+
+@handles(44, 0, 1)
+def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    def new_configs(resource: Any, current: dict[str, str]) -> dict[str, str]:
+        result = dict(current)
+        table = TOPIC_CONFIGS if resource.resource_type == RESOURCE_TOPIC else BROKER_CONFIGS
+        for change in resource.configs:
+            definition = table.get(change.name)
+            if definition is None:
+                raise _ResourceError(ErrorCode.invalid_config, f"Unknown config {change.name}")
+            op = change.config_operation
+            if op == OP_SET:
+                result[change.name] = change.value
+            elif op == OP_DELETE:
+                result.pop(change.name, None)
+            elif op in (OP_APPEND, OP_SUBTRACT):
+                if definition.kind != "list":
+                    raise _ResourceError(
+                        ErrorCode.invalid_config,
+                        f"Config {change.name} is not a list; APPEND and SUBTRACT need one",
+                    )
+                base = result.get(change.name)
+                items = (
+                    [i.strip() for i in base.split(",") if i.strip()]
+                    if base is not None
+                    else list(_current_list(ctx, resource, change.name))
+                )
+                values = [v.strip() for v in (change.value or "").split(",") if v.strip()]
+                if op == OP_APPEND:
+                    items += [v for v in values if v not in items]
+                else:
+                    items = [i for i in items if i not in values]
+                result[change.name] = ",".join(items)
+            else:
+                raise _ResourceError(ErrorCode.invalid_request, f"Unknown operation {op}")
+        return result
+
+    return _alter(ctx, request, new_configs)
+
+
+def _current_list(ctx: RequestContext, resource: Any, key: str) -> list[str]:
+    if resource.resource_type == RESOURCE_TOPIC:
+        return list(ctx.broker.config.broker_default_for_topic(key))
+    return list(ctx.broker.config[key] or [])
+
+
+def _alter(ctx: RequestContext, request: Any, new_configs: Any) -> Any:
+    controller = ctx.broker.controller
+    response_type = ctx.response_type
+    result_type = nested(response_type, "AlterConfigsResourceResponse")
+    results = []
+    for resource in request.resources:
+        error = ErrorCode.none
+        message = None
+        try:
+            if resource.resource_type == RESOURCE_TOPIC:
+                topic = controller.topic(resource.resource_name)
+                if topic is None:
+                    raise _ResourceError(
+                        ErrorCode.unknown_topic_or_partition,
+                        f"Topic {resource.resource_name!r} does not exist",
+                    )
+                configs = new_configs(resource, topic.configs)
+                try:
+                    validate_topic_configs(configs)
+                except ConfigError as exc:
+                    raise _ResourceError(ErrorCode.invalid_config, str(exc)) from None
+                if not request.validate_only:
+                    controller.set_topic_configs(topic.name, configs)
+            elif resource.resource_type == RESOURCE_BROKER:
+                _check_broker_name(ctx, resource.resource_name)
+                configs = new_configs(resource, controller.metadata.broker_overrides)
+                for key, value in configs.items():
+                    if key not in DYNAMIC_BROKER_CONFIGS:
+                        raise _ResourceError(
+                            ErrorCode.invalid_config,
+                            f"Cannot update {key} at run time: it is a static broker config",
+                        )
+                    try:
+                        BROKER_CONFIGS[key].parse(value)
+                    except ConfigError as exc:
+                        raise _ResourceError(ErrorCode.invalid_config, str(exc)) from None
+                if not request.validate_only:
+                    controller.set_broker_overrides(configs)
+            else:
+                raise _ResourceError(
+                    ErrorCode.invalid_request,
+                    f"Unsupported resource type {resource.resource_type}",
+                )
+        except _ResourceError as exc:
+            error, message = exc.code, str(exc)
+        results.append(
+            build(
+                result_type,
+                error_code=error,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+        )
+    return build(response_type, throttle_time=NO_THROTTLE, responses=tuple(results))

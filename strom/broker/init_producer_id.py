@@ -1,0 +1,37 @@
+"""InitProducerId (key 22), versions 0-5.
+
+Gives an idempotent producer a fresh producer id (epoch 0) from the
+controller's persisted id blocks, so ids are never reused across restarts; a
+producer that presents its current id and epoch gets the epoch bumped (KIP-360).
+Requests with a transactional id get COORDINATOR_NOT_AVAILABLE: transactions
+are not served yet. The broker stores the producer id and sequence in batches
+as they come; duplicate and out-of-order sequence checks are not enforced yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strom.broker.common import NO_THROTTLE
+from strom.broker.router import RequestContext, handles
+from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import build
+
+MAX_EPOCH = 32767
+
+
+@handles(22, 0, 5)
+def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
+    if request.transactional_id is not None:
+        return build(ctx.response_type, throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.coordinator_not_available, producer_id=-1,
+                     producer_epoch=-1)
+    metadata = ctx.broker.controller.metadata
+    producer_id = getattr(request, "producer_id", -1)
+    epoch = getattr(request, "producer_epoch", -1)
+    if producer_id >= 0 and 0 <= epoch < MAX_EPOCH - 1:
+        epoch += 1
+    else:
+        producer_id, epoch = metadata.allocate_producer_id(), 0
+    return build(ctx.response_type, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                 producer_id=producer_id, producer_epoch=epoch)

@@ -1,0 +1,112 @@
+"""Produce (key 0), versions 3-12.
+
+Each partition's ``records`` are validated as bytes (magic 2, sizes, CRC32C,
+record counts) and appended as they came: compressed batches stay compressed.
+The broker rewrites base offset and partition leader epoch, and for topics
+with ``message.timestamp.type=LogAppendTime`` the batch timestamp (then the CRC
+is recomputed). There is no per-record work.
+
+acks 0, 1 and -1 behave alike on a single node, where the ISR is this broker:
+the response is sent once the batch is in the log (and fsynced if the flush
+policy says so). acks=0 gets no response. Errors: UNKNOWN_TOPIC_OR_PARTITION,
+CORRUPT_MESSAGE (bad CRC or framing), MESSAGE_TOO_LARGE (a batch above the
+topic's max.message.bytes), UNSUPPORTED_FOR_MESSAGE_FORMAT (magic 0/1),
+INVALID_REQUIRED_ACKS. Not yet: idempotent sequence checks and transactions.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+from strom.broker.common import NO_THROTTLE, now_ms, resolve_topic
+from strom.broker.router import RequestContext, handles
+from strom.cluster.metadata import TopicMetadata
+from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import build, nested
+from strom.protocol.records import (
+    BatchTooLargeError,
+    CorruptBatchError,
+    UnsupportedMagicError,
+    validate_batches,
+)
+
+log = logging.getLogger(__name__)
+UTC = datetime.UTC
+
+
+@handles(0, 3, 12)
+def handle_produce(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    controller = broker.controller
+    acks = request.acks
+    response_type = ctx.response_type
+    topic_type = nested(response_type, "TopicProduceResponse")
+    partition_type = nested(response_type, "PartitionProduceResponse")
+    topics = []
+    for topic_data in request.topic_data:
+        name = getattr(topic_data, "name", None)
+        topic = resolve_topic(controller, name, getattr(topic_data, "topic_id", None))
+        partitions = []
+        for data in topic_data.partition_data:
+            if acks not in (0, 1, -1):
+                error, base, append_time, start = ErrorCode.invalid_required_acks, -1, None, -1
+            else:
+                error, base, append_time, start = _append(ctx, topic, data.index, data.records)
+            partitions.append(
+                build(
+                    partition_type,
+                    index=data.index,
+                    error_code=error,
+                    base_offset=base,
+                    log_append_time=append_time,
+                    log_start_offset=start,
+                    record_errors=(),
+                    error_message=None,
+                )
+            )
+        topics.append(
+            build(topic_type, name=name, topic_id=getattr(topic_data, "topic_id", None),
+                  partition_responses=tuple(partitions))
+        )
+    if acks == 0:
+        return None
+    return build(response_type, responses=tuple(topics), throttle_time=NO_THROTTLE)
+
+
+def _append(
+    ctx: RequestContext, topic: TopicMetadata | None, partition: int, records: bytes | None
+) -> tuple[ErrorCode, int, datetime.datetime | None, int]:
+    if topic is None:
+        return ErrorCode.unknown_topic_or_partition, -1, None, -1
+    controller = ctx.broker.controller
+    partition_log = controller.partition_log(topic.name, partition)
+    if partition_log is None:
+        return ErrorCode.unknown_topic_or_partition, -1, None, -1
+    config = partition_log.config
+    if not records:
+        return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
+    buf = bytearray(records)
+    try:
+        headers = validate_batches(buf, config.max_message_bytes)
+    except BatchTooLargeError:
+        return ErrorCode.message_too_large, -1, None, partition_log.log_start_offset
+    except UnsupportedMagicError:
+        return ErrorCode.unsupported_for_message_format, -1, None, partition_log.log_start_offset
+    except CorruptBatchError as exc:
+        log.info("rejecting batch for %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
+        return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
+    append_time = None
+    log_append_ms = None
+    if config.message_timestamp_type == "LogAppendTime":
+        log_append_ms = now_ms()
+        append_time = datetime.datetime.fromtimestamp(log_append_ms / 1000, tz=UTC)
+    base_offset = partition_log.append(
+        buf,
+        headers,
+        leader_epoch=topic.leader_epoch,
+        log_append_time_ms=log_append_ms,
+    )
+    ctx.broker.purgatory.notify(topic.name, partition)
+    return ErrorCode.none, base_offset, append_time, partition_log.log_start_offset
