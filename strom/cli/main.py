@@ -1,0 +1,85 @@
+"""The ``strom`` command: ``strom broker`` now; the Kafka-style tools join it later.
+
+``strom broker [server.properties] [--override key=value ...]`` starts one node
+as ``kafka-server-start.sh`` does. With no arguments it listens on
+127.0.0.1:9092 and keeps its data under ./strom-data. A bad config value is one
+line on stderr and exit code 2; SIGTERM and SIGINT shut down cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from strom.config import BrokerConfig, ConfigError
+
+EXIT_CONFIG = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="strom", description="Strom event streaming platform")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    broker = commands.add_parser("broker", help="run a broker (like kafka-server-start.sh)")
+    broker.add_argument("properties", nargs="?", help="server.properties file")
+    broker.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE",
+        help="override a property from the file (repeatable)",
+    )
+    broker.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "broker":
+        return run_broker(args)
+    return 1
+
+
+def run_broker(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = BrokerConfig.load(args.properties, args.override)
+        config.log_dir  # noqa: B018 - validates log.dirs
+    except ConfigError as exc:
+        print(f"strom broker: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        runner = asyncio.run
+    try:
+        return runner(_serve(config))
+    except ConfigError as exc:
+        print(f"strom broker: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except OSError as exc:
+        print(f"strom broker: cannot start: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _serve(config: BrokerConfig) -> int:
+    from strom.broker.server import Broker
+
+    broker = Broker(config)
+    await broker.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
