@@ -1,0 +1,142 @@
+"""Produce and consume throughput with one confluent-kafka client, and broker RSS.
+
+Starts a real broker process on a free port with its data in a temp dir, then:
+  1. produces N records of 100 B to a 6-partition topic (acks=1, then acks=all),
+  2. consumes them back with one consumer,
+  3. creates 1,000 partitions, writes one record to each, reads the broker's RSS,
+     and times a restart with them.
+Prints one line per figure. Usage: python bench/produce_consume.py [--records N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from broker_process import BrokerProcess  # noqa: E402
+
+RECORD = b"x" * 100
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def create(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
+
+
+def produce(bootstrap: str, topic: str, count: int, acks: str) -> float:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": acks,
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 2_000_000,
+            "compression.type": "none",
+            "enable.idempotence": False,
+        }
+    )
+    started = time.perf_counter()
+    for i in range(count):
+        try:
+            producer.produce(topic, RECORD)
+        except BufferError:
+            producer.poll(0.01)
+            producer.produce(topic, RECORD)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    remaining = producer.flush(120)
+    elapsed = time.perf_counter() - started
+    assert remaining == 0, f"{remaining} records not delivered"
+    return count / elapsed
+
+
+def consume(bootstrap: str, topic: str, count: int, partitions: int) -> float:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 52_428_800,
+            "max.partition.fetch.bytes": 10_485_760,
+            "queued.min.messages": 1_000_000,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    seen = 0
+    started = time.perf_counter()
+    while seen < count:
+        batch = consumer.consume(100_000, 1.0)
+        seen += sum(1 for m in batch if m.error() is None)
+        if time.perf_counter() - started > 300:
+            break
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return seen / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--partitions-for-rss", type=int, default=1000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = BrokerProcess(Path(tmp) / "data", {"log.segment.bytes": "268435456"})
+        broker.start()
+        try:
+            create(broker.bootstrap, "bench1", 6)
+            create(broker.bootstrap, "benchall", 6)
+            rate = produce(broker.bootstrap, "bench1", args.records, "1")
+            print(f"produce acks=1   100 B x {args.records:,}: {rate:,.0f} records/s "
+                  f"({rate * 100 / 1e6:.1f} MB/s)")
+            rate = produce(broker.bootstrap, "benchall", args.records, "all")
+            print(f"produce acks=all 100 B x {args.records:,}: {rate:,.0f} records/s "
+                  f"({rate * 100 / 1e6:.1f} MB/s)")
+            rate = consume(broker.bootstrap, "bench1", args.records, 6)
+            print(f"consume          100 B x {args.records:,}: {rate:,.0f} records/s "
+                  f"({rate * 100 / 1e6:.1f} MB/s)")
+            print(f"broker RSS after the runs: {rss_mb(broker.proc.pid):.0f} MB")
+        finally:
+            broker.stop()
+
+        many = BrokerProcess(Path(tmp) / "many")
+        many.start()
+        try:
+            per_topic = 100
+            topics = args.partitions_for_rss // per_topic
+            for t in range(topics):
+                create(many.bootstrap, f"many-{t}", per_topic)
+            producer = Producer({"bootstrap.servers": many.bootstrap, "linger.ms": 5})
+            for t in range(topics):
+                for p in range(per_topic):
+                    producer.produce(f"many-{t}", RECORD, partition=p)
+            producer.flush(60)
+            partitions = topics * per_topic
+            print(f"broker RSS with {partitions:,} partitions: {rss_mb(many.proc.pid):.0f} MB")
+            many.stop()
+            started = time.perf_counter()
+            many.start()
+            AdminClient({"bootstrap.servers": many.bootstrap}).list_topics(timeout=30)
+            print(f"restart with {partitions:,} partitions: "
+                  f"{time.perf_counter() - started:.2f} s to serve metadata")
+            print(f"broker RSS after restart: {rss_mb(many.proc.pid):.0f} MB")
+        finally:
+            many.stop()
+
+
+if __name__ == "__main__":
+    main()

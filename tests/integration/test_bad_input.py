@@ -1,0 +1,176 @@
+"""Bad input costs one connection or gets the Kafka error code, never the broker or data."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kafka_helpers import create_topic
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from raw_client import RawClient
+
+from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import encode_request
+from strom.protocol.records import build_batch
+
+
+def _still_serves(port: int) -> None:
+    client = RawClient(port)
+    response = client.request(
+        ApiVersionsRequest(client_software_name="t", client_software_version="1")
+    )
+    client.close()
+    assert response.error_code == ErrorCode.none
+    assert any(k.api_key == 0 for k in response.api_keys)
+
+
+def _produce(client: RawClient, topic: str, records: bytes):
+    request = ProduceRequest(
+        acks=-1,
+        timeout=datetime.timedelta(seconds=5),
+        topic_data=(
+            TopicProduceData(
+                name=topic, partition_data=(PartitionProduceData(index=0, records=records),)
+            ),
+        ),
+    )
+    response = client.request(request)
+    return response.responses[0].partition_responses[0]
+
+
+def test_garbage_frame_closes_only_that_connection(broker) -> None:
+    client = RawClient(broker.port)
+    client.send_bytes(struct.pack(">i", 12) + b"\xff" * 12)
+    assert client.is_closed_by_peer()
+    _still_serves(broker.port)
+
+
+def test_unknown_api_key_closes_connection(broker) -> None:
+    client = RawClient(broker.port)
+    client.send_bytes(struct.pack(">ihhi", 10, 999, 0, 1) + b"\x00\x00")
+    assert client.is_closed_by_peer()
+    _still_serves(broker.port)
+
+
+def test_oversized_frame_closes_connection(broker) -> None:
+    client = RawClient(broker.port)
+    client.send_bytes(struct.pack(">i", 200 * 1024 * 1024) + b"\x00" * 100)
+    assert client.is_closed_by_peer()
+    _still_serves(broker.port)
+
+
+def test_disconnect_mid_request(broker) -> None:
+    frame = encode_request(1, "t", ApiVersionsRequest(client_software_name="t",
+                                                      client_software_version="1"))
+    client = RawClient(broker.port)
+    client.send_bytes(frame[: len(frame) // 2])
+    client.close()
+    _still_serves(broker.port)
+
+
+def test_unsupported_api_versions_version_gets_ranges(broker) -> None:
+    client = RawClient(broker.port)
+    # ApiVersions v99: header v2 then a body the broker cannot know
+    client.send_bytes(struct.pack(">ihhi", 11, 18, 99, 7) + b"\x00\x01t\x00\x00")
+    frame = client.read_frame()
+    correlation, error, count = struct.unpack_from(">ihi", frame, 0)
+    client.close()
+    assert correlation == 7
+    assert error == ErrorCode.unsupported_version
+    assert count >= 10
+    entries = [struct.unpack_from(">hhh", frame, 10 + 6 * i) for i in range(count)]
+    assert (18, 0, 4) in entries
+    assert any(key == 0 and low == 3 for key, low, _ in entries)
+
+
+def test_corrupt_batch_gets_corrupt_message_and_stores_nothing(broker) -> None:
+    create_topic(broker.bootstrap, "corrupt", 1)
+    client = RawClient(broker.port)
+    good = build_batch([(b"k", b"first")])
+    assert _produce(client, "corrupt", good).error_code == ErrorCode.none
+    bad = bytearray(build_batch([(b"k", b"second")]))
+    bad[-1] ^= 0xFF  # flip a payload byte: the CRC no longer matches
+    reply = _produce(client, "corrupt", bytes(bad))
+    assert reply.error_code == ErrorCode.corrupt_message
+    truncated = build_batch([(b"k", b"third")])[:-3]
+    assert _produce(client, "corrupt", truncated).error_code == ErrorCode.corrupt_message
+    after = _produce(client, "corrupt", good)
+    assert after.error_code == ErrorCode.none and after.base_offset == 1
+    assert _produce(client, "no-such-topic", good).error_code == (
+        ErrorCode.unknown_topic_or_partition
+    )
+    client.close()
+
+
+def test_invalid_topic_name_in_metadata(broker) -> None:
+    client = RawClient(broker.port)
+    response = client.request(
+        MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name="bad name!"),),
+            allow_auto_topic_creation=True,
+            include_topic_authorized_operations=False,
+        )
+    )
+    client.close()
+    assert response.topics[0].error_code == ErrorCode.invalid_topic_exception
+
+
+_VALID_FRAMES = [
+    encode_request(1, "f", ApiVersionsRequest(client_software_name="f",
+                                              client_software_version="1")),
+    encode_request(2, "f", MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=None, name="fuzz-target"),),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False)),
+]
+
+
+@st.composite
+def _frames(draw: st.DrawFn) -> bytes:
+    choice = draw(st.integers(0, 2))
+    if choice == 0:  # random bytes, random claimed size
+        body = draw(st.binary(max_size=200))
+        size = draw(st.one_of(st.just(len(body)), st.integers(-5, (1 << 31) - 1)))
+        return struct.pack(">i", size) + body
+    if choice == 1:  # a valid frame with bytes flipped after the size field
+        frame = bytearray(draw(st.sampled_from(_VALID_FRAMES)))
+        for _ in range(draw(st.integers(1, 6))):
+            i = draw(st.integers(4, len(frame) - 1))
+            frame[i] = draw(st.integers(0, 255))
+        return bytes(frame)
+    frame = draw(st.sampled_from(_VALID_FRAMES))  # a valid frame cut short
+    return frame[: draw(st.integers(1, len(frame) - 1))]
+
+
+def test_fuzzed_frames_never_take_the_broker_down(broker) -> None:
+    create_topic(broker.bootstrap, "fuzz-target", 1)
+    client = RawClient(broker.port)
+    assert _produce(client, "fuzz-target", build_batch([(b"k", b"kept")])).error_code == 0
+    client.close()
+
+    @settings(max_examples=300, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(_frames())
+    def throw(frame: bytes) -> None:
+        raw = RawClient(broker.port, timeout=2)
+        try:
+            raw.send_bytes(frame)
+            raw.sock.shutdown(1)  # no more input: a broker waiting for more sees EOF
+            try:
+                while raw.sock.recv(65536):
+                    pass
+            except (ConnectionResetError, TimeoutError):
+                pass
+        finally:
+            raw.close()
+
+    throw()
+    assert broker.alive()
+    _still_serves(broker.port)
+    client = RawClient(broker.port)
+    reply = _produce(client, "fuzz-target", build_batch([(b"k", b"after")]))
+    client.close()
+    assert reply.error_code == ErrorCode.none and reply.base_offset == 1

@@ -1,0 +1,78 @@
+"""Helpers the integration tests share: create topics and read them with confluent-kafka."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, config: dict | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})]
+    )
+    futures[name].result(timeout=10)
+
+
+def _consumer(bootstrap: str, topic: str, **extra) -> tuple[Consumer, list[int]]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+            **extra,
+        }
+    )
+    metadata = consumer.list_topics(topic, timeout=10)
+    partitions = sorted(metadata.topics[topic].partitions)
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    return consumer, partitions
+
+
+def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0,
+                **extra) -> list[Message]:
+    """Read from the log start of every partition until ``expected`` records arrived."""
+    consumer, _ = _consumer(bootstrap, topic, **extra)
+    messages: list[Message] = []
+    deadline = time.monotonic() + timeout
+    while len(messages) < expected and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error():
+            raise KafkaException(msg.error())
+        messages.append(msg)
+    consumer.close()
+    return messages
+
+
+def consume_to_end(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Message]:
+    """Read every partition from its log start to its end (partition EOF)."""
+    consumer, partitions = _consumer(bootstrap, topic, **{"enable.partition.eof": True})
+    at_end: set[int] = set()
+    messages: list[Message] = []
+    deadline = time.monotonic() + timeout
+    while len(at_end) < len(partitions) and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(msg.partition())
+                continue
+            raise KafkaException(msg.error())
+        at_end.discard(msg.partition())
+        messages.append(msg)
+    consumer.close()
+    assert len(at_end) == len(partitions), "did not reach the end of every partition"
+    return messages
