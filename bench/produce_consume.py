@@ -125,6 +125,7 @@ def main() -> None:
                 for p in range(per_topic):
                     producer.produce(f"many-{t}", RECORD, partition=p)
             producer.flush(60)
+            del producer  # close the client before the broker stops
             partitions = topics * per_topic
             print(f"broker RSS with {partitions:,} partitions: {rss_mb(many.proc.pid):.0f} MB")
             many.stop()
