@@ -1,0 +1,105 @@
+"""Protocol details checked with exact requests: fetch limits, acks=0, advertised listeners."""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+
+from confluent_kafka import Producer
+from kafka_helpers import consume_to_end, create_topic
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from raw_client import RawClient
+
+from strom.protocol.errors import ErrorCode
+from strom.protocol.records import build_batch, iter_headers
+
+
+def _fetch(client: RawClient, topic: str, offsets: dict[int, int], partition_max: int,
+           max_bytes: int = 2**31 - 1, max_wait_ms: int = 0, min_bytes: int = 1):
+    request = FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        topics=(
+            FetchTopic(
+                topic=topic,
+                partitions=tuple(
+                    FetchPartition(partition=p, fetch_offset=o, partition_max_bytes=partition_max)
+                    for p, o in offsets.items()
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+    response = client.request(request)
+    return {p.partition_index: p for p in response.responses[0].partitions}
+
+
+def _produce(client: RawClient, topic: str, partition: int, batch: bytes) -> int:
+    response = client.request(
+        ProduceRequest(
+            acks=1,
+            timeout=datetime.timedelta(seconds=5),
+            topic_data=(
+                TopicProduceData(
+                    name=topic,
+                    partition_data=(PartitionProduceData(index=partition, records=batch),),
+                ),
+            ),
+        )
+    )
+    reply = response.responses[0].partition_responses[0]
+    assert reply.error_code == ErrorCode.none
+    return reply.base_offset
+
+
+def test_fetch_returns_whole_batches_within_limits(broker) -> None:
+    create_topic(broker.bootstrap, "limits", 2)
+    client = RawClient(broker.port)
+    big = build_batch([(None, b"b" * 3000)] * 3)  # one batch of ~9 KB holding offsets 0-2
+    small = build_batch([(None, b"s" * 10)] * 4)  # offsets 3-6
+    assert _produce(client, "limits", 0, big) == 0
+    assert _produce(client, "limits", 0, small) == 3
+    assert _produce(client, "limits", 1, small) == 0
+
+    # fetching offset 1 returns the whole batch that holds it, from its base offset
+    parts = _fetch(client, "limits", {0: 1}, partition_max=100)
+    records = parts[0].records
+    assert [h.base_offset for h in iter_headers(records)] == [0]  # bigger than the limit: once
+    assert parts[0].high_watermark == 7 and parts[0].log_start_offset == 0
+
+    # with room, both batches come back, whole
+    parts = _fetch(client, "limits", {0: 0}, partition_max=1 << 20)
+    assert [h.base_offset for h in iter_headers(parts[0].records)] == [0, 3]
+
+    # the request's max_bytes stops the second partition once the first used the budget
+    parts = _fetch(client, "limits", {0: 0, 1: 0}, partition_max=1 << 20, max_bytes=len(big))
+    assert [h.base_offset for h in iter_headers(parts[0].records)] == [0]
+    assert parts[1].records in (b"", None)
+
+    # an offset past the end is out of range; at the end is empty and fine
+    parts = _fetch(client, "limits", {0: 8}, partition_max=1000)
+    assert parts[0].error_code == ErrorCode.offset_out_of_range
+    parts = _fetch(client, "limits", {0: 7}, partition_max=1000)
+    assert parts[0].error_code == ErrorCode.none and not parts[0].records
+    client.close()
+
+
+def test_acks_zero_stores_records_without_responses(broker) -> None:
+    create_topic(broker.bootstrap, "fire-and-forget", 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": 0, "linger.ms": 5})
+    for i in range(500):
+        producer.produce("fire-and-forget", value=b"f%d" % i)
+    assert producer.flush(10) == 0
+    values = [m.value() for m in consume_to_end(broker.bootstrap, "fire-and-forget")]
+    assert values == [b"f%d" % i for i in range(500)]
+
+
+def test_advertised_listener_is_what_clients_are_told(fresh_broker) -> None:
+    fresh_broker.overrides["advertised.listeners"] = f"PLAINTEXT://localhost:{fresh_broker.port}"
+    fresh_broker.start()
+    listing = subprocess.run(["kcat", "-b", fresh_broker.bootstrap, "-L"], capture_output=True,
+                             text=True, check=True, timeout=30).stdout
+    assert f"broker 1 at localhost:{fresh_broker.port}" in listing
+    fresh_broker.stop()
