@@ -6,7 +6,8 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicCollection
+from confluent_kafka.admin import AdminClient
 from kafka_helpers import consume_to_end, create_topic
 
 
@@ -44,12 +45,19 @@ def _produce_until_stopped(bootstrap: str, topic: str, stop: threading.Event) ->
     return acked
 
 
+def _topic_id(bootstrap: str, topic: str) -> str:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    description = admin.describe_topics(TopicCollection([topic]))[topic].result(10)
+    return str(description.topic_id)
+
+
 @pytest.mark.parametrize("how", ["sigterm", "kill9"])
 def test_acknowledged_records_survive_broker_death(fresh_broker, how: str) -> None:
     fresh_broker.start()
     topic = "durable"
     create_topic(fresh_broker.bootstrap, topic, 1, {"segment.bytes": "262144"})
 
+    topic_id = _topic_id(fresh_broker.bootstrap, topic)
     stop = threading.Event()
     result: list[list[bytes]] = []
     worker = threading.Thread(
@@ -68,6 +76,7 @@ def test_acknowledged_records_survive_broker_death(fresh_broker, how: str) -> No
     assert len(acked) > 1000
 
     fresh_broker.start()
+    assert _topic_id(fresh_broker.bootstrap, topic) == topic_id  # ids are persisted
     stored = [m.value() for m in consume_to_end(fresh_broker.bootstrap, topic)]
     # every acknowledged record is there exactly once, and in the order it was acknowledged
     assert len(set(stored)) == len(stored)
