@@ -110,7 +110,9 @@ class LogManager:
             sum(p.size_bytes for p in self._logs.values()),
             self.log_dir,
             time.monotonic() - started,
-            "a clean shutdown" if clean else "an unclean shutdown (recovered)",
+            "a clean shutdown" if clean else (
+                "an unclean shutdown (recovered)" if self._logs else "a fresh start"
+            ),
         )
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
