@@ -115,18 +115,32 @@ class BatchHeader:
         return bool(self.attributes & ATTR_TRANSACTIONAL)
 
 
-def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
-    """Parse the batch header at ``position``; checks sizes and magic, not the CRC."""
-    if len(buf) - position < HEADER_SIZE:
-        if len(buf) - position >= 17 and buf[position + 16] != MAGIC_V2:
-            raise UnsupportedMagicError(f"magic {buf[position + 16]} is not supported")
-        raise CorruptBatchError("truncated batch header")
-    fields = _HEADER.unpack_from(buf, position)
-    header = BatchHeader(position, fields[1] + LOG_OVERHEAD, fields[0], *fields[2:])
+def parse_header(
+    buf: bytes | bytearray | memoryview, at: int, position: int | None = None
+) -> BatchHeader:
+    """The header whose 61 bytes are at ``buf[at:]``, whether or not the rest follows.
+
+    ``position`` is recorded as the batch's place (a file position when walking a
+    segment; ``at`` by default). Checks magic and minimum size, not the CRC.
+    """
+    fields = _HEADER.unpack_from(buf, at)
+    header = BatchHeader(
+        at if position is None else position, fields[1] + LOG_OVERHEAD, fields[0], *fields[2:]
+    )
     if header.magic != MAGIC_V2:
         raise UnsupportedMagicError(f"magic {header.magic} is not supported")
     if header.size < HEADER_SIZE:
         raise CorruptBatchError(f"batch length {header.size - LOG_OVERHEAD} is too small")
+    return header
+
+
+def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Parse the batch at ``position``, which must lie whole in ``buf``; no CRC check."""
+    if len(buf) - position < HEADER_SIZE:
+        if len(buf) - position >= 17 and buf[position + 16] != MAGIC_V2:
+            raise UnsupportedMagicError(f"magic {buf[position + 16]} is not supported")
+        raise CorruptBatchError("truncated batch header")
+    header = parse_header(buf, position)
     if position + header.size > len(buf):
         raise CorruptBatchError("batch extends past the end of the buffer")
     return header

@@ -20,11 +20,8 @@ from pathlib import Path
 from strom.protocol import records
 from strom.protocol.records import (
     HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC_V2,
     BatchHeader,
     CorruptBatchError,
-    UnsupportedMagicError,
 )
 from strom.storage.handles import FileHandleCache
 from strom.storage.index import OffsetIndex, TimeIndex
@@ -41,23 +38,6 @@ _SCAN_CHUNK = 64 << 10
 
 def segment_file(directory: Path | str, base_offset: int, suffix: str) -> str:
     return os.path.join(directory, f"{base_offset:020d}{suffix}")
-
-
-def parse_header_only(buf: bytes, at: int, position: int) -> BatchHeader:
-    """The header of the batch whose first 61 bytes are at ``buf[at:]``.
-
-    ``records.read_header`` wants the whole batch in the buffer; walking a segment
-    needs only headers, so this reads the same layout (``records._HEADER``) from the
-    header bytes alone. ``position`` (the batch's place in the file) is recorded in
-    the returned header. Checks magic and minimum size, not the CRC.
-    """
-    fields = records._HEADER.unpack_from(buf, at)
-    header = BatchHeader(position, fields[1] + LOG_OVERHEAD, fields[0], *fields[2:])
-    if header.magic != MAGIC_V2:
-        raise UnsupportedMagicError(f"magic {header.magic} is not supported")
-    if header.size < HEADER_SIZE:
-        raise CorruptBatchError(f"batch length {header.size - LOG_OVERHEAD} is too small")
-    return header
 
 
 class _Window:
@@ -89,7 +69,7 @@ class _Window:
         at = self.fetch(position, HEADER_SIZE)
         if len(self.data) - at < HEADER_SIZE:
             return None
-        return parse_header_only(self.data, at, position)
+        return records.parse_header(self.data, at, position)
 
 
 class LogSegment:
