@@ -6,9 +6,13 @@ index fullness, the flush policy and the recovery point, the log start offset
 (moved by DeleteRecords, whole segments below it deleted), the high watermark
 (single node: the log end offset), reads by offset and lookups by timestamp across
 segments, and start-up recovery of segments above the recovery point.
+Keeps a ProducerStateManager (producer_state.py) that ``append`` consults for
+batches carrying a producer id and sequence (duplicates, out-of-order sequences,
+fenced epochs), rebuilt at open from the headers of the newest two segments.
 Does not own: validating produced batches (the broker calls
-``records.validate_batches`` first), idempotence/transactions, retention and
-compaction (later), checkpoint files (log_manager.py), fd caching (handles.py).
+``records.validate_batches`` first), the sequence rules themselves
+(producer_state.py), transactions, retention and compaction (later), checkpoint
+files (log_manager.py), fd caching (handles.py).
 
 A PartitionLog is not thread-safe: its owner serialises calls (the broker's event
 loop does). Only the FileHandleCache it shares with other logs is locked.
@@ -33,11 +37,13 @@ from strom.protocol.records import (
 from strom.storage.errors import OffsetOutOfRangeError
 from strom.storage.handles import FileHandleCache
 from strom.storage.log_config import LogConfig
+from strom.storage.producer_state import NOT_IDEMPOTENT, ProducerStateManager
 from strom.storage.segment import INT32_MAX, LOG_SUFFIX, LogSegment
 
 log = logging.getLogger(__name__)
 
 _STALE_SUFFIXES = (".deleted", ".cleaned")
+PRODUCER_STATE_SEGMENTS = 2  # segments replayed at open to rebuild producer state
 
 
 class PartitionLog:
@@ -73,6 +79,8 @@ class PartitionLog:
         self._dir_dirty = False  # files created since the last flush
         self._closed = False
         self._delete_segments_below_start()
+        self.producers = ProducerStateManager(f"{topic}-{partition}")
+        self.producers.load_segments(self._segments[-PRODUCER_STATE_SEGMENTS:])
 
     def __repr__(self) -> str:
         return (
@@ -191,12 +199,25 @@ class PartitionLog:
         ``headers`` come from ``records.validate_batches(buf)``; their offsets, leader
         epoch (and LogAppendTime when ``log_append_time_ms`` is given) are patched into
         ``buf`` in place. The whole of ``buf`` goes into one segment with one write.
+
+        Batches with a producer id and sequence are checked first (producer_state.py):
+        a duplicate of one of the producer's last five batches is not appended and
+        its original base offset is returned; an old epoch raises
+        InvalidProducerEpochError, a sequence gap OutOfOrderSequenceError, and then
+        nothing is appended.
         """
         if not headers:
             raise ValueError("nothing to append")
         last = headers[-1]
         if headers[0].position != 0 or last.position + last.size != len(buf):
             raise ValueError("headers do not cover the buffer")
+        first = headers[0]
+        if first is last and first.producer_id < 0:
+            verdict = NOT_IDEMPOTENT  # the common plain batch: skip the call
+        else:
+            verdict = self.producers.check(headers)
+            if verdict is not NOT_IDEMPOTENT and verdict >= 0:
+                return verdict  # a retried batch already in the log
         now_ms = int(time.time() * 1000)
         first_offset = offset = self.log_end_offset
         for header in headers:
@@ -209,6 +230,8 @@ class PartitionLog:
         if segment.size and self._should_roll(segment, len(buf), offset - 1, now_ms):
             segment = self._roll()
         segment.append(buf, headers, self.config.index_interval_bytes, now_ms)
+        if verdict is not NOT_IDEMPOTENT:
+            self.producers.record(headers)
         if not self._dirty or self._dirty[-1] is not segment:
             self._dirty.append(segment)
         self.log_end_offset = offset
