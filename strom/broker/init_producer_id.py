@@ -4,8 +4,10 @@ Gives an idempotent producer a fresh producer id (epoch 0) from the
 controller's persisted id blocks, so ids are never reused across restarts; a
 producer that presents its current id and epoch gets the epoch bumped (KIP-360).
 Requests with a transactional id get COORDINATOR_NOT_AVAILABLE: transactions
-are not served yet. The broker stores the producer id and sequence in batches
-as they come; duplicate and out-of-order sequence checks are not enforced yet.
+are not served yet. The ids it hands out are what Produce then checks per
+partition (see produce.py): a bumped epoch fences the older one
+(INVALID_PRODUCER_EPOCH) and must restart at sequence 0; retried batches are
+recognised as duplicates; sequence gaps get OUT_OF_ORDER_SEQUENCE_NUMBER.
 """
 
 from __future__ import annotations

@@ -11,7 +11,23 @@ the response is sent once the batch is in the log (and fsynced if the flush
 policy says so). acks=0 gets no response. Errors: UNKNOWN_TOPIC_OR_PARTITION,
 CORRUPT_MESSAGE (bad CRC or framing), MESSAGE_TOO_LARGE (a batch above the
 topic's max.message.bytes), UNSUPPORTED_FOR_MESSAGE_FORMAT (magic 0/1),
-INVALID_REQUIRED_ACKS. Not yet: idempotent sequence checks and transactions.
+INVALID_REQUIRED_ACKS, INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER.
+Errors are per partition; a failed partition gets base_offset -1.
+
+Idempotence (KIP-98), per partition, for batches with producerId >= 0 and
+baseSequence >= 0 (storage/producer_state.py): an epoch below the producer's
+known one is INVALID_PRODUCER_EPOCH; a batch with the same epoch and the same
+first and last sequence as one of that producer's last five batches is a
+retry: nothing is appended and the response is success with the base offset
+the first copy got (log_append_time is then this request's time, not the
+first copy's); a new epoch must start at sequence 0 and otherwise the first
+sequence must follow the last one (wrapping at 2**31-1), else
+OUT_OF_ORDER_SEQUENCE_NUMBER. A producer id the partition does not know is
+accepted at any sequence and epoch (its state may be older than the segments
+it is rebuilt from). The state is rebuilt from the newest two segments at
+start-up; there are no producer snapshot files and idle producer ids do not
+expire. Not served: transactions (transactional batches are appended unchecked
+against any transaction state).
 """
 
 from __future__ import annotations
@@ -31,6 +47,7 @@ from strom.protocol.records import (
     UnsupportedMagicError,
     validate_batches,
 )
+from strom.storage.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError
 
 log = logging.getLogger(__name__)
 UTC = datetime.UTC
@@ -102,11 +119,19 @@ def _append(
     if config.message_timestamp_type == "LogAppendTime":
         log_append_ms = now_ms()
         append_time = datetime.datetime.fromtimestamp(log_append_ms / 1000, tz=UTC)
-    base_offset = partition_log.append(
-        buf,
-        headers,
-        leader_epoch=topic.leader_epoch,
-        log_append_time_ms=log_append_ms,
-    )
+    try:
+        base_offset = partition_log.append(
+            buf,
+            headers,
+            leader_epoch=topic.leader_epoch,
+            log_append_time_ms=log_append_ms,
+        )
+    except InvalidProducerEpochError as exc:
+        log.info("fencing a produce to %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
+        return ErrorCode.invalid_producer_epoch, -1, None, partition_log.log_start_offset
+    except OutOfOrderSequenceError as exc:
+        log.info("rejecting a produce to %s-%d from %s: %s", topic.name, partition, ctx.peer,
+                 exc)
+        return ErrorCode.out_of_order_sequence_number, -1, None, partition_log.log_start_offset
     ctx.broker.purgatory.notify(topic.name, partition)
     return ErrorCode.none, base_offset, append_time, partition_log.log_start_offset
