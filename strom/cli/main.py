@@ -1,9 +1,15 @@
-"""The ``strom`` command: ``strom broker`` now; the Kafka-style tools join it later.
+"""The ``strom`` command: the broker and the Kafka-style tools, one dispatch point.
 
 ``strom broker [server.properties] [--override key=value ...]`` starts one node
 as ``kafka-server-start.sh`` does. With no arguments it listens on
 127.0.0.1:9092 and keeps its data under ./strom-data. A bad config value is one
 line on stderr and exit code 2; SIGTERM and SIGINT shut down cleanly.
+
+The tools (``topics``, ``produce``, ``consume``, ``configs``, ``perf-test``) live
+one per module in this package and are clients only: they talk to any Kafka
+cluster through confluent-kafka. A tool's wrong argument is one line and exit
+code 2; an expected failure (broker unreachable, topic missing...) is one line
+and exit code 1.
 """
 
 from __future__ import annotations
@@ -14,14 +20,18 @@ import logging
 import signal
 import sys
 
+from strom.cli import configs, consume, perf_test, produce, topics
+from strom.cli.common import OneLineArgumentParser, ToolError, fail
 from strom.config import BrokerConfig, ConfigError
 
 EXIT_CONFIG = 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="strom", description="Strom event streaming platform")
+    parser = OneLineArgumentParser(prog="strom", description="Strom event streaming platform")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # `strom broker` keeps argparse's own error output; the tools' parsers are one-line.
+    commands._parser_class = argparse.ArgumentParser  # type: ignore[attr-defined]
     broker = commands.add_parser("broker", help="run a broker (like kafka-server-start.sh)")
     broker.add_argument("properties", nargs="?", help="server.properties file")
     broker.add_argument(
@@ -29,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
         help="override a property from the file (repeatable)",
     )
     broker.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    commands._parser_class = OneLineArgumentParser  # type: ignore[attr-defined]
+    for tool in (topics, produce, consume, configs, perf_test):
+        tool.add_parser(commands)
     return parser
 
 
@@ -36,7 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "broker":
         return run_broker(args)
-    return 1
+    try:
+        return args.run(args)
+    except ToolError as exc:
+        return fail(f"strom {args.command}", str(exc))
+    except KeyboardInterrupt:
+        return 130
 
 
 def run_broker(args: argparse.Namespace) -> int:
@@ -71,11 +89,12 @@ async def _serve(config: BrokerConfig) -> int:
     from strom.broker.server import Broker
 
     broker = Broker(config)
-    await broker.start()
+    # Handlers first: a SIGTERM right after the "listening on" line must still stop cleanly.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    await broker.start()
     await stop.wait()
     await broker.stop()
     return 0

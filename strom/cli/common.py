@@ -1,0 +1,118 @@
+"""What the Kafka-style tools share: bootstrap option, ``k=v`` parsing, client configs, errors.
+
+Owns the one-line argparse errors (exit 2), the ``ToolError`` that a tool raises
+for an expected failure (one line on stderr, exit 1), the quiet client config
+(librdkafka's own log lines go to a logger that drops them) and the reachability
+check every tool makes first. It does not know any broker internals: everything
+here works against any Kafka cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Iterable
+from typing import Any, NoReturn
+
+from confluent_kafka import KafkaError, KafkaException
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+CONNECT_TIMEOUT_S = 5.0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+_quiet = logging.getLogger("strom.cli.librdkafka")
+_quiet.addHandler(logging.NullHandler())
+_quiet.propagate = False
+
+
+class ToolError(Exception):
+    """An expected failure: reported as one line on stderr, exit code 1."""
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """Argument errors in one line (``strom topics: error: ...``) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def add_bootstrap(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
+        help=f"broker(s) to connect to, comma-separated (default {DEFAULT_BOOTSTRAP})",
+    )
+
+
+def unescape(text: str) -> str:
+    """``\\t``, ``\\n``, ``\\r`` and ``\\\\`` in a separator typed on a shell line."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text) and text[i + 1] in "tnr\\":
+            out.append({"t": "\t", "n": "\n", "r": "\r", "\\": "\\"}[text[i + 1]])
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def parse_properties(
+    parser: argparse.ArgumentParser, items: Iterable[str] | None, option: str
+) -> dict[str, str]:
+    """``["k=v", ...]`` to a dict; a malformed item is an argparse error (exit 2)."""
+    result: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            parser.error(f"{option} expects key=value, got {item!r}")
+        result[key.strip()] = value
+    return result
+
+
+def client_config(bootstrap: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A librdkafka config that fails fast on an unreachable broker and logs nothing."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "socket.connection.setup.timeout.ms": int(CONNECT_TIMEOUT_S * 1000),
+        "logger": _quiet,
+        "error_cb": _ignore_error,
+    }
+    config.update(extra or {})
+    return config
+
+
+def _ignore_error(_err: KafkaError) -> None:
+    """Transient client errors (broker down...) surface through the calls that fail."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """``NAME: text`` for a KafkaException, ``str(exc)`` for anything else."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
+    if isinstance(err, KafkaError):
+        text = err.str()
+        return f"{err.name()}: {text}" if text and text != err.name() else err.name()
+    return str(err)
+
+
+def error_code(exc: BaseException) -> int | None:
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return err.code() if isinstance(err, KafkaError) else None
+
+
+def check_reachable(client: Any, bootstrap: str, topic: str | None = None) -> Any:
+    """Cluster metadata within ``CONNECT_TIMEOUT_S``, or a ToolError naming the broker."""
+    try:
+        if topic is None:
+            return client.list_topics(timeout=CONNECT_TIMEOUT_S)
+        return client.list_topics(topic, timeout=CONNECT_TIMEOUT_S)
+    except KafkaException as exc:
+        raise ToolError(f"cannot reach a broker at {bootstrap}: {describe_error(exc)}") from None
+
+
+def fail(prog: str, message: str) -> int:
+    print(f"{prog}: {message}", file=sys.stderr)
+    return EXIT_ERROR

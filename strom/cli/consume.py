@@ -1,0 +1,238 @@
+"""``strom consume``: a console consumer printing records as lines, like kafka-console-consumer.
+
+Partitions are always assigned by hand (every partition, or ``--partition P``),
+starting at the log end, at the log start with ``--from-beginning``, or at
+``--offset earliest|latest|N`` for one partition. ``--group G`` is accepted, but
+Strom has no group coordinator yet: the consumer still assigns partitions itself
+and commits no offsets.
+
+Output follows kafka-console-consumer's formatter properties (``--property``):
+``print.timestamp`` (``CreateTime:<ms>``), ``print.partition`` (``Partition:<p>``),
+``print.offset`` (``Offset:<o>``), ``print.headers`` (``k:v`` pairs or
+``NO_HEADERS``), ``print.key``, ``print.value`` (default true), in that order,
+joined by ``key.separator`` (TAB); ``headers.separator`` (``,``),
+``line.separator`` (newline) and ``null.literal`` (``null``). Separators accept
+``\\t`` and ``\\n``. Values are written as they are, one record a line.
+
+Stops after ``--max-messages``, after ``--timeout-ms`` without a record, or on
+Ctrl-C (exit 0, no traceback); "Processed a total of N messages" goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+import uuid
+from typing import Any, BinaryIO
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaError,
+    Message,
+    TopicPartition,
+)
+
+from strom.cli.common import (
+    ToolError,
+    add_bootstrap,
+    check_reachable,
+    client_config,
+    parse_properties,
+    unescape,
+)
+
+FORMAT_PROPERTIES = {
+    "print.timestamp", "print.key", "print.value", "print.partition", "print.offset",
+    "print.headers", "key.separator", "line.separator", "headers.separator", "null.literal",
+}
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "consume", help="console consumer: print a topic's records (like kafka-console-consumer)",
+        description="Print the records of a topic, one a line.",
+    )
+    add_bootstrap(parser)
+    parser.add_argument("--topic", required=True, help="topic to read")
+    parser.add_argument("--from-beginning", action="store_true",
+                        help="start at the log start (default: only new records)")
+    parser.add_argument("--partition", type=int, help="read only this partition")
+    parser.add_argument("--offset", metavar="earliest|latest|N",
+                        help="start offset in --partition (default latest)")
+    parser.add_argument("--max-messages", type=int, metavar="N",
+                        help="exit after N records")
+    parser.add_argument("--timeout-ms", type=int, metavar="MS",
+                        help="exit when no record arrived for MS milliseconds")
+    parser.add_argument(
+        "--group", metavar="G",
+        help="consumer group id; Strom has no group coordinator yet, so partitions are "
+             "still assigned manually and no offsets are committed",
+    )
+    parser.add_argument(
+        "--property", action="append", metavar="KEY=VALUE",
+        help="formatter property (repeatable): " + ", ".join(sorted(FORMAT_PROPERTIES)),
+    )
+    parser.add_argument("--consumer-property", action="append", metavar="KEY=VALUE",
+                        help="librdkafka consumer property (repeatable)")
+    parser.set_defaults(run=run, parser=parser)
+
+
+class Formatter:
+    """Writes one record as a line, field order as kafka-console-consumer's."""
+
+    def __init__(self, props: dict[str, str]) -> None:
+        def flag(name: str, default: str = "false") -> bool:
+            return props.get(name, default).strip().lower() == "true"
+
+        self.timestamp = flag("print.timestamp")
+        self.partition = flag("print.partition")
+        self.offset = flag("print.offset")
+        self.headers = flag("print.headers")
+        self.key = flag("print.key")
+        self.value = flag("print.value", "true")
+        self.separator = unescape(props.get("key.separator", "\t")).encode()
+        self.line_end = unescape(props.get("line.separator", "\n")).encode()
+        self.headers_separator = unescape(props.get("headers.separator", ",")).encode()
+        self.null = props.get("null.literal", "null").encode()
+
+    def format(self, msg: Message) -> bytes:
+        fields: list[bytes] = []
+        if self.timestamp:
+            kind, ts = msg.timestamp()
+            if kind == TIMESTAMP_CREATE_TIME:
+                fields.append(b"CreateTime:%d" % ts)
+            elif kind == TIMESTAMP_LOG_APPEND_TIME:
+                fields.append(b"LogAppendTime:%d" % ts)
+            else:
+                fields.append(b"NO_TIMESTAMP")
+        if self.partition:
+            fields.append(b"Partition:%d" % msg.partition())
+        if self.offset:
+            fields.append(b"Offset:%d" % msg.offset())
+        if self.headers:
+            headers = msg.headers()
+            fields.append(self.headers_separator.join(
+                k.encode() + b":" + (self.null if v is None else v) for k, v in headers
+            ) if headers else b"NO_HEADERS")
+        if self.key:
+            key = msg.key()
+            fields.append(self.null if key is None else key)
+        if self.value:
+            value = msg.value()
+            fields.append(self.null if value is None else value)
+        return self.separator.join(fields) + self.line_end
+
+
+def _start_offset(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.offset is None:
+        return OFFSET_BEGINNING if args.from_beginning else OFFSET_END
+    if args.partition is None:
+        parser.error("--offset needs --partition")
+    if args.from_beginning:
+        parser.error("use either --offset or --from-beginning")
+    text = args.offset.strip().lower()
+    if text == "earliest":
+        return OFFSET_BEGINNING
+    if text == "latest":
+        return OFFSET_END
+    if not text.isdigit():
+        parser.error("--offset must be earliest, latest or a non-negative number")
+    return int(text)
+
+
+def run(args: argparse.Namespace) -> int:
+    parser: argparse.ArgumentParser = args.parser
+    props = parse_properties(parser, args.property, "--property")
+    unknown = sorted(set(props) - FORMAT_PROPERTIES)
+    if unknown:
+        parser.error(f"unknown --property {unknown[0]!r}")
+    start = _start_offset(args, parser)
+    if args.max_messages is not None and args.max_messages < 1:
+        parser.error("--max-messages must be at least 1")
+    if args.timeout_ms is not None and args.timeout_ms < 0:
+        parser.error("--timeout-ms must be 0 or more")
+    if args.partition is not None and args.partition < 0:
+        parser.error("--partition must be 0 or more")
+    formatter = Formatter(props)
+    consumer_props: dict[str, Any] = {
+        "group.id": args.group or f"strom-console-consumer-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+    }
+    consumer_props.update(parse_properties(parser, args.consumer_property, "--consumer-property"))
+    try:
+        consumer = Consumer(client_config(args.bootstrap_server, consumer_props))
+    except Exception as exc:  # librdkafka rejects an unknown or bad property here
+        raise ToolError(f"bad consumer property: {exc}") from None
+    try:
+        return _consume(consumer, args, start, formatter)
+    except KeyboardInterrupt:  # Ctrl-C before the first poll: still a clean exit
+        return 0
+    finally:
+        with contextlib.suppress(Exception, KeyboardInterrupt):
+            consumer.close()
+
+
+def _consume(consumer: Consumer, args: argparse.Namespace, start: int,
+             formatter: Formatter) -> int:
+    metadata = check_reachable(consumer, args.bootstrap_server, args.topic)
+    topic = metadata.topics.get(args.topic)
+    if topic is None or topic.error is not None and not topic.partitions:
+        raise ToolError(f"topic {args.topic!r} does not exist")
+    partitions = sorted(topic.partitions)
+    if args.partition is not None:
+        if args.partition not in topic.partitions:
+            raise ToolError(f"topic {args.topic!r} has no partition {args.partition}")
+        partitions = [args.partition]
+    consumer.assign([TopicPartition(args.topic, p, start) for p in partitions])
+
+    out: BinaryIO = sys.stdout.buffer
+    count = 0
+    limit = args.max_messages
+    timeout_s = args.timeout_ms / 1000 if args.timeout_ms is not None else None
+    last = time.monotonic()
+    status = 0
+    try:
+        while limit is None or count < limit:
+            wait = 0.5
+            if timeout_s is not None:
+                wait = max(0.0, min(wait, last + timeout_s - time.monotonic()))
+            want = 500 if limit is None else min(500, limit - count)
+            batch = consumer.consume(num_messages=want, timeout=wait)
+            now = time.monotonic()
+            if not batch:
+                if timeout_s is not None and now - last >= timeout_s:
+                    break
+                continue
+            last = now
+            for msg in batch:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    print(f"strom consume: {err.name()}: {err.str()}", file=sys.stderr)
+                    if err.fatal():
+                        status = 1
+                        limit = count
+                        break
+                    continue
+                out.write(formatter.format(msg))
+                count += 1
+                if limit is not None and count >= limit:
+                    break
+            out.flush()
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, and keep Python from
+        # complaining when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    print(f"Processed a total of {count} messages", file=sys.stderr)
+    return status

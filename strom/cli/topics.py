@@ -1,0 +1,208 @@
+"""``strom topics``: create, list, describe, alter and delete topics, like kafka-topics.sh.
+
+Everything goes through confluent-kafka's AdminClient (CreateTopics, Metadata,
+DescribeConfigs, CreatePartitions, DeleteTopics), so it works against any Kafka
+cluster. ``--describe`` prints one rich table per topic: topic id, partition
+count, replication factor, the configs set on the topic itself (what differs
+from the broker's defaults) and per partition the leader, replicas and ISR.
+``--alter`` only adds partitions; config changes go through ``strom configs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic, ResourceType
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from strom.cli.common import (
+    CONNECT_TIMEOUT_S,
+    ToolError,
+    add_bootstrap,
+    check_reachable,
+    client_config,
+    describe_error,
+    error_code,
+    parse_properties,
+)
+
+REQUEST_TIMEOUT_S = 15.0
+SOURCE_DYNAMIC_TOPIC = 1
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "topics", help="create, list, describe, alter, delete topics (like kafka-topics.sh)",
+        description="Create, list, describe, alter and delete topics.",
+    )
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--create", action="store_true", help="create a topic")
+    action.add_argument("--list", action="store_true", help="list topic names")
+    action.add_argument("--describe", action="store_true",
+                        help="describe a topic (all topics without --topic)")
+    action.add_argument("--alter", action="store_true", help="add partitions to a topic")
+    action.add_argument("--delete", action="store_true", help="delete a topic")
+    add_bootstrap(parser)
+    parser.add_argument("--topic", help="topic name")
+    parser.add_argument("--partitions", type=int, help="partition count (create, alter)")
+    parser.add_argument("--replication-factor", type=int,
+                        help="replication factor (create; default: the broker's)")
+    parser.add_argument("--config", action="append", metavar="KEY=VALUE",
+                        help="topic config for --create (repeatable)")
+    parser.add_argument("--if-not-exists", action="store_true",
+                        help="with --create: do nothing if the topic exists")
+    parser.add_argument("--if-exists", action="store_true",
+                        help="with --describe/--alter/--delete: do nothing if the topic is missing")
+    parser.set_defaults(run=run, parser=parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    parser: argparse.ArgumentParser = args.parser
+    configs = parse_properties(parser, args.config, "--config")
+    if (args.create or args.alter or args.delete) and not args.topic:
+        parser.error("--topic is required")
+    if args.config and not args.create:
+        parser.error("--config is only for --create; change configs with strom configs --alter")
+    if args.alter and args.partitions is None:
+        parser.error("--alter needs --partitions")
+    if args.if_not_exists and not args.create:
+        parser.error("--if-not-exists goes with --create")
+    if args.if_exists and not (args.describe or args.alter or args.delete):
+        parser.error("--if-exists goes with --describe, --alter or --delete")
+    for name in ("partitions", "replication_factor"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+
+    admin = AdminClient(client_config(args.bootstrap_server))
+    metadata = check_reachable(admin, args.bootstrap_server)
+    exists = args.topic in metadata.topics if args.topic else True
+    if args.create:
+        return _create(admin, args, configs, exists)
+    if args.list:
+        for name in sorted(metadata.topics):
+            print(name)
+        return 0
+    if args.topic and not exists:
+        if args.if_exists:
+            return 0
+        raise ToolError(f"topic {args.topic!r} does not exist")
+    if args.describe:
+        names = [args.topic] if args.topic else sorted(metadata.topics)
+        return _describe(admin, names)
+    if args.alter:
+        current = len(metadata.topics[args.topic].partitions)
+        return _alter(admin, args.topic, args.partitions, current)
+    return _delete(admin, args.topic)
+
+
+def _wait(future: Any, what: str, tolerate: int | None = None) -> bool:
+    """Wait for one admin future; False if it failed with ``tolerate``."""
+    try:
+        future.result(timeout=REQUEST_TIMEOUT_S)
+    except KafkaException as exc:
+        if tolerate is not None and error_code(exc) == tolerate:
+            return False
+        raise ToolError(f"{what}: {describe_error(exc)}") from None
+    return True
+
+
+def _create(admin: AdminClient, args: argparse.Namespace, configs: dict[str, str],
+            exists: bool) -> int:
+    if exists and args.if_not_exists:
+        return 0
+    topic = NewTopic(
+        args.topic,
+        num_partitions=args.partitions if args.partitions is not None else -1,
+        replication_factor=args.replication_factor if args.replication_factor is not None else -1,
+        config=configs,
+    )
+    futures = admin.create_topics([topic], request_timeout=REQUEST_TIMEOUT_S)
+    tolerate = KafkaError.TOPIC_ALREADY_EXISTS if args.if_not_exists else None
+    if _wait(futures[args.topic], f"cannot create topic {args.topic!r}", tolerate):
+        print(f"Created topic {args.topic}.")
+    return 0
+
+
+def _alter(admin: AdminClient, topic: str, partitions: int, current: int) -> int:
+    if partitions <= current:
+        raise ToolError(
+            f"topic {topic!r} has {current} partitions; --partitions must be more than that"
+        )
+    futures = admin.create_partitions([NewPartitions(topic, partitions)],
+                                      request_timeout=REQUEST_TIMEOUT_S)
+    _wait(futures[topic], f"cannot add partitions to {topic!r}")
+    print(f"Topic {topic} now has {partitions} partitions.")
+    return 0
+
+
+def _delete(admin: AdminClient, topic: str) -> int:
+    futures = admin.delete_topics([topic], request_timeout=REQUEST_TIMEOUT_S)
+    _wait(futures[topic], f"cannot delete topic {topic!r}")
+    print(f"Deleted topic {topic}.")
+    return 0
+
+
+def _topic_overrides(admin: AdminClient, names: list[str]) -> dict[str, dict[str, str]]:
+    """The configs set on each topic itself (source DYNAMIC_TOPIC_CONFIG)."""
+    if not names:
+        return {}
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
+    result: dict[str, dict[str, str]] = {}
+    for resource, future in admin.describe_configs(
+        resources, request_timeout=REQUEST_TIMEOUT_S
+    ).items():
+        try:
+            entries = future.result(timeout=REQUEST_TIMEOUT_S)
+        except KafkaException:
+            continue
+        result[resource.name] = {
+            key: entry.value for key, entry in sorted(entries.items())
+            if int(getattr(entry.source, "value", entry.source)) == SOURCE_DYNAMIC_TOPIC
+            and entry.value is not None
+        }
+    return result
+
+
+def _describe(admin: AdminClient, names: list[str]) -> int:
+    futures = admin.describe_topics(TopicCollection(names), request_timeout=REQUEST_TIMEOUT_S)
+    overrides = _topic_overrides(admin, names)
+    console = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+    for name in names:
+        try:
+            desc = futures[name].result(timeout=REQUEST_TIMEOUT_S + CONNECT_TIMEOUT_S)
+        except KafkaException as exc:
+            raise ToolError(f"cannot describe topic {name!r}: {describe_error(exc)}") from None
+        partitions = sorted(desc.partitions, key=lambda p: p.id)
+        replication = max((len(p.replicas) for p in partitions), default=0)
+        configs = overrides.get(name, {})
+        console.print(
+            f"[bold]Topic:[/] {escape(name)}  [bold]TopicId:[/] {desc.topic_id}  "
+            f"[bold]PartitionCount:[/] {len(partitions)}  "
+            f"[bold]ReplicationFactor:[/] {replication}",
+            highlight=False,
+        )
+        console.print(
+            "[bold]Configs:[/] "
+            + escape(",".join(f"{k}={v}" for k, v in configs.items()) or "(defaults)"),
+            highlight=False, markup=True,
+        )
+        table = Table()
+        table.add_column("Partition", justify="right")
+        table.add_column("Leader", justify="right")
+        table.add_column("Replicas")
+        table.add_column("Isr")
+        for p in partitions:
+            table.add_row(
+                str(p.id),
+                str(p.leader.id) if p.leader is not None else "none",
+                ",".join(str(n.id) for n in p.replicas),
+                ",".join(str(n.id) for n in p.isr),
+            )
+        console.print(table)
+    return 0
