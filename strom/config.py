@@ -11,8 +11,9 @@ Does not own: where topic overrides are stored (``strom.cluster.metadata``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,16 @@ from strom.storage.log_config import LogConfig
 log = logging.getLogger(__name__)
 
 LONG_MAX = 9223372036854775807
+
+
+class ConfigSource(IntEnum):
+    """Where a config value comes from, numbered as Kafka's DescribeConfigs reports it."""
+
+    DYNAMIC_TOPIC = 1
+    DYNAMIC_BROKER = 2
+    DYNAMIC_DEFAULT_BROKER = 3
+    STATIC_BROKER = 4
+    DEFAULT = 5
 
 
 class ConfigError(ValueError):
@@ -366,21 +377,21 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
 
 def effective_topic_configs(
     broker: BrokerConfig, overrides: Mapping[str, str]
-) -> dict[str, tuple[Any, str]]:
-    """Each topic config as (value, source) with source 'topic', 'broker' or 'default'."""
-    out: dict[str, tuple[Any, str]] = {}
+) -> dict[str, tuple[Any, ConfigSource]]:
+    """Each topic config as (value, source); a broker-supplied value counts as static."""
+    out: dict[str, tuple[Any, ConfigSource]] = {}
     for key, definition in TOPIC_CONFIGS.items():
         if key in overrides:
-            out[key] = (definition.parse(overrides[key]), "topic")
+            out[key] = (definition.parse(overrides[key]), ConfigSource.DYNAMIC_TOPIC)
         else:
-            source = "default"
+            source = ConfigSource.DEFAULT
             name = definition.broker_name
             if name is not None and (
                 broker.is_set(name)
                 or (key == "retention.ms" and any(broker.is_set(k) for k in _RETENTION_KEYS))
                 or (key == "segment.ms" and broker.is_set("log.roll.hours"))
             ):
-                source = "broker"
+                source = ConfigSource.STATIC_BROKER
             out[key] = (broker.broker_default_for_topic(key), source)
     return out
 
@@ -407,5 +418,3 @@ def log_config_for(broker: BrokerConfig, overrides: Mapping[str, str]) -> LogCon
         cleanup_policy=",".join(values["cleanup.policy"]),
     )
 
-
-ConfigSource = Callable[[str], LogConfig]

@@ -27,11 +27,6 @@ from strom.storage.errors import OffsetOutOfRangeError
 
 log = logging.getLogger(__name__)
 
-# DescribeConfigs/CreateTopics config sources
-SOURCE_TOPIC = 1
-SOURCE_STATIC_BROKER = 5
-SOURCE_DEFAULT = 6
-
 
 def _create_error(exc: Exception) -> ErrorCode:
     if isinstance(exc, TopicExistsError):
@@ -93,9 +88,7 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                     name=key,
                     value=render(value),
                     read_only=False,
-                    config_source=SOURCE_TOPIC if source == "topic" else (
-                        SOURCE_STATIC_BROKER if source == "broker" else SOURCE_DEFAULT
-                    ),
+                    config_source=source,
                     is_sensitive=False,
                 )
                 for key, (value, source) in sorted(

@@ -5,8 +5,8 @@ Resources: TOPIC (2) and BROKER (4, named by node id, or "" for the
 cluster-wide default). Names, defaults and value checks are Kafka's, from
 ``strom.config``. Sources reported: DYNAMIC_TOPIC_CONFIG (1) for a topic
 override, DYNAMIC_BROKER_CONFIG (2) for a broker value set at run time,
-STATIC_BROKER_CONFIG (5) from server.properties or --override, DEFAULT_CONFIG
-(6). With ``include_synonyms`` a topic config lists the broker property that
+STATIC_BROKER_CONFIG (4) from server.properties or --override, DEFAULT_CONFIG
+(5). With ``include_synonyms`` a topic config lists the broker property that
 supplies its default. AlterConfigs replaces the whole set of overrides of a
 resource, IncrementalAlterConfigs applies SET (0), DELETE (1), APPEND (2) and
 SUBTRACT (3) to list configs; both honour ``validate_only``. Only the broker
@@ -25,6 +25,7 @@ from strom.config import (
     TOPIC_CONFIGS,
     ConfigDef,
     ConfigError,
+    ConfigSource,
     effective_topic_configs,
     render,
     validate_topic_configs,
@@ -35,10 +36,10 @@ from strom.protocol.framing import build, nested
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
-SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_DYNAMIC_BROKER = 2
-SOURCE_STATIC_BROKER = 5
-SOURCE_DEFAULT = 6
+SOURCE_DYNAMIC_TOPIC = ConfigSource.DYNAMIC_TOPIC
+SOURCE_DYNAMIC_BROKER = ConfigSource.DYNAMIC_BROKER
+SOURCE_STATIC_BROKER = ConfigSource.STATIC_BROKER
+SOURCE_DEFAULT = ConfigSource.DEFAULT
 
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
@@ -127,11 +128,9 @@ def _describe(ctx: RequestContext, resource_type: int, name: str) -> list[Row]:
             definition = TOPIC_CONFIGS[key]
             broker_key = definition.broker_name
             broker_source = SOURCE_DYNAMIC_BROKER if broker_key in dynamic else SOURCE_STATIC_BROKER
-            code = {"topic": SOURCE_DYNAMIC_TOPIC, "broker": broker_source}.get(
-                source, SOURCE_DEFAULT
-            )
+            code = broker_source if source == SOURCE_STATIC_BROKER else source
             synonyms: list[tuple[str, str | None, int]] = []
-            if source == "topic":
+            if source == SOURCE_DYNAMIC_TOPIC:
                 synonyms.append((key, topic.configs[key], SOURCE_DYNAMIC_TOPIC))
             if broker_key is not None and broker_config.is_set(broker_key):
                 synonyms.append(

@@ -12,6 +12,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewPartitions,
     NewTopic,
 )
@@ -115,6 +116,9 @@ def test_admin_topics_and_configs(broker) -> None:
     assert configs["retention.ms"].value == "3600000"
     assert configs["cleanup.policy"].value == "delete"
     assert configs["max.message.bytes"].value == "1048588"
+    assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert configs["cleanup.policy"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert configs["cleanup.policy"].is_default and not configs["retention.ms"].is_default
 
     # incremental alter: set one, delete another
     incremental = ConfigResource(
