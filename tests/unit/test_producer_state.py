@@ -46,11 +46,6 @@ def stored(plog: PartitionLog) -> list[tuple[int, int, int, int]]:
 
 
 @pytest.fixture
-def handles() -> FileHandleCache:
-    return FileHandleCache(32)
-
-
-@pytest.fixture
 def plog(tmp_path: Path, handles: FileHandleCache):
     log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), handles)
     yield log

@@ -72,13 +72,6 @@ def bases_of(data: bytes) -> list[int]:
     return [h.base_offset for h in iter_headers(data)]
 
 
-@pytest.fixture
-def handles():
-    cache = FileHandleCache(16)
-    yield cache
-    cache.close_all()
-
-
 def open_log(tmp_path: Path, handles: FileHandleCache, **config) -> PartitionLog:
     return PartitionLog.open(tmp_path / "events-0", "events", 0, LogConfig(**config), handles)
 

@@ -8,8 +8,6 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-
 from strom.protocol.records import build_batch, iter_headers, validate_batches
 from strom.storage import FileHandleCache, LogConfig, PartitionLog
 
@@ -25,13 +23,6 @@ def append(plog: PartitionLog, n: int, ts: int = 1000) -> int:
 
 def bases_of(data: bytes) -> list[int]:
     return [h.base_offset for h in iter_headers(data)]
-
-
-@pytest.fixture
-def handles():
-    cache = FileHandleCache(16)
-    yield cache
-    cache.close_all()
 
 
 CONFIG = LogConfig(index_interval_bytes=200, segment_bytes=1000)
