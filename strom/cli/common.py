@@ -116,3 +116,8 @@ def check_reachable(client: Any, bootstrap: str, topic: str | None = None) -> An
 def fail(prog: str, message: str) -> int:
     print(f"{prog}: {message}", file=sys.stderr)
     return EXIT_ERROR
+
+
+def source_code(source: Any) -> int:
+    """A described config's source as Kafka's number (confluent-kafka gives an enum or int)."""
+    return int(getattr(source, "value", source))

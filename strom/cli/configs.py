@@ -34,11 +34,16 @@ from strom.cli.common import (
     check_reachable,
     client_config,
     describe_error,
+    source_code,
 )
 
 REQUEST_TIMEOUT_S = 15.0
 ENTITY_TYPES = {"topics": ResourceType.TOPIC, "brokers": ResourceType.BROKER}
-DYNAMIC_SOURCES = {1, 2, 3}  # DYNAMIC_TOPIC, DYNAMIC_BROKER, DYNAMIC_DEFAULT_BROKER
+DYNAMIC_SOURCES = {
+    ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+    ConfigSource.DYNAMIC_BROKER_CONFIG.value,
+    ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value,
+}
 
 
 def add_parser(commands: Any) -> None:
@@ -99,15 +104,11 @@ _MORE_SOURCES = {6: "DYNAMIC_BROKER_LOGGER_CONFIG", 7: "CLIENT_METRICS_CONFIG"}
 def _source_name(source: Any) -> str:
     if isinstance(source, ConfigSource):
         return source.name
-    code = _source_code(source)
+    code = source_code(source)
     try:
         return ConfigSource(code).name
     except ValueError:
         return _MORE_SOURCES.get(code, f"SOURCE_{code}")
-
-
-def _source_code(source: Any) -> int:
-    return int(getattr(source, "value", source))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -159,7 +160,7 @@ def _describe(admin: AdminClient, restype: ResourceType, name: str, label: str,
         raise ToolError(f"cannot describe {label}: {describe_error(exc)}") from None
     rows = [
         entry for _key, entry in sorted(entries.items())
-        if show_all or _source_code(entry.source) in DYNAMIC_SOURCES
+        if show_all or source_code(entry.source) in DYNAMIC_SOURCES
     ]
     kind = "All" if show_all else "Dynamic"
     table = Table(title=f"{kind} configs for {label}", title_justify="left")

@@ -15,7 +15,14 @@ import sys
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    ResourceType,
+)
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -29,10 +36,10 @@ from strom.cli.common import (
     describe_error,
     error_code,
     parse_properties,
+    source_code,
 )
 
 REQUEST_TIMEOUT_S = 15.0
-SOURCE_DYNAMIC_TOPIC = 1
 
 
 def add_parser(commands: Any) -> None:
@@ -163,7 +170,7 @@ def _topic_overrides(admin: AdminClient, names: list[str]) -> dict[str, dict[str
             continue
         result[resource.name] = {
             key: entry.value for key, entry in sorted(entries.items())
-            if int(getattr(entry.source, "value", entry.source)) == SOURCE_DYNAMIC_TOPIC
+            if source_code(entry.source) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
             and entry.value is not None
         }
     return result
