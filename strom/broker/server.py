@@ -31,6 +31,7 @@ from strom.protocol.framing import (
     codec_for,
     decode_request,
     encode_response,
+    encode_response_chunks,
     peek_header,
 )
 
@@ -238,7 +239,7 @@ class KafkaConnection(asyncio.Protocol):
             self.busy = True
             asyncio.get_running_loop().create_task(self._finish(ctx, result))
             return
-        self._write(encode_response(correlation_id, codec, result))
+        self._send(encode_response_chunks(correlation_id, codec, result))
 
     async def _finish(self, ctx: RequestContext, pending: object) -> None:
         try:
@@ -252,12 +253,20 @@ class KafkaConnection(asyncio.Protocol):
         if self.closed:
             return
         if response is not None:
-            self._write(encode_response(ctx.correlation_id, ctx.codec, response))
+            self._send(encode_response_chunks(ctx.correlation_id, ctx.codec, response))
         self._process()
 
     def _write(self, data: bytes) -> None:
         if not self.closed and self.transport is not None:
             self.transport.write(data)
+
+    def _send(self, chunks: list[bytes | bytearray | memoryview]) -> None:
+        if self.closed or self.transport is None:
+            return
+        if len(chunks) == 1:
+            self.transport.write(chunks[0])
+        else:
+            self.transport.writelines(chunks)
 
     def _reject(self, reason: str) -> None:
         log.warning("closing connection from %s: %s", self.peer, reason)

@@ -93,18 +93,57 @@ def decode_request(frame: bytes | memoryview, codec: MessageCodec) -> Request:
     )
 
 
-def encode_response(correlation_id: int, codec: MessageCodec, response: Any) -> bytes:
-    """A whole response frame: size, header, body."""
-    out = io.BytesIO()
-    out.write(b"\x00\x00\x00\x00")
+class _FrameChunks:
+    """A write target for kio that keeps large values (record bytes) by reference.
+
+    kio writes a message field by field; small fields are gathered into a bytearray
+    and every value of at least ``BY_REFERENCE`` bytes becomes its own chunk, so the
+    records of a fetch response go to the socket as they were read from the segment,
+    never copied into one big frame.
+    """
+
+    __slots__ = ("chunks", "small", "size")
+
+    BY_REFERENCE = 16384
+
+    def __init__(self) -> None:
+        self.small = bytearray(4)  # the frame size, patched when the frame is complete
+        self.chunks: list[bytes | bytearray | memoryview] = [self.small]
+        self.size = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        n = len(data)
+        if n >= self.BY_REFERENCE:
+            self.chunks.append(data)
+            self.small = bytearray()
+            self.chunks.append(self.small)
+        else:
+            self.small += data
+        self.size += n
+        return n
+
+
+def encode_response_chunks(
+    correlation_id: int, codec: MessageCodec, response: Any
+) -> list[bytes | bytearray | memoryview]:
+    """A whole response frame (size, header, body) as buffers to send in order.
+
+    Large values such as record bytes are referenced, not copied (see _FrameChunks).
+    """
+    out = _FrameChunks()
     out.write(_SIZE.pack(correlation_id))
     if codec.flexible_response_header:
         out.write(b"\x00")  # no tagged fields
     codec.write_body(out, response)
-    frame = out.getbuffer()
-    _SIZE.pack_into(frame, 0, len(frame) - 4)
-    del frame
-    return out.getvalue()
+    first = out.chunks[0]
+    assert isinstance(first, bytearray)
+    _SIZE.pack_into(first, 0, out.size)
+    return [chunk for chunk in out.chunks if len(chunk)]
+
+
+def encode_response(correlation_id: int, codec: MessageCodec, response: Any) -> bytes:
+    """A whole response frame: size, header, body, as one bytes object."""
+    return b"".join(encode_response_chunks(correlation_id, codec, response))
 
 
 def encode_request(correlation_id: int, client_id: str | None, body: Any) -> bytes:

@@ -311,8 +311,13 @@ class PartitionLog:
 
     # -- reads -----------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, *, upper_bound: int | None = None) -> bytes:
+    def read(
+        self, offset: int, max_bytes: int, *, upper_bound: int | None = None
+    ) -> bytes | memoryview:
         """Whole batches from the one containing ``offset``, across segments.
+
+        The result is bytes-like: often a memoryview over the buffer the segment was
+        read into, so that a fetch sends the bytes without copying them again.
 
         At most ``max_bytes`` in total except that the first batch is returned whole
         even if larger; no batch whose base offset is >= ``upper_bound``. b"" at the

@@ -333,7 +333,7 @@ class LogSegment:
         upper_bound: int | None,
         min_one: bool,
         index_interval: int,
-    ) -> tuple[bytes, bool]:
+    ) -> tuple[bytes | memoryview, bool]:
         """Whole batches from the one holding ``offset``, at most ``max_bytes`` (but the
         first batch regardless when ``min_one``), none with base offset >= upper_bound.
 
@@ -384,7 +384,7 @@ class LogSegment:
             if 0 <= at and end - window.start <= len(data):
                 if at == 0 and end - start == len(data):
                     return data, done
-                return data[at : at + end - start], done
+                return memoryview(data)[at : at + end - start], done  # a view, not a copy
             return os.pread(fd, end - start, start), done
 
     def max_timestamp(self, index_interval: int) -> tuple[int, int]:
