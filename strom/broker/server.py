@@ -136,6 +136,9 @@ class KafkaConnection(asyncio.Protocol):
         self.write_paused = False
         self.closed = False
         self.peer = "?"
+        # While a batch of received requests is handled, responses gather here and go
+        # out in one write: one send() per read, not one per request.
+        self.outbox: list[bytes | bytearray | memoryview] | None = None
 
     # asyncio callbacks -----------------------------------------------------
 
@@ -173,6 +176,15 @@ class KafkaConnection(asyncio.Protocol):
             self.transport.close()
 
     def _process(self) -> None:
+        self.outbox = []
+        try:
+            self._process_frames()
+        finally:
+            outbox, self.outbox = self.outbox, None
+            if outbox and not self.closed and self.transport is not None:
+                self.transport.writelines(outbox)
+
+    def _process_frames(self) -> None:
         buffer = self.buffer
         while not (self.busy or self.write_paused or self.closed):
             available = len(buffer) - self.start
@@ -189,7 +201,8 @@ class KafkaConnection(asyncio.Protocol):
             if available < 4 + size:
                 break
             begin = self.start + 4
-            frame = bytes(buffer[begin : begin + size])
+            with memoryview(buffer) as view:
+                frame = bytes(view[begin : begin + size])
             self.start = begin + size
             self._handle(frame)
         if self.start and (self.start == len(buffer) or self.start >= _COMPACT_AT):
@@ -257,13 +270,14 @@ class KafkaConnection(asyncio.Protocol):
         self._process()
 
     def _write(self, data: bytes) -> None:
-        if not self.closed and self.transport is not None:
-            self.transport.write(data)
+        self._send([data])
 
     def _send(self, chunks: list[bytes | bytearray | memoryview]) -> None:
         if self.closed or self.transport is None:
             return
-        if len(chunks) == 1:
+        if self.outbox is not None:
+            self.outbox += chunks
+        elif len(chunks) == 1:
             self.transport.write(chunks[0])
         else:
             self.transport.writelines(chunks)
