@@ -416,5 +416,11 @@ def log_config_for(broker: BrokerConfig, overrides: Mapping[str, str]) -> LogCon
         max_message_bytes=values["max.message.bytes"],
         message_timestamp_type=values["message.timestamp.type"],
         cleanup_policy=",".join(values["cleanup.policy"]),
+        compression_type=values["compression.type"],
+        file_delete_delay_ms=values["file.delete.delay.ms"],
+        delete_retention_ms=values["delete.retention.ms"],
+        min_cleanable_dirty_ratio=values["min.cleanable.dirty.ratio"],
+        min_compaction_lag_ms=values["min.compaction.lag.ms"],
+        max_compaction_lag_ms=values["max.compaction.lag.ms"],
     )
 

@@ -3,8 +3,9 @@
 Owns: accepting connections, cutting the byte stream into frames, routing each
 request to its handler in arrival order (responses go back in request order, as
 Kafka clients require), closing a connection that sends a malformed, oversized
-or unknown request (one log line, the broker carries on), the periodic flush and
-checkpoint, and an orderly shutdown.
+or unknown request (one log line, the broker carries on), the periodic flush,
+checkpoint and log maintenance (retention, cleaner, delayed deletes), and an orderly
+shutdown.
 
 A connection handles its requests one at a time. Most handlers answer at once;
 a long-polling fetch returns an awaitable, and the connection holds later
@@ -110,13 +111,16 @@ class Broker:
         log.info("Strom broker %d stopped cleanly", self.node_id)
 
     async def _run_duties(self) -> None:
+        logs = self.controller.logs
         flush_every = self.config["log.flush.scheduler.interval.ms"] / 1000
+        tick = min(flush_every, logs.maintenance_interval_ms / 1000)
         checkpoint_every = max(self.config["log.flush.offset.checkpoint.interval.ms"], 1) / 1000
         last_checkpoint = time.monotonic()
         while True:
-            await asyncio.sleep(flush_every)
+            await asyncio.sleep(tick)
             try:
-                self.controller.logs.flush_due(int(time.time() * 1000))
+                logs.flush_due(int(time.time() * 1000))
+                logs.maintain()  # retention, compaction, delayed file deletion
                 if time.monotonic() - last_checkpoint >= checkpoint_every:
                     self.controller.logs.checkpoint()
                     last_checkpoint = time.monotonic()

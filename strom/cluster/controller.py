@@ -44,6 +44,7 @@ class Controller:
             log_dir,
             log_config_for(config, {}),
             max_open_files=config["max.open.segment.files"],
+            retention_check_interval_ms=config["log.retention.check.interval.ms"],
         )
         self._log_configs: dict[str, LogConfig] = {}
 

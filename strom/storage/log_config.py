@@ -2,7 +2,8 @@
 
 Owns: the immutable LogConfig value. Does not own: parsing broker or topic
 properties (strom.config / strom.cluster turn ``segment.bytes`` and friends into a
-LogConfig), nor retention and compaction, which only read these fields.
+LogConfig), nor retention (partition_log.py), compaction (cleaner.py) or broker-side
+recompression (the produce handler), which only read these fields.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ class LogConfig:
     retention_bytes: int = -1  # retention.bytes
     max_message_bytes: int = 1048588  # max.message.bytes
     message_timestamp_type: str = "CreateTime"  # message.timestamp.type
-    cleanup_policy: str = "delete"  # cleanup.policy
+    cleanup_policy: str = "delete"  # cleanup.policy: "delete", "compact" or "compact,delete"
+    compression_type: str = "producer"  # compression.type
+    file_delete_delay_ms: int = 60000  # file.delete.delay.ms
+    delete_retention_ms: int = 86400000  # delete.retention.ms (tombstones)
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = 9223372036854775807  # max.compaction.lag.ms
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 14:
@@ -41,6 +48,16 @@ class LogConfig:
             raise ValueError("flush_ms must not be negative or None")
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise ValueError(f"unknown message_timestamp_type {self.message_timestamp_type!r}")
+
+    @property
+    def compact(self) -> bool:
+        """cleanup.policy includes ``compact``: the cleaner keeps the latest record per key."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """cleanup.policy includes ``delete``: retention.ms / retention.bytes apply."""
+        return "delete" in self.cleanup_policy.split(",")
 
     @property
     def max_offset_index_entries(self) -> int:

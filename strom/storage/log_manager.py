@@ -4,9 +4,13 @@ Owns: discovering ``{topic}-{partition}`` directories at start-up, the checkpoin
 files ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``, the
 clean shutdown marker ``.kafka_cleanshutdown`` (present: trust the files; absent:
 recover above each recovery point), a ``.lock`` file so two brokers never share a
-directory, creating and deleting logs, periodic flushes, the shared FileHandleCache.
+directory, creating and deleting logs, periodic flushes, the shared FileHandleCache,
+and the schedule of the log lifecycle (``maintain``: retention every
+log.retention.check.interval.ms, unlinking retired segment files when their
+file.delete.delay.ms has passed).
 Does not own: which topics should exist or their configs (the cluster metadata
-hands in a ``configs(topic)`` callable), retention and compaction schedules (later).
+hands in a ``configs(topic)`` callable), the retention rules themselves
+(partition_log.py).
 """
 
 from __future__ import annotations
@@ -52,12 +56,21 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
 class LogManager:
     """All PartitionLogs of one log directory, sharing one bounded fd cache."""
 
-    def __init__(self, log_dir: Path, default_config: LogConfig, max_open_files: int = 512) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        default_config: LogConfig,
+        max_open_files: int = 512,
+        *,
+        retention_check_interval_ms: int = 300000,
+    ) -> None:
         self.log_dir = Path(log_dir)
         self.default_config = default_config
         self.handles = FileHandleCache(max_open_files)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._lock_fd: int | None = None
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self._last_retention_check_ms = 0
 
     def _lock(self) -> None:
         if self._lock_fd is not None:
@@ -168,6 +181,34 @@ class LogManager:
         if now_ms is None:
             now_ms = int(time.time() * 1000)
         return sum(1 for p in self._logs.values() if p.maybe_flush(now_ms))
+
+    def enforce_retention(self, now_ms: int | None = None) -> int:
+        """Apply every log's retention now; returns how many segments were deleted."""
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        deleted = 0
+        for partition_log in list(self._logs.values()):
+            try:
+                deleted += partition_log.enforce_retention(now_ms)
+            except OSError:
+                log.exception("retention of %r failed", partition_log)
+        return deleted
+
+    def maintain(self, now_ms: int | None = None) -> None:
+        """The periodic lifecycle work: retention when its check interval has passed,
+        and unlinking retired files whose file.delete.delay.ms is over."""
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        if now_ms - self._last_retention_check_ms >= self.retention_check_interval_ms:
+            self._last_retention_check_ms = now_ms
+            self.enforce_retention(now_ms)
+        for partition_log in list(self._logs.values()):
+            partition_log.purge_deleted(now_ms)
+
+    @property
+    def maintenance_interval_ms(self) -> int:
+        """How often ``maintain`` wants to be called."""
+        return self.retention_check_interval_ms
 
     def shutdown(self) -> None:
         """Flush and close every log, checkpoint, and leave the clean shutdown marker."""

@@ -5,14 +5,18 @@ epoch and, when asked, LogAppendTime in place), rolling segments by size, age an
 index fullness, the flush policy and the recovery point, the log start offset
 (moved by DeleteRecords, whole segments below it deleted), the high watermark
 (single node: the log end offset), reads by offset and lookups by timestamp across
-segments, and start-up recovery of segments above the recovery point.
+segments, start-up recovery of segments above the recovery point, retention
+(``enforce_retention``: retention.ms / retention.bytes over closed segments) and the
+delayed removal of retired segments (renamed ``*.deleted``, unlinked after
+file.delete.delay.ms by ``purge_deleted``), and swapping in segments the cleaner
+rewrote (``replace_segments``; the swap protocol itself is in cleaner.py).
 Keeps a ProducerStateManager (producer_state.py) that ``append`` consults for
 batches carrying a producer id and sequence (duplicates, out-of-order sequences,
 fenced epochs), rebuilt at open from the headers of the newest two segments.
 Does not own: validating produced batches (the broker calls
 ``records.validate_batches`` first), the sequence rules themselves
-(producer_state.py), transactions, retention and compaction (later), checkpoint
-files (log_manager.py), fd caching (handles.py).
+(producer_state.py), transactions, choosing and building compacted segments
+(cleaner.py), checkpoint files (log_manager.py), fd caching (handles.py).
 
 A PartitionLog is not thread-safe: its owner serialises calls (the broker's event
 loop does). Only the FileHandleCache it shares with other logs is locked.
@@ -78,6 +82,8 @@ class PartitionLog:
         self._oldest_unflushed_ms: int | None = None
         self._dir_dirty = False  # files created since the last flush
         self._closed = False
+        # Retired segment files: (unlink at ms, paths), oldest first.
+        self._pending_deletes: list[tuple[int, list[str]]] = []
         self._delete_segments_below_start()
         self.producers = ProducerStateManager(f"{topic}-{partition}")
         self.producers.load_segments(self._segments[-PRODUCER_STATE_SEGMENTS:])
@@ -388,16 +394,16 @@ class PartitionLog:
         self._delete_segments_below_start()
         return self.log_start_offset
 
-    def _delete_segments_below_start(self) -> None:
+    def _delete_segments_below_start(self, now_ms: int | None = None) -> int:
         # Segments whose successor starts at or below the log start offset hold nothing
         # readable. The active one is kept; it goes after the next roll.
         start = self.log_start_offset
+        count = 0
         while len(self._segments) > 1 and self._bases[1] <= start:
             segment = self._segments.pop(0)
             self._bases.pop(0)
-            if segment in self._dirty:
-                self._dirty.remove(segment)
-            segment.delete()
+            self._retire(segment, now_ms)
+            count += 1
             log.info(
                 "%s-%d: deleted segment %d below log start offset %d",
                 self.topic,
@@ -405,6 +411,86 @@ class PartitionLog:
                 segment.base_offset,
                 start,
             )
+        return count
+
+    def _retire(self, segment: LogSegment, now_ms: int | None = None) -> None:
+        """Take a segment out of service: rename its files ``*.deleted`` and unlink them
+        after file.delete.delay.ms (at once when that is 0)."""
+        if segment in self._dirty:
+            self._dirty.remove(segment)
+        delay = self.config.file_delete_delay_ms
+        if delay <= 0:
+            segment.delete()
+            return
+        paths = segment.retire()
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        self._pending_deletes.append((now_ms + delay, paths))
+
+    def purge_deleted(self, now_ms: int | None = None, *, everything: bool = False) -> int:
+        """Unlink retired files whose delay has passed (all with ``everything``)."""
+        if not self._pending_deletes:
+            return 0
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        count = 0
+        while self._pending_deletes and (everything or self._pending_deletes[0][0] <= now_ms):
+            _, paths = self._pending_deletes.pop(0)
+            for path in paths:
+                try:
+                    os.unlink(path)
+                    count += 1
+                except FileNotFoundError:
+                    pass
+        return count
+
+    # -- retention ------------------------------------------------------------------------
+
+    def enforce_retention(self, now_ms: int | None = None) -> int:
+        """Delete the oldest closed segments that retention.ms or retention.bytes let go
+        (only when cleanup.policy includes ``delete``; never the active segment), and
+        move the log start offset to the first remaining one. Returns how many went.
+
+        By time: a segment goes when its largest record timestamp (its file's mtime if
+        it has none) is more than retention.ms old; the walk stops at the first one
+        that is not. By size: the oldest segments go while the log stays at or above
+        retention.bytes without them.
+        """
+        config = self.config
+        if not config.delete or len(self._segments) < 2:
+            return 0
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        closed = self._segments[:-1]
+        count = 0
+        if config.retention_ms >= 0:
+            interval = config.index_interval_bytes
+            for segment in closed:
+                largest = segment.max_timestamp(interval)[0]
+                if largest < 0:
+                    largest = segment.last_modified_ms()
+                if now_ms - largest <= config.retention_ms:
+                    break
+                count += 1
+        if config.retention_bytes >= 0:
+            excess = self.size_bytes - config.retention_bytes
+            by_size = 0
+            for segment in closed:
+                if excess - segment.size < 0:
+                    break
+                excess -= segment.size
+                by_size += 1
+            count = max(count, by_size)
+        if not count:
+            return 0
+        new_start = self._bases[count]
+        if new_start > self.log_start_offset:
+            log.info(
+                "%s-%d: retention moves the log start offset from %d to %d",
+                self.topic, self.partition, self.log_start_offset, new_start,
+            )
+            self.log_start_offset = new_start
+        return self._delete_segments_below_start(now_ms)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -421,6 +507,7 @@ class PartitionLog:
         self.flush()
         for segment in self._segments:
             segment.close()
+        self.purge_deleted(everything=True)
         self._closed = True
 
     def delete(self) -> None:

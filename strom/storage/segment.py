@@ -32,6 +32,9 @@ INT32_MAX = 2**31 - 1
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"  # retired files awaiting file.delete.delay.ms
+CLEANED_SUFFIX = ".cleaned"  # files the cleaner is writing (discarded after a crash)
+SWAP_SUFFIX = ".swap"  # cleaned files committed to replace old segments
 _RECOVERY_CHUNK = 8 << 20
 _SCAN_CHUNK = 64 << 10
 
@@ -453,3 +456,22 @@ class LogSegment:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+
+    def retire(self) -> list[str]:
+        """Rename the three files to ``*.deleted`` (a reader holding an fd keeps reading);
+        returns the new paths for a delayed unlink. Start-up removes leftovers."""
+        retired = []
+        for path in (self.log_path, self.index_path, self.timeindex_path):
+            self.handles.forget(path)
+            try:
+                os.rename(path, path + DELETED_SUFFIX)
+            except FileNotFoundError:
+                continue
+            retired.append(path + DELETED_SUFFIX)
+        return retired
+
+    def last_modified_ms(self) -> int:
+        try:
+            return int(os.stat(self.log_path).st_mtime * 1000)
+        except FileNotFoundError:
+            return 0
