@@ -113,6 +113,11 @@ def render(value: Any) -> str | None:
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CLEANUP = ("delete", "compact")
+_GROUP_ASSIGNORS = (
+    "uniform", "range",
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+)
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
@@ -158,7 +163,19 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("unclean.leader.election.enable", "bool", False),
         ConfigDef("offsets.topic.num.partitions", "int", 50, minimum=1),
         ConfigDef("offsets.topic.replication.factor", "int", 1, minimum=1),
+        ConfigDef("offsets.topic.segment.bytes", "int", 104857600, minimum=14),
+        ConfigDef("offsets.retention.minutes", "int", 10080, minimum=1),
+        ConfigDef("offsets.retention.check.interval.ms", "long", 600000, minimum=1),
+        ConfigDef("offset.metadata.max.bytes", "int", 4096, minimum=0),
         ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, minimum=0),
+        ConfigDef("group.min.session.timeout.ms", "int", 6000, minimum=0),
+        ConfigDef("group.max.session.timeout.ms", "int", 1800000, minimum=0),
+        ConfigDef("group.max.size", "int", 2147483647, minimum=1),
+        ConfigDef("group.consumer.session.timeout.ms", "int", 45000, minimum=1),
+        ConfigDef("group.consumer.heartbeat.interval.ms", "int", 5000, minimum=1),
+        ConfigDef("group.consumer.assignors", "list", ["uniform", "range"],
+                  choices=_GROUP_ASSIGNORS),
+        ConfigDef("group.consumer.max.size", "int", 2147483647, minimum=1),
         ConfigDef("max.open.segment.files", "int", 512, minimum=16),
     ]
 }

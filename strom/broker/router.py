@@ -65,9 +65,11 @@ def load_handlers() -> dict[int, Route]:
         configs,
         describe_cluster,
         fetch,
+        groups,
         init_producer_id,
         list_offsets,
         metadata,
+        offsets,
         produce,
     )
 

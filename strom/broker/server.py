@@ -26,6 +26,7 @@ from strom.broker.purgatory import Purgatory
 from strom.broker.router import RequestContext, Route, load_handlers
 from strom.cluster.controller import Controller
 from strom.config import BrokerConfig, Listener, parse_listener
+from strom.coordinator.coordinator import GroupCoordinator
 from strom.protocol.framing import (
     API_VERSIONS_KEY,
     FrameError,
@@ -51,6 +52,7 @@ class Broker:
         self.routes: dict[int, Route] = load_handlers()
         self.controller = Controller(config)
         self.purgatory = Purgatory()
+        self.coordinator = GroupCoordinator(self.controller, config, self.purgatory.notify)
         self.listeners = [parse_listener(spec) for spec in config.listeners]
         self.advertised = [parse_listener(spec) for spec in config.advertised_listeners]
         self.max_request_size: int = config["socket.request.max.bytes"]
@@ -74,6 +76,7 @@ class Broker:
     async def start(self) -> None:
         started = time.monotonic()
         self.controller.load()
+        self.coordinator.start()
         loop = asyncio.get_running_loop()
         for listener in self.listeners:
             server = await loop.create_server(
@@ -107,6 +110,7 @@ class Broker:
         for server in self._servers:
             await server.wait_closed()
         self.purgatory.wake_all()
+        self.coordinator.stop()
         self.controller.shutdown()
         log.info("Strom broker %d stopped cleanly", self.node_id)
 

@@ -1,0 +1,370 @@
+"""Classic group membership APIs and group administration.
+
+- FindCoordinator (key 10), versions 0-6 (batched keys from v4): this node
+  coordinates every group; it answers with its advertised endpoint and creates
+  ``__consumer_offsets`` on first use. Transaction (and share) coordinator
+  keys get COORDINATOR_NOT_AVAILABLE: transactions are not served yet.
+- JoinGroup (11) 0-9, SyncGroup (14) 0-5, Heartbeat (12) 0-4, LeaveGroup (13)
+  0-5 (batched members from v3): the classic protocol, see
+  strom/coordinator/classic.py. A JoinGroup is held (the connection answers it
+  later) until the rebalance completes; so is a SyncGroup until the leader's
+  assignment arrives. INVALID_GROUP_ID for an empty group id,
+  INVALID_SESSION_TIMEOUT outside group.min/max.session.timeout.ms.
+- DescribeGroups (15) 0-6, ListGroups (16) 0-5 (state filter from v4, type
+  filter from v5), DeleteGroups (42) 0-2.
+
+Differences from Kafka: authorized operations are never computed (always
+"not requested"); a classic member cannot join a KIP-848 group
+(INCONSISTENT_GROUP_PROTOCOL) and DescribeGroups shows a KIP-848 group without
+member metadata or assignments (ConsumerGroupDescribe has them).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from strom.broker.common import NO_THROTTLE
+from strom.broker.router import RequestContext, handles
+from strom.coordinator.classic import ClassicGroup, JoinRequest, JoinResult, SyncResult
+from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import build, nested
+
+GROUP_KEY_TYPE = 0
+NO_AUTHORIZED_OPERATIONS = -2147483648
+
+
+def millis(value: datetime.timedelta | int | None, default: int = -1) -> int:
+    if value is None:
+        return default
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)
+
+
+def client_host(ctx: RequestContext) -> str:
+    host = ctx.peer.rsplit(":", 1)[0] if ":" in ctx.peer else ctx.peer
+    return "/" + host
+
+
+# FindCoordinator ---------------------------------------------------------------
+
+
+@handles(10, 0, 6)
+def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    host, port = broker.advertised_endpoint()
+    key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
+    if key_type == GROUP_KEY_TYPE:
+        broker.coordinator.ensure_offsets_topic()
+        error, message = ErrorCode.none, None
+    else:
+        error, message = ErrorCode.coordinator_not_available, "Only group coordination is served"
+    node, answer_host, answer_port = (
+        (broker.node_id, host, port) if error == ErrorCode.none else (-1, "", -1)
+    )
+    response_type = ctx.response_type
+    if ctx.api_version < 4:
+        return build(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=error,
+            error_message=message,
+            node_id=node,
+            host=answer_host,
+            port=answer_port,
+        )
+    coordinator_type = nested(response_type, "Coordinator")
+    return build(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        coordinators=tuple(
+            build(
+                coordinator_type,
+                key=key,
+                node_id=node,
+                host=answer_host,
+                port=answer_port,
+                error_code=error,
+                error_message=message,
+            )
+            for key in request.coordinator_keys
+        ),
+    )
+
+
+# JoinGroup ---------------------------------------------------------------------
+
+
+@handles(11, 0, 9)
+def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+    coordinator = ctx.broker.coordinator
+    session_ms = millis(request.session_timeout)
+    rebalance_ms = millis(getattr(request, "rebalance_timeout", None))
+    if rebalance_ms < 0:
+        rebalance_ms = session_ms
+    if not request.group_id:
+        return _join_response(ctx, JoinResult(ErrorCode.invalid_group_id, request.member_id))
+    if not coordinator.session_timeout_allowed(session_ms):
+        return _join_response(ctx, JoinResult(ErrorCode.invalid_session_timeout, request.member_id))
+    group = coordinator.classic_group(request.group_id, create=not request.member_id)
+    if group is None:
+        error = (
+            ErrorCode.inconsistent_group_protocol
+            if coordinator.group_exists(request.group_id)
+            else ErrorCode.unknown_member_id
+        )
+        return _join_response(ctx, JoinResult(error, request.member_id))
+    result = group.join(
+        JoinRequest(
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            client_id=ctx.client_id or "",
+            client_host=client_host(ctx),
+            session_timeout_ms=session_ms,
+            rebalance_timeout_ms=rebalance_ms,
+            protocol_type=request.protocol_type,
+            protocols=[(p.name, p.metadata) for p in request.protocols],
+            api_version=ctx.api_version,
+            reason=getattr(request, "reason", None),
+        )
+    )
+    if isinstance(result, JoinResult):
+        return _join_response(ctx, result)
+    return _await_join(ctx, result)
+
+
+async def _await_join(ctx: RequestContext, pending: Any) -> Any:
+    return _join_response(ctx, await pending)
+
+
+def _join_response(ctx: RequestContext, result: JoinResult) -> Any:
+    response_type = ctx.response_type
+    member_type = nested(response_type, "JoinGroupResponseMember")
+    legacy = ctx.api_version < 7
+    return build(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=result.error,
+        generation_id=result.generation,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name
+        if result.protocol_name is not None or not legacy
+        else "",
+        leader=result.leader,
+        skip_assignment=result.skip_assignment,
+        member_id=result.member_id,
+        members=tuple(
+            build(member_type, member_id=mid, group_instance_id=instance, metadata=metadata)
+            for mid, instance, metadata in result.members
+        ),
+    )
+
+
+# SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------------
+
+
+@handles(14, 0, 5)
+def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+    if not request.group_id:
+        return _sync_response(ctx, SyncResult(ErrorCode.invalid_group_id))
+    group = ctx.broker.coordinator.classic_group(request.group_id, create=False)
+    if group is None:
+        return _sync_response(ctx, SyncResult(ErrorCode.unknown_member_id))
+    result = group.sync(
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        request.generation_id,
+        getattr(request, "protocol_type", None),
+        getattr(request, "protocol_name", None),
+        {a.member_id: a.assignment for a in request.assignments},
+    )
+    if isinstance(result, SyncResult):
+        return _sync_response(ctx, result)
+    return _await_sync(ctx, result)
+
+
+async def _await_sync(ctx: RequestContext, pending: Any) -> Any:
+    return _sync_response(ctx, await pending)
+
+
+def _sync_response(ctx: RequestContext, result: SyncResult) -> Any:
+    return build(
+        ctx.response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=result.error,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment,
+    )
+
+
+@handles(12, 0, 4)
+def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    if not request.group_id:
+        error = ErrorCode.invalid_group_id
+    else:
+        group = ctx.broker.coordinator.classic_group(request.group_id, create=False)
+        if group is None:
+            error = ErrorCode.unknown_member_id
+        else:
+            error = group.heartbeat(
+                request.member_id,
+                getattr(request, "group_instance_id", None),
+                request.generation_id,
+            )
+    return build(ctx.response_type, throttle_time=NO_THROTTLE, error_code=error)
+
+
+@handles(13, 0, 5)
+def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+    response_type = ctx.response_type
+    if ctx.api_version < 3:
+        leaving = [(request.member_id, None)]
+    else:
+        leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+    group = ctx.broker.coordinator.classic_group(request.group_id, create=False)
+    if not request.group_id:
+        top, errors = ErrorCode.invalid_group_id, []
+    elif group is None:
+        top, errors = ErrorCode.unknown_member_id, []
+    else:
+        errors = group.leave(leaving)
+        top = ErrorCode.none
+        if ctx.api_version < 3:
+            top, errors = errors[0], []
+    if ctx.api_version < 3:
+        return build(response_type, throttle_time=NO_THROTTLE, error_code=top)
+    member_type = nested(response_type, "MemberResponse")
+    return build(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=top,
+        members=tuple(
+            build(member_type, member_id=mid, group_instance_id=instance, error_code=error)
+            for (mid, instance), error in zip(leaving, errors, strict=False)
+        ),
+    )
+
+
+# DescribeGroups, ListGroups, DeleteGroups --------------------------------------------
+
+
+@handles(15, 0, 6)
+def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
+    coordinator = ctx.broker.coordinator
+    response_type = ctx.response_type
+    group_type = nested(response_type, "DescribedGroup")
+    member_type = nested(response_type, "DescribedGroupMember")
+    described = []
+    for group_id in request.groups:
+        group = coordinator.groups.get(group_id)
+        if group is None:
+            error = ErrorCode.group_id_not_found if ctx.api_version >= 6 else ErrorCode.none
+            described.append(
+                build(
+                    group_type,
+                    error_code=error,
+                    error_message=None,
+                    group_id=group_id,
+                    group_state="Dead",
+                    protocol_type="",
+                    protocol_data="",
+                    members=(),
+                    authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                )
+            )
+            continue
+        if isinstance(group, ClassicGroup):
+            stable = group.state_name == "Stable"
+            members = tuple(
+                build(
+                    member_type,
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    member_metadata=m.metadata_for(group.protocol_name),
+                    member_assignment=m.assignment if stable else b"",
+                )
+                for m in group.members.values()
+            )
+            protocol_type, protocol_data = group.protocol_type or "", group.protocol_name or ""
+        else:
+            members = tuple(
+                build(
+                    member_type,
+                    member_id=m.member_id,
+                    group_instance_id=m.instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    member_metadata=b"",
+                    member_assignment=b"",
+                )
+                for m in group.members.values()
+            )
+            protocol_type, protocol_data = "consumer", group.assignor_name
+        described.append(
+            build(
+                group_type,
+                error_code=ErrorCode.none,
+                error_message=None,
+                group_id=group_id,
+                group_state=group.state_name,
+                protocol_type=protocol_type,
+                protocol_data=protocol_data,
+                members=members,
+                authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            )
+        )
+    return build(response_type, throttle_time=NO_THROTTLE, groups=tuple(described))
+
+
+@handles(16, 0, 5)
+def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+    response_type = ctx.response_type
+    listed_type = nested(response_type, "ListedGroup")
+    states = {s.lower() for s in getattr(request, "states_filter", ())}
+    types = {t.lower() for t in getattr(request, "types_filter", ())}
+    listed = []
+    for group in ctx.broker.coordinator.list_groups():
+        if states and group.state_name.lower() not in states:
+            continue
+        if types and group.kind not in types:
+            continue
+        protocol_type = (
+            (group.protocol_type or "") if isinstance(group, ClassicGroup) else ("consumer")
+        )
+        listed.append(
+            build(
+                listed_type,
+                group_id=group.group_id,
+                protocol_type=protocol_type,
+                group_state=group.state_name,
+                group_type=group.kind,
+            )
+        )
+    return build(
+        response_type, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(listed)
+    )
+
+
+@handles(42, 0, 2)
+def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
+    response_type = ctx.response_type
+    result_type = nested(response_type, "DeletableGroupResult")
+    coordinator = ctx.broker.coordinator
+    return build(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        results=tuple(
+            build(
+                result_type,
+                group_id=group_id,
+                error_code=coordinator.delete_group(group_id)
+                if group_id
+                else ErrorCode.invalid_group_id,
+            )
+            for group_id in request.groups_names
+        ),
+    )

@@ -1,0 +1,214 @@
+"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete.
+
+- OffsetCommit (key 8), versions 2-10 (topic ids from v10): the group-level
+  checks of Kafka's coordinator (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+  FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS while a classic group completes a
+  rebalance, STALE_MEMBER_EPOCH for KIP-848 members); a commit with generation
+  -1 and no member id (simple consumers, admin tools) is accepted while the
+  group is empty and creates it. Per partition: UNKNOWN_TOPIC_OR_PARTITION,
+  OFFSET_METADATA_TOO_LARGE above offset.metadata.max.bytes. Metadata and the
+  committed leader epoch round-trip. The retention time of v2-4 is ignored
+  (offsets.retention.minutes applies).
+- OffsetFetch (9), versions 1-10 (several groups per request from v8, topic
+  ids from v10): a partition without a committed offset answers offset -1.
+  require_stable is always satisfied: there are no pending transactional
+  offsets. The member id and epoch of v9+ are not checked.
+- OffsetDelete (47), version 0: GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC
+  for topics the group's members subscribe to, NON_EMPTY_GROUP for an active
+  group whose subscriptions cannot be read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strom.broker.common import NO_THROTTLE, resolve_topic
+from strom.broker.router import RequestContext, handles
+from strom.coordinator.coordinator import OffsetToCommit
+from strom.coordinator.offsets_topic import CommittedOffset
+from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import build, nested
+
+
+@handles(8, 2, 10)
+def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    coordinator = ctx.broker.coordinator
+    controller = ctx.broker.controller
+    response_type = ctx.response_type
+    topic_type = nested(response_type, "OffsetCommitResponseTopic")
+    partition_type = nested(response_type, "OffsetCommitResponsePartition")
+    group_error = ErrorCode.none
+    if not request.group_id:
+        group_error = ErrorCode.invalid_group_id
+    else:
+        group_error = coordinator.validate_commit(
+            request.group_id,
+            request.generation_id_or_member_epoch,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+        )
+    resolved = []
+    wanted: list[OffsetToCommit] = []
+    for topic in request.topics:
+        name = getattr(topic, "name", None)
+        topic_id = getattr(topic, "topic_id", None)
+        meta = resolve_topic(controller, name, topic_id)
+        real_name = meta.name if meta is not None else (name or "")
+        for p in topic.partitions:
+            wanted.append(
+                OffsetToCommit(
+                    real_name,
+                    p.partition_index,
+                    p.committed_offset,
+                    getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata,
+                )
+            )
+        resolved.append((name, topic_id, meta, topic.partitions))
+    if group_error != ErrorCode.none:
+        errors = [group_error] * len(wanted)
+    else:
+        errors = coordinator.commit_offsets(request.group_id, wanted)
+    if ctx.api_version >= 10:
+        errors = [
+            ErrorCode.unknown_topic_id
+            if e == ErrorCode.unknown_topic_or_partition and meta is None
+            else e
+            for e, meta in zip(
+                errors, [m for _, _, m, parts in resolved for _ in parts], strict=True
+            )
+        ]
+    out = []
+    position = 0
+    for name, topic_id, _, partitions in resolved:
+        entries = []
+        for p in partitions:
+            entries.append(
+                build(
+                    partition_type, partition_index=p.partition_index, error_code=errors[position]
+                )
+            )
+            position += 1
+        out.append(build(topic_type, name=name, topic_id=topic_id, partitions=tuple(entries)))
+    return build(response_type, throttle_time=NO_THROTTLE, topics=tuple(out))
+
+
+@handles(9, 1, 10)
+def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    response_type = ctx.response_type
+    if ctx.api_version < 8:
+        topics, error = _fetch_group(ctx, request.group_id, request.topics, legacy=True)
+        return build(response_type, throttle_time=NO_THROTTLE, topics=topics, error_code=error)
+    group_type = nested(response_type, "OffsetFetchResponseGroup")
+    groups = []
+    for group in request.groups:
+        topics, error = _fetch_group(ctx, group.group_id, group.topics, legacy=False)
+        groups.append(build(group_type, group_id=group.group_id, topics=topics, error_code=error))
+    return build(response_type, throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
+def _fetch_group(
+    ctx: RequestContext, group_id: str, topics: Any, *, legacy: bool
+) -> tuple[tuple[Any, ...], ErrorCode]:
+    response_type = ctx.response_type
+    suffix = "" if legacy else "s"
+    topic_type = nested(response_type, f"OffsetFetchResponseTopic{suffix}")
+    partition_type = nested(response_type, f"OffsetFetchResponsePartition{suffix}")
+    controller = ctx.broker.controller
+    committed = ctx.broker.coordinator.committed(group_id)
+    if not group_id:
+        return (), ErrorCode.invalid_group_id
+    by_topic: list[tuple[str | None, Any, list[tuple[int, CommittedOffset | None, ErrorCode]]]]
+    by_topic = []
+    if topics is None:
+        grouped: dict[str, list[tuple[int, CommittedOffset | None, ErrorCode]]] = {}
+        for (topic, partition), value in sorted(committed.items()):
+            grouped.setdefault(topic, []).append((partition, value, ErrorCode.none))
+        for topic, entries in grouped.items():
+            meta = controller.topic(topic)
+            by_topic.append((topic, meta.topic_id if meta else None, entries))
+    else:
+        for topic in topics:
+            name = getattr(topic, "name", None)
+            topic_id = getattr(topic, "topic_id", None)
+            meta = resolve_topic(controller, name, topic_id)
+            real = meta.name if meta is not None else name
+            if meta is None and name is None:
+                entries = [(p, None, ErrorCode.unknown_topic_id) for p in topic.partition_indexes]
+            else:
+                entries = [
+                    (p, committed.get((real or "", p)), ErrorCode.none)
+                    for p in topic.partition_indexes
+                ]
+            by_topic.append((name, topic_id, entries))
+    out = []
+    for name, topic_id, entries in by_topic:
+        partitions = tuple(
+            build(
+                partition_type,
+                partition_index=p,
+                committed_offset=value.offset if value else -1,
+                committed_leader_epoch=value.leader_epoch if value else -1,
+                metadata=value.metadata if value else "",
+                error_code=error,
+            )
+            for p, value, error in entries
+        )
+        out.append(build(topic_type, name=name, topic_id=topic_id, partitions=partitions))
+    return tuple(out), ErrorCode.none
+
+
+@handles(47, 0, 0)
+def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
+    coordinator = ctx.broker.coordinator
+    response_type = ctx.response_type
+    topic_type = nested(response_type, "OffsetDeleteResponseTopic")
+    partition_type = nested(response_type, "OffsetDeleteResponsePartition")
+    group = coordinator.groups.get(request.group_id)
+    if group is None:
+        return build(
+            response_type,
+            error_code=ErrorCode.group_id_not_found,
+            throttle_time=NO_THROTTLE,
+            topics=(),
+        )
+    subscribed = set() if group.is_empty() else group.subscribed_topics()
+    if subscribed is None:
+        return build(
+            response_type,
+            error_code=ErrorCode.non_empty_group,
+            throttle_time=NO_THROTTLE,
+            topics=(),
+        )
+    doomed = []
+    topics = []
+    for topic in request.topics:
+        if topic.name in subscribed:
+            error = ErrorCode.group_subscribed_to_topic
+        elif ctx.broker.controller.topic(topic.name) is None:
+            error = ErrorCode.unknown_topic_or_partition
+        else:
+            error = ErrorCode.none
+            doomed += [(topic.name, p.partition_index) for p in topic.partitions]
+        topics.append(
+            build(
+                topic_type,
+                name=topic.name,
+                partitions=tuple(
+                    build(partition_type, partition_index=p.partition_index, error_code=error)
+                    for p in topic.partitions
+                ),
+            )
+        )
+    try:
+        coordinator.delete_offsets(request.group_id, doomed)
+    except OSError:
+        return build(
+            response_type,
+            error_code=ErrorCode.coordinator_not_available,
+            throttle_time=NO_THROTTLE,
+            topics=(),
+        )
+    return build(
+        response_type, error_code=ErrorCode.none, throttle_time=NO_THROTTLE, topics=tuple(topics)
+    )

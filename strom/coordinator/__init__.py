@@ -1,0 +1,1 @@
+"""Group coordination: classic and KIP-848 consumer groups, committed offsets."""

@@ -1,0 +1,390 @@
+"""The group coordinator of this node: every group, every committed offset.
+
+Owns the registry of groups (classic ones in classic.py, KIP-848 consumer
+groups in consumer_group.py), the committed offsets, and their persistence in
+the internal compacted topic ``__consumer_offsets`` in Kafka's own record
+formats (offsets_topic.py). The topic is created on first use with
+``offsets.topic.num.partitions`` partitions and cleanup.policy=compact; a group
+lives in partition abs(hashCode(group)) % partitions, as in Kafka. Records are
+appended as batches through the partition logs, so consumers of the topic see
+them like any other records.
+
+At start-up the topic is replayed: the last record per key wins and a
+tombstone deletes, which rebuilds classic groups (members, generation,
+assignments; their sessions restart) and offsets. KIP-848 groups are kept in
+memory only: after a restart their members rejoin (their offsets survive).
+
+Offsets of an empty group expire ``offsets.retention.minutes`` after the group
+became empty (after their commit for groups that never had a protocol); a
+check runs every ``offsets.retention.check.interval.ms`` and writes tombstones.
+An empty group with no offsets left is then deleted.
+
+Talks to storage through the cluster controller, never to sockets: the wire
+handlers (strom.broker.groups, offsets, consumer_groups) call it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from strom.coordinator.classic import ClassicGroup, GroupState
+from strom.coordinator.offsets_topic import (
+    OFFSETS_TOPIC,
+    CommittedOffset,
+    GroupKey,
+    OffsetKey,
+    OffsetsRecordError,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    group_key,
+    group_value,
+    offset_key,
+    offset_value,
+    partition_for,
+)
+from strom.protocol.errors import ErrorCode
+from strom.protocol.records import build_batch, decode_records, iter_headers, validate_batches
+
+if TYPE_CHECKING:
+    from strom.cluster.controller import Controller
+    from strom.config import BrokerConfig
+    from strom.coordinator.consumer_group import ConsumerGroup
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+_READ_CHUNK = 1 << 20
+
+
+@dataclass(slots=True)
+class OffsetToCommit:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        controller: Controller,
+        config: BrokerConfig,
+        on_append: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self.controller = controller
+        self.config = config
+        self.on_append = on_append
+        self.groups: dict[str, ClassicGroup | ConsumerGroup] = {}
+        self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        self._expiry_task: asyncio.Task[None] | None = None
+
+    # Settings -------------------------------------------------------------------
+
+    @staticmethod
+    def now_ms() -> int:
+        return time.time_ns() // 1_000_000
+
+    @property
+    def initial_rebalance_delay_ms(self) -> int:
+        return int(self.config["group.initial.rebalance.delay.ms"])
+
+    @property
+    def max_group_size(self) -> int:
+        return int(self.config["group.max.size"])
+
+    @property
+    def retention_ms(self) -> int:
+        return int(self.config["offsets.retention.minutes"]) * 60_000
+
+    def session_timeout_allowed(self, session_timeout_ms: int) -> bool:
+        return (
+            self.config["group.min.session.timeout.ms"]
+            <= session_timeout_ms
+            <= self.config["group.max.session.timeout.ms"]
+        )
+
+    @property
+    def offsets_partitions(self) -> int:
+        topic = self.controller.topic(OFFSETS_TOPIC)
+        if topic is not None:
+            return topic.partitions
+        return int(self.config["offsets.topic.num.partitions"])
+
+    # Lifecycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Replay __consumer_offsets and start the timers (inside the event loop)."""
+        started = time.monotonic()
+        records = self._replay()
+        for group in self.groups.values():
+            if isinstance(group, ClassicGroup):
+                group.start_sessions()
+        if records:
+            log.info(
+                "loaded %d group(s) and %d committed offset(s) from %d record(s) of %s in %.2fs",
+                len(self.groups),
+                sum(len(o) for o in self.offsets.values()),
+                records,
+                OFFSETS_TOPIC,
+                time.monotonic() - started,
+            )
+        interval = max(int(self.config["offsets.retention.check.interval.ms"]), 1) / 1000
+        self._expiry_task = asyncio.get_running_loop().create_task(self._expire_loop(interval))
+
+    def stop(self) -> None:
+        if self._expiry_task is not None:
+            self._expiry_task.cancel()
+        for group in self.groups.values():
+            group.mark_dead()
+
+    async def _expire_loop(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.expire_offsets()
+            except Exception:
+                log.exception("offset expiration failed")
+
+    # The offsets topic ------------------------------------------------------------
+
+    def ensure_offsets_topic(self) -> None:
+        if self.controller.topic(OFFSETS_TOPIC) is not None:
+            return
+        partitions = int(self.config["offsets.topic.num.partitions"])
+        self.controller.create_topic(
+            OFFSETS_TOPIC,
+            partitions,
+            {
+                "cleanup.policy": "compact",
+                "compression.type": "producer",
+                "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
+            },
+        )
+
+    def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        if not records:
+            return
+        self.ensure_offsets_topic()
+        partition = partition_for(group_id, self.offsets_partitions)
+        partition_log = self.controller.partition_log(OFFSETS_TOPIC, partition)
+        topic = self.controller.topic(OFFSETS_TOPIC)
+        if partition_log is None or topic is None:
+            raise OSError(f"{OFFSETS_TOPIC}-{partition} is not available")
+        buf = bytearray(build_batch(records, base_timestamp=self.now_ms()))
+        headers = validate_batches(buf)
+        partition_log.append(buf, headers, leader_epoch=topic.leader_epoch)
+        if self.on_append is not None:
+            self.on_append(OFFSETS_TOPIC, partition)
+
+    def store_group(self, group: ClassicGroup) -> None:
+        """Write a classic group's GroupMetadataValue (called on every transition)."""
+        try:
+            self._append(
+                group.group_id, [(group_key(group.group_id), group_value(group.to_record()))]
+            )
+        except OSError:
+            log.exception("could not store the metadata of group %s", group.group_id)
+
+    def _replay(self) -> int:
+        topic = self.controller.topic(OFFSETS_TOPIC)
+        if topic is None:
+            return 0
+        count = 0
+        records: dict[GroupKey | OffsetKey, bytes | None] = {}
+        for partition in range(topic.partitions):
+            partition_log = self.controller.partition_log(OFFSETS_TOPIC, partition)
+            if partition_log is None:
+                continue
+            offset = partition_log.log_start_offset
+            end = partition_log.log_end_offset
+            while offset < end:
+                data = partition_log.read(offset, _READ_CHUNK)
+                if not data:
+                    break
+                for header in iter_headers(data):
+                    offset = header.next_offset
+                    if header.is_control:
+                        continue
+                    for record in decode_records(data, header):
+                        if record.key is None:
+                            continue
+                        try:
+                            key = decode_key(record.key)
+                        except OffsetsRecordError:
+                            key = None
+                        if key is None:
+                            continue
+                        records[key] = record.value
+                        count += 1
+        for key, value in records.items():
+            try:
+                self._apply(key, value)
+            except OffsetsRecordError as exc:
+                log.warning("skipping an unreadable record of %s: %s", OFFSETS_TOPIC, exc)
+        return count
+
+    def _apply(self, key: GroupKey | OffsetKey, value: bytes | None) -> None:
+        if isinstance(key, OffsetKey):
+            offsets = self.offsets.setdefault(key.group, {})
+            if value is None:
+                offsets.pop((key.topic, key.partition), None)
+                if not offsets:
+                    del self.offsets[key.group]
+            else:
+                offsets[(key.topic, key.partition)] = decode_offset_value(value)
+                if key.group not in self.groups:
+                    self.groups[key.group] = ClassicGroup(key.group, self)
+            return
+        if value is None:
+            self.groups.pop(key.group, None)
+            return
+        group = self.groups.get(key.group)
+        if not isinstance(group, ClassicGroup):
+            group = ClassicGroup(key.group, self)
+            self.groups[key.group] = group
+        group.restore(decode_group_value(value))
+
+    # Groups -------------------------------------------------------------------------
+
+    def classic_group(self, group_id: str, *, create: bool) -> ClassicGroup | None:
+        group = self.groups.get(group_id)
+        if group is None and create:
+            group = ClassicGroup(group_id, self)
+            self.groups[group_id] = group
+        return group if isinstance(group, ClassicGroup) else None
+
+    def group_exists(self, group_id: str) -> bool:
+        return group_id in self.groups
+
+    def delete_group(self, group_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found
+        if not group.is_empty():
+            return ErrorCode.non_empty_group
+        offsets = self.offsets.get(group_id, {})
+        records: list[tuple[bytes, bytes | None]] = [
+            (offset_key(group_id, t, p), None) for t, p in offsets
+        ]
+        records.append((group_key(group_id), None))
+        try:
+            self._append(group_id, records)
+        except OSError:
+            log.exception("could not delete group %s", group_id)
+            return ErrorCode.coordinator_not_available
+        self.offsets.pop(group_id, None)
+        group.mark_dead()
+        del self.groups[group_id]
+        log.info("deleted group %s", group_id)
+        return ErrorCode.none
+
+    def list_groups(self) -> Iterable[ClassicGroup | ConsumerGroup]:
+        return list(self.groups.values())
+
+    # Offsets -------------------------------------------------------------------------
+
+    def validate_commit(
+        self, group_id: str, generation: int, member_id: str, instance: str | None
+    ) -> ErrorCode:
+        """Whether this member may commit for the group now (the group-level check)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation < 0 and not member_id and instance is None:
+                return ErrorCode.none  # a simple consumer's commit creates the group
+            return ErrorCode.illegal_generation
+        return group.validate_commit(generation, member_id, instance)
+
+    def commit_offsets(self, group_id: str, offsets: list[OffsetToCommit]) -> list[ErrorCode]:
+        """Store offsets (already validated for the group); an error per entry."""
+        max_metadata = int(self.config["offset.metadata.max.bytes"])
+        now = self.now_ms()
+        errors: list[ErrorCode] = []
+        records: list[tuple[bytes, bytes | None]] = []
+        accepted: list[tuple[TopicPartition, CommittedOffset]] = []
+        for entry in offsets:
+            topic = self.controller.topic(entry.topic)
+            metadata = entry.metadata or ""
+            if topic is None or not 0 <= entry.partition < topic.partitions:
+                errors.append(ErrorCode.unknown_topic_or_partition)
+            elif len(metadata.encode()) > max_metadata:
+                errors.append(ErrorCode.offset_metadata_too_large)
+            else:
+                value = CommittedOffset(entry.offset, entry.leader_epoch, metadata, now)
+                records.append(
+                    (offset_key(group_id, entry.topic, entry.partition), offset_value(value))
+                )
+                accepted.append(((entry.topic, entry.partition), value))
+                errors.append(ErrorCode.none)
+        if records:
+            try:
+                self._append(group_id, records)
+            except OSError:
+                log.exception("could not store offsets of group %s", group_id)
+                return [ErrorCode.coordinator_not_available for _ in offsets]
+            if group_id not in self.groups:
+                self.groups[group_id] = ClassicGroup(group_id, self)
+            stored = self.offsets.setdefault(group_id, {})
+            for key, value in accepted:
+                stored[key] = value
+        return errors
+
+    def committed(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
+        return self.offsets.get(group_id, {})
+
+    def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
+        stored = self.offsets.get(group_id, {})
+        doomed = [tp for tp in partitions if tp in stored]
+        if not doomed:
+            return
+        self._append(group_id, [(offset_key(group_id, t, p), None) for t, p in doomed])
+        for tp in doomed:
+            del stored[tp]
+        if not stored:
+            self.offsets.pop(group_id, None)
+
+    def expire_offsets(self, now_ms: int | None = None) -> int:
+        """Tombstone the expired offsets of empty groups; returns how many went."""
+        now = self.now_ms() if now_ms is None else now_ms
+        retention = self.retention_ms
+        expired_total = 0
+        for group_id in list(set(self.offsets) | set(self.groups)):
+            group = self.groups.get(group_id)
+            if group is not None and not group.is_empty():
+                continue
+            stored = self.offsets.get(group_id, {})
+            uses_protocol = isinstance(group, ClassicGroup) and group.protocol_type
+            expired = []
+            for tp, value in stored.items():
+                if value.expire_timestamp >= 0:
+                    deadline = value.expire_timestamp
+                else:
+                    base = (
+                        group.state_timestamp
+                        if uses_protocol and group
+                        else (value.commit_timestamp)
+                    )
+                    deadline = base + retention
+                if deadline <= now:
+                    expired.append(tp)
+            if expired:
+                try:
+                    self.delete_offsets(group_id, expired)
+                except OSError:
+                    log.exception("could not expire offsets of group %s", group_id)
+                    continue
+                expired_total += len(expired)
+                log.info("expired %d offset(s) of group %s", len(expired), group_id)
+            if (
+                group is not None
+                and group_id not in self.offsets
+                and (not isinstance(group, ClassicGroup) or group.state == GroupState.EMPTY)
+            ):
+                self.delete_group(group_id)
+        return expired_total

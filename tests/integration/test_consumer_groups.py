@@ -1,0 +1,285 @@
+"""Consumer groups with real clients: rebalances, a killed member, committed offsets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from broker_process import BrokerProcess
+from confluent_kafka import Consumer, ConsumerGroupState, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from kafka_helpers import create_topic
+
+CONSUMER_SCRIPT = Path(__file__).parent.parent / "group_consumer.py"
+GROUP_OVERRIDES = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "500",
+    "offsets.topic.num.partitions": "5",
+}
+PARTITIONS = 6
+
+
+@pytest.fixture(scope="module")
+def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("groups") / "data", GROUP_OVERRIDES)
+    process.start()
+    yield process
+    if process.alive():
+        process.stop()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def produce(
+    bootstrap: str, topic: str, start: int, count: int, partitions: int = PARTITIONS
+) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(start, start + count):
+        producer.produce(topic, value=b"v%d" % i, partition=i % partitions)
+    assert producer.flush(15) == 0
+
+
+class Member:
+    """One group consumer in a child process (tests/group_consumer.py)."""
+
+    def __init__(self, client: str, bootstrap: str, group: str, topic: str, assignor: str):
+        self.proc = subprocess.Popen(
+            [sys.executable, str(CONSUMER_SCRIPT), client, bootstrap, group, topic, assignor],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        self.records: set[tuple[int, int]] = set()
+        self.assigned: list[int] | None = None
+        self.errors: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        threading.Thread(target=self._read_errors, daemon=True).start()
+
+    def _read_errors(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.errors.append(line.decode(errors="replace").rstrip())
+            del self.errors[:-20]
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            event = json.loads(line)
+            if "assigned" in event:
+                self.assigned = event["assigned"]
+            for partition, offset in event.get("records", ()):
+                self.records.add((partition, offset))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def kill(self) -> None:
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(5)
+
+
+def _run_group_with_a_killed_member(
+    broker: BrokerProcess, client: str, assignor: str, topic: str
+) -> None:
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    per_round = 300
+    produce(broker.bootstrap, topic, 0, per_round)
+    members = [
+        Member(client, broker.bootstrap, f"{topic}-group", topic, assignor) for _ in range(3)
+    ]
+    try:
+
+        def balanced(group: list[Member]) -> bool:
+            owned = [p for m in group for p in (m.assigned or [])]
+            return all(m.assigned for m in group) and sorted(owned) == list(range(PARTITIONS))
+
+        wait_until(lambda: balanced(members), 60, "three members sharing six partitions")
+        victim, survivors = members[0], members[1:]
+        victim_partitions = set(victim.assigned or [])
+        produce(broker.bootstrap, topic, per_round, per_round)
+        wait_until(lambda: bool(victim.records), 30, "the victim to consume")
+        victim.kill()
+        produce(broker.bootstrap, topic, 2 * per_round, per_round)
+        wait_until(lambda: balanced(survivors), 60, "the survivors to take over")
+        assert victim_partitions <= {p for m in survivors for p in m.assigned or []}
+        per_partition = 3 * per_round // PARTITIONS
+        expected = {(p, o) for p in range(PARTITIONS) for o in range(per_partition)}
+        wait_until(
+            lambda: expected <= set().union(*(m.records for m in members)),
+            60,
+            "every record to be consumed",
+        )
+        after_kill = {
+            (p, o)
+            for p, o in expected
+            if p in victim_partitions and o >= 2 * per_round // PARTITIONS
+        }
+        assert after_kill <= set().union(*(m.records for m in survivors))
+    except AssertionError:
+        for i, member in enumerate(members):
+            print(f"member {i}: assigned {member.assigned}, {len(member.records)} records")
+            print("\n".join(member.errors))
+        print(broker.logs())
+        raise
+    finally:
+        for member in members:
+            member.stop()
+
+
+@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
+def test_confluent_group_survives_a_killed_member(group_broker, assignor) -> None:
+    _run_group_with_a_killed_member(group_broker, "confluent", assignor, f"cg-{assignor}")
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka"])
+def test_other_clients_group_survives_a_killed_member(group_broker, client) -> None:
+    _run_group_with_a_killed_member(group_broker, client, "range", f"cg-{client}")
+
+
+def test_admin_client_lists_describes_alters_and_deletes_groups(group_broker) -> None:
+    bootstrap = group_broker.bootstrap
+    topic = "admin-groups"
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, 0, 20, 2)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "admin-g",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 2000,
+            "client.id": "admin-test-client",
+        }
+    )
+    consumer.subscribe([topic])
+    wait_until(
+        lambda: consumer.poll(0.2) is not None and bool(consumer.assignment()), 30, "an assignment"
+    )
+    consumer.commit(offsets=[TopicPartition(topic, 0, 7, "meta-0")], asynchronous=False)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    listed = admin.list_consumer_groups().result(timeout=10)
+    assert "admin-g" in {g.group_id for g in listed.valid}
+    stable = admin.list_consumer_groups(states={ConsumerGroupState.STABLE}).result(timeout=10)
+    assert "admin-g" in {g.group_id for g in stable.valid}
+    empty = admin.list_consumer_groups(states={ConsumerGroupState.EMPTY}).result(timeout=10)
+    assert "admin-g" not in {g.group_id for g in empty.valid}
+
+    described = admin.describe_consumer_groups(["admin-g"])["admin-g"].result(timeout=10)
+    assert described.state == ConsumerGroupState.STABLE
+    assert described.partition_assignor == "range"
+    assert len(described.members) == 1
+    member = described.members[0]
+    assert member.client_id == "admin-test-client"
+    assert sorted(tp.partition for tp in member.assignment.topic_partitions) == [0, 1]
+
+    request = [__import__("confluent_kafka").ConsumerGroupTopicPartitions("admin-g")]
+    offsets = admin.list_consumer_group_offsets(request)["admin-g"].result(timeout=10)
+    by_partition = {tp.partition: tp for tp in offsets.topic_partitions}
+    assert by_partition[0].offset == 7
+    assert by_partition[0].metadata == "meta-0"
+
+    consumer.close()
+    wait_until(
+        lambda: (
+            admin.describe_consumer_groups(["admin-g"])["admin-g"].result(10).state
+            == ConsumerGroupState.EMPTY
+        ),
+        10,
+        "the group to be empty",
+    )
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    altered = admin.alter_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions("admin-g", [TopicPartition(topic, 1, 3)])]
+    )["admin-g"].result(timeout=10)
+    assert altered.topic_partitions[0].error is None
+    offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("admin-g")])[
+        "admin-g"
+    ].result(timeout=10)
+    assert {tp.partition: tp.offset for tp in offsets.topic_partitions} == {0: 7, 1: 3}
+
+    admin.delete_consumer_groups(["admin-g"])["admin-g"].result(timeout=10)
+    listed = admin.list_consumer_groups().result(timeout=10)
+    assert "admin-g" not in {g.group_id for g in listed.valid}
+
+
+def test_committed_offsets_survive_restart_and_kill(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data", GROUP_OVERRIDES)
+    broker.start()
+    try:
+        topic = "durable-offsets"
+        create_topic(broker.bootstrap, topic, 2)
+        produce(broker.bootstrap, topic, 0, 200, 2)
+
+        def committed() -> dict[int, tuple[int, str | None, int | None]]:
+            consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "durable"})
+            try:
+                found = consumer.committed([TopicPartition(topic, p) for p in (0, 1)], timeout=10)
+            finally:
+                consumer.close()
+            return {tp.partition: (tp.offset, tp.metadata, tp.leader_epoch) for tp in found}
+
+        committer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "durable"})
+        committer.commit(
+            offsets=[TopicPartition(topic, 0, 40, "first", 0), TopicPartition(topic, 1, 11)],
+            asynchronous=False,
+        )
+        committer.close()
+        assert committed()[0] == (40, "first", 0)
+
+        broker.stop()
+        broker.start()
+        assert committed()[0] == (40, "first", 0)
+        assert committed()[1][0] == 11
+
+        committer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "durable"})
+        committer.commit(offsets=[TopicPartition(topic, 0, 60, "second")], asynchronous=False)
+        committer.close()
+        broker.kill()
+        broker.start()
+        assert committed()[0][:2] == (60, "second")
+
+        resumed = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": "durable",
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": 2000,
+            }
+        )
+        resumed.subscribe([topic])
+        first: dict[int, int] = {}
+        deadline = time.monotonic() + 30
+        while len(first) < 2 and time.monotonic() < deadline:
+            msg = resumed.poll(0.5)
+            if msg is not None and not msg.error():
+                first.setdefault(msg.partition(), msg.offset())
+        resumed.close()
+        assert first == {0: 60, 1: 11}
+    finally:
+        if broker.alive():
+            broker.kill()

@@ -1,0 +1,307 @@
+"""The classic group protocol and offsets at the byte level, with raw requests.
+
+What real clients cannot show directly: MEMBER_ID_REQUIRED, the leader's
+assignment returned byte for byte, REBALANCE_IN_PROGRESS heartbeats, removal
+after the session timeout, static members fencing their old member id, and the
+records in __consumer_offsets in Kafka's own key and value layouts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from broker_process import BrokerProcess
+from confluent_kafka import Consumer, TopicPartition
+from kafka_helpers import create_topic
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
+from kio.schema.leave_group.v5.request import LeaveGroupRequest, MemberIdentity
+from kio.schema.offset_commit.v9.request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+from kio.schema.offset_fetch.v9.request import (
+    OffsetFetchRequest,
+    OffsetFetchRequestGroup,
+    OffsetFetchRequestTopics,
+)
+from kio.schema.sync_group.v5.request import SyncGroupRequest, SyncGroupRequestAssignment
+from raw_client import RawClient
+
+from strom.protocol.errors import ErrorCode
+
+SESSION_MS = 1000
+OVERRIDES = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "500",
+    "offsets.topic.num.partitions": "3",
+}
+
+
+@pytest.fixture(scope="module")
+def raw_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("rawgroups") / "data", OVERRIDES)
+    process.start()
+    yield process
+    if process.alive():
+        process.stop()
+
+
+def join(
+    client: RawClient,
+    group: str,
+    member_id: str = "",
+    instance: str | None = None,
+    metadata: bytes = b"sub",
+) -> object:
+    return client.request(
+        JoinGroupRequest(
+            group_id=group,
+            session_timeout=datetime.timedelta(milliseconds=SESSION_MS),
+            rebalance_timeout=datetime.timedelta(milliseconds=5000),
+            member_id=member_id,
+            group_instance_id=instance,
+            protocol_type="consumer",
+            protocols=(JoinGroupRequestProtocol(name="range", metadata=metadata),),
+            reason=None,
+        )
+    )
+
+
+def sync(
+    client: RawClient,
+    group: str,
+    member_id: str,
+    generation: int,
+    assignments: dict[str, bytes] | None = None,
+) -> object:
+    return client.request(
+        SyncGroupRequest(
+            group_id=group,
+            generation_id=generation,
+            member_id=member_id,
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=tuple(
+                SyncGroupRequestAssignment(member_id=m, assignment=a)
+                for m, a in (assignments or {}).items()
+            ),
+        )
+    )
+
+
+def heartbeat(
+    client: RawClient, group: str, member_id: str, generation: int, instance: str | None = None
+) -> ErrorCode:
+    return client.request(
+        HeartbeatRequest(
+            group_id=group,
+            generation_id=generation,
+            member_id=member_id,
+            group_instance_id=instance,
+        )
+    ).error_code
+
+
+def test_find_coordinator_answers_this_node_for_every_key(raw_broker) -> None:
+    client = RawClient(raw_broker.port)
+    response = client.request(FindCoordinatorRequest(key_type=0, coordinator_keys=("a", "b")))
+    assert [(c.key, c.error_code, c.port) for c in response.coordinators] == [
+        ("a", ErrorCode.none, raw_broker.port),
+        ("b", ErrorCode.none, raw_broker.port),
+    ]
+    client.close()
+
+
+def test_join_sync_heartbeat_rebalance_and_session_expiry(raw_broker) -> None:
+    group = "raw-group"
+    a, b = RawClient(raw_broker.port), RawClient(raw_broker.port)
+    first = join(a, group)
+    assert first.error_code == ErrorCode.member_id_required
+    a_id = first.member_id
+    joined = join(a, group, a_id, metadata=b"meta-a")
+    assert (joined.error_code, joined.generation_id, joined.leader) == (ErrorCode.none, 1, a_id)
+    assert [(m.member_id, m.metadata) for m in joined.members] == [(a_id, b"meta-a")]
+    assignment = bytes(range(256)) * 3
+    assert sync(a, group, a_id, 1, {a_id: assignment}).assignment == assignment
+    assert heartbeat(a, group, a_id, 1) == ErrorCode.none
+
+    with ThreadPoolExecutor(2) as pool:
+        b_id = join(b, group).member_id
+        b_join = pool.submit(join, b, group, b_id, None, b"meta-b")
+        deadline = time.monotonic() + 10
+        while heartbeat(a, group, a_id, 1) != ErrorCode.rebalance_in_progress:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        a_join = join(a, group, a_id, metadata=b"meta-a")
+        b_joined = b_join.result(10)
+    assert a_join.generation_id == b_joined.generation_id == 2
+    assert a_join.leader == a_id
+    assert {m.member_id: m.metadata for m in a_join.members} == {a_id: b"meta-a", b_id: b"meta-b"}
+    assert b_joined.members == ()
+    with ThreadPoolExecutor(1) as pool:
+        b_sync = pool.submit(sync, b, group, b_id, 2)
+        a_sync = sync(a, group, a_id, 2, {a_id: b"for-a", b_id: b"\x00for-b\xff"})
+        assert b_sync.result(10).assignment == b"\x00for-b\xff"
+    assert a_sync.assignment == b"for-a"
+    assert heartbeat(a, group, a_id, 1) == ErrorCode.illegal_generation
+    assert heartbeat(a, group, "nobody", 2) == ErrorCode.unknown_member_id
+
+    # b stops heartbeating: after its session timeout the group rebalances without it.
+    deadline = time.monotonic() + 10
+    while heartbeat(a, group, a_id, 2) != ErrorCode.rebalance_in_progress:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    alone = join(a, group, a_id, metadata=b"meta-a")
+    assert alone.generation_id == 3
+    assert [m.member_id for m in alone.members] == [a_id]
+    assert heartbeat(b, group, b_id, 2) == ErrorCode.unknown_member_id
+
+    left = a.request(
+        LeaveGroupRequest(
+            group_id=group,
+            members=(
+                MemberIdentity(member_id=a_id, group_instance_id=None, reason=None),
+                MemberIdentity(member_id="ghost", group_instance_id=None, reason=None),
+            ),
+        )
+    )
+    assert [m.error_code for m in left.members] == [ErrorCode.none, ErrorCode.unknown_member_id]
+    a.close()
+    b.close()
+
+
+def test_static_member_rejoins_without_rebalance_and_fences_its_old_id(raw_broker) -> None:
+    group = "static-group"
+    old, new = RawClient(raw_broker.port), RawClient(raw_broker.port)
+    first = join(old, group, instance="instance-1")
+    assert first.error_code == ErrorCode.none  # static members get an id at once
+    old_id = first.member_id
+    assert sync(old, group, old_id, 1, {old_id: b"mine"}).assignment == b"mine"
+
+    again = join(new, group, instance="instance-1")
+    assert again.error_code == ErrorCode.none
+    assert again.member_id != old_id
+    assert again.generation_id == 1  # no rebalance: same generation
+    assert again.skip_assignment  # it leads; v9 tells it not to assign again
+    assert sync(new, group, again.member_id, 1).assignment == b"mine"
+    assert heartbeat(old, group, old_id, 1, "instance-1") == ErrorCode.fenced_instance_id
+    assert heartbeat(new, group, again.member_id, 1, "instance-1") == ErrorCode.none
+    old.close()
+    new.close()
+
+
+def _kafka_string(text: str) -> bytes:
+    return struct.pack(">h", len(text)) + text.encode()
+
+
+def test_offsets_round_trip_and_are_stored_in_kafka_formats(raw_broker) -> None:
+    create_topic(raw_broker.bootstrap, "raw-offsets", 2)
+    client = RawClient(raw_broker.port)
+    committed = client.request(
+        OffsetCommitRequest(
+            group_id="offsets-group",
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            group_instance_id=None,
+            topics=(
+                OffsetCommitRequestTopic(
+                    name="raw-offsets",
+                    partitions=(
+                        OffsetCommitRequestPartition(
+                            partition_index=1,
+                            committed_offset=42,
+                            committed_leader_epoch=7,
+                            committed_metadata="hello",
+                        ),
+                        OffsetCommitRequestPartition(
+                            partition_index=9,
+                            committed_offset=1,
+                            committed_leader_epoch=-1,
+                            committed_metadata=None,
+                        ),
+                    ),
+                ),
+                OffsetCommitRequestTopic(
+                    name="no-such-topic",
+                    partitions=(
+                        OffsetCommitRequestPartition(
+                            partition_index=0,
+                            committed_offset=1,
+                            committed_leader_epoch=-1,
+                            committed_metadata=None,
+                        ),
+                    ),
+                ),
+            ),
+        )
+    )
+    errors = [[p.error_code for p in t.partitions] for t in committed.topics]
+    assert errors == [
+        [ErrorCode.none, ErrorCode.unknown_topic_or_partition],
+        [ErrorCode.unknown_topic_or_partition],
+    ]
+    fetched = client.request(
+        OffsetFetchRequest(
+            groups=(
+                OffsetFetchRequestGroup(
+                    group_id="offsets-group",
+                    member_id=None,
+                    member_epoch=-1,
+                    topics=(
+                        OffsetFetchRequestTopics(name="raw-offsets", partition_indexes=(0, 1)),
+                    ),
+                ),
+                OffsetFetchRequestGroup(
+                    group_id="unknown-group", member_id=None, member_epoch=-1, topics=None
+                ),
+            ),
+            require_stable=True,
+        )
+    )
+    known, unknown = fetched.groups
+    partitions = {p.partition_index: p for p in known.topics[0].partitions}
+    assert (
+        partitions[1].committed_offset,
+        partitions[1].committed_leader_epoch,
+        partitions[1].metadata,
+    ) == (42, 7, "hello")
+    assert partitions[0].committed_offset == -1
+    assert (unknown.error_code, unknown.topics) == (ErrorCode.none, ())
+    client.close()
+
+    # The record in __consumer_offsets, read back as any consumer would read it.
+    reader = Consumer(
+        {
+            "bootstrap.servers": raw_broker.bootstrap,
+            "group.id": "reader",
+            "enable.auto.commit": False,
+        }
+    )
+    reader.assign([TopicPartition("__consumer_offsets", p, 0) for p in range(3)])
+    expected_key = (
+        struct.pack(">h", 1)
+        + _kafka_string("offsets-group")
+        + _kafka_string("raw-offsets")
+        + struct.pack(">i", 1)
+    )
+    value = None
+    deadline = time.monotonic() + 20
+    while value is None and time.monotonic() < deadline:
+        msg = reader.poll(0.5)
+        if msg is not None and not msg.error() and msg.key() == expected_key:
+            value = msg.value()
+    reader.close()
+    assert value is not None
+    version, offset, epoch = struct.unpack_from(">hqi", value)
+    assert (version, offset, epoch) == (3, 42, 7)
+    assert value[14 : 14 + 7] == _kafka_string("hello")
+    assert len(value) == 14 + 7 + 8  # then only the commit timestamp

@@ -1,0 +1,101 @@
+"""The group coordinator on real storage, without a broker: replay, expiry, hashing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from strom.cluster.controller import Controller
+from strom.config import BrokerConfig
+from strom.coordinator.coordinator import GroupCoordinator, OffsetToCommit
+from strom.coordinator.offsets_topic import (
+    OFFSETS_TOPIC,
+    GroupRecord,
+    MemberRecord,
+    decode_group_value,
+    group_value,
+    java_string_hash,
+    partition_for,
+)
+from strom.protocol.errors import ErrorCode
+
+
+def test_group_partition_follows_java_string_hash() -> None:
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("") == 0
+    assert java_string_hash("polygenelubricants") == -(2**31)
+    assert partition_for("polygenelubricants", 50) == 0
+    assert partition_for("hello", 50) == 99162322 % 50
+    assert java_string_hash("\U0001f600") == 0xD83D * 31 + 0xDE00  # UTF-16 surrogates
+
+
+def test_group_metadata_value_round_trips() -> None:
+    record = GroupRecord(
+        "consumer",
+        4,
+        "range",
+        "m1",
+        1234,
+        [
+            MemberRecord("m1", "static-1", "client", "/127.0.0.1", 30000, 10000, b"sub", b"asg"),
+            MemberRecord("m2", None, "client", "/127.0.0.1", 30000, 10000, b"", b""),
+        ],
+    )
+    assert decode_group_value(group_value(record)) == record
+
+
+def _coordinator(log_dir: Path) -> tuple[Controller, GroupCoordinator]:
+    config = BrokerConfig(
+        {
+            "log.dirs": str(log_dir),
+            "offsets.topic.num.partitions": "4",
+            "offsets.retention.minutes": "1",
+        }
+    )
+    controller = Controller(config)
+    controller.load()
+    return controller, GroupCoordinator(controller, config)
+
+
+def test_offsets_replay_after_restart_and_expire_for_empty_groups(tmp_path: Path) -> None:
+    async def first_life() -> None:
+        controller, coordinator = _coordinator(tmp_path)
+        coordinator.start()
+        controller.create_topic("t", 2)
+        commits = [OffsetToCommit("t", 0, 5, 1, "m"), OffsetToCommit("t", 1, 9, -1, None)]
+        assert coordinator.validate_commit("g", -1, "", None) == ErrorCode.none
+        assert coordinator.commit_offsets("g", commits) == [ErrorCode.none, ErrorCode.none]
+        coordinator.commit_offsets("g", [OffsetToCommit("t", 1, 10, -1, None)])
+        coordinator.commit_offsets("other", [OffsetToCommit("t", 0, 1, -1, None)])
+        assert coordinator.delete_group("other") == ErrorCode.none
+        coordinator.stop()
+        controller.shutdown()
+
+    async def second_life() -> int:
+        controller, coordinator = _coordinator(tmp_path)
+        coordinator.start()
+        committed = coordinator.committed("g")
+        assert {tp: (v.offset, v.leader_epoch, v.metadata) for tp, v in committed.items()} == {
+            ("t", 0): (5, 1, "m"),
+            ("t", 1): (10, -1, ""),
+        }
+        assert "other" not in coordinator.groups
+        assert controller.topic(OFFSETS_TOPIC).configs["cleanup.policy"] == "compact"
+        assert coordinator.expire_offsets(coordinator.now_ms()) == 0
+        expired = coordinator.expire_offsets(coordinator.now_ms() + 61_000)
+        assert "g" not in coordinator.groups
+        coordinator.stop()
+        controller.shutdown()
+        return expired
+
+    asyncio.run(first_life())
+    assert asyncio.run(second_life()) == 2
+
+    async def third_life() -> None:
+        controller, coordinator = _coordinator(tmp_path)
+        coordinator.start()
+        assert coordinator.committed("g") == {}
+        coordinator.stop()
+        controller.shutdown()
+
+    asyncio.run(third_life())
