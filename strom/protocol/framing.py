@@ -23,6 +23,8 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from strom.protocol.encoder import message_writer
+
 API_VERSIONS_KEY = 18
 
 _SIZE = struct.Struct(">i")
@@ -64,7 +66,7 @@ def codec_for(api_key: int, api_version: int) -> MessageCodec:
         response_type=response_type,
         read_header=entity_reader(request_type.__header_schema__),
         read_body=entity_reader(request_type),
-        write_body=entity_writer(response_type),
+        write_body=message_writer(response_type),
         flexible_response_header=bool(response_type.__flexible__) and api_key != API_VERSIONS_KEY,
     )
 
