@@ -1,0 +1,197 @@
+"""The ``strom`` sink: rows of a batch or streaming DataFrame produced to Kafka topics.
+
+Owns the column contract of Spark's Kafka sink (``value`` required; ``key``,
+``headers``, ``topic``, ``partition`` optional; the ``topic`` option overrides the
+column) and the delivery guarantee: each Spark task flushes its producer and fails
+if any record was not acknowledged before it reports success, so a committed batch
+is in Kafka: at-least-once, as Spark's Kafka sink (a retried task may write twice).
+Records without a partition are placed by Kafka's Java partitioner (murmur2 of the
+key), as Spark's sink places them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, KafkaException, Producer
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    StringType,
+    StructType,
+)
+
+from strom.spark.options import StromOptionError, WriterOptions, parse_writer_options
+
+log = logging.getLogger(__name__)
+
+FLUSH_TIMEOUT_S = 120.0
+
+
+@dataclass
+class WrittenRecords(WriterCommitMessage):
+    count: int
+
+
+def _is_text_or_bytes(dtype: DataType) -> bool:
+    return isinstance(dtype, StringType | BinaryType)
+
+
+def _check_columns(schema: StructType, opts: WriterOptions) -> None:
+    """Spark's Kafka sink column rules, checked before any task runs."""
+    fields = {f.name.lower(): f.dataType for f in schema.fields}
+    if "value" not in fields:
+        raise StromOptionError(
+            "the strom sink needs a value column (string or binary); got columns "
+            + ", ".join(schema.fieldNames())
+        )
+    for column in ("value", "key"):
+        if column in fields and not _is_text_or_bytes(fields[column]):
+            raise StromOptionError(
+                f"column {column} must be string or binary, not {fields[column].simpleString()}"
+            )
+    if "topic" in fields and not isinstance(fields["topic"], StringType):
+        raise StromOptionError(f"column topic must be string, not {fields['topic'].simpleString()}")
+    if "topic" not in fields and opts.topic is None:
+        raise StromOptionError("the strom sink needs a topic column or the topic option")
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise StromOptionError(
+            f"column partition must be int, not {fields['partition'].simpleString()}"
+        )
+    if "headers" in fields:
+        headers = fields["headers"]
+        element = headers.elementType if isinstance(headers, ArrayType) else None
+        if not (
+            isinstance(element, StructType)
+            and [f.name for f in element.fields] == ["key", "value"]
+            and isinstance(element["key"].dataType, StringType)
+            and isinstance(element["value"].dataType, BinaryType)
+        ):
+            raise StromOptionError(
+                "column headers must be array<struct<key: string, value: binary>>, not "
+                + headers.simpleString()
+            )
+
+
+class _ArrowProducer:
+    """Writing one task's Arrow batches with one confluent-kafka producer."""
+
+    def __init__(self, options: Any, schema: StructType) -> None:
+        self.opts = parse_writer_options(options)
+        _check_columns(schema, self.opts)
+        self.columns = {f.name.lower(): f.name for f in schema.fields}
+
+    def _producer(self, failures: list[KafkaError]) -> Producer:
+        def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+            if err is not None:
+                failures.append(err)
+
+        config: dict[str, Any] = {
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "partitioner": "murmur2_random",
+            **self.opts.client,
+            "delivery.report.only.error": True,
+            "on_delivery": on_delivery,
+        }
+        return Producer(config)
+
+    def _column(self, batch: pa.RecordBatch, name: str) -> list[Any] | None:
+        column = self.columns.get(name)
+        return batch.column(column).to_pylist() if column is not None else None
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
+        failures: list[KafkaError] = []
+        producer = self._producer(failures)
+        produce = producer.produce
+        written = 0
+        for batch in iterator:
+            n = batch.num_rows
+            values = self._column(batch, "value")
+            keys = self._column(batch, "key") or repeat(None, n)
+            if self.opts.topic is not None:
+                topics: Any = repeat(self.opts.topic, n)
+            else:
+                topics = self._column(batch, "topic")
+                if None in topics:
+                    raise StromOptionError("a row has a null topic and no topic option is set")
+            partitions = self._column(batch, "partition")
+            headers = self._column(batch, "headers")
+            if partitions is None and headers is None:
+                rows: Any = zip(topics, values, keys, strict=False)
+                extra: Any = repeat({}, n)
+            else:
+                rows = zip(topics, values, keys, strict=False)
+                extra = (
+                    _extras(p, h)
+                    for p, h in zip(
+                        partitions or repeat(None, n), headers or repeat(None, n), strict=False
+                    )
+                )
+            for (topic, value, key), kwargs in zip(rows, extra, strict=False):
+                try:
+                    produce(topic, value, key, **kwargs)
+                except BufferError:
+                    producer.poll(0.05)
+                    produce(topic, value, key, **kwargs)
+            producer.poll(0)
+            written += n
+            if failures:
+                break
+        remaining = producer.flush(FLUSH_TIMEOUT_S)
+        if failures:
+            raise KafkaException(failures[0])
+        if remaining:
+            raise KafkaException(
+                KafkaError(KafkaError._MSG_TIMED_OUT, f"{remaining} records not acknowledged")
+            )
+        return WrittenRecords(written)
+
+
+def _extras(partition: int | None, headers: list[dict[str, Any]] | None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    if partition is not None:
+        kwargs["partition"] = partition
+    if headers:
+        kwargs["headers"] = [(h["key"], h["value"]) for h in headers]
+    return kwargs
+
+
+class StromBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("strom")``."""
+
+    def __init__(self, options: Any, schema: StructType) -> None:
+        self.task = _ArrowProducer(options, schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
+        return self.task.write(iterator)
+
+
+class StromStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("strom")``: each micro-batch's tasks flush before commit."""
+
+    def __init__(self, options: Any, schema: StructType) -> None:
+        self.task = _ArrowProducer(options, schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
+        return self.task.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        count = sum(m.count for m in messages if isinstance(m, WrittenRecords))
+        log.debug("micro-batch %d: %d records written", batchId, count)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.warning("micro-batch %d aborted; records already written stay (at-least-once)", batchId)
