@@ -19,7 +19,6 @@ offset equals the high watermark until transactions arrive.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from dataclasses import dataclass
@@ -86,13 +85,13 @@ async def _long_poll(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        woken = await purgatory.wait(keys, remaining)
-        if not woken:
-            break
+        # Look again and start waiting in the same step: a produce handled since the
+        # last look (even one pipelined behind this fetch) cannot be missed.
         response, size, has_error = _read(ctx, request, wanted)
         if size >= request.min_bytes or has_error:
             return response
-        await asyncio.sleep(0)
+        if not await purgatory.wait(keys, remaining):
+            break
     return _read(ctx, request, wanted)[0]
 
 

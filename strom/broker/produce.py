@@ -7,8 +7,10 @@ with ``message.timestamp.type=LogAppendTime`` the batch timestamp (then the CRC
 is recomputed). There is no per-record work.
 
 acks 0, 1 and -1 behave alike on a single node, where the ISR is this broker:
-the response is sent once the batch is in the log (and fsynced if the flush
-policy says so). acks=0 gets no response. Errors: UNKNOWN_TOPIC_OR_PARTITION,
+the response is sent once the batch is in the log, and when the topic's flush
+policy asks for a flush, once it is fsynced: the fsync runs off the event loop and
+one fsync covers every append made before it (group_commit.py); a failed fsync
+answers KAFKA_STORAGE_ERROR. acks=0 gets no response. Errors: UNKNOWN_TOPIC_OR_PARTITION,
 CORRUPT_MESSAGE (bad CRC or framing), MESSAGE_TOO_LARGE (a batch above the
 topic's max.message.bytes), UNSUPPORTED_FOR_MESSAGE_FORMAT (magic 0/1),
 INVALID_REQUIRED_ACKS, INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER.
@@ -32,6 +34,7 @@ against any transaction state).
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 from typing import Any
@@ -58,37 +61,71 @@ def handle_produce(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     controller = broker.controller
     acks = request.acks
+    # Per topic: (name, topic id, [(partition, error, base, append time, log start)]).
+    results: list[tuple[Any, Any, list[list[Any]]]] = []
+    durable: list[tuple[list[Any], asyncio.Future[None]]] = []
+    for topic_data in request.topic_data:
+        name = getattr(topic_data, "name", None)
+        topic_id = getattr(topic_data, "topic_id", None)
+        topic = resolve_topic(controller, name, topic_id)
+        partitions = []
+        for data in topic_data.partition_data:
+            if acks not in (0, 1, -1):
+                result = [data.index, ErrorCode.invalid_required_acks, -1, None, -1]
+            else:
+                result = [data.index, *_append(ctx, topic, data.index, data.records)]
+                if result[1] == ErrorCode.none and topic is not None:
+                    partition_log = controller.partition_log(topic.name, data.index)
+                    if partition_log is not None and partition_log.flush_wanted():
+                        durable.append((result, broker.group_commit.durable(partition_log)))
+            partitions.append(result)
+        results.append((name, topic_id, partitions))
+    if acks == 0:
+        for _, done in durable:
+            done.add_done_callback(_ignore_outcome)
+        return None
+    if durable:
+        return _after_fsync(ctx, results, durable)
+    return _response(ctx, results)
+
+
+async def _after_fsync(
+    ctx: RequestContext,
+    results: list[tuple[Any, Any, list[list[Any]]]],
+    durable: list[tuple[list[Any], asyncio.Future[None]]],
+) -> Any:
+    outcomes = await asyncio.gather(*(done for _, done in durable), return_exceptions=True)
+    for (result, _), outcome in zip(durable, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            result[1:] = [ErrorCode.kafka_storage_error, -1, None, -1]
+    return _response(ctx, results)
+
+
+def _ignore_outcome(done: asyncio.Future[None]) -> None:
+    if not done.cancelled():
+        done.exception()  # logged by group_commit; acks=0 has no one to tell
+
+
+def _response(ctx: RequestContext, results: list[tuple[Any, Any, list[list[Any]]]]) -> Any:
     response_type = ctx.response_type
     topic_type = nested(response_type, "TopicProduceResponse")
     partition_type = nested(response_type, "PartitionProduceResponse")
     topics = []
-    for topic_data in request.topic_data:
-        name = getattr(topic_data, "name", None)
-        topic = resolve_topic(controller, name, getattr(topic_data, "topic_id", None))
-        partitions = []
-        for data in topic_data.partition_data:
-            if acks not in (0, 1, -1):
-                error, base, append_time, start = ErrorCode.invalid_required_acks, -1, None, -1
-            else:
-                error, base, append_time, start = _append(ctx, topic, data.index, data.records)
-            partitions.append(
-                build(
-                    partition_type,
-                    index=data.index,
-                    error_code=error,
-                    base_offset=base,
-                    log_append_time=append_time,
-                    log_start_offset=start,
-                    record_errors=(),
-                    error_message=None,
-                )
+    for name, topic_id, partitions in results:
+        built = tuple(
+            build(
+                partition_type,
+                index=index,
+                error_code=error,
+                base_offset=base,
+                log_append_time=append_time,
+                log_start_offset=start,
+                record_errors=(),
+                error_message=None,
             )
-        topics.append(
-            build(topic_type, name=name, topic_id=getattr(topic_data, "topic_id", None),
-                  partition_responses=tuple(partitions))
+            for index, error, base, append_time, start in partitions
         )
-    if acks == 0:
-        return None
+        topics.append(build(topic_type, name=name, topic_id=topic_id, partition_responses=built))
     return build(response_type, responses=tuple(topics), throttle_time=NO_THROTTLE)
 
 
@@ -125,6 +162,7 @@ def _append(
             headers,
             leader_epoch=topic.leader_epoch,
             log_append_time_ms=log_append_ms,
+            defer_flush=True,
         )
     except InvalidProducerEpochError as exc:
         log.info("fencing a produce to %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)

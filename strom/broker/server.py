@@ -7,10 +7,13 @@ or unknown request (one log line, the broker carries on), the periodic flush,
 checkpoint and log maintenance (retention, cleaner, delayed deletes), and an orderly
 shutdown.
 
-A connection handles its requests one at a time. Most handlers answer at once;
-a long-polling fetch returns an awaitable, and the connection holds later
-requests until it completes. Reading is paused while the socket's send buffer
-is full, so a slow client cannot make the broker buffer without bound.
+A connection handles its requests in order. Most handlers answer at once; a
+long-polling fetch, a held JoinGroup or a produce waiting for its fsync returns
+an awaitable, and the connection goes on handling later requests (up to
+MAX_PIPELINED owed responses) while their responses wait behind it, so replies
+always leave in request order. Responses to one read go out in one write.
+Reading is paused while the socket's send buffer is full or too many responses
+are owed, so a slow client cannot make the broker buffer without bound.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import inspect
 import logging
 import struct
 import time
+from collections import deque
 
 from strom.broker.api_versions import unsupported_version_response
+from strom.broker.group_commit import GroupCommit
 from strom.broker.purgatory import Purgatory
 from strom.broker.router import RequestContext, Route, load_handlers
 from strom.cluster.controller import Controller
@@ -52,6 +57,7 @@ class Broker:
         self.routes: dict[int, Route] = load_handlers()
         self.controller = Controller(config)
         self.purgatory = Purgatory()
+        self.group_commit = GroupCommit()
         self.coordinator = GroupCoordinator(self.controller, config, self.purgatory.notify)
         self.listeners = [parse_listener(spec) for spec in config.listeners]
         self.advertised = [parse_listener(spec) for spec in config.advertised_listeners]
@@ -111,6 +117,7 @@ class Broker:
             await server.wait_closed()
         self.purgatory.wake_all()
         self.coordinator.stop()
+        self.group_commit.shutdown()
         self.controller.shutdown()
         log.info("Strom broker %d stopped cleanly", self.node_id)
 
@@ -132,6 +139,19 @@ class Broker:
                 log.exception("periodic flush failed")
 
 
+MAX_PIPELINED = 64  # requests handled ahead of an owed response before reading pauses
+
+
+class _Owed:
+    """A response slot in request order: filled when its handler's awaitable is done."""
+
+    __slots__ = ("chunks", "ready")
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes | bytearray | memoryview] = []
+        self.ready = False
+
+
 class KafkaConnection(asyncio.Protocol):
     """The request loop of one client connection."""
 
@@ -140,7 +160,10 @@ class KafkaConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.start = 0  # where the next unread frame begins in ``buffer``
-        self.busy = False  # an awaitable response is pending
+        # Responses owed, in request order; the head may still be pending (a long
+        # poll, an fsync). Later requests are handled meanwhile and their responses
+        # wait here, so the client sees them in order.
+        self.owed: deque[_Owed] = deque()
         self.write_paused = False
         self.closed = False
         self.peer = "?"
@@ -194,7 +217,9 @@ class KafkaConnection(asyncio.Protocol):
 
     def _process_frames(self) -> None:
         buffer = self.buffer
-        while not (self.busy or self.write_paused or self.closed):
+        while not (
+            len(self.owed) >= MAX_PIPELINED or self.write_paused or self.closed
+        ):
             available = len(buffer) - self.start
             if available < 4:
                 break
@@ -257,12 +282,13 @@ class KafkaConnection(asyncio.Protocol):
         if result is None:
             return
         if inspect.isawaitable(result):
-            self.busy = True
-            asyncio.get_running_loop().create_task(self._finish(ctx, result))
+            owed = _Owed()
+            self.owed.append(owed)
+            asyncio.get_running_loop().create_task(self._finish(ctx, result, owed))
             return
-        self._send(encode_response_chunks(correlation_id, codec, result))
+        self._respond(encode_response_chunks(correlation_id, codec, result))
 
-    async def _finish(self, ctx: RequestContext, pending: object) -> None:
+    async def _finish(self, ctx: RequestContext, pending: object, owed: _Owed) -> None:
         try:
             response = await pending  # type: ignore[misc]
         except Exception:
@@ -270,15 +296,28 @@ class KafkaConnection(asyncio.Protocol):
                           self.peer, ctx.api_key)
             self.close()
             return
-        self.busy = False
         if self.closed:
             return
         if response is not None:
-            self._send(encode_response_chunks(ctx.correlation_id, ctx.codec, response))
-        self._process()
+            owed.chunks = encode_response_chunks(ctx.correlation_id, ctx.codec, response)
+        owed.ready = True
+        was_full = len(self.owed) >= MAX_PIPELINED
+        while self.owed and self.owed[0].ready:
+            self._send(self.owed.popleft().chunks)
+        if was_full and len(self.owed) < MAX_PIPELINED:
+            self._process()
+
+    def _respond(self, chunks: list[bytes | bytearray | memoryview]) -> None:
+        """Send a response now, or queue it behind responses still owed."""
+        if self.owed:
+            owed = _Owed()
+            owed.chunks, owed.ready = chunks, True
+            self.owed.append(owed)
+        else:
+            self._send(chunks)
 
     def _write(self, data: bytes) -> None:
-        self._send([data])
+        self._respond([data])
 
     def _send(self, chunks: list[bytes | bytearray | memoryview]) -> None:
         if self.closed or self.transport is None:

@@ -50,6 +50,34 @@ _STALE_SUFFIXES = (".deleted", ".cleaned")
 PRODUCER_STATE_SEGMENTS = 2  # segments replayed at open to rebuild producer state
 
 
+class PendingFlush:
+    """The files one flush must fsync; ``sync`` is safe on any thread."""
+
+    __slots__ = ("paths", "directory", "end_offset", "handles")
+
+    def __init__(
+        self, paths: list[str], directory: Path | None, end_offset: int, handles: FileHandleCache
+    ) -> None:
+        self.paths = paths
+        self.directory = directory
+        self.end_offset = end_offset  # durable up to here once synced
+        self.handles = handles
+
+    def sync(self) -> None:
+        for path in self.paths:
+            try:
+                with self.handles.lease(path) as fd:
+                    os.fsync(fd)
+            except FileNotFoundError:
+                pass  # deleted since (retention, compaction): nothing left to make durable
+        if self.directory is not None:
+            fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
 class PartitionLog:
     """Append-only log of one partition. Create with ``PartitionLog.open``."""
 
@@ -199,8 +227,13 @@ class PartitionLog:
         *,
         leader_epoch: int = 0,
         log_append_time_ms: int | None = None,
+        defer_flush: bool = False,
     ) -> int:
         """Append validated back-to-back batches; returns the first batch's base offset.
+
+        The flush policy is applied at once unless ``defer_flush``: then the caller
+        checks ``flush_wanted()`` and flushes (perhaps with begin/end_flush, so that
+        one fsync covers several appends).
 
         ``headers`` come from ``records.validate_batches(buf)``; their offsets, leader
         epoch (and LogAppendTime when ``log_append_time_ms`` is given) are patched into
@@ -244,7 +277,8 @@ class PartitionLog:
         self.high_watermark = offset
         if self._oldest_unflushed_ms is None:
             self._oldest_unflushed_ms = now_ms
-        self.maybe_flush(now_ms)
+        if not defer_flush:
+            self.maybe_flush(now_ms)
         return first_offset
 
     def _should_roll(self, segment: LogSegment, size: int, last_offset: int, now_ms: int) -> bool:
@@ -283,37 +317,50 @@ class PartitionLog:
 
     # -- durability ----------------------------------------------------------------
 
-    def maybe_flush(self, now_ms: int | None = None) -> bool:
-        """Apply flush.messages / flush.ms; returns True if it flushed."""
+    def flush_wanted(self, now_ms: int | None = None) -> bool:
+        """Whether flush.messages / flush.ms call for a flush now."""
         unflushed = self.log_end_offset - self.recovery_point
-        if unflushed <= 0:
+        if unflushed <= 0 or not self._dirty:
             return False
         config = self.config
         if config.flush_messages is not None and unflushed >= config.flush_messages:
-            self.flush()
             return True
         if config.flush_ms is not None and self._oldest_unflushed_ms is not None:
             if now_ms is None:
                 now_ms = int(time.time() * 1000)
-            if now_ms - self._oldest_unflushed_ms >= config.flush_ms:
-                self.flush()
-                return True
+            return now_ms - self._oldest_unflushed_ms >= config.flush_ms
+        return False
+
+    def maybe_flush(self, now_ms: int | None = None) -> bool:
+        """Apply flush.messages / flush.ms; returns True if it flushed."""
+        if self.flush_wanted(now_ms):
+            self.flush()
+            return True
         return False
 
     def flush(self) -> None:
         """fsync every segment written since the last flush; recovery point = end."""
-        for segment in self._dirty:
-            segment.flush()
+        pending = self.begin_flush()
+        pending.sync()
+        self.end_flush(pending)
+
+    def begin_flush(self) -> PendingFlush:
+        """The owner's half of a flush: write pending index entries, name the files.
+
+        The returned PendingFlush may ``sync()`` on another thread while appends
+        go on (group commit); ``end_flush`` then moves the recovery point to what
+        was the log end when the flush began.
+        """
+        paths = [path for segment in self._dirty for path in segment.files_to_sync()]
+        directory = self.directory if self._dir_dirty else None
         self._dirty.clear()
-        if self._dir_dirty:
-            fd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            self._dir_dirty = False
-        self.recovery_point = self.log_end_offset
+        self._dir_dirty = False
         self._oldest_unflushed_ms = None
+        return PendingFlush(paths, directory, self.log_end_offset, self.handles)
+
+    def end_flush(self, pending: PendingFlush) -> None:
+        if pending.end_offset > self.recovery_point:
+            self.recovery_point = pending.end_offset
 
     # -- reads -----------------------------------------------------------------------
 

@@ -92,6 +92,7 @@ class LogSegment:
         "first_append_ms",
         "_max_ts",
         "_offset_of_max_ts",
+        "indexes_unsynced",
     )
 
     def __init__(
@@ -110,6 +111,7 @@ class LogSegment:
         self.first_append_ms: int | None = None
         self._max_ts: int | None = None
         self._offset_of_max_ts = -1
+        self.indexes_unsynced = False  # index entries written but not yet fsynced
 
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, size={self.size})"
@@ -257,6 +259,7 @@ class LogSegment:
         self.next_offset = next_offset
         self.offset_index.rewrite(self.handles)
         self.time_index.rewrite(self.handles)
+        self.indexes_unsynced = True
         return cut
 
     def _index_batch(self, position: int, header: BatchHeader, index_interval: int) -> None:
@@ -426,10 +429,10 @@ class LogSegment:
     # -- durability and lifecycle --------------------------------------------
 
     def write_indexes(self) -> None:
-        if self.offset_index is not None:
-            self.offset_index.write_pending(self.handles)
-        if self.time_index is not None:
-            self.time_index.write_pending(self.handles)
+        for index in (self.offset_index, self.time_index):
+            if index is not None and index.written != len(index):
+                index.write_pending(self.handles)
+                self.indexes_unsynced = True
 
     def flush(self) -> None:
         """Write pending index entries and fsync the log and index files."""
@@ -437,6 +440,24 @@ class LogSegment:
         for path in (self.log_path, self.index_path, self.timeindex_path):
             with self.handles.lease(path) as fd:
                 os.fsync(fd)
+        self.indexes_unsynced = False
+
+    def files_to_sync(self) -> list[str]:
+        """Write pending index entries; the files a flush must fsync now.
+
+        The log file always; the index files only when they hold entries written
+        since the last call, so a flush after every small append costs one fsync.
+        """
+        pending = any(
+            index is not None and index.written != len(index)
+            for index in (self.offset_index, self.time_index)
+        )
+        if pending:
+            self.write_indexes()
+        if not self.indexes_unsynced:
+            return [self.log_path]
+        self.indexes_unsynced = False
+        return [self.log_path, self.index_path, self.timeindex_path]
 
     def drop_indexes(self) -> None:
         """Free the in-memory indexes of an inactive segment (reloaded on demand)."""

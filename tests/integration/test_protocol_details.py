@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import datetime
+import struct
 import subprocess
 
 from confluent_kafka import Producer
 from kafka_helpers import consume_to_end, create_topic
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.serial import entity_reader
 from raw_client import RawClient
 
 from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import codec_for, encode_request
 from strom.protocol.records import build_batch, iter_headers
 
 
@@ -103,3 +106,89 @@ def test_advertised_listener_is_what_clients_are_told(fresh_broker) -> None:
                              text=True, check=True, timeout=30).stdout
     assert f"broker 1 at localhost:{fresh_broker.port}" in listing
     fresh_broker.stop()
+
+
+def _read_response(client: RawClient, body_type: type, correlation: int):
+    frame = client.read_frame()
+    (got,) = struct.unpack_from(">i", frame, 0)
+    assert got == correlation  # responses come back in request order
+    codec = codec_for(body_type.__api_key__, body_type.__version__)
+    offset = 5 if codec.flexible_response_header else 4
+    return entity_reader(codec.response_type)(frame, offset)[0]
+
+
+def test_requests_behind_a_long_poll_are_handled_while_it_waits(broker) -> None:
+    create_topic(broker.bootstrap, "pipelined", 1)
+    client = RawClient(broker.port)
+    fetch = FetchRequest(
+        max_wait=datetime.timedelta(seconds=20),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        topics=(
+            FetchTopic(
+                topic="pipelined",
+                partitions=(
+                    FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+    produce = ProduceRequest(
+        acks=1,
+        timeout=datetime.timedelta(seconds=5),
+        topic_data=(
+            TopicProduceData(
+                name="pipelined",
+                partition_data=(
+                    PartitionProduceData(index=0, records=build_batch([(None, b"wake up")])),
+                ),
+            ),
+        ),
+    )
+    # The fetch waits for data; the produce sent behind it on the same connection is
+    # handled at once, so the fetch wakes with its batch instead of timing out empty.
+    client.send_bytes(encode_request(1, "raw-test", fetch) + encode_request(2, "raw-test", produce))
+    fetched = _read_response(client, FetchRequest, 1)
+    assert [h.base_offset for h in iter_headers(fetched.responses[0].partitions[0].records)] == [0]
+    produced = _read_response(client, ProduceRequest, 2)
+    assert produced.responses[0].partition_responses[0].error_code == ErrorCode.none
+    client.close()
+
+
+def test_fsync_on_every_append_answers_pipelined_produces_in_order(fresh_broker) -> None:
+    fresh_broker.overrides["log.flush.interval.messages"] = "1"
+    fresh_broker.start()
+    create_topic(fresh_broker.bootstrap, "synced", 1)
+    client = RawClient(fresh_broker.port)
+    requests = b"".join(
+        encode_request(
+            n,
+            "raw-test",
+            ProduceRequest(
+                acks=-1,
+                timeout=datetime.timedelta(seconds=5),
+                topic_data=(
+                    TopicProduceData(
+                        name="synced",
+                        partition_data=(
+                            PartitionProduceData(
+                                index=0, records=build_batch([(None, b"v%d" % n)] * 3)
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        for n in range(1, 41)
+    )
+    client.send_bytes(requests)  # 40 produces in flight, each needing an fsync
+    bases = []
+    for n in range(1, 41):
+        reply = _read_response(client, ProduceRequest, n).responses[0].partition_responses[0]
+        assert reply.error_code == ErrorCode.none
+        bases.append(reply.base_offset)
+    assert bases == [3 * i for i in range(40)]
+    client.close()
+    values = [m.value() for m in consume_to_end(fresh_broker.bootstrap, "synced")]
+    assert values == [b"v%d" % n for n in range(1, 41) for _ in range(3)]
