@@ -63,6 +63,7 @@ def load_handlers() -> dict[int, Route]:
         admin_topics,
         api_versions,
         configs,
+        consumer_groups,
         describe_cluster,
         fetch,
         groups,

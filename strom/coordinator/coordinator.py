@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from strom.coordinator.classic import ClassicGroup, GroupState
+from strom.coordinator.consumer_group import ConsumerGroup
 from strom.coordinator.offsets_topic import (
     OFFSETS_TOPIC,
     CommittedOffset,
@@ -54,7 +55,6 @@ from strom.protocol.records import build_batch, decode_records, iter_headers, va
 if TYPE_CHECKING:
     from strom.cluster.controller import Controller
     from strom.config import BrokerConfig
-    from strom.coordinator.consumer_group import ConsumerGroup
 
 log = logging.getLogger(__name__)
 
@@ -254,11 +254,30 @@ class GroupCoordinator:
     # Groups -------------------------------------------------------------------------
 
     def classic_group(self, group_id: str, *, create: bool) -> ClassicGroup | None:
+        """The classic group of this id; ``create`` also turns an empty KIP-848 group."""
         group = self.groups.get(group_id)
-        if group is None and create:
-            group = ClassicGroup(group_id, self)
-            self.groups[group_id] = group
-        return group if isinstance(group, ClassicGroup) else None
+        if isinstance(group, ClassicGroup):
+            return group
+        if not create or (group is not None and not group.is_empty()):
+            return None
+        if group is not None:
+            group.mark_dead()
+        created = ClassicGroup(group_id, self)
+        self.groups[group_id] = created
+        return created
+
+    def consumer_group(self, group_id: str, *, create: bool) -> ConsumerGroup | None:
+        """The KIP-848 group of this id; ``create`` also turns an empty classic group."""
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            return group
+        if not create or (group is not None and not group.is_empty()):
+            return None
+        if group is not None:
+            group.mark_dead()
+        created = ConsumerGroup(group_id, self)
+        self.groups[group_id] = created
+        return created
 
     def group_exists(self, group_id: str) -> bool:
         return group_id in self.groups

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 from broker_process import BrokerProcess
-from confluent_kafka import Consumer, ConsumerGroupState, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    ConsumerGroupType,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from kafka_helpers import create_topic
 
@@ -23,6 +30,8 @@ GROUP_OVERRIDES = {
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "500",
     "offsets.topic.num.partitions": "5",
+    "group.consumer.heartbeat.interval.ms": "300",
+    "group.consumer.session.timeout.ms": "3000",
 }
 PARTITIONS = 6
 
@@ -196,7 +205,7 @@ def test_admin_client_lists_describes_alters_and_deletes_groups(group_broker) ->
     assert member.client_id == "admin-test-client"
     assert sorted(tp.partition for tp in member.assignment.topic_partitions) == [0, 1]
 
-    request = [__import__("confluent_kafka").ConsumerGroupTopicPartitions("admin-g")]
+    request = [ConsumerGroupTopicPartitions("admin-g")]
     offsets = admin.list_consumer_group_offsets(request)["admin-g"].result(timeout=10)
     by_partition = {tp.partition: tp for tp in offsets.topic_partitions}
     assert by_partition[0].offset == 7
@@ -211,8 +220,6 @@ def test_admin_client_lists_describes_alters_and_deletes_groups(group_broker) ->
         10,
         "the group to be empty",
     )
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
     altered = admin.alter_consumer_group_offsets(
         [ConsumerGroupTopicPartitions("admin-g", [TopicPartition(topic, 1, 3)])]
     )["admin-g"].result(timeout=10)
@@ -283,3 +290,59 @@ def test_committed_offsets_survive_restart_and_kill(tmp_path: Path) -> None:
     finally:
         if broker.alive():
             broker.kill()
+
+
+def test_kip848_group_shares_partitions_and_consumes_everything(group_broker) -> None:
+    """confluent-kafka with group.protocol=consumer: the broker assigns (KIP-848)."""
+    bootstrap = group_broker.bootstrap
+    topic = "kip848-topic"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce(bootstrap, topic, 0, 600)
+    stop = threading.Event()
+    records: set[tuple[int, int]] = set()
+    assignments: dict[int, set[int]] = {}
+    lock = threading.Lock()
+
+    def member(index: int) -> None:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "kip848-group",
+                "group.protocol": "consumer",
+                "auto.offset.reset": "earliest",
+            }
+        )
+        consumer.subscribe([topic])
+        while not stop.is_set():
+            msg = consumer.poll(0.1)
+            with lock:
+                if msg is not None and not msg.error():
+                    records.add((msg.partition(), msg.offset()))
+                assignments[index] = {tp.partition for tp in consumer.assignment()}
+        consumer.close()
+
+    def shared_by_three() -> bool:
+        with lock:
+            owned = [p for a in assignments.values() for p in a]
+            return (
+                len(assignments) == 3
+                and all(assignments.values())
+                and sorted(owned) == list(range(PARTITIONS))
+            )
+
+    threads = [threading.Thread(target=member, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(shared_by_three, 60, "three KIP-848 members sharing six partitions")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        described = admin.describe_consumer_groups(["kip848-group"])["kip848-group"].result(10)
+        assert described.type == ConsumerGroupType.CONSUMER
+        assert len(described.members) == 3
+        produce(bootstrap, topic, 600, 600)
+        expected = {(p, o) for p in range(PARTITIONS) for o in range(200)}
+        wait_until(lambda: expected <= records, 60, "every record to be consumed")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)

@@ -1,0 +1,210 @@
+"""The next-generation consumer group protocol (KIP-848).
+
+- ConsumerGroupHeartbeat (key 68), versions 0-1: joins, heartbeats,
+  reconciliation and leaving, with the assignment computed by the broker (see
+  strom/coordinator/consumer_group.py). INVALID_REQUEST for a missing group id,
+  a join without a subscription, or a v1 join without a member id (v1 members
+  choose their own id); UNSUPPORTED_ASSIGNOR for an assignor not listed in
+  ``group.consumer.assignors``; INVALID_REGULAR_EXPRESSION for a subscription
+  regex Python's ``re`` cannot compile (Kafka uses RE2/J); GROUP_ID_NOT_FOUND
+  for a group that is an active classic group.
+- ConsumerGroupDescribe (69), versions 0-1: members with their current and
+  target assignments; GROUP_ID_NOT_FOUND for unknown and classic groups.
+
+Authorized operations are never computed; rack ids are kept but not used.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import uuid
+from typing import Any
+
+from strom.broker.common import NO_THROTTLE
+from strom.broker.groups import client_host, millis
+from strom.broker.router import RequestContext, handles
+from strom.coordinator.assignors import assignor_name
+from strom.coordinator.consumer_group import ConsumerGroup, HeartbeatRequest, HeartbeatResult
+from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import build, nested
+
+NO_AUTHORIZED_OPERATIONS = -2147483648
+MEMBER_TYPE_CONSUMER = 1
+
+
+def _fail(ctx: RequestContext, error: ErrorCode, message: str, request: Any) -> Any:
+    return _response(
+        ctx,
+        HeartbeatResult(error, request.member_id or None, request.member_epoch, 0, None, message),
+    )
+
+
+def _response(ctx: RequestContext, result: HeartbeatResult) -> Any:
+    response_type = ctx.response_type
+    assignment = None
+    if result.assignment is not None:
+        assignment_type = nested(response_type, "Assignment")
+        partitions_type = nested(response_type, "TopicPartitions")
+        assignment = build(
+            assignment_type,
+            topic_partitions=tuple(
+                build(partitions_type, topic_id=topic_id, partitions=tuple(sorted(ps)))
+                for topic_id, ps in sorted(result.assignment.items(), key=lambda kv: str(kv[0]))
+            ),
+        )
+    return build(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=result.error,
+        error_message=result.message,
+        member_id=result.member_id,
+        member_epoch=result.member_epoch,
+        heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms),
+        assignment=assignment,
+    )
+
+
+@handles(68, 0, 1)
+def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    coordinator = ctx.broker.coordinator
+    if not request.group_id:
+        return _fail(ctx, ErrorCode.invalid_request, "GroupId can't be empty.", request)
+    regex = getattr(request, "subscribed_topic_regex", None)
+    joining = request.member_epoch == 0
+    if joining and request.subscribed_topic_names is None and regex is None:
+        return _fail(
+            ctx,
+            ErrorCode.invalid_request,
+            "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
+            request,
+        )
+    if joining and ctx.api_version >= 1 and not request.member_id:
+        return _fail(ctx, ErrorCode.invalid_request, "MemberId can't be empty.", request)
+    if request.server_assignor is not None:
+        known = {assignor_name(a) for a in coordinator.config["group.consumer.assignors"]}
+        if request.server_assignor not in known:
+            return _fail(
+                ctx,
+                ErrorCode.unsupported_assignor,
+                f"ServerAssignor {request.server_assignor} is not supported.",
+                request,
+            )
+    if regex:
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            return _fail(ctx, ErrorCode.invalid_regular_expression, str(exc), request)
+    group = coordinator.consumer_group(request.group_id, create=joining)
+    if group is None:
+        error = (
+            ErrorCode.group_id_not_found
+            if coordinator.group_exists(request.group_id)
+            else ErrorCode.unknown_member_id
+        )
+        return _fail(ctx, error, None, request)
+    owned = None
+    if request.topic_partitions is not None:
+        owned = {tp.topic_id: set(tp.partitions) for tp in request.topic_partitions}
+    result = group.heartbeat(
+        HeartbeatRequest(
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
+            instance_id=request.instance_id,
+            rack_id=request.rack_id,
+            rebalance_timeout_ms=millis(request.rebalance_timeout),
+            subscribed_topic_names=(
+                None
+                if request.subscribed_topic_names is None
+                else list(request.subscribed_topic_names)
+            ),
+            subscribed_topic_regex=regex,
+            server_assignor=request.server_assignor,
+            owned=owned,
+            client_id=ctx.client_id or "",
+            client_host=client_host(ctx),
+        )
+    )
+    return _response(ctx, result)
+
+
+@handles(69, 0, 1)
+def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
+    coordinator = ctx.broker.coordinator
+    response_type = ctx.response_type
+    group_type = nested(response_type, "DescribedGroup")
+    member_type = nested(response_type, "Member")
+    assignment_type = nested(response_type, "Assignment")
+    partitions_type = nested(response_type, "TopicPartitions")
+    described = []
+
+    def assignment(group: ConsumerGroup, topics: dict[uuid.UUID, set[int]]) -> Any:
+        entries = []
+        for topic_id, ps in topics.items():
+            name = group.topic_name(topic_id)
+            if name is not None and ps:
+                entries.append(
+                    build(
+                        partitions_type,
+                        topic_id=topic_id,
+                        topic_name=name,
+                        partitions=tuple(sorted(ps)),
+                    )
+                )
+        return build(assignment_type, topic_partitions=tuple(entries))
+
+    for group_id in request.group_ids:
+        group = coordinator.groups.get(group_id)
+        if not isinstance(group, ConsumerGroup):
+            message = (
+                f"Group {group_id} is not a consumer group."
+                if group is not None
+                else f"Group {group_id} not found."
+            )
+            described.append(
+                build(
+                    group_type,
+                    error_code=ErrorCode.group_id_not_found,
+                    error_message=message,
+                    group_id=group_id,
+                    group_state="Dead",
+                    group_epoch=-1,
+                    assignment_epoch=-1,
+                    assignor_name="",
+                    members=(),
+                    authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                )
+            )
+            continue
+        members = tuple(
+            build(
+                member_type,
+                member_id=m.member_id,
+                instance_id=m.instance_id,
+                rack_id=m.rack_id,
+                member_epoch=m.epoch,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                subscribed_topic_names=tuple(m.subscribed_topic_names),
+                subscribed_topic_regex=m.subscribed_topic_regex,
+                assignment=assignment(group, m.assigned),
+                target_assignment=assignment(group, group.target.get(m.member_id, {})),
+                member_type=MEMBER_TYPE_CONSUMER,
+            )
+            for m in group.members.values()
+        )
+        described.append(
+            build(
+                group_type,
+                error_code=ErrorCode.none,
+                error_message=None,
+                group_id=group_id,
+                group_state=group.state_name,
+                group_epoch=group.group_epoch,
+                assignment_epoch=group.assignment_epoch,
+                assignor_name=group.assignor_name,
+                members=members,
+                authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            )
+        )
+    return build(response_type, throttle_time=NO_THROTTLE, groups=tuple(described))
