@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -49,6 +50,7 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
+@lru_cache(maxsize=65536)
 def partition_for(group_id: str, partitions: int) -> int:
     """Kafka's Utils.abs(groupId.hashCode) % offsets.topic.num.partitions."""
     h = java_string_hash(group_id)
@@ -133,6 +135,7 @@ class _Writer:
         return self
 
 
+@lru_cache(maxsize=65536)
 def offset_key(group: str, topic: str, partition: int) -> bytes:
     w = _Writer().i16(OFFSET_COMMIT_KEY_VERSION).string(group).string(topic).i32(partition)
     return bytes(w.out)
