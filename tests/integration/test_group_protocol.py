@@ -305,3 +305,75 @@ def test_offsets_round_trip_and_are_stored_in_kafka_formats(raw_broker) -> None:
     assert (version, offset, epoch) == (3, 42, 7)
     assert value[14 : 14 + 7] == _kafka_string("hello")
     assert len(value) == 14 + 7 + 8  # then only the commit timestamp
+
+
+def _cg_heartbeat(
+    client: RawClient,
+    group: str,
+    member_id: str,
+    epoch: int,
+    topics: tuple[str, ...] | None = None,
+    owned: object = None,
+) -> object:
+    from kio.schema.consumer_group_heartbeat.v1.request import (
+        ConsumerGroupHeartbeatRequest,
+        TopicPartitions,
+    )
+
+    return client.request(
+        ConsumerGroupHeartbeatRequest(
+            group_id=group,
+            member_id=member_id,
+            member_epoch=epoch,
+            instance_id=None,
+            rack_id=None,
+            rebalance_timeout=datetime.timedelta(seconds=10),
+            subscribed_topic_names=topics,
+            subscribed_topic_regex=None,
+            server_assignor="range",
+            topic_partitions=None
+            if owned is None
+            else tuple(
+                TopicPartitions(topic_id=t, partitions=tuple(sorted(ps)))
+                for t, ps in owned.items()  # type: ignore[attr-defined]
+            ),
+        )
+    )
+
+
+def _owned(response: object) -> dict:
+    assignment = response.assignment  # type: ignore[attr-defined]
+    return {tp.topic_id: set(tp.partitions) for tp in assignment.topic_partitions}
+
+
+def test_kip848_heartbeat_revokes_before_it_reassigns(raw_broker) -> None:
+    create_topic(raw_broker.bootstrap, "cg-raw", 4)
+    group = "cg-raw-group"
+    a, b = RawClient(raw_broker.port), RawClient(raw_broker.port)
+    assert _cg_heartbeat(a, group, "", 0, ("cg-raw",)).error_code == ErrorCode.invalid_request
+    assert _cg_heartbeat(a, group, "a", 0).error_code == ErrorCode.invalid_request
+    assert _cg_heartbeat(a, group, "ghost", 3).error_code == ErrorCode.unknown_member_id
+
+    first = _cg_heartbeat(a, group, "a", 0, ("cg-raw",))
+    assert first.error_code == ErrorCode.none
+    a_owned = _owned(first)
+    assert [sorted(ps) for ps in a_owned.values()] == [[0, 1, 2, 3]]
+    a_epoch = first.member_epoch
+    assert _cg_heartbeat(a, group, "a", a_epoch + 5).error_code == ErrorCode.fenced_member_epoch
+
+    b_first = _cg_heartbeat(b, group, "b", 0, ("cg-raw",))
+    assert _owned(b_first) == {}  # a still owns everything: nothing to hand out yet
+    revoke = _cg_heartbeat(a, group, "a", a_epoch, owned=a_owned)
+    assert revoke.member_epoch == a_epoch  # keeps its epoch until it has revoked
+    assert [sorted(ps) for ps in _owned(revoke).values()] == [[0, 1]]
+    b_waiting = _cg_heartbeat(b, group, "b", b_first.member_epoch, owned={})
+    if b_waiting.assignment is not None:
+        assert not any(_owned(b_waiting).values())  # 2 and 3 are not released yet
+    done = _cg_heartbeat(a, group, "a", a_epoch, owned=_owned(revoke))
+    assert done.member_epoch > a_epoch
+    b_now = _cg_heartbeat(b, group, "b", b_waiting.member_epoch, owned={})
+    assert [sorted(ps) for ps in _owned(b_now).values()] == [[2, 3]]
+    left = _cg_heartbeat(a, group, "a", -1)
+    assert (left.error_code, left.member_epoch) == (ErrorCode.none, -1)
+    a.close()
+    b.close()
