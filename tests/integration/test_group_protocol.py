@@ -377,3 +377,84 @@ def test_kip848_heartbeat_revokes_before_it_reassigns(raw_broker) -> None:
     assert (left.error_code, left.member_epoch) == (ErrorCode.none, -1)
     a.close()
     b.close()
+
+
+def _subscription(*topics: str) -> bytes:
+    """A ConsumerProtocolSubscription v0: version, topics, no user data."""
+    out = struct.pack(">hi", 0, len(topics))
+    for topic in topics:
+        out += _kafka_string(topic)
+    return out + struct.pack(">i", -1)
+
+
+def test_offset_delete_refuses_subscribed_topics(raw_broker) -> None:
+    from kio.schema.offset_delete.v0.request import (
+        OffsetDeleteRequest,
+        OffsetDeleteRequestPartition,
+        OffsetDeleteRequestTopic,
+    )
+
+    create_topic(raw_broker.bootstrap, "od-sub", 1)
+    create_topic(raw_broker.bootstrap, "od-free", 1)
+    client = RawClient(raw_broker.port)
+    group = "od-group"
+    member = join(client, group).member_id
+    joined = join(client, group, member, metadata=_subscription("od-sub"))
+    sync(client, group, member, joined.generation_id, {member: b""})
+    client.request(
+        OffsetCommitRequest(
+            group_id=group,
+            generation_id_or_member_epoch=joined.generation_id,
+            member_id=member,
+            group_instance_id=None,
+            topics=tuple(
+                OffsetCommitRequestTopic(
+                    name=name,
+                    partitions=(
+                        OffsetCommitRequestPartition(
+                            partition_index=0,
+                            committed_offset=5,
+                            committed_leader_epoch=-1,
+                            committed_metadata=None,
+                        ),
+                    ),
+                )
+                for name in ("od-sub", "od-free")
+            ),
+        )
+    )
+
+    def delete(group_id: str) -> object:
+        return client.request(
+            OffsetDeleteRequest(
+                group_id=group_id,
+                topics=tuple(
+                    OffsetDeleteRequestTopic(
+                        name=name, partitions=(OffsetDeleteRequestPartition(partition_index=0),)
+                    )
+                    for name in ("od-sub", "od-free")
+                ),
+            )
+        )
+
+    assert delete("no-such-group").error_code == ErrorCode.group_id_not_found
+    response = delete(group)
+    assert response.error_code == ErrorCode.none
+    assert [t.partitions[0].error_code for t in response.topics] == [
+        ErrorCode.group_subscribed_to_topic,
+        ErrorCode.none,
+    ]
+    fetched = client.request(
+        OffsetFetchRequest(
+            groups=(
+                OffsetFetchRequestGroup(
+                    group_id=group, member_id=None, member_epoch=-1, topics=None
+                ),
+            ),
+            require_stable=False,
+        )
+    )
+    assert [(t.name, t.partitions[0].committed_offset) for t in fetched.groups[0].topics] == [
+        ("od-sub", 5)
+    ]
+    client.close()
