@@ -45,7 +45,8 @@ from strom.protocol.framing import (
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
-_COMPACT_AT = 1 << 20
+RECEIVE_BUFFER = 256 * 1024  # per connection, for frames smaller than DIRECT_FRAME
+DIRECT_FRAME = 64 * 1024
 
 
 class Broker:
@@ -152,14 +153,23 @@ class _Owed:
         self.ready = False
 
 
-class KafkaConnection(asyncio.Protocol):
-    """The request loop of one client connection."""
+class KafkaConnection(asyncio.BufferedProtocol):
+    """The request loop of one client connection.
+
+    Bytes are received into ``inbox``; a frame of at least DIRECT_FRAME bytes (a
+    produce of big batches) is received straight into a buffer of its own, so its
+    records are not copied on the way in.
+    """
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
-        self.start = 0  # where the next unread frame begins in ``buffer``
+        self.inbox = bytearray(RECEIVE_BUFFER)
+        self.start = 0  # where the next unread frame begins in ``inbox``
+        self.end = 0  # where received bytes end in ``inbox``
+        self.direct: bytearray | None = None  # a large frame being received in place
+        self.direct_filled = 0
+        self.reading_paused = False
         # Responses owed, in request order; the head may still be pending (a long
         # poll, an fsync). Later requests are handled meanwhile and their responses
         # wait here, so the client sees them in order.
@@ -184,20 +194,47 @@ class KafkaConnection(asyncio.Protocol):
         self.closed = True
         self.broker._connections.discard(self)
 
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        self._process()
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.direct is not None:
+            return memoryview(self.direct)[self.direct_filled :]
+        if self.end == len(self.inbox):
+            self._make_room()
+        return memoryview(self.inbox)[self.end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.direct is None:
+            self.end += nbytes
+            self._process()
+            return
+        self.direct_filled += nbytes
+        if self.direct_filled == len(self.direct):
+            frame, self.direct = self.direct, None
+            self._process(memoryview(frame).toreadonly())  # kio reads read-only buffers
+
+    def _make_room(self) -> None:
+        """Move unread bytes to the front of the inbox (a new, bigger one if full)."""
+        unread = self.end - self.start
+        if self.start:  # same-size copy: the inbox may still be exported to the transport
+            self.inbox[:unread] = self.inbox[self.start : self.end]
+        else:
+            inbox = bytearray(2 * len(self.inbox))
+            inbox[:unread] = self.inbox[: self.end]
+            self.inbox = inbox
+        self.start, self.end = 0, unread
 
     def pause_writing(self) -> None:
         self.write_paused = True
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self._pause_reading()
 
     def resume_writing(self) -> None:
         self.write_paused = False
-        if self.transport is not None and not self.closed:
-            self.transport.resume_reading()
+        if not self.closed:
             self._process()
+
+    def _pause_reading(self) -> None:
+        if not self.reading_paused and self.transport is not None and not self.closed:
+            self.reading_paused = True
+            self.transport.pause_reading()
 
     # Request loop ----------------------------------------------------------
 
@@ -206,9 +243,11 @@ class KafkaConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def _process(self) -> None:
+    def _process(self, frame: memoryview | None = None) -> None:
         self.outbox = []
         try:
+            if frame is not None:
+                self._handle(frame)
             self._process_frames()
         finally:
             outbox, self.outbox = self.outbox, None
@@ -216,33 +255,50 @@ class KafkaConnection(asyncio.Protocol):
                 self.transport.writelines(outbox)
 
     def _process_frames(self) -> None:
-        buffer = self.buffer
-        while not (
-            len(self.owed) >= MAX_PIPELINED or self.write_paused or self.closed
-        ):
-            available = len(buffer) - self.start
+        while True:
+            if self.closed:
+                return
+            if len(self.owed) >= MAX_PIPELINED or self.write_paused:
+                self._pause_reading()  # resumed once responses drain
+                return
+            if self.direct is not None:
+                break  # the rest of a large frame is still on its way
+            inbox = self.inbox
+            available = self.end - self.start
             if available < 4:
                 break
-            (size,) = _SIZE.unpack_from(buffer, self.start)
+            (size,) = _SIZE.unpack_from(inbox, self.start)
             if size < 0 or size > self.broker.max_request_size:
                 log.warning(
                     "closing connection from %s: request size %d is outside 0..%d",
-                    self.peer, size, self.broker.max_request_size,
+                    self.peer,
+                    size,
+                    self.broker.max_request_size,
                 )
                 self.close()
                 return
-            if available < 4 + size:
-                break
             begin = self.start + 4
-            with memoryview(buffer) as view:
-                frame = bytes(view[begin : begin + size])
-            self.start = begin + size
-            self._handle(frame)
-        if self.start and (self.start == len(buffer) or self.start >= _COMPACT_AT):
-            del buffer[: self.start]
-            self.start = 0
+            if available - 4 >= size:
+                with memoryview(inbox) as view:
+                    frame = bytes(view[begin : begin + size])
+                self.start = begin + size
+                self._handle(frame)
+            elif size >= DIRECT_FRAME:
+                direct = bytearray(size)
+                with memoryview(inbox) as view:
+                    direct[: available - 4] = view[begin : self.end]
+                self.direct, self.direct_filled = direct, available - 4
+                self.start = self.end = 0
+                break
+            else:
+                break
+        if self.start == self.end:
+            self.start = self.end = 0
+        if self.reading_paused and self.transport is not None:
+            self.reading_paused = False
+            self.transport.resume_reading()
 
-    def _handle(self, frame: bytes) -> None:
+    def _handle(self, frame: bytes | memoryview) -> None:
         try:
             api_key, api_version, correlation_id = peek_header(frame)
         except FrameError as exc:
@@ -301,10 +357,9 @@ class KafkaConnection(asyncio.Protocol):
         if response is not None:
             owed.chunks = encode_response_chunks(ctx.correlation_id, ctx.codec, response)
         owed.ready = True
-        was_full = len(self.owed) >= MAX_PIPELINED
         while self.owed and self.owed[0].ready:
             self._send(self.owed.popleft().chunks)
-        if was_full and len(self.owed) < MAX_PIPELINED:
+        if self.reading_paused and len(self.owed) < MAX_PIPELINED:
             self._process()
 
     def _respond(self, chunks: list[bytes | bytearray | memoryview]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import struct
 import subprocess
+import time
 
 from confluent_kafka import Producer
 from kafka_helpers import consume_to_end, create_topic
@@ -192,3 +193,40 @@ def test_fsync_on_every_append_answers_pipelined_produces_in_order(fresh_broker)
     client.close()
     values = [m.value() for m in consume_to_end(fresh_broker.bootstrap, "synced")]
     assert values == [b"v%d" % n for n in range(1, 41) for _ in range(3)]
+
+
+def test_large_frames_arriving_in_pieces_between_small_ones(broker) -> None:
+    create_topic(broker.bootstrap, "pieces", 1)
+    client = RawClient(broker.port)
+
+    def produce_request(n: int, value: bytes) -> bytes:
+        body = ProduceRequest(
+            acks=1,
+            timeout=datetime.timedelta(seconds=5),
+            topic_data=(
+                TopicProduceData(
+                    name="pieces",
+                    partition_data=(
+                        PartitionProduceData(index=0, records=build_batch([(None, value)])),
+                    ),
+                ),
+            ),
+        )
+        return encode_request(n, "raw-test", body)
+
+    big = b"".join(bytes([i % 251]) for i in range(300_000))
+    stream = (
+        produce_request(1, b"small before")
+        + produce_request(2, big)  # received into a buffer of its own
+        + produce_request(3, b"small after")
+    )
+    cuts = [0, 100, 70_000, 250_000, len(stream) - 10, len(stream)]
+    for start, end in zip(cuts, cuts[1:], strict=False):
+        client.send_bytes(stream[start:end])
+        time.sleep(0.05)  # each piece arrives in its own read
+    for n in (1, 2, 3):
+        reply = _read_response(client, ProduceRequest, n).responses[0].partition_responses[0]
+        assert reply.error_code == ErrorCode.none and reply.base_offset == n - 1
+    client.close()
+    values = [m.value() for m in consume_to_end(broker.bootstrap, "pieces")]
+    assert values == [b"small before", big, b"small after"]
