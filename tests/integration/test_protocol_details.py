@@ -40,19 +40,21 @@ def _fetch(client: RawClient, topic: str, offsets: dict[int, int], partition_max
     return {p.partition_index: p for p in response.responses[0].partitions}
 
 
-def _produce(client: RawClient, topic: str, partition: int, batch: bytes) -> int:
-    response = client.request(
-        ProduceRequest(
-            acks=1,
-            timeout=datetime.timedelta(seconds=5),
-            topic_data=(
-                TopicProduceData(
-                    name=topic,
-                    partition_data=(PartitionProduceData(index=partition, records=batch),),
-                ),
+def _produce_body(topic: str, partition: int, batch: bytes, acks: int = 1) -> ProduceRequest:
+    return ProduceRequest(
+        acks=acks,
+        timeout=datetime.timedelta(seconds=5),
+        topic_data=(
+            TopicProduceData(
+                name=topic,
+                partition_data=(PartitionProduceData(index=partition, records=batch),),
             ),
-        )
+        ),
     )
+
+
+def _produce(client: RawClient, topic: str, partition: int, batch: bytes) -> int:
+    response = client.request(_produce_body(topic, partition, batch))
     reply = response.responses[0].partition_responses[0]
     assert reply.error_code == ErrorCode.none
     return reply.base_offset
@@ -135,18 +137,7 @@ def test_requests_behind_a_long_poll_are_handled_while_it_waits(broker) -> None:
         ),
         forgotten_topics_data=(),
     )
-    produce = ProduceRequest(
-        acks=1,
-        timeout=datetime.timedelta(seconds=5),
-        topic_data=(
-            TopicProduceData(
-                name="pipelined",
-                partition_data=(
-                    PartitionProduceData(index=0, records=build_batch([(None, b"wake up")])),
-                ),
-            ),
-        ),
-    )
+    produce = _produce_body("pipelined", 0, build_batch([(None, b"wake up")]))
     # The fetch waits for data; the produce sent behind it on the same connection is
     # handled at once, so the fetch wakes with its batch instead of timing out empty.
     client.send_bytes(encode_request(1, "raw-test", fetch) + encode_request(2, "raw-test", produce))
@@ -164,22 +155,7 @@ def test_fsync_on_every_append_answers_pipelined_produces_in_order(fresh_broker)
     client = RawClient(fresh_broker.port)
     requests = b"".join(
         encode_request(
-            n,
-            "raw-test",
-            ProduceRequest(
-                acks=-1,
-                timeout=datetime.timedelta(seconds=5),
-                topic_data=(
-                    TopicProduceData(
-                        name="synced",
-                        partition_data=(
-                            PartitionProduceData(
-                                index=0, records=build_batch([(None, b"v%d" % n)] * 3)
-                            ),
-                        ),
-                    ),
-                ),
-            ),
+            n, "raw-test", _produce_body("synced", 0, build_batch([(None, b"v%d" % n)] * 3), -1)
         )
         for n in range(1, 41)
     )
@@ -200,18 +176,7 @@ def test_large_frames_arriving_in_pieces_between_small_ones(broker) -> None:
     client = RawClient(broker.port)
 
     def produce_request(n: int, value: bytes) -> bytes:
-        body = ProduceRequest(
-            acks=1,
-            timeout=datetime.timedelta(seconds=5),
-            topic_data=(
-                TopicProduceData(
-                    name="pieces",
-                    partition_data=(
-                        PartitionProduceData(index=0, records=build_batch([(None, value)])),
-                    ),
-                ),
-            ),
-        )
+        body = _produce_body("pieces", 0, build_batch([(None, value)]))
         return encode_request(n, "raw-test", body)
 
     big = b"".join(bytes([i % 251]) for i in range(300_000))
