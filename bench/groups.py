@@ -349,7 +349,8 @@ def main() -> None:
             print(
                 f"offset commits: {rate:,} per second ({args.connections} connections, "
                 f"{args.pipeline} requests in flight each, one partition per commit); "
-                f"broker process busy {busy:.0%} of one core"
+                f"broker process busy {busy:.0%} of one core, "
+                f"so {rate / max(busy, 1e-9):,.0f} commits per broker CPU-second"
             )
         finally:
             broker.stop()

@@ -50,7 +50,7 @@ from strom.coordinator.offsets_topic import (
     partition_for,
 )
 from strom.protocol.errors import ErrorCode
-from strom.protocol.records import build_batch, decode_records, iter_headers, validate_batches
+from strom.protocol.records import build_batch, decode_records, iter_headers
 
 if TYPE_CHECKING:
     from strom.cluster.controller import Controller
@@ -178,7 +178,7 @@ class GroupCoordinator:
         if partition_log is None or topic is None:
             raise OSError(f"{OFFSETS_TOPIC}-{partition} is not available")
         buf = bytearray(build_batch(records, base_timestamp=self.now_ms()))
-        headers = validate_batches(buf)
+        headers = list(iter_headers(buf))  # built here: no CRC to check
         partition_log.append(buf, headers, leader_epoch=topic.leader_epoch)
         if self.on_append is not None:
             self.on_append(OFFSETS_TOPIC, partition)
