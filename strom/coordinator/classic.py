@@ -165,7 +165,7 @@ class ClassicGroup:
         return self.state.value
 
     def is_empty(self) -> bool:
-        return not self.members
+        return not self.members and not self.pending_members
 
     def subscribed_topics(self) -> set[str] | None:
         """Topics the members subscribe to (consumer protocol), None when unknown."""

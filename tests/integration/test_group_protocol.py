@@ -223,6 +223,12 @@ def test_offsets_round_trip_and_are_stored_in_kafka_formats(raw_broker) -> None:
                             committed_metadata="hello",
                         ),
                         OffsetCommitRequestPartition(
+                            partition_index=0,
+                            committed_offset=3,
+                            committed_leader_epoch=-1,
+                            committed_metadata="x" * 4097,
+                        ),
+                        OffsetCommitRequestPartition(
                             partition_index=9,
                             committed_offset=1,
                             committed_leader_epoch=-1,
@@ -246,7 +252,11 @@ def test_offsets_round_trip_and_are_stored_in_kafka_formats(raw_broker) -> None:
     )
     errors = [[p.error_code for p in t.partitions] for t in committed.topics]
     assert errors == [
-        [ErrorCode.none, ErrorCode.unknown_topic_or_partition],
+        [
+            ErrorCode.none,
+            ErrorCode.offset_metadata_too_large,
+            ErrorCode.unknown_topic_or_partition,
+        ],
         [ErrorCode.unknown_topic_or_partition],
     ]
     fetched = client.request(
