@@ -138,6 +138,7 @@ def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
             message = f"Internal topic {topic.name} cannot be deleted"
         else:
             controller.delete_topic(topic.name)
+            ctx.broker.coordinator.forget_topic(topic.name)
         results.append(
             build(
                 result_type,

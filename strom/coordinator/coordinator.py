@@ -17,7 +17,8 @@ memory only: after a restart their members rejoin (their offsets survive).
 Offsets of an empty group expire ``offsets.retention.minutes`` after the group
 became empty (after their commit for groups that never had a protocol); a
 check runs every ``offsets.retention.check.interval.ms`` and writes tombstones.
-An empty group with no offsets left is then deleted.
+An empty group with no offsets left is then deleted. Deleting a topic
+tombstones every group's offsets of it (DeleteTopics calls ``forget_topic``).
 
 Talks to storage through the cluster controller, never to sockets: the wire
 handlers (strom.broker.groups, offsets, consumer_groups) call it.
@@ -367,6 +368,16 @@ class GroupCoordinator:
             del stored[tp]
         if not stored:
             self.offsets.pop(group_id, None)
+
+    def forget_topic(self, topic: str) -> None:
+        """Tombstone every group's offsets of a deleted topic, as Kafka does."""
+        for group_id in list(self.offsets):
+            doomed = [tp for tp in self.offsets[group_id] if tp[0] == topic]
+            if doomed:
+                try:
+                    self.delete_offsets(group_id, doomed)
+                except OSError:
+                    log.exception("could not delete offsets of %s for group %s", topic, group_id)
 
     def expire_offsets(self, now_ms: int | None = None) -> int:
         """Tombstone the expired offsets of empty groups; returns how many went."""

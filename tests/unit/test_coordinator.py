@@ -99,3 +99,26 @@ def test_offsets_replay_after_restart_and_expire_for_empty_groups(tmp_path: Path
         controller.shutdown()
 
     asyncio.run(third_life())
+
+
+def test_offsets_of_a_deleted_topic_are_forgotten(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        controller, coordinator = _coordinator(tmp_path)
+        coordinator.start()
+        controller.create_topic("gone", 1)
+        controller.create_topic("kept", 1)
+        coordinator.commit_offsets(
+            "g", [OffsetToCommit("gone", 0, 5, -1, None), OffsetToCommit("kept", 0, 6, -1, None)]
+        )
+        controller.delete_topic("gone")
+        coordinator.forget_topic("gone")
+        assert list(coordinator.committed("g")) == [("kept", 0)]
+        coordinator.stop()
+        controller.shutdown()
+        controller, coordinator = _coordinator(tmp_path)
+        coordinator.start()
+        assert list(coordinator.committed("g")) == [("kept", 0)]
+        coordinator.stop()
+        controller.shutdown()
+
+    asyncio.run(scenario())
