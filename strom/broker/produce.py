@@ -4,7 +4,12 @@ Each partition's ``records`` are validated as bytes (magic 2, sizes, CRC32C,
 record counts) and appended as they came: compressed batches stay compressed.
 The broker rewrites base offset and partition leader epoch, and for topics
 with ``message.timestamp.type=LogAppendTime`` the batch timestamp (then the CRC
-is recomputed). There is no per-record work.
+is recomputed). There is no per-record work, except on topics that need it: a
+compacted topic (cleanup.policy with ``compact``) refuses a batch holding a
+record without a key with INVALID_RECORD, and a topic whose compression.type is
+not ``producer`` gets every batch in that codec (records decompressed and
+recompressed as they are: offsets deltas, timestamps, producer id/epoch/sequence
+kept).
 
 acks 0, 1 and -1 behave alike on a single node, where the ISR is this broker:
 the response is sent once the batch is in the log, and when the topic's flush
@@ -42,12 +47,15 @@ from typing import Any
 from strom.broker.common import NO_THROTTLE, now_ms, resolve_topic
 from strom.broker.router import RequestContext, handles
 from strom.cluster.metadata import TopicMetadata
+from strom.protocol.codecs import CODEC_NAMES
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 from strom.protocol.records import (
     BatchTooLargeError,
     CorruptBatchError,
     UnsupportedMagicError,
+    has_null_key,
+    recompress_batches,
     validate_batches,
 )
 from strom.storage.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError
@@ -151,6 +159,18 @@ def _append(
     except CorruptBatchError as exc:
         log.info("rejecting batch for %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
         return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
+    if config.compact or config.compression_type != "producer":
+        try:
+            if config.compact and any(has_null_key(buf, header) for header in headers):
+                log.info("refusing keyless records for compacted %s-%d from %s",
+                         topic.name, partition, ctx.peer)
+                return ErrorCode.invalid_record, -1, None, partition_log.log_start_offset
+            codec = CODEC_NAMES.get(config.compression_type)
+            if codec is not None and any(h.codec != codec and not h.is_control for h in headers):
+                buf, headers = recompress_batches(buf, headers, codec)
+        except CorruptBatchError as exc:
+            log.info("rejecting batch for %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
+            return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
     append_time = None
     log_append_ms = None
     if config.message_timestamp_type == "LogAppendTime":

@@ -45,6 +45,10 @@ class Controller:
             log_config_for(config, {}),
             max_open_files=config["max.open.segment.files"],
             retention_check_interval_ms=config["log.retention.check.interval.ms"],
+            cleaner_enabled=config["log.cleaner.enable"],
+            cleaner_backoff_ms=config["log.cleaner.backoff.ms"],
+            # Kafka's dedupe buffer holds 24 bytes per key (hash + offset)
+            cleaner_max_map_entries=max(1, config["log.cleaner.dedupe.buffer.size"] // 24),
         )
         self._log_configs: dict[str, LogConfig] = {}
 

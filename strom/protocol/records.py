@@ -30,6 +30,12 @@ A record inside (only built here, for tests and internal topics)::
     keyLength varint, key, valueLength varint, value, headerCount varint,
     headers (keyLength varint, key, valueLength varint, value)
 
+Where a feature needs the records themselves (compaction, broker-side
+recompression, the key check on compacted topics), ``scan_records`` walks a
+batch's (decompressed) records once, reading only lengths, offset delta and key,
+and ``rebuild_batch`` wraps record bytes copied unchanged (their deltas stay
+relative to the batch's base offset and base timestamp) in a new batch header.
+
 Not here: compression codecs (``codecs.py``), wire framing (``framing.py``).
 """
 
@@ -382,3 +388,120 @@ def _read_blob(body: bytes, pos: int) -> tuple[bytes | None, int]:
     if pos + n > len(body):
         raise CorruptBatchError("record field extends past the batch")
     return body[pos : pos + n], pos + n
+
+
+# ---------------------------------------------------------------------------
+# Reading records without building Record objects: compaction, recompression and
+# key checks. Speed matters here (the cleaner runs this once or twice per record).
+
+
+def records_body(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bytes:
+    """The (decompressed) records of one batch as bytes."""
+    from strom.protocol.codecs import decompress
+
+    body = bytes(buf[header.position + HEADER_SIZE : header.position + header.size])
+    return decompress(header.codec, body) if header.codec else body
+
+
+def scan_records(body: bytes, count: int) -> list[tuple[int, int, int, bytes | None, bool]]:
+    """(start, end, offset delta, key, is tombstone) of each of ``count`` records in
+    ``body``: ``body[start:end]`` is the record's bytes, length prefix included."""
+    out: list[tuple[int, int, int, bytes | None, bool]] = []
+    append = out.append
+    pos = 0
+    try:
+        for _ in range(count):
+            start = pos
+            b = body[pos]  # record length (zig-zag varint; 1-2 bytes inline)
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif body[pos + 1] < 0x80:
+                v = (b & 0x7F) | (body[pos + 1] << 7)
+                length = (v >> 1) ^ -(v & 1)
+                pos += 2
+            else:
+                length, pos = read_varint(body, pos)
+            end = pos + length
+            pos += 1  # attributes
+            while body[pos] & 0x80:  # timestamp delta: skipped
+                pos += 1
+            b = body[pos + 1]  # offset delta
+            if b < 0x80:
+                delta = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                delta, pos = read_varint(body, pos + 1)
+            b = body[pos]  # key length
+            if b < 0x80:
+                n = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                n, pos = read_varint(body, pos)
+            if n < 0:
+                key = None
+            else:
+                key = body[pos : pos + n]
+                pos += n
+            # value length -1 is the single byte 0x01
+            append((start, end, delta, key, body[pos] == 1))
+            if end > len(body) or pos >= end:
+                raise CorruptBatchError("record length does not match its contents")
+            pos = end
+    except IndexError:
+        raise CorruptBatchError("truncated record") from None
+    if pos != len(body):
+        raise CorruptBatchError("records do not fill the batch")
+    return out
+
+
+def has_null_key(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
+    """True if any record of the batch has no key (refused by compacted topics)."""
+    if header.is_control:
+        return False
+    body = records_body(buf, header)
+    return any(key is None for _, _, _, key, _ in scan_records(body, header.record_count))
+
+
+def rebuild_batch(
+    buf: bytes | bytearray | memoryview,
+    header: BatchHeader,
+    records: bytes,
+    record_count: int,
+    codec: int,
+) -> bytes:
+    """A copy of the batch at ``header`` holding ``records`` (uncompressed record bytes
+    taken from it, deltas unchanged) compressed with ``codec``. Base offset, last
+    offset delta, timestamps, producer id/epoch/sequence and the other attribute
+    bits are kept; the CRC is recomputed."""
+    from strom.protocol.codecs import compress
+
+    p = header.position
+    payload = compress(codec, records) if codec else records
+    attributes = (header.attributes & ~ATTR_CODEC_MASK) | codec
+    after_crc = bytearray(buf[p + 21 : p + 57])
+    _I16.pack_into(after_crc, 0, attributes)
+    after_crc += _I32.pack(record_count)
+    after_crc += payload
+    crc = crc32c(after_crc)
+    head = struct.pack(
+        ">qiibI", header.base_offset, len(after_crc) + 9, header.partition_leader_epoch, 2, crc
+    )
+    return head + after_crc
+
+
+def recompress_batches(
+    buf: bytes | bytearray | memoryview, headers: list[BatchHeader], codec: int
+) -> tuple[bytearray, list[BatchHeader]]:
+    """The batches of ``buf`` with every data batch in ``codec`` (records unchanged;
+    control batches and batches already in ``codec`` are copied as they are), and
+    the new headers."""
+    out = bytearray()
+    for header in headers:
+        p = header.position
+        if header.codec == codec or header.is_control:
+            out += buf[p : p + header.size]
+        else:
+            body = records_body(buf, header)
+            out += rebuild_batch(buf, header, body, header.record_count, codec)
+    return out, list(iter_headers(out))

@@ -7,7 +7,7 @@ recover above each recovery point), a ``.lock`` file so two brokers never share 
 directory, creating and deleting logs, periodic flushes, the shared FileHandleCache,
 and the schedule of the log lifecycle (``maintain``: retention every
 log.retention.check.interval.ms, unlinking retired segment files when their
-file.delete.delay.ms has passed).
+file.delete.delay.ms has passed, and the LogCleaner of compacted logs).
 Does not own: which topics should exist or their configs (the cluster metadata
 hands in a ``configs(topic)`` callable), the retention rules themselves
 (partition_log.py).
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from strom.storage.checkpoint import read_checkpoint, write_checkpoint
+from strom.storage.cleaner import LogCleaner
 from strom.storage.errors import LogDirLockedError
 from strom.storage.handles import FileHandleCache
 from strom.storage.log_config import LogConfig
@@ -63,6 +64,9 @@ class LogManager:
         max_open_files: int = 512,
         *,
         retention_check_interval_ms: int = 300000,
+        cleaner_enabled: bool = True,
+        cleaner_backoff_ms: int = 15000,
+        cleaner_max_map_entries: int = 5_000_000,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.default_config = default_config
@@ -71,6 +75,13 @@ class LogManager:
         self._lock_fd: int | None = None
         self.retention_check_interval_ms = retention_check_interval_ms
         self._last_retention_check_ms = 0
+        self.cleaner = LogCleaner(
+            self.log_dir,
+            self.all_logs,
+            enabled=cleaner_enabled,
+            backoff_ms=cleaner_backoff_ms,
+            max_map_entries=cleaner_max_map_entries,
+        )
 
     def _lock(self) -> None:
         if self._lock_fd is not None:
@@ -90,6 +101,7 @@ class LogManager:
         started = time.monotonic()
         marker = self.log_dir / CLEAN_SHUTDOWN_MARKER
         clean = marker.exists()
+        self.cleaner.load()
         recovery_points = read_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
         start_offsets = read_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT)
         for entry in sorted(os.scandir(self.log_dir), key=lambda e: e.name):
@@ -204,14 +216,16 @@ class LogManager:
             self.enforce_retention(now_ms)
         for partition_log in list(self._logs.values()):
             partition_log.purge_deleted(now_ms)
+        self.cleaner.maintain(now_ms)
 
     @property
     def maintenance_interval_ms(self) -> int:
         """How often ``maintain`` wants to be called."""
-        return self.retention_check_interval_ms
+        return min(self.retention_check_interval_ms, self.cleaner.backoff_ms)
 
     def shutdown(self) -> None:
         """Flush and close every log, checkpoint, and leave the clean shutdown marker."""
+        self.cleaner.shutdown()
         for partition_log in self._logs.values():
             partition_log.close()
         self.checkpoint()

@@ -38,6 +38,7 @@ from strom.protocol.records import (
     set_log_append_time,
     set_partition_leader_epoch,
 )
+from strom.storage import swap
 from strom.storage.errors import OffsetOutOfRangeError
 from strom.storage.handles import FileHandleCache
 from strom.storage.log_config import LogConfig
@@ -147,6 +148,7 @@ class PartitionLog:
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        swap.recover(directory)  # finish or roll back a cleaner swap cut short by a crash
         sizes: dict[int, int] = {}
         with os.scandir(directory) as entries:
             for entry in entries:
@@ -217,6 +219,47 @@ class PartitionLog:
 
     def update_config(self, config: LogConfig) -> None:
         self.config = config
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def closed_segments(self) -> list[LogSegment]:
+        """Every segment but the active one, oldest first (a copy of the list)."""
+        return self._segments[:-1]
+
+    def holds_run(self, old: list[LogSegment]) -> bool:
+        """``old`` is a contiguous run of this open log's closed segments, in order."""
+        if self._closed or not old:
+            return False
+        segments = self._segments
+        try:
+            i = segments.index(old[0])
+        except ValueError:
+            return False
+        return segments[i : i + len(old)] == old and i + len(old) < len(segments)
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> bool:
+        """Put ``new`` in place of the run ``old`` (closed segments, contiguous, in order;
+        ``new.base_offset == old[0].base_offset``). Returns False, changing nothing, if
+        ``old`` is no longer such a run in this log (retention or DeleteRecords took
+        some of it). The old segments other than the first are retired; the first one's
+        files are about to be replaced by the new ones under the same names (swap.py),
+        so only its fds are released."""
+        if not self.holds_run(old) or new.base_offset != old[0].base_offset:
+            return False
+        segments = self._segments
+        i = segments.index(old[0])
+        for segment in old[1:]:
+            self._retire(segment)
+        head = old[0]
+        if head in self._dirty:
+            self._dirty.remove(head)
+        for path in (head.log_path, head.index_path, head.timeindex_path):
+            self.handles.forget(path)
+        segments[i : i + len(old)] = [new]
+        self._bases[i : i + len(old)] = [new.base_offset]
+        return True
 
     # -- appends -----------------------------------------------------------------
 

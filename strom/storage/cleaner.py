@@ -1,0 +1,537 @@
+"""Log compaction: the cleaner keeps the latest record of every key in closed segments.
+
+Owns: choosing which compacted log to clean (``cleanup.policy`` with ``compact``;
+``min.cleanable.dirty.ratio``, ``min.compaction.lag.ms``, ``max.compaction.lag.ms``),
+the cleaner-offset checkpoint (Kafka's ``cleaner-offset-checkpoint``: per partition,
+the first offset not yet cleaned), building cleaned segments, and swapping them in.
+
+A cleaning of one log: the range is every closed segment from the log start up to
+the first segment holding a record younger than min.compaction.lag.ms (the active
+segment never). An offset map (key -> latest offset) is built over the dirty part of
+the range (from the checkpoint on); then every batch of the range is rewritten,
+keeping a record when no later record of its key exists, and dropping tombstones
+(null values) whose batch is older than delete.retention.ms, and keyless records.
+Kept records are copied byte for byte into a batch with the same base offset, last
+offset delta, timestamps, producer id/epoch/sequence and codec (compressed batches
+are decompressed and recompressed with their own codec), so offsets never change
+and consumers see gaps. Batches left untouched: control and transactional batches,
+and the last batch of each producer id in the range (whole), so idempotent producer
+state rebuilt from the log stays right. Runs of small segments are merged into one
+while their sizes add up to no more than segment.bytes.
+
+Threads: ``maintain`` (called periodically by the log manager on the owner's thread,
+the broker's event loop) starts a cleaning on a worker thread, which only reads the
+closed segments' files and writes ``*.cleaned`` files; when it is done, ``maintain``
+swaps the results into the PartitionLog on the owner's thread (swap.py: crash-safe),
+so appends, which only touch the active segment, are never lost.
+
+Differences from Kafka: tombstone expiry is judged by the batch's max timestamp
+(not by when the tombstone was first cleaned); empty batches are never written (a
+producer's last batch is kept whole instead); aborted transactions are not removed.
+Does not own: the swap protocol (swap.py), segment rolling (partition_log.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from strom.protocol.records import (
+    HEADER_SIZE,
+    BatchHeader,
+    parse_header,
+    rebuild_batch,
+    records_body,
+    scan_records,
+)
+from strom.storage import swap
+from strom.storage.checkpoint import read_checkpoint, write_checkpoint
+from strom.storage.log_config import LogConfig
+from strom.storage.partition_log import PartitionLog
+from strom.storage.segment import (
+    CLEANED_SUFFIX,
+    INDEX_SUFFIX,
+    INT32_MAX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    LogSegment,
+    segment_file,
+)
+
+log = logging.getLogger(__name__)
+
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+_READ_CHUNK = 8 << 20
+_WRITE_BUFFER = 4 << 20
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+class CleaningAborted(Exception):
+    """The cleaner is shutting down (or the log went away) mid-cleaning."""
+
+
+@dataclass
+class CleaningJob:
+    """A snapshot, taken on the owner's thread, of what one cleaning works on."""
+
+    log: PartitionLog
+    segments: list[LogSegment]  # the cleanable range, oldest first, all closed
+    end: int  # base offset of the first segment after the range
+    first_dirty: int
+    config: LogConfig
+    now_ms: int
+    dirty_ratio: float
+    abort: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class CleanedSegment:
+    old: list[LogSegment]
+    base: int
+    end: int  # base offset of the segment after ``old``
+    size: int
+
+
+@dataclass
+class CleaningStats:
+    records_read: int = 0
+    records_kept: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    seconds: float = 0.0
+    segments_before: int = 0
+    segments_after: int = 0
+
+
+@dataclass
+class CleaningResult:
+    job: CleaningJob
+    cleaned: list[CleanedSegment]
+    map_end: int  # the next cleaning's first dirty offset
+    stats: CleaningStats
+
+
+def _batches(path: str, size: int) -> Iterator[tuple[bytes, BatchHeader]]:
+    """(buffer, header) for every whole batch in the first ``size`` bytes of a file."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        offset = 0
+        while offset + HEADER_SIZE <= size:
+            data = os.pread(fd, min(_READ_CHUNK, size - offset), offset)
+            n = len(data)
+            pos = 0
+            while pos + HEADER_SIZE <= n:
+                header = parse_header(data, pos)
+                if pos + header.size > n:
+                    break
+                yield data, header
+                pos += header.size
+            if pos == 0:
+                if n < HEADER_SIZE:
+                    return
+                header = parse_header(data, 0)  # one batch larger than the chunk
+                if offset + header.size > size:
+                    return
+                data = os.pread(fd, header.size, offset)
+                yield data, parse_header(data, 0)
+                pos = header.size
+            offset += pos
+    finally:
+        os.close(fd)
+
+
+class _SegmentWriter:
+    """Writes one cleaned segment (``*.cleaned`` files) with its sparse indexes."""
+
+    def __init__(self, directory: str, base: int, index_interval: int) -> None:
+        self.base = base
+        self.paths = [
+            segment_file(directory, base, s) + CLEANED_SUFFIX
+            for s in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+        ]
+        self.file = open(self.paths[0], "wb", buffering=_WRITE_BUFFER)  # noqa: SIM115
+        self.interval = index_interval
+        self.size = 0
+        self.since_index = 0
+        self.max_ts = -1
+        self.offset_of_max = -1
+        self.last_time_entry = -1
+        self.offset_entries = bytearray()
+        self.time_entries = bytearray()
+
+    def write(self, data: bytes | memoryview, header: BatchHeader) -> None:
+        if header.max_timestamp > self.max_ts:
+            self.max_ts = header.max_timestamp
+            self.offset_of_max = header.base_offset + header.last_offset_delta
+        if self.since_index >= self.interval:
+            self.offset_entries += _OFFSET_ENTRY.pack(header.base_offset - self.base, self.size)
+            self._time_entry()
+            self.since_index = 0
+        self.file.write(data)
+        self.size += len(data)
+        self.since_index += len(data)
+
+    def _time_entry(self) -> None:
+        if self.max_ts > self.last_time_entry:
+            self.time_entries += _TIME_ENTRY.pack(self.max_ts, self.offset_of_max - self.base)
+            self.last_time_entry = self.max_ts
+
+    def finish(self) -> None:
+        self._time_entry()  # sealed: the last entry is the segment's max timestamp
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        for path, data in (
+            (self.paths[1], self.offset_entries),
+            (self.paths[2], self.time_entries),
+        ):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def discard(self) -> None:
+        if not self.file.closed:
+            self.file.close()
+        for path in self.paths:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+def build_cleaned_segments(job: CleaningJob, max_map_entries: int) -> CleaningResult:
+    """The heavy part of a cleaning (reads and writes files only; any thread)."""
+    started = time.perf_counter()
+    stats = CleaningStats(segments_before=len(job.segments))
+    segments = job.segments
+    bases = [s.base_offset for s in segments] + [job.end]
+    # 1. The offset map over the dirty part, and each producer's last batch.
+    latest: dict[bytes, int] = {}
+    last_batch: dict[int, int] = {}
+    map_end = job.end
+    for i, segment in enumerate(segments):
+        dirty = bases[i + 1] > job.first_dirty
+        for data, header in _batches(segment.log_path, segment.size):
+            if header.producer_id >= 0:
+                last_batch[header.producer_id] = header.base_offset
+            if not dirty or header.is_control:
+                continue
+            base = header.base_offset
+            body = records_body(data, header)
+            for _start, _end, delta, key, _tomb in scan_records(body, header.record_count):
+                if key is not None:
+                    latest[key] = base + delta
+        if job.abort.is_set():
+            raise CleaningAborted
+        if dirty and len(latest) >= max_map_entries:
+            map_end = bases[i + 1]  # the map is full: clean up to here this time
+            break
+    # 2. Rewrite the range in groups that each become one segment.
+    n = bases.index(map_end)
+    config = job.config
+    horizon = job.now_ms - config.delete_retention_ms
+    directory = str(job.log.directory)
+    cleaned: list[CleanedSegment] = []
+    groups: list[list[int]] = []
+    size = 0
+    for i in range(n):
+        if (
+            groups
+            and (
+                size + segments[i].size > config.segment_bytes
+                or bases[i + 1] - 1 - bases[groups[-1][0]] > INT32_MAX
+            )
+        ) or not groups:
+            groups.append([])
+            size = 0
+        groups[-1].append(i)
+        size += segments[i].size
+    try:
+        for group in groups:
+            writer = _SegmentWriter(directory, bases[group[0]], config.index_interval_bytes)
+            try:
+                for i in group:
+                    for data, header in _batches(segments[i].log_path, segments[i].size):
+                        stats.bytes_read += header.size
+                        stats.records_read += header.record_count
+                        _clean_batch(writer, data, header, latest, last_batch, horizon, stats)
+                    if job.abort.is_set():
+                        raise CleaningAborted
+                writer.finish()
+            except BaseException:
+                writer.discard()
+                raise
+            cleaned.append(
+                CleanedSegment(
+                    [segments[i] for i in group], writer.base, bases[group[-1] + 1], writer.size
+                )
+            )
+            stats.bytes_written += writer.size
+    except BaseException:
+        for done in cleaned:
+            swap.discard_cleaned(directory, done.base)
+        raise
+    stats.segments_after = len(cleaned) + len(segments) - n
+    stats.seconds = time.perf_counter() - started
+    return CleaningResult(job, cleaned, map_end, stats)
+
+
+def _clean_batch(
+    writer: _SegmentWriter,
+    data: bytes,
+    header: BatchHeader,
+    latest: dict[bytes, int],
+    last_batch: dict[int, int],
+    horizon: int,
+    stats: CleaningStats,
+) -> None:
+    p = header.position
+    count = header.record_count
+    if (
+        header.is_control
+        or header.is_transactional
+        or (header.producer_id >= 0 and last_batch.get(header.producer_id) == header.base_offset)
+    ):
+        writer.write(memoryview(data)[p : p + header.size], header)
+        stats.records_kept += count
+        return
+    body = records_body(data, header)
+    base = header.base_offset
+    drop_tombstones = header.max_timestamp < horizon
+    kept: list[tuple[int, int]] = []
+    kept_count = 0
+    get = latest.get
+    for start, end, delta, key, tombstone in scan_records(body, count):
+        if key is None:
+            continue
+        newest = get(key)
+        if newest is not None and newest > base + delta:
+            continue
+        if tombstone and drop_tombstones:
+            continue
+        if kept and kept[-1][1] == start:
+            kept[-1] = (kept[-1][0], end)  # contiguous runs are copied as one slice
+        else:
+            kept.append((start, end))
+        kept_count += 1
+    stats.records_kept += kept_count
+    if not kept_count:
+        return
+    if kept_count == count:
+        writer.write(memoryview(data)[p : p + header.size], header)
+        return
+    records = b"".join([body[s:e] for s, e in kept])
+    writer.write(rebuild_batch(data, header, records, kept_count, header.codec), header)
+
+
+class LogCleaner:
+    """Cleans the compacted logs of one LogManager, one log at a time, on one thread."""
+
+    def __init__(
+        self,
+        log_dir: Path,
+        logs: Callable[[], list[PartitionLog]],
+        *,
+        enabled: bool = True,
+        backoff_ms: int = 15000,
+        max_map_entries: int = 5_000_000,
+    ) -> None:
+        self.log_dir = Path(log_dir)
+        self._logs = logs
+        self.enabled = enabled
+        self.backoff_ms = backoff_ms
+        self.max_map_entries = max_map_entries
+        self.checkpoints: dict[tuple[str, int], int] = {}
+        self._executor: ThreadPoolExecutor | None = None
+        self._running: tuple[CleaningJob, Future[CleaningResult]] | None = None
+        self._next_check_ms = 0
+        self.last_stats: CleaningStats | None = None
+        self.cleanings = 0
+
+    def load(self) -> None:
+        self.checkpoints = read_checkpoint(self.log_dir / CLEANER_CHECKPOINT)
+
+    def _write_checkpoint(self) -> None:
+        live = {(p.topic, p.partition) for p in self._logs()}
+        self.checkpoints = {k: v for k, v in self.checkpoints.items() if k in live}
+        write_checkpoint(self.log_dir / CLEANER_CHECKPOINT, self.checkpoints)
+
+    # -- choosing -------------------------------------------------------------------
+
+    def job_for(
+        self, plog: PartitionLog, now_ms: int, *, force: bool = False
+    ) -> CleaningJob | None:
+        """What cleaning ``plog`` now would work on; None if it needs none (or, unless
+        ``force``, its dirty ratio is below min.cleanable.dirty.ratio and no record
+        has waited max.compaction.lag.ms)."""
+        config = plog.config
+        if not config.compact or plog.closed:
+            return None
+        closed = plog.closed_segments()
+        interval = config.index_interval_bytes
+        start = plog.log_start_offset
+        bases = [s.base_offset for s in closed] + [plog.active_segment.base_offset]
+        cleanable: list[LogSegment] = []
+        for i, segment in enumerate(closed):
+            if bases[i + 1] <= start:
+                continue  # below the log start offset: about to be deleted
+            if (
+                config.min_compaction_lag_ms > 0
+                and segment.max_timestamp(interval)[0] > now_ms - config.min_compaction_lag_ms
+            ):
+                break
+            cleanable.append(segment)
+        if not cleanable:
+            return None
+        end = bases[bases.index(cleanable[-1].base_offset) + 1]
+        first_dirty = max(self.checkpoints.get((plog.topic, plog.partition), 0), start)
+        if first_dirty >= end:
+            return None
+        clean_bytes = dirty_bytes = 0
+        first_dirty_segment: LogSegment | None = None
+        for i, segment in enumerate(cleanable):
+            following = end if i + 1 == len(cleanable) else cleanable[i + 1].base_offset
+            if following <= first_dirty:
+                clean_bytes += segment.size
+            else:
+                dirty_bytes += segment.size
+                if first_dirty_segment is None:
+                    first_dirty_segment = segment
+        total = clean_bytes + dirty_bytes
+        ratio = dirty_bytes / total if total else 0.0
+        overdue = False
+        if first_dirty_segment is not None and config.max_compaction_lag_ms < 2**62:
+            first = first_dirty_segment.first_append_time(now_ms)
+            overdue = first is not None and now_ms - first > config.max_compaction_lag_ms
+        if not force and not overdue and ratio < config.min_cleanable_dirty_ratio:
+            return None
+        return CleaningJob(plog, cleanable, end, first_dirty, config, now_ms, ratio)
+
+    # -- running ----------------------------------------------------------------------
+
+    def clean(
+        self, plog: PartitionLog, now_ms: int | None = None, *, force: bool = True
+    ) -> CleaningStats | None:
+        """Clean ``plog`` now on the calling thread (tools and tests); None if there was
+        nothing to clean."""
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        job = self.job_for(plog, now_ms, force=force)
+        if job is None:
+            return None
+        result = build_cleaned_segments(job, self.max_map_entries)
+        self._install(result)
+        return result.stats
+
+    def maintain(self, now_ms: int | None = None) -> None:
+        """Owner's thread, periodically: install a finished cleaning, start the next."""
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        if self._running is not None:
+            job, future = self._running
+            if not future.done():
+                return
+            self._running = None
+            try:
+                self._install(future.result())
+            except CleaningAborted:
+                pass
+            except Exception:
+                log.exception("cleaning %r failed", job.log)
+            self._next_check_ms = 0  # look for more work at once
+        if not self.enabled or now_ms < self._next_check_ms:
+            return
+        best: CleaningJob | None = None
+        for plog in self._logs():
+            try:
+                job = self.job_for(plog, now_ms)
+            except OSError:
+                log.exception("cannot inspect %r for cleaning", plog)
+                continue
+            if job is not None and (best is None or job.dirty_ratio > best.dirty_ratio):
+                best = job
+        if best is None:
+            self._next_check_ms = now_ms + self.backoff_ms
+            return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="log-cleaner")
+        future = self._executor.submit(build_cleaned_segments, best, self.max_map_entries)
+        self._running = (best, future)
+        log.info(
+            "%s-%d: cleaning started for offsets %d..%d (dirty from %d, ratio %.2f)",
+            best.log.topic, best.log.partition, best.segments[0].base_offset, best.end,
+            best.first_dirty, best.dirty_ratio,
+        )
+
+    def _install(self, result: CleaningResult) -> None:
+        job = result.job
+        plog = job.log
+        directory = plog.directory
+        cleaned = result.cleaned
+        if (
+            plog.closed
+            or not os.path.isdir(directory)
+            or not all(plog.holds_run(done.old) for done in cleaned)
+        ):
+            for done in cleaned:
+                swap.discard_cleaned(directory, done.base)
+            log.info("%r changed during cleaning; its cleaned segments were dropped", plog)
+            return
+        ranges = [(done.base, done.end) for done in cleaned]
+        swap.commit(directory, ranges)
+        for done in cleaned:
+            plog.replace_segments(
+                done.old, LogSegment(directory, done.base, plog.handles, done.size)
+            )
+        swap.install(directory, ranges)
+        self.checkpoints[(plog.topic, plog.partition)] = result.map_end
+        self._write_checkpoint()
+        stats = result.stats
+        self.last_stats = stats
+        self.cleanings += 1
+        log.info(
+            "%s-%d: cleaned offsets up to %d: %d of %d records kept, %d -> %d segments, "
+            "%d -> %d bytes in %.2fs",
+            plog.topic,
+            plog.partition,
+            result.map_end,
+            stats.records_kept,
+            stats.records_read,
+            stats.segments_before,
+            stats.segments_after,
+            stats.bytes_read,
+            stats.bytes_written,
+            stats.seconds,
+        )
+
+    @property
+    def busy(self) -> bool:
+        return self._running is not None
+
+    def shutdown(self) -> None:
+        """Abort a running cleaning (its files are removed) and stop the thread."""
+        if self._running is not None:
+            job, future = self._running
+            job.abort.set()
+            try:
+                future.result()  # aborted or finished: either way nothing is installed
+            except Exception:
+                pass
+            else:
+                for done in future.result().cleaned:
+                    swap.discard_cleaned(job.log.directory, done.base)
+            self._running = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None

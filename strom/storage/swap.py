@@ -1,0 +1,143 @@
+"""Crash-safe replacement of runs of segments by rewritten segments (the cleaner's swap).
+
+Owns: the on-disk protocol and its start-up recovery. The cleaner writes each new
+segment as ``{base}.log.cleaned`` (and ``.index.cleaned``, ``.timeindex.cleaned``),
+fsynced; the swap of one cleaning then
+
+1. writes the manifest ``cleaner-swap`` atomically, one line ``base end`` per new
+   segment (it replaces the old segments with base offsets in [base, end)): the
+   manifest is the commit point;
+2. renames the cleaned files to ``*.swap``;
+3. retires the old segments in (base, end) (their owner renames them ``*.deleted``);
+4. renames the ``*.swap`` files over ``{base}.log`` / ``.index`` / ``.timeindex``
+   (atomic replacement of the old segment at ``base``; the ``.log`` last), fsyncs
+   the directory, and removes the manifest.
+
+``recover(directory)`` runs before a partition log is opened: with a manifest it
+finishes steps 2-4 for every line (roll forward); without one it removes
+``.cleaned`` / ``.swap`` files (roll back). A ``kill -9`` at any moment thus leaves
+either all the old segments or all the new ones of a cleaning, never a mix.
+Does not own: what goes into the cleaned segments (cleaner.py) or the in-memory
+segment list (partition_log.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from strom.storage.segment import (
+    CLEANED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    segment_file,
+)
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "cleaner-swap"
+SEGMENT_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, LOG_SUFFIX)  # the .log always last
+Range = tuple[int, int]  # (base of the new segment, base of the segment after the old run)
+
+
+def fsync_dir(directory: Path | str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_manifest(directory: Path | str, ranges: list[Range]) -> None:
+    path = os.path.join(directory, MANIFEST)
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, "".join(f"{base} {end}\n" for base, end in ranges).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(directory)
+
+
+def read_manifest(directory: Path | str) -> list[Range] | None:
+    try:
+        with open(os.path.join(directory, MANIFEST), encoding="ascii") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        return [(int(a), int(b)) for a, b in (line.split() for line in text.splitlines())]
+    except ValueError:
+        log.warning("ignoring a malformed %s in %s", MANIFEST, directory)
+        return None
+
+
+def remove_manifest(directory: Path | str) -> None:
+    for name in (MANIFEST, MANIFEST + ".tmp"):
+        try:
+            os.unlink(os.path.join(directory, name))
+        except FileNotFoundError:
+            pass
+
+
+def _rename_all(directory: Path | str, base: int, source: str, target: str) -> None:
+    for suffix in SEGMENT_SUFFIXES:
+        path = segment_file(directory, base, suffix)
+        try:
+            os.replace(path + source, path + target)
+        except FileNotFoundError:
+            pass  # already renamed before a crash
+
+
+def commit(directory: Path | str, ranges: list[Range]) -> None:
+    """Steps 1-2: the manifest (commit point), then cleaned -> swap."""
+    write_manifest(directory, ranges)
+    for base, _end in ranges:
+        _rename_all(directory, base, CLEANED_SUFFIX, SWAP_SUFFIX)
+
+
+def install(directory: Path | str, ranges: list[Range]) -> None:
+    """Step 4: the swap files over the segments at each base, then drop the manifest."""
+    for base, _end in ranges:
+        _rename_all(directory, base, SWAP_SUFFIX, "")
+    fsync_dir(directory)
+    remove_manifest(directory)
+
+
+def discard_cleaned(directory: Path | str, base: int) -> None:
+    for suffix in SEGMENT_SUFFIXES:
+        try:
+            os.unlink(segment_file(directory, base, suffix) + CLEANED_SUFFIX)
+        except FileNotFoundError:
+            pass
+
+
+def recover(directory: Path | str) -> None:
+    """Finish or roll back a swap interrupted by a crash (see the module docstring)."""
+    directory = str(directory)
+    if not os.path.isdir(directory):
+        return
+    ranges = read_manifest(directory)
+    if ranges:
+        for base, _end in ranges:
+            _rename_all(directory, base, CLEANED_SUFFIX, SWAP_SUFFIX)
+        for name in os.listdir(directory):
+            if len(name) > 20 and name[:20].isdigit() and name[20:] in SEGMENT_SUFFIXES:
+                at = int(name[:20])
+                if any(base < at < end for base, end in ranges):
+                    os.unlink(os.path.join(directory, name))
+        install(directory, ranges)
+        log.warning("%s: finished a cleaner swap interrupted by a crash", directory)
+    rolled_back = False
+    for name in os.listdir(directory):
+        if name.endswith(SWAP_SUFFIX) or name.endswith(CLEANED_SUFFIX):
+            os.unlink(os.path.join(directory, name))
+            rolled_back = True
+    remove_manifest(directory)
+    if rolled_back:
+        log.warning("%s: rolled back an unfinished cleaning", directory)

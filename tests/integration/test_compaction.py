@@ -1,0 +1,196 @@
+"""Compaction over the wire: a compacted topic with gaps is read to its end by
+confluent-kafka, kafka-python and aiokafka; keyless records are refused with
+INVALID_RECORD; writes made while the cleaner runs are kept; a ``kill -9`` during a
+cleaning loses nothing that compaction should keep."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition as AioTopicPartition
+from broker_process import BrokerProcess
+from confluent_kafka import KafkaError, Producer
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KpTopicPartition
+from kafka_helpers import consume_to_end, create_topic
+
+from strom.storage.checkpoint import read_checkpoint
+
+FAST_CLEANER = {"log.cleaner.backoff.ms": "100", "log.retention.check.interval.ms": "100"}
+COMPACT = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "4000",
+    "min.cleanable.dirty.ratio": "0.01",
+    "delete.retention.ms": "0",
+    "file.delete.delay.ms": "0",
+}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("compaction") / "data", FAST_CLEANER)
+    process.start()
+    yield process
+    if process.alive():
+        process.stop()
+
+
+def _produce_rounds(bootstrap: str, topic: str, rounds: range, keys: int, **config) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, **config})
+    for r in rounds:
+        for k in range(keys):
+            producer.produce(topic, key=b"key-%d" % k, value=b"%d:" % r + b"v" * 90, partition=0)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def _cleaned_upto(broker: BrokerProcess, topic: str) -> int:
+    return read_checkpoint(Path(broker.data_dir) / "cleaner-offset-checkpoint").get((topic, 0), 0)
+
+
+def _wait_cleaned(broker: BrokerProcess, topic: str, at_least: int, timeout: float = 30) -> int:
+    deadline = time.monotonic() + timeout
+    while (upto := _cleaned_upto(broker, topic)) < at_least and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert upto >= at_least, f"not cleaned up to {at_least} in time:\n{broker.logs()}"
+    return upto
+
+
+def _latest_per_key(messages) -> dict[bytes, bytes]:
+    return {m.key(): m.value() for m in messages}
+
+
+def test_every_client_reads_a_compacted_topic_to_its_end(broker) -> None:
+    topic = "compacted"
+    create_topic(broker.bootstrap, topic, 1, COMPACT)
+    _produce_rounds(broker.bootstrap, topic, range(20), 50)
+    _produce_rounds(broker.bootstrap, topic, range(20, 21), 1)  # rolls: the rest is closed
+    end = 20 * 50 + 1
+    upto = _wait_cleaned(broker, topic, 900)
+
+    messages = consume_to_end(broker.bootstrap, topic, timeout=30)
+    offsets = [m.offset() for m in messages]
+    assert offsets == sorted(set(offsets)) and offsets[-1] == end - 1
+    assert len(offsets) < end  # gaps: superseded records are gone
+    expected = {b"key-%d" % k: b"19:" + b"v" * 90 for k in range(50)}
+    expected[b"key-0"] = b"20:" + b"v" * 90
+    assert _latest_per_key(messages) == expected
+    assert all(
+        o >= upto or m.value().startswith(b"19:") for o, m in zip(offsets, messages, strict=True)
+    )
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap, enable_auto_commit=False, consumer_timeout_ms=10_000
+    )
+    tp = KpTopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    seen = []
+    for record in consumer:
+        seen.append(record.offset)
+        if record.offset == end - 1:
+            break
+    consumer.close()
+    assert seen == offsets
+
+    async def aio() -> list[int]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            atp = AioTopicPartition(topic, 0)
+            consumer.assign([atp])
+            await consumer.seek_to_beginning(atp)
+            got: list[int] = []
+            while not got or got[-1] < end - 1:
+                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 10)
+                got += [r.offset for records in batch.values() for r in records]
+            return got
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(aio()) == offsets
+
+
+def test_keyless_records_are_refused(broker) -> None:
+    topic = "compacted-keyless"
+    create_topic(broker.bootstrap, topic, 1, COMPACT)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    errors = []
+    producer.produce(topic, value=b"no key", on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(10)
+    assert errors and errors[0] is not None and errors[0].code() == KafkaError.INVALID_RECORD
+
+
+def test_writes_during_cleaning_are_kept(broker) -> None:
+    topic = "compacted-busy"
+    create_topic(broker.bootstrap, topic, 1, COMPACT)
+    stop = threading.Event()
+    rounds = [0]
+
+    def write() -> None:
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1})
+        while not stop.is_set() or rounds[0] < 30:
+            for k in range(40):
+                producer.produce(topic, key=b"key-%d" % k, value=b"%d" % rounds[0], partition=0)
+            producer.poll(0)
+            if len(producer) > 20_000:
+                producer.flush(30)
+            rounds[0] += 1
+        assert producer.flush(30) == 0
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        _wait_cleaned(broker, topic, 1)
+        first = _cleaned_upto(broker, topic)
+        _wait_cleaned(broker, topic, first + 1)  # at least two cleanings while writing
+    finally:
+        stop.set()
+        writer.join(60)
+    last = rounds[0] - 1
+    messages = consume_to_end(broker.bootstrap, topic, timeout=30)
+    assert _latest_per_key(messages) == {b"key-%d" % k: b"%d" % last for k in range(40)}
+    offsets = [m.offset() for m in messages]
+    assert offsets == sorted(set(offsets))
+
+
+def test_kill_during_cleaning_loses_nothing(fresh_broker) -> None:
+    fresh_broker.overrides.update(FAST_CLEANER)
+    fresh_broker.overrides["log.cleaner.enable"] = "false"
+    fresh_broker.start()
+    topic = "compacted-killed"
+    create_topic(fresh_broker.bootstrap, topic, 1, {**COMPACT, "segment.bytes": "200000"})
+    _produce_rounds(fresh_broker.bootstrap, topic, range(60), 500)
+    _produce_rounds(fresh_broker.bootstrap, topic, range(60, 61), 1)
+    expected = {b"key-%d" % k: b"59:" + b"v" * 90 for k in range(500)}
+    expected[b"key-0"] = b"60:" + b"v" * 90
+    fresh_broker.stop()
+    fresh_broker.overrides["log.cleaner.enable"] = "true"
+    for delay in (0.0, 0.05, 0.2, 0.5):
+        fresh_broker.start()
+        deadline = time.monotonic() + 20
+        while "cleaning started" not in fresh_broker.logs() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(delay)
+        fresh_broker.kill()
+        messages = consume_after_restart(fresh_broker, topic)
+        assert _latest_per_key(messages) == expected
+        offsets = [m.offset() for m in messages]
+        assert offsets == sorted(set(offsets))
+        fresh_broker.kill()
+        fresh_broker.log_path.write_bytes(b"")  # the next round looks for a new line
+
+
+def consume_after_restart(broker: BrokerProcess, topic: str):
+    broker.overrides["log.cleaner.enable"] = "false"  # read what the crash left
+    broker.start()
+    try:
+        return consume_to_end(broker.bootstrap, topic, timeout=30)
+    finally:
+        broker.overrides["log.cleaner.enable"] = "true"

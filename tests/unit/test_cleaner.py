@@ -1,0 +1,159 @@
+"""The cleaner on real files: what it keeps, when it runs, its checkpoint, appends
+during a threaded cleaning, and recovery from a crash at each step of the swap."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from strom.protocol.records import build_batch, decode_records, iter_headers, validate_batches
+from strom.storage import FileHandleCache, LogConfig, LogManager, PartitionLog, swap
+from strom.storage.checkpoint import read_checkpoint
+from strom.storage.cleaner import CLEANER_CHECKPOINT, LogCleaner, build_cleaned_segments
+
+NOW = 1_800_000_000_000
+CONFIG = LogConfig(
+    segment_bytes=600,
+    cleanup_policy="compact",
+    min_cleanable_dirty_ratio=0.0,
+    file_delete_delay_ms=0,
+    index_interval_bytes=64,
+)
+
+
+def _append(plog: PartitionLog, pairs, ts: int = NOW) -> int:
+    buf = bytearray(build_batch(pairs, base_timestamp=ts))
+    return plog.append(buf, validate_batches(buf))
+
+
+def _records(plog: PartitionLog) -> dict[int, tuple]:
+    data = plog.read(plog.log_start_offset, 1 << 30)
+    return {r.offset: (r.key, r.value) for h in iter_headers(data) for r in decode_records(data, h)}
+
+
+def _fill(plog: PartitionLog, rounds: int = 10, keys: int = 5) -> None:
+    for r in range(rounds):
+        _append(plog, [(b"k%d" % k, b"r%d" % r) for k in range(keys)])
+    _append(plog, [(b"tail", b"x" * 700)])  # rolls: everything above is closed
+
+
+def _open(tmp_path: Path, config: LogConfig = CONFIG) -> PartitionLog:
+    return PartitionLog.open(tmp_path / "c-0", "c", 0, config, FileHandleCache(32))
+
+
+def test_keeps_latest_per_key_merges_segments_and_checkpoints(tmp_path):
+    plog = _open(tmp_path)
+    _fill(plog)
+    before = len(plog.segments())
+    cleaner = LogCleaner(tmp_path, lambda: [plog])
+    stats = cleaner.clean(plog, NOW)
+    assert stats is not None and stats.records_read == 50 and stats.records_kept == 5
+    assert _records(plog) == {45 + k: (b"k%d" % k, b"r9") for k in range(5)} | {
+        50: (b"tail", b"x" * 700)
+    }
+    assert len(plog.segments()) == before  # groups go by source size: two full ones
+    assert read_checkpoint(tmp_path / CLEANER_CHECKPOINT) == {("c", 0): 50}
+    assert cleaner.clean(plog, NOW) is None  # nothing dirty any more
+    _append(plog, [(b"k0", b"again")])
+    _append(plog, [(b"tail", b"z" * 700)])
+    before = len(plog.segments())
+    cleaner.clean(plog, NOW)
+    assert len(plog.segments()) < before  # the small cleaned segments were merged
+    records = _records(plog)
+    assert records[51] == (b"k0", b"again") and 45 not in records
+
+
+def test_dirty_ratio_and_compaction_lag(tmp_path):
+    config = LogConfig(
+        segment_bytes=600,
+        cleanup_policy="compact",
+        min_cleanable_dirty_ratio=0.5,
+        min_compaction_lag_ms=60_000,
+        file_delete_delay_ms=0,
+    )
+    plog = _open(tmp_path, config)
+    for r in range(2):
+        for k in range(0, 40, 4):
+            _append(plog, [(b"k%d" % i, b"%d" % r * 100) for i in range(k, k + 4)])
+    _append(plog, [(b"tail", b"x" * 700)])
+    cleaner = LogCleaner(tmp_path, lambda: [plog])
+    # every record is younger than min.compaction.lag.ms: nothing is cleanable
+    assert cleaner.job_for(plog, NOW + 1000, force=True) is None
+    job = cleaner.job_for(plog, NOW + 120_000)
+    assert job is not None and job.dirty_ratio == 1.0
+    cleaner.clean(plog, NOW + 120_000)
+    _append(plog, [(b"k0", b"new")])
+    _append(plog, [(b"tail", b"y" * 700)])
+    # one small dirty segment against a cleaned one: below the 0.5 ratio
+    assert cleaner.job_for(plog, NOW + 120_000) is None
+    assert cleaner.job_for(plog, NOW + 120_000, force=True) is not None
+    lagging = LogConfig(
+        segment_bytes=600,
+        cleanup_policy="compact",
+        min_cleanable_dirty_ratio=0.99,
+        max_compaction_lag_ms=1000,
+        file_delete_delay_ms=0,
+    )
+    plog.update_config(lagging)
+    assert cleaner.job_for(plog, int(time.time() * 1000) + 5000) is not None  # overdue
+
+
+def test_appends_during_a_threaded_cleaning_are_kept(tmp_path):
+    manager = LogManager(tmp_path, CONFIG, cleaner_backoff_ms=1)
+    manager.load()
+    plog = manager.create("c", 0, CONFIG)
+    for r in range(200):
+        _append(plog, [(b"k%d" % (i % 7), b"%d-%d" % (r, i)) for i in range(20)])
+    _append(plog, [(b"tail", b"x" * 700)])
+    manager.maintain()
+    assert manager.cleaner.busy
+    appended = []
+    while manager.cleaner.cleanings == 0:
+        appended.append(_append(plog, [(b"during", b"%d" % len(appended))]))
+        manager.maintain()
+    assert len(appended) > 1
+    records = _records(plog)
+    for i, offset in enumerate(appended):  # the cleaning began before any of them
+        assert records[offset] == (b"during", b"%d" % i)
+    latest = {key: value for _, (key, value) in sorted(records.items()) if key != b"during"}
+    assert latest[b"k0"] == b"199-14"
+    manager.shutdown()
+
+
+def _cleaned_files(tmp_path: Path) -> tuple[PartitionLog, dict, dict, list]:
+    plog = _open(tmp_path)
+    _fill(plog)
+    old = _records(plog)
+    cleaner = LogCleaner(tmp_path, lambda: [plog])
+    job = cleaner.job_for(plog, NOW, force=True)
+    job.config = dataclasses.replace(CONFIG, segment_bytes=10_000)  # one merged segment
+    result = build_cleaned_segments(job, 1000)
+    plog.close()
+    expected_new = {o: v for o, v in old.items() if o >= 45}
+    return plog, old, expected_new, result.cleaned
+
+
+@pytest.mark.parametrize("crash_at", ["cleaned", "committed", "retired", "half-installed"])
+def test_crash_during_swap_recovers_old_or_new(tmp_path, crash_at):
+    plog, old, new, cleaned = _cleaned_files(tmp_path)
+    assert len(cleaned) == 1
+    done = cleaned[0]
+    directory = plog.directory
+    if crash_at != "cleaned":
+        swap.commit(directory, [(done.base, done.end)])
+    if crash_at in ("retired", "half-installed"):
+        for segment in done.old[1:]:
+            os.rename(segment.log_path, segment.log_path + ".deleted")
+    if crash_at == "half-installed":
+        index = swap.segment_file(directory, done.base, ".index")
+        os.replace(index + ".swap", index)
+    reopened = _open(tmp_path)
+    expected = old if crash_at == "cleaned" else new
+    assert _records(reopened) == expected
+    leftovers = [n for n in os.listdir(directory) if not n.endswith((".log", "index"))]
+    assert leftovers == []
+    reopened.close()
