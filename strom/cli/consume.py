@@ -1,10 +1,16 @@
 """``strom consume``: a console consumer printing records as lines, like kafka-console-consumer.
 
-Partitions are always assigned by hand (every partition, or ``--partition P``),
-starting at the log end, at the log start with ``--from-beginning``, or at
-``--offset earliest|latest|N`` for one partition. ``--group G`` is accepted, but
-Strom has no group coordinator yet: the consumer still assigns partitions itself
-and commits no offsets.
+With ``--group G`` the consumer subscribes through the group coordinator: the
+group's members share the topic's partitions, each starts at the group's
+committed offset, and offsets of the records printed are committed
+(``enable.auto.commit``, every 5 s and on exit, as kafka-console-consumer does),
+so the next run in the group continues where this one stopped. A partition
+without a committed offset starts at the log end, or at the log start with
+``--from-beginning`` (``auto.offset.reset``). Without ``--group``, or with
+``--partition P`` / ``--offset``, partitions are assigned by hand (every
+partition, or ``--partition P``), start at the log end, at the log start with
+``--from-beginning``, or at ``--offset earliest|latest|N`` for one partition, and
+no offsets are committed.
 
 Output follows kafka-console-consumer's formatter properties (``--property``):
 ``print.timestamp`` (``CreateTime:<ms>``), ``print.partition`` (``Partition:<p>``),
@@ -62,7 +68,8 @@ def add_parser(commands: Any) -> None:
     add_bootstrap(parser)
     parser.add_argument("--topic", required=True, help="topic to read")
     parser.add_argument("--from-beginning", action="store_true",
-                        help="start at the log start (default: only new records)")
+                        help="start at the log start (default: only new records); with "
+                             "--group, only where the group has no committed offset")
     parser.add_argument("--partition", type=int, help="read only this partition")
     parser.add_argument("--offset", metavar="earliest|latest|N",
                         help="start offset in --partition (default latest)")
@@ -72,8 +79,9 @@ def add_parser(commands: Any) -> None:
                         help="exit when no record arrived for MS milliseconds")
     parser.add_argument(
         "--group", metavar="G",
-        help="consumer group id; Strom has no group coordinator yet, so partitions are "
-             "still assigned manually and no offsets are committed",
+        help="consume as a member of group G: partitions shared with the group's other "
+             "members, start at its committed offsets, offsets committed (auto-commit; "
+             "not with --partition/--offset, which assign by hand)",
     )
     parser.add_argument(
         "--property", action="append", metavar="KEY=VALUE",
@@ -161,18 +169,28 @@ def run(args: argparse.Namespace) -> int:
     if args.partition is not None and args.partition < 0:
         parser.error("--partition must be 0 or more")
     formatter = Formatter(props)
-    consumer_props: dict[str, Any] = {
-        "group.id": args.group or f"strom-console-consumer-{uuid.uuid4().hex[:8]}",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-    }
+    subscribe = args.group is not None and args.partition is None
+    if subscribe:
+        # Offsets are stored as consume() hands records over, so a commit covers
+        # exactly the records printed.
+        consumer_props: dict[str, Any] = {
+            "group.id": args.group,
+            "enable.auto.commit": True,
+            "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+        }
+    else:
+        consumer_props = {
+            "group.id": args.group or f"strom-console-consumer-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+        }
     consumer_props.update(parse_properties(parser, args.consumer_property, "--consumer-property"))
     try:
         consumer = Consumer(client_config(args.bootstrap_server, consumer_props))
     except Exception as exc:  # librdkafka rejects an unknown or bad property here
         raise ToolError(f"bad consumer property: {exc}") from None
     try:
-        return _consume(consumer, args, start, formatter)
+        return _consume(consumer, args, start, formatter, subscribe)
     except KeyboardInterrupt:  # Ctrl-C before the first poll: still a clean exit
         return 0
     finally:
@@ -181,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _consume(consumer: Consumer, args: argparse.Namespace, start: int,
-             formatter: Formatter) -> int:
+             formatter: Formatter, subscribe: bool) -> int:
     metadata = check_reachable(consumer, args.bootstrap_server, args.topic)
     topic = metadata.topics.get(args.topic)
     if topic is None or topic.error is not None and not topic.partitions:
@@ -191,7 +209,10 @@ def _consume(consumer: Consumer, args: argparse.Namespace, start: int,
         if args.partition not in topic.partitions:
             raise ToolError(f"topic {args.topic!r} has no partition {args.partition}")
         partitions = [args.partition]
-    consumer.assign([TopicPartition(args.topic, p, start) for p in partitions])
+    if subscribe:
+        consumer.subscribe([args.topic])
+    else:
+        consumer.assign([TopicPartition(args.topic, p, start) for p in partitions])
 
     out: BinaryIO = sys.stdout.buffer
     count = 0

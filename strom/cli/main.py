@@ -5,9 +5,9 @@ as ``kafka-server-start.sh`` does. With no arguments it listens on
 127.0.0.1:9092 and keeps its data under ./strom-data. A bad config value is one
 line on stderr and exit code 2; SIGTERM and SIGINT shut down cleanly.
 
-The tools (``topics``, ``produce``, ``consume``, ``configs``, ``perf-test``) live
-one per module in this package and are clients only: they talk to any Kafka
-cluster through confluent-kafka. A tool's wrong argument is one line and exit
+The tools (``topics``, ``produce``, ``consume``, ``groups``, ``configs``,
+``perf-test``) live one per module in this package and are clients only: they
+talk to any Kafka cluster through confluent-kafka. A tool's wrong argument is one line and exit
 code 2; an expected failure (broker unreachable, topic missing...) is one line
 and exit code 1.
 """
@@ -20,7 +20,7 @@ import logging
 import signal
 import sys
 
-from strom.cli import configs, consume, perf_test, produce, topics
+from strom.cli import configs, consume, groups, perf_test, produce, topics
 from strom.cli.common import OneLineArgumentParser, ToolError, fail
 from strom.config import BrokerConfig, ConfigError
 
@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     broker.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     commands._parser_class = OneLineArgumentParser  # type: ignore[attr-defined]
-    for tool in (topics, produce, consume, configs, perf_test):
+    for tool in (topics, produce, consume, groups, configs, perf_test):
         tool.add_parser(commands)
     return parser
 

@@ -1,0 +1,156 @@
+"""Raw Kafka requests for the few admin operations confluent-kafka does not expose.
+
+confluent-kafka's AdminClient has no OffsetDelete (librdkafka has it, the Python
+binding does not), so ``strom groups --delete-offsets`` sends it here: a blocking
+socket, FindCoordinator v1 to the first reachable bootstrap broker, then the
+request to the group's coordinator. Plaintext only (the tools take no security
+settings). Requests are kio types encoded with ``strom.protocol.framing``; any
+Kafka broker understands them.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from typing import Any
+
+from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest
+from kio.schema.offset_delete.v0.request import (
+    OffsetDeleteRequest,
+    OffsetDeleteRequestPartition,
+    OffsetDeleteRequestTopic,
+)
+from kio.serial import entity_reader
+
+from strom.cli.common import CONNECT_TIMEOUT_S, ToolError
+from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import codec_for, encode_request
+
+CLIENT_ID = "strom-groups"
+REQUEST_TIMEOUT_S = 15.0
+# Errors that mean "ask again, maybe elsewhere": the coordinator is loading or moved.
+RETRIABLE = {
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available,
+    ErrorCode.not_coordinator,
+}
+RETRIES = 10
+
+
+def error_name(code: ErrorCode) -> str:
+    return code.name.upper()
+
+
+class Connection:
+    """One blocking connection that sends a request and reads its response."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+        self.sock.settimeout(REQUEST_TIMEOUT_S)
+        self.correlation = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def request(self, body: Any) -> Any:
+        self.correlation += 1
+        self.sock.sendall(encode_request(self.correlation, CLIENT_ID, body))
+        (size,) = struct.unpack(">i", self._read(4))
+        frame = self._read(size)
+        codec = codec_for(type(body).__api_key__, type(body).__version__)
+        offset = 5 if codec.flexible_response_header else 4
+        response, _ = entity_reader(codec.response_type)(frame, offset)
+        return response
+
+    def _read(self, n: int) -> bytes:
+        data = bytearray()
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("connection closed by the broker")
+            data += chunk
+        return bytes(data)
+
+
+def _split_host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.strip().rpartition(":")
+    if not host or not port.isdigit():
+        raise ToolError(f"bad bootstrap address {address!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def _connect_bootstrap(bootstrap: str) -> Connection:
+    last: Exception | None = None
+    for address in bootstrap.split(","):
+        host, port = _split_host_port(address)
+        try:
+            return Connection(host, port)
+        except OSError as exc:
+            last = exc
+    raise ToolError(f"cannot reach a broker at {bootstrap}: {last}")
+
+
+def _coordinator(bootstrap: str, group: str) -> Connection:
+    """A connection to the group's coordinator, found through the bootstrap brokers."""
+    for _ in range(RETRIES):
+        conn = _connect_bootstrap(bootstrap)
+        try:
+            response = conn.request(FindCoordinatorRequest(key=group, key_type=0))
+        except OSError as exc:
+            raise ToolError(f"cannot find the coordinator of group {group!r}: {exc}") from None
+        finally:
+            conn.close()
+        if response.error_code == ErrorCode.none:
+            try:
+                return Connection(response.host, response.port)
+            except OSError as exc:
+                raise ToolError(
+                    f"cannot reach the coordinator of group {group!r} at "
+                    f"{response.host}:{response.port}: {exc}"
+                ) from None
+        if response.error_code not in RETRIABLE:
+            raise ToolError(f"cannot find the coordinator of group {group!r}: "
+                            f"{error_name(response.error_code)}")
+        time.sleep(0.2)
+    raise ToolError(f"no coordinator available for group {group!r}")
+
+
+def delete_offsets(
+    bootstrap: str, group: str, partitions: dict[str, list[int]]
+) -> dict[tuple[str, int], str | None]:
+    """OffsetDelete for ``partitions``: per (topic, partition) None or the error's name.
+
+    A group-level error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP...) is a ToolError.
+    """
+    request = OffsetDeleteRequest(
+        group_id=group,
+        topics=tuple(
+            OffsetDeleteRequestTopic(
+                name=topic,
+                partitions=tuple(OffsetDeleteRequestPartition(partition_index=p) for p in parts),
+            )
+            for topic, parts in partitions.items()
+        ),
+    )
+    for _ in range(RETRIES):
+        conn = _coordinator(bootstrap, group)
+        try:
+            response = conn.request(request)
+        except OSError as exc:
+            raise ToolError(f"cannot delete offsets of group {group!r}: {exc}") from None
+        finally:
+            conn.close()
+        if response.error_code in RETRIABLE:
+            time.sleep(0.2)
+            continue
+        if response.error_code != ErrorCode.none:
+            raise ToolError(f"cannot delete offsets of group {group!r}: "
+                            f"{error_name(response.error_code)}")
+        return {
+            (topic.name, part.partition_index):
+                None if part.error_code == ErrorCode.none else error_name(part.error_code)
+            for topic in response.topics
+            for part in topic.partitions
+        }
+    raise ToolError(f"cannot delete offsets of group {group!r}: coordinator kept moving")
