@@ -41,6 +41,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription, OffsetSpec
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from strom.cli import wire
 from strom.cli.common import (
@@ -240,6 +241,11 @@ def _table(*columns: str, numeric: Iterable[str] = ()) -> Table:
     return table
 
 
+def _add_row(table: Table, *cells: str) -> None:
+    """Cells as plain text: a group or client id holding ``[...]`` is not markup."""
+    table.add_row(*(Text(cell) for cell in cells))
+
+
 def _result(future: Any, what: str) -> Any:
     try:
         return future.result(timeout=REQUEST_TIMEOUT_S + 5)
@@ -316,7 +322,7 @@ def _list(admin: AdminClient, with_state: bool, states: set[ConsumerGroupState])
         return 0
     table = _table("GROUP", "STATE")
     for group in groups:
-        table.add_row(group.group_id, _state_name(group.state))
+        _add_row(table, group.group_id, _state_name(group.state))
     _console().print(table)
     return 0
 
@@ -337,7 +343,8 @@ def _describe(admin: AdminClient, groups: list[str], args: argparse.Namespace) -
             console.print(_state_table(desc))
             continue
         if not desc.members:
-            console.print(f"Consumer group '{group}' has no active members.", highlight=False)
+            console.print(f"Consumer group '{group}' has no active members.", markup=False,
+                          highlight=False)
         else:
             console.print(_members_table(desc))
         if not args.members:
@@ -350,7 +357,7 @@ def _state_table(desc: ConsumerGroupDescription) -> Table:
                    numeric=["#MEMBERS"])
     node = desc.coordinator
     coordinator = f"{node.host}:{node.port} ({node.id})" if node is not None else "-"
-    table.add_row(desc.group_id, coordinator, desc.partition_assignor or "-",
+    _add_row(table, desc.group_id, coordinator, desc.partition_assignor or "-",
                   _state_name(desc.state), str(len(desc.members)))
     return table
 
@@ -370,7 +377,7 @@ def _members_table(desc: ConsumerGroupDescription) -> Table:
         for topic, partition in assigned:
             by_topic.setdefault(topic, []).append(partition)
         text = " ".join(f"{t}:{','.join(map(str, ps))}" for t, ps in by_topic.items())
-        table.add_row(desc.group_id, member.member_id, member.host, member.client_id,
+        _add_row(table, desc.group_id, member.member_id, member.host, member.client_id,
                       str(len(assigned)), text or "-")
     return table
 
@@ -388,8 +395,8 @@ def _offsets_table(admin: AdminClient, desc: ConsumerGroupDescription) -> Table:
         end = log_end.get((topic, partition))
         lag = end - current if current is not None and end is not None else None
         owner = owners.get((topic, partition))
-        table.add_row(
-            desc.group_id, topic, str(partition), _text(current), _text(end), _text(lag),
+        _add_row(
+            table, desc.group_id, topic, str(partition), _text(current), _text(end), _text(lag),
             owner.member_id if owner else "-", owner.host if owner else "-",
             owner.client_id if owner else "-",
         )
@@ -468,7 +475,7 @@ def _reset(admin: AdminClient, metadata: Any, group: str, topics: list[TopicSpec
     table = _table("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET",
                    numeric=["PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"])
     for topic, partition, current, new in plan:
-        table.add_row(group, topic, str(partition), _text(current), str(new))
+        _add_row(table, group, topic, str(partition), _text(current), str(new))
     _console().print(table)
     if not args.execute:
         print(f"Dry run: the offsets of group '{group}' were not changed; "
@@ -517,7 +524,8 @@ def _delete_offsets(admin: AdminClient, metadata: Any, group: str, topics: list[
     table = _table("TOPIC", "PARTITION", "STATUS", numeric=["PARTITION"])
     failed = 0
     for (topic, partition), error in sorted(results.items()):
-        table.add_row(topic, str(partition), "Successful" if error is None else f"Error: {error}")
+        status = "Successful" if error is None else f"Error: {error}"
+        _add_row(table, topic, str(partition), status)
         failed += error is not None
     _console().print(table)
     if failed:
