@@ -4,8 +4,9 @@
 confluent-kafka, kafka-python or aiokafka and writes one JSON line per event to
 stdout: ``{"assigned": [partitions]}`` after each rebalance, ``{"records":
 [[partition, offset], ...]}`` once a polled batch is processed, then commits
-synchronously (commits after processing: at-least-once). It runs until killed
-or until stdin closes.
+synchronously (commits after processing: at-least-once). ASSIGNOR "kip848"
+makes confluent-kafka use group.protocol=consumer. It runs until killed or
+until stdin closes.
 """
 
 from __future__ import annotations
@@ -33,17 +34,19 @@ def watch_stdin() -> None:
 def run_confluent(bootstrap: str, group: str, topic: str, assignor: str) -> None:
     from confluent_kafka import Consumer, KafkaException
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "session.timeout.ms": SESSION_TIMEOUT_MS,
-            "heartbeat.interval.ms": HEARTBEAT_MS,
-            "partition.assignment.strategy": assignor,
-        }
-    )
+    config: dict[str, object] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    if assignor == "kip848":  # the broker assigns; timeouts are the broker's
+        config["group.protocol"] = "consumer"
+    else:
+        config["session.timeout.ms"] = SESSION_TIMEOUT_MS
+        config["heartbeat.interval.ms"] = HEARTBEAT_MS
+        config["partition.assignment.strategy"] = assignor
+    consumer = Consumer(config)
 
     owned: set[int] = set()
 

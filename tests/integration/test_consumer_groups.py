@@ -158,7 +158,7 @@ def _run_group_with_a_killed_member(
             member.stop()
 
 
-@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
+@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky", "kip848"])
 def test_confluent_group_survives_a_killed_member(group_broker, assignor) -> None:
     _run_group_with_a_killed_member(group_broker, "confluent", assignor, f"cg-{assignor}")
 
