@@ -468,3 +468,27 @@ def test_offset_delete_refuses_subscribed_topics(raw_broker) -> None:
         ("od-sub", 5)
     ]
     client.close()
+
+
+def test_initial_rebalance_delay_waits_for_more_members(tmp_path) -> None:
+    """group.initial.rebalance.delay.ms: a group's first rebalance gathers late joiners."""
+    broker = BrokerProcess(
+        tmp_path / "data", {**OVERRIDES, "group.initial.rebalance.delay.ms": "1500"}
+    )
+    broker.start()
+    try:
+        a, b = RawClient(broker.port), RawClient(broker.port)
+        a_id = join(a, "delayed").member_id
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(join, a, "delayed", a_id)
+            time.sleep(0.5)  # well inside the delay
+            assert not first.done()
+            b_id = join(b, "delayed").member_id
+            second = join(b, "delayed", b_id)
+            joined = first.result(20)
+        assert joined.generation_id == second.generation_id == 1
+        assert {m.member_id for m in joined.members} == {a_id, b_id}
+        a.close()
+        b.close()
+    finally:
+        broker.stop()
