@@ -455,6 +455,53 @@ def scan_records(body: bytes, count: int) -> list[tuple[int, int, int, bytes | N
     return out
 
 
+def index_latest_offsets(
+    body: bytes, count: int, base_offset: int, latest: dict[bytes, int], tombstones: set[int]
+) -> None:
+    """For compaction: ``latest[key] = offset`` for each of ``count`` records in ``body``
+    in order (keyless records are skipped), and the offsets of tombstones (null value)
+    added to ``tombstones``. The same walk as ``scan_records``, without building tuples."""
+    pos = 0
+    try:
+        for _ in range(count):
+            b = body[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif body[pos + 1] < 0x80:
+                v = (b & 0x7F) | (body[pos + 1] << 7)
+                length = (v >> 1) ^ -(v & 1)
+                pos += 2
+            else:
+                length, pos = read_varint(body, pos)
+            end = pos + length
+            pos += 1
+            while body[pos] & 0x80:
+                pos += 1
+            b = body[pos + 1]
+            if b < 0x80:
+                offset = base_offset + ((b >> 1) ^ -(b & 1))
+                pos += 2
+            else:
+                delta, pos = read_varint(body, pos + 1)
+                offset = base_offset + delta
+            b = body[pos]
+            if b < 0x80:
+                n = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                n, pos = read_varint(body, pos)
+            if n >= 0:
+                latest[body[pos : pos + n]] = offset
+                if body[pos + n] == 1:
+                    tombstones.add(offset)
+            pos = end
+    except IndexError:
+        raise CorruptBatchError("truncated record") from None
+    if pos != len(body):
+        raise CorruptBatchError("records do not fill the batch")
+
+
 def has_null_key(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
     """True if any record of the batch has no key (refused by compacted topics)."""
     if header.is_control:

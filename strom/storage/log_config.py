@@ -52,12 +52,21 @@ class LogConfig:
     @property
     def compact(self) -> bool:
         """cleanup.policy includes ``compact``: the cleaner keeps the latest record per key."""
-        return "compact" in self.cleanup_policy.split(",")
+        return "compact" in self.cleanup_policy  # the policies are "delete" and "compact"
 
     @property
     def delete(self) -> bool:
         """cleanup.policy includes ``delete``: retention.ms / retention.bytes apply."""
-        return "delete" in self.cleanup_policy.split(",")
+        return "delete" in self.cleanup_policy
+
+    @property
+    def roll_ms(self) -> int:
+        """How old the active segment may get before the next append rolls it: segment.ms,
+        or max.compaction.lag.ms if lower on a compacted log (so that records can be
+        cleaned within that lag, as Kafka does)."""
+        if self.compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
 
     @property
     def max_offset_index_entries(self) -> int:

@@ -333,7 +333,7 @@ class PartitionLog:
             segment.size + size > config.segment_bytes
             or segment.size + size > INT32_MAX
             or last_offset - segment.base_offset > INT32_MAX
-            or (first_append is not None and now_ms - first_append > config.segment_ms)
+            or (first_append is not None and now_ms - first_append > config.roll_ms)
             or len(offset_index) >= config.max_offset_index_entries
             or len(time_index) >= config.max_time_index_entries
         )

@@ -1,10 +1,11 @@
 """The cleaner on real files: what it keeps, when it runs, its checkpoint, appends
-during a threaded cleaning, and recovery from a crash at each step of the swap."""
+during a cleaning in the worker process, and recovery from a crash at each step of the swap."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def test_dirty_ratio_and_compaction_lag(tmp_path):
     assert cleaner.job_for(plog, int(time.time() * 1000) + 5000) is not None  # overdue
 
 
-def test_appends_during_a_threaded_cleaning_are_kept(tmp_path):
+def test_appends_during_a_background_cleaning_are_kept(tmp_path):
     manager = LogManager(tmp_path, CONFIG, cleaner_backoff_ms=1)
     manager.load()
     plog = manager.create("c", 0, CONFIG)
@@ -112,9 +113,11 @@ def test_appends_during_a_threaded_cleaning_are_kept(tmp_path):
     manager.maintain()
     assert manager.cleaner.busy
     appended = []
-    while manager.cleaner.cleanings == 0:
+    deadline = time.monotonic() + 60
+    while manager.cleaner.cleanings == 0 and time.monotonic() < deadline:
         appended.append(_append(plog, [(b"during", b"%d" % len(appended))]))
         manager.maintain()
+        time.sleep(0.005)
     assert len(appended) > 1
     records = _records(plog)
     for i, offset in enumerate(appended):  # the cleaning began before any of them
@@ -131,23 +134,23 @@ def _cleaned_files(tmp_path: Path) -> tuple[PartitionLog, dict, dict, list]:
     cleaner = LogCleaner(tmp_path, lambda: [plog])
     job = cleaner.job_for(plog, NOW, force=True)
     job.config = dataclasses.replace(CONFIG, segment_bytes=10_000)  # one merged segment
-    result = build_cleaned_segments(job, 1000)
+    output = build_cleaned_segments(job.spec(1000), threading.Event())
     plog.close()
     expected_new = {o: v for o, v in old.items() if o >= 45}
-    return plog, old, expected_new, result.cleaned
+    return plog, old, expected_new, [(done, job.segments) for done in output.cleaned]
 
 
 @pytest.mark.parametrize("crash_at", ["cleaned", "committed", "retired", "half-installed"])
 def test_crash_during_swap_recovers_old_or_new(tmp_path, crash_at):
     plog, old, new, cleaned = _cleaned_files(tmp_path)
     assert len(cleaned) == 1
-    done = cleaned[0]
+    done, segments = cleaned[0]
     directory = plog.directory
     if crash_at != "cleaned":
         swap.commit(directory, [(done.base, done.end)])
     if crash_at in ("retired", "half-installed"):
-        for segment in done.old[1:]:
-            os.rename(segment.log_path, segment.log_path + ".deleted")
+        for i in done.old[1:]:
+            os.rename(segments[i].log_path, segments[i].log_path + ".deleted")
     if crash_at == "half-installed":
         index = swap.segment_file(directory, done.base, ".index")
         os.replace(index + ".swap", index)
@@ -157,3 +160,16 @@ def test_crash_during_swap_recovers_old_or_new(tmp_path, crash_at):
     leftovers = [n for n in os.listdir(directory) if not n.endswith((".log", "index"))]
     assert leftovers == []
     reopened.close()
+
+
+def test_max_compaction_lag_rolls_the_active_segment(tmp_path):
+    config = LogConfig(cleanup_policy="compact", max_compaction_lag_ms=1000)
+    plog = _open(tmp_path, config)
+    _append(plog, [(b"k", b"1")])
+    plog.active_segment.first_append_ms = int(time.time() * 1000) - 2000
+    _append(plog, [(b"k", b"2")])
+    assert plog.segments() == [0, 1]  # segment.ms is a week; the lag rolled it
+    plog.update_config(LogConfig(cleanup_policy="delete", max_compaction_lag_ms=1000))
+    plog.active_segment.first_append_ms = int(time.time() * 1000) - 2000
+    _append(plog, [(b"k", b"3")])
+    assert plog.segments() == [0, 1]

@@ -1,0 +1,205 @@
+"""Log cleaner figures: cleaner throughput for 100-byte records (storage level), and
+produce throughput and p99 produce latency of a broker while its cleaner runs versus
+while it is idle.
+
+    ./dev bench cleaner [--records N] [--keys K] [--skip-broker]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from strom.protocol.codecs import CODEC_NAMES  # noqa: E402
+from strom.protocol.records import build_batch, validate_batches  # noqa: E402
+from strom.storage import FileHandleCache, LogConfig, PartitionLog  # noqa: E402
+from strom.storage.cleaner import LogCleaner  # noqa: E402
+
+BATCH = 500  # records per batch, like a busy producer's
+
+
+def fill(plog: PartitionLog, records: int, keys: int, codec: int) -> None:
+    value = b"v" * 90
+    batches: dict[int, bytearray] = {}
+    for start in range(0, records, BATCH):
+        n = min(BATCH, records - start)
+        k0 = start % keys
+        if (k0, n) not in batches:
+            pairs = [(b"key-%08d" % ((k0 + i) % keys), value) for i in range(n)]
+            batches[(k0, n)] = bytearray(build_batch(pairs, base_timestamp=1, codec=codec))
+        buf = bytearray(batches[(k0, n)])
+        plog.append(buf, validate_batches(buf))
+
+
+def cleaner_throughput(records: int, keys: int, codec_name: str) -> float:
+    codec = CODEC_NAMES[codec_name]
+    with tempfile.TemporaryDirectory() as tmp:
+        config = LogConfig(
+            segment_bytes=32 << 20,
+            cleanup_policy="compact",
+            min_cleanable_dirty_ratio=0.0,
+            file_delete_delay_ms=0,
+        )
+        plog = PartitionLog.open(Path(tmp) / "bench-0", "bench", 0, config, FileHandleCache(64))
+        fill(plog, records, keys, codec)
+        # A batch bigger than segment.bytes would be needed to roll; close the active
+        # segment by rolling explicitly instead.
+        plog._roll()  # noqa: SLF001 - benchmark setup only
+        cleaner = LogCleaner(Path(tmp), lambda: [plog])
+        started = time.perf_counter()
+        stats = cleaner.clean(plog)
+        elapsed = time.perf_counter() - started
+        assert stats is not None
+        plog.close()
+        rate = stats.records_read / elapsed
+        print(
+            f"cleaner, {codec_name:>4} batches of {BATCH}, 100 B records, {keys:,} keys: "
+            f"{stats.records_read:,} records in {elapsed:.2f} s = {rate:,.0f} records/s "
+            f"({stats.bytes_read / elapsed / 1e6:.0f} MB/s read, "
+            f"{stats.records_kept:,} kept)"
+        )
+        return rate
+
+
+def _produce_rate(bootstrap: str, topic: str, records: int) -> float:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5})
+    value = b"p" * 100
+    started = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, value=value)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    producer.flush(60)
+    return records / (time.perf_counter() - started)
+
+
+def _produce_latency(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float]:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0})
+    latencies: list[float] = []
+    value = b"l" * 100
+
+    def delivered(err, _msg, sent: float) -> None:
+        if err is None:
+            latencies.append(time.perf_counter() - sent)
+
+    started = time.perf_counter()
+    n = int(rate * seconds)
+    for i in range(n):
+        due = started + i / rate
+        while (now := time.perf_counter()) < due:
+            producer.poll(min(due - now, 0.001))
+        producer.produce(topic, value=value, on_delivery=lambda e, m, t=now: delivered(e, m, t))
+        producer.poll(0)
+    producer.flush(30)
+    return sorted(latencies)
+
+
+def _measure(bootstrap: str, label: str, records: int) -> tuple[float, float]:
+    rate = _produce_rate(bootstrap, "load", records)
+    latencies = _produce_latency(bootstrap, "load", 2000, 3.0)
+    p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000
+    p50 = latencies[len(latencies) // 2] * 1000
+    print(
+        f"produce with the cleaner {label:<8}: {rate:>10,.0f} records/s (100 B, acks=1); "
+        f"latency at 2,000/s p50 {p50:.2f} ms, p99 {p99:.2f} ms"
+    )
+    return rate, p99
+
+
+def broker_figures(records: int, keys: int) -> None:
+    from broker_process import BrokerProcess
+    from confluent_kafka import Producer
+    from kafka_helpers import create_topic
+
+    partitions = 4
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = BrokerProcess(
+            Path(tmp) / "data",
+            {
+                "log.cleaner.enable": "false",
+                "log.cleaner.backoff.ms": "100",
+                "log.retention.check.interval.ms": "100",
+            },
+        )
+        broker.start()
+        try:
+            create_topic(
+                broker.bootstrap,
+                "compacted",
+                partitions,
+                {"cleanup.policy": "compact", "segment.bytes": str(8 << 20), "segment.ms": "1000"},
+            )
+            create_topic(broker.bootstrap, "load", 1)
+            producer = Producer(
+                {
+                    "bootstrap.servers": broker.bootstrap,
+                    "linger.ms": 20,
+                    "batch.num.messages": 10000,
+                }
+            )
+            value = b"v" * 90
+            for i in range(records):
+                while True:
+                    try:
+                        producer.produce(
+                            "compacted",
+                            key=b"key-%08d" % (i % keys),
+                            value=value,
+                            partition=i % partitions,
+                        )
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+            producer.flush(120)
+            time.sleep(1.1)  # segment.ms: the next record rolls, the rest becomes cleanable
+            for p in range(partitions):
+                producer.produce("compacted", key=b"roll", value=b"r", partition=p)
+            producer.flush(120)
+            idle = _measure(broker.bootstrap, "disabled", 300_000)
+            broker.stop()
+            broker.overrides["log.cleaner.enable"] = "true"
+            broker.start()
+            while "cleaning started" not in broker.logs():
+                time.sleep(0.01)
+            busy = _measure(broker.bootstrap, "running", 300_000)
+            cleanings = broker.logs().count("cleaned offsets")
+            print(f"  ({cleanings} of {partitions} partitions finished cleaning during it)")
+            while broker.logs().count("cleaned offsets") < partitions:
+                time.sleep(0.1)
+            idle_again = _measure(broker.bootstrap, "idle", 300_000)
+            for label, base in (("disabled", idle), ("idle", idle_again)):
+                print(
+                    f"running vs {label}: throughput {busy[0] / base[0] - 1:+.0%}, "
+                    f"p99 latency {busy[1] / base[1] - 1:+.0%}"
+                )
+        finally:
+            if broker.alive():
+                broker.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--skip-broker", action="store_true")
+    args = parser.parse_args()
+    for codec in ("none", "lz4", "zstd"):
+        cleaner_throughput(args.records, args.keys, codec)
+    if not args.skip_broker:
+        broker_figures(args.records * 2, args.keys)
+
+
+if __name__ == "__main__":
+    main()
