@@ -335,7 +335,7 @@ def build_cleaned_segments(job: CleaningSpec, abort: _Abort) -> CleaningOutput:
 _worker_abort: _Abort | None = None
 
 
-def _worker_init(abort: _Abort) -> None:
+def _worker_init(abort: _Abort, parent: int) -> None:
     """Runs in the cleaner process: lower priority than the broker, no Ctrl-C of its
     own, and (Linux) killed with its parent, so a ``kill -9`` of the broker leaves no
     cleaner behind."""
@@ -352,7 +352,7 @@ def _worker_init(abort: _Abort) -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-    if os.getppid() == 1:
+    if os.getppid() != parent:
         os._exit(0)  # the broker is already gone
 
 
@@ -579,7 +579,7 @@ class LogCleaner:
             context = multiprocessing.get_context("spawn")
             self._abort = context.Event()
             self._executor = ProcessPoolExecutor(
-                1, mp_context=context, initializer=_worker_init, initargs=(self._abort,)
+                1, mp_context=context, initializer=_worker_init, initargs=(self._abort, os.getpid())
             )
         self._abort.clear()
         future = self._executor.submit(_clean_in_worker, best.spec(self.max_map_entries))
