@@ -14,6 +14,8 @@ coordinator defines it:
   all members support that most members prefer), the leader got the members'
   metadata; SyncGroup calls wait until the leader's SyncGroup brings the
   assignments, which are handed to every member byte for byte.
+  Members that do not send SyncGroup within the rebalance timeout (the
+  leader included) are removed and the group rebalances again.
 - Stable: the assignment is in place.
 - Dead: the group was deleted.
 
@@ -154,6 +156,8 @@ class ClassicGroup:
         self.static_members: dict[str, str] = {}
         self.pending_members: dict[str, asyncio.TimerHandle] = {}
         self._join_timer: asyncio.TimerHandle | None = None
+        self._sync_timer: asyncio.TimerHandle | None = None
+        self._awaiting_sync: set[str] = set()
         self._initial_delay = False
         self._delay_remaining_ms = 0
         self._new_member_joined = False
@@ -448,6 +452,7 @@ class ClassicGroup:
                 if member.sync_future is not None and not member.sync_future.done():
                     member.sync_future.set_result(SyncResult(ErrorCode.rebalance_in_progress))
                 member.sync_future = None
+        self._stop_sync_timer()
         was_empty = self.state == GroupState.EMPTY
         if self.state != GroupState.PREPARING_REBALANCE:
             log.info(
@@ -534,6 +539,10 @@ class ClassicGroup:
             joined = [m for m in self.members.values() if m.join_future is not None]
             self.leader_id = (joined or list(self.members.values()))[0].member_id
         self._transition(GroupState.COMPLETING_REBALANCE)
+        self._awaiting_sync = set(self.members)
+        self._sync_timer = asyncio.get_running_loop().call_later(
+            self._rebalance_timeout_ms() / 1000, self._sync_expired, self.generation
+        )
         log.info(
             "group %s: generation %d with %d member(s), protocol %s, leader %s",
             self.group_id,
@@ -608,6 +617,7 @@ class ClassicGroup:
         if self.state == GroupState.PREPARING_REBALANCE:
             return SyncResult(ErrorCode.rebalance_in_progress)
         self._touch(member)
+        self._synced(member_id)
         if self.state == GroupState.STABLE:
             return SyncResult(
                 ErrorCode.none, member.assignment, self.protocol_type, self.protocol_name
@@ -683,6 +693,7 @@ class ClassicGroup:
 
     def _remove(self, member: ClassicMember) -> None:
         self.members.pop(member.member_id, None)
+        self._awaiting_sync.discard(member.member_id)
         instance = member.group_instance_id
         if instance is not None and self.static_members.get(instance) == member.member_id:
             del self.static_members[instance]
@@ -700,6 +711,39 @@ class ClassicGroup:
             joined = [m for m in self.members.values() if m.join_future is not None]
             rest = joined or list(self.members.values())
             self.leader_id = rest[0].member_id if rest else None
+
+    def _synced(self, member_id: str) -> None:
+        self._awaiting_sync.discard(member_id)
+        if not self._awaiting_sync:
+            self._stop_sync_timer()
+
+    def _stop_sync_timer(self) -> None:
+        if self._sync_timer is not None:
+            self._sync_timer.cancel()
+            self._sync_timer = None
+        self._awaiting_sync.clear()
+
+    def _sync_expired(self, generation: int) -> None:
+        """Members that joined a generation but did not sync within the rebalance timeout."""
+        self._sync_timer = None
+        if generation != self.generation or self.state not in (
+            GroupState.COMPLETING_REBALANCE,
+            GroupState.STABLE,
+        ):
+            return
+        laggards = [self.members[m] for m in self._awaiting_sync if m in self.members]
+        self._awaiting_sync.clear()
+        if not laggards:
+            return
+        for member in laggards:
+            log.info(
+                "group %s: removing member %s, which did not send SyncGroup for generation %d",
+                self.group_id,
+                member.member_id,
+                generation,
+            )
+            self._remove(member)
+        self._after_removal("members did not sync in time")
 
     # Sessions ------------------------------------------------------------------
 
@@ -756,6 +800,7 @@ class ClassicGroup:
         if self._join_timer is not None:
             self._join_timer.cancel()
             self._join_timer = None
+        self._stop_sync_timer()
         for timer in self.pending_members.values():
             timer.cancel()
         self.pending_members.clear()

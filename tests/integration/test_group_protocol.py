@@ -60,12 +60,13 @@ def join(
     member_id: str = "",
     instance: str | None = None,
     metadata: bytes = b"sub",
+    rebalance_ms: int = 5000,
 ) -> object:
     return client.request(
         JoinGroupRequest(
             group_id=group,
             session_timeout=datetime.timedelta(milliseconds=SESSION_MS),
-            rebalance_timeout=datetime.timedelta(milliseconds=5000),
+            rebalance_timeout=datetime.timedelta(milliseconds=rebalance_ms),
             member_id=member_id,
             group_instance_id=instance,
             protocol_type="consumer",
@@ -492,3 +493,33 @@ def test_initial_rebalance_delay_waits_for_more_members(tmp_path) -> None:
         b.close()
     finally:
         broker.stop()
+
+
+def test_a_leader_that_never_syncs_is_removed_after_the_rebalance_timeout(raw_broker) -> None:
+    group = "no-sync-group"
+    leader, follower = RawClient(raw_broker.port), RawClient(raw_broker.port)
+    leader_id = join(leader, group, rebalance_ms=800).member_id
+    assert join(leader, group, leader_id, rebalance_ms=800).leader == leader_id
+    assert sync(leader, group, leader_id, 1, {leader_id: b""}).error_code == ErrorCode.none
+    follower_id = join(follower, group, rebalance_ms=800).member_id
+    with ThreadPoolExecutor(1) as pool:
+        follower_join = pool.submit(join, follower, group, follower_id, None, b"sub", 800)
+        deadline = time.monotonic() + 10
+        while heartbeat(leader, group, leader_id, 1) != ErrorCode.rebalance_in_progress:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        generation = join(leader, group, leader_id, rebalance_ms=800).generation_id
+        assert follower_join.result(10).generation_id == generation
+    # The leader keeps heartbeating but never sends SyncGroup; the follower waits for it.
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(sync, follower, group, follower_id, generation)
+        deadline = time.monotonic() + 10
+        while heartbeat(leader, group, leader_id, generation) == ErrorCode.none:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert waiting.result(10).error_code == ErrorCode.rebalance_in_progress
+    assert heartbeat(leader, group, leader_id, generation) == ErrorCode.unknown_member_id
+    alone = join(follower, group, follower_id, rebalance_ms=800)
+    assert [m.member_id for m in alone.members] == [follower_id]
+    leader.close()
+    follower.close()
