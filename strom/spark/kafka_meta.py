@@ -201,7 +201,6 @@ class KafkaMeta:
         resolved.update(self._list_offsets(special))
         return _nest(resolved)
 
-
     def _first_at_or_after(self, key: tuple[str, int], offset: int, timestamp: int) -> int:
         """The offset of the first record at or after ``timestamp``, from ``offset`` on.
 

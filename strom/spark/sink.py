@@ -7,6 +7,11 @@ if any record was not acknowledged before it reports success, so a committed bat
 is in Kafka: at-least-once, as Spark's Kafka sink (a retried task may write twice).
 Records without a partition are placed by Kafka's Java partitioner (murmur2 of the
 key), as Spark's sink places them.
+
+Differs from Spark's Kafka sink: PySpark lets Python stream writers run in append mode
+only (no update or complete mode); an aggregation in update mode writes through
+``foreachBatch`` and ``batch.write.format("strom")``. ``df.write`` needs
+``mode("append")`` (Spark refuses the default ErrorIfExists for Python sources).
 """
 
 from __future__ import annotations
