@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.sql.datasource import InputPartition
 
@@ -31,7 +32,7 @@ POLL_S = 1.0
 _USER_TUNABLE = ("fetch.", "max.", "queued.")  # kafka.* settings that win over ours
 
 # Spark's timestampType: 0 CreateTime, 1 LogAppendTime (librdkafka counts from 1).
-_TIMESTAMP_TYPE_OFFSET = 1
+_TIMESTAMP_TYPE_OFFSET = pa.scalar(1, pa.int32())
 
 
 class OffsetRange(InputPartition):
@@ -102,10 +103,10 @@ def _record_batch(
         "partition": pa.repeat(partition, n),
         "offset": pa.array(cols.offset, pa.int64()),
         # ms since the epoch; Spark's timestamp is µs in UTC
-        "timestamp": pa.array([t * 1000 for t in times], pa.int64()).cast(
+        "timestamp": pc.multiply(pa.array(times, pa.int64()), 1000).cast(
             schema.field("timestamp").type
         ),
-        "timestampType": pa.array([k - _TIMESTAMP_TYPE_OFFSET for k in kinds], pa.int32()),
+        "timestampType": pc.subtract(pa.array(kinds, pa.int32()), _TIMESTAMP_TYPE_OFFSET),
     }
     if cols.headers is not None:
         arrays["headers"] = pa.array(cols.headers, schema.field("headers").type)
