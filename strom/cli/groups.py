@@ -21,6 +21,12 @@ Everything works against any Kafka cluster.
   partitions the group has committed offsets for. As in Kafka, a group that
   does not exist yet may be given offsets.
 - ``--delete --group G [--group G2]``, ``--delete-offsets --group G --topic T[:P]``.
+
+``--group`` may be repeated, or replaced by ``--all-groups``, for
+``--describe``, ``--reset-offsets`` and ``--delete``. Not covered:
+``--to-current``, ``--by-duration``, ``--from-file``, ``--export`` and
+``--verbose``. A KIP-848 group in a state librdkafka does not name
+(Assigning, Reconciling) shows as ``Unknown``.
 """
 
 from __future__ import annotations
@@ -335,6 +341,8 @@ def _describe(admin: AdminClient, groups: list[str], args: argparse.Namespace) -
     for group in groups:
         desc = _describe_group(admin, group)
         if desc.state == ConsumerGroupState.DEAD:
+            if args.all_groups:
+                continue  # deleted since it was listed
             raise ToolError(f"consumer group {group!r} does not exist")
         descriptions[group] = desc
     console = _console()
@@ -436,6 +444,8 @@ def _reset(admin: AdminClient, metadata: Any, group: str, topics: list[TopicSpec
             f"(state {_state_name(desc.state)}); stop its consumers first"
         )
     committed = _committed(admin, group)
+    if args.all_groups and not topics and not committed:
+        return  # --all-groups --all-topics: nothing of this group to reset
     partitions = _partitions_to_reset(metadata, group, topics, committed)
     start = _log_offsets(admin, partitions, OffsetSpec.earliest())
     end = _log_offsets(admin, partitions, OffsetSpec.latest())

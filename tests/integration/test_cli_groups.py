@@ -173,6 +173,31 @@ def test_list_and_describe_show_members_offsets_and_lag(broker: BrokerProcess) -
     assert [group, "Empty"] in table_rows(ok(groups(broker, "--list", "--state")).stdout)
 
 
+def test_describe_shows_a_kip848_group(broker: BrokerProcess) -> None:
+    topic = new_topic(broker, 2)
+    produce(broker, topic, {0: 5, 1: 7})
+    group = f"next-{uuid.uuid4().hex[:6]}"
+    consumer = member(broker, group, topic, 2,
+                      **{"group.protocol": "consumer", "client.id": "next-gen"})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 2), TopicPartition(topic, 1, 7)],
+                        asynchronous=False)
+        member_id = consumer.memberid()
+        rows = rows_of(ok(groups(broker, "--describe", "--group", group)).stdout, group)
+        assert [row for row in rows if len(row) == 6] == [
+            [group, member_id, "/127.0.0.1", "next-gen", "2", f"{topic}:0,1"]
+        ]
+        offsets = {int(row[2]): row[3:6] for row in rows if len(row) == 9}
+        assert offsets == {0: ["2", "5", "3"], 1: ["7", "7", "0"]}
+        state = ok(groups(broker, "--describe", "--group", group, "--state")).stdout
+        assert [row[2:] for row in rows_of(state, group)] == [["uniform", "Stable", "1"]]
+        refused = groups(broker, "--reset-offsets", "--group", group, "--topic", topic,
+                         "--to-earliest", "--execute")
+        assert "active members" in one_line_error(refused, 1)
+    finally:
+        consumer.close()
+
+
 def test_describe_unknown_group_is_one_line_error(broker: BrokerProcess) -> None:
     result = groups(broker, "--describe", "--group", "no-such-group")
     assert "does not exist" in one_line_error(result, 1)
@@ -288,6 +313,13 @@ def test_delete_groups(broker: BrokerProcess) -> None:
         commit_offsets(broker, group, {(topic, 0): 2})
     listed = ok(groups(broker, "--list")).stdout.split()
     assert first in listed and second in listed
+    every = ok(groups(broker, "--describe", "--all-groups")).stdout
+    for group in (first, second):
+        assert [row[1:4] for row in rows_of(every, group)] == [[topic, "0", "2"]]
+    plan = ok(groups(broker, "--reset-offsets", "--all-groups", "--all-topics", "--shift-by",
+                     "-1"))
+    for group in (first, second):
+        assert [row[1:] for row in rows_of(plan.stdout, group)] == [[topic, "0", "2", "1"]]
 
     deleted = ok(groups(broker, "--delete", "--group", first, "--group", second)).stdout
     assert f"Deleted consumer group '{first}'." in deleted
