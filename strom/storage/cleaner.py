@@ -26,7 +26,7 @@ reads the closed segments' files and writes ``*.cleaned`` files; when it is done
 crash-safe), so appends, which only touch the active segment, are never lost. A
 process, not a thread: a thread decoding records holds the GIL so much that the
 event loop's produce latency went from 13 ms to 500 ms at p99 (bench/cleaner.py);
-the process runs at a lower priority (nice 10) and dies with the broker.
+the process runs at idle priority (SCHED_IDLE, else nice 10) and dies with the broker.
 
 Differences from Kafka: tombstone expiry is judged by the batch's max timestamp
 (not by when the tombstone was first cleaned); empty batches are never written (a
@@ -345,7 +345,8 @@ def _worker_init(abort: _Abort, parent: int) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         os.nice(10)
-    except OSError:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # only spare CPU
+    except (OSError, AttributeError):
         pass
     try:
         libc = ctypes.CDLL(None, use_errno=True)
