@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -76,3 +77,13 @@ def consume_to_end(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Me
     consumer.close()
     assert len(at_end) == len(partitions), "did not reach the end of every partition"
     return messages
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` every 0.1 s; fail the test naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")

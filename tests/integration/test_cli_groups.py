@@ -16,7 +16,7 @@ from broker_process import BrokerProcess, free_port
 from cli_helpers import ok, one_line_error, strom, table_rows, tool
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from kafka_helpers import create_topic
+from kafka_helpers import create_topic, wait_until
 
 OVERRIDES = {
     "group.initial.rebalance.delay.ms": "0",
@@ -31,15 +31,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     yield process
     if process.alive():
         process.stop()
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def new_topic(broker: BrokerProcess, partitions: int) -> str:

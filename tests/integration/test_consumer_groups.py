@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
-from kafka_helpers import create_topic
+from kafka_helpers import create_topic, wait_until
 
 CONSUMER_SCRIPT = Path(__file__).parent.parent / "group_consumer.py"
 GROUP_OVERRIDES = {
@@ -43,15 +43,6 @@ def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPro
     yield process
     if process.alive():
         process.stop()
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def produce(
