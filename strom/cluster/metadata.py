@@ -13,11 +13,12 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from strom.storage.durable import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class MetadataStore:
                 return stored
         cluster_id = wanted or _new_cluster_id()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        _atomic_write(
+        write_atomically(
             path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n".encode()
         )
         return cluster_id
@@ -152,7 +153,7 @@ class MetadataStore:
             "broker_configs": self.broker_overrides,
             "producer_id_block_end": self._producer_id_block_end,
         }
-        _atomic_write(self.log_dir / METADATA_FILE, json.dumps(data, indent=1).encode())
+        write_atomically(self.log_dir / METADATA_FILE, json.dumps(data, indent=1).encode())
 
     # Changes ---------------------------------------------------------------
 
@@ -204,15 +205,3 @@ class MetadataStore:
         self.save()
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

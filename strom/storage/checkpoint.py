@@ -14,8 +14,9 @@ Does not own: deciding what goes in them (log_manager.py).
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
+
+from strom.storage.durable import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -51,19 +52,4 @@ def write_checkpoint(path: Path, entries: dict[tuple[str, int], int]) -> None:
     lines.extend(
         f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(entries.items())
     )
-    data = ("\n".join(lines) + "\n").encode()
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomically(path, ("\n".join(lines) + "\n").encode())

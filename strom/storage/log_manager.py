@@ -26,6 +26,7 @@ from pathlib import Path
 
 from strom.storage.checkpoint import read_checkpoint, write_checkpoint
 from strom.storage.cleaner import LogCleaner
+from strom.storage.durable import fsync_dir
 from strom.storage.errors import LogDirLockedError
 from strom.storage.handles import FileHandleCache
 from strom.storage.log_config import LogConfig
@@ -235,11 +236,7 @@ class LogManager:
             os.fsync(fd)
         finally:
             os.close(fd)
-        dir_fd = os.open(self.log_dir, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_dir(self.log_dir)
         self.handles.close_all()
         self._logs.clear()
         if self._lock_fd is not None:

@@ -39,6 +39,7 @@ from strom.protocol.records import (
     set_partition_leader_epoch,
 )
 from strom.storage import swap
+from strom.storage.durable import fsync_dir
 from strom.storage.errors import OffsetOutOfRangeError
 from strom.storage.handles import FileHandleCache
 from strom.storage.log_config import LogConfig
@@ -72,11 +73,7 @@ class PendingFlush:
             except FileNotFoundError:
                 pass  # deleted since (retention, compaction): nothing left to make durable
         if self.directory is not None:
-            fd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(self.directory)
 
 
 class PartitionLog:

@@ -27,6 +27,7 @@ import logging
 import os
 from pathlib import Path
 
+from strom.storage.durable import fsync_dir, write_atomically
 from strom.storage.segment import (
     CLEANED_SUFFIX,
     INDEX_SUFFIX,
@@ -43,25 +44,9 @@ SEGMENT_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, LOG_SUFFIX)  # the .log alwa
 Range = tuple[int, int]  # (base of the new segment, base of the segment after the old run)
 
 
-def fsync_dir(directory: Path | str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_manifest(directory: Path | str, ranges: list[Range]) -> None:
-    path = os.path.join(directory, MANIFEST)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, "".join(f"{base} {end}\n" for base, end in ranges).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(directory)
+    data = "".join(f"{base} {end}\n" for base, end in ranges).encode()
+    write_atomically(os.path.join(directory, MANIFEST), data)
 
 
 def read_manifest(directory: Path | str) -> list[Range] | None:

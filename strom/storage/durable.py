@@ -1,0 +1,40 @@
+"""Durable file operations shared by the storage and the metadata store.
+
+Owns the two steps every crash-safe file change here is made of: fsync a directory
+(so a created, renamed or removed name survives a crash) and replace a small file
+atomically (temporary file, fsync, rename over the old one, fsync the directory).
+Does not own what goes into those files.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def fsync_dir(directory: Path | str) -> None:
+    """fsync a directory, making the names created or renamed in it durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path | str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves the old or the new file whole.
+
+    Writes ``<path>.tmp``, fsyncs it, renames it over ``path`` and fsyncs the directory.
+    """
+    path = os.fspath(path)
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
