@@ -37,7 +37,6 @@ from strom.protocol.framing import (
     FrameError,
     codec_for,
     decode_request,
-    encode_response,
     encode_response_chunks,
     peek_header,
 )
@@ -310,8 +309,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         if not route.min_version <= api_version <= route.max_version:
             if api_key == API_VERSIONS_KEY:
-                self._write(
-                    encode_response(
+                self._respond(
+                    encode_response_chunks(
                         correlation_id, codec_for(API_VERSIONS_KEY, 0),
                         unsupported_version_response(),
                     )
@@ -370,9 +369,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.owed.append(owed)
         else:
             self._send(chunks)
-
-    def _write(self, data: bytes) -> None:
-        self._respond([data])
 
     def _send(self, chunks: list[bytes | bytearray | memoryview]) -> None:
         if self.closed or self.transport is None:

@@ -143,11 +143,6 @@ def encode_response_chunks(
     return [chunk for chunk in out.chunks if len(chunk)]
 
 
-def encode_response(correlation_id: int, codec: MessageCodec, response: Any) -> bytes:
-    """A whole response frame: size, header, body, as one bytes object."""
-    return b"".join(encode_response_chunks(correlation_id, codec, response))
-
-
 def encode_request(correlation_id: int, client_id: str | None, body: Any) -> bytes:
     """A whole request frame (used by tests and tools that speak raw protocol)."""
     request_type = type(body)
