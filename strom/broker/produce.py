@@ -58,6 +58,7 @@ from strom.protocol.records import (
     recompress_batches,
     validate_batches,
 )
+from strom.storage.partition_log import PartitionLog
 from strom.storage.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError
 
 log = logging.getLogger(__name__)
@@ -81,11 +82,12 @@ def handle_produce(ctx: RequestContext, request: Any) -> Any:
             if acks not in (0, 1, -1):
                 result = [data.index, ErrorCode.invalid_required_acks, -1, None, -1]
             else:
-                result = [data.index, *_append(ctx, topic, data.index, data.records)]
-                if result[1] == ErrorCode.none and topic is not None:
-                    partition_log = controller.partition_log(topic.name, data.index)
-                    if partition_log is not None and partition_log.flush_wanted():
-                        durable.append((result, broker.group_commit.durable(partition_log)))
+                partition_log = (
+                    controller.partition_log(topic.name, data.index) if topic is not None else None
+                )
+                result = [data.index, *_append(ctx, topic, partition_log, data.records)]
+                if result[1] == ErrorCode.none and partition_log.flush_wanted():
+                    durable.append((result, broker.group_commit.durable(partition_log)))
             partitions.append(result)
         results.append((name, topic_id, partitions))
     if acks == 0:
@@ -138,14 +140,14 @@ def _response(ctx: RequestContext, results: list[tuple[Any, Any, list[list[Any]]
 
 
 def _append(
-    ctx: RequestContext, topic: TopicMetadata | None, partition: int, records: bytes | None
+    ctx: RequestContext,
+    topic: TopicMetadata | None,
+    partition_log: PartitionLog | None,
+    records: bytes | None,
 ) -> tuple[ErrorCode, int, datetime.datetime | None, int]:
-    if topic is None:
+    if topic is None or partition_log is None:
         return ErrorCode.unknown_topic_or_partition, -1, None, -1
-    controller = ctx.broker.controller
-    partition_log = controller.partition_log(topic.name, partition)
-    if partition_log is None:
-        return ErrorCode.unknown_topic_or_partition, -1, None, -1
+    partition = partition_log.partition
     config = partition_log.config
     if not records:
         return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
