@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable
 
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
@@ -15,6 +18,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KpTopicPartition
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, config: dict | None = None) -> None:
@@ -87,3 +92,45 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def read_with_kafka_python(bootstrap: str, topic: str, last_offset: int, idle_s: float = 10):
+    """Records of partition 0 of ``topic`` read by kafka-python from its beginning up to
+    the one at ``last_offset``, or until ``idle_s`` passes without a record."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        consumer_timeout_ms=int(idle_s * 1000),
+    )
+    tp = KpTopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    records = []
+    for record in consumer:
+        records.append(record)
+        if record.offset >= last_offset:
+            break
+    consumer.close()
+    return records
+
+
+def read_with_aiokafka(bootstrap: str, topic: str, last_offset: int):
+    """Records of partition 0 of ``topic`` read by aiokafka from its beginning up to the
+    one at ``last_offset``; each fetch may wait 10 s."""
+
+    async def read() -> list:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            atp = AioTopicPartition(topic, 0)
+            consumer.assign([atp])
+            await consumer.seek_to_beginning(atp)
+            records: list = []
+            while not records or records[-1].offset < last_offset:
+                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 10)
+                records += [r for got in batch.values() for r in got]
+            return records
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(read())

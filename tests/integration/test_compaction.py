@@ -5,20 +5,20 @@ cleaning loses nothing that compaction should keep."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer
-from aiokafka.structs import TopicPartition as AioTopicPartition
 from broker_process import BrokerProcess
 from confluent_kafka import KafkaError, Producer
-from kafka import KafkaConsumer
-from kafka import TopicPartition as KpTopicPartition
-from kafka_helpers import consume_to_end, create_topic
+from kafka_helpers import (
+    consume_to_end,
+    create_topic,
+    read_with_aiokafka,
+    read_with_kafka_python,
+)
 
 from strom.storage.checkpoint import read_checkpoint
 
@@ -85,36 +85,10 @@ def test_every_client_reads_a_compacted_topic_to_its_end(broker) -> None:
         o >= upto or m.value().startswith(b"19:") for o, m in zip(offsets, messages, strict=True)
     )
 
-    consumer = KafkaConsumer(
-        bootstrap_servers=broker.bootstrap, enable_auto_commit=False, consumer_timeout_ms=10_000
-    )
-    tp = KpTopicPartition(topic, 0)
-    consumer.assign([tp])
-    consumer.seek_to_beginning(tp)
-    seen = []
-    for record in consumer:
-        seen.append(record.offset)
-        if record.offset == end - 1:
-            break
-    consumer.close()
-    assert seen == offsets
-
-    async def aio() -> list[int]:
-        consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
-        await consumer.start()
-        try:
-            atp = AioTopicPartition(topic, 0)
-            consumer.assign([atp])
-            await consumer.seek_to_beginning(atp)
-            got: list[int] = []
-            while not got or got[-1] < end - 1:
-                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 10)
-                got += [r.offset for records in batch.values() for r in records]
-            return got
-        finally:
-            await consumer.stop()
-
-    assert asyncio.run(aio()) == offsets
+    read = read_with_kafka_python(broker.bootstrap, topic, end - 1, idle_s=10)
+    assert [r.offset for r in read] == offsets
+    read = read_with_aiokafka(broker.bootstrap, topic, end - 1)
+    assert [r.offset for r in read] == offsets
 
 
 def test_keyless_records_are_refused(broker) -> None:

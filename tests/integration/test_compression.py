@@ -4,16 +4,16 @@ for a producer that sends them uncompressed, and every client reads them back;
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer
-from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import Producer
-from kafka import KafkaConsumer
-from kafka import TopicPartition as KpTopicPartition
-from kafka_helpers import consume_to_end, create_topic
+from kafka_helpers import (
+    consume_to_end,
+    create_topic,
+    read_with_aiokafka,
+    read_with_kafka_python,
+)
 
 from strom.protocol.records import CODEC_GZIP, CODEC_ZSTD, iter_headers
 
@@ -42,36 +42,10 @@ def test_zstd_topic_recompresses_and_every_client_reads(broker) -> None:
 
     assert [m.value() for m in consume_to_end(broker.bootstrap, topic)] == VALUES
 
-    consumer = KafkaConsumer(
-        bootstrap_servers=broker.bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000
-    )
-    tp = KpTopicPartition(topic, 0)
-    consumer.assign([tp])
-    consumer.seek_to_beginning(tp)
-    got = []
-    for record in consumer:
-        got.append(record.value)
-        if len(got) == len(VALUES):
-            break
-    consumer.close()
-    assert got == VALUES
-
-    async def aio() -> list[bytes]:
-        consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
-        await consumer.start()
-        try:
-            atp = AioTopicPartition(topic, 0)
-            consumer.assign([atp])
-            await consumer.seek_to_beginning(atp)
-            out: list[bytes] = []
-            while len(out) < len(VALUES):
-                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 10)
-                out += [r.value for records in batch.values() for r in records]
-            return out
-        finally:
-            await consumer.stop()
-
-    assert asyncio.run(aio()) == VALUES
+    read = read_with_kafka_python(broker.bootstrap, topic, len(VALUES) - 1, idle_s=5)
+    assert [r.value for r in read] == VALUES
+    read = read_with_aiokafka(broker.bootstrap, topic, len(VALUES) - 1)
+    assert [r.value for r in read] == VALUES
 
     out = subprocess.run(
         ["kcat", "-b", broker.bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-q"],
