@@ -123,6 +123,21 @@ class Broker:
 
     async def _run_duties(self) -> None:
         logs = self.controller.logs
+        loop = asyncio.get_running_loop()
+
+        def move_cleaner_on() -> None:
+            try:
+                logs.cleaner.maintain()
+            except Exception:
+                log.exception("log cleaner maintenance failed")
+
+        def wake_cleaner() -> None:  # from the cleaner's threads
+            try:
+                loop.call_soon_threadsafe(move_cleaner_on)
+            except RuntimeError:
+                pass  # the loop is closed: shutdown sees the cleaning through
+
+        logs.cleaner.wake = wake_cleaner
         flush_every = self.config["log.flush.scheduler.interval.ms"] / 1000
         tick = min(flush_every, logs.maintenance_interval_ms / 1000)
         checkpoint_every = max(self.config["log.flush.offset.checkpoint.interval.ms"], 1) / 1000

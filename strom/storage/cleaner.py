@@ -21,12 +21,18 @@ while their sizes add up to no more than segment.bytes.
 
 Concurrency: ``maintain`` (called periodically by the log manager on the owner's
 thread, the broker's event loop) starts a cleaning in a worker process, which only
-reads the closed segments' files and writes ``*.cleaned`` files; when it is done,
-``maintain`` swaps the results into the PartitionLog on the owner's thread (swap.py:
-crash-safe), so appends, which only touch the active segment, are never lost. A
-process, not a thread: a thread decoding records holds the GIL so much that the
-event loop's produce latency went from 13 ms to 500 ms at p99 (bench/cleaner.py);
-the process runs at idle priority (SCHED_IDLE, else nice 10) and dies with the broker.
+reads the closed segments' files and writes ``*.cleaned`` files. When it is done, the
+swap (swap.py: crash-safe) goes in three phases so that the owner never waits on a
+disk: the manifest and its fsyncs run on a file thread while the old segments stay
+pinned in the PartitionLog (retention may move the log start offset past them but
+deletes them only later); then, on the owner's thread and in one step, the segment
+list is switched and the files renamed (no fsync); then the directory fsync, the
+manifest's removal and the checkpoint run on the file thread again. Appends only
+touch the active segment, so none is lost. A process, not a thread, cleans: a thread
+decoding records holds the GIL so much that the event loop's produce latency went
+from 13 ms to 500 ms at p99 (bench/cleaner.py); the process runs at idle priority
+(SCHED_IDLE, else nice 10) and dies with the broker. The swap's fsyncs on the loop
+had cost 10-14 ms per cleaned run (more while the disk was busy).
 
 Differences from Kafka: tombstone expiry is judged by the batch's max timestamp
 (not by when the tombstone was first cleaned); empty batches are never written (a
@@ -46,7 +52,7 @@ import threading
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
@@ -439,9 +445,45 @@ def _clean_batch(
     writer.write(rebuild_batch(data, header, records, kept_count, header.codec), header)
 
 
+@dataclass
+class _Swap:
+    """A finished cleaning being swapped into its log. Phases: ``committing`` (the
+    manifest and renames of swap.commit, on the file thread), then ``finishing``
+    (swap.finish and the checkpoint, on the file thread); the switch of the log's
+    segment list runs on the owner's thread between the two."""
+
+    job: CleaningJob
+    output: CleaningOutput
+    runs: list[list[LogSegment]]  # the old segments each cleaned segment replaces
+    files: Future[None]
+    finishing: bool = False
+
+    @property
+    def ranges(self) -> list[swap.Range]:
+        return [(done.base, done.end) for done in self.output.cleaned]
+
+
+class _Inline:
+    """Runs file work at once in the calling thread (``LogCleaner.clean``)."""
+
+    def submit(self, fn: Callable[..., None], *args: object) -> Future[None]:
+        future: Future[None] = Future()
+        try:
+            fn(*args)
+        except BaseException as exc:  # handed to whoever reads the future
+            future.set_exception(exc)
+        else:
+            future.set_result(None)
+        return future
+
+
 class LogCleaner:
     """Cleans the compacted logs of one LogManager, one log at a time, in one worker
-    process (started on first use)."""
+    process (started on first use); swaps the results in with the fsyncs on a thread.
+
+    ``wake``, when set, is called (from another thread) as soon as a cleaning or a
+    swap's file work is done, so that the owner calls ``maintain`` without waiting
+    for its next tick."""
 
     def __init__(
         self,
@@ -458,9 +500,12 @@ class LogCleaner:
         self.backoff_ms = backoff_ms
         self.max_map_entries = max_map_entries
         self.checkpoints: dict[tuple[str, int], int] = {}
+        self.wake: Callable[[], None] | None = None
         self._executor: ProcessPoolExecutor | None = None
+        self._files: ThreadPoolExecutor | None = None  # manifest, renames, fsyncs
         self._abort: _Abort = threading.Event()  # replaced by the worker's shared Event
         self._running: tuple[CleaningJob, Future[CleaningOutput]] | None = None
+        self._swap: _Swap | None = None
         self._next_check_ms = 0
         self.last_stats: CleaningStats | None = None
         self.cleanings = 0
@@ -468,10 +513,14 @@ class LogCleaner:
     def load(self) -> None:
         self.checkpoints = read_checkpoint(self.log_dir / CLEANER_CHECKPOINT)
 
-    def _write_checkpoint(self) -> None:
+    def _checkpoint_snapshot(self) -> dict[tuple[str, int], int]:
         live = {(p.topic, p.partition) for p in self._logs()}
         self.checkpoints = {k: v for k, v in self.checkpoints.items() if k in live}
-        write_checkpoint(self.log_dir / CLEANER_CHECKPOINT, self.checkpoints)
+        return dict(self.checkpoints)
+
+    def _notify(self, _future: Future) -> None:
+        if self.wake is not None:
+            self.wake()
 
     # -- choosing -------------------------------------------------------------------
 
@@ -537,20 +586,31 @@ class LogCleaner:
         if job is None:
             return None
         output = build_cleaned_segments(job.spec(self.max_map_entries), threading.Event())
-        self._install(job, output)
+        pending = self._begin_swap(job, output, _Inline())
+        while pending is not None:
+            pending = self._advance_swap(pending, _Inline())
         return output.stats
 
     def maintain(self, now_ms: int | None = None) -> None:
-        """Owner's thread, periodically: install a finished cleaning, start the next."""
+        """Owner's thread, periodically: move a swap on, install a finished cleaning,
+        start the next."""
         if now_ms is None:
             now_ms = int(time.time() * 1000)
+        if self._swap is not None:
+            if not self._swap.files.done():
+                return
+            self._swap = self._advance_swap(self._swap, self._file_thread())
+            if self._swap is not None:
+                return
+            self._next_check_ms = 0  # look for more work at once
         if self._running is not None:
             job, future = self._running
             if not future.done():
                 return
             self._running = None
+            self._next_check_ms = 0
             try:
-                self._install(job, future.result())
+                self._swap = self._begin_swap(job, future.result(), self._file_thread())
             except CleaningAborted:
                 pass
             except BrokenProcessPool:
@@ -561,7 +621,8 @@ class LogCleaner:
                     log.info("cleaning %r stopped: the log is gone (%s)", job.log, exc)
                 else:
                     log.exception("cleaning %r failed", job.log)
-            self._next_check_ms = 0  # look for more work at once
+            if self._swap is not None:
+                return
         if not self.enabled or now_ms < self._next_check_ms:
             return
         best: CleaningJob | None = None
@@ -584,6 +645,7 @@ class LogCleaner:
             )
         self._abort.clear()
         future = self._executor.submit(_clean_in_worker, best.spec(self.max_map_entries))
+        future.add_done_callback(self._notify)
         self._running = (best, future)
         log.info(
             "%s-%d: cleaning started for offsets %d..%d (dirty from %d, ratio %.2f)",
@@ -595,26 +657,76 @@ class LogCleaner:
             best.dirty_ratio,
         )
 
-    def _install(self, job: CleaningJob, output: CleaningOutput) -> None:
-        """Swap the cleaned segments into the log (owner's thread), or drop them if the
-        log changed meanwhile (retention, DeleteRecords, deletion)."""
+    def _file_thread(self) -> ThreadPoolExecutor:
+        if self._files is None:
+            self._files = ThreadPoolExecutor(1, thread_name_prefix="cleaner-swap")
+        return self._files
+
+    # -- swapping (owner's thread; file work on ``files``) ---------------------------
+
+    def _begin_swap(
+        self, job: CleaningJob, output: CleaningOutput, files: ThreadPoolExecutor | _Inline
+    ) -> _Swap | None:
+        """Pin the old segments and commit the swap's files (swap.commit), or drop the
+        cleaned segments if the log changed meanwhile (retention, DeleteRecords,
+        deletion). The pin keeps retention from taking the old segments while the
+        commit runs, so the log still holds them when the switch comes."""
         plog = job.log
         directory = plog.directory
-        cleaned = output.cleaned
-        runs = [[job.segments[i] for i in done.old] for done in cleaned]
+        runs = [[job.segments[i] for i in done.old] for done in output.cleaned]
         if plog.closed or not os.path.isdir(directory) or not all(map(plog.holds_run, runs)):
-            for done in cleaned:
+            for done in output.cleaned:
                 swap.discard_cleaned(directory, done.base)
             log.info("%r changed during cleaning; its cleaned segments were dropped", plog)
-            return
-        ranges = [(done.base, done.end) for done in cleaned]
-        swap.commit(directory, ranges)
-        for done, run in zip(cleaned, runs, strict=True):
-            plog.replace_segments(run, LogSegment(directory, done.base, plog.handles, done.size))
-        swap.install(directory, ranges)
-        self.checkpoints[(plog.topic, plog.partition)] = output.map_end
-        self._write_checkpoint()
-        stats = output.stats
+            return None
+        for run in runs:
+            plog.pin(run)
+        ranges = [(done.base, done.end) for done in output.cleaned]
+        pending = _Swap(job, output, runs, files.submit(swap.commit, directory, ranges))
+        pending.files.add_done_callback(self._notify)
+        return pending
+
+    def _advance_swap(self, pending: _Swap, files: ThreadPoolExecutor | _Inline) -> _Swap | None:
+        """The next phase of a swap whose file work is done; None once it is over."""
+        plog = pending.job.log
+        directory = plog.directory
+        error = pending.files.exception()
+        if pending.finishing:
+            if error is not None:  # a restart finishes the swap from its manifest
+                log.error("%r: finishing a cleaner swap failed: %s", plog, error)
+            self._cleaned(pending)
+            return None
+        for run in pending.runs:
+            plog.unpin(run)
+        if error is not None or plog.closed:
+            if error is not None:
+                log.error("%r: committing a cleaner swap failed, rolled back: %s", plog, error)
+            try:
+                swap.roll_back(directory, [base for base, _end in pending.ranges])
+            except OSError:
+                if not plog.closed:
+                    raise
+            return None
+        # The switch: segment list and file names change in one step of the owner.
+        for done, run in zip(pending.output.cleaned, pending.runs, strict=True):
+            new = LogSegment(directory, done.base, plog.handles, done.size)
+            if not plog.replace_segments(run, new):
+                raise RuntimeError(f"{plog!r}: segments pinned for a swap left the log")
+        swap.install_files(directory, pending.ranges)
+        key = (plog.topic, plog.partition)
+        self.checkpoints[key] = pending.output.map_end
+        pending.finishing = True
+        pending.files = files.submit(self._finish_files, directory, self._checkpoint_snapshot())
+        pending.files.add_done_callback(self._notify)
+        return pending
+
+    def _finish_files(self, directory: Path, checkpoints: dict[tuple[str, int], int]) -> None:
+        swap.finish(directory)
+        write_checkpoint(self.log_dir / CLEANER_CHECKPOINT, checkpoints)
+
+    def _cleaned(self, pending: _Swap) -> None:
+        plog = pending.job.log
+        stats = pending.output.stats
         self.last_stats = stats
         self.cleanings += 1
         log.info(
@@ -622,7 +734,7 @@ class LogCleaner:
             "%d -> %d bytes in %.2fs",
             plog.topic,
             plog.partition,
-            output.map_end,
+            pending.output.map_end,
             stats.records_kept,
             stats.records_read,
             stats.segments_before,
@@ -634,7 +746,7 @@ class LogCleaner:
 
     @property
     def busy(self) -> bool:
-        return self._running is not None
+        return self._running is not None or self._swap is not None
 
     def _stop_executor(self) -> None:
         if self._executor is not None:
@@ -642,7 +754,8 @@ class LogCleaner:
             self._executor = None
 
     def shutdown(self) -> None:
-        """Abort a running cleaning (its files are removed) and stop the worker."""
+        """Abort a running cleaning (its files are removed), finish a swap under way, and
+        stop the worker and the file thread."""
         if self._running is not None:
             job, future = self._running
             self._abort.set()
@@ -654,4 +767,13 @@ class LogCleaner:
                 for done in output.cleaned:
                     swap.discard_cleaned(job.log.directory, done.base)
             self._running = None
+        while self._swap is not None:  # a few ms of renames and fsyncs: see it through
+            try:
+                self._swap.files.result()
+            except Exception:
+                pass  # _advance_swap reports it
+            self._swap = self._advance_swap(self._swap, _Inline())
+        if self._files is not None:
+            self._files.shutdown(wait=True)
+            self._files = None
         self._stop_executor()

@@ -7,7 +7,10 @@ recover above each recovery point), a ``.lock`` file so two brokers never share 
 directory, creating and deleting logs, periodic flushes, the shared FileHandleCache,
 and the schedule of the log lifecycle (``maintain``: retention every
 log.retention.check.interval.ms, unlinking retired segment files when their
-file.delete.delay.ms has passed, and the LogCleaner of compacted logs).
+file.delete.delay.ms has passed, and the LogCleaner of compacted logs). Files and
+directories of deleted segments and partitions are removed on a background thread:
+freeing a large file takes milliseconds the owner's thread (the event loop) should
+spend on requests.
 Does not own: which topics should exist or their configs (the cluster metadata
 hands in a ``configs(topic)`` callable), the retention rules themselves
 (partition_log.py).
@@ -22,6 +25,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from strom.storage.checkpoint import read_checkpoint, write_checkpoint
@@ -30,7 +34,7 @@ from strom.storage.durable import fsync_dir
 from strom.storage.errors import LogDirLockedError
 from strom.storage.handles import FileHandleCache
 from strom.storage.log_config import LogConfig
-from strom.storage.partition_log import PartitionLog
+from strom.storage.partition_log import PartitionLog, remove_tree, unlink_all
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +80,7 @@ class LogManager:
         self._lock_fd: int | None = None
         self.retention_check_interval_ms = retention_check_interval_ms
         self._last_retention_check_ms = 0
+        self._remover: ThreadPoolExecutor | None = None  # unlinks off the owner's thread
         self.cleaner = LogCleaner(
             self.log_dir,
             self.all_logs,
@@ -136,9 +141,9 @@ class LogManager:
             sum(p.size_bytes for p in self._logs.values()),
             self.log_dir,
             time.monotonic() - started,
-            "a clean shutdown" if clean else (
-                "an unclean shutdown (recovered)" if self._logs else "a fresh start"
-            ),
+            "a clean shutdown"
+            if clean
+            else ("an unclean shutdown (recovered)" if self._logs else "a fresh start"),
         )
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
@@ -169,7 +174,7 @@ class LogManager:
         """Delete every partition log of ``topic``; returns how many there were."""
         doomed = [key for key in self._logs if key[0] == topic]
         for key in doomed:
-            self._logs.pop(key).delete()
+            self._logs.pop(key).delete(self._remove_tree_later)
         if doomed:
             log.info("deleted %d partition logs of topic %s", len(doomed), topic)
         return len(doomed)
@@ -215,9 +220,20 @@ class LogManager:
         if now_ms - self._last_retention_check_ms >= self.retention_check_interval_ms:
             self._last_retention_check_ms = now_ms
             self.enforce_retention(now_ms)
+        due: list[str] = []
         for partition_log in list(self._logs.values()):
-            partition_log.purge_deleted(now_ms)
+            due += partition_log.due_deletes(now_ms)
+        if due:
+            self._background().submit(unlink_all, due)
         self.cleaner.maintain(now_ms)
+
+    def _background(self) -> ThreadPoolExecutor:
+        if self._remover is None:
+            self._remover = ThreadPoolExecutor(1, thread_name_prefix="log-remover")
+        return self._remover
+
+    def _remove_tree_later(self, directory: Path) -> None:
+        self._background().submit(remove_tree, directory)
 
     @property
     def maintenance_interval_ms(self) -> int:
@@ -227,6 +243,9 @@ class LogManager:
     def shutdown(self) -> None:
         """Flush and close every log, checkpoint, and leave the clean shutdown marker."""
         self.cleaner.shutdown()
+        if self._remover is not None:
+            self._remover.shutdown(wait=True)
+            self._remover = None
         for partition_log in self._logs.values():
             partition_log.close()
         self.checkpoint()

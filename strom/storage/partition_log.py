@@ -30,6 +30,7 @@ import shutil
 import time
 import uuid
 from bisect import bisect_right
+from collections.abc import Callable
 from pathlib import Path
 
 from strom.protocol.records import (
@@ -49,6 +50,25 @@ from strom.storage.segment import INT32_MAX, LOG_SUFFIX, LogSegment
 log = logging.getLogger(__name__)
 
 _STALE_SUFFIXES = (".deleted", ".cleaned")
+
+
+def unlink_all(paths: list[str]) -> int:
+    """Unlink ``paths`` (missing ones skipped); returns how many went. Any thread."""
+    count = 0
+    for path in paths:
+        try:
+            os.unlink(path)
+            count += 1
+        except FileNotFoundError:
+            pass
+    return count
+
+
+def remove_tree(directory: Path) -> None:
+    """Remove a deleted partition's renamed directory. Any thread."""
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 PRODUCER_STATE_SEGMENTS = 2  # segments replayed at open to rebuild producer state
 
 
@@ -110,6 +130,8 @@ class PartitionLog:
         self._closed = False
         # Retired segment files: (unlink at ms, paths), oldest first.
         self._pending_deletes: list[tuple[int, list[str]]] = []
+        # Segments a cleaner swap is about to replace: kept until it is done.
+        self._pinned: set[LogSegment] = set()
         self._delete_segments_below_start()
         self.producers = ProducerStateManager(f"{topic}-{partition}")
         self.producers.load_segments(self._segments[-PRODUCER_STATE_SEGMENTS:])
@@ -236,24 +258,28 @@ class PartitionLog:
             return False
         return segments[i : i + len(old)] == old and i + len(old) < len(segments)
 
+    def pin(self, segments: list[LogSegment]) -> None:
+        """Keep ``segments`` in the log until ``unpin``: retention and DeleteRecords
+        still move the log start offset past them, but delete them only afterwards
+        (the cleaner's swap holds them while its files are being committed)."""
+        self._pinned.update(segments)
+
+    def unpin(self, segments: list[LogSegment]) -> None:
+        self._pinned.difference_update(segments)
+
     def replace_segments(self, old: list[LogSegment], new: LogSegment) -> bool:
         """Put ``new`` in place of the run ``old`` (closed segments, contiguous, in order;
         ``new.base_offset == old[0].base_offset``). Returns False, changing nothing, if
         ``old`` is no longer such a run in this log (retention or DeleteRecords took
-        some of it). The old segments other than the first are retired; the first one's
-        files are about to be replaced by the new ones under the same names (swap.py),
-        so only its fds are released."""
+        some of it). The old segments are retired (renamed ``*.deleted``), the first one
+        too, so that the new files' renames to its names (swap.py) free no file: freeing
+        a large file is slow and would happen on the owner's thread."""
         if not self.holds_run(old) or new.base_offset != old[0].base_offset:
             return False
         segments = self._segments
         i = segments.index(old[0])
-        for segment in old[1:]:
+        for segment in old:
             self._retire(segment)
-        head = old[0]
-        if head in self._dirty:
-            self._dirty.remove(head)
-        for path in (head.log_path, head.index_path, head.timeindex_path):
-            self.handles.forget(path)
         segments[i : i + len(old)] = [new]
         self._bases[i : i + len(old)] = [new.base_offset]
         return True
@@ -487,6 +513,8 @@ class PartitionLog:
         start = self.log_start_offset
         count = 0
         while len(self._segments) > 1 and self._bases[1] <= start:
+            if self._segments[0] in self._pinned:
+                break  # the next pass deletes it
             segment = self._segments.pop(0)
             self._bases.pop(0)
             self._retire(segment, now_ms)
@@ -514,22 +542,21 @@ class PartitionLog:
             now_ms = int(time.time() * 1000)
         self._pending_deletes.append((now_ms + delay, paths))
 
-    def purge_deleted(self, now_ms: int | None = None, *, everything: bool = False) -> int:
-        """Unlink retired files whose delay has passed (all with ``everything``)."""
+    def due_deletes(self, now_ms: int | None = None, *, everything: bool = False) -> list[str]:
+        """Take the retired files whose file.delete.delay.ms has passed (all with
+        ``everything``): the caller unlinks them, perhaps on another thread."""
         if not self._pending_deletes:
-            return 0
+            return []
         if now_ms is None:
             now_ms = int(time.time() * 1000)
-        count = 0
+        due: list[str] = []
         while self._pending_deletes and (everything or self._pending_deletes[0][0] <= now_ms):
-            _, paths = self._pending_deletes.pop(0)
-            for path in paths:
-                try:
-                    os.unlink(path)
-                    count += 1
-                except FileNotFoundError:
-                    pass
-        return count
+            due += self._pending_deletes.pop(0)[1]
+        return due
+
+    def purge_deleted(self, now_ms: int | None = None, *, everything: bool = False) -> int:
+        """Unlink retired files whose delay has passed (all with ``everything``)."""
+        return unlink_all(self.due_deletes(now_ms, everything=everything))
 
     # -- retention ------------------------------------------------------------------------
 
@@ -574,7 +601,10 @@ class PartitionLog:
         if new_start > self.log_start_offset:
             log.info(
                 "%s-%d: retention moves the log start offset from %d to %d",
-                self.topic, self.partition, self.log_start_offset, new_start,
+                self.topic,
+                self.partition,
+                self.log_start_offset,
+                new_start,
             )
             self.log_start_offset = new_start
         return self._delete_segments_below_start(now_ms)
@@ -597,11 +627,12 @@ class PartitionLog:
         self.purge_deleted(everything=True)
         self._closed = True
 
-    def delete(self) -> None:
+    def delete(self, remove: Callable[[Path], None] = remove_tree) -> None:
         """Close without flushing and remove the partition directory.
 
         The directory is first renamed to ``{name}.{uuid}-delete`` (atomic), so a crash
-        during the removal leaves nothing that looks like a live partition.
+        during the removal leaves nothing that looks like a live partition; ``remove``
+        (perhaps handing it to another thread) removes the renamed directory.
         """
         for segment in self._segments:
             for path in (segment.log_path, segment.index_path, segment.timeindex_path):
@@ -612,4 +643,4 @@ class PartitionLog:
             os.rename(self.directory, grave)
         except FileNotFoundError:
             return
-        shutil.rmtree(grave, ignore_errors=True)
+        remove(grave)

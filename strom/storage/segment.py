@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 from strom.protocol import records
@@ -484,11 +485,16 @@ class LogSegment:
         retired = []
         for path in (self.log_path, self.index_path, self.timeindex_path):
             self.handles.forget(path)
+            target = path + DELETED_SUFFIX
+            if os.path.exists(target):
+                # Still waiting from an earlier retirement (the cleaner replaces the same
+                # base again): a rename over it would free that file inside the rename.
+                target = f"{path}.{time.monotonic_ns()}{DELETED_SUFFIX}"
             try:
-                os.rename(path, path + DELETED_SUFFIX)
+                os.rename(path, target)
             except FileNotFoundError:
                 continue
-            retired.append(path + DELETED_SUFFIX)
+            retired.append(target)
         return retired
 
     def last_modified_ms(self) -> int:

@@ -13,6 +13,11 @@ fsynced; the swap of one cleaning then
    (atomic replacement of the old segment at ``base``; the ``.log`` last), fsyncs
    the directory, and removes the manifest.
 
+Steps 1-2 and the end of step 4 (the fsyncs) are file work the owner may run off its
+thread (:func:`commit`, :func:`finish`); steps 3-4's renames (:func:`install_files`)
+go with the owner's switch of its segment list, in one step, so a reader never sees a
+segment whose file is not yet in place.
+
 ``recover(directory)`` runs before a partition log is opened: with a manifest it
 finishes steps 2-4 for every line (roll forward); without one it removes
 ``.cleaned`` / ``.swap`` files (roll back). A ``kill -9`` at any moment thus leaves
@@ -86,12 +91,38 @@ def commit(directory: Path | str, ranges: list[Range]) -> None:
         _rename_all(directory, base, CLEANED_SUFFIX, SWAP_SUFFIX)
 
 
-def install(directory: Path | str, ranges: list[Range]) -> None:
-    """Step 4: the swap files over the segments at each base, then drop the manifest."""
+def install_files(directory: Path | str, ranges: list[Range]) -> None:
+    """Step 4's renames: the swap files over the segments at each base (cheap; the
+    owner does them in the same step as it switches its segment list)."""
     for base, _end in ranges:
         _rename_all(directory, base, SWAP_SUFFIX, "")
+
+
+def finish(directory: Path | str) -> None:
+    """The end of step 4: make the renames durable, then drop the manifest. Until the
+    manifest is gone a restart redoes steps 2-4, which is harmless."""
     fsync_dir(directory)
     remove_manifest(directory)
+
+
+def install(directory: Path | str, ranges: list[Range]) -> None:
+    """Step 4 whole."""
+    install_files(directory, ranges)
+    finish(directory)
+
+
+def roll_back(directory: Path | str, bases: list[int]) -> None:
+    """Undo steps 1-2 of a swap whose step 3 never began: the manifest first (so a
+    crash in between still finds a whole swap to finish), then its files."""
+    remove_manifest(directory)
+    fsync_dir(directory)
+    for base in bases:
+        for suffix in SEGMENT_SUFFIXES:
+            for leftover in (SWAP_SUFFIX, CLEANED_SUFFIX):
+                try:
+                    os.unlink(segment_file(directory, base, suffix) + leftover)
+                except FileNotFoundError:
+                    pass
 
 
 def discard_cleaned(directory: Path | str, base: int) -> None:

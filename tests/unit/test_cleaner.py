@@ -127,6 +127,90 @@ def test_appends_during_a_background_cleaning_are_kept(tmp_path):
     manager.shutdown()
 
 
+def _swap_under_way(manager: LogManager) -> None:
+    """Drive the manager until a finished cleaning's swap is committing its files (it
+    stays in that phase until the next ``maintain``: no wake-up is set here)."""
+    manager.maintain()
+    deadline = time.monotonic() + 60
+    while manager.cleaner._swap is None:  # noqa: SLF001 - the swap's phases are internal
+        assert time.monotonic() < deadline, "no cleaning finished"
+        time.sleep(0.005)
+        manager.cleaner.maintain()
+    assert not manager.cleaner._swap.finishing  # noqa: SLF001
+
+
+def _finish_cleaning(manager: LogManager) -> None:
+    deadline = time.monotonic() + 60
+    while manager.cleaner.busy:
+        assert time.monotonic() < deadline, "the swap never finished"
+        time.sleep(0.005)
+        manager.cleaner.maintain()
+
+
+def test_delete_records_during_a_swap_keeps_the_pinned_segments_until_it_is_done(tmp_path):
+    config = dataclasses.replace(CONFIG, cleanup_policy="compact,delete")
+    manager = LogManager(tmp_path, config, cleaner_backoff_ms=1)
+    manager.load()
+    plog = manager.create("c", 0, config)
+    _fill(plog)
+    closed = plog.segments()[:-1]
+    pinned = plog.closed_segments()
+    _swap_under_way(manager)
+    assert plog.delete_records_before(50) == 50
+    assert plog.segments()[:-1] == closed  # pinned: still there, below the log start
+    _finish_cleaning(manager)
+    assert manager.cleaner.cleanings == 1
+    assert plog.segments()[-1] == 50
+    assert not set(plog.closed_segments()) & set(pinned)  # the cleaned ones replaced them
+    assert plog.delete_records_before(50) == 50
+    assert plog.segments() == [50]  # unpinned: the next pass deletes it
+    assert _records(plog) == {50: (b"tail", b"x" * 700)}
+    manager.shutdown()
+    assert sorted(os.listdir(plog.directory)) == [
+        "00000000000000000050.index",
+        "00000000000000000050.log",
+        "00000000000000000050.timeindex",
+    ]
+    reopened = LogManager(tmp_path, config, cleaner_enabled=False)
+    reopened.load()
+    assert _records(reopened.get("c", 0)) == {50: (b"tail", b"x" * 700)}
+    reopened.shutdown()
+
+
+def test_a_log_deleted_during_a_swap_is_left_alone(tmp_path):
+    manager = LogManager(tmp_path, CONFIG, cleaner_backoff_ms=1)
+    manager.load()
+    plog = manager.create("c", 0, CONFIG)
+    _fill(plog)
+    _swap_under_way(manager)
+    assert manager.delete_topic("c") == 1
+    _finish_cleaning(manager)
+    assert manager.cleaner.cleanings == 0
+    assert not plog.directory.exists()
+    assert (
+        not (tmp_path / CLEANER_CHECKPOINT).exists()
+        or read_checkpoint(tmp_path / CLEANER_CHECKPOINT) == {}
+    )
+    manager.shutdown()
+
+
+def test_shutdown_sees_a_swap_under_way_through(tmp_path):
+    manager = LogManager(tmp_path, CONFIG, cleaner_backoff_ms=1)
+    manager.load()
+    plog = manager.create("c", 0, CONFIG)
+    _fill(plog)
+    expected = {45 + k: (b"k%d" % k, b"r9") for k in range(5)} | {50: (b"tail", b"x" * 700)}
+    _swap_under_way(manager)
+    manager.shutdown()
+    assert manager.cleaner.cleanings == 1
+    assert not (plog.directory / swap.MANIFEST).exists()
+    assert read_checkpoint(tmp_path / CLEANER_CHECKPOINT) == {("c", 0): 50}
+    reopened = LogManager(tmp_path, CONFIG, cleaner_enabled=False)
+    reopened.load()
+    assert _records(reopened.get("c", 0)) == expected
+    reopened.shutdown()
+
+
 def _cleaned_files(tmp_path: Path) -> tuple[PartitionLog, dict, dict, list]:
     plog = _open(tmp_path)
     _fill(plog)
