@@ -143,7 +143,7 @@ def _append(
     ctx: RequestContext,
     topic: TopicMetadata | None,
     partition_log: PartitionLog | None,
-    records: bytes | None,
+    records: bytes | memoryview | None,
 ) -> tuple[ErrorCode, int, datetime.datetime | None, int]:
     if topic is None or partition_log is None:
         return ErrorCode.unknown_topic_or_partition, -1, None, -1
@@ -151,7 +151,9 @@ def _append(
     config = partition_log.config
     if not records:
         return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
-    buf = bytearray(records)
+    # A writable view into the request frame is patched and written where it lies.
+    in_place = isinstance(records, memoryview) and not records.readonly
+    buf = records if in_place else bytearray(records)
     try:
         headers = validate_batches(buf, config.max_message_bytes)
     except BatchTooLargeError:

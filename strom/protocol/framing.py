@@ -24,8 +24,10 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from strom.protocol.encoder import message_writer
+from strom.protocol.produce_view import produce_reader
 
 API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0
 
 _SIZE = struct.Struct(">i")
 _KEY_VERSION_CORRELATION = struct.Struct(">hhi")
@@ -55,6 +57,8 @@ class MessageCodec:
     read_body: Any
     write_body: Any
     flexible_response_header: bool
+    # Reads the body from a writable frame, leaving large fields in place (Produce).
+    read_body_in_place: Any = None
 
 
 @cache
@@ -68,6 +72,7 @@ def codec_for(api_key: int, api_version: int) -> MessageCodec:
         read_body=entity_reader(request_type),
         write_body=message_writer(response_type),
         flexible_response_header=bool(response_type.__flexible__) and api_key != API_VERSIONS_KEY,
+        read_body_in_place=produce_reader(api_version) if api_key == PRODUCE_KEY else None,
     )
 
 
@@ -78,11 +83,23 @@ def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     return _KEY_VERSION_CORRELATION.unpack_from(frame, 0)
 
 
-def decode_request(frame: bytes | memoryview, codec: MessageCodec) -> Request:
-    """Decode header and body; any failure is a FrameError."""
+def decode_request(frame: bytes | bytearray | memoryview, codec: MessageCodec) -> Request:
+    """Decode header and body; any failure is a FrameError.
+
+    A writable ``frame`` (bytearray, or a memoryview of one) is decoded in place where
+    the codec can (Produce: the records stay views into it); kio reads the rest
+    through a read-only view, which is what it accepts."""
     try:
-        header, header_size = codec.read_header(frame, 0)
-        body, body_size = codec.read_body(frame, header_size)
+        if isinstance(frame, bytes) or (isinstance(frame, memoryview) and frame.readonly):
+            header, header_size = codec.read_header(frame, 0)
+            body, body_size = codec.read_body(frame, header_size)
+        else:
+            view = memoryview(frame)
+            header, header_size = codec.read_header(view.toreadonly(), 0)
+            if codec.read_body_in_place is not None:
+                body, body_size = codec.read_body_in_place(view, header_size)
+            else:
+                body, body_size = codec.read_body(view.toreadonly(), header_size)
     except Exception as exc:  # kio raises several types for malformed input
         raise FrameError(f"malformed request: {type(exc).__name__}: {exc}") from None
     return Request(

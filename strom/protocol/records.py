@@ -49,6 +49,7 @@ from crc32c import crc32c
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: what batchLength does not count
+WritableBuffer = bytearray | memoryview  # batches patched in place (a frame view)
 MAGIC_V2 = 2
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -203,19 +204,19 @@ class InvalidRecordCountError(CorruptBatchError):
     """recordsCount and lastOffsetDelta disagree or are not positive."""
 
 
-def set_base_offset(buf: bytearray, header: BatchHeader, base_offset: int) -> None:
+def set_base_offset(buf: WritableBuffer, header: BatchHeader, base_offset: int) -> None:
     """Rewrite baseOffset in place; the CRC does not cover it."""
     _BASE_OFFSET.pack_into(buf, header.position, base_offset)
     header.base_offset = base_offset
 
 
-def set_partition_leader_epoch(buf: bytearray, header: BatchHeader, epoch: int) -> None:
+def set_partition_leader_epoch(buf: WritableBuffer, header: BatchHeader, epoch: int) -> None:
     """Rewrite partitionLeaderEpoch in place; the CRC does not cover it."""
     _I32.pack_into(buf, header.position + 12, epoch)
     header.partition_leader_epoch = epoch
 
 
-def set_log_append_time(buf: bytearray, header: BatchHeader, timestamp_ms: int) -> None:
+def set_log_append_time(buf: WritableBuffer, header: BatchHeader, timestamp_ms: int) -> None:
     """Mark the batch LogAppendTime with ``timestamp_ms`` and recompute its CRC."""
     p = header.position
     header.attributes |= ATTR_TIMESTAMP_TYPE
@@ -332,17 +333,20 @@ def build_batch(
         body += _encode_record(delta, stamps[delta] - first_ts, rec[0], rec[1], headers)
     payload = compress(codec, bytes(body)) if codec else bytes(body)
     attrs = (attributes & ~ATTR_CODEC_MASK) | codec
-    after_crc = struct.pack(
-        ">hiqqqhii",
-        attrs,
-        len(records) - 1,
-        first_ts,
-        max(stamps),
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        len(records),
-    ) + payload
+    after_crc = (
+        struct.pack(
+            ">hiqqqhii",
+            attrs,
+            len(records) - 1,
+            first_ts,
+            max(stamps),
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records),
+        )
+        + payload
+    )
     crc = crc32c(after_crc)
     head = struct.pack(">qiibI", base_offset, len(after_crc) + 9, partition_leader_epoch, 2, crc)
     return head + after_crc
@@ -375,8 +379,13 @@ def decode_records(buf: bytes | memoryview, header: BatchHeader) -> list[Record]
         if pos != end:
             raise CorruptBatchError("record length does not match its contents")
         out.append(
-            Record(header.base_offset + off_delta, header.base_timestamp + ts_delta, key, value,
-                   headers)
+            Record(
+                header.base_offset + off_delta,
+                header.base_timestamp + ts_delta,
+                key,
+                value,
+                headers,
+            )
         )
     return out
 

@@ -288,7 +288,7 @@ class PartitionLog:
 
     def append(
         self,
-        buf: bytearray,
+        buf: bytearray | memoryview,
         headers: list[BatchHeader],
         *,
         leader_epoch: int = 0,

@@ -280,7 +280,11 @@ class LogSegment:
     # -- appends -------------------------------------------------------------
 
     def append(
-        self, buf: bytearray, headers: list[BatchHeader], index_interval: int, now_ms: int
+        self,
+        buf: bytearray | memoryview,
+        headers: list[BatchHeader],
+        index_interval: int,
+        now_ms: int,
     ) -> None:
         """Write ``buf`` (patched batches, headers positioned within it) at the end."""
         position = self.size
