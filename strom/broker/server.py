@@ -14,6 +14,10 @@ MAX_PIPELINED owed responses) while their responses wait behind it, so replies
 always leave in request order. Responses to one read go out in one write.
 Reading is paused while the socket's send buffer is full or too many responses
 are owed, so a slow client cannot make the broker buffer without bound.
+
+Frames of 64 KiB or more are received straight into a buffer of their own; large
+Produce frames are kept writable and decoded in place (protocol/produce_view.py), so
+their record batches reach the log without a copy.
 """
 
 from __future__ import annotations
