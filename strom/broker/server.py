@@ -23,6 +23,7 @@ their record batches reach the log without a copy.
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import logging
 import struct
@@ -104,6 +105,11 @@ class Broker:
             self.bound.append(Listener(listener.name, listener.host, port))
             self._servers.append(server)
         self._duties = loop.create_task(self._run_duties())
+        # What start-up loaded (modules, kio's schema classes, metadata) lives as long
+        # as the broker: frozen, out of the collector's sight, it is not rescanned by
+        # every full collection (one took 13.7 ms over 52k objects, a latency spike).
+        gc.collect()
+        gc.freeze()
         endpoints = ", ".join(f"{b.name}://{b.host}:{b.port}" for b in self.bound)
         log.info(
             "Strom broker %d started in %.2fs: listening on %s, log dir %s, cluster id %s",
