@@ -721,7 +721,10 @@ class LogCleaner:
         return pending
 
     def _finish_files(self, directory: Path, checkpoints: dict[tuple[str, int], int]) -> None:
-        swap.finish(directory)
+        try:
+            swap.finish(directory)
+        except FileNotFoundError:
+            pass  # the partition was deleted meanwhile: nothing left to finish
         write_checkpoint(self.log_dir / CLEANER_CHECKPOINT, checkpoints)
 
     def _cleaned(self, pending: _Swap) -> None:
