@@ -257,3 +257,20 @@ def test_max_compaction_lag_rolls_the_active_segment(tmp_path):
     plog.active_segment.first_append_ms = int(time.time() * 1000) - 2000
     _append(plog, [(b"k", b"3")])
     assert plog.segments() == [0, 1]
+
+
+def test_cleaning_the_same_base_twice_keeps_both_retired_heads_until_their_delay(tmp_path):
+    config = dataclasses.replace(CONFIG, file_delete_delay_ms=60_000)
+    plog = _open(tmp_path, config)
+    cleaner = LogCleaner(tmp_path, lambda: [plog])
+    _fill(plog)
+    cleaner.clean(plog, NOW)
+    _fill(plog)  # more of the same keys: the next cleaning rewrites base 0 again
+    cleaner.clean(plog, NOW)
+    retired_heads = [n for n in os.listdir(plog.directory) if n.startswith("0" * 20 + ".log.")]
+    assert len(retired_heads) == 2 and all(n.endswith(".deleted") for n in retired_heads)
+    latest = {key: value for key, value in _records(plog).values()}
+    assert latest[b"k0"] == b"r9" and b"tail" in latest
+    assert plog.purge_deleted(everything=True) >= 6  # both heads' three files, at least
+    assert not [n for n in os.listdir(plog.directory) if n.endswith(".deleted")]
+    plog.close()
