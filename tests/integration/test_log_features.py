@@ -100,6 +100,22 @@ def test_log_append_time_replaces_client_timestamps(broker) -> None:
         assert kind == 2 and before - 5 <= stamp <= after + 5
 
 
+@pytest.mark.parametrize("size", [30_000, 300_000])  # frame copied once / received whole
+def test_large_batches_patched_in_the_received_frame(broker, size: int) -> None:
+    topic = f"append-time-{size}"
+    create_topic(broker.bootstrap, topic, 1, {"message.timestamp.type": "LogAppendTime"})
+    values = [bytes([i]) * size for i in range(1, 4)]
+    before = int(time.time() * 1000)
+    delivered = _produce(broker.bootstrap, topic, values, [1000, 2000, 3000])
+    after = int(time.time() * 1000)
+    assert [msg.offset() for msg in delivered] == [0, 1, 2]
+    messages = consume_all(broker.bootstrap, topic, 3, **{"check.crcs": True})
+    assert [msg.value() for msg in messages] == values  # the CRC was recomputed in place
+    for msg in messages:
+        kind, stamp = msg.timestamp()
+        assert kind == 2 and before - 5 <= stamp <= after + 5
+
+
 def test_segments_roll_and_reads_cross_them(broker) -> None:
     topic = "rolling"
     create_topic(broker.bootstrap, topic, 1, {"segment.bytes": "16384",
