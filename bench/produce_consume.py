@@ -101,14 +101,20 @@ def main() -> None:
             create(broker.bootstrap, "bench1", 6)
             create(broker.bootstrap, "benchall", 6)
             rate = produce(broker.bootstrap, "bench1", args.records, "1")
-            print(f"produce acks=1   100 B x {args.records:,}: {rate:,.0f} records/s "
-                  f"({rate * 100 / 1e6:.1f} MB/s)")
+            print(
+                f"produce acks=1   100 B x {args.records:,}: {rate:,.0f} records/s "
+                f"({rate * 100 / 1e6:.1f} MB/s)"
+            )
             rate = produce(broker.bootstrap, "benchall", args.records, "all")
-            print(f"produce acks=all 100 B x {args.records:,}: {rate:,.0f} records/s "
-                  f"({rate * 100 / 1e6:.1f} MB/s)")
+            print(
+                f"produce acks=all 100 B x {args.records:,}: {rate:,.0f} records/s "
+                f"({rate * 100 / 1e6:.1f} MB/s)"
+            )
             rate = consume(broker.bootstrap, "bench1", args.records, 6)
-            print(f"consume          100 B x {args.records:,}: {rate:,.0f} records/s "
-                  f"({rate * 100 / 1e6:.1f} MB/s)")
+            print(
+                f"consume          100 B x {args.records:,}: {rate:,.0f} records/s "
+                f"({rate * 100 / 1e6:.1f} MB/s)"
+            )
             print(f"broker RSS after the runs: {rss_mb(broker.proc.pid):.0f} MB")
         finally:
             broker.stop()
@@ -132,8 +138,10 @@ def main() -> None:
             started = time.perf_counter()
             many.start()
             AdminClient({"bootstrap.servers": many.bootstrap}).list_topics(timeout=30)
-            print(f"restart with {partitions:,} partitions: "
-                  f"{time.perf_counter() - started:.2f} s to serve metadata")
+            print(
+                f"restart with {partitions:,} partitions: "
+                f"{time.perf_counter() - started:.2f} s to serve metadata"
+            )
             print(f"broker RSS after restart: {rss_mb(many.proc.pid):.0f} MB")
         finally:
             many.stop()

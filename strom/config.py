@@ -114,7 +114,8 @@ _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CLEANUP = ("delete", "compact")
 _GROUP_ASSIGNORS = (
-    "uniform", "range",
+    "uniform",
+    "range",
     "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
     "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
 )
@@ -176,8 +177,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("group.max.size", "int", 2147483647, minimum=1),
         ConfigDef("group.consumer.session.timeout.ms", "int", 45000, minimum=1),
         ConfigDef("group.consumer.heartbeat.interval.ms", "int", 5000, minimum=1),
-        ConfigDef("group.consumer.assignors", "list", ["uniform", "range"],
-                  choices=_GROUP_ASSIGNORS),
+        ConfigDef(
+            "group.consumer.assignors", "list", ["uniform", "range"], choices=_GROUP_ASSIGNORS
+        ),
         ConfigDef("group.consumer.max.size", "int", 2147483647, minimum=1),
         ConfigDef("max.open.segment.files", "int", 512, minimum=16),
     ]
@@ -186,41 +188,98 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
 TOPIC_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
     for d in [
-        ConfigDef("cleanup.policy", "list", ["delete"], choices=_CLEANUP,
-                  broker_name="log.cleanup.policy"),
-        ConfigDef("compression.type", "string", "producer", choices=_COMPRESSION,
-                  broker_name="compression.type"),
-        ConfigDef("delete.retention.ms", "long", 86400000, minimum=0,
-                  broker_name="log.cleaner.delete.retention.ms"),
-        ConfigDef("file.delete.delay.ms", "long", 60000, minimum=0,
-                  broker_name="log.segment.delete.delay.ms"),
-        ConfigDef("flush.messages", "long", LONG_MAX, minimum=1,
-                  broker_name="log.flush.interval.messages"),
+        ConfigDef(
+            "cleanup.policy", "list", ["delete"], choices=_CLEANUP, broker_name="log.cleanup.policy"
+        ),
+        ConfigDef(
+            "compression.type",
+            "string",
+            "producer",
+            choices=_COMPRESSION,
+            broker_name="compression.type",
+        ),
+        ConfigDef(
+            "delete.retention.ms",
+            "long",
+            86400000,
+            minimum=0,
+            broker_name="log.cleaner.delete.retention.ms",
+        ),
+        ConfigDef(
+            "file.delete.delay.ms",
+            "long",
+            60000,
+            minimum=0,
+            broker_name="log.segment.delete.delay.ms",
+        ),
+        ConfigDef(
+            "flush.messages", "long", LONG_MAX, minimum=1, broker_name="log.flush.interval.messages"
+        ),
         ConfigDef("flush.ms", "long", LONG_MAX, minimum=0, broker_name="log.flush.interval.ms"),
-        ConfigDef("index.interval.bytes", "int", 4096, minimum=0,
-                  broker_name="log.index.interval.bytes"),
-        ConfigDef("max.compaction.lag.ms", "long", LONG_MAX, minimum=1,
-                  broker_name="log.cleaner.max.compaction.lag.ms"),
+        ConfigDef(
+            "index.interval.bytes", "int", 4096, minimum=0, broker_name="log.index.interval.bytes"
+        ),
+        ConfigDef(
+            "max.compaction.lag.ms",
+            "long",
+            LONG_MAX,
+            minimum=1,
+            broker_name="log.cleaner.max.compaction.lag.ms",
+        ),
         ConfigDef("max.message.bytes", "int", 1048588, minimum=0, broker_name="message.max.bytes"),
-        ConfigDef("message.timestamp.type", "string", "CreateTime", choices=_TIMESTAMP_TYPES,
-                  broker_name="log.message.timestamp.type"),
-        ConfigDef("message.timestamp.before.max.ms", "long", LONG_MAX, minimum=0,
-                  broker_name="log.message.timestamp.before.max.ms"),
-        ConfigDef("message.timestamp.after.max.ms", "long", 3600000, minimum=0,
-                  broker_name="log.message.timestamp.after.max.ms"),
-        ConfigDef("min.cleanable.dirty.ratio", "double", 0.5, minimum=0,
-                  broker_name="log.cleaner.min.cleanable.ratio"),
-        ConfigDef("min.compaction.lag.ms", "long", 0, minimum=0,
-                  broker_name="log.cleaner.min.compaction.lag.ms"),
+        ConfigDef(
+            "message.timestamp.type",
+            "string",
+            "CreateTime",
+            choices=_TIMESTAMP_TYPES,
+            broker_name="log.message.timestamp.type",
+        ),
+        ConfigDef(
+            "message.timestamp.before.max.ms",
+            "long",
+            LONG_MAX,
+            minimum=0,
+            broker_name="log.message.timestamp.before.max.ms",
+        ),
+        ConfigDef(
+            "message.timestamp.after.max.ms",
+            "long",
+            3600000,
+            minimum=0,
+            broker_name="log.message.timestamp.after.max.ms",
+        ),
+        ConfigDef(
+            "min.cleanable.dirty.ratio",
+            "double",
+            0.5,
+            minimum=0,
+            broker_name="log.cleaner.min.cleanable.ratio",
+        ),
+        ConfigDef(
+            "min.compaction.lag.ms",
+            "long",
+            0,
+            minimum=0,
+            broker_name="log.cleaner.min.compaction.lag.ms",
+        ),
         ConfigDef("min.insync.replicas", "int", 1, minimum=1, broker_name="min.insync.replicas"),
         ConfigDef("retention.bytes", "long", -1, broker_name="log.retention.bytes"),
         ConfigDef("retention.ms", "long", 604800000, minimum=-1, broker_name="log.retention.ms"),
         ConfigDef("segment.bytes", "int", 1073741824, minimum=14, broker_name="log.segment.bytes"),
-        ConfigDef("segment.index.bytes", "int", 10485760, minimum=4,
-                  broker_name="log.index.size.max.bytes"),
+        ConfigDef(
+            "segment.index.bytes",
+            "int",
+            10485760,
+            minimum=4,
+            broker_name="log.index.size.max.bytes",
+        ),
         ConfigDef("segment.ms", "long", 604800000, minimum=1, broker_name="log.roll.ms"),
-        ConfigDef("unclean.leader.election.enable", "bool", False,
-                  broker_name="unclean.leader.election.enable"),
+        ConfigDef(
+            "unclean.leader.election.enable",
+            "bool",
+            False,
+            broker_name="unclean.leader.election.enable",
+        ),
     ]
 }
 
@@ -443,4 +502,3 @@ def log_config_for(broker: BrokerConfig, overrides: Mapping[str, str]) -> LogCon
         min_compaction_lag_ms=values["min.compaction.lag.ms"],
         max_compaction_lag_ms=values["max.compaction.lag.ms"],
     )
-

@@ -9,8 +9,9 @@ STROM = [sys.executable, "-m", "strom.cli.main"]
 
 
 def strom(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([*STROM, *args], input=stdin, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [*STROM, *args], input=stdin, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def tool(broker, name: str, *args: str, **kw) -> subprocess.CompletedProcess:

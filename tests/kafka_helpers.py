@@ -45,8 +45,9 @@ def _consumer(bootstrap: str, topic: str, **extra) -> tuple[Consumer, list[int]]
     return consumer, partitions
 
 
-def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0,
-                **extra) -> list[Message]:
+def consume_all(
+    bootstrap: str, topic: str, expected: int, timeout: float = 30.0, **extra
+) -> list[Message]:
     """Read from the log start of every partition until ``expected`` records arrived."""
     consumer, _ = _consumer(bootstrap, topic, **extra)
     messages: list[Message] = []

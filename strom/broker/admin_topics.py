@@ -82,21 +82,30 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
             replication = 1
             if not request.validate_only:
                 topic_id = controller.create_topic(topic.name, partitions, overrides).topic_id
-            configs_out = None if config_type is None else tuple(
-                build(
-                    config_type,
-                    name=key,
-                    value=render(value),
-                    read_only=False,
-                    config_source=source,
-                    is_sensitive=False,
-                )
-                for key, (value, source) in sorted(
-                    effective_topic_configs(ctx.broker.config, overrides).items()
+            configs_out = (
+                None
+                if config_type is None
+                else tuple(
+                    build(
+                        config_type,
+                        name=key,
+                        value=render(value),
+                        read_only=False,
+                        config_source=source,
+                        is_sensitive=False,
+                    )
+                    for key, (value, source) in sorted(
+                        effective_topic_configs(ctx.broker.config, overrides).items()
+                    )
                 )
             )
-        except (TopicExistsError, InvalidTopicError, InvalidPartitionsError,
-                InvalidReplicationFactorError, ConfigError) as exc:
+        except (
+            TopicExistsError,
+            InvalidTopicError,
+            InvalidPartitionsError,
+            InvalidReplicationFactorError,
+            ConfigError,
+        ) as exc:
             error = _create_error(exc)
             message = str(exc)
             partitions = replication = -1
@@ -170,9 +179,7 @@ def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
             except InvalidPartitionsError as exc:
                 error = ErrorCode.invalid_partitions
                 message = str(exc)
-        results.append(
-            build(result_type, name=topic.name, error_code=error, error_message=message)
-        )
+        results.append(build(result_type, name=topic.name, error_code=error, error_message=message))
     return build(response_type, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
@@ -200,8 +207,12 @@ def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
                 except OffsetOutOfRangeError:
                     error = ErrorCode.offset_out_of_range
             partitions.append(
-                build(partition_type, partition_index=p.partition_index, low_watermark=low,
-                      error_code=error)
+                build(
+                    partition_type,
+                    partition_index=p.partition_index,
+                    low_watermark=low,
+                    error_code=error,
+                )
             )
         topics.append(build(topic_type, name=topic.name, partitions=tuple(partitions)))
     controller.logs.checkpoint()  # a moved log start offset must survive a crash

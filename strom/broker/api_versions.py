@@ -19,8 +19,12 @@ from strom.protocol.framing import build, nested
 
 def advertised(api_version_type: type) -> tuple:
     return tuple(
-        build(api_version_type, api_key=r.api_key, min_version=r.min_version,
-              max_version=r.max_version)
+        build(
+            api_version_type,
+            api_key=r.api_key,
+            min_version=r.min_version,
+            max_version=r.max_version,
+        )
         for r in sorted(ROUTES.values(), key=lambda r: r.api_key)
     )
 

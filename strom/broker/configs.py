@@ -43,8 +43,7 @@ SOURCE_DEFAULT = ConfigSource.DEFAULT
 
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
-_CONFIG_TYPES = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7,
-                 "password": 9}
+_CONFIG_TYPES = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7, "password": 9}
 
 
 class _ResourceError(Exception):
@@ -84,7 +83,9 @@ def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
                         is_sensitive=False,
                         synonyms=tuple(
                             build(synonym_type, name=n, value=v, source=s) for n, v, s in synonyms
-                        ) if synonyms_wanted else (),
+                        )
+                        if synonyms_wanted
+                        else (),
                         config_type=_CONFIG_TYPES.get(definition.kind, 0),
                         documentation=definition.doc or None if docs_wanted else None,
                     )
@@ -133,9 +134,7 @@ def _describe(ctx: RequestContext, resource_type: int, name: str) -> list[Row]:
             if source == SOURCE_DYNAMIC_TOPIC:
                 synonyms.append((key, topic.configs[key], SOURCE_DYNAMIC_TOPIC))
             if broker_key is not None and broker_config.is_set(broker_key):
-                synonyms.append(
-                    (broker_key, render(broker_config[broker_key]), broker_source)
-                )
+                synonyms.append((broker_key, render(broker_config[broker_key]), broker_source))
             synonyms.append((broker_key or key, render(definition.default), SOURCE_DEFAULT))
             rows.append((key, render(value), code, definition, synonyms))
         return rows

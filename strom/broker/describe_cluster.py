@@ -22,7 +22,11 @@ def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     host, port = broker.advertised_endpoint()
     node = build(
         nested(response_type, "DescribeClusterBroker"),
-        broker_id=broker.node_id, host=host, port=port, rack=None, is_fenced=False,
+        broker_id=broker.node_id,
+        host=host,
+        port=port,
+        rack=None,
+        is_fenced=False,
     )
     return build(
         response_type,

@@ -60,8 +60,12 @@ def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             name_for_read = name
         entries = [
             _Wanted(
-                name_for_read, topic_id, p.partition, p.fetch_offset,
-                p.partition_max_bytes, meta is not None,
+                name_for_read,
+                topic_id,
+                p.partition,
+                p.fetch_offset,
+                p.partition_max_bytes,
+                meta is not None,
             )
             for p in topic.partitions
         ]
@@ -95,9 +99,7 @@ async def _long_poll(
     return _read(ctx, request, wanted)[0]
 
 
-def _read(
-    ctx: RequestContext, request: Any, wanted: list[_WantedTopic]
-) -> tuple[Any, int, bool]:
+def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tuple[Any, int, bool]:
     controller = ctx.broker.controller
     response_type = ctx.response_type
     topic_type = nested(response_type, "FetchableTopicResponse")

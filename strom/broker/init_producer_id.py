@@ -25,9 +25,13 @@ MAX_EPOCH = 32767
 @handles(22, 0, 5)
 def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
-        return build(ctx.response_type, throttle_time=NO_THROTTLE,
-                     error_code=ErrorCode.coordinator_not_available, producer_id=-1,
-                     producer_epoch=-1)
+        return build(
+            ctx.response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.coordinator_not_available,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
     metadata = ctx.broker.controller.metadata
     producer_id = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
@@ -35,5 +39,10 @@ def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
         epoch += 1
     else:
         producer_id, epoch = metadata.allocate_producer_id(), 0
-    return build(ctx.response_type, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                 producer_id=producer_id, producer_epoch=epoch)
+    return build(
+        ctx.response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+    )

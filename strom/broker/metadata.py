@@ -60,17 +60,22 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
 
     def failed(error: ErrorCode, name: str | None, topic_id: Any = None) -> Any:
         return build(
-            topic_type, error_code=error, name=name, topic_id=topic_id or ZERO_UUID,
-            is_internal=False, partitions=(),
+            topic_type,
+            error_code=error,
+            name=name,
+            topic_id=topic_id or ZERO_UUID,
+            is_internal=False,
+            partitions=(),
         )
 
     requested = request.topics
     if requested is None or (ctx.api_version == 0 and not requested):
         topics = [describe(t) for t in controller.metadata.topics.values()]
     else:
-        allow_create = getattr(request, "allow_auto_topic_creation", True) and broker.config[
-            "auto.create.topics.enable"
-        ]
+        allow_create = (
+            getattr(request, "allow_auto_topic_creation", True)
+            and broker.config["auto.create.topics.enable"]
+        )
         topics = []
         for entry in requested:
             name = entry.name

@@ -166,8 +166,12 @@ def _append(
     if config.compact or config.compression_type != "producer":
         try:
             if config.compact and any(has_null_key(buf, header) for header in headers):
-                log.info("refusing keyless records for compacted %s-%d from %s",
-                         topic.name, partition, ctx.peer)
+                log.info(
+                    "refusing keyless records for compacted %s-%d from %s",
+                    topic.name,
+                    partition,
+                    ctx.peer,
+                )
                 return ErrorCode.invalid_record, -1, None, partition_log.log_start_offset
             codec = CODEC_NAMES.get(config.compression_type)
             if codec is not None and any(h.codec != codec and not h.is_control for h in headers):
@@ -192,8 +196,7 @@ def _append(
         log.info("fencing a produce to %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
         return ErrorCode.invalid_producer_epoch, -1, None, partition_log.log_start_offset
     except OutOfOrderSequenceError as exc:
-        log.info("rejecting a produce to %s-%d from %s: %s", topic.name, partition, ctx.peer,
-                 exc)
+        log.info("rejecting a produce to %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
         return ErrorCode.out_of_order_sequence_number, -1, None, partition_log.log_start_offset
     ctx.broker.purgatory.notify(topic.name, partition)
     return ErrorCode.none, base_offset, append_time, partition_log.log_start_offset

@@ -344,7 +344,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if api_key == API_VERSIONS_KEY:
                 self._respond(
                     encode_response_chunks(
-                        correlation_id, codec_for(API_VERSIONS_KEY, 0),
+                        correlation_id,
+                        codec_for(API_VERSIONS_KEY, 0),
                         unsupported_version_response(),
                     )
                 )
@@ -363,8 +364,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             result = route.handler(ctx, request.body)
         except Exception:
-            log.exception("closing connection from %s: handler for API key %d failed",
-                          self.peer, api_key)
+            log.exception(
+                "closing connection from %s: handler for API key %d failed", self.peer, api_key
+            )
             self.close()
             return
         if result is None:
@@ -380,8 +382,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             response = await pending  # type: ignore[misc]
         except Exception:
-            log.exception("closing connection from %s: handler for API key %d failed",
-                          self.peer, ctx.api_key)
+            log.exception(
+                "closing connection from %s: handler for API key %d failed", self.peer, ctx.api_key
+            )
             self.close()
             return
         if self.closed:

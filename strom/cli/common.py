@@ -40,7 +40,9 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
+        "--bootstrap-server",
+        default=DEFAULT_BOOTSTRAP,
+        metavar="HOST:PORT",
         help=f"broker(s) to connect to, comma-separated (default {DEFAULT_BOOTSTRAP})",
     )
 

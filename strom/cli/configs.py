@@ -48,7 +48,8 @@ DYNAMIC_SOURCES = {
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
-        "configs", help="describe or change topic and broker configs (like kafka-configs.sh)",
+        "configs",
+        help="describe or change topic and broker configs (like kafka-configs.sh)",
         description="Describe or change topic and broker configs.",
     )
     action = parser.add_mutually_exclusive_group(required=True)
@@ -57,10 +58,16 @@ def add_parser(commands: Any) -> None:
     add_bootstrap(parser)
     parser.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES))
     parser.add_argument("--entity-name", help="topic name or broker id")
-    parser.add_argument("--all", action="store_true",
-                        help="with --describe: every config, not only the dynamic ones")
-    parser.add_argument("--add-config", metavar="K=V,K2=V2",
-                        help="configs to set; a value with commas goes in brackets: k=[a,b]")
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="with --describe: every config, not only the dynamic ones",
+    )
+    parser.add_argument(
+        "--add-config",
+        metavar="K=V,K2=V2",
+        help="configs to set; a value with commas goes in brackets: k=[a,b]",
+    )
     parser.add_argument("--delete-config", metavar="K,K2", help="configs to remove")
     parser.set_defaults(run=run, parser=parser)
 
@@ -150,16 +157,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _describe(admin: AdminClient, restype: ResourceType, name: str, label: str,
-              show_all: bool) -> int:
-    futures = admin.describe_configs([ConfigResource(restype, name)],
-                                     request_timeout=REQUEST_TIMEOUT_S)
+def _describe(
+    admin: AdminClient, restype: ResourceType, name: str, label: str, show_all: bool
+) -> int:
+    futures = admin.describe_configs(
+        [ConfigResource(restype, name)], request_timeout=REQUEST_TIMEOUT_S
+    )
     try:
         entries = next(iter(futures.values())).result(timeout=REQUEST_TIMEOUT_S)
     except KafkaException as exc:
         raise ToolError(f"cannot describe {label}: {describe_error(exc)}") from None
     rows = [
-        entry for _key, entry in sorted(entries.items())
+        entry
+        for _key, entry in sorted(entries.items())
         if show_all or source_code(entry.source) in DYNAMIC_SOURCES
     ]
     kind = "All" if show_all else "Dynamic"
@@ -167,11 +177,18 @@ def _describe(admin: AdminClient, restype: ResourceType, name: str, label: str,
     for column in ("Name", "Value", "Source", "Read-only", "Sensitive"):
         table.add_column(column)
     for entry in rows:
-        value = "(sensitive)" if entry.is_sensitive else (
-            "null" if entry.value is None else entry.value
+        value = (
+            "(sensitive)"
+            if entry.is_sensitive
+            else ("null" if entry.value is None else entry.value)
         )
-        table.add_row(entry.name, value, _source_name(entry.source),
-                      str(entry.is_read_only).lower(), str(entry.is_sensitive).lower())
+        table.add_row(
+            entry.name,
+            value,
+            _source_name(entry.source),
+            str(entry.is_read_only).lower(),
+            str(entry.is_sensitive).lower(),
+        )
     console = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
     if rows:
         console.print(table)

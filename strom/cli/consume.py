@@ -55,40 +55,63 @@ from strom.cli.common import (
 )
 
 FORMAT_PROPERTIES = {
-    "print.timestamp", "print.key", "print.value", "print.partition", "print.offset",
-    "print.headers", "key.separator", "line.separator", "headers.separator", "null.literal",
+    "print.timestamp",
+    "print.key",
+    "print.value",
+    "print.partition",
+    "print.offset",
+    "print.headers",
+    "key.separator",
+    "line.separator",
+    "headers.separator",
+    "null.literal",
 }
 
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
-        "consume", help="console consumer: print a topic's records (like kafka-console-consumer)",
+        "consume",
+        help="console consumer: print a topic's records (like kafka-console-consumer)",
         description="Print the records of a topic, one a line.",
     )
     add_bootstrap(parser)
     parser.add_argument("--topic", required=True, help="topic to read")
-    parser.add_argument("--from-beginning", action="store_true",
-                        help="start at the log start (default: only new records); with "
-                             "--group, only where the group has no committed offset")
-    parser.add_argument("--partition", type=int, help="read only this partition")
-    parser.add_argument("--offset", metavar="earliest|latest|N",
-                        help="start offset in --partition (default latest)")
-    parser.add_argument("--max-messages", type=int, metavar="N",
-                        help="exit after N records")
-    parser.add_argument("--timeout-ms", type=int, metavar="MS",
-                        help="exit when no record arrived for MS milliseconds")
     parser.add_argument(
-        "--group", metavar="G",
-        help="consume as a member of group G: partitions shared with the group's other "
-             "members, start at its committed offsets, offsets committed (auto-commit; "
-             "not with --partition/--offset, which assign by hand)",
+        "--from-beginning",
+        action="store_true",
+        help="start at the log start (default: only new records); with "
+        "--group, only where the group has no committed offset",
+    )
+    parser.add_argument("--partition", type=int, help="read only this partition")
+    parser.add_argument(
+        "--offset", metavar="earliest|latest|N", help="start offset in --partition (default latest)"
+    )
+    parser.add_argument("--max-messages", type=int, metavar="N", help="exit after N records")
+    parser.add_argument(
+        "--timeout-ms",
+        type=int,
+        metavar="MS",
+        help="exit when no record arrived for MS milliseconds",
     )
     parser.add_argument(
-        "--property", action="append", metavar="KEY=VALUE",
+        "--group",
+        metavar="G",
+        help="consume as a member of group G: partitions shared with the group's other "
+        "members, start at its committed offsets, offsets committed (auto-commit; "
+        "not with --partition/--offset, which assign by hand)",
+    )
+    parser.add_argument(
+        "--property",
+        action="append",
+        metavar="KEY=VALUE",
         help="formatter property (repeatable): " + ", ".join(sorted(FORMAT_PROPERTIES)),
     )
-    parser.add_argument("--consumer-property", action="append", metavar="KEY=VALUE",
-                        help="librdkafka consumer property (repeatable)")
+    parser.add_argument(
+        "--consumer-property",
+        action="append",
+        metavar="KEY=VALUE",
+        help="librdkafka consumer property (repeatable)",
+    )
     parser.set_defaults(run=run, parser=parser)
 
 
@@ -126,9 +149,13 @@ class Formatter:
             fields.append(b"Offset:%d" % msg.offset())
         if self.headers:
             headers = msg.headers()
-            fields.append(self.headers_separator.join(
-                k.encode() + b":" + (self.null if v is None else v) for k, v in headers
-            ) if headers else b"NO_HEADERS")
+            fields.append(
+                self.headers_separator.join(
+                    k.encode() + b":" + (self.null if v is None else v) for k, v in headers
+                )
+                if headers
+                else b"NO_HEADERS"
+            )
         if self.key:
             key = msg.key()
             fields.append(self.null if key is None else key)
@@ -198,8 +225,9 @@ def run(args: argparse.Namespace) -> int:
             consumer.close()
 
 
-def _consume(consumer: Consumer, args: argparse.Namespace, start: int,
-             formatter: Formatter, subscribe: bool) -> int:
+def _consume(
+    consumer: Consumer, args: argparse.Namespace, start: int, formatter: Formatter, subscribe: bool
+) -> int:
     metadata = check_reachable(consumer, args.bootstrap_server, args.topic)
     topic = metadata.topics.get(args.topic)
     if topic is None or topic.error is not None and not topic.partitions:

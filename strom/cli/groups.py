@@ -78,47 +78,81 @@ def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "groups",
         help="list, describe, reset offsets of, delete consumer groups "
-             "(like kafka-consumer-groups.sh)",
+        "(like kafka-consumer-groups.sh)",
         description="List, describe and delete consumer groups; reset or delete their "
-                    "committed offsets.",
+        "committed offsets.",
     )
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true", help="list groups")
-    action.add_argument("--describe", action="store_true",
-                        help="members, committed offsets, log end offsets and lag")
-    action.add_argument("--reset-offsets", action="store_true",
-                        help="plan (--dry-run) or commit (--execute) new offsets")
+    action.add_argument(
+        "--describe",
+        action="store_true",
+        help="members, committed offsets, log end offsets and lag",
+    )
+    action.add_argument(
+        "--reset-offsets",
+        action="store_true",
+        help="plan (--dry-run) or commit (--execute) new offsets",
+    )
     action.add_argument("--delete", action="store_true", help="delete groups")
-    action.add_argument("--delete-offsets", action="store_true",
-                        help="delete a group's committed offsets of --topic")
+    action.add_argument(
+        "--delete-offsets",
+        action="store_true",
+        help="delete a group's committed offsets of --topic",
+    )
     add_bootstrap(parser)
-    parser.add_argument("--group", action="append", metavar="G",
-                        help="group id (repeatable, except for --delete-offsets)")
-    parser.add_argument("--all-groups", action="store_true",
-                        help="every group (--describe, --reset-offsets, --delete)")
-    parser.add_argument("--topic", action="append", metavar="T[:P,P2]",
-                        help="topic, optionally its partitions (repeatable; "
-                             "--reset-offsets, --delete-offsets)")
-    parser.add_argument("--all-topics", action="store_true",
-                        help="with --reset-offsets: every partition the group committed")
-    parser.add_argument("--members", action="store_true",
-                        help="with --describe: only the members")
-    parser.add_argument("--state", nargs="?", const="", metavar="S,S2",
-                        help="with --list: show states, keep only these (e.g. Stable,Empty); "
-                             "with --describe: only the group's state")
+    parser.add_argument(
+        "--group",
+        action="append",
+        metavar="G",
+        help="group id (repeatable, except for --delete-offsets)",
+    )
+    parser.add_argument(
+        "--all-groups",
+        action="store_true",
+        help="every group (--describe, --reset-offsets, --delete)",
+    )
+    parser.add_argument(
+        "--topic",
+        action="append",
+        metavar="T[:P,P2]",
+        help="topic, optionally its partitions (repeatable; --reset-offsets, --delete-offsets)",
+    )
+    parser.add_argument(
+        "--all-topics",
+        action="store_true",
+        help="with --reset-offsets: every partition the group committed",
+    )
+    parser.add_argument("--members", action="store_true", help="with --describe: only the members")
+    parser.add_argument(
+        "--state",
+        nargs="?",
+        const="",
+        metavar="S,S2",
+        help="with --list: show states, keep only these (e.g. Stable,Empty); "
+        "with --describe: only the group's state",
+    )
     scenario = parser.add_mutually_exclusive_group()
     scenario.add_argument("--to-earliest", action="store_true", help="reset to the log start")
     scenario.add_argument("--to-latest", action="store_true", help="reset to the log end")
     scenario.add_argument("--to-offset", type=int, metavar="N", help="reset to offset N")
-    scenario.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
-                          help="reset to the first offset at or after this time")
-    scenario.add_argument("--shift-by", type=int, metavar="N",
-                          help="move the committed offset by N (negative: back)")
+    scenario.add_argument(
+        "--to-datetime",
+        metavar="YYYY-MM-DDTHH:mm:SS.sss",
+        help="reset to the first offset at or after this time",
+    )
+    scenario.add_argument(
+        "--shift-by", type=int, metavar="N", help="move the committed offset by N (negative: back)"
+    )
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--dry-run", action="store_true",
-                      help="with --reset-offsets: only print the plan (the default)")
-    mode.add_argument("--execute", action="store_true",
-                      help="with --reset-offsets: commit the new offsets")
+    mode.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --reset-offsets: only print the plan (the default)",
+    )
+    mode.add_argument(
+        "--execute", action="store_true", help="with --reset-offsets: commit the new offsets"
+    )
     parser.set_defaults(run=run, parser=parser)
 
 
@@ -202,8 +236,10 @@ def _check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         if bool(args.topic) == args.all_topics:
             parser.error("--reset-offsets needs either --topic or --all-topics")
         if not chosen:
-            parser.error("--reset-offsets needs one of --to-earliest, --to-latest, "
-                         "--to-offset, --to-datetime, --shift-by")
+            parser.error(
+                "--reset-offsets needs one of --to-earliest, --to-latest, "
+                "--to-offset, --to-datetime, --shift-by"
+            )
         if args.to_offset is not None and args.to_offset < 0:
             parser.error("--to-offset must be 0 or more")
 
@@ -264,8 +300,9 @@ def _state_name(state: Any) -> str:
 
 
 def _all_groups(admin: AdminClient) -> list[str]:
-    listed = _result(admin.list_consumer_groups(request_timeout=REQUEST_TIMEOUT_S),
-                     "cannot list groups")
+    listed = _result(
+        admin.list_consumer_groups(request_timeout=REQUEST_TIMEOUT_S), "cannot list groups"
+    )
     return sorted(g.group_id for g in listed.valid)
 
 
@@ -287,8 +324,9 @@ def _committed(admin: AdminClient, group: str) -> dict[Partition, int]:
     }
 
 
-def _log_offsets(admin: AdminClient, partitions: Iterable[Partition],
-                 spec: OffsetSpec, strict: bool = True) -> dict[Partition, int | None]:
+def _log_offsets(
+    admin: AdminClient, partitions: Iterable[Partition], spec: OffsetSpec, strict: bool = True
+) -> dict[Partition, int | None]:
     """ListOffsets for each partition; a failed partition is a ToolError (None if not strict)."""
     request = {TopicPartition(t, p): spec for t, p in partitions}
     if not request:
@@ -300,8 +338,9 @@ def _log_offsets(admin: AdminClient, partitions: Iterable[Partition],
             result[(tp.topic, tp.partition)] = future.result(timeout=REQUEST_TIMEOUT_S + 5).offset
         except KafkaException as exc:
             if strict:
-                raise ToolError(f"cannot list offsets of {tp.topic}:{tp.partition}: "
-                                f"{describe_error(exc)}") from None
+                raise ToolError(
+                    f"cannot list offsets of {tp.topic}:{tp.partition}: {describe_error(exc)}"
+                ) from None
             result[(tp.topic, tp.partition)] = None
     return result
 
@@ -319,8 +358,10 @@ def _list(admin: AdminClient, with_state: bool, states: set[ConsumerGroupState])
         options["states"] = states
     listed = _result(admin.list_consumer_groups(**options), "cannot list groups")
     for error in listed.errors:
-        print(f"strom groups: a broker did not list its groups: {describe_error(error)}",
-              file=sys.stderr)
+        print(
+            f"strom groups: a broker did not list its groups: {describe_error(error)}",
+            file=sys.stderr,
+        )
     groups = sorted(listed.valid, key=lambda g: g.group_id)
     if not with_state:
         for group in groups:
@@ -351,8 +392,9 @@ def _describe(admin: AdminClient, groups: list[str], args: argparse.Namespace) -
             console.print(_state_table(desc))
             continue
         if not desc.members:
-            console.print(f"Consumer group '{group}' has no active members.", markup=False,
-                          highlight=False)
+            console.print(
+                f"Consumer group '{group}' has no active members.", markup=False, highlight=False
+            )
         else:
             console.print(_members_table(desc))
         if not args.members:
@@ -361,12 +403,24 @@ def _describe(admin: AdminClient, groups: list[str], args: argparse.Namespace) -
 
 
 def _state_table(desc: ConsumerGroupDescription) -> Table:
-    table = _table("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS",
-                   numeric=["#MEMBERS"])
+    table = _table(
+        "GROUP",
+        "COORDINATOR (ID)",
+        "ASSIGNMENT-STRATEGY",
+        "STATE",
+        "#MEMBERS",
+        numeric=["#MEMBERS"],
+    )
     node = desc.coordinator
     coordinator = f"{node.host}:{node.port} ({node.id})" if node is not None else "-"
-    _add_row(table, desc.group_id, coordinator, desc.partition_assignor or "-",
-                  _state_name(desc.state), str(len(desc.members)))
+    _add_row(
+        table,
+        desc.group_id,
+        coordinator,
+        desc.partition_assignor or "-",
+        _state_name(desc.state),
+        str(len(desc.members)),
+    )
     return table
 
 
@@ -377,16 +431,30 @@ def _assignment(member: Any) -> list[Partition]:
 
 
 def _members_table(desc: ConsumerGroupDescription) -> Table:
-    table = _table("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT",
-                   numeric=["#PARTITIONS"])
+    table = _table(
+        "GROUP",
+        "CONSUMER-ID",
+        "HOST",
+        "CLIENT-ID",
+        "#PARTITIONS",
+        "ASSIGNMENT",
+        numeric=["#PARTITIONS"],
+    )
     for member in sorted(desc.members, key=lambda m: m.member_id):
         assigned = _assignment(member)
         by_topic: dict[str, list[int]] = {}
         for topic, partition in assigned:
             by_topic.setdefault(topic, []).append(partition)
         text = " ".join(f"{t}:{','.join(map(str, ps))}" for t, ps in by_topic.items())
-        _add_row(table, desc.group_id, member.member_id, member.host, member.client_id,
-                      str(len(assigned)), text or "-")
+        _add_row(
+            table,
+            desc.group_id,
+            member.member_id,
+            member.host,
+            member.client_id,
+            str(len(assigned)),
+            text or "-",
+        )
     return table
 
 
@@ -395,17 +463,33 @@ def _offsets_table(admin: AdminClient, desc: ConsumerGroupDescription) -> Table:
     committed = _committed(admin, desc.group_id)
     partitions = sorted(set(owners) | set(committed))
     log_end = _log_offsets(admin, partitions, OffsetSpec.latest(), strict=False)
-    table = _table("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-                   "CONSUMER-ID", "HOST", "CLIENT-ID",
-                   numeric=["PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"])
+    table = _table(
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "CONSUMER-ID",
+        "HOST",
+        "CLIENT-ID",
+        numeric=["PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"],
+    )
     for topic, partition in partitions:
         current = committed.get((topic, partition))
         end = log_end.get((topic, partition))
         lag = end - current if current is not None and end is not None else None
         owner = owners.get((topic, partition))
         _add_row(
-            table, desc.group_id, topic, str(partition), _text(current), _text(end), _text(lag),
-            owner.member_id if owner else "-", owner.host if owner else "-",
+            table,
+            desc.group_id,
+            topic,
+            str(partition),
+            _text(current),
+            _text(end),
+            _text(lag),
+            owner.member_id if owner else "-",
+            owner.host if owner else "-",
             owner.client_id if owner else "-",
         )
     return table
@@ -415,12 +499,16 @@ def _offsets_table(admin: AdminClient, desc: ConsumerGroupDescription) -> Table:
 
 
 def _partitions_to_reset(
-    metadata: Any, group: str, topics: list[TopicSpec], committed: dict[Partition, int],
+    metadata: Any,
+    group: str,
+    topics: list[TopicSpec],
+    committed: dict[Partition, int],
 ) -> list[Partition]:
     if not topics:  # --all-topics
         if not committed:
-            raise ToolError(f"group {group!r} has no committed offsets; name partitions "
-                            "with --topic")
+            raise ToolError(
+                f"group {group!r} has no committed offsets; name partitions with --topic"
+            )
         return sorted(committed)
     result: set[Partition] = set()
     for spec in topics:
@@ -435,8 +523,14 @@ def _partitions_to_reset(
     return sorted(result)
 
 
-def _reset(admin: AdminClient, metadata: Any, group: str, topics: list[TopicSpec],
-           args: argparse.Namespace, timestamp: int | None) -> None:
+def _reset(
+    admin: AdminClient,
+    metadata: Any,
+    group: str,
+    topics: list[TopicSpec],
+    args: argparse.Namespace,
+    timestamp: int | None,
+) -> None:
     desc = _describe_group(admin, group)
     if args.execute and desc.state not in INACTIVE:
         raise ToolError(
@@ -449,8 +543,11 @@ def _reset(admin: AdminClient, metadata: Any, group: str, topics: list[TopicSpec
     partitions = _partitions_to_reset(metadata, group, topics, committed)
     start = _log_offsets(admin, partitions, OffsetSpec.earliest())
     end = _log_offsets(admin, partitions, OffsetSpec.latest())
-    at_time = (_log_offsets(admin, partitions, OffsetSpec.for_timestamp(timestamp))
-               if timestamp is not None else {})
+    at_time = (
+        _log_offsets(admin, partitions, OffsetSpec.for_timestamp(timestamp))
+        if timestamp is not None
+        else {}
+    )
     plan: list[tuple[str, int, int | None, int]] = []
     for tp in partitions:
         low, high = start[tp], end[tp]
@@ -467,8 +564,10 @@ def _reset(admin: AdminClient, metadata: Any, group: str, topics: list[TopicSpec
             target = found if found is not None and found >= 0 else high
         else:
             if current is None:
-                raise ToolError(f"cannot shift the offset of {tp[0]}:{tp[1]} in group "
-                                f"{group!r}: it has no committed offset")
+                raise ToolError(
+                    f"cannot shift the offset of {tp[0]}:{tp[1]} in group "
+                    f"{group!r}: it has no committed offset"
+                )
             target = current + args.shift_by
         plan.append((tp[0], tp[1], current, min(max(target, low), high)))
 
@@ -480,16 +579,27 @@ def _reset(admin: AdminClient, metadata: Any, group: str, topics: list[TopicSpec
         done = _result(futures[group], f"cannot reset the offsets of group {group!r}")
         for tp in done.topic_partitions:
             if tp.error is not None:
-                raise ToolError(f"cannot reset the offset of {tp.topic}:{tp.partition} in group "
-                                f"{group!r}: {describe_error(tp.error)}")
-    table = _table("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET",
-                   numeric=["PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"])
+                raise ToolError(
+                    f"cannot reset the offset of {tp.topic}:{tp.partition} in group "
+                    f"{group!r}: {describe_error(tp.error)}"
+                )
+    table = _table(
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "NEW-OFFSET",
+        numeric=["PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
+    )
     for topic, partition, current, new in plan:
         _add_row(table, group, topic, str(partition), _text(current), str(new))
     _console().print(table)
     if not args.execute:
-        print(f"Dry run: the offsets of group '{group}' were not changed; "
-              "add --execute to commit them.", file=sys.stderr)
+        print(
+            f"Dry run: the offsets of group '{group}' were not changed; "
+            "add --execute to commit them.",
+            file=sys.stderr,
+        )
 
 
 # --delete, --delete-offsets ------------------------------------------------------------
@@ -513,8 +623,9 @@ def _delete(admin: AdminClient, groups: list[str]) -> int:
     return 0
 
 
-def _delete_offsets(admin: AdminClient, metadata: Any, group: str, topics: list[TopicSpec],
-                    bootstrap: str) -> int:
+def _delete_offsets(
+    admin: AdminClient, metadata: Any, group: str, topics: list[TopicSpec], bootstrap: str
+) -> int:
     committed: dict[Partition, int] | None = None
     wanted: dict[str, list[int]] = {}
     for spec in topics:
@@ -539,6 +650,5 @@ def _delete_offsets(admin: AdminClient, metadata: Any, group: str, topics: list[
         failed += error is not None
     _console().print(table)
     if failed:
-        raise ToolError(f"{failed} of {len(results)} offsets of group {group!r} "
-                        "were not deleted")
+        raise ToolError(f"{failed} of {len(results)} offsets of group {group!r} were not deleted")
     return 0

@@ -35,7 +35,10 @@ def _parser() -> argparse.ArgumentParser:
     broker = commands.add_parser("broker", help="run a broker (like kafka-server-start.sh)")
     broker.add_argument("properties", nargs="?", help="server.properties file")
     broker.add_argument(
-        "--override", action="append", default=[], metavar="KEY=VALUE",
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="override a property from the file (repeatable)",
     )
     broker.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])

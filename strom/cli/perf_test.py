@@ -58,38 +58,60 @@ PROGRESS_EVERY_S = 0.25
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
-        "perf-test", help="measure produce or consume throughput and latency",
+        "perf-test",
+        help="measure produce or consume throughput and latency",
         description="Producer and consumer performance tests.",
     )
     modes = parser.add_subparsers(dest="mode", required=True, metavar="MODE")
 
     produce = modes.add_parser(
-        "produce", help="like kafka-producer-perf-test",
+        "produce",
+        help="like kafka-producer-perf-test",
         description="Send records as fast as asked and report throughput and latency.",
     )
     add_bootstrap(produce)
     produce.add_argument("--topic", required=True)
     produce.add_argument("--num-records", type=int, required=True, metavar="N")
     produce.add_argument("--record-size", type=int, required=True, metavar="BYTES")
-    produce.add_argument("--throughput", type=float, default=-1, metavar="RECORDS_PER_S",
-                         help="target records/s; -1 (default) for no limit")
-    produce.add_argument("--producer-props", nargs="+", default=[], metavar="KEY=VALUE",
-                         help="librdkafka producer properties, e.g. acks=1 linger.ms=5")
+    produce.add_argument(
+        "--throughput",
+        type=float,
+        default=-1,
+        metavar="RECORDS_PER_S",
+        help="target records/s; -1 (default) for no limit",
+    )
+    produce.add_argument(
+        "--producer-props",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka producer properties, e.g. acks=1 linger.ms=5",
+    )
     _common_flags(produce)
     produce.set_defaults(run=run_produce, parser=produce)
 
     consume = modes.add_parser(
-        "consume", help="like kafka-consumer-perf-test",
+        "consume",
+        help="like kafka-consumer-perf-test",
         description="Read records from the log start of every partition and report throughput.",
     )
     add_bootstrap(consume)
     consume.add_argument("--topic", required=True)
-    consume.add_argument("--messages", type=int, required=True, metavar="N",
-                         help="records to read")
-    consume.add_argument("--timeout", type=int, default=10000, metavar="MS",
-                         help="give up after this long without a record (default 10000)")
-    consume.add_argument("--consumer-props", nargs="+", default=[], metavar="KEY=VALUE",
-                         help="librdkafka consumer properties")
+    consume.add_argument("--messages", type=int, required=True, metavar="N", help="records to read")
+    consume.add_argument(
+        "--timeout",
+        type=int,
+        default=10000,
+        metavar="MS",
+        help="give up after this long without a record (default 10000)",
+    )
+    consume.add_argument(
+        "--consumer-props",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka consumer properties",
+    )
     _common_flags(consume)
     consume.set_defaults(run=run_consume, parser=consume)
 
@@ -103,9 +125,14 @@ def _progress(args: argparse.Namespace, total: int, label: str) -> Progress | No
     if args.no_progress or not sys.stderr.isatty():
         return None
     progress = Progress(
-        TextColumn(label), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
-        console=Console(stderr=True), auto_refresh=False, transient=True,
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        auto_refresh=False,
+        transient=True,
     )
     progress.add_task(label, total=total, rate="")
     return progress
@@ -153,8 +180,9 @@ def run_produce(args: argparse.Namespace) -> int:
         raise ToolError(f"bad producer property: {exc}") from None
     metadata = check_reachable(producer, args.bootstrap_server, args.topic)
     topic_meta = metadata.topics.get(args.topic)
-    if topic_meta is None or (topic_meta.error is not None
-                              and topic_meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+    if topic_meta is None or (
+        topic_meta.error is not None and topic_meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    ):
         raise ToolError(f"topic {args.topic!r} does not exist")
 
     payload = bytes(random.choices(range(65, 91), k=args.record_size))
@@ -220,8 +248,7 @@ def run_produce(args: argparse.Namespace) -> int:
         },
     }
     if errors:
-        print(f"strom perf-test: {len(errors)} records failed, first: {errors[0]}",
-              file=sys.stderr)
+        print(f"strom perf-test: {len(errors)} records failed, first: {errors[0]}", file=sys.stderr)
     if args.json:
         print(json.dumps(summary))
     else:
@@ -326,8 +353,11 @@ def _consume(consumer: Consumer, args: argparse.Namespace) -> int:
     if failure:
         print(f"strom perf-test: consumer error: {failure}", file=sys.stderr)
     if count < wanted:
-        print(f"strom perf-test: only {count} of {wanted} records before the "
-              f"{args.timeout} ms timeout", file=sys.stderr)
+        print(
+            f"strom perf-test: only {count} of {wanted} records before the "
+            f"{args.timeout} ms timeout",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps(summary))
     else:

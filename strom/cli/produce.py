@@ -35,28 +35,48 @@ from strom.cli.common import (
 
 COMPRESSION = ["none", "gzip", "snappy", "lz4", "zstd"]
 LINE_PROPERTIES = {
-    "parse.key", "key.separator", "parse.headers", "headers.delimiter", "headers.separator",
-    "headers.key.separator", "null.marker", "ignore.error",
+    "parse.key",
+    "key.separator",
+    "parse.headers",
+    "headers.delimiter",
+    "headers.separator",
+    "headers.key.separator",
+    "null.marker",
+    "ignore.error",
 }
 
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
-        "produce", help="console producer: stdin lines to a topic (like kafka-console-producer)",
+        "produce",
+        help="console producer: stdin lines to a topic (like kafka-console-producer)",
         description="Send each line of stdin as one record.",
     )
     add_bootstrap(parser)
     parser.add_argument("--topic", required=True, help="topic to produce to")
-    parser.add_argument("--partition", type=int,
-                        help="send every record to this partition (default: the partitioner)")
     parser.add_argument(
-        "--property", action="append", metavar="KEY=VALUE",
+        "--partition",
+        type=int,
+        help="send every record to this partition (default: the partitioner)",
+    )
+    parser.add_argument(
+        "--property",
+        action="append",
+        metavar="KEY=VALUE",
         help="line reader property (repeatable): " + ", ".join(sorted(LINE_PROPERTIES)),
     )
-    parser.add_argument("--producer-property", action="append", metavar="KEY=VALUE",
-                        help="librdkafka producer property (repeatable)")
-    parser.add_argument("--compression-type", "--compression-codec", choices=COMPRESSION,
-                        help="compression codec (default none)")
+    parser.add_argument(
+        "--producer-property",
+        action="append",
+        metavar="KEY=VALUE",
+        help="librdkafka producer property (repeatable)",
+    )
+    parser.add_argument(
+        "--compression-type",
+        "--compression-codec",
+        choices=COMPRESSION,
+        help="compression codec (default none)",
+    )
     parser.set_defaults(run=run, parser=parser)
 
 
@@ -83,8 +103,9 @@ class LineReader:
     def _null(self, data: bytes) -> bytes | None:
         return None if self.null_marker is not None and data == self.null_marker else data
 
-    def parse(self, line: bytes, number: int
-              ) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
+    def parse(
+        self, line: bytes, number: int
+    ) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
         headers: list[tuple[str, bytes | None]] = []
         rest = line
         if self.parse_headers:
@@ -130,8 +151,10 @@ def run(args: argparse.Namespace) -> int:
         nonlocal failures
         if err is not None:
             failures += 1
-            print(f"strom produce: delivery to {msg.topic()} failed: {err.name()}: {err.str()}",
-                  file=sys.stderr)
+            print(
+                f"strom produce: delivery to {msg.topic()} failed: {err.name()}: {err.str()}",
+                file=sys.stderr,
+            )
 
     try:
         producer = Producer(client_config(args.bootstrap_server, producer_props))
@@ -140,12 +163,14 @@ def run(args: argparse.Namespace) -> int:
     metadata = check_reachable(producer, args.bootstrap_server, args.topic)
     topic_meta = metadata.topics.get(args.topic)
     if topic_meta is None or (
-        topic_meta.error is not None
-        and topic_meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        topic_meta.error is not None and topic_meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     ):
         raise ToolError(f"topic {args.topic!r} does not exist")
-    if (args.partition is not None and topic_meta.error is None
-            and args.partition not in topic_meta.partitions):
+    if (
+        args.partition is not None
+        and topic_meta.error is None
+        and args.partition not in topic_meta.partitions
+    ):
         raise ToolError(f"topic {args.topic!r} has no partition {args.partition}")
 
     extra: dict[str, Any] = {"on_delivery": on_delivery}

@@ -44,27 +44,38 @@ REQUEST_TIMEOUT_S = 15.0
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
-        "topics", help="create, list, describe, alter, delete topics (like kafka-topics.sh)",
+        "topics",
+        help="create, list, describe, alter, delete topics (like kafka-topics.sh)",
         description="Create, list, describe, alter and delete topics.",
     )
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--create", action="store_true", help="create a topic")
     action.add_argument("--list", action="store_true", help="list topic names")
-    action.add_argument("--describe", action="store_true",
-                        help="describe a topic (all topics without --topic)")
+    action.add_argument(
+        "--describe", action="store_true", help="describe a topic (all topics without --topic)"
+    )
     action.add_argument("--alter", action="store_true", help="add partitions to a topic")
     action.add_argument("--delete", action="store_true", help="delete a topic")
     add_bootstrap(parser)
     parser.add_argument("--topic", help="topic name")
     parser.add_argument("--partitions", type=int, help="partition count (create, alter)")
-    parser.add_argument("--replication-factor", type=int,
-                        help="replication factor (create; default: the broker's)")
-    parser.add_argument("--config", action="append", metavar="KEY=VALUE",
-                        help="topic config for --create (repeatable)")
-    parser.add_argument("--if-not-exists", action="store_true",
-                        help="with --create: do nothing if the topic exists")
-    parser.add_argument("--if-exists", action="store_true",
-                        help="with --describe/--alter/--delete: do nothing if the topic is missing")
+    parser.add_argument(
+        "--replication-factor", type=int, help="replication factor (create; default: the broker's)"
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        metavar="KEY=VALUE",
+        help="topic config for --create (repeatable)",
+    )
+    parser.add_argument(
+        "--if-not-exists", action="store_true", help="with --create: do nothing if the topic exists"
+    )
+    parser.add_argument(
+        "--if-exists",
+        action="store_true",
+        help="with --describe/--alter/--delete: do nothing if the topic is missing",
+    )
     parser.set_defaults(run=run, parser=parser)
 
 
@@ -119,8 +130,9 @@ def _wait(future: Any, what: str, tolerate: int | None = None) -> bool:
     return True
 
 
-def _create(admin: AdminClient, args: argparse.Namespace, configs: dict[str, str],
-            exists: bool) -> int:
+def _create(
+    admin: AdminClient, args: argparse.Namespace, configs: dict[str, str], exists: bool
+) -> int:
     if exists and args.if_not_exists:
         return 0
     topic = NewTopic(
@@ -141,8 +153,9 @@ def _alter(admin: AdminClient, topic: str, partitions: int, current: int) -> int
         raise ToolError(
             f"topic {topic!r} has {current} partitions; --partitions must be more than that"
         )
-    futures = admin.create_partitions([NewPartitions(topic, partitions)],
-                                      request_timeout=REQUEST_TIMEOUT_S)
+    futures = admin.create_partitions(
+        [NewPartitions(topic, partitions)], request_timeout=REQUEST_TIMEOUT_S
+    )
     _wait(futures[topic], f"cannot add partitions to {topic!r}")
     print(f"Topic {topic} now has {partitions} partitions.")
     return 0
@@ -169,7 +182,8 @@ def _topic_overrides(admin: AdminClient, names: list[str]) -> dict[str, dict[str
         except KafkaException:
             continue
         result[resource.name] = {
-            key: entry.value for key, entry in sorted(entries.items())
+            key: entry.value
+            for key, entry in sorted(entries.items())
             if source_code(entry.source) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
             and entry.value is not None
         }
@@ -197,7 +211,8 @@ def _describe(admin: AdminClient, names: list[str]) -> int:
         console.print(
             "[bold]Configs:[/] "
             + escape(",".join(f"{k}={v}" for k, v in configs.items()) or "(defaults)"),
-            highlight=False, markup=True,
+            highlight=False,
+            markup=True,
         )
         table = Table()
         table.add_column("Partition", justify="right")

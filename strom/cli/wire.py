@@ -110,8 +110,9 @@ def _coordinator(bootstrap: str, group: str) -> Connection:
                     f"{response.host}:{response.port}: {exc}"
                 ) from None
         if response.error_code not in RETRIABLE:
-            raise ToolError(f"cannot find the coordinator of group {group!r}: "
-                            f"{error_name(response.error_code)}")
+            raise ToolError(
+                f"cannot find the coordinator of group {group!r}: {error_name(response.error_code)}"
+            )
         time.sleep(0.2)
     raise ToolError(f"no coordinator available for group {group!r}")
 
@@ -145,11 +146,13 @@ def delete_offsets(
             time.sleep(0.2)
             continue
         if response.error_code != ErrorCode.none:
-            raise ToolError(f"cannot delete offsets of group {group!r}: "
-                            f"{error_name(response.error_code)}")
+            raise ToolError(
+                f"cannot delete offsets of group {group!r}: {error_name(response.error_code)}"
+            )
         return {
-            (topic.name, part.partition_index):
-                None if part.error_code == ErrorCode.none else error_name(part.error_code)
+            (topic.name, part.partition_index): None
+            if part.error_code == ErrorCode.none
+            else error_name(part.error_code)
             for topic in response.topics
             for part in topic.partitions
         }

@@ -69,7 +69,8 @@ class Controller:
             if topic is None or log_.partition >= topic.partitions:
                 log.warning(
                     "%s-%d is on disk but not in the metadata; not serving it",
-                    log_.topic, log_.partition,
+                    log_.topic,
+                    log_.partition,
                 )
 
     def shutdown(self) -> None:

@@ -43,7 +43,7 @@ def validate_topic_name(name: str) -> None:
     if not name:
         raise InvalidTopicError("Topic name is illegal, it can't be empty")
     if name in (".", ".."):
-        raise InvalidTopicError("Topic name cannot be \".\" or \"..\"")
+        raise InvalidTopicError('Topic name cannot be "." or ".."')
     if len(name) > MAX_TOPIC_NAME_LENGTH:
         raise InvalidTopicError(
             f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters"
@@ -105,9 +105,7 @@ class MetadataStore:
             )
             stored = props.get("cluster.id")
             if stored and wanted and stored != wanted:
-                raise ValueError(
-                    f"cluster.id {wanted} does not match {stored} stored in {path}"
-                )
+                raise ValueError(f"cluster.id {wanted} does not match {stored} stored in {path}")
             if stored:
                 return stored
         cluster_id = wanted or _new_cluster_id()
@@ -163,9 +161,7 @@ class MetadataStore:
             raise TopicExistsError(f"Topic '{name}' already exists.")
         for other in self.topics:
             if collides(name, other):
-                raise InvalidTopicError(
-                    f"Topic '{name}' collides with existing topic: {other}"
-                )
+                raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {other}")
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicMetadata:
         self.check_new_topic(name)
@@ -203,5 +199,3 @@ class MetadataStore:
     def set_broker_overrides(self, configs: dict[str, str]) -> None:
         self.broker_overrides = dict(configs)
         self.save()
-
-

@@ -243,7 +243,10 @@ class ProducerStateManager:
             except CorruptBatchError as exc:
                 log.warning(
                     "%s: stopped rebuilding producer state at %s:%d: %s",
-                    self.label, segment.log_path, position, exc,
+                    self.label,
+                    segment.log_path,
+                    position,
+                    exc,
                 )
         self.record(headers)
         return count

@@ -64,8 +64,9 @@ def test_oversized_frame_closes_connection(broker) -> None:
 
 
 def test_disconnect_mid_request(broker) -> None:
-    frame = encode_request(1, "t", ApiVersionsRequest(client_software_name="t",
-                                                      client_software_version="1"))
+    frame = encode_request(
+        1, "t", ApiVersionsRequest(client_software_name="t", client_software_version="1")
+    )
     client = RawClient(broker.port)
     client.send_bytes(frame[: len(frame) // 2])
     client.close()
@@ -120,11 +121,18 @@ def test_invalid_topic_name_in_metadata(broker) -> None:
 
 
 _VALID_FRAMES = [
-    encode_request(1, "f", ApiVersionsRequest(client_software_name="f",
-                                              client_software_version="1")),
-    encode_request(2, "f", MetadataRequest(
-        topics=(MetadataRequestTopic(topic_id=None, name="fuzz-target"),),
-        allow_auto_topic_creation=False, include_topic_authorized_operations=False)),
+    encode_request(
+        1, "f", ApiVersionsRequest(client_software_name="f", client_software_version="1")
+    ),
+    encode_request(
+        2,
+        "f",
+        MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name="fuzz-target"),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        ),
+    ),
 ]
 
 
@@ -151,8 +159,9 @@ def test_fuzzed_frames_never_take_the_broker_down(broker) -> None:
     assert _produce(client, "fuzz-target", build_batch([(b"k", b"kept")])).error_code == 0
     client.close()
 
-    @settings(max_examples=300, deadline=None,
-              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @settings(
+        max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
     @given(_frames())
     def throw(frame: bytes) -> None:
         raw = RawClient(broker.port, timeout=2)

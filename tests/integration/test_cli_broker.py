@@ -11,8 +11,13 @@ from broker_process import BrokerProcess
 
 
 def _run(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "strom.cli.main", *args], capture_output=True,
-                          text=True, timeout=30, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "strom.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=cwd,
+    )
 
 
 @pytest.mark.parametrize(
@@ -49,8 +54,11 @@ def test_properties_file_start_line_and_sigterm(tmp_path) -> None:
         f"log.dirs={tmp_path / 'data'}\n"
         "num.partitions=3\n"
     )
-    proc = subprocess.Popen([sys.executable, "-m", "strom.cli.main", "broker", str(props)],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "strom.cli.main", "broker", str(props)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 20
     line = ""
     while time.monotonic() < deadline:
@@ -70,9 +78,17 @@ def test_embedded_default_data_dir(tmp_path) -> None:
     """With no arguments the data lives under ./strom-data (port overridden to stay free)."""
     process = BrokerProcess(tmp_path / "unused")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "strom.cli.main", "broker", "--override",
-         f"listeners=PLAINTEXT://127.0.0.1:{process.port}"],
-        cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "strom.cli.main",
+            "broker",
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{process.port}",
+        ],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     line = proc.stderr.readline()
     while "listening on" not in line and line:

@@ -39,15 +39,18 @@ def new_topic(broker: BrokerProcess, partitions: int) -> str:
     return name
 
 
-def produce(broker: BrokerProcess, topic: str, counts: dict[int, int],
-            timestamps: Callable[[int], int] | None = None) -> None:
+def produce(
+    broker: BrokerProcess,
+    topic: str,
+    counts: dict[int, int],
+    timestamps: Callable[[int], int] | None = None,
+) -> None:
     """``counts[p]`` records to partition p; with ``timestamps``, one batch per record."""
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
     for partition, count in counts.items():
         for i in range(count):
             extra = {"timestamp": timestamps(i)} if timestamps else {}
-            producer.produce(topic, value=b"p%d-%d" % (partition, i), partition=partition,
-                             **extra)
+            producer.produce(topic, value=b"p%d-%d" % (partition, i), partition=partition, **extra)
             if timestamps:
                 producer.flush(10)
     assert producer.flush(15) == 0
@@ -67,22 +70,30 @@ def committed(broker: BrokerProcess, group: str) -> dict[tuple[str, int], int]:
 
 def commit_offsets(broker: BrokerProcess, group: str, offsets: dict[tuple[str, int], int]) -> None:
     """Commit as a consumer that assigned its partitions itself (no group membership)."""
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False}
+    )
     try:
-        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                        asynchronous=False)
+        consumer.commit(
+            offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False
+        )
     finally:
         consumer.close()
 
 
-def member(broker: BrokerProcess, group: str, topic: str, partitions: int,
-           **extra: object) -> Consumer:
+def member(
+    broker: BrokerProcess, group: str, topic: str, partitions: int, **extra: object
+) -> Consumer:
     """A consumer subscribed in ``group`` that owns all ``partitions`` of ``topic``."""
-    consumer = Consumer({
-        "bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", **extra,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **extra,
+        }
+    )
     consumer.subscribe([topic])
 
     def assigned() -> bool:
@@ -93,11 +104,16 @@ def member(broker: BrokerProcess, group: str, topic: str, partitions: int,
     return consumer
 
 
-def first_offsets(broker: BrokerProcess, group: str, topic: str,
-                  partitions: int) -> dict[int, int]:
+def first_offsets(broker: BrokerProcess, group: str, topic: str, partitions: int) -> dict[int, int]:
     """The offset a new member of ``group`` reads first in each partition."""
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
     consumer.subscribe([topic])
     first: dict[int, int] = {}
     try:
@@ -126,8 +142,9 @@ def test_list_and_describe_show_members_offsets_and_lag(broker: BrokerProcess) -
     group = f"lag-{uuid.uuid4().hex[:6]}"
     consumer = member(broker, group, topic, 3, **{"client.id": "lag-reader"})
     try:
-        consumer.commit(offsets=[TopicPartition(topic, 0, 4), TopicPartition(topic, 1, 15)],
-                        asynchronous=False)
+        consumer.commit(
+            offsets=[TopicPartition(topic, 0, 4), TopicPartition(topic, 1, 15)], asynchronous=False
+        )
         member_id = consumer.memberid()
 
         assert group in ok(groups(broker, "--list")).stdout.split()
@@ -139,8 +156,7 @@ def test_list_and_describe_show_members_offsets_and_lag(broker: BrokerProcess) -
         described = ok(groups(broker, "--describe", "--group", group)).stdout
         rows = rows_of(described, group)
         members = [row for row in rows if len(row) == 6]
-        assert members == [[group, member_id, "/127.0.0.1", "lag-reader", "3",
-                            f"{topic}:0,1,2"]]
+        assert members == [[group, member_id, "/127.0.0.1", "lag-reader", "3", f"{topic}:0,1,2"]]
         offsets = {int(row[2]): row[3:] for row in rows if len(row) == 9}
         # committed 4 of 10, 15 of 20, nothing of 30: lag = log end - committed
         assert offsets == {
@@ -151,8 +167,7 @@ def test_list_and_describe_show_members_offsets_and_lag(broker: BrokerProcess) -
 
         only_members = ok(groups(broker, "--describe", "--group", group, "--members")).stdout
         assert [len(row) for row in rows_of(only_members, group)] == [6]
-        state = rows_of(ok(groups(broker, "--describe", "--group", group, "--state")).stdout,
-                        group)
+        state = rows_of(ok(groups(broker, "--describe", "--group", group, "--state")).stdout, group)
         assert len(state) == 1 and state[0][2:] == ["range", "Stable", "1"]
     finally:
         consumer.close()
@@ -168,11 +183,13 @@ def test_describe_shows_a_kip848_group(broker: BrokerProcess) -> None:
     topic = new_topic(broker, 2)
     produce(broker, topic, {0: 5, 1: 7})
     group = f"next-{uuid.uuid4().hex[:6]}"
-    consumer = member(broker, group, topic, 2,
-                      **{"group.protocol": "consumer", "client.id": "next-gen"})
+    consumer = member(
+        broker, group, topic, 2, **{"group.protocol": "consumer", "client.id": "next-gen"}
+    )
     try:
-        consumer.commit(offsets=[TopicPartition(topic, 0, 2), TopicPartition(topic, 1, 7)],
-                        asynchronous=False)
+        consumer.commit(
+            offsets=[TopicPartition(topic, 0, 2), TopicPartition(topic, 1, 7)], asynchronous=False
+        )
         member_id = consumer.memberid()
         rows = rows_of(ok(groups(broker, "--describe", "--group", group)).stdout, group)
         assert [row for row in rows if len(row) == 6] == [
@@ -182,8 +199,16 @@ def test_describe_shows_a_kip848_group(broker: BrokerProcess) -> None:
         assert offsets == {0: ["2", "5", "3"], 1: ["7", "7", "0"]}
         state = ok(groups(broker, "--describe", "--group", group, "--state")).stdout
         assert [row[2:] for row in rows_of(state, group)] == [["uniform", "Stable", "1"]]
-        refused = groups(broker, "--reset-offsets", "--group", group, "--topic", topic,
-                         "--to-earliest", "--execute")
+        refused = groups(
+            broker,
+            "--reset-offsets",
+            "--group",
+            group,
+            "--topic",
+            topic,
+            "--to-earliest",
+            "--execute",
+        )
         assert "active members" in one_line_error(refused, 1)
     finally:
         consumer.close()
@@ -210,8 +235,15 @@ BASE_MS = 1_700_000_000_000  # 2023-11-14T22:13:20Z
         (["--shift-by", "-4"], {0: 2, 1: 1}),
         (["--shift-by", "100"], {0: 10, 1: 10}),  # clamped to the log end
     ],
-    ids=["earliest", "latest", "offset", "offset-clamped", "datetime", "shift-back",
-         "shift-clamped"],
+    ids=[
+        "earliest",
+        "latest",
+        "offset",
+        "offset-clamped",
+        "datetime",
+        "shift-back",
+        "shift-clamped",
+    ],
 )
 def test_reset_offsets_dry_run_then_execute(
     broker: BrokerProcess, scenario: list[str], expected: dict[int, int]
@@ -225,15 +257,17 @@ def test_reset_offsets_dry_run_then_execute(
     before = {(topic, 0): 5, (topic, 1): 5}
     commit_offsets(broker, group, before)
 
-    plan = ok(groups(broker, "--reset-offsets", "--group", group, "--topic", topic,
-                     *scenario))
+    plan = ok(groups(broker, "--reset-offsets", "--group", group, "--topic", topic, *scenario))
     assert "--execute" in plan.stderr  # the dry-run notice
     planned = {int(row[2]): (int(row[3]), int(row[4])) for row in rows_of(plan.stdout, group)}
     assert planned == {p: (5, offset) for p, offset in expected.items()}
     assert committed(broker, group) == before
 
-    executed = ok(groups(broker, "--reset-offsets", "--group", group, "--topic", topic,
-                         *scenario, "--execute"))
+    executed = ok(
+        groups(
+            broker, "--reset-offsets", "--group", group, "--topic", topic, *scenario, "--execute"
+        )
+    )
     assert {int(row[2]): int(row[4]) for row in rows_of(executed.stdout, group)} == expected
     assert committed(broker, group) == {(topic, p): o for p, o in expected.items()}
 
@@ -248,21 +282,40 @@ def test_reset_selected_partitions_and_all_topics(broker: BrokerProcess) -> None
     group = f"sel-{uuid.uuid4().hex[:6]}"
     commit_offsets(broker, group, {(first, 0): 3, (first, 1): 3, (second, 0): 3})
 
-    ok(groups(broker, "--reset-offsets", "--group", group, "--topic", f"{first}:1,2",
-              "--to-latest", "--execute"))
-    assert committed(broker, group) == {(first, 0): 3, (first, 1): 6, (first, 2): 6,
-                                        (second, 0): 3}
+    ok(
+        groups(
+            broker,
+            "--reset-offsets",
+            "--group",
+            group,
+            "--topic",
+            f"{first}:1,2",
+            "--to-latest",
+            "--execute",
+        )
+    )
+    assert committed(broker, group) == {(first, 0): 3, (first, 1): 6, (first, 2): 6, (second, 0): 3}
 
-    ok(groups(broker, "--reset-offsets", "--group", group, "--all-topics", "--to-earliest",
-              "--execute"))
-    assert committed(broker, group) == {(first, 0): 0, (first, 1): 0, (first, 2): 0,
-                                        (second, 0): 0}
+    ok(
+        groups(
+            broker,
+            "--reset-offsets",
+            "--group",
+            group,
+            "--all-topics",
+            "--to-earliest",
+            "--execute",
+        )
+    )
+    assert committed(broker, group) == {(first, 0): 0, (first, 1): 0, (first, 2): 0, (second, 0): 0}
 
-    missing = groups(broker, "--reset-offsets", "--group", group, "--topic", f"{first}:7",
-                     "--to-earliest")
+    missing = groups(
+        broker, "--reset-offsets", "--group", group, "--topic", f"{first}:7", "--to-earliest"
+    )
     assert "no partition 7" in one_line_error(missing, 1)
-    unknown = groups(broker, "--reset-offsets", "--group", group, "--topic", "no-such-topic",
-                     "--to-earliest")
+    unknown = groups(
+        broker, "--reset-offsets", "--group", group, "--topic", "no-such-topic", "--to-earliest"
+    )
     assert "does not exist" in one_line_error(unknown, 1)
 
 
@@ -273,26 +326,53 @@ def test_reset_execute_refused_while_a_member_is_active(broker: BrokerProcess) -
     consumer = member(broker, group, topic, 1)
     try:
         consumer.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
-        refused = groups(broker, "--reset-offsets", "--group", group, "--topic", topic,
-                         "--to-earliest", "--execute")
+        refused = groups(
+            broker,
+            "--reset-offsets",
+            "--group",
+            group,
+            "--topic",
+            topic,
+            "--to-earliest",
+            "--execute",
+        )
         line = one_line_error(refused, 1)
         assert "active members" in line and "Stable" in line
         assert committed(broker, group) == {(topic, 0): 3}
-        plan = ok(groups(broker, "--reset-offsets", "--group", group, "--topic", topic,
-                         "--to-earliest"))
+        plan = ok(
+            groups(broker, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest")
+        )
         assert [row[3:] for row in rows_of(plan.stdout, group)] == [["3", "0"]]
         assert committed(broker, group) == {(topic, 0): 3}
     finally:
         consumer.close()
-    ok(groups(broker, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
-              "--execute"))
+    ok(
+        groups(
+            broker,
+            "--reset-offsets",
+            "--group",
+            group,
+            "--topic",
+            topic,
+            "--to-earliest",
+            "--execute",
+        )
+    )
     assert committed(broker, group) == {(topic, 0): 0}
 
 
 def test_shift_by_without_committed_offset_is_one_line_error(broker: BrokerProcess) -> None:
     topic = new_topic(broker, 1)
-    result = groups(broker, "--reset-offsets", "--group", f"new-{uuid.uuid4().hex[:6]}",
-                    "--topic", topic, "--shift-by", "1")
+    result = groups(
+        broker,
+        "--reset-offsets",
+        "--group",
+        f"new-{uuid.uuid4().hex[:6]}",
+        "--topic",
+        topic,
+        "--shift-by",
+        "1",
+    )
     assert "no committed offset" in one_line_error(result, 1)
 
 
@@ -307,8 +387,7 @@ def test_delete_groups(broker: BrokerProcess) -> None:
     every = ok(groups(broker, "--describe", "--all-groups")).stdout
     for group in (first, second):
         assert [row[1:4] for row in rows_of(every, group)] == [[topic, "0", "2"]]
-    plan = ok(groups(broker, "--reset-offsets", "--all-groups", "--all-topics", "--shift-by",
-                     "-1"))
+    plan = ok(groups(broker, "--reset-offsets", "--all-groups", "--all-topics", "--shift-by", "-1"))
     for group in (first, second):
         assert [row[1:] for row in rows_of(plan.stdout, group)] == [[topic, "0", "2", "1"]]
 
@@ -339,8 +418,10 @@ def test_delete_offsets(broker: BrokerProcess) -> None:
     commit_offsets(broker, group, {(first, 0): 1, (first, 1): 2, (second, 0): 3, (second, 1): 4})
 
     result = ok(groups(broker, "--delete-offsets", "--group", group, "--topic", first))
-    assert sorted(table_rows(result.stdout)) == [[first, "0", "Successful"],
-                                                 [first, "1", "Successful"]]
+    assert sorted(table_rows(result.stdout)) == [
+        [first, "0", "Successful"],
+        [first, "1", "Successful"],
+    ]
     assert committed(broker, group) == {(second, 0): 3, (second, 1): 4}
     ok(groups(broker, "--delete-offsets", "--group", group, "--topic", f"{second}:1"))
     assert committed(broker, group) == {(second, 0): 3}
@@ -364,15 +445,41 @@ def test_consume_with_group_commits_and_the_next_run_continues(broker: BrokerPro
     everything = sorted(f"p{p}-{i}" for p in range(2) for i in range(10))
     group = f"console-{uuid.uuid4().hex[:6]}"
 
-    first = ok(tool(broker, "consume", "--topic", topic, "--group", group, "--from-beginning",
-                    "--max-messages", "8", "--timeout-ms", "30000"))
+    first = ok(
+        tool(
+            broker,
+            "consume",
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--from-beginning",
+            "--max-messages",
+            "8",
+            "--timeout-ms",
+            "30000",
+        )
+    )
     first_values = first.stdout.split()
     assert len(first_values) == 8
     offsets = committed(broker, group)
     assert sum(offsets.values()) == 8  # the offsets of exactly the records printed
 
-    second = ok(tool(broker, "consume", "--topic", topic, "--group", group, "--from-beginning",
-                     "--max-messages", "12", "--timeout-ms", "30000"))
+    second = ok(
+        tool(
+            broker,
+            "consume",
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--from-beginning",
+            "--max-messages",
+            "12",
+            "--timeout-ms",
+            "30000",
+        )
+    )
     second_values = second.stdout.split()
     assert sorted(first_values + second_values) == everything
     assert committed(broker, group) == {(topic, 0): 10, (topic, 1): 10}
@@ -380,8 +487,9 @@ def test_consume_with_group_commits_and_the_next_run_continues(broker: BrokerPro
     described = ok(groups(broker, "--describe", "--group", group)).stdout
     assert {row[5] for row in rows_of(described, group)} == {"0"}  # no lag left
 
-    fresh = ok(tool(broker, "consume", "--topic", topic, "--group", f"{group}-new",
-                    "--timeout-ms", "2000"))
+    fresh = ok(
+        tool(broker, "consume", "--topic", topic, "--group", f"{group}-new", "--timeout-ms", "2000")
+    )
     assert fresh.stdout == ""  # a new group without --from-beginning starts at the log end
 
 
@@ -396,17 +504,41 @@ def test_consume_with_group_commits_and_the_next_run_continues(broker: BrokerPro
         ["groups", "--describe", "--group", "g", "--state", "Stable"],
         ["groups", "--reset-offsets", "--group", "g", "--topic", "t"],
         ["groups", "--reset-offsets", "--group", "g", "--to-earliest"],
-        ["groups", "--reset-offsets", "--group", "g", "--topic", "t", "--all-topics",
-         "--to-earliest"],
-        ["groups", "--reset-offsets", "--group", "g", "--topic", "t", "--to-earliest",
-         "--to-latest"],
+        [
+            "groups",
+            "--reset-offsets",
+            "--group",
+            "g",
+            "--topic",
+            "t",
+            "--all-topics",
+            "--to-earliest",
+        ],
+        [
+            "groups",
+            "--reset-offsets",
+            "--group",
+            "g",
+            "--topic",
+            "t",
+            "--to-earliest",
+            "--to-latest",
+        ],
         ["groups", "--reset-offsets", "--group", "g", "--topic", "t", "--to-offset", "x"],
         ["groups", "--reset-offsets", "--group", "g", "--topic", "t", "--to-offset", "-1"],
-        ["groups", "--reset-offsets", "--group", "g", "--topic", "t", "--to-datetime",
-         "yesterday"],
+        ["groups", "--reset-offsets", "--group", "g", "--topic", "t", "--to-datetime", "yesterday"],
         ["groups", "--reset-offsets", "--group", "g", "--topic", "t:x", "--to-earliest"],
-        ["groups", "--reset-offsets", "--group", "g", "--topic", "t", "--to-earliest",
-         "--dry-run", "--execute"],
+        [
+            "groups",
+            "--reset-offsets",
+            "--group",
+            "g",
+            "--topic",
+            "t",
+            "--to-earliest",
+            "--dry-run",
+            "--execute",
+        ],
         ["groups", "--delete"],
         ["groups", "--delete-offsets", "--group", "g"],
         ["groups", "--delete-offsets", "--group", "g", "--group", "h", "--topic", "t"],

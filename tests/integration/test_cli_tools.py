@@ -19,16 +19,29 @@ from cli_helpers import STROM, ok, one_line_error, strom, tool
 
 def new_topic(broker, partitions: int = 1, *extra: str) -> str:
     name = f"cli-{uuid.uuid4().hex[:8]}"
-    ok(tool(broker, "topics", "--create", "--topic", name, "--partitions", str(partitions),
-            *extra))
+    ok(tool(broker, "topics", "--create", "--topic", name, "--partitions", str(partitions), *extra))
     return name
 
 
 def test_topics_create_list_describe_alter_delete(broker) -> None:
     name = f"cli-{uuid.uuid4().hex[:8]}"
-    created = ok(tool(broker, "topics", "--create", "--topic", name, "--partitions", "3",
-                      "--replication-factor", "1", "--config", "retention.ms=123456",
-                      "--config", "cleanup.policy=delete"))
+    created = ok(
+        tool(
+            broker,
+            "topics",
+            "--create",
+            "--topic",
+            name,
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "1",
+            "--config",
+            "retention.ms=123456",
+            "--config",
+            "cleanup.policy=delete",
+        )
+    )
     assert name in created.stdout
 
     again = tool(broker, "topics", "--create", "--topic", name, "--partitions", "3")
@@ -70,13 +83,46 @@ def test_topics_create_with_broker_defaults(broker) -> None:
 def test_produce_keys_and_headers_then_consume_with_print_properties(broker) -> None:
     topic = new_topic(broker)
     lines = "h1:v1,h2:v2\tk1:first\n\tk2:second\nh3\tk3:third:with:colons\n"
-    ok(tool(broker, "produce", "--topic", topic, "--property", "parse.key=true",
-            "--property", "key.separator=:", "--property", "parse.headers=true",
-            "--compression-type", "lz4", "--producer-property", "acks=all", stdin=lines))
-    result = ok(tool(broker, "consume", "--topic", topic, "--from-beginning",
-                     "--max-messages", "3", "--property", "print.key=true",
-                     "--property", "print.headers=true", "--property", "print.partition=true",
-                     "--property", "print.offset=true", "--property", "key.separator=|"))
+    ok(
+        tool(
+            broker,
+            "produce",
+            "--topic",
+            topic,
+            "--property",
+            "parse.key=true",
+            "--property",
+            "key.separator=:",
+            "--property",
+            "parse.headers=true",
+            "--compression-type",
+            "lz4",
+            "--producer-property",
+            "acks=all",
+            stdin=lines,
+        )
+    )
+    result = ok(
+        tool(
+            broker,
+            "consume",
+            "--topic",
+            topic,
+            "--from-beginning",
+            "--max-messages",
+            "3",
+            "--property",
+            "print.key=true",
+            "--property",
+            "print.headers=true",
+            "--property",
+            "print.partition=true",
+            "--property",
+            "print.offset=true",
+            "--property",
+            "key.separator=|",
+        )
+    )
     assert result.stdout.splitlines() == [
         "Partition:0|Offset:0|h1:v1,h2:v2|k1|first",
         "Partition:0|Offset:1|NO_HEADERS|k2|second",
@@ -90,8 +136,19 @@ def test_consume_prints_timestamp_and_plain_values(broker) -> None:
     ok(tool(broker, "produce", "--topic", topic, stdin="a\nb\n"))
     plain = ok(tool(broker, "consume", "--topic", topic, "--from-beginning", "--max-messages", "2"))
     assert plain.stdout == "a\nb\n"
-    stamped = ok(tool(broker, "consume", "--topic", topic, "--from-beginning",
-                      "--max-messages", "1", "--property", "print.timestamp=true"))
+    stamped = ok(
+        tool(
+            broker,
+            "consume",
+            "--topic",
+            topic,
+            "--from-beginning",
+            "--max-messages",
+            "1",
+            "--property",
+            "print.timestamp=true",
+        )
+    )
     kind, rest = stamped.stdout.split(":", 1)
     assert kind == "CreateTime"
     millis, value = rest.rstrip("\n").split("\t")
@@ -101,8 +158,9 @@ def test_consume_prints_timestamp_and_plain_values(broker) -> None:
 def test_consume_from_beginning_versus_latest(broker) -> None:
     topic = new_topic(broker, 2)
     ok(tool(broker, "produce", "--topic", topic, stdin="".join(f"m{i}\n" for i in range(10))))
-    everything = ok(tool(broker, "consume", "--topic", topic, "--from-beginning",
-                         "--timeout-ms", "3000"))
+    everything = ok(
+        tool(broker, "consume", "--topic", topic, "--from-beginning", "--timeout-ms", "3000")
+    )
     assert sorted(everything.stdout.split()) == sorted(f"m{i}" for i in range(10))
     assert "Processed a total of 10 messages" in everything.stderr
     only_new = ok(tool(broker, "consume", "--topic", topic, "--timeout-ms", "1500"))
@@ -111,122 +169,345 @@ def test_consume_from_beginning_versus_latest(broker) -> None:
 
 def test_produce_to_partition_and_consume_from_offset(broker) -> None:
     topic = new_topic(broker, 3)
-    ok(tool(broker, "produce", "--topic", topic, "--partition", "2",
-            stdin="".join(f"r{i}\n" for i in range(6))))
-    from_offset = ok(tool(broker, "consume", "--topic", topic, "--partition", "2",
-                          "--offset", "3", "--max-messages", "3", "--property",
-                          "print.offset=true"))
+    ok(
+        tool(
+            broker,
+            "produce",
+            "--topic",
+            topic,
+            "--partition",
+            "2",
+            stdin="".join(f"r{i}\n" for i in range(6)),
+        )
+    )
+    from_offset = ok(
+        tool(
+            broker,
+            "consume",
+            "--topic",
+            topic,
+            "--partition",
+            "2",
+            "--offset",
+            "3",
+            "--max-messages",
+            "3",
+            "--property",
+            "print.offset=true",
+        )
+    )
     assert from_offset.stdout.splitlines() == ["Offset:3\tr3", "Offset:4\tr4", "Offset:5\tr5"]
-    earliest = ok(tool(broker, "consume", "--topic", topic, "--partition", "2",
-                       "--offset", "earliest", "--max-messages", "1"))
+    earliest = ok(
+        tool(
+            broker,
+            "consume",
+            "--topic",
+            topic,
+            "--partition",
+            "2",
+            "--offset",
+            "earliest",
+            "--max-messages",
+            "1",
+        )
+    )
     assert earliest.stdout == "r0\n"
-    latest = ok(tool(broker, "consume", "--topic", topic, "--partition", "2",
-                     "--offset", "latest", "--timeout-ms", "1000"))
+    latest = ok(
+        tool(
+            broker,
+            "consume",
+            "--topic",
+            topic,
+            "--partition",
+            "2",
+            "--offset",
+            "latest",
+            "--timeout-ms",
+            "1000",
+        )
+    )
     assert latest.stdout == ""
-    empty = ok(tool(broker, "consume", "--topic", topic, "--partition", "0",
-                    "--from-beginning", "--timeout-ms", "1000"))
+    empty = ok(
+        tool(
+            broker,
+            "consume",
+            "--topic",
+            topic,
+            "--partition",
+            "0",
+            "--from-beginning",
+            "--timeout-ms",
+            "1000",
+        )
+    )
     assert empty.stdout == ""
 
 
 def test_consume_with_group_still_reads(broker) -> None:
     topic = new_topic(broker)
     ok(tool(broker, "produce", "--topic", topic, stdin="x\n"))
-    result = ok(tool(broker, "consume", "--topic", topic, "--group", "readers",
-                     "--from-beginning", "--max-messages", "1"))
+    result = ok(
+        tool(
+            broker,
+            "consume",
+            "--topic",
+            topic,
+            "--group",
+            "readers",
+            "--from-beginning",
+            "--max-messages",
+            "1",
+        )
+    )
     assert result.stdout == "x\n"
 
 
 def test_produce_reports_bad_lines_and_exits_non_zero(broker) -> None:
     topic = new_topic(broker)
-    result = tool(broker, "produce", "--topic", topic, "--property", "parse.key=true",
-                  "--property", "key.separator=:", stdin="k:good\nno separator\nk2:fine\n")
+    result = tool(
+        broker,
+        "produce",
+        "--topic",
+        topic,
+        "--property",
+        "parse.key=true",
+        "--property",
+        "key.separator=:",
+        stdin="k:good\nno separator\nk2:fine\n",
+    )
     assert "line 2" in one_line_error(result, 1)
-    consumed = ok(tool(broker, "consume", "--topic", topic, "--from-beginning",
-                       "--max-messages", "2"))
+    consumed = ok(
+        tool(broker, "consume", "--topic", topic, "--from-beginning", "--max-messages", "2")
+    )
     assert consumed.stdout == "good\nfine\n"
 
 
 def test_produce_null_marker_and_ignore_error(broker) -> None:
     topic = new_topic(broker)
-    ok(tool(broker, "produce", "--topic", topic, "--property", "parse.key=true",
-            "--property", "null.marker=NULL", "--property", "ignore.error=true",
-            stdin="NULL\tv1\nk2\tNULL\nwhole line\n"))
-    result = ok(tool(broker, "consume", "--topic", topic, "--from-beginning",
-                     "--max-messages", "3", "--property", "print.key=true",
-                     "--property", "null.literal=<nil>"))
+    ok(
+        tool(
+            broker,
+            "produce",
+            "--topic",
+            topic,
+            "--property",
+            "parse.key=true",
+            "--property",
+            "null.marker=NULL",
+            "--property",
+            "ignore.error=true",
+            stdin="NULL\tv1\nk2\tNULL\nwhole line\n",
+        )
+    )
+    result = ok(
+        tool(
+            broker,
+            "consume",
+            "--topic",
+            topic,
+            "--from-beginning",
+            "--max-messages",
+            "3",
+            "--property",
+            "print.key=true",
+            "--property",
+            "null.literal=<nil>",
+        )
+    )
     assert result.stdout.splitlines() == ["<nil>\tv1", "k2\t<nil>", "<nil>\twhole line"]
 
 
 def test_configs_describe_alter_delete(broker) -> None:
     topic = new_topic(broker)
-    before = ok(tool(broker, "configs", "--describe", "--entity-type", "topics",
-                     "--entity-name", topic))
+    before = ok(
+        tool(broker, "configs", "--describe", "--entity-type", "topics", "--entity-name", topic)
+    )
     assert "retention.ms" not in before.stdout
 
-    ok(tool(broker, "configs", "--alter", "--entity-type", "topics", "--entity-name", topic,
-            "--add-config", "retention.ms=86400000,cleanup.policy=[compact,delete]"))
-    after = ok(tool(broker, "configs", "--describe", "--entity-type", "topics",
-                    "--entity-name", topic)).stdout
+    ok(
+        tool(
+            broker,
+            "configs",
+            "--alter",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            topic,
+            "--add-config",
+            "retention.ms=86400000,cleanup.policy=[compact,delete]",
+        )
+    )
+    after = ok(
+        tool(broker, "configs", "--describe", "--entity-type", "topics", "--entity-name", topic)
+    ).stdout
     assert "retention.ms" in after and "86400000" in after
     assert "compact,delete" in after and "DYNAMIC_TOPIC_CONFIG" in after
-    assert "retention.ms=86400000" in ok(tool(broker, "topics", "--describe",
-                                              "--topic", topic)).stdout
+    assert (
+        "retention.ms=86400000" in ok(tool(broker, "topics", "--describe", "--topic", topic)).stdout
+    )
 
-    ok(tool(broker, "configs", "--alter", "--entity-type", "topics", "--entity-name", topic,
-            "--delete-config", "retention.ms"))
-    deleted = ok(tool(broker, "configs", "--describe", "--entity-type", "topics",
-                      "--entity-name", topic)).stdout
+    ok(
+        tool(
+            broker,
+            "configs",
+            "--alter",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            topic,
+            "--delete-config",
+            "retention.ms",
+        )
+    )
+    deleted = ok(
+        tool(broker, "configs", "--describe", "--entity-type", "topics", "--entity-name", topic)
+    ).stdout
     assert "retention.ms" not in deleted and "compact,delete" in deleted
 
-    every = ok(tool(broker, "configs", "--describe", "--entity-type", "topics",
-                    "--entity-name", topic, "--all")).stdout
+    every = ok(
+        tool(
+            broker,
+            "configs",
+            "--describe",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            topic,
+            "--all",
+        )
+    ).stdout
     assert "retention.ms" in every and "segment.bytes" in every
 
-    unknown = tool(broker, "configs", "--alter", "--entity-type", "topics",
-                   "--entity-name", topic, "--add-config", "no.such.config=1")
+    unknown = tool(
+        broker,
+        "configs",
+        "--alter",
+        "--entity-type",
+        "topics",
+        "--entity-name",
+        topic,
+        "--add-config",
+        "no.such.config=1",
+    )
     one_line_error(unknown, 1)
-    missing = tool(broker, "configs", "--describe", "--entity-type", "topics",
-                   "--entity-name", "no-such-topic-here")
+    missing = tool(
+        broker,
+        "configs",
+        "--describe",
+        "--entity-type",
+        "topics",
+        "--entity-name",
+        "no-such-topic-here",
+    )
     assert "does not exist" in one_line_error(missing, 1)
 
 
 def test_configs_describe_broker(broker) -> None:
-    result = ok(tool(broker, "configs", "--describe", "--entity-type", "brokers",
-                     "--entity-name", "1", "--all"))
+    result = ok(
+        tool(
+            broker,
+            "configs",
+            "--describe",
+            "--entity-type",
+            "brokers",
+            "--entity-name",
+            "1",
+            "--all",
+        )
+    )
     assert "num.partitions" in result.stdout
 
 
 def test_perf_test_produce_and_consume_json(broker) -> None:
     topic = new_topic(broker, 3)
-    produced = ok(tool(broker, "perf-test", "produce", "--topic", topic, "--num-records", "5000",
-                       "--record-size", "100", "--throughput", "-1", "--json",
-                       "--producer-props", "acks=1", "linger.ms=5"))
+    produced = ok(
+        tool(
+            broker,
+            "perf-test",
+            "produce",
+            "--topic",
+            topic,
+            "--num-records",
+            "5000",
+            "--record-size",
+            "100",
+            "--throughput",
+            "-1",
+            "--json",
+            "--producer-props",
+            "acks=1",
+            "linger.ms=5",
+        )
+    )
     summary = json.loads(produced.stdout)
     assert summary["records_sent"] == 5000 and summary["records_delivered"] == 5000
     assert summary["errors"] == 0 and summary["record_size"] == 100
     assert summary["records_per_sec"] > 0 and summary["mb_per_sec"] > 0
     latency = summary["latency_ms"]
     assert set(latency) == {"avg", "p50", "p95", "p99", "p99.9", "max"}
-    assert 0 <= latency["p50"] <= latency["p95"] <= latency["p99"] <= latency["p99.9"] \
+    assert (
+        0
+        <= latency["p50"]
+        <= latency["p95"]
+        <= latency["p99"]
+        <= latency["p99.9"]
         <= latency["max"]
+    )
 
-    throttled = ok(tool(broker, "perf-test", "produce", "--topic", topic, "--num-records", "200",
-                        "--record-size", "10", "--throughput", "1000", "--json"))
+    throttled = ok(
+        tool(
+            broker,
+            "perf-test",
+            "produce",
+            "--topic",
+            topic,
+            "--num-records",
+            "200",
+            "--record-size",
+            "10",
+            "--throughput",
+            "1000",
+            "--json",
+        )
+    )
     assert json.loads(throttled.stdout)["records_delivered"] == 200
 
-    consumed = ok(tool(broker, "perf-test", "consume", "--topic", topic, "--messages", "5200",
-                       "--json"))
+    consumed = ok(
+        tool(broker, "perf-test", "consume", "--topic", topic, "--messages", "5200", "--json")
+    )
     summary = json.loads(consumed.stdout)
     assert summary["records"] == 5200
     assert summary["bytes"] == 5000 * 100 + 200 * 10
     assert {"elapsed_s", "records_per_sec", "mb_per_sec"} <= set(summary)
 
-    human = ok(tool(broker, "perf-test", "produce", "--topic", topic, "--num-records", "100",
-                    "--record-size", "10", "--no-progress"))
+    human = ok(
+        tool(
+            broker,
+            "perf-test",
+            "produce",
+            "--topic",
+            topic,
+            "--num-records",
+            "100",
+            "--record-size",
+            "10",
+            "--no-progress",
+        )
+    )
     assert "100 records sent" in human.stdout and "99.9th" in human.stdout
 
-    short = tool(broker, "perf-test", "consume", "--topic", topic, "--messages", "99999",
-                 "--timeout", "1000", "--json")
+    short = tool(
+        broker,
+        "perf-test",
+        "consume",
+        "--topic",
+        topic,
+        "--messages",
+        "99999",
+        "--timeout",
+        "1000",
+        "--json",
+    )
     assert short.returncode == 1 and json.loads(short.stdout)["records"] == 5300
 
 
@@ -244,8 +525,7 @@ def test_perf_test_produce_and_consume_json(broker) -> None:
 )
 def test_unreachable_broker_is_one_line_error(args: list[str]) -> None:
     started = time.monotonic()
-    result = strom(*args, "--bootstrap-server", f"127.0.0.1:{free_port()}",
-                   stdin="x\n", timeout=30)
+    result = strom(*args, "--bootstrap-server", f"127.0.0.1:{free_port()}", stdin="x\n", timeout=30)
     line = one_line_error(result, 1)
     assert "cannot reach a broker" in line
     assert time.monotonic() - started < 15
@@ -278,9 +558,18 @@ def test_consume_exits_cleanly_on_sigint(broker) -> None:
     topic = new_topic(broker)
     ok(tool(broker, "produce", "--topic", topic, stdin="first\n"))
     proc = subprocess.Popen(
-        [*STROM, "consume", "--bootstrap-server", broker.bootstrap, "--topic", topic,
-         "--from-beginning"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            *STROM,
+            "consume",
+            "--bootstrap-server",
+            broker.bootstrap,
+            "--topic",
+            topic,
+            "--from-beginning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None

@@ -74,8 +74,13 @@ def test_headers_and_timestamps_survive(broker) -> None:
     topic = "headers"
     create_topic(broker.bootstrap, topic, 1)
     producer = Producer({"bootstrap.servers": broker.bootstrap})
-    producer.produce(topic, value=b"v", key=b"k", headers=[("h1", b"a"), ("h2", None)],
-                     timestamp=1_700_000_000_123)
+    producer.produce(
+        topic,
+        value=b"v",
+        key=b"k",
+        headers=[("h1", b"a"), ("h2", None)],
+        timestamp=1_700_000_000_123,
+    )
     producer.flush(10)
     [msg] = consume_all(broker.bootstrap, topic, 1)
     assert msg.headers() == [("h1", b"a"), ("h2", None)]
@@ -161,8 +166,11 @@ def test_message_too_large_is_refused(broker) -> None:
     topic = "small-max"
     create_topic(broker.bootstrap, topic, 1, {"max.message.bytes": "2000"})
     producer = Producer(
-        {"bootstrap.servers": broker.bootstrap, "message.max.bytes": 100000,
-         "compression.type": "none"}
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "message.max.bytes": 100000,
+            "compression.type": "none",
+        }
     )
     results = []
     producer.produce(topic, value=b"x" * 5000, on_delivery=lambda err, msg: results.append(err))

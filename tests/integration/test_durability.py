@@ -89,8 +89,9 @@ def test_acknowledged_records_survive_broker_death(fresh_broker, how: str) -> No
     # offsets continue where they were
     producer = Producer({"bootstrap.servers": fresh_broker.bootstrap})
     offsets = []
-    producer.produce(topic, value=b"after-restart",
-                     on_delivery=lambda err, msg: offsets.append(msg.offset()))
+    producer.produce(
+        topic, value=b"after-restart", on_delivery=lambda err, msg: offsets.append(msg.offset())
+    )
     producer.flush(10)
     assert offsets == [len(stored)]
     fresh_broker.stop()

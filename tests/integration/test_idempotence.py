@@ -157,7 +157,9 @@ def test_errors_are_per_partition(broker) -> None:
     )
     assert (mixed[0].error_code, mixed[0].base_offset) == (ErrorCode.none, 4)
     assert (mixed[1].error_code, mixed[1].base_offset) == (
-        ErrorCode.out_of_order_sequence_number, -1)
+        ErrorCode.out_of_order_sequence_number,
+        -1,
+    )
     assert (mixed[2].error_code, mixed[2].base_offset) == (ErrorCode.none, 0)  # duplicate
     assert [_end_offset(client, "idem-parts", p) for p in range(3)] == [8, 4, 4]
     client.close()
@@ -203,8 +205,9 @@ def test_confluent_idempotent_producer_exactly_once_in_order(broker) -> None:
 
     total = 5000
     for i in range(total):
-        producer.produce(topic, key=f"k{i % 37}".encode(), value=str(i).encode(),
-                         on_delivery=on_delivery)
+        producer.produce(
+            topic, key=f"k{i % 37}".encode(), value=str(i).encode(), on_delivery=on_delivery
+        )
         if i % 500 == 0:
             producer.poll(0)
     assert producer.flush(30) == 0
@@ -229,8 +232,9 @@ def test_confluent_idempotent_producer_exactly_once_in_order(broker) -> None:
 def test_kafka_python_idempotent_producer(broker) -> None:
     topic = "idem-kafka-python"
     create_topic(broker.bootstrap, topic, 2)
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=True,
-                             acks="all", linger_ms=2)
+    producer = KafkaProducer(
+        bootstrap_servers=broker.bootstrap, enable_idempotence=True, acks="all", linger_ms=2
+    )
     futures = [producer.send(topic, value=b"%d" % i, partition=i % 2) for i in range(400)]
     producer.flush()
     metas = [f.get(timeout=10) for f in futures]
@@ -238,8 +242,9 @@ def test_kafka_python_idempotent_producer(broker) -> None:
     for p in range(2):
         assert sorted(m.offset for m in metas if m.partition == p) == list(range(200))
 
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
-                             consumer_timeout_ms=5000)
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000
+    )
     partitions = [TopicPartition(topic, p) for p in range(2)]
     consumer.assign(partitions)
     consumer.seek_to_beginning(*partitions)

@@ -11,14 +11,20 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from kafka_helpers import consume_all, consume_to_end, create_topic
 
 
-def _produce(bootstrap: str, topic: str, values: list[bytes], timestamps: list[int] | None = None,
-             **config) -> list:
+def _produce(
+    bootstrap: str, topic: str, values: list[bytes], timestamps: list[int] | None = None, **config
+) -> list:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, **config})
     delivered: list = []
     for i, value in enumerate(values):
         kwargs = {"timestamp": timestamps[i]} if timestamps else {}
-        producer.produce(topic, value=value, partition=0,
-                         on_delivery=lambda err, msg: delivered.append((err, msg)), **kwargs)
+        producer.produce(
+            topic,
+            value=value,
+            partition=0,
+            on_delivery=lambda err, msg: delivered.append((err, msg)),
+            **kwargs,
+        )
         producer.flush(10)  # one batch per record, so timestamps map to batches exactly
     assert all(err is None for err, _ in delivered)
     return [msg for _, msg in delivered]
@@ -66,8 +72,9 @@ def test_delete_records_moves_log_start(broker) -> None:
     assert values == [b"d%d" % i for i in range(12, 20)]
 
     # an offset below the log start is out of range: the consumer resets as told
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "reset",
-                         "auto.offset.reset": "error"})
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": "reset", "auto.offset.reset": "error"}
+    )
     consumer.assign([TopicPartition(topic, 0, 3)])
     msg = None
     deadline = time.monotonic() + 10
@@ -118,10 +125,10 @@ def test_large_batches_patched_in_the_received_frame(broker, size: int) -> None:
 
 def test_segments_roll_and_reads_cross_them(broker) -> None:
     topic = "rolling"
-    create_topic(broker.bootstrap, topic, 1, {"segment.bytes": "16384",
-                                              "index.interval.bytes": "1024"})
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1,
-                         "batch.size": 4000})
+    create_topic(
+        broker.bootstrap, topic, 1, {"segment.bytes": "16384", "index.interval.bytes": "1024"}
+    )
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1, "batch.size": 4000})
     for i in range(2000):
         producer.produce(topic, value=b"seg-%05d-" % i + b"p" * 80, partition=0)
     producer.flush(20)

@@ -27,8 +27,9 @@ def test_kafka_python_admin_produce_consume(broker) -> None:
     producer.close()
     assert sorted(m.offset for m in metas if m.partition == 0) == list(range(100))
 
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
-                             consumer_timeout_ms=5000)
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000
+    )
     partitions = [TopicPartition("kp-topic", p) for p in range(3)]
     consumer.assign(partitions)
     consumer.seek_to_beginning(*partitions)
@@ -45,8 +46,9 @@ def test_kafka_python_admin_produce_consume(broker) -> None:
 
 def test_aiokafka_produce_consume(broker) -> None:
     async def scenario() -> list[tuple[int, bytes]]:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all",
-                                    compression_type="gzip")
+        producer = AIOKafkaProducer(
+            bootstrap_servers=broker.bootstrap, acks="all", compression_type="gzip"
+        )
         await producer.start()
         try:
             for i in range(200):
@@ -54,8 +56,11 @@ def test_aiokafka_produce_consume(broker) -> None:
             await producer.flush()
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
-                                    auto_offset_reset="earliest")
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=broker.bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
         await consumer.start()
         try:
             tp = AioTopicPartition("aio-topic", 0)
@@ -76,19 +81,33 @@ def test_aiokafka_produce_consume(broker) -> None:
 
 
 def test_kcat_metadata_and_round_trip(broker) -> None:
-    subprocess.run(["kcat", "-b", broker.bootstrap, "-P", "-t", "kcat-topic"],
-                   input=b"warm-up\n", check=True, timeout=30)
-    listing = subprocess.run(["kcat", "-b", broker.bootstrap, "-L"], capture_output=True,
-                             text=True, check=True, timeout=30).stdout
+    subprocess.run(
+        ["kcat", "-b", broker.bootstrap, "-P", "-t", "kcat-topic"],
+        input=b"warm-up\n",
+        check=True,
+        timeout=30,
+    )
+    listing = subprocess.run(
+        ["kcat", "-b", broker.bootstrap, "-L"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
     assert f"broker 1 at 127.0.0.1:{broker.port}" in listing
     assert 'topic "kcat-topic" with 1 partitions' in listing
 
     lines = [f"line {i} " + "x" * (i % 17) for i in range(10_000)]
-    subprocess.run(["kcat", "-b", broker.bootstrap, "-P", "-t", "kcat-topic"],
-                   input="\n".join(lines).encode() + b"\n", check=True, timeout=60)
+    subprocess.run(
+        ["kcat", "-b", broker.bootstrap, "-P", "-t", "kcat-topic"],
+        input="\n".join(lines).encode() + b"\n",
+        check=True,
+        timeout=60,
+    )
     out = subprocess.run(
-        ["kcat", "-b", broker.bootstrap, "-C", "-t", "kcat-topic", "-o", "beginning", "-e",
-         "-q"],
-        capture_output=True, check=True, timeout=60,
+        ["kcat", "-b", broker.bootstrap, "-C", "-t", "kcat-topic", "-o", "beginning", "-e", "-q"],
+        capture_output=True,
+        check=True,
+        timeout=60,
     ).stdout.decode()
     assert out.splitlines() == ["warm-up"] + lines

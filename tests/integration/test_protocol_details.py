@@ -19,8 +19,15 @@ from strom.protocol.framing import codec_for, encode_request
 from strom.protocol.records import build_batch, iter_headers
 
 
-def _fetch(client: RawClient, topic: str, offsets: dict[int, int], partition_max: int,
-           max_bytes: int = 2**31 - 1, max_wait_ms: int = 0, min_bytes: int = 1):
+def _fetch(
+    client: RawClient,
+    topic: str,
+    offsets: dict[int, int],
+    partition_max: int,
+    max_bytes: int = 2**31 - 1,
+    max_wait_ms: int = 0,
+    min_bytes: int = 1,
+):
     request = FetchRequest(
         max_wait=datetime.timedelta(milliseconds=max_wait_ms),
         min_bytes=min_bytes,
@@ -105,8 +112,13 @@ def test_acks_zero_stores_records_without_responses(broker) -> None:
 def test_advertised_listener_is_what_clients_are_told(fresh_broker) -> None:
     fresh_broker.overrides["advertised.listeners"] = f"PLAINTEXT://localhost:{fresh_broker.port}"
     fresh_broker.start()
-    listing = subprocess.run(["kcat", "-b", fresh_broker.bootstrap, "-L"], capture_output=True,
-                             text=True, check=True, timeout=30).stdout
+    listing = subprocess.run(
+        ["kcat", "-b", fresh_broker.bootstrap, "-L"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
     assert f"broker 1 at localhost:{fresh_broker.port}" in listing
     fresh_broker.stop()
 

@@ -41,8 +41,10 @@ def append(plog: PartitionLog, *bufs: bytearray) -> int:
 def stored(plog: PartitionLog) -> list[tuple[int, int, int, int]]:
     """(base offset, producer id, epoch, base sequence) of every batch in the log."""
     data = plog.read(plog.log_start_offset, 1 << 30)
-    return [(h.base_offset, h.producer_id, h.producer_epoch, h.base_sequence)
-            for h in iter_headers(data)]
+    return [
+        (h.base_offset, h.producer_id, h.producer_epoch, h.base_sequence)
+        for h in iter_headers(data)
+    ]
 
 
 @pytest.fixture
