@@ -2,11 +2,24 @@
 
 Owns how Spark's input partitions are cut (:func:`plan_ranges`: one per topic-partition
 range, split further when ``minPartitions`` asks) and the loop a Spark task runs
-(:func:`read_range`): a confluent-kafka consumer assigned to the range start, records
-consumed in large batches and turned into Arrow columns without a Python object per
-row beyond what the client hands out. The loop stops at the range end even where
-that offset is not a record (compacted topics, transaction markers): a record at or
-past the end, or the partition's end of log at or past it, closes the range.
+(:func:`read_range`). The loop stops at the range end even where that offset is not a
+record (compacted topics, transaction markers): a record at or past the end, or the
+partition's end of log at or past it, closes the range.
+
+Two paths read a range:
+
+- the raw path (the default): :class:`~strom.spark.fetcher.PartitionFetcher` fetches
+  record batches over the Kafka protocol and :mod:`strom.spark.batch_decode` turns
+  whole fetches into Arrow columns with numpy, with no Python object per record;
+- the confluent-kafka path, for what the raw client does not speak: ``kafka.*``
+  settings other than those in ``RAW_SETTINGS`` (TLS and SASL, i.e. a
+  ``kafka.security.protocol`` other than plaintext; ``kafka.isolation.level=
+  read_committed``, whose aborted-transaction filtering is librdkafka's;
+  ``kafka.check.crcs=true``), and batches in the old message formats (magic 0/1),
+  from the first such batch on.
+
+Without ``kafka.isolation.level`` the raw path reads uncommitted, like Spark's Kafka
+source (librdkafka alone would default to read_committed).
 """
 
 from __future__ import annotations
@@ -23,6 +36,15 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.sql.datasource import InputPartition
 
+from strom.protocol.errors import ErrorCode
+from strom.protocol.records import CorruptBatchError, UnsupportedMagicError
+from strom.spark.batch_decode import RecordColumns, complete_batches, decode
+from strom.spark.fetcher import (
+    RETRIABLE_ERRORS,
+    FetchError,
+    PartitionFetcher,
+    RetriableFetchError,
+)
 from strom.spark.kafka_meta import Offsets, StromSourceError, consumer_config, data_loss
 from strom.spark.options import ReaderOptions
 
@@ -30,6 +52,34 @@ log = logging.getLogger(__name__)
 
 CONSUME_BATCH = 20_000  # records per consume() call and per Arrow batch at most
 POLL_S = 1.0
+FETCH_RETRIES = 10  # in a row, after connection loss or a leadership error
+RETRY_BACKOFF_S = 0.5
+MAX_FETCH_BYTES = 1 << 30  # a fetch grows up to this to hold one batch whole
+
+# kafka.* settings the raw path honours (client.id) or that do not change what it
+# reads (the confluent-kafka consumer's tuning); (setting, value) pairs allow one value.
+RAW_SETTINGS = frozenset(
+    {
+        "bootstrap.servers",
+        "client.id",
+        "group.id",
+        "fetch.max.bytes",
+        "max.partition.fetch.bytes",
+        "fetch.min.bytes",
+        "fetch.wait.max.ms",
+        "fetch.queue.backoff.ms",
+        "queued.min.messages",
+        "queued.max.messages.kbytes",
+        "session.timeout.ms",
+        "heartbeat.interval.ms",
+        "socket.timeout.ms",
+        "request.timeout.ms",
+        "enable.partition.eof",
+        ("security.protocol", "plaintext"),
+        ("isolation.level", "read_uncommitted"),
+        ("check.crcs", "false"),
+    }
+)
 
 # Spark's timestampType: 0 CreateTime, 1 LogAppendTime (librdkafka counts from 1).
 _TIMESTAMP_TYPE_OFFSET = pa.scalar(1, pa.int32())
@@ -117,6 +167,25 @@ def _record_batch(
 
 def read_range(r: OffsetRange, opts: ReaderOptions, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``r`` as Arrow batches of ``schema`` (Spark's Kafka row schema)."""
+    reason = raw_path_unsupported(opts)
+    if reason is not None:
+        log.debug("reading %s-%s through confluent-kafka: %s", r.topic, r.partition, reason)
+        yield from _read_range_confluent(r, opts, schema)
+        return
+    yield from _read_range_raw(r, opts, schema)
+
+
+def raw_path_unsupported(opts: ReaderOptions) -> str | None:
+    """Why the raw path cannot serve ``opts`` (a kafka.* setting), or None if it can."""
+    for key, value in opts.client.items():
+        if key not in RAW_SETTINGS and (key, str(value).lower()) not in RAW_SETTINGS:
+            return f"kafka.{key}={value}"
+    return None
+
+
+def _read_range_confluent(
+    r: OffsetRange, opts: ReaderOptions, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
     # librdkafka's default fetch sizes measured faster here than larger ones; its
     # fetch.queue.backoff.ms (1 s) idles the fetcher whenever a consume() batch leaves
     # the queue above queued.min.messages: 0 doubled one partition's rate (kafka.* wins)
@@ -190,3 +259,174 @@ def _handle_error(
         raise KafkaException(error)
     log.warning("reading %s-%s: %s (retrying)", r.topic, r.partition, error.str())
     return position
+
+
+def _arrow_batch(
+    cols: RecordColumns, schema: pa.Schema, topic: pa.Scalar, partition: pa.Scalar
+) -> pa.RecordBatch:
+    n = len(cols)
+    arrays = {
+        "key": cols.key,
+        "value": cols.value,
+        "topic": pa.repeat(topic, n),
+        "partition": pa.repeat(partition, n),
+        "offset": pa.array(cols.offset, pa.int64()),
+        "timestamp": pa.Array.from_buffers(
+            schema.field("timestamp").type, n, [None, pa.py_buffer(cols.timestamp_us)]
+        ),
+        "timestampType": pa.array(cols.timestamp_type, pa.int32()),
+    }
+    if cols.headers is not None:
+        arrays["headers"] = pa.array(cols.headers, schema.field("headers").type)
+    return pa.RecordBatch.from_arrays([arrays[name] for name in schema.names], schema=schema)
+
+
+class _RawRead:
+    """The raw path's state for one range: where it is, the fetcher, retries."""
+
+    def __init__(self, r: OffsetRange, opts: ReaderOptions, fetcher: PartitionFetcher) -> None:
+        self.r = r
+        self.opts = opts
+        self.fetcher = fetcher
+        self.position = r.start  # next offset wanted
+        self.in_flight = False  # a fetch for self.position was sent
+        self.failures = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.r.topic}-{self.r.partition}"
+
+    def send(self, offset: int) -> None:
+        """Ask for ``offset``; a lost connection is noticed at the next receive."""
+        try:
+            self.fetcher.send_fetch(offset)
+            self.in_flight = True
+        except RetriableFetchError:
+            self.in_flight = False
+
+    def retry(self, problem: str) -> None:
+        self.failures += 1
+        if self.failures > FETCH_RETRIES:
+            raise StromSourceError(
+                f"cannot read {self.name} at offset {self.position}: {problem} "
+                f"({FETCH_RETRIES} retries)"
+            )
+        log.warning("reading %s: %s (retrying)", self.name, problem)
+        self.fetcher.close()
+        self.in_flight = False
+        time.sleep(RETRY_BACKOFF_S)
+
+    def out_of_range(self) -> None:
+        """OFFSET_OUT_OF_RANGE: data loss, then the log start or the range's end."""
+        low, high = self.fetcher.log_bounds()
+        data_loss(
+            self.opts,
+            f"offset {self.position} of {self.name} is no longer in the log "
+            f"(it now holds [{low}, {high}))",
+        )
+        if low >= self.r.end or self.position >= high:
+            self.position = self.r.end
+        else:
+            self.position = low
+
+
+def _read_range_raw(
+    r: OffsetRange, opts: ReaderOptions, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    topic = pa.scalar(r.topic, pa.string())
+    partition = pa.scalar(r.partition, pa.int32())
+    poll_timeout = opts.poll_timeout_ms / 1000
+    client_id = opts.client.get("client.id", "strom-spark")
+    with PartitionFetcher(opts.bootstrap, r.topic, r.partition, client_id=client_id) as fetcher:
+        read = _RawRead(r, opts, fetcher)
+        idle_since = time.monotonic()
+        while read.position < r.end:
+            try:
+                if not read.in_flight:
+                    fetcher.send_fetch(read.position)
+                read.in_flight = False
+                fetched = fetcher.receive_fetch()
+                if fetched.error_code == ErrorCode.offset_out_of_range:
+                    read.out_of_range()
+                    continue
+            except RetriableFetchError as exc:
+                read.retry(str(exc))
+                continue
+            except FetchError as exc:
+                raise StromSourceError(
+                    f"cannot read {read.name} at offset {read.position}: {exc}"
+                ) from None
+            if fetched.error_code in RETRIABLE_ERRORS:
+                read.retry(fetched.error_code.name.upper())
+                continue
+            if fetched.error_code != ErrorCode.none:
+                raise StromSourceError(
+                    f"cannot read {read.name} at offset {read.position}: "
+                    f"{fetched.error_code.name.upper()}"
+                )
+            read.failures = 0
+            records = fetched.records
+            try:
+                batches = complete_batches(records)
+            except UnsupportedMagicError:
+                batches = []
+                magic = records[16] if len(records) > 16 else None
+                log.info(
+                    "%s holds message format v%s at offset %d: reading on with confluent-kafka",
+                    read.name,
+                    magic,
+                    read.position,
+                )
+                yield from _read_range_confluent(
+                    OffsetRange(r.topic, r.partition, read.position, r.end), opts, schema
+                )
+                return
+            except CorruptBatchError as exc:
+                raise StromSourceError(
+                    f"corrupt record batch in {read.name} at offset {read.position}: {exc}"
+                ) from None
+            if batches:
+                first = read.position
+                read.position = max(first, batches[-1].next_offset)
+                if read.position < r.end:
+                    read.send(read.position)  # the broker reads on while this is decoded
+                try:
+                    runs = decode(
+                        records,
+                        batches,
+                        first=first,
+                        end=r.end,
+                        include_headers=opts.include_headers,
+                    )
+                except CorruptBatchError as exc:
+                    raise StromSourceError(
+                        f"corrupt record batch in {read.name} after offset {first}: {exc}"
+                    ) from None
+                for cols in runs:
+                    yield _arrow_batch(cols, schema, topic, partition)
+                idle_since = time.monotonic()
+                continue
+            if records:  # one batch larger than the fetch size: ask for more bytes
+                if fetcher.max_bytes >= MAX_FETCH_BYTES:
+                    raise StromSourceError(
+                        f"a record batch of {read.name} at offset {read.position} is larger "
+                        f"than {MAX_FETCH_BYTES} bytes"
+                    )
+                fetcher.max_bytes *= 2
+                continue
+            end_of_log = fetched.high_watermark
+            if end_of_log >= r.end:
+                return  # nothing left before the range end: a gap (compaction, markers)
+            if end_of_log <= read.position:
+                data_loss(
+                    opts,
+                    f"{read.name} ends at offset {end_of_log}, before the end of the "
+                    f"range [{r.start}, {r.end}) the query planned to read",
+                )
+                return
+            if time.monotonic() - idle_since > poll_timeout:
+                raise StromSourceError(
+                    f"no records from {read.name} at offset {read.position} within "
+                    f"kafkaConsumer.pollTimeoutMs={opts.poll_timeout_ms} "
+                    f"(the range ends at {r.end})"
+                )

@@ -1,0 +1,327 @@
+"""A small blocking Kafka client that fetches the raw record batches of one partition.
+
+Owns the Spark source's wire protocol: Metadata v8 (through the bootstrap servers) to
+find the partition's leader, Fetch v11 by topic name with large size limits, and
+ListOffsets v4 for the log's bounds after OFFSET_OUT_OF_RANGE. Requests are kio types
+framed by :mod:`strom.protocol.framing`; responses are decoded with kio, which copies
+each partition's ``records`` bytes once. Plaintext connections only (no TLS, no
+SASL): :mod:`strom.spark.reader` sends other setups through confluent-kafka.
+
+One request may be in flight ahead (:meth:`PartitionFetcher.send_fetch` then
+:meth:`PartitionFetcher.receive_fetch`): the reader asks for the next data before it
+decodes the current one, so the broker works while the Python worker decodes.
+Connection loss and leadership errors are :class:`RetriableFetchError`; the caller
+calls :meth:`PartitionFetcher.reconnect` (fresh metadata) and asks again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import socket
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.list_offsets.v4.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from kio.schema.metadata.v8.request import MetadataRequest, MetadataRequestTopic
+from kio.serial import entity_reader
+from kio.static.primitive import i8, i32, i64
+
+from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import codec_for, encode_request
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 30.0
+FETCH_MAX_BYTES = 16 * 1024 * 1024  # per request and per partition (one partition)
+FETCH_MAX_WAIT_MS = 500
+SOCKET_BUFFER = 4 * 1024 * 1024
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+# Partition errors after which fresh metadata (a new leader) may help.
+RETRIABLE_ERRORS = frozenset(
+    {
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.leader_not_available,
+        ErrorCode.replica_not_available,
+        ErrorCode.fenced_leader_epoch,
+        ErrorCode.unknown_leader_epoch,
+        ErrorCode.kafka_storage_error,
+        ErrorCode.offset_not_available,
+        ErrorCode.request_timed_out,
+    }
+)
+
+_SIZE = struct.Struct(">i")
+
+
+class FetchError(RuntimeError):
+    """A request failed in a way that asking again will not fix."""
+
+
+class RetriableFetchError(FetchError):
+    """The connection was lost or the partition moved: reconnect and ask again."""
+
+
+@dataclass(slots=True)
+class FetchedPartition:
+    """One partition's part of a Fetch response."""
+
+    error_code: ErrorCode
+    high_watermark: int
+    log_start_offset: int
+    records: bytes
+
+
+def split_bootstrap(servers: str) -> list[tuple[str, int]]:
+    """``host:port,host:port`` as (host, port) pairs; raises ValueError if malformed."""
+    addresses = []
+    for address in servers.split(","):
+        host, _, port = address.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bad bootstrap address {address.strip()!r}: expected HOST:PORT")
+        addresses.append((host.strip("[]"), int(port)))
+    return addresses
+
+
+class _Connection:
+    """One blocking socket; requests go out whole, responses are read into one buffer."""
+
+    def __init__(self, host: str, port: int, client_id: str) -> None:
+        self.address = f"{host}:{port}"
+        self.client_id = client_id
+        self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+        self.sock.settimeout(REQUEST_TIMEOUT_S)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+        except OSError:
+            pass
+        self.correlation = 0
+        self.in_flight: list[tuple[int, Any]] = []  # (correlation id, request type)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, body: Any) -> None:
+        self.correlation += 1
+        self.sock.sendall(encode_request(self.correlation, self.client_id, body))
+        self.in_flight.append((self.correlation, type(body)))
+
+    def receive(self) -> Any:
+        correlation, request_type = self.in_flight.pop(0)
+        (size,) = _SIZE.unpack(self._read(4))
+        frame = self._read(size)
+        (got,) = _SIZE.unpack_from(frame, 0)
+        if got != correlation:
+            raise FetchError(
+                f"response {got} from {self.address} does not match request {correlation}"
+            )
+        codec = codec_for(request_type.__api_key__, request_type.__version__)
+        start = 5 if codec.flexible_response_header else 4
+        response, _ = entity_reader(codec.response_type)(frame, start)
+        return response
+
+    def request(self, body: Any) -> Any:
+        self.send(body)
+        return self.receive()
+
+    def _read(self, n: int) -> memoryview:
+        data = bytearray(n)
+        view = memoryview(data)
+        got = 0
+        while got < n:
+            chunk = self.sock.recv_into(view[got:], n - got)
+            if not chunk:
+                raise ConnectionError(f"connection to {self.address} closed by the broker")
+            got += chunk
+        return view.toreadonly()  # kio reads read-only buffers only
+
+
+class PartitionFetcher:
+    """Fetches one topic-partition from its leader, found through the bootstrap servers."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partition: int,
+        *,
+        client_id: str = "strom-spark",
+        max_bytes: int = FETCH_MAX_BYTES,
+    ) -> None:
+        self.bootstrap = split_bootstrap(bootstrap)
+        self.topic = topic
+        self.partition = partition
+        self.client_id = client_id
+        self.max_bytes = max_bytes
+        self.connection: _Connection | None = None
+
+    def __enter__(self) -> PartitionFetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
+
+    # -- connecting
+
+    def reconnect(self) -> None:
+        """Drop the connection (and what is in flight), find the leader, connect to it."""
+        self.close()
+        self.connection = self._connect_leader()
+
+    def _connect_leader(self) -> _Connection:
+        last: BaseException | None = None
+        for host, port in self.bootstrap:
+            try:
+                conn = _Connection(host, port, self.client_id)
+            except OSError as exc:
+                last = exc
+                continue
+            try:
+                leader = self._leader(conn)
+            except (OSError, ConnectionError) as exc:
+                conn.close()
+                last = exc
+                continue
+            if leader == (host, port):
+                return conn
+            conn.close()
+            try:
+                return _Connection(*leader, self.client_id)
+            except OSError as exc:
+                raise RetriableFetchError(
+                    f"cannot reach the leader of {self.topic}-{self.partition} at "
+                    f"{leader[0]}:{leader[1]}: {exc}"
+                ) from None
+        raise RetriableFetchError(
+            f"cannot reach a broker at {','.join(f'{h}:{p}' for h, p in self.bootstrap)}: {last}"
+        )
+
+    def _leader(self, conn: _Connection) -> tuple[str, int]:
+        response = conn.request(
+            MetadataRequest(
+                topics=(MetadataRequestTopic(name=self.topic),),
+                allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False,
+            )
+        )
+        brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
+        for topic in response.topics:
+            if topic.name != self.topic:
+                continue
+            if topic.error_code != ErrorCode.none:
+                raise _partition_error(topic.error_code, self.topic, self.partition)
+            for part in topic.partitions:
+                if part.partition_index != self.partition:
+                    continue
+                if part.error_code != ErrorCode.none and part.leader_id not in brokers:
+                    raise _partition_error(part.error_code, self.topic, self.partition)
+                if part.leader_id not in brokers:
+                    raise RetriableFetchError(f"{self.topic}-{self.partition} has no leader")
+                return brokers[part.leader_id]
+        raise RetriableFetchError(f"no metadata for {self.topic}-{self.partition}")
+
+    def _conn(self) -> _Connection:
+        if self.connection is None:
+            self.connection = self._connect_leader()
+        return self.connection
+
+    # -- requests
+
+    def send_fetch(self, offset: int) -> None:
+        request = FetchRequest(
+            max_wait=datetime.timedelta(milliseconds=FETCH_MAX_WAIT_MS),
+            min_bytes=i32(1),
+            max_bytes=i32(self.max_bytes),
+            isolation_level=i8(0),
+            topics=(
+                FetchTopic(
+                    topic=self.topic,
+                    partitions=(
+                        FetchPartition(
+                            partition=i32(self.partition),
+                            fetch_offset=i64(offset),
+                            partition_max_bytes=i32(self.max_bytes),
+                        ),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        )
+        try:
+            self._conn().send(request)
+        except OSError as exc:
+            raise self._lost(exc) from None
+
+    def receive_fetch(self) -> FetchedPartition:
+        """The answer to the oldest fetch sent; partition errors are left to the caller."""
+        try:
+            response = self._conn().receive()
+        except OSError as exc:
+            raise self._lost(exc) from None
+        if response.error_code != ErrorCode.none:
+            raise _partition_error(response.error_code, self.topic, self.partition)
+        for topic in response.responses:
+            for part in topic.partitions:
+                if topic.topic == self.topic and part.partition_index == self.partition:
+                    return FetchedPartition(
+                        part.error_code,
+                        part.high_watermark,
+                        part.log_start_offset,
+                        part.records or b"",
+                    )
+        raise FetchError(f"the fetch response has no data for {self.topic}-{self.partition}")
+
+    def log_bounds(self) -> tuple[int, int]:
+        """(log start offset, high watermark) of the partition, by ListOffsets."""
+        bounds = []
+        for timestamp in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
+            request = ListOffsetsRequest(
+                replica_id=i32(-1),
+                isolation_level=i8(0),
+                topics=(
+                    ListOffsetsTopic(
+                        name=self.topic,
+                        partitions=(
+                            ListOffsetsPartition(
+                                partition_index=i32(self.partition), timestamp=i64(timestamp)
+                            ),
+                        ),
+                    ),
+                ),
+            )
+            try:
+                response = self._conn().request(request)
+            except OSError as exc:
+                raise self._lost(exc) from None
+            part = response.topics[0].partitions[0]
+            if part.error_code != ErrorCode.none:
+                raise _partition_error(part.error_code, self.topic, self.partition)
+            bounds.append(part.offset)
+        return bounds[0], bounds[1]
+
+    def _lost(self, exc: BaseException) -> RetriableFetchError:
+        address = self.connection.address if self.connection else "the broker"
+        self.close()
+        return RetriableFetchError(f"connection to {address} lost: {exc}")
+
+
+def _partition_error(code: ErrorCode, topic: str, partition: int) -> FetchError:
+    kind = RetriableFetchError if code in RETRIABLE_ERRORS else FetchError
+    return kind(f"{topic}-{partition}: {code.name.upper()}")
