@@ -11,7 +11,7 @@ How: batch headers are parsed in Python, one per batch. Within a batch, a short 
 loop follows the record length prefixes to find where each record starts; everything
 else is numpy on arrays of positions (the varint fields of every record at once) and
 Arrow: keys and values are cut out of the buffer by one ``take`` over a binary array
-whose offsets point at them in place. The loop's result is checked against the record
+whose offsets point at them in place. Record starts are checked against the record
 lengths, so malformed input raises :class:`~strom.protocol.records.CorruptBatchError`.
 Headers take a slower per-record path (only records that have headers).
 """
@@ -38,6 +38,7 @@ from strom.protocol.records import (
 _INT32_MAX = 2**31 - 1
 
 Headers = list[tuple[str, bytes | None]] | None
+Bytes = bytes | bytearray | memoryview
 
 
 @dataclass(slots=True)
@@ -55,7 +56,7 @@ class RecordColumns:
         return len(self.offset)
 
 
-def complete_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
+def complete_batches(buf: Bytes) -> list[BatchHeader]:
     """Headers of the whole batches at the start of ``buf``, in order.
 
     A trailing batch that does not lie whole in ``buf`` (a fetch cut at its size limit)
@@ -74,7 +75,7 @@ def complete_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
 
 
 def decode(
-    buf: bytes,
+    buf: Bytes,
     batches: list[BatchHeader],
     *,
     first: int = 0,
@@ -85,7 +86,8 @@ def decode(
 
     Consecutive uncompressed batches are decoded together, in place in ``buf``;
     consecutive compressed ones together from their joined decompressed bytes. One
-    RecordColumns per such run, in offset order; runs left empty are dropped.
+    RecordColumns per such run, in offset order; runs left empty are dropped. The
+    columns hold copies: ``buf`` may be reused once this returns.
     """
     out = []
     for source, regions in _runs(buf, batches, first, end):
@@ -105,14 +107,19 @@ class _Region:
 
 
 def _runs(
-    buf: bytes, batches: list[BatchHeader], first: int, end: int
-) -> Iterator[tuple[bytes, list[_Region]]]:
+    buf: Bytes, batches: list[BatchHeader], first: int, end: int
+) -> Iterator[tuple[Bytes, list[_Region]]]:
     in_place: list[_Region] = []
     bodies: list[bytes] = []
     inflated: list[_Region] = []
     inflated_size = 0
     for header in batches:
-        if header.is_control or header.next_offset <= first or header.base_offset >= end:
+        if (
+            header.is_control
+            or header.record_count <= 0  # emptied by compaction
+            or header.next_offset <= first
+            or header.base_offset >= end
+        ):
             continue
         body_start = header.position + HEADER_SIZE
         body_end = header.position + header.size
@@ -120,7 +127,7 @@ def _runs(
             if in_place:
                 yield buf, in_place
                 in_place = []
-            body = decompress(header.codec, buf[body_start:body_end])
+            body = decompress(header.codec, bytes(buf[body_start:body_end]))
             bodies.append(body)
             inflated.append(_Region(inflated_size, inflated_size + len(body), header))
             inflated_size += len(body)
@@ -135,16 +142,24 @@ def _runs(
         yield b"".join(bodies), inflated
 
 
-def _record_starts(body: bytes, region: _Region, starts: list[int]) -> None:
-    """Append where each record of ``region`` starts, following the length prefixes.
+def _record_starts(body: Bytes, regions: list[_Region]) -> np.ndarray:
+    """Where each record of ``regions`` starts, in order."""
+    starts: list[int] = []
+    for region in regions:
+        _follow_lengths(body, region.start, region.header.record_count, starts)
+    return np.array(starts, np.int64)
+
+
+def _follow_lengths(body: Bytes, pos: int, count: int, starts: list[int]) -> None:
+    """Append the starts of ``count`` records from ``pos`` on, following their length
+    prefixes.
 
     The one per-record Python loop; lengths of 1 and 2 varint bytes (records under
     8 KiB) are read inline. Not checked here: ``_decode_run`` checks the result.
     """
     append = starts.append
-    pos = region.start
     try:
-        for _ in range(region.header.record_count):
+        for _ in range(count):
             append(pos)
             b = body[pos]
             if b < 0x80:
@@ -158,6 +173,22 @@ def _record_starts(body: bytes, region: _Region, starts: list[int]) -> None:
                     pos += max(length, 0)
     except IndexError:
         raise CorruptBatchError("truncated record") from None
+
+
+def _record_bodies(
+    src: np.ndarray, starts: np.ndarray, regions: list[_Region], counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(where each record's fields start, where it ends) from its length prefix, or None
+    if the records do not follow each other: each must end where the next starts, and
+    a batch's last record where the batch ends."""
+    length, pos = _varints(src, starts)
+    record_end = pos + length
+    expected = np.empty_like(record_end)
+    expected[:-1] = starts[1:]
+    expected[np.cumsum(counts) - 1] = [r.end for r in regions]
+    if not (record_end == expected).all():
+        return None
+    return pos, record_end
 
 
 def _varints(src: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -209,23 +240,15 @@ def _long_varints(src: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def _decode_run(
-    body: bytes, regions: list[_Region], first: int, end: int, include_headers: bool
+    body: Bytes, regions: list[_Region], first: int, end: int, include_headers: bool
 ) -> RecordColumns:
-    starts: list[int] = []
-    for region in regions:
-        _record_starts(body, region, starts)
     counts = np.array([r.header.record_count for r in regions], np.int64)
     src = np.frombuffer(body, np.uint8)
-    first_byte = np.array(starts, np.int64)
     try:
-        length, pos = _varints(src, first_byte)
-        record_end = pos + length
-        # the next record starts where this one ends; a batch's last ends its region
-        expected = np.empty_like(record_end)
-        expected[:-1] = first_byte[1:]
-        expected[np.cumsum(counts) - 1] = [r.end for r in regions]
-        if len(record_end) and not (record_end == expected).all():
+        bodies = _record_bodies(src, _record_starts(body, regions), regions, counts)
+        if bodies is None:
             raise CorruptBatchError("record lengths do not fill their batch")
+        pos, record_end = bodies
         pos = pos + 1  # attributes (unused in magic 2)
         timestamp_delta, pos = _varints(src, pos)
         offset_delta, pos = _varints(src, pos)
@@ -302,7 +325,7 @@ def _binary_column(
 
 
 def _headers(
-    body: bytes,
+    body: Bytes,
     pos: np.ndarray,
     record_end: np.ndarray,
     header_count: np.ndarray,
@@ -319,13 +342,13 @@ def _headers(
             n, p = read_varint(body, p)
             if n < 0:
                 raise CorruptBatchError("null header key")
-            key = body[p : p + n].decode("utf-8", "replace")
+            key = bytes(body[p : p + n]).decode("utf-8", "replace")
             p += n
             n, p = read_varint(body, p)
             if n < 0:
                 value = None
             else:
-                value = body[p : p + n]
+                value = bytes(body[p : p + n])
                 p += n
             pairs.append((key, value))
         if p != record_end[i]:

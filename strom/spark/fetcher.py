@@ -3,8 +3,9 @@
 Owns the Spark source's wire protocol: Metadata v8 (through the bootstrap servers) to
 find the partition's leader, Fetch v11 by topic name with large size limits, and
 ListOffsets v4 for the log's bounds after OFFSET_OUT_OF_RANGE. Requests are kio types
-framed by :mod:`strom.protocol.framing`; responses are decoded with kio, which copies
-each partition's ``records`` bytes once. Plaintext connections only (no TLS, no
+framed by :mod:`strom.protocol.framing`; responses are decoded with kio, except Fetch
+responses, read in place by :func:`parse_fetch_v11` so that the records are never
+copied (each connection reuses one receive buffer). Plaintext connections only (no TLS, no
 SASL): :mod:`strom.spark.reader` sends other setups through confluent-kafka.
 
 One request may be in flight ahead (:meth:`PartitionFetcher.send_fetch` then
@@ -62,6 +63,11 @@ RETRIABLE_ERRORS = frozenset(
 )
 
 _SIZE = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+# partition index, error code, high watermark, last stable offset, log start offset,
+# aborted transaction count
+_PARTITION_HEAD = struct.Struct(">ihqqqi")
 
 
 class FetchError(RuntimeError):
@@ -79,7 +85,7 @@ class FetchedPartition:
     error_code: ErrorCode
     high_watermark: int
     log_start_offset: int
-    records: bytes
+    records: memoryview  # into the connection's receive buffer
 
 
 def split_bootstrap(servers: str) -> list[tuple[str, int]]:
@@ -108,6 +114,7 @@ class _Connection:
             pass
         self.correlation = 0
         self.in_flight: list[tuple[int, Any]] = []  # (correlation id, request type)
+        self.buffer = bytearray(1 << 20)
 
     def close(self) -> None:
         self.sock.close()
@@ -117,7 +124,12 @@ class _Connection:
         self.sock.sendall(encode_request(self.correlation, self.client_id, body))
         self.in_flight.append((self.correlation, type(body)))
 
-    def receive(self) -> Any:
+    def receive_frame(self) -> tuple[memoryview, type]:
+        """The next response frame (correlation id first) and the type of its request.
+
+        The frame lies in a buffer this connection reuses: it is valid until the next
+        receive, so that fetching never allocates (and page-faults) a new buffer.
+        """
         correlation, request_type = self.in_flight.pop(0)
         (size,) = _SIZE.unpack(self._read(4))
         frame = self._read(size)
@@ -126,9 +138,14 @@ class _Connection:
             raise FetchError(
                 f"response {got} from {self.address} does not match request {correlation}"
             )
+        return frame, request_type
+
+    def receive(self) -> Any:
+        """The next response, decoded by kio."""
+        frame, request_type = self.receive_frame()
         codec = codec_for(request_type.__api_key__, request_type.__version__)
         start = 5 if codec.flexible_response_header else 4
-        response, _ = entity_reader(codec.response_type)(frame, start)
+        response, _ = entity_reader(codec.response_type)(frame.toreadonly(), start)
         return response
 
     def request(self, body: Any) -> Any:
@@ -136,15 +153,48 @@ class _Connection:
         return self.receive()
 
     def _read(self, n: int) -> memoryview:
-        data = bytearray(n)
-        view = memoryview(data)
+        if len(self.buffer) < n:
+            self.buffer = bytearray(max(n, 2 * len(self.buffer)))
+        view = memoryview(self.buffer)[:n]
         got = 0
         while got < n:
             chunk = self.sock.recv_into(view[got:], n - got)
             if not chunk:
                 raise ConnectionError(f"connection to {self.address} closed by the broker")
             got += chunk
-        return view.toreadonly()  # kio reads read-only buffers only
+        return view
+
+
+def parse_fetch_v11(frame: memoryview, topic: str, partition: int) -> FetchedPartition:
+    """``partition``'s data in a Fetch v11 response frame (after the size), read in place:
+    the records stay a view into ``frame``. kio would copy them; this is the hot path."""
+    try:
+        (error_code,) = _I16.unpack_from(frame, 8)  # after correlation id, throttle time
+        if error_code:
+            raise _partition_error(ErrorCode(error_code), topic, partition)
+        pos = 14  # after the session id
+        (topic_count,) = _I32.unpack_from(frame, pos)
+        pos += 4
+        for _ in range(topic_count):
+            (name_size,) = _I16.unpack_from(frame, pos)
+            name = bytes(frame[pos + 2 : pos + 2 + name_size]).decode()
+            pos += 2 + name_size
+            (partition_count,) = _I32.unpack_from(frame, pos)
+            pos += 4
+            for _ in range(partition_count):
+                index, code, high_watermark, _stable, log_start, aborted = (
+                    _PARTITION_HEAD.unpack_from(frame, pos)
+                )
+                pos += _PARTITION_HEAD.size + 16 * max(aborted, 0) + 4  # + preferred replica
+                (size,) = _I32.unpack_from(frame, pos)
+                pos += 4
+                records = frame[pos : pos + max(size, 0)]
+                pos += max(size, 0)
+                if name == topic and index == partition:
+                    return FetchedPartition(ErrorCode(code), high_watermark, log_start, records)
+    except (struct.error, ValueError) as exc:
+        raise FetchError(f"malformed fetch response: {exc}") from None
+    raise FetchError(f"the fetch response has no data for {topic}-{partition}")
 
 
 class PartitionFetcher:
@@ -270,23 +320,14 @@ class PartitionFetcher:
             raise self._lost(exc) from None
 
     def receive_fetch(self) -> FetchedPartition:
-        """The answer to the oldest fetch sent; partition errors are left to the caller."""
+        """The answer to the oldest fetch sent; partition errors are left to the caller.
+
+        Its records are a view valid until the next request on this fetcher."""
         try:
-            response = self._conn().receive()
+            frame, _ = self._conn().receive_frame()
         except OSError as exc:
             raise self._lost(exc) from None
-        if response.error_code != ErrorCode.none:
-            raise _partition_error(response.error_code, self.topic, self.partition)
-        for topic in response.responses:
-            for part in topic.partitions:
-                if topic.topic == self.topic and part.partition_index == self.partition:
-                    return FetchedPartition(
-                        part.error_code,
-                        part.high_watermark,
-                        part.log_start_offset,
-                        part.records or b"",
-                    )
-        raise FetchError(f"the fetch response has no data for {self.topic}-{self.partition}")
+        return parse_fetch_v11(frame, self.topic, self.partition)
 
     def log_bounds(self) -> tuple[int, int]:
         """(log start offset, high watermark) of the partition, by ListOffsets."""

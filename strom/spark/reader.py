@@ -40,6 +40,7 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.records import CorruptBatchError, UnsupportedMagicError
 from strom.spark.batch_decode import RecordColumns, complete_batches, decode
 from strom.spark.fetcher import (
+    FETCH_MAX_BYTES,
     RETRIABLE_ERRORS,
     FetchError,
     PartitionFetcher,
@@ -330,6 +331,21 @@ class _RawRead:
             self.position = low
 
 
+def _fetch_bytes(opts: ReaderOptions) -> int:
+    """The raw path's fetch size: FETCH_MAX_BYTES unless kafka.fetch.max.bytes or
+    kafka.max.partition.fetch.bytes ask for less (it reads one partition)."""
+    size = FETCH_MAX_BYTES
+    for key in ("fetch.max.bytes", "max.partition.fetch.bytes"):
+        if key in opts.client:
+            try:
+                size = min(size, max(1, int(opts.client[key])))
+            except ValueError:
+                raise StromSourceError(
+                    f"option kafka.{key} must be a number of bytes, not {opts.client[key]!r}"
+                ) from None
+    return size
+
+
 def _read_range_raw(
     r: OffsetRange, opts: ReaderOptions, schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
@@ -337,7 +353,10 @@ def _read_range_raw(
     partition = pa.scalar(r.partition, pa.int32())
     poll_timeout = opts.poll_timeout_ms / 1000
     client_id = opts.client.get("client.id", "strom-spark")
-    with PartitionFetcher(opts.bootstrap, r.topic, r.partition, client_id=client_id) as fetcher:
+    fetcher = PartitionFetcher(
+        opts.bootstrap, r.topic, r.partition, client_id=client_id, max_bytes=_fetch_bytes(opts)
+    )
+    with fetcher:
         read = _RawRead(r, opts, fetcher)
         idle_since = time.monotonic()
         while read.position < r.end:

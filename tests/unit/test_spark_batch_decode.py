@@ -169,6 +169,9 @@ def test_compacted_batches_with_offset_gaps(codec: int) -> None:
     buf = rebuild_batch(full, header, body, len(kept), codec)
     assert [r[0] for r in check(buf)] == [50, 53, 56, 59]
     assert [r[0] for r in check(buf, first=51, end=59)] == [53, 56]
+    emptied = rebuild_batch(full, header, b"", 0, codec)  # kept for its producer state
+    assert decode(emptied, complete_batches(emptied)) == []
+    assert [r[0] for r in check(emptied + buf)] == [50, 53, 56, 59]
 
 
 def test_a_truncated_last_batch_is_left_for_the_next_fetch() -> None:
