@@ -309,10 +309,11 @@ def _binary_column(
     offsets [start0, end0, start1, end1, ...] sees them in place as its even elements
     (the odd ones are the bytes between), and ``take`` of the even ones packs them."""
     n = len(start)
-    if chosen is not None:
-        n_out = len(chosen)
-        if n_out == 0:
-            return pa.array([], pa.binary())
+    n_out = n if chosen is None else len(chosen)
+    if n_out == 0:
+        return pa.array([], pa.binary())
+    if (length < 0).all():  # e.g. keyless records: nothing to copy
+        return pa.nulls(n_out, pa.binary())
     if len(buffer) > _INT32_MAX:
         raise CorruptBatchError("record bytes over 2 GiB in one fetch")
     bounds = np.empty(2 * n, np.int32)
