@@ -41,7 +41,9 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 30.0
-FETCH_MAX_BYTES = 16 * 1024 * 1024  # per request and per partition (one partition)
+# per request and per partition (one partition). Measured with 100-B records: 2-4 MiB
+# beat 16 MiB by 15-20% in Spark and standalone (smaller working set; likely the caches).
+FETCH_MAX_BYTES = 4 * 1024 * 1024
 FETCH_MAX_WAIT_MS = 500
 SOCKET_BUFFER = 4 * 1024 * 1024
 EARLIEST_TIMESTAMP = -2
