@@ -2,7 +2,11 @@
 produce throughput and p99 produce latency of a broker while its cleaner runs versus
 while it is idle.
 
-    ./dev bench cleaner [--records N] [--keys K] [--skip-broker]
+    ./dev bench cleaner [--records N] [--keys K] [--skip-broker] [--io-limit-mb MB]
+
+Each figure is taken twice: with the cleaner's I/O unlimited (Kafka's default) and with
+log.cleaner.io.max.bytes.per.second set, the knob that trades cleaning speed for
+produce latency on a machine where the cleaner shares the cores with the broker.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from strom.protocol.codecs import CODEC_NAMES  # noqa: E402
 from strom.protocol.records import build_batch, validate_batches  # noqa: E402
 from strom.storage import FileHandleCache, LogConfig, PartitionLog  # noqa: E402
-from strom.storage.cleaner import LogCleaner  # noqa: E402
+from strom.storage.cleaner import UNLIMITED_IO, LogCleaner  # noqa: E402
 
 BATCH = 500  # records per batch, like a busy producer's
 
@@ -36,7 +40,9 @@ def fill(plog: PartitionLog, records: int, keys: int, codec: int) -> None:
         plog.append(buf, validate_batches(buf))
 
 
-def cleaner_throughput(records: int, keys: int, codec_name: str) -> float:
+def cleaner_throughput(
+    records: int, keys: int, codec_name: str, io_limit: float = UNLIMITED_IO
+) -> float:
     codec = CODEC_NAMES[codec_name]
     with tempfile.TemporaryDirectory() as tmp:
         config = LogConfig(
@@ -50,15 +56,16 @@ def cleaner_throughput(records: int, keys: int, codec_name: str) -> float:
         # A batch bigger than segment.bytes would be needed to roll; close the active
         # segment by rolling explicitly instead.
         plog._roll()  # noqa: SLF001 - benchmark setup only
-        cleaner = LogCleaner(Path(tmp), lambda: [plog])
+        cleaner = LogCleaner(Path(tmp), lambda: [plog], io_max_bytes_per_second=io_limit)
         started = time.perf_counter()
         stats = cleaner.clean(plog)
         elapsed = time.perf_counter() - started
         assert stats is not None
         plog.close()
         rate = stats.records_read / elapsed
+        limit = "" if io_limit >= UNLIMITED_IO else f", I/O limit {io_limit / 1e6:g} MB/s"
         print(
-            f"cleaner, {codec_name:>4} batches of {BATCH}, 100 B records, {keys:,} keys: "
+            f"cleaner, {codec_name:>4} batches of {BATCH}, 100 B records, {keys:,} keys{limit}: "
             f"{stats.records_read:,} records in {elapsed:.2f} s = {rate:,.0f} records/s "
             f"({stats.bytes_read / elapsed / 1e6:.0f} MB/s read, "
             f"{stats.records_kept:,} kept)"
@@ -121,7 +128,7 @@ def _measure(bootstrap: str, label: str, records: int) -> tuple[float, float]:
     return rate, p99
 
 
-def broker_figures(records: int, keys: int) -> None:
+def broker_figures(records: int, keys: int, io_limit: float = UNLIMITED_IO) -> None:
     from broker_process import BrokerProcess
     from confluent_kafka import Producer
     from kafka_helpers import create_topic
@@ -134,8 +141,13 @@ def broker_figures(records: int, keys: int) -> None:
                 "log.cleaner.enable": "false",
                 "log.cleaner.backoff.ms": "100",
                 "log.retention.check.interval.ms": "100",
+                "log.cleaner.io.max.bytes.per.second": repr(io_limit),
             },
         )
+        if io_limit < UNLIMITED_IO:
+            print(f"broker with log.cleaner.io.max.bytes.per.second = {io_limit / 1e6:g} MB/s:")
+        else:
+            print("broker with the cleaner's I/O unlimited (the default):")
         broker.start()
         try:
             create_topic(
@@ -203,11 +215,20 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--skip-broker", action="store_true")
+    parser.add_argument(
+        "--io-limit-mb",
+        type=float,
+        default=80.0,
+        help="log.cleaner.io.max.bytes.per.second (MB/s) for the throttled runs",
+    )
     args = parser.parse_args()
+    io_limit = args.io_limit_mb * 1e6
     for codec in ("none", "lz4", "zstd"):
         cleaner_throughput(args.records, args.keys, codec)
+    cleaner_throughput(args.records, args.keys, "none", io_limit)
     if not args.skip_broker:
         broker_figures(args.records * 6, args.keys)
+        broker_figures(args.records * 6, args.keys, io_limit)
 
 
 if __name__ == "__main__":

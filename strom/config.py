@@ -21,6 +21,7 @@ from strom.storage.log_config import LogConfig
 
 log = logging.getLogger(__name__)
 
+DOUBLE_MAX = 1.7976931348623157e308  # Java's Double.MAX_VALUE: no limit
 LONG_MAX = 9223372036854775807
 
 
@@ -157,6 +158,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("log.cleaner.enable", "bool", True),
         ConfigDef("log.cleaner.backoff.ms", "long", 15000, minimum=1),
         ConfigDef("log.cleaner.dedupe.buffer.size", "long", 134217728, minimum=1024),
+        ConfigDef("log.cleaner.io.max.bytes.per.second", "double", DOUBLE_MAX, minimum=1),
         ConfigDef("log.cleaner.delete.retention.ms", "long", 86400000, minimum=0),
         ConfigDef("log.cleaner.min.cleanable.ratio", "double", 0.5, minimum=0),
         ConfigDef("log.cleaner.min.compaction.lag.ms", "long", 0, minimum=0),

@@ -49,6 +49,7 @@ class Controller:
             cleaner_backoff_ms=config["log.cleaner.backoff.ms"],
             # Kafka's dedupe buffer holds 24 bytes per key (hash + offset)
             cleaner_max_map_entries=max(1, config["log.cleaner.dedupe.buffer.size"] // 24),
+            cleaner_io_max_bytes_per_second=config["log.cleaner.io.max.bytes.per.second"],
         )
         self._log_configs: dict[str, LogConfig] = {}
 

@@ -84,7 +84,9 @@ from strom.storage.segment import (
 log = logging.getLogger(__name__)
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
-_READ_CHUNK = 8 << 20
+_READ_CHUNK = 1 << 20  # also the throttle's step
+UNLIMITED_IO = 1.7976931348623157e308  # log.cleaner.io.max.bytes.per.second default
+_THROTTLE_STEP_S = 0.1
 _WRITE_BUFFER = 4 << 20
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -105,6 +107,7 @@ class CleaningSpec:
     config: LogConfig
     now_ms: int
     max_map_entries: int
+    io_max_bytes_per_second: float = UNLIMITED_IO
 
 
 @dataclass
@@ -119,7 +122,9 @@ class CleaningJob:
     now_ms: int
     dirty_ratio: float
 
-    def spec(self, max_map_entries: int) -> CleaningSpec:
+    def spec(
+        self, max_map_entries: int, io_max_bytes_per_second: float = UNLIMITED_IO
+    ) -> CleaningSpec:
         return CleaningSpec(
             str(self.log.directory),
             tuple((s.base_offset, s.log_path, s.size) for s in self.segments),
@@ -128,6 +133,7 @@ class CleaningJob:
             self.config,
             self.now_ms,
             max_map_entries,
+            io_max_bytes_per_second,
         )
 
 
@@ -161,12 +167,36 @@ class _Abort(Protocol):
     def is_set(self) -> bool: ...
 
 
-def _batches(path: str, size: int) -> Iterator[tuple[bytes, BatchHeader]]:
+class _Throttle:
+    """Keeps a cleaning's I/O (bytes read and written) at or under ``rate`` bytes a
+    second, as Kafka's log.cleaner.io.max.bytes.per.second does, by sleeping whenever
+    it runs ahead. The cleaner's reads compete with the broker for memory bandwidth
+    and CPU even at idle priority; this is the operator's knob to trade cleaning
+    speed for produce latency."""
+
+    def __init__(self, rate: float, abort: _Abort) -> None:
+        self.rate = rate
+        self.abort = abort
+        self.started = time.monotonic()
+        self.done = 0
+
+    def account(self, nbytes: int) -> None:
+        if self.rate >= UNLIMITED_IO:
+            return
+        self.done += nbytes
+        while (ahead := self.started + self.done / self.rate - time.monotonic()) > 0.001:
+            if self.abort.is_set():
+                raise CleaningAborted
+            time.sleep(min(ahead, _THROTTLE_STEP_S))
+
+
+def _batches(path: str, size: int, throttle: _Throttle) -> Iterator[tuple[bytes, BatchHeader]]:
     """(buffer, header) for every whole batch in the first ``size`` bytes of a file."""
     fd = os.open(path, os.O_RDONLY)
     try:
         offset = 0
         while offset + HEADER_SIZE <= size:
+            throttle.account(min(_READ_CHUNK, size - offset))
             data = os.pread(fd, min(_READ_CHUNK, size - offset), offset)
             n = len(data)
             pos = 0
@@ -260,6 +290,7 @@ def build_cleaned_segments(job: CleaningSpec, abort: _Abort) -> CleaningOutput:
     max_map_entries = job.max_map_entries
     bases = [base for base, _, _ in job.segments] + [job.end]
     paths = [(path, size) for _, path, size in job.segments]
+    throttle = _Throttle(job.io_max_bytes_per_second, abort)
     # 1. The offset map over the dirty part, and each producer's last batch.
     latest: dict[bytes, int] = {}
     tombstones: set[int] = set()
@@ -270,7 +301,7 @@ def build_cleaned_segments(job: CleaningSpec, abort: _Abort) -> CleaningOutput:
         dirty = bases[i + 1] > job.first_dirty
         if dirty:
             indexed_from = min(indexed_from, bases[i])
-        for data, header in _batches(path, size):
+        for data, header in _batches(path, size, throttle):
             if abort.is_set():
                 raise CleaningAborted
             time.sleep(0)  # let the event loop thread take the GIL
@@ -314,13 +345,15 @@ def build_cleaned_segments(job: CleaningSpec, abort: _Abort) -> CleaningOutput:
             writer = _SegmentWriter(directory, bases[group[0]], config.index_interval_bytes)
             try:
                 for i in group:
-                    for data, header in _batches(*paths[i]):
+                    for data, header in _batches(*paths[i], throttle):
                         if abort.is_set():
                             raise CleaningAborted
                         time.sleep(0)
                         stats.bytes_read += header.size
                         stats.records_read += header.record_count
+                        written = writer.size
                         _clean_batch(writer, data, header, survivors, last_batch, horizon, stats)
+                        throttle.account(writer.size - written)
                 writer.finish()
             except BaseException:
                 writer.discard()
@@ -493,12 +526,14 @@ class LogCleaner:
         enabled: bool = True,
         backoff_ms: int = 15000,
         max_map_entries: int = 5_000_000,
+        io_max_bytes_per_second: float = UNLIMITED_IO,
     ) -> None:
         self.log_dir = Path(log_dir)
         self._logs = logs
         self.enabled = enabled
         self.backoff_ms = backoff_ms
         self.max_map_entries = max_map_entries
+        self.io_max_bytes_per_second = io_max_bytes_per_second
         self.checkpoints: dict[tuple[str, int], int] = {}
         self.wake: Callable[[], None] | None = None
         self._executor: ProcessPoolExecutor | None = None
@@ -585,7 +620,8 @@ class LogCleaner:
         job = self.job_for(plog, now_ms, force=force)
         if job is None:
             return None
-        output = build_cleaned_segments(job.spec(self.max_map_entries), threading.Event())
+        spec = job.spec(self.max_map_entries, self.io_max_bytes_per_second)
+        output = build_cleaned_segments(spec, threading.Event())
         pending = self._begin_swap(job, output, _Inline())
         while pending is not None:
             pending = self._advance_swap(pending, _Inline())
@@ -644,7 +680,8 @@ class LogCleaner:
                 1, mp_context=context, initializer=_worker_init, initargs=(self._abort, os.getpid())
             )
         self._abort.clear()
-        future = self._executor.submit(_clean_in_worker, best.spec(self.max_map_entries))
+        spec = best.spec(self.max_map_entries, self.io_max_bytes_per_second)
+        future = self._executor.submit(_clean_in_worker, spec)
         future.add_done_callback(self._notify)
         self._running = (best, future)
         log.info(

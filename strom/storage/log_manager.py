@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from strom.storage.checkpoint import read_checkpoint, write_checkpoint
-from strom.storage.cleaner import LogCleaner
+from strom.storage.cleaner import UNLIMITED_IO, LogCleaner
 from strom.storage.durable import fsync_dir
 from strom.storage.errors import LogDirLockedError
 from strom.storage.handles import FileHandleCache
@@ -72,6 +72,7 @@ class LogManager:
         cleaner_enabled: bool = True,
         cleaner_backoff_ms: int = 15000,
         cleaner_max_map_entries: int = 5_000_000,
+        cleaner_io_max_bytes_per_second: float = UNLIMITED_IO,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.default_config = default_config
@@ -87,6 +88,7 @@ class LogManager:
             enabled=cleaner_enabled,
             backoff_ms=cleaner_backoff_ms,
             max_map_entries=cleaner_max_map_entries,
+            io_max_bytes_per_second=cleaner_io_max_bytes_per_second,
         )
 
     def _lock(self) -> None:

@@ -27,6 +27,7 @@ def _run(*args: str, cwd=None) -> subprocess.CompletedProcess:
         ("listeners=nonsense", "listeners"),
         ("auto.create.topics.enable=perhaps", "auto.create.topics.enable"),
         ("log.segment.bytes=1", "log.segment.bytes"),
+        ("log.cleaner.io.max.bytes.per.second=0", "log.cleaner.io.max.bytes.per.second"),
         ("novalue", "key=value"),
     ],
 )

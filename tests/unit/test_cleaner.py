@@ -14,7 +14,12 @@ import pytest
 from strom.protocol.records import build_batch, decode_records, iter_headers, validate_batches
 from strom.storage import FileHandleCache, LogConfig, LogManager, PartitionLog, swap
 from strom.storage.checkpoint import read_checkpoint
-from strom.storage.cleaner import CLEANER_CHECKPOINT, LogCleaner, build_cleaned_segments
+from strom.storage.cleaner import (
+    CLEANER_CHECKPOINT,
+    UNLIMITED_IO,
+    LogCleaner,
+    build_cleaned_segments,
+)
 
 NOW = 1_800_000_000_000
 CONFIG = LogConfig(
@@ -274,3 +279,15 @@ def test_cleaning_the_same_base_twice_keeps_both_retired_heads_until_their_delay
     assert plog.purge_deleted(everything=True) >= 6  # both heads' three files, at least
     assert not [n for n in os.listdir(plog.directory) if n.endswith(".deleted")]
     plog.close()
+
+
+def test_an_io_limited_cleaning_keeps_what_an_unlimited_one_keeps(tmp_path):
+    results = []
+    for name, limit in (("a", UNLIMITED_IO), ("b", 20_000.0)):  # 20 kB/s: it must sleep
+        plog = _open(tmp_path / name)
+        _fill(plog)
+        cleaner = LogCleaner(tmp_path / name, lambda p=plog: [p], io_max_bytes_per_second=limit)
+        stats = cleaner.clean(plog, NOW)
+        results.append((_records(plog), stats.records_kept, plog.segments()))
+        plog.close()
+    assert results[0] == results[1]
