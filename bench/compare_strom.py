@@ -58,11 +58,12 @@ def produce(
     deadline = started + timeout
     sent = 0
     for i in range(count):
-        try:
-            producer.produce(topic, payload)
-        except BufferError:
-            producer.poll(0.01)
-            producer.produce(topic, payload)
+        while True:
+            try:
+                producer.produce(topic, payload)
+                break
+            except BufferError:  # the client's queue is full: let it drain
+                producer.poll(0.01)
         sent += 1
         if i % 10_000 == 0:
             producer.poll(0)
