@@ -229,7 +229,9 @@ def _cleaned_files(tmp_path: Path) -> tuple[PartitionLog, dict, dict, list]:
     return plog, old, expected_new, [(done, job.segments) for done in output.cleaned]
 
 
-@pytest.mark.parametrize("crash_at", ["cleaned", "committed", "retired", "half-installed"])
+@pytest.mark.parametrize(
+    "crash_at", ["cleaned", "committed", "retired", "head-retired", "half-installed"]
+)
 def test_crash_during_swap_recovers_old_or_new(tmp_path, crash_at):
     plog, old, new, cleaned = _cleaned_files(tmp_path)
     assert len(cleaned) == 1
@@ -237,9 +239,12 @@ def test_crash_during_swap_recovers_old_or_new(tmp_path, crash_at):
     directory = plog.directory
     if crash_at != "cleaned":
         swap.commit(directory, [(done.base, done.end)])
-    if crash_at in ("retired", "half-installed"):
+    if crash_at in ("retired", "head-retired", "half-installed"):
         for i in done.old[1:]:
             os.rename(segments[i].log_path, segments[i].log_path + ".deleted")
+    if crash_at == "head-retired":  # the switch retires the head too, before the renames
+        for path in (segments[0].log_path, segments[0].index_path, segments[0].timeindex_path):
+            os.rename(path, path + ".deleted")
     if crash_at == "half-installed":
         index = swap.segment_file(directory, done.base, ".index")
         os.replace(index + ".swap", index)
