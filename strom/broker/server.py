@@ -55,6 +55,9 @@ RECEIVE_BUFFER = 256 * 1024  # per connection, for frames smaller than DIRECT_FR
 # it kio's native decoder is faster than the copies it makes.
 IN_PLACE_PRODUCE = 16 * 1024
 DIRECT_FRAME = 64 * 1024
+# A connection keeps its last large-frame buffer for the next one up to this size:
+# a fresh buffer costs a zero fill and a page fault per 4 KiB as the frame arrives.
+SPARE_FRAME_BUFFER = 16 * 1024 * 1024
 
 
 class Broker:
@@ -197,6 +200,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.end = 0  # where received bytes end in ``inbox``
         self.direct: bytearray | None = None  # a large frame being received in place
         self.direct_filled = 0
+        self.direct_size = 0  # the frame's size; the buffer may be larger (reused)
+        self.spare: bytearray | None = None  # the last large-frame buffer, free again
         self.reading_paused = False
         # Responses owed, in request order; the head may still be pending (a long
         # poll, an fsync). Later requests are handled meanwhile and their responses
@@ -224,7 +229,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self.direct is not None:
-            return memoryview(self.direct)[self.direct_filled :]
+            return memoryview(self.direct)[self.direct_filled : self.direct_size]
         if self.end == len(self.inbox):
             self._make_room()
         return memoryview(self.inbox)[self.end :]
@@ -235,9 +240,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._process()
             return
         self.direct_filled += nbytes
-        if self.direct_filled == len(self.direct):
-            frame, self.direct = self.direct, None
+        if self.direct_filled == self.direct_size:
+            buffer, self.direct = self.direct, None
+            frame = memoryview(buffer)[: self.direct_size]
             self._process(frame)  # writable: a produce's records are patched in place
+            frame.release()
+            self._keep_spare(buffer)
+
+    def _keep_spare(self, buffer: bytearray) -> None:
+        """Keep a large-frame buffer for the next large frame, unless something still
+        holds a view of it (a bytearray with views cannot be resized: the test)."""
+        if len(buffer) > SPARE_FRAME_BUFFER:
+            return
+        try:
+            buffer.append(0)
+            buffer.pop()
+        except BufferError:
+            return
+        self.spare = buffer
 
     def _make_room(self) -> None:
         """Move unread bytes to the front of the inbox (a new, bigger one if full)."""
@@ -271,7 +291,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.transport is not None:
             self.transport.close()
 
-    def _process(self, frame: bytearray | None = None) -> None:
+    def _process(self, frame: bytearray | memoryview | None = None) -> None:
         self.outbox = []
         try:
             if frame is not None:
@@ -316,10 +336,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.start = begin + size
                 self._handle(frame)
             elif size >= DIRECT_FRAME:
-                direct = bytearray(size)
+                direct = self.spare
+                if direct is None or len(direct) < size:
+                    direct = bytearray(size)
+                self.spare = None
                 with memoryview(inbox) as view:
                     direct[: available - 4] = view[begin : self.end]
-                self.direct, self.direct_filled = direct, available - 4
+                self.direct, self.direct_filled, self.direct_size = direct, available - 4, size
                 self.start = self.end = 0
                 break
             else:
@@ -330,7 +353,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.reading_paused = False
             self.transport.resume_reading()
 
-    def _handle(self, frame: bytes | bytearray) -> None:
+    def _handle(self, frame: bytes | bytearray | memoryview) -> None:
         try:
             api_key, api_version, correlation_id = peek_header(frame)
         except FrameError as exc:
