@@ -15,9 +15,10 @@ always leave in request order. Responses to one read go out in one write.
 Reading is paused while the socket's send buffer is full or too many responses
 are owed, so a slow client cannot make the broker buffer without bound.
 
-Frames of 64 KiB or more are received straight into a buffer of their own; large
-Produce frames are kept writable and decoded in place (protocol/produce_view.py), so
-their record batches reach the log without a copy.
+Frames of 64 KiB or more are received straight into a buffer of their own (the
+connection's previous one when nothing holds a view of it any more); large Produce
+frames are kept writable and decoded in place (protocol/produce_view.py), so their
+record batches reach the log without a copy.
 """
 
 from __future__ import annotations
@@ -244,7 +245,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             buffer, self.direct = self.direct, None
             frame = memoryview(buffer)[: self.direct_size]
             self._process(frame)  # writable: a produce's records are patched in place
-            frame.release()
+            try:
+                frame.release()
+            except BufferError:
+                return  # something still reads through it: the buffer is not reused
             self._keep_spare(buffer)
 
     def _keep_spare(self, buffer: bytearray) -> None:
