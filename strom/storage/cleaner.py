@@ -196,8 +196,9 @@ def _batches(path: str, size: int, throttle: _Throttle) -> Iterator[tuple[bytes,
     try:
         offset = 0
         while offset + HEADER_SIZE <= size:
-            throttle.account(min(_READ_CHUNK, size - offset))
-            data = os.pread(fd, min(_READ_CHUNK, size - offset), offset)
+            chunk = min(_READ_CHUNK, size - offset)
+            throttle.account(chunk)
+            data = os.pread(fd, chunk, offset)
             n = len(data)
             pos = 0
             while pos + HEADER_SIZE <= n:
@@ -488,12 +489,9 @@ class _Swap:
     job: CleaningJob
     output: CleaningOutput
     runs: list[list[LogSegment]]  # the old segments each cleaned segment replaces
+    ranges: list[swap.Range]  # (base, end) of each cleaned segment, as in the manifest
     files: Future[None]
     finishing: bool = False
-
-    @property
-    def ranges(self) -> list[swap.Range]:
-        return [(done.base, done.end) for done in self.output.cleaned]
 
 
 class _Inline:
@@ -719,7 +717,7 @@ class LogCleaner:
         for run in runs:
             plog.pin(run)
         ranges = [(done.base, done.end) for done in output.cleaned]
-        pending = _Swap(job, output, runs, files.submit(swap.commit, directory, ranges))
+        pending = _Swap(job, output, runs, ranges, files.submit(swap.commit, directory, ranges))
         pending.files.add_done_callback(self._notify)
         return pending
 
@@ -750,8 +748,7 @@ class LogCleaner:
             if not plog.replace_segments(run, new):
                 raise RuntimeError(f"{plog!r}: segments pinned for a swap left the log")
         swap.install_files(directory, pending.ranges)
-        key = (plog.topic, plog.partition)
-        self.checkpoints[key] = pending.output.map_end
+        self.checkpoints[(plog.topic, plog.partition)] = pending.output.map_end
         pending.finishing = True
         pending.files = files.submit(self._finish_files, directory, self._checkpoint_snapshot())
         pending.files.add_done_callback(self._notify)

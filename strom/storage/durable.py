@@ -1,14 +1,15 @@
 """Durable file operations shared by the storage and the metadata store.
 
-Owns the two steps every crash-safe file change here is made of: fsync a directory
-(so a created, renamed or removed name survives a crash) and replace a small file
-atomically (temporary file, fsync, rename over the old one, fsync the directory).
-Does not own what goes into those files.
+Owns the steps every crash-safe file change here is made of: fsync a directory (so a
+created, renamed or removed name survives a crash), replace a small file atomically
+(temporary file, fsync, rename over the old one, fsync the directory), and unlink
+files that may already be gone. Does not own what goes into those files.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -19,6 +20,18 @@ def fsync_dir(directory: Path | str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def unlink_all(paths: Iterable[str]) -> int:
+    """Unlink ``paths`` (missing ones skipped); returns how many went. Any thread."""
+    count = 0
+    for path in paths:
+        try:
+            os.unlink(path)
+            count += 1
+        except FileNotFoundError:
+            pass
+    return count
 
 
 def write_atomically(path: Path | str, data: bytes) -> None:

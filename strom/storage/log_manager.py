@@ -30,11 +30,11 @@ from pathlib import Path
 
 from strom.storage.checkpoint import read_checkpoint, write_checkpoint
 from strom.storage.cleaner import UNLIMITED_IO, LogCleaner
-from strom.storage.durable import fsync_dir
+from strom.storage.durable import fsync_dir, unlink_all
 from strom.storage.errors import LogDirLockedError
 from strom.storage.handles import FileHandleCache
 from strom.storage.log_config import LogConfig
-from strom.storage.partition_log import PartitionLog, remove_tree, unlink_all
+from strom.storage.partition_log import PartitionLog, remove_tree
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from strom.protocol.records import (
     set_partition_leader_epoch,
 )
 from strom.storage import swap
-from strom.storage.durable import fsync_dir
+from strom.storage.durable import fsync_dir, unlink_all
 from strom.storage.errors import OffsetOutOfRangeError
 from strom.storage.handles import FileHandleCache
 from strom.storage.log_config import LogConfig
@@ -50,18 +50,6 @@ from strom.storage.segment import INT32_MAX, LOG_SUFFIX, LogSegment
 log = logging.getLogger(__name__)
 
 _STALE_SUFFIXES = (".deleted", ".cleaned")
-
-
-def unlink_all(paths: list[str]) -> int:
-    """Unlink ``paths`` (missing ones skipped); returns how many went. Any thread."""
-    count = 0
-    for path in paths:
-        try:
-            os.unlink(path)
-            count += 1
-        except FileNotFoundError:
-            pass
-    return count
 
 
 def remove_tree(directory: Path) -> None:

@@ -24,6 +24,7 @@ from strom.protocol.records import (
     BatchHeader,
     CorruptBatchError,
 )
+from strom.storage.durable import unlink_all
 from strom.storage.handles import FileHandleCache
 from strom.storage.index import OffsetIndex, TimeIndex
 
@@ -476,12 +477,10 @@ class LogSegment:
             self.handles.forget(path)
 
     def delete(self) -> None:
-        for path in (self.log_path, self.index_path, self.timeindex_path):
+        paths = (self.log_path, self.index_path, self.timeindex_path)
+        for path in paths:
             self.handles.forget(path)
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+        unlink_all(paths)
 
     def retire(self) -> list[str]:
         """Rename the three files to ``*.deleted`` (a reader holding an fd keeps reading);

@@ -32,7 +32,7 @@ import logging
 import os
 from pathlib import Path
 
-from strom.storage.durable import fsync_dir, write_atomically
+from strom.storage.durable import fsync_dir, unlink_all, write_atomically
 from strom.storage.segment import (
     CLEANED_SUFFIX,
     INDEX_SUFFIX,
@@ -68,11 +68,7 @@ def read_manifest(directory: Path | str) -> list[Range] | None:
 
 
 def remove_manifest(directory: Path | str) -> None:
-    for name in (MANIFEST, MANIFEST + ".tmp"):
-        try:
-            os.unlink(os.path.join(directory, name))
-        except FileNotFoundError:
-            pass
+    unlink_all(os.path.join(directory, name) for name in (MANIFEST, MANIFEST + ".tmp"))
 
 
 def _rename_all(directory: Path | str, base: int, source: str, target: str) -> None:
@@ -117,20 +113,16 @@ def roll_back(directory: Path | str, bases: list[int]) -> None:
     remove_manifest(directory)
     fsync_dir(directory)
     for base in bases:
-        for suffix in SEGMENT_SUFFIXES:
-            for leftover in (SWAP_SUFFIX, CLEANED_SUFFIX):
-                try:
-                    os.unlink(segment_file(directory, base, suffix) + leftover)
-                except FileNotFoundError:
-                    pass
+        _discard(directory, base, SWAP_SUFFIX)
+        _discard(directory, base, CLEANED_SUFFIX)
 
 
 def discard_cleaned(directory: Path | str, base: int) -> None:
-    for suffix in SEGMENT_SUFFIXES:
-        try:
-            os.unlink(segment_file(directory, base, suffix) + CLEANED_SUFFIX)
-        except FileNotFoundError:
-            pass
+    _discard(directory, base, CLEANED_SUFFIX)
+
+
+def _discard(directory: Path | str, base: int, leftover: str) -> None:
+    unlink_all(segment_file(directory, base, suffix) + leftover for suffix in SEGMENT_SUFFIXES)
 
 
 def recover(directory: Path | str) -> None:
