@@ -22,7 +22,6 @@ import fcntl
 import logging
 import os
 import re
-import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -117,7 +116,7 @@ class LogManager:
                 continue
             if entry.name.endswith(DELETE_SUFFIX):
                 log.info("removing %s left by a topic deletion", entry.path)
-                shutil.rmtree(entry.path, ignore_errors=True)
+                remove_tree(Path(entry.path))
                 continue
             parsed = parse_partition_dir(entry.name)
             if parsed is None:
