@@ -3,17 +3,14 @@
 confluent-kafka's AdminClient has no OffsetDelete (librdkafka has it, the Python
 binding does not), so ``strom groups --delete-offsets`` sends it here: a blocking
 socket, FindCoordinator v1 to the first reachable bootstrap broker, then the
-request to the group's coordinator. Plaintext only (the tools take no security
-settings). Requests are kio types encoded with ``strom.protocol.framing``; any
-Kafka broker understands them.
+request to the group's coordinator, over :class:`strom.wire_client.WireConnection`.
+Plaintext only (the tools take no security settings); any Kafka broker understands
+the requests.
 """
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
-from typing import Any
 
 from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest
 from kio.schema.offset_delete.v0.request import (
@@ -21,11 +18,10 @@ from kio.schema.offset_delete.v0.request import (
     OffsetDeleteRequestPartition,
     OffsetDeleteRequestTopic,
 )
-from kio.serial import entity_reader
 
 from strom.cli.common import CONNECT_TIMEOUT_S, ToolError
 from strom.protocol.errors import ErrorCode
-from strom.protocol.framing import codec_for, encode_request
+from strom.wire_client import WireConnection, parse_address
 
 CLIENT_ID = "strom-groups"
 REQUEST_TIMEOUT_S = 15.0
@@ -42,56 +38,31 @@ def error_name(code: ErrorCode) -> str:
     return code.name.upper()
 
 
-class Connection:
-    """One blocking connection that sends a request and reads its response."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
-        self.sock.settimeout(REQUEST_TIMEOUT_S)
-        self.correlation = 0
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def request(self, body: Any) -> Any:
-        self.correlation += 1
-        self.sock.sendall(encode_request(self.correlation, CLIENT_ID, body))
-        (size,) = struct.unpack(">i", self._read(4))
-        frame = self._read(size)
-        codec = codec_for(type(body).__api_key__, type(body).__version__)
-        offset = 5 if codec.flexible_response_header else 4
-        response, _ = entity_reader(codec.response_type)(frame, offset)
-        return response
-
-    def _read(self, n: int) -> bytes:
-        data = bytearray()
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("connection closed by the broker")
-            data += chunk
-        return bytes(data)
+def _connect(host: str, port: int) -> WireConnection:
+    return WireConnection(
+        host,
+        port,
+        CLIENT_ID,
+        connect_timeout_s=CONNECT_TIMEOUT_S,
+        request_timeout_s=REQUEST_TIMEOUT_S,
+    )
 
 
-def _split_host_port(address: str) -> tuple[str, int]:
-    host, _, port = address.strip().rpartition(":")
-    if not host or not port.isdigit():
-        raise ToolError(f"bad bootstrap address {address!r}: expected HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
-def _connect_bootstrap(bootstrap: str) -> Connection:
+def _connect_bootstrap(bootstrap: str) -> WireConnection:
     last: Exception | None = None
     for address in bootstrap.split(","):
-        host, port = _split_host_port(address)
         try:
-            return Connection(host, port)
+            host, port = parse_address(address)
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
+        try:
+            return _connect(host, port)
         except OSError as exc:
             last = exc
     raise ToolError(f"cannot reach a broker at {bootstrap}: {last}")
 
 
-def _coordinator(bootstrap: str, group: str) -> Connection:
+def _coordinator(bootstrap: str, group: str) -> WireConnection:
     """A connection to the group's coordinator, found through the bootstrap brokers."""
     for _ in range(RETRIES):
         conn = _connect_bootstrap(bootstrap)
@@ -103,7 +74,7 @@ def _coordinator(bootstrap: str, group: str) -> Connection:
             conn.close()
         if response.error_code == ErrorCode.none:
             try:
-                return Connection(response.host, response.port)
+                return _connect(response.host, response.port)
             except OSError as exc:
                 raise ToolError(
                     f"cannot reach the coordinator of group {group!r} at "

@@ -2,8 +2,8 @@
 
 Owns the Spark source's wire protocol: Metadata v8 (through the bootstrap servers) to
 find the partition's leader, Fetch v11 by topic name with large size limits, and
-ListOffsets v4 for the log's bounds after OFFSET_OUT_OF_RANGE. Requests are kio types
-framed by :mod:`strom.protocol.framing`; responses are decoded with kio, except Fetch
+ListOffsets v4 for the log's bounds after OFFSET_OUT_OF_RANGE. Connections are
+:class:`strom.wire_client.WireConnection`s; responses are decoded with kio, except Fetch
 responses, read in place by :func:`parse_fetch_v11` so that the records are never
 copied (each connection reuses one receive buffer). Plaintext connections only (no TLS, no
 SASL): :mod:`strom.spark.reader` sends other setups through confluent-kafka.
@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import datetime
 import logging
-import socket
 import struct
 from dataclasses import dataclass
-from typing import Any
 
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v4.request import (
@@ -31,11 +29,10 @@ from kio.schema.list_offsets.v4.request import (
     ListOffsetsTopic,
 )
 from kio.schema.metadata.v8.request import MetadataRequest, MetadataRequestTopic
-from kio.serial import entity_reader
 from kio.static.primitive import i8, i32, i64
 
 from strom.protocol.errors import ErrorCode
-from strom.protocol.framing import codec_for, encode_request
+from strom.wire_client import WireConnection, split_bootstrap
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +61,6 @@ RETRIABLE_ERRORS = frozenset(
     }
 )
 
-_SIZE = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 # partition index, error code, high watermark, last stable offset, log start offset,
@@ -90,81 +86,21 @@ class FetchedPartition:
     records: memoryview  # into the connection's receive buffer
 
 
-def split_bootstrap(servers: str) -> list[tuple[str, int]]:
-    """``host:port,host:port`` as (host, port) pairs; raises ValueError if malformed."""
-    addresses = []
-    for address in servers.split(","):
-        host, _, port = address.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"bad bootstrap address {address.strip()!r}: expected HOST:PORT")
-        addresses.append((host.strip("[]"), int(port)))
-    return addresses
+class _Connection(WireConnection):
+    """The fetcher's connection: large receive buffer; a response out of order is a
+    FetchError."""
 
-
-class _Connection:
-    """One blocking socket; requests go out whole, responses are read into one buffer."""
+    mismatch_error = FetchError
 
     def __init__(self, host: str, port: int, client_id: str) -> None:
-        self.address = f"{host}:{port}"
-        self.client_id = client_id
-        self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
-        self.sock.settimeout(REQUEST_TIMEOUT_S)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
-        except OSError:
-            pass
-        self.correlation = 0
-        self.in_flight: list[tuple[int, Any]] = []  # (correlation id, request type)
-        self.buffer = bytearray(1 << 20)
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def send(self, body: Any) -> None:
-        self.correlation += 1
-        self.sock.sendall(encode_request(self.correlation, self.client_id, body))
-        self.in_flight.append((self.correlation, type(body)))
-
-    def receive_frame(self) -> tuple[memoryview, type]:
-        """The next response frame (correlation id first) and the type of its request.
-
-        The frame lies in a buffer this connection reuses: it is valid until the next
-        receive, so that fetching never allocates (and page-faults) a new buffer.
-        """
-        correlation, request_type = self.in_flight.pop(0)
-        (size,) = _SIZE.unpack(self._read(4))
-        frame = self._read(size)
-        (got,) = _SIZE.unpack_from(frame, 0)
-        if got != correlation:
-            raise FetchError(
-                f"response {got} from {self.address} does not match request {correlation}"
-            )
-        return frame, request_type
-
-    def receive(self) -> Any:
-        """The next response, decoded by kio."""
-        frame, request_type = self.receive_frame()
-        codec = codec_for(request_type.__api_key__, request_type.__version__)
-        start = 5 if codec.flexible_response_header else 4
-        response, _ = entity_reader(codec.response_type)(frame.toreadonly(), start)
-        return response
-
-    def request(self, body: Any) -> Any:
-        self.send(body)
-        return self.receive()
-
-    def _read(self, n: int) -> memoryview:
-        if len(self.buffer) < n:
-            self.buffer = bytearray(max(n, 2 * len(self.buffer)))
-        view = memoryview(self.buffer)[:n]
-        got = 0
-        while got < n:
-            chunk = self.sock.recv_into(view[got:], n - got)
-            if not chunk:
-                raise ConnectionError(f"connection to {self.address} closed by the broker")
-            got += chunk
-        return view
+        super().__init__(
+            host,
+            port,
+            client_id,
+            connect_timeout_s=CONNECT_TIMEOUT_S,
+            request_timeout_s=REQUEST_TIMEOUT_S,
+            receive_buffer=SOCKET_BUFFER,
+        )
 
 
 def parse_fetch_v11(frame: memoryview, topic: str, partition: int) -> FetchedPartition:
