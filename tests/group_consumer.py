@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 import threading
 
@@ -148,5 +149,11 @@ CLIENTS = {"confluent": run_confluent, "kafka-python": run_kafka_python, "aiokaf
 if __name__ == "__main__":
     client, bootstrap, group, topic = sys.argv[1:5]
     assignor = sys.argv[5] if len(sys.argv) > 5 else "range"
+    # The clients' own log goes to stderr; a failing test prints its tail.
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(threadName)s %(name)s %(message)s",
+    )
     threading.Thread(target=watch_stdin, daemon=True).start()
     CLIENTS[client](bootstrap, group, topic, assignor)

@@ -75,7 +75,7 @@ class Member:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.errors.append(line.decode(errors="replace").rstrip())
-            del self.errors[:-20]
+            del self.errors[:-200]
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
