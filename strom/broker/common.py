@@ -1,4 +1,5 @@
-"""Small pieces every handler module shares: throttle value, clock, topic lookup."""
+"""Small pieces every handler module shares: throttle value, clock, topic lookup,
+authorized operations."""
 
 from __future__ import annotations
 
@@ -11,6 +12,32 @@ from strom.cluster.metadata import TopicMetadata
 
 NO_THROTTLE = datetime.timedelta(0)
 ZERO_UUID = uuid.UUID(int=0)
+
+# Kafka's AclOperation codes. A response's "authorized operations" is a 32-bit field
+# with bit N set when operation N is allowed, or INT32_MIN when it was not asked for.
+READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 3, 4, 5, 6, 7, 8
+CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 9, 10, 11, 12
+OPERATIONS_NOT_REQUESTED = -(2**31)
+
+
+def _bit_field(*operations: int) -> int:
+    return sum(1 << op for op in set(operations))
+
+
+# What each resource type supports. There is no authorizer yet, so every supported
+# operation is allowed, as Kafka answers when it runs without one.
+TOPIC_OPERATIONS = _bit_field(
+    READ, WRITE, CREATE, DESCRIBE, DELETE, ALTER, DESCRIBE_CONFIGS, ALTER_CONFIGS
+)
+GROUP_OPERATIONS = _bit_field(READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS)
+CLUSTER_OPERATIONS = _bit_field(
+    CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, ALTER, DESCRIBE
+)
+
+
+def authorized_operations(supported: int, requested: bool) -> int:
+    """The field a response carries: the allowed operations, if the request asked."""
+    return supported if requested else OPERATIONS_NOT_REQUESTED
 
 
 def now_ms() -> int:

@@ -21,7 +21,12 @@ import re
 import uuid
 from typing import Any
 
-from strom.broker.common import NO_THROTTLE
+from strom.broker.common import (
+    GROUP_OPERATIONS,
+    NO_THROTTLE,
+    OPERATIONS_NOT_REQUESTED,
+    authorized_operations,
+)
 from strom.broker.groups import client_host, millis
 from strom.broker.router import RequestContext, handles
 from strom.coordinator.assignors import assignor_name
@@ -29,7 +34,6 @@ from strom.coordinator.consumer_group import ConsumerGroup, HeartbeatRequest, He
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
-NO_AUTHORIZED_OPERATIONS = -2147483648
 MEMBER_TYPE_CONSUMER = 1
 
 
@@ -172,7 +176,7 @@ def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
                     assignment_epoch=-1,
                     assignor_name="",
                     members=(),
-                    authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                    authorized_operations=OPERATIONS_NOT_REQUESTED,
                 )
             )
             continue
@@ -204,7 +208,9 @@ def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
                 assignment_epoch=group.assignment_epoch,
                 assignor_name=group.assignor_name,
                 members=members,
-                authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                authorized_operations=authorized_operations(
+                    GROUP_OPERATIONS, getattr(request, "include_authorized_operations", False)
+                ),
             )
         )
     return build(response_type, throttle_time=NO_THROTTLE, groups=tuple(described))

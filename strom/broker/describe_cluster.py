@@ -2,14 +2,15 @@
 
 This node is the only broker and the controller. ``endpoint_type`` 2
 (controllers, v1+) is answered with the same node, which also acts as
-controller. Fenced brokers (v2) do not exist on a single node.
+controller. Fenced brokers (v2) do not exist on a single node. Cluster
+authorized operations are filled in when asked for.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from strom.broker.common import NO_THROTTLE
+from strom.broker.common import CLUSTER_OPERATIONS, NO_THROTTLE, authorized_operations
 from strom.broker.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
@@ -37,5 +38,7 @@ def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
         brokers=(node,),
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=authorized_operations(
+            CLUSTER_OPERATIONS, request.include_cluster_authorized_operations
+        ),
     )

@@ -24,14 +24,18 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from strom.broker.common import NO_THROTTLE
+from strom.broker.common import (
+    GROUP_OPERATIONS,
+    NO_THROTTLE,
+    OPERATIONS_NOT_REQUESTED,
+    authorized_operations,
+)
 from strom.broker.router import RequestContext, handles
 from strom.coordinator.classic import ClassicGroup, JoinRequest, JoinResult, SyncResult
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
 GROUP_KEY_TYPE = 0
-NO_AUTHORIZED_OPERATIONS = -2147483648
 
 
 def millis(value: datetime.timedelta | int | None, default: int = -1) -> int:
@@ -271,7 +275,7 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                     protocol_type="",
                     protocol_data="",
                     members=(),
-                    authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                    authorized_operations=OPERATIONS_NOT_REQUESTED,
                 )
             )
             continue
@@ -314,7 +318,9 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                 protocol_type=protocol_type,
                 protocol_data=protocol_data,
                 members=members,
-                authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                authorized_operations=authorized_operations(
+                    GROUP_OPERATIONS, getattr(request, "include_authorized_operations", False)
+                ),
             )
         )
     return build(response_type, throttle_time=NO_THROTTLE, groups=tuple(described))

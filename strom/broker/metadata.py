@@ -9,7 +9,8 @@ A request for a missing topic creates it with ``num.partitions`` when
 Kafka does; the topic is created before the response is built, so it comes
 back ready rather than LEADER_NOT_AVAILABLE. An illegal name gets
 INVALID_TOPIC_EXCEPTION, a missing one UNKNOWN_TOPIC_OR_PARTITION, an
-unknown topic id (v10+) UNKNOWN_TOPIC_ID.
+unknown topic id (v10+) UNKNOWN_TOPIC_ID. Topic and cluster authorized operations
+(v8+) are filled in when asked for.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from strom.broker.common import NO_THROTTLE, ZERO_UUID
+from strom.broker.common import (
+    CLUSTER_OPERATIONS,
+    NO_THROTTLE,
+    TOPIC_OPERATIONS,
+    ZERO_UUID,
+    authorized_operations,
+)
 from strom.broker.router import RequestContext, handles
 from strom.cluster.metadata import InvalidTopicError, TopicMetadata, validate_topic_name
 from strom.protocol.errors import ErrorCode
@@ -35,6 +42,9 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     partition_type = nested(response_type, "MetadataResponsePartition")
     broker_type = nested(response_type, "MetadataResponseBroker")
     node = broker.node_id
+    topic_operations = authorized_operations(
+        TOPIC_OPERATIONS, getattr(request, "include_topic_authorized_operations", False)
+    )
 
     def describe(topic: TopicMetadata) -> Any:
         return build(
@@ -56,6 +66,7 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                 )
                 for p in range(topic.partitions)
             ),
+            topic_authorized_operations=topic_operations,
         )
 
     def failed(error: ErrorCode, name: str | None, topic_id: Any = None) -> Any:
@@ -113,6 +124,8 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         cluster_id=broker.cluster_id,
         controller_id=node,
         topics=tuple(topics),
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=authorized_operations(
+            CLUSTER_OPERATIONS, getattr(request, "include_cluster_authorized_operations", False)
+        ),
         error_code=ErrorCode.none,
     )

@@ -6,8 +6,16 @@ import time
 from collections import defaultdict
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
+    AclOperation,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
@@ -160,6 +168,49 @@ def test_describe_cluster(broker) -> None:
     assert cluster.controller.id == 1
     assert [node.port for node in cluster.nodes] == [broker.port]
     assert cluster.cluster_id
+
+
+def test_authorized_operations_are_reported_when_asked(broker) -> None:
+    admin = _admin(broker)
+    topic = "ops-topic"
+    create_topic(broker.bootstrap, topic, 1)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "ops-group"})
+    consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    consumer.close()
+
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(10)
+    assert set(cluster.authorized_operations) == {
+        AclOperation.CREATE,
+        AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    }
+    described = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True)[
+        topic
+    ].result(10)
+    assert set(described.authorized_operations) == {
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.CREATE,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    }
+    group = admin.describe_consumer_groups(["ops-group"], include_authorized_operations=True)[
+        "ops-group"
+    ].result(10)
+    assert {AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE} <= set(
+        group.authorized_operations
+    )
+    # Not asked for: no operations at all.
+    assert admin.describe_cluster().result(10).authorized_operations is None
+    unasked = admin.describe_topics(TopicCollection([topic]))[topic].result(10)
+    assert unasked.authorized_operations is None
 
 
 def test_message_too_large_is_refused(broker) -> None:

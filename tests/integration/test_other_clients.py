@@ -15,6 +15,8 @@ def test_kafka_python_admin_produce_consume(broker) -> None:
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     admin.create_topics([NewTopic("kp-topic", num_partitions=3, replication_factor=1)])
     assert "kp-topic" in admin.list_topics()
+    (described,) = admin.describe_topics(["kp-topic"])
+    assert {"READ", "WRITE", "DESCRIBE"} <= set(described["authorized_operations"])
     admin.close()
 
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
