@@ -7,11 +7,18 @@ while it is idle.
 Each figure is taken twice: with the cleaner's I/O unlimited (Kafka's default) and with
 log.cleaner.io.max.bytes.per.second set, the knob that trades cleaning speed for
 produce latency on a machine where the cleaner shares the cores with the broker.
+
+The latency comparison that matters is taken within one run, so that the machine's
+drift between runs does not weigh on it: while the cleaner works, its worker process
+is stopped and continued (SIGSTOP/SIGCONT) every half second, and each produce is
+counted as "running" or "paused" by the window it was sent and answered in.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import tempfile
 import time
@@ -116,6 +123,88 @@ def _produce_latency(bootstrap: str, topic: str, rate: int, seconds: float) -> l
 LATENCY_SECONDS = 6.0  # 12,000 samples at 2,000/s: p99 is the 120th slowest
 
 
+def _cleaner_worker(broker_pid: int) -> int | None:
+    """The pid of the broker's cleaner worker (a spawned multiprocessing child)."""
+    try:
+        children = Path(f"/proc/{broker_pid}/task/{broker_pid}/children").read_text().split()
+    except OSError:
+        return None
+    for pid in children:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in command:
+            return int(pid)
+    return None
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[max(0, int(len(ordered) * q) - 1)] * 1000
+
+
+def _interleaved_latency(
+    bootstrap: str, topic: str, worker: int, rate: int = 2000, seconds: float = 12.0
+) -> tuple[float, float]:
+    """p99 of produce latency (ms) in windows with the cleaner running and paused."""
+    from confluent_kafka import Producer
+
+    window, settle = 0.5, 0.02
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0})
+    value = b"i" * 100
+    samples: dict[bool, list[float]] = {True: [], False: []}
+    switches = 0
+    running = True
+    switched_at = time.perf_counter()
+    busy_cpu = 0.0
+
+    def delivered(err, sent: float, switch: int, state: bool) -> None:
+        if err is None and switch == switches and sent - switched_at > settle:
+            samples[state].append(time.perf_counter() - sent)
+
+    started = time.perf_counter()
+    cpu_mark = _cpu_seconds(worker)
+    try:
+        for i in range(int(rate * seconds)):
+            due = started + i / rate
+            while (now := time.perf_counter()) < due:
+                producer.poll(min(due - now, 0.001))
+            if now - switched_at >= window:
+                if running:
+                    busy_cpu += _cpu_seconds(worker) - cpu_mark
+                os.kill(worker, signal.SIGSTOP if running else signal.SIGCONT)
+                running = not running
+                cpu_mark = _cpu_seconds(worker)
+                switches += 1
+                switched_at = time.perf_counter()
+            producer.produce(
+                topic,
+                value=value,
+                on_delivery=lambda e, _m, t=now, n=switches, r=running: delivered(e, t, n, r),
+            )
+            producer.poll(0)
+        producer.flush(30)
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    if running:
+        busy_cpu += _cpu_seconds(worker) - cpu_mark
+    on, off = samples[True], samples[False]
+    p99_on, p99_off = _percentile(on, 0.99), _percentile(off, 0.99)
+    print(
+        f"  interleaved, half-second windows: cleaner running p50 {_percentile(on, 0.5):.2f} / "
+        f"p99 {p99_on:.2f} ms ({len(on):,} samples), paused p50 {_percentile(off, 0.5):.2f} / "
+        f"p99 {p99_off:.2f} ms ({len(off):,} samples): p99 {p99_on / p99_off - 1:+.0%}; "
+        f"the cleaner used {busy_cpu / (seconds / 2):.0%} of a core while running"
+    )
+    return p99_on, p99_off
+
+
 def _measure(bootstrap: str, label: str, records: int) -> tuple[float, float]:
     rate = _produce_rate(bootstrap, "load", records)
     latencies = _produce_latency(bootstrap, "load", 2000, LATENCY_SECONDS)
@@ -190,6 +279,10 @@ def broker_figures(records: int, keys: int, io_limit: float = UNLIMITED_IO) -> N
             # next ones (steady state: the worker stays up).
             while "cleaned offsets" not in broker.logs():
                 time.sleep(0.01)
+            assert broker.proc is not None
+            worker = _cleaner_worker(broker.proc.pid)
+            if worker is not None:
+                _interleaved_latency(broker.bootstrap, "load", worker)
             before = broker.logs().count("cleaned offsets")
             busy = _measure(broker.bootstrap, "running", 300_000)
             after = broker.logs().count("cleaned offsets")
