@@ -165,10 +165,13 @@ def _interleaved_latency(
     busy_cpu = 0.0
 
     def delivered(err, sent: float, switch: int, state: bool) -> None:
-        if err is None and switch == switches and sent - switched_at > settle:
+        # Not the first window (the client warms up), nor one that switched meanwhile.
+        if err is None and 0 < switch == switches and sent - switched_at > settle:
             samples[state].append(time.perf_counter() - sent)
 
-    started = time.perf_counter()
+    producer.produce(topic, value=value)  # connect and learn the partition's leader
+    producer.flush(10)
+    started = switched_at = time.perf_counter()
     cpu_mark = _cpu_seconds(worker)
     try:
         for i in range(int(rate * seconds)):
