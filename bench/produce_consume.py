@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -66,27 +66,10 @@ def produce(bootstrap: str, topic: str, count: int, acks: str) -> float:
 
 
 def consume(bootstrap: str, topic: str, count: int, partitions: int) -> float:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench",
-            "enable.auto.commit": False,
-            "fetch.max.bytes": 52_428_800,
-            "max.partition.fetch.bytes": 10_485_760,
-            "queued.min.messages": 1_000_000,
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    seen = 0
-    started = time.perf_counter()
-    while seen < count:
-        batch = consumer.consume(100_000, 1.0)
-        seen += sum(1 for m in batch if m.error() is None)
-        if time.perf_counter() - started > 300:
-            break
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    return seen / elapsed
+    """Records/s of one consumer reading ``count`` records (as bench/compare reads)."""
+    from compare_strom import consume as consume_figure
+
+    return consume_figure(bootstrap, topic, count, partitions, 300).value
 
 
 def main() -> None:

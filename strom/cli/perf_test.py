@@ -54,6 +54,9 @@ from strom.cli.common import (
 MB = 1024 * 1024
 CHUNK = 1024
 PROGRESS_EVERY_S = 0.25
+# consume() waits until it has a whole batch (or 0.1 s): batches of about this many
+# bytes keep large records from waiting while the client's prefetch queue is full.
+CONSUME_BATCH_BYTES = 8 * MB
 
 
 def add_parser(commands: Any) -> None:
@@ -272,6 +275,9 @@ def run_consume(args: argparse.Namespace) -> int:
         "group.id": "strom-perf-consumer",
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
+        # librdkafka waits a whole second (its default) before fetching again once its
+        # prefetch queue is full, which leaves a fast consumer idle.
+        "fetch.queue.backoff.ms": 10,
     }
     props.update(parse_properties(parser, args.consumer_props, "--consumer-props"))
     try:
@@ -310,7 +316,8 @@ def _consume(consumer: Consumer, args: argparse.Namespace) -> int:
     failure: str | None = None
     try:
         while count < wanted:
-            batch = consume(min(10000, wanted - count), 0.1)
+            size = 10000 if not nbytes else max(1, CONSUME_BATCH_BYTES * count // nbytes)
+            batch = consume(min(size, 10000, wanted - count), 0.1)
             now = time.monotonic()
             if not batch:
                 if now - last >= timeout_s:
