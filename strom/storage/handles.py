@@ -3,7 +3,9 @@
 Owns: opening segment and index files (read/write, never creating them), keeping
 at most ``capacity`` of them open, closing the least recently used ones, and
 pinning an fd while a caller uses it so that eviction by another thread can never
-close (and let the OS reuse) a descriptor in use.
+close (and let the OS reuse) a descriptor in use. Also read-only memory mappings of
+files that large reads send from (at most ``MAX_MAPPINGS``; a mapping dropped while
+a response still holds a view of it is unmapped when the view goes).
 Does not own: file positions (callers use os.pread/os.pwrite), creating or
 deleting files, fsync policy.
 
@@ -15,6 +17,7 @@ and an evicted fd is simply reopened on next use.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import threading
 from collections import OrderedDict
@@ -22,12 +25,13 @@ from collections import OrderedDict
 log = logging.getLogger(__name__)
 
 _OPEN_FLAGS = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+MAX_MAPPINGS = 64  # each mapping holds a duplicate fd while it lives
 
 
 class FileHandleCache:
     """LRU of open fds keyed by path. Thread-safe; fds are pinned while leased."""
 
-    __slots__ = ("capacity", "_entries", "_orphans", "_lock", "opens")
+    __slots__ = ("capacity", "_entries", "_orphans", "_maps", "_lock", "opens")
 
     def __init__(self, capacity: int = 512) -> None:
         if capacity < 1:
@@ -37,6 +41,8 @@ class FileHandleCache:
         self._entries: OrderedDict[str, list[int]] = OrderedDict()
         # fds forgotten while pinned: fd -> pins; closed when the last lease ends
         self._orphans: dict[int, int] = {}
+        # path -> read-only mapping of its first len() bytes, least recently used first
+        self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()
         self._lock = threading.Lock()
         self.opens = 0  # how many times a file was opened (for tests and metrics)
 
@@ -79,9 +85,32 @@ class FileHandleCache:
             else:
                 self._orphans[fd] = pins - 1
 
+    def mapped(self, path: str, fd: int, size: int) -> memoryview | None:
+        """A read-only view of bytes [0, size) of ``path``, which the caller has leased
+        as ``fd``, from a memory mapping kept for the next reads; None if the file
+        cannot be mapped. Only for files that are appended to, never cut short while
+        open: reading a mapped page past the end of a file kills the process."""
+        if size <= 0:
+            return None
+        with self._lock:
+            mapping = self._maps.get(path)
+            if mapping is not None and len(mapping) >= size:
+                self._maps.move_to_end(path)
+                return memoryview(mapping)[:size]
+            try:
+                mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+            except (OSError, ValueError):
+                return None
+            self._maps[path] = mapping  # a shorter old mapping lives on in its views
+            self._maps.move_to_end(path)
+            while len(self._maps) > MAX_MAPPINGS:
+                self._maps.popitem(last=False)
+            return memoryview(mapping)[:size]
+
     def forget(self, path: str) -> None:
         """Close the fd of ``path`` (before the file is deleted or renamed)."""
         with self._lock:
+            self._maps.pop(path, None)
             entry = self._entries.pop(path, None)
             if entry is None:
                 return
@@ -94,6 +123,7 @@ class FileHandleCache:
     def close_all(self) -> None:
         """Close every unpinned fd (pinned ones close when released)."""
         with self._lock:
+            self._maps.clear()
             for fd, pins in self._entries.values():
                 if pins:
                     self._orphans[fd] = pins

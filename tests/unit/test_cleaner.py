@@ -296,3 +296,25 @@ def test_an_io_limited_cleaning_keeps_what_an_unlimited_one_keeps(tmp_path):
         results.append((_records(plog), stats.records_kept, plog.segments()))
         plog.close()
     assert results[0] == results[1]
+
+
+def test_reads_after_a_swap_see_the_new_files_not_old_mappings(tmp_path):
+    plog = _open(tmp_path)
+    _fill(plog)
+    # Large reads: each segment's part comes from a mapping of its file.
+    old = bytes(plog.read(0, 4 << 20))
+    before = plog.read(plog.segments()[1], 4 << 20)
+    before_bytes = bytes(before)
+    LogCleaner(tmp_path, lambda: [plog]).clean(plog, NOW)
+    after = plog.read(0, 4 << 20)
+    small = bytearray()  # the same through reads too small for a mapping
+    offset = 0
+    while offset < plog.log_end_offset:
+        data = plog.read(offset, 1000)
+        small += data
+        offset = list(iter_headers(data))[-1].last_offset + 1
+    assert bytes(after) == bytes(small) != old
+    assert bytes(before) == before_bytes  # a view held across the swap keeps its bytes
+    assert _records(plog) == {45 + k: (b"k%d" % k, b"r9") for k in range(5)} | {
+        50: (b"tail", b"x" * 700)
+    }

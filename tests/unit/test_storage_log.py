@@ -384,3 +384,68 @@ def test_delete_removes_directory(tmp_path, handles):
     plog.delete()
     assert not (tmp_path / "events-0").exists()
     assert os.listdir(tmp_path) == []
+
+
+def _pread_all(plog: PartitionLog, offset: int) -> bytes:
+    """Everything from ``offset`` through reads too small to use a mapping."""
+    out = bytearray()
+    while offset < plog.log_end_offset:
+        data = plog.read(offset, segment_module.MAPPED_READ_BYTES // 4)
+        headers = list(iter_headers(data))
+        out += data
+        offset = headers[-1].last_offset + 1
+    return bytes(out)
+
+
+def test_large_reads_come_from_a_mapping_and_match_small_reads(tmp_path, handles):
+    plog = open_log(tmp_path, handles)
+    for _ in range(60):
+        plog.append(*_validated(make_batch(50, value_size=1000)))  # ~3 MB in all
+    large = plog.read(0, 8 << 20)
+    assert isinstance(large, memoryview)  # a view of the mapped file, not a copy
+    assert bytes(large) == _pread_all(plog, 0) == (plog.directory / f"{0:020d}.log").read_bytes()
+    middle = plog.read(1000, 2 << 20)
+    assert bases_of(middle)[0] == 1000 and len(middle) <= 2 << 20
+    assert bytes(middle) == _pread_all(plog, 1000)[: len(middle)]
+
+
+def test_a_mapped_view_outlives_growth_and_deletion_of_its_file(tmp_path, handles):
+    plog = open_log(tmp_path, handles)
+    for _ in range(30):
+        plog.append(*_validated(make_batch(50, value_size=1000)))
+    before = plog.read(0, 8 << 20)
+    snapshot = bytes(before)
+    end = plog.log_end_offset
+    for _ in range(30):
+        plog.append(*_validated(make_batch(50, value_size=1000)))
+    grown = plog.read(0, 8 << 20)  # the active segment grew past the mapping: remapped
+    assert bases_of(grown)[-1] == plog.log_end_offset - 50 > end
+    assert bytes(grown[: len(snapshot)]) == snapshot
+    plog._roll()  # noqa: SLF001 - close the segment so that it can be deleted
+    plog.append(*_validated(make_batch(1)))
+    plog.delete_records_before(plog.log_end_offset - 1)
+    assert not (plog.directory / f"{0:020d}.log").exists()
+    assert bytes(before) == snapshot and bytes(grown[: len(snapshot)]) == snapshot
+
+
+def test_mappings_are_bounded_and_give_back_their_descriptors(tmp_path, monkeypatch):
+    from strom.storage import handles as handles_module
+
+    monkeypatch.setattr(handles_module, "MAX_MAPPINGS", 2)
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    baseline = open_fds()
+    cache = FileHandleCache(16)
+    logs = [PartitionLog.open(tmp_path / f"m-{i}", "m", i, LogConfig(), cache) for i in range(5)]
+    for plog in logs:
+        plog.append(*_validated(make_batch(50, value_size=1000)))
+        assert isinstance(plog.read(0, 4 << 20), memoryview)
+    cached = len(cache)  # segment and index fds the cache keeps open
+    # Each live mapping holds one more descriptor; only the two newest are kept.
+    assert open_fds() <= baseline + cached + 2
+    cache.close_all()
+    for plog in logs:
+        plog.close()
+    assert open_fds() == baseline
