@@ -107,6 +107,11 @@ class FileHandleCache:
                 self._maps.popitem(last=False)
             return memoryview(mapping)[:size]
 
+    def unmap(self, path: str) -> None:
+        """Drop the mapping of ``path`` (before the file is cut short)."""
+        with self._lock:
+            self._maps.pop(path, None)
+
     def forget(self, path: str) -> None:
         """Close the fd of ``path`` (before the file is deleted or renamed)."""
         with self._lock:

@@ -254,7 +254,8 @@ class LogSegment:
                 position += header.size
             cut = file_size - position
             if cut:
-                os.ftruncate(fd, position)
+                self.handles.unmap(self.log_path)  # recovery runs before any read, but
+                os.ftruncate(fd, position)  # a map over the cut pages would kill reads
                 log.warning(
                     "truncated %d bytes off %s at position %d (%s)",
                     cut,
