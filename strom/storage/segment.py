@@ -39,9 +39,9 @@ CLEANED_SUFFIX = ".cleaned"  # files the cleaner is writing (discarded after a c
 SWAP_SUFFIX = ".swap"  # cleaned files committed to replace old segments
 _RECOVERY_CHUNK = 8 << 20
 _SCAN_CHUNK = 64 << 10
-# Reads of at least this many bytes come from a memory mapping of the log file, not
-# pread: the response is sent straight from the page cache, with no copy into fresh
-# memory first (which costs page faults as well as the copy).
+# Reads of at least this many bytes (asked for and there to read) come from a memory
+# mapping of the log file, not pread: the response is sent straight from the page
+# cache, with no copy into fresh memory first (which costs page faults as well).
 MAPPED_READ_BYTES = 1 << 20
 
 
@@ -365,11 +365,10 @@ class LogSegment:
         if position >= size:
             return b"", False
         with self.handles.lease(self.log_path) as fd:
-            mapped = (
-                self.handles.mapped(self.log_path, fd, size)
-                if max_bytes >= MAPPED_READ_BYTES
-                else None
-            )
+            # Only when there is that much to send: a consumer at the tail of an active
+            # segment reads a little at a time, and the file grows between its reads.
+            large = min(max_bytes, size - position) >= MAPPED_READ_BYTES
+            mapped = self.handles.mapped(self.log_path, fd, size) if large else None
             window = _Window(fd, size, max(max_bytes, 0) + index_interval + 16384, mapped)
             while True:
                 header = window.header(position)

@@ -298,7 +298,10 @@ def test_an_io_limited_cleaning_keeps_what_an_unlimited_one_keeps(tmp_path):
     assert results[0] == results[1]
 
 
-def test_reads_after_a_swap_see_the_new_files_not_old_mappings(tmp_path):
+def test_reads_after_a_swap_see_the_new_files_not_old_mappings(tmp_path, monkeypatch):
+    from strom.storage import segment
+
+    monkeypatch.setattr(segment, "MAPPED_READ_BYTES", 64)  # these segments are small
     plog = _open(tmp_path)
     _fill(plog)
     # Large reads: each segment's part comes from a mapping of its file.

@@ -407,6 +407,9 @@ def test_large_reads_come_from_a_mapping_and_match_small_reads(tmp_path, handles
     middle = plog.read(1000, 2 << 20)
     assert bases_of(middle)[0] == 1000 and len(middle) <= 2 << 20
     assert bytes(middle) == _pread_all(plog, 1000)[: len(middle)]
+    # Near the end there is less than MAPPED_READ_BYTES to send: read, not mapped.
+    tail = plog.read(plog.log_end_offset - 100, 8 << 20)
+    assert not isinstance(tail, memoryview) and bases_of(tail) == [2900, 2950]
 
 
 def test_a_mapped_view_outlives_growth_and_deletion_of_its_file(tmp_path, handles):
@@ -440,7 +443,8 @@ def test_mappings_are_bounded_and_give_back_their_descriptors(tmp_path, monkeypa
     cache = FileHandleCache(16)
     logs = [PartitionLog.open(tmp_path / f"m-{i}", "m", i, LogConfig(), cache) for i in range(5)]
     for plog in logs:
-        plog.append(*_validated(make_batch(50, value_size=1000)))
+        for _ in range(25):  # more than MAPPED_READ_BYTES to read
+            plog.append(*_validated(make_batch(50, value_size=1000)))
         assert isinstance(plog.read(0, 4 << 20), memoryview)
     cached = len(cache)  # segment and index fds the cache keeps open
     # Each live mapping holds one more descriptor; only the two newest are kept.
