@@ -71,6 +71,7 @@ ROWS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
             ("Redis XADD 100 KB, AOF off", "redis.xadd.100KB.aof_off"),
             ("Redis XADD 100 KB, AOF everysec", "redis.xadd.100KB.aof_everysec"),
             ("NATS JetStream publish 100 KB", "nats.publish.100KB"),
+            ("limit: dd conv=fdatasync, files kept", "limit.dd.fdatasync.kept"),
             ("limit: loopback TCP, Python", "limit.tcp.python"),
         ],
     ),
@@ -89,6 +90,7 @@ ROWS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         "MB/s",
         [
             ("limit: dd conv=fdatasync", "limit.dd.fdatasync"),
+            ("limit: dd conv=fdatasync, files kept", "limit.dd.fdatasync.kept"),
             ("limit: dd oflag=dsync (sync per 1 MB)", "limit.dd.dsync"),
         ],
     ),
