@@ -19,6 +19,7 @@ object on stdout instead of the human summary.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import sys
@@ -309,6 +310,9 @@ def _consume(consumer: Consumer, args: argparse.Namespace) -> int:
     progress = _progress(args, wanted, "consume")
     if progress is not None:
         progress.start()
+    # Each Message is tracked by the cyclic GC; batches of thousands set off collections
+    # that walk them all again (a fifth of a 100-B consume). The loop makes no cycles.
+    gc.disable()
     start = time.monotonic()
     first: float | None = None
     last = start
@@ -342,6 +346,7 @@ def _consume(consumer: Consumer, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        gc.enable()
         if progress is not None:
             progress.stop()
     end = time.monotonic()
