@@ -94,14 +94,12 @@ class FileHandleCache:
             return None
         with self._lock:
             mapping = self._maps.get(path)
-            if mapping is not None and len(mapping) >= size:
-                self._maps.move_to_end(path)
-                return memoryview(mapping)[:size]
-            try:
-                mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
-            except (OSError, ValueError):
-                return None
-            self._maps[path] = mapping  # a shorter old mapping lives on in its views
+            if mapping is None or len(mapping) < size:
+                try:
+                    mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+                except (OSError, ValueError):
+                    return None
+                self._maps[path] = mapping  # a shorter old mapping lives on in its views
             self._maps.move_to_end(path)
             while len(self._maps) > MAX_MAPPINGS:
                 self._maps.popitem(last=False)
