@@ -25,6 +25,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from compare_common import cpu_seconds  # noqa: E402
 
 from strom.protocol.codecs import CODEC_NAMES  # noqa: E402
 from strom.protocol.records import build_batch, validate_batches  # noqa: E402
@@ -139,11 +142,6 @@ def _cleaner_worker(broker_pid: int) -> int | None:
     return None
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[max(0, int(len(ordered) * q) - 1)] * 1000
@@ -172,7 +170,7 @@ def _interleaved_latency(
     producer.produce(topic, value=value)  # connect and learn the partition's leader
     producer.flush(10)
     started = switched_at = time.perf_counter()
-    cpu_mark = _cpu_seconds(worker)
+    cpu_mark = cpu_seconds(worker)
     try:
         for i in range(int(rate * seconds)):
             due = started + i / rate
@@ -180,10 +178,10 @@ def _interleaved_latency(
                 producer.poll(min(due - now, 0.001))
             if now - switched_at >= window:
                 if running:
-                    busy_cpu += _cpu_seconds(worker) - cpu_mark
+                    busy_cpu += cpu_seconds(worker) - cpu_mark
                 os.kill(worker, signal.SIGSTOP if running else signal.SIGCONT)
                 running = not running
-                cpu_mark = _cpu_seconds(worker)
+                cpu_mark = cpu_seconds(worker)
                 switches += 1
                 switched_at = time.perf_counter()
             producer.produce(
@@ -196,7 +194,7 @@ def _interleaved_latency(
     finally:
         os.kill(worker, signal.SIGCONT)
     if running:
-        busy_cpu += _cpu_seconds(worker) - cpu_mark
+        busy_cpu += cpu_seconds(worker) - cpu_mark
     on, off = samples[True], samples[False]
     p99_on, p99_off = _percentile(on, 0.99), _percentile(off, 0.99)
     print(

@@ -2,8 +2,9 @@
 
 Owns: the ``Figure`` record every measurement returns, starting and stopping
 child processes in their own process group (so a Ctrl-C or an error never leaves
-one behind), free ports on 127.0.0.1, and installing a missing Debian package or
-PyPI package. Does not own any measurement.
+one behind), free ports on 127.0.0.1, installing a missing Debian package or
+PyPI package, and a process's CPU time (the other benches read it from here too).
+Does not own any measurement.
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ class Figure:
     @classmethod
     def na(cls, unit: str, reason: str) -> Figure:
         return cls(None, unit, reason)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:

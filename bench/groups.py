@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import os
 import statistics
 import struct
 import sys
@@ -53,6 +52,7 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import codec_for, encode_request
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_common import cpu_seconds  # noqa: E402
 from produce_consume import create  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -306,12 +306,6 @@ async def measure_commits(
     started = time.perf_counter()
     await asyncio.gather(*(committer(i) for i in range(connections)))
     return int(done / (time.perf_counter() - started))
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:

@@ -13,7 +13,6 @@ shows which side is the bound.
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import sys
 import tempfile
@@ -21,20 +20,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_common import cpu_seconds  # noqa: E402
 from compare_strom import consume, produce  # noqa: E402
 from produce_consume import create  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from broker_process import BrokerProcess  # noqa: E402
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def broker_cpu(pid: int) -> float:
-    """CPU seconds (user + system) the broker process has used."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def own_cpu() -> float:
@@ -54,14 +45,14 @@ def main() -> None:
             create(broker.bootstrap, "large", 6)
             pid = broker.proc.pid
             for phase in ("produce", "consume", "consume (cached)"):
-                b0, c0, t0 = broker_cpu(pid), own_cpu(), time.perf_counter()
+                b0, c0, t0 = cpu_seconds(pid), own_cpu(), time.perf_counter()
                 if phase == "produce":
                     figure = produce(broker.bootstrap, "large", args.count, args.size, "1", 300)
                 else:
                     figure = consume(broker.bootstrap, "large", args.count, 6, 300)
                 elapsed = time.perf_counter() - t0
                 gigabytes = args.count * args.size / 1e9
-                b_cpu, c_cpu = broker_cpu(pid) - b0, own_cpu() - c0
+                b_cpu, c_cpu = cpu_seconds(pid) - b0, own_cpu() - c0
                 mb_s = figure.extra.get("MB/s", float("nan")) if figure.extra else float("nan")
                 print(
                     f"{phase:17} {mb_s:7.0f} MB/s   broker {100 * b_cpu / elapsed:3.0f}% of a core"
