@@ -23,13 +23,14 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from produce_consume import create  # noqa: E402
 
+from strom.cli.perf_test import consume_batch_size  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from broker_process import BrokerProcess  # noqa: E402
 
 SMALL = 100
 LARGE = 100_000
 BATCH_1MB = 1_048_576
-CONSUME_BATCH_BYTES = 8 << 20
 
 
 def produce(
@@ -120,7 +121,7 @@ def consume(bootstrap: str, topic: str, count: int, partitions: int, timeout: fl
             seen += len(messages)
             nbytes += sum(map(len, messages))  # len() of a Message is its value's
             if seen:
-                batch = max(1, min(100_000, CONSUME_BATCH_BYTES * seen // max(nbytes, 1)))
+                batch = consume_batch_size(seen, nbytes, 100_000)
             if time.perf_counter() - started > timeout:
                 break
         elapsed = time.perf_counter() - started

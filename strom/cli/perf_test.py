@@ -55,9 +55,17 @@ from strom.cli.common import (
 MB = 1024 * 1024
 CHUNK = 1024
 PROGRESS_EVERY_S = 0.25
-# consume() waits until it has a whole batch (or 0.1 s): batches of about this many
-# bytes keep large records from waiting while the client's prefetch queue is full.
+# consume() waits until it has a whole batch (or its timeout): batches of about this
+# many bytes keep large records from waiting while the client's prefetch queue is full.
 CONSUME_BATCH_BYTES = 8 * MB
+
+
+def consume_batch_size(records: int, nbytes: int, most: int) -> int:
+    """How many records to ask consume() for, after ``records`` of ``nbytes`` in all:
+    about CONSUME_BATCH_BYTES at their average size, between 1 and ``most``."""
+    if not nbytes:
+        return most
+    return max(1, min(most, CONSUME_BATCH_BYTES * records // nbytes))
 
 
 def add_parser(commands: Any) -> None:
@@ -320,8 +328,8 @@ def _consume(consumer: Consumer, args: argparse.Namespace) -> int:
     failure: str | None = None
     try:
         while count < wanted:
-            size = 10000 if not nbytes else max(1, CONSUME_BATCH_BYTES * count // nbytes)
-            batch = consume(min(size, 10000, wanted - count), 0.1)
+            size = consume_batch_size(count, nbytes, 10000)
+            batch = consume(min(size, wanted - count), 0.1)
             now = time.monotonic()
             if not batch:
                 if now - last >= timeout_s:
