@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from log_reads import read_in_pieces
 
 from strom.protocol.records import build_batch, decode_records, iter_headers, validate_batches
 from strom.storage import FileHandleCache, LogConfig, LogManager, PartitionLog, swap
@@ -47,8 +48,19 @@ def _fill(plog: PartitionLog, rounds: int = 10, keys: int = 5) -> None:
     _append(plog, [(b"tail", b"x" * 700)])  # rolls: everything above is closed
 
 
+# What a log _fill wrote holds once cleaned: each key's last value, and the tail.
+FILL_CLEANED = {45 + k: (b"k%d" % k, b"r9") for k in range(5)} | {50: (b"tail", b"x" * 700)}
+
+
 def _open(tmp_path: Path, config: LogConfig = CONFIG) -> PartitionLog:
     return PartitionLog.open(tmp_path / "c-0", "c", 0, config, FileHandleCache(32))
+
+
+def _managed(tmp_path: Path, config: LogConfig = CONFIG) -> tuple[LogManager, PartitionLog]:
+    """A LogManager whose cleaner looks for work every millisecond, with one empty log."""
+    manager = LogManager(tmp_path, config, cleaner_backoff_ms=1)
+    manager.load()
+    return manager, manager.create("c", 0, config)
 
 
 def test_keeps_latest_per_key_merges_segments_and_checkpoints(tmp_path):
@@ -58,9 +70,7 @@ def test_keeps_latest_per_key_merges_segments_and_checkpoints(tmp_path):
     cleaner = LogCleaner(tmp_path, lambda: [plog])
     stats = cleaner.clean(plog, NOW)
     assert stats is not None and stats.records_read == 50 and stats.records_kept == 5
-    assert _records(plog) == {45 + k: (b"k%d" % k, b"r9") for k in range(5)} | {
-        50: (b"tail", b"x" * 700)
-    }
+    assert _records(plog) == FILL_CLEANED
     assert len(plog.segments()) == before  # groups go by source size: two full ones
     assert read_checkpoint(tmp_path / CLEANER_CHECKPOINT) == {("c", 0): 50}
     assert cleaner.clean(plog, NOW) is None  # nothing dirty any more
@@ -109,9 +119,7 @@ def test_dirty_ratio_and_compaction_lag(tmp_path):
 
 
 def test_appends_during_a_background_cleaning_are_kept(tmp_path):
-    manager = LogManager(tmp_path, CONFIG, cleaner_backoff_ms=1)
-    manager.load()
-    plog = manager.create("c", 0, CONFIG)
+    manager, plog = _managed(tmp_path)
     for r in range(200):
         _append(plog, [(b"k%d" % (i % 7), b"%d-%d" % (r, i)) for i in range(20)])
     _append(plog, [(b"tail", b"x" * 700)])
@@ -154,9 +162,7 @@ def _finish_cleaning(manager: LogManager) -> None:
 
 def test_delete_records_during_a_swap_keeps_the_pinned_segments_until_it_is_done(tmp_path):
     config = dataclasses.replace(CONFIG, cleanup_policy="compact,delete")
-    manager = LogManager(tmp_path, config, cleaner_backoff_ms=1)
-    manager.load()
-    plog = manager.create("c", 0, config)
+    manager, plog = _managed(tmp_path, config)
     _fill(plog)
     closed = plog.segments()[:-1]
     pinned = plog.closed_segments()
@@ -183,9 +189,7 @@ def test_delete_records_during_a_swap_keeps_the_pinned_segments_until_it_is_done
 
 
 def test_a_log_deleted_during_a_swap_is_left_alone(tmp_path):
-    manager = LogManager(tmp_path, CONFIG, cleaner_backoff_ms=1)
-    manager.load()
-    plog = manager.create("c", 0, CONFIG)
+    manager, plog = _managed(tmp_path)
     _fill(plog)
     _swap_under_way(manager)
     assert manager.delete_topic("c") == 1
@@ -200,11 +204,8 @@ def test_a_log_deleted_during_a_swap_is_left_alone(tmp_path):
 
 
 def test_shutdown_sees_a_swap_under_way_through(tmp_path):
-    manager = LogManager(tmp_path, CONFIG, cleaner_backoff_ms=1)
-    manager.load()
-    plog = manager.create("c", 0, CONFIG)
+    manager, plog = _managed(tmp_path)
     _fill(plog)
-    expected = {45 + k: (b"k%d" % k, b"r9") for k in range(5)} | {50: (b"tail", b"x" * 700)}
     _swap_under_way(manager)
     manager.shutdown()
     assert manager.cleaner.cleanings == 1
@@ -212,7 +213,7 @@ def test_shutdown_sees_a_swap_under_way_through(tmp_path):
     assert read_checkpoint(tmp_path / CLEANER_CHECKPOINT) == {("c", 0): 50}
     reopened = LogManager(tmp_path, CONFIG, cleaner_enabled=False)
     reopened.load()
-    assert _records(reopened.get("c", 0)) == expected
+    assert _records(reopened.get("c", 0)) == FILL_CLEANED
     reopened.shutdown()
 
 
@@ -310,14 +311,7 @@ def test_reads_after_a_swap_see_the_new_files_not_old_mappings(tmp_path, monkeyp
     before_bytes = bytes(before)
     LogCleaner(tmp_path, lambda: [plog]).clean(plog, NOW)
     after = plog.read(0, 4 << 20)
-    small = bytearray()  # the same through reads too small for a mapping
-    offset = 0
-    while offset < plog.log_end_offset:
-        data = plog.read(offset, 1000)
-        small += data
-        offset = list(iter_headers(data))[-1].last_offset + 1
-    assert bytes(after) == bytes(small) != old
+    small = read_in_pieces(plog, 0, 1000)  # the same through reads too small to map
+    assert bytes(after) == small != old
     assert bytes(before) == before_bytes  # a view held across the swap keeps its bytes
-    assert _records(plog) == {45 + k: (b"k%d" % k, b"r9") for k in range(5)} | {
-        50: (b"tail", b"x" * 700)
-    }
+    assert _records(plog) == FILL_CLEANED

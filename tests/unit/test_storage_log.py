@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from log_reads import read_in_pieces
 
 from strom.protocol.records import (
     ATTR_TIMESTAMP_TYPE,
@@ -388,13 +389,7 @@ def test_delete_removes_directory(tmp_path, handles):
 
 def _pread_all(plog: PartitionLog, offset: int) -> bytes:
     """Everything from ``offset`` through reads too small to use a mapping."""
-    out = bytearray()
-    while offset < plog.log_end_offset:
-        data = plog.read(offset, segment_module.MAPPED_READ_BYTES // 4)
-        headers = list(iter_headers(data))
-        out += data
-        offset = headers[-1].last_offset + 1
-    return bytes(out)
+    return read_in_pieces(plog, offset, segment_module.MAPPED_READ_BYTES // 4)
 
 
 def test_large_reads_come_from_a_mapping_and_match_small_reads(tmp_path, handles):
