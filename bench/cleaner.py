@@ -3,6 +3,7 @@ produce throughput and p99 produce latency of a broker while its cleaner runs ve
 while it is idle.
 
     ./dev bench cleaner [--records N] [--keys K] [--skip-broker] [--io-limit-mb MB]
+    ./dev bench cleaner --neighbours
 
 Each figure is taken twice: with the cleaner's I/O unlimited (Kafka's default) and with
 log.cleaner.io.max.bytes.per.second set, the knob that trades cleaning speed for
@@ -12,6 +13,11 @@ The latency comparison that matters is taken within one run, so that the machine
 drift between runs does not weigh on it: while the cleaner works, its worker process
 is stopped and continued (SIGSTOP/SIGCONT) every half second, and each produce is
 counted as "running" or "paused" by the window it was sent and answered in.
+
+``--neighbours`` runs the same comparison beside a broker whose cleaner is disabled,
+with an idle-priority process in its place that only spins, only copies 64 MB
+buffers, or runs this file's cleaner benchmark on its own (not through the broker):
+what the machine does to the tail when anything works beside the broker.
 """
 
 from __future__ import annotations
@@ -148,9 +154,14 @@ def _percentile(samples: list[float], q: float) -> float:
 
 
 def _interleaved_latency(
-    bootstrap: str, topic: str, worker: int, rate: int = 2000, seconds: float = 12.0
+    bootstrap: str,
+    topic: str,
+    worker: int,
+    rate: int = 2000,
+    seconds: float = 12.0,
+    label: str = "the cleaner",
 ) -> tuple[float, float]:
-    """p99 of produce latency (ms) in windows with the cleaner running and paused."""
+    """p99 of produce latency (ms) in windows with ``worker`` running and paused."""
     from confluent_kafka import Producer
 
     window, settle = 0.5, 0.02
@@ -198,10 +209,10 @@ def _interleaved_latency(
     on, off = samples[True], samples[False]
     p99_on, p99_off = _percentile(on, 0.99), _percentile(off, 0.99)
     print(
-        f"  interleaved, half-second windows: cleaner running p50 {_percentile(on, 0.5):.2f} / "
+        f"  interleaved, half-second windows: {label} running p50 {_percentile(on, 0.5):.2f} / "
         f"p99 {p99_on:.2f} ms ({len(on):,} samples), paused p50 {_percentile(off, 0.5):.2f} / "
         f"p99 {p99_off:.2f} ms ({len(off):,} samples): p99 {p99_on / p99_off - 1:+.0%}; "
-        f"the cleaner used {busy_cpu / (seconds / 2):.0%} of a core while running"
+        f"{label} used {busy_cpu / (seconds / 2):.0%} of a core while running"
     )
     return p99_on, p99_off
 
@@ -304,11 +315,57 @@ def broker_figures(records: int, keys: int, io_limit: float = UNLIMITED_IO) -> N
                 broker.stop()
 
 
+_IDLE_PRIORITY = "import os; os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+NEIGHBOURS = {
+    "a spin loop": "while True: pass",
+    "a 64 MB memcpy loop": (
+        "source, target = bytearray(64 << 20), bytearray(64 << 20)\nwhile True: target[:] = source"
+    ),
+    "the cleaner's work on its own": (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+        "import cleaner\n"
+        "while True: cleaner.cleaner_throughput(1_000_000, 10_000, 'none')"
+    ),
+}
+
+
+def neighbour_figures() -> None:
+    """Produce latency beside an idle-priority neighbour, running and paused."""
+    import subprocess
+
+    from broker_process import BrokerProcess
+    from kafka_helpers import create_topic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = BrokerProcess(Path(tmp) / "data", {"log.cleaner.enable": "false"})
+        broker.start()
+        try:
+            create_topic(broker.bootstrap, "load", 1)
+            for label, code in NEIGHBOURS.items():
+                print(f"broker with its cleaner disabled, beside {label} (SCHED_IDLE):")
+                neighbour = subprocess.Popen(
+                    [sys.executable, "-c", _IDLE_PRIORITY + code], stdout=subprocess.DEVNULL
+                )
+                try:
+                    time.sleep(3)  # the cleaner's loop is filling its first log
+                    _interleaved_latency(broker.bootstrap, "load", neighbour.pid, label=label)
+                finally:
+                    neighbour.kill()
+                    neighbour.wait()
+        finally:
+            broker.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--skip-broker", action="store_true")
+    parser.add_argument(
+        "--neighbours",
+        action="store_true",
+        help="only the latency beside idle-priority neighbours (the machine's share)",
+    )
     parser.add_argument(
         "--io-limit-mb",
         type=float,
@@ -316,6 +373,9 @@ def main() -> None:
         help="log.cleaner.io.max.bytes.per.second (MB/s) for the throttled runs",
     )
     args = parser.parse_args()
+    if args.neighbours:
+        neighbour_figures()
+        return
     io_limit = args.io_limit_mb * 1e6
     for codec in ("none", "lz4", "zstd"):
         cleaner_throughput(args.records, args.keys, codec)

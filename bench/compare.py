@@ -91,6 +91,7 @@ ROWS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         [
             ("limit: dd conv=fdatasync", "limit.dd.fdatasync"),
             ("limit: dd conv=fdatasync, files kept", "limit.dd.fdatasync.kept"),
+            ("limit: dd oflag=direct (the disk, no page cache)", "limit.dd.direct"),
             ("limit: dd oflag=dsync (sync per 1 MB)", "limit.dd.dsync"),
         ],
     ),

@@ -7,7 +7,8 @@ Owns:
     each run deletes its file, so the next one writes into page-cache memory just
     freed. The same fdatasync runs again with every file kept until the last run
     ends, as a log keeps what it writes: on this VM, memory the guest has not used
-    lately costs several times more to write into (a third of the rate);
+    lately costs several times more to write into (a third of the rate); and with
+    ``oflag=direct`` (no page cache at all: the disk itself);
   - loopback TCP with ``iperf3`` (installed from Debian if missing) and with a
     Python sender/receiver pair (1 MiB ``sendall`` / ``recv_into``), the ceiling a
     Python broker's socket path can reach.
@@ -149,6 +150,9 @@ def run(
     for kept in tmp.glob("dd-*-kept*"):
         kept.unlink()
     out["limit.dd.fdatasync.kept"] = median_of(runs)
+    say("limits: dd oflag=direct")
+    runs = [dd(tmp, dd_mib, "oflag=direct", timeout) for _ in range(dd_runs)]
+    out["limit.dd.direct"] = median_of(runs)
     say("limits: dd oflag=dsync")
     runs = [dd(tmp, dsync_mib, "oflag=dsync", timeout) for _ in range(dd_runs)]
     out["limit.dd.dsync"] = median_of(runs)
