@@ -16,8 +16,10 @@ counted as "running" or "paused" by the window it was sent and answered in.
 
 ``--neighbours`` runs the same comparison beside a broker whose cleaner is disabled,
 with an idle-priority process in its place that only spins, only copies 64 MB
-buffers, or runs this file's cleaner benchmark on its own (not through the broker):
-what the machine does to the tail when anything works beside the broker.
+buffers, copies 1 MB buffers half of the time in 1 ms slices, or runs this file's
+cleaner benchmark on its own (not through the broker): what the machine does to the
+tail when anything works beside the broker. Last, the 64 MB copy runs on a CPU of its
+own, with the broker and the client pinned to the other one.
 """
 
 from __future__ import annotations
@@ -316,10 +318,17 @@ def broker_figures(records: int, keys: int, io_limit: float = UNLIMITED_IO) -> N
 
 
 _IDLE_PRIORITY = "import os; os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+_MEMCPY_64MB = (
+    "source, target = bytearray(64 << 20), bytearray(64 << 20)\nwhile True: target[:] = source"
+)
 NEIGHBOURS = {
     "a spin loop": "while True: pass",
-    "a 64 MB memcpy loop": (
-        "source, target = bytearray(64 << 20), bytearray(64 << 20)\nwhile True: target[:] = source"
+    "a 64 MB memcpy loop": _MEMCPY_64MB,
+    "1 MB memcpys for 1 ms of every 2": (
+        "import time\nsource, target = bytearray(1 << 20), bytearray(1 << 20)\nwhile True:\n"
+        "    end = time.perf_counter() + 0.001\n"
+        "    while time.perf_counter() < end: target[:] = source\n"
+        "    time.sleep(0.001)"
     ),
     "the cleaner's work on its own": (
         f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
@@ -329,29 +338,54 @@ NEIGHBOURS = {
 }
 
 
+def _pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` onto ``cpus``."""
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(thread), cpus)
+        except OSError:
+            pass  # the thread ended meanwhile
+
+
 def neighbour_figures() -> None:
-    """Produce latency beside an idle-priority neighbour, running and paused."""
+    """Produce latency beside an idle-priority neighbour, running and paused: each
+    neighbour free to run on any CPU, then the 64 MB memcpy on a CPU of its own (the
+    broker and this client pinned to the other), which shows whether the neighbour
+    slows the broker through the CPUs they share or through anything else."""
     import subprocess
 
     from broker_process import BrokerProcess
     from kafka_helpers import create_topic
 
+    runs = [(label, code, False) for label, code in NEIGHBOURS.items()]
+    if len(os.sched_getaffinity(0)) >= 2:
+        runs.append(("a 64 MB memcpy loop", _MEMCPY_64MB, True))
     with tempfile.TemporaryDirectory() as tmp:
         broker = BrokerProcess(Path(tmp) / "data", {"log.cleaner.enable": "false"})
         broker.start()
+        assert broker.proc is not None
+        every_cpu = os.sched_getaffinity(0)
         try:
             create_topic(broker.bootstrap, "load", 1)
-            for label, code in NEIGHBOURS.items():
-                print(f"broker with its cleaner disabled, beside {label} (SCHED_IDLE):")
+            for label, code, pinned in runs:
+                where = "on a CPU of its own" if pinned else "on any CPU"
+                print(f"broker with its cleaner disabled, beside {label} (SCHED_IDLE, {where}):")
                 neighbour = subprocess.Popen(
                     [sys.executable, "-c", _IDLE_PRIORITY + code], stdout=subprocess.DEVNULL
                 )
                 try:
+                    if pinned:
+                        first, second = sorted(every_cpu)[:2]
+                        _pin(neighbour.pid, {second})
+                        _pin(broker.proc.pid, {first})
+                        os.sched_setaffinity(0, {first})  # the client's threads follow
                     time.sleep(3)  # the cleaner's loop is filling its first log
                     _interleaved_latency(broker.bootstrap, "load", neighbour.pid, label=label)
                 finally:
                     neighbour.kill()
                     neighbour.wait()
+                    os.sched_setaffinity(0, every_cpu)
+                    _pin(broker.proc.pid, every_cpu)
         finally:
             broker.stop()
 

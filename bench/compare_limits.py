@@ -9,6 +9,8 @@ Owns:
     ends, as a log keeps what it writes: on this VM, memory the guest has not used
     lately costs several times more to write into (a third of the rate); and with
     ``oflag=direct`` (no page cache at all: the disk itself);
+  - whether this VM hands freed memory back to its host (free page reporting), which
+    is why new page-cache pages cost a host page fault here (``page_reporting``);
   - loopback TCP with ``iperf3`` (installed from Debian if missing) and with a
     Python sender/receiver pair (1 MiB ``sendall`` / ``recv_into``), the ceiling a
     Python broker's socket path can reach.
@@ -28,6 +30,28 @@ from pathlib import Path
 from compare_common import Figure, ensure_binary, free_port, spawn, stop, wait_port
 
 _UNITS = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
+_PAGE_REPORTING = Path("/sys/module/page_reporting/parameters")
+
+
+def page_reporting() -> str | None:
+    """One line on free page reporting, if this kernel does it: freed guest memory in
+    blocks of 2**order pages goes back to the host (after min_free_ms), and the next
+    first touch of it is a page fault in the host, so writing new data into the page
+    cache is slow however it is written."""
+    values = {}
+    for name in ("page_reporting_order", "min_free_ms"):
+        try:
+            values[name] = (_PAGE_REPORTING / name).read_text().strip()
+        except OSError:
+            continue
+    if "page_reporting_order" not in values:
+        return None
+    block_kib = 4 << int(values["page_reporting_order"])
+    after = f" after {values['min_free_ms']} ms" if "min_free_ms" in values else ""
+    return (
+        f"this VM returns freed memory to its host in {block_kib:,} KiB blocks{after} "
+        "(free page reporting): new page-cache pages are host page faults"
+    )
 
 
 def dd(tmp: Path, count: int, flag: str, timeout: float, keep: str = "") -> Figure:
