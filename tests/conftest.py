@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,16 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from broker_process import BrokerProcess  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _free_cycles_after_each_test() -> Iterator[None]:
+    """A client caught in a reference cycle (``pytest.raises(...) as info`` makes one:
+    the exception's traceback holds the test's frame, which holds the client) would
+    live on, with its threads, until some later collection, retrying a broker that has
+    stopped into the logs of the tests after it. Collect such cycles as each test ends."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="module")
