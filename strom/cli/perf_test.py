@@ -224,9 +224,12 @@ def run_produce(args: argparse.Namespace) -> int:
             poll(0)
             now = time.monotonic()
             if throughput:
-                ahead = start + sent / throughput - now
-                if ahead > 0:
-                    time.sleep(ahead)
+                # Wait by polling, not sleeping: librdkafka stamps a record's latency
+                # when poll() serves its delivery report, so a sleep would count in it.
+                due = start + sent / throughput
+                while now < due:
+                    poll(due - now)
+                    now = time.monotonic()
             if now >= next_tick:
                 _tick(progress, sent, start)
                 next_tick = now + PROGRESS_EVERY_S
