@@ -5,7 +5,11 @@ producer writes ``--count`` records of ``--size`` bytes (acks=1, 1 MB batches) t
 6-partition topic, then one consumer reads them back twice (the second read is
 from page cache). Besides MB/s it prints the CPU each side used, as a share of one
 core and as core-seconds per GB moved, so a run on a shared or small machine still
-shows which side is the bound.
+shows which side is the bound. Before and after the produce it writes as much new
+data with a bare loop of 1 MiB ``pwrite`` calls into a new file, kept to the end: the
+rate this machine gives any writer of new data, beside which the produce figure is to
+be read. (Whichever writes first in a run made just after another may reuse memory
+the last run freed, and be faster for it.)
 
     ./dev bench large_records [--count 20000] [--size 100000]
 """
@@ -13,6 +17,7 @@ shows which side is the bound.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import tempfile
@@ -33,12 +38,30 @@ def own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def new_file_write_rate(path: Path, total: int) -> float:
+    """MB/s of a bare loop of 1 MiB ``pwrite`` calls into a new file of ``total`` bytes:
+    what any writer of new data gets from this machine's page cache. The file is kept
+    until the run ends, as a log keeps what it writes."""
+    chunk = os.urandom(1 << 20)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        started, written = time.perf_counter(), 0
+        while written < total:
+            written += os.pwrite(fd, chunk, written)
+        return written / (time.perf_counter() - started) / 1e6
+    finally:
+        os.close(fd)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=100_000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="strom-large-") as tmp:
+        total = args.count * args.size
+        machine = new_file_write_rate(Path(tmp) / "before", total)
+        print(f"machine: 1 MiB pwrites into a new file {machine:7.0f} MB/s (before)", flush=True)
         broker = BrokerProcess(Path(tmp) / "strom", {"log.segment.bytes": "268435456"})
         broker.start()
         try:
@@ -60,6 +83,12 @@ def main() -> None:
                     f" ({c_cpu / gigabytes:.2f} core-s/GB)",
                     flush=True,
                 )
+                if phase == "produce":
+                    machine = new_file_write_rate(Path(tmp) / "after", total)
+                    print(
+                        f"machine: 1 MiB pwrites into a new file {machine:7.0f} MB/s (after)",
+                        flush=True,
+                    )
         finally:
             broker.stop()
 
