@@ -289,7 +289,8 @@ def main() -> int:
     rows = table_rows(figs)
     print_table(rows, title)
     notes = sorted({f"{k}: {f.note}" for k, f in figs.items() if f.value is not None and f.note})
-    if memory := compare_limits.page_reporting():
+    memory = compare_limits.page_reporting()
+    if memory:
         print(f"machine: {memory}")
         notes.insert(0, f"machine: {memory}")
     say(f"done in {time.monotonic() - started:.0f}s")
@@ -298,7 +299,7 @@ def main() -> int:
             json.dumps(
                 {
                     "title": title,
-                    "machine": compare_limits.page_reporting(),
+                    "machine": memory,
                     "seconds": time.monotonic() - started,
                     "figures": {
                         k: {"value": f.value, "unit": f.unit, "note": f.note, **f.extra}

@@ -11,9 +11,11 @@ in Kafka's tools.
 
 The hot loops do as little Python per record as they can: one shared delivery
 callback, ``poll(0)`` once per chunk of records, throttling and the progress bar
-checked once per chunk. The progress bar (rich) goes to stderr and is off when
-stderr is not a terminal or with ``--no-progress``. ``--json`` prints one JSON
-object on stdout instead of the human summary.
+checked once per chunk. The throttle waits in ``poll()``, so that delivery reports
+are served (and their latency taken) as they arrive, not after the wait. The
+progress bar (rich) goes to stderr and is off when stderr is not a terminal or with
+``--no-progress``. ``--json`` prints one JSON object on stdout instead of the human
+summary.
 """
 
 from __future__ import annotations
