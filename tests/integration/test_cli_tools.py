@@ -418,9 +418,9 @@ def test_configs_describe_broker(broker) -> None:
     assert "num.partitions" in result.stdout
 
 
-def test_perf_test_produce_and_consume_json(broker) -> None:
-    topic = new_topic(broker, 3)
-    produced = ok(
+def _perf_produce(broker, topic: str, records: int, size: int, *options: str):
+    """``strom perf-test produce`` of ``records`` records of ``size`` bytes; must succeed."""
+    return ok(
         tool(
             broker,
             "perf-test",
@@ -428,16 +428,27 @@ def test_perf_test_produce_and_consume_json(broker) -> None:
             "--topic",
             topic,
             "--num-records",
-            "5000",
+            str(records),
             "--record-size",
-            "100",
-            "--throughput",
-            "-1",
-            "--json",
-            "--producer-props",
-            "acks=1",
-            "linger.ms=5",
+            str(size),
+            *options,
         )
+    )
+
+
+def test_perf_test_produce_and_consume_json(broker) -> None:
+    topic = new_topic(broker, 3)
+    produced = _perf_produce(
+        broker,
+        topic,
+        5000,
+        100,
+        "--throughput",
+        "-1",
+        "--json",
+        "--producer-props",
+        "acks=1",
+        "linger.ms=5",
     )
     summary = json.loads(produced.stdout)
     assert summary["records_sent"] == 5000 and summary["records_delivered"] == 5000
@@ -454,22 +465,7 @@ def test_perf_test_produce_and_consume_json(broker) -> None:
         <= latency["max"]
     )
 
-    throttled = ok(
-        tool(
-            broker,
-            "perf-test",
-            "produce",
-            "--topic",
-            topic,
-            "--num-records",
-            "200",
-            "--record-size",
-            "10",
-            "--throughput",
-            "1000",
-            "--json",
-        )
-    )
+    throttled = _perf_produce(broker, topic, 200, 10, "--throughput", "1000", "--json")
     assert json.loads(throttled.stdout)["records_delivered"] == 200
 
     consumed = ok(
@@ -480,20 +476,7 @@ def test_perf_test_produce_and_consume_json(broker) -> None:
     assert summary["bytes"] == 5000 * 100 + 200 * 10
     assert {"elapsed_s", "records_per_sec", "mb_per_sec"} <= set(summary)
 
-    human = ok(
-        tool(
-            broker,
-            "perf-test",
-            "produce",
-            "--topic",
-            topic,
-            "--num-records",
-            "100",
-            "--record-size",
-            "10",
-            "--no-progress",
-        )
-    )
+    human = _perf_produce(broker, topic, 100, 10, "--no-progress")
     assert "100 records sent" in human.stdout and "99.9th" in human.stdout
 
     short = tool(
@@ -513,23 +496,8 @@ def test_perf_test_produce_and_consume_json(broker) -> None:
     # At 4 records/s the tool waits 250 ms between records. The reported latency is
     # the broker's answer (about a millisecond here), not that wait: it was 250 ms
     # when the wait was a sleep, as delivery reports were only served after it.
-    slow = ok(
-        tool(
-            broker,
-            "perf-test",
-            "produce",
-            "--topic",
-            topic,
-            "--num-records",
-            "6",
-            "--record-size",
-            "10",
-            "--throughput",
-            "4",
-            "--json",
-            "--producer-props",
-            "linger.ms=0",
-        )
+    slow = _perf_produce(
+        broker, topic, 6, 10, "--throughput", "4", "--json", "--producer-props", "linger.ms=0"
     )
     assert json.loads(slow.stdout)["latency_ms"]["p50"] < 125
 
