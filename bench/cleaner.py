@@ -222,7 +222,7 @@ def _interleaved_latency(
 def _measure(bootstrap: str, label: str, records: int) -> tuple[float, float]:
     rate = _produce_rate(bootstrap, "load", records)
     latencies = _produce_latency(bootstrap, "load", 2000, LATENCY_SECONDS)
-    p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000
+    p99 = _percentile(latencies, 0.99)
     p50 = latencies[len(latencies) // 2] * 1000
     print(
         f"produce with the cleaner {label:<8}: {rate:>10,.0f} records/s (100 B, acks=1); "

@@ -60,8 +60,13 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="strom-large-") as tmp:
         total = args.count * args.size
-        machine = new_file_write_rate(Path(tmp) / "before", total)
-        print(f"machine: 1 MiB pwrites into a new file {machine:7.0f} MB/s (before)", flush=True)
+        gigabytes = total / 1e9
+
+        def machine_rate(when: str) -> None:
+            rate = new_file_write_rate(Path(tmp) / when, total)
+            print(f"machine: 1 MiB pwrites into a new file {rate:7.0f} MB/s ({when})", flush=True)
+
+        machine_rate("before")
         broker = BrokerProcess(Path(tmp) / "strom", {"log.segment.bytes": "268435456"})
         broker.start()
         try:
@@ -74,7 +79,6 @@ def main() -> None:
                 else:
                     figure = consume(broker.bootstrap, "large", args.count, 6, 300)
                 elapsed = time.perf_counter() - t0
-                gigabytes = args.count * args.size / 1e9
                 b_cpu, c_cpu = cpu_seconds(pid) - b0, own_cpu() - c0
                 mb_s = figure.extra.get("MB/s", float("nan")) if figure.extra else float("nan")
                 print(
@@ -84,11 +88,7 @@ def main() -> None:
                     flush=True,
                 )
                 if phase == "produce":
-                    machine = new_file_write_rate(Path(tmp) / "after", total)
-                    print(
-                        f"machine: 1 MiB pwrites into a new file {machine:7.0f} MB/s (after)",
-                        flush=True,
-                    )
+                    machine_rate("after")
         finally:
             broker.stop()
 
