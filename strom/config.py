@@ -5,12 +5,20 @@ every value (a bad one is a ConfigError with one readable line), the table of
 topic-level configs with the broker property that supplies each default, and the
 translation of a topic's effective configs into a storage ``LogConfig``.
 
+Also owns the node's cluster settings as KRaft has them: ``process.roles``, the quorum
+(``controller.quorum.voters``, ``controller.quorum.bootstrap.servers``), which listeners
+serve controllers (``controller.listener.names``) and which serve clients, the listener
+security protocol map, and the checks Kafka's KafkaConfig makes of them. The default
+node is broker and controller at once with no voters configured: a quorum of itself
+alone, which needs no controller listener (``strom broker`` with no arguments).
+
 Does not own: where topic overrides are stored (``strom.cluster.metadata``).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -111,6 +119,20 @@ def render(value: Any) -> str | None:
     return str(value)
 
 
+ROLE_BROKER = "broker"
+ROLE_CONTROLLER = "controller"
+PROCESS_ROLES = (ROLE_BROKER, ROLE_CONTROLLER)
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+# Kafka's default map, plus CONTROLLER:PLAINTEXT so a controller listener needs no map entry.
+DEFAULT_PROTOCOL_MAP = (
+    "PLAINTEXT:PLAINTEXT",
+    "SSL:SSL",
+    "SASL_PLAINTEXT:SASL_PLAINTEXT",
+    "SASL_SSL:SASL_SSL",
+    "CONTROLLER:PLAINTEXT",
+)
+
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CLEANUP = ("delete", "compact")
@@ -184,6 +206,26 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ),
         ConfigDef("group.consumer.max.size", "int", 2147483647, minimum=1),
         ConfigDef("max.open.segment.files", "int", 512, minimum=16),
+        # KRaft: roles, the metadata quorum and the listeners that reach it.
+        ConfigDef("process.roles", "list", ["broker", "controller"]),
+        ConfigDef("controller.quorum.voters", "list", []),
+        ConfigDef("controller.quorum.bootstrap.servers", "list", []),
+        ConfigDef("controller.listener.names", "list", ["CONTROLLER"]),
+        ConfigDef("inter.broker.listener.name", "string", None),
+        ConfigDef("listener.security.protocol.map", "list", list(DEFAULT_PROTOCOL_MAP)),
+        ConfigDef("broker.rack", "string", None),
+        ConfigDef("broker.session.timeout.ms", "int", 9000, minimum=1),
+        ConfigDef("broker.heartbeat.interval.ms", "int", 2000, minimum=1),
+        ConfigDef("metadata.log.dir", "string", None),
+        ConfigDef("metadata.log.segment.bytes", "int", 1073741824, minimum=14),
+        ConfigDef("metadata.max.retention.bytes", "long", 104857600),
+        ConfigDef("metadata.max.retention.ms", "long", 604800000),
+        ConfigDef("metadata.log.max.record.bytes.between.snapshots", "long", 20971520, minimum=1),
+        ConfigDef("metadata.log.max.snapshot.interval.ms", "long", 3600000, minimum=0),
+        ConfigDef("controller.quorum.election.timeout.ms", "int", 1000, minimum=1),
+        ConfigDef("controller.quorum.fetch.timeout.ms", "int", 2000, minimum=1),
+        ConfigDef("controller.quorum.election.backoff.max.ms", "int", 1000, minimum=1),
+        ConfigDef("controller.quorum.request.timeout.ms", "int", 2000, minimum=1),
     ]
 }
 
@@ -346,10 +388,94 @@ class BrokerConfig:
             self._raw[key] = raw
 
     def _check(self) -> None:
-        for listener in self.listeners:
-            parse_listener(listener, "listeners")
-        for listener in self._values["advertised.listeners"] or []:
-            parse_listener(listener, "advertised.listeners")
+        """Kafka's KafkaConfig checks of roles, quorum and listeners, one line each."""
+        listeners = [parse_listener(spec, "listeners") for spec in self.listeners]
+        advertised = [
+            parse_listener(spec, "advertised.listeners")
+            for spec in self._values["advertised.listeners"] or []
+        ]
+        roles = self.process_roles
+        protocols = self.security_protocol_map
+        _check_distinct(listeners, "listeners")
+        _check_distinct(advertised, "advertised.listeners", ports=False)
+        for listener in [*listeners, *advertised]:
+            protocol = protocols.get(listener.name)
+            if protocol is None:
+                raise ConfigError(
+                    f"Listener {listener.name} is not in listener.security.protocol.map "
+                    f"({render(self._values['listener.security.protocol.map'])})"
+                )
+            if protocol not in SUPPORTED_SECURITY_PROTOCOLS:
+                raise ConfigError(
+                    f"Listener {listener.name} uses security protocol {protocol}: "
+                    f"Strom supports only {', '.join(SUPPORTED_SECURITY_PROTOCOLS)} listeners"
+                )
+        voters = self.quorum_voters
+        voters_text = render(self._values["controller.quorum.voters"])
+        bootstrap = self.quorum_bootstrap_servers
+        controller_names = self.controller_listener_names
+        voter_ids = [voter.node_id for voter in voters]
+        node_id = self.node_id
+        controllers = [lst for lst in listeners if lst.name in controller_names]
+        clients = [lst for lst in listeners if lst.name not in controller_names]
+        if ROLE_CONTROLLER in roles:
+            if voters and node_id not in voter_ids:
+                raise ConfigError(
+                    f"node.id {node_id} must be one of the voters in controller.quorum.voters "
+                    f"({voters_text}) on a controller"
+                )
+            if (voters or ROLE_BROKER not in roles) and not controllers:
+                raise ConfigError(
+                    "A controller needs a listener named in controller.listener.names "
+                    f"({','.join(controller_names) or 'empty'}) among listeners "
+                    f"({','.join(self.listeners)})"
+                )
+            if ROLE_BROKER not in roles and clients:
+                raise ConfigError(
+                    "listeners of a controller-only node must all be named in "
+                    f"controller.listener.names ({','.join(controller_names)}); "
+                    f"{clients[0].name} is not"
+                )
+        if ROLE_BROKER in roles:
+            if ROLE_CONTROLLER not in roles:
+                if not voters and not bootstrap:
+                    raise ConfigError(
+                        "A broker-only node needs controller.quorum.voters or "
+                        "controller.quorum.bootstrap.servers to find the controllers"
+                    )
+                if node_id in voter_ids:
+                    raise ConfigError(
+                        f"node.id {node_id} of a broker-only node must not be among the voters "
+                        f"in controller.quorum.voters ({voters_text})"
+                    )
+                if controllers:
+                    raise ConfigError(
+                        f"Controller listener {controllers[0].name} must not appear in listeners "
+                        "of a broker-only node"
+                    )
+                if not controller_names:
+                    raise ConfigError(
+                        "controller.listener.names must name the controllers' listener on a "
+                        "broker-only node"
+                    )
+            if not clients:
+                raise ConfigError(
+                    "A broker needs a listener not named in controller.listener.names "
+                    f"({','.join(controller_names)}) among listeners ({','.join(self.listeners)})"
+                )
+            name = self._values["inter.broker.listener.name"]
+            if name is not None:
+                name = name.upper()
+                if name in controller_names:
+                    raise ConfigError(
+                        f"inter.broker.listener.name {name} must not be a controller listener "
+                        f"(controller.listener.names={','.join(controller_names)})"
+                    )
+                if name not in {lst.name for lst in clients}:
+                    raise ConfigError(
+                        f"inter.broker.listener.name {name} must be one of the listeners' names "
+                        f"({','.join(lst.name for lst in clients)})"
+                    )
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
@@ -358,6 +484,117 @@ class BrokerConfig:
         return key in self._raw
 
     # Derived values -------------------------------------------------------
+
+    @property
+    def process_roles(self) -> frozenset[str]:
+        """``process.roles`` checked: broker and/or controller, each once."""
+        raw: list[str] = self._values["process.roles"]
+        roles = [role.strip().lower() for role in raw]
+        for role in roles:
+            if role not in PROCESS_ROLES:
+                raise ConfigError(
+                    f"Unknown process role {role!r} in process.roles "
+                    "(only 'broker' and 'controller' are allowed roles)"
+                )
+        if len(set(roles)) != len(roles):
+            raise ConfigError(f"Duplicate role names found in process.roles: {','.join(raw)}")
+        if not roles:
+            raise ConfigError("process.roles must name broker, controller or both")
+        return frozenset(roles)
+
+    @property
+    def is_broker(self) -> bool:
+        return ROLE_BROKER in self.process_roles
+
+    @property
+    def is_controller(self) -> bool:
+        return ROLE_CONTROLLER in self.process_roles
+
+    @property
+    def quorum_voters(self) -> list[QuorumVoter]:
+        """``controller.quorum.voters`` as configured; empty means this node alone."""
+        return parse_voters(self._values["controller.quorum.voters"])
+
+    @property
+    def voter_ids(self) -> frozenset[int]:
+        """The ids of the quorum's voters: the configured ones, or this node alone."""
+        voters = self.quorum_voters
+        if voters:
+            return frozenset(voter.node_id for voter in voters)
+        return frozenset({self.node_id})
+
+    @property
+    def voter_addresses(self) -> dict[int, tuple[str, int]]:
+        """Voter id -> (host, port) of its controller listener; {} when this node is alone."""
+        return {voter.node_id: (voter.host, voter.port) for voter in self.quorum_voters}
+
+    @property
+    def quorum_bootstrap_servers(self) -> list[tuple[str, int]]:
+        """``controller.quorum.bootstrap.servers`` as (host, port) pairs."""
+        return [
+            parse_host_port(entry, "controller.quorum.bootstrap.servers")
+            for entry in self._values["controller.quorum.bootstrap.servers"]
+        ]
+
+    @property
+    def controller_listener_names(self) -> list[str]:
+        return [name.upper() for name in self._values["controller.listener.names"]]
+
+    def is_controller_listener(self, name: str) -> bool:
+        return name.upper() in self.controller_listener_names
+
+    @property
+    def security_protocol_map(self) -> dict[str, str]:
+        """``listener.security.protocol.map``: listener name -> security protocol."""
+        return parse_protocol_map(self._values["listener.security.protocol.map"])
+
+    def security_protocol(self, listener_name: str) -> str:
+        """The security protocol of a listener (ConfigError if the map lacks it)."""
+        protocol = self.security_protocol_map.get(listener_name.upper())
+        if protocol is None:
+            raise ConfigError(f"Listener {listener_name} is not in listener.security.protocol.map")
+        return protocol
+
+    @property
+    def parsed_listeners(self) -> list[Listener]:
+        return [parse_listener(spec) for spec in self.listeners]
+
+    @property
+    def controller_listeners(self) -> list[Listener]:
+        """The listeners named in ``controller.listener.names`` (served by controllers)."""
+        names = self.controller_listener_names
+        return [lst for lst in self.parsed_listeners if lst.name in names]
+
+    @property
+    def client_listeners(self) -> list[Listener]:
+        """The other listeners: clients and other brokers connect to these."""
+        names = self.controller_listener_names
+        return [lst for lst in self.parsed_listeners if lst.name not in names]
+
+    @property
+    def inter_broker_listener_name(self) -> str | None:
+        """``inter.broker.listener.name``, by default PLAINTEXT if a client listener has that
+        name, else the first client listener's name (None on a controller-only node)."""
+        name = self._values["inter.broker.listener.name"]
+        if name is not None:
+            return str(name).upper()
+        clients = self.client_listeners
+        if not clients:
+            return None
+        names = [lst.name for lst in clients]
+        return "PLAINTEXT" if "PLAINTEXT" in names else names[0]
+
+    @property
+    def inter_broker_listener(self) -> Listener | None:
+        """The listener other brokers reach this one on (its advertised form if any)."""
+        name = self.inter_broker_listener_name
+        if name is None:
+            return None
+        for spec in self.advertised_listeners:
+            listener = parse_listener(spec)
+            if listener.name == name:
+                return listener
+        return next((lst for lst in self.client_listeners if lst.name == name), None)
 
     @property
     def node_id(self) -> int:
@@ -375,6 +612,12 @@ class BrokerConfig:
         return list(self._values["advertised.listeners"] or self._values["listeners"])
 
     @property
+    def log_dirs(self) -> list[Path]:
+        """Every log directory: ``log.dirs``, else ``log.dir``."""
+        dirs = self._values["log.dirs"]
+        return [Path(d) for d in dirs] if dirs else [Path(self._values["log.dir"])]
+
+    @property
     def log_dir(self) -> Path:
         dirs = self._values["log.dirs"]
         if dirs:
@@ -382,6 +625,13 @@ class BrokerConfig:
                 raise ConfigError("log.dirs: only one log directory is supported")
             return Path(dirs[0])
         return Path(self._values["log.dir"])
+
+    @property
+    def metadata_log_dir(self) -> Path:
+        """``metadata.log.dir``, by default the first log directory. The metadata log
+        itself lives in its ``__cluster_metadata-0`` subdirectory."""
+        value = self._values["metadata.log.dir"]
+        return Path(value) if value else self.log_dirs[0]
 
     @property
     def retention_ms(self) -> int:
@@ -425,22 +675,110 @@ class Listener:
     port: int
 
 
-def parse_listener(spec: str, key: str = "listeners") -> Listener:
-    """``PLAINTEXT://host:port`` (host may be empty for all interfaces)."""
-    problem = f"Invalid value {spec!r} for configuration {key}"
-    name, sep, rest = spec.partition("://")
-    host, colon, port_text = rest.rpartition(":")
-    if not sep or not colon:
-        raise ConfigError(f"{problem}: expected NAME://host:port")
+@dataclass(frozen=True)
+class QuorumVoter:
+    """One entry of ``controller.quorum.voters``: ``node_id@host:port``."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+_LISTENER_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _parse_port(text: str, problem: str, lowest: int = 0) -> int:
     try:
-        port = int(port_text)
-        if not 0 <= port <= 65535:
+        port = int(text)
+        if not lowest <= port <= 65535:
             raise ValueError
     except ValueError:
-        raise ConfigError(f"{problem}: port must be 0-65535") from None
-    if name.upper() != "PLAINTEXT":
-        raise ConfigError(f"{problem}: only PLAINTEXT is supported")
+        raise ConfigError(f"{problem}: port must be {lowest}-65535") from None
+    return port
+
+
+def parse_listener(spec: str, key: str = "listeners") -> Listener:
+    """``NAME://host:port`` (host may be empty for all interfaces); the name is
+    upper-cased, as Kafka normalises listener names. Whether its security protocol is
+    known is BrokerConfig's check (listener.security.protocol.map)."""
+    problem = f"Invalid value {spec!r} for configuration {key}"
+    name, sep, rest = spec.strip().partition("://")
+    host, colon, port_text = rest.rpartition(":")
+    if not sep or not colon or not _LISTENER_NAME.match(name):
+        raise ConfigError(f"{problem}: expected NAME://host:port")
+    port = _parse_port(port_text, problem)
     return Listener(name.upper(), host.strip("[]"), port)
+
+
+def parse_host_port(entry: str, key: str) -> tuple[str, int]:
+    """``host:port`` (an IPv6 host in brackets) with a port of 1-65535."""
+    problem = f"Invalid value {entry!r} for configuration {key}"
+    host, colon, port_text = entry.strip().rpartition(":")
+    host = host.strip("[]")
+    if not colon or not host:
+        raise ConfigError(f"{problem}: expected host:port")
+    return host, _parse_port(port_text, problem, lowest=1)
+
+
+def parse_voters(entries: str | Iterable[str]) -> list[QuorumVoter]:
+    """``controller.quorum.voters`` (``1@host:9093,2@host:9095``) as typed entries."""
+    key = "controller.quorum.voters"
+    items = _parse_list(entries) if isinstance(entries, str) else list(entries)
+    voters: list[QuorumVoter] = []
+    seen: set[int] = set()
+    for entry in items:
+        id_text, at, address = entry.strip().partition("@")
+        problem = f"Invalid value {entry!r} for configuration {key}"
+        if not at:
+            raise ConfigError(f"{problem}: expected id@host:port")
+        try:
+            node_id = int(id_text)
+            if node_id < 0:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(f"{problem}: the voter id must be a node id (0 or more)") from None
+        if node_id in seen:
+            raise ConfigError(f"{problem}: voter {node_id} is listed twice")
+        seen.add(node_id)
+        host, port = parse_host_port(address, key)
+        voters.append(QuorumVoter(node_id, host, port))
+    return voters
+
+
+def parse_protocol_map(entries: str | Iterable[str]) -> dict[str, str]:
+    """``listener.security.protocol.map`` (``NAME:PROTOCOL,...``) as a dict."""
+    key = "listener.security.protocol.map"
+    items = _parse_list(entries) if isinstance(entries, str) else list(entries)
+    mapping: dict[str, str] = {}
+    for entry in items:
+        name, colon, protocol = entry.strip().partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        problem = f"Invalid value {entry!r} for configuration {key}"
+        if not colon or not name or not protocol:
+            raise ConfigError(f"{problem}: expected LISTENER_NAME:SECURITY_PROTOCOL")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                f"{problem}: unknown security protocol {protocol} "
+                f"(one of {', '.join(SECURITY_PROTOCOLS)})"
+            )
+        if name in mapping:
+            raise ConfigError(f"{problem}: listener {name} is mapped twice")
+        mapping[name] = protocol
+    return mapping
+
+
+def _check_distinct(listeners: list[Listener], key: str, *, ports: bool = True) -> None:
+    names = [lst.name for lst in listeners]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise ConfigError(f"Each listener in {key} must have a different name; {dup} is repeated")
+    if ports:
+        bound = [lst.port for lst in listeners if lst.port != 0]
+        if len(set(bound)) != len(bound):
+            dup_port = next(p for p in bound if bound.count(p) > 1)
+            raise ConfigError(
+                f"Each listener in {key} must have a different port; {dup_port} is repeated"
+            )
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:

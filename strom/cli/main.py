@@ -7,7 +7,9 @@ line on stderr and exit code 2; SIGTERM and SIGINT shut down cleanly.
 
 The tools (``topics``, ``produce``, ``consume``, ``groups``, ``configs``,
 ``perf-test``) live one per module in this package and are clients only: they
-talk to any Kafka cluster through confluent-kafka. A tool's wrong argument is one line and exit
+talk to any Kafka cluster through confluent-kafka. ``storage`` (format and inspect
+the node's directories, like kafka-storage.sh) is the one tool that works on the
+local disk instead. A tool's wrong argument is one line and exit
 code 2; an expected failure (broker unreachable, topic missing...) is one line
 and exit code 1.
 """
@@ -20,8 +22,9 @@ import logging
 import signal
 import sys
 
-from strom.cli import configs, consume, groups, perf_test, produce, topics
+from strom.cli import configs, consume, groups, perf_test, produce, storage, topics
 from strom.cli.common import OneLineArgumentParser, ToolError, fail
+from strom.cluster.meta_properties import MetaPropertiesError
 from strom.config import BrokerConfig, ConfigError
 
 EXIT_CONFIG = 2
@@ -43,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     broker.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     commands._parser_class = OneLineArgumentParser  # type: ignore[attr-defined]
-    for tool in (topics, produce, consume, groups, configs, perf_test):
+    for tool in (topics, produce, consume, groups, configs, perf_test, storage):
         tool.add_parser(commands)
     return parser
 
@@ -80,6 +83,9 @@ def run_broker(args: argparse.Namespace) -> int:
         runner = asyncio.run
     try:
         return runner(_serve(config))
+    except MetaPropertiesError as exc:  # formatted for another cluster or node
+        print(f"strom broker: {exc}", file=sys.stderr)
+        return 1
     except ConfigError as exc:
         print(f"strom broker: {exc}", file=sys.stderr)
         return EXIT_CONFIG
