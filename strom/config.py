@@ -212,7 +212,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("controller.quorum.bootstrap.servers", "list", []),
         ConfigDef("controller.listener.names", "list", ["CONTROLLER"]),
         ConfigDef("inter.broker.listener.name", "string", None),
-        ConfigDef("listener.security.protocol.map", "list", list(DEFAULT_PROTOCOL_MAP)),
+        ConfigDef("listener.security.protocol.map", "string", ",".join(DEFAULT_PROTOCOL_MAP)),
         ConfigDef("broker.rack", "string", None),
         ConfigDef("broker.session.timeout.ms", "int", 9000, minimum=1),
         ConfigDef("broker.heartbeat.interval.ms", "int", 2000, minimum=1),
