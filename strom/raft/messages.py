@@ -99,6 +99,10 @@ class VoteResponse(Message):
     leader_id: int  # -1 when unknown
     granted: bool
     token: Any = None
+    # Whether this answers a pre-vote. Not on Kafka's wire: the network side sets it from
+    # the request it matched the response to. A candidate must never count a pre-vote as
+    # a vote, so this must be right.
+    pre_vote: bool = False
 
 
 # BeginQuorumEpoch (key 53): a new leader tells the voters.
@@ -157,6 +161,12 @@ class FetchResponse(Message):
     # The offset asked for is below the log start: fetch this snapshot first.
     snapshot_id: SnapshotId | None = None
     token: Any = None
+    # The request this answers (fetch_offset, last_fetched_epoch). Not on Kafka's wire:
+    # the network side sets them from the request it matched the response to, so the
+    # fetcher can tell an answer about its current log from a stale one (-1: unknown,
+    # then the fetcher trusts only the answer to its latest request).
+    fetch_offset: int = -1
+    last_fetched_epoch: int = -1
 
 
 # FetchSnapshot (key 59): a follower far behind copies the leader's snapshot in chunks.

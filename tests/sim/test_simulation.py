@@ -1,0 +1,55 @@
+"""Deterministic simulation of the Raft core: thousands of seeded faulty runs.
+
+Each test runs a share of the seeds of one scenario; every run checks the invariants
+after every step (see ``simulator``). ``STROM_SIM_SEED=N`` runs only seed N (in every
+scenario); ``STROM_SIM_SEEDS=N`` runs N seeds per scenario instead of the default.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from simulator import Scenario, run_seed
+
+CHUNK = 50
+
+SCENARIOS: dict[str, tuple[Scenario, int]] = {
+    # name: (scenario, default number of seeds)
+    "three_voters": (Scenario(voters=3, observers=1), 700),
+    "five_voters": (Scenario(voters=5, observers=2), 500),
+    "long_outage": (
+        Scenario(voters=3, observers=2, long_outage=True, fault_ms=4000),
+        400,
+    ),
+    "five_voters_lossy": (
+        Scenario(voters=5, observers=1, loss=0.15, duplicate=0.1, max_delay_ms=80, partition=0.02),
+        200,
+    ),
+    "single_voter": (Scenario(voters=1, observers=1, fault_ms=1500), 200),
+}
+
+
+def _seed_chunks(name: str) -> list[tuple[str, int, int]]:
+    only = os.environ.get("STROM_SIM_SEED")
+    if only is not None:
+        return [(name, int(only), int(only) + 1)]
+    total = int(os.environ.get("STROM_SIM_SEEDS", SCENARIOS[name][1]))
+    # Scenarios use disjoint seed ranges so each run is a different world.
+    offset = list(SCENARIOS).index(name) * 1_000_000
+    return [
+        (name, offset + start, offset + min(start + CHUNK, total))
+        for start in range(0, total, CHUNK)
+    ]
+
+
+PARAMS = [chunk for name in SCENARIOS for chunk in _seed_chunks(name)]
+
+
+@pytest.mark.parametrize(
+    ("name", "first", "last"), PARAMS, ids=[f"{n}-{a}-{b}" for n, a, b in PARAMS]
+)
+def test_simulation(name: str, first: int, last: int) -> None:
+    scenario = SCENARIOS[name][0]
+    for seed in range(first, last):
+        run_seed(seed, scenario)
