@@ -1,10 +1,13 @@
-"""The one dispatch point from API key to handler, and the source of ApiVersions.
+"""The dispatch points from API key to handler, and the source of ApiVersions.
 
 Handler modules register themselves with ``@handles(api_key, min_version,
-max_version)``; the advertised version ranges are read from this registry, never
-from a hand-kept list. A handler takes a ``RequestContext`` and the decoded kio
-request body and returns the response body, an awaitable of it (long polls), or
-None when no response is owed (produce with acks=0).
+max_version)`` for the client listeners and ``@handles_controller(...)`` for the
+controller listener (KRaft's quorum RPCs, broker registration and heartbeats, and
+admin requests forwarded to the active controller); an API served on both registers
+once per table. The advertised version ranges are read from the table of the
+listener a request came in on, never from a hand-kept list. A handler takes a
+``RequestContext`` and the decoded kio request body and returns the response body, an
+awaitable of it (long polls), or None when no response is owed (produce with acks=0).
 """
 
 from __future__ import annotations
@@ -30,16 +33,31 @@ class Route:
 
 
 ROUTES: dict[int, Route] = {}
+CONTROLLER_ROUTES: dict[int, Route] = {}
 
 
-def handles(api_key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
+def _registrar(
+    table: dict[int, Route], api_key: int, min_version: int, max_version: int
+) -> Callable[[Handler], Handler]:
     def register(handler: Handler) -> Handler:
-        if api_key in ROUTES:
+        if api_key in table:
             raise RuntimeError(f"API key {api_key} registered twice")
-        ROUTES[api_key] = Route(api_key, min_version, max_version, handler)
+        table[api_key] = Route(api_key, min_version, max_version, handler)
         return handler
 
     return register
+
+
+def handles(api_key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
+    """Serve ``api_key`` on the client listeners."""
+    return _registrar(ROUTES, api_key, min_version, max_version)
+
+
+def handles_controller(
+    api_key: int, min_version: int, max_version: int
+) -> Callable[[Handler], Handler]:
+    """Serve ``api_key`` on the controller listener."""
+    return _registrar(CONTROLLER_ROUTES, api_key, min_version, max_version)
 
 
 @dataclass(slots=True)
@@ -51,14 +69,15 @@ class RequestContext:
     client_id: str | None
     codec: MessageCodec
     peer: str
+    routes: dict[int, Route]
 
     @property
     def response_type(self) -> type:
         return self.codec.response_type
 
 
-def load_handlers() -> dict[int, Route]:
-    """Import every handler module so that their routes are registered."""
+def load_handlers() -> tuple[dict[int, Route], dict[int, Route]]:
+    """Import every handler module so that their routes are registered; both tables."""
     from strom.broker import (  # noqa: F401
         admin_topics,
         api_versions,
@@ -72,6 +91,7 @@ def load_handlers() -> dict[int, Route]:
         metadata,
         offsets,
         produce,
+        quorum_handlers,
     )
 
-    return ROUTES
+    return ROUTES, CONTROLLER_ROUTES

@@ -67,7 +67,7 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.node_id = config.node_id
-        self.routes: dict[int, Route] = load_handlers()
+        self.routes, self.controller_routes = load_handlers()
         self.controller = Controller(config)
         self.purgatory = Purgatory()
         self.group_commit = GroupCommit()
@@ -99,7 +99,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         for listener in self.listeners:
             server = await loop.create_server(
-                lambda: KafkaConnection(self),
+                lambda: KafkaConnection(self, self.routes),
                 host=listener.host or None,
                 port=listener.port,
                 reuse_address=True,
@@ -193,8 +193,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     records are not copied on the way in.
     """
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, routes: dict[int, Route]) -> None:
         self.broker = broker
+        self.routes = routes  # the table of the listener this connection came in on
         self.transport: asyncio.Transport | None = None
         self.inbox = bytearray(RECEIVE_BUFFER)
         self.start = 0  # where the next unread frame begins in ``inbox``
@@ -363,7 +364,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except FrameError as exc:
             self._reject(str(exc))
             return
-        route = self.broker.routes.get(api_key)
+        route = self.routes.get(api_key)
         if route is None:
             self._reject(f"unknown API key {api_key}")
             return
@@ -373,7 +374,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     encode_response_chunks(
                         correlation_id,
                         codec_for(API_VERSIONS_KEY, 0),
-                        unsupported_version_response(),
+                        unsupported_version_response(self.routes),
                     )
                 )
             else:
@@ -386,7 +387,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._reject(str(exc))
             return
         ctx = RequestContext(
-            self.broker, api_key, api_version, correlation_id, request.client_id, codec, self.peer
+            self.broker,
+            api_key,
+            api_version,
+            correlation_id,
+            request.client_id,
+            codec,
+            self.peer,
+            self.routes,
         )
         try:
             result = route.handler(ctx, request.body)

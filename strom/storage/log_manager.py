@@ -42,6 +42,9 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 DELETE_SUFFIX = "-delete"
+# The metadata quorum's log lives beside the partitions but is not one of them: its
+# owner is strom.storage.metadata_log.
+METADATA_LOG_DIR = "__cluster_metadata-0"
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
@@ -112,7 +115,7 @@ class LogManager:
         recovery_points = read_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
         start_offsets = read_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT)
         for entry in sorted(os.scandir(self.log_dir), key=lambda e: e.name):
-            if not entry.is_dir():
+            if not entry.is_dir() or entry.name == METADATA_LOG_DIR:
                 continue
             if entry.name.endswith(DELETE_SUFFIX):
                 log.info("removing %s left by a topic deletion", entry.path)

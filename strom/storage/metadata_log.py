@@ -428,13 +428,15 @@ class MetadataLogStore:
         delete_before: int | None = None,
     ) -> None:
         """Make one Ready durable, in this order: quorum state (when it changed), a
-        snapshot received from the leader, truncation, appends (one fsync), deletion of
+        snapshot received from the leader (the log before it is gone: the log restarts,
+        empty, at the snapshot's end), truncation, appends (one fsync), deletion of
         what the snapshot covers."""
         self._ensure_loaded()
         if quorum_state is not None:
             self.save_quorum_state(quorum_state)
         if snapshot is not None:
             self.save_snapshot(snapshot)
+            self._reset_at(snapshot.snapshot_id.end_offset)
         if truncate_to is not None:
             self.truncate_to(truncate_to)
         if append:

@@ -296,3 +296,19 @@ def test_many_small_batches_in_one_persist(tmp_path: Path) -> None:
     written = [Batch(i, 1, (b"x" * 30,)) for i in range(2000)]
     store.persist(append=written)
     assert reopen(store)[2] == written
+
+
+def test_snapshot_received_from_the_leader_replaces_the_whole_log(tmp_path: Path) -> None:
+    """The core hands over a received snapshot alone (no delete_before): the log before
+    it is gone, whether it ends before the snapshot or past it, and the next append
+    continues at the snapshot's end."""
+    store = MetadataLogStore(tmp_path)
+    store.load()
+    store.persist(append=batches(0, 3))  # offsets 0..5
+    store.persist(snapshot=Snapshot(SnapshotId(100, 3), b"far"), append=[Batch(100, 3, (b"x",))])
+    assert (store.log_start_offset, store.log_end_offset) == (100, 101)
+    store.persist(snapshot=Snapshot(SnapshotId(101, 4), b"here"))
+    store.persist(append=[Batch(101, 4, (b"y",))])
+    _, snapshot, loaded = reopen(store)
+    assert snapshot is not None and snapshot.snapshot_id == SnapshotId(101, 4)
+    assert loaded == [Batch(101, 4, (b"y",))]

@@ -1,0 +1,155 @@
+"""Asyncio connections from this node to other nodes: the client side of inter-node RPCs.
+
+Owns one pipelined connection per remote address (Raft's Vote, BeginQuorumEpoch,
+EndQuorumEpoch, Fetch and FetchSnapshot between controllers; BrokerRegistration,
+BrokerHeartbeat and forwarded admin requests from brokers to the active controller):
+connecting lazily, sending kio requests framed by :mod:`strom.protocol.framing`,
+matching each response to its request by correlation id, timing requests out, and
+reconnecting after a failure. A failed or timed-out request raises ``PeerError``;
+the caller decides whether to retry (the Raft core retries by itself).
+
+Does not own what to send or what an answer means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from typing import Any
+
+from kio.serial import entity_reader
+
+from strom.protocol.framing import codec_for, encode_request
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+CONNECT_TIMEOUT_S = 2.0
+
+
+class PeerError(ConnectionError):
+    """A request to another node that got no answer (refused, closed, timed out)."""
+
+
+class PeerConnection:
+    """One connection to ``host:port``; requests may be in flight together."""
+
+    def __init__(self, host: str, port: int, client_id: str) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._connecting: asyncio.Future[None] | None = None
+        self._correlation = 0
+        self._pending: dict[int, tuple[asyncio.Future[Any], type]] = {}
+        self.closed = False
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def request(self, body: Any, timeout_s: float) -> Any:
+        """Send ``body`` and wait for its decoded response; PeerError on failure."""
+        if self.closed:
+            raise PeerError(f"connection to {self.address} is closed")
+        try:
+            await asyncio.wait_for(self._connect(), CONNECT_TIMEOUT_S)
+        except (TimeoutError, OSError) as exc:
+            raise PeerError(f"cannot connect to {self.address}: {exc or 'timed out'}") from None
+        assert self._writer is not None
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        correlation = self._correlation
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[correlation] = (future, type(body))
+        try:
+            self._writer.write(encode_request(correlation, self.client_id, body))
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            raise PeerError(f"request to {self.address} timed out after {timeout_s:g}s") from None
+        finally:
+            self._pending.pop(correlation, None)
+
+    async def _connect(self) -> None:
+        if self._writer is not None and not self._writer.is_closing():
+            return
+        if self._connecting is not None:
+            await asyncio.shield(self._connecting)
+            return
+        loop = asyncio.get_running_loop()
+        self._connecting = loop.create_future()
+        try:
+            reader, writer = await asyncio.open_connection(self.host, self.port)
+            self._writer = writer
+            self._reader_task = loop.create_task(self._read_responses(reader))
+            self._connecting.set_result(None)
+        except BaseException as exc:
+            self._connecting.set_exception(exc)
+            self._connecting.exception()  # retrieved: no "never retrieved" warning
+            raise
+        finally:
+            self._connecting = None
+
+    async def _read_responses(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                frame = await reader.readexactly(size)
+                (correlation,) = _SIZE.unpack_from(frame, 0)
+                entry = self._pending.get(correlation)
+                if entry is None:
+                    continue  # its waiter timed out
+                future, request_type = entry
+                codec = codec_for(request_type.__api_key__, request_type.__version__)
+                start = 5 if codec.flexible_response_header else 4
+                try:
+                    response, _ = entity_reader(codec.response_type)(memoryview(frame), start)
+                except Exception as exc:
+                    if not future.done():
+                        future.set_exception(PeerError(f"bad response from {self.address}: {exc}"))
+                    continue
+                if not future.done():
+                    future.set_result(response)
+        except (asyncio.IncompleteReadError, OSError) as exc:
+            self._fail(f"connection to {self.address} lost: {exc}")
+        except asyncio.CancelledError:
+            self._fail(f"connection to {self.address} closed")
+            raise
+
+    def _fail(self, reason: str) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._writer = None
+        for future, _ in list(self._pending.values()):
+            if not future.done():
+                future.set_exception(PeerError(reason))
+        self._pending.clear()
+
+    def close(self) -> None:
+        self.closed = True
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+        self._fail(f"connection to {self.address} closed")
+
+
+class PeerPool:
+    """A connection per remote address, made on first use."""
+
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self._connections: dict[tuple[str, int], PeerConnection] = {}
+
+    async def request(self, host: str, port: int, body: Any, timeout_s: float) -> Any:
+        connection = self._connections.get((host, port))
+        if connection is None:
+            connection = PeerConnection(host, port, self.client_id)
+            self._connections[(host, port)] = connection
+        return await connection.request(body, timeout_s)
+
+    def close(self) -> None:
+        for connection in self._connections.values():
+            with contextlib.suppress(Exception):
+                connection.close()
+        self._connections.clear()

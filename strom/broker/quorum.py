@@ -1,0 +1,333 @@
+"""The network side of the metadata quorum: runs this node's Raft core on the event loop.
+
+Owns the one ``RaftNode`` of this process and everything around it that is I/O: the
+tick (every TICK_MS), the driver's contract of the core (after every call: persist the
+Ready through the metadata log store, then send its messages, then hand what committed
+to the metadata listener), requests to the other voters through the peer pool
+(translated by ``quorum_wire``), the responses owed to requests that came in on the
+controller listener, proposals that wait for their commit, and snapshots of the
+metadata state every so many records.
+
+Voters are this node's peers in ``controller.quorum.voters``; a broker-only node
+runs the core as an observer that only fetches.
+
+Does not own consensus (``strom.raft``), the files (``strom.storage.metadata_log``)
+or what the records mean (the metadata listener it is given).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from strom.broker import quorum_wire
+from strom.broker.peer_client import PeerError, PeerPool
+from strom.raft.core import RaftConfig, RaftNode, Role
+from strom.raft.messages import REQUESTS, Batch, Message, Snapshot
+
+log = logging.getLogger(__name__)
+
+TICK_MS = 10
+
+
+class NotLeaderError(Exception):
+    """This node is not (or no longer) the quorum's leader; carries the leader it knows."""
+
+    def __init__(self, leader_id: int) -> None:
+        super().__init__(f"not the active controller (leader is {leader_id})")
+        self.leader_id = leader_id
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class MetadataListener:
+    """What the driver hands committed data to (the node's metadata image)."""
+
+    def apply_snapshot(self, snapshot: Snapshot) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def apply_batch(self, batch: Batch) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def snapshot_data(self) -> bytes:  # pragma: no cover - interface
+        """The state as of the last applied batch, serialised for a snapshot."""
+        raise NotImplementedError
+
+
+class QuorumDriver:
+    def __init__(
+        self,
+        node_id: int,
+        voter_ids: frozenset[int],
+        voters: dict[int, tuple[str, int]],
+        raft_config: RaftConfig,
+        store: Any,
+        cluster_id: str,
+        listener: MetadataListener,
+        *,
+        on_leadership: Callable[[bool], None] | None = None,
+        snapshot_every_records: int = 20000,
+        leader_change_record: Callable[..., bytes] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.voter_ids = frozenset(voter_ids)
+        self.voters = voters  # id -> (host, port) of each other voter's controller listener
+        self.raft_config = raft_config
+        self.store = store
+        self.cluster_id = cluster_id
+        self.listener = listener
+        # Told when this node starts (True) or stops (False) serving as the leader.
+        self.on_leadership = on_leadership
+        self.snapshot_every_records = snapshot_every_records
+        self.leader_change_record = leader_change_record
+        self.peers = PeerPool(f"strom-quorum-{node_id}")
+        self.node: RaftNode | None = None
+        self._tokens = itertools.count(1)
+        self._owed: dict[int, asyncio.Future[Message]] = {}
+        self._proposals: dict[int, tuple[int, asyncio.Future[int]]] = {}  # base -> epoch
+        self._ticker: asyncio.Task[None] | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+        self._applied_since_snapshot = 0
+        self._applied_offset = -1  # the end offset of the last batch applied
+        self._applied_epoch = -1
+        self._was_leader_ready = False
+        self._committed_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self.stopped = False
+
+    # Life cycle -------------------------------------------------------------
+
+    def start(self) -> None:
+        quorum_state, snapshot, batches = self.store.load()
+        now = _now_ms()
+        kwargs: dict[str, Any] = {
+            "quorum_state": quorum_state,
+            "snapshot": snapshot,
+            "batches": batches,
+        }
+        if self.leader_change_record is not None:
+            kwargs["leader_change_record"] = self.leader_change_record
+        self.node = RaftNode(
+            self.node_id,
+            self.voter_ids,
+            self.raft_config,
+            random.Random(),
+            now,
+            **kwargs,
+        )
+        self._pump()
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+
+    async def stop(self, graceful: bool = True) -> None:
+        """Stop; a leader first hands over (EndQuorumEpoch) when ``graceful``."""
+        if self.stopped:
+            return
+        if graceful and self.node is not None and self.node.role == Role.LEADER:
+            self.node.resign(_now_ms())
+            self._pump()
+            await asyncio.sleep(0.05)  # let EndQuorumEpoch leave
+        self.stopped = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+        for task in list(self._sending):
+            task.cancel()
+        self._fail_proposals(-1)
+        for future in self._owed.values():
+            if not future.done():
+                future.cancel()
+        self.peers.close()
+        self.store.close()
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_MS / 1000)
+            try:
+                assert self.node is not None
+                self.node.tick(_now_ms())
+                self._pump()
+            except Exception:
+                log.exception("metadata quorum tick failed")
+
+    # Queries ----------------------------------------------------------------
+
+    @property
+    def leader_id(self) -> int:
+        return self.node.leader_id if self.node is not None else -1
+
+    @property
+    def epoch(self) -> int:
+        return self.node.epoch if self.node is not None else -1
+
+    @property
+    def leader_ready(self) -> bool:
+        return self.node is not None and self.node.leader_ready
+
+    @property
+    def applied_offset(self) -> int:
+        """The end offset of everything applied to the metadata state."""
+        return self._applied_offset
+
+    def describe(self) -> Any:
+        assert self.node is not None
+        return self.node.describe()
+
+    async def wait_applied(self, offset: int, timeout_s: float) -> bool:
+        """Wait until everything below ``offset`` is applied here; False on timeout."""
+        if self._applied_offset >= offset:
+            return True
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._committed_waiters.append((offset, future))
+        try:
+            await asyncio.wait_for(future, timeout_s)
+            return True
+        except TimeoutError:
+            return False
+
+    # Requests from other nodes ------------------------------------------------
+
+    async def handle(self, request: Message) -> Message:
+        """Give a request that came in on the controller listener to the core; its answer."""
+        assert self.node is not None
+        token = next(self._tokens)
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._owed[token] = future
+        try:
+            self.node.receive(_with_token(request, token), _now_ms())
+            self._pump()
+            return await future
+        finally:
+            self._owed.pop(token, None)
+
+    # Proposals ------------------------------------------------------------------
+
+    async def propose(self, records: Sequence[bytes]) -> int:
+        """Append ``records`` as one batch; returns its end offset once committed.
+
+        NotLeaderError when this node is not the leader, or loses leadership before
+        the batch commits (it may still commit later under the next leader, as in
+        Kafka)."""
+        node = self.node
+        if node is None or not node.leader_ready:
+            raise NotLeaderError(self.leader_id)
+        base = node.propose(list(records), _now_ms())
+        if base is None:
+            raise NotLeaderError(self.leader_id)
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._proposals[base] = (node.epoch, future)
+        self._pump()
+        return await future
+
+    def _fail_proposals(self, leader_id: int) -> None:
+        for _, future in self._proposals.values():
+            if not future.done():
+                future.set_exception(NotLeaderError(leader_id))
+        self._proposals.clear()
+
+    # The driver's contract ---------------------------------------------------------
+
+    def _pump(self) -> None:
+        node = self.node
+        assert node is not None
+        ready = node.ready()
+        self.store.persist(
+            quorum_state=ready.quorum_state,
+            snapshot=ready.snapshot,
+            truncate_to=ready.truncate_to,
+            append=ready.append,
+            delete_before=ready.delete_before,
+        )
+        for message in ready.messages:
+            if isinstance(message, REQUESTS):
+                task = asyncio.get_running_loop().create_task(self._send(message))
+                self._sending.add(task)
+                task.add_done_callback(self._sending.discard)
+            else:
+                future = self._owed.pop(getattr(message, "token", None), None)
+                if future is not None and not future.done():
+                    future.set_result(message)
+        if ready.committed_snapshot is not None:
+            self.listener.apply_snapshot(ready.committed_snapshot)
+            self._applied_offset = ready.committed_snapshot.snapshot_id.end_offset
+            self._applied_epoch = ready.committed_snapshot.snapshot_id.epoch
+            self._applied_since_snapshot = 0
+        for batch in ready.committed:
+            self.listener.apply_batch(batch)
+            self._applied_offset = batch.end_offset
+            self._applied_epoch = batch.epoch
+            self._applied_since_snapshot += len(batch.records)
+            pending = self._proposals.pop(batch.base_offset, None)
+            if pending is not None:
+                epoch, future = pending
+                if future.done():
+                    pass
+                elif epoch == batch.epoch:
+                    future.set_result(batch.end_offset)
+                else:
+                    future.set_exception(NotLeaderError(node.leader_id))
+        if self._committed_waiters and (ready.committed or ready.committed_snapshot):
+            still = []
+            for offset, future in self._committed_waiters:
+                if self._applied_offset >= offset:
+                    if not future.done():
+                        future.set_result(None)
+                else:
+                    still.append((offset, future))
+            self._committed_waiters = still
+        leader_ready = node.leader_ready
+        if leader_ready != self._was_leader_ready:
+            self._was_leader_ready = leader_ready
+            if not leader_ready:
+                self._fail_proposals(node.leader_id)
+            if self.on_leadership is not None:
+                self.on_leadership(leader_ready)
+        if self._applied_since_snapshot >= self.snapshot_every_records:
+            self._take_snapshot()
+
+    def _take_snapshot(self) -> None:
+        from strom.raft.messages import SnapshotId
+
+        assert self.node is not None
+        snapshot = Snapshot(
+            SnapshotId(self._applied_offset, self._applied_epoch), self.listener.snapshot_data()
+        )
+        self.store.save_snapshot(snapshot)
+        self.node.take_snapshot(snapshot)
+        self._applied_since_snapshot = 0
+        self._pump()
+        log.info(
+            "metadata snapshot at offset %d (epoch %d), %d bytes",
+            snapshot.snapshot_id.end_offset,
+            snapshot.snapshot_id.epoch,
+            len(snapshot.data),
+        )
+
+    async def _send(self, message: Message) -> None:
+        address = self.voters.get(message.dst)
+        if address is None:
+            return
+        body = quorum_wire.request_to_wire(message, self.cluster_id)
+        timeout_s = self.raft_config.request_timeout_ms / 1000
+        if hasattr(message, "max_wait_ms"):
+            timeout_s += message.max_wait_ms / 1000  # type: ignore[attr-defined]
+        try:
+            response = await self.peers.request(address[0], address[1], body, timeout_s)
+        except PeerError as exc:
+            log.debug("quorum request to node %d failed: %s", message.dst, exc)
+            return  # the core retries when its request timeout passes
+        answer = quorum_wire.response_from_wire(message, response)
+        if answer is None or self.stopped or self.node is None:
+            return
+        self.node.receive(answer, _now_ms())
+        self._pump()
+
+
+def _with_token(message: Message, token: int) -> Message:
+    from dataclasses import replace
+
+    return replace(message, token=token)

@@ -1,0 +1,129 @@
+"""KRaft's quorum RPCs on the controller listener, and DescribeQuorum on both listeners.
+
+Serves, for the metadata partition ``__cluster_metadata-0`` only:
+- Vote (key 52) v0-2 (v2: pre-vote, KIP-996), BeginQuorumEpoch (53) v0-1,
+  EndQuorumEpoch (54) v0-1, FetchSnapshot (59) v0-1, and Fetch (1) v12-17 of the
+  metadata topic (by topic id from v13): handed to this node's Raft core through the
+  quorum driver, answered with what the core answers. A request naming another
+  cluster id gets INCONSISTENT_CLUSTER_ID; one naming another partition, or sent to a
+  node that is not a controller, gets an error and is not retried by the sender's core
+  until its request timeout passes.
+- DescribeQuorum (55) v0-2: the leader answers with each voter's and observer's log
+  end offset and last fetch and caught-up times; a voter that is not the leader
+  forwards the question to the active controller.
+
+Directory ids (KIP-853) and node endpoints are not sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strom.broker import quorum_wire
+from strom.broker.router import RequestContext, handles_controller
+from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import build, nested
+from strom.raft.messages import Message
+
+
+def _cluster_mismatch(ctx: RequestContext, request: Any) -> bool:
+    cluster_id = getattr(request, "cluster_id", None)
+    return cluster_id is not None and cluster_id != ctx.broker.cluster_id
+
+
+async def _ask_core(ctx: RequestContext, message: Message) -> Any:
+    answer = await ctx.broker.quorum.handle(message)
+    return quorum_wire.response_to_wire(answer, ctx.response_type)
+
+
+def _top_level_error(ctx: RequestContext, error: ErrorCode) -> Any:
+    return build(
+        ctx.response_type,
+        error_code=error,
+        topics=(),
+        responses=(),
+        throttle_time=quorum_wire.NO_THROTTLE,
+    )
+
+
+def _serve(ctx: RequestContext, request: Any, translate: Any) -> Any:
+    if ctx.broker.quorum is None:
+        return _top_level_error(ctx, ErrorCode.not_controller)
+    if _cluster_mismatch(ctx, request):
+        return _top_level_error(ctx, ErrorCode.inconsistent_cluster_id)
+    try:
+        message = translate(request, ctx.broker.node_id)
+    except quorum_wire.WireError:
+        return _top_level_error(ctx, ErrorCode.invalid_request)
+    return _ask_core(ctx, message)
+
+
+@handles_controller(52, 0, 2)
+def handle_vote(ctx: RequestContext, request: Any) -> Any:
+    return _serve(ctx, request, quorum_wire.vote_from_wire)
+
+
+@handles_controller(53, 0, 1)
+def handle_begin_quorum_epoch(ctx: RequestContext, request: Any) -> Any:
+    return _serve(ctx, request, quorum_wire.begin_from_wire)
+
+
+@handles_controller(54, 0, 1)
+def handle_end_quorum_epoch(ctx: RequestContext, request: Any) -> Any:
+    return _serve(ctx, request, quorum_wire.end_from_wire)
+
+
+@handles_controller(59, 0, 1)
+def handle_fetch_snapshot(ctx: RequestContext, request: Any) -> Any:
+    return _serve(ctx, request, quorum_wire.fetch_snapshot_from_wire)
+
+
+@handles_controller(1, 12, 17)
+def handle_metadata_fetch(ctx: RequestContext, request: Any) -> Any:
+    if not quorum_wire.is_metadata_fetch(request):
+        return _top_level_error(ctx, ErrorCode.unknown_topic_or_partition)
+    return _serve(ctx, request, quorum_wire.fetch_from_wire)
+
+
+@handles_controller(55, 0, 2)
+def handle_describe_quorum(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    quorum = broker.quorum
+    if quorum is None or not quorum.leader_ready:
+        return broker.controller_channel.forward(ctx, request)
+    return describe_quorum(ctx, quorum.describe())
+
+
+def describe_quorum(ctx: RequestContext, info: Any) -> Any:
+    response_type = ctx.response_type
+    replica_type = nested(response_type, "ReplicaState")
+
+    def replica(state: Any) -> Any:
+        return build(
+            replica_type,
+            replica_id=state.replica_id,
+            replica_directory_id=quorum_wire.ZERO_UUID,
+            log_end_offset=state.log_end_offset,
+            last_fetch_timestamp=state.last_fetch_timestamp,
+            last_caught_up_timestamp=state.last_caught_up_timestamp,
+        )
+
+    partition = build(
+        nested(response_type, "PartitionData"),
+        partition_index=quorum_wire.METADATA_PARTITION,
+        error_code=ErrorCode.none,
+        error_message=None,
+        leader_id=info.leader_id,
+        leader_epoch=info.leader_epoch,
+        high_watermark=info.high_watermark,
+        current_voters=tuple(replica(v) for v in info.voters),
+        observers=tuple(replica(o) for o in info.observers),
+    )
+    topic = build(
+        nested(response_type, "TopicData"),
+        topic_name=quorum_wire.METADATA_TOPIC,
+        partitions=(partition,),
+    )
+    return build(
+        response_type, error_code=ErrorCode.none, error_message=None, topics=(topic,), nodes=()
+    )
