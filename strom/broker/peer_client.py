@@ -59,7 +59,8 @@ class PeerConnection:
             await asyncio.wait_for(self._connect(), CONNECT_TIMEOUT_S)
         except (TimeoutError, OSError) as exc:
             raise PeerError(f"cannot connect to {self.address}: {exc or 'timed out'}") from None
-        assert self._writer is not None
+        if self._writer is None or self._writer.is_closing():  # lost while we waited
+            raise PeerError(f"connection to {self.address} lost")
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
         correlation = self._correlation
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

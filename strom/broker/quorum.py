@@ -192,8 +192,11 @@ class QuorumDriver:
     # Requests from other nodes ------------------------------------------------
 
     async def handle(self, request: Message) -> Message:
-        """Give a request that came in on the controller listener to the core; its answer."""
-        assert self.node is not None
+        """Give a request that came in on the controller listener to the core; its answer.
+
+        ConnectionError once the driver has stopped (the connection is then closed)."""
+        if self.stopped or self.node is None:
+            raise ConnectionError("the metadata quorum of this node has stopped")
         token = next(self._tokens)
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._owed[token] = future
