@@ -65,6 +65,7 @@ class Scenario:
     snapshot: float = 0.03
     snapshot_every: int = 12  # records applied since the node's last snapshot
     resign: float = 0.003
+    crash_leader: float = 0.3  # share of crashes that hit the leader (if there is one)
     config: RaftConfig = SIM_RAFT_CONFIG
 
 
@@ -312,8 +313,11 @@ class Simulation:
         sc = self.sc
         nodes = self.nodes
         if rng.random() < sc.crash:
+            leader = self.leader()
             up = [n for n in nodes.values() if n.raft is not None]
-            if up:
+            if leader is not None and rng.random() < sc.crash_leader:
+                self.crash(leader, "crash")
+            elif up:
                 self.crash(rng.choice(up), "crash")
         if rng.random() < sc.restart:
             down = [n for n in nodes.values() if n.raft is None and n.node_id != self.outage_node]

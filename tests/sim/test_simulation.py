@@ -8,25 +8,52 @@ scenario); ``STROM_SIM_SEEDS=N`` runs N seeds per scenario instead of the defaul
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
-from simulator import Scenario, run_seed
+from simulator import SIM_RAFT_CONFIG, Scenario, run_seed
 
 CHUNK = 50
 
 SCENARIOS: dict[str, tuple[Scenario, int]] = {
     # name: (scenario, default number of seeds)
-    "three_voters": (Scenario(voters=3, observers=1), 700),
-    "five_voters": (Scenario(voters=5, observers=2), 500),
+    "three_voters": (Scenario(voters=3, observers=1), 500),
+    "five_voters": (Scenario(voters=5, observers=2), 350),
     "long_outage": (
         Scenario(voters=3, observers=2, long_outage=True, fault_ms=4000),
-        400,
+        300,
     ),
     "five_voters_lossy": (
         Scenario(voters=5, observers=1, loss=0.15, duplicate=0.1, max_delay_ms=80, partition=0.02),
         200,
     ),
-    "single_voter": (Scenario(voters=1, observers=1, fault_ms=1500), 200),
+    "single_voter": (Scenario(voters=1, observers=1, fault_ms=1500), 100),
+    # Many crashes (also between ready() and the persist) and elections.
+    "churn": (
+        Scenario(
+            voters=3,
+            observers=1,
+            crash=0.03,
+            restart=0.15,
+            crash_in_ready=0.01,
+            crash_leader=0.6,
+            partition=0.02,
+            resign=0.01,
+        ),
+        300,
+    ),
+    # One batch per fetch response, leaders crashing: the Figure 8 shapes of the paper.
+    "one_batch_fetches": (
+        Scenario(
+            voters=5,
+            observers=1,
+            crash=0.02,
+            restart=0.1,
+            crash_leader=0.8,
+            config=replace(SIM_RAFT_CONFIG, fetch_max_bytes=1),
+        ),
+        250,
+    ),
 }
 
 
