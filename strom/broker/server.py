@@ -36,7 +36,7 @@ from strom.broker.group_commit import GroupCommit
 from strom.broker.purgatory import Purgatory
 from strom.broker.router import RequestContext, Route, load_handlers
 from strom.cluster.controller import Controller
-from strom.config import BrokerConfig, Listener, parse_listener
+from strom.config import BrokerConfig, ConfigError, Listener, parse_listener
 from strom.coordinator.coordinator import GroupCoordinator
 from strom.protocol.framing import (
     API_VERSIONS_KEY,
@@ -62,9 +62,15 @@ SPARE_FRAME_BUFFER = 16 * 1024 * 1024
 
 
 class Broker:
-    """One Strom node: controller, storage and the network front."""
+    """One Strom node: controller, storage and the network front.
+
+    The node serves alone (a combined broker and controller). A configuration that
+    names other controllers, or only one of the two roles, is refused with one line
+    until brokers join the metadata quorum (the quorum itself runs in
+    strom.broker.quorum); the controller listener, if configured, is not served."""
 
     def __init__(self, config: BrokerConfig) -> None:
+        check_single_node(config)
         self.config = config
         self.node_id = config.node_id
         self.routes, self.controller_routes = load_handlers()
@@ -72,8 +78,12 @@ class Broker:
         self.purgatory = Purgatory()
         self.group_commit = GroupCommit()
         self.coordinator = GroupCoordinator(self.controller, config, self.purgatory.notify)
-        self.listeners = [parse_listener(spec) for spec in config.listeners]
-        self.advertised = [parse_listener(spec) for spec in config.advertised_listeners]
+        self.listeners = config.client_listeners
+        self.advertised = [
+            listener
+            for listener in (parse_listener(spec) for spec in config.advertised_listeners)
+            if not config.is_controller_listener(listener.name)
+        ]
         self.max_request_size: int = config["socket.request.max.bytes"]
         self._servers: list[asyncio.AbstractServer] = []
         self._connections: set[KafkaConnection] = set()
@@ -170,6 +180,18 @@ class Broker:
                     last_checkpoint = time.monotonic()
             except Exception:
                 log.exception("periodic flush failed")
+
+
+def check_single_node(config: BrokerConfig) -> None:
+    """ConfigError (one line) for a configuration this node cannot serve yet."""
+    others = sorted(config.voter_ids - {config.node_id})
+    if others or not (config.is_broker and config.is_controller):
+        roles = ",".join(sorted(config.process_roles))
+        raise ConfigError(
+            f"process.roles={roles} with controller.quorum.voters naming nodes {others}: "
+            "a cluster of several nodes is not served yet; run one node with "
+            "process.roles=broker,controller and only itself as voter"
+        )
 
 
 MAX_PIPELINED = 64  # requests handled ahead of an owed response before reading pauses
