@@ -601,7 +601,14 @@ class RaftNode:
             answer(False, RaftError.INCONSISTENT_VOTER_SET if not self.is_voter else RaftError.NONE)
             return
         if request.pre_vote:
-            answer(self._log_up_to_date(request) and not self._has_live_leader())
+            # Granted only to a prospective behind no epoch of ours (it asks for one past
+            # it): so a granted pre-vote always names an epoch below the one its candidate
+            # takes, and can never pass for a vote, even if the flag were lost on the way.
+            answer(
+                request.epoch > self.epoch
+                and self._log_up_to_date(request)
+                and not self._has_live_leader()
+            )
             return
         if request.epoch > self.epoch:
             self._become_unattached(request.epoch)
@@ -619,7 +626,7 @@ class RaftNode:
         if response.epoch > self.epoch:
             self._observe(response.epoch, response.leader_id)
             return
-        if self.role == Role.PROSPECTIVE and response.pre_vote:
+        if self.role == Role.PROSPECTIVE:  # a stale real vote counted here does no harm
             if response.granted:
                 self._granted.add(response.src)
             else:

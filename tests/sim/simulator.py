@@ -20,11 +20,19 @@ import heapq
 import json
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from strom.raft.core import RaftConfig, RaftNode, Ready, Role
 from strom.raft.log import cut_batches
-from strom.raft.messages import Batch, Message, QuorumState, Snapshot, SnapshotId
+from strom.raft.messages import (
+    Batch,
+    FetchResponse,
+    Message,
+    QuorumState,
+    Snapshot,
+    SnapshotId,
+    VoteResponse,
+)
 
 TICK_MS = 10
 
@@ -66,6 +74,9 @@ class Scenario:
     snapshot_every: int = 12  # records applied since the node's last snapshot
     resign: float = 0.003
     crash_leader: float = 0.3  # share of crashes that hit the leader (if there is one)
+    # Lose what Kafka's wire does not carry (VoteResponse.pre_vote, the request echo in
+    # FetchResponse), as a network side that does not fill them in would.
+    bare_wire: bool = False
     config: RaftConfig = SIM_RAFT_CONFIG
 
 
@@ -279,6 +290,11 @@ class Simulation:
 
     def send(self, message: Message) -> None:
         rng = self.rng
+        if self.sc.bare_wire:
+            if isinstance(message, VoteResponse):
+                message = replace(message, pre_vote=False)
+            elif isinstance(message, FetchResponse):
+                message = replace(message, fetch_offset=-1, last_fetched_epoch=-1)
         if self.faults and rng.random() < self.sc.loss:
             return
         copies = 2 if self.faults and rng.random() < self.sc.duplicate else 1

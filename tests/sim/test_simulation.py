@@ -24,7 +24,15 @@ SCENARIOS: dict[str, tuple[Scenario, int]] = {
         300,
     ),
     "five_voters_lossy": (
-        Scenario(voters=5, observers=1, loss=0.15, duplicate=0.1, max_delay_ms=80, partition=0.02),
+        Scenario(
+            voters=5,
+            observers=1,
+            loss=0.15,
+            duplicate=0.1,
+            max_delay_ms=80,
+            partition=0.02,
+            bare_wire=True,  # and the core falls back on its looser matching
+        ),
         200,
     ),
     "single_voter": (Scenario(voters=1, observers=1, fault_ms=1500), 100),
