@@ -443,6 +443,12 @@ class BrokerConfig:
                         "A broker-only node needs controller.quorum.voters or "
                         "controller.quorum.bootstrap.servers to find the controllers"
                     )
+                if not voters:
+                    raise ConfigError(
+                        "Dynamic quorums (controller.quorum.bootstrap.servers without "
+                        "controller.quorum.voters) are not served: list the controllers in "
+                        "controller.quorum.voters"
+                    )
                 if node_id in voter_ids:
                     raise ConfigError(
                         f"node.id {node_id} of a broker-only node must not be among the voters "

@@ -7,8 +7,7 @@ import datetime
 import time
 import uuid
 
-from strom.cluster.controller import Controller
-from strom.cluster.metadata import TopicMetadata
+from strom.cluster.node_state import NodeState, TopicView
 
 NO_THROTTLE = datetime.timedelta(0)
 ZERO_UUID = uuid.UUID(int=0)
@@ -45,8 +44,8 @@ def now_ms() -> int:
 
 
 def resolve_topic(
-    controller: Controller, name: str | None, topic_id: uuid.UUID | None
-) -> TopicMetadata | None:
+    controller: NodeState, name: str | None, topic_id: uuid.UUID | None
+) -> TopicView | None:
     """A topic by name, or by id when the request version carries ids instead."""
     if name:
         return controller.topic(name)

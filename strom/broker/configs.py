@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.alter_configs.v2 import request as alter
+
 from strom.broker.common import NO_THROTTLE
+from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.router import RequestContext, handles
 from strom.config import (
     BROKER_CONFIGS,
@@ -109,7 +112,7 @@ Row = tuple[str, str | None, int, ConfigDef, list[tuple[str, str | None, int]]]
 
 
 def _check_broker_name(ctx: RequestContext, name: str) -> None:
-    if name not in ("", str(ctx.broker.node_id)):
+    if name != "" and not (name.isdigit() and int(name) in ctx.broker.state.image.brokers):
         raise _ResourceError(ErrorCode.invalid_request, f"Unknown broker {name!r}")
 
 
@@ -206,16 +209,19 @@ def _current_list(ctx: RequestContext, resource: Any, key: str) -> list[str]:
 
 
 def _alter(ctx: RequestContext, request: Any, new_configs: Any) -> Any:
-    controller = ctx.broker.controller
+    """Check each resource's new overrides here; send the good ones, as the full sets
+    they become, to the active controller in one AlterConfigs; answer in order."""
+    state = ctx.broker.state
     response_type = ctx.response_type
     result_type = nested(response_type, "AlterConfigsResourceResponse")
-    results = []
-    for resource in request.resources:
+    outcomes: list[tuple[ErrorCode, str | None]] = []
+    to_write: list[tuple[int, Any, dict[str, str]]] = []  # (position, resource, configs)
+    for position, resource in enumerate(request.resources):
         error = ErrorCode.none
         message = None
         try:
             if resource.resource_type == RESOURCE_TOPIC:
-                topic = controller.topic(resource.resource_name)
+                topic = state.topic(resource.resource_name)
                 if topic is None:
                     raise _ResourceError(
                         ErrorCode.unknown_topic_or_partition,
@@ -226,11 +232,12 @@ def _alter(ctx: RequestContext, request: Any, new_configs: Any) -> Any:
                     validate_topic_configs(configs)
                 except ConfigError as exc:
                     raise _ResourceError(ErrorCode.invalid_config, str(exc)) from None
-                if not request.validate_only:
-                    controller.set_topic_configs(topic.name, configs)
             elif resource.resource_type == RESOURCE_BROKER:
                 _check_broker_name(ctx, resource.resource_name)
-                configs = new_configs(resource, controller.metadata.broker_overrides)
+                current = state.image.broker_configs(
+                    int(resource.resource_name) if resource.resource_name else None
+                )
+                configs = new_configs(resource, current)
                 for key, value in configs.items():
                     if key not in DYNAMIC_BROKER_CONFIGS:
                         raise _ResourceError(
@@ -241,22 +248,71 @@ def _alter(ctx: RequestContext, request: Any, new_configs: Any) -> Any:
                         BROKER_CONFIGS[key].parse(value)
                     except ConfigError as exc:
                         raise _ResourceError(ErrorCode.invalid_config, str(exc)) from None
-                if not request.validate_only:
-                    controller.set_broker_overrides(configs)
             else:
                 raise _ResourceError(
                     ErrorCode.invalid_request,
                     f"Unsupported resource type {resource.resource_type}",
                 )
+            if not request.validate_only:
+                to_write.append((position, resource, configs))
         except _ResourceError as exc:
             error, message = exc.code, str(exc)
-        results.append(
-            build(
-                result_type,
-                error_code=error,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-            )
+        outcomes.append((error, message))
+
+    def answer() -> Any:
+        return build(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            responses=tuple(
+                build(
+                    result_type,
+                    error_code=error,
+                    error_message=message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                )
+                for (error, message), resource in zip(outcomes, request.resources, strict=True)
+            ),
         )
-    return build(response_type, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+    if not to_write:
+        return answer()
+
+    async def written() -> Any:
+        forwarded = alter.AlterConfigsRequest(
+            resources=tuple(
+                alter.AlterConfigsResource(
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                    configs=tuple(
+                        alter.AlterableConfig(name=k, value=v) for k, v in sorted(configs.items())
+                    ),
+                )
+                for _, resource, configs in to_write
+            ),
+            validate_only=False,
+        )
+        try:
+            response = await ctx.broker.controller_channel.forward(ctx, forwarded)
+        except ControllerUnavailable:
+            for position, _, _ in to_write:
+                outcomes[position] = (
+                    ErrorCode.request_timed_out,
+                    "No active controller answered in time.",
+                )
+            return answer()
+        for (position, _, _), result in zip(to_write, response.responses, strict=True):
+            outcomes[position] = (result.error_code, result.error_message)
+        wanted = [(r, c) for (p, r, c) in to_write if outcomes[p][0] == ErrorCode.none]
+        await ctx.broker.wait_for_metadata(lambda: all(_shows(state, r, c) for r, c in wanted), 5.0)
+        return answer()
+
+    return written()
+
+
+def _shows(state: Any, resource: Any, configs: dict[str, str]) -> bool:
+    """Whether this node's metadata holds exactly these overrides for the resource."""
+    if resource.resource_type == RESOURCE_TOPIC:
+        return state.image.topic_configs(resource.resource_name) == configs
+    name = resource.resource_name
+    return state.image.broker_configs(int(name) if name else None) == configs

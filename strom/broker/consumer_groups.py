@@ -74,6 +74,10 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
     coordinator = ctx.broker.coordinator
     if not request.group_id:
         return _fail(ctx, ErrorCode.invalid_request, "GroupId can't be empty.", request)
+    if not coordinator.is_coordinator_for(request.group_id):
+        return _fail(
+            ctx, ErrorCode.not_coordinator, "This node is not the group's coordinator.", request
+        )
     regex = getattr(request, "subscribed_topic_regex", None)
     joining = request.member_epoch == 0
     if joining and request.subscribed_topic_names is None and regex is None:

@@ -1,43 +1,76 @@
 """DescribeCluster (key 60), versions 0-2.
 
-This node is the only broker and the controller. ``endpoint_type`` 2
-(controllers, v1+) is answered with the same node, which also acts as
-controller. Fenced brokers (v2) do not exist on a single node. Cluster
-authorized operations are filled in when asked for.
+Brokers (``endpoint_type`` 1): the registered brokers, with their racks; fenced ones
+too, flagged, when a v2 request asks for them (``include_fenced_brokers``).
+Controllers (``endpoint_type`` 2, v1+): the quorum's voters at their controller
+listeners, with the active controller as ``controller_id``; a node alone in its
+quorum, which has no controller listener, names itself at its client listener.
+Cluster authorized operations are filled in when asked for.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from strom.broker.cluster_view import controller_id, live_brokers
 from strom.broker.common import CLUSTER_OPERATIONS, NO_THROTTLE, authorized_operations
 from strom.broker.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
+
+CONTROLLERS = 2
 
 
 @handles(60, 0, 2)
 def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     response_type = ctx.response_type
-    host, port = broker.advertised_endpoint()
-    node = build(
-        nested(response_type, "DescribeClusterBroker"),
-        broker_id=broker.node_id,
-        host=host,
-        port=port,
-        rack=None,
-        is_fenced=False,
-    )
+    node_type = nested(response_type, "DescribeClusterBroker")
+    endpoint_type = getattr(request, "endpoint_type", 1)
+    if endpoint_type == CONTROLLERS:
+        leader = broker.quorum.leader_id
+        voters = broker.voters
+        if voters:
+            nodes = tuple(
+                build(node_type, broker_id=v, host=h, port=p, rack=None, is_fenced=False)
+                for v, (h, p) in sorted(voters.items())
+            )
+        else:
+            host, port = broker.advertised_endpoint()
+            nodes = (
+                build(
+                    node_type,
+                    broker_id=broker.node_id,
+                    host=host,
+                    port=port,
+                    rack=None,
+                    is_fenced=False,
+                ),
+            )
+        controller = leader
+    else:
+        include_fenced = getattr(request, "include_fenced_brokers", False)
+        nodes = tuple(
+            build(
+                node_type,
+                broker_id=b.node_id,
+                host=b.host,
+                port=b.port,
+                rack=b.rack,
+                is_fenced=b.fenced,
+            )
+            for b in live_brokers(broker, include_fenced=include_fenced)
+        )
+        controller = controller_id(broker)
     return build(
         response_type,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         error_message=None,
-        endpoint_type=getattr(request, "endpoint_type", 1),
+        endpoint_type=endpoint_type,
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
-        brokers=(node,),
+        controller_id=controller,
+        brokers=nodes,
         cluster_authorized_operations=authorized_operations(
             CLUSTER_OPERATIONS, request.include_cluster_authorized_operations
         ),

@@ -124,6 +124,8 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
                     error = ErrorCode.unknown_topic_id
                 else:
                     error = ErrorCode.unknown_topic_or_partition
+            elif not controller.leads(partition_log.topic, w.partition):
+                error = ErrorCode.not_leader_or_follower
             else:
                 high_watermark = partition_log.high_watermark
                 last_stable = high_watermark

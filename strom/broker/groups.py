@@ -1,8 +1,10 @@
 """Classic group membership APIs and group administration.
 
-- FindCoordinator (key 10), versions 0-6 (batched keys from v4): this node
-  coordinates every group; it answers with its advertised endpoint and creates
-  ``__consumer_offsets`` on first use. Transaction (and share) coordinator
+- FindCoordinator (key 10), versions 0-6 (batched keys from v4): a group's
+  coordinator is the leader of its ``__consumer_offsets`` partition, answered with
+  that broker's endpoint; the topic is created through the active controller on
+  first use (replication factor ``offsets.topic.replication.factor``, at most the
+  live brokers). Transaction (and share) coordinator
   keys get COORDINATOR_NOT_AVAILABLE: transactions are not served yet.
 - JoinGroup (11) 0-9, SyncGroup (14) 0-5, Heartbeat (12) 0-4, LeaveGroup (13)
   0-5 (batched members from v3): the classic protocol, see
@@ -24,18 +26,24 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from kio.schema.create_topics.v7 import request as create_topics
+
+from strom.broker.cluster_view import broker_endpoint, live_brokers
 from strom.broker.common import (
     GROUP_OPERATIONS,
     NO_THROTTLE,
     OPERATIONS_NOT_REQUESTED,
     authorized_operations,
 )
+from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.router import RequestContext, handles
 from strom.coordinator.classic import ClassicGroup, JoinRequest, JoinResult, SyncResult
+from strom.coordinator.offsets_topic import OFFSETS_TOPIC, partition_for
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
 GROUP_KEY_TYPE = 0
+OFFSETS_TOPIC_WAIT_S = 5.0
 
 
 def millis(value: datetime.timedelta | int | None, default: int = -1) -> int:
@@ -57,44 +65,99 @@ def client_host(ctx: RequestContext) -> str:
 @handles(10, 0, 6)
 def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
-    host, port = broker.advertised_endpoint()
     key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
-    if key_type == GROUP_KEY_TYPE:
-        broker.coordinator.ensure_offsets_topic()
-        error, message = ErrorCode.none, None
-    else:
-        error, message = ErrorCode.coordinator_not_available, "Only group coordination is served"
-    node, answer_host, answer_port = (
-        (broker.node_id, host, port) if error == ErrorCode.none else (-1, "", -1)
+    if key_type == GROUP_KEY_TYPE and broker.state.topic(OFFSETS_TOPIC) is None:
+        return _create_offsets_topic_then_find(ctx, request)
+    return _find_coordinator(ctx, request)
+
+
+async def _create_offsets_topic_then_find(ctx: RequestContext, request: Any) -> Any:
+    """Kafka creates the offsets topic on the first FindCoordinator, and so do we."""
+    broker = ctx.broker
+    wanted = broker.coordinator.offsets_topic_request(len(live_brokers(broker)))
+    create = create_topics.CreateTopicsRequest(
+        topics=(
+            create_topics.CreatableTopic(
+                name=OFFSETS_TOPIC,
+                num_partitions=wanted.partitions,
+                replication_factor=wanted.replication_factor,
+                assignments=(),
+                configs=tuple(
+                    create_topics.CreatableTopicConfig(name=k, value=v)
+                    for k, v in sorted(wanted.configs.items())
+                ),
+            ),
+        ),
+        timeout=datetime.timedelta(seconds=OFFSETS_TOPIC_WAIT_S),
+        validate_only=False,
     )
+    try:
+        await broker.controller_channel.forward(ctx, create)
+    except ControllerUnavailable:
+        pass  # answered COORDINATOR_NOT_AVAILABLE below; the client asks again
+    await broker.wait_for_metadata(
+        lambda: broker.state.topic(OFFSETS_TOPIC) is not None, OFFSETS_TOPIC_WAIT_S
+    )
+    return _find_coordinator(ctx, request)
+
+
+def _coordinator_of(ctx: RequestContext, key: str) -> tuple[ErrorCode, str | None, Any]:
+    broker = ctx.broker
+    topic = broker.state.topic(OFFSETS_TOPIC)
+    if topic is None or topic.partitions == 0:
+        return ErrorCode.coordinator_not_available, "The coordinator is not available.", None
+    leader = topic.leader_of(partition_for(key, topic.partitions))
+    endpoint = broker_endpoint(broker, leader)
+    if endpoint is None:
+        return ErrorCode.coordinator_not_available, "The coordinator is not available.", None
+    return ErrorCode.none, None, endpoint
+
+
+def _find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
+
+    def answer(key: str) -> tuple[ErrorCode, str | None, int, str, int]:
+        if key_type != GROUP_KEY_TYPE:
+            return (
+                ErrorCode.coordinator_not_available,
+                "Only group coordination is served",
+                -1,
+                "",
+                -1,
+            )
+        error, message, endpoint = _coordinator_of(ctx, key)
+        if endpoint is None:
+            return error, message, -1, "", -1
+        return error, message, endpoint.node_id, endpoint.host, endpoint.port
+
     response_type = ctx.response_type
     if ctx.api_version < 4:
+        error, message, node, host, port = answer(request.key)
         return build(
             response_type,
             throttle_time=NO_THROTTLE,
             error_code=error,
             error_message=message,
             node_id=node,
-            host=answer_host,
-            port=answer_port,
+            host=host,
+            port=port,
         )
     coordinator_type = nested(response_type, "Coordinator")
-    return build(
-        response_type,
-        throttle_time=NO_THROTTLE,
-        coordinators=tuple(
+    coordinators = []
+    for key in request.coordinator_keys:
+        error, message, node, host, port = answer(key)
+        coordinators.append(
             build(
                 coordinator_type,
                 key=key,
                 node_id=node,
-                host=answer_host,
-                port=answer_port,
+                host=host,
+                port=port,
                 error_code=error,
                 error_message=message,
             )
-            for key in request.coordinator_keys
-        ),
-    )
+        )
+    return build(response_type, throttle_time=NO_THROTTLE, coordinators=tuple(coordinators))
 
 
 # JoinGroup ---------------------------------------------------------------------
@@ -109,6 +172,8 @@ def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         rebalance_ms = session_ms
     if not request.group_id:
         return _join_response(ctx, JoinResult(ErrorCode.invalid_group_id, request.member_id))
+    if not coordinator.is_coordinator_for(request.group_id):
+        return _join_response(ctx, JoinResult(ErrorCode.not_coordinator, request.member_id))
     if not coordinator.session_timeout_allowed(session_ms):
         return _join_response(ctx, JoinResult(ErrorCode.invalid_session_timeout, request.member_id))
     group = coordinator.classic_group(request.group_id, create=not request.member_id)
@@ -172,6 +237,8 @@ def _join_response(ctx: RequestContext, result: JoinResult) -> Any:
 def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
     if not request.group_id:
         return _sync_response(ctx, SyncResult(ErrorCode.invalid_group_id))
+    if not ctx.broker.coordinator.is_coordinator_for(request.group_id):
+        return _sync_response(ctx, SyncResult(ErrorCode.not_coordinator))
     group = ctx.broker.coordinator.classic_group(request.group_id, create=False)
     if group is None:
         return _sync_response(ctx, SyncResult(ErrorCode.unknown_member_id))
@@ -207,6 +274,8 @@ def _sync_response(ctx: RequestContext, result: SyncResult) -> Any:
 def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     if not request.group_id:
         error = ErrorCode.invalid_group_id
+    elif not ctx.broker.coordinator.is_coordinator_for(request.group_id):
+        error = ErrorCode.not_coordinator
     else:
         group = ctx.broker.coordinator.classic_group(request.group_id, create=False)
         if group is None:

@@ -1,7 +1,7 @@
 """InitProducerId (key 22), versions 0-5.
 
 Gives an idempotent producer a fresh producer id (epoch 0) from the
-controller's persisted id blocks, so ids are never reused across restarts; a
+active controller's id blocks (producer_ids.py), so ids are never reused across restarts; a
 producer that presents its current id and epoch gets the epoch bumped (KIP-360).
 Requests with a transactional id get COORDINATOR_NOT_AVAILABLE: transactions
 are not served yet. The ids it hands out are what Produce then checks per
@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from strom.broker.common import NO_THROTTLE
+from strom.broker.producer_ids import ProducerIdBlocks, ProducerIdsUnavailable
 from strom.broker.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build
@@ -32,13 +33,32 @@ def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
             producer_id=-1,
             producer_epoch=-1,
         )
-    metadata = ctx.broker.controller.metadata
     producer_id = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if producer_id >= 0 and 0 <= epoch < MAX_EPOCH - 1:
-        epoch += 1
-    else:
-        producer_id, epoch = metadata.allocate_producer_id(), 0
+        return _answer(ctx, producer_id, epoch + 1)
+    blocks = ctx.broker.producer_ids
+    producer_id = blocks.take_now()
+    if producer_id is not None:
+        return _answer(ctx, producer_id, 0)
+    return _from_new_block(ctx, blocks)
+
+
+async def _from_new_block(ctx: RequestContext, blocks: ProducerIdBlocks) -> Any:
+    try:
+        producer_id = await blocks.take()
+    except ProducerIdsUnavailable:
+        return build(
+            ctx.response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.coordinator_load_in_progress,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    return _answer(ctx, producer_id, 0)
+
+
+def _answer(ctx: RequestContext, producer_id: int, epoch: int) -> Any:
     return build(
         ctx.response_type,
         throttle_time=NO_THROTTLE,

@@ -42,6 +42,8 @@ def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
             )
             if partition_log is None:
                 error = ErrorCode.unknown_topic_or_partition
+            elif not controller.leads(topic.name, p.partition_index):
+                error = ErrorCode.not_leader_or_follower
             elif p.timestamp in (EARLIEST, EARLIEST_LOCAL):
                 offset = partition_log.log_start_offset
             elif p.timestamp == LATEST:
@@ -61,7 +63,7 @@ def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
                     error_code=error,
                     timestamp=timestamp,
                     offset=offset,
-                    leader_epoch=meta.leader_epoch if meta else -1,
+                    leader_epoch=meta.leader_epoch_of(p.partition_index) if meta else -1,
                 )
             )
         topics.append(build(topic_type, name=topic.name, partitions=tuple(partitions)))

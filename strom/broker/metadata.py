@@ -1,13 +1,15 @@
 """Metadata (key 3), versions 0-13.
 
-Answers with this node as the only broker (advertised listener), the cluster
-id, this node as controller, and each topic with its UUID topic id and its
-partitions (leader, leader epoch, replicas and ISR all this node).
+Answers from this node's copy of the cluster metadata: the live brokers (registered
+and unfenced, with their racks), the cluster id, the controller (cluster_view), and
+each topic with its UUID topic id and its partitions (leader, leader epoch, replicas,
+ISR, and the replicas on brokers that are not live as offline). A partition whose
+leader is not live has no leader (LEADER_NOT_AVAILABLE).
 
-A request for a missing topic creates it with ``num.partitions`` when
-``auto.create.topics.enable`` is true and the request allows it (v4+), as
-Kafka does; the topic is created before the response is built, so it comes
-back ready rather than LEADER_NOT_AVAILABLE. An illegal name gets
+A request for a missing topic creates it through the active controller when
+``auto.create.topics.enable`` is true and the request allows it (v4+), as Kafka
+does; the answer waits (bounded) until the topic shows here, so it comes back ready
+rather than LEADER_NOT_AVAILABLE. An illegal name gets
 INVALID_TOPIC_EXCEPTION, a missing one UNKNOWN_TOPIC_OR_PARTITION, an
 unknown topic id (v10+) UNKNOWN_TOPIC_ID. Topic and cluster authorized operations
 (v8+) are filled in when asked for.
@@ -15,9 +17,13 @@ unknown topic id (v10+) UNKNOWN_TOPIC_ID. Topic and cluster authorized operation
 
 from __future__ import annotations
 
+import datetime
 import logging
 from typing import Any
 
+from kio.schema.create_topics.v7 import request as create_topics
+
+from strom.broker.cluster_view import controller_id, live_brokers
 from strom.broker.common import (
     CLUSTER_OPERATIONS,
     NO_THROTTLE,
@@ -25,47 +31,110 @@ from strom.broker.common import (
     ZERO_UUID,
     authorized_operations,
 )
+from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.router import RequestContext, handles
-from strom.cluster.metadata import InvalidTopicError, TopicMetadata, validate_topic_name
+from strom.cluster.metadata import InvalidTopicError, validate_topic_name
+from strom.cluster.node_state import TopicView
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
 log = logging.getLogger(__name__)
 
+AUTO_CREATE_TIMEOUT_S = 5.0
+
 
 @handles(3, 0, 13)
 def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
-    controller = broker.controller
+    state = broker.state
+    requested = request.topics
+    if requested is None or (ctx.api_version == 0 and not requested):
+        return _answer(ctx, request, [])
+    allow_create = (
+        getattr(request, "allow_auto_topic_creation", True)
+        and broker.config["auto.create.topics.enable"]
+    )
+    missing = []
+    for entry in requested:
+        name = entry.name
+        if not name or name in state.topics:
+            continue
+        try:
+            validate_topic_name(name)
+        except InvalidTopicError:
+            continue
+        if allow_create:
+            missing.append(name)
+    if not missing:
+        return _answer(ctx, request, [])
+    return _create_then_answer(ctx, request, missing)
+
+
+async def _create_then_answer(ctx: RequestContext, request: Any, names: list[str]) -> Any:
+    """Auto-create through the active controller, then answer (LEADER_NOT_AVAILABLE for
+    a topic not yet seen here, which clients retry)."""
+    broker = ctx.broker
+    create = create_topics.CreateTopicsRequest(
+        topics=tuple(
+            create_topics.CreatableTopic(
+                name=name, num_partitions=-1, replication_factor=-1, assignments=(), configs=()
+            )
+            for name in dict.fromkeys(names)
+        ),
+        timeout=datetime.timedelta(seconds=AUTO_CREATE_TIMEOUT_S),
+        validate_only=False,
+    )
+    try:
+        response = await broker.controller_channel.forward(ctx, create)
+    except ControllerUnavailable:
+        return _answer(ctx, request, names)
+    created = [t.name for t in response.topics if t.error_code == ErrorCode.none]
+    for name in created:
+        log.info("auto-created topic %s for %s", name, ctx.peer)
+    state = broker.state
+    await broker.wait_for_metadata(
+        lambda: all(n in state.topics for n in created), AUTO_CREATE_TIMEOUT_S
+    )
+    return _answer(ctx, request, names)
+
+
+def _answer(ctx: RequestContext, request: Any, creating: list[str]) -> Any:
+    broker = ctx.broker
+    state = broker.state
     response_type = ctx.response_type
     topic_type = nested(response_type, "MetadataResponseTopic")
     partition_type = nested(response_type, "MetadataResponsePartition")
     broker_type = nested(response_type, "MetadataResponseBroker")
-    node = broker.node_id
     topic_operations = authorized_operations(
         TOPIC_OPERATIONS, getattr(request, "include_topic_authorized_operations", False)
     )
+    brokers = live_brokers(broker)
+    live = {b.node_id for b in brokers}
 
-    def describe(topic: TopicMetadata) -> Any:
+    def describe(topic: TopicView) -> Any:
+        partitions = []
+        for index in sorted(topic.states):
+            partition = topic.states[index]
+            leader = partition.leader
+            partitions.append(
+                build(
+                    partition_type,
+                    error_code=ErrorCode.none if leader in live else ErrorCode.leader_not_available,
+                    partition_index=index,
+                    leader_id=leader if leader in live else -1,
+                    leader_epoch=partition.leader_epoch,
+                    replica_nodes=partition.replicas,
+                    isr_nodes=partition.isr,
+                    offline_replicas=tuple(r for r in partition.replicas if r not in live),
+                )
+            )
         return build(
             topic_type,
             error_code=ErrorCode.none,
             name=topic.name,
             topic_id=topic.topic_id,
             is_internal=topic.is_internal,
-            partitions=tuple(
-                build(
-                    partition_type,
-                    error_code=ErrorCode.none,
-                    partition_index=p,
-                    leader_id=node,
-                    leader_epoch=topic.leader_epoch,
-                    replica_nodes=(node,),
-                    isr_nodes=(node,),
-                    offline_replicas=(),
-                )
-                for p in range(topic.partitions)
-            ),
+            partitions=tuple(partitions),
             topic_authorized_operations=topic_operations,
         )
 
@@ -81,23 +150,19 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
 
     requested = request.topics
     if requested is None or (ctx.api_version == 0 and not requested):
-        topics = [describe(t) for t in controller.metadata.topics.values()]
+        topics = [describe(t) for t in state.topics.values()]
     else:
-        allow_create = (
-            getattr(request, "allow_auto_topic_creation", True)
-            and broker.config["auto.create.topics.enable"]
-        )
         topics = []
         for entry in requested:
             name = entry.name
             topic_id = getattr(entry, "topic_id", None)
             if not name and topic_id is not None and topic_id != ZERO_UUID:
-                meta = controller.metadata.by_id.get(topic_id)
+                meta = state.by_id.get(topic_id)
                 topics.append(
                     describe(meta) if meta else failed(ErrorCode.unknown_topic_id, None, topic_id)
                 )
                 continue
-            meta = controller.topic(name)
+            meta = state.topic(name)
             if meta is not None:
                 topics.append(describe(meta))
                 continue
@@ -106,23 +171,19 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
             except InvalidTopicError:
                 topics.append(failed(ErrorCode.invalid_topic_exception, name))
                 continue
-            if not allow_create:
+            if name in creating:
+                topics.append(failed(ErrorCode.leader_not_available, name))
+            else:
                 topics.append(failed(ErrorCode.unknown_topic_or_partition, name))
-                continue
-            try:
-                meta = controller.create_topic(name, -1)
-            except InvalidTopicError:
-                topics.append(failed(ErrorCode.invalid_topic_exception, name))
-                continue
-            log.info("auto-created topic %s for %s", name, ctx.peer)
-            topics.append(describe(meta))
-    host, port = broker.advertised_endpoint()
     return build(
         response_type,
         throttle_time=NO_THROTTLE,
-        brokers=(build(broker_type, node_id=node, host=host, port=port, rack=None),),
+        brokers=tuple(
+            build(broker_type, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+            for b in brokers
+        ),
         cluster_id=broker.cluster_id,
-        controller_id=node,
+        controller_id=controller_id(broker),
         topics=tuple(topics),
         cluster_authorized_operations=authorized_operations(
             CLUSTER_OPERATIONS, getattr(request, "include_cluster_authorized_operations", False)

@@ -40,6 +40,8 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     group_error = ErrorCode.none
     if not request.group_id:
         group_error = ErrorCode.invalid_group_id
+    elif not coordinator.is_coordinator_for(request.group_id):
+        group_error = ErrorCode.not_coordinator
     else:
         group_error = coordinator.validate_commit(
             request.group_id,
@@ -118,6 +120,8 @@ def _fetch_group(
     committed = ctx.broker.coordinator.committed(group_id)
     if not group_id:
         return (), ErrorCode.invalid_group_id
+    if not ctx.broker.coordinator.is_coordinator_for(group_id):
+        return (), ErrorCode.not_coordinator
     by_topic: list[tuple[str | None, Any, list[tuple[int, CommittedOffset | None, ErrorCode]]]]
     by_topic = []
     if topics is None:

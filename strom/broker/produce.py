@@ -46,7 +46,7 @@ from typing import Any
 
 from strom.broker.common import NO_THROTTLE, now_ms, resolve_topic
 from strom.broker.router import RequestContext, handles
-from strom.cluster.metadata import TopicMetadata
+from strom.cluster.node_state import TopicView
 from strom.protocol.codecs import CODEC_NAMES
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
@@ -141,13 +141,15 @@ def _response(ctx: RequestContext, results: list[tuple[Any, Any, list[list[Any]]
 
 def _append(
     ctx: RequestContext,
-    topic: TopicMetadata | None,
+    topic: TopicView | None,
     partition_log: PartitionLog | None,
     records: bytes | memoryview | None,
 ) -> tuple[ErrorCode, int, datetime.datetime | None, int]:
     if topic is None or partition_log is None:
         return ErrorCode.unknown_topic_or_partition, -1, None, -1
     partition = partition_log.partition
+    if topic.leader_of(partition) != ctx.broker.node_id:
+        return ErrorCode.not_leader_or_follower, -1, None, -1
     config = partition_log.config
     if not records:
         return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
@@ -188,7 +190,7 @@ def _append(
         base_offset = partition_log.append(
             buf,
             headers,
-            leader_epoch=topic.leader_epoch,
+            leader_epoch=topic.leader_epoch_of(partition),
             log_append_time_ms=log_append_ms,
             defer_flush=True,
         )

@@ -74,6 +74,7 @@ class QuorumDriver:
         *,
         on_leadership: Callable[[bool], None] | None = None,
         snapshot_every_records: int = 20000,
+        snapshot_every_bytes: int | None = None,
         leader_change_record: Callable[..., bytes] | None = None,
     ) -> None:
         self.node_id = node_id
@@ -86,6 +87,10 @@ class QuorumDriver:
         # Told when this node starts (True) or stops (False) serving as the leader.
         self.on_leadership = on_leadership
         self.snapshot_every_records = snapshot_every_records
+        # When set, snapshots follow the bytes of records applied instead of their count
+        # (metadata.log.max.record.bytes.between.snapshots).
+        self.snapshot_every_bytes = snapshot_every_bytes
+        self._bytes_since_snapshot = 0
         self.leader_change_record = leader_change_record
         self.peers = PeerPool(f"strom-quorum-{node_id}")
         self.node: RaftNode | None = None
@@ -245,6 +250,12 @@ class QuorumDriver:
             append=ready.append,
             delete_before=ready.delete_before,
         )
+        if ready.snapshot is not None:
+            log.info(
+                "metadata snapshot received from the leader, up to offset %d (epoch %d)",
+                ready.snapshot.snapshot_id.end_offset,
+                ready.snapshot.snapshot_id.epoch,
+            )
         for message in ready.messages:
             if isinstance(message, REQUESTS):
                 task = asyncio.get_running_loop().create_task(self._send(message))
@@ -258,12 +269,14 @@ class QuorumDriver:
             self.listener.apply_snapshot(ready.committed_snapshot)
             self._applied_offset = ready.committed_snapshot.snapshot_id.end_offset
             self._applied_epoch = ready.committed_snapshot.snapshot_id.epoch
-            self._applied_since_snapshot = 0
+            self._applied_since_snapshot = self._bytes_since_snapshot = 0
         for batch in ready.committed:
             self.listener.apply_batch(batch)
             self._applied_offset = batch.end_offset
             self._applied_epoch = batch.epoch
             self._applied_since_snapshot += len(batch.records)
+            if self.snapshot_every_bytes is not None:
+                self._bytes_since_snapshot += sum(len(r) for r in batch.records)
             pending = self._proposals.pop(batch.base_offset, None)
             if pending is not None:
                 epoch, future = pending
@@ -289,7 +302,11 @@ class QuorumDriver:
                 self._fail_proposals(node.leader_id)
             if self.on_leadership is not None:
                 self.on_leadership(leader_ready)
-        if self._applied_since_snapshot >= self.snapshot_every_records:
+        if self.snapshot_every_bytes is not None:
+            due = self._bytes_since_snapshot >= self.snapshot_every_bytes
+        else:
+            due = self._applied_since_snapshot >= self.snapshot_every_records
+        if due:
             self._take_snapshot()
 
     def _take_snapshot(self) -> None:
@@ -301,7 +318,7 @@ class QuorumDriver:
         )
         self.store.save_snapshot(snapshot)
         self.node.take_snapshot(snapshot)
-        self._applied_since_snapshot = 0
+        self._applied_since_snapshot = self._bytes_since_snapshot = 0
         self._pump()
         log.info(
             "metadata snapshot at offset %d (epoch %d), %d bytes",

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from strom.broker import quorum_wire
-from strom.broker.router import RequestContext, handles_controller
+from strom.broker.router import RequestContext, handles, handles_controller
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 from strom.raft.messages import Message
@@ -85,6 +85,7 @@ def handle_metadata_fetch(ctx: RequestContext, request: Any) -> Any:
     return _serve(ctx, request, quorum_wire.fetch_from_wire)
 
 
+@handles(55, 0, 2)
 @handles_controller(55, 0, 2)
 def handle_describe_quorum(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker

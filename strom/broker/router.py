@@ -83,6 +83,7 @@ def load_handlers() -> tuple[dict[int, Route], dict[int, Route]]:
         api_versions,
         configs,
         consumer_groups,
+        controller_handlers,
         describe_cluster,
         fetch,
         groups,

@@ -24,18 +24,27 @@ record batches reach the log without a copy.
 from __future__ import annotations
 
 import asyncio
+import base64
 import gc
+import hashlib
 import inspect
 import logging
 import struct
 import time
 from collections import deque
+from collections.abc import Callable
 
 from strom.broker.api_versions import unsupported_version_response
+from strom.broker.controller_channel import ControllerChannel
+from strom.broker.controller_service import ControllerService
 from strom.broker.group_commit import GroupCommit
+from strom.broker.lifecycle import BrokerLifecycle
+from strom.broker.producer_ids import ProducerIdBlocks
 from strom.broker.purgatory import Purgatory
+from strom.broker.quorum import QuorumDriver
 from strom.broker.router import RequestContext, Route, load_handlers
-from strom.cluster.controller import Controller
+from strom.cluster.meta_properties import ensure_formatted
+from strom.cluster.node_state import NodeState
 from strom.config import BrokerConfig, ConfigError, Listener, parse_listener
 from strom.coordinator.coordinator import GroupCoordinator
 from strom.protocol.framing import (
@@ -46,6 +55,8 @@ from strom.protocol.framing import (
     encode_response_chunks,
     peek_header,
 )
+from strom.raft.core import RaftConfig
+from strom.storage.metadata_log import MetadataLogStore
 
 log = logging.getLogger(__name__)
 
@@ -62,23 +73,66 @@ SPARE_FRAME_BUFFER = 16 * 1024 * 1024
 
 
 class Broker:
-    """One Strom node: controller, storage and the network front.
+    """One Strom node: its roles (broker, controller or both), storage and network front.
 
-    The node serves alone (a combined broker and controller). A configuration that
-    names other controllers, or only one of the two roles, is refused with one line
-    until brokers join the metadata quorum (the quorum itself runs in
-    strom.broker.quorum); the controller listener, if configured, is not served."""
+    Every node runs the metadata quorum's Raft core (a voter on controllers, an
+    observer on brokers) and replays the committed metadata into its NodeState. A
+    controller serves the controller listener and, while it leads the quorum, acts as
+    the active controller. A broker registers with the active controller and opens its
+    client listeners once the controller has unfenced it (it has caught up with the
+    metadata), as Kafka's brokers do. With no quorum configured the node is a quorum
+    of one and needs no controller listener (the single-node default).
+    """
 
     def __init__(self, config: BrokerConfig) -> None:
-        check_single_node(config)
         self.config = config
         self.node_id = config.node_id
         self.routes, self.controller_routes = load_handlers()
-        self.controller = Controller(config)
+        self.is_broker = config.is_broker
+        self.is_controller = config.is_controller
+        meta = ensure_formatted(
+            config, config["cluster.id"], new_cluster_id=agreed_cluster_id(config)
+        )
+        self._cluster_id: str = meta.cluster_id
+        self.state = NodeState(config, hosts_logs=self.is_broker)
         self.purgatory = Purgatory()
         self.group_commit = GroupCommit()
-        self.coordinator = GroupCoordinator(self.controller, config, self.purgatory.notify)
-        self.listeners = config.client_listeners
+        self.voters = config.voter_addresses
+        self.quorum = QuorumDriver(
+            self.node_id,
+            config.voter_ids,
+            self.voters,
+            raft_config(config),
+            MetadataLogStore(
+                config.metadata_log_dir,
+                segment_bytes=config["metadata.log.segment.bytes"],
+                voters=config.voter_ids,
+            ),
+            self._cluster_id,
+            self.state,
+            on_leadership=self._leadership_changed,
+            snapshot_every_bytes=config["metadata.log.max.record.bytes.between.snapshots"],
+        )
+        self.lifecycle = BrokerLifecycle(self) if self.is_broker else None
+        self.controller_service: ControllerService | None = (
+            ControllerService(
+                config,
+                self._cluster_id,
+                self.state,
+                self.quorum,
+                own_incarnation=self.lifecycle.incarnation_id if self.lifecycle else None,
+            )
+            if self.is_controller
+            else None
+        )
+        self.controller_channel = ControllerChannel(self, self.voters)
+        self.producer_ids = ProducerIdBlocks(self)
+        self.coordinator = GroupCoordinator(self.state, config, self.purgatory.notify)
+        self.state.on_topic_removed = self.coordinator.forget_topic
+        self._metadata_changed = asyncio.Event()
+        self.state.on_change = self._metadata_changed.set
+        self.client_listeners = config.client_listeners if self.is_broker else []
+        self.controller_listeners = config.controller_listeners if self.is_controller else []
         self.advertised = [
             listener
             for listener in (parse_listener(spec) for spec in config.advertised_listeners)
@@ -92,33 +146,86 @@ class Broker:
 
     @property
     def cluster_id(self) -> str:
-        return self.controller.cluster_id
+        return self._cluster_id
+
+    @property
+    def controller(self) -> NodeState:  # the name the handlers grew up with
+        return self.state
+
+    def security_protocol(self, listener_name: str) -> str:
+        try:
+            return self.config.security_protocol(listener_name)
+        except ConfigError:
+            return "PLAINTEXT"
+
+    def advertised_client_listeners(self) -> list[Listener]:
+        out = []
+        for listener in self.advertised:
+            port = listener.port
+            if port == 0:
+                port = next((b.port for b in self.bound if b.name == listener.name), 0)
+            out.append(Listener(listener.name, listener.host or "127.0.0.1", port))
+        return out
 
     def advertised_endpoint(self) -> tuple[str, int]:
-        listener = self.advertised[0]
-        host = listener.host or "127.0.0.1"
-        port = listener.port
-        if port == 0 and self.bound:
-            port = self.bound[0].port
-        return host, port
+        listener = self.advertised_client_listeners()[0]
+        return listener.host, listener.port
 
-    async def start(self) -> None:
-        started = time.monotonic()
-        self.controller.load()
-        self.coordinator.start()
+    def _leadership_changed(self, leader_ready: bool) -> None:
+        if self.controller_service is not None:
+            self.controller_service.leadership_changed(leader_ready)
+
+    async def wait_for_metadata(self, done: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``done()`` holds for this node's metadata; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._metadata_changed.clear()
+            try:
+                await asyncio.wait_for(self._metadata_changed.wait(), remaining)
+            except TimeoutError:
+                return done()
+        return True
+
+    async def _bind(
+        self, listeners: list[Listener], routes: dict[int, Route]
+    ) -> list[asyncio.AbstractServer]:
+        """Bind (not yet accept on) each listener; port 0 becomes the port bound."""
         loop = asyncio.get_running_loop()
-        for listener in self.listeners:
+        servers = []
+        for listener in listeners:
             server = await loop.create_server(
-                lambda: KafkaConnection(self, self.routes),
+                lambda: KafkaConnection(self, routes),
                 host=listener.host or None,
                 port=listener.port,
                 reuse_address=True,
                 backlog=1024,
+                start_serving=False,
             )
             port = server.sockets[0].getsockname()[1]
             self.bound.append(Listener(listener.name, listener.host, port))
             self._servers.append(server)
-        self._duties = loop.create_task(self._run_duties())
+            servers.append(server)
+        return servers
+
+    async def start(self) -> None:
+        started = time.monotonic()
+        self.state.load()
+        for server in await self._bind(self.controller_listeners, self.controller_routes):
+            await server.start_serving()
+        clients = await self._bind(self.client_listeners, self.routes)
+        self.quorum.start()
+        if self.lifecycle is not None:
+            # Clients are let in once the controller has unfenced this broker (it has
+            # caught up with the metadata), as Kafka's brokers wait to.
+            self.lifecycle.start()
+            await self.lifecycle.wait_unfenced()
+            self.coordinator.start()
+            for server in clients:
+                await server.start_serving()
+        self._duties = asyncio.get_running_loop().create_task(self._run_duties())
         # What start-up loaded (modules, kio's schema classes, metadata) lives as long
         # as the broker: frozen, out of the collector's sight, it is not rescanned by
         # every full collection (one took 13.7 ms over 52k objects, a latency spike).
@@ -126,8 +233,9 @@ class Broker:
         gc.freeze()
         endpoints = ", ".join(f"{b.name}://{b.host}:{b.port}" for b in self.bound)
         log.info(
-            "Strom broker %d started in %.2fs: listening on %s, log dir %s, cluster id %s",
+            "Strom node %d (%s) started in %.2fs: listening on %s, log dir %s, cluster id %s",
             self.node_id,
+            ",".join(sorted(self.config.process_roles)),
             time.monotonic() - started,
             endpoints,
             self.config.log_dir.resolve(),
@@ -137,6 +245,8 @@ class Broker:
     async def stop(self) -> None:
         for server in self._servers:
             server.close()
+        if self.lifecycle is not None:
+            await self.lifecycle.shutdown()
         for connection in list(self._connections):
             connection.close()
         if self._duties is not None:
@@ -146,11 +256,15 @@ class Broker:
         self.purgatory.wake_all()
         self.coordinator.stop()
         self.group_commit.shutdown()
-        self.controller.shutdown()
-        log.info("Strom broker %d stopped cleanly", self.node_id)
+        if self.controller_service is not None:
+            self.controller_service.stop()
+        await self.quorum.stop()
+        self.controller_channel.close()
+        self.state.shutdown()
+        log.info("Strom node %d stopped cleanly", self.node_id)
 
     async def _run_duties(self) -> None:
-        logs = self.controller.logs
+        logs = self.state.logs
         loop = asyncio.get_running_loop()
 
         def move_cleaner_on() -> None:
@@ -176,22 +290,34 @@ class Broker:
                 logs.flush_due(int(time.time() * 1000))
                 logs.maintain()  # retention, compaction, delayed file deletion
                 if time.monotonic() - last_checkpoint >= checkpoint_every:
-                    self.controller.logs.checkpoint()
+                    logs.checkpoint()
                     last_checkpoint = time.monotonic()
             except Exception:
                 log.exception("periodic flush failed")
 
 
-def check_single_node(config: BrokerConfig) -> None:
-    """ConfigError (one line) for a configuration this node cannot serve yet."""
-    others = sorted(config.voter_ids - {config.node_id})
-    if others or not (config.is_broker and config.is_controller):
-        roles = ",".join(sorted(config.process_roles))
-        raise ConfigError(
-            f"process.roles={roles} with controller.quorum.voters naming nodes {others}: "
-            "a cluster of several nodes is not served yet; run one node with "
-            "process.roles=broker,controller and only itself as voter"
-        )
+def raft_config(config: BrokerConfig) -> RaftConfig:
+    """The Raft core's timeouts from the ``controller.quorum.*`` properties."""
+    return RaftConfig(
+        election_timeout_ms=config["controller.quorum.election.timeout.ms"],
+        fetch_timeout_ms=config["controller.quorum.fetch.timeout.ms"],
+        election_backoff_max_ms=config["controller.quorum.election.backoff.max.ms"],
+        request_timeout_ms=config["controller.quorum.request.timeout.ms"],
+    )
+
+
+def agreed_cluster_id(config: BrokerConfig) -> str | None:
+    """The cluster id an unformatted node of a configured quorum takes: one derived from
+    the voters, the same on every node started from the same voter list. None when the
+    node is alone (it then formats itself with a new random id)."""
+    voters = config.quorum_voters
+    if not voters:
+        return None
+    text = ",".join(
+        f"{v.node_id}@{v.host}:{v.port}" for v in sorted(voters, key=lambda v: v.node_id)
+    )
+    digest = hashlib.sha256(text.encode()).digest()[:16]
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
 MAX_PIPELINED = 64  # requests handled ahead of an owed response before reading pauses

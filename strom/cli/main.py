@@ -26,6 +26,7 @@ from strom.cli import configs, consume, groups, perf_test, produce, storage, top
 from strom.cli.common import OneLineArgumentParser, ToolError, fail
 from strom.cluster.meta_properties import MetaPropertiesError
 from strom.config import BrokerConfig, ConfigError
+from strom.storage.errors import LogDirLockedError
 
 EXIT_CONFIG = 2
 
@@ -89,7 +90,7 @@ def run_broker(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"strom broker: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except OSError as exc:
+    except (OSError, LogDirLockedError) as exc:
         print(f"strom broker: cannot start: {exc}", file=sys.stderr)
         return 1
 

@@ -2,7 +2,7 @@
 
 Owns ``bootstrap_records`` (the FeatureLevelRecords a brand-new cluster's log begins
 with, metadata.version first) and ``records_from_legacy`` (the records that recreate what
-a single node's ``strom-metadata.json`` holds, see ``strom.cluster.metadata``, in a
+the ``strom-metadata.json`` of a single-node Strom from before the cluster holds, in a
 cluster where that node holds every replica, keeping topic ids).
 
 Does not own where these records are written or when (the node start-up), nor replaying
@@ -42,38 +42,28 @@ def bootstrap_records(
     return records
 
 
-def records_from_legacy(data: Any, node_id: int) -> list[MetadataRecord]:
+def records_from_legacy(data: Mapping[str, Any], node_id: int) -> list[MetadataRecord]:
     """Records recreating a single node's ``strom-metadata.json`` in a cluster.
 
     ``data`` is the parsed JSON (``topics`` with ``name``, ``id``, ``partitions``,
-    ``configs``, ``leader_epoch``; ``broker_configs``; ``producer_id_block_end``) or an
-    object shaped like ``strom.cluster.metadata.MetadataStore``. Topic ids are kept.
+    ``configs``, ``leader_epoch``; ``broker_configs``; ``producer_id_block_end``), as
+    the single-node Strom wrote it before the cluster. Topic ids are kept.
     Every partition has the node as its only replica and ISR member, and no leader yet,
     with the leader epoch it had: the node becomes leader (epoch + 1) when it registers
     and is unfenced. The broker overrides become configs of broker ``node_id``.
     """
-    if isinstance(data, Mapping):
-        topics = [
-            (
-                t["name"],
-                uuid.UUID(str(t["id"])),
-                int(t["partitions"]),
-                dict(t.get("configs", {})),
-                int(t.get("leader_epoch", 0)),
-            )
-            for t in data.get("topics", [])
-        ]
-        broker_configs = dict(data.get("broker_configs", {}))
-        block_end = int(data.get("producer_id_block_end", 0))
-    else:
-        topics = [
-            (t.name, t.topic_id, t.partitions, dict(t.configs), t.leader_epoch)
-            for t in data.topics.values()
-        ]
-        broker_configs = dict(data.broker_overrides)
-        block_end = int(
-            getattr(data, "producer_id_block_end", getattr(data, "_producer_id_block_end", 0))
+    topics = [
+        (
+            t["name"],
+            uuid.UUID(str(t["id"])),
+            int(t["partitions"]),
+            dict(t.get("configs", {})),
+            int(t.get("leader_epoch", 0)),
         )
+        for t in data.get("topics", [])
+    ]
+    broker_configs = dict(data.get("broker_configs", {}))
+    block_end = int(data.get("producer_id_block_end", 0))
     records: list[MetadataRecord] = []
     for name, topic_id, count, configs, leader_epoch in sorted(topics):
         records.append(TopicRecord(name=name, topic_id=topic_id))

@@ -288,14 +288,17 @@ def read_bootstrap(directory: Path) -> dict[str, object] | None:
     return data if isinstance(data, dict) else None
 
 
-def ensure_formatted(config: BrokerConfig, cluster_id: str | None) -> MetaProperties:
+def ensure_formatted(
+    config: BrokerConfig, cluster_id: str | None, *, new_cluster_id: str | None = None
+) -> MetaProperties:
     """Check, or create, the node's meta.properties at start-up; returns the metadata
     log directory's.
 
     Every formatted directory must hold the same cluster.id (and ``cluster_id``, when
     given) and the configured node.id, else MetaPropertiesError in one line. Directories
     not yet formatted are formatted with that cluster id (``cluster_id``, else the one
-    the others hold, else a new random one); a file without directory.id gets one.
+    the others hold, else ``new_cluster_id``, else a new random one); a file without
+    directory.id gets one.
     """
     if cluster_id is not None and (not cluster_id.strip() or any(c in cluster_id for c in "\n=")):
         raise ConfigError(f"Invalid value {cluster_id!r} for configuration cluster.id")
@@ -321,7 +324,7 @@ def ensure_formatted(config: BrokerConfig, cluster_id: str | None) -> MetaProper
                 f"in {path}. If you moved your data, make sure the configured node id "
                 "matches; to create a new node, remove the data in its directories."
             )
-    cluster = expected or random_uuid()
+    cluster = expected or new_cluster_id or random_uuid()
     taken = {s.meta.directory_id for s in states if s.meta is not None and s.meta.directory_id}
     result: MetaProperties | None = None
     for state in states:

@@ -248,6 +248,11 @@ class QuorumController:
             self._sessions[broker_id] = _Session(last_contact_ms=now_ms)
         return self._result(records, record.broker_epoch)
 
+    def end_session(self, broker_id: int) -> None:
+        """Forget a broker's session: known to be dead (this very node, restarted), it
+        need not wait out its session timeout to register again."""
+        self._sessions.pop(broker_id, None)
+
     def _has_valid_session(self, broker: BrokerRegistration, now_ms: int) -> bool:
         session = self._sessions.get(broker.broker_id)
         if session is None or broker.fenced:

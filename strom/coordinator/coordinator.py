@@ -54,13 +54,20 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.records import build_batch, decode_records, iter_headers
 
 if TYPE_CHECKING:
-    from strom.cluster.controller import Controller
+    from strom.cluster.node_state import NodeState
     from strom.config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 _READ_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class NewOffsetsTopic:
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str]
 
 
 @dataclass(slots=True)
@@ -75,7 +82,7 @@ class OffsetToCommit:
 class GroupCoordinator:
     def __init__(
         self,
-        controller: Controller,
+        controller: NodeState,
         config: BrokerConfig,
         on_append: Callable[[str, int], None] | None = None,
     ) -> None:
@@ -118,6 +125,14 @@ class GroupCoordinator:
             return topic.partitions
         return int(self.config["offsets.topic.num.partitions"])
 
+    def is_coordinator_for(self, group_id: str) -> bool:
+        """Whether this node leads the group's ``__consumer_offsets`` partition (any
+        node may answer while the topic does not exist yet)."""
+        topic = self.controller.topic(OFFSETS_TOPIC)
+        if topic is None:
+            return True
+        return topic.leader_of(partition_for(group_id, topic.partitions)) == self.controller.node_id
+
     # Lifecycle ------------------------------------------------------------------
 
     def start(self) -> None:
@@ -155,14 +170,15 @@ class GroupCoordinator:
 
     # The offsets topic ------------------------------------------------------------
 
-    def ensure_offsets_topic(self) -> None:
-        if self.controller.topic(OFFSETS_TOPIC) is not None:
-            return
-        partitions = int(self.config["offsets.topic.num.partitions"])
-        self.controller.create_topic(
-            OFFSETS_TOPIC,
-            partitions,
-            {
+    def offsets_topic_request(self, live_brokers: int) -> NewOffsetsTopic:
+        """What to create ``__consumer_offsets`` with (FindCoordinator asks the controller
+        for it, as Kafka does, when it does not exist yet)."""
+        return NewOffsetsTopic(
+            partitions=int(self.config["offsets.topic.num.partitions"]),
+            replication_factor=max(
+                1, min(int(self.config["offsets.topic.replication.factor"]), live_brokers)
+            ),
+            configs={
                 "cleanup.policy": "compact",
                 "compression.type": "producer",
                 "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
@@ -172,7 +188,6 @@ class GroupCoordinator:
     def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
         if not records:
             return
-        self.ensure_offsets_topic()
         partition = partition_for(group_id, self.offsets_partitions)
         partition_log = self.controller.partition_log(OFFSETS_TOPIC, partition)
         topic = self.controller.topic(OFFSETS_TOPIC)
@@ -180,7 +195,7 @@ class GroupCoordinator:
             raise OSError(f"{OFFSETS_TOPIC}-{partition} is not available")
         buf = bytearray(build_batch(records, base_timestamp=self.now_ms()))
         headers = list(iter_headers(buf))  # built here: no CRC to check
-        partition_log.append(buf, headers, leader_epoch=topic.leader_epoch)
+        partition_log.append(buf, headers, leader_epoch=topic.leader_epoch_of(partition))
         if self.on_append is not None:
             self.on_append(OFFSETS_TOPIC, partition)
 

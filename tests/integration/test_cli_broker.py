@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from broker_process import BrokerProcess
@@ -99,18 +98,3 @@ def test_embedded_default_data_dir(tmp_path) -> None:
     proc.wait(20)
     assert (tmp_path / "strom-data" / "meta.properties").exists()
     assert "strom-data" in line
-
-
-def test_cluster_sample_is_refused_in_one_line_until_brokers_join_the_quorum(tmp_path) -> None:
-    """A node of the three-node sample names two other controllers: it is refused with
-    one readable line instead of starting as a cluster of one that clients would
-    mistake for the cluster (and its CONTROLLER listener is never served as a client
-    one)."""
-    result = _run(
-        "broker", "config/cluster/node1.properties", "--override", f"log.dirs={tmp_path}",
-        cwd=Path(__file__).resolve().parents[2],
-    )  # fmt: skip
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "not served yet" in lines[0] and "[2, 3]" in lines[0]

@@ -202,10 +202,20 @@ def test_controller_only_and_broker_only_nodes() -> None:
         {
             "process.roles": "broker",
             "node.id": "100",
+            "controller.quorum.voters": VOTERS,
             "controller.quorum.bootstrap.servers": "127.0.0.1:9093,[::1]:9095",
         }
     )
     assert bootstrap.quorum_bootstrap_servers == [("127.0.0.1", 9093), ("::1", 9095)]
+    # Without the voters (a dynamic quorum, KIP-853), one readable line.
+    with pytest.raises(ConfigError, match="Dynamic quorums .* are not served"):
+        BrokerConfig(
+            {
+                "process.roles": "broker",
+                "node.id": "100",
+                "controller.quorum.bootstrap.servers": "127.0.0.1:9093",
+            }
+        )
 
 
 def test_combined_node_alone_may_still_have_a_controller_listener() -> None:

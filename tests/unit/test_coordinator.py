@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 
-from strom.cluster.controller import Controller
+from strom.cluster.bootstrap import bootstrap_records
+from strom.cluster.controller_api import ControllerConfig, NewTopic
+from strom.cluster.node_state import NodeState
+from strom.cluster.quorum_controller import QuorumController
+from strom.cluster.records import RegisterBrokerRecord, encode_record
 from strom.config import BrokerConfig
 from strom.coordinator.coordinator import GroupCoordinator, OffsetToCommit
 from strom.coordinator.offsets_topic import (
@@ -18,6 +23,7 @@ from strom.coordinator.offsets_topic import (
     partition_for,
 )
 from strom.protocol.errors import ErrorCode
+from strom.raft.messages import Batch
 
 
 def test_group_partition_follows_java_string_hash() -> None:
@@ -44,7 +50,52 @@ def test_group_metadata_value_round_trips() -> None:
     assert decode_group_value(group_value(record)) == record
 
 
-def _coordinator(log_dir: Path) -> tuple[Controller, GroupCoordinator]:
+class _Metadata:
+    """A node's committed metadata, kept in a list that outlives the node (the log):
+    changes are decided by a real QuorumController and applied as committed batches."""
+
+    def __init__(self, config: BrokerConfig, log: list[bytes]) -> None:
+        self.log = log
+        self.state = NodeState(config)
+        self.state.load()
+        if log:
+            self.state.apply_batch(Batch(0, 1, tuple(log)))
+        else:
+            self._commit(bootstrap_records())
+            self._commit(
+                [
+                    RegisterBrokerRecord(
+                        broker_id=1, incarnation_id=uuid.uuid4(), broker_epoch=1, fenced=False
+                    )
+                ]
+            )
+
+    def _commit(self, records: list[object]) -> None:
+        values = tuple(encode_record(r) for r in records)  # type: ignore[arg-type]
+        self.state.apply_batch(Batch(len(self.log), 1, values))
+        self.log.extend(values)
+
+    def _decide(self) -> QuorumController:
+        return QuorumController(self.state.image, ControllerConfig(), next_offset=len(self.log))
+
+    def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str] | None = None
+    ) -> None:
+        result = self._decide().create_topics([NewTopic(name, partitions, 1, None, configs or {})])
+        assert result.response[0].error_code == ErrorCode.none, result.response
+        self._commit(list(result.records))
+
+    def delete_topic(self, name: str) -> None:
+        self._commit(list(self._decide().delete_topics([name]).records))
+
+    def topic(self, name: str) -> object:
+        return self.state.topic(name)
+
+    def shutdown(self) -> None:
+        self.state.shutdown()
+
+
+def _coordinator(log_dir: Path, log: list[bytes]) -> tuple[_Metadata, GroupCoordinator]:
     config = BrokerConfig(
         {
             "log.dirs": str(log_dir),
@@ -52,14 +103,19 @@ def _coordinator(log_dir: Path) -> tuple[Controller, GroupCoordinator]:
             "offsets.retention.minutes": "1",
         }
     )
-    controller = Controller(config)
-    controller.load()
-    return controller, GroupCoordinator(controller, config)
+    metadata = _Metadata(config, log)
+    coordinator = GroupCoordinator(metadata.state, config)
+    if metadata.topic(OFFSETS_TOPIC) is None:
+        wanted = coordinator.offsets_topic_request(live_brokers=1)
+        metadata.create_topic(OFFSETS_TOPIC, wanted.partitions, wanted.configs)
+    return metadata, coordinator
 
 
 def test_offsets_replay_after_restart_and_expire_for_empty_groups(tmp_path: Path) -> None:
+    log: list[bytes] = []
+
     async def first_life() -> None:
-        controller, coordinator = _coordinator(tmp_path)
+        controller, coordinator = _coordinator(tmp_path, log)
         coordinator.start()
         controller.create_topic("t", 2)
         commits = [OffsetToCommit("t", 0, 5, 1, "m"), OffsetToCommit("t", 1, 9, -1, None)]
@@ -72,7 +128,7 @@ def test_offsets_replay_after_restart_and_expire_for_empty_groups(tmp_path: Path
         controller.shutdown()
 
     async def second_life() -> int:
-        controller, coordinator = _coordinator(tmp_path)
+        controller, coordinator = _coordinator(tmp_path, log)
         coordinator.start()
         committed = coordinator.committed("g")
         assert {tp: (v.offset, v.leader_epoch, v.metadata) for tp, v in committed.items()} == {
@@ -92,7 +148,7 @@ def test_offsets_replay_after_restart_and_expire_for_empty_groups(tmp_path: Path
     assert asyncio.run(second_life()) == 2
 
     async def third_life() -> None:
-        controller, coordinator = _coordinator(tmp_path)
+        controller, coordinator = _coordinator(tmp_path, log)
         coordinator.start()
         assert coordinator.committed("g") == {}
         coordinator.stop()
@@ -102,8 +158,10 @@ def test_offsets_replay_after_restart_and_expire_for_empty_groups(tmp_path: Path
 
 
 def test_offsets_of_a_deleted_topic_are_forgotten(tmp_path: Path) -> None:
+    log: list[bytes] = []
+
     async def scenario() -> None:
-        controller, coordinator = _coordinator(tmp_path)
+        controller, coordinator = _coordinator(tmp_path, log)
         coordinator.start()
         controller.create_topic("gone", 1)
         controller.create_topic("kept", 1)
@@ -115,7 +173,7 @@ def test_offsets_of_a_deleted_topic_are_forgotten(tmp_path: Path) -> None:
         assert list(coordinator.committed("g")) == [("kept", 0)]
         coordinator.stop()
         controller.shutdown()
-        controller, coordinator = _coordinator(tmp_path)
+        controller, coordinator = _coordinator(tmp_path, log)
         coordinator.start()
         assert list(coordinator.committed("g")) == [("kept", 0)]
         coordinator.stop()

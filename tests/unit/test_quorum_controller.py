@@ -11,7 +11,6 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from strom.cluster.image import Endpoint, MetadataImage
-from strom.cluster.metadata import MetadataStore
 from strom.cluster.partition_change import Election, PartitionChangeBuilder
 from strom.cluster.quorum_controller import (
     ConfigOp,
@@ -629,26 +628,31 @@ def test_bootstrap_records() -> None:
     assert records[0].name == "metadata.version"  # type: ignore[attr-defined]
 
 
-def test_records_from_legacy_store(tmp_path: object) -> None:
-    from pathlib import Path
-
-    store = MetadataStore(Path(str(tmp_path)), node_id=3, cluster_id="abc")
-    orders = store.create_topic("orders", 3, {"retention.ms": "1000"})
-    store.topics["orders"].leader_epoch = 4
-    store.create_topic("logs", 1, {})
-    store.set_broker_overrides({"log.retention.ms": "99"})
-    store.allocate_producer_id()
-    for data in (
-        store,
-        __import__("json").loads((Path(str(tmp_path)) / "strom-metadata.json").read_text()),
-    ):
-        if isinstance(data, dict):
-            data["topics"][[t["name"] for t in data["topics"]].index("orders")]["leader_epoch"] = 4
+def test_records_from_legacy_store() -> None:
+    orders_id = uuid.uuid4()
+    # strom-metadata.json as the single-node Strom wrote it (a real one is in
+    # tests/fixtures/single-node-data).
+    legacy = {
+        "version": 1,
+        "topics": [
+            {
+                "name": "orders",
+                "id": str(orders_id),
+                "partitions": 3,
+                "configs": {"retention.ms": "1000"},
+                "leader_epoch": 4,
+            },
+            {"name": "logs", "id": str(uuid.uuid4()), "partitions": 1, "configs": {}},
+        ],
+        "broker_configs": {"log.retention.ms": "99"},
+        "producer_id_block_end": 1000,
+    }
+    for data in (legacy,):
         image = MetadataImage()
         image.apply_all(bootstrap_records(MV), 0)
         image.apply_all(records_from_legacy(data, 3), image.last_offset + 1)
         topic = image.topic("orders")
-        assert topic is not None and topic.topic_id == orders.topic_id
+        assert topic is not None and topic.topic_id == orders_id
         assert sorted(topic.partitions) == [0, 1, 2]
         p = topic.partitions[0]
         assert p.replicas == (3,) and p.isr == (3,) and p.leader == -1 and p.leader_epoch == 4

@@ -1,0 +1,79 @@
+"""The cluster as clients are told of it: live brokers, their endpoints, the controller.
+
+Owns the answers Metadata, DescribeCluster and FindCoordinator share: the brokers a
+client sees (registered and unfenced, with the endpoint of the listener the client
+uses and their rack), where a given broker is reached, and which node to name as the
+controller (the quorum's leader when it is a broker; clients cannot talk to a
+controller-only node, so otherwise a live broker, as Kafka does).
+
+Does not own the metadata itself (``strom.cluster.node_state``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from strom.broker.server import Broker
+    from strom.cluster.image import BrokerRegistration
+
+
+@dataclass(frozen=True)
+class BrokerEndpoint:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    fenced: bool = False
+
+
+def _listener_name(broker: Broker) -> str | None:
+    listeners = broker.advertised_client_listeners()
+    return listeners[0].name if listeners else None
+
+
+def _endpoint_of(broker: Broker, registration: BrokerRegistration) -> BrokerEndpoint | None:
+    if registration.broker_id == broker.node_id and broker.is_broker:
+        host, port = broker.advertised_endpoint()
+        return BrokerEndpoint(broker.node_id, host, port, registration.rack, registration.fenced)
+    name = _listener_name(broker)
+    endpoint = registration.endpoint(name) if name else None
+    if endpoint is None and registration.endpoints:
+        endpoint = registration.endpoints[0]
+    if endpoint is None:
+        return None
+    return BrokerEndpoint(
+        registration.broker_id, endpoint.host, endpoint.port, registration.rack, registration.fenced
+    )
+
+
+def live_brokers(broker: Broker, *, include_fenced: bool = False) -> list[BrokerEndpoint]:
+    """Registered brokers clients may use (unfenced, unless asked), by id."""
+    image = broker.state.image
+    out = []
+    for broker_id in sorted(image.brokers):
+        registration = image.brokers[broker_id]
+        if registration.fenced and not include_fenced:
+            continue
+        endpoint = _endpoint_of(broker, registration)
+        if endpoint is not None:
+            out.append(endpoint)
+    return out
+
+
+def broker_endpoint(broker: Broker, broker_id: int) -> BrokerEndpoint | None:
+    registration = broker.state.image.brokers.get(broker_id)
+    if registration is None or registration.fenced:
+        return None
+    return _endpoint_of(broker, registration)
+
+
+def controller_id(broker: Broker) -> int:
+    """The node named as controller to clients (see the module docstring)."""
+    leader = broker.quorum.leader_id
+    image = broker.state.image
+    if image.is_unfenced(leader):
+        return leader
+    live = image.live_brokers()
+    return live[0].broker_id if live else -1

@@ -1,0 +1,338 @@
+"""The active controller's requests on the controller listener.
+
+Serves, on a controller node, what brokers and forwarding brokers send the active
+controller: BrokerRegistration (62) v0-4, BrokerHeartbeat (63) v0-1, UnregisterBroker
+(64) v0, AllocateProducerIds (67) v0, and the admin changes a client sent to any
+broker, forwarded as they came: CreateTopics (19) v2-7, DeleteTopics (20) v1-6,
+CreatePartitions (37) v0-3, AlterConfigs (33) v0-2 (a broker turns
+IncrementalAlterConfigs into the full set of overrides it leads to). Each is decided by
+the ``QuorumController`` and answered once its records have committed
+(``ControllerService.run``). A node that is not the active controller answers
+NOT_CONTROLLER, which the forwarding side retries.
+
+Does not own the decisions (``strom.cluster.quorum_controller``) or forwarding
+(``controller_channel``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strom.broker.common import NO_THROTTLE, ZERO_UUID
+from strom.broker.router import RequestContext, handles_controller
+from strom.cluster.controller_api import ControllerError, NewTopic
+from strom.cluster.image import Endpoint
+from strom.cluster.metadata import INTERNAL_TOPICS
+from strom.config import ConfigError, effective_topic_configs, render, validate_topic_configs
+from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import build, nested, nested_if_any
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+
+def _service(ctx: RequestContext) -> Any:
+    service = ctx.broker.controller_service
+    if service is None or service.controller is None:
+        raise ControllerError(ErrorCode.not_controller, "This node is not the active controller.")
+    return service
+
+
+def _now_ms() -> int:
+    from strom.broker.controller_service import _now_ms as now
+
+    return now()
+
+
+# Brokers -------------------------------------------------------------------------
+
+
+@handles_controller(62, 0, 4)
+async def handle_broker_registration(ctx: RequestContext, request: Any) -> Any:
+    try:
+        epoch = await _service(ctx).run(
+            lambda c: c.register_broker(
+                request.broker_id,
+                request.incarnation_id,
+                listeners=[
+                    Endpoint(lst.name, lst.host, lst.port, lst.security_protocol)
+                    for lst in request.listeners
+                ],
+                now_ms=_now_ms(),
+                cluster_id=request.cluster_id,
+                rack=request.rack,
+                features={
+                    f.name: (f.min_supported_version, f.max_supported_version)
+                    for f in request.features
+                },
+                log_dirs=[d for d in getattr(request, "log_dirs", ()) if d is not None],
+            )
+        )
+    except ControllerError as exc:
+        return build(ctx.response_type, throttle_time=NO_THROTTLE, error_code=exc.code)
+    return build(
+        ctx.response_type, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, broker_epoch=epoch
+    )
+
+
+@handles_controller(63, 0, 1)
+async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    try:
+        reply = await _service(ctx).run(
+            lambda c: c.broker_heartbeat(
+                request.broker_id,
+                request.broker_epoch,
+                request.current_metadata_offset,
+                now_ms=_now_ms(),
+                want_fence=request.want_fence,
+                want_shutdown=request.want_shut_down,
+            )
+        )
+    except ControllerError as exc:
+        return build(
+            ctx.response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=exc.code,
+            is_caught_up=False,
+            is_fenced=True,
+            should_shut_down=False,
+        )
+    return build(
+        ctx.response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        is_caught_up=reply.is_caught_up,
+        is_fenced=reply.is_fenced,
+        should_shut_down=reply.should_shut_down,
+    )
+
+
+@handles_controller(64, 0, 0)
+async def handle_unregister_broker(ctx: RequestContext, request: Any) -> Any:
+    try:
+        await _service(ctx).run(lambda c: c.unregister_broker(request.broker_id))
+    except ControllerError as exc:
+        return build(
+            ctx.response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=exc.code,
+            error_message=str(exc),
+        )
+    return build(
+        ctx.response_type, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None
+    )
+
+
+@handles_controller(67, 0, 0)
+async def handle_allocate_producer_ids(ctx: RequestContext, request: Any) -> Any:
+    try:
+        start, size = await _service(ctx).run(
+            lambda c: c.allocate_producer_ids(request.broker_id, request.broker_epoch)
+        )
+    except ControllerError as exc:
+        return build(
+            ctx.response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=exc.code,
+            producer_id_start=-1,
+            producer_id_len=0,
+        )
+    return build(
+        ctx.response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        producer_id_start=start,
+        producer_id_len=size,
+    )
+
+
+# Topics ----------------------------------------------------------------------------
+
+
+@handles_controller(19, 2, 7)
+async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
+    response_type = ctx.response_type
+    result_type = nested(response_type, "CreatableTopicResult")
+    config_type = nested_if_any(response_type, "CreatableTopicConfigs")
+    wanted = [
+        NewTopic(
+            topic.name,
+            topic.num_partitions,
+            topic.replication_factor,
+            {a.partition_index: tuple(a.broker_ids) for a in topic.assignments} or None,
+            {c.name: c.value for c in topic.configs},
+        )
+        for topic in request.topics
+    ]
+    try:
+        results = await _service(ctx).run(
+            lambda c: c.create_topics(wanted, validate_only=request.validate_only)
+        )
+    except ControllerError as exc:
+        results = None
+        error = exc
+    out = []
+    for index, topic in enumerate(request.topics):
+        if results is None:
+            out.append(
+                build(
+                    result_type,
+                    name=topic.name,
+                    topic_id=ZERO_UUID,
+                    error_code=error.code,
+                    error_message=str(error),
+                    num_partitions=-1,
+                    replication_factor=-1,
+                    configs=None if config_type is None else (),
+                )
+            )
+            continue
+        result = results[index]
+        ok = result.error_code == ErrorCode.none
+        configs = None
+        if config_type is not None and ok:
+            configs = tuple(
+                build(
+                    config_type,
+                    name=key,
+                    value=render(value),
+                    read_only=False,
+                    config_source=source,
+                    is_sensitive=False,
+                )
+                for key, (value, source) in sorted(
+                    effective_topic_configs(ctx.broker.config, result.configs).items()
+                )
+            )
+        out.append(
+            build(
+                result_type,
+                name=topic.name,
+                topic_id=result.topic_id or ZERO_UUID,
+                error_code=result.error_code,
+                error_message=result.error_message,
+                num_partitions=result.num_partitions if ok else -1,
+                replication_factor=result.replication_factor if ok else -1,
+                configs=configs,
+            )
+        )
+    return build(response_type, throttle_time=NO_THROTTLE, topics=tuple(out))
+
+
+@handles_controller(20, 1, 6)
+async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
+    if hasattr(request, "topic_names"):
+        wanted = [(name, None) for name in request.topic_names]
+    else:
+        wanted = [(t.name, t.topic_id if t.topic_id != ZERO_UUID else None) for t in request.topics]
+    # (name, topic id, error code, message) per entry, in request order
+    out: list[tuple[Any, Any, ErrorCode, str | None] | None] = [None] * len(wanted)
+    names, ids, where = [], [], []
+    for index, (name, topic_id) in enumerate(wanted):
+        if name in INTERNAL_TOPICS:
+            message = f"Internal topic {name} cannot be deleted"
+            out[index] = (name, topic_id, ErrorCode.invalid_topic_exception, message)
+        elif name:
+            names.append(name)
+            where.append(index)
+        else:
+            ids.append(topic_id or ZERO_UUID)
+    where += [i for i, (name, _) in enumerate(wanted) if not name]
+    try:
+        results = await _service(ctx).run(lambda c: c.delete_topics(names, ids))
+        for index, result in zip(where, results, strict=True):
+            name, topic_id = wanted[index]
+            out[index] = (
+                result.name if result.name is not None else name,
+                result.topic_id or topic_id,
+                result.error_code,
+                result.error_message,
+            )
+    except ControllerError as exc:
+        for index in where:
+            out[index] = (*wanted[index], exc.code, str(exc))
+    result_type = nested(ctx.response_type, "DeletableTopicResult")
+    return build(
+        ctx.response_type,
+        throttle_time=NO_THROTTLE,
+        responses=tuple(
+            build(
+                result_type,
+                name=name,
+                topic_id=topic_id or ZERO_UUID,
+                error_code=code,
+                error_message=message,
+            )
+            for name, topic_id, code, message in (entry for entry in out if entry is not None)
+        ),
+    )
+
+
+@handles_controller(37, 0, 3)
+async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
+    response_type = ctx.response_type
+    result_type = nested(response_type, "CreatePartitionsTopicResult")
+    out = []
+    for topic in request.topics:
+        assignments = (
+            [tuple(a.broker_ids) for a in topic.assignments] if topic.assignments else None
+        )
+        error, message = ErrorCode.none, None
+        try:
+            await _service(ctx).run(
+                lambda c, t=topic, a=assignments: c.create_partitions(
+                    t.name, t.count, a, validate_only=request.validate_only
+                )
+            )
+        except ControllerError as exc:
+            error, message = exc.code, str(exc)
+        out.append(build(result_type, name=topic.name, error_code=error, error_message=message))
+    return build(response_type, throttle_time=NO_THROTTLE, results=tuple(out))
+
+
+# Configs ---------------------------------------------------------------------------
+
+
+@handles_controller(33, 0, 2)
+async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    """The overrides of each resource become exactly the ones sent (validated here too)."""
+    response_type = ctx.response_type
+    result_type = nested(response_type, "AlterConfigsResourceResponse")
+    out = []
+    for resource in request.resources:
+        configs = {c.name: c.value for c in resource.configs}
+        error, message = ErrorCode.none, None
+        try:
+            if resource.resource_type == RESOURCE_TOPIC:
+                try:
+                    validate_topic_configs(configs)
+                except ConfigError as exc:
+                    raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+                service = _service(ctx)
+                if resource.resource_name not in service.controller.image.topics:
+                    raise ControllerError(
+                        ErrorCode.unknown_topic_or_partition,
+                        f"Topic {resource.resource_name!r} does not exist",
+                    )
+            elif resource.resource_type != RESOURCE_BROKER:
+                raise ControllerError(
+                    ErrorCode.invalid_request,
+                    f"Unsupported resource type {resource.resource_type}",
+                )
+            await _service(ctx).run(
+                lambda c, r=resource, v=configs: c.alter_configs(
+                    r.resource_type, r.resource_name, v, validate_only=request.validate_only
+                )
+            )
+        except ControllerError as exc:
+            error, message = exc.code, str(exc)
+        out.append(
+            build(
+                result_type,
+                error_code=error,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+        )
+    return build(response_type, throttle_time=NO_THROTTLE, responses=tuple(out))
