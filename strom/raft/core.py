@@ -10,6 +10,15 @@ for up to its max wait), the high watermark (what a majority of voters have, onc
 in the leader's epoch), snapshots (a follower far behind copies the leader's snapshot with
 FetchSnapshot), and the leader's graceful hand-over (EndQuorumEpoch).
 
+Elections differ from Kafka's in timing only, never in who may win: a voter that gave up
+on its leader when its fetch timeout ran out (no EndQuorumEpoch) presumes it down and does
+not wait for its vote. Two followers of a dead leader in a quorum of three fetch in step
+(the leader answers their held fetches together), time out in the same tick, grant each
+other's pre-vote and split the vote of the next epoch; Kafka lets each wait out its
+election timeout (1 to 2 s) for the dead leader's answer, here the election is lost at
+once and they retry after Kafka's election backoff. The backoff draws any millisecond of
+Kafka's binary exponential window (Kafka: whole multiples of 100 ms).
+
 It has no sockets, clock, threads or randomness of its own: the caller gives the time in
 every call and a ``random.Random`` at construction, so a run is reproducible.
 
@@ -69,6 +78,7 @@ from strom.raft.messages import (
 )
 
 CHECK_QUORUM_FACTOR = 1.5  # Kafka: a leader resigns after 1.5 x fetch timeout without a quorum
+ELECTION_BACKOFF_BASE_MS = 100  # Kafka's RETRY_BACKOFF_BASE_MS: unit of the election backoff
 OBSERVER_FORGET_MS = 300_000  # DescribeQuorum lists observers seen within this long
 
 
@@ -226,6 +236,7 @@ class RaftNode:
         # timers and per-role state
         self._deadline = 0  # the role's timer: election / fetch liveness / backoff
         self._last_leader_contact = NEVER
+        self._handed_over = False  # the leader followed sent EndQuorumEpoch
         self._fetch_inflight: tuple[int, int, int] | None = None  # (dst, offset, epoch)
         self._fetch_sent_ms = NEVER
         self._fetch_next_ms = 0
@@ -241,6 +252,10 @@ class RaftNode:
         self._begin_pending: dict[int, int] = {}  # voter -> last BeginQuorumEpoch sent
         self._end_pending: dict[int, int] = {}  # voter -> last EndQuorumEpoch sent
         self._successors: tuple[int, ...] = ()
+        self._retries = 0  # candidacies since this node last knew a leader (Kafka's)
+        # The leader this voter gave up on when its fetch timeout ran out (not handed
+        # over): presumed down, so not counted on to grant a vote, until it is heard from.
+        self._lost_leader = -1
 
         if self.is_voter and self._leader == node_id:
             self._become_resigned(successors=None)
@@ -386,6 +401,8 @@ class RaftNode:
         elif role == Role.FOLLOWER:
             if now >= self._deadline:
                 if self.is_voter:
+                    if not self._handed_over:
+                        self._lost_leader = self._leader
                     self._become_prospective()
                 else:
                     self._become_unattached(self.epoch, self.voted_for)
@@ -411,6 +428,8 @@ class RaftNode:
 
     def receive(self, message: Message, now_ms: int) -> None:
         self.now = now_ms
+        if message.src == self._lost_leader:
+            self._lost_leader = -1
         handler = _HANDLERS.get(type(message))
         if handler is not None:
             handler(self, message)
@@ -444,7 +463,14 @@ class RaftNode:
         return timeout + self.rng.randrange(max(1, timeout))
 
     def _backoff(self) -> int:
-        return self.rng.randint(1, max(1, self.config.election_backoff_max_ms))
+        """Kafka's binary exponential election backoff: up to 100 ms after the first lost
+        election, 300 after the second, 700 after the third..., never more than
+        election.backoff.max.ms. Kafka draws whole multiples of 100 ms in that window; any
+        millisecond of it is drawn here, so two voters that lost together rarely retry
+        together."""
+        doubled = 2 << min(20, max(1, self._retries) - 1)
+        window = min(self.config.election_backoff_max_ms, ELECTION_BACKOFF_BASE_MS * (doubled - 1))
+        return self.rng.randint(0, max(0, window))
 
     def _become_unattached(self, epoch: int, voted_for: int = -1, delay: int | None = None) -> None:
         self._leave_role()
@@ -462,7 +488,10 @@ class RaftNode:
             self.role = Role.FOLLOWER
             self._validated = 0
             self._last_leader_contact = NEVER
+            self._handed_over = False
             self._fetch_next_ms = self.now
+            self._retries = 0
+        self._lost_leader = -1
         self._deadline = self.now + self.config.fetch_timeout_ms
         self._maybe_fetch()
 
@@ -479,6 +508,7 @@ class RaftNode:
         self._leave_role()
         self._persist_state(self.epoch + 1, self.node_id, -1)
         self.role = Role.CANDIDATE
+        self._retries += 1
         self._deadline = self.now + self._election_timeout()
         self._granted = {self.node_id}
         for voter in self._others:
@@ -489,6 +519,8 @@ class RaftNode:
         self._leave_role()
         self._persist_state(self.epoch, self.voted_for, self.node_id)
         self.role = Role.LEADER
+        self._retries = 0
+        self._lost_leader = -1
         self._leader_since = self.now
         self._epoch_start_offset = self.log.end_offset
         self._replicas = {voter: _Replica() for voter in self._others}
@@ -555,12 +587,22 @@ class RaftNode:
                 self._send_vote_request(voter, pre_vote)
 
     def _tally(self) -> None:
+        """Win with a majority of grants; lose, and back off at once as Kafka does, when
+        the rejections leave no majority within reach. The leader this voter lost (its
+        fetches went unanswered for a whole fetch timeout) is not counted on to grant until
+        it answers: else two followers that timed out on the same dead leader together, and
+        split their votes, would both wait out the election timeout for its answer."""
         if len(self._granted) >= self._majority:
             if self.role == Role.PROSPECTIVE:
                 self._become_candidate()
             elif self.role == Role.CANDIDATE:
                 self._become_leader()
-        elif len(self._rejected) > len(self.voters) - self._majority:
+            return
+        out = len(self._rejected)
+        lost = self._lost_leader
+        if lost in self.voters and lost not in self._granted and lost not in self._rejected:
+            out += 1
+        if out > len(self.voters) - self._majority:
             self._election_lost()
 
     def _log_up_to_date(self, request: VoteRequest) -> bool:
@@ -701,6 +743,7 @@ class RaftNode:
             self._become_follower(request.epoch, request.src)
         if self.role == Role.FOLLOWER and self._leader == request.src:
             self._last_leader_contact = NEVER
+            self._handed_over = True
             if self.node_id in request.preferred_successors:
                 position = request.preferred_successors.index(self.node_id)
                 delay = 0

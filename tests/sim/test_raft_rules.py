@@ -198,6 +198,51 @@ def test_a_follower_with_a_live_leader_rejects_pre_votes() -> None:
     assert response.granted
 
 
+def test_followers_splitting_their_votes_over_a_dead_leader_back_off_at_once() -> None:
+    net = Net({1, 2, 3})
+    leader = net.elect(1)
+    leader.propose([b"x"], net.now)
+    net.pump(1)
+    net.deliver()  # both followers fetch the record together: their fetch timers run in step
+    net.down.add(1)  # killed: no EndQuorumEpoch
+    a, b = net.nodes[2], net.nodes[3]
+    while a.role == Role.FOLLOWER:
+        net.advance(10)
+    # Both timed out in the same tick, granted each other's pre-vote, became candidates of
+    # epoch 2 and rejected each other. The dead leader left their fetches unanswered for a
+    # whole fetch timeout: its vote is not waited for (an election timeout, 100 to 200 ms
+    # here), the election is lost at once and both back off, Kafka's way (at most 100 ms
+    # after a first loss, capped by election.backoff.max.ms).
+    assert (a.role, b.role) == (Role.UNATTACHED, Role.UNATTACHED)
+    assert a.epoch == b.epoch == 2 and a.voted_for == 2 and b.voted_for == 3
+    split_at = net.now
+    while Role.LEADER not in (a.role, b.role):
+        net.advance(10)
+    assert net.now - split_at < CONFIG.election_timeout_ms
+
+
+def test_a_leader_that_handed_over_is_still_waited_for() -> None:
+    net = Net({1, 2, 3})
+    leader = net.elect(1)
+    net.advance(30)
+    net.down.add(2)
+    leader.resign(net.now)
+    net.pump(1)
+    net.deliver()
+    follower = net.nodes[3]
+    for _ in range(100):
+        if follower.role != Role.FOLLOWER:
+            break
+        net.advance(10, drop=lambda m: m.dst == 1)  # 1 answers nothing from now on
+    assert follower.role == Role.PROSPECTIVE
+    # 2 refuses the pre-vote: 1 could still grant it. 1 said it was leaving (EndQuorumEpoch),
+    # so it is alive and its answer is waited for; only a leader the fetch timeout gave up
+    # on is presumed down.
+    follower.receive(VoteResponse(2, 3, RaftError.NONE, follower.epoch, -1, False), net.now)
+    net.pump(3)
+    assert follower.role == Role.PROSPECTIVE
+
+
 def test_one_vote_per_epoch_and_only_for_an_up_to_date_log() -> None:
     net = Net({1, 2, 3}, logs={1: [Batch(0, 1, (b"a",))]})
     voter = net.nodes[1]
