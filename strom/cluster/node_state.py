@@ -168,8 +168,15 @@ class NodeState:
     def apply_batch(self, batch: Batch) -> None:
         if batch.control:
             return
+        # Topics touched by the batch -> whether their configs changed: each view is
+        # rebuilt once per batch, not once per record (a topic of 1,000 partitions).
+        touched: dict[str, bool] = {}
         for index, value in enumerate(batch.records):
-            self._apply(mr.decode_record(value), batch.base_offset + index, batch.epoch)
+            record = mr.decode_record(value)
+            self._apply(record, batch.base_offset + index, batch.epoch, touched)
+        for name, configs_changed in touched.items():
+            if name in self.image.topics:
+                self._refresh_topic(name, configs_changed=configs_changed)
         if self.on_change is not None:
             self.on_change()
 
@@ -178,24 +185,25 @@ class NodeState:
 
     # Replay ----------------------------------------------------------------------------
 
-    def _apply(self, record: object, offset: int, epoch: int) -> None:
+    def _apply(self, record: object, offset: int, epoch: int, touched: dict[str, bool]) -> None:
         removed = None
         if isinstance(record, mr.RemoveTopicRecord):
             removed = self.image.topic_name(record.topic_id)
         self.image.apply(record, offset, epoch)  # type: ignore[arg-type]
         if isinstance(record, mr.TopicRecord):
-            self._refresh_topic(record.name)
+            touched.setdefault(record.name, False)
         elif isinstance(record, mr.PartitionRecord | mr.PartitionChangeRecord):
             name = self.image.topic_name(record.topic_id)
             if name is not None:
-                self._refresh_topic(name)
+                touched.setdefault(name, False)
         elif removed is not None:
+            touched.pop(removed, None)
             self._topic_removed(removed)
         elif isinstance(record, mr.ConfigRecord):
             if record.resource_type == _TOPIC:
                 self._log_configs.pop(record.resource_name, None)
                 if record.resource_name in self.image.topics:
-                    self._refresh_topic(record.resource_name, configs_changed=True)
+                    touched[record.resource_name] = True
             elif record.resource_type == _BROKER and record.resource_name in (
                 "",
                 str(self.node_id),
