@@ -20,7 +20,12 @@ from typing import Any
 
 from strom.broker.common import NO_THROTTLE, ZERO_UUID
 from strom.broker.router import RequestContext, handles_controller
-from strom.cluster.controller_api import ControllerError, NewTopic
+from strom.cluster.controller_api import (
+    AlterPartitionEntry,
+    ControllerError,
+    IsrMember,
+    NewTopic,
+)
 from strom.cluster.image import Endpoint
 from strom.cluster.metadata import INTERNAL_TOPICS
 from strom.config import ConfigError, effective_topic_configs, render, validate_topic_configs
@@ -336,3 +341,77 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
             )
         )
     return build(response_type, throttle_time=NO_THROTTLE, responses=tuple(out))
+
+
+# ISR changes -----------------------------------------------------------------------
+
+
+@handles_controller(56, 2, 3)
+async def handle_alter_partition(ctx: RequestContext, request: Any) -> Any:
+    """AlterPartition (KIP-497) v2-3 from a partition leader, decided as Kafka does.
+
+    Versions 0-1 (topics by name) are gone from Kafka 4 and from kio: v2 names topics by
+    id, v3 sends each ISR member with its broker epoch (KIP-903). A stale broker epoch,
+    or a node that is not the active controller, is the top-level error with no topics;
+    everything else is per partition. A refused partition carries leader -1 and epochs
+    -1 where Kafka leaves them 0.
+    """
+    entries: list[AlterPartitionEntry] = []
+    for topic in request.topics:
+        topic_id = topic.topic_id or ZERO_UUID
+        for p in topic.partitions:
+            if hasattr(p, "new_isr_with_epochs"):
+                isr = tuple(IsrMember(m.broker_id, m.broker_epoch) for m in p.new_isr_with_epochs)
+            else:
+                isr = tuple(IsrMember(b) for b in p.new_isr)
+            entries.append(
+                AlterPartitionEntry(
+                    topic=topic_id,
+                    partition=p.partition_index,
+                    leader_epoch=p.leader_epoch,
+                    partition_epoch=p.partition_epoch,
+                    new_isr=isr,
+                    leader_recovery_state=getattr(p, "leader_recovery_state", 0),
+                )
+            )
+    try:
+        results = await _service(ctx).run(
+            lambda c: c.alter_partition(
+                request.broker_id, request.broker_epoch, entries, version=ctx.api_version
+            )
+        )
+    except ControllerError as exc:
+        return build(ctx.response_type, throttle_time=NO_THROTTLE, error_code=exc.code, topics=())
+    topic_type = nested(ctx.response_type, "TopicData")
+    partition_type = nested(ctx.response_type, "PartitionData")
+    answers = iter(results)
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for _ in topic.partitions:
+            result = next(answers)
+            partitions.append(
+                build(
+                    partition_type,
+                    partition_index=result.partition,
+                    error_code=result.error_code,
+                    leader_id=result.leader_id,
+                    leader_epoch=result.leader_epoch,
+                    isr=tuple(result.isr),
+                    leader_recovery_state=result.leader_recovery_state,
+                    partition_epoch=result.partition_epoch,
+                )
+            )
+        topics.append(
+            build(
+                topic_type,
+                topic_id=topic.topic_id,
+                partitions=tuple(partitions),
+            )
+        )
+    return build(
+        ctx.response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        topics=tuple(topics),
+    )

@@ -1,9 +1,10 @@
 """What the quorum controller takes and gives: its config, results, replies and errors.
 
 Owns the plain types of ``strom.cluster.quorum_controller``'s API (``ControllerConfig``,
-``ControllerResult``, ``ControllerError`` with its Kafka error code, ``NewTopic`` and the
-per-entry results and replies), kept apart so that callers and the controller share
-them without one large module.
+``ControllerResult``, ``ControllerError`` with its Kafka error code, ``NewTopic``,
+AlterPartition's ``AlterPartitionEntry`` and ``IsrMember``, and the per-entry results and
+replies), kept apart so that callers and the controller share them without one large
+module.
 
 Does not own any behaviour: that is ``quorum_controller``.
 """
@@ -129,3 +130,42 @@ class ElectionResult:
     partition: int
     error_code: ErrorCode = ErrorCode.none
     error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class IsrMember:
+    """One member of an ISR a leader asks for, with the broker epoch it knows (KIP-903).
+
+    -1 skips the epoch check (AlterPartition v0-2 carry no epochs)."""
+
+    broker_id: int
+    broker_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class AlterPartitionEntry:
+    """One partition of an AlterPartition request.
+
+    ``topic`` is the topic's name (requests v0-1) or its id (v2+)."""
+
+    topic: str | uuid.UUID
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[IsrMember, ...]
+    leader_recovery_state: int = 0
+
+
+@dataclass(frozen=True)
+class AlterPartitionResult:
+    """The answer for one ``AlterPartitionEntry``: an error, or the partition's state
+    once the change is made (its current state when nothing had to change)."""
+
+    topic: str | uuid.UUID
+    partition: int
+    error_code: ErrorCode = ErrorCode.none
+    leader_id: int = -1
+    leader_epoch: int = -1
+    isr: tuple[int, ...] = ()
+    partition_epoch: int = -1
+    leader_recovery_state: int = 0

@@ -19,8 +19,9 @@ controlled shutdown that moves leaders away first), fencing of brokers whose ses
 expired (ISR shrinks that never empty the ISR, new leaders from what remains), topics
 (create with striped rack-aware placement, delete, add partitions), configs of topics and
 brokers (AlterConfigs and IncrementalAlterConfigs), producer id blocks, leader
-elections, and the records that start a cluster or carry over a single node's
-``strom-metadata.json`` (``bootstrap_records``, ``records_from_legacy``).
+elections, ISR changes asked by partition leaders (AlterPartition), and the records that
+start a cluster or carry over a single node's ``strom-metadata.json``
+(``bootstrap_records``, ``records_from_legacy``).
 
 The API's types live in ``controller_api`` and the start-up records in ``bootstrap``;
 both are re-exported here.
@@ -42,6 +43,8 @@ from strom.cluster.config_control import apply_config_ops, config_records, curre
 from strom.cluster.controller_api import (
     LONG_MAX,
     MINIMUM_KRAFT_METADATA_VERSION,
+    AlterPartitionEntry,
+    AlterPartitionResult,
     ConfigOp,
     ControllerConfig,
     ControllerError,
@@ -51,11 +54,13 @@ from strom.cluster.controller_api import (
     ElectionResult,
     ElectionType,
     HeartbeatReply,
+    IsrMember,
     NewTopic,
     T,
 )
 from strom.cluster.image import (
     NO_LEADER,
+    NO_LEADER_CHANGE,
     BrokerRegistration,
     ConfigResourceType,
     Endpoint,
@@ -64,7 +69,12 @@ from strom.cluster.image import (
     TopicImage,
 )
 from strom.cluster.metadata import InvalidTopicError, collides, validate_topic_name
-from strom.cluster.partition_change import Election, PartitionChangeBuilder
+from strom.cluster.partition_change import (
+    LEADER_RECOVERED,
+    LEADER_RECOVERING,
+    Election,
+    PartitionChangeBuilder,
+)
 from strom.cluster.placement import PlacementError, place
 from strom.cluster.records import (
     DIRECTORY_MIGRATING,
@@ -89,6 +99,8 @@ from strom.config import (
 from strom.protocol.errors import ErrorCode
 
 __all__ = [
+    "AlterPartitionEntry",
+    "AlterPartitionResult",
     "ConfigOp",
     "ControllerConfig",
     "ControllerError",
@@ -98,6 +110,7 @@ __all__ = [
     "ElectionResult",
     "ElectionType",
     "HeartbeatReply",
+    "IsrMember",
     "NewTopic",
     "QuorumController",
     "bootstrap_records",
@@ -857,6 +870,139 @@ class QuorumController:
             self._emit(records, [record])
             results.append(ElectionResult(name, index))
         return self._result(records, results)
+
+    # ISR changes -------------------------------------------------------------------
+
+    def alter_partition(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        partitions: Sequence[AlterPartitionEntry],
+        *,
+        version: int = 3,
+    ) -> ControllerResult[list[AlterPartitionResult]]:
+        """AlterPartition (KIP-497) from a partition leader: one result per entry, in order.
+
+        As Kafka's ReplicationControlManager.alterPartition: a sender whose broker epoch is
+        not the registered one is refused as a whole (STALE_BROKER_EPOCH); each entry is
+        checked on its own (``_alter_partition_error``) and, when valid, its new ISR and
+        leader recovery state go through the PartitionChangeBuilder (partition epoch + 1, a
+        reassignment completed when its adding replicas are all in the ISR). A success
+        answers the partition's state after the change, or as it stands when nothing had
+        to change. ``version`` is the request's: below 2 the answers are the older
+        protocol's (UNKNOWN_TOPIC_OR_PARTITION, OPERATION_NOT_ATTEMPTED,
+        FENCED_LEADER_EPOCH for UNKNOWN_TOPIC_ID, INELIGIBLE_REPLICA, NEW_LEADER_ELECTED).
+        """
+        broker = self._image.brokers.get(broker_id)
+        if broker is None:
+            raise ControllerError(
+                ErrorCode.stale_broker_epoch,
+                f"No broker registration found for broker id {broker_id}",
+            )
+        if broker.epoch != broker_epoch:
+            raise ControllerError(
+                ErrorCode.stale_broker_epoch,
+                f"Expected broker epoch {broker.epoch}, but got broker epoch {broker_epoch}",
+            )
+        records: list[MetadataRecord] = []
+        results = [self._alter_one_partition(broker_id, e, version, records) for e in partitions]
+        return self._result(records, results)
+
+    def _alter_one_partition(
+        self,
+        broker_id: int,
+        entry: AlterPartitionEntry,
+        version: int,
+        records: list[MetadataRecord],
+    ) -> AlterPartitionResult:
+        if isinstance(entry.topic, uuid.UUID):
+            topic = self._image.topics_by_id.get(entry.topic)
+        else:
+            topic = self._image.topics.get(entry.topic)
+        if topic is None:
+            code = (
+                ErrorCode.unknown_topic_id if version > 1 else ErrorCode.unknown_topic_or_partition
+            )
+            return AlterPartitionResult(entry.topic, entry.partition, code)
+        state = topic.partitions.get(entry.partition)
+        error = self._alter_partition_error(broker_id, state, entry, version)
+        if state is None or error != ErrorCode.none:
+            return AlterPartitionResult(entry.topic, entry.partition, error)
+        election = Election.UNCLEAN if self._unclean_allowed(topic.name) else Election.ONLINE
+        record = (
+            self.partition_change(topic, entry.partition, election=election)
+            .set_target_isr([m.broker_id for m in entry.new_isr])
+            .set_target_recovery_state(entry.leader_recovery_state)
+            .build()
+        )
+        if record is not None:
+            self._emit(records, [record])
+            state = self._image.topics_by_id[topic.topic_id].partitions[entry.partition]
+            if record.leader not in (broker_id, NO_LEADER_CHANGE):
+                # Completing a reassignment moved the leadership away from the sender: the
+                # change is made, and the sender learns it must refresh its metadata.
+                code = (
+                    ErrorCode.new_leader_elected if version > 1 else ErrorCode.fenced_leader_epoch
+                )
+                return AlterPartitionResult(entry.topic, entry.partition, code)
+        return AlterPartitionResult(
+            entry.topic,
+            entry.partition,
+            leader_id=state.leader,
+            leader_epoch=state.leader_epoch,
+            isr=state.isr,
+            partition_epoch=state.partition_epoch,
+            leader_recovery_state=state.leader_recovery_state,
+        )
+
+    def _alter_partition_error(
+        self,
+        broker_id: int,
+        state: PartitionState | None,
+        entry: AlterPartitionEntry,
+        version: int,
+    ) -> ErrorCode:
+        """Kafka's validateAlterPartitionData, in its order.
+
+        Every member of the new ISR, not only those it adds, must be eligible (Kafka's
+        ineligibleReplicasForIsr). A leader recovery state other than 0 or 1 is
+        INVALID_REQUEST here, where Kafka fails the whole request.
+        """
+        if state is None:
+            return ErrorCode.unknown_topic_or_partition
+        # Epochs ahead of ours: this controller is likely behind, no longer active.
+        if entry.leader_epoch > state.leader_epoch or entry.partition_epoch > state.partition_epoch:
+            return ErrorCode.not_controller
+        if entry.leader_epoch < state.leader_epoch:
+            return ErrorCode.fenced_leader_epoch
+        if broker_id != state.leader:
+            return ErrorCode.invalid_request
+        if entry.partition_epoch < state.partition_epoch:
+            return ErrorCode.invalid_update_version
+        isr = [m.broker_id for m in entry.new_isr]
+        if any(r < 0 or r not in state.replicas for r in isr) or len(set(isr)) != len(isr):
+            return ErrorCode.invalid_request
+        if state.leader not in isr:
+            return ErrorCode.invalid_request
+        recovery = entry.leader_recovery_state
+        if recovery not in (LEADER_RECOVERED, LEADER_RECOVERING):
+            return ErrorCode.invalid_request
+        if recovery == LEADER_RECOVERING and len(isr) > 1:
+            return ErrorCode.invalid_request
+        if state.leader_recovery_state == LEADER_RECOVERED and recovery == LEADER_RECOVERING:
+            return ErrorCode.invalid_request
+        if any(not self._eligible_isr_member(m) for m in entry.new_isr):
+            return (
+                ErrorCode.ineligible_replica if version > 1 else ErrorCode.operation_not_attempted
+            )
+        return ErrorCode.none
+
+    def _eligible_isr_member(self, member: IsrMember) -> bool:
+        """Registered, unfenced, not shutting down, and (when given) of the same epoch."""
+        broker = self._image.brokers.get(member.broker_id)
+        if broker is None or broker.in_controlled_shutdown or broker.fenced:
+            return False
+        return member.broker_epoch == -1 or member.broker_epoch == broker.epoch
 
     def partition_change(
         self,
