@@ -1,7 +1,8 @@
 """Every partition log under one log directory.
 
 Owns: discovering ``{topic}-{partition}`` directories at start-up, the checkpoint
-files ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``, the
+files ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint`` and
+``replication-offset-checkpoint`` (high watermarks, read back capped by each log end), the
 clean shutdown marker ``.kafka_cleanshutdown`` (present: trust the files; absent:
 recover above each recovery point), a ``.lock`` file so two brokers never share a
 directory, creating and deleting logs, periodic flushes, the shared FileHandleCache,
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"  # high watermarks
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 DELETE_SUFFIX = "-delete"
@@ -114,6 +116,7 @@ class LogManager:
         self.cleaner.load()
         recovery_points = read_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
         start_offsets = read_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT)
+        high_watermarks = read_checkpoint(self.log_dir / REPLICATION_OFFSET_CHECKPOINT)
         for entry in sorted(os.scandir(self.log_dir), key=lambda e: e.name):
             if not entry.is_dir() or entry.name == METADATA_LOG_DIR:
                 continue
@@ -134,6 +137,7 @@ class LogManager:
                 self.handles,
                 recovery_point=recovery_points.get(parsed, 0),
                 log_start_offset=start_offsets.get(parsed, 0),
+                high_watermark=high_watermarks.get(parsed),
                 clean=clean,
             )
         if clean:
@@ -187,7 +191,7 @@ class LogManager:
         return list(self._logs.values())
 
     def checkpoint(self) -> None:
-        """Atomically rewrite both checkpoint files from the open logs."""
+        """Atomically rewrite the checkpoint files from the open logs."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         write_checkpoint(
             self.log_dir / RECOVERY_POINT_CHECKPOINT,
@@ -196,6 +200,10 @@ class LogManager:
         write_checkpoint(
             self.log_dir / LOG_START_OFFSET_CHECKPOINT,
             {key: p.log_start_offset for key, p in self._logs.items()},
+        )
+        write_checkpoint(
+            self.log_dir / REPLICATION_OFFSET_CHECKPOINT,
+            {key: p.high_watermark for key, p in self._logs.items()},
         )
 
     def flush_due(self, now_ms: int | None = None) -> int:

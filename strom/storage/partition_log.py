@@ -1,15 +1,19 @@
 """The log of one topic partition: an ordered list of segments in one directory.
 
 Owns: assigning offsets to appended batches (patching base offset, partition leader
-epoch and, when asked, LogAppendTime in place), rolling segments by size, age and
-index fullness, the flush policy and the recovery point, the log start offset
-(moved by DeleteRecords, whole segments below it deleted), the high watermark
-(single node: the log end offset), reads by offset and lookups by timestamp across
-segments, start-up recovery of segments above the recovery point, retention
-(``enforce_retention``: retention.ms / retention.bytes over closed segments) and the
-delayed removal of retired segments (renamed ``*.deleted``, unlinked after
-file.delete.delay.ms by ``purge_deleted``), and swapping in segments the cleaner
-rewrote (``replace_segments``; the swap protocol itself is in cleaner.py).
+epoch and, when asked, LogAppendTime in place), appending a leader's batches as
+they are on a follower (``append_as_follower``), truncating the end back to an
+offset (``truncate_to``: a follower whose log diverged from its leader's), rolling
+segments by size, age and index fullness, the flush policy and the recovery point,
+the log start offset (moved by DeleteRecords, whole segments below it deleted), the
+high watermark (the log end offset unless the replication that moves it asks
+otherwise), the leader epoch cache (leader_epochs.py) kept in step with appends and
+truncations, reads by offset and lookups by timestamp across segments, start-up
+recovery of segments above the recovery point, retention (``enforce_retention``:
+retention.ms / retention.bytes over closed segments) and the delayed removal of
+retired segments (renamed ``*.deleted``, unlinked after file.delete.delay.ms by
+``purge_deleted``), and swapping in segments the cleaner rewrote
+(``replace_segments``; the swap protocol itself is in cleaner.py).
 Keeps a ProducerStateManager (producer_state.py) that ``append`` consults for
 batches carrying a producer id and sequence (duplicates, out-of-order sequences,
 fenced epochs), rebuilt at open from the headers of the newest two segments.
@@ -43,6 +47,8 @@ from strom.storage import swap
 from strom.storage.durable import fsync_dir, unlink_all
 from strom.storage.errors import OffsetOutOfRangeError
 from strom.storage.handles import FileHandleCache
+from strom.storage.leader_epochs import FILE_NAME as EPOCH_FILE
+from strom.storage.leader_epochs import LeaderEpochCache
 from strom.storage.log_config import LogConfig
 from strom.storage.producer_state import NOT_IDEMPOTENT, ProducerStateManager
 from strom.storage.segment import INT32_MAX, LOG_SUFFIX, LogSegment
@@ -96,6 +102,7 @@ class PartitionLog:
         handles: FileHandleCache,
         segments: list[LogSegment],
         log_start_offset: int,
+        high_watermark: int | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -107,9 +114,13 @@ class PartitionLog:
         active = segments[-1]
         assert active.next_offset is not None
         self.log_end_offset: int = active.next_offset
-        self.high_watermark: int = self.log_end_offset
         self.log_start_offset: int = min(
             max(log_start_offset, segments[0].base_offset), self.log_end_offset
+        )
+        self.high_watermark: int = (
+            self.log_end_offset
+            if high_watermark is None
+            else min(max(high_watermark, self.log_start_offset), self.log_end_offset)
         )
         self.recovery_point: int = self.log_end_offset
         self._dirty: list[LogSegment] = []  # segments written since the last flush
@@ -123,6 +134,26 @@ class PartitionLog:
         self._delete_segments_below_start()
         self.producers = ProducerStateManager(f"{topic}-{partition}")
         self.producers.load_segments(self._segments[-PRODUCER_STATE_SEGMENTS:])
+        self.epochs = self._load_epochs()
+
+    def _load_epochs(self) -> LeaderEpochCache:
+        cache = LeaderEpochCache.read(self.directory)
+        if cache is None:
+            cache = LeaderEpochCache(self.directory / EPOCH_FILE)
+            if self.log_end_offset > self.log_start_offset:
+                # No file (a log from before epochs were kept, or a damaged file): the
+                # batches carry their epochs.
+                entries: list[tuple[int, int]] = []
+                for segment in self._segments:
+                    for epoch, start in segment.epoch_starts():
+                        if epoch >= 0 and (not entries or epoch > entries[-1][0]):
+                            entries.append((epoch, start))
+                cache = LeaderEpochCache(self.directory / EPOCH_FILE, entries)
+                if entries:
+                    cache.write()
+        cache.truncate_from_end(self.log_end_offset)
+        cache.truncate_from_start(self.log_start_offset)
+        return cache
 
     def __repr__(self) -> str:
         return (
@@ -143,6 +174,7 @@ class PartitionLog:
         *,
         recovery_point: int = 0,
         log_start_offset: int = 0,
+        high_watermark: int | None = None,
         clean: bool = False,
     ) -> PartitionLog:
         """Open (creating if missing) the log in ``directory``.
@@ -152,6 +184,9 @@ class PartitionLog:
         and everything after it is cut off and later segments are dropped. Segments
         below (or all, when ``clean``) are trusted; only an index file that is missing
         or not a whole number of entries is rebuilt.
+
+        The high watermark starts at ``high_watermark`` (from the replication offset
+        checkpoint) capped by the log end offset, or at the log end offset when None.
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -198,7 +233,9 @@ class PartitionLog:
                 if is_last:
                     break
             segments[-1].load_tail(interval)
-        return cls(directory, topic, partition, config, handles, segments, log_start_offset)
+        return cls(
+            directory, topic, partition, config, handles, segments, log_start_offset, high_watermark
+        )
 
     @staticmethod
     def _settle(segment: LogSegment, is_active: bool) -> None:
@@ -282,8 +319,13 @@ class PartitionLog:
         leader_epoch: int = 0,
         log_append_time_ms: int | None = None,
         defer_flush: bool = False,
+        advance_high_watermark: bool = True,
     ) -> int:
         """Append validated back-to-back batches; returns the first batch's base offset.
+
+        The high watermark moves to the new log end unless ``advance_high_watermark``
+        is False (a replicated partition: its followers' progress moves it). A
+        ``leader_epoch`` above the latest one starts a new entry in the epoch cache.
 
         The flush policy is applied at once unless ``defer_flush``: then the caller
         checks ``flush_wanted()`` and flushes (perhaps with begin/end_flush, so that
@@ -313,6 +355,8 @@ class PartitionLog:
                 return verdict  # a retried batch already in the log
         now_ms = int(time.time() * 1000)
         first_offset = offset = self.log_end_offset
+        if leader_epoch > self.epochs.latest_epoch:
+            self.epochs.assign(leader_epoch, first_offset)
         for header in headers:
             set_base_offset(buf, header, offset)
             set_partition_leader_epoch(buf, header, leader_epoch)
@@ -328,12 +372,131 @@ class PartitionLog:
         if not self._dirty or self._dirty[-1] is not segment:
             self._dirty.append(segment)
         self.log_end_offset = offset
-        self.high_watermark = offset
+        if advance_high_watermark:
+            self.high_watermark = offset
         if self._oldest_unflushed_ms is None:
             self._oldest_unflushed_ms = now_ms
         if not defer_flush:
             self.maybe_flush(now_ms)
         return first_offset
+
+    def append_as_follower(
+        self,
+        buf: bytearray | memoryview,
+        headers: list[BatchHeader],
+        *,
+        defer_flush: bool = False,
+    ) -> None:
+        """Append batches copied from the leader's log, offsets and epochs as they are.
+
+        They must start at the log end offset and follow one another; the producer
+        state and the epoch cache learn from them as from the leader's appends. The
+        high watermark does not move (the leader's, capped by ours, is set apart).
+        """
+        if not headers:
+            raise ValueError("nothing to append")
+        last = headers[-1]
+        if headers[0].position != 0 or last.position + last.size != len(buf):
+            raise ValueError("headers do not cover the buffer")
+        expected = self.log_end_offset
+        for header in headers:
+            if header.base_offset != expected:
+                raise ValueError(
+                    f"{self.topic}-{self.partition}: batch at offset {header.base_offset}"
+                    f" where {expected} was expected"
+                )
+            expected = header.next_offset
+        epochs = self.epochs
+        for header in headers:
+            if header.partition_leader_epoch > epochs.latest_epoch:
+                epochs.assign(header.partition_leader_epoch, header.base_offset)
+        now_ms = int(time.time() * 1000)
+        segment = self._segments[-1]
+        if segment.size and self._should_roll(segment, len(buf), last.last_offset, now_ms):
+            segment = self._roll()
+        segment.append(buf, headers, self.config.index_interval_bytes, now_ms)
+        self.producers.record(headers)
+        if not self._dirty or self._dirty[-1] is not segment:
+            self._dirty.append(segment)
+        self.log_end_offset = expected
+        if self._oldest_unflushed_ms is None:
+            self._oldest_unflushed_ms = now_ms
+        if not defer_flush:
+            self.maybe_flush(now_ms)
+
+    # -- replication state -----------------------------------------------------------
+
+    def set_high_watermark(self, offset: int) -> None:
+        """Set the high watermark, kept within [log start offset, log end offset]."""
+        self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+
+    @property
+    def latest_epoch(self) -> int:
+        """The latest leader epoch in the log's epoch cache; -1 if none."""
+        return self.epochs.latest_epoch
+
+    def assign_epoch(self, epoch: int) -> None:
+        """A new leader's epoch begins at the log end offset (Kafka assigns it when
+        leadership is taken, before the first append)."""
+        self.epochs.assign(epoch, self.log_end_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) as OffsetForLeaderEpoch answers (leader_epochs.py)."""
+        return self.epochs.end_offset_for(epoch, self.log_end_offset)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at and above ``offset`` (a whole batch when ``offset`` is
+        inside it), durably: the files are cut and fsynced before this returns. The
+        high watermark, recovery point, epoch cache and producer state follow. An
+        offset at or below the log start empties the log and restarts it there."""
+        if offset >= self.log_end_offset:
+            return
+        interval = self.config.index_interval_bytes
+        if offset <= self.log_start_offset:
+            self._truncate_fully(max(offset, self.log_start_offset))
+            return
+        keep = max(1, bisect_right(self._bases, offset - 1))
+        for segment in self._segments[keep:]:
+            if segment in self._dirty:
+                self._dirty.remove(segment)
+            segment.delete()
+        del self._segments[keep:], self._bases[keep:]
+        active = self._segments[-1]
+        end = active.truncate_to(offset, interval)
+        if active.size == 0 and len(self._segments) > 1:
+            # The batch holding ``offset`` began in the segment before: drop the empty one.
+            active.delete()
+            self._segments.pop()
+            self._bases.pop()
+            active = self._segments[-1]
+            end = active.truncate_to(offset, interval)
+        if active in self._dirty:
+            self._dirty.remove(active)
+        fsync_dir(self.directory)
+        self._after_truncation(end)
+
+    def _truncate_fully(self, start: int) -> None:
+        for segment in self._segments:
+            if segment in self._dirty:
+                self._dirty.remove(segment)
+            segment.delete()
+        segment = LogSegment.create(self.directory, start, self.handles)
+        segment.flush()
+        self._segments = [segment]
+        self._bases = [start]
+        fsync_dir(self.directory)
+        self.log_start_offset = start
+        self.epochs.clear()
+        self._after_truncation(start)
+
+    def _after_truncation(self, end: int) -> None:
+        log.info("%s-%d: truncated to offset %d", self.topic, self.partition, end)
+        self.log_end_offset = end
+        self.high_watermark = min(self.high_watermark, end)
+        self.recovery_point = min(self.recovery_point, end)
+        self.epochs.truncate_from_end(end)
+        self.producers = ProducerStateManager(f"{self.topic}-{self.partition}")
+        self.producers.load_segments(self._segments[-PRODUCER_STATE_SEGMENTS:])
 
     def _should_roll(self, segment: LogSegment, size: int, last_offset: int, now_ms: int) -> bool:
         config = self.config
@@ -492,6 +655,7 @@ class PartitionLog:
             )
         if offset > self.log_start_offset:
             self.log_start_offset = offset
+            self.epochs.truncate_from_start(offset)
         self._delete_segments_below_start()
         return self.log_start_offset
 
@@ -595,6 +759,7 @@ class PartitionLog:
                 new_start,
             )
             self.log_start_offset = new_start
+            self.epochs.truncate_from_start(new_start)
         return self._delete_segments_below_start(now_ms)
 
     # -- lifecycle -----------------------------------------------------------------------

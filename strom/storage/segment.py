@@ -442,6 +442,48 @@ class LogSegment:
                 position += header.size
         return None
 
+    def epoch_starts(self) -> list[tuple[int, int]]:
+        """(partition leader epoch, base offset) of each batch whose epoch differs from
+        the batch before it in this segment: the leader epoch cache's raw material."""
+        starts: list[tuple[int, int]] = []
+        last = None
+        position = 0
+        with self.handles.lease(self.log_path) as fd:
+            window = _Window(fd, self.size, _SCAN_CHUNK)
+            while position < self.size:
+                header = window.header(position)
+                if header is None:
+                    break
+                if header.partition_leader_epoch != last:
+                    last = header.partition_leader_epoch
+                    starts.append((last, header.base_offset))
+                position += header.size
+        return starts
+
+    # -- truncation ------------------------------------------------------------
+
+    def truncate_to(self, offset: int, index_interval: int) -> int:
+        """Cut the log file before the batch holding ``offset`` (that batch goes too),
+        rebuild both indexes, fsync; returns the segment's new next offset."""
+        self.ensure_indexes(index_interval)
+        assert self.offset_index is not None
+        position = self.offset_index.lookup(max(offset - self.base_offset, 0))
+        with self.handles.lease(self.log_path) as fd:
+            window = _Window(fd, self.size, _SCAN_CHUNK)
+            while position < self.size:
+                header = window.header(position)
+                if header is None or header.last_offset >= offset:
+                    break
+                position += header.size
+            self.handles.unmap(self.log_path)  # a map over the cut pages would kill reads
+            os.ftruncate(fd, position)
+        self.size = position
+        self.first_append_ms = None
+        self.recover(index_interval, verify=False)
+        self.flush()
+        assert self.next_offset is not None
+        return self.next_offset
+
     # -- durability and lifecycle --------------------------------------------
 
     def write_indexes(self) -> None:

@@ -5,6 +5,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from test_quorum_controller import (
+    check_invariants,
+    cluster,
+    replayed,
+)
 
 from strom.cluster.image import PartitionState
 from strom.cluster.partition_change import LEADER_RECOVERED, LEADER_RECOVERING
@@ -18,11 +23,6 @@ from strom.cluster.quorum_controller import (
 )
 from strom.cluster.records import PartitionChangeRecord
 from strom.protocol.errors import ErrorCode
-from tests.unit.test_quorum_controller import (
-    check_invariants,
-    cluster,
-    replayed,
-)
 
 
 def three_replicas() -> QuorumController:

@@ -181,6 +181,7 @@ def test_delete_records_during_a_swap_keeps_the_pinned_segments_until_it_is_done
         "00000000000000000050.index",
         "00000000000000000050.log",
         "00000000000000000050.timeindex",
+        "leader-epoch-checkpoint",
     ]
     reopened = LogManager(tmp_path, config, cleaner_enabled=False)
     reopened.load()
@@ -252,7 +253,11 @@ def test_crash_during_swap_recovers_old_or_new(tmp_path, crash_at):
     reopened = _open(tmp_path)
     expected = old if crash_at == "cleaned" else new
     assert _records(reopened) == expected
-    leftovers = [n for n in os.listdir(directory) if not n.endswith((".log", "index"))]
+    leftovers = [
+        n
+        for n in os.listdir(directory)
+        if not n.endswith((".log", "index")) and n != "leader-epoch-checkpoint"
+    ]
     assert leftovers == []
     reopened.close()
 
