@@ -77,3 +77,20 @@ def controller_id(broker: Broker) -> int:
         return leader
     live = image.live_brokers()
     return live[0].broker_id if live else -1
+
+
+def inter_broker_endpoint(broker: Broker, broker_id: int) -> BrokerEndpoint | None:
+    """Where this broker reaches another one: its ``inter.broker.listener.name``
+    endpoint (the first one it registered when it has none of that name)."""
+    registration = broker.state.image.brokers.get(broker_id)
+    if registration is None:
+        return None
+    name = broker.config.inter_broker_listener_name
+    endpoint = registration.endpoint(name) if name else None
+    if endpoint is None and registration.endpoints:
+        endpoint = registration.endpoints[0]
+    if endpoint is None:
+        return None
+    return BrokerEndpoint(
+        broker_id, endpoint.host, endpoint.port, registration.rack, registration.fenced
+    )

@@ -27,7 +27,7 @@ from typing import Any
 from strom.broker.common import NO_THROTTLE, resolve_topic
 from strom.broker.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
-from strom.protocol.framing import build, nested
+from strom.protocol.framing import build, nested, nested_if_any
 from strom.storage.errors import OffsetOutOfRangeError
 
 
@@ -41,6 +41,8 @@ class _Wanted:
     offset: int
     max_bytes: int
     known: bool
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
 
 
 _WantedTopic = tuple[str | None, uuid.UUID | None, list[_Wanted]]
@@ -66,6 +68,8 @@ def handle_fetch(ctx: RequestContext, request: Any) -> Any:
                 p.fetch_offset,
                 p.partition_max_bytes,
                 meta is not None,
+                getattr(p, "current_leader_epoch", -1),
+                getattr(p, "last_fetched_epoch", -1),
             )
             for p in topic.partitions
         ]
@@ -99,8 +103,18 @@ async def _long_poll(
     return _read(ctx, request, wanted)[0]
 
 
+def replica_id_of(request: Any) -> int:
+    """The fetching replica's broker id (-1 for a consumer)."""
+    state = getattr(request, "replica_state", None)
+    if state is not None:
+        return state.replica_id
+    return getattr(request, "replica_id", -1)
+
+
 def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tuple[Any, int, bool]:
     controller = ctx.broker.controller
+    replica_id = replica_id_of(request)
+    replicas = ctx.broker.replicas
     response_type = ctx.response_type
     topic_type = nested(response_type, "FetchableTopicResponse")
     partition_type = nested(response_type, "PartitionData")
@@ -116,6 +130,7 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
             error = ErrorCode.none
             records = b""
             high_watermark = last_stable = log_start = -1
+            diverging = None
             partition_log = controller.partition_log(w.name, w.partition) if w.known else None
             if partition_log is None:
                 if w.known:
@@ -126,18 +141,34 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
                     error = ErrorCode.unknown_topic_or_partition
             elif not controller.leads(partition_log.topic, w.partition):
                 error = ErrorCode.not_leader_or_follower
+            elif (epoch_error := _check_leader_epoch(controller, partition_log, w)) is not None:
+                error = epoch_error
             else:
                 high_watermark = partition_log.high_watermark
                 last_stable = high_watermark
                 log_start = partition_log.log_start_offset
                 limit = min(w.max_bytes, budget)
-                if w.offset < log_start or w.offset > partition_log.log_end_offset:
+                diverging = _diverging_epoch(partition_log, w)
+                # A follower reads up to the log end; consumers up to the high watermark.
+                upper = partition_log.log_end_offset if replica_id >= 0 else high_watermark
+                if diverging is not None:
+                    if diverging[0] < 0:  # no epoch here at or below the fetcher's last
+                        error = ErrorCode.offset_out_of_range
+                        diverging = None
+                elif w.offset < log_start or w.offset > partition_log.log_end_offset:
                     error = ErrorCode.offset_out_of_range
-                elif w.offset < high_watermark and (limit > 0 or total == 0):
-                    try:
-                        records = partition_log.read(
-                            w.offset, max(limit, 1), upper_bound=high_watermark
+                else:
+                    if replica_id >= 0:
+                        replicas.follower_fetched(
+                            partition_log.topic, w.partition, replica_id, w.offset
                         )
+                        high_watermark = last_stable = partition_log.high_watermark
+                        upper = partition_log.log_end_offset
+                if error != ErrorCode.none or diverging is not None:
+                    pass
+                elif w.offset < upper and (limit > 0 or total == 0):
+                    try:
+                        records = partition_log.read(w.offset, max(limit, 1), upper_bound=upper)
                     except OffsetOutOfRangeError:
                         error = ErrorCode.offset_out_of_range
                     if total and len(records) > limit:
@@ -157,6 +188,7 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
                     aborted_transactions=aborted,
                     preferred_read_replica=-1,
                     records=records,
+                    **_diverging_field(partition_type, diverging),
                 )
             )
         topics.append(
@@ -170,3 +202,38 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
         responses=tuple(topics),
     )
     return response, total, has_error
+
+
+def _check_leader_epoch(controller: Any, partition_log: Any, w: _Wanted) -> ErrorCode | None:
+    """KIP-320: a fetcher that names a leader epoch must name the current one."""
+    if w.current_leader_epoch < 0:
+        return None
+    topic = controller.topic(partition_log.topic)
+    ours = topic.leader_epoch_of(w.partition) if topic is not None else -1
+    if w.current_leader_epoch < ours:
+        return ErrorCode.fenced_leader_epoch
+    if w.current_leader_epoch > ours:
+        return ErrorCode.unknown_leader_epoch
+    return None
+
+
+def _diverging_epoch(partition_log: Any, w: _Wanted) -> Any:
+    """KIP-320: where the fetcher's log stops agreeing with this one, or None.
+
+    The fetcher's last fetched epoch must end at or after its fetch offset here;
+    otherwise it is told this log's end of that epoch (or of the largest epoch below)."""
+    if w.last_fetched_epoch < 0:
+        return None
+    epoch, end = partition_log.end_offset_for_epoch(w.last_fetched_epoch)
+    if epoch == w.last_fetched_epoch and end >= w.offset:
+        return None
+    return epoch, end
+
+
+def _diverging_field(partition_type: type, diverging: tuple[int, int] | None) -> dict[str, Any]:
+    if diverging is None:
+        return {}
+    epoch_type = nested_if_any(partition_type, "EpochEndOffset")
+    if epoch_type is None:  # before v12 a follower truncates by OffsetForLeaderEpoch
+        return {}
+    return {"diverging_epoch": build(epoch_type, epoch=diverging[0], end_offset=diverging[1])}

@@ -8,7 +8,10 @@
   group is empty and creates it. Per partition: UNKNOWN_TOPIC_OR_PARTITION,
   OFFSET_METADATA_TOO_LARGE above offset.metadata.max.bytes. Metadata and the
   committed leader epoch round-trip. The retention time of v2-4 is ignored
-  (offsets.retention.minutes applies).
+  (offsets.retention.minutes applies). When the group's offsets partition has
+  followers, the answer waits until the commit is replicated to the ISR (the
+  partition's high watermark passes it), as Kafka's acks=all write of offsets does;
+  after offsets.commit.timeout.ms it is COORDINATOR_NOT_AVAILABLE (clients retry).
 - OffsetFetch (9), versions 1-10 (several groups per request from v8, topic
   ids from v10): a partition without a committed offset answers offset -1.
   require_stable is always satisfied: there are no pending transactional
@@ -25,7 +28,7 @@ from typing import Any
 from strom.broker.common import NO_THROTTLE, resolve_topic
 from strom.broker.router import RequestContext, handles
 from strom.coordinator.coordinator import OffsetToCommit
-from strom.coordinator.offsets_topic import CommittedOffset
+from strom.coordinator.offsets_topic import OFFSETS_TOPIC, CommittedOffset
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
@@ -34,9 +37,6 @@ from strom.protocol.framing import build, nested
 def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     coordinator = ctx.broker.coordinator
     controller = ctx.broker.controller
-    response_type = ctx.response_type
-    topic_type = nested(response_type, "OffsetCommitResponseTopic")
-    partition_type = nested(response_type, "OffsetCommitResponsePartition")
     group_error = ErrorCode.none
     if not request.group_id:
         group_error = ErrorCode.invalid_group_id
@@ -67,10 +67,38 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
                 )
             )
         resolved.append((name, topic_id, meta, topic.partitions))
+    waiting = None
     if group_error != ErrorCode.none:
         errors = [group_error] * len(wanted)
     else:
+        coordinator.appended_at = None
         errors = coordinator.commit_offsets(request.group_id, wanted)
+        waiting = coordinator.appended_at
+    if waiting is not None and ctx.broker.replicas.is_replicated(OFFSETS_TOPIC, waiting[0]):
+        return _after_replication(ctx, request, resolved, errors, waiting)
+    return _commit_response(ctx, resolved, errors)
+
+
+async def _after_replication(
+    ctx: RequestContext,
+    request: Any,
+    resolved: list[Any],
+    errors: list[ErrorCode],
+    waiting: tuple[int, int],
+) -> Any:
+    timeout_s = int(ctx.broker.config["offsets.commit.timeout.ms"]) / 1000
+    replicated = await ctx.broker.replicas.wait_for_high_watermark(
+        (OFFSETS_TOPIC, waiting[0]), waiting[1], timeout_s
+    )
+    if not replicated:
+        errors = [ErrorCode.coordinator_not_available if e == ErrorCode.none else e for e in errors]
+    return _commit_response(ctx, resolved, errors)
+
+
+def _commit_response(ctx: RequestContext, resolved: list[Any], errors: list[ErrorCode]) -> Any:
+    response_type = ctx.response_type
+    topic_type = nested(response_type, "OffsetCommitResponseTopic")
+    partition_type = nested(response_type, "OffsetCommitResponsePartition")
     if ctx.api_version >= 10:
         errors = [
             ErrorCode.unknown_topic_id

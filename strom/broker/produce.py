@@ -11,14 +11,19 @@ not ``producer`` gets every batch in that codec (records decompressed and
 recompressed as they are: offsets deltas, timestamps, producer id/epoch/sequence
 kept).
 
-acks 0, 1 and -1 behave alike on a single node, where the ISR is this broker:
-the response is sent once the batch is in the log, and when the topic's flush
-policy asks for a flush, once it is fsynced: the fsync runs off the event loop and
-one fsync covers every append made before it (group_commit.py); a failed fsync
-answers KAFKA_STORAGE_ERROR. acks=0 gets no response. Errors: UNKNOWN_TOPIC_OR_PARTITION,
-CORRUPT_MESSAGE (bad CRC or framing), MESSAGE_TOO_LARGE (a batch above the
-topic's max.message.bytes), UNSUPPORTED_FOR_MESSAGE_FORMAT (magic 0/1),
-INVALID_REQUIRED_ACKS, INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER.
+Only the partition's leader appends (else NOT_LEADER_OR_FOLLOWER). On a partition
+without followers acks 0, 1 and -1 behave alike: the response is sent once the batch
+is in the log. With followers, acks=-1 is refused with NOT_ENOUGH_REPLICAS while the
+ISR is smaller than ``min.insync.replicas`` (topic, else broker), and answered once
+the high watermark has passed the batch (every ISR member has it; replication.py),
+or REQUEST_TIMED_OUT after the request's timeout. In every case, when the topic's
+flush policy asks for a flush, the answer also waits for the fsync: the fsync runs
+off the event loop and one fsync covers every append made before it
+(group_commit.py); a failed fsync answers KAFKA_STORAGE_ERROR. acks=0 gets no
+response. Errors: UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE (bad CRC or
+framing), MESSAGE_TOO_LARGE (a batch above the topic's max.message.bytes),
+UNSUPPORTED_FOR_MESSAGE_FORMAT (magic 0/1), INVALID_REQUIRED_ACKS,
+INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, NOT_ENOUGH_REPLICAS.
 Errors are per partition; a failed partition gets base_offset -1.
 
 Idempotence (KIP-98), per partition, for batches with producerId >= 0 and
@@ -42,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import time
 from typing import Any
 
 from strom.broker.common import NO_THROTTLE, now_ms, resolve_topic
@@ -73,6 +79,8 @@ def handle_produce(ctx: RequestContext, request: Any) -> Any:
     # Per topic: (name, topic id, [(partition, error, base, append time, log start)]).
     results: list[tuple[Any, Any, list[list[Any]]]] = []
     durable: list[tuple[list[Any], asyncio.Future[None]]] = []
+    # acks=all on partitions with followers: (result, log, end offset to wait for)
+    replicated: list[tuple[list[Any], PartitionLog, int]] = []
     for topic_data in request.topic_data:
         name = getattr(topic_data, "name", None)
         topic_id = getattr(topic_data, "topic_id", None)
@@ -85,30 +93,54 @@ def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 partition_log = (
                     controller.partition_log(topic.name, data.index) if topic is not None else None
                 )
-                result = [data.index, *_append(ctx, topic, partition_log, data.records)]
-                if result[1] == ErrorCode.none and partition_log.flush_wanted():
-                    durable.append((result, broker.group_commit.durable(partition_log)))
+                result = [data.index, *_append(ctx, topic, partition_log, data.records, acks)]
+                if result[1] == ErrorCode.none:
+                    if partition_log.flush_wanted():
+                        durable.append((result, broker.group_commit.durable(partition_log)))
+                    if acks == -1 and broker.replicas.is_replicated(topic.name, data.index):
+                        replicated.append((result, partition_log, partition_log.log_end_offset))
             partitions.append(result)
         results.append((name, topic_id, partitions))
     if acks == 0:
         for _, done in durable:
             done.add_done_callback(_ignore_outcome)
         return None
-    if durable:
-        return _after_fsync(ctx, results, durable)
+    if durable or replicated:
+        return _after_fsync_and_replication(ctx, request, results, durable, replicated)
     return _response(ctx, results)
 
 
-async def _after_fsync(
+async def _after_fsync_and_replication(
     ctx: RequestContext,
+    request: Any,
     results: list[tuple[Any, Any, list[list[Any]]]],
     durable: list[tuple[list[Any], asyncio.Future[None]]],
+    replicated: list[tuple[list[Any], PartitionLog, int]],
 ) -> Any:
     outcomes = await asyncio.gather(*(done for _, done in durable), return_exceptions=True)
     for (result, _), outcome in zip(durable, outcomes, strict=True):
         if isinstance(outcome, BaseException):
             result[1:] = [ErrorCode.kafka_storage_error, -1, None, -1]
+    if replicated:
+        await _wait_for_high_watermarks(ctx, request, replicated)
     return _response(ctx, results)
+
+
+async def _wait_for_high_watermarks(
+    ctx: RequestContext, request: Any, waits: list[tuple[list[Any], PartitionLog, int]]
+) -> None:
+    """acks=all: answer once the high watermark passes each batch (the ISR has it), or
+    REQUEST_TIMED_OUT after the request's timeout."""
+    deadline = time.monotonic() + max(request.timeout.total_seconds(), 0.0)
+    pending = [w for w in waits if w[0][1] == ErrorCode.none]
+    while True:
+        pending = [w for w in pending if w[1].high_watermark < w[2]]
+        remaining = deadline - time.monotonic()
+        if not pending or remaining <= 0:
+            break
+        await ctx.broker.purgatory.wait([(w[1].topic, w[1].partition) for w in pending], remaining)
+    for result, _, _ in pending:
+        result[1] = ErrorCode.request_timed_out
 
 
 def _ignore_outcome(done: asyncio.Future[None]) -> None:
@@ -144,12 +176,17 @@ def _append(
     topic: TopicView | None,
     partition_log: PartitionLog | None,
     records: bytes | memoryview | None,
+    acks: int,
 ) -> tuple[ErrorCode, int, datetime.datetime | None, int]:
     if topic is None or partition_log is None:
         return ErrorCode.unknown_topic_or_partition, -1, None, -1
     partition = partition_log.partition
-    if topic.leader_of(partition) != ctx.broker.node_id:
+    state = topic.states.get(partition)
+    if state is None or state.leader != ctx.broker.node_id:
         return ErrorCode.not_leader_or_follower, -1, None, -1
+    replicated = len(state.replicas) > 1
+    if acks == -1 and replicated and len(state.isr) < _min_insync_replicas(ctx, topic):
+        return ErrorCode.not_enough_replicas, -1, None, partition_log.log_start_offset
     config = partition_log.config
     if not records:
         return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
@@ -190,9 +227,11 @@ def _append(
         base_offset = partition_log.append(
             buf,
             headers,
-            leader_epoch=topic.leader_epoch_of(partition),
+            leader_epoch=state.leader_epoch,
             log_append_time_ms=log_append_ms,
             defer_flush=True,
+            # With followers, the high watermark moves as the ISR catches up.
+            advance_high_watermark=not replicated,
         )
     except InvalidProducerEpochError as exc:
         log.info("fencing a produce to %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
@@ -201,4 +240,11 @@ def _append(
         log.info("rejecting a produce to %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
         return ErrorCode.out_of_order_sequence_number, -1, None, partition_log.log_start_offset
     ctx.broker.purgatory.notify(topic.name, partition)
+    if replicated:
+        ctx.broker.replicas.maybe_advance_high_watermark((topic.name, partition))
     return ErrorCode.none, base_offset, append_time, partition_log.log_start_offset
+
+
+def _min_insync_replicas(ctx: RequestContext, topic: TopicView) -> int:
+    value = topic.configs.get("min.insync.replicas")
+    return int(value) if value is not None else int(ctx.broker.config["min.insync.replicas"])

@@ -90,6 +90,7 @@ def load_handlers() -> tuple[dict[int, Route], dict[int, Route]]:
         init_producer_id,
         list_offsets,
         metadata,
+        offset_for_leader_epoch,
         offsets,
         produce,
         quorum_handlers,

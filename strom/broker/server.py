@@ -42,6 +42,7 @@ from strom.broker.lifecycle import BrokerLifecycle
 from strom.broker.producer_ids import ProducerIdBlocks
 from strom.broker.purgatory import Purgatory
 from strom.broker.quorum import QuorumDriver
+from strom.broker.replication import ReplicaManager
 from strom.broker.router import RequestContext, Route, load_handlers
 from strom.cluster.meta_properties import ensure_formatted
 from strom.cluster.node_state import NodeState
@@ -127,10 +128,12 @@ class Broker:
         )
         self.controller_channel = ControllerChannel(self, self.voters)
         self.producer_ids = ProducerIdBlocks(self)
-        self.coordinator = GroupCoordinator(self.state, config, self.purgatory.notify)
+        self.coordinator = GroupCoordinator(self.state, config, self._coordinator_appended)
         self.state.on_topic_removed = self.coordinator.forget_topic
+        self.replicas = ReplicaManager(self)
+        self._replicating = False
         self._metadata_changed = asyncio.Event()
-        self.state.on_change = self._metadata_changed.set
+        self.state.on_change = self._on_metadata_change
         self.client_listeners = config.client_listeners if self.is_broker else []
         self.controller_listeners = config.controller_listeners if self.is_controller else []
         self.advertised = [
@@ -170,6 +173,14 @@ class Broker:
     def advertised_endpoint(self) -> tuple[str, int]:
         listener = self.advertised_client_listeners()[0]
         return listener.host, listener.port
+
+    def _coordinator_appended(self, topic: str, partition: int) -> None:
+        self.replicas.appended(topic, partition)
+
+    def _on_metadata_change(self) -> None:
+        self._metadata_changed.set()
+        if self._replicating:
+            self.replicas.metadata_changed()
 
     def _leadership_changed(self, leader_ready: bool) -> None:
         if self.controller_service is not None:
@@ -223,6 +234,8 @@ class Broker:
             self.lifecycle.start()
             await self.lifecycle.wait_unfenced()
             self.coordinator.start()
+            self.replicas.start()
+            self._replicating = True
             for server in clients:
                 await server.start_serving()
         self._duties = asyncio.get_running_loop().create_task(self._run_duties())
@@ -254,6 +267,8 @@ class Broker:
         for server in self._servers:
             await server.wait_closed()
         self.purgatory.wake_all()
+        self._replicating = False
+        await self.replicas.stop()
         self.coordinator.stop()
         self.group_commit.shutdown()
         if self.controller_service is not None:

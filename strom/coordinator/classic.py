@@ -809,6 +809,16 @@ class ClassicGroup:
                 member.session_timer.cancel()
                 member.session_timer = None
 
-    def mark_dead(self) -> None:
+    def mark_dead(self, error: ErrorCode | None = None) -> None:
+        """End the group here; members waiting in JoinGroup or SyncGroup are answered
+        ``error`` when one is given (NOT_COORDINATOR when the group moves away)."""
         self._cancel_timers()
+        if error is not None:
+            for member in self.members.values():
+                join, sync = member.join_future, member.sync_future
+                member.join_future = member.sync_future = None
+                if join is not None and not join.done():
+                    join.set_result(JoinResult(error, member.member_id))
+                if sync is not None and not sync.done():
+                    sync.set_result(SyncResult(error))
         self._transition(GroupState.DEAD)

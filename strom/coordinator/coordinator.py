@@ -9,10 +9,17 @@ lives in partition abs(hashCode(group)) % partitions, as in Kafka. Records are
 appended as batches through the partition logs, so consumers of the topic see
 them like any other records.
 
-At start-up the topic is replayed: the last record per key wins and a
-tombstone deletes, which rebuilds classic groups (members, generation,
-assignments; their sessions restart) and offsets. KIP-848 groups are kept in
-memory only: after a restart their members rejoin (their offsets survive).
+A node coordinates the groups of the ``__consumer_offsets`` partitions it leads.
+When it becomes a partition's leader (at start-up too) the partition is replayed
+(``load_partition``): the last record per key wins and a tombstone deletes, which
+rebuilds classic groups (members, generation, assignments; their sessions restart)
+and offsets. When the leadership moves away the partition's groups are dropped
+(``unload_partition``; waiting members are answered NOT_COORDINATOR). KIP-848
+groups are kept in memory only: after a restart or a move their members rejoin
+(their offsets survive). On a replicated offsets partition an append does not move
+the high watermark: the followers' progress does, and ``appended_at`` tells the
+OffsetCommit handler what to wait for before it answers, as Kafka's coordinator
+waits for its acks=all write.
 
 Offsets of an empty group expire ``offsets.retention.minutes`` after the group
 became empty (after their commit for groups that never had a protocol); a
@@ -92,6 +99,9 @@ class GroupCoordinator:
         self.groups: dict[str, ClassicGroup | ConsumerGroup] = {}
         self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._expiry_task: asyncio.Task[None] | None = None
+        self.loaded: set[int] = set()  # offsets partitions whose groups are held here
+        # (partition, end offset) of the last append, for a caller that waits on it.
+        self.appended_at: tuple[int, int] | None = None
 
     # Settings -------------------------------------------------------------------
 
@@ -136,21 +146,13 @@ class GroupCoordinator:
     # Lifecycle ------------------------------------------------------------------
 
     def start(self) -> None:
-        """Replay __consumer_offsets and start the timers (inside the event loop)."""
-        started = time.monotonic()
-        records = self._replay()
-        for group in self.groups.values():
-            if isinstance(group, ClassicGroup):
-                group.start_sessions()
-        if records:
-            log.info(
-                "loaded %d group(s) and %d committed offset(s) from %d record(s) of %s in %.2fs",
-                len(self.groups),
-                sum(len(o) for o in self.offsets.values()),
-                records,
-                OFFSETS_TOPIC,
-                time.monotonic() - started,
-            )
+        """Load the offsets partitions this node leads and start the timers (inside
+        the event loop)."""
+        topic = self.controller.topic(OFFSETS_TOPIC)
+        if topic is not None:
+            for partition in range(topic.partitions):
+                if topic.leader_of(partition) == self.controller.node_id:
+                    self.load_partition(partition)
         interval = max(int(self.config["offsets.retention.check.interval.ms"]), 1) / 1000
         self._expiry_task = asyncio.get_running_loop().create_task(self._expire_loop(interval))
 
@@ -159,6 +161,53 @@ class GroupCoordinator:
             self._expiry_task.cancel()
         for group in self.groups.values():
             group.mark_dead()
+
+    def load_partition(self, partition: int) -> None:
+        """This node now leads ``__consumer_offsets``-``partition``: replay its groups."""
+        if partition in self.loaded:
+            return
+        started = time.monotonic()
+        self.loaded.add(partition)
+        before = set(self.groups)
+        records = self._replay([partition])
+        for group_id, group in self.groups.items():
+            if group_id not in before and isinstance(group, ClassicGroup):
+                group.start_sessions()
+        if records:
+            log.info(
+                "loaded %d group(s) from %d record(s) of %s-%d in %.2fs",
+                len(set(self.groups) - before),
+                records,
+                OFFSETS_TOPIC,
+                partition,
+                time.monotonic() - started,
+            )
+
+    def unload_partition(self, partition: int) -> None:
+        """Another node leads ``__consumer_offsets``-``partition`` now: drop its groups."""
+        if partition not in self.loaded:
+            return
+        self.loaded.discard(partition)
+        count = self.offsets_partitions
+        moved = [g for g in self.groups if partition_for(g, count) == partition]
+        moved += [
+            g for g in self.offsets if g not in self.groups and partition_for(g, count) == partition
+        ]
+        for group_id in moved:
+            group = self.groups.pop(group_id, None)
+            if group is not None:
+                if isinstance(group, ClassicGroup):
+                    group.mark_dead(ErrorCode.not_coordinator)
+                else:
+                    group.mark_dead()
+            self.offsets.pop(group_id, None)
+        if moved:
+            log.info(
+                "%s-%d led elsewhere now: %d group(s) unloaded",
+                OFFSETS_TOPIC,
+                partition,
+                len(moved),
+            )
 
     async def _expire_loop(self, interval: float) -> None:
         while True:
@@ -195,7 +244,15 @@ class GroupCoordinator:
             raise OSError(f"{OFFSETS_TOPIC}-{partition} is not available")
         buf = bytearray(build_batch(records, base_timestamp=self.now_ms()))
         headers = list(iter_headers(buf))  # built here: no CRC to check
-        partition_log.append(buf, headers, leader_epoch=topic.leader_epoch_of(partition))
+        state = topic.states.get(partition)
+        replicated = state is not None and len(state.replicas) > 1
+        partition_log.append(
+            buf,
+            headers,
+            leader_epoch=topic.leader_epoch_of(partition),
+            advance_high_watermark=not replicated,
+        )
+        self.appended_at = (partition, partition_log.log_end_offset)
         if self.on_append is not None:
             self.on_append(OFFSETS_TOPIC, partition)
 
@@ -208,13 +265,13 @@ class GroupCoordinator:
         except OSError:
             log.exception("could not store the metadata of group %s", group.group_id)
 
-    def _replay(self) -> int:
+    def _replay(self, partitions: Iterable[int]) -> int:
         topic = self.controller.topic(OFFSETS_TOPIC)
         if topic is None:
             return 0
         count = 0
         records: dict[GroupKey | OffsetKey, bytes | None] = {}
-        for partition in range(topic.partitions):
+        for partition in partitions:
             partition_log = self.controller.partition_log(OFFSETS_TOPIC, partition)
             if partition_log is None:
                 continue

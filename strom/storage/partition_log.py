@@ -453,7 +453,7 @@ class PartitionLog:
             return
         interval = self.config.index_interval_bytes
         if offset <= self.log_start_offset:
-            self._truncate_fully(max(offset, self.log_start_offset))
+            self.truncate_fully_and_start_at(max(offset, self.log_start_offset))
             return
         keep = max(1, bisect_right(self._bases, offset - 1))
         for segment in self._segments[keep:]:
@@ -475,7 +475,9 @@ class PartitionLog:
         fsync_dir(self.directory)
         self._after_truncation(end)
 
-    def _truncate_fully(self, start: int) -> None:
+    def truncate_fully_and_start_at(self, start: int) -> None:
+        """Remove every segment and start an empty log at ``start`` (a follower whose
+        leader's log starts past this one's end), durably."""
         for segment in self._segments:
             if segment in self._dirty:
                 self._dirty.remove(segment)
@@ -488,6 +490,7 @@ class PartitionLog:
         self.log_start_offset = start
         self.epochs.clear()
         self._after_truncation(start)
+        self.high_watermark = start
 
     def _after_truncation(self, end: int) -> None:
         log.info("%s-%d: truncated to offset %d", self.topic, self.partition, end)

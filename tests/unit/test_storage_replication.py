@@ -283,3 +283,15 @@ def test_high_watermarks_survive_a_restart_capped_by_the_log_end(tmp_path):
     again.load()
     assert again.get("events", 0).high_watermark == 10  # no checkpoint: the log end
     again.shutdown()
+
+
+def test_a_follower_behind_its_leaders_log_start_starts_over_there(tmp_path, handles):
+    plog = open_log(tmp_path / "p", handles, segment_bytes=400)
+    for _ in range(4):
+        append(plog, batch(3, size=60), leader_epoch=1)
+    plog.truncate_fully_and_start_at(40)
+    assert (plog.log_start_offset, plog.log_end_offset, plog.high_watermark) == (40, 40, 40)
+    assert plog.segments() == [40] and plog.epochs.entries() == []
+    plog.close()
+    reopened = open_log(tmp_path / "p", handles)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (40, 40)

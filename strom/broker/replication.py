@@ -1,0 +1,505 @@
+"""Replication of partition data between brokers: followers, the ISR's progress, the
+high watermark.
+
+Owns, for every partition replica this broker hosts, what Kafka's ReplicaManager does:
+
+- Roles follow the committed metadata: when a partition's leader or leader epoch
+  changes, this broker becomes its leader or a follower (``metadata_changed``).
+- As a follower it fetches from the leader (``ReplicaFetcher``: one per leader broker
+  and fetcher thread, ``num.replica.fetchers``, every partition it follows from that
+  leader in one Fetch with its replica id and broker epoch, ``replica.fetch.max.bytes``,
+  ``replica.fetch.wait.max.ms``), appends what comes back as it is, truncates where
+  the leader says its log diverged (KIP-320's diverging epoch), and takes the leader's
+  high watermark (capped by its own log end).
+- As a leader it records each follower's fetch offset (its log end offset), moves the
+  high watermark to the smallest log end offset in the ISR (acks=all produces waiting
+  on it are woken through the purgatory), and asks the controller to change the ISR
+  (AlterPartition, KIP-497): a follower that caught up to the high watermark joins, one
+  that has not caught up to the leader's log end within ``replica.lag.time.max.ms``
+  leaves.
+
+Does not own the log (``strom.storage.partition_log``), the wire format of Fetch
+(``fetch.py`` serves it), or the metadata (``strom.cluster.node_state``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.fetch.v17 import request as fetch_req
+
+from strom.broker.peer_client import PeerError, PeerPool
+from strom.cluster.image import NO_LEADER
+from strom.coordinator.offsets_topic import OFFSETS_TOPIC
+from strom.protocol.errors import ErrorCode
+from strom.protocol.records import CorruptBatchError, validate_batches
+
+if TYPE_CHECKING:
+    from strom.broker.server import Broker
+    from strom.cluster.image import PartitionState
+
+log = logging.getLogger(__name__)
+
+PartitionKey = tuple[str, int]
+ISR_CHECK_S = 0.25
+FETCH_BACKOFF_S = 0.2
+ALTER_ISR_TIMEOUT_S = 5.0
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+@dataclass
+class FollowerProgress:
+    """What the leader knows of one follower of one partition."""
+
+    log_end_offset: int = -1
+    last_fetch_ms: int = 0
+    # When the follower last had everything the leader had (Kafka's lastCaughtUpTimeMs).
+    last_caught_up_ms: int = field(default_factory=_now_ms)
+
+
+@dataclass
+class LeaderState:
+    leader_epoch: int
+    followers: dict[int, FollowerProgress]
+    isr_change_pending: bool = False
+
+
+class ReplicaManager:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.state = broker.state
+        self.node_id = broker.node_id
+        config = broker.config
+        self.lag_time_max_ms = int(config["replica.lag.time.max.ms"])
+        self.fetchers_per_leader = max(1, int(config["num.replica.fetchers"]))
+        self.roles: dict[PartitionKey, tuple[int, int]] = {}  # (leader, leader epoch)
+        self.leading: dict[PartitionKey, LeaderState] = {}
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}  # (leader, fetcher #)
+        self.peers = PeerPool(f"strom-replica-{broker.node_id}")
+        self._isr_task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._isr_task = asyncio.get_running_loop().create_task(self._check_isr_forever())
+        self.metadata_changed()
+
+    async def stop(self) -> None:
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.stop()
+        self.fetchers.clear()
+        self.peers.close()
+
+    # Roles ------------------------------------------------------------------------
+
+    def metadata_changed(self) -> None:
+        """Bring roles in step with the committed metadata (after every change)."""
+        if not self.state.hosts_logs:
+            return
+        seen: set[PartitionKey] = set()
+        for name, topic in self.state.topics.items():
+            for index, partition in topic.states.items():
+                if self.node_id not in partition.replicas:
+                    continue
+                key = (name, index)
+                seen.add(key)
+                role = (partition.leader, partition.leader_epoch)
+                if self.roles.get(key) == role:
+                    if key in self.leading:
+                        self._forget_departed_followers(key, partition)
+                        self.maybe_advance_high_watermark(key)
+                    continue
+                self.roles[key] = role
+                if partition.leader == self.node_id:
+                    self._become_leader(key, partition)
+                else:
+                    self._become_follower(key, partition)
+        for key in set(self.roles) - seen:
+            self.roles.pop(key, None)
+            self.leading.pop(key, None)
+            self._stop_following(key)
+            if key[0] == OFFSETS_TOPIC:
+                self.broker.coordinator.unload_partition(key[1])
+
+    def _become_leader(self, key: PartitionKey, partition: PartitionState) -> None:
+        self._stop_following(key)
+        partition_log = self.state.partition_log(*key)
+        if partition_log is not None:
+            partition_log.assign_epoch(partition.leader_epoch)
+        now = _now_ms()
+        self.leading[key] = LeaderState(
+            partition.leader_epoch,
+            {
+                r: FollowerProgress(last_caught_up_ms=now)
+                for r in partition.replicas
+                if r != self.node_id
+            },
+        )
+        log.info(
+            "leader of %s-%d at epoch %d (ISR %s)",
+            key[0],
+            key[1],
+            partition.leader_epoch,
+            list(partition.isr),
+        )
+        self.maybe_advance_high_watermark(key)
+        if key[0] == OFFSETS_TOPIC:
+            self.broker.coordinator.load_partition(key[1])
+
+    def _forget_departed_followers(self, key: PartitionKey, partition: PartitionState) -> None:
+        leading = self.leading[key]
+        for replica in list(leading.followers):
+            if replica not in partition.replicas:
+                del leading.followers[replica]
+        for replica in partition.replicas:
+            if replica != self.node_id and replica not in leading.followers:
+                leading.followers[replica] = FollowerProgress()
+
+    def _become_follower(self, key: PartitionKey, partition: PartitionState) -> None:
+        self.leading.pop(key, None)
+        self._stop_following(key)
+        if key[0] == OFFSETS_TOPIC:
+            self.broker.coordinator.unload_partition(key[1])
+        if partition.leader == NO_LEADER:
+            return
+        slot = hash(key) % self.fetchers_per_leader
+        fetcher = self.fetchers.get((partition.leader, slot))
+        if fetcher is None:
+            fetcher = ReplicaFetcher(self, partition.leader)
+            self.fetchers[(partition.leader, slot)] = fetcher
+            fetcher.start()
+        fetcher.follow(key)
+        log.info(
+            "following %s-%d from broker %d at epoch %d",
+            key[0],
+            key[1],
+            partition.leader,
+            partition.leader_epoch,
+        )
+
+    def _stop_following(self, key: PartitionKey) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.unfollow(key)
+
+    # The leader's side -------------------------------------------------------------
+
+    def is_replicated(self, topic: str, partition: int) -> bool:
+        view = self.state.topics.get(topic)
+        state = view.states.get(partition) if view is not None else None
+        return state is not None and len(state.replicas) > 1
+
+    def isr(self, key: PartitionKey) -> tuple[int, ...]:
+        view = self.state.topics.get(key[0])
+        state = view.states.get(key[1]) if view is not None else None
+        return state.isr if state is not None else ()
+
+    def follower_fetched(
+        self, topic: str, partition: int, replica_id: int, fetch_offset: int
+    ) -> None:
+        """A follower asked for ``fetch_offset``: it holds everything below it."""
+        key = (topic, partition)
+        leading = self.leading.get(key)
+        if leading is None:
+            return
+        progress = leading.followers.setdefault(replica_id, FollowerProgress())
+        now = _now_ms()
+        progress.log_end_offset = fetch_offset
+        progress.last_fetch_ms = now
+        partition_log = self.state.partition_log(topic, partition)
+        if partition_log is not None and fetch_offset >= partition_log.log_end_offset:
+            progress.last_caught_up_ms = now
+        self.maybe_advance_high_watermark(key)
+        if replica_id not in self.isr(key) and partition_log is not None:
+            if fetch_offset >= partition_log.high_watermark:
+                self._request_isr_change(key, add=replica_id)
+
+    def appended(self, topic: str, partition: int) -> None:
+        """The leader appended to ``topic``-``partition`` (not through Produce): the high
+        watermark may move (an ISR of one) and fetchers waiting for data wake up."""
+        self.maybe_advance_high_watermark((topic, partition))
+        self.broker.purgatory.notify(topic, partition)
+
+    async def wait_for_high_watermark(
+        self, key: PartitionKey, offset: int, timeout_s: float
+    ) -> bool:
+        """Wait until ``key``'s high watermark reaches ``offset``; False after the timeout
+        or if the log went away."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            partition_log = self.state.partition_log(*key)
+            if partition_log is None:
+                return False
+            if partition_log.high_watermark >= offset:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            await self.broker.purgatory.wait([key], remaining)
+
+    def maybe_advance_high_watermark(self, key: PartitionKey) -> None:
+        """High watermark = the smallest log end offset in the ISR (the leader's own too)."""
+        partition_log = self.state.partition_log(*key)
+        leading = self.leading.get(key)
+        if partition_log is None or leading is None:
+            return
+        candidate = partition_log.log_end_offset
+        for replica in self.isr(key):
+            if replica == self.node_id:
+                continue
+            progress = leading.followers.get(replica)
+            candidate = min(candidate, progress.log_end_offset if progress else -1)
+        if candidate > partition_log.high_watermark:
+            partition_log.set_high_watermark(candidate)
+            self.broker.purgatory.notify(*key)
+
+    async def _check_isr_forever(self) -> None:
+        while True:
+            await asyncio.sleep(ISR_CHECK_S)
+            try:
+                self._shrink_lagging()
+            except Exception:
+                log.exception("ISR check failed")
+
+    def _shrink_lagging(self) -> None:
+        now = _now_ms()
+        for key, leading in list(self.leading.items()):
+            isr = self.isr(key)
+            for replica in isr:
+                if replica == self.node_id:
+                    continue
+                progress = leading.followers.get(replica)
+                caught_up = progress.last_caught_up_ms if progress else 0
+                if now - caught_up > self.lag_time_max_ms:
+                    self._request_isr_change(key, remove=replica)
+                    break
+
+    def _request_isr_change(
+        self, key: PartitionKey, *, add: int | None = None, remove: int | None = None
+    ) -> None:
+        leading = self.leading.get(key)
+        if leading is None or leading.isr_change_pending:
+            return
+        leading.isr_change_pending = True
+        task = asyncio.get_running_loop().create_task(self._alter_isr(key, add, remove))
+        task.add_done_callback(lambda _: setattr(leading, "isr_change_pending", False))
+
+    async def _alter_isr(self, key: PartitionKey, add: int | None, remove: int | None) -> None:
+        from strom.broker.alter_partition import send_alter_partition
+
+        view = self.state.topics.get(key[0])
+        state = view.states.get(key[1]) if view is not None else None
+        if view is None or state is None or state.leader != self.node_id:
+            return
+        isr = [r for r in state.isr if r != remove]
+        if add is not None and add not in isr:
+            isr.append(add)
+        log.info(
+            "%s-%d: asking the controller for ISR %s (was %s)", key[0], key[1], isr, list(state.isr)
+        )
+        try:
+            await send_alter_partition(self.broker, view, key[1], state, isr, ALTER_ISR_TIMEOUT_S)
+        except Exception as exc:
+            log.info("%s-%d: ISR change not made: %s", key[0], key[1], exc)
+            await asyncio.sleep(FETCH_BACKOFF_S)
+
+
+class ReplicaFetcher:
+    """Fetches, for the partitions this broker follows from one leader, what it lacks."""
+
+    def __init__(self, manager: ReplicaManager, leader_id: int) -> None:
+        self.manager = manager
+        self.leader_id = leader_id
+        self.partitions: set[PartitionKey] = set()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        config = manager.broker.config
+        self.max_wait_ms = int(config["replica.fetch.wait.max.ms"])
+        self.partition_max_bytes = int(config["replica.fetch.max.bytes"])
+        self.max_bytes = int(config["replica.fetch.response.max.bytes"])
+        self.backoff_s = int(config["replica.fetch.backoff.ms"]) / 1000
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    def follow(self, key: PartitionKey) -> None:
+        self.partitions.add(key)
+        self._wake.set()
+
+    def unfollow(self, key: PartitionKey) -> None:
+        self.partitions.discard(key)
+
+    async def _run(self) -> None:
+        while True:
+            if not self.partitions:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                progressed = await self._fetch_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("replica fetch from broker %d failed", self.leader_id)
+                progressed = False
+            if not progressed:
+                await asyncio.sleep(self.backoff_s)
+
+    def _request(self) -> tuple[Any, dict[tuple[Any, int], PartitionKey]] | None:
+        state = self.manager.state
+        lifecycle = self.manager.broker.lifecycle
+        by_topic: dict[Any, list[Any]] = {}
+        keys: dict[tuple[Any, int], PartitionKey] = {}
+        for key in sorted(self.partitions):
+            view = state.topics.get(key[0])
+            partition_log = state.partition_log(*key)
+            if view is None or partition_log is None:
+                continue
+            partition_state = view.states.get(key[1])
+            if partition_state is None or partition_state.leader != self.leader_id:
+                continue
+            by_topic.setdefault(view.topic_id, []).append(
+                fetch_req.FetchPartition(
+                    partition=key[1],
+                    current_leader_epoch=partition_state.leader_epoch,
+                    fetch_offset=partition_log.log_end_offset,
+                    last_fetched_epoch=partition_log.latest_epoch,
+                    log_start_offset=partition_log.log_start_offset,
+                    partition_max_bytes=self.partition_max_bytes,
+                )
+            )
+            keys[(view.topic_id, key[1])] = key
+        if not by_topic:
+            return None
+        request = fetch_req.FetchRequest(
+            cluster_id=None,
+            replica_state=fetch_req.ReplicaState(
+                replica_id=self.manager.node_id,
+                replica_epoch=lifecycle.broker_epoch if lifecycle is not None else -1,
+            ),
+            max_wait=datetime.timedelta(milliseconds=self.max_wait_ms),
+            min_bytes=1,
+            max_bytes=self.max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=tuple(
+                fetch_req.FetchTopic(topic_id=topic_id, partitions=tuple(parts))
+                for topic_id, parts in by_topic.items()
+            ),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+        return request, keys
+
+    async def _fetch_once(self) -> bool:
+        from strom.broker.cluster_view import inter_broker_endpoint
+
+        built = self._request()
+        if built is None:
+            await asyncio.sleep(self.backoff_s)
+            return True
+        request, keys = built
+        endpoint = inter_broker_endpoint(self.manager.broker, self.leader_id)
+        if endpoint is None:
+            return False
+        timeout = self.max_wait_ms / 1000 + 5
+        try:
+            response = await self.manager.peers.request(
+                endpoint.host, endpoint.port, request, timeout
+            )
+        except PeerError as exc:
+            log.debug("replica fetch from broker %d: %s", self.leader_id, exc)
+            return False
+        if response.error_code != ErrorCode.none:
+            log.info("replica fetch from broker %d: %s", self.leader_id, response.error_code.name)
+            return False
+        progressed = True
+        for topic in response.responses:
+            for part in topic.partitions:
+                key = keys.get((topic.topic_id, part.partition_index))
+                if key is None or key not in self.partitions:
+                    continue
+                if not self._handle_partition(key, part):
+                    progressed = False
+        return progressed
+
+    def _handle_partition(self, key: PartitionKey, part: Any) -> bool:
+        state = self.manager.state
+        partition_log = state.partition_log(*key)
+        if partition_log is None:
+            return True
+        error = part.error_code
+        if error == ErrorCode.offset_out_of_range:
+            self._out_of_range(key, partition_log, part.log_start_offset)
+            return True
+        if error != ErrorCode.none:
+            return False
+        diverging = part.diverging_epoch
+        if diverging is not None and diverging.epoch >= 0:
+            # Kafka's rule: truncate to the smaller of the leader's end offset for that
+            # epoch and ours (for the same epoch, or the largest one below it).
+            _, ours_end = partition_log.end_offset_for_epoch(diverging.epoch)
+            end = diverging.end_offset if ours_end < 0 else min(diverging.end_offset, ours_end)
+            end = max(end, partition_log.log_start_offset)
+            log.info(
+                "%s-%d: the leader's log diverges at epoch %d: truncating to %d",
+                key[0],
+                key[1],
+                diverging.epoch,
+                end,
+            )
+            partition_log.truncate_to(end)
+            return True
+        records = part.records
+        if records:
+            buf = bytearray(records)
+            try:
+                headers = validate_batches(buf)
+            except CorruptBatchError as exc:
+                log.warning("%s-%d: corrupt batch from the leader: %s", key[0], key[1], exc)
+                return False
+            if headers and headers[0].base_offset == partition_log.log_end_offset:
+                partition_log.append_as_follower(buf, headers)
+        high_watermark = min(part.high_watermark, partition_log.log_end_offset)
+        if high_watermark > partition_log.high_watermark:
+            partition_log.set_high_watermark(high_watermark)
+        return True
+
+    @staticmethod
+    def _out_of_range(key: PartitionKey, partition_log: Any, leader_log_start: int) -> None:
+        """The leader has nothing at our log end: its log starts past it (retention), or
+        it knows none of our epochs. Start over at its log start, or keep only what was
+        committed (below our high watermark) and fetch on from there."""
+        end = partition_log.log_end_offset
+        if leader_log_start > end:
+            target = leader_log_start
+        else:
+            target = partition_log.high_watermark
+        log.warning(
+            "%s-%d: offset %d is out of the leader's range (its log starts at %d): "
+            "truncating to %d",
+            key[0],
+            key[1],
+            end,
+            leader_log_start,
+            target,
+        )
+        if target > end:
+            partition_log.truncate_fully_and_start_at(target)
+        else:
+            partition_log.truncate_to(target)
