@@ -5,7 +5,9 @@ controller: BrokerRegistration (62) v0-4, BrokerHeartbeat (63) v0-1, UnregisterB
 (64) v0, AllocateProducerIds (67) v0, and the admin changes a client sent to any
 broker, forwarded as they came: CreateTopics (19) v2-7, DeleteTopics (20) v1-6,
 CreatePartitions (37) v0-3, AlterConfigs (33) v0-2 (a broker turns
-IncrementalAlterConfigs into the full set of overrides it leads to). Each is decided by
+IncrementalAlterConfigs into the full set of overrides it leads to), ElectLeaders (43)
+v0-2, AlterPartitionReassignments (45) v0-1 and ListPartitionReassignments (46) v0; and
+from partition leaders AlterPartition (56) v2-3. Each is decided by
 the ``QuorumController`` and answered once its records have committed
 (``ControllerService.run``). A node that is not the active controller answers
 NOT_CONTROLLER, which the forwarding side retries.
@@ -23,6 +25,8 @@ from strom.broker.router import RequestContext, handles_controller
 from strom.cluster.controller_api import (
     AlterPartitionEntry,
     ControllerError,
+    ElectionResult,
+    ElectionType,
     IsrMember,
     NewTopic,
 )
@@ -414,4 +418,129 @@ async def handle_alter_partition(ctx: RequestContext, request: Any) -> Any:
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         topics=tuple(topics),
+    )
+
+
+# Elections and reassignments -------------------------------------------------------
+
+
+@handles_controller(43, 0, 2)
+async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
+    response_type = ctx.response_type
+    topic_type = nested(response_type, "ReplicaElectionResult")
+    partition_type = nested(response_type, "PartitionResult")
+    election = getattr(request, "election_type", ElectionType.PREFERRED)
+    wanted = (
+        None
+        if request.topic_partitions is None
+        else [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
+    )
+    top_error = ErrorCode.none
+    results: list[Any] = []
+    try:
+        results = await _service(ctx).run(lambda c: c.elect_leaders(wanted, election))
+    except ControllerError as exc:
+        top_error = exc.code
+        results = [
+            ElectionResult(name, index, exc.code, str(exc)) for name, index in (wanted or [])
+        ]
+    by_topic: dict[str, list[Any]] = {}
+    for result in results:
+        by_topic.setdefault(result.topic, []).append(
+            build(
+                partition_type,
+                partition_id=result.partition,
+                error_code=result.error_code,
+                error_message=result.error_message,
+            )
+        )
+    return build(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=top_error,
+        replica_election_results=tuple(
+            build(topic_type, topic=name, partition_result=tuple(parts))
+            for name, parts in by_topic.items()
+        ),
+    )
+
+
+@handles_controller(45, 0, 1)
+async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+    response_type = ctx.response_type
+    topic_type = nested(response_type, "ReassignableTopicResponse")
+    partition_type = nested(response_type, "ReassignablePartitionResponse")
+    wanted = [(t.name, p.partition_index, p.replicas) for t in request.topics for p in t.partitions]
+    allow = getattr(request, "allow_replication_factor_change", True)
+    top_error, top_message = ErrorCode.none, None
+    results: list[Any] = []
+    try:
+        results = await _service(ctx).run(
+            lambda c: c.alter_partition_reassignments(wanted, allow_replication_factor_change=allow)
+        )
+    except ControllerError as exc:
+        top_error, top_message = exc.code, str(exc)
+    by_topic: dict[str, list[Any]] = {t.name: [] for t in request.topics}
+    for result in results:
+        by_topic[result.topic].append(
+            build(
+                partition_type,
+                partition_index=result.partition,
+                error_code=result.error_code,
+                error_message=result.error_message,
+            )
+        )
+    return build(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        allow_replication_factor_change=allow,
+        error_code=top_error,
+        error_message=top_message,
+        responses=tuple(
+            build(topic_type, name=name, partitions=tuple(parts))
+            for name, parts in by_topic.items()
+        ),
+    )
+
+
+@handles_controller(46, 0, 0)
+async def handle_list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+    response_type = ctx.response_type
+    topic_type = nested(response_type, "OngoingTopicReassignment")
+    partition_type = nested(response_type, "OngoingPartitionReassignment")
+    wanted = (
+        None
+        if request.topics is None
+        else [(t.name, p) for t in request.topics for p in t.partition_indexes]
+    )
+    try:
+        ongoing = _service(ctx).controller.list_partition_reassignments(wanted)
+    except ControllerError as exc:
+        return build(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=exc.code,
+            error_message=str(exc),
+            topics=(),
+        )
+    by_topic: dict[str, list[Any]] = {}
+    for entry in ongoing:
+        by_topic.setdefault(entry.topic, []).append(
+            build(
+                partition_type,
+                partition_index=entry.partition,
+                replicas=entry.replicas,
+                adding_replicas=entry.adding,
+                removing_replicas=entry.removing,
+            )
+        )
+    return build(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        topics=tuple(
+            build(topic_type, name=name, partitions=tuple(parts))
+            for name, parts in by_topic.items()
+        ),
     )

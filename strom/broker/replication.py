@@ -4,7 +4,8 @@ high watermark.
 Owns, for every partition replica this broker hosts, what Kafka's ReplicaManager does:
 
 - Roles follow the committed metadata: when a partition's leader or leader epoch
-  changes, this broker becomes its leader or a follower (``metadata_changed``).
+  changes, this broker becomes its leader or a follower (``metadata_changed``); the
+  log of a partition it no longer replicates (reassigned away) is deleted.
 - As a follower it fetches from the leader (``ReplicaFetcher``: one per leader broker
   and fetcher thread, ``num.replica.fetchers``, every partition it follows from that
   leader in one Fetch with its replica id and broker epoch, ``replica.fetch.max.bytes``,
@@ -86,6 +87,7 @@ class ReplicaManager:
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}  # (leader, fetcher #)
         self.peers = PeerPool(f"strom-replica-{broker.node_id}")
         self._isr_task: asyncio.Task[None] | None = None
+        self._strays_checked = False
 
     def start(self) -> None:
         self._isr_task = asyncio.get_running_loop().create_task(self._check_isr_forever())
@@ -123,12 +125,28 @@ class ReplicaManager:
                     self._become_leader(key, partition)
                 else:
                     self._become_follower(key, partition)
-        for key in set(self.roles) - seen:
+        gone = set(self.roles) - seen
+        for key in gone:
             self.roles.pop(key, None)
             self.leading.pop(key, None)
             self._stop_following(key)
             if key[0] == OFFSETS_TOPIC:
                 self.broker.coordinator.unload_partition(key[1])
+        if gone or not self._strays_checked:
+            self._strays_checked = True
+            self._delete_strays()
+
+    def _delete_strays(self) -> None:
+        """Delete the logs of partitions this broker is no longer a replica of (moved
+        away by a reassignment, perhaps while it was down). Only once the metadata has
+        caught up (roles are kept from then on): a replay that passes an old state must
+        not take a log that a later record gives back."""
+        logs = self.state.logs
+        for partition_log in logs.all_logs():
+            view = self.state.topics.get(partition_log.topic)
+            state = view.states.get(partition_log.partition) if view is not None else None
+            if state is not None and self.node_id not in state.replicas:
+                logs.delete_partition(partition_log.topic, partition_log.partition)
 
     def _become_leader(self, key: PartitionKey, partition: PartitionState) -> None:
         self._stop_following(key)

@@ -6,8 +6,9 @@ as ``kafka-server-start.sh`` does. With no arguments it listens on
 line on stderr and exit code 2; SIGTERM and SIGINT shut down cleanly.
 
 The tools (``topics``, ``produce``, ``consume``, ``groups``, ``configs``,
-``perf-test``) live one per module in this package and are clients only: they
-talk to any Kafka cluster through confluent-kafka. ``storage`` (format and inspect
+``perf-test``, ``reassign-partitions``, ``leader-election``) live one per module in
+this package and are clients only: they talk to any Kafka cluster through
+confluent-kafka (or raw requests where it lacks one). ``storage`` (format and inspect
 the node's directories, like kafka-storage.sh) is the one tool that works on the
 local disk instead. A tool's wrong argument is one line and exit
 code 2; an expected failure (broker unreachable, topic missing...) is one line
@@ -22,7 +23,17 @@ import logging
 import signal
 import sys
 
-from strom.cli import configs, consume, groups, perf_test, produce, storage, topics
+from strom.cli import (
+    configs,
+    consume,
+    groups,
+    leader_election,
+    perf_test,
+    produce,
+    reassign,
+    storage,
+    topics,
+)
 from strom.cli.common import OneLineArgumentParser, ToolError, fail
 from strom.cluster.meta_properties import MetaPropertiesError
 from strom.config import BrokerConfig, ConfigError
@@ -47,7 +58,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     broker.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     commands._parser_class = OneLineArgumentParser  # type: ignore[attr-defined]
-    for tool in (topics, produce, consume, groups, configs, perf_test, storage):
+    for tool in (
+        topics,
+        produce,
+        consume,
+        groups,
+        configs,
+        perf_test,
+        reassign,
+        leader_election,
+        storage,
+    ):
         tool.add_parser(commands)
     return parser
 

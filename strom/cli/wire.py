@@ -4,6 +4,8 @@ confluent-kafka's AdminClient has no OffsetDelete (librdkafka has it, the Python
 binding does not), so ``strom groups --delete-offsets`` sends it here: a blocking
 socket, FindCoordinator v1 to the first reachable bootstrap broker, then the
 request to the group's coordinator, over :class:`strom.wire_client.WireConnection`.
+Nor has it the partition reassignment requests: ``send`` takes any request to the
+first reachable bootstrap broker (which forwards admin requests to the controller).
 Plaintext only (the tools take no security settings); any Kafka broker understands
 the requests.
 """
@@ -11,6 +13,7 @@ the requests.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest
 from kio.schema.offset_delete.v0.request import (
@@ -60,6 +63,18 @@ def _connect_bootstrap(bootstrap: str) -> WireConnection:
         except OSError as exc:
             last = exc
     raise ToolError(f"cannot reach a broker at {bootstrap}: {last}")
+
+
+def send(bootstrap: str, request: Any, what: str) -> Any:
+    """``request`` to the first reachable bootstrap broker, its response; a connection
+    failure is a ToolError naming ``what`` was being done."""
+    conn = _connect_bootstrap(bootstrap)
+    try:
+        return conn.request(request)
+    except OSError as exc:
+        raise ToolError(f"cannot {what}: {exc}") from None
+    finally:
+        conn.close()
 
 
 def _coordinator(bootstrap: str, group: str) -> WireConnection:

@@ -133,6 +133,27 @@ class ElectionResult:
 
 
 @dataclass(frozen=True)
+class ReassignmentResult:
+    """One partition's answer to AlterPartitionReassignments."""
+
+    topic: str
+    partition: int
+    error_code: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class OngoingReassignment:
+    """A partition whose replicas are moving (ListPartitionReassignments)."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class IsrMember:
     """One member of an ISR a leader asks for, with the broker epoch it knows (KIP-903).
 

@@ -19,7 +19,8 @@ controlled shutdown that moves leaders away first), fencing of brokers whose ses
 expired (ISR shrinks that never empty the ISR, new leaders from what remains), topics
 (create with striped rack-aware placement, delete, add partitions), configs of topics and
 brokers (AlterConfigs and IncrementalAlterConfigs), producer id blocks, leader
-elections, ISR changes asked by partition leaders (AlterPartition), and the records that
+elections, ISR changes asked by partition leaders (AlterPartition), partition
+reassignments (AlterPartitionReassignments, ListPartitionReassignments), and the records that
 start a cluster or carry over a single node's ``strom-metadata.json``
 (``bootstrap_records``, ``records_from_legacy``).
 
@@ -56,6 +57,8 @@ from strom.cluster.controller_api import (
     HeartbeatReply,
     IsrMember,
     NewTopic,
+    OngoingReassignment,
+    ReassignmentResult,
     T,
 )
 from strom.cluster.image import (
@@ -85,6 +88,7 @@ from strom.cluster.records import (
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     MetadataRecord,
+    PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
@@ -112,7 +116,9 @@ __all__ = [
     "HeartbeatReply",
     "IsrMember",
     "NewTopic",
+    "OngoingReassignment",
     "QuorumController",
+    "ReassignmentResult",
     "bootstrap_records",
     "records_from_legacy",
 ]
@@ -870,6 +876,111 @@ class QuorumController:
             self._emit(records, [record])
             results.append(ElectionResult(name, index))
         return self._result(records, results)
+
+    # Reassignments (KIP-455) --------------------------------------------------------
+
+    def alter_partition_reassignments(
+        self,
+        wanted: Sequence[tuple[str, int, Sequence[int] | None]],
+        *,
+        allow_replication_factor_change: bool = True,
+    ) -> ControllerResult[list[ReassignmentResult]]:
+        """Start (target replicas) or cancel (None) the reassignment of each partition.
+
+        As Kafka's ReplicationControlManager: the partition's replicas become the target
+        followed by the current ones leaving, with the leaving ones listed as removing and
+        the new ones as adding; the leader's AlterPartition completes it once every adding
+        replica has joined the ISR (at once when nothing is added). A new target for a
+        partition already moving starts over from its original replicas. Cancelling
+        reverts to the original replicas.
+        """
+        records: list[MetadataRecord] = []
+        results: list[ReassignmentResult] = []
+        for name, index, target in wanted:
+            try:
+                record = self._reassign(name, index, target, allow_replication_factor_change)
+            except ControllerError as exc:
+                results.append(ReassignmentResult(name, index, exc.code, str(exc)))
+                continue
+            if record is not None:
+                self._emit(records, [record])
+            results.append(ReassignmentResult(name, index))
+        return self._result(records, results)
+
+    def _reassign(
+        self, name: str, index: int, target: Sequence[int] | None, allow_rf_change: bool
+    ) -> PartitionChangeRecord | None:
+        topic = self._image.topics.get(name)
+        state = topic.partitions.get(index) if topic is not None else None
+        if topic is None or state is None:
+            raise ControllerError(
+                ErrorCode.unknown_topic_or_partition, f"Partition {name}-{index} does not exist."
+            )
+        moving = bool(state.adding_replicas or state.removing_replicas)
+        original = [r for r in state.replicas if r not in state.adding_replicas]
+        if target is None:
+            if not moving:
+                raise ControllerError(
+                    ErrorCode.no_reassignment_in_progress,
+                    f"No reassignment of {name}-{index} is in progress.",
+                )
+            isr = [r for r in state.isr if r in original]
+            builder = self.partition_change(topic, index)
+            builder.set_target_replicas(original).set_target_reassignment([], [])
+            if isr:
+                builder.set_target_isr(isr)
+            return builder.build()
+        target = list(target)
+        if not target:
+            raise ControllerError(
+                ErrorCode.invalid_replica_assignment, "The replica list must not be empty."
+            )
+        if len(set(target)) != len(target):
+            raise ControllerError(
+                ErrorCode.invalid_replica_assignment, f"Duplicate replicas in {target}."
+            )
+        unknown = [b for b in target if b not in self._image.brokers]
+        if unknown:
+            raise ControllerError(
+                ErrorCode.invalid_replica_assignment, f"Unknown broker(s) {unknown} in {target}."
+            )
+        if not allow_rf_change and len(target) != len(original):
+            raise ControllerError(
+                ErrorCode.invalid_replication_factor,
+                f"The replication factor of {name}-{index} would change from "
+                f"{len(original)} to {len(target)}.",
+            )
+        adding = [r for r in target if r not in original]
+        removing = [r for r in original if r not in target]
+        merged = target + removing
+        builder = self.partition_change(topic, index)
+        builder.set_target_replicas(merged).set_target_reassignment(removing, adding)
+        if moving:
+            isr = [r for r in state.isr if r in merged]
+            if isr:
+                builder.set_target_isr(isr)
+        return builder.build()
+
+    def list_partition_reassignments(
+        self, partitions: Sequence[tuple[str, int]] | None = None
+    ) -> list[OngoingReassignment]:
+        """The partitions whose reassignment is under way (all, or among ``partitions``)."""
+        if partitions is None:
+            candidates = [(t.name, i, s) for t, i, s in self._image.all_partitions()]
+        else:
+            candidates = []
+            for name, index in partitions:
+                topic = self._image.topics.get(name)
+                state = topic.partitions.get(index) if topic is not None else None
+                if state is not None:
+                    candidates.append((name, index, state))
+        return [
+            OngoingReassignment(
+                name, index, state.replicas, state.adding_replicas, state.removing_replicas
+            )
+            for name, index, state in candidates
+            if state.adding_replicas or state.removing_replicas
+        ]
 
     # ISR changes -------------------------------------------------------------------
 

@@ -187,6 +187,15 @@ class LogManager:
             log.info("deleted %d partition logs of topic %s", len(doomed), topic)
         return len(doomed)
 
+    def delete_partition(self, topic: str, partition: int) -> bool:
+        """Delete one partition's log (a replica moved away); False if there is none."""
+        partition_log = self._logs.pop((topic, partition), None)
+        if partition_log is None:
+            return False
+        partition_log.delete(self._remove_tree_later)
+        log.info("deleted the log of %s-%d", topic, partition)
+        return True
+
     def all_logs(self) -> list[PartitionLog]:
         return list(self._logs.values())
 

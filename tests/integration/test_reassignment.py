@@ -1,0 +1,231 @@
+"""Moving replicas and leaders between real broker processes: a partition reassigned
+from brokers {1,2,3} to {2,3,4} while an idempotent acks=all producer writes, with
+``strom reassign-partitions``; a preferred leader election after a failover, with
+``strom leader-election`` (confluent-kafka's ElectLeaders).
+
+The checks use only what clients observe and what is on disk: delivery reports, a
+plain consumer reading everything back, Metadata, and the brokers' data directories.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from cli_helpers import ok, strom
+from cluster_process import Cluster, NodeSpec
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka_helpers import wait_until
+
+REPLICATION = {
+    "replica.lag.time.max.ms": "1500",
+    "replica.fetch.wait.max.ms": "100",
+    "replica.fetch.backoff.ms": "100",
+    "min.insync.replicas": "2",
+}
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})
+
+
+def _partition(admin: AdminClient, topic: str, index: int = 0) -> object:
+    return admin.list_topics(topic, timeout=5).topics[topic].partitions[index]
+
+
+def _read_all(bootstrap: str, topic: str) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "checker",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < end and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append(message.value())
+    consumer.close()
+    return got
+
+
+def _create(admin: AdminClient, topic: str, replicas: list[int]) -> None:
+    admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[replicas])])[
+        topic
+    ].result(15)
+
+
+def test_reassignment_from_1_2_3_to_2_3_4_while_producing(tmp_path: Path) -> None:
+    specs = [NodeSpec(i, "broker,controller") for i in (1, 2, 3)] + [NodeSpec(4, "broker")]
+    cluster = Cluster(tmp_path, specs, overrides=REPLICATION)
+    acked: list[bytes] = []
+    failed: list[str] = []
+    try:
+        cluster.start_all()
+        admin = _admin(cluster.bootstrap())
+        wait_until(
+            lambda: sorted(admin.list_topics(timeout=3).brokers) == [1, 2, 3, 4], 15, "4 brokers"
+        )
+        _create(admin, "moving", [1, 2, 3])
+        producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap(),
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+            }
+        )
+
+        def delivered(error: KafkaError | None, message: object) -> None:
+            if error is None:
+                acked.append(message.value())  # type: ignore[attr-defined]
+            else:
+                failed.append(str(error))
+
+        sequence = 0
+
+        def produce_for(seconds: float) -> None:
+            nonlocal sequence
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                producer.produce("moving", value=b"%08d" % sequence, on_delivery=delivered)
+                sequence += 1
+                producer.poll(0.002)
+
+        produce_for(1.0)
+        plan = tmp_path / "plan.json"
+        plan.write_text(
+            json.dumps(
+                {
+                    "version": 1,
+                    "partitions": [{"topic": "moving", "partition": 0, "replicas": [2, 3, 4]}],
+                }
+            )
+        )
+        bootstrap = cluster.nodes[2].bootstrap
+        executed = ok(
+            strom(
+                "reassign-partitions",
+                "--bootstrap-server",
+                bootstrap,
+                "--execute",
+                "--reassignment-json-file",
+                str(plan),
+            )
+        )
+        assert "Successfully started partition reassignments for moving-0" in executed.stdout
+        rollback = executed.stdout.split("Current partition replica assignment")[1]
+        assert '"replicas": [1, 2, 3]' in rollback
+        deadline = time.monotonic() + 60
+        while True:
+            produce_for(0.5)
+            verify = strom(
+                "reassign-partitions",
+                "--bootstrap-server",
+                bootstrap,
+                "--verify",
+                "--reassignment-json-file",
+                str(plan),
+            )
+            if verify.returncode == 0:
+                break
+            assert "still in progress" in verify.stdout or "rather than" in verify.stdout, verify
+            assert time.monotonic() < deadline, "the reassignment never completed"
+        assert "Reassignment of partition moving-0 is completed." in verify.stdout
+        produce_for(1.0)
+        assert producer.flush(30) == 0
+        assert not failed, failed[:5]
+        state = _partition(admin, "moving")
+        assert sorted(state.replicas) == [2, 3, 4]  # type: ignore[attr-defined]
+        assert state.leader in (2, 3, 4)  # type: ignore[attr-defined]
+        listed = ok(strom("reassign-partitions", "--bootstrap-server", bootstrap, "--list"))
+        assert "No partition reassignments found." in listed.stdout
+        # Every acknowledged record exactly once, in order, served by the new replicas.
+        assert _read_all(cluster.bootstrap(), "moving") == acked
+        # The old replica's files are gone.
+        old = cluster.nodes[1].data_dir
+        wait_until(lambda: not list(old.glob("moving-0*")), 15, "node 1's replica removed")
+        assert (cluster.nodes[4].data_dir / "moving-0").is_dir()
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.kill_all()
+
+
+def test_preferred_leader_election_after_a_failover(tmp_path: Path) -> None:
+    cluster = Cluster.combined(tmp_path, overrides=REPLICATION)
+    try:
+        cluster.start_all()
+        admin = _admin(cluster.bootstrap())
+        wait_until(
+            lambda: sorted(admin.list_topics(timeout=3).brokers) == [1, 2, 3], 15, "3 brokers"
+        )
+        _create(admin, "pref", [3, 1, 2])
+        wait_until(lambda: _partition(admin, "pref").leader == 3, 15, "broker 3 leads")  # type: ignore[attr-defined]
+        cluster.nodes[3].kill()
+        survivor = _admin(cluster.nodes[1].bootstrap)
+        wait_until(lambda: _partition(survivor, "pref").leader in (1, 2), 15, "a new leader")  # type: ignore[attr-defined]
+        cluster.nodes[3].start()
+        wait_until(
+            lambda: sorted(_partition(survivor, "pref").isrs) == [1, 2, 3],  # type: ignore[attr-defined]
+            30,
+            "broker 3 back in sync",
+        )
+        assert _partition(survivor, "pref").leader != 3  # type: ignore[attr-defined]
+        elected = ok(
+            strom(
+                "leader-election",
+                "--bootstrap-server",
+                cluster.nodes[1].bootstrap,
+                "--election-type",
+                "preferred",
+                "--topic",
+                "pref",
+                "--partition",
+                "0",
+            )
+        )
+        assert (
+            "Successfully completed leader election (preferred) for partitions pref-0"
+            in elected.stdout
+        )
+        wait_until(lambda: _partition(survivor, "pref").leader == 3, 15, "broker 3 leads again")  # type: ignore[attr-defined]
+        again = ok(
+            strom(
+                "leader-election",
+                "--bootstrap-server",
+                cluster.nodes[1].bootstrap,
+                "--election-type",
+                "PREFERRED",
+                "--topic",
+                "pref",
+                "--partition",
+                "0",
+            )
+        )
+        assert "Valid replica already elected for partitions pref-0" in again.stdout
+        missing = strom(
+            "leader-election",
+            "--bootstrap-server",
+            cluster.nodes[1].bootstrap,
+            "--election-type",
+            "PREFERRED",
+            "--topic",
+            "nope",
+            "--partition",
+            "0",
+        )
+        assert missing.returncode == 1 and "nope-0: UNKNOWN_TOPIC_OR_PART" in missing.stdout
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.kill_all()
