@@ -4,7 +4,8 @@ Owns the answers Metadata, DescribeCluster and FindCoordinator share: the broker
 client sees (registered and unfenced, with the endpoint of the listener the client
 uses and their rack), where a given broker is reached, and which node to name as the
 controller (the quorum's leader when it is a broker; clients cannot talk to a
-controller-only node, so otherwise a live broker, as Kafka does).
+controller-only node, so otherwise a live broker, as Kafka does), and the new leader a
+NOT_LEADER_OR_FOLLOWER answer names (KIP-951: ``leader_hints``).
 
 Does not own the metadata itself (``strom.cluster.node_state``).
 """
@@ -94,3 +95,23 @@ def inter_broker_endpoint(broker: Broker, broker_id: int) -> BrokerEndpoint | No
     return BrokerEndpoint(
         broker_id, endpoint.host, endpoint.port, registration.rack, registration.fenced
     )
+
+
+def leader_hints(
+    broker: Broker, partitions: list[tuple[str, int]]
+) -> tuple[dict[tuple[str, int], tuple[int, int]], list[BrokerEndpoint]]:
+    """KIP-951: for partitions this broker does not lead, the current (leader id, leader
+    epoch) by the local metadata, and the endpoints of those leaders."""
+    leaders: dict[tuple[str, int], tuple[int, int]] = {}
+    endpoints: dict[int, BrokerEndpoint] = {}
+    for topic, partition in partitions:
+        view = broker.state.topics.get(topic)
+        state = view.states.get(partition) if view is not None else None
+        if state is None:
+            continue
+        leaders[(topic, partition)] = (state.leader, state.leader_epoch)
+        if state.leader >= 0 and state.leader not in endpoints:
+            endpoint = broker_endpoint(broker, state.leader)
+            if endpoint is not None:
+                endpoints[state.leader] = endpoint
+    return leaders, list(endpoints.values())

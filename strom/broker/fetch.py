@@ -11,6 +11,13 @@ topic id from v13 (UNKNOWN_TOPIC_ID for an id the broker does not know).
 Long polling: when less than ``min_bytes`` is available the request waits in
 the purgatory until a produce to one of its partitions, or ``max_wait_ms``.
 
+Replication: a follower's fetch (a replica id, or the ReplicaState of v15+) reads up
+to the log end, reports its progress to the replica manager, and is told where its
+log diverges from this leader's (KIP-320, from its last fetched epoch). Only the
+leader serves a partition: elsewhere NOT_LEADER_OR_FOLLOWER, naming the current leader
+and its endpoint from v16 on (KIP-951); a client's current leader epoch older or newer
+than the leader's is FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH.
+
 Fetch sessions (KIP-227): every response carries session id 0, which tells the
 client that the broker keeps no session, so clients send full fetch requests;
 that is correct for every client, only less compact on the wire. Last stable
@@ -19,11 +26,13 @@ offset equals the high watermark until transactions arrive.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from strom.broker.cluster_view import leader_hints
 from strom.broker.common import NO_THROTTLE, resolve_topic
 from strom.broker.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
@@ -123,6 +132,7 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
     budget = request.max_bytes
     total = 0
     has_error = False
+    moved: list[tuple[str, int]] = []  # NOT_LEADER_OR_FOLLOWER: told the leader (KIP-951)
     topics = []
     for name, topic_id, entries in wanted:
         partitions = []
@@ -134,7 +144,13 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
             partition_log = controller.partition_log(w.name, w.partition) if w.known else None
             if partition_log is None:
                 if w.known:
-                    error = ErrorCode.unknown_topic_or_partition
+                    topic = controller.topic(w.name)
+                    # A partition whose replicas are elsewhere: go to its leader.
+                    error = (
+                        ErrorCode.not_leader_or_follower
+                        if topic is not None and w.partition in topic.states
+                        else ErrorCode.unknown_topic_or_partition
+                    )
                 elif w.name is None and w.topic_id is not None:
                     error = ErrorCode.unknown_topic_id
                 else:
@@ -175,6 +191,8 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
                         records = b""  # only the first partition may exceed its limits
             if error != ErrorCode.none:
                 has_error = True
+                if error == ErrorCode.not_leader_or_follower and w.name is not None:
+                    moved.append((w.name, w.partition))
             total += len(records)
             budget -= len(records)
             partitions.append(
@@ -194,14 +212,55 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
         topics.append(
             build(topic_type, topic=name, topic_id=topic_id, partitions=tuple(partitions))
         )
+    extra: dict[str, Any] = {}
+    leader_type = nested_if_any(response_type, "LeaderIdAndEpoch")
+    if moved and leader_type is not None:
+        topics, extra = _with_leader_hints(ctx, response_type, leader_type, topics, moved)
     response = build(
         response_type,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         session_id=0,
         responses=tuple(topics),
+        **extra,
     )
     return response, total, has_error
+
+
+def _with_leader_hints(
+    ctx: RequestContext,
+    response_type: type,
+    leader_type: type,
+    topics: list[Any],
+    moved: list[tuple[str, int]],
+) -> tuple[list[Any], dict[str, Any]]:
+    """KIP-951: NOT_LEADER_OR_FOLLOWER partitions name their current leader, and the
+    response lists those leaders' endpoints."""
+    leaders, endpoints = leader_hints(ctx.broker, moved)
+    state = ctx.broker.state
+    hinted = []
+    for topic in topics:
+        name = getattr(topic, "topic", None)
+        if name is None:
+            view = state.by_id.get(getattr(topic, "topic_id", None))
+            name = view.name if view is not None else None
+        partitions = []
+        for part in topic.partitions:
+            hint = leaders.get((name, part.partition_index))
+            if hint is not None and part.error_code == ErrorCode.not_leader_or_follower:
+                part = dataclasses.replace(
+                    part, current_leader=build(leader_type, leader_id=hint[0], leader_epoch=hint[1])
+                )
+            partitions.append(part)
+        hinted.append(dataclasses.replace(topic, partitions=tuple(partitions)))
+    endpoint_type = nested(response_type, "NodeEndpoint")
+    extra = {
+        "node_endpoints": tuple(
+            build(endpoint_type, node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+            for e in endpoints
+        )
+    }
+    return hinted, extra
 
 
 def _check_leader_epoch(controller: Any, partition_log: Any, w: _Wanted) -> ErrorCode | None:

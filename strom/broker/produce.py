@@ -11,7 +11,8 @@ not ``producer`` gets every batch in that codec (records decompressed and
 recompressed as they are: offsets deltas, timestamps, producer id/epoch/sequence
 kept).
 
-Only the partition's leader appends (else NOT_LEADER_OR_FOLLOWER). On a partition
+Only the partition's leader appends (else NOT_LEADER_OR_FOLLOWER, naming the current
+leader and its endpoint from v10 on, KIP-951). On a partition
 without followers acks 0, 1 and -1 behave alike: the response is sent once the batch
 is in the log. With followers, acks=-1 is refused with NOT_ENOUGH_REPLICAS while the
 ISR is smaller than ``min.insync.replicas`` (topic, else broker), and answered once
@@ -50,12 +51,13 @@ import logging
 import time
 from typing import Any
 
+from strom.broker.cluster_view import leader_hints
 from strom.broker.common import NO_THROTTLE, now_ms, resolve_topic
 from strom.broker.router import RequestContext, handles
 from strom.cluster.node_state import TopicView
 from strom.protocol.codecs import CODEC_NAMES
 from strom.protocol.errors import ErrorCode
-from strom.protocol.framing import build, nested
+from strom.protocol.framing import build, nested, nested_if_any
 from strom.protocol.records import (
     BatchTooLargeError,
     CorruptBatchError,
@@ -93,7 +95,10 @@ def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 partition_log = (
                     controller.partition_log(topic.name, data.index) if topic is not None else None
                 )
-                result = [data.index, *_append(ctx, topic, partition_log, data.records, acks)]
+                result = [
+                    data.index,
+                    *_append(ctx, topic, data.index, partition_log, data.records, acks),
+                ]
                 if result[1] == ErrorCode.none:
                     if partition_log.flush_wanted():
                         durable.append((result, broker.group_commit.durable(partition_log)))
@@ -152,33 +157,65 @@ def _response(ctx: RequestContext, results: list[tuple[Any, Any, list[list[Any]]
     response_type = ctx.response_type
     topic_type = nested(response_type, "TopicProduceResponse")
     partition_type = nested(response_type, "PartitionProduceResponse")
+    leader_type = nested_if_any(response_type, "LeaderIdAndEpoch")
+    names = {}
+    for name, topic_id, _ in results:
+        topic = resolve_topic(ctx.broker.controller, name, topic_id)
+        names[(name, topic_id)] = topic.name if topic is not None else None
+    moved = [
+        (names[(name, topic_id)], index)
+        for name, topic_id, partitions in results
+        for index, error, *_ in partitions
+        if error == ErrorCode.not_leader_or_follower and names[(name, topic_id)] is not None
+    ]
+    leaders, endpoints = leader_hints(ctx.broker, moved) if moved and leader_type else ({}, [])
     topics = []
     for name, topic_id, partitions in results:
-        built = tuple(
-            build(
-                partition_type,
-                index=index,
-                error_code=error,
-                base_offset=base,
-                log_append_time=append_time,
-                log_start_offset=start,
-                record_errors=(),
-                error_message=None,
+        built = []
+        for index, error, base, append_time, start in partitions:
+            hint = leaders.get((names[(name, topic_id)], index)) if leaders else None
+            extra = {}
+            if hint is not None and error == ErrorCode.not_leader_or_follower:
+                extra["current_leader"] = build(
+                    leader_type, leader_id=hint[0], leader_epoch=hint[1]
+                )
+            built.append(
+                build(
+                    partition_type,
+                    index=index,
+                    error_code=error,
+                    base_offset=base,
+                    log_append_time=append_time,
+                    log_start_offset=start,
+                    record_errors=(),
+                    error_message=None,
+                    **extra,
+                )
             )
-            for index, error, base, append_time, start in partitions
+        topics.append(
+            build(topic_type, name=name, topic_id=topic_id, partition_responses=tuple(built))
         )
-        topics.append(build(topic_type, name=name, topic_id=topic_id, partition_responses=built))
-    return build(response_type, responses=tuple(topics), throttle_time=NO_THROTTLE)
+    extra_top = {}
+    if endpoints:
+        endpoint_type = nested(response_type, "NodeEndpoint")
+        extra_top["node_endpoints"] = tuple(
+            build(endpoint_type, node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+            for e in endpoints
+        )
+    return build(response_type, responses=tuple(topics), throttle_time=NO_THROTTLE, **extra_top)
 
 
 def _append(
     ctx: RequestContext,
     topic: TopicView | None,
+    index: int,
     partition_log: PartitionLog | None,
     records: bytes | memoryview | None,
     acks: int,
 ) -> tuple[ErrorCode, int, datetime.datetime | None, int]:
     if topic is None or partition_log is None:
+        if topic is not None and index in topic.states:
+            return ErrorCode.not_leader_or_follower, -1, None, -1  # a replica elsewhere
         return ErrorCode.unknown_topic_or_partition, -1, None, -1
     partition = partition_log.partition
     state = topic.states.get(partition)

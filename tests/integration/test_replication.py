@@ -8,6 +8,7 @@ consumer and compares the replicas' segment files byte for byte.
 
 from __future__ import annotations
 
+import datetime
 import time
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from cluster_process import Cluster
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_helpers import wait_until
+
+from strom.protocol.errors import ErrorCode
 
 REPLICATION = {
     "replica.lag.time.max.ms": "1500",
@@ -289,6 +292,121 @@ def test_a_group_keeps_consuming_across_the_kill_of_its_coordinator(tmp_path: Pa
         checker.close()
         assert positions == {p: 200 for p in range(3)}
         assert committed == positions
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.kill_all()
+
+
+def test_sigterm_moves_leadership_away_before_the_broker_stops(tmp_path: Path) -> None:
+    """A rolling restart: each broker in turn is stopped with SIGTERM and started again
+    while an idempotent acks=all producer writes. Controlled shutdown moves its leaders
+    away first, so the producer sees no error it does not retry. A broker that is asked
+    for a partition it does not lead names the leader (KIP-951)."""
+    from kio.schema.produce.v11 import request as produce_v11
+
+    from strom.protocol.records import build_batch
+    from strom.wire_client import WireConnection
+
+    cluster = Cluster.combined(tmp_path, overrides=REPLICATION)
+    acked: list[bytes] = []
+    failed: list[str] = []
+    try:
+        cluster.start_all()
+        admin = _admin(cluster.bootstrap())
+        wait_until(
+            lambda: sorted(admin.list_topics(timeout=3).brokers) == [1, 2, 3], 15, "3 brokers"
+        )
+        admin.create_topics([NewTopic("rolling", 3, 3)])["rolling"].result(15)
+        wait_until(
+            lambda: all(
+                len(_partition(cluster.bootstrap(), "rolling", p).isrs) == 3  # type: ignore[attr-defined]
+                for p in range(3)
+            ),
+            15,
+            "full ISRs",
+        )
+        leader = _partition(cluster.bootstrap(), "rolling", 0).leader  # type: ignore[attr-defined]
+        follower = next(n for n in cluster.brokers if n.node_id != leader)
+        conn = WireConnection(
+            "127.0.0.1", follower.port, "kip-951-check", connect_timeout_s=5, request_timeout_s=10
+        )
+        try:
+            batch = build_batch([(None, b"x")])
+            response = conn.request(
+                produce_v11.ProduceRequest(
+                    transactional_id=None,
+                    acks=1,
+                    timeout=datetime.timedelta(seconds=5),
+                    topic_data=(
+                        produce_v11.TopicProduceData(
+                            name="rolling",
+                            partition_data=(
+                                produce_v11.PartitionProduceData(index=0, records=batch),
+                            ),
+                        ),
+                    ),
+                )
+            )
+        finally:
+            conn.close()
+        part = response.responses[0].partition_responses[0]
+        assert part.error_code == ErrorCode.not_leader_or_follower
+        assert part.current_leader.leader_id == leader
+        assert [(e.node_id, e.port) for e in response.node_endpoints] == [
+            (leader, cluster.nodes[leader].port)
+        ]
+
+        producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap(),
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+            }
+        )
+
+        def delivered(error: KafkaError | None, message: object) -> None:
+            if error is None:
+                acked.append(message.value())  # type: ignore[attr-defined]
+            else:
+                failed.append(str(error))
+
+        sequence = 0
+
+        def produce_for(seconds: float) -> None:
+            nonlocal sequence
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                producer.produce(
+                    "rolling",
+                    value=b"%08d" % sequence,
+                    partition=sequence % 3,
+                    on_delivery=delivered,
+                )
+                sequence += 1
+                producer.poll(0.002)
+
+        produce_for(1.0)
+        for node in list(cluster.brokers):
+            assert node.stop() == 0  # SIGTERM: controlled shutdown, clean exit
+            produce_for(1.0)
+            node.start()
+            wait_until(
+                lambda: all(
+                    len(_partition(cluster.bootstrap(), "rolling", p).isrs) == 3  # type: ignore[attr-defined]
+                    for p in range(3)
+                ),
+                30,
+                "full ISRs again",
+            )
+            produce_for(0.5)
+        assert producer.flush(30) == 0
+        assert not failed, failed[:5]
+        got = _read_all(cluster.bootstrap(), "rolling", 3)
+        for p in range(3):
+            assert got[p] == [v for v in acked if int(v) % 3 == p]
     except BaseException:
         print(cluster.logs())
         raise
