@@ -13,7 +13,10 @@ speculated (``reset`` to the committed image). Also:
   the cluster (``strom-metadata.json``, renamed ``.migrated`` once carried over);
 - brokers whose heartbeats stopped for ``broker.session.timeout.ms`` are fenced; the
   previous registration of this very node (a combined node restarted after a crash)
-  does not have to wait out that timeout to be replaced, other brokers do, as in Kafka.
+  does not have to wait out that timeout to be replaced, other brokers do, as in Kafka;
+- with ``auto.leader.rebalance.enable``, every ``leader.imbalance.check.interval.seconds``
+  the leadership of partitions goes back to their preferred replicas where a broker
+  leads fewer than ``leader.imbalance.per.broker.percentage`` of those it prefers.
 
 Does not own the decisions (``strom.cluster.quorum_controller``), consensus
 (``quorum``) or the wire (``controller_handlers``).
@@ -79,6 +82,7 @@ class ControllerService:
         self.controller: QuorumController | None = None
         self._timer: asyncio.Task[None] | None = None
         self._bootstrap: asyncio.Task[None] | None = None
+        self._balancer: asyncio.Task[None] | None = None
         self.active = asyncio.Event()  # set while this node is the active controller
 
     def leadership_changed(self, leader_ready: bool) -> None:
@@ -108,6 +112,8 @@ class ControllerService:
             self.controller.end_session(self.state.node_id)
         loop = asyncio.get_running_loop()
         self._timer = loop.create_task(self._fence_expired_brokers())
+        if self.config["auto.leader.rebalance.enable"]:
+            self._balancer = loop.create_task(self._balance_leaders())
         if not self.state.image.features:
             self._bootstrap = loop.create_task(self._write_bootstrap())
         else:
@@ -121,10 +127,10 @@ class ControllerService:
             log.info("node %d is no longer the active controller", self.state.node_id)
         self.controller = None
         self.active.clear()
-        for task in (self._timer, self._bootstrap):
+        for task in (self._timer, self._bootstrap, self._balancer):
             if task is not None:
                 task.cancel()
-        self._timer = self._bootstrap = None
+        self._timer = self._bootstrap = self._balancer = None
 
     def _log_end_offset(self) -> int:
         node = self.quorum.node
@@ -185,6 +191,24 @@ class ControllerService:
         if legacy.exists():
             legacy.rename(Path(f"{legacy}.migrated"))
         self.active.set()
+
+    async def _balance_leaders(self) -> None:
+        interval = max(int(self.config["leader.imbalance.check.interval.seconds"]), 1)
+        max_ratio = int(self.config["leader.imbalance.per.broker.percentage"]) / 100
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                results = await self.run(
+                    lambda c: c.elect_leaders(c.imbalanced_partitions(max_ratio))
+                )
+            except ControllerError:
+                continue
+            except Exception:
+                log.exception("balancing partition leaders failed")
+                continue
+            moved = [f"{r.topic}-{r.partition}" for r in results if r.error_code == ErrorCode.none]
+            if moved:
+                log.info("leadership back to the preferred replica: %s", ", ".join(moved))
 
     async def _fence_expired_brokers(self) -> None:
         while True:

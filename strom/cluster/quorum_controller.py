@@ -877,6 +877,26 @@ class QuorumController:
             results.append(ElectionResult(name, index))
         return self._result(records, results)
 
+    def imbalanced_partitions(self, max_ratio: float) -> list[tuple[str, int]]:
+        """Partitions to give back to their preferred (first) replica, as Kafka's
+        auto.leader.rebalance does: for each broker, the partitions it prefers but does
+        not lead, when they are more than ``max_ratio`` of those it prefers; only those
+        whose preferred replica is in the ISR and may lead."""
+        preferred: dict[int, int] = {}
+        elsewhere: dict[int, list[tuple[str, int]]] = {}
+        for topic, index, state in self._image.all_partitions():
+            if not state.replicas:
+                continue
+            first = state.replicas[0]
+            preferred[first] = preferred.get(first, 0) + 1
+            if state.leader != first and first in state.isr and self._image.is_active(first):
+                elsewhere.setdefault(first, []).append((topic.name, index))
+        chosen: list[tuple[str, int]] = []
+        for broker_id, partitions in sorted(elsewhere.items()):
+            if len(partitions) / preferred[broker_id] > max_ratio:
+                chosen += partitions
+        return chosen
+
     # Reassignments (KIP-455) --------------------------------------------------------
 
     def alter_partition_reassignments(

@@ -160,20 +160,42 @@ def test_reassignment_from_1_2_3_to_2_3_4_while_producing(tmp_path: Path) -> Non
         cluster.kill_all()
 
 
-def test_preferred_leader_election_after_a_failover(tmp_path: Path) -> None:
-    cluster = Cluster.combined(tmp_path, overrides=REPLICATION)
+def _fail_over_from_3(cluster: Cluster) -> AdminClient:
+    """Topic "pref" on [3, 1, 2]: kill broker 3, let another lead, bring 3 back in sync."""
+    admin = _admin(cluster.bootstrap())
+    wait_until(lambda: sorted(admin.list_topics(timeout=3).brokers) == [1, 2, 3], 15, "3 brokers")
+    _create(admin, "pref", [3, 1, 2])
+    wait_until(lambda: _partition(admin, "pref").leader == 3, 15, "broker 3 leads")  # type: ignore[attr-defined]
+    cluster.nodes[3].kill()
+    survivor = _admin(cluster.nodes[1].bootstrap)
+    wait_until(lambda: _partition(survivor, "pref").leader in (1, 2), 15, "a new leader")  # type: ignore[attr-defined]
+    cluster.nodes[3].start()
+    return survivor
+
+
+def test_leadership_goes_back_to_the_preferred_replica_by_itself(tmp_path: Path) -> None:
+    overrides = {**REPLICATION, "leader.imbalance.check.interval.seconds": "1"}
+    cluster = Cluster.combined(tmp_path, overrides=overrides)
     try:
         cluster.start_all()
-        admin = _admin(cluster.bootstrap())
-        wait_until(
-            lambda: sorted(admin.list_topics(timeout=3).brokers) == [1, 2, 3], 15, "3 brokers"
+        survivor = _fail_over_from_3(cluster)
+        wait_until(lambda: _partition(survivor, "pref").leader == 3, 30, "broker 3 leads again")  # type: ignore[attr-defined]
+        assert "leadership back to the preferred replica: pref-0" in "".join(
+            n.logs() for n in cluster.nodes.values()
         )
-        _create(admin, "pref", [3, 1, 2])
-        wait_until(lambda: _partition(admin, "pref").leader == 3, 15, "broker 3 leads")  # type: ignore[attr-defined]
-        cluster.nodes[3].kill()
-        survivor = _admin(cluster.nodes[1].bootstrap)
-        wait_until(lambda: _partition(survivor, "pref").leader in (1, 2), 15, "a new leader")  # type: ignore[attr-defined]
-        cluster.nodes[3].start()
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.kill_all()
+
+
+def test_preferred_leader_election_after_a_failover(tmp_path: Path) -> None:
+    overrides = {**REPLICATION, "auto.leader.rebalance.enable": "false"}
+    cluster = Cluster.combined(tmp_path, overrides=overrides)
+    try:
+        cluster.start_all()
+        survivor = _fail_over_from_3(cluster)
         wait_until(
             lambda: sorted(_partition(survivor, "pref").isrs) == [1, 2, 3],  # type: ignore[attr-defined]
             30,

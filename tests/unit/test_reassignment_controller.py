@@ -7,6 +7,7 @@ from __future__ import annotations
 from test_alter_partition import alter, entry, state
 from test_quorum_controller import check_invariants, cluster, replayed
 
+from strom.cluster.partition_change import Election
 from strom.cluster.quorum_controller import NewTopic, QuorumController
 from strom.protocol.errors import ErrorCode
 
@@ -91,3 +92,31 @@ def test_bad_targets_are_refused_and_change_nothing() -> None:
     assert [r.error_code for r in result.response] == [ErrorCode.unknown_topic_or_partition] * 2
     assert not result.records
     assert state(qc) == before
+
+
+def test_imbalanced_partitions_follow_the_per_broker_ratio() -> None:
+    qc = cluster(3)
+    qc.create_topics(
+        [NewTopic(f"t{i}", assignments={0: [0, 1, 2]}) for i in range(10)]
+        + [NewTopic("u", assignments={0: [1, 0, 2]})]
+    )
+    assert qc.imbalanced_partitions(0.1) == []
+    # Broker 0 loses the leadership of one of the ten partitions it prefers.
+    qc.propose(
+        [
+            qc.partition_change(qc.image.topic("t3"), 0, election=Election.PREFERRED)
+            .set_target_isr([1, 2, 0])
+            .set_target_replicas([1, 2, 0])
+            .build()
+        ]
+    )
+    qc.propose(
+        [qc.partition_change(qc.image.topic("t3"), 0).set_target_replicas([0, 1, 2]).build()]
+    )
+    assert state(qc, "t3").leader == 1 and state(qc, "t3").replicas == (0, 1, 2)
+    assert qc.imbalanced_partitions(0.1) == []  # 1 of 10: not above 10 %
+    assert qc.imbalanced_partitions(0.05) == [("t3", 0)]
+    result = qc.elect_leaders(qc.imbalanced_partitions(0.05))
+    assert [r.error_code for r in result.response] == [ErrorCode.none]
+    assert state(qc, "t3").leader == 0
+    check_invariants(qc.image)
