@@ -136,7 +136,9 @@ async def _wait_for_high_watermarks(
 ) -> None:
     """acks=all: answer once the high watermark passes each batch (the ISR has it), or
     REQUEST_TIMED_OUT after the request's timeout."""
-    deadline = time.monotonic() + max(request.timeout.total_seconds(), 0.0)
+    timeout = request.timeout  # ms in the fast decoder's view, a timedelta in kio's
+    seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout / 1000
+    deadline = time.monotonic() + max(seconds, 0.0)
     pending = [w for w in waits if w[0][1] == ErrorCode.none]
     while True:
         pending = [w for w in pending if w[1].high_watermark < w[2]]

@@ -388,6 +388,23 @@ def test_sigterm_moves_leadership_away_before_the_broker_stops(tmp_path: Path) -
                 sequence += 1
                 producer.poll(0.002)
 
+        # A burst with the client's defaults: produce frames large enough to be decoded
+        # in place, each answered once replicated.
+        for _ in range(30_000):
+            while True:
+                try:
+                    producer.produce(
+                        "rolling",
+                        value=b"%08d" % sequence,
+                        partition=sequence % 3,
+                        on_delivery=delivered,
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+            sequence += 1
+        assert producer.flush(30) == 0
+        assert len(acked) == sequence and not failed
         produce_for(1.0)
         for node in list(cluster.brokers):
             assert node.stop() == 0  # SIGTERM: controlled shutdown, clean exit
