@@ -63,7 +63,7 @@ class ConfigDef:
     """One config key: its type, default, and allowed values."""
 
     name: str
-    kind: str  # int, long, bool, string, list, double, password
+    kind: str  # int, long, bool, string, list, double, password, replicas
     default: Any
     doc: str = ""
     minimum: float | None = None
@@ -86,6 +86,8 @@ class ConfigDef:
                 value = _parse_bool(raw)
             elif self.kind == "list":
                 value = _parse_list(raw)
+            elif self.kind == "replicas":
+                value = _parse_throttled_replicas(raw)
             else:
                 value = raw.strip()
         except ValueError as exc:
@@ -190,6 +192,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("min.insync.replicas", "int", 1, minimum=1),
         ConfigDef("unclean.leader.election.enable", "bool", False),
         ConfigDef("auto.leader.rebalance.enable", "bool", True),
+        # Bytes/s of throttled replicas' replication (dynamic; reassign-partitions sets them).
+        ConfigDef("leader.replication.throttled.rate", "long", LONG_MAX, minimum=0),
+        ConfigDef("follower.replication.throttled.rate", "long", LONG_MAX, minimum=0),
         ConfigDef("leader.imbalance.per.broker.percentage", "int", 10, minimum=0),
         ConfigDef("leader.imbalance.check.interval.seconds", "long", 300, minimum=1),
         ConfigDef("num.replica.fetchers", "int", 1, minimum=1),
@@ -335,13 +340,23 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             False,
             broker_name="unclean.leader.election.enable",
         ),
+        # Replicas whose replication is throttled ("partition:broker,..." or "*"), on the
+        # leader's side and on the follower's (reassign-partitions --throttle sets them).
+        ConfigDef("leader.replication.throttled.replicas", "replicas", []),
+        ConfigDef("follower.replication.throttled.replicas", "replicas", []),
     ]
 }
 
 # Broker properties that may be changed at run time (IncrementalAlterConfigs on a broker).
 DYNAMIC_BROKER_CONFIGS = frozenset(
     name for d in TOPIC_CONFIGS.values() if (name := d.broker_name)
-) | {"log.retention.hours", "log.retention.minutes", "log.roll.hours"}
+) | {
+    "log.retention.hours",
+    "log.retention.minutes",
+    "log.roll.hours",
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+}
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -712,6 +727,25 @@ def _parse_port(text: str, problem: str, lowest: int = 0) -> int:
     except ValueError:
         raise ConfigError(f"{problem}: port must be {lowest}-65535") from None
     return port
+
+
+def _parse_throttled_replicas(raw: str) -> list[str]:
+    """``*`` or ``partition:broker`` pairs, comma-separated (Kafka's throttled replicas)."""
+    items = _parse_list(raw)
+    if items == ["*"]:
+        return items
+    for item in items:
+        partition, sep, broker = item.partition(":")
+        if not sep or not partition.strip().isdigit() or not broker.strip().isdigit():
+            raise ValueError(f"expected partition:broker pairs or *, got {item!r}")
+    return [item.replace(" ", "") for item in items]
+
+
+def throttled(replicas: list[str] | None, partition: int, broker_id: int) -> bool:
+    """Whether ``partition`` on ``broker_id`` is in a throttled replicas list."""
+    if not replicas:
+        return False
+    return replicas == ["*"] or f"{partition}:{broker_id}" in replicas
 
 
 def parse_listener(spec: str, key: str = "listeners") -> Listener:

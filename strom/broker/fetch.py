@@ -182,6 +182,10 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
                         upper = partition_log.log_end_offset
                 if error != ErrorCode.none or diverging is not None:
                     pass
+                elif replica_id >= 0 and replicas.leader_throttled(
+                    partition_log.topic, w.partition
+                ):
+                    pass  # throttled replication over its rate: no data this time
                 elif w.offset < upper and (limit > 0 or total == 0):
                     try:
                         records = partition_log.read(w.offset, max(limit, 1), upper_bound=upper)
@@ -189,6 +193,8 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
                         error = ErrorCode.offset_out_of_range
                     if total and len(records) > limit:
                         records = b""  # only the first partition may exceed its limits
+                    if records and replica_id >= 0:
+                        replicas.leader_sent(partition_log.topic, w.partition, len(records))
             if error != ErrorCode.none:
                 has_error = True
                 if error == ErrorCode.not_leader_or_follower and w.name is not None:

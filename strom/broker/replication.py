@@ -19,6 +19,13 @@ Owns, for every partition replica this broker hosts, what Kafka's ReplicaManager
   that has not caught up to the leader's log end within ``replica.lag.time.max.ms``
   leaves.
 
+- Throttles (reassignment): the replication of replicas listed in a topic's
+  ``leader.replication.throttled.replicas`` (this broker as their leader) and
+  ``follower.replication.throttled.replicas`` (as their follower) is held to the
+  broker's ``leader.replication.throttled.rate`` / ``follower.replication.throttled.rate``
+  bytes per second: past the rate, the leader sends such partitions no data and the
+  follower leaves them out of its fetches until the quota has room again.
+
 Does not own the log (``strom.storage.partition_log``), the wire format of Fetch
 (``fetch.py`` serves it), or the metadata (``strom.cluster.node_state``).
 """
@@ -37,6 +44,7 @@ from kio.schema.fetch.v17 import request as fetch_req
 
 from strom.broker.peer_client import PeerError, PeerPool
 from strom.cluster.image import NO_LEADER
+from strom.config import LONG_MAX, TOPIC_CONFIGS, ConfigError, throttled
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import CorruptBatchError, validate_batches
@@ -74,6 +82,40 @@ class LeaderState:
     isr_change_pending: bool = False
 
 
+class ReplicationQuota:
+    """A bytes-per-second budget for throttled replication: a token bucket holding at
+    most one second of the rate, which the config can change at any time."""
+
+    def __init__(self, config: Any, key: str) -> None:
+        self.config = config
+        self.key = key
+        self._tokens = 0.0
+        self._at = time.monotonic()
+
+    def exceeded(self) -> bool:
+        rate = int(self.config[self.key])
+        if rate >= LONG_MAX:
+            return False
+        now = time.monotonic()
+        self._tokens = min(float(rate), self._tokens + (now - self._at) * rate)
+        self._at = now
+        return self._tokens <= 0
+
+    def record(self, size: int) -> None:
+        if int(self.config[self.key]) < LONG_MAX:
+            self._tokens -= size
+
+
+def _throttled(view: Any, key: str, partition: int, broker_id: int) -> bool:
+    raw = view.configs.get(key) if view is not None else None
+    if not raw:
+        return False
+    try:
+        return throttled(TOPIC_CONFIGS[key].parse(raw), partition, broker_id)
+    except ConfigError:
+        return False
+
+
 class ReplicaManager:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -86,6 +128,8 @@ class ReplicaManager:
         self.leading: dict[PartitionKey, LeaderState] = {}
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}  # (leader, fetcher #)
         self.peers = PeerPool(f"strom-replica-{broker.node_id}")
+        self.leader_quota = ReplicationQuota(config, "leader.replication.throttled.rate")
+        self.follower_quota = ReplicationQuota(config, "follower.replication.throttled.rate")
         self._isr_task: asyncio.Task[None] | None = None
         self._strays_checked = False
 
@@ -209,6 +253,20 @@ class ReplicaManager:
             fetcher.unfollow(key)
 
     # The leader's side -------------------------------------------------------------
+
+    def leader_throttled(self, topic: str, partition: int) -> bool:
+        """Whether serving followers of ``topic``-``partition`` is throttled here now."""
+        view = self.state.topics.get(topic)
+        return (
+            _throttled(view, "leader.replication.throttled.replicas", partition, self.node_id)
+            and self.leader_quota.exceeded()
+        )
+
+    def leader_sent(self, topic: str, partition: int, size: int) -> None:
+        """A follower was sent ``size`` bytes of ``topic``-``partition``."""
+        view = self.state.topics.get(topic)
+        if _throttled(view, "leader.replication.throttled.replicas", partition, self.node_id):
+            self.leader_quota.record(size)
 
     def is_replicated(self, topic: str, partition: int) -> bool:
         view = self.state.topics.get(topic)
@@ -382,11 +440,14 @@ class ReplicaFetcher:
         lifecycle = self.manager.broker.lifecycle
         by_topic: dict[Any, list[Any]] = {}
         keys: dict[tuple[Any, int], PartitionKey] = {}
+        quota = self.manager.follower_quota
         for key in sorted(self.partitions):
             view = state.topics.get(key[0])
             partition_log = state.partition_log(*key)
             if view is None or partition_log is None:
                 continue
+            if self._throttled(view, key[1]) and quota.exceeded():
+                continue  # throttled: fetched again once the quota has room
             partition_state = view.states.get(key[1])
             if partition_state is None or partition_state.leader != self.leader_id:
                 continue
@@ -452,9 +513,16 @@ class ReplicaFetcher:
                 key = keys.get((topic.topic_id, part.partition_index))
                 if key is None or key not in self.partitions:
                     continue
+                if part.records and self._throttled(self.manager.state.topics.get(key[0]), key[1]):
+                    self.manager.follower_quota.record(len(part.records))
                 if not self._handle_partition(key, part):
                     progressed = False
         return progressed
+
+    def _throttled(self, view: Any, partition: int) -> bool:
+        return _throttled(
+            view, "follower.replication.throttled.replicas", partition, self.manager.node_id
+        )
 
     def _handle_partition(self, key: PartitionKey, part: Any) -> bool:
         state = self.manager.state

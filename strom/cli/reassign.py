@@ -4,11 +4,16 @@
   assignment of the topics named in F (``{"topics": [{"topic": "t"}], "version": 1}``)
   and a proposed one over the listed brokers (replicas striped round-robin, the
   replication factor kept), both in Kafka's plan format.
-- ``--execute --reassignment-json-file F``: starts the moves of the plan
-  (``{"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [2, 3, 4]}]}``)
-  with AlterPartitionReassignments, printing the current assignment first (to roll back).
+- ``--execute --reassignment-json-file F [--throttle BYTES_PER_S]``: starts the moves of
+  the plan (``{"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas":
+  [2, 3, 4]}]}``) with AlterPartitionReassignments, printing the current assignment
+  first (to roll back). With ``--throttle``, as Kafka's tool: the brokers involved get
+  ``leader.replication.throttled.rate`` and ``follower.replication.throttled.rate``, and
+  each topic lists its current replicas in ``leader.replication.throttled.replicas`` and
+  the new ones in ``follower.replication.throttled.replicas``.
 - ``--verify --reassignment-json-file F``: for each partition of the plan, whether its
-  move is completed (its replicas are the plan's and none is moving) or still in progress.
+  move is completed (its replicas are the plan's and none is moving) or still in
+  progress; once all are completed the throttles are removed.
 - ``--cancel --reassignment-json-file F``: cancels the plan's moves under way.
 - ``--list``: the moves under way (ListPartitionReassignments).
 
@@ -25,7 +30,14 @@ import datetime
 import json
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 from kio.schema.alter_partition_reassignments.v0 import request as alter_req
 from kio.schema.list_partition_reassignments.v0 import request as list_req
 
@@ -37,10 +49,16 @@ from strom.cli.common import (
     add_bootstrap,
     check_reachable,
     client_config,
+    describe_error,
 )
 from strom.protocol.errors import ErrorCode
 
 TIMEOUT = datetime.timedelta(seconds=30)
+THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+THROTTLED_REPLICAS = (
+    "leader.replication.throttled.replicas",
+    "follower.replication.throttled.replicas",
+)
 Assignment = dict[tuple[str, int], list[int]]
 
 
@@ -59,6 +77,12 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--topics-to-move-json-file", metavar="FILE")
     parser.add_argument("--reassignment-json-file", metavar="FILE")
     parser.add_argument("--broker-list", metavar="IDS", help="brokers to place on, e.g. 1,2,3")
+    parser.add_argument(
+        "--throttle",
+        type=int,
+        metavar="BYTES_PER_S",
+        help="with --execute: cap the moves' replication traffic per broker",
+    )
     parser.set_defaults(run=run, parser=parser)
 
 
@@ -75,8 +99,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.reassignment_json_file:
         parser.error("--reassignment-json-file is required")
     plan = _read_plan(parser, args.reassignment_json_file)
+    if args.throttle is not None and (not args.execute or args.throttle <= 0):
+        parser.error("--throttle goes with --execute and takes a positive rate")
     if args.execute:
-        return _execute(args.bootstrap_server, plan)
+        return _execute(args.bootstrap_server, plan, args.throttle)
     if args.verify:
         return _verify(args.bootstrap_server, plan)
     return _cancel(args.bootstrap_server, plan)
@@ -223,7 +249,97 @@ def _report(results: dict[Any, Any], done: str) -> int:
     return EXIT_ERROR if failed else 0
 
 
-def _execute(bootstrap: str, plan: Assignment) -> int:
+def _alter_configs(bootstrap: str, resources: list[ConfigResource]) -> None:
+    """IncrementalAlterConfigs of ``resources``: the topics in one call, each broker in
+    its own (a broker's configs go to that broker; librdkafka sends one per call)."""
+    admin = AdminClient(client_config(bootstrap))
+    topics = [r for r in resources if r.restype == ResourceType.TOPIC]
+    calls = ([topics] if topics else []) + [[r] for r in resources if r not in topics]
+    for call in calls:
+        for resource, future in admin.incremental_alter_configs(call).items():
+            try:
+                future.result(30)
+            except KafkaException as exc:
+                raise ToolError(
+                    f"cannot change the throttle of {resource}: {describe_error(exc)}"
+                ) from None
+
+
+def _set_throttle(bootstrap: str, current: Assignment, plan: Assignment, rate: int) -> None:
+    leaders: dict[str, set[str]] = {}
+    followers: dict[str, set[str]] = {}
+    brokers: set[int] = set()
+    for (topic, partition), target in plan.items():
+        now = current[(topic, partition)]
+        leaders.setdefault(topic, set()).update(f"{partition}:{b}" for b in now)
+        followers.setdefault(topic, set()).update(
+            f"{partition}:{b}" for b in target if b not in now
+        )
+        brokers.update(now, target)
+    resources = [
+        ConfigResource(
+            ResourceType.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry(
+                    "leader.replication.throttled.replicas",
+                    ",".join(sorted(leaders[topic])),
+                    incremental_operation=AlterConfigOpType.SET,
+                ),
+                ConfigEntry(
+                    "follower.replication.throttled.replicas",
+                    ",".join(sorted(followers[topic])) or "",
+                    incremental_operation=AlterConfigOpType.SET,
+                ),
+            ],
+        )
+        for topic in leaders
+    ]
+    resources += [
+        ConfigResource(
+            ResourceType.BROKER,
+            str(broker),
+            incremental_configs=[
+                ConfigEntry(key, str(rate), incremental_operation=AlterConfigOpType.SET)
+                for key in THROTTLE_RATES
+            ],
+        )
+        for broker in sorted(brokers)
+    ]
+    _alter_configs(bootstrap, resources)
+    print(f"The inter-broker throttle limit was set to {rate} B/s")
+
+
+def _remove_throttle(bootstrap: str, topics: set[str]) -> None:
+    admin = AdminClient(client_config(bootstrap))
+    brokers = sorted(check_reachable(admin, bootstrap).brokers)
+    resources = [
+        ConfigResource(
+            ResourceType.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
+                for key in THROTTLED_REPLICAS
+            ],
+        )
+        for topic in sorted(topics)
+    ]
+    resources += [
+        ConfigResource(
+            ResourceType.BROKER,
+            str(broker),
+            incremental_configs=[
+                ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
+                for key in THROTTLE_RATES
+            ],
+        )
+        for broker in brokers
+    ]
+    _alter_configs(bootstrap, resources)
+    print("Throttle was removed.")
+
+
+def _execute(bootstrap: str, plan: Assignment, throttle: int | None = None) -> int:
     current = _current(bootstrap, {topic for topic, _ in plan})
     unknown = sorted(key for key in plan if key not in current)
     if unknown:
@@ -233,6 +349,8 @@ def _execute(bootstrap: str, plan: Assignment) -> int:
     print(plan_json({key: current[key] for key in plan}))
     print()
     print("Save this to use as the --reassignment-json-file option during rollback")
+    if throttle is not None:
+        _set_throttle(bootstrap, current, plan, throttle)
     return _report(_alter(bootstrap, dict(plan)), "Successfully started partition reassignments")
 
 
@@ -284,6 +402,8 @@ def _verify(bootstrap: str, plan: Assignment) -> int:
                 f"There is no active reassignment of partition {topic}-{partition}, "
                 f"but replica set is {current.get(key)} rather than {plan[key]}."
             )
+    if all_done:
+        _remove_throttle(bootstrap, {topic for topic, _ in plan})
     return 0 if all_done else EXIT_ERROR
 
 

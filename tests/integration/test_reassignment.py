@@ -16,7 +16,7 @@ from pathlib import Path
 from cli_helpers import ok, strom
 from cluster_process import Cluster, NodeSpec
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from kafka_helpers import wait_until
 
 REPLICATION = {
@@ -54,6 +54,18 @@ def _read_all(bootstrap: str, topic: str) -> list[bytes]:
             got.append(message.value())
     consumer.close()
     return got
+
+
+def _configs(admin: AdminClient) -> dict[str, str | None]:
+    """Topic "bulk"'s configs and broker 2's (one broker per DescribeConfigs)."""
+    values: dict[str, str | None] = {}
+    for resource in (
+        ConfigResource(ResourceType.TOPIC, "bulk"),
+        ConfigResource(ResourceType.BROKER, "2"),
+    ):
+        for future in admin.describe_configs([resource]).values():
+            values.update({k: e.value for k, e in future.result(10).items()})
+    return values
 
 
 def _create(admin: AdminClient, topic: str, replicas: list[int]) -> None:
@@ -246,6 +258,84 @@ def test_preferred_leader_election_after_a_failover(tmp_path: Path) -> None:
             "0",
         )
         assert missing.returncode == 1 and "nope-0: UNKNOWN_TOPIC_OR_PART" in missing.stdout
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.kill_all()
+
+
+def test_a_throttled_move_keeps_to_its_rate_and_the_throttle_goes_afterwards(
+    tmp_path: Path,
+) -> None:
+    specs = [NodeSpec(i, "broker,controller") for i in (1, 2, 3)]
+    cluster = Cluster(tmp_path, specs, overrides=REPLICATION)
+    try:
+        cluster.start_all()
+        admin = _admin(cluster.bootstrap())
+        wait_until(
+            lambda: sorted(admin.list_topics(timeout=3).brokers) == [1, 2, 3], 15, "3 brokers"
+        )
+        _create(admin, "bulk", [1])
+        producer = Producer({"bootstrap.servers": cluster.bootstrap(), "linger.ms": 20})
+        for i in range(80):
+            producer.produce("bulk", value=b"%03d" % i + b"z" * 100_000)
+        assert producer.flush(30) == 0
+        plan = tmp_path / "plan.json"
+        plan.write_text(
+            json.dumps(
+                {"version": 1, "partitions": [{"topic": "bulk", "partition": 0, "replicas": [2]}]}
+            )
+        )
+        bootstrap = cluster.nodes[1].bootstrap
+        executed = ok(
+            strom(
+                "reassign-partitions",
+                "--bootstrap-server",
+                bootstrap,
+                "--execute",
+                "--reassignment-json-file",
+                str(plan),
+                "--throttle",
+                "1000000",
+            )
+        )
+        assert "The inter-broker throttle limit was set to 1000000 B/s" in executed.stdout
+        values = _configs(admin)
+        assert values["leader.replication.throttled.replicas"] == "0:1"
+        assert values["follower.replication.throttled.replicas"] == "0:2"
+        assert values["follower.replication.throttled.rate"] == "1000000"
+        # 8 MB at 1 MB/s: the move cannot be done yet (unthrottled it takes a fraction
+        # of a second here).
+        first = strom(
+            "reassign-partitions",
+            "--bootstrap-server",
+            bootstrap,
+            "--verify",
+            "--reassignment-json-file",
+            str(plan),
+        )
+        assert first.returncode == 1 and "still in progress" in first.stdout
+        deadline = time.monotonic() + 90
+        while True:
+            verify = strom(
+                "reassign-partitions",
+                "--bootstrap-server",
+                bootstrap,
+                "--verify",
+                "--reassignment-json-file",
+                str(plan),
+            )
+            if verify.returncode == 0:
+                break
+            assert time.monotonic() < deadline, "the throttled move never completed"
+            time.sleep(1)
+        assert "Throttle was removed." in verify.stdout
+        values = _configs(admin)
+        assert values["leader.replication.throttled.replicas"] in ("", None)
+        assert values["follower.replication.throttled.rate"] != "1000000"
+        got = _read_all(cluster.bootstrap(), "bulk")
+        assert [v[:3] for v in got] == [b"%03d" % i for i in range(80)]
     except BaseException:
         print(cluster.logs())
         raise
