@@ -33,6 +33,8 @@ async def send_alter_partition(
     state: PartitionState,
     isr: list[int],
     timeout_s: float,
+    *,
+    leader_recovery_state: int | None = None,
 ) -> None:
     brokers = broker.state.image.brokers
     lifecycle = broker.lifecycle
@@ -53,7 +55,9 @@ async def send_alter_partition(
                             )
                             for member in isr
                         ),
-                        leader_recovery_state=state.leader_recovery_state,
+                        leader_recovery_state=state.leader_recovery_state
+                        if leader_recovery_state is None
+                        else leader_recovery_state,
                         partition_epoch=state.partition_epoch,
                     ),
                 ),

@@ -44,6 +44,7 @@ from kio.schema.fetch.v17 import request as fetch_req
 
 from strom.broker.peer_client import PeerError, PeerPool
 from strom.cluster.image import NO_LEADER
+from strom.cluster.partition_change import LEADER_RECOVERED, LEADER_RECOVERING
 from strom.config import LONG_MAX, TOPIC_CONFIGS, ConfigError, throttled
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC
 from strom.protocol.errors import ErrorCode
@@ -216,6 +217,16 @@ class ReplicaManager:
         self.maybe_advance_high_watermark(key)
         if key[0] == OFFSETS_TOPIC:
             self.broker.coordinator.load_partition(key[1])
+        if partition.leader_recovery_state == LEADER_RECOVERING:
+            end = partition_log.log_end_offset if partition_log is not None else -1
+            log.warning(
+                "%s-%d: elected leader from outside the ISR (unclean election): records the "
+                "old ISR had beyond offset %d are lost",
+                key[0],
+                key[1],
+                end,
+            )
+            self._request_isr_change(key)  # reports the recovery (see _alter_isr)
 
     def _forget_departed_followers(self, key: PartitionKey, partition: PartitionState) -> None:
         leading = self.leading[key]
@@ -359,7 +370,11 @@ class ReplicaManager:
                     break
 
     def _request_isr_change(
-        self, key: PartitionKey, *, add: int | None = None, remove: int | None = None
+        self,
+        key: PartitionKey,
+        *,
+        add: int | None = None,
+        remove: int | None = None,
     ) -> None:
         leading = self.leading.get(key)
         if leading is None or leading.isr_change_pending:
@@ -374,6 +389,23 @@ class ReplicaManager:
         view = self.state.topics.get(key[0])
         state = view.states.get(key[1]) if view is not None else None
         if view is None or state is None or state.leader != self.node_id:
+            return
+        if state.leader_recovery_state == LEADER_RECOVERING:
+            # KIP-704: the leader of an unclean election reports itself recovered, alone
+            # in the ISR; followers join afterwards.
+            try:
+                await send_alter_partition(
+                    self.broker,
+                    view,
+                    key[1],
+                    state,
+                    [self.node_id],
+                    ALTER_ISR_TIMEOUT_S,
+                    leader_recovery_state=LEADER_RECOVERED,
+                )
+            except Exception as exc:
+                log.info("%s-%d: recovery not reported: %s", key[0], key[1], exc)
+                await asyncio.sleep(FETCH_BACKOFF_S)
             return
         isr = [r for r in state.isr if r != remove]
         if add is not None and add not in isr:

@@ -341,3 +341,57 @@ def test_a_throttled_move_keeps_to_its_rate_and_the_throttle_goes_afterwards(
         raise
     finally:
         cluster.kill_all()
+
+
+def test_unclean_election_only_when_allowed(tmp_path: Path) -> None:
+    """Replicas [1, 2]: broker 2 falls out of the ISR, then broker 1 (the last in sync)
+    dies. Broker 2 alone does not lead while unclean election is off; the unclean
+    election of ``strom leader-election`` makes it lead, and the loss is logged."""
+    overrides = {**REPLICATION, "min.insync.replicas": "1", "auto.leader.rebalance.enable": "false"}
+    cluster = Cluster.combined(tmp_path, overrides=overrides)
+    try:
+        cluster.start_all()
+        admin = _admin(cluster.nodes[3].bootstrap)
+        wait_until(
+            lambda: sorted(admin.list_topics(timeout=3).brokers) == [1, 2, 3], 15, "3 brokers"
+        )
+        _create(admin, "fragile", [1, 2])
+        wait_until(lambda: sorted(_partition(admin, "fragile").isrs) == [1, 2], 15, "ISR [1, 2]")  # type: ignore[attr-defined]
+        cluster.nodes[2].kill()
+        wait_until(lambda: _partition(admin, "fragile").isrs == [1], 15, "ISR [1]")  # type: ignore[attr-defined]
+        producer = Producer({"bootstrap.servers": cluster.nodes[1].bootstrap, "acks": "all"})
+        producer.produce("fragile", value=b"only on 1")
+        assert producer.flush(15) == 0
+        cluster.nodes[1].kill()
+        cluster.nodes[2].start()
+        time.sleep(2)  # time enough for an election, were one allowed
+        assert _partition(admin, "fragile").leader == -1  # type: ignore[attr-defined]
+        elected = ok(
+            strom(
+                "leader-election",
+                "--bootstrap-server",
+                cluster.nodes[3].bootstrap,
+                "--election-type",
+                "unclean",
+                "--topic",
+                "fragile",
+                "--partition",
+                "0",
+            )
+        )
+        assert (
+            "Successfully completed leader election (unclean) for partitions fragile-0"
+            in elected.stdout
+        )
+        wait_until(lambda: _partition(admin, "fragile").leader == 2, 15, "broker 2 leads")  # type: ignore[attr-defined]
+        wait_until(lambda: "unclean election" in cluster.nodes[2].logs(), 15, "the loss logged")
+        # The new leader takes writes again (it reported itself recovered).
+        producer = Producer({"bootstrap.servers": cluster.nodes[2].bootstrap, "acks": "all"})
+        producer.produce("fragile", value=b"after")
+        assert producer.flush(15) == 0
+        assert _read_all(cluster.nodes[2].bootstrap, "fragile") == [b"after"]
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.kill_all()
