@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.fetch.v17 import request as fetch_req
 
-from strom.broker.peer_client import PeerError, PeerPool
+from strom.broker.peer_client import PeerConnection, PeerError
 from strom.cluster.image import NO_LEADER
 from strom.cluster.partition_change import LEADER_RECOVERED, LEADER_RECOVERING
 from strom.config import LONG_MAX, TOPIC_CONFIGS, ConfigError, throttled
@@ -128,7 +128,6 @@ class ReplicaManager:
         self.roles: dict[PartitionKey, tuple[int, int]] = {}  # (leader, leader epoch)
         self.leading: dict[PartitionKey, LeaderState] = {}
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}  # (leader, fetcher #)
-        self.peers = PeerPool(f"strom-replica-{broker.node_id}")
         self.leader_quota = ReplicationQuota(config, "leader.replication.throttled.rate")
         self.follower_quota = ReplicationQuota(config, "follower.replication.throttled.rate")
         self._isr_task: asyncio.Task[None] | None = None
@@ -144,7 +143,6 @@ class ReplicaManager:
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
         self.fetchers.clear()
-        self.peers.close()
 
     # Roles ------------------------------------------------------------------------
 
@@ -421,7 +419,13 @@ class ReplicaManager:
 
 
 class ReplicaFetcher:
-    """Fetches, for the partitions this broker follows from one leader, what it lacks."""
+    """Fetches, for the partitions this broker follows from one leader, what it lacks.
+
+    Each fetcher has its own connection to the leader (the leader answers a
+    connection's requests in order, and holds a fetch up to replica.fetch.wait.max.ms).
+    A partition followed while a fetch is held (a leadership that just moved here)
+    does not wait for that fetch to end: the connection is dropped and the next fetch,
+    sent at once on a new one, includes it."""
 
     def __init__(self, manager: ReplicaManager, leader_id: int) -> None:
         self.manager = manager
@@ -429,6 +433,9 @@ class ReplicaFetcher:
         self.partitions: set[PartitionKey] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._connection: PeerConnection | None = None
+        self._in_flight: set[PartitionKey] = set()
+        self._interrupted = False
         config = manager.broker.config
         self.max_wait_ms = int(config["replica.fetch.wait.max.ms"])
         self.partition_max_bytes = int(config["replica.fetch.max.bytes"])
@@ -443,10 +450,17 @@ class ReplicaFetcher:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def follow(self, key: PartitionKey) -> None:
         self.partitions.add(key)
         self._wake.set()
+        if self._in_flight and key not in self._in_flight and self._connection is not None:
+            self._interrupted = True
+            self._connection.close()  # ends the held fetch; the next one includes ``key``
+            self._connection = None
 
     def unfollow(self, key: PartitionKey) -> None:
         self.partitions.discard(key)
@@ -529,13 +543,30 @@ class ReplicaFetcher:
         if endpoint is None:
             return False
         timeout = self.max_wait_ms / 1000 + 5
-        try:
-            response = await self.manager.peers.request(
-                endpoint.host, endpoint.port, request, timeout
+        connection = self._connection
+        if connection is None or (connection.host, connection.port) != (
+            endpoint.host,
+            endpoint.port,
+        ):
+            if connection is not None:
+                connection.close()
+            connection = self._connection = PeerConnection(
+                endpoint.host, endpoint.port, f"strom-replica-{self.manager.node_id}"
             )
+        self._in_flight = set(keys.values())
+        try:
+            response = await connection.request(request, timeout)
         except PeerError as exc:
+            if self._interrupted:
+                self._interrupted = False
+                return True  # dropped on purpose: fetch again at once
             log.debug("replica fetch from broker %d: %s", self.leader_id, exc)
+            if self._connection is connection:
+                connection.close()
+                self._connection = None
             return False
+        finally:
+            self._in_flight = set()
         if response.error_code != ErrorCode.none:
             log.info("replica fetch from broker %d: %s", self.leader_id, response.error_code.name)
             return False
