@@ -6,12 +6,12 @@ as ``kafka-server-start.sh`` does. With no arguments it listens on
 line on stderr and exit code 2; SIGTERM and SIGINT shut down cleanly.
 
 The tools (``topics``, ``produce``, ``consume``, ``groups``, ``configs``,
-``perf-test``, ``reassign-partitions``, ``leader-election``) live one per module in
-this package and are clients only: they talk to any Kafka cluster through
-confluent-kafka (or raw requests where it lacks one). ``storage`` (format and inspect
-the node's directories, like kafka-storage.sh) is the one tool that works on the
-local disk instead. A tool's wrong argument is one line and exit
-code 2; an expected failure (broker unreachable, topic missing...) is one line
+``perf-test``, ``reassign-partitions``, ``leader-election``, ``metadata-quorum``,
+``cluster``) live one per module in this package and are clients only: they talk to
+any Kafka cluster through confluent-kafka (or raw requests where it lacks one).
+``storage`` (format and inspect the node's directories, like kafka-storage.sh) is the
+one tool that works on the local disk instead. A tool's wrong argument is one line and
+exit code 2; an expected failure (broker unreachable, topic missing...) is one line
 and exit code 1.
 """
 
@@ -24,10 +24,12 @@ import signal
 import sys
 
 from strom.cli import (
+    cluster,
     configs,
     consume,
     groups,
     leader_election,
+    metadata_quorum,
     perf_test,
     produce,
     reassign,
@@ -67,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
         perf_test,
         reassign,
         leader_election,
+        metadata_quorum,
+        cluster,
         storage,
     ):
         tool.add_parser(commands)

@@ -1,0 +1,110 @@
+"""``strom cluster``: an overview of the cluster, its brokers and its controllers.
+
+Prints the cluster id, the active controller (the leader of the KRaft metadata
+quorum) and the quorum's voters, then a table of the registered brokers: id,
+``host:port``, rack, fenced or not, and whether the broker is also the active
+controller or a voter (combined nodes); last, the ids of the fenced brokers.
+
+Asks the first reachable bootstrap broker: ApiVersions, then DescribeCluster (key 60;
+v2 with ``include_fenced_brokers``, KIP-1073, where the broker serves v2; an older
+broker leaves fenced brokers out and the tool says it cannot tell) and DescribeQuorum
+(key 55) for the controller and the voters. A broker that does not answer
+DescribeQuorum gets the DescribeCluster ``controller_id`` shown instead (Kafka's
+brokers name some live broker there, not the quorum's leader). A wrong argument is
+one line and exit 2; an unreachable broker or an error code is one line and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.table import Table
+
+from strom.cli.common import ToolError, add_bootstrap
+from strom.cli.metadata_quorum import (
+    DESCRIBE_CLUSTER,
+    api_versions,
+    console,
+    describe_cluster,
+    describe_quorum,
+    table,
+    usable_version,
+)
+
+FENCED_LISTING_VERSION = 2
+BROKER_COLUMNS = ("BrokerId", "Endpoint", "Rack", "State", "Controller")
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "cluster",
+        help="show the cluster id, the active controller and the brokers",
+        description="Show the cluster id, the active controller, the voters and the brokers.",
+    )
+    add_bootstrap(parser)
+    parser.set_defaults(run=run)
+
+
+def _ids(ids: list[int]) -> str:
+    return "[" + ", ".join(str(i) for i in ids) + "]"
+
+
+def _endpoint(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def overview(bootstrap: str) -> tuple[list[str], Table]:
+    """The header lines and the broker table."""
+    versions = api_versions(bootstrap)
+    version = usable_version(versions, DESCRIBE_CLUSTER)
+    if version is None:
+        raise ToolError(f"the broker at {bootstrap} does not serve DescribeCluster")
+    lists_fenced = version >= FENCED_LISTING_VERSION
+    cluster = describe_cluster(bootstrap, versions, include_fenced=lists_fenced)
+    assert cluster is not None
+    try:
+        quorum = describe_quorum(bootstrap, versions)
+    except ToolError:
+        quorum = None
+    if quorum is not None:
+        controller = quorum.leader_id
+        voters = sorted(v.replica_id for v in quorum.voters)
+        voters_text = _ids(voters)
+    else:
+        controller = int(cluster.controller_id)
+        voters = []
+        voters_text = "unknown (the broker does not answer DescribeQuorum)"
+    brokers = sorted(cluster.brokers, key=lambda b: b.broker_id)
+    fenced = [int(b.broker_id) for b in brokers if getattr(b, "is_fenced", False)]
+    rows = []
+    for b in brokers:
+        broker_id = int(b.broker_id)
+        role = "active" if broker_id == controller else "voter" if broker_id in voters else ""
+        rows.append(
+            [
+                str(broker_id),
+                _endpoint(b.host, int(b.port)),
+                b.rack if b.rack is not None else "-",
+                "fenced" if broker_id in fenced else "unfenced",
+                role,
+            ]
+        )
+    fenced_text = (
+        _ids(fenced) if lists_fenced else "unknown (the broker does not list fenced brokers)"
+    )
+    lines = [
+        f"{'ClusterId:':<18}{cluster.cluster_id}",
+        f"{'ControllerId:':<18}{controller}",
+        f"{'Voters:':<18}{voters_text}",
+        f"{'Brokers:':<18}{len(brokers)}",
+        f"{'FencedBrokers:':<18}{fenced_text}",
+    ]
+    return lines, table(BROKER_COLUMNS, rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    lines, brokers = overview(args.bootstrap_server)
+    print("\n".join(lines))
+    console().print(brokers)
+    return 0
