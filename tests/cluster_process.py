@@ -8,6 +8,11 @@ names and nothing else: the nodes format themselves and agree on a cluster id.
 broker opens its client port) and waits for each to listen. Quorum and heartbeat
 timeouts are lowered (``FAST``) so that elections and fencing take a fraction of a
 second, unless a test passes its own.
+
+A test may put something in front of each listener (``front``: a fault-injecting
+proxy, say): the node still listens on its own port, but the address it advertises and
+the one in ``controller.quorum.voters`` are the port ``front`` gives, so every
+connection *to* the node goes through it. By default nothing is in front.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from broker_process import free_port
 
@@ -31,6 +38,9 @@ FAST = {
     "broker.heartbeat.interval.ms": "200",
     "broker.session.timeout.ms": "1500",
 }
+
+Front = Callable[[int, str, int], int]
+"""(node id, listener name, port the node listens on) -> the port everyone else is given."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,7 @@ class ClusterNode:
         voters: str,
         controller_port: int | None,
         overrides: dict[str, str],
+        front: Front | None = None,
     ) -> None:
         self.node_id = node_id
         self.roles = roles
@@ -69,8 +80,15 @@ class ClusterNode:
             "listeners": ",".join(listeners),
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.data_dir),
-            **overrides,
         }
+        # The port other nodes and clients are told to use for the client listener.
+        self.advertised_port = self.port
+        if front is not None and self.port is not None:
+            self.advertised_port = front(node_id, "PLAINTEXT", self.port)
+            self.properties["advertised.listeners"] = (
+                f"PLAINTEXT://127.0.0.1:{self.advertised_port}"
+            )
+        self.properties.update(overrides)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -150,20 +168,28 @@ class ClusterNode:
 
 class Cluster:
     def __init__(
-        self, root: Path, specs: list[NodeSpec], overrides: dict[str, str] | None = None
+        self,
+        root: Path,
+        specs: list[NodeSpec],
+        overrides: dict[str, str] | None = None,
+        front: Front | None = None,
     ) -> None:
         controller_ports = {s.node_id: free_port() for s in specs if "controller" in s.roles}
-        voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in sorted(controller_ports.items()))
+        shown = {
+            i: front(i, "CONTROLLER", p) if front is not None else p
+            for i, p in controller_ports.items()
+        }
+        voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in sorted(shown.items()))
         settings = {**FAST, **(overrides or {})}
         self.nodes = {
             s.node_id: ClusterNode(
-                root, s.node_id, s.roles, voters, controller_ports.get(s.node_id), settings
+                root, s.node_id, s.roles, voters, controller_ports.get(s.node_id), settings, front
             )
             for s in specs
         }
 
     @classmethod
-    def combined(cls, root: Path, count: int = 3, **kwargs: dict[str, str]) -> Cluster:
+    def combined(cls, root: Path, count: int = 3, **kwargs: Any) -> Cluster:
         return cls(root, [NodeSpec(i, "broker,controller") for i in range(1, count + 1)], **kwargs)
 
     @property
