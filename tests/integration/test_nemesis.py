@@ -359,11 +359,17 @@ def _check(history: History, log: dict[int, dict[int, bytes]]) -> list[Violation
         for offset, value in records.items():
             where.setdefault(value, []).append((partition, offset))
     end = history.now()
+    acked_at = {ack.value: ack.t for ack in history.acks}
     for value, places in where.items():
         if len(places) > 1:
             partition, offset = places[1]
             violations.append(
-                Violation(end, partition, offset, f"{_fmt(value)} is in the log twice: {places}")
+                Violation(
+                    acked_at.get(value, end),
+                    partition,
+                    offset,
+                    f"{_fmt(value)} is in the log twice: {places}",
+                )
             )
     # 1. Every acknowledged value once, in its partition, at its offset.
     for ack in history.acks:
