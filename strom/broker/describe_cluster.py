@@ -5,7 +5,9 @@ too, flagged, when a v2 request asks for them (``include_fenced_brokers``).
 Controllers (``endpoint_type`` 2, v1+): the quorum's voters at their controller
 listeners, with the active controller as ``controller_id``; a node alone in its
 quorum, which has no controller listener, names itself at its client listener.
-Cluster authorized operations are filled in when asked for.
+Cluster authorized operations are filled in when asked for. Served on controller
+listeners too, as Kafka's controllers do (KIP-919), so tools given a controller's
+address (``strom metadata-quorum --bootstrap-controller``) learn the cluster id.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ from typing import Any
 
 from strom.broker.cluster_view import controller_id, live_brokers
 from strom.broker.common import CLUSTER_OPERATIONS, NO_THROTTLE, authorized_operations
-from strom.broker.router import RequestContext, handles
+from strom.broker.router import RequestContext, handles, handles_controller
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
 CONTROLLERS = 2
 
 
+@handles_controller(60, 0, 2)  # controllers answer it too (KIP-919)
 @handles(60, 0, 2)
 def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker

@@ -84,11 +84,11 @@ async def _after_replication(
     request: Any,
     resolved: list[Any],
     errors: list[ErrorCode],
-    waiting: tuple[int, int],
+    waiting: tuple[int, int, int],
 ) -> Any:
     timeout_s = int(ctx.broker.config["offsets.commit.timeout.ms"]) / 1000
     replicated = await ctx.broker.replicas.wait_for_high_watermark(
-        (OFFSETS_TOPIC, waiting[0]), waiting[1], timeout_s
+        (OFFSETS_TOPIC, waiting[0]), waiting[1], waiting[2], timeout_s
     )
     if not replicated:
         errors = [ErrorCode.coordinator_not_available if e == ErrorCode.none else e for e in errors]

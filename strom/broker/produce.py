@@ -81,8 +81,9 @@ def handle_produce(ctx: RequestContext, request: Any) -> Any:
     # Per topic: (name, topic id, [(partition, error, base, append time, log start)]).
     results: list[tuple[Any, Any, list[list[Any]]]] = []
     durable: list[tuple[list[Any], asyncio.Future[None]]] = []
-    # acks=all on partitions with followers: (result, log, end offset to wait for)
-    replicated: list[tuple[list[Any], PartitionLog, int]] = []
+    # acks=all on partitions with followers: (result, log, end offset to wait for,
+    # the leader epoch it was appended in)
+    replicated: list[tuple[list[Any], PartitionLog, int, int]] = []
     for topic_data in request.topic_data:
         name = getattr(topic_data, "name", None)
         topic_id = getattr(topic_data, "topic_id", None)
@@ -103,7 +104,14 @@ def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     if partition_log.flush_wanted():
                         durable.append((result, broker.group_commit.durable(partition_log)))
                     if acks == -1 and broker.replicas.is_replicated(topic.name, data.index):
-                        replicated.append((result, partition_log, partition_log.log_end_offset))
+                        replicated.append(
+                            (
+                                result,
+                                partition_log,
+                                partition_log.log_end_offset,
+                                topic.leader_epoch_of(data.index),
+                            )
+                        )
             partitions.append(result)
         results.append((name, topic_id, partitions))
     if acks == 0:
@@ -120,7 +128,7 @@ async def _after_fsync_and_replication(
     request: Any,
     results: list[tuple[Any, Any, list[list[Any]]]],
     durable: list[tuple[list[Any], asyncio.Future[None]]],
-    replicated: list[tuple[list[Any], PartitionLog, int]],
+    replicated: list[tuple[list[Any], PartitionLog, int, int]],
 ) -> Any:
     outcomes = await asyncio.gather(*(done for _, done in durable), return_exceptions=True)
     for (result, _), outcome in zip(durable, outcomes, strict=True):
@@ -132,21 +140,32 @@ async def _after_fsync_and_replication(
 
 
 async def _wait_for_high_watermarks(
-    ctx: RequestContext, request: Any, waits: list[tuple[list[Any], PartitionLog, int]]
+    ctx: RequestContext, request: Any, waits: list[tuple[list[Any], PartitionLog, int, int]]
 ) -> None:
-    """acks=all: answer once the high watermark passes each batch (the ISR has it), or
-    REQUEST_TIMED_OUT after the request's timeout."""
+    """acks=all: answer once the high watermark passes each batch (the ISR has it) while
+    this broker still leads in the epoch it was appended in; NOT_LEADER_OR_FOLLOWER if
+    the leadership moved meanwhile (the batch may have been truncated away, whatever the
+    high watermark says now); REQUEST_TIMED_OUT after the request's timeout."""
     timeout = request.timeout  # ms in the fast decoder's view, a timedelta in kio's
     seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout / 1000
     deadline = time.monotonic() + max(seconds, 0.0)
+    replicas = ctx.broker.replicas
     pending = [w for w in waits if w[0][1] == ErrorCode.none]
     while True:
-        pending = [w for w in pending if w[1].high_watermark < w[2]]
+        waiting = []
+        for result, partition_log, end, epoch in pending:
+            key = (partition_log.topic, partition_log.partition)
+            outcome = replicas.acknowledged(key, end, epoch, partition_log)
+            if outcome is None:
+                waiting.append((result, partition_log, end, epoch))
+            elif outcome != ErrorCode.none:
+                result[1:] = [outcome, -1, None, -1]
+        pending = waiting
         remaining = deadline - time.monotonic()
         if not pending or remaining <= 0:
             break
         await ctx.broker.purgatory.wait([(w[1].topic, w[1].partition) for w in pending], remaining)
-    for result, _, _ in pending:
+    for result, *_ in pending:
         result[1] = ErrorCode.request_timed_out
 
 

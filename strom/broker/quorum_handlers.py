@@ -17,6 +17,7 @@ Directory ids (KIP-853) and node endpoints are not sent.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from strom.broker import quorum_wire
@@ -99,14 +100,20 @@ def describe_quorum(ctx: RequestContext, info: Any) -> Any:
     response_type = ctx.response_type
     replica_type = nested(response_type, "ReplicaState")
 
+    # The quorum keeps monotonic milliseconds; the wire carries wall-clock ones.
+    to_wall_ms = int(time.time() * 1000) - int(time.monotonic() * 1000)
+
+    def wall(ms: int) -> int:
+        return ms + to_wall_ms if ms >= 0 else ms
+
     def replica(state: Any) -> Any:
         return build(
             replica_type,
             replica_id=state.replica_id,
             replica_directory_id=quorum_wire.ZERO_UUID,
             log_end_offset=state.log_end_offset,
-            last_fetch_timestamp=state.last_fetch_timestamp,
-            last_caught_up_timestamp=state.last_caught_up_timestamp,
+            last_fetch_timestamp=wall(state.last_fetch_timestamp),
+            last_caught_up_timestamp=wall(state.last_caught_up_timestamp),
         )
 
     partition = build(

@@ -173,6 +173,7 @@ class ReplicaManager:
             self.roles.pop(key, None)
             self.leading.pop(key, None)
             self._stop_following(key)
+            self.broker.purgatory.notify(*key)
             if key[0] == OFFSETS_TOPIC:
                 self.broker.coordinator.unload_partition(key[1])
         if gone or not self._strays_checked:
@@ -193,6 +194,7 @@ class ReplicaManager:
 
     def _become_leader(self, key: PartitionKey, partition: PartitionState) -> None:
         self._stop_following(key)
+        self.broker.purgatory.notify(*key)  # waits of an earlier epoch end now
         partition_log = self.state.partition_log(*key)
         if partition_log is not None:
             partition_log.assign_epoch(partition.leader_epoch)
@@ -238,6 +240,7 @@ class ReplicaManager:
     def _become_follower(self, key: PartitionKey, partition: PartitionState) -> None:
         self.leading.pop(key, None)
         self._stop_following(key)
+        self.broker.purgatory.notify(*key)  # acks=all waits here learn they lost it
         if key[0] == OFFSETS_TOPIC:
             self.broker.coordinator.unload_partition(key[1])
         if partition.leader == NO_LEADER:
@@ -313,18 +316,38 @@ class ReplicaManager:
         self.maybe_advance_high_watermark((topic, partition))
         self.broker.purgatory.notify(topic, partition)
 
+    def acknowledged(
+        self, key: PartitionKey, end_offset: int, leader_epoch: int, partition_log: Any
+    ) -> ErrorCode | None:
+        """Whether a leader's append ending at ``end_offset`` in ``leader_epoch`` is
+        replicated: ErrorCode.none once the high watermark has passed it while this
+        broker still leads in that epoch (the same log), NOT_LEADER_OR_FOLLOWER as soon as
+        it does not (the append may be truncated away, whatever the high watermark says
+        then), None while it waits."""
+        view = self.state.topics.get(key[0])
+        state = view.states.get(key[1]) if view is not None else None
+        if (
+            state is None
+            or state.leader != self.node_id
+            or state.leader_epoch != leader_epoch
+            or self.state.partition_log(*key) is not partition_log
+        ):
+            return ErrorCode.not_leader_or_follower
+        if partition_log.high_watermark >= end_offset:
+            return ErrorCode.none
+        return None
+
     async def wait_for_high_watermark(
-        self, key: PartitionKey, offset: int, timeout_s: float
+        self, key: PartitionKey, offset: int, leader_epoch: int, timeout_s: float
     ) -> bool:
-        """Wait until ``key``'s high watermark reaches ``offset``; False after the timeout
-        or if the log went away."""
+        """Wait until the leader's append to ``key`` ending at ``offset`` in
+        ``leader_epoch`` is replicated; False after the timeout or once leadership moved."""
+        partition_log = self.state.partition_log(*key)
         deadline = time.monotonic() + timeout_s
         while True:
-            partition_log = self.state.partition_log(*key)
-            if partition_log is None:
-                return False
-            if partition_log.high_watermark >= offset:
-                return True
+            outcome = self.acknowledged(key, offset, leader_epoch, partition_log)
+            if outcome is not None:
+                return outcome == ErrorCode.none
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False

@@ -100,8 +100,9 @@ class GroupCoordinator:
         self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._expiry_task: asyncio.Task[None] | None = None
         self.loaded: set[int] = set()  # offsets partitions whose groups are held here
-        # (partition, end offset) of the last append, for a caller that waits on it.
-        self.appended_at: tuple[int, int] | None = None
+        # (partition, end offset, leader epoch) of the last append, for a caller that
+        # waits for it to be replicated.
+        self.appended_at: tuple[int, int, int] | None = None
 
     # Settings -------------------------------------------------------------------
 
@@ -252,7 +253,11 @@ class GroupCoordinator:
             leader_epoch=topic.leader_epoch_of(partition),
             advance_high_watermark=not replicated,
         )
-        self.appended_at = (partition, partition_log.log_end_offset)
+        self.appended_at = (
+            partition,
+            partition_log.log_end_offset,
+            topic.leader_epoch_of(partition),
+        )
         if self.on_append is not None:
             self.on_append(OFFSETS_TOPIC, partition)
 

@@ -86,6 +86,8 @@ def test_single_node_status_replication_and_cluster(broker) -> None:
     assert len(directory_id) == 22 and int(end_offset) >= int(info["HighWatermark"])
     human = replication(broker.bootstrap, "--human-readable")
     assert human[0][4].endswith(" ms ago") and human[0][5].endswith(" ms ago")
+    # Wall-clock times on the wire: an age of minutes at most, not the epoch's.
+    assert 0 <= int(human[0][4].split()[0]) < 600_000
 
     overview, brokers = cluster_view(broker.bootstrap)
     assert overview["ClusterId"] == info["ClusterId"]
@@ -140,13 +142,13 @@ def test_three_combined_nodes(tmp_path: Path) -> None:
         assert rows[0][0] in VOTERS and rows[0][6] == "Leader"  # the leader comes first
         assert {row[6] for row in rows[1:]} == {"Follower"}
 
-        # A controller listener answers too (a follower's forwards to the leader); it
-        # serves no DescribeCluster, so the cluster id is unknown there.
+        # A controller listener answers too (a follower's forwards to the leader), and
+        # its DescribeCluster gives the same cluster id (KIP-919).
         follower = next(n for n in cluster.nodes.values() if str(n.node_id) != leader)
         controller = f"127.0.0.1:{follower.controller_port}"
         by_controller = status(controller, "--bootstrap-controller")
         assert by_controller["LeaderId"] in VOTERS  # under load, an election may intervene
-        assert by_controller["ClusterId"] == "null"
+        assert by_controller["ClusterId"] == info["ClusterId"] != "null"
         assert len(replication(controller, option="--bootstrap-controller")) == 3
 
         overview, brokers = cluster_view(cluster.bootstrap())
