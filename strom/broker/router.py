@@ -90,6 +90,7 @@ def load_handlers() -> tuple[dict[int, Route], dict[int, Route]]:
         groups,
         init_producer_id,
         list_offsets,
+        log_dirs,
         metadata,
         offset_for_leader_epoch,
         offsets,

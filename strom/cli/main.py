@@ -6,9 +6,10 @@ as ``kafka-server-start.sh`` does. With no arguments it listens on
 line on stderr and exit code 2; SIGTERM and SIGINT shut down cleanly.
 
 The tools (``topics``, ``produce``, ``consume``, ``groups``, ``configs``,
-``perf-test``, ``reassign-partitions``, ``leader-election``, ``metadata-quorum``,
-``cluster``) live one per module in this package and are clients only: they talk to
-any Kafka cluster through confluent-kafka (or raw requests where it lacks one).
+``perf-test``, ``reassign-partitions``, ``leader-election``, ``log-dirs``,
+``metadata-quorum``, ``cluster``) live one per module in this package and are clients
+only: they talk to any Kafka cluster through confluent-kafka (or raw requests where it
+lacks one).
 ``storage`` (format and inspect the node's directories, like kafka-storage.sh) is the
 one tool that works on the local disk instead. A tool's wrong argument is one line and
 exit code 2; an expected failure (broker unreachable, topic missing...) is one line
@@ -29,6 +30,7 @@ from strom.cli import (
     consume,
     groups,
     leader_election,
+    log_dirs,
     metadata_quorum,
     perf_test,
     produce,
@@ -69,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
         perf_test,
         reassign,
         leader_election,
+        log_dirs,
         metadata_quorum,
         cluster,
         storage,
