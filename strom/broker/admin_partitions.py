@@ -1,5 +1,7 @@
-"""Partition administration a client sends to any broker: ElectLeaders (43) v0-2,
-AlterPartitionReassignments (45) v0-1 and ListPartitionReassignments (46) v0.
+"""Partition and broker administration a client sends to any broker: ElectLeaders (43)
+v0-2, AlterPartitionReassignments (45) v0-1, ListPartitionReassignments (46) v0 and
+UnregisterBroker (64) v0 (removing a broker for good, after its replicas were moved
+off; ``strom cluster --unregister``).
 
 Each is forwarded to the active controller (controller_channel), which decides and
 answers once the change has committed (controller_handlers, the QuorumController). An
@@ -144,4 +146,18 @@ async def handle_list_partition_reassignments(ctx: RequestContext, request: Any)
             error_code=ErrorCode.request_timed_out,
             error_message=TIMED_OUT_MESSAGE,
             topics=(),
+        )
+
+
+@handles(64, 0, 0)
+async def handle_unregister_broker(ctx: RequestContext, request: Any) -> Any:
+    try:
+        return await ctx.broker.controller_channel.forward(ctx, request)
+    except ControllerUnavailable as exc:
+        log.warning("UnregisterBroker from %s: %s", ctx.peer, exc)
+        return build(
+            ctx.response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.request_timed_out,
+            error_message=TIMED_OUT_MESSAGE,
         )

@@ -12,6 +12,10 @@ broker leaves fenced brokers out and the tool says it cannot tell) and DescribeQ
 DescribeQuorum gets the DescribeCluster ``controller_id`` shown instead (Kafka's
 brokers name some live broker there, not the quorum's leader). A wrong argument is
 one line and exit 2; an unreachable broker or an error code is one line and exit 1.
+
+``strom cluster --unregister ID`` removes a broker's registration for good, as
+``kafka-cluster.sh unregister`` does (UnregisterBroker, forwarded to the active
+controller): for a broker that was stopped after its replicas were moved off.
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kio.schema.types import BrokerId
+from kio.schema.unregister_broker.v0.request import UnregisterBrokerRequest
 from rich.table import Table
 
+from strom.cli import wire
 from strom.cli.common import ToolError, add_bootstrap
 from strom.cli.metadata_quorum import (
     DESCRIBE_CLUSTER,
@@ -31,6 +38,7 @@ from strom.cli.metadata_quorum import (
     table,
     usable_version,
 )
+from strom.protocol.errors import ErrorCode
 
 FENCED_LISTING_VERSION = 2
 BROKER_COLUMNS = ("BrokerId", "Endpoint", "Rack", "State", "Controller")
@@ -43,6 +51,9 @@ def add_parser(commands: Any) -> None:
         description="Show the cluster id, the active controller, the voters and the brokers.",
     )
     add_bootstrap(parser)
+    parser.add_argument(
+        "--unregister", type=int, metavar="ID", help="remove a stopped broker's registration"
+    )
     parser.set_defaults(run=run)
 
 
@@ -103,7 +114,24 @@ def overview(bootstrap: str) -> tuple[list[str], Table]:
     return lines, table(BROKER_COLUMNS, rows)
 
 
+def unregister(bootstrap: str, broker_id: int) -> None:
+    response = wire.send(
+        bootstrap,
+        UnregisterBrokerRequest(broker_id=BrokerId(broker_id)),
+        f"unregister broker {broker_id}",
+    )
+    if response.error_code != ErrorCode.none:
+        reason = wire.error_name(response.error_code)
+        if response.error_message:
+            reason += f": {response.error_message}"
+        raise ToolError(f"cannot unregister broker {broker_id}: {reason}")
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.unregister is not None:
+        unregister(args.bootstrap_server, args.unregister)
+        print(f"Broker {args.unregister} is no longer registered.")
+        return 0
     lines, brokers = overview(args.bootstrap_server)
     print("\n".join(lines))
     console().print(brokers)

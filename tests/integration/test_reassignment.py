@@ -395,3 +395,69 @@ def test_unclean_election_only_when_allowed(tmp_path: Path) -> None:
         raise
     finally:
         cluster.kill_all()
+
+
+def test_removing_a_broker_after_moving_its_replicas_off(tmp_path: Path) -> None:
+    """Scale in: move every replica off broker 4, stop it, unregister it; the cluster
+    lists three brokers and the data is intact."""
+    specs = [NodeSpec(i, "broker,controller") for i in (1, 2, 3)] + [NodeSpec(4, "broker")]
+    cluster = Cluster(tmp_path, specs, overrides=REPLICATION)
+    try:
+        cluster.start_all()
+        admin = _admin(cluster.bootstrap())
+        wait_until(
+            lambda: sorted(admin.list_topics(timeout=3).brokers) == [1, 2, 3, 4], 15, "4 brokers"
+        )
+        _create(admin, "leaving", [4, 1, 2])
+        producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all"})
+        for i in range(200):
+            producer.produce("leaving", value=b"%04d" % i)
+        assert producer.flush(15) == 0
+        plan = tmp_path / "plan.json"
+        plan.write_text(
+            json.dumps(
+                {
+                    "version": 1,
+                    "partitions": [{"topic": "leaving", "partition": 0, "replicas": [3, 1, 2]}],
+                }
+            )
+        )
+        bootstrap = cluster.nodes[1].bootstrap
+        ok(
+            strom(
+                "reassign-partitions",
+                "--bootstrap-server",
+                bootstrap,
+                "--execute",
+                "--reassignment-json-file",
+                str(plan),
+            )
+        )
+        wait_until(
+            lambda: (
+                strom(
+                    "reassign-partitions",
+                    "--bootstrap-server",
+                    bootstrap,
+                    "--verify",
+                    "--reassignment-json-file",
+                    str(plan),
+                ).returncode
+                == 0
+            ),
+            60,
+            "the move off broker 4",
+        )
+        assert cluster.nodes[4].stop() == 0
+        done = ok(strom("cluster", "--bootstrap-server", bootstrap, "--unregister", "4"))
+        assert "Broker 4 is no longer registered." in done.stdout
+        overview = ok(strom("cluster", "--bootstrap-server", bootstrap)).stdout
+        assert "Brokers:          3" in overview and "FencedBrokers:    []" in overview
+        again = strom("cluster", "--bootstrap-server", bootstrap, "--unregister", "4")
+        assert again.returncode == 1 and "BROKER_ID_NOT_REGISTERED" in again.stderr
+        assert _read_all(cluster.bootstrap(), "leaving") == [b"%04d" % i for i in range(200)]
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.kill_all()
