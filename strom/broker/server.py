@@ -312,12 +312,19 @@ class Broker:
 
 
 def raft_config(config: BrokerConfig) -> RaftConfig:
-    """The Raft core's timeouts from the ``controller.quorum.*`` properties."""
+    """The Raft core's timeouts from the ``controller.quorum.*`` properties.
+
+    A leader holds an idle follower's fetch up to 500 ms (Kafka's figure), but never
+    more than a quarter of the fetch timeout: a follower whose fetch timeout is near
+    or below the hold would otherwise give up on a healthy leader (200 ms: new
+    elections several times a second)."""
+    fetch_timeout_ms = config["controller.quorum.fetch.timeout.ms"]
     return RaftConfig(
         election_timeout_ms=config["controller.quorum.election.timeout.ms"],
-        fetch_timeout_ms=config["controller.quorum.fetch.timeout.ms"],
+        fetch_timeout_ms=fetch_timeout_ms,
         election_backoff_max_ms=config["controller.quorum.election.backoff.max.ms"],
         request_timeout_ms=config["controller.quorum.request.timeout.ms"],
+        fetch_max_wait_ms=max(1, min(500, fetch_timeout_ms // 4)),
     )
 
 

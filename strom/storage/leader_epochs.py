@@ -8,9 +8,12 @@ ever grow in epoch and start offset; truncating the log's end drops the entries 
 start at or past the new end, moving the log start up trims the front.
 
 Every change is written at once, atomically (the file is small and changes only when
-leadership does). The file is a cache of what the batches themselves carry (each
+leadership does), except an epoch taken by an empty log that has no file yet: that one
+is written with the log's first flush (``dirty``), so that making a thousand new
+partitions' leaders costs no thousand fsyncs. The file is a cache of what the batches themselves carry (each
 batch's partition leader epoch): when it is missing or unreadable the log rebuilds it
-from its batch headers. Does not own the log (partition_log.py).
+from its batch headers, so a log that crashed before its first flush loses nothing.
+Does not own the log (partition_log.py).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class LeaderEpochCache:
         self.path = path
         self._epochs: list[int] = []
         self._starts: list[int] = []
+        self.dirty = False  # changed since the file was last written
         for epoch, start in entries or ():
             self._add(epoch, start)
 
@@ -107,13 +111,17 @@ class LeaderEpochCache:
 
     # -- changes ----------------------------------------------------------------------
 
-    def assign(self, epoch: int, start_offset: int) -> bool:
+    def assign(self, epoch: int, start_offset: int, *, write: bool = True) -> bool:
         """Record that ``epoch`` begins at ``start_offset``; True if that changed the
-        cache (then the file was rewritten). An epoch not above the latest is ignored."""
+        cache (then the file was rewritten, or with ``write=False`` marked ``dirty``).
+        An epoch not above the latest is ignored."""
         if epoch < 0 or epoch <= self.latest_epoch:
             return False
         self._add(epoch, start_offset)
-        self.write()
+        if write or self.path.exists():  # an existing file must not be left stale
+            self.write()
+        else:
+            self.dirty = True
         return True
 
     def truncate_from_end(self, end_offset: int) -> None:
@@ -140,6 +148,7 @@ class LeaderEpochCache:
             self.write()
 
     def write(self) -> None:
+        self.dirty = False
         lines = [str(VERSION), str(len(self._epochs))]
         lines += [f"{e} {s}" for e, s in zip(self._epochs, self._starts, strict=True)]
         write_atomically(self.path, ("\n".join(lines) + "\n").encode())

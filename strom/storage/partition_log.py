@@ -356,7 +356,7 @@ class PartitionLog:
         now_ms = int(time.time() * 1000)
         first_offset = offset = self.log_end_offset
         if leader_epoch > self.epochs.latest_epoch:
-            self.epochs.assign(leader_epoch, first_offset)
+            self.epochs.assign(leader_epoch, first_offset, write=not self._empty)
         for header in headers:
             set_base_offset(buf, header, offset)
             set_partition_leader_epoch(buf, header, leader_epoch)
@@ -409,7 +409,9 @@ class PartitionLog:
         epochs = self.epochs
         for header in headers:
             if header.partition_leader_epoch > epochs.latest_epoch:
-                epochs.assign(header.partition_leader_epoch, header.base_offset)
+                epochs.assign(
+                    header.partition_leader_epoch, header.base_offset, write=not self._empty
+                )
         now_ms = int(time.time() * 1000)
         segment = self._segments[-1]
         if segment.size and self._should_roll(segment, len(buf), last.last_offset, now_ms):
@@ -435,10 +437,15 @@ class PartitionLog:
         """The latest leader epoch in the log's epoch cache; -1 if none."""
         return self.epochs.latest_epoch
 
+    @property
+    def _empty(self) -> bool:
+        # Nothing in the log: an epoch taken now is written with the first flush.
+        return self.log_end_offset == self.log_start_offset and not self.epochs.entries()
+
     def assign_epoch(self, epoch: int) -> None:
         """A new leader's epoch begins at the log end offset (Kafka assigns it when
         leadership is taken, before the first append)."""
-        self.epochs.assign(epoch, self.log_end_offset)
+        self.epochs.assign(epoch, self.log_end_offset, write=not self._empty)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) as OffsetForLeaderEpoch answers (leader_epochs.py)."""
@@ -571,6 +578,8 @@ class PartitionLog:
         go on (group commit); ``end_flush`` then moves the recovery point to what
         was the log end when the flush began.
         """
+        if self.epochs.dirty:
+            self.epochs.write()
         paths = [path for segment in self._dirty for path in segment.files_to_sync()]
         directory = self.directory if self._dir_dirty else None
         self._dirty.clear()

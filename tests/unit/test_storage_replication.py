@@ -295,3 +295,20 @@ def test_a_follower_behind_its_leaders_log_start_starts_over_there(tmp_path, han
     plog.close()
     reopened = open_log(tmp_path / "p", handles)
     assert (reopened.log_start_offset, reopened.log_end_offset) == (40, 40)
+
+
+def test_an_empty_logs_epoch_is_written_with_its_first_flush(tmp_path, handles):
+    plog = open_log(tmp_path / "p", handles)
+    plog.assign_epoch(3)  # a new partition's leader: no fsync for it yet
+    assert not (tmp_path / "p" / FILE_NAME).exists()
+    append(plog, batch(2), leader_epoch=3)
+    assert not (tmp_path / "p" / FILE_NAME).exists()
+    # A crash now: the file is missing, the batches say where epoch 3 began.
+    crashed = PartitionLog.open(
+        tmp_path / "p", "events", 0, LogConfig(), FileHandleCache(4), recovery_point=0
+    )
+    assert crashed.epochs.entries() == [(3, 0)]
+    plog.flush()
+    assert LeaderEpochCache.read(tmp_path / "p").entries() == [(3, 0)]
+    append(plog, batch(1), leader_epoch=5)  # a log with data: written at once
+    assert LeaderEpochCache.read(tmp_path / "p").entries() == [(3, 0), (5, 2)]
