@@ -148,18 +148,20 @@ def _controller_id(bootstrap: str) -> int:
 def unavailability(cluster: Cluster, topic: str, how: str) -> float:
     """Seconds from the kill (the longest gap after SIGTERM) to the next acknowledgement."""
     bootstrap = cluster.bootstrap()
-    acks: list[float] = []
+    acks: list[tuple[float, float]] = []  # (sent, acknowledged)
     producer = Producer(
         {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 0}
     )
 
-    def report(error, _message) -> None:  # type: ignore[no-untyped-def]
-        if error is None:
-            acks.append(time.monotonic())
-
     def run_for(seconds: float) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
+            sent = time.monotonic()
+
+            def report(error, _message, sent=sent) -> None:  # type: ignore[no-untyped-def]
+                if error is None:
+                    acks.append((sent, time.monotonic()))
+
             producer.produce(topic, RECORD, partition=0, on_delivery=report)
             producer.poll(0.001)
 
@@ -173,7 +175,9 @@ def unavailability(cluster: Cluster, topic: str, how: str) -> float:
         victim.proc.send_signal(15)  # type: ignore[union-attr]
     run_for(6.0)
     producer.flush(30)
-    after = [t for t in acks if t > signalled]
+    # Only records sent after the fault count: an earlier record's report may be
+    # served after it, from an answer that came before.
+    after = sorted(acked for sent, acked in acks if sent > signalled)
     if not after:
         raise RuntimeError("no acknowledgement after the fault")
     if how == "kill":
@@ -203,24 +207,25 @@ def reassignment(cluster: Cluster, megabytes: int) -> float:
     )
     value = b"y" * 100_000
     count = megabytes * 1_000_000 // len(value)
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "linger.ms": 20,
-            "batch.size": 4 << 20,
-            "message.max.bytes": 4 << 20,
-        }
-    )
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    errors: list[str] = []
+
+    def report(error, _message) -> None:  # type: ignore[no-untyped-def]
+        if error is not None:
+            errors.append(error.name())
+
     for _ in range(count):
         while True:
             try:
-                producer.produce("moving", value, partition=0)
+                producer.produce("moving", value, partition=0, on_delivery=report)
                 break
             except BufferError:
                 producer.poll(0.01)
-    if producer.flush(120):
-        raise RuntimeError("the fill did not finish")
+    if producer.flush(120) or errors:
+        raise RuntimeError(f"the fill did not finish: {sorted(set(errors))[:3]}")
     size = sum(p.stat().st_size for p in (cluster.nodes[1].data_dir / "moving-0").glob("*.log"))
+    if size < megabytes * 500_000:
+        raise RuntimeError(f"only {size} bytes in moving-0")
     port = cluster.nodes[1].port
     started = time.monotonic()
     response = _send(
