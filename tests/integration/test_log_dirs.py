@@ -1,6 +1,7 @@
 """DescribeLogDirs and ``strom log-dirs --describe`` against real brokers: the sizes
-reported are the sizes of the segment files on disk; a topic list filters; the
-replicas of a replicated partition report the same size on every broker."""
+reported (through the tool, and in raw v1 and v4 answers) are the sizes of the segment
+files on disk; a topic list filters; the replicas of a replicated partition report the
+same size on every broker."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ from cluster_process import Cluster
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_helpers import wait_until
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.describe_log_dirs.v1 import request as v1
+from kio.schema.describe_log_dirs.v4 import request as v4
+from raw_client import RawClient
+
+from strom.protocol.errors import ErrorCode
 
 
 def _described(stdout: str) -> dict:
@@ -52,6 +59,52 @@ def test_sizes_are_the_segment_files_on_disk(broker, tmp_path) -> None:
     everything = _described(ok(tool(broker, "log-dirs", "--describe")).stdout)
     names = {p["partition"] for p in everything["brokers"][0]["logDirs"][0]["partitions"]}
     assert {f"{topic}-0", f"{topic}-1", f"{other}-0"} <= names
+
+
+def test_raw_request_v1_and_v4(broker) -> None:
+    topic = f"raw-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(15)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for _ in range(200):
+        producer.produce(topic, value=b"r" * 50, partition=0)
+    assert producer.flush(15) == 0
+    client = RawClient(broker.port)
+    try:
+        versions = client.request(
+            ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        )
+        (advertised,) = [k for k in versions.api_keys if k.api_key == 35]
+        assert (advertised.min_version, advertised.max_version) == (1, 4)
+        # partition 7 does not exist: it is left out, as Kafka leaves out what it does not host
+        old = client.request(
+            v1.DescribeLogDirsRequest(
+                topics=(v1.DescribableLogDirTopic(topic=topic, partitions=(0, 1, 7)),)
+            )
+        )
+        new = client.request(
+            v4.DescribeLogDirsRequest(
+                topics=(v4.DescribableLogDirTopic(topic=topic, partitions=(0, 1, 7)),)
+            )
+        )
+        everything = client.request(v4.DescribeLogDirsRequest(topics=None))
+    finally:
+        client.close()
+    for response in (old, new):
+        (result,) = response.results
+        assert result.error_code == ErrorCode.none
+        (described,) = result.topics
+        assert described.name == topic
+        sizes = {p.partition_index: p.partition_size for p in described.partitions}
+        assert sizes.keys() == {0, 1}
+        for index, size in sizes.items():
+            assert size == _on_disk(Path(result.log_dir) / f"{topic}-{index}")
+        assert sizes[0] > 0 and sizes[1] == 0
+        assert all(p.offset_lag == 0 and not p.is_future_key for p in described.partitions)
+    assert new.error_code == ErrorCode.none
+    (result,) = new.results
+    assert result.total_bytes >= result.usable_bytes > 0
+    assert topic in {t.name for t in everything.results[0].topics}
 
 
 def test_bad_arguments_and_unreachable_brokers(broker) -> None:
