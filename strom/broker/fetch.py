@@ -199,6 +199,8 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
                 has_error = True
                 if error == ErrorCode.not_leader_or_follower and w.name is not None:
                     moved.append((w.name, w.partition))
+            elif diverging is not None:
+                has_error = True  # answered at once: the follower must truncate first
             total += len(records)
             budget -= len(records)
             partitions.append(
