@@ -68,10 +68,12 @@ def _configs(admin: AdminClient) -> dict[str, str | None]:
     return values
 
 
-def _create(admin: AdminClient, topic: str, replicas: list[int]) -> None:
-    admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[replicas])])[
-        topic
-    ].result(15)
+def _create(
+    admin: AdminClient, topic: str, replicas: list[int], config: dict[str, str] | None = None
+) -> None:
+    admin.create_topics(
+        [NewTopic(topic, num_partitions=1, replica_assignment=[replicas], config=config or {})]
+    )[topic].result(15)
 
 
 def test_reassignment_from_1_2_3_to_2_3_4_while_producing(tmp_path: Path) -> None:
@@ -345,8 +347,10 @@ def test_a_throttled_move_keeps_to_its_rate_and_the_throttle_goes_afterwards(
 
 def test_unclean_election_only_when_allowed(tmp_path: Path) -> None:
     """Replicas [1, 2]: broker 2 falls out of the ISR, then broker 1 (the last in sync)
-    dies. Broker 2 alone does not lead while unclean election is off; the unclean
-    election of ``strom leader-election`` makes it lead, and the loss is logged."""
+    dies. Broker 2 alone does not lead "fragile" while unclean election is off; the
+    unclean election of ``strom leader-election`` makes it lead, and the loss is logged.
+    "lenient", with unclean.leader.election.enable=true, gets broker 2 as its leader by
+    itself once broker 2 is back."""
     overrides = {**REPLICATION, "min.insync.replicas": "1", "auto.leader.rebalance.enable": "false"}
     cluster = Cluster.combined(tmp_path, overrides=overrides)
     try:
@@ -356,15 +360,24 @@ def test_unclean_election_only_when_allowed(tmp_path: Path) -> None:
             lambda: sorted(admin.list_topics(timeout=3).brokers) == [1, 2, 3], 15, "3 brokers"
         )
         _create(admin, "fragile", [1, 2])
-        wait_until(lambda: sorted(_partition(admin, "fragile").isrs) == [1, 2], 15, "ISR [1, 2]")  # type: ignore[attr-defined]
+        _create(admin, "lenient", [1, 2], {"unclean.leader.election.enable": "true"})
+        for topic in ("fragile", "lenient"):
+            wait_until(
+                lambda t=topic: sorted(_partition(admin, t).isrs) == [1, 2],  # type: ignore[attr-defined]
+                15,
+                f"{topic}: ISR [1, 2]",
+            )
         cluster.nodes[2].kill()
-        wait_until(lambda: _partition(admin, "fragile").isrs == [1], 15, "ISR [1]")  # type: ignore[attr-defined]
+        for topic in ("fragile", "lenient"):
+            wait_until(lambda t=topic: _partition(admin, t).isrs == [1], 15, f"{topic}: ISR [1]")  # type: ignore[attr-defined]
         producer = Producer({"bootstrap.servers": cluster.nodes[1].bootstrap, "acks": "all"})
         producer.produce("fragile", value=b"only on 1")
+        producer.produce("lenient", value=b"only on 1")
         assert producer.flush(15) == 0
         cluster.nodes[1].kill()
         cluster.nodes[2].start()
-        time.sleep(2)  # time enough for an election, were one allowed
+        wait_until(lambda: _partition(admin, "lenient").leader == 2, 15, "lenient led by 2")  # type: ignore[attr-defined]
+        time.sleep(1)  # time enough for an election of "fragile", were one allowed
         assert _partition(admin, "fragile").leader == -1  # type: ignore[attr-defined]
         elected = ok(
             strom(
