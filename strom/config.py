@@ -211,6 +211,18 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("offsets.retention.minutes", "int", 10080, minimum=1),
         ConfigDef("offsets.retention.check.interval.ms", "long", 600000, minimum=1),
         ConfigDef("offset.metadata.max.bytes", "int", 4096, minimum=0),
+        ConfigDef("transaction.state.log.num.partitions", "int", 50, minimum=1),
+        ConfigDef("transaction.state.log.replication.factor", "int", 3, minimum=1),
+        ConfigDef("transaction.state.log.min.isr", "int", 2, minimum=1),
+        ConfigDef("transaction.state.log.segment.bytes", "int", 104857600, minimum=14),
+        ConfigDef("transaction.max.timeout.ms", "int", 900000, minimum=1),
+        ConfigDef("transactional.id.expiration.ms", "int", 604800000, minimum=1),
+        ConfigDef(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, minimum=1
+        ),
+        ConfigDef(
+            "transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, minimum=1
+        ),
         ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, minimum=0),
         ConfigDef("group.min.session.timeout.ms", "int", 6000, minimum=0),
         ConfigDef("group.max.session.timeout.ms", "int", 1800000, minimum=0),
