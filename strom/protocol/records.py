@@ -36,6 +36,12 @@ batch's (decompressed) records once, reading only lengths, offset delta and key,
 and ``rebuild_batch`` wraps record bytes copied unchanged (their deltas stay
 relative to the batch's base offset and base timestamp) in a new batch header.
 
+Control batches (attributes transactional | control) hold one uncompressed record
+whose key is int16 version + int16 type (0 abort, 1 commit: the end-transaction
+markers of KIP-98) and, for markers, whose value is int16 version + int32
+coordinator epoch. ``build_control_batch`` writes such a marker and
+``control_type`` / ``read_control_record`` read one back.
+
 Not here: compression codecs (``codecs.py``), wire framing (``framing.py``).
 """
 
@@ -561,3 +567,76 @@ def recompress_batches(
             body = records_body(buf, header)
             out += rebuild_batch(buf, header, body, header.record_count, codec)
     return out, list(iter_headers(out))
+
+
+# ---------------------------------------------------------------------------
+# Control batches: the end-transaction markers (KIP-98).
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, type
+_MARKER_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+
+
+def build_control_batch(
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    coordinator_epoch: int,
+    timestamp_ms: int,
+) -> bytearray:
+    """One end-transaction marker as a v2 control batch: attributes transactional |
+    control, one record (key: version 0 + type 1 commit / 0 abort; value: version 0 +
+    the coordinator epoch), base sequence -1, base offset 0 (patched when appended)."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _MARKER_VALUE.pack(0, coordinator_epoch)
+    return bytearray(
+        build_batch(
+            [(key, value)],
+            base_timestamp=timestamp_ms,
+            attributes=ATTR_TRANSACTIONAL | ATTR_CONTROL,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=-1,
+        )
+    )
+
+
+def read_control_record(
+    buf: bytes | bytearray | memoryview, header: BatchHeader
+) -> tuple[int, int] | None:
+    """(control type, coordinator epoch) of a control batch's first record; the epoch
+    is -1 when the value is not a marker's. None when the batch is not a control batch
+    or its record cannot be read (compressed, truncated, negative key version)."""
+    if not header.is_control or header.codec or header.record_count < 1:
+        return None
+    start = header.position + HEADER_SIZE
+    end = header.position + header.size
+    if end > len(buf):
+        return None
+    body = bytes(buf[start:end])
+    try:
+        _length, pos = read_varint(body, 0)
+        pos += 1  # record attributes
+        _ts_delta, pos = read_varint(body, pos)
+        _off_delta, pos = read_varint(body, pos)
+        key, pos = _read_blob(body, pos)
+        value, pos = _read_blob(body, pos)
+    except CorruptBatchError:
+        return None
+    if key is None or len(key) < 4:
+        return None
+    version, kind = _CONTROL_KEY.unpack_from(key)
+    if version < 0:
+        return None
+    coordinator_epoch = -1
+    if value is not None and len(value) >= 6:
+        coordinator_epoch = _MARKER_VALUE.unpack_from(value)[1]
+    return kind, coordinator_epoch
+
+
+def control_type(buf: bytes | bytearray | memoryview, header: BatchHeader) -> int | None:
+    """The type of a control batch's record (CONTROL_ABORT 0, CONTROL_COMMIT 1, or
+    another control type); None when it is not readable (see read_control_record)."""
+    found = read_control_record(buf, header)
+    return None if found is None else found[0]
