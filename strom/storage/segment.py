@@ -1,14 +1,17 @@
 """One log segment: a ``.log`` file of back-to-back record batches plus its indexes.
 
-Owns: the files ``{base_offset:020d}.log``, ``.index`` and ``.timeindex`` of one
-segment; appending already-patched batch bytes at the end of the log file; adding
-sparse index entries every ``index_interval_bytes``; finding batches by offset and
-by timestamp through the indexes (binary search, then a short walk over batch
-headers); rebuilding the indexes and, when asked to verify, cutting a torn or
-corrupt tail off the log file.
-Does not own: assigning offsets, rolling, flush policy, log start offset (all in
-partition_log.py), or which fds stay open (handles.py). Batches are never decoded
-here, only their 61-byte headers are read.
+Owns: the files ``{base_offset:020d}.log``, ``.index``, ``.timeindex`` and (only
+once an abort marker lands in the segment) ``.txnindex`` of one segment; appending
+already-patched batch bytes at the end of the log file; adding sparse index entries
+every ``index_interval_bytes``; finding batches by offset and by timestamp through
+the indexes (binary search, then a short walk over batch headers); rebuilding the
+offset and time indexes and, when asked to verify, cutting a torn or corrupt tail
+off the log file; and keeping its transaction index (txn_index.py) in step with its
+files: truncated with it, fsynced, retired and deleted with it.
+Does not own: assigning offsets, rolling, flush policy, log start offset, what goes
+into the transaction index or rebuilding it after a crash (all in partition_log.py
+and producer_state.py), or which fds stay open (handles.py). Batches are never
+decoded here, only their 61-byte headers are read.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from strom.protocol.records import (
 from strom.storage.durable import unlink_all
 from strom.storage.handles import FileHandleCache
 from strom.storage.index import OffsetIndex, TimeIndex
+from strom.storage.txn_index import TXNINDEX_SUFFIX, TransactionIndex
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +104,17 @@ class LogSegment:
         "_max_ts",
         "_offset_of_max_ts",
         "indexes_unsynced",
+        "txn_index",
     )
 
     def __init__(
-        self, directory: Path | str, base_offset: int, handles: FileHandleCache, size: int
+        self,
+        directory: Path | str,
+        base_offset: int,
+        handles: FileHandleCache,
+        size: int,
+        *,
+        txn_index_exists: bool | None = None,
     ) -> None:
         self.base_offset = base_offset
         self.log_path = segment_file(directory, base_offset, LOG_SUFFIX)
@@ -119,6 +130,11 @@ class LogSegment:
         self._max_ts: int | None = None
         self._offset_of_max_ts = -1
         self.indexes_unsynced = False  # index entries written but not yet fsynced
+        # The aborted transactions whose markers are here; ``txn_index_exists`` None
+        # means its file's presence is checked on first use.
+        self.txn_index = TransactionIndex(
+            segment_file(directory, base_offset, TXNINDEX_SUFFIX), handles, txn_index_exists
+        )
 
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, size={self.size})"
@@ -130,7 +146,8 @@ class LogSegment:
         cls, directory: Path | str, base_offset: int, handles: FileHandleCache
     ) -> LogSegment:
         """A new empty segment (its three files created, or emptied if present)."""
-        segment = cls(directory, base_offset, handles, 0)
+        segment = cls(directory, base_offset, handles, 0, txn_index_exists=True)
+        segment.txn_index.reset()  # a leftover of an earlier segment at this base
         for path in (segment.log_path, segment.index_path, segment.timeindex_path):
             handles.forget(path)
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
@@ -442,6 +459,13 @@ class LogSegment:
                 position += header.size
         return None
 
+    def position_at_or_below(self, offset: int, index_interval: int) -> int:
+        """File position of an indexed batch at or before the one holding ``offset`` (a
+        walk over headers from there finds it)."""
+        self.ensure_indexes(index_interval)
+        assert self.offset_index is not None
+        return self.offset_index.lookup(max(offset - self.base_offset, 0))
+
     def epoch_starts(self) -> list[tuple[int, int]]:
         """(partition leader epoch, base offset) of each batch whose epoch differs from
         the batch before it in this segment: the leader epoch cache's raw material."""
@@ -480,8 +504,9 @@ class LogSegment:
         self.size = position
         self.first_append_ms = None
         self.recover(index_interval, verify=False)
-        self.flush()
         assert self.next_offset is not None
+        self.txn_index.truncate_to(self.next_offset)
+        self.flush()
         return self.next_offset
 
     # -- durability and lifecycle --------------------------------------------
@@ -493,12 +518,14 @@ class LogSegment:
                 self.indexes_unsynced = True
 
     def flush(self) -> None:
-        """Write pending index entries and fsync the log and index files."""
+        """Write pending index entries and fsync the log and index files (the
+        transaction index too when it was written since)."""
         self.write_indexes()
         for path in (self.log_path, self.index_path, self.timeindex_path):
             with self.handles.lease(path) as fd:
                 os.fsync(fd)
         self.indexes_unsynced = False
+        self.txn_index.sync()
 
     def files_to_sync(self) -> list[str]:
         """Write pending index entries; the files a flush must fsync now.
@@ -512,10 +539,11 @@ class LogSegment:
         )
         if pending:
             self.write_indexes()
+        txn = self.txn_index.files_to_sync()
         if not self.indexes_unsynced:
-            return [self.log_path]
+            return [self.log_path, *txn]
         self.indexes_unsynced = False
-        return [self.log_path, self.index_path, self.timeindex_path]
+        return [self.log_path, self.index_path, self.timeindex_path, *txn]
 
     def drop_indexes(self) -> None:
         """Free the in-memory indexes of an inactive segment (reloaded on demand)."""
@@ -527,18 +555,23 @@ class LogSegment:
         self.write_indexes()
         for path in (self.log_path, self.index_path, self.timeindex_path):
             self.handles.forget(path)
+        self.txn_index.forget()
 
     def delete(self) -> None:
         paths = (self.log_path, self.index_path, self.timeindex_path)
         for path in paths:
             self.handles.forget(path)
         unlink_all(paths)
+        self.txn_index.delete()
 
     def retire(self) -> list[str]:
-        """Rename the three files to ``*.deleted`` (a reader holding an fd keeps reading);
-        returns the new paths for a delayed unlink. Start-up removes leftovers."""
+        """Rename the segment's files to ``*.deleted`` (a reader holding an fd keeps
+        reading); returns the new paths for a delayed unlink. Start-up removes leftovers."""
         retired = []
-        for path in (self.log_path, self.index_path, self.timeindex_path):
+        paths = [self.log_path, self.index_path, self.timeindex_path]
+        if self.txn_index.exists:
+            paths.append(self.txn_index.path)
+        for path in paths:
             self.handles.forget(path)
             target = path + DELETED_SUFFIX
             if os.path.exists(target):
@@ -550,6 +583,7 @@ class LogSegment:
             except FileNotFoundError:
                 continue
             retired.append(target)
+        self.txn_index.detach()
         return retired
 
     def last_modified_ms(self) -> int:

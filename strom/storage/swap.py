@@ -18,6 +18,8 @@ thread (:func:`commit`, :func:`finish`); steps 3-4's renames (:func:`install_fil
 go with the owner's switch of its segment list, in one step, so a reader never sees a
 segment whose file is not yet in place.
 
+The same goes for each segment's ``.txnindex`` when there is one.
+
 ``recover(directory)`` runs before a partition log is opened: with a manifest it
 finishes steps 2-4 for every line (roll forward); without one it removes
 ``.cleaned`` / ``.swap`` files (roll back). A ``kill -9`` at any moment thus leaves
@@ -41,11 +43,15 @@ from strom.storage.segment import (
     TIMEINDEX_SUFFIX,
     segment_file,
 )
+from strom.storage.txn_index import TXNINDEX_SUFFIX
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "cleaner-swap"
-SEGMENT_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, LOG_SUFFIX)  # the .log always last
+# The .log always last. A segment without aborted transactions has no .txnindex: the
+# renames skip missing files, and a cleaned segment has one whenever any segment it
+# replaces had one (cleaner.py copies their entries).
+SEGMENT_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, LOG_SUFFIX)
 Range = tuple[int, int]  # (base of the new segment, base of the segment after the old run)
 
 
