@@ -2,25 +2,36 @@
 
 Owns: assigning offsets to appended batches (patching base offset, partition leader
 epoch and, when asked, LogAppendTime in place), appending a leader's batches as
-they are on a follower (``append_as_follower``), truncating the end back to an
-offset (``truncate_to``: a follower whose log diverged from its leader's), rolling
-segments by size, age and index fullness, the flush policy and the recovery point,
-the log start offset (moved by DeleteRecords, whole segments below it deleted), the
-high watermark (the log end offset unless the replication that moves it asks
-otherwise), the leader epoch cache (leader_epochs.py) kept in step with appends and
-truncations, reads by offset and lookups by timestamp across segments, start-up
-recovery of segments above the recovery point, retention (``enforce_retention``:
-retention.ms / retention.bytes over closed segments) and the delayed removal of
-retired segments (renamed ``*.deleted``, unlinked after file.delete.delay.ms by
-``purge_deleted``), and swapping in segments the cleaner rewrote
-(``replace_segments``; the swap protocol itself is in cleaner.py).
+they are on a follower (``append_as_follower``), appending transaction markers
+(``append_marker``), truncating the end back to an offset (``truncate_to``: a
+follower whose log diverged from its leader's), rolling segments by size, age and
+index fullness, the flush policy and the recovery point, the log start offset (moved
+by DeleteRecords, whole segments below it deleted), the high watermark (the log end
+offset unless the replication that moves it asks otherwise), the last stable offset
+(the high watermark, or the first offset of the earliest transaction still open or
+whose marker the high watermark has not passed, if lower), the leader epoch cache
+(leader_epochs.py) kept in step with appends and truncations, reads by offset and
+lookups by timestamp across segments, the aborted transactions of an offset range
+(from the segments' transaction indexes), start-up recovery of segments above the
+recovery point (their transaction indexes rebuilt from the markers replayed),
+retention (``enforce_retention``: retention.ms / retention.bytes over closed
+segments, never from the segment holding the first unstable offset on) and the
+delayed removal of retired segments (renamed ``*.deleted``, unlinked after
+file.delete.delay.ms by ``purge_deleted``), and swapping in segments the cleaner
+rewrote (``replace_segments``; the swap protocol itself is in cleaner.py).
 Keeps a ProducerStateManager (producer_state.py) that ``append`` consults for
 batches carrying a producer id and sequence (duplicates, out-of-order sequences,
-fenced epochs), rebuilt at open from the headers of the newest two segments.
+fenced epochs, non-transactional writes inside a transaction) and that every append
+path feeds, transactions included; and its ``.snapshot`` files
+(producer_snapshot.py): one is written at each roll (at the new segment's base) and
+at close (at the log end); at open the newest usable one (at or below the log end,
+and at or below the first recovered segment after an unclean shutdown) is loaded and
+the log replayed from its offset, headers only (the whole log when there is none).
+The two newest snapshots are kept, plus the newest at or below the recovery point.
 Does not own: validating produced batches (the broker calls
-``records.validate_batches`` first), the sequence rules themselves
-(producer_state.py), transactions, choosing and building compacted segments
-(cleaner.py), checkpoint files (log_manager.py), fd caching (handles.py).
+``records.validate_batches`` first), the sequence and transaction rules themselves
+(producer_state.py), the transaction coordinator, choosing and building compacted
+segments (cleaner.py), checkpoint files (log_manager.py), fd caching (handles.py).
 
 A PartitionLog is not thread-safe: its owner serialises calls (the broker's event
 loop does). Only the FileHandleCache it shares with other logs is locked.
@@ -39,23 +50,32 @@ from pathlib import Path
 
 from strom.protocol.records import (
     BatchHeader,
+    build_control_batch,
+    iter_headers,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
 )
-from strom.storage import swap
+from strom.storage import producer_snapshot, swap
 from strom.storage.durable import fsync_dir, unlink_all
 from strom.storage.errors import OffsetOutOfRangeError
 from strom.storage.handles import FileHandleCache
 from strom.storage.leader_epochs import FILE_NAME as EPOCH_FILE
 from strom.storage.leader_epochs import LeaderEpochCache
 from strom.storage.log_config import LogConfig
-from strom.storage.producer_state import NOT_IDEMPOTENT, ProducerStateManager
+from strom.storage.producer_snapshot import SNAPSHOT_SUFFIX, TMP_SUFFIX, CorruptSnapshotError
+from strom.storage.producer_state import (
+    NOT_IDEMPOTENT,
+    ProducerState,
+    ProducerStateManager,
+)
 from strom.storage.segment import INT32_MAX, LOG_SUFFIX, LogSegment
+from strom.storage.txn_index import TXNINDEX_SUFFIX, AbortedTxn
 
 log = logging.getLogger(__name__)
 
 _STALE_SUFFIXES = (".deleted", ".cleaned")
+_SNAPSHOT_TMP = SNAPSHOT_SUFFIX + TMP_SUFFIX
 
 
 def remove_tree(directory: Path) -> None:
@@ -63,7 +83,8 @@ def remove_tree(directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-PRODUCER_STATE_SEGMENTS = 2  # segments replayed at open to rebuild producer state
+SNAPSHOTS_KEPT = 2  # the newest producer state snapshots kept (plus one at or below
+# the recovery point, which an unclean restart may need)
 
 
 class PendingFlush:
@@ -103,6 +124,8 @@ class PartitionLog:
         segments: list[LogSegment],
         log_start_offset: int,
         high_watermark: int | None = None,
+        *,
+        recovered_from: int | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -131,10 +154,144 @@ class PartitionLog:
         self._pending_deletes: list[tuple[int, list[str]]] = []
         # Segments a cleaner swap is about to replace: kept until it is done.
         self._pinned: set[LogSegment] = set()
-        self._delete_segments_below_start()
+        self._snapshots: list[int] = producer_snapshot.list_snapshots(directory)
         self.producers = ProducerStateManager(f"{topic}-{partition}")
-        self.producers.load_segments(self._segments[-PRODUCER_STATE_SEGMENTS:])
+        self.replayed_batches = 0  # batch headers read to rebuild the producer state
+        self._load_producer_state(recovered_from)
+        self._delete_segments_below_start()
         self.epochs = self._load_epochs()
+
+    # -- producer state ----------------------------------------------------------
+
+    def _load_producer_state(self, rebuild_from: int | None = None) -> None:
+        """Rebuild the producer state: load the newest readable snapshot at or below the
+        log end (and at or below ``rebuild_from``, the base of the first segment
+        recovered at an unclean open, whose transaction indexes are rebuilt by the
+        replay), then replay the log from its offset to the log end (from the first
+        segment without one). Snapshots above the log end, below the first segment,
+        or corrupt are deleted."""
+        label = f"{self.topic}-{self.partition}"
+        end = self.log_end_offset
+        first_base = self._bases[0]
+        limit = end if rebuild_from is None else min(end, rebuild_from)
+        producers = ProducerStateManager(label)
+        loaded: int | None = None
+        doomed: list[int] = []
+        for offset in reversed(self._snapshots):
+            if offset > limit or offset < first_base:
+                doomed.append(offset)
+                continue
+            try:
+                producers.load_snapshot(producer_snapshot.read(self.directory, offset))
+            except (CorruptSnapshotError, OSError) as exc:
+                log.warning("%s: deleting producer state snapshot %d: %s", label, offset, exc)
+                producers = ProducerStateManager(label)
+                doomed.append(offset)
+                continue
+            loaded = offset
+            break
+        self._delete_snapshots(doomed)
+        start = first_base if loaded is None else loaded
+        if rebuild_from is not None:
+            for segment in self._segments:
+                if segment.base_offset >= rebuild_from:
+                    segment.txn_index.reset()
+        i = max(0, bisect_right(self._bases, start) - 1)
+        self.replayed_batches = producers.replay(
+            self._segments[i:], start, self.config.index_interval_bytes, rebuild_from
+        )
+        self.producers = producers
+        log.debug(
+            "%s: producer state from %s, %d batch headers replayed, %d producers",
+            label,
+            "the log" if loaded is None else f"the snapshot at {loaded}",
+            self.replayed_batches,
+            len(producers),
+        )
+
+    def _delete_snapshots(self, offsets: list[int]) -> None:
+        if offsets:
+            producer_snapshot.delete(self.directory, offsets)
+            gone = set(offsets)
+            self._snapshots = [o for o in self._snapshots if o not in gone]
+
+    def _take_snapshot(self, *, sync_dir: bool) -> None:
+        """Write the producer state as the snapshot at the log end offset (none if there
+        is one at that offset already), then prune old snapshots."""
+        offset = self.log_end_offset
+        if offset in self._snapshots:
+            return
+        producer_snapshot.write(
+            self.directory, offset, self.producers.snapshot_entries(), sync_dir=sync_dir
+        )
+        if not sync_dir:
+            self._dir_dirty = True
+        self._snapshots.append(offset)
+        self._snapshots.sort()
+        self._prune_snapshots()
+
+    def _prune_snapshots(self) -> None:
+        """Keep the newest SNAPSHOTS_KEPT snapshots and the newest at or below the
+        recovery point; delete the others and any below the first segment."""
+        snapshots = self._snapshots
+        if not snapshots:
+            return
+        keep = set(snapshots[-SNAPSHOTS_KEPT:])
+        durable = [o for o in snapshots if o <= self.recovery_point]
+        if durable:
+            keep.add(durable[-1])
+        first_base = self._bases[0]
+        self._delete_snapshots([o for o in snapshots if o not in keep or o < first_base])
+
+    def snapshot_offsets(self) -> list[int]:
+        """Offsets of the producer state snapshots on disk, ascending."""
+        return list(self._snapshots)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest transaction still open or whose marker is not
+        yet below the high watermark; None if there is none. (It may lie below the log
+        start offset after DeleteRecords; the last stable offset never does.)"""
+        return self.producers.first_unstable_offset(self.high_watermark)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The high watermark, or the first unstable offset if that is lower (but not
+        below the log start offset): what read_committed consumers may read up to."""
+        high_watermark = self.high_watermark
+        first = self.producers.first_unstable_offset(high_watermark)
+        if first is None or first >= high_watermark:
+            return high_watermark
+        return max(first, self.log_start_offset)
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of every aborted transaction with data in
+        [start, end): marker offset >= start and first offset < end, oldest marker
+        first, as Fetch answers read_committed consumers (Kafka's
+        collectAbortedTransactions)."""
+        return [(t.producer_id, t.first_offset) for t in self.aborted_txns(start, end)]
+
+    def aborted_txns(self, start: int, end: int) -> list[AbortedTxn]:
+        """The transaction index entries behind ``aborted_transactions``. An entry
+        lives in the segment of its marker, so the walk starts at the segment holding
+        ``start`` and stops at an entry that proves no later one overlaps."""
+        found: list[AbortedTxn] = []
+        i = max(0, bisect_right(self._bases, start) - 1)
+        for segment in self._segments[i:]:
+            if segment.txn_index.collect(start, end, found):
+                break
+        return found
+
+    def producer_states(self) -> list[ProducerState]:
+        """Every producer of the partition, by id, as DescribeProducers reports them:
+        (producer_id, producer_epoch, last_sequence, last_timestamp,
+        coordinator_epoch, current_txn_start_offset), -1 where unknown or none."""
+        return self.producers.states()
+
+    def open_transactions(self) -> list[tuple[int, int, int]]:
+        """(producer id, producer epoch, first offset) of every open transaction,
+        earliest first: the hanging-transaction view."""
+        return self.producers.open_transactions()
 
     def _load_epochs(self) -> LeaderEpochCache:
         cache = LeaderEpochCache.read(self.directory)
@@ -192,23 +349,31 @@ class PartitionLog:
         directory.mkdir(parents=True, exist_ok=True)
         swap.recover(directory)  # finish or roll back a cleaner swap cut short by a crash
         sizes: dict[int, int] = {}
+        txn_indexes: set[int] = set()
         with os.scandir(directory) as entries:
             for entry in entries:
                 name = entry.name
                 if name.endswith(LOG_SUFFIX) and len(name) == 24 and name[:20].isdigit():
                     sizes[int(name[:20])] = entry.stat().st_size
-                elif name.endswith(_STALE_SUFFIXES):
+                elif name.endswith(TXNINDEX_SUFFIX) and name[:20].isdigit():
+                    txn_indexes.add(int(name[:20]))
+                elif name.endswith(_STALE_SUFFIXES) or name.endswith(_SNAPSHOT_TMP):
                     log.info("removing leftover %s", entry.path)
                     os.unlink(entry.path)
         bases = sorted(sizes)
+        recovered_from: int | None = None
         interval = config.index_interval_bytes
         segments: list[LogSegment] = []
         if not bases:
             segments.append(LogSegment.create(directory, max(log_start_offset, 0), handles))
         else:
             verify_from = len(bases) if clean else max(0, bisect_right(bases, recovery_point) - 1)
+            if verify_from < len(bases):
+                recovered_from = bases[verify_from]  # its transaction indexes are rebuilt
             for i, base in enumerate(bases):
-                segment = LogSegment(directory, base, handles, sizes[base])
+                segment = LogSegment(
+                    directory, base, handles, sizes[base], txn_index_exists=base in txn_indexes
+                )
                 segments.append(segment)
                 is_last = i == len(bases) - 1
                 if i < verify_from:
@@ -234,7 +399,15 @@ class PartitionLog:
                     break
             segments[-1].load_tail(interval)
         return cls(
-            directory, topic, partition, config, handles, segments, log_start_offset, high_watermark
+            directory,
+            topic,
+            partition,
+            config,
+            handles,
+            segments,
+            log_start_offset,
+            high_watermark,
+            recovered_from=recovered_from,
         )
 
     @staticmethod
@@ -338,8 +511,10 @@ class PartitionLog:
         Batches with a producer id and sequence are checked first (producer_state.py):
         a duplicate of one of the producer's last five batches is not appended and
         its original base offset is returned; an old epoch raises
-        InvalidProducerEpochError, a sequence gap OutOfOrderSequenceError, and then
-        nothing is appended.
+        InvalidProducerEpochError, a sequence gap OutOfOrderSequenceError, a
+        non-transactional batch of a producer whose transaction is open
+        InvalidTxnStateError, and then nothing is appended. A transactional batch
+        opens its producer's transaction if none is open.
         """
         if not headers:
             raise ValueError("nothing to append")
@@ -353,6 +528,63 @@ class PartitionLog:
             verdict = self.producers.check(headers)
             if verdict is not NOT_IDEMPOTENT and verdict >= 0:
                 return verdict  # a retried batch already in the log
+        return self._append(
+            buf,
+            headers,
+            leader_epoch,
+            log_append_time_ms,
+            defer_flush,
+            advance_high_watermark,
+            verdict is not NOT_IDEMPOTENT,
+        )
+
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        *,
+        leader_epoch: int = 0,
+        advance_high_watermark: bool = True,
+        defer_flush: bool = False,
+    ) -> int:
+        """Append a transaction marker (WriteTxnMarkers); returns its offset.
+
+        A control batch (records.build_control_batch) committing or aborting the
+        producer's transaction, appended like ``append`` appends (offset, leader epoch,
+        roll, high watermark, flush policy). It ends the producer's open transaction;
+        an abort adds the transaction to the index of the segment the marker lands
+        in. A producer epoch below the producer's raises InvalidProducerEpochError, a
+        coordinator epoch below the one of its last marker
+        TransactionCoordinatorFencedError; nothing is appended then. A marker for a
+        producer with no open transaction is appended all the same (a retried marker)
+        and changes nothing but the producer's epochs.
+        """
+        self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        buf = build_control_batch(
+            producer_id, producer_epoch, commit, coordinator_epoch, int(time.time() * 1000)
+        )
+        return self._append(
+            buf,
+            list(iter_headers(buf)),
+            leader_epoch,
+            None,
+            defer_flush,
+            advance_high_watermark,
+            True,
+        )
+
+    def _append(
+        self,
+        buf: bytearray | memoryview,
+        headers: list[BatchHeader],
+        leader_epoch: int,
+        log_append_time_ms: int | None,
+        defer_flush: bool,
+        advance_high_watermark: bool,
+        track_producers: bool,
+    ) -> int:
         now_ms = int(time.time() * 1000)
         first_offset = offset = self.log_end_offset
         if leader_epoch > self.epochs.latest_epoch:
@@ -367,8 +599,8 @@ class PartitionLog:
         if segment.size and self._should_roll(segment, len(buf), offset - 1, now_ms):
             segment = self._roll()
         segment.append(buf, headers, self.config.index_interval_bytes, now_ms)
-        if verdict is not NOT_IDEMPOTENT:
-            self.producers.record(headers)
+        if track_producers:
+            self._record_producers(segment, headers, buf)
         if not self._dirty or self._dirty[-1] is not segment:
             self._dirty.append(segment)
         self.log_end_offset = offset
@@ -390,8 +622,9 @@ class PartitionLog:
         """Append batches copied from the leader's log, offsets and epochs as they are.
 
         They must start at the log end offset and follow one another; the producer
-        state and the epoch cache learn from them as from the leader's appends. The
-        high watermark does not move (the leader's, capped by ours, is set apart).
+        state (transactions and the transaction index included) and the epoch cache
+        learn from them as from the leader's appends, without checks. The high
+        watermark does not move (the leader's, capped by ours, is set apart).
         """
         if not headers:
             raise ValueError("nothing to append")
@@ -417,7 +650,7 @@ class PartitionLog:
         if segment.size and self._should_roll(segment, len(buf), last.last_offset, now_ms):
             segment = self._roll()
         segment.append(buf, headers, self.config.index_interval_bytes, now_ms)
-        self.producers.record(headers)
+        self._record_producers(segment, headers, buf)
         if not self._dirty or self._dirty[-1] is not segment:
             self._dirty.append(segment)
         self.log_end_offset = expected
@@ -425,6 +658,15 @@ class PartitionLog:
             self._oldest_unflushed_ms = now_ms
         if not defer_flush:
             self.maybe_flush(now_ms)
+
+    def _record_producers(
+        self, segment: LogSegment, headers: list[BatchHeader], buf: bytearray | memoryview
+    ) -> None:
+        """Apply appended batches to the producer state; aborted transactions go into
+        the transaction index of ``segment``, which now holds their markers."""
+        for done in self.producers.record(headers, buf):
+            if done.aborted:
+                segment.txn_index.append(done.aborted_txn())
 
     # -- replication state -----------------------------------------------------------
 
@@ -479,6 +721,7 @@ class PartitionLog:
             end = active.truncate_to(offset, interval)
         if active in self._dirty:
             self._dirty.remove(active)
+        self._delete_snapshots([o for o in self._snapshots if o > end])
         fsync_dir(self.directory)
         self._after_truncation(end)
 
@@ -493,6 +736,7 @@ class PartitionLog:
         segment.flush()
         self._segments = [segment]
         self._bases = [start]
+        self._delete_snapshots(list(self._snapshots))
         fsync_dir(self.directory)
         self.log_start_offset = start
         self.epochs.clear()
@@ -505,8 +749,7 @@ class PartitionLog:
         self.high_watermark = min(self.high_watermark, end)
         self.recovery_point = min(self.recovery_point, end)
         self.epochs.truncate_from_end(end)
-        self.producers = ProducerStateManager(f"{self.topic}-{self.partition}")
-        self.producers.load_segments(self._segments[-PRODUCER_STATE_SEGMENTS:])
+        self._load_producer_state()
 
     def _should_roll(self, segment: LogSegment, size: int, last_offset: int, now_ms: int) -> bool:
         config = self.config
@@ -528,6 +771,8 @@ class PartitionLog:
         old.write_indexes()
         if old not in self._dirty:
             self._dirty.append(old)  # its sealed time index is fsynced by the next flush
+        # The producer state as of the new segment's base: a restart replays from here.
+        self._take_snapshot(sync_dir=False)
         segment = LogSegment.create(self.directory, self.log_end_offset, self.handles)
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
@@ -660,7 +905,9 @@ class PartitionLog:
 
     def delete_records_before(self, offset: int) -> int:
         """Move the log start offset up to ``offset`` (<= high watermark) and delete the
-        segments lying entirely below it (never the active one). Returns the new start."""
+        segments lying entirely below it (never the active one, nor one holding or
+        above the first unstable offset: an open transaction's state and index stay
+        whole). Returns the new start."""
         if offset < 0 or offset > self.high_watermark:
             raise OffsetOutOfRangeError(
                 f"cannot delete before {offset}: high watermark is {self.high_watermark}"
@@ -673,8 +920,12 @@ class PartitionLog:
 
     def _delete_segments_below_start(self, now_ms: int | None = None) -> int:
         # Segments whose successor starts at or below the log start offset hold nothing
-        # readable. The active one is kept; it goes after the next roll.
+        # readable. The active one is kept; it goes after the next roll. So is every
+        # segment from the one holding the first unstable offset on.
         start = self.log_start_offset
+        unstable = self.first_unstable_offset
+        if unstable is not None and unstable < start:
+            start = unstable
         count = 0
         while len(self._segments) > 1 and self._bases[1] <= start:
             if self._segments[0] in self._pinned:
@@ -690,6 +941,8 @@ class PartitionLog:
                 segment.base_offset,
                 start,
             )
+        if count:
+            self._prune_snapshots()
         return count
 
     def _retire(self, segment: LogSegment, now_ms: int | None = None) -> None:
@@ -732,7 +985,8 @@ class PartitionLog:
         By time: a segment goes when its largest record timestamp (its file's mtime if
         it has none) is more than retention.ms old; the walk stops at the first one
         that is not. By size: the oldest segments go while the log stays at or above
-        retention.bytes without them.
+        retention.bytes without them. Neither takes the segment holding the first
+        unstable offset or any after it.
         """
         config = self.config
         if not config.delete or len(self._segments) < 2:
@@ -759,6 +1013,10 @@ class PartitionLog:
                 excess -= segment.size
                 by_size += 1
             count = max(count, by_size)
+        unstable = self.first_unstable_offset
+        if unstable is not None:
+            while count and self._bases[count] > unstable:
+                count -= 1
         if not count:
             return 0
         new_start = self._bases[count]
@@ -780,6 +1038,7 @@ class PartitionLog:
         """Flush (fsync) and release every fd. The log must not be used afterwards."""
         if self._closed:
             return
+        self._take_snapshot(sync_dir=False)  # made durable by the flush below
         active = self._segments[-1]
         time_index = active.time_index
         entries = len(time_index) if time_index is not None else 0
@@ -802,6 +1061,7 @@ class PartitionLog:
         for segment in self._segments:
             for path in (segment.log_path, segment.index_path, segment.timeindex_path):
                 self.handles.forget(path)
+            segment.txn_index.forget()
         self._closed = True
         grave = self.directory.with_name(f"{self.directory.name}.{uuid.uuid4().hex}-delete")
         try:

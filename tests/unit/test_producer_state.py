@@ -10,6 +10,7 @@ import pytest
 from strom.protocol.records import ATTR_CONTROL, build_batch, iter_headers, validate_batches
 from strom.storage import FileHandleCache, LogConfig, PartitionLog
 from strom.storage.producer_state import (
+    APPEND,
     MAX_CACHED_BATCHES,
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
@@ -164,9 +165,14 @@ def test_several_batches_in_one_append(plog: PartitionLog) -> None:
 
 
 def test_control_batches_skip_checks() -> None:
+    # Control batches pass the sequence checks untouched; they are still recorded
+    # (markers end transactions), so the verdict is APPEND, never a refusal.
     state = ProducerStateManager()
     headers = validate_batches(batch(0, n=1, attributes=ATTR_CONTROL))
-    assert state.check(headers) is None
+    assert state.check(headers) == APPEND
+    state.record(validate_batches(batch(5, n=1)))
+    headers = validate_batches(batch(17, n=1, attributes=ATTR_CONTROL))
+    assert state.check(headers) == APPEND
 
 
 def test_state_rebuilt_after_reopen(tmp_path: Path, handles: FileHandleCache) -> None:
