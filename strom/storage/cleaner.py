@@ -6,18 +6,27 @@ the cleaner-offset checkpoint (Kafka's ``cleaner-offset-checkpoint``: per partit
 the first offset not yet cleaned), building cleaned segments, and swapping them in.
 
 A cleaning of one log: the range is every closed segment from the log start up to
-the first segment holding a record younger than min.compaction.lag.ms (the active
-segment never). An offset map (key -> latest offset) is built over the dirty part of
-the range (from the checkpoint on); then every batch of the range is rewritten,
-keeping a record when no later record of its key exists, and dropping tombstones
-(null values) whose batch is older than delete.retention.ms, and keyless records.
-Kept records are copied byte for byte into a batch with the same base offset, last
-offset delta, timestamps, producer id/epoch/sequence and codec (compressed batches
-are decompressed and recompressed with their own codec), so offsets never change
-and consumers see gaps. Batches left untouched: control and transactional batches,
-and the last batch of each producer id in the range (whole), so idempotent producer
-state rebuilt from the log stays right. Runs of small segments are merged into one
-while their sizes add up to no more than segment.bytes.
+the first segment holding a record younger than min.compaction.lag.ms or lying at
+or above the first unstable offset (an open transaction, or one whose marker the
+high watermark has not passed: never cleaned); the active segment never. An offset
+map (key -> latest offset) is built over the dirty part of the range (from the
+checkpoint on), leaving out aborted transactional batches; then every batch of the
+range is rewritten, keeping a record when no later record of its key exists, and
+dropping tombstones (null values) whose batch is older than delete.retention.ms,
+keyless records, and whole batches of aborted transactions (a transactional batch
+of a producer within one of its aborted ranges, from the transaction indexes: the
+owner hands them to the worker). Kept records are copied byte for byte into a batch
+with the same base offset, last offset delta, timestamps, producer id/epoch/sequence
+and codec (compressed batches are decompressed and recompressed with their own
+codec), so offsets never change and consumers see gaps. Committed transactional
+batches are cleaned by key like any other. Batches left untouched: control batches
+(transaction markers are always kept), and the last data batch of each producer id in
+the range (whole, even when aborted: the transaction index still tells read_committed
+consumers to skip it), so producer state rebuilt from the log keeps each producer's
+last sequence. Each
+cleaned segment keeps the transaction index entries of the segments it replaces
+(written beside it as ``.txnindex.cleaned``). Runs of small segments are merged into
+one while their sizes add up to no more than segment.bytes.
 
 Concurrency: ``maintain`` (called periodically by the log manager on the owner's
 thread, the broker's event loop) starts a cleaning in a worker process, which only
@@ -36,13 +45,16 @@ had cost 10-14 ms per cleaned run (more while the disk was busy).
 
 Differences from Kafka: tombstone expiry is judged by the batch's max timestamp
 (not by when the tombstone was first cleaned); empty batches are never written (a
-producer's last batch is kept whole instead); aborted transactions are not removed.
+producer's last batch is kept whole instead); transaction markers are kept forever
+(Kafka removes a marker after delete.retention.ms once its transaction's data is
+gone), and so are their transaction index entries.
 Does not own: the swap protocol (swap.py), segment rolling (partition_log.py).
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -80,6 +92,7 @@ from strom.storage.segment import (
     LogSegment,
     segment_file,
 )
+from strom.storage.txn_index import TXNINDEX_SUFFIX, AbortedTxn, encode_entries
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +102,7 @@ UNLIMITED_IO = 1.7976931348623157e308  # log.cleaner.io.max.bytes.per.second def
 _THROTTLE_STEP_S = 0.1
 _WRITE_BUFFER = 4 << 20
 _OFFSET_ENTRY = struct.Struct(">ii")
+INT64_MAX = 2**63 - 1
 _TIME_ENTRY = struct.Struct(">qi")
 
 
@@ -108,6 +122,9 @@ class CleaningSpec:
     now_ms: int
     max_map_entries: int
     io_max_bytes_per_second: float = UNLIMITED_IO
+    # Aborted transactions with data or markers in the range (from the transaction
+    # indexes; a marker may lie past the range).
+    aborted: tuple[AbortedTxn, ...] = ()
 
 
 @dataclass
@@ -121,6 +138,7 @@ class CleaningJob:
     config: LogConfig
     now_ms: int
     dirty_ratio: float
+    aborted: list[AbortedTxn] = dataclasses.field(default_factory=list)
 
     def spec(
         self, max_map_entries: int, io_max_bytes_per_second: float = UNLIMITED_IO
@@ -134,6 +152,7 @@ class CleaningJob:
             self.now_ms,
             max_map_entries,
             io_max_bytes_per_second,
+            tuple(self.aborted),
         )
 
 
@@ -228,7 +247,7 @@ class _SegmentWriter:
         self.base = base
         self.paths = [
             segment_file(directory, base, s) + CLEANED_SUFFIX
-            for s in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+            for s in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
         ]
         self.file = open(self.paths[0], "wb", buffering=_WRITE_BUFFER)  # noqa: SIM115
         self.interval = index_interval
@@ -257,15 +276,17 @@ class _SegmentWriter:
             self.time_entries += _TIME_ENTRY.pack(self.max_ts, self.offset_of_max - self.base)
             self.last_time_entry = self.max_ts
 
-    def finish(self) -> None:
+    def finish(self, aborted: list[AbortedTxn]) -> None:
+        """Complete the files; ``aborted`` are the transaction index entries of the
+        segments this one replaces (no .txnindex is written when there are none)."""
         self._time_entry()  # sealed: the last entry is the segment's max timestamp
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
-        for path, data in (
-            (self.paths[1], self.offset_entries),
-            (self.paths[2], self.time_entries),
-        ):
+        files = [(self.paths[1], self.offset_entries), (self.paths[2], self.time_entries)]
+        if aborted:
+            files.append((self.paths[3], encode_entries(aborted)))
+        for path, data in files:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 os.write(fd, data)
@@ -292,6 +313,7 @@ def build_cleaned_segments(job: CleaningSpec, abort: _Abort) -> CleaningOutput:
     bases = [base for base, _, _ in job.segments] + [job.end]
     paths = [(path, size) for _, path, size in job.segments]
     throttle = _Throttle(job.io_max_bytes_per_second, abort)
+    aborted = _AbortedRanges(job.aborted)
     # 1. The offset map over the dirty part, and each producer's last batch.
     latest: dict[bytes, int] = {}
     tombstones: set[int] = set()
@@ -306,9 +328,9 @@ def build_cleaned_segments(job: CleaningSpec, abort: _Abort) -> CleaningOutput:
             if abort.is_set():
                 raise CleaningAborted
             time.sleep(0)  # let the event loop thread take the GIL
-            if header.producer_id >= 0:
-                last_batch[header.producer_id] = header.base_offset
-            if not dirty or header.is_control:
+            if header.producer_id >= 0 and not header.is_control:
+                last_batch[header.producer_id] = header.base_offset  # its last data batch
+            if not dirty or header.is_control or aborted.holds(header):
                 continue
             index_latest_offsets(
                 records_body(data, header),
@@ -353,9 +375,11 @@ def build_cleaned_segments(job: CleaningSpec, abort: _Abort) -> CleaningOutput:
                         stats.bytes_read += header.size
                         stats.records_read += header.record_count
                         written = writer.size
-                        _clean_batch(writer, data, header, survivors, last_batch, horizon, stats)
+                        _clean_batch(
+                            writer, data, header, survivors, last_batch, aborted, horizon, stats
+                        )
                         throttle.account(writer.size - written)
-                writer.finish()
+                writer.finish(aborted.markers_in(bases[group[0]], bases[group[-1] + 1]))
             except BaseException:
                 writer.discard()
                 raise
@@ -402,6 +426,36 @@ def _clean_in_worker(spec: CleaningSpec) -> CleaningOutput:
     return build_cleaned_segments(spec, _worker_abort)
 
 
+class _AbortedRanges:
+    """The aborted transactions of a cleaning: which batches are their data, and which
+    transaction index entries each cleaned segment keeps."""
+
+    def __init__(self, entries: tuple[AbortedTxn, ...]) -> None:
+        self.entries = sorted(entries, key=lambda t: t.last_offset)
+        self.ranges: dict[int, list[tuple[int, int]]] = {}
+        for entry in entries:
+            self.ranges.setdefault(entry.producer_id, []).append(
+                (entry.first_offset, entry.last_offset)
+            )
+        for spans in self.ranges.values():
+            spans.sort()
+
+    def holds(self, header: BatchHeader) -> bool:
+        """Whether a batch is data of an aborted transaction (never a control batch)."""
+        if not self.ranges or not header.is_transactional or header.is_control:
+            return False
+        spans = self.ranges.get(header.producer_id)
+        if spans is None:
+            return False
+        base = header.base_offset
+        i = bisect_right(spans, (base, INT64_MAX)) - 1
+        return i >= 0 and spans[i][0] <= base <= spans[i][1]
+
+    def markers_in(self, start: int, end: int) -> list[AbortedTxn]:
+        """The entries whose markers lie in [start, end): the index of those segments."""
+        return [t for t in self.entries if start <= t.last_offset < end]
+
+
 class _Survivors:
     """Which records of the range survive, from the offset map: in the dirty part
     exactly the map's offsets (sorted, found by bisection, so batches with none or
@@ -428,19 +482,20 @@ def _clean_batch(
     header: BatchHeader,
     survivors: _Survivors,
     last_batch: dict[int, int],
+    aborted: _AbortedRanges,
     horizon: int,
     stats: CleaningStats,
 ) -> None:
     p = header.position
     count = header.record_count
-    if (
-        header.is_control
-        or header.is_transactional
-        or (header.producer_id >= 0 and last_batch.get(header.producer_id) == header.base_offset)
+    if header.is_control or (
+        header.producer_id >= 0 and last_batch.get(header.producer_id) == header.base_offset
     ):
         writer.write(memoryview(data)[p : p + header.size], header)
         stats.records_kept += count
         return
+    if aborted.holds(header):
+        return  # an aborted transaction's data: no reader may see it
     base = header.base_offset
     drop_tombstones = header.max_timestamp < horizon
     if base >= survivors.indexed_from:
@@ -570,10 +625,13 @@ class LogCleaner:
         interval = config.index_interval_bytes
         start = plog.log_start_offset
         bases = [s.base_offset for s in closed] + [plog.active_segment.base_offset]
+        unstable = plog.first_unstable_offset
         cleanable: list[LogSegment] = []
         for i, segment in enumerate(closed):
             if bases[i + 1] <= start:
                 continue  # below the log start offset: about to be deleted
+            if unstable is not None and bases[i + 1] > unstable:
+                break  # holds an undecided (or not yet replicated) transaction
             if (
                 config.min_compaction_lag_ms > 0
                 and segment.max_timestamp(interval)[0] > now_ms - config.min_compaction_lag_ms
@@ -604,7 +662,8 @@ class LogCleaner:
             overdue = first is not None and now_ms - first > config.max_compaction_lag_ms
         if not force and not overdue and ratio < config.min_cleanable_dirty_ratio:
             return None
-        return CleaningJob(plog, cleanable, end, first_dirty, config, now_ms, ratio)
+        aborted = plog.aborted_txns(cleanable[0].base_offset, end)
+        return CleaningJob(plog, cleanable, end, first_dirty, config, now_ms, ratio, aborted)
 
     # -- running ----------------------------------------------------------------------
 
