@@ -10,9 +10,10 @@ start at or past the new end, moving the log start up trims the front.
 Every change is written at once, atomically (the file is small and changes only when
 leadership does), except an epoch taken by an empty log that has no file yet: that one
 is written with the log's first flush (``dirty``), so that making a thousand new
-partitions' leaders costs no thousand fsyncs. The file is a cache of what the batches themselves carry (each
-batch's partition leader epoch): when it is missing or unreadable the log rebuilds it
-from its batch headers, so a log that crashed before its first flush loses nothing.
+partitions' leaders costs no thousand fsyncs. The file is a cache of what the batches
+themselves carry (each batch's partition leader epoch): when it is missing or
+unreadable the log rebuilds it from its batch headers, so a log that crashed before
+its first flush loses nothing.
 Does not own the log (partition_log.py).
 """
 
