@@ -1,6 +1,11 @@
 """The example pipelines under examples/pipelines/, run with Trigger.AvailableNow against
 a real broker: what they write is read back with confluent-kafka and checked against
-what the test computes from its own input."""
+what the test computes from its own input.
+
+Each runs twice: on the shared local[2] session, and once more (after all other tests) on
+a standalone Spark cluster, a master and a worker process whose executor is a JVM of its
+own, to show that nothing depends on local mode.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,9 @@ import sys
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import pytest
 from kafka_helpers import consume_to_end, create_topic
 from spark_helpers import produce
 
@@ -21,6 +28,14 @@ import joins  # noqa: E402
 import windowed_counts  # noqa: E402
 
 BASE_TS = 1_700_000_040_000  # a multiple of a minute
+
+
+@pytest.fixture(params=["local", pytest.param("cluster", marks=pytest.mark.spark_cluster)])
+def spark(request: pytest.FixtureRequest, spark_sessions: Any) -> Any:
+    """The local[2] session, or the session on the standalone cluster (see conftest.py)."""
+    if request.param == "cluster":
+        return request.getfixturevalue("spark_on_cluster")
+    return spark_sessions.local()
 
 
 def _topics(broker, *names: str, partitions: int = 2) -> list[str]:
