@@ -7,9 +7,9 @@ line on stderr and exit code 2; SIGTERM and SIGINT shut down cleanly.
 
 The tools (``topics``, ``produce``, ``consume``, ``groups``, ``configs``,
 ``perf-test``, ``reassign-partitions``, ``leader-election``, ``log-dirs``,
-``metadata-quorum``, ``cluster``) live one per module in this package and are clients
-only: they talk to any Kafka cluster through confluent-kafka (or raw requests where it
-lacks one).
+``metadata-quorum``, ``cluster``, ``transactions``) live one per module in this package
+and are clients only: they talk to any Kafka cluster through confluent-kafka (or raw
+requests where it lacks one).
 ``storage`` (format and inspect the node's directories, like kafka-storage.sh) is the
 one tool that works on the local disk instead. A tool's wrong argument is one line and
 exit code 2; an expected failure (broker unreachable, topic missing...) is one line
@@ -37,6 +37,7 @@ from strom.cli import (
     reassign,
     storage,
     topics,
+    transactions,
 )
 from strom.cli.common import OneLineArgumentParser, ToolError, fail
 from strom.cluster.meta_properties import MetaPropertiesError
@@ -74,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
         log_dirs,
         metadata_quorum,
         cluster,
+        transactions,
         storage,
     ):
         tool.add_parser(commands)
