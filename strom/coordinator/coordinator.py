@@ -27,6 +27,13 @@ check runs every ``offsets.retention.check.interval.ms`` and writes tombstones.
 An empty group with no offsets left is then deleted. Deleting a topic
 tombstones every group's offsets of it (DeleteTopics calls ``forget_topic``).
 
+Offsets committed inside a transaction (TxnOffsetCommit, KIP-98/447) are written as a
+transactional batch of the producer and held apart, per producer id, until the
+transaction's marker reaches the group's offsets partition (``complete_transaction``):
+a commit makes them the group's offsets, an abort drops them. A replay does the same
+with the markers it meets; offsets still pending make OffsetFetch with require_stable
+answer UNSTABLE_OFFSET_COMMIT for their partitions.
+
 Talks to storage through the cluster controller, never to sockets: the wire
 handlers (strom.broker.groups, offsets, consumer_groups) call it.
 """
@@ -36,12 +43,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from strom.coordinator.classic import ClassicGroup, GroupState
 from strom.coordinator.consumer_group import ConsumerGroup
+from strom.coordinator.internal_log import CONTROL_COMMIT, append_records, replay_batches
 from strom.coordinator.offsets_topic import (
     OFFSETS_TOPIC,
     CommittedOffset,
@@ -58,7 +66,9 @@ from strom.coordinator.offsets_topic import (
     partition_for,
 )
 from strom.protocol.errors import ErrorCode
-from strom.protocol.records import build_batch, decode_records, iter_headers
+from strom.protocol.records import control_type, decode_records
+from strom.storage.errors import StorageError
+from strom.storage.producer_state import InvalidProducerEpochError
 
 if TYPE_CHECKING:
     from strom.cluster.node_state import NodeState
@@ -67,7 +77,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-_READ_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -99,6 +108,8 @@ class GroupCoordinator:
         self.groups: dict[str, ClassicGroup | ConsumerGroup] = {}
         self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._expiry_task: asyncio.Task[None] | None = None
+        # producer id -> group -> offsets committed in its open transaction
+        self.pending_txn: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
         self.loaded: set[int] = set()  # offsets partitions whose groups are held here
         # (partition, end offset, leader epoch) of the last append, for a caller that
         # waits for it to be replicated.
@@ -202,6 +213,11 @@ class GroupCoordinator:
                 else:
                     group.mark_dead()
             self.offsets.pop(group_id, None)
+        for producer_id, groups in list(self.pending_txn.items()):
+            for group_id in [g for g in groups if partition_for(g, count) == partition]:
+                del groups[group_id]
+            if not groups:
+                del self.pending_txn[producer_id]
         if moved:
             log.info(
                 "%s-%d led elsewhere now: %d group(s) unloaded",
@@ -235,29 +251,19 @@ class GroupCoordinator:
             },
         )
 
-    def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
+    def _append(
+        self,
+        group_id: str,
+        records: list[tuple[bytes, bytes | None]],
+        producer: tuple[int, int] | None = None,
+    ) -> None:
         if not records:
             return
         partition = partition_for(group_id, self.offsets_partitions)
-        partition_log = self.controller.partition_log(OFFSETS_TOPIC, partition)
-        topic = self.controller.topic(OFFSETS_TOPIC)
-        if partition_log is None or topic is None:
-            raise OSError(f"{OFFSETS_TOPIC}-{partition} is not available")
-        buf = bytearray(build_batch(records, base_timestamp=self.now_ms()))
-        headers = list(iter_headers(buf))  # built here: no CRC to check
-        state = topic.states.get(partition)
-        replicated = state is not None and len(state.replicas) > 1
-        partition_log.append(
-            buf,
-            headers,
-            leader_epoch=topic.leader_epoch_of(partition),
-            advance_high_watermark=not replicated,
+        appended = append_records(
+            self.controller, OFFSETS_TOPIC, partition, records, self.now_ms(), producer=producer
         )
-        self.appended_at = (
-            partition,
-            partition_log.log_end_offset,
-            topic.leader_epoch_of(partition),
-        )
+        self.appended_at = (appended.partition, appended.end_offset, appended.leader_epoch)
         if self.on_append is not None:
             self.on_append(OFFSETS_TOPIC, partition)
 
@@ -277,30 +283,39 @@ class GroupCoordinator:
         count = 0
         records: dict[GroupKey | OffsetKey, bytes | None] = {}
         for partition in partitions:
-            partition_log = self.controller.partition_log(OFFSETS_TOPIC, partition)
-            if partition_log is None:
-                continue
-            offset = partition_log.log_start_offset
-            end = partition_log.log_end_offset
-            while offset < end:
-                data = partition_log.read(offset, _READ_CHUNK)
-                if not data:
-                    break
-                for header in iter_headers(data):
-                    offset = header.next_offset
-                    if header.is_control:
+            # Offsets of open transactions wait for their marker, per producer id.
+            open_txns: dict[int, dict[GroupKey | OffsetKey, bytes | None]] = {}
+            for data, header in replay_batches(self.controller, OFFSETS_TOPIC, partition):
+                if header.is_control:
+                    held = open_txns.pop(header.producer_id, None)
+                    if held and control_type(data, header) == CONTROL_COMMIT:
+                        records.update(held)
+                    continue
+                target = (
+                    open_txns.setdefault(header.producer_id, {})
+                    if header.is_transactional
+                    else records
+                )
+                for record in decode_records(data, header):
+                    if record.key is None:
                         continue
-                    for record in decode_records(data, header):
-                        if record.key is None:
-                            continue
+                    try:
+                        key = decode_key(record.key)
+                    except OffsetsRecordError:
+                        key = None
+                    if key is None:
+                        continue
+                    target[key] = record.value
+                    count += 1
+            for producer_id, held in open_txns.items():
+                for key, value in held.items():
+                    if isinstance(key, OffsetKey) and value is not None:
                         try:
-                            key = decode_key(record.key)
+                            offset = decode_offset_value(value)
                         except OffsetsRecordError:
-                            key = None
-                        if key is None:
                             continue
-                        records[key] = record.value
-                        count += 1
+                        groups = self.pending_txn.setdefault(producer_id, {})
+                        groups.setdefault(key.group, {})[(key.topic, key.partition)] = offset
         for key, value in records.items():
             try:
                 self._apply(key, value)
@@ -431,6 +446,104 @@ class GroupCoordinator:
             for key, value in accepted:
                 stored[key] = value
         return errors
+
+    async def commit_txn_offsets(
+        self,
+        group_id: str,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation: int,
+        member_id: str,
+        instance: str | None,
+        offsets: list[OffsetToCommit],
+        *,
+        wait_replicated: Callable[[TopicPartition, int, int, float], Awaitable[bool]],
+    ) -> list[ErrorCode]:
+        """TxnOffsetCommit: store offsets as part of the producer's transaction; they
+        become the group's offsets when its commit marker arrives."""
+        if not group_id:
+            return [ErrorCode.invalid_group_id for _ in offsets]
+        if not self.is_coordinator_for(group_id):
+            return [ErrorCode.not_coordinator for _ in offsets]
+        if generation >= 0 or member_id or instance is not None:
+            group = self.groups.get(group_id)
+            error = (
+                ErrorCode.illegal_generation
+                if group is None
+                else group.validate_commit(generation, member_id, instance)
+            )
+            if error != ErrorCode.none:
+                return [error for _ in offsets]
+        max_metadata = int(self.config["offset.metadata.max.bytes"])
+        now = self.now_ms()
+        errors: list[ErrorCode] = []
+        records: list[tuple[bytes, bytes | None]] = []
+        accepted: list[tuple[TopicPartition, CommittedOffset]] = []
+        for entry in offsets:
+            topic = self.controller.topic(entry.topic)
+            metadata = entry.metadata or ""
+            if topic is None or not 0 <= entry.partition < topic.partitions:
+                errors.append(ErrorCode.unknown_topic_or_partition)
+            elif len(metadata.encode()) > max_metadata:
+                errors.append(ErrorCode.offset_metadata_too_large)
+            else:
+                value = CommittedOffset(entry.offset, entry.leader_epoch, metadata, now)
+                records.append(
+                    (offset_key(group_id, entry.topic, entry.partition), offset_value(value))
+                )
+                accepted.append(((entry.topic, entry.partition), value))
+                errors.append(ErrorCode.none)
+        if not records:
+            return errors
+        self.appended_at = None
+        try:
+            self._append(group_id, records, producer=(producer_id, producer_epoch))
+        except InvalidProducerEpochError:
+            return [ErrorCode.producer_fenced if e == ErrorCode.none else e for e in errors]
+        except (OSError, StorageError):
+            log.exception("could not store transactional offsets of group %s", group_id)
+            return [ErrorCode.coordinator_not_available for _ in offsets]
+        pending = self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
+        for key, value in accepted:
+            pending[key] = value
+        waiting = self.appended_at
+        if waiting is not None:
+            topic = self.controller.topic(OFFSETS_TOPIC)
+            state = topic.states.get(waiting[0]) if topic is not None else None
+            if state is not None and len(state.replicas) > 1:
+                timeout_s = int(self.config["offsets.commit.timeout.ms"]) / 1000
+                if not await wait_replicated(
+                    (OFFSETS_TOPIC, waiting[0]), waiting[1], waiting[2], timeout_s
+                ):
+                    return [
+                        ErrorCode.coordinator_not_available if e == ErrorCode.none else e
+                        for e in errors
+                    ]
+        return errors
+
+    def complete_transaction(self, producer_id: int, commit: bool, offsets_partition: int) -> None:
+        """A transaction marker was written to ``__consumer_offsets``-``offsets_partition``:
+        the producer's pending offsets of the groups there take effect or are dropped."""
+        groups = self.pending_txn.get(producer_id)
+        if not groups:
+            return
+        count = self.offsets_partitions
+        for group_id in [g for g in groups if partition_for(g, count) == offsets_partition]:
+            held = groups.pop(group_id)
+            if not commit:
+                continue
+            if group_id not in self.groups:
+                self.groups[group_id] = ClassicGroup(group_id, self)
+            self.offsets.setdefault(group_id, {}).update(held)
+        if not groups:
+            del self.pending_txn[producer_id]
+
+    def has_pending_txn_offset(self, group_id: str, topic_partition: TopicPartition) -> bool:
+        """Whether an open transaction has committed an offset of this partition."""
+        return any(
+            topic_partition in groups.get(group_id, ()) for groups in self.pending_txn.values()
+        )
 
     def committed(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         return self.offsets.get(group_id, {})
