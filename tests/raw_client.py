@@ -19,6 +19,12 @@ class RawClient:
     def close(self) -> None:
         self.sock.close()
 
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def send_bytes(self, data: bytes) -> None:
         self.sock.sendall(data)
 
@@ -42,12 +48,17 @@ class RawClient:
         except ConnectionResetError:
             return True
 
-    def request(self, body: Any) -> Any:
+    def request_frame(self, body: Any) -> bytes:
+        """The response to ``body`` as its raw frame (correlation id first)."""
         self.correlation += 1
         self.send_bytes(encode_request(self.correlation, "raw-test", body))
         frame = self.read_frame()
         (correlation,) = struct.unpack_from(">i", frame, 0)
         assert correlation == self.correlation
+        return frame
+
+    def request(self, body: Any) -> Any:
+        frame = self.request_frame(body)
         codec = codec_for(type(body).__api_key__, type(body).__version__)
         offset = 5 if codec.flexible_response_header else 4
         response, _ = entity_reader(codec.response_type)(frame, offset)

@@ -20,8 +20,12 @@ than the leader's is FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH.
 
 Fetch sessions (KIP-227): every response carries session id 0, which tells the
 client that the broker keeps no session, so clients send full fetch requests;
-that is correct for every client, only less compact on the wire. Last stable
-offset equals the high watermark until transactions arrive.
+that is correct for every client, only less compact on the wire.
+
+Transactions: every answer carries the partition's last stable offset; a consumer
+reading with isolation_level=read_committed gets nothing at or past it, and the
+aborted transactions (producer id, first offset) that overlap what it is sent, so it
+can skip their records (KIP-98).
 """
 
 from __future__ import annotations
@@ -38,6 +42,13 @@ from strom.broker.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested, nested_if_any
 from strom.storage.errors import OffsetOutOfRangeError
+
+
+def _aborted(aborted_type: type, found: list[tuple[int, int]]) -> tuple[Any, ...]:
+    return tuple(
+        build(aborted_type, producer_id=producer_id, first_offset=first_offset)
+        for producer_id, first_offset in found
+    )
 
 
 @dataclass(slots=True)
@@ -128,7 +139,7 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
     topic_type = nested(response_type, "FetchableTopicResponse")
     partition_type = nested(response_type, "PartitionData")
     read_committed = getattr(request, "isolation_level", 0) == 1
-    aborted = () if read_committed else None
+    aborted_type = nested(response_type, "AbortedTransaction")
     budget = request.max_bytes
     total = 0
     has_error = False
@@ -139,6 +150,7 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
         for w in entries:
             error = ErrorCode.none
             records = b""
+            aborted = () if read_committed else None
             high_watermark = last_stable = log_start = -1
             diverging = None
             partition_log = controller.partition_log(w.name, w.partition) if w.known else None
@@ -161,12 +173,16 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
                 error = epoch_error
             else:
                 high_watermark = partition_log.high_watermark
-                last_stable = high_watermark
+                last_stable = partition_log.last_stable_offset
                 log_start = partition_log.log_start_offset
                 limit = min(w.max_bytes, budget)
                 diverging = _diverging_epoch(partition_log, w)
-                # A follower reads up to the log end; consumers up to the high watermark.
-                upper = partition_log.log_end_offset if replica_id >= 0 else high_watermark
+                # A follower reads up to the log end; consumers up to the high watermark,
+                # or to the last stable offset when they read committed data only.
+                if replica_id >= 0:
+                    upper = partition_log.log_end_offset
+                else:
+                    upper = last_stable if read_committed else high_watermark
                 if diverging is not None:
                     if diverging[0] < 0:  # no epoch here at or below the fetcher's last
                         error = ErrorCode.offset_out_of_range
@@ -178,7 +194,8 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
                         replicas.follower_fetched(
                             partition_log.topic, w.partition, replica_id, w.offset
                         )
-                        high_watermark = last_stable = partition_log.high_watermark
+                        high_watermark = partition_log.high_watermark
+                        last_stable = partition_log.last_stable_offset
                         upper = partition_log.log_end_offset
                 if error != ErrorCode.none or diverging is not None:
                     pass
@@ -195,6 +212,10 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
                         records = b""  # only the first partition may exceed its limits
                     if records and replica_id >= 0:
                         replicas.leader_sent(partition_log.topic, w.partition, len(records))
+                    if records and read_committed and replica_id < 0:
+                        aborted = _aborted(
+                            aborted_type, partition_log.aborted_transactions(w.offset, upper)
+                        )
             if error != ErrorCode.none:
                 has_error = True
                 if error == ErrorCode.not_leader_or_follower and w.name is not None:

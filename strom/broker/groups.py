@@ -4,8 +4,10 @@
   coordinator is the leader of its ``__consumer_offsets`` partition, answered with
   that broker's endpoint; the topic is created through the active controller on
   first use (replication factor ``offsets.topic.replication.factor``, at most the
-  live brokers). Transaction (and share) coordinator
-  keys get COORDINATOR_NOT_AVAILABLE: transactions are not served yet.
+  live brokers). A transactional id's coordinator (key type 1) is the leader of its
+  ``__transaction_state`` partition, created the same way on first use
+  (``transaction.state.log.*``). Share-group keys (type 2) get INVALID_REQUEST:
+  share groups are not served, and the client must not retry.
 - JoinGroup (11) 0-9, SyncGroup (14) 0-5, Heartbeat (12) 0-4, LeaveGroup (13)
   0-5 (batched members from v3): the classic protocol, see
   strom/coordinator/classic.py. A JoinGroup is held (the connection answers it
@@ -39,10 +41,13 @@ from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.router import RequestContext, handles
 from strom.coordinator.classic import ClassicGroup, JoinRequest, JoinResult, SyncResult
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC, partition_for
+from strom.coordinator.transaction_log import TRANSACTION_TOPIC
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
 GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+_COORDINATOR_TOPICS = {GROUP_KEY_TYPE: OFFSETS_TOPIC, TRANSACTION_KEY_TYPE: TRANSACTION_TOPIC}
 OFFSETS_TOPIC_WAIT_S = 5.0
 
 
@@ -66,25 +71,36 @@ def client_host(ctx: RequestContext) -> str:
 def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
-    if key_type == GROUP_KEY_TYPE and broker.state.topic(OFFSETS_TOPIC) is None:
-        return _create_offsets_topic_then_find(ctx, request)
+    topic = _COORDINATOR_TOPICS.get(key_type)
+    if topic is not None and broker.state.topic(topic) is None:
+        return _create_internal_topic_then_find(ctx, request, topic)
     return _find_coordinator(ctx, request)
 
 
-async def _create_offsets_topic_then_find(ctx: RequestContext, request: Any) -> Any:
-    """Kafka creates the offsets topic on the first FindCoordinator, and so do we."""
+def _internal_topic_request(ctx: RequestContext, topic: str) -> tuple[int, int, dict[str, str]]:
     broker = ctx.broker
-    wanted = broker.coordinator.offsets_topic_request(len(live_brokers(broker)))
+    live = len(live_brokers(broker))
+    if topic == TRANSACTION_TOPIC:
+        return broker.transactions.topic_request(live)
+    wanted = broker.coordinator.offsets_topic_request(live)
+    return wanted.partitions, wanted.replication_factor, wanted.configs
+
+
+async def _create_internal_topic_then_find(ctx: RequestContext, request: Any, topic: str) -> Any:
+    """Kafka creates the offsets and transaction state topics on the first
+    FindCoordinator that needs them, and so do we."""
+    broker = ctx.broker
+    partitions, replication_factor, configs = _internal_topic_request(ctx, topic)
     create = create_topics.CreateTopicsRequest(
         topics=(
             create_topics.CreatableTopic(
-                name=OFFSETS_TOPIC,
-                num_partitions=wanted.partitions,
-                replication_factor=wanted.replication_factor,
+                name=topic,
+                num_partitions=partitions,
+                replication_factor=replication_factor,
                 assignments=(),
                 configs=tuple(
                     create_topics.CreatableTopicConfig(name=k, value=v)
-                    for k, v in sorted(wanted.configs.items())
+                    for k, v in sorted(configs.items())
                 ),
             ),
         ),
@@ -96,14 +112,16 @@ async def _create_offsets_topic_then_find(ctx: RequestContext, request: Any) -> 
     except ControllerUnavailable:
         pass  # answered COORDINATOR_NOT_AVAILABLE below; the client asks again
     await broker.wait_for_metadata(
-        lambda: broker.state.topic(OFFSETS_TOPIC) is not None, OFFSETS_TOPIC_WAIT_S
+        lambda: broker.state.topic(topic) is not None, OFFSETS_TOPIC_WAIT_S
     )
     return _find_coordinator(ctx, request)
 
 
-def _coordinator_of(ctx: RequestContext, key: str) -> tuple[ErrorCode, str | None, Any]:
+def _coordinator_of(
+    ctx: RequestContext, key: str, topic_name: str
+) -> tuple[ErrorCode, str | None, Any]:
     broker = ctx.broker
-    topic = broker.state.topic(OFFSETS_TOPIC)
+    topic = broker.state.topic(topic_name)
     if topic is None or topic.partitions == 0:
         return ErrorCode.coordinator_not_available, "The coordinator is not available.", None
     leader = topic.leader_of(partition_for(key, topic.partitions))
@@ -117,15 +135,12 @@ def _find_coordinator(ctx: RequestContext, request: Any) -> Any:
     key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
 
     def answer(key: str) -> tuple[ErrorCode, str | None, int, str, int]:
-        if key_type != GROUP_KEY_TYPE:
-            return (
-                ErrorCode.coordinator_not_available,
-                "Only group coordination is served",
-                -1,
-                "",
-                -1,
-            )
-        error, message, endpoint = _coordinator_of(ctx, key)
+        topic = _COORDINATOR_TOPICS.get(key_type)
+        if topic is None:
+            return ErrorCode.invalid_request, f"Key type {key_type} is not served", -1, "", -1
+        if key_type == TRANSACTION_KEY_TYPE and not key:
+            return ErrorCode.invalid_request, "An empty transactional id", -1, "", -1
+        error, message, endpoint = _coordinator_of(ctx, key, topic)
         if endpoint is None:
             return error, message, -1, "", -1
         return error, message, endpoint.node_id, endpoint.host, endpoint.port

@@ -3,8 +3,10 @@
 Gives an idempotent producer a fresh producer id (epoch 0) from the
 active controller's id blocks (producer_ids.py), so ids are never reused across restarts; a
 producer that presents its current id and epoch gets the epoch bumped (KIP-360).
-Requests with a transactional id get COORDINATOR_NOT_AVAILABLE: transactions
-are not served yet. The ids it hands out are what Produce then checks per
+A request with a transactional id goes to the transaction coordinator
+(strom/coordinator/transactions.py): a new id or a bumped epoch for the
+transactional id, fencing its older producer; PRODUCER_FENCED is answered as
+INVALID_PRODUCER_EPOCH before version 4. The ids it hands out are what Produce then checks per
 partition (see produce.py): a bumped epoch fences the older one
 (INVALID_PRODUCER_EPOCH) and must restart at sequence 0; retried batches are
 recognised as duplicates; sequence gaps get OUT_OF_ORDER_SEQUENCE_NUMBER.
@@ -17,6 +19,8 @@ from typing import Any
 from strom.broker.common import NO_THROTTLE
 from strom.broker.producer_ids import ProducerIdBlocks, ProducerIdsUnavailable
 from strom.broker.router import RequestContext, handles
+from strom.broker.transactions import fenced_for
+from strom.coordinator.transactions import ProducerIdAndEpoch
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build
 
@@ -26,13 +30,7 @@ MAX_EPOCH = 32767
 @handles(22, 0, 5)
 def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
-        return build(
-            ctx.response_type,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.coordinator_not_available,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
+        return _transactional(ctx, request)
     producer_id = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if producer_id >= 0 and 0 <= epoch < MAX_EPOCH - 1:
@@ -42,6 +40,29 @@ def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if producer_id is not None:
         return _answer(ctx, producer_id, 0)
     return _from_new_block(ctx, blocks)
+
+
+async def _transactional(ctx: RequestContext, request: Any) -> Any:
+    timeout = request.transaction_timeout
+    timeout_ms = (
+        int(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else int(timeout)
+    )
+    try:
+        result = await ctx.broker.transactions.init_producer_id(
+            request.transactional_id,
+            timeout_ms,
+            getattr(request, "producer_id", -1),
+            getattr(request, "producer_epoch", -1),
+        )
+    except ProducerIdsUnavailable:
+        result = ProducerIdAndEpoch(ErrorCode.coordinator_load_in_progress)
+    return build(
+        ctx.response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=fenced_for(result.error, ctx.api_version, 4),
+        producer_id=result.producer_id,
+        producer_epoch=result.producer_epoch,
+    )
 
 
 async def _from_new_block(ctx: RequestContext, blocks: ProducerIdBlocks) -> Any:

@@ -1,7 +1,7 @@
 """ListOffsets (key 2), versions 1-10.
 
-Special timestamps: -2 earliest (log start offset), -1 latest (high watermark;
-the last stable offset is the same until transactions exist), -3 max timestamp (KIP-734: the
+Special timestamps: -2 earliest (log start offset), -1 latest (the high watermark;
+the last stable offset for isolation_level=read_committed), -3 max timestamp (KIP-734: the
 offset and timestamp of the batch with the largest timestamp), -4 earliest
 local (same as earliest: no tiered storage). A timestamp >= 0 finds the first
 offset whose timestamp is >= it through the time index, or -1/-1 if none.
@@ -30,6 +30,7 @@ def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
     topic_type = nested(response_type, "ListOffsetsTopicResponse")
     partition_type = nested(response_type, "ListOffsetsPartitionResponse")
+    read_committed = getattr(request, "isolation_level", 0) == 1
     topics = []
     for topic in request.topics:
         meta = controller.topic(topic.name)
@@ -47,7 +48,11 @@ def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
             elif p.timestamp in (EARLIEST, EARLIEST_LOCAL):
                 offset = partition_log.log_start_offset
             elif p.timestamp == LATEST:
-                offset = partition_log.high_watermark
+                offset = (
+                    partition_log.last_stable_offset
+                    if read_committed
+                    else partition_log.high_watermark
+                )
             elif p.timestamp == MAX_TIMESTAMP:
                 offset, timestamp = partition_log.max_timestamp()
             elif p.timestamp >= 0:

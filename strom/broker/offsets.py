@@ -14,8 +14,9 @@
   after offsets.commit.timeout.ms it is COORDINATOR_NOT_AVAILABLE (clients retry).
 - OffsetFetch (9), versions 1-10 (several groups per request from v8, topic
   ids from v10): a partition without a committed offset answers offset -1.
-  require_stable is always satisfied: there are no pending transactional
-  offsets. The member id and epoch of v9+ are not checked.
+  With require_stable (v7+), a partition whose offset an open transaction has
+  committed answers UNSTABLE_OFFSET_COMMIT (the client retries until the transaction
+  ends). The member id and epoch of v9+ are not checked.
 - OffsetDelete (47), version 0: GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC
   for topics the group's members subscribe to, NON_EMPTY_GROUP for an active
   group whose subscriptions cannot be read.
@@ -127,25 +128,34 @@ def _commit_response(ctx: RequestContext, resolved: list[Any], errors: list[Erro
 def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
     if ctx.api_version < 8:
-        topics, error = _fetch_group(ctx, request.group_id, request.topics, legacy=True)
+        topics, error = _fetch_group(
+            ctx,
+            request.group_id,
+            request.topics,
+            legacy=True,
+            require_stable=bool(getattr(request, "require_stable", False)),
+        )
         return build(response_type, throttle_time=NO_THROTTLE, topics=topics, error_code=error)
     group_type = nested(response_type, "OffsetFetchResponseGroup")
     groups = []
     for group in request.groups:
-        topics, error = _fetch_group(ctx, group.group_id, group.topics, legacy=False)
+        topics, error = _fetch_group(
+            ctx, group.group_id, group.topics, legacy=False, require_stable=request.require_stable
+        )
         groups.append(build(group_type, group_id=group.group_id, topics=topics, error_code=error))
     return build(response_type, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
 def _fetch_group(
-    ctx: RequestContext, group_id: str, topics: Any, *, legacy: bool
+    ctx: RequestContext, group_id: str, topics: Any, *, legacy: bool, require_stable: bool
 ) -> tuple[tuple[Any, ...], ErrorCode]:
     response_type = ctx.response_type
     suffix = "" if legacy else "s"
     topic_type = nested(response_type, f"OffsetFetchResponseTopic{suffix}")
     partition_type = nested(response_type, f"OffsetFetchResponsePartition{suffix}")
     controller = ctx.broker.controller
-    committed = ctx.broker.coordinator.committed(group_id)
+    coordinator = ctx.broker.coordinator
+    committed = coordinator.committed(group_id)
     if not group_id:
         return (), ErrorCode.invalid_group_id
     if not ctx.broker.coordinator.is_coordinator_for(group_id):
@@ -169,7 +179,10 @@ def _fetch_group(
                 entries = [(p, None, ErrorCode.unknown_topic_id) for p in topic.partition_indexes]
             else:
                 entries = [
-                    (p, committed.get((real or "", p)), ErrorCode.none)
+                    (p, None, ErrorCode.unstable_offset_commit)
+                    if require_stable
+                    and coordinator.has_pending_txn_offset(group_id, (real or "", p))
+                    else (p, committed.get((real or "", p)), ErrorCode.none)
                     for p in topic.partition_indexes
                 ]
             by_topic.append((name, topic_id, entries))

@@ -37,16 +37,23 @@ first copy's); a new epoch must start at sequence 0 and otherwise the first
 sequence must follow the last one (wrapping at 2**31-1), else
 OUT_OF_ORDER_SEQUENCE_NUMBER. A producer id the partition does not know is
 accepted at any sequence and epoch (its state may be older than the segments
-it is rebuilt from). The state is rebuilt from the newest two segments at
-start-up; there are no producer snapshot files and idle producer ids do not
-expire. Not served: transactions (transactional batches are appended unchecked
-against any transaction state).
+it is rebuilt from). Idle producer ids do not expire.
+
+Transactions (KIP-98): a transactional batch opens or continues its producer's
+transaction in the partition; the first one of a transaction is verified with the
+transaction coordinator first (KIP-890 part 1, txn_verification.py): a partition
+not in the producer's ongoing transaction gets INVALID_TXN_STATE, a fenced producer
+INVALID_PRODUCER_EPOCH, and a coordinator that is moving NOT_ENOUGH_REPLICAS, which
+the producer retries. A plain batch with a sequence from a producer whose
+transaction is open is INVALID_TXN_STATE. Control batches (markers) are the
+coordinator's to write: a client's gets INVALID_RECORD.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import inspect
 import logging
 import time
 from typing import Any
@@ -54,6 +61,7 @@ from typing import Any
 from strom.broker.cluster_view import leader_hints
 from strom.broker.common import NO_THROTTLE, now_ms, resolve_topic
 from strom.broker.router import RequestContext, handles
+from strom.broker.txn_verification import transactional_producer
 from strom.cluster.node_state import TopicView
 from strom.protocol.codecs import CODEC_NAMES
 from strom.protocol.errors import ErrorCode
@@ -67,14 +75,85 @@ from strom.protocol.records import (
     validate_batches,
 )
 from strom.storage.partition_log import PartitionLog
-from strom.storage.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError
+from strom.storage.producer_state import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+)
 
 log = logging.getLogger(__name__)
 UTC = datetime.UTC
+TopicPartition = tuple[str, int]
 
 
 @handles(0, 3, 12)
 def handle_produce(ctx: RequestContext, request: Any) -> Any:
+    if request.transactional_id is not None:
+        unverified = _unverified(ctx, request)
+        if unverified:
+            return _verify_then_produce(ctx, request, unverified)
+    return _produce(ctx, request, {})
+
+
+def _unverified(ctx: RequestContext, request: Any) -> dict[tuple[int, int], list[TopicPartition]]:
+    """Partitions led here whose first transactional batch of a transaction this is:
+    per (producer id, epoch), to be verified with the coordinator (KIP-890)."""
+    controller = ctx.broker.controller
+    out: dict[tuple[int, int], list[TopicPartition]] = {}
+    for topic_data in request.topic_data:
+        topic = resolve_topic(
+            controller, getattr(topic_data, "name", None), getattr(topic_data, "topic_id", None)
+        )
+        if topic is None:
+            continue
+        for data in topic_data.partition_data:
+            producer = transactional_producer(data.records)
+            if producer is None:
+                continue
+            partition_log = controller.partition_log(topic.name, data.index)
+            if partition_log is None or partition_log.has_open_transaction(*producer):
+                continue
+            out.setdefault(producer, []).append((topic.name, data.index))
+    return out
+
+
+async def _verify_then_produce(
+    ctx: RequestContext, request: Any, unverified: dict[tuple[int, int], list[TopicPartition]]
+) -> Any:
+    refused: dict[TopicPartition, ErrorCode] = {}
+    for (producer_id, epoch), partitions in unverified.items():
+        results = await ctx.broker.txn_verifier.verify(
+            request.transactional_id, producer_id, epoch, partitions
+        )
+        for key, error in results.items():
+            if error != ErrorCode.none:
+                refused[key] = _VERIFICATION_ERRORS.get(error, ErrorCode.invalid_txn_state)
+                log.info(
+                    "refusing a transactional produce to %s-%d from %s: %s",
+                    *key,
+                    ctx.peer,
+                    error.name,
+                )
+    response = _produce(ctx, request, refused)
+    if inspect.isawaitable(response):
+        return await response
+    return response
+
+
+# What a producer is told when its partition could not be verified: retriable errors
+# for a coordinator that is moving or busy, as Kafka answers them.
+_VERIFICATION_ERRORS = {
+    ErrorCode.not_coordinator: ErrorCode.not_enough_replicas,
+    ErrorCode.coordinator_not_available: ErrorCode.not_enough_replicas,
+    ErrorCode.coordinator_load_in_progress: ErrorCode.not_enough_replicas,
+    ErrorCode.concurrent_transactions: ErrorCode.not_enough_replicas,
+    ErrorCode.not_enough_replicas: ErrorCode.not_enough_replicas,
+    ErrorCode.producer_fenced: ErrorCode.invalid_producer_epoch,
+    ErrorCode.invalid_producer_id_mapping: ErrorCode.invalid_producer_epoch,
+}
+
+
+def _produce(ctx: RequestContext, request: Any, refused: dict[TopicPartition, ErrorCode]) -> Any:
     broker = ctx.broker
     controller = broker.controller
     acks = request.acks
@@ -92,6 +171,8 @@ def handle_produce(ctx: RequestContext, request: Any) -> Any:
         for data in topic_data.partition_data:
             if acks not in (0, 1, -1):
                 result = [data.index, ErrorCode.invalid_required_acks, -1, None, -1]
+            elif refused and topic is not None and (topic.name, data.index) in refused:
+                result = [data.index, refused[(topic.name, data.index)], -1, None, -1]
             else:
                 partition_log = (
                     controller.partition_log(topic.name, data.index) if topic is not None else None
@@ -260,6 +341,10 @@ def _append(
     except CorruptBatchError as exc:
         log.info("rejecting batch for %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
         return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
+    if any(header.is_control for header in headers):
+        # Markers are the coordinator's to write (WriteTxnMarkers), never a client's.
+        log.info("refusing control batches for %s-%d from %s", topic.name, partition, ctx.peer)
+        return ErrorCode.invalid_record, -1, None, partition_log.log_start_offset
     if config.compact or config.compression_type != "producer":
         try:
             if config.compact and any(has_null_key(buf, header) for header in headers):
@@ -297,6 +382,9 @@ def _append(
     except OutOfOrderSequenceError as exc:
         log.info("rejecting a produce to %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
         return ErrorCode.out_of_order_sequence_number, -1, None, partition_log.log_start_offset
+    except InvalidTxnStateError as exc:
+        log.info("rejecting a produce to %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
+        return ErrorCode.invalid_txn_state, -1, None, partition_log.log_start_offset
     ctx.broker.purgatory.notify(topic.name, partition)
     if replicated:
         ctx.broker.replicas.maybe_advance_high_watermark((topic.name, partition))

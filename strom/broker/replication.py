@@ -47,6 +47,7 @@ from strom.cluster.image import NO_LEADER
 from strom.cluster.partition_change import LEADER_RECOVERED, LEADER_RECOVERING
 from strom.config import LONG_MAX, TOPIC_CONFIGS, ConfigError, throttled
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC
+from strom.coordinator.transaction_log import TRANSACTION_TOPIC
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import CorruptBatchError, validate_batches
 
@@ -174,8 +175,7 @@ class ReplicaManager:
             self.leading.pop(key, None)
             self._stop_following(key)
             self.broker.purgatory.notify(*key)
-            if key[0] == OFFSETS_TOPIC:
-                self.broker.coordinator.unload_partition(key[1])
+            self._coordinators_lose(key)
         if gone or not self._strays_checked:
             self._strays_checked = True
             self._delete_strays()
@@ -217,6 +217,8 @@ class ReplicaManager:
         self.maybe_advance_high_watermark(key)
         if key[0] == OFFSETS_TOPIC:
             self.broker.coordinator.load_partition(key[1])
+        elif key[0] == TRANSACTION_TOPIC:
+            self.broker.transactions.load_partition(key[1])
         if partition.leader_recovery_state == LEADER_RECOVERING:
             end = partition_log.log_end_offset if partition_log is not None else -1
             log.warning(
@@ -227,6 +229,14 @@ class ReplicaManager:
                 end,
             )
             self._request_isr_change(key)  # reports the recovery (see _alter_isr)
+
+    def _coordinators_lose(self, key: PartitionKey) -> None:
+        """This broker no longer leads ``key``: a coordinator whose state lives there
+        hands its groups or transactional ids over."""
+        if key[0] == OFFSETS_TOPIC:
+            self.broker.coordinator.unload_partition(key[1])
+        elif key[0] == TRANSACTION_TOPIC:
+            self.broker.transactions.unload_partition(key[1])
 
     def _forget_departed_followers(self, key: PartitionKey, partition: PartitionState) -> None:
         leading = self.leading[key]
@@ -241,8 +251,7 @@ class ReplicaManager:
         self.leading.pop(key, None)
         self._stop_following(key)
         self.broker.purgatory.notify(*key)  # acks=all waits here learn they lost it
-        if key[0] == OFFSETS_TOPIC:
-            self.broker.coordinator.unload_partition(key[1])
+        self._coordinators_lose(key)
         if partition.leader == NO_LEADER:
             return
         slot = hash(key) % self.fetchers_per_leader

@@ -96,6 +96,7 @@ def load_handlers() -> tuple[dict[int, Route], dict[int, Route]]:
         offsets,
         produce,
         quorum_handlers,
+        transactions,
     )
 
     return ROUTES, CONTROLLER_ROUTES

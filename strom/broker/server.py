@@ -44,10 +44,13 @@ from strom.broker.purgatory import Purgatory
 from strom.broker.quorum import QuorumDriver
 from strom.broker.replication import ReplicaManager
 from strom.broker.router import RequestContext, Route, load_handlers
+from strom.broker.txn_markers import TxnMarkerSender
+from strom.broker.txn_verification import TxnVerifier
 from strom.cluster.meta_properties import ensure_formatted
 from strom.cluster.node_state import NodeState
 from strom.config import BrokerConfig, ConfigError, Listener, parse_listener
 from strom.coordinator.coordinator import GroupCoordinator
+from strom.coordinator.transactions import TransactionCoordinator
 from strom.protocol.framing import (
     API_VERSIONS_KEY,
     FrameError,
@@ -131,6 +134,16 @@ class Broker:
         self.coordinator = GroupCoordinator(self.state, config, self._coordinator_appended)
         self.state.on_topic_removed = self.coordinator.forget_topic
         self.replicas = ReplicaManager(self)
+        self.txn_markers = TxnMarkerSender(self)
+        self.txn_verifier = TxnVerifier(self)
+        self.transactions = TransactionCoordinator(
+            self.state,
+            config,
+            new_producer_id=self.producer_ids.take,
+            wait_replicated=self.replicas.wait_for_high_watermark,
+            send_markers=self.txn_markers.send,
+            on_append=self._coordinator_appended,
+        )
         self._replicating = False
         self._metadata_changed = asyncio.Event()
         self.state.on_change = self._on_metadata_change
@@ -234,6 +247,7 @@ class Broker:
             self.lifecycle.start()
             await self.lifecycle.wait_unfenced()
             self.coordinator.start()
+            self.transactions.start()
             self.replicas.start()
             self._replicating = True
             for server in clients:
@@ -270,6 +284,9 @@ class Broker:
         self._replicating = False
         await self.replicas.stop()
         self.coordinator.stop()
+        self.transactions.stop()
+        self.txn_markers.close()
+        self.txn_verifier.close()
         self.group_commit.shutdown()
         if self.controller_service is not None:
             self.controller_service.stop()

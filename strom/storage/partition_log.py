@@ -293,6 +293,16 @@ class PartitionLog:
         earliest first: the hanging-transaction view."""
         return self.producers.open_transactions()
 
+    def has_open_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether this producer, at this epoch, has a transaction open here: its next
+        transactional batch continues it and needs no verification."""
+        entry = self.producers.get(producer_id)
+        return (
+            entry is not None
+            and entry.epoch == producer_epoch
+            and entry.current_txn_first_offset >= 0
+        )
+
     def _load_epochs(self) -> LeaderEpochCache:
         cache = LeaderEpochCache.read(self.directory)
         if cache is None:
