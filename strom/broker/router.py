@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from strom.protocol.framing import MessageCodec
+from strom.security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
     from strom.broker.server import Broker
@@ -70,6 +71,15 @@ class RequestContext:
     codec: MessageCodec
     peer: str
     routes: dict[int, Route]
+    # Who sent it: the connection's authenticated principal (ANONYMOUS until TLS client
+    # authentication or SASL says otherwise) and the listener it came in on.
+    principal: KafkaPrincipal = ANONYMOUS
+    listener: str = ""
+
+    @property
+    def client_host(self) -> str:
+        """The peer's address without its port, as ACLs name hosts."""
+        return self.peer.rsplit(":", 1)[0]
 
     @property
     def response_type(self) -> type:
