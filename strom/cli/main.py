@@ -13,7 +13,7 @@ requests where it lacks one).
 ``storage`` (format and inspect the node's directories, like kafka-storage.sh) is the
 one tool that works on the local disk instead. A tool's wrong argument is one line and
 exit code 2; an expected failure (broker unreachable, topic missing...) is one line
-and exit code 1.
+and exit code 1. SIGTERM ends a tool as Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -86,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "broker":
         return run_broker(args)
+    # SIGTERM (kill, timeout, systemd) ends a tool as Ctrl-C does: a consumer commits
+    # what it printed and leaves its group instead of dying with exit code 143.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         return args.run(args)
     except ToolError as exc:

@@ -15,6 +15,8 @@ import uuid
 import pytest
 from broker_process import free_port
 from cli_helpers import STROM, ok, one_line_error, strom, tool
+from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka.admin import AdminClient
 
 
 def new_topic(broker, partitions: int = 1, *extra: str) -> str:
@@ -545,7 +547,14 @@ def test_bad_argument_is_one_line_and_exit_2(args: list[str]) -> None:
     one_line_error(strom(*args, timeout=30), 2)
 
 
-def test_consume_exits_cleanly_on_sigint(broker) -> None:
+def _as_from_a_terminal() -> None:
+    """A child as a shell in a terminal starts it: SIGINT at its default even when this
+    suite was started in the background (where SIGINT is ignored and inherited so)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_consume_exits_cleanly_on_sigint_and_sigterm(broker, stop: signal.Signals) -> None:
     topic = new_topic(broker)
     ok(tool(broker, "produce", "--topic", topic, stdin="first\n"))
     proc = subprocess.Popen(
@@ -561,12 +570,13 @@ def test_consume_exits_cleanly_on_sigint(broker) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_as_from_a_terminal,
     )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "first\n"
         time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)
         out, err = proc.communicate(timeout=15)
     finally:
         if proc.poll() is None:
@@ -574,3 +584,40 @@ def test_consume_exits_cleanly_on_sigint(broker) -> None:
     assert proc.returncode == 0, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert "Processed a total of 1 messages" in err
+
+
+def test_consume_in_a_group_stopped_by_sigterm_commits_and_leaves(broker) -> None:
+    """kill / timeout / systemd stop a group consumer as Ctrl-C does: what it printed is
+    committed, it leaves the group at once, and the next run goes on after it."""
+    topic = new_topic(broker)
+    group = f"term-{topic}"
+    ok(tool(broker, "produce", "--topic", topic, stdin="a\nb\nc\n"))
+    command = [
+        *STROM,
+        "consume",
+        "--bootstrap-server",
+        broker.bootstrap,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--from-beginning",
+    ]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert [proc.stdout.readline() for _ in range(3)] == ["a\n", "b\n", "c\n"]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    (described,) = admin.describe_consumer_groups([group]).values()
+    assert described.result(15).members == []  # left, not a ghost until its session ends
+    (offsets,) = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+    assert [tp.offset for tp in offsets.result(15).topic_partitions] == [3]
+    ok(tool(broker, "produce", "--topic", topic, stdin="d\n"))
+    again = tool(broker, "consume", "--topic", topic, "--group", group, "--max-messages", "1")
+    assert ok(again).stdout == "d\n"
