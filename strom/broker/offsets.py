@@ -7,8 +7,9 @@
   -1 and no member id (simple consumers, admin tools) is accepted while the
   group is empty and creates it. Per partition: UNKNOWN_TOPIC_OR_PARTITION,
   OFFSET_METADATA_TOO_LARGE above offset.metadata.max.bytes. Metadata and the
-  committed leader epoch round-trip. The retention time of v2-4 is ignored
-  (offsets.retention.minutes applies). When the group's offsets partition has
+  committed leader epoch round-trip. A retention time of v2-4 (other than -1) is the
+  offsets' expiry, stored as Kafka stores it (offset value version 1); without one
+  offsets.retention.minutes applies. When the group's offsets partition has
   followers, the answer waits until the commit is replicated to the ISR (the
   partition's high watermark passes it), as Kafka's acks=all write of offsets does;
   after offsets.commit.timeout.ms it is COORDINATOR_NOT_AVAILABLE (clients retry).
@@ -52,6 +53,8 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
         )
     resolved = []
     wanted: list[OffsetToCommit] = []
+    retention = getattr(request, "retention_time", None)  # v2-4
+    retention_ms = -1 if retention is None else int(retention.total_seconds() * 1000)
     for topic in request.topics:
         name = getattr(topic, "name", None)
         topic_id = getattr(topic, "topic_id", None)
@@ -65,6 +68,7 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
                     p.committed_offset,
                     getattr(p, "committed_leader_epoch", -1),
                     p.committed_metadata,
+                    retention_ms if retention_ms >= 0 else -1,
                 )
             )
         resolved.append((name, topic_id, meta, topic.partitions))

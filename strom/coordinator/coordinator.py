@@ -93,6 +93,9 @@ class OffsetToCommit:
     offset: int
     leader_epoch: int
     metadata: str | None
+    # OffsetCommit v2-4's retention time: the offset expires this long after the commit
+    # (once its group is empty) instead of offsets.retention.minutes; -1 for the default.
+    retention_ms: int = -1
 
 
 class GroupCoordinator:
@@ -428,7 +431,8 @@ class GroupCoordinator:
             elif len(metadata.encode()) > max_metadata:
                 errors.append(ErrorCode.offset_metadata_too_large)
             else:
-                value = CommittedOffset(entry.offset, entry.leader_epoch, metadata, now)
+                expire = now + entry.retention_ms if entry.retention_ms >= 0 else -1
+                value = CommittedOffset(entry.offset, entry.leader_epoch, metadata, now, expire)
                 records.append(
                     (offset_key(group_id, entry.topic, entry.partition), offset_value(value))
                 )

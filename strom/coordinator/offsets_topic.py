@@ -146,6 +146,12 @@ def group_key(group: str) -> bytes:
 
 
 def offset_value(value: CommittedOffset) -> bytes:
+    if value.expire_timestamp >= 0:
+        # Version 1, the only one with an expire timestamp (and no leader epoch), as
+        # Kafka writes an offset committed with a retention time.
+        w = _Writer().i16(1).i64(value.offset).string(value.metadata)
+        w.i64(value.commit_timestamp).i64(value.expire_timestamp)
+        return bytes(w.out)
     w = _Writer().i16(OFFSET_COMMIT_VALUE_VERSION).i64(value.offset).i32(value.leader_epoch)
     w.string(value.metadata).i64(value.commit_timestamp)
     return bytes(w.out)

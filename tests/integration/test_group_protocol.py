@@ -42,6 +42,7 @@ OVERRIDES = {
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "500",
     "offsets.topic.num.partitions": "3",
+    "offsets.retention.check.interval.ms": "200",
 }
 
 
@@ -523,3 +524,68 @@ def test_a_leader_that_never_syncs_is_removed_after_the_rebalance_timeout(raw_br
     assert [m.member_id for m in alone.members] == [follower_id]
     leader.close()
     follower.close()
+
+
+def test_offset_commit_v2_retention_time_expires_the_offset(raw_broker) -> None:
+    """OffsetCommit v2-4 carry a retention time: Kafka stores it as the offsets' expiry.
+    An offset committed with one second is gone a little later; one with the default
+    (-1) stays."""
+    from kio.schema.offset_commit.v2.request import (
+        OffsetCommitRequest as OffsetCommitV2,
+    )
+    from kio.schema.offset_commit.v2.request import (
+        OffsetCommitRequestPartition as PartitionV2,
+    )
+    from kio.schema.offset_commit.v2.request import (
+        OffsetCommitRequestTopic as TopicV2,
+    )
+
+    create_topic(raw_broker.bootstrap, "retained", 1)
+    client = RawClient(raw_broker.port)
+
+    def commit(group: str, retention_ms: int) -> None:
+        response = client.request(
+            OffsetCommitV2(
+                group_id=group,
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                retention_time=datetime.timedelta(milliseconds=retention_ms),
+                topics=(
+                    TopicV2(
+                        name="retained",
+                        partitions=(
+                            PartitionV2(
+                                partition_index=0, committed_offset=3, committed_metadata=""
+                            ),
+                        ),
+                    ),
+                ),
+            )
+        )
+        assert response.topics[0].partitions[0].error_code == ErrorCode.none
+
+    def committed(group: str) -> int:
+        fetched = client.request(
+            OffsetFetchRequest(
+                groups=(
+                    OffsetFetchRequestGroup(
+                        group_id=group,
+                        member_id=None,
+                        member_epoch=-1,
+                        topics=(OffsetFetchRequestTopics(name="retained", partition_indexes=(0,)),),
+                    ),
+                ),
+                require_stable=False,
+            )
+        )
+        return fetched.groups[0].topics[0].partitions[0].committed_offset
+
+    commit("short-lived", 1000)
+    commit("default-retention", -1)
+    assert committed("short-lived") == 3
+    deadline = time.monotonic() + 15
+    while committed("short-lived") != -1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert committed("short-lived") == -1
+    assert committed("default-retention") == 3
+    client.close()

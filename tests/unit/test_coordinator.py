@@ -107,6 +107,45 @@ def test_offsets_replay_after_restart_and_expire_for_empty_groups(tmp_path: Path
     asyncio.run(third_life())
 
 
+def test_retention_time_of_a_commit_is_its_expiry_across_a_restart(tmp_path: Path) -> None:
+    """OffsetCommit v2-4's retention time: stored as Kafka stores it (value version 1)
+    and honoured instead of offsets.retention.minutes (1 minute here)."""
+    log: list[bytes] = []
+
+    async def first_life() -> int:
+        controller, coordinator = _coordinator(tmp_path, log)
+        coordinator.start()
+        controller.create_topic("t", 2)
+        coordinator.commit_offsets(
+            "g",
+            [
+                OffsetToCommit("t", 0, 5, -1, "kept", retention_ms=10 * 60_000),
+                OffsetToCommit("t", 1, 7, -1, "short", retention_ms=1_000),
+            ],
+        )
+        now = coordinator.now_ms()
+        coordinator.stop()
+        controller.shutdown()
+        return now
+
+    async def second_life(committed_at: int) -> None:
+        controller, coordinator = _coordinator(tmp_path, log)
+        coordinator.start()
+        stored = coordinator.committed("g")
+        assert stored[("t", 0)].expire_timestamp == stored[("t", 0)].commit_timestamp + 600_000
+        assert stored[("t", 0)].metadata == "kept"
+        assert coordinator.expire_offsets(committed_at + 2_000) == 1  # only the 1 s one
+        assert set(coordinator.committed("g")) == {("t", 0)}
+        # Past the default minute it stays: its own ten minutes apply.
+        assert coordinator.expire_offsets(committed_at + 5 * 60_000) == 0
+        assert coordinator.expire_offsets(committed_at + 11 * 60_000) == 1
+        coordinator.stop()
+        controller.shutdown()
+
+    committed_at = asyncio.run(first_life())
+    asyncio.run(second_life(committed_at))
+
+
 def test_offsets_of_a_deleted_topic_are_forgotten(tmp_path: Path) -> None:
     log: list[bytes] = []
 
