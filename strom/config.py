@@ -448,6 +448,17 @@ class BrokerConfig:
                     f"Listener {listener.name} uses security protocol {protocol}: "
                     f"Strom supports only {', '.join(SUPPORTED_SECURITY_PROTOCOLS)} listeners"
                 )
+        for listener in advertised or listeners:
+            if listener.host in NON_ROUTABLE_HOSTS and not self.is_controller_listener(
+                listener.name
+            ):
+                source = "advertised.listeners" if advertised else "listeners"
+                raise ConfigError(
+                    f"{listener.name} listener would be advertised as {listener.host} (from "
+                    f"{source}), where clients cannot connect: set advertised.listeners to a "
+                    "routable address, e.g. advertised.listeners="
+                    f"{listener.name}://<host name or IP>:{listener.port}"
+                )
         voters = self.quorum_voters
         voters_text = render(self._values["controller.quorum.voters"])
         bootstrap = self.quorum_bootstrap_servers
@@ -758,6 +769,10 @@ def throttled(replicas: list[str] | None, partition: int, broker_id: int) -> boo
     if not replicas:
         return False
     return replicas == ["*"] or f"{partition}:{broker_id}" in replicas
+
+
+# Addresses a server binds to meaning "every interface": never one a client can reach.
+NON_ROUTABLE_HOSTS = frozenset({"0.0.0.0", "::", "[::]"})
 
 
 def parse_listener(spec: str, key: str = "listeners") -> Listener:

@@ -434,3 +434,25 @@ def test_ensure_formatted_malformed_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(MetaPropertiesError) as info:
         ensure_formatted(BrokerConfig({"log.dirs": str(data)}), None)
     assert "\n" not in str(info.value) and "meta.properties" in str(info.value)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "[::]"])
+def test_a_bind_all_address_is_never_advertised(host: str) -> None:
+    """Kafka refuses to tell clients to connect to 0.0.0.0; so does Strom, in one line
+    naming the fix. With advertised.listeners set, binding every interface is fine."""
+    with pytest.raises(ConfigError, match="advertised as .* set advertised.listeners"):
+        BrokerConfig({"listeners": f"PLAINTEXT://{host}:9092"})
+    with pytest.raises(ConfigError, match=r"from advertised.listeners"):
+        BrokerConfig(
+            {
+                "listeners": "PLAINTEXT://127.0.0.1:9092",
+                "advertised.listeners": f"PLAINTEXT://{host}:9092",
+            }
+        )
+    config = BrokerConfig(
+        {
+            "listeners": f"PLAINTEXT://{host}:9092",
+            "advertised.listeners": "PLAINTEXT://broker1.example:9092",
+        }
+    )
+    assert config.advertised_listeners == ["PLAINTEXT://broker1.example:9092"]
