@@ -139,6 +139,13 @@ def run(args: argparse.Namespace) -> int:
     metadata = check_reachable(admin, args.bootstrap_server)
     if args.entity_type == "topics" and name not in metadata.topics:
         raise ToolError(f"topic {name!r} does not exist")
+    if args.entity_type == "brokers":
+        # A broker the cluster does not have would only time out after 15 s.
+        if not name.isdigit():
+            raise ToolError(f"--entity-name of a broker is its node id, not {name!r}")
+        if int(name) not in metadata.brokers:
+            known = ", ".join(str(b) for b in sorted(metadata.brokers)) or "none"
+            raise ToolError(f"broker {name} is not in the cluster (brokers: {known})")
     restype = ENTITY_TYPES[args.entity_type]
     label = f"{args.entity_type[:-1]} {name!r}"
     if args.describe:

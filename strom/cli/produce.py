@@ -29,6 +29,8 @@ from strom.cli.common import (
     add_bootstrap,
     check_reachable,
     client_config,
+    describe_error,
+    error_code,
     parse_properties,
     unescape,
 )
@@ -193,7 +195,14 @@ def run(args: argparse.Namespace) -> int:
                     producer.poll(0.1)
                 except Exception as exc:  # e.g. MSG_SIZE_TOO_LARGE, unknown partition
                     failures += 1
-                    print(f"strom produce: line {number} not sent: {exc}", file=sys.stderr)
+                    reason = describe_error(exc)
+                    if error_code(exc) == KafkaError.MSG_SIZE_TOO_LARGE:
+                        reason += (
+                            f" ({len(value or b'') + len(key or b''):,} bytes; the producer "
+                            "allows message.max.bytes, 1,000,000 unless set with "
+                            "--producer-property, and the topic max.message.bytes)"
+                        )
+                    print(f"strom produce: line {number} not sent: {reason}", file=sys.stderr)
                     break
             producer.poll(0)
     except KeyboardInterrupt:

@@ -621,3 +621,19 @@ def test_consume_in_a_group_stopped_by_sigterm_commits_and_leaves(broker) -> Non
     ok(tool(broker, "produce", "--topic", topic, stdin="d\n"))
     again = tool(broker, "consume", "--topic", topic, "--group", group, "--max-messages", "1")
     assert ok(again).stdout == "d\n"
+
+
+def test_unknown_broker_and_oversized_record_are_one_readable_line(broker) -> None:
+    """configs for a broker id the cluster lacks answers at once (it waited 15 s for a
+    timeout); a record over the producer's message.max.bytes names its size and the
+    settings involved (it printed a raw KafkaError repr)."""
+    line = one_line_error(
+        tool(broker, "configs", "--describe", "--entity-type", "brokers", "--entity-name", "7"), 1
+    )
+    assert line == "strom configs: broker 7 is not in the cluster (brokers: 1)"
+    topic = new_topic(broker)
+    big = tool(broker, "produce", "--topic", topic, stdin="a" * 2_000_000 + "\n")
+    line = one_line_error(big, 1)
+    assert line.startswith("strom produce: line 1 not sent: MSG_SIZE_TOO_LARGE: "), line
+    assert "2,000,000 bytes" in line and "message.max.bytes" in line
+    assert "KafkaError{" not in line
