@@ -234,8 +234,11 @@ class NodeState:
         if not self.hosts_logs:
             return
         for index, state in topic.partitions.items():
-            if self.node_id in state.replicas and self.logs.get(name, index) is None:
-                self.logs.create(name, index, self.log_config(name))
+            if (
+                self.node_id in state.replicas
+                and self.logs.verified_topic_id(name, index) != topic.topic_id
+            ):
+                self.logs.create_for_topic(name, index, topic.topic_id, self.log_config(name))
         if configs_changed:
             config = self.log_config(name)
             for index in topic.partitions:

@@ -19,18 +19,20 @@ hands in a ``configs(topic)`` callable), the retention rules themselves
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import logging
 import os
 import re
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from strom.storage.checkpoint import read_checkpoint, write_checkpoint
 from strom.storage.cleaner import UNLIMITED_IO, LogCleaner
-from strom.storage.durable import fsync_dir, unlink_all
+from strom.storage.durable import fsync_dir, unlink_all, write_atomically
 from strom.storage.errors import LogDirLockedError
 from strom.storage.handles import FileHandleCache
 from strom.storage.log_config import LogConfig
@@ -44,6 +46,12 @@ REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"  # high watermar
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 DELETE_SUFFIX = "-delete"
+# A partition directory set aside because it holds another topic's data (a topic of the
+# same name the metadata no longer knows): kept, never served.
+STRAY_SUFFIX = "-stray"
+# Which topic a partition directory belongs to, by id, as Kafka writes it (KIP-516):
+# "version: 0" and "topic_id: <base64 id>" lines.
+PARTITION_METADATA = "partition.metadata"
 # The metadata quorum's log lives beside the partitions but is not one of them: its
 # owner is strom.storage.metadata_log.
 METADATA_LOG_DIR = "__cluster_metadata-0"
@@ -61,6 +69,41 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     if not sep or not topic or not partition.isdigit() or not _LEGAL_TOPIC.match(topic):
         return None
     return topic, int(partition)
+
+
+def read_partition_topic_id(directory: Path) -> uuid.UUID | None:
+    """The topic id in a partition directory's ``partition.metadata``; None if it has
+    none (a directory from before topic ids) or it cannot be read."""
+    try:
+        text = (directory / PARTITION_METADATA).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "topic_id":
+            try:
+                return uuid_from_base64(value.strip())
+            except ValueError:
+                return None
+    return None
+
+
+def write_partition_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
+    text = f"version: 0\ntopic_id: {uuid_to_base64(topic_id)}\n"
+    write_atomically(directory / PARTITION_METADATA, text.encode())
+
+
+def uuid_to_base64(value: uuid.UUID) -> str:
+    """Kafka's text form of a Uuid: URL-safe base64 of its 16 bytes, unpadded."""
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
+
+
+def uuid_from_base64(text: str) -> uuid.UUID:
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        return uuid.UUID(bytes=raw)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"not a topic id: {text!r}") from exc
 
 
 class LogManager:
@@ -82,6 +125,9 @@ class LogManager:
         self.default_config = default_config
         self.handles = FileHandleCache(max_open_files)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        # The topic id each log was matched with by create_for_topic, so that the
+        # partition.metadata file is read once per log, not at every metadata change.
+        self._verified: dict[tuple[str, int], uuid.UUID] = {}
         self._lock_fd: int | None = None
         self.retention_check_interval_ms = retention_check_interval_ms
         self._last_retention_check_ms = 0
@@ -178,10 +224,57 @@ class LogManager:
         self._logs[(topic, partition)] = partition_log
         return partition_log
 
+    def create_for_topic(
+        self, topic: str, partition: int, topic_id: uuid.UUID, config: LogConfig | None = None
+    ) -> PartitionLog:
+        """The log of ``topic``-``partition`` for the topic whose id is ``topic_id``.
+
+        A log already here that holds another topic's id (one of the same name that the
+        metadata no longer knows) is never served as this topic's: its directory is set
+        aside as ``{name}.{uuid}-stray`` and a new log is created. A log without an id
+        (from before topic ids) is taken over by this topic."""
+        key = (topic, partition)
+        if self._verified.get(key) == topic_id and key in self._logs:
+            return self._logs[key]
+        existing = self._logs.get(key)
+        if existing is not None:
+            stored = read_partition_topic_id(existing.directory)
+            if stored is not None and stored != topic_id:
+                self._set_aside(existing, stored, topic_id)
+                existing = None
+        partition_log = existing or self.create(topic, partition, config)
+        if read_partition_topic_id(partition_log.directory) != topic_id:
+            write_partition_topic_id(partition_log.directory, topic_id)
+        self._verified[key] = topic_id
+        return partition_log
+
+    def verified_topic_id(self, topic: str, partition: int) -> uuid.UUID | None:
+        """The topic id this partition's log was last matched with (create_for_topic)."""
+        return self._verified.get((topic, partition))
+
+    def _set_aside(self, stray: PartitionLog, stored: uuid.UUID, wanted: uuid.UUID) -> None:
+        key = (stray.topic, stray.partition)
+        del self._logs[key]
+        stray.close()
+        target = stray.directory.with_name(
+            f"{stray.directory.name}.{uuid.uuid4().hex}{STRAY_SUFFIX}"
+        )
+        os.rename(stray.directory, target)
+        fsync_dir(self.log_dir)
+        log.warning(
+            "%s-%d on disk belongs to topic id %s, not %s: set aside as %s (not served; "
+            "remove it once it is not needed)",
+            *key,
+            uuid_to_base64(stored),
+            uuid_to_base64(wanted),
+            target,
+        )
+
     def delete_topic(self, topic: str) -> int:
         """Delete every partition log of ``topic``; returns how many there were."""
         doomed = [key for key in self._logs if key[0] == topic]
         for key in doomed:
+            self._verified.pop(key, None)
             self._logs.pop(key).delete(self._remove_tree_later)
         if doomed:
             log.info("deleted %d partition logs of topic %s", len(doomed), topic)
@@ -189,6 +282,7 @@ class LogManager:
 
     def delete_partition(self, topic: str, partition: int) -> bool:
         """Delete one partition's log (a replica moved away); False if there is none."""
+        self._verified.pop((topic, partition), None)
         partition_log = self._logs.pop((topic, partition), None)
         if partition_log is None:
             return False
