@@ -254,8 +254,19 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("controller.quorum.fetch.timeout.ms", "int", 2000, minimum=1),
         ConfigDef("controller.quorum.election.backoff.max.ms", "int", 1000, minimum=1),
         ConfigDef("controller.quorum.request.timeout.ms", "int", 2000, minimum=1),
+        # Authorization (strom.security.authorizer): "" leaves it off, as in Kafka.
+        ConfigDef("authorizer.class.name", "string", ""),
+        ConfigDef("super.users", "string", ""),
+        ConfigDef("allow.everyone.if.no.acl.found", "bool", False),
     ]
 }
+
+# The authorizer.class.name values that turn on strom.security.authorizer.
+AUTHORIZER_CLASSES = (
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+    "strom.security.authorizer.StandardAuthorizer",
+)
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
@@ -436,6 +447,12 @@ class BrokerConfig:
         protocols = self.security_protocol_map
         _check_distinct(listeners, "listeners")
         _check_distinct(advertised, "advertised.listeners", ports=False)
+        authorizer = self._values["authorizer.class.name"]
+        if authorizer and authorizer not in AUTHORIZER_CLASSES:
+            raise ConfigError(
+                f"Unknown authorizer.class.name {authorizer!r}: Strom serves "
+                f"{', '.join(AUTHORIZER_CLASSES)}"
+            )
         for listener in [*listeners, *advertised]:
             protocol = protocols.get(listener.name)
             if protocol is None:

@@ -8,13 +8,20 @@ once this broker's own metadata shows the change (bounded by FORWARD_WAIT_S). Wi
 controller reachable in time every entry gets REQUEST_TIMED_OUT. DeleteRecords moves
 the log start offset and drops whole segments below it; an offset above the high
 watermark is OFFSET_OUT_OF_RANGE, and -1 means the high watermark.
+
+Authorization (``authz``): CreateTopics needs CREATE on the cluster or the topic,
+DeleteTopics DELETE, CreatePartitions ALTER and DeleteRecords DELETE on the topic; the
+topics refused are answered TOPIC_AUTHORIZATION_FAILED and the rest forwarded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
+from strom.broker import authz
 from strom.broker.common import NO_THROTTLE
 from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.router import RequestContext, handles
@@ -51,7 +58,11 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
             for t in response.topics
         )
 
-    return _answered(ctx, request, visible, "topics", "CreatableTopicResult")
+    def denied(name: str) -> bool:
+        return not may_create and not authz.allowed(ctx, authz.Op.CREATE, authz.TOPIC, name)
+
+    may_create = authz.cluster_allowed(ctx, authz.Op.CREATE)
+    return _authorized(ctx, request, visible, "topics", "CreatableTopicResult", denied)
 
 
 @handles(20, 1, 6)
@@ -63,7 +74,10 @@ def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
             t.error_code != ErrorCode.none or t.name not in state.topics for t in response.responses
         )
 
-    return _answered(ctx, request, visible, "responses", "DeletableTopicResult")
+    def denied(name: str) -> bool:
+        return not authz.allowed(ctx, authz.Op.DELETE, authz.TOPIC, name)
+
+    return _authorized(ctx, request, visible, "responses", "DeletableTopicResult", denied)
 
 
 @handles(37, 0, 3)
@@ -78,7 +92,50 @@ def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
             for r in response.results
         )
 
-    return _answered(ctx, request, visible, "results", "CreatePartitionsTopicResult")
+    def denied(name: str) -> bool:
+        return not authz.allowed(ctx, authz.Op.ALTER, authz.TOPIC, name)
+
+    return _authorized(ctx, request, visible, "results", "CreatePartitionsTopicResult", denied)
+
+
+def _item_name(item: Any) -> str:
+    return item if isinstance(item, str) else (item.name or "")
+
+
+async def _authorized(
+    ctx: RequestContext,
+    request: Any,
+    visible: Any,
+    field: str,
+    entry: str,
+    denied: Callable[[str], bool],
+) -> Any:
+    """Forward the topics the ACLs allow; the others are TOPIC_AUTHORIZATION_FAILED."""
+    if authz.authorizer_of(ctx.broker) is None:
+        return await _answered(ctx, request, visible, field, entry)
+    items_field = "topic_names" if getattr(request, "topic_names", None) else "topics"
+    items = getattr(request, items_field)
+    refused = {_item_name(i) for i in items if denied(_item_name(i))}
+    kept = tuple(i for i in items if _item_name(i) not in refused)
+    results: dict[str, Any] = {}
+    if kept:
+        response = await _answered(
+            ctx, dataclasses.replace(request, **{items_field: kept}), visible, field, entry
+        )
+        results = {r.name: r for r in getattr(response, field)}
+    else:
+        response = build(ctx.response_type, throttle_time=NO_THROTTLE, **{field: ()})
+    entry_type = nested(ctx.response_type, entry)
+    out = []
+    for item in items:
+        name = _item_name(item)
+        if name in refused:
+            values = {"name": name, "error_code": ErrorCode.topic_authorization_failed}
+            values["error_message"] = "Topic authorization failed."
+            out.append(build(entry_type, **values))
+        elif name in results:
+            out.append(results[name])
+    return dataclasses.replace(response, **{field: tuple(out)})
 
 
 async def _answered(ctx: RequestContext, request: Any, visible: Any, field: str, entry: str) -> Any:
@@ -110,7 +167,9 @@ def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
             error = ErrorCode.none
             low = -1
             partition_log = controller.partition_log(topic.name, p.partition_index)
-            if partition_log is None:
+            if not authz.allowed(ctx, authz.Op.DELETE, authz.TOPIC, topic.name):
+                error = ErrorCode.topic_authorization_failed
+            elif partition_log is None:
                 error = ErrorCode.unknown_topic_or_partition
             else:
                 target = partition_log.high_watermark if p.offset == -1 else p.offset

@@ -11,6 +11,9 @@ supplies its default. AlterConfigs replaces the whole set of overrides of a
 resource, IncrementalAlterConfigs applies SET (0), DELETE (1), APPEND (2) and
 SUBTRACT (3) to list configs; both honour ``validate_only``. Only the broker
 configs that Kafka can change at run time (the topic defaults) are alterable.
+Describing needs DESCRIBE_CONFIGS and altering ALTER_CONFIGS, on the topic
+(TOPIC_AUTHORIZATION_FAILED) or, for a broker, on the cluster
+(CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 from kio.schema.alter_configs.v2 import request as alter
 
+from strom.broker import authz
 from strom.broker.common import NO_THROTTLE
 from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.router import RequestContext, handles
@@ -116,7 +120,21 @@ def _check_broker_name(ctx: RequestContext, name: str) -> None:
         raise _ResourceError(ErrorCode.invalid_request, f"Unknown broker {name!r}")
 
 
+def _authorize(ctx: RequestContext, resource_type: int, name: str, operation: int) -> None:
+    """DESCRIBE_CONFIGS or ALTER_CONFIGS on the topic, or on the cluster for a broker."""
+    if resource_type == RESOURCE_TOPIC:
+        if not authz.allowed(ctx, operation, authz.TOPIC, name):
+            raise _ResourceError(
+                ErrorCode.topic_authorization_failed, "Topic authorization failed."
+            )
+    elif resource_type == RESOURCE_BROKER and not authz.cluster_allowed(ctx, operation):
+        raise _ResourceError(
+            ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
+        )
+
+
 def _describe(ctx: RequestContext, resource_type: int, name: str) -> list[Row]:
+    _authorize(ctx, resource_type, name, authz.Op.DESCRIBE_CONFIGS)
     broker_config = ctx.broker.config
     dynamic = ctx.broker.controller.metadata.broker_overrides
     if resource_type == RESOURCE_TOPIC:
@@ -220,6 +238,7 @@ def _alter(ctx: RequestContext, request: Any, new_configs: Any) -> Any:
         error = ErrorCode.none
         message = None
         try:
+            _authorize(ctx, resource.resource_type, resource.resource_name, authz.Op.ALTER_CONFIGS)
             if resource.resource_type == RESOURCE_TOPIC:
                 topic = state.topic(resource.resource_name)
                 if topic is None:

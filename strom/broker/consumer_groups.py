@@ -21,6 +21,7 @@ import re
 import uuid
 from typing import Any
 
+from strom.broker import authz
 from strom.broker.common import (
     GROUP_OPERATIONS,
     NO_THROTTLE,
@@ -74,6 +75,10 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
     coordinator = ctx.broker.coordinator
     if not request.group_id:
         return _fail(ctx, ErrorCode.invalid_request, "GroupId can't be empty.", request)
+    if not authz.allowed(ctx, authz.Op.READ, authz.GROUP, request.group_id):
+        return _fail(
+            ctx, ErrorCode.group_authorization_failed, "Group authorization failed.", request
+        )
     if not coordinator.is_coordinator_for(request.group_id):
         return _fail(
             ctx, ErrorCode.not_coordinator, "This node is not the group's coordinator.", request

@@ -5,7 +5,8 @@ too, flagged, when a v2 request asks for them (``include_fenced_brokers``).
 Controllers (``endpoint_type`` 2, v1+): the quorum's voters at their controller
 listeners, with the active controller as ``controller_id``; a node alone in its
 quorum, which has no controller listener, names itself at its client listener.
-Cluster authorized operations are filled in when asked for. Served on controller
+Needs DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED); cluster authorized
+operations are filled in from the ACLs when asked for. Served on controller
 listeners too, as Kafka's controllers do (KIP-919), so tools given a controller's
 address (``strom metadata-quorum --bootstrap-controller``) learn the cluster id.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from strom.broker import authz
 from strom.broker.cluster_view import controller_id, live_brokers
 from strom.broker.common import CLUSTER_OPERATIONS, NO_THROTTLE, authorized_operations
 from strom.broker.router import RequestContext, handles, handles_controller
@@ -30,6 +32,18 @@ def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
     node_type = nested(response_type, "DescribeClusterBroker")
     endpoint_type = getattr(request, "endpoint_type", 1)
+    if not authz.cluster_allowed(ctx, authz.Op.DESCRIBE):
+        return build(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            error_message="Cluster authorization failed.",
+            endpoint_type=endpoint_type,
+            cluster_id=broker.cluster_id,
+            controller_id=-1,
+            brokers=(),
+            cluster_authorized_operations=authorized_operations(0, False),
+        )
     if endpoint_type == CONTROLLERS:
         leader = broker.quorum.leader_id
         voters = broker.voters
@@ -74,7 +88,11 @@ def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         cluster_id=broker.cluster_id,
         controller_id=controller,
         brokers=nodes,
-        cluster_authorized_operations=authorized_operations(
-            CLUSTER_OPERATIONS, request.include_cluster_authorized_operations
+        cluster_authorized_operations=authz.operations(
+            ctx,
+            authz.CLUSTER,
+            authz.CLUSTER_NAME,
+            CLUSTER_OPERATIONS,
+            request.include_cluster_authorized_operations,
         ),
     )

@@ -36,6 +36,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from strom.broker import authz
 from strom.broker.cluster_view import leader_hints
 from strom.broker.common import NO_THROTTLE, resolve_topic
 from strom.broker.router import RequestContext, handles
@@ -94,15 +95,35 @@ def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             for p in topic.partitions
         ]
         wanted.append((name, topic_id, entries))
-    response, size, has_error = _read(ctx, request, wanted)
+    denied: frozenset[str | None] = frozenset()
+    if authz.authorizer_of(ctx.broker) is not None:
+        denied = _unauthorized(ctx, request, wanted)
+    response, size, has_error = _read(ctx, request, wanted, denied)
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     if size >= request.min_bytes or max_wait_ms <= 0 or has_error or not wanted:
         return response
-    return _long_poll(ctx, request, wanted, max_wait_ms)
+    return _long_poll(ctx, request, wanted, max_wait_ms, denied)
+
+
+def _unauthorized(
+    ctx: RequestContext, request: Any, wanted: list[_WantedTopic]
+) -> frozenset[str | None]:
+    """Topics refused by the ACLs: all of them for a follower without CLUSTER_ACTION on
+    the cluster, else those a consumer may not READ (TOPIC_AUTHORIZATION_FAILED)."""
+    names = {w.name for _, _, entries in wanted for w in entries if w.known}
+    if replica_id_of(request) >= 0:
+        return (
+            frozenset() if authz.cluster_allowed(ctx, authz.Op.CLUSTER_ACTION) else frozenset(names)
+        )
+    return frozenset(names - authz.filter_allowed(ctx, authz.Op.READ, authz.TOPIC, names))
 
 
 async def _long_poll(
-    ctx: RequestContext, request: Any, wanted: list[_WantedTopic], max_wait_ms: int
+    ctx: RequestContext,
+    request: Any,
+    wanted: list[_WantedTopic],
+    max_wait_ms: int,
+    denied: frozenset[str | None],
 ) -> Any:
     deadline = time.monotonic() + max_wait_ms / 1000
     keys = [
@@ -115,12 +136,12 @@ async def _long_poll(
             break
         # Look again and start waiting in the same step: a produce handled since the
         # last look (even one pipelined behind this fetch) cannot be missed.
-        response, size, has_error = _read(ctx, request, wanted)
+        response, size, has_error = _read(ctx, request, wanted, denied)
         if size >= request.min_bytes or has_error:
             return response
         if not await purgatory.wait(keys, remaining):
             break
-    return _read(ctx, request, wanted)[0]
+    return _read(ctx, request, wanted, denied)[0]
 
 
 def replica_id_of(request: Any) -> int:
@@ -131,7 +152,12 @@ def replica_id_of(request: Any) -> int:
     return getattr(request, "replica_id", -1)
 
 
-def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tuple[Any, int, bool]:
+def _read(
+    ctx: RequestContext,
+    request: Any,
+    wanted: list[_WantedTopic],
+    denied: frozenset[str | None] = frozenset(),
+) -> tuple[Any, int, bool]:
     controller = ctx.broker.controller
     replica_id = replica_id_of(request)
     replicas = ctx.broker.replicas
@@ -153,8 +179,13 @@ def _read(ctx: RequestContext, request: Any, wanted: list[_WantedTopic]) -> tupl
             aborted = () if read_committed else None
             high_watermark = last_stable = log_start = -1
             diverging = None
-            partition_log = controller.partition_log(w.name, w.partition) if w.known else None
-            if partition_log is None:
+            refused = bool(denied) and w.name in denied
+            partition_log = (
+                controller.partition_log(w.name, w.partition) if w.known and not refused else None
+            )
+            if refused:
+                error = ErrorCode.topic_authorization_failed
+            elif partition_log is None:
                 if w.known:
                     topic = controller.topic(w.name)
                     # A partition whose replicas are elsewhere: go to its leader.

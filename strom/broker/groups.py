@@ -17,8 +17,13 @@
 - DescribeGroups (15) 0-6, ListGroups (16) 0-5 (state filter from v4, type
   filter from v5), DeleteGroups (42) 0-2.
 
-Differences from Kafka: authorized operations are never computed (always
-"not requested"); a classic member cannot join a KIP-848 group
+Authorization (``authz``), as Kafka checks it: FindCoordinator needs DESCRIBE on the
+group or transactional id; the membership APIs READ on the group
+(GROUP_AUTHORIZATION_FAILED); DescribeGroups DESCRIBE (and reports the authorized
+operations from the ACLs); ListGroups lists all groups with DESCRIBE on the cluster,
+else those the principal may describe; DeleteGroups needs DELETE.
+
+Differences from Kafka: a classic member cannot join a KIP-848 group
 (INCONSISTENT_GROUP_PROTOCOL) and DescribeGroups shows a KIP-848 group without
 member metadata or assignments (ConsumerGroupDescribe has them).
 """
@@ -30,12 +35,12 @@ from typing import Any
 
 from kio.schema.create_topics.v7 import request as create_topics
 
+from strom.broker import authz
 from strom.broker.cluster_view import broker_endpoint, live_brokers
 from strom.broker.common import (
     GROUP_OPERATIONS,
     NO_THROTTLE,
     OPERATIONS_NOT_REQUESTED,
-    authorized_operations,
 )
 from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.router import RequestContext, handles
@@ -140,6 +145,12 @@ def _find_coordinator(ctx: RequestContext, request: Any) -> Any:
             return ErrorCode.invalid_request, f"Key type {key_type} is not served", -1, "", -1
         if key_type == TRANSACTION_KEY_TYPE and not key:
             return ErrorCode.invalid_request, "An empty transactional id", -1, "", -1
+        if key_type == TRANSACTION_KEY_TYPE:
+            if not authz.allowed(ctx, authz.Op.DESCRIBE, authz.TRANSACTIONAL_ID, key):
+                error = ErrorCode.transactional_id_authorization_failed
+                return error, "Transactional Id authorization failed.", -1, "", -1
+        elif not authz.allowed(ctx, authz.Op.DESCRIBE, authz.GROUP, key):
+            return ErrorCode.group_authorization_failed, "Group authorization failed.", -1, "", -1
         error, message, endpoint = _coordinator_of(ctx, key, topic)
         if endpoint is None:
             return error, message, -1, "", -1
@@ -187,6 +198,9 @@ def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         rebalance_ms = session_ms
     if not request.group_id:
         return _join_response(ctx, JoinResult(ErrorCode.invalid_group_id, request.member_id))
+    if not authz.allowed(ctx, authz.Op.READ, authz.GROUP, request.group_id):
+        denied = JoinResult(ErrorCode.group_authorization_failed, request.member_id)
+        return _join_response(ctx, denied)
     if not coordinator.is_coordinator_for(request.group_id):
         return _join_response(ctx, JoinResult(ErrorCode.not_coordinator, request.member_id))
     if not coordinator.session_timeout_allowed(session_ms):
@@ -252,6 +266,8 @@ def _join_response(ctx: RequestContext, result: JoinResult) -> Any:
 def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
     if not request.group_id:
         return _sync_response(ctx, SyncResult(ErrorCode.invalid_group_id))
+    if not authz.allowed(ctx, authz.Op.READ, authz.GROUP, request.group_id):
+        return _sync_response(ctx, SyncResult(ErrorCode.group_authorization_failed))
     if not ctx.broker.coordinator.is_coordinator_for(request.group_id):
         return _sync_response(ctx, SyncResult(ErrorCode.not_coordinator))
     group = ctx.broker.coordinator.classic_group(request.group_id, create=False)
@@ -289,6 +305,8 @@ def _sync_response(ctx: RequestContext, result: SyncResult) -> Any:
 def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     if not request.group_id:
         error = ErrorCode.invalid_group_id
+    elif not authz.allowed(ctx, authz.Op.READ, authz.GROUP, request.group_id):
+        error = ErrorCode.group_authorization_failed
     elif not ctx.broker.coordinator.is_coordinator_for(request.group_id):
         error = ErrorCode.not_coordinator
     else:
@@ -314,6 +332,8 @@ def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
     group = ctx.broker.coordinator.classic_group(request.group_id, create=False)
     if not request.group_id:
         top, errors = ErrorCode.invalid_group_id, []
+    elif not authz.allowed(ctx, authz.Op.READ, authz.GROUP, request.group_id):
+        top, errors = ErrorCode.group_authorization_failed, []
     elif group is None:
         top, errors = ErrorCode.unknown_member_id, []
     else:
@@ -347,8 +367,11 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     described = []
     for group_id in request.groups:
         group = coordinator.groups.get(group_id)
-        if group is None:
+        denied = not authz.allowed(ctx, authz.Op.DESCRIBE, authz.GROUP, group_id)
+        if group is None or denied:
             error = ErrorCode.group_id_not_found if ctx.api_version >= 6 else ErrorCode.none
+            if denied:
+                error = ErrorCode.group_authorization_failed
             described.append(
                 build(
                     group_type,
@@ -402,8 +425,12 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                 protocol_type=protocol_type,
                 protocol_data=protocol_data,
                 members=members,
-                authorized_operations=authorized_operations(
-                    GROUP_OPERATIONS, getattr(request, "include_authorized_operations", False)
+                authorized_operations=authz.operations(
+                    ctx,
+                    authz.GROUP,
+                    group_id,
+                    GROUP_OPERATIONS,
+                    getattr(request, "include_authorized_operations", False),
                 ),
             )
         )
@@ -417,8 +444,12 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     types = {t.lower() for t in getattr(request, "types_filter", ())}
     listed = []
+    # Every group with DESCRIBE on the cluster, else those the principal may describe.
+    check_each = not authz.cluster_allowed(ctx, authz.Op.DESCRIBE)
     for group in ctx.broker.coordinator.list_groups():
         if states and group.state_name.lower() not in states:
+            continue
+        if check_each and not authz.allowed(ctx, authz.Op.DESCRIBE, authz.GROUP, group.group_id):
             continue
         if types and group.kind not in types:
             continue
@@ -451,9 +482,11 @@ def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
             build(
                 result_type,
                 group_id=group_id,
-                error_code=coordinator.delete_group(group_id)
-                if group_id
-                else ErrorCode.invalid_group_id,
+                error_code=ErrorCode.invalid_group_id
+                if not group_id
+                else ErrorCode.group_authorization_failed
+                if not authz.allowed(ctx, authz.Op.DELETE, authz.GROUP, group_id)
+                else coordinator.delete_group(group_id),
             )
             for group_id in request.groups_names
         ),

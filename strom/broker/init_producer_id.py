@@ -10,12 +10,17 @@ INVALID_PRODUCER_EPOCH before version 4. The ids it hands out are what Produce t
 partition (see produce.py): a bumped epoch fences the older one
 (INVALID_PRODUCER_EPOCH) and must restart at sequence 0; retried batches are
 recognised as duplicates; sequence gaps get OUT_OF_ORDER_SEQUENCE_NUMBER.
+
+Authorization: a transactional id needs WRITE on it
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer IDEMPOTENT_WRITE on the
+cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED), as Kafka allows.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from strom.broker import authz
 from strom.broker.common import NO_THROTTLE
 from strom.broker.producer_ids import ProducerIdBlocks, ProducerIdsUnavailable
 from strom.broker.router import RequestContext, handles
@@ -30,7 +35,13 @@ MAX_EPOCH = 32767
 @handles(22, 0, 5)
 def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
+        if not authz.allowed(ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, request.transactional_id):
+            return _refused(ctx, ErrorCode.transactional_id_authorization_failed)
         return _transactional(ctx, request)
+    if not authz.cluster_allowed(ctx, authz.Op.IDEMPOTENT_WRITE) and not authz.allowed_any(
+        ctx, authz.Op.WRITE, authz.TOPIC
+    ):
+        return _refused(ctx, ErrorCode.cluster_authorization_failed)
     producer_id = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if producer_id >= 0 and 0 <= epoch < MAX_EPOCH - 1:
@@ -77,6 +88,16 @@ async def _from_new_block(ctx: RequestContext, blocks: ProducerIdBlocks) -> Any:
             producer_epoch=-1,
         )
     return _answer(ctx, producer_id, 0)
+
+
+def _refused(ctx: RequestContext, error: ErrorCode) -> Any:
+    return build(
+        ctx.response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        producer_id=-1,
+        producer_epoch=-1,
+    )
 
 
 def _answer(ctx: RequestContext, producer_id: int, epoch: int) -> Any:

@@ -7,12 +7,14 @@ local (same as earliest: no tiered storage). A timestamp >= 0 finds the first
 offset whose timestamp is >= it through the time index, or -1/-1 if none.
 Batch granularity: Strom does not decode records to look inside a batch, so a
 lookup lands on the first batch whose max timestamp is >= the target.
+Needs DESCRIBE on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from strom.broker import authz
 from strom.broker.common import NO_THROTTLE
 from strom.broker.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
@@ -32,8 +34,13 @@ def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     partition_type = nested(response_type, "ListOffsetsPartitionResponse")
     read_committed = getattr(request, "isolation_level", 0) == 1
     topics = []
+    names = {t.name for t in request.topics}
+    described = names
+    if authz.authorizer_of(ctx.broker) is not None:
+        described = authz.filter_allowed(ctx, authz.Op.DESCRIBE, authz.TOPIC, names)
     for topic in request.topics:
-        meta = controller.topic(topic.name)
+        denied = topic.name not in described
+        meta = None if denied else controller.topic(topic.name)
         partitions = []
         for p in topic.partitions:
             error = ErrorCode.none
@@ -41,7 +48,9 @@ def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
             partition_log = (
                 controller.partition_log(topic.name, p.partition_index) if meta else None
             )
-            if partition_log is None:
+            if denied:
+                error = ErrorCode.topic_authorization_failed
+            elif partition_log is None:
                 error = ErrorCode.unknown_topic_or_partition
             elif not controller.leads(topic.name, p.partition_index):
                 error = ErrorCode.not_leader_or_follower

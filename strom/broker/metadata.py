@@ -12,7 +12,11 @@ does; the answer waits (bounded) until the topic shows here, so it comes back re
 rather than LEADER_NOT_AVAILABLE. An illegal name gets
 INVALID_TOPIC_EXCEPTION, a missing one UNKNOWN_TOPIC_OR_PARTITION, an
 unknown topic id (v10+) UNKNOWN_TOPIC_ID. Topic and cluster authorized operations
-(v8+) are filled in when asked for.
+(v8+) are filled in when asked for (from the ACLs when an authorizer is configured).
+
+Authorization (``authz``): the topics of an all-topics request are those the principal
+may DESCRIBE; a named topic it may not describe is TOPIC_AUTHORIZATION_FAILED; auto-
+creation needs CREATE on the cluster or the topic.
 """
 
 from __future__ import annotations
@@ -23,13 +27,13 @@ from typing import Any
 
 from kio.schema.create_topics.v7 import request as create_topics
 
+from strom.broker import authz
 from strom.broker.cluster_view import controller_id, live_brokers
 from strom.broker.common import (
     CLUSTER_OPERATIONS,
     NO_THROTTLE,
     TOPIC_OPERATIONS,
     ZERO_UUID,
-    authorized_operations,
 )
 from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.router import RequestContext, handles
@@ -63,11 +67,18 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
             validate_topic_name(name)
         except InvalidTopicError:
             continue
-        if allow_create:
+        if allow_create and _may_create(ctx, name):
             missing.append(name)
     if not missing:
         return _answer(ctx, request, [])
     return _create_then_answer(ctx, request, missing)
+
+
+def _may_create(ctx: RequestContext, name: str) -> bool:
+    """Auto-creation needs CREATE on the cluster or on the topic."""
+    return authz.cluster_allowed(ctx, authz.Op.CREATE) or authz.allowed(
+        ctx, authz.Op.CREATE, authz.TOPIC, name
+    )
 
 
 async def _create_then_answer(ctx: RequestContext, request: Any, names: list[str]) -> Any:
@@ -105,9 +116,17 @@ def _answer(ctx: RequestContext, request: Any, creating: list[str]) -> Any:
     topic_type = nested(response_type, "MetadataResponseTopic")
     partition_type = nested(response_type, "MetadataResponsePartition")
     broker_type = nested(response_type, "MetadataResponseBroker")
-    topic_operations = authorized_operations(
-        TOPIC_OPERATIONS, getattr(request, "include_topic_authorized_operations", False)
-    )
+    want_operations = getattr(request, "include_topic_authorized_operations", False)
+    authorizer = authz.authorizer_of(broker)
+    if authorizer is None:
+
+        def may_describe(name: str) -> bool:
+            return True
+    else:
+
+        def may_describe(name: str) -> bool:
+            return authz.allowed(ctx, authz.Op.DESCRIBE, authz.TOPIC, name)
+
     brokers = live_brokers(broker)
     live = {b.node_id for b in brokers}
 
@@ -135,7 +154,9 @@ def _answer(ctx: RequestContext, request: Any, creating: list[str]) -> Any:
             topic_id=topic.topic_id,
             is_internal=topic.is_internal,
             partitions=tuple(partitions),
-            topic_authorized_operations=topic_operations,
+            topic_authorized_operations=authz.operations(
+                ctx, authz.TOPIC, topic.name, TOPIC_OPERATIONS, want_operations
+            ),
         )
 
     def failed(error: ErrorCode, name: str | None, topic_id: Any = None) -> Any:
@@ -150,7 +171,7 @@ def _answer(ctx: RequestContext, request: Any, creating: list[str]) -> Any:
 
     requested = request.topics
     if requested is None or (ctx.api_version == 0 and not requested):
-        topics = [describe(t) for t in state.topics.values()]
+        topics = [describe(t) for t in state.topics.values() if may_describe(t.name)]
     else:
         topics = []
         for entry in requested:
@@ -158,9 +179,15 @@ def _answer(ctx: RequestContext, request: Any, creating: list[str]) -> Any:
             topic_id = getattr(entry, "topic_id", None)
             if not name and topic_id is not None and topic_id != ZERO_UUID:
                 meta = state.by_id.get(topic_id)
+                if meta is not None and not may_describe(meta.name):
+                    topics.append(failed(ErrorCode.topic_authorization_failed, None, topic_id))
+                    continue
                 topics.append(
                     describe(meta) if meta else failed(ErrorCode.unknown_topic_id, None, topic_id)
                 )
+                continue
+            if not may_describe(name) and not (name in creating and _may_create(ctx, name)):
+                topics.append(failed(ErrorCode.topic_authorization_failed, name))
                 continue
             meta = state.topic(name)
             if meta is not None:
@@ -185,8 +212,12 @@ def _answer(ctx: RequestContext, request: Any, creating: list[str]) -> Any:
         cluster_id=broker.cluster_id,
         controller_id=controller_id(broker),
         topics=tuple(topics),
-        cluster_authorized_operations=authorized_operations(
-            CLUSTER_OPERATIONS, getattr(request, "include_cluster_authorized_operations", False)
+        cluster_authorized_operations=authz.operations(
+            ctx,
+            authz.CLUSTER,
+            authz.CLUSTER_NAME,
+            CLUSTER_OPERATIONS,
+            getattr(request, "include_cluster_authorized_operations", False),
         ),
         error_code=ErrorCode.none,
     )

@@ -21,12 +21,18 @@
 - OffsetDelete (47), version 0: GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC
   for topics the group's members subscribe to, NON_EMPTY_GROUP for an active
   group whose subscriptions cannot be read.
+
+Authorization (``authz``), as Kafka checks it: OffsetCommit needs READ on the group
+(GROUP_AUTHORIZATION_FAILED) and on each topic (TOPIC_AUTHORIZATION_FAILED for its
+partitions); OffsetFetch DESCRIBE on the group and the topics (unauthorized topics are
+left out of an all-topics answer); OffsetDelete DELETE on the group.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from strom.broker import authz
 from strom.broker.common import NO_THROTTLE, resolve_topic
 from strom.broker.router import RequestContext, handles
 from strom.coordinator.coordinator import OffsetToCommit
@@ -42,6 +48,8 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     group_error = ErrorCode.none
     if not request.group_id:
         group_error = ErrorCode.invalid_group_id
+    elif not authz.allowed(ctx, authz.Op.READ, authz.GROUP, request.group_id):
+        group_error = ErrorCode.group_authorization_failed
     elif not coordinator.is_coordinator_for(request.group_id):
         group_error = ErrorCode.not_coordinator
     else:
@@ -76,8 +84,17 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     if group_error != ErrorCode.none:
         errors = [group_error] * len(wanted)
     else:
+        readable = {w.topic for w in wanted}
+        if authz.authorizer_of(ctx.broker) is not None:
+            readable = authz.filter_allowed(ctx, authz.Op.READ, authz.TOPIC, readable)
         coordinator.appended_at = None
-        errors = coordinator.commit_offsets(request.group_id, wanted)
+        committed = iter(
+            coordinator.commit_offsets(request.group_id, [w for w in wanted if w.topic in readable])
+        )
+        errors = [
+            next(committed) if w.topic in readable else ErrorCode.topic_authorization_failed
+            for w in wanted
+        ]
         waiting = coordinator.appended_at
     if waiting is not None and ctx.broker.replicas.is_replicated(OFFSETS_TOPIC, waiting[0]):
         return _after_replication(ctx, request, resolved, errors, waiting)
@@ -162,6 +179,8 @@ def _fetch_group(
     committed = coordinator.committed(group_id)
     if not group_id:
         return (), ErrorCode.invalid_group_id
+    if not authz.allowed(ctx, authz.Op.DESCRIBE, authz.GROUP, group_id):
+        return (), ErrorCode.group_authorization_failed
     if not ctx.broker.coordinator.is_coordinator_for(group_id):
         return (), ErrorCode.not_coordinator
     by_topic: list[tuple[str | None, Any, list[tuple[int, CommittedOffset | None, ErrorCode]]]]
@@ -190,6 +209,24 @@ def _fetch_group(
                     for p in topic.partition_indexes
                 ]
             by_topic.append((name, topic_id, entries))
+    if authz.authorizer_of(ctx.broker) is not None:
+        # Kafka leaves out the topics a principal may not DESCRIBE when all are asked
+        # for, and answers TOPIC_AUTHORIZATION_FAILED for those named.
+        names = {name for name, _, _ in by_topic if name}
+        seen = authz.filter_allowed(ctx, authz.Op.DESCRIBE, authz.TOPIC, names)
+        if topics is None:
+            by_topic = [entry for entry in by_topic if entry[0] in seen]
+        else:
+            by_topic = [
+                (name, topic_id, entries)
+                if name is None or name in seen
+                else (
+                    name,
+                    topic_id,
+                    [(p, None, ErrorCode.topic_authorization_failed) for p, _, _ in entries],
+                )
+                for name, topic_id, entries in by_topic
+            ]
     out = []
     for name, topic_id, entries in by_topic:
         partitions = tuple(
@@ -214,6 +251,13 @@ def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     topic_type = nested(response_type, "OffsetDeleteResponseTopic")
     partition_type = nested(response_type, "OffsetDeleteResponsePartition")
     group = coordinator.groups.get(request.group_id)
+    if not authz.allowed(ctx, authz.Op.DELETE, authz.GROUP, request.group_id):
+        return build(
+            response_type,
+            error_code=ErrorCode.group_authorization_failed,
+            throttle_time=NO_THROTTLE,
+            topics=(),
+        )
     if group is None:
         return build(
             response_type,

@@ -58,6 +58,7 @@ import logging
 import time
 from typing import Any
 
+from strom.broker import authz
 from strom.broker.cluster_view import leader_hints
 from strom.broker.common import NO_THROTTLE, now_ms, resolve_topic
 from strom.broker.router import RequestContext, handles
@@ -88,14 +89,38 @@ TopicPartition = tuple[str, int]
 
 @handles(0, 3, 12)
 def handle_produce(ctx: RequestContext, request: Any) -> Any:
+    refused: dict[TopicPartition, ErrorCode] = {}
+    if authz.authorizer_of(ctx.broker) is not None:
+        refused = _unauthorized(ctx, request)
     if request.transactional_id is not None:
-        unverified = _unverified(ctx, request)
+        unverified = _unverified(ctx, request, refused)
         if unverified:
-            return _verify_then_produce(ctx, request, unverified)
-    return _produce(ctx, request, {})
+            return _verify_then_produce(ctx, request, unverified, refused)
+    return _produce(ctx, request, refused)
 
 
-def _unverified(ctx: RequestContext, request: Any) -> dict[tuple[int, int], list[TopicPartition]]:
+def _unauthorized(ctx: RequestContext, request: Any) -> dict[TopicPartition, ErrorCode]:
+    """Partitions refused by the ACLs: every one without WRITE on the transactional id
+    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), else those of topics without WRITE."""
+    txn_id = request.transactional_id
+    every: ErrorCode | None = None
+    if txn_id is not None and not authz.allowed(
+        ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, txn_id
+    ):
+        every = ErrorCode.transactional_id_authorization_failed
+    names = {t.name for t in request.topic_data}
+    writable = names if every else authz.filter_allowed(ctx, authz.Op.WRITE, authz.TOPIC, names)
+    return {
+        (t.name, data.index): every or ErrorCode.topic_authorization_failed
+        for t in request.topic_data
+        if every or t.name not in writable
+        for data in t.partition_data
+    }
+
+
+def _unverified(
+    ctx: RequestContext, request: Any, refused: dict[TopicPartition, ErrorCode]
+) -> dict[tuple[int, int], list[TopicPartition]]:
     """Partitions led here whose first transactional batch of a transaction this is:
     per (producer id, epoch), to be verified with the coordinator (KIP-890)."""
     controller = ctx.broker.controller
@@ -107,6 +132,8 @@ def _unverified(ctx: RequestContext, request: Any) -> dict[tuple[int, int], list
         if topic is None:
             continue
         for data in topic_data.partition_data:
+            if (topic.name, data.index) in refused:
+                continue
             producer = transactional_producer(data.records)
             if producer is None:
                 continue
@@ -118,9 +145,12 @@ def _unverified(ctx: RequestContext, request: Any) -> dict[tuple[int, int], list
 
 
 async def _verify_then_produce(
-    ctx: RequestContext, request: Any, unverified: dict[tuple[int, int], list[TopicPartition]]
+    ctx: RequestContext,
+    request: Any,
+    unverified: dict[tuple[int, int], list[TopicPartition]],
+    refused: dict[TopicPartition, ErrorCode],
 ) -> Any:
-    refused: dict[TopicPartition, ErrorCode] = {}
+    refused = dict(refused)
     for (producer_id, epoch), partitions in unverified.items():
         results = await ctx.broker.txn_verifier.verify(
             request.transactional_id, producer_id, epoch, partitions
@@ -171,8 +201,8 @@ def _produce(ctx: RequestContext, request: Any, refused: dict[TopicPartition, Er
         for data in topic_data.partition_data:
             if acks not in (0, 1, -1):
                 result = [data.index, ErrorCode.invalid_required_acks, -1, None, -1]
-            elif refused and topic is not None and (topic.name, data.index) in refused:
-                result = [data.index, refused[(topic.name, data.index)], -1, None, -1]
+            elif refused and (name, data.index) in refused:
+                result = [data.index, refused[(name, data.index)], -1, None, -1]
             else:
                 partition_log = (
                     controller.partition_log(topic.name, data.index) if topic is not None else None

@@ -89,6 +89,7 @@ class RequestContext:
 def load_handlers() -> tuple[dict[int, Route], dict[int, Route]]:
     """Import every handler module so that their routes are registered; both tables."""
     from strom.broker import (  # noqa: F401
+        acls,
         admin_partitions,
         admin_topics,
         api_versions,

@@ -18,6 +18,15 @@
 PRODUCER_FENCED (KIP-588) is answered as INVALID_PRODUCER_EPOCH to the versions that
 predate it (InitProducerId < 4, AddPartitionsToTxn and AddOffsetsToTxn and EndTxn < 2,
 TxnOffsetCommit < 3), as Kafka does.
+
+Authorization (``authz``), as Kafka checks it: WRITE on the transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
+and TxnOffsetCommit; WRITE on the topics added (TOPIC_AUTHORIZATION_FAILED, the others
+OPERATION_NOT_ATTEMPTED); READ on the group for AddOffsetsToTxn and TxnOffsetCommit
+(GROUP_AUTHORIZATION_FAILED) and on the topics committed; CLUSTER_ACTION for batched
+AddPartitionsToTxn (v4+) and WriteTxnMarkers (brokers' requests); DESCRIBE on the
+transactional id for DescribeTransactions. ListTransactions and DescribeProducers are
+not filtered yet.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from strom.broker import authz
 from strom.broker.common import NO_THROTTLE
 from strom.broker.router import RequestContext, handles
 from strom.broker.txn_markers import write_markers_here
@@ -74,6 +84,18 @@ async def _add_one(
 ) -> dict[TopicPartition, ErrorCode]:
     coordinator = ctx.broker.transactions
     wanted, unknown = _known_partitions(ctx, topics)
+    if authz.authorizer_of(ctx.broker) is not None and not verify_only:
+        if not authz.allowed(ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, transactional_id):
+            return dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+        names = {name for name, _ in wanted}
+        writable = authz.filter_allowed(ctx, authz.Op.WRITE, authz.TOPIC, names)
+        if writable != names:
+            return {
+                key: ErrorCode.operation_not_attempted
+                if key[0] in writable
+                else ErrorCode.topic_authorization_failed
+                for key in wanted
+            }
     if verify_only:
         return coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, wanted)
     if unknown:
@@ -105,6 +127,14 @@ def _topic_results(
 @handles(24, 0, 5)
 async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
+    if ctx.api_version >= 4 and not authz.cluster_allowed(ctx, authz.Op.CLUSTER_ACTION):
+        # Batched requests (v4+) come from brokers, as in Kafka.
+        return build(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results_by_transaction=(),
+        )
     if ctx.api_version < 4:
         results = await _add_one(
             ctx,
@@ -157,13 +187,18 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
         if topic is not None
         else int(broker.config["offsets.topic.num.partitions"])
     )
-    error = await broker.transactions.add_offsets(
-        request.transactional_id,
-        request.producer_id,
-        request.producer_epoch,
-        request.group_id,
-        partitions,
-    )
+    if not authz.allowed(ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, request.transactional_id):
+        error = ErrorCode.transactional_id_authorization_failed
+    elif not authz.allowed(ctx, authz.Op.READ, authz.GROUP, request.group_id):
+        error = ErrorCode.group_authorization_failed
+    else:
+        error = await broker.transactions.add_offsets(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.group_id,
+            partitions,
+        )
     return build(
         ctx.response_type,
         throttle_time=NO_THROTTLE,
@@ -173,6 +208,12 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
 
 @handles(26, 0, 4)
 async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
+    if not authz.allowed(ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, request.transactional_id):
+        return build(
+            ctx.response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.transactional_id_authorization_failed,
+        )
     error = await ctx.broker.transactions.end_transaction(
         request.transactional_id,
         request.producer_id,
@@ -196,16 +237,20 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     topic_type = nested(response_type, "WritableTxnMarkerTopicResult")
     partition_type = nested(response_type, "WritableTxnMarkerPartitionResult")
     out = []
+    may = authz.cluster_allowed(ctx, authz.Op.CLUSTER_ACTION)
     for marker in request.markers:
         keys = [(t.name, int(p)) for t in marker.topics for p in t.partition_indexes]
-        results = await write_markers_here(
-            ctx.broker,
-            marker.producer_id,
-            marker.producer_epoch,
-            bool(marker.transaction_result),
-            marker.coordinator_epoch,
-            keys,
-        )
+        if not may:
+            results = dict.fromkeys(keys, ErrorCode.cluster_authorization_failed)
+        else:
+            results = await write_markers_here(
+                ctx.broker,
+                marker.producer_id,
+                marker.producer_epoch,
+                bool(marker.transaction_result),
+                marker.coordinator_epoch,
+                keys,
+            )
         by_topic: dict[str, list[Any]] = {}
         for (topic, index), error in results.items():
             by_topic.setdefault(topic, []).append(
@@ -242,6 +287,24 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
         for topic in request.topics
         for p in topic.partitions
     ]
+    refusal = None
+    readable = {w.topic for w in wanted}
+    if not authz.allowed(ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, request.transactional_id):
+        refusal = ErrorCode.transactional_id_authorization_failed
+    elif not authz.allowed(ctx, authz.Op.READ, authz.GROUP, request.group_id):
+        refusal = ErrorCode.group_authorization_failed
+    elif authz.authorizer_of(broker) is not None:
+        readable = authz.filter_allowed(ctx, authz.Op.READ, authz.TOPIC, readable)
+        if len(readable) < len({w.topic for w in wanted}):
+            refusal = ErrorCode.operation_not_attempted
+    if refusal is not None:
+        errors = [
+            ErrorCode.topic_authorization_failed
+            if refusal == ErrorCode.operation_not_attempted and w.topic not in readable
+            else refusal
+            for w in wanted
+        ]
+        return _txn_commit_response(ctx, wanted, errors)
     errors = await coordinator.commit_txn_offsets(
         request.group_id,
         request.transactional_id,
@@ -253,6 +316,10 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
         wanted,
         wait_replicated=broker.replicas.wait_for_high_watermark,
     )
+    return _txn_commit_response(ctx, wanted, errors)
+
+
+def _txn_commit_response(ctx: RequestContext, wanted: list[Any], errors: list[ErrorCode]) -> Any:
     response_type = ctx.response_type
     topic_type = nested(response_type, "TxnOffsetCommitResponseTopic")
     partition_type = nested(response_type, "TxnOffsetCommitResponsePartition")
@@ -287,6 +354,8 @@ def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
     out = []
     for txn_id in request.transactional_ids:
         error, meta = coordinator.describe(txn_id)
+        if not authz.allowed(ctx, authz.Op.DESCRIBE, authz.TRANSACTIONAL_ID, txn_id):
+            error, meta = ErrorCode.transactional_id_authorization_failed, None
         if meta is None:
             out.append(
                 build(

@@ -7,7 +7,7 @@ line on stderr and exit code 2; SIGTERM and SIGINT shut down cleanly.
 
 The tools (``topics``, ``produce``, ``consume``, ``groups``, ``configs``,
 ``perf-test``, ``reassign-partitions``, ``leader-election``, ``log-dirs``,
-``metadata-quorum``, ``cluster``, ``transactions``) live one per module in this package
+``metadata-quorum``, ``cluster``, ``transactions``, ``acls``) live one per module in this package
 and are clients only: they talk to any Kafka cluster through confluent-kafka (or raw
 requests where it lacks one).
 ``storage`` (format and inspect the node's directories, like kafka-storage.sh) is the
@@ -25,6 +25,7 @@ import signal
 import sys
 
 from strom.cli import (
+    acls,
     cluster,
     configs,
     consume,
@@ -76,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         metadata_quorum,
         cluster,
         transactions,
+        acls,
         storage,
     ):
         tool.add_parser(commands)

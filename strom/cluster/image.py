@@ -299,6 +299,8 @@ class MetadataImage:
     # The first producer id of the next block to hand out (-1: none handed out yet).
     next_producer_id: int = -1
     acls: dict[uuid.UUID, AccessControlEntryRecord] = field(default_factory=dict)
+    # Bumped by every ACL change: an authorizer built from ``acls`` knows when to catch up.
+    acl_version: int = field(default=0, compare=False)
     scram_credentials: dict[tuple[str, int], UserScramCredentialRecord] = field(
         default_factory=dict
     )
@@ -330,6 +332,7 @@ class MetadataImage:
             configs={key: dict(values) for key, values in self.configs.items()},
             next_producer_id=self.next_producer_id,
             acls=dict(self.acls),
+            acl_version=self.acl_version,
             scram_credentials=dict(self.scram_credentials),
             client_quotas={key: dict(values) for key, values in self.client_quotas.items()},
             last_offset=self.last_offset,
@@ -484,10 +487,12 @@ class MetadataImage:
 
     def _acl(self, record: AccessControlEntryRecord, offset: int) -> None:
         self.acls[record.id] = record
+        self.acl_version += 1
 
     def _remove_acl(self, record: RemoveAccessControlEntryRecord, offset: int) -> None:
         if self.acls.pop(record.id, None) is None:
             raise MetadataImageError(f"RemoveAccessControlEntryRecord for unknown ACL {record.id}")
+        self.acl_version += 1
 
     def _scram(self, record: UserScramCredentialRecord, offset: int) -> None:
         self.scram_credentials[(record.name, record.mechanism)] = record

@@ -329,3 +329,12 @@ def test_filter_matches_reference(
             and (pattern in (PatternType.ANY, PatternType.MATCH) or b.pattern_type == pattern)
         )
         assert f.matches(b) == expected
+
+
+def test_authorizer_config() -> None:
+    from strom.config import BrokerConfig, ConfigError
+
+    config = BrokerConfig({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
+    assert config["allow.everyone.if.no.acl.found"] is False
+    with pytest.raises(ConfigError, match="Unknown authorizer.class.name"):
+        BrokerConfig({"authorizer.class.name": "com.example.Nope"})

@@ -1,0 +1,273 @@
+"""``strom acls --add | --remove | --list``: ACL administration, as kafka-acls.sh.
+
+Resources: ``--topic``, ``--group``, ``--transactional-id`` (each repeatable) and
+``--cluster``, with ``--resource-pattern-type`` literal (default for --add and --remove),
+prefixed, or, to select, match and any (default for --list). Entries: principals from
+``--allow-principal`` / ``--deny-principal`` (``User:alice``), hosts from
+``--allow-host`` / ``--deny-host`` (default ``*``) and operations from ``--operation``
+(repeatable, default All). ``--producer`` stands for WRITE, DESCRIBE and CREATE on the
+topics (and WRITE, DESCRIBE on transactional ids; with ``--idempotent``, IDEMPOTENT_WRITE
+on the cluster); ``--consumer`` for READ and DESCRIBE on the topics and READ on the
+group. ``--remove`` asks before deleting unless ``--force`` or stdin is not a terminal.
+A client of CreateAcls, DescribeAcls and DeleteAcls through confluent-kafka, so it works
+against Kafka too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from strom.cli.common import ToolError, add_bootstrap, check_reachable, client_config
+from strom.cli.common import describe_error as _describe_error
+
+CLUSTER_NAME = "kafka-cluster"
+TIMEOUT_S = 15.0
+# confluent-kafka names the cluster resource BROKER (code 4, Kafka's CLUSTER).
+CLUSTER = ResourceType.BROKER
+_TYPE_NAMES = {
+    ResourceType.TOPIC: "TOPIC",
+    ResourceType.GROUP: "GROUP",
+    CLUSTER: "CLUSTER",
+    ResourceType.TRANSACTIONAL_ID: "TRANSACTIONAL_ID",
+}
+_PATTERNS = {
+    "literal": ResourcePatternType.LITERAL,
+    "prefixed": ResourcePatternType.PREFIXED,
+    "match": ResourcePatternType.MATCH,
+    "any": ResourcePatternType.ANY,
+}
+_OPERATIONS = {
+    op.name.replace("_", "").lower(): op
+    for op in AclOperation
+    if op not in (AclOperation.UNKNOWN, AclOperation.ANY)
+}
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser("acls", help="add, remove or list ACLs (like kafka-acls.sh)")
+    add_bootstrap(parser)
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--add", action="store_true", help="add the ACLs described")
+    action.add_argument("--remove", action="store_true", help="remove the ACLs described")
+    action.add_argument("--list", action="store_true", help="list ACLs")
+    for flag in ("--allow-principal", "--deny-principal", "--allow-host", "--deny-host"):
+        parser.add_argument(flag, action="append", default=[], metavar="VALUE")
+    parser.add_argument("--principal", action="append", default=[], help="--list: filter")
+    parser.add_argument(
+        "--operation", action="append", default=[], help="e.g. Read, Write, All (repeatable)"
+    )
+    parser.add_argument("--topic", action="append", default=[])
+    parser.add_argument("--group", action="append", default=[])
+    parser.add_argument("--transactional-id", action="append", default=[])
+    parser.add_argument("--cluster", action="store_true")
+    parser.add_argument("--resource-pattern-type", choices=sorted(_PATTERNS))
+    parser.add_argument("--producer", action="store_true")
+    parser.add_argument("--consumer", action="store_true")
+    parser.add_argument("--idempotent", action="store_true")
+    parser.add_argument("--force", action="store_true", help="--remove without asking")
+    parser.set_defaults(run=run, parser=parser)
+
+
+def _operation(text: str, parser: argparse.ArgumentParser) -> AclOperation:
+    op = _OPERATIONS.get(text.replace("_", "").replace("-", "").lower())
+    if op is None:
+        parser.error(f"unknown --operation {text!r}")
+    return op
+
+
+def _resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
+    out = [(ResourceType.TOPIC, t) for t in args.topic]
+    out += [(ResourceType.GROUP, g) for g in args.group]
+    out += [(ResourceType.TRANSACTIONAL_ID, t) for t in args.transactional_id]
+    if args.cluster:
+        out.append((CLUSTER, CLUSTER_NAME))
+    return out
+
+
+def _operations_for(
+    args: argparse.Namespace, parser: argparse.ArgumentParser
+) -> dict[tuple[ResourceType, str], list[AclOperation]]:
+    """The operations each resource gets (--producer and --consumer expand)."""
+    resources = _resources(args)
+    if args.producer or args.consumer:
+        if args.operation:
+            parser.error("--operation cannot be combined with --producer or --consumer")
+        if args.consumer and not args.group:
+            parser.error("--consumer needs --group")
+        out: dict[tuple[ResourceType, str], list[AclOperation]] = {}
+        for rtype, name in resources:
+            ops: list[AclOperation] = []
+            if rtype == ResourceType.TOPIC:
+                if args.producer:
+                    ops += [AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.CREATE]
+                if args.consumer:
+                    ops += [AclOperation.READ, AclOperation.DESCRIBE]
+            elif rtype == ResourceType.GROUP and args.consumer:
+                ops.append(AclOperation.READ)
+            elif rtype == ResourceType.TRANSACTIONAL_ID and args.producer:
+                ops += [AclOperation.WRITE, AclOperation.DESCRIBE]
+            if ops:
+                out[(rtype, name)] = list(dict.fromkeys(ops))
+        if args.producer and args.idempotent:
+            out[(CLUSTER, CLUSTER_NAME)] = [AclOperation.IDEMPOTENT_WRITE]
+        return out
+    ops = [_operation(o, parser) for o in args.operation] or [AclOperation.ALL]
+    return {resource: ops for resource in resources}
+
+
+def _entries(args: argparse.Namespace) -> list[tuple[str, str, AclPermissionType]]:
+    out = []
+    for principals, hosts, permission in (
+        (args.allow_principal, args.allow_host, AclPermissionType.ALLOW),
+        (args.deny_principal, args.deny_host, AclPermissionType.DENY),
+    ):
+        for principal in principals:
+            for host in hosts or ["*"]:
+                out.append((principal, host, permission))
+    return out
+
+
+def _check_principals(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    for principal in [*args.allow_principal, *args.deny_principal, *args.principal]:
+        kind, sep, _ = principal.partition(":")
+        if not sep or not kind:
+            parser.error(f"a principal is Type:name (User:alice), got {principal!r}")
+
+
+def _show(binding: AclBinding) -> str:
+    return (
+        f"(principal={binding.principal}, host={binding.host}, "
+        f"operation={binding.operation.name}, permissionType={binding.permission_type.name})"
+    )
+
+
+def _print_by_resource(bindings: list[AclBinding], title: str) -> None:
+    by_resource: dict[tuple[str, str, str], list[AclBinding]] = {}
+    for b in bindings:
+        key = (_TYPE_NAMES.get(b.restype, b.restype.name), b.name, b.resource_pattern_type.name)
+        by_resource.setdefault(key, []).append(b)
+    for (rtype, name, pattern), items in sorted(by_resource.items()):
+        print(
+            f"{title} `ResourcePattern(resourceType={rtype}, name={name}, patternType={pattern})`:"
+        )
+        for b in sorted(items, key=_show):
+            print(f" \t{_show(b)} ")
+        print()
+
+
+def run(args: argparse.Namespace) -> int:
+    parser: argparse.ArgumentParser = args.parser
+    _check_principals(args, parser)
+    admin = AdminClient(client_config(args.bootstrap_server))
+    check_reachable(admin, args.bootstrap_server)
+    try:
+        if args.add:
+            return _add(args, parser, admin)
+        if args.remove:
+            return _remove(args, parser, admin)
+        return _list(args, admin)
+    except KafkaException as exc:
+        raise ToolError(_describe_error(exc)) from None
+
+
+def _pattern(args: argparse.Namespace, default: str) -> ResourcePatternType:
+    return _PATTERNS[args.resource_pattern_type or default]
+
+
+def _add(args: argparse.Namespace, parser: argparse.ArgumentParser, admin: AdminClient) -> int:
+    pattern = _pattern(args, "literal")
+    if pattern not in (ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED):
+        parser.error("--add takes --resource-pattern-type literal or prefixed")
+    entries = _entries(args)
+    if not entries:
+        parser.error("--add needs --allow-principal or --deny-principal")
+    operations = _operations_for(args, parser)
+    if not operations:
+        parser.error("--add needs a resource: --topic, --group, --transactional-id or --cluster")
+    bindings = [
+        AclBinding(
+            rtype,
+            name,
+            ResourcePatternType.LITERAL if rtype == CLUSTER else pattern,
+            principal,
+            host,
+            op,
+            permission,
+        )
+        for (rtype, name), ops in operations.items()
+        for principal, host, permission in entries
+        for op in ops
+    ]
+    for future in admin.create_acls(bindings, request_timeout=TIMEOUT_S).values():
+        future.result()
+    _print_by_resource(bindings, "Adding ACLs for resource")
+    return 0
+
+
+def _remove(args: argparse.Namespace, parser: argparse.ArgumentParser, admin: AdminClient) -> int:
+    pattern = _pattern(args, "literal")
+    resources = _resources(args)
+    if not resources:
+        parser.error("--remove needs a resource: --topic, --group, --transactional-id or --cluster")
+    entries = _entries(args)
+    filters: list[AclBindingFilter] = []
+    if entries:
+        operations = _operations_for(args, parser)
+        for (rtype, name), ops in operations.items():
+            for principal, host, permission in entries:
+                for op in ops:
+                    filters.append(
+                        AclBindingFilter(rtype, name, pattern, principal, host, op, permission)
+                    )
+    else:  # no principal: every ACL of the resources
+        for rtype, name in resources:
+            filters.append(
+                AclBindingFilter(
+                    rtype, name, pattern, None, None, AclOperation.ANY, AclPermissionType.ANY
+                )
+            )
+    if not args.force and sys.stdin.isatty():
+        answer = input("Are you sure you want to remove ACLs? (y/n) ")
+        if answer.strip().lower() not in ("y", "yes"):
+            return 0
+    removed: list[AclBinding] = []
+    for future in admin.delete_acls(filters, request_timeout=TIMEOUT_S).values():
+        removed += future.result()
+    _print_by_resource(removed, "Removed ACLs for resource")
+    return 0
+
+
+def _list(args: argparse.Namespace, admin: AdminClient) -> int:
+    pattern = _pattern(args, "any")
+    resources = _resources(args) or [(ResourceType.ANY, None)]
+    principals = args.principal or [None]
+    found: list[AclBinding] = []
+    for rtype, name in resources:
+        for principal in principals:
+            acl_filter = AclBindingFilter(
+                rtype,
+                name,
+                pattern,
+                principal,
+                None,
+                AclOperation.ANY,
+                AclPermissionType.ANY,
+            )
+            for b in admin.describe_acls(acl_filter, request_timeout=TIMEOUT_S).result():
+                if b not in found:
+                    found.append(b)
+    _print_by_resource(found, "Current ACLs for resource")
+    return 0

@@ -1,0 +1,371 @@
+"""ACLs end to end: CreateAcls/DescribeAcls/DeleteAcls with confluent-kafka's AdminClient,
+and their enforcement on produce, fetch, groups and metadata, on real broker processes.
+
+Connections are User:ANONYMOUS (PLAINTEXT), so the ACLs here name User:ANONYMOUS; the
+cluster resource has no ACLs and allow.everyone.if.no.acl.found is on, so the tests may
+administer ACLs while topics and groups with ACLs are enforced.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from broker_process import BrokerProcess
+from cli_helpers import ok, one_line_error, strom, tool
+from cluster_process import Cluster
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+ME = "User:ANONYMOUS"
+SECURED = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "allow.everyone.if.no.acl.found": "true",
+}
+EVERYTHING = AclBindingFilter(
+    ResourceType.ANY,
+    None,
+    ResourcePatternType.ANY,
+    None,
+    None,
+    AclOperation.ANY,
+    AclPermissionType.ANY,
+)
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def topic_acl(
+    name: str,
+    op: AclOperation,
+    permission: AclPermissionType = AclPermissionType.ALLOW,
+    principal: str = ME,
+) -> AclBinding:
+    return AclBinding(
+        ResourceType.TOPIC, name, ResourcePatternType.LITERAL, principal, "*", op, permission
+    )
+
+
+def create(admin: AdminClient, *bindings: AclBinding) -> None:
+    for future in admin.create_acls(list(bindings)).values():
+        future.result(10)
+
+
+def delete(admin: AdminClient, *bindings: AclBinding) -> None:
+    filters = [
+        AclBindingFilter(
+            b.restype,
+            b.name,
+            b.resource_pattern_type,
+            b.principal,
+            b.host,
+            b.operation,
+            b.permission_type,
+        )
+        for b in bindings
+    ]
+    for future in admin.delete_acls(filters).values():
+        future.result(10)
+
+
+def new_topic(admin: AdminClient, name: str) -> None:
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(10)
+
+
+def produce_error(producer: Producer, topic: str) -> KafkaError | None:
+    outcome: list[KafkaError | None] = []
+    producer.produce(topic, b"v", on_delivery=lambda err, msg: outcome.append(err))
+    producer.flush(15)
+    assert outcome, "no delivery report"
+    return outcome[0]
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("acls") / "data", SECURED)
+    process.start()
+    yield process
+    if process.alive():
+        process.stop()
+
+
+@pytest.fixture
+def admin(secured: BrokerProcess) -> AdminClient:
+    return AdminClient({"bootstrap.servers": secured.bootstrap})
+
+
+def test_without_an_authorizer_acl_apis_answer_security_disabled(broker: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    with pytest.raises(KafkaException) as info:
+        create(admin, topic_acl("t", AclOperation.READ))
+    assert info.value.args[0].code() == KafkaError.SECURITY_DISABLED
+
+
+def test_create_describe_delete(admin: AdminClient) -> None:
+    bindings = [
+        topic_acl("orders", AclOperation.READ, principal="User:alice"),
+        AclBinding(
+            ResourceType.GROUP,
+            "team-",
+            ResourcePatternType.PREFIXED,
+            "User:bob",
+            "10.0.0.1",
+            AclOperation.ALL,
+            AclPermissionType.DENY,
+        ),
+    ]
+    create(admin, *bindings)
+    create(admin, bindings[0])  # again: a success that stores nothing new
+    found = admin.describe_acls(EVERYTHING).result(10)
+    assert set(found) >= set(bindings)
+    assert sum(1 for b in found if b == bindings[0]) == 1
+    match = AclBindingFilter(
+        ResourceType.GROUP,
+        "team-blue",
+        ResourcePatternType.MATCH,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    assert admin.describe_acls(match).result(10) == [bindings[1]]
+    delete(admin, *bindings)
+    assert not set(admin.describe_acls(EVERYTHING).result(10)) & set(bindings)
+    with pytest.raises(KafkaException):
+        bad = AclBinding(
+            ResourceType.BROKER,
+            "not-kafka-cluster",
+            ResourcePatternType.LITERAL,
+            ME,
+            "*",
+            AclOperation.ALTER,
+            AclPermissionType.ALLOW,
+        )
+        create(admin, bad)
+
+
+def test_write_only_principal_produces_and_cannot_read(
+    secured: BrokerProcess, admin: AdminClient
+) -> None:
+    topic = f"wo-{uuid.uuid4().hex[:8]}"
+    new_topic(admin, topic)
+    create(admin, topic_acl(topic, AclOperation.WRITE))
+    producer = Producer({"bootstrap.servers": secured.bootstrap})
+    assert produce_error(producer, topic) is None
+    consumer = Consumer(
+        {
+            "bootstrap.servers": secured.bootstrap,
+            "group.id": f"g-{topic}",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        error = None
+        deadline = time.monotonic() + 15
+        while error is None and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None:
+                assert msg.error() is not None, "a write-only principal read a record"
+                error = msg.error()
+        assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        consumer.close()
+
+
+def test_acl_changes_take_effect_on_open_connections_and_deny_wins(
+    secured: BrokerProcess, admin: AdminClient
+) -> None:
+    topic = f"live-{uuid.uuid4().hex[:8]}"
+    new_topic(admin, topic)
+    producer = Producer({"bootstrap.servers": secured.bootstrap, "retries": 0})
+    assert produce_error(producer, topic) is None  # no ACL on the topic: allowed
+    allow_all = topic_acl(topic, AclOperation.ALL)
+    deny_write = topic_acl(topic, AclOperation.WRITE, AclPermissionType.DENY, "User:*")
+    create(admin, allow_all, deny_write)
+    error = produce_error(producer, topic)
+    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    delete(admin, deny_write)
+    # librdkafka remembers a topic it was refused until its next metadata refresh: a new
+    # producer shows the ACL gone.
+    assert produce_error(Producer({"bootstrap.servers": secured.bootstrap}), topic) is None
+
+
+def test_consumer_without_group_read_cannot_join(
+    secured: BrokerProcess, admin: AdminClient
+) -> None:
+    topic = f"grp-{uuid.uuid4().hex[:8]}"
+    group = f"denied-{topic}"
+    new_topic(admin, topic)
+    create(
+        admin,
+        AclBinding(
+            ResourceType.GROUP,
+            group,
+            ResourcePatternType.LITERAL,
+            "User:*",
+            "*",
+            AclOperation.READ,
+            AclPermissionType.DENY,
+        ),
+    )
+    consumer = Consumer({"bootstrap.servers": secured.bootstrap, "group.id": group})
+    try:
+        consumer.subscribe([topic])
+        error = None
+        deadline = time.monotonic() + 20
+        while error is None and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is not None:
+                error = msg.error()
+        assert error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    finally:
+        consumer.close()
+
+
+def test_metadata_hides_topics_the_principal_may_not_describe(
+    secured: BrokerProcess, admin: AdminClient
+) -> None:
+    shown, hidden = f"shown-{uuid.uuid4().hex[:8]}", f"hidden-{uuid.uuid4().hex[:8]}"
+    new_topic(admin, shown)
+    new_topic(admin, hidden)
+    create(admin, topic_acl(hidden, AclOperation.READ, principal="User:bob"))
+    topics = admin.list_topics(timeout=10).topics
+    assert shown in topics and hidden not in topics
+    one = admin.list_topics(hidden, timeout=10).topics[hidden]
+    assert one.error is not None and one.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_acls_survive_a_restart(fresh_broker: BrokerProcess) -> None:
+    fresh_broker.overrides.update(SECURED)
+    fresh_broker.start()
+    binding = topic_acl("kept", AclOperation.DESCRIBE, principal="User:carol")
+    create(AdminClient({"bootstrap.servers": fresh_broker.bootstrap}), binding)
+    fresh_broker.restart()
+    admin = AdminClient({"bootstrap.servers": fresh_broker.bootstrap})
+    assert admin.describe_acls(EVERYTHING).result(10) == [binding]
+
+
+def test_acls_replicate_to_every_node(tmp_path: Path) -> None:
+    cluster = Cluster.combined(tmp_path / "cluster", overrides=SECURED)
+    try:
+        cluster.start_all()
+        nodes = cluster.brokers
+        binding = topic_acl("everywhere", AclOperation.READ, principal="User:dave")
+        create(AdminClient({"bootstrap.servers": nodes[-1].bootstrap}), binding)
+        for node in nodes:
+            admin = AdminClient({"bootstrap.servers": node.bootstrap})
+            wait_until(
+                lambda a=admin: a.describe_acls(EVERYTHING).result(10) == [binding],
+                15,
+                f"the ACL on node {node.bootstrap}",
+            )
+    finally:
+        cluster.kill_all()
+
+
+def test_cli_round_trip(secured: BrokerProcess) -> None:
+    topic = f"cli-{uuid.uuid4().hex[:8]}"
+    # Once the cluster has an ACL, administering ACLs needs ALTER and DESCRIBE on it.
+    admin_acl = ("--allow-principal", ME, "--cluster", "--operation", "All")
+    ok(tool(secured, "acls", "--add", *admin_acl))
+    added = ok(
+        tool(
+            secured,
+            "acls",
+            "--add",
+            "--allow-principal",
+            "User:erin",
+            "--producer",
+            "--topic",
+            topic,
+            "--transactional-id",
+            "tx-",
+            "--resource-pattern-type",
+            "prefixed",
+        )
+    )
+    assert "operation=WRITE" in added.stdout
+    listed = ok(tool(secured, "acls", "--list", "--topic", topic))
+    assert f"name={topic}, patternType=PREFIXED" in listed.stdout
+    for op in ("WRITE", "DESCRIBE", "CREATE"):
+        assert f"principal=User:erin, host=*, operation={op}, permissionType=ALLOW" in listed.stdout
+    ok(
+        tool(
+            secured,
+            "acls",
+            "--add",
+            "--deny-principal",
+            "User:erin",
+            "--cluster",
+            "--operation",
+            "Alter",
+        )
+    )
+    listed = ok(tool(secured, "acls", "--list", "--principal", "User:erin"))
+    assert "resourceType=CLUSTER, name=kafka-cluster" in listed.stdout
+    assert "resourceType=TRANSACTIONAL_ID, name=tx-, patternType=PREFIXED" in listed.stdout
+    ok(
+        tool(
+            secured,
+            "acls",
+            "--remove",
+            "--force",
+            "--topic",
+            topic,
+            "--resource-pattern-type",
+            "prefixed",
+        )
+    )
+    ok(
+        tool(
+            secured,
+            "acls",
+            "--remove",
+            "--force",
+            "--deny-principal",
+            "User:erin",
+            "--cluster",
+            "--operation",
+            "Alter",
+        )
+    )
+    ok(
+        tool(
+            secured,
+            "acls",
+            "--remove",
+            "--force",
+            "--transactional-id",
+            "tx-",
+            "--resource-pattern-type",
+            "prefixed",
+        )
+    )
+    listed = ok(tool(secured, "acls", "--list", "--principal", "User:erin"))
+    assert listed.stdout.strip() == ""
+    ok(tool(secured, "acls", "--remove", "--force", *admin_acl))
+    assert "kafka-cluster" not in ok(tool(secured, "acls", "--list", "--cluster")).stdout
+    # Mistakes are one line with exit code 2; an unreachable broker exit code 1.
+    one_line_error(tool(secured, "acls", "--add", "--topic", topic), 2)
+    one_line_error(tool(secured, "acls", "--add", "--allow-principal", "erin", "--topic", "t"), 2)
+    one_line_error(strom("acls", "--list", "--bootstrap-server", "127.0.0.1:1"), 1)
