@@ -10,6 +10,8 @@ forwarding side see NOT_CONTROLLER and retry; its answer is rebuilt in the clien
 version. A started reassignment is answered once this broker's own metadata shows it,
 so the client's next ListPartitionReassignments or Metadata here sees it. With no
 controller reachable in time the answer is REQUEST_TIMED_OUT, which clients retry.
+ElectLeaders, AlterPartitionReassignments and UnregisterBroker need ALTER on the
+cluster, ListPartitionReassignments DESCRIBE (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from kio.schema.elect_leaders.v2 import request as elect_v2
 
+from strom.broker import authz
 from strom.broker.common import NO_THROTTLE
 from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.router import RequestContext, handles
@@ -29,6 +32,7 @@ log = logging.getLogger(__name__)
 
 FORWARD_WAIT_S = 5.0
 TIMED_OUT_MESSAGE = "No active controller answered in time."
+DENIED = "Cluster authorization failed."
 
 
 @handles(43, 0, 2)
@@ -36,6 +40,8 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
     topic_type = nested(response_type, "ReplicaElectionResult")
     partition_type = nested(response_type, "PartitionResult")
+    if not authz.cluster_allowed(ctx, authz.Op.ALTER):
+        return _elect_failed(ctx, request, ErrorCode.cluster_authorization_failed, DENIED)
     forwarded = elect_v2.ElectLeadersRequest(
         election_type=getattr(request, "election_type", 0),
         topic_partitions=None
@@ -50,27 +56,7 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
         response = await ctx.broker.controller_channel.forward(ctx, forwarded)
     except ControllerUnavailable as exc:
         log.warning("ElectLeaders from %s: %s", ctx.peer, exc)
-        return build(
-            response_type,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.request_timed_out,
-            replica_election_results=tuple(
-                build(
-                    topic_type,
-                    topic=t.topic,
-                    partition_result=tuple(
-                        build(
-                            partition_type,
-                            partition_id=p,
-                            error_code=ErrorCode.request_timed_out,
-                            error_message=TIMED_OUT_MESSAGE,
-                        )
-                        for p in t.partitions
-                    ),
-                )
-                for t in request.topic_partitions or ()
-            ),
-        )
+        return _elect_failed(ctx, request, ErrorCode.request_timed_out, TIMED_OUT_MESSAGE)
     return build(
         response_type,
         throttle_time=NO_THROTTLE,
@@ -94,9 +80,39 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
     )
 
 
+def _elect_failed(ctx: RequestContext, request: Any, error: ErrorCode, message: str) -> Any:
+    response_type = ctx.response_type
+    topic_type = nested(response_type, "ReplicaElectionResult")
+    partition_type = nested(response_type, "PartitionResult")
+    return build(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        replica_election_results=tuple(
+            build(
+                topic_type,
+                topic=t.topic,
+                partition_result=tuple(
+                    build(partition_type, partition_id=p, error_code=error, error_message=message)
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topic_partitions or ()
+        ),
+    )
+
+
 @handles(45, 0, 1)
 async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
+    if not authz.cluster_allowed(ctx, authz.Op.ALTER):
+        return build(
+            ctx.response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            error_message=DENIED,
+            responses=(),
+        )
     try:
         response = await broker.controller_channel.forward(ctx, request)
     except ControllerUnavailable as exc:
@@ -136,6 +152,14 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any
 
 @handles(46, 0, 0)
 async def handle_list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+    if not authz.cluster_allowed(ctx, authz.Op.DESCRIBE):
+        return build(
+            ctx.response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            error_message=DENIED,
+            topics=(),
+        )
     try:
         return await ctx.broker.controller_channel.forward(ctx, request)
     except ControllerUnavailable as exc:
@@ -151,6 +175,13 @@ async def handle_list_partition_reassignments(ctx: RequestContext, request: Any)
 
 @handles(64, 0, 0)
 async def handle_unregister_broker(ctx: RequestContext, request: Any) -> Any:
+    if not authz.cluster_allowed(ctx, authz.Op.ALTER):
+        return build(
+            ctx.response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            error_message=DENIED,
+        )
     try:
         return await ctx.broker.controller_channel.forward(ctx, request)
     except ControllerUnavailable as exc:

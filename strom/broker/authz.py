@@ -58,19 +58,19 @@ class NodeAuthorizer:
 
     def __init__(self, super_users: Iterable[str], allow_everyone: bool) -> None:
         self.authorizer = StandardAuthorizer(super_users, allow_everyone)
-        self._image_id = 0
+        self._image: MetadataImage | None = None  # held: an id() could be reused
         self._version = -1
 
     def sync(self, image: MetadataImage) -> StandardAuthorizer:
         """The authorizer, brought up to the image's ACLs if they changed."""
-        if image.acl_version != self._version or id(image) != self._image_id:
+        if image.acl_version != self._version or image is not self._image:
             wanted: dict[uuid.UUID, AccessControlEntryRecord] = image.acls
             have = self.authorizer.ids()
             for acl_id in have - wanted.keys():
                 self.authorizer.remove(acl_id)
             for acl_id in wanted.keys() - have:
                 self.authorizer.add(acl_id, binding_of(wanted[acl_id]))
-            self._image_id, self._version = id(image), image.acl_version
+            self._image, self._version = image, image.acl_version
         return self.authorizer
 
 

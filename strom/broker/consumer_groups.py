@@ -11,7 +11,9 @@
 - ConsumerGroupDescribe (69), versions 0-1: members with their current and
   target assignments; GROUP_ID_NOT_FOUND for unknown and classic groups.
 
-Authorized operations are never computed; rack ids are kept but not used.
+Authorization: READ on the group for ConsumerGroupHeartbeat and DESCRIBE for
+ConsumerGroupDescribe (GROUP_AUTHORIZATION_FAILED), whose authorized operations come
+from the ACLs. Rack ids are kept but not used.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from strom.broker.common import (
     GROUP_OPERATIONS,
     NO_THROTTLE,
     OPERATIONS_NOT_REQUESTED,
-    authorized_operations,
 )
 from strom.broker.groups import client_host, millis
 from strom.broker.router import RequestContext, handles
@@ -168,16 +169,21 @@ def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
 
     for group_id in request.group_ids:
         group = coordinator.groups.get(group_id)
-        if not isinstance(group, ConsumerGroup):
+        denied = not authz.allowed(ctx, authz.Op.DESCRIBE, authz.GROUP, group_id)
+        if denied or not isinstance(group, ConsumerGroup):
             message = (
-                f"Group {group_id} is not a consumer group."
+                "Group authorization failed."
+                if denied
+                else f"Group {group_id} is not a consumer group."
                 if group is not None
                 else f"Group {group_id} not found."
             )
             described.append(
                 build(
                     group_type,
-                    error_code=ErrorCode.group_id_not_found,
+                    error_code=ErrorCode.group_authorization_failed
+                    if denied
+                    else ErrorCode.group_id_not_found,
                     error_message=message,
                     group_id=group_id,
                     group_state="Dead",
@@ -217,8 +223,12 @@ def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
                 assignment_epoch=group.assignment_epoch,
                 assignor_name=group.assignor_name,
                 members=members,
-                authorized_operations=authorized_operations(
-                    GROUP_OPERATIONS, getattr(request, "include_authorized_operations", False)
+                authorized_operations=authz.operations(
+                    ctx,
+                    authz.GROUP,
+                    group_id,
+                    GROUP_OPERATIONS,
+                    getattr(request, "include_authorized_operations", False),
                 ),
             )
         )

@@ -5,7 +5,7 @@ log it holds (or those of the topics asked for), with its size in bytes and, as 
 reports it for a replica that is not a future one, its offset lag max(0, high watermark
 - log end offset); the directory's total and usable bytes (v4). A controller-only node
 has no log directory and answers an empty list. ``strom log-dirs --describe`` asks
-every broker.
+every broker. Needs DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from strom.broker import authz
 from strom.broker.common import NO_THROTTLE
 from strom.broker.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
@@ -23,6 +24,13 @@ from strom.protocol.framing import build, nested
 def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
     state = ctx.broker.state
+    if not authz.cluster_allowed(ctx, authz.Op.DESCRIBE):
+        return build(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results=(),
+        )
     if not state.hosts_logs:
         return build(
             response_type, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, results=()

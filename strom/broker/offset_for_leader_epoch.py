@@ -8,13 +8,15 @@ it to find where to truncate. Only the leader answers (NOT_LEADER_OR_FOLLOWER); 
 ``current_leader_epoch`` other than the leader's gets FENCED_LEADER_EPOCH (older) or
 UNKNOWN_LEADER_EPOCH (newer). As Kafka does, an epoch below every one the log knows
 answers itself and the first epoch's start offset; one above every known epoch
-answers epoch -1 and offset -1 (UNDEFINED).
+answers epoch -1 and offset -1 (UNDEFINED). Needs DESCRIBE on the topic, or
+CLUSTER_ACTION for a follower (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from strom.broker import authz
 from strom.broker.common import NO_THROTTLE
 from strom.broker.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
@@ -28,13 +30,22 @@ def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     topic_type = nested(response_type, "OffsetForLeaderTopicResult")
     partition_type = nested(response_type, "EpochEndOffset")
     topics = []
+    names = {t.topic for t in request.topics}
+    allowed = names
+    if authz.authorizer_of(ctx.broker) is not None:
+        if getattr(request, "replica_id", -1) >= 0:  # a follower: CLUSTER_ACTION
+            allowed = names if authz.cluster_allowed(ctx, authz.Op.CLUSTER_ACTION) else set()
+        else:
+            allowed = authz.filter_allowed(ctx, authz.Op.DESCRIBE, authz.TOPIC, names)
     for topic in request.topics:
         view = state.topic(topic.topic)
         partitions = []
         for p in topic.partitions:
             error, epoch, end = ErrorCode.none, -1, -1
             partition_log = state.partition_log(topic.topic, p.partition)
-            if view is None or p.partition not in view.states or partition_log is None:
+            if topic.topic not in allowed:
+                error = ErrorCode.topic_authorization_failed
+            elif view is None or p.partition not in view.states or partition_log is None:
                 error = ErrorCode.unknown_topic_or_partition
             elif view.leader_of(p.partition) != ctx.broker.node_id:
                 error = ErrorCode.not_leader_or_follower

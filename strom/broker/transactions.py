@@ -25,8 +25,8 @@ and TxnOffsetCommit; WRITE on the topics added (TOPIC_AUTHORIZATION_FAILED, the 
 OPERATION_NOT_ATTEMPTED); READ on the group for AddOffsetsToTxn and TxnOffsetCommit
 (GROUP_AUTHORIZATION_FAILED) and on the topics committed; CLUSTER_ACTION for batched
 AddPartitionsToTxn (v4+) and WriteTxnMarkers (brokers' requests); DESCRIBE on the
-transactional id for DescribeTransactions. ListTransactions and DescribeProducers are
-not filtered yet.
+transactional id for DescribeTransactions (ListTransactions lists those the principal
+may describe); READ on the topic for DescribeProducers.
 """
 
 from __future__ import annotations
@@ -414,6 +414,11 @@ def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
             [int(p) for p in request.producer_id_filters],
             int(getattr(request, "duration_filter", -1)),
         )
+        found = [
+            meta
+            for meta in found
+            if authz.allowed(ctx, authz.Op.DESCRIBE, authz.TRANSACTIONAL_ID, meta.transactional_id)
+        ]
     response_type = ctx.response_type
     state_type = nested(response_type, "TransactionState")
     return build(
@@ -450,7 +455,9 @@ def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
         for index in topic.partition_indexes:
             index = int(index)
             partition_log = state.partition_log(topic.name, index)
-            if meta is None or index not in meta.states:
+            if not authz.allowed(ctx, authz.Op.READ, authz.TOPIC, topic.name):
+                error, producers = ErrorCode.topic_authorization_failed, ()
+            elif meta is None or index not in meta.states:
                 error, producers = ErrorCode.unknown_topic_or_partition, ()
             elif meta.leader_of(index) != ctx.broker.node_id or partition_log is None:
                 error, producers = ErrorCode.not_leader_or_follower, ()

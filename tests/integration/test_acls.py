@@ -369,3 +369,87 @@ def test_cli_round_trip(secured: BrokerProcess) -> None:
     one_line_error(tool(secured, "acls", "--add", "--topic", topic), 2)
     one_line_error(tool(secured, "acls", "--add", "--allow-principal", "erin", "--topic", "t"), 2)
     one_line_error(strom("acls", "--list", "--bootstrap-server", "127.0.0.1:1"), 1)
+
+
+def test_authorized_operations_come_from_the_acls(
+    secured: BrokerProcess, admin: AdminClient
+) -> None:
+    from confluent_kafka import TopicCollection
+
+    topic = f"ops-{uuid.uuid4().hex[:8]}"
+    new_topic(admin, topic)
+    create(admin, topic_acl(topic, AclOperation.WRITE))
+    described = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True)[
+        topic
+    ].result(10)
+    assert set(described.authorized_operations) == {AclOperation.WRITE, AclOperation.DESCRIBE}
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(10)
+    # No ACL on the cluster and allow.everyone.if.no.acl.found: every cluster operation.
+    assert AclOperation.ALTER in cluster.authorized_operations
+
+
+def test_denied_admin_requests(secured: BrokerProcess, admin: AdminClient) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    topic = f"adm-{uuid.uuid4().hex[:8]}"
+    new_topic(admin, topic)
+    create(
+        admin,
+        topic_acl(topic, AclOperation.DESCRIBE),
+        topic_acl(f"{topic}-new", AclOperation.CREATE, AclPermissionType.DENY),
+        topic_acl(f"{topic}-new2", AclOperation.CREATE, AclPermissionType.DENY),
+    )
+    with pytest.raises(KafkaException) as info:
+        admin.describe_configs([ConfigResource("topic", topic)])[
+            ConfigResource("topic", topic)
+        ].result(10)
+    assert info.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    with pytest.raises(KafkaException) as info:
+        admin.delete_topics([topic])[topic].result(10)
+    assert info.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # CREATE on the cluster (open: it has no ACL) is enough, whatever the topic's ACLs.
+    new_topic(admin, f"{topic}-new")
+    cluster_acls = [
+        AclBinding(
+            ResourceType.BROKER,
+            "kafka-cluster",
+            ResourcePatternType.LITERAL,
+            ME,
+            "*",
+            op,
+            AclPermissionType.ALLOW,
+        )
+        for op in (AclOperation.ALTER, AclOperation.DESCRIBE)
+    ]
+    create(admin, *cluster_acls)
+    try:
+        # Now the cluster has ACLs and none grants CREATE: the topic's own ACLs decide.
+        with pytest.raises(KafkaException) as info:
+            new_topic(admin, f"{topic}-new2")
+        assert info.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        create(admin, topic_acl(f"{topic}-new3", AclOperation.CREATE))
+        new_topic(admin, f"{topic}-new3")
+    finally:
+        delete(admin, *cluster_acls)
+
+
+def test_transactional_producer_without_write_on_its_id_is_refused(
+    secured: BrokerProcess, admin: AdminClient
+) -> None:
+    txn_id = f"tx-{uuid.uuid4().hex[:8]}"
+    create(
+        admin,
+        AclBinding(
+            ResourceType.TRANSACTIONAL_ID,
+            txn_id,
+            ResourcePatternType.LITERAL,
+            ME,
+            "*",
+            AclOperation.WRITE,
+            AclPermissionType.DENY,
+        ),
+    )
+    producer = Producer({"bootstrap.servers": secured.bootstrap, "transactional.id": txn_id})
+    with pytest.raises(KafkaException) as info:
+        producer.init_transactions(15)
+    assert info.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

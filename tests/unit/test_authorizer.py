@@ -338,3 +338,45 @@ def test_authorizer_config() -> None:
     assert config["allow.everyone.if.no.acl.found"] is False
     with pytest.raises(ConfigError, match="Unknown authorizer.class.name"):
         BrokerConfig({"authorizer.class.name": "com.example.Nope"})
+
+
+def test_node_authorizer_follows_the_metadata_image() -> None:
+    import uuid
+
+    from strom.broker.authz import NodeAuthorizer
+    from strom.cluster.image import MetadataImage
+    from strom.cluster.records import (
+        AccessControlEntryRecord,
+        RemoveAccessControlEntryRecord,
+        decode_record,
+        encode_record,
+    )
+
+    def record(name: str) -> AccessControlEntryRecord:
+        return AccessControlEntryRecord(
+            id=uuid.uuid4(),
+            resource_type=TOPIC,
+            resource_name=name,
+            pattern_type=LIT,
+            principal=ALICE,
+            host="*",
+            operation=Op.READ,
+            permission_type=ALLOW,
+        )
+
+    image = MetadataImage()
+    node = NodeAuthorizer((), False)
+    first, second = record("a"), record("b")
+    image.apply(first, 0)
+    assert node.sync(image).authorize(ALICE, "h", Op.READ, TOPIC, "a")
+    image.apply(second, 1)
+    image.apply(RemoveAccessControlEntryRecord(id=first.id), 2)
+    authorizer = node.sync(image)
+    assert not authorizer.authorize(ALICE, "h", Op.READ, TOPIC, "a")
+    assert authorizer.authorize(ALICE, "h", Op.READ, TOPIC, "b")
+    # A snapshot holds the ACLs, and an image rebuilt from it (a new object) is followed.
+    records = [decode_record(encode_record(r)) for r in image.to_records()]
+    rebuilt = MetadataImage.from_records(records, 2)
+    assert rebuilt.acls == image.acls
+    rebuilt.apply(RemoveAccessControlEntryRecord(id=second.id), 3)
+    assert not node.sync(rebuilt).authorize(ALICE, "h", Op.READ, TOPIC, "b")
