@@ -25,7 +25,7 @@
 Authorization (``authz``), as Kafka checks it: OffsetCommit needs READ on the group
 (GROUP_AUTHORIZATION_FAILED) and on each topic (TOPIC_AUTHORIZATION_FAILED for its
 partitions); OffsetFetch DESCRIBE on the group and the topics (unauthorized topics are
-left out of an all-topics answer); OffsetDelete DELETE on the group.
+left out of an all-topics answer); OffsetDelete DELETE on the group and READ on the topics.
 """
 
 from __future__ import annotations
@@ -276,7 +276,9 @@ def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     doomed = []
     topics = []
     for topic in request.topics:
-        if topic.name in subscribed:
+        if not authz.allowed(ctx, authz.Op.READ, authz.TOPIC, topic.name):
+            error = ErrorCode.topic_authorization_failed
+        elif topic.name in subscribed:
             error = ErrorCode.group_subscribed_to_topic
         elif ctx.broker.controller.topic(topic.name) is None:
             error = ErrorCode.unknown_topic_or_partition

@@ -29,9 +29,13 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from kio.schema.describe_acls.v3 import request as describe_acls
+from kio.static.primitive import i8
 
+from strom.cli import wire
 from strom.cli.common import ToolError, add_bootstrap, check_reachable, client_config
 from strom.cli.common import describe_error as _describe_error
+from strom.protocol.errors import ErrorCode
 
 CLUSTER_NAME = "kafka-cluster"
 TIMEOUT_S = 15.0
@@ -251,23 +255,39 @@ def _remove(args: argparse.Namespace, parser: argparse.ArgumentParser, admin: Ad
 
 
 def _list(args: argparse.Namespace, admin: AdminClient) -> int:
+    """DescribeAcls on the wire: librdkafka's describe_acls drops the response's error
+    (SECURITY_DISABLED, CLUSTER_AUTHORIZATION_FAILED) and would print nothing."""
     pattern = _pattern(args, "any")
     resources = _resources(args) or [(ResourceType.ANY, None)]
     principals = args.principal or [None]
     found: list[AclBinding] = []
     for rtype, name in resources:
         for principal in principals:
-            acl_filter = AclBindingFilter(
-                rtype,
-                name,
-                pattern,
-                principal,
-                None,
-                AclOperation.ANY,
-                AclPermissionType.ANY,
+            request = describe_acls.DescribeAclsRequest(
+                resource_type_filter=i8(int(rtype.value)),
+                resource_name_filter=name,
+                pattern_type_filter=i8(int(pattern.value)),
+                principal_filter=principal,
+                host_filter=None,
+                operation=i8(int(AclOperation.ANY.value)),
+                permission_type=i8(int(AclPermissionType.ANY.value)),
             )
-            for b in admin.describe_acls(acl_filter, request_timeout=TIMEOUT_S).result():
-                if b not in found:
-                    found.append(b)
+            response = wire.send(args.bootstrap_server, request, "list ACLs")
+            if response.error_code != ErrorCode.none:
+                message = response.error_message or ""
+                raise ToolError(f"{wire.error_name(response.error_code)}: {message}".rstrip(": "))
+            for resource in response.resources:
+                for acl in resource.acls:
+                    binding = AclBinding(
+                        ResourceType(int(resource.resource_type)),
+                        resource.resource_name,
+                        ResourcePatternType(int(resource.pattern_type)),
+                        acl.principal,
+                        acl.host,
+                        AclOperation(int(acl.operation)),
+                        AclPermissionType(int(acl.permission_type)),
+                    )
+                    if binding not in found:
+                        found.append(binding)
     _print_by_resource(found, "Current ACLs for resource")
     return 0

@@ -453,3 +453,8 @@ def test_transactional_producer_without_write_on_its_id_is_refused(
     with pytest.raises(KafkaException) as info:
         producer.init_transactions(15)
     assert info.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def test_cli_list_reports_the_brokers_error(broker: BrokerProcess) -> None:
+    line = one_line_error(tool(broker, "acls", "--list"), 1)
+    assert "SECURITY_DISABLED" in line
