@@ -23,8 +23,8 @@ def _bit_field(*operations: int) -> int:
     return sum(1 << op for op in set(operations))
 
 
-# What each resource type supports. There is no authorizer yet, so every supported
-# operation is allowed, as Kafka answers when it runs without one.
+# What each resource type supports: all allowed without an authorizer, as Kafka answers
+# when it runs without one; otherwise authz.operations asks the ACLs.
 TOPIC_OPERATIONS = _bit_field(
     READ, WRITE, CREATE, DESCRIBE, DELETE, ALTER, DESCRIBE_CONFIGS, ALTER_CONFIGS
 )
