@@ -458,3 +458,70 @@ def test_transactional_producer_without_write_on_its_id_is_refused(
 def test_cli_list_reports_the_brokers_error(broker: BrokerProcess) -> None:
     line = one_line_error(tool(broker, "acls", "--list"), 1)
     assert "SECURITY_DISABLED" in line
+
+
+def test_idempotent_producer_needs_idempotent_write_or_write_on_a_topic(
+    fresh_broker: BrokerProcess,
+) -> None:
+    fresh_broker.overrides.update(SECURED)
+    fresh_broker.start()
+    admin = AdminClient({"bootstrap.servers": fresh_broker.bootstrap})
+    new_topic(admin, "idem")
+    # The cluster gets ACLs (so ACL administration stays possible) without
+    # IDEMPOTENT_WRITE, and every topic a DENY WRITE.
+    cluster_acls = [
+        AclBinding(
+            ResourceType.BROKER,
+            "kafka-cluster",
+            ResourcePatternType.LITERAL,
+            ME,
+            "*",
+            op,
+            AclPermissionType.ALLOW,
+        )
+        for op in (AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.CREATE)
+    ]
+    create(
+        admin,
+        *cluster_acls,
+        topic_acl("idem", AclOperation.DESCRIBE),
+        topic_acl("*", AclOperation.WRITE, AclPermissionType.DENY),
+    )
+    errors: list[KafkaError] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": fresh_broker.bootstrap,
+            "enable.idempotence": True,
+            "error_cb": errors.append,
+            "message.timeout.ms": 5000,
+        }
+    )
+    reports: list[KafkaError | None] = []
+    producer.produce("idem", b"v", on_delivery=lambda err, msg: reports.append(err))
+    deadline = time.monotonic() + 15
+    while not errors and not reports and time.monotonic() < deadline:
+        try:
+            producer.poll(0.2)
+        except (KafkaException, SystemError) as exc:  # the fatal error surfaces here
+            cause = exc if isinstance(exc, KafkaException) else exc.__cause__
+            if isinstance(cause, KafkaException):
+                errors.append(cause.args[0])
+            break
+    codes = {e.code() for e in errors} | {e.code() for e in reports if e is not None}
+    assert KafkaError.CLUSTER_AUTHORIZATION_FAILED in codes, codes
+    create(
+        admin,
+        AclBinding(
+            ResourceType.BROKER,
+            "kafka-cluster",
+            ResourcePatternType.LITERAL,
+            ME,
+            "*",
+            AclOperation.IDEMPOTENT_WRITE,
+            AclPermissionType.ALLOW,
+        ),
+    )
+    delete(admin, topic_acl("*", AclOperation.WRITE, AclPermissionType.DENY))
+    create(admin, topic_acl("idem", AclOperation.WRITE))
+    producer = Producer({"bootstrap.servers": fresh_broker.bootstrap, "enable.idempotence": True})
+    assert produce_error(producer, "idem") is None
