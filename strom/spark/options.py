@@ -4,8 +4,9 @@ connector names them.
 Owns: which topics a reader subscribes to (``subscribe`` / ``subscribePattern`` /
 ``assign``), how its starting and ending positions are written (``earliest``,
 ``latest``, per-partition JSON with -2/-1, timestamps), the per-trigger limits, and
-the ``kafka.*`` options handed to confluent-kafka. Does not talk to a broker: turning a
-position into an offset is :mod:`strom.spark.kafka_meta`'s job.
+the ``kafka.*`` options handed to confluent-kafka; for a writer, the topic and whether
+it writes exactly once (``exactlyOnce``, ``transactionalIdPrefix``). Does not talk to a
+broker: turning a position into an offset is :mod:`strom.spark.kafka_meta`'s job.
 
 Spark gives a Python data source its options in a case-insensitive dict whose keys are
 lowercased, so every name below is looked up in lower case.
@@ -57,7 +58,10 @@ _OWNED_PRODUCER_SETTINGS = {
     "key.serializer": "keys are written from a string or binary column",
     "value.serializer": "values are written from a string or binary column",
     "interceptor.classes": "not supported",
+    "transactional.id": "set exactlyOnce=true; the sink names its transactional ids itself "
+    "(see transactionalIdPrefix)",
 }
+DEFAULT_TRANSACTIONAL_ID_PREFIX = "strom-eos"
 
 
 class StromOptionError(ValueError):
@@ -117,6 +121,8 @@ class WriterOptions:
     bootstrap: str
     client: dict[str, str]
     topic: str | None = None
+    exactly_once: bool = False
+    transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX
 
 
 def _lower(options: Mapping[str, Any]) -> dict[str, str]:
@@ -345,11 +351,44 @@ def parse_reader_options(options: Mapping[str, Any], *, streaming: bool | None) 
     )
 
 
-def parse_writer_options(options: Mapping[str, Any]) -> WriterOptions:
+def parse_writer_options(options: Mapping[str, Any], *, streaming: bool) -> WriterOptions:
     """Check a writer's options. Others (checkpointLocation...) belong to Spark."""
     opts = _lower(options)
     bootstrap, client = _client(opts, _OWNED_PRODUCER_SETTINGS)
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise StromOptionError("option topic must not be empty")
-    return WriterOptions(bootstrap=bootstrap, client=client, topic=topic.strip() if topic else None)
+    exactly_once = _bool(opts, "exactlyonce", "exactlyOnce", False)
+    prefix = opts.get("transactionalidprefix")
+    if exactly_once:
+        if not streaming:
+            raise StromOptionError(
+                "option exactlyOnce is for streaming writes (writeStream): a batch write has "
+                "no micro-batch to replay, so it stays at-least-once"
+            )
+        _check_transactional_client(client)
+    elif prefix is not None:
+        raise StromOptionError("option transactionalIdPrefix needs exactlyOnce=true")
+    if prefix is not None and not prefix.strip():
+        raise StromOptionError("option transactionalIdPrefix must not be empty")
+    return WriterOptions(
+        bootstrap=bootstrap,
+        client=client,
+        topic=topic.strip() if topic else None,
+        exactly_once=exactly_once,
+        transactional_id_prefix=prefix.strip() if prefix else DEFAULT_TRANSACTIONAL_ID_PREFIX,
+    )
+
+
+def _check_transactional_client(client: dict[str, str]) -> None:
+    """kafka.* settings a transactional producer cannot have, refused in one line."""
+    if client.get("enable.idempotence", "true").strip().lower() != "true":
+        raise StromOptionError(
+            "option kafka.enable.idempotence=false cannot go with exactlyOnce=true "
+            "(transactions need the idempotent producer)"
+        )
+    acks = client.get("acks", client.get("request.required.acks", "all")).strip().lower()
+    if acks not in ("all", "-1"):
+        raise StromOptionError(
+            f"option kafka.acks={acks} cannot go with exactlyOnce=true (transactions need acks=all)"
+        )

@@ -6,7 +6,9 @@ column) and the delivery guarantee: each Spark task flushes its producer and fai
 if any record was not acknowledged before it reports success, so a committed batch
 is in Kafka: at-least-once, as Spark's Kafka sink (a retried task may write twice).
 Records without a partition are placed by Kafka's Java partitioner (murmur2 of the
-key), as Spark's sink places them.
+key), as Spark's sink places them. With ``exactlyOnce=true`` a stream write task writes
+its rows in one Kafka transaction per micro-batch instead, and a replayed micro-batch
+writes nothing a committed one wrote (:mod:`strom.spark.exactly_once`).
 
 Differs from Spark's Kafka sink: PySpark lets Python stream writers run in append mode
 only (no update or complete mode); an aggregation in update mode writes through
@@ -17,9 +19,9 @@ only (no update or complete mode); an aggregation in update mode writes through
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Any
 
 import pyarrow as pa
@@ -38,6 +40,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from strom.spark.exactly_once import StromSinkError, TaskTransaction, current_write_task
 from strom.spark.options import StromOptionError, WriterOptions, parse_writer_options
 
 log = logging.getLogger(__name__)
@@ -48,6 +51,8 @@ FLUSH_TIMEOUT_S = 120.0
 @dataclass
 class WrittenRecords(WriterCommitMessage):
     count: int
+    batch_id: int | None = None  # exactlyOnce: the micro-batch the task wrote
+    skipped: bool = False  # exactlyOnce: an earlier run of the task had committed it
 
 
 def _is_text_or_bytes(dtype: DataType) -> bool:
@@ -93,17 +98,17 @@ def _check_columns(schema: StructType, opts: WriterOptions) -> None:
 class _ArrowProducer:
     """Writing one task's Arrow batches with one confluent-kafka producer."""
 
-    def __init__(self, options: Any, schema: StructType) -> None:
-        self.opts = parse_writer_options(options)
+    def __init__(self, options: Any, schema: StructType, *, streaming: bool) -> None:
+        self.opts = parse_writer_options(options, streaming=streaming)
         _check_columns(schema, self.opts)
         self.columns = {f.name.lower(): f.name for f in schema.fields}
 
-    def _producer(self, failures: list[KafkaError]) -> Producer:
+    def _config(self, failures: list[KafkaError]) -> dict[str, Any]:
         def on_delivery(err: KafkaError | None, _msg: Any) -> None:
             if err is not None:
                 failures.append(err)
 
-        config: dict[str, Any] = {
+        return {
             "linger.ms": 5,
             "batch.size": 1_000_000,
             "queue.buffering.max.messages": 1_000_000,
@@ -112,34 +117,36 @@ class _ArrowProducer:
             "delivery.report.only.error": True,
             "on_delivery": on_delivery,
         }
-        return Producer(config)
 
     def _column(self, batch: pa.RecordBatch, name: str) -> list[Any] | None:
         column = self.columns.get(name)
         return batch.column(column).to_pylist() if column is not None else None
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
-        failures: list[KafkaError] = []
-        producer = self._producer(failures)
+    def _topics(self, batch: pa.RecordBatch) -> Any:
+        if self.opts.topic is not None:
+            return repeat(self.opts.topic, batch.num_rows)
+        topics = self._column(batch, "topic")
+        if None in topics:
+            raise StromOptionError("a row has a null topic and no topic option is set")
+        return topics
+
+    def _produce(
+        self, producer: Producer, batches: Iterable[pa.RecordBatch], failures: list[KafkaError]
+    ) -> int:
+        """Produce every row of ``batches``; stop at the first failed delivery reported."""
         produce = producer.produce
         written = 0
-        for batch in iterator:
+        for batch in batches:
             n = batch.num_rows
             values = self._column(batch, "value")
             keys = self._column(batch, "key") or repeat(None, n)
-            if self.opts.topic is not None:
-                topics: Any = repeat(self.opts.topic, n)
-            else:
-                topics = self._column(batch, "topic")
-                if None in topics:
-                    raise StromOptionError("a row has a null topic and no topic option is set")
+            topics = self._topics(batch)
             partitions = self._column(batch, "partition")
             headers = self._column(batch, "headers")
+            rows: Any = zip(topics, values, keys, strict=False)
             if partitions is None and headers is None:
-                rows: Any = zip(topics, values, keys, strict=False)
                 extra: Any = repeat({}, n)
             else:
-                rows = zip(topics, values, keys, strict=False)
                 extra = (
                     _extras(p, h)
                     for p, h in zip(
@@ -156,6 +163,14 @@ class _ArrowProducer:
             written += n
             if failures:
                 break
+        return written
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
+        if self.opts.exactly_once:
+            return self._write_in_transaction(iterator)
+        failures: list[KafkaError] = []
+        producer = Producer(self._config(failures))
+        written = self._produce(producer, iterator, failures)
         remaining = producer.flush(FLUSH_TIMEOUT_S)
         if failures:
             raise KafkaException(failures[0])
@@ -164,6 +179,35 @@ class _ArrowProducer:
                 KafkaError(KafkaError._MSG_TIMED_OUT, f"{remaining} records not acknowledged")
             )
         return WrittenRecords(written)
+
+    def _write_in_transaction(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
+        """exactlyOnce: the task's rows in one transaction with its micro-batch marker."""
+        task = current_write_task()
+        batches = (b for b in iterator if b.num_rows)
+        first = next(batches, None)
+        if first is None:  # nothing to write, nothing to mark
+            return WrittenRecords(0, batch_id=task.batch_id)
+        marker_topic = next(iter(self._topics(first.slice(0, 1))))
+        failures: list[KafkaError] = []
+
+        def produce(producer: Producer) -> int:
+            written = self._produce(producer, chain([first], batches), failures)
+            if failures:
+                raise KafkaException(failures[0])
+            return written
+
+        transaction = TaskTransaction(
+            task,
+            self.opts.transactional_id_prefix,
+            self._config(failures),
+            self.opts.client,
+            marker_topic,
+        )
+        outcome = transaction.run(produce)
+        if outcome.skipped:
+            for _ in batches:  # Spark's input is read to its end either way
+                pass
+        return WrittenRecords(outcome.written, batch_id=task.batch_id, skipped=outcome.skipped)
 
 
 def _extras(partition: int | None, headers: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -179,24 +223,51 @@ class StromBatchWriter(DataSourceArrowWriter):
     """``df.write.format("strom")``."""
 
     def __init__(self, options: Any, schema: StructType) -> None:
-        self.task = _ArrowProducer(options, schema)
+        self.task = _ArrowProducer(options, schema, streaming=False)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
         return self.task.write(iterator)
 
 
 class StromStreamWriter(DataSourceStreamArrowWriter):
-    """``df.writeStream.format("strom")``: each micro-batch's tasks flush before commit."""
+    """``df.writeStream.format("strom")``: each micro-batch's tasks flush (or commit their
+    transactions, with exactlyOnce) before Spark commits the micro-batch."""
 
     def __init__(self, options: Any, schema: StructType) -> None:
-        self.task = _ArrowProducer(options, schema)
+        self.task = _ArrowProducer(options, schema, streaming=True)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
         return self.task.write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        count = sum(m.count for m in messages if isinstance(m, WrittenRecords))
-        log.debug("micro-batch %d: %d records written", batchId, count)
+        written = [m for m in messages if isinstance(m, WrittenRecords)]
+        count = sum(m.count for m in written)
+        if not self.task.opts.exactly_once:
+            log.debug("micro-batch %d: %d records written", batchId, count)
+            return
+        # The tasks named their transactions' markers after the batch id they were told.
+        wrong = {m.batch_id for m in written if m.batch_id != batchId}
+        if wrong:
+            raise StromSinkError(
+                f"micro-batch {batchId}: write tasks marked micro-batch(es) {sorted(wrong)}"
+            )
+        skipped = sum(m.skipped for m in written)
+        log.debug(
+            "micro-batch %d: %d records committed in transactions; %d task(s) had committed "
+            "theirs before a restart",
+            batchId,
+            count,
+            skipped,
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.warning("micro-batch %d aborted; records already written stay (at-least-once)", batchId)
+        if self.task.opts.exactly_once:
+            log.warning(
+                "micro-batch %d aborted; the transactions its tasks committed stay, and its "
+                "replay writes only what they did not commit",
+                batchId,
+            )
+        else:
+            log.warning(
+                "micro-batch %d aborted; records already written stay (at-least-once)", batchId
+            )
