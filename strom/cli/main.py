@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import logging
 import signal
 import sys
@@ -48,8 +49,17 @@ from strom.storage.errors import LogDirLockedError
 EXIT_CONFIG = 2
 
 
+def _version() -> str:
+    """The installed package's version (pyproject.toml), or "unknown" outside an install."""
+    try:
+        return importlib.metadata.version("strom")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog="strom", description="Strom event streaming platform")
+    parser.add_argument("--version", action="version", version=f"strom {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # `strom broker` keeps argparse's own error output; the tools' parsers are one-line.
     commands._parser_class = argparse.ArgumentParser  # type: ignore[attr-defined]

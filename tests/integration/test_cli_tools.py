@@ -637,3 +637,10 @@ def test_unknown_broker_and_oversized_record_are_one_readable_line(broker) -> No
     assert line.startswith("strom produce: line 1 not sent: MSG_SIZE_TOO_LARGE: "), line
     assert "2,000,000 bytes" in line and "message.max.bytes" in line
     assert "KafkaError{" not in line
+
+
+def test_version_is_the_installed_package_version() -> None:
+    from importlib.metadata import version
+
+    result = ok(strom("--version"))
+    assert result.stdout.strip() == f"strom {version('strom')}"
