@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Iterable
 from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+# $STROM_BOOTSTRAP_SERVER, when set, stands in for --bootstrap-server in every tool.
+DEFAULT_BOOTSTRAP = os.environ.get("STROM_BOOTSTRAP_SERVER") or "127.0.0.1:9092"
 CONNECT_TIMEOUT_S = 5.0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
