@@ -201,6 +201,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("replica.fetch.max.bytes", "int", 1048576, minimum=0),
         ConfigDef("replica.fetch.response.max.bytes", "int", 10485760, minimum=0),
         ConfigDef("replica.fetch.wait.max.ms", "int", 500, minimum=0),
+        ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000, minimum=0),
         ConfigDef("replica.fetch.min.bytes", "int", 1, minimum=1),
         ConfigDef("replica.fetch.backoff.ms", "int", 1000, minimum=0),
         ConfigDef("replica.lag.time.max.ms", "long", 30000, minimum=1),

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from strom.broker.api_versions import unsupported_version_response
 from strom.broker.controller_channel import ControllerChannel
 from strom.broker.controller_service import ControllerService
+from strom.broker.fetch_sessions import FetchSessionCache
 from strom.broker.group_commit import GroupCommit
 from strom.broker.lifecycle import BrokerLifecycle
 from strom.broker.producer_ids import ProducerIdBlocks
@@ -100,6 +101,8 @@ class Broker:
         self._cluster_id: str = meta.cluster_id
         self.state = NodeState(config, hosts_logs=self.is_broker)
         self.purgatory = Purgatory()
+        slots = int(config["max.incremental.fetch.session.cache.slots"])
+        self.fetch_sessions = FetchSessionCache(slots)  # KIP-227
         self.group_commit = GroupCommit()
         self.voters = config.voter_addresses
         self.quorum = QuorumDriver(
