@@ -18,9 +18,9 @@ leader serves a partition: elsewhere NOT_LEADER_OR_FOLLOWER, naming the current 
 and its endpoint from v16 on (KIP-951); a client's current leader epoch older or newer
 than the leader's is FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH.
 
-Fetch sessions (KIP-227): every response carries session id 0, which tells the
-client that the broker keeps no session, so clients send full fetch requests;
-that is correct for every client, only less compact on the wire.
+Fetch sessions (KIP-227, v7+): a full fetch at session epoch 0 opens a session and
+later fetches of it name only what changed; ``fetch_sessions.py`` keeps them and
+trims incremental responses to the partitions with something new.
 
 Transactions: every answer carries the partition's last stable offset; a consumer
 reading with isolation_level=read_committed gets nothing at or past it, and the
@@ -40,9 +40,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from strom.broker import authz
+from strom.broker import authz, fetch_sessions
 from strom.broker.cluster_view import leader_hints
 from strom.broker.common import NO_THROTTLE, resolve_topic
+from strom.broker.fetch_sessions import SessionPartition, SessionStep, partition_key
 from strom.broker.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested, nested_if_any
@@ -75,38 +76,78 @@ _WantedTopic = tuple[str | None, uuid.UUID | None, list[_Wanted]]
 
 @handles(1, 4, 17)
 def handle_fetch(ctx: RequestContext, request: Any) -> Any:
-    controller = ctx.broker.controller
-    wanted: list[_WantedTopic] = []
-    for topic in request.topics:
-        name = getattr(topic, "topic", None)
-        topic_id = getattr(topic, "topic_id", None)
-        meta = resolve_topic(controller, name, topic_id)
-        if meta is not None and name is None:
-            name_for_read = meta.name
-        else:
-            name_for_read = name
-        entries = [
-            _Wanted(
-                name_for_read,
-                topic_id,
-                p.partition,
-                p.fetch_offset,
-                p.partition_max_bytes,
-                meta is not None,
-                getattr(p, "current_leader_epoch", -1),
-                getattr(p, "last_fetched_epoch", -1),
+    step = SessionStep()
+    if ctx.api_version >= 7:
+        step = ctx.broker.fetch_sessions.begin(request.session_id, request.session_epoch)
+        if step.error != ErrorCode.none:
+            return build(
+                ctx.response_type,
+                throttle_time=NO_THROTTLE,
+                error_code=step.error,
+                session_id=0,
+                responses=(),
             )
+    requested = [
+        SessionPartition(
+            getattr(topic, "topic", None),
+            getattr(topic, "topic_id", None),
+            p.partition,
+            p.fetch_offset,
+            p.partition_max_bytes,
+            getattr(p, "current_leader_epoch", -1),
+            getattr(p, "last_fetched_epoch", -1),
+        )
+        for topic in request.topics
+        for p in topic.partitions
+    ]
+    if step.incremental:
+        forgotten = [
+            partition_key(getattr(topic, "topic", None), getattr(topic, "topic_id", None), p)
+            for topic in request.forgotten_topics_data
             for p in topic.partitions
         ]
-        wanted.append((name, topic_id, entries))
+        fetch_sessions.update(step.session, requested, forgotten)
+        requested = list(step.session.partitions.values())
+    elif step.session is not None:
+        fetch_sessions.fill(step.session, requested)
+    wanted = _resolve(ctx.broker.controller, requested)
     denied: frozenset[str | None] = frozenset()
     if authz.authorizer_of(ctx.broker) is not None:
         denied = _unauthorized(ctx, request, wanted)
     response, size, has_error = _read(ctx, request, wanted, denied)
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     if size >= request.min_bytes or max_wait_ms <= 0 or has_error or not wanted:
-        return response
-    return _long_poll(ctx, request, wanted, max_wait_ms, denied)
+        if step.session is None:
+            return response
+        return fetch_sessions.answer(step.session, response, step.incremental)
+    return _long_poll(ctx, request, wanted, max_wait_ms, denied, step)
+
+
+def _resolve(controller: Any, requested: list[SessionPartition]) -> list[_WantedTopic]:
+    """The partitions to read, grouped by topic in the order first named, against the
+    metadata as it is now."""
+    by_topic: dict[tuple[str | None, uuid.UUID | None], list[_Wanted]] = {}
+    resolved: dict[tuple[str | None, uuid.UUID | None], Any] = {}
+    for r in requested:
+        key = (r.name, r.topic_id)
+        if key not in resolved:
+            resolved[key] = resolve_topic(controller, r.name, r.topic_id)
+            by_topic[key] = []
+        meta = resolved[key]
+        name_for_read = meta.name if meta is not None and r.name is None else r.name
+        by_topic[key].append(
+            _Wanted(
+                name_for_read,
+                r.topic_id,
+                r.partition,
+                r.fetch_offset,
+                r.max_bytes,
+                meta is not None,
+                r.current_leader_epoch,
+                r.last_fetched_epoch,
+            )
+        )
+    return [(name, topic_id, entries) for (name, topic_id), entries in by_topic.items()]
 
 
 def _unauthorized(
@@ -123,6 +164,20 @@ def _unauthorized(
 
 
 async def _long_poll(
+    ctx: RequestContext,
+    request: Any,
+    wanted: list[_WantedTopic],
+    max_wait_ms: int,
+    denied: frozenset[str | None],
+    step: SessionStep,
+) -> Any:
+    response = await _wait_for_data(ctx, request, wanted, max_wait_ms, denied)
+    if step.session is None:
+        return response
+    return fetch_sessions.answer(step.session, response, step.incremental)
+
+
+async def _wait_for_data(
     ctx: RequestContext,
     request: Any,
     wanted: list[_WantedTopic],
@@ -300,7 +355,7 @@ def _with_leader_hints(
 ) -> tuple[list[Any], dict[str, Any]]:
     """KIP-951: NOT_LEADER_OR_FOLLOWER partitions name their current leader, and the
     response lists those leaders' endpoints."""
-    leaders, endpoints = leader_hints(ctx.broker, moved)
+    leaders, endpoints = leader_hints(ctx.broker, moved, ctx.listener)
     state = ctx.broker.state
     hinted = []
     for topic in topics:
