@@ -107,6 +107,7 @@ def load_handlers() -> tuple[dict[int, Route], dict[int, Route]]:
         offsets,
         produce,
         quorum_handlers,
+        quota_admin,
         transactions,
     )
 

@@ -5,9 +5,9 @@ overrides, a broker's dynamic configs); ``--all`` lists every config with its
 source. ``--alter`` sends one IncrementalAlterConfigs request: ``--add-config
 k=v,k2=v2`` sets (a value holding commas goes in brackets, ``k=[a,b]``, as in
 kafka-configs.sh) and ``--delete-config k,k2`` removes overrides. Brokers are
-named by node id. Not covered: the cluster-wide broker default
-(``--entity-default``; confluent-kafka cannot name an empty resource), client
-quotas, users and IPs.
+named by node id. Client quotas (``--entity-type users|clients``, ``--user``,
+``--client``) are ``strom.cli.client_quotas``. Not covered: the cluster-wide broker
+default (``--entity-default``; confluent-kafka cannot name an empty resource) and IPs.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from confluent_kafka.admin import (
 from rich.console import Console
 from rich.table import Table
 
+from strom.cli import client_quotas
 from strom.cli.common import (
     ToolError,
     add_bootstrap,
@@ -56,7 +57,9 @@ def add_parser(commands: Any) -> None:
     action.add_argument("--describe", action="store_true", help="show configs")
     action.add_argument("--alter", action="store_true", help="change configs")
     add_bootstrap(parser)
-    parser.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES))
+    parser.add_argument(
+        "--entity-type", choices=sorted([*ENTITY_TYPES, *client_quotas.ENTITY_TYPES])
+    )
     parser.add_argument("--entity-name", help="topic name or broker id")
     parser.add_argument(
         "--all",
@@ -69,6 +72,7 @@ def add_parser(commands: Any) -> None:
         help="configs to set; a value with commas goes in brackets: k=[a,b]",
     )
     parser.add_argument("--delete-config", metavar="K,K2", help="configs to remove")
+    client_quotas.add_arguments(parser)
     parser.set_defaults(run=run, parser=parser)
 
 
@@ -120,9 +124,6 @@ def _source_name(source: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     parser: argparse.ArgumentParser = args.parser
-    if not args.entity_name:
-        parser.error("--entity-name is required")
-    name = args.entity_name
     if args.describe and (args.add_config or args.delete_config):
         parser.error("--add-config and --delete-config go with --alter")
     if args.alter and not (args.add_config or args.delete_config):
@@ -134,6 +135,13 @@ def run(args: argparse.Namespace) -> int:
     both = sorted(set(adds) & set(deletes))
     if both:
         parser.error(f"{both[0]!r} is both added and deleted")
+    if client_quotas.wanted(args):
+        return client_quotas.run(parser, args, adds, deletes)
+    if args.entity_type is None:
+        parser.error("--entity-type is required")
+    if not args.entity_name:
+        parser.error("--entity-name is required")
+    name = args.entity_name
 
     admin = AdminClient(client_config(args.bootstrap_server))
     metadata = check_reachable(admin, args.bootstrap_server)
