@@ -35,9 +35,18 @@ def one_line_error(result: subprocess.CompletedProcess, code: int | None = None)
 
 
 def table_rows(text: str) -> list[list[str]]:
-    """The body rows of the rich tables in a tool's output, as lists of cell texts."""
-    return [
-        [cell.strip() for cell in line.strip().strip("│").split("│")]
-        for line in text.splitlines()
-        if line.startswith("│")
-    ]
+    """The body rows of the tables in a tool's piped output, as lists of cell texts.
+
+    In a pipe the tools print each table as a header line and tab-separated rows:
+    every run of lines holding a tab is one table, its first line the header.
+    """
+    rows: list[list[str]] = []
+    in_table = False
+    for line in text.splitlines():
+        if "\t" not in line:
+            in_table = False
+            continue
+        if in_table:
+            rows.append(line.split("\t"))
+        in_table = True
+    return rows

@@ -35,6 +35,7 @@ from kio.static.primitive import i8
 from strom.cli import wire
 from strom.cli.common import ToolError, add_bootstrap, check_reachable, client_config
 from strom.cli.common import describe_error as _describe_error
+from strom.cli.output import emit_json, wants_json
 from strom.protocol.errors import ErrorCode
 
 CLUSTER_NAME = "kafka-cluster"
@@ -82,6 +83,11 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--consumer", action="store_true")
     parser.add_argument("--idempotent", action="store_true")
     parser.add_argument("--force", action="store_true", help="--remove without asking")
+    parser.add_argument(
+        "--output",
+        choices=("plain", "json"),
+        help="with --list: JSON (an array of ACL objects) instead of kafka-acls.sh's text",
+    )
     parser.set_defaults(run=run, parser=parser)
 
 
@@ -289,5 +295,24 @@ def _list(args: argparse.Namespace, admin: AdminClient) -> int:
                     )
                     if binding not in found:
                         found.append(binding)
-    _print_by_resource(found, "Current ACLs for resource")
+    if wants_json(args):
+        emit_json(args, [_as_json(b) for b in sorted(found, key=_sort_key)])
+    else:
+        _print_by_resource(found, "Current ACLs for resource")
     return 0
+
+
+def _sort_key(binding: AclBinding) -> tuple[str, ...]:
+    return (_TYPE_NAMES.get(binding.restype, binding.restype.name), binding.name, _show(binding))
+
+
+def _as_json(binding: AclBinding) -> dict[str, str]:
+    return {
+        "resource_type": _TYPE_NAMES.get(binding.restype, binding.restype.name),
+        "resource_name": binding.name,
+        "pattern_type": binding.resource_pattern_type.name,
+        "principal": binding.principal,
+        "host": binding.host,
+        "operation": binding.operation.name,
+        "permission_type": binding.permission_type.name,
+    }

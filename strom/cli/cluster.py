@@ -25,19 +25,18 @@ from typing import Any
 
 from kio.schema.types import BrokerId
 from kio.schema.unregister_broker.v0.request import UnregisterBrokerRequest
-from rich.table import Table
 
 from strom.cli import wire
 from strom.cli.common import ToolError, add_bootstrap
 from strom.cli.metadata_quorum import (
     DESCRIBE_CLUSTER,
     api_versions,
-    console,
     describe_cluster,
     describe_quorum,
     table,
     usable_version,
 )
+from strom.cli.output import Listing, add_output_option, show, wants_json
 from strom.protocol.errors import ErrorCode
 
 FENCED_LISTING_VERSION = 2
@@ -54,6 +53,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--unregister", type=int, metavar="ID", help="remove a stopped broker's registration"
     )
+    add_output_option(parser)
     parser.set_defaults(run=run)
 
 
@@ -65,8 +65,8 @@ def _endpoint(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def overview(bootstrap: str) -> tuple[list[str], Table]:
-    """The header lines and the broker table."""
+def overview(bootstrap: str) -> tuple[list[str], dict[str, Any], Listing]:
+    """The header lines, the same as fields for JSON, and the broker table."""
     versions = api_versions(bootstrap)
     version = usable_version(versions, DESCRIBE_CLUSTER)
     if version is None:
@@ -111,7 +111,13 @@ def overview(bootstrap: str) -> tuple[list[str], Table]:
         f"{'Brokers:':<18}{len(brokers)}",
         f"{'FencedBrokers:':<18}{fenced_text}",
     ]
-    return lines, table(BROKER_COLUMNS, rows)
+    fields = {
+        "ClusterId": cluster.cluster_id,
+        "ControllerId": controller,
+        "Voters": voters if quorum is not None else None,
+        "FencedBrokers": fenced if lists_fenced else None,
+    }
+    return lines, fields, table(BROKER_COLUMNS, rows, numeric=["BrokerId"])
 
 
 def unregister(bootstrap: str, broker_id: int) -> None:
@@ -132,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
         unregister(args.bootstrap_server, args.unregister)
         print(f"Broker {args.unregister} is no longer registered.")
         return 0
-    lines, brokers = overview(args.bootstrap_server)
-    print("\n".join(lines))
-    console().print(brokers)
+    lines, fields, brokers = overview(args.bootstrap_server)
+    if not wants_json(args):
+        print("\n".join(lines))
+    show(args, brokers, fields)
     return 0

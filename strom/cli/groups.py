@@ -45,9 +45,6 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription, OffsetSpec
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from strom.cli import wire
 from strom.cli.common import (
@@ -57,6 +54,7 @@ from strom.cli.common import (
     client_config,
     describe_error,
 )
+from strom.cli.output import Listing, add_output_option, note, show
 
 REQUEST_TIMEOUT_S = 15.0
 STATE_NAMES = {
@@ -101,6 +99,7 @@ def add_parser(commands: Any) -> None:
         help="delete a group's committed offsets of --topic",
     )
     add_bootstrap(parser)
+    add_output_option(parser)
     parser.add_argument(
         "--group",
         action="append",
@@ -254,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
     admin = AdminClient(client_config(args.bootstrap_server))
     metadata = check_reachable(admin, args.bootstrap_server)
     if args.list:
-        return _list(admin, args.state is not None, states)
+        return _list(admin, args.state is not None, states, args)
     groups = _all_groups(admin) if args.all_groups else list(dict.fromkeys(args.group))
     if args.describe:
         return _describe(admin, groups, args)
@@ -264,28 +263,18 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.delete:
         return _delete(admin, groups)
-    return _delete_offsets(admin, metadata, groups[0], topics, args.bootstrap_server)
+    return _delete_offsets(admin, metadata, groups[0], topics, args)
 
 
 # Helpers ------------------------------------------------------------------------
 
 
-def _console() -> Console:
-    # Not a terminal (a pipe, a test): never wrap a row, member ids are long.
-    return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 400)
+def _table(*columns: str, numeric: Iterable[str] = ()) -> Listing:
+    return Listing(*columns, numeric=numeric)
 
 
-def _table(*columns: str, numeric: Iterable[str] = ()) -> Table:
-    table = Table()
-    right = set(numeric)
-    for column in columns:
-        table.add_column(column, justify="right" if column in right else "left", no_wrap=True)
-    return table
-
-
-def _add_row(table: Table, *cells: str) -> None:
-    """Cells as plain text: a group or client id holding ``[...]`` is not markup."""
-    table.add_row(*(Text(cell) for cell in cells))
+def _add_row(table: Listing, *cells: str) -> None:
+    table.add_row(*cells)
 
 
 def _result(future: Any, what: str) -> Any:
@@ -352,7 +341,12 @@ def _text(value: int | None) -> str:
 # --list ---------------------------------------------------------------------------
 
 
-def _list(admin: AdminClient, with_state: bool, states: set[ConsumerGroupState]) -> int:
+def _list(
+    admin: AdminClient,
+    with_state: bool,
+    states: set[ConsumerGroupState],
+    args: argparse.Namespace,
+) -> int:
     options: dict[str, Any] = {"request_timeout": REQUEST_TIMEOUT_S}
     if states:
         options["states"] = states
@@ -363,14 +357,14 @@ def _list(admin: AdminClient, with_state: bool, states: set[ConsumerGroupState])
             file=sys.stderr,
         )
     groups = sorted(listed.valid, key=lambda g: g.group_id)
-    if not with_state:
+    if not with_state and args.output is None:  # Kafka's form: one id a line
         for group in groups:
             print(group.group_id)
         return 0
     table = _table("GROUP", "STATE")
     for group in groups:
         _add_row(table, group.group_id, _state_name(group.state))
-    _console().print(table)
+    show(args, table)
     return 0
 
 
@@ -386,23 +380,20 @@ def _describe(admin: AdminClient, groups: list[str], args: argparse.Namespace) -
                 continue  # deleted since it was listed
             raise ToolError(f"consumer group {group!r} does not exist")
         descriptions[group] = desc
-    console = _console()
     for group, desc in descriptions.items():
         if args.state is not None:
-            console.print(_state_table(desc))
+            show(args, _state_table(desc))
             continue
         if not desc.members:
-            console.print(
-                f"Consumer group '{group}' has no active members.", markup=False, highlight=False
-            )
-        else:
-            console.print(_members_table(desc))
+            note(args, f"Consumer group '{group}' has no active members.")
+        elif args.members or args.output != "json":
+            show(args, _members_table(desc))
         if not args.members:
-            console.print(_offsets_table(admin, desc))
+            show(args, _offsets_table(admin, desc))
     return 0
 
 
-def _state_table(desc: ConsumerGroupDescription) -> Table:
+def _state_table(desc: ConsumerGroupDescription) -> Listing:
     table = _table(
         "GROUP",
         "COORDINATOR (ID)",
@@ -430,7 +421,7 @@ def _assignment(member: Any) -> list[Partition]:
     return sorted((tp.topic, tp.partition) for tp in parts)
 
 
-def _members_table(desc: ConsumerGroupDescription) -> Table:
+def _members_table(desc: ConsumerGroupDescription) -> Listing:
     table = _table(
         "GROUP",
         "CONSUMER-ID",
@@ -458,7 +449,7 @@ def _members_table(desc: ConsumerGroupDescription) -> Table:
     return table
 
 
-def _offsets_table(admin: AdminClient, desc: ConsumerGroupDescription) -> Table:
+def _offsets_table(admin: AdminClient, desc: ConsumerGroupDescription) -> Listing:
     owners = {tp: member for member in desc.members for tp in _assignment(member)}
     committed = _committed(admin, desc.group_id)
     partitions = sorted(set(owners) | set(committed))
@@ -593,7 +584,7 @@ def _reset(
     )
     for topic, partition, current, new in plan:
         _add_row(table, group, topic, str(partition), _text(current), str(new))
-    _console().print(table)
+    show(args, table)
     if not args.execute:
         print(
             f"Dry run: the offsets of group '{group}' were not changed; "
@@ -624,7 +615,7 @@ def _delete(admin: AdminClient, groups: list[str]) -> int:
 
 
 def _delete_offsets(
-    admin: AdminClient, metadata: Any, group: str, topics: list[TopicSpec], bootstrap: str
+    admin: AdminClient, metadata: Any, group: str, topics: list[TopicSpec], args: argparse.Namespace
 ) -> int:
     committed: dict[Partition, int] | None = None
     wanted: dict[str, list[int]] = {}
@@ -641,14 +632,14 @@ def _delete_offsets(
                 raise ToolError(f"topic {spec.topic!r} does not exist")
         wanted.setdefault(spec.topic, [])
         wanted[spec.topic] = sorted(set(wanted[spec.topic]) | set(parts))
-    results = wire.delete_offsets(bootstrap, group, wanted)
+    results = wire.delete_offsets(args.bootstrap_server, group, wanted)
     table = _table("TOPIC", "PARTITION", "STATUS", numeric=["PARTITION"])
     failed = 0
     for (topic, partition), error in sorted(results.items()):
         status = "Successful" if error is None else f"Error: {error}"
         _add_row(table, topic, str(partition), status)
         failed += error is not None
-    _console().print(table)
+    show(args, table)
     if failed:
         raise ToolError(f"{failed} of {len(results)} offsets of group {group!r} were not deleted")
     return 0

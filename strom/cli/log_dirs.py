@@ -2,7 +2,8 @@
 
 Asks every broker (or those of ``--broker-list``) with DescribeLogDirs, sent to each
 broker's own endpoint from the cluster's Metadata, for all partitions or those of the
-topics in ``--topic-list``, and prints Kafka's JSON::
+topics in ``--topic-list``, and prints Kafka's JSON (``--output json``: only the
+array of brokers, as every listing tool's JSON is an array)::
 
     {"version":1,"brokers":[{"broker":1,"logDirs":[{"logDir":"/data","error":null,
      "partitions":[{"partition":"orders-0","size":1234,"offsetLag":0,"isFuture":false}]}]}]}
@@ -19,6 +20,7 @@ from kio.schema.describe_log_dirs.v4 import request as log_dirs_req
 
 from strom.cli import wire
 from strom.cli.common import ToolError, add_bootstrap, check_reachable, client_config
+from strom.cli.output import emit_json, note, wants_json
 from strom.protocol.errors import ErrorCode
 
 
@@ -30,6 +32,11 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--describe", action="store_true", required=True)
     parser.add_argument("--broker-list", metavar="IDS", help="brokers to ask, e.g. 1,2")
     parser.add_argument("--topic-list", metavar="TOPICS", help="topics to describe, e.g. a,b")
+    parser.add_argument(
+        "--output",
+        choices=("plain", "json"),
+        help="json: only the brokers' array (one object per broker) instead of Kafka's text",
+    )
     parser.set_defaults(run=run, parser=parser)
 
 
@@ -63,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             for name in topics
         )
     request = log_dirs_req.DescribeLogDirsRequest(topics=request_topics)
-    print("Querying brokers for log directories information")
+    note(args, "Querying brokers for log directories information")
     out = []
     for broker_id in ids:
         broker = brokers[broker_id]
@@ -96,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
                 ],
             }
         )
+    if wants_json(args):
+        emit_json(args, out)
+        return 0
     print(f"Received log directory information from brokers {','.join(map(str, ids))}")
     print(json.dumps({"version": 1, "brokers": out}, separators=(",", ":")))
     return 0

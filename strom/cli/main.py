@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import importlib.metadata
 import logging
+import os
 import signal
 import sys
 
@@ -34,6 +35,7 @@ from strom.cli import (
     leader_election,
     log_dirs,
     metadata_quorum,
+    output,
     perf_test,
     produce,
     reassign,
@@ -102,11 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     # what it printed and leaves its group instead of dying with exit code 143.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        return args.run(args)
+        code = args.run(args)
+        output.flush(args)
+        return code
     except ToolError as exc:
         return fail(f"strom {args.command}", str(exc))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `strom ... | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def run_broker(args: argparse.Namespace) -> int:

@@ -23,20 +23,18 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import sys
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from kio.index import load_request_schema
 from kio.schema.api_versions.v0.request import ApiVersionsRequest
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from strom.cli import wire
 from strom.cli.common import DEFAULT_BOOTSTRAP, ToolError
+from strom.cli.output import Listing, add_output_option, emit_json, json_key, show, wants_json
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
@@ -88,6 +86,7 @@ def add_parser(commands: Any) -> None:
         action="store_true",
         help="with --replication: times as 'N ms ago' instead of epoch milliseconds",
     )
+    add_output_option(describe)
     describe.set_defaults(run=run_describe, describe_parser=describe)
 
 
@@ -292,9 +291,9 @@ def replica_list(info: QuorumInfo, replicas: tuple[Replica, ...]) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-def status_lines(cluster_id: str, info: QuorumInfo) -> list[str]:
+def status_fields(cluster_id: str, info: QuorumInfo) -> list[tuple[str, Any]]:
     lag, lag_ms = max_follower_lag(info)
-    rows = [
+    return [
         ("ClusterId", cluster_id),
         ("LeaderId", info.leader_id),
         ("LeaderEpoch", info.leader_epoch),
@@ -304,7 +303,10 @@ def status_lines(cluster_id: str, info: QuorumInfo) -> list[str]:
         ("CurrentVoters", replica_list(info, info.voters)),
         ("CurrentObservers", replica_list(info, info.observers)),
     ]
-    return [f"{name + ':':<24}{value}" for name, value in rows]
+
+
+def status_lines(cluster_id: str, info: QuorumInfo) -> list[str]:
+    return [f"{name + ':':<24}{value}" for name, value in status_fields(cluster_id, info)]
 
 
 def _time(timestamp: int | None, human: bool, now_ms: int) -> str:
@@ -347,17 +349,10 @@ REPLICATION_COLUMNS = (
 )
 
 
-def console() -> Console:
-    # Not a terminal (a pipe, a test): never wrap a row.
-    return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 400)
-
-
-def table(columns: tuple[str, ...], rows: list[list[str]]) -> Table:
-    out = Table()
-    for column in columns:
-        out.add_column(column, no_wrap=True)
+def table(columns: tuple[str, ...], rows: list[list[str]], numeric: Iterable[str] = ()) -> Listing:
+    out = Listing(*columns, numeric=numeric)
     for row in rows:
-        out.add_row(*(Text(cell) for cell in row))
+        out.add_row(*row)
     return out
 
 
@@ -373,7 +368,25 @@ def run_describe(args: argparse.Namespace) -> int:
     if args.status:
         cluster = describe_cluster(endpoint, versions)
         cluster_id = cluster.cluster_id if cluster is not None else UNKNOWN_CLUSTER_ID
-        print("\n".join(status_lines(cluster_id, info)))
+        if wants_json(args):
+            fields = status_fields(cluster_id, info)
+            emit_json(args, [{json_key(name): _json_field(value) for name, value in fields}])
+        else:
+            print("\n".join(status_lines(cluster_id, info)))
     else:
-        console().print(table(REPLICATION_COLUMNS, replication_rows(info, args.human_readable)))
+        rows = replication_rows(info, args.human_readable)
+        numeric = ("NodeId", "LogEndOffset", "Lag")
+        if not args.human_readable:
+            numeric += ("LastFetchTimestamp", "LastCaughtUpTimestamp")
+        show(args, table(REPLICATION_COLUMNS, rows, numeric))
     return 0
+
+
+def _json_field(value: Any) -> Any:
+    """Status values as JSON: the voter and observer lists are JSON text already."""
+    if isinstance(value, str) and value.startswith("["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value

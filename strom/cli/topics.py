@@ -2,16 +2,17 @@
 
 Everything goes through confluent-kafka's AdminClient (CreateTopics, Metadata,
 DescribeConfigs, CreatePartitions, DeleteTopics), so it works against any Kafka
-cluster. ``--describe`` prints one rich table per topic: topic id, partition
-count, replication factor, the configs set on the topic itself (what differs
-from the broker's defaults) and per partition the leader, replicas and ISR.
+cluster. ``--describe`` prints per topic its id, partition count, replication
+factor, the configs set on the topic itself (what differs from the broker's
+defaults) and a table of the partitions' leader, replicas and ISR (in the form
+``strom.cli.output`` chooses: table, tab-separated lines or JSON). ``--list``
+prints one name a line, as kafka-topics.sh, unless ``--output`` is given.
 ``--alter`` only adds partitions; config changes go through ``strom configs``.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
@@ -23,9 +24,6 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from strom.cli.common import (
     CONNECT_TIMEOUT_S,
@@ -38,6 +36,7 @@ from strom.cli.common import (
     parse_properties,
     source_code,
 )
+from strom.cli.output import Listing, add_output_option, note, show
 
 REQUEST_TIMEOUT_S = 15.0
 
@@ -76,6 +75,7 @@ def add_parser(commands: Any) -> None:
         action="store_true",
         help="with --describe/--alter/--delete: do nothing if the topic is missing",
     )
+    add_output_option(parser)
     parser.set_defaults(run=run, parser=parser)
 
 
@@ -103,8 +103,13 @@ def run(args: argparse.Namespace) -> int:
     if args.create:
         return _create(admin, args, configs, exists)
     if args.list:
+        listing = Listing("Topic")
         for name in sorted(metadata.topics):
-            print(name)
+            listing.add_row(name)
+        if args.output is None:  # Kafka's form: one name a line
+            print("\n".join(row[0] for row in listing.rows))
+        else:
+            show(args, listing)
         return 0
     if args.topic and not exists:
         if args.if_exists:
@@ -112,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         raise ToolError(f"topic {args.topic!r} does not exist")
     if args.describe:
         names = [args.topic] if args.topic else sorted(metadata.topics)
-        return _describe(admin, names)
+        return _describe(admin, names, args)
     if args.alter:
         current = len(metadata.topics[args.topic].partitions)
         return _alter(admin, args.topic, args.partitions, current)
@@ -190,10 +195,9 @@ def _topic_overrides(admin: AdminClient, names: list[str]) -> dict[str, dict[str
     return result
 
 
-def _describe(admin: AdminClient, names: list[str]) -> int:
+def _describe(admin: AdminClient, names: list[str], args: argparse.Namespace) -> int:
     futures = admin.describe_topics(TopicCollection(names), request_timeout=REQUEST_TIMEOUT_S)
     overrides = _topic_overrides(admin, names)
-    console = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
     for name in names:
         try:
             desc = futures[name].result(timeout=REQUEST_TIMEOUT_S + CONNECT_TIMEOUT_S)
@@ -201,30 +205,27 @@ def _describe(admin: AdminClient, names: list[str]) -> int:
             raise ToolError(f"cannot describe topic {name!r}: {describe_error(exc)}") from None
         partitions = sorted(desc.partitions, key=lambda p: p.id)
         replication = max((len(p.replicas) for p in partitions), default=0)
-        configs = overrides.get(name, {})
-        console.print(
-            f"[bold]Topic:[/] {escape(name)}  [bold]TopicId:[/] {desc.topic_id}  "
-            f"[bold]PartitionCount:[/] {len(partitions)}  "
-            f"[bold]ReplicationFactor:[/] {replication}",
-            highlight=False,
+        configs = ",".join(f"{k}={v}" for k, v in overrides.get(name, {}).items())
+        note(
+            args,
+            f"Topic: {name}  TopicId: {desc.topic_id}  PartitionCount: {len(partitions)}  "
+            f"ReplicationFactor: {replication}",
         )
-        console.print(
-            "[bold]Configs:[/] "
-            + escape(",".join(f"{k}={v}" for k, v in configs.items()) or "(defaults)"),
-            highlight=False,
-            markup=True,
-        )
-        table = Table()
-        table.add_column("Partition", justify="right")
-        table.add_column("Leader", justify="right")
-        table.add_column("Replicas")
-        table.add_column("Isr")
+        note(args, f"Configs: {configs or '(defaults)'}")
+        listing = Listing("Partition", "Leader", "Replicas", "Isr", numeric=["Partition", "Leader"])
         for p in partitions:
-            table.add_row(
-                str(p.id),
-                str(p.leader.id) if p.leader is not None else "none",
+            listing.add_row(
+                p.id,
+                p.leader.id if p.leader is not None else "none",
                 ",".join(str(n.id) for n in p.replicas),
                 ",".join(str(n.id) for n in p.isr),
             )
-        console.print(table)
+        context = {
+            "Topic": name,
+            "TopicId": str(desc.topic_id),
+            "PartitionCount": len(partitions),
+            "ReplicationFactor": replication,
+            "Configs": overrides.get(name, {}),
+        }
+        show(args, listing, context)
     return 0

@@ -40,7 +40,6 @@ start time Kafka sends for "no transaction under way".
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -69,9 +68,6 @@ from kio.serial.readers import (
     read_int64,
     read_unsigned_varint,
 )
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from strom.cli.common import (
     CONNECT_TIMEOUT_S,
@@ -80,6 +76,8 @@ from strom.cli.common import (
     check_reachable,
     client_config,
 )
+from strom.cli.output import Listing as Table
+from strom.cli.output import add_output_option, show
 from strom.protocol.errors import ErrorCode
 from strom.wire_client import WireConnection, parse_address
 
@@ -166,6 +164,8 @@ def add_parser(commands: Any) -> None:
         f"(default {DEFAULT_MAX_TIMEOUT_MIN})",
     )
     hanging.set_defaults(run=run_find_hanging)
+    for command in (listing, describe, producers, hanging):
+        add_output_option(command)
 
 
 def _add_bootstrap(parser: argparse.ArgumentParser, default: Any) -> None:
@@ -546,7 +546,7 @@ def run_list(args: argparse.Namespace) -> int:
     table = _table("TransactionalId", "Coordinator", "ProducerId", "TransactionState")
     for t in listings:
         _add_row(table, t.transactional_id, str(t.coordinator), str(t.producer_id), t.state)
-    _console().print(table)
+    show(args, table)
     return 0
 
 
@@ -587,7 +587,7 @@ def run_describe(args: argparse.Namespace) -> int:
         duration,
         ",".join(f"{t}-{p}" for t, p in description.partitions),
     )
-    _console().print(table)
+    show(args, table)
     return 0
 
 
@@ -620,7 +620,7 @@ def run_describe_producers(args: argparse.Namespace) -> int:
             str(p.last_timestamp),
             "None" if p.txn_start_offset == NO_START else str(p.txn_start_offset),
         )
-    _console().print(table)
+    show(args, table)
     return 0
 
 
@@ -735,7 +735,7 @@ def run_find_hanging(args: argparse.Namespace) -> int:
             str(p.last_timestamp),
             str((now_ms - p.last_timestamp) // 60_000),
         )
-    _console().print(table)
+    show(args, table)
     return 0
 
 
@@ -795,18 +795,9 @@ NUMERIC = {
 }
 
 
-def _console() -> Console:
-    # Not a terminal (a pipe, a test): never wrap a row, transactional ids can be long.
-    return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 400)
-
-
 def _table(*columns: str) -> Table:
-    table = Table()
-    for column in columns:
-        table.add_column(column, justify="right" if column in NUMERIC else "left", no_wrap=True)
-    return table
+    return Table(*columns, numeric=[c for c in columns if c in NUMERIC])
 
 
 def _add_row(table: Table, *cells: str) -> None:
-    """Cells as plain text: an id holding ``[...]`` is not markup."""
-    table.add_row(*(Text(cell) for cell in cells))
+    table.add_row(*cells)
