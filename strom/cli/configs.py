@@ -13,7 +13,6 @@ default (``--entity-default``; confluent-kafka cannot name an empty resource) an
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -25,8 +24,6 @@ from confluent_kafka.admin import (
     ConfigSource,
     ResourceType,
 )
-from rich.console import Console
-from rich.table import Table
 
 from strom.cli import client_quotas
 from strom.cli.common import (
@@ -37,6 +34,7 @@ from strom.cli.common import (
     describe_error,
     source_code,
 )
+from strom.cli.output import Listing, add_output_option, note, show
 
 REQUEST_TIMEOUT_S = 15.0
 ENTITY_TYPES = {"topics": ResourceType.TOPIC, "brokers": ResourceType.BROKER}
@@ -73,6 +71,7 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--delete-config", metavar="K,K2", help="configs to remove")
     client_quotas.add_arguments(parser)
+    add_output_option(parser)
     parser.set_defaults(run=run, parser=parser)
 
 
@@ -157,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     restype = ENTITY_TYPES[args.entity_type]
     label = f"{args.entity_type[:-1]} {name!r}"
     if args.describe:
-        return _describe(admin, restype, name, label, args.all)
+        return _describe(admin, restype, name, label, args)
     entries = [
         ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in adds.items()
     ] + [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in deletes]
@@ -173,8 +172,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _describe(
-    admin: AdminClient, restype: ResourceType, name: str, label: str, show_all: bool
+    admin: AdminClient, restype: ResourceType, name: str, label: str, args: argparse.Namespace
 ) -> int:
+    show_all = args.all
     futures = admin.describe_configs(
         [ConfigResource(restype, name)], request_timeout=REQUEST_TIMEOUT_S
     )
@@ -188,9 +188,7 @@ def _describe(
         if show_all or source_code(entry.source) in DYNAMIC_SOURCES
     ]
     kind = "All" if show_all else "Dynamic"
-    table = Table(title=f"{kind} configs for {label}", title_justify="left")
-    for column in ("Name", "Value", "Source", "Read-only", "Sensitive"):
-        table.add_column(column)
+    table = Listing("Name", "Value", "Source", "Read-only", "Sensitive")
     for entry in rows:
         value = (
             "(sensitive)"
@@ -204,9 +202,9 @@ def _describe(
             str(entry.is_read_only).lower(),
             str(entry.is_sensitive).lower(),
         )
-    console = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
     if rows:
-        console.print(table)
+        note(args, f"{kind} configs for {label}")
+        show(args, table)
     else:
-        console.print(f"{kind} configs for {label}: none")
+        note(args, f"{kind} configs for {label}: none")
     return 0
