@@ -202,6 +202,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("replica.fetch.response.max.bytes", "int", 10485760, minimum=0),
         ConfigDef("replica.fetch.wait.max.ms", "int", 500, minimum=0),
         ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000, minimum=0),
+        # The broker's own log lines (strom/cli/broker_logging.py): text or JSON on stderr,
+        # and a rotated file beside it when log.file names one.
+        ConfigDef("log.format", "string", "text", choices=("text", "json")),
+        ConfigDef("log.file", "string", ""),
+        ConfigDef("log.file.max.bytes", "long", 104857600, minimum=1),
+        ConfigDef("log.file.backup.count", "int", 10, minimum=0),
         ConfigDef("replica.fetch.min.bytes", "int", 1, minimum=1),
         ConfigDef("replica.fetch.backoff.ms", "int", 1000, minimum=0),
         ConfigDef("replica.lag.time.max.ms", "long", 30000, minimum=1),

@@ -28,6 +28,7 @@ import sys
 
 from strom.cli import (
     acls,
+    broker_logging,
     cluster,
     configs,
     consume,
@@ -127,6 +128,17 @@ def run_broker(args: argparse.Namespace) -> int:
         config.log_dir  # noqa: B018 - validates log.dirs
     except ConfigError as exc:
         print(f"strom broker: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        broker_logging.configure(
+            args.log_level,
+            config["log.format"],
+            config["log.file"],
+            int(config["log.file.max.bytes"]),
+            int(config["log.file.backup.count"]),
+        )
+    except OSError as exc:
+        print(f"strom broker: log.file {config['log.file']}: {exc.strerror}", file=sys.stderr)
         return EXIT_CONFIG
     try:
         import uvloop
