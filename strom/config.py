@@ -125,7 +125,7 @@ ROLE_BROKER = "broker"
 ROLE_CONTROLLER = "controller"
 PROCESS_ROLES = (ROLE_BROKER, ROLE_CONTROLLER)
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+SUPPORTED_SECURITY_PROTOCOLS = SECURITY_PROTOCOLS
 # Kafka's default map, plus CONTROLLER:PLAINTEXT so a controller listener needs no map entry.
 DEFAULT_PROTOCOL_MAP = (
     "PLAINTEXT:PLAINTEXT",
@@ -265,8 +265,35 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("authorizer.class.name", "string", ""),
         ConfigDef("super.users", "string", ""),
         ConfigDef("allow.everyone.if.no.acl.found", "bool", False),
+        # TLS (strom.security.tls): PEM keys and certificates only. Each may be given for
+        # one listener as listener.name.<listener>.ssl.* (listener_value).
+        ConfigDef("ssl.keystore.type", "string", "PEM"),
+        ConfigDef("ssl.keystore.location", "string", None),
+        ConfigDef("ssl.keystore.certificate.chain", "password", None),
+        ConfigDef("ssl.keystore.key", "password", None),
+        ConfigDef("ssl.key.password", "password", None),
+        ConfigDef("ssl.truststore.type", "string", "PEM"),
+        ConfigDef("ssl.truststore.location", "string", None),
+        ConfigDef("ssl.truststore.certificates", "password", None),
+        ConfigDef("ssl.client.auth", "string", "none", choices=("none", "requested", "required")),
+        ConfigDef("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"]),
+        ConfigDef("ssl.cipher.suites", "list", []),
+        ConfigDef("ssl.principal.mapping.rules", "string", "DEFAULT"),
+        ConfigDef("ssl.endpoint.identification.algorithm", "string", "https"),
+        # SASL (strom.security.sasl); GSSAPI is Kafka's default and is not served.
+        ConfigDef("sasl.enabled.mechanisms", "list", ["GSSAPI"]),
+        ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
+        ConfigDef("sasl.mechanism.controller.protocol", "string", "GSSAPI"),
+        ConfigDef("sasl.jaas.config", "password", None),
     ]
 }
+
+# Security protocols whose listeners speak TLS, and those that authenticate with SASL.
+TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
+SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# listener.name.<listener>.<key>, and listener.name.<listener>.<mechanism>.sasl.jaas.config
+_LISTENER_PREFIXED = re.compile(r"^listener\.name\.([A-Za-z0-9_-]+)\.(.+)$")
 
 # The authorizer.class.name values that turn on strom.security.authorizer.
 AUTHORIZER_CLASSES = (
@@ -412,6 +439,8 @@ class BrokerConfig:
     def __init__(self, props: Mapping[str, str] | None = None) -> None:
         self._raw: dict[str, str] = {}
         self._values: dict[str, Any] = {d.name: d.default for d in BROKER_CONFIGS.values()}
+        # listener.name.<listener>.<key> overrides: (LISTENER, key) -> raw value
+        self._listener_raw: dict[tuple[str, str], str] = {}
         for key, raw in (props or {}).items():
             self.set(key, raw)
         self._check()
@@ -432,6 +461,10 @@ class BrokerConfig:
         return cls(props)
 
     def set(self, key: str, raw: str | None) -> None:
+        prefixed = _LISTENER_PREFIXED.match(key)
+        if prefixed is not None:
+            self._set_for_listener(prefixed.group(1).upper(), prefixed.group(2), raw)
+            return
         definition = BROKER_CONFIGS.get(key)
         if definition is None:
             log.warning("ignoring unknown broker config %s", key)
@@ -442,6 +475,77 @@ class BrokerConfig:
         else:
             self._values[key] = definition.parse(raw)
             self._raw[key] = raw
+
+    def _set_for_listener(self, listener: str, key: str, raw: str | None) -> None:
+        """``listener.name.<listener>.<key>``: a security setting for one listener."""
+        mechanism, dot, rest = key.partition(".")
+        if dot and rest == "sasl.jaas.config" and mechanism.upper() in SASL_MECHANISMS:
+            key = f"{mechanism.lower()}.sasl.jaas.config"
+        elif not key.startswith(("ssl.", "sasl.")) or key not in BROKER_CONFIGS:
+            log.warning("ignoring unknown broker config listener.name.%s.%s", listener, key)
+            return
+        else:
+            BROKER_CONFIGS[key].parse(raw)  # a bad value is refused here, in one line
+        if raw is None:
+            self._listener_raw.pop((listener, key), None)
+        else:
+            self._listener_raw[(listener, key)] = raw
+
+    def listener_value(self, listener: str, key: str) -> Any:
+        """A security setting as one listener sees it: its ``listener.name.<listener>.``
+        override, else the broker-wide value."""
+        raw = self._listener_raw.get((listener.upper(), key))
+        if raw is not None:
+            return BROKER_CONFIGS[key].parse(raw)
+        return self._values[key]
+
+    def listener_key(self, listener: str, key: str) -> str:
+        """The property a listener's setting was read from (for messages)."""
+        if (listener.upper(), key) in self._listener_raw:
+            return f"listener.name.{listener.lower()}.{key}"
+        return key
+
+    def jaas_config(self, listener: str, mechanism: str) -> tuple[str, str] | None:
+        """(property, value) of the JAAS configuration a listener's mechanism uses:
+        ``listener.name.<l>.<mechanism>.sasl.jaas.config``, else
+        ``listener.name.<l>.sasl.jaas.config``, else ``sasl.jaas.config``."""
+        name = listener.upper()
+        for key in (f"{mechanism.lower()}.sasl.jaas.config", "sasl.jaas.config"):
+            raw = self._listener_raw.get((name, key))
+            if raw is not None:
+                return f"listener.name.{listener.lower()}.{key}", raw.strip()
+        value = self._values["sasl.jaas.config"]
+        return ("sasl.jaas.config", value) if value else None
+
+    def sasl_mechanisms(self, listener: str) -> list[str]:
+        """``sasl.enabled.mechanisms`` of a listener, upper-cased."""
+        return [m.upper() for m in self.listener_value(listener, "sasl.enabled.mechanisms")]
+
+    def _check_security(self, listeners: list[Listener], protocols: dict[str, str]) -> None:
+        """What a TLS or SASL listener cannot start without, one line each (the TLS
+        files themselves are read when the broker builds its contexts)."""
+        for listener in listeners:
+            protocol = protocols.get(listener.name)
+            if protocol in TLS_PROTOCOLS and not (
+                self.listener_value(listener.name, "ssl.keystore.location")
+                or self.listener_value(listener.name, "ssl.keystore.certificate.chain")
+            ):
+                raise ConfigError(
+                    f"Listener {listener.name} ({protocol}) needs its key and certificate: set "
+                    f"ssl.keystore.location (or listener.name.{listener.name.lower()}."
+                    "ssl.keystore.location) to a PEM file holding both"
+                )
+            if protocol in SASL_PROTOCOLS:
+                mechanisms = self.sasl_mechanisms(listener.name)
+                key = self.listener_key(listener.name, "sasl.enabled.mechanisms")
+                if not mechanisms:
+                    raise ConfigError(f"{key} is empty for SASL listener {listener.name}")
+                for mechanism in mechanisms:
+                    if mechanism not in SASL_MECHANISMS:
+                        raise ConfigError(
+                            f"{key}: {mechanism} is not served (listener {listener.name}); "
+                            f"Strom serves {', '.join(SASL_MECHANISMS)}"
+                        )
 
     def _check(self) -> None:
         """Kafka's KafkaConfig checks of roles, quorum and listeners, one line each."""
@@ -472,6 +576,7 @@ class BrokerConfig:
                     f"Listener {listener.name} uses security protocol {protocol}: "
                     f"Strom supports only {', '.join(SUPPORTED_SECURITY_PROTOCOLS)} listeners"
                 )
+        self._check_security(listeners, protocols)
         for listener in advertised or listeners:
             if listener.host in NON_ROUTABLE_HOSTS and not self.is_controller_listener(
                 listener.name
@@ -743,7 +848,11 @@ class BrokerConfig:
     def describe(self) -> dict[str, tuple[str | None, bool]]:
         """Every broker config as (value, is_default)."""
         return {
-            name: (render(self._values[name]), name not in self._raw) for name in BROKER_CONFIGS
+            name: (
+                None if definition.kind == "password" else render(self._values[name]),
+                name not in self._raw,
+            )
+            for name, definition in BROKER_CONFIGS.items()
         }
 
 

@@ -29,16 +29,21 @@ class BrokerEndpoint:
     fenced: bool = False
 
 
-def _listener_name(broker: Broker) -> str | None:
+def _listener_name(broker: Broker, listener: str | None) -> str | None:
+    """The listener whose endpoints a client is told: the one it came in on."""
+    if listener:
+        return listener
     listeners = broker.advertised_client_listeners()
     return listeners[0].name if listeners else None
 
 
-def _endpoint_of(broker: Broker, registration: BrokerRegistration) -> BrokerEndpoint | None:
+def _endpoint_of(
+    broker: Broker, registration: BrokerRegistration, listener: str | None = None
+) -> BrokerEndpoint | None:
     if registration.broker_id == broker.node_id and broker.is_broker:
-        host, port = broker.advertised_endpoint()
+        host, port = broker.advertised_endpoint(listener)
         return BrokerEndpoint(broker.node_id, host, port, registration.rack, registration.fenced)
-    name = _listener_name(broker)
+    name = _listener_name(broker, listener)
     endpoint = registration.endpoint(name) if name else None
     if endpoint is None and registration.endpoints:
         endpoint = registration.endpoints[0]
@@ -49,25 +54,30 @@ def _endpoint_of(broker: Broker, registration: BrokerRegistration) -> BrokerEndp
     )
 
 
-def live_brokers(broker: Broker, *, include_fenced: bool = False) -> list[BrokerEndpoint]:
-    """Registered brokers clients may use (unfenced, unless asked), by id."""
+def live_brokers(
+    broker: Broker, *, include_fenced: bool = False, listener: str | None = None
+) -> list[BrokerEndpoint]:
+    """Registered brokers clients may use (unfenced, unless asked), by id, with their
+    endpoints on ``listener`` (the client's; by default the first advertised one)."""
     image = broker.state.image
     out = []
     for broker_id in sorted(image.brokers):
         registration = image.brokers[broker_id]
         if registration.fenced and not include_fenced:
             continue
-        endpoint = _endpoint_of(broker, registration)
+        endpoint = _endpoint_of(broker, registration, listener)
         if endpoint is not None:
             out.append(endpoint)
     return out
 
 
-def broker_endpoint(broker: Broker, broker_id: int) -> BrokerEndpoint | None:
+def broker_endpoint(
+    broker: Broker, broker_id: int, listener: str | None = None
+) -> BrokerEndpoint | None:
     registration = broker.state.image.brokers.get(broker_id)
     if registration is None or registration.fenced:
         return None
-    return _endpoint_of(broker, registration)
+    return _endpoint_of(broker, registration, listener)
 
 
 def controller_id(broker: Broker) -> int:
@@ -98,7 +108,7 @@ def inter_broker_endpoint(broker: Broker, broker_id: int) -> BrokerEndpoint | No
 
 
 def leader_hints(
-    broker: Broker, partitions: list[tuple[str, int]]
+    broker: Broker, partitions: list[tuple[str, int]], listener: str | None = None
 ) -> tuple[dict[tuple[str, int], tuple[int, int]], list[BrokerEndpoint]]:
     """KIP-951: for partitions this broker does not lead, the current (leader id, leader
     epoch) by the local metadata, and the endpoints of those leaders."""
@@ -111,7 +121,7 @@ def leader_hints(
             continue
         leaders[(topic, partition)] = (state.leader, state.leader_epoch)
         if state.leader >= 0 and state.leader not in endpoints:
-            endpoint = broker_endpoint(broker, state.leader)
+            endpoint = broker_endpoint(broker, state.leader, listener)
             if endpoint is not None:
                 endpoints[state.leader] = endpoint
     return leaders, list(endpoints.values())

@@ -87,7 +87,7 @@ def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
                         and name not in DYNAMIC_BROKER_CONFIGS,
                         config_source=source,
                         is_default=source == SOURCE_DEFAULT,
-                        is_sensitive=False,
+                        is_sensitive=definition.kind == "password",
                         synonyms=tuple(
                             build(synonym_type, name=n, value=v, source=s) for n, v, s in synonyms
                         )

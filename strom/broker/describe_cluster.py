@@ -53,7 +53,7 @@ def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
                 for v, (h, p) in sorted(voters.items())
             )
         else:
-            host, port = broker.advertised_endpoint()
+            host, port = broker.advertised_endpoint(ctx.listener)
             nodes = (
                 build(
                     node_type,
@@ -76,7 +76,7 @@ def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
                 rack=b.rack,
                 is_fenced=b.fenced,
             )
-            for b in live_brokers(broker, include_fenced=include_fenced)
+            for b in live_brokers(broker, include_fenced=include_fenced, listener=ctx.listener)
         )
         controller = controller_id(broker)
     return build(

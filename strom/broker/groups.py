@@ -130,7 +130,7 @@ def _coordinator_of(
     if topic is None or topic.partitions == 0:
         return ErrorCode.coordinator_not_available, "The coordinator is not available.", None
     leader = topic.leader_of(partition_for(key, topic.partitions))
-    endpoint = broker_endpoint(broker, leader)
+    endpoint = broker_endpoint(broker, leader, ctx.listener)
     if endpoint is None:
         return ErrorCode.coordinator_not_available, "The coordinator is not available.", None
     return ErrorCode.none, None, endpoint

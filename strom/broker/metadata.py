@@ -127,7 +127,7 @@ def _answer(ctx: RequestContext, request: Any, creating: list[str]) -> Any:
         def may_describe(name: str) -> bool:
             return authz.allowed(ctx, authz.Op.DESCRIBE, authz.TOPIC, name)
 
-    brokers = live_brokers(broker)
+    brokers = live_brokers(broker, listener=ctx.listener)
     live = {b.node_id for b in brokers}
 
     def describe(topic: TopicView) -> Any:

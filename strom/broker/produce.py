@@ -305,7 +305,9 @@ def _response(ctx: RequestContext, results: list[tuple[Any, Any, list[list[Any]]
         for index, error, *_ in partitions
         if error == ErrorCode.not_leader_or_follower and names[(name, topic_id)] is not None
     ]
-    leaders, endpoints = leader_hints(ctx.broker, moved) if moved and leader_type else ({}, [])
+    leaders, endpoints = (
+        leader_hints(ctx.broker, moved, ctx.listener) if moved and leader_type else ({}, [])
+    )
     topics = []
     for name, topic_id, partitions in results:
         built = []

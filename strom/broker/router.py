@@ -75,6 +75,9 @@ class RequestContext:
     # authentication or SASL says otherwise) and the listener it came in on.
     principal: KafkaPrincipal = ANONYMOUS
     listener: str = ""
+    # The connection's authentication state (authentication.ConnectionSession); None for
+    # requests made inside the node.
+    session: Any = None
 
     @property
     def client_host(self) -> str:
@@ -93,6 +96,7 @@ def load_handlers() -> tuple[dict[int, Route], dict[int, Route]]:
         admin_partitions,
         admin_topics,
         api_versions,
+        authentication,
         configs,
         consumer_groups,
         controller_handlers,
@@ -108,6 +112,7 @@ def load_handlers() -> tuple[dict[int, Route], dict[int, Route]]:
         produce,
         quorum_handlers,
         quota_admin,
+        scram_credentials,
         transactions,
     )
 

@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Callable
 
 from strom.broker.api_versions import unsupported_version_response
+from strom.broker.authentication import ConnectionSession, ListenerSecurity
 from strom.broker.controller_channel import ControllerChannel
 from strom.broker.controller_service import ControllerService
 from strom.broker.fetch_sessions import FetchSessionCache
@@ -61,6 +62,7 @@ from strom.protocol.framing import (
     peek_header,
 )
 from strom.raft.core import RaftConfig
+from strom.security.sasl import SaslAuthenticationFailed
 from strom.storage.metadata_log import MetadataLogStore
 
 log = logging.getLogger(__name__)
@@ -75,6 +77,10 @@ DIRECT_FRAME = 64 * 1024
 # A connection keeps its last large-frame buffer for the next one up to this size:
 # a fresh buffer costs a zero fill and a page fault per 4 KiB as the frame arrives.
 SPARE_FRAME_BUFFER = 16 * 1024 * 1024
+# A client that has not finished its TLS handshake by then is disconnected.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+# The largest frame read before SASL authentication (Kafka's sasl.server.max.receive.size).
+MAX_UNAUTHENTICATED_FRAME = 524288
 
 
 class Broker:
@@ -158,6 +164,11 @@ class Broker:
             if not config.is_controller_listener(listener.name)
         ]
         self.max_request_size: int = config["socket.request.max.bytes"]
+        # Each listener's TLS context and SASL settings; a bad one stops start-up here.
+        self.listener_security = {
+            listener.name: ListenerSecurity.of(config, listener.name)
+            for listener in [*self.client_listeners, *self.controller_listeners]
+        }
         self._servers: list[asyncio.AbstractServer] = []
         self._connections: set[KafkaConnection] = set()
         self._duties: asyncio.Task[None] | None = None
@@ -186,9 +197,12 @@ class Broker:
             out.append(Listener(listener.name, listener.host or "127.0.0.1", port))
         return out
 
-    def advertised_endpoint(self) -> tuple[str, int]:
-        listener = self.advertised_client_listeners()[0]
-        return listener.host, listener.port
+    def advertised_endpoint(self, listener_name: str | None = None) -> tuple[str, int]:
+        """Where clients reach this broker on ``listener_name`` (the first advertised
+        listener when it is not one of them)."""
+        listeners = self.advertised_client_listeners()
+        chosen = next((lst for lst in listeners if lst.name == listener_name), listeners[0])
+        return chosen.host, chosen.port
 
     def _coordinator_appended(self, topic: str, partition: int) -> None:
         self.replicas.appended(topic, partition)
@@ -223,13 +237,19 @@ class Broker:
         loop = asyncio.get_running_loop()
         servers = []
         for listener in listeners:
+            security = self.listener_security[listener.name]
+            tls = security.tls
             server = await loop.create_server(
-                lambda: KafkaConnection(self, routes),
+                lambda security=security: KafkaConnection(self, routes, security),
                 host=listener.host or None,
                 port=listener.port,
                 reuse_address=True,
                 backlog=1024,
                 start_serving=False,
+                # Each handshake moves to the listener's current context (reloaded
+                # certificates); one that fails or stalls costs only its connection.
+                ssl=tls.serving() if tls is not None else None,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls is not None else None,
             )
             port = server.sockets[0].getsockname()[1]
             self.bound.append(Listener(listener.name, listener.host, port))
@@ -383,9 +403,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
     records are not copied on the way in.
     """
 
-    def __init__(self, broker: Broker, routes: dict[int, Route]) -> None:
+    def __init__(
+        self, broker: Broker, routes: dict[int, Route], security: ListenerSecurity
+    ) -> None:
         self.broker = broker
         self.routes = routes  # the table of the listener this connection came in on
+        self.session = ConnectionSession(broker, security)
+        self.closing = False  # closes once the responses owed are sent (failed SASL)
         self.transport: asyncio.Transport | None = None
         self.inbox = bytearray(RECEIVE_BUFFER)
         self.start = 0  # where the next unread frame begins in ``inbox``
@@ -414,6 +438,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
         self.broker._connections.add(self)
+        try:
+            self.session.tls_established(transport.get_extra_info("ssl_object"))
+        except ValueError as exc:
+            log.info("closing connection from %s: %s", self.peer, exc)
+            self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -496,10 +525,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             outbox, self.outbox = self.outbox, None
             if outbox and not self.closed and self.transport is not None:
                 self.transport.writelines(outbox)
+            if self.closing and not self.owed:
+                self.close()  # after the last response: the transport sends it first
 
     def _process_frames(self) -> None:
         while True:
-            if self.closed:
+            if self.closed or self.closing:
                 return
             if len(self.owed) >= MAX_PIPELINED or self.write_paused:
                 self._pause_reading()  # resumed once responses drain
@@ -511,12 +542,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if available < 4:
                 break
             (size,) = _SIZE.unpack_from(inbox, self.start)
-            if size < 0 or size > self.broker.max_request_size:
+            limit = (
+                self.broker.max_request_size
+                if self.session.authenticated
+                else MAX_UNAUTHENTICATED_FRAME
+            )
+            if size < 0 or size > limit:
                 log.warning(
                     "closing connection from %s: request size %d is outside 0..%d",
                     self.peer,
                     size,
-                    self.broker.max_request_size,
+                    limit,
                 )
                 self.close()
                 return
@@ -549,10 +585,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.transport.resume_reading()
 
     def _handle(self, frame: bytes | bytearray | memoryview) -> None:
+        session = self.session
+        if session.raw_tokens:
+            self._sasl_token(bytes(frame))
+            return
         try:
             api_key, api_version, correlation_id = peek_header(frame)
         except FrameError as exc:
             self._reject(str(exc))
+            return
+        if not session.authenticated and not session.allows(api_key):
+            self._reject(f"API key {api_key} sent before SASL authentication")
             return
         route = self.routes.get(api_key)
         if route is None:
@@ -585,6 +628,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             codec,
             self.peer,
             self.routes,
+            session.principal,
+            session.listener,
+            session,
         )
         try:
             result = route.handler(ctx, request.body)
@@ -594,6 +640,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             )
             self.close()
             return
+        if session.close_after_response:
+            self.closing = True
         if result is None:
             return
         if inspect.isawaitable(result):
@@ -602,6 +650,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
             asyncio.get_running_loop().create_task(self._finish(ctx, result, owed))
             return
         self._respond(encode_response_chunks(correlation_id, codec, result))
+
+    def _sasl_token(self, token: bytes) -> None:
+        """A token framed bare, after SaslHandshake v0: the answer goes back framed bare;
+        a failure closes the connection without one (Kafka's v0 exchange)."""
+        try:
+            answer = self.session.evaluate(token)
+        except SaslAuthenticationFailed:
+            self.close()
+            return
+        self._respond([_SIZE.pack(len(answer)) + answer])
 
     async def _finish(self, ctx: RequestContext, pending: object, owed: _Owed) -> None:
         try:
@@ -619,6 +677,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         owed.ready = True
         while self.owed and self.owed[0].ready:
             self._send(self.owed.popleft().chunks)
+        if self.closing and not self.owed:
+            self.close()
+            return
         if self.reading_paused and len(self.owed) < MAX_PIPELINED:
             self._process()
 

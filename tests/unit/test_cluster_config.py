@@ -265,7 +265,7 @@ def test_combined_node_alone_may_still_have_a_controller_listener() -> None:
             "needs a listener named in controller.listener.names",
         ),
         ({"listeners": "INTERNAL://:9092"}, "Listener INTERNAL is not in"),
-        ({"listeners": "SSL://:9093"}, "security protocol SSL"),
+        ({"listeners": "SSL://:9093"}, "needs its key and certificate"),
         ({"listeners": "PLAINTEXT://:9092,PLAINTEXT://:9093"}, "different name"),
         ({"listeners": "PLAINTEXT://:9092,CONTROLLER://:9092"}, "different port"),
         ({"advertised.listeners": "PLAINTEXT://a:1,PLAINTEXT://b:2"}, "different name"),

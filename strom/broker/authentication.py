@@ -1,0 +1,287 @@
+"""Who a connection is: each listener's security (TLS context, SASL mechanisms, users)
+and each connection's authentication, SaslHandshake (17) v0-1 and SaslAuthenticate (36)
+v0-2.
+
+A listener's security comes from its protocol in ``listener.security.protocol.map``:
+SSL and SASL_SSL listeners speak TLS (``strom.security.tls``; a client certificate on
+an SSL listener names the principal, ``User:<subject DN>`` mapped by
+``ssl.principal.mapping.rules``), SASL_PLAINTEXT and SASL_SSL listeners authenticate
+with ``sasl.enabled.mechanisms`` (PLAIN users from the listener's JAAS configuration,
+SCRAM credentials from the metadata image). Every setting may be given per listener as
+``listener.name.<listener>.<property>``.
+
+Until a SASL connection has authenticated it is served ApiVersions, SaslHandshake and
+SaslAuthenticate only; anything else closes it, as Kafka does. SaslHandshake v1 is
+followed by SaslAuthenticate requests, v0 by the mechanism's tokens framed bare (KIP-43).
+An unknown mechanism is answered UNSUPPORTED_SASL_MECHANISM with those enabled; a failed
+authentication SASL_AUTHENTICATION_FAILED with the reason; either way the connection
+closes once the answer is sent. On a connection that needs no SASL, or has finished it,
+both APIs answer ILLEGAL_SASL_STATE. Re-authentication (KIP-368), GSSAPI, OAUTHBEARER and
+delegation tokens are not served.
+
+Does not own the mechanisms (``strom.security.sasl``), certificates
+(``strom.security.tls``) or the connection loop (``server``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import ssl
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from strom.broker.router import RequestContext, handles, handles_controller
+from strom.config import (
+    SASL_PROTOCOLS,
+    TLS_PROTOCOLS,
+    BrokerConfig,
+    ConfigError,
+)
+from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import build
+from strom.security.principal import ANONYMOUS, USER, KafkaPrincipal
+from strom.security.sasl import (
+    PLAIN,
+    SCRAM_MECHANISMS,
+    JaasConfigError,
+    PlainServer,
+    SaslAuthenticationFailed,
+    ScramCredential,
+    ScramServer,
+    parse_jaas_config,
+    plain_users,
+)
+from strom.security.tls import (
+    CertificateError,
+    NoMatchingRule,
+    PrincipalMapper,
+    ReloadingContext,
+    TlsConfigError,
+    TlsSettings,
+    subject_dn,
+)
+
+if TYPE_CHECKING:
+    from strom.broker.server import Broker
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
+BEFORE_AUTHENTICATION = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+NO_SESSION_LIFETIME = datetime.timedelta(0)
+
+
+def tls_settings(config: BrokerConfig, listener: str) -> TlsSettings:
+    """A listener's ``ssl.*`` settings (its ``listener.name.<l>.`` overrides first)."""
+
+    def value(key: str) -> Any:
+        return config.listener_value(listener, key)
+
+    return TlsSettings(
+        keystore_type=value("ssl.keystore.type"),
+        keystore_location=value("ssl.keystore.location"),
+        keystore_certificate_chain=value("ssl.keystore.certificate.chain"),
+        keystore_key=value("ssl.keystore.key"),
+        key_password=value("ssl.key.password"),
+        truststore_type=value("ssl.truststore.type"),
+        truststore_location=value("ssl.truststore.location"),
+        truststore_certificates=value("ssl.truststore.certificates"),
+        client_auth=value("ssl.client.auth"),
+        enabled_protocols=tuple(value("ssl.enabled.protocols")),
+        cipher_suites=tuple(value("ssl.cipher.suites")),
+        endpoint_identification_algorithm=value("ssl.endpoint.identification.algorithm") or "",
+        prefix=f"listener {listener}: ",
+    )
+
+
+@dataclass
+class ListenerSecurity:
+    """What a connection on one listener goes through before it is served."""
+
+    name: str
+    protocol: str = "PLAINTEXT"
+    tls: ReloadingContext | None = None
+    mapper: PrincipalMapper = field(default_factory=PrincipalMapper)
+    mechanisms: tuple[str, ...] = ()
+    plain_users: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol in SASL_PROTOCOLS
+
+    @classmethod
+    def of(cls, config: BrokerConfig, listener: str) -> ListenerSecurity:
+        """The listener's security from the config; ConfigError (one line) if unusable."""
+        try:
+            protocol = config.security_protocol(listener)
+        except ConfigError:
+            protocol = "PLAINTEXT"
+        security = cls(listener, protocol)
+        try:
+            if protocol in TLS_PROTOCOLS:
+                security.tls = ReloadingContext(tls_settings(config, listener), name=listener)
+                security.mapper = PrincipalMapper(
+                    config.listener_value(listener, "ssl.principal.mapping.rules")
+                )
+        except TlsConfigError as exc:
+            raise ConfigError(str(exc)) from None
+        if protocol in SASL_PROTOCOLS:
+            security.mechanisms = tuple(config.sasl_mechanisms(listener))
+            if PLAIN in security.mechanisms:
+                security.plain_users = _plain_users(config, listener)
+        return security
+
+
+def _plain_users(config: BrokerConfig, listener: str) -> dict[str, str]:
+    found = config.jaas_config(listener, PLAIN)
+    wanted = (
+        f"listener.name.{listener.lower()}.plain.sasl.jaas.config with the PlainLoginModule "
+        'and a user_<name>="<password>" option per user'
+    )
+    if found is None:
+        raise ConfigError(f"SASL/PLAIN on listener {listener} needs {wanted}")
+    key, text = found
+    try:
+        users = plain_users(parse_jaas_config(text))
+    except JaasConfigError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+    if not users:
+        raise ConfigError(
+            f"{key} names no PLAIN user: SASL/PLAIN on listener {listener} needs {wanted}"
+        )
+    return users
+
+
+class ConnectionSession:
+    """One connection's authentication: its principal, and the SASL exchange under way."""
+
+    def __init__(self, broker: Broker, security: ListenerSecurity) -> None:
+        self.broker = broker
+        self.security = security
+        self.listener = security.name
+        self.principal: KafkaPrincipal = ANONYMOUS
+        self.authenticated = not security.sasl
+        self.server: PlainServer | ScramServer | None = None
+        self.raw_tokens = False  # after SaslHandshake v0: tokens come framed bare
+        self.close_after_response = False
+
+    def allows(self, api_key: int) -> bool:
+        return self.authenticated or api_key in BEFORE_AUTHENTICATION
+
+    def tls_established(self, ssl_object: ssl.SSLObject | None) -> None:
+        """Take the principal from the client's certificate (an SSL listener only; on
+        SASL_SSL the SASL identity wins). ValueError when no mapping rule applies."""
+        if ssl_object is None or self.security.sasl:
+            return
+        der = ssl_object.getpeercert(binary_form=True)
+        if not der:
+            return
+        try:
+            name = self.security.mapper.name_of(subject_dn(der))
+        except (CertificateError, NoMatchingRule) as exc:
+            raise ValueError(str(exc)) from None
+        self.principal = KafkaPrincipal(USER, name)
+
+    # SASL -----------------------------------------------------------------------------
+
+    def start(self, mechanism: str) -> ErrorCode:
+        if not self.security.sasl or self.authenticated:
+            return ErrorCode.illegal_sasl_state  # as Kafka answers it; the connection goes on
+        if self.server is not None:
+            self.close_after_response = True
+            return ErrorCode.illegal_sasl_state
+        if mechanism not in self.security.mechanisms:
+            self.close_after_response = True
+            return ErrorCode.unsupported_sasl_mechanism
+        if mechanism == PLAIN:
+            self.server = PlainServer(self.security.plain_users)
+        else:
+            scram = SCRAM_MECHANISMS[mechanism]
+            image_of = self.broker.state
+
+            def lookup(user: str) -> ScramCredential | None:
+                record = image_of.image.scram_credentials.get((user, scram.kafka_type))
+                if record is None:
+                    return None
+                return ScramCredential(
+                    record.salt, record.stored_key, record.server_key, record.iterations
+                )
+
+            self.server = ScramServer(scram, lookup)
+        return ErrorCode.none
+
+    def evaluate(self, token: bytes) -> bytes:
+        """The mechanism's answer to a token; SaslAuthenticationFailed ends the session."""
+        server = self.server
+        if server is None or self.authenticated:
+            self.close_after_response = True
+            raise SaslAuthenticationFailed("Unexpected SASL token: no SASL exchange under way")
+        try:
+            answer = server.evaluate(token)
+        except SaslAuthenticationFailed as exc:
+            self.close_after_response = True
+            log.info(
+                "authentication with %s failed on listener %s: %s",
+                server.mechanism,
+                self.listener,
+                exc,
+            )
+            raise
+        if server.complete:
+            assert server.username is not None
+            self.principal = KafkaPrincipal(USER, server.username)
+            self.authenticated = True
+            self.raw_tokens = False
+        return answer
+
+
+# Handlers ------------------------------------------------------------------------------
+
+
+def _session(ctx: RequestContext) -> ConnectionSession | None:
+    session = ctx.session
+    return session if isinstance(session, ConnectionSession) else None
+
+
+@handles_controller(SASL_HANDSHAKE, 0, 1)
+@handles(SASL_HANDSHAKE, 0, 1)
+def handle_sasl_handshake(ctx: RequestContext, request: Any) -> Any:
+    session = _session(ctx)
+    if session is None:
+        return build(ctx.response_type, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
+    code = session.start(request.mechanism)
+    if code == ErrorCode.none and ctx.api_version == 0:
+        session.raw_tokens = True
+    return build(ctx.response_type, error_code=code, mechanisms=session.security.mechanisms)
+
+
+@handles_controller(SASL_AUTHENTICATE, 0, 2)
+@handles(SASL_AUTHENTICATE, 0, 2)
+def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
+    session = _session(ctx)
+
+    def answer(code: ErrorCode, message: str | None, auth_bytes: bytes = b"") -> Any:
+        values: dict[str, Any] = {
+            "error_code": code,
+            "error_message": message,
+            "auth_bytes": auth_bytes,
+        }
+        if ctx.api_version >= 1:
+            values["session_lifetime"] = NO_SESSION_LIFETIME
+        return build(ctx.response_type, **values)
+
+    if session is None or session.server is None or session.authenticated:
+        if session is not None and session.security.sasl and not session.authenticated:
+            session.close_after_response = True
+        return answer(
+            ErrorCode.illegal_sasl_state,
+            "SaslAuthenticate request received after successful authentication"
+            if session is not None and session.authenticated and session.security.sasl
+            else "Unexpected SaslAuthenticate request: no SaslHandshake on this connection",
+        )
+    try:
+        token = session.evaluate(bytes(request.auth_bytes))
+    except SaslAuthenticationFailed as exc:
+        return answer(ErrorCode.sasl_authentication_failed, str(exc))
+    return answer(ErrorCode.none, None, token)

@@ -1,0 +1,499 @@
+"""TLS listeners and SASL authentication end to end: one broker with PLAINTEXT, SSL,
+SASL_PLAINTEXT and SASL_SSL listeners at once, a certificate authority made for the
+module, and confluent-kafka, kafka-python and aiokafka producing and consuming over SSL,
+mutual TLS and SASL_SSL with SCRAM-SHA-512 and PLAIN. Then what must cost only the
+connection that does it: a wrong password, a request before authentication, a plaintext
+client or garbage on the TLS port, random SASL tokens; authenticated clients are served
+after each.
+
+The PLAINTEXT listener's User:ANONYMOUS is a super user, so the tests administer ACLs
+and SCRAM credentials through it; the SSL listener asks for client certificates
+(``listener.name.ssl.ssl.client.auth=requested``) and maps a subject ``CN=<name>,OU=eng,
+...`` to the name alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+import ssl
+import struct
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.helpers import create_ssl_context
+from aiokafka.structs import TopicPartition as AioTopicPartition
+from broker_process import BrokerProcess, free_port
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KTopicPartition
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.metadata.v12.request import MetadataRequest
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from raw_client import RawClient
+from tls_certs import Authority, Issued, make_ca
+
+from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import encode_request
+from strom.security.sasl import SCRAM_SHA_512, ScramClient
+
+PLAIN_JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'username="admin" password="admin-secret" user_admin="admin-secret" '
+    'user_carol="carol-secret";'
+)
+SCRAM_USER, SCRAM_PASSWORD = "scrammy", "scram-secret"
+METADATA = MetadataRequest(
+    topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+)
+
+
+@dataclass
+class SecureBroker:
+    process: BrokerProcess
+    ports: dict[str, int]
+    ca: Authority
+    alice: Issued  # a client certificate: CN=alice,OU=eng,O=Strom,C=US -> User:alice
+    server: Issued
+
+    def address(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    root = tmp_path_factory.mktemp("security")
+    ca = make_ca(root / "ca")
+    server = ca.issue("server", "/CN=localhost")
+    alice = ca.issue("alice", "/C=US/O=Strom/OU=eng/CN=alice")
+    process = BrokerProcess(root / "data")
+    ports = {
+        "PLAINTEXT": process.port,
+        "SSL": free_port(),
+        "SASL_PLAINTEXT": free_port(),
+        "SASL_SSL": free_port(),
+    }
+    process.overrides.update(
+        {
+            "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
+            "ssl.keystore.location": str(server.bundle),
+            "ssl.truststore.location": str(ca.cert),
+            "listener.name.ssl.ssl.client.auth": "requested",
+            "ssl.principal.mapping.rules": "RULE:^CN=([a-z]+),OU=eng,.*$/$1/L,DEFAULT",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "allow.everyone.if.no.acl.found": "true",
+            "super.users": "User:ANONYMOUS",
+        }
+    )
+    process.start()
+    admin = AdminClient({"bootstrap.servers": process.bootstrap})
+    upsert = UserScramCredentialUpsertion(
+        SCRAM_USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), SCRAM_PASSWORD.encode()
+    )
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(15)
+    yield SecureBroker(process, ports, ca, alice, server)
+    if process.alive():
+        process.stop()
+
+
+def new_topic(secure: SecureBroker, name: str | None = None) -> str:
+    name = name or f"sec-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": secure.process.bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(15)
+    return name
+
+
+# Client settings per mode -----------------------------------------------------------
+
+MODES = ["ssl", "mtls", "sasl_ssl_scram", "sasl_ssl_plain"]
+
+
+def librdkafka_settings(secure: SecureBroker, mode: str) -> dict[str, Any]:
+    ca = str(secure.ca.cert)
+    if mode == "ssl":
+        return {
+            "bootstrap.servers": secure.address("SSL"),
+            "security.protocol": "SSL",
+            "ssl.ca.location": ca,
+        }
+    if mode == "mtls":
+        return {
+            **librdkafka_settings(secure, "ssl"),
+            "ssl.certificate.location": str(secure.alice.cert),
+            "ssl.key.location": str(secure.alice.key),
+        }
+    user, password, mechanism = (
+        (SCRAM_USER, SCRAM_PASSWORD, "SCRAM-SHA-512")
+        if mode == "sasl_ssl_scram"
+        else ("carol", "carol-secret", "PLAIN")
+    )
+    return {
+        "bootstrap.servers": secure.address("SASL_SSL"),
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": ca,
+        "sasl.mechanism": mechanism,
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
+def python_settings(secure: SecureBroker, mode: str) -> dict[str, Any]:
+    """kafka-python's and aiokafka's shared names for the same settings."""
+    if mode in ("ssl", "mtls"):
+        out: dict[str, Any] = {
+            "bootstrap_servers": secure.address("SSL"),
+            "security_protocol": "SSL",
+        }
+    else:
+        user, password, mechanism = (
+            (SCRAM_USER, SCRAM_PASSWORD, "SCRAM-SHA-512")
+            if mode == "sasl_ssl_scram"
+            else ("carol", "carol-secret", "PLAIN")
+        )
+        out = {
+            "bootstrap_servers": secure.address("SASL_SSL"),
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": mechanism,
+            "sasl_plain_username": user,
+            "sasl_plain_password": password,
+        }
+    return out
+
+
+def client_tls(secure: SecureBroker, mode: str) -> dict[str, Any]:
+    cert = {"certfile": str(secure.alice.cert), "keyfile": str(secure.alice.key)}
+    return {"cafile": str(secure.ca.cert), **(cert if mode == "mtls" else {})}
+
+
+# Producing and consuming -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_confluent_kafka_produce_consume(secure: SecureBroker, mode: str) -> None:
+    topic = new_topic(secure)
+    conf = librdkafka_settings(secure, mode)
+    producer = Producer(conf)
+    errors: list[Any] = []
+    for i in range(5):
+        producer.produce(topic, f"{mode}-{i}".encode(), on_delivery=lambda e, m: errors.append(e))
+    assert producer.flush(15) == 0
+    assert errors == [None] * 5
+    consumer = Consumer(
+        {**conf, "group.id": f"g-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values = []
+    deadline = time.monotonic() + 15
+    while len(values) < 5 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            values.append(message.value().decode())
+    consumer.close()
+    assert values == [f"{mode}-{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_kafka_python_produce_consume(secure: SecureBroker, mode: str) -> None:
+    topic = new_topic(secure)
+    tls = {f"ssl_{k}": v for k, v in client_tls(secure, mode).items()}
+    common = {**python_settings(secure, mode), **tls}
+    producer = KafkaProducer(**common, acks="all")
+    for i in range(5):
+        producer.send(topic, f"{mode}-{i}".encode()).get(timeout=15)
+    producer.close()
+    consumer = KafkaConsumer(**common, consumer_timeout_ms=10000)
+    consumer.assign([KTopicPartition(topic, 0)])
+    consumer.seek(KTopicPartition(topic, 0), 0)
+    values = []
+    for message in consumer:
+        values.append(message.value.decode())
+        if len(values) == 5:
+            break
+    consumer.close()
+    assert values == [f"{mode}-{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_aiokafka_produce_consume(secure: SecureBroker, mode: str) -> None:
+    topic = new_topic(secure)
+
+    async def run() -> list[str]:
+        common = {
+            **python_settings(secure, mode),
+            "ssl_context": create_ssl_context(**client_tls(secure, mode)),
+        }
+        producer = AIOKafkaProducer(**common)
+        await producer.start()
+        try:
+            for i in range(5):
+                await producer.send_and_wait(topic, f"{mode}-{i}".encode())
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(**common, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            partition = AioTopicPartition(topic, 0)
+            consumer.assign([partition])
+            consumer.seek(partition, 0)
+            values: list[str] = []
+            while len(values) < 5:
+                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 15)
+                values += [m.value.decode() for ms in batch.values() for m in ms]
+            return values
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(run()) == [f"{mode}-{i}" for i in range(5)]
+
+
+def test_principal_from_the_client_certificate_is_checked_by_acls(
+    secure: SecureBroker,
+) -> None:
+    """User:alice (mapped from her certificate's subject) may write the topic but not
+    read it; the same client without a certificate is User:ANONYMOUS (a super user)."""
+    topic = new_topic(secure)
+    admin = AdminClient({"bootstrap.servers": secure.process.bootstrap})
+    acl = AclBinding(
+        ResourceType.TOPIC,
+        topic,
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.ALLOW,
+    )
+    for future in admin.create_acls([acl]).values():
+        future.result(15)
+    conf = librdkafka_settings(secure, "mtls")
+    outcome: list[Any] = []
+    producer = Producer(conf)
+    producer.produce(topic, b"from alice", on_delivery=lambda e, m: outcome.append(e))
+    producer.flush(15)
+    assert outcome == [None]
+    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:6]}"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    error = None
+    deadline = time.monotonic() + 15
+    while error is None and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None:
+            assert message.error() is not None, "alice read a topic she may only write"
+            error = message.error()
+    consumer.close()
+    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    anonymous = Consumer({**librdkafka_settings(secure, "ssl"), "group.id": "g-anon"})
+    anonymous.assign([TopicPartition(topic, 0, 0)])
+    message = None
+    deadline = time.monotonic() + 15
+    while message is None and time.monotonic() < deadline:
+        message = anonymous.poll(0.5)
+    anonymous.close()
+    assert message is not None and message.error() is None and message.value() == b"from alice"
+
+
+# Failures cost only their connection --------------------------------------------------
+
+
+def tls_client(secure: SecureBroker, listener: str) -> RawClient:
+    raw = RawClient(secure.ports[listener])
+    context = ssl.create_default_context(cafile=str(secure.ca.cert))
+    raw.sock = context.wrap_socket(raw.sock, server_hostname="127.0.0.1")
+    return raw
+
+
+def handshake(raw: RawClient, mechanism: str) -> Any:
+    return raw.request(SaslHandshakeRequest(mechanism=mechanism))
+
+
+def authenticate(raw: RawClient, token: bytes) -> Any:
+    return raw.request(SaslAuthenticateRequest(auth_bytes=token))
+
+
+def assert_served(secure: SecureBroker) -> None:
+    """A SCRAM client on the SASL_SSL listener is still served."""
+    with tls_client(secure, "SASL_SSL") as raw:
+        assert handshake(raw, "SCRAM-SHA-512").error_code == ErrorCode.none
+        client = ScramClient(SCRAM_SHA_512, SCRAM_USER, SCRAM_PASSWORD)
+        first = authenticate(raw, client.first())
+        assert first.error_code == ErrorCode.none
+        final = authenticate(raw, client.final(bytes(first.auth_bytes)))
+        assert final.error_code == ErrorCode.none, final.error_message
+        client.verify(bytes(final.auth_bytes))
+        response = raw.request(METADATA)
+        assert [b.port for b in response.brokers] == [secure.ports["SASL_SSL"]]
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "user", "password"),
+    [("SCRAM-SHA-512", SCRAM_USER, "wrong"), ("PLAIN", "carol", "wrong"), ("PLAIN", "x", "y")],
+)
+def test_wrong_password_is_refused_and_the_connection_closed(
+    secure: SecureBroker, mechanism: str, user: str, password: str
+) -> None:
+    with tls_client(secure, "SASL_SSL") as raw:
+        assert handshake(raw, mechanism).error_code == ErrorCode.none
+        if mechanism == "PLAIN":
+            response = authenticate(raw, f"\0{user}\0{password}".encode())
+        else:
+            client = ScramClient(SCRAM_SHA_512, user, password)
+            first = authenticate(raw, client.first())
+            assert first.error_code == ErrorCode.none
+            response = authenticate(raw, client.final(bytes(first.auth_bytes)))
+        assert response.error_code == ErrorCode.sasl_authentication_failed
+        assert "Authentication failed" in response.error_message
+        raw.send_bytes(b"\0\0\0\0")  # anything more is not read
+        assert raw.is_closed_by_peer()
+    assert_served(secure)
+
+
+def test_librdkafka_reports_a_wrong_password(secure: SecureBroker) -> None:
+    errors: list[KafkaError] = []
+    conf = {**librdkafka_settings(secure, "sasl_ssl_scram"), "sasl.password": "wrong"}
+    producer = Producer({**conf, "error_cb": errors.append})
+    deadline = time.monotonic() + 15
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)
+    assert errors and errors[0].code() == KafkaError._AUTHENTICATION
+    assert "invalid credentials" in errors[0].str()
+
+
+def test_requests_before_authentication_close_the_connection(secure: SecureBroker) -> None:
+    with RawClient(secure.ports["SASL_PLAINTEXT"]) as raw:
+        versions = raw.request(
+            ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        )
+        assert {k.api_key for k in versions.api_keys} >= {17, 36, 50, 51}
+        raw.correlation += 1
+        raw.send_bytes(encode_request(raw.correlation, "t", METADATA))
+        assert raw.is_closed_by_peer()
+    with RawClient(secure.ports["SASL_PLAINTEXT"]) as raw:
+        response = handshake(raw, "GSSAPI")
+        assert response.error_code == ErrorCode.unsupported_sasl_mechanism
+        assert set(response.mechanisms) == {"SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"}
+        assert raw.is_closed_by_peer()
+    assert_served(secure)
+
+
+def test_plaintext_client_on_the_tls_port_costs_only_its_connection(
+    secure: SecureBroker,
+) -> None:
+    with RawClient(secure.ports["SSL"]) as raw:
+        raw.send_bytes(
+            encode_request(
+                1, "t", ApiVersionsRequest(client_software_name="t", client_software_version="1")
+            )
+        )
+        assert raw.is_closed_by_peer()
+    assert_served(secure)
+
+
+def test_a_stalled_tls_handshake_does_not_hold_up_others(secure: SecureBroker) -> None:
+    stalled = [socket.create_connection(("127.0.0.1", secure.ports["SSL"])) for _ in range(3)]
+    try:
+        stalled[1].sendall(b"\x16\x03\x01\x02\x00\x01")  # a client hello cut short
+        assert_served(secure)
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    garbage=st.binary(max_size=300),
+    listener=st.sampled_from(["SSL", "SASL_SSL", "SASL_PLAINTEXT", "SASL_TOKEN"]),
+)
+def test_garbage_costs_only_its_connection(
+    secure: SecureBroker, garbage: bytes, listener: str
+) -> None:
+    """Random bytes before or during the TLS handshake, and random SASL tokens (after a
+    valid handshake) are answered by a closed connection or a refusal; never served."""
+    if listener == "SASL_TOKEN":
+        with RawClient(secure.ports["SASL_PLAINTEXT"], timeout=5) as raw:
+            assert handshake(raw, "SCRAM-SHA-512").error_code == ErrorCode.none
+            response = authenticate(raw, garbage)
+            assert response.error_code == ErrorCode.sasl_authentication_failed
+            assert raw.is_closed_by_peer()
+        return
+    sock = socket.create_connection(("127.0.0.1", secure.ports[listener]), timeout=5)
+    try:
+        if listener == "SASL_PLAINTEXT":
+            sock.sendall(struct.pack(">i", len(garbage)) + garbage)
+        else:
+            sock.sendall(garbage[:5])
+            sock.sendall(garbage[5:])
+        sock.shutdown(socket.SHUT_WR)
+        while sock.recv(4096):  # a TLS alert, say; then the broker must close
+            pass
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # closed by the broker while we sent or read: what is asked of it
+    except OSError as exc:
+        if exc.errno != errno.ENOTCONN:
+            raise
+    finally:
+        sock.close()
+
+
+def test_served_after_the_garbage(secure: SecureBroker) -> None:
+    assert_served(secure)
+    assert secure.process.alive()
+
+
+def test_certificates_are_reloaded_when_their_file_changes(secure: SecureBroker) -> None:
+    """A new certificate written over ssl.keystore.location is what new connections get."""
+    renewed = secure.ca.issue("server-renewed", "/CN=renewed")
+    bundle = Path(secure.server.bundle)
+    old = bundle.read_text()
+    context = ssl.create_default_context(cafile=str(secure.ca.cert))
+    context.check_hostname = False
+
+    def served_subject() -> str:
+        with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=5) as sock:
+            with context.wrap_socket(sock) as tls:
+                cert = tls.getpeercert()
+                return dict(x[0] for x in cert["subject"])["commonName"]
+
+    assert served_subject() == "localhost"
+    try:
+        bundle.write_text(renewed.bundle.read_text())
+        deadline = time.monotonic() + 15
+        subject = served_subject()
+        while subject != "renewed" and time.monotonic() < deadline:
+            time.sleep(0.3)
+            subject = served_subject()
+        assert subject == "renewed"
+    finally:
+        bundle.write_text(old)
+    deadline = time.monotonic() + 15
+    while served_subject() != "localhost" and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert_served(secure)
