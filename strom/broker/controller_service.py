@@ -37,6 +37,7 @@ from strom.broker.quorum import NotLeaderError
 from strom.cluster import records as mr
 from strom.cluster.bootstrap import bootstrap_records, records_from_legacy
 from strom.cluster.controller_api import ControllerConfig, ControllerError, ControllerResult
+from strom.cluster.meta_properties import bootstrap_scram_records
 from strom.cluster.quorum_controller import QuorumController
 from strom.protocol.errors import ErrorCode
 
@@ -175,6 +176,7 @@ class ControllerService:
 
     async def _write_bootstrap(self) -> None:
         records = bootstrap_records()
+        records += bootstrap_scram_records(self.config.metadata_log_dir)  # --add-scram
         legacy = self.config.log_dir / LEGACY_METADATA_FILE
         if legacy.exists():
             data = json.loads(legacy.read_text())

@@ -25,7 +25,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from strom.cli import client_quotas
+from strom.cli import client_quotas, scram
 from strom.cli.common import (
     ToolError,
     add_bootstrap,
@@ -134,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
     both = sorted(set(adds) & set(deletes))
     if both:
         parser.error(f"{both[0]!r} is both added and deleted")
+    if scram.wanted(args, adds, deletes):
+        return scram.run(parser, args, adds, deletes)
     if client_quotas.wanted(args):
         return client_quotas.run(parser, args, adds, deletes)
     if args.entity_type is None:

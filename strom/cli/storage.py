@@ -5,8 +5,11 @@
 directory.id of its own) into every log directory and the metadata log directory, and
 Strom's bootstrap.json into the latter; ``--ignore-formatted`` leaves directories
 already formatted for the same cluster and node as they are, ``--standalone`` records
-this controller as the quorum's only initial voter. ``info -c server.properties`` shows
-each directory and its meta.properties, and any problem (exit 1 when there is one).
+this controller as the quorum's only initial voter, ``--add-scram
+'SCRAM-SHA-256=[name=alice,password=alice-secret]'`` (repeatable) a SCRAM credential the
+cluster starts with (salted here; written to the metadata log at first start).
+``info -c server.properties`` shows each directory and its meta.properties, and any
+problem (exit 1 when there is one).
 
 Unlike the other tools this one works on the local disk, not over the network: it
 runs before the node does. Bad properties or arguments: one line, exit 2; a directory
@@ -20,6 +23,7 @@ import sys
 from typing import Any
 
 from strom.cli.common import EXIT_ERROR, EXIT_USAGE, ToolError
+from strom.cli.scram import ScramSpecError, storage_credential
 from strom.cluster.meta_properties import (
     METADATA_VERSION,
     MetaProperties,
@@ -56,6 +60,14 @@ def add_parser(commands: Any) -> None:
         action="store_true",
         help="this controller is the quorum's only initial voter (dynamic quorum)",
     )
+    fmt.add_argument(
+        "-S",
+        "--add-scram",
+        action="append",
+        default=[],
+        metavar="'MECHANISM=[name=USER,password=SECRET]'",
+        help="a SCRAM credential the cluster starts with (repeatable)",
+    )
     fmt.set_defaults(run=run_format)
     info = actions.add_parser("info", help="show the node's directories and meta.properties")
     _add_config_options(info)
@@ -87,12 +99,17 @@ def run_random_uuid(_args: argparse.Namespace) -> int:
 
 def run_format(args: argparse.Namespace) -> int:
     try:
+        credentials = [storage_credential(spec) for spec in args.add_scram]
+    except ScramSpecError as exc:
+        return _usage_error(f"--add-scram: {exc}")
+    try:
         config = BrokerConfig.load(args.config, args.override)
         results = format_dirs(
             config,
             args.cluster_id,
             ignore_formatted=args.ignore_formatted,
             standalone=args.standalone,
+            scram_credentials=credentials,
         )
     except MetaPropertiesError as exc:
         raise ToolError(str(exc)) from None

@@ -11,8 +11,9 @@ directory agrees on cluster.id and node.id, unformatted ones are formatted.
 Beside meta.properties the metadata log directory gets ``bootstrap.json``, Strom's own
 small stand-in for Kafka's ``bootstrap.checkpoint``: the cluster id, the
 metadata.version Strom formats with, when the directory was formatted, and for
-``--standalone`` the initial voter set (this controller alone). Kafka's file is a
-record-batch snapshot; nothing reads Strom's but people and ``strom storage info``.
+``--standalone`` the initial voter set (this controller alone), and the SCRAM
+credentials of ``--add-scram`` (salted), which the first active controller writes into the
+metadata log. Kafka's file is a record-batch snapshot.
 
 Files written before directory ids existed (Strom's earlier ``version=1``,
 ``cluster.id``, ``node.id``) are accepted and get a directory.id added; Kafka's v0 form
@@ -32,6 +33,7 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from strom.cluster.records import UserScramCredentialRecord
 from strom.config import BrokerConfig, ConfigError, parse_properties
 from strom.storage.durable import write_atomically
 
@@ -209,6 +211,7 @@ def format_dirs(
     *,
     ignore_formatted: bool = False,
     standalone: bool = False,
+    scram_credentials: list[UserScramCredentialRecord] | None = None,
 ) -> list[FormatResult]:
     """Write meta.properties into every directory of the node (and bootstrap.json into
     the metadata log directory), as ``kafka-storage.sh format`` does.
@@ -261,20 +264,39 @@ def format_dirs(
         write_meta_properties(path, new)
         results.append(FormatResult(path, new, True))
     metadata_dir = config.metadata_log_dir
-    if standalone or not (metadata_dir / BOOTSTRAP_FILE).exists():
-        write_bootstrap(metadata_dir, cluster_id, [node_id] if standalone else None)
+    if standalone or scram_credentials or not (metadata_dir / BOOTSTRAP_FILE).exists():
+        write_bootstrap(
+            metadata_dir, cluster_id, [node_id] if standalone else None, scram_credentials
+        )
     return results
 
 
-def write_bootstrap(directory: Path, cluster_id: str, initial_voters: list[int] | None) -> None:
+def write_bootstrap(
+    directory: Path,
+    cluster_id: str,
+    initial_voters: list[int] | None,
+    scram_credentials: list[UserScramCredentialRecord] | None = None,
+) -> None:
     """Strom's ``bootstrap.json`` (see the module docstring)."""
-    data = {
+    data: dict[str, object] = {
         "version": 1,
         "cluster.id": cluster_id,
         "metadata.version": METADATA_VERSION,
         "formatted.ms": int(time.time() * 1000),
         "initial.voters": initial_voters,
     }
+    if scram_credentials:
+        data["scram.credentials"] = [
+            {
+                "name": r.name,
+                "mechanism": r.mechanism,
+                "salt": base64.b64encode(r.salt).decode(),
+                "stored.key": base64.b64encode(r.stored_key).decode(),
+                "server.key": base64.b64encode(r.server_key).decode(),
+                "iterations": r.iterations,
+            }
+            for r in scram_credentials
+        ]
     directory.mkdir(parents=True, exist_ok=True)
     write_atomically(directory / BOOTSTRAP_FILE, (json.dumps(data, indent=1) + "\n").encode())
 
@@ -286,6 +308,25 @@ def read_bootstrap(directory: Path) -> dict[str, object] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def bootstrap_scram_records(directory: Path) -> list[UserScramCredentialRecord]:
+    """The SCRAM credentials ``bootstrap.json`` holds, as metadata records."""
+    data = read_bootstrap(directory) or {}
+    entries = data.get("scram.credentials") or []
+    records = []
+    for entry in entries if isinstance(entries, list) else []:
+        records.append(
+            UserScramCredentialRecord(
+                name=entry["name"],
+                mechanism=entry["mechanism"],
+                salt=base64.b64decode(entry["salt"]),
+                stored_key=base64.b64decode(entry["stored.key"]),
+                server_key=base64.b64decode(entry["server.key"]),
+                iterations=entry["iterations"],
+            )
+        )
+    return records
 
 
 def ensure_formatted(

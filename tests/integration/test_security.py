@@ -31,6 +31,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import TopicPartition as AioTopicPartition
 from broker_process import BrokerProcess, free_port
+from cli_helpers import ok, one_line_error, strom, tool
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
@@ -57,7 +58,7 @@ from tls_certs import Authority, Issued, make_ca
 
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import encode_request
-from strom.security.sasl import SCRAM_SHA_512, ScramClient
+from strom.security.sasl import SCRAM_SHA_256, SCRAM_SHA_512, ScramClient
 
 PLAIN_JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -497,3 +498,120 @@ def test_certificates_are_reloaded_when_their_file_changes(secure: SecureBroker)
     while served_subject() != "localhost" and time.monotonic() < deadline:
         time.sleep(0.3)
     assert_served(secure)
+
+
+# SCRAM credentials from the command line ----------------------------------------------
+
+
+def scram_login(port: int, mechanism: Any, user: str, password: str) -> Any:
+    """The final SaslAuthenticate response of a SCRAM exchange on a SASL_PLAINTEXT port."""
+    with RawClient(port) as raw:
+        assert handshake(raw, mechanism.name).error_code == ErrorCode.none
+        client = ScramClient(mechanism, user, password)
+        first = authenticate(raw, client.first())
+        if first.error_code != ErrorCode.none:
+            return first
+        final = authenticate(raw, client.final(bytes(first.auth_bytes)))
+        if final.error_code == ErrorCode.none:
+            client.verify(bytes(final.auth_bytes))
+        return final
+
+
+def test_strom_configs_adds_and_deletes_scram_credentials(secure: SecureBroker) -> None:
+    port = secure.ports["SASL_PLAINTEXT"]
+    ok(
+        tool(
+            secure.process,
+            "configs",
+            "--alter",
+            "--entity-type",
+            "users",
+            "--entity-name",
+            "dave",
+            "--add-config",
+            "SCRAM-SHA-256=[iterations=8192,password=dave-secret]",
+        )
+    )
+    assert scram_login(port, SCRAM_SHA_256, "dave", "dave-secret").error_code == ErrorCode.none
+    admin = AdminClient({"bootstrap.servers": secure.process.bootstrap})
+    described = admin.describe_user_scram_credentials(["dave"])["dave"].result(15)
+    assert [(i.mechanism, i.iterations) for i in described.scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_256, 8192)
+    ]
+    ok(
+        tool(
+            secure.process,
+            "configs",
+            "--alter",
+            "--entity-type",
+            "users",
+            "--entity-name",
+            "dave",
+            "--delete-config",
+            "SCRAM-SHA-256",
+        )
+    )
+    refused = scram_login(port, SCRAM_SHA_256, "dave", "dave-secret")
+    assert refused.error_code == ErrorCode.sasl_authentication_failed
+    error = one_line_error(
+        tool(
+            secure.process,
+            "configs",
+            "--alter",
+            "--entity-type",
+            "users",
+            "--entity-name",
+            "dave",
+            "--add-config",
+            "SCRAM-SHA-256=[iterations=10,password=x]",
+        )
+    )
+    assert "iterations" in error.lower()
+
+
+def test_storage_format_add_scram(tmp_path: Path) -> None:
+    """A credential given to ``strom storage format --add-scram`` is there at first start."""
+    sasl_port = free_port()
+    process = BrokerProcess(tmp_path / "data")
+    process.overrides.update(
+        {
+            "listeners": f"PLAINTEXT://127.0.0.1:{process.port},"
+            f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+        }
+    )
+    properties = tmp_path / "server.properties"
+    properties.write_text(
+        "".join(
+            f"{k}={v}\n" for k, v in {**process.overrides, "log.dirs": process.data_dir}.items()
+        )
+    )
+    cluster_id = ok(strom("storage", "random-uuid")).stdout.strip()
+    ok(
+        strom(
+            "storage",
+            "format",
+            "-t",
+            cluster_id,
+            "-c",
+            str(properties),
+            "--add-scram",
+            "SCRAM-SHA-256=[name=erin,password=erin-secret]",
+        )
+    )
+    bad = strom(
+        "storage", "format", "-t", cluster_id, "-c", str(properties), "--add-scram", "SCRAM-MD5=[]"
+    )
+    assert "SCRAM-MD5" in one_line_error(bad, 2)
+    process.start()
+    try:
+        deadline = time.monotonic() + 15
+        result = scram_login(sasl_port, SCRAM_SHA_256, "erin", "erin-secret")
+        while result.error_code != ErrorCode.none and time.monotonic() < deadline:
+            time.sleep(0.2)  # the first active controller writes it into the metadata log
+            result = scram_login(sasl_port, SCRAM_SHA_256, "erin", "erin-secret")
+        assert result.error_code == ErrorCode.none, result.error_message
+        wrong = scram_login(sasl_port, SCRAM_SHA_256, "erin", "wrong")
+        assert wrong.error_code == ErrorCode.sasl_authentication_failed
+    finally:
+        process.stop()
