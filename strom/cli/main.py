@@ -6,7 +6,8 @@ as ``kafka-server-start.sh`` does. With no arguments it listens on
 line on stderr and exit code 2; SIGTERM and SIGINT shut down cleanly.
 
 The tools (``topics``, ``produce``, ``consume``, ``groups``, ``configs``,
-``perf-test``, ``reassign-partitions``, ``leader-election``, ``log-dirs``,
+``perf-test``, ``get-offsets``, ``delete-records``, ``reassign-partitions``,
+``leader-election``, ``log-dirs``,
 ``metadata-quorum``, ``cluster``, ``transactions``, ``acls``) live one per module in this package
 and are clients only: they talk to any Kafka cluster through confluent-kafka (or raw
 requests where it lacks one).
@@ -26,12 +27,16 @@ import os
 import signal
 import sys
 
+from confluent_kafka import KafkaException
+
 from strom.cli import (
     acls,
     broker_logging,
     cluster,
     configs,
     consume,
+    delete_records,
+    get_offsets,
     groups,
     leader_election,
     log_dirs,
@@ -44,7 +49,7 @@ from strom.cli import (
     topics,
     transactions,
 )
-from strom.cli.common import OneLineArgumentParser, ToolError, fail
+from strom.cli.common import OneLineArgumentParser, ToolError, describe_error, fail
 from strom.cluster.meta_properties import MetaPropertiesError
 from strom.config import BrokerConfig, ConfigError
 from strom.storage.errors import LogDirLockedError
@@ -84,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
         groups,
         configs,
         perf_test,
+        get_offsets,
+        delete_records,
         reassign,
         leader_election,
         log_dirs,
@@ -110,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except ToolError as exc:
         return fail(f"strom {args.command}", str(exc))
+    except KafkaException as exc:  # e.g. a property from a config file librdkafka rejects
+        return fail(f"strom {args.command}", describe_error(exc))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `strom ... | head`: the reader has all it wanted

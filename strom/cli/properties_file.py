@@ -1,0 +1,109 @@
+"""Java-style ``.properties`` files given to the tools (``--command-config``, ``--producer.config``,
+``--consumer.config``), as Kafka's tools take them.
+
+Owns reading such a file into a ``{key: value}`` dict: ``#`` and ``!`` comments, blank
+lines, ``key=value``, ``key: value`` and ``key value`` separators, a trailing backslash
+continuing a line, and the ``\\t \\n \\r \\\\ \\=`` escapes. A file that cannot be read
+or a line with a key but no value separator is an argparse error (one line, exit 2)
+naming the file and line. What the keys mean is the client's business: they are passed
+through to librdkafka, which rejects a property it does not know (one line, exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+_SEPARATOR = re.compile(r"(?<!\\)(?:\\\\)*([=:]|\s)")
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+class PropertiesError(ValueError):
+    """A properties file that cannot be read or holds a line that is not key=value."""
+
+
+def _unescape(text: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            out.append(_ESCAPES.get(text[i + 1], text[i + 1]))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """(first line number, text) with backslash continuations joined."""
+    lines: list[tuple[int, str]] = []
+    pending: str | None = None
+    start = 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.lstrip() if pending is not None else raw.strip()
+        if pending is None:
+            if not line or line[0] in "#!":
+                continue
+            start = number
+            pending = ""
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:  # an odd number of backslashes: the line goes on
+            pending += line[:-1]
+            continue
+        lines.append((start, pending + line))
+        pending = None
+    if pending is not None:
+        lines.append((start, pending))
+    return lines
+
+
+def parse_properties_text(text: str, source: str = "properties") -> dict[str, str]:
+    result: dict[str, str] = {}
+    for number, line in _logical_lines(text):
+        match = _SEPARATOR.search(line)
+        if match is None:
+            raise PropertiesError(f"{source} line {number}: expected key=value, got {line!r}")
+        key = _unescape(line[: match.start(1)].strip())
+        value = line[match.end(1) :].lstrip()
+        if match.group(1).isspace() and value[:1] in ("=", ":"):
+            value = value[1:].lstrip()
+        if not key:
+            raise PropertiesError(f"{source} line {number}: no key before the separator")
+        result[key] = _unescape(value)
+    return result
+
+
+def read_properties_file(path: str) -> dict[str, str]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise PropertiesError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise PropertiesError(f"cannot read {path}: not UTF-8 text") from None
+    return parse_properties_text(text, path)
+
+
+def add_config_file_option(parser: argparse.ArgumentParser, option: str, client: str) -> None:
+    parser.add_argument(
+        option,
+        dest="config_file",
+        metavar="FILE",
+        help=f"properties file with {client} configs (librdkafka names), e.g. security settings",
+    )
+
+
+def config_file_properties(args: argparse.Namespace) -> dict[str, Any]:
+    """The properties of the file given to the tool's config-file option (``{}`` without one);
+    a bad file is the tool's argparse error."""
+    path = getattr(args, "config_file", None)
+    if not path:
+        return {}
+    try:
+        return dict(read_properties_file(path))
+    except PropertiesError as exc:
+        args.parser.error(str(exc))
+        raise  # unreachable: error() exits
