@@ -36,6 +36,7 @@ from collections.abc import Callable
 
 from strom.broker.api_versions import unsupported_version_response
 from strom.broker.authentication import ConnectionSession, ListenerSecurity
+from strom.broker.client_quotas import ClientQuotas
 from strom.broker.controller_channel import ControllerChannel
 from strom.broker.controller_service import ControllerService
 from strom.broker.fetch_sessions import FetchSessionCache
@@ -143,6 +144,7 @@ class Broker:
         self.coordinator = GroupCoordinator(self.state, config, self._coordinator_appended)
         self.state.on_topic_removed = self.coordinator.forget_topic
         self.replicas = ReplicaManager(self)
+        self.client_quotas = ClientQuotas(self.state)
         self.txn_markers = TxnMarkerSender(self)
         self.txn_verifier = TxnVerifier(self)
         self.transactions = TransactionCoordinator(
@@ -424,6 +426,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # wait here, so the client sees them in order.
         self.owed: deque[_Owed] = deque()
         self.write_paused = False
+        self.muted = False  # a client over its quota: not read until the timer unmutes it
+        self.unmute_timer: asyncio.TimerHandle | None = None
         self.closed = False
         self.peer = "?"
         # While a batch of received requests is handled, responses gather here and go
@@ -508,6 +512,25 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.reading_paused = True
             self.transport.pause_reading()
 
+    def mute_for(self, seconds: float) -> None:
+        """Read nothing more from this client for ``seconds`` (a quota's throttle time,
+        KIP-219); responses owed still go out."""
+        if seconds <= 0 or self.closed:
+            return
+        loop = asyncio.get_running_loop()
+        if self.unmute_timer is not None:
+            if self.unmute_timer.when() >= loop.time() + seconds:
+                return
+            self.unmute_timer.cancel()
+        self.muted = True
+        self._pause_reading()
+        self.unmute_timer = loop.call_later(seconds, self._unmute)
+
+    def _unmute(self) -> None:
+        self.muted, self.unmute_timer = False, None
+        if not self.closed:
+            self._process()
+
     # Request loop ----------------------------------------------------------
 
     def close(self) -> None:
@@ -532,7 +555,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         while True:
             if self.closed or self.closing:
                 return
-            if len(self.owed) >= MAX_PIPELINED or self.write_paused:
+            if len(self.owed) >= MAX_PIPELINED or self.write_paused or self.muted:
                 self._pause_reading()  # resumed once responses drain
                 return
             if self.direct is not None:
@@ -633,7 +656,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             session,
         )
         try:
-            result = route.handler(ctx, request.body)
+            result = self.broker.client_quotas.serve(
+                ctx, route.handler, request.body, len(frame), self.mute_for
+            )
         except Exception:
             log.exception(
                 "closing connection from %s: handler for API key %d failed", self.peer, api_key

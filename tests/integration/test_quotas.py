@@ -1,13 +1,16 @@
 """Client quotas end to end: AlterClientQuotas/DescribeClientQuotas on the wire and through
-`strom configs`, kept across a restart and replicated to every node.
+`strom configs`, kept across a restart and replicated to every node, and enforced on
+producers, consumers and request time with real confluent-kafka clients.
 
 confluent-kafka (2.x) has no client quota admin API, so quotas are set with the CLI and
 with raw requests. Connections are User:ANONYMOUS (PLAINTEXT); the tests tell clients
-apart by client id.
+apart by client id. Rates are compared loosely (a throttled client against its quota
+and against an unthrottled one), never timed to the millisecond.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,10 +21,12 @@ import pytest
 from broker_process import BrokerProcess
 from cli_helpers import ok, one_line_error, tool
 from cluster_process import Cluster
+from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.alter_client_quotas.v0 import request as alter_v0
 from kio.schema.alter_client_quotas.v1 import request as alter
 from kio.schema.describe_client_quotas.v1 import request as describe
+from kio.schema.metadata.v12.request import MetadataRequest
 from raw_client import RawClient
 
 from strom.protocol.errors import ErrorCode
@@ -262,6 +267,158 @@ def test_cli_alter_and_describe(quotas_cleared: BrokerProcess) -> None:
     assert "Configuration producer_byte_rate must be a Long value" in error
 
 
+class FlatOutProducer:
+    """A producer sending 10 KB records as fast as the broker takes them, counting the
+    bytes acknowledged and the throttle times it is told."""
+
+    def __init__(self, bootstrap: str, topic: str, client_id: str) -> None:
+        self.topic = topic
+        self.closing = False
+        self.acked = 0
+        self.errors: list[KafkaError] = []
+        self.throttles: list[float] = []
+        self.stats_throttle_ms = 0
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": client_id,
+                "linger.ms": 5,
+                "batch.size": 100_000,
+                "queue.buffering.max.kbytes": 2048,
+                "throttle_cb": lambda event: self.throttles.append(event.throttle_time),
+                "statistics.interval.ms": 500,
+                "stats_cb": self._stats,
+            }
+        )
+        self.payload = b"x" * 10_000
+
+    def _stats(self, text: str) -> None:
+        for broker in json.loads(text)["brokers"].values():
+            self.stats_throttle_ms = max(self.stats_throttle_ms, broker["throttle"]["max"])
+
+    def _delivered(self, err: KafkaError | None, msg: Any) -> None:
+        if err is None:
+            self.acked += len(msg.value())
+        elif not self.closing:  # purged records are not errors
+            self.errors.append(err)
+
+    def pump(self, until: Callable[[], bool]) -> None:
+        while not until():
+            try:
+                self.producer.produce(self.topic, self.payload, on_delivery=self._delivered)
+            except BufferError:
+                self.producer.poll(0.005)
+            self.producer.poll(0)
+
+    def rate_over(self, seconds: float) -> float:
+        """Bytes acknowledged per second over the next ``seconds``."""
+        before, started = self.acked, time.monotonic()
+        self.pump(lambda: time.monotonic() - started >= seconds)
+        return (self.acked - before) / (time.monotonic() - started)
+
+    def close(self) -> None:
+        self.closing = True
+        self.producer.purge()
+        self.producer.flush(10)
+
+
+def test_producer_is_held_near_its_quota(quotas_cleared: BrokerProcess) -> None:
+    broker = quotas_cleared
+    topic = new_topic(broker.bootstrap)
+    set_quotas(broker.port, {"client-id": "slow-producer"}, {"producer_byte_rate": float(MB)})
+    fast = FlatOutProducer(broker.bootstrap, topic, "fast-producer")
+    try:
+        fast_rate = fast.rate_over(2.0)
+    finally:
+        fast.close()
+    slow = FlatOutProducer(broker.bootstrap, topic, "slow-producer")
+    try:
+        # A quota allows a burst of ten windows' worth before it throttles; past it the
+        # rate is held at the quota.
+        deadline = time.monotonic() + 30
+        slow.pump(lambda: bool(slow.throttles) or time.monotonic() > deadline)
+        assert slow.throttles, "the quota never throttled the producer"
+        slow_rate = slow.rate_over(4.0)
+    finally:
+        slow.close()
+    assert slow.errors == [] and fast.errors == []
+    assert slow_rate < 2 * MB, f"{slow_rate / MB:.2f} MB/s against a 1 MB/s quota"
+    assert slow_rate > 0.2 * MB, f"{slow_rate / MB:.2f} MB/s: held far below its quota"
+    assert fast_rate > 4 * MB, f"the unthrottled producer managed {fast_rate / MB:.2f} MB/s"
+    assert fast.throttles == [] and fast.stats_throttle_ms == 0
+    assert max(slow.throttles) > 0
+    assert slow.stats_throttle_ms > 0
+
+
+def consumed_bytes(bootstrap: str, topic: str, client_id: str, seconds: float) -> tuple[int, int]:
+    """Record bytes a consumer reads from the start of ``topic`` in ``seconds``, and the
+    throttle times it was told (their count)."""
+    throttles: list[float] = []
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex[:6]}",
+            "client.id": client_id,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "max.partition.fetch.bytes": 256 * 1024,
+            "throttle_cb": lambda event: throttles.append(event.throttle_time),
+        }
+    )
+    consumer.subscribe([topic])
+    got = 0
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.1)
+            if message is not None and message.error() is None:
+                got += len(message.value())
+    finally:
+        consumer.close()
+    return got, len([t for t in throttles if t > 0])
+
+
+def test_consumer_is_held_near_its_quota(quotas_cleared: BrokerProcess) -> None:
+    broker = quotas_cleared
+    topic = new_topic(broker.bootstrap)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    total = 6 * MB
+    for _ in range(total // 10_000):
+        producer.produce(topic, b"y" * 10_000)
+        producer.poll(0)
+    producer.flush(30)
+    total = (total // 10_000) * 10_000
+    # 100 KB/s: a burst of about 1 MB, then 100 KB a second.
+    set_quotas(broker.port, {"client-id": "slow-reader"}, {"consumer_byte_rate": 100_000.0})
+    fast, fast_throttled = consumed_bytes(broker.bootstrap, topic, "fast-reader", 4.0)
+    slow, slow_throttled = consumed_bytes(broker.bootstrap, topic, "slow-reader", 4.0)
+    assert fast == total and fast_throttled == 0
+    assert slow < total / 2, f"the throttled consumer read {slow} of {total} bytes"
+    assert slow > 0 and slow_throttled > 0
+
+
+def test_request_percentage_throttles_and_mutes(quotas_cleared: BrokerProcess) -> None:
+    broker = quotas_cleared
+    # RawClient's client id is raw-test: 1% of a thread is 10 ms of handler time a second.
+    set_quotas(broker.port, {"client-id": "raw-test"}, {"request_percentage": 1.0})
+    request = MetadataRequest(
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    with RawClient(broker.port, timeout=30) as client:
+        deadline = time.monotonic() + 30
+        throttle_ms = 0.0
+        while throttle_ms == 0 and time.monotonic() < deadline:
+            throttle_ms = client.request(request).throttle_time.total_seconds() * 1000
+        assert throttle_ms > 0, "Metadata requests were never throttled"
+        # Muted: the next request is read only once the throttle time is up.
+        started = time.monotonic()
+        client.request(request)
+        assert time.monotonic() - started >= 0.9 * throttle_ms / 1000
+    set_quotas(broker.port, {"client-id": "raw-test"}, {"request_percentage": None})
+
+
 def test_quotas_survive_a_restart(broker: BrokerProcess) -> None:
     set_quotas(broker.port, {"user": "kept", "client-id": None}, {"producer_byte_rate": 77.0})
     broker.restart()
@@ -271,11 +428,13 @@ def test_quotas_survive_a_restart(broker: BrokerProcess) -> None:
     set_quotas(broker.port, {"user": "kept", "client-id": None}, {"producer_byte_rate": None})
 
 
-def test_quotas_reach_every_node(tmp_path: Path) -> None:
+def test_quotas_reach_every_node_and_spare_followers(tmp_path: Path) -> None:
     cluster = Cluster.combined(tmp_path / "cluster")
     try:
         cluster.start_all()
         nodes = cluster.brokers
+        # Every connection of every client is held to 20 KB/s of fetches: followers'
+        # fetches are not, so replication (and acks=all) goes on at full speed.
         response = set_quotas(nodes[-1].port, {"user": None}, {"consumer_byte_rate": 20_000.0})
         assert response.entries[0].error_code == ErrorCode.none
         for node in nodes:
@@ -287,5 +446,13 @@ def test_quotas_reach_every_node(tmp_path: Path) -> None:
                 15,
                 f"the quota on node {node.bootstrap}",
             )
+        topic = new_topic(cluster.bootstrap(), replicas=3)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all"})
+        failed: list[KafkaError] = []
+        for _ in range(200):  # 2 MB: 100 s of fetching at the quota
+            producer.produce(topic, b"z" * 10_000, on_delivery=lambda e, m: e and failed.append(e))
+            producer.poll(0)
+        assert producer.flush(20) == 0, "acks=all stalled: followers were throttled"
+        assert failed == []
     finally:
         cluster.kill_all()

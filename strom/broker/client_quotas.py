@@ -1,0 +1,169 @@
+"""Client quota enforcement on the client listeners: measure, throttle, mute.
+
+Every request on a client listener goes through ``ClientQuotas.serve`` while the
+metadata image holds any client quota (otherwise the handler is called as it is). For
+the connection's principal and client id it records, as Kafka's quota managers do:
+
+- Produce (0): the request's size in bytes against ``producer_byte_rate``;
+- Fetch (1) from a consumer (not a follower replica): the record bytes of the response
+  against ``consumer_byte_rate``. A fetch over its quota is answered empty (and its
+  bytes taken back off the rate), as Kafka answers it;
+- every request but ApiVersions and the SASL handshake: the time its handler ran
+  (the steps of an awaiting handler, not the time it waited on the log, a long poll or
+  a replica) against ``request_percentage``, 100 being one thread's whole time.
+
+The throttle time (the larger of the bandwidth and request throttles) goes into the
+response's ``throttle_time_ms``, and the connection is muted for that long (KIP-219):
+the response leaves at once, the client's next requests are not read until the time
+is up. Kafka delays the response itself for clients older than KIP-219 (Produce v0-5,
+Fetch v0-7); Strom mutes those too. ``controller_mutation_rate`` is stored and
+described but not enforced (topic admin requests are not throttled), and the fetch
+size is not capped to what the quota allows in one window.
+
+Does not own the quota semantics and rate arithmetic (``strom.security.quotas``), the
+quota administration APIs (``quota_admin``) or the connection loop (``server``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import inspect
+import time
+from collections.abc import Callable, Generator
+from typing import Any
+
+from strom.broker.common import now_ms
+from strom.broker.fetch import replica_id_of
+from strom.broker.router import Handler, RequestContext
+from strom.cluster.node_state import NodeState
+from strom.security.quotas import (
+    CONSUMER_BYTE_RATE,
+    NANOS_TO_PERCENT,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    WINDOW_MS,
+    QuotaRates,
+)
+
+PRODUCE, FETCH = 0, 1
+# Not held to request quotas: what a client must be able to send before anything else.
+REQUEST_QUOTA_EXEMPT = frozenset({17, 18, 36})  # SaslHandshake, ApiVersions, SaslAuthenticate
+
+
+class _Timed:
+    """Awaits an awaitable and adds up the time its own steps run (``spent_ns``),
+    leaving out the time it is suspended."""
+
+    __slots__ = ("awaitable", "spent_ns")
+
+    def __init__(self, awaitable: Any) -> None:
+        self.awaitable = awaitable
+        self.spent_ns = 0
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        steps = self.awaitable.__await__()
+        sent: Any = None
+        thrown: BaseException | None = None
+        while True:
+            started = time.perf_counter_ns()
+            try:
+                signal = steps.throw(thrown) if thrown is not None else steps.send(sent)
+            except StopIteration as done:
+                self.spent_ns += time.perf_counter_ns() - started
+                return done.value
+            self.spent_ns += time.perf_counter_ns() - started
+            sent, thrown = None, None
+            try:
+                sent = yield signal
+            except GeneratorExit:
+                steps.close()
+                raise
+            except BaseException as exc:
+                thrown = exc
+
+
+def fetched_bytes(response: Any) -> int:
+    """The record bytes a fetch response carries."""
+    return sum(len(p.records or b"") for t in response.responses for p in t.partitions)
+
+
+class ClientQuotas:
+    """The produce, fetch and request rates of this broker's clients."""
+
+    def __init__(self, state: NodeState) -> None:
+        self.state = state
+        self.produce = QuotaRates(PRODUCER_BYTE_RATE)
+        self.fetch = QuotaRates(CONSUMER_BYTE_RATE)
+        self.request = QuotaRates(REQUEST_PERCENTAGE, cap_ms=WINDOW_MS)
+
+    def serve(
+        self,
+        ctx: RequestContext,
+        handler: Handler,
+        body: Any,
+        request_size: int,
+        mute_for: Callable[[float], None],
+    ) -> Any:
+        """What ``handler`` answers, throttled as the client's quotas ask."""
+        if not self.state.image.client_quotas or ctx.routes is not ctx.broker.routes:
+            return handler(ctx, body)
+        started = time.perf_counter_ns()
+        result = handler(ctx, body)
+        spent_ns = time.perf_counter_ns() - started
+        if inspect.isawaitable(result):
+            return self._throttle_later(ctx, body, result, spent_ns, request_size, mute_for)
+        return self._throttle(ctx, body, result, spent_ns, request_size, mute_for)
+
+    async def _throttle_later(
+        self,
+        ctx: RequestContext,
+        body: Any,
+        pending: Any,
+        spent_ns: int,
+        request_size: int,
+        mute_for: Callable[[float], None],
+    ) -> Any:
+        timed = _Timed(pending)
+        response = await timed
+        return self._throttle(
+            ctx, body, response, spent_ns + timed.spent_ns, request_size, mute_for
+        )
+
+    def _throttle(
+        self,
+        ctx: RequestContext,
+        body: Any,
+        response: Any,
+        spent_ns: int,
+        request_size: int,
+        mute_for: Callable[[float], None],
+    ) -> Any:
+        quotas = self.state.image.client_quotas
+        user, client_id = ctx.principal.name, ctx.client_id or ""
+        now = now_ms()
+        bandwidth_ms = 0
+        fetched = 0
+        if ctx.api_key == PRODUCE:
+            bandwidth_ms = self.produce.record(quotas, user, client_id, request_size, now)
+        elif ctx.api_key == FETCH and response is not None and replica_id_of(body) < 0:
+            fetched = fetched_bytes(response)
+            bandwidth_ms = self.fetch.record(quotas, user, client_id, fetched, now)
+        request_ms = 0
+        if ctx.api_key not in REQUEST_QUOTA_EXEMPT and not (
+            ctx.api_key == FETCH and replica_id_of(body) >= 0
+        ):
+            percent = spent_ns * NANOS_TO_PERCENT
+            request_ms = self.request.record(quotas, user, client_id, percent, now)
+        throttle_ms = max(bandwidth_ms, request_ms)
+        if throttle_ms <= 0:
+            return response
+        if ctx.api_key == FETCH and fetched:
+            self.fetch.unrecord(quotas, user, client_id, fetched, now)
+            response = dataclasses.replace(response, responses=())
+        if response is not None and hasattr(response, "throttle_time"):
+            response = dataclasses.replace(
+                response, throttle_time=datetime.timedelta(milliseconds=throttle_ms)
+            )
+        mute_for(throttle_ms / 1000)
+        return response
