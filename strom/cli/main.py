@@ -11,10 +11,10 @@ The tools (``topics``, ``produce``, ``consume``, ``groups``, ``configs``,
 ``metadata-quorum``, ``cluster``, ``transactions``, ``acls``) live one per module in this package
 and are clients only: they talk to any Kafka cluster through confluent-kafka (or raw
 requests where it lacks one).
-``storage`` (format and inspect the node's directories, like kafka-storage.sh) is the
-one tool that works on the local disk instead. A tool's wrong argument is one line and
-exit code 2; an expected failure (broker unreachable, topic missing...) is one line
-and exit code 1. SIGTERM ends a tool as Ctrl-C does.
+``storage`` (format and inspect the node's directories, like kafka-storage.sh) and
+``dump-log`` (decode segment files, like kafka-dump-log.sh) work on the local disk
+instead. A tool's wrong argument is one line and exit code 2; an expected failure
+(broker unreachable, topic missing...) is one line and exit code 1. SIGTERM ends a tool as Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from strom.cli import (
     configs,
     consume,
     delete_records,
+    dump_log,
     get_offsets,
     groups,
     leader_election,
@@ -99,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
         transactions,
         acls,
         storage,
+        dump_log,
     ):
         tool.add_parser(commands)
     return parser

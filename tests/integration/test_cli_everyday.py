@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from broker_process import BrokerProcess
-from cli_helpers import ok, one_line_error, tool
+from cli_helpers import ok, one_line_error, strom, tool
 from confluent_kafka import Producer
 
 BASE_TS = 1_700_000_000_000
@@ -143,3 +143,76 @@ def test_delete_records_failures_and_bad_files(broker: BrokerProcess, tmp_path: 
     missing = tool(broker, "delete-records", "--offset-json-file", str(tmp_path / "none.json"))
     assert "No such file" in one_line_error(missing, 2)
     assert "--offset" in one_line_error(tool(broker, "delete-records", "--topic", topic), 2)
+
+
+# dump-log ---------------------------------------------------------------------------
+
+
+def field(line: str, name: str) -> str:
+    return line.split(f"{name}: ", 1)[1].split(" ", 1)[0]
+
+
+def test_dump_log_decodes_batches_records_markers_and_indexes(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    topic = new_topic(broker, 1)
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 0}
+    )
+    for i in range(60):
+        producer.produce(
+            topic, key=f"k{i}".encode(), value=b"v" * 80 + str(i).encode(), partition=0
+        )
+        if i % 5 == 4:
+            producer.flush(10)  # batches of up to 5 records
+    txn = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"tx-{topic}"})
+    txn.init_transactions(10)
+    txn.begin_transaction()
+    txn.produce(topic, key=b"tk", value=b"in-txn", partition=0, headers=[("h1", b"x")])
+    txn.commit_transaction(10)
+
+    directory = broker.data_dir / f"{topic}-0"
+    logs = sorted(directory.glob("*.log"))
+    assert len(logs) >= 2, logs  # 4096-byte segments rolled
+    first = logs[0]
+    files = [first, first.with_suffix(".index"), first.with_suffix(".timeindex")]
+    out = ok(strom("dump-log", "--files", ",".join(map(str, files)), "--print-data-log")).stdout
+    lines = out.splitlines()
+    assert lines[0] == f"Dumping {first}" and lines[1] == "Log starting offset: 0"
+    batches = [line for line in lines if line.startswith("baseOffset:")]
+    records = [line for line in lines if line.startswith("| offset:")]
+    assert batches and all(field(b, "isvalid") == "true" for b in batches)
+    first_batch = batches[0]
+    assert (field(first_batch, "baseOffset"), field(first_batch, "lastOffset")) == ("0", "4")
+    assert field(first_batch, "count") == "5" and field(first_batch, "baseSequence") == "0"
+    assert field(first_batch, "lastSequence") == "4" and int(field(first_batch, "producerId")) >= 0
+    assert field(first_batch, "compresscodec") == "none"
+    assert field(first_batch, "isTransactional") == "false"
+    assert len(records) == sum(int(field(b, "count")) for b in batches)
+    assert [int(field(r, "offset")) for r in records] == list(range(len(records)))
+    assert "sequence: 7" in records[7] and f"key: k7 payload: {'v' * 80}7" in records[7]
+    positions = {field(b, "position") for b in batches}
+    index_lines = lines[lines.index(f"Dumping {files[1]}") + 1 : lines.index(f"Dumping {files[2]}")]
+    assert index_lines, "the rolled segment has index entries (log.index.interval.bytes=256)"
+    assert all(field(e, "position") in positions for e in index_lines)
+    time_lines = lines[lines.index(f"Dumping {files[2]}") + 1 :]
+    assert time_lines and all(line.startswith("timestamp: ") for line in time_lines)
+
+    # The active segment holds the transaction and its commit marker; without
+    # --print-data-log no payloads, with --deep-iteration the record lines.
+    last = ok(strom("dump-log", "--files", str(logs[-1]), "--deep-iteration")).stdout
+    control = [line for line in last.splitlines() if "isControl: true" in line]
+    assert len(control) == 1 and field(control[0], "isTransactional") == "true"
+    assert "endTxnMarker: COMMIT coordinatorEpoch:" in last
+    assert "headerKeys: [h1]" in last and "payload:" not in last
+
+    # A damaged copy: a flipped byte fails the CRC, a torn tail is reported.
+    damaged = tmp_path / first.name
+    data = bytearray(first.read_bytes())
+    data[100] ^= 0xFF
+    damaged.write_bytes(bytes(data) + b"\x00" * 7)
+    broken = ok(strom("dump-log", "--files", str(damaged))).stdout.splitlines()
+    assert field(broken[2], "isvalid") == "false"
+    assert broken[-1] == f"Found 7 invalid bytes at the end of {first.name}"
+
+    assert "no such file" in one_line_error(strom("dump-log", "--files", "/nope/0.log"), 2)
