@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess
+from broker_process import BrokerProcess, free_port
 from cli_helpers import ok, one_line_error, tool
 from cluster_process import Cluster
 from confluent_kafka import Consumer, KafkaError, Producer
@@ -352,9 +352,11 @@ def test_producer_is_held_near_its_quota(quotas_cleared: BrokerProcess) -> None:
     assert slow.stats_throttle_ms > 0
 
 
-def consumed_bytes(bootstrap: str, topic: str, client_id: str, seconds: float) -> tuple[int, int]:
-    """Record bytes a consumer reads from the start of ``topic`` in ``seconds``, and the
-    throttle times it was told (their count)."""
+def consumed_bytes(
+    bootstrap: str, topic: str, client_id: str, seconds: float, enough: int
+) -> tuple[int, int]:
+    """Record bytes a consumer reads from the start of ``topic`` in ``seconds`` (or until
+    it has ``enough``), and how many throttle times it was told."""
     throttles: list[float] = []
     consumer = Consumer(
         {
@@ -371,7 +373,7 @@ def consumed_bytes(bootstrap: str, topic: str, client_id: str, seconds: float) -
     got = 0
     deadline = time.monotonic() + seconds
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and got < enough:
             message = consumer.poll(0.1)
             if message is not None and message.error() is None:
                 got += len(message.value())
@@ -392,8 +394,8 @@ def test_consumer_is_held_near_its_quota(quotas_cleared: BrokerProcess) -> None:
     total = (total // 10_000) * 10_000
     # 100 KB/s: a burst of about 1 MB, then 100 KB a second.
     set_quotas(broker.port, {"client-id": "slow-reader"}, {"consumer_byte_rate": 100_000.0})
-    fast, fast_throttled = consumed_bytes(broker.bootstrap, topic, "fast-reader", 4.0)
-    slow, slow_throttled = consumed_bytes(broker.bootstrap, topic, "slow-reader", 4.0)
+    fast, fast_throttled = consumed_bytes(broker.bootstrap, topic, "fast-reader", 30.0, total)
+    slow, slow_throttled = consumed_bytes(broker.bootstrap, topic, "slow-reader", 4.0, total)
     assert fast == total and fast_throttled == 0
     assert slow < total / 2, f"the throttled consumer read {slow} of {total} bytes"
     assert slow > 0 and slow_throttled > 0
@@ -458,3 +460,52 @@ def test_quotas_reach_every_node_and_spare_followers(tmp_path: Path) -> None:
         assert failed == []
     finally:
         cluster.kill_all()
+
+
+PLAIN_USERS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'username="admin" password="admin-secret" user_alice="alice-secret" user_bob="bob-secret";'
+)
+
+
+def test_user_quotas_follow_the_sasl_principal(fresh_broker: BrokerProcess) -> None:
+    sasl_port = free_port()
+    fresh_broker.overrides.update(
+        {
+            "listeners": f"PLAINTEXT://127.0.0.1:{fresh_broker.port},"
+            f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_USERS,
+        }
+    )
+    fresh_broker.start()
+    topic = new_topic(fresh_broker.bootstrap)
+    # 10 KB/s for User:alice, whatever her client id: a burst of about 100 KB, then held.
+    set_quotas(fresh_broker.port, {"user": "alice"}, {"producer_byte_rate": 10_000.0})
+
+    def throttles_of(user: str) -> list[float]:
+        throttles: list[float] = []
+        producer = Producer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{sasl_port}",
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": user,
+                "sasl.password": f"{user}-secret",
+                "linger.ms": 5,
+                "throttle_cb": lambda event: throttles.append(event.throttle_time),
+            }
+        )
+        for _ in range(40):  # 400 KB
+            producer.produce(topic, b"w" * 10_000)
+            producer.poll(0)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(t > 0 for t in throttles):
+            if producer.flush(0.1) == 0:
+                break  # all acknowledged
+        producer.purge()
+        producer.flush(10)
+        return [t for t in throttles if t > 0]
+
+    assert throttles_of("alice"), "User:alice was not held to her quota"
+    assert throttles_of("bob") == []
