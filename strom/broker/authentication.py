@@ -19,6 +19,12 @@ closes once the answer is sent. On a connection that needs no SASL, or has finis
 both APIs answer ILLEGAL_SASL_STATE. Re-authentication (KIP-368), GSSAPI, OAUTHBEARER and
 delegation tokens are not served.
 
+Also builds the security of this node's own connections to other nodes
+(``peer_security``): a TLS or SASL inter-broker or controller listener is reached with
+that listener's ``ssl.*`` settings (its keystore as client certificate), the mechanism of
+``sasl.mechanism.inter.broker.protocol`` or ``sasl.mechanism.controller.protocol``, and the
+``username``/``password`` of that listener's JAAS configuration, as Kafka's brokers do.
+
 Does not own the mechanisms (``strom.security.sasl``), certificates
 (``strom.security.tls``) or the connection loop (``server``).
 """
@@ -31,8 +37,10 @@ import ssl
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.peer_client import PeerSecurity
 from strom.broker.router import RequestContext, handles, handles_controller
 from strom.config import (
+    SASL_MECHANISMS,
     SASL_PROTOCOLS,
     TLS_PROTOCOLS,
     BrokerConfig,
@@ -49,6 +57,7 @@ from strom.security.sasl import (
     SaslAuthenticationFailed,
     ScramCredential,
     ScramServer,
+    client_credentials,
     parse_jaas_config,
     plain_users,
 )
@@ -59,6 +68,7 @@ from strom.security.tls import (
     ReloadingContext,
     TlsConfigError,
     TlsSettings,
+    client_context,
     subject_dn,
 )
 
@@ -151,6 +161,49 @@ def _plain_users(config: BrokerConfig, listener: str) -> dict[str, str]:
             f"{key} names no PLAIN user: SASL/PLAIN on listener {listener} needs {wanted}"
         )
     return users
+
+
+def peer_security(
+    config: BrokerConfig, listener: str | None, mechanism_key: str
+) -> PeerSecurity | None:
+    """How this node connects to ``listener`` of other nodes (None: plaintext);
+    ``mechanism_key`` names the property holding the SASL mechanism to use."""
+    if listener is None:
+        return None
+    try:
+        protocol = config.security_protocol(listener)
+    except ConfigError:
+        return None
+    if protocol not in TLS_PROTOCOLS and protocol not in SASL_PROTOCOLS:
+        return None
+    context = None
+    if protocol in TLS_PROTOCOLS:
+        try:
+            context = client_context(tls_settings(config, listener))
+        except TlsConfigError as exc:
+            raise ConfigError(str(exc)) from None
+    if protocol not in SASL_PROTOCOLS:
+        return PeerSecurity(context)
+    mechanism = str(config[mechanism_key]).upper()
+    if mechanism not in SASL_MECHANISMS:
+        raise ConfigError(
+            f"{mechanism_key}: {mechanism} is not served (listener {listener} is {protocol}); "
+            f"Strom serves {', '.join(SASL_MECHANISMS)}"
+        )
+    found = config.jaas_config(listener, mechanism)
+    login = None
+    if found is not None:
+        try:
+            login = client_credentials(parse_jaas_config(found[1]))
+        except JaasConfigError as exc:
+            raise ConfigError(f"{found[0]}: {exc}") from None
+    if login is None:
+        raise ConfigError(
+            f"this node's own {mechanism} connections to listener {listener} need "
+            f'username="..." password="..." in listener.name.{listener.lower()}.'
+            f"{mechanism.lower()}.sasl.jaas.config (or sasl.jaas.config)"
+        )
+    return PeerSecurity(context, mechanism, login[0], login[1])
 
 
 class ConnectionSession:

@@ -58,7 +58,7 @@ class ControllerChannel:
     def __init__(self, broker: Broker, voters: dict[int, tuple[str, int]]) -> None:
         self.broker = broker
         self.voters = voters
-        self.peers = PeerPool(f"strom-node-{broker.node_id}")
+        self.peers = PeerPool(f"strom-node-{broker.node_id}", broker.controller_security)
 
     def close(self) -> None:
         self.peers.close()

@@ -6,7 +6,10 @@ BrokerHeartbeat and forwarded admin requests from brokers to the active controll
 connecting lazily, sending kio requests framed by :mod:`strom.protocol.framing`,
 matching each response to its request by correlation id, timing requests out, and
 reconnecting after a failure. A failed or timed-out request raises ``PeerError``;
-the caller decides whether to retry (the Raft core retries by itself).
+the caller decides whether to retry (the Raft core retries by itself). When the
+listener reached is TLS or SASL (``PeerSecurity``), each connection does the TLS
+handshake and then the SASL exchange (SaslHandshake v1 and SaslAuthenticate, PLAIN or
+SCRAM) before its first request, as a Kafka broker's own clients do.
 
 Does not own what to send or what an answer means.
 """
@@ -16,12 +19,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import struct
+from dataclasses import dataclass
 from typing import Any
 
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.serial import entity_reader
 
+from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import codec_for, encode_request
+from strom.security.sasl import (
+    PLAIN,
+    SCRAM_MECHANISMS,
+    SaslAuthenticationFailed,
+    ScramClient,
+    plain_client_token,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +48,73 @@ class PeerError(ConnectionError):
     """A request to another node that got no answer (refused, closed, timed out)."""
 
 
+@dataclass(frozen=True)
+class PeerSecurity:
+    """How this node's connections to a listener of other nodes authenticate: TLS with
+    this context (None: none), then SASL with this mechanism and login (None: none)."""
+
+    ssl_context: ssl.SSLContext | None = None
+    sasl_mechanism: str | None = None
+    username: str = ""
+    password: str = ""
+
+
+async def _exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: Any, client_id: str
+) -> Any:
+    """One request and its response on a connection nothing else uses yet."""
+    writer.write(encode_request(0, client_id, body))
+    (size,) = _SIZE.unpack(await reader.readexactly(4))
+    frame = await reader.readexactly(size)
+    codec = codec_for(type(body).__api_key__, type(body).__version__)
+    start = 5 if codec.flexible_response_header else 4
+    response, _ = entity_reader(codec.response_type)(memoryview(frame), start)
+    return response
+
+
+async def authenticate(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    security: PeerSecurity,
+    client_id: str,
+) -> None:
+    """The SASL exchange; SaslAuthenticationFailed with the server's reason on refusal."""
+    mechanism = security.sasl_mechanism
+    assert mechanism is not None
+    handshake = await _exchange(
+        reader, writer, SaslHandshakeRequest(mechanism=mechanism), client_id
+    )
+    if handshake.error_code != ErrorCode.none:
+        raise SaslAuthenticationFailed(
+            f"{mechanism} is not enabled there (enabled: {', '.join(handshake.mechanisms)})"
+        )
+
+    async def send(token: bytes) -> bytes:
+        response = await _exchange(
+            reader, writer, SaslAuthenticateRequest(auth_bytes=token), client_id
+        )
+        if response.error_code != ErrorCode.none:
+            raise SaslAuthenticationFailed(response.error_message or str(response.error_code))
+        return bytes(response.auth_bytes)
+
+    if mechanism == PLAIN:
+        await send(plain_client_token(security.username, security.password))
+        return
+    scram = ScramClient(SCRAM_MECHANISMS[mechanism], security.username, security.password)
+    server_first = await send(scram.first())
+    scram.verify(await send(scram.final(server_first)))
+
+
 class PeerConnection:
     """One connection to ``host:port``; requests may be in flight together."""
 
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+    def __init__(
+        self, host: str, port: int, client_id: str, security: PeerSecurity | None = None
+    ) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
+        self.security = security or PeerSecurity()
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._connecting: asyncio.Future[None] | None = None
@@ -57,8 +132,10 @@ class PeerConnection:
             raise PeerError(f"connection to {self.address} is closed")
         try:
             await asyncio.wait_for(self._connect(), CONNECT_TIMEOUT_S)
-        except (TimeoutError, OSError) as exc:
+        except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
             raise PeerError(f"cannot connect to {self.address}: {exc or 'timed out'}") from None
+        except SaslAuthenticationFailed as exc:
+            raise PeerError(f"authentication to {self.address} failed: {exc}") from None
         if self._writer is None or self._writer.is_closing():  # lost while we waited
             raise PeerError(f"connection to {self.address} lost")
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
@@ -82,7 +159,16 @@ class PeerConnection:
         loop = asyncio.get_running_loop()
         self._connecting = loop.create_future()
         try:
-            reader, writer = await asyncio.open_connection(self.host, self.port)
+            tls = self.security.ssl_context
+            reader, writer = await asyncio.open_connection(
+                self.host, self.port, ssl=tls, server_hostname=self.host if tls else None
+            )
+            if self.security.sasl_mechanism is not None:
+                try:
+                    await authenticate(reader, writer, self.security, self.client_id)
+                except BaseException:
+                    writer.close()
+                    raise
             self._writer = writer
             self._reader_task = loop.create_task(self._read_responses(reader))
             self._connecting.set_result(None)
@@ -138,14 +224,15 @@ class PeerConnection:
 class PeerPool:
     """A connection per remote address, made on first use."""
 
-    def __init__(self, client_id: str) -> None:
+    def __init__(self, client_id: str, security: PeerSecurity | None = None) -> None:
         self.client_id = client_id
+        self.security = security
         self._connections: dict[tuple[str, int], PeerConnection] = {}
 
     async def request(self, host: str, port: int, body: Any, timeout_s: float) -> Any:
         connection = self._connections.get((host, port))
         if connection is None:
-            connection = PeerConnection(host, port, self.client_id)
+            connection = PeerConnection(host, port, self.client_id, self.security)
             self._connections[(host, port)] = connection
         return await connection.request(body, timeout_s)
 

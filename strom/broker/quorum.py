@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from strom.broker import quorum_wire
-from strom.broker.peer_client import PeerError, PeerPool
+from strom.broker.peer_client import PeerError, PeerPool, PeerSecurity
 from strom.raft.core import RaftConfig, RaftNode, Role
 from strom.raft.messages import REQUESTS, Batch, Message, Snapshot
 
@@ -76,6 +76,7 @@ class QuorumDriver:
         snapshot_every_records: int = 20000,
         snapshot_every_bytes: int | None = None,
         leader_change_record: Callable[..., bytes] | None = None,
+        peer_security: PeerSecurity | None = None,
     ) -> None:
         self.node_id = node_id
         self.voter_ids = frozenset(voter_ids)
@@ -92,7 +93,7 @@ class QuorumDriver:
         self.snapshot_every_bytes = snapshot_every_bytes
         self._bytes_since_snapshot = 0
         self.leader_change_record = leader_change_record
-        self.peers = PeerPool(f"strom-quorum-{node_id}")
+        self.peers = PeerPool(f"strom-quorum-{node_id}", peer_security)
         self.node: RaftNode | None = None
         self._tokens = itertools.count(1)
         self._owed: dict[int, asyncio.Future[Message]] = {}

@@ -583,7 +583,10 @@ class ReplicaFetcher:
             if connection is not None:
                 connection.close()
             connection = self._connection = PeerConnection(
-                endpoint.host, endpoint.port, f"strom-replica-{self.manager.node_id}"
+                endpoint.host,
+                endpoint.port,
+                f"strom-replica-{self.manager.node_id}",
+                self.manager.broker.inter_broker_security,
             )
         self._in_flight = set(keys.values())
         try:

@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable
 
 from strom.broker.api_versions import unsupported_version_response
-from strom.broker.authentication import ConnectionSession, ListenerSecurity
+from strom.broker.authentication import ConnectionSession, ListenerSecurity, peer_security
 from strom.broker.client_quotas import ClientQuotas
 from strom.broker.controller_channel import ControllerChannel
 from strom.broker.controller_service import ControllerService
@@ -112,6 +112,20 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(slots)  # KIP-227
         self.group_commit = GroupCommit()
         self.voters = config.voter_addresses
+        # How this node's own connections reach the controllers and the other brokers.
+        controller_names = config.controller_listener_names
+        self.controller_security = peer_security(
+            config,
+            controller_names[0] if controller_names else None,
+            "sasl.mechanism.controller.protocol",
+        )
+        self.inter_broker_security = (
+            peer_security(
+                config, config.inter_broker_listener_name, "sasl.mechanism.inter.broker.protocol"
+            )
+            if config.is_broker
+            else None
+        )
         self.quorum = QuorumDriver(
             self.node_id,
             config.voter_ids,
@@ -126,6 +140,7 @@ class Broker:
             self.state,
             on_leadership=self._leadership_changed,
             snapshot_every_bytes=config["metadata.log.max.record.bytes.between.snapshots"],
+            peer_security=self.controller_security,
         )
         self.lifecycle = BrokerLifecycle(self) if self.is_broker else None
         self.controller_service: ControllerService | None = (

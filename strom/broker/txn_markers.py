@@ -108,7 +108,7 @@ class TxnMarkerSender:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.peers = PeerPool(f"strom-txn-markers-{broker.node_id}")
+        self.peers = PeerPool(f"strom-txn-markers-{broker.node_id}", broker.inter_broker_security)
 
     def close(self) -> None:
         self.peers.close()

@@ -52,7 +52,7 @@ def transactional_producer(records: Any) -> tuple[int, int] | None:
 class TxnVerifier:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.peers = PeerPool(f"strom-txn-verify-{broker.node_id}")
+        self.peers = PeerPool(f"strom-txn-verify-{broker.node_id}", broker.inter_broker_security)
 
     def close(self) -> None:
         self.peers.close()

@@ -615,3 +615,66 @@ def test_storage_format_add_scram(tmp_path: Path) -> None:
         assert wrong.error_code == ErrorCode.sasl_authentication_failed
     finally:
         process.stop()
+
+
+# This node's own connections ---------------------------------------------------------
+
+
+def test_a_cluster_talks_to_itself_over_sasl_ssl(tmp_path: Path) -> None:
+    """Two nodes whose client (inter-broker) and controller listeners are both SASL_SSL
+    with PLAIN: Raft, broker registration and replication all authenticate, so a topic
+    replicated on both nodes takes acks=all writes."""
+    from cluster_process import Cluster
+
+    ca = make_ca(tmp_path / "ca")
+    server = ca.issue("node", "/CN=localhost")
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="node" password="node-secret" user_node="node-secret" '
+        'user_client="client-secret";'
+    )
+    cluster = Cluster.combined(
+        tmp_path / "cluster",
+        count=2,
+        overrides={
+            "listener.security.protocol.map": "PLAINTEXT:SASL_SSL,CONTROLLER:SASL_SSL",
+            "ssl.keystore.location": str(server.bundle),
+            "ssl.truststore.location": str(ca.cert),
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "sasl.jaas.config": jaas,
+        },
+    )
+    cluster.start_all()
+    try:
+        conf = {
+            "bootstrap.servers": cluster.bootstrap(),
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(ca.cert),
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "client",
+            "sasl.password": "client-secret",
+        }
+        admin = AdminClient(conf)
+        deadline = time.monotonic() + 30
+        while len(admin.list_topics(timeout=10).brokers) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        admin.create_topics([NewTopic("replicated", 1, 2)])["replicated"].result(15)
+        producer = Producer({**conf, "acks": "all", "message.timeout.ms": 20000})
+        outcome: list[Any] = []
+        producer.produce("replicated", b"v", on_delivery=lambda e, m: outcome.append(e))
+        producer.flush(25)
+        assert outcome == [None]
+        deadline = time.monotonic() + 20
+        isr: list[int] = []
+        while len(isr) < 2 and time.monotonic() < deadline:
+            partition = admin.list_topics("replicated", timeout=10).topics["replicated"]
+            isr = list(partition.partitions[0].isrs)
+            time.sleep(0.2)
+        assert sorted(isr) == [1, 2]
+    finally:
+        cluster.kill_all()
+    assert "authentication with PLAIN failed" not in "".join(
+        n.logs() for n in cluster.nodes.values()
+    )

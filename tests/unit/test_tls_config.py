@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tls_certs import Authority, make_ca
 
-from strom.broker.authentication import ListenerSecurity
+from strom.broker.authentication import ListenerSecurity, peer_security
 from strom.config import BrokerConfig, ConfigError
 from strom.security.tls import (
     NoMatchingRule,
@@ -195,3 +195,33 @@ def test_the_broker_reports_bad_tls_in_one_line(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("strom broker: listener SSL: ssl.keystore.location: cannot read")
     assert "Traceback" not in result.stderr
+
+
+def test_peer_security_of_the_inter_broker_listener(ca: Authority) -> None:
+    server = ca.issue("peer", "/CN=localhost")
+    props = {
+        "listeners": "INTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "INTERNAL:SASL_SSL,CONTROLLER:PLAINTEXT",
+        "ssl.keystore.location": str(server.bundle),
+        "ssl.truststore.location": str(ca.cert),
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+    }
+    key = "sasl.mechanism.inter.broker.protocol"
+    with pytest.raises(ConfigError, match="need username=.* in listener.name.internal"):
+        peer_security(BrokerConfig(props), "INTERNAL", key)
+    jaas = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="broker" password="broker-secret";'
+    )
+    config = BrokerConfig({**props, "listener.name.internal.scram-sha-512.sasl.jaas.config": jaas})
+    security = peer_security(config, "INTERNAL", key)
+    assert security is not None and security.ssl_context is not None
+    assert (security.sasl_mechanism, security.username, security.password) == (
+        "SCRAM-SHA-512",
+        "broker",
+        "broker-secret",
+    )
+    assert peer_security(config, "CONTROLLER", "sasl.mechanism.controller.protocol") is None
+    with pytest.raises(ConfigError, match="GSSAPI is not served"):
+        peer_security(BrokerConfig({**props, key: "GSSAPI"}), "INTERNAL", key)
