@@ -25,7 +25,6 @@ Does not own the decisions (``strom.cluster.quorum_controller``), consensus
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -35,7 +34,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from strom.broker.quorum import NotLeaderError
 from strom.cluster import records as mr
-from strom.cluster.bootstrap import bootstrap_records, records_from_legacy
+from strom.cluster.bootstrap import bootstrap_records, read_legacy
 from strom.cluster.controller_api import ControllerConfig, ControllerError, ControllerResult
 from strom.cluster.meta_properties import bootstrap_scram_records
 from strom.cluster.quorum_controller import QuorumController
@@ -85,6 +84,12 @@ class ControllerService:
         self._bootstrap: asyncio.Task[None] | None = None
         self._balancer: asyncio.Task[None] | None = None
         self.active = asyncio.Event()  # set while this node is the active controller
+        # A single node's metadata from before the cluster, read now so that a file
+        # that cannot be carried over stops the start with one line (LegacyMetadataError).
+        self._legacy = config.log_dir / LEGACY_METADATA_FILE
+        self._legacy_records, self._legacy_topics = (
+            read_legacy(self._legacy, state.node_id) if self._legacy.exists() else ([], 0)
+        )
 
     def leadership_changed(self, leader_ready: bool) -> None:
         """Called by the quorum driver when this node starts or stops leading."""
@@ -177,14 +182,13 @@ class ControllerService:
     async def _write_bootstrap(self) -> None:
         records = bootstrap_records()
         records += bootstrap_scram_records(self.config.metadata_log_dir)  # --add-scram
-        legacy = self.config.log_dir / LEGACY_METADATA_FILE
-        if legacy.exists():
-            data = json.loads(legacy.read_text())
-            records += records_from_legacy(data, self.state.node_id)
+        legacy = self._legacy
+        if self._legacy_records and legacy.exists():
+            records += self._legacy_records
             log.info(
                 "carrying the single-node metadata of %s (%d topic(s)) into the metadata log",
                 legacy,
-                len(data.get("topics", [])),
+                self._legacy_topics,
             )
         try:
             await self.run(lambda controller: controller.propose(records))

@@ -51,6 +51,7 @@ from strom.cli import (
     transactions,
 )
 from strom.cli.common import OneLineArgumentParser, ToolError, describe_error, fail
+from strom.cluster.bootstrap import LegacyMetadataError
 from strom.cluster.meta_properties import MetaPropertiesError
 from strom.config import BrokerConfig, ConfigError
 from strom.storage.errors import LogDirLockedError
@@ -159,7 +160,7 @@ def run_broker(args: argparse.Namespace) -> int:
         runner = asyncio.run
     try:
         return runner(_serve(config))
-    except MetaPropertiesError as exc:  # formatted for another cluster or node
+    except (MetaPropertiesError, LegacyMetadataError) as exc:  # another cluster or node; bad file
         print(f"strom broker: {exc}", file=sys.stderr)
         return 1
     except ConfigError as exc:

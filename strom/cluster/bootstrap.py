@@ -3,7 +3,8 @@
 Owns ``bootstrap_records`` (the FeatureLevelRecords a brand-new cluster's log begins
 with, metadata.version first) and ``records_from_legacy`` (the records that recreate what
 the ``strom-metadata.json`` of a single-node Strom from before the cluster holds, in a
-cluster where that node holds every replica, keeping topic ids).
+cluster where that node holds every replica, keeping topic ids); ``read_legacy`` reads
+that file, and a file that cannot be read or understood is one ``LegacyMetadataError``.
 
 Does not own where these records are written or when (the node start-up), nor replaying
 them (``strom.cluster.image``).
@@ -11,8 +12,10 @@ them (``strom.cluster.image``).
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from strom.cluster.image import NO_LEADER, ConfigResourceType
@@ -40,6 +43,28 @@ def bootstrap_records(
         if name != METADATA_VERSION_FEATURE and level > 0:
             records.append(FeatureLevelRecord(name=name, feature_level=level))
     return records
+
+
+class LegacyMetadataError(ValueError):
+    """A single node's ``strom-metadata.json`` that cannot be carried over; one line."""
+
+
+def read_legacy(path: Path, node_id: int) -> tuple[list[MetadataRecord], int]:
+    """The records carrying ``path`` over, and its number of topics."""
+    try:
+        data = json.loads(path.read_text())
+        return records_from_legacy(data, node_id), len(data.get("topics", []))
+    except OSError as exc:
+        raise LegacyMetadataError(f"cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise LegacyMetadataError(
+            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            "restore it from a backup, or move it away to start without its topics"
+        ) from None
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise LegacyMetadataError(
+            f"{path} does not hold a single-node Strom's metadata ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def records_from_legacy(data: Mapping[str, Any], node_id: int) -> list[MetadataRecord]:

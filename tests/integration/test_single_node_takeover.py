@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -57,3 +58,28 @@ def test_a_single_node_data_dir_is_taken_over_on_first_start(tmp_path: Path) -> 
         _check(broker.bootstrap, topic_id)
     finally:
         broker.stop()
+
+
+def test_a_truncated_single_node_metadata_file_is_one_line(tmp_path: Path) -> None:
+    """Before, the broker hung without a word: the carry-over failed in a background task
+    and the node waited forever to be unfenced."""
+    data = tmp_path / "data"
+    shutil.copytree(FIXTURE, data)
+    legacy = data / "strom-metadata.json"
+    legacy.write_text(legacy.read_text()[:40])
+    broker = BrokerProcess(data)
+    done = subprocess.run(broker.command(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"strom broker: {legacy} is not valid JSON ({_json_error(legacy)}); restore it from a "
+        "backup, or move it away to start without its topics"
+    ]
+    assert legacy.exists()  # nothing carried over, nothing renamed
+
+
+def _json_error(path: Path) -> str:
+    try:
+        json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    raise AssertionError("the file parsed")
