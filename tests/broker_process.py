@@ -7,6 +7,7 @@ Tests drive it with real Kafka clients. ``restart()``, ``stop()`` (SIGTERM) and
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -14,11 +15,40 @@ import sys
 import time
 from pathlib import Path
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()
+_ports = random.Random(os.getpid() ^ time.time_ns())
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing holds now, for a broker about to bind it.
+
+    It is taken below the kernel's ephemeral range: the local ports of client
+    connections come from that range, so one of the suite's many connections cannot take
+    the port between this check and the broker's bind (a port from ``bind(0)`` could be,
+    and the broker then failed to start). A port is handed out once per process.
+    """
+    low, high = 10000, _ephemeral_low() - 1
+    for _ in range(1000):
+        port = _ports.randint(low, high) if high > low else 0
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use, or in TIME_WAIT from an earlier test
+            port = s.getsockname()[1]
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 class BrokerProcess:
