@@ -56,12 +56,24 @@ def handle_describe_user_scram_credentials(ctx: RequestContext, request: Any) ->
     result_type = nested(response_type, "DescribeUserScramCredentialsResult")
     info_type = nested(response_type, "CredentialInfo")
     if not authz.cluster_allowed(ctx, AclOperation.DESCRIBE):
+        # The error on the response and on each user asked about, as Kafka answers
+        # (librdkafka crashes on a refusal without the users' results).
+        code, message = ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
         return build(
             response_type,
             throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.cluster_authorization_failed,
-            error_message="Cluster authorization failed.",
-            results=(),
+            error_code=code,
+            error_message=message,
+            results=tuple(
+                build(
+                    result_type,
+                    user=u.name,
+                    error_code=code,
+                    error_message=message,
+                    credential_infos=(),
+                )
+                for u in request.users or ()
+            ),
         )
     image = ctx.broker.state.image
     if request.users:

@@ -32,9 +32,10 @@ from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import TopicPartition as AioTopicPartition
 from broker_process import BrokerProcess, free_port
 from cli_helpers import ok, one_line_error, strom, tool
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -50,6 +51,10 @@ from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.describe_user_scram_credentials.v0.request import (
+    DescribeUserScramCredentialsRequest,
+    UserName,
+)
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
@@ -321,9 +326,11 @@ def test_principal_from_the_client_certificate_is_checked_by_acls(
 # Failures cost only their connection --------------------------------------------------
 
 
-def tls_client(secure: SecureBroker, listener: str) -> RawClient:
+def tls_client(secure: SecureBroker, listener: str, identity: Issued | None = None) -> RawClient:
     raw = RawClient(secure.ports[listener])
     context = ssl.create_default_context(cafile=str(secure.ca.cert))
+    if identity is not None:
+        context.load_cert_chain(str(identity.cert), str(identity.key))
     raw.sock = context.wrap_socket(raw.sock, server_hostname="127.0.0.1")
     return raw
 
@@ -678,3 +685,82 @@ def test_a_cluster_talks_to_itself_over_sasl_ssl(tmp_path: Path) -> None:
     assert "authentication with PLAIN failed" not in "".join(
         n.logs() for n in cluster.nodes.values()
     )
+
+
+def test_sasl_handshake_v0_takes_bare_tokens(secure: SecureBroker) -> None:
+    """After SaslHandshake v0 the tokens travel framed but without a request header
+    (KIP-43), as older clients send them; then the connection is served."""
+    from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as HandshakeV0
+
+    with RawClient(secure.ports["SASL_PLAINTEXT"]) as raw:
+        assert raw.request(HandshakeV0(mechanism="PLAIN")).error_code == ErrorCode.none
+        token = b"\0carol\0carol-secret"
+        raw.send_bytes(struct.pack(">i", len(token)) + token)
+        assert raw.read_frame() == b""  # PLAIN's empty answer
+        response = raw.request(METADATA)
+        assert [b.port for b in response.brokers] == [secure.ports["SASL_PLAINTEXT"]]
+    with RawClient(secure.ports["SASL_PLAINTEXT"]) as raw:
+        assert raw.request(HandshakeV0(mechanism="PLAIN")).error_code == ErrorCode.none
+        token = b"\0carol\0wrong"
+        raw.send_bytes(struct.pack(">i", len(token)) + token)
+        assert raw.is_closed_by_peer()  # v0 has no way to say why
+
+
+def test_scram_administration_is_authorized_and_checked(secure: SecureBroker) -> None:
+    """alice (a certificate, denied everything on the cluster) may neither list nor
+    change SCRAM credentials; the super user is told which users have none."""
+    admin = AdminClient({"bootstrap.servers": secure.process.bootstrap})
+    deny = AclBinding(
+        ResourceType.BROKER,
+        "kafka-cluster",
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.ALL,
+        AclPermissionType.DENY,
+    )
+    for future in admin.create_acls([deny]).values():
+        future.result(15)
+    alice = AdminClient(librdkafka_settings(secure, "mtls"))
+    upsert = UserScramCredentialUpsertion(
+        "frank", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"frank-secret"
+    )
+    try:
+        with pytest.raises(KafkaException) as info:
+            alice.alter_user_scram_credentials([upsert])["frank"].result(15)
+        assert info.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        # (librdkafka aborts the process on a refused describe: asked without it.)
+        with tls_client(secure, "SSL", secure.alice) as raw:
+            refused = raw.request(
+                DescribeUserScramCredentialsRequest(users=(UserName(name=SCRAM_USER),))
+            )
+        assert refused.error_code == ErrorCode.cluster_authorization_failed
+        assert [(r.user, r.error_code) for r in refused.results] == [
+            (SCRAM_USER, ErrorCode.cluster_authorization_failed)
+        ]
+    finally:
+        filters = [
+            AclBindingFilter(
+                deny.restype,
+                deny.name,
+                deny.resource_pattern_type,
+                deny.principal,
+                deny.host,
+                deny.operation,
+                deny.permission_type,
+            )
+        ]
+        for future in admin.delete_acls(filters).values():
+            future.result(15)
+    with RawClient(secure.process.port) as raw:
+        response = raw.request(
+            DescribeUserScramCredentialsRequest(
+                users=(UserName(name="nobody"), UserName(name=SCRAM_USER))
+            )
+        )
+    assert [(r.user, r.error_code) for r in response.results] == [
+        ("nobody", ErrorCode.resource_not_found),
+        (SCRAM_USER, ErrorCode.none),
+    ]
+    described = admin.describe_user_scram_credentials([SCRAM_USER])[SCRAM_USER].result(15)
+    assert [i.mechanism for i in described.scram_credential_infos] == [ScramMechanism.SCRAM_SHA_512]
