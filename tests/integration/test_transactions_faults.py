@@ -157,6 +157,20 @@ def _committed_lines(proc: subprocess.Popen[str]) -> list[int]:
     return [int(line.split()[1]) for line in out.splitlines() if line.startswith("committed")]
 
 
+def _read_commits(proc: subprocess.Popen[str], count: int, timeout: float = 60) -> list[int]:
+    """Read the producer's output until it has reported ``count`` commits; those."""
+    commits: list[int] = []
+    deadline = time.monotonic() + timeout
+    while len(commits) < count and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"producer exited after {len(commits)} commits")
+        if line.startswith("committed"):
+            commits.append(int(line.split()[1]))
+    assert len(commits) == count, f"{len(commits)} commits in {timeout}s"
+    return commits
+
+
 def _wait_line(proc: subprocess.Popen[str], want: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -179,15 +193,22 @@ def test_broker_killed_in_the_middle_of_transactions(fresh_broker) -> None:
     create_topic(broker.bootstrap, topic, 3)
     names = [f"crash-{i}-{topic}" for i in range(3)]
     procs = [_spawn_producer(broker.bootstrap, topic, name, RECORDS_PER_TXN) for name in names]
+    early: dict[str, list[int]] = {}
     try:
         for proc in procs:
             _wait_line(proc, "ready")
-        time.sleep(2.5)  # transactions committing, some in flight
+        # Each producer has committed transactions and goes on with more: the kill comes
+        # in the middle of them, however fast this machine is.
+        for name, proc in zip(names, procs, strict=True):
+            early[name] = _read_commits(proc, 3)
         broker.kill()
     finally:
         for proc in procs:
             proc.kill()
-    acknowledged = {name: _committed_lines(proc) for name, proc in zip(names, procs, strict=True)}
+    acknowledged = {
+        name: early.get(name, []) + _committed_lines(proc)
+        for name, proc in zip(names, procs, strict=True)
+    }
     assert all(acknowledged.values()), acknowledged
 
     broker.start()
