@@ -475,7 +475,7 @@ def test_offset_delete_refuses_subscribed_topics(raw_broker) -> None:
 def test_initial_rebalance_delay_waits_for_more_members(tmp_path) -> None:
     """group.initial.rebalance.delay.ms: a group's first rebalance gathers late joiners."""
     broker = BrokerProcess(
-        tmp_path / "data", {**OVERRIDES, "group.initial.rebalance.delay.ms": "1500"}
+        tmp_path / "data", {**OVERRIDES, "group.initial.rebalance.delay.ms": "4000"}
     )
     broker.start()
     try:
@@ -483,7 +483,7 @@ def test_initial_rebalance_delay_waits_for_more_members(tmp_path) -> None:
         a_id = join(a, "delayed").member_id
         with ThreadPoolExecutor(1) as pool:
             first = pool.submit(join, a, "delayed", a_id)
-            time.sleep(0.5)  # well inside the delay
+            time.sleep(0.5)  # well inside the delay, even on a slow machine
             assert not first.done()
             b_id = join(b, "delayed").member_id
             second = join(b, "delayed", b_id)

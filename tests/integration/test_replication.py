@@ -141,10 +141,15 @@ def test_acks_all_survives_kill_9_of_each_leader_in_turn(tmp_path: Path) -> None
                 f"partition {partition}: {len(got[partition])} read, "
                 f"{len(acked[partition])} acknowledged"
             )
-        time.sleep(1.0)  # the last fetches settle
         for partition in (0, 1):
-            copies = {_segment_bytes(n.data_dir, "orders", partition) for n in cluster.brokers}
-            assert len(copies) == 1, f"replicas of orders-{partition} differ"
+            # The followers' last fetches land; then the replicas are the same bytes.
+            wait_until(
+                lambda p=partition: (
+                    len({_segment_bytes(n.data_dir, "orders", p) for n in cluster.brokers}) == 1
+                ),
+                30,
+                f"identical replicas of orders-{partition}",
+            )
     except BaseException:
         print(cluster.logs())
         raise
@@ -210,9 +215,13 @@ def test_acks_all_with_one_replica_alive_is_not_enough_replicas(tmp_path: Path) 
         producer.produce("strict", value=b"after")
         assert producer.flush(15) == 0
         assert _read_all(one.bootstrap, "strict", 1)[0] == [b"before", b"after"]
-        time.sleep(1.0)  # the follower's last fetch settles
-        copies = {_segment_bytes(cluster.nodes[n].data_dir, "strict", 0) for n in (1, 2)}
-        assert len(copies) == 1, "the replicas of strict-0 differ"
+        wait_until(  # the follower's last fetch lands; then the replicas are the same bytes
+            lambda: (
+                len({_segment_bytes(cluster.nodes[n].data_dir, "strict", 0) for n in (1, 2)}) == 1
+            ),
+            30,
+            "identical replicas of strict-0",
+        )
     except BaseException:
         print(cluster.logs())
         raise
