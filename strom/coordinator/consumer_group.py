@@ -23,8 +23,16 @@ removed; ``group.consumer.heartbeat.interval.ms`` is what members are told.
 Epoch -1 leaves; -2 (a static member's temporary leave) is treated as a leave.
 A heartbeat with an epoch other than the member's current (or previous one,
 with a subset of its partitions) gets FENCED_MEMBER_EPOCH; a client then rejoins
-with epoch 0. The group is not persisted: after a restart members get
-UNKNOWN_MEMBER_ID and rejoin; their committed offsets are kept.
+with epoch 0.
+
+The group is kept in ``__consumer_offsets`` as Kafka keeps it
+(consumer_group_records.py): after each heartbeat or removal only what changed is
+written — a member's metadata, the group epoch, the target assignment (per member,
+then its epoch), a member's current assignment, tombstones for a member that left —
+so a heartbeat that changes nothing writes nothing. On load (``restore``) the group
+comes back with its epochs, members and assignments; sessions restart, and the
+subscribed topics are taken as they are then, so a load alone bumps no epoch. A
+group whose last member left stays stored, empty, until it is deleted.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from strom.coordinator import consumer_group_records as records
 from strom.coordinator.assignors import ASSIGNORS, assignor_name
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC
 from strom.protocol.errors import ErrorCode
@@ -96,6 +105,74 @@ class ConsumerGroupMember:
         self.last_sent: TopicAssignment | None = None
         self.session_timer: asyncio.TimerHandle | None = None
         self.revocation_timer: asyncio.TimerHandle | None = None
+        # What __consumer_offsets holds for this member (None: nothing yet), so that
+        # only what changed is written.
+        self.stored_metadata: records.MemberMetadata | None = None
+        self.stored_target: TopicAssignment | None = None
+        self.stored_current: records.CurrentAssignment | None = None
+
+    @classmethod
+    def restored(
+        cls,
+        member_id: str,
+        metadata: records.MemberMetadata,
+        current: records.CurrentAssignment | None,
+    ) -> ConsumerGroupMember:
+        """A member as its records in ``__consumer_offsets`` left it."""
+        member = cls(
+            member_id,
+            HeartbeatRequest(
+                member_id=member_id,
+                member_epoch=0,
+                instance_id=metadata.instance_id,
+                rack_id=metadata.rack_id,
+                rebalance_timeout_ms=metadata.rebalance_timeout_ms,
+                subscribed_topic_names=metadata.subscribed_topic_names,
+                subscribed_topic_regex=metadata.subscribed_topic_regex,
+                server_assignor=metadata.server_assignor,
+                owned=None,
+                client_id=metadata.client_id,
+                client_host=metadata.client_host,
+            ),
+        )
+        member.stored_metadata = metadata
+        if current is not None:
+            member.epoch = current.member_epoch
+            member.previous_epoch = current.previous_member_epoch
+            member.assigned = _copy(current.assigned)
+            member.revoking = _copy(current.pending_revocation)
+            member.unreleased = current.state == records.MEMBER_UNRELEASED_PARTITIONS
+            member.stored_current = member.current_record()
+        # The member was told its assignment before the move: do not send it again.
+        member.last_sent = _copy(member.assigned)
+        return member
+
+    def metadata_record(self) -> records.MemberMetadata:
+        return records.MemberMetadata(
+            instance_id=self.instance_id,
+            rack_id=self.rack_id,
+            client_id=self.client_id,
+            client_host=self.client_host,
+            subscribed_topic_names=list(self.subscribed_topic_names),
+            subscribed_topic_regex=self.subscribed_topic_regex,
+            rebalance_timeout_ms=self.rebalance_timeout_ms,
+            server_assignor=self.server_assignor,
+        )
+
+    def current_record(self) -> records.CurrentAssignment:
+        if self.revoking:
+            state = records.MEMBER_UNREVOKED_PARTITIONS
+        elif self.unreleased:
+            state = records.MEMBER_UNRELEASED_PARTITIONS
+        else:
+            state = records.MEMBER_STABLE
+        return records.CurrentAssignment(
+            member_epoch=self.epoch,
+            previous_member_epoch=self.previous_epoch,
+            state=state,
+            assigned=_copy(self.assigned),
+            pending_revocation=_copy(self.revoking),
+        )
 
     def stop_timers(self) -> None:
         for timer in (self.session_timer, self.revocation_timer):
@@ -131,6 +208,11 @@ class ConsumerGroup:
         self.dead = False
         self.state_timestamp = coordinator.now_ms()
         self.protocol_type = "consumer"
+        # The epochs __consumer_offsets holds (None: not written yet) and the
+        # tombstones of members removed since the last write.
+        self.stored_epoch: int | None = None
+        self.stored_assignment_epoch: int | None = None
+        self._removed: list[tuple[bytes, bytes | None]] = []
 
     # Reads -------------------------------------------------------------------------
 
@@ -187,6 +269,11 @@ class ConsumerGroup:
     # Heartbeat ---------------------------------------------------------------------
 
     def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        result = self._heartbeat(request)
+        self._persist()
+        return result
+
+    def _heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
         interval = int(self.coordinator.config["group.consumer.heartbeat.interval.ms"])
         epoch = request.member_epoch
         if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
@@ -290,7 +377,7 @@ class ConsumerGroup:
         self.state_timestamp = self.coordinator.now_ms()
         log.debug("group %s: epoch %d: %s", self.group_id, self.group_epoch, reason)
 
-    def _refresh_topics(self) -> None:
+    def _subscribed_topic_metadata(self) -> dict[str, tuple[uuid.UUID, int]]:
         metadata = self.coordinator.controller.metadata.topics
         wanted: dict[str, tuple[uuid.UUID, int]] = {}
         for topics in self._subscriptions().values():
@@ -298,6 +385,10 @@ class ConsumerGroup:
                 meta = metadata.get(name)
                 if meta is not None:
                     wanted[name] = (meta.topic_id, meta.partitions)
+        return wanted
+
+    def _refresh_topics(self) -> None:
+        wanted = self._subscribed_topic_metadata()
         if wanted != self.topic_snapshot:
             self.topic_snapshot = wanted
             self._bump("subscribed topics changed")
@@ -386,6 +477,12 @@ class ConsumerGroup:
 
     def _drop(self, member: ConsumerGroupMember) -> None:
         member.stop_timers()
+        if (
+            member.stored_metadata is not None
+            or member.stored_target is not None
+            or member.stored_current is not None
+        ):
+            self._removed += records.member_tombstones(self.group_id, member.member_id)
         self.members.pop(member.member_id, None)
         self.target.pop(member.member_id, None)
         if (
@@ -418,6 +515,7 @@ class ConsumerGroup:
                 member_id,
             )
             self._remove(member)
+            self._persist()
 
     def _revocation_expired(self, member_id: str) -> None:
         member = self.members.get(member_id)
@@ -428,11 +526,92 @@ class ConsumerGroup:
                 member_id,
             )
             self._remove(member)
+            self._persist()
 
     def mark_dead(self) -> None:
         for member in self.members.values():
             member.stop_timers()
         self.dead = True
+
+    # Persistence -------------------------------------------------------------------
+
+    def changes(self) -> list[tuple[bytes, bytes | None]]:
+        """The records that bring ``__consumer_offsets`` to this group's state, in the
+        order Kafka writes them (removed members, member metadata, group epoch, target
+        assignment, current assignments); marks them as stored."""
+        group = self.group_id
+        out, self._removed = self._removed, []
+        for member_id, member in self.members.items():
+            metadata = member.metadata_record()
+            if metadata != member.stored_metadata:
+                key = records.member_metadata_key(group, member_id)
+                out.append((key, records.member_metadata_value(metadata)))
+                member.stored_metadata = metadata
+        if self.group_epoch != self.stored_epoch:
+            value = records.group_metadata_value(self.group_epoch)
+            out.append((records.group_metadata_key(group), value))
+            self.stored_epoch = self.group_epoch
+        if self.assignment_epoch != self.stored_assignment_epoch:
+            for member_id, target in self.target.items():
+                member = self.members.get(member_id)
+                if member is not None and target != member.stored_target:
+                    key = records.target_assignment_member_key(group, member_id)
+                    out.append((key, records.target_assignment_member_value(target)))
+                    member.stored_target = _copy(target)
+            value = records.target_assignment_metadata_value(self.assignment_epoch)
+            out.append((records.target_assignment_metadata_key(group), value))
+            self.stored_assignment_epoch = self.assignment_epoch
+        for member_id, member in self.members.items():
+            current = member.current_record()
+            if current != member.stored_current:
+                key = records.current_assignment_key(group, member_id)
+                out.append((key, records.current_assignment_value(current)))
+                member.stored_current = current
+        return out
+
+    def _persist(self) -> None:
+        changed = self.changes()
+        if changed and not self.dead:
+            self.coordinator.store_consumer_group(self.group_id, changed)
+
+    def tombstones(self) -> list[tuple[bytes, bytes | None]]:
+        """The records that delete this group from ``__consumer_offsets``."""
+        return list(records.group_tombstones(self.group_id, list(self.members)))
+
+    def restore(
+        self,
+        epoch: int,
+        assignment_epoch: int,
+        members: list[ConsumerGroupMember],
+        target: dict[str, TopicAssignment],
+    ) -> None:
+        """Take the state replayed from ``__consumer_offsets`` (sessions are started by
+        ``start_sessions``)."""
+        self.group_epoch = self.stored_epoch = epoch
+        self.assignment_epoch = self.stored_assignment_epoch = assignment_epoch
+        self.members = {m.member_id: m for m in members}
+        self.static_members = {
+            m.instance_id: m.member_id for m in members if m.instance_id is not None
+        }
+        self.target = {mid: _copy(t) for mid, t in target.items() if mid in self.members}
+        for member_id, member in self.members.items():
+            member.stored_target = (
+                _copy(self.target[member_id]) if member_id in self.target else None
+            )
+        # The subscribed topics as they are now: a restore alone bumps no epoch.
+        self.topic_snapshot = self._subscribed_topic_metadata()
+
+    def start_sessions(self) -> None:
+        """Start every member's session (and pending revocation) timer after a load."""
+        loop = asyncio.get_running_loop()
+        for member in self.members.values():
+            self._touch(member)
+            if member.revoking:
+                member.revocation_timer = loop.call_later(
+                    max(member.rebalance_timeout_ms, 1) / 1000,
+                    self._revocation_expired,
+                    member.member_id,
+                )
 
     # Offsets -----------------------------------------------------------------------
 

@@ -12,14 +12,15 @@ them like any other records.
 A node coordinates the groups of the ``__consumer_offsets`` partitions it leads.
 When it becomes a partition's leader (at start-up too) the partition is replayed
 (``load_partition``): the last record per key wins and a tombstone deletes, which
-rebuilds classic groups (members, generation, assignments; their sessions restart)
-and offsets. When the leadership moves away the partition's groups are dropped
-(``unload_partition``; waiting members are answered NOT_COORDINATOR). KIP-848
-groups are kept in memory only: after a restart or a move their members rejoin
-(their offsets survive). On a replicated offsets partition an append does not move
-the high watermark: the followers' progress does, and ``appended_at`` tells the
-OffsetCommit handler what to wait for before it answers, as Kafka's coordinator
-waits for its acks=all write.
+rebuilds classic groups (members, generation, assignments; their sessions restart),
+KIP-848 groups (from their records in consumer_group_records.py: group epoch,
+members, target and current assignments; sessions restart too) and offsets. When the
+leadership moves away the partition's groups are dropped (``unload_partition``;
+waiting members are answered NOT_COORDINATOR). An empty group that changes protocol
+leaves tombstones for its old kind's records. On a replicated offsets partition an
+append does not move the high watermark: the followers' progress does, and
+``appended_at`` tells the OffsetCommit handler what to wait for before it answers, as
+Kafka's coordinator waits for its acks=all write.
 
 Offsets of an empty group expire ``offsets.retention.minutes`` after the group
 became empty (after their commit for groups that never had a protocol); a
@@ -47,8 +48,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from strom.coordinator import consumer_group_records
 from strom.coordinator.classic import ClassicGroup, GroupState
-from strom.coordinator.consumer_group import ConsumerGroup
+from strom.coordinator.consumer_group import ConsumerGroup, ConsumerGroupMember
+from strom.coordinator.consumer_group_records import ConsumerGroupKey
 from strom.coordinator.internal_log import CONTROL_COMMIT, append_records, replay_batches
 from strom.coordinator.offsets_topic import (
     OFFSETS_TOPIC,
@@ -186,7 +189,7 @@ class GroupCoordinator:
         before = set(self.groups)
         records = self._replay([partition])
         for group_id, group in self.groups.items():
-            if group_id not in before and isinstance(group, ClassicGroup):
+            if group_id not in before:
                 group.start_sessions()
         if records:
             log.info(
@@ -279,15 +282,24 @@ class GroupCoordinator:
         except OSError:
             log.exception("could not store the metadata of group %s", group.group_id)
 
+    def store_consumer_group(
+        self, group_id: str, records: list[tuple[bytes, bytes | None]]
+    ) -> None:
+        """Write a KIP-848 group's changed records (consumer_group_records.py)."""
+        try:
+            self._append(group_id, records)
+        except OSError:
+            log.exception("could not store the state of group %s", group_id)
+
     def _replay(self, partitions: Iterable[int]) -> int:
         topic = self.controller.topic(OFFSETS_TOPIC)
         if topic is None:
             return 0
         count = 0
-        records: dict[GroupKey | OffsetKey, bytes | None] = {}
+        records: dict[GroupKey | OffsetKey | ConsumerGroupKey, bytes | None] = {}
         for partition in partitions:
             # Offsets of open transactions wait for their marker, per producer id.
-            open_txns: dict[int, dict[GroupKey | OffsetKey, bytes | None]] = {}
+            open_txns: dict[int, dict[GroupKey | OffsetKey | ConsumerGroupKey, bytes | None]] = {}
             for data, header in replay_batches(self.controller, OFFSETS_TOPIC, partition):
                 if header.is_control:
                     held = open_txns.pop(header.producer_id, None)
@@ -302,8 +314,11 @@ class GroupCoordinator:
                 for record in decode_records(data, header):
                     if record.key is None:
                         continue
+                    key: GroupKey | OffsetKey | ConsumerGroupKey | None
                     try:
-                        key = decode_key(record.key)
+                        key = decode_key(record.key) or consumer_group_records.decode_key(
+                            record.key
+                        )
                     except OffsetsRecordError:
                         key = None
                     if key is None:
@@ -319,12 +334,61 @@ class GroupCoordinator:
                             continue
                         groups = self.pending_txn.setdefault(producer_id, {})
                         groups.setdefault(key.group, {})[(key.topic, key.partition)] = offset
+        consumer_groups: dict[str, dict[ConsumerGroupKey, bytes]] = {}
         for key, value in records.items():
+            if isinstance(key, ConsumerGroupKey):
+                if value is not None:
+                    consumer_groups.setdefault(key.group, {})[key] = value
+                continue
             try:
                 self._apply(key, value)
             except OffsetsRecordError as exc:
                 log.warning("skipping an unreadable record of %s: %s", OFFSETS_TOPIC, exc)
+        for group_id, group_records in consumer_groups.items():
+            try:
+                self._restore_consumer_group(group_id, group_records)
+            except OffsetsRecordError as exc:
+                log.warning("skipping unreadable records of group %s: %s", group_id, exc)
         return count
+
+    def _restore_consumer_group(self, group_id: str, found: dict[ConsumerGroupKey, bytes]) -> None:
+        """Rebuild a KIP-848 group from the live values of its keys; without a
+        ConsumerGroupMetadata value (deleted) the rest is ignored."""
+        cgr = consumer_group_records
+        epoch_value = found.get(ConsumerGroupKey(cgr.GROUP_METADATA, group_id))
+        if epoch_value is None:
+            return
+        existing = self.groups.get(group_id)
+        if isinstance(existing, ClassicGroup) and not existing.is_empty():
+            log.warning("group %s has classic members and KIP-848 records: kept classic", group_id)
+            return
+        assignment_value = found.get(ConsumerGroupKey(cgr.TARGET_ASSIGNMENT_METADATA, group_id))
+        members: list[ConsumerGroupMember] = []
+        target: dict[str, consumer_group_records.TopicPartitions] = {}
+        for key, value in found.items():
+            if key.member_id is None:
+                continue
+            if key.record_type == cgr.MEMBER_METADATA:
+                current = found.get(
+                    ConsumerGroupKey(cgr.CURRENT_MEMBER_ASSIGNMENT, group_id, key.member_id)
+                )
+                members.append(
+                    ConsumerGroupMember.restored(
+                        key.member_id,
+                        cgr.decode_member_metadata_value(value),
+                        None if current is None else cgr.decode_current_assignment_value(current),
+                    )
+                )
+            elif key.record_type == cgr.TARGET_ASSIGNMENT_MEMBER:
+                target[key.member_id] = cgr.decode_target_assignment_member_value(value)
+        group = ConsumerGroup(group_id, self)
+        group.restore(
+            cgr.decode_epoch_value(epoch_value),
+            0 if assignment_value is None else cgr.decode_epoch_value(assignment_value),
+            members,
+            target,
+        )
+        self.groups[group_id] = group
 
     def _apply(self, key: GroupKey | OffsetKey, value: bytes | None) -> None:
         if isinstance(key, OffsetKey):
@@ -358,6 +422,7 @@ class GroupCoordinator:
             return None
         if group is not None:
             group.mark_dead()
+            self._write_conversion(group_id, group.tombstones())
         created = ClassicGroup(group_id, self)
         self.groups[group_id] = created
         return created
@@ -371,9 +436,19 @@ class GroupCoordinator:
             return None
         if group is not None:
             group.mark_dead()
+            self._write_conversion(group_id, [(group_key(group_id), None)])
         created = ConsumerGroup(group_id, self)
         self.groups[group_id] = created
         return created
+
+    def _write_conversion(
+        self, group_id: str, tombstones: list[tuple[bytes, bytes | None]]
+    ) -> None:
+        """An empty group changes protocol: the records of its old kind go."""
+        try:
+            self._append(group_id, tombstones)
+        except OSError:
+            log.exception("could not remove the old records of group %s", group_id)
 
     def group_exists(self, group_id: str) -> bool:
         return group_id in self.groups
@@ -388,7 +463,10 @@ class GroupCoordinator:
         records: list[tuple[bytes, bytes | None]] = [
             (offset_key(group_id, t, p), None) for t, p in offsets
         ]
-        records.append((group_key(group_id), None))
+        if isinstance(group, ConsumerGroup):
+            records += group.tombstones()
+        else:
+            records.append((group_key(group_id), None))
         try:
             self._append(group_id, records)
         except OSError:

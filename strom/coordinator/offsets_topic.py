@@ -14,9 +14,9 @@ topic (Kafka's offsets formatter, Burrow) understand Strom's records:
   versions 0-4 are read.
 
 A record with a null value is a tombstone for its key. Keys of other versions
-(KIP-848 and share-group records Kafka may have written) decode to None and
-are skipped. Also owns which partition of the topic holds a group, computed as
-Kafka does from Java's String.hashCode.
+decode to None here: KIP-848 records are consumer_group_records.py's, and share-group
+records Kafka may have written are skipped. Also owns which partition of the topic
+holds a group, computed as Kafka does from Java's String.hashCode.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ from pathlib import Path
 from metadata_node import MetadataNode
 
 from strom.config import BrokerConfig
+from strom.coordinator.consumer_group import HeartbeatRequest
 from strom.coordinator.coordinator import GroupCoordinator, OffsetToCommit
+from strom.coordinator.internal_log import replay_records
 from strom.coordinator.offsets_topic import (
     OFFSETS_TOPIC,
     GroupRecord,
@@ -169,3 +171,118 @@ def test_offsets_of_a_deleted_topic_are_forgotten(tmp_path: Path) -> None:
         controller.shutdown()
 
     asyncio.run(scenario())
+
+
+def _heartbeat(
+    member_id: str, epoch: int, owned: dict | None = None, topics: list[str] | None = None
+) -> HeartbeatRequest:
+    return HeartbeatRequest(
+        member_id=member_id,
+        member_epoch=epoch,
+        instance_id=None,
+        rack_id=None,
+        rebalance_timeout_ms=30_000,
+        subscribed_topic_names=topics,
+        subscribed_topic_regex=None,
+        server_assignor=None,
+        owned=owned,
+        client_id="client",
+        client_host="/127.0.0.1",
+    )
+
+
+def _offsets_records(controller: MetadataNode) -> list[tuple[bytes, bytes | None]]:
+    return [
+        (record.key, record.value)
+        for partition in range(4)
+        for _, record in replay_records(controller.state, OFFSETS_TOPIC, partition)
+        if record.key is not None
+    ]
+
+
+def test_kip848_group_survives_a_restart_and_writes_only_changes(tmp_path: Path) -> None:
+    """A KIP-848 group's epoch, members, target and current assignments come back from
+    __consumer_offsets; a heartbeat that changes nothing writes nothing; a member that
+    leaves leaves tombstones, and a deleted group leaves none of its records live."""
+    log: list[bytes] = []
+
+    async def first_life() -> tuple[dict, int]:
+        controller, coordinator = _coordinator(tmp_path, log)
+        coordinator.start()
+        controller.create_topic("t", 4)
+        topic_id = controller.state.topic("t").topic_id
+        group = coordinator.consumer_group("g", create=True)
+        a = group.heartbeat(_heartbeat("a", 0, {}, ["t"]))
+        b = group.heartbeat(_heartbeat("b", 0, {}, ["t"]))
+        # "a" gives up what "b" is to get, then both reach the group epoch.
+        a = group.heartbeat(_heartbeat("a", a.member_epoch, a.assignment))
+        a = group.heartbeat(_heartbeat("a", a.member_epoch, a.assignment or {}))
+        b = group.heartbeat(_heartbeat("b", b.member_epoch, {}))
+        assert group.state_name == "Stable", group.state_name
+        epoch = group.group_epoch
+        assert epoch == group.assignment_epoch == a.member_epoch == b.member_epoch
+        written = len(_offsets_records(controller))
+        group.heartbeat(_heartbeat("a", epoch, None))
+        group.heartbeat(_heartbeat("b", epoch, None))
+        assert len(_offsets_records(controller)) == written  # nothing changed
+        state = {
+            mid: (m.epoch, m.previous_epoch, m.assigned, group.target[mid])
+            for mid, m in group.members.items()
+        }
+        assert set().union(*(s[2][topic_id] for s in state.values())) == {0, 1, 2, 3}
+        coordinator.stop()
+        controller.shutdown()
+        return state, epoch
+
+    async def second_life(before: dict, epoch: int) -> None:
+        controller, coordinator = _coordinator(tmp_path, log)
+        coordinator.start()
+        group = coordinator.consumer_group("g", create=False)
+        assert group is not None
+        assert (group.group_epoch, group.assignment_epoch) == (epoch, epoch)
+        assert group.state_name == "Stable"
+        after = {
+            mid: (m.epoch, m.previous_epoch, m.assigned, group.target[mid])
+            for mid, m in group.members.items()
+        }
+        assert after == before
+        assert group.members["a"].client_host == "/127.0.0.1"
+        assert group.members["a"].subscribed_topic_names == ["t"]
+        assert all(m.session_timer is not None for m in group.members.values())
+        # The members carry on with their epochs: no fencing, no new assignment.
+        result = group.heartbeat(_heartbeat("a", epoch, None))
+        assert (result.error, result.member_epoch) == (ErrorCode.none, epoch)
+        assert result.assignment is None
+        assert group.group_epoch == epoch
+        # Both leave: the group is stored empty at a new epoch.
+        group.heartbeat(_heartbeat("a", -1))
+        group.heartbeat(_heartbeat("b", -1))
+        assert group.is_empty() and group.group_epoch == epoch + 2
+        coordinator.stop()
+        controller.shutdown()
+
+    async def third_life(epoch: int) -> None:
+        controller, coordinator = _coordinator(tmp_path, log)
+        coordinator.start()
+        group = coordinator.consumer_group("g", create=False)
+        assert group is not None and group.is_empty()
+        assert (group.group_epoch, group.state_name) == (epoch + 2, "Empty")
+        assert coordinator.delete_group("g") == ErrorCode.none
+        coordinator.stop()
+        controller.shutdown()
+
+    async def fourth_life() -> None:
+        controller, coordinator = _coordinator(tmp_path, log)
+        coordinator.start()
+        assert not coordinator.group_exists("g")
+        live: dict[bytes, bytes | None] = {}
+        for key, value in _offsets_records(controller):
+            live[key] = value
+        assert [k for k, v in live.items() if v is not None] == []
+        coordinator.stop()
+        controller.shutdown()
+
+    before, epoch = asyncio.run(first_life())
+    asyncio.run(second_life(before, epoch))
+    asyncio.run(third_life(epoch))
+    asyncio.run(fourth_life())
