@@ -6,8 +6,9 @@ the connection's principal and client id it records, as Kafka's quota managers d
 
 - Produce (0): the request's size in bytes against ``producer_byte_rate``;
 - Fetch (1) from a consumer (not a follower replica): the record bytes of the response
-  against ``consumer_byte_rate``. A fetch over its quota is answered empty (and its
-  bytes taken back off the rate), as Kafka answers it;
+  against ``consumer_byte_rate``. The fetch's ``max_bytes`` is first cut to what the
+  quota allows in ten windows, and a fetch over its quota is answered empty (its bytes
+  taken back off the rate), as Kafka does both;
 - every request but ApiVersions and the SASL handshake: the time its handler ran
   (the steps of an awaiting handler, not the time it waited on the log, a long poll or
   a replica) against ``request_percentage``, 100 being one thread's whole time.
@@ -17,8 +18,7 @@ response's ``throttle_time_ms``, and the connection is muted for that long (KIP-
 the response leaves at once, the client's next requests are not read until the time
 is up. Kafka delays the response itself for clients older than KIP-219 (Produce v0-5,
 Fetch v0-7); Strom mutes those too. ``controller_mutation_rate`` is stored and
-described but not enforced (topic admin requests are not throttled), and the fetch
-size is not capped to what the quota allows in one window.
+described but not enforced (topic admin requests are not throttled).
 
 Does not own the quota semantics and rate arithmetic (``strom.security.quotas``), the
 quota administration APIs (``quota_admin``) or the connection loop (``server``).
@@ -42,8 +42,10 @@ from strom.security.quotas import (
     NANOS_TO_PERCENT,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
+    WINDOW_COUNT,
     WINDOW_MS,
     QuotaRates,
+    resolve,
 )
 
 PRODUCE, FETCH = 0, 1
@@ -106,14 +108,27 @@ class ClientQuotas:
         mute_for: Callable[[float], None],
     ) -> Any:
         """What ``handler`` answers, throttled as the client's quotas ask."""
-        if not self.state.image.client_quotas or ctx.routes is not ctx.broker.routes:
+        quotas = self.state.image.client_quotas
+        if not quotas or ctx.routes is not ctx.broker.routes:
             return handler(ctx, body)
+        if ctx.api_key == FETCH and replica_id_of(body) < 0:
+            body = self._fetch_within_quota(quotas, ctx, body)
         started = time.perf_counter_ns()
         result = handler(ctx, body)
         spent_ns = time.perf_counter_ns() - started
         if inspect.isawaitable(result):
             return self._throttle_later(ctx, body, result, spent_ns, request_size, mute_for)
         return self._throttle(ctx, body, result, spent_ns, request_size, mute_for)
+
+    @staticmethod
+    def _fetch_within_quota(quotas: Any, ctx: RequestContext, body: Any) -> Any:
+        """The fetch with its ``max_bytes`` cut to what the consumer's quota allows in
+        ten windows, as Kafka cuts it (the first batch still goes out whole)."""
+        quota = resolve(quotas, CONSUMER_BYTE_RATE, ctx.principal.name, ctx.client_id or "")
+        if quota is None:
+            return body
+        most = max(1, int(quota.limit * (WINDOW_COUNT - 1) * WINDOW_MS / 1000))
+        return dataclasses.replace(body, max_bytes=most) if body.max_bytes > most else body
 
     async def _throttle_later(
         self,

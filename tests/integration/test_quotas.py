@@ -10,6 +10,7 @@ and against an unthrottled one), never timed to the millisecond.
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 import uuid
@@ -26,6 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.alter_client_quotas.v0 import request as alter_v0
 from kio.schema.alter_client_quotas.v1 import request as alter
 from kio.schema.describe_client_quotas.v1 import request as describe
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.metadata.v12.request import MetadataRequest
 from raw_client import RawClient
 
@@ -404,6 +406,40 @@ def test_consumer_is_held_near_its_quota(quotas_cleared: BrokerProcess) -> None:
     assert fast == total and fast_throttled == 0
     assert slow < total / 2, f"the throttled consumer read {slow} of {total} bytes"
     assert slow > 0 and slow_throttled > 0
+
+
+def test_a_consumer_fetch_is_cut_to_its_quota(quotas_cleared: BrokerProcess) -> None:
+    broker = quotas_cleared
+    topic = new_topic(broker.bootstrap)
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "batch.size": 12_000}
+    )
+    for _ in range(100):  # 1 MB in batches of about 10 KB
+        producer.produce(topic, b"v" * 10_000)
+    producer.flush(30)
+    # 20 KB/s allows 200 KB in ten windows: a fetch asking for 10 MB gets about that much
+    # (whole batches), unthrottled; uncut, its 1 MB would be over the quota and empty.
+    set_quotas(broker.port, {"client-id": "raw-test"}, {"consumer_byte_rate": 20_000.0})
+    request = FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=100),
+        min_bytes=1,
+        max_bytes=10 * MB,
+        topics=(
+            FetchTopic(
+                topic=topic,
+                partitions=(
+                    FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=10 * MB),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+    with RawClient(broker.port) as client:
+        response = client.request(request)
+    assert response.responses, "the fetch was over the quota: answered empty"
+    assert response.throttle_time.total_seconds() == 0
+    (partition,) = response.responses[0].partitions
+    assert 100_000 < len(partition.records) <= 200_000
 
 
 def test_request_percentage_throttles_and_mutes(quotas_cleared: BrokerProcess) -> None:
