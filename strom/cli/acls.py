@@ -36,6 +36,7 @@ from strom.cli import wire
 from strom.cli.common import ToolError, add_bootstrap, check_reachable, client_config
 from strom.cli.common import describe_error as _describe_error
 from strom.cli.output import emit_json, wants_json
+from strom.cli.properties_file import add_config_file_option, config_file_properties
 from strom.protocol.errors import ErrorCode
 
 CLUSTER_NAME = "kafka-cluster"
@@ -64,6 +65,7 @@ _OPERATIONS = {
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser("acls", help="add, remove or list ACLs (like kafka-acls.sh)")
     add_bootstrap(parser)
+    add_config_file_option(parser, "--command-config", "admin client")
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--add", action="store_true", help="add the ACLs described")
     action.add_argument("--remove", action="store_true", help="remove the ACLs described")
@@ -181,7 +183,7 @@ def _print_by_resource(bindings: list[AclBinding], title: str) -> None:
 def run(args: argparse.Namespace) -> int:
     parser: argparse.ArgumentParser = args.parser
     _check_principals(args, parser)
-    admin = AdminClient(client_config(args.bootstrap_server))
+    admin = AdminClient(client_config(args.bootstrap_server, config_file_properties(args)))
     check_reachable(admin, args.bootstrap_server)
     try:
         if args.add:

@@ -35,6 +35,7 @@ from strom.cli.common import (
     source_code,
 )
 from strom.cli.output import Listing, add_output_option, note, show
+from strom.cli.properties_file import add_config_file_option, config_file_properties
 
 REQUEST_TIMEOUT_S = 15.0
 ENTITY_TYPES = {"topics": ResourceType.TOPIC, "brokers": ResourceType.BROKER}
@@ -55,6 +56,7 @@ def add_parser(commands: Any) -> None:
     action.add_argument("--describe", action="store_true", help="show configs")
     action.add_argument("--alter", action="store_true", help="change configs")
     add_bootstrap(parser)
+    add_config_file_option(parser, "--command-config", "admin client")
     parser.add_argument(
         "--entity-type", choices=sorted([*ENTITY_TYPES, *client_quotas.ENTITY_TYPES])
     )
@@ -144,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         parser.error("--entity-name is required")
     name = args.entity_name
 
-    admin = AdminClient(client_config(args.bootstrap_server))
+    admin = AdminClient(client_config(args.bootstrap_server, config_file_properties(args)))
     metadata = check_reachable(admin, args.bootstrap_server)
     if args.entity_type == "topics" and name not in metadata.topics:
         raise ToolError(f"topic {name!r} does not exist")

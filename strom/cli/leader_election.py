@@ -25,6 +25,7 @@ from strom.cli.common import (
     client_config,
     describe_error,
 )
+from strom.cli.properties_file import add_config_file_option, config_file_properties
 
 TYPES = {"PREFERRED": ElectionType.PREFERRED, "UNCLEAN": ElectionType.UNCLEAN}
 TIMEOUT_S = 30.0
@@ -36,6 +37,7 @@ def add_parser(commands: Any) -> None:
         help="elect preferred or unclean partition leaders (like kafka-leader-election.sh)",
     )
     add_bootstrap(parser)
+    add_config_file_option(parser, "--command-config", "admin client")
     parser.add_argument(
         "--election-type", required=True, type=str.upper, choices=sorted(TYPES), metavar="TYPE"
     )
@@ -70,7 +72,7 @@ def _partitions(args: argparse.Namespace) -> list[TopicPartition] | None:
 
 def run(args: argparse.Namespace) -> int:
     partitions = _partitions(args)
-    admin = AdminClient(client_config(args.bootstrap_server))
+    admin = AdminClient(client_config(args.bootstrap_server, config_file_properties(args)))
     check_reachable(admin, args.bootstrap_server)
     # No timeout options: this confluent-kafka's binding refuses every keyword argument
     # of elect_leaders (its default is socket.timeout.ms).

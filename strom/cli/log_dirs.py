@@ -21,6 +21,7 @@ from kio.schema.describe_log_dirs.v4 import request as log_dirs_req
 from strom.cli import wire
 from strom.cli.common import ToolError, add_bootstrap, check_reachable, client_config
 from strom.cli.output import emit_json, note, wants_json
+from strom.cli.properties_file import add_config_file_option, config_file_properties
 from strom.protocol.errors import ErrorCode
 
 
@@ -29,6 +30,7 @@ def add_parser(commands: Any) -> None:
         "log-dirs", help="describe the brokers' log directories (like kafka-log-dirs.sh)"
     )
     add_bootstrap(parser)
+    add_config_file_option(parser, "--command-config", "admin client")
     parser.add_argument("--describe", action="store_true", required=True)
     parser.add_argument("--broker-list", metavar="IDS", help="brokers to ask, e.g. 1,2")
     parser.add_argument("--topic-list", metavar="TOPICS", help="topics to describe, e.g. a,b")
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     topics = (
         [t.strip() for t in args.topic_list.split(",") if t.strip()] if args.topic_list else None
     )
-    admin = AdminClient(client_config(args.bootstrap_server))
+    admin = AdminClient(client_config(args.bootstrap_server, config_file_properties(args)))
     metadata = check_reachable(admin, args.bootstrap_server)
     brokers = {b.id: b for b in metadata.brokers.values()}
     ids = sorted(brokers) if wanted_brokers is None else wanted_brokers

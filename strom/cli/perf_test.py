@@ -51,8 +51,10 @@ from strom.cli.common import (
     add_bootstrap,
     check_reachable,
     client_config,
+    describe_error,
     parse_properties,
 )
+from strom.cli.properties_file import add_config_file_option, config_file_properties
 
 MB = 1024 * 1024
 CHUNK = 1024
@@ -101,6 +103,7 @@ def add_parser(commands: Any) -> None:
         metavar="KEY=VALUE",
         help="librdkafka producer properties, e.g. acks=1 linger.ms=5",
     )
+    add_config_file_option(produce, "--producer.config", "producer")
     _common_flags(produce)
     produce.set_defaults(run=run_produce, parser=produce)
 
@@ -126,6 +129,7 @@ def add_parser(commands: Any) -> None:
         metavar="KEY=VALUE",
         help="librdkafka consumer properties",
     )
+    add_config_file_option(consume, "--consumer.config", "consumer")
     _common_flags(consume)
     consume.set_defaults(run=run_consume, parser=consume)
 
@@ -175,7 +179,8 @@ def run_produce(args: argparse.Namespace) -> int:
         parser.error("--record-size must be 0 or more")
     if args.throughput == 0:
         parser.error("--throughput must be positive, or -1 for no limit")
-    props: dict[str, Any] = parse_properties(parser, args.producer_props, "--producer-props")
+    props: dict[str, Any] = config_file_properties(args)
+    props.update(parse_properties(parser, args.producer_props, "--producer-props"))
 
     latencies = array("d")
     record_latency = latencies.append
@@ -191,7 +196,7 @@ def run_produce(args: argparse.Namespace) -> int:
     try:
         producer = Producer(client_config(args.bootstrap_server, props))
     except Exception as exc:
-        raise ToolError(f"bad producer property: {exc}") from None
+        raise ToolError(f"bad producer property: {describe_error(exc)}") from None
     metadata = check_reachable(producer, args.bootstrap_server, args.topic)
     topic_meta = metadata.topics.get(args.topic)
     if topic_meta is None or (
@@ -293,11 +298,12 @@ def run_consume(args: argparse.Namespace) -> int:
         # prefetch queue is full, which leaves a fast consumer idle.
         "fetch.queue.backoff.ms": 10,
     }
+    props.update(config_file_properties(args))
     props.update(parse_properties(parser, args.consumer_props, "--consumer-props"))
     try:
         consumer = Consumer(client_config(args.bootstrap_server, props))
     except Exception as exc:
-        raise ToolError(f"bad consumer property: {exc}") from None
+        raise ToolError(f"bad consumer property: {describe_error(exc)}") from None
     try:
         return _consume(consumer, args)
     finally:

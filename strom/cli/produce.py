@@ -34,6 +34,7 @@ from strom.cli.common import (
     parse_properties,
     unescape,
 )
+from strom.cli.properties_file import add_config_file_option, config_file_properties
 
 COMPRESSION = ["none", "gzip", "snappy", "lz4", "zstd"]
 LINE_PROPERTIES = {
@@ -67,6 +68,7 @@ def add_parser(commands: Any) -> None:
         metavar="KEY=VALUE",
         help="line reader property (repeatable): " + ", ".join(sorted(LINE_PROPERTIES)),
     )
+    add_config_file_option(parser, "--producer.config", "producer")
     parser.add_argument(
         "--producer-property",
         action="append",
@@ -140,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         parser.error(f"unknown --property {unknown[0]!r}")
     producer_props: dict[str, Any] = {"message.timeout.ms": 30000}
+    producer_props.update(config_file_properties(args))
     producer_props.update(parse_properties(parser, args.producer_property, "--producer-property"))
     if args.compression_type:
         producer_props["compression.type"] = args.compression_type
@@ -161,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         producer = Producer(client_config(args.bootstrap_server, producer_props))
     except Exception as exc:  # librdkafka rejects an unknown or bad property here
-        raise ToolError(f"bad producer property: {exc}") from None
+        raise ToolError(f"bad producer property: {describe_error(exc)}") from None
     metadata = check_reachable(producer, args.bootstrap_server, args.topic)
     topic_meta = metadata.topics.get(args.topic)
     if topic_meta is None or (
