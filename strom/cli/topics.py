@@ -6,13 +6,15 @@ cluster. ``--describe`` prints per topic its id, partition count, replication
 factor, the configs set on the topic itself (what differs from the broker's
 defaults) and a table of the partitions' leader, replicas and ISR (in the form
 ``strom.cli.output`` chooses: table, tab-separated lines or JSON). ``--list``
-prints one name a line, as kafka-topics.sh, unless ``--output`` is given.
+prints one name a line, as kafka-topics.sh, unless ``--output`` is given; both take
+``--include REGEX`` (whole names) and ``--exclude-internal``.
 ``--alter`` only adds partitions; config changes go through ``strom configs``.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
@@ -37,8 +39,11 @@ from strom.cli.common import (
     source_code,
 )
 from strom.cli.output import Listing, add_output_option, note, show
+from strom.cli.properties_file import add_config_file_option, config_file_properties
 
 REQUEST_TIMEOUT_S = 15.0
+# Kafka's internal topics (the cluster metadata log is not listed by brokers).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 def add_parser(commands: Any) -> None:
@@ -56,7 +61,18 @@ def add_parser(commands: Any) -> None:
     action.add_argument("--alter", action="store_true", help="add partitions to a topic")
     action.add_argument("--delete", action="store_true", help="delete a topic")
     add_bootstrap(parser)
+    add_config_file_option(parser, "--command-config", "admin client")
     parser.add_argument("--topic", help="topic name")
+    parser.add_argument(
+        "--include",
+        metavar="REGEX",
+        help="with --list/--describe: only topics whose whole name matches",
+    )
+    parser.add_argument(
+        "--exclude-internal",
+        action="store_true",
+        help=f"with --list/--describe: leave out {', '.join(sorted(INTERNAL_TOPICS))}",
+    )
     parser.add_argument("--partitions", type=int, help="partition count (create, alter)")
     parser.add_argument(
         "--replication-factor", type=int, help="replication factor (create; default: the broker's)"
@@ -92,19 +108,33 @@ def run(args: argparse.Namespace) -> int:
         parser.error("--if-not-exists goes with --create")
     if args.if_exists and not (args.describe or args.alter or args.delete):
         parser.error("--if-exists goes with --describe, --alter or --delete")
+    if (args.include is not None or args.exclude_internal) and not (args.list or args.describe):
+        parser.error("--include and --exclude-internal go with --list or --describe")
+    if args.include is not None and args.topic:
+        parser.error("use either --topic or --include")
+    try:
+        include = re.compile(args.include) if args.include is not None else None
+    except re.error as exc:
+        parser.error(f"--include is not a regular expression: {exc}")
     for name in ("partitions", "replication_factor"):
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
 
-    admin = AdminClient(client_config(args.bootstrap_server))
+    admin = AdminClient(client_config(args.bootstrap_server, config_file_properties(args)))
     metadata = check_reachable(admin, args.bootstrap_server)
     exists = args.topic in metadata.topics if args.topic else True
     if args.create:
         return _create(admin, args, configs, exists)
+    listed = sorted(
+        name
+        for name in metadata.topics
+        if not (args.exclude_internal and name in INTERNAL_TOPICS)
+        and (include is None or include.fullmatch(name))
+    )
     if args.list:
         listing = Listing("Topic")
-        for name in sorted(metadata.topics):
+        for name in listed:
             listing.add_row(name)
         if args.output is None:  # Kafka's form: one name a line
             print("\n".join(row[0] for row in listing.rows))
@@ -116,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         raise ToolError(f"topic {args.topic!r} does not exist")
     if args.describe:
-        names = [args.topic] if args.topic else sorted(metadata.topics)
+        names = [args.topic] if args.topic else listed
         return _describe(admin, names, args)
     if args.alter:
         current = len(metadata.topics[args.topic].partitions)
