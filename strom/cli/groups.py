@@ -20,12 +20,15 @@ Everything works against any Kafka cluster.
   and is refused while the group has active members. ``--all-topics`` means the
   partitions the group has committed offsets for. As in Kafka, a group that
   does not exist yet may be given offsets.
+  ``--by-duration PnDTnHnMnS`` (now minus an ISO-8601 duration, as a time) and
+  ``--from-file CSV`` (``topic,partition,offset`` lines, or ``group,topic,...``; taken
+  as they are, not clamped, as Kafka does) are the other scenarios; ``--export``
+  prints the plan as that CSV instead of the table.
 - ``--delete --group G [--group G2]``, ``--delete-offsets --group G --topic T[:P]``.
 
 ``--group`` may be repeated, or replaced by ``--all-groups``, for
 ``--describe``, ``--reset-offsets`` and ``--delete``. Not covered:
-``--to-current``, ``--by-duration``, ``--from-file``, ``--export`` and
-``--verbose``. A KIP-848 group in a state librdkafka does not name
+``--to-current`` and ``--verbose``. A KIP-848 group in a state librdkafka does not name
 (Assigning, Reconciling) shows as ``Unknown``.
 """
 
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +58,9 @@ from strom.cli.common import (
     client_config,
     describe_error,
 )
+from strom.cli.durations import parse_duration_ms
 from strom.cli.output import Listing, add_output_option, note, show
+from strom.cli.properties_file import add_config_file_option, config_file_properties
 
 REQUEST_TIMEOUT_S = 15.0
 STATE_NAMES = {
@@ -67,7 +73,15 @@ STATE_NAMES = {
 }
 STATES_BY_NAME = {name.lower(): state for state, name in STATE_NAMES.items()}
 INACTIVE = {ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD}
-SCENARIOS = ("to_earliest", "to_latest", "to_offset", "to_datetime", "shift_by")
+SCENARIOS = (
+    "to_earliest",
+    "to_latest",
+    "to_offset",
+    "to_datetime",
+    "by_duration",
+    "shift_by",
+    "from_file",
+)
 
 Partition = tuple[str, int]
 
@@ -99,6 +113,7 @@ def add_parser(commands: Any) -> None:
         help="delete a group's committed offsets of --topic",
     )
     add_bootstrap(parser)
+    add_config_file_option(parser, "--command-config", "admin client")
     add_output_option(parser)
     parser.add_argument(
         "--group",
@@ -141,7 +156,23 @@ def add_parser(commands: Any) -> None:
         help="reset to the first offset at or after this time",
     )
     scenario.add_argument(
+        "--by-duration",
+        metavar="PnDTnHnMnS",
+        help="reset to the first offset at or after now minus this ISO-8601 duration",
+    )
+    scenario.add_argument(
         "--shift-by", type=int, metavar="N", help="move the committed offset by N (negative: back)"
+    )
+    scenario.add_argument(
+        "--from-file",
+        metavar="CSV",
+        help="reset to the offsets of a CSV file of topic,partition,offset lines "
+        "(or group,topic,partition,offset, as --export writes for several groups)",
+    )
+    parser.add_argument(
+        "--export",
+        action="store_true",
+        help="with --reset-offsets: print the plan as CSV (input for --from-file)",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
@@ -185,6 +216,52 @@ def parse_datetime(parser: argparse.ArgumentParser, text: str) -> int:
     if moment.tzinfo is None:
         moment = moment.astimezone()  # local time zone
     return int(moment.timestamp() * 1000)
+
+
+def parse_offsets_csv(text: str) -> list[tuple[str | None, str, int, int]]:
+    """``topic,partition,offset`` or ``group,topic,partition,offset`` lines (Kafka's
+    --export CSV) as (group or None, topic, partition, offset); ValueError naming the line."""
+    rows: list[tuple[str | None, str, int, int]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) not in (3, 4) or not all(cells):
+            raise ValueError(
+                f"line {number}: expected topic,partition,offset "
+                f"(or group,topic,partition,offset), got {line.strip()!r}"
+            )
+        group = cells[0] if len(cells) == 4 else None
+        topic, partition, offset = cells[-3:]
+        if not partition.isdigit() or not offset.isdigit():
+            raise ValueError(f"line {number}: partition and offset must be numbers: {line!r}")
+        rows.append((group, topic, int(partition), int(offset)))
+    if not rows:
+        raise ValueError("no offsets in the file")
+    return rows
+
+
+def _read_offsets_file(
+    parser: argparse.ArgumentParser, path: str
+) -> list[tuple[str | None, str, int, int]]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return parse_offsets_csv(handle.read())
+    except OSError as exc:
+        parser.error(f"--from-file: cannot read {path}: {exc.strerror or exc}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        parser.error(f"--from-file {path}: {exc}")
+
+
+def _file_offsets_of(
+    rows: list[tuple[str | None, str, int, int]], group: str
+) -> dict[Partition, int]:
+    """The file's offsets for ``group``: its own rows, or every group-less row."""
+    return {
+        (topic, partition): offset
+        for row_group, topic, partition, offset in rows
+        if row_group in (group, None)
+    }
 
 
 def parse_states(parser: argparse.ArgumentParser, text: str) -> set[ConsumerGroupState]:
@@ -231,13 +308,18 @@ def _check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         parser.error(f"--{chosen[0].replace('_', '-')} goes with --reset-offsets")
     if (args.dry_run or args.execute) and not args.reset_offsets:
         parser.error("--dry-run and --execute go with --reset-offsets")
+    if args.export and not args.reset_offsets:
+        parser.error("--export goes with --reset-offsets")
     if args.reset_offsets:
-        if bool(args.topic) == args.all_topics:
+        if args.from_file is not None:
+            if args.topic or args.all_topics:
+                parser.error("--from-file names its partitions: no --topic or --all-topics")
+        elif bool(args.topic) == args.all_topics:
             parser.error("--reset-offsets needs either --topic or --all-topics")
         if not chosen:
             parser.error(
-                "--reset-offsets needs one of --to-earliest, --to-latest, "
-                "--to-offset, --to-datetime, --shift-by"
+                "--reset-offsets needs one of --to-earliest, --to-latest, --to-offset, "
+                "--to-datetime, --by-duration, --shift-by, --from-file"
             )
         if args.to_offset is not None and args.to_offset < 0:
             parser.error("--to-offset must be 0 or more")
@@ -248,9 +330,15 @@ def run(args: argparse.Namespace) -> int:
     _check_arguments(parser, args)
     topics = [parse_topic(parser, t) for t in args.topic or []]
     timestamp = parse_datetime(parser, args.to_datetime) if args.to_datetime else None
+    if args.by_duration is not None:
+        try:
+            timestamp = int(time.time() * 1000) - parse_duration_ms(args.by_duration)
+        except ValueError as exc:
+            parser.error(f"--by-duration: {exc}")
+    from_file = _read_offsets_file(parser, args.from_file) if args.from_file else None
     states = parse_states(parser, args.state) if args.list and args.state else set()
 
-    admin = AdminClient(client_config(args.bootstrap_server))
+    admin = AdminClient(client_config(args.bootstrap_server, config_file_properties(args)))
     metadata = check_reachable(admin, args.bootstrap_server)
     if args.list:
         return _list(admin, args.state is not None, states, args)
@@ -259,7 +347,13 @@ def run(args: argparse.Namespace) -> int:
         return _describe(admin, groups, args)
     if args.reset_offsets:
         for group in groups:
-            _reset(admin, metadata, group, topics, args, timestamp)
+            if from_file is not None:
+                wanted = _file_offsets_of(from_file, group)
+                if not wanted:
+                    raise ToolError(f"{args.from_file} has no offsets for group {group!r}")
+            else:
+                wanted = None
+            _reset(admin, metadata, group, topics, args, timestamp, wanted, len(groups) > 1)
         return 0
     if args.delete:
         return _delete(admin, groups)
@@ -521,6 +615,8 @@ def _reset(
     topics: list[TopicSpec],
     args: argparse.Namespace,
     timestamp: int | None,
+    from_file: dict[Partition, int] | None = None,
+    several_groups: bool = False,
 ) -> None:
     desc = _describe_group(admin, group)
     if args.execute and desc.state not in INACTIVE:
@@ -529,8 +625,10 @@ def _reset(
             f"(state {_state_name(desc.state)}); stop its consumers first"
         )
     committed = _committed(admin, group)
-    if args.all_groups and not topics and not committed:
+    if args.all_groups and not topics and not committed and from_file is None:
         return  # --all-groups --all-topics: nothing of this group to reset
+    if from_file is not None:  # the file's partitions, checked against the cluster
+        topics = [TopicSpec(t, (p,)) for t, p in from_file]
     partitions = _partitions_to_reset(metadata, group, topics, committed)
     start = _log_offsets(admin, partitions, OffsetSpec.earliest())
     end = _log_offsets(admin, partitions, OffsetSpec.latest())
@@ -553,6 +651,8 @@ def _reset(
         elif timestamp is not None:
             found = at_time.get(tp)
             target = found if found is not None and found >= 0 else high
+        elif from_file is not None:
+            target = from_file[tp]
         else:
             if current is None:
                 raise ToolError(
@@ -560,7 +660,9 @@ def _reset(
                     f"{group!r}: it has no committed offset"
                 )
             target = current + args.shift_by
-        plan.append((tp[0], tp[1], current, min(max(target, low), high)))
+        # As in Kafka, offsets from a file are taken as they are; others are clamped.
+        new = target if from_file is not None else min(max(target, low), high)
+        plan.append((tp[0], tp[1], current, new))
 
     if args.execute:
         request = ConsumerGroupTopicPartitions(
@@ -574,6 +676,13 @@ def _reset(
                     f"cannot reset the offset of {tp.topic}:{tp.partition} in group "
                     f"{group!r}: {describe_error(tp.error)}"
                 )
+    if args.export:  # Kafka's CSV: what --from-file reads back
+        for topic, partition, _current, new in plan:
+            print(
+                f"{group},{topic},{partition},{new}"
+                if several_groups
+                else f"{topic},{partition},{new}"
+            )
     table = _table(
         "GROUP",
         "TOPIC",
@@ -584,7 +693,8 @@ def _reset(
     )
     for topic, partition, current, new in plan:
         _add_row(table, group, topic, str(partition), _text(current), str(new))
-    show(args, table)
+    if not args.export:
+        show(args, table)
     if not args.execute:
         print(
             f"Dry run: the offsets of group '{group}' were not changed; "
