@@ -20,6 +20,10 @@ joined by ``key.separator`` (TAB); ``headers.separator`` (``,``),
 ``line.separator`` (newline) and ``null.literal`` (``null``). Separators accept
 ``\\t`` and ``\\n``. Values are written as they are, one record a line.
 
+``-f/--format`` takes an rpk-style format string instead (``strom.cli.record_format``:
+``%t %p %o %k %v %T %h``...). ``--consumer.config FILE`` reads consumer configs from a
+properties file; ``--consumer-property`` overrides them.
+
 Stops after ``--max-messages``, after ``--timeout-ms`` without a record, or on
 Ctrl-C (exit 0, no traceback); "Processed a total of N messages" goes to stderr.
 """
@@ -50,9 +54,12 @@ from strom.cli.common import (
     add_bootstrap,
     check_reachable,
     client_config,
+    describe_error,
     parse_properties,
     unescape,
 )
+from strom.cli.properties_file import add_config_file_option, config_file_properties
+from strom.cli.record_format import RecordFormat
 
 FORMAT_PROPERTIES = {
     "print.timestamp",
@@ -106,6 +113,15 @@ def add_parser(commands: Any) -> None:
         metavar="KEY=VALUE",
         help="formatter property (repeatable): " + ", ".join(sorted(FORMAT_PROPERTIES)),
     )
+    parser.add_argument(
+        "-f",
+        "--format",
+        metavar="FORMAT",
+        help="format each record, rpk-style: %%t topic, %%p partition, %%o offset, %%k key, "
+        "%%v value, %%T timestamp, %%h headers, %%K/%%V sizes, %%H header count, \\n \\t "
+        "escapes (no newline added); not with --property",
+    )
+    add_config_file_option(parser, "--consumer.config", "consumer")
     parser.add_argument(
         "--consumer-property",
         action="append",
@@ -195,7 +211,14 @@ def run(args: argparse.Namespace) -> int:
         parser.error("--timeout-ms must be 0 or more")
     if args.partition is not None and args.partition < 0:
         parser.error("--partition must be 0 or more")
-    formatter = Formatter(props)
+    formatter: Formatter | RecordFormat = Formatter(props)
+    if args.format is not None:
+        if props:
+            parser.error("use either --format or --property")
+        try:
+            formatter = RecordFormat(args.format)
+        except ValueError as exc:
+            parser.error(f"--format: {exc}")
     subscribe = args.group is not None and args.partition is None
     if subscribe:
         # Offsets are stored as consume() hands records over, so a commit covers
@@ -211,11 +234,12 @@ def run(args: argparse.Namespace) -> int:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
         }
+    consumer_props.update(config_file_properties(args))
     consumer_props.update(parse_properties(parser, args.consumer_property, "--consumer-property"))
     try:
         consumer = Consumer(client_config(args.bootstrap_server, consumer_props))
     except Exception as exc:  # librdkafka rejects an unknown or bad property here
-        raise ToolError(f"bad consumer property: {exc}") from None
+        raise ToolError(f"bad consumer property: {describe_error(exc)}") from None
     try:
         return _consume(consumer, args, start, formatter, subscribe)
     except KeyboardInterrupt:  # Ctrl-C before the first poll: still a clean exit
