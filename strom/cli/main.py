@@ -14,7 +14,8 @@ requests where it lacks one).
 ``storage`` (format and inspect the node's directories, like kafka-storage.sh) and
 ``dump-log`` (decode segment files, like kafka-dump-log.sh) work on the local disk
 instead. A tool's wrong argument is one line and exit code 2; an expected failure
-(broker unreachable, topic missing...) is one line and exit code 1. SIGTERM ends a tool as Ctrl-C does.
+(broker unreachable, topic missing...) is one line and exit code 1. SIGTERM ends a tool
+as Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from strom.cli import (
     acls,
     broker_logging,
     cluster,
+    completion,
     configs,
     consume,
     delete_records,
@@ -102,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
         acls,
         storage,
         dump_log,
+        completion,
     ):
         tool.add_parser(commands)
     return parser
