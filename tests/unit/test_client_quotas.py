@@ -1,10 +1,15 @@
 """Client quotas without a broker: Kafka's sampled rate, the throttle time formula,
-precedence of the eight entity levels, validation and DescribeClientQuotas filters."""
+precedence of the eight entity levels, validation and DescribeClientQuotas filters, and the
+handler time a request quota counts."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 
+from strom.broker.client_quotas import _Timed
 from strom.security.quotas import (
     CONSUMER_BYTE_RATE,
     MATCH_ANY,
@@ -200,3 +205,21 @@ def test_describe_filters() -> None:
         validate_filter([("user", 7, None)])
     with pytest.raises(InvalidQuota):
         validate_filter([("user", MATCH_ANY, None), ("user", MATCH_ANY, None)])
+
+
+def test_handler_time_leaves_out_waiting() -> None:
+    """The request quota counts the time an awaiting handler runs, not the time it waits."""
+
+    async def handler() -> str:
+        time.sleep(0.02)  # runs
+        await asyncio.sleep(0.2)  # waits
+        time.sleep(0.02)  # runs
+        return "done"
+
+    async def measure() -> tuple[str, int]:
+        timed = _Timed(handler())
+        return await timed, timed.spent_ns
+
+    result, spent_ns = asyncio.run(measure())
+    assert result == "done"
+    assert 0.04 <= spent_ns / 1e9 < 0.2
