@@ -7,15 +7,16 @@ line on stderr and exit code 2; SIGTERM and SIGINT shut down cleanly.
 
 The tools (``topics``, ``produce``, ``consume``, ``groups``, ``configs``,
 ``perf-test``, ``get-offsets``, ``delete-records``, ``reassign-partitions``,
-``leader-election``, ``log-dirs``,
-``metadata-quorum``, ``cluster``, ``transactions``, ``acls``) live one per module in this package
-and are clients only: they talk to any Kafka cluster through confluent-kafka (or raw
-requests where it lacks one).
+``leader-election``, ``log-dirs``, ``metadata-quorum``, ``cluster``, ``transactions``,
+``acls``) live one per module in this package and are clients only: they talk to any
+Kafka cluster through confluent-kafka (or raw requests where it lacks one).
 ``storage`` (format and inspect the node's directories, like kafka-storage.sh) and
 ``dump-log`` (decode segment files, like kafka-dump-log.sh) work on the local disk
-instead. A tool's wrong argument is one line and exit code 2; an expected failure
-(broker unreachable, topic missing...) is one line and exit code 1. SIGTERM ends a tool
-as Ctrl-C does.
+instead, and ``completion`` prints a bash or zsh completion script. Listings print as
+``strom.cli.output`` decides: a table on a terminal, tab-separated lines in a pipe,
+JSON with ``--output json``. A tool's wrong argument is one line and exit code 2; an
+expected failure (broker unreachable, topic missing...) is one line and exit code 1.
+SIGTERM ends a tool as Ctrl-C does.
 """
 
 from __future__ import annotations
