@@ -431,6 +431,20 @@ def test_a_stalled_tls_handshake_does_not_hold_up_others(secure: SecureBroker) -
             sock.close()
 
 
+def _client_hello() -> bytes:
+    """The first bytes a TLS client sends: a real client hello."""
+    context = ssl.create_default_context()
+    tls = context.wrap_bio(ssl.MemoryBIO(), outgoing := ssl.MemoryBIO(), server_hostname="x")
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+
+
+CLIENT_HELLO = _client_hello()
+
+
 @settings(
     max_examples=100,
     deadline=None,
@@ -439,12 +453,14 @@ def test_a_stalled_tls_handshake_does_not_hold_up_others(secure: SecureBroker) -
 @given(
     garbage=st.binary(max_size=300),
     listener=st.sampled_from(["SSL", "SASL_SSL", "SASL_PLAINTEXT", "SASL_TOKEN"]),
+    hello_bytes=st.integers(min_value=0, max_value=len(CLIENT_HELLO)),
 )
 def test_garbage_costs_only_its_connection(
-    secure: SecureBroker, garbage: bytes, listener: str
+    secure: SecureBroker, garbage: bytes, listener: str, hello_bytes: int
 ) -> None:
-    """Random bytes before or during the TLS handshake, and random SASL tokens (after a
-    valid handshake) are answered by a closed connection or a refusal; never served."""
+    """Random bytes before or during the TLS handshake (after some of a real client
+    hello), and random SASL tokens (after a valid SaslHandshake) are answered by a closed
+    connection or a refusal; never served."""
     if listener == "SASL_TOKEN":
         with RawClient(secure.ports["SASL_PLAINTEXT"], timeout=5) as raw:
             assert handshake(raw, "SCRAM-SHA-512").error_code == ErrorCode.none
@@ -457,8 +473,8 @@ def test_garbage_costs_only_its_connection(
         if listener == "SASL_PLAINTEXT":
             sock.sendall(struct.pack(">i", len(garbage)) + garbage)
         else:
-            sock.sendall(garbage[:5])
-            sock.sendall(garbage[5:])
+            sock.sendall(CLIENT_HELLO[:hello_bytes])
+            sock.sendall(garbage)
         sock.shutdown(socket.SHUT_WR)
         while sock.recv(4096):  # a TLS alert, say; then the broker must close
             pass
