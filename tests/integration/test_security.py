@@ -644,8 +644,9 @@ def test_storage_format_add_scram(tmp_path: Path) -> None:
 
 
 def test_a_cluster_talks_to_itself_over_sasl_ssl(tmp_path: Path) -> None:
-    """Two nodes whose client (inter-broker) and controller listeners are both SASL_SSL
-    with PLAIN: Raft, broker registration and replication all authenticate, so a topic
+    """Two nodes whose client (inter-broker) and controller listeners are both SASL_SSL:
+    Raft, broker registration and forwarding log in with PLAIN, replication with
+    SCRAM-SHA-512 (the nodes' credential added once the cluster is up), so a topic
     replicated on both nodes takes acks=all writes."""
     from cluster_process import Cluster
 
@@ -663,10 +664,14 @@ def test_a_cluster_talks_to_itself_over_sasl_ssl(tmp_path: Path) -> None:
             "listener.security.protocol.map": "PLAINTEXT:SASL_SSL,CONTROLLER:SASL_SSL",
             "ssl.keystore.location": str(server.bundle),
             "ssl.truststore.location": str(ca.cert),
-            "sasl.enabled.mechanisms": "PLAIN",
-            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
             "sasl.mechanism.controller.protocol": "PLAIN",
             "sasl.jaas.config": jaas,
+            "listener.name.plaintext.scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                'username="node" password="node-scram-secret";'
+            ),
         },
     )
     cluster.start_all()
@@ -683,6 +688,10 @@ def test_a_cluster_talks_to_itself_over_sasl_ssl(tmp_path: Path) -> None:
         deadline = time.monotonic() + 30
         while len(admin.list_topics(timeout=10).brokers) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
+        upsert = UserScramCredentialUpsertion(
+            "node", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"node-scram-secret"
+        )
+        admin.alter_user_scram_credentials([upsert])["node"].result(15)
         admin.create_topics([NewTopic("replicated", 1, 2)])["replicated"].result(15)
         producer = Producer({**conf, "acks": "all", "message.timeout.ms": 20000})
         outcome: list[Any] = []
