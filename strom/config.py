@@ -8,9 +8,11 @@ translation of a topic's effective configs into a storage ``LogConfig``.
 Also owns the node's cluster settings as KRaft has them: ``process.roles``, the quorum
 (``controller.quorum.voters``, ``controller.quorum.bootstrap.servers``), which listeners
 serve controllers (``controller.listener.names``) and which serve clients, the listener
-security protocol map, and the checks Kafka's KafkaConfig makes of them. The default
-node is broker and controller at once with no voters configured: a quorum of itself
-alone, which needs no controller listener (``strom broker`` with no arguments).
+security protocol map, and the checks Kafka's KafkaConfig makes of them; the ``ssl.*``
+and ``sasl.*`` settings, each also per listener as ``listener.name.<listener>.<key>``
+(``listener_value``, ``jaas_config``). The default node is broker and controller at
+once with no voters configured: a quorum of itself alone, which needs no controller
+listener (``strom broker`` with no arguments).
 
 Does not own: where topic overrides are stored (``strom.cluster.metadata``).
 """

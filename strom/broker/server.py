@@ -15,6 +15,12 @@ always leave in request order. Responses to one read go out in one write.
 Reading is paused while the socket's send buffer is full or too many responses
 are owed, so a slow client cannot make the broker buffer without bound.
 
+A TLS listener's connections are served once their handshake is done (each takes the
+listener's current certificates; ``authentication.ListenerSecurity``); a SASL
+connection is served ApiVersions, SaslHandshake and SaslAuthenticate only until it
+has authenticated (``authentication.ConnectionSession``), and a request carries the
+connection's principal and listener.
+
 Frames of 64 KiB or more are received straight into a buffer of their own (the
 connection's previous one when nothing holds a view of it any more); large Produce
 frames are kept writable and decoded in place (protocol/produce_view.py), so their
