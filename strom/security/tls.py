@@ -310,7 +310,8 @@ class ReloadingContext:
                 try:
                     self.context = self._build(self.settings)
                     log.info("listener %s: TLS certificates reloaded", self.name)
-                except TlsConfigError as exc:
+                except (TlsConfigError, ssl.SSLError, OSError, ValueError) as exc:
+                    # Never raised into a handshake: the connections to come keep working.
                     log.warning(
                         "listener %s: keeping the previous TLS certificates: %s", self.name, exc
                     )

@@ -17,6 +17,7 @@ from strom.config import BrokerConfig, ConfigError
 from strom.security.tls import (
     NoMatchingRule,
     PrincipalMapper,
+    ReloadingContext,
     TlsConfigError,
     TlsSettings,
     client_context,
@@ -225,3 +226,23 @@ def test_peer_security_of_the_inter_broker_listener(ca: Authority) -> None:
     assert peer_security(config, "CONTROLLER", "sasl.mechanism.controller.protocol") is None
     with pytest.raises(ConfigError, match="GSSAPI is not served"):
         peer_security(BrokerConfig({**props, key: "GSSAPI"}), "INTERNAL", key)
+
+
+def test_a_keystore_that_no_longer_loads_keeps_the_previous_context(
+    ca: Authority, tmp_path: Path
+) -> None:
+    first = ca.issue("reload-a", "/CN=localhost")
+    second = ca.issue("reload-b", "/CN=localhost")
+    keystore = tmp_path / "keystore.pem"
+    keystore.write_text(first.bundle.read_text())
+    reloading = ReloadingContext(TlsSettings(keystore_location=str(keystore)), name="SSL")
+    original = reloading.current()
+    keystore.write_text("-----BEGIN CERTIFICATE-----\ngarbage\n-----END CERTIFICATE-----\n")
+    reloading._checked = 0.0  # as if the check interval had passed
+    assert reloading.current() is original
+    keystore.write_text(second.bundle.read_text() + "\n")
+    reloading._checked = 0.0
+    renewed = reloading.current()
+    assert renewed is not original
+    reloading._checked = 0.0
+    assert reloading.current() is renewed  # unchanged files: the same context
