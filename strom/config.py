@@ -287,6 +287,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
         ConfigDef("sasl.mechanism.controller.protocol", "string", "GSSAPI"),
         ConfigDef("sasl.jaas.config", "password", None),
+        # The largest request read from a SASL connection before it has authenticated.
+        ConfigDef("sasl.server.max.receive.size", "int", 524288, minimum=1),
     ]
 }
 

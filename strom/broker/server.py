@@ -86,8 +86,6 @@ DIRECT_FRAME = 64 * 1024
 SPARE_FRAME_BUFFER = 16 * 1024 * 1024
 # A client that has not finished its TLS handshake by then is disconnected.
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
-# The largest frame read before SASL authentication (Kafka's sasl.server.max.receive.size).
-MAX_UNAUTHENTICATED_FRAME = 524288
 
 
 class Broker:
@@ -187,6 +185,7 @@ class Broker:
             if not config.is_controller_listener(listener.name)
         ]
         self.max_request_size: int = config["socket.request.max.bytes"]
+        self.max_unauthenticated_size: int = config["sasl.server.max.receive.size"]
         # Each listener's TLS context and SASL settings; a bad one stops start-up here.
         self.listener_security = {
             listener.name: ListenerSecurity.of(config, listener.name)
@@ -589,7 +588,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             limit = (
                 self.broker.max_request_size
                 if self.session.authenticated
-                else MAX_UNAUTHENTICATED_FRAME
+                else self.broker.max_unauthenticated_size
             )
             if size < 0 or size > limit:
                 log.warning(

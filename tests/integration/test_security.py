@@ -789,3 +789,16 @@ def test_scram_administration_is_authorized_and_checked(secure: SecureBroker) ->
     ]
     described = admin.describe_user_scram_credentials([SCRAM_USER])[SCRAM_USER].result(15)
     assert [i.mechanism for i in described.scram_credential_infos] == [ScramMechanism.SCRAM_SHA_512]
+
+
+def test_a_large_frame_before_authentication_closes_the_connection(secure: SecureBroker) -> None:
+    """Before a SASL connection has authenticated, a frame over
+    sasl.server.max.receive.size (512 KiB) is not read: the connection is closed."""
+    with RawClient(secure.ports["SASL_PLAINTEXT"]) as raw:
+        raw.send_bytes(struct.pack(">i", 524289))
+        assert raw.is_closed_by_peer()
+    with RawClient(secure.ports["PLAINTEXT"]) as raw:  # the usual limit without SASL
+        raw.send_bytes(struct.pack(">i", 524289) + b"\0" * 1024)
+        raw.sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            raw.sock.recv(1)  # still open: waiting for the rest of the frame
