@@ -352,7 +352,9 @@ class ScramServer:
         if not sep:
             raise self._malformed("invalid SCRAM client-final message")
         attributes = dict(_attributes(without_proof))
-        if attributes.get("r") != self._nonce:
+        # Kafka checks only that the nonce ends with the one it sent: librdkafka before
+        # 2.1 sends its own nonce again in front of it.
+        if not attributes.get("r", "").endswith(self._nonce):
             raise self._malformed("invalid SCRAM nonce")
         if _unb64(attributes.get("c", "")) != self._gs2_header.encode():
             raise self._malformed("invalid SCRAM channel binding")

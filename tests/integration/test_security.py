@@ -19,6 +19,7 @@ import errno
 import socket
 import ssl
 import struct
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -802,3 +803,23 @@ def test_a_large_frame_before_authentication_closes_the_connection(secure: Secur
         raw.sock.settimeout(0.5)
         with pytest.raises(TimeoutError):
             raw.sock.recv(1)  # still open: waiting for the rest of the frame
+
+
+def test_kcat_over_sasl_ssl_with_scram(secure: SecureBroker) -> None:
+    topic = new_topic(secure)
+    settings = [
+        "-Xsecurity.protocol=SASL_SSL",
+        f"-Xssl.ca.location={secure.ca.cert}",
+        "-Xsasl.mechanism=SCRAM-SHA-512",
+        f"-Xsasl.username={SCRAM_USER}",
+        f"-Xsasl.password={SCRAM_PASSWORD}",
+    ]
+    kcat = ["kcat", "-b", secure.address("SASL_SSL"), *settings]
+    subprocess.run([*kcat, "-P", "-t", topic], input=b"one\ntwo\n", check=True, timeout=30)
+    out = subprocess.run(
+        [*kcat, "-C", "-t", topic, "-o", "beginning", "-e", "-q"],
+        capture_output=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    assert out.splitlines() == [b"one", b"two"]

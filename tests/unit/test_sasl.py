@@ -122,3 +122,26 @@ def test_random_tokens_end_in_a_refusal(tokens: list[bytes]) -> None:
         except SaslAuthenticationFailed:
             continue
         assert not server.complete or server.username == "alice"
+
+
+def test_scram_takes_the_nonce_librdkafka_2_0_sends() -> None:
+    """librdkafka before 2.1 puts its own nonce in front of the server's (which begins
+    with it) in client-final; Kafka accepts a nonce that ends with the one it sent."""
+    scram = SCRAM_SHA_256
+    salt = b"0123456789abcdef"
+    users = {"alice": new_credential(scram, "secret", salt=salt)}
+    server = ScramServer(scram, users.get)
+    bare = "n=alice,r=clientnonce"
+    server_first = server.evaluate(f"n,,{bare}".encode()).decode()
+    server_nonce = server_first.split(",")[0][2:]
+    without_proof = f"c=biws,r=clientnonce{server_nonce}"  # the client nonce twice
+    auth_message = f"{bare},{server_first},{without_proof}".encode()
+    salted = scram.salted_password("secret", salt, 4096)
+    client_key = scram.hmac(salted, b"Client Key")
+    signature = scram.hmac(scram.digest(client_key), auth_message)
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    final = f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+    server_final = server.evaluate(final)
+    expected = scram.hmac(scram.hmac(salted, b"Server Key"), auth_message)
+    assert server_final == b"v=" + base64.b64encode(expected)
+    assert server.complete
