@@ -13,7 +13,9 @@
 
 Authorization: READ on the group for ConsumerGroupHeartbeat and DESCRIBE for
 ConsumerGroupDescribe (GROUP_AUTHORIZATION_FAILED), whose authorized operations come
-from the ACLs. Rack ids are kept but not used.
+from the ACLs. Rack ids are kept but not used. A heartbeat that changed the group is
+answered once its records in ``__consumer_offsets`` reached the followers (or after
+``offsets.commit.timeout.ms``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from strom.broker.groups import client_host, millis
 from strom.broker.router import RequestContext, handles
 from strom.coordinator.assignors import assignor_name
 from strom.coordinator.consumer_group import ConsumerGroup, HeartbeatRequest, HeartbeatResult
+from strom.coordinator.offsets_topic import OFFSETS_TOPIC
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
@@ -120,6 +123,7 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
     owned = None
     if request.topic_partitions is not None:
         owned = {tp.topic_id: set(tp.partitions) for tp in request.topic_partitions}
+    coordinator.appended_at = None
     result = group.heartbeat(
         HeartbeatRequest(
             member_id=request.member_id,
@@ -138,6 +142,22 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
             client_id=ctx.client_id or "",
             client_host=client_host(ctx),
         )
+    )
+    waiting = coordinator.appended_at
+    if waiting is not None and ctx.broker.replicas.is_replicated(OFFSETS_TOPIC, waiting[0]):
+        return _after_replication(ctx, result, waiting)
+    return _response(ctx, result)
+
+
+async def _after_replication(
+    ctx: RequestContext, result: HeartbeatResult, waiting: tuple[int, int, int]
+) -> Any:
+    """Answer once the group's new records are on the followers too (as Kafka answers
+    after its write is committed), so a coordinator that takes over knows what the
+    member was told; past ``offsets.commit.timeout.ms`` the answer goes anyway."""
+    timeout_s = int(ctx.broker.config["offsets.commit.timeout.ms"]) / 1000
+    await ctx.broker.replicas.wait_for_high_watermark(
+        (OFFSETS_TOPIC, waiting[0]), waiting[1], waiting[2], timeout_s
     )
     return _response(ctx, result)
 
