@@ -270,7 +270,9 @@ class ConsumerGroup:
 
     def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
         result = self._heartbeat(request)
-        self._persist()
+        # Only the member that heartbeats can have changed its metadata or assignment.
+        member = self.members.get(result.member_id or "")
+        self._persist([] if member is None else [member])
         return result
 
     def _heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
@@ -535,16 +537,20 @@ class ConsumerGroup:
 
     # Persistence -------------------------------------------------------------------
 
-    def changes(self) -> list[tuple[bytes, bytes | None]]:
+    def changes(
+        self, changed: list[ConsumerGroupMember] | None = None
+    ) -> list[tuple[bytes, bytes | None]]:
         """The records that bring ``__consumer_offsets`` to this group's state, in the
         order Kafka writes them (removed members, member metadata, group epoch, target
-        assignment, current assignments); marks them as stored."""
+        assignment, current assignments); marks them as stored. ``changed``: the only
+        members whose metadata or current assignment may have changed (default: all)."""
         group = self.group_id
         out, self._removed = self._removed, []
-        for member_id, member in self.members.items():
+        candidates = list(self.members.values()) if changed is None else changed
+        for member in candidates:
             metadata = member.metadata_record()
             if metadata != member.stored_metadata:
-                key = records.member_metadata_key(group, member_id)
+                key = records.member_metadata_key(group, member.member_id)
                 out.append((key, records.member_metadata_value(metadata)))
                 member.stored_metadata = metadata
         if self.group_epoch != self.stored_epoch:
@@ -561,18 +567,18 @@ class ConsumerGroup:
             value = records.target_assignment_metadata_value(self.assignment_epoch)
             out.append((records.target_assignment_metadata_key(group), value))
             self.stored_assignment_epoch = self.assignment_epoch
-        for member_id, member in self.members.items():
+        for member in candidates:
             current = member.current_record()
             if current != member.stored_current:
-                key = records.current_assignment_key(group, member_id)
+                key = records.current_assignment_key(group, member.member_id)
                 out.append((key, records.current_assignment_value(current)))
                 member.stored_current = current
         return out
 
-    def _persist(self) -> None:
-        changed = self.changes()
-        if changed and not self.dead:
-            self.coordinator.store_consumer_group(self.group_id, changed)
+    def _persist(self, changed: list[ConsumerGroupMember] | None = None) -> None:
+        written = self.changes(changed)
+        if written and not self.dead:
+            self.coordinator.store_consumer_group(self.group_id, written)
 
     def tombstones(self) -> list[tuple[bytes, bytes | None]]:
         """The records that delete this group from ``__consumer_offsets``."""
