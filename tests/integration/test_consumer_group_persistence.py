@@ -5,17 +5,22 @@ joined and left first, so the group epoch is past what a fresh group reaches); t
 is stopped (SIGTERM) and started, then killed (SIGKILL) and started. Each time the
 group comes back from __consumer_offsets with the same group epoch, members, member
 epochs and assignments (ConsumerGroupDescribe), and the consumers carry on consuming
-without being fenced: same member ids, no partition revoked or assigned again.
+without being fenced: same member ids, no partition revoked or assigned again. On a
+three-node cluster the same holds when the coordinator is killed and the group's
+__consumer_offsets partition is led by another node.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from broker_process import BrokerProcess
+from cluster_process import Cluster
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_helpers import create_topic, wait_until
 from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
 from kio.schema.types import GroupId
@@ -41,7 +46,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 
 def produce(bootstrap: str, start: int, count: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
     for i in range(start, start + count):
         producer.produce(TOPIC, value=b"v%d" % i, partition=i % PARTITIONS)
     assert producer.flush(15) == 0
@@ -96,6 +101,10 @@ class GroupMember:
         with self.lock:
             return set(self.partitions)
 
+    def consumed(self) -> set[tuple[int, int]]:
+        with self.lock:
+            return set(self.records)
+
     def ids(self) -> set[str]:
         with self.lock:
             return set(self.member_ids)
@@ -132,12 +141,13 @@ def describe(port: int) -> tuple:
 def test_kip848_group_survives_stop_and_kill(broker: BrokerProcess) -> None:
     create_topic(broker.bootstrap, TOPIC, PARTITIONS)
     produce(broker.bootstrap, 0, 40)
-    members = [GroupMember(broker.bootstrap) for _ in range(3)]
+    everyone = [GroupMember(broker.bootstrap) for _ in range(3)]
+    members = everyone[:2]
     try:
         # A third member joins and leaves first: the group epoch goes past what a group
         # rebuilt from scratch by the two remaining members would reach.
-        wait_until(lambda: all(m.owned() for m in members), 30, "three members assigned")
-        members.pop().close()
+        wait_until(lambda: all(m.owned() for m in everyone), 30, "three members assigned")
+        everyone[2].close()
 
         def settled() -> bool:
             owned = [m.owned() for m in members]
@@ -161,7 +171,7 @@ def test_kip848_group_survives_stop_and_kill(broker: BrokerProcess) -> None:
             produced += 40
             expected = {(p, o) for p in range(PARTITIONS) for o in range(produced // PARTITIONS)}
             wait_until(
-                lambda wanted=expected: wanted <= set().union(*(m.records for m in members)),
+                lambda wanted=expected: wanted <= set().union(*(m.consumed() for m in everyone)),
                 30,
                 "every record consumed after the restart",
             )
@@ -172,3 +182,63 @@ def test_kip848_group_survives_stop_and_kill(broker: BrokerProcess) -> None:
     finally:
         for member in members:
             member.close()
+
+
+def test_kip848_group_moves_with_its_coordinator(tmp_path: Path) -> None:
+    overrides = {
+        **OVERRIDES,
+        "offsets.topic.replication.factor": "3",
+        "replica.fetch.wait.max.ms": "100",
+        "replica.lag.time.max.ms": "1500",
+        "min.insync.replicas": "2",
+    }
+    cluster = Cluster.combined(tmp_path, overrides=overrides)
+    members: list[GroupMember] = []
+    try:
+        cluster.start_all()
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap(), "socket.timeout.ms": 3000})
+        wait_until(
+            lambda: sorted(admin.list_topics(timeout=3).brokers) == [1, 2, 3], 15, "3 brokers"
+        )
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(15)
+        produce(cluster.bootstrap(), 0, 40)
+        members = [GroupMember(cluster.bootstrap()) for _ in range(2)]
+
+        def coordinator_port() -> int:
+            described = admin.describe_consumer_groups([GROUP])[GROUP].result(10)
+            return cluster.nodes[described.coordinator.id].port
+
+        def settled() -> bool:
+            if not all(len(m.owned()) == PARTITIONS // 2 for m in members):
+                return False
+            state, _, _, described = describe(coordinator_port())
+            return state == "Stable" and len(described) == 2
+
+        wait_until(settled, 30, "two KIP-848 members, two partitions each, Stable")
+        old = admin.describe_consumer_groups([GROUP])[GROUP].result(10).coordinator.id
+        before = describe(cluster.nodes[old].port)
+        member_ids = [m.ids() for m in members]
+        calls = [m.rebalance_calls() for m in members]
+        owned = [m.owned() for m in members]
+        cluster.nodes[old].kill()
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap(), "socket.timeout.ms": 3000})
+        produce(cluster.bootstrap(), 40, 40)
+        expected = {(p, o) for p in range(PARTITIONS) for o in range(80 // PARTITIONS)}
+        wait_until(
+            lambda: expected <= set().union(*(m.consumed() for m in members)),
+            30,
+            "every record consumed after the move",
+        )
+        new = admin.describe_consumer_groups([GROUP])[GROUP].result(10).coordinator.id
+        assert new != old
+        assert describe(cluster.nodes[new].port) == before
+        assert [m.ids() for m in members] == member_ids
+        assert [m.rebalance_calls() for m in members] == calls
+        assert [m.owned() for m in members] == owned
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        for member in members:
+            member.close()
+        cluster.kill_all()
