@@ -47,12 +47,15 @@ def test_group_metadata_value_round_trips() -> None:
     assert decode_group_value(group_value(record)) == record
 
 
-def _coordinator(log_dir: Path, log: list[bytes]) -> tuple[MetadataNode, GroupCoordinator]:
+def _coordinator(
+    log_dir: Path, log: list[bytes], extra: dict[str, str] | None = None
+) -> tuple[MetadataNode, GroupCoordinator]:
     config = BrokerConfig(
         {
             "log.dirs": str(log_dir),
             "offsets.topic.num.partitions": "4",
             "offsets.retention.minutes": "1",
+            **(extra or {}),
         }
     )
     metadata = MetadataNode(config, log)
@@ -286,3 +289,42 @@ def test_kip848_group_survives_a_restart_and_writes_only_changes(tmp_path: Path)
     asyncio.run(second_life(before, epoch))
     asyncio.run(third_life(epoch))
     asyncio.run(fourth_life())
+
+
+def test_kip848_expired_member_and_a_group_turned_classic_leave_tombstones(tmp_path: Path) -> None:
+    log: list[bytes] = []
+
+    async def first_life() -> None:
+        fast = {"group.consumer.session.timeout.ms": "50"}
+        controller, coordinator = _coordinator(tmp_path, log, fast)
+        coordinator.start()
+        controller.create_topic("t", 2)
+        group = coordinator.consumer_group("g", create=True)
+        group.heartbeat(_heartbeat("a", 0, {}, ["t"]))
+        await asyncio.sleep(0.3)  # no more heartbeats: the session ends
+        assert group.is_empty()
+        coordinator.stop()
+        controller.shutdown()
+
+    async def second_life() -> None:
+        controller, coordinator = _coordinator(tmp_path, log)
+        coordinator.start()
+        group = coordinator.consumer_group("g", create=False)
+        assert group is not None and group.is_empty()
+        assert group.group_epoch == 3  # joined, its topic seen, removed
+        assert coordinator.classic_group("g", create=True) is not None
+        coordinator.stop()
+        controller.shutdown()
+
+    async def third_life() -> None:
+        controller, coordinator = _coordinator(tmp_path, log)
+        coordinator.start()
+        assert not coordinator.group_exists("g")
+        live: dict[bytes, bytes | None] = dict(_offsets_records(controller))
+        assert [k for k, v in live.items() if v is not None] == []
+        coordinator.stop()
+        controller.shutdown()
+
+    asyncio.run(first_life())
+    asyncio.run(second_life())
+    asyncio.run(third_life())
