@@ -9,6 +9,7 @@ from metadata_node import MetadataNode
 
 from strom.config import BrokerConfig
 from strom.coordinator.consumer_group import HeartbeatRequest
+from strom.coordinator.consumer_group_records import partition_metadata_key
 from strom.coordinator.coordinator import GroupCoordinator, OffsetToCommit
 from strom.coordinator.internal_log import replay_records
 from strom.coordinator.offsets_topic import (
@@ -228,6 +229,12 @@ def test_kip848_group_survives_a_restart_and_writes_only_changes(tmp_path: Path)
         group.heartbeat(_heartbeat("a", epoch, None))
         group.heartbeat(_heartbeat("b", epoch, None))
         assert len(_offsets_records(controller)) == written  # nothing changed
+        # A ConsumerGroupPartitionMetadata record, as Kafka before 4.1 writes them (one
+        # topic: id, name, partition count): read past on load.
+        partition_metadata = (
+            bytes.fromhex("0000 02") + topic_id.bytes + bytes.fromhex("02 74 00000004 00 00")
+        )
+        coordinator._append("g", [(partition_metadata_key("g"), partition_metadata)])
         state = {
             mid: (m.epoch, m.previous_epoch, m.assigned, group.target[mid])
             for mid, m in group.members.items()
