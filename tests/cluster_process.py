@@ -159,7 +159,7 @@ class ClusterNode:
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGCONT)
 
-    def stop(self, timeout: float = 20.0) -> int:
+    def stop(self, timeout: float = 60.0) -> int:
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -315,10 +315,16 @@ class Broker:
         )
 
     async def stop(self) -> None:
+        stopping = time.monotonic()
+        log.info("Strom node %d stopping", self.node_id)
         for server in self._servers:
             server.close()
         if self.lifecycle is not None:
             await self.lifecycle.shutdown()
+            log.info(
+                "controlled shutdown done in %.2fs: closing connections, stopping replication",
+                time.monotonic() - stopping,
+            )
         for connection in list(self._connections):
             connection.close()
         if self._duties is not None:
@@ -338,7 +344,9 @@ class Broker:
         await self.quorum.stop()
         self.controller_channel.close()
         self.state.shutdown()
-        log.info("Strom node %d stopped cleanly", self.node_id)
+        log.info(
+            "Strom node %d stopped cleanly in %.2fs", self.node_id, time.monotonic() - stopping
+        )
 
     async def _run_duties(self) -> None:
         logs = self.state.logs
