@@ -23,43 +23,46 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import importlib.metadata
 import logging
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException
 
-from strom.cli import (
-    acls,
-    broker_logging,
-    cluster,
-    completion,
-    configs,
-    consume,
-    delete_records,
-    dump_log,
-    get_offsets,
-    groups,
-    leader_election,
-    log_dirs,
-    metadata_quorum,
-    output,
-    perf_test,
-    produce,
-    reassign,
-    storage,
-    topics,
-    transactions,
-)
+from strom.cli import output
 from strom.cli.common import OneLineArgumentParser, ToolError, describe_error, fail
-from strom.cluster.bootstrap import LegacyMetadataError
-from strom.cluster.meta_properties import MetaPropertiesError
-from strom.config import BrokerConfig, ConfigError
-from strom.storage.errors import LogDirLockedError
+
+if TYPE_CHECKING:
+    from strom.config import BrokerConfig
 
 EXIT_CONFIG = 2
+# Each tool's command name and its module in strom.cli, in the order --help lists them.
+# Only the module of the command run is imported: a tool starts without the import
+# cost of the others (kio schemas, the broker's config and storage).
+TOOL_MODULES = {
+    "topics": "topics",
+    "produce": "produce",
+    "consume": "consume",
+    "groups": "groups",
+    "configs": "configs",
+    "perf-test": "perf_test",
+    "get-offsets": "get_offsets",
+    "delete-records": "delete_records",
+    "reassign-partitions": "reassign",
+    "leader-election": "leader_election",
+    "log-dirs": "log_dirs",
+    "metadata-quorum": "metadata_quorum",
+    "cluster": "cluster",
+    "transactions": "transactions",
+    "acls": "acls",
+    "storage": "storage",
+    "dump-log": "dump_log",
+    "completion": "completion",
+}
 
 
 def _version() -> str:
@@ -70,7 +73,19 @@ def _version() -> str:
         return "unknown"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _tools_for(argv: list[str] | None) -> list[str]:
+    """The command names whose parsers to build: the one ``argv`` names, or all (for
+    ``--help``, ``--version``, a wrong command, ``completion``, or no ``argv``)."""
+    if argv is not None:
+        command = next((arg for arg in argv if not arg.startswith("-")), None)
+        if command in TOOL_MODULES and command != "completion":
+            return [command]
+        if command == "broker":
+            return []
+    return list(TOOL_MODULES)
+
+
+def _parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog="strom", description="Strom event streaming platform")
     parser.add_argument("--version", action="version", version=f"strom {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -87,32 +102,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     broker.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     commands._parser_class = OneLineArgumentParser  # type: ignore[attr-defined]
-    for tool in (
-        topics,
-        produce,
-        consume,
-        groups,
-        configs,
-        perf_test,
-        get_offsets,
-        delete_records,
-        reassign,
-        leader_election,
-        log_dirs,
-        metadata_quorum,
-        cluster,
-        transactions,
-        acls,
-        storage,
-        dump_log,
-        completion,
-    ):
-        tool.add_parser(commands)
+    for name in _tools_for(argv):
+        importlib.import_module(f"strom.cli.{TOOL_MODULES[name]}").add_parser(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser(argv).parse_args(argv)
     if args.command == "broker":
         return run_broker(args)
     # SIGTERM (kill, timeout, systemd) ends a tool as Ctrl-C does: a consumer commits
@@ -134,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_broker(args: argparse.Namespace) -> int:
+    from strom.cli import broker_logging
+    from strom.cluster.bootstrap import LegacyMetadataError
+    from strom.cluster.meta_properties import MetaPropertiesError
+    from strom.config import BrokerConfig, ConfigError
+    from strom.storage.errors import LogDirLockedError
+
     logging.basicConfig(
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

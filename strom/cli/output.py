@@ -9,6 +9,8 @@ per row of every listing the command printed, with snake_case keys taken from th
 column names and the listing's context (the topic of a partition row, the cluster
 id of a broker row...) merged in; numeric columns become numbers (``-`` and
 ``None`` become null). Free text lines (``note``) are left out of JSON.
+``topics --list`` and ``groups --list`` keep Kafka's one name a line unless
+``--output`` is given, so ``strom topics --list | while read t`` stays as with Kafka.
 
 A tool makes a ``Listing``, adds rows, and hands it to ``show``; ``flush`` (called
 once by ``strom.cli.main`` after the tool returns) prints the collected JSON.

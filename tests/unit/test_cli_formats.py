@@ -148,3 +148,17 @@ def test_zsh_script_registers_the_same_function_through_bashcompinit() -> None:
     assert script.index("bashcompinit") < script.index("complete -F _strom_complete strom")
     if shutil.which("zsh"):
         subprocess.run(["zsh", "-c", script], check=True)
+
+
+def test_each_command_loads_only_its_own_module_and_registers_its_name() -> None:
+    from strom.cli.main import TOOL_MODULES
+
+    def commands(parser) -> list[str]:
+        (action,) = [a for a in parser._actions if a.dest == "command"]
+        return list(action.choices)
+
+    for name in TOOL_MODULES:
+        expected = ["broker", *TOOL_MODULES] if name == "completion" else ["broker", name]
+        assert commands(_parser([name, "--help"])) == expected
+    assert commands(_parser(["--version"])) == ["broker", *TOOL_MODULES]
+    assert commands(_parser(["broker"])) == ["broker"]
