@@ -8,9 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from broker_process import BrokerProcess
 from confluent_kafka.admin import AdminClient, NewTopic
-
-from tests.broker_process import BrokerProcess
 
 
 def test_json_lines_on_stderr_and_a_rotated_file(tmp_path: Path) -> None:

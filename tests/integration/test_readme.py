@@ -15,9 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from broker_process import BrokerProcess
 from confluent_kafka import Consumer
-
-from tests.broker_process import BrokerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
