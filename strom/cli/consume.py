@@ -234,6 +234,10 @@ def run(args: argparse.Namespace) -> int:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
         }
+    # librdkafka stops fetching for fetch.queue.backoff.ms (1 s by default) whenever its
+    # prefetch queue is full, which leaves a fast reader idle for most of each second;
+    # the tool keeps it fed (docs/clients-and-tools.md). The user's settings win.
+    consumer_props["fetch.queue.backoff.ms"] = 10
     consumer_props.update(config_file_properties(args))
     consumer_props.update(parse_properties(parser, args.consumer_property, "--consumer-property"))
     try:
