@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 from collections.abc import Iterable
 from typing import Any, NoReturn
@@ -107,8 +108,35 @@ def error_code(exc: BaseException) -> int | None:
     return err.code() if isinstance(err, KafkaError) else None
 
 
+def refused_everywhere(bootstrap: str) -> str | None:
+    """Why no bootstrap server can be reached, when each one refuses a TCP connection
+    or its name does not resolve (known at once); None when one accepts, or when it is
+    not that simple (a timeout, an odd address): the client finds out then."""
+    reasons = []
+    for server in bootstrap.split(","):
+        address = server.strip().rsplit("://", 1)[-1]
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S):
+                return None
+        except ConnectionRefusedError:
+            reasons.append(f"{address}: connection refused")
+        except socket.gaierror as exc:
+            reasons.append(f"{address}: {exc.strerror}")
+        except (OSError, ValueError):
+            return None
+    if len(reasons) == 1:
+        return reasons[0].split(": ", 1)[1]
+    return "; ".join(reasons) or None
+
+
 def check_reachable(client: Any, bootstrap: str, topic: str | None = None) -> Any:
-    """Cluster metadata within ``CONNECT_TIMEOUT_S``, or a ToolError naming the broker."""
+    """Cluster metadata within ``CONNECT_TIMEOUT_S``, or a ToolError naming the broker.
+    A bootstrap list that refuses every connection is reported at once, not after the
+    client's timeout."""
+    refused = refused_everywhere(bootstrap)
+    if refused is not None:
+        raise ToolError(f"cannot reach a broker at {bootstrap}: {refused}")
     try:
         if topic is None:
             return client.list_topics(timeout=CONNECT_TIMEOUT_S)
