@@ -148,7 +148,9 @@ def test_segments_roll_and_reads_cross_them(broker) -> None:
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "mid"})
     consumer.assign([TopicPartition(topic, 0, base + 3)])
     msg = None
-    while msg is None:
+    deadline = time.monotonic() + 60
+    while msg is None and time.monotonic() < deadline:
         msg = consumer.poll(5)
     consumer.close()
+    assert msg is not None, "no record in 60 s"
     assert msg.offset() == base + 3

@@ -10,6 +10,7 @@ import time
 from confluent_kafka import Producer
 from kafka_helpers import consume_to_end, create_topic
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.serial import entity_reader
 from raw_client import RawClient
@@ -107,6 +108,25 @@ def test_acks_zero_stores_records_without_responses(broker) -> None:
     assert producer.flush(10) == 0
     values = [m.value() for m in consume_to_end(broker.bootstrap, "fire-and-forget")]
     assert values == [b"f%d" % i for i in range(500)]
+
+    # On the wire: a Produce with acks=0 gets no response at all. The next request's
+    # response is the first frame back, and the record is stored.
+    client = RawClient(broker.port)
+    client.send_bytes(
+        encode_request(
+            41, "acks0", _produce_body("fire-and-forget", 0, build_batch([(None, b"raw")]), acks=0)
+        )
+    )
+    client.correlation = 41
+    metadata = client.request_frame(
+        MetadataRequest(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+    )
+    assert struct.unpack_from(">i", metadata, 0)[0] == 42
+    client.close()
+    values = [m.value() for m in consume_to_end(broker.bootstrap, "fire-and-forget")]
+    assert values[-1] == b"raw" and len(values) == 501
 
 
 def test_advertised_listener_is_what_clients_are_told(fresh_broker) -> None:
