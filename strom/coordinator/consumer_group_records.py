@@ -30,7 +30,7 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
-from strom.coordinator.offsets_topic import OffsetsRecordError
+from strom.coordinator.offsets_topic import OffsetsRecordError, RecordReader
 
 GROUP_METADATA = 3
 PARTITION_METADATA = 4
@@ -220,51 +220,8 @@ def member_tombstones(group: str, member_id: str) -> list[tuple[bytes, None]]:
 # Reading --------------------------------------------------------------------
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise OffsetsRecordError("record ends early")
-        chunk = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
-
-    def i8(self) -> int:
-        return struct.unpack(">b", self.take(1))[0]
-
-    def i16(self) -> int:
-        return _I16.unpack(self.take(2))[0]
-
-    def i32(self) -> int:
-        return _I32.unpack(self.take(4))[0]
-
-    def uvarint(self) -> int:
-        shift = result = 0
-        while True:
-            b = self.take(1)[0]
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-
-    def plain_string(self) -> str:
-        n = self.i16()
-        return "" if n < 0 else self.take(n).decode()
-
-    def string(self) -> str | None:
-        n = self.uvarint() - 1
-        return None if n < 0 else self.take(n).decode()
-
-    def array_length(self) -> int:
-        return max(self.uvarint() - 1, 0)
-
-    def skip_tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.take(self.uvarint())
+class _Reader(RecordReader):
+    """A flexible value of a KIP-848 record, with its topic-partition arrays."""
 
     def topic_partitions(self) -> TopicPartitions:
         result: TopicPartitions = {}
@@ -279,17 +236,17 @@ class _Reader:
 
 def decode_key(data: bytes) -> ConsumerGroupKey | None:
     """The key of a KIP-848 record, or None for a key of another kind."""
-    r = _Reader(data)
+    r = RecordReader(data)  # keys have classic (int16-length) strings
     record_type = r.i16()
     if record_type in _GROUP_KEYS:
-        return ConsumerGroupKey(record_type, r.plain_string())
+        return ConsumerGroupKey(record_type, r.string() or "")
     if record_type in _MEMBER_KEYS:
-        return ConsumerGroupKey(record_type, r.plain_string(), r.plain_string())
+        return ConsumerGroupKey(record_type, r.string() or "", r.string() or "")
     return None
 
 
 def _value_reader(data: bytes) -> _Reader:
-    r = _Reader(data)
+    r = _Reader(data, flexible=True)
     version = r.i16()
     if version != VALUE_VERSION:
         raise OffsetsRecordError(f"unknown consumer group value version {version}")

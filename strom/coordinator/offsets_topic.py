@@ -32,6 +32,7 @@ GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
 GROUP_METADATA_VALUE_VERSION = 3
 
+_I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -171,32 +172,39 @@ def group_value(value: GroupRecord) -> bytes:
 # Reading --------------------------------------------------------------------
 
 
-class _Reader:
+class RecordReader:
+    """Reads the fields of a record key or value of ``__consumer_offsets``: fixed-width
+    integers, and strings, bytes and arrays with classic or (``flexible``) compact lengths.
+    Running out of bytes is an OffsetsRecordError."""
+
     def __init__(self, data: bytes, flexible: bool = False) -> None:
         self.data = data
         self.pos = 0
         self.flexible = flexible
 
-    def _take(self, n: int) -> bytes:
+    def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.data):
             raise OffsetsRecordError("record ends early")
         chunk = self.data[self.pos : self.pos + n]
         self.pos += n
         return chunk
 
+    def i8(self) -> int:
+        return _I8.unpack(self.take(1))[0]
+
     def i16(self) -> int:
-        return _I16.unpack(self._take(2))[0]
+        return _I16.unpack(self.take(2))[0]
 
     def i32(self) -> int:
-        return _I32.unpack(self._take(4))[0]
+        return _I32.unpack(self.take(4))[0]
 
     def i64(self) -> int:
-        return _I64.unpack(self._take(8))[0]
+        return _I64.unpack(self.take(8))[0]
 
     def uvarint(self) -> int:
         shift = result = 0
         while True:
-            b = self._take(1)[0]
+            b = self.take(1)[0]
             result |= (b & 0x7F) << shift
             if not b & 0x80:
                 return result
@@ -209,11 +217,11 @@ class _Reader:
 
     def string(self) -> str | None:
         n = self._length(False)
-        return None if n < 0 else self._take(n).decode()
+        return None if n < 0 else self.take(n).decode()
 
     def blob(self) -> bytes | None:
         n = self._length(True)
-        return None if n < 0 else self._take(n)
+        return None if n < 0 else self.take(n)
 
     def array_length(self) -> int:
         return self._length(True)
@@ -222,11 +230,11 @@ class _Reader:
         if self.flexible:
             for _ in range(self.uvarint()):
                 self.uvarint()
-                self._take(self.uvarint())
+                self.take(self.uvarint())
 
 
 def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
-    r = _Reader(data)
+    r = RecordReader(data)
     version = r.i16()
     if version in (0, OFFSET_COMMIT_KEY_VERSION):
         return OffsetKey(r.string() or "", r.string() or "", r.i32())
@@ -236,10 +244,10 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
 
 
 def decode_offset_value(data: bytes) -> CommittedOffset:
-    version = _Reader(data).i16()
+    version = RecordReader(data).i16()
     if not 0 <= version <= 4:
         raise OffsetsRecordError(f"unknown offset commit value version {version}")
-    r = _Reader(data, flexible=version >= 4)
+    r = RecordReader(data, flexible=version >= 4)
     r.pos = 2
     offset = r.i64()
     leader_epoch = r.i32() if version >= 3 else -1
@@ -250,10 +258,10 @@ def decode_offset_value(data: bytes) -> CommittedOffset:
 
 
 def decode_group_value(data: bytes) -> GroupRecord:
-    version = _Reader(data).i16()
+    version = RecordReader(data).i16()
     if not 0 <= version <= 4:
         raise OffsetsRecordError(f"unknown group metadata value version {version}")
-    r = _Reader(data, flexible=version >= 4)
+    r = RecordReader(data, flexible=version >= 4)
     r.pos = 2
     protocol_type = r.string() or ""
     generation = r.i32()
