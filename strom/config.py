@@ -1049,6 +1049,8 @@ def log_config_for(broker: BrokerConfig, overrides: Mapping[str, str]) -> LogCon
         retention_bytes=values["retention.bytes"],
         max_message_bytes=values["max.message.bytes"],
         message_timestamp_type=values["message.timestamp.type"],
+        message_timestamp_before_max_ms=values["message.timestamp.before.max.ms"],
+        message_timestamp_after_max_ms=values["message.timestamp.after.max.ms"],
         cleanup_policy=",".join(values["cleanup.policy"]),
         compression_type=values["compression.type"],
         file_delete_delay_ms=values["file.delete.delay.ms"],

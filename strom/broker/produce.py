@@ -11,6 +11,18 @@ not ``producer`` gets every batch in that codec (records decompressed and
 recompressed as they are: offsets deltas, timestamps, producer id/epoch/sequence
 kept).
 
+Per-record validation (KIP-467), as Kafka's LogValidator does it: a keyless record on
+a compacted topic is INVALID_RECORD; on a CreateTime topic a record whose timestamp
+lies more than ``message.timestamp.before.max.ms`` before or
+``message.timestamp.after.max.ms`` after the broker's clock is INVALID_TIMESTAMP (the
+partition's error when any record has it). The response names each offending record
+by its index in its batch (``record_errors``, v8+) with Kafka's messages and an
+``error_message``; nothing of the partition's records is appended. The first batch
+holding a bad record is the one reported. A batch's records are decoded for this only
+when a check needs them: keys on a compacted topic; timestamps when the batch's max
+timestamp lies beyond the upper bound, or when ``before.max.ms`` is set below its
+default (a batch header cannot tell the smallest timestamp).
+
 Only the partition's leader appends (else NOT_LEADER_OR_FOLLOWER, naming the current
 leader and its endpoint from v10 on, KIP-951). On a partition
 without followers acks 0, 1 and -1 behave alike: the response is sent once the batch
@@ -73,11 +85,12 @@ from strom.protocol.codecs import CODEC_NAMES
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested, nested_if_any
 from strom.protocol.records import (
+    BatchHeader,
     BatchTooLargeError,
     CorruptBatchError,
     UnsupportedMagicError,
-    has_null_key,
     recompress_batches,
+    record_stamps,
     validate_batches,
 )
 from strom.storage.partition_log import PartitionLog
@@ -311,9 +324,17 @@ def _response(ctx: RequestContext, results: list[tuple[Any, Any, list[list[Any]]
     topics = []
     for name, topic_id, partitions in results:
         built = []
-        for index, error, base, append_time, start in partitions:
+        for index, error, base, append_time, start, *rejected in partitions:
             hint = leaders.get((names[(name, topic_id)], index)) if leaders else None
-            extra = {}
+            extra: dict[str, Any] = {}
+            if rejected:
+                record_errors, message = rejected[0]
+                errors_type = nested(response_type, "BatchIndexAndErrorMessage")
+                extra["record_errors"] = tuple(
+                    build(errors_type, batch_index=i, batch_index_error_message=text)
+                    for i, text in record_errors
+                )
+                extra["error_message"] = message
             if hint is not None and error == ErrorCode.not_leader_or_follower:
                 extra["current_leader"] = build(
                     leader_type, leader_id=hint[0], leader_epoch=hint[1]
@@ -326,9 +347,7 @@ def _response(ctx: RequestContext, results: list[tuple[Any, Any, list[list[Any]]
                     base_offset=base,
                     log_append_time=append_time,
                     log_start_offset=start,
-                    record_errors=(),
-                    error_message=None,
-                    **extra,
+                    **{"record_errors": (), "error_message": None, **extra},
                 )
             )
         topics.append(
@@ -351,7 +370,9 @@ def _append(
     partition_log: PartitionLog | None,
     records: bytes | memoryview | None,
     acks: int,
-) -> tuple[ErrorCode, int, datetime.datetime | None, int]:
+) -> tuple[Any, ...]:
+    """(error, base offset, log append time, log start offset), and for records refused
+    one by one a fifth item: ([(index in batch, message)], error message)."""
     if topic is None or partition_log is None:
         if topic is not None and index in topic.states:
             return ErrorCode.not_leader_or_follower, -1, None, -1  # a replica elsewhere
@@ -384,20 +405,28 @@ def _append(
         return ErrorCode.invalid_record, -1, None, partition_log.log_start_offset
     if config.compact or config.compression_type != "producer":
         try:
-            if config.compact and any(has_null_key(buf, header) for header in headers):
-                log.info(
-                    "refusing keyless records for compacted %s-%d from %s",
-                    topic.name,
-                    partition,
-                    ctx.peer,
-                )
-                return ErrorCode.invalid_record, -1, None, partition_log.log_start_offset
             codec = CODEC_NAMES.get(config.compression_type)
             if codec is not None and any(h.codec != codec and not h.is_control for h in headers):
                 buf, headers = recompress_batches(buf, headers, codec)
         except CorruptBatchError as exc:
             log.info("rejecting batch for %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
             return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
+    try:
+        refused = _invalid_records(f"{topic.name}-{partition}", config, buf, headers)
+    except CorruptBatchError as exc:
+        log.info("rejecting batch for %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
+        return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
+    if refused is not None:
+        error, record_errors, message = refused
+        log.info(
+            "refusing %d record(s) for %s-%d from %s: %s",
+            len(record_errors),
+            topic.name,
+            partition,
+            ctx.peer,
+            record_errors[0][1],
+        )
+        return error, -1, None, partition_log.log_start_offset, (record_errors, message)
     append_time = None
     log_append_ms = None
     if config.message_timestamp_type == "LogAppendTime":
@@ -426,6 +455,78 @@ def _append(
     if replicated:
         ctx.broker.replicas.maybe_advance_high_watermark((topic.name, partition))
     return ErrorCode.none, base_offset, append_time, partition_log.log_start_offset
+
+
+def _invalid_records(
+    topic_partition: str,
+    config: Any,
+    buf: bytes | bytearray | memoryview,
+    headers: list[BatchHeader],
+) -> tuple[ErrorCode, list[tuple[int, str]], str] | None:
+    """The records the topic refuses, Kafka's way (KIP-467): the partition's error, each
+    bad record of the first batch holding one as (index in its batch, message), and the
+    error message; None when every record passes."""
+    compact = config.compact
+    create_time = config.message_timestamp_type == "CreateTime"
+    if not compact and not create_time:
+        return None
+    now = now_ms()
+    before = config.message_timestamp_before_max_ms
+    after = config.message_timestamp_after_max_ms
+    lowest, highest = now - before, now + after
+    lower_bound_set = before < _LONG_MAX
+    for header in headers:
+        if header.is_control:
+            continue
+        check_times = create_time and (header.max_timestamp > highest or lower_bound_set)
+        if not compact and not check_times:
+            continue
+        errors: list[tuple[int, str]] = []
+        bad_timestamp = False
+        for i, (delta, timestamp, has_key) in enumerate(record_stamps(buf, header)):
+            if compact and not has_key:
+                errors.append(
+                    (
+                        i,
+                        "Compacted topic cannot accept message without key in topic partition "
+                        + topic_partition,
+                    )
+                )
+            elif (
+                check_times
+                and timestamp != -1
+                and (now - timestamp > before or timestamp - now > after)
+            ):
+                bad_timestamp = True
+                errors.append(
+                    (
+                        i,
+                        f"Timestamp {timestamp} of message with offset "
+                        f"{header.base_offset + delta} is out of range. The timestamp should "
+                        f"be within [{lowest}, {highest}]",
+                    )
+                )
+        if not errors:
+            continue
+        if bad_timestamp:
+            return (
+                ErrorCode.invalid_timestamp,
+                errors,
+                "One or more records have been rejected due to invalid timestamp",
+            )
+        shown = ", ".join(
+            f"RecordError(batchIndex={i}, message='{text}')" for i, text in errors[:3]
+        )
+        return (
+            ErrorCode.invalid_record,
+            errors,
+            f"One or more records have been rejected due to {len(errors)} record errors in "
+            f"total, and only showing the first three errors at most: [{shown}]",
+        )
+    return None
+
+
+_LONG_MAX = 2**63 - 1
 
 
 def _min_insync_replicas(ctx: RequestContext, topic: TopicView) -> int:

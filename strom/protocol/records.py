@@ -517,12 +517,32 @@ def index_latest_offsets(
         raise CorruptBatchError("records do not fill the batch")
 
 
-def has_null_key(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
-    """True if any record of the batch has no key (refused by compacted topics)."""
-    if header.is_control:
-        return False
+def record_stamps(
+    buf: bytes | bytearray | memoryview, header: BatchHeader
+) -> list[tuple[int, int, bool]]:
+    """(offset delta, timestamp, has a key) of each record of the batch at ``header``,
+    in order: what per-record validation and timestamp lookups need, without the
+    values and headers."""
     body = records_body(buf, header)
-    return any(key is None for _, _, _, key, _ in scan_records(body, header.record_count))
+    base_timestamp = header.base_timestamp
+    out: list[tuple[int, int, bool]] = []
+    pos = 0
+    try:
+        for _ in range(header.record_count):
+            length, pos = read_varint(body, pos)
+            end = pos + length
+            ts_delta, at = read_varint(body, pos + 1)  # after the attributes byte
+            delta, at = read_varint(body, at)
+            key_length, at = read_varint(body, at)
+            if end > len(body) or at > end:
+                raise CorruptBatchError("record length does not match its contents")
+            out.append((delta, base_timestamp + ts_delta, key_length >= 0))
+            pos = end
+    except IndexError:
+        raise CorruptBatchError("truncated record") from None
+    if pos != len(body):
+        raise CorruptBatchError("records do not fill the batch")
+    return out
 
 
 def rebuild_batch(

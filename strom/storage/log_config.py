@@ -25,6 +25,10 @@ class LogConfig:
     retention_bytes: int = -1  # retention.bytes
     max_message_bytes: int = 1048588  # max.message.bytes
     message_timestamp_type: str = "CreateTime"  # message.timestamp.type
+    # message.timestamp.before.max.ms / .after.max.ms: how far a CreateTime record's
+    # timestamp may lie before / after the broker's clock (Kafka's LONG_MAX and 1 hour)
+    message_timestamp_before_max_ms: int = 9223372036854775807
+    message_timestamp_after_max_ms: int = 3600000
     cleanup_policy: str = "delete"  # cleanup.policy: "delete", "compact" or "compact,delete"
     compression_type: str = "producer"  # compression.type
     file_delete_delay_ms: int = 60000  # file.delete.delay.ms

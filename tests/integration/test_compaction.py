@@ -92,13 +92,31 @@ def test_every_client_reads_a_compacted_topic_to_its_end(broker) -> None:
 
 
 def test_keyless_records_are_refused(broker) -> None:
+    """Kafka names each keyless record of the batch (KIP-467): librdkafka fails those
+    with INVALID_RECORD and the keyed records of the same batch with its "different
+    record" error, and appends nothing."""
     topic = "compacted-keyless"
     create_topic(broker.bootstrap, topic, 1, COMPACT)
-    producer = Producer({"bootstrap.servers": broker.bootstrap})
-    errors = []
-    producer.produce(topic, value=b"no key", on_delivery=lambda err, msg: errors.append(err))
-    producer.flush(10)
-    assert errors and errors[0] is not None and errors[0].code() == KafkaError.INVALID_RECORD
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1000})
+    outcomes: dict[bytes, KafkaError | None] = {}
+    # (librdkafka tells the records apart only when the broker names more than one)
+    batch = [(b"k", b"keyed 0"), (None, b"keyless 1"), (b"k", b"keyed 2"), (None, b"keyless 3")]
+    for key, value in batch:
+        producer.produce(
+            topic,
+            key=key,
+            value=value,
+            partition=0,
+            on_delivery=lambda err, msg: outcomes.__setitem__(msg.value(), err),
+        )
+    assert producer.flush(10) == 0
+    assert {value: err and err.code() for value, err in outcomes.items()} == {
+        b"keyed 0": KafkaError._INVALID_DIFFERENT_RECORD,
+        b"keyless 1": KafkaError.INVALID_RECORD,
+        b"keyed 2": KafkaError._INVALID_DIFFERENT_RECORD,
+        b"keyless 3": KafkaError.INVALID_RECORD,
+    }
+    assert consume_to_end(broker.bootstrap, topic) == []
 
 
 def test_writes_during_cleaning_are_kept(broker) -> None:

@@ -154,3 +154,37 @@ def test_segments_roll_and_reads_cross_them(broker) -> None:
     consumer.close()
     assert msg is not None, "no record in 60 s"
     assert msg.offset() == base + 3
+
+
+def test_timestamps_out_of_range_are_refused_per_record(broker) -> None:
+    """message.timestamp.before/after.max.ms: each record out of range is named (KIP-467);
+    librdkafka fails it and the rest of its batch with the
+    "different record" error; nothing is appended. In range, the same records pass."""
+    topic = "timestamp-bounds"
+    create_topic(
+        broker.bootstrap,
+        topic,
+        1,
+        {"message.timestamp.before.max.ms": "60000", "message.timestamp.after.max.ms": "60000"},
+    )
+    now = int(time.time() * 1000)
+    stamps = {b"now": now, b"old": now - 3_600_000, b"future": now + 3_600_000}
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1000})
+    outcomes: dict[bytes, KafkaError | None] = {}
+    for value, stamp in stamps.items():
+        producer.produce(
+            topic,
+            value=value,
+            partition=0,
+            timestamp=stamp,
+            on_delivery=lambda err, msg: outcomes.__setitem__(msg.value(), err),
+        )
+    assert producer.flush(10) == 0
+    # librdkafka fails each record the broker names with INVALID_RECORD
+    assert {value: err and err.code() for value, err in outcomes.items()} == {
+        b"now": KafkaError._INVALID_DIFFERENT_RECORD,
+        b"old": KafkaError.INVALID_RECORD,
+        b"future": KafkaError.INVALID_RECORD,
+    }
+    delivered = _produce(broker.bootstrap, topic, [b"in range"], [int(time.time() * 1000)])
+    assert delivered[0].offset() == 0

@@ -129,6 +129,38 @@ def test_acks_zero_stores_records_without_responses(broker) -> None:
     assert values[-1] == b"raw" and len(values) == 501
 
 
+def test_invalid_records_are_named_by_index(broker) -> None:
+    """KIP-467: INVALID_RECORD / INVALID_TIMESTAMP list each offending record by its index
+    in the batch with Kafka's messages, and the partition's error_message says why."""
+    create_topic(broker.bootstrap, "named-keyless", 1, {"cleanup.policy": "compact"})
+    client = RawClient(broker.port)
+    batch = build_batch([(b"a", b"0"), (None, b"1"), (b"c", b"2"), (None, b"3")])
+    reply = client.request(_produce_body("named-keyless", 0, batch))
+    reply = reply.responses[0].partition_responses[0]
+    assert reply.error_code == ErrorCode.invalid_record and reply.base_offset == -1
+    assert [e.batch_index for e in reply.record_errors] == [1, 3]
+    assert all(
+        e.batch_index_error_message
+        == "Compacted topic cannot accept message without key in topic partition named-keyless-0"
+        for e in reply.record_errors
+    )
+    assert reply.error_message.startswith("One or more records have been rejected due to 2 ")
+
+    create_topic(broker.bootstrap, "named-late", 1, {"message.timestamp.after.max.ms": "60000"})
+    now = int(time.time() * 1000)
+    batch = build_batch([(None, b"x")] * 3, timestamps=[now, now + 7_200_000, now])
+    reply = client.request(_produce_body("named-late", 0, batch))
+    reply = reply.responses[0].partition_responses[0]
+    client.close()
+    assert reply.error_code == ErrorCode.invalid_timestamp
+    [error] = reply.record_errors
+    assert error.batch_index == 1
+    assert error.batch_index_error_message.startswith(
+        f"Timestamp {now + 7_200_000} of message with offset 1 is out of range."
+    )
+    assert reply.error_message == "One or more records have been rejected due to invalid timestamp"
+
+
 def test_advertised_listener_is_what_clients_are_told(fresh_broker) -> None:
     fresh_broker.overrides["advertised.listeners"] = f"PLAINTEXT://localhost:{fresh_broker.port}"
     fresh_broker.start()
