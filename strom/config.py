@@ -289,13 +289,31 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("sasl.jaas.config", "password", None),
         # The largest request read from a SASL connection before it has authenticated.
         ConfigDef("sasl.server.max.receive.size", "int", 524288, minimum=1),
+        # OAUTHBEARER (strom.security.oauthbearer): JWTs checked against a JWKS when its
+        # URL is set, Kafka's unsecured (alg none) tokens otherwise.
+        ConfigDef("sasl.server.callback.handler.class", "string", None),
+        ConfigDef("sasl.oauthbearer.jwks.endpoint.url", "string", None),
+        ConfigDef("sasl.oauthbearer.jwks.endpoint.refresh.ms", "long", 3600000, minimum=0),
+        ConfigDef("sasl.oauthbearer.expected.audience", "list", []),
+        ConfigDef("sasl.oauthbearer.expected.issuer", "string", None),
+        ConfigDef("sasl.oauthbearer.sub.claim.name", "string", "sub"),
+        ConfigDef("sasl.oauthbearer.scope.claim.name", "string", "scope"),
+        ConfigDef("sasl.oauthbearer.clock.skew.seconds", "int", 30, minimum=0),
+        # Re-authentication (KIP-368): 0 leaves SASL sessions without an end (except an
+        # OAUTHBEARER token's expiry).
+        ConfigDef("connections.max.reauth.ms", "long", 0, minimum=0),
     ]
 }
 
 # Security protocols whose listeners speak TLS, and those that authenticate with SASL.
 TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+# Settings a listener may give per mechanism: listener.name.<l>.<mechanism>.<key> (and
+# the sasl.oauthbearer.* ones).
+MECHANISM_SCOPED = frozenset(
+    {"sasl.jaas.config", "sasl.server.callback.handler.class", "connections.max.reauth.ms"}
+)
 # listener.name.<listener>.<key>, and listener.name.<listener>.<mechanism>.sasl.jaas.config
 _LISTENER_PREFIXED = re.compile(r"^listener\.name\.([A-Za-z0-9_-]+)\.(.+)$")
 
@@ -483,9 +501,13 @@ class BrokerConfig:
     def _set_for_listener(self, listener: str, key: str, raw: str | None) -> None:
         """``listener.name.<listener>.<key>``: a security setting for one listener."""
         mechanism, dot, rest = key.partition(".")
-        if dot and rest == "sasl.jaas.config" and mechanism.upper() in SASL_MECHANISMS:
-            key = f"{mechanism.lower()}.sasl.jaas.config"
-        elif not key.startswith(("ssl.", "sasl.")) or key not in BROKER_CONFIGS:
+        scoped = rest in MECHANISM_SCOPED or rest.startswith("sasl.oauthbearer.")
+        if dot and scoped and rest in BROKER_CONFIGS and mechanism.upper() in SASL_MECHANISMS:
+            BROKER_CONFIGS[rest].parse(raw)
+            key = f"{mechanism.lower()}.{rest}"
+        elif (
+            not key.startswith(("ssl.", "sasl.")) and key not in MECHANISM_SCOPED
+        ) or key not in BROKER_CONFIGS:
             log.warning("ignoring unknown broker config listener.name.%s.%s", listener, key)
             return
         else:
@@ -520,6 +542,14 @@ class BrokerConfig:
                 return f"listener.name.{listener.lower()}.{key}", raw.strip()
         value = self._values["sasl.jaas.config"]
         return ("sasl.jaas.config", value) if value else None
+
+    def mechanism_value(self, listener: str, mechanism: str, key: str) -> Any:
+        """A setting for one mechanism on one listener:
+        ``listener.name.<l>.<mechanism>.<key>``, else the listener's, else the broker's."""
+        raw = self._listener_raw.get((listener.upper(), f"{mechanism.lower()}.{key}"))
+        if raw is not None:
+            return BROKER_CONFIGS[key].parse(raw)
+        return self.listener_value(listener, key)
 
     def sasl_mechanisms(self, listener: str) -> list[str]:
         """``sasl.enabled.mechanisms`` of a listener, upper-cased."""

@@ -7,7 +7,9 @@ SSL and SASL_SSL listeners speak TLS (``strom.security.tls``; a client certifica
 an SSL listener names the principal, ``User:<subject DN>`` mapped by
 ``ssl.principal.mapping.rules``), SASL_PLAINTEXT and SASL_SSL listeners authenticate
 with ``sasl.enabled.mechanisms`` (PLAIN users from the listener's JAAS configuration,
-SCRAM credentials from the metadata image). Every setting may be given per listener as
+SCRAM credentials from the metadata image, OAUTHBEARER tokens checked against the JWKS of
+``sasl.oauthbearer.jwks.endpoint.url``, or unsigned ones as Kafka's default validator
+takes them when none is set). Every setting may be given per listener as
 ``listener.name.<listener>.<property>``.
 
 Until a SASL connection has authenticated it is served ApiVersions, SaslHandshake and
@@ -16,8 +18,15 @@ followed by SaslAuthenticate requests, v0 by the mechanism's tokens framed bare 
 An unknown mechanism is answered UNSUPPORTED_SASL_MECHANISM with those enabled; a failed
 authentication SASL_AUTHENTICATION_FAILED with the reason; either way the connection
 closes once the answer is sent. On a connection that needs no SASL, or has finished it,
-both APIs answer ILLEGAL_SASL_STATE. Re-authentication (KIP-368), GSSAPI, OAUTHBEARER and
-delegation tokens are not served.
+both APIs answer ILLEGAL_SASL_STATE.
+
+Re-authentication (KIP-368): a session ends after ``connections.max.reauth.ms`` (per
+listener and mechanism as ``listener.name.<l>.<mechanism>.connections.max.reauth.ms``),
+or when its OAUTHBEARER token expires if sooner; SaslAuthenticate v1+ tells the client
+the session's lifetime. Within it the client authenticates again on the same connection
+(SaslHandshake v1 with the same mechanism, then SaslAuthenticate, at most once a
+second) as the same principal; a connection whose session has ended and that sends
+anything else is closed, as Kafka closes it. GSSAPI and delegation tokens are not served.
 
 Also builds the security of this node's own connections to other nodes
 (``peer_security``): a TLS or SASL inter-broker or controller listener is reached with
@@ -34,6 +43,7 @@ from __future__ import annotations
 import datetime
 import logging
 import ssl
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +58,18 @@ from strom.config import (
 )
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build
+from strom.security.oauthbearer import (
+    OAUTHBEARER,
+    OAUTHBEARER_LOGIN_MODULE,
+    UNSECURED_VALIDATOR_CLASS,
+    VALIDATOR_CLASSES,
+    JwksError,
+    JwksKeys,
+    JwtValidator,
+    OAuthBearerServer,
+    UnsecuredValidator,
+    Validator,
+)
 from strom.security.principal import ANONYMOUS, USER, KafkaPrincipal
 from strom.security.sasl import (
     PLAIN,
@@ -115,6 +137,9 @@ class ListenerSecurity:
     mapper: PrincipalMapper = field(default_factory=PrincipalMapper)
     mechanisms: tuple[str, ...] = ()
     plain_users: dict[str, str] = field(default_factory=dict)
+    oauth: Validator | None = None
+    # connections.max.reauth.ms per mechanism (0: sessions do not end)
+    reauth_ms: dict[str, int] = field(default_factory=dict)
 
     @property
     def sasl(self) -> bool:
@@ -140,7 +165,71 @@ class ListenerSecurity:
             security.mechanisms = tuple(config.sasl_mechanisms(listener))
             if PLAIN in security.mechanisms:
                 security.plain_users = _plain_users(config, listener)
+            if OAUTHBEARER in security.mechanisms:
+                security.oauth = _oauth_validator(config, listener)
+            security.reauth_ms = {
+                mechanism: int(
+                    config.mechanism_value(listener, mechanism, "connections.max.reauth.ms")
+                )
+                for mechanism in security.mechanisms
+            }
         return security
+
+
+def _oauth_validator(config: BrokerConfig, listener: str) -> Validator:
+    """How a listener checks OAUTHBEARER tokens: against a JWKS when one is configured
+    (or the validator class asks for it), else unsigned tokens, Kafka's default."""
+    handler_key = "sasl.server.callback.handler.class"
+    handler = config.mechanism_value(listener, OAUTHBEARER, handler_key)
+    url = config.mechanism_value(listener, OAUTHBEARER, "sasl.oauthbearer.jwks.endpoint.url")
+    if handler is not None and handler not in VALIDATOR_CLASSES + (UNSECURED_VALIDATOR_CLASS,):
+        raise ConfigError(
+            f"listener.name.{listener.lower()}.oauthbearer.{handler_key}: {handler} is not "
+            f"served; Strom validates OAUTHBEARER tokens with {VALIDATOR_CLASSES[0]} (set "
+            "sasl.oauthbearer.jwks.endpoint.url) or the unsecured validator"
+        )
+    if url and handler != UNSECURED_VALIDATOR_CLASS:
+
+        def value(key: str) -> Any:
+            return config.mechanism_value(listener, OAUTHBEARER, key)
+
+        try:
+            keys = JwksKeys(url, int(value("sasl.oauthbearer.jwks.endpoint.refresh.ms")))
+        except JwksError as exc:
+            raise ConfigError(f"sasl.oauthbearer.jwks.endpoint.url: {exc}") from None
+        return JwtValidator(
+            keys,
+            tuple(value("sasl.oauthbearer.expected.audience")),
+            value("sasl.oauthbearer.expected.issuer"),
+            value("sasl.oauthbearer.sub.claim.name"),
+            value("sasl.oauthbearer.scope.claim.name"),
+            int(value("sasl.oauthbearer.clock.skew.seconds")),
+        )
+    if handler in VALIDATOR_CLASSES:
+        raise ConfigError(
+            f"{handler} on listener {listener} needs sasl.oauthbearer.jwks.endpoint.url "
+            "(an http(s) or file URL of the identity provider's JWKS)"
+        )
+    options: dict[str, str] = {}
+    found = config.jaas_config(listener, OAUTHBEARER)
+    if found is not None:
+        try:
+            entries = parse_jaas_config(found[1])
+        except JaasConfigError as exc:
+            raise ConfigError(f"{found[0]}: {exc}") from None
+        for entry in entries:
+            if entry.login_module == OAUTHBEARER_LOGIN_MODULE:
+                options.update(entry.options)
+    try:
+        validator = UnsecuredValidator.from_jaas_options(options)
+    except ValueError as exc:
+        raise ConfigError(f"{found[0] if found else 'sasl.jaas.config'}: {exc}") from None
+    log.warning(
+        "listener %s takes unsigned OAUTHBEARER tokens (no sasl.oauthbearer.jwks.endpoint.url "
+        "is set): for development only",
+        listener,
+    )
+    return validator
 
 
 def _plain_users(config: BrokerConfig, listener: str) -> dict[str, str]:
@@ -185,10 +274,11 @@ def peer_security(
     if protocol not in SASL_PROTOCOLS:
         return PeerSecurity(context)
     mechanism = str(config[mechanism_key]).upper()
-    if mechanism not in SASL_MECHANISMS:
+    if mechanism not in SASL_MECHANISMS or mechanism == OAUTHBEARER:
         raise ConfigError(
             f"{mechanism_key}: {mechanism} is not served (listener {listener} is {protocol}); "
-            f"Strom serves {', '.join(SASL_MECHANISMS)}"
+            f"Strom's nodes authenticate to each other with PLAIN, SCRAM-SHA-256 or "
+            "SCRAM-SHA-512"
         )
     found = config.jaas_config(listener, mechanism)
     login = None
@@ -215,9 +305,21 @@ class ConnectionSession:
         self.listener = security.name
         self.principal: KafkaPrincipal = ANONYMOUS
         self.authenticated = not security.sasl
-        self.server: PlainServer | ScramServer | None = None
+        self.server: PlainServer | ScramServer | OAuthBearerServer | _Refused | None = None
+        self.mechanism: str | None = None  # the mechanism the session authenticated with
         self.raw_tokens = False  # after SaslHandshake v0: tokens come framed bare
         self.close_after_response = False
+        # KIP-368: when the session ends (time.monotonic()); None: it does not
+        self.expires_at: float | None = None
+        self.session_lifetime_ms = 0
+        self.reauthenticating = False
+        self.reauthentication_started = float("-inf")
+        self.reauthentications = 0
+
+    def expired(self) -> bool:
+        """Whether the session has ended (a request other than SaslHandshake then closes
+        the connection)."""
+        return self.expires_at is not None and time.monotonic() > self.expires_at
 
     def allows(self, api_key: int) -> bool:
         return self.authenticated or api_key in BEFORE_AUTHENTICATION
@@ -238,9 +340,22 @@ class ConnectionSession:
 
     # SASL -----------------------------------------------------------------------------
 
-    def start(self, mechanism: str) -> ErrorCode:
-        if not self.security.sasl or self.authenticated:
+    def start(self, mechanism: str, version: int = 1) -> ErrorCode:
+        if not self.security.sasl:
             return ErrorCode.illegal_sasl_state  # as Kafka answers it; the connection goes on
+        if self.authenticated:
+            now = time.monotonic()
+            if self.expires_at is None or version < 1 or now - self.reauthentication_started < 1:
+                return ErrorCode.illegal_sasl_state  # no re-authentication: the same answer
+            self.reauthentication_started = now
+            self.reauthenticating, self.authenticated = True, False
+            if mechanism != self.mechanism:
+                self.server = _Refused(
+                    f"SASL mechanism '{mechanism}' requested by client is not supported for "
+                    f"re-authentication of mechanism '{self.mechanism}'"
+                )
+                return ErrorCode.none
+            self.server = None
         if self.server is not None:
             self.close_after_response = True
             return ErrorCode.illegal_sasl_state
@@ -249,6 +364,9 @@ class ConnectionSession:
             return ErrorCode.unsupported_sasl_mechanism
         if mechanism == PLAIN:
             self.server = PlainServer(self.security.plain_users)
+        elif mechanism == OAUTHBEARER:
+            assert self.security.oauth is not None
+            self.server = OAuthBearerServer(self.security.oauth)
         else:
             scram = SCRAM_MECHANISMS[mechanism]
             image_of = self.broker.state
@@ -283,10 +401,52 @@ class ConnectionSession:
             raise
         if server.complete:
             assert server.username is not None
-            self.principal = KafkaPrincipal(USER, server.username)
+            principal = KafkaPrincipal(USER, server.username)
+            if self.reauthenticating and principal != self.principal:
+                self.close_after_response = True
+                raise SaslAuthenticationFailed(
+                    "Cannot change principals during re-authentication from "
+                    f"{self.principal.principal_type}.{self.principal.name}: "
+                    f"{principal.principal_type}.{principal.name}"
+                )
+            if self.reauthenticating:
+                self.reauthentications += 1
+                log.debug("re-authenticated %s on listener %s", principal, self.listener)
+            self.principal = principal
+            self.mechanism = server.mechanism
             self.authenticated = True
+            self.reauthenticating = False
             self.raw_tokens = False
+            self._start_session(getattr(server, "expires_ms", None))
         return answer
+
+    def _start_session(self, credential_expires_ms: int | None) -> None:
+        """The session's lifetime: ``connections.max.reauth.ms`` for its mechanism, or
+        the credential's remaining life if sooner (Kafka's rule); 0 when neither ends it."""
+        assert self.mechanism is not None
+        max_reauth = self.security.reauth_ms.get(self.mechanism, 0)
+        if credential_expires_ms is None and max_reauth <= 0:
+            self.expires_at, self.session_lifetime_ms = None, 0
+            return
+        lifetimes = [max_reauth] if max_reauth > 0 else []
+        if credential_expires_ms is not None:
+            lifetimes.append(credential_expires_ms - int(time.time() * 1000))
+        lifetime = max(0, min(lifetimes))
+        self.session_lifetime_ms = lifetime
+        self.expires_at = time.monotonic() + lifetime / 1000
+
+
+class _Refused:
+    """A re-authentication with another mechanism: its first token fails, as Kafka's."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        self.complete = False
+        self.mechanism = "?"
+        self.username: str | None = None
+
+    def evaluate(self, token: bytes) -> bytes:
+        raise SaslAuthenticationFailed(self.message)
 
 
 # Handlers ------------------------------------------------------------------------------
@@ -303,7 +463,7 @@ def handle_sasl_handshake(ctx: RequestContext, request: Any) -> Any:
     session = _session(ctx)
     if session is None:
         return build(ctx.response_type, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
-    code = session.start(request.mechanism)
+    code = session.start(request.mechanism, ctx.api_version)
     if code == ErrorCode.none and ctx.api_version == 0:
         session.raw_tokens = True
     return build(ctx.response_type, error_code=code, mechanisms=session.security.mechanisms)
@@ -321,7 +481,11 @@ def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
             "auth_bytes": auth_bytes,
         }
         if ctx.api_version >= 1:
-            values["session_lifetime"] = NO_SESSION_LIFETIME
+            values["session_lifetime"] = (
+                datetime.timedelta(milliseconds=session.session_lifetime_ms)
+                if session is not None and code == ErrorCode.none and session.authenticated
+                else NO_SESSION_LIFETIME
+            )
         return build(ctx.response_type, **values)
 
     if session is None or session.server is None or session.authenticated:

@@ -41,6 +41,7 @@ from collections import deque
 from collections.abc import Callable
 
 from strom.broker.api_versions import unsupported_version_response
+from strom.broker.authentication import SASL_HANDSHAKE as SASL_HANDSHAKE_KEY
 from strom.broker.authentication import ConnectionSession, ListenerSecurity, peer_security
 from strom.broker.client_quotas import ClientQuotas
 from strom.broker.controller_channel import ControllerChannel
@@ -648,6 +649,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not session.authenticated and not session.allows(api_key):
             self._reject(f"API key {api_key} sent before SASL authentication")
             return
+        if session.expires_at is not None and session.authenticated and session.expired():
+            if api_key != SASL_HANDSHAKE_KEY:  # KIP-368: the session has ended
+                log.info(
+                    "closing connection from %s: its SASL session ended (API key %d came "
+                    "after it, not a re-authentication)",
+                    self.peer,
+                    api_key,
+                )
+                self.close()
+                return
         route = self.routes.get(api_key)
         if route is None:
             self._reject(f"unknown API key {api_key}")
