@@ -2,11 +2,10 @@
 
 Special timestamps: -2 earliest (log start offset), -1 latest (the high watermark;
 the last stable offset for isolation_level=read_committed), -3 max timestamp (KIP-734: the
-offset and timestamp of the batch with the largest timestamp), -4 earliest
+offset and timestamp of the first record holding the largest timestamp), -4 earliest
 local (same as earliest: no tiered storage). A timestamp >= 0 finds the first
-offset whose timestamp is >= it through the time index, or -1/-1 if none.
-Batch granularity: Strom does not decode records to look inside a batch, so a
-lookup lands on the first batch whose max timestamp is >= the target.
+record whose timestamp is >= it, or -1/-1 if none. Both answer per record, as Kafka
+does: the indexes lead to one batch and only that batch's records are decoded.
 Needs DESCRIBE on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions).
 """
 

@@ -885,11 +885,9 @@ class PartitionLog:
         return b"".join(chunks)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first batch with max timestamp >= ``timestamp``.
-
-        Batch granularity: the offset is the batch's base offset (or the log start
-        offset if that is higher) and the timestamp the batch's max timestamp.
-        """
+        """(offset, timestamp) of the first record at or after the log start offset whose
+        timestamp is >= ``timestamp`` (per record, as Kafka answers; only the batch the
+        time index leads to is decoded)."""
         interval = self.config.index_interval_bytes
         start = self.log_start_offset
         i = max(0, bisect_right(self._bases, start) - 1)
@@ -900,16 +898,19 @@ class PartitionLog:
         return None
 
     def max_timestamp(self) -> tuple[int, int]:
-        """(offset, timestamp) of the batch with the largest max timestamp (its last
-        offset; the earliest such batch on ties); (-1, -1) if there is none."""
+        """(offset, timestamp) of the first record holding the largest timestamp, in the
+        earliest batch holding it (KIP-734); (-1, -1) if there is none. The segments'
+        indexes name the batch; only that batch is decoded."""
         interval = self.config.index_interval_bytes
-        best_ts, best_offset = -1, -1
+        best_ts, best_offset, best = -1, -1, None
         i = max(0, bisect_right(self._bases, self.log_start_offset) - 1)
         for segment in self._segments[i:]:
             ts, offset = segment.max_timestamp(interval)
             if ts > best_ts:
-                best_ts, best_offset = ts, offset
-        return (best_offset, best_ts) if best_ts >= 0 else (-1, -1)
+                best_ts, best_offset, best = ts, offset, segment
+        if best is None or best_ts < 0:
+            return -1, -1
+        return best.first_offset_of_timestamp(best_offset, best_ts, interval), best_ts
 
     # -- log start offset --------------------------------------------------------------
 

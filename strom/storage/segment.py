@@ -10,8 +10,9 @@ off the log file; and keeping its transaction index (txn_index.py) in step with 
 files: truncated with it, fsynced, retired and deleted with it.
 Does not own: assigning offsets, rolling, flush policy, log start offset, what goes
 into the transaction index or rebuilding it after a crash (all in partition_log.py
-and producer_state.py), or which fds stay open (handles.py). Batches are never
-decoded here, only their 61-byte headers are read.
+and producer_state.py), or which fds stay open (handles.py). Batches are not
+decoded here, only their 61-byte headers are read, except the one batch a timestamp
+lookup lands on: its records' offsets and timestamps answer per record, as Kafka does.
 """
 
 from __future__ import annotations
@@ -84,6 +85,17 @@ class _Window:
         if len(self.data) - at < HEADER_SIZE:
             return None
         return records.parse_header(self.data, at, position)
+
+
+def _record_times(fd: int, position: int, header: BatchHeader) -> list[tuple[int, int]]:
+    """(offset, timestamp) of each record of the batch at ``position``: with
+    LogAppendTime every record has the batch's max timestamp."""
+    data = os.pread(fd, header.size, position)
+    batch = records.read_header(data, 0)
+    stamps = records.record_stamps(data, batch)
+    if batch.attributes & records.ATTR_TIMESTAMP_TYPE:
+        return [(batch.base_offset + delta, batch.max_timestamp) for delta, _, _ in stamps]
+    return [(batch.base_offset + delta, ts) for delta, ts, _ in stamps]
 
 
 class LogSegment:
@@ -438,8 +450,11 @@ class LogSegment:
     def offset_for_timestamp(
         self, timestamp: int, min_offset: int, index_interval: int
     ) -> tuple[int, int] | None:
-        """(offset, max timestamp) of the first batch at or after ``min_offset`` whose
-        max timestamp is >= ``timestamp``; None if this segment has none."""
+        """(offset, timestamp) of the first record at or after ``min_offset`` whose
+        timestamp is >= ``timestamp``; None if this segment has none. The time index
+        leads to a batch, headers are walked to the first batch whose max timestamp is
+        >= the target, and only that batch's records are decoded (and the next one's
+        if none of them qualifies)."""
         if self.max_timestamp(index_interval)[0] < timestamp:
             return None
         self.ensure_indexes(index_interval)
@@ -455,9 +470,30 @@ class LogSegment:
                 if header is None:
                     break
                 if header.max_timestamp >= timestamp and header.last_offset >= min_offset:
-                    return max(header.base_offset, min_offset), header.max_timestamp
+                    for offset, ts in _record_times(fd, position, header):
+                        if ts >= timestamp and offset >= min_offset:
+                            return offset, ts
                 position += header.size
         return None
+
+    def first_offset_of_timestamp(self, offset: int, timestamp: int, index_interval: int) -> int:
+        """The offset of the first record holding ``timestamp`` in the first batch from
+        the one holding ``offset`` whose max timestamp it is (Kafka's
+        ``offsetOfMaxTimestamp``); ``offset`` if no such batch is found."""
+        position = self.position_at_or_below(offset, index_interval)
+        with self.handles.lease(self.log_path) as fd:
+            window = _Window(fd, self.size, _SCAN_CHUNK)
+            while position < self.size:
+                header = window.header(position)
+                if header is None:
+                    break
+                if header.last_offset >= offset and header.max_timestamp == timestamp:
+                    for record_offset, ts in _record_times(fd, position, header):
+                        if ts == timestamp:
+                            return record_offset
+                    break
+                position += header.size
+        return offset
 
     def position_at_or_below(self, offset: int, index_interval: int) -> int:
         """File position of an indexed batch at or before the one holding ``offset`` (a

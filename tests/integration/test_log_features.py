@@ -58,6 +58,40 @@ def test_list_offsets_by_timestamp(broker) -> None:
     assert found.offset == 6
 
 
+def test_list_offsets_answers_per_record_inside_a_batch(broker) -> None:
+    """ListOffsets looks inside the batch: MAX_TIMESTAMP names the record holding the
+    largest timestamp, and a lookup by timestamp the first record at or after it, even
+    when an earlier record of the same batch is older (Kafka answers per record)."""
+    topic = "by-time-in-batch"
+    create_topic(broker.bootstrap, topic, 1)
+    base = 1_700_000_000_000
+    stamps = [base, base + 5000, base + 2000, base + 1000]
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1000})
+    delivered = []
+    for i, stamp in enumerate(stamps):
+        producer.produce(
+            topic,
+            value=b"%d" % i,
+            partition=0,
+            timestamp=stamp,
+            on_delivery=lambda err, msg: delivered.append((err, msg.offset())),
+        )
+    assert producer.flush(10) == 0
+    assert sorted(delivered) == [(None, i) for i in range(4)]  # offsets 0-3, one batch
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    tp = TopicPartition(topic, 0)
+
+    def lookup(spec: OffsetSpec):
+        result = admin.list_offsets({tp: spec})[tp].result(10)
+        return result.offset, result.timestamp
+
+    assert lookup(OffsetSpec.max_timestamp()) == (1, base + 5000)
+    assert lookup(OffsetSpec.for_timestamp(base)) == (0, base)
+    assert lookup(OffsetSpec.for_timestamp(base + 1)) == (1, base + 5000)
+    assert lookup(OffsetSpec.for_timestamp(base + 5001)) == (-1, -1)
+
+
 def test_delete_records_moves_log_start(broker) -> None:
     topic = "deletable"
     create_topic(broker.bootstrap, topic, 1)

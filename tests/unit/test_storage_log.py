@@ -215,13 +215,15 @@ def test_index_entries_every_interval_bytes_and_lookups_match_brute_force(tmp_pa
     interval = 1000
     plog = open_log(tmp_path, handles, index_interval_bytes=interval, segment_bytes=25_000)
     model: list[Written] = []
+    record_times: list[tuple[int, int]] = []  # (offset, timestamp) of every record
     ts = 10_000
     for i in range(300):
         n = 1 + (i * 7) % 9
         # timestamps go mostly up with some going back
         ts += (i * 13) % 17 - 4
         stamps = [ts + (j * 3) % 5 for j in range(n)]
-        append_batches(plog, [make_batch(n, stamps=stamps, value_size=10 + i % 50)], model)
+        base = append_batches(plog, [make_batch(n, stamps=stamps, value_size=10 + i % 50)], model)
+        record_times.extend((base + j, stamp) for j, stamp in enumerate(stamps))
     plog.flush()
     assert len(plog.segments()) > 2
     # the offset index of each segment: one entry each time >= interval bytes went by
@@ -250,12 +252,12 @@ def test_index_entries_every_interval_bytes_and_lookups_match_brute_force(tmp_pa
     for offset in range(0, plog.log_end_offset, 3):
         for max_bytes in (1, 500, 3000):
             assert bases_of(plog.read(offset, max_bytes)) == expected_read(model, offset, max_bytes)
-    for target in range(9_990, ts + 10, 7):
-        want = next(((w.base, w.max_ts) for w in model if w.max_ts >= target), None)
+    # per record: the first record whose timestamp is >= the target
+    for target in range(9_990, ts + 10, 3):
+        want = next(((o, t) for o, t in record_times if t >= target), None)
         assert plog.offset_for_timestamp(target) == want, target
-    top = max(w.max_ts for w in model)
-    first_top = next(w for w in model if w.max_ts == top)
-    assert plog.max_timestamp() == (first_top.last, top)
+    top = max(t for _, t in record_times)
+    assert plog.max_timestamp() == next((o, t) for o, t in record_times if t == top)
 
 
 def test_reads_use_the_index_not_a_scan(tmp_path, handles, monkeypatch):
@@ -287,10 +289,13 @@ def test_offset_for_timestamp_and_max_timestamp(tmp_path, handles):
     for ts in (100, 300, 200, 500, 400):
         plog.append(*_validated(make_batch(2, stamps=[ts - 50, ts])))
     assert len(plog.segments()) > 1
-    assert plog.offset_for_timestamp(0) == (0, 100)
-    assert plog.offset_for_timestamp(100) == (0, 100)
-    assert plog.offset_for_timestamp(101) == (2, 300)
-    assert plog.offset_for_timestamp(301) == (6, 500)
+    # per record, not per batch: offsets 0-9 hold 50, 100, 250, 300, 150, 200, 450, ...
+    assert plog.offset_for_timestamp(0) == (0, 50)
+    assert plog.offset_for_timestamp(100) == (1, 100)
+    assert plog.offset_for_timestamp(101) == (2, 250)
+    assert plog.offset_for_timestamp(260) == (3, 300)
+    assert plog.offset_for_timestamp(301) == (6, 450)
+    assert plog.offset_for_timestamp(451) == (7, 500)
     assert plog.offset_for_timestamp(501) is None
     assert plog.max_timestamp() == (7, 500)
     plog.delete_records_before(3)
@@ -305,7 +310,8 @@ def test_log_append_time(tmp_path, handles):
     header = read_header(data)
     assert header.max_timestamp == 123_456 and header.attributes & ATTR_TIMESTAMP_TYPE
     assert crc_ok(data, header)
-    assert plog.max_timestamp() == (2, 123_456)
+    assert plog.max_timestamp() == (0, 123_456)  # every record has the append time
+    assert plog.offset_for_timestamp(6) == (0, 123_456)
 
 
 def test_delete_records_before_moves_start_and_deletes_whole_segments(tmp_path, handles):
