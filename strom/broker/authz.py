@@ -3,7 +3,8 @@
 Owns the node's ``StandardAuthorizer`` (built when ``authorizer.class.name`` names one;
 None otherwise, so a handler's cost without authorization is one ``None`` check), kept
 in step with the ACLs of the node's metadata image (``MetadataImage.acl_version``), and
-the checks handlers call: ``allowed`` (one operation on one resource), ``filter_allowed``
+the checks handlers call: ``allowed`` (one operation on one resource),
+``node_request_allowed`` (what nodes send each other), ``filter_allowed``
 (names of one type), ``allowed_any`` (Kafka's authorizeByResourceType) and
 ``operations`` (the authorized-operations bitfield of a response). Without an
 authorizer everything is allowed, as in Kafka.
@@ -104,6 +105,13 @@ def allowed(ctx: RequestContext, operation: int, resource_type: int, name: str) 
 
 def cluster_allowed(ctx: RequestContext, operation: int) -> bool:
     return allowed(ctx, operation, CLUSTER, CLUSTER_NAME)
+
+
+def node_request_allowed(ctx: RequestContext, operation: int = AclOperation.CLUSTER_ACTION) -> bool:
+    """Whether a request on the controller listener may be served: ``operation`` (Kafka's
+    CLUSTER_ACTION for what nodes send each other) on the cluster; requests made inside
+    the node (no connection) always may."""
+    return ctx.session is None or cluster_allowed(ctx, operation)
 
 
 def filter_allowed(

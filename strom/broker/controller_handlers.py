@@ -12,6 +12,12 @@ the ``QuorumController`` and answered once its records have committed
 (``ControllerService.run``). A node that is not the active controller answers
 NOT_CONTROLLER, which the forwarding side retries.
 
+With an authorizer, the sender needs CLUSTER_ACTION on the cluster (ALTER for
+UnregisterBroker), as Kafka's controller asks of brokers; refused requests answer
+CLUSTER_AUTHORIZATION_FAILED. Forwarded admin requests come without Kafka's envelope,
+so the broker that forwards them has already checked the client's own operations, and
+the controller checks the broker's CLUSTER_ACTION.
+
 Does not own the decisions (``strom.cluster.quorum_controller``) or forwarding
 (``controller_channel``).
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from strom.broker import authz
 from strom.broker.common import NO_THROTTLE, ZERO_UUID
 from strom.broker.router import RequestContext, handles_controller
 from strom.cluster.controller_api import (
@@ -40,7 +47,14 @@ RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
 
-def _service(ctx: RequestContext) -> Any:
+def _service(ctx: RequestContext, operation: int = authz.Op.CLUSTER_ACTION) -> Any:
+    """The controller service, once the sender may ask it (``operation`` on the cluster)."""
+    if not authz.node_request_allowed(ctx, operation):
+        raise ControllerError(
+            ErrorCode.cluster_authorization_failed,
+            f"{ctx.principal} may not send API key {ctx.api_key} to the controller "
+            f"({authz.Op(operation).name} on the cluster is needed)",
+        )
     service = ctx.broker.controller_service
     if service is None or service.controller is None:
         raise ControllerError(ErrorCode.not_controller, "This node is not the active controller.")
@@ -119,7 +133,7 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> Any:
 @handles_controller(64, 0, 0)
 async def handle_unregister_broker(ctx: RequestContext, request: Any) -> Any:
     try:
-        await _service(ctx).run(lambda c: c.unregister_broker(request.broker_id))
+        await _service(ctx, authz.Op.ALTER).run(lambda c: c.unregister_broker(request.broker_id))
     except ControllerError as exc:
         return build(
             ctx.response_type,

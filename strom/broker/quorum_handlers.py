@@ -12,6 +12,9 @@ Serves, for the metadata partition ``__cluster_metadata-0`` only:
   end offset and last fetch and caught-up times; a voter that is not the leader
   forwards the question to the active controller.
 
+With an authorizer, the quorum RPCs need CLUSTER_ACTION on the cluster and
+DescribeQuorum DESCRIBE, as in Kafka (CLUSTER_AUTHORIZATION_FAILED otherwise).
+
 Directory ids (KIP-853) and node endpoints are not sent.
 """
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from strom.broker import quorum_wire
+from strom.broker import authz, quorum_wire
 from strom.broker.router import RequestContext, handles, handles_controller
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
@@ -50,6 +53,8 @@ def _top_level_error(ctx: RequestContext, error: ErrorCode) -> Any:
 def _serve(ctx: RequestContext, request: Any, translate: Any) -> Any:
     if ctx.broker.quorum is None:
         return _top_level_error(ctx, ErrorCode.not_controller)
+    if not authz.node_request_allowed(ctx):
+        return _top_level_error(ctx, ErrorCode.cluster_authorization_failed)
     if _cluster_mismatch(ctx, request):
         return _top_level_error(ctx, ErrorCode.inconsistent_cluster_id)
     try:
@@ -90,6 +95,14 @@ def handle_metadata_fetch(ctx: RequestContext, request: Any) -> Any:
 @handles_controller(55, 0, 2)
 def handle_describe_quorum(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
+    if not authz.node_request_allowed(ctx, authz.Op.DESCRIBE):
+        return build(
+            ctx.response_type,
+            error_code=ErrorCode.cluster_authorization_failed,
+            error_message=f"{ctx.principal} may not DESCRIBE the cluster",
+            topics=(),
+            nodes=(),
+        )
     quorum = broker.quorum
     if quorum is None or not quorum.leader_ready:
         return broker.controller_channel.forward(ctx, request)

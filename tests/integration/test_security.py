@@ -52,6 +52,8 @@ from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
+from kio.schema.describe_quorum.v1.request import DescribeQuorumRequest
 from kio.schema.describe_user_scram_credentials.v0.request import (
     DescribeUserScramCredentialsRequest,
     UserName,
@@ -648,7 +650,9 @@ def test_a_cluster_talks_to_itself_over_sasl_ssl(tmp_path: Path) -> None:
     """Two nodes whose client (inter-broker) and controller listeners are both SASL_SSL:
     Raft, broker registration and forwarding log in with PLAIN, replication with
     SCRAM-SHA-512 (the nodes' credential added once the cluster is up), so a topic
-    replicated on both nodes takes acks=all writes."""
+    replicated on both nodes takes acks=all writes. With the authorizer on, the nodes'
+    principal (a super user) passes the controller's CLUSTER_ACTION checks; a client on
+    the controller listener without it is refused."""
     from cluster_process import Cluster
 
     ca = make_ca(tmp_path / "ca")
@@ -673,6 +677,9 @@ def test_a_cluster_talks_to_itself_over_sasl_ssl(tmp_path: Path) -> None:
                 "org.apache.kafka.common.security.scram.ScramLoginModule required "
                 'username="node" password="node-scram-secret";'
             ),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "allow.everyone.if.no.acl.found": "true",
+            "super.users": "User:node",
         },
     )
     cluster.start_all()
@@ -706,6 +713,46 @@ def test_a_cluster_talks_to_itself_over_sasl_ssl(tmp_path: Path) -> None:
             isr = list(partition.partitions[0].isrs)
             time.sleep(0.2)
         assert sorted(isr) == [1, 2]
+        # Once the cluster resource has an ACL, only what it allows is served there.
+        node_admin = AdminClient({**conf, "sasl.username": "node", "sasl.password": "node-secret"})
+        binding = AclBinding(
+            ResourceType.BROKER,
+            "kafka-cluster",
+            ResourcePatternType.LITERAL,
+            "User:node",
+            "*",
+            AclOperation.CLUSTER_ACTION,
+            AclPermissionType.ALLOW,
+        )
+        node_admin.create_acls([binding])[binding].result(15)
+        controller_port = next(iter(cluster.nodes.values())).controller_port
+        assert controller_port is not None
+        deadline = time.monotonic() + 20
+        while True:  # every node applies the ACL once its metadata has it
+            with RawClient(controller_port) as raw:
+                context = ssl.create_default_context(cafile=str(ca.cert))
+                raw.sock = context.wrap_socket(raw.sock, server_hostname="127.0.0.1")
+                assert handshake(raw, "PLAIN").error_code == ErrorCode.none
+                login = authenticate(raw, b"\0client\0client-secret")
+                assert login.error_code == ErrorCode.none
+                heartbeat = raw.request(
+                    BrokerHeartbeatRequest(
+                        broker_id=1,
+                        broker_epoch=0,
+                        current_metadata_offset=0,
+                        want_fence=False,
+                        want_shut_down=False,
+                    )
+                )
+                quorum = raw.request(DescribeQuorumRequest(topics=()))
+            refused = ErrorCode.cluster_authorization_failed
+            if heartbeat.error_code == refused or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert (heartbeat.error_code, quorum.error_code) == (refused, refused)
+        producer.produce("replicated", b"w", on_delivery=lambda e, m: outcome.append(e))
+        producer.flush(25)
+        assert outcome == [None, None]
     finally:
         cluster.kill_all()
     assert "authentication with PLAIN failed" not in "".join(
