@@ -4,8 +4,11 @@
   checks of Kafka's coordinator (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
   FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS while a classic group completes a
   rebalance, STALE_MEMBER_EPOCH for KIP-848 members); a commit with generation
-  -1 and no member id (simple consumers, admin tools) is accepted while the
-  group is empty and creates it. Per partition: UNKNOWN_TOPIC_OR_PARTITION,
+  (member epoch) -1 is accepted while the group is empty, whatever member id it
+  carries (simple consumers, admin tools, a new-protocol consumer's own id), and
+  creates a simple classic group when there is none; a commit with a generation to
+  a group that does not exist is GROUP_ID_NOT_FOUND from v9 on, ILLEGAL_GENERATION
+  before. Per partition: UNKNOWN_TOPIC_OR_PARTITION,
   OFFSET_METADATA_TOO_LARGE above offset.metadata.max.bytes. Metadata and the
   committed leader epoch round-trip. A retention time of v2-4 (other than -1) is the
   offsets' expiry, stored as Kafka stores it (offset value version 1); without one
@@ -58,6 +61,7 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
             request.generation_id_or_member_epoch,
             request.member_id,
             getattr(request, "group_instance_id", None),
+            ctx.api_version,
         )
     resolved = []
     wanted: list[OffsetToCommit] = []

@@ -624,8 +624,8 @@ class ConsumerGroup:
     def validate_commit(self, epoch: int, member_id: str, instance: str | None) -> ErrorCode:
         if self.dead:
             return ErrorCode.coordinator_not_available
-        if epoch < 0 and not member_id:
-            return ErrorCode.none if not self.members else ErrorCode.unknown_member_id
+        if epoch < 0 and not self.members:
+            return ErrorCode.none  # a simple consumer or an admin tool, on an empty group
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id

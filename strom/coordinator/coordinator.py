@@ -484,13 +484,24 @@ class GroupCoordinator:
     # Offsets -------------------------------------------------------------------------
 
     def validate_commit(
-        self, group_id: str, generation: int, member_id: str, instance: str | None
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        instance: str | None,
+        api_version: int = 9,
     ) -> ErrorCode:
-        """Whether this member may commit for the group now (the group-level check)."""
+        """Whether this member may commit for the group now (the group-level check). A
+        group that does not exist is created by a commit with generation (or member
+        epoch) -1, whatever member id comes with it (a simple consumer, an admin tool, or
+        a new-protocol consumer that made up its id), as Kafka does; with a generation it
+        is GROUP_ID_NOT_FOUND from v9 on and ILLEGAL_GENERATION before."""
         group = self.groups.get(group_id)
         if group is None:
-            if generation < 0 and not member_id and instance is None:
-                return ErrorCode.none  # a simple consumer's commit creates the group
+            if generation < 0:
+                return ErrorCode.none  # the commit creates a simple (classic, empty) group
+            if api_version >= 9:
+                return ErrorCode.group_id_not_found
             return ErrorCode.illegal_generation
         return group.validate_commit(generation, member_id, instance)
 

@@ -24,6 +24,14 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 from kafka_helpers import create_topic, wait_until
+from kio.schema.offset_commit.v9.request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+from raw_client import RawClient
+
+from strom.protocol.errors import ErrorCode
 
 CONSUMER_SCRIPT = Path(__file__).parent.parent / "group_consumer.py"
 GROUP_OVERRIDES = {
@@ -337,3 +345,61 @@ def test_kip848_group_shares_partitions_and_consumes_everything(group_broker) ->
         stop.set()
         for thread in threads:
             thread.join(30)
+
+
+def test_new_protocol_consumer_commits_to_a_group_that_does_not_exist(group_broker) -> None:
+    """A group.protocol=consumer client that assigns partitions itself commits with member
+    epoch -1 and the member id it made up (OffsetCommit v9): Kafka creates a simple
+    classic group and answers per partition. With a generation, a group that does not
+    exist is GROUP_ID_NOT_FOUND from v9 on."""
+    bootstrap = group_broker.bootstrap
+    topic = "simple-commit-topic"
+    create_topic(bootstrap, topic, 1)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "simple-commit-group",
+            "group.protocol": "consumer",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        [stored] = consumer.commit(offsets=[TopicPartition(topic, 0, 5)], asynchronous=False)
+        assert stored.error is None
+        [committed] = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+        assert committed.offset == 5
+    finally:
+        consumer.close()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    group = admin.describe_consumer_groups(["simple-commit-group"])["simple-commit-group"]
+    described = group.result(10)
+    assert (described.type, described.state) == (
+        ConsumerGroupType.CLASSIC,
+        ConsumerGroupState.EMPTY,
+    )
+
+    def commit(group_id: str, epoch: int) -> list[int]:
+        partitions = tuple(
+            OffsetCommitRequestPartition(
+                partition_index=p,
+                committed_offset=1,
+                committed_leader_epoch=-1,
+                committed_metadata=None,
+            )
+            for p in (0, 7)
+        )
+        with RawClient(group_broker.port) as client:
+            response = client.request(
+                OffsetCommitRequest(
+                    group_id=group_id,
+                    generation_id_or_member_epoch=epoch,
+                    member_id="a-member-id-of-its-own",
+                    group_instance_id=None,
+                    topics=(OffsetCommitRequestTopic(name=topic, partitions=partitions),),
+                )
+            )
+        return [p.error_code for p in response.topics[0].partitions]
+
+    assert commit("simple-commit-raw", -1) == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
+    assert commit("no-such-group", 3) == [ErrorCode.group_id_not_found] * 2
