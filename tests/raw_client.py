@@ -13,6 +13,7 @@ from strom.protocol.framing import codec_for, encode_request
 
 class RawClient:
     def __init__(self, port: int, timeout: float = 10.0) -> None:
+        self.client_id = "raw-test"
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.correlation = 0
 
@@ -51,7 +52,7 @@ class RawClient:
     def request_frame(self, body: Any) -> bytes:
         """The response to ``body`` as its raw frame (correlation id first)."""
         self.correlation += 1
-        self.send_bytes(encode_request(self.correlation, "raw-test", body))
+        self.send_bytes(encode_request(self.correlation, self.client_id, body))
         frame = self.read_frame()
         (correlation,) = struct.unpack_from(">i", frame, 0)
         assert correlation == self.correlation

@@ -12,6 +12,13 @@ watermark is OFFSET_OUT_OF_RANGE, and -1 means the high watermark.
 Authorization (``authz``): CreateTopics needs CREATE on the cluster or the topic,
 DeleteTopics DELETE, CreatePartitions ALTER and DeleteRecords DELETE on the topic; the
 topics refused are answered TOPIC_AUTHORIZATION_FAILED and the rest forwarded.
+
+Controller mutation quota (KIP-599, ``controller_mutation_rate``): each topic allowed
+takes its partitions (created, deleted, or added) from the client's bucket, in request
+order. CreateTopics v6+, DeleteTopics v5+ and CreatePartitions v3+ are strict: once the
+bucket is empty the remaining topics get THROTTLING_QUOTA_EXCEEDED, which clients retry
+after the throttle time; older versions are always taken and the response throttled.
+A validate-only request takes nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from strom.broker import authz
-from strom.broker.common import NO_THROTTLE
+from strom.broker.common import NO_THROTTLE, ZERO_UUID
 from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
@@ -61,8 +68,17 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     def denied(name: str) -> bool:
         return not may_create and not authz.allowed(ctx, authz.Op.CREATE, authz.TOPIC, name)
 
+    def partitions(topic: Any) -> int:
+        if request.validate_only:
+            return 0
+        if topic.num_partitions > 0:
+            return topic.num_partitions
+        return len(topic.assignments) or int(ctx.broker.config["num.partitions"])
+
     may_create = authz.cluster_allowed(ctx, authz.Op.CREATE)
-    return _authorized(ctx, request, visible, "topics", "CreatableTopicResult", denied)
+    return _admitted(
+        ctx, request, visible, "topics", "CreatableTopicResult", denied, partitions, strict_from=6
+    )
 
 
 @handles(20, 1, 6)
@@ -77,7 +93,20 @@ def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     def denied(name: str) -> bool:
         return not authz.allowed(ctx, authz.Op.DELETE, authz.TOPIC, name)
 
-    return _authorized(ctx, request, visible, "responses", "DeletableTopicResult", denied)
+    def partitions(topic: Any) -> int:
+        known = state.topics.get(_item_name(topic))
+        return known.partitions if known is not None else 0
+
+    return _admitted(
+        ctx,
+        request,
+        visible,
+        "responses",
+        "DeletableTopicResult",
+        denied,
+        partitions,
+        strict_from=5,
+    )
 
 
 @handles(37, 0, 3)
@@ -95,27 +124,58 @@ def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     def denied(name: str) -> bool:
         return not authz.allowed(ctx, authz.Op.ALTER, authz.TOPIC, name)
 
-    return _authorized(ctx, request, visible, "results", "CreatePartitionsTopicResult", denied)
+    def partitions(topic: Any) -> int:
+        known = state.topics.get(topic.name)
+        if request.validate_only or known is None:
+            return 0
+        return max(0, topic.count - known.partitions)
+
+    return _admitted(
+        ctx,
+        request,
+        visible,
+        "results",
+        "CreatePartitionsTopicResult",
+        denied,
+        partitions,
+        strict_from=3,
+    )
 
 
 def _item_name(item: Any) -> str:
     return item if isinstance(item, str) else (item.name or "")
 
 
-async def _authorized(
+AUTHORIZATION_FAILED = (ErrorCode.topic_authorization_failed, "Topic authorization failed.")
+QUOTA_EXCEEDED = (ErrorCode.throttling_quota_exceeded, "The throttling quota has been exceeded.")
+
+
+async def _admitted(
     ctx: RequestContext,
     request: Any,
     visible: Any,
     field: str,
     entry: str,
     denied: Callable[[str], bool],
+    partitions: Callable[[Any], int],
+    strict_from: int,
 ) -> Any:
-    """Forward the topics the ACLs allow; the others are TOPIC_AUTHORIZATION_FAILED."""
-    if authz.authorizer_of(ctx.broker) is None:
+    """Forward the topics the ACLs allow and the mutation quota admits; the others are
+    TOPIC_AUTHORIZATION_FAILED or THROTTLING_QUOTA_EXCEEDED."""
+    authorizing = authz.authorizer_of(ctx.broker) is not None
+    if not authorizing and not ctx.broker.state.image.client_quotas:
         return await _answered(ctx, request, visible, field, entry)
     items_field = "topic_names" if getattr(request, "topic_names", None) else "topics"
     items = getattr(request, items_field)
-    refused = {_item_name(i) for i in items if denied(_item_name(i))}
+    refused: dict[str, tuple[ErrorCode, str]] = {}
+    quotas = ctx.broker.client_quotas
+    strict = ctx.api_version >= strict_from
+    for item in items:
+        name = _item_name(item)
+        if authorizing and denied(name):
+            refused[name] = AUTHORIZATION_FAILED
+        elif not quotas.admit_mutation(ctx, partitions(item), strict):
+            refused[name] = QUOTA_EXCEEDED
     kept = tuple(i for i in items if _item_name(i) not in refused)
     results: dict[str, Any] = {}
     if kept:
@@ -130,9 +190,19 @@ async def _authorized(
     for item in items:
         name = _item_name(item)
         if name in refused:
-            values = {"name": name, "error_code": ErrorCode.topic_authorization_failed}
-            values["error_message"] = "Topic authorization failed."
-            out.append(build(entry_type, **values))
+            code, message = refused[name]
+            topic_id = getattr(item, "topic_id", None) or ZERO_UUID
+            refusal = build(
+                entry_type,
+                name=name,
+                topic_id=topic_id,
+                error_code=code,
+                error_message=message,
+                num_partitions=-1,
+                replication_factor=-1,
+                configs=(),
+            )
+            out.append(refusal)
         elif name in results:
             out.append(results[name])
     return dataclasses.replace(response, **{field: tuple(out)})

@@ -17,8 +17,14 @@ The throttle time (the larger of the bandwidth and request throttles) goes into 
 response's ``throttle_time_ms``, and the connection is muted for that long (KIP-219):
 the response leaves at once, the client's next requests are not read until the time
 is up. Kafka delays the response itself for clients older than KIP-219 (Produce v0-5,
-Fetch v0-7); Strom mutes those too. ``controller_mutation_rate`` is stored and
-described but not enforced (topic admin requests are not throttled).
+Fetch v0-7); Strom mutes those too.
+
+``controller_mutation_rate`` (KIP-599) is asked by the topic admin handlers
+(``admit_mutation``: partitions created or deleted, strict for new request versions,
+permissive for old ones); a throttle they report in ``RequestContext.throttle_ms``
+joins the others here. It is enforced by the broker the client sent the request to,
+where Kafka enforces it on the controller: a client spreading its requests over N
+brokers gets up to N times its quota.
 
 Does not own the quota semantics and rate arithmetic (``strom.security.quotas``), the
 quota administration APIs (``quota_admin``) or the connection loop (``server``).
@@ -44,6 +50,7 @@ from strom.security.quotas import (
     REQUEST_PERCENTAGE,
     WINDOW_COUNT,
     WINDOW_MS,
+    MutationQuotas,
     QuotaRates,
     resolve,
 )
@@ -98,6 +105,19 @@ class ClientQuotas:
         self.produce = QuotaRates(PRODUCER_BYTE_RATE)
         self.fetch = QuotaRates(CONSUMER_BYTE_RATE)
         self.request = QuotaRates(REQUEST_PERCENTAGE, cap_ms=WINDOW_MS)
+        self.mutations = MutationQuotas()
+
+    def admit_mutation(self, ctx: RequestContext, partitions: int, strict: bool) -> bool:
+        """Whether a topic admin change of ``partitions`` partitions may go ahead under
+        the client's ``controller_mutation_rate``; its throttle goes into ``ctx``."""
+        quotas = self.state.image.client_quotas
+        if not quotas:
+            return True
+        taken, throttle_ms = self.mutations.admit(
+            quotas, ctx.principal.name, ctx.client_id or "", partitions, now_ms(), strict=strict
+        )
+        ctx.throttle_ms = max(ctx.throttle_ms, throttle_ms)
+        return taken
 
     def serve(
         self,
@@ -170,7 +190,7 @@ class ClientQuotas:
         ):
             percent = spent_ns * NANOS_TO_PERCENT
             request_ms = self.request.record(quotas, user, client_id, percent, now)
-        throttle_ms = max(bandwidth_ms, request_ms)
+        throttle_ms = max(bandwidth_ms, request_ms, ctx.throttle_ms)
         if throttle_ms <= 0:
             return response
         if ctx.api_key == FETCH and fetched:

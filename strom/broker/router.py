@@ -78,6 +78,9 @@ class RequestContext:
     # The connection's authentication state (authentication.ConnectionSession); None for
     # requests made inside the node.
     session: Any = None
+    # A throttle a handler asks for itself (the controller mutation quota), in ms: the
+    # response carries it and the connection is muted for it with the other quotas'.
+    throttle_ms: int = 0
 
     @property
     def client_host(self) -> str:

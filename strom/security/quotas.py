@@ -27,6 +27,13 @@ call takes ``now_ms``):
   ``(rate - quota) / quota * window`` ms, the delay that brings the observed rate back
   to the quota if nothing more is recorded. Request-time throttles are capped at one
   window, as Kafka caps them.
+- Controller mutations (KIP-599): ``TokenBucket`` is Kafka's token bucket for
+  ``controller_mutation_rate``: tokens (partitions created or deleted) refill at the
+  quota's rate up to a burst of the quota times the 11 windows, a mutation takes its
+  partitions and may drive the bucket below zero, and the throttle time is what refills
+  it to zero. ``MutationQuotas.admit`` is Kafka's strict quota (new request versions:
+  refused while the bucket is below zero) and its permissive one (old versions: always
+  taken, the response throttled).
 
 Does not own where quotas are stored (the metadata image), or measuring and muting
 connections (``strom.broker.client_quotas``).
@@ -307,3 +314,67 @@ class QuotaRates:
         idle = [k for k, t in self.last_used_ms.items() if now_ms - t > self.idle_expiry_ms]
         for rate_key in idle:
             del self.rates[rate_key], self.last_used_ms[rate_key]
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    """Kafka's TokenBucket: ``tokens`` refill at ``limit`` per second up to the burst."""
+
+    tokens: float | None = None  # None: full (not used yet)
+    last_ms: int = 0
+
+    def _refill(self, limit: float, now_ms: int) -> float:
+        burst = limit * WINDOW_COUNT * WINDOW_MS / 1000
+        if self.tokens is None:
+            self.tokens = burst
+        else:
+            elapsed = max(0, now_ms - self.last_ms)
+            self.tokens = min(burst, self.tokens + limit * elapsed / 1000)
+        self.last_ms = now_ms
+        return self.tokens
+
+    def throttle_ms(self, limit: float, now_ms: int) -> int:
+        """0 while tokens remain; else the time until the bucket is back at zero."""
+        tokens = self._refill(limit, now_ms)
+        return 0 if tokens >= 0 else math.ceil(-tokens / limit * 1000)
+
+    def take(self, permits: float, limit: float, now_ms: int) -> None:
+        self._refill(limit, now_ms)
+        assert self.tokens is not None
+        self.tokens -= permits
+
+
+@dataclass(slots=True)
+class MutationQuotas:
+    """The controller mutation buckets of a node's clients, one per ``RateKey``."""
+
+    buckets: dict[RateKey, TokenBucket] = field(default_factory=dict)
+
+    def admit(
+        self,
+        quotas: Mapping[QuotaEntity, Mapping[str, float]],
+        user: str,
+        client_id: str,
+        permits: float,
+        now_ms: int,
+        *,
+        strict: bool,
+    ) -> tuple[bool, int]:
+        """(taken, throttle ms) for a mutation of ``permits`` partitions. Strict: refused
+        while the bucket is below zero, with the time until it is not; taken otherwise,
+        unthrottled. Permissive: always taken, throttled if it leaves the bucket below
+        zero."""
+        resolved = resolve(quotas, CONTROLLER_MUTATION_RATE, user, client_id)
+        if resolved is None:
+            return True, 0
+        bucket = self.buckets.get(resolved.rate_key)
+        if bucket is None:
+            bucket = self.buckets[resolved.rate_key] = TokenBucket()
+        if strict:
+            wait = bucket.throttle_ms(resolved.limit, now_ms)
+            if wait > 0:
+                return False, wait
+            bucket.take(permits, resolved.limit, now_ms)
+            return True, 0
+        bucket.take(permits, resolved.limit, now_ms)
+        return True, bucket.throttle_ms(resolved.limit, now_ms)

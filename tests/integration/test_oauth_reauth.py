@@ -14,6 +14,9 @@ is closed on its next request; re-authenticating as someone else fails.
 from __future__ import annotations
 
 import asyncio
+import base64
+import datetime
+import importlib
 import json
 import ssl
 import time
@@ -44,6 +47,7 @@ from confluent_kafka.admin import (
 from cryptography.hazmat.primitives.asymmetric import rsa
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.sasl.oauth import AbstractTokenProvider
+from kio.schema.delete_topics.v6 import request as delete_v6
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
@@ -441,3 +445,57 @@ def test_librdkafka_reauthenticates_without_reconnecting(broker: OAuthBroker) ->
     }
     assert connects and all(count == 1 for count in connects.values()), connects
     assert consume(oauth_settings(broker), topic, sent)[-1] == f"r{sent - 1}".encode()
+
+
+def unsigned_token(sub: str) -> str:
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    return f"{part({'alg': 'none'})}.{part({'sub': sub, 'exp': time.time() + 600})}."
+
+
+def test_refused_topic_admin_of_every_version_is_answered(broker: OAuthBroker) -> None:
+    """A topic creation or deletion the ACLs refuse is answered per topic in the shape
+    of the request's version (CreateTopics v7 and DeleteTopics v6 carry topic ids)."""
+    admin = AdminClient({"bootstrap.servers": broker.process.bootstrap})
+    existing = new_topic(broker)
+    deny = [
+        AclBinding(
+            resource,
+            name,
+            ResourcePatternType.LITERAL,
+            "User:dave",
+            "*",
+            op,
+            AclPermissionType.DENY,
+        )
+        for resource, name, op in [
+            (ResourceType.BROKER, "kafka-cluster", AclOperation.CREATE),
+            (ResourceType.TOPIC, "*", AclOperation.CREATE),
+            (ResourceType.TOPIC, "*", AclOperation.DELETE),
+        ]
+    ]
+    for future in admin.create_acls(deny).values():
+        future.result(15)
+    with RawClient(broker.ports["SASL_PLAINTEXT"]) as raw:
+        (done,) = sasl(raw, "OAUTHBEARER", bearer(unsigned_token("dave")))
+        assert done.error_code == ErrorCode.none, done.error_message
+        for version in (2, 5, 7):
+            module = importlib.import_module(f"kio.schema.create_topics.v{version}.request")
+            topic = module.CreatableTopic(
+                name="refused", num_partitions=1, replication_factor=1, assignments=(), configs=()
+            )
+            created = raw.request(
+                module.CreateTopicsRequest(
+                    topics=(topic,), timeout=datetime.timedelta(seconds=10), validate_only=False
+                )
+            )
+            assert [t.error_code for t in created.topics] == [ErrorCode.topic_authorization_failed]
+        deleted = raw.request(
+            delete_v6.DeleteTopicsRequest(
+                topics=(delete_v6.DeleteTopicState(name=existing, topic_id=uuid.UUID(int=0)),),
+                timeout=datetime.timedelta(seconds=10),
+            )
+        )
+        assert [r.error_code for r in deleted.responses] == [ErrorCode.topic_authorization_failed]
+    assert existing in admin.list_topics(timeout=10).topics

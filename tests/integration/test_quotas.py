@@ -11,6 +11,7 @@ and against an unthrottled one), never timed to the millisecond.
 from __future__ import annotations
 
 import datetime
+import importlib
 import json
 import time
 import uuid
@@ -26,11 +27,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.alter_client_quotas.v0 import request as alter_v0
 from kio.schema.alter_client_quotas.v1 import request as alter
+from kio.schema.delete_topics.v6 import request as delete_v6
 from kio.schema.describe_client_quotas.v1 import request as describe
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.metadata.v12.request import MetadataRequest
 from raw_client import RawClient
 
+from strom.broker.common import ZERO_UUID
 from strom.protocol.errors import ErrorCode
 
 MB = 1024 * 1024
@@ -550,3 +553,58 @@ def test_user_quotas_follow_the_sasl_principal(fresh_broker: BrokerProcess) -> N
 
     assert throttles_of("alice"), "User:alice was not held to her quota"
     assert throttles_of("bob") == []
+
+
+def create_topics_request(version: int, partitions: dict[str, int]) -> Any:
+    module = importlib.import_module(f"kio.schema.create_topics.v{version}.request")
+    return module.CreateTopicsRequest(
+        topics=tuple(
+            module.CreatableTopic(
+                name=name, num_partitions=count, replication_factor=1, assignments=(), configs=()
+            )
+            for name, count in partitions.items()
+        ),
+        timeout=datetime.timedelta(seconds=15),
+        validate_only=False,
+    )
+
+
+def test_controller_mutation_rate_strict_and_permissive(quotas_cleared: BrokerProcess) -> None:
+    """1 partition a second gives a burst of 11 (Kafka's 11 one-second windows). With
+    CreateTopics v7 (strict) the topic that finds the bucket empty is refused with
+    THROTTLING_QUOTA_EXCEEDED and the throttle time, the ones before it are created;
+    DeleteTopics v6 is refused the same way. CreateTopics v5 (permissive) always creates,
+    and the response is throttled."""
+    broker = quotas_cleared
+    set_quotas(broker.port, {"client-id": "raw-test"}, {"controller_mutation_rate": 1.0})
+    prefix = f"m-{uuid.uuid4().hex[:6]}"
+    first, second, third = f"{prefix}-a", f"{prefix}-b", f"{prefix}-c"
+    with RawClient(broker.port, timeout=30) as client:
+        created = client.request(create_topics_request(7, {first: 10, second: 5, third: 1}))
+        codes = {t.name: t.error_code for t in created.topics}
+        assert codes == {
+            first: ErrorCode.none,
+            second: ErrorCode.none,  # taken: the bucket still had tokens (1 left)
+            third: ErrorCode.throttling_quota_exceeded,  # the bucket is at -4
+        }
+        assert created.throttle_time.total_seconds() > 3
+    with RawClient(broker.port, timeout=30) as client:
+        deleted = client.request(
+            delete_v6.DeleteTopicsRequest(
+                topics=(delete_v6.DeleteTopicState(name=first, topic_id=ZERO_UUID),),
+                timeout=datetime.timedelta(seconds=15),
+            )
+        )
+        assert [r.error_code for r in deleted.responses] == [ErrorCode.throttling_quota_exceeded]
+    set_quotas(broker.port, {"client-id": "raw-test"}, {"controller_mutation_rate": None})
+    set_quotas(broker.port, {"client-id": "old-admin"}, {"controller_mutation_rate": 1.0})
+    with RawClient(broker.port, timeout=30) as client:
+        client.client_id = "old-admin"
+        names = {f"{prefix}-old-{i}": 6 for i in range(3)}
+        created = client.request(create_topics_request(5, names))
+        assert {t.name: t.error_code for t in created.topics} == dict.fromkeys(
+            names, ErrorCode.none
+        )
+        assert created.throttle_time.total_seconds() > 5  # 18 taken from a burst of 11
+    metadata = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
+    assert {first, second, *names} <= set(metadata.topics) and third not in metadata.topics

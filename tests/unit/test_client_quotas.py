@@ -11,15 +11,19 @@ import pytest
 
 from strom.broker.client_quotas import _Timed
 from strom.security.quotas import (
+    CLIENT_ID,
     CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
     MATCH_ANY,
     MATCH_DEFAULT,
     MATCH_EXACT,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
     InvalidQuota,
+    MutationQuotas,
     QuotaRates,
     Rate,
+    TokenBucket,
     entity_key,
     filter_matches,
     resolve,
@@ -223,3 +227,27 @@ def test_handler_time_leaves_out_waiting() -> None:
     result, spent_ns = asyncio.run(measure())
     assert result == "done"
     assert 0.04 <= spent_ns / 1e9 < 0.2
+
+
+def test_token_bucket_burst_refill_and_throttle() -> None:
+    bucket = TokenBucket()
+    assert bucket.throttle_ms(2.0, 0) == 0  # full: 2/s x 11 windows = 22 tokens
+    bucket.take(30, 2.0, 0)  # may go below zero: -8
+    assert bucket.throttle_ms(2.0, 0) == 4000  # 8 tokens at 2 a second
+    assert bucket.throttle_ms(2.0, 3000) == 1000
+    assert bucket.throttle_ms(2.0, 4000) == 0
+    assert bucket.throttle_ms(2.0, 100_000) == 0 and bucket.tokens == 22  # capped at the burst
+
+
+def test_mutation_quotas_strict_and_permissive() -> None:
+    quotas = {((CLIENT_ID, "admin"),): {CONTROLLER_MUTATION_RATE: 1.0}}
+    strict = MutationQuotas()
+    assert strict.admit(quotas, "u", "admin", 10, 0, strict=True) == (True, 0)
+    assert strict.admit(quotas, "u", "admin", 5, 0, strict=True) == (True, 0)  # 1 left: taken
+    assert strict.admit(quotas, "u", "admin", 1, 0, strict=True) == (False, 4000)
+    assert strict.admit(quotas, "u", "admin", 1, 4000, strict=True) == (True, 0)
+    assert strict.admit(quotas, "u", "other", 100, 0, strict=True) == (True, 0)  # no quota
+    permissive = MutationQuotas()
+    assert permissive.admit(quotas, "u", "admin", 11, 0, strict=False) == (True, 0)
+    assert permissive.admit(quotas, "u", "admin", 3, 0, strict=False) == (True, 3000)
+    assert permissive.admit(quotas, "u", "admin", 3, 0, strict=False) == (True, 6000)
