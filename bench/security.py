@@ -6,11 +6,14 @@ the tests make it; SCRAM-SHA-512 credentials added with the AdminClient), then, 
 alternated so that drift on the shared machine hits every listener alike:
   - produces N records of 100 B with confluent-kafka (acks=1, linger 5 ms, 1 MB batches)
     and consumes them back (fetch.queue.backoff.ms 10), once per listener per round;
+  - produces records of 100 B one per request (linger 0, one record a batch) for a few
+    seconds over PLAINTEXT and SSL: requests per second and the broker's CPU per request,
+    the cost of TLS where requests are small;
   - opens connections and authenticates with SCRAM-SHA-512 (SaslHandshake and the two
     SaslAuthenticate round trips) over SASL_PLAINTEXT and over SASL_SSL, counting
     completed authentications per second, with the broker's CPU time per one.
 Prints one line per figure (medians of the rounds). Usage:
-  python bench/security.py [--records N] [--rounds R] [--handshakes H]
+  python bench/security.py [--records N] [--rounds R] [--handshakes H] [--small-seconds S]
 """
 
 from __future__ import annotations
@@ -90,6 +93,37 @@ def produce(settings: dict, topic: str, count: int) -> float:
     elapsed = time.perf_counter() - started
     assert delivered == count, f"{count - delivered} records not acknowledged"
     return count / elapsed
+
+
+def small_requests(settings: dict, topic: str, seconds: float, pid: int) -> tuple[float, float]:
+    """(acknowledged records a second, broker CPU ms per request) with one record per
+    Produce request."""
+    delivered = 0
+
+    def on_delivery(error, _message) -> None:
+        nonlocal delivered
+        if error is None:
+            delivered += 1
+
+    producer = Producer(
+        settings | {"acks": "1", "linger.ms": 0, "batch.num.messages": 1, "max.in.flight": 5}
+    )
+    producer.produce(topic, RECORD, on_delivery=on_delivery)
+    producer.flush(30)  # connected and warm
+    delivered = 0
+    cpu = broker_cpu_s(pid)
+    started = time.perf_counter()
+    produced = 0
+    while time.perf_counter() - started < seconds:
+        if produced - delivered < 50:
+            producer.produce(topic, RECORD, on_delivery=on_delivery)
+            produced += 1
+        producer.poll(0 if produced - delivered < 50 else 0.001)
+    producer.flush(30)
+    elapsed = time.perf_counter() - started
+    cpu_ms = (broker_cpu_s(pid) - cpu) * 1000
+    assert delivered == produced, f"{produced - delivered} records not acknowledged"
+    return delivered / elapsed, cpu_ms / delivered
 
 
 def consume(settings: dict, topic: str, count: int) -> float:
@@ -178,6 +212,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--handshakes", type=int, default=300)
+    parser.add_argument("--small-seconds", type=float, default=5.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -227,6 +262,23 @@ def main() -> None:
                 )
             tls = ssl.create_default_context(cafile=str(ca.cert))
             assert broker.proc is not None
+            small: dict[str, list[tuple[float, float]]] = {"PLAINTEXT": [], "SSL": []}
+            for round_ in range(args.rounds):
+                for name in small:
+                    topic = f"bench-small-{name.lower()}-{round_}"
+                    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+                    settings = client_settings(name, ports, ca.cert)
+                    small[name].append(
+                        small_requests(settings, topic, args.small_seconds, broker.proc.pid)
+                    )
+            base = statistics.median(rate for rate, _ in small["PLAINTEXT"])
+            for name, rounds in small.items():
+                rate = statistics.median(r for r, _ in rounds)
+                cpu_ms = statistics.median(c for _, c in rounds)
+                print(
+                    f"{name:<10} one 100 B record per Produce request: {rate:>8,.0f} requests/s "
+                    f"({rate / base:.2f}x), broker CPU {cpu_ms * 1000:.0f} µs per request"
+                )
             for name, context in (("SASL_PLAINTEXT", None), ("SASL_SSL", tls)):
                 rate, cpu_ms = handshakes(ports[name], context, args.handshakes, broker.proc.pid)
                 print(
