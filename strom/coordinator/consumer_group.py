@@ -20,7 +20,10 @@ Reconciling (members not yet at the target), Stable, Dead.
 
 A member that sends no heartbeat for ``group.consumer.session.timeout.ms`` is
 removed; ``group.consumer.heartbeat.interval.ms`` is what members are told.
-Epoch -1 leaves; -2 (a static member's temporary leave) is treated as a leave.
+Epoch -1 leaves; -2 (a static member's temporary leave) is treated as a leave. A
+member joining (epoch 0) with a ``group.instance.id`` that another member holds gets
+UNRELEASED_INSTANCE_ID until that member leaves or its session expires, as Kafka
+answers.
 A heartbeat with an epoch other than the member's current (or previous one,
 with a subset of its partitions) gets FENCED_MEMBER_EPOCH; a client then rejoins
 with epoch 0.
@@ -291,6 +294,24 @@ class ConsumerGroup:
             self._remove(member)
             return HeartbeatResult(ErrorCode.none, member_id, epoch, interval)
         if epoch == 0:
+            holder = self._instance_holder(request)
+            if holder is not None:
+                log.info(
+                    "group %s: member %s refused: instance id %s is held by member %s",
+                    self.group_id,
+                    request.member_id,
+                    request.instance_id,
+                    holder,
+                )
+                return HeartbeatResult(
+                    ErrorCode.unreleased_instance_id,
+                    request.member_id,
+                    epoch,
+                    interval,
+                    message=f"Static member {request.member_id} with instance id "
+                    f"{request.instance_id} cannot join the group because the instance id "
+                    f"is owned by {holder} member.",
+                )
             member = self._join(request)
         else:
             member = self.members.get(request.member_id)
@@ -327,6 +348,17 @@ class ConsumerGroup:
             assignment = _copy(member.assigned)
             member.last_sent = _copy(member.assigned)
         return HeartbeatResult(ErrorCode.none, member.member_id, member.epoch, interval, assignment)
+
+    def _instance_holder(self, request: HeartbeatRequest) -> str | None:
+        """The member id that holds the joining member's instance id, if another member
+        holds it: a static member's instance id is released only when it leaves (epoch
+        -2 or -1) or its session expires."""
+        if request.instance_id is None:
+            return None
+        holder = self.static_members.get(request.instance_id)
+        if holder is None or holder == request.member_id or holder not in self.members:
+            return None
+        return holder
 
     def _join(self, request: HeartbeatRequest) -> ConsumerGroupMember:
         member_id = request.member_id or str(uuid.uuid4())

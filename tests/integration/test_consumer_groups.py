@@ -19,6 +19,7 @@ from confluent_kafka import (
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     ConsumerGroupType,
+    KafkaError,
     Producer,
     TopicPartition,
 )
@@ -403,3 +404,52 @@ def test_new_protocol_consumer_commits_to_a_group_that_does_not_exist(group_brok
 
     assert commit("simple-commit-raw", -1) == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
     assert commit("no-such-group", 3) == [ErrorCode.group_id_not_found] * 2
+
+
+def test_new_protocol_static_member_cannot_take_a_live_members_instance_id(group_broker) -> None:
+    """Two group.protocol=consumer clients with the same group.instance.id: the second
+    is refused (UNRELEASED_INSTANCE_ID, fatal to librdkafka) while the first is alive,
+    and the first keeps its partitions."""
+    bootstrap = group_broker.bootstrap
+    topic = "static-848-topic"
+    create_topic(bootstrap, topic, 2)
+    errors: list = []
+    consumers = [
+        Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "static-848-group",
+                "group.protocol": "consumer",
+                "group.instance.id": "the-instance",
+                "error_cb": lambda err, i=i: errors.append((i, err)),
+            }
+        )
+        for i in range(2)
+    ]
+    try:
+        first, second = consumers
+        first.subscribe([topic])
+
+        def owns(consumer: Consumer, count: int) -> bool:
+            consumer.poll(0.1)
+            return len(consumer.assignment()) == count
+
+        wait_until(lambda: owns(first, 2), 30, "the first member to own both partitions")
+        second.subscribe([topic])
+
+        def refused() -> bool:
+            first.poll(0.05)
+            msg = second.poll(0.05)  # a fatal error comes as a message's error
+            if msg is not None and msg.error():
+                errors.append((1, msg.error()))
+            return any(i == 1 and err.code() == KafkaError._FATAL for i, err in errors)
+
+        wait_until(refused, 30, "the second member to be refused")
+        error = next(err for i, err in errors if i == 1 and err.code() == KafkaError._FATAL)
+        assert "instance ID is still used by another member" in error.str()
+        assert second.assignment() == []
+        assert owns(first, 2)
+        assert not [err for i, err in errors if i == 0]
+    finally:
+        for consumer in consumers:
+            consumer.close()

@@ -326,6 +326,7 @@ def _cg_heartbeat(
     epoch: int,
     topics: tuple[str, ...] | None = None,
     owned: object = None,
+    instance: str | None = None,
 ) -> object:
     from kio.schema.consumer_group_heartbeat.v1.request import (
         ConsumerGroupHeartbeatRequest,
@@ -337,7 +338,7 @@ def _cg_heartbeat(
             group_id=group,
             member_id=member_id,
             member_epoch=epoch,
-            instance_id=None,
+            instance_id=instance,
             rack_id=None,
             rebalance_timeout=datetime.timedelta(seconds=10),
             subscribed_topic_names=topics,
@@ -387,6 +388,30 @@ def test_kip848_heartbeat_revokes_before_it_reassigns(raw_broker) -> None:
     assert [sorted(ps) for ps in _owned(b_now).values()] == [[2, 3]]
     left = _cg_heartbeat(a, group, "a", -1)
     assert (left.error_code, left.member_epoch) == (ErrorCode.none, -1)
+    a.close()
+    b.close()
+
+
+def test_kip848_instance_id_held_by_a_live_member_is_refused(raw_broker) -> None:
+    """A member joining with a group.instance.id that a live member holds gets
+    UNRELEASED_INSTANCE_ID, and the holder keeps its place; once the holder has left
+    (epoch -2), the newcomer joins."""
+    create_topic(raw_broker.bootstrap, "cg-static", 2)
+    group = "cg-static-group"
+    a, b = RawClient(raw_broker.port), RawClient(raw_broker.port)
+    first = _cg_heartbeat(a, group, "a", 0, ("cg-static",), instance="i-1")
+    assert first.error_code == ErrorCode.none
+    refused = _cg_heartbeat(b, group, "b", 0, ("cg-static",), instance="i-1")
+    assert refused.error_code == ErrorCode.unreleased_instance_id
+    assert "owned by a" in refused.error_message
+    still = _cg_heartbeat(a, group, "a", first.member_epoch, owned=_owned(first))
+    assert still.error_code == ErrorCode.none
+    assert still.member_epoch == first.member_epoch  # no one joined: no new epoch
+    left = _cg_heartbeat(a, group, "a", -2, instance="i-1")
+    assert (left.error_code, left.member_epoch) == (ErrorCode.none, -2)
+    joined = _cg_heartbeat(b, group, "b", 0, ("cg-static",), instance="i-1")
+    assert joined.error_code == ErrorCode.none
+    assert [sorted(ps) for ps in _owned(joined).values()] == [[0, 1]]
     a.close()
     b.close()
 
