@@ -23,8 +23,10 @@ Joining without a member id from JoinGroup v4 on answers MEMBER_ID_REQUIRED
 with a fresh id (KIP-394); the member must rejoin with it within the session
 timeout. Static members (group.instance.id, KIP-345) keep their place across
 restarts: a rejoin under a known instance id replaces the old member id (the
-old one is then FENCED_INSTANCE_ID) and, in a Stable group with unchanged
-protocols, gets the current assignment without a rebalance.
+old one is then FENCED_INSTANCE_ID) and, in a Stable group whose selected protocol
+it does not change, gets the current assignment without a rebalance: from JoinGroup
+v9 a rejoining leader is told to skip the assignment (KIP-814); below v9 the answer
+names the old leader id, so the rejoining leader syncs as a follower.
 
 Every JoinGroup, SyncGroup and Heartbeat restarts the member's session timer
 (``session.timeout.ms``); when it fires the member is removed and the group
@@ -391,6 +393,7 @@ class ClassicGroup:
         self.members[member_id] = member
         assert request.group_instance_id is not None
         self.static_members[request.group_instance_id] = member_id
+        leader_before = self.leader_id
         if self.leader_id == old_id:
             self.leader_id = member_id
         log.info(
@@ -401,11 +404,22 @@ class ClassicGroup:
             old_id,
         )
         if self.state == GroupState.STABLE:
-            unchanged = old.same_protocols(request.protocols)
-            leader_needs_rebalance = member_id == self.leader_id and request.api_version < 9
-            if unchanged and not leader_needs_rebalance:
+            if self._select_protocol() == self.protocol_name:
+                # The next generation would choose the same protocol: no rebalance.
                 self.coordinator.store_group(self)
-                return self._current_join_result(member, skip_assignment=True)
+                if request.api_version >= 9:
+                    return self._current_join_result(member, skip_assignment=True)
+                # Below v9 there is no skip_assignment: the old leader id is named, so a
+                # rejoining leader acts as a follower and syncs to get its assignment.
+                self._touch(member)
+                return JoinResult(
+                    ErrorCode.none,
+                    member_id,
+                    self.generation,
+                    self.protocol_type,
+                    self.protocol_name,
+                    leader_before or "",
+                )
             future = self._new_join_future(member)
             self._touch(member)
             self._prepare_rebalance("static member rejoined with new protocols")

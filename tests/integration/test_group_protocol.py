@@ -201,6 +201,45 @@ def test_static_member_rejoins_without_rebalance_and_fences_its_old_id(raw_broke
     new.close()
 
 
+def test_static_leader_rejoining_below_v9_keeps_the_generation(raw_broker) -> None:
+    """JoinGroup v5 (no skip_assignment): the static leader rejoining a Stable group under a
+    new member id gets the current generation with the old leader id named, so it syncs
+    as a follower and gets its assignment back; no rebalance (KIP-345)."""
+    from kio.schema.join_group.v5.request import JoinGroupRequest as JoinV5
+    from kio.schema.join_group.v5.request import JoinGroupRequestProtocol as ProtocolV5
+
+    group = "static-leader-v5"
+
+    def join_v5(client: RawClient) -> object:
+        return client.request(
+            JoinV5(
+                group_id=group,
+                session_timeout=datetime.timedelta(milliseconds=SESSION_MS),
+                rebalance_timeout=datetime.timedelta(milliseconds=5000),
+                member_id="",
+                group_instance_id="leader-instance",
+                protocol_type="consumer",
+                protocols=(ProtocolV5(name="range", metadata=b"sub"),),
+            )
+        )
+
+    old, new = RawClient(raw_broker.port), RawClient(raw_broker.port)
+    first = join_v5(old)
+    assert first.error_code == ErrorCode.none and first.leader == first.member_id
+    old_id = first.member_id
+    assert sync(old, group, old_id, 1, {old_id: b"mine"}).assignment == b"mine"
+
+    again = join_v5(new)
+    assert again.error_code == ErrorCode.none
+    assert again.member_id != old_id
+    assert (again.generation_id, again.leader, again.members) == (1, old_id, ())
+    assert sync(new, group, again.member_id, 1).assignment == b"mine"
+    assert heartbeat(new, group, again.member_id, 1, "leader-instance") == ErrorCode.none
+    assert heartbeat(old, group, old_id, 1, "leader-instance") == ErrorCode.fenced_instance_id
+    old.close()
+    new.close()
+
+
 def _kafka_string(text: str) -> bytes:
     return struct.pack(">h", len(text)) + text.encode()
 
