@@ -43,6 +43,7 @@ class ConfigSource(IntEnum):
     DYNAMIC_DEFAULT_BROKER = 3
     STATIC_BROKER = 4
     DEFAULT = 5
+    DYNAMIC_GROUP = 8
 
 
 class ConfigError(ValueError):
@@ -238,6 +239,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("group.max.size", "int", 2147483647, minimum=1),
         ConfigDef("group.consumer.session.timeout.ms", "int", 45000, minimum=1),
         ConfigDef("group.consumer.heartbeat.interval.ms", "int", 5000, minimum=1),
+        # The bounds of a group's own consumer.session.timeout.ms and
+        # consumer.heartbeat.interval.ms (GROUP_CONFIGS).
+        ConfigDef("group.consumer.min.session.timeout.ms", "int", 45000, minimum=1),
+        ConfigDef("group.consumer.max.session.timeout.ms", "int", 60000, minimum=1),
+        ConfigDef("group.consumer.min.heartbeat.interval.ms", "int", 5000, minimum=1),
+        ConfigDef("group.consumer.max.heartbeat.interval.ms", "int", 15000, minimum=1),
         ConfigDef(
             "group.consumer.assignors", "list", ["uniform", "range"], choices=_GROUP_ASSIGNORS
         ),
@@ -1024,6 +1031,118 @@ def _check_distinct(listeners: list[Listener], key: str, *, ports: bool = True) 
             raise ConfigError(
                 f"Each listener in {key} must have a different port; {dup_port} is repeated"
             )
+
+
+# Configs of one group (ConfigResource type GROUP), as Kafka 4.0's GroupConfig defines
+# them: a group's own values of the broker's group.consumer.* settings (its default), and
+# the share group ones (kept and validated; Strom has no share groups to apply them to).
+GROUP_CONFIGS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in [
+        ConfigDef(
+            "consumer.session.timeout.ms",
+            "int",
+            45000,
+            minimum=1,
+            broker_name="group.consumer.session.timeout.ms",
+        ),
+        ConfigDef(
+            "consumer.heartbeat.interval.ms",
+            "int",
+            5000,
+            minimum=1,
+            broker_name="group.consumer.heartbeat.interval.ms",
+        ),
+        ConfigDef("share.session.timeout.ms", "int", 45000, minimum=1),
+        ConfigDef("share.heartbeat.interval.ms", "int", 5000, minimum=1),
+        ConfigDef("share.record.lock.duration.ms", "int", 30000, minimum=1000),
+        ConfigDef("share.auto.offset.reset", "string", "latest", choices=("latest", "earliest")),
+    ]
+}
+
+# Kafka's default bounds of the share group configs (group.share.min/max.*).
+_SHARE_BOUNDS = {
+    "share.session.timeout.ms": (45000, 60000),
+    "share.heartbeat.interval.ms": (5000, 15000),
+    "share.record.lock.duration.ms": (15000, 60000),
+}
+
+
+def group_config_values(
+    broker: BrokerConfig | None, overrides: Mapping[str, str]
+) -> dict[str, tuple[Any, bool]]:
+    """Each group config as (value, set on the group): the group's override, else the
+    broker's value of the setting it stands for, else Kafka's default."""
+    out: dict[str, tuple[Any, bool]] = {}
+    for key, definition in GROUP_CONFIGS.items():
+        if key in overrides:
+            out[key] = (definition.parse(overrides[key]), True)
+        elif broker is not None and definition.broker_name is not None:
+            out[key] = (broker[definition.broker_name], False)
+        else:
+            out[key] = (definition.default, False)
+    return out
+
+
+def validate_group_configs(
+    configs: Mapping[str, str | None], broker: BrokerConfig | None = None
+) -> dict[str, Any]:
+    """Check a group's overrides as Kafka does: known names, values of their type, within
+    the broker's bounds (when ``broker`` is given), a session timeout above the
+    heartbeat interval. Raises ConfigError."""
+    for key, raw in configs.items():
+        if key not in GROUP_CONFIGS:
+            raise ConfigError(f"Unknown group config name: {key}")
+        if raw is None:
+            raise ConfigError(f"Null value not supported for group configs: {key}")
+    values = {k: v for k, (v, _) in group_config_values(broker, configs).items()}
+    bounds = dict(_SHARE_BOUNDS)
+    if broker is not None:
+        bounds["consumer.session.timeout.ms"] = (
+            broker["group.consumer.min.session.timeout.ms"],
+            broker["group.consumer.max.session.timeout.ms"],
+        )
+        bounds["consumer.heartbeat.interval.ms"] = (
+            broker["group.consumer.min.heartbeat.interval.ms"],
+            broker["group.consumer.max.heartbeat.interval.ms"],
+        )
+    for key, (low, high) in bounds.items():
+        if key not in configs:
+            continue
+        if values[key] < low:
+            raise ConfigError(f"{key} must be greater than or equal to {_BOUND_NAMES[key][0]}")
+        if values[key] > high:
+            raise ConfigError(f"{key} must be less than or equal to {_BOUND_NAMES[key][1]}")
+    for kind in ("consumer", "share"):
+        if values[f"{kind}.session.timeout.ms"] <= values[f"{kind}.heartbeat.interval.ms"]:
+            raise ConfigError(
+                f"{kind}.session.timeout.ms must be greater than {kind}.heartbeat.interval.ms"
+            )
+    return {key: values[key] for key in configs}
+
+
+_BOUND_NAMES = {
+    "consumer.session.timeout.ms": (
+        "group.consumer.min.session.timeout.ms",
+        "group.consumer.max.session.timeout.ms",
+    ),
+    "consumer.heartbeat.interval.ms": (
+        "group.consumer.min.heartbeat.interval.ms",
+        "group.consumer.max.heartbeat.interval.ms",
+    ),
+    "share.session.timeout.ms": (
+        "group.share.min.session.timeout.ms",
+        "group.share.max.session.timeout.ms",
+    ),
+    "share.heartbeat.interval.ms": (
+        "group.share.min.heartbeat.interval.ms",
+        "group.share.max.heartbeat.interval.ms",
+    ),
+    "share.record.lock.duration.ms": (
+        "group.share.min.record.lock.duration.ms",
+        "group.share.max.record.lock.duration.ms",
+    ),
+}
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:

@@ -1,19 +1,21 @@
-"""Configs of topics and brokers: DescribeConfigs (32) v1-4, AlterConfigs (33) v0-2,
-IncrementalAlterConfigs (44) v0-1.
+"""Configs of topics, brokers and groups: DescribeConfigs (32) v1-4, AlterConfigs (33)
+v0-2, IncrementalAlterConfigs (44) v0-1.
 
-Resources: TOPIC (2) and BROKER (4, named by node id, or "" for the
-cluster-wide default). Names, defaults and value checks are Kafka's, from
-``strom.config``. Sources reported: DYNAMIC_TOPIC_CONFIG (1) for a topic
-override, DYNAMIC_BROKER_CONFIG (2) for a broker value set at run time,
-STATIC_BROKER_CONFIG (4) from server.properties or --override, DEFAULT_CONFIG
-(5). With ``include_synonyms`` a topic config lists the broker property that
-supplies its default. AlterConfigs replaces the whole set of overrides of a
-resource, IncrementalAlterConfigs applies SET (0), DELETE (1), APPEND (2) and
-SUBTRACT (3) to list configs; both honour ``validate_only``. Only the broker
-configs that Kafka can change at run time (the topic defaults) are alterable.
+Resources: TOPIC (2), BROKER (4, named by node id, or "" for the cluster-wide
+default) and GROUP (32, any non-empty group id, existing or not: Kafka 4.0's group
+configs, ``consumer.session.timeout.ms`` and the others of ``strom.config.GROUP_CONFIGS``,
+stored in the cluster metadata and read by the group coordinator). Names, defaults and
+value checks are Kafka's, from ``strom.config``. Sources reported: DYNAMIC_TOPIC_CONFIG
+(1) for a topic override, DYNAMIC_BROKER_CONFIG (2) for a broker value set at run time,
+STATIC_BROKER_CONFIG (4) from server.properties or --override, DEFAULT_CONFIG (5),
+DYNAMIC_GROUP_CONFIG (8) for a value set on a group. With ``include_synonyms`` a topic
+config lists the broker property that supplies its default. AlterConfigs replaces the
+whole set of overrides of a resource, IncrementalAlterConfigs applies SET (0), DELETE
+(1), APPEND (2) and SUBTRACT (3) to list configs; both honour ``validate_only``. Only the
+broker configs that Kafka can change at run time (the topic defaults) are alterable.
 Describing needs DESCRIBE_CONFIGS and altering ALTER_CONFIGS, on the topic
-(TOPIC_AUTHORIZATION_FAILED) or, for a broker, on the cluster
-(CLUSTER_AUTHORIZATION_FAILED).
+(TOPIC_AUTHORIZATION_FAILED), the group (GROUP_AUTHORIZATION_FAILED) or, for a broker,
+on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ from strom.broker.router import RequestContext, handles
 from strom.config import (
     BROKER_CONFIGS,
     DYNAMIC_BROKER_CONFIGS,
+    GROUP_CONFIGS,
     TOPIC_CONFIGS,
     ConfigDef,
     ConfigError,
     ConfigSource,
     effective_topic_configs,
+    group_config_values,
     render,
+    validate_group_configs,
     validate_topic_configs,
 )
 from strom.protocol.errors import ErrorCode
@@ -42,11 +47,13 @@ from strom.protocol.framing import build, nested
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32
 
 SOURCE_DYNAMIC_TOPIC = ConfigSource.DYNAMIC_TOPIC
 SOURCE_DYNAMIC_BROKER = ConfigSource.DYNAMIC_BROKER
 SOURCE_STATIC_BROKER = ConfigSource.STATIC_BROKER
 SOURCE_DEFAULT = ConfigSource.DEFAULT
+SOURCE_DYNAMIC_GROUP = ConfigSource.DYNAMIC_GROUP
 
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
@@ -120,12 +127,22 @@ def _check_broker_name(ctx: RequestContext, name: str) -> None:
         raise _ResourceError(ErrorCode.invalid_request, f"Unknown broker {name!r}")
 
 
+def _check_group_name(name: str) -> None:
+    if not name:
+        raise _ResourceError(ErrorCode.invalid_request, "Group name must not be empty")
+
+
 def _authorize(ctx: RequestContext, resource_type: int, name: str, operation: int) -> None:
     """DESCRIBE_CONFIGS or ALTER_CONFIGS on the topic, or on the cluster for a broker."""
     if resource_type == RESOURCE_TOPIC:
         if not authz.allowed(ctx, operation, authz.TOPIC, name):
             raise _ResourceError(
                 ErrorCode.topic_authorization_failed, "Topic authorization failed."
+            )
+    elif resource_type == RESOURCE_GROUP:
+        if not authz.allowed(ctx, operation, authz.GROUP, name):
+            raise _ResourceError(
+                ErrorCode.group_authorization_failed, "Group authorization failed."
             )
     elif resource_type == RESOURCE_BROKER and not authz.cluster_allowed(ctx, operation):
         raise _ResourceError(
@@ -170,6 +187,16 @@ def _describe(ctx: RequestContext, resource_type: int, name: str) -> list[Row]:
             synonyms = [(key, value, code)]
             rows.append((key, value, code, BROKER_CONFIGS[key], synonyms))
         return rows
+    if resource_type == RESOURCE_GROUP:
+        _check_group_name(name)
+        overrides = ctx.broker.controller.metadata.image.group_configs(name)
+        rows = []
+        for key, (value, is_set) in sorted(group_config_values(broker_config, overrides).items()):
+            code = SOURCE_DYNAMIC_GROUP if is_set else SOURCE_DEFAULT
+            rows.append(
+                (key, render(value), code, GROUP_CONFIGS[key], [(key, render(value), code)])
+            )
+        return rows
     raise _ResourceError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type}")
 
 
@@ -185,7 +212,7 @@ def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
 def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
     def new_configs(resource: Any, current: dict[str, str]) -> dict[str, str]:
         result = dict(current)
-        table = TOPIC_CONFIGS if resource.resource_type == RESOURCE_TOPIC else BROKER_CONFIGS
+        table = _TABLES.get(resource.resource_type, BROKER_CONFIGS)
         for change in resource.configs:
             definition = table.get(change.name)
             if definition is None:
@@ -220,6 +247,9 @@ def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
     return _alter(ctx, request, new_configs)
 
 
+_TABLES = {RESOURCE_TOPIC: TOPIC_CONFIGS, RESOURCE_GROUP: GROUP_CONFIGS}
+
+
 def _current_list(ctx: RequestContext, resource: Any, key: str) -> list[str]:
     if resource.resource_type == RESOURCE_TOPIC:
         return list(ctx.broker.config.broker_default_for_topic(key))
@@ -249,6 +279,13 @@ def _alter(ctx: RequestContext, request: Any, new_configs: Any) -> Any:
                 configs = new_configs(resource, topic.configs)
                 try:
                     validate_topic_configs(configs)
+                except ConfigError as exc:
+                    raise _ResourceError(ErrorCode.invalid_config, str(exc)) from None
+            elif resource.resource_type == RESOURCE_GROUP:
+                _check_group_name(resource.resource_name)
+                configs = new_configs(resource, state.image.group_configs(resource.resource_name))
+                try:
+                    validate_group_configs(configs, ctx.broker.config)
                 except ConfigError as exc:
                     raise _ResourceError(ErrorCode.invalid_config, str(exc)) from None
             elif resource.resource_type == RESOURCE_BROKER:
@@ -333,5 +370,7 @@ def _shows(state: Any, resource: Any, configs: dict[str, str]) -> bool:
     """Whether this node's metadata holds exactly these overrides for the resource."""
     if resource.resource_type == RESOURCE_TOPIC:
         return state.image.topic_configs(resource.resource_name) == configs
+    if resource.resource_type == RESOURCE_GROUP:
+        return state.image.group_configs(resource.resource_name) == configs
     name = resource.resource_name
     return state.image.broker_configs(int(name) if name else None) == configs

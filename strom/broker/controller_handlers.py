@@ -45,6 +45,7 @@ from strom.protocol.framing import build, nested, nested_if_any
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32
 
 
 def _service(ctx: RequestContext, operation: int = authz.Op.CLUSTER_ACTION) -> Any:
@@ -337,7 +338,7 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
                         ErrorCode.unknown_topic_or_partition,
                         f"Topic {resource.resource_name!r} does not exist",
                     )
-            elif resource.resource_type != RESOURCE_BROKER:
+            elif resource.resource_type not in (RESOURCE_BROKER, RESOURCE_GROUP):
                 raise ControllerError(
                     ErrorCode.invalid_request,
                     f"Unsupported resource type {resource.resource_type}",

@@ -2,12 +2,14 @@
 
 Owns the rules of a config change on the controller, after Kafka's
 ConfigurationControlManager: which resources have configs (TOPIC 2, an existing topic;
-BROKER 4, a node id or "" for the cluster-wide default), the incremental operations
+BROKER 4, a node id or "" for the cluster-wide default; GROUP 32, any non-empty group
+id, whether or not the group exists yet), the incremental operations
 (SET, DELETE, APPEND and SUBTRACT, the last two for list configs only, starting from the
 default when nothing is set), the validation of the result (topic configs through
-``strom.config.validate_topic_configs``; broker configs must be ones Kafka changes at run
-time) and the ConfigRecords that turn the current overrides into the wanted ones
-(a null value deletes).
+``strom.config.validate_topic_configs``, group configs through
+``validate_group_configs``; broker configs must be ones Kafka changes at run time) and
+the ConfigRecords that turn the current overrides into the wanted ones (a null value
+deletes).
 
 Does not own: applying the records (``image``) or when they are written
 (``quorum_controller``).
@@ -23,8 +25,10 @@ from strom.cluster.records import ConfigRecord, MetadataRecord
 from strom.config import (
     BROKER_CONFIGS,
     DYNAMIC_BROKER_CONFIGS,
+    GROUP_CONFIGS,
     TOPIC_CONFIGS,
     ConfigError,
+    validate_group_configs,
     validate_topic_configs,
 )
 from strom.protocol.errors import ErrorCode
@@ -41,6 +45,9 @@ def current_configs(image: MetadataImage, resource_type: int, name: str) -> dict
     elif resource_type == ConfigResourceType.BROKER:
         if name != "" and not name.lstrip("-").isdigit():
             raise ControllerError(ErrorCode.invalid_request, f"Invalid broker name {name!r}")
+    elif resource_type == ConfigResourceType.GROUP:
+        if not name:
+            raise ControllerError(ErrorCode.invalid_request, "Group name must not be empty")
     else:
         raise ControllerError(
             ErrorCode.invalid_request, f"Unsupported resource type {resource_type}"
@@ -55,7 +62,7 @@ def apply_config_ops(
     changes: Sequence[tuple[str, int, str | None]],
 ) -> dict[str, str]:
     """The overrides after IncrementalAlterConfigs' (name, op, value) changes, in order."""
-    table = TOPIC_CONFIGS if resource_type == ConfigResourceType.TOPIC else BROKER_CONFIGS
+    table = _TABLES.get(resource_type, BROKER_CONFIGS)
     wanted = dict(current)
     for key, op, value in changes:
         if op == ConfigOp.SET:
@@ -95,6 +102,11 @@ def config_records(
             validate_topic_configs(wanted)
         except ConfigError as exc:
             raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+    elif resource_type == ConfigResourceType.GROUP:
+        try:
+            validate_group_configs(wanted)  # the bounds were checked by the receiving broker
+        except ConfigError as exc:
+            raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
     else:
         for key, value in wanted.items():
             if key not in DYNAMIC_BROKER_CONFIGS:
@@ -113,6 +125,9 @@ def config_records(
         for key in sorted(set(current) | set(wanted))
         if current.get(key) != wanted.get(key)
     ]
+
+
+_TABLES = {ConfigResourceType.TOPIC: TOPIC_CONFIGS, ConfigResourceType.GROUP: GROUP_CONFIGS}
 
 
 def _default_list(image: MetadataImage, resource_type: int, key: str) -> list[str]:

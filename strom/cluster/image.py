@@ -74,6 +74,7 @@ class ConfigResourceType(IntEnum):
 
     TOPIC = 2
     BROKER = 4
+    GROUP = 32
 
 
 # Kafka's SecurityProtocol ids, as RegisterBrokerRecord carries them.
@@ -643,6 +644,10 @@ class MetadataImage:
 
     def topic_configs(self, name: str) -> dict[str, str]:
         return self.configs_of(ConfigResourceType.TOPIC, name)
+
+    def group_configs(self, group_id: str) -> dict[str, str]:
+        """The configs set on a group (GROUP resource, KIP-848's group configs)."""
+        return self.configs_of(ConfigResourceType.GROUP, group_id)
 
     def broker_configs(self, broker_id: int | None) -> dict[str, str]:
         """Dynamic overrides of one broker, or of the cluster default (``None``)."""

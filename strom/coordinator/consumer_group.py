@@ -18,8 +18,12 @@ only when it changes) and the partitions they own; the coordinator keeps:
 State names as Kafka reports them: Empty, Assigning (target not computed),
 Reconciling (members not yet at the target), Stable, Dead.
 
-A member that sends no heartbeat for ``group.consumer.session.timeout.ms`` is
-removed; ``group.consumer.heartbeat.interval.ms`` is what members are told.
+A member that sends no heartbeat for the group's session timeout is removed; the
+group's heartbeat interval is what members are told. Both are the group's own
+``consumer.session.timeout.ms`` and ``consumer.heartbeat.interval.ms`` when set on it
+(GROUP config resource, kept in the cluster metadata), else the broker's
+``group.consumer.session.timeout.ms`` and ``group.consumer.heartbeat.interval.ms``;
+a change applies from each member's next heartbeat.
 Epoch -1 leaves; -2 (a static member's temporary leave) is treated as a leave. A
 member joining (epoch 0) with a ``group.instance.id`` that another member holds gets
 UNRELEASED_INSTANCE_ID until that member leaves or its session expires, as Kafka
@@ -48,6 +52,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from strom.config import GROUP_CONFIGS
 from strom.coordinator import consumer_group_records as records
 from strom.coordinator.assignors import ASSIGNORS, assignor_name
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC
@@ -279,7 +284,7 @@ class ConsumerGroup:
         return result
 
     def _heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
-        interval = int(self.coordinator.config["group.consumer.heartbeat.interval.ms"])
+        interval = self._setting("consumer.heartbeat.interval.ms")
         epoch = request.member_epoch
         if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             member_id = request.member_id
@@ -532,10 +537,21 @@ class ConsumerGroup:
             self._refresh_topics()
             self._maybe_assign()
 
+    def _setting(self, key: str) -> int:
+        """A group config (``consumer.session.timeout.ms``...): the group's own value,
+        else the broker's."""
+        raw = self.coordinator.controller.image.group_configs(self.group_id).get(key)
+        if raw is not None:
+            try:
+                return int(raw)
+            except ValueError:
+                pass  # validated when set; the broker's value stands in for a bad one
+        return int(self.coordinator.config[GROUP_CONFIGS[key].broker_name or key])
+
     def _touch(self, member: ConsumerGroupMember) -> None:
         if member.session_timer is not None:
             member.session_timer.cancel()
-        timeout = int(self.coordinator.config["group.consumer.session.timeout.ms"])
+        timeout = self._setting("consumer.session.timeout.ms")
         member.session_timer = asyncio.get_running_loop().call_later(
             timeout / 1000, self._session_expired, member.member_id
         )

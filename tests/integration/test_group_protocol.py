@@ -16,8 +16,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from broker_process import BrokerProcess
-from confluent_kafka import Consumer, TopicPartition
-from kafka_helpers import create_topic
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    ResourceType,
+)
+from kafka_helpers import create_topic, wait_until
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
@@ -43,6 +51,8 @@ OVERRIDES = {
     "group.min.session.timeout.ms": "500",
     "offsets.topic.num.partitions": "3",
     "offsets.retention.check.interval.ms": "200",
+    "group.consumer.min.session.timeout.ms": "500",
+    "group.consumer.min.heartbeat.interval.ms": "100",
 }
 
 
@@ -453,6 +463,55 @@ def test_kip848_instance_id_held_by_a_live_member_is_refused(raw_broker) -> None
     assert [sorted(ps) for ps in _owned(joined).values()] == [[0, 1]]
     a.close()
     b.close()
+
+
+def test_group_configs_are_described_altered_and_applied(raw_broker) -> None:
+    """GROUP config resources (Kafka 4.0): IncrementalAlterConfigs sets a group's
+    consumer.heartbeat.interval.ms and consumer.session.timeout.ms within the broker's
+    bounds, DescribeConfigs shows them as DYNAMIC_GROUP_CONFIG beside the defaults, and
+    the group's members are told that interval and expire after that session timeout."""
+    create_topic(raw_broker.bootstrap, "cg-configs", 1)
+    group = "cg-configs-group"
+    admin = AdminClient({"bootstrap.servers": raw_broker.bootstrap})
+
+    def alter(**configs: str) -> None:
+        entries = [
+            ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in configs.items()
+        ]
+        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+        admin.incremental_alter_configs([resource])[resource].result(10)
+
+    alter(consumer_heartbeat_interval_ms="1234", consumer_session_timeout_ms="1500")
+    resource = ConfigResource(ResourceType.GROUP, group)
+    described = admin.describe_configs([resource])[resource].result(10)
+    assert {k: (v.value, v.source) for k, v in described.items() if k.startswith("consumer")} == {
+        "consumer.heartbeat.interval.ms": ("1234", ConfigSource.GROUP_CONFIG.value),
+        "consumer.session.timeout.ms": ("1500", ConfigSource.GROUP_CONFIG.value),
+    }
+    assert described["share.auto.offset.reset"].value == "latest"
+    assert described["share.auto.offset.reset"].source == ConfigSource.DEFAULT_CONFIG.value
+    for bad in (
+        {"consumer_heartbeat_interval_ms": "99999"},  # above group.consumer.max.heartbeat...
+        {"consumer_session_timeout_ms": "1000"},  # not above the heartbeat interval
+        {"no_such_config": "1"},
+    ):
+        with pytest.raises(KafkaException) as refused:
+            alter(**bad)
+        assert refused.value.args[0].code() == 40  # INVALID_CONFIG
+
+    client = RawClient(raw_broker.port)
+    joined = _cg_heartbeat(client, group, "cfg-member", 0, ("cg-configs",))
+    assert joined.error_code == ErrorCode.none
+    assert joined.heartbeat_interval == datetime.timedelta(milliseconds=1234)
+    client.close()
+
+    def members() -> int:
+        found = admin.describe_consumer_groups([group])[group].result(10)
+        return len(found.members)
+
+    assert members() == 1
+    wait_until(lambda: members() == 0, 20, "the silent member to expire after 1.5 s")
 
 
 def _subscription(*topics: str) -> bytes:
