@@ -392,6 +392,8 @@ class ConnectionSession:
             answer = server.evaluate(token)
         except SaslAuthenticationFailed as exc:
             self.close_after_response = True
+            if self.broker.metrics is not None:
+                self.broker.metrics.failed_authentications += 1
             log.info(
                 "authentication with %s failed on listener %s: %s",
                 server.mechanism,

@@ -454,6 +454,9 @@ def _append(
     ctx.broker.purgatory.notify(topic.name, partition)
     if replicated:
         ctx.broker.replicas.maybe_advance_high_watermark((topic.name, partition))
+    metrics = ctx.broker.metrics
+    if metrics is not None:
+        metrics.appended(topic.name, headers)
     return ErrorCode.none, base_offset, append_time, partition_log.log_start_offset
 
 

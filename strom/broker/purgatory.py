@@ -25,6 +25,10 @@ class Purgatory:
                 if not future.done():
                     future.set_result(True)
 
+    def waiting(self) -> int:
+        """How many waits are under way (a wait on many partitions counts once)."""
+        return len({id(f) for waiters in self._waiters.values() for f in waiters})
+
     def wake_all(self) -> None:
         for key in list(self._waiters):
             self.notify(*key)

@@ -448,6 +448,13 @@ class ReplicaManager:
         except Exception as exc:
             log.info("%s-%d: ISR change not made: %s", key[0], key[1], exc)
             await asyncio.sleep(FETCH_BACKOFF_S)
+            return
+        metrics = self.broker.metrics
+        if metrics is not None:
+            if remove is not None:
+                metrics.isr_shrinks += 1
+            if add is not None:
+                metrics.isr_expands += 1
 
 
 class ReplicaFetcher:

@@ -81,6 +81,8 @@ class RequestContext:
     # A throttle a handler asks for itself (the controller mutation quota), in ms: the
     # response carries it and the connection is muted for it with the other quotas'.
     throttle_ms: int = 0
+    # When the request's handling began (time.perf_counter_ns), with metrics on.
+    started_ns: int = 0
 
     @property
     def client_host(self) -> str:

@@ -40,6 +40,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from strom.broker.admin_http import AdminListener
 from strom.broker.api_versions import unsupported_version_response
 from strom.broker.authentication import SASL_HANDSHAKE as SASL_HANDSHAKE_KEY
 from strom.broker.authentication import ConnectionSession, ListenerSecurity, peer_security
@@ -49,6 +50,7 @@ from strom.broker.controller_service import ControllerService
 from strom.broker.fetch_sessions import FetchSessionCache
 from strom.broker.group_commit import GroupCommit
 from strom.broker.lifecycle import BrokerLifecycle
+from strom.broker.metrics import BrokerMetrics
 from strom.broker.producer_ids import ProducerIdBlocks
 from strom.broker.purgatory import Purgatory
 from strom.broker.quorum import QuorumDriver
@@ -165,6 +167,9 @@ class Broker:
         self.state.on_topic_removed = self.coordinator.forget_topic
         self.replicas = ReplicaManager(self)
         self.client_quotas = ClientQuotas(self.state)
+        # Metrics are kept while an admin listener serves them (one None check else).
+        self.metrics: BrokerMetrics | None = BrokerMetrics() if config["admin.listeners"] else None
+        self.admin = AdminListener(self, self.metrics) if self.metrics is not None else None
         self.txn_markers = TxnMarkerSender(self)
         self.txn_verifier = TxnVerifier(self)
         self.transactions = TransactionCoordinator(
@@ -285,6 +290,8 @@ class Broker:
         self.state.load()
         for server in await self._bind(self.controller_listeners, self.controller_routes):
             await server.start_serving()
+        if self.admin is not None:  # health answers while the node starts
+            await self.admin.start()
         clients = await self._bind(self.client_listeners, self.routes)
         self.quorum.start()
         if self.lifecycle is not None:
@@ -344,6 +351,8 @@ class Broker:
             self.controller_service.stop()
         await self.quorum.stop()
         self.controller_channel.close()
+        if self.admin is not None:
+            await self.admin.stop()
         self.state.shutdown()
         log.info(
             "Strom node %d stopped cleanly in %.2fs", self.node_id, time.monotonic() - stopping
@@ -694,6 +703,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             session.listener,
             session,
         )
+        metrics = self.broker.metrics
+        if metrics is not None:
+            ctx.started_ns = time.perf_counter_ns()
         try:
             result = self.broker.client_quotas.serve(
                 ctx, route.handler, request.body, len(frame), self.mute_for
@@ -706,12 +718,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         if session.close_after_response:
             self.closing = True
-        if result is None:
-            return
         if inspect.isawaitable(result):
             owed = _Owed()
             self.owed.append(owed)
-            asyncio.get_running_loop().create_task(self._finish(ctx, result, owed))
+            asyncio.get_running_loop().create_task(
+                self._finish(ctx, result, owed, request.body if metrics is not None else None)
+            )
+            return
+        if metrics is not None:
+            metrics.request_done(ctx, request.body, result)
+        if result is None:
             return
         self._respond(encode_response_chunks(correlation_id, codec, result))
 
@@ -725,7 +741,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         self._respond([_SIZE.pack(len(answer)) + answer])
 
-    async def _finish(self, ctx: RequestContext, pending: object, owed: _Owed) -> None:
+    async def _finish(
+        self, ctx: RequestContext, pending: object, owed: _Owed, body: object = None
+    ) -> None:
         try:
             response = await pending  # type: ignore[misc]
         except Exception:
@@ -734,6 +752,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             )
             self.close()
             return
+        metrics = self.broker.metrics
+        if metrics is not None:
+            metrics.request_done(ctx, body, response)
         if self.closed:
             return
         if response is not None:

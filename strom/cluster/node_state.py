@@ -125,6 +125,10 @@ class NodeState:
         self.on_topic_removed: Callable[[str], None] | None = None
         # Told after every applied batch or snapshot (waiters for a change to show).
         self.on_change: Callable[[], None] | None = None
+        # Partition leaders elected (a new leader in a PartitionChangeRecord), and of
+        # those the unclean ones (the leader starts recovering, KIP-704), since start.
+        self.leader_elections = 0
+        self.unclean_leader_elections = 0
 
     @property
     def metadata(self) -> NodeState:  # the name the handlers grew up with
@@ -193,6 +197,10 @@ class NodeState:
         if isinstance(record, mr.TopicRecord):
             touched.setdefault(record.name, False)
         elif isinstance(record, mr.PartitionRecord | mr.PartitionChangeRecord):
+            if isinstance(record, mr.PartitionChangeRecord) and record.leader >= 0:
+                self.leader_elections += 1
+                if getattr(record, "leader_recovery_state", -1) == 1:
+                    self.unclean_leader_elections += 1
             name = self.image.topic_name(record.topic_id)
             if name is not None:
                 touched.setdefault(name, False)

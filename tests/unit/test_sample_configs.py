@@ -40,9 +40,11 @@ def test_server_properties_is_the_default_node() -> None:
     assert config.client_listeners == [Listener("PLAINTEXT", "127.0.0.1", 9092)]
     assert config.controller_listeners == []
     assert config.log_dir == Path("./strom-data")
+    assert config["admin.listeners"] == ["http://127.0.0.1:9644"]  # metrics on
     defaults = default.describe()
     for key, (value, _) in config.describe().items():
-        if key != "log.dirs":  # the file names the directory the default log.dir names
+        # The file names the directory the default log.dir names, and turns metrics on.
+        if key not in ("log.dirs", "admin.listeners"):
             assert value == defaults[key][0], key
 
 
@@ -59,6 +61,7 @@ def test_combined_cluster_nodes(n: int) -> None:
     assert config.inter_broker_listener == Listener("PLAINTEXT", "127.0.0.1", client_port)
     assert config.log_dir == Path(f"./strom-data/node{n}")
     assert config.metadata_log_dir == config.log_dir
+    assert config["admin.listeners"] == [f"http://127.0.0.1:{9644 + n}"]
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])

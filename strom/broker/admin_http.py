@@ -1,0 +1,111 @@
+"""The node's HTTP admin listener (``admin.listeners=http://HOST:PORT``): metrics and
+health.
+
+Serves, on the broker's own event loop through the shared HTTP stack
+(``strom.services.http``):
+- ``GET /metrics``: the Prometheus text format (``prometheus_client``), Kafka's metric
+  names from ``metrics.KafkaCollector`` plus the process's own (CPU, memory, open
+  files) and Python's (garbage collection);
+- ``GET /health/live``: 200 while the node's event loop answers;
+- ``GET /health/ready``: 200 once the node does its part, 503 until then, with a JSON
+  body naming each check: a controller knows the quorum's leader; a broker is registered
+  and unfenced (it has caught up with the metadata), serves its client listeners, and
+  has taken up the leadership of every partition the metadata gives it.
+
+Does not own what the metrics count (``metrics``) or HTTP itself (``strom.services``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from strom.broker.metrics import BrokerMetrics, KafkaCollector
+from strom.config import parse_admin_listener
+from strom.services.http import HttpServer
+
+if TYPE_CHECKING:
+    from strom.broker.server import Broker
+
+log = logging.getLogger(__name__)
+
+
+def readiness(broker: Broker) -> tuple[bool, dict[str, Any]]:
+    """Whether the node does its part, and each check with what it found."""
+    checks: dict[str, Any] = {}
+    if broker.is_controller:
+        checks["quorum_leader_known"] = broker.quorum.leader_id >= 0
+    if broker.is_broker:
+        lifecycle = broker.lifecycle
+        checks["registered_and_unfenced"] = lifecycle is not None and not lifecycle.fenced
+        checks["serving_clients"] = broker._replicating
+        node = broker.node_id
+        roles = broker.replicas.roles
+        pending = [
+            f"{name}-{index}"
+            for name, topic in broker.state.topics.items()
+            for index, state in topic.states.items()
+            if state.leader == node and roles.get((name, index)) != (node, state.leader_epoch)
+        ]
+        checks["leading_what_it_should"] = not pending
+        if pending:
+            checks["leaderships_not_taken_up"] = sorted(pending)[:20]
+    ready = all(value for key, value in checks.items() if isinstance(value, bool))
+    return ready, checks
+
+
+class AdminListener:
+    """The HTTP admin listeners of one node."""
+
+    def __init__(self, broker: Broker, metrics: BrokerMetrics) -> None:
+        self.broker = broker
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(KafkaCollector(broker, metrics))
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        app = web.Application()
+        app.router.add_get("/", self._index)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/health/live", self._live)
+        app.router.add_get("/health/ready", self._ready)
+        self.servers = [
+            HttpServer(app, *parse_admin_listener(spec))
+            for spec in broker.config["admin.listeners"]
+        ]
+
+    async def start(self) -> list[int]:
+        ports = [await server.start() for server in self.servers]
+        for server in self.servers:
+            log.info("admin listener on http://%s:%d (/metrics, /health)", server.host, server.port)
+        return ports
+
+    async def stop(self) -> None:
+        for server in self.servers:
+            await server.stop()
+
+    async def _index(self, request: web.Request) -> web.Response:
+        return web.Response(text="Strom admin listener: /metrics /health/live /health/ready\n")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _live(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "live", "node_id": self.broker.node_id})
+
+    async def _ready(self, request: web.Request) -> web.Response:
+        ready, checks = readiness(self.broker)
+        body = {"status": "ready" if ready else "not ready", "node_id": self.broker.node_id}
+        return web.Response(
+            text=json.dumps({**body, "checks": checks}),
+            status=200 if ready else 503,
+            content_type="application/json",
+        )

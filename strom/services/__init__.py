@@ -1,0 +1,1 @@
+"""HTTP surfaces: the shared HTTP stack, and the services built on it."""

@@ -1,0 +1,47 @@
+"""The one HTTP stack of every Strom HTTP surface: aiohttp's server, run on the event
+loop of whoever serves (the broker's admin listener, and the services).
+
+Owns starting and stopping an aiohttp application on a host and port
+(``HttpServer``), reporting the port bound (port 0 picks a free one), and its access
+log staying out of the broker's log unless debugging.
+
+Chosen because it serves asyncio natively (the broker's own loop, uvloop included, with
+no thread and no second server process), is a long-stable, widely used library, and
+carries the client side too for the services that need one.
+
+Does not own any route: each surface builds its own ``aiohttp.web.Application``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+
+class HttpServer:
+    """An aiohttp application served on one host and port."""
+
+    def __init__(self, app: web.Application, host: str, port: int) -> None:
+        self.app = app
+        self.host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> int:
+        """Bind and serve; the port bound (the one asked for, or a free one for 0)."""
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        server = site._server  # the asyncio server: its socket names the port bound
+        if server is not None and getattr(server, "sockets", None):
+            self.port = server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

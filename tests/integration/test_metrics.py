@@ -1,0 +1,261 @@
+"""The admin listener (``admin.listeners``) against real brokers: /metrics in the
+Prometheus text format with Kafka's names, checked by Debian's ``promtool``; exact
+counts of records and bytes produced and fetched; a group's lag as kafka_exporter
+names it, seen rising and falling by a real Prometheus server scraping the node; the
+health endpoints, readiness going from 503 to 200 as a broker's controller comes up;
+and a bad ``admin.listeners`` value refused in one line. ``./dev test`` installs
+Debian's prometheus package (promtool and the server)."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from broker_process import BrokerProcess, free_port
+from cli_helpers import one_line_error, strom
+from cluster_process import Cluster, NodeSpec
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    status, text = http_get(f"http://127.0.0.1:{port}/metrics")
+    assert status == 200
+    samples = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = SAMPLE.match(line)
+        assert match is not None, f"not a sample line: {line!r}"
+        labels = frozenset(re.findall(r'(\w+)="([^"]*)"', match.group(2) or ""))
+        samples[(match.group(1), labels)] = float(match.group(3))
+    return samples
+
+
+def value(samples: dict, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, int]]:
+    admin_port = free_port()
+    process = BrokerProcess(
+        tmp_path_factory.mktemp("metrics") / "data",
+        {"admin.listeners": f"http://127.0.0.1:{admin_port}"},
+    )
+    process.start()
+    yield process, admin_port
+    if process.alive():
+        process.stop()
+
+
+def new_topic(bootstrap: str, partitions: int = 1) -> str:
+    name = f"m-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(15)
+    return name
+
+
+def produce(bootstrap: str, topic: str, count: int, size: int = 100) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    failures: list[Any] = []
+    for i in range(count):
+        producer.produce(
+            topic, b"v" * size, on_delivery=lambda e, _m: e is not None and failures.append(e)
+        )
+        if i % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(30) == 0 and not failures
+
+
+def test_metrics_count_what_was_produced_and_fetched(node: tuple[BrokerProcess, int]) -> None:
+    process, port = node
+    topic = new_topic(process.bootstrap, partitions=2)
+    produce(process.bootstrap, topic, 3000)
+    samples = scrape(port)
+    assert value(samples, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 3000
+    bytes_in = value(samples, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic)
+    assert bytes_in is not None and 3000 * 100 < bytes_in < 3000 * 200
+    log_size = sum(
+        value(samples, "kafka_log_log_size", topic=topic, partition=str(p)) or 0 for p in (0, 1)
+    )
+    assert log_size == bytes_in  # every appended batch is in the logs, and nothing else
+    consumer = Consumer(
+        {"bootstrap.servers": process.bootstrap, "group.id": "m", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
+    seen = 0
+    deadline = time.monotonic() + 30
+    while seen < 3000 and time.monotonic() < deadline:
+        seen += sum(1 for m in consumer.consume(1000, 1.0) if m.error() is None)
+    consumer.close()
+    assert seen == 3000
+    samples = scrape(port)
+    bytes_out = value(samples, "kafka_server_brokertopicmetrics_bytesout_total", topic=topic)
+    assert bytes_out == bytes_in  # read once, exactly
+    produces = sum(
+        v
+        for (name, labels), v in samples.items()
+        if name == "kafka_network_requestmetrics_requests_total"
+        and ("request", "Produce") in labels
+    )
+    assert produces >= 1
+    p99 = value(
+        samples, "kafka_network_requestmetrics_totaltimems", request="Produce", quantile="0.99"
+    )
+    assert p99 is not None and p99 > 0
+    assert value(samples, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert value(samples, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+    with socket.create_connection(("127.0.0.1", process.port)):
+        connections = wait_for(
+            lambda: value(
+                scrape(port), "kafka_server_socketservermetrics_connections", listener="PLAINTEXT"
+            ),
+            10,
+            "the open connection to be counted",
+        )
+    assert connections >= 1
+
+
+def test_promtool_accepts_the_metrics(node: tuple[BrokerProcess, int]) -> None:
+    process, port = node
+    produce(process.bootstrap, new_topic(process.bootstrap), 10)
+    _, text = http_get(f"http://127.0.0.1:{port}/metrics")
+    checked = subprocess.run(
+        ["promtool", "check", "metrics"], input=text.encode(), capture_output=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
+    assert "kafka_server_brokertopicmetrics_messagesin_total" in text
+
+
+def test_health(node: tuple[BrokerProcess, int]) -> None:
+    _, port = node
+    status, body = http_get(f"http://127.0.0.1:{port}/health/live")
+    assert status == 200 and json.loads(body)["status"] == "live"
+    status, body = http_get(f"http://127.0.0.1:{port}/health/ready")
+    ready = json.loads(body)
+    assert status == 200 and ready["status"] == "ready", ready
+    assert all(ready["checks"].values())
+
+
+def commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+    consumer.close()
+
+
+def test_prometheus_sees_a_groups_lag_rise_and_fall(
+    node: tuple[BrokerProcess, int], tmp_path: Path
+) -> None:
+    process, port = node
+    topic = new_topic(process.bootstrap)
+    group = f"lag-{uuid.uuid4().hex[:6]}"
+    produce(process.bootstrap, topic, 100)
+    commit(process.bootstrap, group, topic, 20)
+    web_port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: strom\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n"
+    )
+    server = subprocess.Popen(
+        [
+            "prometheus",
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{web_port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "prometheus.log", "wb"),
+    )
+    query = urllib.parse.quote(f'kafka_consumergroup_lag{{consumergroup="{group}"}}')
+
+    def lag() -> float | None:
+        try:
+            status, body = http_get(f"http://127.0.0.1:{web_port}/api/v1/query?query={query}")
+        except (TimeoutError, urllib.error.URLError, ConnectionError):
+            return None
+        result = json.loads(body)["data"]["result"] if status == 200 else []
+        return float(result[0]["value"][1]) if result else None
+
+    try:
+        wait_for(lambda: lag() == 80, 60, "Prometheus to see a lag of 80")
+        produce(process.bootstrap, topic, 50)
+        wait_for(lambda: lag() == 130, 30, "the lag to rise to 130")
+        commit(process.bootstrap, group, topic, 150)
+        wait_for(lambda: lag() == 0, 30, "the lag to fall to 0")
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def test_readiness_waits_for_the_controller(tmp_path: Path) -> None:
+    """A broker whose controller is not up answers live but not ready (503, saying
+    why); once the controller is up and has unfenced it, ready."""
+    cluster = Cluster(tmp_path, [NodeSpec(1, "controller"), NodeSpec(2, "broker")])
+    broker_node = cluster.nodes[2]
+    admin_port = free_port()
+    broker_node.properties["admin.listeners"] = f"http://127.0.0.1:{admin_port}"
+    try:
+        broker_node.launch()
+
+        def answered() -> tuple[int, str] | None:
+            try:
+                return http_get(f"http://127.0.0.1:{admin_port}/health/ready")
+            except (urllib.error.URLError, ConnectionError):
+                return None
+
+        status, body = wait_for(answered, 30, "the admin listener")
+        assert status == 503, body
+        assert json.loads(body)["checks"]["registered_and_unfenced"] is False
+        assert http_get(f"http://127.0.0.1:{admin_port}/health/live")[0] == 200
+        cluster.nodes[1].start()
+        wait_for(lambda: (answered() or (0, ""))[0] == 200, 60, "the broker to be ready")
+    finally:
+        cluster.kill_all()
+
+
+def test_a_bad_admin_listener_is_one_line(tmp_path: Path) -> None:
+    result = strom(
+        "broker",
+        "--override",
+        f"log.dirs={tmp_path / 'data'}",
+        "--override",
+        "admin.listeners=127.0.0.1:9644",
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "admin.listeners" in one_line_error(result)
