@@ -108,6 +108,11 @@ if __name__ == "__main__":
 
 
 import pytest  # noqa: E402
+
+pytest.importorskip(
+    "pyspark", reason="PySpark is not installed (the spark extra: pip install -e '.[spark]')"
+)
+
 from confluent_kafka import (  # noqa: E402
     OFFSET_BEGINNING,
     Consumer,

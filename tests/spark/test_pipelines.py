@@ -19,6 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip(
+    "pyspark", reason="PySpark is not installed (the spark extra: pip install -e '.[spark]')"
+)
+
 from kafka_helpers import consume_to_end, create_topic
 from spark_helpers import produce
 

@@ -8,8 +8,13 @@ from __future__ import annotations
 import logging
 import uuid
 
-import pyarrow as pa
 import pytest
+
+pytest.importorskip(
+    "pyspark", reason="PySpark is not installed (the spark extra: pip install -e '.[spark]')"
+)
+
+import pyarrow as pa
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka_helpers import create_topic

@@ -10,6 +10,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip(
+    "pyspark", reason="PySpark is not installed (the spark extra: pip install -e '.[spark]')"
+)
+
 from kafka_helpers import consume_to_end, create_topic
 from pyspark.sql import functions as F
 from spark_helpers import produce

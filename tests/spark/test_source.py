@@ -7,6 +7,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip(
+    "pyspark", reason="PySpark is not installed (the spark extra: pip install -e '.[spark]')"
+)
+
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 from kafka_helpers import create_topic

@@ -10,6 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+pytest.importorskip(
+    "pyspark", reason="PySpark is not installed (the spark extra: pip install -e '.[spark]')"
+)
+
 from strom.protocol.records import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+pytest.importorskip(
+    "pyspark", reason="PySpark is not installed (the spark extra: pip install -e '.[spark]')"
+)
+
 from strom.spark.exactly_once import (
     StromSinkError,
     WriteTask,
