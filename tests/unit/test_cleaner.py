@@ -294,15 +294,25 @@ def test_cleaning_the_same_base_twice_keeps_both_retired_heads_until_their_delay
 
 
 def test_an_io_limited_cleaning_keeps_what_an_unlimited_one_keeps(tmp_path):
+    """The limited cleaning also takes at least as long as its bytes take at the limit:
+    every byte it read and wrote went through the throttle (the offset map's reads too,
+    so the true figure is higher), and the throttle only lets bytes through at the rate."""
+    limit = 5_000.0  # bytes a second: it must sleep
     results = []
-    for name, limit in (("a", UNLIMITED_IO), ("b", 20_000.0)):  # 20 kB/s: it must sleep
+    for name, rate in (("a", UNLIMITED_IO), ("b", limit)):
         plog = _open(tmp_path / name)
         _fill(plog)
-        cleaner = LogCleaner(tmp_path / name, lambda p=plog: [p], io_max_bytes_per_second=limit)
+        cleaner = LogCleaner(tmp_path / name, lambda p=plog: [p], io_max_bytes_per_second=rate)
+        started = time.monotonic()
         stats = cleaner.clean(plog, NOW)
+        elapsed = time.monotonic() - started
         results.append((_records(plog), stats.records_kept, plog.segments()))
         plog.close()
     assert results[0] == results[1]
+    moved = stats.bytes_read + stats.bytes_written
+    assert moved > limit / 10  # enough bytes for the limit to show: 0.1 s of them at least
+    assert stats.seconds <= elapsed
+    assert stats.seconds >= moved / limit - 0.01, (moved, stats.seconds)
 
 
 def test_reads_after_a_swap_see_the_new_files_not_old_mappings(tmp_path, monkeypatch):
