@@ -169,6 +169,29 @@ def test_health(node: tuple[BrokerProcess, int]) -> None:
     assert all(ready["checks"].values())
 
 
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "strom-dashboard.json"
+
+
+def dashboard_queries() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+
+
+def test_the_dashboard_uses_only_served_metrics(node: tuple[BrokerProcess, int]) -> None:
+    _, port = node
+    _, text = http_get(f"http://127.0.0.1:{port}/metrics")
+    served = set()  # every family the node declares (a family may have no sample yet)
+    for family, kind in re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE):
+        suffixes = {"summary": ["", "_count", "_sum"]}.get(kind, [""])
+        served |= {family + suffix for suffix in suffixes}
+    used = {
+        name
+        for expr in dashboard_queries()
+        for name in re.findall(r"\b((?:kafka|process)_[a-z_]+)\b", expr)
+    }
+    assert used and used <= served, used - served
+
+
 def commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
@@ -217,6 +240,11 @@ def test_prometheus_sees_a_groups_lag_rise_and_fall(
         wait_for(lambda: lag() == 130, 30, "the lag to rise to 130")
         commit(process.bootstrap, group, topic, 150)
         wait_for(lambda: lag() == 0, 30, "the lag to fall to 0")
+        # Every query of the Grafana dashboard is one Prometheus takes.
+        for expr in dashboard_queries():
+            query = urllib.parse.quote(expr.replace("$job", ".*").replace("$instance", ".*"))
+            status, body = http_get(f"http://127.0.0.1:{web_port}/api/v1/query?query={query}")
+            assert status == 200 and json.loads(body)["status"] == "success", (expr, body)
     finally:
         server.terminate()
         server.wait(30)
