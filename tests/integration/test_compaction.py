@@ -124,20 +124,25 @@ def test_writes_during_cleaning_are_kept(broker) -> None:
     create_topic(broker.bootstrap, topic, 1, COMPACT)
     stop = threading.Event()
     rounds = [0]
+    failed: list[BaseException] = []
 
     def write() -> None:
         # Paced (about 40 records a millisecond at most): unpaced, the writer and the
         # broker fill both cores, the idle-priority cleaner starves, and the log grows
         # to millions of records that the final read has to get through.
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1})
-        while not stop.is_set() or rounds[0] < 30:
-            for k in range(40):
-                producer.produce(topic, key=b"key-%d" % k, value=b"%d" % rounds[0], partition=0)
-            producer.poll(0.001)
-            if len(producer) > 20_000:
-                producer.flush(30)
-            rounds[0] += 1
-        assert producer.flush(30) == 0
+        try:
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1})
+            while not stop.is_set() or rounds[0] < 30:
+                for k in range(40):
+                    value = b"%d" % rounds[0]
+                    producer.produce(topic, key=b"key-%d" % k, value=value, partition=0)
+                producer.poll(0.001)
+                if len(producer) > 20_000:
+                    producer.flush(30)
+                rounds[0] += 1
+            assert producer.flush(30) == 0, "records neither acknowledged nor failed"
+        except BaseException as exc:  # the test fails with it, not just the thread
+            failed.append(exc)
 
     writer = threading.Thread(target=write)
     writer.start()
@@ -148,6 +153,8 @@ def test_writes_during_cleaning_are_kept(broker) -> None:
     finally:
         stop.set()
         writer.join(60)
+    assert not writer.is_alive(), "the writer did not finish within 60 s"
+    assert not failed, f"the writer failed: {failed[0]!r}"
     last = rounds[0] - 1
     messages = consume_to_end(broker.bootstrap, topic, timeout=30)
     assert _latest_per_key(messages) == {b"key-%d" % k: b"%d" % last for k in range(40)}
@@ -155,9 +162,28 @@ def test_writes_during_cleaning_are_kept(broker) -> None:
     assert offsets == sorted(set(offsets))
 
 
+def _cleaning_files(broker: BrokerProcess, topic: str) -> list[str]:
+    """The files a cleaning under way is writing (``*.cleaned``) or swapping in."""
+    directory = Path(broker.data_dir) / f"{topic}-0"
+    return sorted(p.name for p in directory.iterdir() if p.suffix in (".cleaned", ".swap"))
+
+
+def _wait_for(condition, timeout: float, what: str, broker: BrokerProcess) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert broker.alive(), f"the broker exited while waiting for {what}:\n{broker.logs()}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s:\n{broker.logs()}"
+        time.sleep(0.01)
+
+
 def test_kill_during_cleaning_loses_nothing(fresh_broker) -> None:
+    """kill -9 lands during a cleaning: as it starts, while its worker builds the offset
+    map, and while it writes the cleaned segment. The cleaner's I/O limit makes a cleaning
+    take 6 s at least (about 3 MB read twice at 1 MB/s), so each kill is known to land
+    before it ended; the test checks that it did (no "cleaned" line before the kill)."""
     fresh_broker.overrides.update(FAST_CLEANER)
     fresh_broker.overrides["log.cleaner.enable"] = "false"
+    fresh_broker.overrides["log.cleaner.io.max.bytes.per.second"] = "1000000"
     fresh_broker.start()
     topic = "compacted-killed"
     create_topic(fresh_broker.bootstrap, topic, 1, {**COMPACT, "segment.bytes": "200000"})
@@ -167,19 +193,35 @@ def test_kill_during_cleaning_loses_nothing(fresh_broker) -> None:
     expected[b"key-0"] = b"60:" + b"v" * 90
     fresh_broker.stop()
     fresh_broker.overrides["log.cleaner.enable"] = "true"
-    for delay in (0.0, 0.05, 0.2, 0.5):
+
+    def started() -> bool:
+        return "cleaning started" in fresh_broker.log_path.read_text(errors="replace")
+
+    for kill_at in ("start", "offset map", "cleaned segment"):
+        fresh_broker.log_path.write_bytes(b"")  # this round looks for new lines only
         fresh_broker.start()
-        deadline = time.monotonic() + 20
-        while "cleaning started" not in fresh_broker.logs() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(delay)
+        _wait_for(started, 30, "cleaning", fresh_broker)
+        if kill_at == "offset map":
+            time.sleep(0.5)  # the worker reads the segments for 3 s at least
+        elif kill_at == "cleaned segment":
+            _wait_for(
+                lambda: _cleaning_files(fresh_broker, topic), 60, "cleaned files", fresh_broker
+            )
         fresh_broker.kill()
+        before_kill = fresh_broker.log_path.read_text(errors="replace")
+        assert "cleaned offsets up to" not in before_kill, f"killed after the cleaning ({kill_at})"
+        left = _cleaning_files(fresh_broker, topic)
+        assert bool(left) == (kill_at == "cleaned segment"), left
+
         messages = consume_after_restart(fresh_broker, topic)
         assert _latest_per_key(messages) == expected
         offsets = [m.offset() for m in messages]
         assert offsets == sorted(set(offsets))
+        assert not _cleaning_files(fresh_broker, topic)
+        if left:
+            restarted = fresh_broker.log_path.read_text(errors="replace")[len(before_kill) :]
+            assert "rolled back an unfinished cleaning" in restarted, restarted[-3000:]
         fresh_broker.kill()
-        fresh_broker.log_path.write_bytes(b"")  # the next round looks for a new line
 
 
 def consume_after_restart(broker: BrokerProcess, topic: str):
