@@ -247,6 +247,50 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("group.consumer.max.session.timeout.ms", "int", 60000, minimum=1),
         ConfigDef("group.consumer.min.heartbeat.interval.ms", "int", 5000, minimum=1),
         ConfigDef("group.consumer.max.heartbeat.interval.ms", "int", 15000, minimum=1),
+        # Broker configs Kafka lets AlterConfigs change at run time that Strom has no use
+        # for (Kerberos, thread pools, connection limits, tiered storage...): accepted,
+        # stored and described with Kafka's types and defaults, and not acted on.
+        ConfigDef("log.cleaner.threads", "int", 1, minimum=0),
+        ConfigDef("log.cleaner.io.buffer.load.factor", "double", 0.9),
+        ConfigDef("log.cleaner.io.buffer.size", "int", 524288, minimum=0),
+        ConfigDef("num.io.threads", "int", 8, minimum=1),
+        ConfigDef("num.recovery.threads.per.data.dir", "int", 2, minimum=1),
+        ConfigDef("background.threads", "int", 10, minimum=1),
+        ConfigDef("metric.reporters", "list", []),
+        ConfigDef(
+            "principal.builder.class",
+            "string",
+            "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
+        ),
+        ConfigDef("ssl.protocol", "string", "TLSv1.3"),
+        ConfigDef("ssl.provider", "string", None),
+        ConfigDef("ssl.keymanager.algorithm", "string", "SunX509"),
+        ConfigDef("ssl.trustmanager.algorithm", "string", "PKIX"),
+        ConfigDef("ssl.secure.random.implementation", "string", None),
+        ConfigDef("ssl.engine.factory.class", "string", None),
+        ConfigDef("sasl.kerberos.service.name", "string", None),
+        ConfigDef("sasl.kerberos.kinit.cmd", "string", "/usr/bin/kinit"),
+        ConfigDef("sasl.kerberos.ticket.renew.window.factor", "double", 0.8),
+        ConfigDef("sasl.kerberos.ticket.renew.jitter", "double", 0.05),
+        ConfigDef("sasl.kerberos.min.time.before.relogin", "long", 60000),
+        ConfigDef("sasl.kerberos.principal.to.local.rules", "list", ["DEFAULT"]),
+        ConfigDef("sasl.login.refresh.window.factor", "double", 0.8, minimum=0.5),
+        ConfigDef("sasl.login.refresh.window.jitter", "double", 0.05, minimum=0),
+        ConfigDef("sasl.login.refresh.min.period.seconds", "int", 60, minimum=0),
+        ConfigDef("sasl.login.refresh.buffer.seconds", "int", 300, minimum=0),
+        ConfigDef("max.connections", "int", 2147483647, minimum=0),
+        ConfigDef("max.connection.creation.rate", "int", 2147483647, minimum=0),
+        ConfigDef("num.network.threads", "int", 3, minimum=1),
+        ConfigDef("max.connections.per.ip", "int", 2147483647, minimum=0),
+        ConfigDef("max.connections.per.ip.overrides", "string", ""),
+        ConfigDef("producer.id.expiration.ms", "int", 86400000, minimum=1),
+        ConfigDef("transaction.partition.verification.enable", "bool", True),
+        ConfigDef("remote.log.index.file.cache.total.size.bytes", "long", 1073741824, minimum=1),
+        ConfigDef("remote.fetch.max.wait.ms", "int", 500, minimum=1),
+        ConfigDef("remote.log.manager.copy.max.bytes.per.second", "long", LONG_MAX, minimum=1),
+        ConfigDef("remote.log.manager.fetch.max.bytes.per.second", "long", LONG_MAX, minimum=1),
+        ConfigDef("remote.list.offsets.request.timeout.ms", "long", 30000, minimum=1),
+        ConfigDef("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, minimum=1),
         ConfigDef(
             "group.consumer.assignors", "list", ["uniform", "range"], choices=_GROUP_ASSIGNORS
         ),
@@ -435,16 +479,147 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
     ]
 }
 
-# Broker properties that may be changed at run time (IncrementalAlterConfigs on a broker).
-DYNAMIC_BROKER_CONFIGS = frozenset(
-    name for d in TOPIC_CONFIGS.values() if (name := d.broker_name)
-) | {
-    "log.retention.hours",
-    "log.retention.minutes",
-    "log.roll.hours",
-    "leader.replication.throttled.rate",
-    "follower.replication.throttled.rate",
-}
+# Broker properties that AlterConfigs and IncrementalAlterConfigs may change at run time:
+# Kafka's table (DynamicBrokerConfig.AllDynamicConfigs and the broker quota configs). The
+# topic defaults are the first broker synonym of each topic config Strom has (so
+# log.retention.ms, not log.retention.hours or .minutes, as Kafka has it).
+_DYNAMIC_SECURITY_CONFIGS = frozenset(
+    {
+        "ssl.keystore.type",
+        "ssl.keystore.location",
+        "ssl.keystore.password",
+        "ssl.key.password",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.truststore.password",
+        "ssl.keystore.certificate.chain",
+        "ssl.keystore.key",
+        "ssl.truststore.certificates",
+    }
+)  # only per listener: listener.name.<listener>.<config>
+_DYNAMIC_LISTENER_CONFIGS = frozenset(
+    {
+        "advertised.listeners",
+        "listeners",
+        "listener.security.protocol.map",
+        "principal.builder.class",
+        "ssl.protocol",
+        "ssl.provider",
+        "ssl.cipher.suites",
+        "ssl.enabled.protocols",
+        "ssl.keystore.type",
+        "ssl.keystore.location",
+        "ssl.keystore.password",
+        "ssl.key.password",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.truststore.password",
+        "ssl.keymanager.algorithm",
+        "ssl.trustmanager.algorithm",
+        "ssl.endpoint.identification.algorithm",
+        "ssl.secure.random.implementation",
+        "ssl.client.auth",
+        "ssl.engine.factory.class",
+        "sasl.mechanism.inter.broker.protocol",
+        "sasl.jaas.config",
+        "sasl.enabled.mechanisms",
+        "sasl.kerberos.service.name",
+        "sasl.kerberos.kinit.cmd",
+        "sasl.kerberos.ticket.renew.window.factor",
+        "sasl.kerberos.ticket.renew.jitter",
+        "sasl.kerberos.min.time.before.relogin",
+        "sasl.kerberos.principal.to.local.rules",
+        "sasl.login.refresh.window.factor",
+        "sasl.login.refresh.window.jitter",
+        "sasl.login.refresh.min.period.seconds",
+        "sasl.login.refresh.buffer.seconds",
+        "max.connections",
+        "max.connection.creation.rate",
+        "num.network.threads",
+    }
+)
+_CLUSTER_LEVEL_LISTENER_CONFIGS = frozenset(
+    {"max.connections", "max.connection.creation.rate", "num.network.threads"}
+)
+# Dynamic configs that only a broker of its own may take (not the cluster-wide default).
+PER_BROKER_CONFIGS = (
+    _DYNAMIC_SECURITY_CONFIGS | _DYNAMIC_LISTENER_CONFIGS
+) - _CLUSTER_LEVEL_LISTENER_CONFIGS
+DYNAMIC_BROKER_CONFIGS = (
+    frozenset(name for d in TOPIC_CONFIGS.values() if (name := d.broker_name))
+    | _DYNAMIC_SECURITY_CONFIGS
+    | _DYNAMIC_LISTENER_CONFIGS
+    | {
+        # the log cleaner
+        "log.cleaner.threads",
+        "log.cleaner.dedupe.buffer.size",
+        "log.cleaner.io.buffer.load.factor",
+        "log.cleaner.io.buffer.size",
+        "message.max.bytes",
+        "log.cleaner.io.max.bytes.per.second",
+        "log.cleaner.backoff.ms",
+        # thread pools, metrics, connections
+        "num.io.threads",
+        "num.replica.fetchers",
+        "num.recovery.threads.per.data.dir",
+        "background.threads",
+        "metric.reporters",
+        "max.connections.per.ip",
+        "max.connections.per.ip.overrides",
+        # producer state, tiered storage
+        "producer.id.expiration.ms",
+        "transaction.partition.verification.enable",
+        "remote.log.index.file.cache.total.size.bytes",
+        "remote.fetch.max.wait.ms",
+        "remote.log.manager.copy.max.bytes.per.second",
+        "remote.log.manager.fetch.max.bytes.per.second",
+        "remote.list.offsets.request.timeout.ms",
+        # broker quotas
+        "leader.replication.throttled.rate",
+        "follower.replication.throttled.rate",
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+    }
+)
+
+
+def broker_config_definition(key: str) -> ConfigDef | None:
+    """The definition of a broker config name, listener-prefixed ones included
+    (``listener.name.<l>.<config>``, ``listener.name.<l>.<mechanism>.<config>``)."""
+    prefixed = _LISTENER_PREFIXED.match(key)
+    if prefixed is None:
+        return BROKER_CONFIGS.get(key)
+    base = prefixed.group(2)
+    mechanism, dot, rest = base.partition(".")
+    if dot and mechanism.upper() in SASL_MECHANISMS and rest in BROKER_CONFIGS:
+        return BROKER_CONFIGS[rest]
+    return BROKER_CONFIGS.get(base)
+
+
+def check_dynamic_broker_config(key: str, raw: str | None, per_broker: bool) -> Any:
+    """The parsed value of a broker config set at run time, on one broker
+    (``per_broker``) or as the cluster-wide default; ConfigError, as Kafka refuses it,
+    for a name no broker config has, a static config, a keystore or truststore setting
+    without a listener prefix, or a per-broker config at the cluster level."""
+    definition = broker_config_definition(key)
+    if definition is None:
+        raise ConfigError(f"Unknown broker config name: {key}")
+    prefixed = _LISTENER_PREFIXED.match(key)
+    base = definition.name
+    if prefixed is None:
+        if key in _DYNAMIC_SECURITY_CONFIGS:
+            raise ConfigError(
+                "These security configs can be dynamically updated only per-listener "
+                f"using the listener prefix: {key}"
+            )
+        if key not in DYNAMIC_BROKER_CONFIGS:
+            raise ConfigError(f"Cannot update these configs dynamically: {key}")
+    cluster_level = base in _CLUSTER_LEVEL_LISTENER_CONFIGS if prefixed else False
+    if not per_broker and (key in PER_BROKER_CONFIGS or (prefixed and not cluster_level)):
+        raise ConfigError(
+            "Cannot update these configs at default cluster level, broker id must be "
+            f"specified: {key}"
+        )
+    return definition.parse(raw)
 
 
 def parse_properties(text: str) -> dict[str, str]:

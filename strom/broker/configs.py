@@ -11,8 +11,13 @@ STATIC_BROKER_CONFIG (4) from server.properties or --override, DEFAULT_CONFIG (5
 DYNAMIC_GROUP_CONFIG (8) for a value set on a group. With ``include_synonyms`` a topic
 config lists the broker property that supplies its default. AlterConfigs replaces the
 whole set of overrides of a resource, IncrementalAlterConfigs applies SET (0), DELETE
-(1), APPEND (2) and SUBTRACT (3) to list configs; both honour ``validate_only``. Only the
-broker configs that Kafka can change at run time (the topic defaults) are alterable.
+(1), APPEND (2) and SUBTRACT (3) to list configs; both honour ``validate_only``. Both
+apply Kafka's table of dynamic broker configs (``strom.config.DYNAMIC_BROKER_CONFIGS``,
+checked by ``check_dynamic_broker_config``), on what a request changes: a static config,
+or a name no broker config has, is INVALID_CONFIG; the listener and security ones only
+per broker (not on the cluster-wide default ""), keystores and truststores only with a
+listener prefix. Those Strom has no use for (Kerberos, thread pools...) are stored and
+described, and change nothing.
 Describing needs DESCRIBE_CONFIGS and altering ALTER_CONFIGS, on the topic
 (TOPIC_AUTHORIZATION_FAILED), the group (GROUP_AUTHORIZATION_FAILED) or, for a broker,
 on the cluster (CLUSTER_AUTHORIZATION_FAILED).
@@ -36,6 +41,8 @@ from strom.config import (
     ConfigDef,
     ConfigError,
     ConfigSource,
+    broker_config_definition,
+    check_dynamic_broker_config,
     effective_topic_configs,
     group_config_values,
     render,
@@ -214,9 +221,14 @@ def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
         result = dict(current)
         table = _TABLES.get(resource.resource_type, BROKER_CONFIGS)
         for change in resource.configs:
-            definition = table.get(change.name)
+            if resource.resource_type == RESOURCE_BROKER:
+                definition = broker_config_definition(change.name)
+                unknown = f"Unknown broker config name: {change.name}"
+            else:
+                definition = table.get(change.name)
+                unknown = f"Unknown config {change.name}"
             if definition is None:
-                raise _ResourceError(ErrorCode.invalid_config, f"Unknown config {change.name}")
+                raise _ResourceError(ErrorCode.invalid_config, unknown)
             op = change.config_operation
             if op == OP_SET:
                 result[change.name] = change.value
@@ -253,7 +265,10 @@ _TABLES = {RESOURCE_TOPIC: TOPIC_CONFIGS, RESOURCE_GROUP: GROUP_CONFIGS}
 def _current_list(ctx: RequestContext, resource: Any, key: str) -> list[str]:
     if resource.resource_type == RESOURCE_TOPIC:
         return list(ctx.broker.config.broker_default_for_topic(key))
-    return list(ctx.broker.config[key] or [])
+    if key in BROKER_CONFIGS:
+        return list(ctx.broker.config[key] or [])
+    definition = broker_config_definition(key)  # a listener-prefixed name
+    return list(definition.default or []) if definition is not None else []
 
 
 def _alter(ctx: RequestContext, request: Any, new_configs: Any) -> Any:
@@ -295,13 +310,10 @@ def _alter(ctx: RequestContext, request: Any, new_configs: Any) -> Any:
                 )
                 configs = new_configs(resource, current)
                 for key, value in configs.items():
-                    if key not in DYNAMIC_BROKER_CONFIGS:
-                        raise _ResourceError(
-                            ErrorCode.invalid_config,
-                            f"Cannot update {key} at run time: it is a static broker config",
-                        )
+                    if current.get(key) == value:
+                        continue  # kept as it is: only what changes is checked
                     try:
-                        BROKER_CONFIGS[key].parse(value)
+                        check_dynamic_broker_config(key, value, bool(resource.resource_name))
                     except ConfigError as exc:
                         raise _ResourceError(ErrorCode.invalid_config, str(exc)) from None
             else:

@@ -24,10 +24,11 @@ from strom.cluster.image import ConfigResourceType, MetadataImage
 from strom.cluster.records import ConfigRecord, MetadataRecord
 from strom.config import (
     BROKER_CONFIGS,
-    DYNAMIC_BROKER_CONFIGS,
     GROUP_CONFIGS,
     TOPIC_CONFIGS,
     ConfigError,
+    broker_config_definition,
+    check_dynamic_broker_config,
     validate_group_configs,
     validate_topic_configs,
 )
@@ -74,7 +75,11 @@ def apply_config_ops(
         elif op == ConfigOp.DELETE:
             wanted.pop(key, None)
         elif op in (ConfigOp.APPEND, ConfigOp.SUBTRACT):
-            definition = table.get(key)
+            definition = (
+                broker_config_definition(key)
+                if resource_type == ConfigResourceType.BROKER
+                else table.get(key)
+            )
             if definition is None or definition.kind != "list":
                 raise ControllerError(
                     ErrorCode.invalid_config,
@@ -109,13 +114,10 @@ def config_records(
             raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
     else:
         for key, value in wanted.items():
-            if key not in DYNAMIC_BROKER_CONFIGS:
-                raise ControllerError(
-                    ErrorCode.invalid_config,
-                    f"Cannot update {key} at run time: it is not a dynamic broker config",
-                )
+            if current.get(key) == value:
+                continue  # kept as it is: only what changes is checked
             try:
-                BROKER_CONFIGS[key].parse(value)
+                check_dynamic_broker_config(key, value, name != "")
             except ConfigError as exc:
                 raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
     return [
@@ -137,7 +139,8 @@ def _default_list(image: MetadataImage, resource_type: int, key: str) -> list[st
         if broker_name is not None and broker_name in cluster:
             return _split(cluster[broker_name])
         return list(TOPIC_CONFIGS[key].default or [])
-    return list(BROKER_CONFIGS[key].default or [])
+    definition = broker_config_definition(key)
+    return list(definition.default or []) if definition is not None else []
 
 
 def _split(value: str) -> list[str]:

@@ -162,6 +162,94 @@ def test_admin_topics_and_configs(broker) -> None:
     assert name not in admin.list_topics(timeout=10).topics
 
 
+def _raw_broker_config(broker, key: str, value: str | None, *, incremental: bool) -> None:
+    """Set one config on the cluster-wide default (broker resource ""; a None value
+    deletes it), raising KafkaException with the error code the broker answers."""
+    from kio.schema.alter_configs.v2 import request as whole
+    from kio.schema.incremental_alter_configs.v1 import request as inc
+    from raw_client import RawClient
+
+    if incremental:
+        body = inc.IncrementalAlterConfigsRequest(
+            resources=(
+                inc.AlterConfigsResource(
+                    resource_type=4,
+                    resource_name="",
+                    configs=(
+                        inc.AlterableConfig(
+                            name=key, config_operation=0 if value else 1, value=value
+                        ),
+                    ),
+                ),
+            ),
+            validate_only=False,
+        )
+    else:
+        body = whole.AlterConfigsRequest(
+            resources=(
+                whole.AlterConfigsResource(
+                    resource_type=4,
+                    resource_name="",
+                    configs=(whole.AlterableConfig(name=key, value=value),),
+                ),
+            ),
+            validate_only=False,
+        )
+    with RawClient(broker.port) as client:
+        [answer] = client.request(body).responses
+    if answer.error_code != 0:
+        raise KafkaException(KafkaError(int(answer.error_code), answer.error_message))
+
+
+def test_dynamic_broker_configs_follow_kafkas_table(broker) -> None:
+    """AlterConfigs and IncrementalAlterConfigs agree on which broker configs change at
+    run time (Kafka's table): a dynamic one is accepted on a broker and described as
+    DYNAMIC_BROKER_CONFIG; a per-broker one is refused at the cluster-wide default, a
+    static one and an unknown name everywhere, all with INVALID_CONFIG."""
+    admin = _admin(broker)
+    node = "1"
+    relogin = "sasl.kerberos.min.time.before.relogin"
+
+    def incremental(name: str, key: str, value: str) -> None:
+        if not name:  # librdkafka names no cluster-wide default: a raw request does
+            _raw_broker_config(broker, key, value, incremental=True)
+            return
+        entry = ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+        resource = ConfigResource(ConfigResource.Type.BROKER, name, incremental_configs=[entry])
+        admin.incremental_alter_configs([resource])[resource].result(10)
+
+    def whole(name: str, key: str, value: str) -> None:
+        if not name:
+            _raw_broker_config(broker, key, value, incremental=False)
+            return
+        resource = ConfigResource(ConfigResource.Type.BROKER, name, set_config={key: value})
+        admin.alter_configs([resource])[resource].result(10)
+
+    def described(name: str) -> dict:
+        resource = ConfigResource(ConfigResource.Type.BROKER, name)
+        return admin.describe_configs([resource])[resource].result(10)
+
+    for alter in (incremental, whole):
+        alter(node, relogin, "120000")
+        entry = described(node)[relogin]
+        assert (entry.value, entry.source) == ("120000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+        assert not entry.is_read_only
+        for name, key, value in [
+            ("", relogin, "90000"),  # per broker: not at the cluster level
+            (node, "num.partitions", "3"),  # static
+            (node, "log.retention.hours", "1"),  # static: log.retention.ms is the dynamic one
+            (node, "no.such.broker.config", "1"),  # unknown
+        ]:
+            with pytest.raises(KafkaException) as refused:
+                alter(name, key, value)
+            assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG, (alter, key)
+    assert described(node)["num.partitions"].is_read_only
+    incremental("", "log.retention.ms", "86400000")  # a cluster-wide default
+    assert described(node)["log.retention.ms"].value == "86400000"
+    _raw_broker_config(broker, "log.retention.ms", None, incremental=True)
+    assert described(node)["log.retention.ms"].value is None  # log.retention.hours rules
+
+
 def test_describe_cluster(broker) -> None:
     admin = _admin(broker)
     cluster = admin.describe_cluster().result(10)
