@@ -453,3 +453,33 @@ def test_new_protocol_static_member_cannot_take_a_live_members_instance_id(group
     finally:
         for consumer in consumers:
             consumer.close()
+
+
+def test_new_protocol_member_rejoins_after_many_unsubscribes(group_broker) -> None:
+    """A group.protocol=consumer member that subscribes and unsubscribes seven times in a
+    row (leave with epoch -1, rejoin with epoch 0 under the same member id) gets its
+    partitions back each time, and the group ends with that one member."""
+    bootstrap = group_broker.bootstrap
+    topic = "cycles-848-topic"
+    create_topic(bootstrap, topic, 2)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "cycles-848", "group.protocol": "consumer"}
+    )
+
+    def owns(count: int) -> bool:
+        consumer.poll(0.1)
+        return len(consumer.assignment()) == count
+
+    try:
+        for cycle in range(7):
+            consumer.subscribe([topic])
+            wait_until(lambda: owns(2), 30, f"both partitions in cycle {cycle}")
+            consumer.unsubscribe()
+            wait_until(lambda: owns(0), 30, f"no partition after unsubscribing in cycle {cycle}")
+        consumer.subscribe([topic])
+        wait_until(lambda: owns(2), 30, "both partitions after the last subscribe")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        group = admin.describe_consumer_groups(["cycles-848"])["cycles-848"].result(10)
+        assert len(group.members) == 1
+    finally:
+        consumer.close()
