@@ -8,8 +8,9 @@ line on stderr and exit code 2; SIGTERM and SIGINT shut down cleanly.
 The tools (``topics``, ``produce``, ``consume``, ``groups``, ``configs``,
 ``perf-test``, ``get-offsets``, ``delete-records``, ``reassign-partitions``,
 ``leader-election``, ``log-dirs``, ``metadata-quorum``, ``cluster``, ``transactions``,
-``acls``) live one per module in this package and are clients only: they talk to any
-Kafka cluster through confluent-kafka (or raw requests where it lacks one).
+``acls``, and ``console``, the web console) live one per module in this package and
+are clients only: they talk to any Kafka cluster through confluent-kafka (or raw
+requests where it lacks one).
 ``storage`` (format and inspect the node's directories, like kafka-storage.sh) and
 ``dump-log`` (decode segment files, like kafka-dump-log.sh) work on the local disk
 instead, and ``completion`` prints a bash or zsh completion script. Listings print as
@@ -59,6 +60,7 @@ TOOL_MODULES = {
     "cluster": "cluster",
     "transactions": "transactions",
     "acls": "acls",
+    "console": "console",
     "storage": "storage",
     "dump-log": "dump_log",
     "completion": "completion",
