@@ -514,6 +514,24 @@ def test_group_configs_are_described_altered_and_applied(raw_broker) -> None:
     wait_until(lambda: members() == 0, 20, "the silent member to expire after 1.5 s")
 
 
+def test_group_configs_survive_a_restart(fresh_broker) -> None:
+    """A group's configs are kept in the cluster metadata: a restarted broker still has
+    them."""
+    fresh_broker.start()
+    admin = AdminClient({"bootstrap.servers": fresh_broker.bootstrap})
+    entry = ConfigEntry(
+        "consumer.heartbeat.interval.ms", "7000", incremental_operation=AlterConfigOpType.SET
+    )
+    resource = ConfigResource(ResourceType.GROUP, "kept-group", incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result(10)
+    fresh_broker.restart()
+    admin = AdminClient({"bootstrap.servers": fresh_broker.bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, "kept-group")
+    kept = admin.describe_configs([resource])[resource].result(30)
+    assert kept["consumer.heartbeat.interval.ms"].value == "7000"
+    assert kept["consumer.heartbeat.interval.ms"].source == ConfigSource.GROUP_CONFIG.value
+
+
 def _subscription(*topics: str) -> bytes:
     """A ConsumerProtocolSubscription v0: version, topics, no user data."""
     out = struct.pack(">hi", 0, len(topics))
