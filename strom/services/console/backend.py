@@ -209,11 +209,16 @@ class ClusterReader:
                             sizes[(topic.name, p.partition_index)] = p.partition_size
         return sizes
 
-    def topics(self, with_sizes: bool = True) -> list[TopicInfo]:
+    def topics(self, with_sizes: bool = True, only: str | None = None) -> list[TopicInfo]:
+        """Every topic (or ``only`` that one) with partitions, offsets and sizes."""
+        # All topics' metadata even for one: asking for one by name could create it
+        # (auto.create.topics.enable), and a console only looks.
         metadata = self._metadata()
         infos = []
         wanted = []
         for name, topic in sorted(metadata.topics.items()):
+            if only is not None and name != only:
+                continue
             partitions = [
                 PartitionInfo(p.id, p.leader, list(p.replicas), list(p.isrs))
                 for p in sorted(topic.partitions.values(), key=lambda p: p.id)
@@ -229,7 +234,7 @@ class ClusterReader:
         return infos
 
     def topic(self, name: str) -> TopicInfo:
-        found = [t for t in self.topics() if t.name == name]
+        found = [t for t in self.topics(only=name) if t.name == name]
         if not found:
             raise ConsoleError(f"UNKNOWN_TOPIC_OR_PARTITION: no topic {name!r}")
         info = found[0]
@@ -283,7 +288,7 @@ class ClusterReader:
         """Up to ``limit`` messages from ``start``: "beginning", "offset" (``position``),
         "time" (``position`` ms) or "end" (the last ``limit`` of each partition), with
         the key equal to ``key`` and ``text`` in the key or value when given."""
-        metadata = self._metadata(topic)
+        metadata = self._metadata()
         if topic not in metadata.topics or metadata.topics[topic].error is not None:
             raise ConsoleError(f"UNKNOWN_TOPIC_OR_PARTITION: no topic {topic!r}")
         numbers = sorted(metadata.topics[topic].partitions)
@@ -441,7 +446,7 @@ class ClusterReader:
         """Move the group's committed offsets on ``topic`` to "earliest", "latest", an
         "offset" or a "time" (ms), as kafka-consumer-groups.sh --reset-offsets does; the
         cluster refuses while the group has members."""
-        metadata = self._metadata(topic)
+        metadata = self._metadata()
         if topic not in metadata.topics or metadata.topics[topic].error is not None:
             raise ConsoleError(f"UNKNOWN_TOPIC_OR_PARTITION: no topic {topic!r}")
         numbers = sorted(metadata.topics[topic].partitions)
