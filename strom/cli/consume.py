@@ -300,8 +300,12 @@ def _consume(
                         limit = count
                         break
                     continue
-                out.write(formatter.format(msg))
+                line = formatter.format(msg)
+                # Counted just before the write: CPython raises a Ctrl-C (or SIGTERM)
+                # KeyboardInterrupt after a builtin call returns, so counted after it, a
+                # line already printed could go uncounted ("Processed a total of 0").
                 count += 1
+                out.write(line)
                 if limit is not None and count >= limit:
                     break
             out.flush()
