@@ -5,7 +5,7 @@ Owns:
 - ``BrokerMetrics``: plain counters, no locks (one event loop updates them): records
   and bytes appended per topic (counted per batch from the batch headers, never per
   record), bytes fetched by consumers per topic, requests per API and version with
-  their total time and throttle time in a small histogram of fixed buckets, ISR
+  their total time, queue time and throttle time in small histograms of fixed buckets, ISR
   shrinks and expands. It exists only while the admin listener is configured
   (``admin.listeners``): without it a request pays one ``None`` check.
 - ``KafkaCollector``: builds, at each scrape, the families Kafka users already scrape
@@ -103,6 +103,7 @@ class BrokerMetrics:
         self.bytes_out: defaultdict[str, int] = defaultdict(int)
         self.requests: defaultdict[tuple[str, int], int] = defaultdict(int)
         self.total_time: dict[str, Histogram] = {}
+        self.queue_time: dict[str, Histogram] = {}
         self.throttle_time: dict[str, Histogram] = {}
         self.isr_shrinks = 0
         self.isr_expands = 0
@@ -135,6 +136,10 @@ class BrokerMetrics:
         if histogram is None:
             histogram = self.total_time[name] = Histogram()
         histogram.add(elapsed_ms)
+        queued = self.queue_time.get(name)
+        if queued is None:
+            queued = self.queue_time[name] = Histogram()
+        queued.add(ctx.queued_ns / 1e6)
         throttle = getattr(response, "throttle_time", None)
         if throttle:
             throttled = self.throttle_time.get(name)
@@ -163,7 +168,11 @@ class BrokerMetrics:
         now = time.monotonic()
         while now - self._decayed >= DECAY_S:
             self._decayed += DECAY_S
-            for histogram in (*self.total_time.values(), *self.throttle_time.values()):
+            for histogram in (
+                *self.total_time.values(),
+                *self.queue_time.values(),
+                *self.throttle_time.values(),
+            ):
                 histogram.halve()
 
 
@@ -217,7 +226,12 @@ class KafkaCollector(Collector):
             )
         yield requests
         for short, doc, histograms in (
-            ("totaltimems", "Time from a request's arrival to its answer, ms", m.total_time),
+            ("totaltimems", "Time from a request's handling to its answer, ms", m.total_time),
+            (
+                "requestqueuetimems",
+                "Time a request waited behind those read with it, ms",
+                m.queue_time,
+            ),
             ("throttletimems", "Quota throttle time given to clients, ms", m.throttle_time),
         ):
             name = f"kafka_network_requestmetrics_{short}"

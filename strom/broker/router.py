@@ -83,6 +83,8 @@ class RequestContext:
     throttle_ms: int = 0
     # When the request's handling began (time.perf_counter_ns), with metrics on.
     started_ns: int = 0
+    # How long it waited behind the requests read with it before its handling began.
+    queued_ns: int = 0
 
     @property
     def client_host(self) -> str:

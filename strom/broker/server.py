@@ -471,6 +471,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # While a batch of received requests is handled, responses gather here and go
         # out in one write: one send() per read, not one per request.
         self.outbox: list[bytes | bytearray | memoryview] | None = None
+        self.read_ns = 0  # when the bytes being handled were taken up (metrics on)
 
     # asyncio callbacks -----------------------------------------------------
 
@@ -578,6 +579,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _process(self, frame: bytearray | memoryview | None = None) -> None:
         self.outbox = []
+        if self.broker.metrics is not None:  # requests of this read wait from here
+            self.read_ns = time.perf_counter_ns()
         try:
             if frame is not None:
                 self._handle(frame)
@@ -706,6 +709,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         metrics = self.broker.metrics
         if metrics is not None:
             ctx.started_ns = time.perf_counter_ns()
+            ctx.queued_ns = ctx.started_ns - self.read_ns
         try:
             result = self.broker.client_quotas.serve(
                 ctx, route.handler, request.body, len(frame), self.mute_for
