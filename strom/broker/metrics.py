@@ -289,7 +289,7 @@ class KafkaCollector(Collector):
             yield family
         purgatory = _family(
             "kafka_server_delayedoperationpurgatory_purgatorysize",
-            "Requests waiting in a purgatory (long polls and acks=all produces)",
+            "Fetches waiting for data (long polls)",
             "gauge",
         )
         purgatory.add_sample(
