@@ -127,7 +127,9 @@ def read_with_aiokafka(bootstrap: str, topic: str, last_offset: int):
             consumer.assign([atp])
             await consumer.seek_to_beginning(atp)
             records: list = []
+            deadline = time.monotonic() + 60
             while not records or records[-1].offset < last_offset:
+                assert time.monotonic() < deadline, f"aiokafka did not reach {last_offset}"
                 batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 10)
                 records += [r for got in batch.values() for r in got]
             return records

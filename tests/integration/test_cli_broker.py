@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -91,9 +92,12 @@ def test_embedded_default_data_dir(tmp_path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
+    stuck = threading.Timer(60, proc.kill)  # no "listening on" in 60 s: the read ends
+    stuck.start()
     line = proc.stderr.readline()
     while "listening on" not in line and line:
         line = proc.stderr.readline()
+    stuck.cancel()
     proc.terminate()
     proc.wait(20)
     assert (tmp_path / "strom-data" / "meta.properties").exists()

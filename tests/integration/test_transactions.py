@@ -6,6 +6,7 @@ and the admin view (DescribeTransactions, ListTransactions, DescribeProducers)."
 from __future__ import annotations
 
 import struct
+import time
 import uuid
 from collections import Counter
 
@@ -137,7 +138,9 @@ def test_consume_transform_produce_exactly_once(broker) -> None:
     producer = _producer(broker.bootstrap, f"tx-{source}")
     done = 0
     aborted_once = False
+    deadline = time.monotonic() + 180
     while done < total:
+        assert time.monotonic() < deadline, f"{done} of {total} records processed in 180 s"
         batch = consumer.consume(50, timeout=2)
         batch = [m for m in batch if not m.error()]
         if not batch:

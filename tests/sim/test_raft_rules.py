@@ -207,6 +207,7 @@ def test_followers_splitting_their_votes_over_a_dead_leader_back_off_at_once() -
     net.down.add(1)  # killed: no EndQuorumEpoch
     a, b = net.nodes[2], net.nodes[3]
     while a.role == Role.FOLLOWER:
+        assert net.now < 10_000, "no election timeout in 10 s of simulated time"
         net.advance(10)
     # Both timed out in the same tick, granted each other's pre-vote, became candidates of
     # epoch 2 and rejected each other. The dead leader left their fetches unanswered for a
@@ -217,6 +218,7 @@ def test_followers_splitting_their_votes_over_a_dead_leader_back_off_at_once() -
     assert a.epoch == b.epoch == 2 and a.voted_for == 2 and b.voted_for == 3
     split_at = net.now
     while Role.LEADER not in (a.role, b.role):
+        assert net.now - split_at < 10_000, "no leader in 10 s of simulated time"
         net.advance(10)
     assert net.now - split_at < CONFIG.election_timeout_ms
 

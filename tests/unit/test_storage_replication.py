@@ -127,6 +127,7 @@ def test_follower_copies_the_leaders_bytes_exactly(tmp_path, handles):
     while offset < leader.log_end_offset:
         chunk = bytearray(leader.read(offset, 500))
         follower.append_as_follower(chunk, validate_batches(chunk))
+        assert follower.log_end_offset > offset, "the follower's log end did not move"
         offset = follower.log_end_offset
     assert all_bytes(follower) == all_bytes(leader)
     assert follower.epochs.entries() == leader.epochs.entries() == [(0, 0), (3, 12), (6, 18)]
