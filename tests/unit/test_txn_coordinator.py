@@ -216,7 +216,10 @@ def test_a_restarted_coordinator_finishes_a_prepared_transaction(tmp_path: Path)
         p = await c.init_producer_id("t", 60000)
         assert await c.add_partitions("t", p.producer_id, p.producer_epoch, [("data", 0)]) == OK
         assert await c.end_transaction("t", p.producer_id, p.producer_epoch, True) == OK
-        await asyncio.sleep(0.05)
+        deadline = asyncio.get_running_loop().time() + 30
+        while not node.sent:  # the markers went out (and never arrive)
+            assert asyncio.get_running_loop().time() < deadline, "no markers sent in 30 s"
+            await asyncio.sleep(0.01)
         assert c.txns["t"].state == TxnState.PREPARE_COMMIT
         assert await c.end_transaction("t", p.producer_id, p.producer_epoch, True) == (
             ErrorCode.concurrent_transactions
