@@ -4,7 +4,9 @@
 confluent-kafka, kafka-python or aiokafka and writes one JSON line per event to
 stdout: ``{"assigned": [partitions]}`` after each rebalance, ``{"records":
 [[partition, offset], ...]}`` once a polled batch is processed, then commits
-synchronously (commits after processing: at-least-once). ASSIGNOR "kip848"
+synchronously (commits after processing: at-least-once) and writes ``{"committed":
+[[partition, next offset], ...]}`` for the batch's partitions, or ``{"commit_failed":
+error}``. ASSIGNOR "kip848"
 makes confluent-kafka use group.protocol=consumer. It runs until killed or
 until stdin closes.
 """
@@ -25,6 +27,14 @@ stop = threading.Event()
 def emit(event: dict) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
+
+
+def committed(records: list[list[int]]) -> None:
+    """Tell the test where a successful commit left the batch's partitions."""
+    ends: dict[int, int] = {}
+    for partition, offset in records:
+        ends[partition] = max(ends.get(partition, -1), offset + 1)
+    emit({"committed": sorted(ends.items())})
 
 
 def watch_stdin() -> None:
@@ -69,6 +79,8 @@ def run_confluent(bootstrap: str, group: str, topic: str, assignor: str) -> None
                 consumer.commit(asynchronous=False)
             except KafkaException as exc:
                 emit({"commit_failed": str(exc)})
+            else:
+                committed(records)
     consumer.close()
 
 
@@ -103,6 +115,8 @@ def run_kafka_python(bootstrap: str, group: str, topic: str, assignor: str) -> N
                 consumer.commit()
             except KafkaError as exc:
                 emit({"commit_failed": str(exc)})
+            else:
+                committed(records)
     consumer.close()
 
 
@@ -138,6 +152,8 @@ def run_aiokafka(bootstrap: str, group: str, topic: str, assignor: str) -> None:
                         await consumer.commit()
                     except KafkaError as exc:
                         emit({"commit_failed": str(exc)})
+                    else:
+                        committed(records)
         finally:
             await consumer.stop()
 

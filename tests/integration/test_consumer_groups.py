@@ -75,6 +75,8 @@ class Member:
         )
         self.records: set[tuple[int, int]] = set()
         self.assigned: list[int] | None = None
+        self.committed: dict[int, int] = {}  # partition -> next offset, after each commit
+        self.commit_failures: list[str] = []
         self.errors: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -94,6 +96,10 @@ class Member:
                 self.assigned = event["assigned"]
             for partition, offset in event.get("records", ()):
                 self.records.add((partition, offset))
+            for partition, offset in event.get("committed", ()):
+                self.committed[partition] = offset
+            if "commit_failed" in event:
+                self.commit_failures.append(event["commit_failed"])
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -108,6 +114,7 @@ class Member:
     def kill(self) -> None:
         os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(5)
+        self._reader.join(10)  # every event it wrote before it died is read
 
 
 def _run_group_with_a_killed_member(
@@ -128,9 +135,17 @@ def _run_group_with_a_killed_member(
         wait_until(lambda: balanced(members), 60, "three members sharing six partitions")
         victim, survivors = members[0], members[1:]
         victim_partitions = set(victim.assigned or [])
+        at_balance = dict(victim.committed)
         produce(broker.bootstrap, topic, per_round, per_round)
-        wait_until(lambda: bool(victim.records), 30, "the victim to consume")
+        wait_until(
+            lambda: any(
+                victim.committed.get(p, 0) > at_balance.get(p, 0) for p in victim_partitions
+            ),
+            30,
+            "the victim to consume and commit from its partitions",
+        )
         victim.kill()
+        seen_before_kill = [m.records.copy() for m in survivors]
         produce(broker.bootstrap, topic, 2 * per_round, per_round)
         wait_until(lambda: balanced(survivors), 60, "the survivors to take over")
         assert victim_partitions <= {p for m in survivors for p in m.assigned or []}
@@ -147,9 +162,24 @@ def _run_group_with_a_killed_member(
             if p in victim_partitions and o >= 2 * per_round // PARTITIONS
         }
         assert after_kill <= set().union(*(m.records for m in survivors))
+        # The survivors took the victim's partitions up where its commits left them:
+        # from its last commit it reported, at the latest after the last record it read
+        # (its commit of that may have landed as it died), never from the start.
+        taken_over = set().union(
+            *(m.records - before for m, before in zip(survivors, seen_before_kill, strict=True))
+        )
+        resumed = {}
+        for p in victim_partitions & set(victim.committed):
+            read_by_victim = max(o for q, o in victim.records if q == p)
+            resumed[p] = min(o for q, o in taken_over if q == p)
+            assert victim.committed[p] <= resumed[p] <= read_by_victim + 1, (p, resumed[p])
+        assert resumed and all(offset > 0 for offset in resumed.values()), resumed
+        failed = [f for m in members for f in m.commit_failures]
+        assert not failed, f"commits failed: {failed}"
     except AssertionError:
         for i, member in enumerate(members):
             print(f"member {i}: assigned {member.assigned}, {len(member.records)} records")
+            print(f"member {i}: committed {member.committed}, failed {member.commit_failures}")
             print("\n".join(member.errors))
         print(broker.logs())
         raise
