@@ -177,10 +177,11 @@ def _wait_for(condition, timeout: float, what: str, broker: BrokerProcess) -> No
 
 
 def test_kill_during_cleaning_loses_nothing(fresh_broker) -> None:
-    """kill -9 lands during a cleaning: as it starts, while its worker builds the offset
-    map, and while it writes the cleaned segment. The cleaner's I/O limit makes a cleaning
-    take 6 s at least (about 3 MB read twice at 1 MB/s), so each kill is known to land
-    before it ended; the test checks that it did (no "cleaned" line before the kill)."""
+    """kill -9 lands during a cleaning: as it starts, half a second in (its worker is
+    starting or reading for the offset map), and while it writes the cleaned segment.
+    The cleaner's I/O limit makes a cleaning take 6 s at least (about 3 MB read twice at
+    1 MB/s), so each kill is known to land before it ended; the test checks that it did
+    (no "cleaned" line before the kill)."""
     fresh_broker.overrides.update(FAST_CLEANER)
     fresh_broker.overrides["log.cleaner.enable"] = "false"
     fresh_broker.overrides["log.cleaner.io.max.bytes.per.second"] = "1000000"
@@ -202,7 +203,7 @@ def test_kill_during_cleaning_loses_nothing(fresh_broker) -> None:
         fresh_broker.start()
         _wait_for(started, 30, "cleaning", fresh_broker)
         if kill_at == "offset map":
-            time.sleep(0.5)  # the worker reads the segments for 3 s at least
+            time.sleep(0.5)  # the offset map alone takes 3 s at least to read
         elif kill_at == "cleaned segment":
             _wait_for(
                 lambda: _cleaning_files(fresh_broker, topic), 60, "cleaned files", fresh_broker
