@@ -1,10 +1,14 @@
 """Strom side by side with Redis Streams, NATS JetStream and the machine's limits.
 
 Runs, one after another on this machine and bounded in time, the same workloads
-against Strom (one confluent-kafka producer / consumer), Redis Streams
-(``redis-benchmark`` XADD, AOF off and everysec) and NATS JetStream (file storage,
-nats-py), plus the machine's limits (``dd`` with fdatasync, loopback TCP), then
-prints one table with the ratios Strom/peer and Strom/limit. Everything binds to
+against Strom (one confluent-kafka producer / consumer, tuned and with the client's
+defaults), Redis Streams (``redis-benchmark`` XADD, AOF off, everysec and always) and
+NATS JetStream (file storage, the NATS C client), plus the machine's limits (``dd``
+with fdatasync, loopback TCP), then prints one table with the ratios Strom/peer and
+Strom/limit. Like is put beside like: each row says what an acknowledged write
+promises (no fsync, fsync within about a second, fsync before the acknowledgement),
+and the notes under the table name every client and every setting that is not the
+client's default; every system gets the same warm-up. Everything binds to
 127.0.0.1; every process started is stopped, also on Ctrl-C or an error. A peer
 that cannot be installed or fails shows "n/a" with the reason.
 
@@ -33,25 +37,60 @@ import compare_peers  # noqa: E402
 import compare_strom  # noqa: E402
 from compare_common import Figure, stop_all  # noqa: E402
 
+# What an acknowledged write promises, per row (a single node: no replica to fall back on)
+PAGE_CACHE = "in the broker's page cache: survives the broker's crash, not the machine's"
+PROMISES = [
+    f"Strom acks=1 / acks=all, no fsync (Kafka's default): {PAGE_CACHE}",
+    "Redis AOF off: in Redis's memory only: lost if Redis crashes",
+    "Strom log.flush.interval.ms=1000: in the page cache, fsynced once older than 1 s (the "
+    "broker checks each second): a machine crash loses up to ~2 s",
+    "Redis appendfsync everysec: written to the AOF before the reply, fsynced each second: "
+    "a machine crash loses up to ~2 s",
+    "Strom log.flush.interval.messages=1 / Redis appendfsync always: fsynced before the "
+    "acknowledgement",
+    "NATS JetStream publish: written to the server's file store before the acknowledgement, "
+    "no fsync per write: survives the server's crash, not the machine's",
+]
+
 # (workload, Strom figure, unit shown, [(compared with, figure), ...])
 ROWS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
     (
-        "produce 100 B, acks=1, 6 partitions",
+        "produce 100 B, acks=1, 6 partitions, no fsync",
         "strom.produce.100B.acks1",
         "rec/s",
         [
             ("Redis XADD -P 64, AOF off", "redis.xadd.100B.aof_off"),
-            ("Redis XADD -P 64, AOF everysec", "redis.xadd.100B.aof_everysec"),
-            ("NATS JetStream publish (file)", "nats.publish.100B"),
+            ("NATS JetStream async publish (file), C client", "nats.publish.100B"),
         ],
     ),
     (
-        "produce 100 B, acks=all, 6 partitions",
+        "produce 100 B, acks=all, 6 partitions, no fsync",
         "strom.produce.100B.acksall",
         "rec/s",
         [
-            ("Redis XADD -P 64, AOF everysec", "redis.xadd.100B.aof_everysec"),
-            ("NATS JetStream publish (file)", "nats.publish.100B"),
+            ("Redis XADD -P 64, AOF off", "redis.xadd.100B.aof_off"),
+            ("NATS JetStream async publish (file), C client", "nats.publish.100B"),
+        ],
+    ),
+    (
+        "produce 100 B, acks=all, log.flush.interval.ms=1000",
+        "strom.produce.100B.flush1s",
+        "rec/s",
+        [("Redis XADD -P 64, AOF everysec", "redis.xadd.100B.aof_everysec")],
+    ),
+    (
+        "produce 100 B, acks=all, fsync every write",
+        "strom.produce.100B.fsync",
+        "rec/s",
+        [("Redis XADD -P 64, AOF always", "redis.xadd.100B.aof_always")],
+    ),
+    (
+        "produce 100 B, client defaults (acks=all, no fsync)",
+        "strom.produce.100B.defaults",
+        "rec/s",
+        [
+            ("Redis XADD -P 64, AOF off", "redis.xadd.100B.aof_off"),
+            ("NATS JetStream async publish (file), C client", "nats.publish.100B"),
         ],
     ),
     (
@@ -59,18 +98,26 @@ ROWS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         "strom.consume.100B",
         "rec/s",
         [
-            ("NATS JetStream ordered consumer", "nats.consume.100B"),
+            ("NATS JetStream pull consumer, C client", "nats.consume.100B"),
             ("Redis XRANGE COUNT 1000 (memory)", "redis.xrange.100B"),
         ],
     ),
     (
-        "produce 100 KB records",
+        "consume 100 B, client defaults, poll()",
+        "strom.consume.100B.defaults",
+        "rec/s",
+        [
+            ("NATS JetStream pull consumer, C client", "nats.consume.100B"),
+            ("Redis XRANGE COUNT 1000 (memory)", "redis.xrange.100B"),
+        ],
+    ),
+    (
+        "produce 100 KB records, acks=1, no fsync",
         "strom.produce.100KB",
         "MB/s",
         [
             ("Redis XADD 100 KB, AOF off", "redis.xadd.100KB.aof_off"),
-            ("Redis XADD 100 KB, AOF everysec", "redis.xadd.100KB.aof_everysec"),
-            ("NATS JetStream publish 100 KB", "nats.publish.100KB"),
+            ("NATS JetStream async publish 100 KB, C client", "nats.publish.100KB"),
             ("limit: dd conv=fdatasync, files kept", "limit.dd.fdatasync.kept"),
             ("limit: loopback TCP, Python", "limit.tcp.python"),
         ],
@@ -85,7 +132,7 @@ ROWS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         ],
     ),
     (
-        "produce ~1 MB batches, fsync every write",
+        "produce ~1 MB batches, acks=all, fsync every write",
         "strom.produce.1MB.fsync",
         "MB/s",
         [
@@ -99,11 +146,13 @@ ROWS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
 
 SIZES = {
     # small: 100-B records; large: 100-KB records; synced: 100-KB records into the
-    # fsync-every-write broker; dd/dsync in MiB; loop: bytes over loopback; step: s
+    # fsync-every-write broker; synced_small: 100-B records there (and Redis's XADDs
+    # with appendfsync always); dd/dsync in MiB; loop: bytes over loopback; step: s
     "full": {
         "small": 3_000_000,
         "large": 10_000,
         "synced": 5_000,
+        "synced_small": 300_000,
         "dd": 1024,
         "dsync": 256,
         "dd_runs": 3,
@@ -115,6 +164,7 @@ SIZES = {
         "small": 500_000,
         "large": 3_000,
         "synced": 1_000,
+        "synced_small": 100_000,
         "dd": 512,
         "dsync": 128,
         "dd_runs": 1,
@@ -248,10 +298,15 @@ def main() -> int:
         (
             "strom",
             lambda tmp: compare_strom.run(
-                tmp, size["small"], size["large"], size["synced"], step, say
+                tmp, size["small"], size["large"], size["synced"], step, say, size["synced_small"]
             ),
         ),
-        ("redis", lambda tmp: compare_peers.redis(tmp, size["small"], size["large"], step, say)),
+        (
+            "redis",
+            lambda tmp: compare_peers.redis(
+                tmp, size["small"], size["large"], step, say, size["synced_small"]
+            ),
+        ),
         ("nats", lambda tmp: compare_peers.nats(tmp, size["small"], size["large"], step, say)),
     ]
     interrupted = False
@@ -289,6 +344,13 @@ def main() -> int:
     rows = table_rows(figs)
     print_table(rows, title)
     notes = sorted({f"{k}: {f.note}" for k, f in figs.items() if f.value is not None and f.note})
+    notes[:0] = [
+        f"every system first took a {compare_strom.WARMUP:,}-write warm-up of 100 B (not "
+        "counted); Strom's figures count what the broker's end offsets show stored",
+        *(f"an acknowledged write promises: {p}" for p in PROMISES),
+    ]
+    for note in notes:
+        print(f"- {note}")
     memory = compare_limits.page_reporting()
     if memory:
         print(f"machine: {memory}")
