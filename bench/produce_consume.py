@@ -1,8 +1,10 @@
 """Produce and consume throughput with one confluent-kafka client, and broker RSS.
 
 Starts a real broker process on a free port with its data in a temp dir, then:
-  1. produces N records of 100 B to a 6-partition topic (acks=1, then acks=all),
-  2. consumes them back with one consumer,
+  1. produces N records of 100 B to a 6-partition topic (acks=1, then acks=all) with
+     bench/compare's tuned client settings (printed), counted from the broker: the
+     topic's end offsets must have grown by N and no delivery may have failed,
+  2. consumes them back with one consumer, then reads back what acks=all wrote,
   3. creates 1,000 partitions, writes one record to each, reads the broker's RSS,
      and times a restart with them.
 Prints one line per figure. Usage: python bench/produce_consume.py [--records N]
@@ -38,38 +40,24 @@ def create(bootstrap: str, name: str, partitions: int) -> None:
 
 
 def produce(bootstrap: str, topic: str, count: int, acks: str) -> float:
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": acks,
-            "linger.ms": 5,
-            "batch.size": 1_000_000,
-            "queue.buffering.max.messages": 2_000_000,
-            "queue.buffering.max.kbytes": 2_000_000,
-            "compression.type": "none",
-            "enable.idempotence": False,
-        }
-    )
-    started = time.perf_counter()
-    for i in range(count):
-        try:
-            producer.produce(topic, RECORD)
-        except BufferError:
-            producer.poll(0.01)
-            producer.produce(topic, RECORD)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    remaining = producer.flush(120)
-    elapsed = time.perf_counter() - started
-    assert remaining == 0, f"{remaining} records not delivered"
-    return count / elapsed
+    """Records/s the broker stored (as bench/compare counts: end offsets, failed deliveries)."""
+    from compare_strom import produce as produce_figure
+
+    fig = produce_figure(bootstrap, topic, count, 100, acks, 300)
+    if fig.value is None:
+        raise SystemExit(f"produce acks={acks}: {fig.note}")
+    return fig.value
 
 
 def consume(bootstrap: str, topic: str, count: int, partitions: int) -> float:
     """Records/s of one consumer reading ``count`` records (as bench/compare reads)."""
     from compare_strom import consume as consume_figure
 
-    return consume_figure(bootstrap, topic, count, partitions, 300).value
+    fig = consume_figure(bootstrap, topic, count, partitions, 300)
+    if fig.value is None:
+        raise SystemExit(f"consume: {fig.note}")
+    print(f"  consumer: {fig.note}")
+    return fig.value
 
 
 def main() -> None:
@@ -83,6 +71,10 @@ def main() -> None:
         try:
             create(broker.bootstrap, "bench1", 6)
             create(broker.bootstrap, "benchall", 6)
+            from compare_strom import non_default, read_back, tuned_producer
+
+            producer_settings = {**tuned_producer("1"), "delivery.report.only.error": True}
+            print(f"  producer settings not librdkafka's default: {non_default(producer_settings)}")
             rate = produce(broker.bootstrap, "bench1", args.records, "1")
             print(
                 f"produce acks=1   100 B x {args.records:,}: {rate:,.0f} records/s "
@@ -98,6 +90,12 @@ def main() -> None:
                 f"consume          100 B x {args.records:,}: {rate:,.0f} records/s "
                 f"({rate * 100 / 1e6:.1f} MB/s)"
             )
+            from compare_common import Figure
+
+            back = read_back(Figure(1.0, ""), broker.bootstrap, "benchall", 6, args.records, 300)
+            if back.value is None:
+                raise SystemExit(f"acks=all: {back.note}")
+            print(f"read back all {args.records:,} records written with acks=all")
             print(f"broker RSS after the runs: {rss_mb(broker.proc.pid):.0f} MB")
         finally:
             broker.stop()
@@ -113,7 +111,8 @@ def main() -> None:
             for t in range(topics):
                 for p in range(per_topic):
                     producer.produce(f"many-{t}", RECORD, partition=p)
-            producer.flush(60)
+            if producer.flush(60):
+                raise SystemExit("the records for the RSS run were not all delivered")
             del producer  # close the client before the broker stops
             partitions = topics * per_topic
             print(f"broker RSS with {partitions:,} partitions: {rss_mb(many.proc.pid):.0f} MB")
