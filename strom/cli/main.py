@@ -8,9 +8,9 @@ line on stderr and exit code 2; SIGTERM and SIGINT shut down cleanly.
 The tools (``topics``, ``produce``, ``consume``, ``groups``, ``configs``,
 ``perf-test``, ``get-offsets``, ``delete-records``, ``reassign-partitions``,
 ``leader-election``, ``log-dirs``, ``metadata-quorum``, ``cluster``, ``transactions``,
-``acls``, and ``console``, the web console) live one per module in this package and
-are clients only: they talk to any Kafka cluster through confluent-kafka (or raw
-requests where it lacks one).
+``acls``, ``console``, the web console, and ``schema-registry``) live one per module in
+this package and are clients only: they talk to any Kafka cluster through
+confluent-kafka (or raw requests where it lacks one).
 ``storage`` (format and inspect the node's directories, like kafka-storage.sh) and
 ``dump-log`` (decode segment files, like kafka-dump-log.sh) work on the local disk
 instead, and ``completion`` prints a bash or zsh completion script. Listings print as
@@ -61,6 +61,7 @@ TOOL_MODULES = {
     "transactions": "transactions",
     "acls": "acls",
     "console": "console",
+    "schema-registry": "schema_registry",
     "storage": "storage",
     "dump-log": "dump_log",
     "completion": "completion",

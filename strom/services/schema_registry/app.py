@@ -1,0 +1,419 @@
+"""The registry's REST API, Confluent's v1: paths, bodies, content type and error
+answers (``{"error_code": 40401, "message": "Subject 'x' not found."}``), on the shared
+aiohttp stack.
+
+Owns the routes: subjects and their versions, schemas by id, schema types, global and
+per-subject compatibility (``/config``) and mode (``/mode``), compatibility checks, soft
+and permanent deletes, references. Reads answer from ``store.RegistryState`` under its
+lock; changes run one at a time (plan, write to ``_schemas``, read back) on a worker
+thread, since the Kafka client blocks. Every failure is an error answer: malformed JSON
+(400), an unknown route (404), an oversized body (413), a schema that does not parse
+(422, 42201), never a 500 with a traceback.
+
+Does not own the state (``store``), schemas (``schemas``) or Kafka (``log``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from strom.services.schema_registry.log import SchemasLog
+from strom.services.schema_registry.schemas import (
+    AVRO,
+    LEVELS,
+    TYPES,
+    InvalidSchema,
+    Reference,
+    incompatibilities,
+    parse,
+)
+from strom.services.schema_registry.store import (
+    MODES,
+    RegistryError,
+    config_key,
+    mode_key,
+    schema_not_found,
+    subject_not_found,
+)
+
+log = logging.getLogger(__name__)
+CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+MAX_BODY = 16 * 1024 * 1024
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def answer(body: Any, status: int = 200) -> web.Response:
+    return web.Response(text=json.dumps(body), status=status, content_type=CONTENT_TYPE)
+
+
+def error(status: int, code: int, message: str) -> web.Response:
+    return answer({"error_code": code, "message": message}, status)
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure as Confluent's error body."""
+    try:
+        return await handler(request)
+    except RegistryError as exc:
+        return error(exc.status, exc.code, exc.message)
+    except web.HTTPRequestEntityTooLarge:
+        return error(413, 413, f"Request body larger than {MAX_BODY} bytes")
+    except web.HTTPNotFound:
+        return error(404, 404, "HTTP 404 Not Found")
+    except web.HTTPMethodNotAllowed:
+        return error(405, 405, "HTTP 405 Method Not Allowed")
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("schema registry request %s %s failed", request.method, request.path)
+        return error(500, 50001, "Error in the backend data store")
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "false").lower() == "true"
+
+
+async def _json(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (ValueError, UnicodeDecodeError):
+        raise RegistryError(400, 400, "Invalid JSON in the request body") from None
+    if not isinstance(body, dict):
+        raise RegistryError(400, 400, "The request body must be a JSON object")
+    return body
+
+
+class RegistryApp:
+    def __init__(self, schemas_log: SchemasLog) -> None:
+        self.log = schemas_log
+        self.app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
+        r = self.app.router
+        r.add_get("/", self.root)
+        r.add_get("/subjects", self.subjects)
+        r.add_get("/subjects/{subject}/versions", self.versions)
+        r.add_post("/subjects/{subject}/versions", self.register)
+        r.add_get("/subjects/{subject}/versions/{version}", self.version)
+        r.add_get("/subjects/{subject}/versions/{version}/schema", self.version_schema)
+        r.add_get("/subjects/{subject}/versions/{version}/referencedby", self.referenced_by)
+        r.add_delete("/subjects/{subject}/versions/{version}", self.delete_version)
+        r.add_post("/subjects/{subject}", self.lookup)
+        r.add_delete("/subjects/{subject}", self.delete_subject)
+        r.add_get("/schemas/types", self.types)
+        r.add_get("/schemas/ids/{id}", self.by_id)
+        r.add_get("/schemas/ids/{id}/schema", self.by_id_schema)
+        r.add_get("/schemas/ids/{id}/subjects", self.id_subjects)
+        r.add_get("/schemas/ids/{id}/versions", self.id_versions)
+        r.add_get("/config", self.get_config)
+        r.add_put("/config", self.put_config)
+        r.add_get("/config/{subject}", self.get_config)
+        r.add_put("/config/{subject}", self.put_config)
+        r.add_delete("/config/{subject}", self.delete_config)
+        r.add_get("/mode", self.get_mode)
+        r.add_put("/mode", self.put_mode)
+        r.add_get("/mode/{subject}", self.get_mode)
+        r.add_put("/mode/{subject}", self.put_mode)
+        r.add_delete("/mode/{subject}", self.delete_mode)
+        r.add_post("/compatibility/subjects/{subject}/versions/{version}", self.compatibility)
+        r.add_post("/compatibility/subjects/{subject}/versions", self.compatibility)
+
+    @property
+    def state(self) -> Any:
+        return self.log.state
+
+    async def _change(self, plan: Callable[[], Any]) -> Any:
+        """Run ``plan`` (which returns (result, records)) under the write lock, write its
+        records and wait to read them back; the result."""
+
+        def run() -> Any:
+            with self.log.write_lock:
+                with self.log.lock:
+                    result, records = plan()
+                self.log.write(records)
+                return result
+
+        return await asyncio.get_running_loop().run_in_executor(None, run)
+
+    # Subjects ----------------------------------------------------------------------------
+
+    async def root(self, request: web.Request) -> web.Response:
+        return answer({})
+
+    async def subjects(self, request: web.Request) -> web.Response:
+        with self.log.lock:
+            names = self.state.subject_names(deleted=_flag(request, "deleted"))
+        prefix = request.query.get("subjectPrefix", "")
+        return answer([n for n in names if n.startswith(prefix)])
+
+    async def versions(self, request: web.Request) -> web.Response:
+        with self.log.lock:
+            found = self.state.versions(
+                request.match_info["subject"], deleted=_flag(request, "deleted")
+            )
+        return answer([v.version for v in found])
+
+    def _version_body(self, subject: str, entry: Any) -> dict[str, Any]:
+        stored = self.state.schemas[entry.schema_id]
+        body: dict[str, Any] = {
+            "subject": subject,
+            "version": entry.version,
+            "id": entry.schema_id,
+            "schema": stored.text,
+        }
+        if stored.schema_type != AVRO:
+            body["schemaType"] = stored.schema_type
+        if stored.references:
+            body["references"] = [
+                {"name": r.name, "subject": r.subject, "version": r.version}
+                for r in stored.references
+            ]
+        return body
+
+    async def version(self, request: web.Request) -> web.Response:
+        subject = request.match_info["subject"]
+        with self.log.lock:
+            entry = self.state.version(
+                subject, request.match_info["version"], deleted=_flag(request, "deleted")
+            )
+            return answer(self._version_body(subject, entry))
+
+    async def version_schema(self, request: web.Request) -> web.Response:
+        subject = request.match_info["subject"]
+        with self.log.lock:
+            entry = self.state.version(subject, request.match_info["version"])
+            text = self.state.schemas[entry.schema_id].text
+        return web.Response(text=text, content_type=CONTENT_TYPE)
+
+    async def referenced_by(self, request: web.Request) -> web.Response:
+        subject = request.match_info["subject"]
+        with self.log.lock:
+            entry = self.state.version(subject, request.match_info["version"])
+            ids = sorted(
+                s.schema_id
+                for s in self.state.schemas.values()
+                if any(r.subject == subject and r.version == entry.version for r in s.references)
+            )
+        return answer(ids)
+
+    def _parse_body(self, body: dict[str, Any]) -> Any:
+        text = body.get("schema")
+        if not isinstance(text, str) or not text.strip():
+            raise RegistryError(422, 42201, "Empty schema")
+        schema_type = body.get("schemaType") or AVRO
+        if schema_type not in TYPES:
+            raise RegistryError(422, 42201, f"Invalid schema type {schema_type}")
+        try:
+            references = [
+                Reference(str(r["name"]), str(r["subject"]), int(r["version"]))
+                for r in body.get("references") or []
+            ]
+        except (KeyError, TypeError, ValueError):
+            raise RegistryError(422, 42201, "Invalid schema references") from None
+        with self.log.lock:
+            resolved = self.state.resolve(references)
+        try:
+            return parse(schema_type, text, references, resolved)
+        except InvalidSchema as exc:
+            raise RegistryError(422, 42201, str(exc)) from None
+
+    async def register(self, request: web.Request) -> web.Response:
+        subject = request.match_info["subject"]
+        body = await _json(request)
+        parsed = self._parse_body(body)
+        wanted_id = body.get("id")
+        wanted_version = body.get("version")
+        if wanted_id is not None or wanted_version is not None:
+            with self.log.lock:
+                if self.state.mode(subject) != "IMPORT":
+                    raise RegistryError(
+                        422, 42205, "Subject is not in import mode: ids and versions are assigned"
+                    )
+
+        def plan() -> Any:
+            return self.state.plan_register(
+                subject,
+                parsed,
+                int(wanted_id) if wanted_id is not None else None,
+                int(wanted_version) if wanted_version is not None else None,
+            )
+
+        schema_id = await self._change(plan)
+        return answer({"id": schema_id})
+
+    async def lookup(self, request: web.Request) -> web.Response:
+        subject = request.match_info["subject"]
+        body = await _json(request)
+        parsed = self._parse_body(body)
+        with self.log.lock:
+            if subject not in self.state.subject_names(deleted=_flag(request, "deleted")):
+                raise subject_not_found(subject)
+            entry = self.state.find(subject, parsed, deleted=_flag(request, "deleted"))
+            if entry is None:
+                raise schema_not_found()
+            return answer(self._version_body(subject, entry))
+
+    async def delete_version(self, request: web.Request) -> web.Response:
+        subject, version = request.match_info["subject"], request.match_info["version"]
+        permanent = _flag(request, "permanent")
+        number = await self._change(
+            lambda: self.state.plan_delete_version(subject, version, permanent)
+        )
+        return answer(number)
+
+    async def delete_subject(self, request: web.Request) -> web.Response:
+        subject = request.match_info["subject"]
+        permanent = _flag(request, "permanent")
+        versions = await self._change(lambda: self.state.plan_delete_subject(subject, permanent))
+        return answer(versions)
+
+    # Schemas by id -------------------------------------------------------------------------
+
+    async def types(self, request: web.Request) -> web.Response:
+        return answer(list(TYPES))
+
+    def _stored(self, request: web.Request) -> Any:
+        try:
+            schema_id = int(request.match_info["id"])
+        except ValueError:
+            raise schema_not_found() from None
+        stored = self.state.schemas.get(schema_id)
+        if stored is None or not any(
+            v.schema_id == schema_id for vs in self.state.subjects.values() for v in vs.values()
+        ):
+            raise RegistryError(404, 40403, "Schema not found")
+        return stored
+
+    async def by_id(self, request: web.Request) -> web.Response:
+        with self.log.lock:
+            stored = self._stored(request)
+            body: dict[str, Any] = {"schema": stored.text}
+            if stored.schema_type != AVRO:
+                body["schemaType"] = stored.schema_type
+            if stored.references:
+                body["references"] = [
+                    {"name": r.name, "subject": r.subject, "version": r.version}
+                    for r in stored.references
+                ]
+        return answer(body)
+
+    async def by_id_schema(self, request: web.Request) -> web.Response:
+        with self.log.lock:
+            stored = self._stored(request)
+        return web.Response(text=stored.text, content_type=CONTENT_TYPE)
+
+    async def id_subjects(self, request: web.Request) -> web.Response:
+        with self.log.lock:
+            stored = self._stored(request)
+            deleted = _flag(request, "deleted")
+            names = sorted(
+                s
+                for s, versions in self.state.subjects.items()
+                if any(v.schema_id == stored.schema_id and (deleted or not v.deleted)
+                       for v in versions.values())
+            )  # fmt: skip
+        return answer(names)
+
+    async def id_versions(self, request: web.Request) -> web.Response:
+        with self.log.lock:
+            stored = self._stored(request)
+            deleted = _flag(request, "deleted")
+            pairs = sorted(
+                (s, v.version)
+                for s, versions in self.state.subjects.items()
+                for v in versions.values()
+                if v.schema_id == stored.schema_id and (deleted or not v.deleted)
+            )
+        return answer([{"subject": s, "version": v} for s, v in pairs])
+
+    # Config and mode --------------------------------------------------------------------
+
+    async def get_config(self, request: web.Request) -> web.Response:
+        subject = request.match_info.get("subject")
+        with self.log.lock:
+            if subject is not None and subject not in self.state.configs:
+                if not _flag(request, "defaultToGlobal"):
+                    raise RegistryError(
+                        404, 40408, f"Subject '{subject}' does not have subject-level "
+                        "compatibility configured"
+                    )  # fmt: skip
+            level = self.state.level(subject)
+        return answer({"compatibilityLevel": level})
+
+    async def put_config(self, request: web.Request) -> web.Response:
+        subject = request.match_info.get("subject")
+        body = await _json(request)
+        level = str(body.get("compatibility") or body.get("compatibilityLevel") or "").upper()
+        if level not in LEVELS:
+            raise RegistryError(
+                422, 42203, "Invalid compatibility level. Valid values are none, backward, "
+                "forward, full, backward_transitive, forward_transitive, and full_transitive"
+            )  # fmt: skip
+        value = json.dumps({"compatibilityLevel": level}).encode()
+        await self._change(lambda: (None, [(config_key(subject), value)]))
+        return answer({"compatibility": level})
+
+    async def delete_config(self, request: web.Request) -> web.Response:
+        subject = request.match_info["subject"]
+        with self.log.lock:
+            if subject not in self.state.configs:
+                raise subject_not_found(subject)
+            level = self.state.configs[subject]
+        await self._change(lambda: (None, [(config_key(subject), None)]))
+        return answer({"compatibilityLevel": level})
+
+    async def get_mode(self, request: web.Request) -> web.Response:
+        subject = request.match_info.get("subject")
+        with self.log.lock:
+            return answer({"mode": self.state.mode(subject)})
+
+    async def put_mode(self, request: web.Request) -> web.Response:
+        subject = request.match_info.get("subject")
+        body = await _json(request)
+        mode = str(body.get("mode", "")).upper()
+        if mode not in MODES:
+            raise RegistryError(
+                422, 42204, "Invalid mode. Valid values are READWRITE, READONLY and IMPORT"
+            )
+        value = json.dumps({"mode": mode}).encode()
+        await self._change(lambda: (None, [(mode_key(subject), value)]))
+        return answer({"mode": mode})
+
+    async def delete_mode(self, request: web.Request) -> web.Response:
+        subject = request.match_info["subject"]
+        with self.log.lock:
+            mode = self.state.mode(subject)
+        await self._change(lambda: (None, [(mode_key(subject), None)]))
+        return answer({"mode": mode})
+
+    async def compatibility(self, request: web.Request) -> web.Response:
+        subject = request.match_info["subject"]
+        version = request.match_info.get("version")
+        body = await _json(request)
+        parsed = self._parse_body(body)
+        with self.log.lock:
+            if subject not in self.state.subjects:
+                problems: list[str] = []
+            else:
+                level = self.state.level(subject)
+                if version is None:
+                    earlier = [self.state.parsed(v.schema_id) for v in
+                               self.state.versions(subject)]  # fmt: skip
+                    problems = incompatibilities(level, parsed, earlier)
+                else:
+                    entry = self.state.version(subject, version)
+                    problems = incompatibilities(
+                        level.removesuffix("_TRANSITIVE"),
+                        parsed,
+                        [self.state.parsed(entry.schema_id)],
+                    )
+        result: dict[str, Any] = {"is_compatible": not problems}
+        if _flag(request, "verbose"):
+            result["messages"] = problems
+        return answer(result)

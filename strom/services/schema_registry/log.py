@@ -1,0 +1,148 @@
+"""The registry's Kafka side: the ``_schemas`` topic read into the state on a thread of
+its own, and changes written to it.
+
+Owns creating ``_schemas`` when it is missing (one partition, compacted, replicated up
+to three times as the cluster allows), the reader (a consumer assigned the partition
+from its start, applying every record to ``store.RegistryState`` under the state's
+lock and noting the next offset), waiting until everything written so far is read
+(at start, and after each write: a registration answers once the registry reads it
+back, so every instance agrees and a restart loses nothing), and the idempotent
+producer of changes (acks=all).
+
+Does not own what records mean (``store``) or HTTP (``app``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from strom.services.schema_registry.store import Record, RegistryError, RegistryState
+
+log = logging.getLogger(__name__)
+TOPIC = "_schemas"
+TIMEOUT_S = 30.0
+
+
+class SchemasLog:
+    def __init__(self, settings: dict[str, Any], topic: str = TOPIC) -> None:
+        self.settings = settings
+        self.topic = topic
+        self.state = RegistryState()
+        self.lock = threading.RLock()  # the state's: the reader writes, requests read
+        self.write_lock = threading.Lock()  # one change at a time from this instance
+        self.applied = 0  # the offset after the last record applied
+        self._progress = threading.Condition(self.lock)
+        self._stopped = threading.Event()
+        self.admin = AdminClient(self.settings)
+        self._ensure_topic()
+        self.producer = Producer(
+            {**settings, "acks": "all", "enable.idempotence": True, "linger.ms": 0}
+        )
+        self.consumer = Consumer(
+            {
+                **settings,
+                "group.id": "strom-schema-registry-reader",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 100,
+                "fetch.queue.backoff.ms": 10,
+            }
+        )
+        self.consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        self._thread = threading.Thread(target=self._read_forever, daemon=True, name="schemas")
+        self._thread.start()
+
+    def _ensure_topic(self) -> None:
+        admin = self.admin
+        metadata = admin.list_topics(timeout=TIMEOUT_S)
+        if self.topic in metadata.topics:
+            return
+        replicas = max(1, min(3, len(metadata.brokers)))
+        topic = NewTopic(self.topic, 1, replicas, config={"cleanup.policy": "compact"})
+        try:
+            admin.create_topics([topic], request_timeout=TIMEOUT_S)[self.topic].result()
+        except Exception as exc:  # created meanwhile by another instance
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise
+
+    def _read_forever(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                messages = self.consumer.consume(500, 0.2)
+            except Exception as exc:  # the consumer was closed under us at stop
+                if not self._stopped.is_set():
+                    log.warning("reading %s failed: %s", self.topic, exc)
+                return
+            if not messages:
+                continue
+            with self.lock:
+                for message in messages:
+                    if message.error() is not None:
+                        if message.error().code() != KafkaError._PARTITION_EOF:
+                            log.warning("reading %s: %s", self.topic, message.error())
+                        continue
+                    self.state.apply(message.key(), message.value())
+                    self.applied = message.offset() + 1
+                self._progress.notify_all()
+
+    def end_offset(self) -> int:
+        """The topic's end offset, asked with the admin client (the consumer belongs to
+        the reader thread)."""
+        partition = TopicPartition(self.topic, 0)
+        futures = self.admin.list_offsets(
+            {partition: OffsetSpec.latest()}, request_timeout=TIMEOUT_S
+        )
+        try:
+            return futures[partition].result().offset
+        except Exception as exc:
+            raise RegistryError(
+                500, 50002, f"Cannot read the end offset of {self.topic}: {exc}"
+            ) from None
+
+    def wait_until_read(self, offset: int, timeout_s: float = TIMEOUT_S) -> None:
+        """Wait until every record below ``offset`` is applied (50002 on timeout)."""
+        deadline = time.monotonic() + timeout_s
+        with self.lock:
+            while self.applied < offset:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RegistryError(
+                        500, 50002, f"Timed out reading {self.topic} up to offset {offset}"
+                    )
+                self._progress.wait(min(remaining, 0.5))
+
+    def catch_up(self, timeout_s: float = TIMEOUT_S) -> None:
+        self.wait_until_read(self.end_offset(), timeout_s)
+
+    def write(self, records: list[Record]) -> None:
+        """Write ``records`` and return once this registry has read them back."""
+        if not records:
+            return
+        offsets: list[int] = []
+        errors: list[Any] = []
+
+        def delivered(error: Any, message: Any) -> None:
+            if error is not None:
+                errors.append(error)
+            else:
+                offsets.append(message.offset())
+
+        for key, value in records:
+            self.producer.produce(self.topic, value=value, key=key, on_delivery=delivered)
+        self.producer.flush(TIMEOUT_S)
+        if errors or len(offsets) != len(records):
+            raise RegistryError(
+                500, 50001, f"Error while writing to {self.topic}: {errors[0] if errors else '?'}"
+            )
+        self.wait_until_read(max(offsets) + 1)
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._thread.join(5)
+        self.consumer.close()
+        self.producer.flush(5)

@@ -1,0 +1,319 @@
+"""The registry's state, sans-I/O: what the records of ``_schemas`` say, and the records
+a change writes.
+
+Owns Confluent's key and value format for ``_schemas`` (a compacted topic, so keys are
+written with one fixed field order): SCHEMA (a subject's version: id, type, text,
+references, soft ``deleted``; a null value deletes it for good), CONFIG (a subject's or
+the global compatibility level), MODE (READWRITE, READONLY, IMPORT), DELETE_SUBJECT
+(every version up to one soft-deleted), NOOP (ignored). ``apply`` replays one record;
+the ``RegistryState`` it builds answers every read of the REST API, and the
+``plan_*`` methods check a change and give the records that make it, which the caller
+writes and waits to see applied (so every instance reading the topic agrees, and ids
+are never reused: a new id is above every id the topic ever held).
+
+Does not own Kafka I/O (``log``) or HTTP (``app``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from strom.services.schema_registry.schemas import (
+    AVRO,
+    InvalidSchema,
+    ParsedSchema,
+    Reference,
+    incompatibilities,
+    parse,
+)
+
+DEFAULT_LEVEL = "BACKWARD"
+MODES = ("READWRITE", "READONLY", "IMPORT")
+
+
+class RegistryError(Exception):
+    """An answer in Confluent's error format: HTTP status, error code, message."""
+
+    def __init__(self, status: int, code: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def subject_not_found(subject: str) -> RegistryError:
+    return RegistryError(404, 40401, f"Subject '{subject}' not found.")
+
+
+def version_not_found(version: Any) -> RegistryError:
+    return RegistryError(404, 40402, f"Version {version} not found.")
+
+
+def schema_not_found() -> RegistryError:
+    return RegistryError(404, 40403, "Schema not found")
+
+
+@dataclass
+class StoredSchema:
+    schema_id: int
+    schema_type: str
+    text: str
+    references: list[Reference] = field(default_factory=list)
+
+
+@dataclass
+class SubjectVersion:
+    version: int
+    schema_id: int
+    deleted: bool = False
+
+
+Record = tuple[bytes, bytes | None]
+
+
+def _key(**fields: Any) -> bytes:
+    return json.dumps(fields, separators=(",", ":")).encode()
+
+
+def schema_key(subject: str, version: int) -> bytes:
+    return _key(keytype="SCHEMA", subject=subject, version=version, magic=1)
+
+
+def config_key(subject: str | None) -> bytes:
+    return _key(keytype="CONFIG", subject=subject, magic=0)
+
+
+def mode_key(subject: str | None) -> bytes:
+    return _key(keytype="MODE", subject=subject, magic=0)
+
+
+class RegistryState:
+    def __init__(self) -> None:
+        self.schemas: dict[int, StoredSchema] = {}
+        self.subjects: dict[str, dict[int, SubjectVersion]] = {}
+        self.configs: dict[str | None, str] = {}
+        self.modes: dict[str | None, str] = {}
+        self.max_id = 0
+        self._parsed: dict[int, ParsedSchema] = {}
+
+    # Replay ---------------------------------------------------------------------------
+
+    def apply(self, key: bytes | None, value: bytes | None) -> None:
+        """One record of ``_schemas``; records that do not parse are skipped."""
+        try:
+            k = json.loads(key) if key else None
+            v = json.loads(value) if value else None
+        except ValueError:
+            return
+        if not isinstance(k, dict):
+            return
+        kind = k.get("keytype")
+        subject = k.get("subject")
+        if kind == "SCHEMA" and isinstance(subject, str):
+            version = int(k.get("version", 0))
+            versions = self.subjects.setdefault(subject, {})
+            if v is None:
+                versions.pop(version, None)
+                if not versions:
+                    del self.subjects[subject]
+                return
+            schema_id = int(v["id"])
+            self.max_id = max(self.max_id, schema_id)
+            if schema_id not in self.schemas:
+                self.schemas[schema_id] = StoredSchema(
+                    schema_id,
+                    v.get("schemaType") or AVRO,
+                    v["schema"],
+                    [Reference(r["name"], r["subject"], int(r["version"])) for r in
+                     v.get("references") or []],
+                )  # fmt: skip
+            versions[version] = SubjectVersion(version, schema_id, bool(v.get("deleted")))
+        elif kind == "CONFIG":
+            if v is None:
+                self.configs.pop(subject, None)
+            else:
+                self.configs[subject] = v.get("compatibilityLevel", DEFAULT_LEVEL)
+        elif kind == "MODE":
+            if v is None:
+                self.modes.pop(subject, None)
+            else:
+                self.modes[subject] = v.get("mode", "READWRITE")
+        elif kind == "DELETE_SUBJECT" and isinstance(subject, str) and v is not None:
+            for entry in self.subjects.get(subject, {}).values():
+                if entry.version <= int(v.get("version", 0)):
+                    entry.deleted = True
+
+    # Reads ----------------------------------------------------------------------------
+
+    def parsed(self, schema_id: int) -> ParsedSchema:
+        found = self._parsed.get(schema_id)
+        if found is None:
+            stored = self.schemas[schema_id]
+            found = self._parsed[schema_id] = parse(
+                stored.schema_type, stored.text, stored.references, self.resolve(stored.references)
+            )
+        return found
+
+    def resolve(self, references: list[Reference]) -> dict[str, str]:
+        """Each reference's name to its schema text (42201 when one is unknown)."""
+        out = {}
+        for ref in references:
+            entry = self.subjects.get(ref.subject, {}).get(ref.version)
+            if entry is None:
+                raise RegistryError(
+                    422, 42201, f"Invalid schema: reference {ref.subject} v{ref.version} not found"
+                )
+            out[ref.name] = self.schemas[entry.schema_id].text
+        return out
+
+    def subject_names(self, deleted: bool = False) -> list[str]:
+        return sorted(
+            s for s, versions in self.subjects.items()
+            if any(deleted or not v.deleted for v in versions.values())
+        )  # fmt: skip
+
+    def versions(self, subject: str, deleted: bool = False) -> list[SubjectVersion]:
+        found = [v for v in self.subjects.get(subject, {}).values() if deleted or not v.deleted]
+        if not found:
+            raise subject_not_found(subject)
+        return sorted(found, key=lambda v: v.version)
+
+    def version(self, subject: str, version: str, deleted: bool = False) -> SubjectVersion:
+        versions = self.versions(subject, deleted=True)
+        live = [v for v in versions if deleted or not v.deleted]
+        if version in ("latest", "-1"):
+            if not live:
+                raise subject_not_found(subject)
+            return live[-1]
+        try:
+            number = int(version)
+        except ValueError:
+            raise RegistryError(
+                422, 42202, f"The specified version '{version}' is not a valid version id. "
+                "Allowed values are between [1, 2^31-1] and the string \"latest\""
+            ) from None  # fmt: skip
+        if number < 1:
+            raise RegistryError(422, 42202, f"The specified version '{version}' is not valid")
+        for entry in live:
+            if entry.version == number:
+                return entry
+        raise version_not_found(number)
+
+    def level(self, subject: str | None) -> str:
+        if subject is not None and subject in self.configs:
+            return self.configs[subject]
+        return self.configs.get(None, DEFAULT_LEVEL)
+
+    def mode(self, subject: str | None) -> str:
+        if subject is not None and subject in self.modes:
+            return self.modes[subject]
+        return self.modes.get(None, "READWRITE")
+
+    def find(
+        self, subject: str, parsed: ParsedSchema, deleted: bool = False
+    ) -> SubjectVersion | None:
+        for entry in self.subjects.get(subject, {}).values():
+            if (deleted or not entry.deleted) and self._same(entry.schema_id, parsed):
+                return entry
+        return None
+
+    def _same(self, schema_id: int, parsed: ParsedSchema) -> bool:
+        stored = self.schemas[schema_id]
+        if stored.schema_type != parsed.schema_type or stored.references != parsed.references:
+            return False
+        try:
+            return self.parsed(schema_id).canonical == parsed.canonical
+        except (InvalidSchema, RegistryError):
+            return False
+
+    # Changes --------------------------------------------------------------------------
+
+    def check(self, subject: str, parsed: ParsedSchema) -> list[str]:
+        earlier = [self.parsed(v.schema_id) for v in self.subjects.get(subject, {}).values()
+                   if not v.deleted]  # fmt: skip
+        return incompatibilities(self.level(subject), parsed, earlier)
+
+    def plan_register(
+        self, subject: str, parsed: ParsedSchema, schema_id: int | None = None,
+        version: int | None = None,
+    ) -> tuple[int, list[Record]]:  # fmt: skip
+        """(id, records) of registering ``parsed`` under ``subject``: the id it already
+        has there (no records), or a new version after the compatibility check."""
+        mode = self.mode(subject)
+        if mode == "READONLY":
+            raise RegistryError(422, 42205, f"Subject {subject} is in read-only mode")
+        existing = self.find(subject, parsed)
+        if existing is not None and schema_id is None:
+            return existing.schema_id, []
+        problems = [] if mode == "IMPORT" else self.check(subject, parsed)
+        if problems:
+            raise RegistryError(
+                409, 409, "Schema being registered is incompatible with an earlier schema for "
+                f"subject \"{subject}\", details: [{'; '.join(problems)}]"
+            )  # fmt: skip
+        if schema_id is None:
+            schema_id = next((i for i in self.schemas if self._same(i, parsed)), self.max_id + 1)
+        elif schema_id in self.schemas and not self._same(schema_id, parsed):
+            raise RegistryError(
+                422, 42207, f"Overwrite new schema with id {schema_id} is not permitted."
+            )
+        versions = self.subjects.get(subject, {})
+        number = version if version is not None else max(versions, default=0) + 1
+        value: dict[str, Any] = {
+            "subject": subject,
+            "version": number,
+            "id": schema_id,
+            "schema": parsed.text,
+            "deleted": False,
+        }
+        if parsed.schema_type != AVRO:
+            value["schemaType"] = parsed.schema_type
+        if parsed.references:
+            value["references"] = [
+                {"name": r.name, "subject": r.subject, "version": r.version}
+                for r in parsed.references
+            ]
+        return schema_id, [(schema_key(subject, number), json.dumps(value).encode())]
+
+    def plan_delete_version(
+        self, subject: str, version: str, permanent: bool
+    ) -> tuple[int, list[Record]]:
+        entry = self.version(subject, version, deleted=permanent)
+        if self.mode(subject) == "READONLY":
+            raise RegistryError(422, 42205, f"Subject {subject} is in read-only mode")
+        if permanent:
+            if not entry.deleted:
+                raise RegistryError(
+                    404, 40407, f"Subject '{subject}' Version {entry.version} was not deleted "
+                    "first before being permanently deleted"
+                )  # fmt: skip
+            return entry.version, [(schema_key(subject, entry.version), None)]
+        stored = self.schemas[entry.schema_id]
+        value = {
+            "subject": subject, "version": entry.version, "id": entry.schema_id,
+            "schema": stored.text, "deleted": True,
+        }  # fmt: skip
+        if stored.schema_type != AVRO:
+            value["schemaType"] = stored.schema_type
+        if stored.references:
+            value["references"] = [
+                {"name": r.name, "subject": r.subject, "version": r.version}
+                for r in stored.references
+            ]
+        return entry.version, [(schema_key(subject, entry.version), json.dumps(value).encode())]
+
+    def plan_delete_subject(self, subject: str, permanent: bool) -> tuple[list[int], list[Record]]:
+        versions = self.versions(subject, deleted=permanent)
+        if permanent:
+            if any(not v.deleted for v in versions):
+                raise RegistryError(
+                    404, 40405, f"Subject '{subject}' was not deleted first before being "
+                    "permanently deleted"
+                )  # fmt: skip
+            return [v.version for v in versions], [
+                (schema_key(subject, v.version), None) for v in versions
+            ]
+        latest = versions[-1].version
+        key = _key(keytype="DELETE_SUBJECT", subject=subject, magic=0)
+        value = json.dumps({"subject": subject, "version": latest}).encode()
+        return [v.version for v in versions], [(key, value)]
