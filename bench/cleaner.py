@@ -12,7 +12,16 @@ produce latency on a machine where the cleaner shares the cores with the broker.
 The latency comparison that matters is taken within one run, so that the machine's
 drift between runs does not weigh on it: while the cleaner works, its worker process
 is stopped and continued (SIGSTOP/SIGCONT) every half second, and each produce is
-counted as "running" or "paused" by the window it was sent and answered in.
+counted as "running" or "paused" by the window it was due to be sent in. Every sample
+counts, those answered after the window switched too (how many did is printed), and a
+latency runs from the record's scheduled send time, so a client that fell behind has
+that counted (no coordinated omission). A failed delivery fails the run.
+
+Produce throughput is what the broker stored (its end offsets, no delivery failed), not
+what was handed to the client. The broker's own figures for its cleanings (records read
+and kept, bytes, seconds, per partition) come from the line it logs at INFO for every
+cleaning, read from its whole log file; the broker has no cleaner metric on its admin
+listener yet. Every wait has a deadline (``--wait-seconds``).
 
 ``--neighbours`` runs the same comparison beside a broker whose cleaner is disabled,
 with an idle-priority process in its place that only spins, only copies 64 MB
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -91,21 +101,19 @@ def cleaner_throughput(
         return rate
 
 
-def _produce_rate(bootstrap: str, topic: str, records: int) -> float:
-    from confluent_kafka import Producer
+WAIT_SECONDS = 300.0  # the longest any wait of this bench may take (--wait-seconds)
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5})
-    value = b"p" * 100
-    started = time.perf_counter()
-    for _ in range(records):
-        while True:
-            try:
-                producer.produce(topic, value=value)
-                break
-            except BufferError:
-                producer.poll(0.01)
-    producer.flush(60)
-    return records / (time.perf_counter() - started)
+
+def _produce_rate(bootstrap: str, topic: str, records: int) -> float:
+    """Records/s the broker stored (end offsets grown by ``records``, no failed delivery)."""
+    from compare_strom import produce
+
+    fig = produce(
+        bootstrap, topic, records, 100, "1", WAIT_SECONDS, partitions=1, settings={"acks": "1"}
+    )
+    if fig.value is None:
+        raise SystemExit(f"produce to {topic}: {fig.note}")
+    return fig.value
 
 
 def _produce_latency(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float]:
@@ -113,11 +121,14 @@ def _produce_latency(bootstrap: str, topic: str, rate: int, seconds: float) -> l
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0})
     latencies: list[float] = []
+    failed: list[str] = []
     value = b"l" * 100
 
-    def delivered(err, _msg, sent: float) -> None:
+    def delivered(err, _msg, due: float) -> None:
         if err is None:
-            latencies.append(time.perf_counter() - sent)
+            latencies.append(time.perf_counter() - due)
+        else:
+            failed.append(str(err))
 
     started = time.perf_counter()
     n = int(rate * seconds)
@@ -125,13 +136,20 @@ def _produce_latency(bootstrap: str, topic: str, rate: int, seconds: float) -> l
         due = started + i / rate
         while (now := time.perf_counter()) < due:
             producer.poll(min(due - now, 0.001))
-        producer.produce(topic, value=value, on_delivery=lambda e, m, t=now: delivered(e, m, t))
+        # timed from when it was due, not from when it went: lateness counts
+        producer.produce(topic, value=value, on_delivery=lambda e, m, t=due: delivered(e, m, t))
         producer.poll(0)
-    producer.flush(30)
+    left = producer.flush(30)
+    if failed or left or len(latencies) != n:
+        raise SystemExit(
+            f"latency run: {len(latencies):,} of {n:,} delivered, {len(failed):,} failed "
+            f"({failed[0] if failed else 'none reported'}), {left:,} unanswered"
+        )
     return sorted(latencies)
 
 
 LATENCY_SECONDS = 6.0  # 12,000 samples at 2,000/s: p99 is the 120th slowest
+INTERLEAVED_SECONDS = 12.0  # the running/paused run: 6 s of each
 
 
 def _cleaner_worker(broker_pid: int) -> int | None:
@@ -152,7 +170,57 @@ def _cleaner_worker(broker_pid: int) -> int | None:
 
 def _percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
+    if not ordered:
+        return float("nan")
     return ordered[max(0, int(len(ordered) * q) - 1)] * 1000
+
+
+CLEANED = re.compile(
+    r"(?P<topic>[\w.-]+)-(?P<partition>\d+): cleaned offsets up to (?P<end>\d+): "
+    r"(?P<kept>\d+) of (?P<read>\d+) records kept, \d+ -> \d+ segments, "
+    r"(?P<bytes_read>\d+) -> (?P<bytes_written>\d+) bytes in (?P<seconds>[\d.]+)s"
+)
+
+
+def _cleanings(broker, topic: str) -> list[dict[str, str]]:
+    """Every cleaning of ``topic`` the broker logged, from its whole log file."""
+    try:
+        text = broker.log_path.read_text(errors="replace")
+    except OSError:
+        return []
+    return [m.groupdict() for m in CLEANED.finditer(text) if m["topic"] == topic]
+
+
+def _wait_cleaned(broker, topic: str, partitions: int) -> list[dict[str, str]]:
+    """The cleanings once ``partitions`` partitions of ``topic`` have one; bounded."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        done = _cleanings(broker, topic)
+        if len({c["partition"] for c in done}) >= partitions:
+            return done
+        if not broker.alive():
+            raise SystemExit(f"the broker exited while {topic} was being cleaned")
+        if time.monotonic() > deadline:
+            cleaned = len({c["partition"] for c in done})
+            raise SystemExit(
+                f"{cleaned} of {partitions} partitions of {topic} cleaned after "
+                f"{WAIT_SECONDS:.0f} s: given up"
+            )
+        time.sleep(0.05)
+
+
+def _report_cleanings(done: list[dict[str, str]]) -> None:
+    records = sum(int(c["read"]) for c in done)
+    seconds = sum(float(c["seconds"]) for c in done)
+    print(
+        f"  the broker's cleanings (its log lines): {len(done)} over "
+        f"{len({c['partition'] for c in done})} partitions, {records:,} records read, "
+        f"{sum(int(c['kept']) for c in done):,} kept, "
+        f"{sum(int(c['bytes_read']) for c in done) / 1e6:.0f} MB read, "
+        f"{sum(int(c['bytes_written']) for c in done) / 1e6:.0f} MB written, "
+        f"{seconds:.2f} s of cleaning = {records / seconds if seconds else float('nan'):,.0f} "
+        "records/s"
+    )
 
 
 def _interleaved_latency(
@@ -160,28 +228,35 @@ def _interleaved_latency(
     topic: str,
     worker: int,
     rate: int = 2000,
-    seconds: float = 12.0,
+    seconds: float | None = None,
     label: str = "the cleaner",
 ) -> tuple[float, float]:
     """p99 of produce latency (ms) in windows with ``worker`` running and paused."""
+    seconds = seconds or INTERLEAVED_SECONDS
     from confluent_kafka import Producer
 
-    window, settle = 0.5, 0.02
+    window = 0.5
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0})
     value = b"i" * 100
     samples: dict[bool, list[float]] = {True: [], False: []}
+    crossed = {True: 0, False: 0}  # answered after their window switched
+    failed: list[str] = []
     switches = 0
     running = True
-    switched_at = time.perf_counter()
     busy_cpu = 0.0
 
-    def delivered(err, sent: float, switch: int, state: bool) -> None:
-        # Not the first window (the client warms up), nor one that switched meanwhile.
-        if err is None and 0 < switch == switches and sent - switched_at > settle:
-            samples[state].append(time.perf_counter() - sent)
+    def delivered(err, due: float, switch: int, state: bool) -> None:
+        # Every sample counts, in the window it was due in, from when it was due.
+        if err is not None:
+            failed.append(str(err))
+            return
+        samples[state].append(time.perf_counter() - due)
+        if switch != switches:
+            crossed[state] += 1
 
     producer.produce(topic, value=value)  # connect and learn the partition's leader
-    producer.flush(10)
+    if producer.flush(30):
+        raise SystemExit("the first record of the interleaved run was not delivered in 30 s")
     started = switched_at = time.perf_counter()
     cpu_mark = cpu_seconds(worker)
     try:
@@ -200,20 +275,28 @@ def _interleaved_latency(
             producer.produce(
                 topic,
                 value=value,
-                on_delivery=lambda e, _m, t=now, n=switches, r=running: delivered(e, t, n, r),
+                on_delivery=lambda e, _m, t=due, n=switches, r=running: delivered(e, t, n, r),
             )
             producer.poll(0)
-        producer.flush(30)
+        left = producer.flush(30)
     finally:
         os.kill(worker, signal.SIGCONT)
     if running:
         busy_cpu += cpu_seconds(worker) - cpu_mark
     on, off = samples[True], samples[False]
+    sent = int(rate * seconds)
+    if failed or left or len(on) + len(off) != sent:
+        raise SystemExit(
+            f"interleaved run: {len(on) + len(off):,} of {sent:,} delivered, {len(failed):,} "
+            f"failed ({failed[0] if failed else 'none reported'}), {left:,} unanswered"
+        )
     p99_on, p99_off = _percentile(on, 0.99), _percentile(off, 0.99)
     print(
         f"  interleaved, half-second windows: {label} running p50 {_percentile(on, 0.5):.2f} / "
-        f"p99 {p99_on:.2f} ms ({len(on):,} samples), paused p50 {_percentile(off, 0.5):.2f} / "
-        f"p99 {p99_off:.2f} ms ({len(off):,} samples): p99 {p99_on / p99_off - 1:+.0%}; "
+        f"p99 {p99_on:.2f} ms ({len(on):,} samples, {crossed[True]:,} answered after the "
+        f"switch), paused p50 {_percentile(off, 0.5):.2f} / p99 {p99_off:.2f} ms "
+        f"({len(off):,} samples, {crossed[False]:,} after the switch): "
+        f"p99 {p99_on / p99_off - 1:+.0%}; "
         f"{label} used {busy_cpu / (seconds / 2):.0%} of a core while running"
     )
     return p99_on, p99_off
@@ -280,32 +363,34 @@ def broker_figures(records: int, keys: int, io_limit: float = UNLIMITED_IO) -> N
                         break
                     except BufferError:
                         producer.poll(0.01)
-            producer.flush(120)
+            if producer.flush(WAIT_SECONDS):
+                raise SystemExit("the records to clean were not all delivered")
             time.sleep(1.1)  # segment.ms: the next record rolls, the rest becomes cleanable
             for p in range(partitions):
                 producer.produce("compacted", key=b"roll", value=b"r", partition=p)
-            producer.flush(120)
+            if producer.flush(WAIT_SECONDS):
+                raise SystemExit("the records that roll the segments were not delivered")
             idle = _measure(broker.bootstrap, "disabled", 300_000)
             broker.stop()
             broker.overrides["log.cleaner.enable"] = "true"
             broker.start()
             # The worker process starts with the first cleaning; measure during the
             # next ones (steady state: the worker stays up).
-            while "cleaned offsets" not in broker.logs():
-                time.sleep(0.01)
+            _wait_cleaned(broker, "compacted", 1)
             assert broker.proc is not None
             worker = _cleaner_worker(broker.proc.pid)
             if worker is not None:
                 _interleaved_latency(broker.bootstrap, "load", worker)
-            before = broker.logs().count("cleaned offsets")
+            else:
+                print("  (no cleaner worker process found: no interleaved run)")
+            before = len({c["partition"] for c in _cleanings(broker, "compacted")})
             busy = _measure(broker.bootstrap, "running", 300_000)
-            after = broker.logs().count("cleaned offsets")
+            after = len({c["partition"] for c in _cleanings(broker, "compacted")})
             print(
                 f"  (partitions cleaned: {before} of {partitions} before the run, {after} after; "
                 f"the cleaner was busy throughout: {after < partitions})"
             )
-            while broker.logs().count("cleaned offsets") < partitions:
-                time.sleep(0.1)
+            _report_cleanings(_wait_cleaned(broker, "compacted", partitions))
             idle_again = _measure(broker.bootstrap, "idle", 300_000)
             for label, base in (("disabled", idle), ("idle", idle_again)):
                 print(
@@ -391,6 +476,7 @@ def neighbour_figures() -> None:
 
 
 def main() -> None:
+    global WAIT_SECONDS, INTERLEAVED_SECONDS, LATENCY_SECONDS
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=10_000)
@@ -401,12 +487,26 @@ def main() -> None:
         help="only the latency beside idle-priority neighbours (the machine's share)",
     )
     parser.add_argument(
+        "--wait-seconds",
+        type=float,
+        default=WAIT_SECONDS,
+        help="deadline of every wait (cleanings, deliveries)",
+    )
+    parser.add_argument(
+        "--latency-seconds",
+        type=float,
+        default=INTERLEAVED_SECONDS,
+        help="length of the interleaved run (each plain latency run takes half of it)",
+    )
+    parser.add_argument(
         "--io-limit-mb",
         type=float,
         default=80.0,
         help="log.cleaner.io.max.bytes.per.second (MB/s) for the throttled runs",
     )
     args = parser.parse_args()
+    WAIT_SECONDS, INTERLEAVED_SECONDS = args.wait_seconds, args.latency_seconds
+    LATENCY_SECONDS = args.latency_seconds / 2
     if args.neighbours:
         neighbour_figures()
         return
