@@ -147,14 +147,15 @@ def produce(
     conf["delivery.report.only.error"] = True
     failures = _Failures()
     before = end_offsets(bootstrap, topic, partitions)
-    producer = Producer({"bootstrap.servers": bootstrap, **conf})
+    # one callback for the producer, called for failed deliveries only
+    producer = Producer({"bootstrap.servers": bootstrap, **conf, "on_delivery": failures})
     started = time.perf_counter()
     deadline = started + timeout
     sent = 0
     for i in range(count):
         while True:
             try:
-                producer.produce(topic, payload, on_delivery=failures)
+                producer.produce(topic, payload)
                 break
             except BufferError:  # the client's queue is full: let it drain
                 producer.poll(0.01)
