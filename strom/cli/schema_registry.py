@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -55,16 +56,20 @@ def run(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace, host: str, port: int, settings: dict) -> int:
     from strom.services.http import HttpServer
     from strom.services.schema_registry.app import RegistryApp
+    from strom.services.schema_registry.election import Election
     from strom.services.schema_registry.log import SchemasLog
 
     loop = asyncio.get_running_loop()
     schemas_log = await loop.run_in_executor(None, SchemasLog, settings)
     await loop.run_in_executor(None, schemas_log.catch_up)
-    server = HttpServer(RegistryApp(schemas_log).app, host, port)
+    app = RegistryApp(schemas_log)
+    server = HttpServer(app.app, host, port)
     try:
         await server.start()
     except OSError as exc:
         raise ToolError(f"cannot listen on {args.listener}: {exc.strerror}") from None
+    shown = socket.getfqdn() if host in ("0.0.0.0", "::") else host
+    app.election = Election(settings, schemas_log.topic, f"http://{shown}:{server.port}")
     with schemas_log.lock:
         count = len(schemas_log.state.schemas)
     print(
@@ -77,6 +82,7 @@ async def _serve(args: argparse.Namespace, host: str, port: int, settings: dict)
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await server.stop()
+    await loop.run_in_executor(None, app.election.close)
     await loop.run_in_executor(None, schemas_log.close)
     print("schema registry stopped", file=sys.stderr)
     return 0

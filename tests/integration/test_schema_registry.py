@@ -3,9 +3,10 @@ confluent-kafka's own SchemaRegistryClient and its Avro, JSON Schema and Protobu
 serialisers, and by plain HTTP for Confluent's REST answers.
 
 Records round-trip through Strom in each format; an incompatible schema is refused with
-409; a registry restarted reads every schema and id back from ``_schemas``, and a
-second registry on the same cluster agrees with the first; bad input gets Confluent's
-error answers, never a 500.
+409; a registry restarted reads every schema and id back from ``_schemas``; a second
+registry on the same cluster agrees with the first, and registrations sent to both at
+once get distinct ids (the secondary forwards to the elected primary); bad input gets
+Confluent's error answers, never a 500.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -246,6 +248,20 @@ def test_a_restarted_registry_and_a_second_one_keep_every_schema(
                 break
             time.sleep(0.2)
         assert status == 200 and json.loads(body["schema"])["fields"][-1]["name"] == "x"
+
+        # Both take registrations at once: one primary hands out every id, none twice.
+        def register(pair: tuple[Registry, int]) -> tuple[str, int]:
+            instance, n = pair
+            name = f"{subject}-many-{n}"
+            schema = dict(ORDER_AVRO, name=f"Order{n}")
+            return name, instance.client().register_schema(name, Schema(json.dumps(schema), "AVRO"))
+
+        with ThreadPoolExecutor(8) as pool:
+            ids = dict(pool.map(register, [(registry if n % 2 else second, n) for n in range(16)]))
+        assert len(set(ids.values())) == 16
+        for name, schema_id in ids.items():
+            assert second.client().get_latest_version(name).schema_id == schema_id
+            assert registry.client().get_latest_version(name).schema_id == schema_id
     finally:
         second.stop()
     registry.stop()

@@ -6,7 +6,9 @@ Owns the routes: subjects and their versions, schemas by id, schema types, globa
 per-subject compatibility (``/config``) and mode (``/mode``), compatibility checks, soft
 and permanent deletes, references. Reads answer from ``store.RegistryState`` under its
 lock; changes run one at a time (plan, write to ``_schemas``, read back) on a worker
-thread, since the Kafka client blocks. Every failure is an error answer: malformed JSON
+thread, since the Kafka client blocks; on a secondary instance (``election``) each
+change is forwarded to the primary and answered with the primary's answer, once this
+instance has read the change too. Every failure is an error answer: malformed JSON
 (400), an unknown route (404), an oversized body (413), a schema that does not parse
 (422, 42201), never a 500 with a traceback.
 
@@ -21,8 +23,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
+from strom.services.schema_registry.election import Election
 from strom.services.schema_registry.log import SchemasLog
 from strom.services.schema_registry.schemas import (
     AVRO,
@@ -45,6 +49,7 @@ from strom.services.schema_registry.store import (
 log = logging.getLogger(__name__)
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 MAX_BODY = 16 * 1024 * 1024
+FORWARDED = "X-Strom-Forwarded"  # a change a secondary sent on: never forwarded again
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -92,8 +97,9 @@ async def _json(request: web.Request) -> dict[str, Any]:
 
 
 class RegistryApp:
-    def __init__(self, schemas_log: SchemasLog) -> None:
+    def __init__(self, schemas_log: SchemasLog, election: Election | None = None) -> None:
         self.log = schemas_log
+        self.election = election
         self.app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
         r = self.app.router
         r.add_get("/", self.root)
@@ -127,6 +133,42 @@ class RegistryApp:
     @property
     def state(self) -> Any:
         return self.log.state
+
+    async def _forwarded(self, request: web.Request) -> web.Response | None:
+        """The primary's answer to this change when this instance is a secondary; None
+        when this instance is to make it."""
+        election = self.election
+        if election is None or election.primary or request.headers.get(FORWARDED):
+            return None
+        loop = asyncio.get_running_loop()
+        url = await loop.run_in_executor(None, election.primary_url)
+        if url is None or url == election.url:
+            if url is None:
+                raise RegistryError(
+                    500, 50003, "Error while forwarding the request to the leader: no primary"
+                )
+            return None
+        body = await request.read()
+        try:
+            async with aiohttp.ClientSession() as session:
+                async with session.request(
+                    request.method,
+                    url + request.path_qs,
+                    data=body,
+                    headers={"Content-Type": CONTENT_TYPE, FORWARDED: "1"},
+                    timeout=aiohttp.ClientTimeout(total=60),
+                ) as response:
+                    answered = web.Response(
+                        body=await response.read(),
+                        status=response.status,
+                        content_type=CONTENT_TYPE,
+                    )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise RegistryError(
+                500, 50003, f"Error while forwarding the request to the leader {url}: {exc}"
+            ) from None
+        await loop.run_in_executor(None, self.log.catch_up)  # read it here too
+        return answered
 
     async def _change(self, plan: Callable[[], Any]) -> Any:
         """Run ``plan`` (which returns (result, records)) under the write lock, write its
@@ -224,6 +266,8 @@ class RegistryApp:
             raise RegistryError(422, 42201, str(exc)) from None
 
     async def register(self, request: web.Request) -> web.Response:
+        if (forwarded := await self._forwarded(request)) is not None:
+            return forwarded
         subject = request.match_info["subject"]
         body = await _json(request)
         parsed = self._parse_body(body)
@@ -260,6 +304,8 @@ class RegistryApp:
             return answer(self._version_body(subject, entry))
 
     async def delete_version(self, request: web.Request) -> web.Response:
+        if (forwarded := await self._forwarded(request)) is not None:
+            return forwarded
         subject, version = request.match_info["subject"], request.match_info["version"]
         permanent = _flag(request, "permanent")
         number = await self._change(
@@ -268,6 +314,8 @@ class RegistryApp:
         return answer(number)
 
     async def delete_subject(self, request: web.Request) -> web.Response:
+        if (forwarded := await self._forwarded(request)) is not None:
+            return forwarded
         subject = request.match_info["subject"]
         permanent = _flag(request, "permanent")
         versions = await self._change(lambda: self.state.plan_delete_subject(subject, permanent))
@@ -347,6 +395,8 @@ class RegistryApp:
         return answer({"compatibilityLevel": level})
 
     async def put_config(self, request: web.Request) -> web.Response:
+        if (forwarded := await self._forwarded(request)) is not None:
+            return forwarded
         subject = request.match_info.get("subject")
         body = await _json(request)
         level = str(body.get("compatibility") or body.get("compatibilityLevel") or "").upper()
@@ -360,6 +410,8 @@ class RegistryApp:
         return answer({"compatibility": level})
 
     async def delete_config(self, request: web.Request) -> web.Response:
+        if (forwarded := await self._forwarded(request)) is not None:
+            return forwarded
         subject = request.match_info["subject"]
         with self.log.lock:
             if subject not in self.state.configs:
@@ -374,6 +426,8 @@ class RegistryApp:
             return answer({"mode": self.state.mode(subject)})
 
     async def put_mode(self, request: web.Request) -> web.Response:
+        if (forwarded := await self._forwarded(request)) is not None:
+            return forwarded
         subject = request.match_info.get("subject")
         body = await _json(request)
         mode = str(body.get("mode", "")).upper()
@@ -386,6 +440,8 @@ class RegistryApp:
         return answer({"mode": mode})
 
     async def delete_mode(self, request: web.Request) -> web.Response:
+        if (forwarded := await self._forwarded(request)) is not None:
+            return forwarded
         subject = request.match_info["subject"]
         with self.log.lock:
             mode = self.state.mode(subject)
