@@ -3,6 +3,7 @@ cluster (it is a client over the wire).
 
     strom console --bootstrap-server HOST:PORT [--listener http://127.0.0.1:9021]
                   [--command-config FILE] [--sample-interval SECONDS]
+                  [--schema-registry-url URL]
 
 Runs until interrupted. A bad listener is the usual one-line argument error; a cluster
 that refuses every bootstrap address is one line and exit code 1.
@@ -33,6 +34,11 @@ def add_parser(commands: Any) -> None:
         default=DEFAULT_LISTENER,
         metavar="URL",
         help=f"where to serve it, http://HOST:PORT (default {DEFAULT_LISTENER})",
+    )
+    parser.add_argument(
+        "--schema-registry-url",
+        metavar="URL",
+        help="decode values in Confluent's wire format with this schema registry",
     )
     parser.add_argument(
         "--sample-interval",
@@ -66,7 +72,9 @@ async def _serve(args: argparse.Namespace, host: str, port: int, settings: dict)
 
     reader = ClusterReader(args.bootstrap_server, settings)
     try:
-        server, _console = await serve(reader, host, port, args.sample_interval)
+        server, _console = await serve(
+            reader, host, port, args.sample_interval, args.schema_registry_url
+        )
     except OSError as exc:
         raise ToolError(f"cannot listen on {args.listener}: {exc.strerror}") from None
     print(f"Strom console on http://{host}:{server.port}/ for {args.bootstrap_server}", flush=True)

@@ -5,11 +5,13 @@ screenshot of each main page is kept in the test's temp dir (``screenshots/``).
 A topic created through the console's form is listed; a produced JSON message shows in
 the message browser; a group's lag shows exactly once its consumer has stopped, and
 its chart once samples are taken; a config altered and a topic deleted through the
-forms show; offsets reset through the form move the lag. Bad arguments are one line.
+forms show; offsets reset through the form move the lag; Avro values are decoded with
+the schema registry. Bad arguments are one line.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -26,12 +28,15 @@ import pytest
 from broker_process import BrokerProcess, free_port
 from cli_helpers import one_line_error, strom
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 CHROMIUM = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 
 
 class ConsoleProcess:
-    def __init__(self, broker: BrokerProcess, shots: Path) -> None:
+    def __init__(self, broker: BrokerProcess, shots: Path, registry: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.shots = shots
@@ -47,6 +52,8 @@ class ConsoleProcess:
                 self.url,
                 "--sample-interval",
                 "0.5",
+                "--schema-registry-url",
+                registry,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -95,8 +102,25 @@ class ConsoleProcess:
 
 
 @pytest.fixture(scope="module")
-def console(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    process = ConsoleProcess(broker, tmp_path_factory.mktemp("console") / "screenshots")
+def registry(broker: BrokerProcess) -> Iterator[str]:
+    url = f"http://127.0.0.1:{free_port()}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "strom.cli.main", "schema-registry", "--bootstrap-server",
+         broker.bootstrap, "--listener", url],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None
+    process.stdout.readline()
+    yield url
+    process.terminate()
+    process.wait(30)
+
+
+@pytest.fixture(scope="module")
+def console(
+    broker: BrokerProcess, registry: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator:
+    process = ConsoleProcess(broker, tmp_path_factory.mktemp("console") / "screenshots", registry)
     yield process
     process.stop()
 
@@ -141,6 +165,26 @@ def test_a_produced_message_appears_in_the_browser(
     hexed = console.text(f"/topics/{topic}/messages?from=offset&at=0&limit=1&format=hex")
     assert "7b 22 6f 72 64 65 72 22" in hexed  # {"order"
     console.screenshot(f"/topics/{topic}/messages?from=beginning&limit=20", "messages")
+
+
+def test_values_are_decoded_with_the_schema_registry(
+    console: ConsoleProcess, broker: BrokerProcess, registry: str
+) -> None:
+    topic = f"avro-{uuid.uuid4().hex[:6]}"
+    schema = {
+        "type": "record",
+        "name": "Order",
+        "fields": [{"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}],
+    }
+    serializer = AvroSerializer(SchemaRegistryClient({"url": registry}), json.dumps(schema))
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    context = SerializationContext(topic, MessageField.VALUE)
+    producer.produce(topic, serializer({"sku": "lamp-7", "qty": 3}, context))
+    assert producer.flush(30) == 0
+    raw = console.text(f"/topics/{topic}/messages?from=beginning&format=text")
+    assert "lamp-7" in raw and '"qty"' not in raw  # Avro's bytes, not JSON
+    shown = console.text(f"/topics/{topic}/messages?from=beginning&format=registry")
+    assert '"sku": "lamp-7"' in shown and '"qty": 3' in shown
 
 
 def test_lag_shows_after_a_consumer_stops(console: ConsoleProcess, broker: BrokerProcess) -> None:

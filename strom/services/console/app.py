@@ -22,7 +22,7 @@ from urllib.parse import quote, urlencode
 from aiohttp import web
 
 from strom.services.console import pages
-from strom.services.console.backend import ClusterReader, ConsoleError
+from strom.services.console.backend import ClusterReader, ConsoleError, RegistryDecoder
 from strom.services.console.history import History
 from strom.services.http import HttpServer
 
@@ -32,8 +32,14 @@ MAX_SAMPLED_GROUPS = 100
 
 
 class Console:
-    def __init__(self, reader: ClusterReader, sample_interval_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        reader: ClusterReader,
+        sample_interval_s: float = 5.0,
+        schema_registry_url: str | None = None,
+    ) -> None:
         self.reader = reader
+        self.decoder = RegistryDecoder(schema_registry_url) if schema_registry_url else None
         self.sample_interval_s = sample_interval_s
         self.history = History()
         self.app = web.Application()
@@ -204,6 +210,18 @@ class Console:
             )
         except ConsoleError as exc:
             return self._html(pages.messages_page(name, partitions, query, None, str(exc)), 502)
+        if query.get("format") == "registry":
+            if self.decoder is None:
+                error = "start the console with --schema-registry-url to decode with it"
+                return self._html(pages.messages_page(name, partitions, query, None, error), 400)
+            decoder = self.decoder
+
+            def decode_all() -> None:
+                for message in found:
+                    message.key = decoder.decode(message.key)
+                    message.value = decoder.decode(message.value)
+
+            await self._call(decode_all)
         return self._html(pages.messages_page(name, partitions, query, found, ""))
 
     async def groups(self, request: web.Request) -> web.Response:
@@ -260,9 +278,13 @@ def _position(start: str, at: str) -> int:
 
 
 async def serve(
-    reader: ClusterReader, host: str, port: int, sample_interval_s: float = 5.0
+    reader: ClusterReader,
+    host: str,
+    port: int,
+    sample_interval_s: float = 5.0,
+    schema_registry_url: str | None = None,
 ) -> tuple[HttpServer, Console]:
-    console = Console(reader, sample_interval_s)
+    console = Console(reader, sample_interval_s, schema_registry_url)
     server = HttpServer(console.app, host, port)
     await server.start()
     return server, console

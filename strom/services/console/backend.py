@@ -480,6 +480,42 @@ class ClusterReader:
             raise ConsoleError(f"{failed[0].error.name()}: {failed[0].error.str()}")
 
 
+class RegistryDecoder:
+    """Values in Confluent's wire format (a 0 byte, the schema id, the encoded value)
+    decoded with the schema registry: Avro to JSON, JSON Schema's JSON as it is;
+    Protobuf and anything not in the wire format are shown as hex."""
+
+    def __init__(self, url: str) -> None:
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        self.client = SchemaRegistryClient({"url": url})
+        self._avro: dict[int, Any] = {}
+
+    def decode(self, data: bytes | None) -> bytes | None:
+        if data is None or len(data) < 5 or data[0] != 0:
+            return data
+        schema_id = int.from_bytes(data[1:5], "big")
+        try:
+            schema = self.client.get_schema(schema_id)
+        except Exception as exc:
+            return json.dumps({"schema id": schema_id, "error": str(exc)}).encode()
+        body = data[5:]
+        if schema.schema_type == "JSON":
+            return body
+        if schema.schema_type == "AVRO":
+            import io
+
+            import avro.io
+            import avro.schema
+
+            parsed = self._avro.get(schema_id)
+            if parsed is None:
+                parsed = self._avro[schema_id] = avro.schema.parse(schema.schema_str)
+            value = avro.io.DatumReader(parsed).read(avro.io.BinaryDecoder(io.BytesIO(body)))
+            return json.dumps(value, default=str).encode()
+        return json.dumps({"schema id": schema_id, "protobuf": body.hex(" ")}).encode()
+
+
 def render_value(data: bytes | None, form: str) -> str:
     """A key or value as text, pretty JSON (text when it is not JSON) or hex."""
     if data is None:

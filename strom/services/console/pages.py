@@ -281,7 +281,13 @@ def messages_page(
         )
     )
     format_options = "".join(
-        f'<option value="{f}"{selected("format", f)}>{f}</option>' for f in ("text", "json", "hex")
+        f'<option value="{f}"{selected("format", f)}>{label}</option>'
+        for f, label in (
+            ("text", "text"),
+            ("json", "json"),
+            ("hex", "hex"),
+            ("registry", "decoded with the schema registry"),
+        )
     )
     form = (
         '<form class="inline" method="get">'
@@ -296,6 +302,8 @@ def messages_page(
         "<button>Show</button></form>"
     )
     form_ = query.get("format", "text")
+    if form_ == "registry":
+        form_ = "json"  # the app decoded them to JSON
     if messages is None:
         results = ""
     elif not messages:
