@@ -58,10 +58,14 @@ async def _serve(args: argparse.Namespace, host: str, port: int, settings: dict)
     from strom.services.schema_registry.app import RegistryApp
     from strom.services.schema_registry.election import Election
     from strom.services.schema_registry.log import SchemasLog
+    from strom.services.schema_registry.store import RegistryError
 
     loop = asyncio.get_running_loop()
-    schemas_log = await loop.run_in_executor(None, SchemasLog, settings)
-    await loop.run_in_executor(None, schemas_log.catch_up)
+    try:
+        schemas_log = await loop.run_in_executor(None, SchemasLog, settings)
+        await loop.run_in_executor(None, schemas_log.catch_up)
+    except RegistryError as exc:
+        raise ToolError(exc.message) from None
     app = RegistryApp(schemas_log)
     server = HttpServer(app.app, host, port)
     try:
