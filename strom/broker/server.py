@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import faulthandler
 import gc
 import hashlib
 import inspect
@@ -325,6 +326,8 @@ class Broker:
     async def stop(self) -> None:
         stopping = time.monotonic()
         log.info("Strom node %d stopping", self.node_id)
+        # A stop that hangs says where: every thread's stack goes to stderr after 30 s.
+        faulthandler.dump_traceback_later(STOP_STACKS_AFTER_S, exit=False)
         for server in self._servers:
             server.close()
         if self.lifecycle is not None:
@@ -337,8 +340,7 @@ class Broker:
             connection.close()
         if self._duties is not None:
             self._duties.cancel()
-        for server in self._servers:
-            await server.wait_closed()
+        await self._servers_closed()
         self.purgatory.wake_all()
         self._replicating = False
         await self.replicas.stop()
@@ -354,9 +356,31 @@ class Broker:
         if self.admin is not None:
             await self.admin.stop()
         self.state.shutdown()
+        faulthandler.cancel_dump_traceback_later()
         log.info(
             "Strom node %d stopped cleanly in %.2fs", self.node_id, time.monotonic() - stopping
         )
+
+    async def _servers_closed(self, grace_s: float = 5.0) -> None:
+        """Wait for the listeners to finish closing: they wait for every connection to
+        be gone, and a connection closes only once its unsent responses are written, so
+        a peer that stopped reading (paused, or shutting down itself) could hold the
+        stop forever. After ``grace_s`` the connections left are aborted."""
+        waiting = asyncio.gather(*(server.wait_closed() for server in self._servers))
+        try:
+            await asyncio.wait_for(asyncio.shield(waiting), grace_s)
+            return
+        except TimeoutError:
+            left = list(self._connections)
+            log.info(
+                "%d connection(s) still flushing after %.0fs: aborting them", len(left), grace_s
+            )
+            for connection in left:
+                connection.abort()
+        try:
+            await asyncio.wait_for(waiting, grace_s)
+        except TimeoutError:
+            log.warning("the listeners did not close within %.0fs more; stopping anyway", grace_s)
 
     async def _run_duties(self) -> None:
         logs = self.state.logs
@@ -422,6 +446,7 @@ def agreed_cluster_id(config: BrokerConfig) -> str | None:
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
+STOP_STACKS_AFTER_S = 30.0
 MAX_PIPELINED = 64  # requests handled ahead of an owed response before reading pauses
 
 
@@ -576,6 +601,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection at once, unsent bytes and all (a stopping node)."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+        self.broker._connections.discard(self)
 
     def _process(self, frame: bytearray | memoryview | None = None) -> None:
         self.outbox = []
