@@ -291,19 +291,31 @@ class RestProxy:
             raise ProxyError(422, 42201, "Request includes no records")
         metadata = await self._call(self._metadata, topic)
         partitions = metadata.topics[topic].partitions
-        encode_key = await self._call(self._encoder, form, topic, body, "key")
-        encode_value = await self._call(self._encoder, form, topic, body, "value")
-        loop = asyncio.get_running_loop()
-        futures = []
         for record in records:
             if not isinstance(record, dict):
                 raise ProxyError(422, 42201, "Each record is a JSON object")
             partition = record.get("partition") if fixed is None else _int(fixed, "partition")
             if partition is not None and partition not in partitions:
                 raise ProxyError(404, 40402, "Partition not found.")
-            key = await self._call(encode_key, record.get("key"))
-            value = await self._call(encode_value, record.get("value"))
-            futures.append(self.producer.send(loop, topic, key, value, partition))
+
+        def encode_all() -> list[tuple[bytes | None, bytes | None]]:
+            encode_key = self._encoder(form, topic, body, "key")
+            encode_value = self._encoder(form, topic, body, "value")
+            return [(encode_key(r.get("key")), encode_value(r.get("value"))) for r in records]
+
+        # JSON and binary encode here; Avro asks the registry, so it runs on a thread.
+        encoded = await self._call(encode_all) if form == "avro" else encode_all()
+        loop = asyncio.get_running_loop()
+        futures = [
+            self.producer.send(
+                loop,
+                topic,
+                key,
+                value,
+                record.get("partition") if fixed is None else int(fixed),
+            )
+            for record, (key, value) in zip(records, encoded, strict=True)
+        ]
         delivered = await asyncio.gather(*futures)
         offsets = [
             {"partition": d.partition, "offset": d.offset, "error_code": None, "error": None}
