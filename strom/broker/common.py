@@ -1,13 +1,19 @@
 """Small pieces every handler module shares: throttle value, clock, topic lookup,
-authorized operations."""
+authorized operations, and stopping a background task boundedly (``stop_task``)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime
+import logging
 import time
 import uuid
+from typing import Any
 
 from strom.cluster.node_state import NodeState, TopicView
+
+log = logging.getLogger(__name__)
 
 NO_THROTTLE = datetime.timedelta(0)
 ZERO_UUID = uuid.UUID(int=0)
@@ -52,3 +58,17 @@ def resolve_topic(
     if topic_id is not None and topic_id != ZERO_UUID:
         return controller.metadata.by_id.get(topic_id)
     return None
+
+
+async def stop_task(task: asyncio.Task[Any], what: str, timeout_s: float = 5.0) -> None:
+    """Cancel ``task`` and wait for it to end, boundedly: Python 3.11's ``wait_for`` can
+    lose a cancellation that arrives as the future it waits on completes, and the task
+    then runs on, so a bare ``await task`` could hold a stop forever."""
+    for _ in range(2):
+        task.cancel()
+        done, _pending = await asyncio.wait({task}, timeout=timeout_s)
+        if done:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                task.result()
+            return
+    log.warning("%s did not stop within %.0fs of being cancelled; going on", what, 2 * timeout_s)

@@ -16,7 +16,6 @@ controller decides (controller_handlers, strom.cluster.quorum_controller).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from typing import TYPE_CHECKING
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v4 import request as registration
 
+from strom.broker.common import stop_task
 from strom.broker.controller_channel import ControllerUnavailable
 from strom.protocol.errors import ErrorCode
 
@@ -136,9 +136,7 @@ class BrokerLifecycle:
     async def shutdown(self) -> None:
         """Controlled shutdown: ask the controller to move leadership away, then stop."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await stop_task(self._task, "the broker's heartbeat")
         if self.broker_epoch < 0:
             return
         deadline = asyncio.get_running_loop().time() + CONTROLLED_SHUTDOWN_TIMEOUT_S

@@ -33,7 +33,6 @@ Does not own the log (``strom.storage.partition_log``), the wire format of Fetch
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
 import time
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.fetch.v17 import request as fetch_req
 
+from strom.broker.common import stop_task
 from strom.broker.peer_client import PeerConnection, PeerError
 from strom.cluster.image import NO_LEADER
 from strom.cluster.partition_change import LEADER_RECOVERED, LEADER_RECOVERING
@@ -475,6 +475,7 @@ class ReplicaFetcher:
         self._connection: PeerConnection | None = None
         self._in_flight: set[PartitionKey] = set()
         self._interrupted = False
+        self._stopping = False
         config = manager.broker.config
         self.max_wait_ms = int(config["replica.fetch.wait.max.ms"])
         self.partition_max_bytes = int(config["replica.fetch.max.bytes"])
@@ -485,10 +486,10 @@ class ReplicaFetcher:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
+        self._stopping = True  # the loop ends even if a cancellation is lost
+        self._wake.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await stop_task(self._task, f"replica fetcher from broker {self.leader_id}")
         if self._connection is not None:
             self._connection.close()
             self._connection = None
@@ -505,7 +506,7 @@ class ReplicaFetcher:
         self.partitions.discard(key)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             if not self.partitions:
                 self._wake.clear()
                 await self._wake.wait()
