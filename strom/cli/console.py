@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from typing import Any
 
-from strom.cli.common import ToolError, add_bootstrap, client_config, refused_everywhere
-from strom.cli.properties_file import add_config_file_option, config_file_properties
+from strom.cli.http_service import add_service_options, service_settings, until_stopped
 
 DEFAULT_LISTENER = "http://127.0.0.1:9021"
 
@@ -27,14 +25,7 @@ def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "console", help="serve the web console (brokers, topics, messages, groups)"
     )
-    add_bootstrap(parser)
-    add_config_file_option(parser, "--command-config", "client")
-    parser.add_argument(
-        "--listener",
-        default=DEFAULT_LISTENER,
-        metavar="URL",
-        help=f"where to serve it, http://HOST:PORT (default {DEFAULT_LISTENER})",
-    )
+    add_service_options(parser, DEFAULT_LISTENER)
     parser.add_argument(
         "--schema-registry-url",
         metavar="URL",
@@ -51,38 +42,24 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from strom.config import ConfigError, parse_admin_listener
-
-    try:
-        host, port = parse_admin_listener(args.listener)
-    except ConfigError as exc:
-        args.parser.error(str(exc).replace("admin.listeners", "--listener"))
     if args.sample_interval <= 0:
         args.parser.error("--sample-interval must be above 0")
-    refused = refused_everywhere(args.bootstrap_server)
-    if refused:
-        raise ToolError(f"cannot reach {args.bootstrap_server}: {refused}")
-    settings = client_config(args.bootstrap_server, config_file_properties(args))
+    host, port, settings = service_settings(args)
     return asyncio.run(_serve(args, host, port, settings))
 
 
 async def _serve(args: argparse.Namespace, host: str, port: int, settings: dict) -> int:
-    from strom.services.console.app import serve
+    from strom.cli.http_service import start_server
+    from strom.services.console.app import Console
     from strom.services.console.backend import ClusterReader
+    from strom.services.http import HttpServer
 
     reader = ClusterReader(args.bootstrap_server, settings)
-    try:
-        server, _console = await serve(
-            reader, host, port, args.sample_interval, args.schema_registry_url
-        )
-    except OSError as exc:
-        raise ToolError(f"cannot listen on {args.listener}: {exc.strerror}") from None
+    console = Console(reader, args.sample_interval, args.schema_registry_url)
+    server = HttpServer(console.app, host, port)
+    await start_server(server, args)
     print(f"Strom console on http://{host}:{server.port}/ for {args.bootstrap_server}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await until_stopped()
     await server.stop()
     print("console stopped", file=sys.stderr)
     return 0

@@ -13,26 +13,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from typing import Any
 
-from strom.cli.common import ToolError, add_bootstrap, client_config, refused_everywhere
-from strom.cli.properties_file import add_config_file_option, config_file_properties
+from strom.cli.http_service import (
+    add_service_options,
+    service_settings,
+    start_server,
+    until_stopped,
+)
 
 DEFAULT_LISTENER = "http://127.0.0.1:8082"
 
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser("rest-proxy", help="serve Confluent's REST Proxy API (v2 and v3)")
-    add_bootstrap(parser)
-    add_config_file_option(parser, "--command-config", "client")
-    parser.add_argument(
-        "--listener",
-        default=DEFAULT_LISTENER,
-        metavar="URL",
-        help=f"where to serve it, http://HOST:PORT (default {DEFAULT_LISTENER})",
-    )
+    add_service_options(parser, DEFAULT_LISTENER)
     parser.add_argument(
         "--schema-registry-url", metavar="URL", help="for Avro records (a schema registry)"
     )
@@ -47,18 +43,9 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from strom.config import ConfigError, parse_admin_listener
-
-    try:
-        host, port = parse_admin_listener(args.listener)
-    except ConfigError as exc:
-        args.parser.error(str(exc).replace("admin.listeners", "--listener"))
     if args.consumer_instance_timeout_ms <= 0:
         args.parser.error("--consumer-instance-timeout-ms must be above 0")
-    refused = refused_everywhere(args.bootstrap_server)
-    if refused:
-        raise ToolError(f"cannot reach {args.bootstrap_server}: {refused}")
-    settings = client_config(args.bootstrap_server, config_file_properties(args))
+    host, port, settings = service_settings(args)
     return asyncio.run(_serve(args, host, port, settings))
 
 
@@ -68,18 +55,11 @@ async def _serve(args: argparse.Namespace, host: str, port: int, settings: dict)
 
     proxy = RestProxy(settings, args.schema_registry_url, args.consumer_instance_timeout_ms)
     server = HttpServer(proxy.app, host, port)
-    try:
-        await server.start()
-    except OSError as exc:
-        raise ToolError(f"cannot listen on {args.listener}: {exc.strerror}") from None
+    await start_server(server, args)
     print(
         f"Strom REST proxy on http://{host}:{server.port}/ for {args.bootstrap_server}", flush=True
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await until_stopped()
     await server.stop()
     print("REST proxy stopped", file=sys.stderr)
     return 0

@@ -24,7 +24,6 @@ from aiohttp import web
 from strom.services.console import pages
 from strom.services.console.backend import ClusterReader, ConsoleError, RegistryDecoder
 from strom.services.console.history import History
-from strom.services.http import HttpServer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -275,16 +274,3 @@ def _position(start: str, at: str) -> int:
             moment = moment.replace(tzinfo=datetime.UTC)
         return int(moment.timestamp() * 1000)
     return 0
-
-
-async def serve(
-    reader: ClusterReader,
-    host: str,
-    port: int,
-    sample_interval_s: float = 5.0,
-    schema_registry_url: str | None = None,
-) -> tuple[HttpServer, Console]:
-    console = Console(reader, sample_interval_s, schema_registry_url)
-    server = HttpServer(console.app, host, port)
-    await server.start()
-    return server, console
