@@ -16,7 +16,13 @@ import asyncio
 import sys
 from typing import Any
 
-from strom.cli.http_service import add_service_options, service_settings, until_stopped
+from strom.cli.http_service import (
+    add_service_options,
+    http_server,
+    service_settings,
+    start_server,
+    until_stopped,
+)
 
 DEFAULT_LISTENER = "http://127.0.0.1:9021"
 
@@ -44,21 +50,21 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.sample_interval <= 0:
         args.parser.error("--sample-interval must be above 0")
-    host, port, settings = service_settings(args)
-    return asyncio.run(_serve(args, host, port, settings))
+    security, settings = service_settings(args)
+    return asyncio.run(_serve(args, security, settings))
 
 
-async def _serve(args: argparse.Namespace, host: str, port: int, settings: dict) -> int:
-    from strom.cli.http_service import start_server
+async def _serve(args: argparse.Namespace, security: Any, settings: dict) -> int:
     from strom.services.console.app import Console
     from strom.services.console.backend import ClusterReader
-    from strom.services.http import HttpServer
 
     reader = ClusterReader(args.bootstrap_server, settings)
-    console = Console(reader, args.sample_interval, args.schema_registry_url)
-    server = HttpServer(console.app, host, port)
-    await start_server(server, args)
-    print(f"Strom console on http://{host}:{server.port}/ for {args.bootstrap_server}", flush=True)
+    console = Console(
+        reader, args.sample_interval, args.schema_registry_url, security.registry_client
+    )
+    server = http_server(console.app, security)
+    url = await start_server(server, args)
+    print(f"Strom console on {url}/ for {args.bootstrap_server}", flush=True)
     await until_stopped()
     await server.stop()
     print("console stopped", file=sys.stderr)

@@ -18,6 +18,7 @@ from typing import Any
 
 from strom.cli.http_service import (
     add_service_options,
+    http_server,
     service_settings,
     start_server,
     until_stopped,
@@ -45,20 +46,22 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.consumer_instance_timeout_ms <= 0:
         args.parser.error("--consumer-instance-timeout-ms must be above 0")
-    host, port, settings = service_settings(args)
-    return asyncio.run(_serve(args, host, port, settings))
+    security, settings = service_settings(args)
+    return asyncio.run(_serve(args, security, settings))
 
 
-async def _serve(args: argparse.Namespace, host: str, port: int, settings: dict) -> int:
-    from strom.services.http import HttpServer
+async def _serve(args: argparse.Namespace, security: Any, settings: dict) -> int:
     from strom.services.rest_proxy.app import RestProxy
 
-    proxy = RestProxy(settings, args.schema_registry_url, args.consumer_instance_timeout_ms)
-    server = HttpServer(proxy.app, host, port)
-    await start_server(server, args)
-    print(
-        f"Strom REST proxy on http://{host}:{server.port}/ for {args.bootstrap_server}", flush=True
+    proxy = RestProxy(
+        settings,
+        args.schema_registry_url,
+        args.consumer_instance_timeout_ms,
+        registry_client=security.registry_client,
     )
+    server = http_server(proxy.app, security)
+    url = await start_server(server, args)
+    print(f"Strom REST proxy on {url}/ for {args.bootstrap_server}", flush=True)
     await until_stopped()
     await server.stop()
     print("REST proxy stopped", file=sys.stderr)

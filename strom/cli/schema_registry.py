@@ -15,11 +15,13 @@ import argparse
 import asyncio
 import socket
 import sys
+from dataclasses import replace
 from typing import Any
 
 from strom.cli.common import ToolError
 from strom.cli.http_service import (
     add_service_options,
+    http_server,
     service_settings,
     start_server,
     until_stopped,
@@ -37,12 +39,11 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    host, port, settings = service_settings(args)
-    return asyncio.run(_serve(args, host, port, settings))
+    security, settings = service_settings(args)
+    return asyncio.run(_serve(args, security, settings))
 
 
-async def _serve(args: argparse.Namespace, host: str, port: int, settings: dict) -> int:
-    from strom.services.http import HttpServer
+async def _serve(args: argparse.Namespace, security: Any, settings: dict) -> int:
     from strom.services.schema_registry.app import RegistryApp
     from strom.services.schema_registry.election import Election
     from strom.services.schema_registry.log import SchemasLog
@@ -54,15 +55,17 @@ async def _serve(args: argparse.Namespace, host: str, port: int, settings: dict)
         await loop.run_in_executor(None, schemas_log.catch_up)
     except RegistryError as exc:
         raise ToolError(exc.message) from None
-    app = RegistryApp(schemas_log)
-    server = HttpServer(app.app, host, port)
-    await start_server(server, args)
+    app = RegistryApp(schemas_log, forwarding_tls=security.forwarding_tls)
+    server = http_server(app.app, security)
+    url = await start_server(server, args)
+    host = security.listener.host
     shown = socket.getfqdn() if host in ("0.0.0.0", "::") else host
-    app.election = Election(settings, schemas_log.topic, f"http://{shown}:{server.port}")
+    own_url = replace(security.listener, host=shown).url(server.port)
+    app.election = Election(settings, schemas_log.topic, own_url)
     with schemas_log.lock:
         count = len(schemas_log.state.schemas)
     print(
-        f"Strom schema registry on http://{host}:{server.port}/ for {args.bootstrap_server} "
+        f"Strom schema registry on {url}/ for {args.bootstrap_server} "
         f"({count} schemas read from {schemas_log.topic})",
         flush=True,
     )

@@ -2,8 +2,9 @@
 loop of whoever serves (the broker's admin listener, and the services).
 
 Owns starting and stopping an aiohttp application on a host and port
-(``HttpServer``), reporting the port bound (port 0 picks a free one), and its access
-log staying out of the broker's log unless debugging.
+(``HttpServer``), with TLS and basic authentication when given (their settings are
+``http_security``'s), reporting the port bound (port 0 picks a free one), and its
+access log staying out of the broker's log unless debugging.
 
 Chosen because it serves asyncio natively (the broker's own loop, uvloop included, with
 no thread and no second server process), is a long-stable, widely used library, and
@@ -15,6 +16,8 @@ Does not own any route: each surface builds its own ``aiohttp.web.Application``.
 from __future__ import annotations
 
 import logging
+import ssl
+from typing import Any
 
 from aiohttp import web
 
@@ -24,17 +27,30 @@ log = logging.getLogger(__name__)
 class HttpServer:
     """An aiohttp application served on one host and port."""
 
-    def __init__(self, app: web.Application, host: str, port: int) -> None:
+    def __init__(
+        self,
+        app: web.Application,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None = None,
+        basic_auth: Any = None,
+    ) -> None:
+        """``basic_auth``: an ``http_security.BasicAuth`` every request must pass."""
         self.app = app
         self.host = host
         self.port = port
+        self.ssl_context = ssl_context
+        if basic_auth is not None:
+            app.middlewares.insert(0, basic_auth.middleware())
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> int:
         """Bind and serve; the port bound (the one asked for, or a free one for 0)."""
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        site = web.TCPSite(
+            self._runner, self.host, self.port, reuse_address=True, ssl_context=self.ssl_context
+        )
         await site.start()
         server = site._server  # the asyncio server: its socket names the port bound
         if server is not None and getattr(server, "sockets", None):

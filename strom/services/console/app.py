@@ -36,9 +36,12 @@ class Console:
         reader: ClusterReader,
         sample_interval_s: float = 5.0,
         schema_registry_url: str | None = None,
+        registry_client: dict[str, str] | None = None,
     ) -> None:
         self.reader = reader
-        self.decoder = RegistryDecoder(schema_registry_url) if schema_registry_url else None
+        self.decoder = (
+            RegistryDecoder(schema_registry_url, registry_client) if schema_registry_url else None
+        )
         self.sample_interval_s = sample_interval_s
         self.history = History()
         self.app = web.Application()

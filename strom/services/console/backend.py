@@ -485,10 +485,11 @@ class RegistryDecoder:
     decoded with the schema registry: Avro to JSON, JSON Schema's JSON as it is;
     Protobuf and anything not in the wire format are shown as hex."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, client_settings: dict[str, str] | None = None) -> None:
+        """``client_settings``: SchemaRegistryClient settings beside the URL (auth, TLS)."""
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
-        self.client = SchemaRegistryClient({"url": url})
+        self.client = SchemaRegistryClient({**(client_settings or {}), "url": url})
         self._avro: dict[int, Any] = {}
 
     def decode(self, data: bytes | None) -> bytes | None:

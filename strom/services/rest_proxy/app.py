@@ -21,6 +21,7 @@ import binascii
 import datetime
 import json
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -90,6 +91,18 @@ def _kafka(exc: BaseException) -> ProxyError:
     return ProxyError(500, 50002, f"Kafka error: {text}")
 
 
+def _schema_ids(form: str, encoded: list[tuple[bytes | None, bytes | None]]) -> dict[str, Any]:
+    """The key and value schema ids of Avro records (from their wire format), as
+    Confluent's produce answer carries them; None for other formats."""
+    ids: dict[str, Any] = {"key_schema_id": None, "value_schema_id": None}
+    if form == "avro":
+        for i, name in enumerate(("key_schema_id", "value_schema_id")):
+            first = next((pair[i] for pair in encoded if pair[i] is not None), None)
+            if first is not None:
+                ids[name] = int.from_bytes(first[1:5], "big")
+    return ids
+
+
 class RestProxy:
     def __init__(
         self,
@@ -97,13 +110,19 @@ class RestProxy:
         schema_registry_url: str | None = None,
         instance_timeout_ms: int = 300_000,
         base_url: str = "",
+        registry_client: dict[str, str] | None = None,
     ) -> None:
+        """``registry_client``: confluent-kafka SchemaRegistryClient settings beside the
+        URL (basic auth, TLS) for a registry that asks for them."""
         self.settings = settings
         self.admin = AdminClient(settings)
         self.producer = SharedProducer(settings)
         self.consumers = ConsumerInstances(settings, instance_timeout_ms)
         self.base_url = base_url
         self.registry_url = schema_registry_url
+        self._registry_settings = {**(registry_client or {}), "url": schema_registry_url}
+        self._registry: Any = None
+        self._registry_lock = threading.Lock()
         self._serializers: dict[tuple[str, str, str], Any] = {}
         app = self.app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
         r = app.router
@@ -233,7 +252,9 @@ class RestProxy:
 
     # Producing ----------------------------------------------------------------------------
 
-    def _encoder(self, form: str, topic: str, body: dict[str, Any], field: str) -> Any:
+    def _encoder(
+        self, form: str, topic: str, body: dict[str, Any], records: list[Any], field: str
+    ) -> Any:
         """A function from a record's JSON key or value to its bytes."""
         if form == "json":
             return lambda v: None if v is None else json.dumps(v).encode()
@@ -250,16 +271,12 @@ class RestProxy:
                     ) from None
 
             return decode
-        if self.registry_url is None:
-            raise ProxyError(
-                422, 42206, "Avro records need a schema registry: start the proxy with "
-                "--schema-registry-url"
-            )  # fmt: skip
-        from confluent_kafka.schema_registry import SchemaRegistryClient
+        if all(r.get(field) is None for r in records):  # no schema needed for nothing
+            return lambda v: None
         from confluent_kafka.schema_registry.avro import AvroSerializer
         from confluent_kafka.serialization import MessageField, SerializationContext
 
-        client = SchemaRegistryClient({"url": self.registry_url})
+        client = self._registry_client()
         schema = body.get(f"{field}_schema")
         schema_id = body.get(f"{field}_schema_id")
         if schema is None and schema_id is None:
@@ -276,6 +293,20 @@ class RestProxy:
             topic, MessageField.KEY if field == "key" else MessageField.VALUE
         )
         return lambda v: None if v is None else serializer(v, context)
+
+    def _registry_client(self) -> Any:
+        """The one SchemaRegistryClient (and its cache) of the proxy."""
+        if self.registry_url is None:
+            raise ProxyError(
+                422, 42206, "Avro records need a schema registry: start the proxy with "
+                "--schema-registry-url"
+            )  # fmt: skip
+        with self._registry_lock:
+            if self._registry is None:
+                from confluent_kafka.schema_registry import SchemaRegistryClient
+
+                self._registry = SchemaRegistryClient(self._registry_settings)
+            return self._registry
 
     async def v2_produce(self, request: web.Request) -> web.Response:
         topic = request.match_info["topic"]
@@ -299,8 +330,8 @@ class RestProxy:
                 raise ProxyError(404, 40402, "Partition not found.")
 
         def encode_all() -> list[tuple[bytes | None, bytes | None]]:
-            encode_key = self._encoder(form, topic, body, "key")
-            encode_value = self._encoder(form, topic, body, "value")
+            encode_key = self._encoder(form, topic, body, records, "key")
+            encode_value = self._encoder(form, topic, body, records, "value")
             return [(encode_key(r.get("key")), encode_value(r.get("value"))) for r in records]
 
         # JSON and binary encode here; Avro asks the registry, so it runs on a thread.
@@ -323,8 +354,7 @@ class RestProxy:
             else {"partition": None, "offset": None, "error_code": 50002, "error": d.error.str()}
             for d in delivered
         ]
-        ids = {"key_schema_id": None, "value_schema_id": None}
-        return answer({**ids, "offsets": offsets})
+        return answer({**_schema_ids(form, encoded), "offsets": offsets})
 
     # Consumer instances ---------------------------------------------------------------------
 
@@ -450,13 +480,10 @@ class RestProxy:
                     ) from None
 
             return from_json
-        if self.registry_url is None:
-            raise ProxyError(422, 42206, "Avro records need --schema-registry-url")
-        from confluent_kafka.schema_registry import SchemaRegistryClient
         from confluent_kafka.schema_registry.avro import AvroDeserializer
         from confluent_kafka.serialization import MessageField, SerializationContext
 
-        deserializer = AvroDeserializer(SchemaRegistryClient({"url": self.registry_url}))
+        deserializer = AvroDeserializer(self._registry_client())
 
         def from_avro(data: bytes | None, topic: str, field: str) -> Any:
             if data is None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -97,9 +98,16 @@ async def _json(request: web.Request) -> dict[str, Any]:
 
 
 class RegistryApp:
-    def __init__(self, schemas_log: SchemasLog, election: Election | None = None) -> None:
+    def __init__(
+        self,
+        schemas_log: SchemasLog,
+        election: Election | None = None,
+        forwarding_tls: ssl.SSLContext | None = None,
+    ) -> None:
+        """``forwarding_tls``: the context to reach an https primary with."""
         self.log = schemas_log
         self.election = election
+        self.forwarding_tls = forwarding_tls
         self.app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
         r = self.app.router
         r.add_get("/", self.root)
@@ -149,14 +157,18 @@ class RegistryApp:
                 )
             return None
         body = await request.read()
+        headers = {"Content-Type": CONTENT_TYPE, FORWARDED: "1"}
+        if "Authorization" in request.headers:  # the primary checks the same credentials
+            headers["Authorization"] = request.headers["Authorization"]
         try:
             async with aiohttp.ClientSession() as session:
                 async with session.request(
                     request.method,
                     url + request.path_qs,
                     data=body,
-                    headers={"Content-Type": CONTENT_TYPE, FORWARDED: "1"},
+                    headers=headers,
                     timeout=aiohttp.ClientTimeout(total=60),
+                    ssl=self.forwarding_tls if url.startswith("https:") else None,
                 ) as response:
                     answered = web.Response(
                         body=await response.read(),
