@@ -158,6 +158,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("advertised.listeners", "list", None),
         # The HTTP admin listener (metrics, health): http://HOST:PORT; off when empty.
         ConfigDef("admin.listeners", "list", []),
+        # The schema registry and REST proxy served inside the broker process (as clients of
+        # its first PLAINTEXT client listener): http://HOST:PORT; off when unset.
+        ConfigDef("schema.registry.listener", "string", None),
+        ConfigDef("rest.proxy.listener", "string", None),
         ConfigDef("log.dirs", "list", None),
         ConfigDef("log.dir", "string", "./strom-data"),
         ConfigDef("num.partitions", "int", 1, minimum=1),
@@ -777,6 +781,15 @@ class BrokerConfig:
         _check_distinct(listeners, "listeners")
         for spec in self._values["admin.listeners"]:
             parse_admin_listener(spec)
+        for key in ("schema.registry.listener", "rest.proxy.listener"):
+            if self._values[key] is not None:
+                parse_admin_listener(self._values[key], key)
+                if self.embedded_services_bootstrap is None:
+                    raise ConfigError(
+                        f"{key} needs a PLAINTEXT client listener for the service to reach "
+                        "the broker on (or run `strom schema-registry`/`strom rest-proxy` "
+                        "with the client settings a secured listener needs)"
+                    )
         _check_distinct(advertised, "advertised.listeners", ports=False)
         authorizer = self._values["authorizer.class.name"]
         if authorizer and authorizer not in AUTHORIZER_CLASSES:
@@ -976,6 +989,18 @@ class BrokerConfig:
         return [lst for lst in self.parsed_listeners if lst.name not in names]
 
     @property
+    def embedded_services_bootstrap(self) -> str | None:
+        """``host:port`` of the first PLAINTEXT client listener, where the services served
+        inside the broker (``schema.registry.listener``, ``rest.proxy.listener``) connect;
+        an unspecified host is reached on 127.0.0.1."""
+        for listener in self.client_listeners:
+            if self.security_protocol_map.get(listener.name) == "PLAINTEXT":
+                host = listener.host if listener.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+                host = f"[{host}]" if ":" in host else host
+                return f"{host}:{listener.port}"
+        return None
+
+    @property
     def inter_broker_listener_name(self) -> str | None:
         """``inter.broker.listener.name``, by default PLAINTEXT if a client listener has that
         name, else the first client listener's name (None on a controller-only node)."""
@@ -1144,15 +1169,13 @@ def parse_listener(spec: str, key: str = "listeners") -> Listener:
 _ADMIN_LISTENER = re.compile(r"^http://(\[[^\]]*\]|[^:/\[\]]*):([^/]*)/?$")
 
 
-def parse_admin_listener(spec: str) -> tuple[str, int]:
-    """(host, port) of an ``admin.listeners`` entry, ``http://HOST:PORT`` (an empty
-    host: every interface)."""
+def parse_admin_listener(spec: str, key: str = "admin.listeners") -> tuple[str, int]:
+    """(host, port) of an HTTP listener setting (``admin.listeners`` and the embedded
+    services'), ``http://HOST:PORT`` (an empty host: every interface)."""
     match = _ADMIN_LISTENER.match(spec.strip())
     if match is None:
-        raise ConfigError(
-            f"admin.listeners: {spec!r} is not http://HOST:PORT (e.g. http://127.0.0.1:9644)"
-        )
-    port = _parse_port(match.group(2), f"admin.listeners: {spec!r} has no valid port")
+        raise ConfigError(f"{key}: {spec!r} is not http://HOST:PORT (e.g. http://127.0.0.1:9644)")
+    port = _parse_port(match.group(2), f"{key}: {spec!r} has no valid port")
     return match.group(1).strip("[]") or "0.0.0.0", port
 
 

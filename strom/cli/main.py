@@ -192,9 +192,29 @@ async def _serve(config: BrokerConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await broker.start()
+    services = None
+    exit_code = 0
+    if config["schema.registry.listener"] or config["rest.proxy.listener"]:
+        from strom.services.embedded import EmbeddedServices
+
+        def failed(problem: str) -> None:
+            nonlocal exit_code
+            print(f"strom broker: {problem}", file=sys.stderr, flush=True)
+            exit_code = 1
+            stop.set()
+
+        services = EmbeddedServices(
+            config.embedded_services_bootstrap,
+            config["schema.registry.listener"],
+            config["rest.proxy.listener"],
+            failed,
+        )
+        services.start()
     await stop.wait()
+    if services is not None:
+        await services.stop()
     await broker.stop()
-    return 0
+    return exit_code
 
 
 if __name__ == "__main__":

@@ -13,17 +13,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import sys
-from dataclasses import replace
 from typing import Any
 
 from strom.cli.common import ToolError
 from strom.cli.http_service import (
     add_service_options,
-    http_server,
     service_settings,
-    start_server,
     until_stopped,
 )
 
@@ -44,34 +40,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace, security: Any, settings: dict) -> int:
-    from strom.services.schema_registry.app import RegistryApp
-    from strom.services.schema_registry.election import Election
-    from strom.services.schema_registry.log import SchemasLog
+    from strom.services.schema_registry.service import RegistryService
     from strom.services.schema_registry.store import RegistryError
 
-    loop = asyncio.get_running_loop()
+    service = RegistryService(settings, security)
     try:
-        schemas_log = await loop.run_in_executor(None, SchemasLog, settings)
-        await loop.run_in_executor(None, schemas_log.catch_up)
+        url = await service.start()
     except RegistryError as exc:
         raise ToolError(exc.message) from None
-    app = RegistryApp(schemas_log, forwarding_tls=security.forwarding_tls)
-    server = http_server(app.app, security)
-    url = await start_server(server, args)
-    host = security.listener.host
-    shown = socket.getfqdn() if host in ("0.0.0.0", "::") else host
-    own_url = replace(security.listener, host=shown).url(server.port)
-    app.election = Election(settings, schemas_log.topic, own_url)
-    with schemas_log.lock:
-        count = len(schemas_log.state.schemas)
+    except OSError as exc:
+        raise ToolError(f"cannot listen on {args.listener}: {exc.strerror}") from None
     print(
         f"Strom schema registry on {url}/ for {args.bootstrap_server} "
-        f"({count} schemas read from {schemas_log.topic})",
+        f"({service.schema_count} schemas read from {service.schemas_log.topic})",
         flush=True,
     )
     await until_stopped()
-    await server.stop()
-    await loop.run_in_executor(None, app.election.close)
-    await loop.run_in_executor(None, schemas_log.close)
+    await service.stop()
     print("schema registry stopped", file=sys.stderr)
     return 0
