@@ -1,13 +1,14 @@
 """Produce request bodies decoded over the received frame, records left in place.
 
-Owns one decoder: Produce (key 0) versions 3-12 read from a writable buffer, with
+Owns one decoder: Produce (key 0) versions 0-12 read from a writable buffer, with
 each partition's ``records`` a writable memoryview into that buffer instead of a
 copy. The broker patches base offsets and leader epochs into those views and
 writes them to the log, so a produced batch is never copied between the socket
 and the page cache. The fields are named as kio's ``ProduceRequest`` names them
 (``transactional_id``, ``acks``, ``timeout``, ``topic_data[].name``,
 ``.partition_data[].index``, ``.records``; ``timeout`` is in milliseconds here),
-so handlers read either. Malformed input raises ValueError, as kio's readers do.
+so handlers read either; versions 0-2 have no ``transactional_id`` (None here).
+Malformed input raises ValueError, as kio's readers do.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
 
 FIRST_FLEXIBLE_VERSION = 9
+FIRST_TRANSACTIONAL_VERSION = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +99,8 @@ class _Cursor:
             self.take(self.uvarint())
 
 
-def _read_classic(c: _Cursor) -> ProduceRequestView:
-    transactional_id = c.text(c.int16())
+def _read_classic(c: _Cursor, transactional: bool = True) -> ProduceRequestView:
+    transactional_id = c.text(c.int16()) if transactional else None
     acks, timeout = _ACKS_TIMEOUT.unpack_from(c.view, c.take(6))
     topics = []
     for _ in range(c.int32()):
@@ -130,7 +133,11 @@ def _read_flexible(c: _Cursor) -> ProduceRequestView:
 def produce_reader(version: int) -> Callable[[memoryview, int], tuple[ProduceRequestView, int]]:
     """A body reader for Produce ``version``: (request, bytes read) from ``frame`` at
     ``offset``; ``frame`` must be writable for the records views to be."""
-    read = _read_flexible if version >= FIRST_FLEXIBLE_VERSION else _read_classic
+    read: Callable[[_Cursor], ProduceRequestView] = _read_classic
+    if version >= FIRST_FLEXIBLE_VERSION:
+        read = _read_flexible
+    elif version < FIRST_TRANSACTIONAL_VERSION:
+        read = partial(_read_classic, transactional=False)
 
     def read_body(frame: memoryview, offset: int) -> tuple[ProduceRequestView, int]:
         cursor = _Cursor(frame, offset)

@@ -4,12 +4,14 @@ every served version; records come back as writable views into the frame."""
 from __future__ import annotations
 
 import datetime
+import struct
 import sys
 
 import pytest
 from kio.index import load_request_schema
 
 from strom.protocol.framing import FrameError, codec_for, decode_request, encode_request
+from strom.protocol.produce_view import produce_reader
 from strom.protocol.records import build_batch
 
 VERSIONS = range(3, 13)
@@ -74,3 +76,26 @@ def test_truncated_produce_frames_are_frame_errors(version):
     for cut in (len(frame) - 1, len(frame) - 200, 20):
         with pytest.raises(FrameError):
             decode_request(bytearray(frame[:cut]), codec)
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_versions_before_transactions_have_no_transactional_id(version):
+    """Produce v0-2: acks, timeout, topics; no transactional_id (read as None)."""
+    records = b"\x00" * 30
+    body = (
+        struct.pack(">hi", 1, 2500)
+        + struct.pack(">ih", 1, 6)
+        + b"orders"
+        + struct.pack(">iii", 2, 3, len(records))
+        + records
+        + struct.pack(">ii", 4, -1)
+    )
+    frame = bytearray(b"head" + body)
+    request, size = produce_reader(version)(memoryview(frame), 4)
+    assert size == len(body)
+    assert (request.transactional_id, request.acks, request.timeout) == (None, 1, 2500)
+    (topic,) = request.topic_data
+    assert topic.name == "orders"
+    assert [p.index for p in topic.partition_data] == [3, 4]
+    assert bytes(topic.partition_data[0].records) == records
+    assert topic.partition_data[1].records is None
