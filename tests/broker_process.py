@@ -2,12 +2,20 @@
 
 Tests drive it with real Kafka clients. ``restart()``, ``stop()`` (SIGTERM) and
 ``kill()`` (SIGKILL) keep the same port and data directory.
+
+A port from ``free_port()`` is free when it is picked, not when the broker binds it a
+moment later: another process (another test run on the machine) may take it between the
+two. The broker then exits saying which address was in use (``bind_failure``), and
+``start`` tries again: a first start with a new port in place of that one (every
+override naming it is changed too), a restart with the same ports, which its clients
+know, until they are free again.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -51,13 +59,76 @@ def free_port() -> int:
     raise RuntimeError("no free port below the ephemeral range")
 
 
+_BIND_FAILURE = re.compile(r"bind on address \('[^']*', (\d+)\)\S*: address already in use")
+
+
+def bind_failure(output: str) -> int | None:
+    """The port a node could not bind, from what it wrote as it exited (``strom broker:
+    cannot start: [Errno 98] error while attempting to bind on address ('127.0.0.1',
+    PORT): address already in use``); None when it says no such thing."""
+    found = _BIND_FAILURE.findall(output)
+    return int(found[-1]) if found else None
+
+
+_STARTED = re.compile(r"Strom node \d+ \([^)]*\) started in")
+
+
+def check_started(proc: subprocess.Popen[bytes], log_path: Path, offset: int) -> bool | int:
+    """Whether a node has written its "Strom node N (roles) started in ...: listening on
+    ..." line, which comes once every listener is bound and serving, in its output from
+    ``offset`` on (a port that answers is no sign: another process may be listening on
+    it). True once written, False not yet; the port when the node exited because that
+    port was in use. Any other exit raises, with the node's output."""
+    exited = proc.poll() is not None
+    with open(log_path, "rb") as log:
+        log.seek(offset)
+        output = log.read().decode(errors="replace")
+    if _STARTED.search(output):
+        return True
+    if exited:
+        taken = bind_failure(output)
+        if taken is not None:
+            return taken
+        raise RuntimeError(f"exited with {proc.returncode}:\n{output[-5000:]}")
+    return False
+
+
+def wait_started(
+    proc: subprocess.Popen[bytes], log_path: Path, offset: int, deadline: float
+) -> bool | int:
+    """``check_started`` until it is not False or the deadline passes."""
+    while True:
+        started = check_started(proc, log_path, offset)
+        if started is not False or time.monotonic() >= deadline:
+            return started
+        time.sleep(0.05)
+
+
+def replace_port(value: str, old: int, new: int) -> str:
+    """``value`` with every ``:old`` port (``host:old``, ``//host:old``) made ``:new``."""
+    return re.sub(rf"(?<=:){old}(?!\d)", str(new), value)
+
+
 class BrokerProcess:
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
-        self.port = free_port()
+        self.ports = {"PLAINTEXT": free_port()}
         self.overrides = dict(overrides or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"broker-{self.port}.log"
+        self.started = False  # once started, its ports are known to clients: kept
+
+    @property
+    def port(self) -> int:
+        """The client (PLAINTEXT) listener's port."""
+        return self.ports["PLAINTEXT"]
+
+    def extra_port(self, name: str) -> int:
+        """A free port for another listener or service of this broker, by name: read it
+        back from ``ports[name]`` once started (a port another process took first is
+        replaced, in ``ports`` and in the overrides that name it)."""
+        self.ports[name] = free_port()
+        return self.ports[name]
 
     @property
     def bootstrap(self) -> str:
@@ -75,18 +146,43 @@ class BrokerProcess:
         return args
 
     def start(self, timeout: float = 20.0) -> None:
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.logs()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"broker did not start within {timeout}s:\n{self.logs()}")
+        while True:
+            taken = self._launch(deadline, timeout)
+            if taken is None:
+                self.started = True
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"port {taken} stayed in use for {timeout}s:\n{self.logs()}")
+            if self.started:
+                time.sleep(0.2)  # a restart keeps its ports: wait for this one to be let go
+            else:
+                self._replace_port(taken)
+
+    def _launch(self, deadline: float, timeout: float) -> int | None:
+        """Start the process and wait until it has started: None once it has, the port
+        when it exits because that port was in use."""
+        with open(self.log_path, "ab") as log:
+            written = log.tell()
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log)
+        try:
+            started = wait_started(self.proc, self.log_path, written, deadline)
+        except RuntimeError as exc:
+            raise RuntimeError(f"broker {exc}") from None
+        if started is False:
+            raise RuntimeError(f"broker did not start within {timeout}s:\n{self.logs()}")
+        return None if started is True else started
+
+    def _replace_port(self, taken: int) -> None:
+        names = [name for name, port in self.ports.items() if port == taken]
+        if not names:
+            raise RuntimeError(f"port {taken} was in use and is none of {self.ports}")
+        new = free_port()
+        for name in names:
+            self.ports[name] = new
+        for key, value in self.overrides.items():
+            if isinstance(value, str):
+                self.overrides[key] = replace_port(value, taken, new)
 
     def logs(self) -> str:
         try:

@@ -9,6 +9,12 @@ broker opens its client port) and waits for each to listen. Quorum and heartbeat
 timeouts are lowered (``FAST``) so that elections and fencing take a fraction of a
 second, unless a test passes its own.
 
+Ports come from ``free_port()``; a node that cannot bind one (another process took it
+after it was picked) exits saying so, and is started again: at the cluster's first start
+every node, with a new port in place of the one taken (the voters and the addresses
+change with it, the nodes' fresh data is wiped), later with the same ports, which the
+other nodes and the clients know, once they are let go.
+
 A test may put something in front of each listener (``front``: a fault-injecting
 proxy, say): the node still listens on its own port, but the address it advertises and
 the one in ``controller.quorum.voters`` are the port ``front`` gives, so every
@@ -18,8 +24,8 @@ connection *to* the node goes through it. By default nothing is in front.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from broker_process import free_port
+from broker_process import check_started, free_port, wait_started
 
 FAST = {
     "controller.quorum.election.timeout.ms": "300",
@@ -55,7 +61,6 @@ class ClusterNode:
         root: Path,
         node_id: int,
         roles: str,
-        voters: str,
         controller_port: int | None,
         overrides: dict[str, str],
         front: Front | None = None,
@@ -65,31 +70,46 @@ class ClusterNode:
         self.data_dir = root / f"node{node_id}"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = root / f"node{node_id}.log"
+        self.overrides = overrides
+        self.front = front
         self.port = free_port() if "broker" in roles else None
         self.controller_port = controller_port
+        # The ports other nodes and clients are told to use (``front``'s, when given).
+        self.advertised_port = self.shown(self.port, "PLAINTEXT")
+        self.shown_controller_port = self.shown(controller_port, "CONTROLLER")
+        self.properties: dict[str, str] = {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started = False  # once started, its ports are known to the others: kept
+        self._output_from = 0
+
+    def shown(self, port: int | None, listener: str) -> int | None:
+        if port is None or self.front is None:
+            return port
+        return self.front(self.node_id, listener, port)
+
+    def configure(self, voters: str) -> None:
+        """The node's properties for these voters and its ports (a test's own additions to
+        ``properties`` stay when a port changes)."""
         listeners = []
         if self.port is not None:
             listeners.append(f"PLAINTEXT://127.0.0.1:{self.port}")
-        if controller_port is not None:
-            listeners.append(f"CONTROLLER://127.0.0.1:{controller_port}")
+        if self.controller_port is not None:
+            listeners.append(f"CONTROLLER://127.0.0.1:{self.controller_port}")
+        addresses = {"controller.quorum.voters": voters, "listeners": ",".join(listeners)}
+        if self.advertised_port != self.port:
+            addresses["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{self.advertised_port}"
+        if self.properties:
+            self.properties.update({k: v for k, v in addresses.items() if k not in self.overrides})
+            return
         self.properties = {
-            "process.roles": roles,
-            "node.id": str(node_id),
-            "controller.quorum.voters": voters,
+            "process.roles": self.roles,
+            "node.id": str(self.node_id),
             "controller.listener.names": "CONTROLLER",
-            "listeners": ",".join(listeners),
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.data_dir),
+            **addresses,
+            **self.overrides,
         }
-        # The port other nodes and clients are told to use for the client listener.
-        self.advertised_port = self.port
-        if front is not None and self.port is not None:
-            self.advertised_port = front(node_id, "PLAINTEXT", self.port)
-            self.properties["advertised.listeners"] = (
-                f"PLAINTEXT://127.0.0.1:{self.advertised_port}"
-            )
-        self.properties.update(overrides)
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def is_broker(self) -> bool:
@@ -113,27 +133,51 @@ class ClusterNode:
         return args
 
     def launch(self) -> None:
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log)
+        with open(self.log_path, "ab") as log:
+            self._output_from = log.tell()
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log)
 
-    def wait_listening(self, timeout: float = 30.0) -> None:
+    def check_started(self) -> bool | int:
+        """True once started, False not yet, the port it exited on when that was taken."""
+        assert self.proc is not None
+        try:
+            started = check_started(self.proc, self.log_path, self._output_from)
+        except RuntimeError as exc:
+            raise RuntimeError(f"node {self.node_id} {exc}") from None
+        if started is True:
+            self.started = True
+        return started
+
+    def wait_listening(self, timeout: float = 30.0) -> bool | int:
+        """Wait until the node has started (True), or it exited because a port of its was
+        taken (that port)."""
         assert self.proc is not None
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"node {self.node_id} exited with {self.proc.returncode}:\n{self.logs()}"
-                )
-            try:
-                with socket.create_connection(("127.0.0.1", self.listen_port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"node {self.node_id} did not start within {timeout}s:\n{self.logs()}")
+        started = wait_started(self.proc, self.log_path, self._output_from, deadline)
+        if started is False:
+            raise RuntimeError(
+                f"node {self.node_id} did not start within {timeout}s:\n{self.logs()}"
+            )
+        if started is True:
+            self.started = True
+        return started
 
     def start(self, timeout: float = 30.0) -> None:
-        self.launch()
-        self.wait_listening(timeout)
+        """Start (or restart) the node with the ports it has, waiting for a taken one to
+        be let go (a broker's client port not yet known to anyone is picked again)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.launch()
+            taken = self.wait_listening(max(0.0, deadline - time.monotonic()))
+            if taken is True:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"node {self.node_id}: port {taken} stayed in use")
+            if not self.started and taken == self.port and self.front is None:
+                self.port = self.advertised_port = free_port()
+                self.configure(self.properties["controller.quorum.voters"])
+            else:
+                time.sleep(0.2)
 
     def logs(self) -> str:
         try:
@@ -174,19 +218,44 @@ class Cluster:
         overrides: dict[str, str] | None = None,
         front: Front | None = None,
     ) -> None:
-        controller_ports = {s.node_id: free_port() for s in specs if "controller" in s.roles}
-        shown = {
-            i: front(i, "CONTROLLER", p) if front is not None else p
-            for i, p in controller_ports.items()
-        }
-        voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in sorted(shown.items()))
         settings = {**FAST, **(overrides or {})}
         self.nodes = {
             s.node_id: ClusterNode(
-                root, s.node_id, s.roles, voters, controller_ports.get(s.node_id), settings, front
+                root,
+                s.node_id,
+                s.roles,
+                free_port() if "controller" in s.roles else None,
+                settings,
+                front,
             )
             for s in specs
         }
+        self._configure()
+
+    def _configure(self) -> None:
+        voters = ",".join(
+            f"{n.node_id}@127.0.0.1:{n.shown_controller_port}"
+            for n in sorted(self.nodes.values(), key=lambda n: n.node_id)
+            if n.controller_port is not None
+        )
+        for node in self.nodes.values():
+            node.configure(voters)
+
+    def _replace_port(self, taken: int) -> None:
+        """A new port in place of ``taken`` (which a node could not bind at the first start),
+        and every node's configuration with it."""
+        for node in self.nodes.values():
+            if node.port == taken:
+                node.port = free_port()
+                node.advertised_port = node.shown(node.port, "PLAINTEXT")
+                break
+            if node.controller_port == taken:
+                node.controller_port = free_port()
+                node.shown_controller_port = node.shown(node.controller_port, "CONTROLLER")
+                break
+        else:
+            raise RuntimeError(f"port {taken} was in use and belongs to no node")
+        self._configure()
 
     @classmethod
     def combined(cls, root: Path, count: int = 3, **kwargs: Any) -> Cluster:
@@ -200,10 +269,39 @@ class Cluster:
         return ",".join(n.bootstrap for n in self.brokers if n.alive())
 
     def start_all(self, timeout: float = 40.0) -> None:
+        """Launch every node at once and wait until each has started. A node that exits
+        because a port was taken is started again: at the first start with a new port in
+        place of it, every node with it (killed, their fresh data wiped, launched again),
+        later alone with the ports it has once that port is let go."""
+        first = not any(n.started for n in self.nodes.values())
+        deadline = time.monotonic() + timeout
         for node in self.nodes.values():
             node.launch()
-        for node in self.nodes.values():
-            node.wait_listening(timeout)
+        waiting = set(self.nodes)
+        while waiting:
+            for node_id in sorted(waiting):
+                node = self.nodes[node_id]
+                started = node.check_started()
+                if started is True:
+                    waiting.discard(node_id)
+                elif started is not False:  # exited: the port ``started`` was taken
+                    if not first:
+                        time.sleep(0.2)
+                        node.launch()
+                        continue
+                    self.kill_all()
+                    self._replace_port(started)
+                    for other in self.nodes.values():
+                        shutil.rmtree(other.data_dir)
+                        other.data_dir.mkdir()
+                        other.launch()
+                    waiting = set(self.nodes)
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"nodes {sorted(waiting)} did not start within {timeout}s:\n{self.logs()}"
+                )
+            time.sleep(0.05)
 
     def kill_all(self) -> None:
         for node in self.nodes.values():

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess, free_port
+from broker_process import BrokerProcess
 from kafka_helpers import create_topic
 from kio.schema.alter_partition.v2 import request as v2
 from kio.schema.alter_partition.v3 import request as v3
@@ -33,7 +33,7 @@ NODE = 1
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, int]]:
     process = BrokerProcess(tmp_path_factory.mktemp("alter-partition") / "data")
-    controller_port = free_port()
+    controller_port = process.extra_port("CONTROLLER")
     process.overrides.update(
         {
             "node.id": str(NODE),
@@ -47,7 +47,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProce
     )
     process.start()
     try:
-        yield process, controller_port
+        yield process, process.ports["CONTROLLER"]
     finally:
         process.stop()
 

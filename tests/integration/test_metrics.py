@@ -69,13 +69,10 @@ def value(samples: dict, name: str, **labels: str) -> float | None:
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, int]]:
-    admin_port = free_port()
-    process = BrokerProcess(
-        tmp_path_factory.mktemp("metrics") / "data",
-        {"admin.listeners": f"http://127.0.0.1:{admin_port}"},
-    )
+    process = BrokerProcess(tmp_path_factory.mktemp("metrics") / "data")
+    process.overrides["admin.listeners"] = f"http://127.0.0.1:{process.extra_port('admin')}"
     process.start()
-    yield process, admin_port
+    yield process, process.ports["admin"]
     if process.alive():
         process.stop()
 

@@ -506,7 +506,6 @@ def test_nemesis_kills_pauses_and_cuts_off_brokers(tmp_path: Path) -> None:
         return proxy.port
 
     cluster = Cluster.combined(tmp_path, overrides=SETTINGS, front=front)
-    bootstrap = ",".join(f"127.0.0.1:{n.advertised_port}" for n in cluster.brokers)
     history = History()
     stop_producing = threading.Event()
     stop_consuming = threading.Event()
@@ -515,7 +514,8 @@ def test_nemesis_kills_pauses_and_cuts_off_brokers(tmp_path: Path) -> None:
     nemesis = Nemesis(cluster, proxies, history)
     reported = False
     try:
-        cluster.start_all()
+        cluster.start_all()  # which may have moved a port another process took
+        bootstrap = ",".join(f"127.0.0.1:{n.advertised_port}" for n in cluster.brokers)
         admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})
         wait_until(
             lambda: sorted(admin.list_topics(timeout=3).brokers) == [1, 2, 3], 20, "3 brokers"

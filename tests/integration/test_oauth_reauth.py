@@ -30,7 +30,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.abc import AbstractTokenProvider as AioTokenProvider
 from aiokafka.helpers import create_ssl_context
-from broker_process import BrokerProcess, free_port
+from broker_process import BrokerProcess
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import (
     AclBinding,
@@ -95,7 +95,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthBroker]:
     jwks = root / "jwks.json"
     jwks.write_text(json.dumps({"keys": [jwk]}))
     process = BrokerProcess(root / "data")
-    ports = {"PLAINTEXT": process.port, "SASL_SSL": free_port(), "SASL_PLAINTEXT": free_port()}
+    ports = process.ports  # read once started: a port another process took is replaced
+    for name in ("SASL_SSL", "SASL_PLAINTEXT"):
+        process.extra_port(name)
     process.overrides.update(
         {
             "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, free_port
+from broker_process import BrokerProcess
 from cli_helpers import ok, one_line_error, tool
 from cluster_process import Cluster
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
@@ -513,16 +513,16 @@ PLAIN_USERS = (
 
 
 def test_user_quotas_follow_the_sasl_principal(fresh_broker: BrokerProcess) -> None:
-    sasl_port = free_port()
     fresh_broker.overrides.update(
         {
             "listeners": f"PLAINTEXT://127.0.0.1:{fresh_broker.port},"
-            f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+            f"SASL_PLAINTEXT://127.0.0.1:{fresh_broker.extra_port('SASL_PLAINTEXT')}",
             "sasl.enabled.mechanisms": "PLAIN",
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_USERS,
         }
     )
     fresh_broker.start()
+    sasl_port = fresh_broker.ports["SASL_PLAINTEXT"]
     topic = new_topic(fresh_broker.bootstrap)
     # 10 KB/s for User:alice, whatever her client id: a burst of about 100 KB, then held.
     set_quotas(fresh_broker.port, {"user": "alice"}, {"producer_byte_rate": 10_000.0})

@@ -31,7 +31,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import TopicPartition as AioTopicPartition
-from broker_process import BrokerProcess, free_port
+from broker_process import BrokerProcess
 from cli_helpers import ok, one_line_error, strom, tool
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -98,12 +98,9 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
     server = ca.issue("server", "/CN=localhost")
     alice = ca.issue("alice", "/C=US/O=Strom/OU=eng/CN=alice")
     process = BrokerProcess(root / "data")
-    ports = {
-        "PLAINTEXT": process.port,
-        "SSL": free_port(),
-        "SASL_PLAINTEXT": free_port(),
-        "SASL_SSL": free_port(),
-    }
+    ports = process.ports  # read once started: a port another process took is replaced
+    for name in ("SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        process.extra_port(name)
     process.overrides.update(
         {
             "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
@@ -597,12 +594,11 @@ def test_strom_configs_adds_and_deletes_scram_credentials(secure: SecureBroker) 
 
 def test_storage_format_add_scram(tmp_path: Path) -> None:
     """A credential given to ``strom storage format --add-scram`` is there at first start."""
-    sasl_port = free_port()
     process = BrokerProcess(tmp_path / "data")
     process.overrides.update(
         {
             "listeners": f"PLAINTEXT://127.0.0.1:{process.port},"
-            f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+            f"SASL_PLAINTEXT://127.0.0.1:{process.extra_port('SASL_PLAINTEXT')}",
             "sasl.enabled.mechanisms": "SCRAM-SHA-256",
         }
     )
@@ -630,6 +626,7 @@ def test_storage_format_add_scram(tmp_path: Path) -> None:
     )
     assert "SCRAM-MD5" in one_line_error(bad, 2)
     process.start()
+    sasl_port = process.ports["SASL_PLAINTEXT"]
     try:
         deadline = time.monotonic() + 15
         result = scram_login(sasl_port, SCRAM_SHA_256, "erin", "erin-secret")
