@@ -81,8 +81,9 @@ from strom.protocol.records import (
     BatchHeader,
     CorruptBatchError,
     build_batch,
-    decode_records,
     iter_headers,
+    read_varint,
+    records_body,
 )
 
 MAGIC_V0 = 0
@@ -93,7 +94,9 @@ LEGACY_CODECS = frozenset({CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4})
 
 # offset, message_size, crc, magic, attributes: the fixed start of every entry.
 _ENTRY_HEAD = struct.Struct(">qiIbb")
-_SIZE_CRC = struct.Struct(">iI")
+_OFFSET_SIZE_CRC = struct.Struct(">qiI")
+_V0_HEAD = struct.Struct(">bb")  # magic, attributes
+_V1_HEAD = struct.Struct(">bbq")  # magic, attributes, timestamp
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _NULL = _I32.pack(-1)
@@ -313,30 +316,72 @@ def _convert_batch(
     out: bytearray,
     ends: list[int],
 ) -> None:
-    records = decode_records(data, header)
+    records = _records(records_body(data, header), header)
     if not records:
         return
-    log_append_time = bool(header.attributes & ATTR_TIMESTAMP_TYPE)
-    stamp_bit = ATTR_TIMESTAMP_TYPE if log_append_time and magic == MAGIC_V1 else 0
     codec = header.codec
+    stamp_bit = 0
+    if header.attributes & ATTR_TIMESTAMP_TYPE:  # LogAppendTime: the batch's time for all
+        records = [(offset, header.max_timestamp, key, value) for offset, _, key, value in records]
+        stamp_bit = ATTR_TIMESTAMP_TYPE if magic == MAGIC_V1 else 0
     if codec == CODEC_NONE:
-        for r in records:
-            if r.offset >= fetch_offset:
-                timestamp = header.max_timestamp if log_append_time else r.timestamp
-                write_message(out, r.offset, magic, stamp_bit, timestamp, r.key, r.value)
+        for offset, timestamp, key, value in records:
+            if offset >= fetch_offset:
+                write_message(out, offset, magic, stamp_bit, timestamp, key, value)
                 ends.append(len(out))
         return
     inner = bytearray()
-    base = records[0].offset if magic == MAGIC_V1 else 0
-    max_timestamp = NO_TIMESTAMP
-    for r in records:
-        timestamp = header.max_timestamp if log_append_time else r.timestamp
-        max_timestamp = max(max_timestamp, timestamp)
-        write_message(inner, r.offset - base, magic, stamp_bit, timestamp, r.key, r.value)
-    wrapper_timestamp = header.max_timestamp if log_append_time else max_timestamp
+    base = records[0][0] if magic == MAGIC_V1 else 0
+    for offset, timestamp, key, value in records:
+        write_message(inner, offset - base, magic, stamp_bit, timestamp, key, value)
+    max_timestamp = max(NO_TIMESTAMP, *(r[1] for r in records))
     value = compress_legacy(codec, magic, bytes(inner))
-    write_message(out, records[-1].offset, magic, codec | stamp_bit, wrapper_timestamp, None, value)
+    write_message(out, records[-1][0], magic, codec | stamp_bit, max_timestamp, None, value)
     ends.append(len(out))
+
+
+def _records(body: bytes, header: BatchHeader) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """(offset, timestamp, key, value) of each record in the batch's records ``body``;
+    headers are skipped. One walk with the one-byte varints read inline: the whole cost
+    of a conversion is here and in writing the messages."""
+    out = []
+    base_offset = header.base_offset
+    base_timestamp = header.base_timestamp
+    pos = 0
+    try:
+        for _ in range(header.record_count):
+            length, pos = _varint(body, pos)
+            end = pos + length
+            ts_delta, pos = _varint(body, pos + 1)  # after the attributes byte
+            offset_delta, pos = _varint(body, pos)
+            n, pos = _varint(body, pos)
+            key = None
+            if n >= 0:
+                key = body[pos : pos + n]
+                pos += n
+            n, pos = _varint(body, pos)
+            value = None
+            if n >= 0:
+                value = body[pos : pos + n]
+                pos += n
+            if pos > end or end > len(body):
+                raise CorruptBatchError("record length does not match its contents")
+            out.append((base_offset + offset_delta, base_timestamp + ts_delta, key, value))
+            pos = end
+    except IndexError:
+        raise CorruptBatchError("truncated record") from None
+    return out
+
+
+def _varint(body: bytes, pos: int) -> tuple[int, int]:
+    b = body[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    c = body[pos + 1]
+    if c < 0x80:
+        v = (b & 0x7F) | (c << 7)
+        return (v >> 1) ^ -(v & 1), pos + 2
+    return read_varint(body, pos)
 
 
 def write_message(
@@ -349,19 +394,20 @@ def write_message(
     value: bytes | None,
 ) -> None:
     """Append one entry (offset, size, message with its CRC32) to ``out``."""
-    start = len(out)
-    out += _ENTRY_HEAD.pack(offset, 0, 0, magic, attributes)
-    if magic == MAGIC_V1:
-        out += _I64.pack(timestamp)
-    for blob in (key, value):
-        if blob is None:
-            out += _NULL
-        else:
-            out += _I32.pack(len(blob))
-            out += blob
-    with memoryview(out) as view:
-        crc = zlib.crc32(view[start + 16 :])
-    _SIZE_CRC.pack_into(out, start + 8, len(out) - start - LOG_OVERHEAD, crc)
+    head = (
+        _V1_HEAD.pack(magic, attributes, timestamp) if magic else _V0_HEAD.pack(magic, attributes)
+    )
+    body = b"".join(
+        (
+            head,
+            _NULL if key is None else _I32.pack(len(key)),
+            key or b"",
+            _NULL if value is None else _I32.pack(len(value)),
+            value or b"",
+        )
+    )
+    out += _OFFSET_SIZE_CRC.pack(offset, len(body) + 4, zlib.crc32(body))
+    out += body
 
 
 # ---------------------------------------------------------------------------

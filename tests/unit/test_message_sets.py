@@ -11,6 +11,7 @@ import zlib
 
 import cramjam
 import pytest
+from legacy_messages import entry, message, parse_wrapper
 
 from strom.protocol import message_sets
 from strom.protocol.codecs import decompress
@@ -41,42 +42,8 @@ from strom.protocol.records import (
 LZ4_MAGIC = b"\x04\x22\x4d\x18"
 
 
-def blob(data: bytes | None) -> bytes:
-    return struct.pack(">i", -1) if data is None else struct.pack(">i", len(data)) + data
-
-
-def message(magic: int, attributes: int, key: bytes | None, value: bytes | None, ts=-1) -> bytes:
-    """crc .. end of one message, laid out by hand."""
-    body = struct.pack(">bb", magic, attributes)
-    if magic == 1:
-        body += struct.pack(">q", ts)
-    body += blob(key) + blob(value)
-    return struct.pack(">I", zlib.crc32(body)) + body
-
-
-def entry(offset: int, msg: bytes) -> bytes:
-    return struct.pack(">qi", offset, len(msg)) + msg
-
-
 def gzip_wrapper(magic: int, offset: int, inner: bytes, ts: int = -1, attributes: int = 0):
     return entry(offset, message(magic, CODEC_GZIP | attributes, None, gzip.compress(inner), ts))
-
-
-def parse_wrapper(data: bytes):
-    """(offset, magic, attributes, timestamp, value) of a single wrapper entry, its
-    size and CRC checked."""
-    offset, size, crc, magic, attributes = struct.unpack_from(">qiIbb", data, 0)
-    assert size == len(data) - 12
-    assert crc == zlib.crc32(data[16:])
-    at = 18
-    ts = -1
-    if magic == 1:
-        (ts,) = struct.unpack_from(">q", data, at)
-        at += 8
-    assert struct.unpack_from(">i", data, at) == (-1,)  # null key
-    (n,) = struct.unpack_from(">i", data, at + 4)
-    assert at + 8 + n == len(data)
-    return offset, magic, attributes, ts, data[at + 8 :]
 
 
 def records_of(batch: bytes):
