@@ -215,6 +215,49 @@ def test_bad_input_gets_confluents_errors(registry: Registry) -> None:
     assert registry.proc.poll() is None
 
 
+def test_normalize_stores_one_text_for_one_schema(registry: Registry) -> None:
+    subject = f"norm-{uuid.uuid4().hex[:6]}"
+    unique = dict(ORDER_AVRO, name=f"Order{uuid.uuid4().hex[:6]}")  # never registered before
+    spaced = json.dumps(unique, indent=4)
+    status, body = registry.http(
+        "POST", f"/subjects/{subject}/versions?normalize=true", {"schema": spaced}
+    )
+    assert status == 200, body
+    stored = registry.http("GET", f"/schemas/ids/{body['id']}")[1]["schema"]
+    assert stored != spaced and " " not in stored and json.loads(stored) == unique
+    # Without normalize the text is kept as sent.
+    plain = f"plain-{uuid.uuid4().hex[:6]}"
+    other = dict(ORDER_AVRO, name=f"Plain{uuid.uuid4().hex[:6]}")
+    status, body = registry.http(
+        "POST", f"/subjects/{plain}/versions", {"schema": json.dumps(other, indent=2)}
+    )
+    assert registry.http("GET", f"/schemas/ids/{body['id']}")[1]["schema"] == json.dumps(
+        other, indent=2
+    )
+    # A subject's config can ask for it; a JSON Schema is then stored with sorted keys.
+    json_subject = f"norm-json-{uuid.uuid4().hex[:6]}"
+    assert registry.http("PUT", f"/config/{json_subject}", {"normalize": True}) == (
+        200,
+        {"compatibility": "BACKWARD", "normalize": True},
+    )
+    assert registry.http("GET", f"/config/{json_subject}")[1] == {
+        "compatibilityLevel": "BACKWARD",
+        "normalize": True,
+    }
+    document = (
+        '{"type": "object", "properties": {"b": {"type": "string"}, "a": {"type": "integer"}},'
+        f' "title": "{uuid.uuid4().hex}"}}'
+    )
+    status, body = registry.http(
+        "POST", f"/subjects/{json_subject}/versions", {"schema": document, "schemaType": "JSON"}
+    )
+    assert status == 200, body
+    assert registry.http("GET", f"/schemas/ids/{body['id']}")[1]["schema"] == json.dumps(
+        json.loads(document), sort_keys=True, separators=(",", ":")
+    )
+    assert registry.http("PUT", "/config/x", {"normalize": "yes"})[1]["error_code"] == 42203
+
+
 def test_deletes_soft_and_permanent(registry: Registry) -> None:
     subject = f"gone-{uuid.uuid4().hex[:6]}"
     client = registry.client()

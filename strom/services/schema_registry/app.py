@@ -36,6 +36,7 @@ from strom.services.schema_registry.schemas import (
     InvalidSchema,
     Reference,
     incompatibilities,
+    normalized,
     parse,
 )
 from strom.services.schema_registry.store import (
@@ -256,7 +257,20 @@ class RegistryApp:
             )
         return answer(ids)
 
-    def _parse_body(self, body: dict[str, Any]) -> Any:
+    def _parse_body(
+        self, body: dict[str, Any], request: web.Request | None = None, subject: str | None = None
+    ) -> Any:
+        """The schema of a request body, normalised when the request (``normalize=true``)
+        or the subject's config asks."""
+        parsed = self._parse_schema(body)
+        if request is not None:
+            with self.log.lock:
+                wanted = _flag(request, "normalize") or self.state.normalizes(subject)
+            if wanted:
+                return normalized(parsed)
+        return parsed
+
+    def _parse_schema(self, body: dict[str, Any]) -> Any:
         text = body.get("schema")
         if not isinstance(text, str) or not text.strip():
             raise RegistryError(422, 42201, "Empty schema")
@@ -282,7 +296,7 @@ class RegistryApp:
             return forwarded
         subject = request.match_info["subject"]
         body = await _json(request)
-        parsed = self._parse_body(body)
+        parsed = self._parse_body(body, request, subject)
         wanted_id = body.get("id")
         wanted_version = body.get("version")
         if wanted_id is not None or wanted_version is not None:
@@ -306,7 +320,7 @@ class RegistryApp:
     async def lookup(self, request: web.Request) -> web.Response:
         subject = request.match_info["subject"]
         body = await _json(request)
-        parsed = self._parse_body(body)
+        parsed = self._parse_body(body, request, subject)
         with self.log.lock:
             if subject not in self.state.subject_names(deleted=_flag(request, "deleted")):
                 raise subject_not_found(subject)
@@ -404,7 +418,10 @@ class RegistryApp:
                         "compatibility configured"
                     )  # fmt: skip
             level = self.state.level(subject)
-        return answer({"compatibilityLevel": level})
+            body = {"compatibilityLevel": level}
+            if subject in self.state.normalize or subject is None:
+                body["normalize"] = self.state.normalizes(subject)
+        return answer(body)
 
     async def put_config(self, request: web.Request) -> web.Response:
         if (forwarded := await self._forwarded(request)) is not None:
@@ -412,14 +429,26 @@ class RegistryApp:
         subject = request.match_info.get("subject")
         body = await _json(request)
         level = str(body.get("compatibility") or body.get("compatibilityLevel") or "").upper()
+        normalize = body.get("normalize")
+        if normalize is not None and not isinstance(normalize, bool):
+            raise RegistryError(422, 42203, "Invalid normalize value: true or false")
+        with self.log.lock:
+            if not level and normalize is not None:  # only normalize changes
+                level = self.state.level(subject)
+            if normalize is None and subject in self.state.normalize:  # kept
+                normalize = self.state.normalize[subject]
         if level not in LEVELS:
             raise RegistryError(
                 422, 42203, "Invalid compatibility level. Valid values are none, backward, "
                 "forward, full, backward_transitive, forward_transitive, and full_transitive"
             )  # fmt: skip
-        value = json.dumps({"compatibilityLevel": level}).encode()
+        stored: dict[str, Any] = {"compatibilityLevel": level}
+        answered: dict[str, Any] = {"compatibility": level}
+        if normalize is not None:
+            stored["normalize"] = answered["normalize"] = normalize
+        value = json.dumps(stored).encode()
         await self._change(lambda: (None, [(config_key(subject), value)]))
-        return answer({"compatibility": level})
+        return answer(answered)
 
     async def delete_config(self, request: web.Request) -> web.Response:
         if (forwarded := await self._forwarded(request)) is not None:

@@ -121,6 +121,31 @@ def parse(
     raise InvalidSchema(f"Invalid schema type {schema_type}")
 
 
+def normalized(parsed: ParsedSchema) -> ParsedSchema:
+    """``parsed`` in its normal form (``normalize=true``): the text stored and answered is
+    the canonical one, so that registrations that differ in layout, key order or
+    whitespace store one text. Avro: the parsed schema's JSON in the ``avro`` library's
+    attribute order; JSON Schema: keys sorted, no spaces; Protobuf: a descriptor's
+    deterministic serialisation, ``.proto`` text with its whitespace collapsed."""
+    if parsed.schema_type == AVRO:
+        text = json.dumps(parsed.avro.to_json(), separators=(",", ":"))
+    elif parsed.schema_type == JSON:
+        text = parsed.canonical
+    elif parsed.proto is not None:
+        text = base64.b64encode(parsed.proto.SerializeToString(deterministic=True)).decode()
+    else:
+        text = parsed.canonical
+    return ParsedSchema(
+        parsed.schema_type,
+        text,
+        parsed.canonical,
+        parsed.references,
+        avro=parsed.avro,
+        json_schema=parsed.json_schema,
+        proto=parsed.proto,
+    )
+
+
 def _file_descriptor(text: str) -> Any:
     """The FileDescriptorProto a base64 text holds, or None when it is not one."""
     stripped = text.strip()

@@ -92,6 +92,7 @@ class RegistryState:
         self.schemas: dict[int, StoredSchema] = {}
         self.subjects: dict[str, dict[int, SubjectVersion]] = {}
         self.configs: dict[str | None, str] = {}
+        self.normalize: dict[str | None, bool] = {}  # subjects (None: global) that set it
         self.modes: dict[str | None, str] = {}
         self.max_id = 0
         self._parsed: dict[int, ParsedSchema] = {}
@@ -129,10 +130,12 @@ class RegistryState:
                 )  # fmt: skip
             versions[version] = SubjectVersion(version, schema_id, bool(v.get("deleted")))
         elif kind == "CONFIG":
-            if v is None:
-                self.configs.pop(subject, None)
-            else:
+            self.configs.pop(subject, None)
+            self.normalize.pop(subject, None)
+            if v is not None:
                 self.configs[subject] = v.get("compatibilityLevel", DEFAULT_LEVEL)
+                if isinstance(v.get("normalize"), bool):
+                    self.normalize[subject] = v["normalize"]
         elif kind == "MODE":
             if v is None:
                 self.modes.pop(subject, None)
@@ -203,6 +206,12 @@ class RegistryState:
         if subject is not None and subject in self.configs:
             return self.configs[subject]
         return self.configs.get(None, DEFAULT_LEVEL)
+
+    def normalizes(self, subject: str | None) -> bool:
+        """Whether schemas registered or looked up under ``subject`` are normalised."""
+        if subject is not None and subject in self.normalize:
+            return self.normalize[subject]
+        return self.normalize.get(None, False)
 
     def mode(self, subject: str | None) -> str:
         if subject is not None and subject in self.modes:
