@@ -95,9 +95,57 @@ def test_transitive_levels_look_at_every_version() -> None:
         ("JSON", "[1, 2"),
         ("JSON", json.dumps({"type": 5})),
         ("PROTOBUF", "just words"),
+        ("PROTOBUF", 'syntax = "proto3"; message Order { string id = 1; int32 id = 2; }'),
+        ("PROTOBUF", 'syntax = "proto3"; import "missing.proto"; message A { B b = 1; }'),
         ("XML", "<a/>"),
     ],
 )
 def test_schemas_that_do_not_parse(kind: str, text: str) -> None:
     with pytest.raises(InvalidSchema):
         parse(kind, text)
+
+
+ORDER_PROTO = """
+syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+
+message Order {
+  string id = 1;
+  int32 qty = 2;
+  google.protobuf.Timestamp at = 3;
+}
+"""
+
+
+def test_proto_text_is_compiled_and_checked_as_a_descriptor() -> None:
+    text = parse("PROTOBUF", ORDER_PROTO)
+    assert [f.name for f in text.proto.message_type[0].field] == ["id", "qty", "at"]
+    # The same file laid out differently is the same schema.
+    assert parse("PROTOBUF", " ".join(ORDER_PROTO.split())).canonical == text.canonical
+    widened = parse("PROTOBUF", ORDER_PROTO.replace("int32 qty", "int64 qty"))
+    assert not incompatibilities("FULL", widened, [text])
+    renumbered = parse(
+        "PROTOBUF", ORDER_PROTO.replace("id = 1", "id = 9").replace("qty = 2", "qty = 1")
+    )
+    assert incompatibilities("BACKWARD", renumbered, [text])
+    retyped = parse("PROTOBUF", ORDER_PROTO.replace("string id", "int32 id"))
+    assert incompatibilities("BACKWARD", retyped, [text])
+
+
+def test_proto_text_imports_its_references() -> None:
+    customer = 'syntax = "proto3"; package shop; message Customer { string name = 1; }'
+    order = (
+        'syntax = "proto3"; package shop; import "customer.proto";'
+        " message Order { Customer customer = 1; }"
+    )
+    parsed = parse("PROTOBUF", order, resolved={"customer.proto": customer})
+    assert parsed.proto.dependency == ["customer.proto"]
+    # A reference registered as a descriptor (as confluent-kafka registers) serves too.
+    as_descriptor = parse("PROTOBUF", customer).proto
+    encoded = base64.b64encode(as_descriptor.SerializeToString()).decode()
+    assert parse("PROTOBUF", order, resolved={"customer.proto": encoded}).canonical == (
+        parsed.canonical
+    )
+    with pytest.raises(InvalidSchema, match="customer.proto"):
+        parse("PROTOBUF", order)

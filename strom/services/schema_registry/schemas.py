@@ -16,8 +16,11 @@ Owns, per schema type:
   changed, a field number whose kind changed (outside the wire-compatible groups
   int32/uint32/int64/uint64/bool, sint32/sint64, fixed32/sfixed32, fixed64/sfixed64,
   string/bytes), a required field added or removed are incompatible. ``.proto`` text
-  is accepted and compared as text (no ``.proto`` parser is used): its compatibility is
-  not checked.
+  (what Confluent's Java serialisers and the REST API send) is compiled to its
+  descriptor by ``protoc`` (grpcio-tools' build, in a child process, with the
+  well-known types and the schema's references as imports) and then compared and
+  checked as a descriptor is; a file that does not compile is refused with protoc's
+  message.
 
 Compatibility levels as Confluent's: BACKWARD (the new schema reads data written with
 the previous one), FORWARD (the previous reads the new), FULL (both), their
@@ -31,7 +34,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import avro.compatibility
@@ -111,13 +118,10 @@ def parse(
         return ParsedSchema(JSON, text, canonical, references, json_schema=document)
     if schema_type == PROTOBUF:
         proto = _file_descriptor(text)
-        if proto is not None:
-            canonical = proto.SerializeToString(deterministic=True).hex()
-            return ParsedSchema(PROTOBUF, text, canonical, references, proto=proto)
-        if "message" not in text and "enum" not in text:
-            raise InvalidSchema(f"Invalid schema {text}: no message or enum definition")
-        canonical = " ".join(text.split())
-        return ParsedSchema(PROTOBUF, text, canonical, references)
+        if proto is None:
+            proto = _compiled(text, resolved or {})
+        canonical = proto.SerializeToString(deterministic=True).hex()
+        return ParsedSchema(PROTOBUF, text, canonical, references, proto=proto)
     raise InvalidSchema(f"Invalid schema type {schema_type}")
 
 
@@ -131,10 +135,10 @@ def normalized(parsed: ParsedSchema) -> ParsedSchema:
         text = json.dumps(parsed.avro.to_json(), separators=(",", ":"))
     elif parsed.schema_type == JSON:
         text = parsed.canonical
-    elif parsed.proto is not None:
+    elif _file_descriptor(parsed.text) is not None:
         text = base64.b64encode(parsed.proto.SerializeToString(deterministic=True)).decode()
-    else:
-        text = parsed.canonical
+    else:  # .proto text: its layout collapsed
+        text = " ".join(parsed.text.split())
     return ParsedSchema(
         parsed.schema_type,
         text,
@@ -144,6 +148,61 @@ def normalized(parsed: ParsedSchema) -> ParsedSchema:
         json_schema=parsed.json_schema,
         proto=parsed.proto,
     )
+
+
+PROTOC_TIMEOUT_S = 60.0
+MAIN_PROTO = "schema.proto"
+
+
+def _compiled(text: str, resolved: dict[str, str]) -> Any:
+    """The FileDescriptorProto of ``.proto`` text, compiled by protoc with ``resolved``
+    (import name to its schema: ``.proto`` text or a base64 descriptor) as imports."""
+    import importlib.resources
+
+    with tempfile.TemporaryDirectory(prefix="strom-proto-") as folder:
+        root = Path(folder)
+        known = root / "known.pb"
+        descriptors = descriptor_pb2.FileDescriptorSet()
+        for name, dependency in resolved.items():
+            found = _file_descriptor(dependency)
+            if found is not None:
+                found.name = name
+                descriptors.file.append(found)
+                continue
+            path = (root / "src" / name).resolve()
+            if root not in path.parents:
+                raise InvalidSchema(f"Invalid schema: reference name {name!r} is not a path")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(dependency)
+        (root / "src").mkdir(exist_ok=True)
+        (root / "src" / MAIN_PROTO).write_text(text)
+        well_known = importlib.resources.files("grpc_tools") / "_proto"
+        command = [
+            sys.executable, "-m", "grpc_tools.protoc", f"-I{root / 'src'}", f"-I{well_known}",
+            f"--descriptor_set_out={root / 'out.pb'}", MAIN_PROTO,
+        ]  # fmt: skip
+        if descriptors.file:
+            known.write_bytes(descriptors.SerializeToString())
+            command.insert(3, f"--descriptor_set_in={known}")
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=PROTOC_TIMEOUT_S, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise InvalidSchema("Invalid schema: protoc took too long") from None
+        if done.returncode != 0:
+            problems = [
+                line.replace(str(root / "src") + "/", "")
+                for line in done.stderr.splitlines()
+                if ":" in line and "absl::InitializeLog" not in line and " W0000 " not in line
+            ]
+            detail = "; ".join(problems[-3:]) or f"protoc exit code {done.returncode}"
+            raise InvalidSchema(f"Invalid schema {text}: {detail}")
+        compiled = descriptor_pb2.FileDescriptorSet.FromString((root / "out.pb").read_bytes())
+    proto = compiled.file[-1]
+    if not (proto.message_type or proto.enum_type):
+        raise InvalidSchema(f"Invalid schema {text}: no message or enum definition")
+    return proto
 
 
 def _file_descriptor(text: str) -> Any:
@@ -186,7 +245,7 @@ def _messages(proto: Any) -> dict[str, Any]:
 def _proto_reads(reader: Any, writer: Any) -> list[str]:
     """Confluent's Protobuf rules between two file descriptors (symmetric ones)."""
     if reader is None or writer is None:
-        return []  # .proto text: not checked
+        return []
     problems = []
     if reader.package != writer.package:
         problems.append(f"package changed from {writer.package!r} to {reader.package!r}")
