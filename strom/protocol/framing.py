@@ -1,7 +1,8 @@
 """Kafka request/response framing on top of kio's generated message types.
 
 Owns: splitting a byte stream into size-prefixed frames, decoding a request
-header and body for an (api key, version) pair, encoding a response with the
+header and body for an (api key, version) pair (kio's types, or for the old
+versions kio lacks those of legacy_versions.py), encoding a response with the
 right header version, and ``build`` which constructs a kio message of any
 version from a superset of field values. Sans-I/O: no sockets here.
 
@@ -20,10 +21,10 @@ from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from strom.protocol.encoder import message_writer
+from strom.protocol.legacy_versions import request_schema, response_schema
 from strom.protocol.produce_view import produce_reader
 
 API_VERSIONS_KEY = 18
@@ -63,8 +64,8 @@ class MessageCodec:
 
 @cache
 def codec_for(api_key: int, api_version: int) -> MessageCodec:
-    request_type = load_request_schema(api_key, api_version)
-    response_type = load_response_schema(api_key, api_version)
+    request_type = request_schema(api_key, api_version)
+    response_type = response_schema(api_key, api_version)
     return MessageCodec(
         request_type=request_type,
         response_type=response_type,
