@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -232,6 +233,51 @@ def test_v3_listings_match_the_admin_client(proxy: Proxy, broker: BrokerProcess)
     assert [(lag["partition_id"], lag["lag"]) for lag in lags["data"]] == [(2, 2)]
     _, groups = proxy.call("GET", base + "/consumer-groups")
     assert group in {g["consumer_group_id"] for g in groups["data"]}
+
+
+def test_a_v3_stream_is_answered_while_it_arrives(proxy: Proxy, broker: BrokerProcess) -> None:
+    topic = new_topic(broker)
+    _, clusters = proxy.call("GET", "/v3/clusters")
+    path = f"/v3/clusters/{clusters['data'][0]['cluster_id']}/topics/{topic}/records"
+    host, port = proxy.url.removeprefix("http://").split(":")
+
+    def chunk(data: bytes) -> bytes:
+        return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+    def record(i: int) -> bytes:
+        return json.dumps({"value": {"type": "STRING", "data": f"s{i}"}}).encode()
+
+    received = b""
+
+    def read_until(marker: bytes) -> None:
+        nonlocal received
+        deadline = time.monotonic() + 30
+        while marker not in received:
+            assert time.monotonic() < deadline, received
+            data = connection.recv(65536)
+            assert data, received
+            received += data
+
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n".encode()
+        )
+        # The first record is answered before the body goes on; the second one is split
+        # across chunks; a third object is cut off by the end of the body.
+        connection.sendall(chunk(record(0)))
+        read_until(b'"offset": 0')
+        second = record(1)
+        connection.sendall(chunk(second[:7]))
+        connection.sendall(chunk(second[7:] + b'{"value": '))
+        read_until(b'"offset": 1')
+        connection.sendall(b"0\r\n\r\n")
+        read_until(b"\r\n0\r\n\r\n")
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"chunked" in head.lower()
+    lines = [json.loads(line) for line in body.split(b"\n") if line.startswith(b"{")]
+    assert [(r["error_code"], r.get("offset")) for r in lines] == [(200, 0), (200, 1), (400, None)]
+    assert read_all(broker, topic, 2) == [(None, b"s0"), (None, b"s1")]
 
 
 def test_an_unused_consumer_instance_expires(proxy: Proxy) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import codecs
 import datetime
 import json
 import logging
@@ -778,80 +779,124 @@ class RestProxy:
         return self._list(request, "ConsumerLag", data)
 
     async def v3_produce(self, request: web.Request) -> web.StreamResponse:
-        """One record per JSON object in the body; several objects (a stream) get one
-        result per line, each as soon as its record is acknowledged."""
+        """One record per JSON object in the body. A body sent whole with one object gets
+        that record's answer; several objects, or a chunked body (a stream), get one
+        result per line, in order, each written once its record is acknowledged, while
+        the rest of the body is still arriving."""
         cluster = await self._check_cluster(request)
         topic = request.match_info["topic"]
         metadata = await self._call(self._metadata, topic)
         partitions = metadata.topics[topic].partitions
-        raw = (await request.read()).decode("utf-8", "replace")
-        decoder = json.JSONDecoder()
-        requests: list[Any] = []
-        position = 0
-        while position < len(raw):
-            while position < len(raw) and raw[position].isspace():
-                position += 1
-            if position >= len(raw):
-                break
-            try:
-                value, position = decoder.raw_decode(raw, position)
-            except ValueError:
-                raise ProxyError(400, 400, "Unexpected character in the JSON body") from None
-            requests.append(value)
-        if not requests:
-            raise ProxyError(400, 400, "The body holds no record")
-        loop = asyncio.get_running_loop()
-        results = []
-        for record in requests:
-            try:
-                key = _v3_data(record.get("key"), "key")
-                value = _v3_data(record.get("value"), "value")
-                partition = record.get("partition_id")
-                if partition is not None and partition not in partitions:
-                    raise ProxyError(404, 40402, "Partition not found.")
-                headers = [
-                    (str(h["name"]), base64.b64decode(h["value"]) if h.get("value") else b"")
-                    for h in record.get("headers") or []
-                ]
-            except ProxyError as exc:
-                results.append(exc)
-                continue
-            except (AttributeError, KeyError, TypeError, ValueError, binascii.Error):
-                results.append(ProxyError(400, 400, "Malformed record"))
-                continue
-            results.append(
-                (self.producer.send(loop, topic, key[0], value[0], partition, headers), key, value)
-            )
-
-        async def outcome(entry: Any) -> dict[str, Any]:
-            if isinstance(entry, ProxyError):
-                return {"error_code": entry.code, "message": entry.message}
-            future, key, value = entry
-            delivered = await future
-            if delivered.error is not None:
-                return {"error_code": 500, "message": delivered.error.str()}
-            body: dict[str, Any] = {
-                "error_code": 200,
-                "cluster_id": cluster,
-                "topic_name": topic,
-                "partition_id": delivered.partition,
-                "offset": delivered.offset,
-                "timestamp": _iso(delivered.timestamp_ms),
-            }
-            for field, (data, kind) in (("key", key), ("value", value)):
-                body[field] = None if data is None else {"type": kind, "size": len(data)}
-            return body
-
-        if len(requests) == 1:
-            result = await outcome(results[0])
-            code = result["error_code"]
-            return answer(result, code if code < 600 else code // 100, V3)
+        if not request.headers.get("Transfer-Encoding", "").lower().endswith("chunked"):
+            raw = (await request.read()).decode("utf-8", "replace")
+            objects, rest = _json_objects(raw)
+            if rest.strip():
+                raise ProxyError(400, 400, "Unexpected character in the JSON body")
+            if not objects:
+                raise ProxyError(400, 400, "The body holds no record")
+            if len(objects) == 1:
+                result = await self._v3_outcome(self._v3_send(objects[0], topic, partitions),
+                                                cluster, topic)  # fmt: skip
+                code = result["error_code"]
+                return answer(result, code if code < 600 else code // 100, V3)
+        else:
+            objects = None
         response = web.StreamResponse(status=200, headers={"Content-Type": V3})
         await response.prepare(request)
-        for entry in results:
-            await response.write((json.dumps(await outcome(entry)) + "\n").encode())
+        pending: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def write_results() -> None:
+            while (entry := await pending.get()) is not None:
+                result = await self._v3_outcome(entry, cluster, topic)
+                await response.write((json.dumps(result) + "\n").encode())
+
+        writer = asyncio.get_running_loop().create_task(write_results())
+        try:
+            if objects is not None:
+                for record in objects:
+                    pending.put_nowait(self._v3_send(record, topic, partitions))
+            else:
+                await self._v3_stream(request, topic, partitions, pending)
+        finally:
+            pending.put_nowait(None)
+            await writer
         await response.write_eof()
         return response
+
+    async def _v3_stream(
+        self, request: web.Request, topic: str, partitions: Any, pending: asyncio.Queue[Any]
+    ) -> None:
+        """Send each record of a chunked body as soon as its JSON object is complete."""
+        text = codecs.getincrementaldecoder("utf-8")("replace")
+        buffered = ""
+        while True:
+            chunk = await request.content.readany()
+            buffered += text.decode(chunk, final=not chunk)
+            objects, buffered = _json_objects(buffered)
+            for record in objects:
+                pending.put_nowait(self._v3_send(record, topic, partitions))
+            if not chunk:
+                break
+        if buffered.strip():
+            pending.put_nowait(ProxyError(400, 400, "Unexpected character in the JSON body"))
+
+    def _v3_send(self, record: Any, topic: str, partitions: Any) -> Any:
+        """The record handed to the shared producer, as (future, key, value), or the
+        ProxyError that refuses it."""
+        try:
+            key = _v3_data(record.get("key"), "key")
+            value = _v3_data(record.get("value"), "value")
+            partition = record.get("partition_id")
+            if partition is not None and partition not in partitions:
+                return ProxyError(404, 40402, "Partition not found.")
+            headers = [
+                (str(h["name"]), base64.b64decode(h["value"]) if h.get("value") else b"")
+                for h in record.get("headers") or []
+            ]
+        except ProxyError as exc:
+            return exc
+        except (AttributeError, KeyError, TypeError, ValueError, binascii.Error):
+            return ProxyError(400, 400, "Malformed record")
+        loop = asyncio.get_running_loop()
+        future = self.producer.send(loop, topic, key[0], value[0], partition, headers)
+        return future, key, value
+
+    async def _v3_outcome(self, entry: Any, cluster: str, topic: str) -> dict[str, Any]:
+        if isinstance(entry, ProxyError):
+            return {"error_code": entry.code, "message": entry.message}
+        future, key, value = entry
+        delivered = await future
+        if delivered.error is not None:
+            return {"error_code": 500, "message": delivered.error.str()}
+        body: dict[str, Any] = {
+            "error_code": 200,
+            "cluster_id": cluster,
+            "topic_name": topic,
+            "partition_id": delivered.partition,
+            "offset": delivered.offset,
+            "timestamp": _iso(delivered.timestamp_ms),
+        }
+        for field, (data, kind) in (("key", key), ("value", value)):
+            body[field] = None if data is None else {"type": kind, "size": len(data)}
+        return body
+
+
+def _json_objects(text: str) -> tuple[list[Any], str]:
+    """The complete JSON values at the start of ``text``, one after another, and what is
+    left (an incomplete value, or something that is not JSON)."""
+    decoder = json.JSONDecoder()
+    values: list[Any] = []
+    position = 0
+    while True:
+        while position < len(text) and text[position].isspace():
+            position += 1
+        if position >= len(text):
+            return values, ""
+        try:
+            value, position = decoder.raw_decode(text, position)
+        except ValueError:
+            return values, text[position:]
+        values.append(value)
 
 
 def _v3_data(data: Any, field: str) -> tuple[bytes | None, str]:
