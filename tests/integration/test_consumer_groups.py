@@ -209,7 +209,7 @@ def test_admin_client_lists_describes_alters_and_deletes_groups(group_broker) ->
             "group.id": "admin-g",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
-            "session.timeout.ms": 2000,
+            "session.timeout.ms": 10_000,  # nothing waits for it to expire
             "client.id": "admin-test-client",
         }
     )
@@ -305,7 +305,7 @@ def test_committed_offsets_survive_restart_and_kill(tmp_path: Path) -> None:
                 "bootstrap.servers": broker.bootstrap,
                 "group.id": "durable",
                 "auto.offset.reset": "earliest",
-                "session.timeout.ms": 2000,
+                "session.timeout.ms": 10_000,  # nothing waits for it to expire
             }
         )
         resumed.subscribe([topic])

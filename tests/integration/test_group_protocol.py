@@ -26,6 +26,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from kafka_helpers import create_topic, wait_until
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
@@ -45,7 +46,11 @@ from raw_client import RawClient
 
 from strom.protocol.errors import ErrorCode
 
-SESSION_MS = 1000
+# Members that must stay in their group keep it for 10 s without a heartbeat, so a loaded
+# machine pausing the test does not drop them; one a test waits to expire has 1 s.
+SESSION_MS = 10_000
+EXPIRING_SESSION_MS = 1000
+REBALANCE_MS = 2000  # for the test that waits it out; otherwise joins give 5 s
 OVERRIDES = {
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "500",
@@ -72,11 +77,12 @@ def join(
     instance: str | None = None,
     metadata: bytes = b"sub",
     rebalance_ms: int = 5000,
+    session_ms: int = SESSION_MS,
 ) -> object:
     return client.request(
         JoinGroupRequest(
             group_id=group,
-            session_timeout=datetime.timedelta(milliseconds=SESSION_MS),
+            session_timeout=datetime.timedelta(milliseconds=session_ms),
             rebalance_timeout=datetime.timedelta(milliseconds=rebalance_ms),
             member_id=member_id,
             group_instance_id=instance,
@@ -123,6 +129,13 @@ def heartbeat(
     ).error_code
 
 
+def group_state(client: RawClient, group: str) -> str:
+    described = client.request(
+        DescribeGroupsRequest(groups=(group,), include_authorized_operations=False)
+    )
+    return described.groups[0].group_state
+
+
 def test_find_coordinator_answers_this_node_for_every_key(raw_broker) -> None:
     client = RawClient(raw_broker.port)
     response = client.request(FindCoordinatorRequest(key_type=0, coordinator_keys=("a", "b")))
@@ -147,8 +160,8 @@ def test_join_sync_heartbeat_rebalance_and_session_expiry(raw_broker) -> None:
     assert heartbeat(a, group, a_id, 1) == ErrorCode.none
 
     with ThreadPoolExecutor(2) as pool:
-        b_id = join(b, group).member_id
-        b_join = pool.submit(join, b, group, b_id, None, b"meta-b")
+        b_id = join(b, group, session_ms=EXPIRING_SESSION_MS).member_id
+        b_join = pool.submit(join, b, group, b_id, None, b"meta-b", 5000, EXPIRING_SESSION_MS)
         deadline = time.monotonic() + 10
         while heartbeat(a, group, a_id, 1) != ErrorCode.rebalance_in_progress:
             assert time.monotonic() < deadline
@@ -167,8 +180,8 @@ def test_join_sync_heartbeat_rebalance_and_session_expiry(raw_broker) -> None:
     assert heartbeat(a, group, a_id, 1) == ErrorCode.illegal_generation
     assert heartbeat(a, group, "nobody", 2) == ErrorCode.unknown_member_id
 
-    # b stops heartbeating: after its session timeout the group rebalances without it.
-    deadline = time.monotonic() + 10
+    # b stops heartbeating: after its session timeout (1 s) the group rebalances without it.
+    deadline = time.monotonic() + 30
     while heartbeat(a, group, a_id, 2) != ErrorCode.rebalance_in_progress:
         assert time.monotonic() < deadline
         time.sleep(0.1)
@@ -614,43 +627,50 @@ def test_offset_delete_refuses_subscribed_topics(raw_broker) -> None:
 
 
 def test_initial_rebalance_delay_waits_for_more_members(tmp_path) -> None:
-    """group.initial.rebalance.delay.ms: a group's first rebalance gathers late joiners."""
+    """group.initial.rebalance.delay.ms: a group's first rebalance gathers late joiners.
+    The second member joins once the first one's join is held (the group is preparing a
+    rebalance): without the delay that join would have completed the rebalance alone."""
     broker = BrokerProcess(
         tmp_path / "data", {**OVERRIDES, "group.initial.rebalance.delay.ms": "4000"}
     )
     broker.start()
     try:
-        a, b = RawClient(broker.port), RawClient(broker.port)
+        a, b, watcher = (RawClient(broker.port) for _ in range(3))
         a_id = join(a, "delayed").member_id
         with ThreadPoolExecutor(1) as pool:
             first = pool.submit(join, a, "delayed", a_id)
-            time.sleep(0.5)  # well inside the delay, even on a slow machine
-            assert not first.done()
+            wait_until(
+                lambda: group_state(watcher, "delayed") == "PreparingRebalance",
+                10,
+                "the first member's join to be held",
+            )
             b_id = join(b, "delayed").member_id
             second = join(b, "delayed", b_id)
             joined = first.result(20)
         assert joined.generation_id == second.generation_id == 1
         assert {m.member_id for m in joined.members} == {a_id, b_id}
-        a.close()
-        b.close()
+        for client in (a, b, watcher):
+            client.close()
     finally:
         broker.stop()
 
 
 def test_a_leader_that_never_syncs_is_removed_after_the_rebalance_timeout(raw_broker) -> None:
+    """The rebalance timeout is also the time a member has to rejoin once told of a
+    rebalance: 2 s, which a loaded machine's pauses stay under."""
     group = "no-sync-group"
     leader, follower = RawClient(raw_broker.port), RawClient(raw_broker.port)
-    leader_id = join(leader, group, rebalance_ms=800).member_id
-    assert join(leader, group, leader_id, rebalance_ms=800).leader == leader_id
+    leader_id = join(leader, group, rebalance_ms=REBALANCE_MS).member_id
+    assert join(leader, group, leader_id, rebalance_ms=REBALANCE_MS).leader == leader_id
     assert sync(leader, group, leader_id, 1, {leader_id: b""}).error_code == ErrorCode.none
-    follower_id = join(follower, group, rebalance_ms=800).member_id
+    follower_id = join(follower, group, rebalance_ms=REBALANCE_MS).member_id
     with ThreadPoolExecutor(1) as pool:
-        follower_join = pool.submit(join, follower, group, follower_id, None, b"sub", 800)
+        follower_join = pool.submit(join, follower, group, follower_id, None, b"sub", REBALANCE_MS)
         deadline = time.monotonic() + 10
         while heartbeat(leader, group, leader_id, 1) != ErrorCode.rebalance_in_progress:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        generation = join(leader, group, leader_id, rebalance_ms=800).generation_id
+        generation = join(leader, group, leader_id, rebalance_ms=REBALANCE_MS).generation_id
         assert follower_join.result(10).generation_id == generation
     # The leader keeps heartbeating but never sends SyncGroup; the follower waits for it.
     with ThreadPoolExecutor(1) as pool:
@@ -661,7 +681,7 @@ def test_a_leader_that_never_syncs_is_removed_after_the_rebalance_timeout(raw_br
             time.sleep(0.1)
         assert waiting.result(10).error_code == ErrorCode.rebalance_in_progress
     assert heartbeat(leader, group, leader_id, generation) == ErrorCode.unknown_member_id
-    alone = join(follower, group, follower_id, rebalance_ms=800)
+    alone = join(follower, group, follower_id, rebalance_ms=REBALANCE_MS)
     assert [m.member_id for m in alone.members] == [follower_id]
     leader.close()
     follower.close()
