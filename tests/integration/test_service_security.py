@@ -7,7 +7,8 @@ request without credentials gets 401 and a challenge, a wrong password 401, a us
 without a role 403, plain http nothing. A REST proxy reaches that registry with its
 ``schema.registry.*`` settings: Avro records produced through it are read back by an
 Avro consumer instance and by confluent-kafka's AvroDeserializer. Bad settings are one
-line and exit code 2.
+line and exit code 2. JSON Schema records go the same way, and one that breaks its
+schema is refused with 422.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ ORDER = {
     "fields": [{"name": "id", "type": "string"}, {"name": "qty", "type": "int"}],
 }
 AVRO_V2 = "application/vnd.kafka.avro.v2+json"
+JSONSCHEMA_V2 = "application/vnd.kafka.jsonschema.v2+json"
 
 
 class Service:
@@ -236,6 +238,44 @@ def test_rest_proxy_produces_avro_through_a_secured_registry(
                 content_type="application/vnd.kafka.avro.v2+json",
             )  # fmt: skip
             assert status == 200, batch
+            got += batch
+        assert [r["value"] for r in got] == [r["value"] for r in records]
+
+        # JSON Schema records: validated, written in the wire format, read back.
+        json_topic = f"js-{uuid.uuid4().hex[:6]}"
+        admin.create_topics([NewTopic(json_topic, 1, 1)])[json_topic].result(15)
+        order_schema = {
+            "type": "object",
+            "properties": {"id": {"type": "string"}, "qty": {"type": "integer"}},
+            "required": ["id", "qty"],
+        }
+        body_in = {"value_schema": json.dumps(order_schema), "records": records}
+        status, _, body = call(
+            f"{proxy.url}/topics/{json_topic}", None, None, "POST", body_in, JSONSCHEMA_V2
+        )
+        assert status == 200 and isinstance(body["value_schema_id"], int), body
+        bad = {"value_schema": json.dumps(order_schema), "records": [{"value": {"id": 1}}]}
+        status, _, body = call(
+            f"{proxy.url}/topics/{json_topic}", None, None, "POST", bad, JSONSCHEMA_V2
+        )
+        assert status == 422 and body["error_code"] == 42203, body
+        group = f"js-{uuid.uuid4().hex[:6]}"
+        call(
+            f"{proxy.url}/consumers/{group}", None, None, "POST",
+            {"name": "j", "format": "jsonschema", "auto.offset.reset": "earliest"},
+            "application/vnd.kafka.v2+json",
+        )  # fmt: skip
+        base = f"{proxy.url}/consumers/{group}/instances/j"
+        call(base + "/subscription", None, None, "POST", {"topics": [json_topic]},
+             "application/vnd.kafka.v2+json")  # fmt: skip
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < 10 and time.monotonic() < deadline:
+            status, headers, batch = call(
+                base + "/records?timeout=1000", None, None, content_type=JSONSCHEMA_V2
+            )
+            assert status == 200, batch
+            assert headers["Content-Type"].startswith(JSONSCHEMA_V2)
             got += batch
         assert [r["value"] for r in got] == [r["value"] for r in records]
     finally:

@@ -1,12 +1,13 @@
-"""The REST proxy's HTTP API, Confluent's: v2 (produce JSON, binary and Avro records to
+"""The REST proxy's HTTP API, Confluent's: v2 (produce JSON, binary, Avro and JSON Schema
+records to
 topics and partitions; consumer instances in groups; topic, partition and broker
 metadata) and v3 (clusters, brokers, topics, partitions, configs, consumer groups and
 their lags, and producing records, one or a stream of them per request), with their
 content types and error bodies, on the shared aiohttp stack.
 
 Owns the routes and the records' JSON forms (json: any JSON value, written as its
-JSON text; binary: base64; avro: Confluent's wire format through the schema registry
-given with ``--schema-registry-url``). Produces go through one shared producer
+JSON text; binary: base64; avro and jsonschema: Confluent's wire format through the
+schema registry given with ``--schema-registry-url``). Produces go through one shared producer
 (``producing``), consumer instances live in ``consumers``, metadata comes from an
 AdminClient on worker threads (the client blocks).
 
@@ -47,7 +48,9 @@ EMBEDDED = {
     "application/vnd.kafka.json.v2+json": "json",
     "application/vnd.kafka.binary.v2+json": "binary",
     "application/vnd.kafka.avro.v2+json": "avro",
+    "application/vnd.kafka.jsonschema.v2+json": "jsonschema",
 }
+REGISTRY_FORMATS = ("avro", "jsonschema")  # records in Confluent's wire format
 MAX_BODY = 64 * 1024 * 1024
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -96,7 +99,7 @@ def _schema_ids(form: str, encoded: list[tuple[bytes | None, bytes | None]]) -> 
     """The key and value schema ids of Avro records (from their wire format), as
     Confluent's produce answer carries them; None for other formats."""
     ids: dict[str, Any] = {"key_schema_id": None, "value_schema_id": None}
-    if form == "avro":
+    if form in REGISTRY_FORMATS:
         for i, name in enumerate(("key_schema_id", "value_schema_id")):
             first = next((pair[i] for pair in encoded if pair[i] is not None), None)
             if first is not None:
@@ -275,7 +278,12 @@ class RestProxy:
         if all(r.get(field) is None for r in records):  # no schema needed for nothing
             return lambda v: None
         from confluent_kafka.schema_registry.avro import AvroSerializer
-        from confluent_kafka.serialization import MessageField, SerializationContext
+        from confluent_kafka.schema_registry.json_schema import JSONSerializer
+        from confluent_kafka.serialization import (
+            MessageField,
+            SerializationContext,
+            SerializationError,
+        )
 
         client = self._registry_client()
         schema = body.get(f"{field}_schema")
@@ -286,21 +294,36 @@ class RestProxy:
             )  # fmt: skip
         if schema is None:
             schema = client.get_schema(int(schema_id)).schema_str
-        cache_key = (topic, field, schema)
+        cache_key = (topic, field, form, schema)
         serializer = self._serializers.get(cache_key)
         if serializer is None:
-            serializer = self._serializers[cache_key] = AvroSerializer(client, schema)
+            serializer = self._serializers[cache_key] = (
+                AvroSerializer(client, schema)
+                if form == "avro"
+                else JSONSerializer(schema, client, conf={"validate": True})
+            )
         context = SerializationContext(
             topic, MessageField.KEY if field == "key" else MessageField.VALUE
         )
-        return lambda v: None if v is None else serializer(v, context)
+
+        def encode(v: Any) -> bytes | None:
+            if v is None:
+                return None
+            try:
+                return serializer(v, context)
+            except (SerializationError, ValueError, TypeError) as exc:
+                raise ProxyError(
+                    422, 42203, f"Conversion of JSON to {form} failed: {exc}"
+                ) from None
+
+        return encode
 
     def _registry_client(self) -> Any:
         """The one SchemaRegistryClient (and its cache) of the proxy."""
         if self.registry_url is None:
             raise ProxyError(
-                422, 42206, "Avro records need a schema registry: start the proxy with "
-                "--schema-registry-url"
+                422, 42206, "Avro and JSON Schema records need a schema registry: start the "
+                "proxy with --schema-registry-url"
             )  # fmt: skip
         with self._registry_lock:
             if self._registry is None:
@@ -335,8 +358,8 @@ class RestProxy:
             encode_value = self._encoder(form, topic, body, records, "value")
             return [(encode_key(r.get("key")), encode_value(r.get("value"))) for r in records]
 
-        # JSON and binary encode here; Avro asks the registry, so it runs on a thread.
-        encoded = await self._call(encode_all) if form == "avro" else encode_all()
+        # JSON and binary encode here; the registry's formats ask it, so they run on a thread.
+        encoded = await self._call(encode_all) if form in REGISTRY_FORMATS else encode_all()
         loop = asyncio.get_running_loop()
         futures = [
             self.producer.send(
@@ -462,8 +485,7 @@ class RestProxy:
             }
             for m in messages
         ]
-        kind = {"json": "json", "binary": "binary", "avro": "avro"}.get(instance.format, "json")
-        return answer(out, content_type=f"application/vnd.kafka.{kind}.v2+json")
+        return answer(out, content_type=f"application/vnd.kafka.{instance.format}.v2+json")
 
     def _decoder(self, form: str) -> Callable[[bytes | None, str, str], Any]:
         if form == "binary":
@@ -482,17 +504,23 @@ class RestProxy:
 
             return from_json
         from confluent_kafka.schema_registry.avro import AvroDeserializer
+        from confluent_kafka.schema_registry.json_schema import JSONDeserializer
         from confluent_kafka.serialization import MessageField, SerializationContext
 
-        deserializer = AvroDeserializer(self._registry_client())
+        client = self._registry_client()
+        deserializer = (
+            AvroDeserializer(client)
+            if form == "avro"
+            else JSONDeserializer(None, schema_registry_client=client)
+        )
 
-        def from_avro(data: bytes | None, topic: str, field: str) -> Any:
+        def from_registry(data: bytes | None, topic: str, field: str) -> Any:
             if data is None:
                 return None
             kind = MessageField.KEY if field == "key" else MessageField.VALUE
             return deserializer(data, SerializationContext(topic, kind))
 
-        return from_avro
+        return from_registry
 
     async def v2_commit(self, request: web.Request) -> web.Response:
         instance = self._instance(request)
