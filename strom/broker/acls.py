@@ -1,4 +1,4 @@
-"""ACL administration: DescribeAcls (29) v1-3, CreateAcls (30) v1-3, DeleteAcls (31) v1-3.
+"""ACL administration: DescribeAcls (29) v0-3, CreateAcls (30) v0-3, DeleteAcls (31) v0-3.
 
 On the client listeners: DescribeAcls needs DESCRIBE on the cluster and is answered from
 this node's authorizer (the ACLs of its metadata image); CreateAcls and DeleteAcls need
@@ -13,6 +13,9 @@ id for each binding not already stored (re-creating one is a success that writes
 nothing); DeleteAcls writes a RemoveAccessControlEntryRecord for every stored binding a
 filter matches and reports the matches per filter (a binding matched by two filters is
 removed once and reported under both), as Kafka's AclControlManager does.
+
+Version 0 of each has no pattern type: its bindings and filters are LITERAL, as Kafka
+reads them (so a v0 filter never matches a PREFIXED binding).
 
 Does not own the ACL semantics (``strom.security.authorizer``) or enforcement (``authz``).
 """
@@ -35,6 +38,7 @@ from strom.security.authorizer import (
     AclBindingFilter,
     AclOperation,
     InvalidAcl,
+    PatternType,
 )
 
 FORWARD_WAIT_S = 5.0
@@ -45,7 +49,7 @@ def _filter(item: Any) -> AclBindingFilter:
     return AclBindingFilter(
         item.resource_type_filter,
         item.resource_name_filter,
-        item.pattern_type_filter,
+        getattr(item, "pattern_type_filter", PatternType.LITERAL),  # v1+
         item.principal_filter,
         item.host_filter,
         item.operation,
@@ -57,7 +61,7 @@ def _binding(creation: Any) -> AclBinding:
     return AclBinding(
         creation.resource_type,
         creation.resource_name,
-        creation.resource_pattern_type,
+        getattr(creation, "resource_pattern_type", PatternType.LITERAL),  # v1+
         creation.principal,
         creation.host,
         creation.operation,
@@ -72,7 +76,7 @@ def _image_bindings(image: Any) -> set[AclBinding]:
 # Client listeners ----------------------------------------------------------------
 
 
-@handles(29, 1, 3)
+@handles(29, 0, 3)
 def handle_describe_acls(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
     authorizer = authz.authorizer_of(ctx.broker)
@@ -139,7 +143,7 @@ def _refusal(ctx: RequestContext) -> tuple[ErrorCode, str] | None:
     return None
 
 
-@handles(30, 1, 3)
+@handles(30, 0, 3)
 async def handle_create_acls(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
     result_type = nested(response_type, "AclCreationResult")
@@ -170,7 +174,7 @@ async def handle_create_acls(ctx: RequestContext, request: Any) -> Any:
     return response
 
 
-@handles(31, 1, 3)
+@handles(31, 0, 3)
 async def handle_delete_acls(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
     result_type = nested(response_type, "DeleteAclsFilterResult")
@@ -193,7 +197,7 @@ async def handle_delete_acls(ctx: RequestContext, request: Any) -> Any:
             AclBinding(
                 m.resource_type,
                 m.resource_name,
-                m.pattern_type,
+                getattr(m, "pattern_type", PatternType.LITERAL),  # v1+
                 m.principal,
                 m.host,
                 m.operation,
@@ -223,7 +227,7 @@ def _service(ctx: RequestContext) -> Any:
     return service
 
 
-@handles_controller(30, 1, 3)
+@handles_controller(30, 0, 3)
 async def controller_create_acls(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
     result_type = nested(response_type, "AclCreationResult")
@@ -269,7 +273,7 @@ async def controller_create_acls(ctx: RequestContext, request: Any) -> Any:
     return build(response_type, throttle_time=NO_THROTTLE, results=results)
 
 
-@handles_controller(31, 1, 3)
+@handles_controller(31, 0, 3)
 async def controller_delete_acls(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
     result_type = nested(response_type, "DeleteAclsFilterResult")

@@ -1,4 +1,4 @@
-"""Topic administration: CreateTopics (19) v2-7, DeleteTopics (20) v1-6,
+"""Topic administration: CreateTopics (19) v0-7, DeleteTopics (20) v0-6,
 CreatePartitions (37) v0-3, DeleteRecords (21) v0-2.
 
 CreateTopics, DeleteTopics and CreatePartitions are forwarded as they came to the
@@ -18,7 +18,9 @@ takes its partitions (created, deleted, or added) from the client's bucket, in r
 order. CreateTopics v6+, DeleteTopics v5+ and CreatePartitions v3+ are strict: once the
 bucket is empty the remaining topics get THROTTLING_QUOTA_EXCEEDED, which clients retry
 after the throttle time; older versions are always taken and the response throttled.
-A validate-only request takes nothing.
+A validate-only request takes nothing. CreateTopics v0 has no validate_only (it
+creates) and no error messages; v0-1 of both have no throttle time in the answer
+(the connection is still muted for it).
 """
 
 from __future__ import annotations
@@ -55,13 +57,14 @@ async def _forward(ctx: RequestContext, request: Any, visible: Any) -> Any:
     return response
 
 
-@handles(19, 2, 7)
+@handles(19, 0, 7)
 def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     state = ctx.broker.state
+    validate_only = getattr(request, "validate_only", False)  # v1+
 
     def visible(response: Any) -> bool:
         return all(
-            t.error_code != ErrorCode.none or request.validate_only or t.name in state.topics
+            t.error_code != ErrorCode.none or validate_only or t.name in state.topics
             for t in response.topics
         )
 
@@ -69,7 +72,7 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
         return not may_create and not authz.allowed(ctx, authz.Op.CREATE, authz.TOPIC, name)
 
     def partitions(topic: Any) -> int:
-        if request.validate_only:
+        if validate_only:
             return 0
         if topic.num_partitions > 0:
             return topic.num_partitions
@@ -81,7 +84,7 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-@handles(20, 1, 6)
+@handles(20, 0, 6)
 def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     state = ctx.broker.state
 

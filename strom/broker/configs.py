@@ -1,4 +1,4 @@
-"""Configs of topics, brokers and groups: DescribeConfigs (32) v1-4, AlterConfigs (33)
+"""Configs of topics, brokers and groups: DescribeConfigs (32) v0-4, AlterConfigs (33)
 v0-2, IncrementalAlterConfigs (44) v0-1.
 
 Resources: TOPIC (2), BROKER (4, named by node id, or "" for the cluster-wide
@@ -9,7 +9,9 @@ value checks are Kafka's, from ``strom.config``. Sources reported: DYNAMIC_TOPIC
 (1) for a topic override, DYNAMIC_BROKER_CONFIG (2) for a broker value set at run time,
 STATIC_BROKER_CONFIG (4) from server.properties or --override, DEFAULT_CONFIG (5),
 DYNAMIC_GROUP_CONFIG (8) for a value set on a group. With ``include_synonyms`` a topic
-config lists the broker property that supplies its default. AlterConfigs replaces the
+config lists the broker property that supplies its default. DescribeConfigs v0 has no
+sources or synonyms but ``is_default``, true where the source would be DEFAULT_CONFIG
+(as brokers of v0's time answered; Kafka 3.9 leaves it false). AlterConfigs replaces the
 whole set of overrides of a resource, IncrementalAlterConfigs applies SET (0), DELETE
 (1), APPEND (2) and SUBTRACT (3) to list configs; both honour ``validate_only``. Both
 apply Kafka's table of dynamic broker configs (``strom.config.DYNAMIC_BROKER_CONFIGS``,
@@ -73,7 +75,7 @@ class _ResourceError(Exception):
         self.code = code
 
 
-@handles(32, 1, 4)
+@handles(32, 0, 4)
 def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
     result_type = nested(response_type, "DescribeConfigsResult")

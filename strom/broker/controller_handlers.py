@@ -3,7 +3,7 @@
 Serves, on a controller node, what brokers and forwarding brokers send the active
 controller: BrokerRegistration (62) v0-4, BrokerHeartbeat (63) v0-1, UnregisterBroker
 (64) v0, AllocateProducerIds (67) v0, and the admin changes a client sent to any
-broker, forwarded as they came: CreateTopics (19) v2-7, DeleteTopics (20) v1-6,
+broker, forwarded as they came: CreateTopics (19) v0-7, DeleteTopics (20) v0-6,
 CreatePartitions (37) v0-3, AlterConfigs (33) v0-2 (a broker turns
 IncrementalAlterConfigs into the full set of overrides it leads to), ElectLeaders (43)
 v0-2, AlterPartitionReassignments (45) v0-1 and ListPartitionReassignments (46) v0; and
@@ -173,7 +173,7 @@ async def handle_allocate_producer_ids(ctx: RequestContext, request: Any) -> Any
 # Topics ----------------------------------------------------------------------------
 
 
-@handles_controller(19, 2, 7)
+@handles_controller(19, 0, 7)
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
     result_type = nested(response_type, "CreatableTopicResult")
@@ -190,7 +190,10 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     ]
     try:
         results = await _service(ctx).run(
-            lambda c: c.create_topics(wanted, validate_only=request.validate_only)
+            lambda c: c.create_topics(
+                wanted,
+                validate_only=getattr(request, "validate_only", False),  # v1+
+            )
         )
     except ControllerError as exc:
         results = None
@@ -243,7 +246,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     return build(response_type, throttle_time=NO_THROTTLE, topics=tuple(out))
 
 
-@handles_controller(20, 1, 6)
+@handles_controller(20, 0, 6)
 async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     if hasattr(request, "topic_names"):
         wanted = [(name, None) for name in request.topic_names]

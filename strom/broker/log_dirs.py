@@ -1,4 +1,4 @@
-"""DescribeLogDirs (key 35), versions 1-4: what this broker keeps on its disk.
+"""DescribeLogDirs (key 35), versions 0-4 (v0 is v1's shape): what this broker keeps on its disk.
 
 For its log directory (one per broker here: ``log.dirs`` names one): every partition
 log it holds (or those of the topics asked for), with its size in bytes and, as Kafka
@@ -20,7 +20,7 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
 
-@handles(35, 1, 4)
+@handles(35, 0, 4)
 def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
     state = ctx.broker.state

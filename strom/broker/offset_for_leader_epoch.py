@@ -1,4 +1,4 @@
-"""OffsetForLeaderEpoch (key 23), versions 2-4 (KIP-101, KIP-279, KIP-320).
+"""OffsetForLeaderEpoch (key 23), versions 0-4 (KIP-101, KIP-279, KIP-320).
 
 For each partition: the largest leader epoch this leader's log knows that is at most
 the requested one, and where it ends (the start of the next epoch, or the log end for
@@ -9,7 +9,9 @@ it to find where to truncate. Only the leader answers (NOT_LEADER_OR_FOLLOWER); 
 UNKNOWN_LEADER_EPOCH (newer). As Kafka does, an epoch below every one the log knows
 answers itself and the first epoch's start offset; one above every known epoch
 answers epoch -1 and offset -1 (UNDEFINED). Needs DESCRIBE on the topic, or
-CLUSTER_ACTION for a follower (TOPIC_AUTHORIZATION_FAILED).
+CLUSTER_ACTION for a follower (TOPIC_AUTHORIZATION_FAILED). Versions 0-1 carry no
+current leader epoch (nothing is fenced) and v0's answer has no leader epoch, only the
+end offset.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
 
-@handles(23, 2, 4)
+@handles(23, 0, 4)
 def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     state = ctx.broker.state
     response_type = ctx.response_type
@@ -41,6 +43,7 @@ def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
         view = state.topic(topic.topic)
         partitions = []
         for p in topic.partitions:
+            current = getattr(p, "current_leader_epoch", -1)  # v2+
             error, epoch, end = ErrorCode.none, -1, -1
             partition_log = state.partition_log(topic.topic, p.partition)
             if topic.topic not in allowed:
@@ -49,9 +52,9 @@ def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
                 error = ErrorCode.unknown_topic_or_partition
             elif view.leader_of(p.partition) != ctx.broker.node_id:
                 error = ErrorCode.not_leader_or_follower
-            elif 0 <= p.current_leader_epoch < view.leader_epoch_of(p.partition):
+            elif 0 <= current < view.leader_epoch_of(p.partition):
                 error = ErrorCode.fenced_leader_epoch
-            elif p.current_leader_epoch > view.leader_epoch_of(p.partition):
+            elif current > view.leader_epoch_of(p.partition):
                 error = ErrorCode.unknown_leader_epoch
             else:
                 epoch, end = partition_log.end_offset_for_epoch(p.leader_epoch)

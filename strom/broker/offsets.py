@@ -1,6 +1,6 @@
 """Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete.
 
-- OffsetCommit (key 8), versions 2-10 (topic ids from v10): the group-level
+- OffsetCommit (key 8), versions 0-10 (topic ids from v10): the group-level
   checks of Kafka's coordinator (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
   FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS while a classic group completes a
   rebalance, STALE_MEMBER_EPOCH for KIP-848 members); a commit with generation
@@ -12,11 +12,16 @@
   OFFSET_METADATA_TOO_LARGE above offset.metadata.max.bytes. Metadata and the
   committed leader epoch round-trip. A retention time of v2-4 (other than -1) is the
   offsets' expiry, stored as Kafka stores it (offset value version 1); without one
-  offsets.retention.minutes applies. When the group's offsets partition has
+  offsets.retention.minutes applies. A commit timestamp of v1 (other than -1) is
+  stored as the offset's commit time, as Kafka's coordinator does. Version 0 has no
+  generation or member: it commits as generation -1 does (where Kafka kept v0
+  offsets in ZooKeeper, apart from the coordinator's, and KRaft Kafka answered
+  UNSUPPORTED_VERSION); OffsetFetch v0 reads the same offsets as v1. When the
+  group's offsets partition has
   followers, the answer waits until the commit is replicated to the ISR (the
   partition's high watermark passes it), as Kafka's acks=all write of offsets does;
   after offsets.commit.timeout.ms it is COORDINATOR_NOT_AVAILABLE (clients retry).
-- OffsetFetch (9), versions 1-10 (several groups per request from v8, topic
+- OffsetFetch (9), versions 0-10 (several groups per request from v8, topic
   ids from v10): a partition without a committed offset answers offset -1.
   With require_stable (v7+), a partition whose offset an open transaction has
   committed answers UNSTABLE_OFFSET_COMMIT (the client retries until the transaction
@@ -43,8 +48,10 @@ from strom.coordinator.offsets_topic import OFFSETS_TOPIC, CommittedOffset
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
+NO_GENERATION = -1
 
-@handles(8, 2, 10)
+
+@handles(8, 0, 10)
 def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     coordinator = ctx.broker.coordinator
     controller = ctx.broker.controller
@@ -58,8 +65,8 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     else:
         group_error = coordinator.validate_commit(
             request.group_id,
-            request.generation_id_or_member_epoch,
-            request.member_id,
+            getattr(request, "generation_id_or_member_epoch", NO_GENERATION),  # v1+
+            getattr(request, "member_id", ""),
             getattr(request, "group_instance_id", None),
             ctx.api_version,
         )
@@ -81,6 +88,7 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
                     getattr(p, "committed_leader_epoch", -1),
                     p.committed_metadata,
                     retention_ms if retention_ms >= 0 else -1,
+                    getattr(p, "commit_timestamp", -1),  # v1
                 )
             )
         resolved.append((name, topic_id, meta, topic.partitions))
@@ -149,7 +157,7 @@ def _commit_response(ctx: RequestContext, resolved: list[Any], errors: list[Erro
     return build(response_type, throttle_time=NO_THROTTLE, topics=tuple(out))
 
 
-@handles(9, 1, 10)
+@handles(9, 0, 10)
 def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
     if ctx.api_version < 8:

@@ -7,8 +7,8 @@
 - AddOffsetsToTxn (25) 0-4, EndTxn (26) 0-4: transaction version 1 (EndTxn v5, the
   epoch bump of every transaction of KIP-890 part 2, is not served; clients learn it
   from ApiVersions and use version 1).
-- WriteTxnMarkers (27) 1-2: the markers a coordinator sends to partition leaders,
-  answered once written and replicated (txn_markers.py).
+- WriteTxnMarkers (27) 0-2 (v0 is v1, not flexible): the markers a coordinator sends
+  to partition leaders, answered once written and replicated (txn_markers.py).
 - TxnOffsetCommit (28) 0-5: offsets committed inside a transaction (KIP-447's group
   fields from v3 are checked against the group's generation), visible to OffsetFetch
   only once the transaction commits.
@@ -230,7 +230,7 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
 # WriteTxnMarkers --------------------------------------------------------------------
 
 
-@handles(27, 1, 2)
+@handles(27, 0, 2)
 async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
     result_type = nested(response_type, "WritableTxnMarkerResult")

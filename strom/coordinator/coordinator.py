@@ -99,6 +99,8 @@ class OffsetToCommit:
     # OffsetCommit v2-4's retention time: the offset expires this long after the commit
     # (once its group is empty) instead of offsets.retention.minutes; -1 for the default.
     retention_ms: int = -1
+    # OffsetCommit v1's commit timestamp per partition; -1: the time of the commit.
+    commit_timestamp_ms: int = -1
 
 
 class GroupCoordinator:
@@ -521,7 +523,10 @@ class GroupCoordinator:
                 errors.append(ErrorCode.offset_metadata_too_large)
             else:
                 expire = now + entry.retention_ms if entry.retention_ms >= 0 else -1
-                value = CommittedOffset(entry.offset, entry.leader_epoch, metadata, now, expire)
+                committed_at = now if entry.commit_timestamp_ms == -1 else entry.commit_timestamp_ms
+                value = CommittedOffset(
+                    entry.offset, entry.leader_epoch, metadata, committed_at, expire
+                )
                 records.append(
                     (offset_key(group_id, entry.topic, entry.partition), offset_value(value))
                 )
