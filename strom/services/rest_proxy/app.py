@@ -1,15 +1,15 @@
-"""The REST proxy's HTTP API, Confluent's: v2 (produce JSON, binary, Avro and JSON Schema
-records to
-topics and partitions; consumer instances in groups; topic, partition and broker
-metadata) and v3 (clusters, brokers, topics, partitions, configs, consumer groups and
-their lags, and producing records, one or a stream of them per request), with their
-content types and error bodies, on the shared aiohttp stack.
+"""The REST proxy's HTTP API, Confluent's: v2 (produce JSON, binary, Avro, JSON Schema and
+Protobuf records to topics and partitions; consumer instances in groups; topic,
+partition and broker metadata) and v3 (clusters, brokers, topics, partitions, configs,
+consumer groups and their lags, and producing records, one or a stream of them per
+request), with their content types and error bodies, on the shared aiohttp stack.
 
-Owns the routes and the records' JSON forms (json: any JSON value, written as its
-JSON text; binary: base64; avro and jsonschema: Confluent's wire format through the
-schema registry given with ``--schema-registry-url``). Produces go through one shared producer
-(``producing``), consumer instances live in ``consumers``, metadata comes from an
-AdminClient on worker threads (the client blocks).
+Owns the routes and the records' JSON forms (json: any JSON value, written as its JSON
+text; binary: base64; avro, jsonschema and protobuf: Confluent's wire format through
+the schema registry given with ``--schema-registry-url``). Produces go through one
+shared producer (``producing``), consumer instances live in ``consumers``, Protobuf
+messages in ``protobuf_records``, metadata comes from an AdminClient on worker threads
+(the client blocks).
 
 Does not own the producer, the consumer instances, or the cluster.
 """
@@ -21,6 +21,7 @@ import base64
 import binascii
 import codecs
 import datetime
+import functools
 import json
 import logging
 import threading
@@ -37,8 +38,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from strom.services.protobuf_schemas import ProtoSchemaError
 from strom.services.rest_proxy.consumers import ConsumerInstances, ProxyError
 from strom.services.rest_proxy.producing import SharedProducer
+from strom.services.rest_proxy.protobuf_records import ProtobufRecords
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,8 +52,9 @@ EMBEDDED = {
     "application/vnd.kafka.binary.v2+json": "binary",
     "application/vnd.kafka.avro.v2+json": "avro",
     "application/vnd.kafka.jsonschema.v2+json": "jsonschema",
+    "application/vnd.kafka.protobuf.v2+json": "protobuf",
 }
-REGISTRY_FORMATS = ("avro", "jsonschema")  # records in Confluent's wire format
+REGISTRY_FORMATS = ("avro", "jsonschema", "protobuf")  # records in Confluent's wire format
 MAX_BODY = 64 * 1024 * 1024
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -126,6 +130,7 @@ class RestProxy:
         self.registry_url = schema_registry_url
         self._registry_settings = {**(registry_client or {}), "url": schema_registry_url}
         self._registry: Any = None
+        self._protobuf_records: ProtobufRecords | None = None
         self._registry_lock = threading.Lock()
         self._serializers: dict[tuple[str, str, str], Any] = {}
         app = self.app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
@@ -278,6 +283,7 @@ class RestProxy:
         if all(r.get(field) is None for r in records):  # no schema needed for nothing
             return lambda v: None
         from confluent_kafka.schema_registry.avro import AvroSerializer
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
         from confluent_kafka.schema_registry.json_schema import JSONSerializer
         from confluent_kafka.serialization import (
             MessageField,
@@ -292,25 +298,33 @@ class RestProxy:
             raise ProxyError(
                 422, 42205, f"Request includes {field}s but no {field}_schema or {field}_schema_id"
             )  # fmt: skip
-        if schema is None:
-            schema = client.get_schema(int(schema_id)).schema_str
-        cache_key = (topic, field, form, schema)
-        serializer = self._serializers.get(cache_key)
-        if serializer is None:
-            serializer = self._serializers[cache_key] = (
-                AvroSerializer(client, schema)
-                if form == "avro"
-                else JSONSerializer(schema, client, conf={"validate": True})
-            )
         context = SerializationContext(
             topic, MessageField.KEY if field == "key" else MessageField.VALUE
         )
+        try:
+            if form == "protobuf":
+                wanted = None if schema_id is None else int(schema_id)
+                serialize = self._protobuf().encoder(f"{topic}-{field}", schema, wanted)[1]
+            else:
+                if schema is None:
+                    schema = client.get_schema(int(schema_id)).schema_str
+                cache_key = (topic, field, form, schema)
+                serializer = self._serializers.get(cache_key)
+                if serializer is None:
+                    serializer = self._serializers[cache_key] = (
+                        AvroSerializer(client, schema)
+                        if form == "avro"
+                        else JSONSerializer(schema, client, conf={"validate": True})
+                    )
+                serialize = functools.partial(serializer, ctx=context)
+        except (SchemaRegistryError, ProtoSchemaError, ValueError) as exc:
+            raise ProxyError(422, 42203, f"Invalid {field} schema: {exc}") from None
 
         def encode(v: Any) -> bytes | None:
             if v is None:
                 return None
             try:
-                return serializer(v, context)
+                return serialize(v)
             except (SerializationError, ValueError, TypeError) as exc:
                 raise ProxyError(
                     422, 42203, f"Conversion of JSON to {form} failed: {exc}"
@@ -318,12 +332,20 @@ class RestProxy:
 
         return encode
 
+    def _protobuf(self) -> ProtobufRecords:
+        """The proxy's Protobuf records, with their cache of message classes."""
+        client = self._registry_client()
+        with self._registry_lock:
+            if self._protobuf_records is None:
+                self._protobuf_records = ProtobufRecords(client)
+            return self._protobuf_records
+
     def _registry_client(self) -> Any:
         """The one SchemaRegistryClient (and its cache) of the proxy."""
         if self.registry_url is None:
             raise ProxyError(
-                422, 42206, "Avro and JSON Schema records need a schema registry: start the "
-                "proxy with --schema-registry-url"
+                422, 42206, "Avro, JSON Schema and Protobuf records need a schema registry: "
+                "start the proxy with --schema-registry-url"
             )  # fmt: skip
         with self._registry_lock:
             if self._registry is None:
@@ -508,11 +530,17 @@ class RestProxy:
         from confluent_kafka.serialization import MessageField, SerializationContext
 
         client = self._registry_client()
-        deserializer = (
-            AvroDeserializer(client)
-            if form == "avro"
-            else JSONDeserializer(None, schema_registry_client=client)
-        )
+        if form == "protobuf":
+            records = self._protobuf()
+
+            def deserializer(data: bytes, _context: Any) -> Any:
+                return records.decode(data)
+        else:
+            deserializer = (
+                AvroDeserializer(client)
+                if form == "avro"
+                else JSONDeserializer(None, schema_registry_client=client)
+            )
 
         def from_registry(data: bytes | None, topic: str, field: str) -> Any:
             if data is None:

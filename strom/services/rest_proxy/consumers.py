@@ -22,7 +22,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
 log = logging.getLogger(__name__)
-FORMATS = ("json", "binary", "avro", "jsonschema")
+FORMATS = ("json", "binary", "avro", "jsonschema", "protobuf")
 
 
 class ProxyError(Exception):

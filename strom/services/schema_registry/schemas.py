@@ -32,13 +32,8 @@ Does not own storage (``store``) or HTTP (``app``).
 from __future__ import annotations
 
 import base64
-import binascii
 import json
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import avro.compatibility
@@ -46,7 +41,8 @@ import avro.errors
 import avro.schema
 import jsonschema
 from google.protobuf import descriptor_pb2
-from google.protobuf.message import DecodeError
+
+from strom.services.protobuf_schemas import ProtoSchemaError, compile_proto, file_descriptor
 
 AVRO, JSON, PROTOBUF = "AVRO", "JSON", "PROTOBUF"
 TYPES = (JSON, PROTOBUF, AVRO)
@@ -117,9 +113,12 @@ def parse(
         canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
         return ParsedSchema(JSON, text, canonical, references, json_schema=document)
     if schema_type == PROTOBUF:
-        proto = _file_descriptor(text)
+        proto = file_descriptor(text)
         if proto is None:
-            proto = _compiled(text, resolved or {})
+            try:
+                proto = compile_proto(text, resolved or {}).file[-1]
+            except ProtoSchemaError as exc:
+                raise InvalidSchema(f"Invalid schema {text}: {exc}") from None
         canonical = proto.SerializeToString(deterministic=True).hex()
         return ParsedSchema(PROTOBUF, text, canonical, references, proto=proto)
     raise InvalidSchema(f"Invalid schema type {schema_type}")
@@ -135,7 +134,7 @@ def normalized(parsed: ParsedSchema) -> ParsedSchema:
         text = json.dumps(parsed.avro.to_json(), separators=(",", ":"))
     elif parsed.schema_type == JSON:
         text = parsed.canonical
-    elif _file_descriptor(parsed.text) is not None:
+    elif file_descriptor(parsed.text) is not None:
         text = base64.b64encode(parsed.proto.SerializeToString(deterministic=True)).decode()
     else:  # .proto text: its layout collapsed
         text = " ".join(parsed.text.split())
@@ -148,74 +147,6 @@ def normalized(parsed: ParsedSchema) -> ParsedSchema:
         json_schema=parsed.json_schema,
         proto=parsed.proto,
     )
-
-
-PROTOC_TIMEOUT_S = 60.0
-MAIN_PROTO = "schema.proto"
-
-
-def _compiled(text: str, resolved: dict[str, str]) -> Any:
-    """The FileDescriptorProto of ``.proto`` text, compiled by protoc with ``resolved``
-    (import name to its schema: ``.proto`` text or a base64 descriptor) as imports."""
-    import importlib.resources
-
-    with tempfile.TemporaryDirectory(prefix="strom-proto-") as folder:
-        root = Path(folder)
-        known = root / "known.pb"
-        descriptors = descriptor_pb2.FileDescriptorSet()
-        for name, dependency in resolved.items():
-            found = _file_descriptor(dependency)
-            if found is not None:
-                found.name = name
-                descriptors.file.append(found)
-                continue
-            path = (root / "src" / name).resolve()
-            if root not in path.parents:
-                raise InvalidSchema(f"Invalid schema: reference name {name!r} is not a path")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(dependency)
-        (root / "src").mkdir(exist_ok=True)
-        (root / "src" / MAIN_PROTO).write_text(text)
-        well_known = importlib.resources.files("grpc_tools") / "_proto"
-        command = [
-            sys.executable, "-m", "grpc_tools.protoc", f"-I{root / 'src'}", f"-I{well_known}",
-            f"--descriptor_set_out={root / 'out.pb'}", MAIN_PROTO,
-        ]  # fmt: skip
-        if descriptors.file:
-            known.write_bytes(descriptors.SerializeToString())
-            command.insert(3, f"--descriptor_set_in={known}")
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=PROTOC_TIMEOUT_S, check=False
-            )
-        except subprocess.TimeoutExpired:
-            raise InvalidSchema("Invalid schema: protoc took too long") from None
-        if done.returncode != 0:
-            problems = [
-                line.replace(str(root / "src") + "/", "")
-                for line in done.stderr.splitlines()
-                if ":" in line and "absl::InitializeLog" not in line and " W0000 " not in line
-            ]
-            detail = "; ".join(problems[-3:]) or f"protoc exit code {done.returncode}"
-            raise InvalidSchema(f"Invalid schema {text}: {detail}")
-        compiled = descriptor_pb2.FileDescriptorSet.FromString((root / "out.pb").read_bytes())
-    proto = compiled.file[-1]
-    if not (proto.message_type or proto.enum_type):
-        raise InvalidSchema(f"Invalid schema {text}: no message or enum definition")
-    return proto
-
-
-def _file_descriptor(text: str) -> Any:
-    """The FileDescriptorProto a base64 text holds, or None when it is not one."""
-    stripped = text.strip()
-    if not stripped or any(c.isspace() for c in stripped):
-        return None
-    try:
-        data = base64.b64decode(stripped, validate=True)
-        proto = descriptor_pb2.FileDescriptorProto.FromString(data)
-    except (binascii.Error, ValueError, DecodeError):
-        return None
-    return proto if proto.message_type or proto.enum_type else None
 
 
 # Compatibility -------------------------------------------------------------------------

@@ -1,0 +1,158 @@
+"""Protobuf schemas as the schema registry and the REST proxy meet them: ``.proto`` text
+compiled to descriptors, base64 ``FileDescriptorProto`` texts (what confluent-kafka's
+serialiser registers), message classes built from descriptors, and the message indexes
+of Confluent's Protobuf wire format.
+
+Owns compiling ``.proto`` text with ``protoc`` (grpcio-tools' build, run as a child
+process so that its messages can be read and nothing of it stays in the server
+process), with the well-known types and the schema's references as imports (``.proto``
+text or base64 descriptors); a file that does not compile is a ``ProtoSchemaError``
+with protoc's message.
+
+Does not own compatibility (``schema_registry.schemas``) or the registry's client.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import importlib.resources
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
+
+PROTOC_TIMEOUT_S = 60.0
+MAIN_PROTO = "schema.proto"
+
+
+class ProtoSchemaError(ValueError):
+    """A Protobuf schema that does not compile or names nothing to encode."""
+
+
+def file_descriptor(text: str) -> Any:
+    """The FileDescriptorProto a base64 text holds, or None when it is not one."""
+    stripped = text.strip()
+    if not stripped or any(c.isspace() for c in stripped):
+        return None
+    try:
+        data = base64.b64decode(stripped, validate=True)
+        proto = descriptor_pb2.FileDescriptorProto.FromString(data)
+    except (binascii.Error, ValueError, DecodeError):
+        return None
+    return proto if proto.message_type or proto.enum_type else None
+
+
+def compile_proto(text: str, imports: dict[str, str] | None = None) -> Any:
+    """The FileDescriptorSet of ``.proto`` text and everything it imports, the text's own
+    file last. ``imports``: import name to its schema (``.proto`` text or a base64
+    descriptor)."""
+    with tempfile.TemporaryDirectory(prefix="strom-proto-") as folder:
+        root = Path(folder)
+        source = root / "src"
+        source.mkdir()
+        known = descriptor_pb2.FileDescriptorSet()
+        for name, dependency in (imports or {}).items():
+            found = file_descriptor(dependency)
+            if found is not None:
+                found.name = name
+                known.file.append(found)
+                continue
+            path = (source / name).resolve()
+            if source not in path.parents:
+                raise ProtoSchemaError(f"reference name {name!r} is not a relative path")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(dependency)
+        (source / MAIN_PROTO).write_text(text)
+        well_known = importlib.resources.files("grpc_tools") / "_proto"
+        command = [
+            sys.executable, "-m", "grpc_tools.protoc", f"-I{source}", f"-I{well_known}",
+            "--include_imports", f"--descriptor_set_out={root / 'out.pb'}", MAIN_PROTO,
+        ]  # fmt: skip
+        if known.file:
+            (root / "known.pb").write_bytes(known.SerializeToString())
+            command.insert(3, f"--descriptor_set_in={root / 'known.pb'}")
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=PROTOC_TIMEOUT_S, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise ProtoSchemaError("protoc took too long") from None
+        if done.returncode != 0:
+            problems = [
+                line.replace(f"{source}/", "")
+                for line in done.stderr.splitlines()
+                if ":" in line and "absl::InitializeLog" not in line and " W0000 " not in line
+            ]
+            raise ProtoSchemaError("; ".join(problems[-3:]) or f"protoc exit {done.returncode}")
+        files = descriptor_pb2.FileDescriptorSet.FromString((root / "out.pb").read_bytes())
+    main = files.file[-1]
+    if not (main.message_type or main.enum_type):
+        raise ProtoSchemaError("no message or enum definition")
+    return files
+
+
+def message_class(files: Any, indexes: list[int]) -> type:
+    """The message class at ``indexes`` (Confluent's path: a top-level message's index in
+    the last file, then nested indexes) of a FileDescriptorSet."""
+    pool = descriptor_pool.DescriptorPool()
+    for proto in files.file:
+        pool.Add(proto)
+    main = files.file[-1]
+    try:
+        message = main.message_type[indexes[0]]
+        path = [message.name]
+        for index in indexes[1:]:
+            message = message.nested_type[index]
+            path.append(message.name)
+    except IndexError:
+        raise ProtoSchemaError(f"no message at indexes {indexes}") from None
+    full_name = ".".join(([main.package] if main.package else []) + path)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(full_name))
+
+
+def _zigzag(value: int) -> bytes:
+    encoded = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while True:
+        byte = encoded & 0x7F
+        encoded >>= 7
+        if encoded:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def encode_indexes(indexes: list[int]) -> bytes:
+    """Confluent's message indexes: [0] (the first message) is one 0 byte, otherwise a
+    zigzag varint count and the indexes as zigzag varints."""
+    if indexes == [0]:
+        return b"\x00"
+    return _zigzag(len(indexes)) + b"".join(_zigzag(i) for i in indexes)
+
+
+def decode_indexes(data: bytes, position: int) -> tuple[list[int], int]:
+    """(message indexes, position after them) read at ``position`` of ``data``."""
+
+    def varint() -> int:
+        nonlocal position
+        shift = result = 0
+        while True:
+            if position >= len(data):
+                raise ProtoSchemaError("truncated message indexes")
+            byte = data[position]
+            position += 1
+            result |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return (result >> 1) ^ -(result & 1)
+            shift += 7
+
+    count = varint()
+    if count == 0:
+        return [0], position
+    return [varint() for _ in range(count)], position
