@@ -180,8 +180,13 @@ class ClusterNode:
                 time.sleep(0.2)
 
     def logs(self) -> str:
+        """The end of the node's output, to show with a failure."""
+        return self.output()[-6000:]
+
+    def output(self) -> str:
+        """Everything the node wrote, to look for a line in (its end may not hold it)."""
         try:
-            return self.log_path.read_text(errors="replace")[-6000:]
+            return self.log_path.read_text(errors="replace")
         except OSError:
             return ""
 

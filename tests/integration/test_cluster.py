@@ -38,6 +38,16 @@ def _brokers_seen(bootstrap: str) -> list[int]:
         return []
 
 
+def _partition_count(bootstrap: str, topic: str) -> int:
+    """How many partitions of ``topic`` the node answering at ``bootstrap`` knows of (a node
+    applies the metadata a moment after the controller committed it)."""
+    try:
+        found = _admin(bootstrap).list_topics(topic, timeout=3).topics.get(topic)
+    except Exception:
+        return 0
+    return len(found.partitions) if found is not None and found.error is None else 0
+
+
 def _create(bootstrap: str, name: str, partitions: int, replication: int) -> None:
     admin = _admin(bootstrap)  # kept alive until the result is in
     futures = admin.create_topics(
@@ -82,8 +92,12 @@ def test_three_combined_nodes_form_one_cluster_from_properties_alone(cluster_roo
 
         _create(cluster.brokers[0].bootstrap, "replicated", 6, 3)
         for node in cluster.brokers:  # each broker knows the topic, as committed
+            wait_until(
+                lambda n=node: _partition_count(n.bootstrap, "replicated") == 6,
+                15,
+                f"node {node.node_id} to know the topic",
+            )
             topic = _admin(node.bootstrap).list_topics("replicated", timeout=5).topics["replicated"]
-            assert len(topic.partitions) == 6
             leaders = sorted(p.leader for p in topic.partitions.values())
             assert leaders == [1, 1, 2, 2, 3, 3]  # spread evenly
             for partition in topic.partitions.values():
@@ -160,7 +174,7 @@ def test_kill_9_of_the_active_controller_and_catch_up_from_a_snapshot(cluster_ro
             20,
             "the restarted node to catch up",
         )
-        assert "metadata snapshot received from the leader" in victim.logs()
+        assert "metadata snapshot received from the leader" in victim.output()
         assert len(_admin(victim.bootstrap).list_topics(timeout=5).topics) >= 82
         wait_until(lambda: _brokers_seen(victim.bootstrap) == [1, 2, 3], 15, "3 brokers again")
     except BaseException:
@@ -185,6 +199,9 @@ def test_three_controllers_and_two_brokers_with_fencing(cluster_root: Path) -> N
         assert {(n.id, n.rack) for n in described.nodes} == {(4, "rack-a"), (5, "rack-b")}
         assert described.controller.id in (4, 5)  # clients cannot reach controller-only nodes
         _create(five.bootstrap, "two-replicas", 4, 2)
+        wait_until(
+            lambda: _partition_count(four.bootstrap, "two-replicas") == 4, 15, "the topic on 4"
+        )
         topic = _admin(four.bootstrap).list_topics("two-replicas", timeout=5).topics["two-replicas"]
         assert {p.leader for p in topic.partitions.values()} == {4, 5}
         assert all(sorted(p.replicas) == [4, 5] for p in topic.partitions.values())

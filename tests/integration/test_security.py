@@ -753,7 +753,7 @@ def test_a_cluster_talks_to_itself_over_sasl_ssl(tmp_path: Path) -> None:
     finally:
         cluster.kill_all()
     assert "authentication with PLAIN failed" not in "".join(
-        n.logs() for n in cluster.nodes.values()
+        n.output() for n in cluster.nodes.values()
     )
 
 
