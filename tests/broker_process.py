@@ -104,6 +104,15 @@ def wait_started(
         time.sleep(0.05)
 
 
+def served_url(banner: str) -> str:
+    """The URL in a service's first line ("Strom REST proxy on http://127.0.0.1:PORT/ for
+    ..."): started with port 0, it names the port the service bound, which no other
+    process can take between a pick and a bind."""
+    found = re.search(r" on (https?://\S+?)/? for ", banner)
+    assert found is not None, f"not a service's first line: {banner!r}"
+    return found.group(1)
+
+
 def replace_port(value: str, old: int, new: int) -> str:
     """``value`` with every ``:old`` port (``host:old``, ``//host:old``) made ``:new``."""
     return re.sub(rf"(?<=:){old}(?!\d)", str(new), value)

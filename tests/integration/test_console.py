@@ -25,7 +25,7 @@ from html import unescape
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess, free_port
+from broker_process import BrokerProcess, free_port, served_url
 from cli_helpers import one_line_error, strom
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -37,8 +37,6 @@ CHROMIUM = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disabl
 
 class ConsoleProcess:
     def __init__(self, broker: BrokerProcess, shots: Path, registry: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.shots = shots
         self.proc = subprocess.Popen(
             [
@@ -49,7 +47,7 @@ class ConsoleProcess:
                 "--bootstrap-server",
                 broker.bootstrap,
                 "--listener",
-                self.url,
+                "http://127.0.0.1:0",
                 "--sample-interval",
                 "0.5",
                 "--schema-registry-url",
@@ -61,6 +59,8 @@ class ConsoleProcess:
         assert self.proc.stdout is not None
         first = self.proc.stdout.readline().decode()
         assert first.startswith("Strom console on"), first
+        self.url = served_url(first)
+        self.port = int(self.url.rsplit(":", 1)[1])
 
     def dom(self, path: str, browser: bool = False) -> str:
         """The page: as Chromium renders it (its DOM), or as served (the pages are whole
@@ -103,15 +103,13 @@ class ConsoleProcess:
 
 @pytest.fixture(scope="module")
 def registry(broker: BrokerProcess) -> Iterator[str]:
-    url = f"http://127.0.0.1:{free_port()}"
     process = subprocess.Popen(
         [sys.executable, "-m", "strom.cli.main", "schema-registry", "--bootstrap-server",
-         broker.bootstrap, "--listener", url],
+         broker.bootstrap, "--listener", "http://127.0.0.1:0"],
         stdout=subprocess.PIPE,
     )  # fmt: skip
     assert process.stdout is not None
-    process.stdout.readline()
-    yield url
+    yield served_url(process.stdout.readline().decode())
     process.terminate()
     process.wait(30)
 

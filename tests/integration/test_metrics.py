@@ -252,10 +252,15 @@ def test_readiness_waits_for_the_controller(tmp_path: Path) -> None:
     why); once the controller is up and has unfenced it, ready."""
     cluster = Cluster(tmp_path, [NodeSpec(1, "controller"), NodeSpec(2, "broker")])
     broker_node = cluster.nodes[2]
-    admin_port = free_port()
-    broker_node.properties["admin.listeners"] = f"http://127.0.0.1:{admin_port}"
+    broker_node.properties["admin.listeners"] = "http://127.0.0.1:0"  # it logs the port bound
     try:
         broker_node.launch()
+        bound = wait_for(
+            lambda: re.search(r"admin listener on http://[^:]+:(\d+)", broker_node.output()),
+            30,
+            "the admin listener's port",
+        )
+        admin_port = int(bound.group(1))
 
         def answered() -> tuple[int, str] | None:
             try:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, free_port
+from broker_process import BrokerProcess, served_url
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -34,16 +34,16 @@ AVRO_V2 = "application/vnd.kafka.avro.v2+json"
 
 class Proxy:
     def __init__(self, broker: BrokerProcess, *extra: str) -> None:
-        self.url = f"http://127.0.0.1:{free_port()}"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "strom.cli.main", "rest-proxy", "--bootstrap-server",
-             broker.bootstrap, "--listener", self.url, *extra],
+             broker.bootstrap, "--listener", "http://127.0.0.1:0", *extra],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
         assert self.proc.stdout is not None
         banner = self.proc.stdout.readline().decode()
         assert banner.startswith("Strom REST proxy on"), banner
+        self.url = served_url(banner)
 
     def call(
         self, method: str, path: str, body: Any = None, content_type: str = V2

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, free_port
+from broker_process import BrokerProcess, served_url
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
@@ -42,17 +42,17 @@ ORDER_AVRO = {
 
 class Registry:
     def __init__(self, broker: BrokerProcess) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "strom.cli.main", "schema-registry", "--bootstrap-server",
-             broker.bootstrap, "--listener", self.url],
+             broker.bootstrap, "--listener", "http://127.0.0.1:0"],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
         assert self.proc.stdout is not None
         self.banner = self.proc.stdout.readline().decode()
         assert self.banner.startswith("Strom schema registry on"), self.banner
+        self.url = served_url(self.banner)
+        self.port = int(self.url.rsplit(":", 1)[1])
 
     def client(self) -> SchemaRegistryClient:
         return SchemaRegistryClient({"url": self.url})
