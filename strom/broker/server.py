@@ -40,9 +40,10 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from strom.broker.admin_http import AdminListener
-from strom.broker.api_versions import unsupported_version_response
+from strom.broker.api_versions import unsupported_version_answer, unsupported_version_response
 from strom.broker.authentication import SASL_HANDSHAKE as SASL_HANDSHAKE_KEY
 from strom.broker.authentication import ConnectionSession, ListenerSecurity, peer_security
 from strom.broker.client_quotas import ClientQuotas
@@ -66,6 +67,7 @@ from strom.coordinator.coordinator import GroupCoordinator
 from strom.coordinator.transactions import TransactionCoordinator
 from strom.protocol.framing import (
     API_VERSIONS_KEY,
+    PRODUCE_KEY,
     FrameError,
     codec_for,
     decode_request,
@@ -717,7 +719,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     )
                 )
             else:
-                self._reject(f"unsupported version {api_version} of API key {api_key}")
+                self._answer_unsupported(frame, api_key, api_version, correlation_id)
             return
         codec = codec_for(api_key, api_version)
         try:
@@ -803,6 +805,28 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         if self.reading_paused and len(self.owed) < MAX_PIPELINED:
             self._process()
+
+    def _answer_unsupported(
+        self, frame: bytes | bytearray | memoryview, api_key: int, version: int, correlation: int
+    ) -> None:
+        """UNSUPPORTED_VERSION for a version this listener does not serve, where that
+        version's layout is known and an answer is owed; otherwise the connection closes."""
+        reason = f"unsupported version {version} of API key {api_key}"
+        try:
+            codec = codec_for(api_key, version)
+        except Exception:  # no layout known for it: nothing can be answered
+            self._reject(reason)
+            return
+        try:
+            body: Any = decode_request(bytes(frame), codec).body
+        except FrameError:
+            body = None
+        if api_key == PRODUCE_KEY and getattr(body, "acks", None) == 0:
+            self._reject(reason)  # acks=0 is owed no answer
+            return
+        log.info("answering UNSUPPORTED_VERSION to %s: %s", self.peer, reason)
+        response = unsupported_version_answer(api_key, version, body)
+        self._respond(encode_response_chunks(correlation, codec, response))
 
     def _respond(self, chunks: list[bytes | bytearray | memoryview]) -> None:
         """Send a response now, or queue it behind responses still owed."""

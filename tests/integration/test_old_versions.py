@@ -11,6 +11,7 @@ allows everything when no ACL is found, so the ACL APIs answer.
 from __future__ import annotations
 
 import datetime
+import struct
 import sys
 import time
 from collections.abc import Iterator
@@ -403,3 +404,42 @@ def test_delete_topics_v0(client: RawClient) -> None:
     assert not hasattr(response, "throttle_time")
     metadata = client.request(types(3, 0).MetadataRequest(topics=()))
     assert "old-versions-doomed" not in {t.name for t in metadata.topics}
+
+
+def test_a_version_not_served_is_answered_unsupported_version(
+    broker: BrokerProcess, topic: str
+) -> None:
+    """ListOffsets v11 has a known layout but is not served: UNSUPPORTED_VERSION per
+    partition, the topics echoed, and the connection stays open."""
+    m = types(2, 11)
+    with RawClient(broker.port) as raw:
+        response = raw.request(
+            m.ListOffsetsRequest(
+                replica_id=-1,
+                isolation_level=0,
+                topics=(
+                    m.ListOffsetsTopic(
+                        name=topic,
+                        partitions=(
+                            m.ListOffsetsPartition(
+                                partition_index=1, current_leader_epoch=-1, timestamp=-1
+                            ),
+                        ),
+                    ),
+                ),
+                timeout=seconds(1),
+            )
+        )
+        (answered,) = response.topics
+        assert answered.name == topic
+        assert [(p.partition_index, p.error_code) for p in answered.partitions] == [
+            (1, ErrorCode.unsupported_version)
+        ]
+        metadata = raw.request(types(3, 0).MetadataRequest(topics=()))
+        assert topic in {t.name for t in metadata.topics}
+
+
+def test_a_version_of_unknown_layout_closes_the_connection(broker: BrokerProcess) -> None:
+    with RawClient(broker.port) as raw:
+        raw.send_bytes(struct.pack(">ihhi", 10, 3, 99, 1) + b"\x00\x00")  # Metadata v99
+        assert raw.is_closed_by_peer()

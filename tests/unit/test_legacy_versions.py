@@ -16,6 +16,7 @@ from dataclasses import fields
 
 import pytest
 from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from test_encoder import NULLS, PLAIN, sample
@@ -272,3 +273,60 @@ def test_write_txn_markers_v0_is_not_flexible() -> None:
     codec = codec_for(27, 0)
     assert not codec.flexible_response_header
     assert codec.request_type.__header_schema__.__version__ == 1
+
+
+def _every_known_version() -> list[tuple[int, int]]:
+    known = []
+    for name, versions in schema_name_map.items():
+        key = next((k for k, n in api_key_map.items() if n == name), None)
+        if key is None:
+            continue
+        for version, kinds in versions.items():
+            if EntityType.request in kinds and EntityType.response in kinds:
+                known.append((key, version))
+    known += [(k, v) for k, vs in LEGACY_VERSIONS.items() for v in vs]
+    return known
+
+
+def test_an_unsupported_version_answer_can_be_built_for_every_known_version() -> None:
+    """The broker's UNSUPPORTED_VERSION answer (a mirror of the request) encodes for
+    every request and response type known, legacy ones included."""
+    from strom.broker.api_versions import unsupported_version_answer
+
+    checked = 0
+    for key, version in _every_known_version():
+        request = sample(request_schema(key, version), PLAIN)
+        for source in (request, None):
+            answer = unsupported_version_answer(key, version, source)
+            out = io.BytesIO()
+            message_writer(type(answer))(out, answer)
+            assert entity_reader(type(answer))(out.getvalue(), 0)[0] == answer
+        checked += 1
+    assert checked > 300
+
+
+def test_an_unsupported_version_answer_echoes_topics_and_partitions() -> None:
+    from strom.broker.api_versions import unsupported_version_answer
+
+    request_type = request_schema(2, 0)
+    request = sample(request_type, PLAIN)
+    answer = unsupported_version_answer(2, 0, request)
+    assert [t.name for t in answer.topics] == [t.name for t in request.topics]
+    for asked, answered in zip(request.topics, answer.topics, strict=True):
+        assert [p.partition_index for p in answered.partitions] == [
+            p.partition_index for p in asked.partitions
+        ]
+        assert {p.error_code for p in answered.partitions} == {ErrorCode.unsupported_version}
+    produce = sample(request_schema(0, 13), PLAIN)
+    answer = unsupported_version_answer(0, 13, produce)
+    assert len(answer.responses) == len(produce.topic_data)
+    assert [len(t.partition_responses) for t in answer.responses] == [
+        len(t.partition_data) for t in produce.topic_data
+    ]
+    deleted = unsupported_version_answer(
+        20, 0, request_schema(20, 0)(topic_names=("a", "b"), timeout=datetime.timedelta(0))
+    )
+    assert [(r.name, r.error_code) for r in deleted.responses] == [
+        ("a", ErrorCode.unsupported_version),
+        ("b", ErrorCode.unsupported_version),
+    ]
