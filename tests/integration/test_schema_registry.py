@@ -258,6 +258,23 @@ def test_normalize_stores_one_text_for_one_schema(registry: Registry) -> None:
     assert registry.http("PUT", "/config/x", {"normalize": "yes"})[1]["error_code"] == 42203
 
 
+def test_contexts_keep_their_own_ids(registry: Registry) -> None:
+    client = registry.client()
+    context = f".team{uuid.uuid4().hex[:6]}"
+    plain = client.register_schema(
+        f"ctx-{uuid.uuid4().hex[:6]}", Schema(json.dumps(dict(ORDER_AVRO, name="Plain")), "AVRO")
+    )
+    qualified = f":{context}:orders-value"
+    staged = client.register_schema(qualified, Schema(json.dumps(ORDER_AVRO), "AVRO"))
+    assert staged == 1 and plain > 1  # a new context counts from 1
+    assert context in registry.http("GET", "/contexts")[1]
+    assert qualified in registry.http("GET", "/subjects")[1]
+    status, body = registry.http("GET", f"/schemas/ids/1?subject={qualified}")
+    assert status == 200 and json.loads(body["schema"]) == ORDER_AVRO
+    assert registry.http("GET", f"/schemas/ids/1/subjects?subject={qualified}")[1] == [qualified]
+    assert registry.http("GET", f"/subjects/{qualified}/versions/1")[1]["id"] == 1
+
+
 def test_deletes_soft_and_permanent(registry: Registry) -> None:
     subject = f"gone-{uuid.uuid4().hex[:6]}"
     client = registry.client()

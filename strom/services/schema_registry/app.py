@@ -2,9 +2,10 @@
 answers (``{"error_code": 40401, "message": "Subject 'x' not found."}``), on the shared
 aiohttp stack.
 
-Owns the routes: subjects and their versions, schemas by id, schema types, global and
-per-subject compatibility (``/config``) and mode (``/mode``), compatibility checks, soft
-and permanent deletes, references. Reads answer from ``store.RegistryState`` under its
+Owns the routes: subjects and their versions, schemas by id (in the context of a
+``?subject=``), schema types, contexts, global and per-subject compatibility and
+normalisation (``/config``) and mode (``/mode``), compatibility checks, soft and
+permanent deletes, references. Reads answer from ``store.RegistryState`` under its
 lock; changes run one at a time (plan, write to ``_schemas``, read back) on a worker
 thread, since the Kafka client blocks; on a secondary instance (``election``) each
 change is forwarded to the primary and answered with the primary's answer, once this
@@ -43,6 +44,7 @@ from strom.services.schema_registry.store import (
     MODES,
     RegistryError,
     config_key,
+    context_of,
     mode_key,
     schema_not_found,
     subject_not_found,
@@ -122,6 +124,7 @@ class RegistryApp:
         r.add_post("/subjects/{subject}", self.lookup)
         r.add_delete("/subjects/{subject}", self.delete_subject)
         r.add_get("/schemas/types", self.types)
+        r.add_get("/contexts", self.contexts)
         r.add_get("/schemas/ids/{id}", self.by_id)
         r.add_get("/schemas/ids/{id}/schema", self.by_id_schema)
         r.add_get("/schemas/ids/{id}/subjects", self.id_subjects)
@@ -215,7 +218,7 @@ class RegistryApp:
         return answer([v.version for v in found])
 
     def _version_body(self, subject: str, entry: Any) -> dict[str, Any]:
-        stored = self.state.schemas[entry.schema_id]
+        stored = self.state.stored(subject, entry.schema_id)
         body: dict[str, Any] = {
             "subject": subject,
             "version": entry.version,
@@ -243,7 +246,7 @@ class RegistryApp:
         subject = request.match_info["subject"]
         with self.log.lock:
             entry = self.state.version(subject, request.match_info["version"])
-            text = self.state.schemas[entry.schema_id].text
+            text = self.state.stored(subject, entry.schema_id).text
         return web.Response(text=text, content_type=CONTENT_TYPE)
 
     async def referenced_by(self, request: web.Request) -> web.Response:
@@ -353,16 +356,29 @@ class RegistryApp:
         return answer(list(TYPES))
 
     def _stored(self, request: web.Request) -> Any:
+        """The schema an id names, in the context of the ``subject`` query parameter (the
+        default context without one)."""
         try:
             schema_id = int(request.match_info["id"])
         except ValueError:
             raise schema_not_found() from None
-        stored = self.state.schemas.get(schema_id)
+        context = context_of(request.query.get("subject"))
+        stored = self.state.schemas.get((context, schema_id))
         if stored is None or not any(
-            v.schema_id == schema_id for vs in self.state.subjects.values() for v in vs.values()
+            v.schema_id == schema_id
+            for subject, vs in self._in_context(context)
+            for v in vs.values()
         ):
             raise RegistryError(404, 40403, "Schema not found")
         return stored
+
+    def _in_context(self, context: str) -> list[tuple[str, Any]]:
+        """(subject, its versions) of every subject in ``context``."""
+        return [(s, vs) for s, vs in self.state.subjects.items() if context_of(s) == context]
+
+    async def contexts(self, request: web.Request) -> web.Response:
+        with self.log.lock:
+            return answer(self.state.contexts())
 
     async def by_id(self, request: web.Request) -> web.Response:
         with self.log.lock:
@@ -388,7 +404,7 @@ class RegistryApp:
             deleted = _flag(request, "deleted")
             names = sorted(
                 s
-                for s, versions in self.state.subjects.items()
+                for s, versions in self._in_context(context_of(request.query.get("subject")))
                 if any(v.schema_id == stored.schema_id and (deleted or not v.deleted)
                        for v in versions.values())
             )  # fmt: skip
@@ -400,7 +416,7 @@ class RegistryApp:
             deleted = _flag(request, "deleted")
             pairs = sorted(
                 (s, v.version)
-                for s, versions in self.state.subjects.items()
+                for s, versions in self._in_context(context_of(request.query.get("subject")))
                 for v in versions.values()
                 if v.schema_id == stored.schema_id and (deleted or not v.deleted)
             )
@@ -500,7 +516,7 @@ class RegistryApp:
             else:
                 level = self.state.level(subject)
                 if version is None:
-                    earlier = [self.state.parsed(v.schema_id) for v in
+                    earlier = [self.state.parsed(subject, v.schema_id) for v in
                                self.state.versions(subject)]  # fmt: skip
                     problems = incompatibilities(level, parsed, earlier)
                 else:
@@ -508,7 +524,7 @@ class RegistryApp:
                     problems = incompatibilities(
                         level.removesuffix("_TRANSITIVE"),
                         parsed,
-                        [self.state.parsed(entry.schema_id)],
+                        [self.state.parsed(subject, entry.schema_id)],
                     )
         result: dict[str, Any] = {"is_compatible": not problems}
         if _flag(request, "verbose"):

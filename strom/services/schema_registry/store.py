@@ -9,7 +9,12 @@ the global compatibility level), MODE (READWRITE, READONLY, IMPORT), DELETE_SUBJ
 the ``RegistryState`` it builds answers every read of the REST API, and the
 ``plan_*`` methods check a change and give the records that make it, which the caller
 writes and waits to see applied (so every instance reading the topic agrees, and ids
-are never reused: a new id is above every id the topic ever held).
+are never reused: a new id is above every id the topic ever held in its context).
+
+Contexts, as Confluent's: a qualified subject ``:.name:subject`` lives in the context
+``.name``, any other in the default context ``.``; each context has its own schema ids
+(the same id may name different schemas in two contexts), so schemas are kept by
+(context, id).
 
 Does not own Kafka I/O (``log``) or HTTP (``app``).
 """
@@ -30,6 +35,16 @@ from strom.services.schema_registry.schemas import (
 )
 
 DEFAULT_LEVEL = "BACKWARD"
+DEFAULT_CONTEXT = "."
+
+
+def context_of(subject: str | None) -> str:
+    """The context of a subject: ``.name`` for ``:.name:subject``, else ``.``."""
+    if subject and subject.startswith(":.") and subject.find(":", 2) > 0:
+        return subject[1 : subject.find(":", 2)]
+    return DEFAULT_CONTEXT
+
+
 MODES = ("READWRITE", "READONLY", "IMPORT")
 
 
@@ -89,13 +104,13 @@ def mode_key(subject: str | None) -> bytes:
 
 class RegistryState:
     def __init__(self) -> None:
-        self.schemas: dict[int, StoredSchema] = {}
+        self.schemas: dict[tuple[str, int], StoredSchema] = {}  # by (context, id)
         self.subjects: dict[str, dict[int, SubjectVersion]] = {}
         self.configs: dict[str | None, str] = {}
         self.normalize: dict[str | None, bool] = {}  # subjects (None: global) that set it
         self.modes: dict[str | None, str] = {}
-        self.max_id = 0
-        self._parsed: dict[int, ParsedSchema] = {}
+        self.max_ids: dict[str, int] = {}  # by context
+        self._parsed: dict[tuple[str, int], ParsedSchema] = {}
 
     # Replay ---------------------------------------------------------------------------
 
@@ -119,9 +134,10 @@ class RegistryState:
                     del self.subjects[subject]
                 return
             schema_id = int(v["id"])
-            self.max_id = max(self.max_id, schema_id)
-            if schema_id not in self.schemas:
-                self.schemas[schema_id] = StoredSchema(
+            context = context_of(subject)
+            self.max_ids[context] = max(self.max_ids.get(context, 0), schema_id)
+            if (context, schema_id) not in self.schemas:
+                self.schemas[(context, schema_id)] = StoredSchema(
                     schema_id,
                     v.get("schemaType") or AVRO,
                     v["schema"],
@@ -148,11 +164,20 @@ class RegistryState:
 
     # Reads ----------------------------------------------------------------------------
 
-    def parsed(self, schema_id: int) -> ParsedSchema:
-        found = self._parsed.get(schema_id)
+    def contexts(self) -> list[str]:
+        return sorted({DEFAULT_CONTEXT} | {context for context, _ in self.schemas})
+
+    def stored(self, subject: str | None, schema_id: int) -> StoredSchema | None:
+        """The schema with ``schema_id`` in the context of ``subject``."""
+        return self.schemas.get((context_of(subject), schema_id))
+
+    def parsed(self, subject: str | None, schema_id: int) -> ParsedSchema:
+        """The parsed schema with ``schema_id`` in the context of ``subject``."""
+        key = (context_of(subject), schema_id)
+        found = self._parsed.get(key)
         if found is None:
-            stored = self.schemas[schema_id]
-            found = self._parsed[schema_id] = parse(
+            stored = self.schemas[key]
+            found = self._parsed[key] = parse(
                 stored.schema_type, stored.text, stored.references, self.resolve(stored.references)
             )
         return found
@@ -166,7 +191,7 @@ class RegistryState:
                 raise RegistryError(
                     422, 42201, f"Invalid schema: reference {ref.subject} v{ref.version} not found"
                 )
-            out[ref.name] = self.schemas[entry.schema_id].text
+            out[ref.name] = self.schemas[(context_of(ref.subject), entry.schema_id)].text
         return out
 
     def subject_names(self, deleted: bool = False) -> list[str]:
@@ -222,24 +247,26 @@ class RegistryState:
         self, subject: str, parsed: ParsedSchema, deleted: bool = False
     ) -> SubjectVersion | None:
         for entry in self.subjects.get(subject, {}).values():
-            if (deleted or not entry.deleted) and self._same(entry.schema_id, parsed):
+            if (deleted or not entry.deleted) and self._same(subject, entry.schema_id, parsed):
                 return entry
         return None
 
-    def _same(self, schema_id: int, parsed: ParsedSchema) -> bool:
-        stored = self.schemas[schema_id]
+    def _same(self, subject: str, schema_id: int, parsed: ParsedSchema) -> bool:
+        stored = self.stored(subject, schema_id)
+        if stored is None:
+            return False
         if stored.schema_type != parsed.schema_type or stored.references != parsed.references:
             return False
         try:
-            return self.parsed(schema_id).canonical == parsed.canonical
+            return self.parsed(subject, schema_id).canonical == parsed.canonical
         except (InvalidSchema, RegistryError):
             return False
 
     # Changes --------------------------------------------------------------------------
 
     def check(self, subject: str, parsed: ParsedSchema) -> list[str]:
-        earlier = [self.parsed(v.schema_id) for v in self.subjects.get(subject, {}).values()
-                   if not v.deleted]  # fmt: skip
+        earlier = [self.parsed(subject, v.schema_id)
+                   for v in self.subjects.get(subject, {}).values() if not v.deleted]  # fmt: skip
         return incompatibilities(self.level(subject), parsed, earlier)
 
     def plan_register(
@@ -260,9 +287,11 @@ class RegistryState:
                 409, 409, "Schema being registered is incompatible with an earlier schema for "
                 f"subject \"{subject}\", details: [{'; '.join(problems)}]"
             )  # fmt: skip
+        context = context_of(subject)
         if schema_id is None:
-            schema_id = next((i for i in self.schemas if self._same(i, parsed)), self.max_id + 1)
-        elif schema_id in self.schemas and not self._same(schema_id, parsed):
+            same = (i for c, i in self.schemas if c == context and self._same(subject, i, parsed))
+            schema_id = next(same, self.max_ids.get(context, 0) + 1)
+        elif (context, schema_id) in self.schemas and not self._same(subject, schema_id, parsed):
             raise RegistryError(
                 422, 42207, f"Overwrite new schema with id {schema_id} is not permitted."
             )
@@ -297,7 +326,7 @@ class RegistryState:
                     "first before being permanently deleted"
                 )  # fmt: skip
             return entry.version, [(schema_key(subject, entry.version), None)]
-        stored = self.schemas[entry.schema_id]
+        stored = self.schemas[(context_of(subject), entry.schema_id)]
         value = {
             "subject": subject, "version": entry.version, "id": entry.schema_id,
             "schema": stored.text, "deleted": True,
