@@ -110,7 +110,6 @@ _PYTHON_TYPES: dict[str, type] = {
 _NO_THROTTLE = Delta(drop=("throttle_time",))
 _PRODUCE_V0_2_REQUEST = {"ProduceRequest": Delta(drop=("transactional_id",))}
 _FETCH_V0_3_PARTITION = Delta(drop=("last_stable_offset", "aborted_transactions"))
-_OFFSET_COMMIT_V0_1_RESPONSE: Deltas = {}
 
 # The differences, from Kafka 3.9's message definitions (field names as kio names them).
 SHAPES: tuple[Shape, ...] = (
@@ -180,7 +179,7 @@ SHAPES: tuple[Shape, ...] = (
                 drop=("generation_id_or_member_epoch", "member_id", "retention_time")
             )
         },
-        _OFFSET_COMMIT_V0_1_RESPONSE,
+        {},
     ),
     Shape(
         8,
@@ -192,7 +191,7 @@ SHAPES: tuple[Shape, ...] = (
                 add=(Added("commit_timestamp", "int64", "committed_offset", -1),)
             ),
         },
-        _OFFSET_COMMIT_V0_1_RESPONSE,
+        {},
     ),
     # OffsetFetch v0: v1's shape (v0 read ZooKeeper-stored offsets in old brokers).
     Shape(9, range(0, 1), 1, {}, {}),
@@ -268,13 +267,15 @@ _BY_VERSION: dict[tuple[int, int], Shape] = {
     (shape.api_key, version): shape for shape in SHAPES for version in shape.versions
 }
 
-LEGACY_VERSIONS: dict[int, range] = {}
-for _shape in SHAPES:
-    _known = LEGACY_VERSIONS.get(_shape.api_key)
-    _low = min(_shape.versions.start, _known.start) if _known else _shape.versions.start
-    _high = max(_shape.versions.stop, _known.stop) if _known else _shape.versions.stop
-    LEGACY_VERSIONS[_shape.api_key] = range(_low, _high)
-del _shape, _known, _low, _high
+
+def _version_ranges() -> dict[int, range]:
+    by_key: dict[int, list[int]] = {}
+    for key, version in _BY_VERSION:
+        by_key.setdefault(key, []).append(version)
+    return {key: range(min(vs), max(vs) + 1) for key, vs in sorted(by_key.items())}
+
+
+LEGACY_VERSIONS: dict[int, range] = _version_ranges()
 
 
 def request_schema(api_key: int, version: int) -> type:
@@ -332,13 +333,11 @@ class _Builder:
             return self.built[name]
         delta = self.deltas.get(name, Delta())
         spec: list[tuple[str, Any, dataclasses.Field]] = []
-        kept = set()
         for f in dataclasses.fields(base):
             if f.metadata.get("tag") is not None:
                 continue  # tagged fields exist in flexible versions only
             if f.name in delta.drop:
                 continue
-            kept.add(f.name)
             spec.append((f.name, self.type_of(f.type), _copy_field(f)))
         missing = set(delta.drop) - {f.name for f in dataclasses.fields(base)}
         if missing:
