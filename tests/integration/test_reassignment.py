@@ -194,8 +194,15 @@ def test_leadership_goes_back_to_the_preferred_replica_by_itself(tmp_path: Path)
         cluster.start_all()
         survivor = _fail_over_from_3(cluster)
         wait_until(lambda: _partition(survivor, "pref").leader == 3, 30, "broker 3 leads again")  # type: ignore[attr-defined]
-        assert "leadership back to the preferred replica: pref-0" in "".join(
-            n.output() for n in cluster.nodes.values()
+        # The controller logs the move once its election is committed, which the brokers
+        # may apply (and show) first.
+        wait_until(
+            lambda: (
+                "leadership back to the preferred replica: pref-0"
+                in "".join(n.output() for n in cluster.nodes.values())
+            ),
+            15,
+            "the move logged",
         )
     except BaseException:
         print(cluster.logs())
