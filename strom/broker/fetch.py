@@ -1,4 +1,4 @@
-"""Fetch (key 1), versions 4-17.
+"""Fetch (key 1), versions 0-17.
 
 Serves stored batch bytes as they are: each partition's data starts with the
 whole batch that holds the fetch offset and continues with whole batches up to
@@ -7,6 +7,16 @@ first partition with data always gets at least one whole batch, however large,
 as Kafka does, so a consumer never stalls on a big batch. Nothing at or above
 the high watermark is returned. Topics are named up to v12 and identified by
 topic id from v13 (UNKNOWN_TOPIC_ID for an id the broker does not know).
+
+Versions 0-3 (clients from before KIP-98) read message sets: the stored batches are
+read exactly as for v4+ and then converted down, v0-1 to magic 0 and v2-3 to magic 1
+(protocol/message_sets.py, Kafka's RecordsUtil.downConvert: transaction markers
+dropped, aborted records sent, as to any read-uncommitted fetcher; headers dropped; a
+compressed batch becomes one wrapper in its codec). Limits apply to the v2 bytes read
+(v0-2 have no request ``max_bytes``); the converted answer holds whole messages up to
+that many bytes, or the first batch's messages whole if they are more; ``min_bytes``
+counts the converted bytes. A zstd batch first in line is UNSUPPORTED_COMPRESSION_TYPE.
+No v4+ fetch converts anything: the version is checked once per response.
 
 Long polling: when less than ``min_bytes`` is available the request waits in
 the purgatory until a produce to one of its partitions, or ``max_wait_ms``.
@@ -47,6 +57,7 @@ from strom.broker.fetch_sessions import SessionPartition, SessionStep, partition
 from strom.broker.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested, nested_if_any
+from strom.protocol.message_sets import MAGIC_V0, MAGIC_V1, MessageSetError, down_convert
 from strom.storage.errors import OffsetOutOfRangeError
 
 
@@ -74,7 +85,7 @@ class _Wanted:
 _WantedTopic = tuple[str | None, uuid.UUID | None, list[_Wanted]]
 
 
-@handles(1, 4, 17)
+@handles(1, 0, 17)
 def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     step = SessionStep()
     if ctx.api_version >= 7:
@@ -224,8 +235,9 @@ def _read(
     topic_type = nested(response_type, "FetchableTopicResponse")
     partition_type = nested(response_type, "PartitionData")
     read_committed = getattr(request, "isolation_level", 0) == 1
-    aborted_type = nested(response_type, "AbortedTransaction")
-    budget = request.max_bytes
+    aborted_type = nested_if_any(response_type, "AbortedTransaction")  # v4+
+    budget = getattr(request, "max_bytes", _NO_RESPONSE_LIMIT)  # v3+
+    down_magic = _down_conversion_magic(ctx.api_version)
     total = 0
     has_error = False
     moved: list[tuple[str, int]] = []  # NOT_LEADER_OR_FOLLOWER: told the leader (KIP-951)
@@ -300,6 +312,11 @@ def _read(
                         error = ErrorCode.offset_out_of_range
                     if total and len(records) > limit:
                         records = b""  # only the first partition may exceed its limits
+                    if records and down_magic is not None:
+                        try:
+                            records = down_convert(records, down_magic, w.offset)
+                        except MessageSetError as exc:
+                            records, error = b"", exc.error_code
                     if records and replica_id >= 0:
                         replicas.leader_sent(partition_log.topic, w.partition, len(records))
                     if records and read_committed and replica_id < 0:
@@ -344,6 +361,16 @@ def _read(
         **extra,
     )
     return response, total, has_error
+
+
+_NO_RESPONSE_LIMIT = 2**31 - 1
+
+
+def _down_conversion_magic(api_version: int) -> int | None:
+    """The message format an old fetch version reads (None: v2 batches as stored)."""
+    if api_version >= 4:
+        return None
+    return MAGIC_V0 if api_version <= 1 else MAGIC_V1
 
 
 def _with_leader_hints(

@@ -1,7 +1,16 @@
-"""Produce (key 0), versions 3-12.
+"""Produce (key 0), versions 0-12.
 
 Each partition's ``records`` are validated as bytes (magic 2, sizes, CRC32C,
 record counts) and appended as they came: compressed batches stay compressed.
+Versions 0-2 may carry a message set of magic 0 or 1 instead (v3+ carry v2 batches
+only: magic 0/1 there is INVALID_RECORD, as Kafka 3.9 answers): it is converted up to
+one v2 batch before anything else (protocol/message_sets.py, Kafka's LogValidator
+rules: the log assigns the offsets, each record keeps its timestamp, -1 in magic 0,
+and a wrapper's codec is kept), so the log holds only v2 batches and everything below
+treats the converted batch like any other. A bad CRC or framing is CORRUPT_MESSAGE,
+a malformed set (mixed magics, nested or misplaced compression, bad wrapper offsets)
+INVALID_RECORD, a message marked LogAppendTime INVALID_TIMESTAMP. Only those
+requests pay for it; a v2 batch in a v0-2 request takes the usual path.
 The broker rewrites base offset and partition leader epoch, and for topics
 with ``message.timestamp.type=LogAppendTime`` the batch timestamp (then the CRC
 is recomputed). There is no per-record work, except on topics that need it: a
@@ -35,7 +44,7 @@ off the event loop and one fsync covers every append made before it
 (group_commit.py); a failed fsync answers KAFKA_STORAGE_ERROR. acks=0 gets no
 response. Errors: UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE (bad CRC or
 framing), MESSAGE_TOO_LARGE (a batch above the topic's max.message.bytes),
-UNSUPPORTED_FOR_MESSAGE_FORMAT (magic 0/1), INVALID_REQUIRED_ACKS,
+INVALID_RECORD (magic 0/1 in v3+), INVALID_REQUIRED_ACKS,
 INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, NOT_ENOUGH_REPLICAS.
 Errors are per partition; a failed partition gets base_offset -1.
 
@@ -84,6 +93,7 @@ from strom.cluster.node_state import TopicView
 from strom.protocol.codecs import CODEC_NAMES
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested, nested_if_any
+from strom.protocol.message_sets import MessageSetError, up_convert
 from strom.protocol.records import (
     BatchHeader,
     BatchTooLargeError,
@@ -105,12 +115,12 @@ UTC = datetime.UTC
 TopicPartition = tuple[str, int]
 
 
-@handles(0, 3, 12)
+@handles(0, 0, 12)
 def handle_produce(ctx: RequestContext, request: Any) -> Any:
     refused: dict[TopicPartition, ErrorCode] = {}
     if authz.authorizer_of(ctx.broker) is not None:
         refused = _unauthorized(ctx, request)
-    if request.transactional_id is not None:
+    if getattr(request, "transactional_id", None) is not None:  # v3+
         unverified = _unverified(ctx, request, refused)
         if unverified:
             return _verify_then_produce(ctx, request, unverified, refused)
@@ -120,7 +130,7 @@ def handle_produce(ctx: RequestContext, request: Any) -> Any:
 def _unauthorized(ctx: RequestContext, request: Any) -> dict[TopicPartition, ErrorCode]:
     """Partitions refused by the ACLs: every one without WRITE on the transactional id
     (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), else those of topics without WRITE."""
-    txn_id = request.transactional_id
+    txn_id = getattr(request, "transactional_id", None)
     every: ErrorCode | None = None
     if txn_id is not None and not authz.allowed(
         ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, txn_id
@@ -329,11 +339,12 @@ def _response(ctx: RequestContext, results: list[tuple[Any, Any, list[list[Any]]
             extra: dict[str, Any] = {}
             if rejected:
                 record_errors, message = rejected[0]
-                errors_type = nested(response_type, "BatchIndexAndErrorMessage")
-                extra["record_errors"] = tuple(
-                    build(errors_type, batch_index=i, batch_index_error_message=text)
-                    for i, text in record_errors
-                )
+                errors_type = nested_if_any(response_type, "BatchIndexAndErrorMessage")  # v8+
+                if errors_type is not None:
+                    extra["record_errors"] = tuple(
+                        build(errors_type, batch_index=i, batch_index_error_message=text)
+                        for i, text in record_errors
+                    )
                 extra["error_message"] = message
             if hint is not None and error == ErrorCode.not_leader_or_follower:
                 extra["current_leader"] = build(
@@ -395,7 +406,10 @@ def _append(
     except BatchTooLargeError:
         return ErrorCode.message_too_large, -1, None, partition_log.log_start_offset
     except UnsupportedMagicError:
-        return ErrorCode.unsupported_for_message_format, -1, None, partition_log.log_start_offset
+        converted = _up_converted(ctx, f"{topic.name}-{partition}", buf, config)
+        if isinstance(converted, ErrorCode):
+            return converted, -1, None, partition_log.log_start_offset
+        buf, headers = converted
     except CorruptBatchError as exc:
         log.info("rejecting batch for %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
         return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
@@ -458,6 +472,29 @@ def _append(
     if metrics is not None:
         metrics.appended(topic.name, headers)
     return ErrorCode.none, base_offset, append_time, partition_log.log_start_offset
+
+
+def _up_converted(
+    ctx: RequestContext,
+    topic_partition: str,
+    records: bytes | bytearray | memoryview,
+    config: Any,
+) -> tuple[bytearray, list[BatchHeader]] | ErrorCode:
+    """Produce v0-2: the message set of magic 0/1 as one v2 batch and its header, or
+    the partition's error."""
+    if ctx.api_version > 2:
+        log.info("refusing magic 0/1 in a Produce v%d from %s", ctx.api_version, ctx.peer)
+        return ErrorCode.invalid_record
+    log_append_time = config.message_timestamp_type == "LogAppendTime"
+    try:
+        buf = bytearray(up_convert(records, log_append_time=log_append_time))
+    except MessageSetError as exc:
+        log.info("rejecting a message set for %s from %s: %s", topic_partition, ctx.peer, exc)
+        return exc.error_code
+    try:
+        return buf, validate_batches(buf, config.max_message_bytes)
+    except BatchTooLargeError:
+        return ErrorCode.message_too_large
 
 
 def _invalid_records(
