@@ -8,10 +8,10 @@ it to find where to truncate. Only the leader answers (NOT_LEADER_OR_FOLLOWER); 
 ``current_leader_epoch`` other than the leader's gets FENCED_LEADER_EPOCH (older) or
 UNKNOWN_LEADER_EPOCH (newer). As Kafka does, an epoch below every one the log knows
 answers itself and the first epoch's start offset; one above every known epoch
-answers epoch -1 and offset -1 (UNDEFINED). Needs DESCRIBE on the topic, or
-CLUSTER_ACTION for a follower (TOPIC_AUTHORIZATION_FAILED). Versions 0-1 carry no
-current leader epoch (nothing is fenced) and v0's answer has no leader epoch, only the
-end offset.
+answers epoch -1 and offset -1 (UNDEFINED). Needs CLUSTER_ACTION on the cluster or
+DESCRIBE on the topic (TOPIC_AUTHORIZATION_FAILED), whoever asks, as Kafka checks it.
+Versions 0-1 carry no current leader epoch (nothing is fenced) and v0's answer has no
+leader epoch, only the end offset.
 """
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     topics = []
     names = {t.topic for t in request.topics}
     allowed = names
-    if authz.authorizer_of(ctx.broker) is not None:
-        if getattr(request, "replica_id", -1) >= 0:  # a follower: CLUSTER_ACTION
-            allowed = names if authz.cluster_allowed(ctx, authz.Op.CLUSTER_ACTION) else set()
-        else:
-            allowed = authz.filter_allowed(ctx, authz.Op.DESCRIBE, authz.TOPIC, names)
+    # As Kafka: CLUSTER_ACTION (what brokers hold, and all v0-2 asked for) allows every
+    # topic, else DESCRIBE per topic (KIP-320's consumers); v0-2 carry no replica id.
+    if authz.authorizer_of(ctx.broker) is not None and not authz.cluster_allowed(
+        ctx, authz.Op.CLUSTER_ACTION
+    ):
+        allowed = authz.filter_allowed(ctx, authz.Op.DESCRIBE, authz.TOPIC, names)
     for topic in request.topics:
         view = state.topic(topic.topic)
         partitions = []
