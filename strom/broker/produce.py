@@ -9,7 +9,8 @@ rules: the log assigns the offsets, each record keeps its timestamp, -1 in magic
 and a wrapper's codec is kept), so the log holds only v2 batches and everything below
 treats the converted batch like any other. A bad CRC or framing is CORRUPT_MESSAGE,
 a malformed set (mixed magics, nested or misplaced compression, bad wrapper offsets)
-INVALID_RECORD, a message marked LogAppendTime INVALID_TIMESTAMP. Only those
+INVALID_RECORD, a message marked LogAppendTime INVALID_TIMESTAMP, a message or the
+converted batch above max.message.bytes MESSAGE_TOO_LARGE. Only those
 requests pay for it; a v2 batch in a v0-2 request takes the usual path.
 The broker rewrites base offset and partition leader epoch, and for topics
 with ``message.timestamp.type=LogAppendTime`` the batch timestamp (then the CRC
@@ -487,7 +488,13 @@ def _up_converted(
         return ErrorCode.invalid_record
     log_append_time = config.message_timestamp_type == "LogAppendTime"
     try:
-        buf = bytearray(up_convert(records, log_append_time=log_append_time))
+        buf = bytearray(
+            up_convert(
+                records,
+                log_append_time=log_append_time,
+                max_message_bytes=config.max_message_bytes,
+            )
+        )
     except MessageSetError as exc:
         log.info("rejecting a message set for %s from %s: %s", topic_partition, ctx.peer, exc)
         return exc.error_code

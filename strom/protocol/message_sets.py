@@ -40,7 +40,9 @@ compressed one, a compressed inner message, an inner magic unlike its wrapper's,
 empty or null wrapper, a zstd wrapper, or a magic 1 wrapper offset below its last inner
 offset is INVALID_RECORD (``InvalidMessageError``); a message marked LogAppendTime on a
 LogAppendTime topic, or one without a timestamp on a CreateTime topic, is
-INVALID_TIMESTAMP (``InvalidTimestampTypeError``). Each error names its Kafka code.
+INVALID_TIMESTAMP (``InvalidTimestampTypeError``); a message (wrapper) larger than the
+topic's max.message.bytes, entry overhead included, is MESSAGE_TOO_LARGE
+(``MessageTooLargeError``). Each error names its Kafka code.
 
 Down-conversion (``down_convert``, for Fetch v0-3): each v2 batch read becomes messages
 of the asked magic, as Kafka's RecordsUtil.downConvert does: control batches (the
@@ -118,6 +120,10 @@ class InvalidMessageError(MessageSetError):
 
 class InvalidTimestampTypeError(MessageSetError):
     error_code = ErrorCode.invalid_timestamp
+
+
+class MessageTooLargeError(MessageSetError):
+    error_code = ErrorCode.message_too_large
 
 
 class UnsupportedCompressionError(MessageSetError):
@@ -248,14 +254,23 @@ def wrapper_records(wrapper: LegacyMessage) -> list[LegacyMessage]:
 # Up-conversion (produce)
 
 
-def up_convert(data: bytes | bytearray | memoryview, *, log_append_time: bool) -> bytes:
+def up_convert(
+    data: bytes | bytearray | memoryview,
+    *,
+    log_append_time: bool,
+    max_message_bytes: int | None = None,
+) -> bytes:
     """The records of the magic 0/1 message set ``data`` as one v2 batch.
 
     ``log_append_time``: the topic's message.timestamp.type is LogAppendTime (the
-    caller stamps the batch on append, as for any batch). Raises a MessageSetError."""
+    caller stamps the batch on append, as for any batch). ``max_message_bytes``: the
+    largest entry (message and its 12 bytes of offset and size) the topic takes.
+    Raises a MessageSetError."""
     messages = read_message_set(data)
     if not messages:
         raise CorruptMessageError("no message in the message set")
+    if max_message_bytes is not None:
+        _check_sizes(data, max_message_bytes)
     magic = messages[0].magic
     if any(m.magic != magic for m in messages):
         raise InvalidMessageError("messages of different magic values in one message set")
@@ -278,6 +293,19 @@ def up_convert(data: bytes | bytearray | memoryview, *, log_append_time: bool) -
         timestamps=[r.timestamp for r in records],
         codec=codec,
     )
+
+
+def _check_sizes(data: bytes | bytearray | memoryview, max_message_bytes: int) -> None:
+    """MessageTooLargeError when an entry of ``data`` (framing already checked) is
+    larger than ``max_message_bytes``, as Kafka checks each shallow message."""
+    pos = 0
+    while pos < len(data):
+        (size,) = _I32.unpack_from(data, pos + 8)
+        if size + LOG_OVERHEAD > max_message_bytes:
+            raise MessageTooLargeError(
+                f"message of {size + LOG_OVERHEAD} bytes exceeds {max_message_bytes}"
+            )
+        pos += size + LOG_OVERHEAD
 
 
 # ---------------------------------------------------------------------------

@@ -183,6 +183,7 @@ def test_produce_v2_log_append_time_topic(broker) -> None:
 def test_bad_message_sets_get_kafka_errors(broker) -> None:
     create_topic(broker.bootstrap, "old-bad", 1)
     create_topic(broker.bootstrap, "old-compacted", 1, {"cleanup.policy": "compact"})
+    create_topic(broker.bootstrap, "old-small", 1, {"max.message.bytes": "200"})
     good = entry(0, message(0, 0, b"k", b"v"))
     corrupt = good[:-1] + bytes([good[-1] ^ 0xFF])
     mixed = good + entry(1, message(1, 0, b"k", b"v", 1))
@@ -191,6 +192,8 @@ def test_bad_message_sets_get_kafka_errors(broker) -> None:
         assert produce(client, 1, "old-bad", mixed)[0] == ErrorCode.invalid_record
         assert produce(client, 3, "old-bad", good)[0] == ErrorCode.invalid_record  # v3: v2 only
         assert produce(client, 0, "old-bad", good)[:2] == (ErrorCode.none, 0)  # nothing else
+        large = entry(0, message(0, 0, None, b"x" * 300))
+        assert produce(client, 1, "old-small", large)[0] == ErrorCode.message_too_large
         # Records refused one by one (a keyless one on a compacted topic): versions
         # without record_errors get the partition's error alone.
         keyless = entry(0, message(1, 0, None, b"v", int(time.time() * 1000)))

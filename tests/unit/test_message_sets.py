@@ -20,6 +20,7 @@ from strom.protocol.message_sets import (
     CorruptMessageError,
     InvalidMessageError,
     InvalidTimestampTypeError,
+    MessageTooLargeError,
     UnsupportedCompressionError,
     down_convert,
     up_convert,
@@ -208,6 +209,15 @@ def test_invalid_message_sets(data):
     with pytest.raises(InvalidMessageError) as raised:
         up_convert(data, log_append_time=False)
     assert raised.value.error_code == ErrorCode.invalid_record
+
+
+def test_messages_above_max_message_bytes():
+    small = entry(0, message(1, 0, None, b"v" * 10, ts=1))
+    large = entry(1, message(1, 0, None, b"v" * 100, ts=1))
+    assert up_convert(small + large, log_append_time=False, max_message_bytes=len(large))
+    with pytest.raises(MessageTooLargeError) as raised:
+        up_convert(small + large, log_append_time=False, max_message_bytes=len(large) - 1)
+    assert raised.value.error_code == ErrorCode.message_too_large
 
 
 def test_uncompressed_log_append_time_message_without_timestamp_is_refused():
