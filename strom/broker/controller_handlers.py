@@ -7,7 +7,7 @@ broker, forwarded as they came: CreateTopics (19) v0-7, DeleteTopics (20) v0-6,
 CreatePartitions (37) v0-3, AlterConfigs (33) v0-2 (a broker turns
 IncrementalAlterConfigs into the full set of overrides it leads to), ElectLeaders (43)
 v0-2, AlterPartitionReassignments (45) v0-1 and ListPartitionReassignments (46) v0; and
-from partition leaders AlterPartition (56) v2-3. Each is decided by
+from partition leaders AlterPartition (56) v0-3. Each is decided by
 the ``QuorumController`` and answered once its records have committed
 (``ControllerService.run``). A node that is not the active controller answers
 NOT_CONTROLLER, which the forwarding side retries.
@@ -368,19 +368,21 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
 # ISR changes -----------------------------------------------------------------------
 
 
-@handles_controller(56, 2, 3)
+@handles_controller(56, 0, 3)
 async def handle_alter_partition(ctx: RequestContext, request: Any) -> Any:
-    """AlterPartition (KIP-497) v2-3 from a partition leader, decided as Kafka does.
+    """AlterPartition (KIP-497) v0-3 from a partition leader, decided as Kafka does.
 
-    Versions 0-1 (topics by name) are gone from Kafka 4 and from kio: v2 names topics by
-    id, v3 sends each ISR member with its broker epoch (KIP-903). A stale broker epoch,
+    Versions 0-1 name topics (Kafka 4 and kio dropped them; legacy_versions builds
+    them), v1 adds the leader recovery state, v2 names topics by id, v3 sends each ISR
+    member with its broker epoch (KIP-903). A stale broker epoch,
     or a node that is not the active controller, is the top-level error with no topics;
     everything else is per partition. A refused partition carries leader -1 and epochs
     -1 where Kafka leaves them 0.
     """
     entries: list[AlterPartitionEntry] = []
     for topic in request.topics:
-        topic_id = topic.topic_id or ZERO_UUID
+        # v0-1 name the topic, v2+ give its id
+        key = (topic.topic_id or ZERO_UUID) if hasattr(topic, "topic_id") else topic.topic_name
         for p in topic.partitions:
             if hasattr(p, "new_isr_with_epochs"):
                 isr = tuple(IsrMember(m.broker_id, m.broker_epoch) for m in p.new_isr_with_epochs)
@@ -388,7 +390,7 @@ async def handle_alter_partition(ctx: RequestContext, request: Any) -> Any:
                 isr = tuple(IsrMember(b) for b in p.new_isr)
             entries.append(
                 AlterPartitionEntry(
-                    topic=topic_id,
+                    topic=key,
                     partition=p.partition_index,
                     leader_epoch=p.leader_epoch,
                     partition_epoch=p.partition_epoch,
@@ -427,7 +429,8 @@ async def handle_alter_partition(ctx: RequestContext, request: Any) -> Any:
         topics.append(
             build(
                 topic_type,
-                topic_id=topic.topic_id,
+                topic_id=getattr(topic, "topic_id", None),
+                topic_name=getattr(topic, "topic_name", None),
                 partitions=tuple(partitions),
             )
         )

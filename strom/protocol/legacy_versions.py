@@ -5,15 +5,17 @@ kio's generated type where kio has that version, else a type built here. Kafka 3
 serves versions down to v0 that kio 0.6.5 (generated from Kafka 4's definitions)
 lacks: Produce v0-2, Fetch v0-3, ListOffsets v0, OffsetCommit v0-1, OffsetFetch v0,
 CreateTopics v0-1, DeleteTopics v0, OffsetForLeaderEpoch v0-1, WriteTxnMarkers v0,
-DescribeAcls, CreateAcls and DeleteAcls v0, DescribeConfigs v0 and DescribeLogDirs v0.
+DescribeAcls, CreateAcls and DeleteAcls v0, DescribeConfigs v0, DescribeLogDirs v0 and
+(between brokers and controllers) AlterPartition v0-1.
 
 How: each missing version is derived from kio's lowest version of the same API
 plus a small table of field differences read from Kafka 3.9's message definitions
 (``clients/src/main/resources/common/message/*.json``): fields that later versions
 added are dropped, fields that later versions removed (ListOffsets v0's
 ``max_num_offsets`` and ``old_style_offsets``, OffsetCommit v1's per-partition
-``commit_timestamp``, DescribeConfigs v0's ``is_default``) are added at their place,
-and the version is not flexible. The result is a frozen dataclass of exactly kio's
+``commit_timestamp``, DescribeConfigs v0's ``is_default``, AlterPartition v0-1's
+``topic_name``) are added at their place, and the version is not flexible (but for
+AlterPartition, flexible from v0). The result is a frozen dataclass of exactly kio's
 shape (``kafka_type`` field metadata, ``__version__``, ``__flexible__``,
 ``__header_schema__``...), so kio's ``entity_reader``/``entity_writer`` and
 ``strom.protocol.encoder.message_writer`` read and write it unchanged, and handlers
@@ -60,7 +62,9 @@ from typing import Any, ClassVar, Union, get_args, get_origin
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.index import api_key_map
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.static.primitive import i8, i16, i32, i64
 
 __all__ = ["LEGACY_VERSIONS", "request_schema", "response_schema"]
@@ -72,7 +76,7 @@ class Added:
 
     name: str
     kafka_type: str  # a key of _PYTHON_TYPES
-    after: str  # the field it follows
+    after: str | None  # the field it follows (None: first)
     default: int | None = None  # None: a required field (an array's default is empty)
     array: bool = False
 
@@ -97,6 +101,7 @@ class Shape:
     base: int
     request: Deltas
     response: Deltas
+    flexible: bool = False
 
 
 _PYTHON_TYPES: dict[str, type] = {
@@ -105,10 +110,13 @@ _PYTHON_TYPES: dict[str, type] = {
     "int32": i32,
     "int64": i64,
     "bool": bool,
+    "string": str,
 }
 
 _NO_THROTTLE = Delta(drop=("throttle_time",))
 _PRODUCE_V0_2_REQUEST = {"ProduceRequest": Delta(drop=("transactional_id",))}
+_BY_NAME = Delta(drop=("topic_id",), add=(Added("topic_name", "string", None),))
+_NO_RECOVERY_STATE = Delta(drop=("leader_recovery_state",))
 _FETCH_V0_3_PARTITION = Delta(drop=("last_stable_offset", "aborted_transactions"))
 
 # The differences, from Kafka 3.9's message definitions (field names as kio names them).
@@ -261,6 +269,17 @@ SHAPES: tuple[Shape, ...] = (
     ),
     # DescribeLogDirs v0: v1's shape.
     Shape(35, range(0, 1), 1, {}, {}),
+    # AlterPartition (controller listener): v0-1 name topics instead of ids (flexible
+    # from v0); v0 has no leader recovery state.
+    Shape(
+        56,
+        range(0, 1),
+        2,
+        {"TopicData": _BY_NAME, "PartitionData": _NO_RECOVERY_STATE},
+        {"TopicData": _BY_NAME, "PartitionData": _NO_RECOVERY_STATE},
+        flexible=True,
+    ),
+    Shape(56, range(1, 2), 2, {"TopicData": _BY_NAME}, {"TopicData": _BY_NAME}, flexible=True),
 )
 
 _BY_VERSION: dict[tuple[int, int], Shape] = {
@@ -299,13 +318,15 @@ def _build(api_key: int, version: int, kind: str) -> type:
     shape = _BY_VERSION[(api_key, version)]
     if kind == "request":
         base = load_request_schema(api_key, shape.base)
-        deltas, header = shape.request, RequestHeaderV1
+        deltas = shape.request
+        header = RequestHeaderV2 if shape.flexible else RequestHeaderV1
     else:
         base = load_response_schema(api_key, shape.base)
-        deltas, header = shape.response, ResponseHeaderV0
+        deltas = shape.response
+        header = ResponseHeaderV1 if shape.flexible else ResponseHeaderV0
     module_name = f"{__name__}.{api_key_map[api_key]}.v{version}.{kind}"
     module = types.ModuleType(module_name, f"{base.__name__} v{version}, from v{shape.base}.")
-    builder = _Builder(module, version, header, deltas)
+    builder = _Builder(module, version, header, deltas, shape.flexible)
     base_module = sys.modules[base.__module__]
     for value in list(vars(base_module).values()):  # every class, used or not, as kio has
         if dataclasses.is_dataclass(value) and value.__module__ == base_module.__name__:
@@ -320,11 +341,14 @@ def _build(api_key: int, version: int, kind: str) -> type:
 class _Builder:
     """Rebuilds the classes of one kio module as another version's."""
 
-    def __init__(self, module: types.ModuleType, version: int, header: type, deltas: Deltas):
+    def __init__(
+        self, module: types.ModuleType, version: int, header: type, deltas: Deltas, flexible: bool
+    ):
         self.module = module
         self.version = version
         self.header = header
         self.deltas = deltas
+        self.flexible = flexible
         self.built: dict[str, type] = {}
 
     def entity(self, base: type) -> type:
@@ -334,7 +358,7 @@ class _Builder:
         delta = self.deltas.get(name, Delta())
         spec: list[tuple[str, Any, dataclasses.Field]] = []
         for f in dataclasses.fields(base):
-            if f.metadata.get("tag") is not None:
+            if f.metadata.get("tag") is not None and not self.flexible:
                 continue  # tagged fields exist in flexible versions only
             if f.name in delta.drop:
                 continue
@@ -343,12 +367,12 @@ class _Builder:
         if missing:
             raise RuntimeError(f"{name} has no field {sorted(missing)} to drop")
         for added in delta.add:
-            at = [n for n, _, _ in spec].index(added.after) + 1
+            at = 0 if added.after is None else [n for n, _, _ in spec].index(added.after) + 1
             spec.insert(at, (added.name, *_added_field(added)))
         namespace = {
             "__type__": base.__type__,
             "__version__": i16(self.version),
-            "__flexible__": False,
+            "__flexible__": self.flexible,
             "__api_key__": base.__api_key__,
             "__header_schema__": self.header,
         }

@@ -443,3 +443,73 @@ def test_a_version_of_unknown_layout_closes_the_connection(broker: BrokerProcess
     with RawClient(broker.port) as raw:
         raw.send_bytes(struct.pack(">ihhi", 10, 3, 99, 1) + b"\x00\x00")  # Metadata v99
         assert raw.is_closed_by_peer()
+
+
+@pytest.fixture(scope="module")
+def controller_node(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[BrokerProcess, int]]:
+    """A single node with a CONTROLLER listener of its own (node id 1)."""
+    process = BrokerProcess(tmp_path_factory.mktemp("old-alter-partition") / "data")
+    controller_port = process.extra_port("CONTROLLER")
+    process.overrides.update(
+        {
+            "node.id": "1",
+            "listeners": (
+                f"PLAINTEXT://127.0.0.1:{process.port},CONTROLLER://127.0.0.1:{controller_port}"
+            ),
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        }
+    )
+    process.start()
+    try:
+        yield process, process.ports["CONTROLLER"]
+    finally:
+        process.stop()
+
+
+def test_alter_partition_v0_and_v1_name_topics(controller_node: tuple[BrokerProcess, int]) -> None:
+    """AlterPartition v0-1 (topics by name) on the controller listener: the current ISR
+    is answered with the partition's state; an unknown name is UNKNOWN_TOPIC_OR_PARTITION."""
+    from kafka_helpers import create_topic
+    from test_alter_partition_wire import metadata_image
+
+    process, controller_port = controller_node
+    create_topic(process.bootstrap, "isr-old", 1)
+    image = metadata_image(process.data_dir)
+    broker, state = image.broker(1), image.topic("isr-old").partitions[0]
+    current = {"leader_epoch": state.leader_epoch, "partition_epoch": state.partition_epoch}
+    with RawClient(controller_port) as raw:
+        for version in (0, 1):
+            m = types(56, version)
+            recovery = {"leader_recovery_state": 0} if version == 1 else {}
+            for name, expected in (
+                ("isr-old", ErrorCode.none),
+                ("no-such-topic", ErrorCode.unknown_topic_or_partition),
+            ):
+                response = raw.request(
+                    m.AlterPartitionRequest(
+                        broker_id=1,
+                        broker_epoch=broker.epoch,
+                        topics=(
+                            m.TopicData(
+                                topic_name=name,
+                                partitions=(
+                                    m.PartitionData(
+                                        partition_index=0, new_isr=(1,), **current, **recovery
+                                    ),
+                                ),
+                            ),
+                        ),
+                    )
+                )
+                assert response.error_code == ErrorCode.none
+                (topic_answer,) = response.topics
+                assert topic_answer.topic_name == name
+                (answer,) = topic_answer.partitions
+                assert answer.error_code == expected, (version, name)
+                if expected == ErrorCode.none:
+                    assert (answer.leader_id, tuple(answer.isr)) == (1, (1,))
+                    assert answer.partition_epoch == state.partition_epoch

@@ -41,6 +41,7 @@ EXPECTED = {
     31: range(0, 1),
     32: range(0, 1),
     35: range(0, 1),
+    56: range(0, 2),
 }
 
 LEGACY = [
@@ -65,7 +66,7 @@ def test_round_trip(key: int, version: int, schema: object, variant: str) -> Non
     message_type = schema(key, version)  # type: ignore[operator]
     assert message_type.__version__ == version
     assert message_type.__api_key__ == key
-    assert not message_type.__flexible__
+    assert message_type.__flexible__ == (key == 56)  # AlterPartition: flexible from v0
     kind = EntityType.request if schema is request_schema else EntityType.response
     assert message_type.__type__ == kind
     value = sample(message_type, variant)
@@ -135,6 +136,15 @@ def test_field_differences_from_kio_lowest_version() -> None:
         "is_sensitive",
     ]
     assert "pattern_type_filter" not in names(request_schema(29, 0))
+    assert names(request_schema(56, 1), "TopicData") == ["topic_name", "partitions"]
+    assert names(request_schema(56, 0), "PartitionData") == [
+        "partition_index",
+        "leader_epoch",
+        "new_isr",
+        "partition_epoch",
+    ]
+    assert request_schema(56, 0).__header_schema__.__version__ == 2
+    assert codec_for(56, 1).flexible_response_header
     assert names(response_schema(23, 0), "EpochEndOffset") == [
         "error_code",
         "partition",
