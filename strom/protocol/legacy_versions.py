@@ -21,10 +21,11 @@ shape (``kafka_type`` field metadata, ``__version__``, ``__flexible__``,
 ``strom.protocol.encoder.message_writer`` read and write it unchanged, and handlers
 build responses with ``framing.build`` as they do for kio's versions.
 
-Why not an older kio: kio 0.5 has the v0 types but lacks the versions Kafka 4 added,
-and two kio releases cannot be installed side by side. Why not generated files: some
-fifty generated classes to review and keep, for a dozen one-line differences. The
-table below is the whole of what differs, next to the code that applies it.
+Why not an older kio: two kio releases cannot be installed side by side, and going
+back would trade the newest versions (and the encoder specialised from kio 0.6's
+schemas) for the oldest. Why not generated files: well over a hundred classes to
+generate, review and keep, for some thirty field-level differences. The table below is
+the whole of what differs, next to the code that applies it.
 
 The types of one (API, version, request or response) live in a module of their own,
 ``strom.protocol.legacy_versions.<api name>.v<N>.<request|response>``, registered in
