@@ -814,7 +814,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         reason = f"unsupported version {version} of API key {api_key}"
         try:
             codec = codec_for(api_key, version)
-        except Exception:  # no layout known for it: nothing can be answered
+        except RuntimeError:  # kio's KioIndexError: no layout known, nothing to answer in
             self._reject(reason)
             return
         try:
