@@ -15,7 +15,8 @@ dropped, aborted records sent, as to any read-uncommitted fetcher; headers dropp
 compressed batch becomes one wrapper in its codec). Limits apply to the v2 bytes read
 (v0-2 have no request ``max_bytes``); the converted answer holds whole messages up to
 that many bytes, or the first batch's messages whole if they are more; ``min_bytes``
-counts the converted bytes. A zstd batch first in line is UNSUPPORTED_COMPRESSION_TYPE.
+counts the converted bytes. A read that converts to nothing (transaction markers only)
+goes on past them. A zstd batch first in line is UNSUPPORTED_COMPRESSION_TYPE.
 No v4+ fetch converts anything: the version is checked once per response.
 
 Long polling: when less than ``min_bytes`` is available the request waits in
@@ -58,6 +59,7 @@ from strom.broker.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested, nested_if_any
 from strom.protocol.message_sets import MAGIC_V0, MAGIC_V1, MessageSetError, down_convert
+from strom.protocol.records import iter_headers
 from strom.storage.errors import OffsetOutOfRangeError
 
 
@@ -313,10 +315,9 @@ def _read(
                     if total and len(records) > limit:
                         records = b""  # only the first partition may exceed its limits
                     if records and down_magic is not None:
-                        try:
-                            records = down_convert(records, down_magic, w.offset)
-                        except MessageSetError as exc:
-                            records, error = b"", exc.error_code
+                        records, error = _down_converted(
+                            partition_log, records, down_magic, w.offset, limit, upper
+                        )
                     if records and replica_id >= 0:
                         replicas.leader_sent(partition_log.topic, w.partition, len(records))
                     if records and read_committed and replica_id < 0:
@@ -371,6 +372,28 @@ def _down_conversion_magic(api_version: int) -> int | None:
     if api_version >= 4:
         return None
     return MAGIC_V0 if api_version <= 1 else MAGIC_V1
+
+
+def _down_converted(
+    partition_log: Any, records: Any, magic: int, offset: int, limit: int, upper: int
+) -> tuple[bytes, ErrorCode]:
+    """The batches read from ``offset`` as a message set of ``magic``, and the error.
+
+    When they convert to nothing (transaction markers only, the read cut short by a
+    small limit), the read goes on after them, below ``upper``: an old fetcher, which
+    cannot know of a marker, would otherwise ask for the same offset again and again."""
+    while records:
+        try:
+            converted = down_convert(records, magic, offset)
+        except MessageSetError as exc:
+            return b"", exc.error_code
+        if converted:
+            return converted, ErrorCode.none
+        offset = max(h.next_offset for h in iter_headers(records))
+        if offset >= upper:
+            return b"", ErrorCode.none
+        records = partition_log.read(offset, max(limit, 1), upper_bound=upper)
+    return b"", ErrorCode.none
 
 
 def _with_leader_hints(

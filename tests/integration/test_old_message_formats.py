@@ -282,6 +282,40 @@ def test_fetch_v3_limits_count_the_bytes_read(broker, written_by_confluent_kafka
         assert fetch(client, 3, topic, 0, max_bytes=10) == (ErrorCode.none, want)
 
 
+def test_old_fetchers_read_uncommitted_without_markers(broker) -> None:
+    """An aborted transaction's records are sent (these versions read uncommitted), the
+    markers never; a read holding only a marker goes on to the records after it."""
+    topic = "old-txn"
+    create_topic(broker.bootstrap, topic, 1)
+    config = {"bootstrap.servers": broker.bootstrap, "transactional.id": "old-txn-producer"}
+    producer = Producer(config)
+    producer.init_transactions(10)
+    for value, commit in ((b"committed", True), (b"aborted", False)):
+        producer.begin_transaction()
+        producer.produce(topic, value=value, partition=0)
+        producer.flush(10)
+        if commit:
+            producer.commit_transaction(10)
+        else:
+            producer.abort_transaction(10)
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    plain.produce(topic, value=b"after", partition=0)
+    assert plain.flush(10) == 0
+    with RawClient(broker.port) as client:
+        batches = stored_batches(client, topic)
+        data = [(h, r) for h, rs in batches if not h.is_control for r in rs]
+        markers = [h.base_offset for h, _ in batches if h.is_control]
+        assert [r.value for _, r in data] == [b"committed", b"aborted", b"after"]
+        assert len(markers) == 2
+        want = [entry(r.offset, message(1, 0, r.key, r.value, r.timestamp)) for _, r in data]
+        assert fetch(client, 3, topic, 0) == (ErrorCode.none, b"".join(want))
+        # From the last marker with a limit that reads only it: the next record comes.
+        assert fetch(client, 3, topic, markers[-1], partition_max_bytes=1) == (
+            ErrorCode.none,
+            want[-1],
+        )
+
+
 @pytest.mark.parametrize(
     ("api_version", "codec"),
     [((0, 9), None), ((0, 9), "gzip"), ((0, 10, 1), None), ((0, 10, 1), "gzip")],
