@@ -269,10 +269,13 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
         results = await _service(ctx).run(lambda c: c.delete_topics(names, ids))
         for index, result in zip(where, results, strict=True):
             name, topic_id = wanted[index]
+            code = result.error_code
+            if code == ErrorCode.topic_deletion_disabled and ctx.api_version < 3:
+                code = ErrorCode.invalid_request  # v0-2 predate the code, as in Kafka
             out[index] = (
                 result.name if result.name is not None else name,
                 result.topic_id or topic_id,
-                result.error_code,
+                code,
                 result.error_message,
             )
     except ControllerError as exc:

@@ -15,6 +15,7 @@ import struct
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -513,3 +514,23 @@ def test_alter_partition_v0_and_v1_name_topics(controller_node: tuple[BrokerProc
                 if expected == ErrorCode.none:
                     assert (answer.leader_id, tuple(answer.isr)) == (1, (1,))
                     assert answer.partition_epoch == state.partition_epoch
+
+
+def test_delete_topics_v0_when_deletion_is_disabled(tmp_path: Path) -> None:
+    """v0-2 predate TOPIC_DELETION_DISABLED: Kafka answers them INVALID_REQUEST."""
+    process = BrokerProcess(tmp_path / "data", {"delete.topic.enable": "false"})
+    process.start()
+    try:
+        with RawClient(process.port) as raw:
+            assert create_topics_v0(raw, "kept", 1).topics[0].error_code == ErrorCode.none
+            for version, expected in (
+                (0, ErrorCode.invalid_request),
+                (3, ErrorCode.topic_deletion_disabled),
+            ):
+                m = types(20, version)
+                response = raw.request(
+                    m.DeleteTopicsRequest(topic_names=("kept",), timeout=seconds(10))
+                )
+                assert [(r.name, r.error_code) for r in response.responses] == [("kept", expected)]
+    finally:
+        process.stop()
