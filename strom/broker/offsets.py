@@ -13,14 +13,14 @@
   committed leader epoch round-trip. A retention time of v2-4 (other than -1) is the
   offsets' expiry, stored as Kafka stores it (offset value version 1); without one
   offsets.retention.minutes applies. A commit timestamp of v1 (other than -1) is
-  stored as the offset's commit time, as Kafka's coordinator does. Version 0 has no
-  generation or member: it commits as generation -1 does (where Kafka kept v0
-  offsets in ZooKeeper, apart from the coordinator's, and KRaft Kafka answered
-  UNSUPPORTED_VERSION); OffsetFetch v0 reads the same offsets as v1. When the
-  group's offsets partition has
-  followers, the answer waits until the commit is replicated to the ISR (the
-  partition's high watermark passes it), as Kafka's acks=all write of offsets does;
-  after offsets.commit.timeout.ms it is COORDINATOR_NOT_AVAILABLE (clients retry).
+  stored as the offset's commit time, as Kafka's coordinator does (the default
+  retention counts from it). Version 0 has no generation or member: it commits as
+  generation -1 does (where Kafka kept v0 offsets in ZooKeeper, apart from the
+  coordinator's, and KRaft Kafka answered UNSUPPORTED_VERSION); OffsetFetch v0 reads
+  the same offsets as v1. When the group's offsets partition has followers, the
+  answer waits until the commit is replicated to the ISR (the partition's high
+  watermark passes it), as Kafka's acks=all write of offsets does; after
+  offsets.commit.timeout.ms it is COORDINATOR_NOT_AVAILABLE (clients retry).
 - OffsetFetch (9), versions 0-10 (several groups per request from v8, topic
   ids from v10): a partition without a committed offset answers offset -1.
   With require_stable (v7+), a partition whose offset an open transaction has

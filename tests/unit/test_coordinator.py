@@ -152,6 +152,35 @@ def test_retention_time_of_a_commit_is_its_expiry_across_a_restart(tmp_path: Pat
     asyncio.run(second_life(committed_at))
 
 
+def test_commit_timestamp_of_offset_commit_v1_is_the_commit_time(tmp_path: Path) -> None:
+    """OffsetCommit v1's per-partition commit timestamp is stored as the commit time
+    (Kafka's coordinator does the same), so the default retention counts from it."""
+    log: list[bytes] = []
+
+    async def run() -> None:
+        controller, coordinator = _coordinator(tmp_path, log)
+        coordinator.start()
+        controller.create_topic("t", 2)
+        now = coordinator.now_ms()
+        coordinator.commit_offsets(
+            "g",
+            [
+                OffsetToCommit("t", 0, 5, -1, None, commit_timestamp_ms=now - 30_000),
+                OffsetToCommit("t", 1, 7, -1, None),
+            ],
+        )
+        stored = coordinator.committed("g")
+        assert stored[("t", 0)].commit_timestamp == now - 30_000
+        assert stored[("t", 1)].commit_timestamp >= now
+        # offsets.retention.minutes is 1 here: the back-dated one expires first.
+        assert coordinator.expire_offsets(now + 45_000) == 1
+        assert set(coordinator.committed("g")) == {("t", 1)}
+        coordinator.stop()
+        controller.shutdown()
+
+    asyncio.run(run())
+
+
 def test_offsets_of_a_deleted_topic_are_forgotten(tmp_path: Path) -> None:
     log: list[bytes] = []
 
