@@ -21,6 +21,13 @@ How a task writes micro-batch ``B`` of query ``Q`` as Spark partition ``P``:
 3. Otherwise the task writes its rows in one transaction that also commits offset ``B``
    for the marker group (``send_offsets_to_transaction``): the records and the marker are
    committed together or not at all.
+4. Just before the commit, the task checks that the JVM that runs it still lives. When
+   that JVM is killed, pyspark's worker (and the daemon that forked it, which sits in a
+   process group of its own) can outlive it, and the worker's input then ends at a
+   message boundary as if every row had been read: committing then would mark the
+   micro-batch done with part of its rows, and the retried task would skip the rest.
+   So a task whose JVM is gone aborts instead (Linux: the nearest ``java`` ancestor,
+   found when the task starts, read from ``/proc``; elsewhere the check is skipped).
 
 Spark's query id is kept in the checkpoint, so it is the same across restarts of a query
 from the same checkpoint (the run id is not); the micro-batch id of a replayed batch is
@@ -36,8 +43,10 @@ checkpoint and split the same way) and deterministic queries over it.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import (
@@ -136,6 +145,37 @@ def already_committed(marker_offset: int, batch_id: int) -> bool:
     return marker_offset >= 0 and marker_offset >= batch_id
 
 
+def _process(pid: int) -> tuple[str, str, int] | None:
+    """(command name, state, parent pid) of a process from ``/proc``; None when unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    name = stat[stat.index("(") + 1 : stat.rindex(")")]
+    state, parent = stat[stat.rindex(")") + 2 :].split()[:2]
+    return name, state, int(parent)
+
+
+def jvm_ancestor() -> int | None:
+    """The pid of the nearest ``java`` process above this one (the JVM that runs this
+    Python worker), or None when there is none or no ``/proc`` to tell."""
+    found = _process(os.getpid())
+    while found is not None and found[2] > 0:
+        pid = found[2]
+        found = _process(pid)
+        if found is not None and found[0] == "java":
+            return pid
+    return None
+
+
+def jvm_alive(pid: int | None) -> bool:
+    """Whether the JVM found by ``jvm_ancestor`` still runs (True when none was found)."""
+    if pid is None:
+        return True
+    found = _process(pid)
+    return found is not None and found[0] == "java" and found[1] not in ("Z", "X")
+
+
 @dataclass
 class TaskOutcome:
     written: int
@@ -154,6 +194,7 @@ class TaskTransaction:
         marker_topic: str,
     ) -> None:
         self.task = task
+        self.jvm = jvm_ancestor()
         self.id = task.transactional_id(prefix)
         self.marker = TopicPartition(marker_topic, MARKER_PARTITION)
         self.producer = Producer({**producer_config, "transactional.id": self.id})
@@ -193,6 +234,11 @@ class TaskTransaction:
                 self.producer.send_offsets_to_transaction(
                     [marker], self.consumer.consumer_group_metadata(), TIMEOUT_S
                 )
+                if not jvm_alive(self.jvm):
+                    raise StromSinkError(
+                        f"{self.id}: the JVM running micro-batch {self.task.batch_id} is gone; "
+                        "its rows may be cut short, so the transaction is aborted"
+                    )
                 self.producer.commit_transaction(TIMEOUT_S)
             except BaseException:
                 self._abort()

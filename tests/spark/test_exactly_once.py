@@ -288,3 +288,20 @@ def test_kill_mid_batch_then_restart(spark, broker, tmp_path: Path) -> None:
     written = _read(broker.bootstrap, sinks[False], "read_uncommitted")
     for p in range(PARTITIONS):
         assert Counter(written[p]) == Counter(every[p]) + Counter(twice[p])
+
+
+def test_a_task_sees_the_jvm_it_runs_in_and_its_death(spark) -> None:
+    """The check before each commit: a Spark task finds the JVM that runs it, and a java
+    process that is gone (or any other process) does not count as alive."""
+    from strom.spark.exactly_once import jvm_alive, jvm_ancestor
+
+    found = spark.sparkContext.parallelize([0], 1).map(lambda _: jvm_ancestor()).collect()
+    assert found[0] is not None and jvm_alive(found[0])
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not jvm_alive(sleeper.pid)  # not a java process
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not jvm_alive(sleeper.pid)  # gone
+    assert jvm_alive(None)  # no JVM found: nothing to check
