@@ -170,6 +170,9 @@ servers=["{broker.bootstrap}"]
 client-profile="strom"
 [httpserver.default]
 address="127.0.0.1:{port}"
+[evaluator.default]
+class-name="caching"
+expire-cache=1
 [storage.default]
 class-name="inmemory"
 workers=2

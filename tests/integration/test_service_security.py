@@ -229,7 +229,8 @@ def test_rest_proxy_produces_avro_through_a_secured_registry(
         assert status == 200
         base = f"{proxy.url}/consumers/{group}/instances/a"
         assert call(
-            base + "/subscription", None, None, "POST", {"topics": [topic]},
+            base + "/assignments", None, None, "POST",
+             {"partitions": [{"topic": topic, "partition": 0}]},
             "application/vnd.kafka.v2+json",
         )[0] == 204  # fmt: skip
         got: list[Any] = []
@@ -268,7 +269,8 @@ def test_rest_proxy_produces_avro_through_a_secured_registry(
             "application/vnd.kafka.v2+json",
         )  # fmt: skip
         base = f"{proxy.url}/consumers/{group}/instances/j"
-        call(base + "/subscription", None, None, "POST", {"topics": [json_topic]},
+        call(base + "/assignments", None, None, "POST",
+             {"partitions": [{"topic": json_topic, "partition": 0}]},
              "application/vnd.kafka.v2+json")  # fmt: skip
         got = []
         deadline = time.monotonic() + 60
@@ -313,7 +315,8 @@ def test_rest_proxy_produces_avro_through_a_secured_registry(
             "application/vnd.kafka.v2+json",
         )  # fmt: skip
         base = f"{proxy.url}/consumers/{group}/instances/p"
-        call(base + "/subscription", None, None, "POST", {"topics": [proto_topic]},
+        call(base + "/assignments", None, None, "POST",
+             {"partitions": [{"topic": proto_topic, "partition": 0}]},
              "application/vnd.kafka.v2+json")  # fmt: skip
         got = []
         deadline = time.monotonic() + 60
