@@ -8,7 +8,7 @@ fault-injecting TCP proxy (``fault_proxy``): the nodes advertise the proxy's por
 the other nodes (replica fetches, Raft, heartbeats, forwarding) and from the clients,
 goes through its proxy.
 
-The nemesis, for about 45 s, sleeps 1-2 s, picks a broker and a fault at random, holds
+The nemesis, for about 35 s, sleeps 1-2 s, picks a broker and a fault at random, holds
 it for 1-3 s and heals it, one fault at a time (so a majority of the quorum and of every
 ISR is always within reach); it notes the leaders and ISRs a client sees before the
 fault and just before healing it:
@@ -79,7 +79,7 @@ from fault_proxy import FaultProxy, ProxyHub
 from kafka_helpers import wait_until
 
 SEED = int(os.environ.get("STROM_NEMESIS_SEED", "1122"))
-NEMESIS_S = 45.0
+NEMESIS_S = 35.0  # about a dozen faults
 TOPIC = "nemesis"
 PARTITIONS = 3
 PRODUCERS = 2

@@ -334,15 +334,17 @@ def test_kafka_python_speaking_old_versions(broker, api_version, codec) -> None:
     producer.close()
     want = [(i, b"k%d" % i, b"v%d" % i) for i in range(5)]
     consumer = KafkaConsumer(
-        bootstrap_servers=broker.bootstrap,
-        api_version=api_version,
-        enable_auto_commit=False,
-        consumer_timeout_ms=3000,
+        bootstrap_servers=broker.bootstrap, api_version=api_version, enable_auto_commit=False
     )
     partition = KpTopicPartition(topic, 0)
     consumer.assign([partition])
     consumer.seek(partition, 0)
-    got = list(consumer)
+    got: list = []
+    deadline = time.monotonic() + 30
+    while len(got) < len(want) and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            got += records
+    got += [r for records in consumer.poll(timeout_ms=200).values() for r in records]  # extras
     consumer.close()
     assert [(r.offset, r.key, r.value) for r in got] == want
     if api_version == (0, 9):
