@@ -1166,17 +1166,28 @@ def parse_listener(spec: str, key: str = "listeners") -> Listener:
     return Listener(name.upper(), host.strip("[]"), port)
 
 
-_ADMIN_LISTENER = re.compile(r"^http://(\[[^\]]*\]|[^:/\[\]]*):([^/]*)/?$")
+_HTTP_LISTENER = re.compile(r"^(https?)://(\[[^\]]*\]|[^:/\[\]]*):([^/]*)/?$")
+
+
+def parse_http_listener(
+    spec: str, key: str = "", schemes: tuple[str, ...] = ("http",)
+) -> tuple[str, str, int]:
+    """(scheme, host, port) of an HTTP listener, ``SCHEME://HOST:PORT`` with one of
+    ``schemes`` (an empty host: every interface); ``key`` names the setting in errors."""
+    prefix = f"{key}: " if key else ""
+    match = _HTTP_LISTENER.match(spec.strip())
+    if match is None or match.group(1) not in schemes:
+        shapes = " or ".join(f"{scheme}://HOST:PORT" for scheme in schemes)
+        raise ConfigError(f"{prefix}{spec!r} is not {shapes} (e.g. http://127.0.0.1:9644)")
+    port = _parse_port(match.group(3), f"{prefix}{spec!r} has no valid port")
+    return match.group(1), match.group(2).strip("[]") or "0.0.0.0", port
 
 
 def parse_admin_listener(spec: str, key: str = "admin.listeners") -> tuple[str, int]:
     """(host, port) of an HTTP listener setting (``admin.listeners`` and the embedded
-    services'), ``http://HOST:PORT`` (an empty host: every interface)."""
-    match = _ADMIN_LISTENER.match(spec.strip())
-    if match is None:
-        raise ConfigError(f"{key}: {spec!r} is not http://HOST:PORT (e.g. http://127.0.0.1:9644)")
-    port = _parse_port(match.group(2), f"{key}: {spec!r} has no valid port")
-    return match.group(1).strip("[]") or "0.0.0.0", port
+    services'), ``http://HOST:PORT``."""
+    _, host, port = parse_http_listener(spec, key)
+    return host, port
 
 
 def parse_host_port(entry: str, key: str) -> tuple[str, int]:

@@ -30,7 +30,6 @@ import binascii
 import hashlib
 import hmac
 import json
-import re
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -38,9 +37,9 @@ from typing import Any
 
 from aiohttp import web
 
+from strom.config import ConfigError, parse_http_listener
 from strom.security.tls import TlsConfigError, TlsSettings, client_context, server_context
 
-_LISTENER = re.compile(r"^(https?)://(\[[^\]]*\]|[^:/\[\]]*):([^/]*)/?$")
 _CLIENT_AUTHENTICATION = {"NONE": "none", "REQUESTED": "requested", "REQUIRED": "required"}
 KNOWN_KEYS = frozenset(
     {
@@ -88,18 +87,10 @@ class ListenerUrl:
 
 def parse_listener(spec: str) -> ListenerUrl:
     """``http://HOST:PORT`` or ``https://HOST:PORT`` (an empty host: every interface)."""
-    match = _LISTENER.match(spec.strip())
-    if match is None:
-        raise HttpSecurityError(
-            f"{spec!r} is not http://HOST:PORT or https://HOST:PORT (e.g. http://127.0.0.1:8081)"
-        )
     try:
-        port = int(match.group(3))
-        if not 0 <= port <= 65535:
-            raise ValueError
-    except ValueError:
-        raise HttpSecurityError(f"{spec!r}: port must be 0-65535") from None
-    return ListenerUrl(match.group(1), match.group(2).strip("[]") or "0.0.0.0", port)
+        return ListenerUrl(*parse_http_listener(spec, schemes=("http", "https")))
+    except ConfigError as exc:
+        raise HttpSecurityError(str(exc)) from None
 
 
 @dataclass(frozen=True)
