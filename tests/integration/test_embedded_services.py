@@ -23,10 +23,11 @@ from typing import Any
 
 import pytest
 from broker_process import BrokerProcess
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from kafka_helpers import consume_all
 
 ORDER = {
     "type": "record",
@@ -54,17 +55,6 @@ def post(url: str, body: Any, content_type: str) -> tuple[int, Any]:
     )
     with urllib.request.urlopen(request, timeout=60) as response:
         return response.status, json.loads(response.read())
-
-
-def read_values(broker: BrokerProcess, topic: str, count: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": uuid.uuid4().hex})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(values) < count and time.monotonic() < deadline:
-        values += [m.value() for m in consumer.consume(100, 0.5) if m.error() is None]
-    consumer.close()
-    return values
 
 
 def test_registry_and_proxy_inside_the_broker(tmp_path: Path) -> None:
@@ -96,7 +86,7 @@ def test_registry_and_proxy_inside_the_broker(tmp_path: Path) -> None:
         )
         assert status == 200 and body["value_schema_id"] == schema_id, body
         deserialize = AvroDeserializer(registry)
-        values = [deserialize(v, context) for v in read_values(broker, topic, 6)]
+        values = [deserialize(m.value(), context) for m in consume_all(broker.bootstrap, topic, 6)]
         assert values == [*sent, {"id": "r", "qty": 9}]
 
         # kill -9 and a restart: the same schema under the same id, read from _schemas.

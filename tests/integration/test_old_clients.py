@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from broker_process import BrokerProcess, free_port
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from kafka_helpers import consume_all, create_topic
 
 GO_SOURCES = Path(__file__).resolve().parent.parent / "go"
 GOPATH = "/usr/share/gocode"
@@ -96,13 +96,7 @@ def test_kafka_go_021(go_clients: dict[str, Path], broker: BrokerProcess) -> Non
     assert seen["partition"] == expected
     assert seen["group"] == expected
     # What it wrote is in the log as any client reads it.
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": uuid.uuid4().hex})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    records: list[tuple[bytes, bytes]] = []
-    deadline = time.monotonic() + 30
-    while len(records) < 20 and time.monotonic() < deadline:
-        records += [(m.key(), m.value()) for m in consumer.consume(100, 0.5) if not m.error()]
-    consumer.close()
+    records = [(m.key(), m.value()) for m in consume_all(broker.bootstrap, topic, 20)]
     assert records == [(f"k{i}".encode(), f"v{i}".encode()) for i in range(20)]
     assert committed(broker, group, topic, 1) == {0: 20}
     no_handler_failures(broker)
@@ -223,8 +217,7 @@ def wait_for_lag(burrow: str, group: str, expected: dict[int, int]) -> dict[str,
 
 def test_burrow_reports_a_groups_lag_exactly(burrow: str, broker: BrokerProcess) -> None:
     topic, group = f"lag-{uuid.uuid4().hex[:6]}", f"burrow-g-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(15)
+    create_topic(broker.bootstrap, topic, 2)
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     for i in range(50):
         producer.produce(topic, f"v{i}".encode(), partition=i % 2)

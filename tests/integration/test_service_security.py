@@ -28,12 +28,11 @@ from typing import Any
 
 import pytest
 from broker_process import BrokerProcess, free_port
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from kafka_helpers import consume_all, create_topic
 from tls_certs import make_ca
 
 ORDER = {
@@ -183,8 +182,7 @@ def test_rest_proxy_produces_avro_through_a_secured_registry(
         f"schema.registry.ssl.ca.location={pki['ca']}\n"
     )
     topic = f"avro-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    create_topic(broker.bootstrap, topic, 1)
     proxy = Service(
         "rest-proxy", broker, f"http://127.0.0.1:{free_port()}",
         "--schema-registry-url", registries[0].url, "--config", str(proxy_config),
@@ -206,47 +204,18 @@ def test_rest_proxy_produces_avro_through_a_secured_registry(
              "ssl.ca.location": str(pki["ca"])}
         )  # fmt: skip
         deserialize = AvroDeserializer(registry)
-        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": uuid.uuid4().hex})
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        values: list[Any] = []
-        deadline = time.monotonic() + 30
-        while len(values) < 10 and time.monotonic() < deadline:
-            for message in consumer.consume(100, 0.5):
-                assert message.error() is None
-                assert int.from_bytes(message.value()[1:5], "big") == schema_id
-                context = SerializationContext(topic, MessageField.VALUE)
-                values.append(deserialize(message.value(), context))
-        consumer.close()
-        assert values == [r["value"] for r in records]
+        context = SerializationContext(topic, MessageField.VALUE)
+        raw = [m.value() for m in consume_all(broker.bootstrap, topic, 10)]
+        assert all(int.from_bytes(v[1:5], "big") == schema_id for v in raw)
+        assert [deserialize(v, context) for v in raw] == [r["value"] for r in records]
 
         # An Avro consumer instance of the proxy reads them back as JSON.
-        group = f"g-{uuid.uuid4().hex[:6]}"
-        status, _, _ = call(
-            f"{proxy.url}/consumers/{group}", None, None, "POST",
-            {"name": "a", "format": "avro", "auto.offset.reset": "earliest"},
-            "application/vnd.kafka.v2+json",
-        )  # fmt: skip
-        assert status == 200
-        base = f"{proxy.url}/consumers/{group}/instances/a"
-        assert call(
-            base + "/assignments", None, None, "POST",
-             {"partitions": [{"topic": topic, "partition": 0}]},
-            "application/vnd.kafka.v2+json",
-        )[0] == 204  # fmt: skip
-        got: list[Any] = []
-        deadline = time.monotonic() + 60
-        while len(got) < 10 and time.monotonic() < deadline:
-            status, _, batch = call(
-                base + "/records?timeout=1000", None, None,
-                content_type="application/vnd.kafka.avro.v2+json",
-            )  # fmt: skip
-            assert status == 200, batch
-            got += batch
+        got = read_through_instance(proxy.url, "avro", topic, 10)
         assert [r["value"] for r in got] == [r["value"] for r in records]
 
         # JSON Schema records: validated, written in the wire format, read back.
         json_topic = f"js-{uuid.uuid4().hex[:6]}"
-        admin.create_topics([NewTopic(json_topic, 1, 1)])[json_topic].result(15)
+        create_topic(broker.bootstrap, json_topic, 1)
         order_schema = {
             "type": "object",
             "properties": {"id": {"type": "string"}, "qty": {"type": "integer"}},
@@ -262,31 +231,13 @@ def test_rest_proxy_produces_avro_through_a_secured_registry(
             f"{proxy.url}/topics/{json_topic}", None, None, "POST", bad, JSONSCHEMA_V2
         )
         assert status == 422 and body["error_code"] == 42203, body
-        group = f"js-{uuid.uuid4().hex[:6]}"
-        call(
-            f"{proxy.url}/consumers/{group}", None, None, "POST",
-            {"name": "j", "format": "jsonschema", "auto.offset.reset": "earliest"},
-            "application/vnd.kafka.v2+json",
-        )  # fmt: skip
-        base = f"{proxy.url}/consumers/{group}/instances/j"
-        call(base + "/assignments", None, None, "POST",
-             {"partitions": [{"topic": json_topic, "partition": 0}]},
-             "application/vnd.kafka.v2+json")  # fmt: skip
-        got = []
-        deadline = time.monotonic() + 60
-        while len(got) < 10 and time.monotonic() < deadline:
-            status, headers, batch = call(
-                base + "/records?timeout=1000", None, None, content_type=JSONSCHEMA_V2
-            )
-            assert status == 200, batch
-            assert headers["Content-Type"].startswith(JSONSCHEMA_V2)
-            got += batch
+        got = read_through_instance(proxy.url, "jsonschema", json_topic, 10)
         assert [r["value"] for r in got] == [r["value"] for r in records]
 
         # Protobuf records: a .proto schema, then its id; the bytes are Confluent's wire
         # format (checked here with a class built from a descriptor, not by the proxy).
         proto_topic = f"pb-{uuid.uuid4().hex[:6]}"
-        admin.create_topics([NewTopic(proto_topic, 1, 1)])[proto_topic].result(15)
+        create_topic(broker.bootstrap, proto_topic, 1)
         order_proto = (
             'syntax = "proto3"; package shop; message Order { string id = 1; int32 qty = 2; }'
         )
@@ -304,27 +255,11 @@ def test_rest_proxy_produces_avro_through_a_secured_registry(
         order_class = message_class_of(
             "Order", [("id", 1, "TYPE_STRING"), ("qty", 2, "TYPE_INT32")]
         )
-        raw = read_raw(broker, proto_topic, 10)
+        raw = [m.value() for m in consume_all(broker.bootstrap, proto_topic, 10)]
         assert all(v[:6] == b"\x00" + proto_id.to_bytes(4, "big") + b"\x00" for v in raw)
         decoded = [order_class.FromString(v[6:]) for v in raw]
         assert [(m.id, m.qty) for m in decoded] == [(f"o{i}", i) for i in range(10)]
-        group = f"pb-{uuid.uuid4().hex[:6]}"
-        call(
-            f"{proxy.url}/consumers/{group}", None, None, "POST",
-            {"name": "p", "format": "protobuf", "auto.offset.reset": "earliest"},
-            "application/vnd.kafka.v2+json",
-        )  # fmt: skip
-        base = f"{proxy.url}/consumers/{group}/instances/p"
-        call(base + "/assignments", None, None, "POST",
-             {"partitions": [{"topic": proto_topic, "partition": 0}]},
-             "application/vnd.kafka.v2+json")  # fmt: skip
-        got = []
-        deadline = time.monotonic() + 60
-        while len(got) < 10 and time.monotonic() < deadline:
-            status, _, batch = call(base + "/records?timeout=1000", None, None,
-                                    content_type=PROTOBUF_V2)  # fmt: skip
-            assert status == 200, batch
-            got += batch
+        got = read_through_instance(proxy.url, "protobuf", proto_topic, 10)
         assert [r["value"] for r in got] == [r["value"] for r in records]
         status, _, body = call(
             f"{proxy.url}/topics/{proto_topic}", None, None, "POST",
@@ -350,15 +285,29 @@ def message_class_of(name: str, fields: list[tuple[str, int, str]]) -> Any:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"shop.{name}"))
 
 
-def read_raw(broker: BrokerProcess, topic: str, count: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": uuid.uuid4().hex})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(values) < count and time.monotonic() < deadline:
-        values += [m.value() for m in consumer.consume(100, 0.5) if m.error() is None]
-    consumer.close()
-    return values
+def read_through_instance(proxy_url: str, form: str, topic: str, count: int) -> list[Any]:
+    """``count`` records of ``topic`` read through a new v2 consumer instance of format
+    ``form``, assigned partition 0; each answer has that format's content type."""
+    v2 = "application/vnd.kafka.v2+json"
+    content_type = f"application/vnd.kafka.{form}.v2+json"
+    group = f"{form}-{uuid.uuid4().hex[:6]}"
+    status, _, _ = call(
+        f"{proxy_url}/consumers/{group}", None, None, "POST",
+        {"name": "c", "format": form, "auto.offset.reset": "earliest"}, v2,
+    )  # fmt: skip
+    assert status == 200
+    base = f"{proxy_url}/consumers/{group}/instances/c"
+    assigned = {"partitions": [{"topic": topic, "partition": 0}]}
+    assert call(base + "/assignments", None, None, "POST", assigned, v2)[0] == 204
+    got: list[Any] = []
+    deadline = time.monotonic() + 60
+    while len(got) < count and time.monotonic() < deadline:
+        status, headers, batch = call(base + "/records?timeout=1000", None, None,
+                                      content_type=content_type)  # fmt: skip
+        assert status == 200, batch
+        assert headers["Content-Type"].startswith(content_type)
+        got += batch
+    return got
 
 
 @pytest.mark.parametrize(
