@@ -1,4 +1,5 @@
-"""Shared fixtures: a real broker process per test module, and per test when asked."""
+"""Shared fixtures: a real broker process per test module, and per test when asked; and
+the grouping that lets ``./dev test`` run the suite on two pytest-xdist workers."""
 
 from __future__ import annotations
 
@@ -12,6 +13,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from broker_process import BrokerProcess  # noqa: E402
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Group the tests for ``--dist loadgroup``: a module's tests run on one worker, so its
+    module-scoped broker starts once, and every Spark test runs on one worker, so one
+    SparkSession (and one standalone cluster) serves them all. Without xdist the marks do
+    nothing."""
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        group = "spark" if module.startswith("tests/spark/") else module
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)
