@@ -1,5 +1,5 @@
 """Shared fixtures: a real broker process per test module, and per test when asked; and
-the grouping that lets ``./dev test`` run the suite on two pytest-xdist workers."""
+how ``./dev test`` shares the suite between two pytest-xdist workers."""
 
 from __future__ import annotations
 
@@ -15,15 +15,22 @@ sys.path.insert(0, str(Path(__file__).parent))
 from broker_process import BrokerProcess  # noqa: E402
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Group the tests for ``--dist loadgroup``: a module's tests run on one worker, so its
-    module-scoped broker starts once, and every Spark test runs on one worker, so one
-    SparkSession (and one standalone cluster) serves them all. Without xdist the marks do
-    nothing."""
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        group = "spark" if module.startswith("tests/spark/") else module
-        item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """How ``./dev test`` shares the tests between its pytest-xdist workers: a module's
+    tests go to one worker, so its module-scoped broker starts once, and every Spark test
+    to one worker, so one SparkSession (and one standalone cluster) serves them all.
+
+    A scheduler of our own rather than ``--dist loadgroup`` marks: xdist 3.8 groups by a
+    suffix it writes into ``item._nodeid``, which pytest 9 no longer reads."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleAndSparkScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "spark" if module.startswith("tests/spark/") else module
+
+    return ModuleAndSparkScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)

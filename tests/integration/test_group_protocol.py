@@ -63,8 +63,14 @@ OVERRIDES = {
 
 @pytest.fixture(scope="module")
 def raw_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker whose ``__consumer_offsets`` exists: the raw clients of these tests send
+    group requests without the FindCoordinator a client sends first, which creates it."""
     process = BrokerProcess(tmp_path_factory.mktemp("rawgroups") / "data", OVERRIDES)
     process.start()
+    client = RawClient(process.port)
+    found = client.request(FindCoordinatorRequest(key_type=0, coordinator_keys=("any",)))
+    client.close()
+    assert found.coordinators[0].error_code == ErrorCode.none, found
     yield process
     if process.alive():
         process.stop()
@@ -567,7 +573,7 @@ def test_offset_delete_refuses_subscribed_topics(raw_broker) -> None:
     member = join(client, group).member_id
     joined = join(client, group, member, metadata=_subscription("od-sub"))
     sync(client, group, member, joined.generation_id, {member: b""})
-    client.request(
+    committed = client.request(
         OffsetCommitRequest(
             group_id=group,
             generation_id_or_member_epoch=joined.generation_id,
@@ -589,6 +595,7 @@ def test_offset_delete_refuses_subscribed_topics(raw_broker) -> None:
             ),
         )
     )
+    assert [t.partitions[0].error_code for t in committed.topics] == [ErrorCode.none] * 2
 
     def delete(group_id: str) -> object:
         return client.request(

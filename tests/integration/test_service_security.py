@@ -136,10 +136,18 @@ def test_registries_over_tls_with_basic_auth(
         }
     )
     schema_id = client.register_schema(subject, Schema(json.dumps(ORDER), "AVRO"))
-    # Both instances answer it; a change sent to each (one forwards it to the primary
-    # over TLS with the caller's credentials) gets one id per schema.
+    # Both instances answer it (the secondary once it has read the primary's record from
+    # _schemas); a change sent to each (one forwards it to the primary over TLS with the
+    # caller's credentials) gets one id per schema.
     for service in registries:
-        status, _, body = call(f"{service.url}/schemas/ids/{schema_id}", pki["ca"], "carol:secret")
+        deadline = time.monotonic() + 30
+        while True:
+            status, _, body = call(
+                f"{service.url}/schemas/ids/{schema_id}", pki["ca"], "carol:secret"
+            )
+            if status != 404 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert status == 200 and json.loads(body["schema"])["name"] == "Order", body
     ids = set()
     for i, service in enumerate(registries):
