@@ -32,7 +32,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from kafka_helpers import consume_all, create_topic
+from kafka_helpers import consume_all, create_topic, wait_until
 from tls_certs import make_ca
 
 ORDER = {
@@ -140,14 +140,11 @@ def test_registries_over_tls_with_basic_auth(
     # _schemas); a change sent to each (one forwards it to the primary over TLS with the
     # caller's credentials) gets one id per schema.
     for service in registries:
-        deadline = time.monotonic() + 30
-        while True:
-            status, _, body = call(
-                f"{service.url}/schemas/ids/{schema_id}", pki["ca"], "carol:secret"
-            )
-            if status != 404 or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+        url = f"{service.url}/schemas/ids/{schema_id}"
+        wait_until(
+            lambda url=url: call(url, pki["ca"], "carol:secret")[0] != 404, 30, f"{url} found"
+        )
+        status, _, body = call(url, pki["ca"], "carol:secret")
         assert status == 200 and json.loads(body["schema"])["name"] == "Order", body
     ids = set()
     for i, service in enumerate(registries):
