@@ -1,64 +1,75 @@
 """A partition leader's request to change its ISR: AlterPartition to the active controller.
 
-Owns building AlterPartition (v3, KIP-497 with KIP-903's broker epochs) from this
-broker's view of the partition (its leader epoch and partition epoch, the new ISR with
-each member's registered broker epoch) and sending it through the controller channel.
-The change itself arrives, like every other, as a committed PartitionChangeRecord.
+Owns building AlterPartition (v3, KIP-497 with KIP-903's broker epochs) from an
+``IsrChange`` the leader's replication state decided (the new ISR with the broker
+epoch each member's fetches carried, the partition epoch the change was built on),
+sending it through the controller channel, and reading the controller's answer: the
+ISR and partition epoch it committed, or its error code. The change also arrives, like
+every other, as a committed PartitionChangeRecord.
 
-Does not own when to ask (``replication``) or what the controller decides.
+Does not own when to ask or what an answer means for the high watermark
+(``strom.replication.leader``), or what the controller decides.
 """
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kio.schema.alter_partition.v3 import request as alter
 
+from strom.cluster.partition_change import LEADER_RECOVERED
 from strom.protocol.errors import ErrorCode
+from strom.replication.leader import IsrChange
 
 if TYPE_CHECKING:
     from strom.broker.server import Broker
-    from strom.cluster.image import PartitionState
-    from strom.cluster.node_state import TopicView
 
 
 class IsrChangeRefused(Exception):
     """The controller answered AlterPartition with an error."""
 
+    def __init__(self, error_code: ErrorCode) -> None:
+        super().__init__(error_code.name)
+        self.error_code = error_code
+
+
+@dataclass(frozen=True)
+class IsrChangeMade:
+    isr: tuple[int, ...]
+    partition_epoch: int
+
 
 async def send_alter_partition(
     broker: Broker,
-    topic: TopicView,
+    topic_id: uuid.UUID,
     partition: int,
-    state: PartitionState,
-    isr: list[int],
+    leader_epoch: int,
+    change: IsrChange,
+    leader_recovery_state: int,
     timeout_s: float,
-    *,
-    leader_recovery_state: int | None = None,
-) -> None:
-    brokers = broker.state.image.brokers
+) -> IsrChangeMade:
+    """Ask for ``change``; what the controller committed, or IsrChangeRefused."""
     lifecycle = broker.lifecycle
     request = alter.AlterPartitionRequest(
         broker_id=broker.node_id,
         broker_epoch=lifecycle.broker_epoch if lifecycle is not None else -1,
         topics=(
             alter.TopicData(
-                topic_id=topic.topic_id,
+                topic_id=topic_id,
                 partitions=(
                     alter.PartitionData(
                         partition_index=partition,
-                        leader_epoch=state.leader_epoch,
+                        leader_epoch=leader_epoch,
                         new_isr_with_epochs=tuple(
-                            alter.BrokerState(
-                                broker_id=member,
-                                broker_epoch=brokers[member].epoch if member in brokers else -1,
-                            )
-                            for member in isr
+                            alter.BrokerState(broker_id=member, broker_epoch=epoch)
+                            for member, epoch in change.members
                         ),
-                        leader_recovery_state=state.leader_recovery_state
-                        if leader_recovery_state is None
+                        leader_recovery_state=LEADER_RECOVERED
+                        if change.recovered
                         else leader_recovery_state,
-                        partition_epoch=state.partition_epoch,
+                        partition_epoch=change.partition_epoch,
                     ),
                 ),
             ),
@@ -66,8 +77,10 @@ async def send_alter_partition(
     )
     response = await broker.controller_channel.call(request, timeout_s)
     if response.error_code != ErrorCode.none:
-        raise IsrChangeRefused(response.error_code.name)
+        raise IsrChangeRefused(response.error_code)
     for topic_result in response.topics:
         for result in topic_result.partitions:
             if result.error_code != ErrorCode.none:
-                raise IsrChangeRefused(result.error_code.name)
+                raise IsrChangeRefused(result.error_code)
+            return IsrChangeMade(tuple(result.isr), result.partition_epoch)
+    raise IsrChangeRefused(ErrorCode.unknown_server_error)

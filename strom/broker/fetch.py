@@ -224,6 +224,12 @@ def replica_id_of(request: Any) -> int:
     return getattr(request, "replica_id", -1)
 
 
+def replica_epoch_of(request: Any) -> int:
+    """The fetching replica's broker epoch (v15+, KIP-903); -1 when not sent."""
+    state = getattr(request, "replica_state", None)
+    return state.replica_epoch if state is not None else -1
+
+
 def _read(
     ctx: RequestContext,
     request: Any,
@@ -296,7 +302,11 @@ def _read(
                 else:
                     if replica_id >= 0:
                         replicas.follower_fetched(
-                            partition_log.topic, w.partition, replica_id, w.offset
+                            partition_log.topic,
+                            w.partition,
+                            replica_id,
+                            w.offset,
+                            replica_epoch_of(request),
                         )
                         high_watermark = partition_log.high_watermark
                         last_stable = partition_log.last_stable_offset

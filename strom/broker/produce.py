@@ -394,7 +394,11 @@ def _append(
     if state is None or state.leader != ctx.broker.node_id:
         return ErrorCode.not_leader_or_follower, -1, None, -1
     replicated = len(state.replicas) > 1
-    if acks == -1 and replicated and len(state.isr) < _min_insync_replicas(ctx, topic):
+    if (
+        acks == -1
+        and replicated
+        and len(state.isr) < ctx.broker.replicas.min_insync_replicas(topic.name)
+    ):
         return ErrorCode.not_enough_replicas, -1, None, partition_log.log_start_offset
     config = partition_log.config
     if not records:
@@ -574,8 +578,3 @@ def _invalid_records(
 
 
 _LONG_MAX = 2**63 - 1
-
-
-def _min_insync_replicas(ctx: RequestContext, topic: TopicView) -> int:
-    value = topic.configs.get("min.insync.replicas")
-    return int(value) if value is not None else int(ctx.broker.config["min.insync.replicas"])

@@ -36,7 +36,6 @@ import asyncio
 import datetime
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.fetch.v17 import request as fetch_req
@@ -44,12 +43,14 @@ from kio.schema.fetch.v17 import request as fetch_req
 from strom.broker.common import stop_task
 from strom.broker.peer_client import PeerConnection, PeerError
 from strom.cluster.image import NO_LEADER
-from strom.cluster.partition_change import LEADER_RECOVERED, LEADER_RECOVERING
+from strom.cluster.partition_change import LEADER_RECOVERING
 from strom.config import LONG_MAX, TOPIC_CONFIGS, ConfigError, throttled
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC
 from strom.coordinator.transaction_log import TRANSACTION_TOPIC
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import CorruptBatchError, validate_batches
+from strom.replication import follower
+from strom.replication.leader import IsrChange, PartitionLeader
 
 if TYPE_CHECKING:
     from strom.broker.server import Broker
@@ -65,23 +66,6 @@ ALTER_ISR_TIMEOUT_S = 5.0
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-@dataclass
-class FollowerProgress:
-    """What the leader knows of one follower of one partition."""
-
-    log_end_offset: int = -1
-    last_fetch_ms: int = 0
-    # When the follower last had everything the leader had (Kafka's lastCaughtUpTimeMs).
-    last_caught_up_ms: int = field(default_factory=_now_ms)
-
-
-@dataclass
-class LeaderState:
-    leader_epoch: int
-    followers: dict[int, FollowerProgress]
-    isr_change_pending: bool = False
 
 
 class ReplicationQuota:
@@ -127,11 +111,12 @@ class ReplicaManager:
         self.lag_time_max_ms = int(config["replica.lag.time.max.ms"])
         self.fetchers_per_leader = max(1, int(config["num.replica.fetchers"]))
         self.roles: dict[PartitionKey, tuple[int, int]] = {}  # (leader, leader epoch)
-        self.leading: dict[PartitionKey, LeaderState] = {}
+        self.leading: dict[PartitionKey, PartitionLeader] = {}
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}  # (leader, fetcher #)
         self.leader_quota = ReplicationQuota(config, "leader.replication.throttled.rate")
         self.follower_quota = ReplicationQuota(config, "follower.replication.throttled.rate")
         self._isr_task: asyncio.Task[None] | None = None
+        self._isr_changes: set[asyncio.Task[None]] = set()  # AlterPartitions in flight
         self._strays_checked = False
 
     def start(self) -> None:
@@ -141,6 +126,8 @@ class ReplicaManager:
     async def stop(self) -> None:
         if self._isr_task is not None:
             self._isr_task.cancel()
+        for task in list(self._isr_changes):
+            task.cancel()
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
         self.fetchers.clear()
@@ -160,9 +147,15 @@ class ReplicaManager:
                 seen.add(key)
                 role = (partition.leader, partition.leader_epoch)
                 if self.roles.get(key) == role:
-                    if key in self.leading:
-                        self._forget_departed_followers(key, partition)
+                    leader = self.leading.get(key)
+                    if leader is not None and leader.committed(
+                        partition.replicas,
+                        partition.isr,
+                        partition.partition_epoch,
+                        recovering=partition.leader_recovery_state == LEADER_RECOVERING,
+                    ):
                         self.maybe_advance_high_watermark(key)
+                        self.maybe_change_isr(key)
                     continue
                 self.roles[key] = role
                 if partition.leader == self.node_id:
@@ -198,14 +191,16 @@ class ReplicaManager:
         partition_log = self.state.partition_log(*key)
         if partition_log is not None:
             partition_log.assign_epoch(partition.leader_epoch)
-        now = _now_ms()
-        self.leading[key] = LeaderState(
+        self.leading[key] = PartitionLeader.elected(
+            self.node_id,
             partition.leader_epoch,
-            {
-                r: FollowerProgress(last_caught_up_ms=now)
-                for r in partition.replicas
-                if r != self.node_id
-            },
+            partition.replicas,
+            partition.isr,
+            partition.partition_epoch,
+            partition_log.log_end_offset if partition_log is not None else 0,
+            _now_ms(),
+            self.lag_time_max_ms,
+            recovering=partition.leader_recovery_state == LEADER_RECOVERING,
         )
         log.info(
             "leader of %s-%d at epoch %d (ISR %s)",
@@ -228,7 +223,7 @@ class ReplicaManager:
                 key[1],
                 end,
             )
-            self._request_isr_change(key)  # reports the recovery (see _alter_isr)
+        self.maybe_change_isr(key)  # an unclean election's leader reports its recovery
 
     def _coordinators_lose(self, key: PartitionKey) -> None:
         """This broker no longer leads ``key``: a coordinator whose state lives there
@@ -237,15 +232,6 @@ class ReplicaManager:
             self.broker.coordinator.unload_partition(key[1])
         elif key[0] == TRANSACTION_TOPIC:
             self.broker.transactions.unload_partition(key[1])
-
-    def _forget_departed_followers(self, key: PartitionKey, partition: PartitionState) -> None:
-        leading = self.leading[key]
-        for replica in list(leading.followers):
-            if replica not in partition.replicas:
-                del leading.followers[replica]
-        for replica in partition.replicas:
-            if replica != self.node_id and replica not in leading.followers:
-                leading.followers[replica] = FollowerProgress()
 
     def _become_follower(self, key: PartitionKey, partition: PartitionState) -> None:
         self.leading.pop(key, None)
@@ -294,30 +280,41 @@ class ReplicaManager:
         state = view.states.get(partition) if view is not None else None
         return state is not None and len(state.replicas) > 1
 
-    def isr(self, key: PartitionKey) -> tuple[int, ...]:
-        view = self.state.topics.get(key[0])
-        state = view.states.get(key[1]) if view is not None else None
-        return state.isr if state is not None else ()
+    def min_insync_replicas(self, topic: str) -> int:
+        """``min.insync.replicas`` of ``topic`` (its own setting, else the broker's)."""
+        view = self.state.topics.get(topic)
+        value = view.configs.get("min.insync.replicas") if view is not None else None
+        return int(value) if value is not None else int(self.broker.config["min.insync.replicas"])
+
+    def _eligible(self, broker_id: int, fetched_epoch: int) -> bool:
+        """Whether ``broker_id`` may be an ISR member (Kafka's isReplicaIsrEligible):
+        registered, unfenced, not shutting down, and fetching with the broker epoch its
+        registration has (KIP-903: a broker that restarted must be known again first)."""
+        registration = self.state.image.brokers.get(broker_id)
+        if registration is None or not registration.active:
+            return False
+        return fetched_epoch < 0 or fetched_epoch == registration.epoch
 
     def follower_fetched(
-        self, topic: str, partition: int, replica_id: int, fetch_offset: int
+        self,
+        topic: str,
+        partition: int,
+        replica_id: int,
+        fetch_offset: int,
+        broker_epoch: int = -1,
     ) -> None:
         """A follower asked for ``fetch_offset``: it holds everything below it."""
         key = (topic, partition)
-        leading = self.leading.get(key)
-        if leading is None:
-            return
-        progress = leading.followers.setdefault(replica_id, FollowerProgress())
-        now = _now_ms()
-        progress.log_end_offset = fetch_offset
-        progress.last_fetch_ms = now
+        leader = self.leading.get(key)
         partition_log = self.state.partition_log(topic, partition)
-        if partition_log is not None and fetch_offset >= partition_log.log_end_offset:
-            progress.last_caught_up_ms = now
-        self.maybe_advance_high_watermark(key)
-        if replica_id not in self.isr(key) and partition_log is not None:
-            if fetch_offset >= partition_log.high_watermark:
-                self._request_isr_change(key, add=replica_id)
+        if leader is None or partition_log is None:
+            return
+        now = _now_ms()
+        if leader.follower_fetched(
+            replica_id, fetch_offset, broker_epoch, partition_log.log_end_offset, now
+        ):
+            self.maybe_advance_high_watermark(key, now)
+            self.maybe_change_isr(key, now)
 
     def appended(self, topic: str, partition: int) -> None:
         """The leader appended to ``topic``-``partition`` (not through Produce): the high
@@ -325,32 +322,42 @@ class ReplicaManager:
         self.maybe_advance_high_watermark((topic, partition))
         self.broker.purgatory.notify(topic, partition)
 
+    def leader_of(self, key: PartitionKey, leader_epoch: int) -> PartitionLeader | None:
+        """This broker's replication state for ``key`` while it leads in ``leader_epoch``."""
+        leader = self.leading.get(key)
+        return leader if leader is not None and leader.leader_epoch == leader_epoch else None
+
     def acknowledged(
         self, key: PartitionKey, end_offset: int, leader_epoch: int, partition_log: Any
     ) -> ErrorCode | None:
-        """Whether a leader's append ending at ``end_offset`` in ``leader_epoch`` is
-        replicated: ErrorCode.none once the high watermark has passed it while this
-        broker still leads in that epoch (the same log), NOT_LEADER_OR_FOLLOWER as soon as
-        it does not (the append may be truncated away, whatever the high watermark says
+        """Whether a leader's acks=all append ending at ``end_offset`` in
+        ``leader_epoch`` is done: NONE once the high watermark has passed it while this
+        broker still leads in that epoch (the same log) and the ISR still has
+        ``min.insync.replicas`` members, NOT_ENOUGH_REPLICAS_AFTER_APPEND when it has
+        fewer then, NOT_LEADER_OR_FOLLOWER as soon as this broker does not lead in that
+        epoch (the append may be truncated away, whatever the high watermark says
         then), None while it waits."""
         view = self.state.topics.get(key[0])
         state = view.states.get(key[1]) if view is not None else None
+        leader = self.leader_of(key, leader_epoch)
         if (
             state is None
+            or leader is None
             or state.leader != self.node_id
             or state.leader_epoch != leader_epoch
             or self.state.partition_log(*key) is not partition_log
         ):
             return ErrorCode.not_leader_or_follower
-        if partition_log.high_watermark >= end_offset:
-            return ErrorCode.none
-        return None
+        return leader.acks_outcome(
+            end_offset, partition_log.high_watermark, self.min_insync_replicas(key[0])
+        )
 
     async def wait_for_high_watermark(
         self, key: PartitionKey, offset: int, leader_epoch: int, timeout_s: float
     ) -> bool:
         """Wait until the leader's append to ``key`` ending at ``offset`` in
-        ``leader_epoch`` is replicated; False after the timeout or once leadership moved."""
+        ``leader_epoch`` is acknowledged (``acknowledged``); False after the timeout,
+        once leadership moved, or when the ISR fell below ``min.insync.replicas``."""
         partition_log = self.state.partition_log(*key)
         deadline = time.monotonic() + timeout_s
         while True:
@@ -362,18 +369,17 @@ class ReplicaManager:
                 return False
             await self.broker.purgatory.wait([key], remaining)
 
-    def maybe_advance_high_watermark(self, key: PartitionKey) -> None:
-        """High watermark = the smallest log end offset in the ISR (the leader's own too)."""
+    def maybe_advance_high_watermark(self, key: PartitionKey, now_ms: int | None = None) -> None:
+        """Move the high watermark to what the maximal ISR holds (``PartitionLeader``)."""
         partition_log = self.state.partition_log(*key)
-        leading = self.leading.get(key)
-        if partition_log is None or leading is None:
+        leader = self.leading.get(key)
+        if partition_log is None or leader is None:
             return
-        candidate = partition_log.log_end_offset
-        for replica in self.isr(key):
-            if replica == self.node_id:
-                continue
-            progress = leading.followers.get(replica)
-            candidate = min(candidate, progress.log_end_offset if progress else -1)
+        candidate = leader.high_watermark(
+            partition_log.log_end_offset,
+            _now_ms() if now_ms is None else now_ms,
+            self._eligible,
+        )
         if candidate > partition_log.high_watermark:
             partition_log.set_high_watermark(candidate)
             self.broker.purgatory.notify(*key)
@@ -382,79 +388,84 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(ISR_CHECK_S)
             try:
-                self._shrink_lagging()
+                now = _now_ms()
+                for key in list(self.leading):
+                    self.maybe_advance_high_watermark(key, now)
+                    self.maybe_change_isr(key, now)
             except Exception:
                 log.exception("ISR check failed")
 
-    def _shrink_lagging(self) -> None:
-        now = _now_ms()
-        for key, leading in list(self.leading.items()):
-            isr = self.isr(key)
-            for replica in isr:
-                if replica == self.node_id:
-                    continue
-                progress = leading.followers.get(replica)
-                caught_up = progress.last_caught_up_ms if progress else 0
-                if now - caught_up > self.lag_time_max_ms:
-                    self._request_isr_change(key, remove=replica)
-                    break
-
-    def _request_isr_change(
-        self,
-        key: PartitionKey,
-        *,
-        add: int | None = None,
-        remove: int | None = None,
-    ) -> None:
-        leading = self.leading.get(key)
-        if leading is None or leading.isr_change_pending:
+    def maybe_change_isr(self, key: PartitionKey, now_ms: int | None = None) -> None:
+        """Ask the controller for the ISR change the leader's state wants, if any."""
+        leader = self.leading.get(key)
+        partition_log = self.state.partition_log(*key)
+        if leader is None or partition_log is None:
             return
-        leading.isr_change_pending = True
-        task = asyncio.get_running_loop().create_task(self._alter_isr(key, add, remove))
-        task.add_done_callback(lambda _: setattr(leading, "isr_change_pending", False))
-
-    async def _alter_isr(self, key: PartitionKey, add: int | None, remove: int | None) -> None:
-        from strom.broker.alter_partition import send_alter_partition
-
-        view = self.state.topics.get(key[0])
-        state = view.states.get(key[1]) if view is not None else None
-        if view is None or state is None or state.leader != self.node_id:
-            return
-        if state.leader_recovery_state == LEADER_RECOVERING:
-            # KIP-704: the leader of an unclean election reports itself recovered, alone
-            # in the ISR; followers join afterwards.
-            try:
-                await send_alter_partition(
-                    self.broker,
-                    view,
-                    key[1],
-                    state,
-                    [self.node_id],
-                    ALTER_ISR_TIMEOUT_S,
-                    leader_recovery_state=LEADER_RECOVERED,
-                )
-            except Exception as exc:
-                log.info("%s-%d: recovery not reported: %s", key[0], key[1], exc)
-                await asyncio.sleep(FETCH_BACKOFF_S)
-            return
-        isr = [r for r in state.isr if r != remove]
-        if add is not None and add not in isr:
-            isr.append(add)
-        log.info(
-            "%s-%d: asking the controller for ISR %s (was %s)", key[0], key[1], isr, list(state.isr)
+        lifecycle = self.broker.lifecycle
+        change = leader.next_isr_change(
+            partition_log.log_end_offset,
+            partition_log.high_watermark,
+            _now_ms() if now_ms is None else now_ms,
+            self._eligible,
+            lifecycle.broker_epoch if lifecycle is not None else -1,
         )
-        try:
-            await send_alter_partition(self.broker, view, key[1], state, isr, ALTER_ISR_TIMEOUT_S)
-        except Exception as exc:
-            log.info("%s-%d: ISR change not made: %s", key[0], key[1], exc)
+        if change is not None:
+            task = asyncio.get_running_loop().create_task(self._alter_isr(key, leader, change))
+            self._isr_changes.add(task)
+            task.add_done_callback(self._isr_changes.discard)
+
+    async def _alter_isr(
+        self, key: PartitionKey, leader: PartitionLeader, change: IsrChange
+    ) -> None:
+        """Send ``change`` until it is settled: answered, refused for good, or made moot by
+        a newer state of the partition (``PartitionLeader.refused``)."""
+        from strom.broker.alter_partition import (
+            IsrChangeRefused,
+            send_alter_partition,
+        )
+
+        if change.recovered:
+            log.info("%s-%d: reporting the leader recovered (ISR %s)", *key, list(change.isr))
+        else:
+            log.info(
+                "%s-%d: asking the controller for ISR %s (was %s)",
+                *key,
+                list(change.isr),
+                list(change.committed_isr),
+            )
+        while self.leading.get(key) is leader and leader.pending is change:
+            view = self.state.topics.get(key[0])
+            state = view.states.get(key[1]) if view is not None else None
+            if view is None or state is None:
+                return
+            try:
+                made = await send_alter_partition(
+                    self.broker,
+                    view.topic_id,
+                    key[1],
+                    leader.leader_epoch,
+                    change,
+                    state.leader_recovery_state,
+                    ALTER_ISR_TIMEOUT_S,
+                )
+            except IsrChangeRefused as exc:
+                retry = leader.refused(change, exc.error_code)
+                log.info("%s-%d: ISR change refused: %s", *key, exc.error_code.name)
+            except Exception as exc:
+                retry = leader.refused(change, None)
+                log.info("%s-%d: ISR change not answered: %s", *key, exc)
+            else:
+                leader.answered(change, made.isr, made.partition_epoch)
+                metrics = self.broker.metrics
+                if metrics is not None:
+                    metrics.isr_shrinks += bool(change.removed)
+                    metrics.isr_expands += bool(change.added)
+                self.maybe_advance_high_watermark(key)
+                self.maybe_change_isr(key)
+                return
+            if not retry:
+                return
             await asyncio.sleep(FETCH_BACKOFF_S)
-            return
-        metrics = self.broker.metrics
-        if metrics is not None:
-            if remove is not None:
-                metrics.isr_shrinks += 1
-            if add is not None:
-                metrics.isr_expands += 1
 
 
 class ReplicaFetcher:
@@ -643,19 +654,19 @@ class ReplicaFetcher:
             return False
         diverging = part.diverging_epoch
         if diverging is not None and diverging.epoch >= 0:
-            # Kafka's rule: truncate to the smaller of the leader's end offset for that
-            # epoch and ours (for the same epoch, or the largest one below it).
-            _, ours_end = partition_log.end_offset_for_epoch(diverging.epoch)
-            end = diverging.end_offset if ours_end < 0 else min(diverging.end_offset, ours_end)
-            end = max(end, partition_log.log_start_offset)
+            cut = follower.on_diverging_epoch(
+                diverging.end_offset,
+                partition_log.end_offset_for_epoch(diverging.epoch),
+                partition_log.log_start_offset,
+            )
             log.info(
                 "%s-%d: the leader's log diverges at epoch %d: truncating to %d",
                 key[0],
                 key[1],
                 diverging.epoch,
-                end,
+                cut.offset,
             )
-            partition_log.truncate_to(end)
+            partition_log.truncate_to(cut.offset)
             return True
         records = part.records
         if records:
@@ -674,14 +685,9 @@ class ReplicaFetcher:
 
     @staticmethod
     def _out_of_range(key: PartitionKey, partition_log: Any, leader_log_start: int) -> None:
-        """The leader has nothing at our log end: its log starts past it (retention), or
-        it knows none of our epochs. Start over at its log start, or keep only what was
-        committed (below our high watermark) and fetch on from there."""
+        """The leader has nothing at our log end (``follower.on_out_of_range``)."""
         end = partition_log.log_end_offset
-        if leader_log_start > end:
-            target = leader_log_start
-        else:
-            target = partition_log.high_watermark
+        cut = follower.on_out_of_range(leader_log_start, end, partition_log.high_watermark)
         log.warning(
             "%s-%d: offset %d is out of the leader's range (its log starts at %d): "
             "truncating to %d",
@@ -689,9 +695,9 @@ class ReplicaFetcher:
             key[1],
             end,
             leader_log_start,
-            target,
+            cut.offset,
         )
-        if target > end:
-            partition_log.truncate_fully_and_start_at(target)
+        if cut.start_over:
+            partition_log.truncate_fully_and_start_at(cut.offset)
         else:
-            partition_log.truncate_to(target)
+            partition_log.truncate_to(cut.offset)

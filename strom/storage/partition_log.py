@@ -707,8 +707,13 @@ class PartitionLog:
         """Remove everything at and above ``offset`` (a whole batch when ``offset`` is
         inside it), durably: the files are cut and fsynced before this returns. The
         high watermark, recovery point, epoch cache and producer state follow. An
-        offset at or below the log start empties the log and restarts it there."""
+        offset at or below the log start empties the log and restarts it there.
+
+        At or past the log end no record goes, but epoch entries starting at or past
+        ``offset`` still do (as Kafka's truncateTo): a leader deposed before its first
+        append keeps an entry for its empty epoch that its new leader never had."""
         if offset >= self.log_end_offset:
+            self.epochs.truncate_from_end(offset)
             return
         interval = self.config.index_interval_bytes
         if offset <= self.log_start_offset:

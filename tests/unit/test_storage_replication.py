@@ -313,3 +313,22 @@ def test_an_empty_logs_epoch_is_written_with_its_first_flush(tmp_path, handles):
     assert LeaderEpochCache.read(tmp_path / "p").entries() == [(3, 0)]
     append(plog, batch(1), leader_epoch=5)  # a log with data: written at once
     assert LeaderEpochCache.read(tmp_path / "p").entries() == [(3, 0), (5, 2)]
+
+
+def test_a_leader_deposed_before_its_first_append_drops_its_empty_epoch(tmp_path, handles):
+    # Leader in epoch 2 with 3 records, re-elected in epoch 4, deposed before appending.
+    plog = open_log(tmp_path / "events-0", handles)
+    append(plog, batch(3), leader_epoch=2)
+    plog.assign_epoch(4)
+    assert plog.latest_epoch == 4 and plog.log_end_offset == 3
+    # Its new leader (epoch 5) never had epoch 4: it ends epoch 2 at 3. The follower
+    # cuts at its own end: no record goes, but the empty epoch must, or its next fetch
+    # would ask with epoch 4 again, for ever.
+    plog.truncate_to(3)
+    assert plog.log_end_offset == 3
+    assert plog.latest_epoch == 2
+    assert plog.end_offset_for_epoch(2) == (2, 3)
+    plog.close()
+    reopened = open_log(tmp_path / "events-0", handles)
+    assert reopened.latest_epoch == 2  # the file says so too
+    reopened.close()
