@@ -60,6 +60,7 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested, nested_if_any
 from strom.protocol.message_sets import MAGIC_V0, MAGIC_V1, MessageSetError, down_convert
 from strom.protocol.records import iter_headers
+from strom.replication.leader import diverging_epoch
 from strom.storage.errors import OffsetOutOfRangeError
 
 
@@ -286,7 +287,9 @@ def _read(
                 last_stable = partition_log.last_stable_offset
                 log_start = partition_log.log_start_offset
                 limit = min(w.max_bytes, budget)
-                diverging = _diverging_epoch(partition_log, w)
+                diverging = diverging_epoch(
+                    w.last_fetched_epoch, w.offset, partition_log.end_offset_for_epoch
+                )
                 # A follower reads up to the log end; consumers up to the high watermark,
                 # or to the last stable offset when they read committed data only.
                 if replica_id >= 0:
@@ -453,19 +456,6 @@ def _check_leader_epoch(controller: Any, partition_log: Any, w: _Wanted) -> Erro
     if w.current_leader_epoch > ours:
         return ErrorCode.unknown_leader_epoch
     return None
-
-
-def _diverging_epoch(partition_log: Any, w: _Wanted) -> Any:
-    """KIP-320: where the fetcher's log stops agreeing with this one, or None.
-
-    The fetcher's last fetched epoch must end at or after its fetch offset here;
-    otherwise it is told this log's end of that epoch (or of the largest epoch below)."""
-    if w.last_fetched_epoch < 0:
-        return None
-    epoch, end = partition_log.end_offset_for_epoch(w.last_fetched_epoch)
-    if epoch == w.last_fetched_epoch and end >= w.offset:
-        return None
-    return epoch, end
 
 
 def _diverging_field(partition_type: type, diverging: tuple[int, int] | None) -> dict[str, Any]:

@@ -654,11 +654,7 @@ class ReplicaFetcher:
             return False
         diverging = part.diverging_epoch
         if diverging is not None and diverging.epoch >= 0:
-            cut = follower.on_diverging_epoch(
-                diverging.end_offset,
-                partition_log.end_offset_for_epoch(diverging.epoch),
-                partition_log.log_start_offset,
-            )
+            cut = follower.diverged(partition_log, diverging.epoch, diverging.end_offset)
             log.info(
                 "%s-%d: the leader's log diverges at epoch %d: truncating to %d",
                 key[0],
@@ -666,7 +662,6 @@ class ReplicaFetcher:
                 diverging.epoch,
                 cut.offset,
             )
-            partition_log.truncate_to(cut.offset)
             return True
         records = part.records
         if records:
@@ -678,26 +673,19 @@ class ReplicaFetcher:
                 return False
             if headers and headers[0].base_offset == partition_log.log_end_offset:
                 partition_log.append_as_follower(buf, headers)
-        high_watermark = min(part.high_watermark, partition_log.log_end_offset)
-        if high_watermark > partition_log.high_watermark:
-            partition_log.set_high_watermark(high_watermark)
+        follower.take_high_watermark(partition_log, part.high_watermark)
         return True
 
     @staticmethod
     def _out_of_range(key: PartitionKey, partition_log: Any, leader_log_start: int) -> None:
-        """The leader has nothing at our log end (``follower.on_out_of_range``)."""
+        """The leader has nothing at our log end (``follower.out_of_range``)."""
         end = partition_log.log_end_offset
-        cut = follower.on_out_of_range(leader_log_start, end, partition_log.high_watermark)
+        cut = follower.out_of_range(partition_log, leader_log_start)
         log.warning(
-            "%s-%d: offset %d is out of the leader's range (its log starts at %d): "
-            "truncating to %d",
+            "%s-%d: offset %d is out of the leader's range (its log starts at %d): truncated to %d",
             key[0],
             key[1],
             end,
             leader_log_start,
             cut.offset,
         )
-        if cut.start_over:
-            partition_log.truncate_fully_and_start_at(cut.offset)
-        else:
-            partition_log.truncate_to(cut.offset)

@@ -17,9 +17,12 @@ Owns, for one partition this broker leads in one leader epoch:
   followers that are caught up and may join (Kafka's maybeIncrementLeaderHW); it never
   moves back (the caller keeps the larger of the two);
 - which ISR change to ask for next: a follower at or past the high watermark and the
-  start of this leader epoch, eligible (registered, unfenced, not shutting down, and
-  fetching with the broker epoch the metadata has for it) joins, one at a time;
-  followers not caught up within ``replica.lag.time.max.ms`` leave, together. One
+  start of this leader epoch, caught up within ``replica.lag.time.max.ms`` (so that it
+  is not removed again at the next check: a follower that reaches the high watermark
+  but never keeps up does not go in and out of the ISR), eligible (registered,
+  unfenced, not shutting down, and fetching with the broker epoch the metadata has for
+  it) joins, one at a time; followers not caught up within ``replica.lag.time.max.ms``
+  leave, together. One
   change is in flight at a time. A leader elected uncleanly first reports itself
   recovered, alone in the ISR (KIP-704);
 - what became of a change: an answer makes its ISR the committed one; a refusal the
@@ -272,6 +275,7 @@ class PartitionLeader:
                 follower is not None
                 and follower.log_end_offset >= high_watermark
                 and follower.log_end_offset >= self.epoch_start_offset
+                and follower.caught_up(leader_log_end, now_ms, self.lag_time_max_ms)
                 and eligible(replica, follower.broker_epoch)
             ):
                 return self._propose((*self.isr, replica), local_broker_epoch)
@@ -320,3 +324,21 @@ class PartitionLeader:
         if len(self.isr) < min_insync_replicas:
             return ErrorCode.not_enough_replicas_after_append
         return ErrorCode.none
+
+
+def diverging_epoch(
+    last_fetched_epoch: int,
+    fetch_offset: int,
+    end_offset_for_epoch: Callable[[int], tuple[int, int]],
+) -> tuple[int, int] | None:
+    """KIP-320, on the leader: where a fetcher's log stops agreeing with the leader's, as
+    (epoch, end offset), or None when it agrees. The fetcher's last fetched epoch must
+    end at or after its fetch offset here; otherwise it is told the leader's end of that
+    epoch (or of the largest epoch below it; (-1, -1) when the leader has none at or
+    below it: OFFSET_OUT_OF_RANGE)."""
+    if last_fetched_epoch < 0:
+        return None
+    epoch, end = end_offset_for_epoch(last_fetched_epoch)
+    if epoch == last_fetched_epoch and end >= fetch_offset:
+        return None
+    return epoch, end
