@@ -470,7 +470,7 @@ class ReplicationSimulation:
                 held.append(item)  # waits in the socket until the process runs
                 continue
             self.broker_receive(broker, src, msg)
-        for at, seq, src, dst, msg in held:
+        for _at, seq, src, dst, msg in held:
             heapq.heappush(self.queue, (self.now + TICK_MS, seq, src, dst, msg))
 
     # -- the controller -------------------------------------------------------------------
