@@ -4,10 +4,14 @@ Owns: opening segment and index files (read/write, never creating them), keeping
 at most ``capacity`` of them open, closing the least recently used ones, and
 pinning an fd while a caller uses it so that eviction by another thread can never
 close (and let the OS reuse) a descriptor in use. Also read-only memory mappings of
-files that large reads send from (at most ``MAX_MAPPINGS``; a mapping dropped while
-a response still holds a view of it is unmapped when the view goes).
+files that large reads send from (at most ``MAX_MAPPINGS`` kept for reuse; a mapping
+dropped while a response still holds a view of it is unmapped when the view goes),
+every mapping of each path tracked weakly until then, and cutting a file short in
+place (``cut``) only when no live view of any mapping of it reaches past the cut:
+touching a mapped page past a file's end raises SIGBUS, which kills the process.
 Does not own: file positions (callers use os.pread/os.pwrite), creating or
-deleting files, fsync policy.
+deleting files, replacing a file that cannot be cut in place (segment.py), fsync
+policy.
 
 With 1,000 partitions there are 3,000+ segment files; the broker must start under
 ``ulimit -n 1024``, so segments ask this cache for an fd each time they need one
@@ -20,6 +24,7 @@ import logging
 import mmap
 import os
 import threading
+import weakref
 from collections import OrderedDict
 
 log = logging.getLogger(__name__)
@@ -27,11 +32,18 @@ log = logging.getLogger(__name__)
 _OPEN_FLAGS = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
 MAX_MAPPINGS = 64  # each mapping holds a duplicate fd while it lives
 
+_FileId = tuple[int, int]  # (st_dev, st_ino): which file a mapping is of, whatever its name
+
+
+def _file_id(fd: int) -> _FileId:
+    stat = os.fstat(fd)
+    return stat.st_dev, stat.st_ino
+
 
 class FileHandleCache:
     """LRU of open fds keyed by path. Thread-safe; fds are pinned while leased."""
 
-    __slots__ = ("capacity", "_entries", "_orphans", "_maps", "_lock", "opens")
+    __slots__ = ("capacity", "_entries", "_orphans", "_maps", "_mappings", "_lock", "opens")
 
     def __init__(self, capacity: int = 512) -> None:
         if capacity < 1:
@@ -43,6 +55,9 @@ class FileHandleCache:
         self._orphans: dict[int, int] = {}
         # path -> read-only mapping of its first len() bytes, least recently used first
         self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()
+        # path -> every mapping made of it that may still live (the cache's and older,
+        # shorter ones that responses' views keep alive), with the file each is of
+        self._mappings: dict[str, list[tuple[_FileId, weakref.ref[mmap.mmap]]]] = {}
         self._lock = threading.Lock()
         self.opens = 0  # how many times a file was opened (for tests and metrics)
 
@@ -88,27 +103,59 @@ class FileHandleCache:
     def mapped(self, path: str, fd: int, size: int) -> memoryview | None:
         """A read-only view of bytes [0, size) of ``path``, which the caller has leased
         as ``fd``, from a memory mapping kept for the next reads; None if the file
-        cannot be mapped. Only for files that are appended to, never cut short while
-        open: reading a mapped page past the end of a file kills the process."""
+        cannot be mapped. Reading a mapped page past the end of a file kills the
+        process, so whoever cuts a mapped file short goes through ``cut``, which never
+        lets a live view reach past the new end."""
         if size <= 0:
             return None
         with self._lock:
             mapping = self._maps.get(path)
             if mapping is None or len(mapping) < size:
                 try:
+                    file_id = _file_id(fd)
                     mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
                 except (OSError, ValueError):
                     return None
-                self._maps[path] = mapping  # a shorter old mapping lives on in its views
+                self._forget_dead_mappings()
+                # A shorter old mapping lives on in its views: it stays tracked.
+                self._mappings.setdefault(path, []).append((file_id, weakref.ref(mapping)))
+                self._maps[path] = mapping
             self._maps.move_to_end(path)
             while len(self._maps) > MAX_MAPPINGS:
                 self._maps.popitem(last=False)
             return memoryview(mapping)[:size]
 
-    def unmap(self, path: str) -> None:
-        """Drop the mapping of ``path`` (before the file is cut short)."""
+    def cut(self, path: str, fd: int, size: int) -> bool:
+        """Cut ``path``, leased as ``fd``, to ``size`` bytes in place (ftruncate, no
+        fsync) and return True, unless a live view of a mapping of this file reaches
+        past ``size``: then return False and leave the file whole (the caller replaces
+        it under its name instead, so the old file keeps its length until its views
+        go). Mappings of the file with no view alive are closed either way; no new
+        mapping of it can be made while this runs."""
+        file_id = _file_id(fd)
         with self._lock:
             self._maps.pop(path, None)
+            tracked = self._mappings.pop(path, [])
+            kept = []
+            viewed_past_cut = False
+            for mapped_file, ref in tracked:
+                mapping = ref()
+                if mapping is None:
+                    continue
+                if mapped_file != file_id:  # of a file that had this name before
+                    kept.append((mapped_file, ref))
+                    continue
+                try:
+                    mapping.close()
+                except BufferError:  # a view of it is alive
+                    kept.append((mapped_file, ref))
+                    viewed_past_cut = viewed_past_cut or len(mapping) > size
+            if kept:
+                self._mappings[path] = kept
+            if viewed_past_cut:
+                return False
+            os.ftruncate(fd, size)
+            return True
 
     def forget(self, path: str) -> None:
         """Close the fd of ``path`` (before the file is deleted or renamed)."""
@@ -133,6 +180,15 @@ class FileHandleCache:
                 else:
                     os.close(fd)
             self._entries.clear()
+
+    def _forget_dead_mappings(self) -> None:
+        # Called with the lock held, when a mapping is made: few are ever tracked.
+        for path in list(self._mappings):
+            alive = [(file_id, ref) for file_id, ref in self._mappings[path] if ref() is not None]
+            if alive:
+                self._mappings[path] = alive
+            else:
+                del self._mappings[path]
 
     def _evict(self) -> None:
         # Called with the lock held. Pinned entries are skipped, so the cache may

@@ -6,8 +6,12 @@ already-patched batch bytes at the end of the log file; adding sparse index entr
 every ``index_interval_bytes``; finding batches by offset and by timestamp through
 the indexes (binary search, then a short walk over batch headers); rebuilding the
 offset and time indexes and, when asked to verify, cutting a torn or corrupt tail
-off the log file; and keeping its transaction index (txn_index.py) in step with its
-files: truncated with it, fsynced, retired and deleted with it.
+off the log file; cutting the log file short (truncation, recovery, re-creation at
+the same base) without ever shrinking a file a fetch response still holds a mapped
+view of past the cut: such a file keeps its length and the kept prefix goes to a new
+file renamed over it (``cut_log_file``); and keeping its transaction index
+(txn_index.py) in step with its files: truncated with it, fsynced, retired and
+deleted with it.
 Does not own: assigning offsets, rolling, flush policy, log start offset, what goes
 into the transaction index or rebuilding it after a crash (all in partition_log.py
 and producer_state.py), or which fds stay open (handles.py). Batches are not
@@ -18,6 +22,7 @@ lookup lands on: its records' offsets and timestamps answer per record, as Kafka
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import time
 from pathlib import Path
@@ -28,7 +33,7 @@ from strom.protocol.records import (
     BatchHeader,
     CorruptBatchError,
 )
-from strom.storage.durable import unlink_all
+from strom.storage.durable import unlink_all, write_atomically
 from strom.storage.handles import FileHandleCache
 from strom.storage.index import OffsetIndex, TimeIndex
 from strom.storage.txn_index import TXNINDEX_SUFFIX, TransactionIndex
@@ -52,6 +57,32 @@ MAPPED_READ_BYTES = 1 << 20
 
 def segment_file(directory: Path | str, base_offset: int, suffix: str) -> str:
     return os.path.join(directory, f"{base_offset:020d}{suffix}")
+
+
+def cut_log_file(handles: FileHandleCache, path: str, fd: int, size: int) -> None:
+    """Cut the log file ``path``, leased as ``fd``, to ``size`` bytes.
+
+    In place when no live view of a mapping of the file reaches past ``size``
+    (handles.py). Otherwise a fetch response still holds such a view and touching a
+    page past the file's end would kill the broker: the file keeps its length (the
+    response sends the bytes it had, as Kafka's would) and the kept prefix is written
+    to a new file, fsynced and renamed over ``path`` (the directory fsynced too), and
+    the fd cache forgets the old file, which goes when its last view does. Either way
+    ``path`` then names a file of ``size`` bytes; the caller fsyncs it as before.
+    """
+    if handles.cut(path, fd, size):
+        return
+    log.info("%s: a response still reads past byte %d: cut into a new file", path, size)
+    if size:
+        prefix = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        try:
+            with memoryview(prefix) as view:  # straight from the page cache, no copy
+                write_atomically(path, view)
+        finally:
+            prefix.close()
+    else:
+        write_atomically(path, b"")
+    handles.forget(path)
 
 
 class _Window:
@@ -160,6 +191,11 @@ class LogSegment:
         """A new empty segment (its three files created, or emptied if present)."""
         segment = cls(directory, base_offset, handles, 0, txn_index_exists=True)
         segment.txn_index.reset()  # a leftover of an earlier segment at this base
+        try:
+            with handles.lease(segment.log_path) as fd:  # a leftover too: maybe mapped
+                cut_log_file(handles, segment.log_path, fd, 0)
+        except FileNotFoundError:
+            pass
         for path in (segment.log_path, segment.index_path, segment.timeindex_path):
             handles.forget(path)
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
@@ -283,8 +319,7 @@ class LogSegment:
                 position += header.size
             cut = file_size - position
             if cut:
-                self.handles.unmap(self.log_path)  # recovery runs before any read, but
-                os.ftruncate(fd, position)  # a map over the cut pages would kill reads
+                cut_log_file(self.handles, self.log_path, fd, position)
                 log.warning(
                     "truncated %d bytes off %s at position %d (%s)",
                     cut,
@@ -535,8 +570,7 @@ class LogSegment:
                 if header is None or header.last_offset >= offset:
                     break
                 position += header.size
-            self.handles.unmap(self.log_path)  # a map over the cut pages would kill reads
-            os.ftruncate(fd, position)
+            cut_log_file(self.handles, self.log_path, fd, position)
         self.size = position
         self.first_append_ms = None
         self.recover(index_interval, verify=False)
