@@ -60,22 +60,24 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from cluster_process import Cluster, ClusterNode
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from fault_proxy import FaultProxy, ProxyHub
+from fault_workload import (
+    History,
+    Violation,
+    Workload,
+    check,
+    consume,
+    produce,
+    read_back,
+    report,
+    segment_bytes,
+)
 from kafka_helpers import wait_until
 
 SEED = int(os.environ.get("STROM_NEMESIS_SEED", "1122"))
@@ -93,154 +95,7 @@ SETTINGS = {
     "default.replication.factor": "3",
     "min.insync.replicas": "2",
 }
-CLIENT = {
-    "reconnect.backoff.ms": 50,
-    "reconnect.backoff.max.ms": 1000,
-    "socket.connection.setup.timeout.ms": 5000,
-    "topic.metadata.refresh.interval.ms": 1000,
-}
-
-
-@dataclass(frozen=True)
-class Ack:
-    t: float
-    producer: int
-    partition: int
-    offset: int
-    value: bytes
-
-
-@dataclass(frozen=True)
-class Seen:
-    t: float
-    partition: int
-    offset: int
-    value: bytes
-
-
-@dataclass(frozen=True)
-class Violation:
-    t: float
-    partition: int
-    offset: int
-    text: str
-
-
-@dataclass
-class History:
-    """What the clients and the nemesis saw, with times since the start."""
-
-    t0: float = field(default_factory=time.monotonic)
-    nemesis: list[tuple[float, str]] = field(default_factory=list)
-    acks: list[Ack] = field(default_factory=list)
-    failures: list[tuple[float, int, int, bytes, str]] = field(default_factory=list)
-    client_errors: list[tuple[float, str]] = field(default_factory=list)
-    seen: list[Seen] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def now(self) -> float:
-        return time.monotonic() - self.t0
-
-    def note(self, text: str) -> None:
-        with self.lock:
-            self.nemesis.append((self.now(), text))
-
-
-def _fmt(value: bytes | None) -> str:
-    return "<none>" if value is None else value.decode(errors="replace")
-
-
-# The workload ------------------------------------------------------------------------
-
-
-def _produce(
-    index: int, bootstrap: str, history: History, stop: threading.Event, give_up: threading.Event
-) -> None:
-    def delivered(error: KafkaError | None, message: Message) -> None:
-        t = history.now()
-        with history.lock:
-            if error is None:
-                history.acks.append(
-                    Ack(t, index, message.partition(), message.offset(), message.value())
-                )
-            else:
-                history.failures.append(
-                    (t, index, message.partition(), message.value(), str(error))
-                )
-
-    def note(text: str) -> None:
-        with history.lock:
-            history.client_errors.append((history.now(), f"producer {index}: {text}"))
-
-    def on_error(error: KafkaError) -> None:
-        if error.fatal() or error.code() == KafkaError._FATAL:
-            note(str(error))
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 5,
-            "request.timeout.ms": 5000,
-            "message.timeout.ms": 90000,
-            "error_cb": on_error,
-            **CLIENT,
-        }
-    )
-    sequence = 0
-    next_at = time.monotonic()
-    left = 0
-    try:
-        while not stop.is_set():
-            value = b"p%d-%06d" % (index, sequence)
-            try:
-                producer.produce(
-                    TOPIC, value=value, partition=sequence % PARTITIONS, on_delivery=delivered
-                )
-            except BufferError:
-                producer.poll(0.1)
-                continue
-            sequence += 1
-            next_at += 1 / RATE
-            while (wait := next_at - time.monotonic()) > 0:
-                producer.poll(wait)
-        deadline = time.monotonic() + 120
-        while (left := producer.flush(0.5)) and not give_up.is_set():
-            if time.monotonic() > deadline:
-                break
-    except KafkaException as exc:  # a fatal error: this producer writes no more
-        note(f"stopped: {exc}")
-        left = len(producer)
-    if left:
-        note(f"{left} records neither acknowledged nor failed")
-
-
-def _consume(bootstrap: str, history: History, stop: threading.Event) -> None:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "nemesis-watcher",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            **CLIENT,
-        }
-    )
-    consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    try:
-        while not stop.is_set():
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            if message.error() is not None:
-                with history.lock:
-                    history.client_errors.append((history.now(), f"consumer: {message.error()}"))
-                continue
-            seen = Seen(history.now(), message.partition(), message.offset(), message.value())
-            with history.lock:
-                history.seen.append(seen)
-    finally:
-        consumer.close()
+WORKLOAD = Workload(TOPIC, PARTITIONS, PRODUCERS, RATE)
 
 
 # The nemesis -------------------------------------------------------------------------
@@ -311,186 +166,6 @@ class Nemesis:
                 self.heal()
 
 
-# The checker -------------------------------------------------------------------------
-
-
-def _read_back(bootstrap: str) -> dict[int, dict[int, bytes]]:
-    """Every record of every partition, offset -> value, from offset 0 to the high
-    watermark."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "nemesis-checker",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    try:
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
-            for p in range(PARTITIONS)
-        }
-        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-        got: dict[int, dict[int, bytes]] = {p: {} for p in range(PARTITIONS)}
-        done = {p for p in range(PARTITIONS) if ends[p] == 0}
-        deadline = time.monotonic() + 60
-        while len(done) < PARTITIONS and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None or message.error() is not None:
-                continue
-            got[message.partition()][message.offset()] = message.value()
-            if message.offset() >= ends[message.partition()] - 1:
-                done.add(message.partition())
-        assert len(done) == PARTITIONS, f"read back {[len(g) for g in got.values()]} of {ends}"
-        return got
-    finally:
-        consumer.close()
-
-
-def _segment_bytes(node_dir: Path, partition: int) -> bytes:
-    directory = node_dir / f"{TOPIC}-{partition}"
-    return b"".join(p.read_bytes() for p in sorted(directory.glob("*.log")))
-
-
-def _check(history: History, log: dict[int, dict[int, bytes]]) -> list[Violation]:
-    violations: list[Violation] = []
-    where: dict[bytes, list[tuple[int, int]]] = {}
-    for partition, records in log.items():
-        for offset, value in records.items():
-            where.setdefault(value, []).append((partition, offset))
-    end = history.now()
-    acked_at = {ack.value: ack.t for ack in history.acks}
-    for value, places in where.items():
-        if len(places) > 1:
-            partition, offset = places[1]
-            violations.append(
-                Violation(
-                    acked_at.get(value, end),
-                    partition,
-                    offset,
-                    f"{_fmt(value)} is in the log twice: {places}",
-                )
-            )
-    # 1. Every acknowledged value once, in its partition, at its offset.
-    for ack in history.acks:
-        places = where.get(ack.value, [])
-        if not places:
-            violations.append(
-                Violation(
-                    ack.t,
-                    ack.partition,
-                    ack.offset,
-                    f"{_fmt(ack.value)} acknowledged at {ack.partition}/{ack.offset} "
-                    f"(t={ack.t:.3f}) is lost",
-                )
-            )
-        elif ack.offset >= 0 and places[0] != (ack.partition, ack.offset):
-            there = log[ack.partition].get(ack.offset)
-            violations.append(
-                Violation(
-                    ack.t,
-                    ack.partition,
-                    ack.offset,
-                    f"{_fmt(ack.value)} acknowledged at {ack.partition}/{ack.offset} "
-                    f"(t={ack.t:.3f}) is at {places}; that offset holds {_fmt(there)}",
-                )
-            )
-    # 2. Each producer's acknowledged values in acknowledgement order, per partition.
-    last: dict[tuple[int, int], tuple[int, Ack]] = {}
-    for ack in history.acks:  # appended in the order the reports came
-        places = [o for p, o in where.get(ack.value, []) if p == ack.partition]
-        if not places:
-            continue
-        key = (ack.producer, ack.partition)
-        before = last.get(key)
-        if before is not None and places[0] <= before[0]:
-            violations.append(
-                Violation(
-                    ack.t,
-                    ack.partition,
-                    places[0],
-                    f"{_fmt(ack.value)} acknowledged after {_fmt(before[1].value)} is at "
-                    f"offset {places[0]}, before it (offset {before[0]})",
-                )
-            )
-        last[key] = (places[0], ack)
-    # 3. Nothing the consumer was given vanished.
-    for seen in history.seen:
-        there = log[seen.partition].get(seen.offset)
-        if there != seen.value:
-            violations.append(
-                Violation(
-                    seen.t,
-                    seen.partition,
-                    seen.offset,
-                    f"the consumer read {_fmt(seen.value)} at {seen.partition}/{seen.offset} "
-                    f"(t={seen.t:.3f}); that offset now holds {_fmt(there)}",
-                )
-            )
-    return violations
-
-
-def _report(
-    history: History,
-    log: dict[int, dict[int, bytes]],
-    violations: list[Violation],
-) -> str:
-    """The history of the first violation (by the time the clients saw it)."""
-    first = min(violations, key=lambda v: v.t)
-    partition, offset = first.partition, first.offset
-    lines = [
-        f"seed {SEED} (rerun: STROM_NEMESIS_SEED={SEED} pytest {__file__})",
-        f"{len(violations)} violation(s); the first: {first.text}",
-        "",
-        "nemesis:",
-        *(f"  {t:8.3f}  {text}" for t, text in history.nemesis),
-        "",
-        "client errors:",
-        *(f"  {t:8.3f}  {text}" for t, text in history.client_errors[:40]),
-    ]
-    if offset >= 0:
-        lines += ["", f"partition {partition}, offset by offset: read back | acked | consumed"]
-        for at in range(max(0, offset - 6), offset + 7):
-            acked = [
-                f"{_fmt(a.value)}@{a.t:.3f}"
-                for a in history.acks
-                if a.partition == partition and a.offset == at
-            ]
-            consumed: dict[bytes, float] = {}
-            for seen in history.seen:
-                if seen.partition == partition and seen.offset == at:
-                    consumed.setdefault(seen.value, seen.t)
-            mark = ">>" if at == offset else "  "
-            lines.append(
-                f"{mark}{at:6d}  {_fmt(log[partition].get(at)):10} | {' '.join(acked) or '-'} | "
-                + (" ".join(f"{_fmt(v)}@{t:.3f}" for v, t in consumed.items()) or "-")
-            )
-    # The clients' events in this partition and the nemesis's, from a while before the
-    # violation to just after it; consumed records only near the offset.
-    events: list[tuple[float, str]] = [
-        (t, f"NEMESIS   {text}") for t, text in history.nemesis if first.t - 15 < t < first.t + 3
-    ]
-    for ack in history.acks:
-        if ack.partition == partition and first.t - 3 < ack.t < first.t + 1:
-            events.append((ack.t, f"acked     {ack.offset:6d} {_fmt(ack.value)}"))
-    for t, _, where, value, error in history.failures:
-        if where == partition and first.t - 15 < t < first.t + 3:
-            events.append((t, f"failed           {_fmt(value)}: {error}"))
-    for seen in history.seen:
-        if seen.partition == partition and abs(seen.offset - offset) <= 6:
-            events.append((seen.t, f"consumed  {seen.offset:6d} {_fmt(seen.value)}"))
-    events += [(t, f"ERROR     {text}") for t, text in history.client_errors]
-    events.sort()
-    if len(events) > 100:
-        middle = min(range(len(events)), key=lambda i: abs(events[i][0] - first.t))
-        events = events[max(0, middle - 60) : middle + 40]
-    lines += ["", f"partition {partition} around t={first.t:.3f}:"]
-    lines += [f"  {t:8.3f}  {text}" for t, text in events]
-    others = [v for v in violations if v is not first]
-    lines += ["", f"{len(others)} other violation(s):", *(f"  {v.text}" for v in others[:20])]
-    return "\n".join(lines)
-
-
 # The test ----------------------------------------------------------------------------
 
 
@@ -538,10 +213,15 @@ def test_nemesis_kills_pauses_and_cuts_off_brokers(tmp_path: Path) -> None:
         wait_until(whole, 20, "full ISRs")
         history.t0 = time.monotonic()
         threads = [
-            threading.Thread(target=_produce, args=(i, bootstrap, history, stop_producing, give_up))
+            threading.Thread(
+                target=produce,
+                args=(WORKLOAD, i, bootstrap, history, stop_producing, give_up),
+            )
             for i in range(PRODUCERS)
         ]
-        threads.append(threading.Thread(target=_consume, args=(bootstrap, history, stop_consuming)))
+        threads.append(
+            threading.Thread(target=consume, args=(WORKLOAD, bootstrap, history, stop_consuming))
+        )
         for thread in threads:
             thread.start()
         nemesis.run(rng, NEMESIS_S, admin)
@@ -562,15 +242,15 @@ def test_nemesis_kills_pauses_and_cuts_off_brokers(tmp_path: Path) -> None:
             differing = [
                 p
                 for p in range(PARTITIONS)
-                if len({_segment_bytes(n.data_dir, p) for n in cluster.brokers}) > 1
+                if len({segment_bytes(n.data_dir, TOPIC, p) for n in cluster.brokers}) > 1
             ]
             if not differing or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
-        log = _read_back(bootstrap)
-        violations = _check(history, log)
+        log = read_back(WORKLOAD, bootstrap)
+        violations = check(history, log)
         for p in differing:
-            sizes = {n.node_id: len(_segment_bytes(n.data_dir, p)) for n in cluster.brokers}
+            sizes = {n.node_id: len(segment_bytes(n.data_dir, TOPIC, p)) for n in cluster.brokers}
             violations.append(
                 Violation(history.now(), p, -1, f"replicas of {TOPIC}-{p} differ: sizes {sizes}")
             )
@@ -585,7 +265,9 @@ def test_nemesis_kills_pauses_and_cuts_off_brokers(tmp_path: Path) -> None:
                 print(f"  {t:8.3f}  {text}")
         if violations:
             reported = True
-            print(_report(history, log, violations))
+            print(
+                report(history, log, violations, f"seed {SEED} (rerun: STROM_NEMESIS_SEED={SEED})")
+            )
             first = min(violations, key=lambda v: v.t)
             pytest.fail(f"seed {SEED}: {first.text}\n(history and logs printed above)")
         assert acked > 0, f"seed {SEED}: nothing was acknowledged"

@@ -1,0 +1,392 @@
+"""The workload and the checker of the fault tests (test_nemesis, test_replication_faults).
+
+The workload: idempotent ``acks=all`` confluent-kafka producers write distinct values
+(``p{producer}-{seq}``, to partition ``seq % partitions``) at a steady rate, and one
+consumer reads every partition from the start throughout, noting every (partition,
+offset, value) it is given. ``History`` keeps what the clients saw (delivery reports
+with the times the records were sent and acknowledged, failures, consumed records)
+and the notes of whoever makes the faults.
+
+The checker is independent of the code under test: it uses only what confluent-kafka
+reported and what it reads back after healing (``read_back``), and the replicas'
+segment files (``segment_bytes``). ``check`` finds:
+
+1. an acknowledged value not in its partition exactly once at the offset its report
+   gave, or a value in the log twice;
+2. a producer's acknowledged values out of acknowledgement order in a partition;
+3. a record the consumer was given that is no longer at its offset.
+
+``report`` prints the history around the first violation.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+CLIENT = {
+    "reconnect.backoff.ms": 50,
+    "reconnect.backoff.max.ms": 1000,
+    "socket.connection.setup.timeout.ms": 5000,
+    "topic.metadata.refresh.interval.ms": 1000,
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    topic: str
+    partitions: int
+    producers: int = 2
+    rate: int = 80  # records per second per producer
+
+
+@dataclass(frozen=True)
+class Ack:
+    t: float
+    sent: float  # when the record was handed to the producer
+    producer: int
+    partition: int
+    offset: int
+    value: bytes
+
+
+@dataclass(frozen=True)
+class Seen:
+    t: float
+    partition: int
+    offset: int
+    value: bytes
+
+
+@dataclass(frozen=True)
+class Violation:
+    t: float
+    partition: int
+    offset: int
+    text: str
+
+
+@dataclass
+class History:
+    """What the clients and the nemesis saw, with times since the start."""
+
+    t0: float = field(default_factory=time.monotonic)
+    nemesis: list[tuple[float, str]] = field(default_factory=list)
+    acks: list[Ack] = field(default_factory=list)
+    failures: list[tuple[float, int, int, bytes, str]] = field(default_factory=list)
+    client_errors: list[tuple[float, str]] = field(default_factory=list)
+    seen: list[Seen] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def note(self, text: str) -> None:
+        with self.lock:
+            self.nemesis.append((self.now(), text))
+
+
+def _fmt(value: bytes | None) -> str:
+    return "<none>" if value is None else value.decode(errors="replace")
+
+
+# The workload ------------------------------------------------------------------------
+
+
+def produce(
+    workload: Workload,
+    index: int,
+    bootstrap: str,
+    history: History,
+    stop: threading.Event,
+    give_up: threading.Event,
+) -> None:
+    """Producer ``index`` writes until ``stop``, then flushes (until ``give_up``)."""
+
+    def delivered(error: KafkaError | None, message: Message, sent: float) -> None:
+        t = history.now()
+        with history.lock:
+            if error is None:
+                history.acks.append(
+                    Ack(t, sent, index, message.partition(), message.offset(), message.value())
+                )
+            else:
+                history.failures.append(
+                    (t, index, message.partition(), message.value(), str(error))
+                )
+
+    def note(text: str) -> None:
+        with history.lock:
+            history.client_errors.append((history.now(), f"producer {index}: {text}"))
+
+    def on_error(error: KafkaError) -> None:
+        if error.fatal() or error.code() == KafkaError._FATAL:
+            note(str(error))
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "request.timeout.ms": 5000,
+            "message.timeout.ms": 90000,
+            "error_cb": on_error,
+            **CLIENT,
+        }
+    )
+    sequence = 0
+    next_at = time.monotonic()
+    left = 0
+    try:
+        while not stop.is_set():
+            value = b"p%d-%06d" % (index, sequence)
+            try:
+                sent = history.now()
+                producer.produce(
+                    workload.topic,
+                    value=value,
+                    partition=sequence % workload.partitions,
+                    on_delivery=lambda error, message, sent=sent: delivered(error, message, sent),
+                )
+            except BufferError:
+                producer.poll(0.1)
+                continue
+            sequence += 1
+            next_at += 1 / workload.rate
+            while (wait := next_at - time.monotonic()) > 0:
+                producer.poll(wait)
+        deadline = time.monotonic() + 120
+        while (left := producer.flush(0.5)) and not give_up.is_set():
+            if time.monotonic() > deadline:
+                break
+    except KafkaException as exc:  # a fatal error: this producer writes no more
+        note(f"stopped: {exc}")
+        left = len(producer)
+    if left:
+        note(f"{left} records neither acknowledged nor failed")
+
+
+def consume(workload: Workload, bootstrap: str, history: History, stop: threading.Event) -> None:
+    """Read every partition from the start until ``stop``, noting what was given."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{workload.topic}-watcher",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **CLIENT,
+        }
+    )
+    consumer.assign(
+        [TopicPartition(workload.topic, p, OFFSET_BEGINNING) for p in range(workload.partitions)]
+    )
+    try:
+        while not stop.is_set():
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error() is not None:
+                with history.lock:
+                    history.client_errors.append((history.now(), f"consumer: {message.error()}"))
+                continue
+            seen = Seen(history.now(), message.partition(), message.offset(), message.value())
+            with history.lock:
+                history.seen.append(seen)
+    finally:
+        consumer.close()
+
+
+# The checker -------------------------------------------------------------------------
+
+
+def read_back(workload: Workload, bootstrap: str) -> dict[int, dict[int, bytes]]:
+    """Every record of every partition, offset -> value, from offset 0 to the high
+    watermark."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{workload.topic}-checker",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(workload.topic, p), timeout=10)[1]
+            for p in range(workload.partitions)
+        }
+        consumer.assign([TopicPartition(workload.topic, p, 0) for p in range(workload.partitions)])
+        got: dict[int, dict[int, bytes]] = {p: {} for p in range(workload.partitions)}
+        done = {p for p in range(workload.partitions) if ends[p] == 0}
+        deadline = time.monotonic() + 60
+        while len(done) < workload.partitions and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            got[message.partition()][message.offset()] = message.value()
+            if message.offset() >= ends[message.partition()] - 1:
+                done.add(message.partition())
+        assert len(done) == workload.partitions, (
+            f"read back {[len(g) for g in got.values()]} of {ends}"
+        )
+        return got
+    finally:
+        consumer.close()
+
+
+def segment_bytes(node_dir: Path, topic: str, partition: int) -> bytes:
+    directory = node_dir / f"{topic}-{partition}"
+    return b"".join(p.read_bytes() for p in sorted(directory.glob("*.log")))
+
+
+def check(history: History, log: dict[int, dict[int, bytes]]) -> list[Violation]:
+    violations: list[Violation] = []
+    where: dict[bytes, list[tuple[int, int]]] = {}
+    for partition, records in log.items():
+        for offset, value in records.items():
+            where.setdefault(value, []).append((partition, offset))
+    end = history.now()
+    acked_at = {ack.value: ack.t for ack in history.acks}
+    for value, places in where.items():
+        if len(places) > 1:
+            partition, offset = places[1]
+            violations.append(
+                Violation(
+                    acked_at.get(value, end),
+                    partition,
+                    offset,
+                    f"{_fmt(value)} is in the log twice: {places}",
+                )
+            )
+    # 1. Every acknowledged value once, in its partition, at its offset.
+    for ack in history.acks:
+        places = where.get(ack.value, [])
+        if not places:
+            violations.append(
+                Violation(
+                    ack.t,
+                    ack.partition,
+                    ack.offset,
+                    f"{_fmt(ack.value)} acknowledged at {ack.partition}/{ack.offset} "
+                    f"(t={ack.t:.3f}) is lost",
+                )
+            )
+        elif ack.offset >= 0 and places[0] != (ack.partition, ack.offset):
+            there = log[ack.partition].get(ack.offset)
+            violations.append(
+                Violation(
+                    ack.t,
+                    ack.partition,
+                    ack.offset,
+                    f"{_fmt(ack.value)} acknowledged at {ack.partition}/{ack.offset} "
+                    f"(t={ack.t:.3f}) is at {places}; that offset holds {_fmt(there)}",
+                )
+            )
+    # 2. Each producer's acknowledged values in acknowledgement order, per partition.
+    last: dict[tuple[int, int], tuple[int, Ack]] = {}
+    for ack in history.acks:  # appended in the order the reports came
+        places = [o for p, o in where.get(ack.value, []) if p == ack.partition]
+        if not places:
+            continue
+        key = (ack.producer, ack.partition)
+        before = last.get(key)
+        if before is not None and places[0] <= before[0]:
+            violations.append(
+                Violation(
+                    ack.t,
+                    ack.partition,
+                    places[0],
+                    f"{_fmt(ack.value)} acknowledged after {_fmt(before[1].value)} is at "
+                    f"offset {places[0]}, before it (offset {before[0]})",
+                )
+            )
+        last[key] = (places[0], ack)
+    # 3. Nothing the consumer was given vanished.
+    for seen in history.seen:
+        there = log[seen.partition].get(seen.offset)
+        if there != seen.value:
+            violations.append(
+                Violation(
+                    seen.t,
+                    seen.partition,
+                    seen.offset,
+                    f"the consumer read {_fmt(seen.value)} at {seen.partition}/{seen.offset} "
+                    f"(t={seen.t:.3f}); that offset now holds {_fmt(there)}",
+                )
+            )
+    return violations
+
+
+def report(
+    history: History,
+    log: dict[int, dict[int, bytes]],
+    violations: list[Violation],
+    rerun: str,
+) -> str:
+    """The history of the first violation (by the time the clients saw it)."""
+    first = min(violations, key=lambda v: v.t)
+    partition, offset = first.partition, first.offset
+    lines = [
+        rerun,
+        f"{len(violations)} violation(s); the first: {first.text}",
+        "",
+        "nemesis:",
+        *(f"  {t:8.3f}  {text}" for t, text in history.nemesis),
+        "",
+        "client errors:",
+        *(f"  {t:8.3f}  {text}" for t, text in history.client_errors[:40]),
+    ]
+    if offset >= 0:
+        lines += ["", f"partition {partition}, offset by offset: read back | acked | consumed"]
+        for at in range(max(0, offset - 6), offset + 7):
+            acked = [
+                f"{_fmt(a.value)}@{a.t:.3f}"
+                for a in history.acks
+                if a.partition == partition and a.offset == at
+            ]
+            consumed: dict[bytes, float] = {}
+            for seen in history.seen:
+                if seen.partition == partition and seen.offset == at:
+                    consumed.setdefault(seen.value, seen.t)
+            mark = ">>" if at == offset else "  "
+            lines.append(
+                f"{mark}{at:6d}  {_fmt(log[partition].get(at)):10} | {' '.join(acked) or '-'} | "
+                + (" ".join(f"{_fmt(v)}@{t:.3f}" for v, t in consumed.items()) or "-")
+            )
+    # The clients' events in this partition and the nemesis's, from a while before the
+    # violation to just after it; consumed records only near the offset.
+    events: list[tuple[float, str]] = [
+        (t, f"NEMESIS   {text}") for t, text in history.nemesis if first.t - 15 < t < first.t + 3
+    ]
+    for ack in history.acks:
+        if ack.partition == partition and first.t - 3 < ack.t < first.t + 1:
+            events.append((ack.t, f"acked     {ack.offset:6d} {_fmt(ack.value)}"))
+    for t, _, where, value, error in history.failures:
+        if where == partition and first.t - 15 < t < first.t + 3:
+            events.append((t, f"failed           {_fmt(value)}: {error}"))
+    for seen in history.seen:
+        if seen.partition == partition and abs(seen.offset - offset) <= 6:
+            events.append((seen.t, f"consumed  {seen.offset:6d} {_fmt(seen.value)}"))
+    events += [(t, f"ERROR     {text}") for t, text in history.client_errors]
+    events.sort()
+    if len(events) > 100:
+        middle = min(range(len(events)), key=lambda i: abs(events[i][0] - first.t))
+        events = events[max(0, middle - 60) : middle + 40]
+    lines += ["", f"partition {partition} around t={first.t:.3f}:"]
+    lines += [f"  {t:8.3f}  {text}" for t, text in events]
+    others = [v for v in violations if v is not first]
+    lines += ["", f"{len(others)} other violation(s):", *(f"  {v.text}" for v in others[:20])]
+    return "\n".join(lines)
