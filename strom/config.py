@@ -233,6 +233,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("transaction.state.log.segment.bytes", "int", 104857600, minimum=14),
         ConfigDef("transaction.max.timeout.ms", "int", 900000, minimum=1),
         ConfigDef("transactional.id.expiration.ms", "int", 604800000, minimum=1),
+        # A partition forgets a producer id idle this long (no open transaction, last batch
+        # or marker timestamp that old), checked every ...check.interval.ms (an internal
+        # config in Kafka, not a dynamic one).
+        ConfigDef("producer.id.expiration.ms", "int", 86400000, minimum=1),
+        ConfigDef("producer.id.expiration.check.interval.ms", "int", 600000, minimum=1),
         ConfigDef(
             "transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, minimum=1
         ),
@@ -287,7 +292,6 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("num.network.threads", "int", 3, minimum=1),
         ConfigDef("max.connections.per.ip", "int", 2147483647, minimum=0),
         ConfigDef("max.connections.per.ip.overrides", "string", ""),
-        ConfigDef("producer.id.expiration.ms", "int", 86400000, minimum=1),
         ConfigDef("transaction.partition.verification.enable", "bool", True),
         ConfigDef("remote.log.index.file.cache.total.size.bytes", "long", 1073741824, minimum=1),
         ConfigDef("remote.fetch.max.wait.ms", "int", 500, minimum=1),

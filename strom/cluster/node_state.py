@@ -113,6 +113,11 @@ class NodeState:
             log_config_for(config, {}),
             max_open_files=config["max.open.segment.files"],
             retention_check_interval_ms=config["log.retention.check.interval.ms"],
+            # Read at each use: a dynamic broker config, set on ``config`` when it changes.
+            producer_id_expiration_ms=lambda: config["producer.id.expiration.ms"],
+            producer_id_expiration_check_interval_ms=config[
+                "producer.id.expiration.check.interval.ms"
+            ],
             cleaner_enabled=config["log.cleaner.enable"] and hosts_logs,
             cleaner_backoff_ms=config["log.cleaner.backoff.ms"],
             # Kafka's dedupe buffer holds 24 bytes per key (hash + offset)

@@ -7,14 +7,16 @@ clean shutdown marker ``.kafka_cleanshutdown`` (present: trust the files; absent
 recover above each recovery point), a ``.lock`` file so two brokers never share a
 directory, creating and deleting logs, periodic flushes, the shared FileHandleCache,
 and the schedule of the log lifecycle (``maintain``: retention every
-log.retention.check.interval.ms, unlinking retired segment files when their
+log.retention.check.interval.ms, expiry of idle producer ids every
+producer.id.expiration.check.interval.ms, unlinking retired segment files when their
 file.delete.delay.ms has passed, and the LogCleaner of compacted logs). Files and
 directories of deleted segments and partitions are removed on a background thread:
 freeing a large file takes milliseconds the owner's thread (the event loop) should
 spend on requests.
 Does not own: which topics should exist or their configs (the cluster metadata
-hands in a ``configs(topic)`` callable), the retention rules themselves
-(partition_log.py).
+hands in a ``configs(topic)`` callable, and a ``producer_id_expiration_ms()`` one
+read at each use, as that broker config is dynamic), the retention and producer
+expiry rules themselves (partition_log.py, producer_state.py).
 """
 
 from __future__ import annotations
@@ -116,6 +118,8 @@ class LogManager:
         max_open_files: int = 512,
         *,
         retention_check_interval_ms: int = 300000,
+        producer_id_expiration_ms: Callable[[], int] | None = None,
+        producer_id_expiration_check_interval_ms: int = 600000,
         cleaner_enabled: bool = True,
         cleaner_backoff_ms: int = 15000,
         cleaner_max_map_entries: int = 5_000_000,
@@ -131,6 +135,10 @@ class LogManager:
         self._lock_fd: int | None = None
         self.retention_check_interval_ms = retention_check_interval_ms
         self._last_retention_check_ms = 0
+        # producer.id.expiration.ms as of now (None: producer ids never expire).
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
+        self._last_producer_expiration_check_ms = 0
         self._remover: ThreadPoolExecutor | None = None  # unlinks off the owner's thread
         self.cleaner = LogCleaner(
             self.log_dir,
@@ -185,6 +193,7 @@ class LogManager:
                 log_start_offset=start_offsets.get(parsed, 0),
                 high_watermark=high_watermarks.get(parsed),
                 clean=clean,
+                producer_id_expiration_ms=self.producer_id_expiration_ms,
             )
         if clean:
             marker.unlink()
@@ -220,6 +229,7 @@ class LogManager:
             config or self.default_config,
             self.handles,
             clean=True,
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
         self._logs[(topic, partition)] = partition_log
         return partition_log
@@ -327,14 +337,31 @@ class LogManager:
                 log.exception("retention of %r failed", partition_log)
         return deleted
 
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Forget, in every log, the producer ids idle for producer.id.expiration.ms;
+        returns how many."""
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        return sum(p.remove_expired_producers(now_ms) for p in list(self._logs.values()))
+
     def maintain(self, now_ms: int | None = None) -> None:
-        """The periodic lifecycle work: retention when its check interval has passed,
-        and unlinking retired files whose file.delete.delay.ms is over."""
+        """The periodic lifecycle work: retention and producer id expiry when their
+        check intervals have passed, and unlinking retired files whose
+        file.delete.delay.ms is over."""
         if now_ms is None:
             now_ms = int(time.time() * 1000)
         if now_ms - self._last_retention_check_ms >= self.retention_check_interval_ms:
             self._last_retention_check_ms = now_ms
             self.enforce_retention(now_ms)
+        if (
+            self.producer_id_expiration_ms is not None
+            and now_ms - self._last_producer_expiration_check_ms
+            >= self.producer_id_expiration_check_interval_ms
+        ):
+            self._last_producer_expiration_check_ms = now_ms
+            expired = self.remove_expired_producers(now_ms)
+            if expired:
+                log.info("%d idle producer ids expired in %s", expired, self.log_dir)
         due: list[str] = []
         for partition_log in list(self._logs.values()):
             due += partition_log.due_deletes(now_ms)
@@ -353,7 +380,10 @@ class LogManager:
     @property
     def maintenance_interval_ms(self) -> int:
         """How often ``maintain`` wants to be called."""
-        return min(self.retention_check_interval_ms, self.cleaner.backoff_ms)
+        interval = min(self.retention_check_interval_ms, self.cleaner.backoff_ms)
+        if self.producer_id_expiration_ms is not None:
+            interval = min(interval, self.producer_id_expiration_check_interval_ms)
+        return interval
 
     def shutdown(self) -> None:
         """Flush and close every log, checkpoint, and leave the clean shutdown marker."""

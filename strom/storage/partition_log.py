@@ -28,6 +28,12 @@ at close (at the log end); at open the newest usable one (at or below the log en
 and at or below the first recovered segment after an unclean shutdown) is loaded and
 the log replayed from its offset, headers only (the whole log when there is none).
 The two newest snapshots are kept, plus the newest at or below the recovery point.
+Producers idle for producer.id.expiration.ms (read from the callable the owner hands
+in, at each use: a dynamic broker config) are forgotten by
+``remove_expired_producers``, which the owner calls on its schedule, and when the
+state is rebuilt (at open and after a truncation): a snapshot's expired entries are
+not loaded and the expired producers the replay met are dropped after it, so a restart
+does not bring them back; snapshots written later do not hold them.
 Does not own: validating produced batches (the broker calls
 ``records.validate_batches`` first), the sequence and transaction rules themselves
 (producer_state.py), the transaction coordinator, choosing and building compacted
@@ -76,6 +82,9 @@ log = logging.getLogger(__name__)
 
 _STALE_SUFFIXES = (".deleted", ".cleaned")
 _SNAPSHOT_TMP = SNAPSHOT_SUFFIX + TMP_SUFFIX
+# A segment's kept prefix being written when a crash came (segment.cut_log_file): the
+# .log it was to replace is whole and authoritative.
+_LOG_TMP = LOG_SUFFIX + TMP_SUFFIX
 
 
 def remove_tree(directory: Path) -> None:
@@ -126,6 +135,7 @@ class PartitionLog:
         high_watermark: int | None = None,
         *,
         recovered_from: int | None = None,
+        producer_id_expiration_ms: Callable[[], int] | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -155,6 +165,8 @@ class PartitionLog:
         # Segments a cleaner swap is about to replace: kept until it is done.
         self._pinned: set[LogSegment] = set()
         self._snapshots: list[int] = producer_snapshot.list_snapshots(directory)
+        # producer.id.expiration.ms as of now; None: producers never expire.
+        self._producer_id_expiration_ms = producer_id_expiration_ms
         self.producers = ProducerStateManager(f"{topic}-{partition}")
         self.replayed_batches = 0  # batch headers read to rebuild the producer state
         self._load_producer_state(recovered_from)
@@ -169,20 +181,27 @@ class PartitionLog:
         recovered at an unclean open, whose transaction indexes are rebuilt by the
         replay), then replay the log from its offset to the log end (from the first
         segment without one). Snapshots above the log end, below the first segment,
-        or corrupt are deleted."""
+        or corrupt are deleted. Producers already expired now are left out: those of
+        the snapshot are not loaded (Kafka's rule), those of the replay are removed
+        after it."""
         label = f"{self.topic}-{self.partition}"
+        now_ms = int(time.time() * 1000)
+        expiration_ms = self.producer_id_expiration_ms
         end = self.log_end_offset
         first_base = self._bases[0]
         limit = end if rebuild_from is None else min(end, rebuild_from)
         producers = ProducerStateManager(label)
         loaded: int | None = None
+        skipped = 0  # expired producers left out
         doomed: list[int] = []
         for offset in reversed(self._snapshots):
             if offset > limit or offset < first_base:
                 doomed.append(offset)
                 continue
             try:
-                producers.load_snapshot(producer_snapshot.read(self.directory, offset))
+                skipped = producers.load_snapshot(
+                    producer_snapshot.read(self.directory, offset), now_ms, expiration_ms
+                )
             except (CorruptSnapshotError, OSError) as exc:
                 log.warning("%s: deleting producer state snapshot %d: %s", label, offset, exc)
                 producers = ProducerStateManager(label)
@@ -200,14 +219,45 @@ class PartitionLog:
         self.replayed_batches = producers.replay(
             self._segments[i:], start, self.config.index_interval_bytes, rebuild_from
         )
+        if expiration_ms is not None:
+            skipped += len(producers.remove_expired(now_ms, expiration_ms))
         self.producers = producers
         log.debug(
-            "%s: producer state from %s, %d batch headers replayed, %d producers",
+            "%s: producer state from %s, %d batch headers replayed, %d producers "
+            "(%d expired ones left out)",
             label,
             "the log" if loaded is None else f"the snapshot at {loaded}",
             self.replayed_batches,
             len(producers),
+            skipped,
         )
+
+    @property
+    def producer_id_expiration_ms(self) -> int | None:
+        """producer.id.expiration.ms as of now; None if producers never expire."""
+        setting = self._producer_id_expiration_ms
+        return None if setting is None else setting()
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Forget the producers idle for producer.id.expiration.ms at ``now_ms`` (no
+        open transaction, last batch or marker timestamp that long ago; Kafka's
+        removeExpiredProducers); returns how many. The next snapshot leaves them out,
+        and a batch they send later is a new producer's."""
+        expiration_ms = self.producer_id_expiration_ms
+        if expiration_ms is None:
+            return 0
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        expired = self.producers.remove_expired(now_ms, expiration_ms)
+        if expired:
+            log.debug(
+                "%s-%d: %d producer ids expired (idle for %d ms or more)",
+                self.topic,
+                self.partition,
+                len(expired),
+                expiration_ms,
+            )
+        return len(expired)
 
     def _delete_snapshots(self, offsets: list[int]) -> None:
         if offsets:
@@ -343,6 +393,7 @@ class PartitionLog:
         log_start_offset: int = 0,
         high_watermark: int | None = None,
         clean: bool = False,
+        producer_id_expiration_ms: Callable[[], int] | None = None,
     ) -> PartitionLog:
         """Open (creating if missing) the log in ``directory``.
 
@@ -354,6 +405,9 @@ class PartitionLog:
 
         The high watermark starts at ``high_watermark`` (from the replication offset
         checkpoint) capped by the log end offset, or at the log end offset when None.
+
+        ``producer_id_expiration_ms`` gives producer.id.expiration.ms at each use (None:
+        producers never expire).
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -367,7 +421,7 @@ class PartitionLog:
                     sizes[int(name[:20])] = entry.stat().st_size
                 elif name.endswith(TXNINDEX_SUFFIX) and name[:20].isdigit():
                     txn_indexes.add(int(name[:20]))
-                elif name.endswith(_STALE_SUFFIXES) or name.endswith(_SNAPSHOT_TMP):
+                elif name.endswith((*_STALE_SUFFIXES, _SNAPSHOT_TMP, _LOG_TMP)):
                     log.info("removing leftover %s", entry.path)
                     os.unlink(entry.path)
         bases = sorted(sizes)
@@ -418,6 +472,7 @@ class PartitionLog:
             log_start_offset,
             high_watermark,
             recovered_from=recovered_from,
+            producer_id_expiration_ms=producer_id_expiration_ms,
         )
 
     @staticmethod

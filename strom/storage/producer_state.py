@@ -1,17 +1,24 @@
 """Producer state of one partition: idempotence and transactions (KIP-98).
 
-Owns: for every producer id seen in a partition, its current epoch, the metadata of
-its last ``MAX_CACHED_BATCHES`` appended batches (first and last sequence, first and
-last offset, max timestamp), the epoch of the last transaction coordinator that
-wrote a marker for it, its last timestamp, and the first offset of its open
-transaction; the partition's open transactions (by first offset) and its completed
-transactions whose markers are not yet below the high watermark, from which the
-first unstable offset comes; the checks a batch or a marker must pass before it is
-appended; applying appended batches and markers (``record``), which tells the
-caller which transactions completed, with the last stable offset right after each
-(what the transaction index stores for aborts); turning the state into snapshot
-entries and back; and replaying batch headers (and the one record of each control
-batch) from segments when a log opens or is truncated.
+Owns: for every producer id seen in a partition (until it expires), its current
+epoch, the metadata of its last ``MAX_CACHED_BATCHES`` appended batches (first and
+last sequence, first and last offset, max timestamp), the epoch of the last
+transaction coordinator that wrote a marker for it, its last timestamp, and the
+first offset of its open transaction; the partition's open transactions (by first
+offset) and its completed transactions whose markers are not yet below the high
+watermark, from which the first unstable offset comes; the checks a batch or a
+marker must pass before it is appended; applying appended batches and markers
+(``record``), which tells the caller which transactions completed, with the last
+stable offset right after each (what the transaction index stores for aborts);
+turning the state into snapshot entries and back; replaying batch headers (and the
+one record of each control batch) from segments when a log opens or is truncated;
+and expiring idle producers.
+
+Expiry (Kafka's ``isProducerExpired``): a producer with no open transaction whose last
+timestamp (the max timestamp of its last batch or marker as appended) is
+``expiration_ms`` or more before now is forgotten, by ``remove_expired`` and, for the
+entries of a snapshot, by ``load_snapshot``. A producer that sends again after that is
+an unknown producer to ``check`` (below).
 
 The checks, for data batches with producerId >= 0 and baseSequence >= 0 (control
 batches are checked by ``check_marker`` instead):
@@ -27,7 +34,7 @@ batches are checked by ``check_marker`` instead):
 - a non-transactional batch from a producer with an open transaction:
   ``InvalidTxnStateError``;
 - an unknown producer id: any epoch and sequence (its state may have aged out of
-  the log).
+  the log, or expired).
 
 Transactions: a transactional data batch (attribute 0x10) from a producer with no
 open transaction opens one at its base offset. A commit or abort marker (a control
@@ -41,9 +48,10 @@ unreplicated ones, both pruned lazily, keep it cheap enough to ask on every requ
 
 Does not own: writing batches or the transaction index (partition_log.py,
 txn_index.py), the snapshot file format (producer_snapshot.py), producer-id
-allocation (the controller), the transaction coordinator, or expiry of idle producer
-ids (not done). Work is per batch header, never per record (except the one record
-of a control batch). Not thread-safe, like its log.
+allocation (the controller), the transaction coordinator, or when expiry runs and
+with which ``producer.id.expiration.ms`` (partition_log.py, log_manager.py). Work is
+per batch header, never per record (except the one record of a control batch).
+Not thread-safe, like its log.
 """
 
 from __future__ import annotations
@@ -174,6 +182,12 @@ class ProducerEntry:
 def last_sequence(header: BatchHeader) -> int:
     """The sequence of a batch's last record (wrapping past 2**31-1 to 0)."""
     return (header.base_sequence + header.last_offset_delta) % SEQUENCE_MODULUS
+
+
+def is_expired(entry: ProducerEntry, now_ms: int, expiration_ms: int) -> bool:
+    """Whether a producer may be forgotten (Kafka's isProducerExpired): no open
+    transaction, and its last timestamp ``expiration_ms`` or more before ``now_ms``."""
+    return entry.current_txn_first_offset < 0 and now_ms - entry.last_timestamp >= expiration_ms
 
 
 def _in_sequence(last_seq: int, first_seq: int) -> bool:
@@ -415,6 +429,18 @@ class ProducerStateManager:
             for pid, entry in sorted(self.producers.items())
         ]
 
+    # -- expiry ----------------------------------------------------------------------
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget every producer ``is_expired`` at ``now_ms``; returns their ids."""
+        producers = self.producers
+        expired = [
+            pid for pid, entry in producers.items() if is_expired(entry, now_ms, expiration_ms)
+        ]
+        for pid in expired:
+            del producers[pid]
+        return expired
+
     # -- snapshots -------------------------------------------------------------------
 
     def snapshot_entries(self) -> list[SnapshotEntry]:
@@ -441,12 +467,20 @@ class ProducerStateManager:
             )
         return entries
 
-    def load_snapshot(self, entries: Iterable[SnapshotEntry]) -> None:
-        """Replace the state by a snapshot's (completed transactions are not in it)."""
+    def load_snapshot(
+        self,
+        entries: Iterable[SnapshotEntry],
+        now_ms: int | None = None,
+        expiration_ms: int | None = None,
+    ) -> int:
+        """Replace the state by a snapshot's (completed transactions are not in it).
+        With ``now_ms`` and ``expiration_ms``, entries already expired then are left out
+        (Kafka's loadFromSnapshot); returns how many were."""
         self.producers.clear()
         self._open.clear()
         self._open_heap.clear()
         self._unreplicated.clear()
+        skipped = 0
         for snap in entries:
             entry = ProducerEntry(snap.epoch)
             if snap.last_offset >= 0 and snap.last_sequence >= 0:
@@ -461,12 +495,20 @@ class ProducerStateManager:
                 )
             entry.coordinator_epoch = snap.coordinator_epoch
             entry.last_timestamp = snap.timestamp
-            if snap.current_txn_first_offset >= 0:
-                entry.current_txn_first_offset = snap.current_txn_first_offset
-                self._open[snap.current_txn_first_offset] = snap.producer_id
-                self._open_heap.append(snap.current_txn_first_offset)
+            entry.current_txn_first_offset = max(snap.current_txn_first_offset, -1)
+            if (
+                now_ms is not None
+                and expiration_ms is not None
+                and is_expired(entry, now_ms, expiration_ms)
+            ):
+                skipped += 1
+                continue
+            if entry.current_txn_first_offset >= 0:
+                self._open[entry.current_txn_first_offset] = snap.producer_id
+                self._open_heap.append(entry.current_txn_first_offset)
             self.producers[snap.producer_id] = entry
         heapq.heapify(self._open_heap)
+        return skipped
 
     # -- rebuilding from the log -------------------------------------------------------
 

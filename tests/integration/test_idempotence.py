@@ -5,6 +5,7 @@ round-trip exactly once and in order."""
 from __future__ import annotations
 
 import datetime
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -42,7 +43,9 @@ def _init_producer(client: RawClient, producer_id: int = -1, epoch: int = -1) ->
 def _batch(pid: int, epoch: int, seq: int, n: int = 4, tag: str = "r") -> bytes:
     return build_batch(
         [(None, f"{tag}-{seq + i}".encode()) for i in range(n)],
-        base_timestamp=1_700_000_000_000,
+        # Now, as a client stamps it: a producer whose last batch is older than
+        # producer.id.expiration.ms (1 day) is forgotten, at the latest by a restart.
+        base_timestamp=int(time.time() * 1000),
         producer_id=pid,
         producer_epoch=epoch,
         base_sequence=seq,
