@@ -1,5 +1,7 @@
 """A node's committed metadata without a broker: a real NodeState fed by a real
-QuorumController's decisions, its log kept in a list that outlives the node."""
+QuorumController's decisions, its log kept in a list that outlives the node; and
+``append_here``, the leader append a coordinator is given, for the partitions of this
+single node (one replica each: the high watermark moves with the append)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ from strom.cluster.node_state import NodeState
 from strom.cluster.quorum_controller import QuorumController
 from strom.cluster.records import RegisterBrokerRecord, encode_record
 from strom.config import BrokerConfig
+from strom.coordinator.internal_log import Appended, AppendRefused
 from strom.protocol.errors import ErrorCode
+from strom.protocol.records import BatchHeader
 from strom.raft.messages import Batch
 
 
@@ -58,3 +62,15 @@ class MetadataNode:
 
     def shutdown(self) -> None:
         self.state.shutdown()
+
+    def append_here(
+        self, topic: str, partition: int, buf: bytearray, headers: list[BatchHeader]
+    ) -> Appended:
+        """Append as this node's only replica of ``topic``-``partition``."""
+        partition_log = self.state.partition_log(topic, partition)
+        view = self.state.topic(topic)
+        if partition_log is None or view is None:
+            raise AppendRefused(ErrorCode.not_leader_or_follower)
+        epoch = view.leader_epoch_of(partition)
+        partition_log.append(buf, headers, leader_epoch=epoch)
+        return Appended(partition, partition_log.log_end_offset, epoch, False)

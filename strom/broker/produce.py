@@ -33,20 +33,24 @@ when a check needs them: keys on a compacted topic; timestamps when the batch's 
 timestamp lies beyond the upper bound, or when ``before.max.ms`` is set below its
 default (a batch header cannot tell the smallest timestamp).
 
-Only the partition's leader appends (else NOT_LEADER_OR_FOLLOWER, naming the current
+Only the partition's leader appends, through the leader's one append path
+(``ReplicaManager.append_as_leader``; else NOT_LEADER_OR_FOLLOWER, naming the current
 leader and its endpoint from v10 on, KIP-951). On a partition
 without followers acks 0, 1 and -1 behave alike: the response is sent once the batch
 is in the log. With followers, acks=-1 is refused with NOT_ENOUGH_REPLICAS while the
 ISR is smaller than ``min.insync.replicas`` (topic, else broker), and answered once
-the high watermark has passed the batch (every ISR member has it; replication.py),
-or REQUEST_TIMED_OUT after the request's timeout. In every case, when the topic's
+the high watermark has passed the batch (every member of the maximal ISR has it;
+strom/replication/leader.py) while the ISR still has ``min.insync.replicas`` members,
+NOT_ENOUGH_REPLICAS_AFTER_APPEND when it shrank below that meanwhile, or
+REQUEST_TIMED_OUT after the request's timeout. In every case, when the topic's
 flush policy asks for a flush, the answer also waits for the fsync: the fsync runs
 off the event loop and one fsync covers every append made before it
 (group_commit.py); a failed fsync answers KAFKA_STORAGE_ERROR. acks=0 gets no
 response. Errors: UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE (bad CRC or
 framing), MESSAGE_TOO_LARGE (a batch above the topic's max.message.bytes),
 INVALID_RECORD (magic 0/1 in v3+), INVALID_REQUIRED_ACKS,
-INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, NOT_ENOUGH_REPLICAS.
+INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, NOT_ENOUGH_REPLICAS,
+NOT_ENOUGH_REPLICAS_AFTER_APPEND.
 Errors are per partition; a failed partition gets base_offset -1.
 
 Idempotence (KIP-98), per partition, for batches with producerId >= 0 and
@@ -88,9 +92,11 @@ from typing import Any
 from strom.broker import authz
 from strom.broker.cluster_view import leader_hints
 from strom.broker.common import NO_THROTTLE, now_ms, resolve_topic
+from strom.broker.replication import LeaderAppend
 from strom.broker.router import RequestContext, handles
 from strom.broker.txn_verification import transactional_producer
 from strom.cluster.node_state import TopicView
+from strom.coordinator.internal_log import AppendRefused
 from strom.protocol.codecs import CODEC_NAMES
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested, nested_if_any
@@ -219,9 +225,8 @@ def _produce(ctx: RequestContext, request: Any, refused: dict[TopicPartition, Er
     # Per topic: (name, topic id, [(partition, error, base, append time, log start)]).
     results: list[tuple[Any, Any, list[list[Any]]]] = []
     durable: list[tuple[list[Any], asyncio.Future[None]]] = []
-    # acks=all on partitions with followers: (result, log, end offset to wait for,
-    # the leader epoch it was appended in)
-    replicated: list[tuple[list[Any], PartitionLog, int, int]] = []
+    # acks=all on partitions with followers: (result, the append to wait for)
+    replicated: list[tuple[list[Any], LeaderAppend]] = []
     for topic_data in request.topic_data:
         name = getattr(topic_data, "name", None)
         topic_id = getattr(topic_data, "topic_id", None)
@@ -241,17 +246,12 @@ def _produce(ctx: RequestContext, request: Any, refused: dict[TopicPartition, Er
                     *_append(ctx, topic, data.index, partition_log, data.records, acks),
                 ]
                 if result[1] == ErrorCode.none:
+                    appended = result[2]
+                    result[2] = appended.base_offset
                     if partition_log.flush_wanted():
                         durable.append((result, broker.group_commit.durable(partition_log)))
-                    if acks == -1 and broker.replicas.is_replicated(topic.name, data.index):
-                        replicated.append(
-                            (
-                                result,
-                                partition_log,
-                                partition_log.log_end_offset,
-                                topic.leader_epoch_of(data.index),
-                            )
-                        )
+                    if acks == -1 and appended.replicated:
+                        replicated.append((result, appended))
             partitions.append(result)
         results.append((name, topic_id, partitions))
     if acks == 0:
@@ -268,7 +268,7 @@ async def _after_fsync_and_replication(
     request: Any,
     results: list[tuple[Any, Any, list[list[Any]]]],
     durable: list[tuple[list[Any], asyncio.Future[None]]],
-    replicated: list[tuple[list[Any], PartitionLog, int, int]],
+    replicated: list[tuple[list[Any], LeaderAppend]],
 ) -> Any:
     outcomes = await asyncio.gather(*(done for _, done in durable), return_exceptions=True)
     for (result, _), outcome in zip(durable, outcomes, strict=True):
@@ -280,12 +280,14 @@ async def _after_fsync_and_replication(
 
 
 async def _wait_for_high_watermarks(
-    ctx: RequestContext, request: Any, waits: list[tuple[list[Any], PartitionLog, int, int]]
+    ctx: RequestContext, request: Any, waits: list[tuple[list[Any], LeaderAppend]]
 ) -> None:
-    """acks=all: answer once the high watermark passes each batch (the ISR has it) while
-    this broker still leads in the epoch it was appended in; NOT_LEADER_OR_FOLLOWER if
-    the leadership moved meanwhile (the batch may have been truncated away, whatever the
-    high watermark says now); REQUEST_TIMED_OUT after the request's timeout."""
+    """acks=all: answer once each append is acknowledged (``append_acknowledged``: the
+    high watermark passed it while this broker still leads in the epoch it was appended
+    in, with the ISR at ``min.insync.replicas`` or more); NOT_LEADER_OR_FOLLOWER if the
+    leadership moved meanwhile (the batch may have been truncated away, whatever the
+    high watermark says now), NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
+    it; REQUEST_TIMED_OUT after the request's timeout."""
     timeout = request.timeout  # ms in the fast decoder's view, a timedelta in kio's
     seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout / 1000
     deadline = time.monotonic() + max(seconds, 0.0)
@@ -293,19 +295,20 @@ async def _wait_for_high_watermarks(
     pending = [w for w in waits if w[0][1] == ErrorCode.none]
     while True:
         waiting = []
-        for result, partition_log, end, epoch in pending:
-            key = (partition_log.topic, partition_log.partition)
-            outcome = replicas.acknowledged(key, end, epoch, partition_log)
+        for result, appended in pending:
+            outcome = replicas.append_acknowledged(appended)
             if outcome is None:
-                waiting.append((result, partition_log, end, epoch))
+                waiting.append((result, appended))
             elif outcome != ErrorCode.none:
                 result[1:] = [outcome, -1, None, -1]
         pending = waiting
         remaining = deadline - time.monotonic()
         if not pending or remaining <= 0:
             break
-        await ctx.broker.purgatory.wait([(w[1].topic, w[1].partition) for w in pending], remaining)
-    for result, *_ in pending:
+        await ctx.broker.purgatory.wait(
+            [(appended.topic, appended.partition) for _, appended in pending], remaining
+        )
+    for result, _ in pending:
         result[1] = ErrorCode.request_timed_out
 
 
@@ -383,8 +386,9 @@ def _append(
     records: bytes | memoryview | None,
     acks: int,
 ) -> tuple[Any, ...]:
-    """(error, base offset, log append time, log start offset), and for records refused
-    one by one a fifth item: ([(index in batch, message)], error message)."""
+    """(error, the append (a LeaderAppend) or -1, log append time, log start offset),
+    and for records refused one by one a fifth item: ([(index in batch, message)],
+    error message)."""
     if topic is None or partition_log is None:
         if topic is not None and index in topic.states:
             return ErrorCode.not_leader_or_follower, -1, None, -1  # a replica elsewhere
@@ -393,13 +397,6 @@ def _append(
     state = topic.states.get(partition)
     if state is None or state.leader != ctx.broker.node_id:
         return ErrorCode.not_leader_or_follower, -1, None, -1
-    replicated = len(state.replicas) > 1
-    if (
-        acks == -1
-        and replicated
-        and len(state.isr) < ctx.broker.replicas.min_insync_replicas(topic.name)
-    ):
-        return ErrorCode.not_enough_replicas, -1, None, partition_log.log_start_offset
     config = partition_log.config
     if not records:
         return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
@@ -452,15 +449,17 @@ def _append(
         log_append_ms = now_ms()
         append_time = datetime.datetime.fromtimestamp(log_append_ms / 1000, tz=UTC)
     try:
-        base_offset = partition_log.append(
+        appended = ctx.broker.replicas.append_as_leader(
+            topic.name,
+            partition,
             buf,
             headers,
-            leader_epoch=state.leader_epoch,
+            required_acks=acks,
             log_append_time_ms=log_append_ms,
             defer_flush=True,
-            # With followers, the high watermark moves as the ISR catches up.
-            advance_high_watermark=not replicated,
         )
+    except AppendRefused as exc:
+        return exc.error_code, -1, None, partition_log.log_start_offset
     except InvalidProducerEpochError as exc:
         log.info("fencing a produce to %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
         return ErrorCode.invalid_producer_epoch, -1, None, partition_log.log_start_offset
@@ -470,13 +469,7 @@ def _append(
     except InvalidTxnStateError as exc:
         log.info("rejecting a produce to %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
         return ErrorCode.invalid_txn_state, -1, None, partition_log.log_start_offset
-    ctx.broker.purgatory.notify(topic.name, partition)
-    if replicated:
-        ctx.broker.replicas.maybe_advance_high_watermark((topic.name, partition))
-    metrics = ctx.broker.metrics
-    if metrics is not None:
-        metrics.appended(topic.name, headers)
-    return ErrorCode.none, base_offset, append_time, partition_log.log_start_offset
+    return ErrorCode.none, appended, append_time, partition_log.log_start_offset
 
 
 def _up_converted(

@@ -36,6 +36,8 @@ import asyncio
 import datetime
 import logging
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.fetch.v17 import request as fetch_req
@@ -45,6 +47,7 @@ from strom.broker.peer_client import PeerConnection, PeerError
 from strom.cluster.image import NO_LEADER
 from strom.cluster.partition_change import LEADER_RECOVERING
 from strom.config import LONG_MAX, TOPIC_CONFIGS, ConfigError, throttled
+from strom.coordinator.internal_log import Appended, AppendRefused
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC
 from strom.coordinator.transaction_log import TRANSACTION_TOPIC
 from strom.protocol.errors import ErrorCode
@@ -55,6 +58,8 @@ from strom.replication.leader import IsrChange, PartitionLeader
 if TYPE_CHECKING:
     from strom.broker.server import Broker
     from strom.cluster.image import PartitionState
+    from strom.protocol.records import BatchHeader
+    from strom.storage.partition_log import PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +71,20 @@ ALTER_ISR_TIMEOUT_S = 5.0
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+@dataclass(frozen=True)
+class LeaderAppend:
+    """Where a leader's append landed: acknowledged once the high watermark passes
+    ``end_offset`` while this broker still leads in ``leader_epoch`` (``acknowledged``)."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    end_offset: int
+    leader_epoch: int
+    partition_log: PartitionLog
+    replicated: bool  # followers move the high watermark
 
 
 class ReplicationQuota:
@@ -316,11 +335,122 @@ class ReplicaManager:
             self.maybe_advance_high_watermark(key, now)
             self.maybe_change_isr(key, now)
 
-    def appended(self, topic: str, partition: int) -> None:
-        """The leader appended to ``topic``-``partition`` (not through Produce): the high
-        watermark may move (an ISR of one) and fetchers waiting for data wake up."""
-        self.maybe_advance_high_watermark((topic, partition))
+    # The one append path of a leader -------------------------------------------------
+
+    def _leader_log(
+        self, topic: str, partition: int, required_acks: int
+    ) -> tuple[PartitionLog, int, bool]:
+        """(log, leader epoch, replicated) of a partition this broker leads, or
+        AppendRefused: not here, not led here, or acks=all with fewer ISR members than
+        ``min.insync.replicas`` (Kafka's check before an append)."""
+        view = self.state.topics.get(topic)
+        state = view.states.get(partition) if view is not None else None
+        partition_log = self.state.partition_log(topic, partition)
+        if view is None or state is None:
+            raise AppendRefused(ErrorCode.unknown_topic_or_partition)
+        if partition_log is None or state.leader != self.node_id:
+            raise AppendRefused(ErrorCode.not_leader_or_follower)
+        replicated = len(state.replicas) > 1
+        if replicated:
+            leader = self.leader_of((topic, partition), state.leader_epoch)
+            if leader is None:  # roles not in step with the metadata yet
+                raise AppendRefused(ErrorCode.not_leader_or_follower)
+            if required_acks == -1 and not leader.may_append(self.min_insync_replicas(topic)):
+                raise AppendRefused(ErrorCode.not_enough_replicas)
+        return partition_log, state.leader_epoch, replicated
+
+    def append_as_leader(
+        self,
+        topic: str,
+        partition: int,
+        buf: bytearray | memoryview,
+        headers: list[BatchHeader],
+        *,
+        required_acks: int = -1,
+        log_append_time_ms: int | None = None,
+        defer_flush: bool = False,
+    ) -> LeaderAppend:
+        """Append validated batches as this partition's leader: every leader append
+        (Produce, the coordinators' records) comes here, as Kafka's
+        ReplicaManager.appendRecords. Refused (AppendRefused) when this broker does not
+        lead the partition or, for ``required_acks`` -1, its ISR is below
+        ``min.insync.replicas``; the log's own refusals (producer epochs, sequences,
+        transactions) are raised as the log raises them. After the append: fetchers
+        waiting for data wake up, the high watermark moves (alone in the ISR: at once),
+        metrics count the batches."""
+        partition_log, epoch, replicated = self._leader_log(topic, partition, required_acks)
+        base_offset = partition_log.append(
+            buf,
+            headers,
+            leader_epoch=epoch,
+            log_append_time_ms=log_append_time_ms,
+            defer_flush=defer_flush,
+            advance_high_watermark=not replicated,
+        )
+        self._after_append(topic, partition, replicated, headers)
+        return LeaderAppend(
+            topic,
+            partition,
+            base_offset,
+            partition_log.log_end_offset,
+            epoch,
+            partition_log,
+            replicated,
+        )
+
+    def append_for_coordinator(
+        self, topic: str, partition: int, buf: bytearray, headers: list[BatchHeader]
+    ) -> Appended:
+        """The coordinators' records (offsets, groups, transaction states): acks=all
+        appends (``append_as_leader``), as Kafka's coordinators write."""
+        appended = self.append_as_leader(topic, partition, buf, headers, required_acks=-1)
+        return Appended(partition, appended.end_offset, appended.leader_epoch, appended.replicated)
+
+    def append_marker_as_leader(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+    ) -> LeaderAppend:
+        """A transaction marker, appended as ``append_as_leader`` appends (acks=all)."""
+        partition_log, epoch, replicated = self._leader_log(topic, partition, -1)
+        offset = partition_log.append_marker(
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            commit,
+            leader_epoch=epoch,
+            advance_high_watermark=not replicated,
+        )
+        self._after_append(topic, partition, replicated, ())
+        return LeaderAppend(
+            topic, partition, offset, partition_log.log_end_offset, epoch, partition_log, replicated
+        )
+
+    def _after_append(
+        self, topic: str, partition: int, replicated: bool, headers: Iterable[BatchHeader]
+    ) -> None:
         self.broker.purgatory.notify(topic, partition)
+        if replicated:
+            self.maybe_advance_high_watermark((topic, partition))
+        metrics = self.broker.metrics
+        if metrics is not None and headers:
+            metrics.appended(topic, headers)
+
+    def append_acknowledged(self, appended: LeaderAppend) -> ErrorCode | None:
+        """``acknowledged`` for what ``append_as_leader`` returned; NONE at once when
+        the partition has no followers."""
+        if not appended.replicated:
+            return ErrorCode.none
+        return self.acknowledged(
+            (appended.topic, appended.partition),
+            appended.end_offset,
+            appended.leader_epoch,
+            appended.partition_log,
+        )
 
     def leader_of(self, key: PartitionKey, leader_epoch: int) -> PartitionLeader | None:
         """This broker's replication state for ``key`` while it leads in ``leader_epoch``."""
@@ -351,6 +481,21 @@ class ReplicaManager:
         return leader.acks_outcome(
             end_offset, partition_log.high_watermark, self.min_insync_replicas(key[0])
         )
+
+    async def wait_acknowledged(self, appended: LeaderAppend, timeout_s: float) -> ErrorCode:
+        """Wait until ``append_acknowledged`` decides: NONE,
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER, or REQUEST_TIMED_OUT
+        after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        key = (appended.topic, appended.partition)
+        while True:
+            outcome = self.append_acknowledged(appended)
+            if outcome is not None:
+                return outcome
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return ErrorCode.request_timed_out
+            await self.broker.purgatory.wait([key], remaining)
 
     async def wait_for_high_watermark(
         self, key: PartitionKey, offset: int, leader_epoch: int, timeout_s: float

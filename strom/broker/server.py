@@ -4,8 +4,8 @@ Owns: accepting connections, cutting the byte stream into frames, routing each
 request to its handler in arrival order (responses go back in request order, as
 Kafka clients require), closing a connection that sends a malformed, oversized
 or unknown request (one log line, the broker carries on), the periodic flush,
-checkpoint and log maintenance (retention, cleaner, delayed deletes), and an orderly
-shutdown.
+checkpoint and log maintenance (retention, producer id expiry, cleaner, delayed
+deletes), and an orderly shutdown.
 
 A connection handles its requests in order. Most handlers answer at once; a
 long-polling fetch, a held JoinGroup or a produce waiting for its fsync returns
@@ -166,9 +166,11 @@ class Broker:
         )
         self.controller_channel = ControllerChannel(self, self.voters)
         self.producer_ids = ProducerIdBlocks(self)
-        self.coordinator = GroupCoordinator(self.state, config, self._coordinator_appended)
-        self.state.on_topic_removed = self.coordinator.forget_topic
         self.replicas = ReplicaManager(self)
+        self.coordinator = GroupCoordinator(
+            self.state, config, self.replicas.append_for_coordinator
+        )
+        self.state.on_topic_removed = self.coordinator.forget_topic
         self.client_quotas = ClientQuotas(self.state)
         # Metrics are kept while an admin listener serves them (one None check else).
         self.metrics: BrokerMetrics | None = BrokerMetrics() if config["admin.listeners"] else None
@@ -181,7 +183,7 @@ class Broker:
             new_producer_id=self.producer_ids.take,
             wait_replicated=self.replicas.wait_for_high_watermark,
             send_markers=self.txn_markers.send,
-            on_append=self._coordinator_appended,
+            append=self.replicas.append_for_coordinator,
         )
         self._replicating = False
         self._metadata_changed = asyncio.Event()
@@ -234,9 +236,6 @@ class Broker:
         listeners = self.advertised_client_listeners()
         chosen = next((lst for lst in listeners if lst.name == listener_name), listeners[0])
         return chosen.host, chosen.port
-
-    def _coordinator_appended(self, topic: str, partition: int) -> None:
-        self.replicas.appended(topic, partition)
 
     def _on_metadata_change(self) -> None:
         self._metadata_changed.set()
@@ -409,7 +408,7 @@ class Broker:
             await asyncio.sleep(tick)
             try:
                 logs.flush_due(int(time.time() * 1000))
-                logs.maintain()  # retention, compaction, delayed file deletion
+                logs.maintain()  # retention, producer id expiry, compaction, file deletion
                 if time.monotonic() - last_checkpoint >= checkpoint_every:
                     logs.checkpoint()
                     last_checkpoint = time.monotonic()

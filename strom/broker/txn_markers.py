@@ -3,11 +3,15 @@
 Owns both ends of KIP-98's marker traffic:
 
 - ``write_markers_here``: append a commit or abort control batch to each partition this
-  broker leads (PartitionLog.append_marker checks the producer and coordinator epochs),
-  tell the group coordinator when the partition is one of ``__consumer_offsets`` (the
-  offsets committed in the transaction become visible or are dropped), and wait, as an
-  acks=all write does, until the marker is replicated. WriteTxnMarkers (key 27) answers
-  with it, and the local coordinator calls it directly.
+  broker leads, through the leader's one append path (``append_marker_as_leader``:
+  NOT_ENOUGH_REPLICAS below ``min.insync.replicas``; PartitionLog.append_marker checks
+  the producer and coordinator epochs), tell the group coordinator when the partition
+  is one of ``__consumer_offsets`` (the offsets committed in the transaction become
+  visible or are dropped), and wait, as an acks=all write does, until the marker is
+  acknowledged (NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the minimum,
+  NOT_LEADER_OR_FOLLOWER when the leadership moved, REQUEST_TIMED_OUT).
+  WriteTxnMarkers (key 27) answers with it, and the local coordinator calls it
+  directly.
 - ``TxnMarkerSender.send``: the coordinator's side. The markers of one transaction are
   grouped by partition leader; those led here are written in place, the others go out
   as WriteTxnMarkers requests to the leaders' inter-broker listeners. Partitions whose
@@ -26,7 +30,9 @@ from kio.schema.write_txn_markers.v1 import request as markers_v1
 
 from strom.broker.cluster_view import inter_broker_endpoint
 from strom.broker.peer_client import PeerError, PeerPool
+from strom.broker.replication import LeaderAppend
 from strom.cluster.image import NO_LEADER
+from strom.coordinator.internal_log import AppendRefused
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC
 from strom.coordinator.transactions import MarkerBatch
 from strom.protocol.errors import ErrorCode
@@ -56,30 +62,18 @@ async def write_markers_here(
     partitions: list[TopicPartition],
 ) -> dict[TopicPartition, ErrorCode]:
     """Append the marker to each of ``partitions`` led here; an error code for each."""
-    state = broker.state
     results: dict[TopicPartition, ErrorCode] = {}
-    waits: list[tuple[TopicPartition, int, int]] = []
+    waits: list[tuple[TopicPartition, LeaderAppend]] = []
+    replicas = broker.replicas
     for key in partitions:
         topic_name, index = key
-        topic = state.topic(topic_name)
-        partition_log = state.partition_log(topic_name, index)
-        if topic is None or index not in topic.states:
-            results[key] = ErrorCode.unknown_topic_or_partition
-            continue
-        if topic.leader_of(index) != broker.node_id or partition_log is None:
-            results[key] = ErrorCode.not_leader_or_follower
-            continue
-        replicated = broker.replicas.is_replicated(topic_name, index)
-        epoch = topic.leader_epoch_of(index)
         try:
-            partition_log.append_marker(
-                producer_id,
-                producer_epoch,
-                coordinator_epoch,
-                commit,
-                leader_epoch=epoch,
-                advance_high_watermark=not replicated,
+            appended = replicas.append_marker_as_leader(
+                topic_name, index, producer_id, producer_epoch, coordinator_epoch, commit
             )
+        except AppendRefused as exc:
+            results[key] = exc.error_code
+            continue
         except InvalidProducerEpochError:
             results[key] = ErrorCode.invalid_producer_epoch
             continue
@@ -92,14 +86,9 @@ async def write_markers_here(
             continue
         if topic_name == OFFSETS_TOPIC:
             broker.coordinator.complete_transaction(producer_id, commit, index)
-        broker.replicas.appended(topic_name, index)
-        if replicated:
-            waits.append((key, partition_log.log_end_offset, epoch))
-        else:
-            results[key] = ErrorCode.none
-    for key, end, epoch in waits:
-        ok = await broker.replicas.wait_for_high_watermark(key, end, epoch, MARKER_TIMEOUT_S)
-        results[key] = ErrorCode.none if ok else ErrorCode.not_leader_or_follower
+        waits.append((key, appended))
+    for key, appended in waits:
+        results[key] = await replicas.wait_acknowledged(appended, MARKER_TIMEOUT_S)
     return results
 
 

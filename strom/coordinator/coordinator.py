@@ -52,7 +52,12 @@ from strom.coordinator import consumer_group_records
 from strom.coordinator.classic import ClassicGroup, GroupState
 from strom.coordinator.consumer_group import ConsumerGroup, ConsumerGroupMember
 from strom.coordinator.consumer_group_records import ConsumerGroupKey
-from strom.coordinator.internal_log import CONTROL_COMMIT, append_records, replay_batches
+from strom.coordinator.internal_log import (
+    CONTROL_COMMIT,
+    AppendToLeader,
+    append_records,
+    replay_batches,
+)
 from strom.coordinator.offsets_topic import (
     OFFSETS_TOPIC,
     CommittedOffset,
@@ -108,11 +113,11 @@ class GroupCoordinator:
         self,
         controller: NodeState,
         config: BrokerConfig,
-        on_append: Callable[[str, int], None] | None = None,
+        append: AppendToLeader,
     ) -> None:
         self.controller = controller
         self.config = config
-        self.on_append = on_append
+        self.append = append  # the leader's one append path (the broker's)
         self.groups: dict[str, ClassicGroup | ConsumerGroup] = {}
         self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._expiry_task: asyncio.Task[None] | None = None
@@ -269,11 +274,9 @@ class GroupCoordinator:
             return
         partition = partition_for(group_id, self.offsets_partitions)
         appended = append_records(
-            self.controller, OFFSETS_TOPIC, partition, records, self.now_ms(), producer=producer
+            self.append, OFFSETS_TOPIC, partition, records, self.now_ms(), producer=producer
         )
         self.appended_at = (appended.partition, appended.end_offset, appended.leader_epoch)
-        if self.on_append is not None:
-            self.on_append(OFFSETS_TOPIC, partition)
 
     def store_group(self, group: ClassicGroup) -> None:
         """Write a classic group's GroupMetadataValue (called on every transition)."""

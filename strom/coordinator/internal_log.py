@@ -2,18 +2,20 @@
 
 Owns the two storage moves both coordinators make on their compacted topics
 (``__consumer_offsets``, ``__transaction_state``): appending key/value records as
-one batch at the leader (``append_records``; on a replicated partition the high
-watermark is left to the followers' progress, and the caller learns what offset and
-epoch to wait for), and reading a partition back: record by record
-(``replay_records``, control batches skipped) or batch by batch (``replay_batches``).
-Knows nothing of record formats.
+one batch at the leader (``append_records``: the batch is built here and appended
+through the leader's one append path, which the broker gives the coordinators as an
+``AppendToLeader``: min ISR, high watermark and the rest are its business; the caller
+learns what offset and epoch to wait for), and reading a partition back: record by
+record (``replay_records``, control batches skipped) or batch by batch
+(``replay_batches``). Knows nothing of record formats.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
+from strom.protocol.errors import ErrorCode
 from strom.protocol.records import (
     ATTR_TRANSACTIONAL,
     Record,
@@ -41,8 +43,21 @@ class Appended(NamedTuple):
     replicated: bool  # more than one replica: the followers move the high watermark
 
 
+class AppendRefused(OSError):
+    """A leader append refused before anything was written, with the partition's error
+    (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS)."""
+
+    def __init__(self, error_code: ErrorCode) -> None:
+        super().__init__(error_code.name)
+        self.error_code = error_code
+
+
+# (topic, partition, batches, their headers) -> where they landed, or AppendRefused
+AppendToLeader = Callable[[str, int, bytearray, list["BatchHeader"]], Appended]
+
+
 def append_records(
-    state: NodeState,
+    append: AppendToLeader,
     topic_name: str,
     partition: int,
     records: list[tuple[bytes, bytes | None]],
@@ -50,13 +65,10 @@ def append_records(
     *,
     producer: tuple[int, int] | None = None,
 ) -> Appended:
-    """Append ``records`` to ``topic_name``-``partition`` as one batch. ``producer``
-    (id, epoch) makes it a transactional batch of that producer (TxnOffsetCommit).
-    Raises OSError when the partition is not here."""
-    partition_log = state.partition_log(topic_name, partition)
-    topic = state.topic(topic_name)
-    if partition_log is None or topic is None:
-        raise OSError(f"{topic_name}-{partition} is not available")
+    """Append ``records`` to ``topic_name``-``partition`` as one batch through
+    ``append``. ``producer`` (id, epoch) makes it a transactional batch of that
+    producer (TxnOffsetCommit). Raises AppendRefused (an OSError) when this broker
+    cannot append there."""
     if producer is None:
         buf = bytearray(build_batch(records, base_timestamp=now_ms))
     else:
@@ -70,11 +82,7 @@ def append_records(
             )
         )
     headers = list(iter_headers(buf))  # built here: no CRC to check
-    partition_state = topic.states.get(partition)
-    replicated = partition_state is not None and len(partition_state.replicas) > 1
-    epoch = topic.leader_epoch_of(partition)
-    partition_log.append(buf, headers, leader_epoch=epoch, advance_high_watermark=not replicated)
-    return Appended(partition, partition_log.log_end_offset, epoch, replicated)
+    return append(topic_name, partition, buf, headers)
 
 
 def replay_batches(

@@ -37,7 +37,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from strom.coordinator.internal_log import append_records, replay_records
+from strom.coordinator.internal_log import (
+    AppendRefused,
+    AppendToLeader,
+    append_records,
+    replay_records,
+)
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC, partition_for
 from strom.coordinator.transaction_log import (
     TRANSACTION_TOPIC,
@@ -140,14 +145,14 @@ class TransactionCoordinator:
         new_producer_id: Callable[[], Awaitable[int]],
         wait_replicated: Callable[[TopicPartition, int, int, float], Awaitable[bool]],
         send_markers: Callable[[MarkerBatch], Awaitable[bool]],
-        on_append: Callable[[str, int], None] | None = None,
+        append: AppendToLeader,
     ) -> None:
         self.state = state
         self.config = config
         self.new_producer_id = new_producer_id
         self.wait_replicated = wait_replicated
         self.send_markers = send_markers
-        self.on_append = on_append
+        self.append = append  # the leader's one append path (the broker's)
         self.txns: dict[str, TxnMetadata] = {}
         self.loaded: dict[int, int] = {}  # state partition -> coordinator epoch
         self._tasks: set[asyncio.Task[None]] = set()
@@ -300,7 +305,7 @@ class TransactionCoordinator:
                 return ErrorCode.not_coordinator
             try:
                 appended = append_records(
-                    self.state,
+                    self.append,
                     TRANSACTION_TOPIC,
                     partition,
                     [
@@ -311,11 +316,14 @@ class TransactionCoordinator:
                     ],
                     self.now_ms(),
                 )
+            except AppendRefused as exc:
+                log.info("state of %s not written: %s", meta.transactional_id, exc)
+                if exc.error_code == ErrorCode.not_enough_replicas:
+                    return ErrorCode.coordinator_not_available  # as Kafka: retriable
+                return ErrorCode.not_coordinator
             except OSError:
                 log.exception("could not write the state of %s", meta.transactional_id)
                 return ErrorCode.not_coordinator
-            if self.on_append is not None:
-                self.on_append(TRANSACTION_TOPIC, partition)
             if appended.replicated:
                 ok = await self.wait_replicated(
                     (TRANSACTION_TOPIC, partition),

@@ -60,7 +60,7 @@ def _coordinator(
         }
     )
     metadata = MetadataNode(config, log)
-    coordinator = GroupCoordinator(metadata.state, config)
+    coordinator = GroupCoordinator(metadata.state, config, metadata.append_here)
     if metadata.topic(OFFSETS_TOPIC) is None:
         wanted = coordinator.offsets_topic_request(live_brokers=1)
         metadata.create_topic(OFFSETS_TOPIC, wanted.partitions, wanted.configs)

@@ -36,6 +36,7 @@ class Node:
             new_producer_id=self._new_id,
             wait_replicated=self._never_called,
             send_markers=self._send,
+            append=self.metadata.append_here,
         )
         if self.metadata.topic(TRANSACTION_TOPIC) is None:
             partitions, _, configs = self.coordinator.topic_request(1)
