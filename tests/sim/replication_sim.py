@@ -5,10 +5,13 @@ Owns the simulated world around Strom's replication rules: brokers whose leaders
 ``strom.replication.follower``, the real ``QuorumController`` deciding registrations,
 fencing, elections and ISR changes (the metadata quorum under it is proven by the Raft
 simulator; here it commits at once), each broker's own lagging view of the committed
-metadata (``MetadataImage``), a network that loses, delays and reorders messages and can
-cut links, a client producing acks=all records to whoever it thinks leads, and faults:
-kill -9 (the page cache survives: logs are kept, memory is not), pauses (SIGSTOP), slow
-brokers (stopped most of every 100 ms), cut links.
+metadata (``MetadataImage``; a started broker acts on it once the controller has
+unfenced it, as the broker's start waits to), a network that loses, delays and
+reorders messages and can cut links, a client producing acks=all records to whoever it
+thinks leads, and faults: kill -9 (the page cache survives: logs are kept, memory is
+not), power losses (what was not flushed goes too; truncations and the epoch cache are
+written with fsync, as the storage does), pauses (SIGSTOP), slow brokers (stopped most
+of every 100 ms), cut links.
 
 The broker's network side is modelled on ``strom.broker``: fetch handling as
 ``broker/fetch.py`` does it (leadership and leader-epoch checks, the diverging epoch,
@@ -22,12 +25,21 @@ which knows nothing of the rules above, checks the invariants:
 
 - an acks=all success was on at least ``min.insync.replicas`` logs when it was given;
 - every acknowledged record is in the log of every member of the controller's ISR (so
-  it survives any failures that leave one ISR member, which is all an election takes);
+  it survives any failures that leave one ISR member, which is all an election takes),
+  and in the log of every leader once it leads;
 - no two logs disagree below the smaller of their high watermarks, and no high
   watermark is past its log's end;
 - after the faults end, within ``liveness_ms``: a leader, every replica back in the
   ISR, every log equal to the leader's, the high watermark at the log end, every
   acknowledged record there.
+
+With power losses and no flush settings (``flush_every_append`` off) the guarantee is
+weaker, and so is the check: a record counts as held by a follower that reported it
+and lost it in a power loss since; an ISR member may lack what its power loss took; a
+leader may lead without acknowledged records only if its own power loss took them
+(counted in ``stats["lost_to_power_loss"]`` and no longer checked); logs may disagree
+below high watermarks. With ``flush_every_append`` (flush.messages=1) every invariant
+holds as for kill -9.
 
 A violation raises ``SimFailure`` with the seed and the tail of the history.
 """
@@ -82,6 +94,11 @@ class Scenario:
     produce: float = 0.6
     max_batch: int = 3
     kill: float = 0.002
+    # Share of kills that are power losses: the page cache goes too, each log keeps
+    # what was flushed (and truncations, which are durable).
+    power_loss: float = 0.0
+    flush: float = 0.0  # per broker and tick: its logs are flushed (log.flush.*)
+    flush_every_append: bool = False  # flush.messages=1: nothing unflushed is reported
     restart: float = 0.03
     pause: float = 0.003
     resume: float = 0.03
@@ -114,6 +131,7 @@ class ModelLog:
     high_watermark: int = 0
     log_start_offset: int = 0
     truncations: int = 0  # how many times records were cut (the checker's cue)
+    flushed: int = 0  # entries on disk; the rest is in the page cache
 
     @property
     def log_end_offset(self) -> int:
@@ -157,6 +175,7 @@ class ModelLog:
             del self.entries[offset:]
             self.high_watermark = min(self.high_watermark, offset)
             self.truncations += 1
+            self.flushed = min(self.flushed, offset)  # the cut is fsynced
         self.epochs = [(e, s) for e, s in self.epochs if s < offset]
 
     def truncate_fully_and_start_at(self, start: int) -> None:
@@ -164,6 +183,18 @@ class ModelLog:
 
     def set_high_watermark(self, offset: int) -> None:
         self.high_watermark = min(max(offset, 0), self.log_end_offset)
+
+    def flush(self) -> None:
+        self.flushed = self.log_end_offset
+
+    def lose_unflushed(self) -> None:
+        """Power loss: what was not flushed is gone. At the next open the epoch cache
+        (written with fsync when an epoch begins) drops entries past the log end."""
+        if self.flushed < self.log_end_offset:
+            del self.entries[self.flushed :]
+            self.truncations += 1
+            self.high_watermark = min(self.high_watermark, self.flushed)
+        self.epochs = [(e, s) for e, s in self.epochs if s < self.log_end_offset]
 
 
 # -- messages -----------------------------------------------------------------------
@@ -204,6 +235,7 @@ class Heartbeat:
 class HeartbeatAnswer:
     incarnation: uuid.UUID
     broker_epoch: int  # -1: registration refused
+    fenced: bool = True
 
 
 @dataclass(frozen=True)
@@ -244,6 +276,7 @@ class SimBroker:
     broker_epoch: int = -1
     image: MetadataImage | None = None
     applied: int = 0  # metadata records applied
+    ready: bool = False  # unfenced once since it started: it acts on its metadata
     metadata_offset: int = -1  # of the last one
     role: tuple[int, int] | None = None  # (leader, leader epoch) acted on
     leading: PartitionLeader | None = None
@@ -254,6 +287,8 @@ class SimBroker:
     # AlterPartitions to send: change -> (when, whether an earlier send went unanswered then)
     alters: dict[IsrChange, tuple[int, bool]] = field(default_factory=dict)
     checkpointed_hw: int = 0
+    # (offset, entry) its log lost in power losses: the page cache it was in went
+    lost_to_power: set[tuple[int, tuple[int, int]]] = field(default_factory=set)
 
     def running(self, now_ms: int) -> bool:
         if not self.up or self.paused:
@@ -298,12 +333,21 @@ class ReplicationSimulation:
         self.cut_links: set[tuple[int, int]] = set()
         self.next_record = 1
         self.acknowledged: dict[int, tuple[int, int]] = {}  # offset -> (epoch, record)
-        self.stats = {"acked": 0, "refused": 0, "kills": 0, "pauses": 0, "elections": 0}
+        self.stats = {
+            "acked": 0,
+            "refused": 0,
+            "kills": 0,
+            "power_losses": 0,
+            "lost_to_power_loss": 0,
+            "pauses": 0,
+            "elections": 0,
+        }
         self.topic_created = False
         # the checker's memory of what it checked already
         self._checked_cue: Any = None
         self._unchecked_acks: list[int] = []
         self._agreed: dict[tuple[int, int], tuple[int, tuple[int, int]]] = {}
+        self._leader_checked: tuple[int, int] | None = None
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -384,7 +428,7 @@ class ReplicationSimulation:
         if rng.random() < sc.kill and len(down) < len(self.brokers) - 1:
             victim = self._victim()
             if victim.up:
-                self.kill(victim)
+                self.kill(victim, power_loss=rng.random() < sc.power_loss)
         if rng.random() < sc.pause and len(down) < len(self.brokers) - 1:
             victim = self._victim()
             if victim.up and not victim.paused:
@@ -418,12 +462,23 @@ class ReplicationSimulation:
             self.cut_links.clear()
             self.note("links healed")
 
-    def kill(self, broker: SimBroker) -> None:
-        """kill -9: the process and its memory go; the files (page cache) stay."""
+    def kill(self, broker: SimBroker, *, power_loss: bool = False) -> None:
+        """kill -9: the process and its memory go; the files (page cache) stay. A power
+        loss takes what was not flushed too."""
+        if power_loss:
+            log = broker.log
+            lost = log.log_end_offset - log.flushed
+            broker.lost_to_power.update(
+                (offset, log.entries[offset]) for offset in range(log.flushed, log.log_end_offset)
+            )
+            log.lose_unflushed()
+            self.stats["power_losses"] += 1
+            self.note(f"power loss of broker {broker.broker_id}: {lost} unflushed records gone")
         broker.up = False
         broker.paused = False
         broker.image = None
         broker.applied = 0
+        broker.ready = False
         broker.metadata_offset = -1
         broker.role = None
         broker.leading = None
@@ -491,6 +546,7 @@ class ReplicationSimulation:
         qc = self.controller
         if isinstance(msg, Heartbeat):
             epoch = msg.broker_epoch
+            fenced = True
             try:
                 if epoch < 0:
                     result = qc.register_broker(
@@ -510,10 +566,11 @@ class ReplicationSimulation:
                     self._log_partition_change(beat.records)
                     if beat.records:
                         self.note(f"heartbeat of broker {src}: {beat.response}")
+                    fenced = beat.response.is_fenced
             except ControllerError as exc:
                 self.note(f"controller refuses broker {src}: {exc}")
                 epoch = -1
-            self.send(CONTROLLER, src, HeartbeatAnswer(msg.incarnation, epoch))
+            self.send(CONTROLLER, src, HeartbeatAnswer(msg.incarnation, epoch, fenced))
             self.maybe_create_topic()
         elif isinstance(msg, AlterPartition):
             topic = qc.image.topics[TOPIC]
@@ -579,6 +636,8 @@ class ReplicationSimulation:
             )
         if self.rng.random() < self.sc.checkpoint:
             broker.checkpointed_hw = broker.log.high_watermark
+        if self.rng.random() < self.sc.flush:
+            broker.log.flush()
         if broker.leading is not None:
             self.leader_tick(broker)
         elif broker.role is not None and broker.role[0] not in (NO_LEADER, broker.broker_id):
@@ -599,7 +658,7 @@ class ReplicationSimulation:
             broker.metadata_offset = offset
             broker.applied += 1
             changed = True
-        if changed:
+        if changed and broker.ready:
             self.roles_changed(broker)
 
     def roles_changed(self, broker: SimBroker) -> None:
@@ -724,8 +783,13 @@ class ReplicationSimulation:
         for other in self.brokers.values():
             log = other.log
             if all(
-                ack.first_offset + i < log.log_end_offset
-                and log.entries[ack.first_offset + i] == entry
+                (
+                    ack.first_offset + i < log.log_end_offset
+                    and log.entries[ack.first_offset + i] == entry
+                )
+                # a follower that reported it and lost it in a power loss since: without
+                # flush settings that is what acks=all promises
+                or (ack.first_offset + i, entry) in other.lost_to_power
                 for i, entry in enumerate(ack.entries)
             ):
                 holders += 1
@@ -765,6 +829,11 @@ class ReplicationSimulation:
         if isinstance(msg, HeartbeatAnswer):
             if msg.incarnation == broker.incarnation and msg.broker_epoch >= 0:
                 broker.broker_epoch = msg.broker_epoch
+                if not msg.fenced and not broker.ready:
+                    # As the broker's start: roles only once the controller unfenced it,
+                    # which it does once the broker's metadata reached its registration.
+                    broker.ready = True
+                    self.roles_changed(broker)
         elif isinstance(msg, Fetch):
             self.serve_fetch(broker, msg)
         elif isinstance(msg, FetchAnswer):
@@ -850,6 +919,8 @@ class ReplicationSimulation:
             return
         if answer.entries and answer.base_offset == log.log_end_offset:
             log.append_as_follower(list(answer.entries))
+            if self.sc.flush_every_append:
+                log.flush()
         follower.take_high_watermark(log, answer.high_watermark)
         if not answer.entries:
             broker.next_fetch_ms = self.now + self.sc.fetch_max_wait_ms
@@ -875,6 +946,8 @@ class ReplicationSimulation:
             return  # NOT_ENOUGH_REPLICAS
         first = broker.log.log_end_offset
         broker.log.append(leader.leader_epoch, list(msg.records))
+        if self.sc.flush_every_append:
+            broker.log.flush()
         entries = tuple(broker.log.entries[first:])
         broker.acks.append(PendingAck(broker.log.log_end_offset, leader, first, entries))
         self.advance_high_watermark(broker)
@@ -899,18 +972,57 @@ class ReplicationSimulation:
             self._checked_cue = cue
             self._unchecked_acks = sorted(self.acknowledged)
         for member in state.isr:
-            log = self.brokers[member].log
+            broker = self.brokers[member]
             for offset in self._unchecked_acks:
                 entry = self.acknowledged[offset]
+                log = broker.log
+                if (offset, entry) in broker.lost_to_power and not self.sc.flush_every_append:
+                    # Its power loss took what it had reported: it may stay in the ISR
+                    # until the controller hears of its restart.
+                    continue
                 if offset >= log.log_end_offset or log.entries[offset] != entry:
                     self.fail(
                         f"ISR member {member} (ISR {state.isr}, leader {state.leader}) lacks "
                         f"acknowledged {entry} at offset {offset}"
                     )
         self._unchecked_acks = []
+        leader = self.brokers.get(state.leader)
+        if (
+            leader is not None
+            and leader.leading is not None
+            and leader.role == (state.leader, state.leader_epoch)
+            and (leader.broker_id, state.leader_epoch) != self._leader_checked
+        ):
+            self._leader_checked = (leader.broker_id, state.leader_epoch)
+            missing = [
+                (o, e)
+                for o, e in sorted(self.acknowledged.items())
+                if o >= leader.log.log_end_offset or leader.log.entries[o] != e
+            ]
+            for offset, entry in missing:
+                if (offset, entry) not in leader.lost_to_power or self.sc.flush_every_append:
+                    self.fail(
+                        f"broker {leader.broker_id} leads at epoch {state.leader_epoch} "
+                        f"without acknowledged {entry} at offset {offset}"
+                    )
+            if missing:
+                # Without flush settings: the new leader's own power loss took them. That
+                # is the one way an acknowledged record may go (docs/replication.md).
+                self.stats["lost_to_power_loss"] += len(missing)
+                self.note(
+                    f"broker {leader.broker_id} leads without {len(missing)} acknowledged "
+                    f"records its power loss took"
+                )
+                for offset, _ in missing:
+                    del self.acknowledged[offset]
+                self._checked_cue = None
 
     def _check_agreement(self, a: SimBroker, b: SimBroker) -> None:
-        """No two logs differ below the smaller of their high watermarks."""
+        """No two logs differ below the smaller of their high watermarks (not checked
+        with power losses and no flush settings: a leader alone in the ISR that loses
+        power comes back without records it had counted committed)."""
+        if self.sc.power_loss and not self.sc.flush_every_append:
+            return  # the last ISR member's power loss may take what others hold below it
         key = (a.broker_id, b.broker_id)
         cue = (a.log.truncations, b.log.truncations)
         checked, seen_cue = self._agreed.get(key, (0, cue))
