@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from strom.protocol.errors import ErrorCode
 from strom.replication.follower import on_diverging_epoch, on_out_of_range
-from strom.replication.leader import PartitionLeader
+from strom.replication.leader import PartitionLeader, diverging_epoch
 
 LAG_MS = 30_000
 EPOCHS = {1: 10, 2: 20, 3: 30}  # broker id -> registered broker epoch
@@ -168,3 +168,24 @@ def test_truncation_rules() -> None:
     assert on_out_of_range(500, 100, 80).start_over
     cut = on_out_of_range(0, 100, 80)
     assert cut.offset == 80 and not cut.start_over
+
+
+def test_diverging_epoch_on_the_leader() -> None:
+    # The leader's epochs: 1 from 0, 3 from 10, 6 from 25; its log ends at 40.
+    starts = [(1, 0), (3, 10), (6, 25)]
+
+    def end_offset_for_epoch(epoch: int) -> tuple[int, int]:
+        above = [i for i, (e, _) in enumerate(starts) if e > epoch]
+        if epoch == starts[-1][0]:
+            return epoch, 40
+        if not above:
+            return -1, -1
+        below = above[0] - 1
+        return (starts[below][0], starts[above[0]][1]) if below >= 0 else (epoch, starts[0][1])
+
+    assert diverging_epoch(-1, 100, end_offset_for_epoch) is None  # no epoch: no check
+    assert diverging_epoch(6, 40, end_offset_for_epoch) is None  # the same log
+    assert diverging_epoch(3, 20, end_offset_for_epoch) is None  # within epoch 3
+    assert diverging_epoch(3, 30, end_offset_for_epoch) == (3, 25)  # past its end here
+    assert diverging_epoch(4, 30, end_offset_for_epoch) == (3, 25)  # an epoch unknown here
+    assert diverging_epoch(7, 50, end_offset_for_epoch) == (-1, -1)  # out of range
