@@ -59,6 +59,8 @@ from fault_workload import (
     segment_bytes,
 )
 from kafka_helpers import wait_until
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from raw_client import RawClient
 
 SEED = int(os.environ.get("STROM_FAULT_SEED", "30"))
 TOPIC = "acked"
@@ -90,10 +92,10 @@ class Faults:
         # (partition, stopped at, resumed at): both followers of the partition stopped
         self.both_followers_stopped: list[tuple[int, float, float]] = []
 
-    def partitions(self) -> dict[int, tuple[int, list[int]]]:
+    def partitions(self, admin: AdminClient | None = None) -> dict[int, tuple[int, list[int]]]:
         """partition -> (leader, ISR), as the metadata of a broker shows it now."""
         try:
-            topic = self.admin.list_topics(TOPIC, timeout=2).topics[TOPIC]
+            topic = (admin or self.admin).list_topics(TOPIC, timeout=2).topics[TOPIC]
         except KafkaException:
             return {}
         return {p: (m.leader, sorted(m.isrs)) for p, m in topic.partitions.items()}
@@ -102,11 +104,39 @@ class Faults:
         topic = self.admin.list_topics(TOPIC, timeout=5).topics[TOPIC]
         return list(topic.partitions[partition].replicas)
 
-    def whole(self) -> bool:
-        state = self.partitions()
-        return len(state) == PARTITIONS and all(
-            leader in BROKERS and isr == sorted(BROKERS) for leader, isr in state.values()
+    def view_of(self, broker: int) -> tuple[int, dict[int, tuple[int, list[int]]]]:
+        """(brokers it lists, partition -> (leader, ISR)) as ``broker`` itself sees them:
+        a Metadata request to it alone ((0, {}) when it does not answer)."""
+        request = MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name=TOPIC),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
         )
+        try:
+            with RawClient(self.node(broker).listen_port, timeout=2) as client:
+                response = client.request(request)
+        except OSError:
+            return 0, {}
+        partitions = {
+            p.partition_index: (p.leader_id, sorted(p.isr_nodes))
+            for t in response.topics
+            for p in t.partitions
+        }
+        return len(response.brokers), partitions
+
+    def whole(self) -> bool:
+        """Every replica in the ISR of every partition, as *every* broker sees it (a broker
+        just resumed from a pause still shows the ISR it knew before), and no broker
+        fenced."""
+        for broker in BROKERS:
+            listed, state = self.view_of(broker)
+            if listed != len(BROKERS) or len(state) != PARTITIONS:
+                return False
+            if not all(
+                leader in BROKERS and isr == sorted(BROKERS) for leader, isr in state.values()
+            ):
+                return False
+        return True
 
     def wait_whole(self, what: str) -> None:
         wait_until(self.whole, 60, f"every replica back in the ISR ({what})")

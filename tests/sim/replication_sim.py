@@ -344,8 +344,8 @@ class ReplicationSimulation:
         }
         self.topic_created = False
         # the checker's memory of what it checked already
-        self._checked_cue: Any = None
-        self._unchecked_acks: list[int] = []
+        self._ack_order: list[int] = []  # acknowledged offsets, in acknowledgement order
+        self._verified: dict[int, tuple[int, int]] = {}  # broker -> (its cuts, acks seen)
         self._agreed: dict[tuple[int, int], tuple[int, tuple[int, int]]] = {}
         self._leader_checked: tuple[int, int] | None = None
 
@@ -800,7 +800,7 @@ class ReplicationSimulation:
             )
         for i, entry in enumerate(ack.entries):
             self.acknowledged[ack.first_offset + i] = entry
-            self._unchecked_acks.append(ack.first_offset + i)
+            self._ack_order.append(ack.first_offset + i)
         self.stats["acked"] += len(ack.entries)
         self.note(
             f"broker {broker.broker_id} acknowledges offsets {ack.first_offset}.."
@@ -967,25 +967,8 @@ class ReplicationSimulation:
         state = self.controller.image.partition(TOPIC, 0)
         if state is None:
             return
-        cue = (state.isr, tuple(b.log.truncations for b in brokers))
-        if cue != self._checked_cue:
-            self._checked_cue = cue
-            self._unchecked_acks = sorted(self.acknowledged)
         for member in state.isr:
-            broker = self.brokers[member]
-            for offset in self._unchecked_acks:
-                entry = self.acknowledged[offset]
-                log = broker.log
-                if (offset, entry) in broker.lost_to_power and not self.sc.flush_every_append:
-                    # Its power loss took what it had reported: it may stay in the ISR
-                    # until the controller hears of its restart.
-                    continue
-                if offset >= log.log_end_offset or log.entries[offset] != entry:
-                    self.fail(
-                        f"ISR member {member} (ISR {state.isr}, leader {state.leader}) lacks "
-                        f"acknowledged {entry} at offset {offset}"
-                    )
-        self._unchecked_acks = []
+            self._check_holds_acknowledged(self.brokers[member], state)
         leader = self.brokers.get(state.leader)
         if (
             leader is not None
@@ -1015,7 +998,28 @@ class ReplicationSimulation:
                 )
                 for offset, _ in missing:
                     del self.acknowledged[offset]
-                self._checked_cue = None
+                self._ack_order = [o for o in self._ack_order if o in self.acknowledged]
+                self._verified.clear()
+
+    def _check_holds_acknowledged(self, broker: SimBroker, state: PartitionState) -> None:
+        """An ISR member holds every acknowledged record. What was verified of a log stays
+        verified until the log is cut: each step looks only at what is new."""
+        log = broker.log
+        cut, verified = self._verified.get(broker.broker_id, (-1, 0))
+        if cut != log.truncations or verified > len(self._ack_order):
+            verified = 0
+        entries = log.entries
+        for offset in self._ack_order[verified:]:
+            entry = self.acknowledged[offset]
+            if offset < len(entries) and entries[offset] == entry:
+                continue
+            if (offset, entry) in broker.lost_to_power and not self.sc.flush_every_append:
+                continue  # its power loss took what it had reported: it may stay a while
+            self.fail(
+                f"ISR member {broker.broker_id} (ISR {state.isr}, leader {state.leader}) "
+                f"lacks acknowledged {entry} at offset {offset}"
+            )
+        self._verified[broker.broker_id] = (log.truncations, len(self._ack_order))
 
     def _check_agreement(self, a: SimBroker, b: SimBroker) -> None:
         """No two logs differ below the smaller of their high watermarks (not checked
