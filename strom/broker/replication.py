@@ -1,24 +1,31 @@
-"""Replication of partition data between brokers: followers, the ISR's progress, the
-high watermark.
+"""Replication of partition data between brokers: the network side of the replica
+manager, and the leader's one append path.
 
-Owns, for every partition replica this broker hosts, what Kafka's ReplicaManager does:
+Owns, for every partition replica this broker hosts, what Kafka's ReplicaManager does,
+carrying out the decisions of ``strom.replication`` (the sans-I/O rules):
 
 - Roles follow the committed metadata: when a partition's leader or leader epoch
-  changes, this broker becomes its leader or a follower (``metadata_changed``); the
-  log of a partition it no longer replicates (reassigned away) is deleted.
+  changes, this broker becomes its leader (a ``PartitionLeader``) or a follower
+  (``metadata_changed``); the log of a partition it no longer replicates (reassigned
+  away) is deleted.
 - As a follower it fetches from the leader (``ReplicaFetcher``: one per leader broker
   and fetcher thread, ``num.replica.fetchers``, every partition it follows from that
   leader in one Fetch with its replica id and broker epoch, ``replica.fetch.max.bytes``,
   ``replica.fetch.wait.max.ms``), appends what comes back as it is, truncates where
-  the leader says its log diverged (KIP-320's diverging epoch), and takes the leader's
+  the leader says its log diverged (``replication.follower``), and takes the leader's
   high watermark (capped by its own log end).
-- As a leader it records each follower's fetch offset (its log end offset), moves the
-  high watermark to the smallest log end offset in the ISR (acks=all produces waiting
-  on it are woken through the purgatory), and asks the controller to change the ISR
-  (AlterPartition, KIP-497): a follower that caught up to the high watermark joins, one
-  that has not caught up to the leader's log end within ``replica.lag.time.max.ms``
-  leaves.
-
+- As a leader it tells the partition's ``PartitionLeader`` of each follower fetch (the
+  offset and broker epoch), sets the high watermark it computes (acks=all waits are
+  woken through the purgatory), and sends the AlterPartition it asks for until the
+  change is settled (``_alter_isr``), checking every ``ISR_CHECK_S`` for followers
+  that fell behind.
+- The one append path of a leader (``append_as_leader``, ``append_marker_as_leader``,
+  ``append_for_coordinator``): Produce, transaction markers and the coordinators'
+  records are appended here, refused (AppendRefused) when this broker does not lead or
+  an acks=all append finds the ISR below ``min.insync.replicas``; then fetchers wake,
+  the high watermark moves, metrics count. ``acknowledged`` / ``wait_acknowledged``
+  answer an acks=all append: NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+  NOT_LEADER_OR_FOLLOWER, or still waiting.
 - Throttles (reassignment): the replication of replicas listed in a topic's
   ``leader.replication.throttled.replicas`` (this broker as their leader) and
   ``follower.replication.throttled.replicas`` (as their follower) is held to the
@@ -26,8 +33,9 @@ Owns, for every partition replica this broker hosts, what Kafka's ReplicaManager
   bytes per second: past the rate, the leader sends such partitions no data and the
   follower leaves them out of its fetches until the quota has room again.
 
-Does not own the log (``strom.storage.partition_log``), the wire format of Fetch
-(``fetch.py`` serves it), or the metadata (``strom.cluster.node_state``).
+Does not own the rules (``strom.replication``), the log (``strom.storage.partition_log``),
+the wire format of Fetch (``fetch.py`` serves it), or the metadata
+(``strom.cluster.node_state``).
 """
 
 from __future__ import annotations
