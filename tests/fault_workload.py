@@ -390,3 +390,104 @@ def report(
     others = [v for v in violations if v is not first]
     lines += ["", f"{len(others)} other violation(s):", *(f"  {v.text}" for v in others[:20])]
     return "\n".join(lines)
+
+
+# Running it ----------------------------------------------------------------------------
+
+
+class Clients:
+    """The workload's producers and consumer, each in a thread."""
+
+    def __init__(self, workload: Workload, bootstrap: str, history: History) -> None:
+        self.stop_producing = threading.Event()
+        self.stop_consuming = threading.Event()
+        self.give_up = threading.Event()
+        self.producers = [
+            threading.Thread(
+                target=produce,
+                args=(workload, i, bootstrap, history, self.stop_producing, self.give_up),
+            )
+            for i in range(workload.producers)
+        ]
+        self.consumer = threading.Thread(
+            target=consume, args=(workload, bootstrap, history, self.stop_consuming)
+        )
+
+    def start(self) -> None:
+        for thread in [*self.producers, self.consumer]:
+            thread.start()
+
+    def flush_producers(self) -> None:
+        """Stop producing and wait until every record is acknowledged or failed."""
+        self.stop_producing.set()
+        for thread in self.producers:
+            thread.join(150)
+
+    def stop_consumer(self) -> None:
+        self.stop_consuming.set()
+        self.consumer.join(30)
+
+    def close(self) -> None:
+        self.stop_producing.set()
+        self.stop_consuming.set()
+        self.give_up.set()
+        for thread in [*self.producers, self.consumer]:
+            if thread.ident is not None:
+                thread.join(150)
+
+
+def differing_replicas(
+    data_dirs: dict[int, Path], topic: str, partitions: int, timeout_s: float = 30
+) -> dict[int, dict[int, int]]:
+    """Partitions whose replicas' segment files still differ once the last fetches had
+    ``timeout_s`` to land: partition -> {node: bytes}."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        sizes = {
+            p: {node: len(segment_bytes(d, topic, p)) for node, d in data_dirs.items()}
+            for p in range(partitions)
+        }
+        differing = [
+            p
+            for p in range(partitions)
+            if len({segment_bytes(d, topic, p) for d in data_dirs.values()}) > 1
+        ]
+        if not differing or time.monotonic() > deadline:
+            return {p: sizes[p] for p in differing}
+        time.sleep(0.5)
+
+
+def judge(
+    workload: Workload,
+    bootstrap: str,
+    history: History,
+    data_dirs: dict[int, Path],
+    rerun: str,
+    extra: list[Violation] | None = None,
+) -> str | None:
+    """After healing: the replicas compared, everything read back and checked (plus the
+    caller's ``extra`` violations). Prints a summary, or the report of the first
+    violation; returns that violation's text, or None."""
+    differing = differing_replicas(data_dirs, workload.topic, workload.partitions)
+    log = read_back(workload, bootstrap)
+    violations = check(history, log) + list(extra or ())
+    for partition, sizes in differing.items():
+        violations.append(
+            Violation(
+                history.now(),
+                partition,
+                -1,
+                f"replicas of {workload.topic}-{partition} differ: sizes {sizes}",
+            )
+        )
+    print(
+        f"{rerun}: {len(history.nemesis)} fault events, {len(history.acks)} acknowledged, "
+        f"{len(history.failures)} failed, {len(history.seen)} consumed, "
+        f"{sum(len(r) for r in log.values())} read back"
+    )
+    if not violations:
+        for t, text in [*history.nemesis, *history.client_errors]:
+            print(f"  {t:8.3f}  {text}")
+        return None
+    print(report(history, log, violations, rerun))
+    return min(violations, key=lambda v: v.t).text

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 import time
 from pathlib import Path
 
@@ -67,17 +66,7 @@ from cluster_process import Cluster, ClusterNode
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from fault_proxy import FaultProxy, ProxyHub
-from fault_workload import (
-    History,
-    Violation,
-    Workload,
-    check,
-    consume,
-    produce,
-    read_back,
-    report,
-    segment_bytes,
-)
+from fault_workload import Clients, History, Workload, judge
 from kafka_helpers import wait_until
 
 SEED = int(os.environ.get("STROM_NEMESIS_SEED", "1122"))
@@ -182,10 +171,7 @@ def test_nemesis_kills_pauses_and_cuts_off_brokers(tmp_path: Path) -> None:
 
     cluster = Cluster.combined(tmp_path, overrides=SETTINGS, front=front)
     history = History()
-    stop_producing = threading.Event()
-    stop_consuming = threading.Event()
-    give_up = threading.Event()
-    threads: list[threading.Thread] = []
+    clients: Clients | None = None
     nemesis = Nemesis(cluster, proxies, history)
     reported = False
     try:
@@ -212,65 +198,27 @@ def test_nemesis_kills_pauses_and_cuts_off_brokers(tmp_path: Path) -> None:
 
         wait_until(whole, 20, "full ISRs")
         history.t0 = time.monotonic()
-        threads = [
-            threading.Thread(
-                target=produce,
-                args=(WORKLOAD, i, bootstrap, history, stop_producing, give_up),
-            )
-            for i in range(PRODUCERS)
-        ]
-        threads.append(
-            threading.Thread(target=consume, args=(WORKLOAD, bootstrap, history, stop_consuming))
-        )
-        for thread in threads:
-            thread.start()
+        clients = Clients(WORKLOAD, bootstrap, history)
+        clients.start()
         nemesis.run(rng, NEMESIS_S, admin)
         history.note("nemesis done; everything healed")
 
-        stop_producing.set()
-        for thread in threads[:-1]:
-            thread.join(150)
+        clients.flush_producers()
         history.note("producers flushed")
         wait_until(whole, 60, "every replica back in the ISR")
         history.note("every ISR whole")
-        stop_consuming.set()
-        threads[-1].join(30)
-
-        # 4. The replicas' bytes agree once the last fetches have landed.
-        deadline = time.monotonic() + 30
-        while True:
-            differing = [
-                p
-                for p in range(PARTITIONS)
-                if len({segment_bytes(n.data_dir, TOPIC, p) for n in cluster.brokers}) > 1
-            ]
-            if not differing or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        log = read_back(WORKLOAD, bootstrap)
-        violations = check(history, log)
-        for p in differing:
-            sizes = {n.node_id: len(segment_bytes(n.data_dir, TOPIC, p)) for n in cluster.brokers}
-            violations.append(
-                Violation(history.now(), p, -1, f"replicas of {TOPIC}-{p} differ: sizes {sizes}")
-            )
-        acked = len(history.acks)
-        print(
-            f"seed {SEED}: {len(history.nemesis)} nemesis events, {acked} acknowledged, "
-            f"{len(history.failures)} failed, {len(history.seen)} consumed, "
-            f"{sum(len(r) for r in log.values())} read back"
+        clients.stop_consumer()
+        failure = judge(
+            WORKLOAD,
+            bootstrap,
+            history,
+            {n.node_id: n.data_dir for n in cluster.brokers},
+            f"seed {SEED} (rerun: STROM_NEMESIS_SEED={SEED})",
         )
-        if not violations:
-            for t, text in [*history.nemesis, *history.client_errors]:
-                print(f"  {t:8.3f}  {text}")
-        if violations:
-            reported = True
-            print(
-                report(history, log, violations, f"seed {SEED} (rerun: STROM_NEMESIS_SEED={SEED})")
-            )
-            first = min(violations, key=lambda v: v.t)
-            pytest.fail(f"seed {SEED}: {first.text}\n(history and logs printed above)")
-        assert acked > 0, f"seed {SEED}: nothing was acknowledged"
+        reported = failure is not None
+        if failure is not None:
+            pytest.fail(f"seed {SEED}: {failure}\n(history and logs printed above)")
+        assert history.acks, f"seed {SEED}: nothing was acknowledged"
     except BaseException:
         if not reported:
             print(f"nemesis seed {SEED}; history:")
@@ -281,10 +229,7 @@ def test_nemesis_kills_pauses_and_cuts_off_brokers(tmp_path: Path) -> None:
         raise
     finally:
         nemesis.heal()
-        stop_producing.set()
-        stop_consuming.set()
-        give_up.set()
-        for thread in threads:
-            thread.join(150)
+        if clients is not None:
+            clients.close()
         cluster.kill_all()
         hub.close()

@@ -47,17 +47,7 @@ import pytest
 from cluster_process import Cluster, ClusterNode, NodeSpec
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
-from fault_workload import (
-    History,
-    Violation,
-    Workload,
-    check,
-    consume,
-    produce,
-    read_back,
-    report,
-    segment_bytes,
-)
+from fault_workload import Clients, History, Violation, Workload, judge
 from kafka_helpers import wait_until
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from raw_client import RawClient
@@ -311,10 +301,7 @@ def test_acknowledged_writes_survive_slow_paused_and_killed_replicas(tmp_path: P
     specs += [NodeSpec(i, "broker") for i in BROKERS]
     cluster = Cluster(tmp_path, specs, overrides=SETTINGS)
     history = History()
-    stop_producing = threading.Event()
-    stop_consuming = threading.Event()
-    give_up = threading.Event()
-    threads: list[threading.Thread] = []
+    clients: Clients | None = None
     faults: Faults | None = None
     reported = False
     try:
@@ -330,18 +317,8 @@ def test_acknowledged_writes_survive_slow_paused_and_killed_replicas(tmp_path: P
         faults = Faults(cluster, history, admin)
         faults.wait_whole("the topic's creation")
         history.t0 = time.monotonic()
-        threads = [
-            threading.Thread(
-                target=produce,
-                args=(WORKLOAD, i, bootstrap, history, stop_producing, give_up),
-            )
-            for i in range(WORKLOAD.producers)
-        ]
-        threads.append(
-            threading.Thread(target=consume, args=(WORKLOAD, bootstrap, history, stop_consuming))
-        )
-        for thread in threads:
-            thread.start()
+        clients = Clients(WORKLOAD, bootstrap, history)
+        clients.start()
         time.sleep(1.0)
         faults.slow_follower_rejoins_then_leader_killed(rng)
         faults.both_followers_paused(rng)
@@ -349,44 +326,22 @@ def test_acknowledged_writes_survive_slow_paused_and_killed_replicas(tmp_path: P
         faults.overlapping(rng)
         history.note("schedule done")
 
-        stop_producing.set()
-        for thread in threads[:-1]:
-            thread.join(150)
+        clients.flush_producers()
         history.note("producers flushed")
         faults.wait_whole("the end")
-        stop_consuming.set()
-        threads[-1].join(30)
-
-        deadline = time.monotonic() + 30
-        while True:
-            differing = [
-                p
-                for p in range(PARTITIONS)
-                if len({segment_bytes(cluster.nodes[b].data_dir, TOPIC, p) for b in BROKERS}) > 1
-            ]
-            if not differing or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        log = read_back(WORKLOAD, bootstrap)
-        violations = check(history, log) + _acked_on_one_copy(history, faults)
-        for p in differing:
-            sizes = {b: len(segment_bytes(cluster.nodes[b].data_dir, TOPIC, p)) for b in BROKERS}
-            violations.append(
-                Violation(history.now(), p, -1, f"replicas of {TOPIC}-{p} differ: sizes {sizes}")
-            )
-        acked = len(history.acks)
-        print(
-            f"seed {SEED}: {acked} acknowledged, {len(history.failures)} failed, "
-            f"{len(history.seen)} consumed, {sum(len(r) for r in log.values())} read back"
+        clients.stop_consumer()
+        failure = judge(
+            WORKLOAD,
+            bootstrap,
+            history,
+            {b: cluster.nodes[b].data_dir for b in BROKERS},
+            f"seed {SEED} (rerun: STROM_FAULT_SEED={SEED})",
+            _acked_on_one_copy(history, faults),
         )
-        if violations:
-            reported = True
-            print(report(history, log, violations, f"rerun: STROM_FAULT_SEED={SEED}"))
-            first = min(violations, key=lambda v: v.t)
-            pytest.fail(f"seed {SEED}: {first.text}\n(history and logs printed above)")
-        for t, text in [*history.nemesis, *history.client_errors]:
-            print(f"  {t:8.3f}  {text}")
-        assert acked > 0, f"seed {SEED}: nothing was acknowledged"
+        reported = failure is not None
+        if failure is not None:
+            pytest.fail(f"seed {SEED}: {failure}\n(history and logs printed above)")
+        assert history.acks, f"seed {SEED}: nothing was acknowledged"
     except BaseException:
         if not reported:
             print(f"fault seed {SEED}; history:")
@@ -398,9 +353,6 @@ def test_acknowledged_writes_survive_slow_paused_and_killed_replicas(tmp_path: P
     finally:
         if faults is not None:
             faults.heal_all()
-        stop_producing.set()
-        stop_consuming.set()
-        give_up.set()
-        for thread in threads:
-            thread.join(150)
+        if clients is not None:
+            clients.close()
         cluster.kill_all()

@@ -7,12 +7,9 @@ every scenario); ``STROM_SIM_SEEDS=N`` runs N seeds per scenario instead of the 
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from replication_sim import Scenario, run_seed
-
-CHUNK = 50
+from seeds import seed_chunks
 
 SCENARIOS: dict[str, tuple[Scenario, int]] = {
     # name: (scenario, default number of seeds)
@@ -52,19 +49,7 @@ SCENARIOS: dict[str, tuple[Scenario, int]] = {
 }
 
 
-def _seed_chunks(name: str) -> list[tuple[str, int, int]]:
-    only = os.environ.get("STROM_SIM_SEED")
-    if only is not None:
-        return [(name, int(only), int(only) + 1)]
-    total = int(os.environ.get("STROM_SIM_SEEDS", SCENARIOS[name][1]))
-    offset = list(SCENARIOS).index(name) * 1_000_000 + 50_000_000
-    return [
-        (name, offset + start, offset + min(start + CHUNK, total))
-        for start in range(0, total, CHUNK)
-    ]
-
-
-PARAMS = [chunk for name in SCENARIOS for chunk in _seed_chunks(name)]
+PARAMS = seed_chunks(SCENARIOS, 50_000_000)
 
 
 @pytest.mark.parametrize(

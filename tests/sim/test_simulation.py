@@ -7,13 +7,11 @@ scenario); ``STROM_SIM_SEEDS=N`` runs N seeds per scenario instead of the defaul
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 import pytest
+from seeds import seed_chunks
 from simulator import SIM_RAFT_CONFIG, Scenario, run_seed
-
-CHUNK = 50
 
 SCENARIOS: dict[str, tuple[Scenario, int]] = {
     # name: (scenario, default number of seeds)
@@ -65,20 +63,7 @@ SCENARIOS: dict[str, tuple[Scenario, int]] = {
 }
 
 
-def _seed_chunks(name: str) -> list[tuple[str, int, int]]:
-    only = os.environ.get("STROM_SIM_SEED")
-    if only is not None:
-        return [(name, int(only), int(only) + 1)]
-    total = int(os.environ.get("STROM_SIM_SEEDS", SCENARIOS[name][1]))
-    # Scenarios use disjoint seed ranges so each run is a different world.
-    offset = list(SCENARIOS).index(name) * 1_000_000
-    return [
-        (name, offset + start, offset + min(start + CHUNK, total))
-        for start in range(0, total, CHUNK)
-    ]
-
-
-PARAMS = [chunk for name in SCENARIOS for chunk in _seed_chunks(name)]
+PARAMS = seed_chunks(SCENARIOS, 0)
 
 
 @pytest.mark.parametrize(
