@@ -13,11 +13,11 @@ from seeds import seed_chunks
 
 SCENARIOS: dict[str, tuple[Scenario, int]] = {
     # name: (scenario, default number of seeds)
-    "three_brokers": (Scenario(), 400),
+    "three_brokers": (Scenario(), 600),
     # Slow followers (stopped 80 ms of every 100 ms) rejoining, leaders killed.
     "slow_followers": (
         Scenario(slow=0.01, slow_end=0.005, kill=0.003, kill_leader=0.8),
-        300,
+        450,
     ),
     # Followers paused together under acks=all; the leader keeps taking writes.
     "paused_followers": (
