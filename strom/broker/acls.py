@@ -6,7 +6,9 @@ ALTER on the cluster and are forwarded as they came to the active controller, th
 answered once this node's metadata shows the change (bounded, as topic changes are).
 Without an authorizer configured every API answers SECURITY_DISABLED, as Kafka does.
 
-On the controller listener: CreateAcls validates each binding (INVALID_REQUEST for
+On the controller listener, once the sender may (CLUSTER_ACTION, a forwarding
+broker's, or ALTER on the cluster; else CLUSTER_AUTHORIZATION_FAILED for every
+entry): CreateAcls validates each binding (INVALID_REQUEST for
 unknown or ANY types, MATCH or ANY patterns, an empty name, a principal without a type,
 a cluster not named kafka-cluster) and writes an AccessControlEntryRecord with a fresh
 id for each binding not already stored (re-creating one is a success that writes
@@ -221,6 +223,13 @@ async def handle_delete_acls(ctx: RequestContext, request: Any) -> Any:
 
 
 def _service(ctx: RequestContext) -> Any:
+    """The controller service, once the sender may change ACLs (ALTER on the cluster, or a
+    forwarding broker's CLUSTER_ACTION)."""
+    if not authz.controller_admin_allowed(ctx, authz.Op.ALTER):
+        raise ControllerError(
+            ErrorCode.cluster_authorization_failed,
+            f"{ctx.principal} may not ALTER the cluster (change its ACLs)",
+        )
     service = ctx.broker.controller_service
     if service is None or service.controller is None:
         raise ControllerError(ErrorCode.not_controller, "This node is not the active controller.")
@@ -231,6 +240,15 @@ def _service(ctx: RequestContext) -> Any:
 async def controller_create_acls(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
     result_type = nested(response_type, "AclCreationResult")
+    try:
+        service = _service(ctx)
+    except ControllerError as exc:
+        refused = build(result_type, error_code=exc.code, error_message=str(exc))
+        return build(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            results=tuple(refused for _ in request.creations),
+        )
     errors: list[tuple[ErrorCode, str | None]] = []
     wanted: list[AclBinding] = []
     for creation in request.creations:
@@ -266,7 +284,7 @@ async def controller_create_acls(ctx: RequestContext, request: Any) -> Any:
 
     try:
         if wanted:
-            await _service(ctx).run(decide)
+            await service.run(decide)
     except ControllerError as exc:
         errors = [(exc.code, str(exc)) for _ in errors]
     results = tuple(build(result_type, error_code=c, error_message=m) for c, m in errors)

@@ -114,6 +114,20 @@ def node_request_allowed(ctx: RequestContext, operation: int = AclOperation.CLUS
     return ctx.session is None or cluster_allowed(ctx, operation)
 
 
+def controller_admin_allowed(ctx: RequestContext, client_operation: int) -> bool:
+    """Whether an admin request on the controller listener may be served: from a broker
+    that forwards a client's request (CLUSTER_ACTION on the cluster: that broker has
+    checked the client's own operation, forwarding carries no envelope), or from a client
+    that talks to the controller itself (``client_operation`` on the cluster, Kafka's
+    check for that API there: ALTER for ACLs and SCRAM credentials, ALTER_CONFIGS for
+    client quotas). Requests made inside the node (no connection) always may."""
+    return (
+        ctx.session is None
+        or cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)
+        or cluster_allowed(ctx, client_operation)
+    )
+
+
 def filter_allowed(
     ctx: RequestContext, operation: int, resource_type: int, names: Iterable[str]
 ) -> set[str]:

@@ -13,8 +13,10 @@ the ``QuorumController`` and answered once its records have committed
 NOT_CONTROLLER, which the forwarding side retries.
 
 With an authorizer, the sender needs CLUSTER_ACTION on the cluster (ALTER for
-UnregisterBroker), as Kafka's controller asks of brokers; refused requests answer
-CLUSTER_AUTHORIZATION_FAILED. Forwarded admin requests come without Kafka's envelope,
+UnregisterBroker), as Kafka's controller asks of brokers, checked before anything else
+is looked at; refused requests answer CLUSTER_AUTHORIZATION_FAILED. (The ACL, SCRAM and
+client-quota changes served on this listener are authorized in acls.py,
+scram_credentials.py and quota_admin.py.) Forwarded admin requests come without Kafka's envelope,
 so the broker that forwards them has already checked the client's own operations, and
 the controller checks the broker's CLUSTER_ACTION.
 
@@ -333,12 +335,12 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
         configs = {c.name: c.value for c in resource.configs}
         error, message = ErrorCode.none, None
         try:
+            service = _service(ctx)  # authorized before anything is looked at
             if resource.resource_type == RESOURCE_TOPIC:
                 try:
                     validate_topic_configs(configs)
                 except ConfigError as exc:
                     raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
-                service = _service(ctx)
                 if resource.resource_name not in service.controller.image.topics:
                     raise ControllerError(
                         ErrorCode.unknown_topic_or_partition,
@@ -349,7 +351,7 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
                     ErrorCode.invalid_request,
                     f"Unsupported resource type {resource.resource_type}",
                 )
-            await _service(ctx).run(
+            await service.run(
                 lambda c, r=resource, v=configs: c.alter_configs(
                     r.resource_type, r.resource_name, v, validate_only=request.validate_only
                 )

@@ -8,7 +8,9 @@ an exact match without a name is INVALID_REQUEST. AlterClientQuotas needs ALTER_
 on the cluster and is forwarded as it came to the active controller, then answered once
 this node's metadata shows the change (bounded, as ACL changes are).
 
-On the controller listener: AlterClientQuotas checks each entry as Kafka's
+On the controller listener, once the sender may (CLUSTER_ACTION, a forwarding
+broker's, or ALTER_CONFIGS on the cluster; else CLUSTER_AUTHORIZATION_FAILED for every
+entry): AlterClientQuotas checks each entry as Kafka's
 ClientQuotaControlManager does (``strom.security.quotas.validate_*``: user and
 client-id entities with a name or the default, the four quota keys, whole numbers for
 the byte rates; an entity twice or a key twice is refused) and, unless
@@ -191,6 +193,11 @@ async def controller_alter_client_quotas(ctx: RequestContext, request: Any) -> A
 
     service = ctx.broker.controller_service
     try:
+        if not authz.controller_admin_allowed(ctx, authz.Op.ALTER_CONFIGS):
+            raise ControllerError(
+                ErrorCode.cluster_authorization_failed,
+                f"{ctx.principal} may not ALTER_CONFIGS on the cluster (change client quotas)",
+            )
         if service is None or service.controller is None:
             raise ControllerError(
                 ErrorCode.not_controller, "This node is not the active controller."

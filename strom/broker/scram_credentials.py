@@ -9,7 +9,9 @@ forwarded to the active controller, then answered once this node's metadata show
 change (bounded, as ACL changes are). The client sends the salt and the salted password,
 never the password itself (KIP-554).
 
-On the controller listener: Alter checks each user's changes (DUPLICATE_RESOURCE for a
+On the controller listener, once the sender may (CLUSTER_ACTION, a forwarding
+broker's, or ALTER on the cluster; else CLUSTER_AUTHORIZATION_FAILED for every user):
+Alter checks each user's changes (DUPLICATE_RESOURCE for a
 user changed twice in one request, UNACCEPTABLE_CREDENTIAL for an empty name, too few or
 too many iterations or an empty salt or salted password, UNSUPPORTED_SASL_MECHANISM,
 RESOURCE_NOT_FOUND for deleting a credential that is not there) and writes a
@@ -234,6 +236,11 @@ async def controller_alter_user_scram_credentials(ctx: RequestContext, request: 
         return ControllerResult(result.records, outcome)
 
     try:
+        if not authz.controller_admin_allowed(ctx, authz.Op.ALTER):
+            raise ControllerError(
+                ErrorCode.cluster_authorization_failed,
+                f"{ctx.principal} may not ALTER the cluster (change SCRAM credentials)",
+            )
         service = ctx.broker.controller_service
         if service is None or service.controller is None:
             raise ControllerError(
