@@ -21,7 +21,6 @@ answered once its records in ``__consumer_offsets`` reached the followers (or af
 from __future__ import annotations
 
 import datetime
-import re
 import uuid
 from typing import Any
 
@@ -36,6 +35,7 @@ from strom.broker.router import RequestContext, handles
 from strom.coordinator.assignors import assignor_name
 from strom.coordinator.consumer_group import ConsumerGroup, HeartbeatRequest, HeartbeatResult
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC
+from strom.coordinator.safe_regex import InvalidRegex, compile_pattern
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
@@ -109,8 +109,8 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
             )
     if regex:
         try:
-            re.compile(regex)
-        except re.error as exc:
+            compile_pattern(regex)
+        except InvalidRegex as exc:
             return _fail(ctx, ErrorCode.invalid_regular_expression, str(exc), request)
     group = coordinator.consumer_group(request.group_id, create=joining)
     if group is None:

@@ -103,6 +103,8 @@ class NodeState:
         self.hosts_logs = hosts_logs  # False on a controller-only node
         self.image = MetadataImage()
         self.topics: dict[str, TopicView] = {}
+        # Moves whenever a topic appears or goes: what a topic regex matched is stale then.
+        self.topics_version = 0
         self.by_id: dict[uuid.UUID, TopicView] = {}
         self.broker_overrides: dict[str, str] = {}
         log_dir = config.log_dir
@@ -164,6 +166,7 @@ class NodeState:
         )
         gone = set(self.topics) - set(self.image.topics)
         self.topics.clear()
+        self.topics_version += 1
         self.by_id.clear()
         self._log_configs.clear()
         for name in gone:
@@ -224,6 +227,7 @@ class NodeState:
                 self._apply_broker_configs()
 
     def _topic_removed(self, name: str) -> None:
+        self.topics_version += 1
         view = self.topics.pop(name, None)
         if view is not None:
             self.by_id.pop(view.topic_id, None)
@@ -240,6 +244,8 @@ class NodeState:
             name, topic.topic_id, dict(topic.partitions), self.image.topic_configs(name)
         )
         old = self.topics.get(name)
+        if old is None or old.topic_id != topic.topic_id:
+            self.topics_version += 1
         if old is not None and old.topic_id != topic.topic_id:
             self.by_id.pop(old.topic_id, None)
         self.topics[name] = view

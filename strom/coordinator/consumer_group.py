@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -56,6 +55,7 @@ from strom.config import GROUP_CONFIGS
 from strom.coordinator import consumer_group_records as records
 from strom.coordinator.assignors import ASSIGNORS, assignor_name
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC
+from strom.coordinator.safe_regex import InvalidRegex, compile_pattern
 from strom.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -221,6 +221,8 @@ class ConsumerGroup:
         self.stored_epoch: int | None = None
         self.stored_assignment_epoch: int | None = None
         self._removed: list[tuple[bytes, bytes | None]] = []
+        # regex -> (the topics' version it was matched at, the topics it matched)
+        self._regex_matches: dict[str, tuple[int, frozenset[str]]] = {}
 
     # Reads -------------------------------------------------------------------------
 
@@ -258,14 +260,31 @@ class ConsumerGroup:
     def _resolve(self, member: ConsumerGroupMember) -> set[str]:
         topics = set(member.subscribed_topic_names)
         if member.subscribed_topic_regex:
-            try:
-                pattern = re.compile(member.subscribed_topic_regex)
-            except re.error:
-                return topics
-            for name in self.coordinator.controller.metadata.topics:
-                if name != OFFSETS_TOPIC and pattern.fullmatch(name):
-                    topics.add(name)
+            topics |= self._regex_topics(member.subscribed_topic_regex)
         return topics
+
+    def _regex_topics(self, regex: str) -> frozenset[str]:
+        """The topics ``regex`` matches (RE2, whole names), evaluated again only when the
+        set of topics changed: not on every heartbeat of every member, as Kafka does."""
+        metadata = self.coordinator.controller.metadata
+        version = metadata.topics_version
+        cached = self._regex_matches.get(regex)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        try:
+            pattern = compile_pattern(regex)
+        except InvalidRegex:
+            matched: frozenset[str] = frozenset()
+        else:
+            matched = frozenset(
+                name
+                for name in metadata.topics
+                if name != OFFSETS_TOPIC and pattern.fullmatch(name)
+            )
+        if len(self._regex_matches) >= 256 and regex not in self._regex_matches:
+            self._regex_matches.clear()  # regexes no member uses any more
+        self._regex_matches[regex] = (version, matched)
+        return matched
 
     def _subscriptions(self) -> dict[str, set[str]]:
         return {mid: self._resolve(m) for mid, m in self.members.items()}

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from strom.coordinator.internal_log import (
     replay_records,
 )
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC, partition_for
+from strom.coordinator.safe_regex import compile_pattern
 from strom.coordinator.transaction_log import (
     TRANSACTION_TOPIC,
     TransactionLogError,
@@ -644,7 +644,7 @@ class TransactionCoordinator:
     ) -> list[TxnMetadata]:
         wanted_states = set(states)
         wanted_ids = set(producer_ids)
-        regex = re.compile(pattern) if pattern else None
+        regex = compile_pattern(pattern) if pattern else None
         now = self.now_ms()
         out = []
         for meta in self.txns.values():

@@ -395,6 +395,7 @@ def _cg_heartbeat(
     topics: tuple[str, ...] | None = None,
     owned: object = None,
     instance: str | None = None,
+    regex: str | None = None,
 ) -> object:
     from kio.schema.consumer_group_heartbeat.v1.request import (
         ConsumerGroupHeartbeatRequest,
@@ -410,7 +411,7 @@ def _cg_heartbeat(
             rack_id=None,
             rebalance_timeout=datetime.timedelta(seconds=10),
             subscribed_topic_names=topics,
-            subscribed_topic_regex=None,
+            subscribed_topic_regex=regex,
             server_assignor="range",
             topic_partitions=None
             if owned is None
@@ -458,6 +459,52 @@ def test_kip848_heartbeat_revokes_before_it_reassigns(raw_broker) -> None:
     assert (left.error_code, left.member_epoch) == (ErrorCode.none, -1)
     a.close()
     b.close()
+
+
+def _topic_ids(port: int) -> dict[str, object]:
+    from kio.schema.metadata.v12.request import MetadataRequest
+
+    with RawClient(port) as client:
+        answer = client.request(
+            MetadataRequest(
+                topics=None,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+        )
+    return {t.name: t.topic_id for t in answer.topics}
+
+
+def test_kip848_regex_subscription_is_re2_and_follows_new_topics(raw_broker) -> None:
+    """SubscribedTopicRegex: whole topic names matched with RE2, in linear time (a pattern
+    that would keep a backtracking engine busy for hours against one topic's name is
+    answered at once; one that RE2 cannot run in linear time, a backreference, is
+    INVALID_REGULAR_EXPRESSION), and a topic created later is assigned once it exists."""
+    create_topic(raw_broker.bootstrap, "rx-orders", 2)
+    create_topic(raw_broker.bootstrap, "rx-orders-dlq", 1)
+    create_topic(raw_broker.bootstrap, "other-rx-orders", 1)
+    create_topic(raw_broker.bootstrap, "rx" + "a" * 32, 1)
+    ids = _topic_ids(raw_broker.port)
+    client = RawClient(raw_broker.port)
+    bad = _cg_heartbeat(client, "rx-group", "m", 0, regex="(a)\\1")
+    assert bad.error_code == ErrorCode.invalid_regular_expression
+    first = _cg_heartbeat(client, "rx-group", "m", 0, regex="rx-orders(-dlq)?")
+    assert first.error_code == ErrorCode.none
+    assert _owned(first) == {ids["rx-orders"]: {0, 1}, ids["rx-orders-dlq"]: {0}}
+    with RawClient(raw_broker.port) as evil:  # its timeout: 10 s
+        answer = _cg_heartbeat(evil, "rx-evil", "e", 0, regex="rx(a+)+b")
+    assert answer.error_code == ErrorCode.none
+    assert _owned(answer) == {}
+    create_topic(raw_broker.bootstrap, "rx-orders-eu", 1)
+    new_id = _topic_ids(raw_broker.port)["rx-orders-eu"]
+    later = _cg_heartbeat(client, "rx-group", "m", first.member_epoch, regex="rx-orders.*")
+    deadline = time.monotonic() + 10
+    while new_id not in _owned(later) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        later = _cg_heartbeat(client, "rx-group", "m", later.member_epoch, regex="rx-orders.*")
+    assert later.error_code == ErrorCode.none
+    assert new_id in _owned(later) and ids["other-rx-orders"] not in _owned(later)
+    client.close()
 
 
 def test_kip848_instance_id_held_by_a_live_member_is_refused(raw_broker) -> None:
