@@ -54,6 +54,19 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(args, security, settings))
 
 
+_LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def _loopback_hosts(host: str | None, url: str) -> frozenset[str] | None:
+    """On a loopback listener (the default), the Host headers a browser on this machine
+    sends: any other is a name rebound to 127.0.0.1 by a foreign page (DNS rebinding).
+    None (no check) on any other listener."""
+    if host not in _LOOPBACK:
+        return None
+    port = url.rsplit(":", 1)[1]
+    return frozenset(f"{name}:{port}" for name in ("127.0.0.1", "localhost", "[::1]"))
+
+
 async def _serve(args: argparse.Namespace, security: Any, settings: dict) -> int:
     from strom.services.console.app import Console
     from strom.services.console.backend import ClusterReader
@@ -64,6 +77,7 @@ async def _serve(args: argparse.Namespace, security: Any, settings: dict) -> int
     )
     server = http_server(console.app, security)
     url = await start_server(server, args)
+    console.allowed_hosts = _loopback_hosts(security.listener.host, url)
     print(f"Strom console on {url}/ for {args.bootstrap_server}", flush=True)
     await until_stopped()
     await server.stop()

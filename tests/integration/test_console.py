@@ -90,11 +90,26 @@ class ConsoleProcess:
         assert shot.stat().st_size > 1000
         return shot
 
+    def token(self) -> str:
+        """The token the console's forms carry (read off a page, as the browser has it)."""
+        found = re.search(r'name="csrf_token" value="([^"]+)"', self.dom("/topics"))
+        assert found is not None, "no token in the console's forms"
+        return found.group(1)
+
     def post(self, path: str, form: dict[str, str]) -> str:
         """Submit a form as the browser does; the page it is sent to afterwards."""
-        data = urllib.parse.urlencode(form).encode()
-        with urllib.request.urlopen(self.url + path, data=data, timeout=60) as response:
+        data = urllib.parse.urlencode({**form, "csrf_token": self.token()}).encode()
+        request = urllib.request.Request(self.url + path, data=data, headers={"Origin": self.url})
+        with urllib.request.urlopen(request, timeout=60) as response:
             return response.url
+
+    def refused(self, path: str, form: dict[str, str], headers: dict[str, str]) -> int:
+        """The HTTP status of a POST the console must refuse."""
+        data = urllib.parse.urlencode(form).encode()
+        request = urllib.request.Request(self.url + path, data=data, headers=headers)
+        with pytest.raises(urllib.error.HTTPError) as refusal:
+            urllib.request.urlopen(request, timeout=60)
+        return refusal.value.code
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -257,3 +272,62 @@ def test_unknown_pages_say_so(console: ConsoleProcess) -> None:
         urllib.request.urlopen(console.url + "/topics/no-such-topic", timeout=30)
     assert missing.value.code == 404
     assert "no topic" in missing.value.read().decode()
+
+
+def test_forms_from_other_sites_are_refused(console: ConsoleProcess) -> None:
+    """Cross-site request forgery: without the forms' token, with another Origin (even
+    with the token), from another site, or under a host name rebound to the console, a
+    POST is refused and the topic stays."""
+    name = f"kept-{uuid.uuid4().hex[:6]}"
+    console.post("/topics", {"name": name, "partitions": "1", "replication": "1"})
+    wait_for(lambda: name in console.text("/topics"), 20, "the topic")
+    delete = f"/topics/{name}/delete"
+    token = console.token()
+    assert console.refused(delete, {"confirm": name}, {}) == 403
+    assert console.refused(delete, {"confirm": name, "csrf_token": "guess"}, {}) == 403
+    evil = {"Origin": "http://evil.example"}
+    assert console.refused(delete, {"confirm": name, "csrf_token": token}, evil) == 403
+    cross_site = {"Sec-Fetch-Site": "cross-site"}
+    assert console.refused(delete, {"confirm": name, "csrf_token": token}, cross_site) == 403
+    rebound = {"Host": f"evil.example:{console.port}"}
+    assert console.refused(delete, {"confirm": name, "csrf_token": token}, rebound) == 403
+    assert name in console.text("/topics")
+
+
+def test_a_page_on_another_origin_cannot_delete_a_topic(
+    console: ConsoleProcess, tmp_path: Path
+) -> None:
+    """The attack as a browser makes it: headless Chromium opens a page served from
+    another origin whose form posts to the console's delete URL as soon as it loads."""
+    import http.server
+    import threading
+
+    name = f"target-{uuid.uuid4().hex[:6]}"
+    console.post("/topics", {"name": name, "partitions": "1", "replication": "1"})
+    wait_for(lambda: name in console.text("/topics"), 20, "the topic")
+    (tmp_path / "attack.html").write_text(
+        f'<form id="f" method="post" action="{console.url}/topics/{name}/delete">'
+        f'<input name="confirm" value="{name}"></form>'
+        '<script>document.getElementById("f").submit()</script>'
+    )
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    attacker = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), lambda *a: Quiet(*a, directory=str(tmp_path))
+    )
+    threading.Thread(target=attacker.serve_forever, daemon=True).start()
+    try:
+        page = f"http://127.0.0.1:{attacker.server_address[1]}/attack.html"
+        done = subprocess.run(
+            [*CHROMIUM, "--virtual-time-budget=5000", "--dump-dom", page],
+            capture_output=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        assert "cross" in done.stdout.decode() or "origin" in done.stdout.decode()
+    finally:
+        attacker.shutdown()
+    assert name in console.text("/topics")

@@ -6,6 +6,14 @@ with ``pages``; forms post, act, and redirect back with a note or the cluster's 
 A background task samples every ``sample_interval_s`` each group's lag and each
 topic's end offset into ``history``, for the lag and throughput charts.
 
+Forms are safe from other sites (cross-site request forgery): every form the console
+serves carries a token drawn at start (``csrf_token``, a hidden field), and a POST is
+served only with that token and, when the browser names the page it came from
+(``Origin``, or ``Sec-Fetch-Site``), only from the console's own origin; else 403 and
+nothing is done. A page on another origin can neither read the token nor pass the
+Origin check. Behind a name other than the one the browser shows (DNS rebinding), the
+``Host`` check of ``allowed_hosts`` refuses the request.
+
 Does not own the cluster calls (``backend``) or the HTML (``pages``).
 """
 
@@ -13,7 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import hmac
 import logging
+import re
+import secrets
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -28,6 +39,8 @@ from strom.services.console.history import History
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_SAMPLED_GROUPS = 100
+CSRF_FIELD = "csrf_token"
+_POST_FORM = re.compile(r'(<form\b[^>]*\bmethod="post"[^>]*>)')
 
 
 class Console:
@@ -37,14 +50,18 @@ class Console:
         sample_interval_s: float = 5.0,
         schema_registry_url: str | None = None,
         registry_client: dict[str, str] | None = None,
+        allowed_hosts: frozenset[str] | None = None,
     ) -> None:
         self.reader = reader
+        self.csrf_token = secrets.token_urlsafe(32)
+        # Host headers served (None: any), e.g. {"127.0.0.1:9021", "localhost:9021"}
+        self.allowed_hosts = allowed_hosts
         self.decoder = (
             RegistryDecoder(schema_registry_url, registry_client) if schema_registry_url else None
         )
         self.sample_interval_s = sample_interval_s
         self.history = History()
-        self.app = web.Application()
+        self.app = web.Application(middlewares=[self._guard])
         routes = self.app.router
         routes.add_get("/", self.cluster)
         routes.add_get("/topics", self.topics)
@@ -59,6 +76,32 @@ class Console:
         self.app.on_startup.append(self._start_sampler)
         self.app.on_cleanup.append(self._stop_sampler)
         self._sampler: asyncio.Task[None] | None = None
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """The Host check on every request; the origin and token checks on every POST."""
+        if self.allowed_hosts is not None and request.host not in self.allowed_hosts:
+            log.info("refused a request for host %r", request.host)
+            return web.Response(status=403, text="unknown host\n")
+        if request.method == "POST":
+            refusal = await self._cross_site(request)
+            if refusal is not None:
+                log.info("refused a POST to %s: %s", request.path, refusal)
+                return web.Response(status=403, text=refusal + "\n")
+        return await handler(request)
+
+    async def _cross_site(self, request: web.Request) -> str | None:
+        """Why a POST may have come from another site; None when it did not."""
+        origin = request.headers.get("Origin")
+        if origin is not None and origin != f"{request.scheme}://{request.host}":
+            return f"a form from another origin ({origin})"
+        if request.headers.get("Sec-Fetch-Site", "same-origin") not in ("same-origin", "none"):
+            return "a form from another site"
+        form = await request.post()
+        token = str(form.get(CSRF_FIELD, ""))
+        if not hmac.compare_digest(token.encode(), self.csrf_token.encode()):
+            return "the form's token is missing or wrong: reload the page"
+        return None
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
@@ -99,8 +142,10 @@ class Console:
         query = {k: v for k, v in (("note", note), ("error", error)) if v}
         return web.HTTPSeeOther(path + ("?" + urlencode(query) if query else ""))
 
-    @staticmethod
-    def _html(text: str, status: int = 200) -> web.Response:
+    def _html(self, text: str, status: int = 200) -> web.Response:
+        """A page, each of its forms carrying the token that lets it be posted."""
+        hidden = f'<input type="hidden" name="{CSRF_FIELD}" value="{self.csrf_token}">'
+        text = _POST_FORM.sub(lambda m: m.group(1) + hidden, text)
         return web.Response(text=text, status=status, content_type="text/html")
 
     async def cluster(self, request: web.Request) -> web.Response:
