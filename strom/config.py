@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -73,6 +73,8 @@ class ConfigDef:
     choices: tuple[str, ...] | None = None
     # The broker property that supplies a topic config's default, if any.
     broker_name: str | None = None
+    # A check of the parsed value beyond its kind (ValueError says what is wrong).
+    check: Callable[[Any], object] | None = None
 
     def parse(self, raw: str | None) -> Any:
         if raw is None:
@@ -93,6 +95,8 @@ class ConfigDef:
                 value = _parse_throttled_replicas(raw)
             else:
                 value = raw.strip()
+            if self.check is not None:
+                self.check(value)
         except ValueError as exc:
             raise ConfigError(
                 f"Invalid value {raw!r} for configuration {self.name}: {exc}"
@@ -111,6 +115,17 @@ class ConfigDef:
                         f"must be one of {', '.join(self.choices)}"
                     )
         return value
+
+
+def _check_host_counts(value: str) -> None:
+    """``host:count,host:count`` (max.connections.per.ip.overrides)."""
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        if not sep or not host or not count.strip().isdigit():
+            raise ValueError(f"expected host:count, got {item!r}")
 
 
 def render(value: Any) -> str | None:
@@ -256,6 +271,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("group.consumer.max.session.timeout.ms", "int", 60000, minimum=1),
         ConfigDef("group.consumer.min.heartbeat.interval.ms", "int", 5000, minimum=1),
         ConfigDef("group.consumer.max.heartbeat.interval.ms", "int", 15000, minimum=1),
+        # Connection limits, enforced by strom.security.connection_limits (dynamic).
+        ConfigDef("max.connections", "int", 2147483647, minimum=0),
+        ConfigDef("max.connections.per.ip", "int", 2147483647, minimum=0),
+        ConfigDef("max.connections.per.ip.overrides", "string", "", check=_check_host_counts),
         # Broker configs Kafka lets AlterConfigs change at run time that Strom has no use
         # for (Kerberos, thread pools, connection limits, tiered storage...): accepted,
         # stored and described with Kafka's types and defaults, and not acted on.
@@ -287,11 +306,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("sasl.login.refresh.window.jitter", "double", 0.05, minimum=0),
         ConfigDef("sasl.login.refresh.min.period.seconds", "int", 60, minimum=0),
         ConfigDef("sasl.login.refresh.buffer.seconds", "int", 300, minimum=0),
-        ConfigDef("max.connections", "int", 2147483647, minimum=0),
         ConfigDef("max.connection.creation.rate", "int", 2147483647, minimum=0),
         ConfigDef("num.network.threads", "int", 3, minimum=1),
-        ConfigDef("max.connections.per.ip", "int", 2147483647, minimum=0),
-        ConfigDef("max.connections.per.ip.overrides", "string", ""),
         ConfigDef("transaction.partition.verification.enable", "bool", True),
         ConfigDef("remote.log.index.file.cache.total.size.bytes", "long", 1073741824, minimum=1),
         ConfigDef("remote.fetch.max.wait.ms", "int", 500, minimum=1),

@@ -75,6 +75,7 @@ from strom.protocol.framing import (
     peek_header,
 )
 from strom.raft.core import RaftConfig
+from strom.security.connection_limits import ConnectionLimits
 from strom.security.sasl import SaslAuthenticationFailed
 from strom.storage.metadata_log import MetadataLogStore
 
@@ -204,6 +205,13 @@ class Broker:
         }
         self._servers: list[asyncio.AbstractServer] = []
         self._connections: set[KafkaConnection] = set()
+        self.connection_limits = ConnectionLimits(config)
+        # Listeners that do not count towards max.connections: the cluster's own.
+        self.uncounted_listeners = {
+            name
+            for name in (config.inter_broker_listener_name, *config.controller_listener_names)
+            if name
+        }
         self._duties: asyncio.Task[None] | None = None
         self.bound: list[Listener] = []
 
@@ -494,6 +502,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.unmute_timer: asyncio.TimerHandle | None = None
         self.closed = False
         self.peer = "?"
+        self.ip: str | None = None  # counted in the connection limits until it closes
+        self.counted = True
         # While a batch of received requests is handled, responses gather here and go
         # out in one write: one send() per read, not one per request.
         self.outbox: list[bytes | bytearray | memoryview] | None = None
@@ -507,6 +517,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
         self.broker._connections.add(self)
+        broker = self.broker
+        self.counted = self.session.security.name not in broker.uncounted_listeners
+        self.ip = peer[0] if peer else "?"
+        refusal = broker.connection_limits.admit(self.ip, counted=self.counted)
+        if refusal is not None:
+            self.ip = None  # nothing to release
+            log.info("closing connection from %s: %s", self.peer, refusal)
+            self.abort()
+            return
         try:
             self.session.tls_established(transport.get_extra_info("ssl_object"))
         except ValueError as exc:
@@ -516,6 +535,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.broker._connections.discard(self)
+        if self.ip is not None:
+            self.broker.connection_limits.release(self.ip, counted=self.counted)
+            self.ip = None
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self.direct is not None:
