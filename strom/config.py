@@ -271,7 +271,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("group.consumer.max.session.timeout.ms", "int", 60000, minimum=1),
         ConfigDef("group.consumer.min.heartbeat.interval.ms", "int", 5000, minimum=1),
         ConfigDef("group.consumer.max.heartbeat.interval.ms", "int", 15000, minimum=1),
-        # Connection limits, enforced by strom.security.connection_limits (dynamic).
+        # Connection limits, enforced by strom.security.connection_limits (dynamic),
+        # idle connections closed and failed logins answered late by the server.
+        ConfigDef("connections.max.idle.ms", "long", 600000, minimum=-1),
+        ConfigDef("connection.failed.authentication.delay.ms", "int", 100, minimum=0),
         ConfigDef("max.connections", "int", 2147483647, minimum=0),
         ConfigDef("max.connections.per.ip", "int", 2147483647, minimum=0),
         ConfigDef("max.connections.per.ip.overrides", "string", "", check=_check_host_counts),

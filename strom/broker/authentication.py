@@ -40,6 +40,7 @@ Does not own the mechanisms (``strom.security.sasl``), certificates
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 import ssl
@@ -502,5 +503,15 @@ def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
     try:
         token = session.evaluate(bytes(request.auth_bytes))
     except SaslAuthenticationFailed as exc:
-        return answer(ErrorCode.sasl_authentication_failed, str(exc))
+        refused = answer(ErrorCode.sasl_authentication_failed, str(exc))
+        delay_ms = int(ctx.broker.config["connection.failed.authentication.delay.ms"])
+        return _later(delay_ms / 1000, refused) if delay_ms > 0 else refused
     return answer(ErrorCode.none, None, token)
+
+
+async def _later(delay_s: float, response: Any) -> Any:
+    """connection.failed.authentication.delay.ms: a failed login is answered (and its
+    connection closed) that much later, as Kafka delays it, so that guessing passwords
+    costs time; the event loop serves everyone else meanwhile."""
+    await asyncio.sleep(delay_s)
+    return response

@@ -213,6 +213,7 @@ class Broker:
             if name
         }
         self._duties: asyncio.Task[None] | None = None
+        self._idle_closer: asyncio.Task[None] | None = None
         self.bound: list[Listener] = []
 
     @property
@@ -316,6 +317,7 @@ class Broker:
             for server in clients:
                 await server.start_serving()
         self._duties = asyncio.get_running_loop().create_task(self._run_duties())
+        self._idle_closer = asyncio.get_running_loop().create_task(self._close_idle_connections())
         # What start-up loaded (modules, kio's schema classes, metadata) lives as long
         # as the broker: frozen, out of the collector's sight, it is not rescanned by
         # every full collection (one took 13.7 ms over 52k objects, a latency spike).
@@ -349,6 +351,8 @@ class Broker:
             connection.close()
         if self._duties is not None:
             self._duties.cancel()
+        if self._idle_closer is not None:
+            self._idle_closer.cancel()
         await self._servers_closed()
         self.purgatory.wake_all()
         self._replicating = False
@@ -390,6 +394,25 @@ class Broker:
             await asyncio.wait_for(waiting, grace_s)
         except TimeoutError:
             log.warning("the listeners did not close within %.0fs more; stopping anyway", grace_s)
+
+    async def _close_idle_connections(self) -> None:
+        """connections.max.idle.ms: close a connection that has neither read nor written
+        for that long and owes no response (a long poll is not idle), as Kafka's
+        selector expires idle channels. -1 keeps them."""
+        while True:
+            idle_ms = int(self.config["connections.max.idle.ms"])
+            await asyncio.sleep(min(max(idle_ms, 1000) / 4000, 30.0))
+            if idle_ms < 0:
+                continue
+            oldest = time.monotonic() - idle_ms / 1000
+            for connection in list(self._connections):
+                if connection.last_active < oldest and not connection.owed:
+                    log.info(
+                        "closing connection from %s: idle for more than %d ms",
+                        connection.peer,
+                        idle_ms,
+                    )
+                    connection.close()
 
     async def _run_duties(self) -> None:
         logs = self.state.logs
@@ -503,6 +526,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.closed = False
         self.peer = "?"
         self.ip: str | None = None  # counted in the connection limits until it closes
+        self.last_active = time.monotonic()  # bytes last read or written
         self.counted = True
         # While a batch of received requests is handled, responses gather here and go
         # out in one write: one send() per read, not one per request.
@@ -547,6 +571,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return memoryview(self.inbox)[self.end :]
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = time.monotonic()
         if self.direct is None:
             self.end += nbytes
             self._process()
@@ -796,7 +821,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             answer = self.session.evaluate(token)
         except SaslAuthenticationFailed:
-            self.close()
+            # Closed connection.failed.authentication.delay.ms later, reading nothing more.
+            delay_ms = int(self.broker.config["connection.failed.authentication.delay.ms"])
+            self.muted = True  # never unmuted: nothing more is read or served
+            asyncio.get_running_loop().call_later(delay_ms / 1000, self.close)
             return
         self._respond([_SIZE.pack(len(answer)) + answer])
 
@@ -851,6 +879,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _respond(self, chunks: list[bytes | bytearray | memoryview]) -> None:
         """Send a response now, or queue it behind responses still owed."""
+        self.last_active = time.monotonic()
         if self.owed:
             owed = _Owed()
             owed.chunks, owed.ready = chunks, True

@@ -107,3 +107,79 @@ def test_a_bad_overrides_value_is_one_line() -> None:
     bad = strom("broker", "--override", "max.connections.per.ip.overrides=localhost")
     assert bad.returncode == 2
     assert "max.connections.per.ip.overrides" in one_line_error(bad)
+
+
+PLAIN_JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'username="admin" password="admin-secret" user_admin="admin-secret";'
+)
+DELAY_MS = 3000
+IDLE_MS = 1500
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(
+        tmp_path_factory.mktemp("idle") / "data",
+        {
+            "listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+            "connection.failed.authentication.delay.ms": str(DELAY_MS),
+            "connections.max.idle.ms": str(IDLE_MS),
+        },
+    )
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def test_a_failed_login_is_answered_late_and_others_are_served_meanwhile(
+    sasl_broker: BrokerProcess,
+) -> None:
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    from strom.protocol.framing import encode_request
+
+    guesser = RawClient(sasl_broker.port)
+    try:
+        assert guesser.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == 0
+        guesser.send_bytes(
+            encode_request(99, "guess", SaslAuthenticateRequest(auth_bytes=b"\0admin\0wrong"))
+        )
+        guesser.sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):  # not answered yet: 0.5 s into a 3 s delay
+            guesser.sock.recv(1)
+        with RawClient(sasl_broker.port) as other:  # the broker serves others meanwhile
+            handshake = other.request(SaslHandshakeRequest(mechanism="PLAIN"))
+            assert handshake.error_code == ErrorCode.none
+        guesser.sock.settimeout(30)
+        frame = guesser.read_frame()  # the refusal comes, then the connection closes
+        assert frame
+        assert guesser.is_closed_by_peer()
+    finally:
+        guesser.close()
+
+
+def test_idle_connections_are_closed_and_busy_ones_kept(sasl_broker: BrokerProcess) -> None:
+    idle = RawClient(sasl_broker.port)
+    busy = RawClient(sasl_broker.port)
+    idle.sock.settimeout(0.5)
+    try:
+        for _ in range(60):  # at most about 30 s
+            try:
+                if idle.sock.recv(1) == b"":
+                    break  # closed by the broker
+            except TimeoutError:
+                pass
+            assert served(busy)  # asked every half second: never idle
+        else:
+            raise AssertionError("an idle connection was never closed")
+        assert served(busy)
+    finally:
+        idle.close()
+        busy.close()
