@@ -185,6 +185,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("delete.topic.enable", "bool", True),
         ConfigDef("message.max.bytes", "int", 1048588, minimum=0),
         ConfigDef("socket.request.max.bytes", "int", 104857600, minimum=1),
+        # What large request frames being received may hold in all (-1: no bound).
+        ConfigDef("queued.max.request.bytes", "long", -1, minimum=-1),
         ConfigDef("log.segment.bytes", "int", 1073741824, minimum=14),
         ConfigDef("log.roll.hours", "int", 168, minimum=1),
         ConfigDef("log.roll.ms", "long", None, minimum=1),

@@ -36,6 +36,7 @@ import gc
 import hashlib
 import inspect
 import logging
+import mmap
 import struct
 import time
 from collections import deque
@@ -91,6 +92,10 @@ DIRECT_FRAME = 64 * 1024
 # A connection keeps its last large-frame buffer for the next one up to this size:
 # a fresh buffer costs a zero fill and a page fault per 4 KiB as the frame arrives.
 SPARE_FRAME_BUFFER = 16 * 1024 * 1024
+# A frame above this size is received into an anonymous memory mapping: its pages are
+# taken as bytes arrive, so a frame declared and never sent costs no memory (smaller
+# ones reuse the connection's spare buffer, whose pages are already there).
+MAPPED_FRAME = SPARE_FRAME_BUFFER
 # A client that has not finished its TLS handshake by then is disconnected.
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
@@ -206,6 +211,7 @@ class Broker:
         self._servers: list[asyncio.AbstractServer] = []
         self._connections: set[KafkaConnection] = set()
         self.connection_limits = ConnectionLimits(config)
+        self.frame_memory = FrameMemory(config)
         # Listeners that do not count towards max.connections: the cluster's own.
         self.uncounted_listeners = {
             name
@@ -492,6 +498,34 @@ class _Owed:
         self.ready = False
 
 
+class FrameMemory:
+    """queued.max.request.bytes, as Kafka's memory pool: the bytes large request frames
+    being received may hold in all. A connection whose next frame does not fit waits,
+    its reading paused, until frames in flight release memory (one frame is always let
+    in, however large, as Kafka's pool does); -1 bounds nothing."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.held = 0
+        self.waiting: list[KafkaConnection] = []
+
+    def take(self, size: int, connection: KafkaConnection) -> bool:
+        limit = int(self.config["queued.max.request.bytes"])
+        if limit > 0 and self.held and self.held + size > limit:
+            if connection not in self.waiting:
+                self.waiting.append(connection)
+            return False
+        self.held += size
+        return True
+
+    def give_back(self, size: int) -> None:
+        self.held -= size
+        waiting, self.waiting = self.waiting, []
+        for connection in waiting:
+            if not connection.closed:
+                connection.resume_after_memory()
+
+
 class KafkaConnection(asyncio.BufferedProtocol):
     """The request loop of one client connection.
 
@@ -527,6 +561,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = "?"
         self.ip: str | None = None  # counted in the connection limits until it closes
         self.last_active = time.monotonic()  # bytes last read or written
+        self.frame_held = 0  # queued.max.request.bytes taken by the frame being received
         self.counted = True
         # While a batch of received requests is handled, responses gather here and go
         # out in one write: one send() per read, not one per request.
@@ -559,6 +594,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.broker._connections.discard(self)
+        self._release_frame_memory()
+        self.direct = None
         if self.ip is not None:
             self.broker.connection_limits.release(self.ip, counted=self.counted)
             self.ip = None
@@ -579,6 +616,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.direct_filled += nbytes
         if self.direct_filled == self.direct_size:
             buffer, self.direct = self.direct, None
+            self._release_frame_memory()
             frame = memoryview(buffer)[: self.direct_size]
             self._process(frame)  # writable: a produce's records are patched in place
             try:
@@ -587,10 +625,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return  # something still reads through it: the buffer is not reused
             self._keep_spare(buffer)
 
-    def _keep_spare(self, buffer: bytearray) -> None:
+    def _release_frame_memory(self) -> None:
+        if self.frame_held:
+            self.broker.frame_memory.give_back(self.frame_held)
+            self.frame_held = 0
+
+    def _keep_spare(self, buffer: bytearray | mmap.mmap) -> None:
         """Keep a large-frame buffer for the next large frame, unless something still
         holds a view of it (a bytearray with views cannot be resized: the test)."""
-        if len(buffer) > SPARE_FRAME_BUFFER:
+        if not isinstance(buffer, bytearray) or len(buffer) > SPARE_FRAME_BUFFER:
             return
         try:
             buffer.append(0)
@@ -618,6 +661,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.write_paused = False
         if not self.closed:
             self._process()
+
+    def resume_after_memory(self) -> None:
+        """Frame memory was released: try the frame that waited for it again."""
+        asyncio.get_running_loop().call_soon(self._process)
 
     def _pause_reading(self) -> None:
         if not self.reading_paused and self.transport is not None and not self.closed:
@@ -711,9 +758,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.start = begin + size
                 self._handle(frame)
             elif size >= DIRECT_FRAME:
+                if not self.broker.frame_memory.take(size, self):
+                    self._pause_reading()  # resumed when frames in flight release memory
+                    return
+                self.frame_held = size
                 direct = self.spare
                 if direct is None or len(direct) < size:
-                    direct = bytearray(size)
+                    direct = mmap.mmap(-1, size) if size > MAPPED_FRAME else bytearray(size)
                 self.spare = None
                 with memoryview(inbox) as view:
                     direct[: available - 4] = view[begin : self.end]

@@ -183,3 +183,45 @@ def test_idle_connections_are_closed_and_busy_ones_kept(sasl_broker: BrokerProce
     finally:
         idle.close()
         busy.close()
+
+
+def rss_bytes(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status", encoding="ascii"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.fixture(scope="module")
+def bounded_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(
+        tmp_path_factory.mktemp("frames") / "data",
+        {"queued.max.request.bytes": str(8 * 1024 * 1024)},
+    )
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def test_frames_declared_and_not_sent_cost_no_memory(bounded_broker: BrokerProcess) -> None:
+    """Twenty connections each declare a 100 MiB frame and send a little of it: the
+    broker's memory does not grow by what they declared, and it serves others."""
+    assert bounded_broker.proc is not None
+    before = rss_bytes(bounded_broker.proc.pid)
+    declared = []
+    try:
+        for _ in range(20):
+            sock = socket.create_connection(("127.0.0.1", bounded_broker.port))
+            sock.sendall((100 * 1024 * 1024).to_bytes(4, "big") + b"\0" * 65536)
+            declared.append(sock)
+        with RawClient(bounded_broker.port) as other:
+            assert served(other)
+        grown = rss_bytes(bounded_broker.proc.pid) - before
+        assert grown < 200 * 1024 * 1024, f"RSS grew by {grown >> 20} MiB"
+    finally:
+        for sock in declared:
+            sock.close()
+    with RawClient(bounded_broker.port) as other:  # and after they are gone
+        assert served(other)
