@@ -173,6 +173,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("advertised.listeners", "list", None),
         # The HTTP admin listener (metrics, health): http://HOST:PORT; off when empty.
         ConfigDef("admin.listeners", "list", []),
+        # HTTP basic authentication of /metrics on the admin listeners (users and roles
+        # in the services' Jetty property file format); /health/* stays open for probes.
+        ConfigDef("admin.authentication.method", "string", "NONE", choices=("NONE", "BASIC")),
+        ConfigDef("admin.authentication.users.file", "string", None),
+        ConfigDef("admin.authentication.realm", "string", "Strom"),
+        ConfigDef("admin.authentication.roles", "list", ["*"]),
         # The schema registry and REST proxy served inside the broker process (as clients of
         # its first PLAINTEXT client listener): http://HOST:PORT; off when unset.
         ConfigDef("schema.registry.listener", "string", None),
@@ -806,6 +812,13 @@ class BrokerConfig:
         _check_distinct(listeners, "listeners")
         for spec in self._values["admin.listeners"]:
             parse_admin_listener(spec)
+        if (
+            self._values["admin.authentication.method"] == "BASIC"
+            and not self._values["admin.authentication.users.file"]
+        ):
+            raise ConfigError(
+                "admin.authentication.method=BASIC needs admin.authentication.users.file"
+            )
         for key in ("schema.registry.listener", "rest.proxy.listener"):
             if self._values[key] is not None:
                 parse_admin_listener(self._values[key], key)

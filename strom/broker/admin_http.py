@@ -5,7 +5,10 @@ Serves, on the broker's own event loop through the shared HTTP stack
 (``strom.services.http``):
 - ``GET /metrics``: the Prometheus text format (``prometheus_client``), Kafka's metric
   names from ``metrics.KafkaCollector`` plus the process's own (CPU, memory, open
-  files) and Python's (garbage collection);
+  files) and Python's (garbage collection); with ``admin.authentication.method=BASIC``
+  only for a user of ``admin.authentication.users.file`` holding one of
+  ``admin.authentication.roles`` (401 with a challenge, 403 without a role), as the
+  HTTP services check it: the metrics name every topic and group;
 - ``GET /health/live``: 200 while the node's event loop answers;
 - ``GET /health/ready``: 200 once the node does its part, 503 until then, with a JSON
   body naming each check: a controller knows the quorum's leader; a broker is registered
@@ -28,8 +31,9 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from strom.broker.metrics import BrokerMetrics, KafkaCollector
-from strom.config import parse_admin_listener
+from strom.config import ConfigError, parse_admin_listener
 from strom.services.http import HttpServer
+from strom.services.http_security import BasicAuth, HttpSecurityError, read_users
 
 if TYPE_CHECKING:
     from strom.broker.server import Broker
@@ -61,6 +65,22 @@ def readiness(broker: Broker) -> tuple[bool, dict[str, Any]]:
     return ready, checks
 
 
+def _basic_auth(config: Any) -> BasicAuth | None:
+    """The basic authentication of /metrics, or None (admin.authentication.method NONE)."""
+    if config["admin.authentication.method"] != "BASIC":
+        return None
+    roles = {r.strip() for r in config["admin.authentication.roles"] if r.strip()}
+    try:
+        users = read_users(config["admin.authentication.users.file"])
+    except HttpSecurityError as exc:
+        raise ConfigError(f"admin.{exc}") from None
+    return BasicAuth(
+        realm=config["admin.authentication.realm"],
+        roles=frozenset() if "*" in roles else frozenset(roles),
+        users=users,
+    )
+
+
 class AdminListener:
     """The HTTP admin listeners of one node."""
 
@@ -71,6 +91,7 @@ class AdminListener:
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
+        self.basic_auth = _basic_auth(broker.config)
         app = web.Application()
         app.router.add_get("/", self._index)
         app.router.add_get("/metrics", self._metrics)
@@ -95,6 +116,15 @@ class AdminListener:
         return web.Response(text="Strom admin listener: /metrics /health/live /health/ready\n")
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        if self.basic_auth is not None:
+            status = self.basic_auth.check(request.headers.get("Authorization"))
+            if status != 200:
+                challenge = f'Basic realm="{self.basic_auth.realm}"'
+                return web.Response(
+                    text="Unauthorized\n" if status == 401 else "Forbidden\n",
+                    status=status,
+                    headers={"WWW-Authenticate": challenge} if status == 401 else None,
+                )
         body = generate_latest(self.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -8,6 +8,7 @@ Debian's prometheus package (promtool and the server)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import socket
@@ -289,3 +290,61 @@ def test_a_bad_admin_listener_is_one_line(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "admin.listeners" in one_line_error(result)
+
+
+def test_metrics_behind_basic_authentication(tmp_path: Path) -> None:
+    """admin.authentication.method=BASIC: /metrics (which names every topic and group)
+    only for a known user with a role; the health checks stay open for probes."""
+    users = tmp_path / "admin-users"
+    users.write_text("prometheus: scrape-secret,metrics\nvisitor: visitor-secret,guest\n")
+    process = BrokerProcess(tmp_path / "data")
+    port = process.extra_port("admin")
+    process.overrides.update(
+        {
+            "admin.listeners": f"http://127.0.0.1:{port}",
+            "admin.authentication.method": "BASIC",
+            "admin.authentication.users.file": str(users),
+            "admin.authentication.roles": "metrics",
+        }
+    )
+    process.start()
+    try:
+        url = f"http://127.0.0.1:{process.ports['admin']}"
+
+        def status(path: str, user: str | None = None, password: str = "") -> int:
+            request = urllib.request.Request(url + path)
+            if user is not None:
+                token = base64.b64encode(f"{user}:{password}".encode()).decode()
+                request.add_header("Authorization", f"Basic {token}")
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    body = response.read().decode()
+                    assert path != "/metrics" or "kafka_server" in body
+                    return response.status
+            except urllib.error.HTTPError as refusal:
+                if refusal.code == 401:
+                    assert "Basic" in refusal.headers.get("WWW-Authenticate", "")
+                return refusal.code
+
+        assert status("/metrics") == 401
+        assert status("/metrics", "prometheus", "wrong") == 401
+        assert status("/metrics", "visitor", "visitor-secret") == 403
+        assert status("/metrics", "prometheus", "scrape-secret") == 200
+        assert status("/health/live") == 200
+    finally:
+        process.stop()
+
+
+def test_basic_authentication_without_users_is_one_line(tmp_path: Path) -> None:
+    result = strom(
+        "broker",
+        "--override",
+        f"log.dirs={tmp_path / 'data'}",
+        "--override",
+        "admin.listeners=http://127.0.0.1:0",
+        "--override",
+        "admin.authentication.method=BASIC",
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "admin.authentication.users.file" in one_line_error(result)
