@@ -117,8 +117,10 @@ class ConfigDef:
         return value
 
 
-def _check_host_counts(value: str) -> None:
-    """``host:count,host:count`` (max.connections.per.ip.overrides)."""
+def parse_host_counts(value: str) -> list[tuple[str, int]]:
+    """``host:count,host:count`` (max.connections.per.ip.overrides) as (host, count)
+    pairs, an IPv6 host without its brackets; ValueError for a bad entry."""
+    pairs = []
     for item in value.split(","):
         item = item.strip()
         if not item:
@@ -126,6 +128,8 @@ def _check_host_counts(value: str) -> None:
         host, sep, count = item.rpartition(":")
         if not sep or not host or not count.strip().isdigit():
             raise ValueError(f"expected host:count, got {item!r}")
+        pairs.append((host.strip().strip("[]"), int(count)))
+    return pairs
 
 
 def render(value: Any) -> str | None:
@@ -285,7 +289,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("connection.failed.authentication.delay.ms", "int", 100, minimum=0),
         ConfigDef("max.connections", "int", 2147483647, minimum=0),
         ConfigDef("max.connections.per.ip", "int", 2147483647, minimum=0),
-        ConfigDef("max.connections.per.ip.overrides", "string", "", check=_check_host_counts),
+        ConfigDef("max.connections.per.ip.overrides", "string", "", check=parse_host_counts),
         # Broker configs Kafka lets AlterConfigs change at run time that Strom has no use
         # for (Kerberos, thread pools, connection limits, tiered storage...): accepted,
         # stored and described with Kafka's types and defaults, and not acted on.

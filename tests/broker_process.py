@@ -217,3 +217,23 @@ class BrokerProcess:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+def with_controller_listener(process: BrokerProcess, node_id: int = 1) -> int:
+    """Make ``process`` a single node (a quorum of one) with a CONTROLLER listener of its
+    own beside its client one, both PLAINTEXT, so that it serves the controller's APIs
+    there; the controller listener's port (read it back from ``ports["CONTROLLER"]``
+    once started). Later overrides may change the security of either."""
+    controller_port = process.extra_port("CONTROLLER")
+    process.overrides.update(
+        {
+            "node.id": str(node_id),
+            "listeners": (
+                f"PLAINTEXT://127.0.0.1:{process.port},CONTROLLER://127.0.0.1:{controller_port}"
+            ),
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.quorum.voters": f"{node_id}@127.0.0.1:{controller_port}",
+        }
+    )
+    return controller_port

@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from strom.config import parse_host_counts
+
 
 class ConnectionLimits:
     def __init__(self, config: Mapping[str, Any]) -> None:
@@ -59,18 +61,13 @@ class ConnectionLimits:
 
 
 def parse_overrides(text: str) -> dict[str, int]:
-    """``host:count,host:count`` as IP address -> count; ValueError for a bad entry."""
+    """``host:count,host:count`` as IP address -> count (names resolved now); ValueError
+    for a bad entry."""
     overrides: dict[str, int] = {}
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        host, sep, count = item.rpartition(":")
-        if not sep or not host or not count.strip().isdigit():
-            raise ValueError(f"expected host:count, got {item!r}")
+    for host, count in parse_host_counts(text):
         try:
-            address = socket.gethostbyname(host.strip().strip("[]"))
+            address = socket.gethostbyname(host)
         except OSError:
-            address = host.strip().strip("[]")
-        overrides[address] = int(count)
+            address = host
+        overrides[address] = count
     return overrides

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess
+from broker_process import BrokerProcess, with_controller_listener
 from kafka_helpers import create_topic
 from kio.schema.alter_partition.v2 import request as v2
 from kio.schema.alter_partition.v3 import request as v3
@@ -33,18 +33,7 @@ NODE = 1
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, int]]:
     process = BrokerProcess(tmp_path_factory.mktemp("alter-partition") / "data")
-    controller_port = process.extra_port("CONTROLLER")
-    process.overrides.update(
-        {
-            "node.id": str(NODE),
-            "listeners": (
-                f"PLAINTEXT://127.0.0.1:{process.port},CONTROLLER://127.0.0.1:{controller_port}"
-            ),
-            "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "controller.quorum.voters": f"{NODE}@127.0.0.1:{controller_port}",
-        }
-    )
+    with_controller_listener(process, NODE)
     process.start()
     try:
         yield process, process.ports["CONTROLLER"]

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess
+from broker_process import BrokerProcess, with_controller_listener
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -77,16 +77,10 @@ ADMIN_APIS = {30, 31, 49, 51}
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, int]]:
     process = BrokerProcess(tmp_path_factory.mktemp("controller-authz") / "data")
-    controller_port = process.extra_port("CONTROLLER")
+    with_controller_listener(process, NODE)
     process.overrides.update(
         {
-            "node.id": str(NODE),
-            "listeners": (
-                f"PLAINTEXT://127.0.0.1:{process.port},CONTROLLER://127.0.0.1:{controller_port}"
-            ),
-            "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "controller.quorum.voters": f"{NODE}@127.0.0.1:{controller_port}",
             "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
             "sasl.mechanism.inter.broker.protocol": "PLAIN",
             "listener.name.plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
