@@ -97,7 +97,7 @@ from strom.broker.router import RequestContext, handles
 from strom.broker.txn_verification import transactional_producer
 from strom.cluster.node_state import TopicView
 from strom.coordinator.internal_log import AppendRefused
-from strom.protocol.codecs import CODEC_NAMES
+from strom.protocol.codecs import CODEC_NAMES, DecompressedTooLarge
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested, nested_if_any
 from strom.protocol.message_sets import MessageSetError, up_convert
@@ -426,12 +426,12 @@ def _append(
                 buf, headers = recompress_batches(buf, headers, codec)
         except CorruptBatchError as exc:
             log.info("rejecting batch for %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
-            return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
+            return _refusal_of(exc), -1, None, partition_log.log_start_offset
     try:
         refused = _invalid_records(f"{topic.name}-{partition}", config, buf, headers)
     except CorruptBatchError as exc:
         log.info("rejecting batch for %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
-        return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
+        return _refusal_of(exc), -1, None, partition_log.log_start_offset
     if refused is not None:
         error, record_errors, message = refused
         log.info(
@@ -470,6 +470,14 @@ def _append(
         log.info("rejecting a produce to %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
         return ErrorCode.invalid_txn_state, -1, None, partition_log.log_start_offset
     return ErrorCode.none, appended, append_time, partition_log.log_start_offset
+
+
+def _refusal_of(exc: CorruptBatchError) -> ErrorCode:
+    """A batch that cannot be read: MESSAGE_TOO_LARGE when it decompresses past the
+    limit (codecs.decompress), else CORRUPT_MESSAGE."""
+    if isinstance(exc, DecompressedTooLarge):
+        return ErrorCode.message_too_large
+    return ErrorCode.corrupt_message
 
 
 def _up_converted(

@@ -7,10 +7,19 @@ compaction and broker-side recompression).
 Snappy comes in two shapes on the wire: raw blocks (librdkafka) and the xerial
 framing the Java client writes (magic ``\\x82SNAPPY\\x00``, then length-prefixed
 raw blocks). Both decompress here; compression writes raw blocks.
+
+Decompression is bounded: what one batch (or old message set) decompresses to may not
+exceed ``limit`` (``MAX_DECOMPRESSED``, 64 MiB, by default), else
+``DecompressedTooLarge``, and the work stops there: a gzip, lz4 or zstd payload is
+decompressed into a buffer of ``limit`` bytes whose pages are taken only as they are
+written (an anonymous mapping), and snappy's declared lengths are checked before
+anything is decompressed. A 1 MB payload that would make 512 MiB costs at most the
+limit, in memory and in time.
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
 
 import cramjam
@@ -25,6 +34,13 @@ from strom.protocol.records import (
 )
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
+MAX_DECOMPRESSED = 64 * 1024 * 1024
+
+
+class DecompressedTooLarge(CorruptBatchError):
+    """A payload that decompresses to more than the limit (a decompression bomb, or a
+    batch far larger than any producer makes)."""
+
 
 CODEC_NAMES = {
     "none": CODEC_NONE,
@@ -50,26 +66,65 @@ def compress(codec: int, data: bytes) -> bytes:
     raise CorruptBatchError(f"unknown compression codec {codec}")
 
 
-def decompress(codec: int, data: bytes) -> bytes:
+def decompress(codec: int, data: bytes, limit: int = MAX_DECOMPRESSED) -> bytes:
+    """``data`` decompressed; DecompressedTooLarge past ``limit`` bytes, CorruptBatchError
+    for what cannot be decompressed."""
     try:
         if codec == CODEC_NONE:
             return data
-        if codec == CODEC_GZIP:
-            return bytes(cramjam.gzip.decompress(data))
         if codec == CODEC_SNAPPY:
             if data.startswith(_XERIAL_MAGIC):
-                return _xerial_decompress(data)
+                return _xerial_decompress(data, limit)
+            _check_snappy_length(data, limit)
             return bytes(cramjam.snappy.decompress_raw(data))
+        if codec == CODEC_GZIP:
+            return _bounded(cramjam.gzip.decompress_into, data, limit)
         if codec == CODEC_LZ4:
-            return bytes(cramjam.lz4.decompress(data))
+            return _bounded(cramjam.lz4.decompress_into, data, limit)
         if codec == CODEC_ZSTD:
-            return bytes(cramjam.zstd.decompress(data))
+            return _bounded(cramjam.zstd.decompress_into, data, limit)
     except cramjam.DecompressionError as exc:
         raise CorruptBatchError(f"cannot decompress batch: {exc}") from exc
     raise CorruptBatchError(f"unknown compression codec {codec}")
 
 
-def _xerial_decompress(data: bytes) -> bytes:
+def _too_large(limit: int) -> DecompressedTooLarge:
+    return DecompressedTooLarge(f"the payload decompresses to more than {limit} bytes")
+
+
+def _bounded(decompress_into: object, data: bytes, limit: int) -> bytes:
+    """Decompress into ``limit`` bytes of lazily backed memory; past them, refuse."""
+    out = mmap.mmap(-1, max(limit, 1))
+    try:
+        try:
+            written = decompress_into(data, out)  # type: ignore[operator]
+        except cramjam.DecompressionError as exc:
+            if "whole buffer" in str(exc) or "smaller than required" in str(exc):
+                raise _too_large(limit) from None
+            raise
+        if written >= limit:  # filled to the brim: there may be more
+            raise _too_large(limit)
+        return out[:written]
+    finally:
+        out.close()
+
+
+def _check_snappy_length(block: bytes, limit: int) -> int:
+    """A raw snappy block's declared uncompressed length (its leading varint), checked
+    against ``limit`` before anything is decompressed."""
+    length = shift = 0
+    for position in range(min(len(block), 5)):
+        byte = block[position]
+        length |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            break
+        shift += 7
+    if length > limit:
+        raise _too_large(limit)
+    return length
+
+
+def _xerial_decompress(data: bytes, limit: int) -> bytes:
     pos = 16  # magic (8) + version (4) + compatible version (4)
     out = bytearray()
     while pos < len(data):
@@ -77,6 +132,9 @@ def _xerial_decompress(data: bytes) -> bytes:
             raise CorruptBatchError("truncated xerial snappy block")
         (n,) = struct.unpack_from(">i", data, pos)
         pos += 4
-        out += cramjam.snappy.decompress_raw(data[pos : pos + n])
+        block = data[pos : pos + n]
+        if len(out) + _check_snappy_length(block, limit) > limit:
+            raise _too_large(limit)
+        out += cramjam.snappy.decompress_raw(block)
         pos += n
     return bytes(out)

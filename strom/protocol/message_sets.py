@@ -69,7 +69,7 @@ from dataclasses import dataclass
 
 import cramjam
 
-from strom.protocol.codecs import compress, decompress
+from strom.protocol.codecs import DecompressedTooLarge, compress, decompress
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import (
     ATTR_CODEC_MASK,
@@ -112,6 +112,12 @@ class MessageSetError(ValueError):
 
 class CorruptMessageError(MessageSetError):
     error_code = ErrorCode.corrupt_message
+
+
+class DecompressedTooLargeError(MessageSetError):
+    """A compressed wrapper that decompresses past the limit (codecs.decompress)."""
+
+    error_code = ErrorCode.message_too_large
 
 
 class InvalidMessageError(MessageSetError):
@@ -222,6 +228,8 @@ def wrapper_records(wrapper: LegacyMessage) -> list[LegacyMessage]:
         payload = _with_lz4_header_checksum(payload)
     try:
         inner = read_message_set(decompress(codec, payload))
+    except DecompressedTooLarge as exc:
+        raise DecompressedTooLargeError(str(exc)) from None
     except CorruptBatchError as exc:
         raise CorruptMessageError(str(exc)) from None
     if not inner:
@@ -316,7 +324,8 @@ def down_convert(data: bytes | bytearray | memoryview, magic: int, fetch_offset:
     """The v2 batches ``data`` (whole, as a log read returns them) as a message set of
     ``magic``, for a fetch from ``fetch_offset``; see the module docstring for what is
     kept, dropped and how much is sent. Raises UnsupportedCompressionError when the
-    first batch to convert is zstd."""
+    first batch to convert is zstd, CorruptMessageError when it cannot be read (one that
+    decompresses past codecs' limit: the fetcher is told, the broker keeps its memory)."""
     out = bytearray()
     ends: list[int] = []  # where each converted entry ends in ``out``
     first_size = 0
@@ -327,7 +336,12 @@ def down_convert(data: bytes | bytearray | memoryview, magic: int, fetch_offset:
             if ends:
                 break
             raise UnsupportedCompressionError("zstd batches cannot be down-converted")
-        _convert_batch(data, header, magic, fetch_offset, out, ends)
+        try:
+            _convert_batch(data, header, magic, fetch_offset, out, ends)
+        except CorruptBatchError as exc:  # a stored batch past the decompression limit
+            if ends:
+                break  # what was converted before it goes out
+            raise CorruptMessageError(f"batch at offset {header.base_offset}: {exc}") from None
         if not first_size and ends:
             first_size = len(out)
     limit = max(len(data), first_size)

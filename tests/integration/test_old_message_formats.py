@@ -353,3 +353,48 @@ def test_kafka_python_speaking_old_versions(broker, api_version, codec) -> None:
         assert all(r.timestamp > 0 for r in got)
     read = consume_all(broker.bootstrap, topic, 5)
     assert [(m.offset(), m.key(), m.value()) for m in read] == want
+
+
+def _rss(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status", encoding="ascii"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_decompression_bombs_are_refused_without_taking_the_memory(broker) -> None:
+    """A Produce v0 gzip message set of about 128 kB that holds 128 MiB, and a zstd v2
+    batch of a few kB that holds as much sent to a compacted topic (whose keys the broker
+    reads): past the 64 MiB a batch may decompress to, MESSAGE_TOO_LARGE, nothing
+    stored, the broker's memory not grown by what the bombs hold, another client
+    served."""
+    import gzip
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from strom.protocol.records import build_batch
+
+    create_topic(broker.bootstrap, "old-bomb", 1)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("compact-bomb", 1, 1, config={"cleanup.policy": "compact"})])[
+        "compact-bomb"
+    ].result(15)
+    inner = entry(0, message(0, 0, b"k", b"\0" * (128 * 1024 * 1024)))
+    wrapper = entry(0, message(0, 1, None, gzip.compress(inner, compresslevel=1)))
+    before = _rss(broker.proc.pid)
+    with RawClient(broker.port) as client:
+        assert produce(client, 0, "old-bomb", wrapper)[0] == ErrorCode.message_too_large
+        zstd_bomb = bytes(
+            build_batch([(b"k", b"\0" * (128 * 1024 * 1024))], base_timestamp=1, codec=4)
+        )
+        assert len(zstd_bomb) < 64 * 1024
+        error = produce(client, 3, "compact-bomb", zstd_bomb)[0]
+        assert error == ErrorCode.message_too_large
+        assert fetch(client, 4, "old-bomb", 0) == (ErrorCode.none, b"")
+    grown = _rss(broker.proc.pid) - before
+    assert grown < 300 * 1024 * 1024, f"RSS grew by {grown >> 20} MiB"
+    with RawClient(broker.port) as other:
+        assert produce(other, 0, "old-bomb", entry(0, message(0, 0, b"k", b"v")))[:2] == (
+            ErrorCode.none,
+            0,
+        )
