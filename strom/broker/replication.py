@@ -44,7 +44,7 @@ import asyncio
 import datetime
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -494,16 +494,11 @@ class ReplicaManager:
         """Wait until ``append_acknowledged`` decides: NONE,
         NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER, or REQUEST_TIMED_OUT
         after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        key = (appended.topic, appended.partition)
-        while True:
-            outcome = self.append_acknowledged(appended)
-            if outcome is not None:
-                return outcome
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return ErrorCode.request_timed_out
-            await self.broker.purgatory.wait([key], remaining)
+        return await self._wait_decided(
+            (appended.topic, appended.partition),
+            lambda: self.append_acknowledged(appended),
+            timeout_s,
+        )
 
     async def wait_for_high_watermark(
         self, key: PartitionKey, offset: int, leader_epoch: int, timeout_s: float
@@ -512,14 +507,24 @@ class ReplicaManager:
         ``leader_epoch`` is acknowledged (``acknowledged``); False after the timeout,
         once leadership moved, or when the ISR fell below ``min.insync.replicas``."""
         partition_log = self.state.partition_log(*key)
+        outcome = await self._wait_decided(
+            key, lambda: self.acknowledged(key, offset, leader_epoch, partition_log), timeout_s
+        )
+        return outcome == ErrorCode.none
+
+    async def _wait_decided(
+        self, key: PartitionKey, decide: Callable[[], ErrorCode | None], timeout_s: float
+    ) -> ErrorCode:
+        """``decide()`` again each time ``key`` changes, until it answers;
+        REQUEST_TIMED_OUT after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while True:
-            outcome = self.acknowledged(key, offset, leader_epoch, partition_log)
+            outcome = decide()
             if outcome is not None:
-                return outcome == ErrorCode.none
+                return outcome
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return False
+                return ErrorCode.request_timed_out
             await self.broker.purgatory.wait([key], remaining)
 
     def maybe_advance_high_watermark(self, key: PartitionKey, now_ms: int | None = None) -> None:
