@@ -212,12 +212,11 @@ class Broker:
         self._connections: set[KafkaConnection] = set()
         self.connection_limits = ConnectionLimits(config)
         self.frame_memory = FrameMemory(config)
-        # Listeners that do not count towards max.connections: the cluster's own.
-        self.uncounted_listeners = {
-            name
-            for name in (config.inter_broker_listener_name, *config.controller_listener_names)
-            if name
-        }
+        # Listeners that do not count towards max.connections: the controller's, and the
+        # inter-broker one when clients have another (Kafka's protected listener).
+        self.uncounted_listeners = set(config.controller_listener_names)
+        if config.inter_broker_listener_name and len(config.client_listeners) > 1:
+            self.uncounted_listeners.add(config.inter_broker_listener_name)
         self._duties: asyncio.Task[None] | None = None
         self._idle_closer: asyncio.Task[None] | None = None
         self.bound: list[Listener] = []

@@ -4,9 +4,10 @@ Owns ``max.connections.per.ip`` (every listener; a connection over it is closed 
 as it is accepted), its ``max.connections.per.ip.overrides`` (``host:count`` pairs, a
 host by IP address or by a name resolved when the setting is read; an override of 0
 refuses the address) and ``max.connections`` (the broker's total, not counting its
-inter-broker and controller listeners, which Kafka also keeps open to the cluster's own
-nodes: past it a new client connection is closed, where Kafka's acceptor would hold it
-until one goes). Both are dynamic broker configs, read at each new connection.
+controller listeners, nor its inter-broker listener when clients have another, which
+Kafka also keeps open to the cluster's own nodes: past it a new client connection is
+closed, where Kafka's acceptor would hold it until one goes). Both are dynamic broker
+configs, read at each new connection.
 
 Does not own the sockets (the broker's server admits and releases connections).
 """

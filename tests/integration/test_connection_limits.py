@@ -225,3 +225,24 @@ def test_frames_declared_and_not_sent_cost_no_memory(bounded_broker: BrokerProce
             sock.close()
     with RawClient(bounded_broker.port) as other:  # and after they are gone
         assert served(other)
+
+
+def test_max_connections_bounds_the_client_connections(tmp_path) -> None:
+    """max.connections=3: three connections are served, the next ones closed, and one
+    more taken once one goes."""
+    process = BrokerProcess(tmp_path / "data", {"max.connections": "3"})
+    process.start()
+    held: list[RawClient] = []
+    try:
+        held = [RawClient(process.port) for _ in range(3)]
+        assert all(served(c) for c in held)
+        extra = [socket.create_connection(("127.0.0.1", process.port)) for _ in range(3)]
+        assert all(closed_by_the_broker(s) for s in extra)
+        for s in extra:
+            s.close()
+        held.pop().close()
+        wait_until(lambda: _one_more_is_served(process, held), 10, "a connection taken again")
+    finally:
+        for client in held:
+            client.close()
+        process.stop()
