@@ -12,7 +12,9 @@ security protocol map, and the checks Kafka's KafkaConfig makes of them; the ``s
 and ``sasl.*`` settings, each also per listener as ``listener.name.<listener>.<key>``
 (``listener_value``, ``jaas_config``). The default node is broker and controller at
 once with no voters configured: a quorum of itself alone, which needs no controller
-listener (``strom broker`` with no arguments).
+listener (``strom broker`` with no arguments). And the names of the HTTP listeners'
+TLS and basic authentication settings (``HTTP_LISTENER_CONFIGS``, taken by the broker
+prefixed per listener: ``admin.``), whose meaning is ``strom.services.http_security``'s.
 
 Does not own: where topic overrides are stored (``strom.cluster.metadata``).
 """
@@ -22,7 +24,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
@@ -167,6 +169,57 @@ _GROUP_ASSIGNORS = (
     "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
 )
 
+# The TLS and HTTP basic authentication settings of an HTTP listener, in the names the
+# standalone services take in their --config (Confluent's; ``strom.services.http_security``
+# reads them). The broker takes them prefixed with the listener they secure
+# (``HTTP_LISTENER_PREFIXES``: ``admin.ssl.keystore.location``...).
+HTTP_LISTENER_CONFIGS: tuple[ConfigDef, ...] = (
+    ConfigDef("ssl.keystore.type", "string", "PEM"),
+    ConfigDef("ssl.keystore.location", "string", None),
+    ConfigDef("ssl.keystore.password", "password", None),
+    ConfigDef("ssl.key.password", "password", None),
+    ConfigDef("ssl.truststore.type", "string", "PEM"),
+    ConfigDef("ssl.truststore.location", "string", None),
+    ConfigDef(
+        "ssl.client.authentication",
+        "string",
+        "NONE",
+        choices=("NONE", "REQUESTED", "REQUIRED"),
+    ),
+    ConfigDef("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"]),
+    ConfigDef("ssl.cipher.suites", "list", []),
+    ConfigDef("authentication.method", "string", "NONE", choices=("NONE", "BASIC")),
+    ConfigDef("authentication.users.file", "string", None),
+    ConfigDef("authentication.realm", "string", "Strom"),
+    ConfigDef("authentication.roles", "list", ["*"]),
+)
+# The settings with which a service reaches a schema registry (confluent-kafka's
+# SchemaRegistryClient names), prefixed ``schema.registry.`` in a service's --config.
+REGISTRY_CLIENT_CONFIGS: tuple[ConfigDef, ...] = (
+    ConfigDef("basic.auth.user.info", "password", None),
+    ConfigDef("basic.auth.credentials.source", "string", None),
+    ConfigDef("ssl.ca.location", "string", None),
+    ConfigDef("ssl.certificate.location", "string", None),
+    ConfigDef("ssl.key.location", "string", None),
+)
+# Broker property prefix -> the HTTP listener it secures: /metrics and /health.
+HTTP_LISTENER_PREFIXES = {
+    "admin.": "admin.listeners",
+}
+
+
+def _http_listener_configs(prefix: str) -> list[ConfigDef]:
+    """The broker's form of one HTTP listener's settings: the listener's own, and for the
+    REST proxy those it reaches the (embedded) registry with."""
+    configs = [replace(d, name=prefix + d.name) for d in HTTP_LISTENER_CONFIGS]
+    if prefix == "rest.proxy.":
+        registry = [
+            replace(d, name=f"{prefix}schema.registry.{d.name}") for d in REGISTRY_CLIENT_CONFIGS
+        ]
+        configs.extend(registry)
+    return configs
+
+
 BROKER_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
     for d in [
@@ -175,14 +228,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("cluster.id", "string", None),
         ConfigDef("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"]),
         ConfigDef("advertised.listeners", "list", None),
-        # The HTTP admin listener (metrics, health): http://HOST:PORT; off when empty.
+        # The HTTP admin listener (metrics, health): http://HOST:PORT or https://HOST:PORT;
+        # off when empty. admin.ssl.* and admin.authentication.* as the services take them
+        # (basic authentication guards /metrics; /health/* stays open for probes).
         ConfigDef("admin.listeners", "list", []),
-        # HTTP basic authentication of /metrics on the admin listeners (users and roles
-        # in the services' Jetty property file format); /health/* stays open for probes.
-        ConfigDef("admin.authentication.method", "string", "NONE", choices=("NONE", "BASIC")),
-        ConfigDef("admin.authentication.users.file", "string", None),
-        ConfigDef("admin.authentication.realm", "string", "Strom"),
-        ConfigDef("admin.authentication.roles", "list", ["*"]),
+        *_http_listener_configs("admin."),
         # The schema registry and REST proxy served inside the broker process (as clients of
         # its first PLAINTEXT client listener): http://HOST:PORT; off when unset.
         ConfigDef("schema.registry.listener", "string", None),
@@ -740,6 +790,18 @@ class BrokerConfig:
         else:
             self._listener_raw[(listener, key)] = raw
 
+    def http_listener_settings(self, prefix: str) -> dict[str, str]:
+        """The settings given for one HTTP listener (a key of ``HTTP_LISTENER_PREFIXES``),
+        named as the services' --config names them (the prefix taken off): only those
+        set, so that the services' own defaults and checks apply
+        (``strom.services.http_security``)."""
+        listener = HTTP_LISTENER_PREFIXES[prefix]
+        return {
+            key[len(prefix) :]: raw
+            for key, raw in self._raw.items()
+            if key.startswith(prefix) and key != listener
+        }
+
     def listener_value(self, listener: str, key: str) -> Any:
         """A security setting as one listener sees it: its ``listener.name.<listener>.``
         override, else the broker-wide value."""
@@ -816,13 +878,6 @@ class BrokerConfig:
         _check_distinct(listeners, "listeners")
         for spec in self._values["admin.listeners"]:
             parse_admin_listener(spec)
-        if (
-            self._values["admin.authentication.method"] == "BASIC"
-            and not self._values["admin.authentication.users.file"]
-        ):
-            raise ConfigError(
-                "admin.authentication.method=BASIC needs admin.authentication.users.file"
-            )
         for key in ("schema.registry.listener", "rest.proxy.listener"):
             if self._values[key] is not None:
                 parse_admin_listener(self._values[key], key)
@@ -1225,11 +1280,10 @@ def parse_http_listener(
     return match.group(1), match.group(2).strip("[]") or "0.0.0.0", port
 
 
-def parse_admin_listener(spec: str, key: str = "admin.listeners") -> tuple[str, int]:
-    """(host, port) of an HTTP listener setting (``admin.listeners`` and the embedded
-    services'), ``http://HOST:PORT``."""
-    _, host, port = parse_http_listener(spec, key)
-    return host, port
+def parse_admin_listener(spec: str, key: str = "admin.listeners") -> tuple[str, str, int]:
+    """(scheme, host, port) of an HTTP listener setting (``admin.listeners`` and the
+    embedded services'), ``http://HOST:PORT`` or ``https://HOST:PORT``."""
+    return parse_http_listener(spec, key, schemes=("http", "https"))
 
 
 def parse_host_port(entry: str, key: str) -> tuple[str, int]:

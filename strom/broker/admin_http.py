@@ -1,8 +1,10 @@
-"""The node's HTTP admin listener (``admin.listeners=http://HOST:PORT``): metrics and
-health.
+"""The node's HTTP admin listener (``admin.listeners=http://HOST:PORT``, or
+``https://HOST:PORT``): metrics and health.
 
 Serves, on the broker's own event loop through the shared HTTP stack
-(``strom.services.http``):
+(``strom.services.http``), with the HTTP services' TLS and basic authentication settings
+prefixed ``admin.`` (``admin.ssl.keystore.location``..., read by
+``strom.services.http_security``; a bad one stops start-up in one line):
 - ``GET /metrics``: the Prometheus text format (``prometheus_client``), Kafka's metric
   names from ``metrics.KafkaCollector`` plus the process's own (CPU, memory, open
   files) and Python's (garbage collection); with ``admin.authentication.method=BASIC``
@@ -31,9 +33,9 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from strom.broker.metrics import BrokerMetrics, KafkaCollector
-from strom.config import ConfigError, parse_admin_listener
+from strom.config import BrokerConfig, ConfigError
 from strom.services.http import HttpServer
-from strom.services.http_security import BasicAuth, HttpSecurityError, read_users
+from strom.services.http_security import HttpSecurity, HttpSecurityError, http_security
 
 if TYPE_CHECKING:
     from strom.broker.server import Broker
@@ -65,20 +67,21 @@ def readiness(broker: Broker) -> tuple[bool, dict[str, Any]]:
     return ready, checks
 
 
-def _basic_auth(config: Any) -> BasicAuth | None:
-    """The basic authentication of /metrics, or None (admin.authentication.method NONE)."""
-    if config["admin.authentication.method"] != "BASIC":
-        return None
-    roles = {r.strip() for r in config["admin.authentication.roles"] if r.strip()}
+def listener_security(config: BrokerConfig) -> list[HttpSecurity]:
+    """Each admin listener's TLS context and basic authentication, from the ``admin.``
+    settings; ConfigError (one line) for one that cannot be used. The ``admin.ssl.*``
+    settings serve the https listeners (an http one beside them goes without)."""
+    specs = config["admin.listeners"]
+    props = config.http_listener_settings("admin.")
+    secure = [spec.strip().lower().startswith("https://") for spec in specs]
+    plain = {key: value for key, value in props.items() if not key.startswith("ssl.")}
     try:
-        users = read_users(config["admin.authentication.users.file"])
+        return [
+            http_security(spec, props if https or not any(secure) else plain, "admin.")
+            for spec, https in zip(specs, secure, strict=True)
+        ]
     except HttpSecurityError as exc:
-        raise ConfigError(f"admin.{exc}") from None
-    return BasicAuth(
-        realm=config["admin.authentication.realm"],
-        roles=frozenset() if "*" in roles else frozenset(roles),
-        users=users,
-    )
+        raise ConfigError(str(exc)) from None
 
 
 class AdminListener:
@@ -91,21 +94,23 @@ class AdminListener:
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
-        self.basic_auth = _basic_auth(broker.config)
+        security = listener_security(broker.config)
+        # /metrics only: the health checks stay open for probes.
+        self.basic_auth = security[0].basic_auth if security else None
         app = web.Application()
         app.router.add_get("/", self._index)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/health/live", self._live)
         app.router.add_get("/health/ready", self._ready)
+        self.urls = [s.listener for s in security]
         self.servers = [
-            HttpServer(app, *parse_admin_listener(spec))
-            for spec in broker.config["admin.listeners"]
+            HttpServer(app, s.listener.host, s.listener.port, s.ssl_context) for s in security
         ]
 
     async def start(self) -> list[int]:
         ports = [await server.start() for server in self.servers]
-        for server in self.servers:
-            log.info("admin listener on http://%s:%d (/metrics, /health)", server.host, server.port)
+        for url, port in zip(self.urls, ports, strict=True):
+            log.info("admin listener on %s (/metrics, /health)", url.url(port))
         return ports
 
     async def stop(self) -> None:

@@ -19,7 +19,11 @@ Owns:
   (``schema.registry.*``: confluent-kafka's ``basic.auth.user.info``,
   ``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``).
 
-A bad setting is one ``HttpSecurityError`` line naming it. Does not own the server
+The broker's HTTP listeners (its admin listener, the registry and REST proxy it embeds)
+take the same settings from its properties with a prefix (``admin.``,
+``schema.registry.``, ``rest.proxy.``); ``http_security``'s ``prefix`` names them so in
+its messages. A bad setting is one ``HttpSecurityError`` line naming it. Does not own the
+names' table (``strom.config.HTTP_LISTENER_CONFIGS``), the server
 (``strom.services.http``) or routes.
 """
 
@@ -37,37 +41,22 @@ from typing import Any
 
 from aiohttp import web
 
-from strom.config import ConfigError, parse_http_listener
+from strom.config import (
+    HTTP_LISTENER_CONFIGS,
+    REGISTRY_CLIENT_CONFIGS,
+    ConfigError,
+    parse_http_listener,
+)
 from strom.security.tls import TlsConfigError, TlsSettings, client_context, server_context
 
 _CLIENT_AUTHENTICATION = {"NONE": "none", "REQUESTED": "requested", "REQUIRED": "required"}
+# A service's --config also takes two names Confluent's property files carry: the older
+# ssl.client.auth=true, and ssl.truststore.password (a PEM truststore needs none).
 KNOWN_KEYS = frozenset(
-    {
-        "ssl.keystore.type",
-        "ssl.keystore.location",
-        "ssl.keystore.password",
-        "ssl.key.password",
-        "ssl.truststore.type",
-        "ssl.truststore.location",
-        "ssl.truststore.password",
-        "ssl.client.authentication",
-        "ssl.client.auth",
-        "ssl.enabled.protocols",
-        "ssl.cipher.suites",
-        "authentication.method",
-        "authentication.realm",
-        "authentication.roles",
-        "authentication.users.file",
-    }
+    {d.name for d in HTTP_LISTENER_CONFIGS} | {"ssl.client.auth", "ssl.truststore.password"}
 )
 REGISTRY_CLIENT_PREFIX = "schema.registry."
-_REGISTRY_CLIENT_KEYS = (
-    "basic.auth.user.info",
-    "basic.auth.credentials.source",
-    "ssl.ca.location",
-    "ssl.certificate.location",
-    "ssl.key.location",
-)
+_REGISTRY_CLIENT_KEYS = tuple(d.name for d in REGISTRY_CLIENT_CONFIGS)
 
 
 class HttpSecurityError(ValueError):
@@ -105,15 +94,16 @@ class BasicUser:
         return hmac.compare_digest(offered.encode(), self.password.encode())
 
 
-def read_users(path: str) -> dict[str, BasicUser]:
-    """Users of a Jetty property file: ``name: password[,role ...]`` per line."""
+def read_users(path: str, prefix: str = "") -> dict[str, BasicUser]:
+    """Users of a Jetty property file: ``name: password[,role ...]`` per line (``prefix``:
+    that of the setting naming the file, for messages)."""
+    key = f"{prefix}authentication.users.file"
     try:
         with open(path, encoding="utf-8") as handle:
             lines = handle.read().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or "not UTF-8 text"
-        problem = f"authentication.users.file: cannot read {path}: {reason}"
-        raise HttpSecurityError(problem) from None
+        raise HttpSecurityError(f"{key}: cannot read {path}: {reason}") from None
     users: dict[str, BasicUser] = {}
     for number, raw in enumerate(lines, start=1):
         line = raw.strip()
@@ -121,9 +111,7 @@ def read_users(path: str) -> dict[str, BasicUser]:
             continue
         name, sep, rest = line.partition(":")
         if not sep or not name.strip() or not rest.strip():
-            raise HttpSecurityError(
-                f"authentication.users.file: {path} line {number}: expected name: password[,role]"
-            )
+            raise HttpSecurityError(f"{key}: {path} line {number}: expected name: password[,role]")
         password, *roles = (part.strip() for part in rest.split(","))
         users[name.strip()] = BasicUser(password, frozenset(r for r in roles if r))
     return users
@@ -183,14 +171,14 @@ class HttpSecurity:
     forwarding_tls: ssl.SSLContext | None = None
 
 
-def _tls_settings(props: dict[str, str]) -> TlsSettings:
+def _tls_settings(props: dict[str, str], prefix: str) -> TlsSettings:
     client_auth = "none"
     if "ssl.client.authentication" in props:
         value = props["ssl.client.authentication"].strip().upper()
         if value not in _CLIENT_AUTHENTICATION:
             raise HttpSecurityError(
-                f"ssl.client.authentication: {props['ssl.client.authentication']!r} is not "
-                "NONE, REQUESTED or REQUIRED"
+                f"{prefix}ssl.client.authentication: {props['ssl.client.authentication']!r} "
+                "is not NONE, REQUESTED or REQUIRED"
             )
         client_auth = _CLIENT_AUTHENTICATION[value]
     elif props.get("ssl.client.auth", "false").strip().lower() == "true":
@@ -210,52 +198,61 @@ def _tls_settings(props: dict[str, str]) -> TlsSettings:
         client_auth=client_auth,
         enabled_protocols=listed("ssl.enabled.protocols", ("TLSv1.2", "TLSv1.3")),
         cipher_suites=listed("ssl.cipher.suites", ()),
+        prefix=prefix,
     )
 
 
-def http_security(listener: str, props: dict[str, str]) -> HttpSecurity:
-    """The security of a service listening on ``listener`` with its properties ``props``."""
+def http_security(listener: str, props: dict[str, str], prefix: str = "") -> HttpSecurity:
+    """The security of a service listening on ``listener`` with its properties ``props``;
+    ``prefix``: that of the properties where they came from (the broker's ``admin.``,
+    ``schema.registry.`` or ``rest.proxy.``), for messages."""
     url = parse_listener(listener)
     unknown = sorted(
         k for k in props if k not in KNOWN_KEYS and not k.startswith(REGISTRY_CLIENT_PREFIX)
     )
     if unknown:
-        raise HttpSecurityError(f"unknown setting {unknown[0]} (known: ssl.*, authentication.*)")
+        raise HttpSecurityError(
+            f"unknown setting {prefix}{unknown[0]} (known: {prefix}ssl.*, {prefix}authentication.*)"
+        )
     context = forwarding = None
     if url.scheme == "https":
         try:
-            settings = _tls_settings(props)
+            settings = _tls_settings(props, prefix)
             context = server_context(settings)
             forwarding = client_context(settings)
         except TlsConfigError as exc:
             raise HttpSecurityError(str(exc)) from None
     elif any(k.startswith("ssl.") for k in props):
-        raise HttpSecurityError(f"ssl.* settings need an https:// listener, not {listener}")
+        raise HttpSecurityError(f"{prefix}ssl.* settings need an https:// listener, not {listener}")
     method = props.get("authentication.method", "NONE").strip().upper()
     basic = None
     if method == "BASIC":
         path = props.get("authentication.users.file")
         if not path:
-            raise HttpSecurityError("authentication.method=BASIC needs authentication.users.file")
+            raise HttpSecurityError(
+                f"{prefix}authentication.method=BASIC needs {prefix}authentication.users.file"
+            )
         roles = {r.strip() for r in props.get("authentication.roles", "*").split(",")}
         roles.discard("")
         basic = BasicAuth(
             realm=props.get("authentication.realm", "Strom"),
             roles=frozenset() if "*" in roles else frozenset(roles),
-            users=read_users(path),
+            users=read_users(path, prefix),
         )
     elif method != "NONE":
         raise HttpSecurityError(
-            f"authentication.method: {props['authentication.method']!r} is not NONE or BASIC"
+            f"{prefix}authentication.method: {props['authentication.method']!r} is not NONE "
+            "or BASIC"
         )
     registry_client = {}
     for key, value in props.items():
         if key.startswith(REGISTRY_CLIENT_PREFIX):
             name = key[len(REGISTRY_CLIENT_PREFIX) :]
             if name not in _REGISTRY_CLIENT_KEYS:
+                known = f"{prefix}{REGISTRY_CLIENT_PREFIX}"
                 raise HttpSecurityError(
-                    f"unknown setting {key} (known: "
-                    + ", ".join(REGISTRY_CLIENT_PREFIX + k for k in _REGISTRY_CLIENT_KEYS)
+                    f"unknown setting {prefix}{key} (known: "
+                    + ", ".join(known + k for k in _REGISTRY_CLIENT_KEYS)
                     + ")"
                 )
             registry_client[name] = value

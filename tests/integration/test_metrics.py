@@ -3,8 +3,10 @@ Prometheus text format with Kafka's names, checked by Debian's ``promtool``; exa
 counts of records and bytes produced and fetched; a group's lag as kafka_exporter
 names it, seen rising and falling by a real Prometheus server scraping the node; the
 health endpoints, readiness going from 503 to 200 as a broker's controller comes up;
-and a bad ``admin.listeners`` value refused in one line. ``./dev test`` installs
-Debian's prometheus package (promtool and the server)."""
+a bad ``admin.listeners`` value refused in one line; /metrics behind basic
+authentication, over http and over https (``admin.ssl.*``, a throwaway CA), where plain
+http gets nothing, and bad TLS or authentication settings refused in one line.
+``./dev test`` installs Debian's prometheus package (promtool and the server)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import base64
 import json
 import re
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -28,6 +31,7 @@ from cli_helpers import one_line_error, strom
 from cluster_process import Cluster, NodeSpec
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from tls_certs import make_ca
 
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
 
@@ -292,6 +296,29 @@ def test_a_bad_admin_listener_is_one_line(tmp_path: Path) -> None:
     assert "admin.listeners" in one_line_error(result)
 
 
+def admin_status(
+    url: str,
+    user: str | None = None,
+    password: str = "",
+    context: ssl.SSLContext | None = None,
+) -> int:
+    """The status of a GET of the admin listener's ``url`` (a /metrics answer checked to
+    be the metrics, a 401 to carry a basic challenge)."""
+    request = urllib.request.Request(url)
+    if user is not None:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=30, context=context) as response:
+            body = response.read().decode()
+            assert not url.endswith("/metrics") or "kafka_server" in body
+            return response.status
+    except urllib.error.HTTPError as refusal:
+        if refusal.code == 401:
+            assert "Basic" in refusal.headers.get("WWW-Authenticate", "")
+        return refusal.code
+
+
 def test_metrics_behind_basic_authentication(tmp_path: Path) -> None:
     """admin.authentication.method=BASIC: /metrics (which names every topic and group)
     only for a known user with a role; the health checks stay open for probes."""
@@ -310,27 +337,49 @@ def test_metrics_behind_basic_authentication(tmp_path: Path) -> None:
     process.start()
     try:
         url = f"http://127.0.0.1:{process.ports['admin']}"
+        assert admin_status(f"{url}/metrics") == 401
+        assert admin_status(f"{url}/metrics", "prometheus", "wrong") == 401
+        assert admin_status(f"{url}/metrics", "visitor", "visitor-secret") == 403
+        assert admin_status(f"{url}/metrics", "prometheus", "scrape-secret") == 200
+        assert admin_status(f"{url}/health/live") == 200
+    finally:
+        process.stop()
 
-        def status(path: str, user: str | None = None, password: str = "") -> int:
-            request = urllib.request.Request(url + path)
-            if user is not None:
-                token = base64.b64encode(f"{user}:{password}".encode()).decode()
-                request.add_header("Authorization", f"Basic {token}")
-            try:
-                with urllib.request.urlopen(request, timeout=30) as response:
-                    body = response.read().decode()
-                    assert path != "/metrics" or "kafka_server" in body
-                    return response.status
-            except urllib.error.HTTPError as refusal:
-                if refusal.code == 401:
-                    assert "Basic" in refusal.headers.get("WWW-Authenticate", "")
-                return refusal.code
 
-        assert status("/metrics") == 401
-        assert status("/metrics", "prometheus", "wrong") == 401
-        assert status("/metrics", "visitor", "visitor-secret") == 403
-        assert status("/metrics", "prometheus", "scrape-secret") == 200
-        assert status("/health/live") == 200
+def test_metrics_over_https_behind_basic_authentication(tmp_path: Path) -> None:
+    """admin.listeners=https://... with admin.ssl.keystore.location: /metrics over TLS
+    (the server checked against the test CA), 401 without credentials and 200 with;
+    plain http on that port gets no answer."""
+    ca = make_ca(tmp_path / "pki")
+    server = ca.issue("admin", "/CN=admin")
+    users = tmp_path / "admin-users"
+    users.write_text("prometheus: scrape-secret,metrics\n")
+    process = BrokerProcess(tmp_path / "data")
+    port = process.extra_port("admin")
+    process.overrides.update(
+        {
+            "admin.listeners": f"https://127.0.0.1:{port}",
+            "admin.ssl.keystore.location": str(server.bundle),
+            "admin.authentication.method": "BASIC",
+            "admin.authentication.users.file": str(users),
+            "admin.authentication.roles": "metrics",
+        }
+    )
+    process.start()
+    try:
+        port = process.ports["admin"]
+        assert f"admin listener on https://127.0.0.1:{port}" in process.logs()
+        url = f"https://127.0.0.1:{port}"
+        trusted = ssl.create_default_context(cafile=str(ca.cert))
+        assert admin_status(f"{url}/metrics", context=trusted) == 401
+        assert admin_status(f"{url}/metrics", "prometheus", "wrong", context=trusted) == 401
+        assert admin_status(f"{url}/metrics", "prometheus", "scrape-secret", trusted) == 200
+        assert admin_status(f"{url}/health/ready", context=trusted) == 200
+        with pytest.raises(urllib.error.URLError) as untrusted:  # not the system's CAs
+            admin_status(f"{url}/health/live", context=ssl.create_default_context())
+        assert isinstance(untrusted.value.reason, ssl.SSLCertVerificationError)
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            admin_status(f"http://127.0.0.1:{port}/metrics", "prometheus", "scrape-secret")
     finally:
         process.stop()
 
@@ -348,3 +397,23 @@ def test_basic_authentication_without_users_is_one_line(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "admin.authentication.users.file" in one_line_error(result)
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        (["admin.listeners=http://127.0.0.1:0", "admin.ssl.keystore.location=/x"],
+         "admin.ssl.* settings need an https:// listener"),
+        (["admin.listeners=https://127.0.0.1:0"], "admin.ssl.keystore.location: a TLS listener"),
+        (["admin.listeners=https://127.0.0.1:0", "admin.ssl.keystore.location=/nope"],
+         "admin.ssl.keystore.location: cannot read /nope"),
+        (["admin.listeners=https://127.0.0.1:0", "admin.ssl.client.authentication=ALWAYS"],
+         "admin.ssl.client.authentication"),
+    ],
+)  # fmt: skip
+def test_bad_admin_tls_settings_are_one_line(
+    tmp_path: Path, settings: list[str], expected: str
+) -> None:
+    overrides = [arg for setting in settings for arg in ("--override", setting)]
+    result = strom("broker", "--override", f"log.dirs={tmp_path / 'data'}", *overrides, timeout=60)
+    assert expected in one_line_error(result, code=2)
