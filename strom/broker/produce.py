@@ -1,7 +1,12 @@
 """Produce (key 0), versions 0-12.
 
-Each partition's ``records`` are validated as bytes (magic 2, sizes, CRC32C,
-record counts) and appended as they came: compressed batches stay compressed.
+Each partition's ``records`` are validated as bytes (magic 2, sizes, CRC32C, and
+that each batch holds exactly the records its header counts: their length prefixes
+are walked, a compressed batch's after decompressing it, else CORRUPT_MESSAGE as Kafka
+answers) and appended as they came: compressed batches stay compressed. A batch that
+decompresses to more than INLINE_DECOMPRESSED (1 MiB) is checked on a worker thread,
+the connection's later requests held back meanwhile so that appends keep the
+connection's order; past codecs.MAX_DECOMPRESSED (64 MiB) it is MESSAGE_TOO_LARGE.
 Versions 0-2 may carry a message set of magic 0 or 1 instead (v3+ carry v2 batches
 only: magic 0/1 there is INVALID_RECORD, as Kafka 3.9 answers): it is converted up to
 one v2 batch before anything else (protocol/message_sets.py, Kafka's LogValidator
@@ -14,7 +19,7 @@ converted batch above max.message.bytes MESSAGE_TOO_LARGE. Only those
 requests pay for it; a v2 batch in a v0-2 request takes the usual path.
 The broker rewrites base offset and partition leader epoch, and for topics
 with ``message.timestamp.type=LogAppendTime`` the batch timestamp (then the CRC
-is recomputed). There is no per-record work, except on topics that need it: a
+is recomputed). Beyond the lengths there is no per-record work, except on topics that need it: a
 compacted topic (cleanup.policy with ``compact``) refuses a batch holding a
 record without a key with INVALID_RECORD, and a topic whose compression.type is
 not ``producer`` gets every batch in that codec (records decompressed and
@@ -87,6 +92,8 @@ import datetime
 import inspect
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from strom.broker import authz
@@ -97,15 +104,20 @@ from strom.broker.router import RequestContext, handles
 from strom.broker.txn_verification import transactional_producer
 from strom.cluster.node_state import TopicView
 from strom.coordinator.internal_log import AppendRefused
-from strom.protocol.codecs import CODEC_NAMES, DecompressedTooLarge
+from strom.protocol.codecs import CODEC_NAMES, MAX_DECOMPRESSED, DecompressedTooLarge
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested, nested_if_any
-from strom.protocol.message_sets import MessageSetError, up_convert
+from strom.protocol.message_sets import (
+    DecompressedTooLargeError,
+    MessageSetError,
+    up_convert,
+)
 from strom.protocol.records import (
     BatchHeader,
     BatchTooLargeError,
     CorruptBatchError,
     UnsupportedMagicError,
+    check_record_counts,
     recompress_batches,
     record_stamps,
     validate_batches,
@@ -120,6 +132,11 @@ from strom.storage.producer_state import (
 log = logging.getLogger(__name__)
 UTC = datetime.UTC
 TopicPartition = tuple[str, int]
+
+# What one batch may decompress to while the event loop checks it (a librdkafka batch of
+# its default batch.size fits): a request holding a batch that makes more is checked
+# on a worker thread instead, up to codecs.MAX_DECOMPRESSED.
+INLINE_DECOMPRESSED = 1 << 20
 
 
 @handles(0, 0, 12)
@@ -219,39 +236,157 @@ _VERIFICATION_ERRORS = {
 
 
 def _produce(ctx: RequestContext, request: Any, refused: dict[TopicPartition, ErrorCode]) -> Any:
+    """Check every partition's records, then append them: on the event loop while each
+    batch decompresses to at most INLINE_DECOMPRESSED, else on a worker thread."""
+    targets = _targets(ctx, request, refused)
+    try:
+        checked = [
+            (name, topic_id, [_checked(ctx, item, INLINE_DECOMPRESSED) for item in items])
+            for name, topic_id, items in targets
+        ]
+    except _TooLargeForTheLoop:
+        # Held from now, before the coroutine runs: the connection's next request may
+        # already be read and waiting.
+        release = ctx.hold_reading() if ctx.hold_reading is not None else None
+        return _check_off_the_loop_then_append(ctx, request, targets, release)
+    return _append_checked(ctx, request, checked)
+
+
+async def _check_off_the_loop_then_append(
+    ctx: RequestContext,
+    request: Any,
+    targets: list[tuple[Any, Any, list[Any]]],
+    release: Callable[[], None] | None,
+) -> Any:
+    """A request with a batch too big to decompress on the event loop: its records are
+    checked on a worker thread (decompression releases the GIL) while the connection's
+    later requests wait (``release`` ends that), so that its appends keep their place
+    in the connection's order; every other connection is served meanwhile."""
+    try:
+        checked = await asyncio.to_thread(_checked_off_the_loop, ctx, targets)
+        response = _append_checked(ctx, request, checked, recheck=True)
+    finally:
+        if release is not None:
+            release()
+    if inspect.isawaitable(response):
+        return await response
+    return response
+
+
+def _checked_off_the_loop(
+    ctx: RequestContext, targets: list[tuple[Any, Any, list[Any]]]
+) -> list[tuple[Any, Any, list[Any]]]:
+    return [
+        (name, topic_id, [_checked(ctx, item, MAX_DECOMPRESSED) for item in items])
+        for name, topic_id, items in targets
+    ]
+
+
+@dataclass(slots=True)
+class _Target:
+    """A partition's records to check: where they go, not yet read."""
+
+    topic: TopicView
+    partition_log: PartitionLog
+    records: bytes | memoryview
+
+
+@dataclass(slots=True)
+class _Checked:
+    """A partition's records, checked and ready to append."""
+
+    topic: TopicView
+    partition_log: PartitionLog
+    buf: bytes | bytearray | memoryview
+    headers: list[BatchHeader]
+
+
+class _TooLargeForTheLoop(Exception):
+    """A batch decompresses past INLINE_DECOMPRESSED: the request is checked again on a
+    worker thread."""
+
+
+def _targets(
+    ctx: RequestContext, request: Any, refused: dict[TopicPartition, ErrorCode]
+) -> list[tuple[Any, Any, list[Any]]]:
+    """Per topic of the request: (name, topic id, per partition either its result, a
+    [partition, error, ...] list when it is refused before its records are read, or
+    a _Target). Reads the node's state: on the event loop only."""
+    controller = ctx.broker.controller
+    acks = request.acks
+    out: list[tuple[Any, Any, list[Any]]] = []
+    for topic_data in request.topic_data:
+        name = getattr(topic_data, "name", None)
+        topic_id = getattr(topic_data, "topic_id", None)
+        topic = resolve_topic(controller, name, topic_id)
+        items: list[Any] = []
+        for data in topic_data.partition_data:
+            if acks not in (0, 1, -1):
+                items.append([data.index, ErrorCode.invalid_required_acks, -1, None, -1])
+            elif refused and (name, data.index) in refused:
+                items.append([data.index, refused[(name, data.index)], -1, None, -1])
+            else:
+                partition_log = (
+                    controller.partition_log(topic.name, data.index) if topic is not None else None
+                )
+                refusal = _not_here(ctx, topic, data.index, partition_log)
+                if refusal is not None:
+                    items.append([data.index, *refusal])
+                elif not data.records:
+                    start = partition_log.log_start_offset  # type: ignore[union-attr]
+                    items.append([data.index, ErrorCode.corrupt_message, -1, None, start])
+                else:
+                    items.append(_Target(topic, partition_log, data.records))  # type: ignore[arg-type]
+        out.append((name, topic_id, items))
+    return out
+
+
+def _not_here(
+    ctx: RequestContext, topic: TopicView | None, index: int, partition_log: PartitionLog | None
+) -> tuple[Any, ...] | None:
+    """The partition's error when this broker cannot take its records, else None."""
+    if topic is None or partition_log is None:
+        if topic is not None and index in topic.states:
+            return ErrorCode.not_leader_or_follower, -1, None, -1  # a replica elsewhere
+        return ErrorCode.unknown_topic_or_partition, -1, None, -1
+    state = topic.states.get(partition_log.partition)
+    if state is None or state.leader != ctx.broker.node_id:
+        return ErrorCode.not_leader_or_follower, -1, None, -1
+    return None
+
+
+def _append_checked(
+    ctx: RequestContext,
+    request: Any,
+    checked: list[tuple[Any, Any, list[Any]]],
+    recheck: bool = False,
+) -> Any:
+    """Append every checked partition's records; the response, or an awaitable of it
+    when it waits for an fsync or the followers. ``recheck``: the records were checked
+    off the event loop, so whether this broker still leads each partition is asked
+    again."""
     broker = ctx.broker
-    controller = broker.controller
     acks = request.acks
     # Per topic: (name, topic id, [(partition, error, base, append time, log start)]).
     results: list[tuple[Any, Any, list[list[Any]]]] = []
     durable: list[tuple[list[Any], asyncio.Future[None]]] = []
     # acks=all on partitions with followers: (result, the append to wait for)
     replicated: list[tuple[list[Any], LeaderAppend]] = []
-    for topic_data in request.topic_data:
-        name = getattr(topic_data, "name", None)
-        topic_id = getattr(topic_data, "topic_id", None)
-        topic = resolve_topic(controller, name, topic_id)
+    for name, topic_id, items in checked:
         partitions = []
-        for data in topic_data.partition_data:
-            if acks not in (0, 1, -1):
-                result = [data.index, ErrorCode.invalid_required_acks, -1, None, -1]
-            elif refused and (name, data.index) in refused:
-                result = [data.index, refused[(name, data.index)], -1, None, -1]
-            else:
-                partition_log = (
-                    controller.partition_log(topic.name, data.index) if topic is not None else None
-                )
-                result = [
-                    data.index,
-                    *_append(ctx, topic, data.index, partition_log, data.records, acks),
-                ]
-                if result[1] == ErrorCode.none:
-                    appended = result[2]
-                    result[2] = appended.base_offset
-                    if partition_log.flush_wanted():
-                        durable.append((result, broker.group_commit.durable(partition_log)))
-                    if acks == -1 and appended.replicated:
-                        replicated.append((result, appended))
+        for item in items:
+            if not isinstance(item, _Checked):
+                partitions.append(item)
+                continue
+            partition_log = item.partition_log
+            result = [partition_log.partition, *_append(ctx, item, acks, recheck)]
+            if result[1] == ErrorCode.none:
+                appended = result[2]
+                result[2] = appended.base_offset
+                if partition_log.flush_wanted():
+                    durable.append((result, broker.group_commit.durable(partition_log)))
+                if acks == -1 and appended.replicated:
+                    replicated.append((result, appended))
             partitions.append(result)
         results.append((name, topic_id, partitions))
     if acks == 0:
@@ -378,60 +513,55 @@ def _response(ctx: RequestContext, results: list[tuple[Any, Any, list[list[Any]]
     return build(response_type, responses=tuple(topics), throttle_time=NO_THROTTLE, **extra_top)
 
 
-def _append(
-    ctx: RequestContext,
-    topic: TopicView | None,
-    index: int,
-    partition_log: PartitionLog | None,
-    records: bytes | memoryview | None,
-    acks: int,
-) -> tuple[Any, ...]:
-    """(error, the append (a LeaderAppend) or -1, log append time, log start offset),
-    and for records refused one by one a fifth item: ([(index in batch, message)],
-    error message)."""
-    if topic is None or partition_log is None:
-        if topic is not None and index in topic.states:
-            return ErrorCode.not_leader_or_follower, -1, None, -1  # a replica elsewhere
-        return ErrorCode.unknown_topic_or_partition, -1, None, -1
+def _checked(ctx: RequestContext, item: Any, decompress_limit: int) -> Any:
+    """A _Target's records checked as Kafka checks them (framing, CRC, sizes, record
+    counts, control batches, the topic's per-record rules) and, where the topic wants
+    it, recompressed: a _Checked, or the partition's result when they are refused.
+    Raises _TooLargeForTheLoop when a batch decompresses past ``decompress_limit`` and
+    that is below the limit of all (codecs.MAX_DECOMPRESSED). Pure work on the request's
+    bytes: may run on a worker thread."""
+    if not isinstance(item, _Target):
+        return item
+    topic, partition_log = item.topic, item.partition_log
     partition = partition_log.partition
-    state = topic.states.get(partition)
-    if state is None or state.leader != ctx.broker.node_id:
-        return ErrorCode.not_leader_or_follower, -1, None, -1
+    start = partition_log.log_start_offset
     config = partition_log.config
-    if not records:
-        return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
+    records = item.records
     # A writable view into the request frame is patched and written where it lies.
     in_place = isinstance(records, memoryview) and not records.readonly
     buf = records if in_place else bytearray(records)
     try:
         headers = validate_batches(buf, config.max_message_bytes)
     except BatchTooLargeError:
-        return ErrorCode.message_too_large, -1, None, partition_log.log_start_offset
+        return [partition, ErrorCode.message_too_large, -1, None, start]
     except UnsupportedMagicError:
-        converted = _up_converted(ctx, f"{topic.name}-{partition}", buf, config)
+        converted = _up_converted(ctx, f"{topic.name}-{partition}", buf, config, decompress_limit)
         if isinstance(converted, ErrorCode):
-            return converted, -1, None, partition_log.log_start_offset
+            return [partition, converted, -1, None, start]
         buf, headers = converted
     except CorruptBatchError as exc:
         log.info("rejecting batch for %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
-        return ErrorCode.corrupt_message, -1, None, partition_log.log_start_offset
+        return [partition, ErrorCode.corrupt_message, -1, None, start]
     if any(header.is_control for header in headers):
         # Markers are the coordinator's to write (WriteTxnMarkers), never a client's.
         log.info("refusing control batches for %s-%d from %s", topic.name, partition, ctx.peer)
-        return ErrorCode.invalid_record, -1, None, partition_log.log_start_offset
-    if config.compact or config.compression_type != "producer":
-        try:
+        return [partition, ErrorCode.invalid_record, -1, None, start]
+    try:
+        bodies = check_record_counts(buf, headers, decompress_limit)
+        if config.compact or config.compression_type != "producer":
             codec = CODEC_NAMES.get(config.compression_type)
             if codec is not None and any(h.codec != codec and not h.is_control for h in headers):
-                buf, headers = recompress_batches(buf, headers, codec)
-        except CorruptBatchError as exc:
-            log.info("rejecting batch for %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
-            return _refusal_of(exc), -1, None, partition_log.log_start_offset
-    try:
-        refused = _invalid_records(f"{topic.name}-{partition}", config, buf, headers)
+                buf, headers = recompress_batches(buf, headers, codec, bodies)
+                bodies = {}
+        refused = _invalid_records(f"{topic.name}-{partition}", config, buf, headers, bodies)
+    except DecompressedTooLarge as exc:
+        if decompress_limit < MAX_DECOMPRESSED:
+            raise _TooLargeForTheLoop from None
+        log.info("rejecting batch for %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
+        return [partition, ErrorCode.message_too_large, -1, None, start]
     except CorruptBatchError as exc:
         log.info("rejecting batch for %s-%d from %s: %s", topic.name, partition, ctx.peer, exc)
-        return _refusal_of(exc), -1, None, partition_log.log_start_offset
+        return [partition, ErrorCode.corrupt_message, -1, None, start]
     if refused is not None:
         error, record_errors, message = refused
         log.info(
@@ -442,18 +572,34 @@ def _append(
             ctx.peer,
             record_errors[0][1],
         )
-        return error, -1, None, partition_log.log_start_offset, (record_errors, message)
+        return [partition, error, -1, None, start, (record_errors, message)]
+    return _Checked(topic, partition_log, buf, headers)
+
+
+def _append(ctx: RequestContext, item: _Checked, acks: int, recheck: bool) -> tuple[Any, ...]:
+    """(error, the append (a LeaderAppend) or -1, log append time, log start offset)."""
+    topic, partition_log = item.topic, item.partition_log
+    partition = partition_log.partition
+    if recheck:  # checked off the loop: the partition may have moved meanwhile
+        controller = ctx.broker.controller
+        now_there = controller.partition_log(topic.name, partition)
+        current = resolve_topic(controller, topic.name, None)
+        refusal = _not_here(ctx, current, partition, now_there)
+        if refusal is None and now_there is not partition_log:
+            refusal = (ErrorCode.not_leader_or_follower, -1, None, -1)
+        if refusal is not None:
+            return refusal
     append_time = None
     log_append_ms = None
-    if config.message_timestamp_type == "LogAppendTime":
+    if partition_log.config.message_timestamp_type == "LogAppendTime":
         log_append_ms = now_ms()
         append_time = datetime.datetime.fromtimestamp(log_append_ms / 1000, tz=UTC)
     try:
         appended = ctx.broker.replicas.append_as_leader(
             topic.name,
             partition,
-            buf,
-            headers,
+            item.buf,
+            item.headers,
             required_acks=acks,
             log_append_time_ms=log_append_ms,
             defer_flush=True,
@@ -472,22 +618,15 @@ def _append(
     return ErrorCode.none, appended, append_time, partition_log.log_start_offset
 
 
-def _refusal_of(exc: CorruptBatchError) -> ErrorCode:
-    """A batch that cannot be read: MESSAGE_TOO_LARGE when it decompresses past the
-    limit (codecs.decompress), else CORRUPT_MESSAGE."""
-    if isinstance(exc, DecompressedTooLarge):
-        return ErrorCode.message_too_large
-    return ErrorCode.corrupt_message
-
-
 def _up_converted(
     ctx: RequestContext,
     topic_partition: str,
     records: bytes | bytearray | memoryview,
     config: Any,
+    decompress_limit: int,
 ) -> tuple[bytearray, list[BatchHeader]] | ErrorCode:
     """Produce v0-2: the message set of magic 0/1 as one v2 batch and its header, or
-    the partition's error."""
+    the partition's error. Raises _TooLargeForTheLoop as _checked does."""
     if ctx.api_version > 2:
         log.info("refusing magic 0/1 in a Produce v%d from %s", ctx.api_version, ctx.peer)
         return ErrorCode.invalid_record
@@ -498,8 +637,14 @@ def _up_converted(
                 records,
                 log_append_time=log_append_time,
                 max_message_bytes=config.max_message_bytes,
+                decompress_limit=decompress_limit,
             )
         )
+    except DecompressedTooLargeError:
+        if decompress_limit < MAX_DECOMPRESSED:
+            raise _TooLargeForTheLoop from None
+        log.info("rejecting a message set for %s from %s: too large", topic_partition, ctx.peer)
+        return ErrorCode.message_too_large
     except MessageSetError as exc:
         log.info("rejecting a message set for %s from %s: %s", topic_partition, ctx.peer, exc)
         return exc.error_code
@@ -514,6 +659,7 @@ def _invalid_records(
     config: Any,
     buf: bytes | bytearray | memoryview,
     headers: list[BatchHeader],
+    bodies: dict[int, bytes],
 ) -> tuple[ErrorCode, list[tuple[int, str]], str] | None:
     """The records the topic refuses, Kafka's way (KIP-467): the partition's error, each
     bad record of the first batch holding one as (index in its batch, message), and the
@@ -535,7 +681,9 @@ def _invalid_records(
             continue
         errors: list[tuple[int, str]] = []
         bad_timestamp = False
-        for i, (delta, timestamp, has_key) in enumerate(record_stamps(buf, header)):
+        for i, (delta, timestamp, has_key) in enumerate(
+            record_stamps(buf, header, bodies.get(header.position))
+        ):
             if compact and not has_key:
                 errors.append(
                     (

@@ -85,6 +85,10 @@ class RequestContext:
     started_ns: int = 0
     # How long it waited behind the requests read with it before its handling began.
     queued_ns: int = 0
+    # Holds back the connection's later requests until the function it returns is
+    # called: for a handler whose work continues off the event loop and must keep its
+    # place in the connection's order. None for requests made inside the node.
+    hold_reading: Callable[[], Callable[[], None]] | None = None
 
     @property
     def client_host(self) -> str:

@@ -555,6 +555,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.owed: deque[_Owed] = deque()
         self.write_paused = False
         self.muted = False  # a client over its quota: not read until the timer unmutes it
+        self.holds = 0  # handlers working off the loop that later requests must wait for
         self.unmute_timer: asyncio.TimerHandle | None = None
         self.closed = False
         self.peer = "?"
@@ -684,6 +685,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._pause_reading()
         self.unmute_timer = loop.call_later(seconds, self._unmute)
 
+    def hold(self) -> Callable[[], None]:
+        """Handle none of this connection's later requests until the returned function
+        is called (once): a request's work goes on off the event loop and its effects
+        must come before theirs."""
+        self.holds += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            self.holds -= 1
+            if not self.holds and not self.closed:
+                asyncio.get_running_loop().call_soon(self._process)
+
+        return release
+
     def _unmute(self) -> None:
         self.muted, self.unmute_timer = False, None
         if not self.closed:
@@ -722,7 +741,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         while True:
             if self.closed or self.closing:
                 return
-            if len(self.owed) >= MAX_PIPELINED or self.write_paused or self.muted:
+            if len(self.owed) >= MAX_PIPELINED or self.write_paused or self.muted or self.holds:
                 self._pause_reading()  # resumed once responses drain
                 return
             if self.direct is not None:
@@ -835,6 +854,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             session.principal,
             session.listener,
             session,
+            hold_reading=self.hold,
         )
         metrics = self.broker.metrics
         if metrics is not None:

@@ -69,7 +69,7 @@ from dataclasses import dataclass
 
 import cramjam
 
-from strom.protocol.codecs import DecompressedTooLarge, compress, decompress
+from strom.protocol.codecs import MAX_DECOMPRESSED, DecompressedTooLarge, compress, decompress
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import (
     ATTR_CODEC_MASK,
@@ -213,9 +213,12 @@ def _read_bytes(view: memoryview, at: int, stop: int) -> tuple[bytes | None, int
     return bytes(view[at : at + n]), at + n
 
 
-def wrapper_records(wrapper: LegacyMessage) -> list[LegacyMessage]:
+def wrapper_records(
+    wrapper: LegacyMessage, decompress_limit: int = MAX_DECOMPRESSED
+) -> list[LegacyMessage]:
     """The inner messages of a compressed wrapper, with absolute offsets and the
-    timestamps Kafka gives them (a LogAppendTime magic 1 wrapper's own)."""
+    timestamps Kafka gives them (a LogAppendTime magic 1 wrapper's own); its payload
+    may decompress to ``decompress_limit`` bytes at most."""
     codec = wrapper.codec
     if codec == CODEC_ZSTD:
         raise InvalidMessageError("a zstd wrapper has no legacy message format")
@@ -227,7 +230,7 @@ def wrapper_records(wrapper: LegacyMessage) -> list[LegacyMessage]:
     if codec == CODEC_LZ4 and wrapper.magic == MAGIC_V0:
         payload = _with_lz4_header_checksum(payload)
     try:
-        inner = read_message_set(decompress(codec, payload))
+        inner = read_message_set(decompress(codec, payload, decompress_limit))
     except DecompressedTooLarge as exc:
         raise DecompressedTooLargeError(str(exc)) from None
     except CorruptBatchError as exc:
@@ -267,6 +270,7 @@ def up_convert(
     *,
     log_append_time: bool,
     max_message_bytes: int | None = None,
+    decompress_limit: int = MAX_DECOMPRESSED,
 ) -> bytes:
     """The records of the magic 0/1 message set ``data`` as one v2 batch.
 
@@ -288,7 +292,7 @@ def up_convert(
         if len(messages) > 1:
             raise InvalidMessageError("compressed outer message set has more than one message")
         codec = messages[0].codec
-        records = wrapper_records(messages[0])
+        records = wrapper_records(messages[0], decompress_limit)
     for shallow in messages:
         if shallow.log_append_time and (
             log_append_time or any(r.timestamp == NO_TIMESTAMP for r in records)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import struct
+import time
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -187,3 +188,98 @@ def test_fuzzed_frames_never_take_the_broker_down(broker) -> None:
     reply = _produce(client, "fuzz-target", build_batch([(b"k", b"after")]))
     client.close()
     assert reply.error_code == ErrorCode.none and reply.base_offset == 1
+
+
+def _lying(batch: bytes, count: int) -> bytes:
+    """``batch`` with recordsCount ``count`` (and lastOffsetDelta count - 1, as an honest
+    header would have it) and a CRC that matches: only the records tell the lie."""
+    from crc32c import crc32c
+
+    out = bytearray(batch)
+    struct.pack_into(">i", out, 23, count - 1)
+    struct.pack_into(">i", out, 57, count)
+    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+def _produce_response(client: RawClient, correlation: int) -> tuple[ErrorCode, int]:
+    from kio.serial import entity_reader
+
+    from strom.protocol.framing import codec_for
+
+    frame = client.read_frame()
+    assert struct.unpack_from(">i", frame, 0)[0] == correlation
+    codec = codec_for(0, 9)
+    response, _ = entity_reader(codec.response_type)(frame, 5)
+    partition = response.responses[0].partition_responses[0]
+    return partition.error_code, partition.base_offset
+
+
+def test_a_batch_whose_record_count_lies_is_corrupt_message(broker) -> None:
+    """A batch whose CRC is right but whose recordsCount says 1 and holds 1,000 records,
+    or says 1,000 and holds 1, uncompressed or compressed: CORRUPT_MESSAGE, as Kafka
+    answers, and nothing stored, so consumers never read offsets twice."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    create_topic(broker.bootstrap, "lies", 1)
+    thousand = [(None, b"v%d" % i) for i in range(1000)]
+    client = RawClient(broker.port)
+    for codec in (0, 3, 4):  # none, lz4, zstd
+        many = build_batch(thousand, codec=codec)
+        one = build_batch([(None, b"only")], codec=codec)
+        for lie in (_lying(many, 1), _lying(one, 1000), _lying(many, 999)):
+            assert _produce(client, "lies", lie).error_code == ErrorCode.corrupt_message
+    honest = _produce(client, "lies", build_batch(thousand))
+    assert (honest.error_code, honest.base_offset) == (ErrorCode.none, 0)
+    after = _produce(client, "lies", build_batch([(None, b"after")], codec=3))
+    assert (after.error_code, after.base_offset) == (ErrorCode.none, 1000)
+    client.close()
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lies"})
+    consumer.assign([TopicPartition("lies", 0, 0)])
+    offsets: list[int] = []
+    deadline = time.monotonic() + 20
+    while len(offsets) < 1001 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            offsets.append(message.offset())
+    consumer.close()
+    assert offsets == list(range(1001))
+
+
+def test_a_batch_too_big_to_decompress_on_the_loop_keeps_its_place(broker) -> None:
+    """A zstd batch of a few kB holding 8 MiB (more than the broker decompresses on its
+    event loop) is checked on a worker thread; a small produce pipelined right behind it
+    on the same connection is still appended after it, and another connection is
+    served meanwhile."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("big-inside", 1, 1, config={"max.message.bytes": "1048576"})])[
+        "big-inside"
+    ].result(15)
+    big = build_batch([(b"k", b"\0" * (8 * 1024 * 1024))], codec=4)
+    assert len(big) < 64 * 1024
+    small = build_batch([(b"k", b"small")])
+    client = RawClient(broker.port)
+    frames = b"".join(
+        encode_request(
+            correlation,
+            "t",
+            ProduceRequest(
+                acks=1,
+                timeout=datetime.timedelta(seconds=5),
+                topic_data=(
+                    TopicProduceData(
+                        name="big-inside",
+                        partition_data=(PartitionProduceData(index=0, records=records),),
+                    ),
+                ),
+            ),
+        )
+        for correlation, records in ((1, big), (2, small))
+    )
+    client.send_bytes(frames)
+    assert _produce_response(client, 1) == (ErrorCode.none, 0)
+    assert _produce_response(client, 2) == (ErrorCode.none, 1)
+    client.close()
+    _still_serves(broker.port)
