@@ -14,7 +14,8 @@ and ``sasl.*`` settings, each also per listener as ``listener.name.<listener>.<k
 once with no voters configured: a quorum of itself alone, which needs no controller
 listener (``strom broker`` with no arguments). And the names of the HTTP listeners'
 TLS and basic authentication settings (``HTTP_LISTENER_CONFIGS``, taken by the broker
-prefixed per listener: ``admin.``), whose meaning is ``strom.services.http_security``'s.
+prefixed per listener: ``admin.``, ``schema.registry.``, ``rest.proxy.``), whose meaning
+is ``strom.services.http_security``'s.
 
 Does not own: where topic overrides are stored (``strom.cluster.metadata``).
 """
@@ -172,7 +173,8 @@ _GROUP_ASSIGNORS = (
 # The TLS and HTTP basic authentication settings of an HTTP listener, in the names the
 # standalone services take in their --config (Confluent's; ``strom.services.http_security``
 # reads them). The broker takes them prefixed with the listener they secure
-# (``HTTP_LISTENER_PREFIXES``: ``admin.ssl.keystore.location``...).
+# (``HTTP_LISTENER_PREFIXES``: ``admin.ssl.keystore.location``,
+# ``schema.registry.authentication.method``, ``rest.proxy.authentication.users.file``...).
 HTTP_LISTENER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("ssl.keystore.type", "string", "PEM"),
     ConfigDef("ssl.keystore.location", "string", None),
@@ -202,9 +204,12 @@ REGISTRY_CLIENT_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("ssl.certificate.location", "string", None),
     ConfigDef("ssl.key.location", "string", None),
 )
-# Broker property prefix -> the HTTP listener it secures: /metrics and /health.
+# Broker property prefix -> the HTTP listener it secures: /metrics and /health, and the
+# schema registry and REST proxy served inside the broker.
 HTTP_LISTENER_PREFIXES = {
     "admin.": "admin.listeners",
+    "schema.registry.": "schema.registry.listener",
+    "rest.proxy.": "rest.proxy.listener",
 }
 
 
@@ -234,9 +239,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("admin.listeners", "list", []),
         *_http_listener_configs("admin."),
         # The schema registry and REST proxy served inside the broker process (as clients of
-        # its first PLAINTEXT client listener): http://HOST:PORT; off when unset.
+        # its first PLAINTEXT client listener): http(s)://HOST:PORT; off when unset; each
+        # with the standalone service's settings prefixed schema.registry. or rest.proxy.
         ConfigDef("schema.registry.listener", "string", None),
+        *_http_listener_configs("schema.registry."),
         ConfigDef("rest.proxy.listener", "string", None),
+        *_http_listener_configs("rest.proxy."),
         ConfigDef("log.dirs", "list", None),
         ConfigDef("log.dir", "string", "./strom-data"),
         ConfigDef("num.partitions", "int", 1, minimum=1),

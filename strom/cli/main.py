@@ -185,13 +185,7 @@ def run_broker(args: argparse.Namespace) -> int:
 async def _serve(config: BrokerConfig) -> int:
     from strom.broker.server import Broker
 
-    broker = Broker(config)
-    # Handlers first: a SIGTERM right after the "listening on" line must still stop cleanly.
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await broker.start()
     services = None
     exit_code = 0
     if config["schema.registry.listener"] or config["rest.proxy.listener"]:
@@ -203,12 +197,25 @@ async def _serve(config: BrokerConfig) -> int:
             exit_code = 1
             stop.set()
 
+        # Built first: their TLS and basic authentication settings are checked before
+        # the broker starts (a ConfigError is one line).
+        bootstrap = config.embedded_services_bootstrap
+        assert bootstrap is not None  # the config's check: a PLAINTEXT client listener
         services = EmbeddedServices(
-            config.embedded_services_bootstrap,
+            bootstrap,
             config["schema.registry.listener"],
             config["rest.proxy.listener"],
             failed,
+            config.http_listener_settings("schema.registry."),
+            config.http_listener_settings("rest.proxy."),
         )
+    broker = Broker(config)
+    # Handlers first: a SIGTERM right after the "listening on" line must still stop cleanly.
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await broker.start()
+    if services is not None:
         services.start()
     await stop.wait()
     if services is not None:

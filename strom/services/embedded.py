@@ -9,6 +9,14 @@ before it can create ``_schemas``, so the registry retries until a deadline); th
 proxy finds the embedded registry for Avro records. A service that cannot start is
 logged and stops the broker process with an error, as a bad listener would.
 
+Each takes the standalone service's TLS and basic authentication settings from the
+broker's properties, prefixed ``schema.registry.`` or ``rest.proxy.``
+(``schema.registry.authentication.method=BASIC``, ``rest.proxy.ssl.keystore.location``...;
+an ``https://`` listener for TLS), and the REST proxy reaches a secured registry with
+``rest.proxy.schema.registry.basic.auth.user.info`` and the other ``schema.registry.*``
+client settings of the standalone proxy. They are read, users files and keys included,
+before the broker starts: a bad one is one ``ConfigError`` line.
+
 Does not own the services themselves or the broker's life (the ``strom broker`` command).
 """
 
@@ -19,9 +27,14 @@ import gc
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from strom.config import ConfigError
 from strom.services.http import HttpServer
-from strom.services.http_security import http_security
+from strom.services.http_security import HttpSecurity, HttpSecurityError, http_security
+
+if TYPE_CHECKING:
+    from strom.services.schema_registry.service import RegistryService
 
 log = logging.getLogger(__name__)
 START_DEADLINE_S = 120.0
@@ -35,15 +48,33 @@ class EmbeddedServices:
         registry_listener: str | None,
         proxy_listener: str | None,
         failed: Callable[[str], None],
+        registry_settings: dict[str, str] | None = None,
+        proxy_settings: dict[str, str] | None = None,
     ) -> None:
-        """``failed(problem)`` is called once when a service cannot start."""
+        """``failed(problem)`` is called once when a service cannot start;
+        ``registry_settings`` and ``proxy_settings``: each service's TLS and basic
+        authentication settings, named as its --config names them (ConfigError, one line
+        naming the broker's property, for one that cannot be used)."""
         self.settings = {"bootstrap.servers": bootstrap, "client.id": "strom-embedded"}
         self.registry_listener = registry_listener
         self.proxy_listener = proxy_listener
+        self.registry_security = self._security(
+            registry_listener, registry_settings or {}, "schema.registry."
+        )
+        self.proxy_security = self._security(proxy_listener, proxy_settings or {}, "rest.proxy.")
         self.failed = failed
-        self.registry = None
+        self.registry: RegistryService | None = None
         self.proxy_server: HttpServer | None = None
         self._task: asyncio.Task | None = None
+
+    @staticmethod
+    def _security(listener: str | None, props: dict[str, str], prefix: str) -> HttpSecurity | None:
+        if listener is None:
+            return None
+        try:
+            return http_security(listener, props, prefix)
+        except HttpSecurityError as exc:
+            raise ConfigError(str(exc)) from None
 
     def start(self) -> None:
         """Start the services in the background."""
@@ -63,12 +94,10 @@ class EmbeddedServices:
         from strom.services.schema_registry.service import RegistryService
         from strom.services.schema_registry.store import RegistryError
 
-        assert self.registry_listener is not None
+        assert self.registry_listener is not None and self.registry_security is not None
         deadline = time.monotonic() + START_DEADLINE_S
         while True:
-            self.registry = RegistryService(
-                self.settings, http_security(self.registry_listener, {})
-            )
+            self.registry = RegistryService(self.settings, self.registry_security)
             try:
                 url = await self.registry.start()
                 break
@@ -89,10 +118,13 @@ class EmbeddedServices:
     async def _start_proxy(self, registry_url: str | None) -> None:
         from strom.services.rest_proxy.app import RestProxy
 
-        assert self.proxy_listener is not None
-        listener = http_security(self.proxy_listener, {}).listener
-        proxy = RestProxy(self.settings, registry_url)
-        self.proxy_server = HttpServer(proxy.app, listener.host, listener.port)
+        assert self.proxy_listener is not None and self.proxy_security is not None
+        security = self.proxy_security
+        listener = security.listener
+        proxy = RestProxy(self.settings, registry_url, registry_client=security.registry_client)
+        self.proxy_server = HttpServer(
+            proxy.app, listener.host, listener.port, security.ssl_context, security.basic_auth
+        )
         try:
             port = await self.proxy_server.start()
         except OSError as exc:
