@@ -15,8 +15,11 @@ dropped, aborted records sent, as to any read-uncommitted fetcher; headers dropp
 compressed batch becomes one wrapper in its codec). Limits apply to the v2 bytes read
 (v0-2 have no request ``max_bytes``); the converted answer holds whole messages up to
 that many bytes, or the first batch's messages whole if they are more; ``min_bytes``
-counts the converted bytes. A read that converts to nothing (transaction markers only)
-goes on past them. A zstd batch first in line is UNSUPPORTED_COMPRESSION_TYPE.
+counts the v2 bytes read, as Kafka's lazy down-conversion does. A read that converts to
+nothing (transaction markers only) goes on past them. Conversion runs on a worker
+thread (a stored batch may decompress to 64 MiB of small records: seconds of work),
+never on the event loop; the reads stay on the loop. A zstd batch first in line is
+UNSUPPORTED_COMPRESSION_TYPE.
 No v4+ fetch converts anything: the version is checked once per response.
 
 Long polling: when less than ``min_bytes`` is available the request waits in
@@ -45,6 +48,7 @@ Without an authorizer the cost is one None check.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 import uuid
@@ -128,9 +132,11 @@ def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     denied: frozenset[str | None] = frozenset()
     if authz.authorizer_of(ctx.broker) is not None:
         denied = _unauthorized(ctx, request, wanted)
-    response, size, has_error = _read(ctx, request, wanted, denied)
+    response, size, has_error, conversions = _read(ctx, request, wanted, denied)
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     if size >= request.min_bytes or max_wait_ms <= 0 or has_error or not wanted:
+        if conversions:  # v0-3 only: no fetch session
+            return _converted(response, conversions)
         if step.session is None:
             return response
         return fetch_sessions.answer(step.session, response, step.incremental)
@@ -209,12 +215,13 @@ async def _wait_for_data(
             break
         # Look again and start waiting in the same step: a produce handled since the
         # last look (even one pipelined behind this fetch) cannot be missed.
-        response, size, has_error = _read(ctx, request, wanted, denied)
+        response, size, has_error, conversions = _read(ctx, request, wanted, denied)
         if size >= request.min_bytes or has_error:
-            return response
+            return await _converted(response, conversions) if conversions else response
         if not await purgatory.wait(keys, remaining):
             break
-    return _read(ctx, request, wanted, denied)[0]
+    response, _, _, conversions = _read(ctx, request, wanted, denied)
+    return await _converted(response, conversions) if conversions else response
 
 
 def replica_id_of(request: Any) -> int:
@@ -236,7 +243,10 @@ def _read(
     request: Any,
     wanted: list[_WantedTopic],
     denied: frozenset[str | None] = frozenset(),
-) -> tuple[Any, int, bool]:
+) -> tuple[Any, int, bool, list[_Conversion]]:
+    """The response, the bytes of records it holds, whether a partition has an error,
+    and for v0-3 the down-conversions still to be made (``_converted``): until then
+    their partitions hold the v2 batches read, and the bytes count those."""
     controller = ctx.broker.controller
     replica_id = replica_id_of(request)
     replicas = ctx.broker.replicas
@@ -250,6 +260,7 @@ def _read(
     total = 0
     has_error = False
     moved: list[tuple[str, int]] = []  # NOT_LEADER_OR_FOLLOWER: told the leader (KIP-951)
+    conversions: list[_Conversion] = []
     topics = []
     for name, topic_id, entries in wanted:
         partitions = []
@@ -328,8 +339,17 @@ def _read(
                     if total and len(records) > limit:
                         records = b""  # only the first partition may exceed its limits
                     if records and down_magic is not None:
-                        records, error = _down_converted(
-                            partition_log, records, down_magic, w.offset, limit, upper
+                        conversions.append(
+                            _Conversion(
+                                len(topics),
+                                len(partitions),
+                                partition_log,
+                                records,
+                                down_magic,
+                                w.offset,
+                                limit,
+                                upper,
+                            )
                         )
                     if records and replica_id >= 0:
                         replicas.leader_sent(partition_log.topic, w.partition, len(records))
@@ -374,10 +394,44 @@ def _read(
         responses=tuple(topics),
         **extra,
     )
-    return response, total, has_error
+    return response, total, has_error, conversions
 
 
 _NO_RESPONSE_LIMIT = 2**31 - 1
+
+
+@dataclass(slots=True)
+class _Conversion:
+    """A v0-3 partition's batches read, to be converted down: where its answer sits in
+    the response, and what ``_down_converted`` needs."""
+
+    topic_slot: int
+    partition_slot: int
+    partition_log: Any
+    records: Any
+    magic: int
+    offset: int
+    limit: int
+    upper: int
+
+
+async def _converted(response: Any, conversions: list[_Conversion]) -> Any:
+    """The response with each v0-3 partition's batches converted down. Conversion is
+    pure work on the bytes read (a compressed batch may decompress to 64 MiB and hold a
+    million records): it runs on a worker thread, never on the event loop; reads of
+    the log stay on the loop."""
+    topics = list(response.responses)
+    for c in conversions:
+        records, error = await _down_converted(
+            c.partition_log, c.records, c.magic, c.offset, c.limit, c.upper
+        )
+        topic = topics[c.topic_slot]
+        partitions = list(topic.partitions)
+        partitions[c.partition_slot] = dataclasses.replace(
+            partitions[c.partition_slot], records=records, error_code=error
+        )
+        topics[c.topic_slot] = dataclasses.replace(topic, partitions=tuple(partitions))
+    return dataclasses.replace(response, responses=tuple(topics))
 
 
 def _down_conversion_magic(api_version: int) -> int | None:
@@ -387,7 +441,7 @@ def _down_conversion_magic(api_version: int) -> int | None:
     return MAGIC_V0 if api_version <= 1 else MAGIC_V1
 
 
-def _down_converted(
+async def _down_converted(
     partition_log: Any, records: Any, magic: int, offset: int, limit: int, upper: int
 ) -> tuple[bytes, ErrorCode]:
     """The batches read from ``offset`` as a message set of ``magic``, and the error.
@@ -397,7 +451,7 @@ def _down_converted(
     cannot know of a marker, would otherwise ask for the same offset again and again."""
     while records:
         try:
-            converted = down_convert(records, magic, offset)
+            converted = await asyncio.to_thread(down_convert, records, magic, offset)
         except MessageSetError as exc:
             return b"", exc.error_code
         if converted:

@@ -83,6 +83,12 @@ def produce(client: RawClient, version: int, topic: str, records: bytes) -> tupl
 
 def fetch(client: RawClient, version: int, topic: str, offset: int, **limits) -> tuple[int, bytes]:
     """(error, records) of a Fetch v0-4 of partition 0 from ``offset``."""
+    send_fetch(client, version, topic, offset, **limits)
+    return read_fetch(client, version, topic)
+
+
+def send_fetch(client: RawClient, version: int, topic: str, offset: int, **limits) -> None:
+    """Send a Fetch v0-4 of partition 0 from ``offset`` (read_fetch reads its answer)."""
     body = struct.pack(">iii", -1, 100, 0)  # consumer, max wait 100 ms, min bytes 0
     if version >= 3:
         body += struct.pack(">i", limits.get("max_bytes", 50 * 2**20))
@@ -90,7 +96,17 @@ def fetch(client: RawClient, version: int, topic: str, offset: int, **limits) ->
         body += b"\x00"  # read uncommitted
     body += struct.pack(">i", 1) + _string(topic) + struct.pack(">i", 1)
     body += struct.pack(">iqi", 0, offset, limits.get("partition_max_bytes", 2**20))
-    r = _call(client, 1, version, body)
+    client.correlation += 1
+    frame = struct.pack(">hhi", 1, version, client.correlation) + _string("old") + body
+    client.send_bytes(struct.pack(">i", len(frame)) + frame)
+
+
+def read_fetch(client: RawClient, version: int, topic: str) -> tuple[int, bytes]:
+    """(error, records) of the answer to send_fetch."""
+    response = client.read_frame()
+    assert struct.unpack_from(">i", response)[0] == client.correlation
+    r = _Reader(response)
+    r.at = 4
     if version >= 1:
         r.take(">i")  # throttle time
     assert r.take(">i") == (1,) and r.string() == topic and r.take(">i") == (1,)
@@ -398,3 +414,34 @@ def test_decompression_bombs_are_refused_without_taking_the_memory(broker) -> No
             ErrorCode.none,
             0,
         )
+
+
+def test_down_conversion_does_not_hold_up_other_clients(broker) -> None:
+    """A Fetch v3 of a stored gzip batch of 300,000 small records (a second or more of
+    down-conversion) is converted off the event loop: another client's request, sent
+    after it, is answered while the fetch is still being converted, and the fetch then
+    gets every message."""
+    import select
+
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+    from strom.protocol.records import build_batch
+
+    count = 300_000
+    create_topic(broker.bootstrap, "many-small", 1, {"max.message.bytes": "10485760"})
+    batch = build_batch([(None, b"%08d" % i) for i in range(count)], codec=1)
+    with RawClient(broker.port, timeout=60) as slow, RawClient(broker.port) as other:
+        assert produce(slow, 3, "many-small", batch)[:2] == (ErrorCode.none, 0)
+        send_fetch(slow, 3, "many-small", 0)
+        answered = other.request(
+            ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        )
+        assert answered.error_code == ErrorCode.none
+        readable, _, _ = select.select([slow.sock], [], [], 0)
+        assert not readable, "the fetch was answered before a request sent after it"
+        error, data = read_fetch(slow, 3, "many-small")
+    assert error == ErrorCode.none
+    _, magic, attributes, _, value = parse_wrapper(data)
+    assert (magic, attributes & 0x07) == (1, 1)
+    inner = entries(gzip.decompress(value))
+    assert len(inner) == count
