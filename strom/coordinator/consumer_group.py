@@ -27,7 +27,8 @@ a change applies from each member's next heartbeat.
 Epoch -1 leaves; -2 (a static member's temporary leave) is treated as a leave. A
 member joining (epoch 0) with a ``group.instance.id`` that another member holds gets
 UNRELEASED_INSTANCE_ID until that member leaves or its session expires, as Kafka
-answers.
+answers; one joining a group that holds ``group.consumer.max.size`` members gets
+GROUP_MAX_SIZE_REACHED (a member already in it rejoins).
 A heartbeat with an epoch other than the member's current (or previous one,
 with a subset of its partitions) gets FENCED_MEMBER_EPOCH; a client then rejoins
 with epoch 0.
@@ -335,6 +336,23 @@ class ConsumerGroup:
                     message=f"Static member {request.member_id} with instance id "
                     f"{request.instance_id} cannot join the group because the instance id "
                     f"is owned by {holder} member.",
+                )
+            limit = int(self.coordinator.config["group.consumer.max.size"])
+            if len(self.members) >= limit and request.member_id not in self.members:
+                log.info(
+                    "group %s: member %s refused: the group has %d members "
+                    "(group.consumer.max.size)",
+                    self.group_id,
+                    request.member_id,
+                    len(self.members),
+                )
+                return HeartbeatResult(
+                    ErrorCode.group_max_size_reached,
+                    request.member_id,
+                    epoch,
+                    interval,
+                    message=f"The group holds {len(self.members)} members, its limit "
+                    f"(group.consumer.max.size={limit})",
                 )
             member = self._join(request)
         else:

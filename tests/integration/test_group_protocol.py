@@ -531,6 +531,35 @@ def test_kip848_instance_id_held_by_a_live_member_is_refused(raw_broker) -> None
     b.close()
 
 
+def test_kip848_group_max_size_refuses_a_newcomer_only(tmp_path) -> None:
+    """group.consumer.max.size: a member joining a full KIP-848 group gets
+    GROUP_MAX_SIZE_REACHED, naming the setting; its members keep heartbeating and may rejoin
+    with their own id; once one leaves, the newcomer joins. Other groups are not counted."""
+    broker = BrokerProcess(tmp_path / "data", {**OVERRIDES, "group.consumer.max.size": "2"})
+    broker.start()
+    try:
+        create_topic(broker.bootstrap, "cg-full", 2)
+        a, b, c = (RawClient(broker.port) for _ in range(3))
+        a_first = _cg_heartbeat(a, "full", "a", 0, ("cg-full",))
+        b_first = _cg_heartbeat(b, "full", "b", 0, ("cg-full",))
+        assert (a_first.error_code, b_first.error_code) == (ErrorCode.none, ErrorCode.none)
+        refused = _cg_heartbeat(c, "full", "c", 0, ("cg-full",))
+        assert refused.error_code == ErrorCode.group_max_size_reached
+        assert "group.consumer.max.size=2" in refused.error_message
+        assert _cg_heartbeat(c, "other", "c", 0, ("cg-full",)).error_code == ErrorCode.none
+        again = _cg_heartbeat(a, "full", "a", a_first.member_epoch)
+        assert again.error_code == ErrorCode.none
+        rejoined = _cg_heartbeat(a, "full", "a", 0, ("cg-full",))  # as after fencing
+        assert rejoined.error_code == ErrorCode.none
+        assert _cg_heartbeat(b, "full", "b", -1).error_code == ErrorCode.none
+        joined = _cg_heartbeat(c, "full", "c", 0, ("cg-full",))
+        assert joined.error_code == ErrorCode.none
+        for client in (a, b, c):
+            client.close()
+    finally:
+        broker.stop()
+
+
 def test_group_configs_are_described_altered_and_applied(raw_broker) -> None:
     """GROUP config resources (Kafka 4.0): IncrementalAlterConfigs sets a group's
     consumer.heartbeat.interval.ms and consumer.session.timeout.ms within the broker's
