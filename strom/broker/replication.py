@@ -11,9 +11,9 @@ carrying out the decisions of ``strom.replication`` (the sans-I/O rules):
 - As a follower it fetches from the leader (``ReplicaFetcher``: one per leader broker
   and fetcher thread, ``num.replica.fetchers``, every partition it follows from that
   leader in one Fetch with its replica id and broker epoch, ``replica.fetch.max.bytes``,
-  ``replica.fetch.wait.max.ms``), appends what comes back as it is, truncates where
-  the leader says its log diverged (``replication.follower``), and takes the leader's
-  high watermark (capped by its own log end).
+  ``replica.fetch.min.bytes``, ``replica.fetch.wait.max.ms``), appends what comes back
+  as it is, truncates where the leader says its log diverged (``replication.follower``),
+  and takes the leader's high watermark (capped by its own log end).
 - As a leader it tells the partition's ``PartitionLeader`` of each follower fetch (the
   offset and broker epoch), sets the high watermark it computes (acks=all waits are
   woken through the purgatory), and sends the AlterPartition it asks for until the
@@ -630,7 +630,8 @@ class ReplicaFetcher:
     """Fetches, for the partitions this broker follows from one leader, what it lacks.
 
     Each fetcher has its own connection to the leader (the leader answers a
-    connection's requests in order, and holds a fetch up to replica.fetch.wait.max.ms).
+    connection's requests in order, and holds a fetch up to replica.fetch.wait.max.ms
+    while it has less than replica.fetch.min.bytes to send).
     A partition followed while a fetch is held (a leadership that just moved here)
     does not wait for that fetch to end: the connection is dropped and the next fetch,
     sent at once on a new one, includes it."""
@@ -647,6 +648,7 @@ class ReplicaFetcher:
         self._stopping = False
         config = manager.broker.config
         self.max_wait_ms = int(config["replica.fetch.wait.max.ms"])
+        self.min_bytes = int(config["replica.fetch.min.bytes"])
         self.partition_max_bytes = int(config["replica.fetch.max.bytes"])
         self.max_bytes = int(config["replica.fetch.response.max.bytes"])
         self.backoff_s = int(config["replica.fetch.backoff.ms"]) / 1000
@@ -726,7 +728,7 @@ class ReplicaFetcher:
                 replica_epoch=lifecycle.broker_epoch if lifecycle is not None else -1,
             ),
             max_wait=datetime.timedelta(milliseconds=self.max_wait_ms),
-            min_bytes=1,
+            min_bytes=self.min_bytes,
             max_bytes=self.max_bytes,
             isolation_level=0,
             session_id=0,

@@ -229,6 +229,53 @@ def test_acks_all_with_one_replica_alive_is_not_enough_replicas(tmp_path: Path) 
         cluster.kill_all()
 
 
+def test_replica_fetch_min_bytes_holds_the_followers_fetch(tmp_path: Path) -> None:
+    """replica.fetch.min.bytes: the follower asks for at least that much, so the leader
+    holds its fetch up to replica.fetch.wait.max.ms while less has been written. An
+    acks=all record (min.insync.replicas=2) sent just after the previous one was
+    acknowledged (the follower's next fetch has just come in) therefore waits for that
+    fetch to be answered, about the whole wait; with Kafka's default of 1 byte it is
+    acknowledged at once."""
+    wait_ms = 3000
+    cluster = Cluster.combined(
+        tmp_path,
+        count=2,
+        overrides={
+            "replica.fetch.min.bytes": "1000000",
+            "replica.fetch.wait.max.ms": str(wait_ms),
+            "replica.lag.time.max.ms": "30000",
+        },
+    )
+    try:
+        cluster.start_all()
+        one = cluster.nodes[1]
+        admin = _admin(one.bootstrap)
+        wait_until(lambda: sorted(admin.list_topics(timeout=3).brokers) == [1, 2], 15, "2 brokers")
+        config = {"min.insync.replicas": "2"}
+        admin.create_topics(
+            [NewTopic("held", num_partitions=1, replica_assignment=[[1, 2]], config=config)]
+        )["held"].result(15)
+        wait_until(
+            lambda: sorted(_partition(one.bootstrap, "held").isrs) == [1, 2],  # type: ignore[attr-defined]
+            15,
+            "ISR [1, 2]",
+        )
+        producer = Producer({"bootstrap.servers": one.bootstrap, "acks": "all", "linger.ms": 0})
+        producer.produce("held", value=b"first")
+        assert producer.flush(15) == 0
+        delivered: list[KafkaError | None] = []
+        producer.produce("held", value=b"second", on_delivery=lambda e, m: delivered.append(e))
+        producer.flush(wait_ms / 2000)
+        assert not delivered, "acknowledged before the follower's held fetch was answered"
+        assert producer.flush(15) == 0
+        assert delivered == [None]
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.kill_all()
+
+
 def test_a_group_keeps_consuming_across_the_kill_of_its_coordinator(tmp_path: Path) -> None:
     overrides = {**REPLICATION, "offsets.topic.num.partitions": "3"}
     cluster = Cluster.combined(tmp_path, overrides=overrides)
