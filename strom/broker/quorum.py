@@ -6,7 +6,9 @@ Ready through the metadata log store, then send its messages, then hand what com
 to the metadata listener), requests to the other voters through the peer pool
 (translated by ``quorum_wire``), the responses owed to requests that came in on the
 controller listener, proposals that wait for their commit, and snapshots of the
-metadata state every so many records.
+metadata state every so many records (or bytes of them), and at least every
+``snapshot_interval_ms`` while something applied is not in the last one
+(``metadata.log.max.snapshot.interval.ms``; 0 turns that off).
 
 Voters are this node's peers in ``controller.quorum.voters``; a broker-only node
 runs the core as an observer that only fetches.
@@ -75,6 +77,7 @@ class QuorumDriver:
         on_leadership: Callable[[bool], None] | None = None,
         snapshot_every_records: int = 20000,
         snapshot_every_bytes: int | None = None,
+        snapshot_interval_ms: int = 0,
         leader_change_record: Callable[..., bytes] | None = None,
         peer_security: PeerSecurity | None = None,
     ) -> None:
@@ -92,6 +95,8 @@ class QuorumDriver:
         # (metadata.log.max.record.bytes.between.snapshots).
         self.snapshot_every_bytes = snapshot_every_bytes
         self._bytes_since_snapshot = 0
+        self.snapshot_interval_ms = snapshot_interval_ms
+        self._last_snapshot_ms = _now_ms()  # or the start
         self.leader_change_record = leader_change_record
         self.peers = PeerPool(f"strom-quorum-{node_id}", peer_security)
         self.node: RaftNode | None = None
@@ -271,6 +276,7 @@ class QuorumDriver:
             self._applied_offset = ready.committed_snapshot.snapshot_id.end_offset
             self._applied_epoch = ready.committed_snapshot.snapshot_id.epoch
             self._applied_since_snapshot = self._bytes_since_snapshot = 0
+            self._last_snapshot_ms = _now_ms()
         for batch in ready.committed:
             self.listener.apply_batch(batch)
             self._applied_offset = batch.end_offset
@@ -307,6 +313,8 @@ class QuorumDriver:
             due = self._bytes_since_snapshot >= self.snapshot_every_bytes
         else:
             due = self._applied_since_snapshot >= self.snapshot_every_records
+        if self.snapshot_interval_ms > 0 and self._applied_since_snapshot > 0:
+            due = due or _now_ms() - self._last_snapshot_ms >= self.snapshot_interval_ms
         if due:
             self._take_snapshot()
 
@@ -320,6 +328,7 @@ class QuorumDriver:
         self.store.save_snapshot(snapshot)
         self.node.take_snapshot(snapshot)
         self._applied_since_snapshot = self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = _now_ms()
         self._pump()
         log.info(
             "metadata snapshot at offset %d (epoch %d), %d bytes",

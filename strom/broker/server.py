@@ -156,6 +156,7 @@ class Broker:
             self.state,
             on_leadership=self._leadership_changed,
             snapshot_every_bytes=config["metadata.log.max.record.bytes.between.snapshots"],
+            snapshot_interval_ms=config["metadata.log.max.snapshot.interval.ms"],
             peer_security=self.controller_security,
         )
         self.lifecycle = BrokerLifecycle(self) if self.is_broker else None

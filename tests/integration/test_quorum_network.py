@@ -4,14 +4,17 @@ KRaft's RPCs on Kafka's wire (kio-encoded Vote, BeginQuorumEpoch, Fetch ...) thr
 the controller-listener handlers. The consensus rules are proven by the simulator
 (tests/sim); this proves the network side carries them: a leader is elected, proposals
 commit on every node, a stopped leader is replaced, and a restarted node catches up
-from its own files."""
+from its own files. And a real node snapshots its metadata at the snapshot interval."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
+from broker_process import BrokerProcess
+from kafka_helpers import create_topic
 from quorum_nodes import QuorumNode, leader_of, propose, wait_until
 
 
@@ -65,3 +68,21 @@ async def _scenario(tmp_path: Path) -> None:
 @pytest.mark.timeout(90)
 def test_three_voters_elect_commit_fail_over_and_catch_up(tmp_path: Path) -> None:
     asyncio.run(_scenario(tmp_path))
+
+
+def test_a_node_snapshots_its_metadata_at_the_snapshot_interval(tmp_path: Path) -> None:
+    """metadata.log.max.snapshot.interval.ms: a node snapshots what it applied since its
+    last snapshot once that long has passed, however few bytes it is (a node's start and
+    one topic are far below metadata.log.max.record.bytes.between.snapshots, 20 MiB)."""
+    broker = BrokerProcess(tmp_path / "data", {"metadata.log.max.snapshot.interval.ms": "500"})
+    broker.start()
+    try:
+        create_topic(broker.bootstrap, "snapshotted", 1)
+        metadata = tmp_path / "data" / "__cluster_metadata-0"
+        deadline = time.monotonic() + 15
+        while not list(metadata.glob("*.checkpoint")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert list(metadata.glob("*.checkpoint")), sorted(p.name for p in metadata.iterdir())
+        assert "metadata snapshot at offset" in broker.logs()
+    finally:
+        broker.stop()
