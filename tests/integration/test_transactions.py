@@ -5,6 +5,7 @@ and the admin view (DescribeTransactions, ListTransactions, DescribeProducers)."
 
 from __future__ import annotations
 
+import datetime
 import struct
 import time
 import uuid
@@ -19,13 +20,17 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka_helpers import create_topic, wait_until
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from raw_client import RawClient
 
 from strom.protocol.errors import ErrorCode
+from strom.protocol.records import build_batch
 
 
 def _producer(bootstrap: str, transactional_id: str, **extra) -> Producer:
@@ -266,3 +271,75 @@ def test_admin_view_of_transactions(broker) -> None:
         )
         (active,) = producers.topics[0].partitions[0].active_producers
         assert active.current_txn_start_offset == -1
+
+
+def _stray_transactional_batch(client: RawClient, topic: str, transactional_id: str) -> object:
+    """Produce the first batch of a transaction the coordinator never heard of (a late
+    retry, a zombie): a real producer id, the transactional flag, no AddPartitionsToTxn."""
+    init = client.request(
+        InitProducerIdRequest(
+            transactional_id=None,
+            transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    )
+    batch = build_batch(
+        [(None, b"stray")],
+        base_timestamp=int(time.time() * 1000),
+        attributes=0x10,  # transactional
+        producer_id=init.producer_id,
+        producer_epoch=init.producer_epoch,
+        base_sequence=0,
+    )
+    response = client.request(
+        ProduceRequest(
+            transactional_id=transactional_id,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=5),
+            topic_data=(
+                TopicProduceData(
+                    name=topic, partition_data=(PartitionProduceData(index=0, records=batch),)
+                ),
+            ),
+        )
+    )
+    return response.responses[0].partition_responses[0]
+
+
+def test_partition_verification_can_be_turned_off(broker) -> None:
+    """transaction.partition.verification.enable (KIP-890, dynamic): on, a transactional
+    batch whose transaction the coordinator does not know is refused; off, the leader
+    asks no one and appends it, as Kafka does; on again, refused again."""
+    topic = f"verify-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 1)
+    key = "transaction.partition.verification.enable"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def verification(op: AlterConfigOpType, value: str | None) -> None:
+        entry = ConfigEntry(key, value, incremental_operation=op)
+        resource = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[entry])
+        admin.incremental_alter_configs([resource])[resource].result(10)
+
+    with RawClient(broker.port) as client:
+        refused = _stray_transactional_batch(client, topic, f"stray-{topic}")
+        assert refused.error_code != ErrorCode.none, refused
+        verification(AlterConfigOpType.SET, "false")
+        try:
+            answers: list[object] = []
+            wait_until(
+                lambda: (
+                    answers.append(_stray_transactional_batch(client, topic, "a"))
+                    or answers[-1].error_code == ErrorCode.none
+                ),  # type: ignore[attr-defined]
+                10,
+                "the stray batch to be appended unverified",
+            )
+            assert answers[-1].base_offset == 0  # type: ignore[attr-defined]
+        finally:
+            verification(AlterConfigOpType.DELETE, None)
+        wait_until(
+            lambda: _stray_transactional_batch(client, topic, "b").error_code != ErrorCode.none,
+            10,
+            "verification to be on again",
+        )
