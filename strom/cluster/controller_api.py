@@ -55,6 +55,9 @@ class ControllerConfig:
     min_insync_replicas: int = 1
     producer_id_block_size: int = 1000
     delete_topic_enable: bool = True
+    # The controller's own unclean.leader.election.enable: the default under a topic's and
+    # the dynamic broker configs, as Kafka's controller takes its static config.
+    unclean_leader_election_enable: bool = False
 
     @classmethod
     def from_broker_config(
@@ -67,6 +70,7 @@ class ControllerConfig:
             broker_session_timeout_ms=config["broker.session.timeout.ms"],
             min_insync_replicas=config["min.insync.replicas"],
             delete_topic_enable=config["delete.topic.enable"],
+            unclean_leader_election_enable=config["unclean.leader.election.enable"],
         )
 
 

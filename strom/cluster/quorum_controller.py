@@ -459,10 +459,14 @@ class QuorumController:
         return records
 
     def _unclean_allowed(self, topic: str) -> bool:
+        """unclean.leader.election.enable: the topic's, else the cluster-wide dynamic
+        default, else this controller's own static setting."""
         value = self._image.topic_configs(topic).get("unclean.leader.election.enable")
         if value is None:
             value = self._image.broker_configs(None).get("unclean.leader.election.enable")
-        return value is not None and value.strip().lower() == "true"
+        if value is None:
+            return self.config.unclean_leader_election_enable
+        return value.strip().lower() == "true"
 
     def _default_dir(self, broker_id: int) -> uuid.UUID:
         """Kafka's ClusterControlManager.defaultDir."""

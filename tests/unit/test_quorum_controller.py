@@ -581,6 +581,23 @@ def test_unclean_election_when_the_isr_is_gone() -> None:
     assert p is not None and p.leader == 1 and p.isr == (1,) and p.leader_recovery_state == 1
 
 
+@pytest.mark.parametrize("static", [False, True])
+def test_the_controllers_static_unclean_setting_is_the_last_default(static: bool) -> None:
+    """unclean.leader.election.enable in the controller's own config applies to a topic
+    that sets nothing, with no cluster-wide dynamic value: the out-of-sync replica is
+    elected when its only ISR member is fenced, or the partition waits leaderless."""
+    qc = new_controller(unclean_leader_election_enable=static)
+    for broker_id in (0, 1):
+        join(qc, broker_id)
+    qc.create_topics([NewTopic("t", assignments={0: [0, 1]})])
+    builder = qc.partition_change(qc.image.topic("t"), 0).set_target_isr([0])  # type: ignore[arg-type]
+    qc.propose([builder.build()])  # type: ignore[list-item]
+    qc.broker_heartbeat(0, qc.image.broker(0).epoch, 0, now_ms=1, want_fence=True)  # type: ignore[union-attr]
+    p = qc.image.partition("t", 0)
+    assert p is not None
+    assert (p.leader, p.isr) == ((1, (1,)) if static else (-1, (0,)))
+
+
 def test_partition_change_builder_is_minimal() -> None:
     qc = cluster(3)
     qc.create_topics([NewTopic("t", assignments={0: [0, 1, 2]})])
