@@ -3,7 +3,9 @@
 Owns: parsing ``server.properties`` and ``--override key=value`` pairs, validating
 every value (a bad one is a ConfigError with one readable line), the table of
 topic-level configs with the broker property that supplies each default, and the
-translation of a topic's effective configs into a storage ``LogConfig``.
+translation of a topic's effective configs into a storage ``LogConfig``; and the Kafka
+broker configs Strom declares but does not act on (``KAFKA_ONLY``): each accepts only
+values under which Strom behaves as Kafka would, any other is refused naming the key.
 
 Also owns the node's cluster settings as KRaft has them: ``process.roles``, the quorum
 (``controller.quorum.voters``, ``controller.quorum.bootstrap.servers``), which listeners
@@ -276,6 +278,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("log.cleaner.enable", "bool", True),
         ConfigDef("log.cleaner.backoff.ms", "long", 15000, minimum=1),
         ConfigDef("log.cleaner.dedupe.buffer.size", "long", 134217728, minimum=1024),
+        # How full the cleaner's offset map (24 bytes a key) may get in one pass.
+        ConfigDef("log.cleaner.io.buffer.load.factor", "double", 0.9),
         ConfigDef("log.cleaner.io.max.bytes.per.second", "double", DOUBLE_MAX, minimum=1),
         ConfigDef("log.cleaner.delete.retention.ms", "long", 86400000, minimum=0),
         ConfigDef("log.cleaner.min.cleanable.ratio", "double", 0.5, minimum=0),
@@ -317,6 +321,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("transaction.state.log.min.isr", "int", 2, minimum=1),
         ConfigDef("transaction.state.log.segment.bytes", "int", 104857600, minimum=14),
         ConfigDef("transaction.max.timeout.ms", "int", 900000, minimum=1),
+        # A leader asks the coordinator before a transaction's first batch (KIP-890).
+        ConfigDef("transaction.partition.verification.enable", "bool", True),
         ConfigDef("transactional.id.expiration.ms", "int", 604800000, minimum=1),
         # A partition forgets a producer id idle this long (no open transaction, last batch
         # or marker timestamp that old), checked every ...check.interval.ms (an internal
@@ -348,11 +354,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("max.connections", "int", 2147483647, minimum=0),
         ConfigDef("max.connections.per.ip", "int", 2147483647, minimum=0),
         ConfigDef("max.connections.per.ip.overrides", "string", "", check=parse_host_counts),
-        # Broker configs Kafka lets AlterConfigs change at run time that Strom has no use
-        # for (Kerberos, thread pools, connection limits, tiered storage...): accepted,
-        # stored and described with Kafka's types and defaults, and not acted on.
+        # Kafka broker configs Strom has no machinery for (thread pools, Java classes and
+        # providers, Kerberos, tiered storage...): declared with Kafka's types and defaults,
+        # so they are described as Kafka describes them; KAFKA_ONLY says which values each
+        # accepts, and a value Strom would not act on as Kafka does is refused (at start and
+        # by AlterConfigs) with the key's name.
         ConfigDef("log.cleaner.threads", "int", 1, minimum=0),
-        ConfigDef("log.cleaner.io.buffer.load.factor", "double", 0.9),
         ConfigDef("log.cleaner.io.buffer.size", "int", 524288, minimum=0),
         ConfigDef("num.io.threads", "int", 8, minimum=1),
         ConfigDef("num.recovery.threads.per.data.dir", "int", 2, minimum=1),
@@ -381,7 +388,6 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("sasl.login.refresh.buffer.seconds", "int", 300, minimum=0),
         ConfigDef("max.connection.creation.rate", "int", 2147483647, minimum=0),
         ConfigDef("num.network.threads", "int", 3, minimum=1),
-        ConfigDef("transaction.partition.verification.enable", "bool", True),
         ConfigDef("remote.log.index.file.cache.total.size.bytes", "long", 1073741824, minimum=1),
         ConfigDef("remote.fetch.max.wait.ms", "int", 500, minimum=1),
         ConfigDef("remote.log.manager.copy.max.bytes.per.second", "long", LONG_MAX, minimum=1),
@@ -391,6 +397,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef(
             "group.consumer.assignors", "list", ["uniform", "range"], choices=_GROUP_ASSIGNORS
         ),
+        # Members of one KIP-848 group; a newcomer past it gets GROUP_MAX_SIZE_REACHED.
         ConfigDef("group.consumer.max.size", "int", 2147483647, minimum=1),
         ConfigDef("max.open.segment.files", "int", 512, minimum=16),
         # KRaft: roles, the metadata quorum and the listeners that reach it.
@@ -454,6 +461,129 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("connections.max.reauth.ms", "long", 0, minimum=0),
     ]
 }
+
+
+@dataclass(frozen=True)
+class KafkaOnly:
+    """A declared Kafka broker config that Strom has no machinery for, and why."""
+
+    why: str
+    # The values accepted although they change nothing in Strom (a warning at start says
+    # so): those where Kafka's behaviour is Strom's whatever the value. None: only Kafka's
+    # default; any other value is refused.
+    accepts: Callable[[Any], bool] | None = None
+
+
+def _any(value: Any) -> bool:
+    return True
+
+
+def _not_negative(value: Any) -> bool:
+    return bool(value >= 0)
+
+
+_THREADS = (
+    "it sizes a thread pool of Kafka's JVM; Strom serves on one event loop, with worker "
+    "threads of its own for disk and compression"
+)
+_JAVA = "it names a Java class; Strom "
+_JCA = (
+    "it selects a Java security provider or algorithm; Strom's TLS is OpenSSL's, configured "
+    "with PEM files"
+)
+_KERBEROS = (
+    "Kerberos (GSSAPI) is not served; Strom's SASL mechanisms are PLAIN, SCRAM-SHA-256, "
+    "SCRAM-SHA-512 and OAUTHBEARER"
+)
+_LOGIN_REFRESH = (
+    "it refreshes a broker's own OAUTHBEARER or Kerberos login; Strom's nodes log in to each "
+    "other with PLAIN or SCRAM, which nothing refreshes"
+)
+_TIERED = "tiered storage (KIP-405) is not served"
+_METADATA_RETENTION = (
+    "it bounds the metadata log and snapshots kept; Strom keeps only the latest snapshot and "
+    "the log after it, within any bound, and never keeps everything (-1)"
+)
+
+# The one table of what Strom does with the Kafka broker configs it declares and does not
+# act on; docs/operations.md lists them with the same reasons.
+KAFKA_ONLY: dict[str, KafkaOnly] = {
+    "num.network.threads": KafkaOnly(_THREADS, _any),
+    "num.io.threads": KafkaOnly(_THREADS, _any),
+    "background.threads": KafkaOnly(_THREADS, _any),
+    "num.recovery.threads.per.data.dir": KafkaOnly(
+        "it sizes Kafka's log recovery thread pool; Strom checks each log's unflushed tail at "
+        "start without one",
+        _any,
+    ),
+    "log.cleaner.threads": KafkaOnly(
+        "it sizes Kafka's cleaner thread pool; Strom's cleaner is one worker, which only "
+        "log.cleaner.enable=false stops (not 0 threads)",
+        lambda value: bool(value >= 1),
+    ),
+    "log.cleaner.io.buffer.size": KafkaOnly(
+        "it sizes the cleaner's read and write buffers; Strom's cleaner reads and writes whole "
+        "batches",
+        _any,
+    ),
+    "ssl.protocol": KafkaOnly(
+        "it names the protocol a JVM SSLContext is made for; ssl.enabled.protocols decides the "
+        "TLS versions spoken, in Kafka as in Strom",
+        _any,
+    ),
+    "replica.alter.log.dirs.io.max.bytes.per.second": KafkaOnly(
+        "it throttles moves of replicas between one broker's log directories; Strom has one "
+        "log directory, so nothing moves",
+        _any,
+    ),
+    "metadata.max.retention.bytes": KafkaOnly(_METADATA_RETENTION, _not_negative),
+    "metadata.max.retention.ms": KafkaOnly(_METADATA_RETENTION, _not_negative),
+    "metric.reporters": KafkaOnly(_JAVA + "serves its metrics on admin.listeners (/metrics)"),
+    "principal.builder.class": KafkaOnly(
+        _JAVA + "builds principals as Kafka's default builder does (ssl.principal.mapping.rules, "
+        "the SASL user name)"
+    ),
+    "ssl.engine.factory.class": KafkaOnly(
+        "it names a Java class; Strom's TLS is OpenSSL's, configured with PEM files"
+    ),
+    "ssl.provider": KafkaOnly(_JCA),
+    "ssl.keymanager.algorithm": KafkaOnly(_JCA),
+    "ssl.trustmanager.algorithm": KafkaOnly(_JCA),
+    "ssl.secure.random.implementation": KafkaOnly(_JCA),
+    "sasl.kerberos.service.name": KafkaOnly(_KERBEROS),
+    "sasl.kerberos.kinit.cmd": KafkaOnly(_KERBEROS),
+    "sasl.kerberos.ticket.renew.window.factor": KafkaOnly(_KERBEROS),
+    "sasl.kerberos.ticket.renew.jitter": KafkaOnly(_KERBEROS),
+    "sasl.kerberos.min.time.before.relogin": KafkaOnly(_KERBEROS),
+    "sasl.kerberos.principal.to.local.rules": KafkaOnly(_KERBEROS),
+    "sasl.login.refresh.window.factor": KafkaOnly(_LOGIN_REFRESH),
+    "sasl.login.refresh.window.jitter": KafkaOnly(_LOGIN_REFRESH),
+    "sasl.login.refresh.min.period.seconds": KafkaOnly(_LOGIN_REFRESH),
+    "sasl.login.refresh.buffer.seconds": KafkaOnly(_LOGIN_REFRESH),
+    "remote.log.index.file.cache.total.size.bytes": KafkaOnly(_TIERED),
+    "remote.fetch.max.wait.ms": KafkaOnly(_TIERED),
+    "remote.log.manager.copy.max.bytes.per.second": KafkaOnly(_TIERED),
+    "remote.log.manager.fetch.max.bytes.per.second": KafkaOnly(_TIERED),
+    "remote.list.offsets.request.timeout.ms": KafkaOnly(_TIERED),
+    "max.connection.creation.rate": KafkaOnly("a connection creation rate is not enforced"),
+}
+
+
+def check_served(key: str, value: Any) -> bool:
+    """Whether ``key`` (a broker config, perhaps listener-prefixed) set to ``value`` is
+    one Strom accepts and does not act on (KAFKA_ONLY); ConfigError, one line naming the
+    key, when Strom would not act on the value as Kafka does. Kafka's default is always
+    accepted, and changes nothing."""
+    definition = broker_config_definition(key)
+    entry = KAFKA_ONLY.get(definition.name) if definition is not None else None
+    if entry is None or definition is None or value == definition.default:
+        return False
+    if entry.accepts is not None and entry.accepts(value):
+        return True
+    default = render(definition.default)
+    fix = "remove it" if default in (None, "") else f"remove it or set Kafka's default, {default}"
+    raise ConfigError(f"{key}={render(value)} is refused: {entry.why}; {fix}")
+
 
 # Security protocols whose listeners speak TLS, and those that authenticate with SASL.
 TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
@@ -696,7 +826,8 @@ def check_dynamic_broker_config(key: str, raw: str | None, per_broker: bool) -> 
     """The parsed value of a broker config set at run time, on one broker
     (``per_broker``) or as the cluster-wide default; ConfigError, as Kafka refuses it,
     for a name no broker config has, a static config, a keystore or truststore setting
-    without a listener prefix, or a per-broker config at the cluster level."""
+    without a listener prefix, or a per-broker config at the cluster level; and for a
+    value Strom would not act on (``check_served``)."""
     definition = broker_config_definition(key)
     if definition is None:
         raise ConfigError(f"Unknown broker config name: {key}")
@@ -716,7 +847,10 @@ def check_dynamic_broker_config(key: str, raw: str | None, per_broker: bool) -> 
             "Cannot update these configs at default cluster level, broker id must be "
             f"specified: {key}"
         )
-    return definition.parse(raw)
+    value = definition.parse(raw)
+    if value is not None:
+        check_served(key, value)
+    return value
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -998,6 +1132,21 @@ class BrokerConfig:
                         f"inter.broker.listener.name {name} must be one of the listeners' names "
                         f"({','.join(lst.name for lst in clients)})"
                     )
+        self._check_served()
+
+    def _check_served(self) -> None:
+        """Refuse a Kafka-only config set to a value Strom would not act on (one line
+        naming it); warn of one set to a value it accepts and ignores."""
+        given = [(key, self._values[key], raw) for key, raw in self._raw.items()]
+        for (listener, key), raw in self._listener_raw.items():
+            if key in BROKER_CONFIGS:
+                given.append(
+                    (f"listener.name.{listener.lower()}.{key}", BROKER_CONFIGS[key].parse(raw), raw)
+                )
+        for key, value, raw in given:
+            if check_served(key, value):
+                why = KAFKA_ONLY[broker_config_definition(key).name].why  # type: ignore[union-attr]
+                log.warning("%s=%s is accepted and changes nothing: %s", key, raw.strip(), why)
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]

@@ -18,8 +18,10 @@ apply Kafka's table of dynamic broker configs (``strom.config.DYNAMIC_BROKER_CON
 checked by ``check_dynamic_broker_config``), on what a request changes: a static config,
 or a name no broker config has, is INVALID_CONFIG; the listener and security ones only
 per broker (not on the cluster-wide default ""), keystores and truststores only with a
-listener prefix. Those Strom has no use for (Kerberos, thread pools...) are stored and
-described, and change nothing.
+listener prefix. Those Strom declares and does not act on (``strom.config.KAFKA_ONLY``:
+Kerberos, tiered storage, thread pools...) are described with Kafka's defaults; a value
+Strom would not act on as Kafka does is INVALID_CONFIG naming the key, and one that
+changes nothing here (a thread pool's size) is stored.
 Describing needs DESCRIBE_CONFIGS and altering ALTER_CONFIGS, on the topic
 (TOPIC_AUTHORIZATION_FAILED), the group (GROUP_AUTHORIZATION_FAILED) or, for a broker,
 on the cluster (CLUSTER_AUTHORIZATION_FAILED).

@@ -122,8 +122,16 @@ class NodeState:
             ],
             cleaner_enabled=config["log.cleaner.enable"] and hosts_logs,
             cleaner_backoff_ms=config["log.cleaner.backoff.ms"],
-            # Kafka's dedupe buffer holds 24 bytes per key (hash + offset)
-            cleaner_max_map_entries=max(1, config["log.cleaner.dedupe.buffer.size"] // 24),
+            # Kafka's dedupe buffer holds 24 bytes per key (hash + offset), filled up to
+            # its load factor in one cleaning
+            cleaner_max_map_entries=max(
+                1,
+                int(
+                    config["log.cleaner.dedupe.buffer.size"]
+                    // 24
+                    * config["log.cleaner.io.buffer.load.factor"]
+                ),
+            ),
             cleaner_io_max_bytes_per_second=config["log.cleaner.io.max.bytes.per.second"],
         )
         self._log_configs: dict[str, LogConfig] = {}

@@ -29,6 +29,8 @@ def _run(*args: str, cwd=None) -> subprocess.CompletedProcess:
         ("auto.create.topics.enable=perhaps", "auto.create.topics.enable"),
         ("log.segment.bytes=1", "log.segment.bytes"),
         ("log.cleaner.io.max.bytes.per.second=0", "log.cleaner.io.max.bytes.per.second"),
+        ("sasl.kerberos.service.name=kafka", "sasl.kerberos.service.name=kafka is refused"),
+        ("remote.fetch.max.wait.ms=100", "remote.fetch.max.wait.ms=100 is refused"),
         ("novalue", "key=value"),
     ],
 )

@@ -205,10 +205,11 @@ def test_dynamic_broker_configs_follow_kafkas_table(broker) -> None:
     """AlterConfigs and IncrementalAlterConfigs agree on which broker configs change at
     run time (Kafka's table): a dynamic one is accepted on a broker and described as
     DYNAMIC_BROKER_CONFIG; a per-broker one is refused at the cluster-wide default, a
-    static one and an unknown name everywhere, all with INVALID_CONFIG."""
+    static one and an unknown name everywhere, and a Kafka-only one at a value Strom
+    would not act on (a Kerberos setting), all with INVALID_CONFIG."""
     admin = _admin(broker)
     node = "1"
-    relogin = "sasl.kerberos.min.time.before.relogin"
+    protocol = "ssl.protocol"  # per broker; any value changes nothing, as in Kafka
 
     def incremental(name: str, key: str, value: str) -> None:
         if not name:  # librdkafka names no cluster-wide default: a raw request does
@@ -230,19 +231,21 @@ def test_dynamic_broker_configs_follow_kafkas_table(broker) -> None:
         return admin.describe_configs([resource])[resource].result(10)
 
     for alter in (incremental, whole):
-        alter(node, relogin, "120000")
-        entry = described(node)[relogin]
-        assert (entry.value, entry.source) == ("120000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+        alter(node, protocol, "TLSv1.2")
+        entry = described(node)[protocol]
+        assert (entry.value, entry.source) == ("TLSv1.2", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
         assert not entry.is_read_only
         for name, key, value in [
-            ("", relogin, "90000"),  # per broker: not at the cluster level
+            ("", protocol, "TLSv1.2"),  # per broker: not at the cluster level
             (node, "num.partitions", "3"),  # static
             (node, "log.retention.hours", "1"),  # static: log.retention.ms is the dynamic one
             (node, "no.such.broker.config", "1"),  # unknown
+            (node, "sasl.kerberos.min.time.before.relogin", "120000"),  # not served
         ]:
             with pytest.raises(KafkaException) as refused:
                 alter(name, key, value)
             assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG, (alter, key)
+            assert key in refused.value.args[0].str(), (alter, key)
     assert described(node)["num.partitions"].is_read_only
     incremental("", "log.retention.ms", "86400000")  # a cluster-wide default
     assert described(node)["log.retention.ms"].value == "86400000"
