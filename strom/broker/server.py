@@ -84,7 +84,11 @@ log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _API_KEY = struct.Struct(">h")  # Produce is key 0
-RECEIVE_BUFFER = 256 * 1024  # per connection, for frames smaller than DIRECT_FRAME
+# Per connection, for frames smaller than DIRECT_FRAME: a connection starts with
+# FIRST_RECEIVE_BUFFER and doubles it, up to RECEIVE_BUFFER, each time a read fills it,
+# so a thousand quiet connections do not cost a quarter of a megabyte each.
+RECEIVE_BUFFER = 256 * 1024
+FIRST_RECEIVE_BUFFER = 8 * 1024
 # Produce frames from this size on are decoded in place (records never copied); below
 # it kio's native decoder is faster than the copies it makes.
 IN_PLACE_PRODUCE = 16 * 1024
@@ -94,7 +98,9 @@ DIRECT_FRAME = 64 * 1024
 SPARE_FRAME_BUFFER = 16 * 1024 * 1024
 # A frame above this size is received into an anonymous memory mapping: its pages are
 # taken as bytes arrive, so a frame declared and never sent costs no memory (smaller
-# ones reuse the connection's spare buffer, whose pages are already there).
+# ones reuse the connection's spare buffer, whose pages are already there). So is a
+# connection's first large frame of any size: until it has sent one whole, a client
+# that declares a frame and trickles it (slowloris) holds only what it sent.
 MAPPED_FRAME = SPARE_FRAME_BUFFER
 # A client that has not finished its TLS handshake by then is disconnected.
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
@@ -542,13 +548,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.session = ConnectionSession(broker, security)
         self.closing = False  # closes once the responses owed are sent (failed SASL)
         self.transport: asyncio.Transport | None = None
-        self.inbox = bytearray(RECEIVE_BUFFER)
+        self.inbox = bytearray(FIRST_RECEIVE_BUFFER)
+        self.inbox_filled = False  # the last read filled the inbox: offer a bigger one
         self.start = 0  # where the next unread frame begins in ``inbox``
         self.end = 0  # where received bytes end in ``inbox``
         self.direct: bytearray | None = None  # a large frame being received in place
         self.direct_filled = 0
         self.direct_size = 0  # the frame's size; the buffer may be larger (reused)
         self.spare: bytearray | None = None  # the last large-frame buffer, free again
+        self.large_frames = 0  # large frames received whole
         self.reading_paused = False
         # Responses owed, in request order; the head may still be pending (a long
         # poll, an fsync). Later requests are handled meanwhile and their responses
@@ -604,19 +612,23 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self.direct is not None:
             return memoryview(self.direct)[self.direct_filled : self.direct_size]
-        if self.end == len(self.inbox):
+        if self.inbox_filled and len(self.inbox) < RECEIVE_BUFFER:
+            self._grow_inbox()
+        elif self.end == len(self.inbox):
             self._make_room()
         return memoryview(self.inbox)[self.end :]
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
         if self.direct is None:
+            self.inbox_filled = self.end + nbytes == len(self.inbox)
             self.end += nbytes
             self._process()
             return
         self.direct_filled += nbytes
         if self.direct_filled == self.direct_size:
             buffer, self.direct = self.direct, None
+            self.large_frames += 1
             self._release_frame_memory()
             frame = memoryview(buffer)[: self.direct_size]
             self._process(frame)  # writable: a produce's records are patched in place
@@ -642,6 +654,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except BufferError:
             return
         self.spare = buffer
+
+    def _grow_inbox(self) -> None:
+        """A busy connection: twice the inbox, unread bytes moved to its front."""
+        unread = self.end - self.start
+        inbox = bytearray(min(2 * len(self.inbox), RECEIVE_BUFFER))
+        inbox[:unread] = self.inbox[self.start : self.end]
+        self.inbox, self.start, self.end = inbox, 0, unread
+        self.inbox_filled = False
 
     def _make_room(self) -> None:
         """Move unread bytes to the front of the inbox (a new, bigger one if full)."""
@@ -783,7 +803,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.frame_held = size
                 direct = self.spare
                 if direct is None or len(direct) < size:
-                    direct = mmap.mmap(-1, size) if size > MAPPED_FRAME else bytearray(size)
+                    mapped = size > MAPPED_FRAME or not self.large_frames
+                    direct = mmap.mmap(-1, size) if mapped else bytearray(size)
                 self.spare = None
                 with memoryview(inbox) as view:
                     direct[: available - 4] = view[begin : self.end]

@@ -227,6 +227,37 @@ def test_frames_declared_and_not_sent_cost_no_memory(bounded_broker: BrokerProce
         assert served(other)
 
 
+def test_quiet_and_trickling_connections_cost_little_memory(tmp_path) -> None:
+    """A thousand connections that say nothing, and a hundred that declare a 1 MB
+    request and send a few bytes of it (slowloris), on a broker with no limits set:
+    its memory grows by far less than a receive buffer or a declared frame each would
+    take (256 MiB and 100 MiB), and it serves another client meanwhile."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4096:  # for this process and the broker it starts
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    process = BrokerProcess(tmp_path / "data")
+    process.start()
+    held = []
+    try:
+        assert process.proc is not None
+        before = rss_bytes(process.proc.pid)
+        for i in range(1100):
+            sock = socket.create_connection(("127.0.0.1", process.port))
+            if i >= 1000:
+                sock.sendall((1_000_000).to_bytes(4, "big") + b"\0" * 100)
+            held.append(sock)
+        with RawClient(process.port) as other:
+            assert served(other)
+        grown = rss_bytes(process.proc.pid) - before
+        assert grown < 64 * 1024 * 1024, f"RSS grew by {grown >> 20} MiB"
+    finally:
+        for sock in held:
+            sock.close()
+        process.stop()
+
+
 def test_max_connections_bounds_the_client_connections(tmp_path) -> None:
     """max.connections=3: three connections are served, the next ones closed, and one
     more taken once one goes."""
