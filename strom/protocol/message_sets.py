@@ -65,6 +65,7 @@ from __future__ import annotations
 import struct
 import zlib
 from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cramjam
@@ -362,35 +363,48 @@ def _convert_batch(
     out: bytearray,
     ends: list[int],
 ) -> None:
-    records = _records(records_body(data, header), header)
-    if not records:
-        return
+    """Append the batch's records to ``out`` as messages of ``magic`` (a compressed batch
+    as one wrapper). The records are walked once, one at a time: a batch of a million
+    records costs its bytes, not a million objects at once."""
     codec = header.codec
     stamp_bit = 0
-    if header.attributes & ATTR_TIMESTAMP_TYPE:  # LogAppendTime: the batch's time for all
-        records = [(offset, header.max_timestamp, key, value) for offset, _, key, value in records]
+    log_append_time = bool(header.attributes & ATTR_TIMESTAMP_TYPE)
+    if log_append_time:  # LogAppendTime: the batch's time for all
         stamp_bit = ATTR_TIMESTAMP_TYPE if magic == MAGIC_V1 else 0
+    records = _iter_records(records_body(data, header), header)
     if codec == CODEC_NONE:
         for offset, timestamp, key, value in records:
             if offset >= fetch_offset:
+                if log_append_time:
+                    timestamp = header.max_timestamp
                 write_message(out, offset, magic, stamp_bit, timestamp, key, value)
                 ends.append(len(out))
         return
     inner = bytearray()
-    base = records[0][0] if magic == MAGIC_V1 else 0
+    base = None
+    last_offset = max_timestamp = NO_TIMESTAMP
     for offset, timestamp, key, value in records:
+        if base is None:
+            base = offset if magic == MAGIC_V1 else 0
+        if log_append_time:
+            timestamp = header.max_timestamp
         write_message(inner, offset - base, magic, stamp_bit, timestamp, key, value)
-    max_timestamp = max(NO_TIMESTAMP, *(r[1] for r in records))
+        last_offset = offset
+        max_timestamp = max(max_timestamp, timestamp)
+    if base is None:
+        return  # no records
     value = compress_legacy(codec, magic, bytes(inner))
-    write_message(out, records[-1][0], magic, codec | stamp_bit, max_timestamp, None, value)
+    del inner
+    write_message(out, last_offset, magic, codec | stamp_bit, max_timestamp, None, value)
     ends.append(len(out))
 
 
-def _records(body: bytes, header: BatchHeader) -> list[tuple[int, int, bytes | None, bytes | None]]:
-    """(offset, timestamp, key, value) of each record in the batch's records ``body``;
-    headers are skipped. One walk with the one-byte varints read inline: the whole cost
-    of a conversion is here and in writing the messages."""
-    out = []
+def _iter_records(
+    body: bytes, header: BatchHeader
+) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
+    """(offset, timestamp, key, value) of each record in the batch's records ``body``,
+    one at a time; headers are skipped. One walk with the one-byte varints read inline:
+    the whole cost of a conversion is here and in writing the messages."""
     base_offset = header.base_offset
     base_timestamp = header.base_timestamp
     pos = 0
@@ -412,11 +426,10 @@ def _records(body: bytes, header: BatchHeader) -> list[tuple[int, int, bytes | N
                 pos += n
             if pos > end or end > len(body):
                 raise CorruptBatchError("record length does not match its contents")
-            out.append((base_offset + offset_delta, base_timestamp + ts_delta, key, value))
+            yield base_offset + offset_delta, base_timestamp + ts_delta, key, value
             pos = end
     except IndexError:
         raise CorruptBatchError("truncated record") from None
-    return out
 
 
 def _varint(body: bytes, pos: int) -> tuple[int, int]:
