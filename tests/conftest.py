@@ -33,6 +33,32 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     return ModuleAndSparkScheduling(config, log)
 
 
+# Modules that take a minute or more of one worker: started first, with the Spark tests
+# (one scope of several minutes), so that the suite ends on short modules on both
+# workers instead of one worker finishing a long scope alone.
+_LONG_FIRST = (
+    "tests/spark/",
+    "tests/integration/test_readme.py",
+    "tests/integration/test_transactions_clients.py",
+    "tests/integration/test_nemesis.py",
+    "tests/integration/test_replication.py",
+    "tests/integration/test_replication_faults.py",
+    "tests/integration/test_reassignment.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long modules first (``_LONG_FIRST``), the rest in their usual order."""
+
+    def rank(item: pytest.Item) -> int:
+        for position, prefix in enumerate(_LONG_FIRST):
+            if item.nodeid.startswith(prefix):
+                return position
+        return len(_LONG_FIRST)
+
+    items.sort(key=rank)  # stable: each module's tests keep their order
+
+
 @pytest.fixture(autouse=True)
 def _free_cycles_after_each_test() -> Iterator[None]:
     """A client caught in a reference cycle (``pytest.raises(...) as info`` makes one:

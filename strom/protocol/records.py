@@ -218,28 +218,40 @@ class InvalidRecordCountError(CorruptBatchError):
 _MIN_RECORD = 6
 
 
+def _record_steps() -> list[int]:
+    """For each two bytes ``b0 | b1 << 8`` that may begin a record: how far the next
+    record begins (the length prefix and the length it says), or 0 where the walk must
+    read the varint itself (three bytes or more) or the length is no record's."""
+    steps = [0] * 65536
+    for b0 in range(0, 0x80, 2):  # one-byte zig-zag lengths, even: not negative
+        if b0 >> 1 >= _MIN_RECORD:
+            for b1 in range(256):
+                steps[b0 | b1 << 8] = 1 + (b0 >> 1)
+    for b0 in range(0x80, 0x100, 2):  # two-byte zig-zag lengths
+        for b1 in range(0x80):
+            steps[b0 | b1 << 8] = 2 + (((b0 >> 1) & 0x3F) | (b1 << 6))
+    return steps
+
+
+_STEPS: list[int] = []
+
+
 def records_fill(body: bytes | bytearray | memoryview, pos: int, end: int, count: int) -> bool:
     """Whether exactly ``count`` records, read by their length prefixes alone, fill
     ``body[pos:end]``, none shorter than the smallest record. Nothing but the lengths is
-    read: this is the count check of every produced batch, about 0.1-0.15 us a record."""
+    read, one table lookup a record for lengths below 8 KiB: this is the count check of
+    every produced batch, about 0.1 us a record."""
+    global _STEPS
+    steps = _STEPS or (_STEPS := _record_steps())
     try:
         for _ in range(count):
-            b = body[pos]
-            if b < 0x80:  # one-byte zig-zag length: even, and not below the smallest
-                if b & 1 or b < 2 * _MIN_RECORD:
+            step = steps[body[pos] | body[pos + 1] << 8]
+            if not step:
+                length, after = read_varint(body, pos)
+                if length < _MIN_RECORD:
                     return False
-                pos += 1 + (b >> 1)
-            else:
-                b2 = body[pos + 1]
-                if b2 < 0x80:
-                    if b & 1:
-                        return False
-                    pos += 2 + (((b >> 1) & 0x3F) | (b2 << 6))
-                else:
-                    length, pos = read_varint(body, pos)
-                    if length < _MIN_RECORD:
-                        return False
-                    pos += length
+                step = after - pos + length
+            pos += step
     except (IndexError, CorruptBatchError):
         return False
     return pos == end
