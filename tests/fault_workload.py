@@ -117,10 +117,21 @@ def produce(
 
     def delivered(error: KafkaError | None, message: Message, sent: float) -> None:
         t = history.now()
+        # librdkafka may report a record delivered without its offset (None, -1001 in C)
+        # when it could not learn it, as under these faults: the record is in the log,
+        # where is unknown (-1 here: only its presence and uniqueness are checked).
+        offset = message.offset()
         with history.lock:
             if error is None:
                 history.acks.append(
-                    Ack(t, sent, index, message.partition(), message.offset(), message.value())
+                    Ack(
+                        t,
+                        sent,
+                        index,
+                        message.partition(),
+                        -1 if offset is None else offset,
+                        message.value(),
+                    )
                 )
             else:
                 history.failures.append(
