@@ -59,6 +59,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=rank)  # stable: each module's tests keep their order
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the imports and the collection made lives as long as the run: it is frozen
+    out of the garbage collector's sight, so the collection after each test (below)
+    scans what the tests made, not every module loaded (0.2 s a test before, 5 minutes
+    of the suite's time)."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(autouse=True)
 def _free_cycles_after_each_test() -> Iterator[None]:
     """A client caught in a reference cycle (``pytest.raises(...) as info`` makes one:
