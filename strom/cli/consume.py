@@ -2,9 +2,11 @@
 
 With ``--group G`` the consumer subscribes through the group coordinator: the
 group's members share the topic's partitions, each starts at the group's
-committed offset, and offsets of the records printed are committed
-(``enable.auto.commit``, every 5 s and on exit, as kafka-console-consumer does),
-so the next run in the group continues where this one stopped. A partition
+committed offset, and the offsets of exactly the records printed are committed
+(each record's offset is stored once its line is written, ``enable.auto.offset.store``
+off; ``enable.auto.commit`` every 5 s and on exit, as kafka-console-consumer does), so
+the next run in the group continues after the last line this one printed, however it
+was stopped. A partition
 without a committed offset starts at the log end, or at the log start with
 ``--from-beginning`` (``auto.offset.reset``). Without ``--group``, or with
 ``--partition P`` / ``--offset``, partitions are assigned by hand (every
@@ -25,7 +27,11 @@ joined by ``key.separator`` (TAB); ``headers.separator`` (``,``),
 properties file; ``--consumer-property`` overrides them.
 
 Stops after ``--max-messages``, after ``--timeout-ms`` without a record, or on
-Ctrl-C (exit 0, no traceback); "Processed a total of N messages" goes to stderr.
+Ctrl-C or SIGTERM (exit 0, no traceback: the signal ends the loop between two records,
+never in the middle of a line); "Processed a total of N messages" goes to stderr. An
+error the tool cannot get past (a fatal client error, TOPIC_AUTHORIZATION_FAILED or
+GROUP_AUTHORIZATION_FAILED) ends it with one line and exit code 1, and a topic the
+principal may not describe is named as such, not as a missing topic.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 import time
 import uuid
@@ -221,11 +228,13 @@ def run(args: argparse.Namespace) -> int:
             parser.error(f"--format: {exc}")
     subscribe = args.group is not None and args.partition is None
     if subscribe:
-        # Offsets are stored as consume() hands records over, so a commit covers
-        # exactly the records printed.
+        # Each record's offset is stored once its line is written, so a commit (every
+        # 5 s and on close) covers exactly the records printed, not the rest of the
+        # batch consume() handed over.
         consumer_props: dict[str, Any] = {
             "group.id": args.group,
             "enable.auto.commit": True,
+            "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest" if args.from_beginning else "latest",
         }
     else:
@@ -258,6 +267,11 @@ def _consume(
 ) -> int:
     metadata = check_reachable(consumer, args.bootstrap_server, args.topic)
     topic = metadata.topics.get(args.topic)
+    if topic is not None and topic.error is not None and not topic.partitions:
+        if topic.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            raise ToolError(
+                f"not authorized to read topic {args.topic!r} (TOPIC_AUTHORIZATION_FAILED)"
+            )
     if topic is None or topic.error is not None and not topic.partitions:
         raise ToolError(f"topic {args.topic!r} does not exist")
     partitions = sorted(topic.partitions)
@@ -276,8 +290,9 @@ def _consume(
     timeout_s = args.timeout_ms / 1000 if args.timeout_ms is not None else None
     last = time.monotonic()
     status = 0
+    stop = _StopOnSignal()
     try:
-        while limit is None or count < limit:
+        while (limit is None or count < limit) and not stop.requested:
             wait = 0.5
             if timeout_s is not None:
                 wait = max(0.0, min(wait, last + timeout_s - time.monotonic()))
@@ -295,18 +310,16 @@ def _consume(
                     if err.code() == KafkaError._PARTITION_EOF:
                         continue
                     print(f"strom consume: {err.name()}: {err.str()}", file=sys.stderr)
-                    if err.fatal():
+                    if err.fatal() or err.code() in _CANNOT_GO_ON:
                         status = 1
                         limit = count
                         break
                     continue
-                line = formatter.format(msg)
-                # Counted just before the write: CPython raises a Ctrl-C (or SIGTERM)
-                # KeyboardInterrupt after a builtin call returns, so counted after it, a
-                # line already printed could go uncounted ("Processed a total of 0").
+                out.write(formatter.format(msg))
                 count += 1
-                out.write(line)
-                if limit is not None and count >= limit:
+                if subscribe:
+                    consumer.store_offsets(msg)
+                if (limit is not None and count >= limit) or stop.requested:
                     break
             out.flush()
     except KeyboardInterrupt:
@@ -315,5 +328,34 @@ def _consume(
         # The reader went away (`| head`): stop quietly, and keep Python from
         # complaining when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    finally:
+        stop.restore()
     print(f"Processed a total of {count} messages", file=sys.stderr)
     return status
+
+
+# Errors after which polling on would only print them again: the tool ends with exit 1.
+_CANNOT_GO_ON = frozenset(
+    {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED}
+)
+
+
+class _StopOnSignal:
+    """While consuming, Ctrl-C and SIGTERM ask the loop to stop between two records (a
+    flag), instead of raising in the middle of writing a line: every record counted and
+    committed is a line printed whole. A second one stops at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.previous = {
+            sig: signal.signal(sig, self._request) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+
+    def _request(self, signum: int, frame: object) -> None:
+        if self.requested:  # asked twice (output stuck behind a reader that stopped)
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)

@@ -630,6 +630,47 @@ def test_consume_in_a_group_stopped_by_sigterm_commits_and_leaves(broker) -> Non
     assert ok(again).stdout == "d\n"
 
 
+def test_a_stopped_group_consumer_commits_exactly_the_lines_it_printed(broker) -> None:
+    """A group consumer stopped mid-batch (its output blocked behind a reader that has
+    not read yet, SIGTERM then) commits the offsets of the lines it printed, not of the
+    rest of the batch it had fetched: the committed offsets add up to the lines read."""
+    import select
+
+    topic = new_topic(broker, 2)
+    group = f"exact-{topic}"
+    lines = "".join(f"{i:06d}{'x' * 94}\n" for i in range(3000))
+    ok(tool(broker, "produce", "--topic", topic, stdin=lines))
+    command = [
+        *STROM,
+        "consume",
+        "--bootstrap-server",
+        broker.bootstrap,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--from-beginning",
+    ]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert select.select([proc.stdout], [], [], 30)[0], "nothing printed"
+        time.sleep(1)  # the 300 kB it prints fill the pipe: it blocks mid-batch
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    printed = out.count("\n")
+    assert 0 < printed < 3000 and out.endswith("\n")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    (offsets,) = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+    committed = [tp.offset for tp in offsets.result(15).topic_partitions]
+    assert sum(max(o, 0) for o in committed) == printed, (committed, printed)
+    assert f"Processed a total of {printed} messages" in err
+
+
 def test_unknown_broker_and_oversized_record_are_one_readable_line(broker) -> None:
     """configs for a broker id the cluster lacks answers at once (it waited 15 s for a
     timeout); a record over the producer's message.max.bytes names its size and the
