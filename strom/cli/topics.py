@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     if args.topic and not exists:
         if args.if_exists:
             return 0
-        raise ToolError(f"topic {args.topic!r} does not exist")
+        raise ToolError(_absent(admin, args.topic))
     if args.describe:
         names = [args.topic] if args.topic else listed
         return _describe(admin, names, args)
@@ -163,6 +163,24 @@ def _wait(future: Any, what: str, tolerate: int | None = None) -> bool:
             return False
         raise ToolError(f"{what}: {describe_error(exc)}") from None
     return True
+
+
+def _absent(admin: AdminClient, name: str) -> str:
+    """Why a topic the cluster listing lacks is not there: missing, or hidden from this
+    principal (a listing leaves out the topics it may not describe; asked by name, the
+    broker says TOPIC_AUTHORIZATION_FAILED)."""
+    # DescribeTopics, not a Metadata request naming it: that would create the topic on a
+    # broker with auto.create.topics.enable.
+    (future,) = admin.describe_topics(
+        TopicCollection([name]), request_timeout=CONNECT_TIMEOUT_S
+    ).values()
+    try:
+        future.result()
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            return f"not authorized to describe topic {name!r} (TOPIC_AUTHORIZATION_FAILED)"
+    return f"topic {name!r} does not exist"
 
 
 def _create(

@@ -525,3 +525,45 @@ def test_idempotent_producer_needs_idempotent_write_or_write_on_a_topic(
     create(admin, topic_acl("idem", AclOperation.WRITE))
     producer = Producer({"bootstrap.servers": fresh_broker.bootstrap, "enable.idempotence": True})
     assert produce_error(producer, "idem") is None
+
+
+def test_tools_report_authorization_failures_as_such(
+    secured: BrokerProcess, admin: AdminClient
+) -> None:
+    """`strom consume` in a group it may not READ ends with the broker's error and exit
+    code 1 (it polled on until killed); a topic the principal may not describe is named
+    as not authorized by `strom consume` and `strom topics --describe`, not as missing,
+    and a missing one still as missing."""
+    topic = f"cc-{uuid.uuid4().hex[:8]}"
+    group = f"denied-{topic}"
+    new_topic(admin, topic)
+    create(
+        admin,
+        AclBinding(
+            ResourceType.GROUP,
+            group,
+            ResourcePatternType.LITERAL,
+            "User:*",
+            "*",
+            AclOperation.READ,
+            AclPermissionType.DENY,
+        ),
+    )
+    denied = tool(secured, "consume", "--topic", topic, "--group", group, timeout=60)
+    assert denied.returncode == 1, denied.stderr
+    assert "Traceback" not in denied.stderr
+    assert "GROUP_AUTHORIZATION_FAILED" in denied.stderr.splitlines()[0], denied.stderr
+    hidden = f"hidden-{uuid.uuid4().hex[:8]}"
+    new_topic(admin, hidden)
+    create(admin, topic_acl(hidden, AclOperation.READ, principal="User:bob"))
+    line = one_line_error(tool(secured, "consume", "--topic", hidden, "--timeout-ms", "100"), 1)
+    assert line == (
+        f"strom consume: not authorized to read topic '{hidden}' (TOPIC_AUTHORIZATION_FAILED)"
+    )
+    line = one_line_error(tool(secured, "topics", "--describe", "--topic", hidden), 1)
+    assert line == (
+        f"strom topics: not authorized to describe topic '{hidden}' (TOPIC_AUTHORIZATION_FAILED)"
+    )
+    missing = one_line_error(tool(secured, "topics", "--describe", "--topic", f"no-{hidden}"), 1)
+    assert missing == f"strom topics: topic 'no-{hidden}' does not exist"
+    assert f"no-{hidden}" not in admin.list_topics(timeout=10).topics  # not created by asking
