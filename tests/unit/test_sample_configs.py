@@ -98,3 +98,23 @@ def test_cluster_samples_agree() -> None:
     for controller in controllers:
         own = controller.voter_addresses[controller.node_id]
         assert controller.controller_listeners[0].port == own[1]
+
+
+@pytest.mark.parametrize(
+    ("names", "brokers"),
+    [([f"cluster/node{n}.properties" for n in (1, 2, 3)], 3),
+     ([f"cluster/broker{n}.properties" for n in (1, 2)], 2)],
+)  # fmt: skip
+def test_cluster_samples_keep_acknowledged_writes_through_the_loss_of_a_node(
+    names: list[str], brokers: int
+) -> None:
+    """A cluster built from the samples is a safe one: every topic (the internal ones
+    too) on every broker up to three, and acks=all acknowledged only once two have it."""
+    for name in names:
+        config = load(name)
+        factor = min(3, brokers)
+        assert config["default.replication.factor"] == factor, name
+        assert config["offsets.topic.replication.factor"] == factor, name
+        assert config["transaction.state.log.replication.factor"] == factor, name
+        assert config["min.insync.replicas"] == 2, name
+        assert config["transaction.state.log.min.isr"] == 2, name

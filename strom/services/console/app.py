@@ -173,7 +173,8 @@ class Console:
         name = str(form.get("name", "")).strip()
         try:
             partitions = int(str(form.get("partitions") or 1))
-            replication = int(str(form.get("replication") or 1))
+            # Left empty: the cluster's default.replication.factor (-1, KIP-464).
+            replication = int(str(form.get("replication") or -1))
             configs = {}
             for item in str(form.get("configs", "")).split(","):
                 if item.strip():

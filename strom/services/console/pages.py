@@ -183,7 +183,8 @@ def topics_page(
         '<label>name<input name="name" required></label>'
         '<label>partitions<input name="partitions" type="number" min="1" value="1"></label>'
         '<label>replication factor<input name="replication" type="number" min="1" '
-        'value="1"></label><label>configs (key=value, ...)<input name="configs" size="30">'
+        'placeholder="broker default"></label>'
+        '<label>configs (key=value, ...)<input name="configs" size="30">'
         "</label><button>Create topic</button></form>"
     )
     find = (
