@@ -13,6 +13,7 @@ import argparse
 import logging
 import os
 import socket
+import struct
 import sys
 from collections.abc import Iterable
 from typing import Any, NoReturn
@@ -142,7 +143,37 @@ def check_reachable(client: Any, bootstrap: str, topic: str | None = None) -> An
             return client.list_topics(timeout=CONNECT_TIMEOUT_S)
         return client.list_topics(topic, timeout=CONNECT_TIMEOUT_S)
     except KafkaException as exc:
-        raise ToolError(f"cannot reach a broker at {bootstrap}: {describe_error(exc)}") from None
+        message = f"cannot reach a broker at {bootstrap}: {describe_error(exc)}"
+        hint = security_hint(bootstrap)
+        raise ToolError(f"{message}; {hint}" if hint else message) from None
+
+
+def security_hint(bootstrap: str) -> str | None:
+    """Why a reachable broker may not answer the tool: asked for metadata in plaintext
+    Kafka, it answers with TLS or closes the connection unanswered (a SASL listener
+    serves nothing before authentication). None when it answers, or cannot be asked."""
+    server = bootstrap.split(",")[0].strip().rsplit("://", 1)[-1]
+    host, _, port = server.rpartition(":")
+    # Metadata v0 (an empty topic list: every topic), correlation id 1, client id strom.
+    request = struct.pack(">hhih", 3, 0, 1, 5) + b"strom" + struct.pack(">i", 0)
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S) as sock:
+            sock.settimeout(2.0)
+            sock.sendall(struct.pack(">i", len(request)) + request)
+            first = sock.recv(8)
+    except (OSError, ValueError):
+        return None
+    if first[:1] == b"\x15" and first[1:2] == b"\x03":  # a TLS alert record
+        return (
+            f"{server} answers with TLS: set security.protocol=SSL (or SASL_SSL) and the "
+            "ssl.* settings in the client properties file the tool takes"
+        )
+    if not first:
+        return (
+            f"{server} closed a plaintext request unanswered: it may want SASL or TLS "
+            "(security.protocol, sasl.* or ssl.* in the client properties file the tool takes)"
+        )
+    return None
 
 
 def fail(prog: str, message: str) -> int:

@@ -867,3 +867,22 @@ def test_kcat_over_sasl_ssl_with_scram(secure: SecureBroker) -> None:
         timeout=30,
     ).stdout
     assert out.splitlines() == [b"one", b"two"]
+
+
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SSL"])
+def test_a_tool_without_security_settings_says_what_the_broker_wants(
+    secure: SecureBroker, listener: str
+) -> None:
+    """`strom topics --list` against a SASL or TLS listener without security settings
+    is one line that says the broker wants SASL or TLS (it said only "Broker transport
+    failure")."""
+    from cli_helpers import one_line_error, strom
+
+    line = one_line_error(
+        strom("topics", "--list", "--bootstrap-server", secure.address(listener)), 1
+    )
+    assert line.startswith(f"strom topics: cannot reach a broker at {secure.address(listener)}")
+    if listener == "SSL":
+        assert "TLS" in line and "security.protocol" in line, line
+    else:
+        assert "may want SASL or TLS" in line, line
