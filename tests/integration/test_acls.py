@@ -87,6 +87,22 @@ def delete(admin: AdminClient, *bindings: AclBinding) -> None:
         future.result(10)
 
 
+def deny_group_read(admin: AdminClient, group: str) -> None:
+    """READ on ``group`` denied to every principal."""
+    create(
+        admin,
+        AclBinding(
+            ResourceType.GROUP,
+            group,
+            ResourcePatternType.LITERAL,
+            "User:*",
+            "*",
+            AclOperation.READ,
+            AclPermissionType.DENY,
+        ),
+    )
+
+
 def new_topic(admin: AdminClient, name: str) -> None:
     admin.create_topics([NewTopic(name, 1, 1)])[name].result(10)
 
@@ -216,18 +232,7 @@ def test_consumer_without_group_read_cannot_join(
     topic = f"grp-{uuid.uuid4().hex[:8]}"
     group = f"denied-{topic}"
     new_topic(admin, topic)
-    create(
-        admin,
-        AclBinding(
-            ResourceType.GROUP,
-            group,
-            ResourcePatternType.LITERAL,
-            "User:*",
-            "*",
-            AclOperation.READ,
-            AclPermissionType.DENY,
-        ),
-    )
+    deny_group_read(admin, group)
     consumer = Consumer({"bootstrap.servers": secured.bootstrap, "group.id": group})
     try:
         consumer.subscribe([topic])
@@ -537,18 +542,7 @@ def test_tools_report_authorization_failures_as_such(
     topic = f"cc-{uuid.uuid4().hex[:8]}"
     group = f"denied-{topic}"
     new_topic(admin, topic)
-    create(
-        admin,
-        AclBinding(
-            ResourceType.GROUP,
-            group,
-            ResourcePatternType.LITERAL,
-            "User:*",
-            "*",
-            AclOperation.READ,
-            AclPermissionType.DENY,
-        ),
-    )
+    deny_group_read(admin, group)
     denied = tool(secured, "consume", "--topic", topic, "--group", group, timeout=60)
     assert denied.returncode == 1, denied.stderr
     assert "Traceback" not in denied.stderr

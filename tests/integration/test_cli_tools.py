@@ -593,24 +593,20 @@ def test_consume_exits_cleanly_on_sigint_and_sigterm(broker, stop: signal.Signal
     assert "Processed a total of 1 messages" in err
 
 
+def group_consumer(broker, topic: str, group: str) -> subprocess.Popen[str]:
+    """`strom consume` in ``group`` from the beginning, its output piped."""
+    command = [*STROM, "consume", "--bootstrap-server", broker.bootstrap, "--topic", topic]
+    command += ["--group", group, "--from-beginning"]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def test_consume_in_a_group_stopped_by_sigterm_commits_and_leaves(broker) -> None:
     """kill / timeout / systemd stop a group consumer as Ctrl-C does: what it printed is
     committed, it leaves the group at once, and the next run goes on after it."""
     topic = new_topic(broker)
     group = f"term-{topic}"
     ok(tool(broker, "produce", "--topic", topic, stdin="a\nb\nc\n"))
-    command = [
-        *STROM,
-        "consume",
-        "--bootstrap-server",
-        broker.bootstrap,
-        "--topic",
-        topic,
-        "--group",
-        group,
-        "--from-beginning",
-    ]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = group_consumer(broker, topic, group)
     try:
         assert proc.stdout is not None
         assert [proc.stdout.readline() for _ in range(3)] == ["a\n", "b\n", "c\n"]
@@ -640,18 +636,7 @@ def test_a_stopped_group_consumer_commits_exactly_the_lines_it_printed(broker) -
     group = f"exact-{topic}"
     lines = "".join(f"{i:06d}{'x' * 94}\n" for i in range(3000))
     ok(tool(broker, "produce", "--topic", topic, stdin=lines))
-    command = [
-        *STROM,
-        "consume",
-        "--bootstrap-server",
-        broker.bootstrap,
-        "--topic",
-        topic,
-        "--group",
-        group,
-        "--from-beginning",
-    ]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = group_consumer(broker, topic, group)
     try:
         assert proc.stdout is not None
         assert select.select([proc.stdout], [], [], 30)[0], "nothing printed"
