@@ -5,8 +5,10 @@ through confluent-kafka (the CLI's OffsetDelete, the Spark source's fetcher):
 ``host:port`` bootstrap parsing, one blocking connection that sends kio requests
 framed by :mod:`strom.protocol.framing` and reads each response whole into one buffer
 it reuses, checks that responses answer requests in order, and decodes them with kio.
-Plaintext only. Talks to any Kafka-compatible broker; never imports broker code. What
-to send and what an error code means is the caller's.
+With a ``client_security.ClientSecurity`` it speaks TLS and authenticates with SASL
+(PLAIN, SCRAM-SHA-256/512: SaslHandshake v1, then SaslAuthenticate v2) before the first
+request; a refused login is ``SaslLoginError``. Talks to any Kafka-compatible broker;
+never imports broker code. What to send and what an error code means is the caller's.
 """
 
 from __future__ import annotations
@@ -15,9 +17,14 @@ import socket
 import struct
 from typing import Any
 
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.serial import entity_reader
 
+from strom.client_security import ClientSecurity
+from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import codec_for, encode_request
+from strom.security.sasl import SCRAM_SHA_256, SCRAM_SHA_512, ScramClient
 
 _SIZE = struct.Struct(">i")
 
@@ -33,6 +40,10 @@ def parse_address(address: str) -> tuple[str, int]:
 def split_bootstrap(servers: str) -> list[tuple[str, int]]:
     """``host:port,host:port`` as (host, port) pairs; ValueError if one is malformed."""
     return [parse_address(address) for address in servers.split(",")]
+
+
+class SaslLoginError(ConnectionError):
+    """The broker refused this client's SASL login (or its mechanism)."""
 
 
 class WireConnection:
@@ -53,10 +64,17 @@ class WireConnection:
         connect_timeout_s: float,
         request_timeout_s: float,
         receive_buffer: int | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.address = f"{host}:{port}"
         self.client_id = client_id
         self.sock = socket.create_connection((host, port), timeout=connect_timeout_s)
+        if security is not None and security.tls:
+            try:
+                self.sock = security.ssl_context().wrap_socket(self.sock, server_hostname=host)
+            except BaseException:
+                self.sock.close()
+                raise
         self.sock.settimeout(request_timeout_s)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if receive_buffer is not None:
@@ -67,6 +85,37 @@ class WireConnection:
         self.correlation = 0
         self.in_flight: list[tuple[int, Any]] = []  # (correlation id, request type)
         self.buffer = bytearray(1 << 20)
+        if security is not None and security.sasl:
+            try:
+                self._login(security)
+            except BaseException:
+                self.sock.close()
+                raise
+
+    def _login(self, security: ClientSecurity) -> None:
+        handshake = self.request(SaslHandshakeRequest(mechanism=security.mechanism))
+        if handshake.error_code != ErrorCode.none:
+            offered = ", ".join(handshake.mechanisms)
+            raise SaslLoginError(
+                f"{self.address} does not take SASL {security.mechanism} (it takes {offered})"
+            )
+        user, password = security.username or "", security.password or ""
+        if security.mechanism == "PLAIN":
+            self._authenticate(f"\0{user}\0{password}".encode())
+            return
+        scram = SCRAM_SHA_512 if security.mechanism == "SCRAM-SHA-512" else SCRAM_SHA_256
+        client = ScramClient(scram, user, password)
+        server_first = self._authenticate(client.first())
+        server_final = self._authenticate(client.final(server_first))
+        client.verify(server_final)
+
+    def _authenticate(self, token: bytes) -> bytes:
+        answer = self.request(SaslAuthenticateRequest(auth_bytes=token))
+        if answer.error_code != ErrorCode.none:
+            raise SaslLoginError(
+                f"SASL login to {self.address} refused: {answer.error_message or answer.error_code}"
+            )
+        return bytes(answer.auth_bytes)
 
     def close(self) -> None:
         self.sock.close()

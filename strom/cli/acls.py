@@ -36,7 +36,11 @@ from strom.cli import wire
 from strom.cli.common import ToolError, add_bootstrap, check_reachable, client_config
 from strom.cli.common import describe_error as _describe_error
 from strom.cli.output import emit_json, wants_json
-from strom.cli.properties_file import add_config_file_option, config_file_properties
+from strom.cli.properties_file import (
+    add_config_file_option,
+    client_security,
+    config_file_properties,
+)
 from strom.protocol.errors import ErrorCode
 
 CLUSTER_NAME = "kafka-cluster"
@@ -280,7 +284,7 @@ def _list(args: argparse.Namespace, admin: AdminClient) -> int:
                 operation=i8(int(AclOperation.ANY.value)),
                 permission_type=i8(int(AclPermissionType.ANY.value)),
             )
-            response = wire.send(args.bootstrap_server, request, "list ACLs")
+            response = wire.send(args.bootstrap_server, request, "list ACLs", client_security(args))
             if response.error_code != ErrorCode.none:
                 message = response.error_message or ""
                 raise ToolError(f"{wire.error_name(response.error_code)}: {message}".rstrip(": "))

@@ -91,8 +91,16 @@ def client_config(bootstrap: str, extra: dict[str, Any] | None = None) -> dict[s
     return config
 
 
-def _ignore_error(_err: KafkaError) -> None:
-    """Transient client errors (broker down...) surface through the calls that fail."""
+# Login failures a client reported (librdkafka's _AUTHENTICATION): the reason a call
+# then failed, which the call's own error ("transport failure") does not say.
+_login_failures: list[str] = []
+
+
+def _ignore_error(err: KafkaError) -> None:
+    """Transient client errors (broker down...) surface through the calls that fail; a
+    failed login is kept for ``check_reachable`` to name."""
+    if err.code() == KafkaError._AUTHENTICATION:
+        _login_failures.append(err.str())
 
 
 def describe_error(exc: BaseException) -> str:
@@ -143,6 +151,14 @@ def check_reachable(client: Any, bootstrap: str, topic: str | None = None) -> An
             return client.list_topics(timeout=CONNECT_TIMEOUT_S)
         return client.list_topics(topic, timeout=CONNECT_TIMEOUT_S)
     except KafkaException as exc:
+        poll = getattr(client, "poll", None)
+        if poll is not None:  # serves the error callbacks queued meanwhile (a failed login)
+            try:
+                poll(0)
+            except Exception:  # noqa: BLE001 - only callbacks were wanted
+                pass
+        if _login_failures:
+            raise ToolError(f"cannot log in to {bootstrap}: {_login_failures[-1]}") from None
         message = f"cannot reach a broker at {bootstrap}: {describe_error(exc)}"
         hint = security_hint(bootstrap)
         raise ToolError(f"{message}; {hint}" if hint else message) from None

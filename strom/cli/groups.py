@@ -60,7 +60,11 @@ from strom.cli.common import (
 )
 from strom.cli.durations import parse_duration_ms
 from strom.cli.output import Listing, add_output_option, note, show
-from strom.cli.properties_file import add_config_file_option, config_file_properties
+from strom.cli.properties_file import (
+    add_config_file_option,
+    client_security,
+    config_file_properties,
+)
 
 REQUEST_TIMEOUT_S = 15.0
 STATE_NAMES = {
@@ -742,7 +746,7 @@ def _delete_offsets(
                 raise ToolError(f"topic {spec.topic!r} does not exist")
         wanted.setdefault(spec.topic, [])
         wanted[spec.topic] = sorted(set(wanted[spec.topic]) | set(parts))
-    results = wire.delete_offsets(args.bootstrap_server, group, wanted)
+    results = wire.delete_offsets(args.bootstrap_server, group, wanted, client_security(args))
     table = _table("TOPIC", "PARTITION", "STATUS", numeric=["PARTITION"])
     failed = 0
     for (topic, partition), error in sorted(results.items()):

@@ -21,7 +21,11 @@ from kio.schema.describe_log_dirs.v4 import request as log_dirs_req
 from strom.cli import wire
 from strom.cli.common import ToolError, add_bootstrap, check_reachable, client_config
 from strom.cli.output import emit_json, note, wants_json
-from strom.cli.properties_file import add_config_file_option, config_file_properties
+from strom.cli.properties_file import (
+    add_config_file_option,
+    client_security,
+    config_file_properties,
+)
 from strom.protocol.errors import ErrorCode
 
 
@@ -74,10 +78,14 @@ def run(args: argparse.Namespace) -> int:
     request = log_dirs_req.DescribeLogDirsRequest(topics=request_topics)
     note(args, "Querying brokers for log directories information")
     out = []
+    security = client_security(args)
     for broker_id in ids:
         broker = brokers[broker_id]
         response = wire.send(
-            f"{broker.host}:{broker.port}", request, f"describe the log dirs of broker {broker_id}"
+            f"{broker.host}:{broker.port}",
+            request,
+            f"describe the log dirs of broker {broker_id}",
+            security,
         )
         if response.error_code != ErrorCode.none:
             raise ToolError(f"broker {broker_id} answered {wire.error_name(response.error_code)}")

@@ -5,8 +5,10 @@ Owns reading such a file into a ``{key: value}`` dict: ``#`` and ``!`` comments,
 lines, ``key=value``, ``key: value`` and ``key value`` separators, a trailing backslash
 continuing a line, and the ``\\t \\n \\r \\\\ \\=`` escapes. A file that cannot be read
 or a line with a key but no value separator is an argparse error (one line, exit 2)
-naming the file and line. What the keys mean is the client's business: they are passed
-through to librdkafka, which rejects a property it does not know (one line, exit 1).
+naming the file and line. The Java client's security names are translated to
+librdkafka's (``strom.client_security``), so a file written for Kafka's tools works;
+otherwise what the keys mean is the client's business: they are passed through to
+librdkafka, which rejects a property it does not know (one line, exit 1).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import argparse
 import re
 from typing import Any
+
+from strom.client_security import ClientSecurity, librdkafka_properties
 
 _SEPARATOR = re.compile(r"(?<!\\)(?:\\\\)*([=:]|\s)")
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
@@ -97,13 +101,23 @@ def add_config_file_option(parser: argparse.ArgumentParser, option: str, client:
 
 
 def config_file_properties(args: argparse.Namespace) -> dict[str, Any]:
-    """The properties of the file given to the tool's config-file option (``{}`` without one);
-    a bad file is the tool's argparse error."""
+    """The properties of the file given to the tool's config-file option (``{}`` without one),
+    the Java client's security names translated to librdkafka's
+    (``client_security.librdkafka_properties``); a bad file is the tool's argparse error."""
     path = getattr(args, "config_file", None)
     if not path:
         return {}
     try:
-        return dict(read_properties_file(path))
-    except PropertiesError as exc:
-        args.parser.error(str(exc))
+        return librdkafka_properties(read_properties_file(path))
+    except (PropertiesError, ValueError) as exc:
+        args.parser.error(f"{path}: {exc}" if not isinstance(exc, PropertiesError) else str(exc))
+        raise  # unreachable: error() exits
+
+
+def client_security(args: argparse.Namespace) -> ClientSecurity:
+    """How the tool's own raw-protocol requests connect, from its config file."""
+    try:
+        return ClientSecurity.from_properties(config_file_properties(args))
+    except ValueError as exc:
+        args.parser.error(f"{args.config_file}: {exc}")
         raise  # unreachable: error() exits

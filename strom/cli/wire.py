@@ -6,8 +6,8 @@ socket, FindCoordinator v1 to the first reachable bootstrap broker, then the
 request to the group's coordinator, over :class:`strom.wire_client.WireConnection`.
 Nor has it the partition reassignment requests: ``send`` takes any request to the
 first reachable bootstrap broker (which forwards admin requests to the controller).
-Plaintext only (the tools take no security settings); any Kafka broker understands
-the requests.
+Over TLS and SASL when the tool's client properties (``--command-config``) say so
+(``strom.client_security``); any Kafka broker understands the requests.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from kio.schema.offset_delete.v0.request import (
 )
 
 from strom.cli.common import CONNECT_TIMEOUT_S, ToolError
+from strom.client_security import ClientSecurity
 from strom.protocol.errors import ErrorCode
-from strom.wire_client import WireConnection, parse_address
+from strom.wire_client import SaslLoginError, WireConnection, parse_address
 
 CLIENT_ID = "strom-groups"
 REQUEST_TIMEOUT_S = 15.0
@@ -41,17 +42,21 @@ def error_name(code: ErrorCode) -> str:
     return code.name.upper()
 
 
-def _connect(host: str, port: int) -> WireConnection:
-    return WireConnection(
-        host,
-        port,
-        CLIENT_ID,
-        connect_timeout_s=CONNECT_TIMEOUT_S,
-        request_timeout_s=REQUEST_TIMEOUT_S,
-    )
+def _connect(host: str, port: int, security: ClientSecurity | None) -> WireConnection:
+    try:
+        return WireConnection(
+            host,
+            port,
+            CLIENT_ID,
+            connect_timeout_s=CONNECT_TIMEOUT_S,
+            request_timeout_s=REQUEST_TIMEOUT_S,
+            security=security,
+        )
+    except SaslLoginError as exc:
+        raise ToolError(str(exc)) from None
 
 
-def _connect_bootstrap(bootstrap: str) -> WireConnection:
+def _connect_bootstrap(bootstrap: str, security: ClientSecurity | None) -> WireConnection:
     last: Exception | None = None
     for address in bootstrap.split(","):
         try:
@@ -59,16 +64,16 @@ def _connect_bootstrap(bootstrap: str) -> WireConnection:
         except ValueError as exc:
             raise ToolError(str(exc)) from None
         try:
-            return _connect(host, port)
+            return _connect(host, port, security)
         except OSError as exc:
             last = exc
     raise ToolError(f"cannot reach a broker at {bootstrap}: {last}")
 
 
-def send(bootstrap: str, request: Any, what: str) -> Any:
+def send(bootstrap: str, request: Any, what: str, security: ClientSecurity | None = None) -> Any:
     """``request`` to the first reachable bootstrap broker, its response; a connection
     failure is a ToolError naming ``what`` was being done."""
-    conn = _connect_bootstrap(bootstrap)
+    conn = _connect_bootstrap(bootstrap, security)
     try:
         return conn.request(request)
     except OSError as exc:
@@ -77,10 +82,10 @@ def send(bootstrap: str, request: Any, what: str) -> Any:
         conn.close()
 
 
-def _coordinator(bootstrap: str, group: str) -> WireConnection:
+def _coordinator(bootstrap: str, group: str, security: ClientSecurity | None) -> WireConnection:
     """A connection to the group's coordinator, found through the bootstrap brokers."""
     for _ in range(RETRIES):
-        conn = _connect_bootstrap(bootstrap)
+        conn = _connect_bootstrap(bootstrap, security)
         try:
             response = conn.request(FindCoordinatorRequest(key=group, key_type=0))
         except OSError as exc:
@@ -89,7 +94,7 @@ def _coordinator(bootstrap: str, group: str) -> WireConnection:
             conn.close()
         if response.error_code == ErrorCode.none:
             try:
-                return _connect(response.host, response.port)
+                return _connect(response.host, response.port, security)
             except OSError as exc:
                 raise ToolError(
                     f"cannot reach the coordinator of group {group!r} at "
@@ -104,7 +109,10 @@ def _coordinator(bootstrap: str, group: str) -> WireConnection:
 
 
 def delete_offsets(
-    bootstrap: str, group: str, partitions: dict[str, list[int]]
+    bootstrap: str,
+    group: str,
+    partitions: dict[str, list[int]],
+    security: ClientSecurity | None = None,
 ) -> dict[tuple[str, int], str | None]:
     """OffsetDelete for ``partitions``: per (topic, partition) None or the error's name.
 
@@ -121,7 +129,7 @@ def delete_offsets(
         ),
     )
     for _ in range(RETRIES):
-        conn = _coordinator(bootstrap, group)
+        conn = _coordinator(bootstrap, group, security)
         try:
             response = conn.request(request)
         except OSError as exc:

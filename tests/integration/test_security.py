@@ -886,3 +886,46 @@ def test_a_tool_without_security_settings_says_what_the_broker_wants(
         assert "TLS" in line and "security.protocol" in line, line
     else:
         assert "may want SASL or TLS" in line, line
+
+
+@pytest.mark.parametrize("login", ["PLAIN", "SCRAM-SHA-512"])
+def test_admin_tools_on_sasl_ssl_with_a_java_client_file(
+    secure: SecureBroker, login: str, tmp_path: Path
+) -> None:
+    """A client file written for Kafka's tools (the Java client's names: sasl.jaas.config
+    with the PLAIN or SCRAM login module, a PEM truststore) works as it is with `strom
+    acls --list` (raw protocol over TLS and SASL) and `strom topics --list`
+    (confluent-kafka) against the SASL_SSL listener; a wrong password is one line."""
+    from cli_helpers import ok, one_line_error, strom
+
+    module, user, password = (
+        ("plain.PlainLoginModule", "admin", "admin-secret")
+        if login == "PLAIN"
+        else ("scram.ScramLoginModule", SCRAM_USER, SCRAM_PASSWORD)
+    )
+
+    def client_file(secret: str) -> str:
+        path = tmp_path / f"client-{secret}.properties"
+        path.write_text(
+            "security.protocol=SASL_SSL\n"
+            f"sasl.mechanism={login}\n"
+            f"sasl.jaas.config=org.apache.kafka.common.security.{module} required \\\n"
+            f'    username="{user}" password="{secret}";\n'
+            f"ssl.truststore.location={secure.ca.cert}\n"
+            "ssl.truststore.type=PEM\n"
+        )
+        return str(path)
+
+    bootstrap = secure.address("SASL_SSL")
+    good = client_file(password)
+    listed = ok(strom("acls", "--list", "--bootstrap-server", bootstrap, "--command-config", good))
+    assert "Traceback" not in listed.stderr
+    topic = new_topic(secure)
+    topics = strom("topics", "--list", "--bootstrap-server", bootstrap, "--command-config", good)
+    assert topic in ok(topics).stdout.split()
+    bad = client_file("wrong")
+    line = one_line_error(
+        strom("acls", "--list", "--bootstrap-server", bootstrap, "--command-config", bad), 1
+    )
+    assert line.startswith(f"strom acls: cannot log in to {bootstrap}: "), line
+    assert "Authentication failed" in line or "authentication" in line.lower(), line
