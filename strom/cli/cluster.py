@@ -37,6 +37,8 @@ from strom.cli.metadata_quorum import (
     usable_version,
 )
 from strom.cli.output import Listing, add_output_option, show, wants_json
+from strom.cli.properties_file import add_config_file_option, client_security
+from strom.client_security import ClientSecurity
 from strom.protocol.errors import ErrorCode
 
 FENCED_LISTING_VERSION = 2
@@ -53,8 +55,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--unregister", type=int, metavar="ID", help="remove a stopped broker's registration"
     )
+    add_config_file_option(parser, "--command-config", "admin client")
     add_output_option(parser)
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, parser=parser)
 
 
 def _ids(ids: list[int]) -> str:
@@ -65,17 +68,19 @@ def _endpoint(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def overview(bootstrap: str) -> tuple[list[str], dict[str, Any], Listing]:
+def overview(
+    bootstrap: str, security: ClientSecurity | None = None
+) -> tuple[list[str], dict[str, Any], Listing]:
     """The header lines, the same as fields for JSON, and the broker table."""
-    versions = api_versions(bootstrap)
+    versions = api_versions(bootstrap, security)
     version = usable_version(versions, DESCRIBE_CLUSTER)
     if version is None:
         raise ToolError(f"the broker at {bootstrap} does not serve DescribeCluster")
     lists_fenced = version >= FENCED_LISTING_VERSION
-    cluster = describe_cluster(bootstrap, versions, include_fenced=lists_fenced)
+    cluster = describe_cluster(bootstrap, versions, include_fenced=lists_fenced, security=security)
     assert cluster is not None
     try:
-        quorum = describe_quorum(bootstrap, versions)
+        quorum = describe_quorum(bootstrap, versions, security)
     except ToolError:
         quorum = None
     if quorum is not None:
@@ -120,11 +125,12 @@ def overview(bootstrap: str) -> tuple[list[str], dict[str, Any], Listing]:
     return lines, fields, table(BROKER_COLUMNS, rows, numeric=["BrokerId"])
 
 
-def unregister(bootstrap: str, broker_id: int) -> None:
+def unregister(bootstrap: str, broker_id: int, security: ClientSecurity | None = None) -> None:
     response = wire.send(
         bootstrap,
         UnregisterBrokerRequest(broker_id=BrokerId(broker_id)),
         f"unregister broker {broker_id}",
+        security,
     )
     if response.error_code != ErrorCode.none:
         reason = wire.error_name(response.error_code)
@@ -135,10 +141,10 @@ def unregister(bootstrap: str, broker_id: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.unregister is not None:
-        unregister(args.bootstrap_server, args.unregister)
+        unregister(args.bootstrap_server, args.unregister, client_security(args))
         print(f"Broker {args.unregister} is no longer registered.")
         return 0
-    lines, fields, brokers = overview(args.bootstrap_server)
+    lines, fields, brokers = overview(args.bootstrap_server, client_security(args))
     if not wants_json(args):
         print("\n".join(lines))
     show(args, brokers, fields)

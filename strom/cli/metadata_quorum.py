@@ -35,6 +35,8 @@ from kio.schema.api_versions.v0.request import ApiVersionsRequest
 from strom.cli import wire
 from strom.cli.common import DEFAULT_BOOTSTRAP, ToolError
 from strom.cli.output import Listing, add_output_option, emit_json, json_key, show, wants_json
+from strom.cli.properties_file import add_config_file_option, client_security
+from strom.client_security import ClientSecurity
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
@@ -74,6 +76,8 @@ def add_parser(commands: Any) -> None:
         metavar="HOST:PORT",
         help="controller(s) to ask at their controller listener, comma-separated",
     )
+    add_config_file_option(parser, "--command-config", "admin client")
+    parser.set_defaults(parser=parser)
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     describe = actions.add_parser("describe", help="describe the metadata quorum")
     what = describe.add_mutually_exclusive_group(required=True)
@@ -97,9 +101,11 @@ def endpoint_of(args: argparse.Namespace) -> str:
     return args.bootstrap_controller or args.bootstrap_server or DEFAULT_BOOTSTRAP
 
 
-def api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
+def api_versions(
+    bootstrap: str, security: ClientSecurity | None = None
+) -> dict[int, tuple[int, int]]:
     """The (min, max) version of each API key the endpoint serves."""
-    response = wire.send(bootstrap, ApiVersionsRequest(), "ask for the API versions")
+    response = wire.send(bootstrap, ApiVersionsRequest(), "ask for the API versions", security)
     if response.error_code != ErrorCode.none:
         raise ToolError(f"cannot ask for the API versions: {wire.error_name(response.error_code)}")
     return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
@@ -119,7 +125,11 @@ def _message_error(code: ErrorCode, message: str | None) -> str:
     return f"{name}: {message}" if message else name
 
 
-def describe_quorum(bootstrap: str, versions: dict[int, tuple[int, int]]) -> Any:
+def describe_quorum(
+    bootstrap: str,
+    versions: dict[int, tuple[int, int]],
+    security: ClientSecurity | None = None,
+) -> Any:
     """The DescribeQuorum partition entry of ``__cluster_metadata-0``, once it has a
     leader; an error code that outlasts the retries is a ToolError."""
     version = usable_version(versions, DESCRIBE_QUORUM)
@@ -146,7 +156,7 @@ def describe_quorum(bootstrap: str, versions: dict[int, tuple[int, int]]) -> Any
     for attempt in range(RETRIES):
         if attempt:
             time.sleep(RETRY_BACKOFF_S)
-        response = wire.send(bootstrap, request, what)
+        response = wire.send(bootstrap, request, what, security)
         if response.error_code != ErrorCode.none:
             problem = _message_error(response.error_code, getattr(response, "error_message", None))
             if response.error_code in RETRIABLE:
@@ -182,7 +192,11 @@ def _metadata_partition(response: Any) -> Any:
 
 
 def describe_cluster(
-    bootstrap: str, versions: dict[int, tuple[int, int]], *, include_fenced: bool = False
+    bootstrap: str,
+    versions: dict[int, tuple[int, int]],
+    *,
+    include_fenced: bool = False,
+    security: ClientSecurity | None = None,
 ) -> Any | None:
     """The DescribeCluster response (brokers), or None where the endpoint lacks it."""
     version = usable_version(versions, DESCRIBE_CLUSTER)
@@ -194,7 +208,7 @@ def describe_cluster(
         endpoint_type=1,
         include_fenced_brokers=include_fenced,
     )
-    response = wire.send(bootstrap, request, "describe the cluster")
+    response = wire.send(bootstrap, request, "describe the cluster", security)
     if response.error_code != ErrorCode.none:
         problem = _message_error(response.error_code, response.error_message)
         raise ToolError(f"cannot describe the cluster: {problem}")
@@ -363,10 +377,11 @@ def run_describe(args: argparse.Namespace) -> int:
     if args.human_readable and not args.replication:
         args.describe_parser.error("--human-readable is only supported with --replication")
     endpoint = endpoint_of(args)
-    versions = api_versions(endpoint)
-    info = describe_quorum(endpoint, versions)
+    security = client_security(args)
+    versions = api_versions(endpoint, security)
+    info = describe_quorum(endpoint, versions, security)
     if args.status:
-        cluster = describe_cluster(endpoint, versions)
+        cluster = describe_cluster(endpoint, versions, security=security)
         cluster_id = cluster.cluster_id if cluster is not None else UNKNOWN_CLUSTER_ID
         if wants_json(args):
             fields = status_fields(cluster_id, info)

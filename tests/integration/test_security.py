@@ -894,8 +894,9 @@ def test_admin_tools_on_sasl_ssl_with_a_java_client_file(
 ) -> None:
     """A client file written for Kafka's tools (the Java client's names: sasl.jaas.config
     with the PLAIN or SCRAM login module, a PEM truststore) works as it is with `strom
-    acls --list` (raw protocol over TLS and SASL) and `strom topics --list`
-    (confluent-kafka) against the SASL_SSL listener; a wrong password is one line."""
+    acls --list`, `strom cluster` and `strom metadata-quorum` (raw protocol over TLS and
+    SASL) and `strom topics --list` (confluent-kafka) against the SASL_SSL listener; a
+    wrong password is one line."""
     from cli_helpers import ok, one_line_error, strom
 
     module, user, password = (
@@ -923,6 +924,13 @@ def test_admin_tools_on_sasl_ssl_with_a_java_client_file(
     topic = new_topic(secure)
     topics = strom("topics", "--list", "--bootstrap-server", bootstrap, "--command-config", good)
     assert topic in ok(topics).stdout.split()
+    cluster = ok(strom("cluster", "--bootstrap-server", bootstrap, "--command-config", good))
+    assert "ClusterId:" in cluster.stdout
+    quorum = strom(
+        "metadata-quorum", "--bootstrap-server", bootstrap, "--command-config", good,
+        "describe", "--status",
+    )  # fmt: skip
+    assert "LeaderId:" in ok(quorum).stdout
     bad = client_file("wrong")
     line = one_line_error(
         strom("acls", "--list", "--bootstrap-server", bootstrap, "--command-config", bad), 1
