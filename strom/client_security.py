@@ -13,26 +13,30 @@ Owns two things:
   and other login modules, are a ValueError naming the setting (one line for the tool).
 - ``ClientSecurity``: what a raw-protocol connection (``wire_client``) needs from those
   properties: TLS (a context with the CA, the client certificate and hostname checking
-  as the properties say) and SASL (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with a
-  username and password).
+  as the properties say, built once by ``strom.security.tls.client_context``) and SASL
+  (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with a username and password). The JAAS text
+  is read by ``strom.security.sasl.parse_jaas_config``.
 """
 
 from __future__ import annotations
 
-import re
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from strom.security.sasl import (
+    PLAIN_LOGIN_MODULE,
+    SCRAM_LOGIN_MODULE,
+    JaasConfigError,
+    client_credentials,
+    parse_jaas_config,
+)
+from strom.security.tls import TlsSettings, client_context
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-_LOGIN_MODULES = {
-    "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "org.apache.kafka.common.security.scram.ScramLoginModule",
-}
-_JAAS = re.compile(r"^\s*(\S+)\s+(required|requisite|sufficient|optional)\s+(.*?);?\s*$", re.S)
-_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|(\S+))')
+_LOGIN_MODULES = {PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE}
 
 
 def librdkafka_properties(props: Mapping[str, Any]) -> dict[str, Any]:
@@ -72,19 +76,19 @@ def librdkafka_properties(props: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _jaas_credentials(text: str) -> tuple[str, str]:
-    match = _JAAS.match(text)
-    if match is None or match.group(1) not in _LOGIN_MODULES:
+    try:
+        entries = parse_jaas_config(text)
+    except JaasConfigError as exc:
+        raise ValueError(f"sasl.jaas.config: {exc}") from None
+    if any(entry.login_module not in _LOGIN_MODULES for entry in entries):
         raise ValueError(
             "sasl.jaas.config: only the PlainLoginModule and ScramLoginModule are read "
             "(or give sasl.username and sasl.password)"
         )
-    options = {
-        m.group(1): re.sub(r"\\(.)", r"\1", m.group(2)) if m.group(2) is not None else m.group(3)
-        for m in _JAAS_OPTION.finditer(match.group(3))
-    }
-    if "username" not in options or "password" not in options:
+    credentials = client_credentials(entries)
+    if credentials is None:
         raise ValueError("sasl.jaas.config: the login module needs username and password")
-    return options["username"], options["password"]
+    return credentials
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,9 @@ class ClientSecurity:
     key_password: str | None = None
     verify_certificate: bool = True
     check_hostname: bool = True
+    # Built once from the settings above (``strom.security.tls.client_context``) when the
+    # protocol is SSL or SASL_SSL: every connection of the tool shares it.
+    context: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
 
     @property
     def tls(self) -> bool:
@@ -110,15 +117,28 @@ class ClientSecurity:
     def sasl(self) -> bool:
         return self.protocol.startswith("SASL_")
 
-    def ssl_context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=self.ca_file)
+    def _tls_context(self) -> ssl.SSLContext:
+        """The TLS client context of these settings; ValueError (``TlsConfigError``,
+        one line naming the setting) when a file cannot be read or used."""
+        keystore: dict[str, Any] = {}
+        if self.cert_file is not None and self.cert_file == self.key_file:
+            keystore = {"keystore_location": self.cert_file}  # key and certificate in one file
+        elif self.cert_file is not None or self.key_file is not None:
+            keystore = {
+                "keystore_certificate_chain": _read(self.cert_file, "ssl.certificate.location"),
+                "keystore_key": _read(self.key_file, "ssl.key.location"),
+            }
+        context = client_context(
+            TlsSettings(
+                truststore_location=self.ca_file,
+                key_password=self.key_password,
+                endpoint_identification_algorithm="https" if self.check_hostname else "",
+                **keystore,
+            )
+        )
         if not self.verify_certificate:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
-        elif not self.check_hostname:
-            context.check_hostname = False
-        if self.cert_file is not None:
-            context.load_cert_chain(self.cert_file, self.key_file, self.key_password)
         return context
 
     @classmethod
@@ -156,4 +176,16 @@ class ClientSecurity:
                     f"security.protocol={protocol} needs sasl.username and sasl.password "
                     "(or sasl.jaas.config)"
                 )
+        if security.tls:
+            object.__setattr__(security, "context", security._tls_context())
         return security
+
+
+def _read(path: str | None, key: str) -> str | None:
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise ValueError(f"{key}: cannot read {path}: {exc.strerror or exc}") from None

@@ -24,7 +24,7 @@ from kio.serial import entity_reader
 from strom.client_security import ClientSecurity
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import codec_for, encode_request
-from strom.security.sasl import SCRAM_SHA_256, SCRAM_SHA_512, ScramClient
+from strom.security.sasl import SCRAM_SHA_256, SCRAM_SHA_512, ScramClient, plain_client_token
 
 _SIZE = struct.Struct(">i")
 
@@ -71,7 +71,8 @@ class WireConnection:
         self.sock = socket.create_connection((host, port), timeout=connect_timeout_s)
         if security is not None and security.tls:
             try:
-                self.sock = security.ssl_context().wrap_socket(self.sock, server_hostname=host)
+                assert security.context is not None  # built with the settings
+                self.sock = security.context.wrap_socket(self.sock, server_hostname=host)
             except BaseException:
                 self.sock.close()
                 raise
@@ -101,7 +102,7 @@ class WireConnection:
             )
         user, password = security.username or "", security.password or ""
         if security.mechanism == "PLAIN":
-            self._authenticate(f"\0{user}\0{password}".encode())
+            self._authenticate(plain_client_token(user, password))
             return
         scram = SCRAM_SHA_512 if security.mechanism == "SCRAM-SHA-512" else SCRAM_SHA_256
         client = ScramClient(scram, user, password)
