@@ -612,8 +612,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self.direct is not None:
             return memoryview(self.direct)[self.direct_filled : self.direct_size]
-        if self.inbox_filled and len(self.inbox) < RECEIVE_BUFFER:
-            self._grow_inbox()
+        if self.inbox_filled and len(self.inbox) < RECEIVE_BUFFER:  # a busy connection
+            self._grow_inbox(min(2 * len(self.inbox), RECEIVE_BUFFER))
         elif self.end == len(self.inbox):
             self._make_room()
         return memoryview(self.inbox)[self.end :]
@@ -655,23 +655,21 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         self.spare = buffer
 
-    def _grow_inbox(self) -> None:
-        """A busy connection: twice the inbox, unread bytes moved to its front."""
+    def _grow_inbox(self, size: int) -> None:
+        """A new inbox of ``size`` bytes, the unread bytes moved to its front."""
         unread = self.end - self.start
-        inbox = bytearray(min(2 * len(self.inbox), RECEIVE_BUFFER))
+        inbox = bytearray(size)
         inbox[:unread] = self.inbox[self.start : self.end]
         self.inbox, self.start, self.end = inbox, 0, unread
         self.inbox_filled = False
 
     def _make_room(self) -> None:
         """Move unread bytes to the front of the inbox (a new, bigger one if full)."""
-        unread = self.end - self.start
-        if self.start:  # same-size copy: the inbox may still be exported to the transport
-            self.inbox[:unread] = self.inbox[self.start : self.end]
-        else:
-            inbox = bytearray(2 * len(self.inbox))
-            inbox[:unread] = self.inbox[: self.end]
-            self.inbox = inbox
+        if not self.start:  # full of one frame's start: twice the size
+            self._grow_inbox(2 * len(self.inbox))
+            return
+        unread = self.end - self.start  # same-size copy: the transport may still hold a view
+        self.inbox[:unread] = self.inbox[self.start : self.end]
         self.start, self.end = 0, unread
 
     def pause_writing(self) -> None:
