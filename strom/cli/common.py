@@ -20,6 +20,8 @@ from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException
 
+from strom.wire_client import parse_address
+
 # $STROM_BOOTSTRAP_SERVER, when set, stands in for --bootstrap-server in every tool.
 DEFAULT_BOOTSTRAP = os.environ.get("STROM_BOOTSTRAP_SERVER") or "127.0.0.1:9092"
 CONNECT_TIMEOUT_S = 5.0
@@ -169,11 +171,14 @@ def security_hint(bootstrap: str) -> str | None:
     Kafka, it answers with TLS or closes the connection unanswered (a SASL listener
     serves nothing before authentication). None when it answers, or cannot be asked."""
     server = bootstrap.split(",")[0].strip().rsplit("://", 1)[-1]
-    host, _, port = server.rpartition(":")
+    try:
+        host, port = parse_address(server)
+    except ValueError:
+        return None
     # Metadata v0 (an empty topic list: every topic), correlation id 1, client id strom.
     request = struct.pack(">hhih", 3, 0, 1, 5) + b"strom" + struct.pack(">i", 0)
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S) as sock:
+        with socket.create_connection((host, port), CONNECT_TIMEOUT_S) as sock:
             sock.settimeout(2.0)
             sock.sendall(struct.pack(">i", len(request)) + request)
             first = sock.recv(8)
