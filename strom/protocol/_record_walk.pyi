@@ -1,0 +1,3 @@
+"""Types of the compiled record walk (strom/protocol/_record_walk.c)."""
+
+def records_fill(body: bytes | bytearray | memoryview, pos: int, end: int, count: int) -> bool: ...
