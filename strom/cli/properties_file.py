@@ -9,14 +9,21 @@ naming the file and line. The Java client's security names are translated to
 librdkafka's (``strom.client_security``), so a file written for Kafka's tools works;
 otherwise what the keys mean is the client's business: they are passed through to
 librdkafka, which rejects a property it does not know (one line, exit 1).
+
+``cluster_access(args)`` reads the file once into what a tool needs to reach its
+cluster both ways: the client properties for confluent-kafka and the
+``ClientSecurity`` of its own raw-protocol requests (``strom.cli.wire``).
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import dataclass
 from typing import Any
 
+from strom.cli import wire
+from strom.cli.common import client_config
 from strom.client_security import ClientSecurity, librdkafka_properties
 
 _SEPARATOR = re.compile(r"(?<!\\)(?:\\\\)*([=:]|\s)")
@@ -91,12 +98,18 @@ def read_properties_file(path: str) -> dict[str, str]:
     return parse_properties_text(text, path)
 
 
-def add_config_file_option(parser: argparse.ArgumentParser, option: str, client: str) -> None:
+def add_config_file_option(
+    parser: argparse.ArgumentParser, option: str, client: str, default: Any = None
+) -> None:
+    """``option FILE``; ``default=argparse.SUPPRESS`` for a subcommand's copy of an option
+    its parent parser has too, so that a value given before the subcommand stays."""
     parser.add_argument(
         option,
         dest="config_file",
+        default=default,
         metavar="FILE",
-        help=f"properties file with {client} configs (librdkafka names), e.g. security settings",
+        help=f"properties file with {client} configs (Java client or librdkafka names), "
+        "e.g. security settings",
     )
 
 
@@ -116,8 +129,40 @@ def config_file_properties(args: argparse.Namespace) -> dict[str, Any]:
 
 def client_security(args: argparse.Namespace) -> ClientSecurity:
     """How the tool's own raw-protocol requests connect, from its config file."""
+    return _security_of(args, config_file_properties(args))
+
+
+def _security_of(args: argparse.Namespace, properties: dict[str, Any]) -> ClientSecurity:
     try:
-        return ClientSecurity.from_properties(config_file_properties(args))
+        return ClientSecurity.from_properties(properties)
     except ValueError as exc:
         args.parser.error(f"{args.config_file}: {exc}")
         raise  # unreachable: error() exits
+
+
+@dataclass(frozen=True)
+class ClusterAccess:
+    """How a tool reaches its cluster: the bootstrap servers, the client properties of
+    its config file (librdkafka names) and the security of its own raw requests."""
+
+    bootstrap: str
+    properties: dict[str, Any]
+    security: ClientSecurity
+
+    def client_config(self) -> dict[str, Any]:
+        """A confluent-kafka client's config: the file's properties, quiet and quick to fail."""
+        return client_config(self.bootstrap, self.properties)
+
+    def send(self, request: Any, what: str, address: str | None = None) -> Any:
+        """``request`` to the first reachable bootstrap broker (or to ``address``), over TLS
+        and SASL as the file says; its response (``strom.cli.wire.send``)."""
+        return wire.send(address or self.bootstrap, request, what, self.security)
+
+
+def cluster_access(args: argparse.Namespace, bootstrap: str | None = None) -> ClusterAccess:
+    """The tool's ``ClusterAccess`` (``bootstrap`` or its ``--bootstrap-server``); a bad
+    config file is the tool's argparse error."""
+    properties = config_file_properties(args)
+    return ClusterAccess(
+        bootstrap or args.bootstrap_server, properties, _security_of(args, properties)
+    )

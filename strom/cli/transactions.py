@@ -29,12 +29,13 @@ The commands and their columns are those of Kafka's tool:
 
 It differs from Kafka's tool in two ways: ``--start-offset`` and ``--producer-id``
 exclude each other (Kafka's tool ignores the latter when both are given), and an
-abort that succeeds says so in one line. Not covered: ``--command-config`` and
-``list --transactional-id-pattern`` (ListTransactions v2). A client over the wire
-(raw requests through :class:`strom.wire_client.WireConnection`, Metadata through
-confluent-kafka): it works against any Kafka cluster. DescribeTransactions answers
-are read field by field with kio's readers, because kio's own reader refuses the -1
-start time Kafka sends for "no transaction under way".
+abort that succeeds says so in one line. Not covered: ``list
+--transactional-id-pattern`` (ListTransactions v2). A client over the wire (raw
+requests through ``strom.cli.wire``, Metadata through confluent-kafka), both over TLS
+and SASL as ``--command-config`` says (before or after the command, as
+``--bootstrap-server``): it works against any Kafka cluster. DescribeTransactions
+answers are read field by field with kio's readers, because kio's own reader refuses
+the -1 start time Kafka sends for "no transaction under way".
 """
 
 from __future__ import annotations
@@ -69,27 +70,14 @@ from kio.serial.readers import (
     read_unsigned_varint,
 )
 
-from strom.cli.common import (
-    CONNECT_TIMEOUT_S,
-    DEFAULT_BOOTSTRAP,
-    ToolError,
-    check_reachable,
-    client_config,
-)
+from strom.cli import wire
+from strom.cli.common import DEFAULT_BOOTSTRAP, ToolError, check_reachable
 from strom.cli.output import Listing as Table
 from strom.cli.output import add_output_option, show
+from strom.cli.properties_file import ClusterAccess, add_config_file_option, cluster_access
 from strom.protocol.errors import ErrorCode
-from strom.wire_client import WireConnection, parse_address
 
-CLIENT_ID = "strom-transactions"
-REQUEST_TIMEOUT_S = 15.0
 TRANSACTION_KEY_TYPE = 1
-# Answers that mean "ask again, maybe elsewhere": the coordinator is loading or moved.
-RETRIABLE = {
-    ErrorCode.coordinator_load_in_progress,
-    ErrorCode.coordinator_not_available,
-    ErrorCode.not_coordinator,
-}
 RETRIES = 25
 RETRY_BACKOFF_S = 0.2
 MAX_BATCH = 500  # partitions per DescribeProducers, as Kafka's tool batches them
@@ -110,7 +98,7 @@ def add_parser(commands: Any) -> None:
         description="Analyse the transactional state of producers in the cluster; "
         "find and abort hanging transactions.",
     )
-    _add_bootstrap(parser, DEFAULT_BOOTSTRAP)
+    _add_connection_options(parser, DEFAULT_BOOTSTRAP, None)
     actions = parser.add_subparsers(dest="action", required=True, metavar="COMMAND")
 
     listing = _command(actions, "list", "list transactions (every broker's coordinator)")
@@ -168,22 +156,25 @@ def add_parser(commands: Any) -> None:
         add_output_option(command)
 
 
-def _add_bootstrap(parser: argparse.ArgumentParser, default: Any) -> None:
+def _add_connection_options(
+    parser: argparse.ArgumentParser, bootstrap_default: Any, config_default: Any
+) -> None:
     parser.add_argument(
         "--bootstrap-server",
-        default=default,
+        default=bootstrap_default,
         metavar="HOST:PORT",
         help=f"broker(s) to connect to, comma-separated (default {DEFAULT_BOOTSTRAP})",
     )
+    add_config_file_option(parser, "--command-config", "admin client", config_default)
 
 
 def _command(actions: Any, name: str, help_text: str) -> argparse.ArgumentParser:
     command = actions.add_parser(
         name, help=help_text, description=help_text[0].upper() + help_text[1:] + "."
     )
-    # Also after the command (as other strom tools take it); SUPPRESS keeps a value given
-    # before the command from being overwritten by this parser's default.
-    _add_bootstrap(command, argparse.SUPPRESS)
+    # Also after the command (as other strom tools take them); SUPPRESS keeps a value
+    # given before the command from being overwritten by this parser's default.
+    _add_connection_options(command, argparse.SUPPRESS, argparse.SUPPRESS)
     command.set_defaults(parser=command)
     return command
 
@@ -202,53 +193,17 @@ def _check_not_negative(parser: argparse.ArgumentParser, **values: int | None) -
 # Wire ---------------------------------------------------------------------------------
 
 
-def _connect(address: str) -> WireConnection:
-    try:
-        host, port = parse_address(address)
-    except ValueError as exc:
-        raise ToolError(str(exc)) from None
-    return WireConnection(
-        host,
-        port,
-        CLIENT_ID,
-        connect_timeout_s=CONNECT_TIMEOUT_S,
-        request_timeout_s=REQUEST_TIMEOUT_S,
-    )
-
-
-def _exchange(addresses: str, request: Any, what: str, frame: bool = False) -> Any:
-    """``request`` to the first reachable of ``addresses`` (comma-separated): its
-    response decoded by kio, or with ``frame`` the response frame's bytes."""
-    last: Exception | None = None
-    for address in addresses.split(","):
-        try:
-            conn = _connect(address)
-        except OSError as exc:
-            last = exc
-            continue
-        try:
-            if not frame:
-                return conn.request(request)
-            conn.send(request)
-            data, _ = conn.receive_frame()
-            return bytes(data)
-        except OSError as exc:
-            raise ToolError(f"cannot {what}: {exc}") from None
-        finally:
-            conn.close()
-    raise ToolError(f"cannot {what}: cannot reach {addresses}: {last}")
-
-
-def _error_name(code: ErrorCode) -> str:
-    return code.name.upper()
-
-
 @dataclass(frozen=True)
 class Cluster:
     """What Metadata tells: each broker's endpoint, each partition's leader and replicas."""
 
+    access: ClusterAccess
     brokers: dict[int, str]
     partitions: dict[TopicPartition, tuple[int, tuple[int, ...]]]
+
+    def send(self, broker_id: int, request: Any, what: str) -> Any:
+        """``request`` to the broker's own endpoint, its response."""
+        return self.access.send(request, what, self.endpoint(broker_id))
 
     def endpoint(self, broker_id: int) -> str:
         address = self.brokers.get(broker_id)
@@ -270,10 +225,11 @@ class Cluster:
         return found[0]
 
 
-def _cluster(bootstrap: str) -> Cluster:
-    admin = AdminClient(client_config(bootstrap))
-    metadata = check_reachable(admin, bootstrap)
+def _cluster(access: ClusterAccess) -> Cluster:
+    admin = AdminClient(access.client_config())
+    metadata = check_reachable(admin, access.bootstrap)
     return Cluster(
+        access=access,
         brokers={b.id: f"{b.host}:{b.port}" for b in metadata.brokers.values()},
         partitions={
             (name, p.id): (p.leader, tuple(p.replicas))
@@ -289,8 +245,8 @@ def _retrying(call: Callable[[], tuple[ErrorCode, T]], what: str) -> T:
         error, result = call()
         if error == ErrorCode.none:
             return result
-        if error not in RETRIABLE:
-            raise ToolError(f"cannot {what}: {_error_name(error)}")
+        if error not in wire.RETRIABLE:
+            raise ToolError(f"cannot {what}: {wire.error_name(error)}")
         time.sleep(RETRY_BACKOFF_S)
     raise ToolError(f"cannot {what}: the coordinator is not available")
 
@@ -322,11 +278,10 @@ def list_transactions(
         request = ListV1(producer_id_filters=pids, duration_filter=duration_ms)
     out: list[Listing] = []
     for broker_id in sorted(cluster.brokers):
-        address = cluster.endpoint(broker_id)
         what = f"list the transactions of broker {broker_id}"
 
-        def ask(address: str = address, what: str = what) -> tuple[ErrorCode, Any]:
-            response = _exchange(address, request, what)
+        def ask(broker_id: int = broker_id, what: str = what) -> tuple[ErrorCode, Any]:
+            response = cluster.send(broker_id, request, what)
             return response.error_code, response
 
         response = _retrying(ask, what)
@@ -343,12 +298,12 @@ class Coordinator:
     address: str
 
 
-def find_coordinator(bootstrap: str, transactional_id: str) -> Coordinator:
+def find_coordinator(access: ClusterAccess, transactional_id: str) -> Coordinator:
     what = f"find the coordinator of transactional id {transactional_id!r}"
     request = FindCoordinatorRequest(key=transactional_id, key_type=TRANSACTION_KEY_TYPE)
 
     def ask() -> tuple[ErrorCode, Coordinator]:
-        response = _exchange(bootstrap, request, what)
+        response = access.send(request, what)
         return response.error_code, Coordinator(
             int(response.node_id), f"{response.host}:{response.port}"
         )
@@ -423,7 +378,7 @@ def decode_describe_transactions(frame: bytes) -> list[Description]:
 
 
 def describe_transaction(
-    bootstrap: str, transactional_id: str
+    access: ClusterAccess, transactional_id: str
 ) -> tuple[Coordinator, Description | None]:
     """The coordinator of ``transactional_id`` and its description (None: not found)."""
     what = f"describe transactional id {transactional_id!r}"
@@ -431,11 +386,10 @@ def describe_transaction(
     found: list[Coordinator] = []
 
     def ask() -> tuple[ErrorCode, Description | None]:
-        coordinator = find_coordinator(bootstrap, transactional_id)
+        coordinator = find_coordinator(access, transactional_id)
         found[:] = [coordinator]
-        answers = decode_describe_transactions(
-            _exchange(coordinator.address, request, what, frame=True)
-        )
+        frame = wire.send_for_frame(coordinator.address, request, what, access.security)
+        answers = decode_describe_transactions(frame)
         if len(answers) != 1:
             raise ToolError(f"cannot {what}: {len(answers)} answers to one question")
         if answers[0].error == ErrorCode.transactional_id_not_found:
@@ -471,7 +425,7 @@ def describe_producers(
         )
     )
     what = f"describe the producers of {_partition_names(partitions)} on broker {broker_id}"
-    response = _exchange(cluster.endpoint(broker_id), request, what)
+    response = cluster.send(broker_id, request, what)
     out: dict[TopicPartition, list[Producer]] = {}
     for topic in response.topics:
         for part in topic.partitions:
@@ -479,7 +433,7 @@ def describe_producers(
             if part.error_code != ErrorCode.none:
                 raise ToolError(
                     f"cannot describe the producers of {key[0]}-{key[1]} on broker "
-                    f"{broker_id}: {_error_name(part.error_code)}"
+                    f"{broker_id}: {wire.error_name(part.error_code)}"
                 )
             out[key] = [
                 Producer(
@@ -523,7 +477,7 @@ def write_abort_marker(
         )
     )
     what = f"abort the transaction of producer {producer_id} on {topic}-{partition}"
-    response = _exchange(cluster.endpoint(leader), request, what)
+    response = cluster.send(leader, request, what)
     errors = [
         part.error_code
         for marker in response.markers
@@ -534,14 +488,14 @@ def write_abort_marker(
         raise ToolError(f"cannot {what}: the leader answered for no partition")
     for error in errors:
         if error != ErrorCode.none:
-            raise ToolError(f"cannot {what}: {_error_name(error)}")
+            raise ToolError(f"cannot {what}: {wire.error_name(error)}")
 
 
 # Commands ----------------------------------------------------------------------------
 
 
 def run_list(args: argparse.Namespace) -> int:
-    cluster = _cluster(args.bootstrap_server)
+    cluster = _cluster(cluster_access(args))
     listings = list_transactions(cluster, args.duration_filter)
     table = _table("TransactionalId", "Coordinator", "ProducerId", "TransactionState")
     for t in listings:
@@ -554,7 +508,7 @@ def run_describe(args: argparse.Namespace) -> int:
     transactional_id = args.transactional_id
     if not transactional_id:
         args.parser.error("--transactional-id must not be empty")
-    coordinator, description = describe_transaction(args.bootstrap_server, transactional_id)
+    coordinator, description = describe_transaction(cluster_access(args), transactional_id)
     if description is None:
         raise ToolError(
             f"cannot describe transactional id {transactional_id!r}: TRANSACTIONAL_ID_NOT_FOUND"
@@ -593,7 +547,7 @@ def run_describe(args: argparse.Namespace) -> int:
 
 def run_describe_producers(args: argparse.Namespace) -> int:
     _check_not_negative(args.parser, partition=args.partition)
-    cluster = _cluster(args.bootstrap_server)
+    cluster = _cluster(cluster_access(args))
     key = (args.topic, args.partition)
     if args.broker_id is None:
         broker_id = cluster.leader(*key)
@@ -647,7 +601,7 @@ def run_abort(args: argparse.Namespace) -> int:
         parser.error("--producer-id needs --producer-epoch and --coordinator-epoch")
     if args.producer_epoch is not None and args.producer_epoch > 32767:
         parser.error(f"--producer-epoch must be at most 32767, got {args.producer_epoch}")
-    cluster = _cluster(args.bootstrap_server)
+    cluster = _cluster(cluster_access(args))
     topic, partition = args.topic, args.partition
     if args.start_offset is None:
         producer_id, producer_epoch = args.producer_id, args.producer_epoch
@@ -692,7 +646,7 @@ def run_find_hanging(args: argparse.Namespace) -> int:
         parser.error("give --broker-id or --topic to limit the search")
     if args.partition is not None and args.topic is None:
         parser.error("--partition needs --topic")
-    cluster = _cluster(args.bootstrap_server)
+    cluster = _cluster(cluster_access(args))
     if args.broker_id is not None:
         cluster.endpoint(args.broker_id)  # a broker of the cluster
     partitions = _partitions_to_search(cluster, args.topic, args.partition, args.broker_id)
@@ -712,7 +666,7 @@ def run_find_hanging(args: argparse.Namespace) -> int:
                     for p in producers
                     if p.txn_start_offset != NO_START and now_ms - p.last_timestamp > max_ms
                 )
-    hanging = _hanging(cluster, args.bootstrap_server, candidates)
+    hanging = _hanging(cluster, candidates)
     table = _table(
         "Topic",
         "Partition",
@@ -755,7 +709,7 @@ def _partitions_to_search(
 
 
 def _hanging(
-    cluster: Cluster, bootstrap: str, candidates: list[tuple[TopicPartition, Producer]]
+    cluster: Cluster, candidates: list[tuple[TopicPartition, Producer]]
 ) -> list[tuple[TopicPartition, Producer]]:
     """The candidates whose coordinator does not know their transaction on that partition."""
     if not candidates:
@@ -768,7 +722,7 @@ def _hanging(
     }
     partitions_of: dict[int, set[TopicPartition]] = {}
     for producer_id, transactional_id in transactional_ids.items():
-        _, description = describe_transaction(bootstrap, transactional_id)
+        _, description = describe_transaction(cluster.access, transactional_id)
         if description is not None:
             partitions_of[producer_id] = set(description.partitions)
     return [(key, p) for key, p in candidates if key not in partitions_of.get(p.producer_id, set())]

@@ -1,19 +1,22 @@
-"""Raw Kafka requests for the few admin operations confluent-kafka does not expose.
+"""The one way a tool sends a raw Kafka request itself, for what confluent-kafka does not expose.
 
-confluent-kafka's AdminClient has no OffsetDelete (librdkafka has it, the Python
-binding does not), so ``strom groups --delete-offsets`` sends it here: a blocking
-socket, FindCoordinator v1 to the first reachable bootstrap broker, then the
-request to the group's coordinator, over :class:`strom.wire_client.WireConnection`.
-Nor has it the partition reassignment requests: ``send`` takes any request to the
-first reachable bootstrap broker (which forwards admin requests to the controller).
-Over TLS and SASL when the tool's client properties (``--command-config``) say so
-(``strom.client_security``); any Kafka broker understands the requests.
+``send`` takes any request to the first reachable of a comma-separated list of brokers
+(the bootstrap servers, which forward admin requests to the controller, or one broker's
+own endpoint) over a blocking :class:`strom.wire_client.WireConnection`, and returns
+the response decoded by kio; ``send_for_frame`` returns the response frame's bytes for
+a caller that must read it itself. confluent-kafka's AdminClient has no OffsetDelete
+(librdkafka has it, the Python binding does not), so ``strom groups --delete-offsets``
+sends it here: FindCoordinator v1 through the bootstrap brokers, then the request to
+the group's coordinator. Over TLS and SASL when the tool's client properties
+(``--command-config``) say so (``strom.client_security``); a refused login or an
+unreachable broker is a ToolError (one line). Any Kafka broker understands the requests.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest
 from kio.schema.offset_delete.v0.request import (
@@ -27,7 +30,7 @@ from strom.client_security import ClientSecurity
 from strom.protocol.errors import ErrorCode
 from strom.wire_client import SaslLoginError, WireConnection, parse_address
 
-CLIENT_ID = "strom-groups"
+CLIENT_ID = "strom-tools"
 REQUEST_TIMEOUT_S = 15.0
 # Errors that mean "ask again, maybe elsewhere": the coordinator is loading or moved.
 RETRIABLE = {
@@ -36,6 +39,7 @@ RETRIABLE = {
     ErrorCode.not_coordinator,
 }
 RETRIES = 10
+T = TypeVar("T")
 
 
 def error_name(code: ErrorCode) -> str:
@@ -70,16 +74,39 @@ def _connect_bootstrap(bootstrap: str, security: ClientSecurity | None) -> WireC
     raise ToolError(f"cannot reach a broker at {bootstrap}: {last}")
 
 
-def send(bootstrap: str, request: Any, what: str, security: ClientSecurity | None = None) -> Any:
-    """``request`` to the first reachable bootstrap broker, its response; a connection
-    failure is a ToolError naming ``what`` was being done."""
+def _exchange(
+    bootstrap: str,
+    what: str,
+    security: ClientSecurity | None,
+    call: Callable[[WireConnection], T],
+) -> T:
     conn = _connect_bootstrap(bootstrap, security)
     try:
-        return conn.request(request)
+        return call(conn)
     except OSError as exc:
         raise ToolError(f"cannot {what}: {exc}") from None
     finally:
         conn.close()
+
+
+def send(bootstrap: str, request: Any, what: str, security: ClientSecurity | None = None) -> Any:
+    """``request`` to the first reachable of the ``bootstrap`` brokers, its response; a
+    connection failure is a ToolError naming ``what`` was being done."""
+    return _exchange(bootstrap, what, security, lambda conn: conn.request(request))
+
+
+def send_for_frame(
+    bootstrap: str, request: Any, what: str, security: ClientSecurity | None = None
+) -> bytes:
+    """As ``send``, but the response frame's bytes (correlation id first), for an answer
+    the caller reads itself."""
+
+    def frame(conn: WireConnection) -> bytes:
+        conn.send(request)
+        data, _ = conn.receive_frame()
+        return bytes(data)
+
+    return _exchange(bootstrap, what, security, frame)
 
 
 def _coordinator(bootstrap: str, group: str, security: ClientSecurity | None) -> WireConnection:
