@@ -19,8 +19,9 @@
 
 Current assignments come from Metadata through confluent-kafka; the reassignment requests
 go to a bootstrap broker as raw requests (strom.cli.wire), which forwards them to the
-active controller. A bad plan file is one line and exit code 2; a refused move prints its
-error and the tool exits 1.
+active controller. Both go over TLS and SASL as ``--command-config`` says (Kafka's tool
+has no ``--bootstrap-controller``, nor has this one). A bad plan file is one line and
+exit code 2; a refused move prints its error and the tool exits 1.
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ from strom.cli.common import (
     ToolError,
     add_bootstrap,
     check_reachable,
-    client_config,
     describe_error,
 )
+from strom.cli.properties_file import ClusterAccess, add_config_file_option, cluster_access
 from strom.protocol.errors import ErrorCode
 
 TIMEOUT = datetime.timedelta(seconds=30)
@@ -68,6 +69,7 @@ def add_parser(commands: Any) -> None:
         help="move partition replicas between brokers (like kafka-reassign-partitions.sh)",
     )
     add_bootstrap(parser)
+    add_config_file_option(parser, "--command-config", "admin client")
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--generate", action="store_true", help="propose a plan")
     action.add_argument("--execute", action="store_true", help="start the plan's moves")
@@ -88,24 +90,25 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     parser: argparse.ArgumentParser = args.parser
+    access = cluster_access(args)
     if args.list:
-        return _list(args.bootstrap_server)
+        return _list(access)
     if args.generate:
         if not args.topics_to_move_json_file or not args.broker_list:
             parser.error("--generate needs --topics-to-move-json-file and --broker-list")
         topics = _read_topics(parser, args.topics_to_move_json_file)
         brokers = _parse_brokers(parser, args.broker_list)
-        return _generate(args.bootstrap_server, topics, brokers)
+        return _generate(access, topics, brokers)
     if not args.reassignment_json_file:
         parser.error("--reassignment-json-file is required")
     plan = _read_plan(parser, args.reassignment_json_file)
     if args.throttle is not None and (not args.execute or args.throttle <= 0):
         parser.error("--throttle goes with --execute and takes a positive rate")
     if args.execute:
-        return _execute(args.bootstrap_server, plan, args.throttle)
+        return _execute(access, plan, args.throttle)
     if args.verify:
-        return _verify(args.bootstrap_server, plan)
-    return _cancel(args.bootstrap_server, plan)
+        return _verify(access, plan)
+    return _cancel(access, plan)
 
 
 # Plans ------------------------------------------------------------------------------
@@ -172,9 +175,9 @@ def plan_json(assignment: Assignment) -> str:
     return json.dumps({"version": 1, "partitions": partitions})
 
 
-def _current(bootstrap: str, topics: set[str]) -> Assignment:
-    admin = AdminClient(client_config(bootstrap))
-    metadata = check_reachable(admin, bootstrap)
+def _current(access: ClusterAccess, topics: set[str]) -> Assignment:
+    admin = AdminClient(access.client_config())
+    metadata = check_reachable(admin, access.bootstrap)
     missing = topics - set(metadata.topics)
     if missing:
         raise ToolError(f"unknown topic(s): {', '.join(sorted(missing))}")
@@ -188,8 +191,8 @@ def _current(bootstrap: str, topics: set[str]) -> Assignment:
 # Actions -----------------------------------------------------------------------------
 
 
-def _generate(bootstrap: str, topics: list[str], brokers: list[int]) -> int:
-    current = _current(bootstrap, set(topics))
+def _generate(access: ClusterAccess, topics: list[str], brokers: list[int]) -> int:
+    current = _current(access, set(topics))
     proposed: Assignment = {}
     start = 0
     for key in sorted(current):
@@ -209,7 +212,7 @@ def _generate(bootstrap: str, topics: list[str], brokers: list[int]) -> int:
     return 0
 
 
-def _alter(bootstrap: str, moves: dict[tuple[str, int], list[int] | None]) -> dict[Any, Any]:
+def _alter(access: ClusterAccess, moves: dict[tuple[str, int], list[int] | None]) -> dict[Any, Any]:
     by_topic: dict[str, list[alter_req.ReassignablePartition]] = {}
     for (topic, partition), replicas in sorted(moves.items()):
         by_topic.setdefault(topic, []).append(
@@ -225,7 +228,7 @@ def _alter(bootstrap: str, moves: dict[tuple[str, int], list[int] | None]) -> di
             for name, parts in by_topic.items()
         ),
     )
-    response = wire.send(bootstrap, request, "reassign partitions")
+    response = access.send(request, "reassign partitions")
     if response.error_code != ErrorCode.none:
         raise ToolError(
             f"reassignment refused: {wire.error_name(response.error_code)}"
@@ -249,10 +252,10 @@ def _report(results: dict[Any, Any], done: str) -> int:
     return EXIT_ERROR if failed else 0
 
 
-def _alter_configs(bootstrap: str, resources: list[ConfigResource]) -> None:
+def _alter_configs(access: ClusterAccess, resources: list[ConfigResource]) -> None:
     """IncrementalAlterConfigs of ``resources``: the topics in one call, each broker in
     its own (a broker's configs go to that broker; librdkafka sends one per call)."""
-    admin = AdminClient(client_config(bootstrap))
+    admin = AdminClient(access.client_config())
     topics = [r for r in resources if r.restype == ResourceType.TOPIC]
     calls = ([topics] if topics else []) + [[r] for r in resources if r not in topics]
     for call in calls:
@@ -265,7 +268,7 @@ def _alter_configs(bootstrap: str, resources: list[ConfigResource]) -> None:
                 ) from None
 
 
-def _set_throttle(bootstrap: str, current: Assignment, plan: Assignment, rate: int) -> None:
+def _set_throttle(access: ClusterAccess, current: Assignment, plan: Assignment, rate: int) -> None:
     leaders: dict[str, set[str]] = {}
     followers: dict[str, set[str]] = {}
     brokers: set[int] = set()
@@ -306,13 +309,13 @@ def _set_throttle(bootstrap: str, current: Assignment, plan: Assignment, rate: i
         )
         for broker in sorted(brokers)
     ]
-    _alter_configs(bootstrap, resources)
+    _alter_configs(access, resources)
     print(f"The inter-broker throttle limit was set to {rate} B/s")
 
 
-def _remove_throttle(bootstrap: str, topics: set[str]) -> None:
-    admin = AdminClient(client_config(bootstrap))
-    brokers = sorted(check_reachable(admin, bootstrap).brokers)
+def _remove_throttle(access: ClusterAccess, topics: set[str]) -> None:
+    admin = AdminClient(access.client_config())
+    brokers = sorted(check_reachable(admin, access.bootstrap).brokers)
     resources = [
         ConfigResource(
             ResourceType.TOPIC,
@@ -335,12 +338,12 @@ def _remove_throttle(bootstrap: str, topics: set[str]) -> None:
         )
         for broker in brokers
     ]
-    _alter_configs(bootstrap, resources)
+    _alter_configs(access, resources)
     print("Throttle was removed.")
 
 
-def _execute(bootstrap: str, plan: Assignment, throttle: int | None = None) -> int:
-    current = _current(bootstrap, {topic for topic, _ in plan})
+def _execute(access: ClusterAccess, plan: Assignment, throttle: int | None = None) -> int:
+    current = _current(access, {topic for topic, _ in plan})
     unknown = sorted(key for key in plan if key not in current)
     if unknown:
         raise ToolError(f"unknown partition(s): {', '.join(f'{t}-{p}' for t, p in unknown)}")
@@ -350,16 +353,16 @@ def _execute(bootstrap: str, plan: Assignment, throttle: int | None = None) -> i
     print()
     print("Save this to use as the --reassignment-json-file option during rollback")
     if throttle is not None:
-        _set_throttle(bootstrap, current, plan, throttle)
-    return _report(_alter(bootstrap, dict(plan)), "Successfully started partition reassignments")
+        _set_throttle(access, current, plan, throttle)
+    return _report(_alter(access, dict(plan)), "Successfully started partition reassignments")
 
 
-def _cancel(bootstrap: str, plan: Assignment) -> int:
-    results = _alter(bootstrap, {key: None for key in plan})
+def _cancel(access: ClusterAccess, plan: Assignment) -> int:
+    results = _alter(access, {key: None for key in plan})
     return _report(results, "Successfully cancelled partition reassignments")
 
 
-def _ongoing(bootstrap: str, keys: list[tuple[str, int]] | None) -> dict[Any, Any]:
+def _ongoing(access: ClusterAccess, keys: list[tuple[str, int]] | None) -> dict[Any, Any]:
     topics = None
     if keys is not None:
         grouped: dict[str, list[int]] = {}
@@ -370,7 +373,7 @@ def _ongoing(bootstrap: str, keys: list[tuple[str, int]] | None) -> dict[Any, An
             for name, parts in grouped.items()
         )
     request = list_req.ListPartitionReassignmentsRequest(timeout=TIMEOUT, topics=topics)
-    response = wire.send(bootstrap, request, "list partition reassignments")
+    response = access.send(request, "list partition reassignments")
     if response.error_code != ErrorCode.none:
         raise ToolError(f"cannot list reassignments: {wire.error_name(response.error_code)}")
     return {
@@ -384,9 +387,9 @@ def _ongoing(bootstrap: str, keys: list[tuple[str, int]] | None) -> dict[Any, An
     }
 
 
-def _verify(bootstrap: str, plan: Assignment) -> int:
-    ongoing = _ongoing(bootstrap, sorted(plan))
-    current = _current(bootstrap, {topic for topic, _ in plan})
+def _verify(access: ClusterAccess, plan: Assignment) -> int:
+    ongoing = _ongoing(access, sorted(plan))
+    current = _current(access, {topic for topic, _ in plan})
     print("Status of partition reassignment:")
     all_done = True
     for key in sorted(plan):
@@ -403,12 +406,12 @@ def _verify(bootstrap: str, plan: Assignment) -> int:
                 f"but replica set is {current.get(key)} rather than {plan[key]}."
             )
     if all_done:
-        _remove_throttle(bootstrap, {topic for topic, _ in plan})
+        _remove_throttle(access, {topic for topic, _ in plan})
     return 0 if all_done else EXIT_ERROR
 
 
-def _list(bootstrap: str) -> int:
-    ongoing = _ongoing(bootstrap, None)
+def _list(access: ClusterAccess) -> int:
+    ongoing = _ongoing(access, None)
     if not ongoing:
         print("No partition reassignments found.")
         return 0
