@@ -9,7 +9,7 @@ one AlterClientQuotas request (``--add-config producer_byte_rate=1048576,...`` s
 DescribeClientQuotas and prints one line per entity as kafka-configs.sh does (``Quota
 configs for user-principal 'alice' are producer_byte_rate=1048576.0``). Without a name,
 ``--describe`` lists every entity of the type. confluent-kafka has no client quota API,
-so the requests go over ``strom.cli.wire``.
+so the requests go over ``strom.cli.wire``, over TLS and SASL as ``--command-config`` says.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from kio.schema.describe_client_quotas.v1 import request as describe
 
 from strom.cli import wire
 from strom.cli.common import ToolError
+from strom.cli.properties_file import client_security
 from strom.protocol.errors import ErrorCode
 
 ENTITY_TYPES = {"users": "user", "clients": "client-id"}
@@ -117,7 +118,9 @@ def run(
         ops=ops,
     )
     request = alter.AlterClientQuotasRequest(entries=(entry,), validate_only=False)
-    response = wire.send(args.bootstrap_server, request, "alter client quotas")
+    response = wire.send(
+        args.bootstrap_server, request, "alter client quotas", client_security(args)
+    )
     label = _label(entity)
     for result in response.entries:
         if result.error_code != ErrorCode.none:
@@ -137,7 +140,9 @@ def _describe(args: argparse.Namespace, entity: dict[str, Any]) -> int:
         for kind, name in entity.items()
     )
     request = describe.DescribeClientQuotasRequest(components=components, strict=True)
-    response = wire.send(args.bootstrap_server, request, "describe client quotas")
+    response = wire.send(
+        args.bootstrap_server, request, "describe client quotas", client_security(args)
+    )
     if response.error_code != ErrorCode.none:
         reason = response.error_message or wire.error_name(response.error_code)
         raise ToolError(f"cannot describe client quotas: {reason}")

@@ -3,10 +3,11 @@ them: ``SCRAM-SHA-512=[iterations=8192,password=alice-secret]``.
 
 Owns reading those specs, ``strom configs --alter --entity-type users --entity-name alice
 --add-config 'SCRAM-SHA-512=[password=...]'`` (and ``--delete-config SCRAM-SHA-512``),
-sent as one AlterUserScramCredentials request (the client salts the password; the
-password itself never leaves this process), and the salted credentials ``strom storage
-format --add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]'`` writes for the
-cluster's first start. Quotas of the same users are ``client_quotas``.
+sent as one AlterUserScramCredentials request with the client properties of
+``--command-config`` (the client salts the password; the password itself never leaves
+this process), and the salted credentials ``strom storage format --add-scram
+'SCRAM-SHA-256=[name=alice,password=alice-secret]'`` writes for the cluster's first start.
+Quotas of the same users are ``client_quotas``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from confluent_kafka.admin import (
 )
 
 from strom.cli.common import ToolError, check_reachable, client_config, describe_error
+from strom.cli.properties_file import config_file_properties
 from strom.cluster.records import UserScramCredentialRecord
 from strom.security.sasl import SCRAM_MECHANISMS, new_credential
 
@@ -134,7 +136,7 @@ def run(
             )
     except ScramSpecError as exc:
         parser.error(str(exc))
-    admin = AdminClient(client_config(args.bootstrap_server))
+    admin = AdminClient(client_config(args.bootstrap_server, config_file_properties(args)))
     check_reachable(admin, args.bootstrap_server)
     futures = admin.alter_user_scram_credentials(alterations, request_timeout=REQUEST_TIMEOUT_S)
     for future in futures.values():
