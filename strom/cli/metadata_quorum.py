@@ -13,9 +13,10 @@ controller's listener (``--bootstrap-controller``) as one DescribeQuorum request
 55) for partition 0 of ``__cluster_metadata``, at the highest version both sides know
 (ApiVersions first); the cluster id comes from DescribeCluster (key 60) on the same
 endpoint, and is ``null`` where the endpoint does not serve that (as Kafka's tool
-would print an unknown id). Not covered: ``add-controller`` and ``remove-controller``,
-``--command-config``. A wrong argument is one line and exit 2; an unreachable endpoint
-or an error code in the answer is one line and exit 1.
+would print an unknown id). Either endpoint over TLS and SASL as ``--command-config``
+says. Not covered: ``add-controller`` and ``remove-controller``. A wrong argument is
+one line and exit 2; an unreachable endpoint or an error code in the answer is one line
+and exit 1.
 """
 
 from __future__ import annotations
