@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import socket
 import ssl
 import struct
@@ -23,6 +24,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import TopicPartition as AioTopicPartition
-from broker_process import BrokerProcess
+from broker_process import BrokerProcess, with_controller_listener
 from cli_helpers import ok, one_line_error, strom, tool
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -888,6 +890,39 @@ def test_a_tool_without_security_settings_says_what_the_broker_wants(
         assert "may want SASL or TLS" in line, line
 
 
+# The tools on a secured cluster ------------------------------------------------------
+
+JAVA_LOGIN_MODULES = {"PLAIN": "plain.PlainLoginModule", "SCRAM": "scram.ScramLoginModule"}
+
+
+def java_client_file(
+    path: Path, mechanism: str, user: str, password: str, ca: Path | None = None
+) -> str:
+    """A client file as Kafka's tools take it: the Java client's names, the JAAS text over
+    two lines; SASL_SSL with a PEM truststore given ``ca``, else SASL_PLAINTEXT."""
+    module = JAVA_LOGIN_MODULES[mechanism.split("-")[0]]
+    tls = f"ssl.truststore.location={ca}\nssl.truststore.type=PEM\n" if ca else ""
+    path.write_text(
+        f"security.protocol={'SASL_SSL' if ca else 'SASL_PLAINTEXT'}\n"
+        f"sasl.mechanism={mechanism}\n"
+        f"sasl.jaas.config=org.apache.kafka.common.security.{module} required \\\n"
+        f'    username="{user}" password="{password}";\n{tls}'
+    )
+    return str(path)
+
+
+def librdkafka_client_file(path: Path, ca: Path, mechanism: str, user: str, password: str) -> str:
+    """The same settings for SASL_SSL in librdkafka's names."""
+    path.write_text(
+        "security.protocol=SASL_SSL\n"
+        f"sasl.mechanism={mechanism}\n"
+        f"sasl.username={user}\n"
+        f"sasl.password={password}\n"
+        f"ssl.ca.location={ca}\n"
+    )
+    return str(path)
+
+
 @pytest.mark.parametrize("login", ["PLAIN", "SCRAM-SHA-512"])
 def test_admin_tools_on_sasl_ssl_with_a_java_client_file(
     secure: SecureBroker, login: str, tmp_path: Path
@@ -899,23 +934,11 @@ def test_admin_tools_on_sasl_ssl_with_a_java_client_file(
     wrong password is one line."""
     from cli_helpers import ok, one_line_error, strom
 
-    module, user, password = (
-        ("plain.PlainLoginModule", "admin", "admin-secret")
-        if login == "PLAIN"
-        else ("scram.ScramLoginModule", SCRAM_USER, SCRAM_PASSWORD)
-    )
+    user, password = ("admin", "admin-secret") if login == "PLAIN" else (SCRAM_USER, SCRAM_PASSWORD)
 
     def client_file(secret: str) -> str:
         path = tmp_path / f"client-{secret}.properties"
-        path.write_text(
-            "security.protocol=SASL_SSL\n"
-            f"sasl.mechanism={login}\n"
-            f"sasl.jaas.config=org.apache.kafka.common.security.{module} required \\\n"
-            f'    username="{user}" password="{secret}";\n'
-            f"ssl.truststore.location={secure.ca.cert}\n"
-            "ssl.truststore.type=PEM\n"
-        )
-        return str(path)
+        return java_client_file(path, login, user, secret, secure.ca.cert)
 
     bootstrap = secure.address("SASL_SSL")
     good = client_file(password)
@@ -937,3 +960,139 @@ def test_admin_tools_on_sasl_ssl_with_a_java_client_file(
     )
     assert line.startswith(f"strom acls: cannot log in to {bootstrap}: "), line
     assert "Authentication failed" in line or "authentication" in line.lower(), line
+
+
+def test_tools_sending_their_own_requests_on_sasl_ssl(secure: SecureBroker, tmp_path: Path) -> None:
+    """`strom reassign-partitions`, `strom transactions` and the client quota and SCRAM
+    forms of `strom configs` take --command-config and work against the SASL_SSL listener
+    with a Java-style file (PLAIN) and a librdkafka-style one (SCRAM-SHA-512): their own
+    requests and their confluent-kafka clients over TLS and SASL. A file that cannot be
+    used is one line and exit code 2."""
+    java = java_client_file(
+        tmp_path / "java.properties", "PLAIN", "admin", "admin-secret", secure.ca.cert
+    )
+    librdkafka = librdkafka_client_file(
+        tmp_path / "librdkafka.properties",
+        secure.ca.cert,
+        "SCRAM-SHA-512",
+        SCRAM_USER,
+        SCRAM_PASSWORD,
+    )
+    unusable = tmp_path / "jks.properties"
+    unusable.write_text("security.protocol=SSL\nssl.truststore.location=/etc/ca.jks\n")
+    topic = new_topic(secure)
+    admin = AdminClient({"bootstrap.servers": secure.process.bootstrap})
+    (node,) = admin.list_topics(timeout=10).brokers
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [node]}]}
+        )
+    )
+    transactional_id = f"tx-{topic}"
+    producer = Producer(
+        {"bootstrap.servers": secure.process.bootstrap, "transactional.id": transactional_id}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"open")
+    assert producer.flush(10) == 0
+
+    def run(config: str, *args: str) -> subprocess.CompletedProcess:
+        return strom(
+            *args, "--bootstrap-server", secure.address("SASL_SSL"), "--command-config", config
+        )
+
+    reassign = ("reassign-partitions", "--reassignment-json-file", str(plan))
+    quota_user = ("configs", "--entity-type", "users", "--entity-name", "quota-user")
+    # Chains of runs, each in order, side by side with the others.
+    chains: list[list[tuple[str, ...]]] = [
+        [(java, *reassign, "--execute", "--throttle", "1000000"),
+         (librdkafka, *reassign, "--verify")],
+        [(librdkafka, *quota_user, "--alter", "--add-config", "producer_byte_rate=1024"),
+         (java, *quota_user, "--describe")],
+        [(librdkafka, "configs", "--alter", "--entity-type", "users", "--entity-name", "gina",
+          "--add-config", "SCRAM-SHA-256=[password=gina-secret]")],
+        [(librdkafka, "reassign-partitions", "--list")],
+        [(java, "transactions", "describe", "--transactional-id", transactional_id,
+          "--output", "json")],
+        [(librdkafka, "transactions", "list", "--output", "json")],
+        [(java, "transactions", "describe-producers", "--topic", topic, "--partition", "0",
+          "--output", "json")],
+        [(str(tmp_path / "missing.properties"), "reassign-partitions", "--list")],
+        [(str(unusable), "transactions", "list")],
+    ]  # fmt: skip
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda chain: [run(*step) for step in chain], chains))
+    producer.abort_transaction(10)
+    (execute, verify), (alter, quotas), (scram,), (listed,), *rest = results
+    (described,), (transactions,), (producers,), (missing,), (refused,) = rest
+    assert "The inter-broker throttle limit was set to 1000000 B/s" in ok(execute).stdout
+    assert "Successfully started partition reassignments" in execute.stdout
+    assert f"Reassignment of partition {topic}-0 is completed." in ok(verify).stdout
+    assert "Throttle was removed." in verify.stdout
+    assert ok(listed).stdout.strip() == "No partition reassignments found."
+    assert "user-principal 'quota-user'" in ok(alter).stdout
+    assert ok(quotas).stdout.strip() == (
+        "Quota configs for user-principal 'quota-user' are producer_byte_rate=1024.0"
+    )
+    ok(scram)
+    login = scram_login(secure.ports["SASL_PLAINTEXT"], SCRAM_SHA_256, "gina", "gina-secret")
+    assert login.error_code == ErrorCode.none
+    (transaction,) = json.loads(ok(described).stdout)
+    assert (transaction["transactional_id"], transaction["transaction_state"]) == (
+        transactional_id,
+        "Ongoing",
+    )
+    assert transaction["topic_partitions"] == f"{topic}-0"
+    listing = [
+        t for t in json.loads(ok(transactions).stdout) if t["transactional_id"] == transactional_id
+    ]
+    assert [(t["producer_id"], t["transaction_state"]) for t in listing] == [
+        (transaction["producer_id"], "Ongoing")
+    ]
+    (state,) = json.loads(ok(producers).stdout)
+    assert (state["producer_id"], state["current_transaction_start_offset"]) == (
+        transaction["producer_id"],
+        0,
+    )
+    assert "missing.properties" in one_line_error(missing, 2)
+    assert "ssl.truststore.type=JKS" in one_line_error(refused, 2)
+
+
+def test_metadata_quorum_at_a_sasl_controller_listener(tmp_path: Path) -> None:
+    """`strom metadata-quorum --bootstrap-controller` with a Java-style client file logs in
+    to a controller listener that wants SASL PLAIN; without the file, or with a wrong
+    password, it is one line and exit code 1."""
+    process = BrokerProcess(tmp_path / "data")
+    with_controller_listener(process)
+    process.overrides.update(
+        {
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": PLAIN_JAAS,
+        }
+    )
+    files = [
+        java_client_file(tmp_path / f"{name}.properties", "PLAIN", "admin", secret)
+        for name, secret in (("good", "admin-secret"), ("bad", "wrong"))
+    ]
+    process.start()
+    try:
+        controller = f"127.0.0.1:{process.ports['CONTROLLER']}"
+        runs = [["--command-config", files[0]], [], ["--command-config", files[1]]]
+        with ThreadPoolExecutor(3) as pool:
+            status, unauthenticated, refused = pool.map(
+                lambda extra: strom(
+                    "metadata-quorum", "--bootstrap-controller", controller, *extra,
+                    "describe", "--status",
+                ),
+                runs,
+            )  # fmt: skip
+    finally:
+        process.stop()
+    assert "LeaderId:               1" in ok(status).stdout
+    assert controller in one_line_error(unauthenticated, 1)
+    line = one_line_error(refused, 1)
+    assert "SASL login" in line and "refused" in line, line
