@@ -1,0 +1,219 @@
+"""The connector API in Python, shaped as Kafka Connect's: ``SourceConnector`` and
+``SinkConnector`` (a connector declares its settings as a ``config_def.ConfigDef``, which
+``/config/validate`` reads, and splits its work into ``task_configs(max_tasks)``),
+``SourceTask`` (``poll()`` returns ``SourceRecord``s, each with its source partition and
+offset) and ``SinkTask`` (``put()`` takes ``SinkRecord``s, ``flush()`` makes them durable
+before their offsets are committed), and the contexts the runtime gives them.
+
+Source partitions and offsets are JSON-able maps, as in Kafka (``{"filename": ...}``,
+``{"position": 123}``); they are stored in the offsets topic under the connector's name.
+Kafka's Java method names become Python's (``taskConfigs`` is ``task_configs``).
+
+Does not own running tasks (``runtime``), data conversion (``converters``) or which
+class a name means (``plugins``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from strom.connect.config_def import ConfigDef, ConfigValue
+from strom.connect.data import Schema
+
+SourcePartition = Mapping[str, Any]
+SourceOffset = Mapping[str, Any]
+
+
+@functools.cache
+def strom_version() -> str:
+    """The installed Strom's version: every built-in plugin's version."""
+    try:
+        return importlib.metadata.version("strom")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class ConnectException(Exception):
+    """A connector's or task's failure; the worker reports it as FAILED with its trace."""
+
+
+class ConnectorContext:
+    """What a running connector may ask of the worker."""
+
+    def request_task_reconfiguration(self) -> None:
+        """Ask for ``task_configs`` again (the connector's input changed)."""
+
+    def raise_error(self, error: Exception) -> None:
+        """Fail the connector with ``error``."""
+
+
+class Connector(ABC):
+    """A connector instance: configured once, it divides its work into task configs."""
+
+    CONFIG_DEF = ConfigDef()
+
+    def initialize(self, context: ConnectorContext) -> None:
+        self.context = context
+
+    def version(self) -> str:
+        return strom_version()
+
+    def config(self) -> ConfigDef:
+        """The settings this connector declares (read by ``/config/validate``)."""
+        return self.CONFIG_DEF
+
+    def validate(self, props: Mapping[str, str]) -> dict[str, ConfigValue]:
+        """Each declared setting's value and errors; override for checks across keys."""
+        return self.config().validate_all(props)
+
+    @abstractmethod
+    def start(self, props: dict[str, str]) -> None:
+        """Start with the connector's settings (already validated)."""
+
+    @abstractmethod
+    def task_class(self) -> type[Task]:
+        """The task class this connector's tasks run."""
+
+    @abstractmethod
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        """At most ``max_tasks`` task configs, one per task to run."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Release what ``start`` took."""
+
+
+class SourceConnector(Connector):
+    def alter_offsets(
+        self, config: Mapping[str, str], offsets: Mapping[str, tuple[SourcePartition, Any]]
+    ) -> bool:
+        """Check (and apply externally) offsets a user alters with the REST API
+        (``{partition key: (partition, offset or None)}``); raise ConnectException to
+        refuse them. True when the connector manages no offsets elsewhere."""
+        return False
+
+
+class SinkConnector(Connector):
+    def alter_offsets(
+        self, config: Mapping[str, str], offsets: Mapping[tuple[str, int], int | None]
+    ) -> bool:
+        """As ``SourceConnector.alter_offsets``, with ``{(topic, partition): offset}``."""
+        return False
+
+
+class Task(ABC):
+    def version(self) -> str:
+        return strom_version()
+
+    @abstractmethod
+    def start(self, props: dict[str, str]) -> None:
+        """Start with the task's config (one of the connector's ``task_configs``)."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop; called from another thread while ``poll``/``put`` may be running."""
+
+
+@dataclass
+class SourceRecord:
+    source_partition: SourcePartition | None
+    source_offset: SourceOffset | None
+    topic: str
+    kafka_partition: int | None = None
+    key_schema: Schema | None = None
+    key: Any = None
+    value_schema: Schema | None = None
+    value: Any = None
+    timestamp: int | None = None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+@dataclass
+class SinkRecord:
+    topic: str
+    kafka_partition: int
+    key_schema: Schema | None
+    key: Any
+    value_schema: Schema | None
+    value: Any
+    kafka_offset: int
+    timestamp: int | None = None
+    timestamp_type: str = "CreateTime"
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+class OffsetStorageReader(ABC):
+    """A source task's committed offsets, by source partition."""
+
+    @abstractmethod
+    def offset(self, partition: SourcePartition) -> dict[str, Any] | None: ...
+
+    def offsets(self, partitions: list[SourcePartition]) -> list[dict[str, Any] | None]:
+        return [self.offset(partition) for partition in partitions]
+
+
+@dataclass
+class SourceTaskContext:
+    task_config: dict[str, str]
+    offset_storage_reader: OffsetStorageReader
+
+    def configs(self) -> dict[str, str]:
+        return self.task_config
+
+
+@dataclass
+class SinkTaskContext:
+    task_config: dict[str, str]
+    # Offsets the task asks to rewind to, (topic, partition) -> offset; the runtime seeks.
+    rewinds: dict[tuple[str, int], int] = field(default_factory=dict)
+    commit_requested: bool = False
+
+    def configs(self) -> dict[str, str]:
+        return self.task_config
+
+    def offset(self, topic: str, partition: int, offset: int) -> None:
+        self.rewinds[(topic, partition)] = offset
+
+    def request_commit(self) -> None:
+        self.commit_requested = True
+
+
+class SourceTask(Task):
+    def initialize(self, context: SourceTaskContext) -> None:
+        self.context = context
+
+    @abstractmethod
+    def poll(self) -> list[SourceRecord] | None:
+        """Records read since the last call; None or [] when none (return within about
+        a second, so that pause and stop are seen)."""
+
+    def commit(self) -> None:
+        """The offsets of the records polled so far are committed."""
+
+
+class SinkTask(Task):
+    def initialize(self, context: SinkTaskContext) -> None:
+        self.context = context
+
+    @abstractmethod
+    def put(self, records: list[SinkRecord]) -> None:
+        """Write (or buffer) records."""
+
+    def flush(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Make everything ``put`` so far durable: its offsets are committed next."""
+
+    def pre_commit(self, offsets: Mapping[tuple[str, int], int]) -> Mapping[tuple[str, int], int]:
+        """The offsets (next to read) that may be committed; flushes by default."""
+        self.flush(offsets)
+        return offsets
+
+    def open(self, partitions: list[tuple[str, int]]) -> None:
+        """Partitions assigned to this task."""
+
+    def close(self, partitions: list[tuple[str, int]]) -> None:
+        """Partitions taken from this task."""

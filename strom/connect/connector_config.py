@@ -1,0 +1,548 @@
+"""The settings every connector has (Kafka's ConnectorConfig, SourceConnectorConfig and
+SinkConnectorConfig), the validation of a connector's whole config as
+``/connector-plugins/{plugin}/config/validate`` reports it (Kafka's ConfigInfos JSON:
+``name``, ``error_count``, ``groups``, and per key its ``definition`` and ``value`` with
+every error), and the converters a connector's tasks use.
+
+Common keys: ``name``, ``connector.class``, ``tasks.max`` (1), ``tasks.max.enforce``,
+``key.converter``, ``value.converter``, ``header.converter``, ``config.action.reload``,
+``transforms``, ``predicates``, ``errors.*``; sinks add ``topics`` / ``topics.regex``
+(exactly one of them) and ``errors.deadletterqueue.*``; sources ``exactly.once.support``,
+``transaction.boundary``, ``offsets.storage.topic``. A connector's converter is its own
+``key.converter`` with its ``key.converter.*`` settings when it names one, else the
+worker's, as in Kafka. ``producer.override.*``, ``consumer.override.*`` and
+``admin.override.*`` go to the task's clients.
+
+What Strom does not serve yet is refused by validation, naming the key, never accepted
+and ignored: transforms and predicates, ``errors.tolerance=all``, retries
+(``errors.retry.timeout``), a dead letter queue, header converters, ``topic.creation.*``,
+and ``exactly.once.support=required`` (Kafka's own message for a worker without
+exactly-once source support).
+
+Does not own the plugins' own keys (each connector's ``CONFIG_DEF``) or the worker's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from strom.config import ConfigError
+from strom.connect import config_def as cd
+from strom.connect.api import Connector
+from strom.connect.converters import Converter
+from strom.connect.plugins import SINK, SOURCE, Plugin, PluginNotFound, Plugins
+
+COMMON = "Common"
+TRANSFORMS = "Transforms"
+PREDICATES = "Predicates"
+ERRORS = "Error Handling"
+EXACTLY_ONCE = "Exactly Once Support"
+CONVERTER_SIDES = ("key", "value")
+CLIENT_OVERRIDE_PREFIXES = {
+    "producer": "producer.override.",
+    "consumer": "consumer.override.",
+    "admin": "admin.override.",
+}
+NOT_SERVED = "not served by Strom yet"
+
+
+def _control_free_name(name: str, value: Any) -> None:
+    """Kafka's NonEmptyStringWithoutControlChars."""
+    if value is None or not str(value):
+        raise cd.invalid(name, value, "String may not be empty")
+    controls = [c for c in str(value) if ord(c) < 32 or ord(c) == 127]
+    if controls:
+        codes = ", ".join(str(ord(c)) for c in controls)
+        raise cd.invalid(
+            name,
+            value,
+            f"String may not contain control sequences but had the following ASCII chars: {codes}",
+        )
+
+
+def _only(served: Any, why: str) -> Any:
+    """A check refusing every value but ``served`` (what Strom does)."""
+
+    def check(name: str, value: Any) -> None:
+        if value not in (served, None):
+            raise cd.invalid(name, value if not isinstance(value, list) else ",".join(value), why)
+
+    return check
+
+
+def _common_keys() -> list[cd.ConfigKey]:
+    def common(order: int, key: cd.ConfigKey) -> cd.ConfigKey:
+        return replace(key, group=COMMON, order_in_group=order)
+
+    return [
+        common(
+            1,
+            cd.ConfigKey(
+                "name",
+                cd.STRING,
+                cd.REQUIRED,
+                cd.HIGH,
+                "Globally unique name to use for this connector.",
+                width="MEDIUM",
+                display_name="Connector name",
+                check=_control_free_name,
+            ),
+        ),
+        common(
+            2,
+            cd.ConfigKey(
+                "connector.class",
+                cd.STRING,
+                cd.REQUIRED,
+                cd.HIGH,
+                "Name or alias of the class for this connector.",
+                width="LONG",
+                display_name="Connector class",
+            ),
+        ),
+        common(
+            3,
+            cd.ConfigKey(
+                "tasks.max",
+                cd.INT,
+                1,
+                cd.HIGH,
+                "Maximum number of tasks to use for this connector.",
+                width="SHORT",
+                display_name="Tasks max",
+                check=cd.at_least(1),
+            ),
+        ),
+        common(
+            4,
+            cd.ConfigKey(
+                "tasks.max.enforce",
+                cd.BOOLEAN,
+                True,
+                cd.LOW,
+                "Whether a connector generating more task configs than tasks.max fails.",
+                display_name="Enforce tasks max",
+            ),
+        ),
+        common(
+            5,
+            cd.ConfigKey(
+                "key.converter",
+                cd.CLASS,
+                None,
+                cd.LOW,
+                "Converter class for the keys of this connector's records; the worker's "
+                "key.converter when unset.",
+                width="SHORT",
+                display_name="Key converter class",
+            ),
+        ),
+        common(
+            6,
+            cd.ConfigKey(
+                "value.converter",
+                cd.CLASS,
+                None,
+                cd.LOW,
+                "Converter class for the values of this connector's records; the worker's "
+                "value.converter when unset.",
+                width="SHORT",
+                display_name="Value converter class",
+            ),
+        ),
+        common(
+            7,
+            cd.ConfigKey(
+                "header.converter",
+                cd.CLASS,
+                None,
+                cd.LOW,
+                "HeaderConverter class (headers pass as bytes in Strom; none is served yet).",
+                width="SHORT",
+                display_name="Header converter class",
+                check=_only(None, f"header converters are {NOT_SERVED}"),
+            ),
+        ),
+        common(
+            8,
+            cd.ConfigKey(
+                "config.action.reload",
+                cd.STRING,
+                "restart",
+                cd.LOW,
+                "What to do when configuration providers change a value: none or restart.",
+                width="MEDIUM",
+                display_name="Reload Action",
+                check=cd.one_of("none", "restart", case_sensitive=False),
+            ),
+        ),
+        cd.ConfigKey(
+            "transforms",
+            cd.LIST,
+            "",
+            cd.LOW,
+            "Aliases for the transformations to be applied to records.",
+            group=TRANSFORMS,
+            order_in_group=1,
+            width="LONG",
+            display_name="Transforms",
+            check=_only([], f"single message transforms are {NOT_SERVED}"),
+        ),
+        cd.ConfigKey(
+            "predicates",
+            cd.LIST,
+            "",
+            cd.LOW,
+            "Aliases for the predicates used by transformations.",
+            group=PREDICATES,
+            order_in_group=1,
+            width="LONG",
+            display_name="Predicates",
+            check=_only([], f"predicates are {NOT_SERVED}"),
+        ),
+        cd.ConfigKey(
+            "errors.retry.timeout",
+            cd.LONG,
+            0,
+            cd.MEDIUM,
+            "The maximum duration in milliseconds that a failed operation will be "
+            "reattempted; 0, no retries, is what Strom serves.",
+            group=ERRORS,
+            order_in_group=1,
+            width="MEDIUM",
+            display_name="Retry Timeout for Errors",
+            check=_only(0, f"retries are {NOT_SERVED}: a failure fails the task"),
+        ),
+        cd.ConfigKey(
+            "errors.retry.delay.max.ms",
+            cd.LONG,
+            60000,
+            cd.MEDIUM,
+            "The maximum duration in milliseconds between consecutive retry attempts.",
+            group=ERRORS,
+            order_in_group=2,
+            width="MEDIUM",
+            display_name="Maximum Delay Between Retries for Errors",
+        ),
+        cd.ConfigKey(
+            "errors.tolerance",
+            cd.STRING,
+            "none",
+            cd.MEDIUM,
+            "Behavior for tolerating errors during connector operation: none (a failure "
+            "fails the task) is what Strom serves.",
+            group=ERRORS,
+            order_in_group=3,
+            width="SHORT",
+            display_name="Error Tolerance",
+            check=_only("none", f"errors.tolerance=all is {NOT_SERVED}"),
+        ),
+        cd.ConfigKey(
+            "errors.log.enable",
+            cd.BOOLEAN,
+            False,
+            cd.MEDIUM,
+            "Log each failed operation with the task's failure.",
+            group=ERRORS,
+            order_in_group=4,
+            width="SHORT",
+            display_name="Log Errors",
+        ),
+        cd.ConfigKey(
+            "errors.log.include.messages",
+            cd.BOOLEAN,
+            False,
+            cd.MEDIUM,
+            "Whether to include the record that led to a failure in the log.",
+            group=ERRORS,
+            order_in_group=5,
+            width="SHORT",
+            display_name="Log Error Details",
+        ),
+    ]
+
+
+def _sink_keys() -> list[cd.ConfigKey]:
+    return [
+        cd.ConfigKey(
+            "topics",
+            cd.LIST,
+            "",
+            cd.HIGH,
+            "List of topics to consume, separated by commas",
+            group=COMMON,
+            order_in_group=4,
+            width="LONG",
+            display_name="Topics",
+        ),
+        cd.ConfigKey(
+            "topics.regex",
+            cd.STRING,
+            "",
+            cd.HIGH,
+            "Regular expression giving topics to consume. Only one of topics or topics.regex "
+            "should be specified.",
+            group=COMMON,
+            order_in_group=4,
+            width="LONG",
+            display_name="Topics regex",
+            check=_regex,
+        ),
+        cd.ConfigKey(
+            "errors.deadletterqueue.topic.name",
+            cd.STRING,
+            "",
+            cd.MEDIUM,
+            "The name of the topic to be used as the dead letter queue (DLQ).",
+            group=ERRORS,
+            order_in_group=6,
+            width="MEDIUM",
+            display_name="Dead Letter Queue Topic Name",
+            check=_only("", f"a dead letter queue is {NOT_SERVED}"),
+        ),
+        cd.ConfigKey(
+            "errors.deadletterqueue.topic.replication.factor",
+            cd.SHORT,
+            3,
+            cd.MEDIUM,
+            "Replication factor used to create the dead letter queue topic.",
+            group=ERRORS,
+            order_in_group=7,
+            width="MEDIUM",
+            display_name="Dead Letter Queue Topic Replication Factor",
+        ),
+        cd.ConfigKey(
+            "errors.deadletterqueue.context.headers.enable",
+            cd.BOOLEAN,
+            False,
+            cd.MEDIUM,
+            "If true, add headers containing error context to the messages written to the "
+            "dead letter queue.",
+            group=ERRORS,
+            order_in_group=8,
+            width="MEDIUM",
+            display_name="Enable Error Context Headers",
+        ),
+    ]
+
+
+def _source_keys() -> list[cd.ConfigKey]:
+    return [
+        cd.ConfigKey(
+            "exactly.once.support",
+            cd.STRING,
+            "requested",
+            cd.MEDIUM,
+            "Whether exactly-once support is required of the connector: requested or required.",
+            group=EXACTLY_ONCE,
+            order_in_group=1,
+            width="SHORT",
+            display_name="Exactly once support",
+            check=_exactly_once,
+        ),
+        cd.ConfigKey(
+            "transaction.boundary",
+            cd.STRING,
+            "poll",
+            cd.MEDIUM,
+            "How transactions are defined for exactly-once source support: poll, interval "
+            "or connector.",
+            group=EXACTLY_ONCE,
+            order_in_group=2,
+            width="SHORT",
+            display_name="Transaction Boundary",
+            check=cd.one_of("poll", "interval", "connector", case_sensitive=False),
+        ),
+        cd.ConfigKey(
+            "offsets.storage.topic",
+            cd.STRING,
+            None,
+            cd.LOW,
+            "A separate offsets topic for this connector; Strom keeps every connector's "
+            "offsets in the worker's offset store.",
+            group=EXACTLY_ONCE,
+            order_in_group=4,
+            width="LONG",
+            display_name="Offsets topic",
+            check=_only(None, f"a connector's own offsets topic is {NOT_SERVED}"),
+        ),
+    ]
+
+
+def _regex(name: str, value: Any) -> None:
+    if value:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise cd.invalid(name, value, f"not a valid regular expression: {exc}") from None
+
+
+def _exactly_once(name: str, value: Any) -> None:
+    cd.one_of("requested", "required", case_sensitive=False)(name, value)
+    if value is not None and value.lower() == "required":
+        raise cd.invalid(
+            name, value, "This worker does not have exactly-once source support enabled."
+        )
+
+
+COMMON_DEF = cd.ConfigDef(_common_keys())
+SOURCE_DEF = COMMON_DEF.merged(cd.ConfigDef(_source_keys()))
+SINK_DEF = COMMON_DEF.merged(cd.ConfigDef(_sink_keys()))
+
+
+class InvalidConnectorConfig(ValueError):
+    """A connector config that cannot run; the message is Kafka's (a 400 answer)."""
+
+
+def connector_plugin(props: Mapping[str, str], plugins: Plugins) -> Plugin:
+    """The connector plugin a config names; InvalidConnectorConfig when none or unknown."""
+    name = props.get("connector.class")
+    if name is None:
+        raise InvalidConnectorConfig(f"Connector config {dict(props)} contains no connector type")
+    try:
+        return plugins.connector(name)
+    except PluginNotFound as exc:
+        raise InvalidConnectorConfig(str(exc)) from None
+
+
+def connector_def(plugin: Plugin) -> cd.ConfigDef:
+    return SOURCE_DEF if plugin.kind == SOURCE else SINK_DEF
+
+
+def validate(props: Mapping[str, str], plugins: Plugins) -> dict[str, Any]:
+    """Kafka's ConfigInfos of ``props``: every key's definition and value, every error."""
+    plugin = connector_plugin(props, plugins)
+    framework = connector_def(plugin)
+    values = framework.validate_all(props)
+    if plugin.kind == SINK:
+        _check_sink_topics(props, values)
+    for side in CONVERTER_SIDES:
+        _check_converter_class(props, f"{side}.converter", plugins, values)
+    connector: Connector = plugin.cls()
+    own = connector.config()
+    values.update(connector.validate(props))
+    keys = {**framework.keys, **own.keys}
+    groups = [*framework.groups, *(g for g in own.groups if g not in framework.groups)]
+    configs = [
+        {"definition": key.info(), "value": values[name].info(key.type)}
+        for name, key in keys.items()
+        if name in values
+    ]
+    configs += _converter_settings(props, plugins)
+    _check_unserved_prefixes(props, configs)
+    error_count = sum(len(c["value"]["errors"]) for c in configs)
+    return {
+        "name": props["connector.class"],
+        "error_count": error_count,
+        "groups": groups,
+        "configs": configs,
+    }
+
+
+def _check_sink_topics(props: Mapping[str, str], values: dict[str, cd.ConfigValue]) -> None:
+    topics = [t.strip() for t in (props.get("topics") or "").split(",") if t.strip()]
+    regex = (props.get("topics.regex") or "").strip()
+    if topics and regex:
+        message = "topics and topics.regex are mutually exclusive options, but both are set."
+    elif not topics and not regex:
+        message = "Must configure one of topics or topics.regex"
+    else:
+        return
+    for key in ("topics", "topics.regex"):
+        values[key].errors.append(message)
+
+
+def _check_converter_class(
+    props: Mapping[str, str], key: str, plugins: Plugins, values: dict[str, cd.ConfigValue]
+) -> None:
+    name = props.get(key)
+    if name and plugins.find(name, ("converter",)) is None:
+        values[key].errors.append(str(cd.invalid(key, name, f"Class {name} could not be found.")))
+
+
+def _converter_settings(props: Mapping[str, str], plugins: Plugins) -> list[dict[str, Any]]:
+    """The ConfigInfos of the converters the connector names, their keys prefixed."""
+    configs: list[dict[str, Any]] = []
+    for side in CONVERTER_SIDES:
+        prefix = f"{side}.converter."
+        plugin = plugins.find(props.get(f"{side}.converter") or "", ("converter",))
+        if plugin is None:
+            continue
+        own = {k[len(prefix) :]: v for k, v in props.items() if k.startswith(prefix)}
+        converter_def: cd.ConfigDef = plugin.cls.CONFIG_DEF
+        for name, result in converter_def.validate_all(own).items():
+            key = converter_def.keys[name]
+            if name == "converter.type":
+                continue  # the worker sets it
+            definition = key.info() | {"name": prefix + name}
+            value = result.info(key.type) | {"name": prefix + name}
+            configs.append({"definition": definition, "value": value})
+    return configs
+
+
+def _check_unserved_prefixes(props: Mapping[str, str], configs: list[dict[str, Any]]) -> None:
+    """``topic.creation.*`` keys: refused in the value of the key that carries each."""
+    for key in sorted(k for k in props if k.startswith("topic.creation.")):
+        error = str(
+            cd.invalid(
+                key,
+                props[key],
+                f"topic creation by the connector is {NOT_SERVED}: create the topic first, or "
+                "let the broker create it (auto.create.topics.enable)",
+            )
+        )
+        definition = cd.ConfigKey(key, cd.STRING, None, cd.LOW).info()
+        value = cd.ConfigValue(key, props[key], [error]).info()
+        configs.append({"definition": definition, "value": value})
+
+
+def errors_of(infos: Mapping[str, Any]) -> list[str]:
+    return [error for config in infos["configs"] for error in config["value"]["errors"]]
+
+
+def invalid_config_message(infos: Mapping[str, Any]) -> str:
+    """Kafka's answer to a create or update with errors."""
+    errors = errors_of(infos)
+    return (
+        f"Connector configuration is invalid and contains the following {len(errors)} "
+        "error(s):\n"
+        + "\n".join(errors)
+        + "\nYou can also find the above list of errors at the endpoint "
+        "`/connector-plugins/{connectorType}/config/validate`"
+    )
+
+
+def make_converter(
+    side: str,
+    connector_props: Mapping[str, str],
+    worker_props: Mapping[str, str],
+    plugins: Plugins,
+) -> Converter:
+    """The ``side`` ("key" or "value") converter of a connector's tasks: the connector's own
+    class and settings when it names one, else the worker's."""
+    key = f"{side}.converter"
+    props = connector_props if connector_props.get(key) else worker_props
+    prefix = key + "."
+    plugin = plugins.converter(props[key])
+    settings = {k[len(prefix) :]: v for k, v in props.items() if k.startswith(prefix)}
+    settings["converter.type"] = side
+    converter: Converter = plugin.cls()
+    converter.configure(settings, is_key=side == "key")
+    return converter
+
+
+def client_overrides(props: Mapping[str, str], client: str) -> dict[str, str]:
+    """The connector's ``<client>.override.*`` settings for that client, unprefixed."""
+    prefix = CLIENT_OVERRIDE_PREFIXES[client]
+    return {k[len(prefix) :]: v for k, v in props.items() if k.startswith(prefix)}
+
+
+def parse(props: Mapping[str, str], plugin: Plugin) -> dict[str, Any]:
+    """The framework settings of a valid connector config, typed."""
+    try:
+        return connector_def(plugin).parse(props)
+    except ConfigError as exc:
+        raise InvalidConnectorConfig(str(exc)) from None

@@ -1,0 +1,394 @@
+"""Kafka Connect's converters, by their Kafka class names: the bytes of a record's key or
+value to and from Connect data (``data.Schema`` and a value).
+
+- ``JsonConverter`` (``org.apache.kafka.connect.json.JsonConverter``): with
+  ``schemas.enable=true`` (the default) each message is Kafka's envelope
+  ``{"schema": {...}, "payload": ...}``, the schema in Kafka's JSON form (``type``,
+  ``optional``, ``name``, ``version``, ``doc``, ``parameters``, a struct's ``fields``
+  each with its ``field`` name, an array's ``items``, a map's ``keys`` and ``values``);
+  bytes are base64, a map with non-string keys is a list of ``[key, value]`` pairs, a
+  Decimal is base64 of its unscaled two's complement bytes or a number
+  (``decimal.format=BASE64|NUMERIC``). Reading plain JSON with ``schemas.enable=true``
+  is Kafka's error telling the user to set it to false. Output is compact, as Jackson
+  writes it.
+- ``StringConverter`` (``org.apache.kafka.connect.storage.StringConverter``): text in
+  ``converter.encoding`` (UTF-8), any value by its string form.
+- ``ByteArrayConverter`` (``org.apache.kafka.connect.converters.ByteArrayConverter``):
+  bytes as they are; anything else is a ``DataException``.
+
+A converter is configured with the settings under its prefix (``value.converter.``
+stripped) and whether it converts keys. Does not own choosing the class (``plugins``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from abc import ABC, abstractmethod
+from decimal import Decimal
+from typing import Any
+
+from strom.connect import config_def as cd
+from strom.connect.data import (
+    ARRAY,
+    BOOLEAN,
+    BYTES,
+    DECIMAL,
+    FLOAT32,
+    FLOAT64,
+    INTEGER_TYPES,
+    MAP,
+    OPTIONAL_BYTES_SCHEMA,
+    OPTIONAL_STRING_SCHEMA,
+    STRING,
+    STRUCT,
+    TYPES,
+    DataException,
+    Schema,
+    Struct,
+)
+
+ENVELOPE_HINT = (
+    'JsonConverter with schemas.enable requires "schema" and "payload" fields and may not '
+    "contain additional fields. If you are trying to deserialize plain JSON data, set "
+    "schemas.enable=false in your converter configuration."
+)
+
+
+class Converter(ABC):
+    """Bytes of one side of a record (key or value) to and from Connect data."""
+
+    CONFIG_DEF = cd.ConfigDef(
+        [
+            cd.ConfigKey(
+                "converter.type",
+                cd.STRING,
+                None,
+                cd.LOW,
+                "How this converter will be used: key, value or header.",
+                check=cd.one_of("key", "value", "header"),
+            )
+        ]
+    )
+
+    def configure(self, configs: dict[str, Any], is_key: bool) -> None:
+        """Settings under the converter's prefix; ConfigError (one line) for a bad one."""
+        self.is_key = is_key
+        self.settings = self.CONFIG_DEF.parse(configs)
+
+    @abstractmethod
+    def from_connect_data(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
+        """The bytes of ``value`` for a record of ``topic``."""
+
+    @abstractmethod
+    def to_connect_data(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
+        """(schema, value) of the bytes of a record of ``topic``."""
+
+
+def java_string(value: Any) -> str:
+    """A value as Java's ``toString`` writes the simple ones (``true``, ``1.5``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+class StringConverter(Converter):
+    CONFIG_DEF = Converter.CONFIG_DEF.merged(
+        cd.ConfigDef(
+            [
+                cd.ConfigKey(
+                    "converter.encoding",
+                    cd.STRING,
+                    "UTF-8",
+                    cd.HIGH,
+                    "The name of the Java character set to use for encoding strings as byte "
+                    "arrays.",
+                )
+            ]
+        )
+    )
+
+    def configure(self, configs: dict[str, Any], is_key: bool) -> None:
+        super().configure(configs, is_key)
+        encoding = self.settings["converter.encoding"]
+        try:
+            "".encode(encoding)
+        except LookupError:
+            raise cd.invalid("converter.encoding", encoding, "unknown character set") from None
+        self.encoding = encoding
+
+    def from_connect_data(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
+        return None if value is None else java_string(value).encode(self.encoding)
+
+    def to_connect_data(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
+        if data is None:
+            return OPTIONAL_STRING_SCHEMA, None
+        try:
+            return OPTIONAL_STRING_SCHEMA, data.decode(self.encoding)
+        except UnicodeDecodeError as exc:
+            raise DataException(
+                f"Failed to deserialize string: not {self.encoding} text ({exc.reason})"
+            ) from None
+
+
+class ByteArrayConverter(Converter):
+    def from_connect_data(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
+        if schema is not None and schema.type != BYTES:
+            raise DataException(
+                f"Invalid schema type for ByteArrayConverter: {schema.type.upper()}"
+            )
+        if value is not None and not isinstance(value, bytes | bytearray | memoryview):
+            raise DataException(
+                f"ByteArrayConverter is not compatible with objects of type {type(value).__name__}"
+            )
+        return None if value is None else bytes(value)
+
+    def to_connect_data(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
+        return OPTIONAL_BYTES_SCHEMA, data
+
+
+class JsonConverter(Converter):
+    CONFIG_DEF = Converter.CONFIG_DEF.merged(
+        cd.ConfigDef(
+            [
+                cd.ConfigKey(
+                    "schemas.enable",
+                    cd.BOOLEAN,
+                    True,
+                    cd.HIGH,
+                    "Include schemas within each of the serialized values and keys.",
+                ),
+                cd.ConfigKey(
+                    "schemas.cache.size",
+                    cd.INT,
+                    1000,
+                    cd.HIGH,
+                    "The maximum number of schemas that can be cached in this converter instance.",
+                ),
+                cd.ConfigKey(
+                    "decimal.format",
+                    cd.STRING,
+                    "BASE64",
+                    cd.LOW,
+                    "Controls which format this converter will serialize decimals in: BASE64 "
+                    "or NUMERIC.",
+                    check=cd.one_of("BASE64", "NUMERIC", case_sensitive=False),
+                ),
+                cd.ConfigKey(
+                    "replace.null.with.default",
+                    cd.BOOLEAN,
+                    True,
+                    cd.LOW,
+                    "Whether to replace fields that have a default value and that are null "
+                    "to the default value.",
+                ),
+            ]
+        )
+    )
+
+    def configure(self, configs: dict[str, Any], is_key: bool) -> None:
+        super().configure(configs, is_key)
+        self.schemas_enabled = self.settings["schemas.enable"]
+        self.numeric_decimals = self.settings["decimal.format"].upper() == "NUMERIC"
+        self.replace_null = self.settings["replace.null.with.default"]
+
+    def from_connect_data(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
+        if schema is None and value is None:
+            return None
+        payload = self._to_json(schema, value)
+        if self.schemas_enabled:
+            document: Any = {
+                "schema": None if schema is None else schema_to_json(schema),
+                "payload": payload,
+            }
+        else:
+            document = payload
+        return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def to_connect_data(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
+        if data is None:
+            return None, None
+        try:
+            document = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise DataException(
+                f"Converting byte[] to Kafka Connect data failed due to serialization error: {exc}"
+            ) from None
+        if not self.schemas_enabled:
+            return None, document
+        if not isinstance(document, dict) or set(document) != {"schema", "payload"}:
+            raise DataException(ENVELOPE_HINT)
+        if document["schema"] is None:
+            return None, document["payload"]
+        schema = schema_from_json(document["schema"])
+        return schema, self._from_json(schema, document["payload"])
+
+    def _to_json(self, schema: Schema | None, value: Any) -> Any:
+        if schema is None:
+            return _schemaless_to_json(value)
+        if value is None:
+            if self.replace_null and schema.default is not None:
+                value = schema.default
+            elif schema.optional:
+                return None
+            else:
+                raise DataException(
+                    "Conversion error: null value for field that is required and has no "
+                    "default value"
+                )
+        if schema.name == DECIMAL:
+            decimal = Decimal(value)
+            if self.numeric_decimals:
+                return float(decimal) if decimal != decimal.to_integral() else int(decimal)
+            scale = int((schema.parameters or {}).get("scale", "0"))
+            unscaled = int(decimal.scaleb(scale))
+            size = max(1, (unscaled.bit_length() + 8) // 8)
+            return base64.b64encode(unscaled.to_bytes(size, "big", signed=True)).decode()
+        if schema.type == BYTES:
+            return base64.b64encode(bytes(value)).decode()
+        if schema.type == ARRAY:
+            return [self._to_json(schema.value_schema, item) for item in value]
+        if schema.type == MAP:
+            assert schema.key_schema is not None
+            if schema.key_schema.type == STRING:
+                return {k: self._to_json(schema.value_schema, v) for k, v in value.items()}
+            return [
+                [self._to_json(schema.key_schema, k), self._to_json(schema.value_schema, v)]
+                for k, v in value.items()
+            ]
+        if schema.type == STRUCT:
+            values = value.values if isinstance(value, Struct) else value
+            return {f.name: self._to_json(f.schema, values.get(f.name)) for f in schema.fields}
+        return _check_primitive(schema, value)
+
+    def _from_json(self, schema: Schema | None, value: Any) -> Any:
+        if schema is None:
+            return value
+        if value is None:
+            if schema.default is not None and self.replace_null:
+                return schema.default
+            if schema.optional:
+                return None
+            raise DataException(f"Invalid null value for required {schema.type.upper()} field")
+        if schema.name == DECIMAL:
+            scale = int((schema.parameters or {}).get("scale", "0"))
+            if isinstance(value, int | float):
+                return Decimal(str(value))
+            unscaled = int.from_bytes(base64.b64decode(value), "big", signed=True)
+            return Decimal(unscaled).scaleb(-scale)
+        if schema.type == BYTES:
+            return base64.b64decode(value)
+        if schema.type == ARRAY:
+            return [self._from_json(schema.value_schema, item) for item in value]
+        if schema.type == MAP:
+            if isinstance(value, dict):
+                return {k: self._from_json(schema.value_schema, v) for k, v in value.items()}
+            return {
+                self._from_json(schema.key_schema, k): self._from_json(schema.value_schema, v)
+                for k, v in value
+            }
+        if schema.type == STRUCT:
+            if not isinstance(value, dict):
+                raise DataException("Structs should be encoded as JSON objects")
+            return Struct(
+                schema,
+                {f.name: self._from_json(f.schema, value.get(f.name)) for f in schema.fields},
+            )
+        return _check_primitive(schema, value)
+
+
+def _check_primitive(schema: Schema, value: Any) -> Any:
+    kind = schema.type
+    if kind in INTEGER_TYPES and (isinstance(value, bool) or not isinstance(value, int)):
+        raise DataException(f"Invalid type for {kind.upper()}: {type(value).__name__}")
+    if kind in (FLOAT32, FLOAT64) and not isinstance(value, int | float):
+        raise DataException(f"Invalid type for {kind.upper()}: {type(value).__name__}")
+    if kind == BOOLEAN and not isinstance(value, bool):
+        raise DataException(f"Invalid type for BOOLEAN: {type(value).__name__}")
+    if kind == STRING and not isinstance(value, str):
+        raise DataException(f"Invalid type for STRING: {type(value).__name__}")
+    return value
+
+
+def _schemaless_to_json(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, Struct):
+        raise DataException("Cannot convert a Struct without its schema; give the schema")
+    if isinstance(value, list | tuple):
+        return [_schemaless_to_json(item) for item in value]
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value):
+            return {k: _schemaless_to_json(v) for k, v in value.items()}
+        return [[_schemaless_to_json(k), _schemaless_to_json(v)] for k, v in value.items()]
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
+
+
+def schema_to_json(schema: Schema) -> dict[str, Any]:
+    """A schema in Kafka's JSON form, its keys in the order JsonConverter writes them."""
+    out: dict[str, Any] = {"type": schema.type}
+    if schema.type == ARRAY and schema.value_schema is not None:
+        out["items"] = schema_to_json(schema.value_schema)
+    elif schema.type == MAP and schema.key_schema is not None and schema.value_schema is not None:
+        out["keys"] = schema_to_json(schema.key_schema)
+        out["values"] = schema_to_json(schema.value_schema)
+    elif schema.type == STRUCT:
+        out["fields"] = [{**schema_to_json(f.schema), "field": f.name} for f in schema.fields]
+    out["optional"] = schema.optional
+    if schema.name is not None:
+        out["name"] = schema.name
+    if schema.version is not None:
+        out["version"] = schema.version
+    if schema.doc is not None:
+        out["doc"] = schema.doc
+    if schema.parameters:
+        out["parameters"] = dict(schema.parameters)
+    if schema.default is not None:
+        out["default"] = schema.default
+    return out
+
+
+def schema_from_json(document: Any) -> Schema:
+    """A schema from Kafka's JSON form; DataException naming what is wrong."""
+    if not isinstance(document, dict) or not isinstance(document.get("type"), str):
+        raise DataException("Schema must contain 'type' field")
+    kind = document["type"]
+    if kind not in TYPES:
+        raise DataException(f"Unknown schema type: {kind}")
+    common: dict[str, Any] = {
+        "optional": bool(document.get("optional", False)),
+        "name": document.get("name"),
+        "version": document.get("version"),
+        "doc": document.get("doc"),
+        "parameters": document.get("parameters"),
+        "default": document.get("default"),
+    }
+    if kind == ARRAY:
+        if "items" not in document:
+            raise DataException("Array schema did not specify the element type")
+        return Schema(ARRAY, value_schema=schema_from_json(document["items"]), **common)
+    if kind == MAP:
+        if "keys" not in document or "values" not in document:
+            raise DataException("Map schema did not specify the key and value types")
+        return Schema(
+            MAP,
+            key_schema=schema_from_json(document["keys"]),
+            value_schema=schema_from_json(document["values"]),
+            **common,
+        )
+    if kind == STRUCT:
+        fields = document.get("fields")
+        if not isinstance(fields, list):
+            raise DataException('Struct schema\'s "fields" argument is not an array.')
+        built = []
+        for field in fields:
+            if not isinstance(field, dict) or not isinstance(field.get("field"), str):
+                raise DataException("Struct schema's field name not specified properly")
+            built.append((field["field"], schema_from_json(field)))
+        struct = Schema.struct(built)
+        return Schema(STRUCT, fields=struct.fields, **common)
+    return Schema(kind, **common)

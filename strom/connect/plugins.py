@@ -1,0 +1,130 @@
+"""Which plugin a class name means: Strom's own names, with the Kafka (or vendor) class
+names users have as aliases, and Kafka's short aliases of either (the simple class name,
+and that name without its ``Connector`` or ``Converter`` suffix: ``FileStreamSource``,
+``JsonConverter``, ``Json``), as Kafka's plugin scanner makes them.
+
+Owns the built-in plugins (the FileStream connectors; the Json, String and ByteArray
+converters), looking one up (an unknown connector class is Kafka's message naming the
+class and listing the ones there are), and the ``/connector-plugins`` listing, which
+shows a plugin by the Kafka class name where it has one (the name users' scripts and
+tools look for) and by Strom's name otherwise.
+
+Does not own what a plugin does (``connectors``, ``converters``) or running it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from strom.connect.api import SinkConnector, SourceConnector, strom_version
+from strom.connect.connectors.file_stream import (
+    FileStreamSinkConnector,
+    FileStreamSourceConnector,
+)
+from strom.connect.converters import ByteArrayConverter, JsonConverter, StringConverter
+
+SOURCE = "source"
+SINK = "sink"
+CONVERTER = "converter"
+_SUFFIXES = {SOURCE: "Connector", SINK: "Connector", CONVERTER: "Converter"}
+
+
+class PluginNotFound(LookupError):
+    """No plugin of the kind asked has that name; the message is Kafka's."""
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One plugin: Strom's class name, its kind, its Python class, and Kafka's name."""
+
+    name: str
+    kind: str
+    cls: type
+    kafka_name: str | None = None
+
+    @property
+    def listed_name(self) -> str:
+        return self.kafka_name or self.name
+
+    def names(self) -> list[str]:
+        """Every name this plugin answers to: full names, simple names, pruned names."""
+        names: list[str] = []
+        suffix = _SUFFIXES[self.kind]
+        for full in filter(None, (self.name, self.kafka_name)):
+            simple = full.rsplit(".", 1)[-1]
+            names += [full, simple]
+            if simple.endswith(suffix) and len(simple) > len(suffix):
+                names.append(simple[: -len(suffix)])
+        return names
+
+    def info(self) -> dict[str, Any]:
+        """As ``GET /connector-plugins`` lists it."""
+        return {"class": self.listed_name, "type": self.kind, "version": strom_version()}
+
+
+def _connector_kind(cls: type) -> str:
+    if issubclass(cls, SourceConnector):
+        return SOURCE
+    if issubclass(cls, SinkConnector):
+        return SINK
+    raise TypeError(f"{cls.__name__} is neither a source nor a sink connector")
+
+
+class Plugins:
+    """The plugins a worker knows, by every name they answer to."""
+
+    def __init__(self, plugins: Iterable[Plugin]) -> None:
+        self.plugins = list(plugins)
+        self._by_name: dict[str, Plugin] = {}
+        for plugin in self.plugins:
+            for name in plugin.names():
+                self._by_name.setdefault(name, plugin)
+
+    @classmethod
+    def builtin(cls) -> Plugins:
+        def own(python_class: type) -> str:
+            return f"{python_class.__module__}.{python_class.__qualname__}"
+
+        connectors = [
+            (FileStreamSourceConnector, "org.apache.kafka.connect.file.FileStreamSourceConnector"),
+            (FileStreamSinkConnector, "org.apache.kafka.connect.file.FileStreamSinkConnector"),
+        ]
+        converters = [
+            (JsonConverter, "org.apache.kafka.connect.json.JsonConverter"),
+            (StringConverter, "org.apache.kafka.connect.storage.StringConverter"),
+            (ByteArrayConverter, "org.apache.kafka.connect.converters.ByteArrayConverter"),
+        ]
+        return cls(
+            [Plugin(own(c), _connector_kind(c), c, kafka) for c, kafka in connectors]
+            + [Plugin(own(c), CONVERTER, c, kafka) for c, kafka in converters]
+        )
+
+    def find(self, name: str, kinds: tuple[str, ...]) -> Plugin | None:
+        plugin = self._by_name.get(name.strip())
+        return plugin if plugin is not None and plugin.kind in kinds else None
+
+    def of_kinds(self, kinds: tuple[str, ...]) -> list[Plugin]:
+        return [plugin for plugin in self.plugins if plugin.kind in kinds]
+
+    def connector(self, name: str) -> Plugin:
+        plugin = self.find(name, (SOURCE, SINK))
+        if plugin is None:
+            available = ", ".join(p.listed_name for p in self.of_kinds((SOURCE, SINK)))
+            raise PluginNotFound(
+                "Failed to find any class that implements Connector and which name matches "
+                f"{name}, available connectors are: {available}"
+            )
+        return plugin
+
+    def converter(self, name: str) -> Plugin:
+        plugin = self.find(name, (CONVERTER,))
+        if plugin is None:
+            raise PluginNotFound(f"Class {name} could not be found.")
+        return plugin
+
+    def listing(self, connectors_only: bool = True) -> list[dict[str, Any]]:
+        kinds = (SINK, SOURCE) if connectors_only else (SINK, SOURCE, CONVERTER)
+        ordered = sorted(self.of_kinds(kinds), key=lambda p: (kinds.index(p.kind), p.listed_name))
+        return [plugin.info() for plugin in ordered]
