@@ -7,7 +7,7 @@ Owns the routes: subjects and their versions, schemas by id (in the context of a
 normalisation (``/config``) and mode (``/mode``), compatibility checks, soft and
 permanent deletes, references. Reads answer from ``store.RegistryState`` under its
 lock; changes run one at a time (plan, write to ``_schemas``, read back) on a worker
-thread, since the Kafka client blocks; on a secondary instance (``election``) each
+thread, since the Kafka client blocks; on a secondary instance (``strom.group_leader``) each
 change is forwarded to the primary and answered with the primary's answer, once this
 instance has read the change too. Every failure is an error answer: malformed JSON
 (400), an unknown route (404), an oversized body (413), a schema that does not parse
@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from strom.services.schema_registry.election import Election
+from strom.group_leader import Election
 from strom.services.schema_registry.log import SchemasLog
 from strom.services.schema_registry.schemas import (
     AVRO,

@@ -4,7 +4,7 @@ election. ``strom schema-registry`` runs one; a broker with ``schema.registry.li
 runs one inside its own process.
 
 Does not own the API (``app``), the records (``store``, ``log``) or the election's rules
-(``election``).
+(``strom.group_leader``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from strom.services.http import HttpServer
 from strom.services.http_security import HttpSecurity
 from strom.services.schema_registry.app import RegistryApp
-from strom.services.schema_registry.election import Election
+from strom.group_leader import Election
 from strom.services.schema_registry.log import SchemasLog
 
 

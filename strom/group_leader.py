@@ -1,15 +1,17 @@
-"""Which registry instance writes: one primary, elected through a Kafka consumer group,
-as Confluent's registries elect theirs.
+"""Which instance of a service writes: one primary, elected through a Kafka consumer
+group, as Confluent's registries elect theirs. The schema registry elects its primary
+with it, and a distributed Connect worker group its leader.
 
-Every instance joins the group ``strom-schema-registry`` subscribed to ``_schemas``
-(one partition), its client id carrying the URL it serves; the member the group
-assigns the partition to is the primary. A secondary learns the primary's URL from
-the group's description (DescribeGroups) and forwards every change to it, so ids and
-versions come from one writer. When the primary goes, the group gives the partition
-to another member within the session timeout.
+Every instance joins the group (``strom-schema-registry`` for the registry, the workers'
+``group.id`` for Connect) subscribed to a one-partition topic (``_schemas``, the config
+topic), its client id carrying the URL it serves; the member the group assigns the
+partition to is the primary. A secondary learns the primary's URL from the group's
+description (DescribeGroups) and forwards every change to it, so one writer decides.
+When the primary goes, the group gives the partition to another member within the
+session timeout. ``on_change`` is called (on the election's thread) when this instance
+becomes primary or stops being it.
 
-Does not own the records (``store``), reading ``_schemas`` (``log``) or forwarding
-requests (``app``).
+Does not own the records or forwarding requests (the services).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer
@@ -28,17 +31,28 @@ CLIENT_PREFIX = "strom-schema-registry "
 
 
 class Election:
-    def __init__(self, settings: dict[str, Any], topic: str, url: str) -> None:
+    def __init__(
+        self,
+        settings: dict[str, Any],
+        topic: str,
+        url: str,
+        group: str = GROUP,
+        client_prefix: str = CLIENT_PREFIX,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
         self.url = url
         self.topic = topic
+        self.group = group
+        self.client_prefix = client_prefix
+        self.on_change = on_change
         self.admin = AdminClient(settings)
         self.primary = False
         self._stopped = threading.Event()
         self.consumer = Consumer(
             {
                 **settings,
-                "group.id": GROUP,
-                "client.id": CLIENT_PREFIX + url,
+                "group.id": group,
+                "client.id": client_prefix + url,
                 "enable.auto.commit": False,
                 "session.timeout.ms": 6000,
                 "heartbeat.interval.ms": 1000,
@@ -54,10 +68,14 @@ class Election:
     def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
         self.primary = bool(partitions)
         if self.primary:
-            log.info("this schema registry (%s) is the primary", self.url)
+            log.info("%s is the primary of group %s", self.url, self.group)
+        if self.on_change is not None:
+            self.on_change()
 
     def _revoked(self, consumer: Any, partitions: list[Any]) -> None:
         self.primary = False
+        if self.on_change is not None:
+            self.on_change()
 
     def _poll_forever(self) -> None:
         while not self._stopped.is_set():
@@ -65,7 +83,7 @@ class Election:
                 self.consumer.poll(0.2)  # group heartbeats and rebalances; data is not read
             except Exception as exc:
                 if not self._stopped.is_set():
-                    log.warning("schema registry election: %s", exc)
+                    log.warning("election in group %s: %s", self.group, exc)
                 return
 
     def primary_url(self, timeout_s: float = 15.0) -> str | None:
@@ -76,17 +94,17 @@ class Election:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
-                group = self.admin.describe_consumer_groups([GROUP], request_timeout=10)[
-                    GROUP
+                group = self.admin.describe_consumer_groups([self.group], request_timeout=10)[
+                    self.group
                 ].result()
             except Exception as exc:
-                log.debug("describing %s: %s", GROUP, exc)
+                log.debug("describing %s: %s", self.group, exc)
                 group = None
             for member in getattr(group, "members", None) or []:
                 if member.assignment.topic_partitions and member.client_id.startswith(
-                    CLIENT_PREFIX
+                    self.client_prefix
                 ):
-                    return member.client_id[len(CLIENT_PREFIX) :]
+                    return member.client_id[len(self.client_prefix) :]
             if self.primary:
                 return self.url
             time.sleep(0.2)
