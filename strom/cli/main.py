@@ -8,9 +8,11 @@ line on stderr and exit code 2; SIGTERM and SIGINT shut down cleanly.
 The tools (``topics``, ``produce``, ``consume``, ``groups``, ``configs``,
 ``perf-test``, ``get-offsets``, ``delete-records``, ``reassign-partitions``,
 ``leader-election``, ``log-dirs``, ``metadata-quorum``, ``cluster``, ``transactions``,
-``acls``, ``console``, the web console, ``schema-registry`` and ``rest-proxy``) live one
-per module in this package and are clients only: they talk to any Kafka cluster
-through confluent-kafka (or raw requests where it lacks one).
+``acls``, ``console``, the web console, ``schema-registry``, ``rest-proxy``, the Kafka
+Connect workers ``connect-standalone`` and ``connect-distributed`` (one module) and
+``connectors``, a client of their REST API) live one per module in this package and are
+clients only: they talk to any Kafka cluster through confluent-kafka (or raw requests
+where it lacks one).
 ``storage`` (format and inspect the node's directories, like kafka-storage.sh) and
 ``dump-log`` (decode segment files, like kafka-dump-log.sh) work on the local disk
 instead, and ``completion`` prints a bash or zsh completion script. Listings print as
@@ -63,6 +65,9 @@ TOOL_MODULES = {
     "console": "console",
     "schema-registry": "schema_registry",
     "rest-proxy": "rest_proxy",
+    "connect-standalone": "connect_worker",
+    "connect-distributed": "connect_worker",
+    "connectors": "connectors",
     "storage": "storage",
     "dump-log": "dump_log",
     "completion": "completion",

@@ -1,0 +1,471 @@
+"""Running connectors' tasks: the ``TaskRunner`` interface the herder drives, and the
+runner that runs tasks inside the worker process (``InWorkerRunner``).
+
+A runner starts a task from its ``TaskSpec`` (id, kind, class, task config and the
+connector's config) in a target state (STARTED or PAUSED), changes that state, stops it
+(waiting ``task.shutdown.graceful.timeout.ms``), and reports each state change
+(RUNNING, PAUSED, FAILED with its trace, UNASSIGNED once stopped) to a listener. A
+failed task stays failed, and known to the runner, until the herder restarts it.
+
+In the worker, each task is a thread with confluent-kafka clients:
+
+- a source task polls its ``SourceTask``, converts each record's key and value with the
+  connector's converters, and produces it with an idempotent producer (acks=all,
+  murmur2 partitioning as Java's). Every ``offset.flush.interval.ms``, on pause and on
+  stop, it flushes the producer and then stores the source offsets of the records
+  acknowledged (so a stored offset never runs ahead of the records in the topic), and
+  calls ``commit()``. A record that cannot be converted or produced fails the task.
+- a sink task consumes in the group ``connect-<connector>`` (Kafka Connect's) from the
+  earliest offset, subscribed to ``topics`` or ``topics.regex``, converts and ``put``s
+  records, and every ``offset.flush.interval.ms``, when partitions are revoked and on
+  stop it calls ``pre_commit`` (which flushes) and commits the offsets it returns.
+  Pausing pauses the consumer's partitions; the consumer keeps polling, so it stays in
+  its group.
+
+After a clean stop a restarted task resumes exactly after the last record written (no
+record lost or repeated); after a crash it resumes at the last commit (at least once).
+
+A Spark runner (next): the same interface, each task a Structured Streaming query over
+the ``strom`` source (sinks) or sink (sources), its Spark checkpoint holding the offsets.
+Connectors choose a runner by what they declare (docs/connect.md keeps the table).
+
+Does not own which tasks should run (``herder``) or where offsets are kept (``stores``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from strom.client_security import librdkafka_properties
+from strom.connect.api import (
+    ConnectException,
+    OffsetStorageReader,
+    SinkRecord,
+    SinkTask,
+    SinkTaskContext,
+    SourceRecord,
+    SourceTask,
+    SourceTaskContext,
+    Task,
+)
+from strom.connect.connector_config import client_overrides, make_converter
+from strom.connect.converters import Converter
+from strom.connect.plugins import SOURCE, Plugins
+from strom.connect.stores import STARTED, OffsetStore, offset_key
+from strom.connect.worker_config import WorkerConfig
+
+log = logging.getLogger(__name__)
+
+TaskId = tuple[str, int]
+RUNNING = "RUNNING"
+PAUSED = "PAUSED"
+FAILED = "FAILED"
+UNASSIGNED = "UNASSIGNED"
+POLL_S = 0.1
+SINK_BATCH = 500
+
+
+def task_name(task_id: TaskId) -> str:
+    """Kafka's ConnectorTaskId text: ``<connector>-<task>``."""
+    return f"{task_id[0]}-{task_id[1]}"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    task_id: TaskId
+    kind: str  # plugins.SOURCE or plugins.SINK
+    task_class: type[Task]
+    task_config: dict[str, str]
+    connector_config: dict[str, str]
+
+
+StateListener = Callable[[TaskId, str, str | None], None]
+
+
+class TaskRunner(ABC):
+    """Where a connector's tasks run."""
+
+    @abstractmethod
+    def start(self, spec: TaskSpec, target_state: str) -> None:
+        """Start a task (STARTED or PAUSED)."""
+
+    @abstractmethod
+    def set_target_state(self, task_id: TaskId, target_state: str) -> None: ...
+
+    @abstractmethod
+    def stop(self, task_ids: list[TaskId]) -> None:
+        """Stop tasks and wait for them (at most the graceful shutdown timeout)."""
+
+    @abstractmethod
+    def tasks(self) -> dict[TaskId, TaskSpec]:
+        """Every task the runner has, running, paused or failed."""
+
+    def stop_all(self) -> None:
+        self.stop(list(self.tasks()))
+
+
+class _StoreReader(OffsetStorageReader):
+    def __init__(self, store: OffsetStore, connector: str) -> None:
+        self.store = store
+        self.connector = connector
+
+    def offset(self, partition: Any) -> dict[str, Any] | None:
+        return self.store.get(self.connector, dict(partition))
+
+
+class _TaskThread(threading.Thread):
+    """One task in the worker: the loop of its kind, its clients, its state."""
+
+    def __init__(
+        self, spec: TaskSpec, target_state: str, runner: InWorkerRunner, generation: int
+    ) -> None:
+        super().__init__(daemon=True, name=f"task {task_name(spec.task_id)}")
+        self.spec = spec
+        self.runner = runner
+        self.config = runner.worker_config
+        self.target_state = target_state
+        self.changed = threading.Condition()
+        self.stopping = threading.Event()
+        self.task: Task | None = None
+        self.reported: str | None = None
+        self.flush_interval_s = self.config["offset.flush.interval.ms"] / 1000
+        self.flush_timeout_s = self.config["offset.flush.timeout.ms"] / 1000
+        self.log_errors = spec.connector_config.get("errors.log.enable", "false") == "true"
+
+    def report(self, state: str, trace: str | None = None) -> None:
+        if state != self.reported or trace is not None:
+            self.reported = state
+            self.runner.listener(self.spec.task_id, state, trace)
+
+    def set_target_state(self, state: str) -> None:
+        with self.changed:
+            self.target_state = state
+            self.changed.notify_all()
+
+    def request_stop(self) -> None:
+        self.stopping.set()
+        with self.changed:
+            self.changed.notify_all()
+        if self.task is not None:
+            try:
+                self.task.stop()
+            except Exception:  # a task that cannot stop cleanly still stops being run
+                log.exception("stopping task %s", task_name(self.spec.task_id))
+
+    @property
+    def paused(self) -> bool:
+        return self.target_state != STARTED and not self.stopping.is_set()
+
+    def converters(self) -> tuple[Converter, Converter]:
+        worker_props = self.config.props
+        plugins = self.runner.plugins
+        return (
+            make_converter("key", self.spec.connector_config, worker_props, plugins),
+            make_converter("value", self.spec.connector_config, worker_props, plugins),
+        )
+
+    def client_settings(self, client: str) -> dict[str, Any]:
+        settings = self.config.client_settings(client)
+        settings.update(librdkafka_properties(client_overrides(self.spec.connector_config, client)))
+        settings.setdefault("client.id", f"connector-{client}-{task_name(self.spec.task_id)}")
+        return settings
+
+    def run(self) -> None:
+        try:
+            self.execute()
+        except Exception as exc:
+            trace = traceback.format_exc()
+            if self.log_errors or not isinstance(exc, ConnectException):
+                log.error("task %s failed: %s", task_name(self.spec.task_id), exc)
+            self.report(FAILED, trace)
+            return
+        self.report(UNASSIGNED)
+
+    def execute(self) -> None:
+        raise NotImplementedError
+
+    def wait_while_paused(self, on_pause: Callable[[], None]) -> None:
+        if not self.paused:
+            return
+        on_pause()
+        self.report(PAUSED)
+        with self.changed:
+            while self.paused:
+                self.changed.wait(1.0)
+        if not self.stopping.is_set():
+            self.report(RUNNING)
+
+
+class _SourceTaskThread(_TaskThread):
+    def execute(self) -> None:
+        key_converter, value_converter = self.converters()
+        connector = self.spec.task_id[0]
+        producer = Producer(
+            {
+                **self.client_settings("producer"),
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "partitioner": "murmur2_random",
+            }
+        )
+        failures: list[str] = []
+        pending: dict[bytes, tuple[Any, Any]] = {}
+
+        def delivered(error: Any, message: Any) -> None:
+            if error is not None:
+                failures.append(f"{message.topic()}: {error}")
+
+        def commit() -> None:
+            left = producer.flush(self.flush_timeout_s)
+            if failures:
+                raise ConnectException(
+                    f"Unrecoverable exception from producer send callback: {failures[0]}"
+                )
+            if left:
+                log.warning(
+                    "task %s: %d records not acknowledged within offset.flush.timeout.ms; "
+                    "offsets not committed this time",
+                    task_name(self.spec.task_id),
+                    left,
+                )
+                return
+            if pending:
+                self.runner.offset_store.put(connector, dict(pending))
+                pending.clear()
+            assert isinstance(self.task, SourceTask)
+            self.task.commit()
+
+        task = self.spec.task_class()
+        assert isinstance(task, SourceTask)
+        self.task = task
+        reader = _StoreReader(self.runner.offset_store, connector)
+        task.initialize(SourceTaskContext(dict(self.spec.task_config), reader))
+        task.start(dict(self.spec.task_config))
+        self.report(RUNNING)
+        last_commit = time.monotonic()
+        try:
+            while not self.stopping.is_set():
+                self.wait_while_paused(commit)
+                if self.stopping.is_set():
+                    break
+                for record in task.poll() or []:
+                    self._produce(producer, record, key_converter, value_converter, delivered)
+                    if record.source_partition is not None and record.source_offset is not None:
+                        partition = dict(record.source_partition)
+                        key = offset_key(connector, partition)
+                        pending[key] = (partition, dict(record.source_offset))
+                producer.poll(0)
+                if failures:
+                    commit()
+                if time.monotonic() - last_commit >= self.flush_interval_s:
+                    commit()
+                    last_commit = time.monotonic()
+            commit()
+        finally:
+            producer.flush(self.flush_timeout_s)
+
+    def _produce(
+        self,
+        producer: Producer,
+        record: SourceRecord,
+        key_converter: Converter,
+        value_converter: Converter,
+        delivered: Callable[[Any, Any], None],
+    ) -> None:
+        try:
+            key = key_converter.from_connect_data(record.topic, record.key_schema, record.key)
+            value = value_converter.from_connect_data(
+                record.topic, record.value_schema, record.value
+            )
+        except Exception as exc:
+            raise ConnectException(
+                f"Conversion failed for a record to {record.topic}: {exc}"
+            ) from exc
+        extra: dict[str, Any] = {}
+        if record.kafka_partition is not None:
+            extra["partition"] = record.kafka_partition
+        if record.timestamp is not None:
+            extra["timestamp"] = record.timestamp
+        if record.headers:
+            extra["headers"] = record.headers
+        while True:
+            try:
+                producer.produce(record.topic, value, key, on_delivery=delivered, **extra)
+                return
+            except BufferError:  # the producer's queue is full: let it drain
+                producer.poll(POLL_S)
+
+
+class _SinkTaskThread(_TaskThread):
+    def execute(self) -> None:
+        key_converter, value_converter = self.converters()
+        connector = self.spec.task_id[0]
+        consumer = Consumer(
+            {
+                **self.client_settings("consumer"),
+                "group.id": f"connect-{connector}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 100,
+            }
+        )
+        task = self.spec.task_class()
+        assert isinstance(task, SinkTask)
+        self.task = task
+        context = SinkTaskContext(dict(self.spec.task_config))
+        task.initialize(context)
+        task.start(dict(self.spec.task_config))
+        current: dict[tuple[str, int], int] = {}  # the next offset to read, per partition
+        assignment: list[TopicPartition] = []
+
+        def commit(partitions: list[tuple[str, int]] | None = None) -> None:
+            chosen = {tp: o for tp, o in current.items() if partitions is None or tp in partitions}
+            if not chosen:
+                return
+            offsets = task.pre_commit(chosen)
+            if not offsets:
+                return
+            try:
+                consumer.commit(
+                    offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                    asynchronous=False,
+                )
+            except KafkaException as exc:
+                log.warning("task %s: offset commit failed: %s", task_name(self.spec.task_id), exc)
+
+        def assigned(_: Any, partitions: list[TopicPartition]) -> None:
+            assignment.extend(partitions)
+            task.open([(tp.topic, tp.partition) for tp in partitions])
+            if self.paused:
+                consumer.pause(partitions)
+
+        def revoked(_: Any, partitions: list[TopicPartition]) -> None:
+            gone = [(tp.topic, tp.partition) for tp in partitions]
+            commit(gone)
+            task.close(gone)
+            for tp in gone:
+                current.pop(tp, None)
+            assignment[:] = [tp for tp in assignment if (tp.topic, tp.partition) not in gone]
+
+        topics = [
+            t.strip() for t in self.spec.task_config.get("topics", "").split(",") if t.strip()
+        ]
+        regex = self.spec.task_config.get("topics.regex", "")
+        subscription = topics or [regex if regex.startswith("^") else "^" + regex]
+        consumer.subscribe(subscription, on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+        self.report(RUNNING)
+        last_commit = time.monotonic()
+        try:
+            while not self.stopping.is_set():
+                if self.paused:
+                    consumer.pause(assignment)
+                    commit()
+                    self.report(PAUSED)
+                    while self.paused:
+                        consumer.poll(POLL_S)  # stays in the group; nothing is returned
+                    if self.stopping.is_set():
+                        break
+                    consumer.resume(assignment)
+                    self.report(RUNNING)
+                messages = consumer.consume(SINK_BATCH, POLL_S)
+                records = [
+                    self._record(m, key_converter, value_converter)
+                    for m in messages
+                    if m.error() is None
+                ]
+                if records:
+                    task.put(records)
+                    for record in records:
+                        current[(record.topic, record.kafka_partition)] = record.kafka_offset + 1
+                for (topic, partition), offset in context.rewinds.items():
+                    consumer.seek(TopicPartition(topic, partition, offset))
+                    current[(topic, partition)] = offset
+                context.rewinds.clear()
+                due = time.monotonic() - last_commit >= self.flush_interval_s
+                if due or context.commit_requested:
+                    commit()
+                    context.commit_requested = False
+                    last_commit = time.monotonic()
+            commit()
+            task.close([(tp.topic, tp.partition) for tp in assignment])
+        finally:
+            consumer.close()
+
+    def _record(
+        self, message: Any, key_converter: Converter, value_converter: Converter
+    ) -> SinkRecord:
+        topic = message.topic()
+        try:
+            key_schema, key = key_converter.to_connect_data(topic, message.key())
+            value_schema, value = value_converter.to_connect_data(topic, message.value())
+        except Exception as exc:
+            where = f"{topic}-{message.partition()} at offset {message.offset()}"
+            raise ConnectException(f"Conversion failed for the record of {where}: {exc}") from exc
+        timestamp_type, timestamp = message.timestamp()
+        return SinkRecord(
+            topic=topic,
+            kafka_partition=message.partition(),
+            key_schema=key_schema,
+            key=key,
+            value_schema=value_schema,
+            value=value,
+            kafka_offset=message.offset(),
+            timestamp=timestamp if timestamp_type else None,
+            timestamp_type="LogAppendTime" if timestamp_type == 2 else "CreateTime",
+            headers=list(message.headers() or []),
+        )
+
+
+class InWorkerRunner(TaskRunner):
+    """Tasks as threads of this worker process."""
+
+    def __init__(
+        self,
+        worker_config: WorkerConfig,
+        plugins: Plugins,
+        offset_store: OffsetStore,
+        listener: StateListener,
+    ) -> None:
+        self.worker_config = worker_config
+        self.plugins = plugins
+        self.offset_store = offset_store
+        self.listener = listener
+        self.threads: dict[TaskId, _TaskThread] = {}
+        self.generation = 0
+
+    def start(self, spec: TaskSpec, target_state: str) -> None:
+        kind = _SourceTaskThread if spec.kind == SOURCE else _SinkTaskThread
+        thread = kind(spec, target_state, self, self.generation)
+        self.threads[spec.task_id] = thread
+        thread.start()
+
+    def set_target_state(self, task_id: TaskId, target_state: str) -> None:
+        thread = self.threads.get(task_id)
+        if thread is not None and thread.target_state != target_state:
+            thread.set_target_state(target_state)
+
+    def stop(self, task_ids: list[TaskId]) -> None:
+        threads = [self.threads.pop(t) for t in task_ids if t in self.threads]
+        for thread in threads:
+            thread.request_stop()
+        deadline = time.monotonic() + self.worker_config["task.shutdown.graceful.timeout.ms"] / 1000
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                log.error(
+                    "task %s did not stop within task.shutdown.graceful.timeout.ms",
+                    task_name(thread.spec.task_id),
+                )
+
+    def tasks(self) -> dict[TaskId, TaskSpec]:
+        return {task_id: thread.spec for task_id, thread in self.threads.items()}
