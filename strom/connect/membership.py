@@ -49,6 +49,10 @@ class Membership(ABC):
     def start(self, on_change: Callable[[], None]) -> None:  # noqa: B027 - an optional hook
         pass
 
+    def wait_for_leader(self, timeout_s: float) -> str | None:
+        """The leader's URL once one is known (None if none within ``timeout_s``)."""
+        return self.leader_url()
+
     def close(self) -> None:  # noqa: B027 - an optional hook
         pass
 
@@ -100,6 +104,11 @@ class ElectedLeader(Membership):
         if self.election is None:
             return None
         return self.election.primary_url(timeout_s=5.0)
+
+    def wait_for_leader(self, timeout_s: float) -> str | None:
+        if self.election is None:
+            return None
+        return self.election.primary_url(timeout_s=timeout_s)
 
     def close(self) -> None:
         if self.election is not None:

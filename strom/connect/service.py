@@ -41,6 +41,7 @@ from strom.services.http_security import HttpSecurityError, http_security
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 30.0
+LEADER_WAIT_S = 30.0
 
 
 class WorkerStartError(Exception):
@@ -151,6 +152,11 @@ class ConnectWorker:
         )
         herder.start(runner)
         self.herder = herder
+        if await loop.run_in_executor(None, membership.wait_for_leader, LEADER_WAIT_S) is None:
+            log.warning(
+                "no leader of group %s yet; writes are refused until there is one",
+                self.config["group.id"],
+            )
         for connector in self.connector_configs:
             await self._create(herder, connector)
         self.rest.herder = herder

@@ -38,6 +38,7 @@ from typing import Any
 from strom.client_security import librdkafka_properties
 from strom.config import ConfigError, parse_http_listener
 from strom.connect import config_def as cd
+from strom.connect.plugins import CONVERTER, Plugins
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,11 @@ def _listeners(name: str, value: Any) -> None:
             raise cd.invalid(name, ",".join(value), str(exc).split(": ", 1)[-1]) from None
 
 
+def _converter(name: str, value: Any) -> None:
+    if value is not None and Plugins.builtin().find(value, (CONVERTER,)) is None:
+        raise cd.invalid(name, value, f"Class {value} could not be found.")
+
+
 def _refuse(served: Any, why: str) -> Any:
     def check(name: str, value: Any) -> None:
         if value not in (served, None, []):
@@ -97,6 +103,7 @@ COMMON_KEYS = [
         cd.HIGH,
         "Converter class used to convert between Kafka Connect format and the serialized "
         "form that is written to Kafka (record keys).",
+        check=_converter,
     ),
     cd.ConfigKey(
         "value.converter",
@@ -105,6 +112,7 @@ COMMON_KEYS = [
         cd.HIGH,
         "Converter class used to convert between Kafka Connect format and the serialized "
         "form that is written to Kafka (record values).",
+        check=_converter,
     ),
     cd.ConfigKey(
         "header.converter",
