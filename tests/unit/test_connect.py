@@ -1,0 +1,335 @@
+"""Kafka Connect's parts that need no broker: the worker's properties (Kafka's names,
+defaults and messages), the converters (JsonConverter's envelope as Kafka writes it,
+StringConverter, ByteArrayConverter), connector validation, the plugin names, the
+FileStream source's lines and offsets, and the sample files under config/."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from strom.cli.properties_file import read_properties_file
+from strom.config import ConfigError
+from strom.connect import connector_config
+from strom.connect.api import OffsetStorageReader, SourceTaskContext
+from strom.connect.connectors.file_stream import FileStreamSourceTask, render_line
+from strom.connect.converters import (
+    ENVELOPE_HINT,
+    ByteArrayConverter,
+    JsonConverter,
+    StringConverter,
+    schema_from_json,
+    schema_to_json,
+)
+from strom.connect.data import (
+    BYTES,
+    DATE,
+    DECIMAL,
+    INT32_SCHEMA,
+    INT64,
+    OPTIONAL_STRING_SCHEMA,
+    STRING_SCHEMA,
+    DataException,
+    Schema,
+    Struct,
+)
+from strom.connect.plugins import Plugins
+from strom.connect.stores import offset_key
+from strom.connect.worker_config import DISTRIBUTED, STANDALONE, WorkerConfig
+
+CONFIG = Path(__file__).resolve().parents[2] / "config"
+PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+CONVERTERS = {
+    "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+    "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+}
+DISTRIBUTED_BASE = {
+    **CONVERTERS,
+    "group.id": "g",
+    "config.storage.topic": "c",
+    "offset.storage.topic": "o",
+    "status.storage.topic": "s",
+}
+
+
+def worker(mode: str = DISTRIBUTED, **props: str) -> WorkerConfig:
+    base = (
+        DISTRIBUTED_BASE
+        if mode == DISTRIBUTED
+        else {**CONVERTERS, "offset.storage.file.filename": "/tmp/o"}
+    )
+    return WorkerConfig({**base, **{k.replace("_", "."): v for k, v in props.items()}}, mode)
+
+
+def test_worker_defaults_are_kafkas() -> None:
+    config = worker()
+    assert config["bootstrap.servers"] == ["localhost:9092"]
+    assert config["offset.flush.interval.ms"] == 60000
+    assert config["offset.storage.partitions"] == 25 and config["status.storage.partitions"] == 5
+    assert config["config.storage.replication.factor"] == 3
+    assert config.listener.host == "127.0.0.1" and config.listener.port == 8083
+    assert config.advertised_url(8083) == "http://127.0.0.1:8083"
+
+
+RF_RULE = "Replication factor must be positive or -1 to use the broker's default"
+PARTITIONS_RULE = "Number of partitions must be positive, or -1 to use the broker's default"
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        (
+            {"offset.flush.interval.ms": "soon"},
+            "Invalid value soon for configuration offset.flush.interval.ms: "
+            "Not a number of type LONG",
+        ),
+        (
+            {"config.storage.replication.factor": "0"},
+            f"Invalid value 0 for configuration config.storage.replication.factor: {RF_RULE}",
+        ),
+        (
+            {"offset.storage.partitions": "0"},
+            f"Invalid value 0 for configuration offset.storage.partitions: {PARTITIONS_RULE}",
+        ),
+        ({"listeners": "ftp://x:1"}, "configuration listeners"),
+        (
+            {"value.converter": "io.confluent.connect.avro.AvroConverter"},
+            "Class io.confluent.connect.avro.AvroConverter could not be found.",
+        ),
+        (
+            {"exactly.once.source.support": "enabled"},
+            "exactly-once source support is not served by Strom yet",
+        ),
+        ({"group.id": ""}, "Invalid value  for configuration group.id: String must be non-empty"),
+    ],
+)
+def test_worker_refuses_bad_values_in_kafkas_words(props: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        WorkerConfig({**DISTRIBUTED_BASE, **props}, DISTRIBUTED)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_worker_required_keys_per_mode() -> None:
+    with pytest.raises(ConfigError, match='Missing required configuration "group.id"'):
+        WorkerConfig(CONVERTERS, DISTRIBUTED)
+    with pytest.raises(ConfigError, match='"offset.storage.file.filename"'):
+        WorkerConfig(CONVERTERS, STANDALONE)
+    with pytest.raises(ConfigError, match='"key.converter"'):
+        WorkerConfig({"offset.storage.file.filename": "/o"}, STANDALONE)
+
+
+def test_worker_client_settings_and_notes(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO):
+        config = worker(
+            **{
+                "bootstrap.servers": "a:1, b:2",
+                "plugin.path": "/opt/connectors",
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "PLAIN",
+                "sasl.jaas.config": f"{PLAIN_MODULE} required username=\"u\" password=\"p\";",
+                "producer.linger.ms": "20",
+                "rest.advertised.host.name": "connect-1",
+                "no.such.setting": "x",
+            }
+        )  # fmt: skip
+    assert "plugin.path is ignored" in caplog.text
+    assert "unknown worker settings, not used: no.such.setting" in caplog.text
+    producer = config.client_settings("producer")
+    assert producer["bootstrap.servers"] == "a:1,b:2"
+    assert producer["sasl.username"] == "u" and producer["sasl.password"] == "p"
+    assert producer["linger.ms"] == "20"
+    assert "linger.ms" not in config.client_settings("consumer")
+    assert config.advertised_url(9000) == "http://connect-1:9000"
+
+
+def test_json_converter_envelope_as_kafka_writes_it() -> None:
+    converter = JsonConverter()
+    converter.configure({}, is_key=False)
+    schema = Schema.struct(
+        [("id", INT32_SCHEMA), ("name", OPTIONAL_STRING_SCHEMA), ("raw", Schema(BYTES))],
+        name="row",
+    )
+    value = Struct(schema, {"id": 7, "name": None, "raw": b"\x00\x01"})
+    data = converter.from_connect_data("t", schema, value)
+    assert data == (
+        b'{"schema":{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"},'
+        b'{"type":"string","optional":true,"field":"name"},{"type":"bytes","optional":false,'
+        b'"field":"raw"}],"optional":false,"name":"row"},"payload":{"id":7,"name":null,'
+        b'"raw":"AAE="}}'
+    )
+    back_schema, back = converter.to_connect_data("t", data)
+    assert back_schema == schema and back == value
+    assert converter.from_connect_data("t", STRING_SCHEMA, "hi") == (
+        b'{"schema":{"type":"string","optional":false},"payload":"hi"}'
+    )
+    assert converter.from_connect_data("t", None, None) is None
+    assert converter.to_connect_data("t", None) == (None, None)
+
+
+def test_json_converter_maps_arrays_and_logical_types() -> None:
+    converter = JsonConverter()
+    converter.configure({"schemas.enable": "true"}, is_key=True)
+    by_number = Schema.map(INT32_SCHEMA, STRING_SCHEMA)
+    data = converter.from_connect_data("t", by_number, {1: "a"})
+    assert json.loads(data)["payload"] == [[1, "a"]]
+    assert converter.to_connect_data("t", data) == (by_number, {1: "a"})
+    decimal = Schema(BYTES, name=DECIMAL, parameters={"scale": "2"})
+    encoded = json.loads(converter.from_connect_data("t", decimal, Decimal("-1.25")))
+    assert base64.b64decode(encoded["payload"]) == (-125).to_bytes(1, "big", signed=True)
+    assert converter.to_connect_data("t", json.dumps(encoded).encode())[1] == Decimal("-1.25")
+    date = Schema("int32", name=DATE, version=1)
+    assert schema_from_json(schema_to_json(date)) == date
+    array = Schema.array(Schema(INT64))
+    assert converter.to_connect_data("t", converter.from_connect_data("t", array, [1, 2]))[1] == [
+        1,
+        2,
+    ]
+
+
+def test_json_converter_without_schemas_and_its_errors() -> None:
+    plain = JsonConverter()
+    plain.configure({"schemas.enable": "false"}, is_key=False)
+    assert plain.from_connect_data("t", None, {"a": [1, True]}) == b'{"a":[1,true]}'
+    assert plain.to_connect_data("t", b'{"a":1}') == (None, {"a": 1})
+    enveloped = JsonConverter()
+    enveloped.configure({}, is_key=False)
+    with pytest.raises(DataException) as caught:
+        enveloped.to_connect_data("t", b'{"a":1}')
+    assert str(caught.value) == ENVELOPE_HINT
+    with pytest.raises(DataException, match="serialization error"):
+        enveloped.to_connect_data("t", b"{nope")
+    with pytest.raises(DataException, match="null value for field that is required"):
+        enveloped.from_connect_data("t", STRING_SCHEMA, None)
+    with pytest.raises(ConfigError, match="Expected value to be either true or false"):
+        JsonConverter().configure({"schemas.enable": "maybe"}, is_key=False)
+
+
+def test_string_and_byte_array_converters() -> None:
+    strings = StringConverter()
+    strings.configure({}, is_key=False)
+    assert strings.from_connect_data("t", None, True) == b"true"
+    assert strings.from_connect_data("t", STRING_SCHEMA, "é") == "é".encode()
+    assert strings.to_connect_data("t", b"x") == (OPTIONAL_STRING_SCHEMA, "x")
+    latin = StringConverter()
+    latin.configure({"converter.encoding": "latin-1"}, is_key=True)
+    assert latin.from_connect_data("t", None, "é") == b"\xe9"
+    raw = ByteArrayConverter()
+    raw.configure({}, is_key=False)
+    assert raw.from_connect_data("t", None, b"\x00") == b"\x00"
+    with pytest.raises(DataException, match="not compatible with objects of type str"):
+        raw.from_connect_data("t", None, "text")
+    with pytest.raises(DataException, match="Invalid schema type for ByteArrayConverter: STRING"):
+        raw.from_connect_data("t", STRING_SCHEMA, b"x")
+
+
+def test_plugin_names_and_aliases() -> None:
+    plugins = Plugins.builtin()
+    source = plugins.connector("org.apache.kafka.connect.file.FileStreamSourceConnector")
+    for alias in ("FileStreamSource", "FileStreamSourceConnector", source.name):
+        assert plugins.connector(alias) is source
+    assert plugins.converter("Json") is plugins.converter(
+        "org.apache.kafka.connect.json.JsonConverter"
+    )
+    assert plugins.find("FileStreamSource", ("converter",)) is None
+
+
+def test_connector_validation_in_kafkas_shape() -> None:
+    plugins = Plugins.builtin()
+    props = {
+        "name": "s",
+        "connector.class": "FileStreamSink",
+        "value.converter": "JsonConverter",
+        "value.converter.schemas.enable": "perhaps",
+        "errors.tolerance": "all",
+        "topic.creation.default.partitions": "3",
+    }
+    infos = connector_config.validate(props, plugins)
+    errors = {
+        c["value"]["name"]: c["value"]["errors"] for c in infos["configs"] if c["value"]["errors"]
+    }
+    assert set(errors) == {
+        "topics",
+        "topics.regex",
+        "value.converter.schemas.enable",
+        "errors.tolerance",
+        "topic.creation.default.partitions",
+    }
+    assert errors["topics"] == ["Must configure one of topics or topics.regex"]
+    assert infos["error_count"] == 5
+    message = connector_config.invalid_config_message(infos)
+    assert message.startswith(
+        "Connector configuration is invalid and contains the following 5 error(s):"
+    )
+    with pytest.raises(connector_config.InvalidConnectorConfig, match="contains no connector type"):
+        connector_config.validate({"name": "x"}, plugins)
+    exactly_once = {
+        "name": "s",
+        "connector.class": "FileStreamSource",
+        "topic": "t",
+        "exactly.once.support": "required",
+    }
+    assert connector_config.errors_of(connector_config.validate(exactly_once, plugins)) == [
+        "Invalid value required for configuration exactly.once.support: This worker does not "
+        "have exactly-once source support enabled."
+    ]
+
+
+class _Offsets(OffsetStorageReader):
+    def __init__(self, offsets: dict[str, Any]) -> None:
+        self.offsets = offsets
+
+    def offset(self, partition: Any) -> dict[str, Any] | None:
+        return self.offsets.get(partition["filename"])
+
+
+def test_file_source_lines_offsets_and_resume(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    path.write_bytes("a\nb\r\nc\rdé\npartial".encode())
+
+    def task(offsets: dict[str, Any]) -> FileStreamSourceTask:
+        config = {"file": str(path), "topic": "t", "batch.size": "2"}
+        made = FileStreamSourceTask()
+        made.initialize(SourceTaskContext(config, _Offsets(offsets)))
+        made.start(config)
+        return made
+
+    reader = task({})
+    first, second = reader.poll(), reader.poll()
+    assert [r.value for r in first + second] == ["a", "b", "c", "dé"]
+    assert [r.source_offset for r in first + second] == [
+        {"position": 2}, {"position": 5}, {"position": 7}, {"position": 11},
+    ]  # fmt: skip
+    assert first[0].source_partition == {"filename": str(path)} and first[0].key is None
+    assert reader.poll() == []  # "partial" waits for its end
+    with path.open("ab") as handle:
+        handle.write(b" line\n")
+    assert [r.value for r in reader.poll()] == ["partial line"]
+    resumed = task({str(path): {"position": 7}})
+    assert [r.value for r in resumed.poll()] == ["dé", "partial line"]
+    assert render_line({"a": 1}) == '{"a":1}' and render_line(None) == "null"
+
+
+def test_offset_keys_are_kafkas() -> None:
+    assert offset_key("src", {"filename": "/f"}) == b'["src",{"filename":"/f"}]'
+
+
+def test_connect_samples_load() -> None:
+    standalone = WorkerConfig(
+        read_properties_file(str(CONFIG / "connect-standalone.properties")), STANDALONE
+    )
+    assert standalone.listener.port == 8083
+    distributed = WorkerConfig(
+        read_properties_file(str(CONFIG / "connect-distributed.properties")), DISTRIBUTED
+    )
+    assert distributed["group.id"] == "connect-cluster"
+    plugins = Plugins.builtin()
+    for name in ("connect-file-source.properties", "connect-file-sink.properties"):
+        props = read_properties_file(str(CONFIG / name))
+        assert connector_config.validate(props, plugins)["error_count"] == 0, name
