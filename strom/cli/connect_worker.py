@@ -20,10 +20,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import sys
 from typing import Any
 
+from strom.cli import broker_logging
 from strom.cli.common import ToolError, parse_properties
 from strom.cli.http_service import until_stopped
 from strom.cli.properties_file import PropertiesError, read_properties_file
@@ -83,11 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from strom.config import ConfigError
     from strom.connect.worker_config import WorkerConfig
 
-    logging.basicConfig(
-        level=args.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    broker_logging.configure(args.log_level)  # stderr, in the broker's text form
     try:
         props = read_properties_file(args.worker_properties)
         connectors = [connector_file(path) for path in getattr(args, "connector_files", [])]

@@ -352,22 +352,21 @@ class ConnectRest:
         return web.Response(status=204)
 
     async def pause(self, request: web.Request) -> web.Response:
-        herder = self._herder()
-        name = request.match_info["name"]
-        await self._on_herder(lambda: herder.pause(name))
-        return web.Response(status=202)
+        return await self._target_state(request, Herder.pause, 202)
 
     async def resume(self, request: web.Request) -> web.Response:
-        herder = self._herder()
-        name = request.match_info["name"]
-        await self._on_herder(lambda: herder.resume(name))
-        return web.Response(status=202)
+        return await self._target_state(request, Herder.resume, 202)
 
     async def stop(self, request: web.Request) -> web.Response:
+        return await self._target_state(request, Herder.stop_connector, 204)
+
+    async def _target_state(
+        self, request: web.Request, change: Callable[[Herder, str], None], status: int
+    ) -> web.Response:
         herder = self._herder()
         name = request.match_info["name"]
-        await self._on_herder(lambda: herder.stop_connector(name))
-        return web.Response(status=204)
+        await self._on_herder(lambda: change(herder, name))
+        return web.Response(status=status)
 
     # Offsets.
 

@@ -142,13 +142,26 @@ class MemoryConfigStore(ConfigStore):
         self._changed()
 
 
+class _TopicBacked:
+    """A store kept in one of the worker's topics (``self.log``): started and closed
+    with it."""
+
+    log: TopicLog
+
+    def start(self) -> None:
+        self.log.start()
+
+    def close(self) -> None:
+        self.log.close()
+
+
 CONNECTOR_PREFIX = "connector-"
 TASK_PREFIX = "task-"
 COMMIT_PREFIX = "commit-"
 TARGET_STATE_PREFIX = "target-state-"
 
 
-class TopicConfigStore(ConfigStore):
+class TopicConfigStore(_TopicBacked, ConfigStore):
     """Distributed: the config topic, in Kafka Connect's records."""
 
     def __init__(self, settings: dict[str, Any], topic: str, replication_factor: int) -> None:
@@ -157,12 +170,6 @@ class TopicConfigStore(ConfigStore):
         self.log = TopicLog(
             settings, topic, 1, replication_factor, self._apply, "config.storage.topic"
         )
-
-    def start(self) -> None:
-        self.log.start()
-
-    def close(self) -> None:
-        self.log.close()
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
         if key is None:
@@ -326,7 +333,7 @@ class StatusStore:
             return dict(self.tasks.get(name, {}))
 
 
-class TopicStatusStore(StatusStore):
+class TopicStatusStore(_TopicBacked, StatusStore):
     def __init__(
         self, settings: dict[str, Any], topic: str, partitions: int, replication_factor: int
     ) -> None:
@@ -334,12 +341,6 @@ class TopicStatusStore(StatusStore):
         self.log = TopicLog(
             settings, topic, partitions, replication_factor, self._apply, "status.storage.topic"
         )
-
-    def start(self) -> None:
-        self.log.start()
-
-    def close(self) -> None:
-        self.log.close()
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
         if key is None:
@@ -446,7 +447,7 @@ class FileOffsetStore(OffsetStore):
         os.replace(temporary, self.path)
 
 
-class TopicOffsetStore(OffsetStore):
+class TopicOffsetStore(_TopicBacked, OffsetStore):
     """Distributed: the offsets topic."""
 
     def __init__(
@@ -456,12 +457,6 @@ class TopicOffsetStore(OffsetStore):
         self.log = TopicLog(
             settings, topic, partitions, replication_factor, self._apply, "offset.storage.topic"
         )
-
-    def start(self) -> None:
-        self.log.start()
-
-    def close(self) -> None:
-        self.log.close()
 
     def put(self, connector: str, offsets: Mapping[bytes, tuple[Any, Any]]) -> None:
         for key, (_, offset) in offsets.items():

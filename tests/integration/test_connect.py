@@ -306,41 +306,24 @@ def test_bad_requests(worker: Worker, workdir: Path) -> None:
         "Connector name configuration (c) doesn't match connector name in the URL (b)",
     )
     assert error_of(worker.call("POST", "/connectors", raw=b"{not json"))[0] == 400
-    for method, path in [
-        ("GET", "/connectors/ghost"), ("GET", "/connectors/ghost/config"),
-        ("GET", "/connectors/ghost/tasks"), ("DELETE", "/connectors/ghost"),
-        ("GET", "/connectors/ghost/offsets"),
-    ]:  # fmt: skip
-        assert error_of(worker.call(method, path)) == (404, "Connector ghost not found"), path
-    assert error_of(worker.call("GET", "/connectors/ghost/status")) == (
-        404,
-        "No status found for connector ghost",
-    )
-    assert error_of(worker.call("GET", "/connectors/ghost/tasks/0/status")) == (
-        404,
-        "No status found for task ghost-0",
-    )
-    assert error_of(worker.call("PUT", "/connectors/ghost/pause")) == (
-        404,
-        "Unknown connector ghost",
-    )
-    assert error_of(worker.call("PUT", "/connectors/ghost/stop")) == (
-        404,
-        "Unknown connector ghost",
-    )
-    assert error_of(worker.call("POST", "/connectors/ghost/restart")) == (
-        404,
-        "Unknown connector: ghost",
-    )
-    assert error_of(worker.call("POST", "/connectors/ghost/tasks/0/restart")) == (
-        404,
-        "Unknown connector: ghost",
-    )
-    assert error_of(worker.call("GET", "/no/such/path")) == (404, "HTTP 404 Not Found")
-    assert error_of(worker.call("POST", "/connectors/ghost/status")) == (
-        405,
-        "HTTP 405 Method Not Allowed",
-    )
+    ghost = "Connector ghost not found"
+    for method, path, answer in [
+        ("GET", "/connectors/ghost", ghost),
+        ("GET", "/connectors/ghost/config", ghost),
+        ("GET", "/connectors/ghost/tasks", ghost),
+        ("DELETE", "/connectors/ghost", ghost),
+        ("GET", "/connectors/ghost/offsets", ghost),
+        ("GET", "/connectors/ghost/status", "No status found for connector ghost"),
+        ("GET", "/connectors/ghost/tasks/0/status", "No status found for task ghost-0"),
+        ("PUT", "/connectors/ghost/pause", "Unknown connector ghost"),
+        ("PUT", "/connectors/ghost/stop", "Unknown connector ghost"),
+        ("POST", "/connectors/ghost/restart", "Unknown connector: ghost"),
+        ("POST", "/connectors/ghost/tasks/0/restart", "Unknown connector: ghost"),
+        ("GET", "/no/such/path", "HTTP 404 Not Found"),
+    ]:
+        assert error_of(worker.call(method, path)) == (404, answer), path
+    wrong_method = worker.call("POST", "/connectors/ghost/status")
+    assert error_of(wrong_method) == (405, "HTTP 405 Method Not Allowed")
 
 
 def test_file_source_to_topic_to_file_sink(
@@ -610,16 +593,22 @@ def test_standalone_worker(broker: BrokerProcess, tmp_path: Path) -> None:
     }
 
 
+def run_standalone(worker_file: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "strom.cli.main", "connect-standalone", str(worker_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def test_worker_refuses_bad_settings_in_one_line(broker: BrokerProcess, tmp_path: Path) -> None:
     worker_file = tmp_path / "bad.properties"
     converters = "key.converter=StringConverter\nvalue.converter=JsonConverter\n"
     worker_file.write_text(
         f"bootstrap.servers={broker.bootstrap}\n{converters}offset.flush.interval.ms=soon\noffset.storage.file.filename=/tmp/o\n"
     )
-    run = subprocess.run(
-        [sys.executable, "-m", "strom.cli.main", "connect-standalone", str(worker_file)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    run = run_standalone(worker_file)
     assert run.returncode == 2
     assert (
         run.stderr.strip()
@@ -632,19 +621,13 @@ def test_worker_refuses_bad_settings_in_one_line(broker: BrokerProcess, tmp_path
     worker_file.write_text(
         f"bootstrap.servers={broker.bootstrap}\nvalue.converter=y\noffset.storage.file.filename=/tmp/o\n"
     )
-    run = subprocess.run(
-        [sys.executable, "-m", "strom.cli.main", "connect-standalone", str(worker_file)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    run = run_standalone(worker_file)
     assert run.returncode == 2 and 'Missing required configuration "key.converter"' in run.stderr
     assert "Traceback" not in run.stderr
     worker_file.write_text(
         f"bootstrap.servers={broker.bootstrap}\nkey.converter=com.example.Avro\nvalue.converter=y\noffset.storage.file.filename=/tmp/o\n"
     )
-    run = subprocess.run(
-        [sys.executable, "-m", "strom.cli.main", "connect-standalone", str(worker_file)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    run = run_standalone(worker_file)
     assert run.returncode == 2
     assert (
         "Invalid value com.example.Avro for configuration key.converter: "

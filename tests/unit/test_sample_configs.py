@@ -26,7 +26,7 @@ def load(name: str) -> BrokerConfig:
     sorted(
         str(p.relative_to(CONFIG))
         for p in CONFIG.rglob("*.properties")
-        if not p.name.startswith("connect-")  # Connect's samples: tests/unit/test_connect.py
+        if not p.name.startswith("connect-")  # Connect's samples: tests/unit/test_connect_parts.py
     ),
 )
 def test_every_key_is_known(name: str, caplog: pytest.LogCaptureFixture) -> None:
