@@ -13,7 +13,8 @@ input keeps no offsets.
 
 The sink appends each record's value and a newline: a string as it is, null as ``null``,
 bytes as UTF-8 text, maps, lists and structs as compact JSON (Kafka prints Java's
-``toString`` there). ``flush`` flushes and fsyncs the file, before its offsets commit.
+``toString`` there). Each batch is written through at once; ``flush`` fsyncs the file,
+before its offsets commit.
 
 Runs in the worker (``runtime.InWorkerRunner``): the file is on the worker's machine.
 """
@@ -296,6 +297,7 @@ class FileStreamSinkTask(SinkTask):
 
     def put(self, records: list[SinkRecord]) -> None:
         self.out.write("".join(render_line(record.value) + "\n" for record in records))
+        self.out.flush()  # in the file at once, as Kafka's unbuffered stream; fsync on flush
 
     def flush(self, offsets: Mapping[tuple[str, int], int]) -> None:
         self.out.flush()
