@@ -22,7 +22,8 @@ max.connections.per.ip=50: 200 connections from 127.0.0.1, and how many it holds
 With --baseline REV (default: the code before these defences, 259c7ea), normal produce
 and consume of 100-B records (confluent-kafka tuned: acks=1, linger 5 ms, 1 MB batches;
 and with the client's defaults) against a broker of this tree and one of REV, rounds
-alternated, medians compared. --skip-compare leaves that out.
+alternated, medians compared: throughput and the broker's CPU time per record.
+--skip-compare leaves that out.
 
 Usage: python bench/hostile.py [--records N] [--rounds R] [--baseline REV] [--skip-compare]
 """
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import gzip
+import os
 import resource
 import socket
 import statistics
@@ -337,13 +339,24 @@ class TreeBroker(BrokerProcess):
         return ["env", "-C", str(self.tree), *super().command()]
 
 
-def throughput(bootstrap: str, topic: str, records: int, tuned: bool) -> tuple[float, float]:
-    """(produce, consume) records per second of 100-B records to a 6-partition topic."""
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def throughput(
+    bootstrap: str, broker_pid: int, topic: str, records: int, tuned: bool
+) -> tuple[float, float, float, float]:
+    """Records per second of 100-B records to a 6-partition topic, produced then consumed,
+    and the broker's CPU time per record (us) in each: throughput is what a client sees,
+    the broker's CPU what the defences cost it, whatever else shares the machine."""
     settings = {"bootstrap.servers": bootstrap}
     if tuned:
         settings |= {"acks": "1", "linger.ms": "5", "batch.size": "1000000"}
     producer = Producer(settings)
     value = b"x" * 100
+    cpu_before = cpu_seconds(broker_pid)
     started = time.perf_counter()
     for i in range(records):
         while True:
@@ -354,6 +367,7 @@ def throughput(bootstrap: str, topic: str, records: int, tuned: bool) -> tuple[f
                 producer.poll(0.01)
     producer.flush(120)
     produced = records / (time.perf_counter() - started)
+    cpu_produce = (cpu_seconds(broker_pid) - cpu_before) / records * 1e6
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -364,14 +378,16 @@ def throughput(bootstrap: str, topic: str, records: int, tuned: bool) -> tuple[f
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(6)])
     got = 0
+    cpu_before = cpu_seconds(broker_pid)
     started = time.perf_counter()
     while got < records:
         for m in consumer.consume(10_000, 1.0):
             if m.error() is None:
                 got += 1
     consumed = records / (time.perf_counter() - started)
+    cpu_consume = (cpu_seconds(broker_pid) - cpu_before) / records * 1e6
     consumer.close()
-    return produced, consumed
+    return produced, consumed, cpu_produce, cpu_consume
 
 
 def compare(workdir: Path, baseline: str, records: int, rounds: int) -> None:
@@ -393,18 +409,26 @@ def compare(workdir: Path, baseline: str, records: int, rounds: int) -> None:
                     for tuned in (True, False):
                         topic = "tuned" if tuned else "defaults"
                         admin.create_topics([NewTopic(topic, 6, 1)])[topic].result(30)
-                        produced, consumed = throughput(broker.bootstrap, topic, records, tuned)
+                        produced, consumed, cpu_produce, cpu_consume = throughput(
+                            broker.bootstrap, broker.proc.pid, topic, records, tuned
+                        )
                         figures.setdefault((label, topic, "produce"), []).append(produced)
                         figures.setdefault((label, topic, "consume"), []).append(consumed)
+                        figures.setdefault((label, topic, "produce cpu"), []).append(cpu_produce)
+                        figures.setdefault((label, topic, "consume cpu"), []).append(cpu_consume)
                 finally:
                     broker.stop()
         for topic in ("tuned", "defaults"):
             for what in ("produce", "consume"):
                 now = statistics.median(figures[("this tree", topic, what)])
                 then = statistics.median(figures[(baseline, topic, what)])
+                cpu_now = statistics.median(figures[("this tree", topic, what + " cpu")])
+                cpu_then = statistics.median(figures[(baseline, topic, what + " cpu")])
                 print(
                     f"{what} 100 B, client {topic}: {now / 1e3:.0f} k/s against {then / 1e3:.0f}"
-                    f" k/s at {baseline} ({(now / then - 1) * 100:+.1f}%, medians of {rounds})"
+                    f" k/s at {baseline} ({(now / then - 1) * 100:+.1f}%); broker CPU"
+                    f" {cpu_now:.2f} us/record against {cpu_then:.2f}"
+                    f" ({(cpu_now / cpu_then - 1) * 100:+.1f}%), medians of {rounds}"
                 )
     finally:
         subprocess.run(
