@@ -133,6 +133,7 @@ class Herder:
         self.runner: TaskRunner | None = None
         self.running: dict[str, _Running] = {}
         self.task_restarts: set[TaskId] = set()
+        self.generation_seen = -1
         self._requests: queue.Queue[tuple[Callable[[], Any], concurrent.futures.Future]] = (
             queue.Queue()
         )
@@ -145,8 +146,20 @@ class Herder:
 
     def start(self, runner: TaskRunner) -> None:
         self.runner = runner
-        self.membership.start(self._wake.set)
         self._thread.start()
+        self.membership.start(self._membership_changed)
+
+    def _membership_changed(self) -> None:
+        """Reconcile now; when the work moved away, return once it has stopped here."""
+        if self._stopped.is_set():
+            return
+        if self.membership.runs_everything():
+            self._wake.set()
+            return
+        try:
+            self.submit(self._reconcile).result(timeout=60)
+        except Exception as exc:
+            log.warning("stopping the work given up failed or took too long: %s", exc)
 
     def stop(self) -> None:
         """Stop every task and connector this worker runs (committing their offsets)."""
@@ -225,8 +238,13 @@ class Herder:
 
     def _reconcile(self) -> None:
         assert self.runner is not None
-        snapshot = self.config_store.snapshot()
         ours = self.membership.runs_everything()
+        if ours and self.membership.generation != self.generation_seen:
+            # Just given the work (a new leader): what the last leader wrote is read first.
+            self.config_store.refresh()
+            self.offset_store.refresh()
+        self.generation_seen = self.membership.generation
+        snapshot = self.config_store.snapshot()
         for name in list(self.running):
             if not ours or name not in snapshot.connectors:
                 self._stop_instance(name, UNASSIGNED, remove=name not in snapshot.connectors)
@@ -556,6 +574,7 @@ class Herder:
     def connector_offsets(self, name: str) -> dict[str, Any]:
         config = self.connector_config(name)
         if self.connector_type(config) == SOURCE:
+            self.offset_store.refresh()
             entries = self.offset_store.connector_offsets(name)
             return {"offsets": [{"partition": p, "offset": o} for p, o in entries]}
         group = f"connect-{name}"

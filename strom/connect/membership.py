@@ -47,7 +47,8 @@ class Membership(ABC):
         return self.is_leader()
 
     def start(self, on_change: Callable[[], None]) -> None:  # noqa: B027 - an optional hook
-        pass
+        """Join the group; ``on_change()`` when what this worker runs changes (it returns
+        once the work given up has stopped)."""
 
     def wait_for_leader(self, timeout_s: float) -> str | None:
         """The leader's URL once one is known (None if none within ``timeout_s``)."""
@@ -84,6 +85,10 @@ class ElectedLeader(Membership):
         self.generation = 0
 
     def start(self, on_change: Callable[[], None]) -> None:
+        """``on_change`` is called when this worker gains or loses the leadership; on a
+        loss it must return only once the worker runs nothing (the eager protocol: the
+        group moves on only when the work has stopped here, so no task runs twice)."""
+
         def changed() -> None:
             self.generation += 1
             on_change()

@@ -20,7 +20,8 @@ In the worker, each task is a thread with confluent-kafka clients:
   records, and every ``offset.flush.interval.ms``, when partitions are revoked and on
   stop it calls ``pre_commit`` (which flushes) and commits the offsets it returns.
   Pausing pauses the consumer's partitions; the consumer keeps polling, so it stays in
-  its group.
+  its group. Its ``stop()`` is called by its own thread after the last commit (a source
+  task's from the stopping thread, to end a waiting ``poll``), as in Kafka.
 
 After a clean stop a restarted task resumes exactly after the last record written (no
 record lost or repeated); after a crash it resumes at the last commit (at least once).
@@ -119,6 +120,9 @@ class _StoreReader(OffsetStorageReader):
         self.connector = connector
 
     def offset(self, partition: Any) -> dict[str, Any] | None:
+        # What another worker committed last (a task moved here) is read first, as Kafka's
+        # offset reader reads the offsets topic to its end before it answers.
+        self.store.refresh()
         return self.store.get(self.connector, dict(partition))
 
 
@@ -155,6 +159,12 @@ class _TaskThread(threading.Thread):
         self.stopping.set()
         with self.changed:
             self.changed.notify_all()
+        if self.spec.kind == SOURCE:
+            # As Kafka: a source task's stop() comes from another thread, to end a poll
+            # that waits; a sink task is stopped by its own thread once it has committed.
+            self.stop_task()
+
+    def stop_task(self) -> None:
         if self.task is not None:
             try:
                 self.task.stop()
@@ -399,6 +409,7 @@ class _SinkTaskThread(_TaskThread):
             commit()
             task.close([(tp.topic, tp.partition) for tp in assignment])
         finally:
+            self.stop_task()
             consumer.close()
 
     def _record(

@@ -105,6 +105,9 @@ class ConfigStore(ABC):
     def start(self) -> None:  # noqa: B027 - an optional hook
         """Read what there is (a topic to its end)."""
 
+    def refresh(self) -> None:  # noqa: B027 - an optional hook
+        """Read what other workers wrote up to now (a topic to its end)."""
+
     def close(self) -> None:  # noqa: B027 - an optional hook
         """Release clients."""
 
@@ -144,12 +147,15 @@ class MemoryConfigStore(ConfigStore):
 
 class _TopicBacked:
     """A store kept in one of the worker's topics (``self.log``): started and closed
-    with it."""
+    with it, and read to the end of the topic on ``refresh``."""
 
     log: TopicLog
 
     def start(self) -> None:
         self.log.start()
+
+    def refresh(self) -> None:
+        self.log.read_to_end()
 
     def close(self) -> None:
         self.log.close()
@@ -382,6 +388,9 @@ class OffsetStore(ABC):
 
     def close(self) -> None:  # noqa: B027 - an optional hook
         pass
+
+    def refresh(self) -> None:  # noqa: B027 - an optional hook
+        """Read what other workers committed up to now (a topic to its end)."""
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
         if key is None:

@@ -562,6 +562,42 @@ def test_restarted_worker_resumes_at_committed_offsets(
     assert offsets["offsets"][0]["offset"]["position"] == source_file.stat().st_size
 
 
+def test_second_worker_forwards_and_takes_over(worker: Worker, workdir: Path) -> None:
+    """A second worker of the group forwards writes to the leader, whichever it is; when
+    the leader stops, the other takes the connectors over at their committed offsets."""
+    follower = Worker("distributed", workdir / "worker.properties")
+    workers = {w.url.split("//")[1]: w for w in (worker, follower)}
+    try:
+        source_file, sink_file = workdir / "takeover-in.txt", workdir / "takeover-out.txt"
+        source_file.write_text("before\n")
+        for one in workers.values():  # each forwards to the leader, or is it
+            name = f"t-src-{one is follower}"
+            assert (
+                one.call("POST", "/connectors", file_source(name, source_file, "takeover"))[0]
+                == 201
+            )
+        assert (
+            follower.call("POST", "/connectors", file_sink("t-sink", sink_file, "takeover"))[0]
+            == 201
+        )
+        leader_id = follower.wait_state("t-sink", "RUNNING")["connector"]["worker_id"]
+        wait_for(lambda: lines_of(sink_file) == ["before", "before"], "the leader's copies")
+        workers.pop(leader_id).stop()
+        (other_id, other), *_ = workers.items()
+        wait_for(
+            lambda: (s := other.status("t-sink")) and s["connector"]["worker_id"] == other_id,
+            "the other worker taking over",
+        )
+        with source_file.open("a") as handle:
+            handle.write("after\n")
+        expected = ["before", "before", "after", "after"]
+        wait_for(lambda: lines_of(sink_file) == expected, "the new leader's copies")
+    finally:
+        for one in (worker, follower):
+            if one.proc.poll() is None:
+                one.stop()
+
+
 def test_standalone_worker(broker: BrokerProcess, tmp_path: Path) -> None:
     source_file, sink_file = tmp_path / "in.txt", tmp_path / "out.txt"
     source_file.write_text("standalone\n")
