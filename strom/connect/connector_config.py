@@ -472,7 +472,7 @@ def _converter_settings(props: Mapping[str, str], plugins: Plugins) -> list[dict
         if plugin is None:
             continue
         own = {k[len(prefix) :]: v for k, v in props.items() if k.startswith(prefix)}
-        converter_def: cd.ConfigDef = plugin.cls.CONFIG_DEF
+        converter_def = plugin.config_def()
         for name, result in converter_def.validate_all(own).items():
             key = converter_def.keys[name]
             if name == "converter.type":

@@ -16,14 +16,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from strom.connect.api import SinkConnector, SourceConnector, strom_version
+from strom.connect.api import Connector, SinkConnector, SourceConnector, strom_version
+from strom.connect.config_def import ConfigDef
 from strom.connect.connectors.file_stream import (
     FileStreamSinkConnector,
     FileStreamSourceConnector,
 )
-from strom.connect.converters import ByteArrayConverter, JsonConverter, StringConverter
+from strom.connect.converters import (
+    ByteArrayConverter,
+    Converter,
+    JsonConverter,
+    StringConverter,
+)
 
 SOURCE = "source"
 SINK = "sink"
@@ -58,6 +64,12 @@ class Plugin:
             if simple.endswith(suffix) and len(simple) > len(suffix):
                 names.append(simple[: -len(suffix)])
         return names
+
+    def config_def(self) -> ConfigDef:
+        """The settings the plugin declares (a connector's own, without the common ones)."""
+        if self.kind == CONVERTER:
+            return cast(type[Converter], self.cls).CONFIG_DEF
+        return cast(Connector, self.cls()).config()
 
     def info(self) -> dict[str, Any]:
         """As ``GET /connector-plugins`` lists it."""

@@ -159,7 +159,7 @@ class ConnectRest:
                     data=await request.read(),
                     headers={"Content-Type": "application/json", FORWARDED: "1"},
                     timeout=aiohttp.ClientTimeout(total=90),
-                    ssl=self.forwarding_tls if leader.startswith("https:") else None,
+                    ssl=self.forwarding_tls or True,
                 ) as answer:
                     return web.Response(
                         body=await answer.read(),
@@ -200,8 +200,8 @@ class ConnectRest:
 
     @staticmethod
     def _config(body: dict[str, Any]) -> dict[str, str]:
-        config = {str(key): _text(value) for key, value in body.items()}
-        nulls = sorted(key for key, value in config.items() if value is None)
+        texts = {str(key): _text(value) for key, value in body.items()}
+        nulls = sorted(key for key, value in texts.items() if value is None)
         if nulls:
             raise HerderError(
                 400,
@@ -212,7 +212,7 @@ class ConnectRest:
                     for key in nulls
                 ),
             )
-        return config  # type: ignore[return-value] - the nulls are refused above
+        return {key: value for key, value in texts.items() if value is not None}
 
     @staticmethod
     def _name_matches(name: str, config: dict[str, str]) -> None:
@@ -403,8 +403,7 @@ class ConnectRest:
         plugin = self.plugins.find(name, ("source", "sink", "converter"))
         if plugin is None:
             raise HerderError(404, f"Unknown plugin {name}.")
-        own = plugin.cls().config() if plugin.kind != "converter" else plugin.cls.CONFIG_DEF
-        keys = dict(own.keys)
+        keys = dict(plugin.config_def().keys)
         if plugin.kind != "converter":
             for key_name, key in connector_def(plugin).keys.items():
                 keys.setdefault(key_name, key)

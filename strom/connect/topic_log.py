@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
@@ -157,12 +157,13 @@ class TopicLog:
                     if error.code() != KafkaError._PARTITION_EOF:
                         log.warning("reading %s: %s", self.topic, error)
                     continue
+                partition, offset = int(message.partition() or 0), int(message.offset() or 0)
                 try:
                     self.apply(message.key(), message.value())
                 except Exception:  # a record another writer spoilt must not stop the reader
-                    log.exception("cannot apply a record of %s at %s", self.topic, message.offset())
+                    log.exception("cannot apply a record of %s at %s", self.topic, offset)
                 with self._progress:
-                    self.positions[message.partition()] = message.offset() + 1
+                    self.positions[partition] = offset + 1
             with self._progress:
                 self._progress.notify_all()
 
@@ -206,7 +207,7 @@ class TopicLog:
             error, self._errors = self._errors[0], []
             raise TopicLogError(f"cannot write to {self.topic}: {error}")
 
-    def write(self, records: list[tuple[bytes, bytes | None]]) -> None:
+    def write(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         """Write ``records`` and return once this worker has read them back."""
         for key, value in records:
             self.send(key, value)

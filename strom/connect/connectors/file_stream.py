@@ -21,6 +21,7 @@ Runs in the worker (``runtime.InWorkerRunner``): the file is on the worker's mac
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -28,7 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from strom.connect import config_def as cd
 from strom.connect.api import (
@@ -135,14 +136,14 @@ class FileStreamSourceTask(SourceTask):
         self.filename = props.get("file") or None
         self.topic = props["topic"]
         self.batch_size = int(props.get("batch.size", DEFAULT_BATCH_SIZE))
-        self.stream: IO[bytes] | None = None
+        self.stream: io.BufferedReader | None = None
         self.position = 0
         self.pending = b""
         self.stopping = threading.Event()
 
     def _open(self) -> bool:
         if self.filename is None:
-            self.stream = sys.stdin.buffer
+            self.stream = cast(io.BufferedReader, sys.stdin.buffer)
             return True
         try:
             stream = open(self.filename, "rb")  # noqa: SIM115 - kept open across polls
