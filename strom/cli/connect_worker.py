@@ -1,5 +1,7 @@
-"""``strom connect-standalone`` and ``strom connect-distributed``: a Kafka Connect worker,
-as Kafka's ``connect-standalone.sh`` and ``connect-distributed.sh`` start one.
+"""What ``strom connect-standalone`` and ``strom connect-distributed`` share (each
+command has its module, ``connect_standalone`` and ``connect_distributed``): a Kafka
+Connect worker, as Kafka's ``connect-standalone.sh`` and ``connect-distributed.sh`` start
+one.
 
     strom connect-standalone WORKER.properties [CONNECTOR.properties|CONNECTOR.json ...]
     strom connect-distributed WORKER.properties
@@ -34,28 +36,27 @@ COMMANDS = {
 }
 
 
-def add_parser(commands: Any) -> None:
-    for command, help_text in COMMANDS.items():
-        if command in commands.choices:
-            continue  # the module serves two commands; the parsers are made once
-        parser = commands.add_parser(command, help=help_text)
-        parser.add_argument("worker_properties", metavar="WORKER.properties")
-        if command == "connect-standalone":
-            parser.add_argument(
-                "connector_files",
-                nargs="*",
-                metavar="CONNECTOR",
-                help="connector .properties or .json files",
-            )
+def add_worker_parser(commands: Any, command: str) -> None:
+    """The parser of ``command`` (one of ``COMMANDS``); each has its own small module
+    (``connect_standalone``, ``connect_distributed``), as every command does."""
+    parser = commands.add_parser(command, help=COMMANDS[command])
+    parser.add_argument("worker_properties", metavar="WORKER.properties")
+    if command == "connect-standalone":
         parser.add_argument(
-            "--override",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="override a worker property from the file (repeatable)",
+            "connector_files",
+            nargs="*",
+            metavar="CONNECTOR",
+            help="connector .properties or .json files",
         )
-        parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
-        parser.set_defaults(run=run, parser=parser, mode=command.split("-", 1)[1])
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a worker property from the file (repeatable)",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    parser.set_defaults(run=run, parser=parser, mode=command.split("-", 1)[1])
 
 
 def connector_file(path: str) -> dict[str, str]:

@@ -9,7 +9,7 @@ The tools (``topics``, ``produce``, ``consume``, ``groups``, ``configs``,
 ``perf-test``, ``get-offsets``, ``delete-records``, ``reassign-partitions``,
 ``leader-election``, ``log-dirs``, ``metadata-quorum``, ``cluster``, ``transactions``,
 ``acls``, ``console``, the web console, ``schema-registry``, ``rest-proxy``, the Kafka
-Connect workers ``connect-standalone`` and ``connect-distributed`` (one module) and
+Connect workers ``connect-standalone`` and ``connect-distributed`` and
 ``connectors``, a client of their REST API) live one per module in this package and are
 clients only: they talk to any Kafka cluster through confluent-kafka (or raw requests
 where it lacks one).
@@ -65,8 +65,8 @@ TOOL_MODULES = {
     "console": "console",
     "schema-registry": "schema_registry",
     "rest-proxy": "rest_proxy",
-    "connect-standalone": "connect_worker",
-    "connect-distributed": "connect_worker",
+    "connect-standalone": "connect_standalone",
+    "connect-distributed": "connect_distributed",
     "connectors": "connectors",
     "storage": "storage",
     "dump-log": "dump_log",
