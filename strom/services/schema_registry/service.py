@@ -14,10 +14,10 @@ import socket
 from dataclasses import replace
 from typing import Any
 
+from strom.group_leader import Election
 from strom.services.http import HttpServer
 from strom.services.http_security import HttpSecurity
 from strom.services.schema_registry.app import RegistryApp
-from strom.group_leader import Election
 from strom.services.schema_registry.log import SchemasLog
 
 
