@@ -9,8 +9,12 @@ prefixed, or, to select, match and any (default for --list). Entries: principals
 topics (and WRITE, DESCRIBE on transactional ids; with ``--idempotent``, IDEMPOTENT_WRITE
 on the cluster); ``--consumer`` for READ and DESCRIBE on the topics and READ on the
 group. ``--remove`` asks before deleting unless ``--force`` or stdin is not a terminal.
-A client of CreateAcls, DescribeAcls and DeleteAcls through confluent-kafka, so it works
-against Kafka too.
+It sends CreateAcls, DescribeAcls and DeleteAcls itself (``strom.cli.wire``: librdkafka's
+describe_acls drops the response's error, SECURITY_DISABLED or
+CLUSTER_AUTHORIZATION_FAILED, and would print nothing), to a bootstrap broker or, with
+``--bootstrap-controller`` as kafka-acls.sh takes it (KIP-919), to the active controller
+at its controller listener; a refusal is one line and exit code 1. Works against Kafka
+too.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ import argparse
 import sys
 from typing import Any
 
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -29,22 +32,18 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from kio.schema.create_acls.v3 import request as create_acls
+from kio.schema.delete_acls.v3 import request as delete_acls
 from kio.schema.describe_acls.v3 import request as describe_acls
 from kio.static.primitive import i8
 
 from strom.cli import wire
-from strom.cli.common import ToolError, add_bootstrap, check_reachable, client_config
-from strom.cli.common import describe_error as _describe_error
+from strom.cli.common import ToolError, add_bootstrap, check_reachable
 from strom.cli.output import emit_json, wants_json
-from strom.cli.properties_file import (
-    add_config_file_option,
-    client_security,
-    config_file_properties,
-)
+from strom.cli.properties_file import ClusterAccess, add_config_file_option, cluster_access
 from strom.protocol.errors import ErrorCode
 
 CLUSTER_NAME = "kafka-cluster"
-TIMEOUT_S = 15.0
 # confluent-kafka names the cluster resource BROKER (code 4, Kafka's CLUSTER).
 CLUSTER = ResourceType.BROKER
 _TYPE_NAMES = {
@@ -68,7 +67,7 @@ _OPERATIONS = {
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser("acls", help="add, remove or list ACLs (like kafka-acls.sh)")
-    add_bootstrap(parser)
+    add_bootstrap(parser, controller=True)
     add_config_file_option(parser, "--command-config", "admin client")
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--add", action="store_true", help="add the ACLs described")
@@ -187,23 +186,74 @@ def _print_by_resource(bindings: list[AclBinding], title: str) -> None:
 def run(args: argparse.Namespace) -> int:
     parser: argparse.ArgumentParser = args.parser
     _check_principals(args, parser)
-    admin = AdminClient(client_config(args.bootstrap_server, config_file_properties(args)))
-    check_reachable(admin, args.bootstrap_server)
-    try:
-        if args.add:
-            return _add(args, parser, admin)
-        if args.remove:
-            return _remove(args, parser, admin)
-        return _list(args, admin)
-    except KafkaException as exc:
-        raise ToolError(_describe_error(exc)) from None
+    access = cluster_access(args)
+    if not access.controllers:  # a broker that cannot be reached is named at once
+        check_reachable(AdminClient(access.client_config()), access.bootstrap)
+    if args.add:
+        return _add(args, parser, access)
+    if args.remove:
+        return _remove(args, parser, access)
+    return _list(args, access)
+
+
+def _refused(code: ErrorCode, message: str | None) -> ToolError:
+    return ToolError(f"{wire.error_name(code)}: {message or ''}".rstrip(": "))
+
+
+# The names of a binding's parts in CreateAcls, and of a filter's in DescribeAcls and
+# DeleteAcls, in the order of ``_on_the_wire``.
+CREATION_FIELDS = (
+    "resource_type",
+    "resource_name",
+    "resource_pattern_type",
+    "principal",
+    "host",
+    "operation",
+    "permission_type",
+)
+FILTER_FIELDS = (
+    "resource_type_filter",
+    "resource_name_filter",
+    "pattern_type_filter",
+    "principal_filter",
+    "host_filter",
+    "operation",
+    "permission_type",
+)
+
+
+def _on_the_wire(binding: AclBinding, names: tuple[str, ...]) -> dict[str, Any]:
+    """A binding or filter as the fields ``names`` of a request, in Kafka's codes."""
+    values = (
+        i8(int(binding.restype.value)),
+        binding.name,
+        i8(int(binding.resource_pattern_type.value)),
+        binding.principal,
+        binding.host,
+        i8(int(binding.operation.value)),
+        i8(int(binding.permission_type.value)),
+    )
+    return dict(zip(names, values, strict=True))
+
+
+def _binding(resource_type: int, name: str, pattern: int, acl: Any) -> AclBinding:
+    """A binding of a response's resource and ACL entry."""
+    return AclBinding(
+        ResourceType(int(resource_type)),
+        name,
+        ResourcePatternType(int(pattern)),
+        acl.principal,
+        acl.host,
+        AclOperation(int(acl.operation)),
+        AclPermissionType(int(acl.permission_type)),
+    )
 
 
 def _pattern(args: argparse.Namespace, default: str) -> ResourcePatternType:
     return _PATTERNS[args.resource_pattern_type or default]
 
 
-def _add(args: argparse.Namespace, parser: argparse.ArgumentParser, admin: AdminClient) -> int:
+def _add(args: argparse.Namespace, parser: argparse.ArgumentParser, access: ClusterAccess) -> int:
     pattern = _pattern(args, "literal")
     if pattern not in (ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED):
         parser.error("--add takes --resource-pattern-type literal or prefixed")
@@ -227,13 +277,21 @@ def _add(args: argparse.Namespace, parser: argparse.ArgumentParser, admin: Admin
         for principal, host, permission in entries
         for op in ops
     ]
-    for future in admin.create_acls(bindings, request_timeout=TIMEOUT_S).values():
-        future.result()
+    request = create_acls.CreateAclsRequest(
+        creations=tuple(
+            create_acls.AclCreation(**_on_the_wire(b, CREATION_FIELDS)) for b in bindings
+        )
+    )
+    for result in access.send(request, "add ACLs").results:
+        if result.error_code != ErrorCode.none:
+            raise _refused(result.error_code, result.error_message)
     _print_by_resource(bindings, "Adding ACLs for resource")
     return 0
 
 
-def _remove(args: argparse.Namespace, parser: argparse.ArgumentParser, admin: AdminClient) -> int:
+def _remove(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, access: ClusterAccess
+) -> int:
     pattern = _pattern(args, "literal")
     resources = _resources(args)
     if not resources:
@@ -259,45 +317,41 @@ def _remove(args: argparse.Namespace, parser: argparse.ArgumentParser, admin: Ad
         answer = input("Are you sure you want to remove ACLs? (y/n) ")
         if answer.strip().lower() not in ("y", "yes"):
             return 0
+    request = delete_acls.DeleteAclsRequest(
+        filters=tuple(
+            delete_acls.DeleteAclsFilter(**_on_the_wire(f, FILTER_FIELDS)) for f in filters
+        )
+    )
     removed: list[AclBinding] = []
-    for future in admin.delete_acls(filters, request_timeout=TIMEOUT_S).values():
-        removed += future.result()
+    for result in access.send(request, "remove ACLs").filter_results:
+        if result.error_code != ErrorCode.none:
+            raise _refused(result.error_code, result.error_message)
+        for match in result.matching_acls:
+            binding = _binding(match.resource_type, match.resource_name, match.pattern_type, match)
+            if binding not in removed:
+                removed.append(binding)
     _print_by_resource(removed, "Removed ACLs for resource")
     return 0
 
 
-def _list(args: argparse.Namespace, admin: AdminClient) -> int:
-    """DescribeAcls on the wire: librdkafka's describe_acls drops the response's error
-    (SECURITY_DISABLED, CLUSTER_AUTHORIZATION_FAILED) and would print nothing."""
+def _list(args: argparse.Namespace, access: ClusterAccess) -> int:
     pattern = _pattern(args, "any")
     resources = _resources(args) or [(ResourceType.ANY, None)]
     principals = args.principal or [None]
     found: list[AclBinding] = []
     for rtype, name in resources:
         for principal in principals:
-            request = describe_acls.DescribeAclsRequest(
-                resource_type_filter=i8(int(rtype.value)),
-                resource_name_filter=name,
-                pattern_type_filter=i8(int(pattern.value)),
-                principal_filter=principal,
-                host_filter=None,
-                operation=i8(int(AclOperation.ANY.value)),
-                permission_type=i8(int(AclPermissionType.ANY.value)),
+            wanted = AclBindingFilter(
+                rtype, name, pattern, principal, None, AclOperation.ANY, AclPermissionType.ANY
             )
-            response = wire.send(args.bootstrap_server, request, "list ACLs", client_security(args))
+            request = describe_acls.DescribeAclsRequest(**_on_the_wire(wanted, FILTER_FIELDS))
+            response = access.send(request, "list ACLs")
             if response.error_code != ErrorCode.none:
-                message = response.error_message or ""
-                raise ToolError(f"{wire.error_name(response.error_code)}: {message}".rstrip(": "))
+                raise _refused(response.error_code, response.error_message)
             for resource in response.resources:
                 for acl in resource.acls:
-                    binding = AclBinding(
-                        ResourceType(int(resource.resource_type)),
-                        resource.resource_name,
-                        ResourcePatternType(int(resource.pattern_type)),
-                        acl.principal,
-                        acl.host,
-                        AclOperation(int(acl.operation)),
-                        AclPermissionType(int(acl.permission_type)),
+                    binding = _binding(
+                        resource.resource_type, resource.resource_name, resource.pattern_type, acl
                     )
                     if binding not in found:
                         found.append(binding)

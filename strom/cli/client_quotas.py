@@ -9,7 +9,9 @@ one AlterClientQuotas request (``--add-config producer_byte_rate=1048576,...`` s
 DescribeClientQuotas and prints one line per entity as kafka-configs.sh does (``Quota
 configs for user-principal 'alice' are producer_byte_rate=1048576.0``). Without a name,
 ``--describe`` lists every entity of the type. confluent-kafka has no client quota API,
-so the requests go over ``strom.cli.wire``, over TLS and SASL as ``--command-config`` says.
+so the requests go over ``strom.cli.wire``, over TLS and SASL as ``--command-config`` says,
+to a broker or, with ``--bootstrap-controller``, to the active controller (which, as
+Kafka's, changes quotas but does not describe them: one line says so).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from kio.schema.describe_client_quotas.v1 import request as describe
 
 from strom.cli import wire
 from strom.cli.common import ToolError
-from strom.cli.properties_file import client_security
+from strom.cli.properties_file import ClusterAccess
 from strom.protocol.errors import ErrorCode
 
 ENTITY_TYPES = {"users": "user", "clients": "client-id"}
@@ -101,6 +103,7 @@ def _number(parser: argparse.ArgumentParser, key: str, text: str) -> float:
 def run(
     parser: argparse.ArgumentParser,
     args: argparse.Namespace,
+    access: ClusterAccess,
     adds: dict[str, str],
     deletes: list[str],
 ) -> int:
@@ -108,7 +111,7 @@ def run(
     if args.all:
         parser.error("--all is for topics and brokers")
     if args.describe:
-        return _describe(args, entity)
+        return _describe(access, entity)
     ops = tuple(
         alter.OpData(key=key, value=_number(parser, key, value), remove=False)
         for key, value in adds.items()
@@ -118,9 +121,7 @@ def run(
         ops=ops,
     )
     request = alter.AlterClientQuotasRequest(entries=(entry,), validate_only=False)
-    response = wire.send(
-        args.bootstrap_server, request, "alter client quotas", client_security(args)
-    )
+    response = access.send(request, "alter client quotas")
     label = _label(entity)
     for result in response.entries:
         if result.error_code != ErrorCode.none:
@@ -130,7 +131,7 @@ def run(
     return 0
 
 
-def _describe(args: argparse.Namespace, entity: dict[str, Any]) -> int:
+def _describe(access: ClusterAccess, entity: dict[str, Any]) -> int:
     components = tuple(
         describe.ComponentData(
             entity_type=kind,
@@ -140,9 +141,7 @@ def _describe(args: argparse.Namespace, entity: dict[str, Any]) -> int:
         for kind, name in entity.items()
     )
     request = describe.DescribeClientQuotasRequest(components=components, strict=True)
-    response = wire.send(
-        args.bootstrap_server, request, "describe client quotas", client_security(args)
-    )
+    response = access.send(request, "describe client quotas")
     if response.error_code != ErrorCode.none:
         reason = response.error_message or wire.error_name(response.error_code)
         raise ToolError(f"cannot describe client quotas: {reason}")

@@ -13,9 +13,15 @@ DescribeQuorum gets the DescribeCluster ``controller_id`` shown instead (Kafka's
 brokers name some live broker there, not the quorum's leader). A wrong argument is
 one line and exit 2; an unreachable broker or an error code is one line and exit 1.
 
+With ``--bootstrap-controller``, as ``kafka-cluster.sh`` takes it (KIP-919), the tool
+asks a controller at its controller listener instead: DescribeCluster for the
+controllers (which needs ALTER on the cluster there) and DescribeQuorum, and the table
+lists the controllers (id, ``host:port``, active or voter) in place of the brokers.
+
 ``strom cluster --unregister ID`` removes a broker's registration for good, as
 ``kafka-cluster.sh unregister`` does (UnregisterBroker, forwarded to the active
-controller): for a broker that was stopped after its replicas were moved off.
+controller, or sent to it with ``--bootstrap-controller``): for a broker that was
+stopped after its replicas were moved off.
 """
 
 from __future__ import annotations
@@ -30,19 +36,18 @@ from strom.cli import wire
 from strom.cli.common import ToolError, add_bootstrap
 from strom.cli.metadata_quorum import (
     DESCRIBE_CLUSTER,
-    api_versions,
     describe_cluster,
     describe_quorum,
     table,
     usable_version,
 )
 from strom.cli.output import Listing, add_output_option, show, wants_json
-from strom.cli.properties_file import add_config_file_option, client_security
-from strom.client_security import ClientSecurity
+from strom.cli.properties_file import ClusterAccess, add_config_file_option, cluster_access
 from strom.protocol.errors import ErrorCode
 
 FENCED_LISTING_VERSION = 2
 BROKER_COLUMNS = ("BrokerId", "Endpoint", "Rack", "State", "Controller")
+CONTROLLER_COLUMNS = ("NodeId", "Endpoint", "Controller")
 
 
 def add_parser(commands: Any) -> None:
@@ -51,7 +56,7 @@ def add_parser(commands: Any) -> None:
         help="show the cluster id, the active controller and the brokers",
         description="Show the cluster id, the active controller, the voters and the brokers.",
     )
-    add_bootstrap(parser)
+    add_bootstrap(parser, controller=True)
     parser.add_argument(
         "--unregister", type=int, metavar="ID", help="remove a stopped broker's registration"
     )
@@ -64,20 +69,23 @@ def _ids(ids: list[int]) -> str:
     return "[" + ", ".join(str(i) for i in ids) + "]"
 
 
-def _endpoint(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def overview(
-    bootstrap: str, security: ClientSecurity | None = None
-) -> tuple[list[str], dict[str, Any], Listing]:
-    """The header lines, the same as fields for JSON, and the broker table."""
-    versions = api_versions(bootstrap, security)
+def overview(access: ClusterAccess) -> tuple[list[str], dict[str, Any], Listing]:
+    """The header lines, the same as fields for JSON, and the table of the brokers (of
+    the controllers, with ``--bootstrap-controller``)."""
+    bootstrap, security, controllers = access.bootstrap, access.security, access.controllers
+    versions = wire.api_versions(bootstrap, security)
     version = usable_version(versions, DESCRIBE_CLUSTER)
     if version is None:
-        raise ToolError(f"the broker at {bootstrap} does not serve DescribeCluster")
-    lists_fenced = version >= FENCED_LISTING_VERSION
-    cluster = describe_cluster(bootstrap, versions, include_fenced=lists_fenced, security=security)
+        kind = "controller" if controllers else "broker"
+        raise ToolError(f"the {kind} at {bootstrap} does not serve DescribeCluster")
+    lists_fenced = not controllers and version >= FENCED_LISTING_VERSION
+    cluster = describe_cluster(
+        bootstrap,
+        versions,
+        include_fenced=lists_fenced,
+        controllers=controllers,
+        security=security,
+    )
     assert cluster is not None
     try:
         quorum = describe_quorum(bootstrap, versions, security)
@@ -91,46 +99,50 @@ def overview(
         controller = int(cluster.controller_id)
         voters = []
         voters_text = "unknown (the broker does not answer DescribeQuorum)"
-    brokers = sorted(cluster.brokers, key=lambda b: b.broker_id)
-    fenced = [int(b.broker_id) for b in brokers if getattr(b, "is_fenced", False)]
-    rows = []
-    for b in brokers:
-        broker_id = int(b.broker_id)
-        role = "active" if broker_id == controller else "voter" if broker_id in voters else ""
-        rows.append(
-            [
-                str(broker_id),
-                _endpoint(b.host, int(b.port)),
-                b.rack if b.rack is not None else "-",
-                "fenced" if broker_id in fenced else "unfenced",
-                role,
-            ]
-        )
-    fenced_text = (
-        _ids(fenced) if lists_fenced else "unknown (the broker does not list fenced brokers)"
-    )
+
+    def role(node_id: int) -> str:
+        return "active" if node_id == controller else "voter" if node_id in voters else ""
+
+    nodes = sorted(cluster.brokers, key=lambda b: b.broker_id)
     lines = [
         f"{'ClusterId:':<18}{cluster.cluster_id}",
         f"{'ControllerId:':<18}{controller}",
         f"{'Voters:':<18}{voters_text}",
-        f"{'Brokers:':<18}{len(brokers)}",
-        f"{'FencedBrokers:':<18}{fenced_text}",
     ]
     fields = {
         "ClusterId": cluster.cluster_id,
         "ControllerId": controller,
         "Voters": voters if quorum is not None else None,
-        "FencedBrokers": fenced if lists_fenced else None,
     }
+    if controllers:
+        lines.append(f"{'Controllers:':<18}{len(nodes)}")
+        rows = [
+            [str(n.broker_id), wire.endpoint(n.host, int(n.port)), role(int(n.broker_id))]
+            for n in nodes
+        ]
+        return lines, fields, table(CONTROLLER_COLUMNS, rows, numeric=["NodeId"])
+    fenced = [int(b.broker_id) for b in nodes if getattr(b, "is_fenced", False)]
+    rows = [
+        [
+            str(b.broker_id),
+            wire.endpoint(b.host, int(b.port)),
+            b.rack if b.rack is not None else "-",
+            "fenced" if int(b.broker_id) in fenced else "unfenced",
+            role(int(b.broker_id)),
+        ]
+        for b in nodes
+    ]
+    fenced_text = (
+        _ids(fenced) if lists_fenced else "unknown (the broker does not list fenced brokers)"
+    )
+    lines += [f"{'Brokers:':<18}{len(nodes)}", f"{'FencedBrokers:':<18}{fenced_text}"]
+    fields["FencedBrokers"] = fenced if lists_fenced else None
     return lines, fields, table(BROKER_COLUMNS, rows, numeric=["BrokerId"])
 
 
-def unregister(bootstrap: str, broker_id: int, security: ClientSecurity | None = None) -> None:
-    response = wire.send(
-        bootstrap,
-        UnregisterBrokerRequest(broker_id=BrokerId(broker_id)),
-        f"unregister broker {broker_id}",
-        security,
+def unregister(access: ClusterAccess, broker_id: int) -> None:
+    response = access.send(
+        UnregisterBrokerRequest(broker_id=BrokerId(broker_id)), f"unregister broker {broker_id}"
     )
     if response.error_code != ErrorCode.none:
         reason = wire.error_name(response.error_code)
@@ -140,12 +152,13 @@ def unregister(bootstrap: str, broker_id: int, security: ClientSecurity | None =
 
 
 def run(args: argparse.Namespace) -> int:
+    access = cluster_access(args)
     if args.unregister is not None:
-        unregister(args.bootstrap_server, args.unregister, client_security(args))
+        unregister(access, args.unregister)
         print(f"Broker {args.unregister} is no longer registered.")
         return 0
-    lines, fields, brokers = overview(args.bootstrap_server, client_security(args))
+    lines, fields, nodes = overview(access)
     if not wants_json(args):
         print("\n".join(lines))
-    show(args, brokers, fields)
+    show(args, nodes, fields)
     return 0

@@ -44,13 +44,24 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def add_bootstrap(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+def add_bootstrap(parser: argparse.ArgumentParser, *, controller: bool = False) -> None:
+    """``--bootstrap-server``; with ``controller``, ``--bootstrap-controller`` too, where
+    Kafka's tool takes it (KIP-919): the tool then talks to the controller quorum at its
+    controller listener. Given both, the tool stops with one line (exit 2)."""
+    target: Any = parser.add_mutually_exclusive_group() if controller else parser
+    target.add_argument(
         "--bootstrap-server",
         default=DEFAULT_BOOTSTRAP,
         metavar="HOST:PORT",
         help=f"broker(s) to connect to, comma-separated (default {DEFAULT_BOOTSTRAP})",
     )
+    if controller:
+        target.add_argument(
+            "--bootstrap-controller",
+            metavar="HOST:PORT",
+            help="controller(s) to talk to directly at their controller listener, "
+            "comma-separated, instead of a broker",
+        )
 
 
 def unescape(text: str) -> str:

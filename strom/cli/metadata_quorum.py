@@ -31,10 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kio.index import load_request_schema
-from kio.schema.api_versions.v0.request import ApiVersionsRequest
 
 from strom.cli import wire
-from strom.cli.common import DEFAULT_BOOTSTRAP, ToolError
+from strom.cli.common import ToolError, add_bootstrap
 from strom.cli.output import Listing, add_output_option, emit_json, json_key, show, wants_json
 from strom.cli.properties_file import add_config_file_option, client_security
 from strom.client_security import ClientSecurity
@@ -45,6 +44,7 @@ METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
 DESCRIBE_QUORUM = 55
 DESCRIBE_CLUSTER = 60
+BROKER_ENDPOINTS = 1  # DescribeCluster's endpoint type for the brokers
 # The newest versions this tool can encode (kio's schemas).
 KNOWN_VERSIONS = {DESCRIBE_QUORUM: 2, DESCRIBE_CLUSTER: 2}
 UNKNOWN_CLUSTER_ID = "null"
@@ -66,17 +66,7 @@ def add_parser(commands: Any) -> None:
         help="describe the KRaft metadata quorum (like kafka-metadata-quorum.sh)",
         description="Describe the KRaft metadata quorum's status and replication.",
     )
-    endpoint = parser.add_mutually_exclusive_group()
-    endpoint.add_argument(
-        "--bootstrap-server",
-        metavar="HOST:PORT",
-        help=f"broker(s) to ask, comma-separated (default {DEFAULT_BOOTSTRAP})",
-    )
-    endpoint.add_argument(
-        "--bootstrap-controller",
-        metavar="HOST:PORT",
-        help="controller(s) to ask at their controller listener, comma-separated",
-    )
+    add_bootstrap(parser, controller=True)
     add_config_file_option(parser, "--command-config", "admin client")
     parser.set_defaults(parser=parser)
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -99,17 +89,7 @@ def add_parser(commands: Any) -> None:
 
 
 def endpoint_of(args: argparse.Namespace) -> str:
-    return args.bootstrap_controller or args.bootstrap_server or DEFAULT_BOOTSTRAP
-
-
-def api_versions(
-    bootstrap: str, security: ClientSecurity | None = None
-) -> dict[int, tuple[int, int]]:
-    """The (min, max) version of each API key the endpoint serves."""
-    response = wire.send(bootstrap, ApiVersionsRequest(), "ask for the API versions", security)
-    if response.error_code != ErrorCode.none:
-        raise ToolError(f"cannot ask for the API versions: {wire.error_name(response.error_code)}")
-    return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
+    return args.bootstrap_controller or args.bootstrap_server
 
 
 def usable_version(versions: dict[int, tuple[int, int]], api_key: int) -> int | None:
@@ -197,16 +177,18 @@ def describe_cluster(
     versions: dict[int, tuple[int, int]],
     *,
     include_fenced: bool = False,
+    controllers: bool = False,
     security: ClientSecurity | None = None,
 ) -> Any | None:
-    """The DescribeCluster response (brokers), or None where the endpoint lacks it."""
+    """The DescribeCluster response, of the brokers or (``controllers``, KIP-919) of the
+    controllers, or None where the endpoint lacks it."""
     version = usable_version(versions, DESCRIBE_CLUSTER)
     if version is None:
         return None
     request = build(
         load_request_schema(DESCRIBE_CLUSTER, version),
         include_cluster_authorized_operations=False,
-        endpoint_type=1,
+        endpoint_type=wire.CONTROLLER_ENDPOINTS if controllers else BROKER_ENDPOINTS,
         include_fenced_brokers=include_fenced,
     )
     response = wire.send(bootstrap, request, "describe the cluster", security)
@@ -379,10 +361,11 @@ def run_describe(args: argparse.Namespace) -> int:
         args.describe_parser.error("--human-readable is only supported with --replication")
     endpoint = endpoint_of(args)
     security = client_security(args)
-    versions = api_versions(endpoint, security)
+    versions = wire.api_versions(endpoint, security)
     info = describe_quorum(endpoint, versions, security)
     if args.status:
-        cluster = describe_cluster(endpoint, versions, security=security)
+        controllers = args.bootstrap_controller is not None
+        cluster = describe_cluster(endpoint, versions, controllers=controllers, security=security)
         cluster_id = cluster.cluster_id if cluster is not None else UNKNOWN_CLUSTER_ID
         if wants_json(args):
             fields = status_fields(cluster_id, info)

@@ -12,7 +12,8 @@ librdkafka, which rejects a property it does not know (one line, exit 1).
 
 ``cluster_access(args)`` reads the file once into what a tool needs to reach its
 cluster both ways: the client properties for confluent-kafka and the
-``ClientSecurity`` of its own raw-protocol requests (``strom.cli.wire``).
+``ClientSecurity`` of its own raw-protocol requests (``strom.cli.wire``), sent to the
+active controller when the tool was given ``--bootstrap-controller``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from strom.cli import wire
@@ -142,27 +144,45 @@ def _security_of(args: argparse.Namespace, properties: dict[str, Any]) -> Client
 
 @dataclass(frozen=True)
 class ClusterAccess:
-    """How a tool reaches its cluster: the bootstrap servers, the client properties of
+    """How a tool reaches its cluster: the bootstrap servers (or, with ``controllers``,
+    the bootstrap controllers of ``--bootstrap-controller``), the client properties of
     its config file (librdkafka names) and the security of its own raw requests."""
 
     bootstrap: str
     properties: dict[str, Any]
     security: ClientSecurity
+    controllers: bool = False
 
     def client_config(self) -> dict[str, Any]:
-        """A confluent-kafka client's config: the file's properties, quiet and quick to fail."""
+        """A confluent-kafka client's config: the file's properties, quiet and quick to
+        fail (librdkafka cannot talk to controllers: never with ``controllers``)."""
+        assert not self.controllers, "librdkafka does not talk to controllers"
         return client_config(self.bootstrap, self.properties)
 
+    @cached_property
+    def controller(self) -> wire.Controller:
+        """The active controller, found through the bootstrap controllers once."""
+        return wire.active_controller(self.bootstrap, self.security)
+
     def send(self, request: Any, what: str, address: str | None = None) -> Any:
-        """``request`` to the first reachable bootstrap broker (or to ``address``), over TLS
-        and SASL as the file says; its response (``strom.cli.wire.send``)."""
+        """``request`` to the first reachable bootstrap broker, to the active controller
+        (``controllers``, as Kafka's admin client sends a request there) or to
+        ``address``, over TLS and SASL as the file says; its response
+        (``strom.cli.wire.send``)."""
+        if address is None and self.controllers:
+            self.controller.check_served(request)
+            address = self.controller.address
         return wire.send(address or self.bootstrap, request, what, self.security)
 
 
 def cluster_access(args: argparse.Namespace, bootstrap: str | None = None) -> ClusterAccess:
-    """The tool's ``ClusterAccess`` (``bootstrap`` or its ``--bootstrap-server``); a bad
-    config file is the tool's argparse error."""
+    """The tool's ``ClusterAccess``: ``bootstrap``, its ``--bootstrap-controller`` when
+    given, else its ``--bootstrap-server``; a bad config file is the tool's argparse error."""
     properties = config_file_properties(args)
+    controllers = None if bootstrap else getattr(args, "bootstrap_controller", None)
     return ClusterAccess(
-        bootstrap or args.bootstrap_server, properties, _security_of(args, properties)
+        bootstrap or controllers or args.bootstrap_server,
+        properties,
+        _security_of(args, properties),
+        controllers=controllers is not None,
     )

@@ -19,8 +19,9 @@
 
 Current assignments come from Metadata through confluent-kafka; the reassignment requests
 go to a bootstrap broker as raw requests (strom.cli.wire), which forwards them to the
-active controller. Both go over TLS and SASL as ``--command-config`` says (Kafka's tool
-has no ``--bootstrap-controller``, nor has this one). A bad plan file is one line and
+active controller. Both go over TLS and SASL as ``--command-config`` says. As Kafka's
+tool, ``--cancel`` and ``--list`` take ``--bootstrap-controller`` instead: their requests
+then go to the active controller itself (KIP-919). A bad plan file is one line and
 exit code 2; a refused move prints its error and the tool exits 1.
 """
 
@@ -68,7 +69,7 @@ def add_parser(commands: Any) -> None:
         "reassign-partitions",
         help="move partition replicas between brokers (like kafka-reassign-partitions.sh)",
     )
-    add_bootstrap(parser)
+    add_bootstrap(parser, controller=True)
     add_config_file_option(parser, "--command-config", "admin client")
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--generate", action="store_true", help="propose a plan")
@@ -90,6 +91,8 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     parser: argparse.ArgumentParser = args.parser
+    if args.bootstrap_controller is not None and not (args.list or args.cancel):
+        parser.error("--bootstrap-controller goes with --cancel and --list only")
     access = cluster_access(args)
     if args.list:
         return _list(access)

@@ -5,14 +5,17 @@ Owns reading those specs, ``strom configs --alter --entity-type users --entity-n
 --add-config 'SCRAM-SHA-512=[password=...]'`` (and ``--delete-config SCRAM-SHA-512``),
 sent as one AlterUserScramCredentials request with the client properties of
 ``--command-config`` (the client salts the password; the password itself never leaves
-this process), and the salted credentials ``strom storage format --add-scram
-'SCRAM-SHA-256=[name=alice,password=alice-secret]'`` writes for the cluster's first start.
+this process): through confluent-kafka to a broker, or with ``--bootstrap-controller``
+salted here and sent to the active controller itself; and the salted credentials
+``strom storage format --add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]'``
+writes for the cluster's first start.
 Quotas of the same users are ``client_quotas``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -23,13 +26,18 @@ from confluent_kafka.admin import (
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
+from kio.schema.alter_user_scram_credentials.v0 import request as alter_req
+from kio.static.primitive import i8, i32
 
-from strom.cli.common import ToolError, check_reachable, client_config, describe_error
-from strom.cli.properties_file import config_file_properties
+from strom.cli import wire
+from strom.cli.common import ToolError, check_reachable, describe_error
+from strom.cli.properties_file import ClusterAccess
 from strom.cluster.records import UserScramCredentialRecord
+from strom.protocol.errors import ErrorCode
 from strom.security.sasl import SCRAM_MECHANISMS, new_credential
 
 DEFAULT_ITERATIONS = 4096
+SALT_BYTES = 32
 REQUEST_TIMEOUT_S = 15.0
 _CLIENT_MECHANISMS = {
     "SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256,
@@ -107,6 +115,7 @@ def wanted(args: argparse.Namespace, adds: dict[str, str], deletes: list[str]) -
 def run(
     parser: argparse.ArgumentParser,
     args: argparse.Namespace,
+    access: ClusterAccess,
     adds: dict[str, str],
     deletes: list[str],
 ) -> int:
@@ -119,30 +128,73 @@ def run(
     others = [k for k in [*adds, *deletes] if k.upper() not in SCRAM_MECHANISMS]
     if others:
         parser.error(f"change SCRAM credentials and {others[0]} in separate commands")
-    alterations: list[Any] = []
+    upserts: list[tuple[str, str, int]] = []  # (mechanism, password, iterations)
     try:
         for key, value in adds.items():
             name = _mechanism(key)
             fields = parse_fields(name, value, ("password", "iterations"))
-            info = ScramCredentialInfo(
-                _CLIENT_MECHANISMS[name], int(fields.get("iterations", DEFAULT_ITERATIONS))
-            )
-            alterations.append(
-                UserScramCredentialUpsertion(user, info, fields["password"].encode())
-            )
-        for key in deletes:
-            alterations.append(
-                UserScramCredentialDeletion(user, _CLIENT_MECHANISMS[_mechanism(key)])
-            )
+            iterations = int(fields.get("iterations", DEFAULT_ITERATIONS))
+            upserts.append((name, fields["password"], iterations))
+        removals = [_mechanism(key) for key in deletes]
     except ScramSpecError as exc:
         parser.error(str(exc))
-    admin = AdminClient(client_config(args.bootstrap_server, config_file_properties(args)))
-    check_reachable(admin, args.bootstrap_server)
+    if access.controllers:
+        _alter_at_controller(access, user, upserts, removals)
+    else:
+        _alter(access, user, upserts, removals)
+    print(f"Completed updating config for user {user}.")
+    return 0
+
+
+def _alter(
+    access: ClusterAccess, user: str, upserts: list[tuple[str, str, int]], removals: list[str]
+) -> None:
+    """Through confluent-kafka, which salts the passwords."""
+    alterations: list[Any] = [
+        UserScramCredentialUpsertion(
+            user, ScramCredentialInfo(_CLIENT_MECHANISMS[name], iterations), password.encode()
+        )
+        for name, password, iterations in upserts
+    ] + [UserScramCredentialDeletion(user, _CLIENT_MECHANISMS[name]) for name in removals]
+    admin = AdminClient(access.client_config())
+    check_reachable(admin, access.bootstrap)
     futures = admin.alter_user_scram_credentials(alterations, request_timeout=REQUEST_TIMEOUT_S)
     for future in futures.values():
         try:
             future.result(timeout=REQUEST_TIMEOUT_S)
         except KafkaException as exc:
             raise ToolError(f"cannot alter user {user!r}: {describe_error(exc)}") from None
-    print(f"Completed updating config for user {user}.")
-    return 0
+
+
+def _alter_at_controller(
+    access: ClusterAccess, user: str, upserts: list[tuple[str, str, int]], removals: list[str]
+) -> None:
+    """AlterUserScramCredentials sent to the active controller, salted here."""
+    upsertions = []
+    for name, password, iterations in upserts:
+        mechanism = SCRAM_MECHANISMS[name]
+        salt = os.urandom(SALT_BYTES)
+        upsertions.append(
+            alter_req.ScramCredentialUpsertion(
+                name=user,
+                mechanism=i8(mechanism.kafka_type),
+                iterations=i32(iterations),
+                salt=salt,
+                salted_password=mechanism.salted_password(password, salt, iterations),
+            )
+        )
+    request = alter_req.AlterUserScramCredentialsRequest(
+        deletions=tuple(
+            alter_req.ScramCredentialDeletion(
+                name=user, mechanism=i8(SCRAM_MECHANISMS[name].kafka_type)
+            )
+            for name in removals
+        ),
+        upsertions=tuple(upsertions),
+    )
+    for result in access.send(request, f"alter user {user!r}").results:
+        if result.error_code != ErrorCode.none:
+            reason = wire.error_name(result.error_code)
+            if result.error_message:
+                reason += f": {result.error_message}"
+            raise ToolError(f"cannot alter user {user!r}: {reason}")

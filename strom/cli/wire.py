@@ -10,20 +10,31 @@ sends it here: FindCoordinator v1 through the bootstrap brokers, then the reques
 the group's coordinator. Over TLS and SASL when the tool's client properties
 (``--command-config``) say so (``strom.client_security``); a refused login or an
 unreachable broker is a ToolError (one line). Any Kafka broker understands the requests.
+
+For a tool given ``--bootstrap-controller`` (KIP-919), ``active_controller`` finds the
+active controller as Kafka's admin client does with ``bootstrap.controllers``: a
+DescribeCluster for the controllers asked of the first reachable bootstrap controller
+(which needs ALTER on the cluster there), then that node's ApiVersions, so that
+``check_served`` can name a request the controllers do not serve (Kafka's serve no
+DescribeClientQuotas, for one) instead of sending it to a closed connection.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from kio.schema.api_versions.v0.request import ApiVersionsRequest
+from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
 from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest
 from kio.schema.offset_delete.v0.request import (
     OffsetDeleteRequest,
     OffsetDeleteRequestPartition,
     OffsetDeleteRequestTopic,
 )
+from kio.static.primitive import i8
 
 from strom.cli.common import CONNECT_TIMEOUT_S, ToolError
 from strom.client_security import ClientSecurity
@@ -39,11 +50,18 @@ RETRIABLE = {
     ErrorCode.not_coordinator,
 }
 RETRIES = 10
+RETRY_BACKOFF_S = 0.2
+CONTROLLER_ENDPOINTS = 2  # DescribeCluster's endpoint type for the controllers (KIP-919)
 T = TypeVar("T")
 
 
 def error_name(code: ErrorCode) -> str:
     return code.name.upper()
+
+
+def endpoint(host: str, port: int) -> str:
+    """``host:port``, an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _connect(host: str, port: int, security: ClientSecurity | None) -> WireConnection:
@@ -93,6 +111,56 @@ def send(bootstrap: str, request: Any, what: str, security: ClientSecurity | Non
     """``request`` to the first reachable of the ``bootstrap`` brokers, its response; a
     connection failure is a ToolError naming ``what`` was being done."""
     return _exchange(bootstrap, what, security, lambda conn: conn.request(request))
+
+
+def api_versions(
+    bootstrap: str, security: ClientSecurity | None = None
+) -> dict[int, tuple[int, int]]:
+    """The (min, max) version of each API key the first reachable server serves."""
+    response = send(bootstrap, ApiVersionsRequest(), "ask for the API versions", security)
+    if response.error_code != ErrorCode.none:
+        raise ToolError(f"cannot ask for the API versions: {error_name(response.error_code)}")
+    return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
+
+
+@dataclass(frozen=True)
+class Controller:
+    """The active controller a tool given ``--bootstrap-controller`` talks to."""
+
+    address: str
+    versions: dict[int, tuple[int, int]]
+
+    def check_served(self, request: Any) -> None:
+        """A ToolError naming the request when this controller does not serve its API."""
+        if int(request.__api_key__) not in self.versions:
+            name = type(request).__name__.removesuffix("Request")
+            raise ToolError(
+                f"the controller at {self.address} does not serve {name} (API key "
+                f"{request.__api_key__}), nor do Kafka's: ask a broker with --bootstrap-server"
+            )
+
+
+def active_controller(bootstrap: str, security: ClientSecurity | None = None) -> Controller:
+    """The active controller named by the first reachable of the ``bootstrap``
+    controllers, asked again while an election leaves none."""
+    request = DescribeClusterRequest(
+        include_cluster_authorized_operations=False, endpoint_type=i8(CONTROLLER_ENDPOINTS)
+    )
+    what = f"find the active controller through {bootstrap}"
+    for attempt in range(RETRIES):
+        if attempt:
+            time.sleep(RETRY_BACKOFF_S)
+        response = send(bootstrap, request, what, security)
+        if response.error_code != ErrorCode.none:
+            reason = error_name(response.error_code)
+            if response.error_message:
+                reason += f": {response.error_message}"
+            raise ToolError(f"cannot {what}: {reason}")
+        for node in response.brokers:
+            if node.broker_id == response.controller_id:
+                address = endpoint(node.host, node.port)
+                return Controller(address, api_versions(address, security))
+    raise ToolError(f"cannot {what}: no controller is active")
 
 
 def send_for_frame(

@@ -110,6 +110,8 @@ def test_unreachable_endpoint_and_bad_arguments() -> None:
         ("metadata-quorum", "--bootstrap-server", nowhere),
         ("metadata-quorum", "--bootstrap-server", nowhere, "list"),
         ("cluster", "--bootstrap-server", nowhere, "--bogus"),
+        ("configs", "--bootstrap-server", nowhere, "--bootstrap-controller", nowhere, "--describe"),
+        ("reassign-partitions", "--bootstrap-controller", nowhere, "--verify"),
         ("metadata-quorum", "describe", "--status", "--human-readable"),
     ]
     with ThreadPoolExecutor(8) as pool:  # each is a process start: run them side by side
@@ -118,6 +120,9 @@ def test_unreachable_endpoint_and_bad_arguments() -> None:
         assert nowhere in one_line_error(result, 1)
     for result in results[len(unreachable) :]:
         one_line_error(result, 2)
+    both, verify_at_controller = results[-3:-1]
+    assert "not allowed with argument" in one_line_error(both, 2)
+    assert "--cancel and --list only" in one_line_error(verify_at_controller, 2)
     assert "--human-readable" in one_line_error(results[-1], 2)
     assert "HOST:PORT" in one_line_error(strom("cluster", "--bootstrap-server", "nope"), 1)
 
@@ -150,6 +155,15 @@ def test_three_combined_nodes(tmp_path: Path) -> None:
         assert by_controller["LeaderId"] in VOTERS  # under load, an election may intervene
         assert by_controller["ClusterId"] == info["ClusterId"] != "null"
         assert len(replication(controller, option="--bootstrap-controller")) == 3
+        # The other tools given a follower find the active controller and ask it.
+        with ThreadPoolExecutor(2) as pool:
+            controllers, reassignments = pool.map(
+                lambda args: ok(strom(*args, "--bootstrap-controller", controller)).stdout,
+                [("cluster",), ("reassign-partitions", "--list")],
+            )
+        assert fields(controllers)["Controllers"] == "3"
+        assert sorted(row[0] for row in table_rows(controllers)) == ["1", "2", "3"]
+        assert reassignments.strip() == "No partition reassignments found."
 
         overview, brokers = cluster_view(cluster.bootstrap())
         assert overview["ClusterId"] == info["ClusterId"]
