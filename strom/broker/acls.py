@@ -1,9 +1,11 @@
 """ACL administration: DescribeAcls (29) v0-3, CreateAcls (30) v0-3, DeleteAcls (31) v0-3.
 
-On the client listeners: DescribeAcls needs DESCRIBE on the cluster and is answered from
-this node's authorizer (the ACLs of its metadata image); CreateAcls and DeleteAcls need
-ALTER on the cluster and are forwarded as they came to the active controller, then
-answered once this node's metadata shows the change (bounded, as topic changes are).
+DescribeAcls, on the client listeners and on the controller listener alike (as Kafka's
+controllers serve it to ``kafka-acls.sh --bootstrap-controller``), needs DESCRIBE on the
+cluster and is answered from this node's authorizer (the ACLs of its metadata image).
+On the client listeners CreateAcls and DeleteAcls need ALTER on the cluster and are
+forwarded as they came to the active controller, then answered once this node's
+metadata shows the change (bounded, as topic changes are).
 Without an authorizer configured every API answers SECURITY_DISABLED, as Kafka does.
 
 On the controller listener, once the sender may (CLUSTER_ACTION, a forwarding
@@ -78,6 +80,7 @@ def _image_bindings(image: Any) -> set[AclBinding]:
 # Client listeners ----------------------------------------------------------------
 
 
+@handles_controller(29, 0, 3)
 @handles(29, 0, 3)
 def handle_describe_acls(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type

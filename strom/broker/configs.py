@@ -25,10 +25,18 @@ changes nothing here (a thread pool's size) is stored.
 Describing needs DESCRIBE_CONFIGS and altering ALTER_CONFIGS, on the topic
 (TOPIC_AUTHORIZATION_FAILED), the group (GROUP_AUTHORIZATION_FAILED) or, for a broker,
 on the cluster (CLUSTER_AUTHORIZATION_FAILED).
+
+The controller listener serves DescribeConfigs (32) v0-4 and IncrementalAlterConfigs
+(44) v0-1 too, as Kafka's controllers do for ``kafka-configs.sh --bootstrap-controller``,
+with the same checks: DescribeConfigs answered here from this node's metadata (a broker
+resource names this node or ""), IncrementalAlterConfigs decided by the active
+controller. (What brokers forward, the full AlterConfigs, is ``controller_handlers``'.)
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.alter_configs.v2 import request as alter
@@ -36,7 +44,8 @@ from kio.schema.alter_configs.v2 import request as alter
 from strom.broker import authz
 from strom.broker.common import NO_THROTTLE
 from strom.broker.controller_channel import ControllerUnavailable
-from strom.broker.router import RequestContext, handles
+from strom.broker.router import RequestContext, handles, handles_controller
+from strom.cluster.controller_api import ControllerError
 from strom.config import (
     BROKER_CONFIGS,
     DYNAMIC_BROKER_CONFIGS,
@@ -79,6 +88,10 @@ class _ResourceError(Exception):
 
 @handles(32, 0, 4)
 def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
+    return _describe_configs(ctx, request, _check_broker_name)
+
+
+def _describe_configs(ctx: RequestContext, request: Any, check_broker: BrokerCheck) -> Any:
     response_type = ctx.response_type
     result_type = nested(response_type, "DescribeConfigsResult")
     entry_type = nested(response_type, "DescribeConfigsResourceResult")
@@ -91,7 +104,7 @@ def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
         message = None
         entries: list[Any] = []
         try:
-            rows = _describe(ctx, resource.resource_type, resource.resource_name)
+            rows = _describe(ctx, resource.resource_type, resource.resource_name, check_broker)
             keys = resource.configuration_keys
             for name, value, source, definition, synonyms in rows:
                 if keys and name not in keys:
@@ -118,19 +131,28 @@ def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
         except _ResourceError as exc:
             error, message = exc.code, str(exc)
         results.append(
-            build(
-                result_type,
-                error_code=error,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-                configs=tuple(entries),
-            )
+            resource_result(result_type, resource, error, message, configs=tuple(entries))
         )
     return build(response_type, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
+def resource_result(
+    result_type: type, resource: Any, error: ErrorCode, message: str | None, **fields: Any
+) -> Any:
+    """A response's entry for one requested resource: its type, name and outcome."""
+    return build(
+        result_type,
+        error_code=error,
+        error_message=message,
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+        **fields,
+    )
+
+
 Row = tuple[str, str | None, int, ConfigDef, list[tuple[str, str | None, int]]]
+# Raises _ResourceError when a DescribeConfigs of this listener may not name that broker.
+BrokerCheck = Callable[[RequestContext, str], None]
 
 
 def _check_broker_name(ctx: RequestContext, name: str) -> None:
@@ -161,7 +183,9 @@ def _authorize(ctx: RequestContext, resource_type: int, name: str, operation: in
         )
 
 
-def _describe(ctx: RequestContext, resource_type: int, name: str) -> list[Row]:
+def _describe(
+    ctx: RequestContext, resource_type: int, name: str, check_broker: BrokerCheck
+) -> list[Row]:
     _authorize(ctx, resource_type, name, authz.Op.DESCRIBE_CONFIGS)
     broker_config = ctx.broker.config
     dynamic = ctx.broker.controller.metadata.broker_overrides
@@ -188,7 +212,7 @@ def _describe(ctx: RequestContext, resource_type: int, name: str) -> list[Row]:
             rows.append((key, render(value), code, definition, synonyms))
         return rows
     if resource_type == RESOURCE_BROKER:
-        _check_broker_name(ctx, name)
+        check_broker(ctx, name)
         rows = []
         for key, (value, is_default) in sorted(broker_config.describe().items()):
             if is_default:
@@ -336,13 +360,7 @@ def _alter(ctx: RequestContext, request: Any, new_configs: Any) -> Any:
             response_type,
             throttle_time=NO_THROTTLE,
             responses=tuple(
-                build(
-                    result_type,
-                    error_code=error,
-                    error_message=message,
-                    resource_type=resource.resource_type,
-                    resource_name=resource.resource_name,
-                )
+                resource_result(result_type, resource, error, message)
                 for (error, message), resource in zip(outcomes, request.resources, strict=True)
             ),
         )
@@ -390,3 +408,57 @@ def _shows(state: Any, resource: Any, configs: dict[str, str]) -> bool:
         return state.image.group_configs(resource.resource_name) == configs
     name = resource.resource_name
     return state.image.broker_configs(int(name) if name else None) == configs
+
+
+# Controller listener ---------------------------------------------------------------
+
+
+@handles_controller(32, 0, 4)
+def handle_controller_describe_configs(ctx: RequestContext, request: Any) -> Any:
+    """DescribeConfigs asked of a controller itself (KIP-919), answered from this node's
+    metadata image as Kafka's controllers answer it: a broker resource must name this
+    node or be "" (INVALID_REQUEST otherwise)."""
+    return _describe_configs(ctx, request, _check_own_node)
+
+
+def _check_own_node(ctx: RequestContext, name: str) -> None:
+    node_id = ctx.broker.node_id
+    if name != "" and not (name.isdigit() and int(name) == node_id):
+        raise _ResourceError(
+            ErrorCode.invalid_request,
+            f"Unexpected broker id, expected {node_id} or empty string, but received {name}",
+        )
+
+
+@handles_controller(44, 0, 1)
+async def handle_controller_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    """IncrementalAlterConfigs sent to a controller itself (KIP-919; brokers forward
+    AlterConfigs instead), as Kafka's controller takes it: a resource named twice is
+    INVALID_REQUEST ("Duplicate resource.", answered once); each other one needs
+    ALTER_CONFIGS on its topic, group or (a broker) the cluster, then its changes are
+    decided by the active controller (``QuorumController.incremental_alter_configs``:
+    the same rules and checks as a change that came through a broker)."""
+    result_type = nested(ctx.response_type, "AlterConfigsResourceResponse")
+    named = Counter((r.resource_type, r.resource_name) for r in request.resources)
+    answered: set[tuple[int, str]] = set()
+    out = []
+    for resource in request.resources:
+        key = (resource.resource_type, resource.resource_name)
+        if key in answered:
+            continue
+        answered.add(key)
+        error, message = ErrorCode.none, None
+        changes = [(c.name, c.config_operation, c.value) for c in resource.configs]
+        try:
+            if named[key] > 1:
+                raise _ResourceError(ErrorCode.invalid_request, "Duplicate resource.")
+            _authorize(ctx, *key, authz.Op.ALTER_CONFIGS)
+            await ctx.broker.controller_service.run(
+                lambda c, key=key, changes=changes: c.incremental_alter_configs(
+                    *key, changes, validate_only=request.validate_only
+                )
+            )
+        except (_ResourceError, ControllerError) as exc:
+            error, message = exc.code, str(exc)
+        out.append(resource_result(result_type, resource, error, message))
+    return build(ctx.response_type, throttle_time=NO_THROTTLE, responses=tuple(out))

@@ -14,7 +14,10 @@ NOT_CONTROLLER, which the forwarding side retries.
 
 With an authorizer, the sender needs CLUSTER_ACTION on the cluster (ALTER for
 UnregisterBroker), as Kafka's controller asks of brokers, checked before anything else
-is looked at; refused requests answer CLUSTER_AUTHORIZATION_FAILED. (The ACL, SCRAM and
+is looked at; refused requests answer CLUSTER_AUTHORIZATION_FAILED. ElectLeaders and
+AlterPartitionReassignments are served to ALTER on the cluster too, and
+ListPartitionReassignments to DESCRIBE, Kafka's checks of a client that talks to the
+controller itself (``--bootstrap-controller``, KIP-919). (The ACL, SCRAM and
 client-quota changes served on this listener are authorized in acls.py,
 scram_credentials.py and quota_admin.py.) Forwarded admin requests come without Kafka's envelope,
 so the broker that forwards them has already checked the client's own operations, and
@@ -30,6 +33,7 @@ from typing import Any
 
 from strom.broker import authz
 from strom.broker.common import NO_THROTTLE, ZERO_UUID
+from strom.broker.configs import resource_result
 from strom.broker.router import RequestContext, handles_controller
 from strom.cluster.controller_api import (
     AlterPartitionEntry,
@@ -50,13 +54,25 @@ RESOURCE_BROKER = 4
 RESOURCE_GROUP = 32
 
 
-def _service(ctx: RequestContext, operation: int = authz.Op.CLUSTER_ACTION) -> Any:
-    """The controller service, once the sender may ask it (``operation`` on the cluster)."""
-    if not authz.node_request_allowed(ctx, operation):
+def _service(
+    ctx: RequestContext,
+    operation: int = authz.Op.CLUSTER_ACTION,
+    client_operation: int | None = None,
+) -> Any:
+    """The controller service, once the sender may ask it: ``operation`` on the cluster,
+    or with ``client_operation`` a forwarding broker's CLUSTER_ACTION or that operation
+    of a client talking to the controller itself."""
+    if client_operation is None:
+        allowed = authz.node_request_allowed(ctx, operation)
+        needed = authz.Op(operation).name
+    else:
+        allowed = authz.controller_admin_allowed(ctx, client_operation)
+        needed = f"CLUSTER_ACTION or {authz.Op(client_operation).name}"
+    if not allowed:
         raise ControllerError(
             ErrorCode.cluster_authorization_failed,
             f"{ctx.principal} may not send API key {ctx.api_key} to the controller "
-            f"({authz.Op(operation).name} on the cluster is needed)",
+            f"({needed} on the cluster is needed)",
         )
     service = ctx.broker.controller_service
     if service is None or service.controller is None:
@@ -358,15 +374,7 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
             )
         except ControllerError as exc:
             error, message = exc.code, str(exc)
-        out.append(
-            build(
-                result_type,
-                error_code=error,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-            )
-        )
+        out.append(resource_result(result_type, resource, error, message))
     return build(response_type, throttle_time=NO_THROTTLE, responses=tuple(out))
 
 
@@ -464,7 +472,9 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
     top_error = ErrorCode.none
     results: list[Any] = []
     try:
-        results = await _service(ctx).run(lambda c: c.elect_leaders(wanted, election))
+        results = await _service(ctx, client_operation=authz.Op.ALTER).run(
+            lambda c: c.elect_leaders(wanted, election)
+        )
     except ControllerError as exc:
         top_error = exc.code
         results = [
@@ -501,7 +511,7 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any
     top_error, top_message = ErrorCode.none, None
     results: list[Any] = []
     try:
-        results = await _service(ctx).run(
+        results = await _service(ctx, client_operation=authz.Op.ALTER).run(
             lambda c: c.alter_partition_reassignments(wanted, allow_replication_factor_change=allow)
         )
     except ControllerError as exc:
@@ -540,7 +550,9 @@ async def handle_list_partition_reassignments(ctx: RequestContext, request: Any)
         else [(t.name, p) for t in request.topics for p in t.partition_indexes]
     )
     try:
-        ongoing = _service(ctx).controller.list_partition_reassignments(wanted)
+        ongoing = _service(
+            ctx, client_operation=authz.Op.DESCRIBE
+        ).controller.list_partition_reassignments(wanted)
     except ControllerError as exc:
         return build(
             response_type,

@@ -13,9 +13,14 @@ An anonymous client on the controller listener, attacking as an outside audit di
   with CLUSTER_AUTHORIZATION_FAILED, and the admin, on the client listener, sees nothing
   changed. Once the admin grants `User:ANONYMOUS` ALTER on the cluster, its CreateAcls
   there is served: the refusal comes from the ACLs, not from the port.
+- DescribeConfigs and IncrementalAlterConfigs of a topic (served on the controller
+  listener for `--bootstrap-controller`, KIP-919) refused with
+  TOPIC_AUTHORIZATION_FAILED, the topic's configs unchanged; and the tools given
+  `--bootstrap-controller` stop at their first request (DescribeCluster, which needs
+  ALTER on the cluster there) with one line.
 - every other API the controller listener serves (but ApiVersions and the SASL
   handshake, which precede authentication) refused with CLUSTER_AUTHORIZATION_FAILED,
-  a request of each built at its highest version.
+  a request of each built at its highest version (the config APIs naming a broker).
 """
 
 from __future__ import annotations
@@ -26,16 +31,20 @@ import types
 import typing
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from broker_process import BrokerProcess, with_controller_listener
+from cli_helpers import one_line_error, strom
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
+    ConfigResource,
+    NewTopic,
     ResourcePatternType,
     ResourceType,
     ScramCredentialInfo,
@@ -47,6 +56,8 @@ from kio.schema.alter_client_quotas.v1 import request as quotas
 from kio.schema.alter_user_scram_credentials.v0 import request as scram
 from kio.schema.create_acls.v3 import request as create_acls
 from kio.schema.delete_acls.v3 import request as delete_acls
+from kio.schema.describe_configs.v4 import request as describe_configs
+from kio.schema.incremental_alter_configs.v1 import request as alter_configs
 from raw_client import RawClient
 
 from strom.broker.router import load_handlers
@@ -72,6 +83,9 @@ EVERYTHING = AclBindingFilter(
 UNAUTHENTICATED = {17, 18, 36}
 # Attacked one by one below, with their effects checked.
 ADMIN_APIS = {30, 31, 49, 51}
+# In the sweep of every API their resources name this node's broker.
+CONFIG_APIS = {32, 44}
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
 
 
 @pytest.fixture(scope="module")
@@ -230,6 +244,64 @@ def test_anonymous_cannot_set_client_quotas(node: tuple[BrokerProcess, int]) -> 
     assert [e.error_code for e in answer.entries] == [REFUSED]
 
 
+def test_anonymous_cannot_read_or_change_a_topics_configs(
+    node: tuple[BrokerProcess, int], admin: AdminClient
+) -> None:
+    _, port = node
+    topic = "configs-at-the-controller"
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    described = anonymous(
+        port,
+        describe_configs.DescribeConfigsRequest(
+            resources=(
+                describe_configs.DescribeConfigsResource(
+                    resource_type=RESOURCE_TOPIC, resource_name=topic, configuration_keys=None
+                ),
+            ),
+            include_synonyms=False,
+            include_documentation=False,
+        ),
+    )
+    assert [(r.error_code, r.configs) for r in described.results] == [
+        (ErrorCode.topic_authorization_failed, ())
+    ]
+    altered = anonymous(
+        port,
+        alter_configs.IncrementalAlterConfigsRequest(
+            resources=(
+                alter_configs.AlterConfigsResource(
+                    resource_type=RESOURCE_TOPIC,
+                    resource_name=topic,
+                    configs=(
+                        alter_configs.AlterableConfig(
+                            name="retention.ms", config_operation=0, value="1"
+                        ),
+                    ),
+                ),
+            ),
+            validate_only=False,
+        ),
+    )
+    assert [r.error_code for r in altered.responses] == [ErrorCode.topic_authorization_failed]
+    resource = ConfigResource("topic", topic)
+    retention = admin.describe_configs([resource])[resource].result(15)["retention.ms"]
+    assert retention.value == "604800000"
+    # The tools stop at their first request, in one line.
+    controller = f"127.0.0.1:{port}"
+    with ThreadPoolExecutor(2) as pool:
+        refusals = list(
+            pool.map(
+                lambda args: strom(*args, "--bootstrap-controller", controller),
+                [
+                    ("configs", "--describe", "--entity-type", "topics", "--entity-name", topic),
+                    ("acls", "--list"),
+                ],
+            )
+        )
+    for refusal in refusals:
+        assert "CLUSTER_AUTHORIZATION_FAILED" in one_line_error(refusal, 1)
+
+
 def test_the_refusal_follows_the_acls(node: tuple[BrokerProcess, int], admin: AdminClient) -> None:
     """Granted ALTER on the cluster, the anonymous client's CreateAcls is served."""
     _, port = node
@@ -349,6 +421,14 @@ def test_every_controller_api_refuses_an_anonymous_client(
                     topic_id=uuid.UUID(int=1),
                     partitions=(dataclasses.replace(topic.partitions[0], partition=0),),
                 ),
+            ),
+        )
+    if api_key in CONFIG_APIS:
+        request = dataclasses.replace(
+            request,
+            resources=tuple(
+                dataclasses.replace(r, resource_type=RESOURCE_BROKER, resource_name=str(NODE))
+                for r in request.resources
             ),
         )
     answer = anonymous(port, request)

@@ -1060,39 +1060,90 @@ def test_tools_sending_their_own_requests_on_sasl_ssl(secure: SecureBroker, tmp_
     assert "ssl.truststore.type=JKS" in one_line_error(refused, 2)
 
 
-def test_metadata_quorum_at_a_sasl_controller_listener(tmp_path: Path) -> None:
-    """`strom metadata-quorum --bootstrap-controller` with a Java-style client file logs in
-    to a controller listener that wants SASL PLAIN; without the file, or with a wrong
-    password, it is one line and exit code 1."""
+def test_tools_at_a_sasl_controller_listener(tmp_path: Path) -> None:
+    """Every tool that takes `--bootstrap-controller` (as Kafka's kafka-metadata-quorum,
+    kafka-configs, kafka-acls, kafka-cluster and kafka-reassign-partitions do) logs in
+    with a Java-style client file to a controller listener that wants SASL (PLAIN here)
+    and is served there by the active controller, the super user's requests authorized
+    as Kafka's controller authorizes them. What the controllers do not serve
+    (DescribeClientQuotas) is one line; without the file, or with a wrong password, the
+    tool says so in one line and exits 1."""
     process = BrokerProcess(tmp_path / "data")
     with_controller_listener(process)
     process.overrides.update(
         {
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
-            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
             "sasl.mechanism.controller.protocol": "PLAIN",
             "listener.name.controller.plain.sasl.jaas.config": PLAIN_JAAS,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin",
+            "allow.everyone.if.no.acl.found": "true",  # the plaintext client listener
         }
     )
-    files = [
+    good, bad = (
         java_client_file(tmp_path / f"{name}.properties", "PLAIN", "admin", secret)
         for name, secret in (("good", "admin-secret"), ("bad", "wrong"))
-    ]
+    )
     process.start()
     try:
         controller = f"127.0.0.1:{process.ports['CONTROLLER']}"
-        runs = [["--command-config", files[0]], [], ["--command-config", files[1]]]
-        with ThreadPoolExecutor(3) as pool:
-            status, unauthenticated, refused = pool.map(
-                lambda extra: strom(
-                    "metadata-quorum", "--bootstrap-controller", controller, *extra,
-                    "describe", "--status",
-                ),
-                runs,
-            )  # fmt: skip
+        admin = AdminClient({"bootstrap.servers": process.bootstrap})
+        admin.create_topics([NewTopic("at-controller", 1, 1)])["at-controller"].result(15)
+        topic = ("--entity-type", "topics", "--entity-name", "at-controller")
+        acl = ("--allow-principal", "User:alice", "--operation", "Read", "--topic", "at-controller")
+        gina = ("--entity-type", "users", "--entity-name", "gina")
+        # Chains of runs, each in order, side by side with the others; a run is the
+        # client file and the tool's arguments.
+        chains: list[list[tuple[str | None, ...]]] = [
+            [(good, "metadata-quorum", "describe", "--status")],
+            [(None, "metadata-quorum", "describe", "--status")],
+            [(bad, "metadata-quorum", "describe", "--status")],
+            [(good, "configs", "--alter", *topic, "--add-config", "retention.ms=60000"),
+             (good, "configs", "--describe", *topic)],
+            [(good, "acls", "--add", *acl),
+             (good, "acls", "--list", "--topic", "at-controller"),
+             (good, "acls", "--remove", "--force", *acl)],
+            [(good, "configs", "--describe", "--entity-type", "brokers", "--entity-name", "1",
+              "--all")],
+            [(good, "configs", "--alter", *gina, "--add-config",
+              "SCRAM-SHA-256=[password=gina-secret]"),
+             (good, "configs", "--alter", *gina, "--add-config", "producer_byte_rate=1024"),
+             (good, "configs", "--describe", *gina)],
+            [(good, "cluster")],
+            [(good, "reassign-partitions", "--list")],
+        ]  # fmt: skip
+
+        def run(file: str | None, name: str, *args: str) -> subprocess.CompletedProcess:
+            config = ("--command-config", file) if file else ()
+            return strom(name, "--bootstrap-controller", controller, *config, *args)
+
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda chain: [run(*step) for step in chain], chains))
+        (status,), (unauthenticated,), (refused,), configs, acls, (broker,), users, *rest = results
+        cluster, (reassignments,) = rest
+        gina_logs_in = scram_login(
+            process.ports["CONTROLLER"], SCRAM_SHA_256, "gina", "gina-secret"
+        )
     finally:
         process.stop()
     assert "LeaderId:               1" in ok(status).stdout
     assert controller in one_line_error(unauthenticated, 1)
     line = one_line_error(refused, 1)
     assert "SASL login" in line and "refused" in line, line
+    altered, described = configs
+    assert "Completed updating config for topic 'at-controller'." in ok(altered).stdout
+    assert "retention.ms\t60000\tDYNAMIC_TOPIC_CONFIG" in ok(described).stdout
+    added, listed, removed = acls
+    binding = "(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)"
+    for result in (added, listed, removed):
+        assert binding in ok(result).stdout
+    assert "node.id\t1\tSTATIC_BROKER_CONFIG" in ok(broker).stdout
+    scram, quota, quotas = users
+    ok(scram)
+    assert gina_logs_in.error_code == ErrorCode.none
+    assert "user-principal 'gina'" in ok(quota).stdout
+    assert "does not serve DescribeClientQuotas" in one_line_error(quotas, 1)
+    (overview,) = cluster
+    assert f"1\t{controller}\tactive" in ok(overview).stdout
+    assert ok(reassignments).stdout.strip() == "No partition reassignments found."
