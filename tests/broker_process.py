@@ -118,11 +118,17 @@ def replace_port(value: str, old: int, new: int) -> str:
     return re.sub(rf"(?<=:){old}(?!\d)", str(new), value)
 
 
+# Where the tests' brokers differ from a broker's defaults, unless a test says otherwise:
+# a new group's first rebalance does not wait 3 s for more members, as in Kafka's own
+# test brokers (a test of that delay sets its own).
+TEST_DEFAULTS = {"group.initial.rebalance.delay.ms": "0"}
+
+
 class BrokerProcess:
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.ports = {"PLAINTEXT": free_port()}
-        self.overrides = dict(overrides or {})
+        self.overrides = {**TEST_DEFAULTS, **(overrides or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"broker-{self.port}.log"
         self.started = False  # once started, its ports are known to clients: kept

@@ -4,6 +4,7 @@ how ``./dev test`` shares the suite between two pytest-xdist workers."""
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,22 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             return "spark" if module.startswith("tests/spark/") else module
 
     return ModuleAndSparkScheduling(config, log)
+
+
+WITHOUT_HYPOTHESIS = Path(__file__).parent / "without_hypothesis"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The processes the tests start (brokers, tools, services, Spark's Python workers)
+    find hypothesis missing, as where Strom is installed without its test extra: kio
+    imports it when it can, which took 0.1-0.2 s of each of thousands of starts. Set
+    where the tests run: in each pytest-xdist worker, or in the one process of -n 0;
+    not in the process that starts the workers, which are pytest and need hypothesis."""
+    starts_workers = bool(getattr(config.option, "numprocesses", None))
+    if starts_workers and not hasattr(config, "workerinput"):
+        return
+    paths = [str(WITHOUT_HYPOTHESIS), *filter(None, [os.environ.get("PYTHONPATH")])]
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
 
 
 # Modules that take a minute or more of one worker: started first, with the Spark tests
