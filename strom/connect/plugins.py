@@ -26,15 +26,56 @@ from strom.connect.connectors.file_stream import (
 )
 from strom.connect.converters import (
     ByteArrayConverter,
-    Converter,
     JsonConverter,
     StringConverter,
 )
+from strom.connect.transforms import casts, fields, predicates, routing
 
 SOURCE = "source"
 SINK = "sink"
 CONVERTER = "converter"
-_SUFFIXES = {SOURCE: "Connector", SINK: "Connector", CONVERTER: "Converter"}
+TRANSFORMATION = "transformation"
+PREDICATE = "predicate"
+_SUFFIXES = {
+    SOURCE: "Connector",
+    SINK: "Connector",
+    CONVERTER: "Converter",
+    TRANSFORMATION: "Transformation",
+    PREDICATE: "Predicate",
+}
+# Kafka's class name of each transform and predicate Strom serves, by its Python class.
+_KAFKA_TRANSFORMS = "org.apache.kafka.connect.transforms."
+_SIDED_TRANSFORMS = (
+    "Cast",
+    "ExtractField",
+    "Flatten",
+    "HeaderFrom",
+    "HoistField",
+    "InsertField",
+    "MaskField",
+    "ReplaceField",
+    "TimestampConverter",
+)
+
+
+def _transforms() -> list[tuple[type, str]]:
+    """Each transform class with Kafka's name (``X$Key`` / ``X$Value`` for the sided)."""
+    found: list[tuple[type, str]] = []
+    for module in (fields, casts):
+        for name in _SIDED_TRANSFORMS:
+            for side in ("Key", "Value"):
+                if hasattr(module, name + side):
+                    cls = getattr(module, name + side)
+                    found.append((cls, f"{_KAFKA_TRANSFORMS}{name}${side}"))
+    found.append((fields.ValueToKey, _KAFKA_TRANSFORMS + "ValueToKey"))
+    for cls in (routing.RegexRouter, routing.TimestampRouter, routing.Filter, routing.DropHeaders):
+        found.append((cls, _KAFKA_TRANSFORMS + cls.__name__))
+    return found
+
+
+def _predicates() -> list[tuple[type, str]]:
+    classes = (predicates.TopicNameMatches, predicates.HasHeaderKey, predicates.RecordIsTombstone)
+    return [(cls, f"{_KAFKA_TRANSFORMS}predicates.{cls.__name__}") for cls in classes]
 
 
 class PluginNotFound(LookupError):
@@ -67,8 +108,8 @@ class Plugin:
 
     def config_def(self) -> ConfigDef:
         """The settings the plugin declares (a connector's own, without the common ones)."""
-        if self.kind == CONVERTER:
-            return cast(type[Converter], self.cls).CONFIG_DEF
+        if self.kind in (CONVERTER, TRANSFORMATION, PREDICATE):
+            return cast(ConfigDef, getattr(self.cls, "CONFIG_DEF"))  # noqa: B009
         return cast(Connector, self.cls()).config()
 
     def info(self) -> dict[str, Any]:
@@ -111,6 +152,8 @@ class Plugins:
         return cls(
             [Plugin(own(c), _connector_kind(c), c, kafka) for c, kafka in connectors]
             + [Plugin(own(c), CONVERTER, c, kafka) for c, kafka in converters]
+            + [Plugin(own(c), TRANSFORMATION, c, kafka) for c, kafka in _transforms()]
+            + [Plugin(own(c), PREDICATE, c, kafka) for c, kafka in _predicates()]
         )
 
     def find(self, name: str, kinds: tuple[str, ...]) -> Plugin | None:
@@ -136,7 +179,14 @@ class Plugins:
             raise PluginNotFound(f"Class {name} could not be found.")
         return plugin
 
+    def transformation(self, name: str) -> Plugin | None:
+        return self.find(name, (TRANSFORMATION,))
+
+    def predicate(self, name: str) -> Plugin | None:
+        return self.find(name, (PREDICATE,))
+
     def listing(self, connectors_only: bool = True) -> list[dict[str, Any]]:
-        kinds = (SINK, SOURCE) if connectors_only else (SINK, SOURCE, CONVERTER)
+        everything = (SINK, SOURCE, CONVERTER, TRANSFORMATION, PREDICATE)
+        kinds = (SINK, SOURCE) if connectors_only else everything
         ordered = sorted(self.of_kinds(kinds), key=lambda p: (kinds.index(p.kind), p.listed_name))
         return [plugin.info() for plugin in ordered]

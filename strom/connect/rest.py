@@ -12,7 +12,8 @@ error JSON ``{"error_code": N, "message": "..."}``.
   ``PUT .../pause`` and ``.../resume`` (202), ``PUT .../stop`` (204);
 - ``GET|PATCH|DELETE .../offsets`` (KIP-875; altering and resetting need the connector
   STOPPED, else 400 with Kafka's message);
-- ``GET /connector-plugins`` (``?connectorsOnly=false`` adds the converters),
+- ``GET /connector-plugins`` (``?connectorsOnly=false`` adds the converters, transforms
+  and predicates),
   ``GET /connector-plugins/{plugin}/config``,
   ``PUT /connector-plugins/{plugin}/config/validate`` (Kafka's ConfigInfos, every error);
 - ``GET /admin/loggers``, ``GET|PUT /admin/loggers/{name}`` (log4j's level names mapped
@@ -400,11 +401,12 @@ class ConnectRest:
 
     async def plugin_config(self, request: web.Request) -> web.Response:
         name = request.match_info["plugin"]
-        plugin = self.plugins.find(name, ("source", "sink", "converter"))
+        kinds = ("source", "sink", "converter", "transformation", "predicate")
+        plugin = self.plugins.find(name, kinds)
         if plugin is None:
             raise HerderError(404, f"Unknown plugin {name}.")
         keys = dict(plugin.config_def().keys)
-        if plugin.kind != "converter":
+        if plugin.kind in ("source", "sink"):
             for key_name, key in connector_def(plugin).keys.items():
                 keys.setdefault(key_name, key)
         return web.json_response([key.info() for key in keys.values()])
