@@ -11,6 +11,13 @@ the ``RegistryState`` it builds answers every read of the REST API, and the
 writes and waits to see applied (so every instance reading the topic agrees, and ids
 are never reused: a new id is above every id the topic ever held in its context).
 
+The log decides who holds an id, not which instance wrote: the first SCHEMA record in
+the partition's order to give an id to a schema, or a subject's version to an id, holds
+it, and ``apply`` ignores a later record claiming either for something else (False), so
+two writers planning from the same state cannot make one id name two schemas for any
+reader. The writer of the ignored record plans again (``log``) and writes the key's
+``restatement``.
+
 Contexts, as Confluent's: a qualified subject ``:.name:subject`` lives in the context
 ``.name``, any other in the default context ``.``; each context has its own schema ids
 (the same id may name different schemas in two contexts), so schemas are kept by
@@ -94,6 +101,28 @@ def schema_key(subject: str, version: int) -> bytes:
     return _key(keytype="SCHEMA", subject=subject, version=version, magic=1)
 
 
+def schema_value(
+    subject: str, version: int, schema_id: int, schema: StoredSchema | ParsedSchema,
+    deleted: bool = False,
+) -> bytes:  # fmt: skip
+    """The value of a SCHEMA record: ``subject``'s ``version`` is ``schema`` under
+    ``schema_id``."""
+    value: dict[str, Any] = {
+        "subject": subject,
+        "version": version,
+        "id": schema_id,
+        "schema": schema.text,
+        "deleted": deleted,
+    }
+    if schema.schema_type != AVRO:
+        value["schemaType"] = schema.schema_type
+    if schema.references:
+        value["references"] = [
+            {"name": r.name, "subject": r.subject, "version": r.version} for r in schema.references
+        ]
+    return json.dumps(value).encode()
+
+
 def config_key(subject: str | None) -> bytes:
     return _key(keytype="CONFIG", subject=subject, magic=0)
 
@@ -114,37 +143,26 @@ class RegistryState:
 
     # Replay ---------------------------------------------------------------------------
 
-    def apply(self, key: bytes | None, value: bytes | None) -> None:
-        """One record of ``_schemas``; records that do not parse are skipped."""
+    def apply(self, key: bytes | None, value: bytes | None) -> bool:
+        """One record of ``_schemas``; records that do not parse are skipped. False when
+        the record is a claim that lost (``_claim``) and is ignored."""
         try:
             k = json.loads(key) if key else None
             v = json.loads(value) if value else None
         except ValueError:
-            return
+            return True
         if not isinstance(k, dict):
-            return
+            return True
         kind = k.get("keytype")
         subject = k.get("subject")
         if kind == "SCHEMA" and isinstance(subject, str):
             version = int(k.get("version", 0))
-            versions = self.subjects.setdefault(subject, {})
-            if v is None:
-                versions.pop(version, None)
-                if not versions:
-                    del self.subjects[subject]
-                return
-            schema_id = int(v["id"])
-            context = context_of(subject)
-            self.max_ids[context] = max(self.max_ids.get(context, 0), schema_id)
-            if (context, schema_id) not in self.schemas:
-                self.schemas[(context, schema_id)] = StoredSchema(
-                    schema_id,
-                    v.get("schemaType") or AVRO,
-                    v["schema"],
-                    [Reference(r["name"], r["subject"], int(r["version"])) for r in
-                     v.get("references") or []],
-                )  # fmt: skip
-            versions[version] = SubjectVersion(version, schema_id, bool(v.get("deleted")))
+            if v is not None:
+                return self._claim(subject, version, v)
+            versions = self.subjects.get(subject, {})
+            versions.pop(version, None)
+            if not versions:
+                self.subjects.pop(subject, None)
         elif kind == "CONFIG":
             self.configs.pop(subject, None)
             self.normalize.pop(subject, None)
@@ -161,6 +179,52 @@ class RegistryState:
             for entry in self.subjects.get(subject, {}).values():
                 if entry.version <= int(v.get("version", 0)):
                     entry.deleted = True
+        return True
+
+    def _claim(self, subject: str, version: int, value: Any) -> bool:
+        """A SCHEMA record: ``subject``'s ``version`` is the schema ``value`` carries, under
+        its id. The first record in the log's order to give an id to a schema, or a
+        version to an id, holds it: a later record giving the id to another schema, or
+        the version to another id, is ignored (False), so every reader of the one
+        partition keeps the same schema under each id whatever several writers wrote
+        (Confluent's readers also ignore a schema whose id is taken). The id is never
+        handed out again either way."""
+        try:
+            schema_id = int(value["id"])
+            claimed = StoredSchema(
+                schema_id,
+                value.get("schemaType") or AVRO,
+                str(value["schema"]),
+                [Reference(str(r["name"]), str(r["subject"]), int(r["version"])) for r in
+                 value.get("references") or []],
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return True  # not a schema: skipped
+        context = context_of(subject)
+        self.max_ids[context] = max(self.max_ids.get(context, 0), schema_id)
+        held = self.subjects.get(subject, {}).get(version)
+        if held is not None and held.schema_id != schema_id:
+            return False
+        holder = self.schemas.get((context, schema_id))
+        if holder is None:
+            self.schemas[(context, schema_id)] = claimed
+        elif not self._same_stored(subject, holder, claimed):
+            return False
+        deleted = bool(value.get("deleted"))
+        self.subjects.setdefault(subject, {})[version] = SubjectVersion(version, schema_id, deleted)
+        return True
+
+    def _same_stored(self, subject: str, holder: StoredSchema, claimed: StoredSchema) -> bool:
+        """Whether ``claimed`` is the schema ``holder`` is: the same text, or the same
+        canonical form (one schema registered under two subjects in two layouts)."""
+        if claimed == holder:
+            return True
+        try:
+            references = claimed.references
+            parsed = parse(claimed.schema_type, claimed.text, references, self.resolve(references))
+        except (InvalidSchema, RegistryError):
+            return False
+        return self._same(subject, holder.schema_id, parsed)
 
     # Reads ----------------------------------------------------------------------------
 
@@ -297,21 +361,13 @@ class RegistryState:
             )
         versions = self.subjects.get(subject, {})
         number = version if version is not None else max(versions, default=0) + 1
-        value: dict[str, Any] = {
-            "subject": subject,
-            "version": number,
-            "id": schema_id,
-            "schema": parsed.text,
-            "deleted": False,
-        }
-        if parsed.schema_type != AVRO:
-            value["schemaType"] = parsed.schema_type
-        if parsed.references:
-            value["references"] = [
-                {"name": r.name, "subject": r.subject, "version": r.version}
-                for r in parsed.references
-            ]
-        return schema_id, [(schema_key(subject, number), json.dumps(value).encode())]
+        held = versions.get(number)
+        if held is not None and held.schema_id != schema_id:
+            raise RegistryError(
+                422, 42207, f"Overwrite new schema with version {number} is not permitted."
+            )
+        record = (schema_key(subject, number), schema_value(subject, number, schema_id, parsed))
+        return schema_id, [record]
 
     def plan_delete_version(
         self, subject: str, version: str, permanent: bool
@@ -327,18 +383,8 @@ class RegistryState:
                 )  # fmt: skip
             return entry.version, [(schema_key(subject, entry.version), None)]
         stored = self.schemas[(context_of(subject), entry.schema_id)]
-        value = {
-            "subject": subject, "version": entry.version, "id": entry.schema_id,
-            "schema": stored.text, "deleted": True,
-        }  # fmt: skip
-        if stored.schema_type != AVRO:
-            value["schemaType"] = stored.schema_type
-        if stored.references:
-            value["references"] = [
-                {"name": r.name, "subject": r.subject, "version": r.version}
-                for r in stored.references
-            ]
-        return entry.version, [(schema_key(subject, entry.version), json.dumps(value).encode())]
+        value = schema_value(subject, entry.version, entry.schema_id, stored, deleted=True)
+        return entry.version, [(schema_key(subject, entry.version), value)]
 
     def plan_delete_subject(self, subject: str, permanent: bool) -> tuple[list[int], list[Record]]:
         versions = self.versions(subject, deleted=permanent)
@@ -355,3 +401,16 @@ class RegistryState:
         key = _key(keytype="DELETE_SUBJECT", subject=subject, magic=0)
         value = json.dumps({"subject": subject, "version": latest}).encode()
         return [v.version for v in versions], [(key, value)]
+
+    def restatement(self, key: bytes) -> Record:
+        """The record under a SCHEMA ``key`` that says what readers hold there: the
+        version as applied, or a tombstone when none is. Written after a claim under
+        ``key`` lost, as Confluent's primary rolls back an ignored record, so that
+        compaction, which keeps a key's last record, keeps what every reader decided."""
+        fields = json.loads(key)
+        subject, version = fields["subject"], int(fields["version"])
+        held = self.subjects.get(subject, {}).get(version)
+        if held is None:
+            return key, None
+        stored = self.schemas[(context_of(subject), held.schema_id)]
+        return key, schema_value(subject, version, held.schema_id, stored, held.deleted)
