@@ -187,17 +187,9 @@ class RegistryApp:
         return answered
 
     async def _change(self, plan: Callable[[], Any]) -> Any:
-        """Run ``plan`` (which returns (result, records)) under the write lock, write its
-        records and wait to read them back; the result."""
-
-        def run() -> Any:
-            with self.log.write_lock:
-                with self.log.lock:
-                    result, records = plan()
-                self.log.write(records)
-                return result
-
-        return await asyncio.get_running_loop().run_in_executor(None, run)
+        """Make the change ``plan`` gives (result, records) through ``SchemasLog.change``,
+        on a worker thread; its result."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.log.change, plan)
 
     # Subjects ----------------------------------------------------------------------------
 

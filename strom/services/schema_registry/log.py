@@ -7,7 +7,10 @@ from its start, applying every record to ``store.RegistryState`` under the state
 lock and noting the next offset), waiting until everything written so far is read
 (at start, and after each write: a registration answers once the registry reads it
 back, so every instance agrees and a restart loses nothing), and the idempotent
-producer of changes (acks=all).
+producer of changes (acks=all). A change (``change``) is checked once read back: when
+the state ignored one of its records, because a record another writer put first holds
+the id or version it claims, it is planned again from the state read since and written
+again, so an answer is always what every reader holds, however many instances write.
 
 Does not own what records mean (``store``) or HTTP (``app``).
 """
@@ -17,7 +20,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
@@ -27,6 +31,8 @@ from strom.services.schema_registry.store import Record, RegistryError, Registry
 log = logging.getLogger(__name__)
 TOPIC = "_schemas"
 TIMEOUT_S = 30.0
+PLANS = 5  # a change is planned again at most this many times when its claims lose
+Result = TypeVar("Result")
 
 
 class SchemasLog:
@@ -37,6 +43,7 @@ class SchemasLog:
         self.lock = threading.RLock()  # the state's: the reader writes, requests read
         self.write_lock = threading.Lock()  # one change at a time from this instance
         self.applied = 0  # the offset after the last record applied
+        self.lost: set[int] = set()  # offsets of claims ``apply`` ignored, until checked
         self._progress = threading.Condition(self.lock)
         self._stopped = threading.Event()
         self.admin = AdminClient(self.settings)
@@ -86,7 +93,12 @@ class SchemasLog:
                         if message.error().code() != KafkaError._PARTITION_EOF:
                             log.warning("reading %s: %s", self.topic, message.error())
                         continue
-                    self.state.apply(message.key(), message.value())
+                    if not self.state.apply(message.key(), message.value()):
+                        log.warning(
+                            "%s offset %d claims a schema id or version held by another "
+                            "schema: ignored", self.topic, message.offset()
+                        )  # fmt: skip
+                        self.lost.add(message.offset())
                     self.applied = message.offset() + 1
                 self._progress.notify_all()
 
@@ -119,10 +131,49 @@ class SchemasLog:
     def catch_up(self, timeout_s: float = TIMEOUT_S) -> None:
         self.wait_until_read(self.end_offset(), timeout_s)
 
-    def write(self, records: list[Record]) -> None:
-        """Write ``records`` and return once this registry has read them back."""
+    def change(self, plan: Callable[[], tuple[Result, list[Record]]]) -> Result:
+        """Make a change: ``plan`` (called under the state's lock) gives (result, records);
+        write the records, read them back and check that every claim they make holds.
+        When one lost to a record another writer put before it, plan again from the state
+        read since (the same schema may now have its id, or the next id is free) and
+        write again, up to ``PLANS`` times (then 50001), and restate the lost claims'
+        keys (``RegistryState.restatement``). The result of the plan whose records all
+        held."""
+        lost_keys: list[bytes] = []
+        with self.write_lock:
+            try:
+                for _ in range(PLANS):
+                    with self.lock:
+                        result, records = plan()
+                    lost = self._write(records)
+                    rewritten = {key for key, _ in records}
+                    lost_keys = [k for k in lost_keys if k not in rewritten] + lost
+                    if not lost:
+                        return result
+            finally:
+                if lost_keys:
+                    self._restate(lost_keys)
+        raise RegistryError(
+            500, 50001, f"Error while writing to {self.topic}: other writers took the schema "
+            f"ids or versions planned {PLANS} times; try again"
+        )  # fmt: skip
+
+    def _restate(self, keys: list[bytes]) -> None:
+        """Write again what readers hold under ``keys``, where this registry's claims
+        lost; a failure is logged (the change's answer stands)."""
+        with self.lock:
+            records = [self.state.restatement(key) for key in dict.fromkeys(keys)]
+        try:
+            if self._write(records):
+                log.warning("restating keys of %s: another writer changed them", self.topic)
+        except RegistryError as exc:
+            log.warning("restating keys of %s: %s", self.topic, exc.message)
+
+    def _write(self, records: list[Record]) -> list[bytes]:
+        """Write ``records`` and return once this registry has read them back: the keys of
+        those whose claims lost (``RegistryState.apply``)."""
         if not records:
-            return
+            return []
         offsets: list[int] = []
         errors: list[Any] = []
 
@@ -139,7 +190,17 @@ class SchemasLog:
             raise RegistryError(
                 500, 50001, f"Error while writing to {self.topic}: {errors[0] if errors else '?'}"
             )
-        self.wait_until_read(max(offsets) + 1)
+        last = max(offsets)
+        self.wait_until_read(last + 1)
+        in_order = sorted(offsets)  # one producer, one partition: the records' own order
+        with self.lock:
+            lost = [
+                key
+                for (key, _), offset in zip(records, in_order, strict=True)
+                if offset in self.lost
+            ]
+            self.lost = {offset for offset in self.lost if offset > last}
+        return lost
 
     def close(self) -> None:
         self._stopped.set()
