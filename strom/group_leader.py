@@ -47,6 +47,7 @@ class Election:
         self.on_change = on_change
         self.admin = AdminClient(settings)
         self.primary = False
+        self.term = 0  # how many times this instance became primary
         self._stopped = threading.Event()
         self.consumer = Consumer(
             {
@@ -68,6 +69,7 @@ class Election:
     def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
         self.primary = bool(partitions)
         if self.primary:
+            self.term += 1
             log.info("%s is the primary of group %s", self.url, self.group)
         if self.on_change is not None:
             self.on_change()
@@ -88,7 +90,9 @@ class Election:
 
     def primary_url(self, timeout_s: float = 15.0) -> str | None:
         """The URL of the member that holds the partition (this one's own when it does);
-        None while no member holds it."""
+        None while no member holds it. A description naming this instance while it does
+        not hold the partition is behind (its assignment not yet called back, or lost
+        since): it is asked again until this instance holds it or another does."""
         if self.primary:
             return self.url
         deadline = time.monotonic() + timeout_s
@@ -104,7 +108,9 @@ class Election:
                 if member.assignment.topic_partitions and member.client_id.startswith(
                     self.client_prefix
                 ):
-                    return member.client_id[len(self.client_prefix) :]
+                    url = member.client_id[len(self.client_prefix) :]
+                    if url != self.url:
+                        return url
             if self.primary:
                 return self.url
             time.sleep(0.2)

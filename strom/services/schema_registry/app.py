@@ -9,9 +9,13 @@ permanent deletes, references. Reads answer from ``store.RegistryState`` under i
 lock; changes run one at a time (plan, write to ``_schemas``, read back) on a worker
 thread, since the Kafka client blocks; on a secondary instance (``strom.group_leader``) each
 change is forwarded to the primary and answered with the primary's answer, once this
-instance has read the change too. Every failure is an error answer: malformed JSON
-(400), an unknown route (404), an oversized body (413), a schema that does not parse
-(422, 42201), never a 500 with a traceback.
+instance has read the change too. The primary makes a change only while it still is the
+primary when its turn to write comes, after reading what its predecessor wrote; a change
+forwarded to an instance that is not the primary (any more) is refused with 50004 and
+sent on to the new one. The election only spares conflicts: which schema an id names is
+decided by ``_schemas`` itself (``store``, ``log``). Every failure is an error answer:
+malformed JSON (400), an unknown route (404), an oversized body (413), a schema that
+does not parse (422, 42201), never a 500 with a traceback.
 
 Does not own the state (``store``), schemas (``schemas``) or Kafka (``log``).
 """
@@ -22,6 +26,7 @@ import asyncio
 import json
 import logging
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -54,6 +59,8 @@ log = logging.getLogger(__name__)
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 MAX_BODY = 16 * 1024 * 1024
 FORWARDED = "X-Strom-Forwarded"  # a change a secondary sent on: never forwarded again
+FORWARD_WAIT_S = 15.0  # how long a change looks for a primary that takes it
+NOT_PRIMARY = 50004  # Confluent's "unknown leader"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -64,6 +71,14 @@ def answer(body: Any, status: int = 200) -> web.Response:
 
 def error(status: int, code: int, message: str) -> web.Response:
     return answer({"error_code": code, "message": message}, status)
+
+
+class NotPrimary(RegistryError):
+    """A change reached an instance that is not the primary (any more): Confluent's
+    50004, on which the instance that forwarded it asks the group again."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(500, NOT_PRIMARY, f"{url} is not the primary: the change was not made")
 
 
 @web.middleware
@@ -84,6 +99,14 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except Exception:
         log.exception("schema registry request %s %s failed", request.method, request.path)
         return error(500, 50001, "Error in the backend data store")
+
+
+def _refused_as_not_primary(status: int, body: bytes) -> bool:
+    """Whether an answer is ``NotPrimary``'s."""
+    try:
+        return status == 500 and json.loads(body).get("error_code") == NOT_PRIMARY
+    except (ValueError, AttributeError):
+        return False
 
 
 def _flag(request: web.Request, name: str) -> bool:
@@ -111,18 +134,19 @@ class RegistryApp:
         self.log = schemas_log
         self.election = election
         self.forwarding_tls = forwarding_tls
+        self._read_in_term = 0  # the election's term this instance last read _schemas in
         self.app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
         r = self.app.router
         r.add_get("/", self.root)
         r.add_get("/subjects", self.subjects)
         r.add_get("/subjects/{subject}/versions", self.versions)
-        r.add_post("/subjects/{subject}/versions", self.register)
+        r.add_post("/subjects/{subject}/versions", self._changing(self.register))
         r.add_get("/subjects/{subject}/versions/{version}", self.version)
         r.add_get("/subjects/{subject}/versions/{version}/schema", self.version_schema)
         r.add_get("/subjects/{subject}/versions/{version}/referencedby", self.referenced_by)
-        r.add_delete("/subjects/{subject}/versions/{version}", self.delete_version)
+        r.add_delete("/subjects/{subject}/versions/{version}", self._changing(self.delete_version))
         r.add_post("/subjects/{subject}", self.lookup)
-        r.add_delete("/subjects/{subject}", self.delete_subject)
+        r.add_delete("/subjects/{subject}", self._changing(self.delete_subject))
         r.add_get("/schemas/types", self.types)
         r.add_get("/contexts", self.contexts)
         r.add_get("/schemas/ids/{id}", self.by_id)
@@ -130,15 +154,15 @@ class RegistryApp:
         r.add_get("/schemas/ids/{id}/subjects", self.id_subjects)
         r.add_get("/schemas/ids/{id}/versions", self.id_versions)
         r.add_get("/config", self.get_config)
-        r.add_put("/config", self.put_config)
+        r.add_put("/config", self._changing(self.put_config))
         r.add_get("/config/{subject}", self.get_config)
-        r.add_put("/config/{subject}", self.put_config)
-        r.add_delete("/config/{subject}", self.delete_config)
+        r.add_put("/config/{subject}", self._changing(self.put_config))
+        r.add_delete("/config/{subject}", self._changing(self.delete_config))
         r.add_get("/mode", self.get_mode)
-        r.add_put("/mode", self.put_mode)
+        r.add_put("/mode", self._changing(self.put_mode))
         r.add_get("/mode/{subject}", self.get_mode)
-        r.add_put("/mode/{subject}", self.put_mode)
-        r.add_delete("/mode/{subject}", self.delete_mode)
+        r.add_put("/mode/{subject}", self._changing(self.put_mode))
+        r.add_delete("/mode/{subject}", self._changing(self.delete_mode))
         r.add_post("/compatibility/subjects/{subject}/versions/{version}", self.compatibility)
         r.add_post("/compatibility/subjects/{subject}/versions", self.compatibility)
 
@@ -146,20 +170,55 @@ class RegistryApp:
     def state(self) -> Any:
         return self.log.state
 
-    async def _forwarded(self, request: web.Request) -> web.Response | None:
-        """The primary's answer to this change when this instance is a secondary; None
-        when this instance is to make it."""
+    def _changing(self, handle: Handler) -> Handler:
+        """The route of a change: ``handle`` runs here when this instance is the primary
+        (or there is no election), else the change goes to the primary (``_forwarded``).
+        One this instance stopped being primary for before it wrote it (``NotPrimary``)
+        goes to the new primary; one a secondary forwarded gets 50004 back, and the
+        secondary asks the group again."""
+
+        async def route(request: web.Request) -> web.StreamResponse:
+            deadline = time.monotonic() + FORWARD_WAIT_S
+            while True:
+                if (forwarded := await self._forwarded(request, deadline)) is not None:
+                    return forwarded
+                try:
+                    return await handle(request)
+                except NotPrimary:
+                    if request.headers.get(FORWARDED) or time.monotonic() > deadline:
+                        raise
+
+        return route
+
+    async def _forwarded(self, request: web.Request, deadline: float) -> web.Response | None:
+        """The primary's answer to this change when this instance is not the primary;
+        None when this instance is to make it. A change forwarded here while this
+        instance is not the primary is refused (``NotPrimary``), never made here: the
+        instance that sent it asks the group again, until ``deadline``."""
         election = self.election
-        if election is None or election.primary or request.headers.get(FORWARDED):
+        if election is None or election.primary:
             return None
+        if request.headers.get(FORWARDED):
+            raise NotPrimary(election.url)
         loop = asyncio.get_running_loop()
-        url = await loop.run_in_executor(None, election.primary_url)
-        if url is None or url == election.url:
+        while True:
+            wait_s = max(0.0, deadline - time.monotonic())
+            url = await loop.run_in_executor(None, election.primary_url, wait_s)
             if url is None:
                 raise RegistryError(
                     500, 50003, "Error while forwarding the request to the leader: no primary"
                 )
-            return None
+            if url == election.url:  # named only once this instance holds the partition
+                return None
+            status, body = await self._forward(request, url)
+            if not _refused_as_not_primary(status, body) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)  # the group is moving to another primary
+        await loop.run_in_executor(None, self.log.catch_up)  # read it here too
+        return web.Response(body=body, status=status, content_type=CONTENT_TYPE)
+
+    async def _forward(self, request: web.Request, url: str) -> tuple[int, bytes]:
+        """(status, body) of the primary at ``url`` for this request."""
         body = await request.read()
         headers = {"Content-Type": CONTENT_TYPE, FORWARDED: "1"}
         if "Authorization" in request.headers:  # the primary checks the same credentials
@@ -174,22 +233,32 @@ class RegistryApp:
                     timeout=aiohttp.ClientTimeout(total=60),
                     ssl=self.forwarding_tls if url.startswith("https:") else None,
                 ) as response:
-                    answered = web.Response(
-                        body=await response.read(),
-                        status=response.status,
-                        content_type=CONTENT_TYPE,
-                    )
+                    return response.status, await response.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise RegistryError(
                 500, 50003, f"Error while forwarding the request to the leader {url}: {exc}"
             ) from None
-        await loop.run_in_executor(None, self.log.catch_up)  # read it here too
-        return answered
 
     async def _change(self, plan: Callable[[], Any]) -> Any:
         """Make the change ``plan`` gives (result, records) through ``SchemasLog.change``,
-        on a worker thread; its result."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.log.change, plan)
+        on a worker thread; its result. With an election, the change is made only while
+        this instance is the primary, checked once it has its turn to write
+        (``NotPrimary`` else), and a new primary first reads ``_schemas`` to its end, so
+        it plans from every record its predecessor wrote."""
+
+        def run() -> Any:
+            election = self.election
+            with self.log.write_lock:
+                if election is not None:
+                    term = election.term
+                    if not election.primary:
+                        raise NotPrimary(election.url)
+                    if term != self._read_in_term:
+                        self.log.catch_up()
+                        self._read_in_term = term
+                return self.log.change(plan)
+
+        return await asyncio.get_running_loop().run_in_executor(None, run)
 
     # Subjects ----------------------------------------------------------------------------
 
@@ -287,8 +356,6 @@ class RegistryApp:
             raise RegistryError(422, 42201, str(exc)) from None
 
     async def register(self, request: web.Request) -> web.Response:
-        if (forwarded := await self._forwarded(request)) is not None:
-            return forwarded
         subject = request.match_info["subject"]
         body = await _json(request)
         parsed = self._parse_body(body, request, subject)
@@ -325,8 +392,6 @@ class RegistryApp:
             return answer(self._version_body(subject, entry))
 
     async def delete_version(self, request: web.Request) -> web.Response:
-        if (forwarded := await self._forwarded(request)) is not None:
-            return forwarded
         subject, version = request.match_info["subject"], request.match_info["version"]
         permanent = _flag(request, "permanent")
         number = await self._change(
@@ -335,8 +400,6 @@ class RegistryApp:
         return answer(number)
 
     async def delete_subject(self, request: web.Request) -> web.Response:
-        if (forwarded := await self._forwarded(request)) is not None:
-            return forwarded
         subject = request.match_info["subject"]
         permanent = _flag(request, "permanent")
         versions = await self._change(lambda: self.state.plan_delete_subject(subject, permanent))
@@ -432,8 +495,6 @@ class RegistryApp:
         return answer(body)
 
     async def put_config(self, request: web.Request) -> web.Response:
-        if (forwarded := await self._forwarded(request)) is not None:
-            return forwarded
         subject = request.match_info.get("subject")
         body = await _json(request)
         level = str(body.get("compatibility") or body.get("compatibilityLevel") or "").upper()
@@ -459,8 +520,6 @@ class RegistryApp:
         return answer(answered)
 
     async def delete_config(self, request: web.Request) -> web.Response:
-        if (forwarded := await self._forwarded(request)) is not None:
-            return forwarded
         subject = request.match_info["subject"]
         with self.log.lock:
             if subject not in self.state.configs:
@@ -475,8 +534,6 @@ class RegistryApp:
             return answer({"mode": self.state.mode(subject)})
 
     async def put_mode(self, request: web.Request) -> web.Response:
-        if (forwarded := await self._forwarded(request)) is not None:
-            return forwarded
         subject = request.match_info.get("subject")
         body = await _json(request)
         mode = str(body.get("mode", "")).upper()
@@ -489,8 +546,6 @@ class RegistryApp:
         return answer({"mode": mode})
 
     async def delete_mode(self, request: web.Request) -> web.Response:
-        if (forwarded := await self._forwarded(request)) is not None:
-            return forwarded
         subject = request.match_info["subject"]
         with self.log.lock:
             mode = self.state.mode(subject)

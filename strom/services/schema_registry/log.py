@@ -41,7 +41,9 @@ class SchemasLog:
         self.topic = topic
         self.state = RegistryState()
         self.lock = threading.RLock()  # the state's: the reader writes, requests read
-        self.write_lock = threading.Lock()  # one change at a time from this instance
+        # One change at a time from this instance; re-entered by a caller that checks
+        # something before ``change`` under it.
+        self.write_lock = threading.RLock()
         self.applied = 0  # the offset after the last record applied
         self.lost: set[int] = set()  # offsets of claims ``apply`` ignored, until checked
         self._progress = threading.Condition(self.lock)
