@@ -82,7 +82,10 @@ class SchemasLog:
     def _read_forever(self) -> None:
         while not self._stopped.is_set():
             try:
-                messages = self.consumer.consume(500, 0.2)
+                # Wait for one record, then take what else has arrived: a batch of 500
+                # would hold every record back until the timeout.
+                first = self.consumer.poll(0.2)
+                messages = [] if first is None else [first, *self.consumer.consume(499, 0)]
             except Exception as exc:  # the consumer was closed under us at stop
                 if not self._stopped.is_set():
                     log.warning("reading %s failed: %s", self.topic, exc)
