@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,12 @@ def strom_version() -> str:
 
 class ConnectException(Exception):
     """A connector's or task's failure; the worker reports it as FAILED with its trace."""
+
+
+class RetriableException(ConnectException):
+    """A failure that may pass if the operation is tried again (Kafka's
+    ``RetriableException``): retried per ``errors.retry.timeout``, a sink's ``put``
+    redelivered."""
 
 
 class ConnectorContext:
@@ -145,6 +151,10 @@ class SinkRecord:
     timestamp: int | None = None
     timestamp_type: str = "CreateTime"
     headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    # Where the record was consumed, whatever transforms changed (Kafka's KIP-793).
+    original_topic: str | None = None
+    original_kafka_partition: int | None = None
+    original_kafka_offset: int | None = None
 
 
 class OffsetStorageReader(ABC):
@@ -166,15 +176,25 @@ class SourceTaskContext:
         return self.task_config
 
 
+ErrantRecordReporter = Callable[["SinkRecord", BaseException], None]
+
+
 @dataclass
 class SinkTaskContext:
     task_config: dict[str, str]
     # Offsets the task asks to rewind to, (topic, partition) -> offset; the runtime seeks.
     rewinds: dict[tuple[str, int], int] = field(default_factory=dict)
     commit_requested: bool = False
+    errant_reporter: ErrantRecordReporter | None = None
 
     def configs(self) -> dict[str, str]:
         return self.task_config
+
+    def errant_record_reporter(self) -> ErrantRecordReporter | None:
+        """Report a record ``put`` cannot write (Kafka's KIP-610): it goes where the
+        connector's ``errors.*`` say (log, dead letter queue); with
+        ``errors.tolerance=none`` the call raises and the task fails."""
+        return self.errant_reporter
 
     def offset(self, topic: str, partition: int, offset: int) -> None:
         self.rewinds[(topic, partition)] = offset

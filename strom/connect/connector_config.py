@@ -13,11 +13,18 @@ Common keys: ``name``, ``connector.class``, ``tasks.max`` (1), ``tasks.max.enfor
 worker's, as in Kafka. ``producer.override.*``, ``consumer.override.*`` and
 ``admin.override.*`` go to the task's clients.
 
+Transforms and predicates are validated as Kafka's ``ConnectorConfig.enrich`` does:
+each alias of ``transforms`` / ``predicates`` (no duplicates) adds its ``<kind>.<alias>.type``
+(a class Strom has) and that class's own keys under the prefix, each in the group
+``Transforms: <alias>`` / ``Predicates: <alias>``, a transform's ``predicate`` and
+``negate`` too (``negate`` without ``predicate`` is Kafka's error). Beyond Kafka, a
+transform's checks at configure time (``No field insertion configured``) and a predicate
+alias missing from ``predicates`` are reported here, on the key at fault, rather than
+failing the task when it starts. A sink's dead letter queue may not be among its topics.
+
 What Strom does not serve yet is refused by validation, naming the key, never accepted
-and ignored: transforms and predicates, ``errors.tolerance=all``, retries
-(``errors.retry.timeout``), a dead letter queue, header converters, ``topic.creation.*``,
-and ``exactly.once.support=required`` (Kafka's own message for a worker without
-exactly-once source support).
+and ignored: header converters, ``topic.creation.*``, and ``exactly.once.support=required``
+(Kafka's own message for a worker without exactly-once source support).
 
 Does not own the plugins' own keys (each connector's ``CONFIG_DEF``) or the worker's.
 """
@@ -34,6 +41,7 @@ from strom.connect import config_def as cd
 from strom.connect.api import Connector
 from strom.connect.converters import Converter
 from strom.connect.plugins import SINK, SOURCE, Plugin, PluginNotFound, Plugins
+from strom.connect.transforms import chain
 
 COMMON = "Common"
 TRANSFORMS = "Transforms"
@@ -189,7 +197,7 @@ def _common_keys() -> list[cd.ConfigKey]:
             order_in_group=1,
             width="LONG",
             display_name="Transforms",
-            check=_only([], f"single message transforms are {NOT_SERVED}"),
+            check=_unique_aliases,
         ),
         cd.ConfigKey(
             "predicates",
@@ -201,27 +209,29 @@ def _common_keys() -> list[cd.ConfigKey]:
             order_in_group=1,
             width="LONG",
             display_name="Predicates",
-            check=_only([], f"predicates are {NOT_SERVED}"),
+            check=_unique_aliases,
         ),
         cd.ConfigKey(
             "errors.retry.timeout",
             cd.LONG,
             0,
             cd.MEDIUM,
-            "The maximum duration in milliseconds that a failed operation will be "
-            "reattempted; 0, no retries, is what Strom serves.",
+            "The maximum duration in milliseconds that a failed operation will be reattempted. "
+            "The default is 0, which means no retries will be attempted. Use -1 for infinite "
+            "retries.",
             group=ERRORS,
             order_in_group=1,
             width="MEDIUM",
             display_name="Retry Timeout for Errors",
-            check=_only(0, f"retries are {NOT_SERVED}: a failure fails the task"),
         ),
         cd.ConfigKey(
             "errors.retry.delay.max.ms",
             cd.LONG,
             60000,
             cd.MEDIUM,
-            "The maximum duration in milliseconds between consecutive retry attempts.",
+            "The maximum duration in milliseconds between consecutive retry attempts. Jitter "
+            "will be added to the delay once this limit is reached to prevent thundering herd "
+            "issues.",
             group=ERRORS,
             order_in_group=2,
             width="MEDIUM",
@@ -232,20 +242,23 @@ def _common_keys() -> list[cd.ConfigKey]:
             cd.STRING,
             "none",
             cd.MEDIUM,
-            "Behavior for tolerating errors during connector operation: none (a failure "
-            "fails the task) is what Strom serves.",
+            "Behavior for tolerating errors during connector operation. 'none' is the default "
+            "value and signals that any error will result in an immediate connector task "
+            "failure; 'all' changes the behavior to skip over problematic records.",
             group=ERRORS,
             order_in_group=3,
             width="SHORT",
             display_name="Error Tolerance",
-            check=_only("none", f"errors.tolerance=all is {NOT_SERVED}"),
+            check=cd.one_of("none", "all"),
         ),
         cd.ConfigKey(
             "errors.log.enable",
             cd.BOOLEAN,
             False,
             cd.MEDIUM,
-            "Log each failed operation with the task's failure.",
+            "If true, write each error and the details of the failed operation and problematic "
+            "record to the Connect application log. This is 'false' by default, so that only "
+            "errors that are not tolerated are reported.",
             group=ERRORS,
             order_in_group=4,
             width="SHORT",
@@ -256,7 +269,9 @@ def _common_keys() -> list[cd.ConfigKey]:
             cd.BOOLEAN,
             False,
             cd.MEDIUM,
-            "Whether to include the record that led to a failure in the log.",
+            "Whether to include in the log the Connect record that resulted in a failure. For "
+            "sink records, the topic, partition, offset, and timestamp will be logged. For source "
+            "records, the record itself will be logged.",
             group=ERRORS,
             order_in_group=5,
             width="SHORT",
@@ -296,19 +311,22 @@ def _sink_keys() -> list[cd.ConfigKey]:
             cd.STRING,
             "",
             cd.MEDIUM,
-            "The name of the topic to be used as the dead letter queue (DLQ).",
+            "The name of the topic to be used as the dead letter queue (DLQ) for messages that "
+            "result in an error when processed by this sink connector, or its transformations "
+            "or converters. The topic name is blank by default, which means that no messages "
+            "are to be recorded in the DLQ.",
             group=ERRORS,
             order_in_group=6,
             width="MEDIUM",
             display_name="Dead Letter Queue Topic Name",
-            check=_only("", f"a dead letter queue is {NOT_SERVED}"),
         ),
         cd.ConfigKey(
             "errors.deadletterqueue.topic.replication.factor",
             cd.SHORT,
             3,
             cd.MEDIUM,
-            "Replication factor used to create the dead letter queue topic.",
+            "Replication factor used to create the dead letter queue topic when it doesn't "
+            "already exist.",
             group=ERRORS,
             order_in_group=7,
             width="MEDIUM",
@@ -372,6 +390,11 @@ def _source_keys() -> list[cd.ConfigKey]:
     ]
 
 
+def _unique_aliases(name: str, value: Any) -> None:
+    if value and len(value) != len(set(value)):
+        raise cd.invalid(name, ",".join(value), "Duplicate alias provided.")
+
+
 def _regex(name: str, value: Any) -> None:
     if value:
         try:
@@ -419,6 +442,7 @@ def validate(props: Mapping[str, str], plugins: Plugins) -> dict[str, Any]:
     values = framework.validate_all(props)
     if plugin.kind == SINK:
         _check_sink_topics(props, values)
+        _check_dead_letter_queue(props, values)
     for side in CONVERTER_SIDES:
         _check_converter_class(props, f"{side}.converter", plugins, values)
     connector: Connector = plugin.cls()
@@ -432,6 +456,9 @@ def validate(props: Mapping[str, str], plugins: Plugins) -> dict[str, Any]:
         if name in values
     ]
     configs += _converter_settings(props, plugins)
+    stage_groups, stage_configs = _transform_settings(props, plugins)
+    groups += stage_groups
+    configs += stage_configs
     _check_unserved_prefixes(props, configs)
     error_count = sum(len(c["value"]["errors"]) for c in configs)
     return {
@@ -453,6 +480,111 @@ def _check_sink_topics(props: Mapping[str, str], values: dict[str, cd.ConfigValu
         return
     for key in ("topics", "topics.regex"):
         values[key].errors.append(message)
+
+
+def _check_dead_letter_queue(props: Mapping[str, str], values: dict[str, cd.ConfigValue]) -> None:
+    """Kafka's: a sink's dead letter queue may not be a topic it consumes."""
+    queue = (props.get("errors.deadletterqueue.topic.name") or "").strip()
+    if not queue:
+        return
+    topics = [t.strip() for t in (props.get("topics") or "").split(",") if t.strip()]
+    regex = (props.get("topics.regex") or "").strip()
+    if queue in topics:
+        values["topics"].errors.append(
+            f"The DLQ topic '{queue}' may not be included in the list of topics "
+            f"('topics=[{', '.join(topics)}]') consumed by the connector"
+        )
+    if regex and not values["topics.regex"].errors and re.fullmatch(regex, queue):
+        values["topics.regex"].errors.append(
+            f"The DLQ topic '{queue}' may not be matched by the regex for the topics "
+            f"('topics.regex={regex}') consumed by the connector"
+        )
+
+
+def _transform_settings(
+    props: Mapping[str, str], plugins: Plugins
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """The groups and ConfigInfos each transform and predicate alias adds (Kafka's
+    ``ConnectorConfig.enrich``)."""
+    groups: list[str] = []
+    configs: list[dict[str, Any]] = []
+    defined_predicates = chain.aliases(props, chain.PREDICATES)
+    for kind, list_key, group_name in (
+        ("transform", chain.TRANSFORMS, TRANSFORMS),
+        ("predicate", chain.PREDICATES, PREDICATES),
+    ):
+        base = "Transformation" if kind == "transform" else "Predicate"
+        for alias in dict.fromkeys(chain.aliases(props, list_key)):
+            prefix = f"{list_key}.{alias}."
+            group = f"{group_name}: {alias}"
+            groups.append(group)
+            type_key = cd.ConfigKey(
+                prefix + "type",
+                cd.CLASS,
+                cd.REQUIRED,
+                cd.HIGH,
+                f"Class for the '{alias}' {base.lower()}.",
+                group=group,
+                order_in_group=0,
+                width="LONG",
+                display_name=f"{base} type for {alias}",
+            )
+            type_value = cd.ConfigValue(type_key.name, props.get(type_key.name))
+            try:
+                plugin: Plugin | None = chain.plugin_of(props, plugins, kind, alias)
+            except ConfigError as exc:
+                plugin = None
+                type_value.errors.append(str(exc))
+            own = cd.ConfigDef(chain.STAGE_KEYS.keys.values() if kind == "transform" else ())
+            if plugin is not None:
+                own = plugin.config_def().merged(own)
+            keyed = cd.ConfigDef(
+                replace(key, name=prefix + key.name, group=group, order_in_group=order)
+                for order, key in enumerate(own.keys.values(), start=1)
+            )
+            results = keyed.validate_all(props)
+            settings = chain.settings_under(props, prefix)
+            if kind == "transform":
+                _check_stage_keys(prefix, settings, defined_predicates, type_value, results)
+            if plugin is not None and not any(r.errors for r in results.values()):
+                try:
+                    chain.configured(plugin, settings, prefix)
+                except ConfigError as exc:
+                    type_value.errors.append(str(exc))
+            configs.append({"definition": type_key.info(), "value": type_value.info(cd.CLASS)})
+            configs += [
+                {"definition": key.info(), "value": results[name].info(key.type)}
+                for name, key in keyed.keys.items()
+            ]
+    return groups, configs
+
+
+def _check_stage_keys(
+    prefix: str,
+    settings: Mapping[str, str],
+    defined_predicates: list[str],
+    type_value: cd.ConfigValue,
+    results: dict[str, cd.ConfigValue],
+) -> None:
+    """A transform's ``predicate`` and ``negate``, as Kafka checks them (and the alias
+    defined, which Kafka finds only when the task starts)."""
+    predicate = settings.get(chain.PREDICATE_KEY)
+    if chain.NEGATE_KEY in settings and predicate is None:
+        type_value.errors.append(
+            f"Config '{prefix}{chain.NEGATE_KEY}' was provided but there is no config "
+            f"'{prefix}{chain.PREDICATE_KEY}' defining a predicate to be negated."
+        )
+    if predicate is not None and predicate not in defined_predicates:
+        results[prefix + chain.PREDICATE_KEY].errors.append(
+            str(
+                cd.invalid(
+                    prefix + chain.PREDICATE_KEY,
+                    predicate,
+                    f"the predicate is not among {chain.PREDICATES}="
+                    + ",".join(defined_predicates),
+                )
+            )
+        )
 
 
 def _check_converter_class(

@@ -14,10 +14,17 @@ In the worker, each task is a thread with confluent-kafka clients:
   murmur2 partitioning as Java's). Every ``offset.flush.interval.ms``, on pause and on
   stop, it flushes the producer and then stores the source offsets of the records
   acknowledged (so a stored offset never runs ahead of the records in the topic), and
-  calls ``commit()``. A record that cannot be converted or produced fails the task.
+  calls ``commit()``. Each record goes through the connector's transforms and converters
+  (``record_path``) under its ``errors.*`` handling: a failure not tolerated fails the
+  task; a record dropped or skipped still has its offset stored. A record that cannot
+  be produced fails the task.
 - a sink task consumes in the group ``connect-<connector>`` (Kafka Connect's) from the
-  earliest offset, subscribed to ``topics`` or ``topics.regex``, converts and ``put``s
-  records, and every ``offset.flush.interval.ms``, when partitions are revoked and on
+  earliest offset, subscribed to ``topics`` or ``topics.regex``, converts and transforms
+  records (``record_path``, under ``errors.*``: a skipped record goes to the dead letter
+  queue, whose sends are flushed before each offset commit) and ``put``s them (a
+  ``RetriableException`` from ``put`` redelivers the batch after a backoff, as Kafka's;
+  ``errant_record_reporter`` reports a record ``put`` cannot write), and every
+  ``offset.flush.interval.ms``, when partitions are revoked and on
   stop it calls ``pre_commit`` (which flushes) and commits the offsets it returns.
   Pausing pauses the consumer's partitions; the consumer keeps polling, so it stays in
   its group. Its ``stop()`` is called by its own thread after the last commit (a source
@@ -50,6 +57,7 @@ from strom.client_security import librdkafka_properties
 from strom.connect.api import (
     ConnectException,
     OffsetStorageReader,
+    RetriableException,
     SinkRecord,
     SinkTask,
     SinkTaskContext,
@@ -58,9 +66,15 @@ from strom.connect.api import (
     SourceTaskContext,
     Task,
 )
-from strom.connect.connector_config import client_overrides, make_converter
-from strom.connect.converters import Converter
+from strom.connect.connector_config import client_overrides
+from strom.connect.errors import (
+    ConsumedMessage,
+    DeadLetterQueueReporter,
+    ErrorHandler,
+    ErrorReporter,
+)
 from strom.connect.plugins import SOURCE, Plugins
+from strom.connect.record_path import RecordPath
 from strom.connect.stores import STARTED, OffsetStore, offset_key
 from strom.connect.worker_config import WorkerConfig
 
@@ -73,6 +87,8 @@ FAILED = "FAILED"
 UNASSIGNED = "UNASSIGNED"
 POLL_S = 0.1
 SINK_BATCH = 500
+RETRY_PUT_MIN_S = 0.3
+RETRY_PUT_MAX_S = 10.0
 
 
 def task_name(task_id: TaskId) -> str:
@@ -144,6 +160,7 @@ class _TaskThread(threading.Thread):
         self.flush_interval_s = self.config["offset.flush.interval.ms"] / 1000
         self.flush_timeout_s = self.config["offset.flush.timeout.ms"] / 1000
         self.log_errors = spec.connector_config.get("errors.log.enable", "false") == "true"
+        self.errors: ErrorHandler | None = None
 
     def report(self, state: str, trace: str | None = None) -> None:
         if state != self.reported or trace is not None:
@@ -157,6 +174,8 @@ class _TaskThread(threading.Thread):
 
     def request_stop(self) -> None:
         self.stopping.set()
+        if self.errors is not None:
+            self.errors.stopping.set()  # no more retries
         with self.changed:
             self.changed.notify_all()
         if self.spec.kind == SOURCE:
@@ -175,13 +194,18 @@ class _TaskThread(threading.Thread):
     def paused(self) -> bool:
         return self.target_state != STARTED and not self.stopping.is_set()
 
-    def converters(self) -> tuple[Converter, Converter]:
-        worker_props = self.config.props
-        plugins = self.runner.plugins
-        return (
-            make_converter("key", self.spec.connector_config, worker_props, plugins),
-            make_converter("value", self.spec.connector_config, worker_props, plugins),
+    def record_path(
+        self, dead_letter_queue: Callable[[], ErrorReporter] | None = None
+    ) -> RecordPath:
+        path = RecordPath.for_task(
+            self.spec.task_id,
+            self.spec.connector_config,
+            self.config.props,
+            self.runner.plugins,
+            dead_letter_queue,
         )
+        self.errors = path.errors
+        return path
 
     def client_settings(self, client: str) -> dict[str, Any]:
         settings = self.config.client_settings(client)
@@ -217,7 +241,7 @@ class _TaskThread(threading.Thread):
 
 class _SourceTaskThread(_TaskThread):
     def execute(self) -> None:
-        key_converter, value_converter = self.converters()
+        path = self.record_path()
         connector = self.spec.task_id[0]
         producer = Producer(
             {
@@ -269,7 +293,7 @@ class _SourceTaskThread(_TaskThread):
                 if self.stopping.is_set():
                     break
                 for record in task.poll() or []:
-                    self._produce(producer, record, key_converter, value_converter, delivered)
+                    self._produce(producer, record, path, delivered)
                     if record.source_partition is not None and record.source_offset is not None:
                         partition = dict(record.source_partition)
                         key = offset_key(connector, partition)
@@ -283,34 +307,30 @@ class _SourceTaskThread(_TaskThread):
             commit()
         finally:
             producer.flush(self.flush_timeout_s)
+            path.close()
 
     def _produce(
         self,
         producer: Producer,
         record: SourceRecord,
-        key_converter: Converter,
-        value_converter: Converter,
+        path: RecordPath,
         delivered: Callable[[Any, Any], None],
     ) -> None:
-        try:
-            key = key_converter.from_connect_data(record.topic, record.key_schema, record.key)
-            value = value_converter.from_connect_data(
-                record.topic, record.value_schema, record.value
-            )
-        except Exception as exc:
-            raise ConnectException(
-                f"Conversion failed for a record to {record.topic}: {exc}"
-            ) from exc
+        message = path.produced_message(record)
+        if message is None:
+            return  # dropped by a transform, or its failure tolerated
         extra: dict[str, Any] = {}
-        if record.kafka_partition is not None:
-            extra["partition"] = record.kafka_partition
-        if record.timestamp is not None:
-            extra["timestamp"] = record.timestamp
-        if record.headers:
-            extra["headers"] = record.headers
+        if message.partition is not None:
+            extra["partition"] = message.partition
+        if message.timestamp is not None:
+            extra["timestamp"] = message.timestamp
+        if message.headers:
+            extra["headers"] = message.headers
         while True:
             try:
-                producer.produce(record.topic, value, key, on_delivery=delivered, **extra)
+                producer.produce(
+                    message.topic, message.value, message.key, on_delivery=delivered, **extra
+                )
                 return
             except BufferError:  # the producer's queue is full: let it drain
                 producer.poll(POLL_S)
@@ -318,7 +338,7 @@ class _SourceTaskThread(_TaskThread):
 
 class _SinkTaskThread(_TaskThread):
     def execute(self) -> None:
-        key_converter, value_converter = self.converters()
+        path = self.record_path(self.dead_letter_queue)
         connector = self.spec.task_id[0]
         consumer = Consumer(
             {
@@ -342,6 +362,7 @@ class _SinkTaskThread(_TaskThread):
             chosen = {tp: o for tp, o in current.items() if partitions is None or tp in partitions}
             if not chosen:
                 return
+            path.errors.flush()  # the dead letter queue holds what these offsets skip
             offsets = task.pre_commit(chosen)
             if not offsets:
                 return
@@ -387,16 +408,16 @@ class _SinkTaskThread(_TaskThread):
                         break
                     consumer.resume(assignment)
                     self.report(RUNNING)
-                messages = consumer.consume(SINK_BATCH, POLL_S)
-                records = [
-                    self._record(m, key_converter, value_converter)
-                    for m in messages
-                    if m.error() is None
+                consumed = [
+                    _consumed(m) for m in consumer.consume(SINK_BATCH, POLL_S) if m.error() is None
                 ]
+                records = [r for r in map(path.sink_record, consumed) if r is not None]
                 if records:
-                    task.put(records)
-                    for record in records:
-                        current[(record.topic, record.kafka_partition)] = record.kafka_offset + 1
+                    originals = {(m.topic, m.partition, m.offset): m for m in consumed}
+                    context.errant_reporter = path.errant_reporter(originals)
+                    self._put(task, records)
+                for message in consumed:
+                    current[(message.topic, message.partition)] = message.offset + 1
                 for (topic, partition), offset in context.rewinds.items():
                     consumer.seek(TopicPartition(topic, partition, offset))
                     current[(topic, partition)] = offset
@@ -411,30 +432,48 @@ class _SinkTaskThread(_TaskThread):
         finally:
             self.stop_task()
             consumer.close()
+            path.close()
 
-    def _record(
-        self, message: Any, key_converter: Converter, value_converter: Converter
-    ) -> SinkRecord:
-        topic = message.topic()
-        try:
-            key_schema, key = key_converter.to_connect_data(topic, message.key())
-            value_schema, value = value_converter.to_connect_data(topic, message.value())
-        except Exception as exc:
-            where = f"{topic}-{message.partition()} at offset {message.offset()}"
-            raise ConnectException(f"Conversion failed for the record of {where}: {exc}") from exc
-        timestamp_type, timestamp = message.timestamp()
-        return SinkRecord(
-            topic=topic,
-            kafka_partition=message.partition(),
-            key_schema=key_schema,
-            key=key,
-            value_schema=value_schema,
-            value=value,
-            kafka_offset=message.offset(),
-            timestamp=timestamp if timestamp_type else None,
-            timestamp_type="LogAppendTime" if timestamp_type == 2 else "CreateTime",
-            headers=list(message.headers() or []),
+    def dead_letter_queue(self) -> ErrorReporter:
+        config = self.spec.connector_config
+        return DeadLetterQueueReporter(
+            config["errors.deadletterqueue.topic.name"],
+            self.client_settings("producer"),
+            int(config.get("errors.deadletterqueue.topic.replication.factor", "3")),
+            config.get("errors.deadletterqueue.context.headers.enable", "false").lower() == "true",
+            self.flush_timeout_s,
         )
+
+    def _put(self, task: SinkTask, records: list[SinkRecord]) -> None:
+        """``task.put``, the batch given again after a RetriableException (Kafka's
+        redelivery), with a backoff, until it passes or the task stops."""
+        delay_s = RETRY_PUT_MIN_S
+        while True:
+            try:
+                task.put(records)
+                return
+            except RetriableException as exc:
+                log.warning(
+                    "task %s: put failed, retrying the batch: %s", task_name(self.spec.task_id), exc
+                )
+                if self.stopping.wait(delay_s):
+                    raise
+                delay_s = min(delay_s * 2, RETRY_PUT_MAX_S)
+
+
+def _consumed(message: Any) -> ConsumedMessage:
+    """A confluent-kafka message as the record path reads it."""
+    timestamp_type, timestamp = message.timestamp()
+    return ConsumedMessage(
+        topic=message.topic(),
+        partition=message.partition(),
+        offset=message.offset(),
+        key=message.key(),
+        value=message.value(),
+        timestamp=timestamp if timestamp_type else None,
+        timestamp_type="LogAppendTime" if timestamp_type == 2 else "CreateTime",
+        headers=list(message.headers() or []),
+    )
 
 
 class InWorkerRunner(TaskRunner):

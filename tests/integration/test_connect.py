@@ -5,9 +5,12 @@ with a Kafka Connect client from PyPI (kafka-connect-py), and a standalone worke
 Covers every REST path's answer and its errors (Kafka Connect's codes and error JSON),
 FileStream source -> topic -> FileStream sink end to end with the JsonConverter
 envelope, pause/resume/stop, restarts, a failed task with its trace, KIP-875 offsets,
-config validation listing every error, the loggers, the ``strom connectors`` client, and
-a worker restarted from its topics resuming at its committed offsets with no line lost
-or repeated. One broker and one distributed worker serve the module.
+config validation listing every error, single message transforms chained from a
+FileStream source, a sink tolerating a bad record into a dead letter queue with Kafka's
+context headers (and the same record failing a task that tolerates nothing), the
+loggers, the ``strom connectors`` client, and a worker restarted from its topics
+resuming at its committed offsets with no line lost or repeated. One broker and one
+distributed worker serve the module.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 
 import pytest
 from broker_process import BrokerProcess, served_url
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 POLL_S = 0.05
 WAIT_S = 30.0
@@ -248,9 +251,8 @@ def test_validate_lists_every_error(worker: Worker) -> None:
         "topic": ['Missing required configuration "topic" which has no default value.'],
         "batch.size": ["Invalid value many for configuration batch.size: Not a number of type INT"],
         "tasks.max": ["Invalid value 0 for configuration tasks.max: Value must be at least 1"],
-        "transforms": [
-            "Invalid value route for configuration transforms: single message transforms are "
-            "not served by Strom yet"
+        "transforms.route.type": [
+            'Missing required configuration "transforms.route.type" which has no default value.'
         ],
     }
     assert "Common" in infos["groups"]
@@ -495,6 +497,96 @@ def test_failed_task_and_restarts(worker: Worker, workdir: Path) -> None:
     )
     worker.wait_state("f-sink", "RUNNING")
     worker.call("DELETE", "/connectors/f-sink")
+
+
+def test_transforms_chain_from_file_source(
+    worker: Worker, workdir: Path, broker: BrokerProcess
+) -> None:
+    """FileStream source -> HoistField + InsertField + RegexRouter -> the routed topic."""
+    source_file = workdir / "smt.txt"
+    source_file.write_text("one\ntwo\n")
+    chain = {
+        "transforms": "hoist,insert,route",
+        "transforms.hoist.type": "org.apache.kafka.connect.transforms.HoistField$Value",
+        "transforms.hoist.field": "line",
+        "transforms.insert.type": "org.apache.kafka.connect.transforms.InsertField$Value",
+        "transforms.insert.static.field": "origin",
+        "transforms.insert.static.value": "file",
+        "transforms.route.type": "org.apache.kafka.connect.transforms.RegexRouter",
+        "transforms.route.regex": "(.*)-raw",
+        "transforms.route.replacement": "$1-lines",
+    }
+    code, _ = worker.call(
+        "POST", "/connectors", file_source("smt-src", source_file, "smt-raw", **chain)
+    )
+    assert code == 201
+    values = [json.loads(v) for v in topic_values(broker, "smt-lines", 2)]
+    assert [v["payload"] for v in values] == [
+        {"line": "one", "origin": "file"},
+        {"line": "two", "origin": "file"},
+    ]
+    assert values[0]["schema"]["fields"] == [
+        {"type": "string", "optional": False, "field": "line"},
+        {"type": "string", "optional": True, "field": "origin"},
+    ]
+    worker.call("DELETE", "/connectors/smt-src")
+
+
+def test_sink_tolerates_a_bad_record_into_the_dead_letter_queue(
+    worker: Worker, workdir: Path, broker: BrokerProcess
+) -> None:
+    topic, queue = "dlq-in", "dlq-out"
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    good = b'{"schema":{"type":"string","optional":false},"payload":"%s"}'
+    for value in (good % b"first", b"not json", good % b"second"):
+        producer.produce(topic, value, b"k", headers=[("origin", b"test")])
+    producer.flush(10)
+    out = workdir / "dlq-sink.txt"
+    errors = {
+        "errors.tolerance": "all",
+        "errors.log.enable": "true",
+        "errors.deadletterqueue.topic.name": queue,
+        "errors.deadletterqueue.topic.replication.factor": "1",
+        "errors.deadletterqueue.context.headers.enable": "true",
+    }
+    assert worker.call("POST", "/connectors", file_sink("dlq-sink", out, topic, **errors))[0] == 201
+    wait_for(lambda: lines_of(out) == ["first", "second"], "the good records in the file")
+    assert worker.wait_state("dlq-sink", "RUNNING")
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"dlq-{uuid.uuid4()}"})
+    consumer.assign([TopicPartition(queue, 0, 0)])
+    message = wait_for(lambda: next(iter(consumer.consume(1, 0.2)), None), "the dead letter")
+    consumer.close()
+    assert (message.key(), message.value()) == (b"k", b"not json")
+    headers = dict(message.headers())
+    assert headers["origin"] == b"test"
+    assert {k: v for k, v in headers.items() if "stacktrace" not in k and "message" not in k} == {
+        "origin": b"test",
+        "__connect.errors.topic": topic.encode(),
+        "__connect.errors.partition": b"0",
+        "__connect.errors.offset": b"1",
+        "__connect.errors.connector.name": b"dlq-sink",
+        "__connect.errors.task.id": b"0",
+        "__connect.errors.stage": b"VALUE_CONVERTER",
+        "__connect.errors.class.name": b"org.apache.kafka.connect.json.JsonConverter",
+        "__connect.errors.exception.class.name": b"strom.connect.data.DataException",
+    }
+    assert b"serialization error" in headers["__connect.errors.exception.message"]
+    assert b"Traceback" in headers["__connect.errors.exception.stacktrace"]
+    worker.call("DELETE", "/connectors/dlq-sink")
+    strict = file_sink("strict-sink", workdir / "strict.txt", topic)
+    assert worker.call("POST", "/connectors", strict)[0] == 201
+    failed = wait_for(
+        lambda: (
+            (s := worker.status("strict-sink"))
+            and s["tasks"]
+            and s["tasks"][0]["state"] == "FAILED"
+            and s
+        ),
+        "the task failed by the bad record",
+    )
+    assert "Tolerance exceeded in error handler" in failed["tasks"][0]["trace"]
+    assert "serialization error" in failed["tasks"][0]["trace"]
+    worker.call("DELETE", "/connectors/strict-sink")
 
 
 def test_loggers(worker: Worker) -> None:

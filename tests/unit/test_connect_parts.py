@@ -247,7 +247,7 @@ def test_connector_validation_in_kafkas_shape() -> None:
         "connector.class": "FileStreamSink",
         "value.converter": "JsonConverter",
         "value.converter.schemas.enable": "perhaps",
-        "errors.tolerance": "all",
+        "errors.tolerance": "some",
         "topic.creation.default.partitions": "3",
     }
     infos = connector_config.validate(props, plugins)
@@ -262,6 +262,9 @@ def test_connector_validation_in_kafkas_shape() -> None:
         "topic.creation.default.partitions",
     }
     assert errors["topics"] == ["Must configure one of topics or topics.regex"]
+    assert errors["errors.tolerance"] == [
+        "Invalid value some for configuration errors.tolerance: String must be one of: none, all"
+    ]
     assert infos["error_count"] == 5
     message = connector_config.invalid_config_message(infos)
     assert message.startswith(

@@ -1,0 +1,204 @@
+"""The path of one record through a task, as Kafka's WorkerSinkTask and WorkerSourceTask
+take it, each step under the task's error handling (``errors.ErrorHandler``):
+
+- sink: the consumed bytes (``errors.ConsumedMessage``) through the key converter, the
+  value converter, then the transforms in order, into the ``SinkRecord`` the task is
+  given (its ``original_*`` fields where it was consumed);
+- source: the task's ``SourceRecord`` through the transforms, then the key and value
+  converters, into the ``ProducedMessage`` to send.
+
+A record a transform drops, or whose failure is tolerated (``errors.tolerance=all``),
+comes out as None: the runner still counts its offset as processed, as Kafka does. Pure
+functions of a record and the task's converters, stages and handler, so the worker's
+threads and the Spark runner share them (``RecordPath.for_task`` builds one from a
+connector's config).
+
+Does not own consuming, producing or offsets (the runners).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from strom.connect.api import SinkRecord, SourceRecord
+from strom.connect.connector_config import make_converter, parse
+from strom.connect.converters import Converter
+from strom.connect.errors import (
+    KEY_CONVERTER,
+    TASK_PUT,
+    TRANSFORMATION,
+    VALUE_CONVERTER,
+    ConsumedMessage,
+    ErrorHandler,
+    ErrorReporter,
+    Original,
+    Skipped,
+    error_handler,
+)
+from strom.connect.plugins import Plugins
+from strom.connect.transforms.base import ConnectRecord
+from strom.connect.transforms.chain import TransformationStage, build_stages
+
+SINK_TASK_CLASS = "org.apache.kafka.connect.sink.SinkTask"  # what Kafka reports for put
+
+
+@dataclass(frozen=True)
+class ProducedMessage:
+    """A source record as bytes, ready for the producer."""
+
+    topic: str
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None = None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+def _plugin_name(plugins: Plugins, converter: Converter) -> str:
+    """The class name errors report for a converter (Kafka's where it has one)."""
+    for plugin in plugins.of_kinds(("converter",)):
+        if plugin.cls is type(converter):
+            return plugin.listed_name
+    return f"{type(converter).__module__}.{type(converter).__qualname__}"
+
+
+@dataclass
+class RecordPath:
+    """A task's converters, transforms and error handling, applied record by record."""
+
+    key_converter: Converter
+    value_converter: Converter
+    stages: list[TransformationStage]
+    errors: ErrorHandler
+    key_converter_name: str = "key converter"
+    value_converter_name: str = "value converter"
+
+    @classmethod
+    def for_task(
+        cls,
+        task: tuple[str, int],
+        connector_props: Mapping[str, str],
+        worker_props: Mapping[str, str],
+        plugins: Plugins,
+        dead_letter_queue: Callable[[], ErrorReporter] | None = None,
+    ) -> RecordPath:
+        """The path a connector's config asks for (converters as ``make_converter`` picks
+        them, ``transforms``, ``errors.*``); ``dead_letter_queue`` builds a sink's queue."""
+        key_converter = make_converter("key", connector_props, worker_props, plugins)
+        value_converter = make_converter("value", connector_props, worker_props, plugins)
+        settings = parse(connector_props, plugins.connector(connector_props["connector.class"]))
+        return cls(
+            key_converter,
+            value_converter,
+            build_stages(connector_props, plugins),
+            error_handler(task, settings, dead_letter_queue),
+            _plugin_name(plugins, key_converter),
+            _plugin_name(plugins, value_converter),
+        )
+
+    def transform(self, record: ConnectRecord, original: Original) -> Any:
+        """``record`` through the stages; None when dropped or its failure tolerated."""
+        current: ConnectRecord | None = record
+        for stage in self.stages:
+            if current is None:
+                return None
+            result = self.errors.run(
+                TRANSFORMATION, stage.class_name, partial(stage.apply, current), original
+            )
+            if isinstance(result, Skipped):
+                return None
+            current = result
+        return current
+
+    def sink_record(self, message: ConsumedMessage) -> SinkRecord | None:
+        """A consumed message as the record the sink task is given, or None."""
+        topic = message.topic
+        key_converter, value_converter = self.key_converter, self.value_converter
+        key = self.errors.run(
+            KEY_CONVERTER,
+            self.key_converter_name,
+            lambda: key_converter.to_connect_data(topic, message.key),
+            message,
+        )
+        if isinstance(key, Skipped):
+            return None
+        value = self.errors.run(
+            VALUE_CONVERTER,
+            self.value_converter_name,
+            lambda: value_converter.to_connect_data(topic, message.value),
+            message,
+        )
+        if isinstance(value, Skipped):
+            return None
+        record = SinkRecord(
+            topic=topic,
+            kafka_partition=message.partition,
+            key_schema=key[0],
+            key=key[1],
+            value_schema=value[0],
+            value=value[1],
+            kafka_offset=message.offset,
+            timestamp=message.timestamp,
+            timestamp_type=message.timestamp_type,
+            headers=list(message.headers),
+            original_topic=topic,
+            original_kafka_partition=message.partition,
+            original_kafka_offset=message.offset,
+        )
+        transformed: SinkRecord | None = self.transform(record, message)
+        return transformed
+
+    def produced_message(self, record: SourceRecord) -> ProducedMessage | None:
+        """A source task's record as the bytes to produce, or None."""
+        transformed: SourceRecord | None = self.transform(record, record)
+        if transformed is None:
+            return None
+        final = transformed
+        key_converter, value_converter = self.key_converter, self.value_converter
+        key = self.errors.run(
+            KEY_CONVERTER,
+            self.key_converter_name,
+            lambda: key_converter.from_connect_data(final.topic, final.key_schema, final.key),
+            record,
+        )
+        if isinstance(key, Skipped):
+            return None
+        value = self.errors.run(
+            VALUE_CONVERTER,
+            self.value_converter_name,
+            lambda: value_converter.from_connect_data(final.topic, final.value_schema, final.value),
+            record,
+        )
+        if isinstance(value, Skipped):
+            return None
+        return ProducedMessage(
+            final.topic, final.kafka_partition, key, value, final.timestamp, list(final.headers)
+        )
+
+    def errant_reporter(
+        self, originals: Mapping[tuple[str, int, int], ConsumedMessage]
+    ) -> Callable[[SinkRecord, BaseException], None]:
+        """A sink task's ``errant_record_reporter`` over the batch it was given
+        (``originals`` by where each record was consumed)."""
+
+        def report(record: SinkRecord, error: BaseException) -> None:
+            where = (
+                record.original_topic or record.topic,
+                record.original_kafka_partition
+                if record.original_kafka_partition is not None
+                else record.kafka_partition,
+                record.original_kafka_offset
+                if record.original_kafka_offset is not None
+                else record.kafka_offset,
+            )
+            self.errors.failed(TASK_PUT, SINK_TASK_CLASS, error, originals.get(where))
+
+        return report
+
+    def close(self) -> None:
+        for stage in self.stages:
+            stage.close()
+        self.errors.close()
