@@ -5,8 +5,10 @@ serialisers, and by plain HTTP for Confluent's REST answers.
 Records round-trip through Strom in each format; an incompatible schema is refused with
 409; a registry restarted reads every schema and id back from ``_schemas``; a second
 registry on the same cluster agrees with the first, and registrations sent to both at
-once get distinct ids (the secondary forwards to the elected primary); bad input gets
-Confluent's error answers, never a 500.
+once get distinct ids (the secondary forwards to the elected primary, and a change
+forwarded to an instance that is not the primary is refused there); two writers that
+plan from the same state at once never give one id to two schemas (the log decides, the
+loser plans again); bad input gets Confluent's error answers, never a 500.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -32,6 +35,10 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSe
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from strom.services.schema_registry.app import FORWARDED, NOT_PRIMARY
+from strom.services.schema_registry.log import SchemasLog
+from strom.services.schema_registry.schemas import AVRO, parse
 
 ORDER_AVRO = {
     "type": "record",
@@ -57,7 +64,9 @@ class Registry:
     def client(self) -> SchemaRegistryClient:
         return SchemaRegistryClient({"url": self.url})
 
-    def http(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def http(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
         data = (
             None
             if body is None
@@ -65,7 +74,7 @@ class Registry:
         )
         request = urllib.request.Request(
             self.url + path, data=data, method=method,
-            headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+            headers={"Content-Type": "application/vnd.schemaregistry.v1+json", **(headers or {})},
         )  # fmt: skip
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
@@ -322,6 +331,21 @@ def test_a_restarted_registry_and_a_second_one_keep_every_schema(
         for name, schema_id in ids.items():
             assert second.client().get_latest_version(name).schema_id == schema_id
             assert registry.client().get_latest_version(name).schema_id == schema_id
+
+        # A change forwarded to the instance that is not the primary is refused there,
+        # not made: the instance that forwarded it asks the group again.
+        level = {"compatibility": "BACKWARD"}
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            answers = sorted(
+                (instance.http("PUT", f"/config/{subject}", level, {FORWARDED: "1"})
+                 for instance in (registry, second)),
+                key=lambda answer: answer[0],
+            )  # fmt: skip
+            if [status for status, _ in answers] == [200, 500]:
+                break
+            time.sleep(0.2)  # the group is still choosing its primary
+        assert answers[0][1] == level and answers[1][1]["error_code"] == NOT_PRIMARY
     finally:
         second.stop()
     registry.stop()
@@ -332,3 +356,61 @@ def test_a_restarted_registry_and_a_second_one_keep_every_schema(
         assert client.get_schema(first).schema_str == json.dumps(ORDER_AVRO)
     finally:
         restarted.stop()
+
+
+def test_two_writers_at_once_never_give_one_id_to_two_schemas(broker: BrokerProcess) -> None:
+    """Two registries' logs writing at once, as two primaries would while the election
+    hands over, each planning every change from the same state before either writes:
+    the record read second loses its claim for every reader and its writer plans again,
+    so each id names one schema, both writers and a new reader agree on every subject,
+    version and id, and each answer is what they hold."""
+    topic = f"_schemas-{uuid.uuid4().hex[:8]}"
+    settings = {"bootstrap.servers": broker.bootstrap}
+    writers = [SchemasLog(settings, topic), SchemasLog(settings, topic)]
+    rounds = 3
+
+    def register(writer: SchemasLog, subject: str, planned_together: threading.Barrier) -> int:
+        parsed = parse(AVRO, json.dumps(dict(ORDER_AVRO, name=subject.replace("-", "_"))))
+        plans = 0
+
+        def plan() -> Any:
+            nonlocal plans
+            plans += 1
+            planned = writer.state.plan_register(subject, parsed)
+            if plans == 1:
+                planned_together.wait(10)  # both planned before either writes
+            return planned
+
+        return writer.change(plan)
+
+    try:
+        answers: dict[str, int] = {}
+        with ThreadPoolExecutor(2) as pool:
+            for n in range(rounds):
+                for writer in writers:
+                    writer.catch_up()  # the same state on both
+                together = threading.Barrier(2)
+                subjects = [f"w{w}-r{n}" for w in range(2)]
+                registered = [
+                    pool.submit(register, writer, subject, together)
+                    for writer, subject in zip(writers, subjects, strict=True)
+                ]
+                answers.update(zip(subjects, (f.result(30) for f in registered), strict=True))
+        assert len(set(answers.values())) == 2 * rounds
+        assert writers[0].end_offset() >= 3 * rounds  # each round, one writer wrote again
+
+        reader = SchemasLog(settings, topic)
+        writers.append(reader)
+        views = []
+        for log in writers:
+            log.catch_up()
+            with log.lock:
+                views.append(
+                    {s: {v: (e.schema_id, json.loads(log.state.stored(s, e.schema_id).text)["name"])
+                         for v, e in vs.items()} for s, vs in log.state.subjects.items()}
+                )  # fmt: skip
+        assert views[0] == views[1] == views[2]
+        assert views[0] == {s: {1: (i, s.replace("-", "_"))} for s, i in answers.items()}
+    finally:
+        for log in writers:
+            log.close()
