@@ -180,9 +180,12 @@ class RecordPath:
 
     def errant_reporter(
         self, originals: Mapping[tuple[str, int, int], ConsumedMessage]
-    ) -> Callable[[SinkRecord, BaseException], None]:
+    ) -> Callable[[SinkRecord, BaseException], None] | None:
         """A sink task's ``errant_record_reporter`` over the batch it was given
-        (``originals`` by where each record was consumed)."""
+        (``originals`` by where each record was consumed); None, as in Kafka, when the
+        connector neither logs errors nor has a dead letter queue."""
+        if not self.errors.reporters:
+            return None
 
         def report(record: SinkRecord, error: BaseException) -> None:
             where = (
@@ -194,9 +197,23 @@ class RecordPath:
                 if record.original_kafka_offset is not None
                 else record.kafka_offset,
             )
-            self.errors.failed(TASK_PUT, SINK_TASK_CLASS, error, originals.get(where))
+            original = originals.get(where) or self._serialized(record)
+            self.errors.failed(TASK_PUT, SINK_TASK_CLASS, error, original)
 
         return report
+
+    def _serialized(self, record: SinkRecord) -> ConsumedMessage:
+        """A record the task made itself, as bytes (Kafka's reporter converts it)."""
+        return ConsumedMessage(
+            record.topic,
+            record.kafka_partition,
+            record.kafka_offset,
+            self.key_converter.from_connect_data(record.topic, record.key_schema, record.key),
+            self.value_converter.from_connect_data(record.topic, record.value_schema, record.value),
+            record.timestamp,
+            record.timestamp_type,
+            list(record.headers),
+        )
 
     def close(self) -> None:
         for stage in self.stages:

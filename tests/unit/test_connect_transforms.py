@@ -650,13 +650,24 @@ def test_sink_record_path_skips_and_reports() -> None:
         recorder.contexts[-1].original is bad and recorder.contexts[-1].stage == "VALUE_CONVERTER"
     )
     reporter = path.errant_reporter({("orders", 1, 10): good})
+    assert reporter is not None
     reporter(record, ValueError("database refused it"))
     assert recorder.contexts[-1].original is good and recorder.contexts[-1].stage == "TASK_PUT"
+    made_by_task = dataclasses.replace(record, original_topic=None, value={"b": 2})
+    reporter(made_by_task, ValueError("no"))
+    original = recorder.contexts[-1].original
+    assert isinstance(original, errs.ConsumedMessage) and original.value == b'{"b":2}'
     strict = _path(stages, False, Recorder())
     with pytest.raises(ConnectException, match="Tolerance exceeded"):
         strict.sink_record(bad)
+    strict_reporter = strict.errant_reporter({})
+    assert strict_reporter is not None
     with pytest.raises(ConnectException, match="Tolerance exceeded"):
-        strict.errant_reporter({})(record, ValueError("no"))
+        strict_reporter(record, ValueError("no"))
+    silent = RecordPath(
+        strict.key_converter, strict.value_converter, [], errs.ErrorHandler(("s", 0))
+    )
+    assert silent.errant_reporter({}) is None  # no log, no queue: none, as in Kafka
 
 
 def test_source_record_path_transforms_then_converts() -> None:
