@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from strom.connect.api import SinkRecord, SourceRecord
 from strom.connect.connector_config import make_converter, parse
@@ -42,7 +42,12 @@ from strom.connect.plugins import Plugins
 from strom.connect.transforms.base import ConnectRecord
 from strom.connect.transforms.chain import TransformationStage, build_stages
 
+T = TypeVar("T")
 SINK_TASK_CLASS = "org.apache.kafka.connect.sink.SinkTask"  # what Kafka reports for put
+
+
+class _Dropped(Exception):
+    """A record a transform dropped or whose failure was tolerated: it goes no further."""
 
 
 @dataclass(frozen=True)
@@ -99,80 +104,89 @@ class RecordPath:
             _plugin_name(plugins, value_converter),
         )
 
-    def transform(self, record: ConnectRecord, original: Original) -> Any:
-        """``record`` through the stages; None when dropped or its failure tolerated."""
+    def _step(
+        self, stage: str, executing_class: str, operation: Callable[[], T], original: Original
+    ) -> T:
+        """``operation()`` under the error handling; _Dropped when its failure is tolerated."""
+        result = self.errors.run(stage, executing_class, operation, original)
+        if isinstance(result, Skipped):
+            raise _Dropped
+        return result
+
+    def _transformed(self, record: ConnectRecord, original: Original) -> Any:
         current: ConnectRecord | None = record
         for stage in self.stages:
             if current is None:
-                return None
-            result = self.errors.run(
+                raise _Dropped
+            current = self._step(
                 TRANSFORMATION, stage.class_name, partial(stage.apply, current), original
             )
-            if isinstance(result, Skipped):
-                return None
-            current = result
+        if current is None:
+            raise _Dropped
         return current
+
+    def transform(self, record: ConnectRecord, original: Original) -> Any:
+        """``record`` through the stages; None when dropped or its failure tolerated."""
+        try:
+            return self._transformed(record, original)
+        except _Dropped:
+            return None
 
     def sink_record(self, message: ConsumedMessage) -> SinkRecord | None:
         """A consumed message as the record the sink task is given, or None."""
         topic = message.topic
-        key_converter, value_converter = self.key_converter, self.value_converter
-        key = self.errors.run(
-            KEY_CONVERTER,
-            self.key_converter_name,
-            lambda: key_converter.to_connect_data(topic, message.key),
-            message,
-        )
-        if isinstance(key, Skipped):
+        keys, values = self.key_converter, self.value_converter
+        try:
+            key_schema, key = self._step(
+                KEY_CONVERTER,
+                self.key_converter_name,
+                partial(keys.to_connect_data, topic, message.key),
+                message,
+            )
+            value_schema, value = self._step(
+                VALUE_CONVERTER,
+                self.value_converter_name,
+                partial(values.to_connect_data, topic, message.value),
+                message,
+            )
+            record = SinkRecord(
+                topic=topic,
+                kafka_partition=message.partition,
+                key_schema=key_schema,
+                key=key,
+                value_schema=value_schema,
+                value=value,
+                kafka_offset=message.offset,
+                timestamp=message.timestamp,
+                timestamp_type=message.timestamp_type,
+                headers=list(message.headers),
+                original_topic=topic,
+                original_kafka_partition=message.partition,
+                original_kafka_offset=message.offset,
+            )
+            transformed: SinkRecord = self._transformed(record, message)
+            return transformed
+        except _Dropped:
             return None
-        value = self.errors.run(
-            VALUE_CONVERTER,
-            self.value_converter_name,
-            lambda: value_converter.to_connect_data(topic, message.value),
-            message,
-        )
-        if isinstance(value, Skipped):
-            return None
-        record = SinkRecord(
-            topic=topic,
-            kafka_partition=message.partition,
-            key_schema=key[0],
-            key=key[1],
-            value_schema=value[0],
-            value=value[1],
-            kafka_offset=message.offset,
-            timestamp=message.timestamp,
-            timestamp_type=message.timestamp_type,
-            headers=list(message.headers),
-            original_topic=topic,
-            original_kafka_partition=message.partition,
-            original_kafka_offset=message.offset,
-        )
-        transformed: SinkRecord | None = self.transform(record, message)
-        return transformed
 
     def produced_message(self, record: SourceRecord) -> ProducedMessage | None:
         """A source task's record as the bytes to produce, or None."""
-        transformed: SourceRecord | None = self.transform(record, record)
-        if transformed is None:
-            return None
-        final = transformed
-        key_converter, value_converter = self.key_converter, self.value_converter
-        key = self.errors.run(
-            KEY_CONVERTER,
-            self.key_converter_name,
-            lambda: key_converter.from_connect_data(final.topic, final.key_schema, final.key),
-            record,
-        )
-        if isinstance(key, Skipped):
-            return None
-        value = self.errors.run(
-            VALUE_CONVERTER,
-            self.value_converter_name,
-            lambda: value_converter.from_connect_data(final.topic, final.value_schema, final.value),
-            record,
-        )
-        if isinstance(value, Skipped):
+        keys, values = self.key_converter, self.value_converter
+        try:
+            final: SourceRecord = self._transformed(record, record)
+            key = self._step(
+                KEY_CONVERTER,
+                self.key_converter_name,
+                partial(keys.from_connect_data, final.topic, final.key_schema, final.key),
+                record,
+            )
+            value = self._step(
+                VALUE_CONVERTER,
+                self.value_converter_name,
+                partial(values.from_connect_data, final.topic, final.value_schema, final.value),
+                record,
+            )
+        except _Dropped:
             return None
         return ProducedMessage(
             final.topic, final.kafka_partition, key, value, final.timestamp, list(final.headers)

@@ -94,6 +94,17 @@ class Worker:
 
         return wait_for(reached, f"{name} {state}")
 
+    def wait_task_failed(self, name: str) -> dict[str, Any]:
+        """The connector's status once its first task is FAILED."""
+
+        def failed() -> dict[str, Any] | None:
+            status = self.status(name)
+            if status and status["tasks"] and status["tasks"][0]["state"] == "FAILED":
+                return status
+            return None
+
+        return wait_for(failed, f"{name}'s task FAILED")
+
     def stop(self) -> str:
         self.proc.terminate()
         _, err = self.proc.communicate(timeout=60)
@@ -470,15 +481,7 @@ def test_failed_task_and_restarts(worker: Worker, workdir: Path) -> None:
     missing = workdir / "not-yet" / "out.txt"
     worker.call("POST", "/connectors", file_sink("f-sink", missing, "fail"))
     status = worker.wait_state("f-sink", "RUNNING", tasks=None)
-    status = wait_for(
-        lambda: (
-            (s := worker.status("f-sink"))
-            and s["tasks"]
-            and s["tasks"][0]["state"] == "FAILED"
-            and s
-        ),
-        "a failed task",
-    )
+    status = worker.wait_task_failed("f-sink")
     assert "Couldn't find or create file" in status["tasks"][0]["trace"]
     assert "Traceback" in status["tasks"][0]["trace"]
     missing.parent.mkdir()
@@ -575,15 +578,7 @@ def test_sink_tolerates_a_bad_record_into_the_dead_letter_queue(
     worker.call("DELETE", "/connectors/dlq-sink")
     strict = file_sink("strict-sink", workdir / "strict.txt", topic)
     assert worker.call("POST", "/connectors", strict)[0] == 201
-    failed = wait_for(
-        lambda: (
-            (s := worker.status("strict-sink"))
-            and s["tasks"]
-            and s["tasks"][0]["state"] == "FAILED"
-            and s
-        ),
-        "the task failed by the bad record",
-    )
+    failed = worker.wait_task_failed("strict-sink")
     assert "Tolerance exceeded in error handler" in failed["tasks"][0]["trace"]
     assert "serialization error" in failed["tasks"][0]["trace"]
     worker.call("DELETE", "/connectors/strict-sink")
