@@ -289,6 +289,7 @@ class DeadLetterQueueReporter:
     def __init__(
         self,
         topic: str,
+        admin_settings: Mapping[str, Any],
         producer_settings: Mapping[str, Any],
         replication_factor: int,
         context_headers_enabled: bool,
@@ -298,7 +299,7 @@ class DeadLetterQueueReporter:
         self.context_headers_enabled = context_headers_enabled
         self.flush_timeout_s = flush_timeout_s
         self.failures: list[str] = []
-        _create_topic(producer_settings, self.topic, replication_factor)
+        _create_topic(admin_settings, self.topic, replication_factor)
         self.producer = Producer(dict(producer_settings))
 
     def _delivered(self, error: Any, message: Any) -> None:
@@ -346,14 +347,9 @@ class DeadLetterQueueReporter:
         self.producer.flush(self.flush_timeout_s)
 
 
-def _create_topic(client_settings: Mapping[str, Any], topic: str, replication_factor: int) -> None:
+def _create_topic(admin_settings: Mapping[str, Any], topic: str, replication_factor: int) -> None:
     """The dead letter queue topic, created with one partition when missing (Kafka's)."""
-    admin_settings = {
-        k: v
-        for k, v in client_settings.items()
-        if not k.startswith(("acks", "enable.idempotence", "linger", "partitioner"))
-    }
-    admin = AdminClient(admin_settings)
+    admin = AdminClient(dict(admin_settings))
     if topic in admin.list_topics(timeout=30).topics:
         return
     log.error("Topic %s doesn't exist. Will attempt to create topic.", topic)

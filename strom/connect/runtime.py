@@ -438,6 +438,7 @@ class _SinkTaskThread(_TaskThread):
         config = self.spec.connector_config
         return DeadLetterQueueReporter(
             config["errors.deadletterqueue.topic.name"],
+            self.client_settings("admin"),
             self.client_settings("producer"),
             int(config.get("errors.deadletterqueue.topic.replication.factor", "3")),
             config.get("errors.deadletterqueue.context.headers.enable", "false").lower() == "true",

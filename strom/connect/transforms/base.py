@@ -143,7 +143,9 @@ class SidedTransformation(Transformation):
     def operating_value(self, record: ConnectRecord) -> Any:
         return record.key if self.SIDE == KEY else record.value
 
-    def with_operand(self, record: ConnectRecord, schema: Schema | None, value: Any) -> Any:
+    def with_operand(
+        self, record: ConnectRecord, schema: Schema | None, value: Any
+    ) -> ConnectRecord:
         """``record`` with this side's schema and value replaced."""
         if self.SIDE == KEY:
             return dataclasses.replace(record, key_schema=schema, key=value)
