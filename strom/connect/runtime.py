@@ -16,8 +16,9 @@ In the worker, each task is a thread with confluent-kafka clients:
   acknowledged (so a stored offset never runs ahead of the records in the topic), and
   calls ``commit()``. Each record goes through the connector's transforms and converters
   (``record_path``) under its ``errors.*`` handling: a failure not tolerated fails the
-  task; a record dropped or skipped still has its offset stored. A record that cannot
-  be produced fails the task.
+  task; a record dropped or skipped still has its offset stored. A record the producer
+  cannot write fails the task, or with ``errors.tolerance=all`` is reported and skipped
+  (Kafka's KIP-779).
 - a sink task consumes in the group ``connect-<connector>`` (Kafka Connect's) from the
   earliest offset, subscribed to ``topics`` or ``topics.regex``, converts and transforms
   records (``record_path``, under ``errors.*``: a skipped record goes to the dead letter
@@ -49,6 +50,7 @@ import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -68,6 +70,7 @@ from strom.connect.api import (
 )
 from strom.connect.connector_config import client_overrides
 from strom.connect.errors import (
+    KAFKA_PRODUCE,
     ConsumedMessage,
     DeadLetterQueueReporter,
     ErrorHandler,
@@ -87,6 +90,7 @@ FAILED = "FAILED"
 UNASSIGNED = "UNASSIGNED"
 POLL_S = 0.1
 SINK_BATCH = 500
+SOURCE_TASK_CLASS = "org.apache.kafka.connect.runtime.WorkerSourceTask"  # as Kafka reports
 RETRY_PUT_MIN_S = 0.3
 RETRY_PUT_MAX_S = 10.0
 
@@ -255,8 +259,13 @@ class _SourceTaskThread(_TaskThread):
         failures: list[str] = []
         pending: dict[bytes, tuple[Any, Any]] = {}
 
-        def delivered(error: Any, message: Any) -> None:
-            if error is not None:
+        def delivered(record: SourceRecord, error: Any, message: Any) -> None:
+            if error is None:
+                return
+            if path.errors.tolerate_all:  # Kafka's KIP-779: reported, then skipped
+                failure = KafkaException(error)
+                path.errors.failed(KAFKA_PRODUCE, SOURCE_TASK_CLASS, failure, record)
+            else:
                 failures.append(f"{message.topic()}: {error}")
 
         def commit() -> None:
@@ -314,7 +323,7 @@ class _SourceTaskThread(_TaskThread):
         producer: Producer,
         record: SourceRecord,
         path: RecordPath,
-        delivered: Callable[[Any, Any], None],
+        delivered: Callable[[SourceRecord, Any, Any], None],
     ) -> None:
         message = path.produced_message(record)
         if message is None:
@@ -329,11 +338,20 @@ class _SourceTaskThread(_TaskThread):
         while True:
             try:
                 producer.produce(
-                    message.topic, message.value, message.key, on_delivery=delivered, **extra
+                    message.topic,
+                    message.value,
+                    message.key,
+                    on_delivery=partial(delivered, record),
+                    **extra,
                 )
                 return
             except BufferError:  # the producer's queue is full: let it drain
                 producer.poll(POLL_S)
+            except KafkaException as exc:  # refused at once (too large, unknown partition)
+                if not path.errors.tolerate_all:
+                    raise
+                path.errors.failed(KAFKA_PRODUCE, SOURCE_TASK_CLASS, exc, record)
+                return
 
 
 class _SinkTaskThread(_TaskThread):

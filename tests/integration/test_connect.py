@@ -7,7 +7,8 @@ FileStream source -> topic -> FileStream sink end to end with the JsonConverter
 envelope, pause/resume/stop, restarts, a failed task with its trace, KIP-875 offsets,
 config validation listing every error, single message transforms chained from a
 FileStream source, a sink tolerating a bad record into a dead letter queue with Kafka's
-context headers (and the same record failing a task that tolerates nothing), the
+context headers (and the same record failing a task that tolerates nothing), a source
+skipping a record its producer refuses, the
 loggers, the ``strom connectors`` client, and a worker restarted from its topics
 resuming at its committed offsets with no line lost or repeated. One broker and one
 distributed worker serve the module.
@@ -533,6 +534,21 @@ def test_transforms_chain_from_file_source(
         {"type": "string", "optional": True, "field": "origin"},
     ]
     worker.call("DELETE", "/connectors/smt-src")
+
+
+def test_source_skips_a_record_the_producer_refuses(
+    worker: Worker, workdir: Path, broker: BrokerProcess
+) -> None:
+    """errors.tolerance=all: a line too large for the producer is skipped (KIP-779)."""
+    source_file = workdir / "large.txt"
+    source_file.write_text(f"small\n{'x' * 2000}\nafter\n")
+    settings = {"errors.tolerance": "all", "producer.override.message.max.bytes": "1000"}
+    config = file_source("large-src", source_file, "large-lines", **settings)
+    assert worker.call("POST", "/connectors", config)[0] == 201
+    values = [json.loads(v)["payload"] for v in topic_values(broker, "large-lines", 2)]
+    assert values == ["small", "after"]
+    assert worker.wait_state("large-src", "RUNNING")
+    worker.call("DELETE", "/connectors/large-src")
 
 
 def test_sink_tolerates_a_bad_record_into_the_dead_letter_queue(
