@@ -42,6 +42,7 @@ from strom.connect.api import Connector
 from strom.connect.converters import Converter
 from strom.connect.plugins import SINK, SOURCE, Plugin, PluginNotFound, Plugins
 from strom.connect.transforms import chain
+from strom.connect.transforms.base import java_list
 
 COMMON = "Common"
 TRANSFORMS = "Transforms"
@@ -392,7 +393,7 @@ def _source_keys() -> list[cd.ConfigKey]:
 
 def _unique_aliases(name: str, value: Any) -> None:
     if value and len(value) != len(set(value)):
-        raise cd.invalid(name, ",".join(value), "Duplicate alias provided.")
+        raise cd.invalid(name, java_list(value), "Duplicate alias provided.")
 
 
 def _regex(name: str, value: Any) -> None:

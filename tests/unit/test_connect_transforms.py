@@ -165,7 +165,9 @@ def test_mask_field() -> None:
     assert out(replaced, sink({"age": 36})).value == {"age": 99}
     with pytest.raises(DataException, match="Unable to convert x"):
         made(fields.MaskFieldValue, fields="age", replacement="x").apply(sink({"age": 1}))
-    with pytest.raises(ConfigError, match="Invalid value  for configuration fields: Empty list"):
+    with pytest.raises(
+        ConfigError, match=r"Invalid value \[\] for configuration fields: Empty list"
+    ):
         made(fields.MaskFieldValue, fields="")
 
 
@@ -466,7 +468,7 @@ def test_validation_of_transforms_and_predicates() -> None:
         }
     ) == {
         "transforms": [
-            "Invalid value a,a,b,c for configuration transforms: Duplicate alias provided."
+            "Invalid value [a, a, b, c] for configuration transforms: Duplicate alias provided."
         ],
         "transforms.a.type": [
             "Invalid value NoSuch for configuration transforms.a.type: "

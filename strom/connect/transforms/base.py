@@ -51,6 +51,11 @@ def checked_by(parse: Callable[[Any], object]) -> Callable[[str, Any], None]:
     return check
 
 
+def java_list(values: list[str]) -> str:
+    """A list as Java prints it in Kafka's messages: ``[a, b]``."""
+    return "[" + ", ".join(values) + "]"
+
+
 def type_name(value: Any) -> str:
     """The name Kafka's messages give a value's class (``null`` for None)."""
     return "null" if value is None else type(value).__name__

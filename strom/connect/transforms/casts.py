@@ -54,6 +54,7 @@ from strom.connect.transforms.base import (
     SidedTransformation,
     checked_by,
     field_value,
+    java_list,
     require_map,
     require_struct,
     struct_schema_like,
@@ -83,7 +84,7 @@ def parse_cast_spec(mappings: list[str]) -> dict[str, str]:
     for mapping in mappings:
         parts = mapping.split(":")
         if len(parts) > 2:
-            raise cd.invalid("renames", ",".join(mappings), f"Invalid rename mapping: {mapping}")
+            raise cd.invalid("renames", java_list(mappings), f"Invalid rename mapping: {mapping}")
         field, kind = (WHOLE_VALUE, parts[0]) if len(parts) == 1 else parts
         kind = kind.strip().lower()
         if kind not in (*CAST_INPUT_TYPES, "array", "map", "struct"):

@@ -53,6 +53,7 @@ from strom.connect.transforms.base import (
     Transformation,
     checked_by,
     field_value,
+    java_list,
     require_map,
     require_sink_record,
     require_struct,
@@ -69,7 +70,7 @@ TIMESTAMP_SCHEMA = Schema(INT64, name=TIMESTAMP, version=1)
 def non_empty_list(name: str, value: Any) -> None:
     """Kafka's ``NonEmptyListValidator``."""
     if not value:
-        raise cd.invalid(name, ",".join(value or []), "Empty list")
+        raise cd.invalid(name, java_list(value or []), "Empty list")
 
 
 def _fields_key(documentation: str) -> cd.ConfigKey:
@@ -207,7 +208,7 @@ def parse_renames(mappings: list[str]) -> dict[str, str]:
     for mapping in mappings:
         parts = mapping.split(":")
         if len(parts) != 2:
-            raise cd.invalid("renames", ",".join(mappings), f"Invalid rename mapping: {mapping}")
+            raise cd.invalid("renames", java_list(mappings), f"Invalid rename mapping: {mapping}")
         renames[parts[0]] = parts[1]
     return renames
 
