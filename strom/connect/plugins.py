@@ -54,6 +54,7 @@ _SIDED_TRANSFORMS = (
     "InsertField",
     "MaskField",
     "ReplaceField",
+    "SetSchemaMetadata",
     "TimestampConverter",
 )
 
@@ -68,8 +69,14 @@ def _transforms() -> list[tuple[type, str]]:
                     cls = getattr(module, name + side)
                     found.append((cls, f"{_KAFKA_TRANSFORMS}{name}${side}"))
     found.append((fields.ValueToKey, _KAFKA_TRANSFORMS + "ValueToKey"))
-    for cls in (routing.RegexRouter, routing.TimestampRouter, routing.Filter, routing.DropHeaders):
-        found.append((cls, _KAFKA_TRANSFORMS + cls.__name__))
+    unsided = (
+        routing.RegexRouter,
+        routing.TimestampRouter,
+        routing.Filter,
+        routing.DropHeaders,
+        routing.InsertHeader,
+    )
+    found += [(cls, _KAFKA_TRANSFORMS + cls.__name__) for cls in unsided]
     return found
 
 

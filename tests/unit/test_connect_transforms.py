@@ -257,6 +257,23 @@ def test_header_from_move_and_copy() -> None:
         made(fields.HeaderFromValue, fields="a", headers="x", operation="cut")
 
 
+def test_insert_header_and_set_schema_metadata() -> None:
+    insert = made(routing.InsertHeader, header="source", **{"value.literal": "orders-db"})
+    assert out(insert, sink({}, headers=[("a", None)])).headers == [
+        ("a", None),
+        ("source", b"orders-db"),
+    ]
+    metadata = made(fields.SetSchemaMetadataValue, **{"schema.name": "com.example.Person"})
+    record = out(metadata, sink(person(), PERSON))
+    assert record.value_schema.name == "com.example.Person"
+    assert record.value.schema is record.value_schema and record.value.get("age") == 36
+    assert metadata.apply(sink(None)) == sink(None)
+    with pytest.raises(DataException, match=r"Schema required for \[updating schema metadata\]"):
+        metadata.apply(sink({"a": 1}))
+    with pytest.raises(ConfigError, match="Neither schema name nor version configured"):
+        made(fields.SetSchemaMetadataKey)
+
+
 def test_drop_headers() -> None:
     drop = made(routing.DropHeaders, headers="source,type")
     record = sink({}, headers=[("source", b"a"), ("keep", b"b"), ("type", None)])

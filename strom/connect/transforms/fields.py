@@ -5,7 +5,8 @@ name ending ``!`` is a required field, ``?`` or nothing optional), ``ReplaceFiel
 (``include``, ``exclude``, ``renames``), ``MaskField`` (``fields``, ``replacement``),
 ``ValueToKey`` (``fields``), ``ExtractField`` (``field``, nested with
 ``field.syntax.version=V2``), ``HoistField`` (``field``), ``Flatten`` (``delimiter``) and
-``HeaderFrom`` (``fields``, ``headers``, ``operation`` move or copy).
+``HeaderFrom`` (``fields``, ``headers``, ``operation`` move or copy) and
+``SetSchemaMetadata`` (``schema.name``, ``schema.version``).
 
 A null key or value passes unchanged where Kafka's does. Each ``X$Key`` / ``X$Value`` of
 Kafka is ``XKey`` / ``XValue`` here (``base.SidedTransformation``). Values of Kafka's
@@ -753,4 +754,54 @@ class HeaderFromKey(HeaderFrom):
 
 
 class HeaderFromValue(HeaderFrom):
+    SIDE = VALUE
+
+
+# SetSchemaMetadata
+
+
+class SetSchemaMetadata(SidedTransformation):
+    """Set the schema name, version or both on the record's key or value schema."""
+
+    CONFIG_DEF = cd.ConfigDef(
+        [
+            cd.ConfigKey("schema.name", cd.STRING, None, cd.HIGH, "Schema name to set."),
+            cd.ConfigKey("schema.version", cd.INT, None, cd.HIGH, "Schema version to set."),
+            REPLACE_NULL_WITH_DEFAULT,
+        ]
+    )
+
+    def configure(self, props: Mapping[str, Any]) -> None:
+        super().configure(props)
+        self.schema_name: str | None = self.settings["schema.name"]
+        self.schema_version: int | None = self.settings["schema.version"]
+        self.replace_null = self.settings["replace.null.with.default"]
+        if self.schema_name is None and self.schema_version is None:
+            raise ConfigError("Neither schema name nor version configured")
+
+    def apply(self, record: ConnectRecord) -> ConnectRecord | None:
+        value = self.operating_value(record)
+        schema = self.operating_schema(record)
+        if value is None and schema is None:
+            return record
+        if schema is None:
+            raise DataException("Schema required for [updating schema metadata]")
+        updated = dataclasses.replace(
+            schema,
+            name=self.schema_name if self.schema_name is not None else schema.name,
+            version=self.schema_version if self.schema_version is not None else schema.version,
+        )
+        if isinstance(value, Struct):
+            value = Struct(
+                updated,
+                {f.name: field_value(value, f, self.replace_null) for f in updated.fields},
+            )
+        return self.with_operand(record, updated, value)
+
+
+class SetSchemaMetadataKey(SetSchemaMetadata):
+    SIDE = KEY
+
+
+class SetSchemaMetadataValue(SetSchemaMetadata):
     SIDE = VALUE

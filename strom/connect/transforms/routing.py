@@ -3,7 +3,8 @@ and messages: ``RegexRouter`` (``regex``, ``replacement``: a topic the regex mat
 whole is replaced, ``$1`` and ``${name}`` naming groups as in Java), ``TimestampRouter``
 (``topic.format`` with ``${topic}`` and ``${timestamp}``, ``timestamp.format`` a
 SimpleDateFormat pattern in UTC), ``Filter`` (drops every record: use it with a
-predicate) and ``DropHeaders`` (``headers``).
+predicate), ``DropHeaders`` (``headers``) and ``InsertHeader`` (``header``,
+``value.literal``: the literal's text as the header's bytes).
 
 Regular expressions are Python's (``re``), which read Java's common syntax the same.
 
@@ -172,3 +173,34 @@ class DropHeaders(Transformation):
     def apply(self, record: ConnectRecord) -> ConnectRecord | None:
         kept = [(key, value) for key, value in record.headers if key not in self.dropped]
         return dataclasses.replace(record, headers=kept)
+
+
+class InsertHeader(Transformation):
+    """Add a header to each record."""
+
+    CONFIG_DEF = cd.ConfigDef(
+        [
+            cd.ConfigKey(
+                "header",
+                cd.STRING,
+                cd.REQUIRED,
+                cd.HIGH,
+                "The name of the header.",
+            ),
+            cd.ConfigKey(
+                "value.literal",
+                cd.STRING,
+                cd.REQUIRED,
+                cd.HIGH,
+                "The literal value that is to be set as the header value on all records.",
+            ),
+        ]
+    )
+
+    def configure(self, props: Mapping[str, Any]) -> None:
+        super().configure(props)
+        self.header: str = self.settings["header"]
+        self.literal: bytes = self.settings["value.literal"].encode()
+
+    def apply(self, record: ConnectRecord) -> ConnectRecord | None:
+        return dataclasses.replace(record, headers=[*record.headers, (self.header, self.literal)])
