@@ -4,9 +4,10 @@
   key or value side a ``$Key`` / ``$Value`` transform works on, Kafka's ``Requirements``
   messages, a struct field's value with its default).
 - ``fields``: InsertField, ReplaceField, MaskField, ValueToKey, ExtractField, HoistField,
-  Flatten, HeaderFrom.
+  Flatten, HeaderFrom, SetSchemaMetadata.
 - ``casts``: Cast and TimestampConverter (with Java's SimpleDateFormat patterns).
-- ``routing``: RegexRouter, TimestampRouter, Filter, DropHeaders.
+- ``routing``: RegexRouter, TimestampRouter, Filter, DropHeaders, InsertHeader.
+- ``java_dates``: Java's SimpleDateFormat patterns, formatting and parsing in UTC.
 - ``predicates``: TopicNameMatches, HasHeaderKey, RecordIsTombstone.
 - ``chain``: a connector's ``transforms=a,b`` built into stages (each with its
   ``predicate`` and ``negate``) and applied in order.
