@@ -55,15 +55,33 @@ class Worker:
             sys.executable, "-m", "strom.cli.main", f"connect-{mode}", str(properties),
             *map(str, connector_files),
         ]  # fmt: skip
+        # Its output goes to a file, not a pipe: a pipe nobody reads while the tests run
+        # fills (64 KiB of logs) and then stops the worker at its next log line.
+        self.log_path = properties.with_name(f"{properties.stem}-{uuid.uuid4().hex[:6]}.log")
         self.start()
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert self.proc.stdout is not None
-        banner = self.proc.stdout.readline().decode()
-        if not banner:
-            raise AssertionError(f"worker did not start: {self.proc.stderr.read().decode()}")  # type: ignore[union-attr]
+        with open(self.log_path, "ab") as log:
+            self.log_start = log.tell()
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=log)
+        banner = wait_for(self._banner, "the worker's first line")
         self.url = served_url(banner)
+
+    def _banner(self) -> str | None:
+        """The line naming the URL served, once written; fails if the worker exited."""
+        output = self.output()
+        for line in output.splitlines():
+            if " on http" in line and " for " in line:
+                return line
+        if self.proc.poll() is not None:
+            raise AssertionError(f"worker did not start:\n{output}")
+        return None
+
+    def output(self) -> str:
+        """What this run of the worker has written."""
+        with open(self.log_path, "rb") as log:
+            log.seek(self.log_start)
+            return log.read().decode(errors="replace")
 
     def call(
         self, method: str, path: str, body: Any = None, raw: bytes | None = None
@@ -108,8 +126,8 @@ class Worker:
 
     def stop(self) -> str:
         self.proc.terminate()
-        _, err = self.proc.communicate(timeout=60)
-        return err.decode()
+        self.proc.wait(timeout=60)
+        return self.output()
 
 
 def error_of(answer: tuple[int, Any]) -> tuple[int, str]:
