@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, served_url
+from broker_process import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
+from service_process import ServiceProcess
 
 POLL_S = 0.05
 WAIT_S = 30.0
@@ -47,41 +48,12 @@ def wait_for(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> An
         time.sleep(POLL_S)
 
 
-class Worker:
+class Worker(ServiceProcess):
     """A ``strom connect-*`` process; ``call`` speaks to its REST API."""
 
     def __init__(self, mode: str, properties: Path, *connector_files: Path) -> None:
-        self.args = [
-            sys.executable, "-m", "strom.cli.main", f"connect-{mode}", str(properties),
-            *map(str, connector_files),
-        ]  # fmt: skip
-        # Its output goes to a file, not a pipe: a pipe nobody reads while the tests run
-        # fills (64 KiB of logs) and then stops the worker at its next log line.
-        self.log_path = properties.with_name(f"{properties.stem}-{uuid.uuid4().hex[:6]}.log")
-        self.start()
-
-    def start(self) -> None:
-        with open(self.log_path, "ab") as log:
-            self.log_start = log.tell()
-            self.proc = subprocess.Popen(self.args, stdout=log, stderr=log)
-        banner = wait_for(self._banner, "the worker's first line")
-        self.url = served_url(banner)
-
-    def _banner(self) -> str | None:
-        """The line naming the URL served, once written; fails if the worker exited."""
-        output = self.output()
-        for line in output.splitlines():
-            if " on http" in line and " for " in line:
-                return line
-        if self.proc.poll() is not None:
-            raise AssertionError(f"worker did not start:\n{output}")
-        return None
-
-    def output(self) -> str:
-        """What this run of the worker has written."""
-        with open(self.log_path, "rb") as log:
-            log.seek(self.log_start)
-            return log.read().decode(errors="replace")
+        log_path = properties.with_name(f"{properties.stem}-{uuid.uuid4().hex[:6]}.log")
+        super().__init__([f"connect-{mode}", str(properties), *map(str, connector_files)], log_path)
 
     def call(
         self, method: str, path: str, body: Any = None, raw: bytes | None = None
@@ -123,11 +95,6 @@ class Worker:
             return None
 
         return wait_for(failed, f"{name}'s task FAILED")
-
-    def stop(self) -> str:
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
-        return self.output()
 
 
 def error_of(answer: tuple[int, Any]) -> tuple[int, str]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -25,41 +24,25 @@ from html import unescape
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess, free_port, served_url
+from broker_process import BrokerProcess, free_port
 from cli_helpers import one_line_error, strom
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from service_process import ServiceProcess
 
 CHROMIUM = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 
 
-class ConsoleProcess:
+class ConsoleProcess(ServiceProcess):
     def __init__(self, broker: BrokerProcess, shots: Path, registry: str) -> None:
         self.shots = shots
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "strom.cli.main",
-                "console",
-                "--bootstrap-server",
-                broker.bootstrap,
-                "--listener",
-                "http://127.0.0.1:0",
-                "--sample-interval",
-                "0.5",
-                "--schema-registry-url",
-                registry,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        assert self.proc.stdout is not None
-        first = self.proc.stdout.readline().decode()
-        assert first.startswith("Strom console on"), first
-        self.url = served_url(first)
+        super().__init__(
+            ["console", "--bootstrap-server", broker.bootstrap, "--listener",
+             "http://127.0.0.1:0", "--sample-interval", "0.5", "--schema-registry-url", registry]
+        )  # fmt: skip
+        assert self.banner.startswith("Strom console on"), self.banner
         self.port = int(self.url.rsplit(":", 1)[1])
 
     def dom(self, path: str, browser: bool = False) -> str:
@@ -111,22 +94,15 @@ class ConsoleProcess:
             urllib.request.urlopen(request, timeout=60)
         return refusal.value.code
 
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
-
 
 @pytest.fixture(scope="module")
 def registry(broker: BrokerProcess) -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "strom.cli.main", "schema-registry", "--bootstrap-server",
-         broker.bootstrap, "--listener", "http://127.0.0.1:0"],
-        stdout=subprocess.PIPE,
+    process = ServiceProcess(
+        ["schema-registry", "--bootstrap-server", broker.bootstrap,
+         "--listener", "http://127.0.0.1:0"]
     )  # fmt: skip
-    assert process.stdout is not None
-    yield served_url(process.stdout.readline().decode())
-    process.terminate()
-    process.wait(30)
+    yield process.url
+    process.stop()
 
 
 @pytest.fixture(scope="module")

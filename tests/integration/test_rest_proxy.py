@@ -12,8 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -22,9 +20,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, served_url
+from broker_process import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from service_process import ServiceProcess
 
 V2 = "application/vnd.kafka.v2+json"
 JSON_V2 = "application/vnd.kafka.json.v2+json"
@@ -32,18 +31,13 @@ BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 AVRO_V2 = "application/vnd.kafka.avro.v2+json"
 
 
-class Proxy:
+class Proxy(ServiceProcess):
     def __init__(self, broker: BrokerProcess, *extra: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "strom.cli.main", "rest-proxy", "--bootstrap-server",
-             broker.bootstrap, "--listener", "http://127.0.0.1:0", *extra],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+        super().__init__(
+            ["rest-proxy", "--bootstrap-server", broker.bootstrap,
+             "--listener", "http://127.0.0.1:0", *extra]
         )  # fmt: skip
-        assert self.proc.stdout is not None
-        banner = self.proc.stdout.readline().decode()
-        assert banner.startswith("Strom REST proxy on"), banner
-        self.url = served_url(banner)
+        assert self.banner.startswith("Strom REST proxy on"), self.banner
 
     def call(
         self, method: str, path: str, body: Any = None, content_type: str = V2
@@ -66,10 +60,6 @@ class Proxy:
             return status, json.loads(text)
         except ValueError:
             return status, [json.loads(line) for line in text.decode().splitlines() if line]
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
 
 
 @pytest.fixture(scope="module")

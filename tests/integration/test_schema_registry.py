@@ -14,8 +14,6 @@ loser plans again); bad input gets Confluent's error answers, never a 500.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -26,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, served_url
+from broker_process import BrokerProcess
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
@@ -35,6 +33,7 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSe
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from service_process import ServiceProcess
 
 from strom.services.schema_registry.app import FORWARDED, NOT_PRIMARY
 from strom.services.schema_registry.log import SchemasLog
@@ -47,18 +46,13 @@ ORDER_AVRO = {
 }
 
 
-class Registry:
+class Registry(ServiceProcess):
     def __init__(self, broker: BrokerProcess) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "strom.cli.main", "schema-registry", "--bootstrap-server",
-             broker.bootstrap, "--listener", "http://127.0.0.1:0"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+        super().__init__(
+            ["schema-registry", "--bootstrap-server", broker.bootstrap,
+             "--listener", "http://127.0.0.1:0"]
         )  # fmt: skip
-        assert self.proc.stdout is not None
-        self.banner = self.proc.stdout.readline().decode()
         assert self.banner.startswith("Strom schema registry on"), self.banner
-        self.url = served_url(self.banner)
         self.port = int(self.url.rsplit(":", 1)[1])
 
     def client(self) -> SchemaRegistryClient:
@@ -81,10 +75,6 @@ class Registry:
                 return response.status, json.loads(response.read() or b"null")
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read() or b"null")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from kafka_helpers import consume_all, create_topic, wait_until
+from service_process import ServiceProcess
 from tls_certs import make_ca
 
 ORDER = {
@@ -45,25 +46,14 @@ JSONSCHEMA_V2 = "application/vnd.kafka.jsonschema.v2+json"
 PROTOBUF_V2 = "application/vnd.kafka.protobuf.v2+json"
 
 
-class Service:
+class Service(ServiceProcess):
     """A ``strom <command>`` process; its banner line read."""
 
     def __init__(self, command: str, broker: BrokerProcess, listener: str, *extra: str) -> None:
+        super().__init__(
+            [command, "--bootstrap-server", broker.bootstrap, "--listener", listener, *extra]
+        )
         self.url = listener
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "strom.cli.main", command, "--bootstrap-server",
-             broker.bootstrap, "--listener", listener, *extra],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        assert self.proc.stdout is not None
-        self.banner = self.proc.stdout.readline().decode()
-        assert self.banner.startswith("Strom "), self.banner
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(30)
 
 
 @pytest.fixture(scope="module")
