@@ -24,6 +24,7 @@ from strom.connect.membership import ElectedLeader, Membership, SoleMember
 from strom.connect.plugins import Plugins
 from strom.connect.rest import ConnectRest
 from strom.connect.runtime import InWorkerRunner
+from strom.connect.spark_runner import RunnerByTask, SparkRunner
 from strom.connect.stores import (
     ConfigStore,
     FileOffsetStore,
@@ -147,10 +148,13 @@ class ConnectWorker:
             membership,
             self.admin_settings,
         )
-        runner = InWorkerRunner(
+        in_worker = InWorkerRunner(
             self.config, self.plugins, self.offset_store, herder.task_state_changed
         )
-        herder.start(runner)
+        on_spark = SparkRunner(
+            self.config, self.plugins, self.offset_store, herder.task_state_changed
+        )
+        herder.start(RunnerByTask(in_worker, on_spark))
         self.herder = herder
         if await loop.run_in_executor(None, membership.wait_for_leader, LEADER_WAIT_S) is None:
             log.warning(

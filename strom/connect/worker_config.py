@@ -317,6 +317,7 @@ class WorkerConfig:
         return (
             key in CONFIG_DEFS[self.mode].keys
             or key.startswith(("key.converter.", "value.converter.", HTTPS_PREFIX))
+            or key.startswith("spark.")  # the Spark runner's settings (spark_runner)
             or key.startswith(_SECURITY_PREFIXES + CLIENT_PREFIXES)
         )
 

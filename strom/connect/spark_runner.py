@@ -1,0 +1,606 @@
+"""The Spark runner: connectors' tasks as Spark jobs on a SparkSession this worker owns,
+behind ``runtime.TaskRunner``; and ``RunnerByTask``, which hands each task to the runner
+its class asks for (a ``spark_tasks`` task to Spark, any other to the in-worker runner).
+
+The worker is the Spark driver. Its session starts with the first Spark task (a JVM: a few
+seconds), on ``spark.master`` (default ``local[*]``) with every ``spark.*`` worker
+property as a Spark setting, and Debian's JDBC driver jars (PostgreSQL, MariaDB, SQLite)
+on its class path when they are installed. Checkpoints live under
+``spark.sql.streaming.checkpointLocation`` (default ``<temp dir>/strom-connect/<group>``),
+one directory per task.
+
+- A sink task is a Structured Streaming query over the ``strom`` source (the connector's
+  ``topics`` or ``topics.regex``) whose ``foreachBatch`` calls the task's ``write_batch``.
+  After each micro-batch the offsets it ended at are committed in the group
+  ``connect-<name>``, where Kafka users see Kafka Connect's sink offsets. The group is the
+  truth: a task starts from its checkpoint only when the checkpoint's last batch ended
+  where the group's offsets are, and otherwise from the group's offsets (altered or reset
+  through the REST API, or a batch written but not yet committed there: replayed).
+- A source task is a loop on a driver thread: ``poll_batches``, each batch's rows turned
+  into records with the value converter (JsonConverter in Spark SQL; any other converter
+  in Python on the executors), written with the ``strom`` batch writer (which fails
+  unless every record is acknowledged), then the batch's source offset stored through the
+  worker's offset store.
+
+Pause stops a sink's query (resumed from its checkpoint) or a source's loop between
+batches; a task that raises, or whose query dies, is FAILED with the trace. Does not own
+what a task reads or writes (the connectors).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from strom.connect.api import OffsetStorageReader
+from strom.connect.connector_config import make_converter
+from strom.connect.converters import Converter, JsonConverter, schema_to_json
+from strom.connect.data import BYTES, DATE, DECIMAL, STRUCT, TIME, TIMESTAMP, Schema, Struct
+from strom.connect.plugins import Plugins
+from strom.connect.runtime import (
+    FAILED,
+    PAUSED,
+    RUNNING,
+    UNASSIGNED,
+    StateListener,
+    TaskId,
+    TaskRunner,
+    TaskSpec,
+    task_name,
+)
+from strom.connect.spark_tasks import SourceBatch, SparkSinkTask, SparkSourceTask
+from strom.connect.stores import STARTED, OffsetStore, offset_key
+from strom.connect.worker_config import WorkerConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MASTER = "local[*]"
+CHECKPOINT_KEY = "spark.sql.streaming.checkpointLocation"
+JDBC_JARS = (
+    "/usr/share/java/postgresql.jar",
+    "/usr/share/java/mariadb-java-client.jar",
+    "/usr/share/java/sqlite-jdbc.jar",
+)
+SINK_TRIGGER = "200 milliseconds"
+WATCH_S = 1  # seconds between looks at a query (its offsets commit then)
+
+
+class SparkSessionHolder:
+    """The worker's one SparkSession, started when the first Spark task needs it."""
+
+    def __init__(self, worker_config: WorkerConfig) -> None:
+        props = worker_config.props
+        self.settings = {"spark.ui.showConsoleProgress": "false"}
+        self.settings.update({k: v for k, v in props.items() if k.startswith("spark.")})
+        self.master = self.settings.pop("spark.master", DEFAULT_MASTER)
+        group = props.get("group.id") or "standalone"
+        default_root = Path(tempfile.gettempdir()) / "strom-connect" / group
+        self.checkpoint_root = Path(self.settings.pop(CHECKPOINT_KEY, str(default_root)))
+        jars = [j for j in JDBC_JARS if Path(j).exists()]
+        if self.settings.get("spark.jars"):
+            jars.insert(0, self.settings["spark.jars"])
+        if jars:
+            self.settings["spark.jars"] = ",".join(jars)
+        self._session: SparkSession | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> SparkSession:
+        with self._lock:
+            if self._session is None:
+                import strom.spark
+
+                log.info("starting the worker's SparkSession on %s", self.master)
+                self._session = strom.spark.local_session(
+                    "strom-connect", master=self.master, **self.settings
+                )
+                self._session.sparkContext.setLogLevel("WARN")
+            return self._session
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._session is not None:
+                self._session.stop()
+                self._session = None
+
+
+class _StoreReader(OffsetStorageReader):
+    def __init__(self, store: OffsetStore, connector: str) -> None:
+        self.store = store
+        self.connector = connector
+
+    def offset(self, partition: Any) -> dict[str, Any] | None:
+        self.store.refresh()
+        return self.store.get(self.connector, dict(partition))
+
+
+class _SparkTaskThread(threading.Thread):
+    """A Spark task's driver thread: its state, its target state, its stop."""
+
+    def __init__(self, spec: TaskSpec, target_state: str, runner: SparkRunner) -> None:
+        super().__init__(daemon=True, name=f"spark task {task_name(spec.task_id)}")
+        self.spec = spec
+        self.runner = runner
+        self.target_state = target_state
+        self.changed = threading.Condition()
+        self.stopping = threading.Event()
+        self.reported: str | None = None
+        self.job_group = f"connect-{task_name(spec.task_id)}"
+
+    def report(self, state: str, trace: str | None = None) -> None:
+        if state != self.reported or trace is not None:
+            self.reported = state
+            self.runner.listener(self.spec.task_id, state, trace)
+
+    def set_target_state(self, state: str) -> None:
+        with self.changed:
+            self.target_state = state
+            self.changed.notify_all()
+
+    def request_stop(self) -> None:
+        self.stopping.set()
+        with self.changed:
+            self.changed.notify_all()
+
+    @property
+    def paused(self) -> bool:
+        return self.target_state != STARTED and not self.stopping.is_set()
+
+    def wait_while_paused(self) -> None:
+        with self.changed:
+            while self.paused:
+                self.changed.wait(1.0)
+
+    def converter(self, side: str) -> Converter:
+        return make_converter(
+            side, self.spec.connector_config, self.runner.worker_config.props, self.runner.plugins
+        )
+
+    def run(self) -> None:
+        try:
+            self.execute(self.runner.sessions.get())
+        except Exception as exc:
+            log.error("task %s failed: %s", task_name(self.spec.task_id), exc)
+            self.report(FAILED, traceback.format_exc())
+            return
+        self.report(UNASSIGNED)
+
+    def execute(self, spark: SparkSession) -> None:
+        raise NotImplementedError
+
+    def cancel_jobs(self) -> None:
+        session = self.runner.sessions._session
+        if session is not None:
+            session.sparkContext.cancelJobGroup(self.job_group)
+
+
+class _SourceThread(_SparkTaskThread):
+    topics_seen: set[str]
+
+    def execute(self, spark: SparkSession) -> None:
+        spark.sparkContext.setJobGroup(self.job_group, self.job_group, True)
+        connector = self.spec.task_id[0]
+        task = self.spec.task_class()
+        assert isinstance(task, SparkSourceTask)
+        task.initialize(spark, _StoreReader(self.runner.offset_store, connector))
+        task.start(dict(self.spec.task_config))
+        value_converter = self.converter("value")
+        self.topics_seen = set()
+        kafka_options = kafka_writer_options(self.runner.worker_config)
+        self.report(RUNNING)
+        try:
+            while not self.stopping.is_set():
+                if self.paused:
+                    self.report(PAUSED)
+                    self.wait_while_paused()
+                    if self.stopping.is_set():
+                        break
+                    self.report(RUNNING)
+                batches = task.poll_batches(lambda: self.stopping.is_set() or self.paused)
+                for batch in batches:
+                    self.write(batch, value_converter, kafka_options, connector)
+        finally:
+            task.stop()
+
+    def ensure_topic(self, topic: str) -> None:
+        """Create a missing topic with the broker's defaults (partitions, replication), as
+        Kafka Connect's worker does with topic creation enabled."""
+        if topic in self.topics_seen:
+            return
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient(self.runner.worker_config.client_settings("admin"))
+        if topic not in admin.list_topics(timeout=10).topics:
+            future = admin.create_topics([NewTopic(topic, -1, -1)])[topic]
+            try:
+                future.result(timeout=30)
+                log.info("created topic %s", topic)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+        self.topics_seen.add(topic)
+
+    def write(
+        self,
+        batch: SourceBatch,
+        value_converter: Converter,
+        kafka_options: dict[str, str],
+        connector: str,
+    ) -> None:
+        self.ensure_topic(batch.topic)
+        records = record_frame(batch, value_converter)
+        records.write.format("strom").options(**kafka_options).option("topic", batch.topic).mode(
+            "append"
+        ).save()
+        if batch.source_offset is not None:
+            partition = dict(batch.source_partition)
+            key = offset_key(connector, partition)
+            self.runner.offset_store.put(connector, {key: (partition, dict(batch.source_offset))})
+
+
+class _SinkThread(_SparkTaskThread):
+    def execute(self, spark: SparkSession) -> None:
+        connector = self.spec.task_id[0]
+        task = self.spec.task_class()
+        assert isinstance(task, SparkSinkTask)
+        task.initialize(spark)
+        task.start(dict(self.spec.task_config))
+        key_converter, value_converter = self.converter("key"), self.converter("value")
+        checkpoint = self.runner.sessions.checkpoint_root / task_name(self.spec.task_id)
+        group = GroupOffsets(self.runner.worker_config, f"connect-{connector}")
+
+        def write(batch: DataFrame, batch_id: int) -> None:
+            task.write_batch(batch, batch_id, key_converter, value_converter)
+
+        try:
+            while not self.stopping.is_set():
+                if self.paused:
+                    self.report(PAUSED)
+                    self.wait_while_paused()
+                    continue
+                query = self.start_query(spark, checkpoint, group, write)
+                self.report(RUNNING)
+                try:
+                    self.watch(query, group)
+                finally:
+                    if query.isActive:
+                        query.stop()
+                    self.commit_progress(query, group)
+                failure = query.exception()
+                if failure is not None:
+                    raise RuntimeError(f"the task's streaming query failed: {failure}")
+        finally:
+            group.close()
+            task.stop()
+
+    def start_query(
+        self, spark: SparkSession, checkpoint: Path, group: GroupOffsets, write: Any
+    ) -> StreamingQuery:
+        config = self.spec.task_config
+        topics = [t.strip() for t in config.get("topics", "").split(",") if t.strip()]
+        reader = spark.readStream.format("strom").options(
+            **kafka_reader_options(self.runner.worker_config)
+        )
+        if topics:
+            reader = reader.option("subscribe", ",".join(topics))
+        else:
+            reader = reader.option("subscribePattern", config.get("topics.regex", ""))
+        committed = group.committed(topics)
+        if not checkpoint_agrees(checkpoint, committed):
+            shutil.rmtree(checkpoint, ignore_errors=True)
+        if committed:
+            reader = reader.option("startingOffsets", json.dumps(committed))
+        else:
+            reader = reader.option("startingOffsets", "earliest")
+        stream = reader.option("failOnDataLoss", "false").load()
+        return (
+            stream.writeStream.foreachBatch(write)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime=SINK_TRIGGER)
+            .queryName(f"connect-{task_name(self.spec.task_id)}")
+            .start()
+        )
+
+    def watch(self, query: StreamingQuery, group: GroupOffsets) -> None:
+        while query.isActive and not self.stopping.is_set() and not self.paused:
+            query.awaitTermination(WATCH_S)
+            self.commit_progress(query, group)
+
+    def commit_progress(self, query: StreamingQuery, group: GroupOffsets) -> None:
+        for progress in query.recentProgress:
+            if progress.batchId <= group.last_batch:
+                continue
+            group.last_batch = progress.batchId
+            for source in progress.sources:
+                end = source.endOffset
+                offsets = json.loads(end) if isinstance(end, str) else end
+                if offsets:
+                    group.commit(offsets)
+
+
+class GroupOffsets:
+    """A sink connector's offsets in its Kafka group (``connect-<name>``), as Kafka
+    Connect keeps them: read at a task's start, committed after each micro-batch."""
+
+    def __init__(self, worker_config: WorkerConfig, group: str) -> None:
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer(
+            {
+                **worker_config.client_settings("consumer"),
+                "group.id": group,
+                "enable.auto.commit": False,
+            }
+        )
+        self.last_batch = -1
+
+    def committed(self, topics: list[str]) -> dict[str, dict[str, int]]:
+        """``{topic: {partition: next offset}}`` of the partitions with a commit."""
+        from confluent_kafka import TopicPartition
+
+        partitions = []
+        for topic in topics:
+            metadata = self.consumer.list_topics(topic, timeout=10).topics.get(topic)
+            if metadata is not None and metadata.error is None:
+                partitions += [TopicPartition(topic, p) for p in metadata.partitions]
+        if not partitions:
+            return {}
+        found: dict[str, dict[str, int]] = {}
+        for tp in self.consumer.committed(partitions, timeout=10):
+            if tp.offset >= 0:
+                found.setdefault(tp.topic, {})[str(tp.partition)] = tp.offset
+        if found:  # partitions without a commit start at the beginning, as Kafka Connect's
+            for tp in partitions:
+                found.setdefault(tp.topic, {}).setdefault(str(tp.partition), -2)
+        return found
+
+    def commit(self, offsets: Mapping[str, Mapping[str, int]]) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        chosen = [
+            TopicPartition(topic, int(partition), int(offset))
+            for topic, by_partition in offsets.items()
+            for partition, offset in by_partition.items()
+            if int(offset) >= 0
+        ]
+        try:
+            self.consumer.commit(offsets=chosen, asynchronous=False)
+        except KafkaException as exc:
+            log.warning("offset commit in the sink's group failed: %s", exc)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def checkpoint_agrees(checkpoint: Path, committed: Mapping[str, Mapping[str, int]]) -> bool:
+    """Whether the checkpoint's last committed micro-batch ended at ``committed``."""
+    commits = checkpoint / "commits"
+    if not commits.is_dir():
+        return False
+    batches = [int(p.name) for p in commits.iterdir() if p.name.isdigit()]
+    if not batches:
+        return False
+    offsets_file = checkpoint / "offsets" / str(max(batches))
+    try:
+        ended = json.loads(offsets_file.read_text().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        return False
+    if isinstance(ended, str):
+        ended = json.loads(ended)
+    normalized = {
+        topic: {str(p): int(o) for p, o in parts.items()} for topic, parts in ended.items()
+    }
+    wanted = {
+        topic: {p: o for p, o in parts.items() if o >= 0} for topic, parts in committed.items()
+    }
+    mine = {
+        topic: {p: o for p, o in parts.items() if o >= 0} for topic, parts in normalized.items()
+    }
+    return mine == wanted
+
+
+def kafka_reader_options(worker_config: WorkerConfig) -> dict[str, str]:
+    """The worker's client settings as the ``strom`` source's ``kafka.*`` options."""
+    settings = worker_config.client_settings("consumer")
+    settings.pop("client.id", None)
+    return {f"kafka.{k}": str(v) for k, v in settings.items()}
+
+
+def kafka_writer_options(worker_config: WorkerConfig) -> dict[str, str]:
+    settings = worker_config.client_settings("producer")
+    settings.pop("client.id", None)
+    return {f"kafka.{k}": str(v) for k, v in settings.items()}
+
+
+# Rows to records.
+
+
+def record_frame(batch: SourceBatch, converter: Converter) -> DataFrame:
+    """``batch.rows`` as the ``value`` column the ``strom`` writer takes: JsonConverter's
+    bytes computed by Spark SQL; any other converter's in Python."""
+    if isinstance(converter, JsonConverter) and not converter.numeric_decimals:
+        return _json_records(batch, converter)
+    return _converted_records(batch, converter)
+
+
+def _json_records(batch: SourceBatch, converter: JsonConverter) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    payload = F.to_json(
+        F.struct(*[_json_column(f.name, f.schema) for f in batch.value_schema.fields]),
+        {"ignoreNullFields": "false"},
+    )
+    if converter.schemas_enabled:
+        schema = json.dumps(schema_to_json(batch.value_schema), separators=(",", ":"))
+        value = F.concat(F.lit('{"schema":' + schema + ',"payload":'), payload, F.lit("}"))
+    else:
+        value = payload
+    return batch.rows.select(value.alias("value"))
+
+
+def _json_column(name: str, schema: Schema) -> Column:
+    """A column as JsonConverter writes its Connect type: Timestamp as epoch millis, Date
+    as epoch days, Time as millis of the day, bytes and Decimal as base64."""
+    from pyspark.sql import functions as F
+
+    column = F.col(f"`{name}`")
+    if schema.name == TIMESTAMP:
+        column = F.unix_millis(column)
+    elif schema.name == DATE:
+        column = F.unix_date(column)
+    elif schema.name == TIME:
+        column = F.unix_millis(column) % F.lit(86_400_000)
+    elif schema.name == DECIMAL:
+        column = _decimal_base64(column, schema)
+    elif schema.type == BYTES:
+        column = F.base64(column)
+    return column.alias(name)
+
+
+def _decimal_base64(column: Column, schema: Schema) -> Column:
+    """Decimal as JsonConverter's base64 of the unscaled value (Python: Spark SQL has no
+    two's complement bytes of a decimal)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    encoder = JsonConverter()
+    encoder.configure({"schemas.enable": "false"}, is_key=False)
+
+    def encode(value: Any) -> str | None:
+        if value is None:
+            return None
+        return str(json.loads(encoder.from_connect_data("", schema, value) or b"null"))
+
+    return F.udf(encode, StringType())(column)
+
+
+def _converted_records(batch: SourceBatch, converter: Converter) -> DataFrame:
+    import pyarrow as pa
+
+    schema = batch.value_schema
+    topic = batch.topic
+
+    def convert(batches: Any) -> Any:
+        for arrow in batches:
+            values = []
+            for row in arrow.to_pylist():
+                struct = Struct(
+                    schema, {f.name: _connect_value(f.schema, row[f.name]) for f in schema.fields}
+                )
+                values.append(converter.from_connect_data(topic, schema, struct))
+            yield pa.RecordBatch.from_arrays([pa.array(values, pa.binary())], ["value"])
+
+    return batch.rows.mapInArrow(convert, "value binary")
+
+
+def _connect_value(schema: Schema, value: Any) -> Any:
+    """A Spark value as Connect's logical types hold it (Timestamp, Date, Time as numbers)."""
+    import datetime as dt
+
+    if value is None or schema.type == STRUCT:
+        return value
+    if schema.name == TIMESTAMP and isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return int(value.timestamp() * 1000)
+    if schema.name == DATE and isinstance(value, dt.date):
+        return (value - dt.date(1970, 1, 1)).days
+    return value
+
+
+class SparkRunner(TaskRunner):
+    """Tasks as Spark jobs, driven from threads of this worker (the Spark driver)."""
+
+    def __init__(
+        self,
+        worker_config: WorkerConfig,
+        plugins: Plugins,
+        offset_store: OffsetStore,
+        listener: StateListener,
+    ) -> None:
+        self.worker_config = worker_config
+        self.plugins = plugins
+        self.offset_store = offset_store
+        self.listener = listener
+        self.sessions = SparkSessionHolder(worker_config)
+        self.threads: dict[TaskId, _SparkTaskThread] = {}
+
+    def start(self, spec: TaskSpec, target_state: str) -> None:
+        kind = _SourceThread if issubclass(spec.task_class, SparkSourceTask) else _SinkThread
+        thread = kind(spec, target_state, self)
+        self.threads[spec.task_id] = thread
+        thread.start()
+
+    def set_target_state(self, task_id: TaskId, target_state: str) -> None:
+        thread = self.threads.get(task_id)
+        if thread is not None and thread.target_state != target_state:
+            thread.set_target_state(target_state)
+
+    def stop(self, task_ids: list[TaskId]) -> None:
+        threads = [self.threads.pop(t) for t in task_ids if t in self.threads]
+        for thread in threads:
+            thread.request_stop()
+        deadline = time.monotonic() + self.worker_config["task.shutdown.graceful.timeout.ms"] / 1000
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                log.error(
+                    "task %s did not stop within task.shutdown.graceful.timeout.ms; its Spark "
+                    "jobs are cancelled",
+                    task_name(thread.spec.task_id),
+                )
+                thread.cancel_jobs()
+
+    def tasks(self) -> dict[TaskId, TaskSpec]:
+        return {task_id: thread.spec for task_id, thread in self.threads.items()}
+
+    def stop_all(self) -> None:
+        super().stop_all()
+        self.sessions.stop()
+
+
+class RunnerByTask(TaskRunner):
+    """Each task to the runner its class asks for: Spark tasks to ``spark``, others to
+    ``in_worker``."""
+
+    def __init__(self, in_worker: TaskRunner, spark: TaskRunner) -> None:
+        self.in_worker = in_worker
+        self.spark = spark
+
+    def _runner(self, spec: TaskSpec) -> TaskRunner:
+        if issubclass(spec.task_class, SparkSourceTask | SparkSinkTask):
+            return self.spark
+        return self.in_worker
+
+    def start(self, spec: TaskSpec, target_state: str) -> None:
+        self._runner(spec).start(spec, target_state)
+
+    def set_target_state(self, task_id: TaskId, target_state: str) -> None:
+        for runner in (self.in_worker, self.spark):
+            if task_id in runner.tasks():
+                runner.set_target_state(task_id, target_state)
+
+    def stop(self, task_ids: list[TaskId]) -> None:
+        for runner in (self.in_worker, self.spark):
+            mine = [t for t in task_ids if t in runner.tasks()]
+            if mine:
+                runner.stop(mine)
+
+    def tasks(self) -> dict[TaskId, TaskSpec]:
+        return {**self.in_worker.tasks(), **self.spark.tasks()}
+
+    def stop_all(self) -> None:
+        self.in_worker.stop_all()
+        self.spark.stop_all()
