@@ -24,6 +24,8 @@ from strom.connect.connectors.file_stream import (
     FileStreamSinkConnector,
     FileStreamSourceConnector,
 )
+from strom.connect.connectors.jdbc_sink import JdbcSinkConnector
+from strom.connect.connectors.jdbc_source import JdbcSourceConnector
 from strom.connect.converters import (
     ByteArrayConverter,
     JsonConverter,
@@ -150,6 +152,8 @@ class Plugins:
         connectors = [
             (FileStreamSourceConnector, "org.apache.kafka.connect.file.FileStreamSourceConnector"),
             (FileStreamSinkConnector, "org.apache.kafka.connect.file.FileStreamSinkConnector"),
+            (JdbcSourceConnector, "io.confluent.connect.jdbc.JdbcSourceConnector"),
+            (JdbcSinkConnector, "io.confluent.connect.jdbc.JdbcSinkConnector"),
         ]
         converters = [
             (JsonConverter, "org.apache.kafka.connect.json.JsonConverter"),

@@ -1,0 +1,589 @@
+"""Confluent's JDBC sink connector (``io.confluent.connect.jdbc.JdbcSinkConnector``) with its
+keys, on Spark: ``connection.url`` / ``connection.user`` / ``connection.password``,
+``insert.mode`` (insert, upsert, update), ``pk.mode`` (none, kafka, record_key,
+record_value) and ``pk.fields``, ``fields.whitelist`` (or ``fields.include``),
+``table.name.format`` (``${topic}``), ``auto.create``, ``auto.evolve``,
+``delete.enabled`` (a tombstone deletes its key's row; needs ``pk.mode=record_key``) and
+``batch.size`` (rows per statement).
+
+Each micro-batch is written by the Spark tasks that read it (``mapInArrow``): each decodes
+its records with the connector's converters, keeps the last record of each primary key
+(what the rows become once the batch is applied in order), and writes them to the table
+in one transaction: PostgreSQL through ``COPY`` into a staging table and one
+``INSERT ... ON CONFLICT DO UPDATE`` (upsert) or ``COPY`` into the table (insert), SQLite
+through ``executemany``. Upsert is idempotent, so a replayed micro-batch leaves the table
+as one delivery does: exactly-once delivery for upsert and delete.
+
+Records need a value schema (JsonConverter with schemas, or a struct from another
+converter): a schemaless value is refused with Confluent's message, as Confluent does;
+column types come from the schema (Confluent's mapping, ``jdbc_dialects``). Writing to
+MariaDB/MySQL is not served yet (no Python driver here): refused at validation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from strom.connect import config_def as cd
+from strom.connect.api import ConnectException, SinkConnector, Task
+from strom.connect.config_def import ConfigValue
+from strom.connect.connectors.jdbc_dialects import (
+    MYSQL,
+    POSTGRESQL,
+    Database,
+    JdbcUrlError,
+    parse_url,
+)
+from strom.connect.converters import Converter
+from strom.connect.data import DATE, STRUCT, TIME, TIMESTAMP, Field, Schema, Struct
+from strom.connect.spark_tasks import SparkSinkTask
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+INSERT, UPSERT, UPDATE = "insert", "upsert", "update"
+NONE, KAFKA, RECORD_KEY, RECORD_VALUE = "none", "kafka", "record_key", "record_value"
+KAFKA_PK_FIELDS = ["__connect_topic", "__connect_partition", "__connect_offset"]
+CREATE_RETRIES = 5
+
+
+def connection_keys() -> list[cd.ConfigKey]:
+    return [
+        cd.ConfigKey(
+            "connection.url",
+            cd.STRING,
+            cd.REQUIRED,
+            cd.HIGH,
+            "JDBC connection URL, e.g. jdbc:postgresql://localhost:5432/db",
+            check=cd.non_empty,
+        ),
+        cd.ConfigKey("connection.user", cd.STRING, "", cd.HIGH, "JDBC connection user."),
+        cd.ConfigKey("connection.password", cd.PASSWORD, "", cd.HIGH, "JDBC password."),
+    ]
+
+
+class JdbcSinkConnector(SinkConnector):
+    CONFIG_DEF = cd.ConfigDef(
+        [
+            *connection_keys(),
+            cd.ConfigKey(
+                "insert.mode",
+                cd.STRING,
+                INSERT,
+                cd.HIGH,
+                "The insertion mode to use: insert, upsert or update.",
+                check=cd.one_of(INSERT, UPSERT, UPDATE, case_sensitive=False),
+            ),
+            cd.ConfigKey(
+                "pk.mode",
+                cd.STRING,
+                NONE,
+                cd.HIGH,
+                "The primary key mode: none, kafka, record_key or record_value.",
+                check=cd.one_of(NONE, KAFKA, RECORD_KEY, RECORD_VALUE, case_sensitive=False),
+            ),
+            cd.ConfigKey("pk.fields", cd.LIST, "", cd.MEDIUM, "The primary key field names."),
+            cd.ConfigKey(
+                "fields.whitelist",
+                cd.LIST,
+                "",
+                cd.MEDIUM,
+                "The record value fields to write (all when empty).",
+            ),
+            cd.ConfigKey("fields.include", cd.LIST, "", cd.MEDIUM, "As fields.whitelist."),
+            cd.ConfigKey(
+                "table.name.format",
+                cd.STRING,
+                "${topic}",
+                cd.MEDIUM,
+                "The destination table name; ${topic} is the record's topic.",
+            ),
+            cd.ConfigKey("auto.create", cd.BOOLEAN, False, cd.MEDIUM, "Create a missing table."),
+            cd.ConfigKey(
+                "auto.evolve", cd.BOOLEAN, False, cd.MEDIUM, "Add missing columns to the table."
+            ),
+            cd.ConfigKey(
+                "delete.enabled",
+                cd.BOOLEAN,
+                False,
+                cd.MEDIUM,
+                "Whether to treat null record values as deletes. Requires pk.mode to be "
+                "record_key.",
+            ),
+            cd.ConfigKey(
+                "batch.size",
+                cd.INT,
+                3000,
+                cd.MEDIUM,
+                "How many records to batch together in one statement.",
+                check=cd.at_least(1),
+            ),
+        ]
+    )
+
+    def validate(self, props: Mapping[str, str]) -> dict[str, ConfigValue]:
+        results = super().validate(props)
+        values = {name: result.value for name, result in results.items()}
+        url = results["connection.url"]
+        if not url.errors:
+            try:
+                database = parse_url(str(values["connection.url"]))
+                if database.kind == MYSQL:
+                    raise JdbcUrlError(
+                        "the JDBC sink writes to PostgreSQL and SQLite; MariaDB/MySQL not yet"
+                    )
+            except JdbcUrlError as exc:
+                url.errors.append(f"Invalid value for configuration connection.url: {exc}")
+        pk_mode = str(values.get("pk.mode") or NONE).lower()
+        if values.get("delete.enabled") is True and pk_mode != RECORD_KEY:
+            results["delete.enabled"].errors.append(
+                "Invalid value true for configuration delete.enabled: Primary key mode must be "
+                "'record_key' when delete support is enabled"
+            )
+        mode = str(values.get("insert.mode") or INSERT).lower()
+        if mode in (UPSERT, UPDATE) and pk_mode == NONE:
+            results["pk.mode"].errors.append(
+                f"Invalid value none for configuration pk.mode: writing in {mode.upper()} mode "
+                "requires key field names to be known (kafka, record_key or record_value)"
+            )
+        return results
+
+    def start(self, props: dict[str, str]) -> None:
+        self.props = dict(props)
+
+    def task_class(self) -> type[Task]:
+        return JdbcSinkTask
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        return [dict(self.props) for _ in range(max_tasks)]
+
+    def stop(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    database: Database
+    insert_mode: str
+    pk_mode: str
+    pk_fields: tuple[str, ...]
+    fields: tuple[str, ...]
+    table_format: str
+    auto_create: bool
+    auto_evolve: bool
+    delete_enabled: bool
+    batch_size: int
+
+    @classmethod
+    def of(cls, props: Mapping[str, str]) -> SinkSettings:
+        values = JdbcSinkConnector.CONFIG_DEF.parse(props)
+        return cls(
+            database=parse_url(
+                values["connection.url"], values["connection.user"], values["connection.password"]
+            ),
+            insert_mode=values["insert.mode"].lower(),
+            pk_mode=values["pk.mode"].lower(),
+            pk_fields=tuple(values["pk.fields"]),
+            fields=tuple(values["fields.whitelist"] or values["fields.include"]),
+            table_format=values["table.name.format"],
+            auto_create=values["auto.create"],
+            auto_evolve=values["auto.evolve"],
+            delete_enabled=values["delete.enabled"],
+            batch_size=values["batch.size"],
+        )
+
+
+class JdbcSinkTask(SparkSinkTask):
+    def start(self, props: dict[str, str]) -> None:
+        self.settings = SinkSettings.of(props)
+
+    def write_batch(
+        self, batch: DataFrame, batch_id: int, key_converter: Converter, value_converter: Converter
+    ) -> int:
+        writer = PartitionWriter(self.settings, key_converter, value_converter)
+        columns = batch.select("key", "value", "topic", "partition", "offset")
+        written = columns.mapInArrow(writer, "written long").collect()
+        return sum(row["written"] for row in written)
+
+    def stop(self) -> None:
+        pass
+
+
+@dataclass
+class _Row:
+    """A record made ready for its table: primary key values and the other columns."""
+
+    key: tuple[Any, ...]
+    key_names: tuple[str, ...]  # the primary key's columns (none for pk.mode=none)
+    values: dict[str, Any] | None  # None: delete (a tombstone)
+    schema: Schema | None  # the columns' schema (key columns first)
+
+
+class PartitionWriter:
+    """Writes one Spark partition of a micro-batch (runs on the executors)."""
+
+    def __init__(
+        self, settings: SinkSettings, key_converter: Converter, value_converter: Converter
+    ) -> None:
+        self.settings = settings
+        self.key_converter = key_converter
+        self.value_converter = value_converter
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        by_table: dict[str, dict[Any, _Row]] = {}
+        ordered: dict[str, list[_Row]] = {}
+        for arrow in batches:
+            columns = arrow.to_pydict()
+            for key, value, topic, partition, offset in zip(
+                columns["key"],
+                columns["value"],
+                columns["topic"],
+                columns["partition"],
+                columns["offset"],
+                strict=True,
+            ):
+                row = self.row(topic, partition, offset, key, value)
+                if row is None:
+                    continue
+                table = self.settings.table_format.replace("${topic}", topic)
+                if self.keeps_last:
+                    by_table.setdefault(table, {})[row.key] = row
+                else:
+                    ordered.setdefault(table, []).append(row)
+        written = 0
+        if by_table or ordered:
+            connection = self.settings.database.connect()
+            try:
+                tables = TableWriter(self.settings, connection)
+                for table, last_of_key in by_table.items():
+                    written += tables.write(table, list(last_of_key.values()))
+                for table, in_order in ordered.items():
+                    written += tables.write(table, in_order)
+                connection.commit()
+            finally:
+                connection.close()
+        yield pa.RecordBatch.from_arrays([pa.array([written], pa.int64())], ["written"])
+
+    @property
+    def keeps_last(self) -> bool:
+        """Whether only each key's last record matters (upsert, update and deletes)."""
+        return self.settings.pk_mode in (RECORD_KEY, RECORD_VALUE) and (
+            self.settings.insert_mode != INSERT or self.settings.delete_enabled
+        )
+
+    def row(self, topic: str, partition: int, offset: int, key: Any, value: Any) -> _Row | None:
+        settings = self.settings
+        where = f"{topic}-{partition} at offset {offset}"
+        try:
+            key_schema, key_data = self.key_converter.to_connect_data(topic, key)
+            value_schema, value_data = self.value_converter.to_connect_data(topic, value)
+        except Exception as exc:
+            raise ConnectException(f"Conversion failed for the record of {where}: {exc}") from exc
+        if value_data is None:
+            if not settings.delete_enabled:
+                return None  # a tombstone without delete.enabled writes nothing
+            key_values = self.key_of_record_key(key_schema, key_data, where)
+            return _Row(key_values, tuple(self.key_names(key_schema)), None, None)
+        if (
+            value_schema is None
+            or value_schema.type != STRUCT
+            or not isinstance(value_data, Struct)
+        ):
+            raise ConnectException(
+                "Sink connector is configured with "
+                f"'delete.enabled={str(settings.delete_enabled).lower()}' "
+                f"and 'pk.mode={settings.pk_mode}' and therefore requires records with a non-null "
+                f"Struct value and non-null Struct schema, but found record at {where} with a "
+                f"{type(value_data).__name__} value and "
+                f"{'null' if value_schema is None else value_schema.type} value schema."
+            )
+        fields = [
+            f
+            for f in value_schema.fields
+            if not settings.fields or f.name in settings.fields or self.is_value_pk(f.name)
+        ]
+        key_columns: list[tuple[str, Schema, Any]] = []
+        if settings.pk_mode == KAFKA:
+            names = list(settings.pk_fields) or KAFKA_PK_FIELDS
+            if len(names) != 3:
+                raise ConnectException(
+                    "PK mode for kafka requires exactly three pk.fields (topic, partition, offset)"
+                )
+            kinds = (Schema("string"), Schema("int32"), Schema("int64"))
+            key_columns = list(zip(names, kinds, (topic, partition, offset), strict=True))
+        elif settings.pk_mode == RECORD_KEY:
+            key_values = self.key_of_record_key(key_schema, key_data, where)
+            key_columns = list(
+                zip(
+                    self.key_names(key_schema),
+                    self.key_schemas(key_schema),
+                    key_values,
+                    strict=True,
+                )
+            )
+        elif settings.pk_mode == RECORD_VALUE:
+            names = list(settings.pk_fields) or [f.name for f in value_schema.fields]
+            for name in names:
+                found = value_schema.field(name)
+                if found is None:
+                    raise ConnectException(f"PK field {name} is not in the record value of {where}")
+                key_columns.append((name, found.schema, value_data.values.get(name)))
+        key_names = {name for name, _, _ in key_columns}
+        columns = [
+            (n, Schema(s.type, optional=False, name=s.name, parameters=s.parameters))
+            for n, s, _ in key_columns
+        ]
+        columns += [(f.name, f.schema) for f in fields if f.name not in key_names]
+        values = {n: v for n, _, v in key_columns}
+        values.update(
+            {f.name: value_data.values.get(f.name) for f in fields if f.name not in key_names}
+        )
+        schema = Schema.struct(columns)
+        key = tuple(v for _, _, v in key_columns) or (topic, partition, offset)
+        return _Row(key, tuple(n for n, _, _ in key_columns), values, schema)
+
+    def is_value_pk(self, name: str) -> bool:
+        return self.settings.pk_mode == RECORD_VALUE and (
+            not self.settings.pk_fields or name in self.settings.pk_fields
+        )
+
+    def key_names(self, key_schema: Schema | None) -> list[str]:
+        assert key_schema is not None
+        if key_schema.type == STRUCT:
+            return list(self.settings.pk_fields) or [f.name for f in key_schema.fields]
+        if len(self.settings.pk_fields) != 1:
+            raise ConnectException(
+                "Need exactly one PK column defined since the key schema for records is a "
+                f"primitive type, defined columns are: {list(self.settings.pk_fields)}"
+            )
+        return list(self.settings.pk_fields)
+
+    def key_schemas(self, key_schema: Schema | None) -> list[Schema]:
+        assert key_schema is not None
+        if key_schema.type != STRUCT:
+            return [key_schema]
+        found: list[Field | None] = [key_schema.field(n) for n in self.key_names(key_schema)]
+        return [f.schema for f in found if f is not None]
+
+    def key_of_record_key(self, key_schema: Schema | None, key: Any, where: str) -> tuple[Any, ...]:
+        if key_schema is None or key is None:
+            raise ConnectException(
+                "Sink connector is configured with 'pk.mode=record_key' and therefore requires "
+                f"records with a non-null key and non-null key schema, but found record at {where} "
+                "with a null key or key schema."
+            )
+        if key_schema.type != STRUCT:
+            self.key_names(key_schema)
+            return (key,)
+        names = self.key_names(key_schema)
+        missing = [n for n in names if key_schema.field(n) is None]
+        if missing:
+            raise ConnectException(f"PK fields {missing} are not in the record key of {where}")
+        return tuple(key.values.get(n) for n in names)
+
+
+class TableWriter:
+    """Writes rows to tables over one connection: creates or evolves a table as allowed,
+    then applies the rows (deletes, then upserts, inserts or updates)."""
+
+    def __init__(self, settings: SinkSettings, connection: Any) -> None:
+        self.settings = settings
+        self.database = settings.database
+        self.connection = connection
+        self.columns: dict[str, set[str]] = {}
+
+    def write(self, table: str, rows: list[_Row]) -> int:
+        deletes = [row.key for row in rows if row.values is None]
+        writes = [row for row in rows if row.values is not None]
+        quoted = self.database.table(table)
+        if writes:
+            schema = writes[-1].schema
+            assert schema is not None
+            self.ensure_table(table, schema, len(writes[-1].key_names))
+        elif deletes and self.existing_columns(table) is None:
+            return 0  # deleting from a table that was never created: nothing there
+        with self.connection.cursor() as cursor:
+            if deletes:
+                names = rows[0].key_names
+                condition = " AND ".join(
+                    f"{self.database.quote(n)} = {self.database.placeholder}" for n in names
+                )
+                for chunk in _chunks(deletes, self.settings.batch_size):
+                    cursor.executemany(f"DELETE FROM {quoted} WHERE {condition}", chunk)
+            # rows grouped by their columns (a schema change mid-batch)
+            groups: dict[tuple[str, ...], list[_Row]] = {}
+            for row in writes:
+                assert row.values is not None
+                groups.setdefault(tuple(row.values), []).append(row)
+            for names, group in groups.items():
+                self.write_rows(cursor, table, list(names), group)
+        return len(rows)
+
+    def write_rows(self, cursor: Any, table: str, names: list[str], rows: list[_Row]) -> None:
+        schema = rows[-1].schema
+        assert schema is not None
+        key_count = len(rows[0].key_names)
+        keys = names[:key_count]
+        quoted = self.database.table(table)
+        types = [f.schema for f in schema.fields]
+        data = [
+            tuple(_db_value(s, row.values[n]) for n, s in zip(names, types, strict=True))
+            for row in rows
+            if row.values is not None
+        ]
+        mode = self.settings.insert_mode
+        column_list = ", ".join(self.database.quote(n) for n in names)
+        if self.database.kind == POSTGRESQL and mode in (INSERT, UPSERT):
+            target = quoted
+            if mode == UPSERT:
+                target = self.database.quote(f"strom_stage_{abs(hash(table))}")
+                cursor.execute(f"CREATE TEMP TABLE {target} (LIKE {quoted}) ON COMMIT DROP")
+            with cursor.copy(f"COPY {target} ({column_list}) FROM STDIN") as copy:
+                for values in data:
+                    copy.write_row(values)
+            if mode == UPSERT:
+                updates = [n for n in names if n not in keys]
+                action = (
+                    "DO UPDATE SET "
+                    + ", ".join(
+                        f"{self.database.quote(n)}=EXCLUDED.{self.database.quote(n)}"
+                        for n in updates
+                    )
+                    if updates
+                    else "DO NOTHING"
+                )
+                conflict = ", ".join(self.database.quote(k) for k in keys)
+                cursor.execute(
+                    f"INSERT INTO {quoted} ({column_list}) SELECT {column_list} FROM {target} "
+                    f"ON CONFLICT ({conflict}) {action}"
+                )
+                cursor.execute(f"DROP TABLE {target}")
+            return
+        if mode == UPSERT:
+            statement = self.database.upsert(quoted, names, keys)
+        elif mode == UPDATE:
+            sets = ", ".join(
+                f"{self.database.quote(n)} = {self.database.placeholder}" for n in names[key_count:]
+            )
+            where = " AND ".join(
+                f"{self.database.quote(k)} = {self.database.placeholder}" for k in keys
+            )
+            statement = f"UPDATE {quoted} SET {sets} WHERE {where}"
+            data = [values[key_count:] + values[:key_count] for values in data]
+        else:
+            marks = ", ".join([self.database.placeholder] * len(names))
+            statement = f"INSERT INTO {quoted} ({column_list}) VALUES ({marks})"
+        for chunk in _chunks(data, self.settings.batch_size):
+            cursor.executemany(statement, chunk)
+
+    def existing_columns(self, table: str) -> set[str] | None:
+        """The table's columns, None when there is no such table."""
+        if table in self.columns:
+            return self.columns[table]
+        with self.connection.cursor() as cursor:
+            if self.database.kind == POSTGRESQL:
+                schema_name, _, name = table.rpartition(".")
+                cursor.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                    "AND table_schema = COALESCE(NULLIF(%s, ''), current_schema())",
+                    (name, schema_name),
+                )
+            else:
+                cursor.execute(f"PRAGMA table_info({self.database.quote(table)})")
+            found = cursor.fetchall()
+        if not found:
+            return None
+        names = {row[0] if self.database.kind == POSTGRESQL else row[1] for row in found}
+        self.columns[table] = names
+        return names
+
+    def ensure_table(self, table: str, schema: Schema, key_count: int) -> None:
+        for attempt in range(CREATE_RETRIES):
+            try:
+                self._ensure_table(table, schema, key_count)
+                return
+            except ConnectException:
+                raise
+            except Exception:  # another task created or altered it at the same moment
+                self.connection.rollback()
+                self.columns.pop(table, None)
+                if attempt == CREATE_RETRIES - 1:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+
+    def _ensure_table(self, table: str, schema: Schema, key_count: int) -> None:
+        existing = self.existing_columns(table)
+        quoted = self.database.table(table)
+        with self.connection.cursor() as cursor:
+            if existing is None:
+                if not self.settings.auto_create:
+                    raise ConnectException(
+                        f"Table {table} is missing and auto-creation is disabled"
+                    )
+                columns = [
+                    f"{self.database.quote(f.name)} {self.database.column_type(f.schema)}"
+                    + ("" if f.schema.optional else " NOT NULL")
+                    for f in schema.fields
+                ]
+                keys = [f.name for f in schema.fields][:key_count]
+                if keys:
+                    columns.append(
+                        "PRIMARY KEY(" + ", ".join(self.database.quote(k) for k in keys) + ")"
+                    )
+                cursor.execute(f"CREATE TABLE IF NOT EXISTS {quoted} ({', '.join(columns)})")
+                self.connection.commit()
+                log.info("created table %s", table)
+                self.columns.pop(table, None)
+                return
+            missing = [f for f in schema.fields if f.name not in existing]
+            if not missing:
+                return
+            if not self.settings.auto_evolve:
+                names = ", ".join(f.name for f in missing)
+                raise ConnectException(
+                    f"Table {table} is missing fields ({names}) and auto-evolution is disabled"
+                )
+            for f in missing:
+                if not f.schema.optional and f.schema.default is None:
+                    raise ConnectException(
+                        f"Cannot ALTER TABLE {table} to add missing field {f.name}, as the field "
+                        "is not optional and does not have a default value"
+                    )
+                cursor.execute(
+                    f"ALTER TABLE {quoted} ADD {self.database.quote(f.name)} "
+                    f"{self.database.column_type(f.schema)}"
+                )
+            self.connection.commit()
+            self.columns.pop(table, None)
+
+
+def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _db_value(schema: Schema, value: Any) -> Any:
+    """A Connect value as the database driver takes it."""
+    if value is None:
+        return None
+    if schema.name == TIMESTAMP and isinstance(value, int):
+        return dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=value)
+    if schema.name == DATE and isinstance(value, int):
+        return dt.date(1970, 1, 1) + dt.timedelta(days=value)
+    if schema.name == TIME and isinstance(value, int):
+        return (dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=value)).time()
+    if isinstance(value, Struct | dict | list):
+        raise ConnectException(
+            f"Unsupported source data type: {schema.type.upper()} (JDBC sink writes primitives)"
+        )
+    return value
