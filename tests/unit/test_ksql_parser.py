@@ -1,0 +1,249 @@
+"""ksqlDB's statements parsed into typed values: every statement kind, expressions and
+types, WITH properties, names as ksqlDB resolves them, comments, several statements per
+request, ${variables} with DEFINE/UNDEFINE, and syntax errors naming line and column."""
+
+from __future__ import annotations
+
+import decimal
+
+import pytest
+
+from strom.ksql import expressions as ex
+from strom.ksql import statements as st
+from strom.ksql.parser import (
+    KsqlSyntaxError,
+    parse_statement,
+    parse_statements,
+    split_statements,
+)
+
+
+def test_create_stream_columns_types_and_properties() -> None:
+    statement = parse_statement(
+        "CREATE STREAM pageviews (id BIGINT KEY, `Url` VARCHAR, tags ARRAY<STRING>, "
+        "attrs MAP<STRING, INT>, addr STRUCT<street STRING, `zip` INT>, price DECIMAL(10, 2), "
+        "hs ARRAY<BYTES> HEADERS, h BYTES HEADER('trace')) "
+        "WITH (kafka_topic='pv', value_format='JSON', partitions=3, replicas=1, "
+        "timestamp='ts', wrap_single_value=false)"
+    )
+    assert isinstance(statement, st.CreateSource)
+    assert (statement.kind, statement.name, statement.is_source) == ("STREAM", "PAGEVIEWS", False)
+    columns = {e.name: (e.type, e.constraint) for e in statement.elements}
+    assert columns["ID"] == (ex.PrimitiveType("BIGINT"), "KEY")
+    assert columns["Url"] == (ex.PrimitiveType("STRING"), None)
+    assert columns["TAGS"][0] == ex.ArrayType(ex.PrimitiveType("STRING"))
+    assert columns["ATTRS"][0] == ex.MapType(
+        ex.PrimitiveType("STRING"), ex.PrimitiveType("INTEGER")
+    )
+    assert str(columns["ADDR"][0]) == "STRUCT<`STREET` STRING, `zip` INTEGER>"
+    assert columns["PRICE"][0] == ex.DecimalType(10, 2)
+    assert columns["HS"][1] == "HEADERS" and columns["H"][1] == "HEADER('trace')"
+    assert statement.properties == {
+        "KAFKA_TOPIC": "pv",
+        "VALUE_FORMAT": "JSON",
+        "PARTITIONS": 3,
+        "REPLICAS": 1,
+        "TIMESTAMP": "ts",
+        "WRAP_SINGLE_VALUE": False,
+    }
+
+
+def test_create_source_table_or_replace_if_not_exists() -> None:
+    statement = parse_statement(
+        "create or replace source table if not exists users (id string primary key, n int) "
+        "with (kafka_topic='u', format='json')"
+    )
+    assert isinstance(statement, st.CreateSource)
+    assert statement.kind == "TABLE" and statement.is_source
+    assert statement.or_replace and statement.if_not_exists
+    assert statement.elements[0].is_key and statement.elements[0].constraint == "PRIMARY KEY"
+
+
+def test_create_as_select_and_insert_into_select() -> None:
+    ctas = parse_statement(
+        "CREATE TABLE counts WITH (kafka_topic='c') AS SELECT page, COUNT(*) AS n FROM pv "
+        "WINDOW HOPPING (SIZE 1 MINUTE, ADVANCE BY 10 SECONDS, RETENTION 2 DAYS, "
+        "GRACE PERIOD 5 SECONDS) WHERE page <> 'x' GROUP BY page HAVING COUNT(*) > 1 EMIT FINAL"
+    )
+    assert isinstance(ctas, st.CreateAsSelect) and ctas.properties == {"KAFKA_TOPIC": "c"}
+    query = ctas.query
+    assert query.window == st.WindowExpression(
+        "HOPPING",
+        st.Duration(1, "MINUTE"),
+        st.Duration(10, "SECONDS"),
+        st.Duration(2, "DAYS"),
+        st.Duration(5, "SECONDS"),
+    )
+    assert query.window.size.milliseconds == 60_000 and query.window.retention
+    assert query.window.retention.milliseconds == 2 * 86_400_000
+    assert query.group_by == (ex.ColumnReference("PAGE"),)
+    assert query.having == ex.Comparison(
+        ">", ex.FunctionCall("COUNT", (), star=True), ex.Literal(1)
+    )
+    assert query.emit == "FINAL" and not query.is_pull
+    insert = parse_statement("INSERT INTO out SELECT * FROM pv PARTITION BY id EMIT CHANGES")
+    assert isinstance(insert, st.InsertInto) and insert.target == "OUT"
+    assert insert.query.partition_by == (ex.ColumnReference("ID"),)
+    with pytest.raises(KsqlSyntaxError):
+        parse_statement("CREATE SOURCE STREAM s AS SELECT * FROM t EMIT CHANGES")
+
+
+def test_queries_joins_windows_and_pull() -> None:
+    query = parse_statement(
+        "SELECT o.id, c.name FROM orders o INNER JOIN customers AS c ON o.cid = c.id "
+        "LEFT OUTER JOIN items i WITHIN (1 HOUR, 2 MINUTES) GRACE PERIOD 1 SECOND "
+        "ON o.item = i.id FULL JOIN x ON x.k = o.k EMIT CHANGES LIMIT 10"
+    )
+    assert isinstance(query, st.Query) and query.limit == 10
+    assert query.source.left == st.AliasedSource("ORDERS", "O")
+    kinds = [join.kind for join in query.source.joins]
+    assert kinds == ["INNER", "LEFT", "FULL"]
+    within = query.source.joins[1].within
+    assert within == st.Within(
+        st.Duration(1, "HOUR"), st.Duration(2, "MINUTES"), st.Duration(1, "SECOND")
+    )
+    pull = parse_statement("SELECT * FROM users WHERE id = 'a'")
+    assert isinstance(pull, st.Query) and pull.is_pull and pull.select == (st.AllColumns(),)
+    session = parse_statement(
+        "SELECT user, COUNT(*) FROM tx WINDOW SESSION (30 SECONDS) GROUP BY user EMIT CHANGES"
+    )
+    assert isinstance(session, st.Query) and session.window
+    assert session.window.kind == "SESSION" and session.window.size.milliseconds == 30_000
+
+
+def test_expressions() -> None:
+    query = parse_statement(
+        "SELECT a->b->c, arr[1], m['k'], -x, 1 + 2 * 3, 'a' || 'b', -1.50, 2.5E3, "
+        "CAST(p AS DECIMAL(4, 1)), CASE WHEN a > 1 THEN 'big' ELSE 'small' END, "
+        "CASE s WHEN 1 THEN 'one' END, ARRAY[1, 2], MAP('k' := 1), STRUCT(f := 'v'), "
+        "TRANSFORM(arr, x => x * 2), REDUCE(arr, 0, (s, x) => s + x), NULL, TRUE "
+        "FROM t WHERE a IS NOT NULL AND b NOT LIKE 'x%' AND c BETWEEN 1 AND 2 "
+        "AND d NOT IN (1, 2) OR NOT e != 3"
+    )
+    assert isinstance(query, st.Query)
+    items = [item.expression for item in query.select if isinstance(item, st.SelectExpression)]
+    assert items[0] == ex.Dereference(ex.Dereference(ex.ColumnReference("A"), "B"), "C")
+    assert items[1] == ex.Subscript(ex.ColumnReference("ARR"), ex.Literal(1))
+    assert items[3] == ex.Negate(ex.ColumnReference("X"))
+    assert items[4] == ex.Arithmetic(
+        "+", ex.Literal(1), ex.Arithmetic("*", ex.Literal(2), ex.Literal(3))
+    )
+    assert items[5] == ex.Arithmetic("||", ex.Literal("a"), ex.Literal("b"))
+    assert items[6] == ex.Literal(decimal.Decimal("-1.50"))
+    assert items[7] == ex.Literal(2500.0)
+    assert items[8] == ex.Cast(ex.ColumnReference("P"), ex.DecimalType(4, 1))
+    assert isinstance(items[9], ex.Case) and items[9].operand is None
+    assert items[9].default == ex.Literal("small")
+    assert isinstance(items[10], ex.Case) and items[10].operand == ex.ColumnReference("S")
+    assert items[12] == ex.MapConstructor(((ex.Literal("k"), ex.Literal(1)),))
+    assert items[13] == ex.StructConstructor((("F", ex.Literal("v")),))
+    assert items[14] == ex.FunctionCall(
+        "TRANSFORM",
+        (
+            ex.ColumnReference("ARR"),
+            ex.Lambda(("X",), ex.Arithmetic("*", ex.ColumnReference("X"), ex.Literal(2))),
+        ),
+    )
+    reduce_lambda = items[15]
+    assert isinstance(reduce_lambda, ex.FunctionCall)
+    assert isinstance(reduce_lambda.arguments[2], ex.Lambda)
+    assert reduce_lambda.arguments[2].parameters == ("S", "X")
+    assert items[16:] == [ex.Literal(None), ex.Literal(True)]
+    where = query.where
+    assert isinstance(where, ex.Logical) and where.operator == "OR"
+    assert where.right == ex.Not(ex.Comparison("<>", ex.ColumnReference("E"), ex.Literal(3)))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("SHOW STREAMS", st.Show("STREAMS")),
+        ("list tables extended", st.Show("TABLES", extended=True)),
+        ("SHOW TOPICS EXTENDED", st.Show("TOPICS", extended=True)),
+        ("SHOW ALL TOPICS", st.Show("TOPICS", all_topics=True)),
+        ("SHOW QUERIES", st.Show("QUERIES")),
+        ("SHOW PROPERTIES", st.Show("PROPERTIES")),
+        ("SHOW FUNCTIONS", st.Show("FUNCTIONS")),
+        ("SHOW TYPES", st.Show("TYPES")),
+        ("SHOW VARIABLES", st.Show("VARIABLES")),
+        ("DESCRIBE pv", st.DescribeSource("PV")),
+        ("DESCRIBE `pv` EXTENDED", st.DescribeSource("pv", extended=True)),
+        ("DESCRIBE STREAMS", st.DescribeSources("STREAM")),
+        ("DESCRIBE TABLES EXTENDED", st.DescribeSources("TABLE", extended=True)),
+        ("DESCRIBE FUNCTION substring", st.DescribeFunction("SUBSTRING")),
+        ("DROP STREAM pv", st.DropSource("STREAM", "PV")),
+        ("DROP TABLE IF EXISTS t DELETE TOPIC", st.DropSource("TABLE", "T", True, True)),
+        ("CREATE TYPE addr AS STRUCT<n INT>", st.CreateType(
+            "ADDR", ex.StructType((ex.StructField("N", ex.PrimitiveType("INTEGER")),)))),
+        ("DROP TYPE IF EXISTS addr", st.DropType("ADDR", True)),
+        ("TERMINATE CSAS_OUT_3", st.Terminate("CSAS_OUT_3")),
+        ("TERMINATE ALL", st.Terminate(None)),
+        ("EXPLAIN CTAS_X_1", st.Explain(query_id="CTAS_X_1")),
+        ("PRINT 'Pv' FROM BEGINNING INTERVAL 2 LIMIT 5", st.PrintTopic("Pv", True, 2, 5)),
+        ("PRINT pv", st.PrintTopic("pv")),
+        ("SET 'auto.offset.reset'='earliest'", st.SetProperty("auto.offset.reset", "earliest")),
+        ("UNSET 'auto.offset.reset'", st.UnsetProperty("auto.offset.reset")),
+        ("DEFINE topic = 'it''s'", st.DefineVariable("topic", "it's")),
+        ("UNDEFINE topic", st.UndefineVariable("topic")),
+        ("RUN SCRIPT '/tmp/x.sql'", st.RunScript("/tmp/x.sql")),
+        ("INSERT INTO pv (id, url) VALUES (1, 'a')", st.InsertValues(
+            "PV", ("ID", "URL"), (ex.Literal(1), ex.Literal("a")))),
+        ("INSERT INTO pv VALUES ()", st.InsertValues("PV", (), ())),
+        ("ALTER STREAM pv ADD COLUMN c INT", st.AlterSource(
+            "STREAM", "PV", (st.TableElement("C", ex.PrimitiveType("INTEGER")),))),
+    ],
+)  # fmt: skip
+def test_statement_kinds(text: str, expected: st.Statement) -> None:
+    assert parse_statement(text) == expected
+
+
+def test_explain_a_statement() -> None:
+    explained = parse_statement("EXPLAIN SELECT * FROM pv EMIT CHANGES")
+    assert isinstance(explained, st.Explain) and isinstance(explained.statement, st.Query)
+
+
+def test_split_keeps_semicolons_in_strings_names_and_comments() -> None:
+    text = (
+        "-- a comment; still a comment\n"
+        "CREATE STREAM a (x STRING) WITH (kafka_topic='t;1', value_format='JSON');\n"
+        "/* block; comment */ SHOW `odd;name`;\n"
+        "SELECT 'it''s;' FROM a EMIT CHANGES;\n  -- trailing comment only\n"
+    )
+    pieces = split_statements(text)
+    assert len(pieces) == 3
+    assert pieces[0].endswith("value_format='JSON')")
+    assert pieces[2] == "SELECT 'it''s;' FROM a EMIT CHANGES"
+
+
+def test_variables_defined_and_undefined_in_order() -> None:
+    variables: dict[str, str] = {"fmt": "JSON"}
+    parsed = list(
+        parse_statements(
+            "DEFINE topic = 'orders';"
+            "CREATE STREAM s (id INT) WITH (kafka_topic='${topic}', value_format='${FMT}');"
+            "UNDEFINE topic; SHOW VARIABLES;",
+            variables,
+        )
+    )
+    created = parsed[1].statement
+    assert isinstance(created, st.CreateSource)
+    assert created.properties == {"KAFKA_TOPIC": "orders", "VALUE_FORMAT": "JSON"}
+    assert "kafka_topic='orders'" in parsed[1].text
+    assert variables == {"fmt": "JSON"}
+
+
+@pytest.mark.parametrize(
+    ("text", "position"),
+    [
+        ("SELEC * FROM x", "line 1:0:"),
+        ("SHOW STREAMS\nEXTRA", "line 2:0:"),
+        ("CREATE STREAM s (id INT WITH (kafka_topic='t')", "line 1:24:"),
+        ("SELECT * FROM x WINDOW TUMBLING (SIZE 1 FORTNIGHT)", "line 1:40:"),
+        ("CREATE STREAM s (id INT)", "line 1:0:"),
+        ("SELECT 'open FROM x", "line 1:7:"),
+    ],
+)
+def test_syntax_errors_name_line_and_column(text: str, position: str) -> None:
+    with pytest.raises(KsqlSyntaxError) as info:
+        parse_statement(text)
+    assert str(info.value).startswith(position + " Syntax Error"), str(info.value)
