@@ -19,18 +19,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
 from strom.cli import output
 from strom.cli.common import ToolError
 from strom.cli.connect_worker import connector_file
 from strom.cli.properties_file import PropertiesError
+from strom.connect.rest_client import ConnectRestClient, ConnectRestError
 
 DEFAULT_URL = os.environ.get("STROM_CONNECT_URL") or "http://127.0.0.1:8083"
-TIMEOUT_S = 60.0
 
 
 def add_parser(commands: Any) -> None:
@@ -57,44 +55,24 @@ def add_parser(commands: Any) -> None:
 
 def call(url: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
     """(status, JSON answer or None); ToolError when unreachable or answered with an error."""
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        url.rstrip("/") + path,
-        data=data,
-        method=method,
-        headers={"Content-Type": "application/json", "Accept": "application/json"},
-    )
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            status, text = response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        text = exc.read()
-        try:
-            message = json.loads(text)["message"]
-        except (ValueError, KeyError, TypeError):
-            message = text.decode("utf-8", "replace") or exc.reason
-        raise ToolError(f"{method} {path}: {exc.code} {message}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ToolError(f"cannot reach the Connect worker at {url}: {reason}") from None
-    return status, json.loads(text) if text.strip() else None
+        return ConnectRestClient(url).call(method, path, body)
+    except ConnectRestError as exc:
+        raise ToolError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:
     url = args.url
     if args.action == "list":
-        _, connectors = call(url, "GET", "/connectors?expand=status")
+        try:
+            connectors = ConnectRestClient(url).connectors()
+        except ConnectRestError as exc:
+            raise ToolError(str(exc)) from None
         listing = output.Listing("NAME", "TYPE", "STATE", "TASKS", "WORKER")
-        for name in sorted(connectors):
-            status = connectors[name].get("status", {})
-            tasks = " ".join(f"{t['id']}:{t['state']}" for t in status.get("tasks", []))
-            connector = status.get("connector", {})
+        for connector in connectors:
+            tasks = " ".join(f"{t.task_id}:{t.state}" for t in connector.tasks)
             listing.add_row(
-                name,
-                status.get("type", ""),
-                connector.get("state", ""),
-                tasks or "-",
-                connector.get("worker_id", ""),
+                connector.name, connector.type, connector.state, tasks or "-", connector.worker_id
             )
         output.show(args, listing)
         return 0

@@ -3,7 +3,7 @@ cluster (it is a client over the wire).
 
     strom console --bootstrap-server HOST:PORT [--listener http://127.0.0.1:9021]
                   [--command-config FILE] [--sample-interval SECONDS]
-                  [--schema-registry-url URL]
+                  [--schema-registry-url URL] [--connect-url URL]
 
 Runs until interrupted. A bad listener is the usual one-line argument error; a cluster
 that refuses every bootstrap address is one line and exit code 1.
@@ -36,6 +36,11 @@ def add_parser(commands: Any) -> None:
         "--schema-registry-url",
         metavar="URL",
         help="decode values in Confluent's wire format with this schema registry",
+    )
+    parser.add_argument(
+        "--connect-url",
+        metavar="URL",
+        help="show and manage the connectors of this Kafka Connect worker's REST API",
     )
     parser.add_argument(
         "--sample-interval",
@@ -73,7 +78,11 @@ async def _serve(args: argparse.Namespace, security: Any, settings: dict) -> int
 
     reader = ClusterReader(args.bootstrap_server, settings)
     console = Console(
-        reader, args.sample_interval, args.schema_registry_url, security.registry_client
+        reader,
+        args.sample_interval,
+        args.schema_registry_url,
+        security.registry_client,
+        connect_url=args.connect_url,
     )
     server = http_server(console.app, security)
     url = await start_server(server, args)

@@ -17,6 +17,7 @@ distributed worker serve the module.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -583,6 +584,43 @@ def test_sink_tolerates_a_bad_record_into_the_dead_letter_queue(
     assert "Tolerance exceeded in error handler" in failed["tasks"][0]["trace"]
     assert "serialization error" in failed["tasks"][0]["trace"]
     worker.call("DELETE", "/connectors/strict-sink")
+
+
+def test_console_connect_page(worker: Worker, broker: BrokerProcess, workdir: Path) -> None:
+    """``strom console --connect-url``: the connectors, their class, state and tasks, and a
+    pause through the page's form; the same form without its token is refused and does
+    nothing."""
+    source_file = workdir / "console-in.txt"
+    source_file.write_text("a\n")
+    worker.call("POST", "/connectors", file_source("console-src", source_file, "console-lines"))
+    worker.wait_state("console-src", "RUNNING")
+    console = ServiceProcess(
+        ["console", "--bootstrap-server", broker.bootstrap, "--listener", "http://127.0.0.1:0",
+         "--connect-url", worker.url]
+    )  # fmt: skip
+    pause = f"{console.url}/connect/console-src/pause"
+    try:
+        with urllib.request.urlopen(console.url + "/connect", timeout=30) as response:
+            page = response.read().decode()
+        assert "console-src" in page and "FileStreamSourceConnector" in page
+        assert "0: RUNNING" in page
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+        assert token is not None and 'action="/connect/console-src/pause"' in page
+        forged = urllib.request.Request(pause, data=b"x=1", headers={"Origin": console.url})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(forged, timeout=30)
+        assert refused.value.code == 403
+        assert worker.status("console-src")["connector"]["state"] == "RUNNING"
+        form = f"csrf_token={token.group(1)}".encode()
+        posted = urllib.request.Request(pause, data=form, headers={"Origin": console.url})
+        with urllib.request.urlopen(posted, timeout=30) as response:
+            assert "/connect?note=Pause" in response.url
+        worker.wait_state("console-src", "PAUSED")
+        with urllib.request.urlopen(console.url + "/connect", timeout=30) as response:
+            assert "0: PAUSED" in response.read().decode()
+    finally:
+        console.stop()
+        worker.call("DELETE", "/connectors/console-src")
 
 
 def test_loggers(worker: Worker) -> None:

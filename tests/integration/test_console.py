@@ -248,6 +248,11 @@ def test_unknown_pages_say_so(console: ConsoleProcess) -> None:
         urllib.request.urlopen(console.url + "/topics/no-such-topic", timeout=30)
     assert missing.value.code == 404
     assert "no topic" in missing.value.read().decode()
+    # without --connect-url, the Connect page says how to name a worker and serves no action
+    assert "start the console with --connect-url" in console.text("/connect")
+    with pytest.raises(urllib.error.HTTPError) as no_worker:
+        console.post("/connect/any/pause", {})
+    assert no_worker.value.code == 404
 
 
 def test_forms_from_other_sites_are_refused(console: ConsoleProcess) -> None:

@@ -4,7 +4,9 @@ Owns the aiohttp application (through the shared stack, ``strom.services.http``)
 page asks ``backend.ClusterReader`` on a worker thread (its calls block) and renders
 with ``pages``; forms post, act, and redirect back with a note or the cluster's error.
 A background task samples every ``sample_interval_s`` each group's lag and each
-topic's end offset into ``history``, for the lag and throughput charts.
+topic's end offset into ``history``, for the lag and throughput charts. With a Connect
+worker's URL, the Connect page lists its connectors and tasks and pauses, resumes,
+restarts or stops them through its REST API (``strom.connect.rest_client``).
 
 Forms are safe from other sites (cross-site request forgery): every form the console
 serves carries a token drawn at start (``csrf_token``, a hidden field), and a POST is
@@ -14,7 +16,8 @@ nothing is done. A page on another origin can neither read the token nor pass th
 Origin check. Behind a name other than the one the browser shows (DNS rebinding), the
 ``Host`` check of ``allowed_hosts`` refuses the request.
 
-Does not own the cluster calls (``backend``) or the HTML (``pages``).
+Does not own the cluster calls (``backend``), the Connect calls (``rest_client``) or the
+HTML (``pages``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from urllib.parse import quote, urlencode
 
 from aiohttp import web
 
+from strom.connect.rest_client import ConnectRestClient, ConnectRestError
 from strom.services.console import pages
 from strom.services.console.backend import ClusterReader, ConsoleError, RegistryDecoder
 from strom.services.console.history import History
@@ -51,8 +55,10 @@ class Console:
         schema_registry_url: str | None = None,
         registry_client: dict[str, str] | None = None,
         allowed_hosts: frozenset[str] | None = None,
+        connect_url: str | None = None,
     ) -> None:
         self.reader = reader
+        self.connect = ConnectRestClient(connect_url) if connect_url else None
         self.csrf_token = secrets.token_urlsafe(32)
         # Host headers served (None: any), e.g. {"127.0.0.1:9021", "localhost:9021"}
         self.allowed_hosts = allowed_hosts
@@ -73,6 +79,8 @@ class Console:
         routes.add_get("/groups", self.groups)
         routes.add_get("/groups/{group}", self.group)
         routes.add_post("/groups/{group}/reset", self.reset_group)
+        routes.add_get("/connect", self.connectors)
+        routes.add_post("/connect/{name}/{action}", self.connector_action)
         self.app.on_startup.append(self._start_sampler)
         self.app.on_cleanup.append(self._stop_sampler)
         self._sampler: asyncio.Task[None] | None = None
@@ -302,6 +310,29 @@ class Console:
         except (ConsoleError, ValueError) as exc:
             raise self._back(here, error=str(exc)) from None
         raise self._back(here, note=f"Offsets reset to {to}")
+
+    # Connect --------------------------------------------------------------------------
+
+    async def connectors(self, request: web.Request) -> web.Response:
+        note, error = self._flash(request)
+        if self.connect is None:
+            return self._html(pages.connect_page(None, None, note, error))
+        try:
+            found = await self._call(self.connect.connectors)
+        except ConnectRestError as exc:
+            page = pages.connect_page(None, self.connect.url, note, str(exc))
+            return self._html(page, 502)
+        return self._html(pages.connect_page(found, self.connect.url, note, error))
+
+    async def connector_action(self, request: web.Request) -> web.Response:
+        name, action = request.match_info["name"], request.match_info["action"]
+        if self.connect is None or action not in pages.CONNECTOR_ACTIONS:
+            raise web.HTTPNotFound()
+        try:
+            await self._call(self.connect.act, name, action)
+        except ConnectRestError as exc:
+            raise self._back("/connect", error=str(exc)) from None
+        raise self._back("/connect", note=f"{action.capitalize()} requested for {name}")
 
 
 def _position(start: str, at: str) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from html import escape
 from urllib.parse import quote
 
+from strom.connect.rest_client import ConnectorState
 from strom.services.console.backend import GroupInfo, Message, TopicInfo, render_value
 
 STYLE = """
@@ -40,7 +41,12 @@ padding:10px 16px;min-width:120px}.card b{display:block;font-size:22px}
 svg{background:#fff;border:1px solid #e3e6ea}
 """
 
-NAV = (("/", "Cluster"), ("/topics", "Topics"), ("/groups", "Consumer groups"))
+NAV = (
+    ("/", "Cluster"),
+    ("/topics", "Topics"),
+    ("/groups", "Consumer groups"),
+    ("/connect", "Connect"),
+)
 
 
 def layout(title: str, body: str, active: str = "/", note: str = "", error: str = "") -> str:
@@ -396,3 +402,56 @@ def group_page(group: GroupInfo, lag_points: list, note: str, error: str) -> str
         + reset
     )
     return layout(f"Group {group.group_id}", body, "/groups", note, error)
+
+
+CONNECTOR_ACTIONS = ("pause", "resume", "restart", "stop")
+
+
+def _state(state: str) -> str:
+    return f'<span class="bad">{escape(state)}</span>' if state == "FAILED" else escape(state)
+
+
+def _trace(trace: str | None) -> str:
+    if not trace:
+        return ""
+    return f"<details><summary>trace</summary><pre>{escape(trace)}</pre></details>"
+
+
+def connect_page(
+    connectors: list[ConnectorState] | None, connect_url: str | None, note: str, error: str
+) -> str:
+    """The connectors of a Connect worker's cluster, their tasks, and what may be done to
+    them; without a worker configured, how to name one."""
+    if connect_url is None:
+        body = (
+            '<p class="muted">No Connect worker is configured: start the console with '
+            "<code>--connect-url http://HOST:8083</code>.</p>"
+        )
+        return layout("Connect", body, "/connect", note, error)
+    rows = []
+    for connector in connectors or []:
+        tasks = "<br>".join(
+            f"{t.task_id}: {_state(t.state)} <span class=muted>{escape(t.worker_id)}</span>"
+            + _trace(t.trace)
+            for t in connector.tasks
+        )
+        actions = "".join(
+            f'<form method="post" action="/connect/{quote(connector.name, safe="")}/{action}"'
+            f' style="display:inline"><button>{action}</button></form>'
+            for action in CONNECTOR_ACTIONS
+        )
+        rows.append(
+            (
+                escape(connector.name),
+                escape(connector.type),
+                escape(connector.connector_class),
+                _state(connector.state) + _trace(connector.trace),
+                escape(connector.worker_id),
+                tasks or '<span class="muted">none</span>',
+                actions,
+            )
+        )
+    header = ("connector", "type", "class", "state", "worker", "tasks", "")
+    table = _table(header, rows, set()) if rows else '<p class="muted">No connectors.</p>'
+    intro = f'<p class="muted">Worker: {escape(connect_url)}</p>'
+    return layout("Connect", intro + table, "/connect", note, error)
