@@ -34,9 +34,9 @@ In the worker, each task is a thread with confluent-kafka clients:
 After a clean stop a restarted task resumes exactly after the last record written (no
 record lost or repeated); after a crash it resumes at the last commit (at least once).
 
-A Spark runner (next): the same interface, each task a Structured Streaming query over
-the ``strom`` source (sinks) or sink (sources), its Spark checkpoint holding the offsets.
-Connectors choose a runner by what they declare (docs/connect.md keeps the table).
+The Spark runner (``spark_runner.SparkRunner``) is the same interface for tasks written
+against ``spark_tasks``; a connector chooses by its task class (docs/connect.md keeps
+the table).
 
 Does not own which tasks should run (``herder``) or where offsets are kept (``stores``).
 """

@@ -34,30 +34,27 @@ import logging
 import shutil
 import tempfile
 import threading
-import time
-import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from strom.connect.api import OffsetStorageReader
 from strom.connect.connector_config import make_converter
 from strom.connect.converters import Converter, JsonConverter, schema_to_json
 from strom.connect.data import BYTES, DATE, DECIMAL, STRUCT, TIME, TIMESTAMP, Schema, Struct
 from strom.connect.plugins import Plugins
 from strom.connect.runtime import (
-    FAILED,
-    PAUSED,
     RUNNING,
-    UNASSIGNED,
+    InWorkerRunner,
     StateListener,
     TaskId,
     TaskRunner,
     TaskSpec,
+    _StoreReader,
+    _TaskThread,
     task_name,
 )
 from strom.connect.spark_tasks import SourceBatch, SparkSinkTask, SparkSourceTask
-from strom.connect.stores import STARTED, OffsetStore, offset_key
+from strom.connect.stores import OffsetStore, offset_key
 from strom.connect.worker_config import WorkerConfig
 
 if TYPE_CHECKING:
@@ -93,94 +90,62 @@ class SparkSessionHolder:
             jars.insert(0, self.settings["spark.jars"])
         if jars:
             self.settings["spark.jars"] = ",".join(jars)
-        self._session: SparkSession | None = None
+        self.session: SparkSession | None = None
         self._lock = threading.Lock()
 
     def get(self) -> SparkSession:
         with self._lock:
-            if self._session is None:
+            if self.session is None:
                 import strom.spark
 
                 log.info("starting the worker's SparkSession on %s", self.master)
-                self._session = strom.spark.local_session(
+                self.session = strom.spark.local_session(
                     "strom-connect", master=self.master, **self.settings
                 )
-                self._session.sparkContext.setLogLevel("WARN")
-            return self._session
+                self.session.sparkContext.setLogLevel("WARN")
+            return self.session
 
     def stop(self) -> None:
         with self._lock:
-            if self._session is not None:
-                self._session.stop()
-                self._session = None
+            if self.session is not None:
+                self.session.stop()
+                self.session = None
 
 
-class _StoreReader(OffsetStorageReader):
-    def __init__(self, store: OffsetStore, connector: str) -> None:
-        self.store = store
-        self.connector = connector
+class _SparkTaskThread(_TaskThread):
+    """A Spark task's driver thread (states, target state and stop as the in-worker
+    runner's threads): its Spark jobs run in its job group."""
 
-    def offset(self, partition: Any) -> dict[str, Any] | None:
-        self.store.refresh()
-        return self.store.get(self.connector, dict(partition))
-
-
-class _SparkTaskThread(threading.Thread):
-    """A Spark task's driver thread: its state, its target state, its stop."""
+    runner: SparkRunner
 
     def __init__(self, spec: TaskSpec, target_state: str, runner: SparkRunner) -> None:
-        super().__init__(daemon=True, name=f"spark task {task_name(spec.task_id)}")
-        self.spec = spec
-        self.runner = runner
-        self.target_state = target_state
-        self.changed = threading.Condition()
-        self.stopping = threading.Event()
-        self.reported: str | None = None
+        super().__init__(spec, target_state, runner, runner.generation)
+        self.name = f"spark task {task_name(spec.task_id)}"
         self.job_group = f"connect-{task_name(spec.task_id)}"
 
-    def report(self, state: str, trace: str | None = None) -> None:
-        if state != self.reported or trace is not None:
-            self.reported = state
-            self.runner.listener(self.spec.task_id, state, trace)
+    def execute(self) -> None:
+        spark = self.runner.sessions.get()
+        # A Python data source (``strom``) is found through the JVM thread's active
+        # session, which a thread other than the session's first one does not have.
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[union-attr]
+        spark.sparkContext.setJobGroup(self.job_group, self.job_group, True)
+        self.run_on(spark)
 
-    def set_target_state(self, state: str) -> None:
-        with self.changed:
-            self.target_state = state
-            self.changed.notify_all()
+    def run_on(self, spark: SparkSession) -> None:
+        raise NotImplementedError
+
+    def converter(self, side: str) -> Converter:
+        """The connector's ``side`` ("key" or "value") converter, else the worker's."""
+        props = self.runner.worker_config.props
+        return make_converter(side, self.spec.connector_config, props, self.runner.plugins)
 
     def request_stop(self) -> None:
         self.stopping.set()
         with self.changed:
             self.changed.notify_all()
 
-    @property
-    def paused(self) -> bool:
-        return self.target_state != STARTED and not self.stopping.is_set()
-
-    def wait_while_paused(self) -> None:
-        with self.changed:
-            while self.paused:
-                self.changed.wait(1.0)
-
-    def converter(self, side: str) -> Converter:
-        return make_converter(
-            side, self.spec.connector_config, self.runner.worker_config.props, self.runner.plugins
-        )
-
-    def run(self) -> None:
-        try:
-            self.execute(self.runner.sessions.get())
-        except Exception as exc:
-            log.error("task %s failed: %s", task_name(self.spec.task_id), exc)
-            self.report(FAILED, traceback.format_exc())
-            return
-        self.report(UNASSIGNED)
-
-    def execute(self, spark: SparkSession) -> None:
-        raise NotImplementedError
-
     def cancel_jobs(self) -> None:
-        session = self.runner.sessions._session
+        session = self.runner.sessions.session
         if session is not None:
             session.sparkContext.cancelJobGroup(self.job_group)
 
@@ -188,11 +153,11 @@ class _SparkTaskThread(threading.Thread):
 class _SourceThread(_SparkTaskThread):
     topics_seen: set[str]
 
-    def execute(self, spark: SparkSession) -> None:
-        spark.sparkContext.setJobGroup(self.job_group, self.job_group, True)
+    def run_on(self, spark: SparkSession) -> None:
         connector = self.spec.task_id[0]
         task = self.spec.task_class()
         assert isinstance(task, SparkSourceTask)
+        self.task = task
         task.initialize(spark, _StoreReader(self.runner.offset_store, connector))
         task.start(dict(self.spec.task_config))
         value_converter = self.converter("value")
@@ -201,12 +166,9 @@ class _SourceThread(_SparkTaskThread):
         self.report(RUNNING)
         try:
             while not self.stopping.is_set():
-                if self.paused:
-                    self.report(PAUSED)
-                    self.wait_while_paused()
-                    if self.stopping.is_set():
-                        break
-                    self.report(RUNNING)
+                self.wait_while_paused(lambda: None)
+                if self.stopping.is_set():
+                    break
                 batches = task.poll_batches(lambda: self.stopping.is_set() or self.paused)
                 for batch in batches:
                     self.write(batch, value_converter, kafka_options, connector)
@@ -251,10 +213,11 @@ class _SourceThread(_SparkTaskThread):
 
 
 class _SinkThread(_SparkTaskThread):
-    def execute(self, spark: SparkSession) -> None:
+    def run_on(self, spark: SparkSession) -> None:
         connector = self.spec.task_id[0]
         task = self.spec.task_class()
         assert isinstance(task, SparkSinkTask)
+        self.task = task
         task.initialize(spark)
         task.start(dict(self.spec.task_config))
         key_converter, value_converter = self.converter("key"), self.converter("value")
@@ -266,10 +229,9 @@ class _SinkThread(_SparkTaskThread):
 
         try:
             while not self.stopping.is_set():
-                if self.paused:
-                    self.report(PAUSED)
-                    self.wait_while_paused()
-                    continue
+                self.wait_while_paused(lambda: None)
+                if self.stopping.is_set():
+                    break
                 query = self.start_query(spark, checkpoint, group, write)
                 self.report(RUNNING)
                 try:
@@ -520,8 +482,10 @@ def _connect_value(schema: Schema, value: Any) -> Any:
     return value
 
 
-class SparkRunner(TaskRunner):
+class SparkRunner(InWorkerRunner):
     """Tasks as Spark jobs, driven from threads of this worker (the Spark driver)."""
+
+    threads: dict[TaskId, _TaskThread]
 
     def __init__(
         self,
@@ -530,12 +494,8 @@ class SparkRunner(TaskRunner):
         offset_store: OffsetStore,
         listener: StateListener,
     ) -> None:
-        self.worker_config = worker_config
-        self.plugins = plugins
-        self.offset_store = offset_store
-        self.listener = listener
+        super().__init__(worker_config, plugins, offset_store, listener)
         self.sessions = SparkSessionHolder(worker_config)
-        self.threads: dict[TaskId, _SparkTaskThread] = {}
 
     def start(self, spec: TaskSpec, target_state: str) -> None:
         kind = _SourceThread if issubclass(spec.task_class, SparkSourceTask) else _SinkThread
@@ -543,28 +503,12 @@ class SparkRunner(TaskRunner):
         self.threads[spec.task_id] = thread
         thread.start()
 
-    def set_target_state(self, task_id: TaskId, target_state: str) -> None:
-        thread = self.threads.get(task_id)
-        if thread is not None and thread.target_state != target_state:
-            thread.set_target_state(target_state)
-
     def stop(self, task_ids: list[TaskId]) -> None:
-        threads = [self.threads.pop(t) for t in task_ids if t in self.threads]
+        threads = [self.threads[t] for t in task_ids if t in self.threads]
+        super().stop(task_ids)
         for thread in threads:
-            thread.request_stop()
-        deadline = time.monotonic() + self.worker_config["task.shutdown.graceful.timeout.ms"] / 1000
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-            if thread.is_alive():
-                log.error(
-                    "task %s did not stop within task.shutdown.graceful.timeout.ms; its Spark "
-                    "jobs are cancelled",
-                    task_name(thread.spec.task_id),
-                )
-                thread.cancel_jobs()
-
-    def tasks(self) -> dict[TaskId, TaskSpec]:
-        return {task_id: thread.spec for task_id, thread in self.threads.items()}
+            if thread.is_alive() and isinstance(thread, _SparkTaskThread):
+                thread.cancel_jobs()  # past task.shutdown.graceful.timeout.ms
 
     def stop_all(self) -> None:
         super().stop_all()

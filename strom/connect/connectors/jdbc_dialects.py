@@ -20,22 +20,9 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from strom.connect.data import (
-    BOOLEAN,
-    BYTES,
-    DATE,
-    DECIMAL,
-    FLOAT32,
-    FLOAT64,
-    INT8,
-    INT16,
-    INT32,
-    INT64,
-    STRING,
-    TIME,
-    TIMESTAMP,
-    Schema,
-)
+from strom.connect import config_def as cd
+from strom.connect import data
+from strom.connect.config_def import ConfigValue
 
 POSTGRESQL = "postgresql"
 SQLITE = "sqlite"
@@ -47,51 +34,83 @@ DRIVERS = {
 }
 _TYPES = {
     POSTGRESQL: {
-        INT8: "SMALLINT",
-        INT16: "SMALLINT",
-        INT32: "INT",
-        INT64: "BIGINT",
-        FLOAT32: "REAL",
-        FLOAT64: "DOUBLE PRECISION",
-        BOOLEAN: "BOOLEAN",
-        STRING: "TEXT",
-        BYTES: "BYTEA",
-        DECIMAL: "DECIMAL",
-        DATE: "DATE",
-        TIME: "TIME",
-        TIMESTAMP: "TIMESTAMP",
+        data.INT8: "SMALLINT",
+        data.INT16: "SMALLINT",
+        data.INT32: "INT",
+        data.INT64: "BIGINT",
+        data.FLOAT32: "REAL",
+        data.FLOAT64: "DOUBLE PRECISION",
+        data.BOOLEAN: "BOOLEAN",
+        data.STRING: "TEXT",
+        data.BYTES: "BYTEA",
+        data.DECIMAL: "DECIMAL",
+        data.DATE: "DATE",
+        data.TIME: "TIME",
+        data.TIMESTAMP: "TIMESTAMP",
     },
     SQLITE: {
-        INT8: "INTEGER",
-        INT16: "INTEGER",
-        INT32: "INTEGER",
-        INT64: "INTEGER",
-        FLOAT32: "REAL",
-        FLOAT64: "REAL",
-        BOOLEAN: "INTEGER",
-        STRING: "TEXT",
-        BYTES: "BLOB",
-        DECIMAL: "NUMERIC",
-        DATE: "NUMERIC",
-        TIME: "NUMERIC",
-        TIMESTAMP: "NUMERIC",
+        data.INT8: "INTEGER",
+        data.INT16: "INTEGER",
+        data.INT32: "INTEGER",
+        data.INT64: "INTEGER",
+        data.FLOAT32: "REAL",
+        data.FLOAT64: "REAL",
+        data.BOOLEAN: "INTEGER",
+        data.STRING: "TEXT",
+        data.BYTES: "BLOB",
+        data.DECIMAL: "NUMERIC",
+        data.DATE: "NUMERIC",
+        data.TIME: "NUMERIC",
+        data.TIMESTAMP: "NUMERIC",
     },
     MYSQL: {
-        INT8: "TINYINT",
-        INT16: "SMALLINT",
-        INT32: "INT",
-        INT64: "BIGINT",
-        FLOAT32: "FLOAT",
-        FLOAT64: "DOUBLE",
-        BOOLEAN: "TINYINT",
-        STRING: "TEXT",
-        BYTES: "VARBINARY(1024)",
-        DECIMAL: "DECIMAL(65,{scale})",
-        DATE: "DATE",
-        TIME: "TIME(3)",
-        TIMESTAMP: "DATETIME(3)",
+        data.INT8: "TINYINT",
+        data.INT16: "SMALLINT",
+        data.INT32: "INT",
+        data.INT64: "BIGINT",
+        data.FLOAT32: "FLOAT",
+        data.FLOAT64: "DOUBLE",
+        data.BOOLEAN: "TINYINT",
+        data.STRING: "TEXT",
+        data.BYTES: "VARBINARY(1024)",
+        data.DECIMAL: "DECIMAL(65,{scale})",
+        data.DATE: "DATE",
+        data.TIME: "TIME(3)",
+        data.TIMESTAMP: "DATETIME(3)",
     },
 }
+
+
+def connection_keys() -> list[cd.ConfigKey]:
+    """The connection settings both JDBC connectors take, as Confluent's."""
+    return [
+        cd.ConfigKey(
+            "connection.url",
+            cd.STRING,
+            cd.REQUIRED,
+            cd.HIGH,
+            "JDBC connection URL, e.g. jdbc:postgresql://localhost:5432/db",
+            check=cd.non_empty,
+        ),
+        cd.ConfigKey("connection.user", cd.STRING, "", cd.HIGH, "JDBC connection user."),
+        cd.ConfigKey("connection.password", cd.PASSWORD, "", cd.HIGH, "JDBC password."),
+    ]
+
+
+def check_connection_url(results: dict[str, ConfigValue], writes: bool) -> None:
+    """Add to ``connection.url``'s errors one for a URL Strom cannot read (or, for a sink
+    (``writes``), write)."""
+    url = results["connection.url"]
+    if url.errors:
+        return
+    try:
+        database = parse_url(str(url.value))
+        if writes and database.kind == MYSQL:
+            raise JdbcUrlError(
+                "the JDBC sink writes to PostgreSQL and SQLite; MariaDB/MySQL not yet"
+            )
+    except JdbcUrlError as exc:
+        url.errors.append(f"Invalid value for configuration connection.url: {exc}")
 
 
 class JdbcUrlError(ValueError):
@@ -132,7 +151,7 @@ class Database:
         """A table name as written (``schema.table`` split and each part quoted)."""
         return ".".join(self.quote(part) for part in name.split("."))
 
-    def column_type(self, schema: Schema) -> str:
+    def column_type(self, schema: data.Schema) -> str:
         """The SQL type of a column holding ``schema``'s values (Confluent's mapping)."""
         types = _TYPES[self.kind]
         sql = types.get(schema.name or "") or types.get(schema.type)

@@ -33,10 +33,10 @@ from strom.connect import config_def as cd
 from strom.connect.api import ConnectException, SinkConnector, Task
 from strom.connect.config_def import ConfigValue
 from strom.connect.connectors.jdbc_dialects import (
-    MYSQL,
     POSTGRESQL,
     Database,
-    JdbcUrlError,
+    check_connection_url,
+    connection_keys,
     parse_url,
 )
 from strom.connect.converters import Converter
@@ -53,21 +53,6 @@ INSERT, UPSERT, UPDATE = "insert", "upsert", "update"
 NONE, KAFKA, RECORD_KEY, RECORD_VALUE = "none", "kafka", "record_key", "record_value"
 KAFKA_PK_FIELDS = ["__connect_topic", "__connect_partition", "__connect_offset"]
 CREATE_RETRIES = 5
-
-
-def connection_keys() -> list[cd.ConfigKey]:
-    return [
-        cd.ConfigKey(
-            "connection.url",
-            cd.STRING,
-            cd.REQUIRED,
-            cd.HIGH,
-            "JDBC connection URL, e.g. jdbc:postgresql://localhost:5432/db",
-            check=cd.non_empty,
-        ),
-        cd.ConfigKey("connection.user", cd.STRING, "", cd.HIGH, "JDBC connection user."),
-        cd.ConfigKey("connection.password", cd.PASSWORD, "", cd.HIGH, "JDBC password."),
-    ]
 
 
 class JdbcSinkConnector(SinkConnector):
@@ -132,16 +117,7 @@ class JdbcSinkConnector(SinkConnector):
     def validate(self, props: Mapping[str, str]) -> dict[str, ConfigValue]:
         results = super().validate(props)
         values = {name: result.value for name, result in results.items()}
-        url = results["connection.url"]
-        if not url.errors:
-            try:
-                database = parse_url(str(values["connection.url"]))
-                if database.kind == MYSQL:
-                    raise JdbcUrlError(
-                        "the JDBC sink writes to PostgreSQL and SQLite; MariaDB/MySQL not yet"
-                    )
-            except JdbcUrlError as exc:
-                url.errors.append(f"Invalid value for configuration connection.url: {exc}")
+        check_connection_url(results, writes=True)
         pk_mode = str(values.get("pk.mode") or NONE).lower()
         if values.get("delete.enabled") is True and pk_mode != RECORD_KEY:
             results["delete.enabled"].errors.append(

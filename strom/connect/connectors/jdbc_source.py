@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from strom.connect import config_def as cd
+from strom.connect import data
 from strom.connect.api import ConnectException, SourceConnector, Task
 from strom.connect.config_def import ConfigValue
 from strom.connect.connectors.jdbc_dialects import (
@@ -40,25 +41,11 @@ from strom.connect.connectors.jdbc_dialects import (
     POSTGRESQL,
     SQLITE,
     Database,
-    JdbcUrlError,
+    check_connection_url,
+    connection_keys,
     parse_url,
 )
-from strom.connect.connectors.jdbc_sink import connection_keys
-from strom.connect.data import (
-    BOOLEAN,
-    BYTES,
-    DATE,
-    DECIMAL,
-    FLOAT32,
-    FLOAT64,
-    INT8,
-    INT16,
-    INT32,
-    INT64,
-    STRING,
-    TIMESTAMP,
-    Schema,
-)
+from strom.connect.data import Schema
 from strom.connect.spark_tasks import SourceBatch, SparkSourceTask
 
 if TYPE_CHECKING:
@@ -137,13 +124,7 @@ class JdbcSourceConnector(SourceConnector):
     def validate(self, props: Mapping[str, str]) -> dict[str, ConfigValue]:
         results = super().validate(props)
         values = {name: result.value for name, result in results.items()}
-        if not results["connection.url"].errors:
-            try:
-                parse_url(str(values["connection.url"]))
-            except JdbcUrlError as exc:
-                results["connection.url"].errors.append(
-                    f"Invalid value for configuration connection.url: {exc}"
-                )
+        check_connection_url(results, writes=False)
         mode = values.get("mode")
         if not mode and not results["mode"].errors:
             results["mode"].errors.append(
@@ -414,15 +395,15 @@ def _connect_type(data_type: DataType, nullable: bool) -> Schema:
     from pyspark.sql import types as T
 
     simple = {
-        T.ByteType: INT8,
-        T.ShortType: INT16,
-        T.IntegerType: INT32,
-        T.LongType: INT64,
-        T.FloatType: FLOAT32,
-        T.DoubleType: FLOAT64,
-        T.BooleanType: BOOLEAN,
-        T.StringType: STRING,
-        T.BinaryType: BYTES,
+        T.ByteType: data.INT8,
+        T.ShortType: data.INT16,
+        T.IntegerType: data.INT32,
+        T.LongType: data.INT64,
+        T.FloatType: data.FLOAT32,
+        T.DoubleType: data.FLOAT64,
+        T.BooleanType: data.BOOLEAN,
+        T.StringType: data.STRING,
+        T.BinaryType: data.BYTES,
     }
     for spark_type, connect in simple.items():
         if isinstance(data_type, spark_type):
@@ -432,9 +413,11 @@ def _connect_type(data_type: DataType, nullable: bool) -> Schema:
             "scale": str(data_type.scale),
             "connect.decimal.precision": str(data_type.precision),
         }
-        return Schema(BYTES, optional=nullable, name=DECIMAL, version=1, parameters=parameters)
+        return Schema(
+            data.BYTES, optional=nullable, name=data.DECIMAL, version=1, parameters=parameters
+        )
     if isinstance(data_type, T.TimestampType | T.TimestampNTZType):
-        return Schema(INT64, optional=nullable, name=TIMESTAMP, version=1)
+        return Schema(data.INT64, optional=nullable, name=data.TIMESTAMP, version=1)
     if isinstance(data_type, T.DateType):
-        return Schema(INT32, optional=nullable, name=DATE, version=1)
-    return Schema(STRING, optional=nullable)
+        return Schema(data.INT32, optional=nullable, name=data.DATE, version=1)
+    return Schema(data.STRING, optional=nullable)
