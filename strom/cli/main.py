@@ -10,7 +10,8 @@ The tools (``topics``, ``produce``, ``consume``, ``groups``, ``configs``,
 ``leader-election``, ``log-dirs``, ``metadata-quorum``, ``cluster``, ``transactions``,
 ``acls``, ``console``, the web console, ``schema-registry``, ``rest-proxy``, the Kafka
 Connect workers ``connect-standalone`` and ``connect-distributed`` and
-``connectors``, a client of their REST API) live one per module in this package and are
+``connectors``, a client of their REST API, the ksql server ``ksql-server`` and its CLI
+``ksql``) live one per module in this package and are
 clients only: they talk to any Kafka cluster through confluent-kafka (or raw requests
 where it lacks one).
 ``storage`` (format and inspect the node's directories, like kafka-storage.sh) and
@@ -68,6 +69,8 @@ TOOL_MODULES = {
     "connect-standalone": "connect_standalone",
     "connect-distributed": "connect_distributed",
     "connectors": "connectors",
+    "ksql-server": "ksql_server",
+    "ksql": "ksql",
     "storage": "storage",
     "dump-log": "dump_log",
     "completion": "completion",

@@ -42,6 +42,7 @@ class KsqlSyntaxError(ValueError):
         super().__init__(f"line {line}:{column}: Syntax Error\n{detail}")
         self.line = line
         self.column = column
+        self.statement_text = ""  # the statement that failed, set by parse_statements
 
 
 @functools.cache
@@ -137,7 +138,11 @@ def parse_statements(
     scope: MutableMapping[str, str] = {} if variables is None else variables
     for piece in split_statements(text):
         substituted = substitute(piece, scope)
-        statement = parse_statement(substituted)
+        try:
+            statement = parse_statement(substituted)
+        except KsqlSyntaxError as exc:
+            exc.statement_text = substituted
+            raise
         if isinstance(statement, st.DefineVariable):
             scope[statement.name] = statement.value
         elif isinstance(statement, st.UndefineVariable):

@@ -26,7 +26,9 @@ def load(name: str) -> BrokerConfig:
     sorted(
         str(p.relative_to(CONFIG))
         for p in CONFIG.rglob("*.properties")
-        if not p.name.startswith("connect-")  # Connect's samples: tests/unit/test_connect_parts.py
+        # Connect's samples: tests/unit/test_connect_parts.py; the ksql server's:
+        # tests/unit/test_ksql_parts.py
+        if not p.name.startswith(("connect-", "ksql-"))
     ),
 )
 def test_every_key_is_known(name: str, caplog: pytest.LogCaptureFixture) -> None:

@@ -1,0 +1,350 @@
+"""``strom ksql``: an interactive client of a ksql server (Strom's or ksqlDB's), as
+ksqlDB's CLI is.
+
+    strom ksql [URL] [--execute STATEMENTS | --file FILE] [--define NAME=VALUE ...]
+               [--output TABULAR|JSON]
+
+URL defaults to $STROM_KSQL_URL, else http://localhost:8088. Interactive, it reads
+statements ending with ``;`` at the ``ksql>`` prompt (``exit`` or Ctrl-D to leave);
+``--execute`` runs the statements given, ``--file`` those of a file, then exits. As in
+ksqlDB's CLI, ``SET`` / ``UNSET`` change the properties sent with each statement,
+``DEFINE`` / ``UNDEFINE`` the variables, and ``RUN SCRIPT 'file'`` runs a file's
+statements; every other statement goes to the server, and its answer prints as
+ksqlDB's CLI prints it (rich tables), or as the server's JSON with ``--output JSON``.
+
+A statement the server refuses prints its message; non-interactive, the statements after
+it are not run and the exit code is 1. A server that cannot be reached is one line and
+exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from strom.cli.common import ToolError, parse_properties
+from strom.ksql import statements as st
+from strom.ksql.parser import KsqlSyntaxError, parse_statement, split_statements, substitute
+from strom.ksql.rest_client import KsqlRestClient, KsqlServerError, KsqlUnreachable
+
+DEFAULT_URL = os.environ.get("STROM_KSQL_URL") or "http://localhost:8088"
+PROMPT = "ksql> "
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser("ksql", help="a ksql CLI: run statements on a ksql server")
+    parser.add_argument(
+        "url", nargs="?", default=DEFAULT_URL, help=f"the ksql server (default {DEFAULT_URL})"
+    )
+    given = parser.add_mutually_exclusive_group()
+    given.add_argument("-e", "--execute", metavar="STATEMENTS", help="run these and exit")
+    given.add_argument("-f", "--file", metavar="FILE", help="run a file's statements and exit")
+    parser.add_argument(
+        "-d",
+        "--define",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a variable for ${NAME} (repeatable)",
+    )
+    parser.add_argument("--output", type=str.upper, choices=["TABULAR", "JSON"], default="TABULAR")
+    parser.set_defaults(run=run, parser=parser)
+
+
+class StatementFailed(Exception):
+    """A statement the server (or the CLI) refused; already printed."""
+
+
+class KsqlShell:
+    """The CLI's session: its server, properties and variables, and the printing."""
+
+    def __init__(self, url: str, variables: dict[str, str], json_output: bool) -> None:
+        self.client = KsqlRestClient(url)
+        self.properties: dict[str, str] = {}
+        self.variables = variables
+        self.json_output = json_output
+        self.console = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+        self.errors = Console(stderr=True)
+
+    def run_text(self, text: str) -> None:
+        """Each statement of ``text`` in order; ``StatementFailed`` at the first refused."""
+        for piece in split_statements(text):
+            self.run_statement(piece)
+
+    def run_statement(self, text: str) -> None:
+        try:
+            statement: st.Statement | None = parse_statement(substitute(text, self.variables))
+        except KsqlSyntaxError:
+            statement = None  # the server answers with ksqlDB's syntax error
+        if isinstance(statement, st.SetProperty):
+            old = self.properties.get(statement.name)
+            self.properties[statement.name] = statement.value
+            self._note(
+                f"Successfully changed local property '{statement.name}'"
+                + (f" from '{old}'" if old is not None else "")
+                + f" to '{statement.value}'."
+            )
+        elif isinstance(statement, st.UnsetProperty):
+            old = self.properties.pop(statement.name, None)
+            self._note(f"Successfully unset local property '{statement.name}' (value was '{old}').")
+        elif isinstance(statement, st.DefineVariable):
+            self.variables[statement.name] = statement.value
+        elif isinstance(statement, st.UndefineVariable):
+            if self.variables.pop(statement.name, None) is None:
+                self._note(f"Variable '{statement.name}' is undefined")
+        elif isinstance(statement, st.RunScript):
+            self.run_file(statement.path)
+        else:
+            self._send(text)
+
+    def run_file(self, path: str) -> None:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as exc:
+            self.errors.print(Text(f"Failed to read file: {path}: {exc.strerror}", style="red"))
+            raise StatementFailed() from None
+        self.run_text(text)
+
+    def _send(self, text: str) -> None:
+        try:
+            entities = self.client.ksql(text + ";", self.properties, self.variables)
+        except KsqlServerError as exc:
+            if self.json_output:
+                self.console.print_json(json.dumps(exc.body))
+            else:
+                self.errors.print(Text(str(exc), style="red"))
+            raise StatementFailed() from None
+        for entity in entities:
+            self.show(entity)
+
+    def _note(self, text: str) -> None:
+        if not self.json_output:
+            self.console.print(Text(text))
+
+    # ---- printing the server's answers
+    def show(self, entity: dict[str, Any]) -> None:
+        if self.json_output:
+            self.console.print_json(json.dumps(entity))
+            return
+        kind = entity.get("@type")
+        printer = getattr(self, f"_show_{kind}", None)
+        if printer is None:
+            self.console.print_json(json.dumps(entity))
+        else:
+            printer(entity)
+
+    def _table(self, *columns: str, rows: list[list[Any]], title: str | None = None) -> None:
+        table = Table(*columns, title=title, title_justify="left")
+        for row in rows:
+            table.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
+        self.console.print(table)
+
+    def _show_currentStatus(self, entity: dict[str, Any]) -> None:  # noqa: N802 - ksqlDB's name
+        self._table("Message", rows=[[entity["commandStatus"]["message"]]])
+
+    def _show_warning_entity(self, entity: dict[str, Any]) -> None:
+        self.console.print(Text(entity.get("message", ""), style="yellow"))
+
+    def _sources(self, entity: dict[str, Any], key: str, label: str) -> None:
+        rows = [
+            [s["name"], s["topic"], s["keyFormat"], s["valueFormat"], str(s["isWindowed"]).lower()]
+            for s in entity[key]
+        ]
+        self._table(
+            f"{label} Name", "Kafka Topic", "Key Format", "Value Format", "Windowed", rows=rows
+        )
+
+    def _show_streams(self, entity: dict[str, Any]) -> None:
+        self._sources(entity, "streams", "Stream")
+
+    def _show_tables(self, entity: dict[str, Any]) -> None:
+        self._sources(entity, "tables", "Table")
+
+    def _show_kafka_topics(self, entity: dict[str, Any]) -> None:
+        rows = [
+            [t["name"], len(t["replicaInfo"]), " ".join(map(str, t["replicaInfo"]))]
+            for t in entity["topics"]
+        ]
+        self._table("Kafka Topic", "Partitions", "Partition Replicas", rows=rows)
+
+    def _show_kafka_topics_extended(self, entity: dict[str, Any]) -> None:
+        rows = [
+            [
+                t["name"],
+                len(t["replicaInfo"]),
+                " ".join(map(str, t["replicaInfo"])),
+                t["consumerCount"],
+                t["consumerGroupCount"],
+            ]
+            for t in entity["topics"]
+        ]
+        self._table(
+            "Kafka Topic", "Partitions", "Partition Replicas", "Consumers", "ConsumerGroups",
+            rows=rows,
+        )  # fmt: skip
+
+    def _show_properties(self, entity: dict[str, Any]) -> None:
+        rows = [[p["name"], p["scope"], p["value"]] for p in entity["properties"]]
+        self._table("Property", "Scope", "Value", rows=rows)
+
+    def _show_queries(self, entity: dict[str, Any]) -> None:
+        rows = [
+            [q["id"], q.get("queryType", ""), q.get("state", ""), ",".join(q.get("sinks", [])),
+             ",".join(q.get("sinkKafkaTopics", [])), q.get("queryString", "")]
+            for q in entity["queries"]
+        ]  # fmt: skip
+        self._table(
+            "Query ID", "Query Type", "Status", "Sink Name", "Sink Kafka Topic", "Query String",
+            rows=rows,
+        )  # fmt: skip
+
+    def _show_function_names(self, entity: dict[str, Any]) -> None:
+        rows = [[f["name"], f["category"]] for f in entity["functions"]]
+        self._table("Function Name", "Category", rows=rows)
+
+    def _show_describe_function(self, entity: dict[str, Any]) -> None:
+        self.console.print(
+            Text(
+                f"Name        : {entity['name']}\nAuthor      : {entity['author']}\n"
+                f"Overview    : {entity['description']}\nType        : {entity['type']}\n"
+                f"Variations  :"
+            )
+        )
+        for variant in entity["functions"]:
+            arguments = ", ".join(f"{a['name']} {a['type']}" for a in variant["arguments"])
+            self.console.print(
+                Text(
+                    f"\n\tVariation   : {entity['name']}({arguments})\n"
+                    f"\tReturns     : {variant['returnType']}\n"
+                    f"\tDescription : {variant['description']}"
+                )
+            )
+
+    def _show_type_list(self, entity: dict[str, Any]) -> None:
+        rows = [[name, _schema_text(schema)] for name, schema in entity["types"].items()]
+        self._table("Type Name", "Schema", rows=rows)
+
+    def _show_variables(self, entity: dict[str, Any]) -> None:
+        rows = [[v["name"], v["value"]] for v in entity["variables"]]
+        self._table("Variable Name", "Value", rows=rows)
+
+    def _show_sourceDescription(self, entity: dict[str, Any]) -> None:  # noqa: N802
+        self._describe(entity["sourceDescription"])
+
+    def _show_source_descriptions(self, entity: dict[str, Any]) -> None:
+        for description in entity["sourceDescriptions"]:
+            self._describe(description)
+
+    def _describe(self, description: dict[str, Any]) -> None:
+        header = f"Name                 : {description['name']}"
+        timestamp = description["timestamp"] or "Not set - using <ROWTIME>"
+        if description.get("extended"):
+            header += (
+                f"\nType                 : {description['type']}"
+                f"\nTimestamp field      : {timestamp}"
+                f"\nKey format           : {description['keyFormat']}"
+                f"\nValue format         : {description['valueFormat']}"
+                f"\nKafka topic          : {description['topic']} "
+                f"(partitions: {description['partitions']}, "
+                f"replication: {description['replication']})"
+                f"\nStatement            : {description['statement']}"
+            )
+        self.console.print(Text(header))
+        rows = []
+        for field in description["fields"]:
+            marker = {"KEY": " (key)", "HEADER": " (header)"}.get(field.get("type", ""), "")
+            if field.get("type") == "KEY" and description["type"] == "TABLE":
+                marker = " (primary key)"
+            rows.append([field["name"], _schema_text(field["schema"]) + marker])
+        self._table("Field", "Type", rows=rows)
+        if not description.get("extended"):
+            self.console.print(
+                Text(
+                    "For runtime statistics and query details run: DESCRIBE <Stream,Table> "
+                    "EXTENDED;"
+                )
+            )
+
+
+def _schema_text(schema: dict[str, Any]) -> str:
+    """A REST schema as ksqlDB's CLI writes a type."""
+    kind = schema["type"]
+    if kind == "ARRAY":
+        return f"ARRAY<{_schema_text(schema['memberSchema'])}>"
+    if kind == "MAP":
+        return f"MAP<STRING, {_schema_text(schema['memberSchema'])}>"
+    if kind == "STRUCT":
+        fields = ", ".join(f"`{f['name']}` {_schema_text(f['schema'])}" for f in schema["fields"])
+        return f"STRUCT<{fields}>"
+    if kind == "DECIMAL":
+        parameters = schema.get("parameters") or {}
+        return f"DECIMAL({parameters.get('precision')}, {parameters.get('scale')})"
+    if kind == "STRING":
+        return "VARCHAR(STRING)"
+    return str(kind)
+
+
+def _interactive(shell: KsqlShell) -> int:
+    try:
+        info = shell.client.info()
+    except (KsqlServerError, KsqlUnreachable) as exc:
+        raise ToolError(str(exc)) from None
+    shell.console.print(
+        Text(
+            f"Strom ksql CLI, server {shell.client.url} "
+            f"(version {info.get('version', '?')}, service {info.get('ksqlServiceId', '?')})\n"
+            "Statements end with ';'. 'exit' or Ctrl-D leaves."
+        )
+    )
+    pending = ""
+    while True:
+        try:
+            line = input(PROMPT if not pending else "   > ")
+        except EOFError:
+            shell.console.print()
+            return 0
+        except KeyboardInterrupt:
+            shell.console.print()
+            pending = ""
+            continue
+        if not pending and line.strip().rstrip(";").lower() in ("exit", "quit"):
+            return 0
+        pending += line + "\n"
+        pieces = split_statements(pending)
+        if not pieces:
+            pending = ""
+            continue
+        if not pending.rstrip().endswith(";"):
+            continue
+        try:
+            shell.run_text(pending)
+        except StatementFailed:
+            pass
+        except KsqlUnreachable as exc:
+            shell.errors.print(Text(str(exc), style="red"))
+        pending = ""
+
+
+def run(args: argparse.Namespace) -> int:
+    variables = parse_properties(args.parser, args.define, "--define")
+    shell = KsqlShell(args.url, {k.lower(): v for k, v in variables.items()}, args.output == "JSON")
+    try:
+        if args.execute is not None:
+            shell.run_text(args.execute)
+            return 0
+        if args.file is not None:
+            shell.run_file(args.file)
+            return 0
+        return _interactive(shell)
+    except StatementFailed:
+        return 1
+    except KsqlUnreachable as exc:
+        raise ToolError(str(exc)) from None

@@ -1,0 +1,173 @@
+"""The command topic: where a ksql server keeps the statements that changed its
+metastore, as ksqlDB does, so a restarted server (or another with the same
+``ksql.service.id``) rebuilds its streams, tables and types by replaying them.
+
+The topic is ``_confluent-ksql-<ksql.service.id>_command_topic``: one partition,
+kept forever (``retention.ms=-1``), created at start when missing with
+``ksql.internal.topic.replicas``. Each record is one command, as ksqlDB writes it:
+the key the command id (``stream/`NAME`/create``, ``table/`NAME`/drop``,
+``type/NAME/create``...), the value JSON ``{"statement": ..., "streamsProperties":
+{...}, "originalProperties": {...}, "version": ...}``. ksqlDB also stores its compiled
+plan under ``plan``; Strom replays the statement text instead, with the
+``originalProperties`` (the server's format defaults when it was accepted) so a
+replay decides as the first run did. A record's offset is the command's sequence
+number.
+
+Owns the topic's creation, reading it from the start to its end, and appending a
+command (acknowledged by all in-sync replicas before the statement answers). Runs
+confluent-kafka's blocking clients: call it from a worker thread.
+
+Does not own parsing or applying the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from strom.ksql.config import KsqlServerConfig
+
+log = logging.getLogger(__name__)
+COMMAND_VERSION = 18  # ksqlDB 0.29's Command.VERSION
+_TIMEOUT_S = 30.0
+
+
+class CommandTopicError(Exception):
+    """The command topic cannot be created, read or written; one line."""
+
+
+@dataclass(frozen=True)
+class Command:
+    command_id: str
+    statement: str
+    streams_properties: dict[str, Any] = field(default_factory=dict)
+    original_properties: dict[str, str] = field(default_factory=dict)
+    sequence_number: int = -1
+
+    def value_json(self) -> bytes:
+        return json.dumps(
+            {
+                "statement": self.statement,
+                "streamsProperties": self.streams_properties,
+                "originalProperties": self.original_properties,
+                "version": COMMAND_VERSION,
+            }
+        ).encode()
+
+
+class CommandTopic:
+    def __init__(self, config: KsqlServerConfig, admin: AdminClient) -> None:
+        self.name = config.command_topic
+        self._config = config
+        self._admin = admin
+        self._producer = Producer(
+            config.client_config(**{"acks": "all", "enable.idempotence": True, "linger.ms": 0})
+        )
+
+    def ensure_exists(self) -> None:
+        topics = self._admin.list_topics(timeout=_TIMEOUT_S).topics
+        if self.name in topics:
+            return
+        new = NewTopic(
+            self.name,
+            num_partitions=1,
+            replication_factor=self._config.internal_topic_replicas,
+            config={"retention.ms": "-1", "cleanup.policy": "delete"},
+        )
+        future = self._admin.create_topics([new], operation_timeout=_TIMEOUT_S)[self.name]
+        try:
+            future.result()
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise CommandTopicError(
+                    f"cannot create the command topic {self.name}: {error.str()}"
+                ) from None
+
+    def read_all(self) -> list[Command]:
+        """Every command from the start of the topic to its end now."""
+        consumer = Consumer(
+            self._config.client_config(
+                **{
+                    "group.id": f"_confluent-ksql-{self._config.service_id}_command_reader",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                }
+            )
+        )
+        commands: list[Command] = []
+        try:
+            partition = TopicPartition(self.name, 0)
+            _, end = consumer.get_watermark_offsets(partition, timeout=_TIMEOUT_S)
+            if end <= 0:
+                return commands
+            consumer.assign([TopicPartition(self.name, 0, OFFSET_BEGINNING)])
+            position = 0
+            while position < end:
+                message = consumer.poll(_TIMEOUT_S)
+                if message is None:
+                    raise CommandTopicError(f"timed out reading the command topic {self.name}")
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        break
+                    raise CommandTopicError(f"cannot read {self.name}: {error.str()}")
+                position = (message.offset() or 0) + 1
+                command = _decode(message.key(), message.value(), message.offset() or 0)
+                if command is not None:
+                    commands.append(command)
+        finally:
+            consumer.close()
+        return commands
+
+    def append(self, command: Command) -> int:
+        """Write ``command``; its sequence number (the record's offset)."""
+        outcome: dict[str, Any] = {}
+
+        def delivered(err: KafkaError | None, message: Any) -> None:
+            outcome["error"] = err
+            outcome["offset"] = message.offset() if err is None else None
+
+        self._producer.produce(
+            self.name,
+            key=command.command_id.encode(),
+            value=command.value_json(),
+            partition=0,
+            on_delivery=delivered,
+        )
+        self._producer.flush(_TIMEOUT_S)
+        if outcome.get("error") is not None or "offset" not in outcome:
+            reason = outcome["error"].str() if outcome.get("error") else "timed out"
+            raise CommandTopicError(f"cannot write to the command topic {self.name}: {reason}")
+        return int(outcome["offset"])
+
+    def close(self) -> None:
+        self._producer.flush(_TIMEOUT_S)
+
+
+def _decode(key: bytes | None, value: bytes | None, offset: int) -> Command | None:
+    """A command record; None (logged) for one that is not a command."""
+    try:
+        body = json.loads(value or b"")
+        return Command(
+            command_id=(key or b"").decode(),
+            statement=str(body["statement"]),
+            streams_properties=dict(body.get("streamsProperties") or {}),
+            original_properties=dict(body.get("originalProperties") or {}),
+            sequence_number=offset,
+        )
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        log.warning("command topic record at offset %d is not a command, skipped: %s", offset, exc)
+        return None

@@ -1,0 +1,146 @@
+"""The ksql server's settings, in ksqlDB's property names, from its properties file.
+
+Owns reading ``config/ksql-server.properties``'s keys into ``KsqlServerConfig``:
+
+- ``listeners`` (default ``http://127.0.0.1:8088``; the first of a comma-separated list
+  is served), ``bootstrap.servers`` (or ``ksql.streams.bootstrap.servers``),
+  ``ksql.service.id`` (default ``default_``: it names the command topic
+  ``_confluent-ksql-<id>_command_topic``), ``ksql.schema.registry.url``,
+  ``ksql.internal.topic.replicas``, ``ksql.persistence.default.format.key`` /
+  ``.value``, ``ksql.spark.master`` (where persistent queries will run);
+- the Kafka clients' settings: ``security.protocol``, ``sasl.*``, ``ssl.*`` (with a
+  SSL or SASL_SSL protocol) and anything under ``ksql.streams.`` that is a client
+  setting, the Java names translated for librdkafka (``strom.client_security``);
+- the HTTP listener's own TLS (``ssl.keystore.location``... with an ``https``
+  listener) and basic authentication (``authentication.*``), read by
+  ``strom.services.http_security``.
+
+Every ``ksql.*`` property is also kept (``properties``) for SHOW PROPERTIES. A value
+that cannot be used raises ``ConfigError`` with one line naming the property.
+
+Does not own reading the file (``strom.cli.properties_file``) or serving.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from strom.client_security import PROTOCOLS, librdkafka_properties
+from strom.config import ConfigError, parse_http_listener
+from strom.services.http_security import KNOWN_KEYS as LISTENER_SECURITY_KEYS
+
+DEFAULT_LISTENER = "http://127.0.0.1:8088"
+DEFAULT_SERVICE_ID = "default_"
+STREAMS_PREFIX = "ksql.streams."
+FORMATS = ("JSON", "JSON_SR", "AVRO", "PROTOBUF", "PROTOBUF_NOSR", "DELIMITED", "KAFKA", "NONE")
+_SERVICE_ID = re.compile(r"^[A-Za-z0-9._-]+$")
+# Kafka client settings among ksql.streams.*: passed to the server's clients.
+_CLIENT_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.id", "request.timeout.ms")
+
+
+@dataclass(frozen=True)
+class KsqlServerConfig:
+    listener: str = DEFAULT_LISTENER
+    bootstrap_servers: str = "localhost:9092"
+    service_id: str = DEFAULT_SERVICE_ID
+    schema_registry_url: str | None = None
+    internal_topic_replicas: int = 1
+    default_key_format: str = "KAFKA"
+    default_value_format: str | None = None
+    spark_master: str = "local[*]"
+    client: dict[str, Any] = field(default_factory=dict)  # librdkafka settings
+    listener_security: dict[str, str] = field(default_factory=dict)
+    properties: dict[str, str] = field(default_factory=dict)  # every ksql.* property
+
+    @property
+    def command_topic(self) -> str:
+        return f"_confluent-ksql-{self.service_id}_command_topic"
+
+    def client_config(self, **extra: Any) -> dict[str, Any]:
+        """confluent-kafka settings of the server's clients."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.client, **extra}
+
+
+def _positive_int(props: dict[str, str], key: str, default: int) -> int:
+    text = props.get(key)
+    if text is None:
+        return default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ConfigError(f"Invalid value {text!r} for configuration {key}") from None
+    if value < 1:
+        raise ConfigError(f"Invalid value {text!r} for configuration {key}: must be at least 1")
+    return value
+
+
+def _format(props: dict[str, str], key: str, default: str | None) -> str | None:
+    text = props.get(key)
+    if text is None or not text.strip():
+        return default
+    if text.strip().upper() not in FORMATS:
+        raise ConfigError(
+            f"Invalid value {text!r} for configuration {key}: not one of {', '.join(FORMATS)}"
+        )
+    return text.strip().upper()
+
+
+def _client_settings(props: dict[str, str]) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for key, value in props.items():
+        if key.startswith(_CLIENT_PREFIXES):
+            settings[key] = value
+    for key, value in props.items():  # ksql.streams.X overrides X
+        inner = key[len(STREAMS_PREFIX) :] if key.startswith(STREAMS_PREFIX) else None
+        if inner is not None and inner.startswith(_CLIENT_PREFIXES):
+            settings[inner] = value
+    protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
+    if protocol not in PROTOCOLS:
+        raise ConfigError(
+            f"Invalid value {settings['security.protocol']!r} for configuration "
+            f"security.protocol: not one of {', '.join(PROTOCOLS)}"
+        )
+    if "SSL" not in protocol:
+        settings = {k: v for k, v in settings.items() if not k.startswith("ssl.")}
+    try:
+        return librdkafka_properties(settings)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def server_config(props: dict[str, str]) -> KsqlServerConfig:
+    """The server's settings from its properties; ``ConfigError`` names a bad one."""
+    listener = props.get("listeners", DEFAULT_LISTENER).split(",")[0].strip()
+    scheme, _, _ = parse_http_listener(listener, "listeners", schemes=("http", "https"))
+    bootstrap = props.get(
+        STREAMS_PREFIX + "bootstrap.servers", props.get("bootstrap.servers", "localhost:9092")
+    ).strip()
+    if not bootstrap:
+        raise ConfigError("bootstrap.servers must name at least one host:port")
+    service_id = props.get("ksql.service.id", DEFAULT_SERVICE_ID).strip()
+    if not _SERVICE_ID.match(service_id):
+        raise ConfigError(
+            f"Invalid value {service_id!r} for configuration ksql.service.id: "
+            "only letters, digits, '.', '_' and '-' make a topic name"
+        )
+    listener_security = {
+        k: v
+        for k, v in props.items()
+        if k in LISTENER_SECURITY_KEYS and (scheme == "https" or not k.startswith("ssl."))
+    }
+    return KsqlServerConfig(
+        listener=listener,
+        bootstrap_servers=bootstrap,
+        service_id=service_id,
+        schema_registry_url=props.get("ksql.schema.registry.url") or None,
+        internal_topic_replicas=_positive_int(props, "ksql.internal.topic.replicas", 1),
+        default_key_format=_format(props, "ksql.persistence.default.format.key", "KAFKA")
+        or "KAFKA",
+        default_value_format=_format(props, "ksql.persistence.default.format.value", None),
+        spark_master=props.get("ksql.spark.master", "local[*]"),
+        client=_client_settings(props),
+        listener_security=listener_security,
+        properties={k: v for k, v in props.items() if k.startswith("ksql.")},
+    )

@@ -1,0 +1,751 @@
+"""Executing a ``POST /ksql`` request: its statements in order, each answered with the
+entity ksqlDB 0.29 answers (``currentStatus``, ``streams``, ``sourceDescription``...),
+the first failure with ksqlDB's ``statement_error`` carrying the entities of the
+statements before it.
+
+Owns the server's state (the metastore, rebuilt at start by replaying the command
+topic; the command statuses ``/status`` reports), the DDL (CREATE STREAM / TABLE /
+SOURCE TABLE with the topic created when PARTITIONS is given, DROP [DELETE TOPIC],
+CREATE / DROP TYPE, each written to the command topic before it takes effect), the
+metadata statements (SHOW, LIST, DESCRIBE), request-scoped SET / UNSET and DEFINE /
+UNDEFINE, and INSERT INTO ... VALUES (one record produced in the source's formats).
+
+Statements that need query execution (CREATE ... AS SELECT, INSERT INTO ... SELECT,
+TERMINATE, EXPLAIN) parse and answer a clear error until the Spark compiler exists;
+SELECT and PRINT answer ksqlDB's "issue it to /query" error, as ksqlDB does on /ksql.
+
+confluent-kafka's clients block: call ``execute`` from a worker thread, one request at
+a time (the server holds a lock).
+
+Does not own HTTP (``strom.ksql.server``), parsing or serialization.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from strom.ksql import formats
+from strom.ksql import statements as st
+from strom.ksql.command_topic import Command, CommandTopic
+from strom.ksql.config import KsqlServerConfig
+from strom.ksql.expressions import PrimitiveType
+from strom.ksql.functions import find_function, function_names_json
+from strom.ksql.metastore import DataSource, KsqlStatementError, Metastore
+from strom.ksql.parser import KsqlSyntaxError, parse_statement, parse_statements
+
+log = logging.getLogger(__name__)
+
+ERROR_BAD_STATEMENT = 40001
+ERROR_QUERY_ENDPOINT = 40002
+ERROR_SERVER = 50000
+_TIMEOUT_S = 30.0
+_HIDDEN_TOPICS = re.compile(
+    r"_confluent.*|__confluent.*|_schemas|__consumer_offsets|__transaction_state|"
+    r"connect-configs|connect-offsets|connect-status|connect-statuses"
+)
+_KEY_FORMAT_DEFAULT = "ksql.persistence.default.format.key"
+_VALUE_FORMAT_DEFAULT = "ksql.persistence.default.format.value"
+_NEEDS_QUERIES = (
+    "{what} needs persistent queries, which run on Spark in a later version of this server; "
+    "the statement was parsed but not executed."
+)
+
+
+class KsqlRequestError(Exception):
+    """A request that failed: the HTTP status and ksqlDB's error body."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(body.get("message", ""))
+        self.status = status
+        self.body = body
+
+
+def statement_error(
+    message: str, text: str, entities: list[dict[str, Any]], code: int = ERROR_BAD_STATEMENT
+) -> dict[str, Any]:
+    return {
+        "@type": "statement_error",
+        "error_code": code,
+        "message": message,
+        "statementText": text,
+        "entities": entities,
+    }
+
+
+@dataclass
+class RequestScope:
+    """What the statements of one request share: the properties (the request's
+    ``streamsProperties`` and SET) and the variables (``sessionVariables`` and DEFINE)."""
+
+    properties: dict[str, Any] = field(default_factory=dict)
+    variables: dict[str, str] = field(default_factory=dict)
+
+
+def _status_entity(text: str, command_id: str, message: str, sequence: int) -> dict[str, Any]:
+    return {
+        "@type": "currentStatus",
+        "statementText": text,
+        "commandId": command_id,
+        "commandStatus": {"status": "SUCCESS", "message": message, "queryId": None},
+        "commandSequenceNumber": sequence,
+        "warnings": [],
+    }
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def create_example(statement: st.CreateSource, extra: dict[str, Any]) -> str:
+    """The statement as ksqlDB's formatter writes it, with ``extra`` WITH properties."""
+    kind = ("SOURCE " if statement.is_source else "") + statement.kind
+    columns = ", ".join(
+        f"{e.name} {e.type}" + (f" {e.constraint}" if e.constraint else "")
+        for e in statement.elements
+    )
+    props = {**statement.properties, **extra}
+    with_clause = ", ".join(f"{k}={_format_value(v)}" for k, v in sorted(props.items()))
+    return f"CREATE {kind} {statement.name} ({columns}) WITH ({with_clause});"
+
+
+class KsqlEngine:
+    """The server's state and the execution of statements against it."""
+
+    def __init__(self, config: KsqlServerConfig) -> None:
+        self.config = config
+        self.metastore = Metastore()
+        self.admin = AdminClient(config.client_config())
+        self.command_topic = CommandTopic(config, self.admin)
+        self.statuses: dict[str, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+        self._producer: Producer | None = None
+        self.cluster_id = ""
+
+    # ---- start: the command topic replayed
+    def start(self) -> int:
+        """Creates the command topic if needed and replays it; the commands applied."""
+        metadata = self.admin.list_topics(timeout=_TIMEOUT_S)
+        self.cluster_id = metadata.cluster_id or ""
+        self.command_topic.ensure_exists()
+        applied = 0
+        for command in self.command_topic.read_all():
+            try:
+                message = self._replay(command)
+            except (KsqlStatementError, KsqlSyntaxError) as exc:
+                log.warning("command %s not replayed: %s", command.command_id, exc)
+                self.statuses[command.command_id] = {
+                    "status": "ERROR",
+                    "message": str(exc),
+                    "queryId": None,
+                }
+                continue
+            self.statuses[command.command_id] = {
+                "status": "SUCCESS",
+                "message": message,
+                "queryId": None,
+            }
+            applied += 1
+        return applied
+
+    def _replay(self, command: Command) -> str:
+        statement = parse_statement(command.statement)
+        defaults = (
+            command.original_properties.get(_KEY_FORMAT_DEFAULT, "KAFKA"),
+            command.original_properties.get(_VALUE_FORMAT_DEFAULT),
+        )
+        if isinstance(statement, st.CreateSource):
+            source = self.metastore.source_from_statement(statement, command.statement, defaults)
+            self.metastore.put_source(source)
+            return f"{statement.kind.capitalize()} created"
+        if isinstance(statement, st.DropSource):
+            dropped = self.metastore.sources.get(statement.name)
+            self.metastore.remove_source(statement.name)
+            return _dropped_message(statement.name, dropped)
+        if isinstance(statement, st.CreateType):
+            self.metastore.register_type(statement)
+            return _type_registered_message(statement, self.metastore)
+        if isinstance(statement, st.DropType):
+            self.metastore.drop_type(st.DropType(statement.name, if_exists=True))
+            return f"Dropped type '{statement.name}'"
+        raise KsqlStatementError(f"not a command: {command.statement}")
+
+    def _record(self, command_id: str, text: str, properties: dict[str, Any]) -> int:
+        """Writes the command; its sequence number."""
+        original = {
+            _KEY_FORMAT_DEFAULT: self.config.default_key_format,
+        }
+        if self.config.default_value_format is not None:
+            original[_VALUE_FORMAT_DEFAULT] = self.config.default_value_format
+        command = Command(command_id, text, dict(properties), original)
+        return self.command_topic.append(command)
+
+    # ---- a request
+    def execute(
+        self,
+        text: str,
+        streams_properties: dict[str, Any] | None = None,
+        session_variables: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """The entities of each statement of ``text``; ``KsqlRequestError`` at the first
+        that fails."""
+        scope = RequestScope(
+            dict(streams_properties or {}),
+            {str(k): str(v) for k, v in (session_variables or {}).items()},
+        )
+        entities: list[dict[str, Any]] = []
+        statements = parse_statements(text, scope.variables)
+        while True:
+            try:
+                parsed = next(statements)
+            except StopIteration:
+                return entities
+            except KsqlSyntaxError as exc:
+                raise KsqlRequestError(
+                    400, statement_error(str(exc), _with_semicolon(exc.statement_text), entities)
+                ) from None
+            statement_text = _with_semicolon(parsed.text)
+            try:
+                entity = self._execute_one(parsed.statement, statement_text, scope)
+            except _QueryEndpointError as exc:
+                raise KsqlRequestError(
+                    400, statement_error(str(exc), statement_text, [], ERROR_QUERY_ENDPOINT)
+                ) from None
+            except KsqlStatementError as exc:
+                raise KsqlRequestError(
+                    400, statement_error(str(exc), statement_text, entities)
+                ) from None
+            except KafkaException as exc:
+                error = exc.args[0]
+                message = error.str() if isinstance(error, KafkaError) else str(exc)
+                raise KsqlRequestError(
+                    500, statement_error(message, statement_text, entities, ERROR_SERVER)
+                ) from None
+            if entity is not None:
+                entities.append(entity)
+
+    def _execute_one(
+        self, statement: st.Statement, text: str, scope: RequestScope
+    ) -> dict[str, Any] | None:
+        handler = self._handlers().get(type(statement))
+        if handler is None:
+            raise KsqlStatementError(_NEEDS_QUERIES.format(what=type(statement).__name__))
+        return handler(statement, text, scope)
+
+    def _handlers(self) -> dict[type, Callable[[Any, str, RequestScope], dict[str, Any] | None]]:
+        return {
+            st.CreateSource: self._create_source,
+            st.DropSource: self._drop_source,
+            st.CreateType: self._create_type,
+            st.DropType: self._drop_type,
+            st.InsertValues: self._insert_values,
+            st.Show: self._show,
+            st.DescribeSource: self._describe_source,
+            st.DescribeSources: self._describe_sources,
+            st.DescribeFunction: self._describe_function,
+            st.SetProperty: self._set_property,
+            st.UnsetProperty: self._unset_property,
+            st.DefineVariable: _no_entity,
+            st.UndefineVariable: _no_entity,
+            st.Query: _query_endpoint,
+            st.PrintTopic: _query_endpoint,
+            st.CreateAsSelect: _needs_queries("CREATE ... AS SELECT"),
+            st.InsertInto: _needs_queries("INSERT INTO ... SELECT"),
+            st.Terminate: _needs_queries("TERMINATE"),
+            st.Explain: _needs_queries("EXPLAIN"),
+            st.AlterSource: _needs_queries("ALTER"),
+            st.RunScript: _cli_only,
+        }
+
+    # ---- DDL
+    def _create_source(
+        self, statement: st.CreateSource, text: str, scope: RequestScope
+    ) -> dict[str, Any] | None:
+        defaults = (
+            str(scope.properties.get(_KEY_FORMAT_DEFAULT, self.config.default_key_format)),
+            scope.properties.get(_VALUE_FORMAT_DEFAULT, self.config.default_value_format),
+        )
+        source = self.metastore.source_from_statement(statement, text, defaults)
+        existing = self.metastore.source(source.name)
+        if existing is not None and statement.if_not_exists:
+            return {
+                "@type": "warning_entity",
+                "statementText": text,
+                "message": f"Cannot add {source.kind.lower()} `{source.name}`: A "
+                f"{existing.kind.lower()} with the same name already exists.",
+                "warnings": [],
+            }
+        self.metastore.check_can_add(source, statement.or_replace)
+        self._ensure_topic(statement, source)
+        command_id = f"{source.kind.lower()}/`{source.name}`/create"
+        sequence = self._record(command_id, text, scope.properties)
+        self.metastore.put_source(source)
+        message = f"{source.kind.capitalize()} created"
+        self._succeeded(command_id, message)
+        return _status_entity(text, command_id, message, sequence)
+
+    def _ensure_topic(self, statement: st.CreateSource, source: DataSource) -> None:
+        """The source's topic, created when missing and PARTITIONS is given (ksqlDB's
+        TopicCreateInjector)."""
+        partitions = statement.properties.get("PARTITIONS")
+        replicas = statement.properties.get("REPLICAS")
+        for name, value in (("PARTITIONS", partitions), ("REPLICAS", replicas)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise KsqlStatementError(
+                    f"Invalid value {value} for property {name}: must be a positive integer"
+                )
+        found = self._topic_metadata(source.topic)
+        if found is not None:
+            if partitions is not None and partitions != len(found.partitions):
+                raise KsqlStatementError(
+                    f"A Kafka topic with the name '{source.topic}' already exists, with "
+                    "different partition/replica configuration than required. KSQL expects "
+                    f"{partitions} partitions (topic has {len(found.partitions)})."
+                )
+            return
+        if partitions is None:
+            raise KsqlStatementError(
+                f"Topic '{source.topic}' does not exist. If you want to create a new topic for "
+                "the stream/table please re-run the statement providing the required "
+                "'PARTITIONS' configuration in the WITH clause (and optionally 'REPLICAS'). "
+                "For example: " + create_example(statement, {"PARTITIONS": 2})
+            )
+        topic_config = {"cleanup.policy": "compact" if source.kind == "TABLE" else "delete"}
+        retention = statement.properties.get("RETENTION_MS")
+        if retention is not None:
+            topic_config["retention.ms"] = str(retention)
+        new = NewTopic(
+            source.topic,
+            num_partitions=partitions,
+            replication_factor=replicas if replicas is not None else -1,
+            config=topic_config,
+        )
+        future = self.admin.create_topics([new], operation_timeout=_TIMEOUT_S)[source.topic]
+        try:
+            future.result()
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise KsqlStatementError(
+                    f"Could not create topic '{source.topic}': {error.str()}"
+                ) from None
+
+    def _topic_metadata(self, name: str) -> Any:
+        """The topic's metadata, None when there is none. All topics are asked for: a
+        request naming the topic would let a broker auto-create it."""
+        found = self.admin.list_topics(timeout=_TIMEOUT_S).topics.get(name)
+        return found if found is not None and found.error is None else None
+
+    def _drop_source(
+        self, statement: st.DropSource, text: str, scope: RequestScope
+    ) -> dict[str, Any]:
+        dropped = self.metastore.droppable(statement)
+        if dropped is not None and statement.delete_topic and dropped.is_source:
+            raise KsqlStatementError(f"Cannot delete topic for read-only source: {dropped.name}")
+        command_id = f"{statement.kind.lower()}/{statement.name}/drop"
+        sequence = self._record(command_id, text, scope.properties)
+        self.metastore.remove_source(statement.name)
+        if dropped is not None and statement.delete_topic:
+            self._delete_topic(dropped.topic)
+        message = _dropped_message(statement.name, dropped)
+        self._succeeded(command_id, message)
+        return _status_entity(text, command_id, message, sequence)
+
+    def _delete_topic(self, topic: str) -> None:
+        future = self.admin.delete_topics([topic], operation_timeout=_TIMEOUT_S)[topic]
+        try:
+            future.result()
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise KsqlStatementError(
+                    f"Could not delete the corresponding kafka topic: {topic}: {error.str()}"
+                ) from None
+
+    def _create_type(
+        self, statement: st.CreateType, text: str, scope: RequestScope
+    ) -> dict[str, Any]:
+        command_id = f"type/{statement.name}/create"
+        if statement.name in self.metastore.types and statement.if_not_exists:
+            message = self.metastore.register_type(statement) or ""
+            return _status_entity(text, command_id, message, -1)
+        self.metastore.resolve(statement.type)  # an unknown type inside fails here
+        if statement.name in self.metastore.types:
+            self.metastore.register_type(statement)  # raises ksqlDB's error
+        sequence = self._record(command_id, text, scope.properties)
+        self.metastore.register_type(statement)
+        message = _type_registered_message(statement, self.metastore)
+        self._succeeded(command_id, message)
+        return _status_entity(text, command_id, message, sequence)
+
+    def _drop_type(self, statement: st.DropType, text: str, scope: RequestScope) -> dict[str, Any]:
+        command_id = f"type/{statement.name}/drop"
+        if statement.name not in self.metastore.types:
+            if not statement.if_exists:
+                raise KsqlStatementError(f"Type {statement.name} does not exist.")
+            return _status_entity(text, command_id, f"Type '{statement.name}' does not exist", -1)
+        sequence = self._record(command_id, text, scope.properties)
+        self.metastore.drop_type(statement)
+        message = f"Dropped type '{statement.name}'"
+        self._succeeded(command_id, message)
+        return _status_entity(text, command_id, message, sequence)
+
+    def _succeeded(self, command_id: str, message: str) -> None:
+        self.statuses[command_id] = {"status": "SUCCESS", "message": message, "queryId": None}
+
+    # ---- INSERT VALUES
+    def _insert_values(
+        self, statement: st.InsertValues, text: str, scope: RequestScope
+    ) -> dict[str, Any] | None:
+        source = self.metastore.source(statement.target)
+        if source is None:
+            raise KsqlStatementError(
+                f"Cannot insert values into an unknown stream/table: `{statement.target}`"
+            )
+        if source.is_windowed:
+            raise KsqlStatementError("Cannot insert values into windowed stream/table!")
+        if source.is_source:
+            raise KsqlStatementError(
+                f"Cannot insert values into read-only {source.kind.lower()}: {source.name}"
+            )
+        failed = f"Failed to insert values into '{source.name}'."
+        try:
+            formats.check_supported(source)
+            row, timestamp = self._insert_row(source, statement)
+            key = formats.key_bytes(source, row)
+            value = formats.value_bytes(source, row)
+        except KsqlStatementError as exc:
+            raise KsqlStatementError(f"{failed} {exc}") from None
+        self._produce(source.topic, key, value, timestamp, failed)
+        return None
+
+    def _insert_row(
+        self, source: DataSource, statement: st.InsertValues
+    ) -> tuple[dict[str, Any], int | None]:
+        headers = [c.name for c in source.columns if c.namespace == "HEADER"]
+        if statement.columns:
+            names = list(statement.columns)
+            given_headers = [n for n in names if n in headers]
+            if given_headers:
+                raise KsqlStatementError(
+                    "Cannot insert into HEADER columns: " + ", ".join(given_headers)
+                )
+        else:
+            if headers:
+                raise KsqlStatementError("Cannot insert into HEADER columns: " + ", ".join(headers))
+            names = [c.name for c in source.key_columns + source.value_columns]
+        if len(names) != len(statement.values):
+            raise KsqlStatementError(
+                f"Expected a value for each column. Expected Columns: [{', '.join(names)}]. "
+                f"Got {len(statement.values)} values"
+            )
+        row: dict[str, Any] = {}
+        timestamp = None
+        for name, expression in zip(names, statement.values, strict=True):
+            if name == "ROWTIME":
+                timestamp = formats.coerce(expression, PrimitiveType("BIGINT"), name)
+                continue
+            column = source.column(name)
+            if column is None:
+                raise KsqlStatementError(f"Column name `{name}` does not exist.")
+            row[name] = formats.coerce(expression, column.type, name)
+        if timestamp is None and source.timestamp_column in row:
+            column_value = row[source.timestamp_column]
+            if isinstance(column_value, int):
+                timestamp = column_value
+        return row, timestamp
+
+    def _produce(
+        self, topic: str, key: bytes | None, value: bytes | None, timestamp: int | None, failed: str
+    ) -> None:
+        if self._producer is None:
+            self._producer = Producer(self.config.client_config(**{"acks": "all", "linger.ms": 0}))
+        outcome: dict[str, Any] = {}
+
+        def delivered(err: KafkaError | None, _: Any) -> None:
+            outcome["error"] = err
+
+        self._producer.produce(
+            topic,
+            value=value,
+            key=key,
+            on_delivery=delivered,
+            timestamp=timestamp if timestamp is not None else 0,  # 0: the time of sending
+        )
+        self._producer.flush(_TIMEOUT_S)
+        error = outcome.get("error")
+        if error is not None or "error" not in outcome:
+            reason = error.str() if error is not None else "timed out"
+            raise KsqlStatementError(f"{failed} {reason}")
+
+    # ---- SHOW, LIST, DESCRIBE
+    def _show(self, statement: st.Show, text: str, scope: RequestScope) -> dict[str, Any]:
+        what = statement.what
+        if what in ("STREAMS", "TABLES"):
+            kind = what[:-1]
+            sources = [s for s in self._sorted_sources() if s.kind == kind]
+            if statement.extended:
+                return self._descriptions(sources, text)
+            listed = [
+                {
+                    "type": s.kind,
+                    "name": s.name,
+                    "topic": s.topic,
+                    "keyFormat": s.key_format,
+                    "valueFormat": s.value_format,
+                    "isWindowed": s.is_windowed,
+                }
+                for s in sources
+            ]
+            return {"@type": what.lower(), "statementText": text, what.lower(): listed,
+                    "warnings": []}  # fmt: skip
+        if what == "TOPICS":
+            return self._topics(text, statement.extended, statement.all_topics)
+        if what == "PROPERTIES":
+            return self._properties(text, scope)
+        if what == "QUERIES":
+            return {"@type": "queries", "statementText": text, "queries": [], "warnings": []}
+        if what == "FUNCTIONS":
+            return function_names_json(text)
+        if what == "TYPES":
+            types = {name: t.schema_json() for name, t in sorted(self.metastore.types.items())}
+            return {"@type": "type_list", "statementText": text, "types": types, "warnings": []}
+        if what == "VARIABLES":
+            variables = [{"name": n, "value": v} for n, v in scope.variables.items()]
+            return {
+                "@type": "variables",
+                "statementText": text,
+                "variables": variables,
+                "warnings": [],
+            }
+        raise KsqlStatementError(
+            "No Kafka Connect cluster is configured for this server: SHOW CONNECTORS has "
+            "nothing to list (see strom connect-distributed)"
+        )
+
+    def _sorted_sources(self) -> list[DataSource]:
+        return sorted(self.metastore.sources.values(), key=lambda s: s.name)
+
+    def _topics(self, text: str, extended: bool, show_all: bool) -> dict[str, Any]:
+        metadata = self.admin.list_topics(timeout=_TIMEOUT_S)
+        names = sorted(
+            name for name in metadata.topics if show_all or not _HIDDEN_TOPICS.fullmatch(name)
+        )
+        consumers = self._consumers_by_topic() if extended else {}
+        topics = []
+        for name in names:
+            partitions = metadata.topics[name].partitions
+            info: dict[str, Any] = {
+                "name": name,
+                "replicaInfo": [len(partitions[p].replicas) for p in sorted(partitions)],
+            }
+            if extended:
+                groups = consumers.get(name, {})
+                info["consumerCount"] = sum(groups.values())
+                info["consumerGroupCount"] = len(groups)
+            topics.append(info)
+        kind = "kafka_topics_extended" if extended else "kafka_topics"
+        return {"@type": kind, "statementText": text, "topics": topics, "warnings": []}
+
+    def _consumers_by_topic(self) -> dict[str, dict[str, int]]:
+        """topic -> {group: members consuming it}."""
+        listed = self.admin.list_consumer_groups(request_timeout=_TIMEOUT_S).result()
+        group_ids = [g.group_id for g in listed.valid]
+        found: dict[str, dict[str, int]] = {}
+        if not group_ids:
+            return found
+        for future in self.admin.describe_consumer_groups(group_ids).values():
+            try:
+                group = future.result()
+            except KafkaException:
+                continue
+            for member in group.members:
+                assigned = {tp.topic for tp in member.assignment.topic_partitions}
+                for topic in assigned:
+                    counts = found.setdefault(topic, {})
+                    counts[group.group_id] = counts.get(group.group_id, 0) + 1
+        return found
+
+    def _server_properties(self) -> dict[str, str]:
+        props = {
+            "ksql.service.id": self.config.service_id,
+            "ksql.streams.bootstrap.servers": self.config.bootstrap_servers,
+            "ksql.persistence.default.format.key": self.config.default_key_format,
+            "ksql.streams.auto.offset.reset": "latest",
+            "ksql.streams.cache.max.bytes.buffering": "10485760",
+            "ksql.internal.topic.replicas": str(self.config.internal_topic_replicas),
+            "ksql.spark.master": self.config.spark_master,
+        }
+        if self.config.default_value_format:
+            props["ksql.persistence.default.format.value"] = self.config.default_value_format
+        if self.config.schema_registry_url:
+            props["ksql.schema.registry.url"] = self.config.schema_registry_url
+        props.update(self.config.properties)
+        return props
+
+    def _properties(self, text: str, scope: RequestScope) -> dict[str, Any]:
+        server = self._server_properties()
+        # A Kafka Streams setting SET without its prefix is listed under it, as ksqlDB does.
+        overrides = {
+            (k if k.startswith("ksql.") else "ksql.streams." + k): str(v)
+            for k, v in scope.properties.items()
+        }
+        merged = {**server, **overrides}
+        listed = [{"name": k, "scope": "KSQL", "value": v} for k, v in sorted(merged.items())]
+        overwritten = sorted(k for k in overrides if server.get(k) != merged[k])
+        return {
+            "@type": "properties",
+            "statementText": text,
+            "properties": listed,
+            "overwrittenProperties": overwritten,
+            "defaultProperties": [],
+            "warnings": [],
+        }
+
+    def _description(self, source: DataSource, extended: bool) -> dict[str, Any]:
+        partitions = replication = 0
+        if extended:
+            topic = self._topic_metadata(source.topic)
+            if topic is not None and topic.partitions:
+                partitions = len(topic.partitions)
+                replication = len(next(iter(topic.partitions.values())).replicas)
+        return {
+            "name": source.name,
+            "windowType": source.window_type,
+            "readQueries": [],
+            "writeQueries": [],
+            "fields": [c.field_json() for c in source.columns],
+            "type": source.kind,
+            "timestamp": source.timestamp_column or "",
+            "statistics": "",
+            "errorStats": "",
+            "extended": extended,
+            "keyFormat": source.key_format,
+            "valueFormat": source.value_format,
+            "topic": source.topic,
+            "partitions": partitions,
+            "replication": replication,
+            "statement": source.statement,
+            "queryOffsetSummaries": [],
+            "sourceConstraints": [],
+            "clusterStatistics": [],
+            "clusterErrorStats": [],
+        }
+
+    def _descriptions(self, sources: Iterable[DataSource], text: str) -> dict[str, Any]:
+        return {
+            "@type": "source_descriptions",
+            "statementText": text,
+            "sourceDescriptions": [self._description(s, True) for s in sources],
+            "warnings": [],
+        }
+
+    def _describe_source(
+        self, statement: st.DescribeSource, text: str, scope: RequestScope
+    ) -> dict[str, Any]:
+        source = self.metastore.source(statement.name)
+        if source is None:
+            raise KsqlStatementError(
+                f"Could not find STREAM/TABLE '{statement.name}' in the Metastore"
+            )
+        return {
+            "@type": "sourceDescription",
+            "statementText": text,
+            "sourceDescription": self._description(source, statement.extended),
+            "warnings": [],
+        }
+
+    def _describe_sources(
+        self, statement: st.DescribeSources, text: str, scope: RequestScope
+    ) -> dict[str, Any]:
+        sources = [s for s in self._sorted_sources() if s.kind == statement.kind]
+        entity = self._descriptions(sources, text)
+        if not statement.extended:
+            for description in entity["sourceDescriptions"]:
+                description.update(extended=False, partitions=0, replication=0)
+        return entity
+
+    def _describe_function(
+        self, statement: st.DescribeFunction, text: str, scope: RequestScope
+    ) -> dict[str, Any]:
+        function = find_function(statement.name)
+        if function is None:
+            raise KsqlStatementError(f"Can't find any functions with the name '{statement.name}'")
+        return {**function.description_json(text), "warnings": []}
+
+    # ---- SET and UNSET
+    def _set_property(
+        self, statement: st.SetProperty, text: str, scope: RequestScope
+    ) -> dict[str, Any] | None:
+        scope.properties[statement.name] = statement.value
+        return None
+
+    def _unset_property(
+        self, statement: st.UnsetProperty, text: str, scope: RequestScope
+    ) -> dict[str, Any] | None:
+        scope.properties.pop(statement.name, None)
+        return None
+
+    # ---- state for /status and /info
+    def status(self, command_id: str) -> dict[str, Any] | None:
+        return self.statuses.get(command_id)
+
+    def close(self) -> None:
+        self.command_topic.close()
+        if self._producer is not None:
+            self._producer.flush(_TIMEOUT_S)
+
+
+def _with_semicolon(text: str) -> str:
+    return text if text.endswith(";") else text + ";"
+
+
+def _dropped_message(name: str, dropped: DataSource | None) -> str:
+    if dropped is None:
+        return f"Source `{name}` does not exist."
+    return f"Source `{name}` (topic: {dropped.topic}) was dropped."
+
+
+def _type_registered_message(statement: st.CreateType, metastore: Metastore) -> str:
+    registered = metastore.types.get(statement.name, statement.type)
+    return f"Registered custom type with name '{statement.name}' and SQL type {registered}"
+
+
+def _no_entity(statement: st.Statement, text: str, scope: RequestScope) -> None:
+    return None
+
+
+def _query_endpoint(statement: st.Statement, text: str, scope: RequestScope) -> None:
+    raise _QueryEndpointError()
+
+
+class _QueryEndpointError(KsqlStatementError):
+    """SELECT and PRINT sent to /ksql."""
+
+    def __str__(self) -> str:
+        return (
+            "The following statement types should be issued to the websocket endpoint "
+            "'/query':\n\t* PRINT\n\t* SELECT"
+        )
+
+
+def _needs_queries(what: str) -> Callable[[Any, str, RequestScope], None]:
+    def refuse(statement: st.Statement, text: str, scope: RequestScope) -> None:
+        raise KsqlStatementError(_NEEDS_QUERIES.format(what=what))
+
+    return refuse
+
+
+def _cli_only(statement: st.Statement, text: str, scope: RequestScope) -> None:
+    raise KsqlStatementError("RUN SCRIPT is run by the CLI (strom ksql), which sends the script")

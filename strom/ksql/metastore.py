@@ -1,0 +1,413 @@
+"""The metastore: the streams, tables and custom types a ksql server knows, built from
+the DDL statements it accepted (kept in the command topic and replayed at start).
+
+Owns ``DataSource`` (a stream's or table's name, columns with KEY / PRIMARY KEY /
+HEADERS, topic, key and value formats, timestamp column and format, window, the
+statement that made it), turning a CREATE STREAM/TABLE statement into one with
+ksqlDB's checks and messages (``source_from_statement``), resolving custom types in
+column types, and adding and dropping sources and types (``Metastore``). Pure: no
+I/O; an invalid statement raises ``KsqlStatementError`` with ksqlDB's message.
+
+Does not own the command topic, topics in the cluster, or the REST shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from strom.ksql import expressions as ex
+from strom.ksql import statements as st
+
+KEY_FORMATS = ("KAFKA", "JSON", "JSON_SR", "AVRO", "PROTOBUF", "PROTOBUF_NOSR", "DELIMITED", "NONE")
+VALUE_FORMATS = ("JSON", "JSON_SR", "AVRO", "PROTOBUF", "PROTOBUF_NOSR", "DELIMITED", "KAFKA")
+# Formats whose columns may come from the schema registry when the statement has none.
+REGISTRY_FORMATS = ("JSON_SR", "AVRO", "PROTOBUF")
+# The WITH properties of CREATE STREAM/TABLE, ksqlDB's CommonCreateConfigs and its
+# source-only ones.
+CREATE_PROPERTIES = frozenset(
+    {
+        "KAFKA_TOPIC",
+        "PARTITIONS",
+        "REPLICAS",
+        "RETENTION_MS",
+        "KEY_FORMAT",
+        "VALUE_FORMAT",
+        "FORMAT",
+        "TIMESTAMP",
+        "TIMESTAMP_FORMAT",
+        "WRAP_SINGLE_VALUE",
+        "VALUE_DELIMITER",
+        "KEY_DELIMITER",
+        "KEY_SCHEMA_ID",
+        "VALUE_SCHEMA_ID",
+        "KEY_SCHEMA_FULL_NAME",
+        "VALUE_SCHEMA_FULL_NAME",
+        "VALUE_AVRO_SCHEMA_FULL_NAME",
+        "WINDOW_TYPE",
+        "WINDOW_SIZE",
+        "SOURCE_CONNECTOR",
+        "CLEANUP_POLICY",
+    }
+)
+WINDOW_TYPES = ("TUMBLING", "HOPPING", "SESSION")
+_KAFKA_KEY_TYPES = ("INTEGER", "BIGINT", "DOUBLE", "STRING", "BYTES")
+_LINE = "\n"
+
+
+class KsqlStatementError(Exception):
+    """A statement ksqlDB would refuse; ``str()`` is its message."""
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: ex.SqlType
+    namespace: str = "VALUE"  # KEY, VALUE or HEADER
+    header_key: str | None = None  # HEADER('key'); None with HEADER: all headers
+
+    def field_json(self) -> dict[str, Any]:
+        """ksqlDB's ``FieldInfo``."""
+        info: dict[str, Any] = {"name": self.name, "schema": self.type.schema_json()}
+        if self.namespace != "VALUE":
+            info["type"] = self.namespace
+        if self.header_key is not None:
+            info["headerKey"] = self.header_key
+        return info
+
+
+@dataclass(frozen=True)
+class DataSource:
+    kind: str  # STREAM or TABLE
+    name: str
+    columns: tuple[Column, ...]
+    topic: str
+    key_format: str
+    value_format: str
+    statement: str  # the CREATE statement's text
+    timestamp_column: str | None = None
+    timestamp_format: str | None = None
+    window_type: str | None = None
+    window_size_ms: int | None = None
+    is_source: bool = False  # CREATE SOURCE TABLE/STREAM: read-only, materialized
+    wrap_single_value: bool | None = None
+    value_delimiter: str | None = None
+    key_delimiter: str | None = None
+    properties: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    @property
+    def key_columns(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if c.namespace == "KEY")
+
+    @property
+    def value_columns(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if c.namespace == "VALUE")
+
+    def column(self, name: str) -> Column | None:
+        return next((c for c in self.columns if c.name == name), None)
+
+    @property
+    def is_windowed(self) -> bool:
+        return self.window_type is not None
+
+
+def _format_name(value: Any, allowed: tuple[str, ...]) -> str:
+    text = str(value).strip().upper()
+    if text not in allowed:
+        raise KsqlStatementError(f"Unknown format: {value}")
+    return text
+
+
+def _formats(properties: dict[str, Any], defaults: tuple[str, str | None]) -> tuple[str, str]:
+    both = properties.get("FORMAT")
+    if both is not None and "VALUE_FORMAT" in properties:
+        raise KsqlStatementError(
+            "Cannot supply both 'VALUE_FORMAT' and 'FORMAT' properties, as 'FORMAT' sets both "
+            "key and value formats. Either use just 'FORMAT', or use 'KEY_FORMAT' and "
+            "'VALUE_FORMAT'."
+        )
+    if both is not None and "KEY_FORMAT" in properties:
+        raise KsqlStatementError(
+            "Cannot supply both 'KEY_FORMAT' and 'FORMAT' properties, as 'FORMAT' sets both "
+            "key and value formats. Either use just 'FORMAT', or use 'KEY_FORMAT' and "
+            "'VALUE_FORMAT'."
+        )
+    value = both if both is not None else properties.get("VALUE_FORMAT", defaults[1])
+    if value is None:
+        raise KsqlStatementError(
+            "Statement is missing the 'VALUE_FORMAT' property from the WITH clause. Either "
+            "provide one or set a default via the 'ksql.persistence.default.format.value' "
+            "config."
+        )
+    key = both if both is not None else properties.get("KEY_FORMAT", defaults[0])
+    return (
+        _format_name(key, KEY_FORMATS),
+        _format_name(value, VALUE_FORMATS),
+    )
+
+
+class Metastore:
+    """Streams, tables and custom types by name."""
+
+    def __init__(self) -> None:
+        self.sources: dict[str, DataSource] = {}
+        self.types: dict[str, ex.SqlType] = {}
+
+    # ---- types
+    def resolve(self, sql_type: ex.SqlType) -> ex.SqlType:
+        """``sql_type`` with every custom type replaced by what it names."""
+        if isinstance(sql_type, ex.TypeReference):
+            found = self.types.get(sql_type.name.upper()) or self.types.get(sql_type.name)
+            if found is None:
+                raise KsqlStatementError(f"Unknown type: {sql_type.name}")
+            return found
+        if isinstance(sql_type, ex.ArrayType):
+            return ex.ArrayType(self.resolve(sql_type.element))
+        if isinstance(sql_type, ex.MapType):
+            return ex.MapType(self.resolve(sql_type.key), self.resolve(sql_type.value))
+        if isinstance(sql_type, ex.StructType):
+            return ex.StructType(
+                tuple(ex.StructField(f.name, self.resolve(f.type)) for f in sql_type.fields)
+            )
+        return sql_type
+
+    def register_type(self, statement: st.CreateType) -> str | None:
+        """Adds the type; the message of a skipped IF NOT EXISTS, else None."""
+        existing = self.types.get(statement.name)
+        if existing is not None:
+            message = (
+                f"Cannot register custom type '{statement.name}' since it is already "
+                f"registered with type: {existing}"
+            )
+            if statement.if_not_exists:
+                return message
+            raise KsqlStatementError(message)
+        self.types[statement.name] = self.resolve(statement.type)
+        return None
+
+    def drop_type(self, statement: st.DropType) -> bool:
+        """Whether the type was there (and is gone now)."""
+        if statement.name not in self.types:
+            if statement.if_exists:
+                return False
+            raise KsqlStatementError(f"Type {statement.name} does not exist.")
+        del self.types[statement.name]
+        return True
+
+    # ---- sources
+    def source(self, name: str) -> DataSource | None:
+        return self.sources.get(name)
+
+    def check_can_add(self, source: DataSource, or_replace: bool) -> None:
+        existing = self.sources.get(source.name)
+        if existing is None:
+            return
+        if not or_replace:
+            raise KsqlStatementError(
+                f"Cannot add {source.kind.lower()} '{source.name}': A "
+                f"{existing.kind.lower()} with the same name already exists"
+            )
+        if existing.kind != source.kind:
+            raise KsqlStatementError(
+                f"Cannot add {source.kind.lower()} '{source.name}': A "
+                f"{existing.kind.lower()} with the same name already exists"
+            )
+        if existing.is_source or source.is_source:
+            raise KsqlStatementError(
+                f"Cannot add {source.kind.lower()} '{source.name}': CREATE OR REPLACE is not "
+                f"supported on source {source.kind.lower()}s."
+            )
+
+    def put_source(self, source: DataSource) -> None:
+        self.sources[source.name] = source
+
+    def droppable(self, statement: st.DropSource) -> DataSource | None:
+        """The source DROP would remove, None when IF EXISTS finds none; ksqlDB's error
+        when it cannot."""
+        existing = self.sources.get(statement.name)
+        if existing is None:
+            if statement.if_exists:
+                return None
+            raise KsqlStatementError(f"Source `{statement.name}` does not exist.")
+        if existing.kind != statement.kind:
+            raise KsqlStatementError(
+                f"Incompatible data source type is {existing.kind}, but statement was "
+                f"DROP {statement.kind}"
+            )
+        return existing
+
+    def remove_source(self, name: str) -> None:
+        self.sources.pop(name, None)
+
+    def source_from_statement(
+        self,
+        statement: st.CreateSource,
+        text: str,
+        default_formats: tuple[str, str | None] = ("KAFKA", None),
+    ) -> DataSource:
+        """The stream or table ``statement`` declares, checked as ksqlDB checks it."""
+        props = statement.properties
+        unknown = sorted(set(props) - CREATE_PROPERTIES)
+        if unknown:
+            raise KsqlStatementError(f"Invalid config variable(s) in the WITH clause: {unknown[0]}")
+        topic = props.get("KAFKA_TOPIC")
+        if topic is None:
+            raise KsqlStatementError(
+                'Missing required property "KAFKA_TOPIC" which has no default value.'
+            )
+        key_format, value_format = _formats(props, default_formats)
+        columns = self._columns(statement)
+        key_columns = [c for c in columns if c.namespace == "KEY"]
+        value_columns = [c for c in columns if c.namespace == "VALUE"]
+        if statement.kind == "TABLE" and not key_columns and statement.elements:
+            raise KsqlStatementError("Tables require a PRIMARY KEY. Please define the PRIMARY KEY.")
+        if not value_columns and value_format not in REGISTRY_FORMATS:
+            raise KsqlStatementError("The statement does not define any columns.")
+        if key_columns and key_format == "NONE":
+            raise KsqlStatementError(
+                "The 'NONE' format can only be used when no columns are defined. Got: "
+                + ", ".join(f"`{c.name}` {c.type}" for c in key_columns)
+            )
+        if key_format in ("KAFKA", "DELIMITED") or value_format in ("KAFKA", "DELIMITED"):
+            self._check_primitive_formats(key_format, value_format, key_columns, value_columns)
+        if key_format == "KAFKA" and len(key_columns) > 1:
+            raise KsqlStatementError(
+                "The 'KAFKA' format only supports a single field. Got: "
+                + ", ".join(f"`{c.name}` {c.type}" for c in key_columns)
+            )
+        timestamp = props.get("TIMESTAMP")
+        timestamp_format = props.get("TIMESTAMP_FORMAT")
+        if timestamp is not None:
+            timestamp = str(timestamp).strip("`").upper() if timestamp else None
+            found = next((c for c in columns if c.name == timestamp), None)
+            if found is None:
+                raise KsqlStatementError(
+                    "The TIMESTAMP column set in the WITH clause does not exist in the schema: "
+                    f"'{timestamp}'"
+                )
+            kind = str(found.type)
+            if kind not in ("BIGINT", "TIMESTAMP") and not (kind == "STRING" and timestamp_format):
+                raise KsqlStatementError(
+                    f"Timestamp column, `{timestamp}`, should be LONG(INT64), TIMESTAMP, or a "
+                    "String with a timestamp_format specified."
+                )
+        window_type = props.get("WINDOW_TYPE")
+        window_size = None
+        if window_type is not None:
+            window_type = str(window_type).upper()
+            if window_type not in WINDOW_TYPES:
+                raise KsqlStatementError(f"Unknown window type: {props['WINDOW_TYPE']}")
+            window_size = _window_size(props.get("WINDOW_SIZE"), window_type)
+        wrap = props.get("WRAP_SINGLE_VALUE")
+        if wrap is not None and not isinstance(wrap, bool):
+            raise KsqlStatementError(
+                f"Invalid value {wrap} for property WRAP_SINGLE_VALUE: Expected a BOOLEAN"
+            )
+        return DataSource(
+            kind=statement.kind,
+            name=statement.name,
+            columns=tuple(columns),
+            topic=str(topic),
+            key_format=key_format,
+            value_format=value_format,
+            statement=text,
+            timestamp_column=timestamp,
+            timestamp_format=str(timestamp_format) if timestamp_format else None,
+            window_type=window_type,
+            window_size_ms=window_size,
+            is_source=statement.is_source,
+            wrap_single_value=wrap,
+            value_delimiter=_delimiter(props.get("VALUE_DELIMITER")),
+            key_delimiter=_delimiter(props.get("KEY_DELIMITER")),
+            properties=dict(props),
+        )
+
+    def _columns(self, statement: st.CreateSource) -> list[Column]:
+        columns: list[Column] = []
+        seen: set[str] = set()
+        for element in statement.elements:
+            if element.name in seen:
+                raise KsqlStatementError(f"Duplicate column names: `{element.name}`")
+            seen.add(element.name)
+            self._check_constraint(statement.kind, element)
+            sql_type = self.resolve(element.type)
+            if element.is_key:
+                columns.append(Column(element.name, sql_type, "KEY"))
+            elif element.constraint == "HEADERS":
+                columns.append(Column(element.name, sql_type, "HEADER"))
+            elif element.constraint is not None:  # HEADER('key')
+                key = element.constraint[len("HEADER('") : -2]
+                columns.append(Column(element.name, sql_type, "HEADER", key))
+            else:
+                columns.append(Column(element.name, sql_type))
+        return columns
+
+    @staticmethod
+    def _check_constraint(kind: str, element: st.TableElement) -> None:
+        tail = (
+            _LINE
+            + "Tables have PRIMARY KEYs, which are unique and NON NULL."
+            + _LINE
+            + "Streams have KEYs, which have no uniqueness or NON NULL constraints."
+        )
+        if kind == "TABLE" and element.constraint == "KEY":
+            raise KsqlStatementError(
+                f"Column `{element.name}` is a 'KEY' column: please use 'PRIMARY KEY' for "
+                "tables." + tail
+            )
+        if kind == "STREAM" and element.constraint == "PRIMARY KEY":
+            raise KsqlStatementError(
+                f"Column `{element.name}` is a 'PRIMARY KEY' column: please use 'KEY' for "
+                "streams." + tail
+            )
+
+    @staticmethod
+    def _check_primitive_formats(
+        key_format: str, value_format: str, keys: list[Column], values: list[Column]
+    ) -> None:
+        for fmt, columns, what in ((key_format, keys, "key"), (value_format, values, "value")):
+            if fmt == "KAFKA":
+                if what == "value" and len(columns) > 1:
+                    raise KsqlStatementError(
+                        "The 'KAFKA' format only supports a single field. Got: "
+                        + ", ".join(f"`{c.name}` {c.type}" for c in columns)
+                    )
+                for column in columns:
+                    if str(column.type) not in _KAFKA_KEY_TYPES:
+                        raise KsqlStatementError(
+                            f"The 'KAFKA' format does not support type '{column.type}', "
+                            f"column: `{column.name}`"
+                        )
+            if fmt == "DELIMITED":
+                for column in columns:
+                    if isinstance(column.type, ex.ArrayType | ex.MapType | ex.StructType):
+                        raise KsqlStatementError(
+                            f"The 'DELIMITED' format does not support type "
+                            f"'{type(column.type).__name__.removesuffix('Type').upper()}', "
+                            f"column: `{column.name}`"
+                        )
+
+
+def _window_size(value: Any, window_type: str) -> int | None:
+    if value is None:
+        if window_type == "SESSION":
+            return None
+        raise KsqlStatementError(
+            f"{window_type} windows require 'WINDOW_SIZE' to be provided in the WITH clause. "
+            "For example: 'WINDOW_SIZE'='10 SECONDS'"
+        )
+    amount, _, unit = str(value).strip().partition(" ")
+    if not amount.isdigit() or not st.known_time_unit(unit.strip()):
+        raise KsqlStatementError(
+            f"Invalid WINDOW_SIZE property : {value}. WINDOW_SIZE should be in the format "
+            "'<number> <unit>', e.g. '10 SECONDS'"
+        )
+    return st.Duration(int(amount), unit.strip().upper()).milliseconds
+
+
+def _delimiter(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value)
+    named = {"TAB": "\t", "SPACE": " "}
+    return named.get(text.upper(), text)

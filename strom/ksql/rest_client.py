@@ -1,0 +1,78 @@
+"""A client of a ksql server's REST API (Strom's or ksqlDB's), for ``strom ksql``.
+
+Owns the HTTP calls: ``POST /ksql`` with the statements, the CLI's properties
+(``streamsProperties``) and variables (``sessionVariables``), and ``GET /info``. An
+error answer (ksqlDB's ``{"@type", "error_code", "message", ...}``) is a
+``KsqlServerError`` carrying the body; a server that cannot be reached is a
+``KsqlUnreachable``. Blocking (urllib).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+TIMEOUT_S = 120.0
+MEDIA_TYPE = "application/vnd.ksql.v1+json"
+
+
+class KsqlUnreachable(Exception):
+    """The server could not be reached; one line."""
+
+
+class KsqlServerError(Exception):
+    """The server answered with an error; ``body`` is ksqlDB's error object."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(str(body.get("message", f"HTTP {status}")))
+        self.status = status
+        self.body = body
+
+
+class KsqlRestClient:
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": MEDIA_TYPE, "Accept": MEDIA_TYPE},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            text = exc.read()
+            try:
+                answer = json.loads(text)
+            except ValueError:
+                answer = {"message": text.decode(errors="replace") or exc.reason}
+            if not isinstance(answer, dict):
+                answer = {"message": str(answer)}
+            raise KsqlServerError(exc.code, answer) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise KsqlUnreachable(f"cannot reach {self.url}: {reason}") from None
+
+    def ksql(
+        self,
+        statements: str,
+        properties: dict[str, str] | None = None,
+        variables: dict[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        body = {
+            "ksql": statements,
+            "streamsProperties": properties or {},
+            "sessionVariables": variables or {},
+        }
+        answer = self.call("POST", "/ksql", body)
+        return answer if isinstance(answer, list) else []
+
+    def info(self) -> dict[str, Any]:
+        answer = self.call("GET", "/info")
+        return dict(answer.get("KsqlServerInfo", {})) if isinstance(answer, dict) else {}

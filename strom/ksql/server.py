@@ -1,0 +1,210 @@
+"""ksqlDB 0.29's REST API on the project's HTTP stack (aiohttp, ``strom.services.http``):
+
+- ``GET /info``: ``{"KsqlServerInfo": {version, kafkaClusterId, ksqlServiceId,
+  serverStatus}}``;
+- ``GET /healthcheck``: ``{"isHealthy", "details": {metastore, kafka, commandRunner}}``
+  (kafka: the cluster answered a metadata request now);
+- ``GET /status`` and ``GET /status/{type}/{entity}/{action}``: the command statuses;
+- ``POST /ksql``: ``{"ksql", "streamsProperties", "sessionVariables"}`` executed by
+  ``strom.ksql.engine`` (one request at a time, on a worker thread), answered with the
+  list of entities or ksqlDB's error body;
+- ``POST /query``, ``POST /query-stream``: ksqlDB's ``statement_error`` for now (push and
+  pull queries and PRINT are served once queries run on Spark).
+
+Responses are ``application/vnd.ksql.v1+json`` when the client accepts it, else
+``application/json``. A body that is not JSON is ksqlDB's ``generic_error`` 40000; an
+unexpected failure is a 500 ``generic_error`` 50000 (logged), never a traceback to the
+client.
+
+Does not own statements, the metastore or the listener's security
+(``strom.services.http_security``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from strom.ksql.engine import ERROR_SERVER, KsqlEngine, KsqlRequestError
+from strom.ksql.parser import KsqlSyntaxError, parse_statement, split_statements
+
+log = logging.getLogger(__name__)
+KSQL_VERSION = "0.29.0"
+KSQL_MEDIA_TYPE = "application/vnd.ksql.v1+json"
+ERROR_BAD_REQUEST = 40000
+ERROR_NOT_FOUND = 40400
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _generic_error(code: int, message: str) -> dict[str, Any]:
+    return {"@type": "generic_error", "error_code": code, "message": message}
+
+
+class KsqlServerApp:
+    """The aiohttp application of one ksql server."""
+
+    def __init__(self, engine: KsqlEngine) -> None:
+        self.engine = engine
+        self._requests = asyncio.Lock()
+        self.app = web.Application(middlewares=[self._errors])
+        self.app.add_routes(
+            [
+                web.get("/info", self.info),
+                web.get("/healthcheck", self.healthcheck),
+                web.get("/status", self.statuses),
+                web.get("/status/{type}/{entity}/{action}", self.status),
+                web.post("/ksql", self.ksql),
+                web.post("/query", self.query),
+                web.post("/query-stream", self.query),
+            ]
+        )
+
+    @staticmethod
+    def _reply(request: web.Request, body: Any, status: int = 200) -> web.Response:
+        accept = request.headers.get("Accept", "")
+        content_type = KSQL_MEDIA_TYPE if KSQL_MEDIA_TYPE in accept else "application/json"
+        return web.Response(
+            status=status, text=json.dumps(body), content_type=content_type, charset="utf-8"
+        )
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status == 404:
+                return self._reply(request, _generic_error(ERROR_NOT_FOUND, exc.reason), 404)
+            if exc.status == 405:
+                return self._reply(request, _generic_error(40500, exc.reason), 405)
+            raise
+        except Exception:
+            log.exception("request %s %s failed", request.method, request.path)
+            return self._reply(request, _generic_error(ERROR_SERVER, "Internal server error"), 500)
+
+    async def info(self, request: web.Request) -> web.Response:
+        return self._reply(
+            request,
+            {
+                "KsqlServerInfo": {
+                    "version": KSQL_VERSION,
+                    "kafkaClusterId": self.engine.cluster_id,
+                    "ksqlServiceId": self.engine.config.service_id,
+                    "serverStatus": "RUNNING",
+                }
+            },
+        )
+
+    async def healthcheck(self, request: web.Request) -> web.Response:
+        def kafka_answers() -> bool:
+            try:
+                self.engine.admin.list_topics(timeout=5)
+            except Exception:
+                return False
+            return True
+
+        kafka = await asyncio.to_thread(kafka_answers)
+        details = {
+            "metastore": {"isHealthy": True},
+            "kafka": {"isHealthy": kafka},
+            "commandRunner": {"isHealthy": True},
+        }
+        return self._reply(request, {"isHealthy": kafka, "details": details}, 200 if kafka else 503)
+
+    async def statuses(self, request: web.Request) -> web.Response:
+        statuses = {cid: s["status"] for cid, s in self.engine.statuses.items()}
+        return self._reply(request, {"commandStatuses": statuses})
+
+    async def status(self, request: web.Request) -> web.Response:
+        info = request.match_info
+        command_id = f"{info['type'].lower()}/{info['entity']}/{info['action'].lower()}"
+        found = self.engine.status(command_id)
+        if found is None:
+            return self._reply(request, _generic_error(ERROR_NOT_FOUND, "Command not found"), 404)
+        return self._reply(request, found)
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        try:
+            body = json.loads(await request.read() or b"{}")
+        except ValueError as exc:
+            raise _BadRequest(f"Error parsing request body: {exc}") from None
+        if not isinstance(body, dict):
+            raise _BadRequest("The request body must be a JSON object")
+        return body
+
+    async def ksql(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._body(request)
+        except _BadRequest as exc:
+            return self._reply(request, _generic_error(ERROR_BAD_REQUEST, str(exc)), 400)
+        text = body.get("ksql")
+        if not isinstance(text, str):
+            return self._reply(
+                request, _generic_error(ERROR_BAD_REQUEST, '"ksql" field must be populated'), 400
+            )
+        properties = body.get("streamsProperties") or {}
+        variables = body.get("sessionVariables") or {}
+        if not isinstance(properties, dict) or not isinstance(variables, dict):
+            return self._reply(
+                request,
+                _generic_error(
+                    ERROR_BAD_REQUEST, "streamsProperties and sessionVariables must be objects"
+                ),
+                400,
+            )
+        async with self._requests:
+            try:
+                entities = await asyncio.to_thread(self.engine.execute, text, properties, variables)
+            except KsqlRequestError as exc:
+                return self._reply(request, exc.body, exc.status)
+        return self._reply(request, entities)
+
+    async def query(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._body(request)
+        except _BadRequest as exc:
+            return self._reply(request, _generic_error(ERROR_BAD_REQUEST, str(exc)), 400)
+        text = str(body.get("sql") or body.get("ksql") or "")
+        pieces = split_statements(text)
+        if len(pieces) != 1:
+            return self._reply(
+                request,
+                _generic_error(
+                    ERROR_BAD_REQUEST, f"Expected exactly one statement, got {len(pieces)}"
+                ),
+                400,
+            )
+        try:
+            parse_statement(pieces[0])
+        except KsqlSyntaxError as exc:
+            return self._reply(
+                request,
+                {
+                    "@type": "statement_error",
+                    "error_code": 40001,
+                    "message": str(exc),
+                    "statementText": pieces[0] + ";",
+                    "entities": [],
+                },
+                400,
+            )
+        return self._reply(
+            request,
+            {
+                "@type": "statement_error",
+                "error_code": 40001,
+                "message": "Push and pull queries and PRINT run on Spark in a later version of "
+                "this server; the statement was parsed but not executed.",
+                "statementText": pieces[0] + ";",
+                "entities": [],
+            },
+            400,
+        )
+
+
+class _BadRequest(Exception):
+    pass
