@@ -189,6 +189,8 @@ def test_expressions() -> None:
         ("INSERT INTO pv (id, url) VALUES (1, 'a')", st.InsertValues(
             "PV", ("ID", "URL"), (ex.Literal(1), ex.Literal("a")))),
         ("INSERT INTO pv VALUES ()", st.InsertValues("PV", (), ())),
+        ("INSERT INTO pv VALUES (1, 'a')", st.InsertValues(
+            "PV", (), (ex.Literal(1), ex.Literal("a")))),
         ("ALTER STREAM pv ADD COLUMN c INT", st.AlterSource(
             "STREAM", "PV", (st.TableElement("C", ex.PrimitiveType("INTEGER")),))),
     ],

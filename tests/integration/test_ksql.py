@@ -1,0 +1,305 @@
+"""The ksql server (``strom ksql-server``) against a real broker, spoken to as ksqlDB's
+clients speak to ksqlDB (HTTP and JSON), and its CLI (``strom ksql``).
+
+Each statement's answer has ksqlDB's shape; refusals have ksqlDB's error body (code,
+message, the statement, the entities of the statements before it); INSERT VALUES
+records are read back with confluent-kafka; a restarted server has its streams, tables
+and types back from the command topic.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from broker_process import BrokerProcess, served_url
+from confluent_kafka import Consumer, TopicPartition
+
+SERVICE_ID = "it_"
+COMMAND_TOPIC = f"_confluent-ksql-{SERVICE_ID}_command_topic"
+
+
+class KsqlServer:
+    def __init__(self, broker: BrokerProcess) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "strom.cli.main", "ksql-server",
+             "--override", f"bootstrap.servers={broker.bootstrap}",
+             "--override", "listeners=http://127.0.0.1:0",
+             "--override", f"ksql.service.id={SERVICE_ID}",
+             "--log-level", "WARNING"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        self.banner = self.proc.stdout.readline().decode()
+        assert self.banner.startswith("Strom ksql server on"), self.banner
+        self.url = served_url(self.banner)
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/vnd.ksql.v1+json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def ksql(self, text: str, **extra: Any) -> tuple[int, Any]:
+        return self.call("POST", "/ksql", {"ksql": text, **extra})
+
+    def ok(self, text: str, **extra: Any) -> list[dict[str, Any]]:
+        status, body = self.ksql(text, **extra)
+        assert status == 200, body
+        return body
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def server(broker: BrokerProcess) -> Iterator[KsqlServer]:
+    process = KsqlServer(broker)
+    yield process
+    if process.proc.poll() is None:
+        process.stop()
+
+
+def test_info_healthcheck_and_status(server: KsqlServer) -> None:
+    status, info = server.call("GET", "/info")
+    assert status == 200
+    assert info["KsqlServerInfo"]["version"] == "0.29.0"
+    assert info["KsqlServerInfo"]["ksqlServiceId"] == SERVICE_ID
+    assert info["KsqlServerInfo"]["serverStatus"] == "RUNNING"
+    assert info["KsqlServerInfo"]["kafkaClusterId"]
+    status, health = server.call("GET", "/healthcheck")
+    assert status == 200 and health["isHealthy"] is True
+    assert set(health["details"]) == {"metastore", "kafka", "commandRunner"}
+    status, missing = server.call("GET", "/status/stream/`NOPE`/create")
+    assert status == 404 and missing["error_code"] == 40400
+
+
+def test_create_show_describe_drop(server: KsqlServer) -> None:
+    text = (
+        "CREATE STREAM pageviews (id BIGINT KEY, url STRING, tags ARRAY<STRING>) "
+        "WITH (kafka_topic='pageviews', value_format='JSON', partitions=3);"
+    )
+    [created] = server.ok(text)
+    assert created == {
+        "@type": "currentStatus",
+        "statementText": text,
+        "commandId": "stream/`PAGEVIEWS`/create",
+        "commandStatus": {"status": "SUCCESS", "message": "Stream created", "queryId": None},
+        "commandSequenceNumber": created["commandSequenceNumber"],
+        "warnings": [],
+    }
+    status, one = server.call("GET", "/status/stream/`PAGEVIEWS`/create")
+    assert status == 200 and one["status"] == "SUCCESS"
+    entities = server.ok(
+        "CREATE TABLE users (id STRING PRIMARY KEY, name STRING) "
+        "WITH (kafka_topic='users', format='JSON', partitions=1);"
+        "SHOW STREAMS; LIST TABLES; SHOW TOPICS; DESCRIBE pageviews EXTENDED;"
+        "CREATE STREAM IF NOT EXISTS pageviews (x INT) WITH (kafka_topic='pageviews', "
+        "value_format='JSON');"
+    )
+    kinds = [e["@type"] for e in entities]
+    assert kinds == [
+        "currentStatus", "streams", "tables", "kafka_topics", "sourceDescription",
+        "warning_entity",
+    ]  # fmt: skip
+    assert {
+        "type": "STREAM", "name": "PAGEVIEWS", "topic": "pageviews", "keyFormat": "KAFKA",
+        "valueFormat": "JSON", "isWindowed": False,
+    } in entities[1]["streams"]  # fmt: skip
+    assert entities[2]["tables"][0]["keyFormat"] == "JSON"
+    assert {"name": "pageviews", "replicaInfo": [1, 1, 1]} in entities[3]["topics"]
+    assert all(not t["name"].startswith("_confluent") for t in entities[3]["topics"])
+    description = entities[4]["sourceDescription"]
+    assert description["fields"] == [
+        {"name": "ID", "schema": {"type": "BIGINT", "fields": None, "memberSchema": None},
+         "type": "KEY"},
+        {"name": "URL", "schema": {"type": "STRING", "fields": None, "memberSchema": None}},
+        {"name": "TAGS", "schema": {"type": "ARRAY", "fields": None, "memberSchema":
+         {"type": "STRING", "fields": None, "memberSchema": None}}},
+    ]  # fmt: skip
+    assert (description["partitions"], description["replication"]) == (3, 1)
+    assert description["type"] == "STREAM" and description["extended"] is True
+    assert entities[5]["message"] == (
+        "Cannot add stream `PAGEVIEWS`: A stream with the same name already exists."
+    )
+    [dropped] = server.ok("DROP TABLE users DELETE TOPIC;")
+    assert dropped["commandId"] == "table/USERS/drop"
+    assert dropped["commandStatus"]["message"] == "Source `USERS` (topic: users) was dropped."
+    [listed] = server.ok("SHOW ALL TOPICS;")
+    names = {t["name"] for t in listed["topics"]}
+    assert "users" not in names and COMMAND_TOPIC in names
+
+
+def test_errors_have_ksqldb_shape(server: KsqlServer) -> None:
+    status, body = server.ksql(
+        "CREATE STREAM lonely (a INT) WITH (kafka_topic='lonely', value_format='JSON');"
+    )
+    assert status == 400 and body["@type"] == "statement_error" and body["error_code"] == 40001
+    assert body["message"].startswith(
+        "Topic 'lonely' does not exist. If you want to create a new topic for the "
+        "stream/table please re-run the statement providing the required 'PARTITIONS' "
+        "configuration in the WITH clause (and optionally 'REPLICAS'). For example: "
+        "CREATE STREAM LONELY (A INTEGER) WITH (KAFKA_TOPIC='lonely', PARTITIONS=2, "
+    )
+    assert body["entities"] == []
+    status, body = server.ksql("SHOW TYPES;\nSHOW STREAMS\n  EXTRA;")
+    assert status == 400 and body["message"].startswith("line 2:2: Syntax Error")
+    assert body["statementText"] == "SHOW STREAMS\n  EXTRA;"
+    assert [e["@type"] for e in body["entities"]] == ["type_list"]
+    status, body = server.ksql("DESCRIBE nothing;")
+    assert (status, body["message"]) == (
+        400,
+        "Could not find STREAM/TABLE 'NOTHING' in the Metastore",
+    )
+    status, body = server.ksql("SELECT * FROM pageviews EMIT CHANGES;")
+    assert (status, body["error_code"]) == (400, 40002)
+    status, body = server.ksql("CREATE STREAM copy AS SELECT * FROM pageviews EMIT CHANGES;")
+    assert (status, body["error_code"]) == (400, 40001)
+    assert "persistent queries" in body["message"]
+    status, body = server.call("POST", "/ksql", {"nothing": 1})
+    assert (status, body["@type"], body["error_code"]) == (400, "generic_error", 40000)
+
+
+def test_set_define_and_session_variables(server: KsqlServer) -> None:
+    entities = server.ok(
+        "DEFINE fmt = 'JSON'; SET 'auto.offset.reset' = 'earliest';"
+        "CREATE STREAM IF NOT EXISTS vars_s (v INT) WITH (kafka_topic='${topic}', "
+        "value_format='${fmt}', partitions=1);"
+        "SHOW VARIABLES; SHOW PROPERTIES;",
+        sessionVariables={"topic": "vars_topic"},
+    )
+    assert [e["@type"] for e in entities] == ["currentStatus", "variables", "properties"]
+    assert "kafka_topic='vars_topic'" in entities[0]["statementText"]
+    assert {"name": "fmt", "value": "JSON"} in entities[1]["variables"]
+    properties = {p["name"]: p["value"] for p in entities[2]["properties"]}
+    assert properties["ksql.streams.auto.offset.reset"] == "earliest"
+    assert "ksql.streams.auto.offset.reset" in entities[2]["overwrittenProperties"]
+
+
+def read_all(broker: BrokerProcess, topic: str, count: int) -> list[Any]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "ksql-test",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    messages = []
+    try:
+        while len(messages) < count:
+            message = consumer.poll(10)
+            assert message is not None, f"{len(messages)} of {count} records from {topic}"
+            assert message.error() is None, message.error()
+            messages.append(message)
+    finally:
+        consumer.close()
+    return messages
+
+
+def test_insert_values_read_back(server: KsqlServer, broker: BrokerProcess) -> None:
+    server.ok(
+        "CREATE STREAM orders (id INT KEY, item STRING, amount DECIMAL(6, 2), ts BIGINT) "
+        "WITH (kafka_topic='orders', value_format='JSON', partitions=1, timestamp='ts');"
+        "CREATE STREAM csv (k STRING KEY, a STRING, b INT) "
+        "WITH (kafka_topic='csv', key_format='KAFKA', value_format='DELIMITED', partitions=1);"
+    )
+    entities = server.ok(
+        "INSERT INTO orders (id, item, amount, ts) VALUES (1, 'book', 12.5, 1700000000000);"
+        "INSERT INTO orders VALUES (2, 'pen', 3, 1700000000001);"
+        "INSERT INTO orders (ROWTIME, id, item) VALUES (1600000000000, 3, NULL);"
+        "INSERT INTO csv (k, a, b) VALUES ('x', 'hello, world', 5);"
+    )
+    assert entities == []
+    first, second, third = read_all(broker, "orders", 3)
+    assert struct.unpack(">i", first.key()) == (1,)
+    assert json.loads(first.value()) == {"ITEM": "book", "AMOUNT": 12.5, "TS": 1700000000000}
+    assert b'"AMOUNT":12.50' in first.value()
+    assert first.timestamp()[1] == 1700000000000
+    assert json.loads(second.value())["ITEM"] == "pen"
+    assert third.timestamp()[1] == 1600000000000
+    assert json.loads(third.value()) == {"ITEM": None, "AMOUNT": None, "TS": None}
+    [row] = read_all(broker, "csv", 1)
+    assert (row.key(), row.value()) == (b"x", b'"hello, world",5')
+    status, body = server.ksql("INSERT INTO orders (id, item) VALUES ('one', 'x');")
+    assert status == 400
+    assert body["message"].startswith("Failed to insert values into 'ORDERS'. Expected type")
+    status, body = server.ksql("INSERT INTO ghosts (a) VALUES (1);")
+    assert body["message"] == "Cannot insert values into an unknown stream/table: `GHOSTS`"
+
+
+def test_cli_execute(server: KsqlServer) -> None:
+    def strom_ksql(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "strom.cli.main", "ksql", server.url, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    done = strom_ksql("--execute", "SHOW STREAMS; DEFINE t = 'PAGEVIEWS'; DESCRIBE ${t};")
+    assert done.returncode == 0, done.stderr
+    assert "Stream Name" in done.stdout and "PAGEVIEWS" in done.stdout
+    assert "Field" in done.stdout and "ARRAY<VARCHAR(STRING)>" in done.stdout
+    failed = strom_ksql("-e", "DESCRIBE nothing; SHOW STREAMS;")
+    assert failed.returncode == 1 and "Stream Name" not in failed.stdout
+    assert "Could not find STREAM/TABLE 'NOTHING' in the Metastore" in failed.stderr
+    as_json = strom_ksql("--output", "json", "-e", "SHOW TABLES;")
+    assert json.loads(as_json.stdout)["@type"] == "tables"
+
+
+def test_restart_keeps_streams_tables_and_types(server: KsqlServer, broker: BrokerProcess) -> None:
+    server.ok(
+        "CREATE TYPE money AS STRUCT<amount DECIMAL(10, 2), currency STRING>;"
+        "CREATE TABLE accounts (id STRING PRIMARY KEY, balance money) "
+        "WITH (kafka_topic='accounts', format='JSON', partitions=1);"
+    )
+    before = server.ok("SHOW STREAMS; SHOW TABLES; SHOW TYPES;")
+    server.stop()
+    restarted = KsqlServer(broker)
+    try:
+        assert " commands replayed from " + COMMAND_TOPIC in restarted.banner
+        after = restarted.ok("SHOW STREAMS; SHOW TABLES; SHOW TYPES;")
+        assert after == before
+        [described] = restarted.ok("DESCRIBE accounts;")
+        balance = described["sourceDescription"]["fields"][1]
+        assert balance["schema"]["type"] == "STRUCT"
+        status, statuses = restarted.call("GET", "/status")
+        assert statuses["commandStatuses"]["table/`ACCOUNTS`/create"] == "SUCCESS"
+    finally:
+        restarted.stop()
+    records = read_all(broker, COMMAND_TOPIC, 2)
+    assert records[0].key().startswith(b"stream/`PAGEVIEWS`/create")
+    command = json.loads(records[0].value())
+    assert command["statement"].startswith("CREATE STREAM pageviews")
+    assert {"streamsProperties", "originalProperties", "version"} <= set(command)
+
+
+def test_bad_config_is_one_line(tmp_path: Any) -> None:
+    properties = tmp_path / "ksql-server.properties"
+    properties.write_text("listeners=localhost:8088\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "strom.cli.main", "ksql-server", str(properties)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "listeners" in done.stderr, done.stderr
