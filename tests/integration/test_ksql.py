@@ -265,6 +265,29 @@ def test_cli_execute(server: KsqlServer) -> None:
     assert json.loads(as_json.stdout)["@type"] == "tables"
 
 
+def test_a_ksqldb_client_from_pypi(server: KsqlServer, broker: BrokerProcess) -> None:
+    """ksql-python-ng (the ksql-python line for ksqlDB 0.29) drives the server."""
+    from ksql import KSQLAPI
+    from ksql.errors import KSQLError
+
+    client = KSQLAPI(server.url)
+    assert client.get_ksql_version() == "0.29.0"
+    client.ksql(
+        "CREATE STREAM py_events (id INT KEY, kind STRING) "
+        "WITH (kafka_topic='py_events', value_format='JSON', partitions=1)"
+    )
+    assert client.create_stream("py_copy", ["id INT KEY", "kind STRING"], "py_events") is True
+    [streams] = client.ksql("SHOW STREAMS")
+    assert {"PY_EVENTS", "PY_COPY"} <= {s["name"] for s in streams["streams"]}
+    assert any(p["name"] == "ksql.service.id" for p in client.get_properties())
+    client.ksql("INSERT INTO py_events (id, kind) VALUES (9, 'click')")
+    [record] = read_all(broker, "py_events", 1)
+    assert json.loads(record.value()) == {"KIND": "click"}
+    with pytest.raises(KSQLError) as info:
+        client.ksql("DESCRIBE py_nothing")
+    assert info.value.error_code == 40001
+
+
 def test_restart_keeps_streams_tables_and_types(server: KsqlServer, broker: BrokerProcess) -> None:
     server.ok(
         "CREATE TYPE money AS STRUCT<amount DECIMAL(10, 2), currency STRING>;"
