@@ -64,6 +64,19 @@ def add_bootstrap(parser: argparse.ArgumentParser, *, controller: bool = False) 
         )
 
 
+def add_override_options(parser: argparse.ArgumentParser) -> None:
+    """``--override key=value`` (repeatable) and ``--log-level``, as the servers started
+    from a properties file take them (``broker``, ``ksql-server``)."""
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a property from the file (repeatable)",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+
+
 def unescape(text: str) -> str:
     """``\\t``, ``\\n``, ``\\r`` and ``\\\\`` in a separator typed on a shell line."""
     out: list[str] = []

@@ -22,7 +22,12 @@ import sys
 from typing import Any
 
 from strom.cli import broker_logging
-from strom.cli.common import ToolError, parse_properties, refused_everywhere
+from strom.cli.common import (
+    ToolError,
+    add_override_options,
+    parse_properties,
+    refused_everywhere,
+)
 from strom.cli.http_service import http_server, until_stopped
 from strom.cli.properties_file import PropertiesError, read_properties_file
 
@@ -32,14 +37,7 @@ def add_parser(commands: Any) -> None:
         "ksql-server", help="run a ksql server (ksqlDB's SQL over streams and REST API)"
     )
     parser.add_argument("properties", nargs="?", metavar="ksql-server.properties")
-    parser.add_argument(
-        "--override",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a property from the file (repeatable)",
-    )
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    add_override_options(parser)
     parser.set_defaults(run=run, parser=parser)
 
 

@@ -38,7 +38,13 @@ from typing import TYPE_CHECKING
 from confluent_kafka import KafkaException
 
 from strom.cli import output
-from strom.cli.common import OneLineArgumentParser, ToolError, describe_error, fail
+from strom.cli.common import (
+    OneLineArgumentParser,
+    ToolError,
+    add_override_options,
+    describe_error,
+    fail,
+)
 
 if TYPE_CHECKING:
     from strom.config import BrokerConfig
@@ -105,14 +111,7 @@ def _parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     commands._parser_class = argparse.ArgumentParser  # type: ignore[attr-defined]
     broker = commands.add_parser("broker", help="run a broker (like kafka-server-start.sh)")
     broker.add_argument("properties", nargs="?", help="server.properties file")
-    broker.add_argument(
-        "--override",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a property from the file (repeatable)",
-    )
-    broker.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    add_override_options(broker)
     commands._parser_class = OneLineArgumentParser  # type: ignore[attr-defined]
     for name in _tools_for(argv):
         importlib.import_module(f"strom.cli.{TOOL_MODULES[name]}").add_parser(commands)

@@ -31,17 +31,16 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
     KafkaError,
-    KafkaException,
     Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.ksql.config import KsqlServerConfig
+from strom.ksql.kafka_calls import TIMEOUT_S, KafkaCallError, create_topic, produce_and_wait
 
 log = logging.getLogger(__name__)
 COMMAND_VERSION = 18  # ksqlDB 0.29's Command.VERSION
-_TIMEOUT_S = 30.0
 
 
 class CommandTopicError(Exception):
@@ -77,8 +76,7 @@ class CommandTopic:
         )
 
     def ensure_exists(self) -> None:
-        topics = self._admin.list_topics(timeout=_TIMEOUT_S).topics
-        if self.name in topics:
+        if self.name in self._admin.list_topics(timeout=TIMEOUT_S).topics:
             return
         new = NewTopic(
             self.name,
@@ -86,15 +84,10 @@ class CommandTopic:
             replication_factor=self._config.internal_topic_replicas,
             config={"retention.ms": "-1", "cleanup.policy": "delete"},
         )
-        future = self._admin.create_topics([new], operation_timeout=_TIMEOUT_S)[self.name]
         try:
-            future.result()
-        except KafkaException as exc:
-            error = exc.args[0]
-            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise CommandTopicError(
-                    f"cannot create the command topic {self.name}: {error.str()}"
-                ) from None
+            create_topic(self._admin, new)
+        except KafkaCallError as exc:
+            raise CommandTopicError(f"cannot create the command topic {self.name}: {exc}") from None
 
     def read_all(self) -> list[Command]:
         """Every command from the start of the topic to its end now."""
@@ -110,13 +103,13 @@ class CommandTopic:
         commands: list[Command] = []
         try:
             partition = TopicPartition(self.name, 0)
-            _, end = consumer.get_watermark_offsets(partition, timeout=_TIMEOUT_S)
+            _, end = consumer.get_watermark_offsets(partition, timeout=TIMEOUT_S)
             if end <= 0:
                 return commands
             consumer.assign([TopicPartition(self.name, 0, OFFSET_BEGINNING)])
             position = 0
             while position < end:
-                message = consumer.poll(_TIMEOUT_S)
+                message = consumer.poll(TIMEOUT_S)
                 if message is None:
                     raise CommandTopicError(f"timed out reading the command topic {self.name}")
                 error = message.error()
@@ -134,27 +127,21 @@ class CommandTopic:
 
     def append(self, command: Command) -> int:
         """Write ``command``; its sequence number (the record's offset)."""
-        outcome: dict[str, Any] = {}
-
-        def delivered(err: KafkaError | None, message: Any) -> None:
-            outcome["error"] = err
-            outcome["offset"] = message.offset() if err is None else None
-
-        self._producer.produce(
-            self.name,
-            key=command.command_id.encode(),
-            value=command.value_json(),
-            partition=0,
-            on_delivery=delivered,
-        )
-        self._producer.flush(_TIMEOUT_S)
-        if outcome.get("error") is not None or "offset" not in outcome:
-            reason = outcome["error"].str() if outcome.get("error") else "timed out"
-            raise CommandTopicError(f"cannot write to the command topic {self.name}: {reason}")
-        return int(outcome["offset"])
+        try:
+            return produce_and_wait(
+                self._producer,
+                self.name,
+                command.command_id.encode(),
+                command.value_json(),
+                partition=0,
+            )
+        except KafkaCallError as exc:
+            raise CommandTopicError(
+                f"cannot write to the command topic {self.name}: {exc}"
+            ) from None
 
     def close(self) -> None:
-        self._producer.flush(_TIMEOUT_S)
+        self._producer.flush(TIMEOUT_S)
 
 
 def _decode(key: bytes | None, value: bytes | None, offset: int) -> Command | None:

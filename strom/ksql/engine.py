@@ -38,6 +38,14 @@ from strom.ksql.command_topic import Command, CommandTopic
 from strom.ksql.config import KsqlServerConfig
 from strom.ksql.expressions import PrimitiveType
 from strom.ksql.functions import find_function, function_names_json
+from strom.ksql.kafka_calls import (
+    TIMEOUT_S,
+    KafkaCallError,
+    create_topic,
+    delete_topic,
+    produce_and_wait,
+    topic_metadata,
+)
 from strom.ksql.metastore import DataSource, KsqlStatementError, Metastore
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, parse_statements
 
@@ -46,7 +54,6 @@ log = logging.getLogger(__name__)
 ERROR_BAD_STATEMENT = 40001
 ERROR_QUERY_ENDPOINT = 40002
 ERROR_SERVER = 50000
-_TIMEOUT_S = 30.0
 _HIDDEN_TOPICS = re.compile(
     r"_confluent.*|__confluent.*|_schemas|__consumer_offsets|__transaction_state|"
     r"connect-configs|connect-offsets|connect-status|connect-statuses"
@@ -136,7 +143,7 @@ class KsqlEngine:
     # ---- start: the command topic replayed
     def start(self) -> int:
         """Creates the command topic if needed and replays it; the commands applied."""
-        metadata = self.admin.list_topics(timeout=_TIMEOUT_S)
+        metadata = self.admin.list_topics(timeout=TIMEOUT_S)
         self.cluster_id = metadata.cluster_id or ""
         self.command_topic.ensure_exists()
         applied = 0
@@ -331,21 +338,13 @@ class KsqlEngine:
             replication_factor=replicas if replicas is not None else -1,
             config=topic_config,
         )
-        future = self.admin.create_topics([new], operation_timeout=_TIMEOUT_S)[source.topic]
         try:
-            future.result()
-        except KafkaException as exc:
-            error = exc.args[0]
-            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise KsqlStatementError(
-                    f"Could not create topic '{source.topic}': {error.str()}"
-                ) from None
+            create_topic(self.admin, new)
+        except KafkaCallError as exc:
+            raise KsqlStatementError(f"Could not create topic '{source.topic}': {exc}") from None
 
     def _topic_metadata(self, name: str) -> Any:
-        """The topic's metadata, None when there is none. All topics are asked for: a
-        request naming the topic would let a broker auto-create it."""
-        found = self.admin.list_topics(timeout=_TIMEOUT_S).topics.get(name)
-        return found if found is not None and found.error is None else None
+        return topic_metadata(self.admin, name)
 
     def _drop_source(
         self, statement: st.DropSource, text: str, scope: RequestScope
@@ -363,15 +362,12 @@ class KsqlEngine:
         return _status_entity(text, command_id, message, sequence)
 
     def _delete_topic(self, topic: str) -> None:
-        future = self.admin.delete_topics([topic], operation_timeout=_TIMEOUT_S)[topic]
         try:
-            future.result()
-        except KafkaException as exc:
-            error = exc.args[0]
-            if error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise KsqlStatementError(
-                    f"Could not delete the corresponding kafka topic: {topic}: {error.str()}"
-                ) from None
+            delete_topic(self.admin, topic)
+        except KafkaCallError as exc:
+            raise KsqlStatementError(
+                f"Could not delete the corresponding kafka topic: {topic}: {exc}"
+            ) from None
 
     def _create_type(
         self, statement: st.CreateType, text: str, scope: RequestScope
@@ -471,23 +467,10 @@ class KsqlEngine:
     ) -> None:
         if self._producer is None:
             self._producer = Producer(self.config.client_config(**{"acks": "all", "linger.ms": 0}))
-        outcome: dict[str, Any] = {}
-
-        def delivered(err: KafkaError | None, _: Any) -> None:
-            outcome["error"] = err
-
-        self._producer.produce(
-            topic,
-            value=value,
-            key=key,
-            on_delivery=delivered,
-            timestamp=timestamp if timestamp is not None else 0,  # 0: the time of sending
-        )
-        self._producer.flush(_TIMEOUT_S)
-        error = outcome.get("error")
-        if error is not None or "error" not in outcome:
-            reason = error.str() if error is not None else "timed out"
-            raise KsqlStatementError(f"{failed} {reason}")
+        try:
+            produce_and_wait(self._producer, topic, key, value, timestamp=timestamp or 0)
+        except KafkaCallError as exc:
+            raise KsqlStatementError(f"{failed} {exc}") from None
 
     # ---- SHOW, LIST, DESCRIBE
     def _show(self, statement: st.Show, text: str, scope: RequestScope) -> dict[str, Any]:
@@ -538,7 +521,7 @@ class KsqlEngine:
         return sorted(self.metastore.sources.values(), key=lambda s: s.name)
 
     def _topics(self, text: str, extended: bool, show_all: bool) -> dict[str, Any]:
-        metadata = self.admin.list_topics(timeout=_TIMEOUT_S)
+        metadata = self.admin.list_topics(timeout=TIMEOUT_S)
         names = sorted(
             name for name in metadata.topics if show_all or not _HIDDEN_TOPICS.fullmatch(name)
         )
@@ -560,7 +543,7 @@ class KsqlEngine:
 
     def _consumers_by_topic(self) -> dict[str, dict[str, int]]:
         """topic -> {group: members consuming it}."""
-        listed = self.admin.list_consumer_groups(request_timeout=_TIMEOUT_S).result()
+        listed = self.admin.list_consumer_groups(request_timeout=TIMEOUT_S).result()
         group_ids = [g.group_id for g in listed.valid]
         found: dict[str, dict[str, int]] = {}
         if not group_ids:
@@ -704,7 +687,7 @@ class KsqlEngine:
     def close(self) -> None:
         self.command_topic.close()
         if self._producer is not None:
-            self._producer.flush(_TIMEOUT_S)
+            self._producer.flush(TIMEOUT_S)
 
 
 def _with_semicolon(text: str) -> str:

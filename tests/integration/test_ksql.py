@@ -13,14 +13,14 @@ import json
 import struct
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from broker_process import BrokerProcess, served_url
 from confluent_kafka import Consumer, TopicPartition
+
+from strom.ksql.rest_client import KsqlRestClient, KsqlServerError
 
 SERVICE_ID = "it_"
 COMMAND_TOPIC = f"_confluent-ksql-{SERVICE_ID}_command_topic"
@@ -43,18 +43,10 @@ class KsqlServer:
         self.url = served_url(self.banner)
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.url + path,
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/vnd.ksql.v1+json"},
-        )
         try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
+            return 200, KsqlRestClient(self.url).call(method, path, body)
+        except KsqlServerError as exc:
+            return exc.status, exc.body
 
     def ksql(self, text: str, **extra: Any) -> tuple[int, Any]:
         return self.call("POST", "/ksql", {"ksql": text, **extra})
