@@ -1,10 +1,10 @@
 """Which instance of a service writes: one primary, elected through a Kafka consumer
 group, as Confluent's registries elect theirs. The schema registry elects its primary
-with it, and a distributed Connect worker group its leader.
+with it (Connect workers share their work through Kafka's group protocol instead:
+``strom.connect.group_member``).
 
-Every instance joins the group (``strom-schema-registry`` for the registry, the workers'
-``group.id`` for Connect) subscribed to a one-partition topic (``_schemas``, the config
-topic), its client id carrying the URL it serves; the member the group assigns the
+Every instance joins the group (``strom-schema-registry`` for the registry) subscribed to
+a one-partition topic (``_schemas``), its client id carrying the URL it serves; the member the group assigns the
 partition to is the primary. A secondary learns the primary's URL from the group's
 description (DescribeGroups) and forwards every change to it, so one writer decides.
 When the primary goes, the group gives the partition to another member within the

@@ -12,12 +12,13 @@ herders; statuses are read from the status store directly.
 
 Who runs what is the ``membership``'s answer:
 - ``SoleMember`` (standalone): this worker is the leader and runs everything;
-- ``ElectedLeader`` (distributed, ``membership``): the workers of one ``group.id`` elect
-  a leader through a Kafka consumer group; the leader writes configs and runs every
-  connector and task, the others forward writes to it (the REST layer does) and stand by
-  to take over when it goes. Sharing connectors and tasks among the workers (Kafka
-  Connect's group protocol with its assignor) replaces it without changing the herder:
-  the assignment decides which connectors and tasks ``_reconcile`` runs here.
+- ``SharedWork`` (distributed): the workers of one ``group.id`` share the work through
+  Kafka's group protocol; the leader writes configs and runs the connector instances,
+  and each worker runs the tasks the leader's plan gives it, built from the stored
+  configs. Writes reach the leader and a task's restart its worker (the REST layer
+  forwards them); a task's status is written by the worker that runs it, and removed
+  only once the task is gone from the configs. When the leader's connectors change their
+  tasks, it asks for a new plan (``work_changed``).
 
 Errors are ``HerderError``s with Kafka Connect's status codes and messages (404 for an
 unknown connector, 409 for an existing one, 400 for a bad config naming its keys).
@@ -35,6 +36,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -43,6 +45,7 @@ from strom.connect import connector_config
 from strom.connect.api import ConnectException, Connector, ConnectorContext
 from strom.connect.membership import Membership
 from strom.connect.plugins import SINK, SOURCE, Plugin, PluginNotFound, Plugins
+from strom.connect.rest_client import ConnectRestClient, ConnectRestError
 from strom.connect.runtime import FAILED, PAUSED, RUNNING, UNASSIGNED, TaskId, TaskRunner, TaskSpec
 from strom.connect.stores import (
     STARTED,
@@ -153,7 +156,7 @@ class Herder:
         """Reconcile now; when the work moved away, return once it has stopped here."""
         if self._stopped.is_set():
             return
-        if self.membership.runs_everything():
+        if self.membership.holds_work():
             self._wake.set()
             return
         try:
@@ -238,21 +241,23 @@ class Herder:
 
     def _reconcile(self) -> None:
         assert self.runner is not None
-        ours = self.membership.runs_everything()
-        if ours and self.membership.generation != self.generation_seen:
-            # Just given the work (a new leader): what the last leader wrote is read first.
+        holds = self.membership.holds_work()
+        leads = holds and self.membership.runs_connectors()
+        if holds and self.membership.generation != self.generation_seen:
+            # Just given work (a new plan): what the last owners wrote is read first.
             self.config_store.refresh()
             self.offset_store.refresh()
         self.generation_seen = self.membership.generation
         snapshot = self.config_store.snapshot()
         for name in list(self.running):
-            if not ours or name not in snapshot.connectors:
+            if not leads or name not in snapshot.connectors:
                 self._stop_instance(name, UNASSIGNED, remove=name not in snapshot.connectors)
                 del self.running[name]
-        if ours:
+        if leads:
             for name, config in snapshot.connectors.items():
                 self._reconcile_connector(name, config, snapshot)
-        self._reconcile_tasks(snapshot if ours else ConfigState())
+            self.membership.work_changed(set(tasks_of(snapshot)))
+        self._reconcile_tasks(snapshot, holds, leads)
 
     def _reconcile_connector(
         self, name: str, config: dict[str, str], snapshot: ConfigState
@@ -351,34 +356,52 @@ class Herder:
         if configs != snapshot.tasks.get(name) and self.membership.is_leader():
             self.config_store.put_task_configs(name, configs)
 
-    def _reconcile_tasks(self, snapshot: ConfigState) -> None:
+    def _reconcile_tasks(self, snapshot: ConfigState, holds: bool, leads: bool) -> None:
+        """Run here the tasks the membership gives this worker (none unless it holds
+        work); stop the others. A task's status is removed only once the task itself is
+        gone from the configs (a task that moved is written by its new worker)."""
         assert self.runner is not None
         wanted: dict[TaskId, tuple[TaskSpec, str]] = {}
-        for name, task_configs in snapshot.tasks.items():
-            current = self.running.get(name)
+        for name, task_configs in snapshot.tasks.items() if holds else ():
+            config = snapshot.connectors.get(name)
             target = snapshot.target_state(name)
-            if current is None or current.plugin is None or target == STOPPED:
+            if config is None or target == STOPPED:
                 continue
-            if current.instance is None and not current.failed:
-                continue
-            task_class = _task_class(current)
+            current = self.running.get(name)
+            if current is not None:  # the connector instance runs here
+                if current.plugin is None or (current.instance is None and not current.failed):
+                    continue
+                plugin, task_class, connector_config = (
+                    current.plugin,
+                    _task_class(current),
+                    current.config,
+                )
+            elif leads:
+                continue  # its instance has not started yet
+            else:
+                found = self._plugin(config)
+                if found is None:
+                    continue
+                plugin, task_class, connector_config = found, _plugin_task_class(found), config
             if task_class is None:
                 continue
             for number, task_config in enumerate(task_configs):
-                spec = TaskSpec(
-                    (name, number), current.plugin.kind, task_class, task_config, current.config
-                )
-                wanted[(name, number)] = (spec, target)
+                if self.membership.runs_task((name, number)):
+                    spec = TaskSpec(
+                        (name, number), plugin.kind, task_class, task_config, connector_config
+                    )
+                    wanted[(name, number)] = (spec, target)
         have = self.runner.tasks()
         stale = [
             task_id
             for task_id, spec in have.items()
             if task_id not in wanted or wanted[task_id][0] != spec or task_id in self.task_restarts
         ]
+        existing = set(tasks_of(snapshot))
         if stale:
             self.runner.stop(stale)
             for task_id in stale:
-                if task_id not in wanted:
+                if task_id not in wanted and task_id not in existing:
                     self.status_store.put_task(task_id[0], task_id[1], None)
         self.task_restarts.clear()
         for task_id, (spec, target) in wanted.items():
@@ -386,10 +409,8 @@ class Herder:
                 self.runner.set_target_state(task_id, target)
             else:
                 self.runner.start(spec, target)
-        for name in snapshot.connectors:
-            gone = set(self.status_store.connector_tasks(name)) - {
-                n for (c, n) in wanted if c == name
-            }
+        for name in snapshot.connectors if leads else ():
+            gone = {n for n in self.status_store.connector_tasks(name) if (name, n) not in existing}
             if name in self.running and snapshot.target_state(name) == STOPPED:
                 gone = set(self.status_store.connector_tasks(name))
             for number in gone:
@@ -532,7 +553,7 @@ class Herder:
     def _restart_connector_here(self, name: str) -> None:
         current = self.running.get(name)
         if current is None:
-            if not self.membership.runs_everything():
+            if not self.membership.runs_connectors():
                 raise NotLeader(self.membership.leader_url())
             return
         current.restart = True
@@ -552,7 +573,11 @@ class Herder:
         if include_tasks:
             for task in status["tasks"]:
                 if not only_failed or task["state"] == FAILED:
-                    self.task_restarts.add((name, task["id"]))
+                    if self.membership.runs_task((name, task["id"])):
+                        self.task_restarts.add((name, task["id"]))
+                    else:
+                        _restart_elsewhere(self.membership.task_owner_url((name, task["id"])),
+                                           name, task["id"])  # fmt: skip
                     task["state"] = RESTARTING
         for number in [t["id"] for t in status["tasks"] if t["state"] == RESTARTING]:
             self.status_store.put_task(name, number, self._status(RESTARTING))
@@ -564,8 +589,8 @@ class Herder:
             raise not_found(f"Unknown connector: {name}")
         if task < 0 or task >= len(snapshot.tasks.get(name, [])):
             raise not_found(f"Unknown task: {name}-{task}")
-        if not self.membership.runs_everything():
-            raise NotLeader(self.membership.leader_url())
+        if not self.membership.runs_task((name, task)):
+            raise NotLeader(self.membership.task_owner_url((name, task)))
         self.task_restarts.add((name, task))
         self._wake.set()
 
@@ -686,11 +711,44 @@ def _task_class(current: _Running) -> type | None:
     if current.instance is not None:
         return current.instance.task_class()
     if current.plugin is not None:
-        try:
-            return current.plugin.cls().task_class()
-        except Exception:
-            return None
+        return _plugin_task_class(current.plugin)
     return None
+
+
+def _plugin_task_class(plugin: Plugin) -> type | None:
+    """The task class of a connector plugin, from an instance that is not started."""
+    try:
+        task_class: type = plugin.cls().task_class()
+    except Exception:
+        return None
+    return task_class
+
+
+def tasks_of(snapshot: ConfigState) -> list[TaskId]:
+    """Every task the stored configs define, by connector and number."""
+    return [
+        (name, number)
+        for name, configs in snapshot.tasks.items()
+        if name in snapshot.connectors
+        for number in range(len(configs))
+    ]
+
+
+def _restart_elsewhere(url: str | None, name: str, task: int) -> None:
+    """Ask the worker that runs a task to restart it, in the background (a restart the
+    leader is asked for includes tasks that run on other workers)."""
+    if url is None:
+        log.warning("restart of %s-%d: no worker runs it", name, task)
+        return
+    path = f"/connectors/{quote(name, safe='')}/tasks/{task}/restart"
+
+    def post() -> None:
+        try:
+            ConnectRestClient(url).call("POST", path)
+        except ConnectRestError as exc:
+            log.warning("restart of %s-%d at %s: %s", name, task, url, exc)
+
+    threading.Thread(target=post, daemon=True, name="restart-elsewhere").start()
 
 
 def _state_json(status: Status) -> dict[str, Any]:

@@ -2,18 +2,11 @@
 runs what) and which connectors and tasks it runs.
 
 - ``SoleMember``: a standalone worker, its own leader, running everything.
-- ``ElectedLeader``: the distributed workers of one ``group.id`` elect a leader through a
-  Kafka consumer group of that name subscribed to the config topic
-  (``strom.group_leader``): the member given its one partition leads and runs every
-  connector and task; the others run none, forward writes to the leader and take over
-  within the session timeout (6 s) when it goes. Each member's client id carries its
-  REST URL, so every member knows where to forward.
-
-Next: Kafka Connect's own group protocol (protocol type ``connect``, JoinGroup and
-SyncGroup over ``strom.wire_client``, the leader assigning connectors and tasks round
-robin, incremental cooperative rebalancing as ``connect.protocol=sessioned`` does), so
-the workers share the work; ``runs`` then answers from the assignment and the herder
-stays as it is.
+- ``SharedWork``: the distributed workers of one ``group.id`` (``strom.connect.
+  group_member``, Kafka's group protocol): the leader writes the configs and runs the
+  connector instances (which only compute task configs); the tasks, the work, are shared
+  among all the workers, round robin, and move when a worker joins, leaves or dies.
+  Writes go to the leader, a task's restart to the worker that runs it.
 
 Does not own what the herder does with it.
 """
@@ -21,11 +14,12 @@ Does not own what the herder does with it.
 from __future__ import annotations
 
 import logging
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
 
-from strom.group_leader import Election
+from strom.client_security import ClientSecurity
+from strom.connect.group_member import GroupAssignment, GroupMember, TaskId
 
 log = logging.getLogger(__name__)
 CLIENT_PREFIX = "strom-connect "
@@ -45,6 +39,24 @@ class Membership(ABC):
     def runs_everything(self) -> bool:
         """Whether this worker runs every connector and task (else none yet)."""
         return self.is_leader()
+
+    def holds_work(self) -> bool:
+        """Whether this worker has work it may run now (else it must stop all it runs)."""
+        return self.runs_everything()
+
+    def runs_connectors(self) -> bool:
+        """Whether the connector instances run here (they compute the task configs)."""
+        return self.runs_everything()
+
+    def runs_task(self, task: TaskId) -> bool:
+        return self.runs_everything()
+
+    def task_owner_url(self, task: TaskId) -> str | None:
+        """The URL of the worker that runs ``task``."""
+        return self.leader_url()
+
+    def work_changed(self, tasks: set[TaskId]) -> None:  # noqa: B027 - an optional hook
+        """The leader's tasks are now ``tasks``: ask for a new plan if they differ."""
 
     def start(self, on_change: Callable[[], None]) -> None:  # noqa: B027 - an optional hook
         """Join the group; ``on_change()`` when what this worker runs changes (it returns
@@ -71,50 +83,89 @@ class SoleMember(Membership):
         return self.url
 
 
-class ElectedLeader(Membership):
-    """Distributed workers with one leader that runs everything (see the module's text)."""
+class SharedWork(Membership):
+    """Distributed workers sharing the tasks through Kafka's group protocol (see the
+    module's text). ``work`` lists every task of the stored configs, for the leader's
+    plan."""
 
     def __init__(
-        self, settings: dict[str, Any], group_id: str, config_topic: str, url: str
+        self,
+        bootstrap: str,
+        group_id: str,
+        url: str,
+        security: ClientSecurity | None,
+        work: Callable[[], list[TaskId]],
+        timeouts_ms: dict[str, int],
     ) -> None:
-        self.settings = settings
-        self.group_id = group_id
-        self.config_topic = config_topic
         self.url = url
-        self.election: Election | None = None
+        self.plan: GroupAssignment | None = None
         self.generation = 0
-
-    def start(self, on_change: Callable[[], None]) -> None:
-        """``on_change`` is called when this worker gains or loses the leadership; on a
-        loss it must return only once the worker runs nothing (the eager protocol: the
-        group moves on only when the work has stopped here, so no task runs twice)."""
-
-        def changed() -> None:
-            self.generation += 1
-            on_change()
-
-        self.election = Election(
-            self.settings,
-            self.config_topic,
-            self.url,
-            group=self.group_id,
-            client_prefix=CLIENT_PREFIX,
-            on_change=changed,
+        self._on_change: Callable[[], None] = lambda: None
+        self._known = threading.Condition()
+        self.member = GroupMember(
+            bootstrap,
+            group_id,
+            url,
+            work,
+            self._assigned,
+            security=security,
+            session_timeout_ms=timeouts_ms["session.timeout.ms"],
+            heartbeat_interval_ms=timeouts_ms["heartbeat.interval.ms"],
+            rebalance_timeout_ms=timeouts_ms["rebalance.timeout.ms"],
+            client_id=CLIENT_PREFIX.strip(),
         )
 
+    def start(self, on_change: Callable[[], None]) -> None:
+        self._on_change = on_change
+        self.member.start()
+
+    def _assigned(self, plan: GroupAssignment | None) -> None:
+        """On the member's thread: a new plan, or None to stop all work (returns once
+        the herder has)."""
+        with self._known:
+            self.plan = plan
+            if plan is not None:
+                self.generation = plan.generation
+            self._known.notify_all()
+        self._on_change()
+
+    def holds_work(self) -> bool:
+        return self.plan is not None
+
+    def runs_everything(self) -> bool:
+        plan = self.plan
+        return plan is not None and len(plan.urls) == 1
+
     def is_leader(self) -> bool:
-        return self.election is not None and self.election.primary
+        plan = self.plan
+        return plan is not None and plan.is_leader
+
+    def runs_connectors(self) -> bool:
+        return self.is_leader()
+
+    def runs_task(self, task: TaskId) -> bool:
+        plan = self.plan
+        return plan is not None and task in plan.mine()
+
+    def task_owner_url(self, task: TaskId) -> str | None:
+        plan = self.plan
+        return None if plan is None else plan.owner_url(task)
 
     def leader_url(self) -> str | None:
-        if self.election is None:
-            return None
-        return self.election.primary_url(timeout_s=5.0)
+        plan = self.plan
+        return None if plan is None else plan.leader_url
 
     def wait_for_leader(self, timeout_s: float) -> str | None:
-        if self.election is None:
-            return None
-        return self.election.primary_url(timeout_s=timeout_s)
+        with self._known:
+            self._known.wait_for(lambda: self.plan is not None, timeout_s)
+        return self.leader_url()
+
+    def work_changed(self, tasks: set[TaskId]) -> None:
+        plan = self.plan
+        if plan is not None and plan.is_leader:
+            planned = {task for member_tasks in plan.tasks.values() for task in member_tasks}
+            if planned != tasks:
+                self.member.request_rejoin()
 
     def close(self) -> None:
-        if self.election is not None:
-            self.election.close()
+        self.member.close()

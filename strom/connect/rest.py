@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 # version as "commit".
 KAFKA_CONNECT_VERSION = "4.0.0"
 FORWARDED = "X-Strom-Connect-Forwarded"
+REBALANCE_WAIT_S = 20.0  # how long a write waits for the group to have a leader again
 INITIAL_STATES = {"RUNNING": STARTED, "PAUSED": PAUSED, "STOPPED": STOPPED}
 LOG4J_LEVELS = {
     "TRACE": 5,
@@ -132,7 +133,12 @@ class ConnectRest:
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            return await handler(request)
+            try:
+                return await handler(request)
+            except NotLeader as exc:
+                if exc.leader_url is not None or not await self._await_leader():
+                    raise
+                return await handler(request)  # a rebalance ended meanwhile: once more
         except NotLeader as exc:
             return await self._forward(request, exc)
         except HerderError as exc:
@@ -145,11 +151,25 @@ class ConnectRest:
             log.exception("REST request %s %s failed", request.method, request.path)
             return error(500, str(exc) or type(exc).__name__)
 
-    async def _forward(self, request: web.Request, refused: NotLeader) -> web.Response:
-        """The leader's answer to a write this worker is not the leader for."""
+    async def _await_leader(self) -> bool:
+        """Whether a leader became known within REBALANCE_WAIT_S (the group was between
+        two plans: no worker leads while it rebalances)."""
         assert self.herder is not None
         membership = self.herder.membership
-        leader = await asyncio.get_running_loop().run_in_executor(None, membership.leader_url)
+        wait = membership.wait_for_leader
+        return (
+            await asyncio.get_running_loop().run_in_executor(None, wait, REBALANCE_WAIT_S)
+            is not None
+        )
+
+    async def _forward(self, request: web.Request, refused: NotLeader) -> web.Response:
+        """The answer of the worker a request belongs to: the leader's to a write, the
+        worker's that runs a task to that task's restart."""
+        assert self.herder is not None
+        membership = self.herder.membership
+        leader = refused.leader_url or await asyncio.get_running_loop().run_in_executor(
+            None, membership.leader_url
+        )
         if request.headers.get(FORWARDED) or leader is None:
             return error(409, refused.message + ("" if leader else " and no leader is known"))
         try:

@@ -18,9 +18,10 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
+from strom.client_security import ClientSecurity
 from strom.config import ConfigError
-from strom.connect.herder import Herder, HerderError
-from strom.connect.membership import ElectedLeader, Membership, SoleMember
+from strom.connect.herder import Herder, HerderError, tasks_of
+from strom.connect.membership import Membership, SharedWork, SoleMember
 from strom.connect.plugins import Plugins
 from strom.connect.rest import ConnectRest
 from strom.connect.runtime import InWorkerRunner
@@ -43,6 +44,7 @@ from strom.services.http_security import HttpSecurityError, http_security
 log = logging.getLogger(__name__)
 TIMEOUT_S = 30.0
 LEADER_WAIT_S = 30.0
+GROUP_TIMEOUTS = ("session.timeout.ms", "heartbeat.interval.ms", "rebalance.timeout.ms")
 
 
 class WorkerStartError(Exception):
@@ -88,6 +90,14 @@ class ConnectWorker:
         self.herder: Herder | None = None
         self.url = ""
 
+    def _client_security(self) -> ClientSecurity:
+        """How the worker's own group requests reach the brokers: the admin client's
+        security settings (a bad one was refused when the settings were read)."""
+        try:
+            return ClientSecurity.from_properties(self.admin_settings)
+        except ValueError as exc:
+            raise WorkerStartError(str(exc)) from None
+
     def _security(self) -> Any:
         listener = self.config["listeners"][0]
         try:
@@ -131,11 +141,21 @@ class ConnectWorker:
         worker_id = advertised.split("://", 1)[1]
         membership: Membership
         if self.config.mode == DISTRIBUTED:
-            membership = ElectedLeader(
-                self.admin_settings,
+            config_store = self.config_store
+            membership = SharedWork(
+                self.admin_settings["bootstrap.servers"],
                 self.config["group.id"],
-                self.config["config.storage.topic"],
                 advertised,
+                self._client_security(),
+                lambda: tasks_of(config_store.snapshot()),
+                {
+                    key: self.config[key]
+                    for key in (
+                        "session.timeout.ms",
+                        "heartbeat.interval.ms",
+                        "rebalance.timeout.ms",
+                    )
+                },
             )
         else:
             membership = SoleMember(advertised)

@@ -280,6 +280,32 @@ DISTRIBUTED_KEYS = [
     *_topic_keys("config", None),
     *_topic_keys("offset", 25),
     *_topic_keys("status", 5),
+    cd.ConfigKey(
+        "session.timeout.ms",
+        cd.INT,
+        10000,
+        cd.HIGH,
+        "The timeout used to detect worker failures: a worker that sends no heartbeat for "
+        "this long is removed from the group and its tasks go to the others.",
+        check=cd.at_least(1),
+    ),
+    cd.ConfigKey(
+        "heartbeat.interval.ms",
+        cd.INT,
+        3000,
+        cd.HIGH,
+        "The expected time between heartbeats to the group coordinator.",
+        check=cd.at_least(1),
+    ),
+    cd.ConfigKey(
+        "rebalance.timeout.ms",
+        cd.INT,
+        60000,
+        cd.HIGH,
+        "The maximum time each worker is allowed to join the group once a rebalance has "
+        "begun (to stop its tasks and commit their offsets).",
+        check=cd.at_least(1),
+    ),
 ]
 
 CONFIG_DEFS = {

@@ -119,6 +119,7 @@ def distributed_properties(directory: Path, broker: BrokerProcess, group: str) -
         "config.storage.replication.factor=1\n"
         "offset.storage.replication.factor=1\n"
         "status.storage.replication.factor=1\n"
+        "heartbeat.interval.ms=300\n"  # a worker joining or leaving is seen at once
         "offset.storage.partitions=3\n"
         "status.storage.partitions=2\n"
         "offset.flush.interval.ms=200\n"
@@ -689,8 +690,10 @@ def test_restarted_worker_resumes_at_committed_offsets(
 
 
 def test_second_worker_forwards_and_takes_over(worker: Worker, workdir: Path) -> None:
-    """A second worker of the group forwards writes to the leader, whichever it is; when
-    the leader stops, the other takes the connectors over at their committed offsets."""
+    """A second worker of the group shares the tasks with the first (Kafka's group
+    protocol), forwards writes to the leader and a task's restart to the worker running
+    it; when the leader stops, the other takes everything over at the committed
+    offsets."""
     follower = Worker("distributed", workdir / "worker.properties")
     workers = {w.url.split("//")[1]: w for w in (worker, follower)}
     try:
@@ -708,6 +711,20 @@ def test_second_worker_forwards_and_takes_over(worker: Worker, workdir: Path) ->
         )
         leader_id = follower.wait_state("t-sink", "RUNNING")["connector"]["worker_id"]
         wait_for(lambda: lines_of(sink_file) == ["before", "before"], "the leader's copies")
+        names = ("t-src-True", "t-src-False", "t-sink")
+
+        def owners() -> dict[str, str] | None:
+            found = {}
+            for name in names:
+                status = follower.status(name) or {"tasks": []}
+                found |= {f"{name}-{t['id']}": t["worker_id"] for t in status["tasks"]}
+            return found if len(found) == 3 and set(found.values()) == set(workers) else None
+
+        for task, owner in wait_for(owners, "the tasks shared by both workers").items():
+            name, number = task.rsplit("-", 1)
+            other_worker = next(w for url, w in workers.items() if url != owner)
+            path = f"/connectors/{name}/tasks/{number}/restart"
+            assert other_worker.call("POST", path) == (204, None)  # forwarded to its worker
         workers.pop(leader_id).stop()
         (other_id, other), *_ = workers.items()
         wait_for(
