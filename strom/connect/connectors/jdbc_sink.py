@@ -23,6 +23,7 @@ MariaDB/MySQL is not served yet (no Python driver here): refused at validation.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -39,8 +40,18 @@ from strom.connect.connectors.jdbc_dialects import (
     connection_keys,
     parse_url,
 )
-from strom.connect.converters import Converter
-from strom.connect.data import DATE, STRUCT, TIME, TIMESTAMP, Field, Schema, Struct
+from strom.connect.converters import Converter, JsonConverter, schema_from_json
+from strom.connect.data import (
+    BYTES,
+    DATE,
+    PRIMITIVE_TYPES,
+    STRUCT,
+    TIME,
+    TIMESTAMP,
+    Field,
+    Schema,
+    Struct,
+)
 from strom.connect.spark_tasks import SparkSinkTask
 
 if TYPE_CHECKING:
@@ -53,6 +64,8 @@ INSERT, UPSERT, UPDATE = "insert", "upsert", "update"
 NONE, KAFKA, RECORD_KEY, RECORD_VALUE = "none", "kafka", "record_key", "record_value"
 KAFKA_PK_FIELDS = ["__connect_topic", "__connect_partition", "__connect_offset"]
 CREATE_RETRIES = 5
+ENVELOPE_START = b'{"schema":'
+PAYLOAD_KEY = b',"payload":'
 
 
 class JdbcSinkConnector(SinkConnector):
@@ -212,6 +225,8 @@ class PartitionWriter:
         self.settings = settings
         self.key_converter = key_converter
         self.value_converter = value_converter
+        self.schemas: dict[bytes, Schema | None] = {}
+        self.layouts: dict[tuple[int, tuple[str, ...]], tuple[Schema, Schema, list[str]]] = {}
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -250,6 +265,36 @@ class PartitionWriter:
                 connection.close()
         yield pa.RecordBatch.from_arrays([pa.array([written], pa.int64())], ["written"])
 
+    def decode_value(self, topic: str, value: bytes | None) -> tuple[Schema | None, Any]:
+        """The value converter's answer; for JsonConverter's envelope, its schema parsed
+        once per distinct schema text (half a record's decoding otherwise)."""
+        converter = self.value_converter
+        if (
+            value is None
+            or not isinstance(converter, JsonConverter)
+            or not converter.schemas_enabled
+            or not value.startswith(ENVELOPE_START)
+        ):
+            return converter.to_connect_data(topic, value)
+        split = value.find(PAYLOAD_KEY)
+        head = value[len(ENVELOPE_START) : split]
+        if head in self.schemas:
+            schema = self.schemas[head]
+        else:
+            try:
+                schema = schema_from_json(json.loads(head))
+            except ValueError:
+                schema = None
+            if schema is not None and not _plain_struct(schema):
+                schema = None  # logical, bytes or nested fields: the converter decodes them
+            self.schemas[head] = schema
+        if schema is None or split < 0 or not value.endswith(b"}"):
+            return converter.to_connect_data(topic, value)
+        payload = json.loads(value[split + len(PAYLOAD_KEY) : -1])
+        if not isinstance(payload, dict):
+            return converter.to_connect_data(topic, value)
+        return schema, Struct(schema, payload)
+
     @property
     def keeps_last(self) -> bool:
         """Whether only each key's last record matters (upsert, update and deletes)."""
@@ -262,7 +307,7 @@ class PartitionWriter:
         where = f"{topic}-{partition} at offset {offset}"
         try:
             key_schema, key_data = self.key_converter.to_connect_data(topic, key)
-            value_schema, value_data = self.value_converter.to_connect_data(topic, value)
+            value_schema, value_data = self.decode_value(topic, value)
         except Exception as exc:
             raise ConnectException(f"Conversion failed for the record of {where}: {exc}") from exc
         if value_data is None:
@@ -314,19 +359,39 @@ class PartitionWriter:
                 if found is None:
                     raise ConnectException(f"PK field {name} is not in the record value of {where}")
                 key_columns.append((name, found.schema, value_data.values.get(name)))
-        key_names = {name for name, _, _ in key_columns}
+        key_names = tuple(name for name, _, _ in key_columns)
+        schema, others = self.layout(
+            value_schema, key_names, [s for _, s, _ in key_columns], fields
+        )
+        values = {n: v for n, _, v in key_columns}
+        struct_values = value_data.values
+        for name in others:
+            values[name] = struct_values.get(name)
+        key = tuple(v for _, _, v in key_columns) or (topic, partition, offset)
+        return _Row(key, key_names, values, schema)
+
+    def layout(
+        self,
+        value_schema: Schema,
+        key_names: tuple[str, ...],
+        key_schemas: list[Schema],
+        fields: list[Field],
+    ) -> tuple[Schema, list[str]]:
+        """The row's columns (the key's first, required) and its value columns, built
+        once per value schema and key."""
+        cache_key = (id(value_schema), key_names)
+        cached = self.layouts.get(cache_key)
+        if cached is not None and cached[0] is value_schema:
+            return cached[1], cached[2]
         columns = [
             (n, Schema(s.type, optional=False, name=s.name, parameters=s.parameters))
-            for n, s, _ in key_columns
+            for n, s in zip(key_names, key_schemas, strict=True)
         ]
+        others = [f.name for f in fields if f.name not in key_names]
         columns += [(f.name, f.schema) for f in fields if f.name not in key_names]
-        values = {n: v for n, _, v in key_columns}
-        values.update(
-            {f.name: value_data.values.get(f.name) for f in fields if f.name not in key_names}
-        )
         schema = Schema.struct(columns)
-        key = tuple(v for _, _, v in key_columns) or (topic, partition, offset)
-        return _Row(key, tuple(n for n, _, _ in key_columns), values, schema)
+        self.layouts[cache_key] = (value_schema, schema, others)
+        return schema, others
 
     def is_value_pk(self, name: str) -> bool:
         return self.settings.pk_mode == RECORD_VALUE and (
@@ -412,11 +477,14 @@ class TableWriter:
         keys = names[:key_count]
         quoted = self.database.table(table)
         types = [f.schema for f in schema.fields]
-        data = [
-            tuple(_db_value(s, row.values[n]) for n, s in zip(names, types, strict=True))
-            for row in rows
-            if row.values is not None
-        ]
+        if all(_is_plain(s) for s in types):  # the values go to the driver as they are
+            data = [tuple(map(row.values.get, names)) for row in rows if row.values is not None]
+        else:
+            data = [
+                tuple(_db_value(s, row.values[n]) for n, s in zip(names, types, strict=True))
+                for row in rows
+                if row.values is not None
+            ]
         mode = self.settings.insert_mode
         column_list = ", ".join(self.database.quote(n) for n in names)
         if self.database.kind == POSTGRESQL and mode in (INSERT, UPSERT):
@@ -541,6 +609,23 @@ class TableWriter:
                 )
             self.connection.commit()
             self.columns.pop(table, None)
+
+
+def _plain_struct(schema: Schema) -> bool:
+    """A struct of primitive fields other than bytes, with no defaults: its payload's JSON
+    values are its Connect values as they are."""
+    return schema.type == STRUCT and all(
+        f.schema.type in PRIMITIVE_TYPES
+        and f.schema.type != BYTES
+        and f.schema.name is None
+        and f.schema.default is None
+        for f in schema.fields
+    )
+
+
+def _is_plain(schema: Schema) -> bool:
+    """Whether the driver takes this column's Connect values as they are."""
+    return schema.type in PRIMITIVE_TYPES and schema.name is None
 
 
 def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
