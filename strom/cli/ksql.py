@@ -9,7 +9,8 @@ statements ending with ``;`` at the ``ksql>`` prompt (``exit`` or Ctrl-D to leav
 ``--execute`` runs the statements given, ``--file`` those of a file, then exits. As in
 ksqlDB's CLI, ``SET`` / ``UNSET`` change the properties sent with each statement,
 ``DEFINE`` / ``UNDEFINE`` the variables, and ``RUN SCRIPT 'file'`` runs a file's
-statements; every other statement goes to the server, and its answer prints as
+statements; PRINT shows the topic's records as the server streams them (Ctrl-C stops
+it); every other statement goes to the server, and its answer prints as
 ksqlDB's CLI prints it (rich tables), or as the server's JSON with ``--output JSON``.
 
 A statement the server refuses prints its message; non-interactive, the statements after
@@ -101,6 +102,8 @@ class KsqlShell:
                 self._note(f"Variable '{statement.name}' is undefined")
         elif isinstance(statement, st.RunScript):
             self.run_file(statement.path)
+        elif isinstance(statement, st.PrintTopic):
+            self._print(text)
         else:
             self._send(text)
 
@@ -124,6 +127,19 @@ class KsqlShell:
             raise StatementFailed() from None
         for entity in entities:
             self.show(entity)
+
+    def _print(self, text: str) -> None:
+        """PRINT: the server's lines as they come, until LIMIT or Ctrl-C."""
+        body = {"ksql": text + ";", "streamsProperties": self.properties}
+        try:
+            for line in self.client.lines("/query", body):
+                if line:
+                    self.console.print(Text(line))
+        except KsqlServerError as exc:
+            self.errors.print(Text(str(exc), style="red"))
+            raise StatementFailed() from None
+        except KeyboardInterrupt:
+            pass
 
     def _note(self, text: str) -> None:
         if not self.json_output:

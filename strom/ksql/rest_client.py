@@ -1,7 +1,8 @@
 """A client of a ksql server's REST API (Strom's or ksqlDB's), for ``strom ksql``.
 
 Owns the HTTP calls: ``POST /ksql`` with the statements, the CLI's properties
-(``streamsProperties``) and variables (``sessionVariables``), and ``GET /info``. An
+(``streamsProperties``) and variables (``sessionVariables``), ``GET /info``, and the
+lines of a streamed answer (PRINT on ``POST /query``). An
 error answer (ksqlDB's ``{"@type", "error_code", "message", ...}``) is a
 ``KsqlServerError`` carrying the body; a server that cannot be reached is a
 ``KsqlUnreachable``. Blocking (urllib).
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 TIMEOUT_S = 120.0
@@ -36,6 +38,16 @@ class KsqlRestClient:
         self.url = url.rstrip("/")
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
+        with self._open(method, path, body) as response:
+            return json.loads(response.read() or b"null")
+
+    def lines(self, path: str, body: Any) -> Iterator[str]:
+        """The lines of a streamed answer (PRINT on ``/query``) as they arrive."""
+        with self._open("POST", path, body) as response:
+            for line in response:
+                yield line.decode("utf-8", errors="replace").rstrip("\n")
+
+    def _open(self, method: str, path: str, body: Any) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             self.url + path,
@@ -44,8 +56,7 @@ class KsqlRestClient:
             headers={"Content-Type": MEDIA_TYPE, "Accept": MEDIA_TYPE},
         )
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-                return json.loads(response.read() or b"null")
+            return urllib.request.urlopen(request, timeout=TIMEOUT_S)
         except urllib.error.HTTPError as exc:
             text = exc.read()
             try:

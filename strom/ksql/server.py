@@ -8,8 +8,9 @@
 - ``POST /ksql``: ``{"ksql", "streamsProperties", "sessionVariables"}`` executed by
   ``strom.ksql.engine`` (one request at a time, on a worker thread), answered with the
   list of entities or ksqlDB's error body;
-- ``POST /query``, ``POST /query-stream``: ksqlDB's ``statement_error`` for now (push and
-  pull queries and PRINT are served once queries run on Spark).
+- ``POST /query``: PRINT (``strom.ksql.print_topic``), the records as chunked text
+  lines until LIMIT or the client leaves; push and pull queries (there and on
+  ``POST /query-stream``) answer ksqlDB's ``statement_error`` until queries run on Spark.
 
 Responses are ``application/vnd.ksql.v1+json`` when the client accepts it, else
 ``application/json``. A body that is not JSON is ksqlDB's ``generic_error`` 40000; an
@@ -25,13 +26,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from strom.ksql.engine import ERROR_SERVER, KsqlEngine, KsqlRequestError
+from strom.ksql.engine import ERROR_SERVER, KsqlEngine, KsqlRequestError, statement_error
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, split_statements
+from strom.ksql.print_topic import print_records
+from strom.ksql.statements import PrintTopic
 
 log = logging.getLogger(__name__)
 KSQL_VERSION = "0.29.0"
@@ -65,11 +69,16 @@ class KsqlServerApp:
         )
 
     @staticmethod
-    def _reply(request: web.Request, body: Any, status: int = 200) -> web.Response:
+    def _content_type(request: web.Request) -> str:
         accept = request.headers.get("Accept", "")
-        content_type = KSQL_MEDIA_TYPE if KSQL_MEDIA_TYPE in accept else "application/json"
+        return KSQL_MEDIA_TYPE if KSQL_MEDIA_TYPE in accept else "application/json"
+
+    def _reply(self, request: web.Request, body: Any, status: int = 200) -> web.Response:
         return web.Response(
-            status=status, text=json.dumps(body), content_type=content_type, charset="utf-8"
+            status=status,
+            text=json.dumps(body),
+            content_type=self._content_type(request),
+            charset="utf-8",
         )
 
     @web.middleware
@@ -163,7 +172,7 @@ class KsqlServerApp:
                 return self._reply(request, exc.body, exc.status)
         return self._reply(request, entities)
 
-    async def query(self, request: web.Request) -> web.Response:
+    async def query(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await self._body(request)
         except _BadRequest as exc:
@@ -171,39 +180,74 @@ class KsqlServerApp:
         text = str(body.get("sql") or body.get("ksql") or "")
         pieces = split_statements(text)
         if len(pieces) != 1:
-            return self._reply(
-                request,
-                _generic_error(
-                    ERROR_BAD_REQUEST, f"Expected exactly one statement, got {len(pieces)}"
-                ),
-                400,
-            )
+            message = f"Expected exactly one statement, got {len(pieces)}"
+            return self._reply(request, _generic_error(ERROR_BAD_REQUEST, message), 400)
+        statement_text = pieces[0] + ";"
         try:
-            parse_statement(pieces[0])
+            statement = parse_statement(pieces[0])
         except KsqlSyntaxError as exc:
-            return self._reply(
-                request,
-                {
-                    "@type": "statement_error",
-                    "error_code": 40001,
-                    "message": str(exc),
-                    "statementText": pieces[0] + ";",
-                    "entities": [],
-                },
-                400,
-            )
-        return self._reply(
-            request,
-            {
-                "@type": "statement_error",
-                "error_code": 40001,
-                "message": "Push and pull queries and PRINT run on Spark in a later version of "
-                "this server; the statement was parsed but not executed.",
-                "statementText": pieces[0] + ";",
-                "entities": [],
-            },
-            400,
+            return self._reply(request, statement_error(str(exc), statement_text, []), 400)
+        if isinstance(statement, PrintTopic) and request.path == "/query":
+            return await self._print(request, statement)
+        message = (
+            "PRINT is served on /query; push and pull queries run on Spark in a later version "
+            "of this server: the statement was parsed but not executed."
         )
+        return self._reply(request, statement_error(message, statement_text, []), 400)
+
+    async def _print(self, request: web.Request, statement: PrintTopic) -> web.StreamResponse:
+        """PRINT: the topic's records as lines, until LIMIT or the client leaves."""
+        admin = self.engine.admin
+        metadata = await asyncio.to_thread(admin.list_topics, timeout=30)
+        topic = metadata.topics.get(statement.topic)
+        if topic is None or topic.error is not None:
+            alternatives = sorted(
+                n for n in metadata.topics if n.lower() == statement.topic.lower()
+            )
+            suggestion = "".join(f"\n\tprint {name};" for name in alternatives)
+            message = (
+                f"Could not find topic '{statement.topic}', or the KSQL user does not have "
+                "permissions to list the topic. Topic names are case-sensitive."
+                + (f"\nDid you mean:{suggestion}" if suggestion else "")
+            )
+            return self._reply(request, _generic_error(ERROR_BAD_REQUEST, message), 400)
+        response = web.StreamResponse(headers={"Content-Type": self._content_type(request)})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        loop = asyncio.get_running_loop()
+        lines: asyncio.Queue[str | None] = asyncio.Queue()
+        stopped = threading.Event()
+
+        def emit(line: str) -> None:
+            loop.call_soon_threadsafe(lines.put_nowait, line)
+
+        def run() -> None:
+            try:
+                print_records(
+                    self.engine.config.client_config(),
+                    statement,
+                    sorted(topic.partitions),
+                    emit,
+                    stopped,
+                )
+            except Exception as exc:  # the cluster failed mid-way: the client is told
+                log.warning("PRINT %s failed: %s", statement.topic, exc)
+                emit(str(exc))
+            finally:
+                loop.call_soon_threadsafe(lines.put_nowait, None)
+
+        reader = loop.run_in_executor(None, run)
+        try:
+            while (line := await lines.get()) is not None:
+                await response.write((line + "\n").encode())
+        except (ConnectionResetError, asyncio.CancelledError):
+            stopped.set()
+            raise
+        finally:
+            stopped.set()
+            await reader
+        await response.write_eof()
+        return response
 
 
 class _BadRequest(Exception):

@@ -20,6 +20,7 @@ import pytest
 from broker_process import BrokerProcess, served_url
 from confluent_kafka import Consumer, TopicPartition
 
+from strom.cli.main import _parser as strom_parser
 from strom.ksql.rest_client import KsqlRestClient, KsqlServerError
 
 SERVICE_ID = "it_"
@@ -237,24 +238,54 @@ def test_insert_values_read_back(server: KsqlServer, broker: BrokerProcess) -> N
     assert body["message"] == "Cannot insert values into an unknown stream/table: `GHOSTS`"
 
 
-def test_cli_execute(server: KsqlServer) -> None:
-    def strom_ksql(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "strom.cli.main", "ksql", server.url, *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+def strom_ksql(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
+    """``strom ksql URL ARGS`` run in this process: (exit code, stdout, stderr)."""
+    argv = ["ksql", url, *args]
+    parsed = strom_parser(argv).parse_args(argv)
+    code = parsed.run(parsed)
+    out, err = capsys.readouterr()
+    return code, out, err
 
-    done = strom_ksql("--execute", "SHOW STREAMS; DEFINE t = 'PAGEVIEWS'; DESCRIBE ${t};")
-    assert done.returncode == 0, done.stderr
-    assert "Stream Name" in done.stdout and "PAGEVIEWS" in done.stdout
-    assert "Field" in done.stdout and "ARRAY<VARCHAR(STRING)>" in done.stdout
-    failed = strom_ksql("-e", "DESCRIBE nothing; SHOW STREAMS;")
-    assert failed.returncode == 1 and "Stream Name" not in failed.stdout
-    assert "Could not find STREAM/TABLE 'NOTHING' in the Metastore" in failed.stderr
-    as_json = strom_ksql("--output", "json", "-e", "SHOW TABLES;")
-    assert json.loads(as_json.stdout)["@type"] == "tables"
+
+def test_print_over_query(server: KsqlServer, capsys: pytest.CaptureFixture[str]) -> None:
+    """PRINT streams the topic's records as ksqlDB's /query writes them (after the
+    INSERT VALUES test's records)."""
+    client = KsqlRestClient(server.url)
+    body = {"ksql": "PRINT 'orders' FROM BEGINNING LIMIT 2;"}
+    lines = [line for line in client.lines("/query", body) if line]
+    assert lines == [
+        "Key format: KAFKA_INT or KAFKA_STRING",
+        "Value format: JSON or KAFKA_STRING",
+        "rowtime: 2023/11/14 22:13:20.000 Z, key: 1, "
+        'value: {"ITEM":"book","AMOUNT":12.50,"TS":1700000000000}, partition: 0',
+        "rowtime: 2023/11/14 22:13:20.001 Z, key: 2, "
+        'value: {"ITEM":"pen","AMOUNT":3.00,"TS":1700000000001}, partition: 0',
+    ]
+    with pytest.raises(KsqlServerError) as info:
+        list(client.lines("/query", {"ksql": "PRINT ORDERS;"}))
+    assert info.value.status == 400 and info.value.body["error_code"] == 40000
+    assert info.value.body["message"].endswith(
+        "Topic names are case-sensitive.\nDid you mean:\n\tprint orders;"
+    )
+    code, out, err = strom_ksql(
+        capsys, server.url, "-e", "PRINT csv FROM BEGINNING INTERVAL 1 LIMIT 1;"
+    )
+    assert code == 0, err
+    assert 'key: x, value: "hello, world",5, partition: 0' in out
+
+
+def test_cli_execute(server: KsqlServer, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = strom_ksql(
+        capsys, server.url, "--execute", "SHOW STREAMS; DEFINE t = 'PAGEVIEWS'; DESCRIBE ${t};"
+    )
+    assert code == 0, err
+    assert "Stream Name" in out and "PAGEVIEWS" in out
+    assert "Field" in out and "ARRAY<VARCHAR(STRING)>" in out
+    code, out, err = strom_ksql(capsys, server.url, "-e", "DESCRIBE nothing; SHOW STREAMS;")
+    assert code == 1 and "Stream Name" not in out
+    assert "Could not find STREAM/TABLE 'NOTHING' in the Metastore" in err
+    code, out, err = strom_ksql(capsys, server.url, "--output", "json", "-e", "SHOW TABLES;")
+    assert json.loads(out)["@type"] == "tables"
 
 
 def test_a_ksqldb_client_from_pypi(server: KsqlServer, broker: BrokerProcess) -> None:
