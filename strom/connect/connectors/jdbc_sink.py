@@ -27,6 +27,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import closing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -453,7 +454,7 @@ class TableWriter:
             self.ensure_table(table, schema, len(writes[-1].key_names))
         elif deletes and self.existing_columns(table) is None:
             return 0  # deleting from a table that was never created: nothing there
-        with self.connection.cursor() as cursor:
+        with closing(self.connection.cursor()) as cursor:
             if deletes:
                 names = rows[0].key_names
                 condition = " AND ".join(
@@ -534,7 +535,7 @@ class TableWriter:
         """The table's columns, None when there is no such table."""
         if table in self.columns:
             return self.columns[table]
-        with self.connection.cursor() as cursor:
+        with closing(self.connection.cursor()) as cursor:
             if self.database.kind == POSTGRESQL:
                 schema_name, _, name = table.rpartition(".")
                 cursor.execute(
@@ -568,7 +569,7 @@ class TableWriter:
     def _ensure_table(self, table: str, schema: Schema, key_count: int) -> None:
         existing = self.existing_columns(table)
         quoted = self.database.table(table)
-        with self.connection.cursor() as cursor:
+        with closing(self.connection.cursor()) as cursor:
             if existing is None:
                 if not self.settings.auto_create:
                     raise ConnectException(
