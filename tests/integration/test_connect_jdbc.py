@@ -104,8 +104,8 @@ def test_source_bulk_copies_a_table(
     }  # fmt: skip
     schema = first["schema"]
     assert schema["type"] == "struct" and schema["name"] == "items"
-    # Spark's JDBC reader makes every column nullable: optional (Confluent: NOT NULL is not)
-    assert schema["fields"][0] == {"type": "int32", "optional": True, "field": "id"}
+    assert schema["fields"][0] == {"type": "int32", "optional": False, "field": "id"}
+    assert schema["fields"][2] == {"type": "float64", "optional": True, "field": "price"}
     assert schema["fields"][3]["name"] == "org.apache.kafka.connect.data.Timestamp"
     worker.call("DELETE", "/connectors/pg-bulk")
 

@@ -213,6 +213,7 @@ class JdbcSourceTask(SparkSourceTask):
         self.fetch_size = values["batch.max.rows"]
         self.tables = [t for t in props.get("tables", "").split(",") if t]
         self.next_poll = 0.0
+        self.not_null: dict[str, set[str]] = {}
 
     def stop(self) -> None:
         pass
@@ -300,8 +301,36 @@ class JdbcSourceTask(SparkSourceTask):
         rows = self.spark.read.format("jdbc").options(**options).load()
         if self.mode == BOTH and new_offset is not None:
             new_offset = self.last_row_offset(rows)
-        schema = connect_schema(rows.schema, name or "query")
+        required = self.required_columns(name) if name else set()
+        schema = connect_schema(rows.schema, name or "query", required)
         return SourceBatch(topic, rows, schema, partition, new_offset)
+
+    def required_columns(self, table: str) -> set[str]:
+        """The table's NOT NULL columns (Spark's JDBC reader calls every column nullable;
+        Confluent's schema makes these fields required), where Strom has a Python driver."""
+        if table in self.not_null:
+            return self.not_null[table]
+        found: set[str] = set()
+        if self.database.kind in (POSTGRESQL, SQLITE):
+            connection = self.database.connect()
+            try:
+                cursor = connection.cursor()
+                if self.database.kind == SQLITE:
+                    cursor.execute(f"PRAGMA table_info({self.database.quote(table)})")
+                    found = {row[1] for row in cursor.fetchall() if row[3] or row[5]}
+                else:
+                    schema_name, _, name = table.rpartition(".")
+                    cursor.execute(
+                        "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                        "AND table_schema = COALESCE(NULLIF(%s, ''), current_schema()) "
+                        "AND is_nullable = 'NO'",
+                        (name, schema_name),
+                    )
+                    found = {row[0] for row in cursor.fetchall()}
+            finally:
+                connection.close()
+        self.not_null[table] = found
+        return found
 
     def bulk_split(self, source: str) -> tuple[str | None, tuple[int, int] | None]:
         """An integer column to split a bulk read by, and its bounds."""
@@ -384,10 +413,16 @@ def _timestamp_offset(moment: dt.datetime) -> dict[str, int]:
     return {"timestamp": millis, "timestamp_nanos": moment.microsecond * 1000}
 
 
-def connect_schema(spark_schema: StructType, name: str) -> Schema:
-    """The Connect struct of a row of columns, as Confluent's source maps JDBC types."""
+def connect_schema(spark_schema: StructType, name: str, required: set[str] | None = None) -> Schema:
+    """The Connect struct of a row of columns, as Confluent's source maps JDBC types; the
+    ``required`` columns (NOT NULL) are not optional."""
+    required = required or set()
     return Schema.struct(
-        [(f.name, _connect_type(f.dataType, f.nullable)) for f in spark_schema.fields], name=name
+        [
+            (f.name, _connect_type(f.dataType, f.nullable and f.name not in required))
+            for f in spark_schema.fields
+        ],
+        name=name,
     )
 
 
