@@ -8,7 +8,7 @@ topic; the command statuses ``/status`` reports), the DDL (CREATE STREAM / TABLE
 SOURCE TABLE with the topic created when PARTITIONS is given, DROP [DELETE TOPIC],
 CREATE / DROP TYPE, each written to the command topic before it takes effect), the
 metadata statements (SHOW, LIST, DESCRIBE), request-scoped SET / UNSET and DEFINE /
-UNDEFINE, and INSERT INTO ... VALUES (one record produced in the source's formats).
+UNDEFINE, and INSERT INTO ... VALUES (written by ``strom.ksql.inserts``).
 
 Statements that need query execution (CREATE ... AS SELECT, INSERT INTO ... SELECT,
 TERMINATE, EXPLAIN) parse and answer a clear error until the Spark compiler exists;
@@ -29,21 +29,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from strom.ksql import formats
 from strom.ksql import statements as st
 from strom.ksql.command_topic import Command, CommandTopic
 from strom.ksql.config import KsqlServerConfig
-from strom.ksql.expressions import PrimitiveType
 from strom.ksql.functions import find_function, function_names_json
+from strom.ksql.inserts import RowWriter, insertable, statement_values
 from strom.ksql.kafka_calls import (
     TIMEOUT_S,
     KafkaCallError,
     create_topic,
     delete_topic,
-    produce_and_wait,
     topic_metadata,
 )
 from strom.ksql.metastore import DataSource, KsqlStatementError, Metastore
@@ -137,7 +135,7 @@ class KsqlEngine:
         self.command_topic = CommandTopic(config, self.admin)
         self.statuses: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
-        self._producer: Producer | None = None
+        self.rows = RowWriter(config)
         self.cluster_id = ""
 
     # ---- start: the command topic replayed
@@ -404,73 +402,15 @@ class KsqlEngine:
     def _insert_values(
         self, statement: st.InsertValues, text: str, scope: RequestScope
     ) -> dict[str, Any] | None:
-        source = self.metastore.source(statement.target)
-        if source is None:
-            raise KsqlStatementError(
-                f"Cannot insert values into an unknown stream/table: `{statement.target}`"
-            )
-        if source.is_windowed:
-            raise KsqlStatementError("Cannot insert values into windowed stream/table!")
-        if source.is_source:
-            raise KsqlStatementError(
-                f"Cannot insert values into read-only {source.kind.lower()}: {source.name}"
-            )
-        failed = f"Failed to insert values into '{source.name}'."
+        source = insertable(self.metastore, statement.target)
         try:
-            formats.check_supported(source)
-            row, timestamp = self._insert_row(source, statement)
-            key = formats.key_bytes(source, row)
-            value = formats.value_bytes(source, row)
+            values = statement_values(source, statement)
         except KsqlStatementError as exc:
-            raise KsqlStatementError(f"{failed} {exc}") from None
-        self._produce(source.topic, key, value, timestamp, failed)
-        return None
-
-    def _insert_row(
-        self, source: DataSource, statement: st.InsertValues
-    ) -> tuple[dict[str, Any], int | None]:
-        headers = [c.name for c in source.columns if c.namespace == "HEADER"]
-        if statement.columns:
-            names = list(statement.columns)
-            given_headers = [n for n in names if n in headers]
-            if given_headers:
-                raise KsqlStatementError(
-                    "Cannot insert into HEADER columns: " + ", ".join(given_headers)
-                )
-        else:
-            if headers:
-                raise KsqlStatementError("Cannot insert into HEADER columns: " + ", ".join(headers))
-            names = [c.name for c in source.key_columns + source.value_columns]
-        if len(names) != len(statement.values):
             raise KsqlStatementError(
-                f"Expected a value for each column. Expected Columns: [{', '.join(names)}]. "
-                f"Got {len(statement.values)} values"
-            )
-        row: dict[str, Any] = {}
-        timestamp = None
-        for name, expression in zip(names, statement.values, strict=True):
-            if name == "ROWTIME":
-                timestamp = formats.coerce(expression, PrimitiveType("BIGINT"), name)
-                continue
-            column = source.column(name)
-            if column is None:
-                raise KsqlStatementError(f"Column name `{name}` does not exist.")
-            row[name] = formats.coerce(expression, column.type, name)
-        if timestamp is None and source.timestamp_column in row:
-            column_value = row[source.timestamp_column]
-            if isinstance(column_value, int):
-                timestamp = column_value
-        return row, timestamp
-
-    def _produce(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp: int | None, failed: str
-    ) -> None:
-        if self._producer is None:
-            self._producer = Producer(self.config.client_config(**{"acks": "all", "linger.ms": 0}))
-        try:
-            produce_and_wait(self._producer, topic, key, value, timestamp=timestamp or 0)
-        except KafkaCallError as exc:
-            raise KsqlStatementError(f"{failed} {exc}") from None
+                f"Failed to insert values into '{source.name}'. {exc}"
+            ) from None
+        self.rows.write(source, values)
+        return None
 
     # ---- SHOW, LIST, DESCRIBE
     def _show(self, statement: st.Show, text: str, scope: RequestScope) -> dict[str, Any]:
@@ -686,8 +626,7 @@ class KsqlEngine:
 
     def close(self) -> None:
         self.command_topic.close()
-        if self._producer is not None:
-            self._producer.flush(TIMEOUT_S)
+        self.rows.close()
 
 
 def _with_semicolon(text: str) -> str:

@@ -10,7 +10,9 @@
   list of entities or ksqlDB's error body;
 - ``POST /query``: PRINT (``strom.ksql.print_topic``), the records as chunked text
   lines until LIMIT or the client leaves; push and pull queries (there and on
-  ``POST /query-stream``) answer ksqlDB's ``statement_error`` until queries run on Spark.
+  ``POST /query-stream``) answer ksqlDB's ``statement_error`` until queries run on Spark;
+- ``POST /inserts-stream``: rows streamed into a stream or table, each acknowledged as
+  it is written (``strom.ksql.inserts``).
 
 Responses are ``application/vnd.ksql.v1+json`` when the client accepts it, else
 ``application/json``. A body that is not JSON is ksqlDB's ``generic_error`` 40000; an
@@ -32,7 +34,15 @@ from typing import Any
 
 from aiohttp import web
 
-from strom.ksql.engine import ERROR_SERVER, KsqlEngine, KsqlRequestError, statement_error
+from strom.ksql.engine import (
+    ERROR_BAD_STATEMENT,
+    ERROR_SERVER,
+    KsqlEngine,
+    KsqlRequestError,
+    statement_error,
+)
+from strom.ksql.inserts import insertable, json_values
+from strom.ksql.metastore import KsqlStatementError
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, split_statements
 from strom.ksql.print_topic import print_records
 from strom.ksql.statements import PrintTopic
@@ -40,6 +50,7 @@ from strom.ksql.statements import PrintTopic
 log = logging.getLogger(__name__)
 KSQL_VERSION = "0.29.0"
 KSQL_MEDIA_TYPE = "application/vnd.ksql.v1+json"
+DELIMITED_MEDIA_TYPE = "application/vnd.ksqlapi.delimited.v1"
 ERROR_BAD_REQUEST = 40000
 ERROR_NOT_FOUND = 40400
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -65,6 +76,7 @@ class KsqlServerApp:
                 web.post("/ksql", self.ksql),
                 web.post("/query", self.query),
                 web.post("/query-stream", self.query),
+                web.post("/inserts-stream", self.inserts_stream),
             ]
         )
 
@@ -248,6 +260,62 @@ class KsqlServerApp:
             await reader
         await response.write_eof()
         return response
+
+    async def inserts_stream(self, request: web.Request) -> web.StreamResponse:
+        """Rows into a stream: a first JSON line ``{"target", "properties"}``, then one
+        JSON object a line, each acknowledged with ``{"status": "ok", "seq": n}`` (or
+        its error) as it is written; a JSON array of them for ``application/json``."""
+        try:
+            args = json.loads(await request.content.readline() or b"null")
+        except ValueError:
+            args = None
+        target = args.get("target") if isinstance(args, dict) else None
+        if not isinstance(target, str) or not target:
+            message = 'The first line must be a JSON object with a "target"'
+            return self._reply(request, _generic_error(ERROR_BAD_REQUEST, message), 400)
+        quoted = len(target) > 1 and target[0] == target[-1] == "`"
+        name = target[1:-1] if quoted else target.upper()
+        try:
+            source = insertable(self.engine.metastore, name)
+        except KsqlStatementError as exc:
+            return self._reply(request, _generic_error(ERROR_BAD_STATEMENT, str(exc)), 400)
+        as_array = request.headers.get("Content-Type", "").startswith("application/json")
+        content_type = "application/json" if as_array else DELIMITED_MEDIA_TYPE
+        response = web.StreamResponse(headers={"Content-Type": content_type})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        separator = b"[" if as_array else b""
+        sequence = 0
+        async for raw in request.content:
+            if not raw.strip():
+                continue
+            answer: dict[str, Any] = {"status": "ok", "seq": sequence}
+            stop = False
+            try:
+                row = json.loads(raw)
+            except ValueError:
+                row, stop = None, True
+                answer = _insert_error(
+                    sequence, ERROR_BAD_REQUEST, "Invalid JSON in inserts stream"
+                )
+            if row is not None:
+                try:
+                    values = json_values(source, row)
+                    await asyncio.to_thread(self.engine.rows.write, source, values)
+                except KsqlStatementError as exc:
+                    answer = _insert_error(sequence, ERROR_BAD_STATEMENT, str(exc))
+            await response.write(separator + json.dumps(answer).encode() + b"\n")
+            separator = b"," if as_array else b""
+            sequence += 1
+            if stop:
+                break
+        await response.write(b"[]" if as_array and sequence == 0 else b"]" if as_array else b"")
+        await response.write_eof()
+        return response
+
+
+def _insert_error(sequence: int, code: int, message: str) -> dict[str, Any]:
+    return {"status": "error", "seq": sequence, "error_code": code, "message": message}
 
 
 class _BadRequest(Exception):

@@ -13,6 +13,8 @@ import json
 import struct
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -236,6 +238,43 @@ def test_insert_values_read_back(server: KsqlServer, broker: BrokerProcess) -> N
     assert body["message"].startswith("Failed to insert values into 'ORDERS'. Expected type")
     status, body = server.ksql("INSERT INTO ghosts (a) VALUES (1);")
     assert body["message"] == "Cannot insert values into an unknown stream/table: `GHOSTS`"
+
+
+def test_inserts_stream(server: KsqlServer, broker: BrokerProcess) -> None:
+    server.ok(
+        "CREATE STREAM streamed (id INT KEY, who STRUCT<name STRING>, score DOUBLE) "
+        "WITH (kafka_topic='streamed', value_format='JSON', partitions=1);"
+    )
+    rows = [
+        {"target": "streamed"},
+        {"id": 1, "who": {"name": "ada"}, "score": 1.5},
+        {"ID": 2, "nope": 1},
+        {"id": 3, "SCORE": 2, "ROWTIME": 1600000000000},
+    ]
+    body = "\n".join(json.dumps(row) for row in rows).encode()
+    request = urllib.request.Request(server.url + "/inserts-stream", data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.headers["Content-Type"] == "application/vnd.ksqlapi.delimited.v1"
+        acks = [json.loads(line) for line in response.read().splitlines()]
+    assert acks[0] == {"status": "ok", "seq": 0} and acks[2] == {"status": "ok", "seq": 2}
+    assert acks[1]["status"] == "error" and acks[1]["seq"] == 1
+    assert acks[1]["message"].endswith("Column name `NOPE` does not exist.")
+    first, second = read_all(broker, "streamed", 2)
+    assert json.loads(first.value()) == {"WHO": {"NAME": "ada"}, "SCORE": 1.5}
+    assert struct.unpack(">i", second.key()) == (3,)
+    assert second.timestamp()[1] == 1600000000000
+    unknown = {"target": "ghost"}
+    status, answer = 0, None
+    try:
+        urllib.request.urlopen(
+            urllib.request.Request(server.url + "/inserts-stream",
+                                   data=json.dumps(unknown).encode(), method="POST"),
+            timeout=60,
+        )  # fmt: skip
+    except urllib.error.HTTPError as exc:
+        status, answer = exc.code, json.loads(exc.read())
+    assert status == 400 and answer is not None
+    assert answer["message"] == "Cannot insert values into an unknown stream/table: `GHOST`"
 
 
 def strom_ksql(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:

@@ -1,0 +1,162 @@
+"""Rows written into a stream or table from outside a query: INSERT INTO ... VALUES and
+the rows of ``POST /inserts-stream``, one record each in the source's formats.
+
+Owns ksqlDB's checks of the target (unknown, windowed, read-only source), turning an
+INSERT's column list and values, or a JSON row, into the source's columns (names
+matched as ksqlDB matches them; ROWTIME as the record's timestamp, else the TIMESTAMP
+column's value), and producing the record (acknowledged by all in-sync replicas). A
+refusal is ``KsqlStatementError`` with ksqlDB's message.
+
+Blocking (confluent-kafka): call from a worker thread. Does not own the formats'
+bytes (``strom.ksql.formats``) or the metastore.
+"""
+
+from __future__ import annotations
+
+import decimal
+from typing import Any
+
+from confluent_kafka import Producer
+
+from strom.ksql import expressions as ex
+from strom.ksql import formats
+from strom.ksql import statements as st
+from strom.ksql.config import KsqlServerConfig
+from strom.ksql.kafka_calls import KafkaCallError, produce_and_wait
+from strom.ksql.metastore import DataSource, KsqlStatementError, Metastore
+
+ROWTIME = "ROWTIME"
+
+
+def insertable(metastore: Metastore, target: str) -> DataSource:
+    """The source rows may be written into, or ksqlDB's refusal."""
+    source = metastore.source(target)
+    if source is None:
+        raise KsqlStatementError(f"Cannot insert values into an unknown stream/table: `{target}`")
+    if source.is_windowed:
+        raise KsqlStatementError("Cannot insert values into windowed stream/table!")
+    if source.is_source:
+        raise KsqlStatementError(
+            f"Cannot insert values into read-only {source.kind.lower()}: {source.name}"
+        )
+    return source
+
+
+def _header_refusal(names: list[str]) -> KsqlStatementError:
+    return KsqlStatementError("Cannot insert into HEADER columns: " + ", ".join(names))
+
+
+def statement_values(source: DataSource, statement: st.InsertValues) -> dict[str, ex.Expression]:
+    """INSERT VALUES' values by column name (all key and value columns without a list)."""
+    headers = [c.name for c in source.columns if c.namespace == "HEADER"]
+    if statement.columns:
+        names = list(statement.columns)
+        if [n for n in names if n in headers]:
+            raise _header_refusal([n for n in names if n in headers])
+    else:
+        if headers:
+            raise _header_refusal(headers)
+        names = [c.name for c in source.key_columns + source.value_columns]
+    if len(names) != len(statement.values):
+        raise KsqlStatementError(
+            f"Expected a value for each column. Expected Columns: [{', '.join(names)}]. "
+            f"Got {len(statement.values)} values"
+        )
+    return dict(zip(names, statement.values, strict=True))
+
+
+def _json_expression(value: Any) -> ex.Expression:
+    """A JSON value as the literal expression INSERT VALUES would have written."""
+    if isinstance(value, list):
+        return ex.ArrayConstructor(tuple(_json_expression(v) for v in value))
+    if isinstance(value, dict):
+        return ex.MapConstructor(
+            tuple((ex.Literal(str(k)), _json_expression(v)) for k, v in value.items())
+        )
+    if isinstance(value, float):
+        return ex.Literal(decimal.Decimal(repr(value)))
+    return ex.Literal(value)
+
+
+def _for_type(expression: ex.Expression, sql_type: ex.SqlType) -> ex.Expression:
+    """A JSON object meant as a STRUCT (its fields matched case-insensitively)."""
+    if isinstance(sql_type, ex.StructType) and isinstance(expression, ex.MapConstructor):
+        by_name = {f.name.upper(): f for f in sql_type.fields}
+        fields = []
+        for key, value in expression.entries:
+            name = str(key.value) if isinstance(key, ex.Literal) else ""
+            found = next((f for f in sql_type.fields if f.name == name), None)
+            found = found or by_name.get(name.upper())
+            fields.append((found.name if found else name, _for_type(value, found.type))
+                          if found else (name, value))  # fmt: skip
+        return ex.StructConstructor(tuple(fields))
+    if isinstance(sql_type, ex.ArrayType) and isinstance(expression, ex.ArrayConstructor):
+        return ex.ArrayConstructor(tuple(_for_type(i, sql_type.element) for i in expression.items))
+    if isinstance(sql_type, ex.MapType) and isinstance(expression, ex.MapConstructor):
+        return ex.MapConstructor(
+            tuple((k, _for_type(v, sql_type.value)) for k, v in expression.entries)
+        )
+    return expression
+
+
+def json_values(source: DataSource, row: Any) -> dict[str, ex.Expression]:
+    """A JSON row of ``/inserts-stream`` by column name: a key names a column as written
+    or, unquoted, upper-cased, as ksqlDB resolves names."""
+    if not isinstance(row, dict):
+        raise KsqlStatementError("Each row must be a JSON object")
+    values: dict[str, ex.Expression] = {}
+    for key, value in row.items():
+        name = key if source.column(key) is not None or key == ROWTIME else key.upper()
+        column = source.column(name)
+        expression = _json_expression(value)
+        values[name] = _for_type(expression, column.type) if column is not None else expression
+    return values
+
+
+class RowWriter:
+    """Produces rows into sources' topics with one shared producer."""
+
+    def __init__(self, config: KsqlServerConfig) -> None:
+        self._config = config
+        self._producer: Producer | None = None
+
+    def write(self, source: DataSource, values: dict[str, ex.Expression]) -> None:
+        failed = f"Failed to insert values into '{source.name}'."
+        try:
+            formats.check_supported(source)
+            row, timestamp = self._row(source, values)
+            key = formats.key_bytes(source, row)
+            value = formats.value_bytes(source, row)
+        except KsqlStatementError as exc:
+            raise KsqlStatementError(f"{failed} {exc}") from None
+        if self._producer is None:
+            settings = {"acks": "all", "linger.ms": 0}
+            self._producer = Producer(self._config.client_config(**settings))
+        try:
+            produce_and_wait(self._producer, source.topic, key, value, timestamp=timestamp or 0)
+        except KafkaCallError as exc:
+            raise KsqlStatementError(f"{failed} {exc}") from None
+
+    @staticmethod
+    def _row(
+        source: DataSource, values: dict[str, ex.Expression]
+    ) -> tuple[dict[str, Any], int | None]:
+        row: dict[str, Any] = {}
+        timestamp = None
+        for name, expression in values.items():
+            if name == ROWTIME:
+                timestamp = formats.coerce(expression, ex.PrimitiveType("BIGINT"), name)
+                continue
+            column = source.column(name)
+            if column is None:
+                raise KsqlStatementError(f"Column name `{name}` does not exist.")
+            if column.namespace == "HEADER":
+                raise _header_refusal([name])
+            row[name] = formats.coerce(expression, column.type, name)
+        if timestamp is None and isinstance(row.get(source.timestamp_column or ""), int):
+            timestamp = row[source.timestamp_column or ""]
+        return row, timestamp
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(30)
