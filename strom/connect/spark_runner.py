@@ -29,6 +29,7 @@ what a task reads or writes (the connectors).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
@@ -41,11 +42,9 @@ from typing import TYPE_CHECKING, Any
 from strom.connect.connector_config import make_converter
 from strom.connect.converters import Converter, JsonConverter, schema_to_json
 from strom.connect.data import BYTES, DATE, DECIMAL, STRUCT, TIME, TIMESTAMP, Schema, Struct
-from strom.connect.plugins import Plugins
 from strom.connect.runtime import (
     RUNNING,
     InWorkerRunner,
-    StateListener,
     TaskId,
     TaskRunner,
     TaskSpec,
@@ -54,7 +53,7 @@ from strom.connect.runtime import (
     task_name,
 )
 from strom.connect.spark_tasks import SourceBatch, SparkSinkTask, SparkSourceTask
-from strom.connect.stores import OffsetStore, offset_key
+from strom.connect.stores import offset_key
 from strom.connect.worker_config import WorkerConfig
 
 if TYPE_CHECKING:
@@ -487,15 +486,9 @@ class SparkRunner(InWorkerRunner):
 
     threads: dict[TaskId, _TaskThread]
 
-    def __init__(
-        self,
-        worker_config: WorkerConfig,
-        plugins: Plugins,
-        offset_store: OffsetStore,
-        listener: StateListener,
-    ) -> None:
-        super().__init__(worker_config, plugins, offset_store, listener)
-        self.sessions = SparkSessionHolder(worker_config)
+    @functools.cached_property
+    def sessions(self) -> SparkSessionHolder:
+        return SparkSessionHolder(self.worker_config)
 
     def start(self, spec: TaskSpec, target_state: str) -> None:
         kind = _SourceThread if issubclass(spec.task_class, SparkSourceTask) else _SinkThread

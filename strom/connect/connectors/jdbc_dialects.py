@@ -97,12 +97,13 @@ def connection_keys() -> list[cd.ConfigKey]:
     ]
 
 
-def check_connection_url(results: dict[str, ConfigValue], writes: bool) -> None:
+def check_connection_url(results: dict[str, ConfigValue], writes: bool) -> dict[str, Any]:
     """Add to ``connection.url``'s errors one for a URL Strom cannot read (or, for a sink
-    (``writes``), write)."""
+    (``writes``), write); answer each key's value."""
+    values = {name: result.value for name, result in results.items()}
     url = results["connection.url"]
     if url.errors:
-        return
+        return values
     try:
         database = parse_url(str(url.value))
         if writes and database.kind == MYSQL:
@@ -111,6 +112,7 @@ def check_connection_url(results: dict[str, ConfigValue], writes: bool) -> None:
             )
     except JdbcUrlError as exc:
         url.errors.append(f"Invalid value for configuration connection.url: {exc}")
+    return values
 
 
 class JdbcUrlError(ValueError):

@@ -130,8 +130,7 @@ class JdbcSinkConnector(SinkConnector):
 
     def validate(self, props: Mapping[str, str]) -> dict[str, ConfigValue]:
         results = super().validate(props)
-        values = {name: result.value for name, result in results.items()}
-        check_connection_url(results, writes=True)
+        values = check_connection_url(results, writes=True)
         pk_mode = str(values.get("pk.mode") or NONE).lower()
         if values.get("delete.enabled") is True and pk_mode != RECORD_KEY:
             results["delete.enabled"].errors.append(

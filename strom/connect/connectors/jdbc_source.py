@@ -123,8 +123,7 @@ class JdbcSourceConnector(SourceConnector):
 
     def validate(self, props: Mapping[str, str]) -> dict[str, ConfigValue]:
         results = super().validate(props)
-        values = {name: result.value for name, result in results.items()}
-        check_connection_url(results, writes=False)
+        values = check_connection_url(results, writes=False)
         mode = values.get("mode")
         if not mode and not results["mode"].errors:
             results["mode"].errors.append(
