@@ -4,17 +4,22 @@ share the work and take it over from a worker that leaves or dies.
 
 The member's thread finds the group's coordinator (FindCoordinator through the bootstrap
 brokers), joins the group (JoinGroup, protocol type ``connect``, this worker's REST URL
-in its metadata), and, when the coordinator makes it the leader, assigns the work: every
-task, round robin over the members in the order of their member ids (``assign``). The
-leader sends every member the whole plan (SyncGroup), so each worker knows who runs
-what and where to forward a request. Then it heartbeats until the group rebalances:
-a worker joined or left, one stopped heartbeating for the session timeout, or the
-leader asked for a new plan because the work changed (``request_rejoin``).
+and the tasks it runs in its metadata), and, when the coordinator makes it the leader,
+plans the work (``assign``). The leader sends every member the whole plan (SyncGroup), so
+each worker knows who runs what and where to forward a request. Then it heartbeats until
+the group rebalances: a worker joined or left, one stopped heartbeating for the session
+timeout, or the leader asked for a new plan because the work changed (``request_rejoin``).
 
-Eager, as Kafka Connect's first protocol: before a member joins again it gives up all
-its work (``on_assignment(None)`` returns once the work has stopped), and the coordinator
-completes a rebalance only when every member has joined again, so no task runs on two
-workers at once. A member that loses its coordinator gives up its work at once too.
+Incremental and cooperative, as Kafka Connect's ``sessioned`` protocol: a member keeps
+running its tasks while the group rebalances. The plan keeps each task with the member
+that runs it; a task nobody runs (new, or its worker gone) goes to the least loaded
+member; a member above its share gives the excess up, to nobody in this plan, and the
+plan asks for a second round once those tasks have stopped, in which they are given
+out. A task is therefore only given to a member while no member of the group says it
+runs it, and ``on_assignment`` returns once the member runs what its plan says: no task
+runs on two workers. A member put out of the group (UNKNOWN_MEMBER_ID,
+ILLEGAL_GENERATION) or that loses its coordinator gives up all its work at once
+(``on_assignment(None)``), since the others may be given it.
 
 The metadata and the plan are JSON under Strom's own protocol name: Kafka Connect's Java
 workers speak their binary ``default``/``compatible``/``sessioned`` formats, so Strom
@@ -47,19 +52,13 @@ from strom.wire_client import WireConnection, split_bootstrap
 log = logging.getLogger(__name__)
 
 PROTOCOL_TYPE = "connect"
-PROTOCOL = "strom-eager-1"
+PROTOCOL = "strom-cooperative-1"
 CONNECT_TIMEOUT_S = 10.0
 RETRY_BACKOFF_S = 0.5
 
 TaskId = tuple[str, int]
 
-_COORDINATOR_MOVED = {
-    ErrorCode.not_coordinator,
-    ErrorCode.coordinator_not_available,
-    ErrorCode.coordinator_load_in_progress,
-}
 _MEMBER_GONE = {ErrorCode.unknown_member_id, ErrorCode.fenced_instance_id}
-_REJOIN = {ErrorCode.rebalance_in_progress, ErrorCode.illegal_generation}
 
 
 def _millis(ms: int) -> i32Timedelta:
@@ -80,6 +79,7 @@ class GroupAssignment:
     leader_id: str
     urls: dict[str, str]
     tasks: dict[str, list[TaskId]] = field(default_factory=dict)
+    second_round: bool = False  # tasks were given up to move: join again once stopped
 
     @property
     def leader_url(self) -> str:
@@ -101,23 +101,53 @@ class GroupAssignment:
 
     def encode(self) -> bytes:
         tasks = {member: [list(task) for task in ts] for member, ts in self.tasks.items()}
-        return json.dumps({"leader": self.leader_id, "urls": self.urls, "tasks": tasks}).encode()
+        plan = {
+            "leader": self.leader_id,
+            "urls": self.urls,
+            "tasks": tasks,
+            "second_round": self.second_round,
+        }
+        return json.dumps(plan).encode()
 
     @classmethod
     def decode(cls, data: bytes, generation: int, member_id: str) -> GroupAssignment:
         plan = json.loads(data)
         tasks = {m: [(str(c), int(n)) for c, n in ts] for m, ts in plan["tasks"].items()}
-        return cls(generation, member_id, plan["leader"], dict(plan["urls"]), tasks)
+        return cls(
+            generation,
+            member_id,
+            plan["leader"],
+            dict(plan["urls"]),
+            tasks,
+            bool(plan.get("second_round")),
+        )
 
 
-def assign(members: list[str], work: list[TaskId]) -> dict[str, list[TaskId]]:
-    """Every task to one member, round robin over the members in the order of their ids,
-    the tasks in order of connector and number: the same plan from the same group."""
-    ordered = sorted(members)
-    plan: dict[str, list[TaskId]] = {member: [] for member in ordered}
-    for index, task in enumerate(sorted(work)):
-        plan[ordered[index % len(ordered)]].append(task)
-    return plan
+def assign(
+    running: dict[str, frozenset[TaskId]], work: list[TaskId]
+) -> tuple[dict[str, list[TaskId]], bool]:
+    """The plan for ``work`` among the members (member id -> the tasks it runs now), and
+    whether a second round is needed. Each member's share is the work divided evenly
+    (the members running the most take the shares one larger, so that the fewest tasks
+    move); a member keeps what it runs up to its share, and what it runs beyond goes to
+    nobody now: a second round gives it out once stopped. Every other task goes to a
+    member below its share. The same group and work give the same plan."""
+    wanted = set(work)
+    base, extra = divmod(len(wanted), len(running))
+    by_load = sorted(running, key=lambda member: (-len(running[member] & wanted), member))
+    share = {member: base + (index < extra) for index, member in enumerate(by_load)}
+    plan: dict[str, list[TaskId]] = {member: [] for member in sorted(running)}
+    kept: set[TaskId] = set()
+    for member in by_load:
+        for task in sorted(running[member] & wanted - kept):
+            if len(plan[member]) < share[member]:
+                plan[member].append(task)
+                kept.add(task)
+    given_up = {task for member in running for task in running[member] & wanted} - kept
+    for task in sorted(wanted - kept - given_up):
+        least = min(plan, key=lambda member: (len(plan[member]) - share[member], member))
+        plan[least].append(task)
+    return plan, bool(given_up)
 
 
 class GroupMember:
@@ -220,9 +250,9 @@ class GroupMember:
         raise OSError(f"cannot reach a broker at {self.bootstrap}: {last}")
 
     def _join_and_sync(self) -> None:
-        self._give_up_work()
         assert self._conn is not None
-        metadata = json.dumps({"url": self.url}).encode()
+        mine = sorted(self.assignment.mine()) if self.assignment is not None else []
+        metadata = json.dumps({"url": self.url, "running": mine}).encode()
         while True:
             joined = self._conn.request(
                 JoinGroupRequest(
@@ -243,13 +273,15 @@ class GroupMember:
         self.member_id = joined.member_id
         plans: tuple[SyncGroupRequestAssignment, ...] = ()
         if joined.leader == self.member_id:
-            urls = {m.member_id: json.loads(m.metadata)["url"] for m in joined.members}
+            said = {m.member_id: json.loads(m.metadata) for m in joined.members}
+            urls = {member: meta["url"] for member, meta in said.items()}
+            running = {
+                member: frozenset((str(c), int(n)) for c, n in meta.get("running", []))
+                for member, meta in said.items()
+            }
+            tasks, second_round = assign(running, self.work())
             plan = GroupAssignment(
-                joined.generation_id,
-                self.member_id,
-                self.member_id,
-                urls,
-                assign(list(urls), self.work()),
+                joined.generation_id, self.member_id, self.member_id, urls, tasks, second_round
             ).encode()
             plans = tuple(SyncGroupRequestAssignment(member_id=m, assignment=plan) for m in urls)
         synced = self._conn.request(
@@ -262,11 +294,15 @@ class GroupMember:
             )
         )
         if synced.error_code == ErrorCode.rebalance_in_progress:
-            return  # the first heartbeat says so again: join again
+            self._rejoin.set()  # join again at once, still running what it runs
+            return
         self._check(synced.error_code, "SyncGroup")
+        before = self.assignment.mine() if self.assignment is not None else frozenset()
         self.assignment = GroupAssignment.decode(
             synced.assignment, joined.generation_id, self.member_id
         )
+        if self.assignment.second_round and before - self.assignment.mine():
+            self._rejoin.set()  # once what it gave up has stopped (on_assignment below)
         log.info(
             "group %s generation %d: %s leads, %d task(s) here",
             self.group,
@@ -292,14 +328,13 @@ class GroupMember:
                     group_instance_id=None,
                 )
             )
-            if answered.error_code in (
-                ErrorCode.rebalance_in_progress,
-                ErrorCode.illegal_generation,
-            ):
-                return
+            if answered.error_code == ErrorCode.rebalance_in_progress:
+                return  # join again, still running what it runs
             self._check(answered.error_code, "Heartbeat")
 
     def _check(self, code: ErrorCode, request: str) -> None:
+        """GroupError for an error: the caller gives up the work (the others may be given
+        it); a member id the coordinator no longer knows is forgotten."""
         if code == ErrorCode.none:
             return
         if code in _MEMBER_GONE:

@@ -153,11 +153,9 @@ class Herder:
         self.membership.start(self._membership_changed)
 
     def _membership_changed(self) -> None:
-        """Reconcile now; when the work moved away, return once it has stopped here."""
+        """Reconcile now, and return once this worker runs what the membership says: a
+        task given up has stopped before the group may give it to another worker."""
         if self._stopped.is_set():
-            return
-        if self.membership.holds_work():
-            self._wake.set()
             return
         try:
             self.submit(self._reconcile).result(timeout=60)

@@ -1,8 +1,9 @@
 """Connect workers share the work through Kafka's group protocol (strom.connect.group_
-member): three member processes on a real broker split seven tasks between them, take
-over the tasks of one that leaves and of one killed with SIGKILL; and, checked from what
-every process printed with the machine's monotonic clock, no task was ever held by two
-workers at once."""
+member): three member processes on a real broker split seven tasks between them (the
+first, alone at first, gives up its excess for the others in a second round), take over
+the tasks of one that leaves and of one killed with SIGKILL while the first keeps
+running its own; and, checked from what every process printed with the machine's
+monotonic clock, no task was ever held by two workers at once."""
 
 from __future__ import annotations
 
@@ -70,16 +71,22 @@ class Member:
 
 
 def settled(members: list[Member], timeout: float = 30.0) -> list[list[tuple[str, int]]]:
-    """Once every member holds a plan of one generation naming exactly them: each one's
-    tasks."""
+    """Once every member holds a plan of one generation naming exactly them and giving
+    out all the work (not a first round that only took tasks back): each one's tasks."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         plans = [m.plan() for m in members]
         if all(plans):
             generations = {p["generation"] for p in plans}  # type: ignore[index]
             urls = {tuple(p["urls"]) for p in plans}  # type: ignore[index]
-            if len(generations) == 1 and urls == {tuple(sorted(m.url for m in members))}:
-                return [[tuple(t) for t in p["mine"]] for p in plans]  # type: ignore[index]
+            split = [[tuple(t) for t in p["mine"]] for p in plans]  # type: ignore[index]
+            given = sorted(t for tasks in split for t in tasks)
+            if (
+                len(generations) == 1
+                and urls == {tuple(sorted(m.url for m in members))}
+                and given == sorted(WORK)
+            ):
+                return split
         time.sleep(0.05)
     raise AssertionError(f"no settled plan: {[m.events[-3:] for m in members]}")
 
@@ -121,6 +128,7 @@ def test_workers_share_tasks_and_take_over_from_one_that_leaves_or_dies(
         assert sorted(len(tasks) for tasks in split) == [2, 2, 3]
         assert sorted(t for tasks in split for t in tasks) == sorted(WORK)
         assert len({m.plan()["leader"] for m in members}) == 1  # type: ignore[index]
+        first_kept, since = set(split[0]), len(members[0].events)
 
         members[2].leave()  # LeaveGroup: the others rebalance at once
         split = settled(members[:2])
@@ -131,6 +139,9 @@ def test_workers_share_tasks_and_take_over_from_one_that_leaves_or_dies(
         (alone,) = settled(members[:1])
         assert sorted(alone) == sorted(WORK)
         assert held_at_once(members) == []
+        # cooperative: through both rebalances the first member kept running its tasks
+        for event in members[0].events[since:]:
+            assert first_kept <= {tuple(t) for t in event["mine"] or []}, event
     finally:
         for member in members:
             if member.proc.poll() is None:
