@@ -5,7 +5,7 @@ runs what) and which connectors and tasks it runs.
 - ``SharedWork``: the distributed workers of one ``group.id`` (``strom.connect.
   group_member``, Kafka's group protocol): the leader writes the configs and runs the
   connector instances (which only compute task configs); the tasks, the work, are shared
-  among all the workers, round robin, and move when a worker joins, leaves or dies.
+  among all the workers evenly, and move when a worker joins, leaves or dies.
   Writes go to the leader, a task's restart to the worker that runs it.
 
 Does not own what the herder does with it.
