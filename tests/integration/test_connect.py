@@ -211,6 +211,8 @@ def test_root_and_plugins(worker: Worker) -> None:
     assert classes == {
         "org.apache.kafka.connect.file.FileStreamSinkConnector": "sink",
         "org.apache.kafka.connect.file.FileStreamSourceConnector": "source",
+        "io.confluent.connect.jdbc.JdbcSinkConnector": "sink",
+        "io.confluent.connect.jdbc.JdbcSourceConnector": "source",
     }
     _, everything = worker.call("GET", "/connector-plugins?connectorsOnly=false")
     assert {
