@@ -26,12 +26,13 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from strom.ksql import formatter
 from strom.ksql import statements as st
 from strom.ksql.command_topic import Command, CommandTopic
 from strom.ksql.config import KsqlServerConfig
@@ -58,6 +59,11 @@ _HIDDEN_TOPICS = re.compile(
 )
 _KEY_FORMAT_DEFAULT = "ksql.persistence.default.format.key"
 _VALUE_FORMAT_DEFAULT = "ksql.persistence.default.format.value"
+_CLEANUP_POLICY_SET = (
+    "Invalid config variable in the WITH clause: CLEANUP_POLICY.\n"
+    "The CLEANUP_POLICY config is automatically inferred based on the type of source "
+    "(STREAM or TABLE).\nUsers can't set the CLEANUP_POLICY config manually."
+)
 _NEEDS_QUERIES = (
     "{what} needs persistent queries, which run on Spark in a later version of this server; "
     "the statement was parsed but not executed."
@@ -103,26 +109,6 @@ def _status_entity(text: str, command_id: str, message: str, sequence: int) -> d
         "commandSequenceNumber": sequence,
         "warnings": [],
     }
-
-
-def _format_value(value: Any) -> str:
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def create_example(statement: st.CreateSource, extra: dict[str, Any]) -> str:
-    """The statement as ksqlDB's formatter writes it, with ``extra`` WITH properties."""
-    kind = ("SOURCE " if statement.is_source else "") + statement.kind
-    columns = ", ".join(
-        f"{e.name} {e.type}" + (f" {e.constraint}" if e.constraint else "")
-        for e in statement.elements
-    )
-    props = {**statement.properties, **extra}
-    with_clause = ", ".join(f"{k}={_format_value(v)}" for k, v in sorted(props.items()))
-    return f"CREATE {kind} {statement.name} ({columns}) WITH ({with_clause});"
 
 
 class KsqlEngine:
@@ -277,6 +263,8 @@ class KsqlEngine:
     def _create_source(
         self, statement: st.CreateSource, text: str, scope: RequestScope
     ) -> dict[str, Any] | None:
+        if "CLEANUP_POLICY" in statement.properties:
+            raise KsqlStatementError(_CLEANUP_POLICY_SET)
         defaults = (
             str(scope.properties.get(_KEY_FORMAT_DEFAULT, self.config.default_key_format)),
             scope.properties.get(_VALUE_FORMAT_DEFAULT, self.config.default_value_format),
@@ -292,17 +280,27 @@ class KsqlEngine:
                 "warnings": [],
             }
         self.metastore.check_can_add(source, statement.or_replace)
-        self._ensure_topic(statement, source)
+        # What ksqlDB's injectors add before the statement is kept: the formats it
+        # defaulted to, then the topic's cleanup policy.
+        properties = dict(statement.properties)
+        if "FORMAT" not in properties:
+            properties.setdefault("KEY_FORMAT", source.key_format)
+            properties.setdefault("VALUE_FORMAT", source.value_format)
+        self._ensure_topic(statement, source, properties)
+        properties["CLEANUP_POLICY"] = "compact" if source.kind == "TABLE" else "delete"
+        formatted = formatter.create_source(statement, properties)
         command_id = f"{source.kind.lower()}/`{source.name}`/create"
-        sequence = self._record(command_id, text, scope.properties)
-        self.metastore.put_source(source)
+        sequence = self._record(command_id, formatted, scope.properties)
+        self.metastore.put_source(replace(source, statement=formatted))
         message = f"{source.kind.capitalize()} created"
         self._succeeded(command_id, message)
-        return _status_entity(text, command_id, message, sequence)
+        return _status_entity(formatted, command_id, message, sequence)
 
-    def _ensure_topic(self, statement: st.CreateSource, source: DataSource) -> None:
+    def _ensure_topic(
+        self, statement: st.CreateSource, source: DataSource, properties: dict[str, Any]
+    ) -> None:
         """The source's topic, created when missing and PARTITIONS is given (ksqlDB's
-        TopicCreateInjector)."""
+        TopicCreateInjector); ``properties``: the statement's, formats added."""
         partitions = statement.properties.get("PARTITIONS")
         replicas = statement.properties.get("REPLICAS")
         for name, value in (("PARTITIONS", partitions), ("REPLICAS", replicas)):
@@ -324,7 +322,8 @@ class KsqlEngine:
                 f"Topic '{source.topic}' does not exist. If you want to create a new topic for "
                 "the stream/table please re-run the statement providing the required "
                 "'PARTITIONS' configuration in the WITH clause (and optionally 'REPLICAS'). "
-                "For example: " + create_example(statement, {"PARTITIONS": 2})
+                "For example: "
+                + formatter.create_source(statement, {**properties, "PARTITIONS": 2})
             )
         topic_config = {"cleanup.policy": "compact" if source.kind == "TABLE" else "delete"}
         retention = statement.properties.get("RETENTION_MS")

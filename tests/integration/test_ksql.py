@@ -92,9 +92,14 @@ def test_create_show_describe_drop(server: KsqlServer) -> None:
         "WITH (kafka_topic='pageviews', value_format='JSON', partitions=3);"
     )
     [created] = server.ok(text)
+    formatted = (
+        "CREATE STREAM PAGEVIEWS (ID BIGINT KEY, URL STRING, TAGS ARRAY<STRING>) WITH "
+        "(CLEANUP_POLICY='delete', KAFKA_TOPIC='pageviews', KEY_FORMAT='KAFKA', PARTITIONS=3, "
+        "VALUE_FORMAT='JSON');"
+    )
     assert created == {
         "@type": "currentStatus",
-        "statementText": text,
+        "statementText": formatted,
         "commandId": "stream/`PAGEVIEWS`/create",
         "commandStatus": {"status": "SUCCESS", "message": "Stream created", "queryId": None},
         "commandSequenceNumber": created["commandSequenceNumber"],
@@ -131,6 +136,7 @@ def test_create_show_describe_drop(server: KsqlServer) -> None:
     ]  # fmt: skip
     assert (description["partitions"], description["replication"]) == (3, 1)
     assert description["type"] == "STREAM" and description["extended"] is True
+    assert description["statement"] == formatted
     assert entities[5]["message"] == (
         "Cannot add stream `PAGEVIEWS`: A stream with the same name already exists."
     )
@@ -151,8 +157,14 @@ def test_errors_have_ksqldb_shape(server: KsqlServer) -> None:
         "Topic 'lonely' does not exist. If you want to create a new topic for the "
         "stream/table please re-run the statement providing the required 'PARTITIONS' "
         "configuration in the WITH clause (and optionally 'REPLICAS'). For example: "
-        "CREATE STREAM LONELY (A INTEGER) WITH (KAFKA_TOPIC='lonely', PARTITIONS=2, "
+        "CREATE STREAM LONELY (A INTEGER) WITH (KAFKA_TOPIC='lonely', KEY_FORMAT='KAFKA', "
+        "PARTITIONS=2, VALUE_FORMAT='JSON');"
     )
+    status, body = server.ksql(
+        "CREATE STREAM c (a INT) WITH (kafka_topic='pageviews', value_format='JSON', "
+        "cleanup_policy='compact');"
+    )
+    assert body["message"].startswith("Invalid config variable in the WITH clause: CLEANUP_POLICY.")
     assert body["entities"] == []
     status, body = server.ksql("SHOW TYPES;\nSHOW STREAMS\n  EXTRA;")
     assert status == 400 and body["message"].startswith("line 2:2: Syntax Error")
@@ -181,7 +193,7 @@ def test_set_define_and_session_variables(server: KsqlServer) -> None:
         sessionVariables={"topic": "vars_topic"},
     )
     assert [e["@type"] for e in entities] == ["currentStatus", "variables", "properties"]
-    assert "kafka_topic='vars_topic'" in entities[0]["statementText"]
+    assert "KAFKA_TOPIC='vars_topic'" in entities[0]["statementText"]
     assert {"name": "fmt", "value": "JSON"} in entities[1]["variables"]
     properties = {p["name"]: p["value"] for p in entities[2]["properties"]}
     assert properties["ksql.streams.auto.offset.reset"] == "earliest"
@@ -373,7 +385,7 @@ def test_restart_keeps_streams_tables_and_types(server: KsqlServer, broker: Brok
     records = read_all(broker, COMMAND_TOPIC, 2)
     assert records[0].key().startswith(b"stream/`PAGEVIEWS`/create")
     command = json.loads(records[0].value())
-    assert command["statement"].startswith("CREATE STREAM pageviews")
+    assert command["statement"].startswith("CREATE STREAM PAGEVIEWS (ID BIGINT KEY")
     assert {"streamsProperties", "originalProperties", "version"} <= set(command)
 
 

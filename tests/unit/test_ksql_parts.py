@@ -14,7 +14,7 @@ import pytest
 from strom.cli.properties_file import read_properties_file
 from strom.config import ConfigError
 from strom.ksql import expressions as ex
-from strom.ksql import formats
+from strom.ksql import formats, formatter
 from strom.ksql import statements as st
 from strom.ksql.config import server_config
 from strom.ksql.functions import FUNCTIONS, find_function, function_names_json
@@ -221,3 +221,21 @@ def test_function_catalogue() -> None:
     assert described["@type"] == "describe_function" and described["type"] == "SCALAR"
     assert described["functions"][0]["arguments"][0]["isVariadic"] is True
     assert find_function("nothing") is None
+
+
+def test_create_statements_written_as_ksqldb_formats_them() -> None:
+    statement = parse_statement(
+        "create or replace stream if not exists `Mixed` (`select` int key, "
+        "s struct<`in` string, b array<map<string, decimal(4, 2)>>>, h bytes header('k')) "
+        "with (kafka_topic='t', value_format='json', wrap_single_value=false)"
+    )
+    assert isinstance(statement, st.CreateSource)
+    text = formatter.create_source(statement, {**statement.properties, "PARTITIONS": 2})
+    assert text == (
+        "CREATE OR REPLACE STREAM IF NOT EXISTS `Mixed` (`select` INTEGER KEY, "
+        "S STRUCT<`in` STRING, B ARRAY<MAP<STRING, DECIMAL(4, 2)>>>, H BYTES HEADER('k')) "
+        "WITH (KAFKA_TOPIC='t', PARTITIONS=2, VALUE_FORMAT='json', WRAP_SINGLE_VALUE=false);"
+    )
+    reparsed = parse_statement(text)
+    assert isinstance(reparsed, st.CreateSource) and reparsed.elements == statement.elements
+    assert reparsed.properties == {**statement.properties, "PARTITIONS": 2}
