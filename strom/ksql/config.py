@@ -6,8 +6,10 @@ Owns reading ``config/ksql-server.properties``'s keys into ``KsqlServerConfig``:
   is served), ``bootstrap.servers`` (or ``ksql.streams.bootstrap.servers``),
   ``ksql.service.id`` (default ``default_``: it names the command topic
   ``_confluent-ksql-<id>_command_topic``), ``ksql.schema.registry.url``,
-  ``ksql.internal.topic.replicas``, ``ksql.persistence.default.format.key`` /
-  ``.value``, ``ksql.spark.master`` (where persistent queries will run);
+  ``ksql.schema.registry.basic.auth.user.info`` (and the other settings of
+  confluent-kafka's registry client), ``ksql.internal.topic.replicas``,
+  ``ksql.persistence.default.format.key`` / ``.value``, ``ksql.spark.master`` (where
+  persistent queries will run);
 - the Kafka clients' settings: ``security.protocol``, ``sasl.*``, ``ssl.*`` (with a
   SSL or SASL_SSL protocol) and anything under ``ksql.streams.`` that is a client
   setting, the Java names translated for librdkafka (``strom.client_security``);
@@ -28,12 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strom.client_security import PROTOCOLS, librdkafka_properties
-from strom.config import ConfigError, parse_http_listener
+from strom.config import REGISTRY_CLIENT_CONFIGS, ConfigError, parse_http_listener
 from strom.services.http_security import KNOWN_KEYS as LISTENER_SECURITY_KEYS
 
 DEFAULT_LISTENER = "http://127.0.0.1:8088"
 DEFAULT_SERVICE_ID = "default_"
 STREAMS_PREFIX = "ksql.streams."
+REGISTRY_PREFIX = "ksql.schema.registry."
 FORMATS = ("JSON", "JSON_SR", "AVRO", "PROTOBUF", "PROTOBUF_NOSR", "DELIMITED", "KAFKA", "NONE")
 _SERVICE_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 # Kafka client settings among ksql.streams.*: passed to the server's clients.
@@ -46,6 +49,8 @@ class KsqlServerConfig:
     bootstrap_servers: str = "localhost:9092"
     service_id: str = DEFAULT_SERVICE_ID
     schema_registry_url: str | None = None
+    # confluent-kafka SchemaRegistryClient settings beside the url (basic auth, TLS)
+    schema_registry_client: dict[str, str] = field(default_factory=dict)
     internal_topic_replicas: int = 1
     default_key_format: str = "KAFKA"
     default_value_format: str | None = None
@@ -135,6 +140,11 @@ def server_config(props: dict[str, str]) -> KsqlServerConfig:
         bootstrap_servers=bootstrap,
         service_id=service_id,
         schema_registry_url=props.get("ksql.schema.registry.url") or None,
+        schema_registry_client={
+            d.name: props[REGISTRY_PREFIX + d.name]
+            for d in REGISTRY_CLIENT_CONFIGS
+            if REGISTRY_PREFIX + d.name in props
+        },
         internal_topic_replicas=_positive_int(props, "ksql.internal.topic.replicas", 1),
         default_key_format=_format(props, "ksql.persistence.default.format.key", "KAFKA")
         or "KAFKA",

@@ -15,7 +15,8 @@ value as ksqlDB does:
   CSV when they must be, null as nothing;
 - ``NONE``: no key.
 
-AVRO, PROTOBUF and JSON_SR need the schema registry and are refused here for now.
+AVRO and JSON_SR are written by ``strom.ksql.registry_formats``; PROTOBUF is refused for
+now.
 
 Does not own the producer or the metastore.
 """
@@ -36,7 +37,7 @@ from strom.ksql import expressions as ex
 from strom.ksql.metastore import Column, DataSource, KsqlStatementError
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-SUPPORTED_FORMATS = ("KAFKA", "JSON", "DELIMITED", "NONE")
+SUPPORTED_FORMATS = ("KAFKA", "JSON", "DELIMITED", "NONE", "AVRO", "JSON_SR")
 
 
 def _mismatch(column: str, sql_type: ex.SqlType, value: Any) -> KsqlStatementError:
@@ -204,10 +205,7 @@ def _serialize(
         writer = csv.writer(out, delimiter=delimiter or ",", lineterminator="")
         writer.writerow([_delimited_text(v) for v in values])
         return out.getvalue().encode()
-    raise KsqlStatementError(
-        f"INSERT VALUES into the {fmt} format needs the schema registry, which this server "
-        "does not serve yet"
-    )
+    raise KsqlStatementError(f"INSERT VALUES into the {fmt} format is not supported yet")
 
 
 def key_bytes(source: DataSource, row: dict[str, Any]) -> bytes | None:
@@ -224,7 +222,4 @@ def value_bytes(source: DataSource, row: dict[str, Any]) -> bytes | None:
 def check_supported(source: DataSource) -> None:
     for fmt in (source.key_format, source.value_format):
         if fmt not in SUPPORTED_FORMATS:
-            raise KsqlStatementError(
-                f"INSERT VALUES into the {fmt} format needs the schema registry, which this "
-                "server does not serve yet"
-            )
+            raise KsqlStatementError(f"INSERT VALUES into the {fmt} format is not supported yet")

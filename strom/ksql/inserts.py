@@ -24,6 +24,7 @@ from strom.ksql import statements as st
 from strom.ksql.config import KsqlServerConfig
 from strom.ksql.kafka_calls import KafkaCallError, produce_and_wait
 from strom.ksql.metastore import DataSource, KsqlStatementError, Metastore
+from strom.ksql.registry_formats import REGISTRY_WRITTEN, RegistrySerializers
 
 ROWTIME = "ROWTIME"
 
@@ -119,14 +120,23 @@ class RowWriter:
     def __init__(self, config: KsqlServerConfig) -> None:
         self._config = config
         self._producer: Producer | None = None
+        self._registry = RegistrySerializers(
+            config.schema_registry_url, config.schema_registry_client
+        )
 
     def write(self, source: DataSource, values: dict[str, ex.Expression]) -> None:
         failed = f"Failed to insert values into '{source.name}'."
         try:
             formats.check_supported(source)
             row, timestamp = self._row(source, values)
-            key = formats.key_bytes(source, row)
-            value = formats.value_bytes(source, row)
+            if source.key_format in REGISTRY_WRITTEN:
+                key = self._registry.serialize(source, "key", source.key_columns, row)
+            else:
+                key = formats.key_bytes(source, row)
+            if source.value_format in REGISTRY_WRITTEN:
+                value = self._registry.serialize(source, "value", source.value_columns, row)
+            else:
+                value = formats.value_bytes(source, row)
         except KsqlStatementError as exc:
             raise KsqlStatementError(f"{failed} {exc}") from None
         if self._producer is None:

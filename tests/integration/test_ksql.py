@@ -9,6 +9,7 @@ and types back from the command topic.
 
 from __future__ import annotations
 
+import decimal
 import json
 import struct
 import subprocess
@@ -30,13 +31,15 @@ COMMAND_TOPIC = f"_confluent-ksql-{SERVICE_ID}_command_topic"
 
 
 class KsqlServer:
-    def __init__(self, broker: BrokerProcess) -> None:
+    def __init__(self, broker: BrokerProcess, *overrides: str) -> None:
+        self.overrides = overrides
+        extra = [arg for item in overrides for arg in ("--override", item)]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "strom.cli.main", "ksql-server",
              "--override", f"bootstrap.servers={broker.bootstrap}",
              "--override", "listeners=http://127.0.0.1:0",
              "--override", f"ksql.service.id={SERVICE_ID}",
-             "--log-level", "WARNING"],
+             *extra, "--log-level", "WARNING"],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -65,8 +68,25 @@ class KsqlServer:
 
 
 @pytest.fixture(scope="module")
-def server(broker: BrokerProcess) -> Iterator[KsqlServer]:
-    process = KsqlServer(broker)
+def registry(broker: BrokerProcess) -> Iterator[str]:
+    """A schema registry (``strom schema-registry``) for the AVRO and JSON_SR rows."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "strom.cli.main", "schema-registry",
+         "--bootstrap-server", broker.bootstrap, "--listener", "http://127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    assert process.stdout is not None
+    banner = process.stdout.readline().decode()
+    assert banner.startswith("Strom schema registry on"), banner
+    yield served_url(banner)
+    process.terminate()
+    process.wait(30)
+
+
+@pytest.fixture(scope="module")
+def server(broker: BrokerProcess, registry: str) -> Iterator[KsqlServer]:
+    process = KsqlServer(broker, f"ksql.schema.registry.url={registry}")
     yield process
     if process.proc.poll() is None:
         process.stop()
@@ -289,6 +309,47 @@ def test_inserts_stream(server: KsqlServer, broker: BrokerProcess) -> None:
     assert answer["message"] == "Cannot insert values into an unknown stream/table: `GHOST`"
 
 
+def test_insert_values_in_registry_formats(
+    server: KsqlServer, registry: str, broker: BrokerProcess
+) -> None:
+    """AVRO and JSON_SR rows in Confluent's wire format, read back with confluent-kafka's
+    deserializers through the registry the server registered their schemas in."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    server.ok(
+        "CREATE STREAM avro_s (id STRING KEY, n INT, price DECIMAL(5, 2), tags ARRAY<STRING>, "
+        "at STRUCT<city STRING>) WITH (kafka_topic='avro_s', key_format='AVRO', "
+        "value_format='AVRO', partitions=1);"
+        "CREATE STREAM json_sr_s (id INT KEY, n BIGINT, ok BOOLEAN) "
+        "WITH (kafka_topic='json_sr_s', value_format='JSON_SR', partitions=1);"
+        "INSERT INTO avro_s (id, n, price, tags, at) "
+        "VALUES ('a', 1, 2.5, ARRAY['x'], STRUCT(city := 'Oslo'));"
+        "INSERT INTO json_sr_s (id, n, ok) VALUES (7, 9000000000, true);"
+    )
+    client = SchemaRegistryClient({"url": registry})
+    assert set(client.get_subjects()) >= {"avro_s-key", "avro_s-value", "json_sr_s-value"}
+    [avro_record] = read_all(broker, "avro_s", 1)
+    value = AvroDeserializer(client)(
+        avro_record.value(), SerializationContext("avro_s", MessageField.VALUE)
+    )
+    assert value == {
+        "N": 1, "PRICE": decimal.Decimal("2.50"), "TAGS": ["x"], "AT": {"CITY": "Oslo"},
+    }  # fmt: skip
+    key = AvroDeserializer(client)(
+        avro_record.key(), SerializationContext("avro_s", MessageField.KEY)
+    )
+    assert key == "a"
+    [json_record] = read_all(broker, "json_sr_s", 1)
+    decoded = JSONDeserializer(None, schema_registry_client=client)(
+        json_record.value(), SerializationContext("json_sr_s", MessageField.VALUE)
+    )
+    assert decoded == {"N": 9000000000, "OK": True}
+    assert struct.unpack(">i", json_record.key()) == (7,)
+
+
 def strom_ksql(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
     """``strom ksql URL ARGS`` run in this process: (exit code, stdout, stderr)."""
     argv = ["ksql", url, *args]
@@ -370,7 +431,7 @@ def test_restart_keeps_streams_tables_and_types(server: KsqlServer, broker: Brok
     )
     before = server.ok("SHOW STREAMS; SHOW TABLES; SHOW TYPES;")
     server.stop()
-    restarted = KsqlServer(broker)
+    restarted = KsqlServer(broker, *server.overrides)
     try:
         assert " commands replayed from " + COMMAND_TOPIC in restarted.banner
         after = restarted.ok("SHOW STREAMS; SHOW TABLES; SHOW TYPES;")

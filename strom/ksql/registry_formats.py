@@ -1,0 +1,207 @@
+"""Rows in the schema registry's formats, AVRO and JSON_SR, for INSERT VALUES and
+``/inserts-stream``: Confluent's wire format (a zero byte, the schema id, the data)
+through confluent-kafka's serializers and the registry named by
+``ksql.schema.registry.url``.
+
+Owns the schema of a source's key or value as ksqlDB writes it: Avro, a record
+``io.confluent.ksql.avro_schemas.KsqlDataSourceSchema`` of optional fields (a union with
+null, default null; DECIMAL as bytes with the decimal logical type, DATE, TIME and
+TIMESTAMP with theirs, a STRUCT as a nested record ``KsqlDataSourceSchema_<FIELD>``);
+JSON_SR, an object of optional properties. A single key column is written alone, as is
+a single value column with ``WRAP_SINGLE_VALUE=false``. The schema is registered under
+``<topic>-key`` / ``<topic>-value`` by the first record written with it.
+
+PROTOBUF is not written yet. Blocking (the registry client): call from a worker thread.
+Does not own the other formats (``strom.ksql.formats``).
+"""
+
+from __future__ import annotations
+
+import base64
+import decimal
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from strom.ksql import expressions as ex
+from strom.ksql.metastore import Column, DataSource, KsqlStatementError
+
+REGISTRY_WRITTEN = ("AVRO", "JSON_SR")
+_NAMESPACE = "io.confluent.ksql.avro_schemas"
+_RECORD = "KsqlDataSourceSchema"
+_AVRO_PRIMITIVES = {
+    "BOOLEAN": "boolean",
+    "INTEGER": "int",
+    "BIGINT": "long",
+    "DOUBLE": "double",
+    "STRING": "string",
+    "BYTES": "bytes",
+    "DATE": {"type": "int", "logicalType": "date"},
+    "TIME": {"type": "int", "logicalType": "time-millis"},
+    "TIMESTAMP": {"type": "long", "logicalType": "timestamp-millis"},
+}
+_JSON_PRIMITIVES = {
+    "BOOLEAN": "boolean",
+    "INTEGER": "integer",
+    "BIGINT": "integer",
+    "DOUBLE": "number",
+    "STRING": "string",
+    "BYTES": "string",
+    "DATE": "integer",
+    "TIME": "integer",
+    "TIMESTAMP": "integer",
+}
+
+
+def _optional(schema: Any) -> list[Any]:
+    return ["null", schema]
+
+
+def avro_type(sql_type: ex.SqlType, record_name: str) -> Any:
+    if isinstance(sql_type, ex.DecimalType):
+        return {
+            "type": "bytes",
+            "logicalType": "decimal",
+            "precision": sql_type.precision,
+            "scale": sql_type.scale,
+        }
+    if isinstance(sql_type, ex.ArrayType):
+        return {"type": "array", "items": _optional(avro_type(sql_type.element, record_name))}
+    if isinstance(sql_type, ex.MapType):
+        return {"type": "map", "values": _optional(avro_type(sql_type.value, record_name))}
+    if isinstance(sql_type, ex.StructType):
+        return avro_record(
+            [Column(f.name, f.type) for f in sql_type.fields], record_name, nested=True
+        )
+    return _AVRO_PRIMITIVES[str(sql_type)]
+
+
+def avro_record(columns: list[Column], name: str = _RECORD, nested: bool = False) -> Any:
+    fields = [
+        {
+            "name": c.name,
+            "type": _optional(avro_type(c.type, f"{name}_{c.name}")),
+            "default": None,
+        }
+        for c in columns
+    ]
+    record: dict[str, Any] = {"type": "record", "name": name, "fields": fields}
+    if not nested:
+        record["namespace"] = _NAMESPACE
+    return record
+
+
+def json_type(sql_type: ex.SqlType) -> dict[str, Any]:
+    if isinstance(sql_type, ex.DecimalType):
+        return {"type": "number"}
+    if isinstance(sql_type, ex.ArrayType):
+        return {"type": "array", "items": _json_optional(json_type(sql_type.element))}
+    if isinstance(sql_type, ex.MapType):
+        return {"type": "object", "additionalProperties": _json_optional(json_type(sql_type.value))}
+    if isinstance(sql_type, ex.StructType):
+        return json_object([Column(f.name, f.type) for f in sql_type.fields])
+    return {"type": _JSON_PRIMITIVES[str(sql_type)]}
+
+
+def _json_optional(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"oneOf": [{"type": "null"}, schema]}
+
+
+def json_object(columns: list[Column]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {c.name: _json_optional(json_type(c.type)) for c in columns},
+    }
+
+
+def _json_ready(value: Any) -> Any:
+    """A row's value as JSON Schema data: DECIMAL as a number, BYTES as base64."""
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, list):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    return value
+
+
+class RegistrySerializers:
+    """confluent-kafka's serializers for the sources' schemas, one registry client."""
+
+    def __init__(self, url: str | None, client_settings: dict[str, str]) -> None:
+        self._url = url
+        self._settings = client_settings
+        self._client: Any = None
+        self._serializers: dict[tuple[str, str, str], Callable[[Any], bytes]] = {}
+        self._lock = threading.Lock()
+
+    def _registry(self) -> Any:
+        if self._url is None:
+            raise KsqlStatementError(
+                "Schema registry url is not set: the AVRO, PROTOBUF and JSON_SR formats need "
+                "'ksql.schema.registry.url' in the server's properties"
+            )
+        if self._client is None:
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+
+            self._client = SchemaRegistryClient({"url": self._url, **self._settings})
+        return self._client
+
+    def serialize(
+        self, source: DataSource, field: str, columns: tuple[Column, ...], row: dict[str, Any]
+    ) -> bytes | None:
+        """``field`` ("key" or "value") of ``row`` in the source's registry format."""
+        fmt = source.key_format if field == "key" else source.value_format
+        if not columns:
+            return None
+        alone = len(columns) == 1 and (field == "key" or source.wrap_single_value is False)
+        if alone:
+            data = row.get(columns[0].name)
+            if data is None:
+                return None
+        else:
+            data = {c.name: row.get(c.name) for c in columns}
+        serializer = self._serializer(source, field, fmt, columns, alone)
+        try:
+            return serializer(data)
+        except Exception as exc:  # the serializer's, the registry's or its client's error
+            raise KsqlStatementError(f"Could not serialize the {field} as {fmt}: {exc}") from None
+
+    def _serializer(
+        self, source: DataSource, field: str, fmt: str, columns: tuple[Column, ...], alone: bool
+    ) -> Callable[[Any], bytes]:
+        if fmt == "AVRO":
+            schema: Any = (
+                avro_type(columns[0].type, _RECORD) if alone else avro_record(list(columns))
+            )
+        else:
+            schema = json_type(columns[0].type) if alone else json_object(list(columns))
+        schema_text = json.dumps(schema)
+        cache_key = (source.topic, field, schema_text)
+        with self._lock:
+            found = self._serializers.get(cache_key)
+            if found is not None:
+                return found
+            from confluent_kafka.schema_registry.avro import AvroSerializer
+            from confluent_kafka.schema_registry.error import SchemaRegistryError
+            from confluent_kafka.schema_registry.json_schema import JSONSerializer
+            from confluent_kafka.serialization import MessageField, SerializationContext
+
+            client = self._registry()
+            context = SerializationContext(
+                source.topic, MessageField.KEY if field == "key" else MessageField.VALUE
+            )
+            try:
+                if fmt == "AVRO":
+                    avro = AvroSerializer(client, schema_text)
+                    made: Callable[[Any], bytes] = lambda data: avro(data, context)  # noqa: E731
+                else:
+                    as_json = JSONSerializer(schema_text, client)
+                    made = lambda data: as_json(_json_ready(data), context)  # noqa: E731
+            except (SchemaRegistryError, ValueError) as exc:
+                raise KsqlStatementError(f"Could not use the {fmt} schema: {exc}") from None
+            self._serializers[cache_key] = made
+            return made
