@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from strom.connect.api import Connector, SinkConnector, SourceConnector, strom_version
+from strom.connect.avro_converter import AvroConverter
 from strom.connect.config_def import ConfigDef
 from strom.connect.connectors.file_stream import (
     FileStreamSinkConnector,
@@ -159,6 +160,7 @@ class Plugins:
             (JsonConverter, "org.apache.kafka.connect.json.JsonConverter"),
             (StringConverter, "org.apache.kafka.connect.storage.StringConverter"),
             (ByteArrayConverter, "org.apache.kafka.connect.converters.ByteArrayConverter"),
+            (AvroConverter, "io.confluent.connect.avro.AvroConverter"),
         ]
         return cls(
             [Plugin(own(c), _connector_kind(c), c, kafka) for c, kafka in connectors]

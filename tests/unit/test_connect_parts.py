@@ -99,8 +99,8 @@ PARTITIONS_RULE = "Number of partitions must be positive, or -1 to use the broke
         ),
         ({"listeners": "ftp://x:1"}, "configuration listeners"),
         (
-            {"value.converter": "io.confluent.connect.avro.AvroConverter"},
-            "Class io.confluent.connect.avro.AvroConverter could not be found.",
+            {"value.converter": "io.confluent.connect.protobuf.ProtobufConverter"},
+            "Class io.confluent.connect.protobuf.ProtobufConverter could not be found.",
         ),
         (
             {"exactly.once.source.support": "enabled"},
