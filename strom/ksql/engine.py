@@ -47,6 +47,7 @@ from strom.ksql.kafka_calls import (
 )
 from strom.ksql.metastore import DataSource, KsqlStatementError, Metastore
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, parse_statements
+from strom.ksql.registry_formats import INFERRED_FORMATS, RegistryFormats
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,8 @@ class KsqlEngine:
         self.command_topic = CommandTopic(config, self.admin)
         self.statuses: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
-        self.rows = RowWriter(config)
+        self.registry = RegistryFormats(config.schema_registry_url, config.schema_registry_client)
+        self.rows = RowWriter(config, self.registry)
         self.cluster_id = ""
 
     # ---- start: the command topic replayed
@@ -269,8 +271,10 @@ class KsqlEngine:
             str(scope.properties.get(_KEY_FORMAT_DEFAULT, self.config.default_key_format)),
             scope.properties.get(_VALUE_FORMAT_DEFAULT, self.config.default_value_format),
         )
+        existing = self.metastore.source(statement.name)
+        if existing is None or not statement.if_not_exists:
+            statement = self._with_inferred_columns(statement, defaults)
         source = self.metastore.source_from_statement(statement, text, defaults)
-        existing = self.metastore.source(source.name)
         if existing is not None and statement.if_not_exists:
             return {
                 "@type": "warning_entity",
@@ -295,6 +299,37 @@ class KsqlEngine:
         message = f"{source.kind.capitalize()} created"
         self._succeeded(command_id, message)
         return _status_entity(formatted, command_id, message, sequence)
+
+    def _with_inferred_columns(
+        self, statement: st.CreateSource, defaults: tuple[str, str | None]
+    ) -> st.CreateSource:
+        """The statement with the key and value columns it lacks taken from the schema
+        registry, when its formats are ones ksqlDB infers them for."""
+        props = statement.properties
+        topic = props.get("KAFKA_TOPIC")
+        both = props.get("FORMAT")
+        key_format = str(both or props.get("KEY_FORMAT") or defaults[0] or "").upper()
+        value_format = str(both or props.get("VALUE_FORMAT") or defaults[1] or "").upper()
+        elements = list(statement.elements)
+        keys = [e for e in elements if e.is_key]
+        values = [e for e in elements if not e.is_key]
+        if topic is None:
+            return statement
+        if not keys and key_format in INFERRED_FORMATS:
+            constraint = "PRIMARY KEY" if statement.kind == "TABLE" else "KEY"
+            keys = [
+                st.TableElement(c.name, c.type, constraint)
+                for c in self.registry.inferred_columns(str(topic), key_format, is_key=True)
+            ]
+        if not [e for e in values if e.constraint is None] and value_format in INFERRED_FORMATS:
+            values += [
+                st.TableElement(c.name, c.type)
+                for c in self.registry.inferred_columns(str(topic), value_format, is_key=False)
+            ]
+        inferred = tuple(keys + values)
+        return (
+            statement if inferred == statement.elements else replace(statement, elements=inferred)
+        )
 
     def _ensure_topic(
         self, statement: st.CreateSource, source: DataSource, properties: dict[str, Any]

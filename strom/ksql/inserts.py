@@ -24,7 +24,7 @@ from strom.ksql import statements as st
 from strom.ksql.config import KsqlServerConfig
 from strom.ksql.kafka_calls import KafkaCallError, produce_and_wait
 from strom.ksql.metastore import DataSource, KsqlStatementError, Metastore
-from strom.ksql.registry_formats import REGISTRY_WRITTEN, RegistrySerializers
+from strom.ksql.registry_formats import REGISTRY_WRITTEN, RegistryFormats
 
 ROWTIME = "ROWTIME"
 
@@ -117,12 +117,10 @@ def json_values(source: DataSource, row: Any) -> dict[str, ex.Expression]:
 class RowWriter:
     """Produces rows into sources' topics with one shared producer."""
 
-    def __init__(self, config: KsqlServerConfig) -> None:
+    def __init__(self, config: KsqlServerConfig, registry: RegistryFormats) -> None:
         self._config = config
         self._producer: Producer | None = None
-        self._registry = RegistrySerializers(
-            config.schema_registry_url, config.schema_registry_client
-        )
+        self._registry = registry
 
     def write(self, source: DataSource, values: dict[str, ex.Expression]) -> None:
         failed = f"Failed to insert values into '{source.name}'."

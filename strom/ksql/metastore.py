@@ -21,8 +21,6 @@ from strom.ksql import statements as st
 
 KEY_FORMATS = ("KAFKA", "JSON", "JSON_SR", "AVRO", "PROTOBUF", "PROTOBUF_NOSR", "DELIMITED", "NONE")
 VALUE_FORMATS = ("JSON", "JSON_SR", "AVRO", "PROTOBUF", "PROTOBUF_NOSR", "DELIMITED", "KAFKA")
-# Formats whose columns may come from the schema registry when the statement has none.
-REGISTRY_FORMATS = ("JSON_SR", "AVRO", "PROTOBUF")
 # The WITH properties of CREATE STREAM/TABLE, ksqlDB's CommonCreateConfigs and its
 # source-only ones.
 CREATE_PROPERTIES = frozenset(
@@ -261,7 +259,7 @@ class Metastore:
         value_columns = [c for c in columns if c.namespace == "VALUE"]
         if statement.kind == "TABLE" and not key_columns and statement.elements:
             raise KsqlStatementError("Tables require a PRIMARY KEY. Please define the PRIMARY KEY.")
-        if not value_columns and value_format not in REGISTRY_FORMATS:
+        if not value_columns:  # those of the registry's formats are inferred before
             raise KsqlStatementError("The statement does not define any columns.")
         if key_columns and key_format == "NONE":
             raise KsqlStatementError(

@@ -11,7 +11,13 @@ JSON_SR, an object of optional properties. A single key column is written alone,
 a single value column with ``WRAP_SINGLE_VALUE=false``. The schema is registered under
 ``<topic>-key`` / ``<topic>-value`` by the first record written with it.
 
-PROTOBUF is not written yet. Blocking (the registry client): call from a worker thread.
+A CREATE statement without value (or key) columns in AVRO or JSON_SR takes them from
+the latest schema of ``<topic>-value`` (``<topic>-key``), as ksqlDB infers them: a
+record's or object's fields upper-cased as columns, a schema of another type as one
+column ``ROWVAL`` (``ROWKEY``), optional unions read as their type.
+
+PROTOBUF is not written or read yet. Blocking (the registry client): call from a worker
+thread.
 Does not own the other formats (``strom.ksql.formats``).
 """
 
@@ -28,6 +34,7 @@ from strom.ksql import expressions as ex
 from strom.ksql.metastore import Column, DataSource, KsqlStatementError
 
 REGISTRY_WRITTEN = ("AVRO", "JSON_SR")
+INFERRED_FORMATS = ("AVRO", "JSON_SR")  # columns read from the registry when not given
 _NAMESPACE = "io.confluent.ksql.avro_schemas"
 _RECORD = "KsqlDataSourceSchema"
 _AVRO_PRIMITIVES = {
@@ -128,8 +135,9 @@ def _json_ready(value: Any) -> Any:
     return value
 
 
-class RegistrySerializers:
-    """confluent-kafka's serializers for the sources' schemas, one registry client."""
+class RegistryFormats:
+    """The schema registry's side of the sources: confluent-kafka's serializers for
+    their schemas, and the columns of a topic's latest schema; one registry client."""
 
     def __init__(self, url: str | None, client_settings: dict[str, str]) -> None:
         self._url = url
@@ -205,3 +213,132 @@ class RegistrySerializers:
                 raise KsqlStatementError(f"Could not use the {fmt} schema: {exc}") from None
             self._serializers[cache_key] = made
             return made
+
+    def inferred_columns(self, topic: str, fmt: str, is_key: bool) -> list[Column]:
+        """The columns of ``<topic>-key`` / ``<topic>-value``'s latest schema."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        subject = f"{topic}-{'key' if is_key else 'value'}"
+        try:
+            registered = self._registry().get_latest_version(subject)
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                raise KsqlStatementError(_schema_missing(topic, subject, is_key)) from None
+            raise KsqlStatementError(f"Schema registry: {exc}") from None
+        namespace = "KEY" if is_key else "VALUE"
+        try:
+            schema = json.loads(registered.schema.schema_str)
+        except ValueError as exc:
+            raise KsqlStatementError(f"Schema of subject {subject} is not JSON: {exc}") from None
+        try:
+            if fmt == "AVRO":
+                return _avro_columns(schema, namespace)
+            return _json_columns(schema, namespace)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise KsqlStatementError(
+                f"Unable to verify if the {namespace.lower()} schema for topic: {topic} is "
+                f"compatible with ksqlDB.\nReason: {exc}"
+            ) from None
+
+
+def _schema_missing(topic: str, subject: str, is_key: bool) -> str:
+    return (
+        f"Schema for message {'keys' if is_key else 'values'} on topic '{topic}' does not "
+        f"exist in the Schema Registry.\nSubject: {subject}\nPossible causes include:\n"
+        "- The topic itself does not exist\n\t-> Use SHOW TOPICS; to check\n"
+        "- Messages on the topic are not serialized using a format Schema Registry supports\n"
+        f"\t-> Use PRINT '{topic}' FROM BEGINNING; to verify\n"
+        "- Messages on the topic have not been serialized using a Confluent Schema Registry "
+        "supported serializer\n"
+        "- The schema is registered on a different instance of the Schema Registry\n"
+        "- You do not have permissions to access the Schema Registry."
+    )
+
+
+_FROM_AVRO = {
+    "int": "INTEGER",
+    "long": "BIGINT",
+    "float": "DOUBLE",
+    "double": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "string": "STRING",
+    "bytes": "BYTES",
+    "enum": "STRING",
+    "fixed": "BYTES",
+}
+_FROM_AVRO_LOGICAL = {"date": "DATE", "time-millis": "TIME", "timestamp-millis": "TIMESTAMP"}
+
+
+def _from_avro(schema: Any) -> ex.SqlType:
+    if isinstance(schema, list):
+        present = [s for s in schema if s != "null"]
+        if len(present) != 1:
+            raise ValueError(f"unions of several types are not supported: {schema}")
+        return _from_avro(present[0])
+    if isinstance(schema, str):
+        return ex.PrimitiveType(_FROM_AVRO[schema])
+    kind = schema["type"]
+    logical = schema.get("logicalType")
+    if logical == "decimal":
+        return ex.DecimalType(int(schema["precision"]), int(schema.get("scale", 0)))
+    if logical in _FROM_AVRO_LOGICAL:
+        return ex.PrimitiveType(_FROM_AVRO_LOGICAL[logical])
+    if kind == "array":
+        return ex.ArrayType(_from_avro(schema["items"]))
+    if kind == "map":
+        return ex.MapType(ex.PrimitiveType("STRING"), _from_avro(schema["values"]))
+    if kind == "record":
+        fields = tuple(
+            ex.StructField(f["name"].upper(), _from_avro(f["type"])) for f in schema["fields"]
+        )
+        return ex.StructType(fields)
+    return _from_avro(kind)
+
+
+def _avro_columns(schema: Any, namespace: str) -> list[Column]:
+    if isinstance(schema, dict) and schema.get("type") == "record":
+        return [
+            Column(f["name"].upper(), _from_avro(f["type"]), namespace) for f in schema["fields"]
+        ]
+    return [Column("ROWKEY" if namespace == "KEY" else "ROWVAL", _from_avro(schema), namespace)]
+
+
+_FROM_JSON = {"integer": "BIGINT", "number": "DOUBLE", "string": "STRING", "boolean": "BOOLEAN"}
+
+
+def _from_json(schema: dict[str, Any]) -> ex.SqlType:
+    for union in ("oneOf", "anyOf"):
+        if union in schema:
+            present = [s for s in schema[union] if s.get("type") != "null"]
+            if len(present) != 1:
+                raise ValueError(f"unions of several types are not supported: {schema}")
+            return _from_json(present[0])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        present = [k for k in kind if k != "null"]
+        return _from_json({**schema, "type": present[0]})
+    if kind == "array":
+        return ex.ArrayType(_from_json(schema.get("items", {"type": "string"})))
+    if kind == "object":
+        if "properties" in schema:
+            return ex.StructType(
+                tuple(
+                    ex.StructField(name.upper(), _from_json(sub))
+                    for name, sub in schema["properties"].items()
+                )
+            )
+        values = schema.get("additionalProperties")
+        return ex.MapType(
+            ex.PrimitiveType("STRING"),
+            _from_json(values) if isinstance(values, dict) else ex.PrimitiveType("STRING"),
+        )
+    return ex.PrimitiveType(_FROM_JSON[str(kind)])
+
+
+def _json_columns(schema: dict[str, Any], namespace: str) -> list[Column]:
+    if schema.get("type") == "object" and "properties" in schema:
+        return [
+            Column(name.upper(), _from_json(sub), namespace)
+            for name, sub in schema["properties"].items()
+        ]
+    return [Column("ROWKEY" if namespace == "KEY" else "ROWVAL", _from_json(schema), namespace)]

@@ -348,6 +348,24 @@ def test_insert_values_in_registry_formats(
     )
     assert decoded == {"N": 9000000000, "OK": True}
     assert struct.unpack(">i", json_record.key()) == (7,)
+    # Columns a CREATE statement leaves out are read from the registry, as ksqlDB does.
+    [created] = server.ok("CREATE STREAM avro_copy WITH (kafka_topic='avro_s', format='AVRO');")
+    assert created["statementText"].startswith(
+        "CREATE STREAM AVRO_COPY (ROWKEY STRING KEY, N INTEGER, PRICE DECIMAL(5, 2), "
+        "TAGS ARRAY<STRING>, AT STRUCT<CITY STRING>) WITH ("
+    )
+    [created] = server.ok(
+        "CREATE TABLE json_sr_t (id INT PRIMARY KEY) "
+        "WITH (kafka_topic='json_sr_s', value_format='JSON_SR');"
+    )
+    assert "(ID INTEGER PRIMARY KEY, N BIGINT, OK BOOLEAN)" in created["statementText"]
+    status, body = server.ksql(
+        "CREATE STREAM unregistered WITH (kafka_topic='pageviews', value_format='AVRO');"
+    )
+    assert status == 400 and body["message"].startswith(
+        "Schema for message values on topic 'pageviews' does not exist in the Schema "
+        "Registry.\nSubject: pageviews-value\n"
+    )
 
 
 def strom_ksql(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
