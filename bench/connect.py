@@ -62,7 +62,7 @@ def wait(check: object, what: str, timeout: float = 600.0) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rows", type=int, default=500_000)
+    parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--profile", action="store_true", help="profile the driver's thread")
     args = parser.parse_args()
     rows = args.rows

@@ -203,3 +203,21 @@ def test_bad_config_names_the_key(worker: Worker, postgres: PostgresProcess) -> 
         "mode": "bulk", "topic.prefix": "p",
     }}))  # fmt: skip
     assert code == 400 and "connection.url" in message, message
+
+
+def test_sink_failure_is_failed_with_its_trace(worker: Worker, postgres: PostgresProcess) -> None:
+    create(worker, "pg-absent", {
+        "connector.class": SINK_CLASS, "connection.url": postgres.jdbc_url,
+        "connection.user": "postgres", "topics": "accounts", "table.name.format": "absent",
+        "insert.mode": "upsert", "pk.mode": "record_key", "pk.fields": "id",
+        "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+    })  # fmt: skip
+
+    def failed() -> dict[str, Any] | None:
+        status = worker.status("pg-absent")
+        tasks = status["tasks"] if status else []
+        return tasks[0] if tasks and tasks[0]["state"] == "FAILED" else None
+
+    task = wait_for(failed, "the task FAILED", timeout=60)
+    assert "Table absent is missing and auto-creation is disabled" in task["trace"]
+    worker.call("DELETE", "/connectors/pg-absent")
