@@ -13,7 +13,8 @@ plan under ``plan``; Strom replays the statement text instead, with the
 replay decides as the first run did. A record's offset is the command's sequence
 number.
 
-Owns the topic's creation, reading it from the start to its end, and appending a
+Owns the topic's creation, reading it (from the start to its end, then each command
+appended after, by this server or another with the same service id), and appending a
 command (acknowledged by all in-sync replicas before the statement answers). Runs
 confluent-kafka's blocking clients: call it from a worker thread.
 
@@ -89,41 +90,9 @@ class CommandTopic:
         except KafkaCallError as exc:
             raise CommandTopicError(f"cannot create the command topic {self.name}: {exc}") from None
 
-    def read_all(self) -> list[Command]:
-        """Every command from the start of the topic to its end now."""
-        consumer = Consumer(
-            self._config.client_config(
-                **{
-                    "group.id": f"_confluent-ksql-{self._config.service_id}_command_reader",
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                }
-            )
-        )
-        commands: list[Command] = []
-        try:
-            partition = TopicPartition(self.name, 0)
-            _, end = consumer.get_watermark_offsets(partition, timeout=TIMEOUT_S)
-            if end <= 0:
-                return commands
-            consumer.assign([TopicPartition(self.name, 0, OFFSET_BEGINNING)])
-            position = 0
-            while position < end:
-                message = consumer.poll(TIMEOUT_S)
-                if message is None:
-                    raise CommandTopicError(f"timed out reading the command topic {self.name}")
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        break
-                    raise CommandTopicError(f"cannot read {self.name}: {error.str()}")
-                position = (message.offset() or 0) + 1
-                command = _decode(message.key(), message.value(), message.offset() or 0)
-                if command is not None:
-                    commands.append(command)
-        finally:
-            consumer.close()
-        return commands
+    def reader(self) -> CommandReader:
+        """A reader of the commands from the start of the topic."""
+        return CommandReader(self._config, self.name)
 
     def append(self, command: Command) -> int:
         """Write ``command``; its sequence number (the record's offset)."""
@@ -142,6 +111,56 @@ class CommandTopic:
 
     def close(self) -> None:
         self._producer.flush(TIMEOUT_S)
+
+
+class CommandReader:
+    """Reads the command topic in order: up to its end once (``read_to_end``), then the
+    commands appended after (``poll``), by this server or another with the same
+    ``ksql.service.id``. One thread at a time."""
+
+    def __init__(self, config: KsqlServerConfig, topic: str) -> None:
+        self.topic = topic
+        self._consumer = Consumer(
+            config.client_config(
+                **{
+                    "group.id": f"_confluent-ksql-{config.service_id}_command_reader",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                }
+            )
+        )
+        self._consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        self.position = 0
+
+    def read_to_end(self) -> list[Command]:
+        _, end = self._consumer.get_watermark_offsets(
+            TopicPartition(self.topic, 0), timeout=TIMEOUT_S
+        )
+        commands: list[Command] = []
+        while self.position < end:
+            message = self._consumer.poll(TIMEOUT_S)
+            if message is None:
+                raise CommandTopicError(f"timed out reading the command topic {self.topic}")
+            commands.extend(self._decoded(message))
+        return commands
+
+    def poll(self, timeout_s: float) -> list[Command]:
+        message = self._consumer.poll(timeout_s)
+        return [] if message is None else self._decoded(message)
+
+    def _decoded(self, message: Any) -> list[Command]:
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                return []
+            raise CommandTopicError(f"cannot read {self.topic}: {error.str()}")
+        offset = message.offset() or 0
+        self.position = offset + 1
+        command = _decode(message.key(), message.value(), offset)
+        return [] if command is None else [command]
+
+    def close(self) -> None:
+        self._consumer.close()
 
 
 def _decode(key: bytes | None, value: bytes | None, offset: int) -> Command | None:

@@ -14,8 +14,8 @@ Statements that need query execution (CREATE ... AS SELECT, INSERT INTO ... SELE
 TERMINATE, EXPLAIN) parse and answer a clear error until the Spark compiler exists;
 SELECT and PRINT answer ksqlDB's "issue it to /query" error, as ksqlDB does on /ksql.
 
-confluent-kafka's clients block: call ``execute`` from a worker thread, one request at
-a time (the server holds a lock).
+confluent-kafka's clients block: call ``execute`` from a worker thread; requests run one
+at a time, and a command another server wrote is applied between them.
 
 Does not own HTTP (``strom.ksql.server``), parsing or serialization.
 """
@@ -34,7 +34,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.ksql import formatter
 from strom.ksql import statements as st
-from strom.ksql.command_topic import Command, CommandTopic
+from strom.ksql.command_topic import Command, CommandReader, CommandTopic, CommandTopicError
 from strom.ksql.config import KsqlServerConfig
 from strom.ksql.functions import find_function, function_names_json
 from strom.ksql.inserts import RowWriter, insertable, statement_values
@@ -121,36 +121,60 @@ class KsqlEngine:
         self.admin = AdminClient(config.client_config())
         self.command_topic = CommandTopic(config, self.admin)
         self.statuses: dict[str, dict[str, Any]] = {}
+        # Held while a request executes and while a followed command is applied.
         self.lock = threading.Lock()
+        self._applied: set[int] = set()  # sequence numbers in the metastore
+        self._reader: CommandReader | None = None
+        self._follower: threading.Thread | None = None
+        self._stopped = threading.Event()
         self.registry = RegistryFormats(config.schema_registry_url, config.schema_registry_client)
         self.rows = RowWriter(config, self.registry)
         self.cluster_id = ""
 
     # ---- start: the command topic replayed
     def start(self) -> int:
-        """Creates the command topic if needed and replays it; the commands applied."""
+        """Creates the command topic if needed and replays it; the commands applied. A
+        thread then follows the topic: statements another server with the same service
+        id accepts take effect here too."""
         metadata = self.admin.list_topics(timeout=TIMEOUT_S)
         self.cluster_id = metadata.cluster_id or ""
         self.command_topic.ensure_exists()
-        applied = 0
-        for command in self.command_topic.read_all():
+        self._reader = self.command_topic.reader()
+        applied = sum(self._apply(command) for command in self._reader.read_to_end())
+        self._follower = threading.Thread(target=self._follow, name="command-topic", daemon=True)
+        self._follower.start()
+        return applied
+
+    def _follow(self) -> None:
+        reader = self._reader
+        assert reader is not None
+        while not self._stopped.is_set():
             try:
-                message = self._replay(command)
-            except (KsqlStatementError, KsqlSyntaxError) as exc:
-                log.warning("command %s not replayed: %s", command.command_id, exc)
-                self.statuses[command.command_id] = {
-                    "status": "ERROR",
-                    "message": str(exc),
-                    "queryId": None,
-                }
+                commands = reader.poll(0.2)
+            except CommandTopicError as exc:
+                log.warning("following the command topic: %s", exc)
+                self._stopped.wait(1.0)
                 continue
+            for command in commands:
+                with self.lock:
+                    if command.sequence_number not in self._applied:
+                        self._apply(command)
+
+    def _apply(self, command: Command) -> bool:
+        """A command read from the topic applied to the metastore; whether it was."""
+        self._applied.add(command.sequence_number)
+        try:
+            message = self._replay(command)
+        except (KsqlStatementError, KsqlSyntaxError) as exc:
+            log.warning("command %s not applied: %s", command.command_id, exc)
             self.statuses[command.command_id] = {
-                "status": "SUCCESS",
-                "message": message,
+                "status": "ERROR",
+                "message": str(exc),
                 "queryId": None,
             }
-            applied += 1
-        return applied
+            return False
+        self._succeeded(command.command_id, message)
+        return True
 
     def _replay(self, command: Command) -> str:
         statement = parse_statement(command.statement)
@@ -182,7 +206,9 @@ class KsqlEngine:
         if self.config.default_value_format is not None:
             original[_VALUE_FORMAT_DEFAULT] = self.config.default_value_format
         command = Command(command_id, text, dict(properties), original)
-        return self.command_topic.append(command)
+        sequence = self.command_topic.append(command)
+        self._applied.add(sequence)  # the caller applies it; the follower must not
+        return sequence
 
     # ---- a request
     def execute(
@@ -192,7 +218,16 @@ class KsqlEngine:
         session_variables: dict[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
         """The entities of each statement of ``text``; ``KsqlRequestError`` at the first
-        that fails."""
+        that fails. One request at a time."""
+        with self.lock:
+            return self._execute(text, streams_properties, session_variables)
+
+    def _execute(
+        self,
+        text: str,
+        streams_properties: dict[str, Any] | None,
+        session_variables: dict[str, Any] | None,
+    ) -> list[dict[str, Any]]:
         scope = RequestScope(
             dict(streams_properties or {}),
             {str(k): str(v) for k, v in (session_variables or {}).items()},
@@ -659,6 +694,11 @@ class KsqlEngine:
         return self.statuses.get(command_id)
 
     def close(self) -> None:
+        self._stopped.set()
+        if self._follower is not None:
+            self._follower.join(5)
+        if self._reader is not None:
+            self._reader.close()
         self.command_topic.close()
         self.rows.close()
 

@@ -6,7 +6,7 @@
   (kafka: the cluster answered a metadata request now);
 - ``GET /status`` and ``GET /status/{type}/{entity}/{action}``: the command statuses;
 - ``POST /ksql``: ``{"ksql", "streamsProperties", "sessionVariables"}`` executed by
-  ``strom.ksql.engine`` (one request at a time, on a worker thread), answered with the
+  ``strom.ksql.engine`` (on a worker thread; the engine runs one at a time), answered with the
   list of entities or ksqlDB's error body;
 - ``POST /query``: PRINT (``strom.ksql.print_topic``), the records as chunked text
   lines until LIMIT or the client leaves; push and pull queries (there and on
@@ -65,7 +65,6 @@ class KsqlServerApp:
 
     def __init__(self, engine: KsqlEngine) -> None:
         self.engine = engine
-        self._requests = asyncio.Lock()
         self.app = web.Application(middlewares=[self._errors])
         self.app.add_routes(
             [
@@ -177,11 +176,10 @@ class KsqlServerApp:
                 ),
                 400,
             )
-        async with self._requests:
-            try:
-                entities = await asyncio.to_thread(self.engine.execute, text, properties, variables)
-            except KsqlRequestError as exc:
-                return self._reply(request, exc.body, exc.status)
+        try:
+            entities = await asyncio.to_thread(self.engine.execute, text, properties, variables)
+        except KsqlRequestError as exc:
+            return self._reply(request, exc.body, exc.status)
         return self._reply(request, entities)
 
     async def query(self, request: web.Request) -> web.StreamResponse:

@@ -14,6 +14,7 @@ import json
 import struct
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -441,26 +442,33 @@ def test_a_ksqldb_client_from_pypi(server: KsqlServer, broker: BrokerProcess) ->
     assert info.value.error_code == 40001
 
 
-def test_restart_keeps_streams_tables_and_types(server: KsqlServer, broker: BrokerProcess) -> None:
-    server.ok(
-        "CREATE TYPE money AS STRUCT<amount DECIMAL(10, 2), currency STRING>;"
-        "CREATE TABLE accounts (id STRING PRIMARY KEY, balance money) "
-        "WITH (kafka_topic='accounts', format='JSON', partitions=1);"
-    )
-    before = server.ok("SHOW STREAMS; SHOW TABLES; SHOW TYPES;")
-    server.stop()
-    restarted = KsqlServer(broker, *server.overrides)
+def test_restart_replays_and_a_second_server_follows(server: KsqlServer, broker: BrokerProcess) -> None:
+    """A second server with the same service id replays the command topic at start (a
+    restarted server has its streams, tables and types), then follows it: what the first
+    accepts takes effect in the second too."""
+    second = KsqlServer(broker, *server.overrides)
     try:
-        assert " commands replayed from " + COMMAND_TOPIC in restarted.banner
-        after = restarted.ok("SHOW STREAMS; SHOW TABLES; SHOW TYPES;")
-        assert after == before
-        [described] = restarted.ok("DESCRIBE accounts;")
+        assert " commands replayed from " + COMMAND_TOPIC in second.banner
+        assert second.ok("SHOW STREAMS;") == server.ok("SHOW STREAMS;")
+        server.ok(
+            "CREATE TYPE money AS STRUCT<amount DECIMAL(10, 2), currency STRING>;"
+            "CREATE TABLE accounts (id STRING PRIMARY KEY, balance money) "
+            "WITH (kafka_topic='accounts', format='JSON', partitions=1);"
+        )
+        before = server.ok("SHOW STREAMS; SHOW TABLES; SHOW TYPES;")
+        deadline = time.monotonic() + 10
+        while second.ok("SHOW STREAMS; SHOW TABLES; SHOW TYPES;") != before:
+            assert time.monotonic() < deadline, "the second server did not follow"
+            time.sleep(0.1)
+        server.stop()
+        [described] = second.ok("DESCRIBE accounts;")
         balance = described["sourceDescription"]["fields"][1]
         assert balance["schema"]["type"] == "STRUCT"
-        status, statuses = restarted.call("GET", "/status")
+        status, statuses = second.call("GET", "/status")
         assert statuses["commandStatuses"]["table/`ACCOUNTS`/create"] == "SUCCESS"
+        second.ok("DROP TABLE accounts;")
     finally:
-        restarted.stop()
+        second.stop()
     records = read_all(broker, COMMAND_TOPIC, 2)
     assert records[0].key().startswith(b"stream/`PAGEVIEWS`/create")
     command = json.loads(records[0].value())
