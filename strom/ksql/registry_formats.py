@@ -232,8 +232,8 @@ class RegistryFormats:
             raise KsqlStatementError(f"Schema of subject {subject} is not JSON: {exc}") from None
         try:
             if fmt == "AVRO":
-                return _avro_columns(schema, namespace)
-            return _json_columns(schema, namespace)
+                return avro_columns(schema, namespace)
+            return json_schema_columns(schema, namespace)
         except (KeyError, TypeError, ValueError) as exc:
             raise KsqlStatementError(
                 f"Unable to verify if the {namespace.lower()} schema for topic: {topic} is "
@@ -295,7 +295,7 @@ def _from_avro(schema: Any) -> ex.SqlType:
     return _from_avro(kind)
 
 
-def _avro_columns(schema: Any, namespace: str) -> list[Column]:
+def avro_columns(schema: Any, namespace: str) -> list[Column]:
     if isinstance(schema, dict) and schema.get("type") == "record":
         return [
             Column(f["name"].upper(), _from_avro(f["type"]), namespace) for f in schema["fields"]
@@ -335,7 +335,7 @@ def _from_json(schema: dict[str, Any]) -> ex.SqlType:
     return ex.PrimitiveType(_FROM_JSON[str(kind)])
 
 
-def _json_columns(schema: dict[str, Any], namespace: str) -> list[Column]:
+def json_schema_columns(schema: dict[str, Any], namespace: str) -> list[Column]:
     if schema.get("type") == "object" and "properties" in schema:
         return [
             Column(name.upper(), _from_json(sub), namespace)

@@ -405,7 +405,9 @@ def test_print_over_query(server: KsqlServer, capsys: pytest.CaptureFixture[str]
     assert 'key: x, value: "hello, world",5, partition: 0' in out
 
 
-def test_cli_execute(server: KsqlServer, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_execute_file_and_run_script(
+    server: KsqlServer, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
     code, out, err = strom_ksql(
         capsys, server.url, "--execute", "SHOW STREAMS; DEFINE t = 'PAGEVIEWS'; DESCRIBE ${t};"
     )
@@ -417,6 +419,13 @@ def test_cli_execute(server: KsqlServer, capsys: pytest.CaptureFixture[str]) -> 
     assert "Could not find STREAM/TABLE 'NOTHING' in the Metastore" in err
     code, out, err = strom_ksql(capsys, server.url, "--output", "json", "-e", "SHOW TABLES;")
     assert json.loads(out)["@type"] == "tables"
+    inner = tmp_path / "inner.sql"
+    inner.write_text("-- run from the outer script\nDESCRIBE ${source};\n")
+    outer = tmp_path / "outer.sql"
+    outer.write_text(f"DEFINE source = 'pageviews';\nSHOW TOPICS;\nRUN SCRIPT '{inner}';\n")
+    code, out, err = strom_ksql(capsys, server.url, "--file", str(outer))
+    assert code == 0, err
+    assert "Kafka Topic" in out and "Name                 : PAGEVIEWS" in out
 
 
 def test_a_ksqldb_client_from_pypi(server: KsqlServer, broker: BrokerProcess) -> None:
@@ -442,7 +451,9 @@ def test_a_ksqldb_client_from_pypi(server: KsqlServer, broker: BrokerProcess) ->
     assert info.value.error_code == 40001
 
 
-def test_restart_replays_and_a_second_server_follows(server: KsqlServer, broker: BrokerProcess) -> None:
+def test_restart_replays_and_a_second_server_follows(
+    server: KsqlServer, broker: BrokerProcess
+) -> None:
     """A second server with the same service id replays the command topic at start (a
     restarted server has its streams, tables and types), then follows it: what the first
     accepts takes effect in the second too."""

@@ -14,7 +14,7 @@ import pytest
 from strom.cli.properties_file import read_properties_file
 from strom.config import ConfigError
 from strom.ksql import expressions as ex
-from strom.ksql import formats, formatter
+from strom.ksql import formats, formatter, registry_formats
 from strom.ksql import statements as st
 from strom.ksql.config import server_config
 from strom.ksql.functions import FUNCTIONS, find_function, function_names_json
@@ -239,3 +239,28 @@ def test_create_statements_written_as_ksqldb_formats_them() -> None:
     reparsed = parse_statement(text)
     assert isinstance(reparsed, st.CreateSource) and reparsed.elements == statement.elements
     assert reparsed.properties == {**statement.properties, "PARTITIONS": 2}
+
+
+def test_registry_schemas_read_back_as_the_columns_written() -> None:
+    source = source_of(
+        "CREATE STREAM s (id STRING KEY, n INT, p DECIMAL(5, 2), tags ARRAY<STRING>, "
+        "m MAP<STRING, BIGINT>, at STRUCT<city STRING, zip INT>, d DATE, t TIME, ts TIMESTAMP, "
+        "b BYTES, ok BOOLEAN, x DOUBLE) WITH (kafka_topic='s', value_format='AVRO')"
+    )
+    written = registry_formats.avro_record(list(source.value_columns))
+    assert (written["name"], written["namespace"]) == (
+        "KsqlDataSourceSchema", "io.confluent.ksql.avro_schemas",
+    )  # fmt: skip
+    assert written["fields"][1] == {
+        "name": "P",
+        "type": ["null", {"type": "bytes", "logicalType": "decimal", "precision": 5, "scale": 2}],
+        "default": None,
+    }
+    read = registry_formats.avro_columns(json.loads(json.dumps(written)), "VALUE")
+    assert read == list(source.value_columns)
+    assert registry_formats.avro_columns("string", "KEY")[0].name == "ROWKEY"
+    as_json = registry_formats.json_object(list(source.value_columns))
+    read = registry_formats.json_schema_columns(as_json, "VALUE")
+    assert [(c.name, str(c.type)) for c in read][:4] == [
+        ("N", "BIGINT"), ("P", "DOUBLE"), ("TAGS", "ARRAY<STRING>"), ("M", "MAP<STRING, BIGINT>"),
+    ]  # fmt: skip
