@@ -57,20 +57,24 @@ def read_topic(broker: BrokerProcess, topic: str, at_least: int) -> list[Any]:
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"read-{topic}",
                          "enable.auto.commit": False})  # fmt: skip
 
-    def partitions() -> Any:
+    def partitions_of_topic() -> Any:
         found = consumer.list_topics(topic, timeout=10).topics[topic]
         return found.partitions if found.error is None else None
 
-    partitions = wait_for(partitions, f"topic {topic}", timeout=90)
+    partitions = wait_for(partitions_of_topic, f"topic {topic}", timeout=90)
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     values: list[Any] = []
 
+    def take(timeout: float) -> None:
+        values.extend(json.loads(m.value() or b"null") for m in consumer.consume(1000, timeout)
+                      if not m.error())  # fmt: skip
+
     def enough() -> bool:
-        values.extend(json.loads(m.value()) for m in consumer.consume(1000, 0.2) if not m.error())
+        take(0.2)
         return len(values) >= at_least
 
     wait_for(enough, f"{at_least} records in {topic}", timeout=90)
-    values.extend(json.loads(m.value()) for m in consumer.consume(1000, 1.0) if not m.error())
+    take(1.0)
     consumer.close()
     return values
 

@@ -26,7 +26,7 @@ import datetime as dt
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -228,7 +228,7 @@ class PartitionWriter:
         self.schemas: dict[bytes, Schema | None] = {}
         self.layouts: dict[tuple[int, tuple[str, ...]], tuple[Schema, Schema, list[str]]] = {}
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         by_table: dict[str, dict[Any, _Row]] = {}
