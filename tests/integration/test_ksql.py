@@ -169,6 +169,38 @@ def test_create_show_describe_drop(server: KsqlServer) -> None:
     assert "users" not in names and COMMAND_TOPIC in names
 
 
+def test_metadata_statements(server: KsqlServer) -> None:
+    entities = server.ok(
+        "SHOW FUNCTIONS; DESCRIBE FUNCTION latest_by_offset; SHOW QUERIES; LIST TOPICS EXTENDED;"
+        "DESCRIBE STREAMS; CREATE TYPE IF NOT EXISTS point AS STRUCT<x INT, y INT>;"
+        "DROP TYPE point; DROP TYPE IF EXISTS point;"
+    )
+    kinds = [e["@type"] for e in entities]
+    assert kinds == [
+        "function_names", "describe_function", "queries", "kafka_topics_extended",
+        "source_descriptions", "currentStatus", "currentStatus", "currentStatus",
+    ]  # fmt: skip
+    assert {"name": "COUNT", "type": "AGGREGATE", "category": "AGGREGATE"} in entities[0][
+        "functions"
+    ]
+    assert entities[1]["name"] == "LATEST_BY_OFFSET" and entities[1]["type"] == "AGGREGATE"
+    assert entities[2]["queries"] == []
+    extended = {t["name"]: t for t in entities[3]["topics"]}
+    assert extended["pageviews"]["consumerGroupCount"] == 0
+    assert [d["name"] for d in entities[4]["sourceDescriptions"]][:1] == ["PAGEVIEWS"]
+    assert entities[5]["commandId"] == "type/POINT/create"
+    assert entities[5]["commandStatus"]["message"] == (
+        "Registered custom type with name 'POINT' and SQL type STRUCT<`X` INTEGER, `Y` INTEGER>"
+    )
+    assert entities[6]["commandStatus"]["message"] == "Dropped type 'POINT'"
+    assert entities[7]["commandStatus"]["message"] == "Type 'POINT' does not exist"
+    for text in ("TERMINATE ALL;", "EXPLAIN CSAS_X_1;", "DROP TYPE point;", "DESCRIBE FUNCTION x;"):
+        status, body = server.ksql(text)
+        assert (status, body["@type"], body["error_code"]) == (400, "statement_error", 40001)
+    status, body = server.call("GET", "/nothing")
+    assert (status, body["error_code"]) == (404, 40400)
+
+
 def test_errors_have_ksqldb_shape(server: KsqlServer) -> None:
     status, body = server.ksql(
         "CREATE STREAM lonely (a INT) WITH (kafka_topic='lonely', value_format='JSON');"
