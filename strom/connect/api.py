@@ -95,6 +95,12 @@ class Connector(ABC):
 
 
 class SourceConnector(Connector):
+    def exactly_once_support(self, config: Mapping[str, str]) -> bool | None:
+        """Whether its tasks' records may be written exactly once, each batch a transaction
+        with its offsets (KIP-618): True, False, or None when the connector does not say
+        (then ``exactly.once.support=required`` is refused)."""
+        return None
+
     def alter_offsets(
         self, config: Mapping[str, str], offsets: Mapping[str, tuple[SourcePartition, Any]]
     ) -> bool:

@@ -38,7 +38,7 @@ from typing import Any
 
 from strom.config import ConfigError
 from strom.connect import config_def as cd
-from strom.connect.api import Connector
+from strom.connect.api import Connector, SourceConnector
 from strom.connect.converters import Converter
 from strom.connect.plugins import SINK, SOURCE, Plugin, PluginNotFound, Plugins
 from strom.connect.transforms import chain
@@ -406,9 +406,34 @@ def _regex(name: str, value: Any) -> None:
 
 def _exactly_once(name: str, value: Any) -> None:
     cd.one_of("requested", "required", case_sensitive=False)(name, value)
-    if value is not None and value.lower() == "required":
-        raise cd.invalid(
-            name, value, "This worker does not have exactly-once source support enabled."
+
+
+def _check_exactly_once(
+    props: Mapping[str, str],
+    values: dict[str, cd.ConfigValue],
+    connector: SourceConnector,
+    worker_support: bool,
+) -> None:
+    """Kafka's preflight checks of exactly-once source support (KIP-618)."""
+    if (props.get("exactly.once.support") or "requested").lower() == "required":
+        if not worker_support:
+            message = "This worker does not have exactly-once source support enabled."
+        elif not connector.exactly_once_support(props):
+            message = (
+                "The connector does not support exactly-once semantics with the provided "
+                "configuration."
+            )
+        else:
+            message = ""
+        if message:
+            values["exactly.once.support"].errors.append(message)
+    boundary = (props.get("transaction.boundary") or "poll").lower()
+    if boundary != "poll" and not values["transaction.boundary"].errors:
+        values["transaction.boundary"].errors.append(
+            "The connector does not support connector-defined transaction boundaries with "
+            "the given configuration."
+            if boundary == "connector"
+            else f"transaction.boundary={boundary} is {NOT_SERVED}: each poll is a transaction"
         )
 
 
@@ -436,8 +461,11 @@ def connector_def(plugin: Plugin) -> cd.ConfigDef:
     return SOURCE_DEF if plugin.kind == SOURCE else SINK_DEF
 
 
-def validate(props: Mapping[str, str], plugins: Plugins) -> dict[str, Any]:
-    """Kafka's ConfigInfos of ``props``: every key's definition and value, every error."""
+def validate(
+    props: Mapping[str, str], plugins: Plugins, exactly_once_source: bool = False
+) -> dict[str, Any]:
+    """Kafka's ConfigInfos of ``props``: every key's definition and value, every error
+    (``exactly_once_source``: whether the worker writes source records in transactions)."""
     plugin = connector_plugin(props, plugins)
     framework = connector_def(plugin)
     values = framework.validate_all(props)
@@ -447,6 +475,8 @@ def validate(props: Mapping[str, str], plugins: Plugins) -> dict[str, Any]:
     for side in CONVERTER_SIDES:
         _check_converter_class(props, f"{side}.converter", plugins, values)
     connector: Connector = plugin.cls()
+    if isinstance(connector, SourceConnector):
+        _check_exactly_once(props, values, connector, exactly_once_source)
     own = connector.config()
     values.update(connector.validate(props))
     keys = {**framework.keys, **own.keys}

@@ -125,6 +125,7 @@ class Herder:
         offset_store: OffsetStore,
         membership: Membership,
         admin_settings: dict[str, Any],
+        exactly_once_source: bool = False,
     ) -> None:
         self.worker_id = worker_id
         self.plugins = plugins
@@ -133,6 +134,7 @@ class Herder:
         self.offset_store = offset_store
         self.membership = membership
         self.admin_settings = admin_settings
+        self.exactly_once_source = exactly_once_source
         self.runner: TaskRunner | None = None
         self.running: dict[str, _Running] = {}
         self.task_restarts: set[TaskId] = set()
@@ -458,7 +460,7 @@ class Herder:
 
     def validate(self, config: dict[str, str]) -> dict[str, Any]:
         try:
-            return connector_config.validate(config, self.plugins)
+            return connector_config.validate(config, self.plugins, self.exactly_once_source)
         except connector_config.InvalidConnectorConfig as exc:
             raise bad_request(str(exc)) from None
 

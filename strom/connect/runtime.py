@@ -78,7 +78,7 @@ from strom.connect.errors import (
 )
 from strom.connect.plugins import SOURCE, Plugins
 from strom.connect.record_path import RecordPath
-from strom.connect.stores import STARTED, OffsetStore, offset_key
+from strom.connect.stores import STARTED, OffsetStore, compact_json, offset_key
 from strom.connect.worker_config import WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -245,6 +245,9 @@ class _TaskThread(threading.Thread):
 
 class _SourceTaskThread(_TaskThread):
     def execute(self) -> None:
+        if self.runner.exactly_once_source:
+            self.execute_in_transactions()
+            return
         path = self.record_path()
         connector = self.spec.task_id[0]
         producer = Producer(
@@ -314,6 +317,68 @@ class _SourceTaskThread(_TaskThread):
                     commit()
                     last_commit = time.monotonic()
             commit()
+        finally:
+            producer.flush(self.flush_timeout_s)
+            path.close()
+
+    def execute_in_transactions(self) -> None:
+        """Exactly-once source support (KIP-618): each batch the task polls is one
+        transaction of its records and its source offsets, written to the offsets topic
+        by the same transactional producer (``transactional.id`` ``<group.id>-<connector>-
+        <task>``, so a task started again elsewhere fences this one). Readers with
+        read_committed, the worker's offset store among them, see both or neither."""
+        path = self.record_path()
+        connector, number = self.spec.task_id
+        config = self.runner.worker_config
+        producer = Producer(
+            {
+                **self.client_settings("producer"),
+                "transactional.id": f"{config['group.id']}-{connector}-{number}",
+                "linger.ms": 5,
+                "partitioner": "murmur2_random",
+            }
+        )
+        failures: list[str] = []
+
+        def delivered(record: SourceRecord, error: Any, message: Any) -> None:
+            if error is not None:
+                failures.append(f"{message.topic()}: {error}")
+
+        task = self.spec.task_class()
+        assert isinstance(task, SourceTask)
+        self.task = task
+        reader = _StoreReader(self.runner.offset_store, connector)
+        try:
+            producer.init_transactions(self.flush_timeout_s * 6)
+            task.initialize(SourceTaskContext(dict(self.spec.task_config), reader))
+            task.start(dict(self.spec.task_config))
+            self.report(RUNNING)
+            while not self.stopping.is_set():
+                self.wait_while_paused(lambda: None)
+                if self.stopping.is_set():
+                    break
+                records = task.poll() or []
+                if not records:
+                    continue
+                pending: dict[bytes, tuple[Any, Any]] = {}
+                producer.begin_transaction()
+                for record in records:
+                    self._produce(producer, record, path, delivered)
+                    if record.source_partition is not None and record.source_offset is not None:
+                        partition = dict(record.source_partition)
+                        key = offset_key(connector, partition)
+                        pending[key] = (partition, dict(record.source_offset))
+                for key, (_, offset) in pending.items():
+                    producer.produce(config["offset.storage.topic"], compact_json(offset), key)
+                try:
+                    producer.commit_transaction(self.flush_timeout_s * 6)
+                except KafkaException:
+                    producer.abort_transaction(self.flush_timeout_s * 6)
+                    raise
+                if failures:
+                    raise ConnectException(f"Unrecoverable exception from producer: {failures[0]}")
+                self.runner.offset_store.note(pending)
+                task.commit()
         finally:
             producer.flush(self.flush_timeout_s)
             path.close()
@@ -511,6 +576,8 @@ class InWorkerRunner(TaskRunner):
         self.listener = listener
         self.threads: dict[TaskId, _TaskThread] = {}
         self.generation = 0
+        # KIP-618: source tasks write their records and offsets in transactions
+        self.exactly_once_source = worker_config.exactly_once_source
 
     def start(self, spec: TaskSpec, target_state: str) -> None:
         kind = _SourceTaskThread if spec.kind == SOURCE else _SinkTaskThread

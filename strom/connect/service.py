@@ -167,6 +167,7 @@ class ConnectWorker:
             self.offset_store,
             membership,
             self.admin_settings,
+            exactly_once_source=self.config.exactly_once_source,
         )
         in_worker = InWorkerRunner(
             self.config, self.plugins, self.offset_store, herder.task_state_changed

@@ -422,6 +422,12 @@ class OffsetStore(ABC):
     def put(self, connector: str, offsets: Mapping[bytes, tuple[Any, Any]]) -> None:
         """Store offsets (an offset of None removes its partition); durable on return."""
 
+    def note(self, offsets: Mapping[bytes, tuple[Any, Any]]) -> None:
+        """Offsets another writer committed to the store's topic (a source task's
+        transaction): known here at once, before the reader comes to them."""
+        for key, (_, offset) in offsets.items():
+            self._apply(key, None if offset is None else compact_json(offset))
+
 
 class FileOffsetStore(OffsetStore):
     """Standalone: ``offset.storage.file.filename``."""

@@ -21,7 +21,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
 log = logging.getLogger(__name__)
@@ -149,8 +156,6 @@ class TopicLog:
                 if not self._stopped.is_set():
                     log.warning("reading %s failed: %s", self.topic, exc)
                 return
-            if not messages:
-                continue
             for message in messages:
                 error = message.error()
                 if error is not None:
@@ -164,13 +169,33 @@ class TopicLog:
                     log.exception("cannot apply a record of %s at %s", self.topic, offset)
                 with self._progress:
                     self.positions[partition] = offset + 1
-            with self._progress:
-                self._progress.notify_all()
+            self._note_positions()
+
+    def _note_positions(self) -> None:
+        """Where the reader is in each partition, past the markers of transactions too
+        (the offsets topic holds source tasks' transactions, KIP-618), which no record
+        read says."""
+        assert self.consumer is not None
+        try:
+            reached = self.consumer.position(
+                [TopicPartition(self.topic, p) for p in self.positions]
+            )
+        except Exception:  # the consumer closed under us at stop
+            return
+        with self._progress:
+            for tp in reached:
+                if tp.offset >= 0 and tp.offset > self.positions.get(tp.partition, 0):
+                    self.positions[tp.partition] = tp.offset
+            self._progress.notify_all()
 
     def end_offsets(self) -> dict[int, int]:
+        """Each partition's last stable offset: the end a read_committed reader (this one)
+        comes to while a source task's transaction is open."""
         requests = {TopicPartition(self.topic, p): OffsetSpec.latest() for p in self.positions}
         try:
-            futures = self.admin.list_offsets(requests, request_timeout=TIMEOUT_S)
+            futures = self.admin.list_offsets(
+                requests, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=TIMEOUT_S
+            )
             return {tp.partition: future.result().offset for tp, future in futures.items()}
         except Exception as exc:
             raise TopicLogError(f"cannot read the end offsets of {self.topic}: {exc}") from None

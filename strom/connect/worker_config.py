@@ -195,8 +195,9 @@ COMMON_KEYS = [
         cd.STRING,
         "disabled",
         cd.HIGH,
-        "Exactly-once source support (KIP-618); only disabled is served by Strom yet.",
-        check=_refuse("disabled", "exactly-once source support is not served by Strom yet"),
+        "Exactly-once source support (KIP-618): enabled writes each source task's records "
+        "and offsets in transactions (distributed workers); preparing is as disabled.",
+        check=cd.one_of("disabled", "preparing", "enabled", case_sensitive=False),
     ),
     cd.ConfigKey(
         "topic.creation.enable",
@@ -338,6 +339,17 @@ class WorkerConfig:
         if unknown:
             log.warning("unknown worker settings, not used: %s", ", ".join(unknown))
         self.client_settings("admin")  # a Java client file Strom cannot translate: ConfigError
+        if self.exactly_once_source and mode != DISTRIBUTED:
+            raise ConfigError(
+                "exactly.once.source.support=enabled needs a distributed worker "
+                "(connect-distributed): a standalone worker has no offsets topic to write "
+                "in a transaction"
+            )
+
+    @property
+    def exactly_once_source(self) -> bool:
+        """Whether source tasks write their records and offsets in transactions."""
+        return str(self.values["exactly.once.source.support"]).lower() == "enabled"
 
     def _known(self, key: str) -> bool:
         return (

@@ -103,8 +103,8 @@ PARTITIONS_RULE = "Number of partitions must be positive, or -1 to use the broke
             "Class io.confluent.connect.protobuf.ProtobufConverter could not be found.",
         ),
         (
-            {"exactly.once.source.support": "enabled"},
-            "exactly-once source support is not served by Strom yet",
+            {"exactly.once.source.support": "sometimes"},
+            "Invalid value sometimes for configuration exactly.once.source.support",
         ),
         ({"group.id": ""}, "Invalid value  for configuration group.id: String must be non-empty"),
     ],
@@ -279,9 +279,30 @@ def test_connector_validation_in_kafkas_shape() -> None:
         "exactly.once.support": "required",
     }
     assert connector_config.errors_of(connector_config.validate(exactly_once, plugins)) == [
-        "Invalid value required for configuration exactly.once.support: This worker does not "
-        "have exactly-once source support enabled."
+        "This worker does not have exactly-once source support enabled."
     ]
+    enabled = connector_config.validate(exactly_once, plugins, exactly_once_source=True)
+    assert connector_config.errors_of(enabled) == []
+    jdbc = {**exactly_once, "connector.class": "JdbcSource", "connection.url": "jdbc:sqlite:x"}
+    assert "The connector does not support exactly-once semantics with the provided " in " ".join(
+        connector_config.errors_of(connector_config.validate(jdbc, plugins, True))
+    )
+    own_boundaries = {**exactly_once, "transaction.boundary": "connector"}
+    assert connector_config.errors_of(connector_config.validate(own_boundaries, plugins, True)) == [
+        "The connector does not support connector-defined transaction boundaries with the "
+        "given configuration."
+    ]
+
+
+def test_exactly_once_source_support_needs_a_distributed_worker() -> None:
+    with pytest.raises(ConfigError, match="needs a distributed worker"):
+        WorkerConfig(
+            {**CONVERTERS, "offset.storage.file.filename": "/tmp/x", **EXACTLY_ONCE}, STANDALONE
+        )
+    assert WorkerConfig({**DISTRIBUTED_BASE, **EXACTLY_ONCE}, DISTRIBUTED).exactly_once_source
+
+
+EXACTLY_ONCE = {"exactly.once.source.support": "enabled"}
 
 
 class _Offsets(OffsetStorageReader):

@@ -64,6 +64,9 @@ FILE_KEY = cd.ConfigKey(
 
 
 class FileStreamSourceConnector(SourceConnector):
+    def exactly_once_support(self, config: Mapping[str, str]) -> bool | None:
+        return True  # its offsets (a position in the file) commit with its records
+
     CONFIG_DEF = cd.ConfigDef(
         [
             FILE_KEY,

@@ -64,6 +64,9 @@ WAIT_STEP_S = 0.1
 
 
 class JdbcSourceConnector(SourceConnector):
+    def exactly_once_support(self, config: Mapping[str, str]) -> bool | None:
+        return False  # its tasks run on Spark and write at least once
+
     CONFIG_DEF = cd.ConfigDef(
         [
             *connection_keys(),
