@@ -23,8 +23,9 @@ alias missing from ``predicates`` are reported here, on the key at fault, rather
 failing the task when it starts. A sink's dead letter queue may not be among its topics.
 
 What Strom does not serve yet is refused by validation, naming the key, never accepted
-and ignored: header converters, ``topic.creation.*``, and ``exactly.once.support=required``
-(Kafka's own message for a worker without exactly-once source support).
+and ignored: header converters, ``topic.creation.*``, ``transaction.boundary`` other than
+poll. ``exactly.once.support=required`` gets Kafka's preflight checks: the worker must
+have exactly-once source support and the connector must support it.
 
 Does not own the plugins' own keys (each connector's ``CONFIG_DEF``) or the worker's.
 """
