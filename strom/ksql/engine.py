@@ -11,7 +11,8 @@ metadata statements (SHOW, LIST, DESCRIBE), request-scoped SET / UNSET and DEFIN
 UNDEFINE, and INSERT INTO ... VALUES (written by ``strom.ksql.inserts``).
 
 Statements that need query execution (CREATE ... AS SELECT, INSERT INTO ... SELECT,
-TERMINATE, EXPLAIN) parse and answer a clear error until the Spark compiler exists;
+TERMINATE, EXPLAIN) parse, have their query checked against the metastore
+(``strom.ksql.analysis``) and answer a clear error until the Spark compiler exists;
 SELECT and PRINT answer ksqlDB's "issue it to /query" error, as ksqlDB does on /ksql.
 
 confluent-kafka's clients block: call ``execute`` from a worker thread; requests run one
@@ -34,6 +35,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.ksql import formatter
 from strom.ksql import statements as st
+from strom.ksql.analysis import analyze
 from strom.ksql.command_topic import Command, CommandReader, CommandTopic, CommandTopicError
 from strom.ksql.config import KsqlServerConfig
 from strom.ksql.functions import find_function, function_names_json
@@ -288,10 +290,10 @@ class KsqlEngine:
             st.UndefineVariable: _no_entity,
             st.Query: _query_endpoint,
             st.PrintTopic: _query_endpoint,
-            st.CreateAsSelect: _needs_queries("CREATE ... AS SELECT"),
-            st.InsertInto: _needs_queries("INSERT INTO ... SELECT"),
+            st.CreateAsSelect: self._create_as_select,
+            st.InsertInto: self._insert_into,
             st.Terminate: _needs_queries("TERMINATE"),
-            st.Explain: _needs_queries("EXPLAIN"),
+            st.Explain: self._explain,
             st.AlterSource: _needs_queries("ALTER"),
             st.RunScript: _cli_only,
         }
@@ -480,6 +482,33 @@ class KsqlEngine:
             ) from None
         self.rows.write(source, values)
         return None
+
+    # ---- statements that need queries: checked, then refused until queries run
+    def _create_as_select(
+        self, statement: st.CreateAsSelect, text: str, scope: RequestScope
+    ) -> dict[str, Any] | None:
+        existing = self.metastore.source(statement.name)
+        if existing is not None and not (statement.or_replace or statement.if_not_exists):
+            raise KsqlStatementError(
+                f"Cannot add {statement.kind.lower()} '{statement.name}': A "
+                f"{existing.kind.lower()} with the same name already exists"
+            )
+        analyze(statement.query, self.metastore)
+        raise KsqlStatementError(_NEEDS_QUERIES.format(what="CREATE ... AS SELECT"))
+
+    def _insert_into(
+        self, statement: st.InsertInto, text: str, scope: RequestScope
+    ) -> dict[str, Any] | None:
+        insertable(self.metastore, statement.target)
+        analyze(statement.query, self.metastore)
+        raise KsqlStatementError(_NEEDS_QUERIES.format(what="INSERT INTO ... SELECT"))
+
+    def _explain(self, statement: st.Explain, text: str, scope: RequestScope) -> None:
+        if isinstance(statement.statement, st.Query):
+            analyze(statement.statement, self.metastore)
+        elif isinstance(statement.statement, st.CreateAsSelect | st.InsertInto):
+            analyze(statement.statement.query, self.metastore)
+        raise KsqlStatementError(_NEEDS_QUERIES.format(what="EXPLAIN"))
 
     # ---- SHOW, LIST, DESCRIBE
     def _show(self, statement: st.Show, text: str, scope: RequestScope) -> dict[str, Any]:

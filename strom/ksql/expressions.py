@@ -15,7 +15,7 @@ evaluating anything.
 from __future__ import annotations
 
 import decimal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # ksqlDB's primitive types by every name its grammar accepts for them.
@@ -142,6 +142,12 @@ class Literal(Expression):
 class ColumnReference(Expression):
     name: str
     source: str | None = None  # the qualifier of ``source.name``
+    # Where it was written (1-based), for messages; not part of its value.
+    line: int = field(default=0, compare=False)
+    column: int = field(default=0, compare=False)
+
+    def __str__(self) -> str:
+        return self.name if self.source is None else f"{self.source}.{self.name}"
 
 
 @dataclass(frozen=True)

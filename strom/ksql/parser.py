@@ -48,7 +48,13 @@ class KsqlSyntaxError(ValueError):
 @functools.cache
 def _lark() -> lark.Lark:
     grammar = resources.files("strom.ksql").joinpath("grammar.lark").read_text()
-    return lark.Lark(grammar, parser="lalr", lexer="contextual", maybe_placeholders=True)
+    return lark.Lark(
+        grammar,
+        parser="lalr",
+        lexer="contextual",
+        maybe_placeholders=True,
+        propagate_positions=True,
+    )
 
 
 def split_statements(text: str) -> list[str]:
@@ -286,11 +292,12 @@ class _StatementBuilder(Transformer[Token, Any]):
         return ex.DecimalType(int(precision), int(scale))
 
     # ---- expressions
-    @_inline
-    def column_ref(self, first: str, second: str | None = None) -> ex.ColumnReference:
+    @v_args(inline=True, meta=True)
+    def column_ref(self, meta: Any, first: str, second: str | None = None) -> ex.ColumnReference:
+        line, column = getattr(meta, "line", 0), getattr(meta, "column", 0)
         if second is None:
-            return ex.ColumnReference(first)
-        return ex.ColumnReference(second, source=first)
+            return ex.ColumnReference(first, line=line, column=column)
+        return ex.ColumnReference(second, source=first, line=line, column=column)
 
     @_inline
     def dereference(self, base: ex.Expression, field: str) -> ex.Expression:

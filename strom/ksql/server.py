@@ -34,6 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
+from strom.ksql.analysis import analyze
 from strom.ksql.engine import (
     ERROR_BAD_STATEMENT,
     ERROR_SERVER,
@@ -45,7 +46,7 @@ from strom.ksql.inserts import insertable, json_values
 from strom.ksql.metastore import KsqlStatementError
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, split_statements
 from strom.ksql.print_topic import print_records
-from strom.ksql.statements import PrintTopic
+from strom.ksql.statements import PrintTopic, Query
 
 log = logging.getLogger(__name__)
 KSQL_VERSION = "0.29.0"
@@ -199,6 +200,11 @@ class KsqlServerApp:
             return self._reply(request, statement_error(str(exc), statement_text, []), 400)
         if isinstance(statement, PrintTopic) and request.path == "/query":
             return await self._print(request, statement)
+        if isinstance(statement, Query):
+            try:
+                analyze(statement, self.engine.metastore)
+            except KsqlStatementError as exc:
+                return self._reply(request, statement_error(str(exc), statement_text, []), 400)
         message = (
             "PRINT is served on /query; push and pull queries run on Spark in a later version "
             "of this server: the statement was parsed but not executed."

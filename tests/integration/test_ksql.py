@@ -233,6 +233,12 @@ def test_errors_have_ksqldb_shape(server: KsqlServer) -> None:
     status, body = server.ksql("CREATE STREAM copy AS SELECT * FROM pageviews EMIT CHANGES;")
     assert (status, body["error_code"]) == (400, 40001)
     assert "persistent queries" in body["message"]
+    status, body = server.ksql("CREATE STREAM copy AS SELECT nope FROM pageviews EMIT CHANGES;")
+    assert body["message"] == "Line: 1, Col: 30: SELECT column 'NOPE' cannot be resolved."
+    status, body = server.call("POST", "/query", {"ksql": "SELECT * FROM ghosts;"})
+    assert (status, body["message"]) == (
+        400, "Exception while preparing statement: GHOSTS does not exist.",
+    )  # fmt: skip
     status, body = server.call("POST", "/ksql", {"nothing": 1})
     assert (status, body["@type"], body["error_code"]) == (400, "generic_error", 40000)
 

@@ -16,6 +16,7 @@ from strom.config import ConfigError
 from strom.ksql import expressions as ex
 from strom.ksql import formats, formatter, registry_formats
 from strom.ksql import statements as st
+from strom.ksql.analysis import Analysis, analyze
 from strom.ksql.config import server_config
 from strom.ksql.functions import FUNCTIONS, find_function, function_names_json
 from strom.ksql.metastore import DataSource, KsqlStatementError, Metastore
@@ -264,3 +265,37 @@ def test_registry_schemas_read_back_as_the_columns_written() -> None:
     assert [(c.name, str(c.type)) for c in read][:4] == [
         ("N", "BIGINT"), ("P", "DOUBLE"), ("TAGS", "ARRAY<STRING>"), ("M", "MAP<STRING, BIGINT>"),
     ]  # fmt: skip
+
+
+def analyzed(text: str, metastore: Metastore) -> Analysis:
+    statement = parse_statement(text)
+    assert isinstance(statement, st.Query)
+    return analyze(statement, metastore)
+
+
+def test_queries_resolved_against_the_metastore() -> None:
+    metastore = Metastore()
+    for text in (
+        "CREATE STREAM orders (id INT KEY, cid STRING, items ARRAY<INT>, at STRUCT<city STRING>) "
+        "WITH (kafka_topic='o', value_format='JSON')",
+        "CREATE TABLE customers (id STRING PRIMARY KEY, name STRING) "
+        "WITH (kafka_topic='c', value_format='JSON')",
+    ):
+        metastore.put_source(source_of(text, metastore))
+    analysis = analyzed(
+        "SELECT o.id, c.name, at->city, TRANSFORM(items, x => x + id), ROWTIME, WINDOWSTART "
+        "FROM orders o JOIN customers c ON o.cid = c.id "
+        "WINDOW TUMBLING (SIZE 1 MINUTE) WHERE ROWPARTITION = 0 GROUP BY o.id EMIT CHANGES",
+        metastore,
+    )
+    assert set(analysis.sources) == {"ORDERS", "O", "CUSTOMERS", "C"} and analysis.windowed
+    with pytest.raises(KsqlStatementError) as info:
+        analyzed("SELECT * FROM nowhere EMIT CHANGES", metastore)
+    assert str(info.value) == "Exception while preparing statement: NOWHERE does not exist."
+    with pytest.raises(KsqlStatementError) as info:
+        analyzed("SELECT id FROM orders\nWHERE  nope > 1 EMIT CHANGES", metastore)
+    assert str(info.value) == "Line: 2, Col: 8: WHERE column 'NOPE' cannot be resolved."
+    with pytest.raises(KsqlStatementError, match="SELECT column 'C.CID' cannot be resolved"):
+        analyzed("SELECT c.cid FROM orders o JOIN customers c ON o.cid = c.id", metastore)
+    with pytest.raises(KsqlStatementError, match="SELECT column 'WINDOWEND' cannot be"):
+        analyzed("SELECT WINDOWEND FROM orders EMIT CHANGES", metastore)
