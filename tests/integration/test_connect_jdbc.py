@@ -44,6 +44,8 @@ def worker(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> I
         out.write(
             "spark.master=local[2]\n"
             "spark.sql.shuffle.partitions=2\n"
+            # a JVM that starts sooner (C1 only): the tests start it twice
+            "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1\n"
             f"spark.sql.streaming.checkpointLocation={workdir / 'checkpoints'}\n"
         )
     process = Worker("distributed", properties)
