@@ -60,6 +60,8 @@ _HIDDEN_TOPICS = re.compile(
     r"_confluent.*|__confluent.*|_schemas|__consumer_offsets|__transaction_state|"
     r"connect-configs|connect-offsets|connect-status|connect-statuses"
 )
+# Properties SHOW PROPERTIES lists without their value, as ksqlDB hides secrets.
+_SECRET = re.compile(r"password|secret|user\.info|jaas", re.IGNORECASE)
 _KEY_FORMAT_DEFAULT = "ksql.persistence.default.format.key"
 _VALUE_FORMAT_DEFAULT = "ksql.persistence.default.format.value"
 _CLEANUP_POLICY_SET = (
@@ -623,7 +625,10 @@ class KsqlEngine:
             for k, v in scope.properties.items()
         }
         merged = {**server, **overrides}
-        listed = [{"name": k, "scope": "KSQL", "value": v} for k, v in sorted(merged.items())]
+        listed = [
+            {"name": k, "scope": "KSQL", "value": "[hidden]" if _SECRET.search(k) else v}
+            for k, v in sorted(merged.items())
+        ]
         overwritten = sorted(k for k in overrides if server.get(k) != merged[k])
         return {
             "@type": "properties",

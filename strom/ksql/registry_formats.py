@@ -155,7 +155,10 @@ class RegistryFormats:
         if self._client is None:
             from confluent_kafka.schema_registry import SchemaRegistryClient
 
-            self._client = SchemaRegistryClient({"url": self._url, **self._settings})
+            try:
+                self._client = SchemaRegistryClient({"url": self._url, **self._settings})
+            except ValueError as exc:  # a setting the client refuses
+                raise KsqlStatementError(f"ksql.schema.registry settings: {exc}") from None
         return self._client
 
     def serialize(

@@ -87,7 +87,12 @@ def registry(broker: BrokerProcess) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def server(broker: BrokerProcess, registry: str) -> Iterator[KsqlServer]:
-    process = KsqlServer(broker, f"ksql.schema.registry.url={registry}")
+    process = KsqlServer(
+        broker,
+        f"ksql.schema.registry.url={registry}",
+        # sent, and unused: this registry asks for no credentials
+        "ksql.schema.registry.basic.auth.user.info=ksql:secret",
+    )
     yield process
     if process.proc.poll() is None:
         process.stop()
@@ -257,6 +262,7 @@ def test_set_define_and_session_variables(server: KsqlServer) -> None:
     properties = {p["name"]: p["value"] for p in entities[2]["properties"]}
     assert properties["ksql.streams.auto.offset.reset"] == "earliest"
     assert "ksql.streams.auto.offset.reset" in entities[2]["overwrittenProperties"]
+    assert properties["ksql.schema.registry.basic.auth.user.info"] == "[hidden]"
 
 
 def read_all(broker: BrokerProcess, topic: str, count: int) -> list[Any]:
