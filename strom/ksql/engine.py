@@ -7,8 +7,9 @@ Owns the server's state (the metastore, rebuilt at start by replaying the comman
 topic; the command statuses ``/status`` reports), the DDL (CREATE STREAM / TABLE /
 SOURCE TABLE with the topic created when PARTITIONS is given, DROP [DELETE TOPIC],
 CREATE / DROP TYPE, each written to the command topic before it takes effect), the
-metadata statements (SHOW, LIST, DESCRIBE), request-scoped SET / UNSET and DEFINE /
-UNDEFINE, and INSERT INTO ... VALUES (written by ``strom.ksql.inserts``).
+metadata statements (SHOW, LIST, DESCRIBE: answered by ``strom.ksql.metadata``),
+request-scoped SET / UNSET and DEFINE / UNDEFINE, and INSERT INTO ... VALUES (written by
+``strom.ksql.inserts``).
 
 Statements that need query execution (CREATE ... AS SELECT, INSERT INTO ... SELECT,
 TERMINATE, EXPLAIN) parse, have their query checked against the metastore
@@ -24,9 +25,8 @@ Does not own HTTP (``strom.ksql.server``), parsing or serialization.
 from __future__ import annotations
 
 import logging
-import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -38,7 +38,6 @@ from strom.ksql import statements as st
 from strom.ksql.analysis import analyze
 from strom.ksql.command_topic import Command, CommandReader, CommandTopic, CommandTopicError
 from strom.ksql.config import KsqlServerConfig
-from strom.ksql.functions import find_function, function_names_json
 from strom.ksql.inserts import RowWriter, insertable, statement_values
 from strom.ksql.kafka_calls import (
     TIMEOUT_S,
@@ -47,6 +46,7 @@ from strom.ksql.kafka_calls import (
     delete_topic,
     topic_metadata,
 )
+from strom.ksql.metadata import MetadataStatements
 from strom.ksql.metastore import DataSource, KsqlStatementError, Metastore
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, parse_statements
 from strom.ksql.registry_formats import INFERRED_FORMATS, RegistryFormats
@@ -56,12 +56,6 @@ log = logging.getLogger(__name__)
 ERROR_BAD_STATEMENT = 40001
 ERROR_QUERY_ENDPOINT = 40002
 ERROR_SERVER = 50000
-_HIDDEN_TOPICS = re.compile(
-    r"_confluent.*|__confluent.*|_schemas|__consumer_offsets|__transaction_state|"
-    r"connect-configs|connect-offsets|connect-status|connect-statuses"
-)
-# Properties SHOW PROPERTIES lists without their value, as ksqlDB hides secrets.
-_SECRET = re.compile(r"password|secret|user\.info|jaas", re.IGNORECASE)
 _KEY_FORMAT_DEFAULT = "ksql.persistence.default.format.key"
 _VALUE_FORMAT_DEFAULT = "ksql.persistence.default.format.value"
 _CLEANUP_POLICY_SET = (
@@ -133,6 +127,7 @@ class KsqlEngine:
         self._stopped = threading.Event()
         self.registry = RegistryFormats(config.schema_registry_url, config.schema_registry_client)
         self.rows = RowWriter(config, self.registry)
+        self.metadata = MetadataStatements(self.metastore, self.admin, config)
         self.cluster_id = ""
 
     # ---- start: the command topic replayed
@@ -282,10 +277,18 @@ class KsqlEngine:
             st.CreateType: self._create_type,
             st.DropType: self._drop_type,
             st.InsertValues: self._insert_values,
-            st.Show: self._show,
-            st.DescribeSource: self._describe_source,
-            st.DescribeSources: self._describe_sources,
-            st.DescribeFunction: self._describe_function,
+            st.Show: lambda statement, text, scope: self.metadata.show(
+                statement, text, scope.properties, scope.variables
+            ),
+            st.DescribeSource: lambda statement, text, _: self.metadata.describe_source(
+                statement, text
+            ),
+            st.DescribeSources: lambda statement, text, _: self.metadata.describe_sources(
+                statement, text
+            ),
+            st.DescribeFunction: lambda statement, text, _: self.metadata.describe_function(
+                statement, text
+            ),
             st.SetProperty: self._set_property,
             st.UnsetProperty: self._unset_property,
             st.DefineVariable: _no_entity,
@@ -382,7 +385,7 @@ class KsqlEngine:
                 raise KsqlStatementError(
                     f"Invalid value {value} for property {name}: must be a positive integer"
                 )
-        found = self._topic_metadata(source.topic)
+        found = topic_metadata(self.admin, source.topic)
         if found is not None:
             if partitions is not None and partitions != len(found.partitions):
                 raise KsqlStatementError(
@@ -413,9 +416,6 @@ class KsqlEngine:
             create_topic(self.admin, new)
         except KafkaCallError as exc:
             raise KsqlStatementError(f"Could not create topic '{source.topic}': {exc}") from None
-
-    def _topic_metadata(self, name: str) -> Any:
-        return topic_metadata(self.admin, name)
 
     def _drop_source(
         self, statement: st.DropSource, text: str, scope: RequestScope
@@ -513,203 +513,6 @@ class KsqlEngine:
         raise KsqlStatementError(_NEEDS_QUERIES.format(what="EXPLAIN"))
 
     # ---- SHOW, LIST, DESCRIBE
-    def _show(self, statement: st.Show, text: str, scope: RequestScope) -> dict[str, Any]:
-        what = statement.what
-        if what in ("STREAMS", "TABLES"):
-            kind = what[:-1]
-            sources = [s for s in self._sorted_sources() if s.kind == kind]
-            if statement.extended:
-                return self._descriptions(sources, text)
-            listed = [
-                {
-                    "type": s.kind,
-                    "name": s.name,
-                    "topic": s.topic,
-                    "keyFormat": s.key_format,
-                    "valueFormat": s.value_format,
-                    "isWindowed": s.is_windowed,
-                }
-                for s in sources
-            ]
-            return {"@type": what.lower(), "statementText": text, what.lower(): listed,
-                    "warnings": []}  # fmt: skip
-        if what == "TOPICS":
-            return self._topics(text, statement.extended, statement.all_topics)
-        if what == "PROPERTIES":
-            return self._properties(text, scope)
-        if what == "QUERIES":
-            return {"@type": "queries", "statementText": text, "queries": [], "warnings": []}
-        if what == "FUNCTIONS":
-            return function_names_json(text)
-        if what == "TYPES":
-            types = {name: t.schema_json() for name, t in sorted(self.metastore.types.items())}
-            return {"@type": "type_list", "statementText": text, "types": types, "warnings": []}
-        if what == "VARIABLES":
-            variables = [{"name": n, "value": v} for n, v in scope.variables.items()]
-            return {
-                "@type": "variables",
-                "statementText": text,
-                "variables": variables,
-                "warnings": [],
-            }
-        raise KsqlStatementError(
-            "No Kafka Connect cluster is configured for this server: SHOW CONNECTORS has "
-            "nothing to list (see strom connect-distributed)"
-        )
-
-    def _sorted_sources(self) -> list[DataSource]:
-        return sorted(self.metastore.sources.values(), key=lambda s: s.name)
-
-    def _topics(self, text: str, extended: bool, show_all: bool) -> dict[str, Any]:
-        metadata = self.admin.list_topics(timeout=TIMEOUT_S)
-        names = sorted(
-            name for name in metadata.topics if show_all or not _HIDDEN_TOPICS.fullmatch(name)
-        )
-        consumers = self._consumers_by_topic() if extended else {}
-        topics = []
-        for name in names:
-            partitions = metadata.topics[name].partitions
-            info: dict[str, Any] = {
-                "name": name,
-                "replicaInfo": [len(partitions[p].replicas) for p in sorted(partitions)],
-            }
-            if extended:
-                groups = consumers.get(name, {})
-                info["consumerCount"] = sum(groups.values())
-                info["consumerGroupCount"] = len(groups)
-            topics.append(info)
-        kind = "kafka_topics_extended" if extended else "kafka_topics"
-        return {"@type": kind, "statementText": text, "topics": topics, "warnings": []}
-
-    def _consumers_by_topic(self) -> dict[str, dict[str, int]]:
-        """topic -> {group: members consuming it}."""
-        listed = self.admin.list_consumer_groups(request_timeout=TIMEOUT_S).result()
-        group_ids = [g.group_id for g in listed.valid]
-        found: dict[str, dict[str, int]] = {}
-        if not group_ids:
-            return found
-        for future in self.admin.describe_consumer_groups(group_ids).values():
-            try:
-                group = future.result()
-            except KafkaException:
-                continue
-            for member in group.members:
-                assigned = {tp.topic for tp in member.assignment.topic_partitions}
-                for topic in assigned:
-                    counts = found.setdefault(topic, {})
-                    counts[group.group_id] = counts.get(group.group_id, 0) + 1
-        return found
-
-    def _server_properties(self) -> dict[str, str]:
-        props = {
-            "ksql.service.id": self.config.service_id,
-            "ksql.streams.bootstrap.servers": self.config.bootstrap_servers,
-            "ksql.persistence.default.format.key": self.config.default_key_format,
-            "ksql.streams.auto.offset.reset": "latest",
-            "ksql.streams.cache.max.bytes.buffering": "10485760",
-            "ksql.internal.topic.replicas": str(self.config.internal_topic_replicas),
-            "ksql.spark.master": self.config.spark_master,
-        }
-        if self.config.default_value_format:
-            props["ksql.persistence.default.format.value"] = self.config.default_value_format
-        if self.config.schema_registry_url:
-            props["ksql.schema.registry.url"] = self.config.schema_registry_url
-        props.update(self.config.properties)
-        return props
-
-    def _properties(self, text: str, scope: RequestScope) -> dict[str, Any]:
-        server = self._server_properties()
-        # A Kafka Streams setting SET without its prefix is listed under it, as ksqlDB does.
-        overrides = {
-            (k if k.startswith("ksql.") else "ksql.streams." + k): str(v)
-            for k, v in scope.properties.items()
-        }
-        merged = {**server, **overrides}
-        listed = [
-            {"name": k, "scope": "KSQL", "value": "[hidden]" if _SECRET.search(k) else v}
-            for k, v in sorted(merged.items())
-        ]
-        overwritten = sorted(k for k in overrides if server.get(k) != merged[k])
-        return {
-            "@type": "properties",
-            "statementText": text,
-            "properties": listed,
-            "overwrittenProperties": overwritten,
-            "defaultProperties": [],
-            "warnings": [],
-        }
-
-    def _description(self, source: DataSource, extended: bool) -> dict[str, Any]:
-        partitions = replication = 0
-        if extended:
-            topic = self._topic_metadata(source.topic)
-            if topic is not None and topic.partitions:
-                partitions = len(topic.partitions)
-                replication = len(next(iter(topic.partitions.values())).replicas)
-        return {
-            "name": source.name,
-            "windowType": source.window_type,
-            "readQueries": [],
-            "writeQueries": [],
-            "fields": [c.field_json() for c in source.columns],
-            "type": source.kind,
-            "timestamp": source.timestamp_column or "",
-            "statistics": "",
-            "errorStats": "",
-            "extended": extended,
-            "keyFormat": source.key_format,
-            "valueFormat": source.value_format,
-            "topic": source.topic,
-            "partitions": partitions,
-            "replication": replication,
-            "statement": source.statement,
-            "queryOffsetSummaries": [],
-            "sourceConstraints": [],
-            "clusterStatistics": [],
-            "clusterErrorStats": [],
-        }
-
-    def _descriptions(self, sources: Iterable[DataSource], text: str) -> dict[str, Any]:
-        return {
-            "@type": "source_descriptions",
-            "statementText": text,
-            "sourceDescriptions": [self._description(s, True) for s in sources],
-            "warnings": [],
-        }
-
-    def _describe_source(
-        self, statement: st.DescribeSource, text: str, scope: RequestScope
-    ) -> dict[str, Any]:
-        source = self.metastore.source(statement.name)
-        if source is None:
-            raise KsqlStatementError(
-                f"Could not find STREAM/TABLE '{statement.name}' in the Metastore"
-            )
-        return {
-            "@type": "sourceDescription",
-            "statementText": text,
-            "sourceDescription": self._description(source, statement.extended),
-            "warnings": [],
-        }
-
-    def _describe_sources(
-        self, statement: st.DescribeSources, text: str, scope: RequestScope
-    ) -> dict[str, Any]:
-        sources = [s for s in self._sorted_sources() if s.kind == statement.kind]
-        entity = self._descriptions(sources, text)
-        if not statement.extended:
-            for description in entity["sourceDescriptions"]:
-                description.update(extended=False, partitions=0, replication=0)
-        return entity
-
-    def _describe_function(
-        self, statement: st.DescribeFunction, text: str, scope: RequestScope
-    ) -> dict[str, Any]:
-        function = find_function(statement.name)
-        if function is None:
-            raise KsqlStatementError(f"Can't find any functions with the name '{statement.name}'")
-        return {**function.description_json(text), "warnings": []}
-
     # ---- SET and UNSET
     def _set_property(
         self, statement: st.SetProperty, text: str, scope: RequestScope
