@@ -472,6 +472,19 @@ def test_cli_execute_file_and_run_script(
     assert "Kafka Topic" in out and "Name                 : PAGEVIEWS" in out
 
 
+def test_cli_interactive(
+    server: KsqlServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prompt: a statement over several lines, one refused, then exit."""
+    typed = iter(["SHOW", "  STREAMS;", "DESCRIBE nothing;", "SET 'a'='b';", "exit"])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(typed))
+    code, out, err = strom_ksql(capsys, server.url)
+    assert code == 0
+    assert "version 0.29.0" in out and "Stream Name" in out and "PAGEVIEWS" in out
+    assert "Could not find STREAM/TABLE 'NOTHING' in the Metastore" in err
+    assert "Successfully changed local property 'a' to 'b'." in out
+
+
 def test_a_ksqldb_client_from_pypi(server: KsqlServer, broker: BrokerProcess) -> None:
     """ksql-python-ng (the ksql-python line for ksqlDB 0.29) drives the server."""
     from ksql import KSQLAPI
