@@ -363,7 +363,9 @@ class JdbcSourceTask(SparkSourceTask):
         self, source: str, offset: Mapping[str, Any]
     ) -> tuple[list[str], dict[str, Any] | None]:
         """The conditions selecting rows past the stored timestamp (and id) and before
-        the database's time now, and that time's offset."""
+        the database's time now; in timestamp mode also at most the newest timestamp
+        among them, which is the new offset (as Confluent stores the last row's), so a
+        row whose timestamp is older than now but newer than that comes next time."""
         now = self.scalar("SELECT CURRENT_TIMESTAMP")
         if now is None:
             return [], None
@@ -385,7 +387,15 @@ class JdbcSourceTask(SparkSourceTask):
                 )
             else:
                 conditions.append(f"{stamp} > {lower}")
-        return conditions, _timestamp_offset(now)
+        if self.mode == BOTH:
+            return conditions, _timestamp_offset(now)  # replaced by the last row's
+        newest = self.scalar(
+            f"SELECT MAX({stamp}) FROM {source} s WHERE {' AND '.join(conditions)}"
+        )
+        if newest is None:
+            return [], None
+        conditions[0] = f"{stamp} <= {_sql_timestamp(newest)}"
+        return conditions, _timestamp_offset(newest)
 
     def last_row_offset(self, rows: DataFrame) -> dict[str, Any] | None:
         from pyspark.sql import functions as F
