@@ -188,6 +188,11 @@ def test_sink_upserts_deletes_and_replays_as_once(
         "the sink's committed offset",
     )
     consumer.close()
+    # paused: its query stops; resumed: it runs again from its checkpoint
+    assert worker.call("PUT", "/connectors/pg-sink/pause")[0] == 202
+    worker.wait_state("pg-sink", "PAUSED")
+    assert worker.call("PUT", "/connectors/pg-sink/resume")[0] == 202
+    worker.wait_state("pg-sink", "RUNNING")
     # reset the offsets: every record comes again; the table stays as it was
     assert worker.call("PUT", "/connectors/pg-sink/stop")[0] == 204
     worker.wait_state("pg-sink", "STOPPED", tasks=None)
