@@ -15,8 +15,8 @@ value as ksqlDB does:
   CSV when they must be, null as nothing;
 - ``NONE``: no key.
 
-AVRO and JSON_SR are written by ``strom.ksql.registry_formats``; PROTOBUF is refused for
-now.
+AVRO, JSON_SR and PROTOBUF are written by ``strom.ksql.registry_formats``; PROTOBUF_NOSR is
+refused for now.
 
 Does not own the producer or the metastore.
 """
@@ -37,7 +37,7 @@ from strom.ksql import expressions as ex
 from strom.ksql.metastore import Column, DataSource, KsqlStatementError
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-SUPPORTED_FORMATS = ("KAFKA", "JSON", "DELIMITED", "NONE", "AVRO", "JSON_SR")
+SUPPORTED_FORMATS = ("KAFKA", "JSON", "DELIMITED", "NONE", "AVRO", "JSON_SR", "PROTOBUF")
 
 
 def _mismatch(column: str, sql_type: ex.SqlType, value: Any) -> KsqlStatementError:

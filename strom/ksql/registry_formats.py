@@ -16,8 +16,12 @@ the latest schema of ``<topic>-value`` (``<topic>-key``), as ksqlDB infers them:
 record's or object's fields upper-cased as columns, a schema of another type as one
 column ``ROWVAL`` (``ROWKEY``), optional unions read as their type.
 
-PROTOBUF is not written or read yet. Blocking (the registry client): call from a worker
-thread.
+PROTOBUF rows are messages ``ConnectDefault1`` (nested STRUCTs ``ConnectDefault2``...)
+of proto3 fields, built from a descriptor made here (no protoc): BOOLEAN, INTEGER,
+BIGINT, DOUBLE, STRING, BYTES, ARRAY (repeated), MAP (map fields) and STRUCT columns; a
+null is the field left unset, as proto3 has no null. Other types, and reading columns
+from a Protobuf schema, are not done yet. Blocking (the registry client): call from a
+worker thread.
 Does not own the other formats (``strom.ksql.formats``).
 """
 
@@ -33,7 +37,7 @@ from typing import Any
 from strom.ksql import expressions as ex
 from strom.ksql.metastore import Column, DataSource, KsqlStatementError
 
-REGISTRY_WRITTEN = ("AVRO", "JSON_SR")
+REGISTRY_WRITTEN = ("AVRO", "JSON_SR", "PROTOBUF")
 INFERRED_FORMATS = ("AVRO", "JSON_SR")  # columns read from the registry when not given
 _NAMESPACE = "io.confluent.ksql.avro_schemas"
 _RECORD = "KsqlDataSourceSchema"
@@ -168,7 +172,11 @@ class RegistryFormats:
         fmt = source.key_format if field == "key" else source.value_format
         if not columns:
             return None
-        alone = len(columns) == 1 and (field == "key" or source.wrap_single_value is False)
+        alone = (
+            fmt != "PROTOBUF"  # a Protobuf record is always a message
+            and len(columns) == 1
+            and (field == "key" or source.wrap_single_value is False)
+        )
         if alone:
             data = row.get(columns[0].name)
             if data is None:
@@ -188,6 +196,8 @@ class RegistryFormats:
             schema: Any = (
                 avro_type(columns[0].type, _RECORD) if alone else avro_record(list(columns))
             )
+        elif fmt == "PROTOBUF":
+            schema = [[c.name, str(c.type)] for c in columns]
         else:
             schema = json_type(columns[0].type) if alone else json_object(list(columns))
         schema_text = json.dumps(schema)
@@ -209,6 +219,8 @@ class RegistryFormats:
                 if fmt == "AVRO":
                     avro = AvroSerializer(client, schema_text)
                     made: Callable[[Any], bytes] = lambda data: avro(data, context)  # noqa: E731
+                elif fmt == "PROTOBUF":
+                    made = _protobuf_writer(client, columns, context)
                 else:
                     as_json = JSONSerializer(schema_text, client)
                     made = lambda data: as_json(_json_ready(data), context)  # noqa: E731
@@ -345,3 +357,103 @@ def json_schema_columns(schema: dict[str, Any], namespace: str) -> list[Column]:
             for name, sub in schema["properties"].items()
         ]
     return [Column("ROWKEY" if namespace == "KEY" else "ROWVAL", _from_json(schema), namespace)]
+
+
+_PROTO_TYPES = {
+    "BOOLEAN": "TYPE_BOOL",
+    "INTEGER": "TYPE_INT32",
+    "BIGINT": "TYPE_INT64",
+    "DOUBLE": "TYPE_DOUBLE",
+    "STRING": "TYPE_STRING",
+    "BYTES": "TYPE_BYTES",
+}
+
+
+class _ProtoMessages:
+    """The message types of one row schema, declared into a FileDescriptorProto."""
+
+    def __init__(self) -> None:
+        from google.protobuf import descriptor_pb2  # type: ignore[import-untyped]
+
+        self.file = descriptor_pb2.FileDescriptorProto(name="ksql_row.proto", syntax="proto3")
+        self._descriptor = descriptor_pb2
+        self._count = 0
+
+    def declare(self, columns: list[tuple[str, ex.SqlType]], into: Any = None) -> str:
+        """Declare a message of ``columns``; its name."""
+        self._count += 1
+        name = f"ConnectDefault{self._count}"
+        message = (
+            self.file.message_type.add(name=name)
+            if into is None
+            else into.nested_type.add(name=name)
+        )
+        for number, (column, sql_type) in enumerate(columns, start=1):
+            self._field(message, column, sql_type, number)
+        return name
+
+    def _field(self, message: Any, column: str, sql_type: ex.SqlType, number: int) -> None:
+        fd = self._descriptor.FieldDescriptorProto
+        field = message.field.add(name=column, number=number, label=fd.LABEL_OPTIONAL)
+        if isinstance(sql_type, ex.ArrayType):
+            field.label = fd.LABEL_REPEATED
+            sql_type = sql_type.element
+            if isinstance(sql_type, ex.ArrayType | ex.MapType):
+                raise KsqlStatementError("PROTOBUF does not hold an ARRAY of ARRAY or MAP")
+        if isinstance(sql_type, ex.MapType):
+            entry = message.nested_type.add(name=f"{column}Entry")
+            entry.options.map_entry = True
+            self._field(entry, "key", sql_type.key, 1)
+            self._field(entry, "value", sql_type.value, 2)
+            field.label = fd.LABEL_REPEATED
+            field.type = fd.TYPE_MESSAGE
+            field.type_name = f"{entry.name}"
+            return
+        if isinstance(sql_type, ex.StructType):
+            nested = self.declare([(f.name, f.type) for f in sql_type.fields], message)
+            field.type = fd.TYPE_MESSAGE
+            field.type_name = nested
+            return
+        kind = _PROTO_TYPES.get(str(sql_type))
+        if kind is None:
+            raise KsqlStatementError(f"PROTOBUF rows with {sql_type} columns are not written yet")
+        field.type = getattr(fd, kind)
+
+    def message_class(self) -> Any:
+        from google.protobuf import descriptor_pool, message_factory
+
+        pool = descriptor_pool.DescriptorPool()
+        pool.Add(self.file)
+        descriptor = pool.FindMessageTypeByName(self.file.message_type[0].name)
+        return message_factory.GetMessageClass(descriptor)
+
+
+def _fill(message: Any, row: dict[str, Any]) -> Any:
+    for name, value in row.items():
+        if value is None:
+            continue  # proto3: unset
+        field = message.DESCRIPTOR.fields_by_name[name]
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            getattr(message, name).update({k: v for k, v in value.items() if v is not None})
+        elif field.message_type is not None and isinstance(value, list):
+            for item in value:
+                _fill(getattr(message, name).add(), item)
+        elif field.message_type is not None:
+            _fill(getattr(message, name), value)
+        elif isinstance(value, list):
+            getattr(message, name).extend(v for v in value if v is not None)
+        else:
+            setattr(message, name, value)
+    return message
+
+
+def _protobuf_writer(
+    client: Any, columns: tuple[Column, ...], context: Any
+) -> Callable[[Any], bytes]:
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    messages = _ProtoMessages()
+    messages.declare([(c.name, c.type) for c in columns])
+    message_class = messages.message_class()
+    serializer = ProtobufSerializer(message_class, client, {"use.deprecated.format": False})
+    return lambda row: serializer(_fill(message_class(), row), context)

@@ -354,6 +354,20 @@ def test_inserts_stream(server: KsqlServer, broker: BrokerProcess) -> None:
     assert answer["message"] == "Cannot insert values into an unknown stream/table: `GHOST`"
 
 
+def _proto_class(client: Any) -> Any:
+    """The message class of the registry's latest ``proto_s-value`` schema (a base64
+    FileDescriptorProto, as confluent-kafka registers it)."""
+    import base64
+
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    text = client.get_latest_version("proto_s-value").schema.schema_str
+    described = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(text))
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(described)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("ConnectDefault1"))
+
+
 def test_insert_values_in_registry_formats(
     server: KsqlServer, registry: str, broker: BrokerProcess
 ) -> None:
@@ -362,6 +376,7 @@ def test_insert_values_in_registry_formats(
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroDeserializer
     from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     server.ok(
@@ -393,6 +408,19 @@ def test_insert_values_in_registry_formats(
     )
     assert decoded == {"N": 9000000000, "OK": True}
     assert struct.unpack(">i", json_record.key()) == (7,)
+    server.ok(
+        "CREATE STREAM proto_s (id STRING KEY, n BIGINT, tags ARRAY<STRING>, "
+        "m MAP<STRING, INT>, at STRUCT<city STRING>) WITH (kafka_topic='proto_s', "
+        "key_format='KAFKA', value_format='PROTOBUF', partitions=1);"
+        "INSERT INTO proto_s (id, n, tags, m, at) "
+        "VALUES ('p', 5, ARRAY['a', 'b'], MAP('k' := 1), STRUCT(city := 'Rome'));"
+    )
+    [proto_record] = read_all(broker, "proto_s", 1)
+    proto_value = ProtobufDeserializer(_proto_class(client), {"use.deprecated.format": False})(
+        proto_record.value(), SerializationContext("proto_s", MessageField.VALUE)
+    )
+    assert (proto_value.N, list(proto_value.TAGS), dict(proto_value.M)) == (5, ["a", "b"], {"k": 1})
+    assert proto_value.AT.CITY == "Rome"
     # Columns a CREATE statement leaves out are read from the registry, as ksqlDB does.
     [created] = server.ok("CREATE STREAM avro_copy WITH (kafka_topic='avro_s', format='AVRO');")
     assert created["statementText"].startswith(
