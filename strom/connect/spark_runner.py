@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from strom.connect.api import ConnectException
 from strom.connect.connector_config import make_converter
 from strom.connect.converters import Converter, JsonConverter, schema_to_json
 from strom.connect.data import BYTES, DATE, DECIMAL, STRUCT, TIME, TIMESTAMP, Schema, Struct
@@ -123,6 +124,17 @@ class _SparkTaskThread(_TaskThread):
         self.job_group = f"connect-{task_name(spec.task_id)}"
 
     def execute(self) -> None:
+        config = self.spec.connector_config
+        unserved = [
+            key
+            for key, idle in (("transforms", ""), ("errors.tolerance", "none"))
+            if config.get(key, idle).strip() not in ("", idle)
+        ]
+        if unserved:  # the record path's transforms and error handling are the in-worker runner's
+            raise ConnectException(
+                f"{', '.join(unserved)}: not applied to tasks on the Spark runner yet; "
+                "remove the setting"
+            )
         spark = self.runner.sessions.get()
         # A Python data source (``strom``) is found through the JVM thread's active
         # session, which a thread other than the session's first one does not have.
