@@ -210,7 +210,7 @@ class GroupMember:
                     while not self._stopped.is_set():
                         self._join_and_sync()
                         self._heartbeat_until_rebalance()
-                except (OSError, GroupError) as exc:
+                except Exception as exc:  # nothing may end the membership but close()
                     if not self._stopped.is_set():
                         log.warning("group %s: %s; joining again", self.group, exc)
                     self._give_up_work()
