@@ -19,7 +19,8 @@ null and one type as that type made optional, enums as strings, fixed as bytes, 
 logical types as Connect's, the ``connect.*`` properties back. Values of the logical
 types are Connect's numbers (days, ms since midnight, ms since the epoch) and Decimal.
 
-Settings: ``schema.registry.url`` (required), ``basic.auth.credentials.source`` with
+The registry is reached with confluent-kafka's client, as Strom's Spark and ksql formats
+reach it. Settings: ``schema.registry.url`` (required), ``basic.auth.credentials.source`` with
 ``basic.auth.user.info`` (USER_INFO) or ``schema.registry.basic.auth.user.info``
 (SASL_INHERIT is not served), ``auto.register.schemas``, ``use.latest.version``,
 ``schema.registry.ssl.truststore.location`` (PEM). Does not own the registry.
@@ -27,20 +28,21 @@ Settings: ``schema.registry.url`` (required), ``basic.auth.credentials.source`` 
 
 from __future__ import annotations
 
-import base64
 import datetime
 import io
 import json
-import ssl
 import struct
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import fastavro
+import httpx2
+from confluent_kafka.schema_registry import Schema as RegistrySchema
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from strom.connect import config_def as cd
 from strom.connect.converters import Converter
@@ -99,6 +101,7 @@ _LOGICAL = {
     TIMESTAMP: ("long", "timestamp-millis"),
 }
 _EPOCH = datetime.date(1970, 1, 1)
+T = TypeVar("T")
 
 
 class RegistryError(DataException):
@@ -106,63 +109,46 @@ class RegistryError(DataException):
 
 
 class RegistryClient:
-    """The few calls a converter makes to a schema registry, each schema cached."""
+    """The converter's calls to a schema registry through confluent-kafka's client (as
+    ``strom.spark.avro`` and ksql's formats make them), its errors made one line, and
+    each schema parsed once."""
 
-    def __init__(
-        self, url: str, user_info: str | None = None, context: ssl.SSLContext | None = None
-    ) -> None:
-        self.url = url.split(",")[0].rstrip("/")
-        self.headers = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
-        if user_info:
-            token = base64.b64encode(user_info.encode()).decode()
-            self.headers["Authorization"] = f"Basic {token}"
-        self.context = context
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.url = str(settings["url"])
+        self.client = SchemaRegistryClient(settings)
         self.by_id: dict[int, Any] = {}
-        self.registered: dict[tuple[str, str], int] = {}
         self.lock = threading.Lock()
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.url + path, data=data, method=method, headers=self.headers
-        )
+    def _call(self, what: str, call: Callable[[], T]) -> T:
         try:
-            with urllib.request.urlopen(request, timeout=30, context=self.context) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            try:
-                message = json.loads(exc.read())["message"]
-            except (ValueError, KeyError, TypeError):
-                message = exc.reason
-            raise RegistryError(f"schema registry {method} {path}: {exc.code} {message}") from None
-        except (urllib.error.URLError, OSError) as exc:
+            return call()
+        except SchemaRegistryError as exc:
+            raise RegistryError(
+                f"schema registry {what}: {exc.http_status_code} {exc.error_message}"
+            ) from None
+        except (httpx2.HTTPError, OSError) as exc:
             raise RegistryError(f"cannot reach the schema registry at {self.url}: {exc}") from None
 
     def register(self, subject: str, schema: str) -> int:
-        with self.lock:
-            known = self.registered.get((subject, schema))
-        if known is not None:
-            return known
-        quoted = urllib.parse.quote(subject, safe="")
-        schema_id = int(
-            self._call("POST", f"/subjects/{quoted}/versions", {"schema": schema})["id"]
+        """The id of ``schema`` under ``subject``, registered if new (the client caches)."""
+        return self._call(
+            f"register under {subject}",
+            lambda: self.client.register_schema(subject, RegistrySchema(schema, "AVRO")),
         )
-        with self.lock:
-            self.registered[(subject, schema)] = schema_id
-        return schema_id
 
     def latest(self, subject: str) -> tuple[int, str]:
-        quoted = urllib.parse.quote(subject, safe="")
-        found = self._call("GET", f"/subjects/{quoted}/versions/latest")
-        return int(found["id"]), str(found["schema"])
+        found = self._call(f"latest of {subject}", lambda: self.client.get_latest_version(subject))
+        if found.schema_id is None or found.schema.schema_str is None:
+            raise RegistryError(f"schema registry: the latest of {subject} has no schema")
+        return found.schema_id, found.schema.schema_str
 
     def parsed(self, schema_id: int) -> Any:
         with self.lock:
             known = self.by_id.get(schema_id)
         if known is not None:
             return known
-        text = self._call("GET", f"/schemas/ids/{schema_id}")["schema"]
-        parsed = fastavro.parse_schema(json.loads(text))
+        text = self._call(f"schema {schema_id}", lambda: self.client.get_schema(schema_id))
+        parsed = fastavro.parse_schema(json.loads(text.schema_str or "null"))
         with self.lock:
             self.by_id[schema_id] = parsed
         return parsed
@@ -485,12 +471,16 @@ class AvroConverter(Converter):
             self.settings["basic.auth.user.info"]
             or self.settings["schema.registry.basic.auth.user.info"]
         )
+        url, in_url = _credentials_in(url)
         if self.settings["basic.auth.credentials.source"].upper() == "URL":
-            url, in_url = _credentials_in(url)
             user_info = in_url or user_info
+        settings: dict[str, Any] = {"url": url}
+        if user_info:
+            settings["basic.auth.user.info"] = str(user_info)
         truststore = self.settings["schema.registry.ssl.truststore.location"]
-        context = ssl.create_default_context(cafile=truststore) if truststore else None
-        self.registry = RegistryClient(url, str(user_info) if user_info else None, context)
+        if truststore:
+            settings["ssl.ca.location"] = truststore
+        self.registry = RegistryClient(settings)
         self.auto_register = bool(self.settings["auto.register.schemas"])
         self.use_latest = bool(self.settings["use.latest.version"])
         self.written: dict[tuple[str, int], tuple[Schema, int, Any]] = {}
