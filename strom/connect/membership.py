@@ -36,20 +36,18 @@ class Membership(ABC):
     @abstractmethod
     def leader_url(self) -> str | None: ...
 
-    def runs_everything(self) -> bool:
-        """Whether this worker runs every connector and task (else none yet)."""
-        return self.is_leader()
+    # By default the leader runs everything and the others nothing (SoleMember).
 
     def holds_work(self) -> bool:
         """Whether this worker has work it may run now (else it must stop all it runs)."""
-        return self.runs_everything()
+        return self.is_leader()
 
     def runs_connectors(self) -> bool:
         """Whether the connector instances run here (they compute the task configs)."""
-        return self.runs_everything()
+        return self.is_leader()
 
     def runs_task(self, task: TaskId) -> bool:
-        return self.runs_everything()
+        return self.is_leader()
 
     def task_owner_url(self, task: TaskId) -> str | None:
         """The URL of the worker that runs ``task``."""
@@ -131,10 +129,6 @@ class SharedWork(Membership):
 
     def holds_work(self) -> bool:
         return self.plan is not None
-
-    def runs_everything(self) -> bool:
-        plan = self.plan
-        return plan is not None and len(plan.urls) == 1
 
     def is_leader(self) -> bool:
         plan = self.plan
