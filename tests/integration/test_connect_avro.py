@@ -169,6 +169,16 @@ def test_confluent_kafka_reads_what_it_writes_and_the_other_way(registry: str) -
     assert value.values == {"user": "ann", "ms": 5, "ref": None, "kind": "B"}
 
 
+def test_without_auto_register_the_subjects_latest_schema_is_written_with(registry: str) -> None:
+    converter(registry).from_connect_data("latest", ORDER, order_value())  # registers it
+    fixed = converter(registry, **{"auto.register.schemas": "false"})
+    written = fixed.from_connect_data("latest", ORDER, order_value())
+    with urllib.request.urlopen(f"{registry}/subjects/latest-value/versions/latest") as answer:
+        assert int.from_bytes(written[1:5], "big") == json.loads(answer.read())["id"]
+    with pytest.raises(RegistryError, match="404 Subject 'unregistered-value' not found"):
+        fixed.from_connect_data("unregistered", ORDER, order_value())
+
+
 def test_bad_bytes_schemaless_data_and_no_registry_are_one_clear_error(registry: str) -> None:
     with pytest.raises(DataException, match="Unknown magic byte"):
         converter(registry).to_connect_data("orders", b"{not avro}")
