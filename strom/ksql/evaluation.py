@@ -1,0 +1,869 @@
+"""ksqlDB's expressions evaluated in Python over rows: what projections, filters, keys
+and HAVING clauses of the query runtime compute.
+
+Owns ``Scope`` (a row's columns and their types, and the keys qualified references and
+already computed expressions map to), ``compile_expression`` (an expression checked
+and typed as ksqlDB types it, with its messages, then turned into a Python closure) and
+``CompiledExpression.evaluate(row, on_error)``. Semantics follow ksqlDB's: numbers
+widen INTEGER < BIGINT < DECIMAL < DOUBLE; INTEGER and BIGINT arithmetic wraps as
+Java's int and long; DECIMAL results take ksqlDB's precision and scale and fail when
+they would round; a comparison with a null is false (``IS DISTINCT FROM`` is not);
+AND, OR and NOT over null booleans follow SQL's three-valued logic; null in
+arithmetic, CAST, LIKE, subscripts and dereferences is null. A value that cannot be
+computed for one row (division by zero, a bad cast, a function's failure) makes the
+expression null for that row and is reported to ``on_error`` (ksqlDB's processing log).
+
+Does not own functions (``strom.ksql.scalar_functions``; aggregates are the runtime's,
+which hands their results in through ``Scope.expressions``), parsing or resolving
+names against the metastore (``strom.ksql.analysis``).
+"""
+
+from __future__ import annotations
+
+import decimal
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from strom.ksql import expressions as ex
+from strom.ksql import values as v
+from strom.ksql.aggregate_functions import is_aggregate
+from strom.ksql.metastore import KsqlStatementError
+from strom.ksql.scalar_functions import scalar_function
+
+# A compiled node: (row, lambda variables) -> value.
+Evaluator = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
+_NO_VARIABLES: Mapping[str, Any] = {}
+_NUMERIC = ("INTEGER", "BIGINT", "DECIMAL", "DOUBLE")
+
+
+class Scope:
+    """The columns an expression may read: the row keys and their types.
+
+    ``qualified`` maps ``(source or None, name)`` of a column reference to its row key
+    (for joins: ``("L", "ID") -> "L_ID"``); an unqualified reference not in it is read
+    by its name. ``expressions`` maps whole expressions already computed (aggregate
+    calls, GROUP BY expressions) to the row key holding their value.
+    """
+
+    def __init__(
+        self,
+        columns: Mapping[str, ex.SqlType],
+        qualified: Mapping[tuple[str | None, str], str] | None = None,
+        expressions: Mapping[ex.Expression, str] | None = None,
+    ) -> None:
+        self.columns = dict(columns)
+        self.qualified = dict(qualified or {})
+        self.expressions = dict(expressions or {})
+
+    def resolve(self, ref: ex.ColumnReference) -> str:
+        key = self.qualified.get((ref.source, ref.name))
+        if key is not None:
+            return key
+        if ref.source is None and ref.name in self.columns:
+            return ref.name
+        raise KsqlStatementError(f"Column '{ref}' cannot be resolved.")
+
+    def type_of(self, key: str) -> ex.SqlType:
+        return self.columns[key]
+
+
+class CompiledExpression:
+    """An expression ready to evaluate over rows; ``sql_type`` is its ksqlDB type."""
+
+    def __init__(self, expression: ex.Expression, evaluator: Evaluator, sql_type: ex.SqlType):
+        self.expression = expression
+        self.text = expression_text(expression)
+        self.sql_type = sql_type
+        self._evaluator = evaluator
+
+    def evaluate(
+        self, row: Mapping[str, Any], on_error: Callable[[str], None] | None = None
+    ) -> Any:
+        try:
+            return self._evaluator(row, _NO_VARIABLES)
+        except Exception as error:  # one row's failure: null, reported, the query goes on
+            if on_error is not None:
+                on_error(f"Error computing expression {self.text}: {_reason(error)}")
+            return None
+
+    def __repr__(self) -> str:
+        return f"CompiledExpression({self.text} : {self.sql_type})"
+
+
+def _reason(error: Exception) -> str:
+    if isinstance(error, decimal.DivisionByZero | decimal.InvalidOperation):
+        return "Division by zero"
+    if isinstance(error, decimal.Inexact):
+        return "Rounding necessary"
+    text = str(error)
+    return text or type(error).__name__
+
+
+def compile_expression(expression: ex.Expression, scope: Scope) -> CompiledExpression:
+    """``expression`` typed and compiled over ``scope``; ``KsqlStatementError`` with
+    ksqlDB's message when it does not type."""
+    evaluator, sql_type = _Compiler(scope).compile(expression, {})
+    if sql_type is None:
+        raise KsqlStatementError(
+            "Can't infer a type of null. Please explicitly cast it to a required type, e.g. "
+            "CAST(null AS VARCHAR)."
+        )
+    return CompiledExpression(expression, evaluator, sql_type)
+
+
+def expression_type(expression: ex.Expression, scope: Scope) -> ex.SqlType | None:
+    """The type ksqlDB gives ``expression`` (None for a bare NULL)."""
+    return _Compiler(scope).compile(expression, {})[1]
+
+
+# ---- the text of an expression (ksqlDB's ExpressionFormatter) -------------------------
+
+
+def expression_text(node: ex.Expression) -> str:
+    text = expression_text
+    if isinstance(node, ex.Literal):
+        value = node.value
+        if value is None:
+            return "null"
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, str):
+            return "'" + value.replace("'", "''") + "'"
+        if isinstance(value, float):
+            return v.double_text(value)
+        return str(value)
+    if isinstance(node, ex.ColumnReference):
+        return str(node)
+    if isinstance(node, ex.Dereference):
+        return f"{text(node.base)}->{node.field}"
+    if isinstance(node, ex.Subscript):
+        return f"{text(node.base)}[{text(node.index)}]"
+    if isinstance(node, ex.FunctionCall):
+        arguments = "*" if node.star else ", ".join(text(a) for a in node.arguments)
+        return f"{node.name}({arguments})"
+    if isinstance(node, ex.Lambda):
+        return f"({', '.join(node.parameters)}) => {text(node.body)}"
+    if isinstance(node, ex.Cast):
+        return f"CAST({text(node.operand)} AS {node.type})"
+    if isinstance(node, ex.Case):
+        parts = ["CASE"] + ([text(node.operand)] if node.operand is not None else [])
+        parts += [f"WHEN {text(w)} THEN {text(t)}" for w, t in node.whens]
+        if node.default is not None:
+            parts += ["ELSE", text(node.default)]
+        return "(" + " ".join(parts + ["END"]) + ")"
+    if isinstance(node, ex.ArrayConstructor):
+        return "ARRAY[" + ", ".join(text(i) for i in node.items) + "]"
+    if isinstance(node, ex.MapConstructor):
+        return "MAP(" + ", ".join(f"{text(k)}:={text(x)}" for k, x in node.entries) + ")"
+    if isinstance(node, ex.StructConstructor):
+        return "STRUCT(" + ", ".join(f"{k}:={text(x)}" for k, x in node.fields) + ")"
+    if isinstance(node, ex.Comparison | ex.Logical | ex.Arithmetic):
+        return f"({text(node.left)} {node.operator} {text(node.right)})"
+    if isinstance(node, ex.Not):
+        return f"(NOT {text(node.operand)})"
+    if isinstance(node, ex.IsNull):
+        return f"({text(node.operand)} IS {'NOT ' if node.negated else ''}NULL)"
+    if isinstance(node, ex.IsDistinctFrom):
+        word = "IS NOT DISTINCT FROM" if node.negated else "IS DISTINCT FROM"
+        return f"({text(node.left)} {word} {text(node.right)})"
+    if isinstance(node, ex.Between):
+        inner = f"({text(node.operand)} BETWEEN {text(node.low)} AND {text(node.high)})"
+        return f"(NOT {inner})" if node.negated else inner
+    if isinstance(node, ex.Like):
+        escape = f" ESCAPE '{node.escape}'" if node.escape is not None else ""
+        inner = f"({text(node.operand)} LIKE {text(node.pattern)}{escape})"
+        return f"(NOT {inner})" if node.negated else inner
+    if isinstance(node, ex.InList):
+        inner = f"({text(node.operand)} IN ({', '.join(text(i) for i in node.items)}))"
+        return f"(NOT {inner})" if node.negated else inner
+    if isinstance(node, ex.Negate):
+        inner = text(node.operand)
+        return "-" + (" " if inner.startswith("-") else "") + inner
+    return repr(node)
+
+
+# ---- the compiler ---------------------------------------------------------------------
+
+Compiled = tuple[Evaluator, ex.SqlType | None]
+
+
+def _type_error(node: ex.Expression, detail: str) -> KsqlStatementError:
+    return KsqlStatementError(f"Error processing expression: {expression_text(node)}. {detail}")
+
+
+class _Compiler:
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+
+    def compile(self, node: ex.Expression, lambdas: Mapping[str, ex.SqlType | None]) -> Compiled:
+        key = self.scope.expressions.get(node) if self.scope.expressions else None
+        if key is not None:
+            return (lambda row, _vars, key=key: row.get(key)), self.scope.type_of(key)
+        method = getattr(self, "_" + type(node).__name__.lower(), None)
+        if method is None:
+            raise KsqlStatementError(f"Unsupported expression: {expression_text(node)}")
+        return method(node, lambdas)  # type: ignore[no-any-return]
+
+    # -- leaves
+    def _literal(self, node: ex.Literal, lambdas: Any) -> Compiled:
+        value = node.value
+        if value is None:
+            sql_type: ex.SqlType | None = None
+        elif isinstance(value, bool):
+            sql_type = v.BOOLEAN
+        elif isinstance(value, int):
+            sql_type = v.INTEGER if -(2**31) <= value < 2**31 else v.BIGINT
+            if not -(2**63) <= value < 2**63:
+                raise KsqlStatementError(f"Failed to parse the number {value}: out of range")
+        elif isinstance(value, float):
+            sql_type = v.DOUBLE
+        elif isinstance(value, decimal.Decimal):
+            sql_type = v.decimal_type_of(value)
+        else:
+            sql_type = v.STRING
+        return (lambda row, _vars: value), sql_type
+
+    def _columnreference(
+        self, node: ex.ColumnReference, lambdas: Mapping[str, ex.SqlType | None]
+    ) -> Compiled:
+        if node.source is None and node.name in lambdas:
+            name = node.name
+            return (lambda row, variables: variables[name]), lambdas[name]
+        key = self.scope.resolve(node)
+        return (lambda row, _vars: row.get(key)), self.scope.type_of(key)
+
+    # -- structure access
+    def _dereference(self, node: ex.Dereference, lambdas: Any) -> Compiled:
+        base, base_type = self.compile(node.base, lambdas)
+        if not isinstance(base_type, ex.StructType):
+            raise _type_error(node, f"Expected STRUCT type, got: {base_type}")
+        match = next((f for f in base_type.fields if f.name == node.field), None)
+        if match is None:
+            match = next(
+                (f for f in base_type.fields if f.name.upper() == node.field.upper()), None
+            )
+        if match is None:
+            raise KsqlStatementError(
+                f"Could not find field '{node.field}' in '{expression_text(node.base)}'."
+            )
+        name = match.name
+
+        def dereference(row: Mapping[str, Any], variables: Mapping[str, Any]) -> Any:
+            struct = base(row, variables)
+            return None if struct is None else struct.get(name)
+
+        return dereference, match.type
+
+    def _subscript(self, node: ex.Subscript, lambdas: Any) -> Compiled:
+        base, base_type = self.compile(node.base, lambdas)
+        index, index_type = self.compile(node.index, lambdas)
+        if isinstance(base_type, ex.ArrayType):
+            if index_type is not None and v.base(index_type) not in ("INTEGER", "BIGINT"):
+                raise _type_error(node, f"Array index must be an INTEGER, got {index_type}")
+
+            def element(row: Mapping[str, Any], variables: Mapping[str, Any]) -> Any:
+                array, position = base(row, variables), index(row, variables)
+                if array is None or position is None:
+                    return None
+                true_index = position - 1 if position >= 0 else len(array) + position
+                if not 0 <= true_index < len(array):
+                    return None
+                return array[true_index]
+
+            return element, base_type.element
+        if isinstance(base_type, ex.MapType):
+            key_type = base_type.key
+
+            def entry(row: Mapping[str, Any], variables: Mapping[str, Any]) -> Any:
+                mapping, key = base(row, variables), index(row, variables)
+                if mapping is None or key is None:
+                    return None
+                return mapping.get(v.coerce(key, index_type, key_type))
+
+            return entry, base_type.value
+        hint = (
+            f" Use the dereference operator for STRUCTS: {expression_text(node.base)}->"
+            f"{expression_text(node.index)}"
+            if isinstance(base_type, ex.StructType)
+            else ""
+        )
+        raise KsqlStatementError(
+            f"Subscript expression ({expression_text(node)}) do not apply to {base_type}.{hint}"
+        )
+
+    # -- constructors
+    def _list_type(self, node: ex.Expression, items: list[Compiled], what: str) -> ex.SqlType:
+        try:
+            common = v.common_type([t for _, t in items])
+        except ValueError as error:
+            raise _type_error(node, f"operator does not exist: {error}") from None
+        if common is None:
+            raise KsqlStatementError(
+                f"Cannot construct {what} with all NULL "
+                f"{'elements' if 'array' in what else 'values'}"
+                " (see https://github.com/confluentinc/ksql/issues/4239). As a workaround, you "
+                "may cast a NULL value to the desired type."
+            )
+        return common
+
+    def _arrayconstructor(self, node: ex.ArrayConstructor, lambdas: Any) -> Compiled:
+        if not node.items:
+            raise KsqlStatementError(
+                "Array constructor cannot be empty. Please supply at least one element "
+                "(see https://github.com/confluentinc/ksql/issues/4239)."
+            )
+        items = [self.compile(item, lambdas) for item in node.items]
+        element_type = self._list_type(node, items, "an array")
+        parts = [(fn, t) for fn, t in items]
+
+        def array(row: Mapping[str, Any], variables: Mapping[str, Any]) -> list[Any]:
+            return [v.coerce(fn(row, variables), t, element_type) for fn, t in parts]
+
+        return array, ex.ArrayType(element_type)
+
+    def _mapconstructor(self, node: ex.MapConstructor, lambdas: Any) -> Compiled:
+        if not node.entries:
+            raise KsqlStatementError(
+                "Map constructor cannot be empty. Please supply at least one key value pair "
+                "(see https://github.com/confluentinc/ksql/issues/4239)."
+            )
+        keys = [self.compile(k, lambdas) for k, _ in node.entries]
+        values = [self.compile(x, lambdas) for _, x in node.entries]
+        key_type = self._list_type(node, keys, "a map")
+        value_type = self._list_type(node, values, "a map")
+
+        def mapping(row: Mapping[str, Any], variables: Mapping[str, Any]) -> dict[Any, Any]:
+            return {
+                v.coerce(kf(row, variables), kt, key_type): v.coerce(
+                    vf(row, variables), vt, value_type
+                )
+                for (kf, kt), (vf, vt) in zip(keys, values, strict=True)
+            }
+
+        return mapping, ex.MapType(key_type, value_type)
+
+    def _structconstructor(self, node: ex.StructConstructor, lambdas: Any) -> Compiled:
+        fields = [(name, *self.compile(value, lambdas)) for name, value in node.fields]
+        for name, _, field_type in fields:
+            if field_type is None:
+                raise KsqlStatementError(
+                    f"Can't infer a type of null for field {name}. Please explicitly cast it "
+                    "to a required type, e.g. CAST(null AS VARCHAR)."
+                )
+        sql_type = ex.StructType(tuple(ex.StructField(n, t) for n, _, t in fields if t is not None))
+
+        def struct(row: Mapping[str, Any], variables: Mapping[str, Any]) -> dict[str, Any]:
+            return {name: fn(row, variables) for name, fn, _ in fields}
+
+        return struct, sql_type
+
+    # -- CAST and CASE
+    def _cast(self, node: ex.Cast, lambdas: Any) -> Compiled:
+        operand, source = self.compile(node.operand, lambdas)
+        target = node.type
+        if isinstance(target, ex.TypeReference):
+            raise KsqlStatementError(f"Unknown type: {target.name}")
+        if not v.cast_supported(source, target):
+            raise KsqlStatementError(f"Cast of {source} to {target} is not supported")
+        if source is None or source == target:
+            return operand, target
+
+        def cast(row: Mapping[str, Any], variables: Mapping[str, Any]) -> Any:
+            return v.cast_value(operand(row, variables), source, target)
+
+        return cast, target
+
+    def _case(self, node: ex.Case, lambdas: Any) -> Compiled:
+        operand = self.compile(node.operand, lambdas) if node.operand is not None else None
+        conditions: list[Evaluator] = []
+        results: list[Compiled] = []
+        result_type: ex.SqlType | None = None
+        for when, then in node.whens:
+            if operand is not None:
+                condition_node: ex.Expression = ex.Comparison("=", node.operand, when)  # type: ignore[arg-type]
+                condition, condition_type = self.compile(condition_node, lambdas)
+            else:
+                condition, condition_type = self.compile(when, lambdas)
+            if condition_type != v.BOOLEAN:
+                raise KsqlStatementError(
+                    "WHEN operand type should be boolean.\n"
+                    f"Type for '{expression_text(when)}' is {condition_type}"
+                )
+            compiled = self.compile(then, lambdas)
+            if compiled[1] is not None:
+                if result_type is None:
+                    result_type = compiled[1]
+                elif result_type != compiled[1]:
+                    raise KsqlStatementError(
+                        "Invalid Case expression. Type for all 'THEN' clauses should be the "
+                        f"same.\nTHEN expression 'WHEN {expression_text(when)} THEN "
+                        f"{expression_text(then)}' has type: {compiled[1]}.\n"
+                        f"Previous THEN expression(s) type: {result_type}."
+                    )
+            conditions.append(condition)
+            results.append(compiled)
+        default = self.compile(node.default, lambdas) if node.default is not None else None
+        if default is not None and default[1] is not None:
+            if result_type is not None and default[1] != result_type:
+                raise KsqlStatementError(
+                    "Invalid Case expression. Type for the default clause should be the same "
+                    f"as for 'THEN' clauses.\nTHEN type: {result_type}.\n"
+                    f"DEFAULT type: {default[1]}."
+                )
+            result_type = default[1]
+        if result_type is None:
+            raise KsqlStatementError("Invalid Case expression. All case branches have NULL type")
+        branches = [(c, r[0]) for c, r in zip(conditions, results, strict=True)]
+        otherwise = default[0] if default is not None else None
+
+        def case(row: Mapping[str, Any], variables: Mapping[str, Any]) -> Any:
+            for condition, result in branches:
+                if condition(row, variables) is True:
+                    return result(row, variables)
+            return otherwise(row, variables) if otherwise is not None else None
+
+        return case, result_type
+
+    # -- logic
+    def _boolean_operand(
+        self, node: ex.Expression, operand: ex.Expression, lambdas: Any
+    ) -> Evaluator:
+        evaluator, sql_type = self.compile(operand, lambdas)
+        if sql_type not in (v.BOOLEAN, None):
+            raise _type_error(
+                node,
+                "Logical operators need BOOLEAN operands: "
+                f"{expression_text(operand)} is {sql_type}",
+            )
+        return evaluator
+
+    def _logical(self, node: ex.Logical, lambdas: Any) -> Compiled:
+        left = self._boolean_operand(node, node.left, lambdas)
+        right = self._boolean_operand(node, node.right, lambdas)
+        if node.operator == "AND":
+
+            def conjunction(row: Mapping[str, Any], variables: Mapping[str, Any]) -> bool | None:
+                a = left(row, variables)
+                if a is False:
+                    return False
+                b = right(row, variables)
+                if b is False:
+                    return False
+                return None if a is None or b is None else True
+
+            return conjunction, v.BOOLEAN
+
+        def disjunction(row: Mapping[str, Any], variables: Mapping[str, Any]) -> bool | None:
+            a = left(row, variables)
+            if a is True:
+                return True
+            b = right(row, variables)
+            if b is True:
+                return True
+            return None if a is None or b is None else False
+
+        return disjunction, v.BOOLEAN
+
+    def _not(self, node: ex.Not, lambdas: Any) -> Compiled:
+        operand = self._boolean_operand(node, node.operand, lambdas)
+
+        def negation(row: Mapping[str, Any], variables: Mapping[str, Any]) -> bool | None:
+            value = operand(row, variables)
+            return None if value is None else not value
+
+        return negation, v.BOOLEAN
+
+    def _isnull(self, node: ex.IsNull, lambdas: Any) -> Compiled:
+        operand, _ = self.compile(node.operand, lambdas)
+        if node.negated:
+            return (lambda row, variables: operand(row, variables) is not None), v.BOOLEAN
+        return (lambda row, variables: operand(row, variables) is None), v.BOOLEAN
+
+    # -- comparisons
+    def _comparison(self, node: ex.Comparison, lambdas: Any) -> Compiled:
+        return self._compare(node, node.operator, node.left, node.right, lambdas), v.BOOLEAN
+
+    def _isdistinctfrom(self, node: ex.IsDistinctFrom, lambdas: Any) -> Compiled:
+        operator = "IS NOT DISTINCT FROM" if node.negated else "IS DISTINCT FROM"
+        return self._compare(node, operator, node.left, node.right, lambdas), v.BOOLEAN
+
+    def _compare(
+        self,
+        node: ex.Expression,
+        operator: str,
+        left_node: ex.Expression,
+        right_node: ex.Expression,
+        lambdas: Any,
+    ) -> Evaluator:
+        left, left_type = self.compile(left_node, lambdas)
+        right, right_type = self.compile(right_node, lambdas)
+        distinct = operator.startswith("IS")
+        if (left_type is None or right_type is None) and not distinct:
+            raise KsqlStatementError(
+                f"Comparison with NULL not supported: {v.base(left_type)} {operator} "
+                f"{v.base(right_type)}\nUse 'IS NULL' or 'IS NOT NULL' instead."
+            )
+        if left_type is not None and right_type is not None:
+            if not _comparable(left_type, operator, right_type):
+                raise KsqlStatementError(
+                    f"Cannot compare {expression_text(left_node)} ({left_type}) to "
+                    f"{expression_text(right_node)} ({right_type}) with {operator}."
+                )
+        key = _comparison_key(left_type, right_type)
+        test = _OPERATORS[operator]
+
+        def compare(row: Mapping[str, Any], variables: Mapping[str, Any]) -> bool:
+            a, b = left(row, variables), right(row, variables)
+            if a is None or b is None:
+                if distinct:
+                    both = a is None and b is None
+                    return both if operator == "IS NOT DISTINCT FROM" else not both
+                return False
+            return test(key(a, left_type), key(b, right_type))
+
+        return compare
+
+    def _between(self, node: ex.Between, lambdas: Any) -> Compiled:
+        low = self._compare(node, ">=", node.operand, node.low, lambdas)
+        high = self._compare(node, "<=", node.operand, node.high, lambdas)
+        negated = node.negated
+
+        def between(row: Mapping[str, Any], variables: Mapping[str, Any]) -> bool:
+            inside = low(row, variables) and high(row, variables)
+            return not inside if negated else inside
+
+        return between, v.BOOLEAN
+
+    def _like(self, node: ex.Like, lambdas: Any) -> Compiled:
+        operand, operand_type = self.compile(node.operand, lambdas)
+        pattern, pattern_type = self.compile(node.pattern, lambdas)
+        for part, part_type in ((node.operand, operand_type), (node.pattern, pattern_type)):
+            if part_type not in (v.STRING, None):
+                raise _type_error(
+                    node, f"LIKE needs STRING operands: {expression_text(part)} is {part_type}"
+                )
+        escape = node.escape
+        if escape is not None and len(escape) != 1:
+            raise KsqlStatementError(f"Escape character must be a single character: '{escape}'")
+        negated = node.negated
+        cache: dict[str, re.Pattern[str]] = {}
+
+        def like(row: Mapping[str, Any], variables: Mapping[str, Any]) -> bool | None:
+            text, wanted = operand(row, variables), pattern(row, variables)
+            if text is None or wanted is None:
+                return None
+            compiled = cache.get(wanted)
+            if compiled is None:
+                compiled = like_regex(wanted, escape)
+                if len(cache) < 256:
+                    cache[wanted] = compiled
+            matched = compiled.fullmatch(text) is not None
+            return not matched if negated else matched
+
+        return like, v.BOOLEAN
+
+    def _inlist(self, node: ex.InList, lambdas: Any) -> Compiled:
+        operand, operand_type = self.compile(node.operand, lambdas)
+        items = [self.compile(item, lambdas) for item in node.items]
+        try:
+            common = v.common_type([operand_type, *(t for _, t in items)])
+        except ValueError as error:
+            raise _type_error(node, f"operator does not exist: {error}") from None
+        negated = node.negated
+        operand_key = _comparison_key(operand_type, common)
+        keys = [(fn, t, _comparison_key(t, common)) for fn, t in items]
+
+        def in_list(row: Mapping[str, Any], variables: Mapping[str, Any]) -> bool:
+            value = operand(row, variables)
+            found = False
+            if value is not None:
+                wanted = operand_key(v.coerce(value, operand_type, common), common)
+                for fn, item_type, key in keys:
+                    item = fn(row, variables)
+                    if (
+                        item is not None
+                        and key(v.coerce(item, item_type, common), common) == wanted
+                    ):
+                        found = True
+                        break
+            return not found if negated else found
+
+        return in_list, v.BOOLEAN
+
+    # -- arithmetic
+    def _negate(self, node: ex.Negate, lambdas: Any) -> Compiled:
+        operand, sql_type = self.compile(node.operand, lambdas)
+        kind = v.base(sql_type)
+        if kind not in _NUMERIC:
+            raise _type_error(node, f"Negation on unsupported type: {sql_type}")
+        wrap = v.wrap32 if kind == "INTEGER" else v.wrap64 if kind == "BIGINT" else None
+
+        def negate(row: Mapping[str, Any], variables: Mapping[str, Any]) -> Any:
+            value = operand(row, variables)
+            if value is None:
+                return None
+            return wrap(-value) if wrap is not None else -value
+
+        return negate, sql_type
+
+    def _arithmetic(self, node: ex.Arithmetic, lambdas: Any) -> Compiled:
+        left, left_type = self.compile(node.left, lambdas)
+        right, right_type = self.compile(node.right, lambdas)
+        operator = node.operator
+        if left_type is None or right_type is None:
+            raise _type_error(
+                node,
+                f"Arithmetic on types {_null_or(left_type)} and {_null_or(right_type)} are "
+                "not supported.",
+            )
+        result_type = arithmetic_result_type(node, operator, left_type, right_type)
+        operation = _arithmetic_operation(operator, left_type, right_type, result_type)
+
+        def arithmetic(row: Mapping[str, Any], variables: Mapping[str, Any]) -> Any:
+            a = left(row, variables)
+            if a is None:
+                return None
+            b = right(row, variables)
+            if b is None:
+                return None
+            return operation(a, b)
+
+        return arithmetic, result_type
+
+    # -- functions and lambdas
+    def _functioncall(self, node: ex.FunctionCall, lambdas: Any) -> Compiled:
+        name = node.name.upper()
+        function = scalar_function(name)
+        if function is None:
+            if is_aggregate(name):
+                raise KsqlStatementError(
+                    f"Use of aggregate function {name} requires a GROUP BY clause."
+                )
+            raise KsqlStatementError(f"Can't find any functions with the name '{name}'")
+        compiled: list[Compiled | None] = []
+        argument_types: list[ex.SqlType | None] = []
+        for argument in node.arguments:
+            if isinstance(argument, ex.Lambda):
+                compiled.append(None)
+                argument_types.append(v.LambdaType(tuple(None for _ in argument.parameters), None))
+            else:
+                item = self.compile(argument, lambdas)
+                compiled.append(item)
+                argument_types.append(item[1])
+        for index, argument in enumerate(node.arguments):
+            if isinstance(argument, ex.Lambda):
+                parameter_types = function.lambda_parameter_types(argument_types, index)
+                if len(parameter_types) != len(argument.parameters):
+                    raise function._refuse(argument_types)  # noqa: SLF001
+                scope = dict(lambdas)
+                scope.update(zip(argument.parameters, parameter_types, strict=True))
+                body, body_type = self.compile(argument.body, scope)
+                compiled[index] = (_lambda_value(argument.parameters, body), None)
+                argument_types[index] = v.LambdaType(tuple(parameter_types), body_type)
+        result_type = function.result_type(argument_types)
+        implementation = function.bind(argument_types)
+        evaluators = [c[0] for c in compiled if c is not None]
+        lambda_positions = [isinstance(a, ex.Lambda) for a in node.arguments]
+
+        def call(row: Mapping[str, Any], variables: Mapping[str, Any]) -> Any:
+            arguments = [
+                fn(row, variables) if not is_lambda else fn(row, variables)
+                for fn, is_lambda in zip(evaluators, lambda_positions, strict=True)
+            ]
+            return implementation(*arguments)
+
+        return call, result_type
+
+    def _lambda(self, node: ex.Lambda, lambdas: Any) -> Compiled:
+        raise KsqlStatementError(
+            f"Lambda expressions are only allowed as function arguments: {expression_text(node)}"
+        )
+
+
+def _lambda_value(parameters: tuple[str, ...], body: Evaluator) -> Evaluator:
+    """An evaluator whose value is a Python callable running ``body`` with the lambda's
+    parameters bound (over the row and variables of the call it is built in)."""
+
+    def build(row: Mapping[str, Any], variables: Mapping[str, Any]) -> Callable[..., Any]:
+        def run(*arguments: Any) -> Any:
+            scope = dict(variables)
+            scope.update(zip(parameters, arguments, strict=True))
+            return body(row, scope)
+
+        return run
+
+    return build
+
+
+def _null_or(sql_type: ex.SqlType | None) -> str:
+    return "null" if sql_type is None else str(sql_type)
+
+
+# ---- comparison helpers ---------------------------------------------------------------
+
+
+def _comparable(left: ex.SqlType, operator: str, right: ex.SqlType) -> bool:
+    kind, other = v.base(left), v.base(right)
+    equality = operator in ("=", "<>", "IS DISTINCT FROM", "IS NOT DISTINCT FROM")
+    if kind in _NUMERIC:
+        return other in _NUMERIC
+    if kind == "STRING":
+        return other == "STRING" or other in ("TIMESTAMP", "DATE", "TIME")
+    if kind in ("BOOLEAN", "ARRAY", "MAP", "STRUCT"):
+        return other == kind and equality
+    if kind == "TIME":
+        return other in ("TIME", "STRING")
+    if kind in ("DATE", "TIMESTAMP"):
+        return other in ("DATE", "TIMESTAMP", "STRING")
+    if kind == "BYTES":
+        return other == "BYTES"
+    return False
+
+
+def _comparison_key(
+    sql_type: ex.SqlType | None, other: ex.SqlType | None
+) -> Callable[[Any, ex.SqlType | None], Any]:
+    """How a value of ``sql_type`` is made comparable with one of ``other``."""
+    kinds = {v.base(sql_type), v.base(other)}
+    if "DECIMAL" in kinds:
+        return lambda value, t: (
+            decimal.Decimal(repr(value)) if isinstance(value, float) else decimal.Decimal(value)
+        )
+    if kinds & {"TIMESTAMP", "DATE"}:
+        return _to_epoch_ms
+    if "TIME" in kinds:
+        return lambda value, t: v.parse_time(value.strip()) if isinstance(value, str) else value
+    if kinds == {"BYTES"}:
+        return lambda value, t: bytes(b ^ 0x80 for b in value)  # Java's signed bytes
+    return lambda value, t: value
+
+
+def _to_epoch_ms(value: Any, sql_type: ex.SqlType | None) -> int:
+    if isinstance(value, str):
+        return v.parse_timestamp(value.strip())
+    if v.base(sql_type) == "DATE":
+        return int(value) * 86_400_000
+    return int(value)
+
+
+_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    "=": lambda a, b: a == b,
+    "<>": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "IS DISTINCT FROM": lambda a, b: a != b,
+    "IS NOT DISTINCT FROM": lambda a, b: a == b,
+}
+
+
+def like_regex(pattern: str, escape: str | None) -> re.Pattern[str]:
+    """ksqlDB's LIKE pattern as a regular expression: ``%`` any run, ``_`` one
+    character, the escape character making the next one literal."""
+    parts: list[str] = []
+    escaped = False
+    for char in pattern:
+        if escaped:
+            parts.append(re.escape(char))
+            escaped = False
+        elif escape is not None and char == escape:
+            escaped = True
+        elif char == "%":
+            parts.append(".*")
+        elif char == "_":
+            parts.append(".")
+        else:
+            parts.append(re.escape(char))
+    if escaped:
+        raise v.EvaluationError("LIKE pattern must not end with escape character")
+    return re.compile("".join(parts), re.DOTALL)
+
+
+# ---- arithmetic helpers ---------------------------------------------------------------
+
+
+def arithmetic_result_type(
+    node: ex.Expression, operator: str, left: ex.SqlType, right: ex.SqlType
+) -> ex.SqlType:
+    """ksqlDB's ``Operator.resultType``."""
+    kind_left, kind_right = v.base(left), v.base(right)
+    if operator in ("+", "||") and kind_left == "STRING" and kind_right == "STRING":
+        return v.STRING
+    if operator != "||" and kind_left in _NUMERIC and kind_right in _NUMERIC:
+        order = {"INTEGER": 0, "BIGINT": 1, "DECIMAL": 2, "DOUBLE": 3}
+        if order[kind_left] <= order[kind_right]:
+            if kind_right != "DECIMAL":
+                return right
+        elif kind_left != "DECIMAL":
+            return left
+        a, b = v.as_decimal_type(left), v.as_decimal_type(right)
+        return _decimal_result(operator, a, b)
+    raise _type_error(node, f"Unsupported arithmetic types. {kind_left} {kind_right}")
+
+
+def _decimal_result(operator: str, a: ex.DecimalType, b: ex.DecimalType) -> ex.DecimalType:
+    if operator in ("+", "-"):
+        scale = max(a.scale, b.scale)
+        precision = scale + max(a.precision - a.scale, b.precision - b.scale) + 1
+    elif operator == "*":
+        precision, scale = a.precision + b.precision + 1, a.scale + b.scale
+    elif operator == "/":
+        scale = max(6, a.scale + b.precision + 1)
+        precision = a.precision - a.scale + b.scale + scale
+    else:
+        scale = max(a.scale, b.scale)
+        precision = min(a.precision - a.scale, b.precision - b.scale) + scale
+    return ex.DecimalType(precision, scale)
+
+
+def _arithmetic_operation(
+    operator: str, left: ex.SqlType, right: ex.SqlType, result: ex.SqlType
+) -> Callable[[Any, Any], Any]:
+    kind = v.base(result)
+    if kind == "STRING":
+        return lambda a, b: a + b
+    if kind == "DOUBLE":
+        double_operations: dict[str, Callable[[float, float], float]] = {
+            "+": lambda a, b: a + b,
+            "-": lambda a, b: a - b,
+            "*": lambda a, b: a * b,
+            "/": v.java_double_divide,
+            "%": v.java_double_remainder,
+        }
+        operation = double_operations[operator]
+        return lambda a, b: operation(float(a), float(b))
+    if kind in ("INTEGER", "BIGINT"):
+        wrap = v.wrap32 if kind == "INTEGER" else v.wrap64
+        integer_operations: dict[str, Callable[[int, int], int]] = {
+            "+": lambda a, b: a + b,
+            "-": lambda a, b: a - b,
+            "*": lambda a, b: a * b,
+            "/": v.java_divide,
+            "%": v.java_remainder,
+        }
+        operation_int = integer_operations[operator]
+        return lambda a, b: wrap(operation_int(a, b))
+    assert isinstance(result, ex.DecimalType)
+    context = decimal.Context(
+        prec=result.precision,
+        rounding=decimal.ROUND_HALF_UP,
+        traps=[decimal.Inexact, decimal.DivisionByZero, decimal.InvalidOperation],
+    )
+    scale_context = decimal.Context(prec=result.precision + 50, traps=[decimal.Inexact])
+    quantum = decimal.Decimal(1).scaleb(-result.scale)
+    decimal_operations: dict[str, Callable[[decimal.Decimal, decimal.Decimal], decimal.Decimal]] = {
+        "+": context.add,
+        "-": context.subtract,
+        "*": context.multiply,
+        "/": context.divide,
+        "%": context.remainder,
+    }
+    operation_decimal = decimal_operations[operator]
+
+    def decimal_arithmetic(a: Any, b: Any) -> decimal.Decimal:
+        value = operation_decimal(decimal.Decimal(a), decimal.Decimal(b))
+        return value.quantize(quantum, context=scale_context)
+
+    return decimal_arithmetic
