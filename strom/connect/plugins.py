@@ -27,11 +27,14 @@ from strom.connect.connectors.file_stream import (
 )
 from strom.connect.connectors.jdbc_sink import JdbcSinkConnector
 from strom.connect.connectors.jdbc_source import JdbcSourceConnector
+from strom.connect.connectors.postgres_cdc import PostgresConnector
 from strom.connect.converters import (
     ByteArrayConverter,
     JsonConverter,
     StringConverter,
 )
+from strom.connect.json_schema_converter import JsonSchemaConverter
+from strom.connect.protobuf_converter import ProtobufConverter
 from strom.connect.transforms import casts, fields, predicates, routing
 
 SOURCE = "source"
@@ -155,12 +158,15 @@ class Plugins:
             (FileStreamSinkConnector, "org.apache.kafka.connect.file.FileStreamSinkConnector"),
             (JdbcSourceConnector, "io.confluent.connect.jdbc.JdbcSourceConnector"),
             (JdbcSinkConnector, "io.confluent.connect.jdbc.JdbcSinkConnector"),
+            (PostgresConnector, "io.debezium.connector.postgresql.PostgresConnector"),
         ]
         converters = [
             (JsonConverter, "org.apache.kafka.connect.json.JsonConverter"),
             (StringConverter, "org.apache.kafka.connect.storage.StringConverter"),
             (ByteArrayConverter, "org.apache.kafka.connect.converters.ByteArrayConverter"),
             (AvroConverter, "io.confluent.connect.avro.AvroConverter"),
+            (ProtobufConverter, "io.confluent.connect.protobuf.ProtobufConverter"),
+            (JsonSchemaConverter, "io.confluent.connect.json.JsonSchemaConverter"),
         ]
         return cls(
             [Plugin(own(c), _connector_kind(c), c, kafka) for c, kafka in connectors]

@@ -1,0 +1,376 @@
+"""Connect's schema registry converters and source settings on a real broker, registry and
+worker: Confluent's ProtobufConverter and JsonSchemaConverter round trip Connect data, write
+what confluent-kafka's Protobuf and JSON Schema deserializers read and read what its
+serializers write; a worker writes a FileStream source with each. One broker, one registry
+and one distributed worker serve the whole module."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.request
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from broker_process import BrokerProcess
+from confluent_kafka import Consumer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.confluent.type import decimal_pb2
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pool, message_factory
+from google.type import date_pb2
+from service_process import ServiceProcess
+
+from strom.connect.data import (
+    BOOLEAN,
+    BYTES,
+    DATE,
+    DECIMAL,
+    FLOAT64,
+    INT8,
+    INT32,
+    INT64,
+    STRING,
+    TIMESTAMP,
+    DataException,
+    Schema,
+    Struct,
+)
+from strom.connect.json_schema_converter import JsonSchemaConverter
+from strom.connect.protobuf_converter import ProtobufConverter, known_pool
+from strom.services.protobuf_schemas import compile_proto
+
+ADDRESS = Schema.struct([("city", Schema(STRING)), ("zip", Schema(STRING, optional=True))])
+ORDER = Schema.struct(
+    [
+        ("tiny", Schema(INT8)),
+        ("count", Schema(INT32)),
+        ("id", Schema(INT64)),
+        ("price", Schema(FLOAT64)),
+        ("paid", Schema(BOOLEAN)),
+        ("note", Schema(STRING, optional=True)),
+        ("blob", Schema(BYTES)),
+        ("tags", Schema.array(Schema(INT32))),
+        ("labels", Schema.map(Schema(STRING), Schema(INT64))),
+        ("address", ADDRESS),
+        ("amount", Schema(BYTES, name=DECIMAL, version=1, parameters={"scale": "2"})),
+        ("day", Schema(INT32, name=DATE, version=1)),
+        ("at", Schema(INT64, name=TIMESTAMP, version=1)),
+    ],
+    name="shop.Order",
+)
+# The message Confluent's ProtobufData makes of ORDER, written by hand.
+ORDER_PROTO = """
+syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+import "google/type/date.proto";
+import "confluent/type/decimal.proto";
+message Order {
+  int32 tiny = 1;
+  int32 count = 2;
+  int64 id = 3;
+  double price = 4;
+  bool paid = 5;
+  string note = 6;
+  bytes blob = 7;
+  repeated int32 tags = 8;
+  repeated ConnectDefault1Entry labels = 9;
+  ConnectDefault2 address = 10;
+  confluent.type.Decimal amount = 11;
+  google.type.Date day = 12;
+  google.protobuf.Timestamp at = 13;
+  message ConnectDefault1Entry { string key = 1; int64 value = 2; }
+  message ConnectDefault2 { string city = 1; string zip = 2; }
+}
+"""
+
+
+def order_value() -> Struct:
+    return Struct(
+        ORDER,
+        {
+            "tiny": -3,
+            "count": 70000,
+            "id": 2**40,
+            "price": 9.75,
+            "paid": True,
+            "note": None,
+            "blob": b"\x00\xff",
+            "tags": [1, 2],
+            "labels": {"a": 1},
+            "address": Struct(ADDRESS, {"city": "Oslo", "zip": None}),
+            "amount": Decimal("12.34"),
+            "day": 19000,
+            "at": 1_700_000_000_123,
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("broker") / "data")
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def registry(broker: BrokerProcess) -> Iterator[str]:
+    process = ServiceProcess(
+        ["schema-registry", "--bootstrap-server", broker.bootstrap,
+         "--listener", "http://127.0.0.1:0"]
+    )  # fmt: skip
+    yield process.url
+    process.stop()
+
+
+def protobuf(registry: str, **settings: str) -> ProtobufConverter:
+    made = ProtobufConverter()
+    made.configure({"schema.registry.url": registry, **settings}, is_key=False)
+    return made
+
+
+def json_schema(registry: str, **settings: str) -> JsonSchemaConverter:
+    made = JsonSchemaConverter()
+    made.configure({"schema.registry.url": registry, **settings}, is_key=False)
+    return made
+
+
+def latest(registry: str, subject: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{registry}/subjects/{subject}/versions/latest") as answer:
+        found: dict[str, Any] = json.loads(answer.read())
+    return found
+
+
+def value_context(topic: str) -> SerializationContext:
+    return SerializationContext(topic, MessageField.VALUE)
+
+
+def order_class() -> Any:
+    """The hand-written Order message's class, compiled by protoc."""
+    imports = {
+        module.DESCRIPTOR.name: base64.b64encode(module.DESCRIPTOR.serialized_pb).decode()
+        for module in (date_pb2, decimal_pb2)
+    }
+    files = compile_proto(ORDER_PROTO, imports)
+    pool = known_pool()
+    main = files.file[-1]
+    pool.Add(main)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
+
+
+# Protobuf -------------------------------------------------------------------------------------
+
+
+def test_protobuf_round_trips_and_confluent_kafka_reads_it(registry: str) -> None:
+    written = protobuf(registry).from_connect_data("pb-orders", ORDER, order_value())
+    assert written is not None and written[:1] == b"\x00" and written[5:6] == b"\x00"
+    registered = latest(registry, "pb-orders-value")
+    assert registered["schemaType"] == "PROTOBUF"
+    assert int.from_bytes(written[1:5], "big") == registered["id"]
+
+    schema, value = protobuf(registry).to_connect_data("pb-orders", written)  # a cold cache
+    assert schema is not None and schema.name == "Order"
+    fields = {f.name: f.schema for f in schema.fields}
+    assert [f.name for f in schema.fields] == [f.name for f in ORDER.fields]
+    assert all(s.optional for s in fields.values())  # proto3: every field optional
+    assert fields["tiny"].type == INT8  # connect.type kept in confluent.field_meta
+    assert fields["id"].parameters == {"io.confluent.connect.protobuf.Tag": "3"}
+    assert fields["amount"].name == DECIMAL and fields["amount"].parameters["scale"] == "2"
+    assert fields["labels"].key_schema.type == STRING  # type: ignore[union-attr]
+    expected = dict(order_value().values, note="")  # an unset proto3 string reads ""
+    got = dict(value.values)
+    assert got.pop("address").values == {"city": "Oslo", "zip": ""}
+    assert got == {k: v for k, v in expected.items() if k != "address"}
+
+    message_class = order_class()
+    read = ProtobufDeserializer(
+        message_class, {"use.deprecated.format": False}, SchemaRegistryClient({"url": registry})
+    )(written, value_context("pb-orders"))
+    assert (read.tiny, read.count, read.id, read.paid) == (-3, 70000, 2**40, True)
+    assert read.address.city == "Oslo" and list(read.tags) == [1, 2]
+    assert [(e.key, e.value) for e in read.labels] == [("a", 1)]
+    assert (read.day.year, read.day.month, read.day.day) == (2022, 1, 8)
+    assert read.at.seconds == 1_700_000_000 and read.at.nanos == 123_000_000
+    assert int.from_bytes(read.amount.value, "big", signed=True) == 1234 and read.amount.scale == 2
+
+
+def test_protobuf_reads_what_confluent_kafka_writes(registry: str) -> None:
+    message_class = order_class()
+    message = message_class(tiny=1, id=5, note="hi", tags=[3])
+    message.address.city = "Rome"
+    message.labels.add(key="k", value=9)
+    message.at.seconds = 10
+    serialize = ProtobufSerializer(
+        message_class, SchemaRegistryClient({"url": registry}), {"use.deprecated.format": False}
+    )
+    data = serialize(message, value_context("pb-clicks"))
+    schema, value = protobuf(registry).to_connect_data("pb-clicks", data)
+    assert schema is not None and schema.name == "Order"
+    assert value.values["id"] == 5 and value.values["note"] == "hi" and value.values["tags"] == [3]
+    assert value.values["labels"] == {"k": 9} and value.values["at"] == 10_000
+    assert value.values["address"].values["city"] == "Rome"
+    assert value.get("amount") is None and value.get("day") is None  # unset messages
+
+    primitive = protobuf(registry).from_connect_data("pb-words", Schema(STRING), "hello")
+    assert protobuf(registry).to_connect_data("pb-words", primitive) == (Schema(STRING), "hello")
+
+
+def test_protobuf_bad_input_is_one_clear_error(registry: str) -> None:
+    with pytest.raises(DataException, match="Unknown magic byte"):
+        protobuf(registry).to_connect_data("pb-orders", b"{not protobuf}")
+    with pytest.raises(DataException, match="needs a schema"):
+        protobuf(registry).from_connect_data("pb-orders", None, {"a": 1})
+    with pytest.raises(DataException, match="Unsupported root schema of type ARRAY"):
+        protobuf(registry).from_connect_data("pb-x", Schema.array(Schema(INT32)), [1])
+    bad = Struct(ORDER, dict(order_value().values, count="many"))
+    with pytest.raises(DataException, match="Invalid type for INT32: str"):
+        protobuf(registry).from_connect_data("pb-orders", ORDER, bad)
+
+
+# JSON Schema ----------------------------------------------------------------------------------
+
+
+def test_json_schema_round_trips_and_confluent_kafka_reads_it(registry: str) -> None:
+    written = json_schema(registry).from_connect_data("js-orders", ORDER, order_value())
+    assert written is not None and written[:1] == b"\x00"
+    registered = latest(registry, "js-orders-value")
+    assert registered["schemaType"] == "JSON"
+    document = json.loads(registered["schema"])
+    assert document["title"] == "shop.Order" and document["type"] == "object"
+    assert document["properties"]["tiny"] == {
+        "type": "integer",
+        "connect.type": "int8",
+        "connect.index": 0,
+    }
+    assert document["properties"]["note"] == {
+        "oneOf": [{"type": "null"}, {"type": "string"}],
+        "connect.index": 5,
+    }
+
+    schema, value = json_schema(registry).to_connect_data("js-orders", written)
+    assert schema == ORDER
+    assert value == order_value()
+
+    read = JSONDeserializer(None, schema_registry_client=SchemaRegistryClient({"url": registry}))(
+        written, value_context("js-orders")
+    )
+    assert read["id"] == 2**40 and read["note"] is None and read["blob"] == "AP8="
+    assert read["address"] == {"city": "Oslo", "zip": None} and read["amount"] == "BNI="
+
+
+def test_json_schema_reads_what_confluent_kafka_writes(registry: str) -> None:
+    plain = {
+        "type": "object",
+        "title": "Click",
+        "properties": {
+            "user": {"type": "string"},
+            "ms": {"type": "integer"},
+            "score": {"type": "number"},
+            "ref": {"oneOf": [{"type": "null"}, {"type": "string"}]},
+            "tags": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["user"],
+    }
+    serialize = JSONSerializer(json.dumps(plain), SchemaRegistryClient({"url": registry}))
+    data = serialize(
+        {"user": "ann", "ms": 5, "score": 0.5, "ref": None, "tags": ["x"]},
+        value_context("js-clicks"),
+    )
+    schema, value = json_schema(registry).to_connect_data("js-clicks", data)
+    assert schema is not None and schema.name == "Click"
+    assert [(f.name, f.schema.type, f.schema.optional) for f in schema.fields] == [
+        ("user", STRING, False),
+        ("ms", INT64, False),
+        ("score", FLOAT64, False),
+        ("ref", STRING, True),
+        ("tags", "array", False),
+    ]
+    assert value.values == {"user": "ann", "ms": 5, "score": 0.5, "ref": None, "tags": ["x"]}
+
+
+def test_json_schema_checks_values_when_asked_and_refuses_bad_bytes(registry: str) -> None:
+    closed = json_schema(
+        registry,
+        **{"json.fail.invalid.schema": "true", "auto.register.schemas": "false"},
+    )
+    json_schema(registry).from_connect_data("js-checked", ADDRESS, Struct(ADDRESS, {"city": "A"}))
+    other = Schema.struct([("city", Schema(INT32))])
+    with pytest.raises(DataException, match="not valid for its schema"):
+        closed.from_connect_data("js-checked", other, Struct(other, {"city": 5}))
+    with pytest.raises(DataException, match="Unknown magic byte"):
+        json_schema(registry).to_connect_data("js-orders", b"{}")
+
+
+# A worker writing with them -------------------------------------------------------------------
+
+
+def test_a_worker_writes_a_file_source_with_each_converter(
+    broker: BrokerProcess, registry: str, tmp_path: Path
+) -> None:
+    from test_connect import Worker, wait_for
+
+    source_file = tmp_path / "in.txt"
+    source_file.write_text("first\nsecond\n")
+    worker_file = tmp_path / "standalone.properties"
+    worker_file.write_text(
+        f"bootstrap.servers={broker.bootstrap}\n"
+        "key.converter=org.apache.kafka.connect.storage.StringConverter\n"
+        "value.converter=io.confluent.connect.protobuf.ProtobufConverter\n"
+        f"value.converter.schema.registry.url={registry}\n"
+        f"offset.storage.file.filename={tmp_path / 'offsets'}\n"
+        "offset.flush.interval.ms=200\nlisteners=http://127.0.0.1:0\n"
+    )
+    pb_source = tmp_path / "pb.properties"
+    pb_source.write_text(
+        f"name=pb-src\nconnector.class=FileStreamSource\nfile={source_file}\ntopic=pb-lines\n"
+        "transforms=hoist\ntransforms.hoist.type=org.apache.kafka.connect.transforms.HoistField$Value\n"
+        "transforms.hoist.field=line\n"
+    )
+    js_source = tmp_path / "js.properties"
+    js_source.write_text(
+        f"name=js-src\nconnector.class=FileStreamSource\nfile={source_file}\ntopic=js-lines\n"
+        "value.converter=JsonSchemaConverter\n"
+        f"value.converter.schema.registry.url={registry}\n"
+    )
+    process = Worker("standalone", worker_file, pb_source, js_source)
+    client = SchemaRegistryClient({"url": registry})
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(
+        compile_proto('syntax = "proto3"; message ConnectDefault1 { string line = 1; }').file[-1]
+    )
+    line_class = message_factory.GetMessageClass(pool.FindMessageTypeByName("ConnectDefault1"))
+    readers = {
+        "pb-lines": ProtobufDeserializer(line_class, {"use.deprecated.format": False}, client),
+        "js-lines": JSONDeserializer(None, schema_registry_client=client),
+    }
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "conv-check",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe(list(readers))
+    lines: dict[str, list[Any]] = {topic: [] for topic in readers}
+    try:
+
+        def all_four() -> bool:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                topic = message.topic()
+                lines[topic].append(readers[topic](message.value(), value_context(topic)))
+            return sum(map(len, lines.values())) == 4
+
+        wait_for(all_four, "both lines of both topics read back with confluent-kafka")
+        assert [m.line for m in lines["pb-lines"]] == ["first", "second"]
+        assert lines["js-lines"] == ["first", "second"]
+    finally:
+        consumer.close()
+        process.stop()
