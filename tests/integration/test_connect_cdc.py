@@ -1,0 +1,291 @@
+"""PostgreSQL change data capture (Debezium's PostgresConnector) in the Connect worker: a
+real PostgreSQL with wal_level=logical (tests/postgres_process.py), a real broker and a
+real distributed worker process with exactly-once source support, driven over its REST
+API; each test's connector has its own slot, publication and topic prefix.
+
+Covers: the snapshot of existing rows as ``r`` events, then an insert, an update and a
+delete with Debezium's envelope, schemas, source block, key and the tombstone after the
+delete, and a table outside ``table.include.list`` not captured; REPLICA IDENTITY FULL
+giving ``before``; a key update as delete, tombstone and create; the offsets in the offsets
+topic in Debezium's shape; bad configs refused with a 400 naming the key; and the worker
+killed with SIGKILL while a writer keeps committing, restarted: an independent
+read_committed reader finds every committed change once (exactly once), and a standalone
+worker without exactly-once support killed the same way loses none (at least once).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from broker_process import BrokerProcess
+from confluent_kafka import Consumer, TopicPartition
+from postgres_process import PostgresProcess
+from test_connect import Worker, distributed_properties, error_of, wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+CLASS = "io.debezium.connector.postgresql.PostgresConnector"
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresProcess]:
+    process = PostgresProcess().start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    # a killed worker leaves its group after 3 s, not Kafka's minimum of 6
+    process = BrokerProcess(
+        tmp_path_factory.mktemp("broker") / "data", {"group.min.session.timeout.ms": "1000"}
+    )
+    process.start()
+    yield process
+    if process.alive():
+        process.stop()
+
+
+class Workers:
+    """The module's distributed worker; the kill test replaces it."""
+
+    def __init__(self, properties: Path) -> None:
+        self.properties = properties
+        self.current = Worker("distributed", properties)
+
+    def restart_after_kill(self) -> None:
+        self.current.proc.kill()
+        self.current.proc.wait(10)
+        self.current = Worker("distributed", self.properties)
+
+
+@pytest.fixture(scope="module")
+def workers(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    properties = distributed_properties(tmp_path_factory.mktemp("cdc"), broker, "connect-cdc")
+    with properties.open("a") as out:
+        out.write("exactly.once.source.support=enabled\nsession.timeout.ms=3000\n")
+    held = Workers(properties)
+    yield held
+    if held.current.proc.poll() is None:
+        held.current.stop()
+
+
+def cdc_config(postgres: PostgresProcess, prefix: str, **extra: str) -> dict[str, str]:
+    return {
+        "connector.class": CLASS,
+        "database.hostname": "127.0.0.1",
+        "database.port": str(postgres.port),
+        "database.user": "postgres",
+        "database.dbname": "postgres",
+        "topic.prefix": prefix,
+        "slot.name": f"slot_{prefix}",
+        "publication.name": f"pub_{prefix}",
+        "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+        **extra,
+    }
+
+
+def create(worker: Worker, name: str, config: dict[str, str]) -> None:
+    code, body = worker.call("POST", "/connectors", {"name": name, "config": config})
+    assert code == 201, body
+
+
+class TopicReader:
+    """A topic's records (key and value JSON-decoded) as a read_committed consumer sees
+    them, read as they come."""
+
+    def __init__(self, broker: BrokerProcess, topic: str) -> None:
+        self.consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cdc-check",
+                                  "isolation.level": "read_committed",
+                                  "enable.auto.commit": False})  # fmt: skip
+        self.consumer.assign([TopicPartition(topic, 0, 0)])
+        self.records: list[tuple[Any, Any]] = []
+
+    def read(self) -> int:
+        for message in self.consumer.consume(1000, 0.2):
+            if message.error() is None:
+                key = None if message.key() is None else json.loads(message.key())
+                value = None if message.value() is None else json.loads(message.value())
+                self.records.append((key, value))
+        return len(self.records)
+
+    def wait(self, count: int, timeout: float = 60) -> list[tuple[Any, Any]]:
+        wait_for(lambda: self.read() >= count, f"{count} records", timeout=timeout)
+        return self.records
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def payloads(records: list[tuple[Any, Any]]) -> list[Any]:
+    return [None if value is None else value["payload"] for _, value in records]
+
+
+def test_snapshot_then_inserts_updates_and_deletes(
+    workers: Workers, postgres: PostgresProcess, broker: BrokerProcess
+) -> None:
+    postgres.query(
+        "CREATE TABLE customers (id INT PRIMARY KEY, name TEXT NOT NULL, balance NUMERIC(10,2),"
+        " active BOOLEAN, born DATE, seen TIMESTAMPTZ, added TIMESTAMP, tags JSONB, uid UUID,"
+        " photo BYTEA, score DOUBLE PRECISION, visits BIGINT, amount NUMERIC)"
+    )
+    postgres.query("CREATE TABLE ignored (id INT PRIMARY KEY)")
+    postgres.query(
+        "INSERT INTO customers VALUES (1, 'ann', 12.50, true, '1990-01-02', "
+        "'2026-01-02 03:04:05.25+00', '2026-01-02 03:04:05.123456', '{\"a\": 1}', "
+        "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '\\x0102', 1.5, 9000000000, 3.14159), "
+        "(2, 'bob', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)"
+    )
+    postgres.query("INSERT INTO ignored VALUES (1)")
+    create(workers.current, "cdc-main", cdc_config(postgres, "main",
+                                                   **{"table.include.list": "public.customers"}))  # fmt: skip
+    reader = TopicReader(broker, "main.public.customers")
+    try:
+        snapshot = reader.wait(2)
+        (key1, first), (_, second) = snapshot[:2]
+        assert key1["payload"] == {"id": 1}
+        assert key1["schema"] == {"type": "struct", "optional": False, "name": "main.public.customers.Key",
+                                  "fields": [{"type": "int32", "optional": False, "field": "id"}]}  # fmt: skip
+        envelope = first["schema"]
+        assert envelope["name"] == "main.public.customers.Envelope" and envelope["version"] == 2
+        assert [f["field"] for f in envelope["fields"]] == [
+            "before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns"]  # fmt: skip
+        value_fields = {f["field"]: f for f in envelope["fields"][1]["fields"]}
+        assert value_fields["name"] == {"type": "string", "optional": False, "field": "name"}
+        assert value_fields["balance"]["name"] == "org.apache.kafka.connect.data.Decimal"
+        assert value_fields["balance"]["parameters"] == {"scale": "2", "connect.decimal.precision": "10"}
+        assert value_fields["amount"]["name"] == "io.debezium.data.VariableScaleDecimal"
+        assert value_fields["seen"]["name"] == "io.debezium.time.ZonedTimestamp"
+        assert value_fields["added"]["name"] == "io.debezium.time.MicroTimestamp"
+        assert value_fields["born"]["name"] == "io.debezium.time.Date"
+        assert value_fields["tags"]["name"] == "io.debezium.data.Json"
+        assert value_fields["uid"]["name"] == "io.debezium.data.Uuid"
+        source_fields = [f["field"] for f in envelope["fields"][2]["fields"]]
+        for name in ("version", "connector", "name", "ts_ms", "snapshot", "db", "schema", "table",
+                     "txId", "lsn"):  # fmt: skip
+            assert name in source_fields
+        row = first["payload"]
+        assert row["op"] == "r" and row["before"] is None
+        after = row["after"]
+        assert base64.b64decode(after["balance"]) == (1250).to_bytes(2, "big")
+        assert after["amount"] == {"scale": 5, "value": base64.b64encode((314159).to_bytes(3, "big")).decode()}
+        assert after | {"balance": None, "amount": None} == {
+            "id": 1, "name": "ann", "balance": None, "active": True, "born": 7306,
+            "seen": "2026-01-02T03:04:05.25Z", "added": 1767323045123456, "tags": '{"a": 1}',
+            "uid": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            "photo": base64.b64encode(b"\x01\x02").decode(), "score": 1.5,
+            "visits": 9000000000, "amount": None,
+        }  # fmt: skip
+        source = row["source"]
+        assert source["connector"] == "postgresql" and source["name"] == "main"
+        assert source["db"] == "postgres" and (source["schema"], source["table"]) == ("public", "customers")
+        assert [source["snapshot"], second["payload"]["source"]["snapshot"]] == ["first", "last"]
+        assert second["payload"]["after"]["name"] == "bob" and second["payload"]["after"]["balance"] is None
+
+        postgres.query("INSERT INTO customers (id, name) VALUES (3, 'cid')")
+        postgres.query("UPDATE customers SET name = 'carl' WHERE id = 3")
+        postgres.query("DELETE FROM customers WHERE id = 2")
+        changes = reader.wait(6)[2:]
+        inserted, updated, deleted, tombstone = payloads(changes)
+        assert (inserted["op"], inserted["before"], inserted["after"]["name"]) == ("c", None, "cid")
+        assert inserted["source"]["snapshot"] == "false" and inserted["source"]["lsn"] > 0
+        assert inserted["source"]["txId"] != updated["source"]["txId"]
+        assert (updated["op"], updated["before"], updated["after"]["name"]) == ("u", None, "carl")
+        assert deleted["op"] == "d" and deleted["after"] is None
+        # the default replica identity carries the key; a required column gets its zero
+        assert deleted["before"] | {"id": 2} == deleted["before"] and deleted["before"]["name"] == ""
+        assert tombstone is None
+        assert [key["payload"] for key, _ in changes] == [{"id": 3}, {"id": 3}, {"id": 2}, {"id": 2}]
+    finally:
+        reader.close()
+    offsets = committed_offsets(broker, "connect-cdc-offsets")
+    stored = offsets[json.dumps(["cdc-main", {"server": "main"}], separators=(",", ":"))]
+    assert {"lsn", "lsn_commit", "lsn_proc", "txId", "ts_usec", "lsn_events_processed"} <= set(stored)
+    assert not topic_exists(broker, "main.public.ignored")
+    workers.current.call("DELETE", "/connectors/cdc-main")
+
+
+def committed_offsets(broker: BrokerProcess, topic: str) -> dict[str, Any]:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cdc-offsets",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})  # fmt: skip
+    metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in metadata.partitions}
+    consumer.assign([TopicPartition(topic, p, 0) for p in metadata.partitions])
+    latest: dict[str, Any] = {}
+    done: set[int] = {p for p, end in ends.items() if end == 0}
+
+    def read_all() -> bool:
+        for message in consumer.consume(1000, 0.2):
+            if message.error() is None:
+                latest[message.key().decode()] = json.loads(message.value())
+                if message.offset() + 1 >= ends[message.partition()] - 1:
+                    done.add(message.partition())
+        positions = consumer.position([TopicPartition(topic, p) for p in metadata.partitions])
+        return all(tp.offset >= ends[tp.partition] - 1 or tp.partition in done for tp in positions)
+
+    wait_for(read_all, "the offsets topic read")
+    consumer.close()
+    return latest
+
+
+def topic_exists(broker: BrokerProcess, topic: str) -> bool:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cdc-topics"})
+    try:
+        return topic in consumer.list_topics(timeout=10).topics
+    finally:
+        consumer.close()
+
+
+def test_replica_identity_full_and_key_changes(
+    workers: Workers, postgres: PostgresProcess, broker: BrokerProcess
+) -> None:
+    postgres.query("CREATE TABLE accounts (id INT PRIMARY KEY, owner TEXT, amount INT)")
+    postgres.query("ALTER TABLE accounts REPLICA IDENTITY FULL")
+    create(workers.current, "cdc-full", cdc_config(postgres, "full", **{
+        "table.include.list": "public\\.acc.*", "snapshot.mode": "never",
+        "publication.autocreate.mode": "filtered"}))  # fmt: skip
+    wait_for(lambda: postgres.query("SELECT active FROM pg_replication_slots WHERE slot_name = "
+                                    "'slot_full'") == [(True,)], "the slot streaming")  # fmt: skip
+    postgres.query("INSERT INTO accounts VALUES (1, 'ann', 10)")
+    postgres.query("UPDATE accounts SET amount = 20 WHERE id = 1")
+    postgres.query("UPDATE accounts SET id = 2 WHERE id = 1")
+    postgres.query("DELETE FROM accounts WHERE id = 2")
+    reader = TopicReader(broker, "full.public.accounts")
+    try:
+        records = reader.wait(7)
+    finally:
+        reader.close()
+    values = payloads(records)
+    assert [v and v["op"] for v in values] == ["c", "u", "d", None, "c", "d", None]
+    assert values[1]["before"] == {"id": 1, "owner": "ann", "amount": 10}
+    assert values[1]["after"] == {"id": 1, "owner": "ann", "amount": 20}
+    # the key changed: the old key's row deleted (with a tombstone), the new one created
+    assert values[2]["before"] == {"id": 1, "owner": "ann", "amount": 20}
+    assert [key["payload"] for key, _ in records[2:5]] == [{"id": 1}, {"id": 1}, {"id": 2}]
+    assert values[4]["after"] == {"id": 2, "owner": "ann", "amount": 20}
+    assert values[5]["before"] == {"id": 2, "owner": "ann", "amount": 20}
+    assert postgres.query("SELECT puballtables FROM pg_publication WHERE pubname = 'pub_full'") == [
+        (False,)
+    ]
+    workers.current.call("DELETE", "/connectors/cdc-full")
+
+
+def test_bad_configs_are_refused_naming_the_key(
+    workers: Workers, postgres: PostgresProcess
+) -> None:
+    config = cdc_config(postgres, "bad", **{"plugin.name": "decoderbufs"})
+    code, message = error_of(workers.current.call("POST", "/connectors",
+                                                  {"name": "bad", "config": config}))  # fmt: skip
+    assert code == 400 and "plugin.name" in message and "decoderbufs" in message, message
+    config = cdc_config(postgres, "bad")
+    del config["topic.prefix"]
+    code, message = error_of(workers.current.call("POST", "/connectors",
+                                                  {"name": "bad", "config": config}))  # fmt: skip
+    assert code == 400 and "topic.prefix" in message, message
