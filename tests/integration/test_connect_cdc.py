@@ -124,6 +124,12 @@ class TopicReader:
         self.consumer.close()
 
 
+def wait_streaming(postgres: PostgresProcess, slot: str) -> None:
+    """Until the connector streams from its slot (its snapshot, if any, done)."""
+    query = "SELECT active FROM pg_replication_slots WHERE slot_name = %s"
+    wait_for(lambda: postgres.query(query, slot) == [(True,)], f"slot {slot} streaming")
+
+
 def payloads(records: list[tuple[Any, Any]]) -> list[Any]:
     return [None if value is None else value["payload"] for _, value in records]
 
@@ -144,23 +150,29 @@ def test_snapshot_then_inserts_updates_and_deletes(
         "(2, 'bob', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)"
     )
     postgres.query("INSERT INTO ignored VALUES (1)")
-    create(workers.current, "cdc-main", cdc_config(postgres, "main",
-                                                   **{"table.include.list": "public.customers"}))  # fmt: skip
+    config = cdc_config(postgres, "main", **{"table.include.list": "public.customers"})
+    create(workers.current, "cdc-main", config)
     reader = TopicReader(broker, "main.public.customers")
     try:
         snapshot = reader.wait(2)
         (key1, first), (_, second) = snapshot[:2]
         assert key1["payload"] == {"id": 1}
-        assert key1["schema"] == {"type": "struct", "optional": False, "name": "main.public.customers.Key",
-                                  "fields": [{"type": "int32", "optional": False, "field": "id"}]}  # fmt: skip
+        assert key1["schema"] == {
+            "type": "struct", "optional": False, "name": "main.public.customers.Key",
+            "fields": [{"type": "int32", "optional": False, "field": "id"}],
+        }  # fmt: skip
         envelope = first["schema"]
         assert envelope["name"] == "main.public.customers.Envelope" and envelope["version"] == 2
         assert [f["field"] for f in envelope["fields"]] == [
-            "before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns"]  # fmt: skip
+            "before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns",
+        ]  # fmt: skip
         value_fields = {f["field"]: f for f in envelope["fields"][1]["fields"]}
         assert value_fields["name"] == {"type": "string", "optional": False, "field": "name"}
         assert value_fields["balance"]["name"] == "org.apache.kafka.connect.data.Decimal"
-        assert value_fields["balance"]["parameters"] == {"scale": "2", "connect.decimal.precision": "10"}
+        assert value_fields["balance"]["parameters"] == {
+            "scale": "2",
+            "connect.decimal.precision": "10",
+        }
         assert value_fields["amount"]["name"] == "io.debezium.data.VariableScaleDecimal"
         assert value_fields["seen"]["name"] == "io.debezium.time.ZonedTimestamp"
         assert value_fields["added"]["name"] == "io.debezium.time.MicroTimestamp"
@@ -175,7 +187,10 @@ def test_snapshot_then_inserts_updates_and_deletes(
         assert row["op"] == "r" and row["before"] is None
         after = row["after"]
         assert base64.b64decode(after["balance"]) == (1250).to_bytes(2, "big")
-        assert after["amount"] == {"scale": 5, "value": base64.b64encode((314159).to_bytes(3, "big")).decode()}
+        assert after["amount"] == {
+            "scale": 5,
+            "value": base64.b64encode((314159).to_bytes(3, "big")).decode(),
+        }
         assert after | {"balance": None, "amount": None} == {
             "id": 1, "name": "ann", "balance": None, "active": True, "born": 7306,
             "seen": "2026-01-02T03:04:05.25Z", "added": 1767323045123456, "tags": '{"a": 1}',
@@ -185,9 +200,15 @@ def test_snapshot_then_inserts_updates_and_deletes(
         }  # fmt: skip
         source = row["source"]
         assert source["connector"] == "postgresql" and source["name"] == "main"
-        assert source["db"] == "postgres" and (source["schema"], source["table"]) == ("public", "customers")
+        assert source["db"] == "postgres" and (source["schema"], source["table"]) == (
+            "public",
+            "customers",
+        )
         assert [source["snapshot"], second["payload"]["source"]["snapshot"]] == ["first", "last"]
-        assert second["payload"]["after"]["name"] == "bob" and second["payload"]["after"]["balance"] is None
+        assert (
+            second["payload"]["after"]["name"] == "bob"
+            and second["payload"]["after"]["balance"] is None
+        )
 
         postgres.query("INSERT INTO customers (id, name) VALUES (3, 'cid')")
         postgres.query("UPDATE customers SET name = 'carl' WHERE id = 3")
@@ -200,23 +221,36 @@ def test_snapshot_then_inserts_updates_and_deletes(
         assert (updated["op"], updated["before"], updated["after"]["name"]) == ("u", None, "carl")
         assert deleted["op"] == "d" and deleted["after"] is None
         # the default replica identity carries the key; a required column gets its zero
-        assert deleted["before"] | {"id": 2} == deleted["before"] and deleted["before"]["name"] == ""
+        assert (
+            deleted["before"] | {"id": 2} == deleted["before"] and deleted["before"]["name"] == ""
+        )
         assert tombstone is None
-        assert [key["payload"] for key, _ in changes] == [{"id": 3}, {"id": 3}, {"id": 2}, {"id": 2}]
+        assert [key["payload"] for key, _ in changes] == [
+            {"id": 3},
+            {"id": 3},
+            {"id": 2},
+            {"id": 2},
+        ]
     finally:
         reader.close()
     offsets = committed_offsets(broker, "connect-cdc-offsets")
     stored = offsets[json.dumps(["cdc-main", {"server": "main"}], separators=(",", ":"))]
-    assert {"lsn", "lsn_commit", "lsn_proc", "txId", "ts_usec", "lsn_events_processed"} <= set(stored)
+    assert {"lsn", "lsn_commit", "lsn_proc", "txId", "ts_usec", "lsn_events_processed"} <= set(
+        stored
+    )
     assert not topic_exists(broker, "main.public.ignored")
     workers.current.call("DELETE", "/connectors/cdc-main")
 
 
 def committed_offsets(broker: BrokerProcess, topic: str) -> dict[str, Any]:
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cdc-offsets",
-                         "isolation.level": "read_committed", "enable.auto.commit": False})  # fmt: skip
+    consumer = Consumer({
+        "bootstrap.servers": broker.bootstrap, "group.id": "cdc-offsets",
+        "isolation.level": "read_committed", "enable.auto.commit": False,
+    })  # fmt: skip
     metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in metadata.partitions}
+    ends = {
+        p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in metadata.partitions
+    }
     consumer.assign([TopicPartition(topic, p, 0) for p in metadata.partitions])
     latest: dict[str, Any] = {}
     done: set[int] = {p for p, end in ends.items() if end == 0}
@@ -251,8 +285,7 @@ def test_replica_identity_full_and_key_changes(
     create(workers.current, "cdc-full", cdc_config(postgres, "full", **{
         "table.include.list": "public\\.acc.*", "snapshot.mode": "never",
         "publication.autocreate.mode": "filtered"}))  # fmt: skip
-    wait_for(lambda: postgres.query("SELECT active FROM pg_replication_slots WHERE slot_name = "
-                                    "'slot_full'") == [(True,)], "the slot streaming")  # fmt: skip
+    wait_streaming(postgres, "slot_full")
     postgres.query("INSERT INTO accounts VALUES (1, 'ann', 10)")
     postgres.query("UPDATE accounts SET amount = 20 WHERE id = 1")
     postgres.query("UPDATE accounts SET id = 2 WHERE id = 1")
@@ -289,3 +322,116 @@ def test_bad_configs_are_refused_naming_the_key(
     code, message = error_of(workers.current.call("POST", "/connectors",
                                                   {"name": "bad", "config": config}))  # fmt: skip
     assert code == 400 and "topic.prefix" in message, message
+
+
+class Writer(threading.Thread):
+    """Commits single-row changes until told to stop: an insert of row n, then an update
+    of row n - 1; ``committed`` lists each change, as (op, id), once its commit returned."""
+
+    def __init__(self, postgres: PostgresProcess, table: str) -> None:
+        super().__init__(daemon=True)
+        self.postgres = postgres
+        self.table = table
+        self.committed: list[tuple[str, int]] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        with self.postgres.connect() as connection:
+            n = 0
+            while not self.halt.is_set():
+                n += 1
+                connection.execute(f"INSERT INTO {self.table} VALUES (%s, 0)", (n,))
+                self.committed.append(("c", n))
+                if n > 1:
+                    connection.execute(f"UPDATE {self.table} SET n = 1 WHERE id = %s", (n - 1,))
+                    self.committed.append(("u", n - 1))
+                if n % 50 == 0:
+                    self.halt.wait(0.02)  # paced: the worker dies while changes keep coming
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(30)
+
+
+def changes_seen(reader: TopicReader) -> list[tuple[str, int]]:
+    return [(value["payload"]["op"], key["payload"]["id"]) for key, value in reader.records
+            if value is not None]  # fmt: skip
+
+
+def run_killed_worker(
+    postgres: PostgresProcess,
+    broker: BrokerProcess,
+    table: str,
+    topic: str,
+    kill_and_restart: Any,
+) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """A writer keeps committing while the worker streaming ``table`` into ``topic`` is
+    killed and restarted; the changes committed, and those the topic holds once the last
+    one has come (read_committed, by a reader of its own)."""
+    reader = TopicReader(broker, topic)
+    writer = Writer(postgres, table)
+    try:
+        writer.start()
+        reader.wait(300)
+        kill_and_restart()
+        seen_at_restart = reader.read()
+        reader.wait(seen_at_restart + 300)  # the new worker streams
+        writer.stop()
+        last = writer.committed[-1]
+
+        def last_seen() -> bool:
+            reader.read()
+            return last in changes_seen(reader)[-3:]
+
+        wait_for(last_seen, f"the last change {last}", timeout=90)
+        return writer.committed, changes_seen(reader)
+    finally:
+        writer.stop()
+        reader.close()
+
+
+def test_killed_worker_resumes_exactly_once(
+    workers: Workers, postgres: PostgresProcess, broker: BrokerProcess
+) -> None:
+    postgres.query("CREATE TABLE eos_rows (id INT PRIMARY KEY, n INT)")
+    config = cdc_config(postgres, "eos", **{"table.include.list": "public.eos_rows",
+                                            "exactly.once.support": "required"})  # fmt: skip
+    create(workers.current, "cdc-eos", config)
+    wait_streaming(postgres, "slot_eos")
+    committed, seen = run_killed_worker(
+        postgres, broker, "eos_rows", "eos.public.eos_rows", workers.restart_after_kill
+    )
+    assert seen == committed  # every committed change, once, in commit order
+
+
+def test_killed_standalone_worker_loses_nothing(
+    postgres: PostgresProcess, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    postgres.query("CREATE TABLE alo_rows (id INT PRIMARY KEY, n INT)")
+    worker_file = tmp_path / "standalone.properties"
+    worker_file.write_text(
+        f"bootstrap.servers={broker.bootstrap}\n"
+        "key.converter=org.apache.kafka.connect.json.JsonConverter\n"
+        "value.converter=org.apache.kafka.connect.json.JsonConverter\n"
+        f"offset.storage.file.filename={tmp_path / 'offsets'}\n"
+        "offset.flush.interval.ms=300\nlisteners=http://127.0.0.1:0\n"
+    )
+    connector = tmp_path / "cdc.json"
+    config = cdc_config(postgres, "alo", **{"table.include.list": "public.alo_rows"})
+    connector.write_text(json.dumps({"name": "cdc-alo", "config": config}))
+    held = {"worker": Worker("standalone", worker_file, connector)}
+    wait_streaming(postgres, "slot_alo")
+
+    def kill_and_restart() -> None:
+        held["worker"].proc.kill()
+        held["worker"].proc.wait(10)
+        held["worker"] = Worker("standalone", worker_file, connector)
+
+    try:
+        committed, seen = run_killed_worker(
+            postgres, broker, "alo_rows", "alo.public.alo_rows", kill_and_restart
+        )
+    finally:
+        held["worker"].stop()
+    assert set(committed) <= set(seen)  # at least once: nothing lost
+    assert len(seen) >= len(committed)
