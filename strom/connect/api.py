@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -101,6 +102,11 @@ class SourceConnector(Connector):
         (then ``exactly.once.support=required`` is refused)."""
         return None
 
+    def can_define_transaction_boundaries(self, config: Mapping[str, str]) -> bool:
+        """Whether its tasks may define their own transactions through
+        ``context.transaction_context()`` (KIP-618's ``transaction.boundary=connector``)."""
+        return False
+
     def alter_offsets(
         self, config: Mapping[str, str], offsets: Mapping[str, tuple[SourcePartition, Any]]
     ) -> bool:
@@ -173,13 +179,58 @@ class OffsetStorageReader(ABC):
         return [self.offset(partition) for partition in partitions]
 
 
+class TransactionContext:
+    """A source task's say over its transactions (KIP-618's ``transaction.boundary=
+    connector``): ask that the open transaction be committed or aborted after the batch
+    ``poll`` returned, or after one of its records. Thread-safe; the runtime acts on the
+    requests once it has sent the records concerned."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._batch: str | None = None
+        self._records: dict[int, str] = {}
+
+    def commit_transaction(self, record: SourceRecord | None = None) -> None:
+        """Commit after the current batch, or after ``record`` (one ``poll`` returned)."""
+        self._request("commit", record)
+
+    def abort_transaction(self, record: SourceRecord | None = None) -> None:
+        """Abort after the current batch, or after ``record``: the records of the open
+        transaction are discarded and their offsets not committed."""
+        self._request("abort", record)
+
+    def _request(self, what: str, record: SourceRecord | None) -> None:
+        with self._lock:
+            if record is None:
+                self._batch = what
+            else:
+                self._records[id(record)] = what
+
+    def requested_after(self, record: SourceRecord) -> str | None:
+        """ "commit", "abort" or None: what was asked for after this record (once)."""
+        with self._lock:
+            return self._records.pop(id(record), None)
+
+    def requested_after_batch(self) -> str | None:
+        with self._lock:
+            what, self._batch = self._batch, None
+            return what
+
+
 @dataclass
 class SourceTaskContext:
     task_config: dict[str, str]
     offset_storage_reader: OffsetStorageReader
+    transactions: TransactionContext | None = None
 
     def configs(self) -> dict[str, str]:
         return self.task_config
+
+    def transaction_context(self) -> TransactionContext | None:
+        """The task's TransactionContext when its connector defines the transactions
+        (exactly-once source support with ``transaction.boundary=connector``), else None,
+        as Kafka's ``transactionContext()``."""
+        return self.transactions
 
 
 ErrantRecordReporter = Callable[["SinkRecord", BaseException], None]

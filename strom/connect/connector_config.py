@@ -23,9 +23,11 @@ alias missing from ``predicates`` are reported here, on the key at fault, rather
 failing the task when it starts. A sink's dead letter queue may not be among its topics.
 
 What Strom does not serve yet is refused by validation, naming the key, never accepted
-and ignored: header converters, ``topic.creation.*``, ``transaction.boundary`` other than
-poll. ``exactly.once.support=required`` gets Kafka's preflight checks: the worker must
-have exactly-once source support and the connector must support it.
+and ignored: header converters, ``topic.creation.*``. ``exactly.once.support=required``
+gets Kafka's preflight checks: the worker must have exactly-once source support and the
+connector must support it; so does ``transaction.boundary=connector`` on such a worker
+(the connector must say it can define transactions). ``transaction.boundary=interval``
+takes ``transaction.boundary.interval.ms``.
 
 Does not own the plugins' own keys (each connector's ``CONFIG_DEF``) or the worker's.
 """
@@ -377,6 +379,21 @@ def _source_keys() -> list[cd.ConfigKey]:
             check=cd.one_of("poll", "interval", "connector", case_sensitive=False),
         ),
         cd.ConfigKey(
+            "transaction.boundary.interval.ms",
+            cd.LONG,
+            None,
+            cd.LOW,
+            "If 'transaction.boundary' is set to 'interval', determines the interval for "
+            "producer transaction commits by connector tasks. If unset, defaults to the value "
+            "of the worker-level 'offset.flush.interval.ms' property. It has no effect if a "
+            "different transaction.boundary is specified.",
+            group=EXACTLY_ONCE,
+            order_in_group=3,
+            width="SHORT",
+            display_name="Transaction boundary interval",
+            check=cd.at_least(0),
+        ),
+        cd.ConfigKey(
             "offsets.storage.topic",
             cd.STRING,
             None,
@@ -429,12 +446,15 @@ def _check_exactly_once(
         if message:
             values["exactly.once.support"].errors.append(message)
     boundary = (props.get("transaction.boundary") or "poll").lower()
-    if boundary != "poll" and not values["transaction.boundary"].errors:
+    if (
+        worker_support
+        and boundary == "connector"
+        and not values["transaction.boundary"].errors
+        and not connector.can_define_transaction_boundaries(props)
+    ):
         values["transaction.boundary"].errors.append(
             "The connector does not support connector-defined transaction boundaries with "
             "the given configuration."
-            if boundary == "connector"
-            else f"transaction.boundary={boundary} is {NOT_SERVED}: each poll is a transaction"
         )
 
 

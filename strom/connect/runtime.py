@@ -67,6 +67,7 @@ from strom.connect.api import (
     SourceTask,
     SourceTaskContext,
     Task,
+    TransactionContext,
 )
 from strom.connect.connector_config import client_overrides
 from strom.connect.errors import (
@@ -93,6 +94,9 @@ SINK_BATCH = 500
 SOURCE_TASK_CLASS = "org.apache.kafka.connect.runtime.WorkerSourceTask"  # as Kafka reports
 RETRY_PUT_MIN_S = 0.3
 RETRY_PUT_MAX_S = 10.0
+POLL_BOUNDARY = "poll"
+INTERVAL_BOUNDARY = "interval"
+CONNECTOR_BOUNDARY = "connector"
 
 
 def task_name(task_id: TaskId) -> str:
@@ -322,14 +326,28 @@ class _SourceTaskThread(_TaskThread):
             path.close()
 
     def execute_in_transactions(self) -> None:
-        """Exactly-once source support (KIP-618): each batch the task polls is one
-        transaction of its records and its source offsets, written to the offsets topic
-        by the same transactional producer (``transactional.id`` ``<group.id>-<connector>-
-        <task>``, so a task started again elsewhere fences this one). Readers with
-        read_committed, the worker's offset store among them, see both or neither."""
+        """Exactly-once source support (KIP-618): the task's records are written in
+        transactions, each with the source offsets of its records, written to the offsets
+        topic by the same transactional producer (``transactional.id`` ``<group.id>-
+        <connector>-<task>``, so a task started again elsewhere fences this one). Readers
+        with read_committed, the worker's offset store among them, see both or neither.
+        Where a transaction ends is the connector's ``transaction.boundary``: ``poll``
+        (each batch ``poll`` returns), ``interval`` (the first batch polled once
+        ``transaction.boundary.interval.ms``, default ``offset.flush.interval.ms``, has
+        passed since the transaction began) or ``connector`` (the task asks through
+        ``context.transaction_context()``). A pause commits the open transaction (left
+        open, it would hold back every read_committed reader); a stop commits it, or with
+        ``connector`` aborts it (the connector has not ended it; its records are read
+        again from the committed offsets)."""
         path = self.record_path()
         connector, number = self.spec.task_id
         config = self.runner.worker_config
+        settings = self.spec.connector_config
+        boundary = (settings.get("transaction.boundary") or POLL_BOUNDARY).lower()
+        interval_ms = settings.get("transaction.boundary.interval.ms")
+        interval_s = (
+            int(interval_ms) if interval_ms else config["offset.flush.interval.ms"]
+        ) / 1000
         producer = Producer(
             {
                 **self.client_settings("producer"),
@@ -339,6 +357,7 @@ class _SourceTaskThread(_TaskThread):
             }
         )
         failures: list[str] = []
+        timeout_s = self.flush_timeout_s * 6
 
         def delivered(record: SourceRecord, error: Any, message: Any) -> None:
             if error is not None:
@@ -348,37 +367,65 @@ class _SourceTaskThread(_TaskThread):
         assert isinstance(task, SourceTask)
         self.task = task
         reader = _StoreReader(self.runner.offset_store, connector)
-        try:
-            producer.init_transactions(self.flush_timeout_s * 6)
-            task.initialize(SourceTaskContext(dict(self.spec.task_config), reader))
-            task.start(dict(self.spec.task_config))
-            self.report(RUNNING)
-            while not self.stopping.is_set():
-                self.wait_while_paused(lambda: None)
-                if self.stopping.is_set():
-                    break
-                records = task.poll() or []
-                if not records:
-                    continue
-                pending: dict[bytes, tuple[Any, Any]] = {}
-                producer.begin_transaction()
-                for record in records:
-                    self._produce(producer, record, path, delivered)
-                    if record.source_partition is not None and record.source_offset is not None:
-                        partition = dict(record.source_partition)
-                        key = offset_key(connector, partition)
-                        pending[key] = (partition, dict(record.source_offset))
+        transactions = TransactionContext() if boundary == CONNECTOR_BOUNDARY else None
+        pending: dict[bytes, tuple[Any, Any]] = {}
+        began: float | None = None  # when the open transaction began
+
+        def finish(commit: bool) -> None:
+            nonlocal began
+            if began is None:
+                return
+            if commit:
                 for key, (_, offset) in pending.items():
                     producer.produce(config["offset.storage.topic"], compact_json(offset), key)
                 try:
-                    producer.commit_transaction(self.flush_timeout_s * 6)
+                    producer.commit_transaction(timeout_s)
                 except KafkaException:
-                    producer.abort_transaction(self.flush_timeout_s * 6)
+                    producer.abort_transaction(timeout_s)
                     raise
                 if failures:
                     raise ConnectException(f"Unrecoverable exception from producer: {failures[0]}")
                 self.runner.offset_store.note(pending)
                 task.commit()
+            else:
+                producer.abort_transaction(timeout_s)
+                failures.clear()
+            pending.clear()
+            began = None
+
+        try:
+            producer.init_transactions(timeout_s)
+            task.initialize(SourceTaskContext(dict(self.spec.task_config), reader, transactions))
+            task.start(dict(self.spec.task_config))
+            self.report(RUNNING)
+            while not self.stopping.is_set():
+                self.wait_while_paused(lambda: finish(True))
+                if self.stopping.is_set():
+                    break
+                for record in task.poll() or []:
+                    if began is None:
+                        producer.begin_transaction()
+                        began = time.monotonic()
+                    self._produce(producer, record, path, delivered)
+                    if record.source_partition is not None and record.source_offset is not None:
+                        partition = dict(record.source_partition)
+                        key = offset_key(connector, partition)
+                        pending[key] = (partition, dict(record.source_offset))
+                    if transactions is not None:
+                        asked = transactions.requested_after(record)
+                        if asked is not None:
+                            finish(asked == "commit")
+                producer.poll(0)
+                if transactions is not None:
+                    asked = transactions.requested_after_batch()
+                    if asked is not None:
+                        finish(asked == "commit")
+                elif boundary == INTERVAL_BOUNDARY:
+                    if began is not None and time.monotonic() - began >= interval_s:
+                        finish(True)
+                else:
+                    finish(True)
+            finish(transactions is None)
         finally:
             producer.flush(self.flush_timeout_s)
             path.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import urllib.request
 from collections.abc import Iterator
 from decimal import Decimal
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 from broker_process import BrokerProcess
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.confluent.type import decimal_pb2
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
@@ -25,7 +26,9 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pool, message_factory
 from google.type import date_pb2
 from service_process import ServiceProcess
+from test_connect import Worker, wait_for
 
+from strom.connect.api import SourceRecord, SourceTask
 from strom.connect.data import (
     BOOLEAN,
     BYTES,
@@ -42,7 +45,11 @@ from strom.connect.data import (
     Struct,
 )
 from strom.connect.json_schema_converter import JsonSchemaConverter
+from strom.connect.plugins import Plugins
 from strom.connect.protobuf_converter import ProtobufConverter, known_pool
+from strom.connect.runtime import InWorkerRunner, TaskSpec
+from strom.connect.stores import STARTED, FileOffsetStore
+from strom.connect.worker_config import DISTRIBUTED, WorkerConfig
 from strom.services.protobuf_schemas import compile_proto
 
 ADDRESS = Schema.struct([("city", Schema(STRING)), ("zip", Schema(STRING, optional=True))])
@@ -314,8 +321,6 @@ def test_json_schema_checks_values_when_asked_and_refuses_bad_bytes(registry: st
 def test_a_worker_writes_a_file_source_with_each_converter(
     broker: BrokerProcess, registry: str, tmp_path: Path
 ) -> None:
-    from test_connect import Worker, wait_for
-
     source_file = tmp_path / "in.txt"
     source_file.write_text("first\nsecond\n")
     worker_file = tmp_path / "standalone.properties"
@@ -374,3 +379,137 @@ def test_a_worker_writes_a_file_source_with_each_converter(
     finally:
         consumer.close()
         process.stop()
+
+
+# Transaction boundaries (KIP-618) -------------------------------------------------------------
+
+
+class NumbersTask(SourceTask):
+    """Polls the records "0", "1"... of its config's ``plan``: batches separated by ``|``,
+    each number optionally followed by ``c`` (commit after it) or ``a`` (abort after it),
+    a batch ending in ``!c`` / ``!a`` committing or aborting after the batch."""
+
+    def start(self, props: dict[str, str]) -> None:
+        self.topic = props["topic"]
+        self.batches = props["plan"].split("|")
+        self.idle = threading.Event()
+
+    def poll(self) -> list[SourceRecord] | None:
+        if not self.batches:
+            self.idle.wait(0.05)
+            return None
+        batch, _, after_batch = self.batches.pop(0).partition("!")
+        records = []
+        transactions = self.context.transaction_context()
+        for item in batch.split(","):
+            number = item.rstrip("ca")
+            record = SourceRecord(
+                {"numbers": self.topic},
+                {"n": int(number)},
+                self.topic,
+                0,
+                value_schema=Schema(STRING),
+                value=number,
+            )
+            records.append(record)
+            if item.endswith("c") and transactions is not None:
+                transactions.commit_transaction(record)
+            elif item.endswith("a") and transactions is not None:
+                transactions.abort_transaction(record)
+        if after_batch == "c" and transactions is not None:
+            transactions.commit_transaction()
+        elif after_batch == "a" and transactions is not None:
+            transactions.abort_transaction()
+        return records
+
+    def stop(self) -> None:
+        self.idle.set()
+
+
+@pytest.fixture(scope="module")
+def eos_runner(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """An exactly-once worker's task runner in this process, on the real broker."""
+    config = WorkerConfig(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "eos-bounds",
+            "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+            "value.converter": "org.apache.kafka.connect.storage.StringConverter",
+            "config.storage.topic": "eos-bounds-configs",
+            "offset.storage.topic": "eos-bounds-offsets",
+            "status.storage.topic": "eos-bounds-status",
+            "exactly.once.source.support": "enabled",
+        },
+        DISTRIBUTED,
+    )
+    store = FileOffsetStore(str(tmp_path_factory.mktemp("eos") / "offsets"))
+    runner = InWorkerRunner(config, Plugins.builtin(), store, lambda *state: None)
+    yield runner
+    runner.stop_all()
+
+
+def run_numbers(runner: Any, name: str, plan: str, **settings: str) -> None:
+    config = {"name": name, "connector.class": "FileStreamSource", "topic": name, **settings}
+    task = {"topic": name, "plan": plan}
+    runner.start(TaskSpec((name, 0), "source", NumbersTask, task, config), STARTED)
+
+
+def committed(broker: BrokerProcess, topic: str, count: int) -> tuple[list[str], int]:
+    """The first ``count`` values a read_committed reader sees and the partition's end
+    offset once they are there (each transaction's marker takes an offset)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"{topic}-check",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[str] = []
+    try:
+
+        def all_read() -> bool:
+            values.extend(
+                m.value().decode() for m in consumer.consume(100, 0.2) if m.error() is None
+            )
+            return len(values) >= count
+
+        wait_for(all_read, f"{count} committed records of {topic}")
+        end = consumer.get_watermark_offsets(TopicPartition(topic, 0), cached=False)[1]
+    finally:
+        consumer.close()
+    return values, end
+
+
+def test_interval_boundaries_make_fewer_transactions_than_polls(
+    broker: BrokerProcess, eos_runner: Any
+) -> None:
+    plan = "|".join(str(n) for n in range(20))  # one record a poll
+    run_numbers(eos_runner, "by-poll", plan)
+    run_numbers(
+        eos_runner,
+        "by-interval",
+        plan,
+        **{"transaction.boundary": "interval", "transaction.boundary.interval.ms": "1500"},
+    )
+    expected = [str(n) for n in range(20)]
+    values, end = committed(broker, "by-poll", 20)
+    assert values == expected and end == 40  # each poll's record, then its marker
+    values, end = committed(broker, "by-interval", 20)
+    assert values == expected and end - 20 < 20  # far fewer markers than polls
+    assert eos_runner.offset_store.get("by-interval", {"numbers": "by-interval"}) == {"n": 19}
+
+
+def test_a_connector_defines_its_transactions(broker: BrokerProcess, eos_runner: Any) -> None:
+    run_numbers(
+        eos_runner, "by-task", "0,1,2!c|3,4c,5|6,7!a|8,9c", **{"transaction.boundary": "connector"}
+    )
+    values, end = committed(broker, "by-task", 7)
+    # 0-2 committed after their batch, 3-4 after 4; 5-7 aborted with the batch; 8-9 after 9
+    assert values == ["0", "1", "2", "3", "4", "8", "9"]
+    assert end >= 10  # the seven records and three commit markers (the aborted may be unsent)
+    wait_for(
+        lambda: eos_runner.offset_store.get("by-task", {"numbers": "by-task"}) == {"n": 9},
+        "the committed offset after 9",
+    )

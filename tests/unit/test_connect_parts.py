@@ -99,8 +99,8 @@ PARTITIONS_RULE = "Number of partitions must be positive, or -1 to use the broke
         ),
         ({"listeners": "ftp://x:1"}, "configuration listeners"),
         (
-            {"value.converter": "io.confluent.connect.protobuf.ProtobufConverter"},
-            "Class io.confluent.connect.protobuf.ProtobufConverter could not be found.",
+            {"value.converter": "com.example.MadeUpConverter"},
+            "Class com.example.MadeUpConverter could not be found.",
         ),
         (
             {"exactly.once.source.support": "sometimes"},
@@ -291,6 +291,14 @@ def test_connector_validation_in_kafkas_shape() -> None:
     assert connector_config.errors_of(connector_config.validate(own_boundaries, plugins, True)) == [
         "The connector does not support connector-defined transaction boundaries with the "
         "given configuration."
+    ]
+    interval = {**exactly_once, "transaction.boundary": "interval"}
+    timed = {**interval, "transaction.boundary.interval.ms": "250"}
+    assert connector_config.errors_of(connector_config.validate(timed, plugins, True)) == []
+    negative = {**interval, "transaction.boundary.interval.ms": "-1"}
+    assert connector_config.errors_of(connector_config.validate(negative, plugins, True)) == [
+        "Invalid value -1 for configuration transaction.boundary.interval.ms: "
+        "Value must be at least 0"
     ]
 
 
