@@ -29,7 +29,7 @@ from strom.ksql import expressions as ex
 from strom.ksql import values as v
 from strom.ksql.aggregate_functions import is_aggregate
 from strom.ksql.metastore import KsqlStatementError
-from strom.ksql.scalar_functions import scalar_function
+from strom.ksql.scalar_functions import TIME_UNIT_NAMES, scalar_function
 
 # A compiled node: (row, lambda variables) -> value.
 Evaluator = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
@@ -641,9 +641,14 @@ class _Compiler:
                     f"Use of aggregate function {name} requires a GROUP BY clause."
                 )
             raise KsqlStatementError(f"Can't find any functions with the name '{name}'")
+        arguments = node.arguments
+        if name in _UNIT_FUNCTIONS and arguments and _is_time_unit(arguments[0]):
+            unit = arguments[0]
+            assert isinstance(unit, ex.ColumnReference)
+            arguments = (ex.Literal(unit.name.upper()), *arguments[1:])
         compiled: list[Compiled | None] = []
         argument_types: list[ex.SqlType | None] = []
-        for argument in node.arguments:
+        for argument in arguments:
             if isinstance(argument, ex.Lambda):
                 compiled.append(None)
                 argument_types.append(v.LambdaType(tuple(None for _ in argument.parameters), None))
@@ -651,7 +656,7 @@ class _Compiler:
                 item = self.compile(argument, lambdas)
                 compiled.append(item)
                 argument_types.append(item[1])
-        for index, argument in enumerate(node.arguments):
+        for index, argument in enumerate(arguments):
             if isinstance(argument, ex.Lambda):
                 parameter_types = function.lambda_parameter_types(argument_types, index)
                 if len(parameter_types) != len(argument.parameters):
@@ -664,14 +669,9 @@ class _Compiler:
         result_type = function.result_type(argument_types)
         implementation = function.bind(argument_types)
         evaluators = [c[0] for c in compiled if c is not None]
-        lambda_positions = [isinstance(a, ex.Lambda) for a in node.arguments]
 
         def call(row: Mapping[str, Any], variables: Mapping[str, Any]) -> Any:
-            arguments = [
-                fn(row, variables) if not is_lambda else fn(row, variables)
-                for fn, is_lambda in zip(evaluators, lambda_positions, strict=True)
-            ]
-            return implementation(*arguments)
+            return implementation(*[fn(row, variables) for fn in evaluators])
 
         return call, result_type
 
@@ -679,6 +679,20 @@ class _Compiler:
         raise KsqlStatementError(
             f"Lambda expressions are only allowed as function arguments: {expression_text(node)}"
         )
+
+
+# Functions whose first argument is a time unit written as a bare word (DAYS, SECONDS).
+_UNIT_FUNCTIONS = frozenset(
+    {"TIMESTAMPADD", "TIMESTAMPSUB", "DATEADD", "DATESUB", "TIMEADD", "TIMESUB"}
+)
+
+
+def _is_time_unit(argument: ex.Expression) -> bool:
+    return (
+        isinstance(argument, ex.ColumnReference)
+        and argument.source is None
+        and argument.name.upper() in TIME_UNIT_NAMES
+    )
 
 
 def _lambda_value(parameters: tuple[str, ...], body: Evaluator) -> Evaluator:
