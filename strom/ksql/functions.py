@@ -3,8 +3,9 @@ answer them: each function's name, kind (SCALAR, AGGREGATE, TABLE), category and
 signatures, from ksqlDB's function reference.
 
 Owns the catalogue and its two REST shapes (``function_names`` and
-``describe_function``). Does not own evaluating functions: that is the Spark
-compiler's, which maps each name here to Spark's own functions.
+``describe_function``). Does not own evaluating functions: scalar functions are
+``strom.ksql.scalar_functions``', aggregates ``strom.ksql.aggregate_functions``'; every
+name listed here evaluates (table functions are the query runtime's).
 """
 
 from __future__ import annotations
@@ -273,7 +274,66 @@ FUNCTIONS: tuple[Function, ...] = (
        _sig("STRING input, STRING paramToFind", "STRING")),
     _f("URL_ENCODE_PARAM", S, "URL", "Encodes for a URL.", _sig("STRING input", "STRING")),
     _f("URL_DECODE_PARAM", S, "URL", "Decodes from a URL.", _sig("STRING input", "STRING")),
-    _f("MURMUR3", S, _OTHER, "The 32-bit murmur3 hash.", _sig("STRING input", "INT")),
+    _f("AS_VALUE", S, _OTHER, "The value, copied into the value columns of a result.",
+       _sig("T val", "T")),
+    # added with the evaluator: the rest of ksqlDB's reference
+    _f("ACOS", S, _MATH, "The inverse cosine.", _sig("DOUBLE value", "DOUBLE")),
+    _f("ASIN", S, _MATH, "The inverse sine.", _sig("DOUBLE value", "DOUBLE")),
+    _f("ATAN", S, _MATH, "The inverse tangent.", _sig("DOUBLE value", "DOUBLE")),
+    _f("ATAN2", S, _MATH, "The angle of a point.", _sig("DOUBLE y, DOUBLE x", "DOUBLE")),
+    _f("CBRT", S, _MATH, "The cube root.", _sig("DOUBLE value", "DOUBLE")),
+    _f("COS", S, _MATH, "The cosine.", _sig("DOUBLE value", "DOUBLE")),
+    _f("COSH", S, _MATH, "The hyperbolic cosine.", _sig("DOUBLE value", "DOUBLE")),
+    _f("COT", S, _MATH, "The cotangent.", _sig("DOUBLE value", "DOUBLE")),
+    _f("DEGREES", S, _MATH, "Radians as degrees.", _sig("DOUBLE value", "DOUBLE")),
+    _f("PI", S, _MATH, "The number pi.", _sig("", "DOUBLE")),
+    _f("RADIANS", S, _MATH, "Degrees as radians.", _sig("DOUBLE value", "DOUBLE")),
+    _f("SIN", S, _MATH, "The sine.", _sig("DOUBLE value", "DOUBLE")),
+    _f("SINH", S, _MATH, "The hyperbolic sine.", _sig("DOUBLE value", "DOUBLE")),
+    _f("TAN", S, _MATH, "The tangent.", _sig("DOUBLE value", "DOUBLE")),
+    _f("TANH", S, _MATH, "The hyperbolic tangent.", _sig("DOUBLE value", "DOUBLE")),
+    _f("ARRAY_CONCAT", S, _ARR, "Two arrays one after the other.",
+       _sig("ARRAY<T> left, ARRAY<T> right", "ARRAY<T>")),
+    _f("ELT", S, _STR, "The n-th of the strings, from 1.",
+       _sig("INT n, STRING args", "STRING", True)),
+    _f("FIELD", S, _STR, "The position of a string among the others, 0 when absent.",
+       _sig("STRING str, STRING args", "INT", True)),
+    _f("MASK_KEEP_LEFT", S, _STR, "Masks all but the first characters.",
+       _sig("STRING input, INT numChars", "STRING")),
+    _f("MASK_KEEP_RIGHT", S, _STR, "Masks all but the last characters.",
+       _sig("STRING input, INT numChars", "STRING")),
+    _f("MASK_LEFT", S, _STR, "Masks the first characters.",
+       _sig("STRING input, INT numChars", "STRING")),
+    _f("MASK_RIGHT", S, _STR, "Masks the last characters.",
+       _sig("STRING input, INT numChars", "STRING")),
+    _f("MD5", S, _STR, "The MD5 hash in hex.", _sig("STRING input", "STRING")),
+    _f("REGEXP_EXTRACT_ALL", S, "REGULAR EXPRESSION", "Every match of a regex.",
+       _sig("STRING pattern, STRING string", "ARRAY<STRING>")),
+    _f("INT_FROM_BYTES", S, _CONV, "An INT from 4 bytes.", _sig("BYTES value", "INT"),
+       _sig("BYTES value, STRING byteOrder", "INT")),
+    _f("BIGINT_FROM_BYTES", S, _CONV, "A BIGINT from 8 bytes.", _sig("BYTES value", "BIGINT"),
+       _sig("BYTES value, STRING byteOrder", "BIGINT")),
+    _f("DOUBLE_FROM_BYTES", S, _CONV, "A DOUBLE from 8 bytes.", _sig("BYTES value", "DOUBLE"),
+       _sig("BYTES value, STRING byteOrder", "DOUBLE")),
+    _f("FROM_DAYS", S, _DT, "A DATE from days since the epoch.", _sig("INT days", "DATE")),
+    _f("TIMEADD", S, _DT, "Adds an interval to a TIME.",
+       _sig("STRING unit, INT interval, TIME time", "TIME")),
+    _f("TIMESUB", S, _DT, "Subtracts an interval from a TIME.",
+       _sig("STRING unit, INT interval, TIME time", "TIME")),
+    _f("DATETOSTRING", S, _DT, "Formats epoch days.",
+       _sig("INT epochDays, STRING formatPattern", "STRING")),
+    _f("STRINGTODATE", S, _DT, "Parses into epoch days.",
+       _sig("STRING formattedDate, STRING formatPattern", "INT")),
+    _f("JSON_ARRAY_CONTAINS", S, _JSON, "Whether a JSON array holds a value.",
+       _sig("STRING jsonArray, T val", "BOOLEAN")),
+    _f("JSON_ITEMS", S, _JSON, "The items of a JSON array as JSON strings.",
+       _sig("STRING input", "ARRAY<STRING>")),
+    _f("URL_EXTRACT_FRAGMENT", S, "URL", "The fragment of a URL.", _sig("STRING input", "STRING")),
+    _f("URL_EXTRACT_PORT", S, "URL", "The port of a URL.", _sig("STRING input", "INT")),
+    _f("URL_EXTRACT_PROTOCOL", S, "URL", "The protocol of a URL.", _sig("STRING input", "STRING")),
+    _f("URL_EXTRACT_QUERY", S, "URL", "The query of a URL.", _sig("STRING input", "STRING")),
+    _f("CORRELATION", A, "AGGREGATE", "The correlation of two columns.",
+       _sig("DOUBLE x, DOUBLE y", "DOUBLE")),
 )  # fmt: skip
 
 _BY_NAME = {function.name: function for function in FUNCTIONS}
