@@ -193,19 +193,31 @@ class JsonConverter(Converter):
         self.schemas_enabled = self.settings["schemas.enable"]
         self.numeric_decimals = self.settings["decimal.format"].upper() == "NUMERIC"
         self.replace_null = self.settings["replace.null.with.default"]
+        # Kafka's schemas.cache.size: each schema's JSON text, by the schema object (kept
+        # alive by the entry, so its id stays its own), written once, not once a record
+        self.schema_texts: dict[int, tuple[Schema, str]] = {}
+        self.cache_size = self.settings["schemas.cache.size"]
 
     def from_connect_data(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
         if schema is None and value is None:
             return None
         payload = self._to_json(schema, value)
+        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
         if self.schemas_enabled:
-            document: Any = {
-                "schema": None if schema is None else schema_to_json(schema),
-                "payload": payload,
-            }
-        else:
-            document = payload
-        return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+            text = f'{{"schema":{self._schema_text(schema)},"payload":{text}}}'
+        return text.encode()
+
+    def _schema_text(self, schema: Schema | None) -> str:
+        if schema is None:
+            return "null"
+        cached = self.schema_texts.get(id(schema))
+        if cached is not None and cached[0] is schema:
+            return cached[1]
+        text = json.dumps(schema_to_json(schema), separators=(",", ":"), ensure_ascii=False)
+        if len(self.schema_texts) >= self.cache_size:
+            self.schema_texts.clear()
+        self.schema_texts[id(schema)] = (schema, text)
+        return text
 
     def to_connect_data(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
         if data is None:
