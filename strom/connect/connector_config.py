@@ -22,8 +22,10 @@ transform's checks at configure time (``No field insertion configured``) and a p
 alias missing from ``predicates`` are reported here, on the key at fault, rather than
 failing the task when it starts. A sink's dead letter queue may not be among its topics.
 
-What Strom does not serve yet is refused by validation, naming the key, never accepted
-and ignored: header converters, ``topic.creation.*``. ``exactly.once.support=required``
+A source connector's ``topic.creation.*`` keys are validated as Kafka enriches its config
+with them (``topic_creation``); a sink's are refused. What Strom does not serve yet is
+refused by validation, naming the key, never accepted and ignored: header converters.
+``exactly.once.support=required``
 gets Kafka's preflight checks: the worker must have exactly-once source support and the
 connector must support it; so does ``transaction.boundary=connector`` on such a worker
 (the connector must say it can define transactions). ``transaction.boundary=interval``
@@ -41,6 +43,7 @@ from typing import Any
 
 from strom.config import ConfigError
 from strom.connect import config_def as cd
+from strom.connect import topic_creation
 from strom.connect.api import Connector, SourceConnector
 from strom.connect.converters import Converter
 from strom.connect.plugins import SINK, SOURCE, Plugin, PluginNotFound, Plugins
@@ -511,7 +514,10 @@ def validate(
     stage_groups, stage_configs = _transform_settings(props, plugins)
     groups += stage_groups
     configs += stage_configs
-    _check_unserved_prefixes(props, configs)
+    if plugin.kind == SOURCE:
+        groups += _topic_creation_settings(props, configs)
+    else:
+        _refuse_topic_creation(props, configs)
     error_count = sum(len(c["value"]["errors"]) for c in configs)
     return {
         "name": props["connector.class"],
@@ -667,15 +673,30 @@ def _converter_settings(props: Mapping[str, str], plugins: Plugins) -> list[dict
     return configs
 
 
-def _check_unserved_prefixes(props: Mapping[str, str], configs: list[dict[str, Any]]) -> None:
-    """``topic.creation.*`` keys: refused in the value of the key that carries each."""
-    for key in sorted(k for k in props if k.startswith("topic.creation.")):
+def _topic_creation_settings(props: Mapping[str, str], configs: list[dict[str, Any]]) -> list[str]:
+    """A source connector's ``topic.creation.*`` keys as Kafka enriches its config with
+    them (when it sets any); the groups they add."""
+    if not topic_creation.uses_topic_creation(props):
+        return []
+    keys = topic_creation.config_def(props)
+    results = keys.validate_all(props)
+    for name, problem in topic_creation.errors_beyond_keys(props).items():
+        results[name] = cd.ConfigValue(name, props[name], [problem])
+    for name, result in results.items():
+        key = keys.keys.get(name) or cd.ConfigKey(name, cd.STRING, None, cd.LOW)
+        configs.append({"definition": key.info(), "value": result.info(key.type)})
+    return list(keys.groups)
+
+
+def _refuse_topic_creation(props: Mapping[str, str], configs: list[dict[str, Any]]) -> None:
+    """A sink's ``topic.creation.*`` keys: refused in the value of each (they are a source
+    connector's)."""
+    for key in sorted(k for k in props if k.startswith(topic_creation.PREFIX)):
         error = str(
             cd.invalid(
                 key,
                 props[key],
-                f"topic creation by the connector is {NOT_SERVED}: create the topic first, or "
-                "let the broker create it (auto.create.topics.enable)",
+                "topic creation settings belong to source connectors; a sink creates no topic",
             )
         )
         definition = cd.ConfigKey(key, cd.STRING, None, cd.LOW).info()

@@ -80,6 +80,7 @@ from strom.connect.errors import (
 from strom.connect.plugins import SOURCE, Plugins
 from strom.connect.record_path import RecordPath
 from strom.connect.stores import STARTED, OffsetStore, compact_json, offset_key
+from strom.connect.topic_creation import TopicCreator
 from strom.connect.worker_config import WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -248,7 +249,14 @@ class _TaskThread(threading.Thread):
 
 
 class _SourceTaskThread(_TaskThread):
+    topics: TopicCreator | None = None  # KIP-158: the connector's topic.creation.* groups
+
     def execute(self) -> None:
+        self.topics = TopicCreator.for_connector(
+            self.config["topic.creation.enable"],
+            self.spec.connector_config,
+            self.client_settings("admin"),
+        )
         if self.runner.exactly_once_source:
             self.execute_in_transactions()
             return
@@ -440,6 +448,8 @@ class _SourceTaskThread(_TaskThread):
         message = path.produced_message(record)
         if message is None:
             return  # dropped by a transform, or its failure tolerated
+        if self.topics is not None:
+            self.topics.ensure(message.topic)
         extra: dict[str, Any] = {}
         if message.partition is not None:
             extra["partition"] = message.partition

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from broker_process import BrokerProcess
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.confluent.type import decimal_pb2
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
@@ -408,6 +409,8 @@ class NumbersTask(SourceTask):
                 {"n": int(number)},
                 self.topic,
                 0,
+                key_schema=Schema(STRING),
+                key=number,  # a compacted topic takes keyed records only
                 value_schema=Schema(STRING),
                 value=number,
             )
@@ -513,3 +516,31 @@ def test_a_connector_defines_its_transactions(broker: BrokerProcess, eos_runner:
         lambda: eos_runner.offset_store.get("by-task", {"numbers": "by-task"}) == {"n": 9},
         "the committed offset after 9",
     )
+
+
+# Topic creation (KIP-158) ---------------------------------------------------------------------
+
+
+def test_a_source_creates_its_topics_by_their_creation_groups(
+    broker: BrokerProcess, eos_runner: Any
+) -> None:
+    creation = {
+        "topic.creation.groups": "compacted",
+        "topic.creation.default.replication.factor": "1",
+        "topic.creation.default.partitions": "3",
+        "topic.creation.compacted.include": "tc-compact-.*",
+        "topic.creation.compacted.exclude": "tc-compact-not",
+        "topic.creation.compacted.partitions": "2",
+        "topic.creation.compacted.cleanup.policy": "compact",
+    }
+    for topic in ("tc-compact-users", "tc-compact-not"):
+        run_numbers(eos_runner, topic, "0|1", **creation)
+        committed(broker, topic, 2)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topics = admin.list_topics(timeout=10).topics
+    assert len(topics["tc-compact-users"].partitions) == 2
+    assert len(topics["tc-compact-not"].partitions) == 3  # excluded: the default group's
+    resources = [ConfigResource("topic", t) for t in ("tc-compact-users", "tc-compact-not")]
+    described = {r.name: f.result(timeout=10) for r, f in admin.describe_configs(resources).items()}
+    assert described["tc-compact-users"]["cleanup.policy"].value == "compact"
+    assert described["tc-compact-not"]["cleanup.policy"].value == "delete"

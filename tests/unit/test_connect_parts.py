@@ -365,3 +365,34 @@ def test_connect_samples_load() -> None:
     for name in ("connect-file-source.properties", "connect-file-sink.properties"):
         props = read_properties_file(str(CONFIG / name))
         assert connector_config.validate(props, plugins)["error_count"] == 0, name
+
+
+def test_a_source_connectors_topic_creation_settings_are_validated_as_kafka_enriches_them() -> None:
+    plugins = Plugins.builtin()
+    source = {"name": "s", "connector.class": "FileStreamSource", "topic": "t"}
+    assert connector_config.errors_of(connector_config.validate(source, plugins)) == []
+    grouped = {
+        **source,
+        "topic.creation.groups": "compacted",
+        "topic.creation.default.replication.factor": "-1",
+        "topic.creation.default.partitions": "0",
+        "topic.creation.compacted.include": "(",
+        "topic.creation.compacted.cleanup.policy": "compact",
+        "topic.creation.other.partitions": "2",
+    }
+    infos = connector_config.validate(grouped, plugins)
+    assert "Topic Creation" in infos["groups"]
+    errors = connector_config.errors_of(infos)
+    assert len(errors) == 3
+    assert errors[0].startswith(
+        "Invalid value 0 for configuration topic.creation.default.partitions"
+    )
+    assert "topic.creation.compacted.include: not a valid regular expression" in errors[1]
+    assert "the group other is not among topic.creation.groups=compacted" in errors[2]
+    missing = {**source, "topic.creation.groups": ""}
+    assert connector_config.errors_of(connector_config.validate(missing, plugins)) == [
+        'Missing required configuration "topic.creation.default.replication.factor" which has '
+        "no default value.",
+        'Missing required configuration "topic.creation.default.partitions" which has no '
+        "default value.",
+    ]
