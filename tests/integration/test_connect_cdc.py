@@ -284,7 +284,7 @@ def test_replica_identity_full_and_key_changes(
     postgres.query("ALTER TABLE accounts REPLICA IDENTITY FULL")
     create(workers.current, "cdc-full", cdc_config(postgres, "full", **{
         "table.include.list": "public\\.acc.*", "snapshot.mode": "never",
-        "publication.autocreate.mode": "filtered"}))  # fmt: skip
+        "publication.autocreate.mode": "filtered", "heartbeat.interval.ms": "100"}))  # fmt: skip
     wait_streaming(postgres, "slot_full")
     postgres.query("INSERT INTO accounts VALUES (1, 'ann', 10)")
     postgres.query("UPDATE accounts SET amount = 20 WHERE id = 1")
@@ -307,6 +307,12 @@ def test_replica_identity_full_and_key_changes(
     assert postgres.query("SELECT puballtables FROM pg_publication WHERE pubname = 'pub_full'") == [
         (False,)
     ]
+    heartbeats = TopicReader(broker, "__debezium-heartbeat.full")
+    try:
+        key, value = heartbeats.wait(1)[0]
+    finally:
+        heartbeats.close()
+    assert key["payload"] == {"serverName": "full"} and value["payload"]["ts_ms"] > 0
     workers.current.call("DELETE", "/connectors/cdc-full")
 
 

@@ -413,7 +413,10 @@ class TableSchema:
             elif isinstance(text, Unchanged):
                 values[column.name] = _unavailable(schema)
             else:
-                values[column.name] = self.converters[i](text)
+                value = self.converters[i](text)  # None: a NaN numeric has no Decimal
+                values[column.name] = (
+                    _zero(schema) if value is None and not schema.optional else value
+                )
         return Struct(self.value_schema, values)
 
     def key(self, row: Struct) -> Struct | None:
