@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strom.connect.config_def import ConfigDef, ConfigValue
-from strom.connect.data import Schema
+from strom.connect.data import Schema, SchemaAndValue
 
 SourcePartition = Mapping[str, Any]
 SourceOffset = Mapping[str, Any]
@@ -148,7 +148,9 @@ class SourceRecord:
     value_schema: Schema | None = None
     value: Any = None
     timestamp: int | None = None
-    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    # Each header's value: a SchemaAndValue the header converter writes, or bytes (None)
+    # written as they are.
+    headers: list[tuple[str, SchemaAndValue | bytes | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -162,7 +164,8 @@ class SinkRecord:
     kafka_offset: int
     timestamp: int | None = None
     timestamp_type: str = "CreateTime"
-    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    # Each header as the header converter read it (a transform may add bytes).
+    headers: list[tuple[str, SchemaAndValue | bytes | None]] = field(default_factory=list)
     # Where the record was consumed, whatever transforms changed (Kafka's KIP-793).
     original_topic: str | None = None
     original_kafka_partition: int | None = None

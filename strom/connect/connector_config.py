@@ -24,7 +24,7 @@ failing the task when it starts. A sink's dead letter queue may not be among its
 
 A source connector's ``topic.creation.*`` keys are validated as Kafka enriches its config
 with them (``topic_creation``); a sink's are refused. What Strom does not serve yet is
-refused by validation, naming the key, never accepted and ignored: header converters.
+refused by validation, naming the key, never accepted and ignored.
 ``exactly.once.support=required``
 gets Kafka's preflight checks: the worker must have exactly-once source support and the
 connector must support it; so does ``transaction.boundary=connector`` on such a worker
@@ -45,7 +45,12 @@ from strom.config import ConfigError
 from strom.connect import config_def as cd
 from strom.connect import topic_creation
 from strom.connect.api import Connector, SourceConnector
-from strom.connect.converters import Converter
+from strom.connect.converters import (
+    Converter,
+    HeaderConverter,
+    header_converter_class,
+    header_converter_names,
+)
 from strom.connect.plugins import SINK, SOURCE, Plugin, PluginNotFound, Plugins
 from strom.connect.transforms import chain
 from strom.connect.transforms.base import java_list
@@ -62,6 +67,7 @@ CLIENT_OVERRIDE_PREFIXES = {
     "admin": "admin.override.",
 }
 NOT_SERVED = "not served by Strom yet"
+DEFAULT_HEADER_CONVERTER = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
 
 
 def _control_free_name(name: str, value: Any) -> None:
@@ -75,6 +81,16 @@ def _control_free_name(name: str, value: Any) -> None:
             name,
             value,
             f"String may not contain control sequences but had the following ASCII chars: {codes}",
+        )
+
+
+def _header_converter(name: str, value: Any) -> None:
+    if value is not None and header_converter_class(value) is None:
+        raise cd.invalid(
+            name,
+            value,
+            f"Class {value} could not be found: the header converters are "
+            + ", ".join(header_converter_names()),
         )
 
 
@@ -175,10 +191,11 @@ def _common_keys() -> list[cd.ConfigKey]:
                 cd.CLASS,
                 None,
                 cd.LOW,
-                "HeaderConverter class (headers pass as bytes in Strom; none is served yet).",
+                "HeaderConverter class for the headers of this connector's records; the "
+                "worker's header.converter when unset.",
                 width="SHORT",
                 display_name="Header converter class",
-                check=_only(None, f"header converters are {NOT_SERVED}"),
+                check=_header_converter,
             ),
         ),
         common(
@@ -736,6 +753,26 @@ def make_converter(
     settings["converter.type"] = side
     converter: Converter = plugin.cls()
     converter.configure(settings, is_key=side == "key")
+    return converter
+
+
+def make_header_converter(
+    connector_props: Mapping[str, str], worker_props: Mapping[str, str]
+) -> HeaderConverter:
+    """The header converter of a connector's tasks: the connector's ``header.converter``
+    with its ``header.converter.*`` settings when it names one, else the worker's
+    (``SimpleHeaderConverter`` by default), as in Kafka."""
+    key = "header.converter"
+    props = connector_props if connector_props.get(key) else worker_props
+    name = props.get(key) or DEFAULT_HEADER_CONVERTER
+    cls = header_converter_class(name)
+    if cls is None:
+        raise InvalidConnectorConfig(f"Class {name} could not be found.")
+    prefix = key + "."
+    converter = cls()
+    converter.configure_header(
+        {k[len(prefix) :]: v for k, v in props.items() if k.startswith(prefix)}
+    )
     return converter
 
 

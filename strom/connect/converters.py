@@ -23,7 +23,9 @@ stripped) and whether it converts keys. Does not own choosing the class (``plugi
 from __future__ import annotations
 
 import base64
+import datetime
 import json
+import re
 from abc import ABC, abstractmethod
 from decimal import Decimal
 from typing import Any
@@ -33,18 +35,26 @@ from strom.connect.data import (
     ARRAY,
     BOOLEAN,
     BYTES,
+    DATE,
     DECIMAL,
     FLOAT32,
     FLOAT64,
+    INT8,
+    INT16,
+    INT32,
+    INT64,
     INTEGER_TYPES,
     MAP,
     OPTIONAL_BYTES_SCHEMA,
     OPTIONAL_STRING_SCHEMA,
     STRING,
     STRUCT,
+    TIME,
+    TIMESTAMP,
     TYPES,
     DataException,
     Schema,
+    SchemaAndValue,
     Struct,
 )
 
@@ -404,3 +414,255 @@ def schema_from_json(document: Any) -> Schema:
         struct = Schema.struct(built)
         return Schema(STRUCT, fields=struct.fields, **common)
     return Schema(kind, **common)
+
+
+# Header converters --------------------------------------------------------------------------
+
+
+class HeaderConverter(ABC):
+    """A record header's bytes to and from a Connect value with its schema (Kafka's
+    ``HeaderConverter``), configured with the settings under ``header.converter.``."""
+
+    @abstractmethod
+    def configure_header(self, configs: dict[str, Any]) -> None:
+        """Settings under ``header.converter.``; ConfigError (one line) for a bad one."""
+
+    @abstractmethod
+    def from_connect_header(
+        self, topic: str, header_key: str, schema: Schema | None, value: Any
+    ) -> bytes | None:
+        """The bytes of one header of a record of ``topic``."""
+
+    @abstractmethod
+    def to_connect_header(self, topic: str, header_key: str, data: bytes | None) -> SchemaAndValue:
+        """The schema and value of one header's bytes."""
+
+
+class _ConverterHeaders(HeaderConverter):
+    """Kafka's StringConverter, JsonConverter and ByteArrayConverter are header converters
+    too: a header as the converter writes a record's value."""
+
+    def configure_header(self, configs: dict[str, Any]) -> None:
+        assert isinstance(self, Converter)
+        self.configure({**configs, "converter.type": "header"}, is_key=False)
+
+    def from_connect_header(
+        self, topic: str, header_key: str, schema: Schema | None, value: Any
+    ) -> bytes | None:
+        assert isinstance(self, Converter)
+        return self.from_connect_data(topic, schema, value)
+
+    def to_connect_header(self, topic: str, header_key: str, data: bytes | None) -> SchemaAndValue:
+        assert isinstance(self, Converter)
+        return SchemaAndValue(*self.to_connect_data(topic, data))
+
+
+class StringHeaderConverter(_ConverterHeaders, StringConverter):
+    """``StringConverter`` as a header converter."""
+
+
+class JsonHeaderConverter(_ConverterHeaders, JsonConverter):
+    """``JsonConverter`` as a header converter."""
+
+
+class ByteArrayHeaderConverter(_ConverterHeaders, ByteArrayConverter):
+    """``ByteArrayConverter`` as a header converter."""
+
+
+class SimpleHeaderConverter(HeaderConverter):
+    """Kafka's ``SimpleHeaderConverter`` (the default): a header's value as text in UTF-8,
+    as Kafka's ``Values.convertToString`` writes it (strings as they are, numbers and
+    booleans as their text, bytes in base64, arrays ``[1,2]``, maps ``{"a":1}``, structs
+    ``{"field":value}``, Date ``yyyy-MM-dd``, Time ``HH:mm:ss.SSSZ``, Timestamp
+    ``yyyy-MM-ddTHH:mm:ss.SSSZ``), read back with the schema ``Values.parseString`` infers
+    (BOOLEAN, the smallest integer type that holds the number, FLOAT32 or FLOAT64, an
+    ARRAY or MAP of JSON text, the logical types from those ISO forms, else STRING). Bytes
+    that are not UTF-8 read as BYTES."""
+
+    CONFIG_DEF = Converter.CONFIG_DEF
+
+    def configure_header(self, configs: dict[str, Any]) -> None:
+        self.settings = self.CONFIG_DEF.parse(configs)
+
+    def from_connect_header(
+        self, topic: str, header_key: str, schema: Schema | None, value: Any
+    ) -> bytes | None:
+        if value is None:
+            return None
+        return value_to_string(schema, value).encode("utf-8")
+
+    def to_connect_header(self, topic: str, header_key: str, data: bytes | None) -> SchemaAndValue:
+        if data is None:
+            return SchemaAndValue(None, None)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return SchemaAndValue(OPTIONAL_BYTES_SCHEMA, data)
+        return parse_string(text)
+
+
+_EPOCH_DAY = datetime.date(1970, 1, 1)
+_DATE_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}")
+_TIME_TEXT = re.compile(r"(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,3}))?Z")
+_TIMESTAMP_TEXT = re.compile(r"(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2}(?:\.\d{1,3})?Z)")
+_INTEGER_SCHEMAS = ((INT8, 7), (INT16, 15), (INT32, 31), (INT64, 63))
+
+
+def value_to_string(schema: Schema | None, value: Any, embedded: bool = False) -> str:
+    """A Connect value as Kafka's ``Values.convertToString`` writes it."""
+    name = schema.name if schema is not None else None
+    if value is None:
+        return "null"
+    if name == DATE and isinstance(value, int):
+        return (_EPOCH_DAY + datetime.timedelta(days=value)).isoformat()
+    if name == TIME and isinstance(value, int):
+        moment = datetime.datetime(1970, 1, 1) + datetime.timedelta(milliseconds=value)
+        return moment.strftime("%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    if name == TIMESTAMP and isinstance(value, int):
+        moment = datetime.datetime(1970, 1, 1) + datetime.timedelta(milliseconds=value)
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    if isinstance(value, bool | int | float | Decimal):
+        return java_string(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False) if embedded else value
+    if isinstance(value, bytes | bytearray | memoryview):
+        text = base64.b64encode(bytes(value)).decode()
+        return f'"{text}"' if embedded else text
+    element = schema.value_schema if schema is not None else None
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(value_to_string(element, item, True) for item in value) + "]"
+    if isinstance(value, Struct):
+        return (
+            "{"
+            + ",".join(
+                f"{json.dumps(f.name)}:{value_to_string(f.schema, value.values.get(f.name), True)}"
+                for f in value.schema.fields
+            )
+            + "}"
+        )
+    if isinstance(value, dict):
+        keys = schema.key_schema if schema is not None else None
+        return (
+            "{"
+            + ",".join(
+                f"{value_to_string(keys, k, True)}:{value_to_string(element, v, True)}"
+                for k, v in value.items()
+            )
+            + "}"
+        )
+    return str(value)
+
+
+def parse_string(text: str) -> SchemaAndValue:
+    """The schema and value Kafka's ``Values.parseString`` infers from a header's text."""
+    stripped = text.strip()
+    if not stripped:
+        return SchemaAndValue(Schema(STRING), text)
+    if stripped == "null":
+        return SchemaAndValue(None, None)
+    if stripped.lower() in ("true", "false"):
+        return SchemaAndValue(Schema(BOOLEAN), stripped.lower() == "true")
+    number = _number(stripped)
+    if number is not None:
+        return number
+    if _DATE_TEXT.fullmatch(stripped):
+        day = datetime.date.fromisoformat(stripped)
+        return SchemaAndValue(Schema(INT32, name=DATE, version=1), (day - _EPOCH_DAY).days)
+    if (found := _TIME_TEXT.fullmatch(stripped)) is not None:
+        hours, minutes, seconds, fraction = found.groups()
+        millis = ((int(hours) * 60 + int(minutes)) * 60 + int(seconds)) * 1000
+        return SchemaAndValue(
+            Schema(INT32, name=TIME, version=1), millis + int((fraction or "0").ljust(3, "0"))
+        )
+    if (found := _TIMESTAMP_TEXT.fullmatch(stripped)) is not None:
+        moment = datetime.datetime.fromisoformat(stripped.replace("Z", "+00:00"))
+        return SchemaAndValue(
+            Schema(INT64, name=TIMESTAMP, version=1), int(moment.timestamp() * 1000)
+        )
+    if stripped[0] in '["{':
+        try:
+            document = json.loads(stripped)
+        except ValueError:
+            return SchemaAndValue(Schema(STRING), text)
+        return _inferred(document)
+    return SchemaAndValue(Schema(STRING), text)
+
+
+def _number(text: str) -> SchemaAndValue | None:
+    try:
+        decimal = Decimal(text)
+    except ArithmeticError:
+        return None
+    if not decimal.is_finite() or text.lower().startswith(("inf", "nan", "+inf", "-inf")):
+        return None
+    if decimal == decimal.to_integral_value() and "." not in text and "e" not in text.lower():
+        whole = int(decimal)
+        for kind, bits in _INTEGER_SCHEMAS:
+            if -(2**bits) <= whole < 2**bits:
+                return SchemaAndValue(Schema(kind), whole)
+        return SchemaAndValue(
+            Schema(BYTES, name=DECIMAL, version=1, parameters={"scale": "0"}), decimal
+        )
+    as_float = float(decimal)
+    if abs(as_float) <= 3.4028234663852886e38:
+        return SchemaAndValue(Schema(FLOAT32), as_float)
+    return SchemaAndValue(Schema(FLOAT64), as_float)
+
+
+def _inferred(document: Any) -> SchemaAndValue:
+    """A parsed JSON value with the schema Kafka would infer (None when mixed)."""
+    if isinstance(document, str):
+        return SchemaAndValue(Schema(STRING), document)
+    if isinstance(document, bool):
+        return SchemaAndValue(Schema(BOOLEAN), document)
+    if isinstance(document, int | float):
+        found = _number(json.dumps(document))
+        return found if found is not None else SchemaAndValue(Schema(FLOAT64), document)
+    if isinstance(document, list):
+        items = [_inferred(item) for item in document]
+        common = _common_schema(items)
+        return SchemaAndValue(
+            None if common is None else Schema.array(common), [item.value for item in items]
+        )
+    if isinstance(document, dict):
+        values = {key: _inferred(item) for key, item in document.items()}
+        common = _common_schema(list(values.values()))
+        schema = None if common is None else Schema.map(Schema(STRING), common)
+        return SchemaAndValue(schema, {key: item.value for key, item in values.items()})
+    return SchemaAndValue(None, None)
+
+
+def _common_schema(items: list[SchemaAndValue]) -> Schema | None:
+    schemas = {item.schema for item in items if item.schema is not None}
+    integer = [s for s in schemas if s.type in INTEGER_TYPES and s.name is None]
+    if integer and len(integer) == len(schemas):  # widen to the largest integer
+        return Schema(max((s.type for s in integer), key=INTEGER_TYPES.index))
+    return next(iter(schemas)) if len(schemas) == 1 else None
+
+
+# Kafka's names (and their short aliases, and Strom's own) of the header converters.
+_HEADER_CONVERTERS: tuple[tuple[type[HeaderConverter], str], ...] = (
+    (SimpleHeaderConverter, "org.apache.kafka.connect.storage.SimpleHeaderConverter"),
+    (StringHeaderConverter, "org.apache.kafka.connect.storage.StringConverter"),
+    (JsonHeaderConverter, "org.apache.kafka.connect.json.JsonConverter"),
+    (ByteArrayHeaderConverter, "org.apache.kafka.connect.converters.ByteArrayConverter"),
+)
+
+
+def header_converter_class(name: str) -> type[HeaderConverter] | None:
+    """The header converter a class name (Kafka's, its simple name or that without
+    ``Converter``, or Strom's) means; None when it names none."""
+    wanted = name.strip()
+    for cls, kafka in _HEADER_CONVERTERS:
+        base = next(
+            c for c in cls.__mro__ if c is SimpleHeaderConverter or c.__bases__ == (Converter,)
+        )
+        simple = kafka.rsplit(".", 1)[-1]
+        names = {kafka, simple, simple.removesuffix("Converter"), f"{__name__}.{base.__name__}"}
+        if wanted in names:
+            return cls
+    return None
+
+
+def header_converter_names() -> list[str]:
+    return [kafka for _, kafka in _HEADER_CONVERTERS]

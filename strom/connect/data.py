@@ -87,6 +87,14 @@ class Schema:
         return next((f for f in self.fields if f.name == name), None)
 
 
+@dataclass(frozen=True)
+class SchemaAndValue:
+    """A value with its schema (None: schemaless), as a record's typed header holds it."""
+
+    schema: Schema | None
+    value: Any
+
+
 STRING_SCHEMA = Schema(STRING)
 OPTIONAL_STRING_SCHEMA = Schema(STRING, optional=True)
 BYTES_SCHEMA = Schema(BYTES)

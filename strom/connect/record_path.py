@@ -18,15 +18,23 @@ Does not own consuming, producing or offsets (the runners).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
 from strom.connect.api import SinkRecord, SourceRecord
-from strom.connect.connector_config import make_converter, parse
-from strom.connect.converters import Converter
+from strom.connect.connector_config import make_converter, make_header_converter, parse
+from strom.connect.converters import (
+    Converter,
+    HeaderConverter,
+    SimpleHeaderConverter,
+    header_converter_class,
+    header_converter_names,
+)
+from strom.connect.data import SchemaAndValue
 from strom.connect.errors import (
+    HEADER_CONVERTER,
     KEY_CONVERTER,
     TASK_PUT,
     TRANSFORMATION,
@@ -80,6 +88,7 @@ class RecordPath:
     errors: ErrorHandler
     key_converter_name: str = "key converter"
     value_converter_name: str = "value converter"
+    header_converter: HeaderConverter = field(default_factory=SimpleHeaderConverter)
 
     @classmethod
     def for_task(
@@ -102,6 +111,7 @@ class RecordPath:
             error_handler(task, settings, dead_letter_queue),
             _plugin_name(plugins, key_converter),
             _plugin_name(plugins, value_converter),
+            make_header_converter(connector_props, worker_props),
         )
 
     def _step(
@@ -149,6 +159,12 @@ class RecordPath:
                 partial(values.to_connect_data, topic, message.value),
                 message,
             )
+            headers = self._step(
+                HEADER_CONVERTER,
+                self.header_converter_name,
+                partial(self._read_headers, topic, message.headers),
+                message,
+            )
             record = SinkRecord(
                 topic=topic,
                 kafka_partition=message.partition,
@@ -159,7 +175,7 @@ class RecordPath:
                 kafka_offset=message.offset,
                 timestamp=message.timestamp,
                 timestamp_type=message.timestamp_type,
-                headers=list(message.headers),
+                headers=headers,
                 original_topic=topic,
                 original_kafka_partition=message.partition,
                 original_kafka_offset=message.offset,
@@ -186,11 +202,54 @@ class RecordPath:
                 partial(values.from_connect_data, final.topic, final.value_schema, final.value),
                 record,
             )
+            headers = self._step(
+                HEADER_CONVERTER,
+                self.header_converter_name,
+                partial(self.written_headers, final.topic, final.headers),
+                record,
+            )
         except _Dropped:
             return None
         return ProducedMessage(
-            final.topic, final.kafka_partition, key, value, final.timestamp, list(final.headers)
+            final.topic, final.kafka_partition, key, value, final.timestamp, headers
         )
+
+    @property
+    def header_converter_name(self) -> str:
+        converter = self.header_converter
+        for cls, kafka in zip(
+            map(header_converter_class, header_converter_names()),
+            header_converter_names(),
+            strict=True,
+        ):
+            if cls is type(converter):
+                return kafka
+        return f"{type(converter).__module__}.{type(converter).__qualname__}"
+
+    def written_headers(
+        self, topic: str, headers: Sequence[tuple[str, Any]]
+    ) -> list[tuple[str, bytes | None]]:
+        """A record's headers as bytes: a typed header (``SchemaAndValue``) through the
+        header converter; bytes (a header already serialised) as they are."""
+        return [
+            (
+                key,
+                self.header_converter.from_connect_header(topic, key, value.schema, value.value)
+                if isinstance(value, SchemaAndValue)
+                else value,
+            )
+            for key, value in headers
+        ]
+
+    def _read_headers(
+        self, topic: str, headers: Sequence[tuple[str, bytes | None]]
+    ) -> list[tuple[str, Any]]:
+        """Consumed headers as the sink task sees them: each a ``SchemaAndValue`` through the
+        header converter."""
+        return [
+            (key, self.header_converter.to_connect_header(topic, key, value))
+            for key, value in headers
+        ]
 
     def errant_reporter(
         self, originals: Mapping[tuple[str, int, int], ConsumedMessage]
@@ -226,7 +285,7 @@ class RecordPath:
             self.value_converter.from_connect_data(record.topic, record.value_schema, record.value),
             record.timestamp,
             record.timestamp_type,
-            list(record.headers),
+            self.written_headers(record.topic, record.headers),
         )
 
     def close(self) -> None:

@@ -38,6 +38,7 @@ from typing import Any
 from strom.client_security import librdkafka_properties
 from strom.config import ConfigError, parse_http_listener
 from strom.connect import config_def as cd
+from strom.connect.converters import header_converter_class, header_converter_names
 from strom.connect.plugins import CONVERTER, Plugins
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,16 @@ def _listeners(name: str, value: Any) -> None:
 def _converter(name: str, value: Any) -> None:
     if value is not None and Plugins.builtin().find(value, (CONVERTER,)) is None:
         raise cd.invalid(name, value, f"Class {value} could not be found.")
+
+
+def _header_converter(name: str, value: Any) -> None:
+    if value is not None and header_converter_class(value) is None:
+        raise cd.invalid(
+            name,
+            value,
+            f"Class {value} could not be found: the header converters are "
+            + ", ".join(header_converter_names()),
+        )
 
 
 def _refuse(served: Any, why: str) -> Any:
@@ -119,11 +130,9 @@ COMMON_KEYS = [
         cd.CLASS,
         "org.apache.kafka.connect.storage.SimpleHeaderConverter",
         cd.LOW,
-        "HeaderConverter class; headers pass as bytes in Strom.",
-        check=_refuse(
-            "org.apache.kafka.connect.storage.SimpleHeaderConverter",
-            "header converters are not served by Strom yet",
-        ),
+        "HeaderConverter class used to convert between Kafka Connect format and the "
+        "serialized form that is written to Kafka (record headers).",
+        check=_header_converter,
     ),
     cd.ConfigKey(
         "offset.flush.interval.ms",

@@ -544,3 +544,47 @@ def test_a_source_creates_its_topics_by_their_creation_groups(
     described = {r.name: f.result(timeout=10) for r, f in admin.describe_configs(resources).items()}
     assert described["tc-compact-users"]["cleanup.policy"].value == "compact"
     assert described["tc-compact-not"]["cleanup.policy"].value == "delete"
+
+
+# Header converters ----------------------------------------------------------------------------
+
+
+def test_headers_are_written_by_the_connectors_header_converter(
+    broker: BrokerProcess, eos_runner: Any
+) -> None:
+    insert = {
+        "transforms": "tag",
+        "transforms.tag.type": "org.apache.kafka.connect.transforms.InsertHeader",
+        "transforms.tag.header": "n",
+        "transforms.tag.value.literal": "42",
+    }
+    run_numbers(eos_runner, "hc-simple", "0", **insert)  # the worker's: SimpleHeaderConverter
+    run_numbers(
+        eos_runner,
+        "hc-json",
+        "0",
+        **insert,
+        **{"header.converter": "org.apache.kafka.connect.json.JsonConverter"},
+    )
+    headers = {}
+    for topic in ("hc-simple", "hc-json"):
+        consumer = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": f"{topic}-check",
+                "isolation.level": "read_committed",
+            }
+        )
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        try:
+            message = wait_for(
+                lambda c=consumer: next((m for m in c.consume(10, 0.2) if m.error() is None), None),
+                f"the record of {topic}",
+            )
+        finally:
+            consumer.close()
+        headers[topic] = message.headers()
+    assert headers["hc-simple"] == [("n", b"42")]
+    assert headers["hc-json"] == [
+        ("n", b'{"schema":{"type":"int8","optional":false},"payload":42}')
+    ]

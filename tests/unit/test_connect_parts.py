@@ -31,15 +31,20 @@ from strom.connect.data import (
     BYTES,
     DATE,
     DECIMAL,
+    INT8,
     INT32_SCHEMA,
     INT64,
     OPTIONAL_STRING_SCHEMA,
+    STRING,
     STRING_SCHEMA,
     DataException,
     Schema,
+    SchemaAndValue,
     Struct,
 )
+from strom.connect.errors import ConsumedMessage
 from strom.connect.plugins import Plugins
+from strom.connect.record_path import RecordPath
 from strom.connect.stores import offset_key
 from strom.connect.worker_config import DISTRIBUTED, STANDALONE, WorkerConfig
 
@@ -395,4 +400,36 @@ def test_a_source_connectors_topic_creation_settings_are_validated_as_kafka_enri
         "no default value.",
         'Missing required configuration "topic.creation.default.partitions" which has no '
         "default value.",
+    ]
+
+
+def test_header_converters_of_the_worker_and_the_connector() -> None:
+    plugins = Plugins.builtin()
+    with pytest.raises(ConfigError, match="Class Bogus could not be found: the header converters"):
+        WorkerConfig({**DISTRIBUTED_BASE, "header.converter": "Bogus"}, DISTRIBUTED)
+    sink = {"name": "s", "connector.class": "FileStreamSink", "topics": "t", "file": "/tmp/x"}
+    refused = connector_config.validate({**sink, "header.converter": "AvroConverter"}, plugins)
+    assert connector_config.errors_of(refused)[0].startswith(
+        "Invalid value AvroConverter for configuration header.converter: Class AvroConverter "
+        "could not be found"
+    )
+    consumed = ConsumedMessage(
+        "t", 0, 5, None, b'{"schema":null,"payload":1}', None, "CreateTime", [("n", b'{"a":1}')]
+    )
+    simple = RecordPath.for_task(("s", 0), sink, CONVERTERS, plugins).sink_record(consumed)
+    assert simple is not None
+    assert simple.headers == [
+        ("n", SchemaAndValue(Schema.map(Schema(STRING), Schema(INT8)), {"a": 1}))
+    ]
+    as_json = {
+        **sink,
+        "header.converter": "JsonConverter",
+        "header.converter.schemas.enable": "false",
+    }
+    path = RecordPath.for_task(("s", 0), as_json, CONVERTERS, plugins)
+    record = path.sink_record(consumed)
+    assert record is not None and record.headers == [("n", SchemaAndValue(None, {"a": 1}))]
+    assert path.written_headers("t", [("n", SchemaAndValue(None, [1])), ("raw", b"\x00")]) == [
+        ("n", b"[1]"),
+        ("raw", b"\x00"),  # a header already bytes passes as it is
     ]

@@ -19,9 +19,10 @@ from strom.config import ConfigError
 from strom.connect import connector_config
 from strom.connect import errors as errs
 from strom.connect.api import ConnectException, RetriableException, SinkRecord, SourceRecord
-from strom.connect.converters import JsonConverter, StringConverter
+from strom.connect.converters import JsonConverter, SimpleHeaderConverter, StringConverter
 from strom.connect.data import (
     DATE,
+    INT8,
     INT32,
     INT64,
     OPTIONAL_STRING_SCHEMA,
@@ -30,6 +31,7 @@ from strom.connect.data import (
     TIMESTAMP,
     DataException,
     Schema,
+    SchemaAndValue,
     Struct,
 )
 from strom.connect.plugins import Plugins
@@ -240,17 +242,29 @@ def test_flatten_schemaless_and_schemaful() -> None:
 # HeaderFrom, DropHeaders
 
 
+def written(headers: list[tuple[str, Any]]) -> list[tuple[str, bytes | None]]:
+    """Headers as Kafka's default header converter (SimpleHeaderConverter) writes them."""
+    simple = SimpleHeaderConverter()
+    return [
+        (key, simple.from_connect_header("t", key, value.schema, value.value))
+        if isinstance(value, SchemaAndValue)
+        else (key, value)
+        for key, value in headers
+    ]
+
+
 def test_header_from_move_and_copy() -> None:
     move = made(fields.HeaderFromValue, fields="age,name", headers="years,who", operation="move")
     moved = out(move, sink({"name": "Ada", "age": 36, "city": "London"}, headers=[("h", b"1")]))
     assert moved.value == {"city": "London"}
-    assert moved.headers == [("h", b"1"), ("years", b"36"), ("who", b"Ada")]
+    assert written(moved.headers) == [("h", b"1"), ("years", b"36"), ("who", b"Ada")]
     record = out(move, sink(person(), PERSON))
     assert [f.name for f in record.value_schema.fields] == ["city"]
-    assert record.headers == [("years", b"36"), ("who", b"Ada")]
+    assert record.headers[0] == ("years", SchemaAndValue(Schema(INT32), 36))
+    assert written(record.headers) == [("years", b"36"), ("who", b"Ada")]
     copy = made(fields.HeaderFromValue, fields="name", headers="who", operation="copy")
     copied = out(copy, sink(person(), PERSON))
-    assert copied.value == person() and copied.headers == [("who", b"Ada")]
+    assert copied.value == person() and written(copied.headers) == [("who", b"Ada")]
     with pytest.raises(ConfigError, match="'fields' config must have the same number"):
         made(fields.HeaderFromValue, fields="a,b", headers="x", operation="copy")
     with pytest.raises(ConfigError, match="String must be one of: move, copy"):
@@ -259,10 +273,12 @@ def test_header_from_move_and_copy() -> None:
 
 def test_insert_header_and_set_schema_metadata() -> None:
     insert = made(routing.InsertHeader, header="source", **{"value.literal": "orders-db"})
-    assert out(insert, sink({}, headers=[("a", None)])).headers == [
+    assert written(out(insert, sink({}, headers=[("a", None)])).headers) == [
         ("a", None),
         ("source", b"orders-db"),
     ]
+    number = made(routing.InsertHeader, header="n", **{"value.literal": "42"})
+    assert out(number, sink({})).headers == [("n", SchemaAndValue(Schema(INT8), 42))]
     metadata = made(fields.SetSchemaMetadataValue, **{"schema.name": "com.example.Person"})
     record = out(metadata, sink(person(), PERSON))
     assert record.value_schema.name == "com.example.Person"

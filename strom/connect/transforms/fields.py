@@ -13,9 +13,10 @@ Kafka is ``XKey`` / ``XValue`` here (``base.SidedTransformation``). Values of Ka
 logical Timestamp are milliseconds since the epoch (what the JsonConverter writes), so
 InsertField's ``timestamp.field`` is the record's timestamp as it is.
 
-Header values are bytes in Strom (no header converter): HeaderFrom writes a string as
-UTF-8, a number or boolean as its text, bytes as they are, and a struct, map or array as
-compact JSON.
+HeaderFrom adds each field's value with its schema as a typed header (a
+``SchemaAndValue``), which the connector's header converter writes (Kafka's
+SimpleHeaderConverter by default: a string as it is, a number as its text, a struct as
+``{"field":value}``).
 
 Does not own chaining or predicates (``chain``).
 """
@@ -23,7 +24,6 @@ Does not own chaining or predicates (``chain``).
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
@@ -31,10 +31,8 @@ from typing import Any
 
 from strom.config import ConfigError
 from strom.connect import config_def as cd
-from strom.connect.converters import java_string
 from strom.connect.data import (
     ARRAY,
-    BYTES,
     INT32,
     INT64,
     PRIMITIVE_TYPES,
@@ -43,6 +41,7 @@ from strom.connect.data import (
     TIMESTAMP,
     DataException,
     Schema,
+    SchemaAndValue,
     Struct,
 )
 from strom.connect.transforms.base import (
@@ -649,31 +648,6 @@ class FlattenValue(Flatten):
 # HeaderFrom
 
 
-def header_bytes(value: Any, schema: Schema | None = None) -> bytes | None:
-    """A header's bytes for a Connect value (Strom has no header converter)."""
-    if value is None:
-        return None
-    if isinstance(value, bytes | bytearray):
-        return bytes(value)
-    if schema is not None and schema.type == BYTES and isinstance(value, memoryview):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, bool | int | float | Decimal):
-        return java_string(value).encode()
-    return json.dumps(_plain(value), separators=(",", ":"), default=str).encode()
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Struct):
-        return {name: _plain(item) for name, item in value.values.items()}
-    if isinstance(value, dict):
-        return {str(key): _plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
-    return value
-
-
 class HeaderFrom(SidedTransformation):
     """Moves or copies fields in the key/value of a record into that record's headers."""
 
@@ -727,7 +701,7 @@ class HeaderFrom(SidedTransformation):
             for field, header in zip(self.fields, self.headers, strict=True):
                 if self.move:
                     updated.pop(field, None)
-                headers.append((header, header_bytes(source.get(field))))
+                headers.append((header, SchemaAndValue(None, source.get(field))))
             moved = self.with_operand(record, None, updated)
             return dataclasses.replace(moved, headers=headers)
         struct = require_struct(value, purpose)
@@ -736,7 +710,10 @@ class HeaderFrom(SidedTransformation):
             if found is None:
                 raise DataException(f"{field} is not a valid field name")
             headers.append(
-                (header, header_bytes(field_value(struct, found, self.replace_null), found.schema))
+                (
+                    header,
+                    SchemaAndValue(found.schema, field_value(struct, found, self.replace_null)),
+                )
             )
         new_schema, new_value = schema, struct
         if self.move:

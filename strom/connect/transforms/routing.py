@@ -4,7 +4,8 @@ whole is replaced, ``$1`` and ``${name}`` naming groups as in Java), ``Timestamp
 (``topic.format`` with ``${topic}`` and ``${timestamp}``, ``timestamp.format`` a
 SimpleDateFormat pattern in UTC), ``Filter`` (drops every record: use it with a
 predicate), ``DropHeaders`` (``headers``) and ``InsertHeader`` (``header``,
-``value.literal``: the literal's text as the header's bytes).
+``value.literal``: the literal parsed as Kafka's ``Values.parseString`` does, a typed
+header the connector's header converter writes).
 
 Regular expressions are Python's (``re``), which read Java's common syntax the same.
 
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from strom.connect import config_def as cd
+from strom.connect.converters import parse_string
 from strom.connect.data import DataException
 from strom.connect.transforms.base import ConnectRecord, Transformation, checked_by
 from strom.connect.transforms.fields import non_empty_list
@@ -200,7 +202,9 @@ class InsertHeader(Transformation):
     def configure(self, props: Mapping[str, Any]) -> None:
         super().configure(props)
         self.header: str = self.settings["header"]
-        self.literal: bytes = self.settings["value.literal"].encode()
+        # Kafka's: the literal parsed as Values.parseString does (42 an INT8, true a
+        # BOOLEAN...), written by the connector's header converter
+        self.literal = parse_string(self.settings["value.literal"])
 
     def apply(self, record: ConnectRecord) -> ConnectRecord | None:
         return dataclasses.replace(record, headers=[*record.headers, (self.header, self.literal)])
