@@ -9,7 +9,12 @@ Owns reading ``config/ksql-server.properties``'s keys into ``KsqlServerConfig``:
   ``ksql.schema.registry.basic.auth.user.info`` (and the other settings of
   confluent-kafka's registry client), ``ksql.internal.topic.replicas``,
   ``ksql.persistence.default.format.key`` / ``.value``, ``ksql.spark.master`` (where
-  persistent queries will run);
+  persistent queries run), ``spark.*`` (the Spark session's own settings),
+  ``ksql.spark.trigger.interval.ms`` (how often a persistent query looks for new
+  records), ``ksql.streams.state.dir`` (the queries' checkpoints),
+  ``ksql.streams.processing.guarantee`` (``at_least_once``, or ``exactly_once_v2``:
+  the sinks write in transactions) and ``ksql.streams.auto.offset.reset`` (where a
+  query without the request's ``auto.offset.reset`` starts);
 - the Kafka clients' settings: ``security.protocol``, ``sasl.*``, ``ssl.*`` (with a
   SSL or SASL_SSL protocol) and anything under ``ksql.streams.`` that is a client
   setting, the Java names translated for librdkafka (``strom.client_security``);
@@ -26,7 +31,9 @@ Does not own reading the file (``strom.cli.properties_file``) or serving.
 from __future__ import annotations
 
 import re
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from strom.client_security import PROTOCOLS, librdkafka_properties
@@ -39,6 +46,8 @@ STREAMS_PREFIX = "ksql.streams."
 REGISTRY_PREFIX = "ksql.schema.registry."
 FORMATS = ("JSON", "JSON_SR", "AVRO", "PROTOBUF", "PROTOBUF_NOSR", "DELIMITED", "KAFKA", "NONE")
 _SERVICE_ID = re.compile(r"^[A-Za-z0-9._-]+$")
+GUARANTEES = ("at_least_once", "exactly_once", "exactly_once_v2")
+OFFSET_RESETS = ("earliest", "latest")
 # Kafka client settings among ksql.streams.*: passed to the server's clients.
 _CLIENT_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.id", "request.timeout.ms")
 
@@ -55,6 +64,11 @@ class KsqlServerConfig:
     default_key_format: str = "KAFKA"
     default_value_format: str | None = None
     spark_master: str = "local[*]"
+    spark_settings: dict[str, str] = field(default_factory=dict)  # spark.* properties
+    trigger_interval_ms: int = 500
+    state_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "strom-ksql")
+    processing_guarantee: str = "at_least_once"
+    auto_offset_reset: str = "latest"
     client: dict[str, Any] = field(default_factory=dict)  # librdkafka settings
     listener_security: dict[str, str] = field(default_factory=dict)
     properties: dict[str, str] = field(default_factory=dict)  # every ksql.* property
@@ -79,6 +93,17 @@ def _positive_int(props: dict[str, str], key: str, default: int) -> int:
     if value < 1:
         raise ConfigError(f"Invalid value {text!r} for configuration {key}: must be at least 1")
     return value
+
+
+def _choice(props: dict[str, str], key: str, choices: tuple[str, ...], default: str) -> str:
+    text = props.get(key)
+    if text is None or not text.strip():
+        return default
+    if text.strip().lower() not in choices:
+        raise ConfigError(
+            f"Invalid value {text!r} for configuration {key}: not one of {', '.join(choices)}"
+        )
+    return text.strip().lower()
 
 
 def _format(props: dict[str, str], key: str, default: str | None) -> str | None:
@@ -150,6 +175,17 @@ def server_config(props: dict[str, str]) -> KsqlServerConfig:
         or "KAFKA",
         default_value_format=_format(props, "ksql.persistence.default.format.value", None),
         spark_master=props.get("ksql.spark.master", "local[*]"),
+        spark_settings={k: v for k, v in props.items() if k.startswith("spark.")},
+        trigger_interval_ms=_positive_int(props, "ksql.spark.trigger.interval.ms", 500),
+        state_dir=Path(
+            props.get(STREAMS_PREFIX + "state.dir") or Path(tempfile.gettempdir()) / "strom-ksql"
+        ),
+        processing_guarantee=_choice(
+            props, STREAMS_PREFIX + "processing.guarantee", GUARANTEES, "at_least_once"
+        ),
+        auto_offset_reset=_choice(
+            props, STREAMS_PREFIX + "auto.offset.reset", OFFSET_RESETS, "latest"
+        ),
         client=_client_settings(props),
         listener_security=listener_security,
         properties={k: v for k, v in props.items() if k.startswith("ksql.")},

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -33,9 +34,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from strom.ksql import formatter
+from strom.ksql import formatter, processing_log
 from strom.ksql import statements as st
-from strom.ksql.analysis import analyze
 from strom.ksql.command_topic import Command, CommandReader, CommandTopic, CommandTopicError
 from strom.ksql.config import KsqlServerConfig
 from strom.ksql.inserts import RowWriter, insertable, statement_values
@@ -49,6 +49,8 @@ from strom.ksql.kafka_calls import (
 from strom.ksql.metadata import MetadataStatements
 from strom.ksql.metastore import DataSource, KsqlStatementError, Metastore
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, parse_statements
+from strom.ksql.planner import QueryPlan, SinkRequest, plan_query
+from strom.ksql.queries import QueryRegistry, RunningQuery
 from strom.ksql.registry_formats import INFERRED_FORMATS, RegistryFormats
 
 log = logging.getLogger(__name__)
@@ -64,9 +66,9 @@ _CLEANUP_POLICY_SET = (
     "(STREAM or TABLE).\nUsers can't set the CLEANUP_POLICY config manually."
 )
 _NEEDS_QUERIES = (
-    "{what} needs persistent queries, which run on Spark in a later version of this server; "
-    "the statement was parsed but not executed."
+    "{what} is not executed by this server yet; the statement was parsed but not executed."
 )
+_QUERY_PREFIXES = {"STREAM": "CSAS", "TABLE": "CTAS"}
 
 
 class KsqlRequestError(Exception):
@@ -129,6 +131,19 @@ class KsqlEngine:
         self.rows = RowWriter(config, self.registry)
         self.metadata = MetadataStatements(self.metastore, self.admin, config)
         self.cluster_id = ""
+        self.queries = QueryRegistry(self._spark_queries, config.listener)
+        self._materialized: dict[str, Any] = {}
+        self._materialized_lock = threading.Lock()
+        self.log_topic = processing_log.topic_name(config.service_id)
+
+    def _spark_queries(self) -> Any:
+        from strom.ksql.runtime import SparkQueries
+
+        return SparkQueries(
+            self.config.spark_master,
+            self.config.spark_settings,
+            self.config.state_dir / self.config.service_id,
+        )
 
     # ---- start: the command topic replayed
     def start(self) -> int:
@@ -138,11 +153,34 @@ class KsqlEngine:
         metadata = self.admin.list_topics(timeout=TIMEOUT_S)
         self.cluster_id = metadata.cluster_id or ""
         self.command_topic.ensure_exists()
+        self._processing_log()
         self._reader = self.command_topic.reader()
+        self._replaying = True
         applied = sum(self._apply(command) for command in self._reader.read_to_end())
+        self._replaying = False
+        for query in list(self.queries.queries.values()):
+            self._start_query(query)
         self._follower = threading.Thread(target=self._follow, name="command-topic", daemon=True)
         self._follower.start()
         return applied
+
+    def _processing_log(self) -> None:
+        """The processing log's topic, created when missing, and its stream."""
+        new = NewTopic(
+            self.log_topic,
+            num_partitions=1,
+            replication_factor=self.config.internal_topic_replicas,
+        )
+        try:
+            create_topic(self.admin, new)
+        except KafkaCallError as exc:
+            log.warning("cannot create the processing log %s: %s", self.log_topic, exc)
+            return
+        text = processing_log.create_statement(self.log_topic)
+        statement = parse_statement(text)
+        assert isinstance(statement, st.CreateSource)
+        source = self.metastore.source_from_statement(statement, text + ";")
+        self.metastore.put_source(source)
 
     def _follow(self) -> None:
         reader = self._reader
@@ -195,6 +233,17 @@ class KsqlEngine:
         if isinstance(statement, st.DropType):
             self.metastore.drop_type(st.DropType(statement.name, if_exists=True))
             return f"Dropped type '{statement.name}'"
+        if isinstance(statement, st.CreateAsSelect | st.InsertInto):
+            query = self._persistent_query(
+                statement, command.statement, command.streams_properties, command.sequence_number
+            )
+            if not getattr(self, "_replaying", False):
+                self._start_query(query)
+            return f"Created query with ID {query.query_id}"
+        if isinstance(statement, st.Terminate):
+            for query_id in self._terminated(statement):
+                self.queries.terminate(query_id)
+            return "Query terminated."
         raise KsqlStatementError(f"not a command: {command.statement}")
 
     def _record(self, command_id: str, text: str, properties: dict[str, Any]) -> int:
@@ -277,12 +326,8 @@ class KsqlEngine:
             st.CreateType: self._create_type,
             st.DropType: self._drop_type,
             st.InsertValues: self._insert_values,
-            st.Show: lambda statement, text, scope: self.metadata.show(
-                statement, text, scope.properties, scope.variables
-            ),
-            st.DescribeSource: lambda statement, text, _: self.metadata.describe_source(
-                statement, text
-            ),
+            st.Show: self._show,
+            st.DescribeSource: self._describe_source,
             st.DescribeSources: lambda statement, text, _: self.metadata.describe_sources(
                 statement, text
             ),
@@ -297,7 +342,7 @@ class KsqlEngine:
             st.PrintTopic: _query_endpoint,
             st.CreateAsSelect: self._create_as_select,
             st.InsertInto: self._insert_into,
-            st.Terminate: _needs_queries("TERMINATE"),
+            st.Terminate: self._terminate,
             st.Explain: self._explain,
             st.AlterSource: _needs_queries("ALTER"),
             st.RunScript: _cli_only,
@@ -421,6 +466,15 @@ class KsqlEngine:
         self, statement: st.DropSource, text: str, scope: RequestScope
     ) -> dict[str, Any]:
         dropped = self.metastore.droppable(statement)
+        if dropped is not None:
+            reads, writes = self.queries.using(dropped.name)
+            if reads or writes:
+                raise KsqlStatementError(
+                    f"Cannot drop {dropped.name}.\n"
+                    f"The following queries read from this source: [{', '.join(reads)}].\n"
+                    f"The following queries write into this source: [{', '.join(writes)}].\n"
+                    f"You need to terminate them before dropping {dropped.name}."
+                )
         if dropped is not None and statement.delete_topic and dropped.is_source:
             raise KsqlStatementError(f"Cannot delete topic for read-only source: {dropped.name}")
         command_id = f"{statement.kind.lower()}/{statement.name}/drop"
@@ -469,7 +523,9 @@ class KsqlEngine:
         return _status_entity(text, command_id, message, sequence)
 
     def _succeeded(self, command_id: str, message: str) -> None:
-        self.statuses[command_id] = {"status": "SUCCESS", "message": message, "queryId": None}
+        created = "Created query with ID "
+        query_id = message.removeprefix(created) if message.startswith(created) else None
+        self.statuses[command_id] = {"status": "SUCCESS", "message": message, "queryId": query_id}
 
     # ---- INSERT VALUES
     def _insert_values(
@@ -485,32 +541,291 @@ class KsqlEngine:
         self.rows.write(source, values)
         return None
 
-    # ---- statements that need queries: checked, then refused until queries run
+    # ---- persistent queries
     def _create_as_select(
         self, statement: st.CreateAsSelect, text: str, scope: RequestScope
     ) -> dict[str, Any] | None:
         existing = self.metastore.source(statement.name)
-        if existing is not None and not (statement.or_replace or statement.if_not_exists):
+        if existing is not None and statement.if_not_exists:
+            return {
+                "@type": "warning_entity",
+                "statementText": text,
+                "message": f"Cannot add {statement.kind.lower()} `{statement.name}`: A "
+                f"{existing.kind.lower()} with the same name already exists.",
+                "warnings": [],
+            }
+        if existing is not None:
             raise KsqlStatementError(
                 f"Cannot add {statement.kind.lower()} '{statement.name}': A "
                 f"{existing.kind.lower()} with the same name already exists"
             )
-        analyze(statement.query, self.metastore)
-        raise KsqlStatementError(_NEEDS_QUERIES.format(what="CREATE ... AS SELECT"))
+        plan = self._plan(statement, text)
+        assert plan.sink is not None
+        self._ensure_sink_topic(plan)
+        command_id = f"{statement.kind.lower()}/`{statement.name}`/create"
+        return self._run_persistent(statement, text, scope, command_id)
 
     def _insert_into(
         self, statement: st.InsertInto, text: str, scope: RequestScope
     ) -> dict[str, Any] | None:
-        insertable(self.metastore, statement.target)
-        analyze(statement.query, self.metastore)
-        raise KsqlStatementError(_NEEDS_QUERIES.format(what="INSERT INTO ... SELECT"))
+        self._plan(statement, text)
+        command_id = f"stream/`{statement.target}`/create"
+        return self._run_persistent(statement, text, scope, command_id)
 
-    def _explain(self, statement: st.Explain, text: str, scope: RequestScope) -> None:
-        if isinstance(statement.statement, st.Query):
-            analyze(statement.statement, self.metastore)
-        elif isinstance(statement.statement, st.CreateAsSelect | st.InsertInto):
-            analyze(statement.statement.query, self.metastore)
-        raise KsqlStatementError(_NEEDS_QUERIES.format(what="EXPLAIN"))
+    def _run_persistent(
+        self,
+        statement: st.CreateAsSelect | st.InsertInto,
+        text: str,
+        scope: RequestScope,
+        command_id: str,
+    ) -> dict[str, Any]:
+        sequence = self._record(command_id, text, scope.properties)
+        query = self._persistent_query(statement, text, scope.properties, sequence)
+        self._start_query(query)
+        message = f"Created query with ID {query.query_id}"
+        self._succeeded(command_id, message)
+        entity = _status_entity(text, command_id, message, sequence)
+        entity["commandStatus"]["queryId"] = query.query_id
+        return entity
+
+    def _plan(self, statement: st.CreateAsSelect | st.InsertInto, text: str) -> QueryPlan:
+        source = self.metastore.source(statement.query.source.left.name)
+        partitions = None
+        if source is not None:
+            found = topic_metadata(self.admin, source.topic)
+            partitions = len(found.partitions) if found is not None else None
+        if isinstance(statement, st.CreateAsSelect):
+            request = SinkRequest(
+                statement.name, statement.kind, statement.properties, None, partitions, text
+            )
+        else:
+            target = insertable(self.metastore, statement.target)
+            request = SinkRequest(target.name, None, statement.properties, target, partitions, text)
+        return plan_query(statement.query, self.metastore, request, text)
+
+    def _persistent_query(
+        self,
+        statement: st.CreateAsSelect | st.InsertInto,
+        text: str,
+        properties: dict[str, Any],
+        sequence: int,
+    ) -> RunningQuery:
+        """The query of a recorded statement, its sink added to the metastore."""
+        plan = self._plan(statement, text)
+        assert plan.sink is not None
+        if isinstance(statement, st.CreateAsSelect):
+            query_id = f"{_QUERY_PREFIXES[statement.kind]}_{statement.name}_{sequence}"
+            self.metastore.put_source(plan.sink)
+        else:
+            query_id = f"INSERTQUERY_{sequence}"
+        query = RunningQuery(query_id, text, plan, properties=dict(properties))
+        self.queries.add(query)
+        return query
+
+    def _start_query(self, query: RunningQuery) -> None:
+        from strom.ksql.runtime import QuerySpec
+
+        properties = query.properties
+
+        def setting(name: str, default: str) -> str:
+            value = properties.get(name, properties.get("ksql.streams." + name, default))
+            return str(value).strip().lower()
+
+        spec = QuerySpec(
+            query_id=query.query_id,
+            plan=query.plan,
+            client=self.config.client_config(),
+            registry_url=self.config.schema_registry_url,
+            registry_settings=dict(self.config.schema_registry_client),
+            log_topic=self.log_topic,
+            exactly_once=setting("processing.guarantee", self.config.processing_guarantee)
+            in ("exactly_once", "exactly_once_v2"),
+            offset_reset=setting("auto.offset.reset", self.config.auto_offset_reset),
+            trigger_ms=self.config.trigger_interval_ms,
+        )
+        self.queries.start(query, spec)
+
+    def _ensure_sink_topic(self, plan: QueryPlan) -> None:
+        sink = plan.sink
+        assert sink is not None
+        partitions = sink.properties.get("PARTITIONS")
+        found = topic_metadata(self.admin, sink.topic)
+        if found is not None:
+            if partitions is not None and partitions != len(found.partitions):
+                raise KsqlStatementError(
+                    f"A Kafka topic with the name '{sink.topic}' already exists, with different "
+                    "partition/replica configuration than required. KSQL expects "
+                    f"{partitions} partitions (topic has {len(found.partitions)})."
+                )
+            return
+        replicas = sink.properties.get("REPLICAS")
+        topic_config = {"cleanup.policy": "compact" if sink.kind == "TABLE" else "delete"}
+        retention = sink.properties.get("RETENTION_MS")
+        if retention is not None:
+            topic_config["retention.ms"] = str(retention)
+        new = NewTopic(
+            sink.topic,
+            num_partitions=partitions or 1,
+            replication_factor=replicas if replicas is not None else -1,
+            config=topic_config,
+        )
+        try:
+            create_topic(self.admin, new)
+        except KafkaCallError as exc:
+            raise KsqlStatementError(f"Could not create topic '{sink.topic}': {exc}") from None
+
+    def _terminated(self, statement: st.Terminate) -> list[str]:
+        if statement.query_id is None:
+            return sorted(
+                q.query_id for q in self.queries.queries.values() if q.query_type == "PERSISTENT"
+            )
+        return [statement.query_id.upper()] if statement.query_id else []
+
+    def _terminate(self, statement: st.Terminate, text: str, scope: RequestScope) -> dict[str, Any]:
+        ids = self._terminated(statement)
+        if statement.query_id is not None:
+            found = self.queries.queries.get(ids[0])
+            if found is None:
+                raise KsqlStatementError(f"Unknown queryId: {ids[0]}")
+            if found.query_type != "PERSISTENT":  # a push query: not a command
+                self.queries.terminate(found.query_id)
+                return _status_entity(text, f"terminate/{found.query_id}/execute",
+                                      "Query terminated.", -1)  # fmt: skip
+        command_id = (
+            f"terminate/{statement.query_id.upper() if statement.query_id else 'ALL'}/execute"
+        )
+        sequence = self._record(command_id, text, scope.properties)
+        for query_id in ids:
+            self.queries.terminate(query_id)
+        message = "Query terminated."
+        self._succeeded(command_id, message)
+        return _status_entity(text, command_id, message, sequence)
+
+    def _explain(self, statement: st.Explain, text: str, scope: RequestScope) -> dict[str, Any]:
+        if statement.query_id is not None:
+            found = self.queries.queries.get(statement.query_id.upper())
+            if found is None:
+                raise KsqlStatementError(
+                    f"Query with id:{statement.query_id} does not exist, use SHOW QUERIES to view "
+                    "the full set of running queries."
+                )
+            return self.queries.explain(text, found)
+        inner = statement.statement
+        if isinstance(inner, st.CreateAsSelect | st.InsertInto):
+            plan = self._plan(inner, text)
+        elif isinstance(inner, st.Query):
+            plan = plan_query(inner, self.metastore, None, text)
+        else:
+            raise KsqlStatementError("EXPLAIN takes a query id or a query")
+        described = RunningQuery("", text.removeprefix("EXPLAIN").strip(), plan, state="UNKNOWN")
+        entity = self.queries.explain(text, described)
+        entity["queryDescription"]["ksqlHostQueryStatus"] = {}
+        return entity
+
+    # ---- transient queries (push and pull), for the server's /query endpoints
+    def transient_plan(self, query: st.Query, text: str) -> QueryPlan:
+        """The plan of a push or pull query; ``KsqlStatementError`` with ksqlDB's message."""
+        with self.lock:
+            plan = plan_query(query, self.metastore, None, text)
+            if query.is_pull:
+                self._check_pull(plan)
+        return plan
+
+    def _check_pull(self, plan: QueryPlan) -> None:
+        tail = (
+            " See https://cnfl.io/queries for more info.\n"
+            "Add EMIT CHANGES if you intended to issue a push query."
+        )
+        if plan.aggregation is not None:
+            raise KsqlStatementError("Pull queries don't support GROUP BY clauses." + tail)
+        if plan.partition_by is not None:
+            raise KsqlStatementError("Pull queries don't support PARTITION BY clauses." + tail)
+        source = plan.source
+        if (
+            source.kind == "TABLE"
+            and not source.is_source
+            and not self.queries.using(source.name)[1]
+        ):
+            raise KsqlStatementError(
+                f"The `{source.name}` table isn't queryable. To derive a queryable table, you can "
+                f"do 'CREATE TABLE QUERYABLE_{source.name} AS SELECT * FROM {source.name}'." + tail
+            )
+
+    def partitions(self, topic: str) -> list[int]:
+        found = topic_metadata(self.admin, topic)
+        if found is None:
+            raise KsqlStatementError(f"Topic '{topic}' does not exist")
+        return sorted(found.partitions)
+
+    def push_query(self, plan: QueryPlan, text: str, properties: dict[str, Any]) -> Any:
+        """A push query registered (TERMINATE and /close-query stop it); run it with
+        ``run`` on a worker thread, then ``end_transient``."""
+        from confluent_kafka import Producer
+
+        from strom.ksql.push_queries import PushQuery
+
+        reset = properties.get(
+            "auto.offset.reset",
+            properties.get("ksql.streams.auto.offset.reset", self.config.auto_offset_reset),
+        )
+        query_id = f"transient_{plan.source.name}_{uuid.uuid4().int % 10**19}"
+        producer = Producer(self.config.client_config(**{"linger.ms": 5}))
+        push = PushQuery(
+            query_id,
+            plan,
+            self.config.client_config(),
+            self.registry if self.config.schema_registry_url else None,
+            str(reset).strip().lower(),
+            producer,
+            self.log_topic,
+        )
+        running = RunningQuery(
+            query_id, text, plan, query_type="PUSH", state="RUNNING", stop=push.stopped.set
+        )
+        self.queries.add(running)
+        return push
+
+    def end_transient(self, query_id: str) -> None:
+        self.queries.queries.pop(query_id, None)
+
+    def pull_query(self, plan: QueryPlan) -> list[list[Any]]:
+        """The rows of a pull query, from the source's materialized rows."""
+        from strom.ksql.push_queries import Materialized, pull_rows
+
+        source = plan.source
+        partitions = self.partitions(source.topic)
+        with self._materialized_lock:
+            found = self._materialized.get(source.name)
+            if found is None or found.source != source:
+                if found is not None:
+                    found.close()
+                registry = self.registry if self.config.schema_registry_url else None
+                found = Materialized(source, self.config.client_config(), registry)
+                self._materialized[source.name] = found
+        with found.lock:
+            found.catch_up(partitions)
+            rows = found.current()
+        return pull_rows(plan, rows)
+
+    def _show(self, statement: st.Show, text: str, scope: RequestScope) -> dict[str, Any]:
+        if statement.what == "QUERIES":
+            return self.queries.show(text, statement.extended)
+        return self.metadata.show(statement, text, scope.properties, scope.variables)
+
+    def _describe_source(
+        self, statement: st.DescribeSource, text: str, scope: RequestScope
+    ) -> dict[str, Any]:
+        entity = self.metadata.describe_source(statement, text)
+        description = entity["sourceDescription"]
+        self.queries.refresh()
+        for query in sorted(self.queries.queries.values(), key=lambda q: q.query_id):
+            if query.query_type != "PERSISTENT":
+                continue
+            if statement.name in query.sources:
+                description["readQueries"].append(query.running_json())
+            if statement.name in query.sinks:
+                description["writeQueries"].append(query.running_json())
+        return entity
 
     # ---- SHOW, LIST, DESCRIBE
     # ---- SET and UNSET
@@ -531,6 +846,9 @@ class KsqlEngine:
         return self.statuses.get(command_id)
 
     def close(self) -> None:
+        self.queries.close()
+        for materialized in self._materialized.values():
+            materialized.close()
         self._stopped.set()
         if self._follower is not None:
             self._follower.join(5)

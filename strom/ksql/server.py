@@ -26,15 +26,17 @@ Does not own statements, the metastore or the listener's security
 from __future__ import annotations
 
 import asyncio
+import base64
+import decimal
 import json
 import logging
 import threading
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from strom.ksql.analysis import analyze
 from strom.ksql.engine import (
     ERROR_BAD_STATEMENT,
     ERROR_SERVER,
@@ -76,6 +78,7 @@ class KsqlServerApp:
                 web.post("/ksql", self.ksql),
                 web.post("/query", self.query),
                 web.post("/query-stream", self.query),
+                web.post("/close-query", self.close_query),
                 web.post("/inserts-stream", self.inserts_stream),
             ]
         )
@@ -200,16 +203,105 @@ class KsqlServerApp:
             return self._reply(request, statement_error(str(exc), statement_text, []), 400)
         if isinstance(statement, PrintTopic) and request.path == "/query":
             return await self._print(request, statement)
-        if isinstance(statement, Query):
+        if not isinstance(statement, Query):
+            message = (
+                "The following statement types should be issued to the websocket endpoint "
+                "'/query' or '/query-stream':\n\t* PRINT\n\t* SELECT"
+            )
+            return self._reply(request, statement_error(message, statement_text, []), 400)
+        properties = body.get("properties") or body.get("streamsProperties") or {}
+        if not isinstance(properties, dict):
+            properties = {}
+        try:
+            plan = await asyncio.to_thread(self.engine.transient_plan, statement, statement_text)
+            if statement.is_pull:
+                rows = await asyncio.to_thread(self.engine.pull_query, plan)
+                push = None
+            else:
+                partitions = await asyncio.to_thread(self.engine.partitions, plan.source.topic)
+                push = await asyncio.to_thread(
+                    self.engine.push_query, plan, statement_text, properties
+                )
+        except KsqlStatementError as exc:
+            return self._reply(request, statement_error(str(exc), statement_text, []), 400)
+        names = [p.name for p in plan.projection]
+        types = [str(p.type) for p in plan.projection]
+        query_id = push.query_id if push is not None else f"query_{uuid.uuid4().int % 10**13}"
+        writer = _RowWriter(request.path, request.headers.get("Accept", ""), query_id, names, types)
+        response = web.StreamResponse(headers={"Content-Type": writer.content_type})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        await response.write(writer.header())
+        if push is None:
+            for row in rows:
+                await response.write(writer.row(row))
+            await response.write(writer.end(None))
+            await response.write_eof()
+            return response
+        await self._stream_push(request, response, writer, push, partitions)
+        return response
+
+    async def _stream_push(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        writer: _RowWriter,
+        push: Any,
+        partitions: list[int],
+    ) -> None:
+        """A push query's rows as they come, until LIMIT, TERMINATE or the client goes."""
+        loop = asyncio.get_running_loop()
+        rows: asyncio.Queue[list[Any] | None] = asyncio.Queue()
+        outcome: dict[str, Any] = {}
+
+        def emit(row: list[Any]) -> None:
+            loop.call_soon_threadsafe(rows.put_nowait, row)
+
+        def run() -> None:
             try:
-                analyze(statement, self.engine.metastore)
-            except KsqlStatementError as exc:
-                return self._reply(request, statement_error(str(exc), statement_text, []), 400)
-        message = (
-            "PRINT is served on /query; push and pull queries run on Spark in a later version "
-            "of this server: the statement was parsed but not executed."
-        )
-        return self._reply(request, statement_error(message, statement_text, []), 400)
+                outcome["limit"] = push.run(emit, partitions)
+            except Exception as exc:  # the cluster failed mid-way: the client is told
+                log.warning("push query %s failed: %s", push.query_id, exc)
+                outcome["error"] = str(exc)
+            finally:
+                loop.call_soon_threadsafe(rows.put_nowait, None)
+
+        runner = loop.run_in_executor(None, run)
+        try:
+            while True:
+                try:
+                    row = await asyncio.wait_for(rows.get(), 1.0)
+                except TimeoutError:
+                    transport = request.transport
+                    if transport is None or transport.is_closing():
+                        break
+                    continue
+                if row is None:
+                    break
+                await response.write(writer.row(row))
+            final = "Limit Reached" if outcome.get("limit") else outcome.get("error")
+            await response.write(writer.end(final))
+            await response.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        finally:
+            push.stopped.set()
+            await runner
+            self.engine.end_transient(push.query_id)
+
+    async def close_query(self, request: web.Request) -> web.Response:
+        """``{"queryId": ...}``: the push query ends."""
+        try:
+            body = await self._body(request)
+        except _BadRequest as exc:
+            return self._reply(request, _generic_error(ERROR_BAD_REQUEST, str(exc)), 400)
+        query_id = str(body.get("queryId") or "")
+        found = self.engine.queries.queries.get(query_id)
+        if found is None or found.stop is None:
+            message = f"No query with id {query_id}"
+            return self._reply(request, _generic_error(ERROR_BAD_REQUEST, message), 400)
+        found.stop()
+        return self._reply(request, {})
 
     async def _print(self, request: web.Request, statement: PrintTopic) -> web.StreamResponse:
         """PRINT: the topic's records as lines, until LIMIT or the client leaves."""
@@ -316,6 +408,63 @@ class KsqlServerApp:
         await response.write(b"[]" if as_array and sequence == 0 else b"]" if as_array else b"")
         await response.write_eof()
         return response
+
+
+def _json_ready(value: Any) -> Any:
+    """A row's value as JSON: DECIMAL a number, BYTES base64."""
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, list):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    return value
+
+
+class _RowWriter:
+    """A query's answer in the shape its endpoint and Accept header ask for:
+
+    - ``/query-stream``, delimited (``application/vnd.ksqlapi.delimited.v1``, the
+      default): a header object line ``{"queryId", "columnNames", "columnTypes"}``, then
+      one JSON array a row;
+    - ``/query-stream`` with ``application/json``: one JSON array of the same;
+    - ``/query`` (ksqlDB's older shape): ``[{"header": {"queryId", "schema"}},
+      {"row": {"columns": [...]}}, ..., {"finalMessage": "Limit Reached"}]``.
+    """
+
+    def __init__(
+        self, path: str, accept: str, query_id: str, names: list[str], types: list[str]
+    ) -> None:
+        self.old = path == "/query"
+        self.as_array = not self.old and "application/json" in accept
+        self.query_id = query_id
+        self.names = names
+        self.types = types
+        if self.old:
+            self.content_type = KSQL_MEDIA_TYPE if KSQL_MEDIA_TYPE in accept else "application/json"
+        else:
+            self.content_type = "application/json" if self.as_array else DELIMITED_MEDIA_TYPE
+
+    def header(self) -> bytes:
+        if self.old:
+            schema = ", ".join(f"`{n}` {t}" for n, t in zip(self.names, self.types, strict=True))
+            head = {"header": {"queryId": self.query_id, "schema": schema}}
+            return b"[" + json.dumps(head).encode() + b",\n"
+        head = {"queryId": self.query_id, "columnNames": self.names, "columnTypes": self.types}
+        return (b"[" if self.as_array else b"") + json.dumps(head).encode() + b"\n"
+
+    def row(self, values: list[Any]) -> bytes:
+        if self.old:
+            return json.dumps({"row": {"columns": _json_ready(values)}}).encode() + b",\n"
+        return (b"," if self.as_array else b"") + json.dumps(_json_ready(values)).encode() + b"\n"
+
+    def end(self, final: str | None) -> bytes:
+        if self.old:
+            last: dict[str, Any] = {"finalMessage": final or "Query Completed"}
+            return json.dumps(last).encode() + b"]\n"
+        return b"]" if self.as_array else b""
 
 
 def _insert_error(sequence: int, code: int, message: str) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 Owns the column contract of Spark's Kafka sink (``value`` required; ``key``,
 ``headers``, ``topic``, ``partition`` optional; the ``topic`` option overrides the
-column) and the delivery guarantee: each Spark task flushes its producer and fails
+column; beyond Spark's, an optional ``timestamp`` column, epoch ms or a timestamp, sets
+the records' timestamps) and the delivery guarantee: each Spark task flushes its producer and fails
 if any record was not acknowledged before it reports success, so a committed batch
 is in Kafka: at-least-once, as Spark's Kafka sink (a retried task may write twice).
 Records without a partition are placed by Kafka's Java partitioner (murmur2 of the
@@ -122,6 +123,16 @@ class _ArrowProducer:
         column = self.columns.get(name)
         return batch.column(column).to_pylist() if column is not None else None
 
+    def _timestamps(self, batch: pa.RecordBatch) -> list[int | None] | None:
+        """The ``timestamp`` column as epoch milliseconds (a long, or a timestamp)."""
+        column = self.columns.get("timestamp")
+        if column is None:
+            return None
+        values = batch.column(column)
+        if pa.types.is_timestamp(values.type):
+            values = values.cast(pa.timestamp("ms", tz=values.type.tz)).cast(pa.int64())
+        return values.to_pylist()
+
     def _topics(self, batch: pa.RecordBatch) -> Any:
         if self.opts.topic is not None:
             return repeat(self.opts.topic, batch.num_rows)
@@ -143,14 +154,18 @@ class _ArrowProducer:
             topics = self._topics(batch)
             partitions = self._column(batch, "partition")
             headers = self._column(batch, "headers")
+            timestamps = self._timestamps(batch)
             rows: Any = zip(topics, values, keys, strict=False)
-            if partitions is None and headers is None:
+            if partitions is None and headers is None and timestamps is None:
                 extra: Any = repeat({}, n)
             else:
                 extra = (
-                    _extras(p, h)
-                    for p, h in zip(
-                        partitions or repeat(None, n), headers or repeat(None, n), strict=False
+                    _extras(p, h, t)
+                    for p, h, t in zip(
+                        partitions or repeat(None, n),
+                        headers or repeat(None, n),
+                        timestamps or repeat(None, n),
+                        strict=False,
                     )
                 )
             for (topic, value, key), kwargs in zip(rows, extra, strict=False):
@@ -210,10 +225,14 @@ class _ArrowProducer:
         return WrittenRecords(outcome.written, batch_id=task.batch_id, skipped=outcome.skipped)
 
 
-def _extras(partition: int | None, headers: list[dict[str, Any]] | None) -> dict[str, Any]:
+def _extras(
+    partition: int | None, headers: list[dict[str, Any]] | None, timestamp: int | None = None
+) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     if partition is not None:
         kwargs["partition"] = partition
+    if timestamp is not None:
+        kwargs["timestamp"] = timestamp
     if headers:
         kwargs["headers"] = [(h["key"], h["value"]) for h in headers]
     return kwargs

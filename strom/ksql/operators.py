@@ -1,0 +1,330 @@
+"""A query's operators as plain Python, one record at a time, host-agnostic: the same
+code runs a persistent query's records inside Spark's tasks (``strom.ksql.runtime``)
+and a push query's in the server (``strom.ksql.push_queries``).
+
+Built from a ``QueryPlan`` (``Operators(plan)`` compiles its expressions):
+
+- ``stateless(row)``: WHERE, PARTITION BY (the key is what the projection selects for
+  it), the projection; over a table, an update that the filter drops, and a tombstone,
+  give a tombstone for its key (tables are changelogs);
+- ``group(row)``: WHERE, then the grouping key and the row, for the aggregation; a
+  null grouping key is dropped, as ksqlDB drops it;
+- ``TableRegrouping``: over a table, each source key's last grouped row kept, so an
+  update gives the undo of the old row (under its old group) and the add of the new;
+- ``aggregate(state, group, row, stream_time, sign)``: the row added to (sign 1) or
+  undone from (sign -1) the accumulators of its windows (none; TUMBLING; HOPPING;
+  SESSION, sessions merged), late records (their window's end + grace at or before the
+  stream time) dropped; with EMIT CHANGES each update gives the window's new row (every
+  update, as ``cache.max.bytes.buffering=0``), HAVING that fails a tombstone;
+  ``close_windows(state, group, stream_time)``: for EMIT FINAL, one row per window once
+  its grace has passed; closed windows leave the state.
+
+The state of a group is a plain picklable dict (the host keeps it: a dict in the
+server, Spark's state store in a task); the stream time is the host's (the largest
+timestamp seen by the task). An expression that fails to evaluate gives null and calls
+``on_error`` with ksqlDB's message (the processing log). Outputs are ``Change``s: key
+columns, value columns or None (a tombstone), timestamp, window bounds.
+
+Does not own reading or writing records, or the hosts' threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from strom.ksql.planner import QueryPlan, Window
+from strom.ksql.readers import Row
+
+DEFAULT_GRACE_MS = 24 * 3_600_000  # ksqlDB's grace for a window without GRACE PERIOD
+ErrorHandler = Callable[[str], None]
+
+
+@dataclass
+class Change:
+    """An output record."""
+
+    key: dict[str, Any]
+    value: dict[str, Any] | None  # None: a tombstone
+    timestamp: int
+    window: tuple[int, int] | None = None
+
+
+def _ignore(message: str) -> None:
+    return None
+
+
+class Operators:
+    """The compiled operators of one plan."""
+
+    def __init__(self, plan: QueryPlan, on_error: ErrorHandler | None = None) -> None:
+        from strom.ksql.evaluation import compile_expression
+
+        self.plan = plan
+        self.on_error = on_error or _ignore
+        source_scope = plan.source_scope()
+        self.where = (
+            compile_expression(plan.where, source_scope) if plan.where is not None else None
+        )
+        output_scope = plan.output_scope()
+        self.projection = [
+            (p.name, p.namespace, compile_expression(p.expression, output_scope))
+            for p in plan.projection
+        ]
+        self.table_source = plan.source.kind == "TABLE"
+        aggregation = plan.aggregation
+        self.functions: list[Any] = []
+        self.group_by: list[Any] = []
+        self.arguments: list[list[Any]] = []
+        self.having = None
+        self.window: Window | None = None
+        if aggregation is not None:
+            from strom.ksql.aggregate_functions import aggregate_function
+
+            self.group_by = [compile_expression(e, source_scope) for e in aggregation.group_by]
+            for call in aggregation.calls:
+                function = aggregate_function(
+                    call.name, list(call.argument_types), list(call.literal_arguments)
+                )
+                assert function is not None  # the planner found it
+                self.functions.append(function)
+                self.arguments.append([compile_expression(a, source_scope) for a in call.arguments])
+            if aggregation.having is not None:
+                self.having = compile_expression(aggregation.having, output_scope)
+            self.window = aggregation.window
+        self.timestamp_column = plan.sink.timestamp_column if plan.sink is not None else None
+
+    # ---- evaluation helpers
+    def _evaluate(self, compiled: Any, row: dict[str, Any]) -> Any:
+        return compiled.evaluate(row, self.on_error)
+
+    def _passes(self, row: dict[str, Any]) -> bool:
+        return self.where is None or self._evaluate(self.where, row) is True
+
+    def project(
+        self, row: dict[str, Any], timestamp: int, window: tuple[int, int] | None
+    ) -> Change:
+        key: dict[str, Any] = {}
+        value: dict[str, Any] = {}
+        for name, namespace, compiled in self.projection:
+            (key if namespace == "KEY" else value)[name] = self._evaluate(compiled, row)
+        if self.timestamp_column is not None:
+            found = value.get(self.timestamp_column, key.get(self.timestamp_column))
+            if isinstance(found, int):
+                timestamp = found
+        return Change(key, value, timestamp, window)
+
+    def _tombstone(self, row: dict[str, Any], window: tuple[int, int] | None) -> Change:
+        key = {
+            name: self._evaluate(compiled, row)
+            for name, namespace, compiled in self.projection
+            if namespace == "KEY"
+        }
+        return Change(key, None, int(row.get("ROWTIME") or 0), window)
+
+    @staticmethod
+    def _window_of(row: dict[str, Any]) -> tuple[int, int] | None:
+        if "WINDOWSTART" in row:
+            return int(row["WINDOWSTART"]), int(row["WINDOWEND"])
+        return None
+
+    # ---- stateless
+    def stateless(self, row: Row) -> list[Change]:
+        columns = row.columns
+        window = self._window_of(columns)
+        if row.tombstone:
+            return [self._tombstone(columns, window)] if self.table_source else []
+        if not self._passes(columns):
+            return [self._tombstone(columns, window)] if self.table_source else []
+        return [self.project(columns, row.timestamp, window)]
+
+    # ---- aggregation
+    def group(self, row: Row) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The grouping key and the row, or None when the row is filtered out or its key
+        is null (a tombstone of a table source: its key only, for the undo)."""
+        columns = row.columns
+        if not row.tombstone and not self._passes(columns):
+            return None
+        key = tuple(self._evaluate(g, columns) for g in self.group_by)
+        if any(k is None for k in key):
+            return None
+        return key, columns
+
+    def _values(self, index: int, row: dict[str, Any]) -> list[Any]:
+        return [self._evaluate(a, row) for a in self.arguments[index]]
+
+    def _windows(self, timestamp: int) -> list[tuple[int, int]]:
+        window = self.window
+        if window is None:
+            return [(-1, -1)]
+        if window.kind == "TUMBLING":
+            start = timestamp - timestamp % window.size_ms
+            return [(start, start + window.size_ms)]
+        # HOPPING: every window [s, s + size) with s a multiple of the advance
+        first = timestamp - timestamp % window.advance_ms
+        windows = []
+        start = first
+        while start > timestamp - window.size_ms and start >= 0:
+            windows.append((start, start + window.size_ms))
+            start -= window.advance_ms
+        return sorted(windows)
+
+    def _grace(self) -> int:
+        window = self.window
+        return DEFAULT_GRACE_MS if window is None or window.grace_ms is None else window.grace_ms
+
+    def _late(self, end: int, stream_time: int) -> bool:
+        return self.window is not None and end + self._grace() <= stream_time
+
+    def aggregate(
+        self,
+        state: dict[Any, Any],
+        group: tuple[Any, ...],
+        row: dict[str, Any],
+        stream_time: int,
+        sign: int = 1,
+    ) -> list[Change]:
+        """``row`` added to (or undone from) ``state`` (the group's windows, changed in
+        place); the rows EMIT CHANGES gives."""
+        timestamp = int(row.get("ROWTIME") or 0)
+        if self.window is not None and self.window.kind == "SESSION":
+            return self._session(state, group, row, timestamp, stream_time)
+        changes: list[Change] = []
+        for start, end in self._windows(timestamp):
+            if self._late(end, stream_time):
+                continue
+            slot = state.get(start)
+            if slot is None:
+                slot = {"end": end, "acc": [f.initial() for f in self.functions], "ts": timestamp}
+                state[start] = slot
+            accumulators = slot["acc"]
+            for index, function in enumerate(self.functions):
+                values = self._values(index, row)
+                if sign > 0:
+                    accumulators[index] = function.add(accumulators[index], *values)
+                else:
+                    accumulators[index] = function.undo(accumulators[index], *values)
+            slot["ts"] = max(slot["ts"], timestamp)
+            if not self.plan.emit_final:
+                changes.append(self._result(group, start, slot))
+        return changes
+
+    def _session(
+        self,
+        state: dict[Any, Any],
+        group: tuple[Any, ...],
+        row: dict[str, Any],
+        timestamp: int,
+        stream_time: int,
+    ) -> list[Change]:
+        assert self.window is not None
+        gap = self.window.size_ms
+        if self._late(timestamp, stream_time):
+            return []
+        merged = [
+            start
+            for start, slot in state.items()
+            if slot["end"] + gap >= timestamp and start - gap <= timestamp
+        ]
+        accumulators = [f.initial() for f in self.functions]
+        start, end, latest = timestamp, timestamp, timestamp
+        changes: list[Change] = []
+        for old in sorted(merged):
+            slot = state.pop(old)
+            accumulators = [
+                f.merge(a, b)
+                for f, a, b in zip(self.functions, accumulators, slot["acc"], strict=True)
+            ]
+            if not self.plan.emit_final:
+                changes.append(self._removed(group, old, slot))
+            start, end = min(start, old), max(end, slot["end"])
+            latest = max(latest, slot["ts"])
+        for index, function in enumerate(self.functions):
+            accumulators[index] = function.add(accumulators[index], *self._values(index, row))
+        slot = {"end": end, "acc": accumulators, "ts": latest}
+        state[start] = slot
+        if not self.plan.emit_final:
+            changes.append(self._result(group, start, slot))
+        return changes
+
+    def _aggregate_row(
+        self, group: tuple[Any, ...], start: int, slot: dict[str, Any]
+    ) -> dict[str, Any]:
+        aggregation = self.plan.aggregation
+        assert aggregation is not None
+        row: dict[str, Any] = dict(zip(aggregation.group_columns, group, strict=True))
+        for call, function, accumulator in zip(
+            aggregation.calls, self.functions, slot["acc"], strict=True
+        ):
+            row[call.column] = function.result(accumulator)
+        row["ROWTIME"] = slot["ts"]
+        if self.window is not None:
+            row["WINDOWSTART"], row["WINDOWEND"] = start, slot["end"]
+        return row
+
+    def _result(self, group: tuple[Any, ...], start: int, slot: dict[str, Any]) -> Change:
+        row = self._aggregate_row(group, start, slot)
+        window = (start, slot["end"]) if self.window is not None else None
+        if self.having is not None and self._evaluate(self.having, row) is not True:
+            return self._tombstone(row, window)
+        return self.project(row, slot["ts"], window)
+
+    def _removed(self, group: tuple[Any, ...], start: int, slot: dict[str, Any]) -> Change:
+        row = self._aggregate_row(group, start, slot)
+        return self._tombstone(row, (start, slot["end"]))
+
+    def close_windows(
+        self, state: dict[Any, Any], group: tuple[Any, ...], stream_time: int
+    ) -> list[Change]:
+        """Windows whose grace has passed leave ``state``; with EMIT FINAL each gives its
+        one row."""
+        if self.window is None:
+            return []
+        closed = sorted(s for s, slot in state.items() if self._late(slot["end"], stream_time))
+        changes = []
+        for start in closed:
+            slot = state.pop(start)
+            if self.plan.emit_final:
+                change = self._result(group, start, slot)
+                if change.value is not None:
+                    changes.append(change)
+        return changes
+
+    def next_close(self, state: dict[Any, Any]) -> int | None:
+        """The stream time at which the next window of ``state`` closes."""
+        if self.window is None or not state:
+            return None
+        return min(slot["end"] for slot in state.values()) + self._grace()
+
+
+class TableRegrouping:
+    """For an aggregation over a table: each source key's last grouped row, so that an
+    update undoes the old row in its group before the new row is added (ksqlDB's
+    table GROUP BY). ``state`` maps a source key to (group, row)."""
+
+    def __init__(self, operators: Operators) -> None:
+        self.operators = operators
+        self.key_names = [c.name for c in operators.plan.source.key_columns]
+
+    def source_key(self, row: Row) -> tuple[Any, ...]:
+        return tuple(row.columns.get(name) for name in self.key_names)
+
+    def changes(
+        self, previous: tuple[tuple[Any, ...], dict[str, Any]] | None, row: Row
+    ) -> tuple[
+        list[tuple[tuple[Any, ...], dict[str, Any], int]],
+        tuple[tuple[Any, ...], dict[str, Any]] | None,
+    ]:
+        """The (group, row, sign) steps the update gives, and what to keep for the key."""
+        steps: list[tuple[tuple[Any, ...], dict[str, Any], int]] = []
+        if previous is not None:
+            old_group, old_row = previous
+            steps.append((old_group, {**old_row, "ROWTIME": row.timestamp}, -1))
+        if row.tombstone:
+            return steps, None
+        grouped = self.operators.group(row)
+        if grouped is None:
+            return steps, None
+        steps.append((grouped[0], grouped[1], 1))
+        return steps, grouped

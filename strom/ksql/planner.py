@@ -1,0 +1,755 @@
+"""A query planned: a resolved ``Query`` (and, for CREATE ... AS SELECT and INSERT INTO
+... SELECT, its sink) turned into a ``QueryPlan``, the pure data the operators
+(``strom.ksql.operators``) run, in the server or on Spark.
+
+Owns ksqlDB's output schema rules:
+
+- the result is a STREAM, or a TABLE when the source is a table or the query has GROUP
+  BY (CREATE STREAM AS SELECT of a table result, and the reverse, are refused with
+  ksqlDB's messages);
+- key columns: the source's, the PARTITION BY expressions' (a stream re-keyed; PARTITION
+  BY NULL leaves no key), or the GROUP BY expressions' (their key format JSON when KAFKA
+  or NONE cannot hold them, as ksqlDB switches it); a persistent query must select them
+  (``Key missing from projection (ie, SELECT)...``), a transient one selects what it
+  likes;
+- select item names: the alias, a column's name, a struct field's name for ``a->b``,
+  else ``KSQL_COL_n`` (the first free n, counting from 0);
+- aggregation: the aggregate calls of SELECT and HAVING, ksqlDB's checks (``GROUP BY
+  requires aggregate functions...``, ``Non-aggregate SELECT expression(s) not part of
+  GROUP BY: ...``), and the select expressions rewritten over the aggregation's output
+  (grouping key columns, aggregate results, WINDOWSTART / WINDOWEND, ROWTIME);
+- windows (TUMBLING, HOPPING, SESSION with GRACE PERIOD and RETENTION) and EMIT
+  CHANGES / FINAL;
+- the sink: name, topic (the sink's name unless KAFKA_TOPIC), partitions (the source
+  topic's unless PARTITIONS), formats (the source's unless FORMAT / KEY_FORMAT /
+  VALUE_FORMAT), window, as a ``DataSource`` the metastore takes.
+
+Types come from the expression compiler (``strom.ksql.evaluation``); nothing here
+evaluates. Joins are refused for now. Does not own I/O, topics or the metastore's
+changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from strom.ksql import expressions as ex
+from strom.ksql import statements as st
+from strom.ksql.analysis import analyze
+from strom.ksql.evaluation import Scope, compile_expression, expression_text
+from strom.ksql.metastore import (
+    KEY_FORMATS,
+    VALUE_FORMATS,
+    Column,
+    DataSource,
+    KsqlStatementError,
+    Metastore,
+)
+
+BIGINT = ex.PrimitiveType("BIGINT")
+INTEGER = ex.PrimitiveType("INTEGER")
+PSEUDO_TYPES: dict[str, ex.SqlType] = {
+    "ROWTIME": BIGINT,
+    "ROWPARTITION": INTEGER,
+    "ROWOFFSET": BIGINT,
+}
+WINDOW_BOUND_TYPES: dict[str, ex.SqlType] = {"WINDOWSTART": BIGINT, "WINDOWEND": BIGINT}
+# Key types each primitive key format can hold (ksqlDB's supportsKeyType).
+_KAFKA_KEY_TYPES = ("INTEGER", "BIGINT", "DOUBLE", "STRING", "BYTES")
+SINK_PROPERTIES = frozenset(
+    {
+        "KAFKA_TOPIC",
+        "PARTITIONS",
+        "REPLICAS",
+        "RETENTION_MS",
+        "FORMAT",
+        "KEY_FORMAT",
+        "VALUE_FORMAT",
+        "VALUE_DELIMITER",
+        "KEY_DELIMITER",
+        "WRAP_SINGLE_VALUE",
+        "TIMESTAMP",
+        "TIMESTAMP_FORMAT",
+        "KEY_SCHEMA_ID",
+        "VALUE_SCHEMA_ID",
+        "KEY_SCHEMA_FULL_NAME",
+        "VALUE_SCHEMA_FULL_NAME",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One output column: its name, type, namespace (KEY or VALUE) and the expression
+    that computes it (over the source row, or over the aggregation's row)."""
+
+    name: str
+    type: ex.SqlType
+    expression: ex.Expression
+    namespace: str = "VALUE"
+
+
+@dataclass(frozen=True)
+class AggregateCall:
+    """One aggregate of the query: ``column`` names its result in the aggregation's row."""
+
+    column: str
+    name: str
+    arguments: tuple[ex.Expression, ...]  # the per-row arguments
+    literal_arguments: tuple[Any, ...]  # trailing literal arguments (TOPK's k...)
+    argument_types: tuple[ex.SqlType, ...]
+    result_type: ex.SqlType
+
+
+@dataclass(frozen=True)
+class Window:
+    kind: str  # TUMBLING, HOPPING, SESSION
+    size_ms: int  # the gap for SESSION
+    advance_ms: int
+    grace_ms: int | None  # None: ksqlDB's default (24 hours for streams)
+    retention_ms: int | None
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    group_by: tuple[ex.Expression, ...]  # over the source row
+    group_columns: tuple[str, ...]  # their names in the aggregation's row
+    group_types: tuple[ex.SqlType, ...]
+    calls: tuple[AggregateCall, ...]
+    window: Window | None
+    having: ex.Expression | None  # over the aggregation's row
+    columns: dict[str, ex.SqlType] = field(hash=False)  # the aggregation row's columns
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """What a query does, as data (picklable: it travels to Spark's executors)."""
+
+    kind: str  # STREAM or TABLE: what the query produces
+    source: DataSource
+    source_columns: dict[str, ex.SqlType] = field(hash=False)  # the source row's columns
+    qualified: dict[tuple[str | None, str], str] = field(hash=False)
+    where: ex.Expression | None
+    partition_by: tuple[ex.Expression, ...] | None
+    aggregation: Aggregation | None
+    projection: tuple[Projection, ...]
+    emit_final: bool
+    limit: int | None
+    sink: DataSource | None  # None for a transient query
+    statement: str = ""
+    persistent: bool = False
+
+    @property
+    def key_columns(self) -> tuple[Projection, ...]:
+        return tuple(p for p in self.projection if p.namespace == "KEY")
+
+    @property
+    def value_columns(self) -> tuple[Projection, ...]:
+        return tuple(p for p in self.projection if p.namespace == "VALUE")
+
+    @property
+    def windowed(self) -> bool:
+        return (self.aggregation is not None and self.aggregation.window is not None) or (
+            self.source.is_windowed
+        )
+
+    def source_scope(self) -> Scope:
+        return Scope(self.source_columns, self.qualified)
+
+    def output_scope(self) -> Scope:
+        """The scope the projection's expressions are written over."""
+        if self.aggregation is not None:
+            return Scope(self.aggregation.columns)
+        return self.source_scope()
+
+
+@dataclass(frozen=True)
+class SinkRequest:
+    """Where a persistent query writes: a new stream or table (CREATE ... AS SELECT) or
+    an existing one (INSERT INTO)."""
+
+    name: str
+    kind: str | None  # STREAM or TABLE for CREATE ... AS SELECT; None for INSERT INTO
+    properties: dict[str, Any] = field(default_factory=dict, hash=False)
+    existing: DataSource | None = None
+    topic_partitions: int | None = None  # the source topic's, the default for the sink
+    statement: str = ""
+
+
+# ---- expression helpers -----------------------------------------------------------------
+
+
+def transform(
+    expression: ex.Expression, replace: Any, bound: frozenset[str] = frozenset()
+) -> ex.Expression:
+    """``expression`` with each node for which ``replace(node, bound)`` gives a value
+    replaced by it (top-down; replaced nodes are not descended into)."""
+    found = replace(expression, bound)
+    if found is not None:
+        return found
+    if isinstance(expression, ex.Lambda):
+        inner = bound | frozenset(expression.parameters)
+        return dataclasses.replace(expression, body=transform(expression.body, replace, inner))
+    changes: dict[str, Any] = {}
+    for item in dataclasses.fields(expression):  # type: ignore[arg-type]
+        value = getattr(expression, item.name)
+        new = _transform_value(value, replace, bound)
+        if new is not value:
+            changes[item.name] = new
+    return dataclasses.replace(expression, **changes) if changes else expression  # type: ignore[type-var]
+
+
+def _transform_value(value: Any, replace: Any, bound: frozenset[str]) -> Any:
+    if isinstance(value, ex.Expression):
+        return transform(value, replace, bound)
+    if isinstance(value, tuple):
+        items = tuple(_transform_value(v, replace, bound) for v in value)
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
+
+
+def walk(expression: ex.Expression) -> list[ex.Expression]:
+    """Every node of ``expression``, itself first."""
+    nodes: list[ex.Expression] = []
+
+    def visit(node: ex.Expression, bound: frozenset[str]) -> None:
+        nodes.append(node)
+
+    transform(expression, visit)
+    return nodes
+
+
+def is_aggregate(name: str) -> bool:
+    from strom.ksql.aggregate_functions import is_aggregate as named_aggregate
+
+    return named_aggregate(name)
+
+
+def _sink_name(name: str) -> str:
+    return f"`{name}`"
+
+
+# ---- the planner --------------------------------------------------------------------------
+
+
+class _Names:
+    """Output column names: aliases, column names, ``KSQL_COL_n`` for the rest."""
+
+    def __init__(self, taken: set[str]) -> None:
+        self.taken = set(taken)
+        self.next = 0
+
+    def generated(self) -> str:
+        while f"KSQL_COL_{self.next}" in self.taken:
+            self.next += 1
+        name = f"KSQL_COL_{self.next}"
+        self.next += 1
+        self.taken.add(name)
+        return name
+
+
+def _implicit_name(expression: ex.Expression) -> str | None:
+    if isinstance(expression, ex.ColumnReference):
+        return expression.name
+    if isinstance(expression, ex.Dereference):
+        return expression.field
+    return None
+
+
+def _window(window: st.WindowExpression | None) -> Window | None:
+    if window is None:
+        return None
+    size = window.size.milliseconds
+    advance = window.advance.milliseconds if window.advance is not None else size
+    if window.kind == "HOPPING":
+        if window.advance is None:
+            raise KsqlStatementError("HOPPING windows require an ADVANCE BY")
+        if advance > size:
+            raise KsqlStatementError(
+                f"Window advance must be less than or equal to the window size. "
+                f"Got: advance={advance}, size={size}"
+            )
+        if advance <= 0:
+            raise KsqlStatementError("Window advance must be greater than zero.")
+    return Window(
+        kind=window.kind,
+        size_ms=size,
+        advance_ms=advance if window.kind == "HOPPING" else size,
+        grace_ms=window.grace.milliseconds if window.grace is not None else None,
+        retention_ms=window.retention.milliseconds if window.retention is not None else None,
+    )
+
+
+def source_columns(
+    source: DataSource, names: tuple[str | None, ...]
+) -> tuple[dict[str, ex.SqlType], dict[tuple[str | None, str], str]]:
+    """The columns a row of ``source`` has (its own, the pseudo columns, the window
+    bounds of a windowed source) and their qualified names (by ``names``)."""
+    columns: dict[str, ex.SqlType] = {c.name: c.type for c in source.columns}
+    for name, sql_type in PSEUDO_TYPES.items():
+        columns.setdefault(name, sql_type)
+    if source.is_windowed:
+        for name, sql_type in WINDOW_BOUND_TYPES.items():
+            columns.setdefault(name, sql_type)
+    qualified = {(qualifier, column): column for qualifier in names for column in columns}
+    return columns, qualified
+
+
+def plan_query(
+    query: st.Query,
+    metastore: Metastore,
+    sink: SinkRequest | None = None,
+    statement: str = "",
+) -> QueryPlan:
+    """The plan of ``query`` (a transient query when ``sink`` is None); ksqlDB's
+    ``KsqlStatementError`` for what it refuses."""
+    analyze(query, metastore)
+    if query.source.joins:
+        raise KsqlStatementError(
+            "Joins are not executed by this server yet: the statement was parsed and checked, "
+            "not run"
+        )
+    relation = query.source.left
+    source = metastore.source(relation.name)
+    assert source is not None  # analyze checked it
+    columns, qualified = source_columns(source, (None, relation.name, relation.alias))
+    scope = Scope(columns, qualified)
+    persistent = sink is not None
+    emit_final = query.emit == "FINAL"
+    if query.where is not None:
+        where_type = compile_expression(query.where, scope).sql_type
+        if str(where_type) != "BOOLEAN":
+            raise KsqlStatementError(
+                f"Type error in WHERE expression: Should evaluate to boolean but is "
+                f"{expression_text(query.where)} ({where_type}) instead."
+            )
+    aggregates_used = any(
+        isinstance(node, ex.FunctionCall) and is_aggregate(node.name)
+        for item in query.select
+        if isinstance(item, st.SelectExpression)
+        for node in walk(item.expression)
+    )
+    grouped = query.group_by is not None
+    if query.window is not None and not grouped:
+        raise KsqlStatementError(
+            "WINDOW clause requires a GROUP BY clause."
+            if not aggregates_used
+            else "Use of aggregate functions requires a GROUP BY clause."
+        )
+    if aggregates_used and not grouped:
+        raise KsqlStatementError("Use of aggregate functions requires a GROUP BY clause.")
+    if query.having is not None and not grouped:
+        raise KsqlStatementError("Having clause requires a GROUP BY clause.")
+    if emit_final and not (grouped and query.window is not None):
+        raise KsqlStatementError("EMIT FINAL is only supported for windowed aggregations.")
+    if query.partition_by is not None and grouped:
+        raise KsqlStatementError("Cannot use PARTITION BY with GROUP BY.")
+    if query.partition_by is not None and source.kind == "TABLE":
+        raise KsqlStatementError(
+            "ksqlDB does not support PARTITION BY on a table: use GROUP BY to re-key a table."
+        )
+    result_kind = "TABLE" if grouped or source.kind == "TABLE" else "STREAM"
+    if grouped:
+        aggregation, projection = _plan_aggregation(query, source, scope, persistent, sink)
+    else:
+        aggregation = None
+        projection = _plan_projection(query, source, scope, persistent, sink)
+    plan = QueryPlan(
+        kind=result_kind,
+        source=source,
+        source_columns=columns,
+        qualified=qualified,
+        where=query.where,
+        partition_by=query.partition_by,
+        aggregation=aggregation,
+        projection=projection,
+        emit_final=emit_final,
+        limit=query.limit,
+        sink=None,
+        statement=statement,
+        persistent=persistent,
+    )
+    if sink is None:
+        return plan
+    return dataclasses.replace(plan, sink=_sink(plan, sink, statement))
+
+
+def _select_items(
+    query: st.Query, source: DataSource, persistent: bool
+) -> list[tuple[str | None, ex.Expression]]:
+    """(alias, expression) of each select item, ``*`` expanded to the key columns, the
+    window bounds of a windowed source in a transient query, then the value (and
+    header) columns."""
+    items: list[tuple[str | None, ex.Expression]] = []
+    for item in query.select:
+        if isinstance(item, st.AllColumns):
+            names = [c.name for c in source.key_columns]
+            if source.is_windowed and not persistent:
+                names += list(WINDOW_BOUND_TYPES)
+            names += [c.name for c in source.columns if c.namespace != "KEY"]
+            items.extend((None, ex.ColumnReference(name)) for name in names)
+        else:
+            items.append((item.alias, item.expression))
+    return items
+
+
+def _named(
+    items: list[tuple[str | None, ex.Expression]],
+) -> list[tuple[str, ex.Expression]]:
+    taken = {alias for alias, _ in items if alias is not None}
+    taken |= {n for _, e in items if (n := _implicit_name(e)) is not None}
+    names = _Names(taken)
+    named: list[tuple[str, ex.Expression]] = []
+    seen: set[str] = set()
+    for alias, expression in items:
+        name = alias or _implicit_name(expression) or names.generated()
+        if name in seen:
+            raise KsqlStatementError(f"Duplicate value columns found in schema: `{name}`")
+        seen.add(name)
+        named.append((name, expression))
+    return named
+
+
+def _plan_projection(
+    query: st.Query,
+    source: DataSource,
+    scope: Scope,
+    persistent: bool,
+    sink: SinkRequest | None,
+) -> tuple[Projection, ...]:
+    named = _named(_select_items(query, source, persistent))
+    if query.partition_by is not None:
+        keys = [
+            e for e in query.partition_by if not (isinstance(e, ex.Literal) and e.value is None)
+        ]
+        what = "partitioning expression"
+    else:
+        keys = [ex.ColumnReference(c.name) for c in source.key_columns]
+        what = "key column"
+    projection: list[Projection] = []
+    found: set[int] = set()
+    for name, expression in named:
+        sql_type = compile_expression(expression, scope).sql_type
+        namespace = "VALUE"
+        if persistent:
+            index = next(
+                (i for i, k in enumerate(keys) if i not in found and _same(k, expression)), None
+            )
+            if index is not None:
+                found.add(index)
+                namespace = "KEY"
+        projection.append(Projection(name, sql_type, expression, namespace))
+    if persistent and len(found) < len(keys):
+        missing = [expression_text(k) for i, k in enumerate(keys) if i not in found]
+        _keys_missing(sink, what, missing)
+    return _keys_first(projection)
+
+
+def _same(key: ex.Expression, expression: ex.Expression) -> bool:
+    if isinstance(key, ex.ColumnReference) and isinstance(expression, ex.ColumnReference):
+        return key.name == expression.name
+    return key == expression
+
+
+def _keys_missing(sink: SinkRequest | None, what: str, missing: list[str]) -> None:
+    name = _sink_name(sink.name if sink is not None else "")
+    plural = "s" if len(missing) > 1 else ""
+    joined = (
+        " and ".join(missing)
+        if len(missing) <= 2
+        else (", ".join(missing[:-1]) + " and " + missing[-1])
+    )
+    raise KsqlStatementError(
+        f"Key{plural} missing from projection (ie, SELECT). \n"
+        f"The query used to build {name} must include the {what}{plural} {joined} in its "
+        f"projection (eg, SELECT {', '.join(missing)}...)."
+    )
+
+
+def _keys_first(projection: list[Projection]) -> tuple[Projection, ...]:
+    return tuple(
+        [p for p in projection if p.namespace == "KEY"]
+        + [p for p in projection if p.namespace != "KEY"]
+    )
+
+
+def _plan_aggregation(
+    query: st.Query,
+    source: DataSource,
+    scope: Scope,
+    persistent: bool,
+    sink: SinkRequest | None,
+) -> tuple[Aggregation, tuple[Projection, ...]]:
+    from strom.ksql.aggregate_functions import aggregate_function
+
+    group_by = tuple(query.group_by or ())
+    window = _window(query.window)
+    group_columns = tuple(f"KSQL_GROUP_{i}" for i in range(len(group_by)))
+    group_types = tuple(compile_expression(e, scope).sql_type for e in group_by)
+    for expression in group_by:
+        if isinstance(expression, ex.Literal):
+            raise KsqlStatementError(
+                f"GROUP BY does not support literal expressions: {expression_text(expression)}"
+            )
+    calls: list[AggregateCall] = []
+
+    def aggregate_of(call: ex.FunctionCall) -> str:
+        for existing in calls:
+            if existing.name == call.name.upper() and existing.arguments == call.arguments:
+                return existing.column
+        arguments = list(call.arguments)
+        literals: list[Any] = []
+        while len(arguments) > 1 and isinstance(arguments[-1], ex.Literal):
+            literals.insert(0, arguments.pop().value)  # type: ignore[union-attr]
+        for argument in arguments:
+            for node in walk(argument):
+                if isinstance(node, ex.FunctionCall) and is_aggregate(node.name):
+                    raise KsqlStatementError(
+                        "Aggregate functions can not be nested: "
+                        f"{call.name}({expression_text(node)})"
+                    )
+        types = tuple(compile_expression(a, scope).sql_type for a in arguments)
+        function = aggregate_function(call.name.upper(), list(types), literals)
+        if function is None:
+            shown = ", ".join(str(t) for t in types)
+            raise KsqlStatementError(
+                f"Function '{call.name.upper()}' does not accept parameters ({shown})."
+            )
+        column = f"KSQL_AGG_VARIABLE_{len(calls)}"
+        calls.append(
+            AggregateCall(
+                column,
+                call.name.upper(),
+                tuple(arguments),
+                tuple(literals),
+                types,
+                function.result_type,
+            )
+        )
+        return column
+
+    def rewrite(expression: ex.Expression) -> ex.Expression:
+        def replace(node: ex.Expression, bound: frozenset[str]) -> ex.Expression | None:
+            for index, group in enumerate(group_by):
+                if _same(group, node):
+                    return ex.ColumnReference(group_columns[index])
+            if isinstance(node, ex.FunctionCall) and is_aggregate(node.name):
+                return ex.ColumnReference(aggregate_of(node))
+            return None
+
+        return transform(expression, replace)
+
+    named = _named(_select_items(query, source, persistent))
+    rewritten = [(name, expression, rewrite(expression)) for name, expression in named]
+    having = rewrite(query.having) if query.having is not None else None
+    if not calls:
+        raise KsqlStatementError(
+            "GROUP BY requires aggregate functions in either the SELECT or HAVING clause."
+        )
+    allowed = set(group_columns) | {c.column for c in calls} | set(WINDOW_BOUND_TYPES) | {"ROWTIME"}
+    unmatched = [
+        expression_text(original)
+        for _, original, expression in rewritten
+        if any(
+            isinstance(node, ex.ColumnReference) and node.name not in allowed
+            for node in walk(expression)
+        )
+    ]
+    if unmatched:
+        raise KsqlStatementError(
+            "Non-aggregate SELECT expression(s) not part of GROUP BY: "
+            + ", ".join(unmatched)
+            + "\nEither add the column(s) to the GROUP BY or remove them from the SELECT."
+        )
+    if having is not None and any(
+        isinstance(node, ex.ColumnReference) and node.name not in allowed for node in walk(having)
+    ):
+        raise KsqlStatementError(
+            "Non-aggregate HAVING expression not part of GROUP BY: "
+            + expression_text(query.having)  # type: ignore[arg-type]
+            + "\nConsider switching the HAVING clause to a WHERE clause before the GROUP BY."
+        )
+    columns: dict[str, ex.SqlType] = dict(zip(group_columns, group_types, strict=True))
+    columns.update({c.column: c.result_type for c in calls})
+    columns["ROWTIME"] = BIGINT
+    if window is not None or source.is_windowed:
+        columns.update(WINDOW_BOUND_TYPES)
+    aggregate_scope = Scope(columns)
+    projection: list[Projection] = []
+    found: set[int] = set()
+    for name, _original, expression in rewritten:
+        sql_type = compile_expression(expression, aggregate_scope).sql_type
+        namespace = "VALUE"
+        if isinstance(expression, ex.ColumnReference) and expression.name in group_columns:
+            index = group_columns.index(expression.name)
+            if index not in found:
+                found.add(index)
+                namespace = "KEY"
+        projection.append(Projection(name, sql_type, expression, namespace))
+    if having is not None:
+        having_type = compile_expression(having, aggregate_scope).sql_type
+        if str(having_type) != "BOOLEAN":
+            raise KsqlStatementError(
+                f"Type error in HAVING expression: Should evaluate to boolean but is "
+                f"{having_type} instead."
+            )
+    if persistent and len(found) < len(group_by):
+        missing = [expression_text(g) for i, g in enumerate(group_by) if i not in found]
+        _keys_missing(sink, "grouping expression", missing)
+    if not persistent:
+        # A transient query's key columns are what it selects, in its order.
+        projection = [dataclasses.replace(p, namespace="VALUE") for p in projection]
+    aggregation = Aggregation(
+        group_by=group_by,
+        group_columns=group_columns,
+        group_types=group_types,
+        calls=tuple(calls),
+        window=window,
+        having=having,
+        columns=columns,
+    )
+    return aggregation, (_keys_first(projection) if persistent else tuple(projection))
+
+
+# ---- the sink -----------------------------------------------------------------------------
+
+
+def _format(value: Any, allowed: tuple[str, ...]) -> str:
+    text = str(value).strip().upper()
+    if text not in allowed:
+        raise KsqlStatementError(f"Unknown format: {value}")
+    return text
+
+
+def _key_format(fmt: str, key_types: list[ex.SqlType], windowed: bool) -> str:
+    """ksqlDB's switch to JSON when KAFKA, DELIMITED or NONE cannot hold the key."""
+    if not key_types or windowed:
+        return fmt if key_types or fmt != "NONE" else fmt
+    if fmt in ("KAFKA", "NONE") and (
+        len(key_types) > 1 or any(str(t) not in _KAFKA_KEY_TYPES for t in key_types)
+    ):
+        return "JSON"
+    if fmt == "DELIMITED" and any(
+        isinstance(t, ex.ArrayType | ex.MapType | ex.StructType) for t in key_types
+    ):
+        return "JSON"
+    return fmt
+
+
+def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
+    props = request.properties
+    unknown = sorted(set(props) - SINK_PROPERTIES)
+    if unknown:
+        raise KsqlStatementError(f"Invalid config variable(s) in the WITH clause: {unknown[0]}")
+    existing = request.existing
+    if request.kind is None:  # INSERT INTO an existing stream
+        assert existing is not None
+        return _check_insert_target(plan, existing)
+    if request.kind == "STREAM" and plan.kind == "TABLE":
+        raise KsqlStatementError(
+            "Invalid result type. Your SELECT query produces a TABLE. "
+            "Please use CREATE TABLE AS SELECT statement instead."
+        )
+    if request.kind == "TABLE" and plan.kind == "STREAM":
+        raise KsqlStatementError(
+            "Invalid result type. Your SELECT query produces a STREAM. "
+            "Please use CREATE STREAM AS SELECT statement instead."
+        )
+    both = props.get("FORMAT")
+    if both is not None and ("KEY_FORMAT" in props or "VALUE_FORMAT" in props):
+        which = "VALUE_FORMAT" if "VALUE_FORMAT" in props else "KEY_FORMAT"
+        raise KsqlStatementError(
+            f"Cannot supply both '{which}' and 'FORMAT' properties, as 'FORMAT' sets both key "
+            "and value formats. Either use just 'FORMAT', or use 'KEY_FORMAT' and "
+            "'VALUE_FORMAT'."
+        )
+    window = plan.aggregation.window if plan.aggregation is not None else None
+    windowed = window is not None or plan.source.is_windowed
+    key_types = [p.type for p in plan.key_columns]
+    explicit_key = both if both is not None else props.get("KEY_FORMAT")
+    if explicit_key is not None:
+        key_format = _format(explicit_key, KEY_FORMATS)
+    else:
+        key_format = _key_format(plan.source.key_format, key_types, windowed)
+    value_source = both if both is not None else props.get("VALUE_FORMAT")
+    value_format = (
+        _format(value_source, VALUE_FORMATS)
+        if value_source is not None
+        else plan.source.value_format
+    )
+    columns = tuple(Column(p.name, p.type, p.namespace) for p in plan.projection)
+    if key_format == "NONE" and plan.key_columns:
+        key_format = _key_format("NONE", key_types, windowed)
+    if not plan.key_columns and explicit_key is None and plan.source.key_format != "NONE":
+        key_format = "KAFKA" if key_format in ("NONE",) else key_format
+    if value_format == "KAFKA" and len(plan.value_columns) > 1:
+        raise KsqlStatementError(
+            "The 'KAFKA' format only supports a single field. Got: "
+            + ", ".join(f"`{p.name}` {p.type}" for p in plan.value_columns)
+        )
+    partitions = props.get("PARTITIONS", request.topic_partitions)
+    for name in ("PARTITIONS", "REPLICAS"):
+        value = props.get(name)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise KsqlStatementError(
+                f"Invalid value {value} for property {name}: must be a positive integer"
+            )
+    timestamp = props.get("TIMESTAMP")
+    if timestamp is not None:
+        timestamp = str(timestamp).strip("`").upper()
+        if not any(c.name == timestamp for c in columns):
+            raise KsqlStatementError(
+                "The TIMESTAMP column set in the WITH clause does not exist in the schema: "
+                f"'{timestamp}'"
+            )
+    window_type = window.kind if window is not None else plan.source.window_type
+    window_size = (
+        window.size_ms
+        if window is not None and window.kind != "SESSION"
+        else (None if window is not None else plan.source.window_size_ms)
+    )
+    properties = dict(props)
+    properties["PARTITIONS"] = partitions
+    return DataSource(
+        kind=request.kind,
+        name=request.name,
+        columns=columns,
+        topic=str(props.get("KAFKA_TOPIC", request.name)),
+        key_format=key_format,
+        value_format=value_format,
+        statement=statement,
+        timestamp_column=timestamp,
+        timestamp_format=props.get("TIMESTAMP_FORMAT"),
+        window_type=window_type,
+        window_size_ms=window_size,
+        wrap_single_value=props.get("WRAP_SINGLE_VALUE"),
+        value_delimiter=props.get("VALUE_DELIMITER"),
+        key_delimiter=props.get("KEY_DELIMITER"),
+        properties=properties,
+    )
+
+
+def _check_insert_target(plan: QueryPlan, target: DataSource) -> DataSource:
+    if target.kind != "STREAM":
+        raise KsqlStatementError(
+            f"INSERT INTO can only be used to insert into a stream. {target.name} is a table."
+        )
+    if plan.kind != "STREAM":
+        raise KsqlStatementError(
+            f"Incompatible data sink and query result. Data sink ({target.name}) type is "
+            "KSTREAM but select query result is KTABLE."
+        )
+    produced = [(p.name, str(p.type), p.namespace) for p in plan.projection]
+    expected = [
+        (c.name, str(c.type), c.namespace) for c in target.columns if c.namespace != "HEADER"
+    ]
+    if produced != expected:
+        result = ", ".join(f"`{n}` {t}{' KEY' if ns == 'KEY' else ''}" for n, t, ns in produced)
+        sink = ", ".join(f"`{n}` {t}{' KEY' if ns == 'KEY' else ''}" for n, t, ns in expected)
+        raise KsqlStatementError(
+            "Incompatible schema between results and sink.\n"
+            f"Result schema is {result}\nSink schema is {sink}"
+        )
+    return target

@@ -1,0 +1,264 @@
+"""Transient queries run in the server: push queries (``SELECT ... EMIT CHANGES [LIMIT
+n]``) on a consumer thread with the operators of ``strom.ksql.operators`` (latency
+matters: Spark's micro-batches are not used), and pull queries (a SELECT without EMIT
+on a table or stream), answered from the rows the server materializes by reading the
+table's topic.
+
+Push: the source topic's partitions are read from their start (``auto.offset.reset``
+``earliest``) or their end (``latest``, ksqlDB's default), without a consumer group;
+each record is read into a row (one that does not read goes to the processing log and
+is skipped), run through the operators (an aggregation's groups kept in a dict, the
+stream time per source partition), and each output row handed to ``emit`` in the
+projection's order; a tombstone is not a row. The query ends at LIMIT, when the
+client goes (``stopped``), or at TERMINATE / ``/close-query``.
+
+Pull: a ``Materialized`` source keeps a consumer on its topic and its rows (a table's
+by key, tombstones removing them; a stream's in order); each pull query first reads
+up to the end of the topic (read_committed), then applies WHERE and the projection
+to the rows.
+
+Blocking (confluent-kafka): run on worker threads. Does not own HTTP or the registry.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    Producer,
+    TopicPartition,
+)
+
+from strom.ksql import processing_log
+from strom.ksql.metastore import DataSource
+from strom.ksql.operators import Change, Operators, TableRegrouping
+from strom.ksql.planner import QueryPlan
+from strom.ksql.readers import RecordError, RecordReader, Row, SourceRecord
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.2
+CATCH_UP_S = 30.0
+
+
+def _record(message: Any) -> SourceRecord:
+    return SourceRecord(
+        topic=message.topic(),
+        partition=message.partition(),
+        offset=message.offset(),
+        timestamp=message.timestamp()[1],
+        key=message.key(),
+        value=message.value(),
+        headers=message.headers(),
+    )
+
+
+class PushQuery:
+    """One push query's consumer loop."""
+
+    def __init__(
+        self,
+        query_id: str,
+        plan: QueryPlan,
+        client: dict[str, Any],
+        registry: Any,
+        offset_reset: str,
+        log_producer: Producer | None,
+        log_topic: str,
+    ) -> None:
+        self.query_id = query_id
+        self.plan = plan
+        self.client = client
+        self.offset_reset = offset_reset
+        self.reader = RecordReader(plan.source, registry)
+        self.operators = Operators(plan, self._expression_error)
+        self.log_producer = log_producer
+        self.log_topic = log_topic
+        self.names = [p.name for p in plan.projection]
+        self.stopped = threading.Event()
+        self.groups: dict[tuple[Any, ...], dict[Any, Any]] = {}
+        self.regrouping = (
+            TableRegrouping(self.operators)
+            if plan.aggregation is not None and plan.source.kind == "TABLE"
+            else None
+        )
+        self.previous: dict[tuple[Any, ...], Any] = {}
+        self.stream_times: dict[int, int] = {}
+
+    def _expression_error(self, message: str) -> None:
+        self._log(processing_log.processing_error(self.query_id, message))
+
+    def _log(self, entry: bytes) -> None:
+        if self.log_producer is not None:
+            try:
+                self.log_producer.produce(self.log_topic, value=entry)
+                self.log_producer.poll(0)
+            except (BufferError, Exception) as exc:  # the log is best effort
+                log.warning("processing log entry of %s not written: %s", self.query_id, exc)
+
+    def run(self, emit: Callable[[list[Any]], None], partitions: list[int]) -> bool:
+        """Runs until LIMIT (True) or until stopped (False)."""
+        consumer = Consumer(
+            {
+                **self.client,
+                "group.id": f"_strom-ksql-{self.query_id}-{uuid.uuid4()}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        start = OFFSET_BEGINNING if self.offset_reset == "earliest" else OFFSET_END
+        consumer.assign([TopicPartition(self.plan.source.topic, p, start) for p in partitions])
+        emitted = 0
+        limit = self.plan.limit
+        try:
+            while not self.stopped.is_set():
+                messages = consumer.consume(500, POLL_S)
+                for message in messages:
+                    error = message.error()
+                    if error is not None:
+                        if error.code() != KafkaError._PARTITION_EOF:
+                            log.warning("push query %s: %s", self.query_id, error.str())
+                        continue
+                    for change in self.process(_record(message)):
+                        if change.value is None:
+                            continue
+                        emit([change.value.get(n) for n in self.names])
+                        emitted += 1
+                        if limit is not None and emitted >= limit:
+                            return True
+        finally:
+            consumer.close()
+            if self.log_producer is not None:
+                self.log_producer.flush(5)
+        return False
+
+    def process(self, record: SourceRecord) -> list[Change]:
+        try:
+            row = self.reader.read(record)
+        except RecordError as exc:
+            self._log(
+                processing_log.deserialization_error(
+                    self.query_id, exc.target, exc.message, record.topic
+                )
+            )
+            return []
+        operators = self.operators
+        if operators.plan.aggregation is None:
+            return operators.stateless(row)
+        stream_time = max(self.stream_times.get(record.partition, -1), row.timestamp)
+        self.stream_times[record.partition] = stream_time
+        stream_time = max(self.stream_times.values())
+        if self.regrouping is not None:
+            key = self.regrouping.source_key(row)
+            steps, kept = self.regrouping.changes(self.previous.get(key), row)
+            if kept is None:
+                self.previous.pop(key, None)
+            else:
+                self.previous[key] = kept
+        else:
+            grouped = operators.group(row)
+            steps = [] if grouped is None else [(grouped[0], grouped[1], 1)]
+        changes: list[Change] = []
+        for group, columns, sign in steps:
+            state = self.groups.setdefault(group, {})
+            changes += operators.aggregate(state, group, columns, stream_time, sign)
+        if operators.window is not None:
+            for group, state in list(self.groups.items()):
+                changes += operators.close_windows(state, group, stream_time)
+                if not state:
+                    del self.groups[group]
+        return changes
+
+
+class Materialized:
+    """A source's rows, kept by reading its topic (a table's by key)."""
+
+    def __init__(self, source: DataSource, client: dict[str, Any], registry: Any) -> None:
+        self.source = source
+        self.reader = RecordReader(source, registry)
+        self.rows: dict[Any, Row] = {}
+        self.stream_rows: list[Row] = []
+        self.lock = threading.Lock()
+        self.consumer = Consumer(
+            {
+                **client,
+                "group.id": f"_strom-ksql-pull-{uuid.uuid4()}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+            }
+        )
+        self.partitions: list[int] = []
+
+    def catch_up(self, partitions: list[int]) -> None:
+        """Reads the topic up to its end now."""
+        topic = self.source.topic
+        new = [p for p in partitions if p not in self.partitions]
+        if new:
+            self.partitions += new
+            self.consumer.incremental_assign(
+                [TopicPartition(topic, p, OFFSET_BEGINNING) for p in new]
+            )
+        ends = {
+            p: self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in self.partitions
+        }
+        positions = {tp.partition: tp.offset for tp in self.consumer.position(
+            [TopicPartition(topic, p) for p in self.partitions]
+        )}  # fmt: skip
+        waiting = {p for p in self.partitions if max(positions.get(p, -1), 0) < ends[p]}
+        deadline = time.monotonic() + CATCH_UP_S
+        while waiting and time.monotonic() < deadline:
+            for message in self.consumer.consume(500, POLL_S):
+                error = message.error()
+                partition = message.partition()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        waiting.discard(partition)
+                    continue
+                self._apply(_record(message))
+                if message.offset() + 1 >= ends.get(partition, 0):
+                    waiting.discard(partition)
+
+    def _apply(self, record: SourceRecord) -> None:
+        try:
+            row = self.reader.read(record)
+        except RecordError:
+            return  # the persistent query that writes it logged it; a pull query skips it
+        if self.source.kind != "TABLE":
+            self.stream_rows.append(row)
+            return
+        key = (record.key,)
+        if row.tombstone:
+            self.rows.pop(key, None)
+        else:
+            self.rows[key] = row
+
+    def current(self) -> list[Row]:
+        return list(self.rows.values()) if self.source.kind == "TABLE" else list(self.stream_rows)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def pull_rows(plan: QueryPlan, rows: list[Row]) -> list[list[Any]]:
+    """WHERE and the projection over a materialized source's rows, up to LIMIT."""
+    operators = Operators(plan)
+    names = [p.name for p in plan.projection]
+    out: list[list[Any]] = []
+    for row in rows:
+        for change in operators.stateless(row):
+            if change.value is not None:
+                out.append([change.value.get(n) for n in names])
+        if plan.limit is not None and len(out) >= plan.limit:
+            return out[: plan.limit]
+    return out

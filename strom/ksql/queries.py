@@ -1,0 +1,236 @@
+"""The server's queries: the persistent ones (CREATE ... AS SELECT, INSERT INTO ...
+SELECT) that run on Spark, and the transient push queries that run in the server.
+
+Owns the registry by query id (ksqlDB's ids: ``CSAS_<SINK>_<n>``, ``CTAS_<SINK>_<n>``,
+``INSERTQUERY_<n>``, n the command's sequence number in the command topic, so a replay
+names them alike; ``transient_<SOURCE>_<n>`` for push queries), which sources each
+reads and writes (DROP is refused while a query uses a source, as ksqlDB refuses it),
+their states (PENDING while Spark starts it, RUNNING, ERROR with the reason), and the
+answers of SHOW QUERIES [EXTENDED] and EXPLAIN in ksqlDB 0.29's shapes.
+
+Spark queries start and stop on one thread of the registry's, in order: a statement
+answers once its query is recorded, not once Spark runs it (a session starts in
+seconds); TERMINATE waits for the stop.
+
+Does not own planning (``strom.ksql.planner``), Spark (``strom.ksql.runtime``) or the
+statements (``strom.ksql.engine``).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from strom.ksql.planner import QueryPlan
+
+log = logging.getLogger(__name__)
+
+PERSISTENT = "PERSISTENT"
+PUSH = "PUSH"
+
+
+@dataclass
+class RunningQuery:
+    query_id: str
+    statement: str
+    plan: QueryPlan
+    query_type: str = PERSISTENT
+    state: str = "PENDING"
+    error: str | None = None
+    properties: dict[str, Any] = field(default_factory=dict)
+    stop: Callable[[], None] | None = None  # a push query's
+
+    @property
+    def sources(self) -> list[str]:
+        return [self.plan.source.name]
+
+    @property
+    def sinks(self) -> list[str]:
+        return [self.plan.sink.name] if self.plan.sink is not None else []
+
+    def running_json(self) -> dict[str, Any]:
+        """ksqlDB's ``RunningQuery``."""
+        sink = self.plan.sink
+        return {
+            "queryString": self.statement,
+            "sinks": self.sinks,
+            "sinkKafkaTopics": [sink.topic] if sink is not None else [],
+            "id": self.query_id,
+            "statusCount": {self.state: 1},
+            "queryType": self.query_type,
+            "state": self.state,
+        }
+
+    def description_json(self, host: str) -> dict[str, Any]:
+        """ksqlDB's ``QueryDescription``."""
+        plan = self.plan
+        fields = [
+            {
+                "name": p.name,
+                "schema": p.type.schema_json(),
+                **({"type": "KEY"} if p.namespace == "KEY" else {}),
+            }
+            for p in plan.projection
+        ]
+        window = plan.aggregation.window if plan.aggregation is not None else None
+        return {
+            "id": self.query_id,
+            "statementText": self.statement,
+            "windowType": window.kind if window is not None else plan.source.window_type,
+            "fields": fields,
+            "sources": self.sources,
+            "sinks": self.sinks,
+            "topology": describe_topology(plan),
+            "executionPlan": describe_topology(plan),
+            "overriddenProperties": dict(self.properties),
+            "ksqlHostQueryStatus": {host: self.state},
+            "queryType": self.query_type,
+            "queryErrors": [] if self.error is None else [{"errorMessage": self.error}],
+            "tasksMetadata": [],
+            "state": self.state,
+        }
+
+
+def describe_topology(plan: QueryPlan) -> str:
+    """The query's steps, one a line (ksqlDB's ``executionPlan`` in spirit)."""
+    steps = [f" > [ SOURCE ] | Schema: {plan.source.name} | topic: {plan.source.topic}"]
+    if plan.where is not None:
+        steps.append("\t\t > [ FILTER ]")
+    if plan.partition_by is not None:
+        steps.append("\t\t > [ PARTITION BY ]")
+    if plan.aggregation is not None:
+        window = plan.aggregation.window
+        steps.append("\t\t > [ GROUP BY ] (transformWithStateInPandas)")
+        steps.append(f"\t\t > [ AGGREGATE{' ' + window.kind if window is not None else ''} ]")
+    steps.append("\t\t > [ PROJECT ] (mapInArrow)")
+    if plan.sink is not None:
+        steps.append(f"\t\t > [ SINK ] | Schema: {plan.sink.name} | topic: {plan.sink.topic}")
+    return "\n".join(steps)
+
+
+class QueryRegistry:
+    """The queries by id; Spark starts and stops them on the registry's thread."""
+
+    def __init__(self, runtime_factory: Callable[[], Any], host: str = "") -> None:
+        self.queries: dict[str, RunningQuery] = {}
+        self.host = host
+        self._runtime_factory = runtime_factory
+        self._runtime: Any = None
+        self._actions: queue.Queue[tuple[str, Any, threading.Event | None]] = queue.Queue()
+        self._lock = threading.Lock()
+        self._worker = threading.Thread(target=self._run, name="ksql-queries", daemon=True)
+        self._worker.start()
+
+    @property
+    def runtime(self) -> Any:
+        if self._runtime is None:
+            self._runtime = self._runtime_factory()
+        return self._runtime
+
+    # ---- persistent queries
+    def add(self, query: RunningQuery) -> None:
+        with self._lock:
+            self.queries[query.query_id] = query
+
+    def start(self, query: RunningQuery, spec: Any) -> None:
+        """Starts the query on Spark (later, on the registry's thread)."""
+        self._actions.put(("start", (query, spec), None))
+
+    def terminate(self, query_id: str, delete_state: bool = True) -> None:
+        """Stops the query and forgets it (and, for a persistent one, its checkpoint)."""
+        with self._lock:
+            query = self.queries.pop(query_id, None)
+        if query is None:
+            return
+        if query.stop is not None:
+            query.stop()
+            return
+        done = threading.Event()
+        self._actions.put(("stop", (query_id, delete_state), done))
+        done.wait()
+
+    def _run(self) -> None:
+        while True:
+            action, argument, done = self._actions.get()
+            try:
+                if action == "close":
+                    if self._runtime is not None:
+                        self._runtime.close()
+                    return
+                if action == "start":
+                    query, spec = argument
+                    if query.query_id not in self.queries:
+                        continue  # terminated before it started
+                    try:
+                        self.runtime.start(spec)
+                        query.state = "RUNNING"
+                    except Exception as exc:  # Spark refused the query: its state says why
+                        log.warning("query %s did not start: %s", query.query_id, exc)
+                        query.state, query.error = "ERROR", str(exc).splitlines()[0]
+                elif action == "stop" and self._runtime is not None:
+                    query_id, delete_state = argument
+                    self._runtime.stop(query_id, delete_state)
+            except Exception:
+                log.exception("ksql query action %s failed", action)
+            finally:
+                if done is not None:
+                    done.set()
+
+    def refresh(self) -> None:
+        """Takes the states of the Spark queries (one that failed is ERROR)."""
+        runtime = self._runtime
+        if runtime is None:
+            return
+        for query in list(self.queries.values()):
+            if query.query_type != PERSISTENT or query.state == "PENDING":
+                continue
+            state, error = runtime.state(query.query_id)
+            if state == "ERROR":
+                query.state, query.error = "ERROR", error
+
+    # ---- questions
+    def using(self, source: str) -> tuple[list[str], list[str]]:
+        """The ids of the persistent queries that read ``source`` and that write it."""
+        reads = sorted(
+            q.query_id for q in self.queries.values() if source in q.sources and q.plan.sink
+        )
+        writes = sorted(q.query_id for q in self.queries.values() if source in q.sinks)
+        return reads, writes
+
+    def show(self, text: str, extended: bool) -> dict[str, Any]:
+        self.refresh()
+        listed = sorted(self.queries.values(), key=lambda q: q.query_id)
+        if extended:
+            return {
+                "@type": "query_descriptions",
+                "statementText": text,
+                "queryDescriptions": [q.description_json(self.host) for q in listed],
+                "warnings": [],
+            }
+        return {
+            "@type": "queries",
+            "statementText": text,
+            "queries": [q.running_json() for q in listed],
+            "warnings": [],
+        }
+
+    def explain(self, text: str, query: RunningQuery) -> dict[str, Any]:
+        self.refresh()
+        return {
+            "@type": "queryDescription",
+            "statementText": text,
+            "queryDescription": query.description_json(self.host),
+            "warnings": [],
+        }
+
+    def close(self) -> None:
+        for query in list(self.queries.values()):
+            if query.stop is not None:
+                query.stop()
+        done = threading.Event()
+        self._actions.put(("close", None, done))
+        done.wait(120)

@@ -1,0 +1,551 @@
+"""Records of a stream's or table's topic read into rows, and rows written back as
+records: the serialization formats' reading side (the writing side of KAFKA, JSON and
+DELIMITED is ``strom.ksql.formats``', of AVRO, JSON_SR and PROTOBUF
+``strom.ksql.registry_formats``'), as a query reads its source and writes its sink.
+
+A row is a dict of column name to value in the evaluator's Python forms (BOOLEAN bool,
+INTEGER / BIGINT int, DOUBLE float, DECIMAL Decimal, STRING str, BYTES bytes,
+TIMESTAMP epoch ms, DATE epoch days, TIME ms of the day, ARRAY list, MAP dict, STRUCT
+dict, null None), with the pseudo columns ROWTIME (the record's timestamp, or the
+source's TIMESTAMP column), ROWPARTITION and ROWOFFSET, and WINDOWSTART / WINDOWEND for
+a windowed source (its key carries the window: the key's bytes, then the window start
+as 8 big-endian bytes; a session window's end, then its start).
+
+Formats read: KAFKA (one column: INTEGER 4 bytes, BIGINT 8, DOUBLE 8, STRING UTF-8,
+BYTES), JSON (an object's fields matched case-insensitively, or a single column's
+value alone), DELIMITED (CSV with the source's delimiter), NONE, and through the schema
+registry's wire format AVRO (the writer's schema), JSON_SR and PROTOBUF (messages of the
+shape this server writes). A record that does not read raises ``RecordError`` naming
+the side (key or value) and why, which a query logs to the processing log and skips.
+
+Does not own the consumer, the producer or the processing log.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import csv
+import datetime
+import decimal
+import json
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from strom.ksql import expressions as ex
+from strom.ksql import formats
+from strom.ksql.metastore import Column, DataSource, KsqlStatementError
+
+REGISTRY_FORMATS = ("AVRO", "JSON_SR", "PROTOBUF")
+
+
+class RecordError(Exception):
+    """A record that does not read as its source's formats."""
+
+    def __init__(self, target: str, message: str) -> None:
+        super().__init__(message)
+        self.target = target  # key or value
+        self.message = message
+
+
+@dataclass
+class SourceRecord:
+    """A record as it was consumed."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] | None = None
+
+
+@dataclass
+class Row:
+    """A record read: its columns, and whether it was a tombstone (a table's delete:
+    only the key columns are set)."""
+
+    columns: dict[str, Any]
+    tombstone: bool = False
+
+    @property
+    def timestamp(self) -> int:
+        return int(self.columns["ROWTIME"])
+
+
+# ---- values from JSON ---------------------------------------------------------------------
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _number(value: Any, path: str, sql_type: ex.SqlType) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise _Mismatch(f"Can't convert type. sourceType: {_json_kind(value)}, requiredType: "
+                        f"{sql_type}, path: {path}")  # fmt: skip
+    return value
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "BooleanNode"
+    if isinstance(value, int):
+        return "IntNode" if -(2**31) <= value < 2**31 else "LongNode"
+    if isinstance(value, float):
+        return "DoubleNode"
+    if isinstance(value, str):
+        return "TextNode"
+    if isinstance(value, list):
+        return "ArrayNode"
+    if isinstance(value, dict):
+        return "ObjectNode"
+    return "NullNode"
+
+
+def from_json(value: Any, sql_type: ex.SqlType, path: str = "$") -> Any:
+    """A JSON value as ``sql_type``'s Python form, as ksqlDB's JSON deserializer coerces."""
+    if value is None:
+        return None
+    mismatch = _Mismatch(
+        f"Can't convert type. sourceType: {_json_kind(value)}, requiredType: {sql_type}, "
+        f"path: {path}"
+    )
+    if isinstance(sql_type, ex.DecimalType):
+        number = _number(value, path, sql_type)
+        try:
+            result = decimal.Decimal(str(number))
+        except decimal.InvalidOperation:
+            raise mismatch from None
+        return result.quantize(decimal.Decimal(1).scaleb(-sql_type.scale))
+    if isinstance(sql_type, ex.ArrayType):
+        if not isinstance(value, list):
+            raise mismatch
+        return [from_json(v, sql_type.element, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(sql_type, ex.MapType):
+        if not isinstance(value, dict):
+            raise mismatch
+        return {
+            from_json(k, sql_type.key, path): from_json(v, sql_type.value, f"{path}.{k}")
+            for k, v in value.items()
+        }
+    if isinstance(sql_type, ex.StructType):
+        if not isinstance(value, dict):
+            raise mismatch
+        by_upper = {str(k).upper(): v for k, v in value.items()}
+        return {
+            f.name: from_json(
+                value[f.name] if f.name in value else by_upper.get(f.name.upper()),
+                f.type,
+                f"{path}.{f.name}",
+            )
+            for f in sql_type.fields
+        }
+    name = str(sql_type)
+    if name == "BOOLEAN":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise mismatch
+    if name == "STRING":
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list | dict):
+            return json.dumps(value, separators=(",", ":"))
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+    if name == "BYTES":
+        if not isinstance(value, str):
+            raise mismatch
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise mismatch from None
+    if name in ("INTEGER", "BIGINT", "TIMESTAMP", "DATE", "TIME"):
+        number = _number(value, path, sql_type)
+        try:
+            result = int(number) if not isinstance(number, str) else int(number.strip())
+        except ValueError:
+            raise mismatch from None
+        if name == "INTEGER" and not -(2**31) <= result < 2**31:
+            raise mismatch
+        return result
+    if name == "DOUBLE":
+        number = _number(value, path, sql_type)
+        try:
+            return float(number)
+        except ValueError:
+            raise mismatch from None
+    raise mismatch
+
+
+def _text_value(text: str, sql_type: ex.SqlType, path: str) -> Any:
+    """A DELIMITED field as ``sql_type``."""
+    if text == "":
+        return None
+    name = str(sql_type)
+    if name == "STRING":
+        return text
+    if name == "BOOLEAN":
+        return text.strip().lower() == "true"
+    if name == "BYTES":
+        return from_json(text, sql_type, path)
+    if isinstance(sql_type, ex.DecimalType) or name in (
+        "INTEGER", "BIGINT", "DOUBLE", "TIMESTAMP", "DATE", "TIME"
+    ):  # fmt: skip
+        return from_json(text.strip(), sql_type, path)
+    raise _Mismatch(f"The 'DELIMITED' format does not support type '{sql_type}'")
+
+
+# ---- the formats ------------------------------------------------------------------------
+
+
+def _kafka_value(data: bytes, column: Column) -> Any:
+    kind = str(column.type)
+    if kind == "INTEGER":
+        if len(data) != 4:
+            raise _Mismatch("Size of data received by IntegerDeserializer is not 4")
+        return struct.unpack(">i", data)[0]
+    if kind == "BIGINT":
+        if len(data) != 8:
+            raise _Mismatch("Size of data received by LongDeserializer is not 8")
+        return struct.unpack(">q", data)[0]
+    if kind == "DOUBLE":
+        if len(data) != 8:
+            raise _Mismatch("Size of data received by DoubleDeserializer is not 8")
+        return struct.unpack(">d", data)[0]
+    if kind == "STRING":
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _Mismatch(f"Invalid UTF-8: {exc}") from None
+    if kind == "BYTES":
+        return bytes(data)
+    raise _Mismatch(f"The 'KAFKA' format does not support type '{kind}'")
+
+
+def _fields(data: Any, columns: tuple[Column, ...], alone: bool, path: str = "$") -> dict[str, Any]:
+    """An object's (or a lone value's) columns."""
+    if alone:
+        return {columns[0].name: from_json(data, columns[0].type, path)}
+    if not isinstance(data, dict):
+        if len(columns) == 1:  # a single column's value written alone
+            return {columns[0].name: from_json(data, columns[0].type, path)}
+        raise _Mismatch(
+            f"Can't convert type. sourceType: {_json_kind(data)}, requiredType: STRUCT, "
+            f"path: {path}"
+        )
+    by_upper = {str(k).upper(): v for k, v in data.items()}
+    return {
+        c.name: from_json(
+            data[c.name] if c.name in data else by_upper.get(c.name.upper()),
+            c.type,
+            f"{path}.{c.name}",
+        )
+        for c in columns
+    }
+
+
+def _strip_registry_header(data: bytes) -> tuple[int, bytes]:
+    if len(data) < 5 or data[0] != 0:
+        raise _Mismatch("Unknown magic byte!")
+    return struct.unpack(">I", data[1:5])[0], data[5:]
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if at >= len(data):
+            raise _Mismatch("truncated message indexes")
+        byte = data[at]
+        at += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), at
+        shift += 7
+
+
+class SideReader:
+    """Reads one side (key or value) of a source's records."""
+
+    def __init__(
+        self,
+        source: DataSource,
+        side: str,
+        columns: tuple[Column, ...],
+        registry: Any = None,
+    ) -> None:
+        self.side = side
+        self.columns = columns
+        self.format = source.key_format if side == "key" else source.value_format
+        self.delimiter = (source.key_delimiter if side == "key" else source.value_delimiter) or ","
+        self.alone = len(columns) == 1 and (side == "key" or source.wrap_single_value is False)
+        self.registry = registry
+        self._avro: Any = None
+        self._proto: Any = None
+
+    def read(self, data: bytes | None) -> dict[str, Any]:
+        if not self.columns or self.format == "NONE":
+            return {}
+        if data is None:
+            return {c.name: None for c in self.columns}
+        fmt = self.format
+        if fmt == "KAFKA":
+            return {self.columns[0].name: _kafka_value(data, self.columns[0])}
+        if fmt == "JSON":
+            try:
+                parsed = json.loads(data)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise _Mismatch(f"Invalid JSON: {exc}") from None
+            return _fields(parsed, self.columns, self.alone)
+        if fmt == "DELIMITED":
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _Mismatch(f"Invalid UTF-8: {exc}") from None
+            fields = next(csv.reader([text], delimiter=self.delimiter), [])
+            if len(fields) != len(self.columns):
+                raise _Mismatch(
+                    f"Column count mismatch on deserialization. expected: {len(self.columns)}, "
+                    f"got: {len(fields)}"
+                )
+            return {
+                c.name: _text_value(f, c.type, f"$.{c.name}")
+                for c, f in zip(self.columns, fields, strict=True)
+            }
+        if fmt == "JSON_SR":
+            _, body = _strip_registry_header(data)
+            try:
+                parsed = json.loads(body)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise _Mismatch(f"Invalid JSON: {exc}") from None
+            return _fields(parsed, self.columns, self.alone)
+        if fmt == "AVRO":
+            return self._read_avro(data)
+        if fmt == "PROTOBUF":
+            return self._read_protobuf(data)
+        raise _Mismatch(f"Reading the {fmt} format is not supported yet")
+
+    def _read_avro(self, data: bytes) -> dict[str, Any]:
+        if self._avro is None:
+            from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+            if self.registry is None:
+                raise _Mismatch("AVRO needs 'ksql.schema.registry.url'")
+            try:
+                self._avro = AvroDeserializer(self.registry._registry())
+            except KsqlStatementError as exc:
+                raise _Mismatch(str(exc)) from None
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        _strip_registry_header(data)
+        field = MessageField.KEY if self.side == "key" else MessageField.VALUE
+        try:
+            decoded = self._avro(data, SerializationContext("", field))
+        except Exception as exc:  # the registry's or the decoder's error
+            raise _Mismatch(f"Could not read AVRO: {exc}") from None
+        return _fields(_avro_plain(decoded), self.columns, self.alone)
+
+    def _read_protobuf(self, data: bytes) -> dict[str, Any]:
+        from google.protobuf.json_format import MessageToDict
+
+        if self._proto is None:
+            from strom.ksql.registry_formats import _ProtoMessages
+
+            messages = _ProtoMessages()
+            messages.declare([(c.name, c.type) for c in self.columns])
+            self._proto = messages.message_class()
+        _, body = _strip_registry_header(data)
+        count, at = _varint(body, 0)
+        for _ in range(max(count, 0)):
+            _, at = _varint(body, at)
+        message = self._proto()
+        try:
+            message.ParseFromString(body[at:])
+        except Exception as exc:  # protobuf's DecodeError
+            raise _Mismatch(f"Could not read PROTOBUF: {exc}") from None
+        plain = MessageToDict(message, preserving_proto_field_name=True)
+        return _fields(_proto_plain(plain, self.columns), self.columns, False)
+
+
+def _avro_plain(value: Any) -> Any:
+    """Avro's decoded values as JSON-like ones (bytes as base64, times as numbers)."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, decimal.Decimal):
+        return value
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp() * 1000)
+    if isinstance(value, datetime.date):
+        return (value - datetime.date(1970, 1, 1)).days
+    if isinstance(value, datetime.time):
+        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1000 + (
+            value.microsecond // 1000
+        )
+    if isinstance(value, list):
+        return [_avro_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _avro_plain(v) for k, v in value.items()}
+    return value
+
+
+def _proto_plain(value: dict[str, Any], columns: tuple[Column, ...]) -> dict[str, Any]:
+    """proto3's defaults for the fields MessageToDict leaves out (a number's 0...)."""
+    plain = dict(value)
+    for column in columns:
+        if column.name not in plain:
+            kind = str(column.type)
+            defaults = {"INTEGER": 0, "BIGINT": 0, "DOUBLE": 0.0, "BOOLEAN": False, "STRING": ""}
+            plain[column.name] = defaults.get(kind)
+    return plain
+
+
+# ---- timestamps -------------------------------------------------------------------------
+
+_JAVA_PATTERN = [
+    ("yyyy", "%Y"), ("MM", "%m"), ("dd", "%d"), ("HH", "%H"), ("mm", "%M"), ("ss", "%S"),
+    ("SSS", "%f"), ("XXX", "%z"), ("Z", "%z"), ("X", "%z"),
+]  # fmt: skip
+
+
+def _strptime_pattern(java: str) -> str:
+    out, at = [], 0
+    while at < len(java):
+        if java[at] == "'":
+            end = java.index("'", at + 1)
+            out.append(java[at + 1 : end].replace("%", "%%") or "'")
+            at = end + 1
+            continue
+        for token, directive in _JAVA_PATTERN:
+            if java.startswith(token, at):
+                out.append(directive)
+                at += len(token)
+                break
+        else:
+            out.append(java[at].replace("%", "%%"))
+            at += 1
+    return "".join(out)
+
+
+def parse_timestamp(text: str, java_pattern: str) -> int:
+    """A string timestamp in a Java DateTimeFormatter pattern, as epoch ms (UTC when the
+    pattern has no zone)."""
+    moment = datetime.datetime.strptime(text, _strptime_pattern(java_pattern))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return int(moment.timestamp() * 1000)
+
+
+# ---- whole records ----------------------------------------------------------------------
+
+
+class RecordReader:
+    """Reads a source's records into rows (``RecordError`` for one that does not read)."""
+
+    def __init__(self, source: DataSource, registry: Any = None) -> None:
+        self.source = source
+        self.keys = SideReader(source, "key", source.key_columns, registry)
+        self.values = SideReader(source, "value", source.value_columns, registry)
+        self.headers = [c for c in source.columns if c.namespace == "HEADER"]
+        self.session = source.window_type == "SESSION"
+        self.windowed = source.is_windowed
+
+    def read(self, record: SourceRecord) -> Row:
+        key = record.key
+        row: dict[str, Any] = {}
+        if self.windowed:
+            width = 16 if self.session else 8
+            if key is None or len(key) < width:
+                raise RecordError("key", "A windowed key is shorter than its window")
+            if self.session:
+                end, start = struct.unpack(">qq", key[-16:])
+            else:
+                (start,) = struct.unpack(">q", key[-8:])
+                end = start + (self.source.window_size_ms or 0)
+            key = key[:-width]
+            row["WINDOWSTART"], row["WINDOWEND"] = start, end
+        try:
+            row.update(self.keys.read(key))
+        except _Mismatch as exc:
+            raise RecordError("key", str(exc)) from None
+        tombstone = record.value is None and self.source.kind == "TABLE"
+        if not tombstone:
+            if record.value is None and self.source.value_format != "KAFKA":
+                row.update({c.name: None for c in self.source.value_columns})
+            else:
+                try:
+                    row.update(self.values.read(record.value))
+                except _Mismatch as exc:
+                    raise RecordError("value", str(exc)) from None
+        else:
+            row.update({c.name: None for c in self.source.value_columns})
+        for column in self.headers:
+            row[column.name] = _header_value(column, record.headers or [])
+        row["ROWPARTITION"] = record.partition
+        row["ROWOFFSET"] = record.offset
+        row["ROWTIME"] = self._timestamp(row, record)
+        return Row(row, tombstone)
+
+    def _timestamp(self, row: dict[str, Any], record: SourceRecord) -> int:
+        column = self.source.timestamp_column
+        if column is None:
+            return record.timestamp
+        value = row.get(column)
+        if value is None:
+            raise RecordError("value", f"The TIMESTAMP column {column} is null")
+        if isinstance(value, str):
+            try:
+                return parse_timestamp(value, self.source.timestamp_format or "")
+            except ValueError as exc:
+                raise RecordError("value", f"Could not parse timestamp '{value}': {exc}") from None
+        return int(value)
+
+
+def _header_value(column: Column, headers: list[tuple[str, bytes | None]]) -> Any:
+    if column.header_key is None:  # HEADERS: all of them
+        return [{"KEY": k, "VALUE": v} for k, v in headers]
+    found = [v for k, v in headers if k == column.header_key]
+    return found[-1] if found else None
+
+
+# ---- writing ----------------------------------------------------------------------------
+
+
+class RecordWriter:
+    """Writes a sink's rows as key and value bytes, as INSERT VALUES writes them."""
+
+    def __init__(self, sink: DataSource, registry: Any = None) -> None:
+        self.sink = sink
+        self.registry = registry
+        self.session = sink.window_type == "SESSION"
+
+    def key(self, row: dict[str, Any], window: tuple[int, int] | None) -> bytes | None:
+        sink = self.sink
+        if sink.key_format in REGISTRY_FORMATS:
+            data = self._registry_bytes("key", sink.key_columns, row)
+        else:
+            data = formats.key_bytes(sink, row)
+        if window is None or not sink.is_windowed:
+            return data
+        start, end = window
+        bounds = struct.pack(">qq", end, start) if self.session else struct.pack(">q", start)
+        return (data or b"") + bounds
+
+    def value(self, row: dict[str, Any] | None) -> bytes | None:
+        if row is None:
+            return None
+        sink = self.sink
+        if sink.value_format in REGISTRY_FORMATS:
+            return self._registry_bytes("value", sink.value_columns, row)
+        return formats.value_bytes(sink, row)
+
+    def _registry_bytes(self, side: str, columns: tuple[Column, ...], row: dict[str, Any]) -> Any:
+        if self.registry is None:
+            raise KsqlStatementError(
+                "The AVRO, PROTOBUF and JSON_SR formats need 'ksql.schema.registry.url'"
+            )
+        return self.registry.serialize(self.sink, side, columns, row)

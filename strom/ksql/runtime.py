@@ -1,0 +1,493 @@
+"""Persistent queries on Spark: each CREATE STREAM / TABLE AS SELECT and INSERT INTO ...
+SELECT is one Structured Streaming query on the server's SparkSession, reading its
+source topic with the ``strom`` source and writing its sink topic (and the processing
+log) with the ``strom`` sink; the query's operators (``strom.ksql.operators``) run
+inside Spark's tasks.
+
+- A query without aggregation is one ``mapInArrow``: records read into rows
+  (``strom.ksql.readers``), the operators, rows written as records (a record that does
+  not read becomes a processing log entry in the same output).
+- An aggregation is a ``mapInArrow`` (read, filter, the grouping key) then
+  ``groupBy(key).transformWithStateInPandas``: the group's windows and accumulators in
+  Spark's state store (RocksDB), the rows of a key taken in (partition, offset) order;
+  windowed aggregations run in event time (a watermark of the window's grace: the
+  stream time of the operators is the watermark plus the grace, or the group's own
+  latest record when later), and EMIT FINAL emits each window from an event-time
+  timer when its grace has passed.
+- Records keep their timestamps (ROWTIME, or the sink's TIMESTAMP column); the sink
+  places them by key (murmur2, as Kafka's partitioner). With
+  ``processing.guarantee=exactly_once_v2`` the sink writes each micro-batch in Kafka
+  transactions (``exactlyOnce``): a restarted query resumes from its checkpoint without
+  writing anything twice for read_committed readers.
+- Checkpoints live under ``ksql.streams.state.dir`` / query id, so a query restarted by
+  the server (the command topic replayed) resumes where it stopped.
+
+Spark finds the ``strom`` data source through the JVM thread's active session, so each
+start sets it first. Does not own the query registry, planning or the REST API.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import shutil
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from strom.ksql import processing_log
+from strom.ksql.planner import QueryPlan
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+OUTPUT_SCHEMA = "topic string, key binary, value binary, timestamp long"
+GROUPED_SCHEMA = "grp binary, part int, off long, ts timestamp, payload binary"
+LOG_GROUP = b"\x00processing-log"  # the group of processing log entries, passed through
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+@dataclass(frozen=True)
+class QuerySpec:
+    """What a Spark task needs to run a query's operators (picklable)."""
+
+    query_id: str
+    plan: QueryPlan
+    client: dict[str, Any] = field(hash=False)  # librdkafka settings of the cluster
+    registry_url: str | None
+    registry_settings: dict[str, str] = field(hash=False)
+    log_topic: str
+    exactly_once: bool
+    offset_reset: str  # earliest or latest
+    trigger_ms: int
+
+    @property
+    def sink_topic(self) -> str:
+        assert self.plan.sink is not None
+        return self.plan.sink.topic
+
+
+# ---- inside Spark's tasks -----------------------------------------------------------------
+
+
+class _TaskParts:
+    """A query's reader, operators and writer, built once per Python worker."""
+
+    def __init__(self, spec: QuerySpec) -> None:
+        from strom.ksql.operators import Operators
+        from strom.ksql.readers import RecordReader, RecordWriter
+        from strom.ksql.registry_formats import RegistryFormats
+
+        registry = (
+            RegistryFormats(spec.registry_url, spec.registry_settings)
+            if spec.registry_url
+            else None
+        )
+        self.spec = spec
+        aggregation = spec.plan.aggregation
+        self.plan_windowed = aggregation is not None and aggregation.window is not None
+        self.grace = _grace_ms(spec.plan) if self.plan_windowed else 0
+        self.errors: list[bytes] = []
+        self.reader = RecordReader(spec.plan.source, registry)
+        self.operators = Operators(spec.plan, self._on_error)
+        assert spec.plan.sink is not None
+        self.writer = RecordWriter(spec.plan.sink, registry)
+
+    def _on_error(self, message: str) -> None:
+        self.errors.append(processing_log.processing_error(self.spec.query_id, message))
+
+    def take_errors(self) -> list[bytes]:
+        errors, self.errors = self.errors, []
+        return errors
+
+
+_PARTS: dict[str, _TaskParts] = {}
+_PARTS_LOCK = threading.Lock()
+
+
+def _parts(spec: QuerySpec) -> _TaskParts:
+    with _PARTS_LOCK:
+        found = _PARTS.get(spec.query_id)
+        if found is None or found.spec != spec:
+            found = _PARTS[spec.query_id] = _TaskParts(spec)
+        return found
+
+
+def _source_records(batch: pa.RecordBatch) -> Iterator[Any]:
+    import pyarrow as pa
+
+    from strom.ksql.readers import SourceRecord
+
+    names = batch.schema.names
+    columns = {name: batch.column(name) for name in names}
+    micros = columns["timestamp"].cast(pa.int64()).to_pylist()
+    keys = columns["key"].to_pylist()
+    values = columns["value"].to_pylist()
+    topics = columns["topic"].to_pylist()
+    partitions = columns["partition"].to_pylist()
+    offsets = columns["offset"].to_pylist()
+    headers = columns["headers"].to_pylist() if "headers" in columns else None
+    for index in range(batch.num_rows):
+        record_headers = (
+            [(h["key"], h["value"]) for h in headers[index] or []] if headers is not None else None
+        )
+        yield SourceRecord(
+            topic=topics[index],
+            partition=partitions[index],
+            offset=offsets[index],
+            timestamp=(micros[index] or 0) // 1000,
+            key=keys[index],
+            value=values[index],
+            headers=record_headers,
+        )
+
+
+def _read(parts: _TaskParts, record: Any, out: list[tuple[Any, ...]]) -> Any:
+    """The record's row, or None (its processing log entry added to ``out``)."""
+    from strom.ksql.readers import RecordError
+
+    try:
+        return parts.reader.read(record)
+    except RecordError as exc:
+        entry = processing_log.deserialization_error(
+            parts.spec.query_id, exc.target, exc.message, record.topic
+        )
+        out.append((parts.spec.log_topic, None, entry, None))
+        return None
+
+
+def _write(parts: _TaskParts, changes: list[Any], out: list[tuple[Any, ...]]) -> None:
+    from strom.ksql.metastore import KsqlStatementError
+
+    topic = parts.spec.sink_topic
+    for change in changes:
+        try:
+            key = parts.writer.key(change.key, change.window)
+            value = parts.writer.value(change.value)
+        except KsqlStatementError as exc:
+            entry = processing_log.processing_error(
+                parts.spec.query_id, f"Error serializing the row: {exc}"
+            )
+            out.append((parts.spec.log_topic, None, entry, None))
+            continue
+        out.append((topic, key, value, change.timestamp))
+
+
+def _output_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    topics, keys, values, timestamps = (
+        (list(c) for c in zip(*rows, strict=True)) if rows else ([], [], [], [])
+    )
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(topics, pa.string()),
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array(timestamps, pa.int64()),
+        ],
+        names=["topic", "key", "value", "timestamp"],
+    )
+
+
+def run_stateless(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow of a query without aggregation."""
+    parts = _parts(spec)
+    for batch in batches:
+        out: list[tuple[Any, ...]] = []
+        for record in _source_records(batch):
+            row = _read(parts, record, out)
+            if row is None:
+                continue
+            changes = parts.operators.stateless(row)
+            for entry in parts.take_errors():
+                out.append((spec.log_topic, None, entry, None))
+            _write(parts, changes, out)
+        yield _output_batch(out)
+
+
+def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow before an aggregation: each row's group (pickled) and the row."""
+    import pyarrow as pa
+
+    parts = _parts(spec)
+    for batch in batches:
+        groups: list[bytes] = []
+        partitions: list[int] = []
+        offsets: list[int] = []
+        stamps: list[int] = []
+        payloads: list[bytes] = []
+        for record in _source_records(batch):
+            out: list[tuple[Any, ...]] = []
+            row = _read(parts, record, out)
+            grouped = parts.operators.group(row) if row is not None else None
+            entries = [o[2] for o in out] + parts.take_errors()
+            for entry in entries:
+                groups.append(LOG_GROUP)
+                partitions.append(record.partition)
+                offsets.append(record.offset)
+                stamps.append(record.timestamp * 1000)
+                payloads.append(entry)
+            if grouped is None:
+                continue
+            group, columns = grouped
+            groups.append(pickle.dumps(group))
+            partitions.append(record.partition)
+            offsets.append(record.offset)
+            stamps.append(int(columns["ROWTIME"]) * 1000)
+            payloads.append(pickle.dumps(columns))
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array(groups, pa.binary()),
+                pa.array(partitions, pa.int32()),
+                pa.array(offsets, pa.int64()),
+                pa.array(stamps, pa.timestamp("us", tz="UTC")),
+                pa.array(payloads, pa.binary()),
+            ],
+            names=["grp", "part", "off", "ts", "payload"],
+        )
+
+
+def _aggregate_processor(spec: QuerySpec) -> Any:
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    class AggregateProcessor(StatefulProcessor):  # type: ignore[misc]
+        """One group's windows and accumulators in Spark's state store."""
+
+        def init(self, handle: Any) -> None:
+            schema = StructType([StructField("state", BinaryType())])
+            self.handle = handle
+            self.state = handle.getValueState("windows", schema)
+
+        def _load(self) -> dict[str, Any]:
+            if self.state.exists():
+                loaded: dict[str, Any] = pickle.loads(self.state.get()[0])
+                return loaded
+            return {"windows": {}, "stream_time": -1, "timer": None}
+
+        def _save(self, parts: _TaskParts, stored: dict[str, Any]) -> None:
+            if not stored["windows"] and parts.operators.window is not None:
+                self.state.clear()
+                return
+            self.state.update((pickle.dumps(stored),))
+
+        def _timer(self, parts: _TaskParts, stored: dict[str, Any]) -> None:
+            if not parts.plan_windowed:
+                return
+            due = parts.operators.next_close(stored["windows"])
+            watermark_due = None if due is None else due - parts.grace
+            if stored["timer"] is not None and stored["timer"] != watermark_due:
+                self.handle.deleteTimer(stored["timer"])
+                stored["timer"] = None
+            if watermark_due is not None and stored["timer"] is None:
+                self.handle.registerTimer(watermark_due)
+                stored["timer"] = watermark_due
+
+        def handleInputRows(
+            self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+        ) -> Iterator[pd.DataFrame]:
+            import pandas as pd
+
+            parts = _parts(spec)
+            frame = pd.concat(list(rows), ignore_index=True)
+            frame = frame.sort_values(["part", "off"], kind="stable")
+            out: list[tuple[Any, ...]] = []
+            if key[0] == LOG_GROUP:
+                out = [(spec.log_topic, None, payload, None) for payload in frame["payload"]]
+                yield _frame(out)
+                return
+            group = pickle.loads(key[0])
+            stored = self._load()
+            watermark = _watermark(timerValues) if parts.plan_windowed else -1
+            floor = watermark + parts.grace if watermark >= 0 else -1
+            for payload in frame["payload"]:
+                row = pickle.loads(payload)
+                stored["stream_time"] = max(stored["stream_time"], floor, int(row["ROWTIME"]))
+                changes = parts.operators.aggregate(
+                    stored["windows"], group, row, stored["stream_time"]
+                )
+                _write(parts, changes, out)
+                closed = parts.operators.close_windows(
+                    stored["windows"], group, stored["stream_time"]
+                )
+                _write(parts, closed, out)
+                out.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
+            self._timer(parts, stored)
+            self._save(parts, stored)
+            yield _frame(out)
+
+        def handleExpiredTimer(
+            self, key: Any, timerValues: Any, expiredTimerInfo: Any
+        ) -> Iterator[pd.DataFrame]:
+            parts = _parts(spec)
+            group = pickle.loads(key[0])
+            stored = self._load()
+            stored["timer"] = None
+            stream_time = max(stored["stream_time"], _watermark(timerValues) + parts.grace)
+            stored["stream_time"] = stream_time
+            out: list[tuple[Any, ...]] = []
+            _write(parts, parts.operators.close_windows(stored["windows"], group, stream_time), out)
+            self._timer(parts, stored)
+            self._save(parts, stored)
+            yield _frame(out)
+
+        def close(self) -> None:
+            return None
+
+    return AggregateProcessor()
+
+
+def _watermark(timer_values: Any) -> int:
+    try:
+        return int(timer_values.getCurrentWatermarkInMs())
+    except Exception:  # processing-time queries have none
+        return -1
+
+
+def _frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "topic": [r[0] for r in rows],
+            "key": [r[1] for r in rows],
+            "value": [r[2] for r in rows],
+            "timestamp": pd.array([r[3] for r in rows], dtype="Int64"),
+        }
+    )
+
+
+# ---- the driver ---------------------------------------------------------------------------
+
+
+class SparkQueries:
+    """The server's SparkSession (started with the first query) and its streaming
+    queries by ksql query id."""
+
+    def __init__(self, master: str, settings: dict[str, str], state_dir: Path) -> None:
+        self.master = master
+        self.settings = {
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+            "spark.sql.streaming.stopTimeout": "30s",
+            **settings,
+        }
+        self.state_dir = state_dir
+        self.session: SparkSession | None = None
+        self.queries: dict[str, StreamingQuery] = {}
+        self._lock = threading.RLock()
+
+    def _session(self) -> SparkSession:
+        with self._lock:
+            if self.session is None:
+                import strom.spark
+
+                log.info("starting the ksql server's SparkSession on %s", self.master)
+                self.session = strom.spark.local_session(
+                    "strom-ksql", master=self.master, **self.settings
+                )
+                self.session.sparkContext.setLogLevel("ERROR")
+            spark = self.session
+        # The ``strom`` data source is found through the JVM thread's active session.
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[union-attr]
+        return spark
+
+    def checkpoint(self, query_id: str) -> Path:
+        return self.state_dir / query_id
+
+    def start(self, spec: QuerySpec) -> None:
+        """Starts the query (resuming from its checkpoint, if any)."""
+        spark = self._session()
+        plan = spec.plan
+        source = plan.source
+        reader = (
+            spark.readStream.format("strom")
+            .option("kafka.bootstrap.servers", spec.client["bootstrap.servers"])
+            .option("subscribe", source.topic)
+            .option("startingOffsets", spec.offset_reset)
+            .option("failOnDataLoss", "false")
+        )
+        for key, value in spec.client.items():
+            if key != "bootstrap.servers":
+                reader = reader.option(f"kafka.{key}", str(value))
+        if any(c.namespace == "HEADER" for c in source.columns):
+            reader = reader.option("includeHeaders", "true")
+        frame = reader.load()
+        if plan.aggregation is None:
+            output = frame.mapInArrow(lambda batches: run_stateless(spec, batches), OUTPUT_SCHEMA)
+        else:
+            grouped = frame.mapInArrow(lambda batches: run_grouping(spec, batches), GROUPED_SCHEMA)
+            windowed = plan.aggregation.window is not None
+            if windowed:
+                grace = _grace_ms(plan)
+                grouped = grouped.withWatermark("ts", f"{grace} milliseconds")
+            output = grouped.groupBy("grp").transformWithStateInPandas(
+                statefulProcessor=_aggregate_processor(spec),
+                outputStructType=OUTPUT_SCHEMA,
+                outputMode="Append",
+                timeMode="EventTime" if windowed else "None",
+            )
+        writer = (
+            output.writeStream.format("strom")
+            .queryName(spec.query_id)
+            .option("kafka.bootstrap.servers", spec.client["bootstrap.servers"])
+            .option("checkpointLocation", str(self.checkpoint(spec.query_id)))
+            .trigger(processingTime=f"{spec.trigger_ms} milliseconds")
+        )
+        for key, value in spec.client.items():
+            if key != "bootstrap.servers":
+                writer = writer.option(f"kafka.{key}", str(value))
+        if spec.exactly_once:
+            writer = writer.option("exactlyOnce", "true").option(
+                "transactionalIdPrefix", f"ksql-{spec.query_id}"
+            )
+        query = writer.start()
+        with self._lock:
+            self.queries[spec.query_id] = query
+
+    def state(self, query_id: str) -> tuple[str, str | None]:
+        """RUNNING, ERROR (with the reason) or NOT_RUNNING."""
+        query = self.queries.get(query_id)
+        if query is None:
+            return "NOT_RUNNING", None
+        if query.isActive:
+            return "RUNNING", None
+        error = query.exception()
+        return ("ERROR", str(error).splitlines()[0]) if error is not None else ("NOT_RUNNING", None)
+
+    def stop(self, query_id: str, delete_state: bool = False) -> None:
+        with self._lock:
+            query = self.queries.pop(query_id, None)
+        if query is not None:
+            try:
+                query.stop()
+            except Exception as exc:  # a query that failed already
+                log.warning("stopping %s: %s", query_id, exc)
+        if delete_state:
+            shutil.rmtree(self.checkpoint(query_id), ignore_errors=True)
+
+    def close(self) -> None:
+        for query_id in list(self.queries):
+            self.stop(query_id)
+        with self._lock:
+            if self.session is not None:
+                self.session.stop()
+                self.session = None
+
+
+def _grace_ms(plan: QueryPlan) -> int:
+    from strom.ksql.operators import DEFAULT_GRACE_MS
+
+    window = plan.aggregation.window if plan.aggregation is not None else None
+    if window is None or window.grace_ms is None:
+        return DEFAULT_GRACE_MS
+    return window.grace_ms

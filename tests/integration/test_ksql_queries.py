@@ -1,0 +1,286 @@
+"""ksql queries run by the server (``strom ksql-server``) against a real broker, driven
+over HTTP as ksqlDB's clients drive ksqlDB: push queries on ``/query-stream`` and
+``/query`` (run in the server), persistent queries (CREATE STREAM / TABLE AS SELECT) on
+the server's Spark, their output read back with confluent-kafka, the processing log,
+a restart that resumes a query from its checkpoint without writing anything twice
+(exactly_once_v2, read_committed), pull queries, TERMINATE and DROP.
+
+One broker and one server (one Spark driver) for the module; the tests build on each
+other in order.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from broker_process import BrokerProcess
+from confluent_kafka import Consumer, Producer, TopicPartition
+from service_process import ServiceProcess
+
+from strom.ksql.rest_client import KsqlRestClient, KsqlServerError
+
+SERVICE_ID = "q_"
+LOG_TOPIC = f"{SERVICE_ID}ksql_processing_log"
+MINUTE = 60_000
+BASE = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a minute boundary
+
+
+class Server:
+    def __init__(self, broker: BrokerProcess, state_dir: Path) -> None:
+        overrides = {
+            "bootstrap.servers": broker.bootstrap,
+            "listeners": "http://127.0.0.1:0",
+            "ksql.service.id": SERVICE_ID,
+            "ksql.streams.state.dir": str(state_dir),
+            "ksql.streams.processing.guarantee": "exactly_once_v2",
+            "ksql.spark.master": "local[2]",
+            "ksql.spark.trigger.interval.ms": "200",
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+        }
+        args = [arg for k, v in overrides.items() for arg in ("--override", f"{k}={v}")]
+        self.process = ServiceProcess(["ksql-server", *args, "--log-level", "WARNING"])
+        self.url = self.process.url
+
+    def ksql(self, text: str, **properties: Any) -> tuple[int, Any]:
+        body = {"ksql": text, "streamsProperties": properties}
+        try:
+            return 200, KsqlRestClient(self.url).call("POST", "/ksql", body)
+        except KsqlServerError as exc:
+            return exc.status, exc.body
+
+    def ok(self, text: str, **properties: Any) -> list[dict[str, Any]]:
+        status, body = self.ksql(text, **properties)
+        assert status == 200, body
+        return body
+
+    def stream(self, path: str, body: dict[str, Any], accept: str = "") -> list[bytes]:
+        """The lines of a streamed answer, to its end."""
+        request = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", **({"Accept": accept} if accept else {})},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return [line for line in response.read().split(b"\n") if line]
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+@pytest.fixture(scope="module")
+def server(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    state_dir = tmp_path_factory.mktemp("ksql-state")
+    running = Server(broker, state_dir)
+    running.state_dir = state_dir  # type: ignore[attr-defined]
+    yield running
+    running.stop()
+
+
+def produce(broker: BrokerProcess, topic: str, records: list[tuple[Any, Any, int]]) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for key, value, timestamp in records:
+        data = value if isinstance(value, bytes) else json.dumps(value).encode()
+        producer.produce(topic, key=key, value=data, timestamp=timestamp)
+    assert producer.flush(30) == 0
+
+
+def read_topic(broker: BrokerProcess, topic: str, count: int, deadline_s: float = 120) -> list[Any]:
+    """``count`` committed records of ``topic`` from its start (waiting for them), then
+    whatever else is there: (key, value, timestamp)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"reader-{time.monotonic_ns()}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    metadata = consumer.list_topics(topic, timeout=30).topics[topic]
+    partitions = sorted(metadata.partitions)
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    records: list[Any] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + deadline_s
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is not None:
+                at_end.add(message.partition())
+                if len(records) >= count and at_end >= set(partitions):
+                    break
+                continue
+            at_end.discard(message.partition())
+            records.append((message.key(), message.value(), message.timestamp()[1]))
+    finally:
+        consumer.close()
+    return records
+
+
+def test_push_query_rows_limit_and_shapes(server: Server, broker: BrokerProcess) -> None:
+    server.ok(
+        "CREATE STREAM clicks (user_id STRING KEY, page STRING, ms BIGINT) "
+        "WITH (kafka_topic='clicks', value_format='JSON', partitions=2);"
+    )
+    produce(
+        broker,
+        "clicks",
+        [
+            (b"u1", {"PAGE": "/home", "MS": 1}, BASE),
+            (b"u1", {"page": "/cart", "ms": 2}, BASE + 10_000),
+            (b"u2", {"PAGE": "/home", "MS": 3}, BASE + 20_000),
+        ],
+    )
+    lines = server.stream(
+        "/query-stream",
+        {
+            "sql": "SELECT user_id, UCASE(page) AS page, ms * 10 FROM clicks "
+            "WHERE ms > 1 EMIT CHANGES LIMIT 2;",
+            "properties": {"auto.offset.reset": "earliest"},
+        },
+    )
+    header = json.loads(lines[0])
+    assert header["queryId"].startswith("transient_CLICKS_")
+    assert header["columnNames"] == ["USER_ID", "PAGE", "KSQL_COL_0"]
+    assert header["columnTypes"] == ["STRING", "STRING", "BIGINT"]
+    assert sorted(json.loads(line) for line in lines[1:]) == [
+        ["u1", "/CART", 20],
+        ["u2", "/HOME", 30],
+    ]
+    # ksqlDB's older /query shape; an aggregation gives every update
+    lines = server.stream(
+        "/query",
+        {
+            "ksql": "SELECT user_id, COUNT(*) AS n FROM clicks GROUP BY user_id EMIT CHANGES "
+            "LIMIT 3;",
+            "streamsProperties": {"ksql.streams.auto.offset.reset": "earliest"},
+        },
+    )
+    body = json.loads(b"".join(lines))
+    assert body[0]["header"]["schema"] == "`USER_ID` STRING, `N` BIGINT"
+    assert sorted(tuple(item["row"]["columns"]) for item in body[1:4]) == [
+        ("u1", 1), ("u1", 2), ("u2", 1)
+    ]  # fmt: skip
+    assert body[4] == {"finalMessage": "Limit Reached"}
+    status, refused = server.ksql("SELECT * FROM nope EMIT CHANGES;")
+    assert status == 400 and refused["error_code"] == 40002
+
+
+def test_csas_with_filter_and_projection(server: Server, broker: BrokerProcess) -> None:
+    [created] = server.ok(
+        "CREATE STREAM carts WITH (value_format='JSON') AS "
+        "SELECT user_id, ms, CONCAT('page:', page) AS page FROM clicks WHERE page = '/cart' "
+        "EMIT CHANGES;",
+        **{"auto.offset.reset": "earliest"},
+    )
+    query_id = created["commandStatus"]["queryId"]
+    assert query_id.startswith("CSAS_CARTS_")
+    assert created["commandStatus"]["message"] == f"Created query with ID {query_id}"
+    [records] = [read_topic(broker, "CARTS", 1)]
+    assert [(k, json.loads(v), t) for k, v, t in records] == [
+        (b"u1", {"MS": 2, "PAGE": "page:/cart"}, BASE + 10_000)
+    ]
+    [queries] = server.ok("SHOW QUERIES;")
+    [listed] = [q for q in queries["queries"] if q["id"] == query_id]
+    assert listed["sinks"] == ["CARTS"] and listed["sinkKafkaTopics"] == ["CARTS"]
+    assert listed["queryType"] == "PERSISTENT"
+    [described] = server.ok("DESCRIBE clicks;")
+    assert [q["id"] for q in described["sourceDescription"]["readQueries"]] == [query_id]
+    [explained] = server.ok(f"EXPLAIN {query_id};")
+    assert explained["queryDescription"]["sources"] == ["CLICKS"]
+    assert [f["name"] for f in explained["queryDescription"]["fields"]] == ["USER_ID", "MS", "PAGE"]
+    status, refused = server.ksql("DROP STREAM clicks;")
+    assert status == 400
+    assert refused["message"] == (
+        "Cannot drop CLICKS.\nThe following queries read from this source: "
+        f"[{query_id}].\nThe following queries write into this source: [].\n"
+        "You need to terminate them before dropping CLICKS."
+    )
+    status, refused = server.ksql("CREATE STREAM nokey AS SELECT page FROM clicks;")
+    assert status == 400 and refused["message"].startswith("Key missing from projection")
+
+
+def test_ctas_counts_every_update_per_tumbling_window(
+    server: Server, broker: BrokerProcess
+) -> None:
+    [created] = server.ok(
+        "CREATE TABLE per_minute AS SELECT user_id, COUNT(*) AS clicks FROM clicks "
+        "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY user_id EMIT CHANGES;",
+        **{"auto.offset.reset": "earliest"},
+    )
+    assert created["commandStatus"]["queryId"].startswith("CTAS_PER_MINUTE_")
+    produce(broker, "clicks", [(b"u1", {"PAGE": "/home", "MS": 4}, BASE + MINUTE + 5_000)])
+    records = read_topic(broker, "PER_MINUTE", 4)
+    updates = sorted(
+        (k[:-8], struct.unpack(">q", k[-8:])[0] - BASE, json.loads(v)["CLICKS"])
+        for k, v, _ in records
+    )
+    assert updates == [(b"u1", 0, 1), (b"u1", 0, 2), (b"u1", MINUTE, 1), (b"u2", 0, 1)]
+    lines = server.stream(
+        "/query-stream", {"sql": "SELECT * FROM per_minute WHERE user_id = 'u1';"}
+    )
+    header = json.loads(lines[0])
+    assert header["columnNames"] == ["USER_ID", "WINDOWSTART", "WINDOWEND", "CLICKS"]
+    rows = sorted(json.loads(line) for line in lines[1:])
+    assert rows == [
+        ["u1", BASE, BASE + MINUTE, 2],
+        ["u1", BASE + MINUTE, BASE + 2 * MINUTE, 1],
+    ]
+
+
+def test_a_bad_record_goes_to_the_processing_log(server: Server, broker: BrokerProcess) -> None:
+    produce(
+        broker,
+        "clicks",
+        [
+            (b"u3", b"not json", BASE + 30_000),
+            (b"u3", {"PAGE": "/cart", "MS": 5}, BASE + 31_000),
+        ],
+    )
+    records = read_topic(broker, "CARTS", 2)
+    assert [json.loads(v)["MS"] for _, v, _ in records] == [2, 5]
+    entries = [json.loads(v) for _, v, _ in read_topic(broker, LOG_TOPIC, 1)]
+    errors = [e["message"]["deserializationError"] for e in entries if e["message"]["type"] == 0]
+    assert errors and errors[0]["target"] == "value" and errors[0]["topic"] == "clicks"
+    [streams] = server.ok("SHOW STREAMS;")
+    assert "KSQL_PROCESSING_LOG" in [s["name"] for s in streams["streams"]]
+
+
+def test_restart_resumes_queries_without_repeating_output(
+    server: Server, broker: BrokerProcess
+) -> None:
+    server.stop()
+    produce(broker, "clicks", [(b"u4", {"PAGE": "/cart", "MS": 6}, BASE + MINUTE + 6_000)])
+    restarted = Server(broker, server.state_dir)  # type: ignore[attr-defined]
+    server.process, server.url = restarted.process, restarted.url
+    records = read_topic(broker, "CARTS", 3)
+    assert [json.loads(v)["MS"] for _, v, _ in records] == [2, 5, 6]
+    counts = read_topic(broker, "PER_MINUTE", 6)
+    updates = sorted((k[:-8], json.loads(v)["CLICKS"]) for k, v, _ in counts)
+    assert updates == [(b"u1", 1), (b"u1", 1), (b"u1", 2), (b"u2", 1), (b"u3", 1), (b"u4", 1)]
+
+
+def test_terminate_and_drop(server: Server, broker: BrokerProcess) -> None:
+    [queries] = server.ok("SHOW QUERIES;")
+    ids = sorted(q["id"] for q in queries["queries"])
+    assert len(ids) == 2
+    status, unknown = server.ksql("TERMINATE CSAS_NOPE_1;")
+    assert status == 400 and unknown["message"] == "Unknown queryId: CSAS_NOPE_1"
+    [terminated] = server.ok(f"TERMINATE {ids[0]};")
+    assert terminated["commandStatus"]["message"] == "Query terminated."
+    [queries] = server.ok("SHOW QUERIES;")
+    assert [q["id"] for q in queries["queries"]] == ids[1:]
+    server.ok("TERMINATE ALL;")
+    [queries] = server.ok("SHOW QUERIES;")
+    assert queries["queries"] == []
+    server.ok("DROP TABLE per_minute; DROP STREAM carts; DROP STREAM clicks;")
