@@ -204,7 +204,7 @@ def test_values_as_debezium_writes_them() -> None:
     assert document["payload"]["source"] == {
         "version": document["payload"]["source"]["version"], "connector": "postgresql",
         "name": "shop", "ts_ms": 1000, "snapshot": "false", "db": "db",
-        "sequence": '["90", "99"]', "ts_us": 1_000_000, "ts_ns": 1_000_000_000,
+        "sequence": '["90","99"]', "ts_us": 1_000_000, "ts_ns": 1_000_000_000,
         "schema": "public", "table": "t", "txId": 42, "lsn": 99, "xmin": None,
     }  # fmt: skip
     assert document["payload"]["op"] == "c" and document["payload"]["ts_ms"] == 5000

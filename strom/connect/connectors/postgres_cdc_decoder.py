@@ -24,6 +24,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 POSTGRES_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 # microseconds from 1970-01-01 to 2000-01-01
@@ -43,6 +44,8 @@ _INT32 = struct.Struct("!i")
 _UINT32 = struct.Struct("!I")
 _UINT64 = struct.Struct("!Q")
 _INT64 = struct.Struct("!q")
+_BEGIN = struct.Struct("!QqI")
+_COMMIT = struct.Struct("!bQQq")
 _XLOG_HEADER = struct.Struct("!QQq")
 _KEEPALIVE = struct.Struct("!QqB")
 _STATUS = struct.Struct("!cQQQqB")
@@ -81,7 +84,7 @@ class _Reader:
     """Big-endian fields read in order from one message's bytes."""
 
     def __init__(self, data: bytes | memoryview, start: int = 0) -> None:
-        self.data = bytes(data)
+        self.data = data if isinstance(data, bytes) else bytes(data)
         self.at = start
 
     def _take(self, layout: struct.Struct) -> int:
@@ -236,13 +239,16 @@ class TypeMessage:
     name: str
 
 
-@dataclass(frozen=True)
-class Column:
+class Column(NamedTuple):
     """One column of a tuple: its kind (``NULL``, ``UNCHANGED_TOAST``, ``TEXT``,
     ``BINARY``) and, for text and binary, its bytes."""
 
     kind: str
     data: bytes | None = None
+
+
+_NULL_COLUMN = Column(NULL)
+_UNCHANGED_COLUMN = Column(UNCHANGED_TOAST)
 
 
 Tuple = tuple[Column, ...]
@@ -299,25 +305,49 @@ Message = (
 
 
 def _tuple(reader: _Reader) -> Tuple:
-    count = reader.int16()
+    data, at = reader.data, reader.at
+    (count,) = _INT16.unpack_from(data, at)
+    at += 2
     columns: list[Column] = []
     for _ in range(count):
-        kind = reader.byte()
-        if kind in (NULL, UNCHANGED_TOAST):
-            columns.append(Column(kind))
-        elif kind in (TEXT, BINARY):
-            columns.append(Column(kind, reader.raw(reader.int32())))
+        kind = data[at : at + 1]
+        at += 1
+        if kind == b"t" or kind == b"b":
+            (size,) = _INT32.unpack_from(data, at)
+            at += 4
+            end = at + size
+            if size < 0 or end > len(data):
+                raise ProtocolError(f"value of {size} bytes cut short at byte {at}")
+            columns.append(Column(TEXT if kind == b"t" else BINARY, data[at:end]))
+            at = end
+        elif kind == b"n":
+            columns.append(_NULL_COLUMN)
+        elif kind == b"u":
+            columns.append(_UNCHANGED_COLUMN)
         else:
-            raise ProtocolError(f"unknown tuple column kind {kind!r}")
+            raise ProtocolError(f"unknown tuple column kind {kind!r} at byte {at - 1}")
+    reader.at = at
     return tuple(columns)
 
 
 def decode_message(payload: bytes | memoryview) -> Message:
     """One pgoutput message (the payload of an XLogData)."""
-    reader = _Reader(payload, 1)
-    if not reader.data:
+    data = payload if isinstance(payload, bytes) else bytes(payload)
+    if not data:
         raise ProtocolError("empty pgoutput message")
-    kind = chr(reader.data[0])
+    kind = chr(data[0])
+    # the messages of every transaction, read without a reader
+    if kind == "B" and len(data) == 1 + _BEGIN.size:
+        return Begin(*_BEGIN.unpack_from(data, 1))
+    if kind == "C" and len(data) == 1 + _COMMIT.size:
+        return Commit(*_COMMIT.unpack_from(data, 1))
+    try:
+        return _decode(kind, _Reader(data, 1))
+    except struct.error:
+        raise ProtocolError(f"a {kind!r} message cut short") from None
+
+
+def _decode(kind: str, reader: _Reader) -> Message:
     message: Message
     if kind == "B":
         message = Begin(reader.uint64(), reader.int64(), reader.uint32())

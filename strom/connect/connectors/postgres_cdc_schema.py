@@ -27,7 +27,6 @@ which tables are captured (``postgres_cdc``).
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
@@ -451,8 +450,8 @@ class TableSchema:
     def source(self, source: EventSource, database: str, server: str) -> Struct:
         sequence = None
         if source.lsn is not None and source.snapshot == "false":
-            last = source.last_commit_lsn
-            sequence = json.dumps([None if last is None else str(last), str(source.lsn)])
+            last = "null" if source.last_commit_lsn is None else f'"{source.last_commit_lsn}"'
+            sequence = f'[{last},"{source.lsn}"]'  # as Jackson writes the list
         return Struct(
             SOURCE_SCHEMA,
             {
