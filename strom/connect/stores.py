@@ -454,12 +454,13 @@ class FileOffsetStore(OffsetStore):
                 else:
                     self.offsets[key] = offset
             document = {key.decode(): value for key, value in self.offsets.items()}
-        temporary = self.path.with_name(self.path.name + ".tmp")
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, separators=(",", ":"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
+            # Under the lock: two tasks writing at once would share the temporary file.
+            temporary = self.path.with_name(self.path.name + ".tmp")
+            with open(temporary, "w", encoding="utf-8") as handle:
+                json.dump(document, handle, separators=(",", ":"))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, self.path)
 
 
 class TopicOffsetStore(_TopicBacked, OffsetStore):
