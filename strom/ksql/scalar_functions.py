@@ -708,7 +708,9 @@ for _name, _function in {
 def _log(first: float, second: float | None = None) -> float:
     if second is None:
         return _ln(first)
-    if first <= 0 or second <= 0 or first == 1:
+    if second == 0:
+        return -math.inf
+    if second < 0 or first <= 0 or first == 1 or math.isnan(first) or math.isnan(second):
         return math.nan
     return math.log(second) / math.log(first)
 
@@ -788,7 +790,8 @@ def _least(*values: Any) -> Any:
     return _extreme(values, largest=False)
 
 
-_EARTH_RADIUS = {"KM": 6371.0, "KILOMETERS": 6371.0, "KILOMETER": 6371.0, "MI": 3959.0,
+_EARTH_RADIUS = {"KM": 6371.0, "KILOMETERS": 6371.0, "KILOMETER": 6371.0, "KILOMETRE": 6371.0,
+                 "KILOMETRES": 6371.0, "MI": 3959.0,
                  "MILES": 3959.0, "MILE": 3959.0}  # fmt: skip
 
 
