@@ -293,6 +293,19 @@ class _Compiler:
         )
 
     # -- constructors
+    def _compile_list(self, nodes: list[ex.Expression], lambdas: Any) -> list[Compiled]:
+        """A user's list (ARRAY[...], MAP(...), IN (...)): string literals among numbers or
+        booleans are read as numbers or booleans, as ksqlDB coerces them (the first
+        element that is not NULL decides)."""
+        compiled = [self.compile(item, lambdas) for item in nodes]
+        first = next((t for _, t in compiled if t is not None), None)
+        if not (v.is_number(first) or first == v.BOOLEAN):
+            return compiled
+        for index, item in enumerate(nodes):
+            if isinstance(item, ex.Literal) and isinstance(item.value, str):
+                compiled[index] = self.compile(_read_literal(item.value, first), lambdas)
+        return compiled
+
     def _list_type(self, node: ex.Expression, items: list[Compiled], what: str) -> ex.SqlType:
         try:
             common = v.common_type([t for _, t in items])
@@ -313,7 +326,7 @@ class _Compiler:
                 "Array constructor cannot be empty. Please supply at least one element "
                 "(see https://github.com/confluentinc/ksql/issues/4239)."
             )
-        items = [self.compile(item, lambdas) for item in node.items]
+        items = self._compile_list(list(node.items), lambdas)
         element_type = self._list_type(node, items, "an array")
         parts = [(fn, t) for fn, t in items]
 
@@ -328,8 +341,8 @@ class _Compiler:
                 "Map constructor cannot be empty. Please supply at least one key value pair "
                 "(see https://github.com/confluentinc/ksql/issues/4239)."
             )
-        keys = [self.compile(k, lambdas) for k, _ in node.entries]
-        values = [self.compile(x, lambdas) for _, x in node.entries]
+        keys = self._compile_list([k for k, _ in node.entries], lambdas)
+        values = self._compile_list([x for _, x in node.entries], lambdas)
         key_type = self._list_type(node, keys, "a map")
         value_type = self._list_type(node, values, "a map")
 
@@ -512,6 +525,19 @@ class _Compiler:
                 )
         key = _comparison_key(left_type, right_type)
         test = _OPERATORS[operator]
+        if isinstance(right_node, ex.Literal) and right_node.value is not None:
+            constant = _constant_key(key, right_node.value, right_type)
+            if constant is not None:
+                wanted = constant[0]
+                null_answer = operator == "IS DISTINCT FROM"  # a null vs a value
+
+                def compare_constant(row: Mapping[str, Any], variables: Mapping[str, Any]) -> bool:
+                    a = left(row, variables)
+                    if a is None:
+                        return null_answer
+                    return test(key(a, left_type), wanted)
+
+                return compare_constant
 
         def compare(row: Mapping[str, Any], variables: Mapping[str, Any]) -> bool:
             a, b = left(row, variables), right(row, variables)
@@ -564,8 +590,7 @@ class _Compiler:
         return like, v.BOOLEAN
 
     def _inlist(self, node: ex.InList, lambdas: Any) -> Compiled:
-        operand, operand_type = self.compile(node.operand, lambdas)
-        items = [self.compile(item, lambdas) for item in node.items]
+        (operand, operand_type), *items = self._compile_list([node.operand, *node.items], lambdas)
         try:
             common = v.common_type([operand_type, *(t for _, t in items)])
         except ValueError as error:
@@ -751,6 +776,36 @@ def _comparison_key(
     if kinds == {"BYTES"}:
         return lambda value, t: bytes(b ^ 0x80 for b in value)  # Java's signed bytes
     return lambda value, t: value
+
+
+def _read_literal(text: str, sql_type: ex.SqlType | None) -> ex.Literal:
+    """A string literal read as a number or boolean (ksqlDB's list coercion)."""
+    stripped = text.strip()
+    if sql_type == v.BOOLEAN:
+        lowered = stripped.lower()
+        if lowered and ("true".startswith(lowered) or "yes".startswith(lowered)):
+            return ex.Literal(True)
+        if lowered and ("false".startswith(lowered) or "no".startswith(lowered)):
+            return ex.Literal(False)
+    else:
+        try:
+            if re.fullmatch(r"[+-]?\d+", stripped):
+                return ex.Literal(int(stripped))
+            return ex.Literal(decimal.Decimal(stripped))
+        except decimal.InvalidOperation:
+            pass
+    raise KsqlStatementError(f'invalid input syntax for type {v.base(sql_type)}: "{text}".')
+
+
+def _constant_key(
+    key: Callable[[Any, ex.SqlType | None], Any], value: Any, sql_type: ex.SqlType | None
+) -> tuple[Any] | None:
+    """A literal's comparison key computed once; None when it fails (then it fails, and
+    is reported, row by row)."""
+    try:
+        return (key(value, sql_type),)
+    except Exception:  # noqa: BLE001 - reported per row instead
+        return None
 
 
 def _to_epoch_ms(value: Any, sql_type: ex.SqlType | None) -> int:
