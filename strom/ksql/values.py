@@ -373,7 +373,7 @@ def _java_text(value: Any, sql_type: ex.SqlType | None) -> str:
     if isinstance(value, float):
         return double_text(value)
     if isinstance(value, decimal.Decimal):
-        return str(value) if kind == "DECIMAL" and sql_type is None else decimal_text(value)
+        return decimal_text(value)
     if isinstance(value, bytes):
         return base64.b64encode(value).decode()
     if isinstance(value, list):
