@@ -718,7 +718,6 @@ def test_aggregate_refusals_and_literal_arguments() -> None:
     topk, count = (item.expression for item in statement.select)  # type: ignore[attr-defined]
     assert split_aggregate_call(topk).literals == (3,)
     assert split_aggregate_call(count).columns == ()
+    not_literal = parse_statement("SELECT TOPK(X, Y) FROM S GROUP BY Z;")
     with pytest.raises(KsqlStatementError, match="must be a literal constant"):
-        split_aggregate_call(
-            parse_statement("SELECT TOPK(X, Y) FROM S GROUP BY Z;").select[0].expression
-        )  # type: ignore[attr-defined]
+        split_aggregate_call(not_literal.select[0].expression)  # type: ignore[attr-defined]
