@@ -509,6 +509,7 @@ class _Compiler:
         right_node: ex.Expression,
         lambdas: Any,
     ) -> Evaluator:
+        left_node, right_node = _magic_timestamps(left_node, right_node)
         left, left_type = self.compile(left_node, lambdas)
         right, right_type = self.compile(right_node, lambdas)
         distinct = operator.startswith("IS")
@@ -776,6 +777,33 @@ def _comparison_key(
     if kinds == {"BYTES"}:
         return lambda value, t: bytes(b ^ 0x80 for b in value)  # Java's signed bytes
     return lambda value, t: value
+
+
+_TIME_COLUMNS = frozenset({"ROWTIME", "WINDOWSTART", "WINDOWEND"})
+
+
+def _magic_timestamps(
+    left: ex.Expression, right: ex.Expression
+) -> tuple[ex.Expression, ex.Expression]:
+    """ROWTIME, WINDOWSTART and WINDOWEND (BIGINT) compared with a string literal take
+    it as a timestamp's text, as ksqlDB rewrites them (``ROWTIME > '2018-01-01'``)."""
+
+    def is_time_column(node: ex.Expression) -> bool:
+        return isinstance(node, ex.ColumnReference) and node.name in _TIME_COLUMNS
+
+    def as_millis(node: ex.Expression) -> ex.Expression:
+        if isinstance(node, ex.Literal) and isinstance(node.value, str):
+            try:
+                return ex.Literal(v.parse_timestamp(node.value.strip()))
+            except v.EvaluationError as error:
+                raise KsqlStatementError(str(error)) from None
+        return node
+
+    if is_time_column(left):
+        return left, as_millis(right)
+    if is_time_column(right):
+        return as_millis(left), right
+    return left, right
 
 
 def _read_literal(text: str, sql_type: ex.SqlType | None) -> ex.Literal:

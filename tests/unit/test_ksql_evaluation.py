@@ -346,6 +346,21 @@ def test_qualified_references_and_computed_expressions_come_from_the_scope() -> 
     assert scope.type_of("R_ID") == v.INTEGER
 
 
+def test_rowtime_and_window_bounds_compare_with_a_timestamps_text() -> None:
+    scope = Scope({"ROWTIME": v.BIGINT, "WINDOWSTART": v.BIGINT})
+    row = {"ROWTIME": 1514764800001, "WINDOWSTART": 1581323504001}
+    for text, expected in (
+        ("ROWTIME > '2018-01-01T00:00:00.001'", False),
+        ("ROWTIME >= '2018'", True),
+        ("ROWTIME BETWEEN '2018-01-01T00:00:00.001' AND '2018-01-01T00:00:01'", True),
+        ("'2020-02-10T08:31:44.001+0000' <= WINDOWSTART", True),
+        ("ROWTIME > '2018-01-01T04:45:00+0445'", True),
+    ):
+        assert compile_expression(expression(text), scope).evaluate(row) is expected, text
+    with pytest.raises(KsqlStatementError, match="Failed to parse timestamp 'soon'"):
+        compile_expression(expression("ROWTIME > 'soon'"), scope)
+
+
 def test_expression_text_is_ksqldbs() -> None:
     text = "CASE WHEN A > 1 THEN ARRAY[1, 2][1] ELSE -B END"
     assert (
