@@ -27,7 +27,9 @@ import datetime
 import json
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from strom.connect import config_def as cd
@@ -206,12 +208,15 @@ class JsonConverter(Converter):
         # Kafka's schemas.cache.size: each schema's JSON text, by the schema object (kept
         # alive by the entry, so its id stays its own), written once, not once a record
         self.schema_texts: dict[int, tuple[Schema, str]] = {}
+        # and each schema's payload writer: _to_json with its struct walks and type
+        # checks planned once per schema
+        self.writers: dict[int, tuple[Schema, Callable[[Any], Any]]] = {}
         self.cache_size = self.settings["schemas.cache.size"]
 
     def from_connect_data(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
         if schema is None and value is None:
             return None
-        payload = self._to_json(schema, value)
+        payload = _schemaless_to_json(value) if schema is None else self._writer(schema)(value)
         text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
         if self.schemas_enabled:
             text = f'{{"schema":{self._schema_text(schema)},"payload":{text}}}'
@@ -246,6 +251,39 @@ class JsonConverter(Converter):
             return None, document["payload"]
         schema = schema_from_json(document["schema"])
         return schema, self._from_json(schema, document["payload"])
+
+    def _writer(self, schema: Schema) -> Callable[[Any], Any]:
+        cached = self.writers.get(id(schema))
+        if cached is not None and cached[0] is schema:
+            return cached[1]
+        if len(self.writers) >= self.cache_size:
+            self.writers.clear()
+        writer = self._plan(schema)
+        self.writers[id(schema)] = (schema, writer)
+        return writer
+
+    def _plan(self, schema: Schema) -> Callable[[Any], Any]:
+        """``lambda value: self._to_json(schema, value)``, with a struct's fields and the
+        common primitives checked directly (anything else, and null, as _to_json does)."""
+        generic = partial(self._to_json, schema)
+        if schema.type == STRUCT and schema.name != DECIMAL:
+            fields = [(f.name, self._plan(f.schema)) for f in schema.fields]
+
+            def struct(value: Any) -> Any:
+                if value is None:
+                    return generic(None)
+                values = value.values if isinstance(value, Struct) else value
+                return {name: write(values.get(name)) for name, write in fields}
+
+            return struct
+        exact = _EXACT_TYPES.get(schema.type) if schema.name != DECIMAL else None
+        if exact is None:
+            return generic
+
+        def primitive(value: Any) -> Any:
+            return value if type(value) in exact else generic(value)
+
+        return primitive
 
     def _to_json(self, schema: Schema | None, value: Any) -> Any:
         if schema is None:
@@ -319,6 +357,17 @@ class JsonConverter(Converter):
                 {f.name: self._from_json(f.schema, value.get(f.name)) for f in schema.fields},
             )
         return _check_primitive(schema, value)
+
+
+# The Python types a primitive's value passes _check_primitive with unchanged (None and
+# any other type take the general path).
+_EXACT_TYPES: dict[str, tuple[type, ...]] = {
+    **{kind: (int,) for kind in INTEGER_TYPES},
+    FLOAT32: (int, float),
+    FLOAT64: (int, float),
+    BOOLEAN: (bool,),
+    STRING: (str,),
+}
 
 
 def _check_primitive(schema: Schema, value: Any) -> Any:
