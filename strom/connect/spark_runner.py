@@ -15,7 +15,11 @@ one directory per task.
   ``connect-<name>``, where Kafka users see Kafka Connect's sink offsets. The group is the
   truth: a task starts from its checkpoint only when the checkpoint's last batch ended
   where the group's offsets are, and otherwise from the group's offsets (altered or reset
-  through the REST API, or a batch written but not yet committed there: replayed).
+  through the REST API, or a batch written but not yet committed there: replayed), or
+  from the offsets the task stored with its writes where those are ahead (exactly once).
+  A task may instead start queries of its own on streams the runner opens (the lake
+  sink: Spark's file sink, whose checkpoint is the truth); the group's offsets follow
+  their progress all the same.
 - A source task is a loop on a driver thread: ``poll_batches``, each batch's rows turned
   into records with the value converter (JsonConverter in Spark SQL; any other converter
   in Python on the executors), written with the ``strom`` batch writer (which fails
@@ -72,6 +76,8 @@ JDBC_JARS = (
 )
 SINK_TRIGGER = "200 milliseconds"
 WATCH_S = 1  # seconds between looks at a query (its offsets commit then)
+TRANSIENT_FAILURES = ("Python worker failed to connect back",)
+TRANSIENT_RETRIES = 3
 
 
 class SparkSessionHolder:
@@ -122,6 +128,7 @@ class _SparkTaskThread(_TaskThread):
         super().__init__(spec, target_state, runner, runner.generation)
         self.name = f"spark task {task_name(spec.task_id)}"
         self.job_group = f"connect-{task_name(spec.task_id)}"
+        self.transient_retries = 0
 
     def execute(self) -> None:
         config = self.spec.connector_config
@@ -238,64 +245,110 @@ class _SinkThread(_SparkTaskThread):
         def write(batch: DataFrame, batch_id: int) -> None:
             task.write_batch(batch, batch_id, key_converter, value_converter)
 
+        def open_stream(topics: list[str]) -> DataFrame:
+            return self.stream(spark, topics, group.committed(topics))
+
         try:
             while not self.stopping.is_set():
                 self.wait_while_paused(lambda: None)
                 if self.stopping.is_set():
                     break
-                query = self.start_query(spark, checkpoint, group, write)
+                queries = task.start_streams(open_stream, key_converter, value_converter)
+                if queries is None:
+                    queries = [self.start_query(spark, task, checkpoint, group, write)]
                 self.report(RUNNING)
                 try:
-                    self.watch(query, group)
+                    self.watch(queries, group)
                 finally:
-                    if query.isActive:
-                        query.stop()
-                    self.commit_progress(query, group)
-                failure = query.exception()
-                if failure is not None:
-                    raise RuntimeError(f"the task's streaming query failed: {failure}")
+                    for query in queries:
+                        if query.isActive:
+                            query.stop()
+                        self.commit_progress(query, group)
+                failures = [str(f) for f in (q.exception() for q in queries) if f is not None]
+                if failures and self.transient(failures):
+                    continue
+                if failures and not all(task.restart_after(f) for f in failures):
+                    raise RuntimeError(f"the task's streaming query failed: {failures[0]}")
         finally:
             group.close()
             task.stop()
 
-    def start_query(
-        self, spark: SparkSession, checkpoint: Path, group: GroupOffsets, write: Any
-    ) -> StreamingQuery:
+    def transient(self, failures: list[str]) -> bool:
+        """Whether the queries failed only as Spark does when a Python worker starts too
+        slowly on a busy machine (it waits 10 s for a new one): started again, at most
+        ``TRANSIENT_RETRIES`` times in a task's run."""
+        if not all(any(m in f for m in TRANSIENT_FAILURES) for f in failures):
+            return False
+        self.transient_retries += 1
+        if self.transient_retries > TRANSIENT_RETRIES:
+            return False
+        log.warning("task %s: %s; starting its queries again",
+                    task_name(self.spec.task_id), failures[0].splitlines()[0])  # fmt: skip
+        return True
+
+    def topics(self) -> list[str]:
         config = self.spec.task_config
-        topics = [t.strip() for t in config.get("topics", "").split(",") if t.strip()]
+        return [t.strip() for t in config.get("topics", "").split(",") if t.strip()]
+
+    def stream(
+        self, spark: SparkSession, topics: list[str], starting: Mapping[str, Mapping[str, int]]
+    ) -> DataFrame:
+        """The ``strom`` source over ``topics`` (else the connector's ``topics.regex``)
+        from ``starting`` (else the earliest) where the query has no checkpoint."""
         reader = spark.readStream.format("strom").options(
             **kafka_reader_options(self.runner.worker_config)
         )
         if topics:
             reader = reader.option("subscribe", ",".join(topics))
         else:
-            reader = reader.option("subscribePattern", config.get("topics.regex", ""))
-        committed = group.committed(topics)
-        if not checkpoint_agrees(checkpoint, committed):
-            shutil.rmtree(checkpoint, ignore_errors=True)
-        if committed:
-            reader = reader.option("startingOffsets", json.dumps(committed))
+            reader = reader.option(
+                "subscribePattern", self.spec.task_config.get("topics.regex", "")
+            )
+        if starting:
+            reader = reader.option("startingOffsets", json.dumps(starting))
         else:
             reader = reader.option("startingOffsets", "earliest")
-        stream = reader.option("failOnDataLoss", "false").load()
+        return reader.option("failOnDataLoss", "false").load()
+
+    def start_query(
+        self,
+        spark: SparkSession,
+        task: SparkSinkTask,
+        checkpoint: Path,
+        group: GroupOffsets,
+        write: Any,
+    ) -> StreamingQuery:
+        topics = self.topics()
+        committed = group.committed(topics, task.stored_offsets(topics))
+        if not checkpoint_agrees(checkpoint, committed):
+            shutil.rmtree(checkpoint, ignore_errors=True)
         return (
-            stream.writeStream.foreachBatch(write)
+            self.stream(spark, topics, committed)
+            .writeStream.foreachBatch(write)
             .option("checkpointLocation", str(checkpoint))
             .trigger(processingTime=SINK_TRIGGER)
             .queryName(f"connect-{task_name(self.spec.task_id)}")
             .start()
         )
 
-    def watch(self, query: StreamingQuery, group: GroupOffsets) -> None:
-        while query.isActive and not self.stopping.is_set() and not self.paused:
-            query.awaitTermination(WATCH_S)
-            self.commit_progress(query, group)
+    def watch(self, queries: list[StreamingQuery], group: GroupOffsets) -> None:
+        while all(q.isActive for q in queries) and not self.stopping.is_set() and not self.paused:
+            try:
+                if len(queries) == 1:
+                    queries[0].awaitTermination(WATCH_S)
+                else:
+                    self.stopping.wait(WATCH_S)
+            except Exception:  # a failed query: its exception() is read once it stops
+                break
+            for query in queries:
+                self.commit_progress(query, group)
 
     def commit_progress(self, query: StreamingQuery, group: GroupOffsets) -> None:
+        run = str(query.runId)
         for progress in query.recentProgress:
-            if progress.batchId <= group.last_batch:
+            if progress.batchId <= group.last_batch.get(run, -1):
                 continue
-            group.last_batch = progress.batchId
+            group.last_batch[run] = progress.batchId
             for source in progress.sources:
                 end = source.endOffset
                 offsets = json.loads(end) if isinstance(end, str) else end
@@ -317,10 +370,13 @@ class GroupOffsets:
                 "enable.auto.commit": False,
             }
         )
-        self.last_batch = -1
+        self.last_batch: dict[str, int] = {}  # by query run: the last batch committed
 
-    def committed(self, topics: list[str]) -> dict[str, dict[str, int]]:
-        """``{topic: {partition: next offset}}`` of the partitions with a commit."""
+    def committed(
+        self, topics: list[str], stored: Mapping[str, Mapping[str, int]] | None = None
+    ) -> dict[str, dict[str, int]]:
+        """``{topic: {partition: next offset}}`` of the partitions with a commit, or with
+        an offset in ``stored`` (the task's own) ahead of it."""
         from confluent_kafka import TopicPartition
 
         partitions = []
@@ -334,6 +390,11 @@ class GroupOffsets:
         for tp in self.consumer.committed(partitions, timeout=10):
             if tp.offset >= 0:
                 found.setdefault(tp.topic, {})[str(tp.partition)] = tp.offset
+        for topic, by_partition in (stored or {}).items():
+            for partition, offset in by_partition.items():
+                mine = found.setdefault(topic, {})
+                if offset > mine.get(str(partition), -1):
+                    mine[str(partition)] = offset
         if found:  # partitions without a commit start at the beginning, as Kafka Connect's
             for tp in partitions:
                 found.setdefault(tp.topic, {}).setdefault(str(tp.partition), -2)

@@ -6,7 +6,10 @@ The runner owns the rest, as Kafka Connect's worker does for a plain task: for a
 turning rows into records with the connector's value converter, writing them to Kafka
 with the ``strom`` batch writer and storing the source offsets once the records are
 acknowledged; for a sink, the Structured Streaming query over the ``strom`` source, its
-checkpoint and the offsets committed in the group ``connect-<name>``.
+checkpoint and the offsets committed in the group ``connect-<name>``. A sink task that
+stores its offsets with what it writes (exactly once) says so through ``stored_offsets``;
+one that writes through a Spark streaming sink of its own (the lake sink's file sink)
+starts its queries in ``start_streams`` on the streams the runner opens.
 
 Both are ``api.Task`` subclasses, so the herder treats them as any task; only the runner
 calls the methods below. Imports PySpark for types only: a worker without the ``spark``
@@ -26,6 +29,11 @@ from strom.connect.data import Schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+# The runner's opener of a stream of records: the ``strom`` source over the topics, from
+# the checkpoint when it has one, else from the group's offsets (or the earliest).
+StreamOpener = Callable[[list[str]], "DataFrame"]
 
 
 @dataclass
@@ -64,10 +72,29 @@ class SparkSinkTask(Task):
     def initialize(self, spark: SparkSession) -> None:
         self.spark = spark
 
-    @abstractmethod
     def write_batch(
         self, batch: DataFrame, batch_id: int, key_converter: Converter, value_converter: Converter
     ) -> Any:
         """Write a micro-batch (the ``strom`` source's columns: key, value, topic,
         partition, offset, timestamp...) durably, or raise. A batch may come again after
-        a failure (at least once); a task that writes idempotently makes it exactly once."""
+        a failure (at least once); a task that writes idempotently makes it exactly once.
+        Called unless ``start_streams`` starts the task's own queries."""
+        raise NotImplementedError
+
+    def stored_offsets(self, topics: list[str]) -> dict[str, dict[str, int]]:
+        """``{topic: {partition: next offset}}`` the task stored with what it wrote; the
+        runner resumes from them where they are ahead of the group's. None: ``{}``."""
+        return {}
+
+    def start_streams(
+        self, open_stream: StreamOpener, key_converter: Converter, value_converter: Converter
+    ) -> list[StreamingQuery] | None:
+        """Start the task's own streaming queries (each with its checkpoint) over streams
+        from ``open_stream``, or None to have each micro-batch of the connector's
+        topics handed to ``write_batch``."""
+        return None
+
+    def restart_after(self, failure: str) -> bool:
+        """Whether the queries of ``start_streams`` are to start again after one failed
+        with ``failure`` (the task has learnt what it needed), rather than the task fail."""
+        return False

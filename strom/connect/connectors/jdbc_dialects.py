@@ -7,8 +7,8 @@ Owns parsing the URL (user and password from ``connection.user`` /
 reader loads, identifier quoting, the SQL column type of a Connect schema (as Confluent's
 dialects map them), the statements of the sink's insert modes (upsert as
 ``INSERT ... ON CONFLICT DO UPDATE`` or ``ON DUPLICATE KEY UPDATE``), and a DB-API
-connection from Python where Strom writes itself (psycopg for PostgreSQL, sqlite3 for
-SQLite; MariaDB/MySQL has no Python driver here, so its sink is refused).
+connection from Python where Strom writes or looks itself (psycopg for PostgreSQL, PyMySQL
+for MariaDB/MySQL, sqlite3 for SQLite).
 
 Does not own what the connectors do with them (``jdbc_sink``, ``jdbc_source``).
 """
@@ -97,19 +97,15 @@ def connection_keys() -> list[cd.ConfigKey]:
     ]
 
 
-def check_connection_url(results: dict[str, ConfigValue], writes: bool) -> dict[str, Any]:
-    """Add to ``connection.url``'s errors one for a URL Strom cannot read (or, for a sink
-    (``writes``), write); answer each key's value."""
+def check_connection_url(results: dict[str, ConfigValue]) -> dict[str, Any]:
+    """Add to ``connection.url``'s errors one for a URL Strom cannot reach; answer each
+    key's value."""
     values = {name: result.value for name, result in results.items()}
     url = results["connection.url"]
     if url.errors:
         return values
     try:
-        database = parse_url(str(url.value))
-        if writes and database.kind == MYSQL:
-            raise JdbcUrlError(
-                "the JDBC sink writes to PostgreSQL and SQLite; MariaDB/MySQL not yet"
-            )
+        parse_url(str(url.value))
     except JdbcUrlError as exc:
         url.errors.append(f"Invalid value for configuration connection.url: {exc}")
     return values
@@ -136,8 +132,14 @@ class Database:
         return DRIVERS[self.kind]
 
     def spark_options(self) -> dict[str, str]:
-        """Spark JDBC reader options reaching this database."""
-        options = {"url": self.url, "driver": self.driver}
+        """Spark JDBC reader options reaching this database. A MariaDB URL is given as
+        ``jdbc:mysql:`` (MariaDB's driver takes it), which Spark's MySQL dialect knows
+        (backquoted names); with ``jdbc:mariadb:`` Spark would quote names as strings."""
+        url = self.url
+        if self.kind == MYSQL and url.startswith("jdbc:mariadb:"):
+            url = "jdbc:mysql:" + url[len("jdbc:mariadb:") :]
+            url += ("&" if "?" in url else "?") + "permitMysqlScheme"
+        options = {"url": url, "driver": self.driver}
         if self.user:
             options["user"] = self.user
         if self.password:
@@ -153,9 +155,12 @@ class Database:
         """A table name as written (``schema.table`` split and each part quoted)."""
         return ".".join(self.quote(part) for part in name.split("."))
 
-    def column_type(self, schema: data.Schema) -> str:
-        """The SQL type of a column holding ``schema``'s values (Confluent's mapping)."""
+    def column_type(self, schema: data.Schema, key: bool = False) -> str:
+        """The SQL type of a column holding ``schema``'s values (Confluent's mapping); a
+        string in a MariaDB/MySQL primary key is ``VARCHAR(256)`` (a TEXT cannot be one)."""
         types = _TYPES[self.kind]
+        if key and self.kind == MYSQL and schema.type == data.STRING and not schema.name:
+            return "VARCHAR(256)"
         sql = types.get(schema.name or "") or types.get(schema.type)
         if sql is None:
             raise JdbcUrlError(f"no {self.kind} column type for the Connect type {schema.type}")
@@ -184,7 +189,7 @@ class Database:
         return "?" if self.kind == SQLITE else "%s"
 
     def connect(self) -> Any:
-        """A DB-API connection (psycopg or sqlite3), not in autocommit."""
+        """A DB-API connection (psycopg, PyMySQL or sqlite3), not in autocommit."""
         if self.kind == SQLITE:
             return sqlite3.connect(self.name, timeout=30)
         if self.kind == POSTGRESQL:
@@ -197,10 +202,24 @@ class Database:
                 user=self.user or None,
                 password=self.password or None,
             )
-        raise JdbcUrlError(
-            f"writing to {self.kind} needs a Python driver Strom does not ship; "
-            "PostgreSQL and SQLite are served"
+        try:
+            import pymysql
+        except ImportError:
+            raise JdbcUrlError(
+                "reaching MariaDB/MySQL from Python needs PyMySQL (pip install pymysql)"
+            ) from None
+        return pymysql.connect(
+            host=self.host,
+            port=self.port,
+            database=self.name or None,
+            user=self.user or "root",
+            password=self.password,
+            autocommit=False,
         )
+
+    def current_schema(self) -> str:
+        """SQL naming the schema an unqualified table is in (the database on MariaDB/MySQL)."""
+        return "DATABASE()" if self.kind == MYSQL else "current_schema()"
 
 
 def parse_url(url: str, user: str = "", password: str = "") -> Database:

@@ -4,20 +4,32 @@ keys, on Spark: ``connection.url`` / ``connection.user`` / ``connection.password
 record_value) and ``pk.fields``, ``fields.whitelist`` (or ``fields.include``),
 ``table.name.format`` (``${topic}``), ``auto.create``, ``auto.evolve``,
 ``delete.enabled`` (a tombstone deletes its key's row; needs ``pk.mode=record_key``) and
-``batch.size`` (rows per statement).
+``batch.size`` (rows per statement); and Strom's ``exactly.once.delivery`` with
+``offsets.table.name``.
 
 Each micro-batch is written by the Spark tasks that read it (``mapInArrow``): each decodes
 its records with the connector's converters, keeps the last record of each primary key
 (what the rows become once the batch is applied in order), and writes them to the table
 in one transaction: PostgreSQL through ``COPY`` into a staging table and one
-``INSERT ... ON CONFLICT DO UPDATE`` (upsert) or ``COPY`` into the table (insert), SQLite
-through ``executemany``. Upsert is idempotent, so a replayed micro-batch leaves the table
-as one delivery does: exactly-once delivery for upsert and delete.
+``INSERT ... ON CONFLICT DO UPDATE`` (upsert) or ``COPY`` into the table (insert),
+MariaDB/MySQL (PyMySQL) and SQLite through ``executemany`` (``INSERT ... ON DUPLICATE KEY
+UPDATE`` on MariaDB/MySQL). Upsert is idempotent, so a replayed micro-batch leaves the
+table as one delivery does.
+
+With ``exactly.once.delivery=true`` each Spark task also stores, in the same transaction
+as its rows, the next offset of each topic-partition it wrote in the table
+``offsets.table.name`` (``__strom_connect_offsets``: connector, topic, partition, offset,
+as Kafka Connect's offsets topic keys a source's), skipping the records below the stored
+offset; the runner resumes the task from those offsets where they are ahead of the
+group's (``stored_offsets``). So a batch replayed after a crash, in any insert mode, is
+written once. The stored offset is updated only from the value read (another writer's
+commit in between fails the Spark task, which Spark retries). One Spark task reads one
+topic-partition's range of a micro-batch (the ``strom`` source's default); the scheme
+relies on it.
 
 Records need a value schema (JsonConverter with schemas, or a struct from another
 converter): a schemaless value is refused with Confluent's message, as Confluent does;
-column types come from the schema (Confluent's mapping, ``jdbc_dialects``). Writing to
-MariaDB/MySQL is not served yet (no Python driver here): refused at validation.
+column types come from the schema (Confluent's mapping, ``jdbc_dialects``).
 """
 
 from __future__ import annotations
@@ -35,7 +47,9 @@ from strom.connect import config_def as cd
 from strom.connect.api import ConnectException, SinkConnector, Task
 from strom.connect.config_def import ConfigValue
 from strom.connect.connectors.jdbc_dialects import (
+    MYSQL,
     POSTGRESQL,
+    SQLITE,
     Database,
     check_connection_url,
     connection_keys,
@@ -65,6 +79,7 @@ INSERT, UPSERT, UPDATE = "insert", "upsert", "update"
 NONE, KAFKA, RECORD_KEY, RECORD_VALUE = "none", "kafka", "record_key", "record_value"
 KAFKA_PK_FIELDS = ["__connect_topic", "__connect_partition", "__connect_offset"]
 CREATE_RETRIES = 5
+OFFSETS_TABLE = "__strom_connect_offsets"
 ENVELOPE_START = b'{"schema":'
 PAYLOAD_KEY = b',"payload":'
 
@@ -125,12 +140,29 @@ class JdbcSinkConnector(SinkConnector):
                 "How many records to batch together in one statement.",
                 check=cd.at_least(1),
             ),
+            cd.ConfigKey(
+                "exactly.once.delivery",
+                cd.BOOLEAN,
+                False,
+                cd.MEDIUM,
+                "Store each topic-partition's offset in the target database in the same "
+                "transaction as the rows, and resume from it: each record written once, in "
+                "any insert mode.",
+            ),
+            cd.ConfigKey(
+                "offsets.table.name",
+                cd.STRING,
+                OFFSETS_TABLE,
+                cd.LOW,
+                "The table holding the offsets of exactly.once.delivery.",
+                check=cd.non_empty,
+            ),
         ]
     )
 
     def validate(self, props: Mapping[str, str]) -> dict[str, ConfigValue]:
         results = super().validate(props)
-        values = check_connection_url(results, writes=True)
+        values = check_connection_url(results)
         pk_mode = str(values.get("pk.mode") or NONE).lower()
         if values.get("delete.enabled") is True and pk_mode != RECORD_KEY:
             results["delete.enabled"].errors.append(
@@ -170,6 +202,8 @@ class SinkSettings:
     auto_evolve: bool
     delete_enabled: bool
     batch_size: int
+    connector: str  # the connector's name, its rows' key in the offsets table
+    offsets_table: str | None  # exactly.once.delivery's table, None without it
 
     @classmethod
     def of(cls, props: Mapping[str, str]) -> SinkSettings:
@@ -187,6 +221,8 @@ class SinkSettings:
             auto_evolve=values["auto.evolve"],
             delete_enabled=values["delete.enabled"],
             batch_size=values["batch.size"],
+            connector=props.get("name", ""),
+            offsets_table=values["offsets.table.name"] if values["exactly.once.delivery"] else None,
         )
 
 
@@ -202,8 +238,105 @@ class JdbcSinkTask(SparkSinkTask):
         written = columns.mapInArrow(writer, "written long").collect()
         return sum(row["written"] for row in written)
 
+    def stored_offsets(self, topics: list[str]) -> dict[str, dict[str, int]]:
+        """With exactly.once.delivery, the next offsets stored with the rows."""
+        if self.settings.offsets_table is None:
+            return {}
+        offsets = OffsetsTable(self.settings)
+        connection = self.settings.database.connect()
+        try:
+            offsets.ensure(connection)
+            found: dict[str, dict[str, int]] = {}
+            for (topic, partition), offset in offsets.read(connection).items():
+                if not topics or topic in topics:
+                    found.setdefault(topic, {})[str(partition)] = offset
+            connection.rollback()
+            return found
+        finally:
+            connection.close()
+
     def stop(self) -> None:
         pass
+
+
+class OffsetsTable:
+    """exactly.once.delivery's offsets in the target database: one row per connector and
+    topic-partition holding the next offset to write, read and updated in the
+    transaction that writes the rows."""
+
+    def __init__(self, settings: SinkSettings) -> None:
+        self.database = settings.database
+        self.connector = settings.connector
+        assert settings.offsets_table is not None
+        self.table = self.database.table(settings.offsets_table)
+        q = self.database.quote
+        self.key = f"{q('connector')} = {self.database.placeholder}"
+        self.columns = (q("connector"), q("topic"), q("partition"), q("offset"))
+
+    def ensure(self, connection: Any) -> None:
+        """Create the table when missing (another task may at the same moment)."""
+        connector, topic, partition, offset = self.columns
+        text = "VARCHAR(255)"
+        statement = (
+            f"CREATE TABLE IF NOT EXISTS {self.table} ({connector} {text} NOT NULL, "
+            f"{topic} {text} NOT NULL, {partition} INT NOT NULL, {offset} BIGINT NOT NULL, "
+            f"PRIMARY KEY ({connector}, {topic}, {partition}))"
+        )
+        for attempt in range(CREATE_RETRIES):
+            try:
+                with closing(connection.cursor()) as cursor:
+                    cursor.execute(statement)
+                connection.commit()
+                return
+            except Exception:
+                connection.rollback()
+                if attempt == CREATE_RETRIES - 1:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+
+    def read(
+        self, connection: Any, topic: str | None = None, partition: int | None = None
+    ) -> dict[tuple[str, int], int]:
+        """``{(topic, partition): next offset}`` of this connector (one partition's when
+        given)."""
+        _, topic_column, partition_column, offset_column = self.columns
+        mark = self.database.placeholder
+        sql = f"SELECT {topic_column}, {partition_column}, {offset_column} FROM {self.table} "
+        sql += f"WHERE {self.key}"
+        params: tuple[Any, ...] = (self.connector,)
+        if topic is not None and partition is not None:
+            sql += f" AND {topic_column} = {mark} AND {partition_column} = {mark}"
+            params += (topic, partition)
+        with closing(connection.cursor()) as cursor:
+            cursor.execute(sql, params)
+            return {(str(t), int(p)): int(o) for t, p, o in cursor.fetchall()}
+
+    def store(
+        self, connection: Any, topic: str, partition: int, read: int | None, offset: int
+    ) -> None:
+        """Move the partition's offset from ``read`` (None: no row) to ``offset``; another
+        writer having moved it since is an error (the Spark task fails and is retried)."""
+        connector_column, topic_column, partition_column, offset_column = self.columns
+        mark = self.database.placeholder
+        with closing(connection.cursor()) as cursor:
+            if read is None:
+                cursor.execute(
+                    f"INSERT INTO {self.table} ({', '.join(self.columns)}) "
+                    f"VALUES ({mark}, {mark}, {mark}, {mark})",
+                    (self.connector, topic, partition, offset),
+                )
+                return
+            cursor.execute(
+                f"UPDATE {self.table} SET {offset_column} = {mark} WHERE {self.key} "
+                f"AND {topic_column} = {mark} AND {partition_column} = {mark} "
+                f"AND {offset_column} = {mark}",
+                (offset, self.connector, topic, partition, read),
+            )
+            if cursor.rowcount != 1:
+                raise ConnectException(
+                    f"the offset of {topic}-{partition} in {self.table} moved while this task "
+                    "wrote (another writer of the connector): retried"
+                )
 
 
 @dataclass
@@ -233,6 +366,10 @@ class PartitionWriter:
 
         by_table: dict[str, dict[Any, _Row]] = {}
         ordered: dict[str, list[_Row]] = {}
+        offsets = OffsetsTable(self.settings) if self.settings.offsets_table else None
+        connection: Any = None
+        stored: dict[tuple[str, int], int | None] = {}  # exactly once: the offsets read
+        ends: dict[tuple[str, int], int] = {}  # and the next offsets once written
         for arrow in batches:
             columns = arrow.to_pydict()
             for key, value, topic, partition, offset in zip(
@@ -243,6 +380,16 @@ class PartitionWriter:
                 columns["offset"],
                 strict=True,
             ):
+                if offsets is not None:
+                    where = (topic, partition)
+                    if where not in stored:
+                        if connection is None:
+                            connection = self.settings.database.connect()
+                            offsets.ensure(connection)
+                        stored[where] = offsets.read(connection, topic, partition).get(where)
+                    if offset < (stored[where] or 0):
+                        continue  # written before, with its offset
+                    ends[where] = max(ends.get(where, 0), offset + 1)
                 row = self.row(topic, partition, offset, key, value)
                 if row is None:
                     continue
@@ -252,16 +399,23 @@ class PartitionWriter:
                 else:
                     ordered.setdefault(table, []).append(row)
         written = 0
-        if by_table or ordered:
-            connection = self.settings.database.connect()
-            try:
+        try:
+            if by_table or ordered or ends:
+                if connection is None:
+                    connection = self.settings.database.connect()
                 tables = TableWriter(self.settings, connection)
+                for table, rows in [*by_table.items(), *ordered.items()]:
+                    tables.prepare(table, list(rows.values()) if isinstance(rows, dict) else rows)
                 for table, last_of_key in by_table.items():
                     written += tables.write(table, list(last_of_key.values()))
                 for table, in_order in ordered.items():
                     written += tables.write(table, in_order)
+                if offsets is not None:
+                    for (topic, partition), end in ends.items():
+                        offsets.store(connection, topic, partition, stored[(topic, partition)], end)
                 connection.commit()
-            finally:
+        finally:
+            if connection is not None:
                 connection.close()
         yield pa.RecordBatch.from_arrays([pa.array([written], pa.int64())], ["written"])
 
@@ -443,6 +597,15 @@ class TableWriter:
         self.connection = connection
         self.columns: dict[str, set[str]] = {}
 
+    def prepare(self, table: str, rows: list[_Row]) -> None:
+        """Create or evolve the table for ``rows`` (committed on its own: DDL commits on
+        MariaDB/MySQL), before any row of the transaction is written."""
+        writes = [row for row in rows if row.values is not None]
+        if writes:
+            schema = writes[-1].schema
+            assert schema is not None
+            self.ensure_table(table, schema, len(writes[-1].key_names))
+
     def write(self, table: str, rows: list[_Row]) -> int:
         deletes = [row.key for row in rows if row.values is None]
         writes = [row for row in rows if row.values is not None]
@@ -535,11 +698,12 @@ class TableWriter:
         if table in self.columns:
             return self.columns[table]
         with closing(self.connection.cursor()) as cursor:
-            if self.database.kind == POSTGRESQL:
+            if self.database.kind in (POSTGRESQL, MYSQL):
                 schema_name, _, name = table.rpartition(".")
                 cursor.execute(
                     "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
-                    "AND table_schema = COALESCE(NULLIF(%s, ''), current_schema())",
+                    "AND table_schema = COALESCE(NULLIF(%s, ''), "
+                    f"{self.database.current_schema()})",
                     (name, schema_name),
                 )
             else:
@@ -547,7 +711,7 @@ class TableWriter:
             found = cursor.fetchall()
         if not found:
             return None
-        names = {row[0] if self.database.kind == POSTGRESQL else row[1] for row in found}
+        names = {row[1] if self.database.kind == SQLITE else row[0] for row in found}
         self.columns[table] = names
         return names
 
@@ -575,9 +739,10 @@ class TableWriter:
                         f"Table {table} is missing and auto-creation is disabled"
                     )
                 columns = [
-                    f"{self.database.quote(f.name)} {self.database.column_type(f.schema)}"
+                    f"{self.database.quote(f.name)} "
+                    f"{self.database.column_type(f.schema, key=i < key_count)}"
                     + ("" if f.schema.optional else " NOT NULL")
-                    for f in schema.fields
+                    for i, f in enumerate(schema.fields)
                 ]
                 keys = [f.name for f in schema.fields][:key_count]
                 if keys:

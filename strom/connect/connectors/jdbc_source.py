@@ -34,10 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from strom.connect import config_def as cd
 from strom.connect import data
-from strom.connect.api import ConnectException, SourceConnector, Task
+from strom.connect.api import SourceConnector, Task
 from strom.connect.config_def import ConfigValue
 from strom.connect.connectors.jdbc_dialects import (
-    MYSQL,
     POSTGRESQL,
     SQLITE,
     Database,
@@ -126,7 +125,7 @@ class JdbcSourceConnector(SourceConnector):
 
     def validate(self, props: Mapping[str, str]) -> dict[str, ConfigValue]:
         results = super().validate(props)
-        values = check_connection_url(results, writes=False)
+        values = check_connection_url(results)
         mode = values.get("mode")
         if not mode and not results["mode"].errors:
             results["mode"].errors.append(
@@ -180,10 +179,7 @@ def database_of(values: Mapping[str, Any]) -> Database:
 
 
 def list_tables(database: Database) -> list[str]:
-    """The tables of the database (its current schema), through a Python connection
-    where Strom has one."""
-    if database.kind == MYSQL:
-        raise ConnectException("set table.whitelist: listing MariaDB/MySQL tables is not served")
+    """The tables of the database (its current schema), through a Python connection."""
     connection = database.connect()
     try:
         cursor = connection.cursor()
@@ -195,7 +191,7 @@ def list_tables(database: Database) -> list[str]:
         else:
             cursor.execute(
                 "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
-                "AND table_schema = current_schema() ORDER BY table_name"
+                f"AND table_schema = {database.current_schema()} ORDER BY table_name"
             )
         return [row[0] for row in cursor.fetchall()]
     finally:
@@ -309,28 +305,28 @@ class JdbcSourceTask(SparkSourceTask):
 
     def required_columns(self, table: str) -> set[str]:
         """The table's NOT NULL columns (Spark's JDBC reader calls every column nullable;
-        Confluent's schema makes these fields required), where Strom has a Python driver."""
+        Confluent's schema makes these fields required), read with the Python driver."""
         if table in self.not_null:
             return self.not_null[table]
         found: set[str] = set()
-        if self.database.kind in (POSTGRESQL, SQLITE):
-            connection = self.database.connect()
-            try:
-                cursor = connection.cursor()
-                if self.database.kind == SQLITE:
-                    cursor.execute(f"PRAGMA table_info({self.database.quote(table)})")
-                    found = {row[1] for row in cursor.fetchall() if row[3] or row[5]}
-                else:
-                    schema_name, _, name = table.rpartition(".")
-                    cursor.execute(
-                        "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
-                        "AND table_schema = COALESCE(NULLIF(%s, ''), current_schema()) "
-                        "AND is_nullable = 'NO'",
-                        (name, schema_name),
-                    )
-                    found = {row[0] for row in cursor.fetchall()}
-            finally:
-                connection.close()
+        connection = self.database.connect()
+        try:
+            cursor = connection.cursor()
+            if self.database.kind == SQLITE:
+                cursor.execute(f"PRAGMA table_info({self.database.quote(table)})")
+                found = {row[1] for row in cursor.fetchall() if row[3] or row[5]}
+            else:
+                schema_name, _, name = table.rpartition(".")
+                current = self.database.current_schema()
+                cursor.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                    f"AND table_schema = COALESCE(NULLIF(%s, ''), {current}) "
+                    "AND is_nullable = 'NO'",
+                    (name, schema_name),
+                )
+                found = {row[0] for row in cursor.fetchall()}
+        finally:
+            connection.close()
         self.not_null[table] = found
         return found
 
