@@ -34,6 +34,9 @@ from strom.ksql.scalar_functions import TIME_UNIT_NAMES, scalar_function
 # A compiled node: (row, lambda variables) -> value.
 Evaluator = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
 _NO_VARIABLES: Mapping[str, Any] = {}
+# Where the on_error callback of an evaluation travels among the lambda variables (no
+# parameter can be named so): guarded sub-expressions report through it.
+_ERROR_SINK = "\x00on_error"
 _NUMERIC = ("INTEGER", "BIGINT", "DECIMAL", "DOUBLE")
 
 
@@ -80,8 +83,9 @@ class CompiledExpression:
     def evaluate(
         self, row: Mapping[str, Any], on_error: Callable[[str], None] | None = None
     ) -> Any:
+        variables = _NO_VARIABLES if on_error is None else {_ERROR_SINK: on_error}
         try:
-            return self._evaluator(row, _NO_VARIABLES)
+            return self._evaluator(row, variables)
         except Exception as error:  # one row's failure: null, reported, the query goes on
             if on_error is not None:
                 on_error(f"Error computing expression {self.text}: {_reason(error)}")
@@ -328,7 +332,10 @@ class _Compiler:
             )
         items = self._compile_list(list(node.items), lambdas)
         element_type = self._list_type(node, items, "an array")
-        parts = [(fn, t) for fn, t in items]
+        parts = [
+            (_guarded(item, fn, always=True), t)
+            for item, (fn, t) in zip(node.items, items, strict=True)
+        ]
 
         def array(row: Mapping[str, Any], variables: Mapping[str, Any]) -> list[Any]:
             return [v.coerce(fn(row, variables), t, element_type) for fn, t in parts]
@@ -345,6 +352,10 @@ class _Compiler:
         values = self._compile_list([x for _, x in node.entries], lambdas)
         key_type = self._list_type(node, keys, "a map")
         value_type = self._list_type(node, values, "a map")
+        keys = [(_guarded(k, fn), t) for (k, _), (fn, t) in zip(node.entries, keys, strict=True)]
+        values = [
+            (_guarded(x, fn), t) for (_, x), (fn, t) in zip(node.entries, values, strict=True)
+        ]
 
         def mapping(row: Mapping[str, Any], variables: Mapping[str, Any]) -> dict[Any, Any]:
             return {
@@ -357,7 +368,14 @@ class _Compiler:
         return mapping, ex.MapType(key_type, value_type)
 
     def _structconstructor(self, node: ex.StructConstructor, lambdas: Any) -> Compiled:
-        fields = [(name, *self.compile(value, lambdas)) for name, value in node.fields]
+        fields = [
+            (
+                name,
+                _guarded(value, (compiled := self.compile(value, lambdas))[0], always=True),
+                compiled[1],
+            )
+            for name, value in node.fields
+        ]
         for name, _, field_type in fields:
             if field_type is None:
                 raise KsqlStatementError(
@@ -385,7 +403,7 @@ class _Compiler:
         def cast(row: Mapping[str, Any], variables: Mapping[str, Any]) -> Any:
             return v.cast_value(operand(row, variables), source, target)
 
-        return cast, target
+        return _guarded(node, cast, always=True), target
 
     def _case(self, node: ex.Case, lambdas: Any) -> Compiled:
         operand = self.compile(node.operand, lambdas) if node.operand is not None else None
@@ -597,8 +615,9 @@ class _Compiler:
         except ValueError as error:
             raise _type_error(node, f"operator does not exist: {error}") from None
         negated = node.negated
-        operand_key = _comparison_key(operand_type, common)
-        keys = [(fn, t, _comparison_key(t, common)) for fn, t in items]
+        # every value is converted to the common type first, so one key serves all
+        operand_key = _comparison_key(common, common)
+        keys = [(fn, t, operand_key) for fn, t in items]
 
         def in_list(row: Mapping[str, Any], variables: Mapping[str, Any]) -> bool:
             value = operand(row, variables)
@@ -694,7 +713,11 @@ class _Compiler:
                 argument_types[index] = v.LambdaType(tuple(parameter_types), body_type)
         result_type = function.result_type(argument_types)
         implementation = function.bind(argument_types)
-        evaluators = [c[0] for c in compiled if c is not None]
+        evaluators = [
+            _guarded(argument, c[0])
+            for argument, c in zip(arguments, compiled, strict=True)
+            if c is not None
+        ]
 
         def call(row: Mapping[str, Any], variables: Mapping[str, Any]) -> Any:
             return implementation(*[fn(row, variables) for fn in evaluators])
@@ -719,6 +742,27 @@ def _is_time_unit(argument: ex.Expression) -> bool:
         and argument.source is None
         and argument.name.upper() in TIME_UNIT_NAMES
     )
+
+
+def _guarded(node: ex.Expression, evaluator: Evaluator, *, always: bool = False) -> Evaluator:
+    """ksqlDB's nested error handling: a CAST, an element of ARRAY[...], MAP(...) or
+    STRUCT(...) (``always``), and a function call or dereference given as a function's
+    argument fail alone: null for that part, reported, the rest of the expression goes
+    on. Other failures make the whole expression null."""
+    if not always and not isinstance(node, ex.FunctionCall | ex.Dereference):
+        return evaluator
+    text = expression_text(node)
+
+    def guarded(row: Mapping[str, Any], variables: Mapping[str, Any]) -> Any:
+        try:
+            return evaluator(row, variables)
+        except Exception as error:  # null for this part, reported, the rest goes on
+            sink = variables.get(_ERROR_SINK)
+            if sink is not None:
+                sink(f"Error computing expression {text}: {_reason(error)}")
+            return None
+
+    return guarded
 
 
 def _lambda_value(parameters: tuple[str, ...], body: Evaluator) -> Evaluator:

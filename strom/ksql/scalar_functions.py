@@ -229,7 +229,7 @@ def _rpad(value: Any, length: Any, padding: Any) -> Any:
 def _split(value: Any, delimiter: Any) -> list[Any]:
     if len(delimiter) == 0:
         if isinstance(value, bytes):
-            return [bytes([b]) for b in value]
+            return [bytes([b]) for b in value] if value else [b""]
         return list(value) if value else [""]
     return value.split(delimiter)  # type: ignore[no-any-return]
 
@@ -452,7 +452,10 @@ def _to_bytes(text: str, encoding: str) -> bytes:
     name = encoding.lower()
     try:
         if name == "hex":
-            return bytes.fromhex(text[2:] if text.lower().startswith("0x") else text)
+            digits = text[2:] if text.lower().startswith("0x") else text
+            if len(digits) >= 3 and digits[:2].upper() == "X'" and digits.endswith("'"):
+                digits = digits[2:-1]  # X'4578' as SQL writes bytes
+            return bytes.fromhex(digits if len(digits) % 2 == 0 else "0" + digits)
         if name == "utf8":
             return text.encode("utf-8")
         if name == "ascii":
@@ -1100,11 +1103,21 @@ def _map_union(*maps: Any) -> Any:
 _NOT_JSON = object()
 
 
+_JSON_DECODER = json.JSONDecoder(parse_float=decimal.Decimal, parse_constant=lambda name: _NOT_JSON)
+
+
 def _parse_json(text: str) -> Any:
+    """The first JSON value of ``text`` (what follows it is ignored, as Jackson's
+    readTree does), numbers with fractions as exact decimals; ``_NOT_JSON`` when there
+    is none."""
+    stripped = text.lstrip(" \t\r\n")
+    if not stripped:
+        return _NOT_JSON
     try:
-        return json.loads(text)
+        value, _ = _JSON_DECODER.raw_decode(stripped)
     except (ValueError, RecursionError):
         return _NOT_JSON
+    return _NOT_JSON if value is _NOT_JSON else value
 
 
 def _json_text(value: Any) -> str:
@@ -1208,7 +1221,11 @@ def _json_array_contains(text: Any, value: Any) -> bool:
                 return True
         elif isinstance(value, int) and isinstance(item, int) and value == item:
             return True
-        elif isinstance(value, float) and isinstance(item, float | int) and float(item) == value:
+        elif (
+            isinstance(value, float)
+            and isinstance(item, float | int | decimal.Decimal)
+            and float(item) == value
+        ):
             return True
         elif isinstance(value, str) and isinstance(item, str) and value == item:
             return True
@@ -1228,7 +1245,9 @@ def _json_records(text: str) -> dict[str, str] | None:
     node = _parse_json(text)
     if not isinstance(node, dict):
         return None
-    return {key: _json_text(value) for key, value in node.items()}
+    return {
+        key: value if isinstance(value, str) else _json_text(value) for key, value in node.items()
+    }
 
 
 @_register("JSON_ITEMS", [("STRING", "ARRAY<STRING>")])

@@ -131,6 +131,8 @@ STRING_CASES: list[tuple[str, Any]] = [
     ("FIELD('b', 'a', 'b', 'c')", 2),
     ("FIELD('z', 'a', 'b')", 0),
     ("ENCODE('4578616d706C6521', 'hex', 'ascii')", "Example!"),
+    ("ENCODE('X''4578616d706C6521''', 'hex', 'utf8')", "Example!"),
+    ("ENCODE('0x578616d706C6521', 'hex', 'ascii')", "\x05xample!"),
     ("ENCODE('Example!', 'ascii', 'hex')", "4578616d706c6521"),
     ("ENCODE('ce95cebbcebbceacceb4ceb1', 'hex', 'utf8')", "Ελλάδα"),
     ("ENCODE('Ελλάδα', 'ascii', 'base64')", "Pz8/Pz8/"),
@@ -340,9 +342,11 @@ JSON_CASES: list[tuple[str, Any]] = [
     ("JSON_KEYS('')", None),
     (
         'JSON_RECORDS(\'{"a": "abc", "b": { "c": "a" }, "d": 1}\')',
-        {"a": '"abc"', "b": '{"c":"a"}', "d": "1"},
+        {"a": "abc", "b": '{"c":"a"}', "d": "1"},
     ),
     ("JSON_RECORDS('{}')", {}),
+    ('JSON_RECORDS(\'{"White": "Seven", "n": 1.50}\')', {"White": "Seven", "n": "1.50"}),
+    ("EXTRACTJSONFIELD('{\"name\": \"cdd\"}}', '$.name')", "cdd"),
     ("JSON_RECORDS('[]')", None),
     ('JSON_ITEMS(\'[{"type": "A"}, {"type": "B"}]\')', ['{"type":"A"}', '{"type":"B"}']),
     ("JSON_ITEMS('[1, 2, 3]')", ["1", "2", "3"]),
@@ -511,6 +515,24 @@ def test_a_function_failure_is_null_for_the_row_and_reported(text: str, message:
     value, _, errors = evaluate(text)
     assert value is None
     assert len(errors) == 1 and message in errors[0]
+
+
+NESTED_ERRORS: list[tuple[str, Any]] = [
+    ("ARRAY[44, STRINGTODATE(S, 'yyyyMMdd')]", [44, None]),
+    ("MAP('boo' := STRINGTODATE(S, 'yyyyMMdd'), 'shoe' := 3)", {"boo": None, "shoe": 3}),
+    ("STRUCT(F1 := 'moo', F2 := STRINGTODATE(S, 'yyyyMMdd'))", {"F1": "moo", "F2": None}),
+    ("IFNULL(CAST(PARSE_DATE(S, 'yyyy-MM-dd') AS STRING), '1900-01-01')", "1900-01-01"),
+    ("COALESCE(PARSE_DATE(S, 'yyyy-MM-dd'), FROM_DAYS(7))", 7),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), NESTED_ERRORS, ids=[c[0] for c in NESTED_ERRORS])
+def test_a_failing_part_is_null_alone_as_ksqldbs_nested_error_handling(
+    text: str, expected: Any
+) -> None:
+    value, _, errors = evaluate(text)
+    assert value == expected
+    assert len(errors) == 1 and "Failed to parse" in errors[0]
 
 
 def test_every_catalogued_scalar_function_evaluates() -> None:
