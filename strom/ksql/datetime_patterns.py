@@ -252,12 +252,14 @@ def _zone_from_text(text: str) -> datetime.tzinfo:
 
 
 def parse_datetime(
-    text: str, pattern: str, default_zone: datetime.tzinfo
+    text: str, pattern: str, default_zone: datetime.tzinfo, *, prefix: bool = False
 ) -> tuple[datetime.datetime, bool, bool]:
     """``text`` read with the Java ``pattern``: the moment (in the zone the text names,
-    else ``default_zone``), whether a date was present and whether a time was."""
+    else ``default_zone``), whether a date was present and whether a time was. With
+    ``prefix`` the text may go on after what the pattern reads (as Java's
+    ``SimpleDateFormat.parse`` allows)."""
     regex, fields = _parser(pattern)
-    match = regex.fullmatch(text)
+    match = regex.match(text) if prefix else regex.fullmatch(text)
     if match is None:
         raise ValueError(f"Text '{text}' could not be parsed at index 0")
     year, month, day, day_of_year = 1970, 1, 1, None

@@ -453,7 +453,7 @@ def _to_bytes(text: str, encoding: str) -> bytes:
     try:
         if name == "hex":
             digits = text[2:] if text.lower().startswith("0x") else text
-            if len(digits) >= 3 and digits[:2].upper() == "X'" and digits.endswith("'"):
+            if len(digits) >= 3 and digits.startswith("X'") and digits.endswith("'"):
                 digits = digits[2:-1]  # X'4578' as SQL writes bytes
             return bytes.fromhex(digits if len(digits) % 2 == 0 else "0" + digits)
         if name == "utf8":
@@ -1366,10 +1366,12 @@ def _format(moment: datetime.datetime, pattern: str, what: str) -> str:
 
 
 def _parse(
-    text: str, pattern: str, zone: datetime.tzinfo, what: str
+    text: str, pattern: str, zone: datetime.tzinfo, what: str, prefix: bool = False
 ) -> tuple[datetime.datetime, bool, bool]:
+    """``prefix``: PARSE_DATE, PARSE_TIME and STRINGTODATE read with Java's
+    SimpleDateFormat, which ignores what follows the pattern."""
     try:
-        return patterns.parse_datetime(text, pattern, zone)
+        return patterns.parse_datetime(text, pattern, zone, prefix=prefix)
     except ValueError as error:
         raise v.EvaluationError(
             f"Failed to parse {what} '{text}' with formatter '{pattern}': {error}"
@@ -1453,7 +1455,7 @@ def _date_to_string(days: int, pattern: str) -> str:
 
 
 def _days_of(text: str, pattern: str) -> int:
-    moment, _, has_time = _parse(text, pattern, _UTC, "date")
+    moment, _, has_time = _parse(text, pattern, _UTC, "date", prefix=True)
     if has_time and (moment.hour or moment.minute or moment.second or moment.microsecond):
         raise v.EvaluationError(f"Date format contains time field: {pattern}")
     return (moment.date() - datetime.date(1970, 1, 1)).days
@@ -1480,7 +1482,7 @@ def _format_time(ms_of_day: int, pattern: str) -> str:
 @_register("PARSE_TIME", [("STRING, STRING", "TIME")])
 @null_in_null_out
 def _parse_time(text: str, pattern: str) -> int:
-    moment, has_date, _ = _parse(text, pattern, _UTC, "time")
+    moment, has_date, _ = _parse(text, pattern, _UTC, "time", prefix=True)
     if has_date:
         raise v.EvaluationError(f"Time format contains date field: {pattern}")
     return (

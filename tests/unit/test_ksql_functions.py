@@ -397,6 +397,7 @@ DATE_CASES: list[tuple[str, Any]] = [
     ("FORMAT_DATE(DT, 'EEEE d MMMM yyyy')", "Tuesday 26 May 2020"),
     ("FORMAT_DATE(DT, 'yy-D')", "20-147"),
     ("PARSE_DATE('26/05/2020', 'dd/MM/yyyy')", 18408),
+    ("PARSE_DATE('2020-05-26-01-01', 'yyyy-MM-dd')", 18408),
     ("DATETOSTRING(18408, 'yyyy.MM.dd')", "2020.05.26"),
     ("STRINGTODATE('2020.05.26', 'yyyy.MM.dd')", 18408),
     ("FORMAT_TIME(TM, 'HH:mm:ss.SSS')", "01:34:20.123"),
