@@ -213,6 +213,7 @@ def test_root_and_plugins(worker: Worker) -> None:
         "org.apache.kafka.connect.file.FileStreamSourceConnector": "source",
         "io.confluent.connect.jdbc.JdbcSinkConnector": "sink",
         "io.confluent.connect.jdbc.JdbcSourceConnector": "source",
+        "io.debezium.connector.postgresql.PostgresConnector": "source",
     }
     _, everything = worker.call("GET", "/connector-plugins?connectorsOnly=false")
     assert {
