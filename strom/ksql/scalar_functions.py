@@ -448,14 +448,21 @@ def _regexp_split(text: str, pattern: str) -> list[str]:
 _ENCODINGS = ("hex", "utf8", "ascii", "base64")
 
 
+def _hex_digits(text: str) -> str:
+    """Hex digits without ksqlDB's prefixes: ``0xAB7`` (an odd count gets a leading 0)
+    and ``X'AB79'`` / ``x'AB79'``."""
+    if text.startswith("0x"):
+        return ("0" if len(text) % 2 else "") + text[2:]
+    if len(text) >= 3 and text[:2] in ("X'", "x'") and text.endswith("'"):
+        return text[2:-1]
+    return text
+
+
 def _to_bytes(text: str, encoding: str) -> bytes:
     name = encoding.lower()
     try:
         if name == "hex":
-            digits = text[2:] if text.lower().startswith("0x") else text
-            if len(digits) >= 3 and digits.startswith("X'") and digits.endswith("'"):
-                digits = digits[2:-1]  # X'4578' as SQL writes bytes
-            return bytes.fromhex(digits if len(digits) % 2 == 0 else "0" + digits)
+            return bytes.fromhex(_hex_digits(text))
         if name == "utf8":
             return text.encode("utf-8")
         if name == "ascii":
@@ -869,7 +876,13 @@ def _transform(collection: Any, *functions: Callable[..., Any]) -> Any:
     if isinstance(collection, list):
         return [functions[0](item) for item in collection]
     keys, values = functions
-    return {keys(k, x): values(k, x) for k, x in collection.items()}
+    result: dict[Any, Any] = {}
+    for k, x in collection.items():
+        key = keys(k, x)
+        if key in result:
+            raise v.EvaluationError(f"Duplicate key {key} in the transformed map")
+        result[key] = values(k, x)
+    return result
 
 
 @_register(

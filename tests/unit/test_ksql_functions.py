@@ -508,6 +508,8 @@ ROW_ERRORS: list[tuple[str, str]] = [
         "Supported input and output encodings are: hex, utf8, ascii and base64",
     ),
     ("CONCAT_WS(',')", "Function Concat_WS expects at least two input arguments."),
+    ("ENCODE('x''578616d706C6521''', 'hex', 'ascii')", "as hex"),
+    ("TRANSFORM(M, (k, v) => 'same', (k, v) => v)", "Duplicate key same"),
 ]
 
 
