@@ -27,6 +27,11 @@ from strom.connect.connectors.file_stream import (
 )
 from strom.connect.connectors.jdbc_sink import JdbcSinkConnector
 from strom.connect.connectors.jdbc_source import JdbcSourceConnector
+from strom.connect.connectors.lake_sink import (
+    Hdfs3SinkConnector,
+    HdfsSinkConnector,
+    LakeSinkConnector,
+)
 from strom.connect.connectors.postgres_cdc import PostgresConnector
 from strom.connect.converters import (
     ByteArrayConverter,
@@ -159,6 +164,9 @@ class Plugins:
             (JdbcSourceConnector, "io.confluent.connect.jdbc.JdbcSourceConnector"),
             (JdbcSinkConnector, "io.confluent.connect.jdbc.JdbcSinkConnector"),
             (PostgresConnector, "io.debezium.connector.postgresql.PostgresConnector"),
+            (LakeSinkConnector, None),
+            (Hdfs3SinkConnector, "io.confluent.connect.hdfs3.Hdfs3SinkConnector"),
+            (HdfsSinkConnector, "io.confluent.connect.hdfs.HdfsSinkConnector"),
         ]
         converters = [
             (JsonConverter, "org.apache.kafka.connect.json.JsonConverter"),
