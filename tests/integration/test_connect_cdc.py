@@ -285,7 +285,8 @@ def test_replica_identity_full_and_key_changes(
     postgres.query("ALTER TABLE accounts REPLICA IDENTITY FULL")
     create(workers.current, "cdc-full", cdc_config(postgres, "full", **{
         "table.include.list": "public\\.acc.*", "snapshot.mode": "never",
-        "publication.autocreate.mode": "filtered", "heartbeat.interval.ms": "100"}))  # fmt: skip
+        "publication.autocreate.mode": "filtered", "heartbeat.interval.ms": "100",
+        "slot.drop.on.stop": "true"}))  # fmt: skip
     wait_streaming(postgres, "slot_full")
     postgres.query("INSERT INTO accounts VALUES (1, 'ann', 10)")
     postgres.query("UPDATE accounts SET amount = 20 WHERE id = 1")
@@ -328,6 +329,8 @@ def test_replica_identity_full_and_key_changes(
         heartbeats.close()
     assert key["payload"] == {"serverName": "full"} and value["payload"]["ts_ms"] > 0
     workers.current.call("DELETE", "/connectors/cdc-full")
+    slot = "SELECT 1 FROM pg_replication_slots WHERE slot_name = 'slot_full'"
+    wait_for(lambda: postgres.query(slot) == [], "the slot dropped (slot.drop.on.stop)")
 
 
 def test_bad_configs_are_refused_naming_the_key(

@@ -5,6 +5,7 @@
 Keys (Debezium's): ``database.hostname``, ``database.port`` (5432), ``database.user``,
 ``database.password``, ``database.dbname``, ``database.sslmode``, ``topic.prefix``
 (required), ``plugin.name`` (``pgoutput`` only), ``slot.name`` (debezium),
+``slot.drop.on.stop`` (false),
 ``publication.name`` (dbz_publication), ``publication.autocreate.mode`` (``all_tables``,
 ``filtered``: a publication of the captured tables, kept to them; ``disabled``: it must
 exist), ``table.include.list`` / ``table.exclude.list`` and ``schema.include.list`` /
@@ -182,6 +183,12 @@ CONFIG_DEF = cd.ConfigDef(
             "debezium",
             "The logical replication slot's name.",
             check=cd.non_empty,
+        ),
+        _key(
+            "slot.drop.on.stop",
+            cd.BOOLEAN,
+            False,
+            "Whether the slot is dropped when the task stops (its changes not yet read lost).",
         ),
         _key(
             "publication.name",
@@ -837,13 +844,22 @@ class PostgresConnectorTask(SourceTask):
         """Called from another thread: waits for a running poll, then closes."""
         self.stopping = True
         with self.lock:
-            for closing in (self.snapshot, self.replication, getattr(self, "catalog", None)):
+            catalog = getattr(self, "catalog", None)
+            for closing in (self.snapshot, self.replication):
                 if closing is None:
                     continue
                 try:
                     closing.close()
                 except Exception:  # stopping: a connection already gone is no failure
                     log.debug("closing a connection", exc_info=True)
+            if catalog is not None:
+                try:
+                    if self.settings["slot.drop.on.stop"] and catalog.slot(self.slot):
+                        log.info("dropping slot %s (slot.drop.on.stop)", self.slot)
+                        catalog.drop_slot(self.slot)
+                    catalog.close()
+                except Exception:
+                    log.warning("slot %s not dropped", self.slot, exc_info=True)
             self.snapshot = None
             self.snapshot_rows = None
             self.replication = None

@@ -216,7 +216,15 @@ class Catalog:
             )
         return row[0], None if row[1] is None else parse_lsn(row[1])
 
-    def drop_slot(self, name: str) -> None:
+    def drop_slot(self, name: str, wait_s: float = 3.0) -> None:
+        """Drop the slot, once no connection streams from it (a replication connection
+        just closed lets it go a moment later)."""
+        deadline = time.monotonic() + wait_s
+        query = "SELECT active FROM pg_replication_slots WHERE slot_name = %s"
+        while (row := self.conn.execute(query, (name,)).fetchone()) and row[0]:
+            if time.monotonic() > deadline:
+                break  # the drop names the process that holds it
+            time.sleep(0.05)
         self.conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
 
     def publication(self, name: str) -> bool | None:
