@@ -299,10 +299,18 @@ class _Compiler:
     # -- constructors
     def _compile_list(self, nodes: list[ex.Expression], lambdas: Any) -> list[Compiled]:
         """A user's list (ARRAY[...], MAP(...), IN (...)): string literals among numbers or
-        booleans are read as numbers or booleans, as ksqlDB coerces them (the first
-        element that is not NULL decides)."""
+        booleans are read as numbers or booleans, other literals among strings written
+        as strings, as ksqlDB coerces them (the first element that is not NULL
+        decides)."""
         compiled = [self.compile(item, lambdas) for item in nodes]
         first = next((t for _, t in compiled if t is not None), None)
+        if first == v.STRING:
+            for index, item in enumerate(nodes):
+                if isinstance(item, ex.Literal) and item.value is not None:
+                    if not isinstance(item.value, str):
+                        text = v.to_text(item.value, compiled[index][1])
+                        compiled[index] = self.compile(ex.Literal(text), lambdas)
+            return compiled
         if not (v.is_number(first) or first == v.BOOLEAN):
             return compiled
         for index, item in enumerate(nodes):

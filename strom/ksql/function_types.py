@@ -145,7 +145,12 @@ def _match(pattern: _Pattern, actual: SqlTypeOrNull, bindings: Bindings, widen: 
         return False
     if pattern.kind == "PRIMITIVE":
         target = ex.PrimitiveType(pattern.name)
-        return actual == target or (widen and v.is_number(target) and v.can_widen(actual, target))
+        if actual == target:
+            return True
+        if widen and v.is_number(target):
+            return v.can_widen(actual, target)
+        # ksqlDB converts a STRING argument to a DATE, TIME or TIMESTAMP parameter
+        return widen and v.is_temporal(target) and actual == v.STRING
     if pattern.kind == "DECIMAL":
         return isinstance(actual, ex.DecimalType) or (widen and actual in (v.INTEGER, v.BIGINT))
     if pattern.kind == "STRUCT":

@@ -150,9 +150,29 @@ def common_type(types: Sequence[ex.SqlType | None]) -> ex.SqlType | None:
             result = sql_type
         elif is_temporal(result) and base(sql_type) == "STRING":
             pass
+        elif isinstance(result, ex.ArrayType) and isinstance(sql_type, ex.ArrayType):
+            element = common_type([result.element, sql_type.element])
+            result = ex.ArrayType(element if element is not None else result.element)
+        elif isinstance(result, ex.MapType) and isinstance(sql_type, ex.MapType):
+            key = common_type([result.key, sql_type.key])
+            value = common_type([result.value, sql_type.value])
+            result = ex.MapType(key or result.key, value or result.value)
+        elif isinstance(result, ex.StructType) and isinstance(sql_type, ex.StructType):
+            result = _wider_struct(result, sql_type)
         else:
             raise ValueError(f"{result} and {sql_type}")
     return result
+
+
+def _wider_struct(first: ex.StructType, second: ex.StructType) -> ex.StructType:
+    """Every field of either, in order of first appearance, each of the common type."""
+    fields = {f.name: f.type for f in first.fields}
+    for field in second.fields:
+        have = fields.get(field.name)
+        fields[field.name] = (
+            field.type if have is None else (common_type([have, field.type]) or have)
+        )
+    return ex.StructType(tuple(ex.StructField(name, t) for name, t in fields.items()))
 
 
 # ---- Java's numbers -------------------------------------------------------------------
@@ -589,6 +609,9 @@ def coerce(value: Any, source: ex.SqlType | None, target: ex.SqlType | None) -> 
             coerce(k, source.key, target.key): coerce(v, source.value, target.value)
             for k, v in value.items()
         }
+    if isinstance(source, ex.StructType) and isinstance(target, ex.StructType):
+        have = {f.name: f.type for f in source.fields}
+        return {f.name: coerce(value.get(f.name), have.get(f.name), f.type) for f in target.fields}
     return value
 
 

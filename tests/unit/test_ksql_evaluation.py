@@ -197,6 +197,17 @@ CASES: list[tuple[str, Any, ex.SqlType]] = [
     ("ARRAY[1, '2']", [1, 2], ex.ArrayType(v.INTEGER)),
     ("I IN (1, '7')", True, v.BOOLEAN),
     ("ARRAY[TRUE, 'no']", [True, False], ex.ArrayType(v.BOOLEAN)),
+    ("S IN (TRUE, 10, 'hello', 10.30)", True, v.BOOLEAN),
+    ("'10.30' IN (TRUE, 10, 10.30)", True, v.BOOLEAN),
+    ("ARR IN (ARRAY[1, 2, 3], ARRAY[L])", True, v.BOOLEAN),
+    ("ARRAY[ARR, ARRAY[L]]", [[1, 2, 3], [2**63 - 1]], ex.ArrayType(ex.ArrayType(v.BIGINT))),
+    (
+        "ARRAY[STRUCT(X := 1), STRUCT(Y := 'b')]",
+        [{"X": 1, "Y": None}, {"X": None, "Y": "b"}],
+        ex.ArrayType(
+            ex.StructType((ex.StructField("X", v.INTEGER), ex.StructField("Y", v.STRING)))
+        ),
+    ),
     ("MAP('a' := 1, 'b' := 2)", {"a": 1, "b": 2}, ex.MapType(v.STRING, v.INTEGER)),
     (
         "STRUCT(X := 1, Y := 'y')",
