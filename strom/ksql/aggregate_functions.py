@@ -5,9 +5,10 @@ Owns ``aggregate_function(name, argument_types, literal_arguments)`` ->
 ``can_undo``, ``merge``, ``result``) for COUNT (``COUNT(*)`` and ``COUNT(col)``, which
 skips nulls), COUNT_DISTINCT, SUM, AVG, MIN, MAX, COLLECT_LIST, COLLECT_SET,
 EARLIEST_BY_OFFSET and LATEST_BY_OFFSET (with ignoreNulls and the n forms), TOPK,
-TOPKDISTINCT, HISTOGRAM, STDDEV_SAMP and CORRELATION, with ksqlDB's result types and
-null behaviour. Accumulators are plain picklable values (ints, floats, tuples, lists,
-dicts): the runtime keeps them in Spark's state store. ``add`` receives the
+TOPKDISTINCT, HISTOGRAM, STDDEV_SAMP (which is the variance in ksqlDB), STDDEV_SAMPLE
+and CORRELATION, with ksqlDB's result types and null behaviour. Accumulators are plain
+picklable values (ints, floats, tuples, lists, dicts): the runtime keeps them in Spark's
+state store. ``add`` receives the
 aggregated columns' values only (the literal arguments, such as TOPK's k, were given
 when the function was made); rows arrive in offset order, which is what the BY_OFFSET
 functions rely on, and ``merge(a, b)`` takes ``a`` as the earlier session.
@@ -230,11 +231,18 @@ class _Average(AggregateFunction):
 
 
 class _StddevSample(AggregateFunction):
-    """Accumulator: (count, sum, sum of squares), as floats but the count."""
+    """Accumulator: (count, sum, sum of squares), as floats but the count.
 
-    name = "STDDEV_SAMP"
+    ksqlDB's STDDEV_SAMP answers the sample variance (no square root: its
+    query-validation tests expect 50.0 for 0 and 10), STDDEV_SAMPLE the standard
+    deviation; both are kept as they are."""
+
     result_type = v.DOUBLE
     can_undo = True
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.square_root = name == "STDDEV_SAMPLE"
 
     def initial(self) -> tuple[int, float, float]:
         return (0, 0.0, 0.0)
@@ -260,8 +268,8 @@ class _StddevSample(AggregateFunction):
         count, total, squares = accumulator
         if count < 2:
             return 0.0
-        variance = (squares - total * total / count) / (count - 1)
-        return math.sqrt(max(variance, 0.0))
+        variance = max((squares - total * total / count) / (count - 1), 0.0)
+        return math.sqrt(variance) if self.square_root else variance
 
 
 class _Correlation(AggregateFunction):
@@ -521,7 +529,7 @@ def aggregate_function(
     if name in ("STDDEV_SAMP", "STDDEV_SAMPLE"):
         if kind not in ("INTEGER", "BIGINT", "DOUBLE"):
             raise _refuse(name, argument_types)
-        return _StddevSample()
+        return _StddevSample(name)
     if name == "CORRELATION":
         if len(argument_types) != 2 or any(
             v.base(t) not in ("INTEGER", "BIGINT", "DOUBLE") for t in argument_types

@@ -110,7 +110,9 @@ FUNCTIONS: tuple[Function, ...] = (
        _sig("T col, INT k", "ARRAY<T>")),
     _f("HISTOGRAM", A, "AGGREGATE", "The count of each distinct value.",
        _sig("STRING col", "MAP<STRING, BIGINT>")),
-    _f("STDDEV_SAMP", A, "AGGREGATE", "The sample standard deviation.",
+    _f("STDDEV_SAMPLE", A, "AGGREGATE", "The sample standard deviation.",
+       _sig("DOUBLE col", "DOUBLE")),
+    _f("STDDEV_SAMP", A, "AGGREGATE", "The sample variance (as ksqlDB computes it).",
        _sig("DOUBLE col", "DOUBLE")),
     # table functions
     _f("EXPLODE", T, "TABLE", "Outputs one row per element of the array.",

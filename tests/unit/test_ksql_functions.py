@@ -636,13 +636,14 @@ AGGREGATES: list[
         ex.MapType(v.STRING, v.BIGINT),
     ),
     (
-        "STDDEV_SAMP",
+        "STDDEV_SAMPLE",
         [v.DOUBLE],
         [],
         [(2.0,), (4.0,), (4.0,), (4.0,), (5.0,), (5.0,), (7.0,), (9.0,)],
         2.138089935299395,
         v.DOUBLE,
     ),
+    ("STDDEV_SAMP", [v.INTEGER], [], [(0,), (10,)], 50.0, v.DOUBLE),  # ksqlDB's: the variance
     ("STDDEV_SAMP", [v.INTEGER], [], [(1,)], 0.0, v.DOUBLE),
     (
         "CORRELATION",
@@ -683,7 +684,7 @@ UNDOABLE: list[tuple[str, list[ex.SqlType | None], list[tuple[Any, ...]], tuple[
     ("AVG", [v.DOUBLE], [(1.0,), (3.0,), (8.0,)], (8.0,), 2.0),
     ("COLLECT_LIST", [v.STRING], [("a",), ("b",), ("a",)], ("a",), ["a", "b"]),
     ("HISTOGRAM", [v.STRING], [("a",), ("b",)], ("b",), {"a": 1}),
-    ("STDDEV_SAMP", [v.DOUBLE], [(1.0,), (2.0,), (3.0,), (100.0,)], (100.0,), 1.0),
+    ("STDDEV_SAMPLE", [v.DOUBLE], [(1.0,), (2.0,), (3.0,), (100.0,)], (100.0,), 1.0),
 ]
 
 
