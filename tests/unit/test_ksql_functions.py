@@ -15,7 +15,11 @@ import pytest
 
 from strom.ksql import expressions as ex
 from strom.ksql import values as v
-from strom.ksql.aggregate_functions import aggregate_function, split_aggregate_call
+from strom.ksql.aggregate_functions import (
+    AGGREGATE_NAMES,
+    aggregate_function,
+    split_aggregate_call,
+)
 from strom.ksql.evaluation import Scope, compile_expression
 from strom.ksql.functions import FUNCTIONS
 from strom.ksql.metastore import KsqlStatementError
@@ -545,6 +549,19 @@ def test_every_catalogued_scalar_function_evaluates() -> None:
     assert catalogued == set(scalar_function_names())
     for name in catalogued:
         assert scalar_function(name.lower()) is not None
+
+
+def test_every_catalogued_aggregate_evaluates() -> None:
+    catalogued = {f.name for f in FUNCTIONS if f.kind == "AGGREGATE"}
+    assert catalogued == AGGREGATE_NAMES
+    for name in catalogued:
+        types: list[ex.SqlType | None] = (
+            [v.DOUBLE, v.DOUBLE] if name == "CORRELATION" else [v.DOUBLE]
+        )
+        literals = [2] if name.startswith("TOPK") else []
+        if name == "HISTOGRAM":
+            types = [v.STRING]
+        assert aggregate_function(name, types, literals) is not None
 
 
 def test_the_interface_calls_with_plain_values() -> None:
