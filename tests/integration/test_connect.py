@@ -220,7 +220,7 @@ def test_root_and_plugins(worker: Worker) -> None:
         "class": "org.apache.kafka.connect.json.JsonConverter",
         "type": "converter",
     }.items() <= next(
-        p for p in everything if p["type"] == "converter" and "Json" in p["class"]
+        p for p in everything if p["type"] == "converter" and p["class"].endswith(".JsonConverter")
     ).items()
     code, keys = worker.call("GET", "/connector-plugins/FileStreamSource/config")
     assert code == 200
