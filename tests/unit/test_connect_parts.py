@@ -394,6 +394,16 @@ def test_a_source_connectors_topic_creation_settings_are_validated_as_kafka_enri
     )
     assert "topic.creation.compacted.include: not a valid regular expression" in errors[1]
     assert "the group other is not among topic.creation.groups=compacted" in errors[2]
+    on_spark = {
+        "name": "j",
+        "connector.class": "JdbcSource",
+        "connection.url": "jdbc:sqlite:x",
+        "topic.prefix": "x",
+        "topic.creation.default.partitions": "1",
+    }
+    assert "for tasks on the Spark runner" in " ".join(
+        connector_config.errors_of(connector_config.validate(on_spark, plugins))
+    )
     missing = {**source, "topic.creation.groups": ""}
     assert connector_config.errors_of(connector_config.validate(missing, plugins)) == [
         'Missing required configuration "topic.creation.default.replication.factor" which has '
