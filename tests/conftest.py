@@ -29,10 +29,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     class ModuleAndSparkScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
+            if module in _SPARK_CONNECT_MODULES:
+                return "spark-connect"  # one Connect worker's JVM for them all
             return "spark" if module.startswith("tests/spark/") else module
 
     return ModuleAndSparkScheduling(config, log)
 
+
+# The modules sharing tests/integration/conftest.py's Connect worker (its JVM starts once).
+_SPARK_CONNECT_MODULES = (
+    "tests/integration/test_connect_jdbc.py",
+    "tests/integration/test_connect_lake.py",
+)
 
 WITHOUT_HYPOTHESIS = Path(__file__).parent / "without_hypothesis"
 
@@ -61,6 +69,7 @@ _LONG_FIRST = (
     "tests/integration/test_replication.py",
     "tests/integration/test_replication_faults.py",
     "tests/integration/test_reassignment.py",
+    *_SPARK_CONNECT_MODULES,
 )
 
 

@@ -1,57 +1,68 @@
-"""The JDBC connectors on the Spark runner: a real PostgreSQL (tests/postgres_process.py),
-a real broker, and a real distributed Connect worker process whose tasks run on its local
-SparkSession, driven over its REST API. One of each serves the module (the worker's JVM
-starts once).
+"""The JDBC connectors on the Spark runner: a real PostgreSQL (tests/postgres_process.py)
+and MariaDB (tests/mariadb_process.py), a real broker, and a real distributed Connect
+worker process whose tasks run on its local SparkSession, driven over its REST API. The
+worker, broker and databases are the session's (tests/integration/conftest.py), shared
+with test_connect_lake.py: the worker's JVM starts once, and once more after the kill.
 
 Covers: a JDBC source in bulk mode copying a table into a topic in JsonConverter's
-envelope with Confluent's schema; incrementing mode with its offsets in the offsets topic
-in Confluent's shape, resumed after the worker restarts with no row lost or repeated; the
-JDBC sink upserting into PostgreSQL with auto.create and deleting on tombstones; a sink's
-offsets reset, so that every batch is replayed, leaving the table as one delivery does;
-and a bad config refused with 400 naming the key.
+envelope with Confluent's schema; the JDBC sink upserting into PostgreSQL with
+auto.create and deleting on tombstones; a sink's offsets reset, so that every batch is
+replayed, leaving the table as one delivery does; a bad config refused with 400 naming
+the key; a failed sink task's trace; MariaDB as a source (incrementing) and as a sink
+(insert, upsert by ON DUPLICATE KEY UPDATE, delete); and one kill -9 of the worker
+proving three things at once (one JVM restart for all): the JDBC sink with
+exactly.once.delivery in insert mode and the lake sink write each record once, and an
+incrementing source resumes at its stored offset (Confluent's shape) with no row lost
+or repeated.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from broker_process import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from mariadb_process import MariaDBProcess
 from postgres_process import PostgresProcess
-from test_connect import Worker, distributed_properties, error_of, wait_for
+from test_connect import Worker, error_of, wait_for
+
+from strom.connect.connectors.lake_sink import committed_files
 
 pytestmark = pytest.mark.timeout(240)
 
 SOURCE_CLASS = "io.confluent.connect.jdbc.JdbcSourceConnector"
 SINK_CLASS = "io.confluent.connect.jdbc.JdbcSinkConnector"
+STREAM_TOTAL = 4000
+STREAM_PRIME = 200  # before the kill: written by both sinks, so their queries run
+STREAM_STEP = 40  # records a step, then a pause: about 1,000 a second
+STREAM_PAUSE_S = 0.04
 
 
 @pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresProcess]:
-    process = PostgresProcess().start()
-    yield process
-    process.stop()
+def worker(spark_worker: Worker) -> Worker:
+    return spark_worker
 
 
 @pytest.fixture(scope="module")
-def worker(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
-    workdir = tmp_path_factory.mktemp("connect-jdbc")
-    properties = distributed_properties(workdir, broker, "connect-jdbc")
-    with properties.open("a") as out:
-        out.write(
-            "spark.master=local[2]\n"
-            "spark.sql.shuffle.partitions=2\n"
-            # a JVM that starts sooner (C1 only): the tests start it twice
-            "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1\n"
-            f"spark.sql.streaming.checkpointLocation={workdir / 'checkpoints'}\n"
-        )
-    process = Worker("distributed", properties)
-    yield process
-    if process.proc.poll() is None:
-        process.stop()
+def broker(spark_connect_broker: BrokerProcess) -> BrokerProcess:
+    return spark_connect_broker
+
+
+@pytest.fixture(scope="module")
+def postgres(jdbc_postgres: PostgresProcess) -> PostgresProcess:
+    return jdbc_postgres
+
+
+@pytest.fixture(scope="module")
+def mariadb(jdbc_mariadb: MariaDBProcess) -> MariaDBProcess:
+    return jdbc_mariadb
 
 
 def read_topic(broker: BrokerProcess, topic: str, at_least: int) -> list[Any]:
@@ -114,33 +125,6 @@ def test_source_bulk_copies_a_table(
     assert schema["fields"][2] == {"type": "float64", "optional": True, "field": "price"}
     assert schema["fields"][3]["name"] == "org.apache.kafka.connect.data.Timestamp"
     worker.call("DELETE", "/connectors/pg-bulk")
-
-
-def test_source_incrementing_resumes_after_restart(
-    worker: Worker, postgres: PostgresProcess, broker: BrokerProcess
-) -> None:
-    postgres.query("CREATE TABLE events (id BIGSERIAL PRIMARY KEY, body TEXT)")
-    postgres.query("INSERT INTO events (body) SELECT 'e' || i FROM generate_series(1, 100) i")
-    create(worker, "pg-inc", {
-        "connector.class": "JdbcSourceConnector", "connection.url": postgres.jdbc_url,
-        "connection.user": "postgres", "mode": "incrementing",
-        "incrementing.column.name": "id", "table.include.list": "events",
-        "topic.prefix": "inc-", "poll.interval.ms": "200",
-    })  # fmt: skip
-    read_topic(broker, "inc-events", 100)
-    code, offsets = worker.call("GET", "/connectors/pg-inc/offsets")
-    assert code == 200
-    assert offsets["offsets"] == [
-        {"partition": {"protocol": "1", "table": "postgres.public.events"},
-         "offset": {"incrementing": 100}}
-    ]  # fmt: skip
-    worker.stop()
-    postgres.query("INSERT INTO events (body) SELECT 'f' || i FROM generate_series(1, 50) i")
-    worker.start()
-    values = read_topic(broker, "inc-events", 150)
-    ids = sorted(v["payload"]["id"] for v in values)
-    assert ids == list(range(1, 151))  # none lost, none repeated
-    worker.call("DELETE", "/connectors/pg-inc")
 
 
 def produce(broker: BrokerProcess, topic: str, records: list[tuple[str, Any]]) -> None:
@@ -232,3 +216,188 @@ def test_sink_failure_is_failed_with_its_trace(worker: Worker, postgres: Postgre
     task = wait_for(failed, "the task FAILED", timeout=60)
     assert "Table absent is missing and auto-creation is disabled" in task["trace"]
     worker.call("DELETE", "/connectors/pg-absent")
+
+
+def test_mariadb_source_and_sinks(
+    worker: Worker, mariadb: MariaDBProcess, broker: BrokerProcess
+) -> None:
+    """MariaDB end to end: an incrementing source from a table, its topic inserted into
+    another table by one sink, and keyed records upserted and deleted by another."""
+    mariadb.query(
+        "CREATE TABLE orders (id INT AUTO_INCREMENT PRIMARY KEY, item VARCHAR(40) NOT NULL, "
+        "qty INT)"
+    )
+    mariadb.query("INSERT INTO orders (item, qty) VALUES "
+                  + ", ".join(f"('o{i}', {i})" for i in range(1, 51)))  # fmt: skip
+    records: list[tuple[str, Any]] = [(f"k{i}", row(f"k{i}", i)) for i in range(60)]
+    records += [(f"k{i}", row(f"k{i}", -i)) for i in range(20)]  # updates
+    records += [(f"k{i}", None) for i in range(50, 60)]  # tombstones
+    produce(broker, "maria-accounts", records)
+    common = {"connection.url": mariadb.jdbc_url, "connection.user": "root"}
+    create(worker, "maria-inc", {
+        **common, "connector.class": SOURCE_CLASS, "mode": "incrementing",
+        "incrementing.column.name": "id", "table.whitelist": "orders",
+        "topic.prefix": "maria-", "poll.interval.ms": "200",
+    })  # fmt: skip
+    create(worker, "maria-copy", {
+        **common, "connector.class": SINK_CLASS, "topics": "maria-orders",
+        "table.name.format": "orders_copy", "insert.mode": "insert", "auto.create": "true",
+    })  # fmt: skip
+    create(worker, "maria-upsert", {
+        **common, "connector.class": SINK_CLASS, "topics": "maria-accounts",
+        "table.name.format": "accounts", "insert.mode": "upsert", "pk.mode": "record_key",
+        "pk.fields": "id", "auto.create": "true", "delete.enabled": "true",
+        "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+    })  # fmt: skip
+    values = read_topic(broker, "maria-orders", 50)
+    assert sorted(v["payload"]["id"] for v in values) == list(range(1, 51))
+    first = min(values, key=lambda v: v["payload"]["id"])
+    assert first["payload"] == {"id": 1, "item": "o1", "qty": 1}
+    fields = {f["field"]: f for f in first["schema"]["fields"]}
+    assert fields["item"]["optional"] is False and fields["qty"]["optional"] is True
+    assert fields["id"]["type"] == "int32" and first["schema"]["name"] == "orders"
+
+    def table(sql: str) -> list[tuple[Any, ...]]:
+        try:
+            return mariadb.query(sql)
+        except Exception:  # not created yet
+            return []
+
+    copied = [(i, f"o{i}", i) for i in range(1, 51)]
+    wait_for(lambda: table("SELECT id, item, qty FROM orders_copy ORDER BY id") == copied,
+             "the copied orders", timeout=90)  # fmt: skip
+    expected = sorted((f"k{i}", -i if i < 20 else i) for i in range(50))
+    wait_for(lambda: table("SELECT id, amount FROM accounts ORDER BY id") == expected,
+             "the upserted accounts", timeout=90)  # fmt: skip
+    code, offsets = worker.call("GET", "/connectors/maria-inc/offsets")
+    assert code == 200
+    assert offsets["offsets"] == [
+        {"partition": {"protocol": "1", "table": "strom.orders"}, "offset": {"incrementing": 50}}
+    ]
+    for name in ("maria-inc", "maria-copy", "maria-upsert"):
+        worker.call("DELETE", f"/connectors/{name}")
+
+
+class StreamProducer(threading.Thread):
+    """Produces ``total`` records {id, body} with a schema to a topic, a few at a time,
+    so that the sinks are mid-stream when the worker is killed."""
+
+    def __init__(self, broker: BrokerProcess, topic: str, total: int) -> None:
+        super().__init__(daemon=True)
+        self.broker, self.topic, self.total = broker, topic, total
+        self.sent = 0
+        self.stop_at = total
+
+    def run(self) -> None:
+        producer = Producer({"bootstrap.servers": self.broker.bootstrap, "linger.ms": 5})
+        schema = {"type": "struct", "name": "event", "optional": False, "fields": [
+            {"field": "id", "type": "int64", "optional": False},
+            {"field": "body", "type": "string", "optional": True},
+        ]}  # fmt: skip
+        while self.sent < self.stop_at:
+            for n in range(self.sent, min(self.sent + STREAM_STEP, self.stop_at)):
+                value = {"schema": schema, "payload": {"id": n, "body": f"event {n}"}}
+                producer.produce(self.topic, json.dumps(value), str(n), partition=n % 2)
+            self.sent = min(self.sent + STREAM_STEP, self.stop_at)
+            producer.flush(10)
+            time.sleep(STREAM_PAUSE_S)
+        producer.flush(10)
+
+    def prime(self, count: int) -> None:
+        """The first ``count`` records, before the thread starts."""
+        self.stop_at = count
+        self.run()
+        self.stop_at = self.total
+
+
+def no_task_failed(worker: Worker, *names: str) -> None:
+    """Raise with its trace if a task of these connectors FAILED (no waiting for it)."""
+    for name in names:
+        for task in (worker.status(name) or {}).get("tasks", []):
+            assert task["state"] != "FAILED", f"{name}: {task.get('trace')}"
+
+
+def lake_ids(table: Path) -> list[int]:
+    """The ids in the lake sink's committed files (its _spark_metadata log)."""
+    ids: list[int] = []
+    for path in committed_files(table):
+        ids += pq.read_table(path, columns=["id"]).column("id").to_pylist()
+    return sorted(ids)
+
+
+def test_killed_worker_resumes_each_record_once(
+    worker: Worker, postgres: PostgresProcess, broker: BrokerProcess, spark_connect_dir: Path
+) -> None:
+    """kill -9 of the worker while two exactly-once sinks are mid-stream, and after a JDBC
+    source stored its offset: once restarted, the JDBC sink in insert mode (no key: a
+    record written twice would be two rows) and the lake sink's committed files hold each
+    record once, and the source resumes where its offset says, no row lost or repeated."""
+    postgres.query("CREATE TABLE events (id BIGSERIAL PRIMARY KEY, body TEXT)")
+    postgres.query("INSERT INTO events (body) SELECT 'e' || i FROM generate_series(1, 100) i")
+    create(worker, "pg-inc", {
+        "connector.class": "JdbcSourceConnector", "connection.url": postgres.jdbc_url,
+        "connection.user": "postgres", "mode": "incrementing",
+        "incrementing.column.name": "id", "table.include.list": "events",
+        "topic.prefix": "inc-", "poll.interval.ms": "200",
+    })  # fmt: skip
+    read_topic(broker, "inc-events", 100)
+
+    def source_offsets() -> Any:
+        code, body = worker.call("GET", "/connectors/pg-inc/offsets")
+        return body["offsets"] if code == 200 and body["offsets"] else None
+
+    assert wait_for(source_offsets, "the source's offsets") == [
+        {"partition": {"protocol": "1", "table": "postgres.public.events"},
+         "offset": {"incrementing": 100}}
+    ]  # fmt: skip
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("stream", 2, 1)])["stream"].result(30)
+    stream = StreamProducer(broker, "stream", STREAM_TOTAL)
+    stream.prime(STREAM_PRIME)
+    lake_dir = spark_connect_dir / "lake-eos"
+    create(worker, "eos-jdbc", {
+        "connector.class": SINK_CLASS, "connection.url": postgres.jdbc_url,
+        "connection.user": "postgres", "topics": "stream", "table.name.format": "stream_rows",
+        "insert.mode": "insert", "auto.create": "true", "exactly.once.delivery": "true",
+    })  # fmt: skip
+    create(worker, "eos-lake", {
+        "connector.class": "LakeSink", "path": str(lake_dir), "topics": "stream",
+        "rotate.interval.ms": "200",
+    })  # fmt: skip
+
+    def rows() -> int:
+        try:
+            return int(postgres.query("SELECT count(*) FROM stream_rows")[0][0])  # type: ignore[call-overload]
+        except Exception:
+            return 0
+
+    table = lake_dir / "topics" / "stream"
+
+    def primed() -> bool:
+        no_task_failed(worker, "eos-jdbc", "eos-lake")
+        return rows() >= STREAM_PRIME and len(lake_ids(table)) >= STREAM_PRIME
+
+    wait_for(primed, "both sinks' queries running", timeout=120)
+    stream.start()  # and kill once the table has a few batches more
+    wait_for(lambda: rows() >= 2 * STREAM_PRIME, "the sinks mid-stream", timeout=60)
+    worker.proc.kill()  # SIGKILL: batches in flight, offsets not yet committed in the group
+    worker.proc.wait(30)
+    assert rows() < STREAM_TOTAL or stream.sent < STREAM_TOTAL, "killed after the stream ended"
+    postgres.query("INSERT INTO events (body) SELECT 'f' || i FROM generate_series(1, 50) i")
+    worker.start()
+    stream.join(120)
+    wait_for(lambda: rows() >= STREAM_TOTAL, "every record in the table", timeout=120)
+    ids = [r[0] for r in postgres.query("SELECT id FROM stream_rows ORDER BY id")]
+    assert ids == list(range(STREAM_TOTAL))  # each once
+    wait_for(lambda: len(lake_ids(table)) >= STREAM_TOTAL, "every record in the files",
+             timeout=120)  # fmt: skip
+    assert lake_ids(table) == list(range(STREAM_TOTAL))
+    stored = postgres.query(
+        'SELECT topic, "partition", "offset" FROM __strom_connect_offsets '
+        "WHERE connector = 'eos-jdbc' ORDER BY 2"
+    )
+    assert stored == [("stream", 0, STREAM_TOTAL // 2), ("stream", 1, STREAM_TOTAL // 2)]
+    values = read_topic(broker, "inc-events", 150)
+    assert sorted(v["payload"]["id"] for v in values) == list(range(1, 151))
+    for name in ("pg-inc", "eos-jdbc", "eos-lake"):
+        worker.call("DELETE", f"/connectors/{name}")
