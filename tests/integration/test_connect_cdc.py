@@ -345,6 +345,12 @@ def test_bad_configs_are_refused_naming_the_key(
     code, message = error_of(workers.current.call("POST", "/connectors",
                                                   {"name": "bad", "config": config}))  # fmt: skip
     assert code == 400 and "topic.prefix" in message, message
+    # a database that is not there: the task fails saying so in one line
+    create(workers.current, "cdc-nowhere", cdc_config(postgres, "nowhere", **{
+        "database.port": "1", "database.dbname": "absent"}))  # fmt: skip
+    task = workers.current.wait_task_failed("cdc-nowhere")["tasks"][0]
+    assert "cannot connect to PostgreSQL 127.0.0.1:1/absent as postgres" in task["trace"]
+    workers.current.call("DELETE", "/connectors/cdc-nowhere")
 
 
 class Writer(threading.Thread):
