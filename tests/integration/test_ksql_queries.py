@@ -43,6 +43,7 @@ class Server:
             "ksql.spark.master": "local[2]",
             "ksql.spark.trigger.interval.ms": "200",
             "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+            "spark.sql.shuffle.partitions": "1",
         }
         args = [arg for k, v in overrides.items() for arg in ("--override", f"{k}={v}")]
         self.process = ServiceProcess(["ksql-server", *args, "--log-level", "WARNING"])
@@ -130,7 +131,7 @@ def read_topic(broker: BrokerProcess, topic: str, count: int, deadline_s: float 
 def test_push_query_rows_limit_and_shapes(server: Server, broker: BrokerProcess) -> None:
     server.ok(
         "CREATE STREAM clicks (user_id STRING KEY, page STRING, ms BIGINT) "
-        "WITH (kafka_topic='clicks', value_format='JSON', partitions=2);"
+        "WITH (kafka_topic='clicks', value_format='JSON', partitions=1);"
     )
     produce(
         broker,
@@ -176,7 +177,17 @@ def test_push_query_rows_limit_and_shapes(server: Server, broker: BrokerProcess)
     assert status == 400 and refused["error_code"] == 40002
 
 
-def test_csas_with_filter_and_projection(server: Server, broker: BrokerProcess) -> None:
+def test_csas_with_filter_projection_and_processing_log(
+    server: Server, broker: BrokerProcess
+) -> None:
+    produce(
+        broker,
+        "clicks",
+        [
+            (b"u3", b"not json", BASE + 30_000),
+            (b"u3", {"PAGE": "/cart", "MS": 5}, BASE + 31_000),
+        ],
+    )
     [created] = server.ok(
         "CREATE STREAM carts WITH (value_format='JSON') AS "
         "SELECT user_id, ms, CONCAT('page:', page) AS page FROM clicks WHERE page = '/cart' "
@@ -186,28 +197,44 @@ def test_csas_with_filter_and_projection(server: Server, broker: BrokerProcess) 
     query_id = created["commandStatus"]["queryId"]
     assert query_id.startswith("CSAS_CARTS_")
     assert created["commandStatus"]["message"] == f"Created query with ID {query_id}"
-    [records] = [read_topic(broker, "CARTS", 1)]
-    assert [(k, json.loads(v), t) for k, v, t in records] == [
-        (b"u1", {"MS": 2, "PAGE": "page:/cart"}, BASE + 10_000)
+    records = read_topic(broker, "CARTS", 2)
+    assert sorted((k, json.loads(v), t) for k, v, t in records) == [
+        (b"u1", {"MS": 2, "PAGE": "page:/cart"}, BASE + 10_000),
+        (b"u3", {"MS": 5, "PAGE": "page:/cart"}, BASE + 31_000),
     ]
+    entries = [json.loads(v) for _, v, _ in read_topic(broker, LOG_TOPIC, 1)]
+    errors = [e["message"]["deserializationError"] for e in entries if e["message"]["type"] == 0]
+    assert errors and errors[0]["target"] == "value" and errors[0]["topic"] == "clicks"
+    assert entries[0]["logger"] == f"processing.{query_id}.KsqlTopic.Source.deserializer"
+    [streams] = server.ok("SHOW STREAMS;")
+    assert "KSQL_PROCESSING_LOG" in [s["name"] for s in streams["streams"]]
+
     [queries] = server.ok("SHOW QUERIES;")
     [listed] = [q for q in queries["queries"] if q["id"] == query_id]
     assert listed["sinks"] == ["CARTS"] and listed["sinkKafkaTopics"] == ["CARTS"]
-    assert listed["queryType"] == "PERSISTENT"
+    assert listed["queryType"] == "PERSISTENT" and listed["state"] == "RUNNING"
     [described] = server.ok("DESCRIBE clicks;")
     assert [q["id"] for q in described["sourceDescription"]["readQueries"]] == [query_id]
     [explained] = server.ok(f"EXPLAIN {query_id};")
     assert explained["queryDescription"]["sources"] == ["CLICKS"]
-    assert [f["name"] for f in explained["queryDescription"]["fields"]] == ["USER_ID", "MS", "PAGE"]
-    status, refused = server.ksql("DROP STREAM clicks;")
+    fields = [f["name"] for f in explained["queryDescription"]["fields"]]
+    assert fields == ["USER_ID", "MS", "PAGE"]
+    status, refused = server.ksql("DROP STREAM carts;")
     assert status == 400
     assert refused["message"] == (
-        "Cannot drop CLICKS.\nThe following queries read from this source: "
-        f"[{query_id}].\nThe following queries write into this source: [].\n"
-        "You need to terminate them before dropping CLICKS."
+        "Cannot drop CARTS.\nThe following queries read from this source: [].\n"
+        f"The following queries write into this source: [{query_id}].\n"
+        "You need to terminate them before dropping CARTS."
     )
     status, refused = server.ksql("CREATE STREAM nokey AS SELECT page FROM clicks;")
     assert status == 400 and refused["message"].startswith("Key missing from projection")
+    status, unknown = server.ksql("TERMINATE CSAS_NOPE_1;")
+    assert status == 400 and unknown["message"] == "Unknown queryId: CSAS_NOPE_1"
+    [terminated] = server.ok(f"TERMINATE {query_id};")
+    assert terminated["commandStatus"]["message"] == "Query terminated."
+    [queries] = server.ok("SHOW QUERIES;")
+    assert query_id not in [q["id"] for q in queries["queries"]]
+    server.ok("DROP STREAM carts;")
 
 
 def test_ctas_counts_every_update_per_tumbling_window(
@@ -220,12 +247,14 @@ def test_ctas_counts_every_update_per_tumbling_window(
     )
     assert created["commandStatus"]["queryId"].startswith("CTAS_PER_MINUTE_")
     produce(broker, "clicks", [(b"u1", {"PAGE": "/home", "MS": 4}, BASE + MINUTE + 5_000)])
-    records = read_topic(broker, "PER_MINUTE", 4)
+    records = read_topic(broker, "PER_MINUTE", 5)
     updates = sorted(
         (k[:-8], struct.unpack(">q", k[-8:])[0] - BASE, json.loads(v)["CLICKS"])
         for k, v, _ in records
     )
-    assert updates == [(b"u1", 0, 1), (b"u1", 0, 2), (b"u1", MINUTE, 1), (b"u2", 0, 1)]
+    assert updates == [
+        (b"u1", 0, 1), (b"u1", 0, 2), (b"u1", MINUTE, 1), (b"u2", 0, 1), (b"u3", 0, 1)
+    ]  # fmt: skip
     lines = server.stream(
         "/query-stream", {"sql": "SELECT * FROM per_minute WHERE user_id = 'u1';"}
     )
@@ -238,49 +267,23 @@ def test_ctas_counts_every_update_per_tumbling_window(
     ]
 
 
-def test_a_bad_record_goes_to_the_processing_log(server: Server, broker: BrokerProcess) -> None:
-    produce(
-        broker,
-        "clicks",
-        [
-            (b"u3", b"not json", BASE + 30_000),
-            (b"u3", {"PAGE": "/cart", "MS": 5}, BASE + 31_000),
-        ],
-    )
-    records = read_topic(broker, "CARTS", 2)
-    assert [json.loads(v)["MS"] for _, v, _ in records] == [2, 5]
-    entries = [json.loads(v) for _, v, _ in read_topic(broker, LOG_TOPIC, 1)]
-    errors = [e["message"]["deserializationError"] for e in entries if e["message"]["type"] == 0]
-    assert errors and errors[0]["target"] == "value" and errors[0]["topic"] == "clicks"
-    [streams] = server.ok("SHOW STREAMS;")
-    assert "KSQL_PROCESSING_LOG" in [s["name"] for s in streams["streams"]]
-
-
-def test_restart_resumes_queries_without_repeating_output(
+def test_restart_resumes_the_query_without_repeating_output(
     server: Server, broker: BrokerProcess
 ) -> None:
     server.stop()
-    produce(broker, "clicks", [(b"u4", {"PAGE": "/cart", "MS": 6}, BASE + MINUTE + 6_000)])
+    produce(broker, "clicks", [(b"u1", {"PAGE": "/cart", "MS": 6}, BASE + MINUTE + 6_000)])
     restarted = Server(broker, server.state_dir)  # type: ignore[attr-defined]
     server.process, server.url = restarted.process, restarted.url
-    records = read_topic(broker, "CARTS", 3)
-    assert [json.loads(v)["MS"] for _, v, _ in records] == [2, 5, 6]
-    counts = read_topic(broker, "PER_MINUTE", 6)
-    updates = sorted((k[:-8], json.loads(v)["CLICKS"]) for k, v, _ in counts)
-    assert updates == [(b"u1", 1), (b"u1", 1), (b"u1", 2), (b"u2", 1), (b"u3", 1), (b"u4", 1)]
-
-
-def test_terminate_and_drop(server: Server, broker: BrokerProcess) -> None:
-    [queries] = server.ok("SHOW QUERIES;")
-    ids = sorted(q["id"] for q in queries["queries"])
-    assert len(ids) == 2
-    status, unknown = server.ksql("TERMINATE CSAS_NOPE_1;")
-    assert status == 400 and unknown["message"] == "Unknown queryId: CSAS_NOPE_1"
-    [terminated] = server.ok(f"TERMINATE {ids[0]};")
-    assert terminated["commandStatus"]["message"] == "Query terminated."
-    [queries] = server.ok("SHOW QUERIES;")
-    assert [q["id"] for q in queries["queries"]] == ids[1:]
+    records = read_topic(broker, "PER_MINUTE", 6)
+    updates = sorted(
+        (k[:-8], struct.unpack(">q", k[-8:])[0] - BASE, json.loads(v)["CLICKS"])
+        for k, v, _ in records
+    )
+    assert updates == [
+        (b"u1", 0, 1), (b"u1", 0, 2), (b"u1", MINUTE, 1), (b"u1", MINUTE, 2), (b"u2", 0, 1),
+        (b"u3", 0, 1),
+    ]  # fmt: skip
     server.ok("TERMINATE ALL;")
     [queries] = server.ok("SHOW QUERIES;")
     assert queries["queries"] == []
-    server.ok("DROP TABLE per_minute; DROP STREAM carts; DROP STREAM clicks;")
+    server.ok("DROP TABLE per_minute; DROP STREAM clicks;")

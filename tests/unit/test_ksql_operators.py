@@ -1,0 +1,331 @@
+"""The ksql operators (``strom.ksql.operators``) record at a time, and the record readers
+and writers (``strom.ksql.readers``): filters and projections, tables as changelogs,
+aggregations per window with every update (EMIT CHANGES) or one result per closed
+window (EMIT FINAL), grace periods, sessions merging, a table aggregated with undo,
+expression errors reported; records of each format read into rows and written back.
+No broker."""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import pytest
+
+from strom.ksql import statements as st
+from strom.ksql.metastore import DataSource, Metastore
+from strom.ksql.operators import Change, Operators, TableRegrouping
+from strom.ksql.parser import parse_statement
+from strom.ksql.planner import QueryPlan, SinkRequest, plan_query
+from strom.ksql.readers import RecordError, RecordReader, RecordWriter, Row, SourceRecord
+
+SECOND = 1000
+
+
+def source(metastore: Metastore, text: str) -> DataSource:
+    statement = parse_statement(text)
+    assert isinstance(statement, st.CreateSource)
+    created = metastore.source_from_statement(statement, text)
+    metastore.put_source(created)
+    return created
+
+
+@pytest.fixture
+def metastore() -> Metastore:
+    store = Metastore()
+    source(
+        store,
+        "CREATE STREAM clicks (user_id STRING KEY, page STRING, ms BIGINT) "
+        "WITH (kafka_topic='clicks', value_format='JSON')",
+    )
+    source(
+        store,
+        "CREATE TABLE users (id STRING PRIMARY KEY, name STRING, region STRING) "
+        "WITH (kafka_topic='users', format='JSON')",
+    )
+    return store
+
+
+def plan(metastore: Metastore, text: str) -> QueryPlan:
+    statement = parse_statement(text)
+    if isinstance(statement, st.Query):
+        return plan_query(statement, metastore)
+    assert isinstance(statement, st.CreateAsSelect)
+    request = SinkRequest(statement.name, statement.kind, statement.properties, None, 1)
+    return plan_query(statement.query, metastore, request, text)
+
+
+def click(user: str | None, page: str | None, ts: int, ms: int = 0, offset: int = 0) -> Row:
+    return Row(
+        {
+            "USER_ID": user,
+            "PAGE": page,
+            "MS": ms,
+            "ROWTIME": ts,
+            "ROWPARTITION": 0,
+            "ROWOFFSET": offset,
+        }
+    )
+
+
+def user(key: str, name: str | None, region: str | None, ts: int = 0) -> Row:
+    columns = {"ID": key, "NAME": name, "REGION": region, "ROWTIME": ts}
+    return Row({**columns, "ROWPARTITION": 0, "ROWOFFSET": 0}, tombstone=name is None)
+
+
+def aggregate_all(operators: Operators, rows: list[Row]) -> list[Change]:
+    """Rows through an aggregation, the stream time the largest timestamp so far."""
+    states: dict[Any, dict[Any, Any]] = {}
+    stream_time = -1
+    out: list[Change] = []
+    for row in rows:
+        stream_time = max(stream_time, row.timestamp)
+        grouped = operators.group(row)
+        if grouped is not None:
+            state = states.setdefault(grouped[0], {})
+            out += operators.aggregate(state, grouped[0], grouped[1], stream_time)
+        for group, state in states.items():
+            out += operators.close_windows(state, group, stream_time)
+    return out
+
+
+def summary(changes: list[Change], value: str) -> list[tuple[Any, ...]]:
+    return [
+        (
+            *change.key.values(),
+            change.window,
+            None if change.value is None else change.value[value],
+        )
+        for change in changes
+    ]
+
+
+def test_filter_and_projection_on_a_stream(metastore: Metastore) -> None:
+    operators = Operators(
+        plan(
+            metastore,
+            "CREATE STREAM out AS SELECT user_id, UCASE(page) AS page, ms * 2 AS twice FROM "
+            "clicks WHERE ms > 1",
+        )
+    )
+    assert operators.stateless(click("u1", "/a", 5, ms=1)) == []
+    [change] = operators.stateless(click("u1", "/b", 6, ms=3))
+    assert change == Change({"USER_ID": "u1"}, {"PAGE": "/B", "TWICE": 6}, 6, None)
+
+
+def test_a_table_stays_a_changelog(metastore: Metastore) -> None:
+    operators = Operators(
+        plan(metastore, "CREATE TABLE eu AS SELECT * FROM users WHERE region = 'eu'")
+    )
+    [kept] = operators.stateless(user("a", "Ada", "eu", 1))
+    assert kept.key == {"ID": "a"} and kept.value == {"NAME": "Ada", "REGION": "eu"}
+    [moved] = operators.stateless(user("a", "Ada", "us", 2))  # no longer passes: deleted
+    [deleted] = operators.stateless(user("a", None, None, 3))  # a tombstone stays one
+    assert (moved.key, moved.value) == ({"ID": "a"}, None)
+    assert (deleted.key, deleted.value) == ({"ID": "a"}, None)
+
+
+def test_tumbling_counts_give_every_update(metastore: Metastore) -> None:
+    operators = Operators(
+        plan(
+            metastore,
+            "CREATE TABLE counts AS SELECT user_id, COUNT(*) AS n FROM clicks "
+            "WINDOW TUMBLING (SIZE 10 SECONDS, GRACE PERIOD 5 SECONDS) GROUP BY user_id",
+        )
+    )
+    changes = aggregate_all(
+        operators,
+        [
+            click("u1", "/", 1 * SECOND),
+            click("u1", "/", 2 * SECOND),
+            click("u2", "/", 3 * SECOND),
+            click("u1", "/", 12 * SECOND),
+            click("u1", "/", 9 * SECOND),  # late, within the grace
+            click("u1", "/", 30 * SECOND),
+            click("u1", "/", 8 * SECOND),  # past the grace: dropped
+            click(None, "/", 31 * SECOND),  # a null key: dropped
+        ],
+    )
+    window = (0, 10 * SECOND)
+    assert summary(changes, "N") == [
+        ("u1", window, 1),
+        ("u1", window, 2),
+        ("u2", window, 1),
+        ("u1", (10 * SECOND, 20 * SECOND), 1),
+        ("u1", window, 3),
+        ("u1", (30 * SECOND, 40 * SECOND), 1),
+    ]
+    assert changes[1].timestamp == 2 * SECOND
+
+
+def test_emit_final_gives_one_row_per_window_once_closed(metastore: Metastore) -> None:
+    operators = Operators(
+        plan(
+            metastore,
+            "CREATE TABLE counts AS SELECT user_id, COUNT(*) AS n FROM clicks "
+            "WINDOW TUMBLING (SIZE 10 SECONDS, GRACE PERIOD 0 SECONDS) GROUP BY user_id "
+            "EMIT FINAL",
+        )
+    )
+    changes = aggregate_all(
+        operators,
+        [
+            click("u1", "/", 1 * SECOND),
+            click("u1", "/", 2 * SECOND),
+            click("u1", "/", 11 * SECOND),  # closes [0, 10)
+            click("u1", "/", 12 * SECOND),
+        ],
+    )
+    assert summary(changes, "N") == [("u1", (0, 10 * SECOND), 2)]
+
+
+def test_hopping_windows_each_count(metastore: Metastore) -> None:
+    operators = Operators(
+        plan(
+            metastore,
+            "CREATE TABLE counts AS SELECT user_id, COUNT(*) AS n FROM clicks "
+            "WINDOW HOPPING (SIZE 10 SECONDS, ADVANCE BY 5 SECONDS) GROUP BY user_id",
+        )
+    )
+    changes = aggregate_all(operators, [click("u1", "/", 7 * SECOND)])
+    assert summary(changes, "N") == [
+        ("u1", (0, 10 * SECOND), 1),
+        ("u1", (5 * SECOND, 15 * SECOND), 1),
+    ]
+
+
+def test_sessions_merge_and_the_merged_ones_are_deleted(metastore: Metastore) -> None:
+    operators = Operators(
+        plan(
+            metastore,
+            "CREATE TABLE sessions AS SELECT user_id, COUNT(*) AS n FROM clicks "
+            "WINDOW SESSION (10 SECONDS) GROUP BY user_id",
+        )
+    )
+    changes = aggregate_all(
+        operators,
+        [
+            click("u1", "/", 1 * SECOND),
+            click("u1", "/", 15 * SECOND),  # 14 s later: a session of its own
+            click("u1", "/", 8 * SECOND),  # within 10 s of both: bridges them
+        ],
+    )
+    assert summary(changes, "N") == [
+        ("u1", (1 * SECOND, 1 * SECOND), 1),
+        ("u1", (15 * SECOND, 15 * SECOND), 1),
+        ("u1", (1 * SECOND, 1 * SECOND), None),
+        ("u1", (15 * SECOND, 15 * SECOND), None),
+        ("u1", (1 * SECOND, 15 * SECOND), 3),
+    ]
+
+
+def test_having_deletes_the_rows_that_fail_it(metastore: Metastore) -> None:
+    operators = Operators(
+        plan(
+            metastore,
+            "SELECT page, COUNT(*) AS n FROM clicks GROUP BY page HAVING COUNT(*) = 2 EMIT CHANGES",
+        )
+    )
+    changes = aggregate_all(operators, [click("u", "/a", i) for i in range(3)])
+    assert [c.value for c in changes] == [None, {"PAGE": "/a", "N": 2}, None]
+
+
+def test_a_table_is_aggregated_with_undo(metastore: Metastore) -> None:
+    operators = Operators(
+        plan(
+            metastore,
+            "CREATE TABLE per_region AS SELECT region, COUNT(*) AS n FROM users GROUP BY region",
+        )
+    )
+    regrouping = TableRegrouping(operators)
+    kept: dict[Any, Any] = {}
+    states: dict[Any, dict[Any, Any]] = {}
+    out: list[tuple[Any, Any]] = []
+    for row in (
+        user("a", "Ada", "eu"),
+        user("b", "Bob", "eu"),
+        user("a", "Ada", "us"),  # moves: eu loses one, us gains one
+        user("b", None, None),  # deleted
+    ):
+        key = regrouping.source_key(row)
+        steps, keep = regrouping.changes(kept.get(key), row)
+        kept[key] = keep
+        for group, columns, sign in steps:
+            state = states.setdefault(group, {})
+            for change in operators.aggregate(state, group, columns, 0, sign):
+                out.append((change.key["REGION"], change.value["N"] if change.value else None))
+    assert out == [("eu", 1), ("eu", 2), ("eu", 1), ("us", 1), ("eu", 0)]
+
+
+def test_an_expression_error_is_null_and_reported(metastore: Metastore) -> None:
+    errors: list[str] = []
+    operators = Operators(
+        plan(metastore, "SELECT user_id, ms / 0 AS bad FROM clicks EMIT CHANGES"), errors.append
+    )
+    [change] = operators.stateless(click("u1", "/", 1, ms=4))
+    assert change.value == {"USER_ID": "u1", "BAD": None}
+    assert errors and "ms" in errors[0].lower()
+
+
+# ---- readers and writers ------------------------------------------------------------------
+
+
+def record(key: bytes | None, value: bytes | None, ts: int = 7) -> SourceRecord:
+    return SourceRecord("t", 2, 40, ts, key, value)
+
+
+def test_json_values_are_matched_case_insensitively_with_pseudo_columns(
+    metastore: Metastore,
+) -> None:
+    clicks = metastore.source("CLICKS")
+    assert clicks is not None
+    row = RecordReader(clicks).read(record(b"u1", b'{"page": "/a", "Ms": "12"}'))
+    assert row.columns == {
+        "USER_ID": "u1",
+        "PAGE": "/a",
+        "MS": 12,
+        "ROWPARTITION": 2,
+        "ROWOFFSET": 40,
+        "ROWTIME": 7,
+    }
+    with pytest.raises(RecordError) as failed:
+        RecordReader(clicks).read(record(b"u1", b"not json"))
+    assert failed.value.target == "value" and "Invalid JSON" in failed.value.message
+    with pytest.raises(RecordError):
+        RecordReader(clicks).read(record(b"u1", b'{"MS": "twelve"}'))
+
+
+def test_kafka_and_delimited_formats_and_the_timestamp_column() -> None:
+    store = Metastore()
+    events = source(
+        store,
+        "CREATE STREAM events (id BIGINT KEY, name STRING, amount DECIMAL(4, 2), at BIGINT) "
+        "WITH (kafka_topic='e', value_format='DELIMITED', timestamp='at')",
+    )
+    row = RecordReader(events).read(record(struct.pack(">q", 9), b'"a, b",12.5,99'))
+    assert row.columns["ID"] == 9 and row.columns["NAME"] == "a, b"
+    assert str(row.columns["AMOUNT"]) == "12.50" and row.timestamp == 99
+    written = RecordWriter(events)
+    assert written.key({"ID": 9}, None) == struct.pack(">q", 9)
+    assert written.value(row.columns) == b'"a, b",12.50,99'
+    with pytest.raises(RecordError) as failed:
+        RecordReader(events).read(record(b"\x00\x01", b"x,1,2"))
+    assert failed.value.target == "key"
+
+
+def test_windowed_keys_carry_their_window() -> None:
+    store = Metastore()
+    counts = source(
+        store,
+        "CREATE TABLE counts (page STRING PRIMARY KEY, n BIGINT) WITH (kafka_topic='c', "
+        "format='JSON', window_type='TUMBLING', window_size='1 MINUTE')",
+    )
+    writer = RecordWriter(counts)
+    key = writer.key({"PAGE": "/a"}, (60_000, 120_000))
+    assert key == b'"/a"' + struct.pack(">q", 60_000)
+    row = RecordReader(counts).read(record(key, json.dumps({"N": 3}).encode()))
+    assert (row.columns["WINDOWSTART"], row.columns["WINDOWEND"]) == (60_000, 120_000)
+    assert row.columns["PAGE"] == "/a" and row.columns["N"] == 3
+    tombstone = RecordReader(counts).read(record(key, None))
+    assert tombstone.tombstone and tombstone.columns["PAGE"] == "/a"

@@ -1,0 +1,204 @@
+"""The ksql planner (``strom.ksql.planner``): a query and the metastore give the output
+schema ksqlDB gives (key columns, names, types, the result's kind, the sink's topic,
+partitions, formats and window), and ksqlDB's refusals. No broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from strom.ksql import statements as st
+from strom.ksql.metastore import KsqlStatementError, Metastore
+from strom.ksql.parser import parse_statement
+from strom.ksql.planner import QueryPlan, SinkRequest, plan_query
+
+
+@pytest.fixture
+def metastore() -> Metastore:
+    store = Metastore()
+    for text in (
+        "CREATE STREAM clicks (user_id STRING KEY, page STRING, ms BIGINT, "
+        "info STRUCT<region STRING>) WITH (kafka_topic='clicks', value_format='JSON')",
+        "CREATE TABLE users (id STRING PRIMARY KEY, name STRING, region STRING) "
+        "WITH (kafka_topic='users', format='JSON')",
+        "CREATE STREAM raw (line STRING) WITH (kafka_topic='raw', value_format='KAFKA', "
+        "key_format='NONE')",
+    ):
+        statement = parse_statement(text)
+        assert isinstance(statement, st.CreateSource)
+        store.put_source(store.source_from_statement(statement, text))
+    return store
+
+
+def plan(metastore: Metastore, text: str, partitions: int = 3) -> QueryPlan:
+    statement = parse_statement(text)
+    if isinstance(statement, st.Query):
+        return plan_query(statement, metastore)
+    assert isinstance(statement, st.CreateAsSelect)
+    request = SinkRequest(statement.name, statement.kind, statement.properties, None, partitions)
+    return plan_query(statement.query, metastore, request, text)
+
+
+def columns(result: QueryPlan) -> list[tuple[str, str, str]]:
+    return [(p.name, str(p.type), p.namespace) for p in result.projection]
+
+
+def refusal(metastore: Metastore, text: str) -> str:
+    with pytest.raises(KsqlStatementError) as refused:
+        plan(metastore, text)
+    return str(refused.value)
+
+
+def test_csas_keeps_the_key_names_unnamed_expressions_and_defaults_the_sink(
+    metastore: Metastore,
+) -> None:
+    result = plan(
+        metastore,
+        "CREATE STREAM out AS SELECT page, user_id, UCASE(page), ms + 1, info->region "
+        "FROM clicks WHERE ms > 0",
+    )
+    assert result.kind == "STREAM"
+    assert columns(result) == [
+        ("USER_ID", "STRING", "KEY"),
+        ("PAGE", "STRING", "VALUE"),
+        ("KSQL_COL_0", "STRING", "VALUE"),
+        ("KSQL_COL_1", "BIGINT", "VALUE"),
+        ("REGION", "STRING", "VALUE"),
+    ]
+    sink = result.sink
+    assert sink is not None
+    assert (sink.name, sink.topic, sink.kind) == ("OUT", "OUT", "STREAM")
+    assert (sink.key_format, sink.value_format) == ("KAFKA", "JSON")
+    assert sink.properties["PARTITIONS"] == 3 and sink.window_type is None
+
+
+def test_with_properties_override_topic_partitions_and_formats(metastore: Metastore) -> None:
+    result = plan(
+        metastore,
+        "CREATE STREAM out WITH (kafka_topic='elsewhere', partitions=6, value_format='DELIMITED') "
+        "AS SELECT user_id, page FROM clicks",
+    )
+    sink = result.sink
+    assert sink is not None
+    assert (sink.topic, sink.properties["PARTITIONS"], sink.value_format) == (
+        "elsewhere", 6, "DELIMITED"
+    )  # fmt: skip
+
+
+def test_group_by_makes_a_table_keyed_by_the_grouping_with_a_window(
+    metastore: Metastore,
+) -> None:
+    result = plan(
+        metastore,
+        "CREATE TABLE counts AS SELECT user_id, COUNT(*) AS n, MAX(ms), WINDOWSTART AS ws "
+        "FROM clicks WINDOW HOPPING (SIZE 1 MINUTE, ADVANCE BY 30 SECONDS, GRACE PERIOD 5 "
+        "SECONDS) GROUP BY user_id HAVING COUNT(*) > 1 EMIT FINAL",
+    )
+    assert result.kind == "TABLE" and result.emit_final
+    assert columns(result) == [
+        ("USER_ID", "STRING", "KEY"),
+        ("N", "BIGINT", "VALUE"),
+        ("KSQL_COL_0", "BIGINT", "VALUE"),
+        ("WS", "BIGINT", "VALUE"),
+    ]
+    aggregation = result.aggregation
+    assert aggregation is not None and aggregation.window is not None
+    assert [c.name for c in aggregation.calls] == ["COUNT", "MAX"]  # COUNT(*) once
+    assert (aggregation.window.size_ms, aggregation.window.advance_ms) == (60_000, 30_000)
+    assert aggregation.window.grace_ms == 5_000
+    sink = result.sink
+    assert sink is not None
+    assert (sink.window_type, sink.window_size_ms) == ("HOPPING", 60_000)
+
+
+def test_multi_column_keys_switch_a_kafka_key_format_to_json(metastore: Metastore) -> None:
+    result = plan(
+        metastore,
+        "CREATE TABLE pairs AS SELECT user_id, page, COUNT(*) FROM clicks GROUP BY user_id, page",
+    )
+    assert [p.name for p in result.key_columns] == ["USER_ID", "PAGE"]
+    assert result.sink is not None and result.sink.key_format == "JSON"
+
+
+def test_partition_by_rekeys_a_stream(metastore: Metastore) -> None:
+    result = plan(
+        metastore, "CREATE STREAM by_page AS SELECT page, user_id, ms FROM clicks PARTITION BY page"
+    )
+    assert columns(result)[:2] == [("PAGE", "STRING", "KEY"), ("USER_ID", "STRING", "VALUE")]
+    unkeyed = plan(metastore, "CREATE STREAM nokey AS SELECT page FROM clicks PARTITION BY NULL")
+    assert unkeyed.key_columns == ()
+
+
+def test_a_table_source_gives_a_table(metastore: Metastore) -> None:
+    result = plan(metastore, "CREATE TABLE eu AS SELECT * FROM users WHERE region = 'eu'")
+    assert result.kind == "TABLE"
+    assert columns(result) == [
+        ("ID", "STRING", "KEY"), ("NAME", "STRING", "VALUE"), ("REGION", "STRING", "VALUE")
+    ]  # fmt: skip
+
+
+def test_transient_queries_select_what_they_like(metastore: Metastore) -> None:
+    result = plan(metastore, "SELECT page, COUNT(*) FROM clicks GROUP BY page EMIT CHANGES LIMIT 5")
+    assert columns(result) == [("PAGE", "STRING", "VALUE"), ("KSQL_COL_0", "BIGINT", "VALUE")]
+    assert result.sink is None and result.limit == 5
+    assert [p.name for p in plan(metastore, "SELECT page FROM clicks EMIT CHANGES").projection] == [
+        "PAGE"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "CREATE STREAM s AS SELECT page FROM clicks",
+            "Key missing from projection (ie, SELECT). \nThe query used to build `S` must "
+            "include the key column USER_ID in its projection (eg, SELECT USER_ID...).",
+        ),
+        (
+            "CREATE TABLE t AS SELECT COUNT(*) FROM clicks GROUP BY page",
+            "Key missing from projection (ie, SELECT). \nThe query used to build `T` must "
+            "include the grouping expression PAGE in its projection (eg, SELECT PAGE...).",
+        ),
+        (
+            "CREATE STREAM s AS SELECT user_id, COUNT(*) FROM clicks GROUP BY user_id",
+            "Invalid result type. Your SELECT query produces a TABLE. Please use CREATE TABLE "
+            "AS SELECT statement instead.",
+        ),
+        (
+            "CREATE TABLE t AS SELECT user_id, page FROM clicks",
+            "Invalid result type. Your SELECT query produces a STREAM. Please use CREATE "
+            "STREAM AS SELECT statement instead.",
+        ),
+        (
+            "CREATE TABLE t AS SELECT user_id, page, COUNT(*) FROM clicks GROUP BY user_id",
+            "Non-aggregate SELECT expression(s) not part of GROUP BY: PAGE\nEither add the "
+            "column(s) to the GROUP BY or remove them from the SELECT.",
+        ),
+        (
+            "CREATE TABLE t AS SELECT user_id FROM clicks GROUP BY user_id",
+            "GROUP BY requires aggregate functions in either the SELECT or HAVING clause.",
+        ),
+        (
+            "SELECT COUNT(*) FROM clicks EMIT CHANGES",
+            "Use of aggregate functions requires a GROUP BY clause.",
+        ),
+        (
+            "CREATE STREAM s WITH (nonsense=1) AS SELECT user_id FROM clicks",
+            "Invalid config variable(s) in the WITH clause: NONSENSE",
+        ),
+    ],
+)
+def test_refusals_have_ksqldb_messages(metastore: Metastore, text: str, message: Any) -> None:
+    assert refusal(metastore, text) == message
+
+
+def test_the_planned_query_pickles(metastore: Metastore) -> None:
+    import pickle
+
+    result = plan(
+        metastore,
+        "CREATE TABLE counts AS SELECT user_id, COUNT(*) AS n FROM clicks "
+        "WINDOW SESSION (30 SECONDS) GROUP BY user_id",
+    )
+    assert pickle.loads(pickle.dumps(result)) == result
