@@ -9,6 +9,12 @@ during an fsync are covered together by the next one. The connection loop keeps
 responses in request order, so a producer with several requests in flight gets
 them all answered, each only after its data is durable.
 
+The time-based flush (``flush.ms``, and ``flush.messages`` checked by the periodic
+duty) takes the same way, as do the checkpoint files' writes (``in_background``): one
+thread does every fsync of the node's logs, in the order they were asked for, so that a
+later flush of a log never finishes before an earlier one, and the event loop never
+waits on the disk.
+
 Owns the per-log queue of waiters and the fsync thread; the storage owns what a
 flush writes (PartitionLog.begin_flush / PendingFlush.sync / end_flush).
 """
@@ -17,12 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from concurrent.futures import Future as ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
 
 from strom.storage.partition_log import PartitionLog, PendingFlush
 
 log = logging.getLogger(__name__)
+
+
+def _forget(done: asyncio.Future[None]) -> None:
+    if not done.cancelled():
+        done.exception()  # retrieved: _end logged it
 
 
 class _LogQueue:
@@ -90,6 +102,16 @@ class GroupCommit:
             self._begin(partition_log, queue, loop)
         else:
             del self._queues[id(partition_log)]
+
+    def flush_in_background(self, partition_log: PartitionLog) -> None:
+        """Flush ``partition_log`` up to its current end on the fsync thread, as a flush
+        policy asks; a failure is logged (``_end``), nobody waits for it."""
+        self.durable(partition_log).add_done_callback(_forget)
+
+    def in_background(self, work: Callable[[], None]) -> asyncio.Future[None]:
+        """Run ``work`` (file writes with fsyncs) on the fsync thread, after the flushes
+        asked for before it."""
+        return asyncio.get_running_loop().run_in_executor(self._executor, work)
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=True)

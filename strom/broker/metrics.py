@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from strom.broker.loop_lag import LoopLagProbe
+
 if TYPE_CHECKING:
     from strom.broker.router import RequestContext
     from strom.broker.server import Broker
@@ -108,6 +110,7 @@ class BrokerMetrics:
         self.isr_shrinks = 0
         self.isr_expands = 0
         self.failed_authentications = 0
+        self.loop_lag = LoopLagProbe()
         self._decayed = time.monotonic()
 
     def appended(self, topic: str, headers: Iterable[Any]) -> None:
@@ -196,6 +199,7 @@ class KafkaCollector(Collector):
         yield from self._network_metrics()
         yield from self._controller_metrics()
         yield from self._lag_metrics()
+        yield from self._loop_metrics()
 
     # kafka.server:type=BrokerTopicMetrics ---------------------------------------------
 
@@ -448,3 +452,23 @@ class KafkaCollector(Collector):
         yield committed
         yield lag
         yield members
+
+    # the event loop -------------------------------------------------------------------
+
+    def _loop_metrics(self) -> Iterator[Metric]:
+        probe = self.metrics.loop_lag
+        lag = _family(
+            "strom_event_loop_lag_seconds",
+            "How late the event loop ran a callback due every 10 ms, seconds",
+            "histogram",
+        )
+        for bound, count in probe.cumulative():
+            lag.add_sample("strom_event_loop_lag_seconds_bucket", {"le": bound}, float(count))
+        lag.add_sample("strom_event_loop_lag_seconds_count", {}, float(probe.total))
+        lag.add_sample("strom_event_loop_lag_seconds_sum", {}, probe.sum_s)
+        yield lag
+        worst = _family(
+            "strom_event_loop_lag_max_seconds", "The event loop's worst lag since start", "gauge"
+        )
+        worst.add_sample("strom_event_loop_lag_max_seconds", {}, probe.max_s)
+        yield worst

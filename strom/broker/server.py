@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import faulthandler
+import functools
 import gc
 import hashlib
 import inspect
@@ -78,6 +79,7 @@ from strom.protocol.framing import (
 from strom.raft.core import RaftConfig
 from strom.security.connection_limits import ConnectionLimits
 from strom.security.sasl import SaslAuthenticationFailed
+from strom.storage.log_manager import write_checkpoints
 from strom.storage.metadata_log import MetadataLogStore
 
 log = logging.getLogger(__name__)
@@ -329,6 +331,8 @@ class Broker:
             for server in clients:
                 await server.start_serving()
         self._duties = asyncio.get_running_loop().create_task(self._run_duties())
+        if self.metrics is not None:
+            self.metrics.loop_lag.start()
         self._idle_closer = asyncio.get_running_loop().create_task(self._close_idle_connections())
         # What start-up loaded (modules, kio's schema classes, metadata) lives as long
         # as the broker: frozen, out of the collector's sight, it is not rescanned by
@@ -363,6 +367,8 @@ class Broker:
             connection.close()
         if self._duties is not None:
             self._duties.cancel()
+        if self.metrics is not None:
+            self.metrics.loop_lag.stop()
         if self._idle_closer is not None:
             self._idle_closer.cancel()
         await self._servers_closed()
@@ -447,13 +453,23 @@ class Broker:
         tick = min(flush_every, logs.maintenance_interval_ms / 1000)
         checkpoint_every = max(self.config["log.flush.offset.checkpoint.interval.ms"], 1) / 1000
         last_checkpoint = time.monotonic()
+        checkpoint_written: asyncio.Future[None] | None = None
         while True:
             await asyncio.sleep(tick)
             try:
-                logs.flush_due(int(time.time() * 1000))
+                # fsyncs and checkpoint files on the fsync thread, never on the loop
+                for due in logs.logs_due_for_flush(int(time.time() * 1000)):
+                    self.group_commit.flush_in_background(due)
                 logs.maintain()  # retention, producer id expiry, compaction, file deletion
-                if time.monotonic() - last_checkpoint >= checkpoint_every:
-                    logs.checkpoint()
+                if checkpoint_written is not None and checkpoint_written.done():
+                    written, checkpoint_written = checkpoint_written, None
+                    written.result()  # a failed write raises: logged below
+                if checkpoint_written is None and (
+                    time.monotonic() - last_checkpoint >= checkpoint_every
+                ):
+                    checkpoint_written = self.group_commit.in_background(
+                        functools.partial(write_checkpoints, logs.checkpoint_contents())
+                    )
                     last_checkpoint = time.monotonic()
             except Exception:
                 log.exception("periodic flush failed")

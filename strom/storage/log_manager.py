@@ -61,6 +61,14 @@ METADATA_LOG_DIR = "__cluster_metadata-0"
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
+def write_checkpoints(contents: list[tuple[Path, dict[tuple[str, int], int]]]) -> None:
+    """Write what ``LogManager.checkpoint_contents`` took, each file atomically; safe on
+    any thread."""
+    for path, entries in contents:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_checkpoint(path, entries)
+
+
 def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
@@ -305,25 +313,36 @@ class LogManager:
 
     def checkpoint(self) -> None:
         """Atomically rewrite the checkpoint files from the open logs."""
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        write_checkpoint(
-            self.log_dir / RECOVERY_POINT_CHECKPOINT,
-            {key: p.recovery_point for key, p in self._logs.items()},
-        )
-        write_checkpoint(
-            self.log_dir / LOG_START_OFFSET_CHECKPOINT,
-            {key: p.log_start_offset for key, p in self._logs.items()},
-        )
-        write_checkpoint(
-            self.log_dir / REPLICATION_OFFSET_CHECKPOINT,
-            {key: p.high_watermark for key, p in self._logs.items()},
-        )
+        write_checkpoints(self.checkpoint_contents())
+
+    def checkpoint_contents(self) -> list[tuple[Path, dict[tuple[str, int], int]]]:
+        """What the checkpoint files hold now (recovery points, log start offsets, high
+        watermarks), taken on the logs' owner; ``write_checkpoints`` may write it on
+        another thread."""
+        return [
+            (
+                self.log_dir / RECOVERY_POINT_CHECKPOINT,
+                {key: p.recovery_point for key, p in self._logs.items()},
+            ),
+            (
+                self.log_dir / LOG_START_OFFSET_CHECKPOINT,
+                {key: p.log_start_offset for key, p in self._logs.items()},
+            ),
+            (
+                self.log_dir / REPLICATION_OFFSET_CHECKPOINT,
+                {key: p.high_watermark for key, p in self._logs.items()},
+            ),
+        ]
 
     def flush_due(self, now_ms: int | None = None) -> int:
         """Apply each log's flush.ms; returns how many logs were flushed."""
+        return sum(1 for p in self.logs_due_for_flush(now_ms) if p.maybe_flush(now_ms))
+
+    def logs_due_for_flush(self, now_ms: int | None = None) -> list[PartitionLog]:
+        """The logs whose flush.messages / flush.ms call for a flush now."""
         if now_ms is None:
             now_ms = int(time.time() * 1000)
-        return sum(1 for p in self._logs.values() if p.maybe_flush(now_ms))
+        return [p for p in self._logs.values() if p.flush_wanted(now_ms)]
 
     def enforce_retention(self, now_ms: int | None = None) -> int:
         """Apply every log's retention now; returns how many segments were deleted."""

@@ -76,6 +76,9 @@ def value(samples: dict, name: str, **labels: str) -> float | None:
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, int]]:
     process = BrokerProcess(tmp_path_factory.mktemp("metrics") / "data")
     process.overrides["admin.listeners"] = f"http://127.0.0.1:{process.extra_port('admin')}"
+    # the time-based flush and the checkpoint files often (test_flush_and_checkpoint...)
+    process.overrides["log.flush.scheduler.interval.ms"] = "50"
+    process.overrides["log.flush.offset.checkpoint.interval.ms"] = "200"
     process.start()
     yield process, process.ports["admin"]
     if process.alive():
@@ -148,6 +151,50 @@ def test_metrics_count_what_was_produced_and_fetched(node: tuple[BrokerProcess, 
             "the open connection to be counted",
         )
     assert connections >= 1
+
+
+def test_the_event_loop_lag_histogram(node: tuple[BrokerProcess, int]) -> None:
+    """The loop's lag, sampled every 10 ms: a Prometheus histogram whose count grows
+    while the node runs, and its worst lag since start."""
+    _, port = node
+    before = scrape(port)
+    time.sleep(0.3)
+    after = scrape(port)
+    name = "strom_event_loop_lag_seconds"
+    count = value(after, f"{name}_count")
+    assert count is not None and count > (value(before, f"{name}_count") or 0) + 5
+    assert value(after, f"{name}_bucket", le="+Inf") == count
+    buckets = sorted(
+        (float(dict(labels)["le"]), v)
+        for (sample, labels), v in after.items()
+        if sample == f"{name}_bucket"
+    )
+    assert [v for _, v in buckets] == sorted(v for _, v in buckets)  # cumulative
+    worst = value(after, "strom_event_loop_lag_max_seconds")
+    assert worst is not None and 0 <= worst < 60
+
+
+def test_flush_and_checkpoint_keep_up_with_a_time_based_flush(
+    node: tuple[BrokerProcess, int],
+) -> None:
+    """flush.ms: the fsync thread flushes the log within moments of the appends and the
+    recovery-point checkpoint file (written on that thread too) says so."""
+    process, _ = node
+    name = f"m-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": process.bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1, config={"flush.ms": "100"})])[name].result(15)
+    produce(process.bootstrap, name, 500)
+    checkpoint = process.data_dir / "recovery-point-offset-checkpoint"
+    deadline = time.monotonic() + 30
+    recovery_point = None
+    while time.monotonic() < deadline:
+        lines = checkpoint.read_text().splitlines() if checkpoint.exists() else []
+        points = {line.split()[0]: int(line.split()[2]) for line in lines[2:]}
+        recovery_point = points.get(name)
+        if recovery_point == 500:
+            break
+        time.sleep(0.1)
+    assert recovery_point == 500
 
 
 def test_promtool_accepts_the_metrics(node: tuple[BrokerProcess, int]) -> None:
