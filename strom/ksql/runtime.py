@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OUTPUT_SCHEMA = "topic string, key binary, value binary, timestamp long"
-GROUPED_SCHEMA = "grp binary, part int, off long, ts timestamp, payload binary"
+GROUPED_SCHEMA = "grp binary, part int, off long, seq int, ts timestamp, payload binary"
 LOG_GROUP = b"\x00processing-log"  # the group of processing log entries, passed through
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -213,46 +213,114 @@ def run_stateless(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterato
         yield _output_batch(out)
 
 
-def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow before an aggregation: each row's group (pickled) and the row."""
-    import pyarrow as pa
+class _Grouped:
+    """Rows of the grouped frame: (group, partition, offset, sequence, timestamp in
+    microseconds, payload)."""
 
+    def __init__(self) -> None:
+        self.rows: list[tuple[bytes, int, int, int, int, bytes]] = []
+
+    def add(self, group: bytes, record: Any, sequence: int, ms: int, payload: bytes) -> None:
+        self.rows.append((group, record.partition, record.offset, sequence, ms * 1000, payload))
+
+    def batch(self) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        columns = list(zip(*self.rows, strict=True)) if self.rows else [[]] * 6
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(columns[0], pa.binary()),
+                pa.array(columns[1], pa.int32()),
+                pa.array(columns[2], pa.int64()),
+                pa.array(columns[3], pa.int32()),
+                pa.array(columns[4], pa.timestamp("us", tz="UTC")),
+                pa.array(columns[5], pa.binary()),
+            ],
+            names=["grp", "part", "off", "seq", "ts", "payload"],
+        )
+
+
+def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow before an aggregation: each row's group (pickled) and the row with its
+    sign (pickled). Over a table, the group is the source key's, for the regrouping step
+    that follows (which knows the row's previous group)."""
     parts = _parts(spec)
+    table = spec.plan.source.kind == "TABLE"
     for batch in batches:
-        groups: list[bytes] = []
-        partitions: list[int] = []
-        offsets: list[int] = []
-        stamps: list[int] = []
-        payloads: list[bytes] = []
+        grouped = _Grouped()
         for record in _source_records(batch):
             out: list[tuple[Any, ...]] = []
             row = _read(parts, record, out)
-            grouped = parts.operators.group(row) if row is not None else None
-            entries = [o[2] for o in out] + parts.take_errors()
-            for entry in entries:
-                groups.append(LOG_GROUP)
-                partitions.append(record.partition)
-                offsets.append(record.offset)
-                stamps.append(record.timestamp * 1000)
-                payloads.append(entry)
-            if grouped is None:
+            if row is not None and table:
+                key = tuple(row.columns.get(c.name) for c in spec.plan.source.key_columns)
+                grouped.add(pickle.dumps(key), record, 0, row.timestamp, pickle.dumps(row))
                 continue
-            group, columns = grouped
-            groups.append(pickle.dumps(group))
-            partitions.append(record.partition)
-            offsets.append(record.offset)
-            stamps.append(int(columns["ROWTIME"]) * 1000)
-            payloads.append(pickle.dumps(columns))
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array(groups, pa.binary()),
-                pa.array(partitions, pa.int32()),
-                pa.array(offsets, pa.int64()),
-                pa.array(stamps, pa.timestamp("us", tz="UTC")),
-                pa.array(payloads, pa.binary()),
-            ],
-            names=["grp", "part", "off", "ts", "payload"],
-        )
+            found = parts.operators.group(row) if row is not None else None
+            for entry in [o[2] for o in out] + parts.take_errors():
+                grouped.add(LOG_GROUP, record, 0, record.timestamp, entry)
+            if found is not None:
+                group, columns = found
+                payload = pickle.dumps((columns, 1))
+                grouped.add(pickle.dumps(group), record, 0, int(columns["ROWTIME"]), payload)
+        yield grouped.batch()
+
+
+def _regroup_processor(spec: QuerySpec) -> Any:
+    """Over a table: each source key's last group kept, so an update is an undo in its
+    old group and an add in its new one (ksqlDB's table GROUP BY)."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    class RegroupProcessor(StatefulProcessor):  # type: ignore[misc]
+        def init(self, handle: Any) -> None:
+            self.state = handle.getValueState(
+                "previous", StructType([StructField("row", BinaryType())])
+            )
+
+        def handleInputRows(
+            self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+        ) -> Iterator[pd.DataFrame]:
+            import pandas as pd
+
+            from strom.ksql.operators import TableRegrouping
+
+            parts = _parts(spec)
+            frame = pd.concat(list(rows), ignore_index=True).sort_values(["part", "off"])
+            regrouping = TableRegrouping(parts.operators)
+            previous = pickle.loads(self.state.get()[0]) if self.state.exists() else None
+            grouped = _Grouped()
+            for part, off, payload in zip(
+                frame["part"], frame["off"], frame["payload"], strict=True
+            ):
+                if key[0] == LOG_GROUP:  # processing log entries pass through
+                    grouped.add(LOG_GROUP, _Position(int(part), int(off)), 0, 0, payload)
+                    continue
+                row = pickle.loads(payload)
+                steps, previous = regrouping.changes(previous, row)
+                record = _Position(int(part), int(off))
+                for sequence, (group, columns, sign) in enumerate(steps):
+                    grouped.add(
+                        pickle.dumps(group), record, sequence, row.timestamp,
+                        pickle.dumps((columns, sign)),
+                    )  # fmt: skip
+            for entry in parts.take_errors():
+                grouped.add(LOG_GROUP, _Position(0, 0), 0, 0, entry)
+            if previous is None:
+                self.state.clear()
+            else:
+                self.state.update((pickle.dumps(previous),))
+            yield grouped.batch().to_pandas()
+
+        def close(self) -> None:
+            return None
+
+    return RegroupProcessor()
+
+
+@dataclass(frozen=True)
+class _Position:
+    partition: int
+    offset: int
 
 
 def _aggregate_processor(spec: QuerySpec) -> Any:
@@ -298,7 +366,7 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
 
             parts = _parts(spec)
             frame = pd.concat(list(rows), ignore_index=True)
-            frame = frame.sort_values(["part", "off"], kind="stable")
+            frame = frame.sort_values(["part", "off", "seq"], kind="stable")
             out: list[tuple[Any, ...]] = []
             if key[0] == LOG_GROUP:
                 out = [(spec.log_topic, None, payload, None) for payload in frame["payload"]]
@@ -309,10 +377,10 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
             watermark = _watermark(timerValues) if parts.plan_windowed else -1
             floor = watermark + parts.grace if watermark >= 0 else -1
             for payload in frame["payload"]:
-                row = pickle.loads(payload)
+                row, sign = pickle.loads(payload)
                 stored["stream_time"] = max(stored["stream_time"], floor, int(row["ROWTIME"]))
                 changes = parts.operators.aggregate(
-                    stored["windows"], group, row, stored["stream_time"]
+                    stored["windows"], group, row, stored["stream_time"], sign
                 )
                 _write(parts, changes, out)
                 closed = parts.operators.close_windows(
@@ -426,6 +494,13 @@ class SparkQueries:
             output = frame.mapInArrow(lambda batches: run_stateless(spec, batches), OUTPUT_SCHEMA)
         else:
             grouped = frame.mapInArrow(lambda batches: run_grouping(spec, batches), GROUPED_SCHEMA)
+            if source.kind == "TABLE":
+                grouped = grouped.groupBy("grp").transformWithStateInPandas(
+                    statefulProcessor=_regroup_processor(spec),
+                    outputStructType=GROUPED_SCHEMA,
+                    outputMode="Append",
+                    timeMode="None",
+                )
             windowed = plan.aggregation.window is not None
             if windowed:
                 grace = _grace_ms(plan)
