@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -175,6 +177,37 @@ def test_push_query_rows_limit_and_shapes(server: Server, broker: BrokerProcess)
     assert body[4] == {"finalMessage": "Limit Reached"}
     status, refused = server.ksql("SELECT * FROM nope EMIT CHANGES;")
     assert status == 400 and refused["error_code"] == 40002
+
+
+def test_close_query_ends_a_push_query_and_plain_tables_are_not_pulled(
+    server: Server,
+) -> None:
+    lines: list[bytes] = []
+    body = {"sql": "SELECT * FROM clicks EMIT CHANGES;", "properties": {}}
+    reader = threading.Thread(target=lambda: lines.extend(server.stream("/query-stream", body)))
+    reader.start()
+    deadline = time.monotonic() + 60
+    pushed: list[dict[str, Any]] = []
+    while not pushed and time.monotonic() < deadline:
+        [queries] = server.ok("SHOW QUERIES;")
+        pushed = [q for q in queries["queries"] if q["queryType"] == "PUSH"]
+    [push] = pushed
+    assert push["queryString"] == "SELECT * FROM clicks EMIT CHANGES;"
+    closed = KsqlRestClient(server.url).call("POST", "/close-query", {"queryId": push["id"]})
+    assert closed == {}
+    reader.join(60)
+    assert not reader.is_alive()
+    assert json.loads(lines[0])["queryId"] == push["id"]
+    server.ok(
+        "CREATE TABLE users (id STRING PRIMARY KEY, name STRING) "
+        "WITH (kafka_topic='users', format='JSON', partitions=1);"
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        server.stream("/query-stream", {"sql": "SELECT * FROM users;"})
+    assert json.loads(refused.value.read())["message"].startswith(
+        "The `USERS` table isn't queryable."
+    )
+    server.ok("DROP TABLE users;")
 
 
 def test_csas_with_filter_projection_and_processing_log(
