@@ -5,14 +5,15 @@ rate of single-row transactions.
 Starts a real broker, a real PostgreSQL (tests/postgres_process.py) and a real Connect
 worker process (``strom connect-standalone``, or ``connect-distributed`` with
 exactly-once source support with ``--exactly-once``) running the connector on one table.
-Writer processes (``--writers``, 2) commit single-row inserts at ``--rate`` per second in
-all for ``--seconds``; a consumer (read_committed) takes each record as it comes and
-measures, for each change, its receive time minus its commit time (the source block's
-``ts_us``, PostgreSQL's clock, the same machine's). Prints p50, p99 and max latency, the
-rate the writers achieved, the rate records arrived, and the worker's CPU time a change.
-With ``--drain N`` it measures the worker's capacity instead: the worker is stopped while
-N changes are committed, and the rate it then drains them at is printed.
-Usage: python bench/connect_cdc.py [--rate N] [--seconds S] [--writers W]
+Writers (``--writers`` connections, 1, each a loop inside the server) commit single-row
+inserts at ``--rate`` per second in all for ``--seconds``; a consumer (read_committed)
+takes each record as it comes and measures, for each change, its receive time minus its
+commit time (the source block's ``ts_us``, PostgreSQL's clock, the same machine's), and
+the record's timestamp (set when the worker sent it) minus the commit time. Prints p50,
+p99 and max of both, the rate the writers achieved, the rate records arrived, and the
+worker's CPU time a change. With ``--drain N`` it measures the worker's capacity instead:
+the worker is stopped while N changes are committed, and the rate it then drains them at
+is printed. Usage: python bench/connect_cdc.py [--rate N] [--seconds S] [--writers W]
 [--exactly-once] [--schemaless] [--timeline] [--drain N]
 """
 
@@ -25,6 +26,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -40,8 +42,10 @@ TOPIC = "bench.public.changes"
 
 
 def write(port: int, rate: float, count: int, first_id: int, step: int, done: Any) -> None:
-    """Commit ``count`` single-row inserts, one every ``1 / rate`` s on schedule (a late one
-    is sent at once, never in a burst beyond the schedule)."""
+    """Commit ``count`` single-row inserts, one every ``1 / rate`` s on schedule, from a
+    loop inside the server (a DO block committing each row: no client round trip a
+    change, so the writer takes little of the host the connector is measured on). A late
+    commit is sent at once; the loop sleeps whenever it is a millisecond ahead."""
     import psycopg
 
     with psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres",
@@ -51,12 +55,24 @@ def write(port: int, rate: float, count: int, first_id: int, step: int, done: An
         # commits to the WAL writer's 200 ms rounds)
         connection.execute("SET synchronous_commit = on")
         begin = time.monotonic()
-        for n in range(count):
-            pause = begin + (n + 1) / rate - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-            row = first_id + n * step
-            connection.execute("INSERT INTO changes (id, payload) VALUES (%s, 'x')", (row,))
+        connection.execute(
+            f"""DO $$
+            DECLARE
+                started timestamptz := clock_timestamp();
+                ahead interval;
+            BEGIN
+                FOR n IN 0..{int(count) - 1} LOOP
+                    ahead := started + ((n + 1) / {float(rate)}) * interval '1 second'
+                             - clock_timestamp();
+                    IF ahead > interval '1 millisecond' THEN
+                        PERFORM pg_sleep(extract(epoch FROM ahead));
+                    END IF;
+                    INSERT INTO changes (id, payload)
+                        VALUES ({int(first_id)} + n * {int(step)}, 'x');
+                    COMMIT;
+                END LOOP;
+            END $$"""
+        )
         with done.get_lock():
             done.value = max(done.value, time.monotonic() - begin)
 
@@ -139,6 +155,37 @@ def drain(
           f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
 
 
+class WalSenderSampler(threading.Thread):
+    """Twice a second: what the slot's walsender waits on, and how far what it has sent is
+    behind the WAL flushed (it decodes in commit order, one transaction after another)."""
+
+    def __init__(self, postgres: PostgresProcess) -> None:
+        super().__init__(daemon=True)
+        self.postgres = postgres
+        self.halt = threading.Event()
+        self.waits: dict[str, int] = {}
+        self.behind_bytes: list[int] = []
+
+    def run(self) -> None:
+        query = (
+            "SELECT coalesce(a.wait_event_type || ':' || a.wait_event, 'on CPU'), "
+            "pg_wal_lsn_diff(pg_current_wal_flush_lsn(), r.sent_lsn)::bigint "
+            "FROM pg_stat_replication r JOIN pg_stat_activity a ON a.pid = r.pid"
+        )
+        with self.postgres.connect() as connection:
+            while not self.halt.wait(0.5):
+                for wait, behind in connection.execute(query).fetchall():
+                    self.waits[wait] = self.waits.get(wait, 0) + 1
+                    self.behind_bytes.append(int(behind or 0))
+
+    def report(self) -> str:
+        self.halt.set()
+        self.join(5)
+        waits = ", ".join(f"{w} {n}" for w, n in sorted(self.waits.items(), key=lambda i: -i[1]))
+        worst = max(self.behind_bytes, default=0)
+        return f"walsender samples: {waits}; its send behind the WAL flushed by up to {worst:,} B"
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
@@ -148,7 +195,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rate", type=int, default=5000)
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--writers", type=int, default=2, help="processes committing changes")
+    parser.add_argument("--writers", type=int, default=1, help="connections committing changes")
     parser.add_argument("--exactly-once", action="store_true")
     parser.add_argument("--drain", type=int, default=0, help="measure the drain of N changes")
     parser.add_argument("--timeline", action="store_true", help="latency by second of commit")
@@ -198,12 +245,15 @@ def main() -> None:
             for w in range(args.writers)
         ]
         worker_cpu = cpu_seconds(worker.proc.pid)
+        sampler = WalSenderSampler(postgres)
+        sampler.start()
         started = time.time()
         for writer in writers:
             writer.start()
         latencies_ms: list[float] = []
         last = 0.0
         committed_at: list[float] = []
+        produced_ms: list[float] = []  # commit to the worker's send (the record's time)
         deadline = time.monotonic() + args.seconds + 300
         while len(latencies_ms) < expected and time.monotonic() < deadline:
             message = consumer.poll(0.1)  # each record as soon as it comes
@@ -211,7 +261,9 @@ def main() -> None:
                 received = time.time()
                 document = json.loads(message.value())
                 payload = document["payload"] if "payload" in document else document
-                latencies_ms.append((received * 1e6 - payload["source"]["ts_us"]) / 1000)
+                committed_us = payload["source"]["ts_us"]
+                latencies_ms.append((received * 1e6 - committed_us) / 1000)
+                produced_ms.append(message.timestamp()[1] - committed_us / 1000)
                 committed_at.append(payload["source"]["ts_us"] / 1e6)
                 last = received
         worker_cpu = cpu_seconds(worker.proc.pid) - worker_cpu
@@ -223,6 +275,7 @@ def main() -> None:
               f"({'exactly once, distributed' if args.exactly_once else 'standalone'}, "
               f"{'schemaless' if args.schemaless else 'with schemas'})")  # fmt: skip
         print(f"writer: {written:,.0f} commits/s achieved (target {args.rate:,}/s)")
+        print(sampler.report())
         print(f"worker: {worker_cpu:.1f} s of CPU, {worker_cpu / expected * 1e6:.0f} us a change; "
               f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
         if latencies_ms:
@@ -232,15 +285,22 @@ def main() -> None:
                 f"commit to topic: p50 {percentile(latencies_ms, 0.5):.1f} ms, "
                 f"p99 {percentile(latencies_ms, 0.99):.1f} ms, max {max(latencies_ms):.1f} ms"
             )
+            print(
+                f"commit to the worker's send: p50 {percentile(produced_ms, 0.5):.1f} ms, "
+                f"p99 {percentile(produced_ms, 0.99):.1f} ms, max {max(produced_ms):.1f} ms"
+            )
         if args.timeline and committed_at:
-            print("second of commit: changes, p50 / max latency (ms)")
+            print("second of commit: changes, to topic p50 / max, to the send p50 / max (ms)")
             start = committed_at[0]
-            seconds: dict[int, list[float]] = {}
-            for at, latency in zip(committed_at, latencies_ms, strict=True):
-                seconds.setdefault(int(at - start), []).append(latency)
-            for second, values in sorted(seconds.items()):
-                print(f"  {second:3d}: {len(values):5d}, {percentile(values, 0.5):7.1f} / "
-                      f"{max(values):7.1f}")  # fmt: skip
+            seconds: dict[int, list[tuple[float, float]]] = {}
+            for at, latency, sent in zip(committed_at, latencies_ms, produced_ms, strict=True):
+                seconds.setdefault(int(at - start), []).append((latency, sent))
+            for second, pairs in sorted(seconds.items()):
+                topic = [p[0] for p in pairs]
+                send = [p[1] for p in pairs]
+                print(f"  {second:3d}: {len(pairs):5d}, {percentile(topic, 0.5):7.1f} / "
+                      f"{max(topic):7.1f}, {percentile(send, 0.5):7.1f} / "
+                      f"{max(send):7.1f}")  # fmt: skip
     finally:
         if worker is not None:
             worker.stop()
