@@ -80,6 +80,7 @@ NONE, KAFKA, RECORD_KEY, RECORD_VALUE = "none", "kafka", "record_key", "record_v
 KAFKA_PK_FIELDS = ["__connect_topic", "__connect_partition", "__connect_offset"]
 CREATE_RETRIES = 5
 OFFSETS_TABLE = "__strom_connect_offsets"
+_OFFSETS_TABLES_MADE: set[tuple[str, str]] = set()  # (URL, table) known to exist here
 ENVELOPE_START = b'{"schema":'
 PAYLOAD_KEY = b',"payload":'
 
@@ -274,7 +275,10 @@ class OffsetsTable:
         self.columns = (q("connector"), q("topic"), q("partition"), q("offset"))
 
     def ensure(self, connection: Any) -> None:
-        """Create the table when missing (another task may at the same moment)."""
+        """Create the table when missing (another task may at the same moment); once per
+        process and table."""
+        if (self.database.url, self.table) in _OFFSETS_TABLES_MADE:
+            return
         connector, topic, partition, offset = self.columns
         text = "VARCHAR(255)"
         statement = (
@@ -287,6 +291,7 @@ class OffsetsTable:
                 with closing(connection.cursor()) as cursor:
                     cursor.execute(statement)
                 connection.commit()
+                _OFFSETS_TABLES_MADE.add((self.database.url, self.table))
                 return
             except Exception:
                 connection.rollback()
@@ -404,8 +409,10 @@ class PartitionWriter:
                 if connection is None:
                     connection = self.settings.database.connect()
                 tables = TableWriter(self.settings, connection)
-                for table, rows in [*by_table.items(), *ordered.items()]:
-                    tables.prepare(table, list(rows.values()) if isinstance(rows, dict) else rows)
+                for table, last_of_key in by_table.items():
+                    tables.prepare(table, list(last_of_key.values()))
+                for table, in_order in ordered.items():
+                    tables.prepare(table, in_order)
                 for table, last_of_key in by_table.items():
                     written += tables.write(table, list(last_of_key.values()))
                 for table, in_order in ordered.items():
