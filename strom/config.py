@@ -399,6 +399,26 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ),
         # Members of one KIP-848 group; a newcomer past it gets GROUP_MAX_SIZE_REACHED.
         ConfigDef("group.consumer.max.size", "int", 2147483647, minimum=1),
+        # Share groups (KIP-932; strom/coordinator/share_*.py): on unless turned off here
+        # (Kafka gates them with the share.version feature). The group's own share.*
+        # configs (GROUP_CONFIGS) override the middle values within the min/max bounds.
+        ConfigDef("group.share.enable", "bool", True),
+        ConfigDef("group.share.session.timeout.ms", "int", 45000, minimum=1),
+        ConfigDef("group.share.min.session.timeout.ms", "int", 45000, minimum=1),
+        ConfigDef("group.share.max.session.timeout.ms", "int", 60000, minimum=1),
+        ConfigDef("group.share.heartbeat.interval.ms", "int", 5000, minimum=1),
+        ConfigDef("group.share.min.heartbeat.interval.ms", "int", 5000, minimum=1),
+        ConfigDef("group.share.max.heartbeat.interval.ms", "int", 15000, minimum=1),
+        ConfigDef("group.share.record.lock.duration.ms", "int", 30000, minimum=1000),
+        ConfigDef("group.share.min.record.lock.duration.ms", "int", 15000, minimum=1000),
+        ConfigDef("group.share.max.record.lock.duration.ms", "int", 60000, minimum=1000),
+        ConfigDef("group.share.delivery.count.limit", "int", 5, minimum=2),
+        ConfigDef("group.share.partition.max.record.locks", "int", 2000, minimum=100),
+        ConfigDef("group.share.max.size", "int", 200, minimum=1),
+        # __share_group_state, the share-partitions' durable state (share_state.py).
+        ConfigDef("share.coordinator.state.topic.num.partitions", "int", 50, minimum=1),
+        ConfigDef("share.coordinator.state.topic.replication.factor", "int", 3, minimum=1),
+        ConfigDef("share.coordinator.state.topic.segment.bytes", "int", 104857600, minimum=14),
         ConfigDef("max.open.segment.files", "int", 512, minimum=16),
         # KRaft: roles, the metadata quorum and the listeners that reach it.
         ConfigDef("process.roles", "list", ["broker", "controller"]),
@@ -1133,6 +1153,19 @@ class BrokerConfig:
                         f"({','.join(lst.name for lst in clients)})"
                     )
         self._check_served()
+        self._check_share_bounds()
+
+    def _check_share_bounds(self) -> None:
+        """Each group.share.* setting within its group.share.min/max.* bounds."""
+        for middle in ("session.timeout.ms", "heartbeat.interval.ms", "record.lock.duration.ms"):
+            value = self._values[f"group.share.{middle}"]
+            low = self._values[f"group.share.min.{middle}"]
+            high = self._values[f"group.share.max.{middle}"]
+            if not low <= value <= high:
+                raise ConfigError(
+                    f"group.share.{middle}={value} must be between group.share.min.{middle}"
+                    f"={low} and group.share.max.{middle}={high}"
+                )
 
     def _check_served(self) -> None:
         """Refuse a Kafka-only config set to a value Strom would not act on (one line
@@ -1514,9 +1547,35 @@ def _check_distinct(listeners: list[Listener], key: str, *, ports: bool = True) 
             )
 
 
+def _check_share_reset(value: str) -> None:
+    """share.auto.offset.reset: latest, earliest or by_duration:<ISO-8601 duration>."""
+    if value in ("latest", "earliest"):
+        return
+    if value.startswith("by_duration:"):
+        parse_iso_duration_ms(value.removeprefix("by_duration:"))
+        return
+    raise ValueError("must be latest, earliest or by_duration:PnDTnHnMn.nS")
+
+
+_ISO_DURATION = re.compile(
+    r"P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?"
+)
+
+
+def parse_iso_duration_ms(text: str) -> int:
+    """An ISO-8601 duration as java.time.Duration reads it (PnDTnHnMn.nS, not negative)
+    in milliseconds; ValueError otherwise."""
+    found = _ISO_DURATION.fullmatch(text.strip().upper())
+    if found is None or text.strip().upper() in ("P", "PT") or text.strip().endswith("T"):
+        raise ValueError(f"{text!r} is not an ISO-8601 duration (PnDTnHnMn.nS)")
+    days, hours, minutes = (int(found[k] or 0) for k in ("d", "h", "m"))
+    seconds = float(found["s"] or 0)
+    return int((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
+
+
 # Configs of one group (ConfigResource type GROUP), as Kafka 4.0's GroupConfig defines
 # them: a group's own values of the broker's group.consumer.* settings (its default), and
-# the share group ones (kept and validated; Strom has no share groups to apply them to).
+# the share group ones (a group's own values of the broker's group.share.* settings).
 GROUP_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
     for d in [
@@ -1534,10 +1593,48 @@ GROUP_CONFIGS: dict[str, ConfigDef] = {
             minimum=1,
             broker_name="group.consumer.heartbeat.interval.ms",
         ),
-        ConfigDef("share.session.timeout.ms", "int", 45000, minimum=1),
-        ConfigDef("share.heartbeat.interval.ms", "int", 5000, minimum=1),
-        ConfigDef("share.record.lock.duration.ms", "int", 30000, minimum=1000),
-        ConfigDef("share.auto.offset.reset", "string", "latest", choices=("latest", "earliest")),
+        ConfigDef(
+            "share.session.timeout.ms",
+            "int",
+            45000,
+            minimum=1,
+            broker_name="group.share.session.timeout.ms",
+        ),
+        ConfigDef(
+            "share.heartbeat.interval.ms",
+            "int",
+            5000,
+            minimum=1,
+            broker_name="group.share.heartbeat.interval.ms",
+        ),
+        ConfigDef(
+            "share.record.lock.duration.ms",
+            "int",
+            30000,
+            minimum=1000,
+            broker_name="group.share.record.lock.duration.ms",
+        ),
+        ConfigDef(
+            "share.delivery.count.limit",
+            "int",
+            5,
+            minimum=2,
+            broker_name="group.share.delivery.count.limit",
+        ),
+        ConfigDef(
+            "share.partition.max.record.locks",
+            "int",
+            2000,
+            minimum=100,
+            broker_name="group.share.partition.max.record.locks",
+        ),
+        ConfigDef("share.auto.offset.reset", "string", "latest", check=_check_share_reset),
+        ConfigDef(
+            "share.isolation.level",
+            "string",
+            "read_uncommitted",
+            choices=("read_uncommitted", "read_committed"),
+        ),
     ]
 }
 
@@ -1579,6 +1676,9 @@ def validate_group_configs(
     values = {k: v for k, (v, _) in group_config_values(broker, configs).items()}
     bounds = dict(_SHARE_BOUNDS)
     if broker is not None:
+        for key, (low_name, high_name) in _BOUND_NAMES.items():
+            if key.startswith("share."):
+                bounds[key] = (broker[low_name], broker[high_name])
         bounds["consumer.session.timeout.ms"] = (
             broker["group.consumer.min.session.timeout.ms"],
             broker["group.consumer.max.session.timeout.ms"],

@@ -406,7 +406,7 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                 build(
                     member_type,
                     member_id=m.member_id,
-                    group_instance_id=m.instance_id,
+                    group_instance_id=getattr(m, "instance_id", None),
                     client_id=m.client_id,
                     client_host=m.client_host,
                     member_metadata=b"",
@@ -414,7 +414,7 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                 )
                 for m in group.members.values()
             )
-            protocol_type, protocol_data = "consumer", group.assignor_name
+            protocol_type, protocol_data = group.protocol_type, group.assignor_name
         described.append(
             build(
                 group_type,
@@ -453,9 +453,7 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
             continue
         if types and group.kind not in types:
             continue
-        protocol_type = (
-            (group.protocol_type or "") if isinstance(group, ClassicGroup) else ("consumer")
-        )
+        protocol_type = group.protocol_type or ""
         listed.append(
             build(
                 listed_type,

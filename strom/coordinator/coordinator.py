@@ -73,6 +73,7 @@ from strom.coordinator.offsets_topic import (
     offset_value,
     partition_for,
 )
+from strom.coordinator.share_group import ShareGroup
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import control_type, decode_records
 from strom.storage.errors import StorageError
@@ -118,7 +119,11 @@ class GroupCoordinator:
         self.controller = controller
         self.config = config
         self.append = append  # the leader's one append path (the broker's)
-        self.groups: dict[str, ClassicGroup | ConsumerGroup] = {}
+        self.groups: dict[str, ClassicGroup | ConsumerGroup | ShareGroup] = {}
+        # Share groups' hooks into the share-partitions of this node (the share fetch
+        # side sets them): a member gone, a group deleted.
+        self.share_member_gone: Callable[[str, str], None] | None = None
+        self.share_group_deleted: Callable[[str], None] | None = None
         self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._expiry_task: asyncio.Task[None] | None = None
         # producer id -> group -> offsets committed in its open transaction
@@ -423,7 +428,9 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if isinstance(group, ClassicGroup):
             return group
-        if not create or (group is not None and not group.is_empty()):
+        if not create or isinstance(group, ShareGroup):
+            return None
+        if group is not None and not group.is_empty():
             return None
         if group is not None:
             group.mark_dead()
@@ -437,12 +444,25 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup):
             return group
-        if not create or (group is not None and not group.is_empty()):
+        if not create or isinstance(group, ShareGroup):
+            return None
+        if group is not None and not group.is_empty():
             return None
         if group is not None:
             group.mark_dead()
             self._write_conversion(group_id, [(group_key(group_id), None)])
         created = ConsumerGroup(group_id, self)
+        self.groups[group_id] = created
+        return created
+
+    def share_group(self, group_id: str, *, create: bool) -> ShareGroup | None:
+        """The share group of this id (None when the id is another kind's group)."""
+        group = self.groups.get(group_id)
+        if isinstance(group, ShareGroup):
+            return group
+        if not create or group is not None:
+            return None
+        created = ShareGroup(group_id, self, self.share_member_gone)
         self.groups[group_id] = created
         return created
 
@@ -470,6 +490,9 @@ class GroupCoordinator:
         ]
         if isinstance(group, ConsumerGroup):
             records += group.tombstones()
+        elif isinstance(group, ShareGroup):
+            if self.share_group_deleted is not None:
+                self.share_group_deleted(group_id)
         else:
             records.append((group_key(group_id), None))
         try:
@@ -483,7 +506,7 @@ class GroupCoordinator:
         log.info("deleted group %s", group_id)
         return ErrorCode.none
 
-    def list_groups(self) -> Iterable[ClassicGroup | ConsumerGroup]:
+    def list_groups(self) -> Iterable[ClassicGroup | ConsumerGroup | ShareGroup]:
         return list(self.groups.values())
 
     # Offsets -------------------------------------------------------------------------
@@ -677,8 +700,8 @@ class GroupCoordinator:
         expired_total = 0
         for group_id in list(set(self.offsets) | set(self.groups)):
             group = self.groups.get(group_id)
-            if group is not None and not group.is_empty():
-                continue
+            if isinstance(group, ShareGroup) or (group is not None and not group.is_empty()):
+                continue  # a share group has no offsets to expire; its state stays
             stored = self.offsets.get(group_id, {})
             uses_protocol = isinstance(group, ClassicGroup) and group.protocol_type
             expired = []

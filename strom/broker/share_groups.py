@@ -1,0 +1,915 @@
+"""Share groups (KIP-932, "queues"): the wire side.
+
+- ShareGroupHeartbeat (key 76), version 1: joins (epoch 0, the member id chosen by the
+  client), heartbeats and leaving (epoch -1); the assignment computed by the share
+  group assignor (strom/coordinator/share_group.py) is sent when it changed. INVALID_
+  REQUEST for an empty group or member id or a join without topics; GROUP_ID_NOT_FOUND
+  for the id of a classic or consumer group.
+- ShareGroupDescribe (77), version 1: members with their assignments.
+- ShareFetch (78), versions 1-2: share sessions (member id + session epoch: 0 opens,
+  -1 closes, else the next epoch; SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH),
+  acknowledgements piggy-backed and applied first, then records acquired from each
+  session partition's log: whole batches, with the AcquiredRecords ranges this member
+  holds (share_partition.py), at most ``max_records`` (a batch is finished), ``max_bytes``
+  as Fetch reads. When nothing could be acquired the request waits, up to ``max_wait``,
+  for a produce to its partitions or records to come back (released, lock expired).
+  ``share.isolation.level`` read_committed reads up to the last stable offset and
+  archives aborted batches and markers as gaps; read_uncommitted (the default) up to
+  the high watermark. A session closing (-1) releases what the member holds.
+- ShareAcknowledge (79), versions 1-2: acknowledgements standalone, in the session.
+- DescribeShareGroupOffsets (90) 0-1, AlterShareGroupOffsets (91) 0,
+  DeleteShareGroupOffsets (92) 0: a group's share-partition start offsets (and lag
+  from v1); altering and deleting need an empty group (NON_EMPTY_GROUP).
+
+A share-partition starts, for a group that has no state for it, at the group's
+``share.auto.offset.reset`` (latest by default: the high watermark; earliest: the log
+start; by_duration:<ISO-8601>: the first offset at or after now minus the duration).
+Its locks expire on a timer of the event loop (``share.record.lock.duration.ms``, else
+the broker's group.share.record.lock.duration.ms); the delivery state is written to
+``__share_group_state`` (strom/coordinator/share_state.py) after each request that
+changed it.
+
+Gated by ``group.share.enable`` (on by default): when off every share API answers
+UNSUPPORTED_VERSION with a message naming the setting. Authorization as Kafka checks
+it: READ on the group for heartbeats, fetches and acknowledgements
+(GROUP_AUTHORIZATION_FAILED), READ on each topic fetched or acknowledged
+(TOPIC_AUTHORIZATION_FAILED), DESCRIBE on the group to describe it or its offsets,
+DELETE / ALTER for the offsets' admin calls.
+
+Differences from Kafka: the share-partition state is written by the partition's leader
+into ``__share_group_state`` directly, not through the share coordinator's RPCs (83-87,
+not served); share group membership is not stored (members rejoin after a restart);
+``batch_size`` and ``share_acquire_mode`` are not used (acquisition is batch-optimized).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+import uuid
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.create_topics.v7 import request as create_topics
+
+from strom.broker import authz
+from strom.broker.cluster_view import live_brokers
+from strom.broker.common import GROUP_OPERATIONS, NO_THROTTLE, OPERATIONS_NOT_REQUESTED
+from strom.broker.controller_channel import ControllerUnavailable
+from strom.broker.groups import client_host
+from strom.broker.router import RequestContext, handles
+from strom.config import parse_iso_duration_ms
+from strom.coordinator.share_group import ShareGroup, ShareHeartbeat, ShareHeartbeatResult
+from strom.coordinator.share_partition import SharePartition
+from strom.coordinator.share_state import (
+    SHARE_STATE_TOPIC,
+    ShareKey,
+    ShareState,
+    ShareStateStore,
+)
+from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import build, nested
+from strom.protocol.records import iter_headers
+from strom.storage.errors import OffsetOutOfRangeError
+
+if TYPE_CHECKING:
+    from strom.broker.server import Broker
+
+log = logging.getLogger(__name__)
+
+FINAL_EPOCH = -1
+STATE_TOPIC_WAIT_S = 5.0
+_READ_LIMIT = 1 << 20  # bytes read per partition per fetch when the request allows more
+
+
+# The node's share state ------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ShareSession:
+    group_id: str
+    member_id: str
+    next_epoch: int
+    partitions: set[tuple[uuid.UUID, int]] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Held:
+    """A share-partition held on this node, with what its timer needs."""
+
+    key: ShareKey
+    topic: str
+    partition: SharePartition
+    timer: asyncio.TimerHandle | None = None
+    timer_at: int | None = None
+
+
+class ShareService:
+    """This node's share-partitions (those of the partitions it leads), share sessions
+    and lock timers; the store of their durable state."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.store = ShareStateStore(
+            broker.state, broker.config, broker.replicas.append_for_coordinator
+        )
+        self.held: dict[ShareKey, _Held] = {}
+        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        coordinator = broker.coordinator
+        coordinator.share_member_gone = self.member_gone
+        coordinator.share_group_deleted = self.group_deleted
+
+    @staticmethod
+    def now_ms() -> int:
+        return time.time_ns() // 1_000_000
+
+    def group_setting(self, group_id: str, key: str) -> str:
+        """A group config (the group's own value, else the broker's or Kafka's default)."""
+        from strom.config import GROUP_CONFIGS
+
+        raw = self.broker.state.image.group_configs(group_id).get(key)
+        if raw is not None:
+            return raw
+        definition = GROUP_CONFIGS[key]
+        if definition.broker_name is not None:
+            return str(self.broker.config[definition.broker_name])
+        return str(definition.default)
+
+    def _configure(self, held: _Held) -> None:
+        group = held.key.group_id
+        sp = held.partition
+        sp.lock_duration_ms = int(self.group_setting(group, "share.record.lock.duration.ms"))
+        sp.delivery_limit = int(self.group_setting(group, "share.delivery.count.limit"))
+        sp.max_in_flight = int(self.group_setting(group, "share.partition.max.record.locks"))
+
+    def share_partition(self, key: ShareKey, topic: str, partition_log: Any) -> _Held:
+        """The share-partition of ``key``, from its stored state or started afresh at the
+        group's share.auto.offset.reset."""
+        held = self.held.get(key)
+        if held is None:
+            stored = self.store.read(key)
+            if stored is not None:
+                sp = SharePartition(stored.start_offset)
+                sp.restore(stored.start_offset, stored.batches)
+            else:
+                sp = SharePartition(self._initial_offset(key.group_id, partition_log))
+                sp.dirty = True
+            held = self.held[key] = _Held(key, topic, sp)
+        self._configure(held)
+        return held
+
+    def _initial_offset(self, group_id: str, partition_log: Any) -> int:
+        reset = self.group_setting(group_id, "share.auto.offset.reset")
+        if reset == "earliest":
+            return int(partition_log.log_start_offset)
+        if reset.startswith("by_duration:"):
+            since = self.now_ms() - parse_iso_duration_ms(reset.removeprefix("by_duration:"))
+            found = partition_log.offset_for_timestamp(since)
+            return int(found[0]) if found is not None else int(partition_log.high_watermark)
+        return int(partition_log.high_watermark)
+
+    def persist(self, held: _Held) -> None:
+        sp = held.partition
+        if not sp.dirty:
+            return
+        state = ShareState(sp.start_offset, sp.durable_state())
+        self.store.write(held.key, state, self.now_ms())
+        sp.mark_stored()
+
+    def arm(self, held: _Held) -> None:
+        """Keep the share-partition's lock timer at its earliest deadline."""
+        deadline = held.partition.next_deadline()
+        if deadline is None:
+            if held.timer is not None:
+                held.timer.cancel()
+                held.timer = held.timer_at = None
+            return
+        if held.timer is not None and held.timer_at is not None and held.timer_at <= deadline:
+            return
+        if held.timer is not None:
+            held.timer.cancel()
+        loop = asyncio.get_running_loop()
+        delay = max(deadline - self.now_ms(), 0) / 1000
+        held.timer = loop.call_later(delay, self._expire, held.key)
+        held.timer_at = deadline
+
+    def _expire(self, key: ShareKey) -> None:
+        held = self.held.get(key)
+        if held is None:
+            return
+        held.timer = held.timer_at = None
+        if held.partition.expire_locks(self.now_ms()):
+            self.persist(held)
+            self.broker.purgatory.notify(held.topic, key.partition)
+        self.arm(held)
+
+    def released(self, held: _Held) -> None:
+        """Records of this share-partition may have become available: wake fetches."""
+        self.persist(held)
+        if held.partition.has_available():
+            self.broker.purgatory.notify(held.topic, held.key.partition)
+        self.arm(held)
+
+    def member_gone(self, group_id: str, member_id: str) -> None:
+        self.sessions.pop((group_id, member_id), None)
+        for held in list(self.held.values()):
+            if held.key.group_id == group_id and held.partition.release_member(member_id):
+                self.released(held)
+
+    def group_deleted(self, group_id: str) -> None:
+        keys = {k for k in self.held if k.group_id == group_id}
+        keys |= set(self.store.keys_of_group(group_id))
+        for key in keys:
+            held = self.held.pop(key, None)
+            if held is not None and held.timer is not None:
+                held.timer.cancel()
+        self.store.delete(keys, self.now_ms())
+        for session_key in [s for s in self.sessions if s[0] == group_id]:
+            del self.sessions[session_key]
+
+    def stored_start(self, key: ShareKey) -> int | None:
+        held = self.held.get(key)
+        if held is not None:
+            return held.partition.start_offset
+        stored = self.store.read(key)
+        return None if stored is None else stored.start_offset
+
+
+_SERVICES: weakref.WeakKeyDictionary[Any, ShareService] = weakref.WeakKeyDictionary()
+
+
+def service_of(broker: Broker) -> ShareService:
+    service = _SERVICES.get(broker)
+    if service is None:
+        service = _SERVICES[broker] = ShareService(broker)
+    return service
+
+
+def _disabled(ctx: RequestContext) -> str | None:
+    if ctx.broker.config["group.share.enable"]:
+        return None
+    return "Share groups are not enabled on this broker (group.share.enable=false)"
+
+
+async def _ensure_state_topic(ctx: RequestContext) -> None:
+    """Create ``__share_group_state`` through the active controller if it is missing."""
+    broker = ctx.broker
+    store = service_of(broker).store
+    if store.topic_exists():
+        return
+    partitions, replication_factor, configs = store.topic_request(len(live_brokers(broker)))
+    create = create_topics.CreateTopicsRequest(
+        topics=(
+            create_topics.CreatableTopic(
+                name=SHARE_STATE_TOPIC,
+                num_partitions=partitions,
+                replication_factor=replication_factor,
+                assignments=(),
+                configs=tuple(
+                    create_topics.CreatableTopicConfig(name=k, value=v)
+                    for k, v in sorted(configs.items())
+                ),
+            ),
+        ),
+        timeout=datetime.timedelta(seconds=STATE_TOPIC_WAIT_S),
+        validate_only=False,
+    )
+    try:
+        await broker.controller_channel.forward(ctx, create)
+    except ControllerUnavailable:
+        return
+    await broker.wait_for_metadata(store.topic_exists, STATE_TOPIC_WAIT_S)
+
+    def led() -> bool:
+        topic = broker.state.topic(SHARE_STATE_TOPIC)
+        return topic is not None and all(topic.leader_of(p) >= 0 for p in range(topic.partitions))
+
+    await broker.wait_for_metadata(led, STATE_TOPIC_WAIT_S)
+
+
+# ShareGroupHeartbeat -----------------------------------------------------------------
+
+
+def _heartbeat_response(ctx: RequestContext, result: ShareHeartbeatResult) -> Any:
+    response_type = ctx.response_type
+    assignment = None
+    if result.assignment is not None:
+        assignment = build(
+            nested(response_type, "Assignment"),
+            topic_partitions=tuple(
+                build(
+                    nested(response_type, "TopicPartitions"),
+                    topic_id=topic_id,
+                    partitions=tuple(sorted(ps)),
+                )
+                for topic_id, ps in sorted(result.assignment.items(), key=lambda kv: str(kv[0]))
+            ),
+        )
+    return build(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=result.error,
+        error_message=result.message,
+        member_id=result.member_id,
+        member_epoch=result.member_epoch,
+        heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms),
+        assignment=assignment,
+    )
+
+
+@handles(76, 1, 1)
+def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    def fail(error: ErrorCode, message: str | None) -> Any:
+        return _heartbeat_response(
+            ctx,
+            ShareHeartbeatResult(
+                error, request.member_id or None, request.member_epoch, 0, None, message
+            ),
+        )
+
+    disabled = _disabled(ctx)
+    if disabled is not None:
+        return fail(ErrorCode.unsupported_version, disabled)
+    if not request.group_id:
+        return fail(ErrorCode.invalid_request, "GroupId can't be empty.")
+    if not request.member_id:
+        return fail(ErrorCode.invalid_request, "MemberId can't be empty.")
+    joining = request.member_epoch == 0
+    if joining and not request.subscribed_topic_names:
+        return fail(ErrorCode.invalid_request, "SubscribedTopicNames must be set in first request.")
+    if not authz.allowed(ctx, authz.Op.READ, authz.GROUP, request.group_id):
+        return fail(ErrorCode.group_authorization_failed, "Group authorization failed.")
+    names = list(request.subscribed_topic_names or ())
+    if names:
+        allowed = authz.filter_allowed(ctx, authz.Op.DESCRIBE, authz.TOPIC, set(names))
+        if set(names) - allowed:
+            return fail(ErrorCode.topic_authorization_failed, "Topic authorization failed.")
+    coordinator = ctx.broker.coordinator
+    if not coordinator.is_coordinator_for(request.group_id):
+        return fail(ErrorCode.not_coordinator, "This node is not the group's coordinator.")
+    if joining and not service_of(ctx.broker).store.topic_exists():
+        return _after_state_topic(ctx, request)
+    return _heartbeat(ctx, request)
+
+
+async def _after_state_topic(ctx: RequestContext, request: Any) -> Any:
+    await _ensure_state_topic(ctx)
+    return _heartbeat(ctx, request)
+
+
+def _heartbeat(ctx: RequestContext, request: Any) -> Any:
+    coordinator = ctx.broker.coordinator
+    service_of(ctx.broker)  # the hooks are set before the group exists
+    group = coordinator.share_group(request.group_id, create=request.member_epoch == 0)
+    if group is None:
+        exists = coordinator.group_exists(request.group_id)
+        return _heartbeat_response(
+            ctx,
+            ShareHeartbeatResult(
+                ErrorCode.group_id_not_found if exists else ErrorCode.unknown_member_id,
+                request.member_id,
+                request.member_epoch,
+                0,
+                None,
+                f"Group {request.group_id} is not a share group." if exists else None,
+            ),
+        )
+    result = group.heartbeat(
+        ShareHeartbeat(
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
+            rack_id=request.rack_id,
+            subscribed_topic_names=None
+            if request.subscribed_topic_names is None
+            else list(request.subscribed_topic_names),
+            client_id=ctx.client_id or "",
+            client_host=client_host(ctx),
+        )
+    )
+    return _heartbeat_response(ctx, result)
+
+
+# ShareGroupDescribe --------------------------------------------------------------------
+
+
+@handles(77, 1, 1)
+def handle_share_group_describe(ctx: RequestContext, request: Any) -> Any:
+    coordinator = ctx.broker.coordinator
+    response_type = ctx.response_type
+    group_type = nested(response_type, "DescribedGroup")
+    member_type = nested(response_type, "Member")
+    assignment_type = nested(response_type, "Assignment")
+    partitions_type = nested(response_type, "TopicPartitions")
+    disabled = _disabled(ctx)
+    described = []
+    for group_id in request.group_ids:
+        group = coordinator.groups.get(group_id)
+        denied = not authz.allowed(ctx, authz.Op.DESCRIBE, authz.GROUP, group_id)
+        if disabled or denied or not isinstance(group, ShareGroup):
+            error, message = (
+                (ErrorCode.unsupported_version, disabled)
+                if disabled
+                else (ErrorCode.group_authorization_failed, "Group authorization failed.")
+                if denied
+                else (ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
+                if group is not None
+                else (ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+            )
+            described.append(
+                build(
+                    group_type,
+                    error_code=error,
+                    error_message=message,
+                    group_id=group_id,
+                    group_state="Dead",
+                    group_epoch=-1,
+                    assignment_epoch=-1,
+                    assignor_name="",
+                    members=(),
+                    authorized_operations=OPERATIONS_NOT_REQUESTED,
+                )
+            )
+            continue
+
+        def assignment(assigned: dict[uuid.UUID, set[int]], group: ShareGroup = group) -> Any:
+            return build(
+                assignment_type,
+                topic_partitions=tuple(
+                    build(
+                        partitions_type, topic_id=t, topic_name=name, partitions=tuple(sorted(ps))
+                    )
+                    for t, ps in assigned.items()
+                    if ps and (name := group.topic_name(t)) is not None
+                ),
+            )
+
+        described.append(
+            build(
+                group_type,
+                error_code=ErrorCode.none,
+                error_message=None,
+                group_id=group_id,
+                group_state=group.state_name,
+                group_epoch=group.group_epoch,
+                assignment_epoch=group.assignment_epoch,
+                assignor_name=group.assignor_name,
+                members=tuple(
+                    build(
+                        member_type,
+                        member_id=m.member_id,
+                        rack_id=m.rack_id,
+                        member_epoch=m.epoch,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        subscribed_topic_names=tuple(m.subscribed_topic_names),
+                        assignment=assignment(m.assigned),
+                    )
+                    for m in group.members.values()
+                ),
+                authorized_operations=authz.operations(
+                    ctx,
+                    authz.GROUP,
+                    group_id,
+                    GROUP_OPERATIONS,
+                    getattr(request, "include_authorized_operations", False),
+                ),
+            )
+        )
+    return build(response_type, throttle_time=NO_THROTTLE, groups=tuple(described))
+
+
+# Sessions and acknowledgements ---------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Step:
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    session: ShareSession | None = None
+
+
+def _session_step(
+    service: ShareService, group_id: str, member_id: str, epoch: int, *, fetch: bool
+) -> _Step:
+    key = (group_id, member_id)
+    if epoch == 0:
+        if not fetch:
+            return _Step(
+                ErrorCode.invalid_share_session_epoch,
+                "ShareAcknowledge cannot open a share session (epoch 0).",
+            )
+        session = service.sessions[key] = ShareSession(group_id, member_id, 1)
+        return _Step(session=session)
+    session = service.sessions.get(key)
+    if session is None:
+        return _Step(ErrorCode.share_session_not_found, "The share session was not found.")
+    if epoch == FINAL_EPOCH:
+        return _Step(session=session)
+    if epoch != session.next_epoch:
+        return _Step(
+            ErrorCode.invalid_share_session_epoch,
+            f"The share session epoch {epoch} is not the expected {session.next_epoch}.",
+        )
+    session.next_epoch += 1
+    return _Step(session=session)
+
+
+def _topic_name(ctx: RequestContext, topic_id: uuid.UUID | None) -> str | None:
+    if topic_id is None:
+        return None
+    meta = ctx.broker.state.metadata.by_id.get(topic_id)
+    return meta.name if meta is not None else None
+
+
+def _partition_error(ctx: RequestContext, name: str | None, partition: int) -> ErrorCode | None:
+    if name is None:
+        return ErrorCode.unknown_topic_id
+    state = ctx.broker.state
+    if state.partition_log(name, partition) is None:
+        topic = state.topic(name)
+        if topic is not None and partition in topic.states:
+            return ErrorCode.not_leader_or_follower
+        return ErrorCode.unknown_topic_or_partition
+    if not state.leads(name, partition):
+        return ErrorCode.not_leader_or_follower
+    return None
+
+
+def _held_for(
+    ctx: RequestContext, group_id: str, topic_id: uuid.UUID, name: str, partition: int
+) -> _Held:
+    service = service_of(ctx.broker)
+    partition_log = ctx.broker.state.partition_log(name, partition)
+    held = service.share_partition(ShareKey(group_id, topic_id, partition), name, partition_log)
+    held.partition.move_start(partition_log.log_start_offset)
+    return held
+
+
+def _acknowledge(
+    ctx: RequestContext,
+    group_id: str,
+    member_id: str,
+    topics: Iterable[Any],
+    denied: set[str],
+) -> dict[tuple[uuid.UUID, int], ErrorCode]:
+    """Apply acknowledgement batches; the error per partition."""
+    service = service_of(ctx.broker)
+    now = service.now_ms()
+    results: dict[tuple[uuid.UUID, int], ErrorCode] = {}
+    touched: dict[ShareKey, _Held] = {}
+    for topic in topics:
+        name = _topic_name(ctx, topic.topic_id)
+        for part in topic.partitions:
+            batches = part.acknowledgement_batches
+            if not batches:
+                continue
+            tp = (topic.topic_id, part.partition_index)
+            error = (
+                ErrorCode.topic_authorization_failed
+                if name in denied
+                else _partition_error(ctx, name, part.partition_index)
+            )
+            if error is None and name is not None:
+                held = _held_for(ctx, group_id, topic.topic_id, name, part.partition_index)
+                touched[held.key] = held
+                error = ErrorCode.none
+                for batch in batches:
+                    found = held.partition.acknowledge(
+                        member_id,
+                        batch.first_offset,
+                        batch.last_offset,
+                        list(batch.acknowledge_types),
+                        now,
+                    )
+                    if found != ErrorCode.none:
+                        error = found
+            results[tp] = error if error is not None else ErrorCode.unknown_server_error
+    for held in touched.values():
+        service.released(held)
+    return results
+
+
+def _denied_topics(ctx: RequestContext, topic_ids: Iterable[uuid.UUID | None]) -> set[str]:
+    names = {n for t in topic_ids if (n := _topic_name(ctx, t)) is not None}
+    if not names or authz.authorizer_of(ctx.broker) is None:
+        return set()
+    return names - authz.filter_allowed(ctx, authz.Op.READ, authz.TOPIC, names)
+
+
+def _check_request(ctx: RequestContext, request: Any) -> tuple[ErrorCode, str | None] | None:
+    disabled = _disabled(ctx)
+    if disabled is not None:
+        return ErrorCode.unsupported_version, disabled
+    if not request.group_id:
+        return ErrorCode.invalid_request, "GroupId can't be empty."
+    if not request.member_id:
+        return ErrorCode.invalid_request, "MemberId can't be empty."
+    if not authz.allowed(ctx, authz.Op.READ, authz.GROUP, request.group_id):
+        return ErrorCode.group_authorization_failed, "Group authorization failed."
+    return None
+
+
+def _lock_timeout(ctx: RequestContext, group_id: str | None) -> datetime.timedelta:
+    if not group_id:
+        return datetime.timedelta(0)
+    ms = int(service_of(ctx.broker).group_setting(group_id, "share.record.lock.duration.ms"))
+    return datetime.timedelta(milliseconds=ms)
+
+
+# ShareFetch --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Part:
+    topic_id: uuid.UUID
+    partition: int
+    error: ErrorCode = ErrorCode.none
+    ack_error: ErrorCode | None = None
+    records: Any = b""
+    acquired: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+@handles(78, 1, 2)
+def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
+    response_type = ctx.response_type
+
+    def top_level(error: ErrorCode, message: str | None) -> Any:
+        return build(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=error,
+            error_message=message,
+            acquisition_lock_timeout=datetime.timedelta(0),
+            responses=(),
+            node_endpoints=(),
+        )
+
+    refused = _check_request(ctx, request)
+    if refused is not None:
+        return top_level(*refused)
+    service = service_of(ctx.broker)
+    epoch = request.share_session_epoch
+    step = _session_step(service, request.group_id, request.member_id, epoch, fetch=True)
+    if step.error != ErrorCode.none or step.session is None:
+        return top_level(step.error, step.message)
+    session = step.session
+    for topic in request.topics:
+        for part in topic.partitions:
+            session.partitions.add((topic.topic_id, part.partition_index))
+    for topic in request.forgotten_topics_data:
+        for p in topic.partitions:
+            session.partitions.discard((topic.topic_id, p))
+    denied = _denied_topics(
+        ctx, [t for t, _ in session.partitions] + [t.topic_id for t in request.topics]
+    )
+    acks = _acknowledge(ctx, request.group_id, request.member_id, request.topics, denied)
+    if epoch == FINAL_EPOCH:
+        service.sessions.pop((request.group_id, request.member_id), None)
+        service.member_gone(request.group_id, request.member_id)
+        return _fetch_response(ctx, request, [], acks, full=False)
+    parts = _fetch(ctx, request, session, denied)
+    max_wait_ms = int(request.max_wait.total_seconds() * 1000)
+    if any(p.acquired or p.error != ErrorCode.none for p in parts) or max_wait_ms <= 0:
+        return _fetch_response(ctx, request, parts, acks, full=epoch == 0)
+    return _long_poll(ctx, request, session, denied, acks, max_wait_ms, epoch == 0)
+
+
+async def _long_poll(
+    ctx: RequestContext,
+    request: Any,
+    session: ShareSession,
+    denied: set[str],
+    acks: dict[tuple[uuid.UUID, int], ErrorCode],
+    max_wait_ms: int,
+    full: bool,
+) -> Any:
+    deadline = time.monotonic() + max_wait_ms / 1000
+    purgatory = ctx.broker.purgatory
+    parts: list[_Part] = []
+    while True:
+        keys = [
+            (name, p) for t, p in session.partitions if (name := _topic_name(ctx, t)) is not None
+        ]
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not await purgatory.wait(keys, remaining):
+            break
+        parts = _fetch(ctx, request, session, denied)
+        if any(p.acquired or p.error != ErrorCode.none for p in parts):
+            return _fetch_response(ctx, request, parts, acks, full)
+    return _fetch_response(ctx, request, parts, acks, full)
+
+
+def _fetch(
+    ctx: RequestContext, request: Any, session: ShareSession, denied: set[str]
+) -> list[_Part]:
+    """Acquire records for the member from each session partition."""
+    group_id = request.group_id
+    member_id = request.member_id
+    isolation = service_of(ctx.broker).group_setting(group_id, "share.isolation.level")
+    read_committed = isolation == "read_committed"
+    budget_records = max(int(request.max_records), 1) if request.max_records > 0 else 500
+    budget_bytes = int(request.max_bytes) if request.max_bytes > 0 else 2**31 - 1
+    service = service_of(ctx.broker)
+    now = service.now_ms()
+    parts: list[_Part] = []
+    for topic_id, partition in sorted(session.partitions, key=lambda tp: (str(tp[0]), tp[1])):
+        part = _Part(topic_id, partition)
+        parts.append(part)
+        name = _topic_name(ctx, topic_id)
+        if name is not None and name in denied:
+            part.error = ErrorCode.topic_authorization_failed
+            continue
+        error = _partition_error(ctx, name, partition)
+        if error is not None or name is None:
+            part.error = error or ErrorCode.unknown_topic_id
+            continue
+        if budget_records <= 0 or budget_bytes <= 0:
+            continue
+        held = _held_for(ctx, group_id, topic_id, name, partition)
+        sp = held.partition
+        partition_log = ctx.broker.state.partition_log(name, partition)
+        upper = partition_log.last_stable_offset if read_committed else partition_log.high_watermark
+        offset = sp.next_fetch_offset()
+        if offset >= upper or (offset >= sp.end_offset and not sp.can_acquire_new()):
+            continue
+        try:
+            data = partition_log.read(
+                offset, max(min(budget_bytes, _READ_LIMIT), 1), upper_bound=upper
+            )
+        except OffsetOutOfRangeError:
+            continue
+        if not data:
+            continue
+        batches, read_end = _deliverable(data, partition_log, offset, upper, read_committed)
+        ranges = sp.acquire(member_id, batches, now, budget_records)
+        if not batches or (sp.end_offset > batches[-1][1]):
+            sp.skip_to(read_end)  # markers and aborted batches after the last taken
+        if ranges:
+            part.records = data
+            part.acquired = [(r.first_offset, r.last_offset, r.delivery_count) for r in ranges]
+            budget_records -= sum(r.last_offset - r.first_offset + 1 for r in ranges)
+            budget_bytes -= len(data)
+        service.persist(held)
+        service.arm(held)
+    return parts
+
+
+def _deliverable(
+    data: Any, partition_log: Any, offset: int, upper: int, read_committed: bool
+) -> tuple[list[tuple[int, int]], int]:
+    """The (first, last) offsets of the data batches read that may be delivered
+    (control batches never; aborted ones not to read_committed groups), and the offset
+    after the last batch read."""
+    headers = list(iter_headers(data))
+    read_end = headers[-1].next_offset if headers else offset
+    aborted: list[tuple[int, int]] = []
+    if read_committed:
+        aborted = sorted(
+            (first, pid) for pid, first in partition_log.aborted_transactions(offset, upper)
+        )
+    active: set[int] = set()
+    pending = list(aborted)
+    out: list[tuple[int, int]] = []
+    for h in headers:
+        while pending and pending[0][0] <= h.base_offset:
+            active.add(pending.pop(0)[1])
+        if h.is_control:
+            active.discard(h.producer_id)
+            continue
+        if h.is_transactional and h.producer_id in active:
+            continue
+        out.append((h.base_offset, h.next_offset - 1))
+    return out, read_end
+
+
+def _fetch_response(
+    ctx: RequestContext,
+    request: Any,
+    parts: list[_Part],
+    acks: dict[tuple[uuid.UUID, int], ErrorCode],
+    full: bool,
+) -> Any:
+    response_type = ctx.response_type
+    topic_type = nested(response_type, "ShareFetchableTopicResponse")
+    partition_type = nested(response_type, "PartitionData")
+    leader_type = nested(response_type, "LeaderIdAndEpoch")
+    acquired_type = nested(response_type, "AcquiredRecords")
+    by_topic: dict[uuid.UUID, list[Any]] = {}
+    seen: set[tuple[uuid.UUID, int]] = set()
+    state = ctx.broker.state
+
+    def leader(topic_id: uuid.UUID, partition: int) -> Any:
+        meta = state.metadata.by_id.get(topic_id)
+        view = state.topic(meta.name) if meta is not None else None
+        if view is None or partition not in view.states:
+            return build(leader_type, leader_id=-1, leader_epoch=-1)
+        return build(
+            leader_type,
+            leader_id=view.leader_of(partition),
+            leader_epoch=view.leader_epoch_of(partition),
+        )
+
+    def add(topic_id: uuid.UUID, partition: int, part: _Part | None) -> None:
+        ack_error = acks.get((topic_id, partition))
+        by_topic.setdefault(topic_id, []).append(
+            build(
+                partition_type,
+                partition_index=partition,
+                error_code=part.error if part else ErrorCode.none,
+                error_message=None,
+                acknowledge_error_code=ack_error if ack_error is not None else ErrorCode.none,
+                acknowledge_error_message=None,
+                current_leader=leader(topic_id, partition),
+                records=part.records if part and part.acquired else b"",
+                acquired_records=tuple(
+                    build(acquired_type, first_offset=f, last_offset=last, delivery_count=c)
+                    for f, last, c in (part.acquired if part else [])
+                ),
+            )
+        )
+        seen.add((topic_id, partition))
+
+    for part in parts:
+        if (
+            full
+            or part.acquired
+            or part.error != ErrorCode.none
+            or ((part.topic_id, part.partition) in acks)
+        ):
+            add(part.topic_id, part.partition, part)
+    for topic_id, partition in acks:
+        if (topic_id, partition) not in seen:
+            add(topic_id, partition, None)
+    return build(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        acquisition_lock_timeout=_lock_timeout(ctx, request.group_id),
+        responses=tuple(
+            build(topic_type, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()
+        ),
+        node_endpoints=(),
+    )
+
+
+# ShareAcknowledge ---------------------------------------------------------------------
+
+
+@handles(79, 1, 2)
+def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
+    response_type = ctx.response_type
+    topic_type = nested(response_type, "ShareAcknowledgeTopicResponse")
+    partition_type = nested(response_type, "PartitionData")
+    leader_type = nested(response_type, "LeaderIdAndEpoch")
+
+    def top_level(error: ErrorCode, message: str | None) -> Any:
+        return build(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=error,
+            error_message=message,
+            acquisition_lock_timeout=datetime.timedelta(0),
+            responses=(),
+            node_endpoints=(),
+        )
+
+    refused = _check_request(ctx, request)
+    if refused is not None:
+        return top_level(*refused)
+    service = service_of(ctx.broker)
+    epoch = request.share_session_epoch
+    step = _session_step(service, request.group_id, request.member_id, epoch, fetch=False)
+    if step.error != ErrorCode.none:
+        return top_level(step.error, step.message)
+    denied = _denied_topics(ctx, [t.topic_id for t in request.topics])
+    acks = _acknowledge(ctx, request.group_id, request.member_id, request.topics, denied)
+    if epoch == FINAL_EPOCH:
+        service.sessions.pop((request.group_id, request.member_id), None)
+        service.member_gone(request.group_id, request.member_id)
+    by_topic: dict[uuid.UUID, list[Any]] = {}
+    for (topic_id, partition), error in acks.items():
+        by_topic.setdefault(topic_id, []).append(
+            build(
+                partition_type,
+                partition_index=partition,
+                error_code=error,
+                error_message=None,
+                current_leader=build(leader_type, leader_id=-1, leader_epoch=-1),
+            )
+        )
+    return build(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        acquisition_lock_timeout=_lock_timeout(ctx, request.group_id),
+        responses=tuple(
+            build(topic_type, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()
+        ),
+        node_endpoints=(),
+    )
