@@ -3,12 +3,15 @@
 Owns the one ``RaftNode`` of this process and everything around it that is I/O: the
 tick (every TICK_MS), the driver's contract of the core (after every call: persist the
 Ready through the metadata log store, then send its messages, then hand what committed
-to the metadata listener), requests to the other voters through the peer pool
-(translated by ``quorum_wire``), the responses owed to requests that came in on the
-controller listener, proposals that wait for their commit, and snapshots of the
-metadata state every so many records (or bytes of them), and at least every
-``snapshot_interval_ms`` while something applied is not in the last one
-(``metadata.log.max.snapshot.interval.ms``; 0 turns that off).
+to the metadata listener; the persisting, fsyncs included, runs on a thread of its own
+so that the event loop serving clients never waits on the disk: the rest of a Ready is
+done once it is durable, and the next Ready taken only after that), requests to the
+other voters through the peer pool (translated by ``quorum_wire``), the responses owed
+to requests that came in on the controller listener, proposals that wait for their
+commit, and snapshots of the metadata state (written on that thread too) every so many
+records (or bytes of them), and at least every ``snapshot_interval_ms`` while something
+applied is not in the last one (``metadata.log.max.snapshot.interval.ms``; 0 turns
+that off).
 
 Voters are this node's peers in ``controller.quorum.voters``; a broker-only node
 runs the core as an observer that only fetches.
@@ -20,11 +23,13 @@ or what the records mean (the metadata listener it is given).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import random
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from strom.broker import quorum_wire
@@ -111,6 +116,11 @@ class QuorumDriver:
         self._was_leader_ready = False
         self._committed_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self.stopped = False
+        # The store is written on this thread only while a Ready is being persisted;
+        # the loop touches it only when no persisting is in flight.
+        self._disk = ThreadPoolExecutor(1, thread_name_prefix=f"strom-metadata-fsync-{node_id}")
+        self._persisting: asyncio.Future[None] | None = None
+        self._pump_again = False
 
     # Life cycle -------------------------------------------------------------
 
@@ -153,6 +163,12 @@ class QuorumDriver:
             if not future.done():
                 future.cancel()
         self.peers.close()
+        if self._persisting is not None:
+            try:
+                await asyncio.shield(self._persisting)
+            except Exception:
+                pass  # logged by _persisted
+        self._disk.shutdown(wait=True)
         self.store.close()
 
     async def _tick_forever(self) -> None:
@@ -248,14 +264,56 @@ class QuorumDriver:
     def _pump(self) -> None:
         node = self.node
         assert node is not None
+        if self._persisting is not None:  # the Ready before is not durable yet
+            self._pump_again = True
+            return
         ready = node.ready()
-        self.store.persist(
-            quorum_state=ready.quorum_state,
-            snapshot=ready.snapshot,
-            truncate_to=ready.truncate_to,
-            append=ready.append,
-            delete_before=ready.delete_before,
+        if (
+            ready.quorum_state is None
+            and ready.snapshot is None
+            and ready.truncate_to is None
+            and not ready.append
+            and ready.delete_before is None
+        ):
+            self._act_on(ready)
+            return
+        persisting = asyncio.get_running_loop().run_in_executor(
+            self._disk,
+            functools.partial(
+                self.store.persist,
+                quorum_state=ready.quorum_state,
+                snapshot=ready.snapshot,
+                truncate_to=ready.truncate_to,
+                append=ready.append,
+                delete_before=ready.delete_before,
+            ),
         )
+        self._persisting = persisting
+        persisting.add_done_callback(functools.partial(self._persisted, ready))
+
+    def _persisted(self, ready: Any, persisting: asyncio.Future[None]) -> None:
+        """The Ready is durable (or its persisting failed: logged, as a failed tick is):
+        now its messages, commits and snapshots, then the Ready that waited."""
+        self._persisting = None
+        if self.stopped:
+            return
+        try:
+            persisting.result()
+        except Exception:
+            log.exception("persisting the metadata log failed")
+        try:
+            self._act_on(ready)
+        except Exception:
+            log.exception("metadata quorum step failed")
+        if self._pump_again:
+            self._pump_again = False
+            self._pump()
+
+    def _act_on(self, ready: Any) -> None:
+        """What a durable Ready asks for: send its messages, answer what is owed, apply
+        what committed, take a snapshot when one is due."""
+        node = self.node
+        assert node is not None
         if ready.snapshot is not None:
             log.info(
                 "metadata snapshot received from the leader, up to offset %d (epoch %d)",
@@ -319,23 +377,41 @@ class QuorumDriver:
             self._take_snapshot()
 
     def _take_snapshot(self) -> None:
+        """Write a snapshot of the applied state on the disk thread; the core learns of
+        it once it is durable (``_snapshot_saved``)."""
         from strom.raft.messages import SnapshotId
 
         assert self.node is not None
         snapshot = Snapshot(
             SnapshotId(self._applied_offset, self._applied_epoch), self.listener.snapshot_data()
         )
-        self.store.save_snapshot(snapshot)
-        self.node.take_snapshot(snapshot)
         self._applied_since_snapshot = self._bytes_since_snapshot = 0
         self._last_snapshot_ms = _now_ms()
-        self._pump()
-        log.info(
-            "metadata snapshot at offset %d (epoch %d), %d bytes",
-            snapshot.snapshot_id.end_offset,
-            snapshot.snapshot_id.epoch,
-            len(snapshot.data),
+        persisting = asyncio.get_running_loop().run_in_executor(
+            self._disk, self.store.save_snapshot, snapshot
         )
+        self._persisting = persisting
+        persisting.add_done_callback(functools.partial(self._snapshot_saved, snapshot))
+
+    def _snapshot_saved(self, snapshot: Snapshot, persisting: asyncio.Future[None]) -> None:
+        self._persisting = None
+        if self.stopped:
+            return
+        try:
+            persisting.result()
+        except Exception:
+            log.exception("writing a metadata snapshot failed")
+        else:
+            assert self.node is not None
+            self.node.take_snapshot(snapshot)
+            log.info(
+                "metadata snapshot at offset %d (epoch %d), %d bytes",
+                snapshot.snapshot_id.end_offset,
+                snapshot.snapshot_id.epoch,
+                len(snapshot.data),
+            )
+        self._pump_again = False
+        self._pump()
 
     async def _send(self, message: Message) -> None:
         address = self.voters.get(message.dst)
