@@ -14,7 +14,7 @@ p99 and max of both, the rate the writers achieved, the rate records arrived, an
 worker's CPU time a change. With ``--drain N`` it measures the worker's capacity instead:
 the worker is stopped while N changes are committed, and the rate it then drains them at
 is printed. Usage: python bench/connect_cdc.py [--rate N] [--seconds S] [--writers W]
-[--exactly-once] [--schemaless] [--timeline] [--drain N]
+[--exactly-once] [--schemaless] [--timeline] [--flush-ms MS] [--drain N]
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def worker_files(work: Path, broker: BrokerProcess, postgres: PostgresProcess,
         "key.converter=org.apache.kafka.connect.json.JsonConverter\n"
         "value.converter=org.apache.kafka.connect.json.JsonConverter\n"
         f"key.converter.schemas.enable={schemas}\nvalue.converter.schemas.enable={schemas}\n"
-        "offset.flush.interval.ms=1000\nlisteners=http://127.0.0.1:0\n"
+        f"offset.flush.interval.ms={args.flush_ms}\nlisteners=http://127.0.0.1:0\n"
     )
     properties = work / "worker.properties"
     if args.exactly_once:
@@ -197,6 +197,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--writers", type=int, default=1, help="connections committing changes")
     parser.add_argument("--exactly-once", action="store_true")
+    parser.add_argument("--flush-ms", type=int, default=60000,
+                        help="the worker's offset.flush.interval.ms (Kafka's default)")  # fmt: skip
     parser.add_argument("--drain", type=int, default=0, help="measure the drain of N changes")
     parser.add_argument("--timeline", action="store_true", help="latency by second of commit")
     parser.add_argument("--schemaless", action="store_true", help="JsonConverter without schemas")
