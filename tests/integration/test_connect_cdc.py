@@ -226,12 +226,15 @@ def test_snapshot_then_inserts_updates_and_deletes(
             deleted["before"] | {"id": 2} == deleted["before"] and deleted["before"]["name"] == ""
         )
         assert tombstone is None
-        assert [key["payload"] for key, _ in changes] == [
-            {"id": 3},
-            {"id": 3},
-            {"id": 2},
-            {"id": 2},
-        ]
+        assert [key["payload"] for key, _ in changes] == [{"id": 3}, {"id": 3}, {"id": 2},
+                                                          {"id": 2}]  # fmt: skip
+        # a column added: the next change's schema has it
+        postgres.query("ALTER TABLE customers ADD COLUMN vip BOOLEAN NOT NULL DEFAULT false")
+        postgres.query("UPDATE customers SET vip = true WHERE id = 3")
+        _, widened = reader.wait(7)[6]
+        assert widened["payload"]["after"]["vip"] is True and widened["payload"]["op"] == "u"
+        after_fields = widened["schema"]["fields"][1]["fields"]
+        assert after_fields[-1] == {"type": "boolean", "optional": False, "field": "vip"}
     finally:
         reader.close()
     offsets = committed_offsets(broker, "connect-cdc-offsets")
