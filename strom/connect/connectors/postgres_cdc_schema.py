@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
+from time import time_ns
 from typing import Any
 
 from strom.connect import data
@@ -54,7 +55,6 @@ JSON, XML, FLOAT4, FLOAT8, BPCHAR, VARCHAR = 114, 142, 700, 701, 1042, 1043
 DATE, TIME, TIMESTAMP, TIMESTAMPTZ, NUMERIC, UUID, JSONB = 1082, 1083, 1114, 1184, 1700, 2950, 3802
 
 _EPOCH = datetime(1970, 1, 1)
-_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _MICRO = timedelta(microseconds=1)
 _INT64_MAX = 2**63 - 1
@@ -150,7 +150,7 @@ class TableInfo:
         return f"{self.schema}.{self.name}"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class EventSource:
     """Where one change comes from: the source block's varying fields."""
 
@@ -482,4 +482,4 @@ def _unavailable(schema: Schema) -> Any:
 
 
 def epoch_micros_now() -> int:
-    return (datetime.now(UTC) - _EPOCH_UTC) // _MICRO
+    return time_ns() // 1000
