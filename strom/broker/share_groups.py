@@ -913,3 +913,264 @@ def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
         ),
         node_endpoints=(),
     )
+
+
+# Share group offsets -----------------------------------------------------------------
+
+
+def _topic_id_of(ctx: RequestContext, name: str) -> uuid.UUID | None:
+    view = ctx.broker.state.topic(name)
+    return view.topic_id if view is not None else None
+
+
+def _lag(ctx: RequestContext, key: ShareKey, name: str, start: int) -> int:
+    """Records from the start offset to the high watermark not yet finished with."""
+    partition_log = ctx.broker.state.partition_log(name, key.partition)
+    if partition_log is None:
+        return -1
+    service = service_of(ctx.broker)
+    held = service.held.get(key)
+    if held is not None:
+        finished = held.partition.finished_in_window()
+    else:
+        stored = service.store.read(key)
+        finished = (
+            0
+            if stored is None
+            else sum(
+                b.last_offset - b.first_offset + 1 for b in stored.batches if b.state in (2, 4)
+            )
+        )
+    return max(int(partition_log.high_watermark) - start - finished, 0)
+
+
+@handles(90, 0, 1)
+def handle_describe_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
+    response_type = ctx.response_type
+    group_type = nested(response_type, "DescribeShareGroupOffsetsResponseGroup")
+    topic_type = nested(response_type, "DescribeShareGroupOffsetsResponseTopic")
+    partition_type = nested(response_type, "DescribeShareGroupOffsetsResponsePartition")
+    disabled = _disabled(ctx)
+    service = service_of(ctx.broker)
+    groups = []
+    for group in request.groups:
+        error, message = ErrorCode.none, None
+        if disabled:
+            error, message = ErrorCode.unsupported_version, disabled
+        elif not authz.allowed(ctx, authz.Op.DESCRIBE, authz.GROUP, group.group_id):
+            error, message = ErrorCode.group_authorization_failed, "Group authorization failed."
+        if error != ErrorCode.none:
+            groups.append(
+                build(
+                    group_type,
+                    group_id=group.group_id,
+                    topics=(),
+                    error_code=error,
+                    error_message=message,
+                )
+            )
+            continue
+        wanted: dict[str, list[int]] = {}
+        if group.topics is None:
+            keys = {k for k in service.held if k.group_id == group.group_id}
+            keys |= set(service.store.keys_of_group(group.group_id))
+            for key in keys:
+                name = _topic_name(ctx, key.topic_id)
+                if name is not None:
+                    wanted.setdefault(name, []).append(key.partition)
+        else:
+            for topic in group.topics:
+                wanted.setdefault(topic.topic_name, []).extend(topic.partitions)
+        topics = []
+        for name, partitions in sorted(wanted.items()):
+            topic_id = _topic_id_of(ctx, name)
+            denied = not authz.allowed(ctx, authz.Op.DESCRIBE, authz.TOPIC, name)
+            entries = []
+            for partition in sorted(set(partitions)):
+                start, lag, part_error = -1, -1, ErrorCode.none
+                if denied:
+                    part_error = ErrorCode.topic_authorization_failed
+                elif topic_id is None:
+                    part_error = ErrorCode.unknown_topic_or_partition
+                else:
+                    key = ShareKey(group.group_id, topic_id, partition)
+                    found = service.stored_start(key)
+                    if found is not None:
+                        start, lag = found, _lag(ctx, key, name, found)
+                entries.append(
+                    build(
+                        partition_type,
+                        partition_index=partition,
+                        start_offset=start,
+                        leader_epoch=-1,
+                        lag=lag,
+                        error_code=part_error,
+                        error_message=None,
+                    )
+                )
+            topics.append(
+                build(
+                    topic_type,
+                    topic_name=name,
+                    topic_id=topic_id or uuid.UUID(int=0),
+                    partitions=tuple(entries),
+                )
+            )
+        groups.append(
+            build(
+                group_type,
+                group_id=group.group_id,
+                topics=tuple(topics),
+                error_code=ErrorCode.none,
+                error_message=None,
+            )
+        )
+    return build(response_type, throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
+def _offsets_admin_refusal(
+    ctx: RequestContext, group_id: str, operation: int
+) -> tuple[ErrorCode, str] | None:
+    disabled = _disabled(ctx)
+    if disabled is not None:
+        return ErrorCode.unsupported_version, disabled
+    if not group_id:
+        return ErrorCode.invalid_group_id, "GroupId can't be empty."
+    if not authz.allowed(ctx, operation, authz.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, "Group authorization failed."
+    group = ctx.broker.coordinator.groups.get(group_id)
+    if group is not None and not isinstance(group, ShareGroup):
+        return ErrorCode.group_id_not_found, f"Group {group_id} is not a share group."
+    if group is not None and not group.is_empty():
+        return ErrorCode.non_empty_group, f"Share group {group_id} has members: it must be empty."
+    return None
+
+
+@handles(91, 0, 0)
+def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
+    response_type = ctx.response_type
+    topic_type = nested(response_type, "AlterShareGroupOffsetsResponseTopic")
+    partition_type = nested(response_type, "AlterShareGroupOffsetsResponsePartition")
+    refused = _offsets_admin_refusal(ctx, request.group_id, authz.Op.READ)
+    if refused is not None:
+        return build(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=refused[0],
+            error_message=refused[1],
+            responses=(),
+        )
+    service = service_of(ctx.broker)
+    now = service.now_ms()
+    topics = []
+    for topic in request.topics:
+        topic_id = _topic_id_of(ctx, topic.topic_name)
+        denied = not authz.allowed(ctx, authz.Op.READ, authz.TOPIC, topic.topic_name)
+        entries = []
+        for part in topic.partitions:
+            error: ErrorCode = ErrorCode.none
+            message = None
+            if denied:
+                error = ErrorCode.topic_authorization_failed
+            elif topic_id is None:
+                error = ErrorCode.unknown_topic_or_partition
+            else:
+                partition_log = ctx.broker.state.partition_log(
+                    topic.topic_name, part.partition_index
+                )
+                if partition_log is None:
+                    error = ErrorCode.unknown_topic_or_partition
+                else:
+                    start = part.start_offset
+                    if start < 0:  # -1: the latest offset, -2: the earliest, as resets go
+                        start = (
+                            partition_log.log_start_offset
+                            if start == -2
+                            else partition_log.high_watermark
+                        )
+                    start = max(
+                        min(start, partition_log.high_watermark), partition_log.log_start_offset
+                    )
+                    key = ShareKey(request.group_id, topic_id, part.partition_index)
+                    held = service.held.get(key)
+                    if held is not None:
+                        held.partition.reset(start)
+                        service.persist(held)
+                    elif not service.store.write(key, ShareState(start), now):
+                        error = ErrorCode.coordinator_not_available
+                        message = "The share-partition state could not be written."
+            entries.append(
+                build(
+                    partition_type,
+                    partition_index=part.partition_index,
+                    error_code=error,
+                    error_message=message,
+                )
+            )
+        topics.append(
+            build(
+                topic_type,
+                topic_name=topic.topic_name,
+                topic_id=topic_id or uuid.UUID(int=0),
+                partitions=tuple(entries),
+            )
+        )
+    return build(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        responses=tuple(topics),
+    )
+
+
+@handles(92, 0, 0)
+def handle_delete_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
+    response_type = ctx.response_type
+    topic_type = nested(response_type, "DeleteShareGroupOffsetsResponseTopic")
+    refused = _offsets_admin_refusal(ctx, request.group_id, authz.Op.DELETE)
+    if refused is not None:
+        return build(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=refused[0],
+            error_message=refused[1],
+            responses=(),
+        )
+    service = service_of(ctx.broker)
+    topics = []
+    for topic in request.topics:
+        topic_id = _topic_id_of(ctx, topic.topic_name)
+        error: ErrorCode = ErrorCode.none
+        if not authz.allowed(ctx, authz.Op.READ, authz.TOPIC, topic.topic_name):
+            error = ErrorCode.topic_authorization_failed
+        elif topic_id is None:
+            error = ErrorCode.unknown_topic_or_partition
+        else:
+            keys = {
+                k for k in service.held if k.group_id == request.group_id and k.topic_id == topic_id
+            }
+            keys |= {
+                k for k in service.store.keys_of_group(request.group_id) if k.topic_id == topic_id
+            }
+            for key in keys:
+                held = service.held.pop(key, None)
+                if held is not None and held.timer is not None:
+                    held.timer.cancel()
+            service.store.delete(keys, service.now_ms())
+        topics.append(
+            build(
+                topic_type,
+                topic_name=topic.topic_name,
+                topic_id=topic_id or uuid.UUID(int=0),
+                error_code=error,
+                error_message=None,
+            )
+        )
+    return build(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        responses=tuple(topics),
+    )

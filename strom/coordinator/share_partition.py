@@ -148,6 +148,10 @@ class SharePartition:
     def in_flight(self) -> int:
         return self.end_offset - self.start_offset
 
+    def finished_in_window(self) -> int:
+        """ACKNOWLEDGED and ARCHIVED offsets above the start (delivery complete)."""
+        return sum(1 for r in self._records.values() if r.state in FINISHED)
+
     def can_acquire_new(self) -> bool:
         return self.in_flight() < self.max_in_flight
 

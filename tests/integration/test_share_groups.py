@@ -1,0 +1,339 @@
+"""Share groups (KIP-932) on a real broker with confluent-kafka's ShareConsumer: records
+shared out among consumers of one partition, redelivered after a consumer's death once
+its locks expire, released and rejected, archived after the delivery count limit, and
+the delivery state kept across a restart (in ``__share_group_state``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from broker_process import BrokerProcess
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+from kafka_helpers import create_topic, wait_until
+from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+from kio.schema.describe_share_group_offsets.v1.request import (
+    DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsRequestGroup,
+    DescribeShareGroupOffsetsRequestTopic,
+)
+from kio.schema.list_groups.v5.request import ListGroupsRequest
+from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
+from raw_client import RawClient
+
+from strom.protocol.errors import ErrorCode
+
+LOCK_MS = 2000  # short, so a dead consumer's records come back quickly
+OVERRIDES = {
+    "group.share.min.record.lock.duration.ms": "1000",
+    "group.share.record.lock.duration.ms": str(LOCK_MS),
+    "group.share.min.heartbeat.interval.ms": "100",
+    "group.share.heartbeat.interval.ms": "200",
+    "offsets.topic.num.partitions": "1",
+    "share.coordinator.state.topic.num.partitions": "1",
+}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("share") / "data", OVERRIDES)
+    process.start()
+    yield process
+    if process.alive():
+        process.stop()
+
+
+def _group_configs(bootstrap: str, group: str, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(
+        ResourceType.GROUP,
+        group,
+        incremental_configs=[
+            ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in configs.items()
+        ],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(10)
+
+
+def _new_queue(broker: BrokerProcess, **configs: str) -> tuple[str, str]:
+    """A fresh topic of one partition and a share group reading it from the earliest."""
+    topic, group = f"q-{uuid.uuid4().hex[:8]}", f"sg-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 1)
+    _group_configs(broker.bootstrap, group, share_auto_offset_reset="earliest", **configs)
+    return topic, group
+
+
+def _produce(bootstrap: str, topic: str, values: list[str], *, batches: int = 1) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    per_batch = max(len(values) // batches, 1)
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value.encode())
+        if (i + 1) % per_batch == 0:
+            producer.flush(10)
+    producer.flush(10)
+
+
+def _consumer(bootstrap: str, group: str, topic: str, *, explicit: bool = False) -> ShareConsumer:
+    config = {"bootstrap.servers": bootstrap, "group.id": group}
+    if explicit:
+        config["share.acknowledgement.mode"] = "explicit"
+    consumer = ShareConsumer(config)
+    consumer.subscribe([topic])
+    return consumer
+
+
+def _start_offset(broker: BrokerProcess, group: str, topic: str) -> tuple[int, int]:
+    with RawClient(broker.port) as client:
+        response = client.request(
+            DescribeShareGroupOffsetsRequest(
+                groups=(
+                    DescribeShareGroupOffsetsRequestGroup(
+                        group_id=group,
+                        topics=(
+                            DescribeShareGroupOffsetsRequestTopic(
+                                topic_name=topic, partitions=(0,)
+                            ),
+                        ),
+                    ),
+                )
+            )
+        )
+    part = response.groups[0].topics[0].partitions[0]
+    assert part.error_code == ErrorCode.none
+    return part.start_offset, part.lag
+
+
+def _poll_values(consumer: ShareConsumer, wanted: int, timeout: float) -> list[tuple[int, str]]:
+    """(offset, value) of records polled until ``wanted`` came or the time is up."""
+    got: list[tuple[int, str]] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < wanted and time.monotonic() < deadline:
+        for message in consumer.poll(0.5):
+            assert message.error() is None, message.error()
+            got.append((message.offset(), message.value().decode()))
+    return got
+
+
+def test_consumers_of_one_partition_get_distinct_records_and_together_all(
+    broker: BrokerProcess,
+) -> None:
+    # A long lock for this group: a loaded machine's slow poll must not cause redelivery.
+    topic, group = _new_queue(broker, share_record_lock_duration_ms="30000")
+    consumers = [_consumer(broker.bootstrap, group, topic) for _ in range(3)]
+    received: list[list[int]] = [[] for _ in consumers]
+    stop = threading.Event()
+
+    def run(i: int) -> None:
+        while not stop.is_set():
+            for message in consumers[i].poll(0.2):
+                if message.error() is None:
+                    received[i].append(message.offset())
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        with RawClient(broker.port) as client:
+
+            def all_assigned() -> bool:
+                described = client.request(
+                    ShareGroupDescribeRequest(
+                        group_ids=(group,), include_authorized_operations=False
+                    )
+                )
+                members = described.groups[0].members
+                return len(members) == 3 and all(m.assignment.topic_partitions for m in members)
+
+            wait_until(all_assigned, 20, "three members each assigned the partition")
+        total = 60
+        for batch in range(20):  # one batch at a time, each waited for, so all get some
+            _produce(broker.bootstrap, topic, [f"v{batch}-{i}" for i in range(3)])
+            wait_until(lambda b=batch: sum(map(len, received)) >= 3 * (b + 1), 20, "the batch")
+        everything = sorted(o for r in received for o in r)
+        assert everything == list(range(total))  # all of them, none twice
+        assert all(received), [len(r) for r in received]  # each consumer got some
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        for c in consumers:
+            c.close()
+    wait_until(lambda: _start_offset(broker, group, topic)[0] == total, 10, "all accepted")
+
+
+_HOLDER = """
+import json, sys, time
+from confluent_kafka import ShareConsumer
+consumer = ShareConsumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+                          "share.acknowledgement.mode": "explicit"})
+consumer.subscribe([sys.argv[3]])
+while True:
+    got = [m.offset() for m in consumer.poll(0.5) if m.error() is None]
+    if got:
+        print(json.dumps(got), flush=True)
+        time.sleep(3600)  # holds the records, acknowledging none, until killed
+"""
+
+
+def test_a_killed_consumers_records_go_to_another_after_the_lock_expires(
+    broker: BrokerProcess,
+) -> None:
+    topic, group = _new_queue(broker)
+    _produce(broker.bootstrap, topic, [f"k{i}" for i in range(10)])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, broker.bootstrap, group, topic],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = holder.stdout.readline() if holder.stdout else ""
+        held = json.loads(line)
+        assert held, "the holder got records"
+    finally:
+        holder.kill()
+        holder.wait()
+    consumer = _consumer(broker.bootstrap, group, topic)
+    try:
+        got = _poll_values(consumer, 10, LOCK_MS / 1000 + 20)
+        assert sorted(o for o, _ in got) == list(range(10))  # the held ones came back
+        consumer.poll(0.5)  # accepts them (implicit acknowledgement)
+    finally:
+        consumer.close()
+    wait_until(lambda: _start_offset(broker, group, topic)[0] == 10, 10, "all accepted")
+
+
+def test_release_redelivers_and_reject_archives(broker: BrokerProcess) -> None:
+    topic, group = _new_queue(broker)
+    _produce(broker.bootstrap, topic, ["a", "b", "c"])
+    consumer = _consumer(broker.bootstrap, group, topic, explicit=True)
+    try:
+        first = []
+        deadline = time.monotonic() + 20
+        while len(first) < 3 and time.monotonic() < deadline:
+            for message in consumer.poll(0.5):
+                first.append(message.value().decode())
+                kind = {
+                    "a": AcknowledgeType.ACCEPT,
+                    "b": AcknowledgeType.RELEASE,
+                    "c": AcknowledgeType.REJECT,
+                }[message.value().decode()]
+                consumer.acknowledge(message, kind)
+        assert sorted(first) == ["a", "b", "c"]
+        consumer.commit_sync(10)
+        again = []
+        deadline = time.monotonic() + 20
+        while not again and time.monotonic() < deadline:
+            for message in consumer.poll(0.5):
+                again.append(message.value().decode())
+                consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+        assert again == ["b"]  # released: delivered again; rejected: never
+        consumer.commit_sync(10)
+        assert _start_offset(broker, group, topic) == (3, 0)
+    finally:
+        consumer.close()
+
+
+def test_the_delivery_count_limit_archives_a_poison_record(broker: BrokerProcess) -> None:
+    topic, group = _new_queue(broker, share_delivery_count_limit="2")
+    _produce(broker.bootstrap, topic, ["poison"])
+    consumer = _consumer(broker.bootstrap, group, topic, explicit=True)
+    deliveries = 0
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for message in consumer.poll(0.5):
+                if message.value() == b"poison":
+                    deliveries += 1
+                    consumer.acknowledge(message, AcknowledgeType.RELEASE)
+                else:
+                    consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+            consumer.commit_sync(10)
+            if _start_offset(broker, group, topic)[0] == 1:
+                break
+        assert deliveries == 2  # then archived: the window moved past it
+        _produce(broker.bootstrap, topic, ["next"])
+        got = []
+        while not got and time.monotonic() < deadline:
+            for message in consumer.poll(0.5):
+                got.append(message.value())
+                consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+        assert got == [b"next"]
+        consumer.commit_sync(10)
+    finally:
+        consumer.close()
+
+
+def test_share_groups_are_listed_described_and_deleted(broker: BrokerProcess) -> None:
+    topic, group = _new_queue(broker)
+    _produce(broker.bootstrap, topic, ["x"])
+    consumer = _consumer(broker.bootstrap, group, topic)
+    try:
+        assert _poll_values(consumer, 1, 20) == [(0, "x")]
+        with RawClient(broker.port) as client:
+            listed = client.request(ListGroupsRequest(states_filter=(), types_filter=("share",)))
+            mine = [g for g in listed.groups if g.group_id == group]
+            assert [(g.group_type, g.protocol_type, g.group_state) for g in mine] == [
+                ("share", "share", "Stable")
+            ]
+            refused = client.request(DeleteGroupsRequest(groups_names=(group,)))
+            assert refused.results[0].error_code == ErrorCode.non_empty_group
+    finally:
+        consumer.close()
+    with RawClient(broker.port) as client:
+        wait_until(
+            lambda: (
+                client.request(
+                    ShareGroupDescribeRequest(
+                        group_ids=(group,), include_authorized_operations=False
+                    )
+                )
+                .groups[0]
+                .group_state
+                == "Empty"
+            ),
+            10,
+            "the group empty",
+        )
+        deleted = client.request(DeleteGroupsRequest(groups_names=(group,)))
+        assert deleted.results[0].error_code == ErrorCode.none
+    assert _start_offset(broker, group, topic) == (-1, -1)  # its state went with it
+
+
+def test_a_restart_keeps_what_was_accepted(broker: BrokerProcess) -> None:
+    topic, group = _new_queue(broker)
+    _produce(broker.bootstrap, topic, [f"r{i}" for i in range(6)])
+    consumer = _consumer(broker.bootstrap, group, topic, explicit=True)
+    try:
+        got = []
+        deadline = time.monotonic() + 20
+        while len(got) < 6 and time.monotonic() < deadline:
+            for message in consumer.poll(0.5):
+                got.append(message.offset())
+                kind = AcknowledgeType.ACCEPT if message.offset() < 3 else AcknowledgeType.RELEASE
+                consumer.acknowledge(message, kind)
+        assert sorted(got) == list(range(6))
+        consumer.commit_sync(10)
+    finally:
+        consumer.close()
+    broker.restart()
+    consumer = _consumer(broker.bootstrap, group, topic)
+    try:
+        again = _poll_values(consumer, 3, 30)
+        assert sorted(o for o, _ in again) == [3, 4, 5]  # the accepted ones never again
+        consumer.poll(0.5)
+    finally:
+        consumer.close()
