@@ -44,12 +44,17 @@ can skip their records (KIP-98).
 Authorization (``authz``): a consumer needs READ on each topic and a follower
 CLUSTER_ACTION on the cluster; the partitions refused get TOPIC_AUTHORIZATION_FAILED.
 Without an authorizer the cost is one None check.
+
+The disk: the log is read only from the page cache on the event loop. Bytes that are
+not there (a consumer catching up from old segments) are read into it on a thread
+(``ColdRead.warm``) while the loop serves others, and the read goes again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import time
 import uuid
 from dataclasses import dataclass
@@ -66,6 +71,7 @@ from strom.protocol.message_sets import MAGIC_V0, MAGIC_V1, MessageSetError, dow
 from strom.protocol.records import iter_headers
 from strom.replication.leader import diverging_epoch
 from strom.storage.errors import OffsetOutOfRangeError
+from strom.storage.segment import ColdRead
 
 
 def _aborted(aborted_type: type, found: list[tuple[int, int]]) -> tuple[Any, ...]:
@@ -132,7 +138,23 @@ def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     denied: frozenset[str | None] = frozenset()
     if authz.authorizer_of(ctx.broker) is not None:
         denied = _unauthorized(ctx, request, wanted)
-    response, size, has_error, conversions = _read(ctx, request, wanted, denied)
+    try:
+        read = _read(ctx, request, wanted, denied)
+    except ColdRead as cold:  # bytes on the disk only: read them on a thread, then answer
+        return _answer_after_warming(ctx, request, wanted, denied, step, cold)
+    return _answer(ctx, request, wanted, denied, step, read)
+
+
+def _answer(
+    ctx: RequestContext,
+    request: Any,
+    wanted: list[_WantedTopic],
+    denied: frozenset[str | None],
+    step: SessionStep,
+    read: tuple[Any, int, bool, list[_Conversion]],
+) -> Any:
+    """The response to what was read, or a long poll when it is less than min_bytes."""
+    response, size, has_error, conversions = read
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     if size >= request.min_bytes or max_wait_ms <= 0 or has_error or not wanted:
         if conversions:  # v0-3 only: no fetch session
@@ -141,6 +163,44 @@ def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             return response
         return fetch_sessions.answer(step.session, response, step.incremental)
     return _long_poll(ctx, request, wanted, max_wait_ms, denied, step)
+
+
+async def _answer_after_warming(
+    ctx: RequestContext,
+    request: Any,
+    wanted: list[_WantedTopic],
+    denied: frozenset[str | None],
+    step: SessionStep,
+    cold: ColdRead,
+) -> Any:
+    await _warm(ctx, cold)
+    read = await _read_warmed(ctx, request, wanted, denied)
+    answer = _answer(ctx, request, wanted, denied, step, read)
+    return await answer if inspect.isawaitable(answer) else answer
+
+
+async def _read_warmed(
+    ctx: RequestContext,
+    request: Any,
+    wanted: list[_WantedTopic],
+    denied: frozenset[str | None],
+) -> tuple[Any, int, bool, list[_Conversion]]:
+    """``_read``, each cold read's bytes brought into the page cache on a thread first;
+    after WARMINGS of them (pages evicted as fast as they come in) the read waits."""
+    for _ in range(WARMINGS):
+        try:
+            return _read(ctx, request, wanted, denied)
+        except ColdRead as cold:
+            await _warm(ctx, cold)
+    return _read(ctx, request, wanted, denied, wait_for_disk=True)
+
+
+async def _warm(ctx: RequestContext, cold: ColdRead) -> None:
+    metrics = ctx.broker.metrics
+    if metrics is not None:
+        metrics.cold_reads += 1
+        metrics.cold_read_bytes += cold.length
+    await asyncio.to_thread(cold.warm)
 
 
 def _resolve(controller: Any, requested: list[SessionPartition]) -> list[_WantedTopic]:
@@ -215,12 +275,12 @@ async def _wait_for_data(
             break
         # Look again and start waiting in the same step: a produce handled since the
         # last look (even one pipelined behind this fetch) cannot be missed.
-        response, size, has_error, conversions = _read(ctx, request, wanted, denied)
+        response, size, has_error, conversions = await _read_warmed(ctx, request, wanted, denied)
         if size >= request.min_bytes or has_error:
             return await _converted(response, conversions) if conversions else response
         if not await purgatory.wait(keys, remaining):
             break
-    response, _, _, conversions = _read(ctx, request, wanted, denied)
+    response, _, _, conversions = await _read_warmed(ctx, request, wanted, denied)
     return await _converted(response, conversions) if conversions else response
 
 
@@ -243,10 +303,15 @@ def _read(
     request: Any,
     wanted: list[_WantedTopic],
     denied: frozenset[str | None] = frozenset(),
+    wait_for_disk: bool = False,
 ) -> tuple[Any, int, bool, list[_Conversion]]:
     """The response, the bytes of records it holds, whether a partition has an error,
     and for v0-3 the down-conversions still to be made (``_converted``): until then
-    their partitions hold the v2 batches read, and the bytes count those."""
+    their partitions hold the v2 batches read, and the bytes count those.
+
+    Raises ColdRead where records to read are not in the page cache, unless told to
+    ``wait_for_disk``: nothing it did before that needs undoing (a follower's fetch
+    position told again is the same)."""
     controller = ctx.broker.controller
     replica_id = replica_id_of(request)
     replicas = ctx.broker.replicas
@@ -333,7 +398,9 @@ def _read(
                     pass  # throttled replication over its rate: no data this time
                 elif w.offset < upper and (limit > 0 or total == 0):
                     try:
-                        records = partition_log.read(w.offset, max(limit, 1), upper_bound=upper)
+                        records = partition_log.read(
+                            w.offset, max(limit, 1), upper_bound=upper, wait_for_disk=wait_for_disk
+                        )
                     except OffsetOutOfRangeError:
                         error = ErrorCode.offset_out_of_range
                     if total and len(records) > limit:
@@ -398,6 +465,7 @@ def _read(
 
 
 _NO_RESPONSE_LIMIT = 2**31 - 1
+WARMINGS = 4  # cold reads warmed for one fetch before it may wait on the disk
 
 
 @dataclass(slots=True)

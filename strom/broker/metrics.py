@@ -111,6 +111,8 @@ class BrokerMetrics:
         self.isr_expands = 0
         self.failed_authentications = 0
         self.loop_lag = LoopLagProbe()
+        self.cold_reads = 0  # fetches' reads of bytes not in the page cache, warmed first
+        self.cold_read_bytes = 0
         self._decayed = time.monotonic()
 
     def appended(self, topic: str, headers: Iterable[Any]) -> None:
@@ -472,3 +474,16 @@ class KafkaCollector(Collector):
         )
         worst.add_sample("strom_event_loop_lag_max_seconds", {}, probe.max_s)
         yield worst
+        m = self.metrics
+        cold = _family(
+            "strom_fetch_cold_reads",
+            "Fetch reads of log bytes not in the page cache, read in on a thread first",
+            "counter",
+        )
+        cold.add_sample("strom_fetch_cold_reads_total", {}, float(m.cold_reads))
+        yield cold
+        cold_bytes = _family(
+            "strom_fetch_cold_read_bytes", "Bytes those reads brought in", "counter"
+        )
+        cold_bytes.add_sample("strom_fetch_cold_read_bytes_total", {}, float(m.cold_read_bytes))
+        yield cold_bytes

@@ -909,7 +909,12 @@ class PartitionLog:
     # -- reads -----------------------------------------------------------------------
 
     def read(
-        self, offset: int, max_bytes: int, *, upper_bound: int | None = None
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        upper_bound: int | None = None,
+        wait_for_disk: bool = True,
     ) -> bytes | memoryview:
         """Whole batches from the one containing ``offset``, across segments.
 
@@ -918,7 +923,9 @@ class PartitionLog:
 
         At most ``max_bytes`` in total except that the first batch is returned whole
         even if larger; no batch whose base offset is >= ``upper_bound``. b"" at the
-        log end offset. Raises OffsetOutOfRangeError outside [log start, log end].
+        log end offset. Raises OffsetOutOfRangeError outside [log start, log end]. With
+        ``wait_for_disk`` False, raises ColdRead (segment.py) where bytes it would read
+        are not in the page cache: warm them on a thread, then read again.
         """
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(
@@ -930,13 +937,15 @@ class PartitionLog:
         segments = self._segments
         i = max(0, bisect_right(self._bases, offset) - 1)
         interval = self.config.index_interval_bytes
-        data, done = segments[i].read(offset, max_bytes, upper_bound, True, interval)
+        data, done = segments[i].read(offset, max_bytes, upper_bound, True, interval, wait_for_disk)
         if done or i + 1 == len(segments) or len(data) >= max_bytes:
             return data
         chunks = [data] if data else []
         remaining = max_bytes - len(data)
         for segment in segments[i + 1 :]:
-            data, done = segment.read(offset, remaining, upper_bound, not chunks, interval)
+            data, done = segment.read(
+                offset, remaining, upper_bound, not chunks, interval, wait_for_disk
+            )
             if data:
                 chunks.append(data)
                 remaining -= len(data)

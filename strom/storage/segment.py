@@ -21,6 +21,7 @@ lookup lands on: its records' offsets and timestamps answer per record, as Kafka
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -85,18 +86,93 @@ def cut_log_file(handles: FileHandleCache, path: str, fd: int, size: int) -> Non
     handles.forget(path)
 
 
+_WARM_CHUNK = 1 << 20
+_NOWAIT_UNSUPPORTED = (errno.EOPNOTSUPP, errno.EINVAL)  # a file system without RWF_NOWAIT
+_PAGE = mmap.PAGESIZE
+
+
+class ColdRead(Exception):
+    """A read told not to wait on the disk met bytes of ``path`` that are not in the page
+    cache. ``warm`` (on a thread: it waits on the disk) brings ``[start, start+length)``
+    in; the read then goes again and finds them there."""
+
+    def __init__(self, handles: FileHandleCache, path: str, start: int, length: int) -> None:
+        super().__init__(f"{path}: bytes {start}..{start + length} are not in the page cache")
+        self.handles = handles
+        self.path = path
+        self.start = start
+        self.length = length
+
+    def warm(self) -> None:
+        try:
+            with self.handles.lease(self.path) as fd:
+                os.posix_fadvise(fd, self.start, self.length, os.POSIX_FADV_WILLNEED)
+                position, end = self.start, self.start + self.length
+                while position < end:
+                    read = len(os.pread(fd, min(_WARM_CHUNK, end - position), position))
+                    if read == 0:
+                        break
+                    position += read
+        except FileNotFoundError:
+            pass  # deleted since (retention, compaction): the read again will say so
+
+
+def cached_pread(fd: int, length: int, position: int) -> memoryview | None:
+    """``length`` bytes at ``position`` if the page cache holds them all; None when
+    reading them would wait on the disk (RWF_NOWAIT)."""
+    buffer = bytearray(length)
+    try:
+        read = os.preadv(fd, [buffer], position, os.RWF_NOWAIT)
+    except BlockingIOError:
+        return None
+    except OSError as exc:
+        if exc.errno not in _NOWAIT_UNSUPPORTED:
+            raise
+        return memoryview(os.pread(fd, length, position))  # cannot tell: read
+    if read < length:
+        return None
+    return memoryview(buffer)
+
+
+def _cached(fd: int, start: int, end: int) -> bool:
+    """Whether the first and the last page of [start, end) are in the page cache: the
+    pages of a log file are written and read ahead in order, so those two stand for
+    the range (one that fails to warm is found cold again on the next read)."""
+    probe = bytearray(1)
+    try:
+        for position in {start, max(start, end - 1) // _PAGE * _PAGE}:
+            if os.preadv(fd, [probe], position, os.RWF_NOWAIT) < 1:
+                return False
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno not in _NOWAIT_UNSUPPORTED:
+            raise
+    return True
+
+
 class _Window:
     """A pread window over a file: few syscalls for a walk over nearby headers. Over
-    a mapped file (``mapped`` covers [0, end)) it never reads: the map is the window."""
+    a mapped file (``mapped`` covers [0, end)) it never reads: the map is the window.
+    With ``cold`` set it reads only what the page cache holds, raising ``cold`` (a
+    ColdRead for the bytes it wanted) instead of waiting on the disk."""
 
-    __slots__ = ("fd", "end", "chunk", "start", "data")
+    __slots__ = ("fd", "end", "chunk", "start", "data", "cold")
 
-    def __init__(self, fd: int, end: int, chunk: int, mapped: memoryview | None = None) -> None:
+    def __init__(
+        self,
+        fd: int,
+        end: int,
+        chunk: int,
+        mapped: memoryview | None = None,
+        cold: ColdRead | None = None,
+    ) -> None:
         self.fd = fd
         self.end = end  # file size: nothing at or past it is read
         self.chunk = chunk
         self.start = 0
         self.data: bytes | memoryview = b"" if mapped is None else mapped
+        self.cold = cold
 
     def fetch(self, position: int, length: int) -> int:
         """Make ``[position, position+length)`` available; returns its index in data."""
@@ -104,7 +180,16 @@ class _Window:
         if start <= position and position + length <= start + len(self.data):
             return position - start
         want = min(max(length, self.chunk), self.end - position)
-        self.data = os.pread(self.fd, want, position) if want > 0 else b""
+        if want <= 0:
+            self.data = b""
+        elif self.cold is None:
+            self.data = os.pread(self.fd, want, position)
+        else:
+            data = cached_pread(self.fd, want, position)
+            if data is None:
+                self.cold.start, self.cold.length = position, want
+                raise self.cold
+            self.data = data
         self.start = position
         return 0
 
@@ -415,12 +500,15 @@ class LogSegment:
         upper_bound: int | None,
         min_one: bool,
         index_interval: int,
+        wait_for_disk: bool = True,
     ) -> tuple[bytes | memoryview, bool]:
         """Whole batches from the one holding ``offset``, at most ``max_bytes`` (but the
         first batch regardless when ``min_one``), none with base offset >= upper_bound.
 
         Returns (bytes, done): ``done`` is False when the segment's end was reached
-        without hitting a limit, so the caller may go on with the next segment.
+        without hitting a limit, so the caller may go on with the next segment. With
+        ``wait_for_disk`` False, bytes not in the page cache raise ColdRead instead
+        of being waited for.
         """
         self.ensure_indexes(index_interval)
         assert self.offset_index is not None
@@ -433,7 +521,13 @@ class LogSegment:
             # segment reads a little at a time, and the file grows between its reads.
             large = min(max_bytes, size - position) >= MAPPED_READ_BYTES
             mapped = self.handles.mapped(self.log_path, fd, size) if large else None
-            window = _Window(fd, size, max(max_bytes, 0) + index_interval + 16384, mapped)
+            chunk = max(max_bytes, 0) + index_interval + 16384
+            cold = None
+            if not wait_for_disk:
+                cold = ColdRead(self.handles, self.log_path, position, min(chunk, size - position))
+                if mapped is not None and not _cached(fd, position, position + cold.length):
+                    raise cold  # the walk and the send would fault the pages in
+            window = _Window(fd, size, chunk, mapped, None if mapped is not None else cold)
             while True:
                 header = window.header(position)
                 if header is None:
@@ -471,7 +565,13 @@ class LogSegment:
                 if at == 0 and end - start == len(data):
                     return data, done
                 return memoryview(data)[at : at + end - start], done  # a view, not a copy
-            return os.pread(fd, end - start, start), done
+            if cold is None:
+                return os.pread(fd, end - start, start), done
+            data = cached_pread(fd, end - start, start)
+            if data is None:
+                cold.start, cold.length = start, end - start
+                raise cold
+            return data, done
 
     def max_timestamp(self, index_interval: int) -> tuple[int, int]:
         """(max timestamp, offset of the batch's last record holding it); (-1, -1) if none."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import socket
 import ssl
@@ -195,6 +196,56 @@ def test_flush_and_checkpoint_keep_up_with_a_time_based_flush(
             break
         time.sleep(0.1)
     assert recovery_point == 500
+
+
+def test_a_consumer_reads_cold_segments_warmed_on_a_thread(
+    node: tuple[BrokerProcess, int],
+) -> None:
+    """Segments whose pages are not in the page cache: the fetch reads them into it on a
+    thread (counted in strom_fetch_cold_reads_total) and the consumer gets every record,
+    in order, as written."""
+    process, port = node
+    topic = new_topic(process.bootstrap)
+    count, size = 6000, 1000  # about 6 MB: mapped reads and pread windows both
+    producer = Producer({"bootstrap.servers": process.bootstrap, "linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, (b"%08d" % i) * (size // 8))
+        if i % 500 == 0:
+            producer.poll(0)
+    assert producer.flush(30) == 0
+    evicted = False
+    for path in (process.data_dir / f"{topic}-0").glob("*.log"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            probe = bytearray(1)
+            try:
+                os.preadv(fd, [probe], 0, os.RWF_NOWAIT)
+            except BlockingIOError:
+                evicted = True
+        finally:
+            os.close(fd)
+    assert evicted, "the page cache kept the segment: nothing to test here"
+    before = value(scrape(port), "strom_fetch_cold_reads_total") or 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": process.bootstrap,
+            "group.id": f"cold-{topic}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    seen = []
+    deadline = time.monotonic() + 60
+    while len(seen) < count and time.monotonic() < deadline:
+        for message in consumer.consume(500, 0.5):
+            if message.error() is None:
+                seen.append(message.value())
+    consumer.close()
+    assert seen == [(b"%08d" % i) * (size // 8) for i in range(count)]
+    assert (value(scrape(port), "strom_fetch_cold_reads_total") or 0) > before
 
 
 def test_promtool_accepts_the_metrics(node: tuple[BrokerProcess, int]) -> None:
