@@ -46,6 +46,8 @@ def spark_worker(spark_connect_broker: BrokerProcess, spark_connect_dir: Path) -
             # a JVM that starts sooner (C1 only): 12 s against 19 s for a session here
             "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1\n"
             f"spark.sql.streaming.checkpointLocation={spark_connect_dir / 'checkpoints'}\n"
+            # the worker killed by test_connect_jdbc.py leaves the group sooner
+            "session.timeout.ms=6000\n"
         )
     process = Worker("distributed", properties)
     yield process
