@@ -6,8 +6,9 @@
   first use (replication factor ``offsets.topic.replication.factor``, at most the
   live brokers). A transactional id's coordinator (key type 1) is the leader of its
   ``__transaction_state`` partition, created the same way on first use
-  (``transaction.state.log.*``). Share-group keys (type 2) get INVALID_REQUEST:
-  share groups are not served, and the client must not retry.
+  (``transaction.state.log.*``). Share coordinator keys (type 2, asked by brokers
+  for ``__share_group_state``) get INVALID_REQUEST: a share-partition's leader writes
+  its state itself (share consumers find their group's coordinator with type 0).
 - JoinGroup (11) 0-9, SyncGroup (14) 0-5, Heartbeat (12) 0-4, LeaveGroup (13)
   0-5 (batched members from v3): the classic protocol, see
   strom/coordinator/classic.py. A JoinGroup is held (the connection answers it
@@ -23,9 +24,12 @@ group or transactional id; the membership APIs READ on the group
 operations from the ACLs); ListGroups lists all groups with DESCRIBE on the cluster,
 else those the principal may describe; DeleteGroups needs DELETE.
 
+Share groups (strom/broker/share_groups.py) are listed with type and protocol type
+"share" and deleted with their share-partition state.
+
 Differences from Kafka: a classic member cannot join a KIP-848 group
-(INCONSISTENT_GROUP_PROTOCOL) and DescribeGroups shows a KIP-848 group without
-member metadata or assignments (ConsumerGroupDescribe has them).
+(INCONSISTENT_GROUP_PROTOCOL) and DescribeGroups shows KIP-848 and share groups without
+member metadata or assignments (ConsumerGroupDescribe and ShareGroupDescribe have them).
 """
 
 from __future__ import annotations

@@ -749,13 +749,29 @@ def _fetch(
         if not batches or (sp.end_offset > batches[-1][1]):
             sp.skip_to(read_end)  # markers and aborted batches after the last taken
         if ranges:
-            part.records = data
+            part.records = _trimmed(data, ranges[0].first_offset, ranges[-1].last_offset)
             part.acquired = [(r.first_offset, r.last_offset, r.delivery_count) for r in ranges]
             budget_records -= sum(r.last_offset - r.first_offset + 1 for r in ranges)
             budget_bytes -= len(data)
         service.persist(held)
         service.arm(held)
     return parts
+
+
+def _trimmed(data: Any, first: int, last: int) -> Any:
+    """The batches read that hold offsets first..last: no bytes the member cannot use."""
+    start = end = None
+    for h in iter_headers(data):
+        if h.next_offset <= first:
+            continue
+        if h.base_offset > last:
+            break
+        if start is None:
+            start = h.position
+        end = h.position + h.size
+    if start is None or end is None:
+        return data
+    return data if (start, end) == (0, len(data)) else data[start:end]
 
 
 def _deliverable(

@@ -211,3 +211,58 @@ def test_no_record_is_held_twice_accepted_is_final_and_everything_finishes(
         if sp.start_offset == LOG_END:
             break
     assert sp.start_offset == sp.end_offset == LOG_END  # each accepted or archived
+
+
+# __share_group_state records and the share group assignor ---------------------------
+
+
+def test_share_state_records_round_trip_and_updates_apply_over_the_snapshot() -> None:
+    import uuid
+
+    from strom.coordinator.share_state import (
+        UPDATE_KEY_TYPE,
+        ShareKey,
+        ShareState,
+        apply_update,
+        decode_key,
+        decode_snapshot,
+        encode_key,
+        encode_snapshot,
+        encode_update,
+    )
+
+    key = ShareKey("group-é", uuid.uuid4(), 7)
+    assert decode_key(encode_key(key)) == (0, key)
+    assert decode_key(encode_key(key, UPDATE_KEY_TYPE)) == (UPDATE_KEY_TYPE, key)
+    state = ShareState(
+        100,
+        [StateBatch(100, 104, 0, 1), StateBatch(105, 105, 4, 5)],
+        snapshot_epoch=3,
+        state_epoch=1,
+        leader_epoch=2,
+        create_timestamp=1234,
+    )
+    raw = encode_snapshot(state, write_timestamp=5678)
+    # int16 version, 3 int32 epochs, 3 int64s, a compact array of 2, empty tags
+    assert raw[:2] == b"\x00\x00" and raw[38] == 3 and raw[-1] == 0
+    back = decode_snapshot(raw)
+    assert back == state
+    apply_update(back, encode_update(4, 2, 102, [StateBatch(102, 103, 2, 1)]))
+    assert back.start_offset == 102
+    assert back.batches == [
+        StateBatch(102, 103, 2, 1),
+        StateBatch(104, 104, 0, 1),
+        StateBatch(105, 105, 4, 5),
+    ]
+
+
+def test_share_assignor_shares_partitions_when_members_outnumber_them() -> None:
+    from strom.coordinator.share_group import share_assign
+
+    subs = {m: {"t"} for m in ("m1", "m2", "m3")}
+    assert share_assign(subs, {"t": 1}) == {m: {"t": {0}} for m in subs}
+    spread = share_assign(subs, {"t": 5})
+    assert sorted(p for a in spread.values() for p in a["t"]) == [0, 1, 2, 3, 4]
+    assert sorted(len(a["t"]) for a in spread.values()) == [1, 2, 2]
+    two = share_assign(subs, {"t": 2})
+    assert sorted(p for a in two.values() for p in a["t"]) == [0, 0, 1]
