@@ -34,10 +34,12 @@ def unlink_all(paths: Iterable[str]) -> int:
     return count
 
 
-def write_atomically(path: Path | str, data: bytes) -> None:
+def write_atomically(path: Path | str, data: bytes, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` so a crash leaves the old or the new file whole.
 
     Writes ``<path>.tmp``, fsyncs it, renames it over ``path`` and fsyncs the directory.
+    With ``sync`` False the two fsyncs are the caller's to make (a power loss may then
+    leave the old file, or an empty one, until they are).
     """
     path = os.fspath(path)
     tmp = path + ".tmp"
@@ -46,8 +48,10 @@ def write_atomically(path: Path | str, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path) or ".")
+    if sync:
+        fsync_dir(os.path.dirname(path) or ".")

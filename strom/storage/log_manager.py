@@ -98,9 +98,12 @@ def read_partition_topic_id(directory: Path) -> uuid.UUID | None:
     return None
 
 
-def write_partition_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
+def write_partition_topic_id(directory: Path, topic_id: uuid.UUID, *, sync: bool = True) -> Path:
+    """Write ``partition.metadata`` (fsynced unless ``sync`` is False); its path."""
+    path = directory / PARTITION_METADATA
     text = f"version: 0\ntopic_id: {uuid_to_base64(topic_id)}\n"
-    write_atomically(directory / PARTITION_METADATA, text.encode())
+    write_atomically(path, text.encode(), sync=sync)
+    return path
 
 
 def uuid_to_base64(value: uuid.UUID) -> str:
@@ -262,7 +265,11 @@ class LogManager:
                 existing = None
         partition_log = existing or self.create(topic, partition, config)
         if read_partition_topic_id(partition_log.directory) != topic_id:
-            write_partition_topic_id(partition_log.directory, topic_id)
+            # made durable by the log's next flush: a new partition's leader is made on
+            # the event loop, and a file lost to a power cut before any record was
+            # flushed leaves a log without an id, which this topic then takes over
+            path = write_partition_topic_id(partition_log.directory, topic_id, sync=False)
+            partition_log.sync_with_next_flush(path)
         self._verified[key] = topic_id
         return partition_log
 

@@ -159,6 +159,7 @@ class PartitionLog:
         self._dirty: list[LogSegment] = []  # segments written since the last flush
         self._oldest_unflushed_ms: int | None = None
         self._dir_dirty = False  # files created since the last flush
+        self._unsynced_files: list[str] = []  # written without fsync: the next flush's
         self._closed = False
         # Retired segment files: (unlink at ms, paths), oldest first.
         self._pending_deletes: list[tuple[int, list[str]]] = []
@@ -896,11 +897,20 @@ class PartitionLog:
         if self.epochs.dirty:
             self.epochs.write()
         paths = [path for segment in self._dirty for path in segment.files_to_sync()]
+        if self._unsynced_files:
+            paths += self._unsynced_files
+            self._unsynced_files = []
         directory = self.directory if self._dir_dirty else None
         self._dirty.clear()
         self._dir_dirty = False
         self._oldest_unflushed_ms = None
         return PendingFlush(paths, directory, self.log_end_offset, self.handles)
+
+    def sync_with_next_flush(self, path: Path) -> None:
+        """``path``, a file of this log's directory written without fsync, is made
+        durable (with the directory) by the next flush."""
+        self._unsynced_files.append(os.fspath(path))
+        self._dir_dirty = True
 
     def end_flush(self, pending: PendingFlush) -> None:
         if pending.end_offset > self.recovery_point:
