@@ -138,17 +138,22 @@ def payloads(records: list[tuple[Any, Any]]) -> list[Any]:
 def test_snapshot_then_inserts_updates_and_deletes(
     workers: Workers, postgres: PostgresProcess, broker: BrokerProcess
 ) -> None:
+    postgres.query("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+    postgres.query("CREATE DOMAIN positive AS INT CHECK (VALUE > 0)")
     postgres.query(
         "CREATE TABLE customers (id INT PRIMARY KEY, name TEXT NOT NULL, balance NUMERIC(10,2),"
         " active BOOLEAN, born DATE, seen TIMESTAMPTZ, added TIMESTAMP, tags JSONB, uid UUID,"
-        " photo BYTEA, score DOUBLE PRECISION, visits BIGINT, amount NUMERIC)"
+        " photo BYTEA, score DOUBLE PRECISION, visits BIGINT, amount NUMERIC, feeling mood,"
+        " labels TEXT[], counts INT[], waited INTERVAL, paid MONEY, level positive)"
     )
     postgres.query("CREATE TABLE ignored (id INT PRIMARY KEY)")
     postgres.query(
         "INSERT INTO customers VALUES (1, 'ann', 12.50, true, '1990-01-02', "
         "'2026-01-02 03:04:05.25+00', '2026-01-02 03:04:05.123456', '{\"a\": 1}', "
-        "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '\\x0102', 1.5, 9000000000, 3.14159), "
-        "(2, 'bob', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)"
+        "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '\\x0102', 1.5, 9000000000, 3.14159, 'happy', "
+        "'{\"a b\",NULL,c}', '{1,2}', '1 day 2 hours', 1234.5, 7), "
+        "(2, 'bob', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+        "NULL, NULL, NULL, NULL, NULL)"
     )
     postgres.query("INSERT INTO ignored VALUES (1)")
     config = cdc_config(postgres, "main", **{"table.include.list": "public.customers"})
@@ -180,6 +185,10 @@ def test_snapshot_then_inserts_updates_and_deletes(
         assert value_fields["born"]["name"] == "io.debezium.time.Date"
         assert value_fields["tags"]["name"] == "io.debezium.data.Json"
         assert value_fields["uid"]["name"] == "io.debezium.data.Uuid"
+        assert value_fields["feeling"]["parameters"] == {"allowed": "sad,ok,happy"}
+        assert value_fields["labels"]["items"] == {"type": "string", "optional": True}
+        assert value_fields["waited"]["name"] == "io.debezium.time.MicroDuration"
+        assert value_fields["level"]["type"] == "int32"
         source_fields = [f["field"] for f in envelope["fields"][2]["fields"]]
         for name in ("version", "connector", "name", "ts_ms", "snapshot", "db", "schema", "table",
                      "txId", "lsn"):  # fmt: skip
@@ -192,6 +201,12 @@ def test_snapshot_then_inserts_updates_and_deletes(
             "scale": 5,
             "value": base64.b64encode((314159).to_bytes(3, "big")).decode(),
         }
+        assert base64.b64decode(after["paid"]) == (123450).to_bytes(3, "big")
+        assert (after["feeling"], after["labels"], after["counts"]) == ("happy", ["a b", None, "c"],
+                                                                       [1, 2])  # fmt: skip
+        assert (after["waited"], after["level"]) == (93_600_000_000, 7)
+        for extra in ("feeling", "labels", "counts", "waited", "paid", "level"):
+            del after[extra]
         assert after | {"balance": None, "amount": None} == {
             "id": 1, "name": "ann", "balance": None, "active": True, "born": 7306,
             "seen": "2026-01-02T03:04:05.25Z", "added": 1767323045123456, "tags": '{"a": 1}',
@@ -211,13 +226,18 @@ def test_snapshot_then_inserts_updates_and_deletes(
             and second["payload"]["after"]["balance"] is None
         )
 
-        postgres.query("INSERT INTO customers (id, name) VALUES (3, 'cid')")
+        postgres.query("INSERT INTO customers (id, name, feeling, labels, waited, paid, level) "
+                       "VALUES (3, 'cid', 'ok', '{x}', 'P1M', -2, 5)")  # fmt: skip
         postgres.query("UPDATE customers SET name = 'carl' WHERE id = 3")
         postgres.query("DELETE FROM customers WHERE id = 2")
         changes = reader.wait(6)[2:]
         inserted, updated, deleted, tombstone = payloads(changes)
         assert (inserted["op"], inserted["before"], inserted["after"]["name"]) == ("c", None, "cid")
         assert inserted["source"]["snapshot"] == "false" and inserted["source"]["lsn"] > 0
+        streamed = {k: inserted["after"][k] for k in ("feeling", "labels", "waited", "level")}
+        assert streamed == {"feeling": "ok", "labels": ["x"], "waited": 2_629_800_000_000,
+                            "level": 5}  # fmt: skip
+        assert base64.b64decode(inserted["after"]["paid"]) == (-200).to_bytes(2, "big", signed=True)
         assert inserted["source"]["txId"] != updated["source"]["txId"]
         assert (updated["op"], updated["before"], updated["after"]["name"]) == ("u", None, "carl")
         assert deleted["op"] == "d" and deleted["after"] is None

@@ -239,3 +239,24 @@ def test_include_and_exclude_lists_match_whole_names() -> None:
     excluded = TableFilter({"table.exclude.list": ["public.audit"], "schema.exclude.list": ["tmp"]})
     assert excluded.captures("public", "orders")
     assert not excluded.captures("public", "audit") and not excluded.captures("tmp", "x")
+
+
+def test_arrays_enums_intervals_and_money() -> None:
+    schema = schema_of([
+        ColumnInfo("id", 23, -1, False), ColumnInfo("words", 1009), ColumnInfo("grid", 1007),
+        ColumnInfo("mood", 16500, -1, True, ("sad", "happy")), ColumnInfo("took", 1186),
+        ColumnInfo("paid", 790), ColumnInfo("blobs", 1001),
+    ])  # fmt: skip
+    row = schema.row(["1", '{"a,b","say \\"hi\\"",NULL,"NULL",plain}', "{{1,2},{3,NULL}}",
+                      "happy", "P1Y-2DT3H4M5.5S", "-$1,234.50", '{"\\\\x0a"}'])  # fmt: skip
+    assert row.values["words"] == ["a,b", 'say "hi"', None, "NULL", "plain"]
+    assert row.values["grid"] == [1, 2, 3, None]  # flattened
+    assert row.values["mood"] == "happy"
+    assert schema.value_schema.field("mood").schema.parameters == {"allowed": "sad,happy"}  # type: ignore[union-attr]
+    # Debezium's MicroDuration: a year is 12 months of 365.25 / 12 days
+    assert row.values["took"] == int((365.25 - 2) * 86400e6 + (3 * 3600 + 4 * 60 + 5.5) * 1e6)
+    assert row.values["paid"] == Decimal("-1234.50")
+    assert row.values["blobs"] == [b"\n"]
+    as_text = schema_of([ColumnInfo("id", 23, -1, False), ColumnInfo("took", 1186)],
+                        interval_mode="string")  # fmt: skip
+    assert as_text.row(["1", "P1D"]).values["took"] == "P1D"

@@ -12,7 +12,8 @@ exist), ``table.include.list`` / ``table.exclude.list`` and ``schema.include.lis
 ``schema.exclude.list`` (comma-separated regular expressions matching the whole
 ``schema.table`` / schema name, case-insensitively), ``snapshot.mode`` (``initial``,
 ``never`` / ``no_data``, ``initial_only``, ``always``), ``snapshot.fetch.size``,
-``max.batch.size``, ``decimal.handling.mode``, ``binary.handling.mode``,
+``max.batch.size``, ``decimal.handling.mode``, ``interval.handling.mode``,
+``money.fraction.digits``, ``binary.handling.mode``,
 ``time.precision.mode`` (adaptive), ``tombstones.on.delete``, ``heartbeat.interval.ms``
 (0: none) and ``topic.heartbeat.prefix``.
 
@@ -78,6 +79,7 @@ from strom.connect.connectors.postgres_cdc_schema import (
     BYTES_MODE,
     DOUBLE,
     HEX_MODE,
+    NUMERIC_MODE,
     PRECISE,
     STRING_MODE,
     UNCHANGED,
@@ -259,6 +261,21 @@ CONFIG_DEF = cd.ConfigDef(
             check=cd.one_of(PRECISE, DOUBLE, STRING_MODE),
         ),
         _key(
+            "interval.handling.mode",
+            cd.STRING,
+            NUMERIC_MODE,
+            "interval as numeric (io.debezium.time.MicroDuration, microseconds, a month "
+            "365.25 / 12 days) or string (ISO 8601).",
+            check=cd.one_of(NUMERIC_MODE, STRING_MODE),
+        ),
+        _key(
+            "money.fraction.digits",
+            cd.SHORT,
+            2,
+            "The scale of the Decimal a money value is, with decimal.handling.mode=precise.",
+            check=cd.at_least(0),
+        ),
+        _key(
             "binary.handling.mode",
             cd.STRING,
             BYTES_MODE,
@@ -427,7 +444,10 @@ class PostgresConnectorTask(SourceTask):
             self.settings["database.sslmode"],
         )
         self.values = ValueSettings(
-            self.settings["decimal.handling.mode"], self.settings["binary.handling.mode"]
+            self.settings["decimal.handling.mode"],
+            self.settings["binary.handling.mode"],
+            self.settings["interval.handling.mode"],
+            self.settings["money.fraction.digits"],
         )
         self.filter = TableFilter(self.settings)
         self.tombstones: bool = self.settings["tombstones.on.delete"]
@@ -678,19 +698,25 @@ class PostgresConnectorTask(SourceTask):
             return None
         try:
             described = self.catalog.describe_oid(relation.oid)
-            optional = {c.name: c.optional for c in described.columns}
+            catalog = {c.name: c for c in described.columns}
             key = described.key_columns
         except ConnectException:  # dropped since: what the stream says is all there is
-            optional = {}
+            catalog = {}
             key = ()
         names = {c.name for c in relation.columns}
         if not key or not set(key) <= names:
             key = tuple(c.name for c in relation.columns if c.part_of_key)
-        columns = tuple(
-            ColumnInfo(c.name, c.type_oid, c.type_modifier, optional.get(c.name, True))
-            for c in relation.columns
-        )
-        info = TableInfo(schema_name, relation.name, columns, key)
+        columns = []
+        for column in relation.columns:
+            known = catalog.get(column.name)
+            if known is not None and known.declared_oid == column.type_oid:
+                columns.append(known)  # the catalog's (a domain's base type, enum labels)
+            else:  # the column changed since this change: the stream's type
+                optional = True if known is None else known.optional
+                columns.append(
+                    ColumnInfo(column.name, column.type_oid, column.type_modifier, optional)
+                )
+        info = TableInfo(schema_name, relation.name, tuple(columns), key)
         return TableSchema.of(info, self.prefix, self.values)
 
     def _change(

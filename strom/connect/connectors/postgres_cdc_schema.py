@@ -9,16 +9,21 @@ Types as Debezium maps them with ``time.precision.mode=adaptive``: int2/int4/int
 int16/int32/int64, oid as int64, float4/float8, bool, text/varchar/char/name as string,
 numeric by ``decimal.handling.mode`` (``precise``: Connect's Decimal with its scale and
 ``connect.decimal.precision``, or ``io.debezium.data.VariableScaleDecimal`` for a numeric
-without a declared scale; ``double``; ``string``), date as ``io.debezium.time.Date``
-(days), time as ``Time`` (ms, precision <= 3) or ``MicroTime`` (us), timestamp as
-``Timestamp`` (ms) or ``MicroTimestamp`` (us), timestamptz as ``ZonedTimestamp`` (ISO-8601
-in UTC), bytea by ``binary.handling.mode`` (bytes, base64, hex), json/jsonb as
+without a declared scale; ``double``; ``string``), money likewise (a Decimal of
+``money.fraction.digits``), date as ``io.debezium.time.Date`` (days), time as ``Time`` (ms,
+precision <= 3) or ``MicroTime`` (us), timestamp as ``Timestamp`` (ms) or
+``MicroTimestamp`` (us), timestamptz as ``ZonedTimestamp`` (ISO-8601 in UTC), interval by
+``interval.handling.mode`` (``MicroDuration``, a month 365.25 / 12 days, or its ISO 8601
+text), bytea by ``binary.handling.mode`` (bytes, base64, hex), json/jsonb as
 ``io.debezium.data.Json``, uuid as ``io.debezium.data.Uuid``, xml as
-``io.debezium.data.Xml``. Any other type is its text as a string (Debezium maps arrays,
-intervals, geometry and money to their own types, or skips unknown types). A NOT NULL
-column is a required field; a value the change does not carry (a delete's non-key columns
-under the default replica identity) is the type's zero, as Debezium fills it; an
-unchanged TOASTed value is ``__debezium_unavailable_value`` (its bytes for binary).
+``io.debezium.data.Xml``, an enum as ``io.debezium.data.Enum`` with its labels
+(``allowed``), a domain as its base type, and arrays of those (one-dimensional; a
+multi-dimensional one flattened) as Connect arrays of optional elements. Any other type is
+its text as a string (Debezium maps geometry, ranges and the like to types of its own, or
+skips unknown types). A NOT NULL column is a required field; a value the change does not
+carry (a delete's non-key columns under the default replica identity) is the type's zero,
+as Debezium fills it; an unchanged TOASTed value is ``__debezium_unavailable_value`` (its
+bytes for binary).
 
 Does not own reading the changes (``postgres_cdc_decoder``, ``postgres_cdc_stream``) or
 which tables are captured (``postgres_cdc``).
@@ -27,10 +32,12 @@ which tables are captured (``postgres_cdc``).
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
+from functools import partial
 from time import time_ns
 from typing import Any
 
@@ -48,11 +55,21 @@ SNAPSHOT_VALUES = (
 VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 PRECISE, DOUBLE, STRING_MODE = "precise", "double", "string"
 BYTES_MODE, BASE64_MODE, HEX_MODE = "bytes", "base64", "hex"
+NUMERIC_MODE = "numeric"
+DAYS_PER_MONTH = 365.25 / 12  # Debezium's MicroDuration: an average month
 
 # PostgreSQL's type oids (pg_type.dat)
 BOOL, BYTEA, CHAR, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 18, 19, 20, 21, 23, 25, 26
 JSON, XML, FLOAT4, FLOAT8, BPCHAR, VARCHAR = 114, 142, 700, 701, 1042, 1043
 DATE, TIME, TIMESTAMP, TIMESTAMPTZ, NUMERIC, UUID, JSONB = 1082, 1083, 1114, 1184, 1700, 2950, 3802
+MONEY, INTERVAL = 790, 1186
+# each array type's element type
+ARRAY_ELEMENTS = {
+    1000: BOOL, 1001: BYTEA, 1005: INT2, 1007: INT4, 1016: INT8, 1028: OID, 1009: TEXT,
+    1014: BPCHAR, 1015: VARCHAR, 1021: FLOAT4, 1022: FLOAT8, 1231: NUMERIC, 2951: UUID,
+    1182: DATE, 1183: TIME, 1115: TIMESTAMP, 1185: TIMESTAMPTZ, 199: JSON, 3807: JSONB,
+    791: MONEY,
+}  # fmt: skip
 
 _EPOCH = datetime(1970, 1, 1)
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
@@ -133,9 +150,11 @@ class ColumnInfo:
     """A column as the catalog or a Relation message describes it."""
 
     name: str
-    type_oid: int
+    type_oid: int  # a domain's base type, as the catalog resolves it
     type_modifier: int = -1
     optional: bool = True
+    enum_values: tuple[str, ...] | None = None  # an enum type's labels, in order
+    declared_oid: int = 0  # the column's own type (a domain's), when not type_oid
 
 
 @dataclass(frozen=True)
@@ -165,6 +184,8 @@ class EventSource:
 class ValueSettings:
     decimal_mode: str = PRECISE
     binary_mode: str = BYTES_MODE
+    interval_mode: str = NUMERIC_MODE
+    money_fraction_digits: int = 2
 
 
 Converter = Callable[[str], Any]
@@ -289,7 +310,96 @@ def column_schema(column: ColumnInfo, settings: ValueSettings) -> tuple[Schema, 
         return plain(data.STRING, str, "io.debezium.data.Uuid")
     if oid == XML:
         return plain(data.STRING, str, "io.debezium.data.Xml")
+    if oid == INTERVAL:
+        if settings.interval_mode == STRING_MODE:
+            return plain(data.STRING, str, "io.debezium.time.Interval")
+        return plain(data.INT64, _interval_micros, "io.debezium.time.MicroDuration")
+    if oid == MONEY:
+        return _money_schema(optional, settings)
+    if column.enum_values is not None:
+        schema = Schema(
+            data.STRING,
+            optional=optional,
+            name=ENUM,
+            version=1,
+            parameters={"allowed": ",".join(column.enum_values)},
+        )
+        return schema, str
+    element_oid = ARRAY_ELEMENTS.get(oid)
+    if element_oid is not None:
+        element, convert = column_schema(ColumnInfo("", element_oid, modifier), settings)
+        return Schema.array(element, optional=optional), partial(_array, convert)
     return plain(data.STRING, str)
+
+
+def _money_schema(optional: bool, settings: ValueSettings) -> tuple[Schema, Converter]:
+    if settings.decimal_mode == DOUBLE:
+        return Schema(data.FLOAT64, optional=optional), lambda t: float(_money(t))
+    if settings.decimal_mode == STRING_MODE:
+        return Schema(data.STRING, optional=optional), lambda t: str(_money(t))
+    scale = settings.money_fraction_digits
+    parameters = {"scale": str(scale)}
+    schema = Schema(
+        data.BYTES, optional=optional, name=data.DECIMAL, version=1, parameters=parameters
+    )
+    return schema, lambda t: _money(t).quantize(Decimal(1).scaleb(-scale))
+
+
+def _money(text: str) -> Decimal:
+    """money's text in the C locale (``-$1,234.56``) as a Decimal."""
+    return Decimal(text.replace("$", "").replace(",", ""))
+
+
+_ISO_INTERVAL = re.compile(
+    r"P(?:(-?\d+)Y)?(?:(-?\d+)M)?(?:(-?\d+)W)?(?:(-?\d+)D)?"
+    r"(?:T(?:(-?\d+)H)?(?:(-?\d+)M)?(?:(-?\d+(?:\.\d+)?)S)?)?"
+)
+
+
+def _interval_micros(text: str) -> int:
+    """An interval in ISO 8601 (the connections' IntervalStyle) as Debezium's MicroDuration:
+    a month is 365.25 / 12 days."""
+    match = _ISO_INTERVAL.fullmatch(text)
+    if match is None:
+        raise ValueError(f"not an ISO 8601 interval: {text}")
+    years, months, weeks, days, hours, minutes = (int(g or 0) for g in match.groups()[:6])
+    seconds = float(match.group(7) or 0)
+    day_count = (years * 12 + months) * DAYS_PER_MONTH + weeks * 7 + days
+    return int(((day_count * 24 + hours) * 60 + minutes) * 60 * 1e6 + seconds * 1e6)
+
+
+def _array_items(text: str) -> list[str | None]:
+    """The elements of an array's text (``{1,NULL,"a b","c\\"d"}``), nested arrays
+    flattened; NULL unquoted is None."""
+    items: list[str | None] = []
+    at, end = 0, len(text)
+    while at < end:
+        char = text[at]
+        if char in "{},":
+            at += 1
+            continue
+        if char == '"':
+            at += 1
+            value: list[str] = []
+            while at < end and text[at] != '"':
+                if text[at] == "\\":
+                    at += 1
+                value.append(text[at])
+                at += 1
+            items.append("".join(value))
+            at += 1
+            continue
+        stop = at
+        while stop < end and text[stop] not in ",}":
+            stop += 1
+        word = text[at:stop].strip()
+        items.append(None if word == "NULL" else word)
+        at = stop
+    return items
+
+
+def _array(convert: Converter, text: str) -> list[Any]:
+    return [None if item is None else convert(item) for item in _array_items(text)]
 
 
 def _numeric_schema(modifier: int, optional: bool, mode: str) -> tuple[Schema, Converter]:
@@ -342,6 +452,8 @@ def _zero(schema: Schema) -> Any:
         return b""
     if schema.type == data.STRUCT:
         return Struct(schema, {"scale": 0, "value": b"\0"})
+    if schema.type == data.ARRAY:
+        return []
     return ""
 
 

@@ -7,8 +7,9 @@ than asked and sends standby status updates; and the SQL side (``psycopg``): the
 publication, the slots, and the catalog's description of tables (columns, types, NOT NULL,
 primary keys).
 
-Every connection asks the server for UTC, ISO dates and hex bytea, so the text of a value
-reads the same from a snapshot's query and from pgoutput.
+Every connection asks the server for UTC, ISO dates, ISO 8601 intervals, money in the C
+locale and hex bytea, so the text of a value reads the same from a snapshot's query and
+from pgoutput.
 
 Does not own what the messages mean (``postgres_cdc_decoder``) or when positions are
 confirmed (``postgres_cdc``).
@@ -40,7 +41,10 @@ from strom.connect.connectors.postgres_cdc_schema import ColumnInfo, TableInfo
 
 log = logging.getLogger(__name__)
 
-SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c extra_float_digits=3"
+SESSION_OPTIONS = (
+    "-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=iso_8601 -c lc_monetary=C "
+    "-c bytea_output=hex -c extra_float_digits=3"
+)
 
 
 @dataclass(frozen=True)
@@ -281,9 +285,16 @@ class Catalog:
         ).fetchone()
         if names is None:
             raise ConnectException(f"table of oid {oid} not found")
+        # a domain as its base type; an enum with its labels
         columns = self.conn.execute(
-            "SELECT attname, atttypid, atttypmod, attnotnull FROM pg_attribute "
-            "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            "SELECT a.attname, b.oid, CASE WHEN t.typtype = 'd' THEN t.typtypmod "
+            "ELSE a.atttypmod END, a.attnotnull, CASE WHEN b.typtype = 'e' THEN "
+            "(SELECT array_agg(e.enumlabel::text ORDER BY e.enumsortorder) FROM pg_enum e "
+            "WHERE e.enumtypid = b.oid) END, a.atttypid "
+            "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+            "JOIN pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype "
+            "ELSE t.oid END "
+            "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
             (oid,),
         ).fetchall()
         key = self.conn.execute(
@@ -295,6 +306,9 @@ class Catalog:
         return TableInfo(
             names[0],
             names[1],
-            tuple(ColumnInfo(n, int(t), int(m), not notnull) for n, t, m, notnull in columns),
+            tuple(
+                ColumnInfo(n, int(t), int(m), not notnull, None if e is None else tuple(e), d)
+                for n, t, m, notnull, e, d in columns
+            ),
             tuple(k for (k,) in key),
         )
