@@ -11,10 +11,17 @@ metadata statements (SHOW, LIST, DESCRIBE: answered by ``strom.ksql.metadata``),
 request-scoped SET / UNSET and DEFINE / UNDEFINE, and INSERT INTO ... VALUES (written by
 ``strom.ksql.inserts``).
 
-Statements that need query execution (CREATE ... AS SELECT, INSERT INTO ... SELECT,
-TERMINATE, EXPLAIN) parse, have their query checked against the metastore
-(``strom.ksql.analysis``) and answer a clear error until the Spark compiler exists;
-SELECT and PRINT answer ksqlDB's "issue it to /query" error, as ksqlDB does on /ksql.
+The query statements: CREATE ... AS SELECT and INSERT INTO ... SELECT are planned
+(``strom.ksql.planner``), their sink topic created, written to the command topic, and
+their query registered (``strom.ksql.queries``) and started on Spark
+(``strom.ksql.runtime``), at once or, at start, once the command topic is replayed
+(TERMINATE in it removes a query again); TERMINATE, EXPLAIN, SHOW QUERIES, DESCRIBE's
+read and write queries; DROP refused while a query uses the source. The transient
+queries of the server's /query endpoints are planned and registered here too, pull
+queries answered from the sources materialized here (``strom.ksql.push_queries``).
+SELECT and PRINT sent to /ksql answer ksqlDB's "issue it to /query" error, as ksqlDB
+does. At start the processing log's topic is created and its stream
+KSQL_PROCESSING_LOG added.
 
 confluent-kafka's clients block: call ``execute`` from a worker thread; requests run one
 at a time, and a command another server wrote is applied between them.

@@ -502,7 +502,9 @@ def _plan_aggregation(
         arguments = list(call.arguments)
         literals: list[Any] = []
         while len(arguments) > 1 and isinstance(arguments[-1], ex.Literal):
-            literals.insert(0, arguments.pop().value)  # type: ignore[union-attr]
+            last = arguments.pop()
+            assert isinstance(last, ex.Literal)
+            literals.insert(0, last.value)
         for argument in arguments:
             for node in walk(argument):
                 if isinstance(node, ex.FunctionCall) and is_aggregate(node.name):

@@ -220,13 +220,13 @@ class Materialized:
         while waiting and time.monotonic() < deadline:
             for message in self.consumer.consume(500, POLL_S):
                 error = message.error()
-                partition = message.partition()
+                partition = message.partition() or 0
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
                         waiting.discard(partition)
                     continue
                 self._apply(_record(message))
-                if message.offset() + 1 >= ends.get(partition, 0):
+                if (message.offset() or 0) + 1 >= ends.get(partition, 0):
                     waiting.discard(partition)
 
     def _apply(self, record: SourceRecord) -> None:

@@ -168,12 +168,12 @@ def from_json(value: Any, sql_type: ex.SqlType, path: str = "$") -> Any:
     if name in ("INTEGER", "BIGINT", "TIMESTAMP", "DATE", "TIME"):
         number = _number(value, path, sql_type)
         try:
-            result = int(number) if not isinstance(number, str) else int(number.strip())
+            whole = int(number) if not isinstance(number, str) else int(number.strip())
         except ValueError:
             raise mismatch from None
-        if name == "INTEGER" and not -(2**31) <= result < 2**31:
+        if name == "INTEGER" and not -(2**31) <= whole < 2**31:
             raise mismatch
-        return result
+        return whole
     if name == "DOUBLE":
         number = _number(value, path, sql_type)
         try:
@@ -351,7 +351,7 @@ class SideReader:
         return _fields(_avro_plain(decoded), self.columns, self.alone)
 
     def _read_protobuf(self, data: bytes) -> dict[str, Any]:
-        from google.protobuf.json_format import MessageToDict
+        from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
 
         if self._proto is None:
             from strom.ksql.registry_formats import _ProtoMessages

@@ -226,7 +226,7 @@ class _Grouped:
     def batch(self) -> pa.RecordBatch:
         import pyarrow as pa
 
-        columns = list(zip(*self.rows, strict=True)) if self.rows else [[]] * 6
+        columns: list[Any] = list(zip(*self.rows, strict=True)) if self.rows else [()] * 6
         return pa.RecordBatch.from_arrays(
             [
                 pa.array(columns[0], pa.binary()),

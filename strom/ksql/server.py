@@ -9,8 +9,10 @@
   ``strom.ksql.engine`` (on a worker thread; the engine runs one at a time), answered with the
   list of entities or ksqlDB's error body;
 - ``POST /query``: PRINT (``strom.ksql.print_topic``), the records as chunked text
-  lines until LIMIT or the client leaves; push and pull queries (there and on
-  ``POST /query-stream``) answer ksqlDB's ``statement_error`` until queries run on Spark;
+  lines until LIMIT or the client leaves; push queries (there and on ``POST
+  /query-stream``) streamed as their rows come (``strom.ksql.push_queries``, on a worker
+  thread; the query ends at LIMIT, when the client goes, or at ``POST /close-query``),
+  pull queries answered at once, in the shapes of ``_RowWriter``;
 - ``POST /inserts-stream``: rows streamed into a stream or table, each acknowledged as
   it is written (``strom.ksql.inserts``).
 
@@ -450,8 +452,8 @@ class _RowWriter:
     def header(self) -> bytes:
         if self.old:
             schema = ", ".join(f"`{n}` {t}" for n, t in zip(self.names, self.types, strict=True))
-            head = {"header": {"queryId": self.query_id, "schema": schema}}
-            return b"[" + json.dumps(head).encode() + b",\n"
+            old_head = {"header": {"queryId": self.query_id, "schema": schema}}
+            return b"[" + json.dumps(old_head).encode() + b",\n"
         head = {"queryId": self.query_id, "columnNames": self.names, "columnTypes": self.types}
         return (b"[" if self.as_array else b"") + json.dumps(head).encode() + b"\n"
 
