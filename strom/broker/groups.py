@@ -6,9 +6,10 @@
   first use (replication factor ``offsets.topic.replication.factor``, at most the
   live brokers). A transactional id's coordinator (key type 1) is the leader of its
   ``__transaction_state`` partition, created the same way on first use
-  (``transaction.state.log.*``). Share coordinator keys (type 2, asked by brokers
-  for ``__share_group_state``) get INVALID_REQUEST: a share-partition's leader writes
-  its state itself (share consumers find their group's coordinator with type 0).
+  (``transaction.state.log.*``). A share coordinator key (type 2,
+  "group:topicId:partition", asked by brokers; CLUSTER_ACTION needed) is answered with
+  the leader of its ``__share_group_state`` partition, created the same way
+  (``share.coordinator.state.topic.*``).
 - JoinGroup (11) 0-9, SyncGroup (14) 0-5, Heartbeat (12) 0-4, LeaveGroup (13)
   0-5 (batched members from v3): the classic protocol, see
   strom/coordinator/classic.py. A JoinGroup is held (the connection answers it
@@ -50,13 +51,19 @@ from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.router import RequestContext, handles
 from strom.coordinator.classic import ClassicGroup, JoinRequest, JoinResult, SyncResult
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC, partition_for
+from strom.coordinator.share_state import SHARE_STATE_TOPIC
 from strom.coordinator.transaction_log import TRANSACTION_TOPIC
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
-_COORDINATOR_TOPICS = {GROUP_KEY_TYPE: OFFSETS_TOPIC, TRANSACTION_KEY_TYPE: TRANSACTION_TOPIC}
+SHARE_KEY_TYPE = 2
+_COORDINATOR_TOPICS = {
+    GROUP_KEY_TYPE: OFFSETS_TOPIC,
+    TRANSACTION_KEY_TYPE: TRANSACTION_TOPIC,
+    SHARE_KEY_TYPE: SHARE_STATE_TOPIC,
+}
 OFFSETS_TOPIC_WAIT_S = 5.0
 
 
@@ -91,6 +98,10 @@ def _internal_topic_request(ctx: RequestContext, topic: str) -> tuple[int, int, 
     live = len(live_brokers(broker))
     if topic == TRANSACTION_TOPIC:
         return broker.transactions.topic_request(live)
+    if topic == SHARE_STATE_TOPIC:
+        from strom.broker.share_groups import service_of
+
+        return service_of(broker).store.topic_request(live)
     wanted = broker.coordinator.offsets_topic_request(live)
     return wanted.partitions, wanted.replication_factor, wanted.configs
 
@@ -149,7 +160,11 @@ def _find_coordinator(ctx: RequestContext, request: Any) -> Any:
             return ErrorCode.invalid_request, f"Key type {key_type} is not served", -1, "", -1
         if key_type == TRANSACTION_KEY_TYPE and not key:
             return ErrorCode.invalid_request, "An empty transactional id", -1, "", -1
-        if key_type == TRANSACTION_KEY_TYPE:
+        if key_type == SHARE_KEY_TYPE:
+            if not authz.cluster_allowed(ctx, authz.Op.CLUSTER_ACTION):
+                error = ErrorCode.cluster_authorization_failed
+                return error, "Cluster authorization failed.", -1, "", -1
+        elif key_type == TRANSACTION_KEY_TYPE:
             if not authz.allowed(ctx, authz.Op.DESCRIBE, authz.TRANSACTIONAL_ID, key):
                 error = ErrorCode.transactional_id_authorization_failed
                 return error, "Transactional Id authorization failed.", -1, "", -1

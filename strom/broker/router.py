@@ -124,6 +124,7 @@ def load_handlers() -> tuple[dict[int, Route], dict[int, Route]]:
         quorum_handlers,
         quota_admin,
         scram_credentials,
+        share_coordinator,
         share_groups,
         transactions,
     )

@@ -25,9 +25,12 @@ A share-partition starts, for a group that has no state for it, at the group's
 ``share.auto.offset.reset`` (latest by default: the high watermark; earliest: the log
 start; by_duration:<ISO-8601>: the first offset at or after now minus the duration).
 Its locks expire on a timer of the event loop (``share.record.lock.duration.ms``, else
-the broker's group.share.record.lock.duration.ms); the delivery state is written to
-``__share_group_state`` (strom/coordinator/share_state.py) after each request that
-changed it.
+the broker's group.share.record.lock.duration.ms). Its delivery state is kept in
+``__share_group_state`` (strom/coordinator/share_state.py) by the leader of the key's
+state partition, the share coordinator: written after each request that changed it
+(directly when this node is that leader, else with WriteShareGroupState, in order, not
+waited for), and read when the share-partition is first needed here (ReadShareGroupState
+from another node, which a ShareFetch awaits).
 
 Gated by ``group.share.enable`` (on by default): when off every share API answers
 UNSUPPORTED_VERSION with a message naming the setting. Authorization as Kafka checks
@@ -36,10 +39,13 @@ it: READ on the group for heartbeats, fetches and acknowledgements
 (TOPIC_AUTHORIZATION_FAILED), DESCRIBE on the group to describe it or its offsets,
 DELETE / ALTER for the offsets' admin calls.
 
-Differences from Kafka: the share-partition state is written by the partition's leader
-into ``__share_group_state`` directly, not through the share coordinator's RPCs (83-87,
-not served); share group membership is not stored (members rejoin after a restart);
-``batch_size`` and ``share_acquire_mode`` are not used (acquisition is batch-optimized).
+Differences from Kafka: an acknowledgement is answered before its state write reached
+another node's share coordinator (Kafka waits for it); there is no state epoch fencing
+(AlterShareGroupOffsets resets a share-partition held on this node, or the stored state
+when this node keeps it; else COORDINATOR_NOT_AVAILABLE); DescribeShareGroupOffsets
+knows the share-partitions held or stored here; share group membership is not stored
+(members rejoin after a restart or a coordinator move); ``batch_size`` and
+``share_acquire_mode`` are not used (acquisition is batch-optimized).
 """
 
 from __future__ import annotations
@@ -55,16 +61,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.create_topics.v7 import request as create_topics
+from kio.schema.delete_share_group_state.v0 import request as delete_state
+from kio.schema.read_share_group_state.v0 import request as read_state
+from kio.schema.write_share_group_state.v1 import request as write_state
 
 from strom.broker import authz
-from strom.broker.cluster_view import live_brokers
+from strom.broker.cluster_view import inter_broker_endpoint, live_brokers
 from strom.broker.common import GROUP_OPERATIONS, NO_THROTTLE, OPERATIONS_NOT_REQUESTED
 from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.groups import client_host
+from strom.broker.peer_client import PeerError, PeerPool
 from strom.broker.router import RequestContext, handles
 from strom.config import parse_iso_duration_ms
 from strom.coordinator.share_group import ShareGroup, ShareHeartbeat, ShareHeartbeatResult
-from strom.coordinator.share_partition import SharePartition
+from strom.coordinator.share_partition import SharePartition, StateBatch
 from strom.coordinator.share_state import (
     SHARE_STATE_TOPIC,
     ShareKey,
@@ -83,6 +93,7 @@ log = logging.getLogger(__name__)
 
 FINAL_EPOCH = -1
 STATE_TOPIC_WAIT_S = 5.0
+RPC_TIMEOUT_S = 5.0
 _READ_LIMIT = 1 << 20  # bytes read per partition per fetch when the request allows more
 
 
@@ -119,6 +130,11 @@ class ShareService:
         )
         self.held: dict[ShareKey, _Held] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self.peers = PeerPool(f"strom-share-{broker.node_id}", broker.inter_broker_security)
+        # States read from other nodes, waiting for their share-partition to be built.
+        self._remote_states: dict[ShareKey, ShareState | None] = {}
+        self._pending_writes: dict[ShareKey, ShareState] = {}
+        self._writers: dict[ShareKey, asyncio.Task[None]] = {}
         coordinator = broker.coordinator
         coordinator.share_member_gone = self.member_gone
         coordinator.share_group_deleted = self.group_deleted
@@ -146,12 +162,18 @@ class ShareService:
         sp.delivery_limit = int(self.group_setting(group, "share.delivery.count.limit"))
         sp.max_in_flight = int(self.group_setting(group, "share.partition.max.record.locks"))
 
-    def share_partition(self, key: ShareKey, topic: str, partition_log: Any) -> _Held:
+    def share_partition(self, key: ShareKey, topic: str, partition_log: Any) -> _Held | None:
         """The share-partition of ``key``, from its stored state or started afresh at the
-        group's share.auto.offset.reset."""
+        group's share.auto.offset.reset; None while its state, kept by another node, has
+        not been read (``load_remote``)."""
         held = self.held.get(key)
         if held is None:
-            stored = self.store.read(key)
+            if self.store.topic_exists() and not self.store.leads(key):
+                if key not in self._remote_states:
+                    return None
+                stored = self._remote_states.pop(key)
+            else:
+                stored = self.store.read(key)
             if stored is not None:
                 sp = SharePartition(stored.start_offset)
                 sp.restore(stored.start_offset, stored.batches)
@@ -177,8 +199,149 @@ class ShareService:
         if not sp.dirty:
             return
         state = ShareState(sp.start_offset, sp.durable_state())
-        self.store.write(held.key, state, self.now_ms())
+        if self.store.topic_exists() and not self.store.leads(held.key):
+            self._write_remote(held.key, state)
+        else:
+            self.store.write(held.key, state, self.now_ms())
         sp.mark_stored()
+
+    # The share coordinator on other nodes ------------------------------------------
+
+    def remote_keys(self, keys: Iterable[ShareKey]) -> list[ShareKey]:
+        """Keys not held here whose state another node keeps and that are not read yet."""
+        if not self.store.topic_exists():
+            return []
+        return [
+            k
+            for k in keys
+            if k not in self.held and k not in self._remote_states and not self.store.leads(k)
+        ]
+
+    async def _call(self, leader: int, body: Any) -> Any | None:
+        endpoint = inter_broker_endpoint(self.broker, leader)
+        if endpoint is None:
+            return None
+        try:
+            return await self.peers.request(endpoint.host, endpoint.port, body, RPC_TIMEOUT_S)
+        except PeerError as exc:
+            log.warning("share coordinator %d did not answer: %s", leader, exc)
+            return None
+
+    async def load_remote(self, keys: list[ShareKey]) -> None:
+        """Read the states of ``keys`` from the nodes that keep them
+        (ReadShareGroupState); a key whose read failed stays unread (tried again)."""
+        by_call: dict[tuple[int, str], list[ShareKey]] = {}
+        for key in keys:
+            by_call.setdefault((self.store.leader_of(key), key.group_id), []).append(key)
+        await asyncio.gather(
+            *(self._read_remote(leader, group, ks) for (leader, group), ks in by_call.items())
+        )
+
+    async def _read_remote(self, leader: int, group_id: str, keys: list[ShareKey]) -> None:
+        by_topic: dict[uuid.UUID, list[int]] = {}
+        for key in keys:
+            by_topic.setdefault(key.topic_id, []).append(key.partition)
+        body = read_state.ReadShareGroupStateRequest(
+            group_id=group_id,
+            topics=tuple(
+                read_state.ReadStateData(
+                    topic_id=t,
+                    partitions=tuple(
+                        read_state.PartitionData(partition=p, leader_epoch=-1) for p in ps
+                    ),
+                )
+                for t, ps in by_topic.items()
+            ),
+        )
+        response = await self._call(leader, body)
+        if response is None:
+            return
+        for result in response.results:
+            for part in result.partitions:
+                if part.error_code != ErrorCode.none:
+                    continue
+                key = ShareKey(group_id, result.topic_id, part.partition)
+                if key in self.held:
+                    continue
+                self._remote_states[key] = (
+                    None
+                    if part.start_offset < 0
+                    else ShareState(
+                        part.start_offset,
+                        [
+                            StateBatch(
+                                b.first_offset, b.last_offset, b.delivery_state, b.delivery_count
+                            )
+                            for b in part.state_batches
+                        ],
+                        state_epoch=part.state_epoch,
+                    )
+                )
+
+    def _write_remote(self, key: ShareKey, state: ShareState) -> None:
+        """Send the state to the node that keeps it (WriteShareGroupState), in order:
+        one write per key at a time, the latest state next."""
+        self._pending_writes[key] = state
+        if key not in self._writers:
+            self._writers[key] = asyncio.get_running_loop().create_task(self._drain(key))
+
+    async def _drain(self, key: ShareKey) -> None:
+        try:
+            while (state := self._pending_writes.pop(key, None)) is not None:
+                body = write_state.WriteShareGroupStateRequest(
+                    group_id=key.group_id,
+                    topics=(
+                        write_state.WriteStateData(
+                            topic_id=key.topic_id,
+                            partitions=(
+                                write_state.PartitionData(
+                                    partition=key.partition,
+                                    state_epoch=state.state_epoch,
+                                    leader_epoch=-1,
+                                    start_offset=state.start_offset,
+                                    state_batches=tuple(
+                                        write_state.StateBatch(
+                                            first_offset=b.first_offset,
+                                            last_offset=b.last_offset,
+                                            delivery_state=b.state,
+                                            delivery_count=b.delivery_count,
+                                        )
+                                        for b in state.batches
+                                    ),
+                                ),
+                            ),
+                        ),
+                    ),
+                )
+                response = await self._call(self.store.leader_of(key), body)
+                error = (
+                    ErrorCode.coordinator_not_available
+                    if response is None
+                    else response.results[0].partitions[0].error_code
+                )
+                if error != ErrorCode.none:
+                    log.warning(
+                        "share state of %s-%d for group %s not written: %s",
+                        key.topic_id,
+                        key.partition,
+                        key.group_id,
+                        ErrorCode(error).name,
+                    )
+        finally:
+            self._writers.pop(key, None)
+
+    def _delete_remote(self, keys: Iterable[ShareKey]) -> None:
+        for key in keys:
+            body = delete_state.DeleteShareGroupStateRequest(
+                group_id=key.group_id,
+                topics=(
+                    delete_state.DeleteStateData(
+                        topic_id=key.topic_id,
+                        partitions=(delete_state.PartitionData(partition=key.partition),),
+                    ),
+                ),
+            )
+            asyncio.get_running_loop().create_task(self._call(self.store.leader_of(key), body))
 
     def arm(self, held: _Held) -> None:
         """Keep the share-partition's lock timer at its earliest deadline."""
@@ -227,7 +390,8 @@ class ShareService:
             held = self.held.pop(key, None)
             if held is not None and held.timer is not None:
                 held.timer.cancel()
-        self.store.delete(keys, self.now_ms())
+        self._delete_remote([k for k in keys if not self.store.leads(k)])
+        self.store.delete([k for k in keys if self.store.leads(k)], self.now_ms())
         for session_key in [s for s in self.sessions if s[0] == group_id]:
             del self.sessions[session_key]
 
@@ -541,11 +705,12 @@ def _partition_error(ctx: RequestContext, name: str | None, partition: int) -> E
 
 def _held_for(
     ctx: RequestContext, group_id: str, topic_id: uuid.UUID, name: str, partition: int
-) -> _Held:
+) -> _Held | None:
     service = service_of(ctx.broker)
     partition_log = ctx.broker.state.partition_log(name, partition)
     held = service.share_partition(ShareKey(group_id, topic_id, partition), name, partition_log)
-    held.partition.move_start(partition_log.log_start_offset)
+    if held is not None:
+        held.partition.move_start(partition_log.log_start_offset)
     return held
 
 
@@ -573,8 +738,12 @@ def _acknowledge(
                 if name in denied
                 else _partition_error(ctx, name, part.partition_index)
             )
+            held = None
             if error is None and name is not None:
                 held = _held_for(ctx, group_id, topic.topic_id, name, part.partition_index)
+                if held is None:
+                    error = ErrorCode.invalid_record_state  # nothing acquired here yet
+            if error is None and held is not None:
                 touched[held.key] = held
                 error = ErrorCode.none
                 for batch in batches:
@@ -663,6 +832,29 @@ def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
     for topic in request.forgotten_topics_data:
         for p in topic.partitions:
             session.partitions.discard((topic.topic_id, p))
+    wanted = [ShareKey(request.group_id, t, p) for t, p in session.partitions]
+    remote = service.remote_keys(
+        k
+        for k in wanted
+        if (name := _topic_name(ctx, k.topic_id)) is not None
+        and ctx.broker.state.leads(name, k.partition)
+    )
+    if remote and epoch != FINAL_EPOCH:
+        return _after_remote_reads(ctx, request, session, remote)
+    return _share_fetch(ctx, request, session)
+
+
+async def _after_remote_reads(
+    ctx: RequestContext, request: Any, session: ShareSession, keys: list[ShareKey]
+) -> Any:
+    await service_of(ctx.broker).load_remote(keys)
+    result = _share_fetch(ctx, request, session)
+    return await result if asyncio.iscoroutine(result) else result
+
+
+def _share_fetch(ctx: RequestContext, request: Any, session: ShareSession) -> Any:
+    service = service_of(ctx.broker)
+    epoch = request.share_session_epoch
     denied = _denied_topics(
         ctx, [t for t, _ in session.partitions] + [t.topic_id for t in request.topics]
     )
@@ -730,6 +922,8 @@ def _fetch(
         if budget_records <= 0 or budget_bytes <= 0:
             continue
         held = _held_for(ctx, group_id, topic_id, name, partition)
+        if held is None:
+            continue  # its state is being read from the node that keeps it
         sp = held.partition
         partition_log = ctx.broker.state.partition_log(name, partition)
         upper = partition_log.last_stable_offset if read_committed else partition_log.high_watermark

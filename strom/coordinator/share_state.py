@@ -20,12 +20,11 @@ Strom writes a whole ShareSnapshot whenever a share-partition's durable state ch
 (acknowledgements, releases, archiving, the window moving; not an acquisition), through
 the leader's one append path, as the group coordinator writes ``__consumer_offsets``;
 it reads Snapshot and Update records back (an Update applied over the Snapshot before
-it). The state of a key is read when the share-partition is first needed on this node
-(after a restart, or when it became the partition's leader): the state partition is
-replayed once and kept. Kafka's share coordinator RPCs (InitializeShareGroupState and
-the rest) are not served: the share-partition's leader writes the state directly, so
-it must also lead the key's ``__share_group_state`` partition (always so on one node);
-elsewhere the state is kept in memory only and a warning says so.
+it). A state partition is replayed once, when one of its keys is first needed on the
+node that leads it, and kept. This store is the share coordinator's storage: the node
+leading a key's state partition reads and writes it here, for itself (the share-
+partition's leader is often that node) or for other nodes through the share
+coordinator's RPCs (strom/broker/share_coordinator.py).
 """
 
 from __future__ import annotations
@@ -349,6 +348,50 @@ class ShareStateStore:
             )
         self._loaded[partition] = loaded
         return loaded
+
+    def partition_of(self, key: ShareKey) -> int:
+        return state_partition_for(key, self.partitions)
+
+    def leader_of(self, key: ShareKey) -> int:
+        """The node leading the key's state partition (-1: none, or no topic yet)."""
+        topic = self.controller.topic(SHARE_STATE_TOPIC)
+        if topic is None:
+            return -1
+        return topic.leader_of(state_partition_for(key, topic.partitions))
+
+    def leads(self, key: ShareKey) -> bool:
+        """Whether this node keeps the key's state (leads its state partition)."""
+        return self.topic_exists() and self.controller.leads(
+            SHARE_STATE_TOPIC, self.partition_of(key)
+        )
+
+    def merge(
+        self,
+        key: ShareKey,
+        start_offset: int,
+        batches: list[StateBatch],
+        now_ms: int,
+        *,
+        leader_epoch: int = -1,
+    ) -> bool:
+        """WriteShareGroupState's meaning: the given batches replace the states of their
+        offsets, the start offset moves unless -1; written as a whole snapshot."""
+        current = self.read(key)
+        state = ShareState(start_offset if start_offset >= 0 else 0)
+        if current is not None:
+            state = ShareState(
+                current.start_offset,
+                list(current.batches),
+                current.snapshot_epoch,
+                current.state_epoch,
+                current.leader_epoch,
+                current.create_timestamp,
+            )
+        update = encode_update(state.snapshot_epoch, leader_epoch, start_offset, batches)
+        apply_update(state, update)
+        if leader_epoch < 0 and current is not None:
+            state.leader_epoch = current.leader_epoch
+        return self.write(key, state, now_ms)
 
     def read(self, key: ShareKey) -> ShareState | None:
         if not self.topic_exists():

@@ -5,6 +5,7 @@ the delivery state kept across a restart (in ``__share_group_state``)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from kio.schema.describe_share_group_offsets.v1.request import (
     DescribeShareGroupOffsetsRequestGroup,
     DescribeShareGroupOffsetsRequestTopic,
 )
+from kio.schema.find_coordinator.v6.request import FindCoordinatorRequest
 from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
 from raw_client import RawClient
@@ -337,3 +339,116 @@ def test_a_restart_keeps_what_was_accepted(broker: BrokerProcess) -> None:
         consumer.poll(0.5)
     finally:
         consumer.close()
+
+
+def test_the_share_coordinator_rpcs_keep_a_state(broker: BrokerProcess) -> None:
+    """What a share-partition's leader on another node asks the node keeping its state:
+    initialize, write (batches over the state), read, read a summary, delete."""
+    from kio.schema.delete_share_group_state.v0 import request as delete_state
+    from kio.schema.initialize_share_group_state.v0 import request as init_state
+    from kio.schema.read_share_group_state.v0 import request as read_state
+    from kio.schema.read_share_group_state_summary.v1 import request as summary
+    from kio.schema.write_share_group_state.v1 import request as write_state
+
+    topic_id, group = uuid.uuid4(), f"rpc-{uuid.uuid4().hex[:8]}"
+
+    def batch(first: int, last: int, state: int, count: int) -> write_state.StateBatch:
+        return write_state.StateBatch(
+            first_offset=first, last_offset=last, delivery_state=state, delivery_count=count
+        )
+
+    def read(client: RawClient) -> tuple[int, list[tuple[int, int, int, int]]]:
+        part = (
+            client.request(
+                read_state.ReadShareGroupStateRequest(
+                    group_id=group,
+                    topics=(
+                        read_state.ReadStateData(
+                            topic_id=topic_id,
+                            partitions=(read_state.PartitionData(partition=0, leader_epoch=0),),
+                        ),
+                    ),
+                )
+            )
+            .results[0]
+            .partitions[0]
+        )
+        assert part.error_code == ErrorCode.none
+        batches = [
+            (b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+            for b in part.state_batches
+        ]
+        return part.start_offset, batches
+
+    with RawClient(broker.port) as client:
+        # As a broker finds the key's share coordinator (creating __share_group_state).
+        key = f"{group}:{base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip('=')}:0"
+        found = client.request(FindCoordinatorRequest(key_type=2, coordinator_keys=(key,)))
+        assert found.coordinators[0].error_code == ErrorCode.none
+        assert found.coordinators[0].port == broker.port
+        assert read(client) == (-1, [])
+        initialized = client.request(
+            init_state.InitializeShareGroupStateRequest(
+                group_id=group,
+                topics=(
+                    init_state.InitializeStateData(
+                        topic_id=topic_id,
+                        partitions=(
+                            init_state.PartitionData(partition=0, state_epoch=1, start_offset=10),
+                        ),
+                    ),
+                ),
+            )
+        )
+        assert initialized.results[0].partitions[0].error_code == ErrorCode.none
+        for start, batches in ((-1, [batch(10, 14, 0, 1)]), (12, [batch(12, 13, 2, 1)])):
+            written = client.request(
+                write_state.WriteShareGroupStateRequest(
+                    group_id=group,
+                    topics=(
+                        write_state.WriteStateData(
+                            topic_id=topic_id,
+                            partitions=(
+                                write_state.PartitionData(
+                                    partition=0,
+                                    state_epoch=1,
+                                    leader_epoch=0,
+                                    start_offset=start,
+                                    state_batches=tuple(batches),
+                                ),
+                            ),
+                        ),
+                    ),
+                )
+            )
+            assert written.results[0].partitions[0].error_code == ErrorCode.none
+        assert read(client) == (12, [(12, 13, 2, 1), (14, 14, 0, 1)])
+        summarized = (
+            client.request(
+                summary.ReadShareGroupStateSummaryRequest(
+                    group_id=group,
+                    topics=(
+                        summary.ReadStateSummaryData(
+                            topic_id=topic_id,
+                            partitions=(summary.PartitionData(partition=0, leader_epoch=0),),
+                        ),
+                    ),
+                )
+            )
+            .results[0]
+            .partitions[0]
+        )
+        assert (summarized.start_offset, summarized.state_epoch) == (12, 1)
+        assert summarized.delivery_complete_count == 2
+        deleted = client.request(
+            delete_state.DeleteShareGroupStateRequest(
+                group_id=group,
+                topics=(
+                    delete_state.DeleteStateData(
+                        topic_id=topic_id, partitions=(delete_state.PartitionData(partition=0),)
+                    ),
+                ),
+            )
+        )
+        assert deleted.results[0].partitions[0].error_code == ErrorCode.none
+        assert read(client) == (-1, [])

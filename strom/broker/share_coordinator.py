@@ -1,0 +1,202 @@
+"""The share coordinator's RPCs (KIP-932): what a share-partition's leader asks the node
+that keeps its state in ``__share_group_state``.
+
+- InitializeShareGroupState (key 83), version 0: a state afresh at a start offset
+  (AlterShareGroupOffsets on another node, a state epoch given).
+- ReadShareGroupState (84), version 0: the state as stored (start offset -1 and no
+  batches when there is none: the share-partition then starts at the group's
+  share.auto.offset.reset).
+- WriteShareGroupState (85), versions 0-1: batches replacing the states of their offsets
+  and the start offset unless -1 (ShareUpdate's meaning), stored as a snapshot.
+- DeleteShareGroupState (86), version 0: tombstones.
+- ReadShareGroupStateSummary (87), versions 0-1: start offset, epochs and how many
+  offsets past the start are delivery complete.
+
+A key (group, topic id, partition) is served by the leader of its state partition
+(share_state.py says which); elsewhere NOT_COORDINATOR. Nodes send these to each other:
+CLUSTER_ACTION on the cluster is needed (CLUSTER_AUTHORIZATION_FAILED). The client side
+is ShareService in strom/broker/share_groups.py; the storage is ShareStateStore.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from strom.broker import authz
+from strom.broker.router import RequestContext, handles
+from strom.coordinator.share_partition import StateBatch
+from strom.coordinator.share_state import ShareKey, ShareState, ShareStateStore
+from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import build, nested
+
+
+def _store(ctx: RequestContext) -> ShareStateStore:
+    from strom.broker.share_groups import service_of
+
+    return service_of(ctx.broker).store
+
+
+def _answer(
+    ctx: RequestContext,
+    request: Any,
+    result_type_name: str,
+    partition_type_name: str,
+    serve: Callable[[ShareKey, Any], dict[str, Any]],
+) -> Any:
+    """Each partition of the request answered by ``serve`` (its extra fields), after
+    the checks every share coordinator RPC makes."""
+    response_type = ctx.response_type
+    result_type = nested(response_type, result_type_name)
+    partition_type = nested(response_type, partition_type_name)
+    allowed = authz.node_request_allowed(ctx)
+    store = _store(ctx)
+    results = []
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            key = ShareKey(request.group_id, topic.topic_id, part.partition)
+            if not allowed:
+                error, message, extra = (
+                    ErrorCode.cluster_authorization_failed,
+                    "Cluster authorization failed.",
+                    _defaults(partition_type),
+                )
+            elif not store.leads(key):
+                error, message, extra = (
+                    ErrorCode.not_coordinator,
+                    "This node is not the share coordinator of the key.",
+                    _defaults(partition_type),
+                )
+            else:
+                error, message, extra = ErrorCode.none, None, serve(key, part)
+                if "error_code" in extra:
+                    error = extra.pop("error_code")
+                    message = extra.pop("error_message", None)
+            partitions.append(
+                build(
+                    partition_type,
+                    partition=part.partition,
+                    error_code=error,
+                    error_message=message,
+                    **extra,
+                )
+            )
+        results.append(build(result_type, topic_id=topic.topic_id, partitions=tuple(partitions)))
+    return build(response_type, results=tuple(results))
+
+
+def _defaults(partition_type: type) -> dict[str, Any]:
+    fields = getattr(partition_type, "__dataclass_fields__", {})
+    out: dict[str, Any] = {}
+    for name, value in (
+        ("state_epoch", -1),
+        ("leader_epoch", -1),
+        ("start_offset", -1),
+        ("state_batches", ()),
+        ("delivery_complete_count", -1),
+    ):
+        if name in fields:
+            out[name] = value
+    return out
+
+
+def _now() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _write_failed() -> dict[str, Any]:
+    return {
+        "error_code": ErrorCode.coordinator_not_available,
+        "error_message": "The share state could not be written.",
+    }
+
+
+@handles(83, 0, 0)
+def handle_initialize_share_group_state(ctx: RequestContext, request: Any) -> Any:
+    store = _store(ctx)
+
+    def serve(key: ShareKey, part: Any) -> dict[str, Any]:
+        state = ShareState(part.start_offset, [], state_epoch=part.state_epoch)
+        return {} if store.write(key, state, _now()) else _write_failed()
+
+    return _answer(ctx, request, "InitializeStateResult", "PartitionResult", serve)
+
+
+@handles(84, 0, 0)
+def handle_read_share_group_state(ctx: RequestContext, request: Any) -> Any:
+    store = _store(ctx)
+    batch_type = nested(ctx.response_type, "StateBatch")
+
+    def serve(key: ShareKey, part: Any) -> dict[str, Any]:
+        state = store.read(key)
+        if state is None:
+            return {"state_epoch": 0, "start_offset": -1, "state_batches": ()}
+        return {
+            "state_epoch": state.state_epoch,
+            "start_offset": state.start_offset,
+            "state_batches": tuple(
+                build(
+                    batch_type,
+                    first_offset=b.first_offset,
+                    last_offset=b.last_offset,
+                    delivery_state=b.state,
+                    delivery_count=b.delivery_count,
+                )
+                for b in state.batches
+            ),
+        }
+
+    return _answer(ctx, request, "ReadStateResult", "PartitionResult", serve)
+
+
+@handles(85, 0, 1)
+def handle_write_share_group_state(ctx: RequestContext, request: Any) -> Any:
+    store = _store(ctx)
+
+    def serve(key: ShareKey, part: Any) -> dict[str, Any]:
+        batches = [
+            StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+            for b in part.state_batches
+        ]
+        written = store.merge(
+            key, part.start_offset, batches, _now(), leader_epoch=part.leader_epoch
+        )
+        return {} if written else _write_failed()
+
+    return _answer(ctx, request, "WriteStateResult", "PartitionResult", serve)
+
+
+@handles(86, 0, 0)
+def handle_delete_share_group_state(ctx: RequestContext, request: Any) -> Any:
+    store = _store(ctx)
+
+    def serve(key: ShareKey, part: Any) -> dict[str, Any]:
+        store.delete([key], _now())
+        return {}
+
+    return _answer(ctx, request, "DeleteStateResult", "PartitionResult", serve)
+
+
+@handles(87, 0, 1)
+def handle_read_share_group_state_summary(ctx: RequestContext, request: Any) -> Any:
+    store = _store(ctx)
+
+    def serve(key: ShareKey, part: Any) -> dict[str, Any]:
+        state = store.read(key)
+        if state is None:
+            return {"state_epoch": 0, "leader_epoch": -1, "start_offset": -1}
+        complete = sum(
+            b.last_offset - b.first_offset + 1 for b in state.batches if b.state in (2, 4)
+        )
+        out = {
+            "state_epoch": state.state_epoch,
+            "leader_epoch": state.leader_epoch,
+            "start_offset": state.start_offset,
+        }
+        if ctx.api_version >= 1:
+            out["delivery_complete_count"] = complete
+        return out
+
+    return _answer(ctx, request, "ReadStateSummaryResult", "PartitionResult", serve)
