@@ -1,7 +1,8 @@
 """Strom's log storage: segments, indexes, partition logs and the log manager.
 
 Owns everything on disk under ``log.dirs``; see each module's docstring. Imports only
-``strom.protocol`` and the standard library; no sockets, no asyncio.
+``strom.protocol``, the standard library and, for the metadata log's entries,
+``strom.raft.messages``; no sockets, no asyncio.
 """
 
 from strom.storage.errors import LogDirLockedError, OffsetOutOfRangeError, StorageError
