@@ -115,6 +115,7 @@ class _Held:
     key: ShareKey
     topic: str
     partition: SharePartition
+    leader_epoch: int = -1  # the topic partition's, when this node became its leader
     timer: asyncio.TimerHandle | None = None
     timer_at: int | None = None
 
@@ -166,7 +167,13 @@ class ShareService:
         """The share-partition of ``key``, from its stored state or started afresh at the
         group's share.auto.offset.reset; None while its state, kept by another node, has
         not been read (``load_remote``)."""
+        view = self.broker.state.topic(topic)
+        leader_epoch = view.leader_epoch_of(key.partition) if view is not None else -1
         held = self.held.get(key)
+        if held is not None and held.leader_epoch != leader_epoch:
+            # Led elsewhere in between: the state stored since then is the truth.
+            self.drop(key)
+            held = None
         if held is None:
             if self.store.topic_exists() and not self.store.leads(key):
                 if key not in self._remote_states:
@@ -180,9 +187,14 @@ class ShareService:
             else:
                 sp = SharePartition(self._initial_offset(key.group_id, partition_log))
                 sp.dirty = True
-            held = self.held[key] = _Held(key, topic, sp)
+            held = self.held[key] = _Held(key, topic, sp, leader_epoch)
         self._configure(held)
         return held
+
+    def drop(self, key: ShareKey) -> None:
+        held = self.held.pop(key, None)
+        if held is not None and held.timer is not None:
+            held.timer.cancel()
 
     def _initial_offset(self, group_id: str, partition_log: Any) -> int:
         reset = self.group_setting(group_id, "share.auto.offset.reset")
@@ -387,9 +399,7 @@ class ShareService:
         keys = {k for k in self.held if k.group_id == group_id}
         keys |= set(self.store.keys_of_group(group_id))
         for key in keys:
-            held = self.held.pop(key, None)
-            if held is not None and held.timer is not None:
-                held.timer.cancel()
+            self.drop(key)
         self._delete_remote([k for k in keys if not self.store.leads(k)])
         self.store.delete([k for k in keys if self.store.leads(k)], self.now_ms())
         for session_key in [s for s in self.sessions if s[0] == group_id]:
@@ -1364,9 +1374,7 @@ def handle_delete_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
                 k for k in service.store.keys_of_group(request.group_id) if k.topic_id == topic_id
             }
             for key in keys:
-                held = service.held.pop(key, None)
-                if held is not None and held.timer is not None:
-                    held.timer.cancel()
+                service.drop(key)
             service.store.delete(keys, service.now_ms())
         topics.append(
             build(

@@ -282,6 +282,7 @@ class ShareStateStore:
         self.config = config
         self.append = append
         self._loaded: dict[int, dict[ShareKey, ShareState]] = {}
+        self._loaded_epoch: dict[int, int] = {}  # the leader epoch each was read at
         self._warned = False
 
     @property
@@ -313,9 +314,15 @@ class ShareStateStore:
         )
 
     def _partition_states(self, partition: int) -> dict[ShareKey, ShareState]:
+        topic = self.controller.topic(SHARE_STATE_TOPIC)
+        epoch = topic.leader_epoch_of(partition) if topic is not None else -1
+        if self._loaded_epoch.get(partition) != epoch:
+            # First use, or led elsewhere in between: what was read may be stale.
+            self._loaded.pop(partition, None)
         loaded = self._loaded.get(partition)
         if loaded is not None:
             return loaded
+        self._loaded_epoch[partition] = epoch
         loaded = {}
         count = 0
         for data, header in replay_batches(self.controller, SHARE_STATE_TOPIC, partition):
@@ -478,6 +485,3 @@ class ShareStateStore:
             )
         return True
 
-    def forget_partition(self, partition: int) -> None:
-        """The state partition is led elsewhere now: read it again when next needed."""
-        self._loaded.pop(partition, None)
