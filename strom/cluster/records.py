@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import MISSING, Field, dataclass, field, fields, make_dataclass
 from functools import cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
@@ -93,7 +93,16 @@ def _nested(default: Any = (), **extra: Any) -> Any:
     return field(metadata=dict(extra), default=default)
 
 
-_record = dataclass(frozen=True, slots=True, kw_only=True)
+_T = TypeVar("_T")
+
+
+@dataclass_transform(
+    frozen_default=True, kw_only_default=True, field_specifiers=(_f, _tagged, _nested)
+)
+def _record(cls: type[_T]) -> type[_T]:
+    """A record or entity class: a frozen, slotted, keyword-only dataclass (declared so
+    that type checkers see the fields ``_f``, ``_tagged`` and ``_nested`` make)."""
+    return dataclass(frozen=True, slots=True, kw_only=True)(cls)
 
 
 class _Entity:
@@ -167,15 +176,15 @@ class RegisterBrokerRecord(MetadataRecord):
     MAX_VERSION: ClassVar[int] = 3
     WRITE_VERSION: ClassVar[int] = 3
     broker_id: int = _f("int32")
-    is_migrating_zk_broker: bool = _f("bool", False, versions=(2, None))
+    is_migrating_zk_broker: bool = _f("bool", default=False, versions=(2, None))
     incarnation_id: uuid.UUID = _f("uuid")
     broker_epoch: int = _f("int64")
-    end_points: tuple[BrokerEndpoint, ...] = _nested()
-    features: tuple[BrokerFeature, ...] = _nested()
-    rack: str | None = _f("string", None)
-    fenced: bool = _f("bool", True)
-    in_controlled_shutdown: bool = _f("bool", False, versions=(1, None))
-    log_dirs: tuple[uuid.UUID, ...] = _tagged("uuid", 0, (), versions=(3, None))
+    end_points: tuple[BrokerEndpoint, ...] = _nested(default=())
+    features: tuple[BrokerFeature, ...] = _nested(default=())
+    rack: str | None = _f("string", default=None)
+    fenced: bool = _f("bool", default=True)
+    in_controlled_shutdown: bool = _f("bool", default=False, versions=(1, None))
+    log_dirs: tuple[uuid.UUID, ...] = _tagged("uuid", 0, default=(), versions=(3, None))
 
 
 @_record
@@ -197,19 +206,21 @@ class PartitionRecord(MetadataRecord):
     API_KEY: ClassVar[int] = 3
     MAX_VERSION: ClassVar[int] = 2
     WRITE_VERSION: ClassVar[int] = 2
-    partition_id: int = _f("int32", -1)
+    partition_id: int = _f("int32", default=-1)
     topic_id: uuid.UUID = _f("uuid")
-    replicas: tuple[int, ...] = _f("int32", ())
-    isr: tuple[int, ...] = _f("int32", ())
-    removing_replicas: tuple[int, ...] = _f("int32", ())
-    adding_replicas: tuple[int, ...] = _f("int32", ())
-    leader: int = _f("int32", -1)
-    leader_recovery_state: int = _tagged("int8", 0, 0)
-    leader_epoch: int = _f("int32", -1)
-    partition_epoch: int = _f("int32", -1)
-    directories: tuple[uuid.UUID, ...] = _f("uuid", (), versions=(1, None))
-    eligible_leader_replicas: tuple[int, ...] | None = _tagged("int32", 1, None, versions=(2, None))
-    last_known_elr: tuple[int, ...] | None = _tagged("int32", 2, None, versions=(2, None))
+    replicas: tuple[int, ...] = _f("int32", default=())
+    isr: tuple[int, ...] = _f("int32", default=())
+    removing_replicas: tuple[int, ...] = _f("int32", default=())
+    adding_replicas: tuple[int, ...] = _f("int32", default=())
+    leader: int = _f("int32", default=-1)
+    leader_recovery_state: int = _tagged("int8", 0, default=0)
+    leader_epoch: int = _f("int32", default=-1)
+    partition_epoch: int = _f("int32", default=-1)
+    directories: tuple[uuid.UUID, ...] = _f("uuid", default=(), versions=(1, None))
+    eligible_leader_replicas: tuple[int, ...] | None = _tagged(
+        "int32", 1, default=None, versions=(2, None)
+    )
+    last_known_elr: tuple[int, ...] | None = _tagged("int32", 2, default=None, versions=(2, None))
 
 
 @_record
@@ -218,7 +229,7 @@ class ConfigRecord(MetadataRecord):
     resource_type: int = _f("int8")
     resource_name: str = _f("string")
     name: str = _f("string")
-    value: str | None = _f("string", None)
+    value: str | None = _f("string", default=None)
 
 
 @_record
@@ -226,17 +237,19 @@ class PartitionChangeRecord(MetadataRecord):
     API_KEY: ClassVar[int] = 5
     MAX_VERSION: ClassVar[int] = 2
     WRITE_VERSION: ClassVar[int] = 2
-    partition_id: int = _f("int32", -1)
+    partition_id: int = _f("int32", default=-1)
     topic_id: uuid.UUID = _f("uuid")
-    isr: tuple[int, ...] | None = _tagged("int32", 0, None)
-    leader: int = _tagged("int32", 1, -2)
-    replicas: tuple[int, ...] | None = _tagged("int32", 2, None)
-    removing_replicas: tuple[int, ...] | None = _tagged("int32", 3, None)
-    adding_replicas: tuple[int, ...] | None = _tagged("int32", 4, None)
-    leader_recovery_state: int = _tagged("int8", 5, -1)
-    eligible_leader_replicas: tuple[int, ...] | None = _tagged("int32", 6, None, versions=(2, None))
-    last_known_elr: tuple[int, ...] | None = _tagged("int32", 7, None, versions=(2, None))
-    directories: tuple[uuid.UUID, ...] | None = _tagged("uuid", 8, None, versions=(1, None))
+    isr: tuple[int, ...] | None = _tagged("int32", 0, default=None)
+    leader: int = _tagged("int32", 1, default=-2)
+    replicas: tuple[int, ...] | None = _tagged("int32", 2, default=None)
+    removing_replicas: tuple[int, ...] | None = _tagged("int32", 3, default=None)
+    adding_replicas: tuple[int, ...] | None = _tagged("int32", 4, default=None)
+    leader_recovery_state: int = _tagged("int8", 5, default=-1)
+    eligible_leader_replicas: tuple[int, ...] | None = _tagged(
+        "int32", 6, default=None, versions=(2, None)
+    )
+    last_known_elr: tuple[int, ...] | None = _tagged("int32", 7, default=None, versions=(2, None))
+    directories: tuple[uuid.UUID, ...] | None = _tagged("uuid", 8, default=None, versions=(1, None))
 
 
 @_record
@@ -280,17 +293,17 @@ class FeatureLevelRecord(MetadataRecord):
 @_record
 class ClientQuotaRecord(MetadataRecord):
     API_KEY: ClassVar[int] = 14
-    entity: tuple[EntityData, ...] = _nested()
+    entity: tuple[EntityData, ...] = _nested(default=())
     key: str = _f("string")
     value: float = _f("float64")
-    remove: bool = _f("bool", False)
+    remove: bool = _f("bool", default=False)
 
 
 @_record
 class ProducerIdsRecord(MetadataRecord):
     API_KEY: ClassVar[int] = 15
     broker_id: int = _f("int32")
-    broker_epoch: int = _f("int64", -1)
+    broker_epoch: int = _f("int64", default=-1)
     next_producer_id: int = _f("int64")
 
 
@@ -303,9 +316,9 @@ class BrokerRegistrationChangeRecord(MetadataRecord):
     WRITE_VERSION: ClassVar[int] = 2
     broker_id: int = _f("int32")
     broker_epoch: int = _f("int64")
-    fenced: int = _tagged("int8", 0, 0)
-    in_controlled_shutdown: int = _tagged("int8", 1, 0, versions=(1, None))
-    log_dirs: tuple[uuid.UUID, ...] = _tagged("uuid", 2, (), versions=(2, None))
+    fenced: int = _tagged("int8", 0, default=0)
+    in_controlled_shutdown: int = _tagged("int8", 1, default=0, versions=(1, None))
+    log_dirs: tuple[uuid.UUID, ...] = _tagged("uuid", 2, default=(), versions=(2, None))
 
     def write_version(self) -> int:
         # Kafka writes the lowest version that holds the change (v0 for fencing).
@@ -348,7 +361,7 @@ class RemoveUserScramCredentialRecord(MetadataRecord):
 @_record
 class BeginTransactionRecord(MetadataRecord):
     API_KEY: ClassVar[int] = 23
-    name: str | None = _tagged("string", 0, None)
+    name: str | None = _tagged("string", 0, default=None)
 
 
 @_record
@@ -359,7 +372,7 @@ class EndTransactionRecord(MetadataRecord):
 @_record
 class AbortTransactionRecord(MetadataRecord):
     API_KEY: ClassVar[int] = 25
-    reason: str | None = _tagged("string", 0, None)
+    reason: str | None = _tagged("string", 0, default=None)
 
 
 @_record
@@ -367,9 +380,9 @@ class RegisterControllerRecord(MetadataRecord):
     API_KEY: ClassVar[int] = 27
     controller_id: int = _f("int32")
     incarnation_id: uuid.UUID = _f("uuid")
-    zk_migration_ready: bool = _f("bool", False)
-    end_points: tuple[ControllerEndpoint, ...] = _nested()
-    features: tuple[ControllerFeature, ...] = _nested()
+    zk_migration_ready: bool = _f("bool", default=False)
+    end_points: tuple[ControllerEndpoint, ...] = _nested(default=())
+    features: tuple[ControllerFeature, ...] = _nested(default=())
 
 
 RECORD_TYPES: dict[int, type[MetadataRecord]] = {
