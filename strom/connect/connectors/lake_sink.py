@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 from strom.connect import config_def as cd
 from strom.connect.api import ConnectException, SinkConnector, Task
 from strom.connect.config_def import ConfigValue
-from strom.connect.converters import Converter, schema_from_json, schema_to_json
+from strom.connect.converters import Converter, JsonConverter, schema_from_json, schema_to_json
 from strom.connect.data import (
     ARRAY,
     BOOLEAN,
@@ -96,6 +96,9 @@ DEFAULT_ROTATE_MS = 10_000
 SCHEMA_MARK = re.compile(r"\[strom-lake-schema ([^ \]]+) ([A-Za-z0-9+/=]+)\]")
 VALUE_COLUMN = "value"
 PARQUET_TIMESTAMPS = "spark.sql.parquet.outputTimestampType"
+ENVELOPE_START = b'{"schema":'
+PAYLOAD_KEY = b',"payload":'
+DIRECT_LOGICAL = (None, TIMESTAMP, DATE, TIME)  # a field's JSON value is its Connect value
 PLACEHOLDER_COLUMN = "__strom_no_columns_yet"  # Spark takes no query whose columns all partition
 
 
@@ -559,6 +562,9 @@ class RecordDecoder:
     topic: str
     columns: Schema
     _known: dict[Any, bool] = field(default_factory=dict, repr=False)
+    _schemas: dict[bytes, Schema | None] = field(default_factory=dict, repr=False)
+    _fits: dict[int, tuple[Schema, bool]] = field(default_factory=dict, repr=False)
+    _plain: dict[int, tuple[Schema, list[str] | None]] = field(default_factory=dict, repr=False)
 
     def spark_schema(self) -> StructType:
         from pyspark.sql.types import IntegerType, StringType, StructField, StructType
@@ -629,6 +635,9 @@ class RecordDecoder:
                     f"the record at {where} has a null value and behavior.on.null.values=fail"
                 )
             return None, None
+        direct = self.decode_envelope(value)
+        if direct is not None:
+            return direct
         try:
             schema, data = self.converter.to_connect_data(self.topic, value)
         except Exception as exc:
@@ -645,7 +654,43 @@ class RecordDecoder:
             data = _schemaless_value(data)
         return Schema.struct([(VALUE_COLUMN, schema)]), {VALUE_COLUMN: data}
 
+    def decode_envelope(self, value: bytes) -> tuple[Schema, Any] | None:
+        """JsonConverter's envelope read directly where its schema's values are its JSON's
+        (primitive fields, Timestamp, Date, Time): the schema parsed once per distinct
+        text, which is most of a record's decoding otherwise. None: the converter's."""
+        converter = self.converter
+        if (
+            not isinstance(converter, JsonConverter)
+            or not converter.schemas_enabled
+            or not value.startswith(ENVELOPE_START)
+            or not value.endswith(b"}")
+        ):
+            return None
+        split = value.find(PAYLOAD_KEY)
+        if split < 0:
+            return None
+        head = value[len(ENVELOPE_START) : split]
+        if head in self._schemas:
+            schema = self._schemas[head]
+        else:
+            try:
+                schema = schema_from_json(json.loads(head))
+            except ValueError:
+                schema = None
+            if schema is not None and not _direct_struct(schema):
+                schema = None
+            self._schemas[head] = schema
+        if schema is None:
+            return None
+        payload = json.loads(value[split + len(PAYLOAD_KEY) : -1])
+        return (schema, payload) if isinstance(payload, dict) else None
+
     def fits(self, schema: Schema) -> bool:
+        """Whether the record's fields are the query's columns, of their types: cached by
+        the schema object where ``decode_envelope`` keeps it, else by its layout."""
+        cached = self._fits.get(id(schema))
+        if cached is not None and cached[0] is schema:
+            return cached[1]
         key = _layout_key(schema)
         known = self._known.get(key)
         if known is None:
@@ -655,9 +700,19 @@ class RecordDecoder:
                 for f in schema.fields
             )
             self._known[key] = known
+        if any(kept is schema for kept in self._schemas.values()):
+            self._fits[id(schema)] = (schema, known)
         return known
 
     def row(self, schema: Schema, data: Mapping[str, Any]) -> dict[str, Any]:
+        cached = self._plain.get(id(schema))
+        if cached is not None and cached[0] is schema:
+            names = cached[1]
+            if names is not None:  # every value as Arrow takes it
+                return {name: data.get(name) for name in names}
+        elif any(kept is schema for kept in self._schemas.values()):
+            plain = all(f.schema.name is None for f in schema.fields)
+            self._plain[id(schema)] = (schema, [f.name for f in schema.fields] if plain else None)
         return {f.name: arrow_value(f.schema, data.get(f.name)) for f in schema.fields}
 
     def add_partitions(
@@ -711,6 +766,17 @@ class RecordDecoder:
                     parsed = parsed.replace(tzinfo=dt.UTC)
                 return int(parsed.timestamp() * 1000)
         raise ConnectException(f"the record at {where} has no time the partitioner can read")
+
+
+def _direct_struct(schema: Schema) -> bool:
+    """A struct whose fields' JSON values are their Connect values as they are: primitive
+    but bytes, plain or Timestamp, Date, Time, without defaults."""
+    return schema.type == STRUCT and all(
+        f.schema.type in (INT8, INT16, INT32, INT64, FLOAT32, FLOAT64, BOOLEAN, STRING)
+        and f.schema.name in DIRECT_LOGICAL
+        and f.schema.default is None
+        for f in schema.fields
+    )
 
 
 def _layout_key(schema: Schema | None) -> Any:
