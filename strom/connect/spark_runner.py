@@ -77,7 +77,7 @@ JDBC_JARS = (
 SINK_TRIGGER = "200 milliseconds"
 WATCH_S = 1  # seconds between looks at a query (its offsets commit then)
 TRANSIENT_FAILURES = ("Python worker failed to connect back",)
-TRANSIENT_RETRIES = 3
+TRANSIENT_RETRIES = 5
 
 
 class SparkSessionHolder:
