@@ -745,6 +745,8 @@ class KsqlEngine:
         )
         if plan.aggregation is not None:
             raise KsqlStatementError("Pull queries don't support GROUP BY clauses." + tail)
+        if plan.join is not None:
+            raise KsqlStatementError("Pull queries don't support JOIN clauses." + tail)
         if plan.partition_by is not None:
             raise KsqlStatementError("Pull queries don't support PARTITION BY clauses." + tail)
         source = plan.source

@@ -94,6 +94,13 @@ class Operators:
                 self.having = compile_expression(aggregation.having, output_scope)
             self.window = aggregation.window
         self.timestamp_column = plan.sink.timestamp_column if plan.sink is not None else None
+        self.join = plan.join
+        if self.join is not None:
+            self.left_key = compile_expression(self.join.left_key, source_scope)
+            self.right_key = self.join.right_key[len(self.join.right_name) + 1 :]
+            self.right_nulls = {
+                f"{self.join.right_name}_{c.name}": None for c in self.join.right.columns
+            }
 
     # ---- evaluation helpers
     def _evaluate(self, compiled: Any, row: dict[str, Any]) -> Any:
@@ -138,6 +145,27 @@ class Operators:
         if not self._passes(columns):
             return [self._tombstone(columns, window)] if self.table_source else []
         return [self.project(columns, row.timestamp, window)]
+
+    # ---- a stream-table join
+    def stream_key(self, row: Row) -> Any:
+        """The table key a stream row looks up (None: it joins nothing)."""
+        assert self.join is not None
+        return self._evaluate(self.left_key, self.join.prefixed("left", row.columns))
+
+    def table_key(self, row: Row) -> Any:
+        return row.columns.get(self.right_key)
+
+    def joined(self, row: Row, table_row: Row | None) -> list[Change]:
+        """A stream row joined with the table's row for its key (None: none there)."""
+        join = self.join
+        assert join is not None
+        if table_row is None and join.kind == "INNER":
+            return []
+        columns = join.prefixed("left", row.columns)
+        columns.update(
+            self.right_nulls if table_row is None else join.prefixed("right", table_row.columns)
+        )
+        return self.stateless(Row(columns))
 
     # ---- aggregation
     def group(self, row: Row) -> tuple[tuple[Any, ...], dict[str, Any]] | None:

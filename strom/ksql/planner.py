@@ -124,6 +124,30 @@ class Aggregation:
 
 
 @dataclass(frozen=True)
+class JoinPlan:
+    """A stream-table join: each stream record looks up the table's row by key. The
+    joined row's columns are ``<name>_<column>`` for each side's name (alias)."""
+
+    kind: str  # INNER or LEFT
+    right: DataSource
+    left_name: str
+    right_name: str
+    left_key: ex.Expression  # over the joined row: the stream's side of the condition
+    right_key: str  # the joined row's column holding the table's key
+
+    def prefixed(self, side: str, columns: dict[str, Any]) -> dict[str, Any]:
+        """A side's row with its columns prefixed (the left keeps its pseudo columns
+        unprefixed too: they are the joined row's)."""
+        name = self.left_name if side == "left" else self.right_name
+        row = {f"{name}_{column}": value for column, value in columns.items()}
+        if side == "left":
+            for pseudo in PSEUDO_TYPES:
+                if pseudo in columns:
+                    row[pseudo] = columns[pseudo]
+        return row
+
+
+@dataclass(frozen=True)
 class QueryPlan:
     """What a query does, as data (picklable: it travels to Spark's executors)."""
 
@@ -140,6 +164,7 @@ class QueryPlan:
     sink: DataSource | None  # None for a transient query
     statement: str = ""
     persistent: bool = False
+    join: JoinPlan | None = None
 
     @property
     def key_columns(self) -> tuple[Projection, ...]:
@@ -148,6 +173,10 @@ class QueryPlan:
     @property
     def value_columns(self) -> tuple[Projection, ...]:
         return tuple(p for p in self.projection if p.namespace == "VALUE")
+
+    @property
+    def sources(self) -> list[DataSource]:
+        return [self.source] + ([self.join.right] if self.join is not None else [])
 
     @property
     def windowed(self) -> bool:
@@ -306,15 +335,14 @@ def plan_query(
     """The plan of ``query`` (a transient query when ``sink`` is None); ksqlDB's
     ``KsqlStatementError`` for what it refuses."""
     analyze(query, metastore)
-    if query.source.joins:
-        raise KsqlStatementError(
-            "Joins are not executed by this server yet: the statement was parsed and checked, "
-            "not run"
-        )
     relation = query.source.left
     source = metastore.source(relation.name)
     assert source is not None  # analyze checked it
-    columns, qualified = source_columns(source, (None, relation.name, relation.alias))
+    join = None
+    if query.source.joins:
+        join, columns, qualified = _plan_join(query, metastore, source)
+    else:
+        columns, qualified = source_columns(source, (None, relation.name, relation.alias))
     scope = Scope(columns, qualified)
     persistent = sink is not None
     emit_final = query.emit == "FINAL"
@@ -346,6 +374,10 @@ def plan_query(
         raise KsqlStatementError("EMIT FINAL is only supported for windowed aggregations.")
     if query.partition_by is not None and grouped:
         raise KsqlStatementError("Cannot use PARTITION BY with GROUP BY.")
+    if join is not None and (grouped or query.partition_by is not None):
+        raise KsqlStatementError(
+            "GROUP BY and PARTITION BY over a join are not executed by this server yet"
+        )
     if query.partition_by is not None and source.kind == "TABLE":
         raise KsqlStatementError(
             "ksqlDB does not support PARTITION BY on a table: use GROUP BY to re-key a table."
@@ -355,7 +387,7 @@ def plan_query(
         aggregation, projection = _plan_aggregation(query, source, scope, persistent, sink)
     else:
         aggregation = None
-        projection = _plan_projection(query, source, scope, persistent, sink)
+        projection = _plan_projection(query, source, scope, persistent, sink, join)
     plan = QueryPlan(
         kind=result_kind,
         source=source,
@@ -370,6 +402,7 @@ def plan_query(
         sink=None,
         statement=statement,
         persistent=persistent,
+        join=join,
     )
     if sink is None:
         return plan
@@ -377,14 +410,23 @@ def plan_query(
 
 
 def _select_items(
-    query: st.Query, source: DataSource, persistent: bool
+    query: st.Query, source: DataSource, persistent: bool, join: JoinPlan | None = None
 ) -> list[tuple[str | None, ex.Expression]]:
     """(alias, expression) of each select item, ``*`` expanded to the key columns, the
     window bounds of a windowed source in a transient query, then the value (and
-    header) columns."""
+    header) columns; over a join, each side's as ``<name>_<column>``."""
     items: list[tuple[str | None, ex.Expression]] = []
     for item in query.select:
-        if isinstance(item, st.AllColumns):
+        if isinstance(item, st.AllColumns) and join is not None:
+            sides = [(join.left_name, source), (join.right_name, join.right)]
+            for name, side in sides:
+                if item.source is not None and item.source != name and item.source != side.name:
+                    continue
+                ordered = [*side.key_columns, *(c for c in side.columns if c.namespace != "KEY")]
+                items.extend(
+                    (f"{name}_{c.name}", ex.ColumnReference(c.name, name)) for c in ordered
+                )
+        elif isinstance(item, st.AllColumns):
             names = [c.name for c in source.key_columns]
             if source.is_windowed and not persistent:
                 names += list(WINDOW_BOUND_TYPES)
@@ -418,8 +460,11 @@ def _plan_projection(
     scope: Scope,
     persistent: bool,
     sink: SinkRequest | None,
+    join: JoinPlan | None = None,
 ) -> tuple[Projection, ...]:
-    named = _named(_select_items(query, source, persistent))
+    named = _named(_select_items(query, source, persistent, join))
+    if join is not None:
+        return _join_projection(named, join, scope, persistent, sink)
     if query.partition_by is not None:
         keys = [
             e for e in query.partition_by if not (isinstance(e, ex.Literal) and e.value is None)
@@ -445,6 +490,140 @@ def _plan_projection(
         missing = [expression_text(k) for i, k in enumerate(keys) if i not in found]
         _keys_missing(sink, what, missing)
     return _keys_first(projection)
+
+
+def _join_projection(
+    named: list[tuple[str, ex.Expression]],
+    join: JoinPlan,
+    scope: Scope,
+    persistent: bool,
+    sink: SinkRequest | None,
+) -> tuple[Projection, ...]:
+    """A join's columns: its key is the join's (either side of the condition)."""
+    right_key = ex.ColumnReference(join.right_key[len(join.right_name) + 1 :], join.right_name)
+    keys = [join.left_key, right_key]
+
+    def resolved(expression: ex.Expression) -> Any:
+        if isinstance(expression, ex.ColumnReference):
+            try:
+                return scope.resolve(expression)
+            except KsqlStatementError:
+                return expression
+        return expression
+
+    wanted = {resolved(k) for k in keys}
+    projection: list[Projection] = []
+    keyed = False
+    for name, expression in named:
+        sql_type = compile_expression(expression, scope).sql_type
+        namespace = "VALUE"
+        if persistent and not keyed and resolved(expression) in wanted:
+            keyed, namespace = True, "KEY"
+        projection.append(Projection(name, sql_type, expression, namespace))
+    if persistent and not keyed:
+        shown = [expression_text(k) for k in keys]
+        raise KsqlStatementError(
+            "Key missing from projection (ie, SELECT). \n"
+            f"The query used to build {_sink_name(sink.name if sink else '')} must include "
+            f"the join expressions {' or '.join(shown)} in its projection (eg, SELECT "
+            f"{shown[0]}...)."
+        )
+    return _keys_first(projection)
+
+
+def _plan_join(
+    query: st.Query, metastore: Metastore, left: DataSource
+) -> tuple[JoinPlan, dict[str, ex.SqlType], dict[tuple[str | None, str], str]]:
+    """A stream-table join: the joined row's columns and names, the key lookup."""
+    if len(query.source.joins) > 1:
+        raise KsqlStatementError("Joins of more than two sources are not executed yet")
+    join = query.source.joins[0]
+    right = metastore.source(join.right.name)
+    assert right is not None  # analyze checked it
+    left_name = query.source.left.alias or left.name
+    right_name = join.right.alias or right.name
+    kinds = f"{left.name} [{left.kind}] {join.kind} JOIN {right.name} [{right.kind}]"
+    if left.kind != "STREAM" or right.kind != "TABLE":
+        raise KsqlStatementError(
+            f"Only stream-table joins are executed by this server yet. Got {kinds}."
+        )
+    if join.kind not in ("INNER", "LEFT"):
+        outer = "full-outer" if join.kind == "FULL" else "right-outer"
+        shown = "[FULL] OUTER JOIN" if join.kind == "FULL" else "RIGHT [OUTER] JOIN"
+        raise KsqlStatementError(
+            f"Invalid join type: {outer} join not supported for stream-table join. Got "
+            f"{left.name} {shown} {right.name}."
+        )
+    if left.topic == right.topic:
+        raise KsqlStatementError("Joins of a topic with itself are not executed yet")
+    if join.within is not None:
+        raise KsqlStatementError(
+            "A window definition was provided for a Stream-Table join. These joins are not "
+            "windowed. Please drop the window definition (ie. the WITHIN clause) and try "
+            "to re-run your join."
+        )
+    columns: dict[str, ex.SqlType] = {}
+    qualified: dict[tuple[str | None, str], str] = {}
+    counts: dict[str, int] = {}
+    for name, side, aliases in (
+        (left_name, left, {left.name, left_name}),
+        (right_name, right, {right.name, right_name}),
+    ):
+        side_columns = {c.name: c.type for c in side.columns}
+        for column, sql_type in side_columns.items():
+            columns[f"{name}_{column}"] = sql_type
+            for alias in aliases:
+                qualified[(alias, column)] = f"{name}_{column}"
+            counts[column] = counts.get(column, 0) + 1
+        for pseudo in PSEUDO_TYPES:
+            for alias in aliases:
+                qualified.setdefault((alias, pseudo), pseudo)
+    for name, sql_type in PSEUDO_TYPES.items():
+        columns[name] = sql_type
+    for column, count in counts.items():
+        if count == 1:
+            key = qualified.get((left_name, column)) or qualified[(right_name, column)]
+            qualified[(None, column)] = key
+    condition = join.condition
+    if not (isinstance(condition, ex.Comparison) and condition.operator == "="):
+        raise KsqlStatementError(
+            f"Unsupported join expression: {expression_text(condition)}. Only equality "
+            "joins are supported."
+        )
+    scope = Scope(columns, qualified)
+    table_keys = {f"{right_name}_{c.name}" for c in right.key_columns}
+
+    def table_key(expression: ex.Expression) -> str | None:
+        if isinstance(expression, ex.ColumnReference):
+            try:
+                found = scope.resolve(expression)
+            except KsqlStatementError:
+                return None
+            return found if found in table_keys else None
+        return None
+
+    if table_key(condition.right) is not None:
+        left_key, right_key = condition.left, table_key(condition.right)
+    elif table_key(condition.left) is not None:
+        left_key, right_key = condition.right, table_key(condition.left)
+    else:
+        raise KsqlStatementError(
+            "Invalid join condition: stream-table joins require to join on the table's "
+            f"primary key. Got {expression_text(condition.left)} = "
+            f"{expression_text(condition.right)}."
+        )
+    assert right_key is not None
+    for node in walk(left_key):
+        if isinstance(node, ex.ColumnReference) and scope.resolve(node).startswith(
+            f"{right_name}_"
+        ):
+            raise KsqlStatementError(
+                f"Invalid comparison expression '{expression_text(condition)}' in join "
+                "'ON' clause: each side must name one source's columns"
+            )
+    compile_expression(left_key, scope)
+    plan = JoinPlan(join.kind, right, left_name, right_name, left_key, right_key)
+    return plan, columns, qualified
 
 
 def _same(key: ex.Expression, expression: ex.Expression) -> bool:

@@ -93,6 +93,9 @@ class PushQuery:
         )
         self.previous: dict[tuple[Any, ...], Any] = {}
         self.stream_times: dict[int, int] = {}
+        join = plan.join
+        self.right_reader = RecordReader(join.right, registry) if join is not None else None
+        self.table: dict[Any, Row] = {}
 
     def _expression_error(self, message: str) -> None:
         self._log(processing_log.processing_error(self.query_id, message))
@@ -106,7 +109,8 @@ class PushQuery:
                 log.warning("processing log entry of %s not written: %s", self.query_id, exc)
 
     def run(self, emit: Callable[[list[Any]], None], partitions: list[int]) -> bool:
-        """Runs until LIMIT (True) or until stopped (False)."""
+        """Runs until LIMIT (True) or until stopped (False). A join's table is read from
+        its start, and up to its end before the first stream record is joined."""
         consumer = Consumer(
             {
                 **self.client,
@@ -116,19 +120,45 @@ class PushQuery:
             }
         )
         start = OFFSET_BEGINNING if self.offset_reset == "earliest" else OFFSET_END
-        consumer.assign([TopicPartition(self.plan.source.topic, p, start) for p in partitions])
+        assigned = [TopicPartition(self.plan.source.topic, p, start) for p in partitions]
+        loading: dict[int, int] = {}  # the table's partitions still to read: their ends
+        held: list[SourceRecord] = []  # stream records waiting for the table
+        join = self.plan.join
+        if join is not None:
+            table = consumer.list_topics(join.right.topic, timeout=30).topics[join.right.topic]
+            for partition in sorted(table.partitions):
+                assigned.append(TopicPartition(join.right.topic, partition, OFFSET_BEGINNING))
+                end = consumer.get_watermark_offsets(
+                    TopicPartition(join.right.topic, partition), timeout=30
+                )[1]
+                if end > 0:
+                    loading[partition] = end
+        consumer.assign(assigned)
         emitted = 0
         limit = self.plan.limit
         try:
             while not self.stopped.is_set():
                 messages = consumer.consume(500, POLL_S)
+                records = []
                 for message in messages:
                     error = message.error()
                     if error is not None:
                         if error.code() != KafkaError._PARTITION_EOF:
                             log.warning("push query %s: %s", self.query_id, error.str())
                         continue
-                    for change in self.process(_record(message)):
+                    record = _record(message)
+                    if join is not None and record.topic == join.right.topic:
+                        self.update_table(record)
+                        if record.offset + 1 >= loading.get(record.partition, 0):
+                            loading.pop(record.partition, None)
+                    elif loading:
+                        held.append(record)
+                    else:
+                        records.append(record)
+                if not loading and held:
+                    records, held = held + records, []
+                for record in records:
+                    for change in self.process(record):
                         if change.value is None:
                             continue
                         emit([change.value.get(n) for n in self.names])
@@ -141,6 +171,24 @@ class PushQuery:
                 self.log_producer.flush(5)
         return False
 
+    def update_table(self, record: SourceRecord) -> None:
+        """A join's table record: its row kept by key (a tombstone removes it)."""
+        assert self.right_reader is not None
+        try:
+            row = self.right_reader.read(record)
+        except RecordError as exc:
+            self._log(
+                processing_log.deserialization_error(
+                    self.query_id, exc.target, exc.message, record.topic
+                )
+            )
+            return
+        key = self.operators.table_key(row)
+        if row.tombstone:
+            self.table.pop(key, None)
+        elif key is not None:
+            self.table[key] = row
+
     def process(self, record: SourceRecord) -> list[Change]:
         try:
             row = self.reader.read(record)
@@ -152,6 +200,9 @@ class PushQuery:
             )
             return []
         operators = self.operators
+        if operators.join is not None:
+            key = operators.stream_key(row)
+            return [] if key is None else operators.joined(row, self.table.get(key))
         if operators.plan.aggregation is None:
             return operators.stateless(row)
         stream_time = max(self.stream_times.get(record.partition, -1), row.timestamp)

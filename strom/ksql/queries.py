@@ -46,7 +46,7 @@ class RunningQuery:
 
     @property
     def sources(self) -> list[str]:
-        return [self.plan.source.name]
+        return [source.name for source in self.plan.sources]
 
     @property
     def sinks(self) -> list[str]:
@@ -98,6 +98,10 @@ class RunningQuery:
 def describe_topology(plan: QueryPlan) -> str:
     """The query's steps, one a line (ksqlDB's ``executionPlan`` in spirit)."""
     steps = [f" > [ SOURCE ] | Schema: {plan.source.name} | topic: {plan.source.topic}"]
+    if plan.join is not None:
+        right = plan.join.right
+        steps.append(f" > [ SOURCE ] | Schema: {right.name} | topic: {right.topic}")
+        steps.append(f"\t\t > [ {plan.join.kind} JOIN ] (transformWithStateInPandas)")
     if plan.where is not None:
         steps.append("\t\t > [ FILTER ]")
     if plan.partition_by is not None:

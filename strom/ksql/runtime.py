@@ -96,6 +96,8 @@ class _TaskParts:
         self.grace = _grace_ms(spec.plan) if self.plan_windowed else 0
         self.errors: list[bytes] = []
         self.reader = RecordReader(spec.plan.source, registry)
+        join = spec.plan.join
+        self.right_reader = RecordReader(join.right, registry) if join is not None else None
         self.operators = Operators(spec.plan, self._on_error)
         assert spec.plan.sink is not None
         self.writer = RecordWriter(spec.plan.sink, registry)
@@ -149,11 +151,14 @@ def _source_records(batch: pa.RecordBatch) -> Iterator[Any]:
         )
 
 
-def _read(parts: _TaskParts, record: Any, out: list[tuple[Any, ...]]) -> Any:
+def _read(parts: _TaskParts, record: Any, out: list[tuple[Any, ...]], right: bool = False) -> Any:
     """The record's row, or None (its processing log entry added to ``out``)."""
     from strom.ksql.readers import RecordError
 
     try:
+        if right:
+            assert parts.right_reader is not None
+            return parts.right_reader.read(record)
         return parts.reader.read(record)
     except RecordError as exc:
         entry = processing_log.deserialization_error(
@@ -263,6 +268,74 @@ def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
                 payload = pickle.dumps((columns, 1))
                 grouped.add(pickle.dumps(group), record, 0, int(columns["ROWTIME"]), payload)
         yield grouped.batch()
+
+
+def run_join_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow before a stream-table join: each row keyed by the table key it looks up
+    (a stream row) or is (a table row); sequence 0 for the table's, 1 for the stream's."""
+    parts = _parts(spec)
+    join = spec.plan.join
+    assert join is not None
+    right_topic = join.right.topic
+    for batch in batches:
+        grouped = _Grouped()
+        for record in _source_records(batch):
+            out: list[tuple[Any, ...]] = []
+            right = record.topic == right_topic
+            row = _read(parts, record, out, right)
+            key = None
+            if row is not None:
+                key = parts.operators.table_key(row) if right else parts.operators.stream_key(row)
+            for entry in [o[2] for o in out] + parts.take_errors():
+                grouped.add(LOG_GROUP, record, 0, record.timestamp, entry)
+            if key is not None:
+                payload = pickle.dumps((right, row))
+                grouped.add(pickle.dumps(key), record, 0 if right else 1, row.timestamp, payload)
+        yield grouped.batch()
+
+
+def _join_processor(spec: QuerySpec) -> Any:
+    """A join key's table row in Spark's state store; its stream rows joined with it, in
+    timestamp order (the table's change first at a tie)."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    class JoinProcessor(StatefulProcessor):  # type: ignore[misc]
+        def init(self, handle: Any) -> None:
+            schema = StructType([StructField("row", BinaryType())])
+            self.state = handle.getValueState("table_row", schema)
+
+        def handleInputRows(
+            self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+        ) -> Iterator[pd.DataFrame]:
+            import pandas as pd
+
+            parts = _parts(spec)
+            frame = pd.concat(list(rows), ignore_index=True)
+            out: list[tuple[Any, ...]] = []
+            if key[0] == LOG_GROUP:
+                out = [(spec.log_topic, None, payload, None) for payload in frame["payload"]]
+                yield _frame(out)
+                return
+            frame = frame.sort_values(["ts", "seq", "part", "off"], kind="stable")
+            table_row = pickle.loads(self.state.get()[0]) if self.state.exists() else None
+            for payload in frame["payload"]:
+                right, row = pickle.loads(payload)
+                if right:
+                    table_row = None if row.tombstone else row
+                    continue
+                _write(parts, parts.operators.joined(row, table_row), out)
+                out.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
+            if table_row is None:
+                self.state.clear()
+            else:
+                self.state.update((pickle.dumps(table_row),))
+            yield _frame(out)
+
+        def close(self) -> None:
+            return None
+
+    return JoinProcessor()
 
 
 def _regroup_processor(spec: QuerySpec) -> Any:
@@ -480,17 +553,25 @@ class SparkQueries:
         reader = (
             spark.readStream.format("strom")
             .option("kafka.bootstrap.servers", spec.client["bootstrap.servers"])
-            .option("subscribe", source.topic)
+            .option("subscribe", ",".join(s.topic for s in plan.sources))
             .option("startingOffsets", spec.offset_reset)
             .option("failOnDataLoss", "false")
         )
         for key, value in spec.client.items():
             if key != "bootstrap.servers":
                 reader = reader.option(f"kafka.{key}", str(value))
-        if any(c.namespace == "HEADER" for c in source.columns):
+        if any(c.namespace == "HEADER" for s in plan.sources for c in s.columns):
             reader = reader.option("includeHeaders", "true")
         frame = reader.load()
-        if plan.aggregation is None:
+        if plan.join is not None:
+            keyed = frame.mapInArrow(lambda batches: run_join_keying(spec, batches), GROUPED_SCHEMA)
+            output = keyed.groupBy("grp").transformWithStateInPandas(
+                statefulProcessor=_join_processor(spec),
+                outputStructType=OUTPUT_SCHEMA,
+                outputMode="Append",
+                timeMode="None",
+            )
+        elif plan.aggregation is None:
             output = frame.mapInArrow(lambda batches: run_stateless(spec, batches), OUTPUT_SCHEMA)
         else:
             grouped = frame.mapInArrow(lambda batches: run_grouping(spec, batches), GROUPED_SCHEMA)

@@ -201,7 +201,20 @@ def test_close_query_ends_a_push_query_and_plain_tables_are_not_pulled(
     server.ok(
         "CREATE TABLE users (id STRING PRIMARY KEY, name STRING) "
         "WITH (kafka_topic='users', format='JSON', partitions=1);"
+        "INSERT INTO users (id, name) VALUES ('u1', 'Ada');"
     )
+    lines = server.stream(
+        "/query-stream",
+        {
+            "sql": "SELECT c.user_id, c.page, u.name FROM clicks c LEFT JOIN users u "
+            "ON c.user_id = u.id EMIT CHANGES LIMIT 3;",
+            "properties": {"auto.offset.reset": "earliest"},
+        },
+    )
+    assert json.loads(lines[0])["columnNames"] == ["USER_ID", "PAGE", "NAME"]
+    assert sorted(json.loads(line) for line in lines[1:]) == [
+        ["u1", "/cart", "Ada"], ["u1", "/home", "Ada"], ["u2", "/home", None]
+    ]  # fmt: skip
     with pytest.raises(urllib.error.HTTPError) as refused:
         server.stream("/query-stream", {"sql": "SELECT * FROM users;"})
     assert json.loads(refused.value.read())["message"].startswith(

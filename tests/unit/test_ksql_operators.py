@@ -329,3 +329,29 @@ def test_windowed_keys_carry_their_window() -> None:
     assert row.columns["PAGE"] == "/a" and row.columns["N"] == 3
     tombstone = RecordReader(counts).read(record(key, None))
     assert tombstone.tombstone and tombstone.columns["PAGE"] == "/a"
+
+
+def test_a_stream_table_join_looks_up_the_table_row(metastore: Metastore) -> None:
+    inner = Operators(
+        plan(
+            metastore,
+            "CREATE STREAM enriched AS SELECT c.user_id, c.page, u.name FROM clicks c "
+            "JOIN users u ON c.user_id = u.id",
+        )
+    )
+    ada = user("u1", "Ada", "eu")
+    clicked = click("u1", "/a", 5)
+    assert (inner.stream_key(clicked), inner.table_key(ada)) == ("u1", "u1")
+    assert inner.joined(clicked, ada) == [
+        Change({"USER_ID": "u1"}, {"PAGE": "/a", "NAME": "Ada"}, 5, None)
+    ]
+    assert inner.joined(clicked, None) == []  # INNER: no table row, no output
+    left = Operators(
+        plan(metastore, "SELECT * FROM clicks c LEFT JOIN users u ON u.id = c.user_id EMIT CHANGES")
+    )
+    [change] = left.joined(clicked, None)
+    assert change.value is not None
+    assert change.value["C_PAGE"] == "/a" and change.value["U_NAME"] is None
+    assert list(change.value) == [
+        "C_USER_ID", "C_PAGE", "C_MS", "U_ID", "U_NAME", "U_REGION"
+    ]  # fmt: skip

@@ -202,3 +202,42 @@ def test_the_planned_query_pickles(metastore: Metastore) -> None:
         "WINDOW SESSION (30 SECONDS) GROUP BY user_id",
     )
     assert pickle.loads(pickle.dumps(result)) == result
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "CREATE STREAM e AS SELECT c.page, u.name FROM clicks c JOIN users u "
+            "ON c.user_id = u.id",
+            "Key missing from projection (ie, SELECT). \nThe query used to build `E` must "
+            "include the join expressions C.USER_ID or U.ID in its projection (eg, SELECT "
+            "C.USER_ID...).",
+        ),
+        (
+            "SELECT * FROM clicks c JOIN users u ON c.page = u.name EMIT CHANGES",
+            "Invalid join condition: stream-table joins require to join on the table's primary "
+            "key. Got C.PAGE = U.NAME.",
+        ),
+        (
+            "SELECT * FROM clicks c FULL OUTER JOIN users u ON c.user_id = u.id EMIT CHANGES",
+            "Invalid join type: full-outer join not supported for stream-table join. Got "
+            "CLICKS [FULL] OUTER JOIN USERS.",
+        ),
+    ],
+)
+def test_join_refusals(metastore: Metastore, text: str, message: str) -> None:
+    assert refusal(metastore, text) == message
+
+
+def test_a_stream_table_join_is_keyed_by_its_condition(metastore: Metastore) -> None:
+    result = plan(
+        metastore,
+        "CREATE STREAM enriched AS SELECT u.id, c.page, u.name AS who FROM clicks c "
+        "JOIN users u ON c.user_id = u.id",
+    )
+    assert result.kind == "STREAM" and result.join is not None
+    assert columns(result) == [
+        ("ID", "STRING", "KEY"), ("PAGE", "STRING", "VALUE"), ("WHO", "STRING", "VALUE")
+    ]  # fmt: skip
+    assert [s.name for s in result.sources] == ["CLICKS", "USERS"]
