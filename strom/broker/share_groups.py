@@ -676,8 +676,8 @@ def _session_step(
                 ErrorCode.invalid_share_session_epoch,
                 "ShareAcknowledge cannot open a share session (epoch 0).",
             )
-        session = service.sessions[key] = ShareSession(group_id, member_id, 1)
-        return _Step(session=session)
+        opened = service.sessions[key] = ShareSession(group_id, member_id, 1)
+        return _Step(session=opened)
     session = service.sessions.get(key)
     if session is None:
         return _Step(ErrorCode.share_session_not_found, "The share session was not found.")
@@ -718,6 +718,8 @@ def _held_for(
 ) -> _Held | None:
     service = service_of(ctx.broker)
     partition_log = ctx.broker.state.partition_log(name, partition)
+    if partition_log is None:
+        return None
     held = service.share_partition(ShareKey(group_id, topic_id, partition), name, partition_log)
     if held is not None:
         held.partition.move_start(partition_log.log_start_offset)
@@ -936,6 +938,8 @@ def _fetch(
             continue  # its state is being read from the node that keeps it
         sp = held.partition
         partition_log = ctx.broker.state.partition_log(name, partition)
+        if partition_log is None:
+            continue
         upper = partition_log.last_stable_offset if read_committed else partition_log.high_watermark
         offset = sp.next_fetch_offset()
         if offset >= upper or (offset >= sp.end_offset and not sp.can_acquire_new()):
