@@ -35,6 +35,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 from kio.serial._serialize import get_field_writer, get_writer
+from kio.static.protocol import Entity
 
 Writer = Callable[[Any, Any], None]
 
@@ -160,7 +161,7 @@ def _array_writer(item: Writer, flexible: bool) -> Writer:
     return write_legacy_array
 
 
-def _field_writer(field: Field, flexible: bool) -> Writer:
+def _field_writer(field: Field[Any], flexible: bool) -> Writer:
     optional = is_optional(field)
     kind = classify_field(field)
     match kind:
@@ -179,7 +180,7 @@ def _field_writer(field: Field, flexible: bool) -> Writer:
 
 
 @cache
-def message_writer(entity_type: type) -> Writer:
+def message_writer(entity_type: type[Entity]) -> Writer:
     """A writer ``(out, entity)`` for one kio type; ``out`` needs only ``write(bytes)``."""
     flexible = entity_type.__flexible__
     plain: list[tuple[str, Writer]] = []

@@ -17,15 +17,18 @@ from __future__ import annotations
 import io
 import struct
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any
 
 from kio.serial import entity_reader, entity_writer
+from kio.serial.readers import Reader
+from kio.static.protocol import RequestHeader, RequestPayload, ResponsePayload
 
-from strom.protocol.encoder import message_writer
+from strom.protocol.encoder import Writer, message_writer
 from strom.protocol.legacy_versions import request_schema, response_schema
-from strom.protocol.produce_view import produce_reader
+from strom.protocol.produce_view import ProduceRequestView, produce_reader
 
 API_VERSIONS_KEY = 18
 PRODUCE_KEY = 0
@@ -52,14 +55,14 @@ class Request:
 class MessageCodec:
     """Everything needed to decode one request version and encode its response."""
 
-    request_type: type
-    response_type: type
-    read_header: Any
-    read_body: Any
-    write_body: Any
+    request_type: type[RequestPayload]
+    response_type: type[ResponsePayload]
+    read_header: Reader[RequestHeader]
+    read_body: Reader[RequestPayload]
+    write_body: Writer
     flexible_response_header: bool
     # Reads the body from a writable frame, leaving large fields in place (Produce).
-    read_body_in_place: Any = None
+    read_body_in_place: Callable[[memoryview, int], tuple[ProduceRequestView, int]] | None = None
 
 
 @cache
@@ -90,6 +93,7 @@ def decode_request(frame: bytes | bytearray | memoryview, codec: MessageCodec) -
     A writable ``frame`` (bytearray, or a memoryview of one) is decoded in place where
     the codec can (Produce: the records stay views into it); kio reads the rest
     through a read-only view, which is what it accepts."""
+    body: RequestPayload | ProduceRequestView
     try:
         if isinstance(frame, bytes) or (isinstance(frame, memoryview) and frame.readonly):
             header, header_size = codec.read_header(frame, 0)
@@ -203,7 +207,10 @@ def has_field(message_type: type, name: str) -> bool:
 
 def nested(message_type: type, name: str) -> type:
     """A nested message class (e.g. a response's topic entry) of the same version."""
-    return getattr(sys.modules[message_type.__module__], name)
+    found = getattr(sys.modules[message_type.__module__], name)
+    if not isinstance(found, type):
+        raise TypeError(f"{message_type.__module__}.{name} is not a message class")
+    return found
 
 
 def nested_if_any(message_type: type, name: str) -> type | None:

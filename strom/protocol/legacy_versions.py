@@ -58,7 +58,7 @@ import types
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass
 from functools import cache
-from typing import Any, ClassVar, Union, get_args, get_origin
+from typing import Any, ClassVar, TypeGuard, Union, cast, get_args, get_origin
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.index import api_key_map
@@ -67,6 +67,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.static.primitive import i8, i16, i32, i64
+from kio.static.protocol import Header, Payload, RequestPayload, ResponsePayload
 
 __all__ = ["LEGACY_VERSIONS", "request_schema", "response_schema"]
 
@@ -298,25 +299,41 @@ def _version_ranges() -> dict[int, range]:
 LEGACY_VERSIONS: dict[int, range] = _version_ranges()
 
 
-def request_schema(api_key: int, version: int) -> type:
+def request_schema(api_key: int, version: int) -> type[RequestPayload]:
     """The request type of ``version`` of ``api_key``: kio's, or one built here.
 
     Raises kio's ``KioIndexError`` (a RuntimeError) for a version neither has."""
     if (api_key, version) in _BY_VERSION:
-        return _build(api_key, version, "request")
+        # built with request header v1 or v2 as its __header_schema__ (see _build)
+        return cast(type[RequestPayload], _build(api_key, version, "request"))
     return load_request_schema(api_key, version)
 
 
-def response_schema(api_key: int, version: int) -> type:
+def response_schema(api_key: int, version: int) -> type[ResponsePayload]:
     """The response type of ``version`` of ``api_key``: kio's, or one built here."""
     if (api_key, version) in _BY_VERSION:
-        return _build(api_key, version, "response")
+        # built with response header v0 or v1 as its __header_schema__ (see _build)
+        return cast(type[ResponsePayload], _build(api_key, version, "response"))
     return load_response_schema(api_key, version)
 
 
+def _is_entity_class(value: object) -> TypeGuard[type[Payload]]:
+    """Whether ``value`` is a dataclass class: in a kio module or a kio annotation, one of
+    kio's generated classes, which all (requests, responses and their nested entities)
+    carry Payload's class variables."""
+    return dataclasses.is_dataclass(value) and isinstance(value, type)
+
+
+def _is_kio_class(value: object, module_name: str) -> TypeGuard[type[Payload]]:
+    """Whether ``value`` is a class kio generated in ``module_name``."""
+    return _is_entity_class(value) and value.__module__ == module_name
+
+
 @cache
-def _build(api_key: int, version: int, kind: str) -> type:
+def _build(api_key: int, version: int, kind: str) -> type[Payload]:
     shape = _BY_VERSION[(api_key, version)]
+    base: type[Payload]
+    header: type[Header]
     if kind == "request":
         base = load_request_schema(api_key, shape.base)
         deltas = shape.request
@@ -330,7 +347,7 @@ def _build(api_key: int, version: int, kind: str) -> type:
     builder = _Builder(module, version, header, deltas, shape.flexible)
     base_module = sys.modules[base.__module__]
     for value in list(vars(base_module).values()):  # every class, used or not, as kio has
-        if dataclasses.is_dataclass(value) and value.__module__ == base_module.__name__:
+        if _is_kio_class(value, base_module.__name__):
             builder.entity(value)
     unknown = set(deltas) - set(builder.built)
     if unknown:
@@ -343,21 +360,26 @@ class _Builder:
     """Rebuilds the classes of one kio module as another version's."""
 
     def __init__(
-        self, module: types.ModuleType, version: int, header: type, deltas: Deltas, flexible: bool
+        self,
+        module: types.ModuleType,
+        version: int,
+        header: type[Header],
+        deltas: Deltas,
+        flexible: bool,
     ):
         self.module = module
         self.version = version
         self.header = header
         self.deltas = deltas
         self.flexible = flexible
-        self.built: dict[str, type] = {}
+        self.built: dict[str, type[Payload]] = {}
 
-    def entity(self, base: type) -> type:
+    def entity(self, base: type[Payload]) -> type[Payload]:
         name = base.__name__
         if name in self.built:
             return self.built[name]
         delta = self.deltas.get(name, Delta())
-        spec: list[tuple[str, Any, dataclasses.Field]] = []
+        spec: list[tuple[str, Any, dataclasses.Field[Any]]] = []
         for f in dataclasses.fields(base):
             if f.metadata.get("tag") is not None and not self.flexible:
                 continue  # tagged fields exist in flexible versions only
@@ -394,32 +416,39 @@ class _Builder:
 
     def type_of(self, annotation: Any) -> Any:
         """``annotation`` with every kio entity in it replaced by its rebuilt class."""
-        if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
+        if _is_entity_class(annotation):
             return self.entity(annotation)
         origin = get_origin(annotation)
         if origin is tuple:
             item, ellipsis = get_args(annotation)
-            return tuple[self.type_of(item), ellipsis]
+            return types.GenericAlias(tuple, (self.type_of(item), ellipsis))
         if origin in (types.UnionType, Union):
             # kio reads ``X | None`` (types.UnionType), so the union is rebuilt with ``|``
             return functools.reduce(operator.or_, map(self.type_of, get_args(annotation)))
         return annotation
 
 
-def _copy_field(f: dataclasses.Field) -> dataclasses.Field:
+def _field(**kwargs: Any) -> dataclasses.Field[Any]:
+    """``dataclasses.field`` typed as what it returns: a Field (typeshed gives it the
+    default's type, for class bodies)."""
+    made: dataclasses.Field[Any] = dataclasses.field(**kwargs)
+    return made
+
+
+def _copy_field(f: dataclasses.Field[Any]) -> dataclasses.Field[Any]:
     kwargs: dict[str, Any] = {"metadata": f.metadata}
     if f.default is not MISSING:
         kwargs["default"] = f.default
     if f.default_factory is not MISSING:
         kwargs["default_factory"] = f.default_factory
-    return dataclasses.field(**kwargs)
+    return _field(**kwargs)
 
 
-def _added_field(added: Added) -> tuple[Any, dataclasses.Field]:
+def _added_field(added: Added) -> tuple[Any, dataclasses.Field[Any]]:
     python_type = _PYTHON_TYPES[added.kafka_type]
     metadata = {"kafka_type": added.kafka_type}
     if added.array:
-        return tuple[python_type, ...], dataclasses.field(metadata=metadata, default=())
+        return types.GenericAlias(tuple, (python_type, ...)), _field(metadata=metadata, default=())
     if added.default is None:
-        return python_type, dataclasses.field(metadata=metadata)
-    return python_type, dataclasses.field(metadata=metadata, default=python_type(added.default))
+        return python_type, _field(metadata=metadata)
+    return python_type, _field(metadata=metadata, default=python_type(added.default))

@@ -497,13 +497,13 @@ def compress_legacy(codec: int, magic: int, data: bytes) -> bytes:
         out = bytearray(_LZ4_MAGIC + descriptor + bytes((_lz4_header_checksum(checked),)))
         for at in range(0, len(data), _LZ4_BLOCK):
             chunk = data[at : at + _LZ4_BLOCK]
-            block = bytes(cramjam.lz4.compress_block(chunk, store_size=False))
-            if len(block) >= len(chunk):
+            lz4_block = bytes(cramjam.lz4.compress_block(chunk, store_size=False))
+            if len(lz4_block) >= len(chunk):
                 out += _U32_LE.pack(len(chunk) | _LZ4_UNCOMPRESSED)
                 out += chunk
             else:
-                out += _U32_LE.pack(len(block))
-                out += block
+                out += _U32_LE.pack(len(lz4_block))
+                out += lz4_block
         out += _U32_LE.pack(0)  # end mark
         return bytes(out)
     return compress(codec, data)

@@ -64,10 +64,12 @@ class _Cursor:
         return start
 
     def int16(self) -> int:
-        return _I16.unpack_from(self.view, self.take(2))[0]
+        value: int = _I16.unpack_from(self.view, self.take(2))[0]
+        return value
 
     def int32(self) -> int:
-        return _I32.unpack_from(self.view, self.take(4))[0]
+        value: int = _I32.unpack_from(self.view, self.take(4))[0]
+        return value
 
     def uvarint(self) -> int:
         value = shift = 0

@@ -50,7 +50,7 @@ Not here: compression codecs (``codecs.py``), wire framing (``framing.py``).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from crc32c import crc32c
@@ -397,8 +397,10 @@ def _encode_record(
 
 
 def build_batch(
-    records: list[tuple[bytes | None, bytes | None]]
-    | list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
+    records: Sequence[
+        tuple[bytes | None, bytes | None]
+        | tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
+    ],
     *,
     base_offset: int = 0,
     base_timestamp: int = 0,
@@ -419,7 +421,7 @@ def build_batch(
     first_ts = stamps[0]
     body = bytearray()
     for delta, rec in enumerate(records):
-        headers = list(rec[2]) if len(rec) > 2 else []  # type: ignore[misc]
+        headers = list(rec[2]) if len(rec) > 2 else []
         body += _encode_record(delta, stamps[delta] - first_ts, rec[0], rec[1], headers)
     payload = compress(codec, bytes(body)) if codec else bytes(body)
     attrs = (attributes & ~ATTR_CODEC_MASK) | codec
