@@ -10,10 +10,14 @@ start at or past the new end, moving the log start up trims the front.
 Every change is written at once, atomically (the file is small and changes only when
 leadership does), except an epoch taken by an empty log that has no file yet: that one
 is written with the log's first flush (``dirty``), so that making a thousand new
-partitions' leaders costs no thousand fsyncs. The file is a cache of what the batches
-themselves carry (each batch's partition leader epoch): when it is missing or
-unreadable the log rebuilds it from its batch headers, so a log that crashed before
-its first flush loses nothing.
+partitions' leaders costs no thousand fsyncs. A new epoch and a log start moving up are
+written without fsync (``unsynced``: the log's next flush fsyncs the file, on the fsync
+thread, so that a produce after a leadership change does not wait on the disk on the
+event loop); a truncation of the end is fsynced at once. The file is a cache of what the
+batches themselves carry (each batch's partition leader epoch): when it is missing or
+unreadable the log rebuilds it from its batch headers, and after a crash the log takes
+the epochs of the batches it recovered above its recovery point (``PartitionLog.open``),
+so a file that lost its newest entries to a power cut is made whole again.
 Does not own the log (partition_log.py).
 """
 
@@ -41,6 +45,7 @@ class LeaderEpochCache:
         self._epochs: list[int] = []
         self._starts: list[int] = []
         self.dirty = False  # changed since the file was last written
+        self.unsynced = False  # written since, but not fsynced: the next flush's
         for epoch, start in entries or ():
             self._add(epoch, start)
 
@@ -120,7 +125,7 @@ class LeaderEpochCache:
             return False
         self._add(epoch, start_offset)
         if write or self.path.exists():  # an existing file must not be left stale
-            self.write()
+            self.write(sync=False)
         else:
             self.dirty = True
         return True
@@ -140,7 +145,7 @@ class LeaderEpochCache:
             return
         del self._epochs[:covering], self._starts[:covering]
         self._starts[0] = start_offset
-        self.write()
+        self.write(sync=False)  # a stale file's entries below the start are cut on load
 
     def clear(self) -> None:
         if self._epochs:
@@ -148,8 +153,11 @@ class LeaderEpochCache:
             self._starts.clear()
             self.write()
 
-    def write(self) -> None:
+    def write(self, *, sync: bool = True) -> None:
+        """Replace the file atomically; fsynced unless ``sync`` is False (then
+        ``unsynced`` until the log's next flush fsyncs it)."""
         self.dirty = False
         lines = [str(VERSION), str(len(self._epochs))]
         lines += [f"{e} {s}" for e, s in zip(self._epochs, self._starts, strict=True)]
-        write_atomically(self.path, ("\n".join(lines) + "\n").encode())
+        write_atomically(self.path, ("\n".join(lines) + "\n").encode(), sync=sync)
+        self.unsynced = not sync

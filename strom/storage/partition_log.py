@@ -99,15 +99,24 @@ SNAPSHOTS_KEPT = 2  # the newest producer state snapshots kept (plus one at or b
 class PendingFlush:
     """The files one flush must fsync; ``sync`` is safe on any thread."""
 
-    __slots__ = ("paths", "directory", "end_offset", "handles")
+    __slots__ = ("paths", "directory", "end_offset", "handles", "replaced")
 
     def __init__(
-        self, paths: list[str], directory: Path | None, end_offset: int, handles: FileHandleCache
+        self,
+        paths: list[str],
+        directory: Path | None,
+        end_offset: int,
+        handles: FileHandleCache,
+        replaced: list[str] | None = None,
     ) -> None:
         self.paths = paths
         self.directory = directory
         self.end_offset = end_offset  # durable up to here once synced
         self.handles = handles
+        # Small files replaced by rename without fsync (the leader epoch cache,
+        # partition.metadata): opened by path, never through the fd cache, whose fd
+        # may be the replaced file's.
+        self.replaced = replaced or []
 
     def sync(self) -> None:
         for path in self.paths:
@@ -116,6 +125,15 @@ class PendingFlush:
                     os.fsync(fd)
             except FileNotFoundError:
                 pass  # deleted since (retention, compaction): nothing left to make durable
+        for path in self.replaced:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # the log's directory is gone (the partition deleted)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         if self.directory is not None:
             fsync_dir(self.directory)
 
@@ -173,6 +191,8 @@ class PartitionLog:
         self._load_producer_state(recovered_from)
         self._delete_segments_below_start()
         self.epochs = self._load_epochs()
+        if recovered_from is not None:
+            self._take_recovered_epochs(recovered_from)
 
     # -- producer state ----------------------------------------------------------
 
@@ -372,6 +392,19 @@ class PartitionLog:
         cache.truncate_from_end(self.log_end_offset)
         cache.truncate_from_start(self.log_start_offset)
         return cache
+
+    def _take_recovered_epochs(self, recovered_from: int) -> None:
+        """After a crash: the epochs of the batches recovered from ``recovered_from`` on
+        (the segment holding the recovery point), as Kafka's recovery assigns them. The
+        cache file may have lost its newest entries (they are fsynced with the flush
+        after them); the batches carry their epochs. A new entry replaces those it
+        contradicts (``LeaderEpochCache._add``)."""
+        for segment in self._segments:
+            if segment.base_offset < recovered_from:  # the base of a recovered segment
+                continue
+            for epoch, start in segment.epoch_starts():
+                if epoch >= 0:
+                    self.epochs.assign(epoch, start)
 
     def __repr__(self) -> str:
         return (
@@ -895,16 +928,18 @@ class PartitionLog:
         was the log end when the flush began.
         """
         if self.epochs.dirty:
-            self.epochs.write()
+            self.epochs.write(sync=False)
+        if self.epochs.unsynced:
+            self.epochs.unsynced = False
+            self._unsynced_files.append(os.fspath(self.epochs.path))
+            self._dir_dirty = True  # renamed into place
         paths = [path for segment in self._dirty for path in segment.files_to_sync()]
-        if self._unsynced_files:
-            paths += self._unsynced_files
-            self._unsynced_files = []
+        replaced, self._unsynced_files = self._unsynced_files, []
         directory = self.directory if self._dir_dirty else None
         self._dirty.clear()
         self._dir_dirty = False
         self._oldest_unflushed_ms = None
-        return PendingFlush(paths, directory, self.log_end_offset, self.handles)
+        return PendingFlush(paths, directory, self.log_end_offset, self.handles, replaced)
 
     def sync_with_next_flush(self, path: Path) -> None:
         """``path``, a file of this log's directory written without fsync, is made

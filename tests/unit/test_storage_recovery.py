@@ -196,3 +196,53 @@ def test_segment_age_after_restart_comes_from_the_first_batch(tmp_path, handles)
     assert plog.segments() == [0, 2]
     append(plog, 1, ts=now_ms)
     assert plog.segments() == [0, 2]
+
+
+def _append_in_epoch(plog: PartitionLog, epoch: int, n: int = 3) -> int:
+    buf = make_batch(n)
+    return plog.append(buf, validate_batches(buf), leader_epoch=epoch)
+
+
+def test_a_new_epochs_entry_lost_with_the_file_comes_back_from_the_batches(tmp_path, handles):
+    """A new epoch is written to leader-epoch-checkpoint without fsync (the next flush
+    fsyncs it): a power cut may leave the file without it. Recovery above the recovery
+    point takes the epochs of the batches it recovered."""
+    plog = reopen(tmp_path / "t-0", handles)
+    plog.assign_epoch(1)
+    for _ in range(10):
+        _append_in_epoch(plog, 1)
+    plog.flush()
+    flushed = plog.log_end_offset
+    stale = (plog.directory / "leader-epoch-checkpoint").read_bytes()
+    plog.assign_epoch(2)
+    second = plog.log_end_offset
+    for _ in range(10):
+        _append_in_epoch(plog, 2)
+    assert plog.epochs.entries() == [(1, 0), (2, second)]
+    (plog.directory / "leader-epoch-checkpoint").write_bytes(stale)  # the file lost it
+    recovered = reopen(tmp_path / "t-0", FileHandleCache(), recovery_point=flushed)
+    assert recovered.log_end_offset == plog.log_end_offset
+    assert recovered.epochs.entries() == [(1, 0), (2, second)]
+    assert recovered.end_offset_for_epoch(1) == (1, second)
+
+
+def test_a_stale_entry_past_a_truncation_gives_way_to_the_recovered_batches(tmp_path, handles):
+    """The file still says epoch 2 began at an offset the log was truncated below
+    before epoch 3's batches were written there: recovery replaces that entry."""
+    plog = reopen(tmp_path / "t-0", handles)
+    plog.assign_epoch(1)
+    for _ in range(5):
+        _append_in_epoch(plog, 1)
+    cut = plog.log_end_offset
+    plog.assign_epoch(2)
+    for _ in range(5):
+        _append_in_epoch(plog, 2)
+    stale = (plog.directory / "leader-epoch-checkpoint").read_bytes()  # [(1, 0), (2, cut)]
+    plog.truncate_to(cut - 3)  # a follower told its log diverged
+    plog.assign_epoch(3)
+    third = plog.log_end_offset
+    for _ in range(5):
+        _append_in_epoch(plog, 3)
+    (plog.directory / "leader-epoch-checkpoint").write_bytes(stale)
+    recovered = reopen(tmp_path / "t-0", FileHandleCache(), recovery_point=third)
+    assert recovered.epochs.entries() == [(1, 0), (3, third)]
