@@ -35,6 +35,7 @@ import datetime
 import gzip
 import os
 import resource
+import shutil
 import socket
 import statistics
 import subprocess
@@ -397,6 +398,9 @@ def compare(workdir: Path, baseline: str, records: int, rounds: int) -> None:
         check=True,
         capture_output=True,
     )
+    if (tree / "strom/protocol/_record_walk.c").exists():  # built here, not in git
+        for built in (ROOT / "strom/protocol").glob("_record_walk*.so"):
+            shutil.copy(built, tree / "strom/protocol" / built.name)
     try:
         figures: dict[tuple[str, str, str], list[float]] = {}
         for round_ in range(rounds):

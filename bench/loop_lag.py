@@ -13,7 +13,12 @@ The loop's lag is read from ``/metrics`` (``strom_event_loop_lag_seconds``, samp
 10 ms by the broker): p50, p99 (the upper bound of the bucket holding it) and the worst
 since the probe started; beside them what the producer and the tailing consumer moved.
 
-Usage: python bench/loop_lag.py [--seconds S] [--rate R] [--fill N]
+With --baseline REV, then: produce and consume of 100-B records (the client tuned and
+with its defaults) against a broker of this tree and one of REV, rounds alternated,
+medians compared (bench/hostile.py's comparison): what moving the disk off the loop
+cost the ordinary paths.
+
+Usage: python bench/loop_lag.py [--seconds S] [--rate R] [--fill N] [--baseline REV]
 """
 
 from __future__ import annotations
@@ -101,7 +106,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--rate", type=int, default=20_000, help="records/s produced")
     parser.add_argument("--fill", type=int, default=2_000_000, help="records in the cold topic")
+    parser.add_argument("--baseline", help="a commit to compare produce and consume with")
+    parser.add_argument("--records", type=int, default=1_000_000, help="per comparison run")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    lag(args)
+    if args.baseline:
+        from hostile import compare  # bench/ is this script's directory
+
+        with tempfile.TemporaryDirectory(prefix="strom-loop-lag-cmp-") as scratch:
+            compare(Path(scratch), args.baseline, args.records, args.rounds)
+
+
+def lag(args: argparse.Namespace) -> None:
 
     with tempfile.TemporaryDirectory(prefix="strom-loop-lag-") as scratch:
         broker = BrokerProcess(Path(scratch) / "data")
