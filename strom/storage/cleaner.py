@@ -68,7 +68,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from strom.protocol.records import (
     HEADER_SIZE,
@@ -182,8 +182,19 @@ class CleaningOutput:
     stats: CleaningStats
 
 
+_Result = TypeVar("_Result")
+
+
 class _Abort(Protocol):
     def is_set(self) -> bool: ...
+
+
+class _AbortSwitch(_Abort, Protocol):
+    """The scheduler's side of the abort flag (a threading or multiprocessing Event)."""
+
+    def set(self) -> None: ...
+
+    def clear(self) -> None: ...
 
 
 class _Throttle:
@@ -283,7 +294,10 @@ class _SegmentWriter:
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
-        files = [(self.paths[1], self.offset_entries), (self.paths[2], self.time_entries)]
+        files: list[tuple[str, bytes | bytearray]] = [
+            (self.paths[1], self.offset_entries),
+            (self.paths[2], self.time_entries),
+        ]
         if aborted:
             files.append((self.paths[3], encode_entries(aborted)))
         for path, data in files:
@@ -591,7 +605,7 @@ class LogCleaner:
         self.wake: Callable[[], None] | None = None
         self._executor: ProcessPoolExecutor | None = None
         self._files: ThreadPoolExecutor | None = None  # manifest, renames, fsyncs
-        self._abort: _Abort = threading.Event()  # replaced by the worker's shared Event
+        self._abort: _AbortSwitch = threading.Event()  # replaced by the worker's shared Event
         self._running: tuple[CleaningJob, Future[CleaningOutput]] | None = None
         self._swap: _Swap | None = None
         self._next_check_ms = 0
@@ -606,7 +620,7 @@ class LogCleaner:
         self.checkpoints = {k: v for k, v in self.checkpoints.items() if k in live}
         return dict(self.checkpoints)
 
-    def _notify(self, _future: Future) -> None:
+    def _notify(self, _future: Future[_Result]) -> None:
         if self.wake is not None:
             self.wake()
 
@@ -721,12 +735,12 @@ class LogCleaner:
         best: CleaningJob | None = None
         for plog in self._logs():
             try:
-                job = self.job_for(plog, now_ms)
+                candidate = self.job_for(plog, now_ms)
             except OSError:
                 log.exception("cannot inspect %r for cleaning", plog)
                 continue
-            if job is not None and (best is None or job.dirty_ratio > best.dirty_ratio):
-                best = job
+            if candidate is not None and (best is None or candidate.dirty_ratio > best.dirty_ratio):
+                best = candidate
         if best is None:
             self._next_check_ms = now_ms + self.backoff_ms
             return

@@ -34,7 +34,9 @@ def unlink_all(paths: Iterable[str]) -> int:
     return count
 
 
-def write_atomically(path: Path | str, data: bytes, *, sync: bool = True) -> None:
+def write_atomically(
+    path: Path | str, data: bytes | bytearray | memoryview, *, sync: bool = True
+) -> None:
     """Replace ``path`` with ``data`` so a crash leaves the old or the new file whole.
 
     Writes ``<path>.tmp``, fsyncs it, renames it over ``path`` and fsyncs the directory.

@@ -25,7 +25,7 @@ _LITTLE = sys.byteorder == "little"
 _TIME_ENTRY = struct.Struct(">qi")
 
 
-def _to_wire(values: array) -> bytes:
+def _to_wire(values: array[int]) -> bytes:
     if _LITTLE:
         values = array(values.typecode, values)
         values.byteswap()

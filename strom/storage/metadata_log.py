@@ -103,7 +103,7 @@ def parse_snapshot_name(name: str) -> SnapshotId | None:
 # quorum-state ---------------------------------------------------------------------
 
 
-def quorum_state_json(state: QuorumState, voters: Iterable[int] | None = None) -> dict:
+def quorum_state_json(state: QuorumState, voters: Iterable[int] | None = None) -> dict[str, object]:
     """``state`` as Kafka's QuorumStateData v0 JSON object (with its data_version)."""
     return {
         "clusterId": "",

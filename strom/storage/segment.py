@@ -421,14 +421,15 @@ class LogSegment:
 
     def _index_batch(self, position: int, header: BatchHeader, index_interval: int) -> None:
         assert self.offset_index is not None and self.time_index is not None
-        if header.max_timestamp > self._max_ts:  # type: ignore[operator]
+        assert self._max_ts is not None  # known once the indexes are
+        if header.max_timestamp > self._max_ts:
             self._max_ts = header.max_timestamp
             self._offset_of_max_ts = header.last_offset
         if self.bytes_since_index >= index_interval:
             self.offset_index.append(header.base_offset - self.base_offset, position)
             self.time_index.maybe_append(
                 self._max_ts,
-                self._offset_of_max_ts - self.base_offset,  # type: ignore[arg-type]
+                self._offset_of_max_ts - self.base_offset,
             )
             self.bytes_since_index = 0
         self.bytes_since_index += header.size
@@ -567,11 +568,11 @@ class LogSegment:
                 return memoryview(data)[at : at + end - start], done  # a view, not a copy
             if cold is None:
                 return os.pread(fd, end - start, start), done
-            data = cached_pread(fd, end - start, start)
-            if data is None:
+            cached = cached_pread(fd, end - start, start)
+            if cached is None:
                 cold.start, cold.length = start, end - start
                 raise cold
-            return data, done
+            return cached, done
 
     def max_timestamp(self, index_interval: int) -> tuple[int, int]:
         """(max timestamp, offset of the batch's last record holding it); (-1, -1) if none."""
@@ -580,7 +581,9 @@ class LogSegment:
             if last is not None:
                 return last[0], self.base_offset + last[1]
             self.ensure_indexes(index_interval)
-        return (self._max_ts, self._offset_of_max_ts) if self._max_ts >= 0 else (-1, -1)  # type: ignore[operator]
+        max_ts = self._max_ts
+        assert max_ts is not None  # ensure_indexes sets it
+        return (max_ts, self._offset_of_max_ts) if max_ts >= 0 else (-1, -1)
 
     def offset_for_timestamp(
         self, timestamp: int, min_offset: int, index_interval: int
