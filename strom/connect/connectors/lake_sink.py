@@ -49,7 +49,7 @@ import zoneinfo
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from strom.connect import config_def as cd
 from strom.connect.api import ConnectException, SinkConnector, Task
@@ -589,7 +589,6 @@ class RecordDecoder:
 
         arrow_schema = to_arrow_schema(self.spark_schema(), timezone="UTC")
         partition_names = set(self.settings.partition_columns())
-        merged: Schema | None = None
         for arrow in batches:
             columns = arrow.to_pydict()
             rows: list[dict[str, Any]] = []
@@ -604,11 +603,8 @@ class RecordDecoder:
                 schema, data = self.decode(value, where)
                 if schema is None:
                     continue
-                if not self.fits(schema):
-                    merged = merge_columns(merged or self.columns, schema, where)
-                    continue
-                if merged is not None:
-                    continue  # the query starts again with the merged columns
+                if not self.fits(schema):  # at once: a backlog is not decoded twice
+                    self.schema_changed(merge_columns(self.columns, schema, where))
                 row = self.row(schema, data)
                 for name in partition_names & set(row):
                     if self.settings.partitioner != FIELD:
@@ -618,14 +614,15 @@ class RecordDecoder:
                         )
                 self.add_partitions(row, partition, timestamp, where)
                 rows.append(row)
-            if merged is None and rows:
+            if rows:
                 yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
-        if merged is not None:
-            encoded = base64.b64encode(json.dumps(schema_to_json(merged)).encode()).decode()
-            raise SchemaChanged(
-                f"records of {self.topic} have new fields "
-                f"[strom-lake-schema {self.topic} {encoded}]"
-            )
+
+    def schema_changed(self, merged: Schema) -> NoReturn:
+        """Fail the batch, carrying the columns it needs (``restart_after`` reads them)."""
+        encoded = base64.b64encode(json.dumps(schema_to_json(merged)).encode()).decode()
+        raise SchemaChanged(
+            f"records of {self.topic} have new fields [strom-lake-schema {self.topic} {encoded}]"
+        )
 
     def decode(self, value: bytes | None, where: str) -> tuple[Schema | None, Any]:
         """The record's columns' schema and its values (None, None: skipped)."""
