@@ -253,13 +253,15 @@ class ShareService:
         by_topic: dict[uuid.UUID, list[int]] = {}
         for key in keys:
             by_topic.setdefault(key.topic_id, []).append(key.partition)
-        body = read_state.ReadShareGroupStateRequest(
+        body = build(
+            read_state.ReadShareGroupStateRequest,
             group_id=group_id,
             topics=tuple(
-                read_state.ReadStateData(
+                build(
+                    read_state.ReadStateData,
                     topic_id=t,
                     partitions=tuple(
-                        read_state.PartitionData(partition=p, leader_epoch=-1) for p in ps
+                        build(read_state.PartitionData, partition=p, leader_epoch=-1) for p in ps
                     ),
                 )
                 for t, ps in by_topic.items()
@@ -300,19 +302,23 @@ class ShareService:
     async def _drain(self, key: ShareKey) -> None:
         try:
             while (state := self._pending_writes.pop(key, None)) is not None:
-                body = write_state.WriteShareGroupStateRequest(
+                body = build(
+                    write_state.WriteShareGroupStateRequest,
                     group_id=key.group_id,
                     topics=(
-                        write_state.WriteStateData(
+                        build(
+                            write_state.WriteStateData,
                             topic_id=key.topic_id,
                             partitions=(
-                                write_state.PartitionData(
+                                build(
+                                    write_state.PartitionData,
                                     partition=key.partition,
                                     state_epoch=state.state_epoch,
                                     leader_epoch=-1,
                                     start_offset=state.start_offset,
                                     state_batches=tuple(
-                                        write_state.StateBatch(
+                                        build(
+                                            write_state.StateBatch,
                                             first_offset=b.first_offset,
                                             last_offset=b.last_offset,
                                             delivery_state=b.state,
@@ -344,12 +350,14 @@ class ShareService:
 
     def _delete_remote(self, keys: Iterable[ShareKey]) -> None:
         for key in keys:
-            body = delete_state.DeleteShareGroupStateRequest(
+            body = build(
+                delete_state.DeleteShareGroupStateRequest,
                 group_id=key.group_id,
                 topics=(
-                    delete_state.DeleteStateData(
+                    build(
+                        delete_state.DeleteStateData,
                         topic_id=key.topic_id,
-                        partitions=(delete_state.PartitionData(partition=key.partition),),
+                        partitions=(build(delete_state.PartitionData, partition=key.partition),),
                     ),
                 ),
             )
@@ -436,15 +444,17 @@ async def _ensure_state_topic(ctx: RequestContext) -> None:
     if store.topic_exists():
         return
     partitions, replication_factor, configs = store.topic_request(len(live_brokers(broker)))
-    create = create_topics.CreateTopicsRequest(
+    create = build(
+        create_topics.CreateTopicsRequest,
         topics=(
-            create_topics.CreatableTopic(
+            build(
+                create_topics.CreatableTopic,
                 name=SHARE_STATE_TOPIC,
                 num_partitions=partitions,
                 replication_factor=replication_factor,
                 assignments=(),
                 configs=tuple(
-                    create_topics.CreatableTopicConfig(name=k, value=v)
+                    build(create_topics.CreatableTopicConfig, name=k, value=v)
                     for k, v in sorted(configs.items())
                 ),
             ),
