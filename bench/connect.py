@@ -1,13 +1,14 @@
-"""Kafka Connect's JDBC connectors on the Spark runner: rows/s of the JDBC source in bulk mode
-(a 10-column PostgreSQL table into a topic) and of the JDBC sink in upsert mode (a topic
-into a PostgreSQL table).
+"""Kafka Connect's JDBC connectors and lake sink on the Spark runner: rows/s of the JDBC
+source in bulk mode (a 10-column PostgreSQL table into a topic), of the JDBC sink in upsert
+mode and in insert mode with exactly.once.delivery (the topic into PostgreSQL tables), and
+of the lake sink (the topic into Parquet files, one directory per Kafka partition).
 
 Starts a real broker and a real PostgreSQL (tests/postgres_process.py) in temp dirs, and
 runs the tasks through ``SparkRunner`` itself (the code a worker runs, without its REST
 API) on a local[2] SparkSession started before the clock starts (a worker starts it once).
 The source figure is from the task's start to the last record acknowledged in the topic;
-the sink figure from the task's start to the last row in the table. Prints one line per
-figure. Usage: python bench/connect.py [--rows N] [--profile]
+the sink figures from the task's start to the last row in the table (the lake's: in its
+committed files). Prints one line per figure. Usage: python bench/connect.py [--rows N] [--profile]
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from postgres_process import PostgresProcess  # noqa: E402
 
 from strom.connect.connectors.jdbc_sink import JdbcSinkTask  # noqa: E402
 from strom.connect.connectors.jdbc_source import JdbcSourceTask  # noqa: E402
+from strom.connect.connectors.lake_sink import LakeSinkTask, committed_files  # noqa: E402
 from strom.connect.plugins import SINK, SOURCE, Plugins  # noqa: E402
 from strom.connect.runtime import TaskSpec  # noqa: E402
 from strom.connect.spark_runner import SparkRunner  # noqa: E402
@@ -118,30 +120,59 @@ def main() -> None:
             check_failures()
             return count / elapsed
 
-        def copy_sink(table: str, count: int) -> float:
+        def copy_sink(table: str, count: int, exactly_once: bool = False) -> float:
+            target = f"{table}_once" if exactly_once else f"{table}_copy"
             config = {
+                "name": f"sink-{target}",
                 "connector.class": "JdbcSinkConnector",
                 "connection.url": postgres.jdbc_url,
                 "connection.user": "postgres",
                 "topics": f"bench-{table}",
-                "table.name.format": f"{table}_copy",
+                "table.name.format": target,
                 "insert.mode": "upsert",
                 "pk.mode": "record_value",
                 "pk.fields": "id",
                 "auto.create": "true",
             }
-            spec = TaskSpec((f"sink-{table}", 0), SINK, JdbcSinkTask, config, config)
+            if exactly_once:
+                config.update({"insert.mode": "insert", "exactly.once.delivery": "true"})
+            spec = TaskSpec((f"sink-{target}", 0), SINK, JdbcSinkTask, config, config)
 
             def copied() -> bool:
                 try:
-                    found = postgres.query(f"SELECT count(*) FROM {table}_copy")[0][0]
+                    found = postgres.query(f"SELECT count(*) FROM {target}")[0][0]
                 except Exception:
                     return False
                 return isinstance(found, int) and found >= count
 
             started = time.perf_counter()
             runner.start(spec, STARTED)
-            wait(copied, f"{table}_copy's rows")
+            wait(copied, f"{target}'s rows")
+            elapsed = time.perf_counter() - started
+            runner.stop([spec.task_id])
+            check_failures()
+            return count / elapsed
+
+        def copy_lake(table: str, count: int) -> float:
+            config = {
+                "name": f"lake-{table}",
+                "connector.class": "LakeSink",
+                "path": str(work / "lake"),
+                "topics": f"bench-{table}",
+                "rotate.interval.ms": "1000",
+            }
+            spec = TaskSpec((f"lake-{table}", 0), SINK, LakeSinkTask, config, config)
+            files = work / "lake" / "topics" / f"bench-{table}"
+
+            def written() -> bool:  # Parquet footers hold the row counts
+                import pyarrow.parquet as pq
+
+                rows = sum(pq.read_metadata(p).num_rows for p in committed_files(files))
+                return rows >= count
+
+            started = time.perf_counter()
+            runner.start(spec, STARTED)
+            wait(written, f"{files}'s rows")
             elapsed = time.perf_counter() - started
             runner.stop([spec.task_id])
             check_failures()
@@ -156,12 +187,20 @@ def main() -> None:
         # table first, as a worker that has been running a while.
         copy_source("warm", WARM_ROWS)
         copy_sink("warm", WARM_ROWS)
+        copy_lake("warm", WARM_ROWS)
         if profiler is not None:
             profiler.enable()
         rate = copy_source("wide", rows)
         print(f"JDBC source bulk, {COLUMNS} columns, {rows} rows: {rate:,.0f} rows/s")
         rate = copy_sink("wide", rows)
         print(f"JDBC sink upsert, {COLUMNS} columns, {rows} rows: {rate:,.0f} rows/s")
+        rate = copy_sink("wide", rows, exactly_once=True)
+        print(
+            f"JDBC sink insert, exactly.once.delivery, {COLUMNS} columns, {rows} rows: "
+            f"{rate:,.0f} rows/s"
+        )
+        rate = copy_lake("wide", rows)
+        print(f"Lake sink, Parquet, {COLUMNS} columns, {rows} rows: {rate:,.0f} rows/s")
         if profiler is not None:
             profiler.disable()
             pstats.Stats(profiler).sort_stats("cumulative").print_stats(15)
