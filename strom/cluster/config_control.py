@@ -26,6 +26,7 @@ from strom.config import (
     BROKER_CONFIGS,
     GROUP_CONFIGS,
     TOPIC_CONFIGS,
+    ConfigDef,
     ConfigError,
     broker_config_definition,
     check_dynamic_broker_config,
@@ -129,7 +130,11 @@ def config_records(
     ]
 
 
-_TABLES = {ConfigResourceType.TOPIC: TOPIC_CONFIGS, ConfigResourceType.GROUP: GROUP_CONFIGS}
+# keyed by resource type; looked up by the int a request carries
+_TABLES: dict[int, dict[str, ConfigDef]] = {
+    ConfigResourceType.TOPIC: TOPIC_CONFIGS,
+    ConfigResourceType.GROUP: GROUP_CONFIGS,
+}
 
 
 def _default_list(image: MetadataImage, resource_type: int, key: str) -> list[str]:

@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import MISSING, Field, dataclass, field, fields, make_dataclass
 from functools import cache
-from typing import Any, ClassVar, TypeVar, dataclass_transform
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, dataclass_transform
 
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
@@ -109,6 +109,8 @@ class _Entity:
     """What kio's serializers look up on a class (no slots: subclasses add theirs)."""
 
     __slots__ = ()
+    if TYPE_CHECKING:  # what the dataclass decorator sets on every record and entity
+        __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
     __type__: ClassVar = EntityType.nested
     __flexible__: ClassVar[bool] = True
     __version__: ClassVar[int] = 0
@@ -429,7 +431,7 @@ def _copy_field(f: Field[Any]) -> tuple[str, Any, Any]:
 
 
 @cache
-def _layout(cls: type[MetadataRecord], version: int) -> type[Any]:
+def _layout(cls: type[MetadataRecord], version: int) -> type:
     """The class whose fields are those of ``cls`` at ``version`` (``cls`` if the same).
 
     Every tagged field is kept: tags are self-describing, and Kafka reads them in any
@@ -452,13 +454,13 @@ def _layout(cls: type[MetadataRecord], version: int) -> type[Any]:
 
 
 @cache
-def _writer(layout: type[Any]) -> Callable[[io.BytesIO, Any], None]:
+def _writer(layout: type) -> Callable[[io.BytesIO, Any], None]:
     return entity_writer(layout)
 
 
 @cache
-def _reader(layout: type[Any]) -> Callable[[bytes, int], tuple[Any, int]]:
-    return entity_reader(layout)  # type: ignore[no-any-return]
+def _reader(layout: type) -> Callable[[bytes, int], tuple[Any, int]]:
+    return entity_reader(layout)
 
 
 # Framing -----------------------------------------------------------------------------
@@ -494,7 +496,8 @@ def encode_record(record: MetadataRecord, version: int | None = None) -> bytes:
         version = record.write_version()
     if not 0 <= version <= cls.MAX_VERSION:
         raise MetadataRecordError(f"{cls.__name__} has no version {version}")
-    layout = _layout(cls, version)
+    # mypy does not see a type[C] value as Hashable (python/mypy#11470); classes are
+    layout = _layout(cls, version)  # type: ignore[arg-type]
     body = record
     if layout is not cls:
         values = {}
@@ -534,7 +537,8 @@ def decode_record_versioned(data: bytes) -> tuple[MetadataRecord, int]:
         raise MetadataRecordError(f"unknown metadata record type {api_key}")
     if version > cls.MAX_VERSION:
         raise MetadataRecordError(f"{cls.__name__} version {version} is newer than known")
-    layout = _layout(cls, version)
+    # mypy does not see a type[C] value as Hashable (python/mypy#11470); classes are
+    layout = _layout(cls, version)  # type: ignore[arg-type]
     try:
         body, size = _reader(layout)(data[pos:], 0)
     except (SerialError, KeyError, ValueError, IndexError, UnicodeDecodeError) as exc:
@@ -553,7 +557,7 @@ def decode_record_versioned(data: bytes) -> tuple[MetadataRecord, int]:
 
 
 @cache
-def _uuid_fields(layout: type[Any]) -> tuple[tuple[str, bool], ...]:
+def _uuid_fields(layout: type) -> tuple[tuple[str, bool], ...]:
     return tuple(
         (f.name, "tuple" in str(f.type))
         for f in fields(layout)

@@ -56,6 +56,7 @@ import enum
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 from strom.raft.log import RaftLog, cut_batches
 from strom.raft.messages import (
@@ -1162,19 +1163,27 @@ class RaftNode:
         self._out.messages.append(message)
 
 
-def _handlers() -> dict[type, Callable[[RaftNode, Message], None]]:
-    return {
-        VoteRequest: RaftNode._on_vote_request,
-        VoteResponse: RaftNode._on_vote_response,
-        BeginQuorumEpochRequest: RaftNode._on_begin_quorum,
-        BeginQuorumEpochResponse: RaftNode._on_begin_quorum_response,
-        EndQuorumEpochRequest: RaftNode._on_end_quorum,
-        EndQuorumEpochResponse: RaftNode._on_end_quorum_response,
-        FetchRequest: RaftNode._on_fetch,
-        FetchResponse: RaftNode._on_fetch_response,
-        FetchSnapshotRequest: RaftNode._on_fetch_snapshot,
-        FetchSnapshotResponse: RaftNode._on_fetch_snapshot_response,
-    }
+_Handler = Callable[["RaftNode", Message], None]
+_M = TypeVar("_M", bound=Message)
 
 
-_HANDLERS: dict[type, Callable[[RaftNode, Message], None]] = _handlers()  # type: ignore[assignment]
+def _handler(kind: type[_M], handler: Callable[[RaftNode, _M], None]) -> tuple[type, _Handler]:
+    """One entry of the dispatch table: ``receive`` looks a handler up by the message's
+    own type, so a handler of ``kind`` is only ever given a ``kind``."""
+    return kind, cast(_Handler, handler)
+
+
+_HANDLERS: dict[type, _Handler] = dict(
+    [
+        _handler(VoteRequest, RaftNode._on_vote_request),
+        _handler(VoteResponse, RaftNode._on_vote_response),
+        _handler(BeginQuorumEpochRequest, RaftNode._on_begin_quorum),
+        _handler(BeginQuorumEpochResponse, RaftNode._on_begin_quorum_response),
+        _handler(EndQuorumEpochRequest, RaftNode._on_end_quorum),
+        _handler(EndQuorumEpochResponse, RaftNode._on_end_quorum_response),
+        _handler(FetchRequest, RaftNode._on_fetch),
+        _handler(FetchResponse, RaftNode._on_fetch_response),
+        _handler(FetchSnapshotRequest, RaftNode._on_fetch_snapshot),
+        _handler(FetchSnapshotResponse, RaftNode._on_fetch_snapshot_response),
+    ]
+)
