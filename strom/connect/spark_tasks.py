@@ -29,7 +29,7 @@ from strom.connect.data import Schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 # The runner's opener of a stream of records: the ``strom`` source over the topics, from
 # the checkpoint when it has one, else from the group's offsets (or the earliest).

@@ -80,7 +80,7 @@ from strom.connect.spark_tasks import SparkSinkTask, StreamOpener
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import DataType, StructType
 
 log = logging.getLogger(__name__)
