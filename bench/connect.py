@@ -167,7 +167,7 @@ def main() -> None:
             def written() -> bool:  # Parquet footers hold the row counts
                 import pyarrow.parquet as pq
 
-                rows = sum(pq.read_metadata(p).num_rows for p in committed_files(files))
+                rows: int = sum(pq.read_metadata(p).num_rows for p in committed_files(files))
                 return rows >= count
 
             started = time.perf_counter()

@@ -367,9 +367,11 @@ def test_killed_worker_resumes_each_record_once(
 
     def rows() -> int:
         try:
-            return int(postgres.query("SELECT count(*) FROM stream_rows")[0][0])  # type: ignore[call-overload]
-        except Exception:
+            count = postgres.query("SELECT count(*) FROM stream_rows")[0][0]
+        except Exception:  # not created yet
             return 0
+        assert isinstance(count, int)
+        return count
 
     table = lake_dir / "topics" / "stream"
 
