@@ -315,7 +315,7 @@ def _join_processor(spec: QuerySpec) -> Any:
             out: list[tuple[Any, ...]] = []
             if key[0] == LOG_GROUP:
                 out = [(spec.log_topic, None, payload, None) for payload in frame["payload"]]
-                yield _frame(out)
+                yield from _frames(out)
                 return
             frame = frame.sort_values(["ts", "seq", "part", "off"], kind="stable")
             table_row = pickle.loads(self.state.get()[0]) if self.state.exists() else None
@@ -330,7 +330,7 @@ def _join_processor(spec: QuerySpec) -> Any:
                 self.state.clear()
             else:
                 self.state.update((pickle.dumps(table_row),))
-            yield _frame(out)
+            yield from _frames(out)
 
         def close(self) -> None:
             return None
@@ -382,7 +382,8 @@ def _regroup_processor(spec: QuerySpec) -> Any:
                 self.state.clear()
             else:
                 self.state.update((pickle.dumps(previous),))
-            yield grouped.batch().to_pandas()
+            if grouped.rows:
+                yield grouped.batch().to_pandas()
 
         def close(self) -> None:
             return None
@@ -443,7 +444,7 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
             out: list[tuple[Any, ...]] = []
             if key[0] == LOG_GROUP:
                 out = [(spec.log_topic, None, payload, None) for payload in frame["payload"]]
-                yield _frame(out)
+                yield from _frames(out)
                 return
             group = pickle.loads(key[0])
             stored = self._load()
@@ -463,7 +464,7 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
                 out.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
             self._timer(parts, stored)
             self._save(parts, stored)
-            yield _frame(out)
+            yield from _frames(out)
 
         def handleExpiredTimer(
             self, key: Any, timerValues: Any, expiredTimerInfo: Any
@@ -478,7 +479,7 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
             _write(parts, parts.operators.close_windows(stored["windows"], group, stream_time), out)
             self._timer(parts, stored)
             self._save(parts, stored)
-            yield _frame(out)
+            yield from _frames(out)
 
         def close(self) -> None:
             return None
@@ -491,6 +492,13 @@ def _watermark(timer_values: Any) -> int:
         return int(timer_values.getCurrentWatermarkInMs())
     except Exception:  # processing-time queries have none
         return -1
+
+
+def _frames(rows: list[tuple[Any, ...]]) -> Iterator[pd.DataFrame]:
+    """The output rows as one frame; none when there are none (an empty frame's columns
+    have no types Arrow could convert)."""
+    if rows:
+        yield _frame(rows)
 
 
 def _frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
