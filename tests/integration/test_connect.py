@@ -214,6 +214,9 @@ def test_root_and_plugins(worker: Worker) -> None:
         "io.confluent.connect.jdbc.JdbcSinkConnector": "sink",
         "io.confluent.connect.jdbc.JdbcSourceConnector": "source",
         "io.debezium.connector.postgresql.PostgresConnector": "source",
+        "strom.connect.connectors.lake_sink.LakeSinkConnector": "sink",
+        "io.confluent.connect.hdfs3.Hdfs3SinkConnector": "sink",
+        "io.confluent.connect.hdfs.HdfsSinkConnector": "sink",
     }
     _, everything = worker.call("GET", "/connector-plugins?connectorsOnly=false")
     assert {
