@@ -1668,12 +1668,14 @@ def validate_group_configs(
     """Check a group's overrides as Kafka does: known names, values of their type, within
     the broker's bounds (when ``broker`` is given), a session timeout above the
     heartbeat interval. Raises ConfigError."""
+    overrides: dict[str, str] = {}
     for key, raw in configs.items():
         if key not in GROUP_CONFIGS:
             raise ConfigError(f"Unknown group config name: {key}")
         if raw is None:
             raise ConfigError(f"Null value not supported for group configs: {key}")
-    values = {k: v for k, (v, _) in group_config_values(broker, configs).items()}
+        overrides[key] = raw
+    values = {k: v for k, (v, _) in group_config_values(broker, overrides).items()}
     bounds = dict(_SHARE_BOUNDS)
     if broker is not None:
         for key, (low_name, high_name) in _BOUND_NAMES.items():

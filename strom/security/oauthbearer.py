@@ -219,7 +219,8 @@ class UnsecuredValidator:
 
 def _read_url(url: str, timeout: float = 10.0) -> bytes:
     with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (configured)
-        return response.read()
+        body: bytes = response.read()
+        return body
 
 
 def jwks_file(url: str) -> str | None:
@@ -400,9 +401,13 @@ class JwtValidator:
                 + (f" with key id {kid!r}" if kid is not None else "")
                 + f" in the JWKS {self.keys.url}"
             )
-        options = {"require": ["exp", "iat"], "verify_aud": bool(self.expected_audience)}
+        required = ["exp", "iat"]
         if self.expected_issuer is not None:
-            options["require"].append("iss")
+            required.append("iss")
+        options: jwt.types.Options = {
+            "require": required,
+            "verify_aud": bool(self.expected_audience),
+        }
         claims: dict[str, Any] | None = None
         for key in keys:
             try:

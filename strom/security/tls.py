@@ -297,7 +297,7 @@ class ReloadingContext:
             if current is not context:
                 connection.context = current
 
-        base.sni_callback = move_to_current  # type: ignore[assignment]
+        base.sni_callback = move_to_current
         return base
 
     def current(self) -> ssl.SSLContext:
