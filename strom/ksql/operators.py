@@ -97,9 +97,12 @@ class Operators:
         self.join = plan.join
         if self.join is not None:
             self.left_key = compile_expression(self.join.left_key, source_scope)
-            self.right_key = self.join.right_key[len(self.join.right_name) + 1 :]
-            self.right_nulls = {
-                f"{self.join.right_name}_{c.name}": None for c in self.join.right.columns
+            self.right_key = compile_expression(self.join.right_key, source_scope)
+            self.nulls = {
+                "left": {f"{self.join.left_name}_{c.name}": None for c in plan.source.columns},
+                "right": {
+                    f"{self.join.right_name}_{c.name}": None for c in self.join.right.columns
+                },
             }
 
     # ---- evaluation helpers
@@ -146,14 +149,33 @@ class Operators:
             return [self._tombstone(columns, window)] if self.table_source else []
         return [self.project(columns, row.timestamp, window)]
 
-    # ---- a stream-table join
+    # ---- joins
     def stream_key(self, row: Row) -> Any:
-        """The table key a stream row looks up (None: it joins nothing)."""
+        """The join key of a left row (None: it joins nothing)."""
         assert self.join is not None
         return self._evaluate(self.left_key, self.join.prefixed("left", row.columns))
 
     def table_key(self, row: Row) -> Any:
-        return row.columns.get(self.right_key)
+        """The join key of a right row."""
+        assert self.join is not None
+        return self._evaluate(self.right_key, self.join.prefixed("right", row.columns))
+
+    def key_of(self, side: str, row: Row) -> Any:
+        return self.stream_key(row) if side == "left" else self.table_key(row)
+
+    def _joined_row(self, left: Row | None, right: Row | None) -> Row:
+        join = self.join
+        assert join is not None
+        columns = dict(self.nulls["left"])
+        if left is not None:
+            columns.update(join.prefixed("left", left.columns))
+        columns.update(
+            self.nulls["right"] if right is None else join.prefixed("right", right.columns)
+        )
+        if left is None and right is not None:  # the row's time is the right side's
+            for pseudo in ("ROWTIME", "ROWPARTITION", "ROWOFFSET"):
+                columns[pseudo] = right.columns.get(pseudo)
+        return Row(columns)
 
     def joined(self, row: Row, table_row: Row | None) -> list[Change]:
         """A stream row joined with the table's row for its key (None: none there)."""
@@ -161,11 +183,98 @@ class Operators:
         assert join is not None
         if table_row is None and join.kind == "INNER":
             return []
-        columns = join.prefixed("left", row.columns)
-        columns.update(
-            self.right_nulls if table_row is None else join.prefixed("right", table_row.columns)
+        return self.stateless(self._joined_row(row, table_row))
+
+    def join_step(
+        self, state: dict[str, Any], side: str, row: Row, stream_time: int
+    ) -> list[Change]:
+        """A row of ``side`` ("left" or "right") into its key's join ``state`` (changed
+        in place); the joined rows it gives."""
+        join = self.join
+        assert join is not None
+        if join.shape == "stream-table":
+            if side == "right":
+                state["right"] = None if row.tombstone else row
+                return []
+            return self.joined(row, state.get("right"))
+        if join.shape == "table-table":
+            return self._table_join(state, side, row)
+        return self._stream_join(state, side, row, stream_time)
+
+    def _table_join(self, state: dict[str, Any], side: str, row: Row) -> list[Change]:
+        join = self.join
+        assert join is not None
+        state[side] = None if row.tombstone else row
+        left, right = state.get("left"), state.get("right")
+        present = {
+            "INNER": left is not None and right is not None,
+            "LEFT": left is not None,
+            "RIGHT": right is not None,
+            "FULL": left is not None or right is not None,
+        }[join.kind]
+        key = self.key_of(side, row)
+        if not present:
+            if not state.pop("emitted", False):
+                return []
+            change = self._tombstone(self._joined_row(left, right).columns, None)
+            change.key = {name: key for name in change.key}
+            return [change]
+        state["emitted"] = True
+        joined = self._joined_row(left, right)
+        joined.columns["ROWTIME"] = row.timestamp
+        changes = self.stateless(joined)
+        for change in changes:
+            change.key = {name: key for name in change.key}
+        return changes
+
+    def _stream_join(
+        self, state: dict[str, Any], side: str, row: Row, stream_time: int
+    ) -> list[Change]:
+        join = self.join
+        assert join is not None
+        other = "right" if side == "left" else "left"
+        timestamp = row.timestamp
+        # a left record at t meets right records in [t - before, t + after]
+        low, high = (
+            (timestamp - join.before_ms, timestamp + join.after_ms)
+            if side == "left"
+            else (timestamp - join.after_ms, timestamp + join.before_ms)
         )
-        return self.stateless(Row(columns))
+        changes: list[Change] = []
+        entry = {"row": row, "matched": False}
+        for candidate in state.get(other, []):
+            if low <= candidate["row"].timestamp <= high:
+                candidate["matched"] = entry["matched"] = True
+                pair = (row, candidate["row"]) if side == "left" else (candidate["row"], row)
+                joined = self._joined_row(*pair)
+                joined.columns["ROWTIME"] = max(r.timestamp for r in pair)
+                changes += self.stateless(joined)
+        state.setdefault(side, []).append(entry)
+        return changes + self.close_joins(state, stream_time)
+
+    def close_joins(self, state: dict[str, Any], stream_time: int) -> list[Change]:
+        """Stream-stream: records whose window (and grace) has passed leave ``state``; an
+        outer join's unmatched ones give their row with the other side null."""
+        join = self.join
+        if join is None or join.shape != "stream-stream":
+            return []
+        grace = DEFAULT_GRACE_MS if join.grace_ms is None else join.grace_ms
+        outer = {"LEFT": ("left",), "RIGHT": ("right",), "FULL": ("left", "right")}.get(
+            join.kind, ()
+        )
+        changes: list[Change] = []
+        for side in ("left", "right"):
+            reach = join.after_ms if side == "left" else join.before_ms
+            kept = []
+            for entry in state.get(side, []):
+                if entry["row"].timestamp + reach + grace < stream_time:
+                    if side in outer and not entry["matched"]:
+                        pair = (entry["row"], None) if side == "left" else (None, entry["row"])
+                        changes += self.stateless(self._joined_row(*pair))
+                else:
+                    kept.append(entry)
+            state[side] = kept
+        return changes
 
     # ---- aggregation
     def group(self, row: Row) -> tuple[tuple[Any, ...], dict[str, Any]] | None:

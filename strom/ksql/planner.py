@@ -125,15 +125,21 @@ class Aggregation:
 
 @dataclass(frozen=True)
 class JoinPlan:
-    """A stream-table join: each stream record looks up the table's row by key. The
+    """A join of two sources on equal keys: stream-table (each stream record looks up
+    the table's row), table-table (on both primary keys: each change joins the other
+    side's row), stream-stream (records of both sides within the WITHIN window). The
     joined row's columns are ``<name>_<column>`` for each side's name (alias)."""
 
-    kind: str  # INNER or LEFT
+    kind: str  # INNER, LEFT, RIGHT or FULL
     right: DataSource
     left_name: str
     right_name: str
-    left_key: ex.Expression  # over the joined row: the stream's side of the condition
-    right_key: str  # the joined row's column holding the table's key
+    left_key: ex.Expression  # over the joined row: the left side of the condition
+    right_key: ex.Expression  # the right side's
+    shape: str = "stream-table"  # or table-table, stream-stream
+    before_ms: int = 0  # stream-stream: WITHIN (before, after) and its GRACE PERIOD
+    after_ms: int = 0
+    grace_ms: int | None = None
 
     def prefixed(self, side: str, columns: dict[str, Any]) -> dict[str, Any]:
         """A side's row with its columns prefixed (the left keeps its pseudo columns
@@ -383,6 +389,8 @@ def plan_query(
             "ksqlDB does not support PARTITION BY on a table: use GROUP BY to re-key a table."
         )
     result_kind = "TABLE" if grouped or source.kind == "TABLE" else "STREAM"
+    if join is not None:
+        result_kind = "TABLE" if join.shape == "table-table" else "STREAM"
     if grouped:
         aggregation, projection = _plan_aggregation(query, source, scope, persistent, sink)
     else:
@@ -500,8 +508,7 @@ def _join_projection(
     sink: SinkRequest | None,
 ) -> tuple[Projection, ...]:
     """A join's columns: its key is the join's (either side of the condition)."""
-    right_key = ex.ColumnReference(join.right_key[len(join.right_name) + 1 :], join.right_name)
-    keys = [join.left_key, right_key]
+    keys = [join.left_key, join.right_key]
 
     def resolved(expression: ex.Expression) -> Any:
         if isinstance(expression, ex.ColumnReference):
@@ -531,23 +538,16 @@ def _join_projection(
     return _keys_first(projection)
 
 
-def _plan_join(
-    query: st.Query, metastore: Metastore, left: DataSource
-) -> tuple[JoinPlan, dict[str, ex.SqlType], dict[tuple[str | None, str], str]]:
-    """A stream-table join: the joined row's columns and names, the key lookup."""
-    if len(query.source.joins) > 1:
-        raise KsqlStatementError("Joins of more than two sources are not executed yet")
-    join = query.source.joins[0]
-    right = metastore.source(join.right.name)
-    assert right is not None  # analyze checked it
-    left_name = query.source.left.alias or left.name
-    right_name = join.right.alias or right.name
-    kinds = f"{left.name} [{left.kind}] {join.kind} JOIN {right.name} [{right.kind}]"
-    if left.kind != "STREAM" or right.kind != "TABLE":
+def _join_refusals(join: st.Join, left: DataSource, right: DataSource) -> str:
+    """The join's shape ("stream-table", "table-table", "stream-stream") after ksqlDB's
+    checks of its kind and window."""
+    shape = f"{left.kind.lower()}-{right.kind.lower()}"
+    if shape == "table-stream":
         raise KsqlStatementError(
-            f"Only stream-table joins are executed by this server yet. Got {kinds}."
+            "Invalid join order: table-stream joins are not supported; only stream-table "
+            f"joins. Got {left.name} {join.kind} JOIN {right.name}."
         )
-    if join.kind not in ("INNER", "LEFT"):
+    if shape == "stream-table" and join.kind in ("FULL", "RIGHT"):
         outer = "full-outer" if join.kind == "FULL" else "right-outer"
         shown = "[FULL] OUTER JOIN" if join.kind == "FULL" else "RIGHT [OUTER] JOIN"
         raise KsqlStatementError(
@@ -556,12 +556,35 @@ def _plan_join(
         )
     if left.topic == right.topic:
         raise KsqlStatementError("Joins of a topic with itself are not executed yet")
-    if join.within is not None:
+    if shape == "stream-stream" and join.within is None:
         raise KsqlStatementError(
-            "A window definition was provided for a Stream-Table join. These joins are not "
+            "Stream-Stream joins must have a WITHIN clause specified. None was provided. To "
+            "learn about how to specify a WITHIN clause with a stream-stream join, please "
+            "visit: https://docs.confluent.io/current/ksql/docs/syntax-reference.html"
+            "#create-stream-as-select"
+        )
+    if shape != "stream-stream" and join.within is not None:
+        what = "Stream-Table" if shape == "stream-table" else "Table-Table"
+        raise KsqlStatementError(
+            f"A window definition was provided for a {what} join. These joins are not "
             "windowed. Please drop the window definition (ie. the WITHIN clause) and try "
             "to re-run your join."
         )
+    return shape
+
+
+def _plan_join(
+    query: st.Query, metastore: Metastore, left: DataSource
+) -> tuple[JoinPlan, dict[str, ex.SqlType], dict[tuple[str | None, str], str]]:
+    """A join of two sources: the joined row's columns and names, each side's key."""
+    if len(query.source.joins) > 1:
+        raise KsqlStatementError("Joins of more than two sources are not executed yet")
+    join = query.source.joins[0]
+    right = metastore.source(join.right.name)
+    assert right is not None  # analyze checked it
+    left_name = query.source.left.alias or left.name
+    right_name = join.right.alias or right.name
+    shape = _join_refusals(join, left, right)
     columns: dict[str, ex.SqlType] = {}
     qualified: dict[tuple[str | None, str], str] = {}
     counts: dict[str, int] = {}
@@ -591,38 +614,65 @@ def _plan_join(
             "joins are supported."
         )
     scope = Scope(columns, qualified)
-    table_keys = {f"{right_name}_{c.name}" for c in right.key_columns}
 
-    def table_key(expression: ex.Expression) -> str | None:
-        if isinstance(expression, ex.ColumnReference):
-            try:
-                found = scope.resolve(expression)
-            except KsqlStatementError:
-                return None
-            return found if found in table_keys else None
-        return None
+    def side_of(expression: ex.Expression) -> str | None:
+        """The one source whose columns ``expression`` names (None: both or neither)."""
+        resolved = [scope.resolve(n) for n in walk(expression) if isinstance(n, ex.ColumnReference)]
+        prefixes = {
+            prefix
+            for prefix in (left_name, right_name)
+            if any(column.startswith(prefix + "_") for column in resolved)
+        }
+        return next(iter(prefixes)) if len(prefixes) == 1 else None
 
-    if table_key(condition.right) is not None:
-        left_key, right_key = condition.left, table_key(condition.right)
-    elif table_key(condition.left) is not None:
-        left_key, right_key = condition.right, table_key(condition.left)
-    else:
+    first, second = condition.left, condition.right
+    if side_of(first) == right_name and side_of(second) == left_name:
+        first, second = second, first
+    if side_of(first) != left_name or side_of(second) != right_name:
+        raise KsqlStatementError(
+            f"Invalid comparison expression '{expression_text(condition)}' in join 'ON' "
+            "clause: each side must name the columns of one source"
+        )
+    left_key, right_key = first, second
+
+    def key_column(expression: ex.Expression, name: str, source: DataSource) -> bool:
+        keys = {f"{name}_{c.name}" for c in source.key_columns}
+        return isinstance(expression, ex.ColumnReference) and scope.resolve(expression) in keys
+
+    if shape == "stream-table" and not key_column(right_key, right_name, right):
         raise KsqlStatementError(
             "Invalid join condition: stream-table joins require to join on the table's "
             f"primary key. Got {expression_text(condition.left)} = "
             f"{expression_text(condition.right)}."
         )
-    assert right_key is not None
-    for node in walk(left_key):
-        if isinstance(node, ex.ColumnReference) and scope.resolve(node).startswith(
-            f"{right_name}_"
-        ):
-            raise KsqlStatementError(
-                f"Invalid comparison expression '{expression_text(condition)}' in join "
-                "'ON' clause: each side must name one source's columns"
-            )
-    compile_expression(left_key, scope)
-    plan = JoinPlan(join.kind, right, left_name, right_name, left_key, right_key)
+    if shape == "table-table" and not (
+        key_column(left_key, left_name, left) and key_column(right_key, right_name, right)
+    ):
+        raise KsqlStatementError(
+            "Table-table joins on a column other than both tables' primary keys (foreign-key "
+            f"joins) are not executed yet. Got {expression_text(condition.left)} = "
+            f"{expression_text(condition.right)}."
+        )
+    left_type = compile_expression(left_key, scope).sql_type
+    right_type = compile_expression(right_key, scope).sql_type
+    if left_type != right_type:
+        raise KsqlStatementError(
+            f"Invalid join condition: types don't match. Got {expression_text(left_key)}"
+            f"{{{left_type}}} = {expression_text(right_key)}{{{right_type}}}."
+        )
+    within = join.within
+    plan = JoinPlan(
+        kind=join.kind,
+        right=right,
+        left_name=left_name,
+        right_name=right_name,
+        left_key=left_key,
+        right_key=right_key,
+        shape=shape,
+        before_ms=within.before.milliseconds if within is not None else 0,
+        after_ms=within.after.milliseconds if within is not None else 0,
+        grace_ms=within.grace.milliseconds if within and within.grace is not None else None,
+    )
     return plan, columns, qualified
 
 

@@ -95,7 +95,7 @@ class PushQuery:
         self.stream_times: dict[int, int] = {}
         join = plan.join
         self.right_reader = RecordReader(join.right, registry) if join is not None else None
-        self.table: dict[Any, Row] = {}
+        self.join_states: dict[Any, dict[str, Any]] = {}
 
     def _expression_error(self, message: str) -> None:
         self._log(processing_log.processing_error(self.query_id, message))
@@ -124,7 +124,13 @@ class PushQuery:
         loading: dict[int, int] = {}  # the table's partitions still to read: their ends
         held: list[SourceRecord] = []  # stream records waiting for the table
         join = self.plan.join
-        if join is not None:
+        if join is not None and join.shape != "stream-table":  # both sides as one
+            table = consumer.list_topics(join.right.topic, timeout=30).topics[join.right.topic]
+            assigned += [
+                TopicPartition(join.right.topic, partition, start)
+                for partition in sorted(table.partitions)
+            ]
+        elif join is not None:  # the table read to its end before the stream joins it
             table = consumer.list_topics(join.right.topic, timeout=30).topics[join.right.topic]
             for partition in sorted(table.partitions):
                 assigned.append(TopicPartition(join.right.topic, partition, OFFSET_BEGINNING))
@@ -147,7 +153,9 @@ class PushQuery:
                             log.warning("push query %s: %s", self.query_id, error.str())
                         continue
                     record = _record(message)
-                    if join is not None and record.topic == join.right.topic:
+                    if join is not None and join.shape != "stream-table":
+                        records.append(record)
+                    elif join is not None and record.topic == join.right.topic:
                         self.update_table(record)
                         if record.offset + 1 >= loading.get(record.partition, 0):
                             loading.pop(record.partition, None)
@@ -172,24 +180,36 @@ class PushQuery:
         return False
 
     def update_table(self, record: SourceRecord) -> None:
-        """A join's table record: its row kept by key (a tombstone removes it)."""
-        assert self.right_reader is not None
+        """A stream-table join's table record: its row kept by key."""
+        self._join(record, "right")
+
+    def _join(self, record: SourceRecord, side: str) -> list[Change]:
+        reader = self.right_reader if side == "right" else self.reader
+        assert reader is not None
         try:
-            row = self.right_reader.read(record)
+            row = reader.read(record)
         except RecordError as exc:
             self._log(
                 processing_log.deserialization_error(
                     self.query_id, exc.target, exc.message, record.topic
                 )
             )
-            return
-        key = self.operators.table_key(row)
-        if row.tombstone:
-            self.table.pop(key, None)
-        elif key is not None:
-            self.table[key] = row
+            return []
+        key = self.operators.key_of(side, row)
+        if key is None:
+            return []
+        stream_time = max(self.stream_times.get(-1, -1), row.timestamp)
+        self.stream_times[-1] = stream_time
+        state = self.join_states.setdefault(key, {})
+        changes = self.operators.join_step(state, side, row, stream_time)
+        if not any(state.get(s) for s in ("left", "right")) and not state.get("emitted"):
+            del self.join_states[key]
+        return changes
 
     def process(self, record: SourceRecord) -> list[Change]:
+        join = self.plan.join
+        if join is not None:
+            return self._join(record, "right" if record.topic == join.right.topic else "left")
         try:
             row = self.reader.read(record)
         except RecordError as exc:
@@ -200,9 +220,6 @@ class PushQuery:
             )
             return []
         operators = self.operators
-        if operators.join is not None:
-            key = operators.stream_key(row)
-            return [] if key is None else operators.joined(row, self.table.get(key))
         if operators.plan.aggregation is None:
             return operators.stateless(row)
         stream_time = max(self.stream_times.get(record.partition, -1), row.timestamp)

@@ -283,20 +283,20 @@ def run_join_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Itera
             out: list[tuple[Any, ...]] = []
             right = record.topic == right_topic
             row = _read(parts, record, out, right)
-            key = None
-            if row is not None:
-                key = parts.operators.table_key(row) if right else parts.operators.stream_key(row)
+            side = "right" if right else "left"
+            key = parts.operators.key_of(side, row) if row is not None else None
             for entry in [o[2] for o in out] + parts.take_errors():
                 grouped.add(LOG_GROUP, record, 0, record.timestamp, entry)
             if key is not None:
-                payload = pickle.dumps((right, row))
+                payload = pickle.dumps((side, row))
                 grouped.add(pickle.dumps(key), record, 0 if right else 1, row.timestamp, payload)
         yield grouped.batch()
 
 
 def _join_processor(spec: QuerySpec) -> Any:
-    """A join key's table row in Spark's state store; its stream rows joined with it, in
-    timestamp order (the table's change first at a tie)."""
+    """A join key's state in Spark's state store (a table's row, a stream's records
+    within the window), its rows joined in timestamp order (the right side first at a
+    tie)."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
     from pyspark.sql.types import BinaryType, StructField, StructType
 
@@ -318,18 +318,17 @@ def _join_processor(spec: QuerySpec) -> Any:
                 yield from _frames(out)
                 return
             frame = frame.sort_values(["ts", "seq", "part", "off"], kind="stable")
-            table_row = pickle.loads(self.state.get()[0]) if self.state.exists() else None
+            stored = pickle.loads(self.state.get()[0]) if self.state.exists() else {}
+            operators = parts.operators
             for payload in frame["payload"]:
-                right, row = pickle.loads(payload)
-                if right:
-                    table_row = None if row.tombstone else row
-                    continue
-                _write(parts, parts.operators.joined(row, table_row), out)
+                side, row = pickle.loads(payload)
+                stored["time"] = max(stored.get("time", -1), row.timestamp)
+                _write(parts, operators.join_step(stored, side, row, stored["time"]), out)
                 out.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
-            if table_row is None:
-                self.state.clear()
+            if any(stored.get(side) for side in ("left", "right")) or stored.get("emitted"):
+                self.state.update((pickle.dumps(stored),))
             else:
-                self.state.update((pickle.dumps(table_row),))
+                self.state.clear()
             yield from _frames(out)
 
         def close(self) -> None:

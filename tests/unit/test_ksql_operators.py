@@ -355,3 +355,78 @@ def test_a_stream_table_join_looks_up_the_table_row(metastore: Metastore) -> Non
     assert list(change.value) == [
         "C_USER_ID", "C_PAGE", "C_MS", "U_ID", "U_NAME", "U_REGION"
     ]  # fmt: skip
+
+
+def run_join(operators: Operators, steps: list[tuple[str, Row]]) -> list[Change]:
+    states: dict[Any, dict[str, Any]] = {}
+    out: list[Change] = []
+    stream_time = -1
+    for side, row in steps:
+        stream_time = max(stream_time, row.timestamp)
+        key = operators.key_of(side, row)
+        out += operators.join_step(states.setdefault(key, {}), side, row, stream_time)
+    return out
+
+
+def test_a_table_table_join_follows_both_sides(metastore: Metastore) -> None:
+    source(
+        metastore,
+        "CREATE TABLE accounts (uid STRING PRIMARY KEY, balance BIGINT) "
+        "WITH (kafka_topic='accounts', format='JSON')",
+    )
+    operators = Operators(
+        plan(
+            metastore,
+            "CREATE TABLE both_sides AS SELECT u.id, u.name, a.balance FROM users u "
+            "LEFT JOIN accounts a ON u.id = a.uid",
+        )
+    )
+    account = Row({"UID": "a", "BALANCE": 5, "ROWTIME": 2, "ROWPARTITION": 0, "ROWOFFSET": 0})
+    changes = run_join(
+        operators,
+        [
+            ("right", account),  # LEFT join: no left row yet, nothing
+            ("left", user("a", "Ada", "eu", 3)),
+            ("left", user("a", "Ada B", "eu", 4)),
+            ("left", user("a", None, None, 5)),  # deleted: the joined row is deleted
+        ],
+    )
+    assert [(c.key, c.value) for c in changes] == [
+        ({"ID": "a"}, {"NAME": "Ada", "BALANCE": 5}),
+        ({"ID": "a"}, {"NAME": "Ada B", "BALANCE": 5}),
+        ({"ID": "a"}, None),
+    ]
+
+
+def test_a_stream_stream_join_meets_records_within_the_window(metastore: Metastore) -> None:
+    source(
+        metastore,
+        "CREATE STREAM orders (oid STRING KEY, user_id STRING) "
+        "WITH (kafka_topic='orders', value_format='JSON')",
+    )
+    operators = Operators(
+        plan(
+            metastore,
+            "SELECT o.oid, c.page FROM orders o LEFT JOIN clicks c WITHIN (0 SECONDS, "
+            "10 SECONDS) GRACE PERIOD 0 SECONDS ON o.user_id = c.user_id EMIT CHANGES",
+        )
+    )
+
+    def order(oid: str, ts: int) -> Row:
+        columns = {"OID": oid, "USER_ID": "u1", "ROWTIME": ts}
+        return Row({**columns, "ROWPARTITION": 0, "ROWOFFSET": 0})
+
+    changes = run_join(
+        operators,
+        [
+            ("left", order("o1", 1 * SECOND)),
+            ("right", click("u1", "/pay", 5 * SECOND)),  # within o1's 10 s
+            ("left", order("o2", 20 * SECOND)),
+            ("right", click("u1", "/late", 19 * SECOND)),  # before o2: outside (0, 10)
+            ("right", click("u1", "/x", 40 * SECOND)),  # o2's window closed: o2 unmatched
+        ],
+    )
+    assert [c.value for c in changes] == [
+        {"OID": "o1", "PAGE": "/pay"},
+        {"OID": "o2", "PAGE": None},
+    ]

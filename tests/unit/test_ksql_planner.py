@@ -24,6 +24,8 @@ def metastore() -> Metastore:
         "WITH (kafka_topic='users', format='JSON')",
         "CREATE STREAM raw (line STRING) WITH (kafka_topic='raw', value_format='KAFKA', "
         "key_format='NONE')",
+        "CREATE STREAM clicks_too (user_id STRING KEY, page BIGINT) "
+        "WITH (kafka_topic='clicks_too', value_format='JSON')",
     ):
         statement = parse_statement(text)
         assert isinstance(statement, st.CreateSource)
@@ -223,6 +225,18 @@ def test_the_planned_query_pickles(metastore: Metastore) -> None:
             "SELECT * FROM clicks c FULL OUTER JOIN users u ON c.user_id = u.id EMIT CHANGES",
             "Invalid join type: full-outer join not supported for stream-table join. Got "
             "CLICKS [FULL] OUTER JOIN USERS.",
+        ),
+        (
+            "SELECT * FROM clicks a JOIN clicks_too b ON a.user_id = b.user_id EMIT CHANGES",
+            "Stream-Stream joins must have a WITHIN clause specified. None was provided. To "
+            "learn about how to specify a WITHIN clause with a stream-stream join, please "
+            "visit: https://docs.confluent.io/current/ksql/docs/syntax-reference.html"
+            "#create-stream-as-select",
+        ),
+        (
+            "SELECT * FROM clicks a JOIN clicks_too b WITHIN 1 MINUTE ON a.user_id = b.page "
+            "EMIT CHANGES",
+            "Invalid join condition: types don't match. Got A.USER_ID{STRING} = B.PAGE{BIGINT}.",
         ),
     ],
 )
