@@ -5,7 +5,8 @@ Owns the registry by query id (ksqlDB's ids: ``CSAS_<SINK>_<n>``, ``CTAS_<SINK>_
 ``INSERTQUERY_<n>``, n the command's sequence number in the command topic, so a replay
 names them alike; ``transient_<SOURCE>_<n>`` for push queries), which sources each
 reads and writes (DROP is refused while a query uses a source, as ksqlDB refuses it),
-their states (PENDING while Spark starts it, RUNNING, ERROR with the reason), and the
+their states (RUNNING from its creation on, as ksqlDB; ERROR with the reason when Spark
+refused or failed it), and the
 answers of SHOW QUERIES [EXTENDED] and EXPLAIN in ksqlDB 0.29's shapes.
 
 Spark queries start and stop on one thread of the registry's, in order: a statement
@@ -39,8 +40,9 @@ class RunningQuery:
     statement: str
     plan: QueryPlan
     query_type: str = PERSISTENT
-    state: str = "PENDING"
+    state: str = "RUNNING"  # as ksqlDB, from its creation on (its states: RUNNING, ERROR)
     error: str | None = None
+    started: bool = False  # Spark runs it
     properties: dict[str, Any] = field(default_factory=dict)
     stop: Callable[[], None] | None = None  # a push query's
 
@@ -171,7 +173,7 @@ class QueryRegistry:
                         continue  # terminated before it started
                     try:
                         self.runtime.start(spec)
-                        query.state = "RUNNING"
+                        query.started = True
                     except Exception as exc:  # Spark refused the query: its state says why
                         log.warning("query %s did not start: %s", query.query_id, exc)
                         query.state, query.error = "ERROR", str(exc).splitlines()[0]
@@ -190,7 +192,7 @@ class QueryRegistry:
         if runtime is None:
             return
         for query in list(self.queries.values()):
-            if query.query_type != PERSISTENT or query.state == "PENDING":
+            if query.query_type != PERSISTENT or not query.started:
                 continue
             state, error = runtime.state(query.query_id)
             if state == "ERROR":
