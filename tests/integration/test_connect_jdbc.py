@@ -9,11 +9,11 @@ envelope with Confluent's schema; the JDBC sink upserting into PostgreSQL with
 auto.create and deleting on tombstones; a sink's offsets reset, so that every batch is
 replayed, leaving the table as one delivery does; a bad config refused with 400 naming
 the key; a failed sink task's trace; MariaDB as a source (incrementing) and as a sink
-(insert, upsert by ON DUPLICATE KEY UPDATE, delete); and one kill -9 of the worker
-proving three things at once (one JVM restart for all): the JDBC sink with
-exactly.once.delivery in insert mode and the lake sink write each record once, and an
-incrementing source resumes at its stored offset (Confluent's shape) with no row lost
-or repeated.
+(insert with exactly.once.delivery, upsert by ON DUPLICATE KEY UPDATE, delete); and one
+kill -9 of the worker proving three things at once (one JVM restart for all): the JDBC
+sink with exactly.once.delivery in insert mode and the lake sink write each record once,
+and an incrementing source resumes at its stored offset (Confluent's shape) with no row
+lost or repeated.
 """
 
 from __future__ import annotations
@@ -242,6 +242,7 @@ def test_mariadb_source_and_sinks(
     create(worker, "maria-copy", {
         **common, "connector.class": SINK_CLASS, "topics": "maria-orders",
         "table.name.format": "orders_copy", "insert.mode": "insert", "auto.create": "true",
+        "exactly.once.delivery": "true",
     })  # fmt: skip
     create(worker, "maria-upsert", {
         **common, "connector.class": SINK_CLASS, "topics": "maria-accounts",
@@ -266,6 +267,10 @@ def test_mariadb_source_and_sinks(
     copied = [(i, f"o{i}", i) for i in range(1, 51)]
     wait_for(lambda: table("SELECT id, item, qty FROM orders_copy ORDER BY id") == copied,
              "the copied orders", timeout=90)  # fmt: skip
+    assert mariadb.query(  # exactly.once.delivery's offsets, in the rows' transactions
+        "SELECT topic, `partition`, `offset` FROM __strom_connect_offsets "
+        "WHERE connector = 'maria-copy'"
+    ) == [("maria-orders", 0, 50)]
     expected = sorted((f"k{i}", -i if i < 20 else i) for i in range(50))
     wait_for(lambda: table("SELECT id, amount FROM accounts ORDER BY id") == expected,
              "the upserted accounts", timeout=90)  # fmt: skip
