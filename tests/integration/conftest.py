@@ -1,14 +1,18 @@
 """The Connect stack the Spark-runner tests share (test_connect_jdbc.py, test_connect_lake.py):
 one broker, one distributed Connect worker whose tasks run on its local SparkSession, one
-PostgreSQL and one MariaDB, each started when a test first asks for it and kept for the
-session. The worker's JVM is the dear part (a session's start and first job take 15-25 s
-on this machine), so the modules share it: tests/conftest.py's scheduler sends both to
-one pytest-xdist worker. A test that kills the worker starts it again before it ends.
+PostgreSQL and one MariaDB, each started when a test first asks for it. The worker's JVM
+is the dear part (a session's start and first job take 15-25 s on this machine), so the
+modules share it: tests/conftest.py's scheduler sends both to one pytest-xdist worker,
+one after the other. A test that kills the worker starts it again before it ends.
+
+The stack is stopped once the last of those modules' tests is done (the next test is
+another module's: their tests run one after the other), not at the end of the session, so
+that it does not idle beside the rest of the suite.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +20,35 @@ from broker_process import BrokerProcess
 from mariadb_process import MariaDBProcess
 from postgres_process import PostgresProcess
 from test_connect import Worker, distributed_properties
+
+SHARING_MODULES = ("test_connect_jdbc.py", "test_connect_lake.py")
+
+# What stops each part of the stack still running, in the order started.
+_running: list[Callable[[], None]] = []
+
+
+def _shares_the_stack(item: pytest.Item | None) -> bool:
+    return item is not None and item.path.name in SHARING_MODULES
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if _shares_the_stack(item) and not _shares_the_stack(nextitem):
+        while _running:
+            _running.pop()()
+
+
+def _once(stop: Callable[[], None]) -> Callable[[], None]:
+    """``stop`` made safe to call again (early here, then at the fixture's end)."""
+    done: list[bool] = []
+
+    def stop_once() -> None:
+        if not done:
+            done.append(True)
+            stop()
+
+    _running.append(stop_once)
+    return stop_once
 
 
 @pytest.fixture(scope="session")
@@ -26,9 +59,9 @@ def spark_connect_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[B
         {"group.initial.rebalance.delay.ms": "0"},
     )
     process.start()
+    stop = _once(lambda: process.stop() if process.alive() else None)
     yield process
-    if process.alive():
-        process.stop()
+    stop()
 
 
 @pytest.fixture(scope="session")
@@ -50,20 +83,22 @@ def spark_worker(spark_connect_broker: BrokerProcess, spark_connect_dir: Path) -
             "session.timeout.ms=6000\n"
         )
     process = Worker("distributed", properties)
+    stop = _once(lambda: process.stop() if process.proc.poll() is None else None)
     yield process
-    if process.proc.poll() is None:
-        process.stop()
+    stop()
 
 
 @pytest.fixture(scope="session")
 def jdbc_postgres() -> Iterator[PostgresProcess]:
     process = PostgresProcess().start()
+    stop = _once(process.stop)
     yield process
-    process.stop()
+    stop()
 
 
 @pytest.fixture(scope="session")
 def jdbc_mariadb() -> Iterator[MariaDBProcess]:
     process = MariaDBProcess().start()
+    stop = _once(process.stop)
     yield process
-    process.stop()
+    stop()
