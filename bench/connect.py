@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import shutil
 import sys
 import tempfile
 import time
@@ -208,6 +209,7 @@ def main() -> None:
     finally:
         postgres.stop()
         broker.stop()
+        shutil.rmtree(work, ignore_errors=True)  # the topics, files and checkpoints
 
 
 if __name__ == "__main__":
