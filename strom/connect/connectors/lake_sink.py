@@ -31,7 +31,7 @@ exactly once; files a killed worker left half written are on disk but not in the
 a reader reads through Spark (``spark.read.parquet(dir)``) or the log
 (``committed_files``). The columns are the union of the record schemas seen: a batch
 meeting a new field fails its query on purpose, with the merged columns, which the task
-keeps (``<checkpoint dir>/schema.json``) and starts the query again with.
+keeps (``schema.json`` beside the checkpoint) and starts the query again with.
 
 Does not own the stream, its group offsets or the task's states (``spark_runner``).
 """
