@@ -83,7 +83,7 @@ class _Mismatch(Exception):
 
 
 def _number(value: Any, path: str, sql_type: ex.SqlType) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
+    if isinstance(value, bool) or not isinstance(value, int | float | str | decimal.Decimal):
         raise _Mismatch(f"Can't convert type. sourceType: {_json_kind(value)}, requiredType: "
                         f"{sql_type}, path: {path}")  # fmt: skip
     return value

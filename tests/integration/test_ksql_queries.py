@@ -35,8 +35,10 @@ BASE = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a minute boundary
 
 
 class Server:
-    def __init__(self, broker: BrokerProcess, state_dir: Path) -> None:
+    def __init__(self, broker: BrokerProcess, state_dir: Path, registry: str) -> None:
+        self.registry = registry
         overrides = {
+            "ksql.schema.registry.url": registry,
             "bootstrap.servers": broker.bootstrap,
             "listeners": "http://127.0.0.1:0",
             "ksql.service.id": SERVICE_ID,
@@ -79,9 +81,22 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def server(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def registry(broker: BrokerProcess) -> Iterator[str]:
+    """A schema registry (``strom schema-registry``) for the AVRO rows."""
+    process = ServiceProcess(
+        ["schema-registry", "--bootstrap-server", broker.bootstrap, "--listener",
+         "http://127.0.0.1:0"]
+    )  # fmt: skip
+    yield process.url
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def server(
+    broker: BrokerProcess, registry: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
     state_dir = tmp_path_factory.mktemp("ksql-state")
-    running = Server(broker, state_dir)
+    running = Server(broker, state_dir, registry)
     running.state_dir = state_dir  # type: ignore[attr-defined]
     yield running
     running.stop()
@@ -177,6 +192,20 @@ def test_push_query_rows_limit_and_shapes(server: Server, broker: BrokerProcess)
     assert body[4] == {"finalMessage": "Limit Reached"}
     status, refused = server.ksql("SELECT * FROM nope EMIT CHANGES;")
     assert status == 400 and refused["error_code"] == 40002
+    # AVRO rows through the registry, read back by a push query
+    server.ok(
+        "CREATE STREAM payments (id STRING KEY, amount DECIMAL(6, 2), at TIMESTAMP) "
+        "WITH (kafka_topic='payments', key_format='KAFKA', value_format='AVRO', partitions=1);"
+        "INSERT INTO payments (id, amount, at) VALUES ('p1', 12.5, '2026-01-01T00:00:01');"
+    )
+    lines = server.stream(
+        "/query-stream",
+        {
+            "sql": "SELECT id, amount * 2 AS twice, at FROM payments EMIT CHANGES LIMIT 1;",
+            "properties": {"auto.offset.reset": "earliest"},
+        },
+    )
+    assert json.loads(lines[1]) == ["p1", 25.0, BASE + 1000]
 
 
 def test_close_query_ends_a_push_query_and_plain_tables_are_not_pulled(
@@ -243,6 +272,9 @@ def test_csas_with_filter_projection_and_processing_log(
     query_id = created["commandStatus"]["queryId"]
     assert query_id.startswith("CSAS_CARTS_")
     assert created["commandStatus"]["message"] == f"Created query with ID {query_id}"
+    status = KsqlRestClient(server.url).call("GET", "/status/stream/`CARTS`/create")
+    assert status == {"status": "SUCCESS", "message": f"Created query with ID {query_id}",
+                      "queryId": query_id}  # fmt: skip
     records = read_topic(broker, "CARTS", 2)
     assert sorted((k, json.loads(v), t) for k, v, t in records) == [
         (b"u1", {"MS": 2, "PAGE": "page:/cart"}, BASE + 10_000),
@@ -318,7 +350,7 @@ def test_restart_resumes_the_query_without_repeating_output(
 ) -> None:
     server.stop()
     produce(broker, "clicks", [(b"u1", {"PAGE": "/cart", "MS": 6}, BASE + MINUTE + 6_000)])
-    restarted = Server(broker, server.state_dir)  # type: ignore[attr-defined]
+    restarted = Server(broker, server.state_dir, server.registry)  # type: ignore[attr-defined]
     server.process, server.url = restarted.process, restarted.url
     records = read_topic(broker, "PER_MINUTE", 6)
     updates = sorted(

@@ -430,3 +430,30 @@ def test_a_stream_stream_join_meets_records_within_the_window(metastore: Metasto
         {"OID": "o1", "PAGE": "/pay"},
         {"OID": "o2", "PAGE": None},
     ]
+
+
+def test_json_sr_and_protobuf_values_in_the_registry_wire_format() -> None:
+    from strom.ksql.registry_formats import _fill, _ProtoMessages
+
+    store = Metastore()
+    header = b"\x00" + struct.pack(">I", 7)
+    as_json = source(
+        store,
+        "CREATE STREAM js (id STRING KEY, n BIGINT, tags ARRAY<STRING>) "
+        "WITH (kafka_topic='js', key_format='KAFKA', value_format='JSON_SR')",
+    )
+    row = RecordReader(as_json).read(record(b"k", header + b'{"N": 3, "TAGS": ["a"]}'))
+    assert (row.columns["N"], row.columns["TAGS"]) == (3, ["a"])
+    with pytest.raises(RecordError):
+        RecordReader(as_json).read(record(b"k", b'{"N": 3}'))  # no magic byte
+    as_proto = source(
+        store,
+        "CREATE STREAM pb (id STRING KEY, n BIGINT, name STRING, ok BOOLEAN) "
+        "WITH (kafka_topic='pb', key_format='KAFKA', value_format='PROTOBUF')",
+    )
+    messages = _ProtoMessages()
+    messages.declare([(c.name, c.type) for c in as_proto.value_columns])
+    message = _fill(messages.message_class()(), {"N": 12, "NAME": "x", "OK": None})
+    data = header + b"\x00" + message.SerializeToString()  # message index 0
+    row = RecordReader(as_proto).read(record(b"k", data))
+    assert (row.columns["N"], row.columns["NAME"], row.columns["OK"]) == (12, "x", False)

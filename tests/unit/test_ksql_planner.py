@@ -255,3 +255,27 @@ def test_a_stream_table_join_is_keyed_by_its_condition(metastore: Metastore) -> 
         ("ID", "STRING", "KEY"), ("PAGE", "STRING", "VALUE"), ("WHO", "STRING", "VALUE")
     ]  # fmt: skip
     assert [s.name for s in result.sources] == ["CLICKS", "USERS"]
+
+
+def test_insert_into_needs_the_target_stream_schema(metastore: Metastore) -> None:
+    statement = parse_statement(
+        "CREATE STREAM copy (user_id STRING KEY, page STRING) "
+        "WITH (kafka_topic='copy', value_format='JSON')"
+    )
+    assert isinstance(statement, st.CreateSource)
+    metastore.put_source(metastore.source_from_statement(statement, ""))
+    target = metastore.source("COPY")
+
+    def insert(text: str) -> QueryPlan:
+        parsed = parse_statement(text)
+        assert isinstance(parsed, st.InsertInto)
+        return plan_query(parsed.query, metastore, SinkRequest("COPY", None, {}, target, 1))
+
+    assert insert("INSERT INTO copy SELECT user_id, page FROM clicks").sink == target
+    with pytest.raises(KsqlStatementError) as refused:
+        insert("INSERT INTO copy SELECT user_id, ms FROM clicks")
+    assert str(refused.value) == (
+        "Incompatible schema between results and sink.\n"
+        "Result schema is `USER_ID` STRING KEY, `MS` BIGINT\n"
+        "Sink schema is `USER_ID` STRING KEY, `PAGE` STRING"
+    )
