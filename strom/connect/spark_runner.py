@@ -33,9 +33,11 @@ what a task reads or writes (the connectors).
 
 from __future__ import annotations
 
+import copyreg
 import functools
 import json
 import logging
+import pickle
 import shutil
 import tempfile
 import threading
@@ -153,9 +155,11 @@ class _SparkTaskThread(_TaskThread):
         raise NotImplementedError
 
     def converter(self, side: str) -> Converter:
-        """The connector's ``side`` ("key" or "value") converter, else the worker's."""
+        """The connector's ``side`` ("key" or "value") converter, else the worker's, made
+        to travel to the executors (``shippable``)."""
         props = self.runner.worker_config.props
-        return make_converter(side, self.spec.connector_config, props, self.runner.plugins)
+        converter = make_converter(side, self.spec.connector_config, props, self.runner.plugins)
+        return shippable(converter, side, self.spec.connector_config, props)
 
     def request_stop(self) -> None:
         self.stopping.set()
@@ -166,6 +170,44 @@ class _SparkTaskThread(_TaskThread):
         session = self.runner.sessions.session
         if session is not None:
             session.sparkContext.cancelJobGroup(self.job_group)
+
+
+def shippable(
+    converter: Converter,
+    side: str,
+    connector_props: Mapping[str, str],
+    worker_props: Mapping[str, str],
+) -> Converter:
+    """``converter``, picklable for Spark's executors: a converter holding what does not
+    pickle (the schema registry client's SSL context, in the Avro, Protobuf and JSON Schema
+    converters) is made again from its settings where it is unpickled."""
+    try:
+        pickle.dumps(converter)
+        return converter
+    except Exception:
+        pass
+    converter.__dict__[_RECIPE] = (side, dict(connector_props), dict(worker_props))
+    copyreg.pickle(type(converter), _converter_recipe)
+    return converter
+
+
+_RECIPE = "_strom_converter_recipe"
+
+
+def _converter_recipe(
+    converter: Converter,
+) -> tuple[Any, tuple[str, dict[str, str], dict[str, str]]]:
+    return _make_converter_again, converter.__dict__[_RECIPE]
+
+
+def _make_converter_again(
+    side: str, connector_props: dict[str, str], worker_props: dict[str, str]
+) -> Converter:
+    from strom.connect.plugins import Plugins
+
+    converter = make_converter(side, connector_props, worker_props, Plugins.builtin())
+    converter.__dict__[_RECIPE] = (side, connector_props, worker_props)
+    return converter
 
 
 class _SourceThread(_SparkTaskThread):

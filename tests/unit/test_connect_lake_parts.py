@@ -3,12 +3,14 @@ segments and their values in a time zone, the decoder fed the Arrow batches a mi
 hands it (columns from a schema, from schemaless JSON, a primitive's value column, time
 partitions from a record field, a batch with new fields failing with the merged columns
 which the task learns, a field changing type refused), the settings' one-line refusals,
-and the committed files read from a _spark_metadata log with a compaction."""
+the committed files read from a _spark_metadata log with a compaction, and a schema
+registry converter shipped to the executors with the decoder."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import pickle
 import zoneinfo
 from pathlib import Path
 from typing import Any
@@ -153,3 +155,26 @@ def test_committed_files_from_the_log(tmp_path: Path) -> None:
         tmp_path / "partition=0" / "b.parquet", tmp_path / "partition=0" / "c.parquet"
     ]  # fmt: skip
     assert committed_files(tmp_path / "absent") == []
+
+
+def test_a_registry_converter_travels_to_the_executors(tmp_path: Path) -> None:
+    """The AvroConverter's registry client does not pickle; the decoder Spark ships to its
+    executors carries it as its settings and gets it made again there."""
+    from pyspark import cloudpickle
+
+    from strom.connect.avro_converter import AvroConverter
+    from strom.connect.connector_config import make_converter
+    from strom.connect.plugins import Plugins
+    from strom.connect.spark_runner import shippable
+
+    props = {"value.converter": "io.confluent.connect.avro.AvroConverter",
+             "value.converter.schema.registry.url": "https://registry.invalid:8081"}  # fmt: skip
+    converter = make_converter("value", props, {}, Plugins.builtin())
+    with pytest.raises(TypeError):
+        cloudpickle.dumps(converter)
+    decoder = RecordDecoder(settings(tmp_path), shippable(converter, "value", props, {}), "t",
+                            Schema.struct([]))  # fmt: skip
+    shipped = pickle.loads(cloudpickle.dumps(decoder))
+    assert isinstance(shipped.converter, AvroConverter)
+    assert shipped.converter.settings["schema.registry.url"] == "https://registry.invalid:8081"
+    assert pickle.loads(cloudpickle.dumps(shipped)).converter is not shipped.converter
