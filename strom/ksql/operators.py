@@ -252,6 +252,28 @@ class Operators:
         state.setdefault(side, []).append(entry)
         return changes + self.close_joins(state, stream_time)
 
+    def join_reach(self) -> int:
+        """Stream-stream: how far behind the stream time a record may still join (its
+        window and grace): the watermark delay of a host that has one."""
+        join = self.join
+        assert join is not None
+        grace = DEFAULT_GRACE_MS if join.grace_ms is None else join.grace_ms
+        return join.before_ms + join.after_ms + grace
+
+    def next_join_close(self, state: dict[str, Any]) -> int | None:
+        """Stream-stream: the stream time after which the next record of ``state``
+        leaves it (and an outer join's unmatched one is emitted)."""
+        join = self.join
+        if join is None or join.shape != "stream-stream":
+            return None
+        grace = DEFAULT_GRACE_MS if join.grace_ms is None else join.grace_ms
+        due = [
+            entry["row"].timestamp + (join.after_ms if side == "left" else join.before_ms) + grace
+            for side in ("left", "right")
+            for entry in state.get(side, [])
+        ]
+        return min(due) if due else None
+
     def close_joins(self, state: dict[str, Any], stream_time: int) -> list[Change]:
         """Stream-stream: records whose window (and grace) has passed leave ``state``; an
         outer join's unmatched ones give their row with the other side null."""

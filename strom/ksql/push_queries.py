@@ -202,8 +202,11 @@ class PushQuery:
         self.stream_times[-1] = stream_time
         state = self.join_states.setdefault(key, {})
         changes = self.operators.join_step(state, side, row, stream_time)
-        if not any(state.get(s) for s in ("left", "right")) and not state.get("emitted"):
-            del self.join_states[key]
+        for other, kept in list(self.join_states.items()):
+            if other != key:  # the stream time moved on for every key's window
+                changes += self.operators.close_joins(kept, stream_time)
+            if not any(kept.get(s) for s in ("left", "right")) and not kept.get("emitted"):
+                del self.join_states[other]
         return changes
 
     def process(self, record: SourceRecord) -> list[Change]:

@@ -303,7 +303,40 @@ def _join_processor(spec: QuerySpec) -> Any:
     class JoinProcessor(StatefulProcessor):  # type: ignore[misc]
         def init(self, handle: Any) -> None:
             schema = StructType([StructField("row", BinaryType())])
+            self.handle = handle
             self.state = handle.getValueState("table_row", schema)
+
+        def _save(self, parts: _TaskParts, stored: dict[str, Any]) -> None:
+            """The key's state kept, and (stream-stream) a timer for its next record to
+            leave the window: an event-time timer, the watermark being the stream time
+            less the join's reach."""
+            operators = parts.operators
+            if operators.join is not None and operators.join.shape == "stream-stream":
+                due = operators.next_join_close(stored)
+                due = None if due is None else due + 1 - operators.join_reach()
+                if stored.get("timer") not in (None, due):
+                    self.handle.deleteTimer(stored["timer"])
+                    stored["timer"] = None
+                if due is not None and stored.get("timer") is None:
+                    self.handle.registerTimer(due)
+                    stored["timer"] = due
+            if any(stored.get(side) for side in ("left", "right")) or stored.get("emitted"):
+                self.state.update((pickle.dumps(stored),))
+            else:
+                self.state.clear()
+
+        def handleExpiredTimer(
+            self, key: Any, timerValues: Any, expiredTimerInfo: Any
+        ) -> Iterator[pd.DataFrame]:
+            parts = _parts(spec)
+            stored = pickle.loads(self.state.get()[0]) if self.state.exists() else {}
+            stored["timer"] = None
+            stream_time = _watermark(timerValues) + parts.operators.join_reach()
+            stored["time"] = max(stored.get("time", -1), stream_time)
+            out: list[tuple[Any, ...]] = []
+            _write(parts, parts.operators.close_joins(stored, stored["time"]), out)
+            self._save(parts, stored)
+            yield from _frames(out)
 
         def handleInputRows(
             self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
@@ -320,15 +353,16 @@ def _join_processor(spec: QuerySpec) -> Any:
             frame = frame.sort_values(["ts", "seq", "part", "off"], kind="stable")
             stored = pickle.loads(self.state.get()[0]) if self.state.exists() else {}
             operators = parts.operators
+            windowed = operators.join is not None and operators.join.shape == "stream-stream"
+            watermark = _watermark(timerValues) if windowed else -1
+            if watermark >= 0:
+                stored["time"] = max(stored.get("time", -1), watermark + operators.join_reach())
             for payload in frame["payload"]:
                 side, row = pickle.loads(payload)
                 stored["time"] = max(stored.get("time", -1), row.timestamp)
                 _write(parts, operators.join_step(stored, side, row, stored["time"]), out)
                 out.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
-            if any(stored.get(side) for side in ("left", "right")) or stored.get("emitted"):
-                self.state.update((pickle.dumps(stored),))
-            else:
-                self.state.clear()
+            self._save(parts, stored)
             yield from _frames(out)
 
         def close(self) -> None:
@@ -572,11 +606,15 @@ class SparkQueries:
         frame = reader.load()
         if plan.join is not None:
             keyed = frame.mapInArrow(lambda batches: run_join_keying(spec, batches), GROUPED_SCHEMA)
+            windowed = plan.join.shape == "stream-stream"
+            if windowed:  # the watermark trails the stream time by the join's reach
+                reach = _join_reach(plan)
+                keyed = keyed.withWatermark("ts", f"{reach} milliseconds")
             output = keyed.groupBy("grp").transformWithStateInPandas(
                 statefulProcessor=_join_processor(spec),
                 outputStructType=OUTPUT_SCHEMA,
                 outputMode="Append",
-                timeMode="None",
+                timeMode="EventTime" if windowed else "None",
             )
         elif plan.aggregation is None:
             output = frame.mapInArrow(lambda batches: run_stateless(spec, batches), OUTPUT_SCHEMA)
@@ -645,6 +683,15 @@ class SparkQueries:
             if self.session is not None:
                 self.session.stop()
                 self.session = None
+
+
+def _join_reach(plan: QueryPlan) -> int:
+    from strom.ksql.operators import DEFAULT_GRACE_MS
+
+    join = plan.join
+    assert join is not None
+    grace = DEFAULT_GRACE_MS if join.grace_ms is None else join.grace_ms
+    return join.before_ms + join.after_ms + grace
 
 
 def _grace_ms(plan: QueryPlan) -> int:
