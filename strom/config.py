@@ -419,6 +419,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("share.coordinator.state.topic.num.partitions", "int", 50, minimum=1),
         ConfigDef("share.coordinator.state.topic.replication.factor", "int", 3, minimum=1),
         ConfigDef("share.coordinator.state.topic.segment.bytes", "int", 104857600, minimum=14),
+        ConfigDef("share.coordinator.write.timeout.ms", "int", 5000, minimum=1),
         ConfigDef("max.open.segment.files", "int", 512, minimum=16),
         # KRaft: roles, the metadata quorum and the listeners that reach it.
         ConfigDef("process.roles", "list", ["broker", "controller"]),

@@ -12,6 +12,11 @@ that keeps its state in ``__share_group_state``.
 - ReadShareGroupStateSummary (87), versions 0-1: start offset, epochs and how many
   offsets past the start are delivery complete.
 
+A write (Initialize, Write) is answered once it is durable: the high watermark
+of the state partition passed it (REQUEST_TIMED_OUT after
+share.coordinator.write.timeout.ms, COORDINATOR_NOT_AVAILABLE when leadership moved
+meanwhile or the write could not be made).
+
 A key (group, topic id, partition) is served by the leader of its state partition
 (share_state.py says which); elsewhere NOT_COORDINATOR. Nodes send these to each other:
 CLUSTER_ACTION on the cluster is needed (CLUSTER_AUTHORIZATION_FAILED). The client side
@@ -26,6 +31,7 @@ from typing import Any
 
 from strom.broker import authz
 from strom.broker.router import RequestContext, handles
+from strom.coordinator.internal_log import Appended
 from strom.coordinator.share_partition import StateBatch
 from strom.coordinator.share_state import ShareKey, ShareState, ShareStateStore
 from strom.protocol.errors import ErrorCode
@@ -45,16 +51,18 @@ def _answer(
     partition_type_name: str,
     serve: Callable[[ShareKey, Any], dict[str, Any]],
 ) -> Any:
-    """Each partition of the request answered by ``serve`` (its extra fields), after
-    the checks every share coordinator RPC makes."""
+    """Each partition of the request answered by ``serve`` (its extra fields; an
+    ``appended`` one is a write, answered once durable), after the checks every share
+    coordinator RPC makes."""
     response_type = ctx.response_type
     result_type = nested(response_type, result_type_name)
     partition_type = nested(response_type, partition_type_name)
     allowed = authz.node_request_allowed(ctx)
     store = _store(ctx)
-    results = []
+    answers: list[tuple[Any, list[dict[str, Any]]]] = []
+    writes: list[tuple[dict[str, Any], Appended]] = []
     for topic in request.topics:
-        partitions = []
+        partitions: list[dict[str, Any]] = []
         for part in topic.partitions:
             key = ShareKey(request.group_id, topic.topic_id, part.partition)
             if not allowed:
@@ -74,17 +82,50 @@ def _answer(
                 if "error_code" in extra:
                     error = extra.pop("error_code")
                     message = extra.pop("error_message", None)
-            partitions.append(
+            fields = {
+                "partition": part.partition,
+                "error_code": error,
+                "error_message": message,
+                **extra,
+            }
+            appended = fields.pop("appended", None)
+            if appended is not None and appended.replicated:
+                writes.append((fields, appended))
+            partitions.append(fields)
+        answers.append((topic.topic_id, partitions))
+
+    def response() -> Any:
+        return build(
+            response_type,
+            results=tuple(
                 build(
-                    partition_type,
-                    partition=part.partition,
-                    error_code=error,
-                    error_message=message,
-                    **extra,
+                    result_type,
+                    topic_id=topic_id,
+                    partitions=tuple(build(partition_type, **f) for f in fields),
                 )
-            )
-        results.append(build(result_type, topic_id=topic.topic_id, partitions=tuple(partitions)))
-    return build(response_type, results=tuple(results))
+                for topic_id, fields in answers
+            ),
+        )
+
+    if not writes:
+        return response()
+    return _after_durable(ctx, writes, response)
+
+
+async def _after_durable(
+    ctx: RequestContext,
+    writes: list[tuple[dict[str, Any], Appended]],
+    response: Callable[[], Any],
+) -> Any:
+    from strom.broker.share_groups import service_of
+
+    service = service_of(ctx.broker)
+    for fields, appended in writes:
+        error = await service.wait_durable(appended)
+        if error != ErrorCode.none:
+            fields["error_code"] = error
+            fields["error_message"] = "The share state write is not durable."
+    return response()
 
 
 def _defaults(partition_type: type) -> dict[str, Any]:
@@ -119,7 +160,8 @@ def handle_initialize_share_group_state(ctx: RequestContext, request: Any) -> An
 
     def serve(key: ShareKey, part: Any) -> dict[str, Any]:
         state = ShareState(part.start_offset, [], state_epoch=part.state_epoch)
-        return {} if store.write(key, state, _now()) else _write_failed()
+        appended = store.write(key, state, _now())
+        return {"appended": appended} if appended is not None else _write_failed()
 
     return _answer(ctx, request, "InitializeStateResult", "PartitionResult", serve)
 
@@ -160,10 +202,10 @@ def handle_write_share_group_state(ctx: RequestContext, request: Any) -> Any:
             StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
             for b in part.state_batches
         ]
-        written = store.merge(
+        appended = store.merge(
             key, part.start_offset, batches, _now(), leader_epoch=part.leader_epoch
         )
-        return {} if written else _write_failed()
+        return {"appended": appended} if appended is not None else _write_failed()
 
     return _answer(ctx, request, "WriteStateResult", "PartitionResult", serve)
 

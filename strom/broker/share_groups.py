@@ -73,6 +73,7 @@ from strom.broker.groups import client_host
 from strom.broker.peer_client import PeerError, PeerPool
 from strom.broker.router import RequestContext, handles
 from strom.config import parse_iso_duration_ms
+from strom.coordinator.internal_log import Appended
 from strom.coordinator.share_group import ShareGroup, ShareHeartbeat, ShareHeartbeatResult
 from strom.coordinator.share_partition import SharePartition, StateBatch
 from strom.coordinator.share_state import (
@@ -120,6 +121,10 @@ class _Held:
     timer_at: int | None = None
 
 
+Durable = int | asyncio.Future[int]
+"""A state write's outcome: its error code, or a future of it until it is durable."""
+
+
 class ShareService:
     """This node's share-partitions (those of the partitions it leads), share sessions
     and lock timers; the store of their durable state."""
@@ -134,7 +139,8 @@ class ShareService:
         self.peers = PeerPool(f"strom-share-{broker.node_id}", broker.inter_broker_security)
         # States read from other nodes, waiting for their share-partition to be built.
         self._remote_states: dict[ShareKey, ShareState | None] = {}
-        self._pending_writes: dict[ShareKey, ShareState] = {}
+        # The next state to send per key, with the acknowledgements waiting for it.
+        self._pending_writes: dict[ShareKey, tuple[ShareState, list[asyncio.Future[int]]]] = {}
         self._writers: dict[ShareKey, asyncio.Task[None]] = {}
         coordinator = broker.coordinator
         coordinator.share_member_gone = self.member_gone
@@ -206,16 +212,44 @@ class ShareService:
             return int(found[0]) if found is not None else int(partition_log.high_watermark)
         return int(partition_log.high_watermark)
 
-    def persist(self, held: _Held) -> None:
+    def persist(self, held: _Held, *, durable: bool = False) -> Durable:
+        """Write the share-partition's state if it changed. With ``durable`` the answer
+        says when the write is durable: an error code at once (NONE: nothing to write,
+        or a write no follower has to copy), else a future of the error code: the local
+        append's high watermark awaited, or another node's WriteShareGroupState
+        answered. A failed write leaves the state to write again."""
         sp = held.partition
         if not sp.dirty:
-            return
+            return ErrorCode.none
         state = ShareState(sp.start_offset, sp.durable_state())
-        if self.store.topic_exists() and not self.store.leads(held.key):
-            self._write_remote(held.key, state)
-        else:
-            self.store.write(held.key, state, self.now_ms())
         sp.mark_stored()
+        if self.store.topic_exists() and not self.store.leads(held.key):
+            return self._write_remote(held.key, state, durable=durable)
+        appended = self.store.write(held.key, state, self.now_ms())
+        if appended is None:
+            sp.dirty = True
+            return ErrorCode.coordinator_not_available
+        if not durable or not appended.replicated:
+            return ErrorCode.none
+        return asyncio.ensure_future(self.wait_durable(appended))
+
+    async def wait_durable(self, appended: Appended) -> int:
+        """NONE once the high watermark of ``__share_group_state`` passed a local
+        append (still led in its epoch); COORDINATOR_NOT_AVAILABLE when leadership moved
+        or the ISR shrank below min.insync.replicas, REQUEST_TIMED_OUT after
+        share.coordinator.write.timeout.ms."""
+        timeout_s = int(self.broker.config["share.coordinator.write.timeout.ms"]) / 1000
+        replicas = self.broker.replicas
+        key = (SHARE_STATE_TOPIC, appended.partition)
+        deadline = time.monotonic() + timeout_s
+        replicated = await replicas.wait_for_high_watermark(
+            key, appended.end_offset, appended.leader_epoch, timeout_s
+        )
+        if replicated:
+            return ErrorCode.none
+        if time.monotonic() >= deadline:
+            return ErrorCode.request_timed_out
+        return ErrorCode.coordinator_not_available
 
     # The share coordinator on other nodes ------------------------------------------
 
@@ -292,16 +326,24 @@ class ShareService:
                     )
                 )
 
-    def _write_remote(self, key: ShareKey, state: ShareState) -> None:
+    def _write_remote(self, key: ShareKey, state: ShareState, *, durable: bool) -> Durable:
         """Send the state to the node that keeps it (WriteShareGroupState), in order:
-        one write per key at a time, the latest state next."""
-        self._pending_writes[key] = state
+        one write per key at a time, the latest state next (a snapshot holds every
+        change before it, so a write waiting for an older state waits for it)."""
+        loop = asyncio.get_running_loop()
+        _, waiters = self._pending_writes.get(key, (state, []))
+        waiter: asyncio.Future[int] | None = loop.create_future() if durable else None
+        if waiter is not None:
+            waiters.append(waiter)
+        self._pending_writes[key] = (state, waiters)
         if key not in self._writers:
-            self._writers[key] = asyncio.get_running_loop().create_task(self._drain(key))
+            self._writers[key] = loop.create_task(self._drain(key))
+        return waiter if waiter is not None else ErrorCode.none
 
     async def _drain(self, key: ShareKey) -> None:
         try:
-            while (state := self._pending_writes.pop(key, None)) is not None:
+            while (pending := self._pending_writes.pop(key, None)) is not None:
+                state, waiters = pending
                 body = build(
                     write_state.WriteShareGroupStateRequest,
                     group_id=key.group_id,
@@ -331,13 +373,25 @@ class ShareService:
                         ),
                     ),
                 )
-                response = await self._call(self.store.leader_of(key), body)
+                try:
+                    response = await self._call(self.store.leader_of(key), body)
+                except BaseException:
+                    for waiter in waiters:
+                        if not waiter.done():
+                            waiter.set_result(ErrorCode.coordinator_not_available)
+                    raise
                 error = (
                     ErrorCode.coordinator_not_available
                     if response is None
                     else response.results[0].partitions[0].error_code
                 )
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(error)
                 if error != ErrorCode.none:
+                    held = self.held.get(key)
+                    if held is not None:
+                        held.partition.dirty = True  # written again at the next change
                     log.warning(
                         "share state of %s-%d for group %s not written: %s",
                         key.topic_id,
@@ -390,12 +444,14 @@ class ShareService:
             self.broker.purgatory.notify(held.topic, key.partition)
         self.arm(held)
 
-    def released(self, held: _Held) -> None:
-        """Records of this share-partition may have become available: wake fetches."""
-        self.persist(held)
+    def released(self, held: _Held, *, durable: bool = False) -> Durable:
+        """Records of this share-partition may have become available: wake fetches.
+        The state is written (``persist``: its durability with ``durable``)."""
+        outcome = self.persist(held, durable=durable)
         if held.partition.has_available():
             self.broker.purgatory.notify(held.topic, held.key.partition)
         self.arm(held)
+        return outcome
 
     def member_gone(self, group_id: str, member_id: str) -> None:
         self.sessions.pop((group_id, member_id), None)
@@ -742,8 +798,9 @@ def _acknowledge(
     member_id: str,
     topics: Iterable[Any],
     denied: set[str],
-) -> dict[tuple[uuid.UUID, int], ErrorCode]:
-    """Apply acknowledgement batches; the error per partition."""
+) -> tuple[dict[tuple[uuid.UUID, int], ErrorCode], dict[tuple[uuid.UUID, int], Durable]]:
+    """Apply acknowledgement batches: the error per partition, and for the partitions
+    whose state changed, its write (answered for only once durable: ``_durable``)."""
     service = service_of(ctx.broker)
     now = service.now_ms()
     results: dict[tuple[uuid.UUID, int], ErrorCode] = {}
@@ -779,9 +836,41 @@ def _acknowledge(
                     if found != ErrorCode.none:
                         error = found
             results[tp] = error if error is not None else ErrorCode.unknown_server_error
+    writes: dict[tuple[uuid.UUID, int], Durable] = {}
     for held in touched.values():
-        service.released(held)
-    return results
+        writes[(held.key.topic_id, held.key.partition)] = service.released(held, durable=True)
+    return results, writes
+
+
+def _pending(writes: dict[tuple[uuid.UUID, int], Durable]) -> bool:
+    return any(not isinstance(w, int) for w in writes.values())
+
+
+def _settled(
+    acks: dict[tuple[uuid.UUID, int], ErrorCode], outcomes: dict[tuple[uuid.UUID, int], int]
+) -> dict[tuple[uuid.UUID, int], ErrorCode]:
+    """The acknowledgements' errors given their writes' outcomes: a partition whose
+    state write failed answers the write's error."""
+    out = dict(acks)
+    for tp, error in outcomes.items():
+        if error != ErrorCode.none and out.get(tp) == ErrorCode.none:
+            out[tp] = ErrorCode(error)
+    return out
+
+
+def _settled_now(
+    acks: dict[tuple[uuid.UUID, int], ErrorCode], writes: dict[tuple[uuid.UUID, int], Durable]
+) -> dict[tuple[uuid.UUID, int], ErrorCode]:
+    return _settled(acks, {tp: w for tp, w in writes.items() if isinstance(w, int)})
+
+
+async def _durable(
+    acks: dict[tuple[uuid.UUID, int], ErrorCode],
+    writes: dict[tuple[uuid.UUID, int], Durable],
+) -> dict[tuple[uuid.UUID, int], ErrorCode]:
+    """``_settled`` once every state write is durable (or failed)."""
+    outcomes = {tp: w if isinstance(w, int) else await w for tp, w in writes.items()}
+    return _settled(acks, outcomes)
 
 
 def _denied_topics(ctx: RequestContext, topic_ids: Iterable[uuid.UUID | None]) -> set[str]:
@@ -875,12 +964,38 @@ async def _after_remote_reads(
 
 
 def _share_fetch(ctx: RequestContext, request: Any, session: ShareSession) -> Any:
-    service = service_of(ctx.broker)
-    epoch = request.share_session_epoch
     denied = _denied_topics(
         ctx, [t for t, _ in session.partitions] + [t.topic_id for t in request.topics]
     )
-    acks = _acknowledge(ctx, request.group_id, request.member_id, request.topics, denied)
+    acks, writes = _acknowledge(ctx, request.group_id, request.member_id, request.topics, denied)
+    if _pending(writes):
+        return _fetch_after_durable(ctx, request, session, denied, acks, writes)
+    return _fetch_after_acks(ctx, request, session, denied, _settled_now(acks, writes))
+
+
+async def _fetch_after_durable(
+    ctx: RequestContext,
+    request: Any,
+    session: ShareSession,
+    denied: set[str],
+    acks: dict[tuple[uuid.UUID, int], ErrorCode],
+    writes: dict[tuple[uuid.UUID, int], Durable],
+) -> Any:
+    settled = await _durable(acks, writes)
+    result = _fetch_after_acks(ctx, request, session, denied, settled)
+    return await result if asyncio.iscoroutine(result) else result
+
+
+def _fetch_after_acks(
+    ctx: RequestContext,
+    request: Any,
+    session: ShareSession,
+    denied: set[str],
+    acks: dict[tuple[uuid.UUID, int], ErrorCode],
+) -> Any:
+    """The fetch of a ShareFetch whose acknowledgements are durable (or failed)."""
+    service = service_of(ctx.broker)
+    epoch = request.share_session_epoch
     if epoch == FINAL_EPOCH:
         service.sessions.pop((request.group_id, request.member_id), None)
         service.member_gone(request.group_id, request.member_id)
@@ -1097,9 +1212,6 @@ def _fetch_response(
 @handles(79, 1, 2)
 def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
-    topic_type = nested(response_type, "ShareAcknowledgeTopicResponse")
-    partition_type = nested(response_type, "PartitionData")
-    leader_type = nested(response_type, "LeaderIdAndEpoch")
 
     def top_level(error: ErrorCode, message: str | None) -> Any:
         return build(
@@ -1121,10 +1233,31 @@ def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
     if step.error != ErrorCode.none:
         return top_level(step.error, step.message)
     denied = _denied_topics(ctx, [t.topic_id for t in request.topics])
-    acks = _acknowledge(ctx, request.group_id, request.member_id, request.topics, denied)
+    acks, writes = _acknowledge(ctx, request.group_id, request.member_id, request.topics, denied)
     if epoch == FINAL_EPOCH:
         service.sessions.pop((request.group_id, request.member_id), None)
         service.member_gone(request.group_id, request.member_id)
+    if _pending(writes):
+        return _acknowledge_after_durable(ctx, request, acks, writes)
+    return _acknowledge_response(ctx, request, _settled_now(acks, writes))
+
+
+async def _acknowledge_after_durable(
+    ctx: RequestContext,
+    request: Any,
+    acks: dict[tuple[uuid.UUID, int], ErrorCode],
+    writes: dict[tuple[uuid.UUID, int], Durable],
+) -> Any:
+    return _acknowledge_response(ctx, request, await _durable(acks, writes))
+
+
+def _acknowledge_response(
+    ctx: RequestContext, request: Any, acks: dict[tuple[uuid.UUID, int], ErrorCode]
+) -> Any:
+    response_type = ctx.response_type
+    topic_type = nested(response_type, "ShareAcknowledgeTopicResponse")
+    partition_type = nested(response_type, "PartitionData")
+    leader_type = nested(response_type, "LeaderIdAndEpoch")
     by_topic: dict[uuid.UUID, list[Any]] = {}
     for (topic_id, partition), error in acks.items():
         by_topic.setdefault(topic_id, []).append(

@@ -18,10 +18,12 @@ in partition abs(hashCode("group:topicId:partition")) % partitions, as in Kafka.
 
 Strom writes a whole ShareSnapshot whenever a share-partition's durable state changed
 (acknowledgements, releases, archiving, the window moving; not an acquisition), through
-the leader's one append path, as the group coordinator writes ``__consumer_offsets``;
-it reads Snapshot and Update records back (an Update applied over the Snapshot before
-it). A state partition is replayed once, when one of its keys is first needed on the
-node that leads it, and kept. This store is the share coordinator's storage: the node
+the leader's one append path, as the group coordinator writes ``__consumer_offsets``
+(a write says where it landed: the caller waits for the high watermark to pass it
+before it answers for the write, as offset commits do); it reads Snapshot and Update
+records back (an Update applied over the Snapshot before it). A state partition is
+replayed once, when one of its keys is first needed on the node that leads it, and
+kept. This store is the share coordinator's storage: the node
 leading a key's state partition reads and writes it here, for itself (the share-
 partition's leader is often that node) or for other nodes through the share
 coordinator's RPCs (strom/broker/share_coordinator.py).
@@ -36,7 +38,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from strom.coordinator.internal_log import AppendToLeader, append_records, replay_batches
+from strom.coordinator.internal_log import (
+    Appended,
+    AppendToLeader,
+    append_records,
+    replay_batches,
+)
 from strom.coordinator.offsets_topic import partition_for
 from strom.coordinator.share_partition import StateBatch
 from strom.protocol.records import decode_records
@@ -380,9 +387,10 @@ class ShareStateStore:
         now_ms: int,
         *,
         leader_epoch: int = -1,
-    ) -> bool:
+    ) -> Appended | None:
         """WriteShareGroupState's meaning: the given batches replace the states of their
-        offsets, the start offset moves unless -1; written as a whole snapshot."""
+        offsets, the start offset moves unless -1; written as a whole snapshot (where it
+        landed, as ``write`` says)."""
         current = self.read(key)
         state = ShareState(start_offset if start_offset >= 0 else 0)
         if current is not None:
@@ -405,10 +413,12 @@ class ShareStateStore:
             return None
         return self._partition_states(state_partition_for(key, self.partitions)).get(key)
 
-    def write(self, key: ShareKey, state: ShareState, now_ms: int) -> bool:
-        """Write the state as a snapshot; False when it could not be (kept in memory)."""
+    def write(self, key: ShareKey, state: ShareState, now_ms: int) -> Appended | None:
+        """Write the state as a snapshot: where it landed (durable once the partition's
+        high watermark passes it, which the caller awaits), None when it could not be
+        written (no state topic, not led here, the append refused)."""
         if not self.topic_exists():
-            return False
+            return None
         partition = state_partition_for(key, self.partitions)
         states = self._partition_states(partition)
         if key in states:
@@ -456,24 +466,24 @@ class ShareStateStore:
         now_ms: int,
         key: ShareKey | None,
         state: ShareState | None,
-    ) -> bool:
+    ) -> Appended | None:
         if not self.controller.leads(SHARE_STATE_TOPIC, partition):
             if not self._warned:
                 log.warning(
-                    "%s-%d is led by another node: share-partition state is kept in memory "
-                    "only (the share coordinator RPCs are not served yet)",
+                    "%s-%d is not led here: a share-partition state was not written "
+                    "(the writer is told so and answers an error)",
                     SHARE_STATE_TOPIC,
                     partition,
                 )
                 self._warned = True
-            return False
+            return None
         try:
-            append_records(self.append, SHARE_STATE_TOPIC, partition, records, now_ms)
+            appended = append_records(self.append, SHARE_STATE_TOPIC, partition, records, now_ms)
         except OSError:
             log.exception(
                 "could not write share-partition state to %s-%d", SHARE_STATE_TOPIC, partition
             )
-            return False
+            return None
         if key is not None and state is not None:
             self._partition_states(partition)[key] = ShareState(
                 state.start_offset,
@@ -483,5 +493,4 @@ class ShareStateStore:
                 state.leader_epoch,
                 state.create_timestamp,
             )
-        return True
-
+        return appended
