@@ -28,8 +28,8 @@ Its locks expire on a timer of the event loop (``share.record.lock.duration.ms``
 the broker's group.share.record.lock.duration.ms). Its delivery state is kept in
 ``__share_group_state`` (strom/coordinator/share_state.py) by the leader of the key's
 state partition, the share coordinator: written after each request that changed it
-(directly when this node is that leader, else with WriteShareGroupState, in order, not
-waited for), and read when the share-partition is first needed here (ReadShareGroupState
+(directly when this node is that leader, else with WriteShareGroupState, in order), and
+read when the share-partition is first needed here (ReadShareGroupState
 from another node, which a ShareFetch awaits).
 
 Gated by ``group.share.enable`` (on by default): when off every share API answers
@@ -39,8 +39,15 @@ it: READ on the group for heartbeats, fetches and acknowledgements
 (TOPIC_AUTHORIZATION_FAILED), DESCRIBE on the group to describe it or its offsets,
 DELETE / ALTER for the offsets' admin calls.
 
-Differences from Kafka: an acknowledgement is answered before its state write reached
-another node's share coordinator (Kafka waits for it); there is no state epoch fencing
+An acknowledgement (ShareAcknowledge, or a ShareFetch carrying some) is answered once
+its state write is durable: the local append replicated (its high watermark passed), or
+the remote share coordinator's WriteShareGroupState answered (after its own append was
+replicated); a failed write answers its error for the partition (COORDINATOR_NOT_
+AVAILABLE, NOT_COORDINATOR, REQUEST_TIMED_OUT after share.coordinator.write.timeout.ms)
+and the state is written again with the next change.
+
+Differences from Kafka: a failed state write does not roll the acknowledgement back in
+memory (the next write carries it); there is no state epoch fencing
 (AlterShareGroupOffsets resets a share-partition held on this node, or the stored state
 when this node keeps it; else COORDINATOR_NOT_AVAILABLE); DescribeShareGroupOffsets
 knows the share-partitions held or stored here; share group membership is not stored
