@@ -454,7 +454,7 @@ class Operators:
         """The stream time at which the next window of ``state`` closes."""
         if self.window is None or not state:
             return None
-        return min(slot["end"] for slot in state.values()) + self._grace()
+        return int(min(slot["end"] for slot in state.values())) + self._grace()
 
 
 class TableRegrouping:

@@ -222,7 +222,7 @@ def transform(
     """``expression`` with each node for which ``replace(node, bound)`` gives a value
     replaced by it (top-down; replaced nodes are not descended into)."""
     found = replace(expression, bound)
-    if found is not None:
+    if isinstance(found, ex.Expression):
         return found
     if isinstance(expression, ex.Lambda):
         inner = bound | frozenset(expression.parameters)

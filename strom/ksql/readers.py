@@ -351,7 +351,7 @@ class SideReader:
         return _fields(_avro_plain(decoded), self.columns, self.alone)
 
     def _read_protobuf(self, data: bytes) -> dict[str, Any]:
-        from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
+        from google.protobuf.json_format import MessageToDict
 
         if self._proto is None:
             from strom.ksql.registry_formats import _ProtoMessages
@@ -543,9 +543,12 @@ class RecordWriter:
             return self._registry_bytes("value", sink.value_columns, row)
         return formats.value_bytes(sink, row)
 
-    def _registry_bytes(self, side: str, columns: tuple[Column, ...], row: dict[str, Any]) -> Any:
+    def _registry_bytes(
+        self, side: str, columns: tuple[Column, ...], row: dict[str, Any]
+    ) -> bytes | None:
         if self.registry is None:
             raise KsqlStatementError(
                 "The AVRO, PROTOBUF and JSON_SR formats need 'ksql.schema.registry.url'"
             )
-        return self.registry.serialize(self.sink, side, columns, row)
+        data: bytes | None = self.registry.serialize(self.sink, side, columns, row)
+        return data

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger(__name__)
 
@@ -300,7 +300,7 @@ def _join_processor(spec: QuerySpec) -> Any:
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
     from pyspark.sql.types import BinaryType, StructField, StructType
 
-    class JoinProcessor(StatefulProcessor):  # type: ignore[misc]
+    class JoinProcessor(StatefulProcessor):
         def init(self, handle: Any) -> None:
             schema = StructType([StructField("row", BinaryType())])
             self.handle = handle
@@ -377,7 +377,7 @@ def _regroup_processor(spec: QuerySpec) -> Any:
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
     from pyspark.sql.types import BinaryType, StructField, StructType
 
-    class RegroupProcessor(StatefulProcessor):  # type: ignore[misc]
+    class RegroupProcessor(StatefulProcessor):
         def init(self, handle: Any) -> None:
             self.state = handle.getValueState(
                 "previous", StructType([StructField("row", BinaryType())])
@@ -434,7 +434,7 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
     from pyspark.sql.types import BinaryType, StructField, StructType
 
-    class AggregateProcessor(StatefulProcessor):  # type: ignore[misc]
+    class AggregateProcessor(StatefulProcessor):
         """One group's windows and accumulators in Spark's state store."""
 
         def init(self, handle: Any) -> None:
