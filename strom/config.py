@@ -1664,11 +1664,16 @@ def group_config_values(
 
 
 def validate_group_configs(
-    configs: Mapping[str, str | None], broker: BrokerConfig | None = None
+    configs: Mapping[str, str | None],
+    broker: BrokerConfig | None = None,
+    *,
+    check_bounds: bool = True,
 ) -> dict[str, Any]:
     """Check a group's overrides as Kafka does: known names, values of their type, within
-    the broker's bounds (when ``broker`` is given), a session timeout above the
-    heartbeat interval. Raises ConfigError."""
+    the broker's bounds (when ``broker`` is given; Kafka's default bounds of the share
+    configs otherwise, unless ``check_bounds`` is off: the controller, after the
+    receiving broker checked its own), a session timeout above the heartbeat interval.
+    Raises ConfigError."""
     overrides: dict[str, str] = {}
     for key, raw in configs.items():
         if key not in GROUP_CONFIGS:
@@ -1677,8 +1682,8 @@ def validate_group_configs(
             raise ConfigError(f"Null value not supported for group configs: {key}")
         overrides[key] = raw
     values = {k: v for k, (v, _) in group_config_values(broker, overrides).items()}
-    bounds = dict(_SHARE_BOUNDS)
-    if broker is not None:
+    bounds = dict(_SHARE_BOUNDS) if check_bounds else {}
+    if broker is not None and check_bounds:
         for key, (low_name, high_name) in _BOUND_NAMES.items():
             if key.startswith("share."):
                 bounds[key] = (broker[low_name], broker[high_name])
