@@ -12,9 +12,12 @@ Owns:
   (the Prometheus JMX exporter's usual names for Kafka's MBeans, and kafka_exporter's
   for consumer lag) from those counters and from what the node holds: partitions it
   leads and their ISR, its logs, its connections, purgatory waiters, the active
-  controller's view of the cluster, and the committed offsets of the groups it
-  coordinates. Quantiles of request times come from the histogram, whose counts halve
-  every minute so that they follow recent traffic, as Kafka's decaying histograms do.
+  controller's view of the cluster, the committed offsets of the groups it
+  coordinates, and its share groups (kafka_exporter-style ``kafka_sharegroup_*``:
+  members, and start offset and lag of each share-partition whose topic partition it
+  leads; records acknowledged by type, as Kafka's share-group-metrics count them).
+  Quantiles of request times come from the histogram, whose counts halve every minute
+  so that they follow recent traffic, as Kafka's decaying histograms do.
 
 Does not own the HTTP listener (``admin_http``) or the text format
 (``prometheus_client``).
@@ -201,6 +204,7 @@ class KafkaCollector(Collector):
         yield from self._network_metrics()
         yield from self._controller_metrics()
         yield from self._lag_metrics()
+        yield from self._share_group_metrics()
         yield from self._loop_metrics()
 
     # kafka.server:type=BrokerTopicMetrics ---------------------------------------------
@@ -454,6 +458,45 @@ class KafkaCollector(Collector):
         yield committed
         yield lag
         yield members
+
+    # share groups (KIP-932) -------------------------------------------------------------
+
+    def _share_group_metrics(self) -> Iterator[Metric]:
+        from strom.broker.share_groups import service_of
+        from strom.coordinator.share_group import ShareGroup
+
+        service = service_of(self.broker)
+        start = _family(
+            "kafka_sharegroup_start_offset",
+            "Start offset of a share-partition (the first record not yet finished with)",
+            "gauge",
+        )
+        lag = _family(
+            "kafka_sharegroup_lag",
+            "Records of a share-partition not yet finished with (high watermark - start - "
+            "finished past the start)",
+            "gauge",
+        )
+        for group_id, topic, partition, offset, behind in service.held_lags():
+            labels = {"sharegroup": group_id, "topic": topic, "partition": str(partition)}
+            start.add_sample("kafka_sharegroup_start_offset", labels, float(offset))
+            lag.add_sample("kafka_sharegroup_lag", labels, float(behind))
+        members = _family("kafka_sharegroup_members", "Members of a share group", "gauge")
+        for group in self.broker.coordinator.list_groups():
+            if isinstance(group, ShareGroup):
+                members.add_sample(
+                    "kafka_sharegroup_members",
+                    {"sharegroup": group.group_id},
+                    float(len(group.members)),
+                )
+        name = "kafka_server_sharegroupmetrics_recordacknowledgement"
+        acknowledged = _family(name, "Records acknowledged by share consumers, by type", "counter")
+        for kind, count in service.acknowledged_records.items():
+            acknowledged.add_sample(f"{name}_total", {"acktype": kind}, float(count))
+        yield start
+        yield lag
+        yield members
+        yield acknowledged
 
     # the event loop -------------------------------------------------------------------
 

@@ -149,6 +149,8 @@ class ShareService:
         # The next state to send per key, with the acknowledgements waiting for it.
         self._pending_writes: dict[ShareKey, tuple[ShareState, list[asyncio.Future[int]]]] = {}
         self._writers: dict[ShareKey, asyncio.Task[None]] = {}
+        # Records acknowledged here by type (Accept, Release, Reject), for /metrics.
+        self.acknowledged_records: dict[str, int] = {"Accept": 0, "Release": 0, "Reject": 0}
         coordinator = broker.coordinator
         coordinator.share_member_gone = self.member_gone
         coordinator.share_group_deleted = self.group_deleted
@@ -475,6 +477,52 @@ class ShareService:
         self.store.delete([k for k in keys if self.store.leads(k)], self.now_ms())
         for session_key in [s for s in self.sessions if s[0] == group_id]:
             del self.sessions[session_key]
+
+    def count_acknowledged(self, first: int, last: int, types: list[int]) -> None:
+        """Count an acknowledgement batch's records by type (gaps are not records)."""
+        names = {1: "Accept", 2: "Release", 3: "Reject"}
+        if len(types) == 1:
+            name = names.get(types[0])
+            if name is not None:
+                self.acknowledged_records[name] += last - first + 1
+            return
+        for kind in types:
+            name = names.get(kind)
+            if name is not None:
+                self.acknowledged_records[name] += 1
+
+    def lag_of(self, key: ShareKey, name: str, start: int) -> int:
+        """Records from the start offset to the high watermark not yet finished with
+        (-1: no log of the partition here)."""
+        partition_log = self.broker.state.partition_log(name, key.partition)
+        if partition_log is None:
+            return -1
+        held = self.held.get(key)
+        if held is not None:
+            finished = held.partition.finished_in_window()
+        else:
+            stored = self.store.read(key)
+            finished = (
+                0
+                if stored is None
+                else sum(
+                    b.last_offset - b.first_offset + 1 for b in stored.batches if b.state in (2, 4)
+                )
+            )
+        return max(int(partition_log.high_watermark) - start - finished, 0)
+
+    def held_lags(self) -> list[tuple[str, str, int, int, int]]:
+        """(group, topic, partition, start offset, lag) of each share-partition held
+        here (this node leads its topic partition), for /metrics."""
+        rows = []
+        for key, held in sorted(self.held.items(), key=lambda kv: (kv[0].group_id, kv[1].topic)):
+            if not self.broker.state.leads(held.topic, key.partition):
+                continue
+            start = held.partition.start_offset
+            lag = self.lag_of(key, held.topic, start)
+            if lag >= 0:
+                rows.append((key.group_id, held.topic, key.partition, start, lag))
+        return rows
 
     def stored_start(self, key: ShareKey) -> int | None:
         held = self.held.get(key)
@@ -833,15 +881,14 @@ def _acknowledge(
                 touched[held.key] = held
                 error = ErrorCode.none
                 for batch in batches:
+                    types = list(batch.acknowledge_types)
                     found = held.partition.acknowledge(
-                        member_id,
-                        batch.first_offset,
-                        batch.last_offset,
-                        list(batch.acknowledge_types),
-                        now,
+                        member_id, batch.first_offset, batch.last_offset, types, now
                     )
                     if found != ErrorCode.none:
                         error = found
+                    else:
+                        service.count_acknowledged(batch.first_offset, batch.last_offset, types)
             results[tp] = error if error is not None else ErrorCode.unknown_server_error
     writes: dict[tuple[uuid.UUID, int], Durable] = {}
     for held in touched.values():
@@ -1297,27 +1344,6 @@ def _topic_id_of(ctx: RequestContext, name: str) -> uuid.UUID | None:
     return view.topic_id if view is not None else None
 
 
-def _lag(ctx: RequestContext, key: ShareKey, name: str, start: int) -> int:
-    """Records from the start offset to the high watermark not yet finished with."""
-    partition_log = ctx.broker.state.partition_log(name, key.partition)
-    if partition_log is None:
-        return -1
-    service = service_of(ctx.broker)
-    held = service.held.get(key)
-    if held is not None:
-        finished = held.partition.finished_in_window()
-    else:
-        stored = service.store.read(key)
-        finished = (
-            0
-            if stored is None
-            else sum(
-                b.last_offset - b.first_offset + 1 for b in stored.batches if b.state in (2, 4)
-            )
-        )
-    return max(int(partition_log.high_watermark) - start - finished, 0)
-
-
 @handles(90, 0, 1)
 def handle_describe_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
@@ -1370,7 +1396,7 @@ def handle_describe_share_group_offsets(ctx: RequestContext, request: Any) -> An
                     key = ShareKey(group.group_id, topic_id, partition)
                     found = service.stored_start(key)
                     if found is not None:
-                        start, lag = found, _lag(ctx, key, name, found)
+                        start, lag = found, service.lag_of(key, name, found)
                 entries.append(
                     build(
                         partition_type,

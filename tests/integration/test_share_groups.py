@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -52,6 +54,7 @@ OVERRIDES = {
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     process = BrokerProcess(tmp_path_factory.mktemp("share") / "data", OVERRIDES)
+    process.overrides["admin.listeners"] = f"http://127.0.0.1:{process.extra_port('admin')}"
     process.start()
     yield process
     if process.alive():
@@ -454,3 +457,43 @@ def test_the_share_coordinator_rpcs_keep_a_state(broker: BrokerProcess) -> None:
         )
         assert deleted.results[0].partitions[0].error_code == ErrorCode.none
         assert read(client) == (-1, [])
+
+
+def _share_metrics(broker: BrokerProcess) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    url = f"http://127.0.0.1:{broker.ports['admin']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    samples = {}
+    for match in re.finditer(r"^(kafka_\w*share\w*)(?:\{(.*)\})? (\S+)$", text, re.MULTILINE):
+        labels = frozenset(re.findall(r'(\w+)="([^"]*)"', match.group(2) or ""))
+        samples[(match.group(1), labels)] = float(match.group(3))
+    return samples
+
+
+def test_metrics_show_a_share_groups_members_lag_and_acknowledgements(
+    broker: BrokerProcess,
+) -> None:
+    topic, group = _new_queue(broker, share_record_lock_duration_ms="30000")
+    _produce(broker.bootstrap, topic, [f"m{i}" for i in range(10)])
+    accepted = ("kafka_server_sharegroupmetrics_recordacknowledgement_total",
+                frozenset({("acktype", "Accept")}))  # fmt: skip
+    before = _share_metrics(broker).get(accepted, 0.0)
+    consumer = _consumer(broker.bootstrap, group, topic, explicit=True)
+    try:
+        got: list[object] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 10 and time.monotonic() < deadline:
+            got += [m for m in consumer.poll(0.5) if m.error() is None]
+        assert len(got) == 10
+        for message in got[:4]:
+            consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+        assert consumer.commit_sync(10)
+        labels = frozenset({("sharegroup", group), ("topic", topic), ("partition", "0")})
+        samples = _share_metrics(broker)
+        # Six records still held by the consumer: not finished with, so behind.
+        assert samples[("kafka_sharegroup_start_offset", labels)] == 4
+        assert samples[("kafka_sharegroup_lag", labels)] == 6
+        assert samples[("kafka_sharegroup_members", frozenset({("sharegroup", group)}))] == 1
+        assert samples[accepted] - before == 4
+    finally:
+        consumer.close()
