@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 from broker_process import BrokerProcess
+from cli_helpers import ok, one_line_error, table_rows, tool
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import (
     AdminClient,
@@ -497,3 +498,41 @@ def test_metrics_show_a_share_groups_members_lag_and_acknowledgements(
         assert samples[accepted] - before == 4
     finally:
         consumer.close()
+
+
+def test_the_share_groups_tool_lists_describes_resets_and_deletes(broker: BrokerProcess) -> None:
+    topic, group = _new_queue(broker, share_record_lock_duration_ms="30000")
+    _produce(broker.bootstrap, topic, [f"t{i}" for i in range(8)])
+    consumer = _consumer(broker.bootstrap, group, topic)
+    try:
+        assert len(_poll_values(consumer, 8, 20)) == 8
+        consumer.poll(0.5)  # accepts the eight (implicit acknowledgement)
+        listed = ok(tool(broker, "share-groups", "--list")).stdout.split()
+        assert group in listed
+        members = table_rows(
+            ok(tool(broker, "share-groups", "--describe", "--group", group, "--members")).stdout
+        )
+        assert [(r[0], r[4], r[5]) for r in members] == [(group, "1", f"{topic}:0")]
+        state = table_rows(
+            ok(tool(broker, "share-groups", "--describe", "--group", group, "--state")).stdout
+        )
+        assert (state[0][0], state[0][2], state[0][5]) == (group, "Stable", "1")
+    finally:
+        consumer.close()
+    wait_until(lambda: _start_offset(broker, group, topic) == (8, 0), 10, "all accepted")
+    offsets = table_rows(ok(tool(broker, "share-groups", "--describe", "--group", group)).stdout)
+    assert offsets == [[group, topic, "0", "8", "0"]]
+    plan = ok(
+        tool(broker, "share-groups", "--reset-offsets", "--group", group, "--topic", topic,
+             "--to-offset", "3", "--execute", "--output", "json")
+    )  # fmt: skip
+    assert json.loads(plan.stdout) == [
+        {"group": group, "topic": topic, "partition": 0, "new_offset": 3}
+    ]
+    assert _start_offset(broker, group, topic) == (3, 5)  # five to read again
+    deleted = ok(tool(broker, "share-groups", "--delete", "--group", group)).stdout
+    assert table_rows(deleted) == [[group, "Deleted"]]
+    error = one_line_error(
+        tool(broker, "share-groups", "--reset-offsets", "--group", group, "--to-earliest")
+    )
+    assert "--topic or --all-topics" in error
