@@ -4,9 +4,10 @@ with it (Connect workers share their work through Kafka's group protocol instead
 ``strom.connect.group_member``).
 
 Every instance joins the group (``strom-schema-registry`` for the registry) subscribed to
-a one-partition topic (``_schemas``), its client id carrying the URL it serves; the member the group assigns the
-partition to is the primary. A secondary learns the primary's URL from the group's
-description (DescribeGroups) and forwards every change to it, so one writer decides.
+a one-partition topic (``_schemas``), its client id carrying the URL it serves; the
+member the group assigns the partition to is the primary. A secondary learns the
+primary's URL from the group's description (DescribeGroups) and forwards every change to
+it, so one writer decides.
 When the primary goes, the group gives the partition to another member within the
 session timeout. ``on_change`` is called (on the election's thread) when this instance
 becomes primary or stops being it.
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConsumerGroupDescription
 
 log = logging.getLogger(__name__)
 GROUP = "strom-schema-registry"
@@ -97,6 +98,7 @@ class Election:
             return self.url
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            group: ConsumerGroupDescription | None
             try:
                 group = self.admin.describe_consumer_groups([self.group], request_timeout=10)[
                     self.group
@@ -104,7 +106,7 @@ class Election:
             except Exception as exc:
                 log.debug("describing %s: %s", self.group, exc)
                 group = None
-            for member in getattr(group, "members", None) or []:
+            for member in group.members if group is not None else []:
                 if member.assignment.topic_partitions and member.client_id.startswith(
                     self.client_prefix
                 ):

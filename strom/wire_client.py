@@ -20,6 +20,7 @@ from typing import Any
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.serial import entity_reader
+from kio.static.protocol import RequestPayload
 
 from strom.client_security import ClientSecurity
 from strom.protocol.errors import ErrorCode
@@ -84,7 +85,8 @@ class WireConnection:
             except OSError:
                 pass
         self.correlation = 0
-        self.in_flight: list[tuple[int, Any]] = []  # (correlation id, request type)
+        # (correlation id, request type)
+        self.in_flight: list[tuple[int, type[RequestPayload]]] = []
         self.buffer = bytearray(1 << 20)
         if security is not None and security.sasl:
             try:
@@ -121,12 +123,12 @@ class WireConnection:
     def close(self) -> None:
         self.sock.close()
 
-    def send(self, body: Any) -> None:
+    def send(self, body: RequestPayload) -> None:
         self.correlation += 1
         self.sock.sendall(encode_request(self.correlation, self.client_id, body))
         self.in_flight.append((self.correlation, type(body)))
 
-    def receive_frame(self) -> tuple[memoryview, type]:
+    def receive_frame(self) -> tuple[memoryview, type[RequestPayload]]:
         """The next response frame (correlation id first) and the type of its request.
 
         The frame lies in a buffer this connection reuses: it is valid until the next
@@ -150,7 +152,7 @@ class WireConnection:
         response, _ = entity_reader(codec.response_type)(frame.toreadonly(), start)
         return response
 
-    def request(self, body: Any) -> Any:
+    def request(self, body: RequestPayload) -> Any:
         self.send(body)
         return self.receive()
 
