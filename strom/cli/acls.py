@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from enum import Enum
+from typing import Any, TypeVar
 
 from confluent_kafka.admin import (
     AclBinding,
@@ -46,7 +47,7 @@ from strom.protocol.errors import ErrorCode
 CLUSTER_NAME = "kafka-cluster"
 # confluent-kafka names the cluster resource BROKER (code 4, Kafka's CLUSTER).
 CLUSTER = ResourceType.BROKER
-_TYPE_NAMES = {
+_TYPE_NAMES: dict[ResourceType, str] = {
     ResourceType.TOPIC: "TOPIC",
     ResourceType.GROUP: "GROUP",
     CLUSTER: "CLUSTER",
@@ -162,17 +163,72 @@ def _check_principals(args: argparse.Namespace, parser: argparse.ArgumentParser)
             parser.error(f"a principal is Type:name (User:alice), got {principal!r}")
 
 
+_E = TypeVar("_E", bound=Enum)
+
+
+def _enum_part(value: _E | str | int, kind: type[_E]) -> _E:
+    """One of a binding's enum parts: confluent-kafka's constructor turns the name or
+    code it took into the enum, though its attributes keep the wider type it takes."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{value!r} is not a {kind.__name__}")
+    return value
+
+
+def _resource_type_of(binding: AclBinding) -> ResourceType:
+    return _enum_part(binding.restype, ResourceType)
+
+
+def _pattern_type_of(binding: AclBinding) -> ResourcePatternType:
+    return _enum_part(binding.resource_pattern_type, ResourcePatternType)
+
+
+def _operation_of(binding: AclBinding) -> AclOperation:
+    return _enum_part(binding.operation, AclOperation)
+
+
+def _permission_of(binding: AclBinding) -> AclPermissionType:
+    return _enum_part(binding.permission_type, AclPermissionType)
+
+
+def _type_name(binding: AclBinding) -> str:
+    restype = _resource_type_of(binding)
+    return _TYPE_NAMES.get(restype, restype.name)
+
+
+def _filter(
+    resource_type: ResourceType,
+    name: str | None,
+    pattern: ResourcePatternType,
+    principal: str | None,
+    host: str | None,
+    operation: AclOperation,
+    permission: AclPermissionType,
+) -> AclBindingFilter:
+    """A filter of ACL bindings; None matches any name, principal or host (as
+    confluent-kafka's docs say, though its annotations take str only)."""
+    return AclBindingFilter(
+        resource_type,
+        name,  # type: ignore[arg-type]
+        pattern,
+        principal,  # type: ignore[arg-type]
+        host,  # type: ignore[arg-type]
+        operation,
+        permission,
+    )
+
+
 def _show(binding: AclBinding) -> str:
     return (
         f"(principal={binding.principal}, host={binding.host}, "
-        f"operation={binding.operation.name}, permissionType={binding.permission_type.name})"
+        f"operation={_operation_of(binding).name}, "
+        f"permissionType={_permission_of(binding).name})"
     )
 
 
 def _print_by_resource(bindings: list[AclBinding], title: str) -> None:
     by_resource: dict[tuple[str, str, str], list[AclBinding]] = {}
     for b in bindings:
-        key = (_TYPE_NAMES.get(b.restype, b.restype.name), b.name, b.resource_pattern_type.name)
+        key = (_type_name(b), b.name, _pattern_type_of(b).name)
         by_resource.setdefault(key, []).append(b)
     for (rtype, name, pattern), items in sorted(by_resource.items()):
         print(
@@ -225,13 +281,13 @@ FILTER_FIELDS = (
 def _on_the_wire(binding: AclBinding, names: tuple[str, ...]) -> dict[str, Any]:
     """A binding or filter as the fields ``names`` of a request, in Kafka's codes."""
     values = (
-        i8(int(binding.restype.value)),
+        i8(int(_resource_type_of(binding).value)),
         binding.name,
-        i8(int(binding.resource_pattern_type.value)),
+        i8(int(_pattern_type_of(binding).value)),
         binding.principal,
         binding.host,
-        i8(int(binding.operation.value)),
-        i8(int(binding.permission_type.value)),
+        i8(int(_operation_of(binding).value)),
+        i8(int(_permission_of(binding).value)),
     )
     return dict(zip(names, values, strict=True))
 
@@ -303,15 +359,11 @@ def _remove(
         for (rtype, name), ops in operations.items():
             for principal, host, permission in entries:
                 for op in ops:
-                    filters.append(
-                        AclBindingFilter(rtype, name, pattern, principal, host, op, permission)
-                    )
+                    filters.append(_filter(rtype, name, pattern, principal, host, op, permission))
     else:  # no principal: every ACL of the resources
         for rtype, name in resources:
             filters.append(
-                AclBindingFilter(
-                    rtype, name, pattern, None, None, AclOperation.ANY, AclPermissionType.ANY
-                )
+                _filter(rtype, name, pattern, None, None, AclOperation.ANY, AclPermissionType.ANY)
             )
     if not args.force and sys.stdin.isatty():
         answer = input("Are you sure you want to remove ACLs? (y/n) ")
@@ -336,12 +388,14 @@ def _remove(
 
 def _list(args: argparse.Namespace, access: ClusterAccess) -> int:
     pattern = _pattern(args, "any")
-    resources = _resources(args) or [(ResourceType.ANY, None)]
+    resources: list[tuple[ResourceType, str | None]] = [*_resources(args)] or [
+        (ResourceType.ANY, None)
+    ]
     principals = args.principal or [None]
     found: list[AclBinding] = []
     for rtype, name in resources:
         for principal in principals:
-            wanted = AclBindingFilter(
+            wanted = _filter(
                 rtype, name, pattern, principal, None, AclOperation.ANY, AclPermissionType.ANY
             )
             request = describe_acls.DescribeAclsRequest(**_on_the_wire(wanted, FILTER_FIELDS))
@@ -363,16 +417,16 @@ def _list(args: argparse.Namespace, access: ClusterAccess) -> int:
 
 
 def _sort_key(binding: AclBinding) -> tuple[str, ...]:
-    return (_TYPE_NAMES.get(binding.restype, binding.restype.name), binding.name, _show(binding))
+    return (_type_name(binding), binding.name, _show(binding))
 
 
 def _as_json(binding: AclBinding) -> dict[str, str]:
     return {
-        "resource_type": _TYPE_NAMES.get(binding.restype, binding.restype.name),
+        "resource_type": _type_name(binding),
         "resource_name": binding.name,
-        "pattern_type": binding.resource_pattern_type.name,
+        "pattern_type": _pattern_type_of(binding).name,
         "principal": binding.principal,
         "host": binding.host,
-        "operation": binding.operation.name,
-        "permission_type": binding.permission_type.name,
+        "operation": _operation_of(binding).name,
+        "permission_type": _permission_of(binding).name,
     }

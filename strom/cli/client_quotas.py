@@ -17,10 +17,11 @@ Kafka's, changes quotas but does not describe them: one line says so).
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, cast
 
 from kio.schema.alter_client_quotas.v1 import request as alter
 from kio.schema.describe_client_quotas.v1 import request as describe
+from kio.static.primitive import f64, i8
 
 from strom.cli import wire
 from strom.cli.common import ToolError
@@ -29,7 +30,7 @@ from strom.protocol.errors import ErrorCode
 
 ENTITY_TYPES = {"users": "user", "clients": "client-id"}
 NOUNS = {"user": "user-principal", "client-id": "client-id"}
-MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
+MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = i8(0), i8(1), i8(2)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,11 +94,13 @@ def _label(entity: dict[str, str | None]) -> str:
     return ", ".join(parts)
 
 
-def _number(parser: argparse.ArgumentParser, key: str, text: str) -> float:
+def _number(parser: argparse.ArgumentParser, key: str, text: str) -> f64:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         parser.error(f"{key} takes a number, not {text!r}")
+    # unchecked (f64() would refuse inf and nan here): the broker judges the value
+    return cast(f64, value)
 
 
 def run(
@@ -115,7 +118,7 @@ def run(
     ops = tuple(
         alter.OpData(key=key, value=_number(parser, key, value), remove=False)
         for key, value in adds.items()
-    ) + tuple(alter.OpData(key=key, value=0.0, remove=True) for key in deletes)
+    ) + tuple(alter.OpData(key=key, value=f64(0.0), remove=True) for key in deletes)
     entry = alter.EntryData(
         entity=tuple(alter.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()),
         ops=ops,

@@ -14,7 +14,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from strom.services.http_security import HttpSecurity
 
 from strom.cli.http_service import (
     add_service_options,
@@ -72,7 +75,7 @@ def _loopback_hosts(host: str | None, url: str) -> frozenset[str] | None:
     return frozenset(f"{name}:{port}" for name in ("127.0.0.1", "localhost", "[::1]"))
 
 
-async def _serve(args: argparse.Namespace, security: Any, settings: dict) -> int:
+async def _serve(args: argparse.Namespace, security: HttpSecurity, settings: dict[str, Any]) -> int:
     from strom.services.console.app import Console
     from strom.services.console.backend import ClusterReader
 

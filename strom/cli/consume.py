@@ -43,7 +43,7 @@ import signal
 import sys
 import time
 import uuid
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -167,11 +167,15 @@ class Formatter:
             else:
                 fields.append(b"NO_TIMESTAMP")
         if self.partition:
-            fields.append(b"Partition:%d" % msg.partition())
+            partition = msg.partition()
+            assert partition is not None  # a consumed record has its partition and offset
+            fields.append(b"Partition:%d" % partition)
         if self.offset:
-            fields.append(b"Offset:%d" % msg.offset())
+            offset = msg.offset()
+            assert offset is not None
+            fields.append(b"Offset:%d" % offset)
         if self.headers:
-            headers = msg.headers()
+            headers = _consumed_headers(msg)
             fields.append(
                 self.headers_separator.join(
                     k.encode() + b":" + (self.null if v is None else v) for k, v in headers
@@ -186,6 +190,12 @@ class Formatter:
             value = msg.value()
             fields.append(self.null if value is None else value)
         return self.separator.join(fields) + self.line_end
+
+
+def _consumed_headers(msg: Message) -> list[tuple[str, bytes | None]] | None:
+    """A consumed record's headers: librdkafka gives (name, bytes or None) pairs, in a
+    list (confluent-kafka's type also has the dict and str forms a producer may pass)."""
+    return cast("list[tuple[str, bytes | None]] | None", msg.headers())
 
 
 def _start_offset(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -263,7 +273,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _consume(
-    consumer: Consumer, args: argparse.Namespace, start: int, formatter: Formatter, subscribe: bool
+    consumer: Consumer,
+    args: argparse.Namespace,
+    start: int,
+    formatter: Formatter | RecordFormat,
+    subscribe: bool,
 ) -> int:
     metadata = check_reachable(consumer, args.bootstrap_server, args.topic)
     topic = metadata.topics.get(args.topic)

@@ -68,15 +68,18 @@ def parse_time(text: str) -> OffsetSpec:
     value = NAMED_TIMES.get(text.strip().lower())
     if value is None:
         value = int(text)  # ValueError for a malformed time
+    spec: OffsetSpec  # confluent-kafka leaves its constructors unannotated
     if value == -1:
-        return OffsetSpec.latest()
-    if value == -2:
-        return OffsetSpec.earliest()
-    if value == -3:
-        return OffsetSpec.max_timestamp()
-    if value < 0:
+        spec = OffsetSpec.latest()
+    elif value == -2:
+        spec = OffsetSpec.earliest()
+    elif value == -3:
+        spec = OffsetSpec.max_timestamp()
+    elif value < 0:
         raise ValueError(f"unsupported time {value}")
-    return OffsetSpec.for_timestamp(value)
+    else:
+        spec = OffsetSpec.for_timestamp(value)
+    return spec
 
 
 class PartitionRule:

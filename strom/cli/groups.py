@@ -395,7 +395,10 @@ def _all_groups(admin: AdminClient) -> list[str]:
 
 def _describe_group(admin: AdminClient, group: str) -> ConsumerGroupDescription:
     futures = admin.describe_consumer_groups([group], request_timeout=REQUEST_TIMEOUT_S)
-    return _result(futures[group], f"cannot describe group {group!r}")
+    description: ConsumerGroupDescription = _result(
+        futures[group], f"cannot describe group {group!r}"
+    )
+    return description
 
 
 def _committed(admin: AdminClient, group: str) -> dict[Partition, int]:

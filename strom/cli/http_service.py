@@ -11,7 +11,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported when a service starts, not for every strom command
+    from aiohttp import web
+
+    from strom.services.http import HttpServer
+    from strom.services.http_security import HttpSecurity
 
 from strom.cli.common import ToolError, add_bootstrap, client_config, refused_everywhere
 from strom.cli.properties_file import (
@@ -41,7 +47,7 @@ def add_service_options(parser: argparse.ArgumentParser, default_listener: str) 
     )
 
 
-def service_settings(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+def service_settings(args: argparse.Namespace) -> tuple[HttpSecurity, dict[str, Any]]:
     """(``http_security.HttpSecurity``, Kafka client settings) of a service command, its
     options checked."""
     from strom.services.http_security import HttpSecurityError, http_security
@@ -63,7 +69,7 @@ def service_settings(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     return security, client_config(args.bootstrap_server, config_file_properties(args))
 
 
-def http_server(app: Any, security: Any) -> Any:
+def http_server(app: web.Application, security: HttpSecurity) -> HttpServer:
     """The ``HttpServer`` of a service's aiohttp application, with its TLS and basic auth."""
     from strom.services.http import HttpServer
 
@@ -71,7 +77,7 @@ def http_server(app: Any, security: Any) -> Any:
     return HttpServer(app, listener.host, listener.port, security.ssl_context, security.basic_auth)
 
 
-async def start_server(server: Any, args: argparse.Namespace) -> str:
+async def start_server(server: HttpServer, args: argparse.Namespace) -> str:
     """Start an ``HttpServer``; the URL it serves. A port it cannot bind is one line."""
     from strom.services.http_security import parse_listener
 

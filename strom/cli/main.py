@@ -33,7 +33,8 @@ import logging
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException
 
@@ -58,6 +59,7 @@ TOOL_MODULES = {
     "produce": "produce",
     "consume": "consume",
     "groups": "groups",
+    "share-groups": "share_groups",
     "configs": "configs",
     "perf-test": "perf_test",
     "get-offsets": "get_offsets",
@@ -106,13 +108,14 @@ def _tools_for(argv: list[str] | None) -> list[str]:
 def _parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog="strom", description="Strom event streaming platform")
     parser.add_argument("--version", action="version", version=f"strom {_version()}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # `strom broker` keeps argparse's own error output; the tools' parsers are one-line.
-    commands._parser_class = argparse.ArgumentParser  # type: ignore[attr-defined]
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=argparse.ArgumentParser
+    )
     broker = commands.add_parser("broker", help="run a broker (like kafka-server-start.sh)")
     broker.add_argument("properties", nargs="?", help="server.properties file")
     add_override_options(broker)
-    commands._parser_class = OneLineArgumentParser  # type: ignore[attr-defined]
+    commands._parser_class = OneLineArgumentParser
     for name in _tools_for(argv):
         importlib.import_module(f"strom.cli.{TOOL_MODULES[name]}").add_parser(commands)
     return parser
@@ -127,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     # what it printed and leaves its group instead of dying with exit code 143.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        code = args.run(args)
+        code: int = args.run(args)
         output.flush(args)
         return code
     except ToolError as exc:
@@ -175,6 +178,7 @@ def run_broker(args: argparse.Namespace) -> int:
     # for it each time it comes back from the network, so CPython's 5 ms would let one
     # such thread slow every client (the convoy effect). 0.5 ms keeps them answered.
     sys.setswitchinterval(0.0005)
+    runner: Callable[[Coroutine[Any, Any, int]], int]
     try:
         import uvloop
 

@@ -89,7 +89,8 @@ def add_parser(commands: Any) -> None:
 
 
 def endpoint_of(args: argparse.Namespace) -> str:
-    return args.bootstrap_controller or args.bootstrap_server
+    endpoint: str = args.bootstrap_controller or args.bootstrap_server
+    return endpoint
 
 
 def usable_version(versions: dict[int, tuple[int, int]], api_key: int) -> int | None:
@@ -374,7 +375,7 @@ def run_describe(args: argparse.Namespace) -> int:
             print("\n".join(status_lines(cluster_id, info)))
     else:
         rows = replication_rows(info, args.human_readable)
-        numeric = ("NodeId", "LogEndOffset", "Lag")
+        numeric: tuple[str, ...] = ("NodeId", "LogEndOffset", "Lag")
         if not args.human_readable:
             numeric += ("LastFetchTimestamp", "LastCaughtUpTimestamp")
         show(args, table(REPLICATION_COLUMNS, rows, numeric))

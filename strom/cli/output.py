@@ -26,7 +26,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -52,7 +52,7 @@ def add_output_option(parser: argparse.ArgumentParser) -> None:
 def form_of(args: argparse.Namespace) -> str:
     """The chosen ``--output``, or table on a terminal and plain lines elsewhere."""
     chosen = getattr(args, "output", None)
-    if chosen in FORMS:
+    if isinstance(chosen, str) and chosen in FORMS:
         return chosen
     return TABLE if sys.stdout.isatty() else PLAIN
 
@@ -115,7 +115,7 @@ def plain_lines(listing: Listing) -> list[str]:
 def rich_table(listing: Listing) -> Table:
     table = Table(title=listing.title, title_justify="left")
     for column in listing.columns:
-        justify = "right" if column in listing.numeric else "left"
+        justify: JustifyMethod = "right" if column in listing.numeric else "left"
         table.add_column(column, justify=justify, no_wrap=True)
     for row in listing.rows:
         # Cells as plain text: an id holding ``[...]`` is not markup.

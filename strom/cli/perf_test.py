@@ -188,7 +188,9 @@ def run_produce(args: argparse.Namespace) -> int:
 
     def on_delivery(err: KafkaError | None, msg: Message) -> None:
         if err is None:
-            record_latency(msg.latency())
+            latency = msg.latency()
+            assert latency is not None  # a delivered message has its latency
+            record_latency(latency)
         else:
             errors.append(f"{err.name()}: {err.str()}")
 

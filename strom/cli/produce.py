@@ -84,6 +84,10 @@ def add_parser(commands: Any) -> None:
     parser.set_defaults(run=run, parser=parser)
 
 
+# a line's headers, values bytes or None, in the list type Producer.produce takes
+Headers = list[tuple[str, str | bytes | None]]
+
+
 class LineReader:
     """Turns one stdin line (bytes, no line end) into (key, value, headers)."""
 
@@ -107,10 +111,8 @@ class LineReader:
     def _null(self, data: bytes) -> bytes | None:
         return None if self.null_marker is not None and data == self.null_marker else data
 
-    def parse(
-        self, line: bytes, number: int
-    ) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
-        headers: list[tuple[str, bytes | None]] = []
+    def parse(self, line: bytes, number: int) -> tuple[bytes | None, bytes | None, Headers]:
+        headers: Headers = []
         rest = line
         if self.parse_headers:
             head, found, tail = line.partition(self.headers_delimiter)

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from kio.static.protocol import RequestPayload
+
 from strom.cli import wire
 from strom.cli.common import client_config
 from strom.client_security import ClientSecurity, librdkafka_properties
@@ -164,7 +166,7 @@ class ClusterAccess:
         """The active controller, found through the bootstrap controllers once."""
         return wire.active_controller(self.bootstrap, self.security)
 
-    def send(self, request: Any, what: str, address: str | None = None) -> Any:
+    def send(self, request: RequestPayload, what: str, address: str | None = None) -> Any:
         """``request`` to the first reachable bootstrap broker, to the active controller
         (``controllers``, as Kafka's admin client sends a request there) or to
         ``address``, over TLS and SASL as the file says; its response

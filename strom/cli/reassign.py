@@ -42,6 +42,8 @@ from confluent_kafka.admin import (
 )
 from kio.schema.alter_partition_reassignments.v0 import request as alter_req
 from kio.schema.list_partition_reassignments.v0 import request as list_req
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i32, i32Timedelta
 
 from strom.cli import wire
 from strom.cli.common import (
@@ -55,7 +57,7 @@ from strom.cli.common import (
 from strom.cli.properties_file import ClusterAccess, add_config_file_option, cluster_access
 from strom.protocol.errors import ErrorCode
 
-TIMEOUT = datetime.timedelta(seconds=30)
+TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=30))
 THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 THROTTLED_REPLICAS = (
     "leader.replication.throttled.replicas",
@@ -220,14 +222,14 @@ def _alter(access: ClusterAccess, moves: dict[tuple[str, int], list[int] | None]
     for (topic, partition), replicas in sorted(moves.items()):
         by_topic.setdefault(topic, []).append(
             alter_req.ReassignablePartition(
-                partition_index=partition,
-                replicas=None if replicas is None else tuple(replicas),
+                partition_index=i32(partition),
+                replicas=None if replicas is None else tuple(map(BrokerId, replicas)),
             )
         )
     request = alter_req.AlterPartitionReassignmentsRequest(
         timeout=TIMEOUT,
         topics=tuple(
-            alter_req.ReassignableTopic(name=name, partitions=tuple(parts))
+            alter_req.ReassignableTopic(name=TopicName(name), partitions=tuple(parts))
             for name, parts in by_topic.items()
         ),
     )
@@ -372,7 +374,9 @@ def _ongoing(access: ClusterAccess, keys: list[tuple[str, int]] | None) -> dict[
         for topic, partition in keys:
             grouped.setdefault(topic, []).append(partition)
         topics = tuple(
-            list_req.ListPartitionReassignmentsTopics(name=name, partition_indexes=tuple(parts))
+            list_req.ListPartitionReassignmentsTopics(
+                name=TopicName(name), partition_indexes=tuple(map(i32, parts))
+            )
             for name, parts in grouped.items()
         )
     request = list_req.ListPartitionReassignmentsRequest(timeout=TIMEOUT, topics=topics)

@@ -14,7 +14,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from strom.services.http_security import HttpSecurity
 
 from strom.cli.http_service import (
     add_service_options,
@@ -50,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(args, security, settings))
 
 
-async def _serve(args: argparse.Namespace, security: Any, settings: dict) -> int:
+async def _serve(args: argparse.Namespace, security: HttpSecurity, settings: dict[str, Any]) -> int:
     from strom.services.rest_proxy.app import RestProxy
 
     proxy = RestProxy(

@@ -14,7 +14,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from strom.services.http_security import HttpSecurity
 
 from strom.cli.common import ToolError
 from strom.cli.http_service import (
@@ -39,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(args, security, settings))
 
 
-async def _serve(args: argparse.Namespace, security: Any, settings: dict) -> int:
+async def _serve(args: argparse.Namespace, security: HttpSecurity, settings: dict[str, Any]) -> int:
     from strom.services.schema_registry.service import RegistryService
     from strom.services.schema_registry.store import RegistryError
 
@@ -52,7 +55,7 @@ async def _serve(args: argparse.Namespace, security: Any, settings: dict) -> int
         raise ToolError(f"cannot listen on {args.listener}: {exc.strerror}") from None
     print(
         f"Strom schema registry on {url}/ for {args.bootstrap_server} "
-        f"({service.schema_count} schemas read from {service.schemas_log.topic})",
+        f"({service.schema_count} schemas read from {service.schemas_topic})",
         flush=True,
     )
     await until_stopped()

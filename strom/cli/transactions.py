@@ -53,6 +53,7 @@ from kio.schema.describe_transactions.v0.response import TopicData
 from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest
 from kio.schema.list_transactions.v0.request import ListTransactionsRequest as ListV0
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest as ListV1
+from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.schema.write_txn_markers.v1.request import (
     WritableTxnMarker,
     WritableTxnMarkerTopic,
@@ -69,6 +70,8 @@ from kio.serial.readers import (
     read_int64,
     read_unsigned_varint,
 )
+from kio.static.primitive import i8, i16, i32, i64
+from kio.static.protocol import RequestPayload
 
 from strom.cli import wire
 from strom.cli.common import DEFAULT_BOOTSTRAP, ToolError, check_reachable
@@ -77,7 +80,7 @@ from strom.cli.output import add_output_option, show
 from strom.cli.properties_file import ClusterAccess, add_config_file_option, cluster_access
 from strom.protocol.errors import ErrorCode
 
-TRANSACTION_KEY_TYPE = 1
+TRANSACTION_KEY_TYPE = i8(1)
 RETRIES = 25
 RETRY_BACKOFF_S = 0.2
 MAX_BATCH = 500  # partitions per DescribeProducers, as Kafka's tool batches them
@@ -168,7 +171,9 @@ def _add_connection_options(
     add_config_file_option(parser, "--command-config", "admin client", config_default)
 
 
-def _command(actions: Any, name: str, help_text: str) -> argparse.ArgumentParser:
+def _command(
+    actions: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help_text: str
+) -> argparse.ArgumentParser:
     command = actions.add_parser(
         name, help=help_text, description=help_text[0].upper() + help_text[1:] + "."
     )
@@ -201,7 +206,7 @@ class Cluster:
     brokers: dict[int, str]
     partitions: dict[TopicPartition, tuple[int, tuple[int, ...]]]
 
-    def send(self, broker_id: int, request: Any, what: str) -> Any:
+    def send(self, broker_id: int, request: RequestPayload, what: str) -> Any:
         """``request`` to the broker's own endpoint, its response."""
         return self.access.send(request, what, self.endpoint(broker_id))
 
@@ -271,11 +276,12 @@ def list_transactions(
     cluster: Cluster, duration_ms: int | None = None, producer_ids: Iterable[int] = ()
 ) -> list[Listing]:
     """ListTransactions at every broker, merged (each answers for what it coordinates)."""
-    pids = tuple(producer_ids)
+    pids = tuple(ProducerId(pid) for pid in producer_ids)
+    request: ListV0 | ListV1
     if duration_ms is None:
-        request: Any = ListV0(producer_id_filters=pids)
+        request = ListV0(producer_id_filters=pids)
     else:
-        request = ListV1(producer_id_filters=pids, duration_filter=duration_ms)
+        request = ListV1(producer_id_filters=pids, duration_filter=i64(duration_ms))
     out: list[Listing] = []
     for broker_id in sorted(cluster.brokers):
         what = f"list the transactions of broker {broker_id}"
@@ -382,7 +388,7 @@ def describe_transaction(
 ) -> tuple[Coordinator, Description | None]:
     """The coordinator of ``transactional_id`` and its description (None: not found)."""
     what = f"describe transactional id {transactional_id!r}"
-    request = DescribeTransactionsRequest(transactional_ids=(transactional_id,))
+    request = DescribeTransactionsRequest(transactional_ids=(TransactionalId(transactional_id),))
     found: list[Coordinator] = []
 
     def ask() -> tuple[ErrorCode, Description | None]:
@@ -420,7 +426,7 @@ def describe_producers(
         by_topic.setdefault(topic, []).append(index)
     request = DescribeProducersRequest(
         topics=tuple(
-            TopicRequest(name=topic, partition_indexes=tuple(indexes))
+            TopicRequest(name=TopicName(topic), partition_indexes=tuple(map(i32, indexes)))
             for topic, indexes in by_topic.items()
         )
     )
@@ -468,11 +474,15 @@ def write_abort_marker(
     request = WriteTxnMarkersRequest(
         markers=(
             WritableTxnMarker(
-                producer_id=producer_id,
-                producer_epoch=producer_epoch,
+                producer_id=ProducerId(producer_id),
+                producer_epoch=i16(producer_epoch),
                 transaction_result=False,
-                topics=(WritableTxnMarkerTopic(name=topic, partition_indexes=(partition,)),),
-                coordinator_epoch=coordinator_epoch,
+                topics=(
+                    WritableTxnMarkerTopic(
+                        name=TopicName(topic), partition_indexes=(i32(partition),)
+                    ),
+                ),
+                coordinator_epoch=i32(coordinator_epoch),
             ),
         )
     )

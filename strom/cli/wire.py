@@ -34,7 +34,9 @@ from kio.schema.offset_delete.v0.request import (
     OffsetDeleteRequestPartition,
     OffsetDeleteRequestTopic,
 )
-from kio.static.primitive import i8
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i8, i32
+from kio.static.protocol import RequestPayload
 
 from strom.cli.common import CONNECT_TIMEOUT_S, ToolError
 from strom.client_security import ClientSecurity
@@ -107,7 +109,9 @@ def _exchange(
         conn.close()
 
 
-def send(bootstrap: str, request: Any, what: str, security: ClientSecurity | None = None) -> Any:
+def send(
+    bootstrap: str, request: RequestPayload, what: str, security: ClientSecurity | None = None
+) -> Any:
     """``request`` to the first reachable of the ``bootstrap`` brokers, its response; a
     connection failure is a ToolError naming ``what`` was being done."""
     return _exchange(bootstrap, what, security, lambda conn: conn.request(request))
@@ -130,7 +134,7 @@ class Controller:
     address: str
     versions: dict[int, tuple[int, int]]
 
-    def check_served(self, request: Any) -> None:
+    def check_served(self, request: RequestPayload) -> None:
         """A ToolError naming the request when this controller does not serve its API."""
         if int(request.__api_key__) not in self.versions:
             name = type(request).__name__.removesuffix("Request")
@@ -164,7 +168,7 @@ def active_controller(bootstrap: str, security: ClientSecurity | None = None) ->
 
 
 def send_for_frame(
-    bootstrap: str, request: Any, what: str, security: ClientSecurity | None = None
+    bootstrap: str, request: RequestPayload, what: str, security: ClientSecurity | None = None
 ) -> bytes:
     """As ``send``, but the response frame's bytes (correlation id first), for an answer
     the caller reads itself."""
@@ -182,7 +186,7 @@ def _coordinator(bootstrap: str, group: str, security: ClientSecurity | None) ->
     for _ in range(RETRIES):
         conn = _connect_bootstrap(bootstrap, security)
         try:
-            response = conn.request(FindCoordinatorRequest(key=group, key_type=0))
+            response = conn.request(FindCoordinatorRequest(key=group, key_type=i8(0)))
         except OSError as exc:
             raise ToolError(f"cannot find the coordinator of group {group!r}: {exc}") from None
         finally:
@@ -214,11 +218,13 @@ def delete_offsets(
     A group-level error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP...) is a ToolError.
     """
     request = OffsetDeleteRequest(
-        group_id=group,
+        group_id=GroupId(group),
         topics=tuple(
             OffsetDeleteRequestTopic(
-                name=topic,
-                partitions=tuple(OffsetDeleteRequestPartition(partition_index=p) for p in parts),
+                name=TopicName(topic),
+                partitions=tuple(
+                    OffsetDeleteRequestPartition(partition_index=i32(p)) for p in parts
+                ),
             )
             for topic, parts in partitions.items()
         ),

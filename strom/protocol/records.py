@@ -49,6 +49,7 @@ Not here: compression codecs (``codecs.py``), wire framing (``framing.py``).
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -59,6 +60,9 @@ HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: what batchLength does not count
 WritableBuffer = bytearray | memoryview  # batches patched in place (a frame view)
 MAGIC_V2 = 2
+
+# what the header and CRC readers take: any buffer of a batch's bytes, a mapped file's too
+ReadableBytes = bytes | bytearray | memoryview | mmap.mmap
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _BASE_OFFSET = struct.Struct(">q")
@@ -130,9 +134,7 @@ class BatchHeader:
         return bool(self.attributes & ATTR_TRANSACTIONAL)
 
 
-def parse_header(
-    buf: bytes | bytearray | memoryview, at: int, position: int | None = None
-) -> BatchHeader:
+def parse_header(buf: ReadableBytes, at: int, position: int | None = None) -> BatchHeader:
     """The header whose 61 bytes are at ``buf[at:]``, whether or not the rest follows.
 
     ``position`` is recorded as the batch's place (a file position when walking a
@@ -149,7 +151,7 @@ def parse_header(
     return header
 
 
-def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+def read_header(buf: ReadableBytes, position: int = 0) -> BatchHeader:
     """Parse the batch at ``position``, which must lie whole in ``buf``; no CRC check."""
     if len(buf) - position < HEADER_SIZE:
         if len(buf) - position >= 17 and buf[position + 16] != MAGIC_V2:
@@ -161,7 +163,7 @@ def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batch
     return header
 
 
-def crc_ok(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
+def crc_ok(buf: ReadableBytes, header: BatchHeader) -> bool:
     start = header.position + 21
     end = header.position + header.size
     return crc32c(memoryview(buf)[start:end]) == header.crc
