@@ -65,7 +65,7 @@ class EmbeddedServices:
         self.failed = failed
         self.registry: RegistryService | None = None
         self.proxy_server: HttpServer | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     @staticmethod
     def _security(listener: str | None, props: dict[str, str], prefix: str) -> HttpSecurity | None:

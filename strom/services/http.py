@@ -52,9 +52,10 @@ class HttpServer:
             self._runner, self.host, self.port, reuse_address=True, ssl_context=self.ssl_context
         )
         await site.start()
-        server = site._server  # the asyncio server: its socket names the port bound
-        if server is not None and getattr(server, "sockets", None):
-            self.port = server.sockets[0].getsockname()[1]
+        # the event loop's server (asyncio's or uvloop's): its socket names the port bound
+        sockets = getattr(site._server, "sockets", None)
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
         return self.port
 
     async def stop(self) -> None:

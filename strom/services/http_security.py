@@ -37,9 +37,9 @@ import json
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from strom.config import (
     HTTP_LISTENER_CONFIGS,
@@ -143,7 +143,7 @@ class BasicAuth:
         challenge = f'Basic realm="{self.realm}"'
 
         @web.middleware
-        async def basic_auth(request: web.Request, handler: Any) -> web.StreamResponse:
+        async def basic_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
             status = self.check(request.headers.get("Authorization"))
             if status == 200:
                 return await handler(request)

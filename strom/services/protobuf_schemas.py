@@ -21,10 +21,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 PROTOC_TIMEOUT_S = 60.0
 MAIN_PROTO = "schema.proto"
@@ -34,7 +33,7 @@ class ProtoSchemaError(ValueError):
     """A Protobuf schema that does not compile or names nothing to encode."""
 
 
-def file_descriptor(text: str) -> Any:
+def file_descriptor(text: str) -> descriptor_pb2.FileDescriptorProto | None:
     """The FileDescriptorProto a base64 text holds, or None when it is not one."""
     stripped = text.strip()
     if not stripped or any(c.isspace() for c in stripped):
@@ -47,7 +46,9 @@ def file_descriptor(text: str) -> Any:
     return proto if proto.message_type or proto.enum_type else None
 
 
-def compile_proto(text: str, imports: dict[str, str] | None = None) -> Any:
+def compile_proto(
+    text: str, imports: dict[str, str] | None = None
+) -> descriptor_pb2.FileDescriptorSet:
     """The FileDescriptorSet of ``.proto`` text and everything it imports, the text's own
     file last. ``imports``: import name to its schema (``.proto`` text or a base64
     descriptor)."""
@@ -96,7 +97,7 @@ def compile_proto(text: str, imports: dict[str, str] | None = None) -> Any:
     return files
 
 
-def message_class(files: Any, indexes: list[int]) -> type:
+def message_class(files: descriptor_pb2.FileDescriptorSet, indexes: list[int]) -> type[Message]:
     """The message class at ``indexes`` (Confluent's path: a top-level message's index in
     the last file, then nested indexes) of a FileDescriptorSet."""
     pool = descriptor_pool.DescriptorPool()

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from strom.connect.rest_client import ConnectRestClient, ConnectRestError
 from strom.services.console import pages
@@ -86,7 +87,7 @@ class Console:
         self._sampler: asyncio.Task[None] | None = None
 
     @web.middleware
-    async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """The Host check on every request; the origin and token checks on every POST."""
         if self.allowed_hosts is not None and request.host not in self.allowed_hosts:
             log.info("refused a request for host %r", request.host)

@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import (
     Consumer,
@@ -338,14 +338,19 @@ class ClusterReader:
                 if not batch and time.monotonic() > quiet_until:
                     break
                 for m in batch:
-                    if m.error() is not None:
-                        if m.error().code() == KafkaError._PARTITION_EOF:
-                            done.add(m.partition())
+                    record_partition, record_offset = m.partition(), m.offset()
+                    error = m.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            assert record_partition is not None  # the partition that ended
+                            done.add(record_partition)
                         continue
+                    # a consumed record has its partition and offset
+                    assert record_partition is not None and record_offset is not None
                     quiet_until = time.monotonic() + READ_WAIT_S
-                    if m.offset() >= ends[m.partition()] - 1:
-                        done.add(m.partition())
-                    if m.offset() >= ends[m.partition()]:
+                    if record_offset >= ends[record_partition] - 1:
+                        done.add(record_partition)
+                    if record_offset >= ends[record_partition]:
                         continue
                     if wanted_key is not None and m.key() != wanted_key:
                         continue
@@ -353,14 +358,17 @@ class ClusterReader:
                         haystack = (m.key() or b"") + b"\0" + (m.value() or b"")
                         if needle not in haystack.decode("utf-8", "replace").lower():
                             continue
+                    # a consumed record's headers: (name, bytes or None) pairs in a list
+                    # (confluent-kafka's type also has the forms a producer may pass)
+                    headers = cast("list[tuple[str, bytes | None]] | None", m.headers())
                     out.append(
                         Message(
-                            m.partition(),
-                            m.offset(),
+                            record_partition,
+                            record_offset,
                             m.timestamp()[1],
                             m.key(),
                             m.value(),
-                            list(m.headers() or []),
+                            list(headers or []),
                         )
                     )
             out.sort(key=lambda m: (m.timestamp_ms, m.partition, m.offset))
@@ -511,6 +519,7 @@ class RegistryDecoder:
 
             parsed = self._avro.get(schema_id)
             if parsed is None:
+                assert schema.schema_str is not None  # a schema the registry holds has text
                 parsed = self._avro[schema_id] = avro.schema.parse(schema.schema_str)
             value = avro.io.DatumReader(parsed).read(avro.io.BinaryDecoder(io.BytesIO(body)))
             return json.dumps(value, default=str).encode()

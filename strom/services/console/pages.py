@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable
 from html import escape
+from typing import Any
 from urllib.parse import quote
 
 from strom.connect.rest_client import ConnectorState
@@ -144,7 +145,7 @@ def chart(
 # Pages ------------------------------------------------------------------------------------
 
 
-def cluster_page(cluster: dict, topics: int, groups: int, bootstrap: str) -> str:
+def cluster_page(cluster: dict[str, Any], topics: int, groups: int, bootstrap: str) -> str:
     rows = [
         (
             str(broker_id) + (" (controller)" if broker_id == cluster["controller"] else ""),
@@ -206,7 +207,9 @@ def topics_page(
     return layout("Topics", create + find + summary + table, "/topics", note, error)
 
 
-def topic_page(topic: TopicInfo, rate_points: list, note: str, error: str) -> str:
+def topic_page(
+    topic: TopicInfo, rate_points: list[tuple[float, float]], note: str, error: str
+) -> str:
     name = quote(topic.name, safe="")
     partitions = _table(
         ("partition", "leader", "replicas", "in-sync replicas", "start", "end", "size"),
@@ -350,7 +353,9 @@ def groups_page(groups: list[GroupInfo], error: str) -> str:
     return layout("Consumer groups", table, "/groups", error=error)
 
 
-def group_page(group: GroupInfo, lag_points: list, note: str, error: str) -> str:
+def group_page(
+    group: GroupInfo, lag_points: list[tuple[float, float]], note: str, error: str
+) -> str:
     gid = quote(group.group_id, safe="")
     members = _table(
         ("member", "client id", "host", "instance", "partitions"),

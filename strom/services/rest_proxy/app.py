@@ -33,6 +33,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     ConfigResource,
+    DescribeClusterResult,
     NewTopic,
     OffsetSpec,
     ResourceType,
@@ -132,10 +133,11 @@ class RestProxy:
         self._registry: Any = None
         self._protobuf_records: ProtobufRecords | None = None
         self._registry_lock = threading.Lock()
-        self._serializers: dict[tuple[str, str, str], Any] = {}
+        # (topic, key or value, avro or json, the schema's text) -> its serializer
+        self._serializers: dict[tuple[str, str, str, Any], Any] = {}
         app = self.app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
         r = app.router
-        r.add_get("/", lambda request: answer({}))
+        r.add_get("/", self.root)
         r.add_get("/topics", self.v2_topics)
         r.add_get("/topics/{topic}", self.v2_topic)
         r.add_post("/topics/{topic}", self.v2_produce)
@@ -214,6 +216,9 @@ class RestProxy:
                 {"broker": b, "leader": b == p.leader, "in_sync": b in p.isrs} for b in p.replicas
             ],
         }
+
+    async def root(self, request: web.Request) -> web.Response:
+        return answer({})
 
     async def v2_topics(self, request: web.Request) -> web.Response:
         metadata = await self._call(self._metadata)
@@ -307,6 +312,7 @@ class RestProxy:
                 serialize = self._protobuf().encoder(f"{topic}-{field}", schema, wanted)[1]
             else:
                 if schema is None:
+                    assert schema_id is not None  # one of the two is given (checked above)
                     schema = client.get_schema(int(schema_id)).schema_str
                 cache_key = (topic, field, form, schema)
                 serializer = self._serializers.get(cache_key)
@@ -583,17 +589,21 @@ class RestProxy:
 
     # v3 -----------------------------------------------------------------------------------
 
-    def _cluster_id(self) -> str:
+    def _cluster_id(self) -> str | None:
         try:
-            return self.admin.describe_cluster(request_timeout=15).result().cluster_id
+            described: DescribeClusterResult = self.admin.describe_cluster(
+                request_timeout=15
+            ).result()
+            return described.cluster_id
         except Exception as exc:
             raise _kafka(exc) from None
 
     async def _check_cluster(self, request: web.Request) -> str:
         cluster = await self._call(self._cluster_id)
-        if request.match_info["cluster"] != cluster:
-            raise ProxyError(404, 404, f"Cluster {request.match_info['cluster']} not found")
-        return cluster
+        wanted = request.match_info["cluster"]
+        if wanted != cluster:
+            raise ProxyError(404, 404, f"Cluster {wanted} not found")
+        return wanted
 
     def _url(self, request: web.Request, path: str) -> str:
         return f"{self.base_url or f'{request.scheme}://{request.host}'}{path}"
@@ -612,7 +622,7 @@ class RestProxy:
         cluster = await self._call(self._cluster_id)
         return self._list(request, "Cluster", [self._cluster_body(request, cluster)])
 
-    def _cluster_body(self, request: web.Request, cluster: str) -> dict[str, Any]:
+    def _cluster_body(self, request: web.Request, cluster: str | None) -> dict[str, Any]:
         base = f"/v3/clusters/{cluster}"
         return {
             "kind": "KafkaCluster",
@@ -647,7 +657,9 @@ class RestProxy:
         ]
         return self._list(request, "Broker", data)
 
-    def _topic_body(self, request: web.Request, cluster: str, name: str, topic: Any) -> dict:
+    def _topic_body(
+        self, request: web.Request, cluster: str, name: str, topic: Any
+    ) -> dict[str, Any]:
         base = f"/v3/clusters/{cluster}/topics/{name}"
         partitions = topic.partitions.values()
         return {

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format
@@ -37,10 +38,10 @@ class ProtobufRecords:
     def __init__(self, client: Any) -> None:
         """``client``: a confluent-kafka SchemaRegistryClient."""
         self.client = client
-        self._files: dict[int, Any] = {}
+        self._files: dict[int, descriptor_pb2.FileDescriptorSet] = {}
         self._lock = threading.Lock()
 
-    def files(self, schema_id: int) -> Any:
+    def files(self, schema_id: int) -> descriptor_pb2.FileDescriptorSet:
         """The FileDescriptorSet of a registered schema, its own file last."""
         with self._lock:
             found = self._files.get(schema_id)
@@ -51,7 +52,7 @@ class ProtobufRecords:
                 self._files[schema_id] = found
         return found
 
-    def _compile(self, text: str, references: list[Any]) -> Any:
+    def _compile(self, text: str, references: list[Any]) -> descriptor_pb2.FileDescriptorSet:
         imports = {
             ref.name: self.client.get_version(ref.subject, ref.version).schema.schema_str
             for ref in references
@@ -71,7 +72,9 @@ class ProtobufRecords:
         files.file.append(proto)
         return files
 
-    def encoder(self, subject: str, schema: str | None, schema_id: int | None) -> Any:
+    def encoder(
+        self, subject: str, schema: str | None, schema_id: int | None
+    ) -> tuple[int, Callable[[Any], bytes]]:
         """(schema id, a function from a record's JSON value to its bytes)."""
         from confluent_kafka.schema_registry import Schema
 
@@ -103,7 +106,7 @@ class ProtobufRecords:
         )
 
 
-def _add_well_known(files: Any, name: str) -> None:
+def _add_well_known(files: descriptor_pb2.FileDescriptorSet, name: str) -> None:
     """Add ``name`` (and what it imports) from protobuf's default pool, if it is there."""
     import google.protobuf.any_pb2  # noqa: F401  (register the well-known files)
     import google.protobuf.duration_pb2  # noqa: F401

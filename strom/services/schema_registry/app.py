@@ -231,7 +231,8 @@ class RegistryApp:
                     data=body,
                     headers=headers,
                     timeout=aiohttp.ClientTimeout(total=60),
-                    ssl=self.forwarding_tls if url.startswith("https:") else None,
+                    # no context of ours: aiohttp's default verification (True)
+                    ssl=(self.forwarding_tls if url.startswith("https:") else None) or True,
                 ) as response:
                     return response.status, await response.read()
         except (aiohttp.ClientError, TimeoutError) as exc:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, ListOffsetsResultInfo, NewTopic, OffsetSpec
 
 from strom.services.schema_registry.store import Record, RegistryError, RegistryState
 
@@ -94,17 +94,20 @@ class SchemasLog:
                 continue
             with self.lock:
                 for message in messages:
-                    if message.error() is not None:
-                        if message.error().code() != KafkaError._PARTITION_EOF:
-                            log.warning("reading %s: %s", self.topic, message.error())
+                    error = message.error()
+                    if error is not None:
+                        if error.code() != KafkaError._PARTITION_EOF:
+                            log.warning("reading %s: %s", self.topic, error)
                         continue
+                    offset = message.offset()
+                    assert offset is not None  # a consumed record has its offset
                     if not self.state.apply(message.key(), message.value()):
                         log.warning(
                             "%s offset %d claims a schema id or version held by another "
-                            "schema: ignored", self.topic, message.offset()
+                            "schema: ignored", self.topic, offset
                         )  # fmt: skip
-                        self.lost.add(message.offset())
-                    self.applied = message.offset() + 1
+                        self.lost.add(offset)
+                    self.applied = offset + 1
                 self._progress.notify_all()
 
     def end_offset(self) -> int:
@@ -115,7 +118,8 @@ class SchemasLog:
             {partition: OffsetSpec.latest()}, request_timeout=TIMEOUT_S
         )
         try:
-            return futures[partition].result().offset
+            info: ListOffsetsResultInfo = futures[partition].result()
+            return info.offset
         except Exception as exc:
             raise RegistryError(
                 500, 50002, f"Cannot read the end offset of {self.topic}: {exc}"

@@ -38,6 +38,7 @@ from typing import Any
 
 import avro.compatibility
 import avro.errors
+import avro.name
 import avro.schema
 import jsonschema
 from google.protobuf import descriptor_pb2
@@ -88,7 +89,7 @@ def parse(
     """Parse ``text``; ``resolved`` maps each reference's name to its schema text."""
     references = references or []
     if schema_type == AVRO:
-        names = avro.schema.Names()
+        names = avro.name.Names()
         try:
             for name in sorted(resolved or {}):
                 avro.schema.make_avsc_object(json.loads((resolved or {})[name]), names)
@@ -107,7 +108,8 @@ def parse(
             raise InvalidSchema(f"Invalid schema {text}: a JSON Schema is an object or a boolean")
         try:
             validator = jsonschema.validators.validator_for(document)
-            validator.check_schema(document)
+            # a boolean is a JSON Schema too, which jsonschema checks (its stubs say dict)
+            validator.check_schema(document)  # type: ignore[arg-type]
         except jsonschema.SchemaError as exc:
             raise InvalidSchema(f"Invalid schema {text}: {exc.message}") from None
         canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))

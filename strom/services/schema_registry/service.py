@@ -51,6 +51,12 @@ class RegistryService:
         return self.url
 
     @property
+    def schemas_topic(self) -> str:
+        """The topic the schemas are read from (once started)."""
+        assert self.schemas_log is not None
+        return self.schemas_log.topic
+
+    @property
     def schema_count(self) -> int:
         assert self.schemas_log is not None
         with self.schemas_log.lock:
