@@ -26,6 +26,7 @@ Does not own the wire connection (``strom.cli.wire``) or the output forms
 from __future__ import annotations
 
 import argparse
+import builtins  # annotations in _Tool, whose method ``list`` hides the builtin there
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -353,7 +354,7 @@ class _Tool:
         show(self.args, listing)
         return 0
 
-    def describe(self, groups: list[str]) -> int:
+    def describe(self, groups: builtins.list[str]) -> int:
         for group in groups:
             if self.args.members:
                 self._members(group)
@@ -417,7 +418,7 @@ class _Tool:
         )
         show(self.args, listing)
 
-    def reset(self, group: str, topics: list[Any], timestamp: int | None) -> int:
+    def reset(self, group: str, topics: builtins.list[Any], timestamp: int | None) -> int:
         args = self.args
         if args.all_topics:
             wanted = sorted({(t, p) for t, p, _, _ in self.offsets(group, None)})
@@ -493,7 +494,7 @@ class _Tool:
                         f"cannot {what}: {topic.topic_name}-{p.partition_index}: {reason}"
                     )
 
-    def delete_offsets(self, group: str, topics: list[str]) -> int:
+    def delete_offsets(self, group: str, topics: builtins.list[str]) -> int:
         request = DeleteShareGroupOffsetsRequest(
             group_id=GroupId(group),
             topics=tuple(
@@ -516,7 +517,7 @@ class _Tool:
         show(self.args, listing)
         return 1 if failed else 0
 
-    def delete(self, groups: list[str]) -> int:
+    def delete(self, groups: builtins.list[str]) -> int:
         failed = False
         listing = Listing("GROUP", "STATUS")
         for group in groups:
