@@ -415,6 +415,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("group.share.delivery.count.limit", "int", 5, minimum=2),
         ConfigDef("group.share.partition.max.record.locks", "int", 2000, minimum=100),
         ConfigDef("group.share.max.size", "int", 200, minimum=1),
+        ConfigDef("group.share.max.share.sessions", "int", 2000, minimum=1),
         # __share_group_state, the share-partitions' durable state (share_state.py).
         ConfigDef("share.coordinator.state.topic.num.partitions", "int", 50, minimum=1),
         ConfigDef("share.coordinator.state.topic.replication.factor", "int", 3, minimum=1),

@@ -83,6 +83,7 @@ from strom.config import parse_iso_duration_ms
 from strom.coordinator.internal_log import Appended
 from strom.coordinator.share_group import ShareGroup, ShareHeartbeat, ShareHeartbeatResult
 from strom.coordinator.share_partition import SharePartition, StateBatch
+from strom.coordinator.share_sessions import ShareSession, ShareSessionCache
 from strom.coordinator.share_state import (
     SHARE_STATE_TOPIC,
     ShareKey,
@@ -106,14 +107,6 @@ _READ_LIMIT = 1 << 20  # bytes read per partition per fetch when the request all
 
 
 # The node's share state ------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class ShareSession:
-    group_id: str
-    member_id: str
-    next_epoch: int
-    partitions: set[tuple[uuid.UUID, int]] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -142,7 +135,11 @@ class ShareService:
             broker.state, broker.config, broker.replicas.append_for_coordinator
         )
         self.held: dict[ShareKey, _Held] = {}
-        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self.sessions = ShareSessionCache(
+            lambda: int(broker.config["group.share.max.share.sessions"]),
+            self._member_left,
+            lambda group: int(self.group_setting(group, "share.session.timeout.ms")),
+        )
         self.peers = PeerPool(f"strom-share-{broker.node_id}", broker.inter_broker_security)
         # States read from other nodes, waiting for their share-partition to be built.
         self._remote_states: dict[ShareKey, ShareState | None] = {}
@@ -154,6 +151,15 @@ class ShareService:
         coordinator = broker.coordinator
         coordinator.share_member_gone = self.member_gone
         coordinator.share_group_deleted = self.group_deleted
+
+    def _member_left(self, group_id: str, member_id: str) -> bool:
+        """Whether the member is known here to have left its group (this node is the
+        group's coordinator and the group does not have it)."""
+        coordinator = self.broker.coordinator
+        if not coordinator.is_coordinator_for(group_id):
+            return False
+        group = coordinator.groups.get(group_id)
+        return not isinstance(group, ShareGroup) or member_id not in group.members
 
     @staticmethod
     def now_ms() -> int:
@@ -797,11 +803,17 @@ def _session_step(
                 ErrorCode.invalid_share_session_epoch,
                 "ShareAcknowledge cannot open a share session (epoch 0).",
             )
-        opened = service.sessions[key] = ShareSession(group_id, member_id, 1)
+        opened = service.sessions.open(group_id, member_id, service.now_ms())
+        if opened is None:
+            return _Step(
+                ErrorCode.share_session_limit_reached,
+                "The share session cache is full (group.share.max.share.sessions).",
+            )
         return _Step(session=opened)
     session = service.sessions.get(key)
     if session is None:
         return _Step(ErrorCode.share_session_not_found, "The share session was not found.")
+    session.last_used_ms = service.now_ms()
     if epoch == FINAL_EPOCH:
         return _Step(session=session)
     if epoch != session.next_epoch:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 from broker_process import BrokerProcess
-from cli_helpers import ok, one_line_error, table_rows, tool
+from cli_helpers import ok, table_rows, tool
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import (
     AdminClient,
@@ -532,7 +532,3 @@ def test_the_share_groups_tool_lists_describes_resets_and_deletes(broker: Broker
     assert _start_offset(broker, group, topic) == (3, 5)  # five to read again
     deleted = ok(tool(broker, "share-groups", "--delete", "--group", group)).stdout
     assert table_rows(deleted) == [[group, "Deleted"]]
-    error = one_line_error(
-        tool(broker, "share-groups", "--reset-offsets", "--group", group, "--to-earliest")
-    )
-    assert "--topic or --all-topics" in error
