@@ -272,6 +272,14 @@ def test_csas_with_filter_projection_and_processing_log(
     query_id = created["commandStatus"]["queryId"]
     assert query_id.startswith("CSAS_CARTS_")
     assert created["commandStatus"]["message"] == f"Created query with ID {query_id}"
+    # The next test's query, started now so that Spark starts both at once.
+    [counting] = server.ok(
+        "CREATE TABLE per_minute AS SELECT user_id, COUNT(*) AS clicks FROM clicks "
+        "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY user_id EMIT CHANGES;",
+        **{"auto.offset.reset": "earliest"},
+    )
+    counting_id = counting["commandStatus"]["queryId"]
+    assert counting_id.startswith("CTAS_PER_MINUTE_")
     status = KsqlRestClient(server.url).call("GET", "/status/stream/`CARTS`/create")
     assert status == {"status": "SUCCESS", "message": f"Created query with ID {query_id}",
                       "queryId": query_id}  # fmt: skip
@@ -280,10 +288,13 @@ def test_csas_with_filter_projection_and_processing_log(
         (b"u1", {"MS": 2, "PAGE": "page:/cart"}, BASE + 10_000),
         (b"u3", {"MS": 5, "PAGE": "page:/cart"}, BASE + 31_000),
     ]
-    entries = [json.loads(v) for _, v, _ in read_topic(broker, LOG_TOPIC, 1)]
+    entries = [json.loads(v) for _, v, _ in read_topic(broker, LOG_TOPIC, 2)]  # one a query
     errors = [e["message"]["deserializationError"] for e in entries if e["message"]["type"] == 0]
     assert errors and errors[0]["target"] == "value" and errors[0]["topic"] == "clicks"
-    assert entries[0]["logger"] == f"processing.{query_id}.KsqlTopic.Source.deserializer"
+    assert sorted(e["logger"] for e in entries) == [
+        f"processing.{query_id}.KsqlTopic.Source.deserializer",
+        f"processing.{counting_id}.KsqlTopic.Source.deserializer",
+    ]
     [streams] = server.ok("SHOW STREAMS;")
     assert "KSQL_PROCESSING_LOG" in [s["name"] for s in streams["streams"]]
 
@@ -292,7 +303,8 @@ def test_csas_with_filter_projection_and_processing_log(
     assert listed["sinks"] == ["CARTS"] and listed["sinkKafkaTopics"] == ["CARTS"]
     assert listed["queryType"] == "PERSISTENT" and listed["state"] == "RUNNING"
     [described] = server.ok("DESCRIBE clicks;")
-    assert [q["id"] for q in described["sourceDescription"]["readQueries"]] == [query_id]
+    readers = [q["id"] for q in described["sourceDescription"]["readQueries"]]
+    assert readers == [query_id, counting_id]
     [explained] = server.ok(f"EXPLAIN {query_id};")
     assert explained["queryDescription"]["sources"] == ["CLICKS"]
     fields = [f["name"] for f in explained["queryDescription"]["fields"]]
@@ -318,12 +330,7 @@ def test_csas_with_filter_projection_and_processing_log(
 def test_ctas_counts_every_update_per_tumbling_window(
     server: Server, broker: BrokerProcess
 ) -> None:
-    [created] = server.ok(
-        "CREATE TABLE per_minute AS SELECT user_id, COUNT(*) AS clicks FROM clicks "
-        "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY user_id EMIT CHANGES;",
-        **{"auto.offset.reset": "earliest"},
-    )
-    assert created["commandStatus"]["queryId"].startswith("CTAS_PER_MINUTE_")
+    # per_minute was created by the test before, beside carts
     produce(broker, "clicks", [(b"u1", {"PAGE": "/home", "MS": 4}, BASE + MINUTE + 5_000)])
     records = read_topic(broker, "PER_MINUTE", 5)
     updates = sorted(
