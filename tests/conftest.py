@@ -69,6 +69,7 @@ _LONG_FIRST = (
     "tests/integration/test_replication.py",
     "tests/integration/test_replication_faults.py",
     "tests/integration/test_reassignment.py",
+    "tests/integration/test_ksql_queries.py",
     *_SPARK_CONNECT_MODULES,
 )
 
