@@ -17,7 +17,13 @@ Built from a ``QueryPlan`` (``Operators(plan)`` compiles its expressions):
   stream time) dropped; with EMIT CHANGES each update gives the window's new row (every
   update, as ``cache.max.bytes.buffering=0``), HAVING that fails a tombstone;
   ``close_windows(state, group, stream_time)``: for EMIT FINAL, one row per window once
-  its grace has passed; closed windows leave the state.
+  its grace has passed; closed windows leave the state;
+- ``join_step(state, side, row, stream_time)``: a row of a join's left or right source
+  into its key's state: stream-table (the table's row kept, each stream row joined with
+  it), table-table (both rows kept, the joined row upserted or deleted as either side
+  changes), stream-stream (each side's records kept for the window, pairs within it
+  joined; ``close_joins`` drops those past the window and grace, an outer join's
+  unmatched ones giving a row with the other side null).
 
 The state of a group is a plain picklable dict (the host keeps it: a dict in the
 server, Spark's state store in a task); the stream time is the host's (the largest

@@ -8,8 +8,9 @@ Push: the source topic's partitions are read from their start (``auto.offset.res
 ``earliest``) or their end (``latest``, ksqlDB's default), without a consumer group;
 each record is read into a row (one that does not read goes to the processing log and
 is skipped), run through the operators (an aggregation's groups kept in a dict, the
-stream time per source partition), and each output row handed to ``emit`` in the
-projection's order; a tombstone is not a row. The query ends at LIMIT, when the
+stream time per source partition; a join's state per key, a stream-table join's table
+read to its end first), and each output row handed to ``emit`` in the projection's
+order; a tombstone is not a row. The query ends at LIMIT, when the
 client goes (``stopped``), or at TERMINATE / ``/close-query``.
 
 Pull: a ``Materialized`` source keeps a consumer on its topic and its rows (a table's

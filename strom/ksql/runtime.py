@@ -14,6 +14,10 @@ inside Spark's tasks.
   stream time of the operators is the watermark plus the grace, or the group's own
   latest record when later), and EMIT FINAL emits each window from an event-time
   timer when its grace has passed.
+- A join reads both sources' topics in one query: a ``mapInArrow`` keys each row by
+  its join key, then ``groupBy(key).transformWithStateInPandas`` keeps each key's join
+  state (a table's row, a stream's records within the window) and joins the rows in
+  timestamp order; a stream-stream join's window closes on an event-time timer.
 - Records keep their timestamps (ROWTIME, or the sink's TIMESTAMP column); the sink
   places them by key (murmur2, as Kafka's partitioner). With
   ``processing.guarantee=exactly_once_v2`` the sink writes each micro-batch in Kafka
@@ -271,8 +275,9 @@ def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
 
 
 def run_join_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow before a stream-table join: each row keyed by the table key it looks up
-    (a stream row) or is (a table row); sequence 0 for the table's, 1 for the stream's."""
+    """mapInArrow before a join: each row of either source keyed by its join key, with
+    its side; sequence 0 for the right side's rows, 1 for the left's (the right first
+    at a tie, as a table's change before the stream record it serves)."""
     parts = _parts(spec)
     join = spec.plan.join
     assert join is not None
