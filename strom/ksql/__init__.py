@@ -5,7 +5,11 @@
 - ``metastore``: streams, tables and custom types, kept in the command topic
   (``command_topic``) and replayed at start;
 - ``server``, ``engine``: ksqlDB 0.29's REST API and the execution of DDL and
-  metadata statements; ``formats``: writing INSERT VALUES rows in a source's formats.
+  metadata statements; ``formats``: writing INSERT VALUES rows in a source's formats;
+- ``planner`` (a query's plan), ``operators`` (the plan run record at a time),
+  ``readers`` (records read into rows and written back), ``runtime`` (persistent
+  queries on Spark), ``push_queries`` (push and pull queries in the server),
+  ``queries`` (the registry of queries), ``processing_log``.
 
 A client of the cluster over the network (confluent-kafka): it never imports the
 broker.
