@@ -606,6 +606,8 @@ class SparkQueries:
         for key, value in spec.client.items():
             if key != "bootstrap.servers":
                 reader = reader.option(f"kafka.{key}", str(value))
+        if spec.exactly_once:  # as Kafka Streams reads under exactly_once_v2
+            reader = reader.option("kafka.isolation.level", "read_committed")
         if any(c.namespace == "HEADER" for s in plan.sources for c in s.columns):
             reader = reader.option("includeHeaders", "true")
         frame = reader.load()
