@@ -184,6 +184,22 @@ class SharePartition:
                 break
             if last < self.start_offset:
                 continue
+            if first >= self.end_offset:  # new records, the common case: taken at once
+                room = self.max_in_flight - self.in_flight()
+                if room <= 0:
+                    break
+                if first > self.end_offset:
+                    self._archive_gap(self.end_offset, first)
+                    room = self.max_in_flight - self.in_flight()
+                stop = min(last + 1, first + max(room, 0))
+                records = self._records
+                for offset in range(first, stop):
+                    records[offset] = _InFlight(RecordState.ACQUIRED, 1, member_id, deadline)
+                acquired.extend(range(first, stop))
+                self.end_offset = max(self.end_offset, stop)
+                if stop <= last:
+                    break
+                continue
             for offset in range(max(first, self.start_offset), last + 1):
                 if offset < self.end_offset:
                     entry = self._records.get(offset)
@@ -235,14 +251,16 @@ class SharePartition:
         self._advance()
 
     def _ranges(self, offsets: list[int]) -> list[AcquiredRange]:
-        out: list[AcquiredRange] = []
+        runs: list[list[int]] = []  # [first, last, delivery count]
+        records = self._records
         for offset in offsets:
-            count = self._records[offset].delivery_count if offset in self._records else 1
-            if out and out[-1].last_offset == offset - 1 and out[-1].delivery_count == count:
-                out[-1] = AcquiredRange(out[-1].first_offset, offset, count)
+            entry = records.get(offset)
+            count = entry.delivery_count if entry is not None else 1
+            if runs and runs[-1][1] == offset - 1 and runs[-1][2] == count:
+                runs[-1][1] = offset
             else:
-                out.append(AcquiredRange(offset, offset, count))
-        return out
+                runs.append([offset, offset, count])
+        return [AcquiredRange(first, last, count) for first, last, count in runs]
 
     # Acknowledging -------------------------------------------------------------------
 
@@ -263,13 +281,24 @@ class SharePartition:
             return ErrorCode.invalid_request
         if any(t not in AcknowledgeType._value2member_map_ for t in types):
             return ErrorCode.invalid_request
+        records = self._records
+        acquired = RecordState.ACQUIRED
         for offset in range(first_offset, last_offset + 1):
-            entry = self._records.get(offset)
-            if entry is None or entry.state != RecordState.ACQUIRED or entry.member_id != member_id:
+            entry = records.get(offset)
+            if entry is None or entry.state != acquired or entry.member_id != member_id:
                 return ErrorCode.invalid_record_state
+        records = self._records
+        if len(types) == 1 and types[0] == AcknowledgeType.ACCEPT:  # the common case
+            for offset in range(first_offset, last_offset + 1):
+                entry = records[offset]
+                entry.state = RecordState.ACKNOWLEDGED
+                entry.member_id = None
+            self.dirty = True
+            self._advance()
+            return ErrorCode.none
         for i, offset in enumerate(range(first_offset, last_offset + 1)):
             kind = types[0] if len(types) == 1 else types[i]
-            entry = self._records[offset]
+            entry = records[offset]
             if kind == AcknowledgeType.RENEW:
                 entry.deadline_ms = now_ms + self.lock_duration_ms
                 continue
