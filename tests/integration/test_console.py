@@ -26,7 +26,14 @@ from pathlib import Path
 import pytest
 from broker_process import BrokerProcess, free_port
 from cli_helpers import one_line_error, strom
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -214,6 +221,44 @@ def test_lag_shows_after_a_consumer_stops(console: ConsoleProcess, broker: Broke
     landed = console.post(f"/groups/{group}/reset", {"topic": topic, "to": "earliest"})
     assert "note=Offsets+reset" in landed
     assert 'id="lag">20<' in console.dom(f"/groups/{group}")
+
+
+def test_share_groups_show_members_and_lag(console: ConsoleProcess, broker: BrokerProcess) -> None:
+    topic, group = f"jobs-{uuid.uuid4().hex[:6]}", f"sg-{uuid.uuid4().hex[:6]}"
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        producer.produce(topic, value=f"job{i}")
+    assert producer.flush(30) == 0
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource(
+        ResourceType.GROUP,
+        group,
+        incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest",
+                        incremental_operation=AlterConfigOpType.SET)
+        ],
+    )  # fmt: skip
+    admin.incremental_alter_configs([resource])[resource].result(10)
+    consumer = ShareConsumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": group,
+         "share.acknowledgement.mode": "explicit"}
+    )  # fmt: skip
+    consumer.subscribe([topic])
+    try:
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < 10 and time.monotonic() < deadline:
+            got += [m for m in consumer.poll(0.5) if m.error() is None]
+        assert len(got) == 10
+        for message in got[:4]:
+            consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+        consumer.commit_sync(10)
+        # Six records still held: not finished with. One member.
+        page = console.text("/share-groups")
+        assert re.search(rf"{group} Stable 1 1 6\b", page), page[:2000]
+        assert re.search(rf"{group} {topic} 0 4 6\b", page), page[:2000]
+    finally:
+        consumer.close()
 
 
 def test_alter_and_delete_through_the_forms(console: ConsoleProcess) -> None:

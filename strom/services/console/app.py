@@ -79,6 +79,7 @@ class Console:
         routes.add_get("/topics/{name}/messages", self.messages)
         routes.add_get("/groups", self.groups)
         routes.add_get("/groups/{group}", self.group)
+        routes.add_get("/share-groups", self.share_groups)
         routes.add_post("/groups/{group}/reset", self.reset_group)
         routes.add_get("/connect", self.connectors)
         routes.add_post("/connect/{name}/{action}", self.connector_action)
@@ -287,6 +288,13 @@ class Console:
         except ConsoleError as exc:
             return self._html(pages.groups_page([], str(exc)), 502)
         return self._html(pages.groups_page(groups, ""))
+
+    async def share_groups(self, request: web.Request) -> web.Response:
+        try:
+            groups = await self._call(self.reader.share_groups)
+        except ConsoleError as exc:
+            return self._html(pages.share_groups_page([], str(exc)), 502)
+        return self._html(pages.share_groups_page(groups, ""))
 
     async def group(self, request: web.Request) -> web.Response:
         group_id = request.match_info["group"]

@@ -5,7 +5,10 @@ Consumer (and DescribeLogDirs sent raw, for sizes: the binding has no call for i
 the cluster and its brokers; topics with partitions, leaders, replicas, ISR, start and
 end offsets, sizes and configs; creating, altering and deleting topics; reading
 messages from an offset, a time or the end, filtered by key or text; consumer groups
-with members, assignments, committed offsets and lag; resetting a group's offsets.
+with members, assignments, committed offsets and lag; resetting a group's offsets;
+share groups (KIP-932) with their members and each share-partition's start offset
+and lag, asked on the wire (ListGroups, ShareGroupDescribe, DescribeShareGroupOffsets:
+the binding has no calls for them).
 Offsets for many partitions are asked in one ListOffsets per broker, so a listing of
 1,000 topics is a handful of requests.
 
@@ -38,6 +41,12 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from kio.schema.describe_log_dirs.v4 import request as log_dirs_request
+from kio.schema.describe_share_group_offsets.v1 import request as share_offsets_request
+from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest
+from kio.schema.list_groups.v5.request import ListGroupsRequest
+from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
+from kio.schema.types import GroupId
+from kio.static.primitive import i8
 
 from strom.wire_client import WireConnection
 
@@ -122,6 +131,26 @@ class GroupInfo:
     @property
     def lag(self) -> int:
         return sum(p.lag for p in self.partitions)
+
+
+@dataclass
+class SharePartitionInfo:
+    topic: str
+    partition: int
+    start: int  # the first record not yet finished with (-1: unknown)
+    lag: int  # records from the start to the end not yet finished with (-1: unknown)
+
+
+@dataclass
+class ShareGroupInfo:
+    group_id: str
+    state: str
+    members: int = 0
+    partitions: list[SharePartitionInfo] = field(default_factory=list)
+
+    @property
+    def lag(self) -> int:
+        return sum(p.lag for p in self.partitions if p.lag > 0)
 
 
 def _raise(exc: BaseException) -> ConsoleError:
@@ -449,6 +478,73 @@ class ClusterReader:
             for (t, p), offset in sorted(committed.items())
         ]
         return info
+
+    # Share groups --------------------------------------------------------------------
+
+    def _ask(self, host: str, port: int, request: Any) -> Any:
+        try:
+            wire = WireConnection(
+                host, port, "strom-console", connect_timeout_s=5.0, request_timeout_s=TIMEOUT_S
+            )
+            try:
+                return wire.request(request)
+            finally:
+                wire.close()
+        except Exception as exc:
+            raise ConsoleError(f"cannot ask {host}:{port}: {exc}") from None
+
+    def _share_coordinator(self, group_id: str, brokers: list[tuple[str, int]]) -> tuple[str, int]:
+        for _ in range(10):
+            found = self._ask(*brokers[0], FindCoordinatorRequest(key=group_id, key_type=i8(0)))
+            if found.error_code == 0:
+                return found.host, found.port
+            time.sleep(0.2)
+        raise ConsoleError(f"COORDINATOR_NOT_AVAILABLE: no coordinator for {group_id!r}")
+
+    def share_groups(self) -> list[ShareGroupInfo]:
+        """Every share group with its state, member count and share-partitions."""
+        brokers = sorted((b.host, b.port) for b in self._metadata().brokers.values())
+        if not brokers:
+            return []
+        states: dict[str, str] = {}
+        for host, port in brokers:
+            listed = self._ask(host, port, ListGroupsRequest(types_filter=("share",)))
+            for group in listed.groups if listed.error_code == 0 else ():
+                states[group.group_id] = group.group_state
+        infos = []
+        for group_id, state in sorted(states.items()):
+            info = ShareGroupInfo(group_id, state)
+            coordinator = self._share_coordinator(group_id, brokers)
+            described = self._ask(
+                *coordinator,
+                ShareGroupDescribeRequest(
+                    group_ids=(GroupId(group_id),), include_authorized_operations=False
+                ),
+            )
+            if described.groups and described.groups[0].error_code == 0:
+                info.members = len(described.groups[0].members)
+            offsets = self._ask(
+                *coordinator,
+                share_offsets_request.DescribeShareGroupOffsetsRequest(
+                    groups=(
+                        share_offsets_request.DescribeShareGroupOffsetsRequestGroup(
+                            group_id=GroupId(group_id), topics=None
+                        ),
+                    )
+                ),
+            )
+            for group in offsets.groups:
+                for topic in group.topics:
+                    info.partitions += [
+                        SharePartitionInfo(
+                            topic.topic_name, p.partition_index, p.start_offset, p.lag
+                        )
+                        for p in topic.partitions
+                        if p.error_code == 0
+                    ]
+            info.partitions.sort(key=lambda p: (p.topic, p.partition))
+            infos.append(info)
+        return infos
 
     def reset_offsets(self, group_id: str, topic: str, to: str, value: int = 0) -> None:
         """Move the group's committed offsets on ``topic`` to "earliest", "latest", an

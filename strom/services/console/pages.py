@@ -17,7 +17,13 @@ from typing import Any
 from urllib.parse import quote
 
 from strom.connect.rest_client import ConnectorState
-from strom.services.console.backend import GroupInfo, Message, TopicInfo, render_value
+from strom.services.console.backend import (
+    GroupInfo,
+    Message,
+    ShareGroupInfo,
+    TopicInfo,
+    render_value,
+)
 
 STYLE = """
 body{font:14px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2430;
@@ -46,6 +52,7 @@ NAV = (
     ("/", "Cluster"),
     ("/topics", "Topics"),
     ("/groups", "Consumer groups"),
+    ("/share-groups", "Share groups"),
     ("/connect", "Connect"),
 )
 
@@ -351,6 +358,43 @@ def groups_page(groups: list[GroupInfo], error: str) -> str:
     ]
     table = _table(("group", "state", "protocol", "topics", "lag"), rows, {3, 4})
     return layout("Consumer groups", table, "/groups", error=error)
+
+
+def share_groups_page(groups: list[ShareGroupInfo], error: str) -> str:
+    """Share groups (KIP-932): state, members, and per share-partition the start offset
+    (the first record not yet finished with) and the lag."""
+    rows = [
+        (
+            f'<span id="share-{escape(g.group_id)}">{escape(g.group_id)}</span>',
+            escape(g.state),
+            str(g.members),
+            str(len(g.partitions)),
+            f"{g.lag:,}",
+        )
+        for g in groups
+    ]
+    table = _table(("share group", "state", "members", "share-partitions", "lag"), rows, {2, 3, 4})
+    details = _table(
+        ("share group", "topic", "partition", "start offset", "lag"),
+        [
+            (
+                escape(g.group_id),
+                f'<a href="/topics/{quote(p.topic, safe="")}">{escape(p.topic)}</a>',
+                str(p.partition),
+                _num(p.start if p.start >= 0 else None),
+                _num(p.lag if p.lag >= 0 else None),
+            )
+            for g in groups
+            for p in g.partitions
+        ],
+        {2, 3, 4},
+    )
+    body = table + (
+        "<h2>Share-partitions</h2>" + details if any(g.partitions for g in groups) else ""
+    )
+    if not groups and not error:
+        body = '<p class="muted">No share groups.</p>'
+    return layout("Share groups", body, "/share-groups", error=error)
 
 
 def group_page(
