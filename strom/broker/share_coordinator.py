@@ -5,9 +5,12 @@ that keeps its state in ``__share_group_state``.
   (AlterShareGroupOffsets on another node, a state epoch given).
 - ReadShareGroupState (84), version 0: the state as stored (start offset -1 and no
   batches when there is none: the share-partition then starts at the group's
-  share.auto.offset.reset).
+  share.auto.offset.reset); its leader epoch is kept: older leaders' writes are fenced.
 - WriteShareGroupState (85), versions 0-1: batches replacing the states of their offsets
-  and the start offset unless -1 (ShareUpdate's meaning), stored as a snapshot.
+  and the start offset unless -1 (ShareUpdate's meaning), stored as a snapshot;
+  FENCED_LEADER_EPOCH for a leader epoch older than the last one that read the state,
+  FENCED_STATE_EPOCH for a state epoch older than the stored one (the state was
+  initialized anew since).
 - DeleteShareGroupState (86), version 0: tombstones.
 - ReadShareGroupStateSummary (87), versions 0-1: start offset, epochs and how many
   offsets past the start are delivery complete.
@@ -172,6 +175,7 @@ def handle_read_share_group_state(ctx: RequestContext, request: Any) -> Any:
     batch_type = nested(ctx.response_type, "StateBatch")
 
     def serve(key: ShareKey, part: Any) -> dict[str, Any]:
+        store.claim(key, part.leader_epoch)
         state = store.read(key)
         if state is None:
             return {"state_epoch": 0, "start_offset": -1, "state_batches": ()}
@@ -198,6 +202,12 @@ def handle_write_share_group_state(ctx: RequestContext, request: Any) -> Any:
     store = _store(ctx)
 
     def serve(key: ShareKey, part: Any) -> dict[str, Any]:
+        fenced = store.fenced(key, part.leader_epoch, part.state_epoch)
+        if fenced is not None:
+            return {
+                "error_code": fenced,
+                "error_message": "The share-partition's leader or state epoch is stale.",
+            }
         batches = [
             StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
             for b in part.state_batches

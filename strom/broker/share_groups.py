@@ -117,6 +117,7 @@ class _Held:
     topic: str
     partition: SharePartition
     leader_epoch: int = -1  # the topic partition's, when this node became its leader
+    state_epoch: int = 0  # the stored state's, when read (AlterShareGroupOffsets moves it)
     timer: asyncio.TimerHandle | None = None
     timer_at: int | None = None
 
@@ -201,6 +202,7 @@ class ShareService:
                     return None
                 stored = self._remote_states.pop(key)
             else:
+                self.store.claim(key, leader_epoch)  # older leaders' writes are fenced
                 stored = self.store.read(key)
             if stored is not None:
                 sp = SharePartition(stored.start_offset)
@@ -209,8 +211,21 @@ class ShareService:
                 sp = SharePartition(self._initial_offset(key.group_id, partition_log))
                 sp.dirty = True
             held = self.held[key] = _Held(key, topic, sp, leader_epoch)
+            held.state_epoch = stored.state_epoch if stored is not None else 0
         self._configure(held)
         return held
+
+    def fenced(self, key: ShareKey, error: int) -> None:
+        """A write was refused as stale (a later leader, or the state initialized anew):
+        the share-partition is dropped and read again when next needed."""
+        log.info(
+            "share-partition %s-%d of group %s fenced (%s): read again",
+            key.topic_id,
+            key.partition,
+            key.group_id,
+            ErrorCode(error).name,
+        )
+        self.drop(key)
 
     def drop(self, key: ShareKey) -> None:
         held = self.held.pop(key, None)
@@ -236,10 +251,19 @@ class ShareService:
         sp = held.partition
         if not sp.dirty:
             return ErrorCode.none
-        state = ShareState(sp.start_offset, sp.durable_state())
+        state = ShareState(
+            sp.start_offset,
+            sp.durable_state(),
+            state_epoch=held.state_epoch,
+            leader_epoch=held.leader_epoch,
+        )
         sp.mark_stored()
         if self.store.topic_exists() and not self.store.leads(held.key):
             return self._write_remote(held.key, state, durable=durable)
+        fenced = self.store.fenced(held.key, held.leader_epoch, held.state_epoch)
+        if fenced is not None:
+            self.fenced(held.key, fenced)
+            return fenced
         appended = self.store.write(held.key, state, self.now_ms())
         if appended is None:
             sp.dirty = True
@@ -302,6 +326,13 @@ class ShareService:
         by_topic: dict[uuid.UUID, list[int]] = {}
         for key in keys:
             by_topic.setdefault(key.topic_id, []).append(key.partition)
+        state = self.broker.state
+
+        def leader_epoch(topic_id: uuid.UUID, partition: int) -> int:
+            meta = state.metadata.by_id.get(topic_id)
+            view = state.topic(meta.name) if meta is not None else None
+            return view.leader_epoch_of(partition) if view is not None else -1
+
         body = build(
             read_state.ReadShareGroupStateRequest,
             group_id=group_id,
@@ -310,7 +341,10 @@ class ShareService:
                     read_state.ReadStateData,
                     topic_id=t,
                     partitions=tuple(
-                        build(read_state.PartitionData, partition=p, leader_epoch=-1) for p in ps
+                        build(
+                            read_state.PartitionData, partition=p, leader_epoch=leader_epoch(t, p)
+                        )
+                        for p in ps
                     ),
                 )
                 for t, ps in by_topic.items()
@@ -371,7 +405,7 @@ class ShareService:
                                     write_state.PartitionData,
                                     partition=key.partition,
                                     state_epoch=state.state_epoch,
-                                    leader_epoch=-1,
+                                    leader_epoch=state.leader_epoch,
                                     start_offset=state.start_offset,
                                     state_batches=tuple(
                                         build(
@@ -403,7 +437,9 @@ class ShareService:
                 for waiter in waiters:
                     if not waiter.done():
                         waiter.set_result(error)
-                if error != ErrorCode.none:
+                if error in (ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch):
+                    self.fenced(key, error)
+                elif error != ErrorCode.none:
                     held = self.held.get(key)
                     if held is not None:
                         held.partition.dirty = True  # written again at the next change
@@ -1505,10 +1541,14 @@ def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
                     )
                     key = ShareKey(request.group_id, topic_id, part.partition_index)
                     held = service.held.get(key)
+                    stored = service.store.read(key)
+                    # A new state epoch: a copy held by another node is fenced and read again.
+                    epoch = (stored.state_epoch if stored is not None else 0) + 1
                     if held is not None:
                         held.partition.reset(start)
+                        held.state_epoch = max(held.state_epoch + 1, epoch)
                         service.persist(held)
-                    elif not service.store.write(key, ShareState(start), now):
+                    elif not service.store.write(key, ShareState(start, state_epoch=epoch), now):
                         error = ErrorCode.coordinator_not_available
                         message = "The share-partition state could not be written."
             entries.append(

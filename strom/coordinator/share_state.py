@@ -46,6 +46,7 @@ from strom.coordinator.internal_log import (
 )
 from strom.coordinator.offsets_topic import partition_for
 from strom.coordinator.share_partition import StateBatch
+from strom.protocol.errors import ErrorCode
 from strom.protocol.records import decode_records
 
 if TYPE_CHECKING:
@@ -407,6 +408,28 @@ class ShareStateStore:
         if leader_epoch < 0 and current is not None:
             state.leader_epoch = current.leader_epoch
         return self.write(key, state, now_ms)
+
+    def claim(self, key: ShareKey, leader_epoch: int) -> None:
+        """The share-partition's leader in ``leader_epoch`` read the state: writes from
+        leaders of older epochs are fenced from now on (``fenced``), as Kafka's share
+        coordinator keeps the leader epoch a ReadShareGroupState carries."""
+        state = self.read(key)
+        if state is not None and leader_epoch > state.leader_epoch:
+            state.leader_epoch = leader_epoch
+
+    def fenced(self, key: ShareKey, leader_epoch: int, state_epoch: int) -> ErrorCode | None:
+        """Why a write of a share-partition's leader in ``leader_epoch`` holding the
+        state of ``state_epoch`` must be refused: FENCED_LEADER_EPOCH when a later leader
+        has claimed the state, FENCED_STATE_EPOCH when the state was initialized anew
+        since (AlterShareGroupOffsets); None when it may be written (-1: not checked)."""
+        state = self.read(key)
+        if state is None:
+            return None
+        if 0 <= leader_epoch < state.leader_epoch:
+            return ErrorCode.fenced_leader_epoch
+        if 0 <= state_epoch < state.state_epoch:
+            return ErrorCode.fenced_state_epoch
+        return None
 
     def read(self, key: ShareKey) -> ShareState | None:
         if not self.topic_exists():

@@ -363,7 +363,9 @@ def test_the_share_coordinator_rpcs_keep_a_state(broker: BrokerProcess) -> None:
             first_offset=first, last_offset=last, delivery_state=state, delivery_count=count
         )
 
-    def read(client: RawClient) -> tuple[int, list[tuple[int, int, int, int]]]:
+    def read(
+        client: RawClient, leader_epoch: int = 0
+    ) -> tuple[int, list[tuple[int, int, int, int]]]:
         part = (
             client.request(
                 read_state.ReadShareGroupStateRequest(
@@ -371,7 +373,9 @@ def test_the_share_coordinator_rpcs_keep_a_state(broker: BrokerProcess) -> None:
                     topics=(
                         read_state.ReadStateData(
                             topic_id=topic_id,
-                            partitions=(read_state.PartitionData(partition=0, leader_epoch=0),),
+                            partitions=(
+                                read_state.PartitionData(partition=0, leader_epoch=leader_epoch),
+                            ),
                         ),
                     ),
                 )
@@ -407,7 +411,10 @@ def test_the_share_coordinator_rpcs_keep_a_state(broker: BrokerProcess) -> None:
             )
         )
         assert initialized.results[0].partitions[0].error_code == ErrorCode.none
-        for start, batches in ((-1, [batch(10, 14, 0, 1)]), (12, [batch(12, 13, 2, 1)])):
+
+        def write(
+            start: int, batches: list[write_state.StateBatch], leader_epoch: int, state_epoch: int
+        ) -> int:
             written = client.request(
                 write_state.WriteShareGroupStateRequest(
                     group_id=group,
@@ -417,8 +424,8 @@ def test_the_share_coordinator_rpcs_keep_a_state(broker: BrokerProcess) -> None:
                             partitions=(
                                 write_state.PartitionData(
                                     partition=0,
-                                    state_epoch=1,
-                                    leader_epoch=0,
+                                    state_epoch=state_epoch,
+                                    leader_epoch=leader_epoch,
                                     start_offset=start,
                                     state_batches=tuple(batches),
                                 ),
@@ -427,7 +434,16 @@ def test_the_share_coordinator_rpcs_keep_a_state(broker: BrokerProcess) -> None:
                     ),
                 )
             )
-            assert written.results[0].partitions[0].error_code == ErrorCode.none
+            return int(written.results[0].partitions[0].error_code)
+
+        assert write(-1, [batch(10, 14, 0, 1)], 0, 1) == ErrorCode.none
+        assert write(12, [batch(12, 13, 2, 1)], 0, 1) == ErrorCode.none
+        assert read(client) == (12, [(12, 13, 2, 1), (14, 14, 0, 1)])
+        # A new leader (epoch 3) read the state: the old one's writes are fenced, and so
+        # are writes of a state epoch older than the stored one.
+        assert read(client, leader_epoch=3)[0] == 12
+        assert write(-1, [batch(14, 14, 2, 1)], 2, 1) == ErrorCode.fenced_leader_epoch
+        assert write(-1, [batch(14, 14, 2, 1)], 3, 0) == ErrorCode.fenced_state_epoch
         assert read(client) == (12, [(12, 13, 2, 1), (14, 14, 0, 1)])
         summarized = (
             client.request(
