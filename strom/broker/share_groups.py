@@ -46,10 +46,15 @@ replicated); a failed write answers its error for the partition (COORDINATOR_NOT
 AVAILABLE, NOT_COORDINATOR, REQUEST_TIMED_OUT after share.coordinator.write.timeout.ms)
 and the state is written again with the next change.
 
+State writes carry the share-partition's leader epoch and state epoch: the share
+coordinator fences a stale leader (FENCED_LEADER_EPOCH) or a state initialized anew
+since (FENCED_STATE_EPOCH, after AlterShareGroupOffsets), and the fenced share-
+partition is dropped here and read again when next needed.
+
 Differences from Kafka: a failed state write does not roll the acknowledgement back in
-memory (the next write carries it); there is no state epoch fencing
-(AlterShareGroupOffsets resets a share-partition held on this node, or the stored state
-when this node keeps it; else COORDINATOR_NOT_AVAILABLE); DescribeShareGroupOffsets
+memory (the next write carries it); AlterShareGroupOffsets resets a share-partition
+held on this node, or the stored state when this node keeps it (else
+COORDINATOR_NOT_AVAILABLE), with a new state epoch; DescribeShareGroupOffsets
 knows the share-partitions held or stored here; share group membership is not stored
 (members rejoin after a restart or a coordinator move); ``batch_size`` and
 ``share_acquire_mode`` are not used (acquisition is batch-optimized).
