@@ -29,7 +29,8 @@ from kio.schema.list_offsets.v4.request import (
     ListOffsetsTopic,
 )
 from kio.schema.metadata.v8.request import MetadataRequest, MetadataRequestTopic
-from kio.static.primitive import i8, i32, i64
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from strom.protocol.errors import ErrorCode
 from strom.wire_client import WireConnection, split_bootstrap
@@ -203,7 +204,7 @@ class PartitionFetcher:
     def _leader(self, conn: _Connection) -> tuple[str, int]:
         response = conn.request(
             MetadataRequest(
-                topics=(MetadataRequestTopic(name=self.topic),),
+                topics=(MetadataRequestTopic(name=TopicName(self.topic)),),
                 allow_auto_topic_creation=False,
                 include_cluster_authorized_operations=False,
                 include_topic_authorized_operations=False,
@@ -234,13 +235,13 @@ class PartitionFetcher:
 
     def send_fetch(self, offset: int) -> None:
         request = FetchRequest(
-            max_wait=datetime.timedelta(milliseconds=FETCH_MAX_WAIT_MS),
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=FETCH_MAX_WAIT_MS)),
             min_bytes=i32(1),
             max_bytes=i32(self.max_bytes),
             isolation_level=i8(0),
             topics=(
                 FetchTopic(
-                    topic=self.topic,
+                    topic=TopicName(self.topic),
                     partitions=(
                         FetchPartition(
                             partition=i32(self.partition),
@@ -272,11 +273,11 @@ class PartitionFetcher:
         bounds = []
         for timestamp in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
             request = ListOffsetsRequest(
-                replica_id=i32(-1),
+                replica_id=BrokerId(-1),
                 isolation_level=i8(0),
                 topics=(
                     ListOffsetsTopic(
-                        name=self.topic,
+                        name=TopicName(self.topic),
                         partitions=(
                             ListOffsetsPartition(
                                 partition_index=i32(self.partition), timestamp=i64(timestamp)

@@ -13,16 +13,20 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from strom.spark.options import EARLIEST, LATEST, Positions, ReaderOptions, StromOptionError
 
+if TYPE_CHECKING:
+    from confluent_kafka.admin import ClusterMetadata, TopicMetadata
+
 log = logging.getLogger(__name__)
 
 # {"topic": {partition: offset}}; partitions are ints here and strings in Spark's JSON.
 Offsets = dict[str, dict[int, int]]
+JsonOffsets = dict[str, dict[str, int]]  # the same in Spark's checkpoint JSON
 
 METADATA_TIMEOUT_S = 15.0
 
@@ -47,13 +51,13 @@ def consumer_config(opts: ReaderOptions, **extra: Any) -> dict[str, Any]:
     return config
 
 
-def to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
+def to_json(offsets: Offsets) -> JsonOffsets:
     return {
         t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(offsets.items())
     }
 
 
-def from_json(offsets: dict[str, dict[str, int]]) -> Offsets:
+def from_json(offsets: JsonOffsets) -> Offsets:
     return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in offsets.items()}
 
 
@@ -80,9 +84,9 @@ class KafkaMeta:
     def close(self) -> None:
         self.consumer.close()
 
-    def _topics(self) -> dict[str, Any]:
+    def _topics(self) -> dict[str, TopicMetadata]:
         try:
-            metadata = self.consumer.list_topics(timeout=METADATA_TIMEOUT_S)
+            metadata: ClusterMetadata = self.consumer.list_topics(timeout=METADATA_TIMEOUT_S)
         except KafkaException as exc:
             raise StromSourceError(
                 f"cannot reach Kafka at {self.opts.bootstrap}: {_describe(exc)}"
@@ -215,9 +219,11 @@ class KafkaMeta:
                 messages = self.consumer.consume(1000, 1.0)
                 for msg in messages:
                     if msg.error() is None:
+                        found = msg.offset()
+                        assert found is not None  # a consumed record has its offset
                         if msg.timestamp()[1] >= timestamp:
-                            return msg.offset()
-                        offset = msg.offset() + 1
+                            return found
+                        offset = found + 1
                 if not messages:
                     break
             return offset

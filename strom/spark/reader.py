@@ -105,7 +105,7 @@ class OffsetRange(InputPartition):
 class _Columns:
     key: list[Any]
     value: list[Any]
-    offset: list[int]
+    offset: list[int | None]  # confluent-kafka's type; every consumed record has one
     timestamp: list[tuple[int, int]]
     headers: list[Any] | None
 
@@ -215,10 +215,10 @@ def _read_range_confluent(
             if errors:
                 messages = [m for m in messages if m.error() is None]
             # records arrive in offset order; keep those before the range end
-            if messages and messages[-1].offset() >= r.end:
-                messages = [m for m in messages if m.offset() < r.end]
+            if messages and _offset(messages[-1]) >= r.end:
+                messages = [m for m in messages if _offset(m) < r.end]
             if messages:
-                position = messages[-1].offset() + 1
+                position = _offset(messages[-1]) + 1
                 yield _record_batch(
                     r, _columns(messages, opts.include_headers), schema, topic, partition
                 )
@@ -228,14 +228,23 @@ def _read_range_confluent(
         consumer.close()
 
 
+def _offset(message: Message) -> int:
+    """The offset of a consumed record or end-of-partition event (confluent-kafka types
+    it optional: a message being produced has none yet)."""
+    offset = message.offset()
+    assert offset is not None
+    return offset
+
+
 def _handle_error(
     consumer: Consumer, r: OffsetRange, opts: ReaderOptions, msg: Message, position: int
 ) -> int:
     """Act on an event from the consumer; return the next offset wanted."""
-    error: KafkaError = msg.error()
+    error = msg.error()
+    assert error is not None  # only events are handed here
     code = error.code()
     if code == KafkaError._PARTITION_EOF:
-        end_of_log = msg.offset()
+        end_of_log = _offset(msg)
         if end_of_log < r.end:
             data_loss(
                 opts,

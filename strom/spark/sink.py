@@ -131,12 +131,14 @@ class _ArrowProducer:
         values = batch.column(column)
         if pa.types.is_timestamp(values.type):
             values = values.cast(pa.timestamp("ms", tz=values.type.tz)).cast(pa.int64())
-        return values.to_pylist()
+        stamps: list[int | None] = values.to_pylist()
+        return stamps
 
-    def _topics(self, batch: pa.RecordBatch) -> Any:
+    def _topics(self, batch: pa.RecordBatch) -> Iterable[str]:
         if self.opts.topic is not None:
             return repeat(self.opts.topic, batch.num_rows)
         topics = self._column(batch, "topic")
+        assert topics is not None  # no topic option: the column is there (_check_columns)
         if None in topics:
             raise StromOptionError("a row has a null topic and no topic option is set")
         return topics
@@ -150,6 +152,7 @@ class _ArrowProducer:
         for batch in batches:
             n = batch.num_rows
             values = self._column(batch, "value")
+            assert values is not None  # a column every sink has (_check_columns)
             keys = self._column(batch, "key") or repeat(None, n)
             topics = self._topics(batch)
             partitions = self._column(batch, "partition")
@@ -268,7 +271,8 @@ class StromStreamWriter(DataSourceStreamArrowWriter):
         wrong = {m.batch_id for m in written if m.batch_id != batchId}
         if wrong:
             raise StromSinkError(
-                f"micro-batch {batchId}: write tasks marked micro-batch(es) {sorted(wrong)}"
+                f"micro-batch {batchId}: write tasks marked micro-batch(es) "
+                f"{sorted(wrong, key=lambda b: -1 if b is None else b)}"
             )
         skipped = sum(m.skipped for m in written)
         log.debug(

@@ -37,6 +37,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from strom.spark.kafka_meta import (
+    JsonOffsets,
     KafkaMeta,
     Offsets,
     StromSourceError,
@@ -185,7 +186,7 @@ class StromStreamReader(_RangeReader, DataSourceStreamReader, SupportsTriggerAva
             self._meta = KafkaMeta(self.opts)
         return self._meta
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> JsonOffsets:
         current = self.meta.partitions()
         return to_json(self.meta.resolve(self.opts.starting, current, "startingOffsets"))
 
@@ -197,7 +198,7 @@ class StromStreamReader(_RangeReader, DataSourceStreamReader, SupportsTriggerAva
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self.meta.latest(self.meta.partitions())
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: JsonOffsets, limit: ReadLimit) -> JsonOffsets:
         starts = from_json(start)
         current = self.meta.partitions()
         if self._target is not None:  # AvailableNow: nothing newer than the target
@@ -229,7 +230,7 @@ class StromStreamReader(_RangeReader, DataSourceStreamReader, SupportsTriggerAva
                 latest.setdefault(topic, {}).setdefault(partition, offset)
         return to_json(latest)
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: JsonOffsets, end: JsonOffsets) -> Sequence[InputPartition]:
         starts = from_json(start)
         ends = from_json(end)
         new = {t: [p for p in ps if p not in starts.get(t, {})] for t, ps in ends.items()}
@@ -243,7 +244,7 @@ class StromStreamReader(_RangeReader, DataSourceStreamReader, SupportsTriggerAva
         starts = _check_starts(self.opts, starts, earliest, moved)
         return plan_ranges(starts, moved, self.opts.min_partitions)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: JsonOffsets) -> None:
         """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""
 
     def stop(self) -> None:
