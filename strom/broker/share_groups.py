@@ -55,7 +55,8 @@ Differences from Kafka: a failed state write does not roll the acknowledgement b
 memory (the next write carries it); AlterShareGroupOffsets resets a share-partition
 held on this node, or the stored state when this node keeps it (else
 COORDINATOR_NOT_AVAILABLE), with a new state epoch; DescribeShareGroupOffsets
-knows the share-partitions held or stored here; share group membership is not stored
+knows the share-partitions held here or stored in the __share_group_state partitions
+this node has a replica of; share group membership is not stored
 (members rejoin after a restart or a coordinator move); ``batch_size`` and
 ``share_acquire_mode`` are not used (acquisition is batch-optimized).
 """

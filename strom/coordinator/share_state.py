@@ -322,6 +322,13 @@ class ShareStateStore:
         )
 
     def _partition_states(self, partition: int) -> dict[ShareKey, ShareState]:
+        """The states a partition holds: kept once read while this node leads it; read
+        afresh from the local replica each time otherwise (a follower's copy moves
+        under it: describing offsets is what reads it)."""
+        if not self.controller.leads(SHARE_STATE_TOPIC, partition):
+            self._loaded.pop(partition, None)
+            self._loaded_epoch.pop(partition, None)
+            return self._replay(partition, announce=False)
         topic = self.controller.topic(SHARE_STATE_TOPIC)
         epoch = topic.leader_epoch_of(partition) if topic is not None else -1
         if self._loaded_epoch.get(partition) != epoch:
@@ -331,7 +338,11 @@ class ShareStateStore:
         if loaded is not None:
             return loaded
         self._loaded_epoch[partition] = epoch
-        loaded = {}
+        loaded = self._loaded[partition] = self._replay(partition)
+        return loaded
+
+    def _replay(self, partition: int, *, announce: bool = True) -> dict[ShareKey, ShareState]:
+        loaded: dict[ShareKey, ShareState] = {}
         count = 0
         for data, header in replay_batches(self.controller, SHARE_STATE_TOPIC, partition):
             if header.is_control:
@@ -353,7 +364,7 @@ class ShareStateStore:
                     count += 1
                 except (ShareStateRecordError, UnicodeDecodeError, ValueError) as exc:
                     log.warning("skipping an unreadable record of %s: %s", SHARE_STATE_TOPIC, exc)
-        if count:
+        if count and announce:
             log.info(
                 "read %d share-partition state(s) from %d record(s) of %s-%d",
                 len(loaded),
@@ -361,7 +372,6 @@ class ShareStateStore:
                 SHARE_STATE_TOPIC,
                 partition,
             )
-        self._loaded[partition] = loaded
         return loaded
 
     def partition_of(self, key: ShareKey) -> int:
@@ -473,12 +483,12 @@ class ShareStateStore:
                     states.pop(key, None)
 
     def keys_of_group(self, group_id: str) -> list[ShareKey]:
-        """Every stored key of a group (the whole topic is read once)."""
+        """Every key of a group stored in the partitions this node has a replica of."""
         if not self.topic_exists():
             return []
         found: list[ShareKey] = []
         for partition in range(self.partitions):
-            if self.controller.leads(SHARE_STATE_TOPIC, partition):
+            if self.controller.partition_log(SHARE_STATE_TOPIC, partition) is not None:
                 found += [k for k in self._partition_states(partition) if k.group_id == group_id]
         return found
 

@@ -76,9 +76,9 @@ def _earliest(admin: AdminClient, group: str) -> None:
     admin.incremental_alter_configs([resource])[resource].result(10)
 
 
-def _start_offset(cluster: Cluster, group: str, topic: str) -> int:
-    """The share-partition's start offset as the live nodes know it (the highest)."""
-    best = -1
+def _start_offsets(cluster: Cluster, group: str, topic: str) -> list[int]:
+    """The share-partition's start offset as each live node describes it."""
+    found = []
     for node in cluster.brokers:
         if not node.alive():
             continue
@@ -100,11 +100,13 @@ def _start_offset(cluster: Cluster, group: str, topic: str) -> int:
                 )
         except OSError:
             continue
-        for described in response.groups:
-            for t in described.topics:
-                for p in t.partitions:
-                    best = max(best, p.start_offset)
-    return best
+        found += [p.start_offset for g in response.groups for t in g.topics for p in t.partitions]
+    return found
+
+
+def _start_offset(cluster: Cluster, group: str, topic: str) -> int:
+    """The share-partition's start offset as the live nodes know it (the highest)."""
+    return max(_start_offsets(cluster, group, topic), default=-1)
 
 
 class Checker:
@@ -236,6 +238,13 @@ def test_kill_9_of_the_share_coordinator_loses_no_acknowledgement(tmp_path: Path
         assert not missing, f"never delivered: {sorted(missing)[:20]}"
         assert not twice, f"acknowledged more than once: {twice}"
         assert len(checker.confirmed) > RECORDS // 3  # acknowledgements before and after
+        # Every live node describes the state alike: the leader of the share-partition,
+        # and the replicas of __share_group_state.
+        wait_until(
+            lambda: set(_start_offsets(cluster, "workers", "jobs")) == {RECORDS},
+            15,
+            "every live node to describe the start offset",
+        )
 
         # The killed node comes back; the state stays: only new records are handed out.
         cluster.nodes[coordinator].start()
