@@ -83,12 +83,14 @@ class MariaDBProcess:
             stdout=log, stderr=subprocess.STDOUT, cwd=self.dir,
         )  # fmt: skip
         log.close()
+        import pymysql  # here: a missing driver is its own error, not "did not start"
+
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:
                 self.query(f"CREATE DATABASE IF NOT EXISTS {DATABASE}", database=None)
                 return self
-            except Exception:
+            except pymysql.err.OperationalError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     tail = (self.dir / "server.log").read_text(errors="replace")[-2000:]
                     raise RuntimeError(f"mariadbd did not start:\n{tail}") from None
