@@ -183,10 +183,17 @@ class BrokerProcess:
         try:
             started = wait_started(self.proc, self.log_path, written, deadline)
         except RuntimeError as exc:
+            self._kill()
             raise RuntimeError(f"broker {exc}") from None
         if started is False:
+            self._kill()  # a fixture failing in its setup never reaches its teardown
             raise RuntimeError(f"broker did not start within {timeout}s:\n{self.logs()}")
         return None if started is True else started
+
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
 
     def _replace_port(self, taken: int) -> None:
         names = [name for name, port in self.ports.items() if port == taken]
