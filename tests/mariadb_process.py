@@ -93,6 +93,7 @@ class MariaDBProcess:
             except pymysql.err.OperationalError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     tail = (self.dir / "server.log").read_text(errors="replace")[-2000:]
+                    self.stop()  # its fixture fails in setup and never reaches the teardown
                     raise RuntimeError(f"mariadbd did not start:\n{tail}") from None
                 time.sleep(0.1)
 

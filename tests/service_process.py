@@ -36,6 +36,8 @@ class ServiceProcess:
         deadline = time.monotonic() + timeout
         while (banner := self._banner()) is None:
             if time.monotonic() > deadline:
+                self.proc.kill()  # its fixture fails in setup and never reaches the teardown
+                self.proc.wait(30)
                 raise AssertionError(f"{self.command[3]} did not start:\n{self.output()}")
             time.sleep(0.05)
         self.banner = banner
