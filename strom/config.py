@@ -1180,7 +1180,9 @@ class BrokerConfig:
                 )
         for key, value, raw in given:
             if check_served(key, value):
-                why = KAFKA_ONLY[broker_config_definition(key).name].why  # type: ignore[union-attr]
+                definition = broker_config_definition(key)
+                assert definition is not None  # check_served knows the key
+                why = KAFKA_ONLY[definition.name].why
                 log.warning("%s=%s is accepted and changes nothing: %s", key, raw.strip(), why)
 
     def __getitem__(self, key: str) -> Any:

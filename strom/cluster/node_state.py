@@ -205,11 +205,13 @@ class NodeState:
 
     # Replay ----------------------------------------------------------------------------
 
-    def _apply(self, record: object, offset: int, epoch: int, touched: dict[str, bool]) -> None:
+    def _apply(
+        self, record: mr.MetadataRecord, offset: int, epoch: int, touched: dict[str, bool]
+    ) -> None:
         removed = None
         if isinstance(record, mr.RemoveTopicRecord):
             removed = self.image.topic_name(record.topic_id)
-        self.image.apply(record, offset, epoch)  # type: ignore[arg-type]
+        self.image.apply(record, offset, epoch)
         if isinstance(record, mr.TopicRecord):
             touched.setdefault(record.name, False)
         elif isinstance(record, mr.PartitionRecord | mr.PartitionChangeRecord):

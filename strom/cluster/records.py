@@ -440,17 +440,14 @@ def _layout(cls: type[MetadataRecord], version: int) -> type:
     kept = [f for f in fields(cls) if "tag" in f.metadata or _in_version(f, version)]
     if len(kept) == len(fields(cls)):
         return cls
-    narrow = make_dataclass(
+    return make_dataclass(
         f"{cls.__name__}V{version}",
         [_copy_field(f) for f in kept],
+        namespace={"__type__": EntityType.data, "__flexible__": True, "__version__": version},
         frozen=True,
         slots=True,
         kw_only=True,
     )
-    narrow.__type__ = EntityType.data  # type: ignore[attr-defined]
-    narrow.__flexible__ = True  # type: ignore[attr-defined]
-    narrow.__version__ = version  # type: ignore[attr-defined]
-    return narrow
 
 
 @cache

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Callable
 
 import cramjam
 
@@ -92,12 +93,12 @@ def _too_large(limit: int) -> DecompressedTooLarge:
     return DecompressedTooLarge(f"the payload decompresses to more than {limit} bytes")
 
 
-def _bounded(decompress_into: object, data: bytes, limit: int) -> bytes:
+def _bounded(decompress_into: Callable[[bytes, mmap.mmap], int], data: bytes, limit: int) -> bytes:
     """Decompress into ``limit`` bytes of lazily backed memory; past them, refuse."""
     out = mmap.mmap(-1, max(limit, 1))
     try:
         try:
-            written = decompress_into(data, out)  # type: ignore[operator]
+            written = decompress_into(data, out)
         except cramjam.DecompressionError as exc:
             if "whole buffer" in str(exc) or "smaller than required" in str(exc):
                 raise _too_large(limit) from None

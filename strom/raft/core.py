@@ -56,7 +56,7 @@ import enum
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
+from typing import TypedDict, TypeVar, Unpack, cast
 
 from strom.raft.log import RaftLog, cut_batches
 from strom.raft.messages import (
@@ -873,7 +873,7 @@ class RaftNode:
             return self._fetch_answer(diverging_epoch=epoch, diverging_end_offset=end)
         return None
 
-    def _fetch_answer(self, **fields: object) -> FetchResponse:
+    def _fetch_answer(self, **fields: Unpack[_FetchAnswer]) -> FetchResponse:
         return FetchResponse(
             self.node_id,
             -1,
@@ -882,7 +882,7 @@ class RaftNode:
             self.node_id,
             self.high_watermark,
             self.log.start_offset,
-            **fields,  # type: ignore[arg-type]
+            **fields,
         )
 
     def _answer_held(self, replica_id: int, replica: _Replica) -> None:
@@ -1161,6 +1161,15 @@ class RaftNode:
 
     def _send(self, message: Message) -> None:
         self._out.messages.append(message)
+
+
+class _FetchAnswer(TypedDict, total=False):
+    """What a leader's Fetch answers carry beside its state (FetchResponse's fields)."""
+
+    batches: tuple[Batch, ...]
+    diverging_epoch: int
+    diverging_end_offset: int
+    snapshot_id: SnapshotId | None
 
 
 _Handler = Callable[["RaftNode", Message], None]

@@ -459,14 +459,15 @@ class LogSegment:
         assert offset_index is not None and time_index is not None
         base = self.base_offset
         max_ts, offset_of_max = self._max_ts, self._offset_of_max_ts
+        assert max_ts is not None  # known once the indexes are
         since = self.bytes_since_index
         for header in headers:
-            if header.max_timestamp > max_ts:  # type: ignore[operator]
+            if header.max_timestamp > max_ts:
                 max_ts = header.max_timestamp
                 offset_of_max = header.base_offset + header.last_offset_delta
             if since >= index_interval:
                 offset_index.append(header.base_offset - base, position + header.position)
-                time_index.maybe_append(max_ts, offset_of_max - base)  # type: ignore[arg-type]
+                time_index.maybe_append(max_ts, offset_of_max - base)
                 since = 0
             since += header.size
         self._max_ts, self._offset_of_max_ts = max_ts, offset_of_max

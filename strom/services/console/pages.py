@@ -95,11 +95,12 @@ def _table(
 def _size(value: int | None) -> str:
     if value is None:
         return '<span class="muted">?</span>'
+    amount: float = value
     for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
-        value /= 1024  # type: ignore[assignment]
-    return str(value)
+        if amount < 1024 or unit == "GB":
+            return f"{amount:,.0f} {unit}" if unit == "B" else f"{amount:,.1f} {unit}"
+        amount /= 1024
+    return str(amount)
 
 
 def _num(value: float | None, digits: int = 0) -> str:
