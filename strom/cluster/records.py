@@ -493,7 +493,8 @@ def encode_record(record: MetadataRecord, version: int | None = None) -> bytes:
         version = record.write_version()
     if not 0 <= version <= cls.MAX_VERSION:
         raise MetadataRecordError(f"{cls.__name__} has no version {version}")
-    # mypy does not see a type[C] value as Hashable (python/mypy#11470); classes are
+    # mypy refuses a type[C] value where Hashable is asked (it checks C's unbound
+    # __hash__), though every class hashes
     layout = _layout(cls, version)  # type: ignore[arg-type]
     body = record
     if layout is not cls:
@@ -534,7 +535,8 @@ def decode_record_versioned(data: bytes) -> tuple[MetadataRecord, int]:
         raise MetadataRecordError(f"unknown metadata record type {api_key}")
     if version > cls.MAX_VERSION:
         raise MetadataRecordError(f"{cls.__name__} version {version} is newer than known")
-    # mypy does not see a type[C] value as Hashable (python/mypy#11470); classes are
+    # mypy refuses a type[C] value where Hashable is asked (it checks C's unbound
+    # __hash__), though every class hashes
     layout = _layout(cls, version)  # type: ignore[arg-type]
     try:
         body, size = _reader(layout)(data[pos:], 0)
