@@ -33,7 +33,7 @@ from kio.schema.types import BrokerId
 from kio.schema.unregister_broker.v0.request import UnregisterBrokerRequest
 
 from strom.cli import wire
-from strom.cli.common import ToolError, add_bootstrap
+from strom.cli.common import ToolError, add_bootstrap, wire_int
 from strom.cli.metadata_quorum import (
     DESCRIBE_CLUSTER,
     describe_cluster,
@@ -58,7 +58,10 @@ def add_parser(commands: Any) -> None:
     )
     add_bootstrap(parser, controller=True)
     parser.add_argument(
-        "--unregister", type=int, metavar="ID", help="remove a stopped broker's registration"
+        "--unregister",
+        type=wire_int("int32"),
+        metavar="ID",
+        help="remove a stopped broker's registration",
     )
     add_config_file_option(parser, "--command-config", "admin client")
     add_output_option(parser)

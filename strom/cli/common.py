@@ -15,7 +15,7 @@ import os
 import socket
 import struct
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException
@@ -42,6 +42,34 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+_WIRE_INT_RANGES = {
+    "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+}
+
+
+def wire_int(kind: str) -> Callable[[str], int]:
+    """An argparse ``type`` for a number that goes into a Kafka ``kind`` field (int16,
+    int32, int64): one out of its range is an argument error, not a traceback when the
+    request is built."""
+    low, high = _WIRE_INT_RANGES[kind]
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{value} is out of range: at most {high} and at least {low}"
+            )
+        return value
+
+    parse.__name__ = kind
+    return parse
 
 
 def add_bootstrap(parser: argparse.ArgumentParser, *, controller: bool = False) -> None:

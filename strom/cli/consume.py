@@ -64,6 +64,7 @@ from strom.cli.common import (
     describe_error,
     parse_properties,
     unescape,
+    wire_int,
 )
 from strom.cli.properties_file import add_config_file_option, config_file_properties
 from strom.cli.record_format import RecordFormat
@@ -96,7 +97,7 @@ def add_parser(commands: Any) -> None:
         help="start at the log start (default: only new records); with "
         "--group, only where the group has no committed offset",
     )
-    parser.add_argument("--partition", type=int, help="read only this partition")
+    parser.add_argument("--partition", type=wire_int("int32"), help="read only this partition")
     parser.add_argument(
         "--offset", metavar="earliest|latest|N", help="start offset in --partition (default latest)"
     )

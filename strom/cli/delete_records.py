@@ -29,6 +29,7 @@ from strom.cli.common import (
     check_reachable,
     client_config,
     describe_error,
+    wire_int,
 )
 from strom.cli.properties_file import add_config_file_option, config_file_properties
 
@@ -53,9 +54,11 @@ def add_parser(commands: Any) -> None:
         help='{"partitions":[{"topic":"t","partition":0,"offset":5}],"version":1}',
     )
     parser.add_argument("--topic", help="with --partition and --offset: one partition")
-    parser.add_argument("--partition", type=int, help="partition id (with --topic)")
+    parser.add_argument("--partition", type=wire_int("int32"), help="partition id (with --topic)")
     parser.add_argument(
-        "--offset", type=int, help="delete records below this offset; -1: up to the high watermark"
+        "--offset",
+        type=wire_int("int64"),
+        help="delete records below this offset; -1: up to the high watermark",
     )
     add_config_file_option(parser, "--command-config", "admin client")
     parser.set_defaults(run=run, parser=parser)

@@ -57,6 +57,7 @@ from strom.cli.common import (
     check_reachable,
     client_config,
     describe_error,
+    wire_int,
 )
 from strom.cli.durations import parse_duration_ms
 from strom.cli.output import Listing, add_output_option, note, show
@@ -153,7 +154,9 @@ def add_parser(commands: Any) -> None:
     scenario = parser.add_mutually_exclusive_group()
     scenario.add_argument("--to-earliest", action="store_true", help="reset to the log start")
     scenario.add_argument("--to-latest", action="store_true", help="reset to the log end")
-    scenario.add_argument("--to-offset", type=int, metavar="N", help="reset to offset N")
+    scenario.add_argument(
+        "--to-offset", type=wire_int("int64"), metavar="N", help="reset to offset N"
+    )
     scenario.add_argument(
         "--to-datetime",
         metavar="YYYY-MM-DDTHH:mm:SS.sss",
@@ -165,7 +168,10 @@ def add_parser(commands: Any) -> None:
         help="reset to the first offset at or after now minus this ISO-8601 duration",
     )
     scenario.add_argument(
-        "--shift-by", type=int, metavar="N", help="move the committed offset by N (negative: back)"
+        "--shift-by",
+        type=wire_int("int64"),
+        metavar="N",
+        help="move the committed offset by N (negative: back)",
     )
     scenario.add_argument(
         "--from-file",

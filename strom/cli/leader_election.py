@@ -24,6 +24,7 @@ from strom.cli.common import (
     check_reachable,
     client_config,
     describe_error,
+    wire_int,
 )
 from strom.cli.properties_file import add_config_file_option, config_file_properties
 
@@ -45,7 +46,7 @@ def add_parser(commands: Any) -> None:
     which.add_argument("--all-topic-partitions", action="store_true")
     which.add_argument("--topic", metavar="NAME")
     which.add_argument("--path-to-json-file", metavar="FILE")
-    parser.add_argument("--partition", type=int, metavar="N")
+    parser.add_argument("--partition", type=wire_int("int32"), metavar="N")
     parser.set_defaults(run=run, parser=parser)
 
 

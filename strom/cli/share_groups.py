@@ -55,7 +55,7 @@ from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i8, i32, i64
 
-from strom.cli.common import ToolError, add_bootstrap, check_reachable, describe_error
+from strom.cli.common import ToolError, add_bootstrap, check_reachable, describe_error, wire_int
 from strom.cli.groups import parse_datetime, parse_topic
 from strom.cli.output import Listing, add_output_option, note, show
 from strom.cli.properties_file import ClusterAccess, add_config_file_option, cluster_access
@@ -122,7 +122,9 @@ def add_parser(commands: Any) -> None:
     scenario = parser.add_mutually_exclusive_group()
     scenario.add_argument("--to-earliest", action="store_true", help="reset to the log start")
     scenario.add_argument("--to-latest", action="store_true", help="reset to the log end")
-    scenario.add_argument("--to-offset", type=int, metavar="N", help="reset to offset N")
+    scenario.add_argument(
+        "--to-offset", type=wire_int("int64"), metavar="N", help="reset to offset N"
+    )
     scenario.add_argument(
         "--to-datetime",
         metavar="YYYY-MM-DDTHH:mm:SS.sss",

@@ -37,6 +37,7 @@ from strom.cli.common import (
     error_code,
     parse_properties,
     source_code,
+    wire_int,
 )
 from strom.cli.output import Listing, add_output_option, note, show
 from strom.cli.properties_file import add_config_file_option, config_file_properties
@@ -73,9 +74,13 @@ def add_parser(commands: Any) -> None:
         action="store_true",
         help=f"with --list/--describe: leave out {', '.join(sorted(INTERNAL_TOPICS))}",
     )
-    parser.add_argument("--partitions", type=int, help="partition count (create, alter)")
     parser.add_argument(
-        "--replication-factor", type=int, help="replication factor (create; default: the broker's)"
+        "--partitions", type=wire_int("int32"), help="partition count (create, alter)"
+    )
+    parser.add_argument(
+        "--replication-factor",
+        type=wire_int("int16"),
+        help="replication factor (create; default: the broker's)",
     )
     parser.add_argument(
         "--config",

@@ -74,7 +74,7 @@ from kio.static.primitive import i8, i16, i32, i64
 from kio.static.protocol import RequestPayload
 
 from strom.cli import wire
-from strom.cli.common import DEFAULT_BOOTSTRAP, ToolError, check_reachable
+from strom.cli.common import DEFAULT_BOOTSTRAP, ToolError, check_reachable, wire_int
 from strom.cli.output import Listing as Table
 from strom.cli.output import add_output_option, show
 from strom.cli.properties_file import ClusterAccess, add_config_file_option, cluster_access
@@ -123,7 +123,7 @@ def add_parser(commands: Any) -> None:
     _add_partition(producers, required=True)
     producers.add_argument(
         "--broker-id",
-        type=int,
+        type=wire_int("int32"),
         metavar="B",
         help="ask this broker (a replica) instead of the partition's leader",
     )
@@ -132,10 +132,16 @@ def add_parser(commands: Any) -> None:
     abort = _command(actions, "abort", "abort a hanging transaction")
     _add_partition(abort, required=True)
     abort.add_argument(
-        "--start-offset", type=int, metavar="O", help="start offset of the transaction to abort"
+        "--start-offset",
+        type=wire_int("int64"),
+        metavar="O",
+        help="start offset of the transaction to abort",
     )
     abort.add_argument(
-        "--producer-id", type=int, metavar="ID", help="producer id (instead of --start-offset)"
+        "--producer-id",
+        type=wire_int("int64"),
+        metavar="ID",
+        help="producer id (instead of --start-offset)",
     )
     abort.add_argument("--producer-epoch", type=int, metavar="E", help="with --producer-id")
     abort.add_argument("--coordinator-epoch", type=int, metavar="C", help="with --producer-id")
@@ -186,7 +192,7 @@ def _command(
 
 def _add_partition(parser: argparse.ArgumentParser, required: bool) -> None:
     parser.add_argument("--topic", required=required, metavar="T", help="topic name")
-    parser.add_argument("--partition", type=int, required=required, metavar="P")
+    parser.add_argument("--partition", type=wire_int("int32"), required=required, metavar="P")
 
 
 def _check_not_negative(parser: argparse.ArgumentParser, **values: int | None) -> None:

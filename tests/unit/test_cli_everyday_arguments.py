@@ -109,3 +109,30 @@ def test_config_files_topics_groups_and_consume(
     assert "invalid choice: 'yaml'" in one_line_usage_error(
         capsys, "cluster", *NOWHERE, "--output", "yaml"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "option", "high"),
+    [
+        (["leader-election", "--election-type", "preferred", "--topic", "t", "--partition"],
+         "--partition", 2**31 - 1),
+        (["cluster", "--unregister"], "--unregister", 2**31 - 1),
+        (["topics", "--create", "--topic", "x", "--partitions"], "--partitions", 2**31 - 1),
+        (["topics", "--create", "--topic", "x", "--replication-factor"],
+         "--replication-factor", 2**15 - 1),
+        (["transactions", "describe-producers", "--topic", "t", "--partition"],
+         "--partition", 2**31 - 1),
+        (["delete-records", "--topic", "t", "--partition", "0", "--offset"],
+         "--offset", 2**63 - 1),
+        (["groups", "--reset-offsets", "--group", "g", "--topic", "t", "--to-offset"],
+         "--to-offset", 2**63 - 1),
+    ],
+)  # fmt: skip
+def test_numbers_past_their_kafka_field_are_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], option: str, high: int
+) -> None:
+    """A number that goes into a request's int16/int32/int64 field: out of its range, an
+    argument error naming the option and the bound, not a traceback building the request."""
+    tool, *rest = argv
+    line = one_line_usage_error(capsys, tool, *NOWHERE, *rest, str(high + 1))
+    assert f"argument {option}: {high + 1} is out of range: at most {high}" in line
