@@ -1021,20 +1021,25 @@ class _Part:
     acquired: list[tuple[int, int, int]] = field(default_factory=list)
 
 
+def _refusal(response_type: type, error: ErrorCode, message: str | None) -> Any:
+    """A ShareFetch or ShareAcknowledge response refused as a whole."""
+    return build(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        error_message=message,
+        acquisition_lock_timeout=datetime.timedelta(0),
+        responses=(),
+        node_endpoints=(),
+    )
+
+
 @handles(78, 1, 2)
 def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
 
     def top_level(error: ErrorCode, message: str | None) -> Any:
-        return build(
-            response_type,
-            throttle_time=NO_THROTTLE,
-            error_code=error,
-            error_message=message,
-            acquisition_lock_timeout=datetime.timedelta(0),
-            responses=(),
-            node_endpoints=(),
-        )
+        return _refusal(response_type, error, message)
 
     refused = _check_request(ctx, request)
     if refused is not None:
@@ -1322,15 +1327,7 @@ def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
 
     def top_level(error: ErrorCode, message: str | None) -> Any:
-        return build(
-            response_type,
-            throttle_time=NO_THROTTLE,
-            error_code=error,
-            error_message=message,
-            acquisition_lock_timeout=datetime.timedelta(0),
-            responses=(),
-            node_endpoints=(),
-        )
+        return _refusal(response_type, error, message)
 
     refused = _check_request(ctx, request)
     if refused is not None:
