@@ -9,8 +9,9 @@ statements ending with ``;`` at the ``ksql>`` prompt (``exit`` or Ctrl-D to leav
 ``--execute`` runs the statements given, ``--file`` those of a file, then exits. As in
 ksqlDB's CLI, ``SET`` / ``UNSET`` change the properties sent with each statement,
 ``DEFINE`` / ``UNDEFINE`` the variables, and ``RUN SCRIPT 'file'`` runs a file's
-statements; PRINT shows the topic's records as the server streams them (Ctrl-C stops
-it); every other statement goes to the server, and its answer prints as
+statements; PRINT shows the topic's records as the server streams them, and SELECT a
+query's rows (``/query-stream``; Ctrl-C stops either); every other statement goes to
+the server, and its answer prints as
 ksqlDB's CLI prints it (rich tables), or as the server's JSON with ``--output JSON``.
 
 A statement the server refuses prints its message; non-interactive, the statements after
@@ -33,7 +34,12 @@ from rich.text import Text
 from strom.cli.common import ToolError, parse_properties
 from strom.ksql import statements as st
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, split_statements, substitute
-from strom.ksql.rest_client import KsqlRestClient, KsqlServerError, KsqlUnreachable
+from strom.ksql.rest_client import (
+    DELIMITED_MEDIA_TYPE,
+    KsqlRestClient,
+    KsqlServerError,
+    KsqlUnreachable,
+)
 
 DEFAULT_URL = os.environ.get("STROM_KSQL_URL") or "http://localhost:8088"
 PROMPT = "ksql> "
@@ -104,6 +110,8 @@ class KsqlShell:
             self.run_file(statement.path)
         elif isinstance(statement, st.PrintTopic):
             self._print(text)
+        elif isinstance(statement, st.Query):
+            self._query(text)
         else:
             self._send(text)
 
@@ -140,6 +148,46 @@ class KsqlShell:
             raise StatementFailed() from None
         except KeyboardInterrupt:
             pass
+
+    def _query(self, text: str) -> None:
+        """SELECT: a push query's rows as the server streams them (until its LIMIT or
+        Ctrl-C), a pull query's all at once, on ``/query-stream`` as ksqlDB's CLI does."""
+        body = {"sql": text + ";", "properties": self.properties,
+                "sessionVariables": self.variables}  # fmt: skip
+        try:
+            for line in self.client.lines("/query-stream", body, DELIMITED_MEDIA_TYPE):
+                if not line.strip():
+                    continue
+                item = json.loads(line)
+                if isinstance(item, list):
+                    self._row(item)
+                elif isinstance(item, dict) and "columnNames" in item:
+                    self._header(item)
+                else:  # an error in the stream
+                    message = item.get("message", line) if isinstance(item, dict) else line
+                    self.errors.print(Text(str(message), style="red"))
+                    raise StatementFailed()
+        except KsqlServerError as exc:
+            if self.json_output:
+                self.console.print_json(json.dumps(exc.body))
+            else:
+                self.errors.print(Text(str(exc), style="red"))
+            raise StatementFailed() from None
+        except KeyboardInterrupt:
+            pass
+
+    def _header(self, header: dict[str, Any]) -> None:
+        if self.json_output:
+            self.console.print_json(json.dumps(header))
+        else:
+            self.console.print(Text(_bar(header["columnNames"])))
+
+    def _row(self, values: list[Any]) -> None:
+        if self.json_output:
+            self.console.print_json(json.dumps(values))
+            return
+        cells = [v if isinstance(v, str) else json.dumps(v) for v in values]  # None: null
+        self.console.print(Text(_bar(cells)))
 
     def _note(self, text: str) -> None:
         if not self.json_output:
@@ -288,6 +336,11 @@ class KsqlShell:
                     "EXTENDED;"
                 )
             )
+
+
+def _bar(cells: list[str]) -> str:
+    """A row of a streamed query as ksqlDB's CLI prints it: ``|A           |B           |``."""
+    return "|" + "|".join(f"{cell:<12}" for cell in cells) + "|"
 
 
 def _schema_text(schema: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 TIMEOUT_S = 120.0
+DELIMITED_MEDIA_TYPE = "application/vnd.ksqlapi.delimited.v1"
 MEDIA_TYPE = "application/vnd.ksql.v1+json"
 
 
@@ -41,19 +42,20 @@ class KsqlRestClient:
         with self._open(method, path, body) as response:
             return json.loads(response.read() or b"null")
 
-    def lines(self, path: str, body: Any) -> Iterator[str]:
-        """The lines of a streamed answer (PRINT on ``/query``) as they arrive."""
-        with self._open("POST", path, body) as response:
+    def lines(self, path: str, body: Any, accept: str = MEDIA_TYPE) -> Iterator[str]:
+        """The lines of a streamed answer (PRINT on ``/query``, a query's rows on
+        ``/query-stream`` with ``accept`` its delimited type) as they arrive."""
+        with self._open("POST", path, body, accept) as response:
             for line in response:
                 yield line.decode("utf-8", errors="replace").rstrip("\n")
 
-    def _open(self, method: str, path: str, body: Any) -> Any:
+    def _open(self, method: str, path: str, body: Any, accept: str = MEDIA_TYPE) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             self.url + path,
             data=data,
             method=method,
-            headers={"Content-Type": MEDIA_TYPE, "Accept": MEDIA_TYPE},
+            headers={"Content-Type": MEDIA_TYPE, "Accept": accept},
         )
         try:
             return urllib.request.urlopen(request, timeout=TIMEOUT_S)

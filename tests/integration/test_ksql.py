@@ -502,6 +502,26 @@ def test_cli_execute_file_and_run_script(
     assert "Kafka Topic" in out and "Name                 : PAGEVIEWS" in out
 
 
+def test_cli_select_streams_a_push_querys_rows(
+    server: KsqlServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SELECT ... EMIT CHANGES from the CLI goes to /query-stream and prints the header
+    and each row as it comes, until the LIMIT (the INSERT VALUES test's orders)."""
+    statements = (
+        "SET 'auto.offset.reset'='earliest';SELECT ID, ITEM FROM ORDERS EMIT CHANGES LIMIT 2;"
+    )
+    code, out, err = strom_ksql(capsys, server.url, "--execute", statements)
+    assert code == 0, err
+    lines = [line.strip() for line in out.splitlines() if line.startswith("|")]
+    assert lines == [
+        "|ID          |ITEM        |",
+        "|1           |book        |",
+        "|2           |pen         |",
+    ]
+    code, out, err = strom_ksql(capsys, server.url, "-e", "SELECT nope FROM ORDERS EMIT CHANGES;")
+    assert code == 1 and "cannot be resolved" in err
+
+
 def test_cli_interactive(
     server: KsqlServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
