@@ -297,10 +297,7 @@ class QuorumDriver:
         self._persisting = None
         if self.stopped:
             return
-        try:
-            persisting.result()
-        except Exception:
-            log.exception("persisting the metadata log failed")
+        _succeeded(persisting, "persisting the metadata log failed")  # acted on all the same
         try:
             self._act_on(ready)
         except Exception:
@@ -397,11 +394,7 @@ class QuorumDriver:
         self._persisting = None
         if self.stopped:
             return
-        try:
-            persisting.result()
-        except Exception:
-            log.exception("writing a metadata snapshot failed")
-        else:
+        if _succeeded(persisting, "writing a metadata snapshot failed"):
             assert self.node is not None
             self.node.take_snapshot(snapshot)
             log.info(
@@ -431,6 +424,16 @@ class QuorumDriver:
             return
         self.node.receive(answer, _now_ms())
         self._pump()
+
+
+def _succeeded(work: asyncio.Future[None], failure: str) -> bool:
+    """Whether the disk thread's ``work`` succeeded; its exception logged as ``failure``."""
+    try:
+        work.result()
+    except Exception:
+        log.exception(failure)
+        return False
+    return True
 
 
 def _with_token(message: Message, token: int) -> Message:

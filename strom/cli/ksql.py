@@ -25,7 +25,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -128,13 +128,17 @@ class KsqlShell:
         try:
             entities = self.client.ksql(text + ";", self.properties, self.variables)
         except KsqlServerError as exc:
-            if self.json_output:
-                self.console.print_json(json.dumps(exc.body))
-            else:
-                self.errors.print(Text(str(exc), style="red"))
-            raise StatementFailed() from None
+            self._refused(exc)
         for entity in entities:
             self.show(entity)
+
+    def _refused(self, exc: KsqlServerError) -> NoReturn:
+        """The server refused the statement: its message (or JSON), and stop."""
+        if self.json_output:
+            self.console.print_json(json.dumps(exc.body))
+        else:
+            self.errors.print(Text(str(exc), style="red"))
+        raise StatementFailed() from None
 
     def _print(self, text: str) -> None:
         """PRINT: the server's lines as they come, until LIMIT or Ctrl-C."""
@@ -168,11 +172,7 @@ class KsqlShell:
                     self.errors.print(Text(str(message), style="red"))
                     raise StatementFailed()
         except KsqlServerError as exc:
-            if self.json_output:
-                self.console.print_json(json.dumps(exc.body))
-            else:
-                self.errors.print(Text(str(exc), style="red"))
-            raise StatementFailed() from None
+            self._refused(exc)
         except KeyboardInterrupt:
             pass
 
