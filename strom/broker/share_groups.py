@@ -1037,18 +1037,14 @@ def _refusal(response_type: type, error: ErrorCode, message: str | None) -> Any:
 @handles(78, 1, 2)
 def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
-
-    def top_level(error: ErrorCode, message: str | None) -> Any:
-        return _refusal(response_type, error, message)
-
     refused = _check_request(ctx, request)
     if refused is not None:
-        return top_level(*refused)
+        return _refusal(response_type, *refused)
     service = service_of(ctx.broker)
     epoch = request.share_session_epoch
     step = _session_step(service, request.group_id, request.member_id, epoch, fetch=True)
     if step.error != ErrorCode.none or step.session is None:
-        return top_level(step.error, step.message)
+        return _refusal(response_type, step.error, step.message)
     session = step.session
     for topic in request.topics:
         for part in topic.partitions:
@@ -1325,18 +1321,14 @@ def _fetch_response(
 @handles(79, 1, 2)
 def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
-
-    def top_level(error: ErrorCode, message: str | None) -> Any:
-        return _refusal(response_type, error, message)
-
     refused = _check_request(ctx, request)
     if refused is not None:
-        return top_level(*refused)
+        return _refusal(response_type, *refused)
     service = service_of(ctx.broker)
     epoch = request.share_session_epoch
     step = _session_step(service, request.group_id, request.member_id, epoch, fetch=False)
     if step.error != ErrorCode.none:
-        return top_level(step.error, step.message)
+        return _refusal(response_type, step.error, step.message)
     denied = _denied_topics(ctx, [t.topic_id for t in request.topics])
     acks, writes = _acknowledge(ctx, request.group_id, request.member_id, request.topics, denied)
     if epoch == FINAL_EPOCH:
