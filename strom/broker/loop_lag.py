@@ -44,6 +44,9 @@ class LoopLagProbe:
 
     def _schedule(self) -> None:
         assert self._loop is not None
+        # Two clocks on purpose: the loop's schedules the callback, time.monotonic()
+        # measures it (uvloop's loop.time() is read once per iteration, in whole
+        # milliseconds: a callback behind a slow one would see the time it started at).
         self._due = time.monotonic() + INTERVAL_S
         self._handle = self._loop.call_at(self._loop.time() + INTERVAL_S, self._ran)
 

@@ -154,10 +154,10 @@ def _cached(fd: int, start: int, end: int) -> bool:
 class _Window:
     """A pread window over a file: few syscalls for a walk over nearby headers. Over
     a mapped file (``mapped`` covers [0, end)) it never reads: the map is the window.
-    With ``cold`` set it reads only what the page cache holds, raising ``cold`` (a
-    ColdRead for the bytes it wanted) instead of waiting on the disk."""
+    Given ``cold_file`` (the file's fd cache and path) it reads only what the page cache
+    holds, raising ColdRead for the bytes it wanted instead of waiting on the disk."""
 
-    __slots__ = ("fd", "end", "chunk", "start", "data", "cold")
+    __slots__ = ("fd", "end", "chunk", "start", "data", "cold_file")
 
     def __init__(
         self,
@@ -165,14 +165,14 @@ class _Window:
         end: int,
         chunk: int,
         mapped: memoryview | None = None,
-        cold: ColdRead | None = None,
+        cold_file: tuple[FileHandleCache, str] | None = None,
     ) -> None:
         self.fd = fd
         self.end = end  # file size: nothing at or past it is read
         self.chunk = chunk
         self.start = 0
         self.data: bytes | memoryview = b"" if mapped is None else mapped
-        self.cold = cold
+        self.cold_file = cold_file
 
     def fetch(self, position: int, length: int) -> int:
         """Make ``[position, position+length)`` available; returns its index in data."""
@@ -182,13 +182,12 @@ class _Window:
         want = min(max(length, self.chunk), self.end - position)
         if want <= 0:
             self.data = b""
-        elif self.cold is None:
+        elif self.cold_file is None:
             self.data = os.pread(self.fd, want, position)
         else:
             data = cached_pread(self.fd, want, position)
             if data is None:
-                self.cold.start, self.cold.length = position, want
-                raise self.cold
+                raise ColdRead(*self.cold_file, position, want)
             self.data = data
         self.start = position
         return 0
@@ -524,12 +523,15 @@ class LogSegment:
             large = min(max_bytes, size - position) >= MAPPED_READ_BYTES
             mapped = self.handles.mapped(self.log_path, fd, size) if large else None
             chunk = max(max_bytes, 0) + index_interval + 16384
-            cold = None
-            if not wait_for_disk:
-                cold = ColdRead(self.handles, self.log_path, position, min(chunk, size - position))
-                if mapped is not None and not _cached(fd, position, position + cold.length):
-                    raise cold  # the walk and the send would fault the pages in
-            window = _Window(fd, size, chunk, mapped, None if mapped is not None else cold)
+            if not wait_for_disk and mapped is not None:
+                length = min(chunk, size - position)
+                if not _cached(fd, position, position + length):
+                    # the walk and the send would fault the pages in
+                    raise ColdRead(self.handles, self.log_path, position, length)
+            cold_file = None
+            if not wait_for_disk and mapped is None:
+                cold_file = (self.handles, self.log_path)
+            window = _Window(fd, size, chunk, mapped, cold_file)
             while True:
                 header = window.header(position)
                 if header is None:
@@ -567,12 +569,11 @@ class LogSegment:
                 if at == 0 and end - start == len(data):
                     return data, done
                 return memoryview(data)[at : at + end - start], done  # a view, not a copy
-            if cold is None:
+            if wait_for_disk:
                 return os.pread(fd, end - start, start), done
             cached = cached_pread(fd, end - start, start)
             if cached is None:
-                cold.start, cold.length = start, end - start
-                raise cold
+                raise ColdRead(self.handles, self.log_path, start, end - start)
             return cached, done
 
     def max_timestamp(self, index_interval: int) -> tuple[int, int]:
