@@ -144,7 +144,9 @@ def add_parser(commands: Any) -> None:
         help="producer id (instead of --start-offset)",
     )
     abort.add_argument("--producer-epoch", type=int, metavar="E", help="with --producer-id")
-    abort.add_argument("--coordinator-epoch", type=int, metavar="C", help="with --producer-id")
+    abort.add_argument(
+        "--coordinator-epoch", type=wire_int("int32"), metavar="C", help="with --producer-id"
+    )
     abort.set_defaults(run=run_abort)
 
     hanging = _command(actions, "find-hanging", "find hanging transactions")

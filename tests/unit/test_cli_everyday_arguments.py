@@ -126,6 +126,8 @@ def test_config_files_topics_groups_and_consume(
          "--offset", 2**63 - 1),
         (["groups", "--reset-offsets", "--group", "g", "--topic", "t", "--to-offset"],
          "--to-offset", 2**63 - 1),
+        (["transactions", "abort", "--topic", "t", "--partition", "0", "--producer-id", "1",
+          "--producer-epoch", "1", "--coordinator-epoch"], "--coordinator-epoch", 2**31 - 1),
     ],
 )  # fmt: skip
 def test_numbers_past_their_kafka_field_are_one_line(
