@@ -22,11 +22,14 @@ import logging
 import ssl
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
 from kio.serial import entity_reader
+from kio.static.protocol import RequestPayload, ResponsePayload
 
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import codec_for, encode_request
@@ -39,6 +42,8 @@ from strom.security.sasl import (
 )
 
 log = logging.getLogger(__name__)
+
+_Response = TypeVar("_Response", bound=ResponsePayload)
 
 _SIZE = struct.Struct(">i")
 CONNECT_TIMEOUT_S = 2.0
@@ -60,15 +65,20 @@ class PeerSecurity:
 
 
 async def _exchange(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: Any, client_id: str
-) -> Any:
-    """One request and its response on a connection nothing else uses yet."""
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    body: RequestPayload,
+    response_type: type[_Response],
+    client_id: str,
+) -> _Response:
+    """One request and its response (``response_type``, the class of ``body``'s version)
+    on a connection nothing else uses yet."""
     writer.write(encode_request(0, client_id, body))
     (size,) = _SIZE.unpack(await reader.readexactly(4))
     frame = await reader.readexactly(size)
     codec = codec_for(type(body).__api_key__, type(body).__version__)
     start = 5 if codec.flexible_response_header else 4
-    response, _ = entity_reader(codec.response_type)(memoryview(frame), start)
+    response, _ = entity_reader(response_type)(memoryview(frame), start)
     return response
 
 
@@ -82,7 +92,7 @@ async def authenticate(
     mechanism = security.sasl_mechanism
     assert mechanism is not None
     handshake = await _exchange(
-        reader, writer, SaslHandshakeRequest(mechanism=mechanism), client_id
+        reader, writer, SaslHandshakeRequest(mechanism=mechanism), SaslHandshakeResponse, client_id
     )
     if handshake.error_code != ErrorCode.none:
         raise SaslAuthenticationFailed(
@@ -91,7 +101,11 @@ async def authenticate(
 
     async def send(token: bytes) -> bytes:
         response = await _exchange(
-            reader, writer, SaslAuthenticateRequest(auth_bytes=token), client_id
+            reader,
+            writer,
+            SaslAuthenticateRequest(auth_bytes=token),
+            SaslAuthenticateResponse,
+            client_id,
         )
         if response.error_code != ErrorCode.none:
             raise SaslAuthenticationFailed(response.error_message or str(response.error_code))
@@ -119,14 +133,16 @@ class PeerConnection:
         self._reader_task: asyncio.Task[None] | None = None
         self._connecting: asyncio.Future[None] | None = None
         self._correlation = 0
-        self._pending: dict[int, tuple[asyncio.Future[Any], type]] = {}
+        # The response's class is chosen at run time from its request's key and version:
+        # the callers, who know what they sent, read it.
+        self._pending: dict[int, tuple[asyncio.Future[Any], type[RequestPayload]]] = {}
         self.closed = False
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    async def request(self, body: Any, timeout_s: float) -> Any:
+    async def request(self, body: RequestPayload, timeout_s: float) -> Any:
         """Send ``body`` and wait for its decoded response; PeerError on failure."""
         if self.closed:
             raise PeerError(f"connection to {self.address} is closed")
@@ -229,7 +245,7 @@ class PeerPool:
         self.security = security
         self._connections: dict[tuple[str, int], PeerConnection] = {}
 
-    async def request(self, host: str, port: int, body: Any, timeout_s: float) -> Any:
+    async def request(self, host: str, port: int, body: RequestPayload, timeout_s: float) -> Any:
         connection = self._connections.get((host, port))
         if connection is None:
             connection = PeerConnection(host, port, self.client_id, self.security)

@@ -34,8 +34,19 @@ from typing import Any
 
 from strom.broker import quorum_wire
 from strom.broker.peer_client import PeerError, PeerPool, PeerSecurity
-from strom.raft.core import RaftConfig, RaftNode, Role
-from strom.raft.messages import REQUESTS, Batch, Message, Snapshot
+from strom.raft.core import QuorumInfo, RaftConfig, RaftNode, Ready, Role
+from strom.raft.messages import (
+    REQUESTS,
+    Batch,
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
+    FetchRequest,
+    FetchSnapshotRequest,
+    Message,
+    Snapshot,
+    VoteRequest,
+)
+from strom.storage.metadata_log import MetadataLogStore
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +86,7 @@ class QuorumDriver:
         voter_ids: frozenset[int],
         voters: dict[int, tuple[str, int]],
         raft_config: RaftConfig,
-        store: Any,
+        store: MetadataLogStore,
         cluster_id: str,
         listener: MetadataListener,
         *,
@@ -200,7 +211,7 @@ class QuorumDriver:
         """The end offset of everything applied to the metadata state."""
         return self._applied_offset
 
-    def describe(self) -> Any:
+    def describe(self) -> QuorumInfo:
         assert self.node is not None
         return self.node.describe()
 
@@ -291,7 +302,7 @@ class QuorumDriver:
         self._persisting = persisting
         persisting.add_done_callback(functools.partial(self._persisted, ready))
 
-    def _persisted(self, ready: Any, persisting: asyncio.Future[None]) -> None:
+    def _persisted(self, ready: Ready, persisting: asyncio.Future[None]) -> None:
         """The Ready is durable (or its persisting failed: logged, as a failed tick is):
         now its messages, commits and snapshots, then the Ready that waited."""
         self._persisting = None
@@ -306,7 +317,7 @@ class QuorumDriver:
             self._pump_again = False
             self._pump()
 
-    def _act_on(self, ready: Any) -> None:
+    def _act_on(self, ready: Ready) -> None:
         """What a durable Ready asks for: send its messages, answer what is owed, apply
         what committed, take a snapshot when one is due."""
         node = self.node
@@ -323,9 +334,10 @@ class QuorumDriver:
                 self._sending.add(task)
                 task.add_done_callback(self._sending.discard)
             else:
-                future = self._owed.pop(getattr(message, "token", None), None)
-                if future is not None and not future.done():
-                    future.set_result(message)
+                token = getattr(message, "token", None)  # every response has one
+                owed = self._owed.pop(token, None) if token is not None else None
+                if owed is not None and not owed.done():
+                    owed.set_result(message)
         if ready.committed_snapshot is not None:
             self.listener.apply_snapshot(ready.committed_snapshot)
             self._applied_offset = ready.committed_snapshot.snapshot_id.end_offset
@@ -341,21 +353,21 @@ class QuorumDriver:
                 self._bytes_since_snapshot += sum(len(r) for r in batch.records)
             pending = self._proposals.pop(batch.base_offset, None)
             if pending is not None:
-                epoch, future = pending
-                if future.done():
+                epoch, proposal = pending
+                if proposal.done():
                     pass
                 elif epoch == batch.epoch:
-                    future.set_result(batch.end_offset)
+                    proposal.set_result(batch.end_offset)
                 else:
-                    future.set_exception(NotLeaderError(node.leader_id))
+                    proposal.set_exception(NotLeaderError(node.leader_id))
         if self._committed_waiters and (ready.committed or ready.committed_snapshot):
             still = []
-            for offset, future in self._committed_waiters:
+            for offset, waiter in self._committed_waiters:
                 if self._applied_offset >= offset:
-                    if not future.done():
-                        future.set_result(None)
+                    if not waiter.done():
+                        waiter.set_result(None)
                 else:
-                    still.append((offset, future))
+                    still.append((offset, waiter))
             self._committed_waiters = still
         leader_ready = node.leader_ready
         if leader_ready != self._was_leader_ready:
@@ -413,7 +425,7 @@ class QuorumDriver:
         body = quorum_wire.request_to_wire(message, self.cluster_id)
         timeout_s = self.raft_config.request_timeout_ms / 1000
         if hasattr(message, "max_wait_ms"):
-            timeout_s += message.max_wait_ms / 1000  # type: ignore[attr-defined]
+            timeout_s += message.max_wait_ms / 1000
         try:
             response = await self.peers.request(address[0], address[1], body, timeout_s)
         except PeerError as exc:
@@ -436,7 +448,19 @@ def _succeeded(work: asyncio.Future[None], failure: str) -> bool:
     return True
 
 
+RaftRequest = (
+    VoteRequest
+    | BeginQuorumEpochRequest
+    | EndQuorumEpochRequest
+    | FetchRequest
+    | FetchSnapshotRequest
+)
+
+
 def _with_token(message: Message, token: int) -> Message:
+    """``message`` (a request: each of them has a token) carrying ``token``."""
     from dataclasses import replace
 
+    if not isinstance(message, RaftRequest):
+        raise TypeError(f"not a request: {type(message).__name__}")
     return replace(message, token=token)

@@ -22,11 +22,23 @@ import time
 import uuid
 from typing import Any
 
+from kio.schema.begin_quorum_epoch.v0 import request as begin_v0
 from kio.schema.begin_quorum_epoch.v1 import request as begin_req
+from kio.schema.end_quorum_epoch.v0 import request as end_v0
 from kio.schema.end_quorum_epoch.v1 import request as end_req
+from kio.schema.fetch.v12 import request as fetch_v12
+from kio.schema.fetch.v13 import request as fetch_v13
+from kio.schema.fetch.v14 import request as fetch_v14
+from kio.schema.fetch.v15 import request as fetch_v15
+from kio.schema.fetch.v16 import request as fetch_v16
 from kio.schema.fetch.v17 import request as fetch_req
+from kio.schema.fetch_snapshot.v0 import request as snap_v0
 from kio.schema.fetch_snapshot.v1 import request as snap_req
+from kio.schema.types import BrokerId, TopicName
+from kio.schema.vote.v0 import request as vote_v0
+from kio.schema.vote.v1 import request as vote_v1
 from kio.schema.vote.v2 import request as vote_req
+from kio.static.primitive import i32, i32Timedelta, i64
 
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
@@ -54,6 +66,29 @@ METADATA_PARTITION = 0
 ZERO_UUID = uuid.UUID(int=0)
 CONTROL_ATTRIBUTE = 0x20
 NO_THROTTLE = datetime.timedelta(0)
+
+
+# The versions served on the controller listener (quorum_handlers), as kio decodes them.
+VoteBody = vote_v0.VoteRequest | vote_v1.VoteRequest | vote_req.VoteRequest
+BeginQuorumEpochBody = begin_v0.BeginQuorumEpochRequest | begin_req.BeginQuorumEpochRequest
+EndQuorumEpochBody = end_v0.EndQuorumEpochRequest | end_req.EndQuorumEpochRequest
+FetchSnapshotBody = snap_v0.FetchSnapshotRequest | snap_req.FetchSnapshotRequest
+MetadataFetchBody = (
+    fetch_v12.FetchRequest
+    | fetch_v13.FetchRequest
+    | fetch_v14.FetchRequest
+    | fetch_v15.FetchRequest
+    | fetch_v16.FetchRequest
+    | fetch_req.FetchRequest
+)
+# What this node sends to the other voters.
+RaftWireRequest = (
+    vote_req.VoteRequest
+    | begin_req.BeginQuorumEpochRequest
+    | end_req.EndQuorumEpochRequest
+    | fetch_req.FetchRequest
+    | snap_req.FetchSnapshotRequest
+)
 
 
 class WireError(ValueError):
@@ -99,23 +134,23 @@ def decode_batches(data: bytes | memoryview | None) -> tuple[Batch, ...]:
 # Sender side: core request -> kio request -----------------------------------------
 
 
-def request_to_wire(message: Message, cluster_id: str) -> Any:
+def request_to_wire(message: Message, cluster_id: str) -> RaftWireRequest:
     if isinstance(message, VoteRequest):
         return vote_req.VoteRequest(
             cluster_id=cluster_id,
-            voter_id=message.dst,
+            voter_id=BrokerId(message.dst),
             topics=(
                 vote_req.TopicData(
-                    topic_name=METADATA_TOPIC,
+                    topic_name=TopicName(METADATA_TOPIC),
                     partitions=(
                         vote_req.PartitionData(
-                            partition_index=METADATA_PARTITION,
-                            replica_epoch=message.epoch,
-                            replica_id=message.src,
+                            partition_index=i32(METADATA_PARTITION),
+                            replica_epoch=i32(message.epoch),
+                            replica_id=BrokerId(message.src),
                             replica_directory_id=ZERO_UUID,
                             voter_directory_id=ZERO_UUID,
-                            last_offset_epoch=message.last_offset_epoch,
-                            last_offset=message.last_offset,
+                            last_offset_epoch=i32(message.last_offset_epoch),
+                            last_offset=i64(message.last_offset),
                             pre_vote=message.pre_vote,
                         ),
                     ),
@@ -125,16 +160,16 @@ def request_to_wire(message: Message, cluster_id: str) -> Any:
     if isinstance(message, BeginQuorumEpochRequest):
         return begin_req.BeginQuorumEpochRequest(
             cluster_id=cluster_id,
-            voter_id=message.dst,
+            voter_id=BrokerId(message.dst),
             topics=(
                 begin_req.TopicData(
-                    topic_name=METADATA_TOPIC,
+                    topic_name=TopicName(METADATA_TOPIC),
                     partitions=(
                         begin_req.PartitionData(
-                            partition_index=METADATA_PARTITION,
+                            partition_index=i32(METADATA_PARTITION),
                             voter_directory_id=ZERO_UUID,
-                            leader_id=message.src,
-                            leader_epoch=message.epoch,
+                            leader_id=BrokerId(message.src),
+                            leader_epoch=i32(message.epoch),
                         ),
                     ),
                 ),
@@ -146,15 +181,15 @@ def request_to_wire(message: Message, cluster_id: str) -> Any:
             cluster_id=cluster_id,
             topics=(
                 end_req.TopicData(
-                    topic_name=METADATA_TOPIC,
+                    topic_name=TopicName(METADATA_TOPIC),
                     partitions=(
                         end_req.PartitionData(
-                            partition_index=METADATA_PARTITION,
-                            leader_id=message.src,
-                            leader_epoch=message.epoch,
+                            partition_index=i32(METADATA_PARTITION),
+                            leader_id=BrokerId(message.src),
+                            leader_epoch=i32(message.epoch),
                             preferred_candidates=tuple(
                                 end_req.ReplicaInfo(
-                                    candidate_id=c, candidate_directory_id=ZERO_UUID
+                                    candidate_id=BrokerId(c), candidate_directory_id=ZERO_UUID
                                 )
                                 for c in message.preferred_successors
                             ),
@@ -167,21 +202,23 @@ def request_to_wire(message: Message, cluster_id: str) -> Any:
     if isinstance(message, FetchRequest):
         return fetch_req.FetchRequest(
             cluster_id=cluster_id,
-            replica_state=fetch_req.ReplicaState(replica_id=message.src, replica_epoch=-1),
-            max_wait=datetime.timedelta(milliseconds=message.max_wait_ms),
-            min_bytes=1,
-            max_bytes=message.max_bytes,
+            replica_state=fetch_req.ReplicaState(
+                replica_id=BrokerId(message.src), replica_epoch=i64(-1)
+            ),
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=message.max_wait_ms)),
+            min_bytes=i32(1),
+            max_bytes=i32(message.max_bytes),
             topics=(
                 fetch_req.FetchTopic(
                     topic_id=METADATA_TOPIC_ID,
                     partitions=(
                         fetch_req.FetchPartition(
-                            partition=METADATA_PARTITION,
-                            current_leader_epoch=message.epoch,
-                            fetch_offset=message.fetch_offset,
-                            last_fetched_epoch=message.last_fetched_epoch,
-                            log_start_offset=-1,
-                            partition_max_bytes=message.max_bytes,
+                            partition=i32(METADATA_PARTITION),
+                            current_leader_epoch=i32(message.epoch),
+                            fetch_offset=i64(message.fetch_offset),
+                            last_fetched_epoch=i32(message.last_fetched_epoch),
+                            log_start_offset=i64(-1),
+                            partition_max_bytes=i32(message.max_bytes),
                             replica_directory_id=ZERO_UUID,
                         ),
                     ),
@@ -192,20 +229,20 @@ def request_to_wire(message: Message, cluster_id: str) -> Any:
     if isinstance(message, FetchSnapshotRequest):
         return snap_req.FetchSnapshotRequest(
             cluster_id=cluster_id,
-            replica_id=message.src,
-            max_bytes=message.max_bytes,
+            replica_id=BrokerId(message.src),
+            max_bytes=i32(message.max_bytes),
             topics=(
                 snap_req.TopicSnapshot(
-                    name=METADATA_TOPIC,
+                    name=TopicName(METADATA_TOPIC),
                     partitions=(
                         snap_req.PartitionSnapshot(
-                            partition=METADATA_PARTITION,
-                            current_leader_epoch=message.epoch,
+                            partition=i32(METADATA_PARTITION),
+                            current_leader_epoch=i32(message.epoch),
                             snapshot_id=snap_req.SnapshotId(
-                                end_offset=message.snapshot_id.end_offset,
-                                epoch=message.snapshot_id.epoch,
+                                end_offset=i64(message.snapshot_id.end_offset),
+                                epoch=i32(message.snapshot_id.epoch),
                             ),
-                            position=message.position,
+                            position=i64(message.position),
                             replica_directory_id=ZERO_UUID,
                         ),
                     ),
@@ -222,9 +259,10 @@ def _error(code: Any) -> RaftError:
         return RaftError.NOT_LEADER_OR_FOLLOWER  # anything else: look for the leader again
 
 
-def _only_partition(topics: tuple, name_field: str = "topic_name") -> Any:
+def _only_partition(topics: tuple[Any, ...]) -> Any:
+    """The metadata partition's entry in a peer's response (decoded by its version)."""
     for topic in topics:
-        if getattr(topic, name_field, METADATA_TOPIC) == METADATA_TOPIC:
+        if getattr(topic, "topic_name", METADATA_TOPIC) == METADATA_TOPIC:
             for partition in topic.partitions:
                 return partition
     return None
@@ -313,51 +351,61 @@ def response_from_wire(request: Message, response: Any) -> Message | None:
 # Receiver side: kio request -> core request, core response -> kio response ----------
 
 
-def vote_from_wire(body: Any, node_id: int) -> VoteRequest:
-    part = _only_partition(body.topics)
+def vote_from_wire(body: VoteBody, node_id: int) -> VoteRequest:
+    part = next(
+        (p for t in body.topics if t.topic_name == METADATA_TOPIC for p in t.partitions), None
+    )
     if part is None:
         raise WireError("Vote does not name __cluster_metadata-0")
     return VoteRequest(
-        part.replica_id if hasattr(part, "replica_id") else part.candidate_id,
+        part.replica_id,
         node_id,
-        part.replica_epoch if hasattr(part, "replica_epoch") else part.candidate_epoch,
+        part.replica_epoch,
         part.last_offset_epoch,
         part.last_offset,
-        getattr(part, "pre_vote", False),
+        part.pre_vote if isinstance(part, vote_req.PartitionData) else False,
     )
 
 
-def begin_from_wire(body: Any, node_id: int) -> BeginQuorumEpochRequest:
-    part = _only_partition(body.topics)
+def begin_from_wire(body: BeginQuorumEpochBody, node_id: int) -> BeginQuorumEpochRequest:
+    part = next(
+        (p for t in body.topics if t.topic_name == METADATA_TOPIC for p in t.partitions), None
+    )
     if part is None:
         raise WireError("BeginQuorumEpoch does not name __cluster_metadata-0")
     return BeginQuorumEpochRequest(part.leader_id, node_id, part.leader_epoch)
 
 
-def end_from_wire(body: Any, node_id: int) -> EndQuorumEpochRequest:
-    part = _only_partition(body.topics)
+def end_from_wire(body: EndQuorumEpochBody, node_id: int) -> EndQuorumEpochRequest:
+    part = next(
+        (p for t in body.topics if t.topic_name == METADATA_TOPIC for p in t.partitions), None
+    )
     if part is None:
         raise WireError("EndQuorumEpoch does not name __cluster_metadata-0")
-    if hasattr(part, "preferred_candidates"):
+    successors: tuple[int, ...]
+    if isinstance(part, end_req.PartitionData):
         successors = tuple(c.candidate_id for c in part.preferred_candidates)
     else:
         successors = tuple(part.preferred_successors)
     return EndQuorumEpochRequest(part.leader_id, node_id, part.leader_epoch, successors)
 
 
-def is_metadata_fetch(body: Any) -> bool:
+def is_metadata_fetch(body: MetadataFetchBody) -> bool:
     """A Fetch addressed to the metadata partition (by topic id, or by name before v13)."""
     for topic in body.topics:
-        if getattr(topic, "topic_id", None) == METADATA_TOPIC_ID:
-            return True
-        if getattr(topic, "topic", None) == METADATA_TOPIC:
+        if isinstance(topic, fetch_v12.FetchTopic):
+            if topic.topic == METADATA_TOPIC:
+                return True
+        elif topic.topic_id == METADATA_TOPIC_ID:
             return True
     return False
 
 
-def fetch_from_wire(body: Any, node_id: int) -> FetchRequest:
-    replica_state = getattr(body, "replica_state", None)
-    replica_id = replica_state.replica_id if replica_state is not None else body.replica_id
+def fetch_from_wire(body: MetadataFetchBody, node_id: int) -> FetchRequest:
+    if isinstance(body, fetch_v12.FetchRequest | fetch_v13.FetchRequest | fetch_v14.FetchRequest):
+        replica_id = body.replica_id
+    else:
+        replica_id = body.replica_state.replica_id
     for topic in body.topics:
         for part in topic.partitions:
             return FetchRequest(
@@ -372,8 +420,11 @@ def fetch_from_wire(body: Any, node_id: int) -> FetchRequest:
     raise WireError("Fetch names no partition")
 
 
-def fetch_snapshot_from_wire(body: Any, node_id: int) -> FetchSnapshotRequest:
-    part = _only_partition(body.topics, "name")
+def fetch_snapshot_from_wire(body: FetchSnapshotBody, node_id: int) -> FetchSnapshotRequest:
+    part = next(
+        (p for topic in body.topics if topic.name == METADATA_TOPIC for p in topic.partitions),
+        None,
+    )
     if part is None:
         raise WireError("FetchSnapshot does not name __cluster_metadata-0")
     return FetchSnapshotRequest(
