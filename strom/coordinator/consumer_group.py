@@ -644,11 +644,11 @@ class ConsumerGroup:
             self.stored_epoch = self.group_epoch
         if self.assignment_epoch != self.stored_assignment_epoch:
             for member_id, target in self.target.items():
-                member = self.members.get(member_id)
-                if member is not None and target != member.stored_target:
+                assigned = self.members.get(member_id)
+                if assigned is not None and target != assigned.stored_target:
                     key = records.target_assignment_member_key(group, member_id)
                     out.append((key, records.target_assignment_member_value(target)))
-                    member.stored_target = _copy(target)
+                    assigned.stored_target = _copy(target)
             value = records.target_assignment_metadata_value(self.assignment_epoch)
             out.append((records.target_assignment_metadata_key(group), value))
             self.stored_assignment_epoch = self.assignment_epoch

@@ -153,9 +153,9 @@ class GroupCoordinator:
 
     def session_timeout_allowed(self, session_timeout_ms: int) -> bool:
         return (
-            self.config["group.min.session.timeout.ms"]
+            int(self.config["group.min.session.timeout.ms"])
             <= session_timeout_ms
-            <= self.config["group.max.session.timeout.ms"]
+            <= int(self.config["group.max.session.timeout.ms"])
         )
 
     @property

@@ -190,16 +190,16 @@ class RecordReader:
         return chunk
 
     def i8(self) -> int:
-        return _I8.unpack(self.take(1))[0]
+        return int(_I8.unpack(self.take(1))[0])
 
     def i16(self) -> int:
-        return _I16.unpack(self.take(2))[0]
+        return int(_I16.unpack(self.take(2))[0])
 
     def i32(self) -> int:
-        return _I32.unpack(self.take(4))[0]
+        return int(_I32.unpack(self.take(4))[0])
 
     def i64(self) -> int:
-        return _I64.unpack(self.take(8))[0]
+        return int(_I64.unpack(self.take(8))[0])
 
     def uvarint(self) -> int:
         shift = result = 0

@@ -133,7 +133,7 @@ class _Reader:
         return chunk
 
     def unpack(self, fmt: struct.Struct) -> int:
-        return fmt.unpack(self.take(fmt.size))[0]
+        return int(fmt.unpack(self.take(fmt.size))[0])
 
     def uvarint(self) -> int:
         shift = result = 0

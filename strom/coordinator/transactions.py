@@ -106,20 +106,30 @@ class TxnMetadata:
     last_producer_epoch: int = NO_EPOCH  # the epoch before the last bump (retries)
     pending: TxnState | None = None  # a transition being written
 
-    def record(self, state: TxnState | None = None, **changes: object) -> TxnRecord:
-        """The TransactionLogValue of this metadata with ``changes`` applied."""
-        partitions = changes.get("partitions", self.partitions)
+    def record(
+        self,
+        state: TxnState | None = None,
+        *,
+        producer_id: int | None = None,
+        producer_epoch: int | None = None,
+        timeout_ms: int | None = None,
+        partitions: set[TopicPartition] | None = None,
+        start_ms: int | None = None,
+        last_update_ms: int | None = None,
+    ) -> TxnRecord:
+        """The TransactionLogValue of this metadata with the values given changed (a
+        value left out, or None, is this metadata's own)."""
         by_topic: dict[str, set[int]] = {}
-        for topic, index in partitions:  # type: ignore[union-attr]
+        for topic, index in self.partitions if partitions is None else partitions:
             by_topic.setdefault(topic, set()).add(index)
         return TxnRecord(
-            producer_id=int(changes.get("producer_id", self.producer_id)),  # type: ignore[arg-type]
-            producer_epoch=int(changes.get("producer_epoch", self.producer_epoch)),  # type: ignore[arg-type]
-            timeout_ms=int(changes.get("timeout_ms", self.timeout_ms)),  # type: ignore[arg-type]
+            producer_id=self.producer_id if producer_id is None else producer_id,
+            producer_epoch=self.producer_epoch if producer_epoch is None else producer_epoch,
+            timeout_ms=self.timeout_ms if timeout_ms is None else timeout_ms,
             state=state if state is not None else self.state,
             partitions=by_topic,
-            last_update_ms=int(changes.get("last_update_ms", self.last_update_ms)),  # type: ignore[arg-type]
-            start_ms=int(changes.get("start_ms", self.start_ms)),  # type: ignore[arg-type]
+            last_update_ms=self.last_update_ms if last_update_ms is None else last_update_ms,
+            start_ms=self.start_ms if start_ms is None else start_ms,
         )
 
     def apply(self, record: TxnRecord) -> None:
@@ -527,10 +537,8 @@ class TransactionCoordinator:
     ) -> ErrorCode:
         target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         meta.pending = target
-        changes: dict[str, object] = {"last_update_ms": self.now_ms()}
-        if epoch is not None:
-            changes["producer_epoch"] = epoch
-        error = await self._write(meta, meta.record(target, **changes))
+        record = meta.record(target, producer_epoch=epoch, last_update_ms=self.now_ms())
+        error = await self._write(meta, record)
         if error == ErrorCode.none:
             self._spawn(self._complete(meta, commit))
         return error
