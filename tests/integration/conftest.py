@@ -22,6 +22,7 @@ from postgres_process import PostgresProcess
 from test_connect import Worker, distributed_properties
 
 SHARING_MODULES = ("test_connect_jdbc.py", "test_connect_lake.py")
+REGISTRY = "schema registry"
 
 # What stops each part of the stack still running, in the order started.
 _running: list[Callable[[], None]] = []
@@ -53,15 +54,25 @@ def _once(stop: Callable[[], None]) -> Callable[[], None]:
 
 @pytest.fixture(scope="session")
 def spark_connect_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """Groups form at once: each sink connector's group would wait Kafka's 3 s first."""
+    """Groups form at once: each sink connector's group would wait Kafka's 3 s first. A
+    schema registry runs inside the broker (``registry_url``) for the Avro tests
+    (``spark_connect_registry``)."""
     process = BrokerProcess(
         tmp_path_factory.mktemp("spark-connect-broker") / "data",
         {"group.initial.rebalance.delay.ms": "0"},
     )
+    registry_port = process.extra_port(REGISTRY)
+    process.overrides["schema.registry.listener"] = f"http://127.0.0.1:{registry_port}"
     process.start()
     stop = _once(lambda: process.stop() if process.alive() else None)
     yield process
     stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect_registry(spark_connect_broker: BrokerProcess) -> str:
+    """The URL of the schema registry served inside ``spark_connect_broker``."""
+    return f"http://127.0.0.1:{spark_connect_broker.ports[REGISTRY]}"
 
 
 @pytest.fixture(scope="session")

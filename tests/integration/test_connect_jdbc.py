@@ -18,9 +18,11 @@ lost or repeated.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,9 @@ import pytest
 from broker_process import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 from mariadb_process import MariaDBProcess
 from postgres_process import PostgresProcess
 from test_connect import Worker, error_of, wait_for
@@ -280,6 +285,104 @@ def test_mariadb_source_and_sinks(
         {"partition": {"protocol": "1", "table": "strom.orders"}, "offset": {"incrementing": 50}}
     ]
     for name in ("maria-inc", "maria-copy", "maria-upsert"):
+        worker.call("DELETE", f"/connectors/{name}")
+
+
+def read_avro(broker: BrokerProcess, registry: str, topic: str, count: int) -> list[Any]:
+    """``count`` values of ``topic``, read with confluent-kafka's Avro deserializer."""
+    deserialize = AvroDeserializer(SchemaRegistryClient({"url": registry}))
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"read-{topic}",
+                         "auto.offset.reset": "earliest"})  # fmt: skip
+    consumer.subscribe([topic])
+    values: list[Any] = []
+    context = SerializationContext(topic, MessageField.VALUE)
+
+    def enough() -> bool:
+        values.extend(deserialize(m.value(), context) for m in consumer.consume(100, 0.2)
+                      if not m.error())  # fmt: skip
+        return len(values) >= count
+
+    try:
+        wait_for(enough, f"{count} Avro records in {topic}", timeout=90)
+    finally:
+        consumer.close()
+    return values
+
+
+def test_avro_through_the_registry_source_to_sinks(
+    worker: Worker,
+    postgres: PostgresProcess,
+    broker: BrokerProcess,
+    spark_connect_dir: Path,
+    spark_connect_registry: str,
+) -> None:
+    """Confluent's AvroConverter on tasks that run on Spark: the JDBC source registers its
+    schema and writes Confluent's wire format (confluent-kafka's deserializer reads it),
+    and the JDBC sink and the lake sink read those records into rows and Parquet."""
+    registry = spark_connect_registry
+    avro = {"value.converter": "io.confluent.connect.avro.AvroConverter",
+            "value.converter.schema.registry.url": registry}  # fmt: skip
+    postgres.query(
+        "CREATE TABLE products (id INT PRIMARY KEY, name TEXT NOT NULL, price NUMERIC(8, 2), "
+        "added TIMESTAMP)"
+    )
+    postgres.query(
+        "INSERT INTO products SELECT i, 'product ' || i, i + 0.25, "
+        "TIMESTAMP '2026-01-02 03:04:05' FROM generate_series(1, 40) i"
+    )
+    create(worker, "avro-source", {
+        **avro, "connector.class": SOURCE_CLASS, "connection.url": postgres.jdbc_url,
+        "connection.user": "postgres", "mode": "incrementing",
+        "incrementing.column.name": "id", "table.whitelist": "products",
+        "topic.prefix": "avro-", "poll.interval.ms": "200",
+    })  # fmt: skip
+    values = read_avro(broker, registry, "avro-products", 40)
+    assert sorted(v["id"] for v in values) == list(range(1, 41))
+    first = min(values, key=lambda v: v["id"])
+    assert first == {
+        "id": 1, "name": "product 1", "price": Decimal("1.25"),
+        "added": dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+    }  # fmt: skip
+    subject = SchemaRegistryClient({"url": registry}).get_latest_version("avro-products-value")
+    registered = json.loads(subject.schema.schema_str)
+    assert registered["name"] == "products"
+    assert [f["name"] for f in registered["fields"]] == ["id", "name", "price", "added"]
+
+    lake_dir = spark_connect_dir / "lake-avro"
+    create(worker, "avro-jdbc", {
+        **avro, "connector.class": SINK_CLASS, "connection.url": postgres.jdbc_url,
+        "connection.user": "postgres", "topics": "avro-products",
+        "table.name.format": "products_copy", "insert.mode": "upsert",
+        "pk.mode": "record_value", "pk.fields": "id", "auto.create": "true",
+    })  # fmt: skip
+    create(worker, "avro-lake", {
+        **avro, "connector.class": "LakeSink", "path": str(lake_dir),
+        "topics": "avro-products", "rotate.interval.ms": "200",
+    })  # fmt: skip
+
+    def copied() -> list[tuple[Any, ...]]:
+        no_task_failed(worker, "avro-source", "avro-jdbc", "avro-lake")
+        try:
+            return postgres.query("SELECT id, name, price, added FROM products_copy ORDER BY id")
+        except Exception:  # not created yet
+            return []
+
+    rows = wait_for(lambda: len(copied()) == 40 and copied(), "the copied products", timeout=90)
+    assert rows[0] == (1, "product 1", Decimal("1.25"), dt.datetime(2026, 1, 2, 3, 4, 5))
+    table = lake_dir / "topics" / "avro-products"
+
+    def lake_rows() -> list[dict[str, Any]]:
+        no_task_failed(worker, "avro-lake")
+        found: list[dict[str, Any]] = []
+        for path in committed_files(table):
+            found += pq.read_table(path).to_pylist()
+        return found
+
+    files = wait_for(lambda: len(lake_rows()) >= 40 and lake_rows(), "the lake's rows", timeout=90)
+    assert sorted(r["id"] for r in files) == list(range(1, 41))
+    one = next(r for r in files if r["id"] == 1)
+    assert one["name"] == "product 1" and one["price"] == Decimal("1.25")
+    for name in ("avro-source", "avro-jdbc", "avro-lake"):
         worker.call("DELETE", f"/connectors/{name}")
 
 
