@@ -59,6 +59,7 @@ from strom.ksql.parser import KsqlSyntaxError, parse_statement, parse_statements
 from strom.ksql.planner import QueryPlan, SinkRequest, plan_query
 from strom.ksql.queries import QueryRegistry, RunningQuery
 from strom.ksql.registry_formats import INFERRED_FORMATS, RegistryFormats
+from strom.ksql.upgrades import check_query_upgrade, check_source_upgrade
 
 log = logging.getLogger(__name__)
 
@@ -378,6 +379,13 @@ class KsqlEngine:
                 "warnings": [],
             }
         self.metastore.check_can_add(source, statement.or_replace)
+        if existing is not None:
+            if self.queries.using(existing.name)[1]:
+                raise KsqlStatementError(
+                    f"Cannot add {source.kind.lower()} '{source.name}': A "
+                    f"{existing.kind.lower()} with the same name already exists"
+                )
+            check_source_upgrade(existing, source)
         # What ksqlDB's injectors add before the statement is kept: the formats it
         # defaulted to, then the topic's cleanup policy.
         properties = dict(statement.properties)
@@ -561,13 +569,19 @@ class KsqlEngine:
                 f"{existing.kind.lower()} with the same name already exists.",
                 "warnings": [],
             }
-        if existing is not None:
+        if existing is not None and not statement.or_replace:
             raise KsqlStatementError(
                 f"Cannot add {statement.kind.lower()} '{statement.name}': A "
                 f"{existing.kind.lower()} with the same name already exists"
             )
         plan = self._plan(statement, text)
         assert plan.sink is not None
+        if existing is not None:  # CREATE OR REPLACE: an upgrade of the sink and its query
+            self.metastore.check_can_add(plan.sink, True)
+            check_source_upgrade(existing, plan.sink)
+            replaced = self._writer_of(statement.name)
+            if replaced is not None:
+                check_query_upgrade(replaced.plan, plan)
         self._ensure_sink_topic(plan)
         command_id = f"{statement.kind.lower()}/`{statement.name}`/create"
         return self._run_persistent(statement, text, scope, command_id)
@@ -620,7 +634,15 @@ class KsqlEngine:
         """The query of a recorded statement, its sink added to the metastore."""
         plan = self._plan(statement, text)
         assert plan.sink is not None
-        if isinstance(statement, st.CreateAsSelect):
+        replaced = (
+            self._writer_of(statement.name)
+            if isinstance(statement, st.CreateAsSelect) and statement.or_replace
+            else None
+        )
+        if replaced is not None:  # the upgraded query keeps its id, offsets and state
+            query_id = replaced.query_id
+            self.metastore.put_source(plan.sink)
+        elif isinstance(statement, st.CreateAsSelect):
             query_id = f"{_QUERY_PREFIXES[statement.kind]}_{statement.name}_{sequence}"
             self.metastore.put_source(plan.sink)
         else:
@@ -628,6 +650,14 @@ class KsqlEngine:
         query = RunningQuery(query_id, text, plan, properties=dict(properties))
         self.queries.add(query)
         return query
+
+    def _writer_of(self, sink: str) -> RunningQuery | None:
+        """The persistent query CREATE ... AS SELECT made to write ``sink``."""
+        for query_id in self.queries.using(sink)[1]:
+            found = self.queries.queries[query_id]
+            if not query_id.startswith("INSERTQUERY_"):
+                return found
+        return None
 
     def _start_query(self, query: RunningQuery) -> None:
         from strom.ksql.runtime import QuerySpec

@@ -5,7 +5,8 @@ and a push query's in the server (``strom.ksql.push_queries``).
 Built from a ``QueryPlan`` (``Operators(plan)`` compiles its expressions):
 
 - ``stateless(row)``: WHERE, PARTITION BY (the key is what the projection selects for
-  it), the projection; over a table, an update that the filter drops, and a tombstone,
+  it), the table functions (EXPLODE, CUBE_EXPLODE: one row a value, several zipped),
+  the projection; over a table, an update that the filter drops, and a tombstone,
   give a tombstone for its key (tables are changelogs);
 - ``group(row)``: WHERE, then the grouping key and the row, for the aggregation; a
   null grouping key is dropped, as ksqlDB drops it;
@@ -44,6 +45,7 @@ from strom.ksql.planner import QueryPlan, Window
 from strom.ksql.readers import Row
 
 DEFAULT_GRACE_MS = 24 * 3_600_000  # ksqlDB's grace for a window without GRACE PERIOD
+CUBE_MAX_COLUMNS = 20  # ksqlDB's bound on CUBE_EXPLODE's array (2^20 rows)
 ErrorHandler = Callable[[str], None]
 
 
@@ -79,6 +81,10 @@ class Operators:
             for p in plan.projection
         ]
         self.table_source = plan.source.kind == "TABLE"
+        self.table_functions = [
+            (f.column, f.name, compile_expression(f.argument, source_scope))
+            for f in plan.table_functions
+        ]
         aggregation = plan.aggregation
         self.functions: list[Any] = []
         self.group_by: list[Any] = []
@@ -153,7 +159,46 @@ class Operators:
             return [self._tombstone(columns, window)] if self.table_source else []
         if not self._passes(columns):
             return [self._tombstone(columns, window)] if self.table_source else []
+        if self.table_functions:
+            return [self.project(c, row.timestamp, window) for c in self._exploded(columns)]
         return [self.project(columns, row.timestamp, window)]
+
+    # ---- table functions
+    def _exploded(self, columns: dict[str, Any]) -> list[dict[str, Any]]:
+        """The rows the table functions make of one row: as many as the longest of their
+        outputs, the shorter ones null past their end (ksqlDB zips them)."""
+        outputs: list[tuple[str, list[Any]]] = []
+        for column, name, compiled in self.table_functions:
+            value = self._evaluate(compiled, columns)
+            if value is None:
+                outputs.append((column, []))
+            elif name == "CUBE_EXPLODE":
+                outputs.append((column, self._cube(list(value))))
+            else:
+                outputs.append((column, list(value)))
+        longest = max(len(values) for _, values in outputs)
+        return [
+            {**columns, **{c: values[i] if i < len(values) else None for c, values in outputs}}
+            for i in range(longest)
+        ]
+
+    def _cube(self, values: list[Any]) -> list[list[Any]]:
+        """CUBE_EXPLODE: every combination of the values and nulls (2^n rows; a null value
+        has only one), in ksqlDB's order."""
+        size = len(values)
+        if size > CUBE_MAX_COLUMNS:
+            self.on_error(f"cube_explode: too many columns ({size}); max is {CUBE_MAX_COLUMNS}")
+            return []
+        present = 0
+        for index, value in enumerate(values):
+            if value is not None:
+                present |= 1 << (size - 1 - index)
+        rows = []
+        for mask in range(1 << size):
+            if mask & present != mask:
+                continue  # a duplicate of a row with a null there already
+            rows.append([values[i] if mask & (1 << (size - 1 - i)) else None for i in range(size)])
+        return rows
 
     # ---- joins
     def stream_key(self, row: Row) -> Any:

@@ -155,6 +155,21 @@ class JoinPlan:
         return row
 
 
+TABLE_FUNCTIONS = ("EXPLODE", "CUBE_EXPLODE")
+SYNTH_PREFIX = "KSQL_SYNTH_"  # the columns table functions add to the row
+
+
+@dataclass(frozen=True)
+class TableFunction:
+    """A table function of the SELECT (EXPLODE, CUBE_EXPLODE): each input row gives as
+    many rows as the longest of its functions' outputs (ksqlDB zips them, a shorter
+    output null past its end); ``column`` holds the function's value in each."""
+
+    column: str
+    name: str
+    argument: ex.Expression  # over the source row
+
+
 @dataclass(frozen=True)
 class QueryPlan:
     """What a query does, as data (picklable: it travels to Spark's executors)."""
@@ -173,6 +188,7 @@ class QueryPlan:
     statement: str = ""
     persistent: bool = False
     join: JoinPlan | None = None
+    table_functions: tuple[TableFunction, ...] = ()
 
     @property
     def key_columns(self) -> tuple[Projection, ...]:
@@ -288,6 +304,8 @@ class _Names:
 
 
 def _implicit_name(expression: ex.Expression) -> str | None:
+    if isinstance(expression, ex.ColumnReference) and expression.name.startswith(SYNTH_PREFIX):
+        return None  # a table function's value: named KSQL_COL_n, as the call it was
     if isinstance(expression, ex.ColumnReference):
         return expression.name
     if isinstance(expression, ex.Dereference):
@@ -351,6 +369,8 @@ def plan_query(
         join, columns, qualified = _plan_join(query, metastore, source)
     else:
         columns, qualified = source_columns(source, (None, relation.name, relation.alias))
+    query, table_functions = _plan_table_functions(query, source, Scope(columns, qualified))
+    columns.update({f.column: f.argument_type for f in table_functions})
     scope = Scope(columns, qualified)
     persistent = sink is not None
     emit_final = query.emit == "FINAL"
@@ -413,10 +433,63 @@ def plan_query(
         statement=statement,
         persistent=persistent,
         join=join,
+        table_functions=tuple(TableFunction(f.column, f.name, f.argument) for f in table_functions),
     )
     if sink is None:
         return plan
     return dataclasses.replace(plan, sink=_sink(plan, sink, statement))
+
+
+@dataclass(frozen=True)
+class _PlannedTableFunction:
+    column: str
+    name: str
+    argument: ex.Expression
+    argument_type: ex.SqlType  # the type of the function's value in each row
+
+
+def _plan_table_functions(
+    query: st.Query, source: DataSource, scope: Scope
+) -> tuple[st.Query, list[_PlannedTableFunction]]:
+    """The query with each table function call of its SELECT replaced by a reference to
+    the column holding its value, and the calls; ksqlDB's refusals."""
+    found: list[_PlannedTableFunction] = []
+
+    def replace(node: ex.Expression, bound: frozenset[str]) -> ex.Expression | None:
+        if not (isinstance(node, ex.FunctionCall) and node.name.upper() in TABLE_FUNCTIONS):
+            return None
+        name = node.name.upper()
+        for argument in node.arguments:
+            for inner in walk(argument):
+                if isinstance(inner, ex.FunctionCall) and inner.name.upper() in TABLE_FUNCTIONS:
+                    raise KsqlStatementError(
+                        f"Table functions cannot be nested: {name}({inner.name.upper()}())"
+                    )
+        if query.group_by is not None:
+            raise KsqlStatementError("Table functions cannot be used with aggregations.")
+        if source.kind == "TABLE":
+            raise KsqlStatementError("Table source is not supported with table functions")
+        types = [compile_expression(a, scope).sql_type for a in node.arguments]
+        if len(types) != 1 or not isinstance(types[0], ex.ArrayType):
+            shown = ", ".join(str(t) for t in types)
+            raise KsqlStatementError(f"Function '{name}' does not accept parameters ({shown}).")
+        element = types[0] if name == "CUBE_EXPLODE" else types[0].element
+        planned = _PlannedTableFunction(
+            f"{SYNTH_PREFIX}{len(found)}", name, node.arguments[0], element
+        )
+        found.append(planned)
+        return ex.ColumnReference(planned.column)
+
+    select: list[st.SelectItem] = []
+    for item in query.select:
+        if isinstance(item, st.SelectExpression):
+            expression = transform(item.expression, replace)
+            if expression is not item.expression:
+                item = dataclasses.replace(item, expression=expression)
+        select.append(item)
+    if not found:
+        return query, found
+    return dataclasses.replace(query, select=tuple(select)), found
 
 
 def _select_items(

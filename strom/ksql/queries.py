@@ -172,6 +172,8 @@ class QueryRegistry:
                     if query.query_id not in self.queries:
                         continue  # terminated before it started
                     try:
+                        if query.query_id in self.runtime.queries:  # CREATE OR REPLACE
+                            self.runtime.stop(query.query_id, False)  # its checkpoint kept
                         self.runtime.start(spec)
                         query.started = True
                     except Exception as exc:  # Spark refused the query: its state says why
