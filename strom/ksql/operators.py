@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from strom.ksql.planner import QueryPlan, Window
+from strom.ksql.planner import JoinPlan, QueryPlan, Window
 from strom.ksql.readers import Row
 
 DEFAULT_GRACE_MS = 24 * 3_600_000  # ksqlDB's grace for a window without GRACE PERIOD
@@ -57,6 +57,31 @@ class Change:
     value: dict[str, Any] | None  # None: a tombstone
     timestamp: int
     window: tuple[int, int] | None = None
+
+
+@dataclass
+class Joined:
+    """A join's row: the joined columns (a tombstone row when a table join's result
+    went away), and its key when the join decides it (table-table: the join key; a
+    foreign-key join: the left primary key; None when the projection does)."""
+
+    key: Any
+    row: Row
+
+
+class _CompiledJoin:
+    """One join of a chain: its plan, its keys compiled, the null columns of each side."""
+
+    def __init__(self, plan: JoinPlan, scope: Any) -> None:
+        from strom.ksql.evaluation import compile_expression
+
+        self.plan = plan
+        self.left_key = compile_expression(plan.left_key, scope)
+        self.right_key = compile_expression(plan.right_key, scope)
+        self.nulls = {
+            "left": dict.fromkeys(plan.left_columns),
+            "right": {f"{plan.right_name}_{c.name}": None for c in plan.right.columns},
+        }
 
 
 def _ignore(message: str) -> None:
@@ -107,15 +132,7 @@ class Operators:
             self.window = aggregation.window
         self.timestamp_column = plan.sink.timestamp_column if plan.sink is not None else None
         self.join = plan.join
-        if self.join is not None:
-            self.left_key = compile_expression(self.join.left_key, source_scope)
-            self.right_key = compile_expression(self.join.right_key, source_scope)
-            self.nulls = {
-                "left": {f"{self.join.left_name}_{c.name}": None for c in plan.source.columns},
-                "right": {
-                    f"{self.join.right_name}_{c.name}": None for c in self.join.right.columns
-                },
-            }
+        self.join_steps = [_CompiledJoin(join, source_scope) for join in plan.joins]
 
     # ---- evaluation helpers
     def _evaluate(self, compiled: Any, row: dict[str, Any]) -> Any:
@@ -201,60 +218,94 @@ class Operators:
         return rows
 
     # ---- joins
-    def stream_key(self, row: Row) -> Any:
+    def stream_key(self, row: Row, step: int = 0) -> Any:
         """The join key of a left row (None: it joins nothing)."""
-        assert self.join is not None
-        return self._evaluate(self.left_key, self.join.prefixed("left", row.columns))
+        join = self.join_steps[step]
+        return self._evaluate(join.left_key, join.plan.prefixed("left", row.columns))
 
-    def table_key(self, row: Row) -> Any:
+    def table_key(self, row: Row, step: int = 0) -> Any:
         """The join key of a right row."""
-        assert self.join is not None
-        return self._evaluate(self.right_key, self.join.prefixed("right", row.columns))
+        join = self.join_steps[step]
+        return self._evaluate(join.right_key, join.plan.prefixed("right", row.columns))
 
-    def key_of(self, side: str, row: Row) -> Any:
-        return self.stream_key(row) if side == "left" else self.table_key(row)
+    def key_of(self, side: str, row: Row, step: int = 0) -> Any:
+        return self.stream_key(row, step) if side == "left" else self.table_key(row, step)
 
-    def _joined_row(self, left: Row | None, right: Row | None) -> Row:
-        join = self.join
-        assert join is not None
-        columns = dict(self.nulls["left"])
+    def _joined_row(self, left: Row | None, right: Row | None, step: int = 0) -> Row:
+        join = self.join_steps[step]
+        columns = dict(join.nulls["left"])
         if left is not None:
-            columns.update(join.prefixed("left", left.columns))
+            columns.update(join.plan.prefixed("left", left.columns))
         columns.update(
-            self.nulls["right"] if right is None else join.prefixed("right", right.columns)
+            join.nulls["right"] if right is None else join.plan.prefixed("right", right.columns)
         )
         if left is None and right is not None:  # the row's time is the right side's
             for pseudo in ("ROWTIME", "ROWPARTITION", "ROWOFFSET"):
                 columns[pseudo] = right.columns.get(pseudo)
         return Row(columns)
 
-    def joined(self, row: Row, table_row: Row | None) -> list[Change]:
+    def joined(self, row: Row, table_row: Row | None, step: int = 0) -> list[Change]:
         """A stream row joined with the table's row for its key (None: none there)."""
-        join = self.join
-        assert join is not None
-        if table_row is None and join.kind == "INNER":
+        return [c for j in self._lookup(row, table_row, step) for c in self.finish(j)]
+
+    def _lookup(self, row: Row, table_row: Row | None, step: int, key: Any = None) -> list[Joined]:
+        if table_row is None and self.join_steps[step].plan.kind == "INNER":
             return []
-        return self.stateless(self._joined_row(row, table_row))
+        return [Joined(key, self._joined_row(row, table_row, step))]
 
     def join_step(
-        self, state: dict[str, Any], side: str, row: Row, stream_time: int
+        self, state: dict[str, Any], side: str, row: Row, stream_time: int, step: int = 0
     ) -> list[Change]:
         """A row of ``side`` ("left" or "right") into its key's join ``state`` (changed
-        in place); the joined rows it gives."""
-        join = self.join
-        assert join is not None
+        in place); the joined rows it gives, projected (the last join of a chain)."""
+        joined = self.join_rows(state, side, row, stream_time, step)
+        return [c for j in joined for c in self.finish(j)]
+
+    def join_rows(
+        self,
+        state: dict[str, Any],
+        side: str,
+        row: Row,
+        stream_time: int,
+        step: int = 0,
+        key: Any = None,
+    ) -> list[Joined]:
+        """A row of ``side`` into its key's join ``state`` (changed in place); the joined
+        rows it gives (a table-table join's deleted row as a tombstone row holding the
+        last columns). ``key``: the join key (computed when not given)."""
+        join = self.join_steps[step].plan
+        if key is None:
+            key = self.key_of(side, row, step)
         if join.shape == "stream-table":
             if side == "right":
                 state["right"] = None if row.tombstone else row
                 return []
-            return self.joined(row, state.get("right"))
+            return self._lookup(row, state.get("right"), step, key)
         if join.shape == "table-table":
-            return self._table_join(state, side, row)
-        return self._stream_join(state, side, row, stream_time)
+            return self._table_join(state, side, row, step, key)
+        return self._stream_join(state, side, row, stream_time, step, key)
 
-    def _table_join(self, state: dict[str, Any], side: str, row: Row) -> list[Change]:
-        join = self.join
-        assert join is not None
+    def finish(self, joined: Joined) -> list[Change]:
+        """A row of the last join (of a query without aggregation) as its output: WHERE,
+        the projection; keyed by the join key (whichever side's column the projection
+        names for it: an outer join's missing side has it too)."""
+        last = self.join_steps[-1].plan
+        row = joined.row
+        if row.tombstone:
+            changes = [self._tombstone(row.columns, None)]
+        else:
+            changes = self.stateless(row)
+        rekeyed = self.plan.partition_by is not None or last.foreign_key
+        if joined.key is not None and not rekeyed:
+            for change in changes:
+                change.key = {name: joined.key for name in change.key}
+        return changes
+
+    def _table_join(
+        self, state: dict[str, Any], side: str, row: Row, step: int, key: Any
+    ) -> list[Joined]:
+        join = self.join_steps[step].plan
+        previous = {"left": state.get("left"), "right": state.get("right")}
         state[side] = None if row.tombstone else row
         left, right = state.get("left"), state.get("right")
         present = {
@@ -263,26 +314,21 @@ class Operators:
             "RIGHT": right is not None,
             "FULL": left is not None or right is not None,
         }[join.kind]
-        key = self.key_of(side, row)
         if not present:
             if not state.pop("emitted", False):
                 return []
-            change = self._tombstone(self._joined_row(left, right).columns, None)
-            change.key = {name: key for name in change.key}
-            return [change]
+            last = self._joined_row(left or previous["left"], right or previous["right"], step)
+            last.columns["ROWTIME"] = row.timestamp
+            return [Joined(key, Row(last.columns, tombstone=True))]
         state["emitted"] = True
-        joined = self._joined_row(left, right)
+        joined = self._joined_row(left, right, step)
         joined.columns["ROWTIME"] = row.timestamp
-        changes = self.stateless(joined)
-        for change in changes:
-            change.key = {name: key for name in change.key}
-        return changes
+        return [Joined(key, joined)]
 
     def _stream_join(
-        self, state: dict[str, Any], side: str, row: Row, stream_time: int
-    ) -> list[Change]:
-        join = self.join
-        assert join is not None
+        self, state: dict[str, Any], side: str, row: Row, stream_time: int, step: int, key: Any
+    ) -> list[Joined]:
+        join = self.join_steps[step].plan
         other = "right" if side == "left" else "left"
         timestamp = row.timestamp
         # a left record at t meets right records in [t - before, t + after]
@@ -291,33 +337,35 @@ class Operators:
             if side == "left"
             else (timestamp - join.after_ms, timestamp + join.before_ms)
         )
-        changes: list[Change] = []
+        out: list[Joined] = []
         entry = {"row": row, "matched": False}
         for candidate in state.get(other, []):
             if low <= candidate["row"].timestamp <= high:
                 candidate["matched"] = entry["matched"] = True
                 pair = (row, candidate["row"]) if side == "left" else (candidate["row"], row)
-                joined = self._joined_row(*pair)
+                joined = self._joined_row(pair[0], pair[1], step)
                 joined.columns["ROWTIME"] = max(r.timestamp for r in pair)
-                changes += self.stateless(joined)
+                out.append(Joined(key, joined))
         state.setdefault(side, []).append(entry)
-        return changes + self.close_joins(state, stream_time)
+        return out + self.close_join_rows(state, stream_time, step, key)
 
-    def join_reach(self) -> int:
+    def _join_grace(self, step: int) -> int:
+        grace = self.join_steps[step].plan.grace_ms
+        return DEFAULT_GRACE_MS if grace is None else grace
+
+    def join_reach(self, step: int = 0) -> int:
         """Stream-stream: how far behind the stream time a record may still join (its
         window and grace): the watermark delay of a host that has one."""
-        join = self.join
-        assert join is not None
-        grace = DEFAULT_GRACE_MS if join.grace_ms is None else join.grace_ms
-        return join.before_ms + join.after_ms + grace
+        join = self.join_steps[step].plan
+        return join.before_ms + join.after_ms + self._join_grace(step)
 
-    def next_join_close(self, state: dict[str, Any]) -> int | None:
+    def next_join_close(self, state: dict[str, Any], step: int = 0) -> int | None:
         """Stream-stream: the stream time after which the next record of ``state``
         leaves it (and an outer join's unmatched one is emitted)."""
-        join = self.join
-        if join is None or join.shape != "stream-stream":
+        if not self.join_steps or self.join_steps[step].plan.shape != "stream-stream":
             return None
-        grace = DEFAULT_GRACE_MS if join.grace_ms is None else join.grace_ms
+        join = self.join_steps[step].plan
+        grace = self._join_grace(step)
         due = [
             entry["row"].timestamp + (join.after_ms if side == "left" else join.before_ms) + grace
             for side in ("left", "right")
@@ -325,17 +373,26 @@ class Operators:
         ]
         return min(due) if due else None
 
-    def close_joins(self, state: dict[str, Any], stream_time: int) -> list[Change]:
+    def close_joins(
+        self, state: dict[str, Any], stream_time: int, step: int = 0, key: Any = None
+    ) -> list[Change]:
         """Stream-stream: records whose window (and grace) has passed leave ``state``; an
         outer join's unmatched ones give their row with the other side null."""
-        join = self.join
-        if join is None or join.shape != "stream-stream":
+        closed = self.close_join_rows(state, stream_time, step, key)
+        return [c for j in closed for c in self.finish(j)]
+
+    def close_join_rows(
+        self, state: dict[str, Any], stream_time: int, step: int = 0, key: Any = None
+    ) -> list[Joined]:
+        """``close_joins``' rows, not projected."""
+        if not self.join_steps or self.join_steps[step].plan.shape != "stream-stream":
             return []
-        grace = DEFAULT_GRACE_MS if join.grace_ms is None else join.grace_ms
+        join = self.join_steps[step].plan
+        grace = self._join_grace(step)
         outer = {"LEFT": ("left",), "RIGHT": ("right",), "FULL": ("left", "right")}.get(
             join.kind, ()
         )
-        changes: list[Change] = []
+        out: list[Joined] = []
         for side in ("left", "right"):
             reach = join.after_ms if side == "left" else join.before_ms
             kept = []
@@ -343,11 +400,95 @@ class Operators:
                 if entry["row"].timestamp + reach + grace < stream_time:
                     if side in outer and not entry["matched"]:
                         pair = (entry["row"], None) if side == "left" else (None, entry["row"])
-                        changes += self.stateless(self._joined_row(*pair))
+                        out.append(Joined(key, self._joined_row(pair[0], pair[1], step)))
                 else:
                     kept.append(entry)
             state[side] = kept
-        return changes
+        return out
+
+    # ---- foreign-key joins
+    def left_primary_key(self, row: Row, step: int = 0) -> tuple[Any, ...]:
+        """A foreign-key join's left row: its primary key (the result's key)."""
+        join = self.join_steps[step].plan
+        prefixed = join.prefixed("left", row.columns)
+        return tuple(prefixed.get(column) for column in join.left_key_columns)
+
+    def foreign_key_route(
+        self, state: dict[str, Any], row: Row, step: int = 0
+    ) -> list[tuple[Any, tuple[Any, ...]]]:
+        """A left row of a foreign-key join, in the ``state`` of its primary key (the
+        foreign key it had): the (foreign key, message) pairs for the join by foreign
+        key. A changed foreign key takes the row out of its old key's join (silently:
+        the new key's join gives the result), a deleted row deletes its result."""
+        primary = self.left_primary_key(row, step)
+        had = "fk" in state
+        old = state.get("fk")
+        messages: list[tuple[Any, tuple[Any, ...]]] = []
+        if row.tombstone:
+            if had:
+                messages.append((old, ("delete", primary, row)))
+            state.clear()
+            return messages
+        new = self.stream_key(row, step)
+        if had and old != new:
+            messages.append((old, ("drop", primary)))
+        messages.append((new, ("left", primary, row, had)))
+        state["fk"] = new
+        return messages
+
+    def foreign_key_join(
+        self, state: dict[str, Any], message: tuple[Any, ...], step: int = 0
+    ) -> list[Joined]:
+        """A message for one foreign key's join ``state`` (the right row with that
+        primary key, the left rows that refer to it by their primary key): a right row
+        (``("right", row)``) updates every left row's result; a left row's ``left``,
+        ``drop`` and ``delete`` its own. Results are keyed by the left primary key."""
+        join = self.join_steps[step].plan
+        inner = join.kind == "INNER"
+        lefts: dict[tuple[Any, ...], Row] = state.setdefault("lefts", {})
+        kind = message[0]
+        if kind == "right":
+            row = message[1]
+            had = state.get("right") is not None
+            state["right"] = None if row.tombstone else row
+            right = state["right"]
+            if right is None and not had:
+                return []
+            out = []
+            for primary, left in lefts.items():
+                if right is None and inner:
+                    out.append(self._fk_result(primary, left, None, row.timestamp, step, True))
+                else:
+                    out.append(self._fk_result(primary, left, right, row.timestamp, step, False))
+            return out
+        if kind == "drop":
+            lefts.pop(message[1], None)
+            return []
+        if kind == "delete":
+            _, primary, tombstone = message
+            left = lefts.pop(primary, tombstone)
+            return [self._fk_result(primary, left, None, tombstone.timestamp, step, True)]
+        _, primary, row, update = message
+        lefts[primary] = row
+        right = state.get("right")
+        if right is None and inner:
+            if not update:
+                return []
+            return [self._fk_result(primary, row, None, row.timestamp, step, True)]
+        return [self._fk_result(primary, row, right, row.timestamp, step, False)]
+
+    def _fk_result(
+        self,
+        primary: tuple[Any, ...],
+        left: Row,
+        right: Row | None,
+        timestamp: int,
+        step: int,
+        tombstone: bool,
+    ) -> Joined:
+        joined = self._joined_row(left, right, step)
+        joined.columns["ROWTIME"] = timestamp
+        return Joined(primary, Row(joined.columns, tombstone=tombstone))
 
     # ---- aggregation
     def group(self, row: Row) -> tuple[tuple[Any, ...], dict[str, Any]] | None:

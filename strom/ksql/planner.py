@@ -142,10 +142,20 @@ class JoinPlan:
     before_ms: int = 0  # stream-stream: WITHIN (before, after) and its GRACE PERIOD
     after_ms: int = 0
     grace_ms: int | None = None
+    # A chain (``a JOIN b ... JOIN c ...``) is joined left-deep: after the first join,
+    # the left side is the previous join's row, its columns already prefixed.
+    left_joined: bool = False
+    left_columns: tuple[str, ...] = ()  # the left side's columns in the joined row
+    # table-table on the left's foreign key (an expression of the left table's columns)
+    # and the right table's primary key: the result is keyed by the left's primary key
+    foreign_key: bool = False
+    left_key_columns: tuple[str, ...] = ()  # foreign key: the left's primary key columns
 
     def prefixed(self, side: str, columns: dict[str, Any]) -> dict[str, Any]:
         """A side's row with its columns prefixed (the left keeps its pseudo columns
         unprefixed too: they are the joined row's)."""
+        if side == "left" and self.left_joined:
+            return columns
         name = self.left_name if side == "left" else self.right_name
         row = {f"{name}_{column}": value for column, value in columns.items()}
         if side == "left":
@@ -188,6 +198,7 @@ class QueryPlan:
     statement: str = ""
     persistent: bool = False
     join: JoinPlan | None = None
+    later_joins: tuple[JoinPlan, ...] = ()  # a chain's joins after the first
     table_functions: tuple[TableFunction, ...] = ()
 
     @property
@@ -200,7 +211,12 @@ class QueryPlan:
 
     @property
     def sources(self) -> list[DataSource]:
-        return [self.source] + ([self.join.right] if self.join is not None else [])
+        return [self.source] + [j.right for j in self.joins]
+
+    @property
+    def joins(self) -> tuple[JoinPlan, ...]:
+        """The joins, left-deep: each one's left side is the join before it."""
+        return () if self.join is None else (self.join, *self.later_joins)
 
     @property
     def windowed(self) -> bool:
@@ -364,9 +380,9 @@ def plan_query(
     relation = query.source.left
     source = metastore.source(relation.name)
     assert source is not None  # analyze checked it
-    join = None
+    joins: tuple[JoinPlan, ...] = ()
     if query.source.joins:
-        join, columns, qualified = _plan_join(query, metastore, source)
+        joins, columns, qualified = _plan_join(query, metastore, source)
     else:
         columns, qualified = source_columns(source, (None, relation.name, relation.alias))
     query, table_functions = _plan_table_functions(query, source, Scope(columns, qualified))
@@ -402,22 +418,17 @@ def plan_query(
         raise KsqlStatementError("EMIT FINAL is only supported for windowed aggregations.")
     if query.partition_by is not None and grouped:
         raise KsqlStatementError("Cannot use PARTITION BY with GROUP BY.")
-    if join is not None and (grouped or query.partition_by is not None):
-        raise KsqlStatementError(
-            "GROUP BY and PARTITION BY over a join are not executed by this server yet"
-        )
-    if query.partition_by is not None and source.kind == "TABLE":
+    joined_kind = ("TABLE" if joins[-1].shape == "table-table" else "STREAM") if joins else None
+    if query.partition_by is not None and (joined_kind or source.kind) == "TABLE":
         raise KsqlStatementError(
             "ksqlDB does not support PARTITION BY on a table: use GROUP BY to re-key a table."
         )
-    result_kind = "TABLE" if grouped or source.kind == "TABLE" else "STREAM"
-    if join is not None:
-        result_kind = "TABLE" if join.shape == "table-table" else "STREAM"
+    result_kind = "TABLE" if grouped else (joined_kind or source.kind)
     if grouped:
-        aggregation, projection = _plan_aggregation(query, source, scope, persistent, sink)
+        aggregation, projection = _plan_aggregation(query, source, scope, persistent, sink, joins)
     else:
         aggregation = None
-        projection = _plan_projection(query, source, scope, persistent, sink, join)
+        projection = _plan_projection(query, source, scope, persistent, sink, joins)
     plan = QueryPlan(
         kind=result_kind,
         source=source,
@@ -432,7 +443,8 @@ def plan_query(
         sink=None,
         statement=statement,
         persistent=persistent,
-        join=join,
+        join=joins[0] if joins else None,
+        later_joins=joins[1:],
         table_functions=tuple(TableFunction(f.column, f.name, f.argument) for f in table_functions),
     )
     if sink is None:
@@ -493,15 +505,20 @@ def _plan_table_functions(
 
 
 def _select_items(
-    query: st.Query, source: DataSource, persistent: bool, join: JoinPlan | None = None
+    query: st.Query,
+    source: DataSource,
+    persistent: bool,
+    joins: tuple[JoinPlan, ...] = (),
+    scope: Scope | None = None,
 ) -> list[tuple[str | None, ex.Expression]]:
     """(alias, expression) of each select item, ``*`` expanded to the key columns, the
     window bounds of a windowed source in a transient query, then the value (and
-    header) columns; over a join, each side's as ``<name>_<column>``."""
+    header) columns; over a join, each side's as ``<name>_<column>``, and a column that
+    more than one source has named ``<name>_<column>`` too."""
     items: list[tuple[str | None, ex.Expression]] = []
     for item in query.select:
-        if isinstance(item, st.AllColumns) and join is not None:
-            sides = [(join.left_name, source), (join.right_name, join.right)]
+        if isinstance(item, st.AllColumns) and joins:
+            sides = [(joins[0].left_name, source), *((j.right_name, j.right) for j in joins)]
             for name, side in sides:
                 if item.source is not None and item.source != name and item.source != side.name:
                     continue
@@ -515,9 +532,20 @@ def _select_items(
                 names += list(WINDOW_BOUND_TYPES)
             names += [c.name for c in source.columns if c.namespace != "KEY"]
             items.extend((None, ex.ColumnReference(name)) for name in names)
+        elif joins and scope is not None and item.alias is None:
+            items.append((_joined_name(item.expression, scope), item.expression))
         else:
             items.append((item.alias, item.expression))
     return items
+
+
+def _joined_name(expression: ex.Expression, scope: Scope) -> str | None:
+    """A joined column's name when more than one source has it (``<name>_<column>``)."""
+    if not isinstance(expression, ex.ColumnReference) or expression.name in PSEUDO_TYPES:
+        return None
+    if (None, expression.name) in scope.qualified:
+        return None
+    return scope.qualified.get((expression.source, expression.name))
 
 
 def _named(
@@ -543,11 +571,11 @@ def _plan_projection(
     scope: Scope,
     persistent: bool,
     sink: SinkRequest | None,
-    join: JoinPlan | None = None,
+    joins: tuple[JoinPlan, ...] = (),
 ) -> tuple[Projection, ...]:
-    named = _named(_select_items(query, source, persistent, join))
-    if join is not None:
-        return _join_projection(named, join, scope, persistent, sink)
+    named = _named(_select_items(query, source, persistent, joins, scope))
+    if joins and query.partition_by is None:
+        return _join_projection(named, joins, scope, persistent, sink)
     if query.partition_by is not None:
         keys = [
             e for e in query.partition_by if not (isinstance(e, ex.Literal) and e.value is None)
@@ -577,13 +605,14 @@ def _plan_projection(
 
 def _join_projection(
     named: list[tuple[str, ex.Expression]],
-    join: JoinPlan,
+    joins: tuple[JoinPlan, ...],
     scope: Scope,
     persistent: bool,
     sink: SinkRequest | None,
 ) -> tuple[Projection, ...]:
-    """A join's columns: its key is the join's (either side of the condition)."""
-    keys = [join.left_key, join.right_key]
+    """A join's columns: its key is the last join's (any expression of the chain's
+    conditions equal to it), or, for a foreign-key join, the left table's primary key."""
+    last = joins[-1]
 
     def resolved(expression: ex.Expression) -> Any:
         if isinstance(expression, ex.ColumnReference):
@@ -593,6 +622,9 @@ def _join_projection(
                 return expression
         return expression
 
+    if last.foreign_key:
+        return _foreign_key_projection(named, last, scope, persistent, sink, resolved)
+    keys = _equal_keys(joins, scope)
     wanted = {resolved(k) for k in keys}
     projection: list[Projection] = []
     keyed = False
@@ -603,34 +635,113 @@ def _join_projection(
             keyed, namespace = True, "KEY"
         projection.append(Projection(name, sql_type, expression, namespace))
     if persistent and not keyed:
-        shown = [expression_text(k) for k in keys]
+        shown = [expression_text(k) for k in keys if isinstance(k, ex.ColumnReference)]
+        shown = shown or [expression_text(k) for k in keys]
+        listed = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]
+        plural = "s" if len(shown) > 1 else ""
         raise KsqlStatementError(
             "Key missing from projection (ie, SELECT). \n"
             f"The query used to build {_sink_name(sink.name if sink else '')} must include "
-            f"the join expressions {' or '.join(shown)} in its projection (eg, SELECT "
+            f"the join expression{plural} {listed} in its projection (eg, SELECT "
             f"{shown[0]}...)."
         )
     return _keys_first(projection)
 
 
-def _join_refusals(join: st.Join, left: DataSource, right: DataSource) -> str:
+def _equal_keys(joins: tuple[JoinPlan, ...], scope: Scope) -> list[ex.Expression]:
+    """The expressions equal to the last join's key: both sides of its condition, and
+    both sides of each earlier condition that shares one of them (in the order they
+    are written)."""
+
+    def same(one: ex.Expression, other: ex.Expression) -> bool:
+        return bool(_resolved(one, scope) == _resolved(other, scope))
+
+    equal = [joins[-1].left_key, joins[-1].right_key]
+    for join in reversed(joins[:-1]):
+        if any(same(k, e) for k in (join.left_key, join.right_key) for e in equal):
+            equal += [join.left_key, join.right_key]
+    order = [k for join in joins for k in (join.left_key, join.right_key)]
+    keys: list[ex.Expression] = []
+    for key in order:
+        if any(same(key, e) for e in equal) and not any(same(key, k) for k in keys):
+            keys.append(key)
+    return keys
+
+
+def _resolved(expression: ex.Expression, scope: Scope) -> Any:
+    """An expression compared by what it reads: a column by its joined row's name."""
+
+    def replace(node: ex.Expression, bound: frozenset[str]) -> ex.Expression | None:
+        if isinstance(node, ex.ColumnReference) and node.name not in bound:
+            try:
+                return ex.ColumnReference(scope.resolve(node))
+            except KsqlStatementError:
+                return None
+        return None
+
+    return transform(expression, replace)
+
+
+def _foreign_key_projection(
+    named: list[tuple[str, ex.Expression]],
+    join: JoinPlan,
+    scope: Scope,
+    persistent: bool,
+    sink: SinkRequest | None,
+    resolved: Any,
+) -> tuple[Projection, ...]:
+    """A foreign-key join's columns: its key is the left table's primary key, each of
+    whose columns a persistent query must select (once)."""
+    wanted = list(join.left_key_columns)
+    found: dict[str, str] = {}
+    projection: list[Projection] = []
+    for name, expression in named:
+        sql_type = compile_expression(expression, scope).sql_type
+        namespace = "VALUE"
+        column = resolved(expression)
+        if persistent and column in wanted:
+            if column in found:
+                raise KsqlStatementError(
+                    f"The projection contains a key column (`{column}`) more than once, "
+                    f"aliased as: {found[column]} and {name}."
+                )
+            found[column] = name
+            namespace = "KEY"
+        projection.append(Projection(name, sql_type, expression, namespace))
+    missing = [c for c in wanted if c not in found]
+    if persistent and missing:
+        plural = "s" if len(missing) > 1 else ""
+        prefix = f"{join.left_name}_"
+        shown = ", ".join(f"`{c.removeprefix(prefix)}`" for c in missing)
+        raise KsqlStatementError(
+            f"Primary key column{plural} missing in projection. For foreign-key table-table "
+            "joins, the projection must include all primary key columns from the left input "
+            f"table (`{join.left_name}`). Missing column{plural}: {shown}."
+        )
+    if persistent:  # the key in the left table's key order
+        order = {name: index for index, name in enumerate(found[c] for c in wanted)}
+        keys = sorted((p for p in projection if p.namespace == "KEY"), key=lambda p: order[p.name])
+        return tuple(keys + [p for p in projection if p.namespace != "KEY"])
+    return tuple(projection)
+
+
+def _join_refusals(join: st.Join, left_kind: str, left_text: str, right: DataSource) -> str:
     """The join's shape ("stream-table", "table-table", "stream-stream") after ksqlDB's
     checks of its kind and window."""
-    shape = f"{left.kind.lower()}-{right.kind.lower()}"
+    shape = f"{left_kind.lower()}-{right.kind.lower()}"
     if shape == "table-stream":
+        shown = "[INNER]" if join.kind == "INNER" else join.kind
         raise KsqlStatementError(
             "Invalid join order: table-stream joins are not supported; only stream-table "
-            f"joins. Got {left.name} {join.kind} JOIN {right.name}."
+            f"joins. Got {left_text} {shown} JOIN {right.name}."
         )
     if shape == "stream-table" and join.kind in ("FULL", "RIGHT"):
         outer = "full-outer" if join.kind == "FULL" else "right-outer"
         shown = "[FULL] OUTER JOIN" if join.kind == "FULL" else "RIGHT [OUTER] JOIN"
         raise KsqlStatementError(
             f"Invalid join type: {outer} join not supported for stream-table join. Got "
-            f"{left.name} {shown} {right.name}."
+            f"{left_text} {shown} {right.name}."
         )
-    if left.topic == right.topic:
-        raise KsqlStatementError("Joins of a topic with itself are not executed yet")
     if shape == "stream-stream" and join.within is None:
         raise KsqlStatementError(
             "Stream-Stream joins must have a WITHIN clause specified. None was provided. To "
@@ -648,67 +759,127 @@ def _join_refusals(join: st.Join, left: DataSource, right: DataSource) -> str:
     return shape
 
 
+def _joined_sources(
+    query: st.Query, metastore: Metastore, left: DataSource
+) -> list[tuple[str, DataSource]]:
+    """Each source of the join with its name in the joined row (its alias), after
+    ksqlDB's refusal of a source joined to itself."""
+    sources = [(query.source.left.alias or left.name, left)]
+    for join in query.source.joins:
+        right = metastore.source(join.right.name)
+        assert right is not None  # analyze checked it
+        if any(source.name == right.name for _, source in sources):
+            if len(query.source.joins) == 1:
+                raise KsqlStatementError(
+                    f"Can not join '{right.name}' to '{right.name}': self joins are not yet "
+                    "supported."
+                )
+            raise KsqlStatementError(
+                "N-way joins do not support multiple occurrences of the same source. "
+                f"Source: '{right.name}'"
+            )
+        sources.append((join.right.alias or right.name, right))
+    return sources
+
+
 def _plan_join(
     query: st.Query, metastore: Metastore, left: DataSource
-) -> tuple[JoinPlan, dict[str, ex.SqlType], dict[tuple[str | None, str], str]]:
-    """A join of two sources: the joined row's columns and names, each side's key."""
-    if len(query.source.joins) > 1:
-        raise KsqlStatementError("Joins of more than two sources are not executed yet")
-    join = query.source.joins[0]
-    right = metastore.source(join.right.name)
-    assert right is not None  # analyze checked it
-    left_name = query.source.left.alias or left.name
-    right_name = join.right.alias or right.name
-    shape = _join_refusals(join, left, right)
+) -> tuple[tuple[JoinPlan, ...], dict[str, ex.SqlType], dict[tuple[str | None, str], str]]:
+    """The joins of the query, left-deep (``a JOIN b ON ... JOIN c ON ...`` joins c to
+    the join of a and b): each one's sides and keys, and the joined row's columns and
+    names."""
+    sources = _joined_sources(query, metastore, left)
     columns: dict[str, ex.SqlType] = {}
     qualified: dict[tuple[str | None, str], str] = {}
     counts: dict[str, int] = {}
-    for name, side, aliases in (
-        (left_name, left, {left.name, left_name}),
-        (right_name, right, {right.name, right_name}),
-    ):
-        side_columns = {c.name: c.type for c in side.columns}
-        for column, sql_type in side_columns.items():
-            columns[f"{name}_{column}"] = sql_type
+    for name, side in sources:
+        aliases = {side.name, name}
+        for column in side.columns:
+            columns[f"{name}_{column.name}"] = column.type
             for alias in aliases:
-                qualified[(alias, column)] = f"{name}_{column}"
-            counts[column] = counts.get(column, 0) + 1
+                qualified[(alias, column.name)] = f"{name}_{column.name}"
+            counts[column.name] = counts.get(column.name, 0) + 1
         for pseudo in PSEUDO_TYPES:
             for alias in aliases:
                 qualified.setdefault((alias, pseudo), pseudo)
     for name, sql_type in PSEUDO_TYPES.items():
         columns[name] = sql_type
-    for column, count in counts.items():
+    for column_name, count in counts.items():
         if count == 1:
-            key = qualified.get((left_name, column)) or qualified[(right_name, column)]
-            qualified[(None, column)] = key
+            owner = next(n for n, s in sources if any(c.name == column_name for c in s.columns))
+            qualified[(None, column_name)] = qualified[(owner, column_name)]
+    scope = Scope(columns, qualified)
+    plans: list[JoinPlan] = []
+    left_kind = left.kind
+    for index, join in enumerate(query.source.joins):
+        left_names = [name for name, _ in sources[: index + 1]]
+        right_name, right = sources[index + 1]
+        shape = _join_refusals(join, left_kind, sources[0][1].name, right)
+        left_key, right_key = _join_sides(join, scope, left_names, right_name)
+        plan = _join_plan(join, shape, plans, sources, index, scope, left_key, right_key)
+        plans.append(plan)
+        left_kind = "TABLE" if shape == "table-table" else "STREAM"
+    return tuple(plans), columns, qualified
+
+
+def _join_sides(
+    join: st.Join, scope: Scope, left_names: list[str], right_name: str
+) -> tuple[ex.Expression, ex.Expression]:
+    """The condition's left and right expressions (the left naming the sources joined
+    so far, the right the source joined), after ksqlDB's checks."""
     condition = join.condition
     if not (isinstance(condition, ex.Comparison) and condition.operator == "="):
         raise KsqlStatementError(
             f"Unsupported join expression: {expression_text(condition)}. Only equality "
             "joins are supported."
         )
-    scope = Scope(columns, qualified)
+    names = [*left_names, right_name]
 
-    def side_of(expression: ex.Expression) -> str | None:
-        """The one source whose columns ``expression`` names (None: both or neither)."""
+    def sides_of(expression: ex.Expression) -> set[str]:
+        """The sources whose columns ``expression`` names."""
         resolved = [scope.resolve(n) for n in walk(expression) if isinstance(n, ex.ColumnReference)]
-        prefixes = {
-            prefix
-            for prefix in (left_name, right_name)
-            if any(column.startswith(prefix + "_") for column in resolved)
-        }
-        return next(iter(prefixes)) if len(prefixes) == 1 else None
+        return {name for name in names if any(column.startswith(name + "_") for column in resolved)}
 
     first, second = condition.left, condition.right
-    if side_of(first) == right_name and side_of(second) == left_name:
-        first, second = second, first
-    if side_of(first) != left_name or side_of(second) != right_name:
+    first_sides, second_sides = sides_of(first), sides_of(second)
+    if len(first_sides) != 1 or len(second_sides) != 1:
+        empty = first if len(first_sides) != 1 else second
         raise KsqlStatementError(
-            f"Invalid comparison expression '{expression_text(condition)}' in join 'ON' "
-            "clause: each side must name the columns of one source"
+            f"Invalid comparison expression '{expression_text(empty)}' in join "
+            f"'{expression_text(condition)}'. Each side of the join comparision must contain "
+            "references from exactly one source."
         )
-    left_key, right_key = first, second
+    if first_sides == second_sides:
+        raise KsqlStatementError(
+            "Each side of the join must reference exactly one source and not the same "
+            f"source. Left side references `{first_sides.pop()}` and right references "
+            f"`{second_sides.pop()}`"
+        )
+    if first_sides == {right_name}:
+        first, second = second, first
+        first_sides, second_sides = second_sides, first_sides
+    if second_sides != {right_name}:
+        raise KsqlStatementError(
+            f"A join criteria is expected to reference the source (`{right_name}`) in the "
+            f"FROM clause, instead the right source references `{second_sides.pop()}` and "
+            f"the left source references `{first_sides.pop()}`"
+        )
+    return first, second
+
+
+def _join_plan(
+    join: st.Join,
+    shape: str,
+    earlier: list[JoinPlan],
+    sources: list[tuple[str, DataSource]],
+    index: int,
+    scope: Scope,
+    left_key: ex.Expression,
+    right_key: ex.Expression,
+) -> JoinPlan:
+    """One join of the chain, after ksqlDB's checks of its keys."""
+    right_name, right = sources[index + 1]
+    condition = f"{expression_text(left_key)} = {expression_text(right_key)}"
 
     def key_column(expression: ex.Expression, name: str, source: DataSource) -> bool:
         keys = {f"{name}_{c.name}" for c in source.key_columns}
@@ -717,17 +888,29 @@ def _plan_join(
     if shape == "stream-table" and not key_column(right_key, right_name, right):
         raise KsqlStatementError(
             "Invalid join condition: stream-table joins require to join on the table's "
-            f"primary key. Got {expression_text(condition.left)} = "
-            f"{expression_text(condition.right)}."
+            f"primary key. Got {condition}."
         )
-    if shape == "table-table" and not (
-        key_column(left_key, left_name, left) and key_column(right_key, right_name, right)
-    ):
-        raise KsqlStatementError(
-            "Table-table joins on a column other than both tables' primary keys (foreign-key "
-            f"joins) are not executed yet. Got {expression_text(condition.left)} = "
-            f"{expression_text(condition.right)}."
-        )
+    foreign_key = False
+    if shape == "table-table":
+        if len(right.key_columns) != 1 or not key_column(right_key, right_name, right):
+            raise KsqlStatementError(
+                "Invalid join condition: table-table joins require to join on the primary key "
+                f"of the right input table. Got {condition}."
+            )
+        if index == 0:
+            left_name, left = sources[0]
+            foreign_key = not key_column(left_key, left_name, left)
+        else:  # the earlier join's key, or a foreign key of its result
+            keys = _equal_keys(tuple(earlier), scope)
+            foreign_key = not any(_resolved(left_key, scope) == _resolved(k, scope) for k in keys)
+            if foreign_key or earlier[-1].foreign_key:
+                raise KsqlStatementError(
+                    "Foreign-key table-table joins in a chain of joins are not executed "
+                    f"yet. Got {condition}."
+                )
+        if foreign_key and join.kind in ("RIGHT", "FULL"):
+            shown = "RIGHT OUTER" if join.kind == "RIGHT" else "FULL OUTER"
+            raise KsqlStatementError(f"{shown} JOIN on a foreign key is not supported")
     left_type = compile_expression(left_key, scope).sql_type
     right_type = compile_expression(right_key, scope).sql_type
     if left_type != right_type:
@@ -736,7 +919,8 @@ def _plan_join(
             f"{{{left_type}}} = {expression_text(right_key)}{{{right_type}}}."
         )
     within = join.within
-    plan = JoinPlan(
+    left_name, left = sources[0]
+    return JoinPlan(
         kind=join.kind,
         right=right,
         left_name=left_name,
@@ -747,8 +931,13 @@ def _plan_join(
         before_ms=within.before.milliseconds if within is not None else 0,
         after_ms=within.after.milliseconds if within is not None else 0,
         grace_ms=within.grace.milliseconds if within and within.grace is not None else None,
+        left_joined=index > 0,
+        left_columns=tuple(
+            f"{name}_{c.name}" for name, source in sources[: index + 1] for c in source.columns
+        ),
+        foreign_key=foreign_key,
+        left_key_columns=tuple(f"{left_name}_{c.name}" for c in left.key_columns),
     )
-    return plan, columns, qualified
 
 
 def _same(key: ex.Expression, expression: ex.Expression) -> bool:
@@ -785,6 +974,7 @@ def _plan_aggregation(
     scope: Scope,
     persistent: bool,
     sink: SinkRequest | None,
+    joins: tuple[JoinPlan, ...] = (),
 ) -> tuple[Aggregation, tuple[Projection, ...]]:
     from strom.ksql.aggregate_functions import aggregate_function
 
@@ -847,7 +1037,7 @@ def _plan_aggregation(
 
         return transform(expression, replace)
 
-    named = _named(_select_items(query, source, persistent))
+    named = _named(_select_items(query, source, persistent, joins, scope))
     rewritten = [(name, expression, rewrite(expression)) for name, expression in named]
     having = rewrite(query.having) if query.having is not None else None
     if not calls:

@@ -1,0 +1,379 @@
+"""Joins beyond two sources on equal keys, record by record in one process
+(``strom.ksql.join_flow`` over ``strom.ksql.operators``): n-way chains, foreign-key
+table-table joins, GROUP BY over a join, and the planner's schemas and refusals for
+them. The expected records are those ksqlDB gives for the same statements and inputs.
+No broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from strom.ksql import statements as st
+from strom.ksql.join_flow import JoinFlow, stages
+from strom.ksql.metastore import KsqlStatementError, Metastore
+from strom.ksql.operators import Operators
+from strom.ksql.parser import parse_statement
+from strom.ksql.planner import QueryPlan, SinkRequest, plan_query
+from strom.ksql.readers import Row
+
+S1 = "CREATE STREAM S1 (ID INT KEY, K INT, V0 INT) WITH (kafka_topic='left', value_format='JSON')"
+T1 = "CREATE TABLE T1 (ID INT PRIMARY KEY, V0 BIGINT) WITH (kafka_topic='left', format='JSON')"
+T2 = "CREATE TABLE T2 (ID INT PRIMARY KEY, V0 INT) WITH (kafka_topic='right', format='JSON')"
+T3 = "CREATE TABLE T3 (ID INT PRIMARY KEY, V0 INT) WITH (kafka_topic='right2', format='JSON')"
+LEFT_TABLE = (
+    "CREATE TABLE left_table (l_id BIGINT PRIMARY KEY, name VARCHAR, foreign_key BIGINT) "
+    "WITH (kafka_topic='left_topic', value_format='JSON')"
+)
+RIGHT_TABLE = (
+    "CREATE TABLE right_table (r_id BIGINT PRIMARY KEY, f1 VARCHAR, f2 BIGINT) "
+    "WITH (kafka_topic='right_topic', value_format='JSON')"
+)
+
+
+def planned(*statements: str) -> QueryPlan:
+    """The plan of the last statement (a CREATE ... AS SELECT or a query) over the
+    sources the others create."""
+    metastore = Metastore()
+    for text in statements[:-1]:
+        created = parse_statement(text)
+        assert isinstance(created, st.CreateSource)
+        metastore.put_source(metastore.source_from_statement(created, text))
+    text = statements[-1]
+    statement = parse_statement(text)
+    if isinstance(statement, st.Query):
+        return plan_query(statement, metastore)
+    assert isinstance(statement, st.CreateAsSelect)
+    request = SinkRequest(statement.name, statement.kind, statement.properties, None, 1)
+    return plan_query(statement.query, metastore, request, text)
+
+
+Record = tuple[str, Any, dict[str, Any] | None, int]  # topic, key, value (None: deleted), ts
+
+
+def run(plan: QueryPlan, records: list[Record]) -> list[tuple[Any, Any, int]]:
+    """The records through the plan's join flow: (key, value, timestamp) of each output,
+    a single key column's value unwrapped."""
+    flow = JoinFlow(Operators(plan))
+    states: dict[tuple[int, Any], dict[Any, Any]] = {}
+    stream_time = -1
+    out: list[tuple[Any, Any, int]] = []
+    for offset, (topic, key, value, timestamp) in enumerate(records):
+        stream_time = max(stream_time, timestamp)
+        for index, source in enumerate(plan.sources):
+            if source.topic != topic:
+                continue
+            [key_column] = [c.name for c in source.key_columns]
+            columns = {key_column: key, **(value or {})}
+            columns.update(ROWTIME=timestamp, ROWPARTITION=0, ROWOFFSET=offset)
+            row = Row(columns, tombstone=value is None)
+            for change in flow.process(index, row, states, stream_time):
+                keys = list(change.key.values())
+                out.append((keys[0] if len(keys) == 1 else keys, change.value, change.timestamp))
+    return out
+
+
+# ---- n-way joins ------------------------------------------------------------------------
+
+
+def test_a_stream_joined_to_two_tables_on_different_keys() -> None:
+    plan = planned(
+        S1,
+        T2,
+        T3,
+        "CREATE STREAM OUTPUT AS SELECT S1.K, s1.V0, t2.V0, t3.V0 FROM S1 "
+        "JOIN T2 ON S1.V0 = T2.ID JOIN T3 ON S1.K = T3.ID",
+    )
+    assert [(p.name, p.namespace) for p in plan.projection] == [
+        ("K", "KEY"), ("S1_V0", "VALUE"), ("T2_V0", "VALUE"), ("T3_V0", "VALUE")
+    ]  # fmt: skip
+    assert [s.kind for s in stages(plan)] == ["join", "join"]
+    records: list[Record] = [
+        ("right2", 2, {"V0": 3}, 10),
+        ("right", 1, {"V0": 2}, 11),
+        ("left", 0, {"K": 2, "V0": 1}, 12),
+        ("left", 0, {"K": 5, "V0": 1}, 13),  # no T3 row for 5: INNER drops it
+    ]
+    assert run(plan, records) == [(2, {"S1_V0": 1, "T2_V0": 2, "T3_V0": 3}, 12)]
+
+
+def test_a_stream_left_joined_to_two_tables() -> None:
+    plan = planned(
+        S1,
+        T2,
+        T3,
+        "CREATE STREAM OUTPUT AS SELECT T3.ID, s1.V0, t2.V0, t3.V0 FROM S1 "
+        "LEFT JOIN T2 ON S1.ID = T2.ID LEFT JOIN T3 ON S1.ID = T3.ID",
+    )
+    records: list[Record] = [
+        ("left", 0, {"V0": 1}, 0),
+        ("right", 0, {"V0": 2}, 1),
+        ("left", 0, {"V0": 3}, 2),
+        ("right2", 0, {"V0": 4}, 3),
+        ("left", 0, {"V0": 5}, 4),
+    ]
+    assert run(plan, records) == [
+        (0, {"S1_V0": 1, "T2_V0": None, "T3_V0": None}, 0),
+        (0, {"S1_V0": 3, "T2_V0": 2, "T3_V0": None}, 2),
+        (0, {"S1_V0": 5, "T2_V0": 2, "T3_V0": 4}, 4),
+    ]
+
+
+def test_three_tables_joined_on_their_primary_keys() -> None:
+    plan = planned(
+        T1,
+        T2.replace("V0 INT", "V0 BIGINT"),
+        T3.replace("V0 INT", "V0 BIGINT"),
+        "CREATE TABLE OUTPUT AS SELECT T1.ID, T1.V0, T2.V0, T3.V0 FROM T1 "
+        "JOIN T2 ON T1.ID = T2.ID JOIN T3 ON T1.ID = T3.ID",
+    )
+    assert plan.kind == "TABLE"
+    records: list[Record] = [
+        ("left", 0, {"V0": 1}, 0),
+        ("right", 0, {"V0": 2}, 1),
+        ("right2", 0, {"V0": 3}, 2),
+        ("left", 0, {"V0": 4}, 1000),
+        ("right", 0, None, 1001),  # T2's row deleted: the inner result goes
+        ("right", 0, {"V0": 6}, 1002),
+    ]
+    assert run(plan, records) == [
+        (0, {"T1_V0": 1, "T2_V0": 2, "T3_V0": 3}, 2),
+        (0, {"T1_V0": 4, "T2_V0": 2, "T3_V0": 3}, 1000),
+        (0, None, 1001),
+        (0, {"T1_V0": 4, "T2_V0": 6, "T3_V0": 3}, 1002),
+    ]
+
+
+def test_a_stream_stream_join_then_a_table() -> None:
+    plan = planned(
+        "CREATE STREAM S1 (ID INT KEY, V0 BIGINT) WITH (kafka_topic='left', value_format='JSON')",
+        "CREATE STREAM S2 (ID INT KEY, V0 BIGINT) WITH (kafka_topic='right', value_format='JSON')",
+        T3.replace("V0 INT", "V0 BIGINT"),
+        "CREATE STREAM OUTPUT AS SELECT S2.ID, s1.V0, s2.V0, t3.V0 FROM S1 "
+        "JOIN S2 WITHIN 10 SECONDS ON S1.ID = S2.ID JOIN T3 ON S1.ID = T3.ID",
+    )
+    records: list[Record] = [
+        ("right2", 0, {"V0": 3}, 0),
+        ("left", 0, {"V0": 1}, 1000),
+        ("right", 0, {"V0": 2}, 2000),
+        ("right", 0, {"V0": 4}, 20000),  # outside the window of the left record
+    ]
+    assert run(plan, records) == [(0, {"S1_V0": 1, "S2_V0": 2, "T3_V0": 3}, 2000)]
+
+
+def test_two_sources_over_one_topic_join_each_record_on_both_sides() -> None:
+    plan = planned(
+        "CREATE STREAM moves (id STRING KEY, peer STRING) "
+        "WITH (kafka_topic='moves', value_format='JSON')",
+        "CREATE STREAM moves_again (id STRING KEY, peer STRING) "
+        "WITH (kafka_topic='moves', value_format='JSON')",
+        "CREATE STREAM paired AS SELECT b.id, a.id AS mover, b.peer FROM moves a "
+        "JOIN moves_again b WITHIN 1 SECOND ON a.peer = b.id",
+    )
+    records: list[Record] = [("moves", "x", {"PEER": "y"}, 0), ("moves", "y", {"PEER": "z"}, 1)]
+    assert run(plan, records) == [("y", {"MOVER": "x", "B_PEER": "z"}, 1)]
+
+
+# ---- foreign-key joins ------------------------------------------------------------------
+
+
+def test_a_foreign_key_inner_join() -> None:
+    plan = planned(
+        LEFT_TABLE,
+        RIGHT_TABLE,
+        "CREATE TABLE output AS SELECT l_id, r_id, name, f1 FROM left_table "
+        "JOIN right_table ON foreign_key = r_id",
+    )
+    assert [s.kind for s in stages(plan)] == ["fk-route", "fk-join"]
+    assert [(p.name, p.namespace) for p in plan.projection][0] == ("L_ID", "KEY")
+    records: list[Record] = [
+        ("right_topic", 0, {"F1": "blah", "F2": 4}, 0),
+        ("left_topic", 1, {"NAME": "zero", "FOREIGN_KEY": 0}, 10000),
+        ("left_topic", 0, {"NAME": "foo", "FOREIGN_KEY": 100}, 13000),
+        ("right_topic", 0, {"F1": "a", "F2": 10}, 15000),
+        ("left_topic", 10, {"NAME": "bar", "FOREIGN_KEY": 0}, 16000),
+        ("right_topic", 0, None, 17000),
+        ("left_topic", 1, None, 18000),
+    ]
+    outputs = run(plan, records)
+    assert outputs[:3] == [
+        (1, {"R_ID": 0, "NAME": "zero", "F1": "blah"}, 10000),
+        (1, {"R_ID": 0, "NAME": "zero", "F1": "a"}, 15000),
+        (10, {"R_ID": 0, "NAME": "bar", "F1": "a"}, 16000),
+    ]
+    # the right row deleted: both results go (in either order), then the left's delete
+    assert sorted(outputs[3:5]) == [(1, None, 17000), (10, None, 17000)]
+    assert outputs[5:] == [(1, None, 18000)]
+
+
+def test_a_foreign_key_left_join_follows_a_changed_foreign_key() -> None:
+    plan = planned(
+        LEFT_TABLE,
+        RIGHT_TABLE,
+        "CREATE TABLE output AS SELECT l_id, r_id, name, f1 FROM left_table "
+        "LEFT JOIN right_table ON foreign_key = r_id",
+    )
+    records: list[Record] = [
+        ("left_topic", 1, {"NAME": "zero", "FOREIGN_KEY": 0}, 0),
+        ("right_topic", 0, {"F1": "blah", "F2": 4}, 10000),
+        ("left_topic", 1, {"NAME": "zero", "FOREIGN_KEY": 0}, 11000),
+        ("left_topic", 0, {"NAME": "foo", "FOREIGN_KEY": 100}, 13000),
+        ("right_topic", 0, {"F1": "a", "F2": 10}, 15000),
+        ("left_topic", 1, {"NAME": "zero", "FOREIGN_KEY": 100}, 16000),  # moved away
+        ("right_topic", 0, {"F1": "b", "F2": 11}, 17000),  # zero no longer follows 0
+        ("right_topic", 100, {"F1": "c", "F2": 12}, 18000),  # both follow 100 now
+        ("left_topic", 1, None, 19000),
+    ]
+    outputs = run(plan, records)
+    assert outputs[:6] == [
+        (1, {"R_ID": None, "NAME": "zero", "F1": None}, 0),
+        (1, {"R_ID": 0, "NAME": "zero", "F1": "blah"}, 10000),
+        (1, {"R_ID": 0, "NAME": "zero", "F1": "blah"}, 11000),
+        (0, {"R_ID": None, "NAME": "foo", "F1": None}, 13000),
+        (1, {"R_ID": 0, "NAME": "zero", "F1": "a"}, 15000),
+        (1, {"R_ID": None, "NAME": "zero", "F1": None}, 16000),
+    ]
+    assert sorted(outputs[6:8], key=lambda o: o[0]) == [
+        (0, {"R_ID": 100, "NAME": "foo", "F1": "c"}, 18000),
+        (1, {"R_ID": 100, "NAME": "zero", "F1": "c"}, 18000),
+    ]
+    assert outputs[8:] == [(1, None, 19000)]
+
+
+# ---- GROUP BY over a join ---------------------------------------------------------------
+
+
+def test_group_by_over_a_stream_table_join() -> None:
+    plan = planned(
+        S1,
+        T2,
+        "CREATE TABLE per_value AS SELECT T2.V0, COUNT(*) AS N, SUM(S1.V0) AS TOTAL "
+        "FROM S1 JOIN T2 ON S1.ID = T2.ID GROUP BY T2.V0",
+    )
+    assert plan.kind == "TABLE" and [s.kind for s in stages(plan)] == ["join", "aggregate"]
+    records: list[Record] = [
+        ("right", 1, {"V0": 7}, 0),
+        ("right", 2, {"V0": 7}, 1),
+        ("left", 1, {"V0": 10}, 2),
+        ("left", 2, {"V0": 5}, 3),
+        ("left", 3, {"V0": 1}, 4),  # no T2 row: not joined, not counted
+    ]
+    assert run(plan, records) == [
+        (7, {"N": 1, "TOTAL": 10}, 2),
+        (7, {"N": 2, "TOTAL": 15}, 3),
+    ]
+
+
+def test_group_by_over_a_table_table_join_undoes_changed_rows() -> None:
+    plan = planned(
+        T1,
+        T2.replace("V0 INT", "V0 BIGINT"),
+        "CREATE TABLE per_region AS SELECT T2.V0 AS REGION, COUNT(*) AS N "
+        "FROM T1 JOIN T2 ON T1.ID = T2.ID GROUP BY T2.V0",
+    )
+    assert [s.kind for s in stages(plan)] == ["join", "regroup", "aggregate"]
+    records: list[Record] = [
+        ("left", 1, {"V0": 0}, 0),
+        ("right", 1, {"V0": 9}, 1),
+        ("left", 2, {"V0": 0}, 2),
+        ("right", 2, {"V0": 9}, 3),
+        ("right", 1, {"V0": 8}, 4),  # key 1 moves from region 9 to 8
+        ("left", 2, None, 5),  # key 2's joined row goes: region 9 counts none
+    ]
+    assert run(plan, records) == [
+        (9, {"N": 1}, 1),
+        (9, {"N": 2}, 3),
+        (9, {"N": 1}, 4),
+        (8, {"N": 1}, 4),
+        (9, {"N": 0}, 5),
+    ]
+
+
+# ---- the planner ------------------------------------------------------------------------
+
+
+def test_n_way_and_foreign_key_schemas_are_ksqldbs() -> None:
+    star = planned(
+        S1, T2, T3, "CREATE STREAM OUTPUT AS SELECT * FROM S1 JOIN T2 ON S1.ID = T2.ID "
+        "JOIN T3 ON S1.ID = T3.ID",
+    )  # fmt: skip
+    assert [(p.name, p.namespace) for p in star.projection] == [
+        ("S1_ID", "KEY"), ("S1_K", "VALUE"), ("S1_V0", "VALUE"), ("T2_ID", "VALUE"),
+        ("T2_V0", "VALUE"), ("T3_ID", "VALUE"), ("T3_V0", "VALUE"),
+    ]  # fmt: skip
+    keyed_by_the_middle = planned(
+        S1, T2, T3, "CREATE STREAM OUTPUT AS SELECT T2.ID, s1.V0 FROM S1 "
+        "JOIN T2 ON S1.ID = T2.ID JOIN T3 ON T3.ID = S1.ID",
+    )  # fmt: skip
+    assert keyed_by_the_middle.key_columns[0].name == "T2_ID"
+    both = planned(
+        LEFT_TABLE,
+        RIGHT_TABLE,
+        "CREATE TABLE output AS SELECT lt.*, rt.*, lt.name AS name_alias FROM left_table AS lt "
+        "LEFT JOIN right_table AS rt ON foreign_key = r_id",
+    )
+    assert [p.name for p in both.projection] == [
+        "LT_L_ID", "LT_NAME", "LT_FOREIGN_KEY", "RT_R_ID", "RT_F1", "RT_F2", "NAME_ALIAS"
+    ]  # fmt: skip
+    assert [p.name for p in both.key_columns] == ["LT_L_ID"]
+
+
+@pytest.mark.parametrize(
+    ("statements", "message"),
+    [
+        (
+            [S1, T2, T3, "CREATE STREAM O AS SELECT s1.V0, t2.V0, t3.V0 FROM S1 "
+             "JOIN T2 ON S1.ID = T2.ID JOIN T3 ON S1.ID = T3.ID"],
+            "must include the join expressions S1.ID, T2.ID or T3.ID in its projection",
+        ),
+        (
+            [S1, T2, T3, "CREATE STREAM O AS SELECT s1.V0 FROM S1 "
+             "JOIN T2 ON S1.ID = T2.ID JOIN T3 ON S1.ID + 1 = T3.ID"],
+            "must include the join expression T3.ID in its projection",
+        ),
+        (
+            [S1, "CREATE STREAM O AS SELECT * FROM S1 a JOIN S1 b WITHIN 1 HOUR ON a.id = b.id"],
+            "Can not join 'S1' to 'S1': self joins are not yet supported.",
+        ),
+        (
+            [S1, T2, "CREATE STREAM O AS SELECT * FROM S1 JOIN T2 ON S1.ID = T2.ID "
+             "JOIN T2 ON S1.V0 = T2.V0"],
+            "N-way joins do not support multiple occurrences of the same source. Source: 'T2'",
+        ),
+        (
+            [S1, T2, T3, "CREATE STREAM O AS SELECT * FROM S1 JOIN T2 ON S1.ID = T2.ID "
+             "JOIN T3 ON S1.ID = T2.ID"],
+            "A join criteria is expected to reference the source (`T3`) in the FROM clause, "
+            "instead the right source references `T2` and the left source references `S1`",
+        ),
+        (
+            [S1, T2, T3, "CREATE STREAM O AS SELECT * FROM T2 JOIN T3 ON T2.ID = T3.ID "
+             "JOIN S1 ON T2.ID = S1.ID"],
+            "Invalid join order: table-stream joins are not supported; only stream-table "
+            "joins. Got T2 [INNER] JOIN S1.",
+        ),
+        (
+            [LEFT_TABLE, RIGHT_TABLE, "CREATE TABLE O AS SELECT l_id, f1 FROM left_table "
+             "RIGHT JOIN right_table ON foreign_key = r_id"],
+            "RIGHT OUTER JOIN on a foreign key is not supported",
+        ),
+        (
+            [LEFT_TABLE, RIGHT_TABLE, "CREATE TABLE O AS SELECT f1, foreign_key FROM left_table "
+             "JOIN right_table ON foreign_key = r_id"],
+            "Primary key column missing in projection. For foreign-key table-table joins, the "
+            "projection must include all primary key columns from the left input table "
+            "(`LEFT_TABLE`). Missing column: `L_ID`.",
+        ),
+        (
+            [LEFT_TABLE, RIGHT_TABLE, "CREATE TABLE O AS SELECT l_id, l_id AS again, f1 FROM "
+             "left_table JOIN right_table ON foreign_key = r_id"],
+            "The projection contains a key column (`LEFT_TABLE_L_ID`) more than once, aliased "
+            "as: L_ID and AGAIN.",
+        ),
+    ],
+)  # fmt: skip
+def test_joins_ksqldb_refuses(statements: list[str], message: str) -> None:
+    with pytest.raises(KsqlStatementError) as refused:
+        planned(*statements)
+    assert message in str(refused.value)
