@@ -15,16 +15,38 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.alter_partition.v3 import request as alter
+from kio.schema.alter_partition.v3.response import AlterPartitionResponse
+from kio.schema.types import BrokerId
+from kio.static.primitive import i8, i32, i64
 
 from strom.cluster.partition_change import LEADER_RECOVERED
 from strom.protocol.errors import ErrorCode
 from strom.replication.leader import IsrChange
 
 if TYPE_CHECKING:
-    from strom.broker.server import Broker
+    from strom.broker.controller_channel import ControllerChannel
+
+
+class _Registration(Protocol):
+    @property
+    def broker_epoch(self) -> int: ...
+
+
+class IsrChangeSender(Protocol):
+    """What sending AlterPartition reads of the node: its id, the broker epoch its
+    registration holds (None: not a registered broker), its way to the controller."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def lifecycle(self) -> _Registration | None: ...
+
+    @property
+    def controller_channel(self) -> ControllerChannel: ...
 
 
 class IsrChangeRefused(Exception):
@@ -42,7 +64,7 @@ class IsrChangeMade:
 
 
 async def send_alter_partition(
-    broker: Broker,
+    broker: IsrChangeSender,
     topic_id: uuid.UUID,
     partition: int,
     leader_epoch: int,
@@ -53,29 +75,30 @@ async def send_alter_partition(
     """Ask for ``change``; what the controller committed, or IsrChangeRefused."""
     lifecycle = broker.lifecycle
     request = alter.AlterPartitionRequest(
-        broker_id=broker.node_id,
-        broker_epoch=lifecycle.broker_epoch if lifecycle is not None else -1,
+        broker_id=BrokerId(broker.node_id),
+        broker_epoch=i64(lifecycle.broker_epoch if lifecycle is not None else -1),
         topics=(
             alter.TopicData(
                 topic_id=topic_id,
                 partitions=(
                     alter.PartitionData(
-                        partition_index=partition,
-                        leader_epoch=leader_epoch,
+                        partition_index=i32(partition),
+                        leader_epoch=i32(leader_epoch),
                         new_isr_with_epochs=tuple(
-                            alter.BrokerState(broker_id=member, broker_epoch=epoch)
+                            alter.BrokerState(broker_id=BrokerId(member), broker_epoch=i64(epoch))
                             for member, epoch in change.members
                         ),
-                        leader_recovery_state=LEADER_RECOVERED
-                        if change.recovered
-                        else leader_recovery_state,
-                        partition_epoch=change.partition_epoch,
+                        leader_recovery_state=i8(
+                            LEADER_RECOVERED if change.recovered else leader_recovery_state
+                        ),
+                        partition_epoch=i32(change.partition_epoch),
                     ),
                 ),
             ),
         ),
     )
-    response = await broker.controller_channel.call(request, timeout_s)
+    # The channel answers with the response class of the request's version.
+    response: AlterPartitionResponse = await broker.controller_channel.call(request, timeout_s)
     if response.error_code != ErrorCode.none:
         raise IsrChangeRefused(response.error_code)
     for topic_result in response.topics:

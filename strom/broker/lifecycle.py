@@ -21,7 +21,11 @@ import uuid
 from typing import TYPE_CHECKING
 
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
+from kio.schema.broker_heartbeat.v1.response import BrokerHeartbeatResponse
 from kio.schema.broker_registration.v4 import request as registration
+from kio.schema.broker_registration.v4 import response as registration_response
+from kio.schema.types import BrokerId
+from kio.static.primitive import i16, i64, u16
 
 from strom.broker.common import stop_task
 from strom.broker.controller_channel import ControllerUnavailable
@@ -60,32 +64,34 @@ class BrokerLifecycle:
             registration.Listener(
                 name=listener.name,
                 host=listener.host or "127.0.0.1",
-                port=listener.port,
-                security_protocol=SECURITY_PROTOCOLS.get(
-                    broker.security_protocol(listener.name), 0
+                port=u16(listener.port),
+                security_protocol=i16(
+                    SECURITY_PROTOCOLS.get(broker.security_protocol(listener.name), 0)
                 ),
             )
             for listener in broker.advertised_client_listeners()
         )
         request = registration.BrokerRegistrationRequest(
-            broker_id=broker.node_id,
+            broker_id=BrokerId(broker.node_id),
             cluster_id=broker.cluster_id,
             incarnation_id=self.incarnation_id,
             listeners=listeners,
             features=(
                 registration.Feature(
                     name=METADATA_VERSION_FEATURE[0],
-                    min_supported_version=METADATA_VERSION_FEATURE[1],
-                    max_supported_version=METADATA_VERSION_FEATURE[2],
+                    min_supported_version=i16(METADATA_VERSION_FEATURE[1]),
+                    max_supported_version=i16(METADATA_VERSION_FEATURE[2]),
                 ),
             ),
             rack=self.config["broker.rack"],
             log_dirs=(),
-            previous_broker_epoch=self.broker_epoch,
+            previous_broker_epoch=i64(self.broker_epoch),
         )
         while True:
             try:
-                response = await broker.controller_channel.call(request, self.interval_s * 5)
+                response: registration_response.BrokerRegistrationResponse = (
+                    await broker.controller_channel.call(request, self.interval_s * 5)
+                )
             except ControllerUnavailable:
                 log.info("waiting for an active controller to register with")
                 continue
@@ -98,14 +104,16 @@ class BrokerLifecycle:
 
     async def _heartbeat(self, want_shut_down: bool = False) -> tuple[ErrorCode, bool, bool]:
         request = BrokerHeartbeatRequest(
-            broker_id=self.broker.node_id,
-            broker_epoch=self.broker_epoch,
-            current_metadata_offset=self.broker.quorum.applied_offset - 1,
+            broker_id=BrokerId(self.broker.node_id),
+            broker_epoch=i64(self.broker_epoch),
+            current_metadata_offset=i64(self.broker.quorum.applied_offset - 1),
             want_fence=False,
             want_shut_down=want_shut_down,
             offline_log_dirs=(),
         )
-        response = await self.broker.controller_channel.call(request, self.interval_s * 2)
+        response: BrokerHeartbeatResponse = await self.broker.controller_channel.call(
+            request, self.interval_s * 2
+        )
         return response.error_code, response.is_fenced, response.should_shut_down
 
     async def _run(self) -> None:

@@ -15,6 +15,9 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from kio.schema.allocate_producer_ids.v0.request import AllocateProducerIdsRequest
+from kio.schema.allocate_producer_ids.v0.response import AllocateProducerIdsResponse
+from kio.schema.types import BrokerId
+from kio.static.primitive import i64
 
 from strom.protocol.errors import ErrorCode
 
@@ -61,9 +64,13 @@ class ProducerIdBlocks:
     async def _allocate(self) -> None:
         lifecycle = self.broker.lifecycle
         epoch = lifecycle.broker_epoch if lifecycle is not None else -1
-        request = AllocateProducerIdsRequest(broker_id=self.broker.node_id, broker_epoch=epoch)
+        request = AllocateProducerIdsRequest(
+            broker_id=BrokerId(self.broker.node_id), broker_epoch=i64(epoch)
+        )
         try:
-            response = await self.broker.controller_channel.call(request, ALLOCATE_TIMEOUT_S)
+            response: AllocateProducerIdsResponse = await self.broker.controller_channel.call(
+                request, ALLOCATE_TIMEOUT_S
+            )
         except Exception as exc:
             raise ProducerIdsUnavailable(str(exc)) from None
         if response.error_code != ErrorCode.none:

@@ -26,7 +26,10 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from kio.schema.types import ProducerId, TopicName
 from kio.schema.write_txn_markers.v1 import request as markers_v1
+from kio.schema.write_txn_markers.v1.response import WriteTxnMarkersResponse
+from kio.static.primitive import i16, i32
 
 from strom.broker.cluster_view import inter_broker_endpoint
 from strom.broker.peer_client import PeerError, PeerPool
@@ -162,25 +165,27 @@ class TxnMarkerSender:
         failed = dict.fromkeys(keys, ErrorCode.not_leader_or_follower)
         if endpoint is None:
             return failed
-        by_topic: dict[str, list[int]] = {}
+        by_topic: dict[str, list[i32]] = {}
         for topic, index in keys:
-            by_topic.setdefault(topic, []).append(index)
+            by_topic.setdefault(topic, []).append(i32(index))
         request = markers_v1.WriteTxnMarkersRequest(
             markers=(
                 markers_v1.WritableTxnMarker(
-                    producer_id=batch.producer_id,
-                    producer_epoch=batch.producer_epoch,
+                    producer_id=ProducerId(batch.producer_id),
+                    producer_epoch=i16(batch.producer_epoch),
                     transaction_result=batch.commit,
                     topics=tuple(
-                        markers_v1.WritableTxnMarkerTopic(name=t, partition_indexes=tuple(ps))
+                        markers_v1.WritableTxnMarkerTopic(
+                            name=TopicName(t), partition_indexes=tuple(ps)
+                        )
                         for t, ps in sorted(by_topic.items())
                     ),
-                    coordinator_epoch=batch.coordinator_epoch,
+                    coordinator_epoch=i32(batch.coordinator_epoch),
                 ),
             )
         )
         try:
-            response = await self.peers.request(
+            response: WriteTxnMarkersResponse = await self.peers.request(
                 endpoint.host, endpoint.port, request, REQUEST_TIMEOUT_S
             )
         except PeerError as exc:
@@ -188,7 +193,8 @@ class TxnMarkerSender:
             return failed
         results: dict[TopicPartition, ErrorCode] = {}
         for marker in response.markers:
-            for topic in marker.topics:
-                for part in topic.partitions:
-                    results[(topic.name, part.partition_index)] = ErrorCode(part.error_code)
+            for topic_result in marker.topics:
+                for part in topic_result.partitions:
+                    key = (topic_result.name, part.partition_index)
+                    results[key] = ErrorCode(part.error_code)
         return {key: results.get(key, ErrorCode.not_leader_or_follower) for key in keys}

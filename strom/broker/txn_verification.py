@@ -20,6 +20,9 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.add_partitions_to_txn.v4 import request as add_v4
+from kio.schema.add_partitions_to_txn.v4.response import AddPartitionsToTxnResponse
+from kio.schema.types import ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i16, i32
 
 from strom.broker.cluster_view import inter_broker_endpoint
 from strom.broker.peer_client import PeerError, PeerPool
@@ -79,25 +82,25 @@ class TxnVerifier:
         endpoint = inter_broker_endpoint(broker, leader)
         if endpoint is None:
             return dict.fromkeys(partitions, ErrorCode.not_enough_replicas)
-        by_topic: dict[str, list[int]] = {}
+        by_topic: dict[str, list[i32]] = {}
         for name, index in partitions:
-            by_topic.setdefault(name, []).append(index)
+            by_topic.setdefault(name, []).append(i32(index))
         request = add_v4.AddPartitionsToTxnRequest(
             transactions=(
                 add_v4.AddPartitionsToTxnTransaction(
-                    transactional_id=transactional_id,
-                    producer_id=producer_id,
-                    producer_epoch=epoch,
+                    transactional_id=TransactionalId(transactional_id),
+                    producer_id=ProducerId(producer_id),
+                    producer_epoch=i16(epoch),
                     verify_only=True,
                     topics=tuple(
-                        add_v4.AddPartitionsToTxnTopic(name=name, partitions=tuple(ids))
+                        add_v4.AddPartitionsToTxnTopic(name=TopicName(name), partitions=tuple(ids))
                         for name, ids in sorted(by_topic.items())
                     ),
                 ),
             )
         )
         try:
-            response = await self.peers.request(
+            response: AddPartitionsToTxnResponse = await self.peers.request(
                 endpoint.host, endpoint.port, request, REQUEST_TIMEOUT_S
             )
         except PeerError as exc:
