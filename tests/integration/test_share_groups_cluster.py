@@ -1,21 +1,30 @@
-"""Share groups (KIP-932) in a three-node cluster: ``kill -9`` of the share coordinator's
-node (the leader of the group's ``__share_group_state`` partition) while share consumers
-consume and acknowledge.
+"""Share groups (KIP-932) in a three-node cluster, one cluster for the module:
 
-The checker is independent of the code under test: it keeps, per offset, how often the
-consumers were handed a record and how often an acknowledgement of it was confirmed
-(``commit_sync`` answered success for its partition). Every record must be delivered
-at least once, and none confirmed acknowledged twice: an acknowledgement is answered
-only once its state write is replicated, so the next share coordinator knows it.
+- the share coordinator's followers held back (SIGSTOP): an acknowledgement whose state
+  write cannot reach the high watermark of ``__share_group_state`` is not confirmed, and
+  after the share coordinator's node is killed the records whose acknowledgements were
+  confirmed never come back (raw ShareFetch and ShareAcknowledge: exact control of
+  what is acknowledged when);
+- ``kill -9`` of the share coordinator's node (the leader of the group's
+  ``__share_group_state`` partition) while share consumers consume and acknowledge.
+
+The checkers are independent of the code under test: they keep, per offset, how often
+the consumers were handed a record and how often an acknowledgement of it was
+confirmed (answered with no error). Every record must be delivered at least once, and
+none confirmed acknowledged twice: an acknowledgement is answered only once its state
+write is replicated, so the next share coordinator knows it.
 """
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
+import uuid
 from collections import Counter
-from pathlib import Path
+from collections.abc import Iterator
 
+import pytest
 from cluster_process import Cluster
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import (
@@ -32,7 +41,12 @@ from kio.schema.describe_share_group_offsets.v1.request import (
     DescribeShareGroupOffsetsRequestGroup,
     DescribeShareGroupOffsetsRequestTopic,
 )
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.share_acknowledge.v1 import request as share_ack
+from kio.schema.share_fetch.v1 import request as share_fetch
 from raw_client import RawClient
+
+from strom.protocol.errors import ErrorCode
 
 STATE_TOPIC = "__share_group_state"
 RECORDS = 300
@@ -48,6 +62,8 @@ OVERRIDES = {
     "group.share.record.lock.duration.ms": "3000",
     "group.share.min.heartbeat.interval.ms": "100",
     "group.share.heartbeat.interval.ms": "200",
+    # An acknowledgement whose write cannot be replicated is refused after 2 s, not 5 s.
+    "share.coordinator.write.timeout.ms": "2000",
 }
 
 
@@ -55,25 +71,123 @@ def _admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})
 
 
-def _leader(bootstrap: str, topic: str) -> int:
-    metadata = _admin(bootstrap).list_topics(topic, timeout=5)
+def _partition_0(bootstrap: str, topic: str) -> tuple[int, list[int]]:
+    """The leader and replicas of the topic's partition 0 (-1 and none if unknown)."""
+    try:
+        metadata = _admin(bootstrap).list_topics(topic, timeout=5)
+    except Exception:  # noqa: BLE001 - asked again while the cluster settles
+        return -1, []
     found = metadata.topics.get(topic)
     if found is None or found.error is not None or 0 not in found.partitions:
-        return -1
-    return int(found.partitions[0].leader)
+        return -1, []
+    partition = found.partitions[0]
+    return int(partition.leader), [int(r) for r in partition.replicas]
 
 
-def _earliest(admin: AdminClient, group: str) -> None:
+def _leader(bootstrap: str, topic: str) -> int:
+    return _partition_0(bootstrap, topic)[0]
+
+
+def _group_configs(admin: AdminClient, group: str, configs: dict[str, str]) -> None:
     resource = ConfigResource(
         ResourceType.GROUP,
         group,
         incremental_configs=[
-            ConfigEntry(
-                "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET
-            )
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in configs.items()
         ],
     )
     admin.incremental_alter_configs([resource])[resource].result(10)
+
+
+def _earliest(admin: AdminClient, group: str) -> None:
+    _group_configs(admin, group, {"share.auto.offset.reset": "earliest"})
+
+
+def _topic_id(port: int, topic: str) -> uuid.UUID:
+    with RawClient(port) as client:
+        response = client.request(
+            MetadataRequest(
+                topics=(MetadataRequestTopic(topic_id=None, name=topic),),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+        )
+    topic_id = response.topics[0].topic_id
+    assert topic_id is not None
+    return topic_id
+
+
+def _share_fetch(
+    client: RawClient, group: str, member: str, epoch: int, topic_id: uuid.UUID
+) -> tuple[ErrorCode, set[int]]:
+    """One raw ShareFetch of partition 0: its error and the offsets it acquired."""
+    response = client.request(
+        share_fetch.ShareFetchRequest(
+            group_id=group,
+            member_id=member,
+            share_session_epoch=epoch,
+            max_wait=datetime.timedelta(milliseconds=500),
+            min_bytes=1,
+            max_records=100,
+            batch_size=100,
+            topics=(
+                share_fetch.FetchTopic(
+                    topic_id=topic_id,
+                    partitions=(
+                        share_fetch.FetchPartition(partition_index=0, acknowledgement_batches=()),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        )
+    )
+    acquired = {
+        offset
+        for topic in response.responses
+        for part in topic.partitions
+        if part.error_code == ErrorCode.none
+        for r in part.acquired_records
+        for offset in range(r.first_offset, r.last_offset + 1)
+    }
+    return ErrorCode(response.error_code), acquired
+
+
+def _accept(
+    client: RawClient,
+    group: str,
+    member: str,
+    epoch: int,
+    topic_id: uuid.UUID,
+    first: int,
+    last: int,
+) -> ErrorCode:
+    """A raw ShareAcknowledge accepting first..last of partition 0: the partition's answer."""
+    response = client.request(
+        share_ack.ShareAcknowledgeRequest(
+            group_id=group,
+            member_id=member,
+            share_session_epoch=epoch,
+            topics=(
+                share_ack.AcknowledgeTopic(
+                    topic_id=topic_id,
+                    partitions=(
+                        share_ack.AcknowledgePartition(
+                            partition_index=0,
+                            acknowledgement_batches=(
+                                share_ack.AcknowledgementBatch(
+                                    first_offset=first, last_offset=last, acknowledge_types=(1,)
+                                ),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        )
+    )
+    assert response.error_code == ErrorCode.none, response
+    (answer,) = [p for t in response.responses for p in t.partitions]
+    return ErrorCode(answer.error_code)
 
 
 def _start_offsets(cluster: Cluster, group: str, topic: str) -> list[int]:
@@ -151,11 +265,11 @@ class Checker:
                     self.confirmed.update(offsets)
 
 
-def test_kill_9_of_the_share_coordinator_loses_no_acknowledgement(tmp_path: Path) -> None:
-    cluster = Cluster.combined(tmp_path, overrides=OVERRIDES)
-    consumers: list[ShareConsumer] = []
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three combined nodes; a first share group member has created
+    ``__share_group_state`` (one partition, three replicas)."""
+    cluster = Cluster.combined(tmp_path_factory.mktemp("share-cluster"), overrides=OVERRIDES)
     try:
         cluster.start_all()
         bootstrap = cluster.bootstrap()
@@ -165,8 +279,6 @@ def test_kill_9_of_the_share_coordinator_loses_no_acknowledgement(tmp_path: Path
             "3 brokers",
         )
         admin = _admin(bootstrap)
-        # A first share group member creates __share_group_state; the topic read is then
-        # led by another node, so its acknowledgements go to the coordinator over the wire.
         admin.create_topics([NewTopic("warmup", 1, 3)])["warmup"].result(15)
         warm = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "warmup"})
         warm.subscribe(["warmup"])
@@ -176,6 +288,127 @@ def test_kill_9_of_the_share_coordinator_loses_no_acknowledgement(tmp_path: Path
             "__share_group_state led",
         )
         warm.close()
+        yield cluster
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.kill_all()
+
+
+def _whole(cluster: Cluster) -> None:
+    """Every node running again and a member of the cluster (after a test's faults)."""
+    for node in cluster.nodes.values():
+        if node.alive():
+            node.resume()
+    for node in cluster.nodes.values():
+        if not node.alive():
+            node.start()
+    wait_until(
+        lambda: sorted(_admin(cluster.bootstrap()).list_topics(timeout=3).brokers) == [1, 2, 3],
+        30,
+        "3 brokers again",
+    )
+
+
+def test_an_acknowledgement_is_confirmed_only_once_its_state_write_is_committed(
+    cluster: Cluster,
+) -> None:
+    """The followers of ``__share_group_state`` stopped: the share coordinator's append
+    of an acknowledgement cannot reach the high watermark (min.insync.replicas=2, and
+    the ISR cannot shrink without the controllers' majority), so the acknowledgement is
+    not confirmed. The coordinator's node killed, the followers resumed: the records
+    whose acknowledgement was confirmed are never delivered again; the others are."""
+    bootstrap = cluster.bootstrap()
+    coordinator, replicas = _partition_0(bootstrap, STATE_TOPIC)
+    followers = [n for n in replicas if n != coordinator]
+    assert coordinator > 0 and len(followers) == 2
+    admin = _admin(bootstrap)
+    # The share-partition is led by the share coordinator's node: its state writes are
+    # local appends, awaited to the high watermark.
+    admin.create_topics(
+        [NewTopic("held", num_partitions=1, replica_assignment=[[coordinator, *followers]])]
+    )["held"].result(15)
+    wait_until(lambda: _leader(bootstrap, "held") == coordinator, 15, "held led")
+    group = "held-back"
+    _group_configs(
+        admin,
+        group,
+        {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "30000"},
+    )
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    for i in range(10):
+        producer.produce("held", value=b"held-%d" % i)
+    assert producer.flush(30) == 0
+    topic_id = _topic_id(cluster.nodes[coordinator].port, "held")
+    try:
+        with RawClient(cluster.nodes[coordinator].port, timeout=60) as client:
+            error, acquired = _share_fetch(client, group, "first", 0, topic_id)
+            epoch = 1
+            deadline = time.monotonic() + 20
+            while acquired != set(range(10)) and time.monotonic() < deadline:
+                error, more = _share_fetch(client, group, "first", epoch, topic_id)
+                acquired |= more
+                epoch += 1
+            assert error == ErrorCode.none and acquired == set(range(10))
+            confirmed: set[int] = set()  # offsets whose acknowledgement answered NONE
+            if _accept(client, group, "first", epoch, topic_id, 0, 4) == ErrorCode.none:
+                confirmed |= set(range(0, 5))
+            for follower in followers:
+                cluster.nodes[follower].pause()
+            # Each write is appended on the coordinator and not replicated: the
+            # acknowledgement is answered with an error (after
+            # share.coordinator.write.timeout.ms), never as done. The first may still
+            # reach the followers (a fetch they sent before they stopped, answered with
+            # it, waits in their sockets); the second cannot.
+            held_back = [
+                _accept(client, group, "first", epoch + 1, topic_id, 5, 7),
+                _accept(client, group, "first", epoch + 2, topic_id, 8, 9),
+            ]
+            for answer, offsets in zip(held_back, (range(5, 8), range(8, 10)), strict=True):
+                if answer == ErrorCode.none:
+                    confirmed |= set(offsets)
+        cluster.nodes[coordinator].kill()
+        for follower in followers:
+            cluster.nodes[follower].resume()
+        bootstrap = cluster.bootstrap()
+        wait_until(lambda: _leader(bootstrap, "held") in followers, 30, "held led again")
+        wait_until(
+            lambda: _leader(bootstrap, STATE_TOPIC) in followers, 30, "a new share coordinator"
+        )
+        leader = _leader(bootstrap, "held")
+        delivered: Counter[int] = Counter()
+        with RawClient(cluster.nodes[leader].port, timeout=30) as client:
+            epoch = 0
+            deadline = time.monotonic() + 30
+            while not {8, 9} <= set(delivered) and time.monotonic() < deadline:
+                error, acquired = _share_fetch(client, group, "second", epoch, topic_id)
+                delivered.update(acquired)
+                epoch = epoch + 1 if error == ErrorCode.none else 0
+        # Acknowledged and confirmed: never again.
+        again = sorted(confirmed & set(delivered))
+        assert not again, f"confirmed acknowledged, yet delivered again: {again}"
+        assert confirmed == set(range(0, 5))
+        assert held_back == [ErrorCode.request_timed_out] * 2, held_back
+        # Not confirmed: the lost write's records delivered again, once; the first
+        # write's too unless it reached a follower after all.
+        assert dict(delivered) in (
+            {offset: 1 for offset in range(8, 10)},
+            {offset: 1 for offset in range(5, 10)},
+        ), dict(delivered)
+    finally:
+        _whole(cluster)
+
+
+def test_kill_9_of_the_share_coordinator_loses_no_acknowledgement(cluster: Cluster) -> None:
+    consumers: list[ShareConsumer] = []
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    try:
+        bootstrap = cluster.bootstrap()
+        admin = _admin(bootstrap)
+        # The topic read is led by another node than the share coordinator, so its
+        # acknowledgements go to the coordinator over the wire.
         coordinator = _leader(bootstrap, STATE_TOPIC)
         others = [n for n in (1, 2, 3) if n != coordinator]
         admin.create_topics(
@@ -260,9 +493,6 @@ def test_kill_9_of_the_share_coordinator_loses_no_acknowledgement(tmp_path: Path
                     got.append(message.offset())
                     late.acknowledge(message, AcknowledgeType.ACCEPT)
         assert sorted(got) == list(range(RECORDS, RECORDS + 5))
-    except BaseException:
-        print(cluster.logs())
-        raise
     finally:
         stop.set()
         for thread in threads:
@@ -272,4 +502,4 @@ def test_kill_9_of_the_share_coordinator_loses_no_acknowledgement(tmp_path: Path
                 consumer.close()
             except Exception:  # noqa: BLE001 - closing against a stopped cluster
                 pass
-        cluster.kill_all()
+        _whole(cluster)
