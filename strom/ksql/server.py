@@ -16,6 +16,9 @@
 - ``POST /inserts-stream``: rows streamed into a stream or table, each acknowledged as
   it is written (``strom.ksql.inserts``).
 
+HTTP/1.1 and HTTP/2 (cleartext with prior knowledge, or TLS with ALPN ``h2``) are served on
+the one listener, as ksqlDB serves them (``strom.services.http2``).
+
 Responses are ``application/vnd.ksql.v1+json`` when the client accepts it, else
 ``application/json``. A body that is not JSON is ksqlDB's ``generic_error`` 40000; an
 unexpected failure is a 500 ``generic_error`` 50000 (logged), never a traceback to the
@@ -51,6 +54,7 @@ from strom.ksql.metastore import KsqlStatementError
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, split_statements
 from strom.ksql.print_topic import print_records
 from strom.ksql.statements import PrintTopic, Query
+from strom.services.http import SERVES_HTTP2
 
 log = logging.getLogger(__name__)
 KSQL_VERSION = "0.29.0"
@@ -71,6 +75,7 @@ class KsqlServerApp:
     def __init__(self, engine: KsqlEngine) -> None:
         self.engine = engine
         self.app = web.Application(middlewares=[self._errors])
+        self.app[SERVES_HTTP2] = True  # as ksqlDB: HTTP/1.1 and HTTP/2 on the one listener
         self.app.add_routes(
             [
                 web.get("/info", self.info),
@@ -284,8 +289,8 @@ class KsqlServerApp:
             final = "Limit Reached" if outcome.get("limit") else outcome.get("error")
             await response.write(writer.end(final))
             await response.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
-            raise
+        except ConnectionResetError:
+            pass  # the client left: returned, the answer is ended quietly (raised, a traceback)
         finally:
             push.stopped.set()
             await runner

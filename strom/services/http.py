@@ -23,6 +23,10 @@ from aiohttp import web
 
 log = logging.getLogger(__name__)
 
+# An application that also serves HTTP/2 on its listener (``strom.services.http2``) says so
+# with ``app[SERVES_HTTP2] = True``.
+SERVES_HTTP2 = web.AppKey("serves_http2", bool)
+
 
 class HttpServer:
     """An aiohttp application served on one host and port."""
@@ -48,7 +52,12 @@ class HttpServer:
         """Bind and serve; the port bound (the one asked for, or a free one for 0)."""
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(
+        site_class = web.TCPSite
+        if self.app.get(SERVES_HTTP2):
+            from strom.services.http2 import Http2Site
+
+            site_class = Http2Site
+        site = site_class(
             self._runner, self.host, self.port, reuse_address=True, ssl_context=self.ssl_context
         )
         await site.start()
