@@ -376,6 +376,81 @@ def test_bad_configs_are_refused_naming_the_key(
     workers.current.call("DELETE", "/connectors/cdc-nowhere")
 
 
+def test_snapshot_killed_midway_is_taken_again_once(
+    workers: Workers, postgres: PostgresProcess, broker: BrokerProcess
+) -> None:
+    """kill -9 of the worker in the middle of a snapshot that is one transaction
+    (``transaction.boundary=connector`` under exactly-once source support): the restarted
+    task takes the snapshot again, and a read_committed reader sees each row's ``r`` once
+    (the interrupted snapshot's records were aborted), with the changes made while the
+    worker was down in the new snapshot, and then each later change streamed once."""
+    rows = 3000
+    postgres.query("CREATE TABLE snap_a (id INT PRIMARY KEY, n INT)")
+    postgres.query("CREATE TABLE snap_b (id INT PRIMARY KEY, n INT)")
+    postgres.query(f"INSERT INTO snap_a SELECT i, 0 FROM generate_series(1, {rows}) i")
+    postgres.query("INSERT INTO snap_b SELECT i, 0 FROM generate_series(1, 10) i")
+    config = cdc_config(postgres, "snap", **{
+        "table.include.list": "public.snap_.*", "transaction.boundary": "connector",
+        "max.batch.size": "50", "snapshot.fetch.size": "50"})  # fmt: skip
+    topics = ["snap.public.snap_a", "snap.public.snap_b"]
+    made = "SELECT 1 FROM pg_replication_slots WHERE slot_name = 'slot_snap' " + (
+        "AND confirmed_flush_lsn IS NOT NULL"
+    )
+    waiting = ("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+               "AND query LIKE '%snap_b%'")  # fmt: skip
+    with postgres.connect() as lock:
+        create(workers.current, "cdc-snap", config)
+        # once the slot is made (its creation waits for open transactions), snap_b is
+        # locked: the snapshot sends snap_a's rows in its open transaction, then waits
+        wait_for(lambda: postgres.query(made), "the slot made", timeout=60)
+        lock.execute("BEGIN")
+        lock.execute("LOCK TABLE snap_b IN ACCESS EXCLUSIVE MODE")
+        wait_for(lambda: postgres.query(waiting), "the snapshot waiting for snap_b", timeout=60)
+        uncommitted = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "snap-peek",
+                                "isolation.level": "read_uncommitted"})  # fmt: skip
+        uncommitted.assign([TopicPartition(topics[0], 0, 0)])
+        sent: list[Any] = []
+
+        def peek() -> bool:
+            sent.extend(uncommitted.consume(500, 0.2))
+            return len(sent) >= rows - 50
+
+        try:
+            wait_for(peek, "snap_a's rows sent, uncommitted", timeout=60)
+        finally:
+            uncommitted.close()
+        workers.current.proc.kill()
+        workers.current.proc.wait(10)
+        lock.execute("COMMIT")
+    postgres.query("UPDATE snap_a SET n = 1 WHERE id = 1")
+    postgres.query("DELETE FROM snap_a WHERE id = 2")
+    postgres.query(f"INSERT INTO snap_a VALUES ({rows + 1}, 0)")
+    workers.current = Worker("distributed", workers.properties)
+    readers = [TopicReader(broker, topic) for topic in topics]
+    try:
+        readers[1].wait(10)
+        postgres.query(f"INSERT INTO snap_a VALUES ({rows + 2}, 0)")
+
+        def last_change_seen() -> bool:
+            readers[0].read()
+            seen = changes_seen(readers[0])
+            return bool(seen) and seen[-1] == ("c", rows + 2)
+
+        wait_for(last_change_seen, "the change after the snapshot", timeout=90)
+        seen_a = changes_seen(readers[0])
+        seen_b = changes_seen(readers[1])
+        first = next(v for k, v in readers[0].records if k["payload"]["id"] == 1)
+    finally:
+        for reader in readers:
+            reader.close()
+    expected = [i for i in range(1, rows + 2) if i != 2]
+    assert sorted(i for op, i in seen_a if op == "r") == expected  # once each
+    assert seen_a[-1] == ("c", rows + 2) and len(seen_a) == len(expected) + 1
+    assert sorted(seen_b) == [("r", i) for i in range(1, 11)]
+    assert first["payload"]["after"]["n"] == 1  # as the new snapshot found it
+    workers.current.call("DELETE", "/connectors/cdc-snap")
+
+
 class Writer(threading.Thread):
     """Commits single-row changes until told to stop: an insert of row n, then an update
     of row n - 1; ``committed`` lists each change, as (op, id), once its commit returned."""

@@ -20,7 +20,14 @@ exist), ``table.include.list`` / ``table.exclude.list`` and ``schema.include.lis
 The task: with no completed snapshot in its offsets (``initial``), or at every start
 (``always``), it (re)creates the slot exporting its snapshot, reads every captured table
 in that snapshot (op ``r``), then streams from the slot's consistent point; otherwise it
-streams from the slot, skipping what its offsets say is in Kafka already. Each change is
+streams from the slot, skipping what its offsets say is in Kafka already. A snapshot a
+crash interrupted is taken again, as Debezium does: when its offsets say some of its
+records are in Kafka, the slot it began with is kept and streamed from the LSN recorded
+(so a row already sent gets the changes made since, a delete included), the new snapshot
+read at the present; when none are (nothing stored, or under
+``transaction.boundary=connector`` the snapshot's one transaction aborted), as at a first
+start. With ``transaction.boundary=connector`` the snapshot is one transaction, committed
+after its last record, and each streamed poll one more. Each change is
 Debezium's envelope on ``<topic.prefix>.<schema>.<table>`` keyed by the primary key; a
 delete is followed by a tombstone; an update that changes the key is a delete, a
 tombstone and a create. Truncates are skipped with a log line.
@@ -339,6 +346,9 @@ class PostgresConnector(SourceConnector):
     def exactly_once_support(self, config: Mapping[str, str]) -> bool | None:
         return True  # each poll's changes commit with their LSNs in one transaction
 
+    def can_define_transaction_boundaries(self, config: Mapping[str, str]) -> bool:
+        return True  # the snapshot one transaction, then each poll's changes one
+
     def validate(self, props: Mapping[str, str]) -> dict[str, ConfigValue]:
         results = super().validate(props)
         for kind in ("table", "schema"):
@@ -489,6 +499,10 @@ class PostgresConnectorTask(SourceTask):
         mode = self.settings["snapshot.mode"]
         done = snapshot_completed(offset)
         snapshot = mode == ALWAYS or (mode in (INITIAL, INITIAL_ONLY) and not done)
+        # A snapshot a crash interrupted after some of its records were stored: taken again
+        # (as Debezium does), streaming from the slot it began with, so that a row it sent
+        # and a change made since (an update, a delete) gets that change.
+        interrupted = snapshot and mode != ALWAYS and bool(offset) and "lsn" in (offset or {})
         self.streams = mode != INITIAL_ONLY
         tables = self._captured_tables()
         self._ensure_publication(tables)
@@ -499,7 +513,7 @@ class PostgresConnectorTask(SourceTask):
                 raise ConnectException(
                     f"slot.name {self.slot} is a slot of plugin {slot[0]}, not pgoutput"
                 )
-            if snapshot and slot is not None:
+            if snapshot and slot is not None and not interrupted:
                 log.info("dropping slot %s to take a snapshot consistent with a new one", self.slot)
                 self.catalog.drop_slot(self.slot)
                 slot = None
@@ -508,7 +522,7 @@ class PostgresConnectorTask(SourceTask):
                 created = self.replication.create_slot(self.slot, export_snapshot=snapshot)
                 exported = created.snapshot_name
                 self.stream_start = created.consistent_point
-                if not snapshot and offset:
+                if (not snapshot or interrupted) and offset:
                     log.warning(
                         "slot %s did not exist: created it at %s; changes committed before "
                         "that and not yet captured are lost",
@@ -516,6 +530,16 @@ class PostgresConnectorTask(SourceTask):
                         lsn_text(created.consistent_point),
                     )
                 log.info("created slot %s at %s", self.slot, lsn_text(created.consistent_point))
+            elif interrupted:
+                assert offset is not None
+                self.stream_start = int(offset["lsn"])
+                log.info(
+                    "the snapshot begun at %s was interrupted: taking it again, then streaming "
+                    "slot %s from %s",
+                    lsn_text(self.stream_start),
+                    self.slot,
+                    lsn_text(self.stream_start),
+                )
         if snapshot:
             self._start_snapshot(tables, exported)
             return
@@ -625,6 +649,7 @@ class PostgresConnectorTask(SourceTask):
         if not self.unstored:
             self.stored_lsn = max(self.stored_lsn, self.polled_lsn)
         self._confirm_when_due()
+        self._end_transaction(records)
         return records
 
     def _reconnect(self, failure: ConnectException) -> None:
@@ -668,9 +693,17 @@ class PostgresConnectorTask(SourceTask):
         self.snapshot = None
         self.snapshot_rows = None
         log.info("snapshot done")
+        self._end_transaction(records)  # the whole snapshot: one transaction
         if self.streams:
             self._start_streaming()
         return records
+
+    def _end_transaction(self, records: list[SourceRecord]) -> None:
+        """With ``transaction.boundary=connector``: commit the open transaction after this
+        batch (the snapshot's last, or a streamed poll's)."""
+        transactions = self.context.transaction_context()
+        if transactions is not None and records:
+            transactions.commit_transaction()
 
     def _handle(self, frame: XLogData, records: list[SourceRecord]) -> None:
         message = decode_message(frame.payload)
