@@ -85,6 +85,7 @@ async def _serve(config: Any, security: Any) -> int:
     except OSError as exc:
         raise ToolError(f"cannot listen on {config.listener}: {exc.strerror}") from None
     url = parse_listener(config.listener).url(port)
+    await asyncio.to_thread(engine.join_query_group, url)  # its persistent queries start
     print(
         f"Strom ksql server on {url}/ for {config.bootstrap_servers} "
         f"({replayed} commands replayed from {config.command_topic})",

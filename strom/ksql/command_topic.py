@@ -14,7 +14,8 @@ replay decides as the first run did. A record's offset is the command's sequence
 number.
 
 Owns the topic's creation, reading it (from the start to its end, then each command
-appended after, by this server or another with the same service id), and appending a
+appended after, by this server or another with the same service id), its end (what a
+server must have applied before it executes a request), and appending a
 command (acknowledged by all in-sync replicas before the statement answers). Runs
 confluent-kafka's blocking clients: call it from a worker thread.
 
@@ -32,6 +33,7 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
     KafkaError,
+    KafkaException,
     Producer,
     TopicPartition,
 )
@@ -75,6 +77,7 @@ class CommandTopic:
         self._producer = Producer(
             config.client_config(**{"acks": "all", "enable.idempotence": True, "linger.ms": 0})
         )
+        self._watermarks: Consumer | None = None  # reads the topic's end, never joins
 
     def ensure_exists(self) -> None:
         if self.name in self._admin.list_topics(timeout=TIMEOUT_S).topics:
@@ -89,6 +92,20 @@ class CommandTopic:
             create_topic(self._admin, new)
         except KafkaCallError as exc:
             raise CommandTopicError(f"cannot create the command topic {self.name}: {exc}") from None
+
+    def end_offset(self) -> int:
+        """The offset after the last command written (by any server)."""
+        if self._watermarks is None:
+            self._watermarks = Consumer(
+                self._config.client_config(**{"group.id": f"{self.name}-end"})
+            )
+        try:
+            _, end = self._watermarks.get_watermark_offsets(
+                TopicPartition(self.name, 0), timeout=TIMEOUT_S
+            )
+        except KafkaException as exc:
+            raise CommandTopicError(f"cannot read the end of {self.name}: {exc}") from None
+        return int(end)
 
     def reader(self) -> CommandReader:
         """A reader of the commands from the start of the topic."""
@@ -111,6 +128,8 @@ class CommandTopic:
 
     def close(self) -> None:
         self._producer.flush(TIMEOUT_S)
+        if self._watermarks is not None:
+            self._watermarks.close()
 
 
 class CommandReader:

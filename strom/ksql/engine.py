@@ -14,14 +14,16 @@ request-scoped SET / UNSET and DEFINE / UNDEFINE, and INSERT INTO ... VALUES (wr
 The query statements: CREATE ... AS SELECT and INSERT INTO ... SELECT are planned
 (``strom.ksql.planner``), their sink topic created, written to the command topic, and
 their query registered (``strom.ksql.queries``) and started on Spark
-(``strom.ksql.runtime``), at once or, at start, once the command topic is replayed
-(TERMINATE in it removes a query again); TERMINATE, EXPLAIN, SHOW QUERIES, DESCRIBE's
-read and write queries; DROP refused while a query uses the source. The transient
-queries of the server's /query endpoints are planned and registered here too, pull
-queries answered from the sources materialized here (``strom.ksql.push_queries``).
-SELECT and PRINT sent to /ksql answer ksqlDB's "issue it to /query" error, as ksqlDB
-does. At start the processing log's topic is created and its stream
-KSQL_PROCESSING_LOG added.
+(``strom.ksql.runtime``) by the server of the service id that owns it
+(``join_query_group``, ``strom.ksql.ownership``), at once or, at start, once the command
+topic is replayed (TERMINATE in it removes a query again); CREATE OR REPLACE checked as
+ksqlDB upgrades (``strom.ksql.upgrades``), the query keeping its id; TERMINATE, EXPLAIN,
+SHOW QUERIES, DESCRIBE's read and write queries; DROP refused while a query uses the
+source. The transient queries of the server's /query endpoints are planned and
+registered here too, pull queries answered from the sources materialized here
+(``strom.ksql.push_queries``). SELECT and PRINT sent to /ksql answer ksqlDB's "issue it
+to /query" error, as ksqlDB does. At start the processing log's topic is created and its
+stream KSQL_PROCESSING_LOG added.
 
 confluent-kafka's clients block: call ``execute`` from a worker thread; requests run one
 at a time, and a command another server wrote is applied between them.
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -55,6 +58,7 @@ from strom.ksql.kafka_calls import (
 )
 from strom.ksql.metadata import MetadataStatements
 from strom.ksql.metastore import DataSource, KsqlStatementError, Metastore
+from strom.ksql.ownership import QueryOwnership, slot_of
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, parse_statements
 from strom.ksql.planner import QueryPlan, SinkRequest, plan_query
 from strom.ksql.queries import QueryRegistry, RunningQuery
@@ -135,6 +139,7 @@ class KsqlEngine:
         self._reader: CommandReader | None = None
         self._follower: threading.Thread | None = None
         self._stopped = threading.Event()
+        self._followed = 0  # the offset after the last command applied here
         self.registry = RegistryFormats(config.schema_registry_url, config.schema_registry_client)
         self.rows = RowWriter(config, self.registry)
         self.metadata = MetadataStatements(self.metastore, self.admin, config)
@@ -143,6 +148,7 @@ class KsqlEngine:
         self._materialized: dict[str, Any] = {}
         self._materialized_lock = threading.Lock()
         self.log_topic = processing_log.topic_name(config.service_id)
+        self.ownership: QueryOwnership | None = None
 
     def _spark_queries(self) -> Any:
         from strom.ksql.runtime import SparkQueries
@@ -166,11 +172,29 @@ class KsqlEngine:
         self._replaying = True
         applied = sum(self._apply(command) for command in self._reader.read_to_end())
         self._replaying = False
+        self._followed = self._reader.position  # the commands applied, by offset
         for query in list(self.queries.queries.values()):
             self._start_query(query)
         self._follower = threading.Thread(target=self._follow, name="command-topic", daemon=True)
         self._follower.start()
         return applied
+
+    def join_query_group(self, member_url: str) -> None:
+        """Joins the service id's query group (``strom.ksql.ownership``), this server
+        known to the others by ``member_url``: the persistent queries of the slots the
+        group gives it start here, and move to another server when it leaves or dies."""
+        self.queries.host = member_url
+        ownership = QueryOwnership(
+            self.config, self.admin, member_url, lambda owned: self.queries.rebalance()
+        )
+        self.ownership = ownership
+        self.queries.owns = ownership.owns
+        self.queries.hosts_of = self._hosts_of
+        ownership.start()
+
+    def _hosts_of(self, query_ids: list[str]) -> dict[str, str]:
+        owners = self.ownership.owners() if self.ownership is not None else {}
+        return {q: owners[slot_of(q)] for q in query_ids if slot_of(q) in owners}
 
     def _processing_log(self) -> None:
         """The processing log's topic, created when missing, and its stream."""
@@ -190,6 +214,24 @@ class KsqlEngine:
         source = self.metastore.source_from_statement(statement, text + ";")
         self.metastore.put_source(source)
 
+    def _await_commands(self) -> None:
+        """Waits (a bounded time) until the follower has applied every command in the
+        topic now, as ksqlDB waits for its command runner: a statement another server
+        accepted takes effect here before the next request."""
+        reader = self._reader
+        if reader is None or self._follower is None:
+            return
+        try:
+            end = self.command_topic.end_offset()
+        except CommandTopicError as exc:
+            log.warning("%s", exc)
+            return
+        deadline = time.monotonic() + TIMEOUT_S
+        while self._followed < end and time.monotonic() < deadline:
+            self._stopped.wait(0.02)
+        if self._followed < end:
+            log.warning("commands up to %d not applied yet; executing anyway", end)
+
     def _follow(self) -> None:
         reader = self._reader
         assert reader is not None
@@ -200,10 +242,11 @@ class KsqlEngine:
                 log.warning("following the command topic: %s", exc)
                 self._stopped.wait(1.0)
                 continue
-            for command in commands:
-                with self.lock:
+            with self.lock:
+                for command in commands:
                     if command.sequence_number not in self._applied:
                         self._apply(command)
+                self._followed = reader.position
 
     def _apply(self, command: Command) -> bool:
         """A command read from the topic applied to the metastore; whether it was."""
@@ -274,7 +317,9 @@ class KsqlEngine:
         session_variables: dict[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
         """The entities of each statement of ``text``; ``KsqlRequestError`` at the first
-        that fails. One request at a time."""
+        that fails. One request at a time, once the commands written before it (by any
+        server of the service id) are applied here."""
+        self._await_commands()
         with self.lock:
             return self._execute(text, streams_properties, session_variables)
 
@@ -762,6 +807,7 @@ class KsqlEngine:
     # ---- transient queries (push and pull), for the server's /query endpoints
     def transient_plan(self, query: st.Query, text: str) -> QueryPlan:
         """The plan of a push or pull query; ``KsqlStatementError`` with ksqlDB's message."""
+        self._await_commands()
         with self.lock:
             plan = plan_query(query, self.metastore, None, text)
             if query.is_pull:
@@ -885,6 +931,8 @@ class KsqlEngine:
         return self.statuses.get(command_id)
 
     def close(self) -> None:
+        if self.ownership is not None:
+            self.ownership.close()  # its queries stopped, their checkpoints kept
         self.queries.close()
         for materialized in self._materialized.values():
             materialized.close()

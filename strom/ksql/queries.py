@@ -11,7 +11,9 @@ answers of SHOW QUERIES [EXTENDED] and EXPLAIN in ksqlDB 0.29's shapes.
 
 Spark queries start and stop on one thread of the registry's, in order: a statement
 answers once its query is recorded, not once Spark runs it (a session starts in
-seconds); TERMINATE waits for the stop.
+seconds); TERMINATE waits for the stop. Only the persistent queries this server owns
+run here (``owns``, set from ``strom.ksql.ownership``); ``rebalance`` stops those it
+gave up, keeping their checkpoints, and starts those it received.
 
 Does not own planning (``strom.ksql.planner``), Spark (``strom.ksql.runtime``) or the
 statements (``strom.ksql.engine``).
@@ -67,7 +69,7 @@ class RunningQuery:
             "state": self.state,
         }
 
-    def description_json(self, host: str) -> dict[str, Any]:
+    def description_json(self, host: str | None) -> dict[str, Any]:
         """ksqlDB's ``QueryDescription``."""
         plan = self.plan
         fields = [
@@ -89,7 +91,7 @@ class RunningQuery:
             "topology": describe_topology(plan),
             "executionPlan": describe_topology(plan),
             "overriddenProperties": dict(self.properties),
-            "ksqlHostQueryStatus": {host: self.state},
+            "ksqlHostQueryStatus": {host: self.state} if host is not None else {},
             "queryType": self.query_type,
             "queryErrors": [] if self.error is None else [{"errorMessage": self.error}],
             "tasksMetadata": [],
@@ -126,6 +128,15 @@ class QueryRegistry:
         self.host = host
         self._runtime_factory = runtime_factory
         self._runtime: Any = None
+        # Whether this server runs a persistent query (``strom.ksql.ownership``): the
+        # servers of a service id divide them; none until the server joins its group.
+        self.owns: Callable[[str], bool] = lambda query_id: False
+        self._specs: dict[str, Any] = {}  # the Spark spec of each persistent query
+        self._starting: set[str] = set()  # starts queued, not yet run
+        # The server (REST URL) that runs each of the given persistent queries.
+        self.hosts_of: Callable[[list[str]], dict[str, str]] = lambda ids: dict.fromkeys(
+            ids, self.host
+        )
         self._actions: queue.Queue[tuple[str, Any, threading.Event | None]] = queue.Queue()
         self._lock = threading.Lock()
         self._worker = threading.Thread(target=self._run, name="ksql-queries", daemon=True)
@@ -143,8 +154,38 @@ class QueryRegistry:
             self.queries[query.query_id] = query
 
     def start(self, query: RunningQuery, spec: Any) -> None:
-        """Starts the query on Spark (later, on the registry's thread)."""
+        """Starts the query on Spark (later, on the registry's thread) when this server
+        owns it; restarts it with ``spec`` when it runs (CREATE OR REPLACE)."""
+        with self._lock:
+            self._specs[query.query_id] = spec
+        if self.owns(query.query_id):
+            self._queue_start(query, spec)
+
+    def _queue_start(self, query: RunningQuery, spec: Any) -> None:
+        with self._lock:
+            self._starting.add(query.query_id)
         self._actions.put(("start", (query, spec), None))
+
+    def rebalance(self) -> None:
+        """After the owned queries changed: the queries no longer owned stopped (their
+        checkpoints kept, for their new owner), then the newly owned ones started."""
+        with self._lock:
+            persistent = [
+                q for q in self.queries.values() if q.query_type == PERSISTENT and q.plan.sink
+            ]
+        released = []
+        for query in persistent:
+            owned = self.owns(query.query_id)
+            if not owned and (query.started or query.query_id in self._starting):
+                done = threading.Event()
+                self._actions.put(("release", query, done))
+                released.append(done)
+            elif owned and not query.started and query.query_id not in self._starting:
+                spec = self._specs.get(query.query_id)
+                if spec is not None:
+                    self._queue_start(query, spec)
+        for done in released:
+            done.wait()
 
     def terminate(self, query_id: str, delete_state: bool = True) -> None:
         """Stops the query and forgets it (and, for a persistent one, its checkpoint)."""
@@ -155,8 +196,11 @@ class QueryRegistry:
         if query.stop is not None:
             query.stop()
             return
+        with self._lock:
+            self._specs.pop(query_id, None)
         done = threading.Event()
-        self._actions.put(("stop", (query_id, delete_state), done))
+        # The checkpoint goes with the query where it ran; elsewhere its owner deletes it.
+        self._actions.put(("stop", (query_id, delete_state and query.started), done))
         done.wait()
 
     def _run(self) -> None:
@@ -167,10 +211,16 @@ class QueryRegistry:
                     if self._runtime is not None:
                         self._runtime.close()
                     return
-                if action == "start":
+                if action == "release":
+                    if self._runtime is not None:
+                        self._runtime.stop(argument.query_id, False)
+                    argument.started = False
+                elif action == "start":
                     query, spec = argument
-                    if query.query_id not in self.queries:
-                        continue  # terminated before it started
+                    with self._lock:
+                        self._starting.discard(query.query_id)
+                    if query.query_id not in self.queries or not self.owns(query.query_id):
+                        continue  # terminated, or given to another server, before it started
                     try:
                         if query.query_id in self.runtime.queries:  # CREATE OR REPLACE
                             self.runtime.stop(query.query_id, False)  # its checkpoint kept
@@ -213,10 +263,11 @@ class QueryRegistry:
         self.refresh()
         listed = sorted(self.queries.values(), key=lambda q: q.query_id)
         if extended:
+            hosts = self._hosts(listed)
             return {
                 "@type": "query_descriptions",
                 "statementText": text,
-                "queryDescriptions": [q.description_json(self.host) for q in listed],
+                "queryDescriptions": [q.description_json(hosts[q.query_id]) for q in listed],
                 "warnings": [],
             }
         return {
@@ -231,9 +282,17 @@ class QueryRegistry:
         return {
             "@type": "queryDescription",
             "statementText": text,
-            "queryDescription": query.description_json(self.host),
+            "queryDescription": query.description_json(self._hosts([query])[query.query_id]),
             "warnings": [],
         }
+
+    def _hosts(self, queries: list[RunningQuery]) -> dict[str, str | None]:
+        """Where each query runs: this server for a push query, the owner for a
+        persistent one (None when no server has it)."""
+        persistent = [q.query_id for q in queries if q.query_type == PERSISTENT and q.query_id]
+        found = self.hosts_of(persistent) if persistent else {}
+        return {q.query_id: found.get(q.query_id) if q.query_id in persistent else self.host
+                for q in queries}  # fmt: skip
 
     def close(self) -> None:
         for query in list(self.queries.values()):

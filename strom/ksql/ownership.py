@@ -1,0 +1,152 @@
+"""Which server of a ``ksql.service.id`` runs which persistent query.
+
+Every server of a service id replays the command topic and knows every query; each
+query runs on exactly one of them at a time. The servers divide the queries through a
+Kafka consumer group, the broker's own group protocol: the group
+``_confluent-ksql-<service id>_query_owners`` subscribes to the topic
+``_confluent-ksql-<service id>_query_slots`` (``QUERY_SLOTS`` partitions, never
+written), and a query belongs to the server assigned the partition its id hashes to
+(CRC-32 of the id, so every server computes the same slot). When a server joins or
+leaves, the group rebalances: a server first stops the queries of the slots it gives
+up (their progress kept), then starts those of the slots it receives. A server that
+dies stops heartbeating; after Kafka Streams' ``session.timeout.ms``
+(``ksql.streams.session.timeout.ms``, default 10 s here) the group gives its slots to
+the others.
+
+A query's progress is its Spark checkpoint (the source offsets and the state store)
+under ``ksql.streams.state.dir``, which the servers of one service id share (the
+same directory on one machine, a shared filesystem across machines): the checkpoint
+holds what the sink's committed offsets cannot (an aggregation's state), and with
+``exactly_once_v2`` the sink's transactional ids, derived from the query id and the
+checkpoint's Spark query id, fence a dead owner's writes, so a query taken over writes
+each record once.
+
+Each member's ``client.id`` is its REST URL, so the group's description says which
+server runs which query (``owners``; SHOW QUERIES EXTENDED and EXPLAIN report it).
+
+Runs confluent-kafka's blocking consumer on a thread of its own. Does not own the
+queries or Spark (``strom.ksql.queries``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from strom.ksql.config import KsqlServerConfig
+from strom.ksql.kafka_calls import TIMEOUT_S, KafkaCallError, create_topic
+
+log = logging.getLogger(__name__)
+
+QUERY_SLOTS = 12
+DEFAULT_SESSION_TIMEOUT_MS = 10_000
+
+
+def slot_of(query_id: str) -> int:
+    """The slot (partition of the slots topic) a query belongs to."""
+    return zlib.crc32(query_id.encode()) % QUERY_SLOTS
+
+
+class QueryOwnership:
+    """This server's membership of its service id's query group; ``on_change`` is
+    called (on the group's thread) with the slots this server owns after each change,
+    and must return once the queries of slots given up are stopped."""
+
+    def __init__(
+        self,
+        config: KsqlServerConfig,
+        admin: AdminClient,
+        member_url: str,
+        on_change: Callable[[frozenset[int]], None],
+    ) -> None:
+        self.topic = f"_confluent-ksql-{config.service_id}_query_slots"
+        self.group = f"_confluent-ksql-{config.service_id}_query_owners"
+        self._admin = admin
+        self._config = config
+        self._on_change = on_change
+        self.owned: frozenset[int] = frozenset()
+        self._stopped = threading.Event()
+        session = config.properties.get(
+            "ksql.streams.session.timeout.ms", str(DEFAULT_SESSION_TIMEOUT_MS)
+        )
+        self._consumer = Consumer(
+            config.client_config(
+                **{
+                    "group.id": self.group,
+                    "client.id": member_url,
+                    "enable.auto.commit": False,
+                    "session.timeout.ms": int(session),
+                    "heartbeat.interval.ms": max(int(session) // 5, 100),
+                    "partition.assignment.strategy": "roundrobin",
+                }
+            )
+        )
+        self._thread = threading.Thread(target=self._run, name="ksql-query-owners", daemon=True)
+
+    def start(self) -> None:
+        """Creates the slots topic when missing and joins the group."""
+        new = NewTopic(
+            self.topic,
+            num_partitions=QUERY_SLOTS,
+            replication_factor=self._config.internal_topic_replicas,
+        )
+        try:
+            create_topic(self._admin, new)
+        except KafkaCallError as exc:
+            log.warning("cannot create %s: %s", self.topic, exc)
+        self._consumer.subscribe(
+            [self.topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
+        )
+        self._thread.start()
+
+    def owns(self, query_id: str) -> bool:
+        return slot_of(query_id) in self.owned
+
+    def _assigned(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.owned = frozenset(p.partition for p in partitions)
+        log.info("query slots owned: %s", sorted(self.owned))
+        self._on_change(self.owned)
+
+    def _revoked(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.owned = self.owned - {p.partition for p in partitions}
+        self._on_change(self.owned)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self._consumer.poll(0.5)  # heartbeats and rebalances; nothing is written
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("query owners group: %s", exc)
+                self._stopped.wait(1.0)
+
+    def owners(self) -> dict[int, str]:
+        """Each assigned slot's member (its REST URL), from the group's description."""
+        try:
+            future = self._admin.describe_consumer_groups([self.group])[self.group]
+            description = future.result(timeout=TIMEOUT_S)
+        except KafkaException as exc:
+            log.warning("cannot describe %s: %s", self.group, exc)
+            return {}
+        found: dict[int, str] = {}
+        for member in description.members:
+            assignment = member.assignment
+            for partition in assignment.topic_partitions if assignment is not None else []:
+                if partition.topic == self.topic:
+                    found[partition.partition] = member.client_id
+        return found
+
+    def close(self) -> None:
+        """Leaves the group (the queries of this server's slots stopped first)."""
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(TIMEOUT_S)
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("leaving %s: %s", self.group, exc)
