@@ -19,7 +19,14 @@
 - ShareAcknowledge (79), versions 1-2: acknowledgements standalone, in the session.
 - DescribeShareGroupOffsets (90) 0-1, AlterShareGroupOffsets (91) 0,
   DeleteShareGroupOffsets (92) 0: a group's share-partition start offsets (and lag
-  from v1); altering and deleting need an empty group (NON_EMPTY_GROUP).
+  from v1); altering and deleting need an empty group (NON_EMPTY_GROUP). A start
+  offset comes from the share-partition held here, the state this node keeps, else
+  the share coordinator that keeps it (ReadShareGroupStateSummary, as Kafka's group
+  coordinator asks; this node's replica of ``__share_group_state`` if it does not
+  answer); the lag is the high watermark (this node's copy, else the partition
+  leader's latest offset by ListOffsets) less the start offset and the offsets after
+  it already accepted or archived. Without topics named, the group's share-partitions
+  are those known here and the partitions of the topics its members subscribe to.
 
 A share-partition starts, for a group that has no state for it, at the group's
 ``share.auto.offset.reset`` (latest by default: the high watermark; earliest: the log
@@ -55,8 +62,9 @@ Differences from Kafka: a failed state write does not roll the acknowledgement b
 memory (the next write carries it); AlterShareGroupOffsets resets a share-partition
 held on this node, or the stored state when this node keeps it (else
 COORDINATOR_NOT_AVAILABLE), with a new state epoch; DescribeShareGroupOffsets
-knows the share-partitions held here or stored in the __share_group_state partitions
-this node has a replica of; share group membership is not stored
+with no topics named does not know the share-partitions of an empty group whose state
+is kept in __share_group_state partitions this node has no replica of (Kafka keeps
+the initialized partitions in the group's records); share group membership is not stored
 (members rejoin after a restart or a coordinator move); ``batch_size`` and
 ``share_acquire_mode`` are not used (acquisition is batch-optimized).
 """
@@ -75,7 +83,9 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.delete_share_group_state.v0 import request as delete_state
+from kio.schema.list_offsets.v7 import request as list_offsets
 from kio.schema.read_share_group_state.v0 import request as read_state
+from kio.schema.read_share_group_state_summary.v1 import request as read_summary
 from kio.schema.write_share_group_state.v1 import request as write_state
 
 from strom.broker import authz
@@ -126,6 +136,15 @@ class _Held:
     state_epoch: int = 0  # the stored state's, when read (AlterShareGroupOffsets moves it)
     timer: asyncio.TimerHandle | None = None
     timer_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Summary:
+    """A share-partition's stored state in brief, as ReadShareGroupStateSummary answers."""
+
+    error: ErrorCode
+    start_offset: int  # -1: no state stored
+    delivery_complete_count: int  # offsets past the start accepted or archived
 
 
 Durable = int | asyncio.Future[int]
@@ -381,6 +400,103 @@ class ShareService:
                     )
                 )
 
+    async def read_summaries(self, keys: list[ShareKey]) -> dict[ShareKey, _Summary]:
+        """The stored start offset and delivery-complete count of each key, asked of the
+        node that keeps it (ReadShareGroupStateSummary, as Kafka's group coordinator
+        asks its share coordinators); a key whose node did not answer is left out."""
+        by_call: dict[tuple[int, str], list[ShareKey]] = {}
+        for key in keys:
+            by_call.setdefault((self.store.leader_of(key), key.group_id), []).append(key)
+        found: dict[ShareKey, _Summary] = {}
+        for answered in await asyncio.gather(
+            *(self._read_summary(leader, group, ks) for (leader, group), ks in by_call.items())
+        ):
+            found.update(answered)
+        return found
+
+    async def _read_summary(
+        self, leader: int, group_id: str, keys: list[ShareKey]
+    ) -> dict[ShareKey, _Summary]:
+        by_topic: dict[uuid.UUID, list[int]] = {}
+        for key in keys:
+            by_topic.setdefault(key.topic_id, []).append(key.partition)
+        body = build(
+            read_summary.ReadShareGroupStateSummaryRequest,
+            group_id=group_id,
+            topics=tuple(
+                build(
+                    read_summary.ReadStateSummaryData,
+                    topic_id=t,
+                    partitions=tuple(
+                        build(read_summary.PartitionData, partition=p, leader_epoch=-1) for p in ps
+                    ),
+                )
+                for t, ps in by_topic.items()
+            ),
+        )
+        response = await self._call(leader, body)
+        if response is None:
+            return {}
+        return {
+            ShareKey(group_id, result.topic_id, part.partition): _Summary(
+                ErrorCode(part.error_code), part.start_offset, part.delivery_complete_count
+            )
+            for result in response.results
+            for part in result.partitions
+        }
+
+    async def high_watermarks(self, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The high watermark of each topic partition: this node's copy's, else its
+        leader's latest offset (ListOffsets); one left out when neither is known."""
+        found: dict[tuple[str, int], int] = {}
+        by_leader: dict[int, list[tuple[str, int]]] = {}
+        for name, partition in partitions:
+            partition_log = self.broker.state.partition_log(name, partition)
+            if partition_log is not None:
+                found[(name, partition)] = int(partition_log.high_watermark)
+                continue
+            view = self.broker.state.topic(name)
+            leader = view.leader_of(partition) if view is not None else -1
+            if leader >= 0:
+                by_leader.setdefault(leader, []).append((name, partition))
+        for answered in await asyncio.gather(
+            *(self._latest_offsets(leader, ps) for leader, ps in by_leader.items())
+        ):
+            found.update(answered)
+        return found
+
+    async def _latest_offsets(
+        self, leader: int, partitions: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]:
+        by_topic: dict[str, list[int]] = {}
+        for name, partition in partitions:
+            by_topic.setdefault(name, []).append(partition)
+        body = build(
+            list_offsets.ListOffsetsRequest,
+            replica_id=-1,
+            isolation_level=0,  # read_uncommitted: the latest offset is the high watermark
+            topics=tuple(
+                build(
+                    list_offsets.ListOffsetsTopic,
+                    name=name,
+                    partitions=tuple(
+                        build(list_offsets.ListOffsetsPartition, partition_index=p, timestamp=-1)
+                        for p in ps
+                    ),
+                )
+                for name, ps in by_topic.items()
+            ),
+        )
+        response = await self._call(leader, body)
+        if response is None:
+            return {}
+        return {
+            (topic.name, part.partition_index): int(part.offset)
+            for topic in response.topics
+            for part in topic.partitions
+            if part.error_code == ErrorCode.none and part.offset >= 0
+        }
+
     def _write_remote(self, key: ShareKey, state: ShareState, *, durable: bool) -> Durable:
         """Send the state to the node that keeps it (WriteShareGroupState), in order:
         one write per key at a time, the latest state next (a snapshot holds every
@@ -571,13 +687,6 @@ class ShareService:
             if lag >= 0:
                 rows.append((key.group_id, held.topic, key.partition, start, lag))
         return rows
-
-    def stored_start(self, key: ShareKey) -> int | None:
-        held = self.held.get(key)
-        if held is not None:
-            return held.partition.start_offset
-        stored = self.store.read(key)
-        return None if stored is None else stored.start_offset
 
 
 _SERVICES: weakref.WeakKeyDictionary[Any, ShareService] = weakref.WeakKeyDictionary()
@@ -1387,85 +1496,208 @@ def _topic_id_of(ctx: RequestContext, name: str) -> uuid.UUID | None:
     return view.topic_id if view is not None else None
 
 
+@dataclass(slots=True)
+class _OffsetsRow:
+    """One share-partition's answer to DescribeShareGroupOffsets, filled in steps."""
+
+    partition: int
+    named: bool  # asked for by the request (answered even with no state stored)
+    key: ShareKey | None = None
+    start: int = -1
+    complete: int = 0  # offsets past the start accepted or archived
+    lag: int = -1
+    error: ErrorCode = ErrorCode.none
+
+
+_OffsetsPlan = list[tuple[str, ErrorCode, str | None, dict[str, list[_OffsetsRow]]]]
+"""Per group: its id, error and message, and its rows by topic name."""
+
+
+def _completed(state: ShareState) -> int:
+    return sum(b.last_offset - b.first_offset + 1 for b in state.batches if b.state in (2, 4))
+
+
+def _describe_here(ctx: RequestContext, name: str, row: _OffsetsRow) -> bool:
+    """Fill ``row`` from what this node knows first-hand: the share-partition held here
+    (this node leads its topic partition), or the state this node keeps (it leads the
+    key's ``__share_group_state`` partition); False when another node keeps it."""
+    service = service_of(ctx.broker)
+    key = row.key
+    assert key is not None
+    held = service.held.get(key)
+    if held is not None and ctx.broker.state.leads(name, key.partition):
+        row.start = held.partition.start_offset
+        row.complete = held.partition.finished_in_window()
+        return True
+    if service.store.topic_exists() and not service.store.leads(key):
+        return False
+    stored = service.store.read(key)
+    if stored is not None:
+        row.start, row.complete = stored.start_offset, _completed(stored)
+    return True
+
+
 @handles(90, 0, 1)
 def handle_describe_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
-    response_type = ctx.response_type
-    group_type = nested(response_type, "DescribeShareGroupOffsetsResponseGroup")
-    topic_type = nested(response_type, "DescribeShareGroupOffsetsResponseTopic")
-    partition_type = nested(response_type, "DescribeShareGroupOffsetsResponsePartition")
     disabled = _disabled(ctx)
     service = service_of(ctx.broker)
-    groups = []
+    state = ctx.broker.state
+    plan: _OffsetsPlan = []
+    remote: list[tuple[str, _OffsetsRow]] = []
     for group in request.groups:
-        error, message = ErrorCode.none, None
         if disabled:
-            error, message = ErrorCode.unsupported_version, disabled
-        elif not authz.allowed(ctx, authz.Op.DESCRIBE, authz.GROUP, group.group_id):
-            error, message = ErrorCode.group_authorization_failed, "Group authorization failed."
-        if error != ErrorCode.none:
-            groups.append(
-                build(
-                    group_type,
-                    group_id=group.group_id,
-                    topics=(),
-                    error_code=error,
-                    error_message=message,
+            plan.append((group.group_id, ErrorCode.unsupported_version, disabled, {}))
+            continue
+        if not authz.allowed(ctx, authz.Op.DESCRIBE, authz.GROUP, group.group_id):
+            plan.append(
+                (
+                    group.group_id,
+                    ErrorCode.group_authorization_failed,
+                    "Group authorization failed.",
+                    {},
                 )
             )
             continue
-        wanted: dict[str, list[int]] = {}
+        wanted: dict[str, set[int]] = {}
+        named = group.topics is not None
         if group.topics is None:
+            # Every share-partition the group has: those known here, and the partitions
+            # of the topics its members subscribe to (their state may be kept elsewhere).
             keys = {k for k in service.held if k.group_id == group.group_id}
             keys |= set(service.store.keys_of_group(group.group_id))
             for key in keys:
                 name = _topic_name(ctx, key.topic_id)
                 if name is not None:
-                    wanted.setdefault(name, []).append(key.partition)
+                    wanted.setdefault(name, set()).add(key.partition)
+            share_group = ctx.broker.coordinator.groups.get(group.group_id)
+            if isinstance(share_group, ShareGroup):
+                for name in share_group.subscribed_topics():
+                    view = state.topic(name)
+                    if view is not None:
+                        wanted.setdefault(name, set()).update(range(view.partitions))
         else:
             for topic in group.topics:
-                wanted.setdefault(topic.topic_name, []).extend(topic.partitions)
-        topics = []
+                wanted.setdefault(topic.topic_name, set()).update(topic.partitions)
+        rows: dict[str, list[_OffsetsRow]] = {}
         for name, partitions in sorted(wanted.items()):
             topic_id = _topic_id_of(ctx, name)
             denied = not authz.allowed(ctx, authz.Op.DESCRIBE, authz.TOPIC, name)
-            entries = []
-            for partition in sorted(set(partitions)):
-                start, lag, part_error = -1, -1, ErrorCode.none
+            for partition in sorted(partitions):
+                row = _OffsetsRow(partition, named)
+                rows.setdefault(name, []).append(row)
                 if denied:
-                    part_error = ErrorCode.topic_authorization_failed
+                    row.error = ErrorCode.topic_authorization_failed
                 elif topic_id is None:
-                    part_error = ErrorCode.unknown_topic_or_partition
+                    row.error = ErrorCode.unknown_topic_or_partition
                 else:
-                    key = ShareKey(group.group_id, topic_id, partition)
-                    found = service.stored_start(key)
-                    if found is not None:
-                        start, lag = found, service.lag_of(key, name, found)
-                entries.append(
-                    build(
-                        partition_type,
-                        partition_index=partition,
-                        start_offset=start,
-                        leader_epoch=-1,
-                        lag=lag,
-                        error_code=part_error,
-                        error_message=None,
-                    )
-                )
+                    row.key = ShareKey(group.group_id, topic_id, partition)
+                    if not _describe_here(ctx, name, row):
+                        remote.append((name, row))
+        plan.append((group.group_id, ErrorCode.none, None, rows))
+    lags = [
+        (name, row)
+        for _, _, _, rows in plan
+        for name, topic_rows in rows.items()
+        for row in topic_rows
+        if row.start >= 0
+    ]
+    if remote or any(state.partition_log(name, row.partition) is None for name, row in lags):
+        return _describe_offsets_from_others(ctx, plan, remote)
+    _fill_lags(
+        plan, {(name, row.partition): _local_hw(ctx, name, row.partition) for name, row in lags}
+    )
+    return _describe_offsets_response(ctx, plan)
+
+
+def _local_hw(ctx: RequestContext, name: str, partition: int) -> int:
+    partition_log = ctx.broker.state.partition_log(name, partition)
+    return -1 if partition_log is None else int(partition_log.high_watermark)
+
+
+async def _describe_offsets_from_others(
+    ctx: RequestContext, plan: _OffsetsPlan, remote: list[tuple[str, _OffsetsRow]]
+) -> Any:
+    """The rows whose state another node keeps, from its summary (the node's own
+    replica of ``__share_group_state`` when it does not answer); the lags with the
+    high watermarks of topic partitions led elsewhere."""
+    service = service_of(ctx.broker)
+    keys = [row.key for _, row in remote if row.key is not None]
+    summaries = await service.read_summaries(keys) if keys else {}
+    for _, row in remote:
+        assert row.key is not None
+        summary = summaries.get(row.key)
+        if summary is not None and summary.error == ErrorCode.none:
+            row.start = summary.start_offset
+            row.complete = max(summary.delivery_complete_count, 0)
+            continue
+        stored = service.store.read(row.key)  # this node's copy, if it has one
+        if stored is not None:
+            row.start, row.complete = stored.start_offset, _completed(stored)
+        elif summary is None or summary.error != ErrorCode.none:
+            row.error = (
+                summary.error if summary is not None else ErrorCode.coordinator_not_available
+            )
+    wanted = {
+        (name, row.partition)
+        for _, _, _, rows in plan
+        for name, topic_rows in rows.items()
+        for row in topic_rows
+        if row.start >= 0
+    }
+    _fill_lags(plan, await service.high_watermarks(wanted))
+    return _describe_offsets_response(ctx, plan)
+
+
+def _fill_lags(plan: _OffsetsPlan, high_watermarks: dict[tuple[str, int], int]) -> None:
+    """Records from the start offset to the high watermark not yet finished with (-1
+    when the high watermark is not known)."""
+    for _, _, _, rows in plan:
+        for name, topic_rows in rows.items():
+            for row in topic_rows:
+                hw = high_watermarks.get((name, row.partition), -1)
+                if row.start >= 0 and hw >= 0:
+                    row.lag = max(hw - row.start - row.complete, 0)
+
+
+def _describe_offsets_response(ctx: RequestContext, plan: _OffsetsPlan) -> Any:
+    response_type = ctx.response_type
+    group_type = nested(response_type, "DescribeShareGroupOffsetsResponseGroup")
+    topic_type = nested(response_type, "DescribeShareGroupOffsetsResponseTopic")
+    partition_type = nested(response_type, "DescribeShareGroupOffsetsResponsePartition")
+    groups = []
+    for group_id, error, message, rows in plan:
+        topics = []
+        for name, topic_rows in rows.items():
+            shown = [r for r in topic_rows if r.named or r.start >= 0 or r.error != ErrorCode.none]
+            if not shown:
+                continue
+            topic_id = _topic_id_of(ctx, name)
             topics.append(
                 build(
                     topic_type,
                     topic_name=name,
                     topic_id=topic_id or uuid.UUID(int=0),
-                    partitions=tuple(entries),
+                    partitions=tuple(
+                        build(
+                            partition_type,
+                            partition_index=r.partition,
+                            start_offset=r.start,
+                            leader_epoch=-1,
+                            lag=r.lag,
+                            error_code=r.error,
+                            error_message=None,
+                        )
+                        for r in shown
+                    ),
                 )
             )
         groups.append(
             build(
                 group_type,
-                group_id=group.group_id,
+                group_id=group_id,
                 topics=tuple(topics),
-                error_code=ErrorCode.none,
-                error_message=None,
+                error_code=error,
+                error_message=message,
             )
         )
     return build(response_type, throttle_time=NO_THROTTLE, groups=tuple(groups))

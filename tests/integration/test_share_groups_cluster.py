@@ -5,6 +5,9 @@
   after the share coordinator's node is killed the records whose acknowledgements were
   confirmed never come back (raw ShareFetch and ShareAcknowledge: exact control of
   what is acknowledged when);
+- ``strom share-groups --describe --offsets`` through each node: the same start offset
+  and lag, the group's coordinator asking the share coordinator and the partition's
+  leader for what it does not have;
 - ``kill -9`` of the share coordinator's node (the leader of the group's
   ``__share_group_state`` partition) while share consumers consume and acknowledge.
 
@@ -18,6 +21,7 @@ write is replicated, so the next share coordinator knows it.
 from __future__ import annotations
 
 import datetime
+import subprocess
 import threading
 import time
 import uuid
@@ -25,6 +29,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+from cli_helpers import STROM, strom, table_rows
 from cluster_process import Cluster
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import (
@@ -398,6 +403,82 @@ def test_an_acknowledgement_is_confirmed_only_once_its_state_write_is_committed(
         ), dict(delivered)
     finally:
         _whole(cluster)
+
+
+def test_offsets_described_alike_from_every_bootstrap_broker(cluster: Cluster) -> None:
+    """``strom share-groups --describe --offsets`` through each node: the group's
+    coordinator asks the share coordinator for the stored state
+    (ReadShareGroupStateSummary) and the partition's leader for its high watermark
+    (ListOffsets) when it has neither here; the topic has one replica, not on the
+    group coordinator's node."""
+    bootstrap = cluster.bootstrap()
+    admin = _admin(bootstrap)
+    group_coordinator = _leader(bootstrap, "__consumer_offsets")
+    far = next(n for n in sorted(cluster.nodes) if n != group_coordinator)
+    admin.create_topics([NewTopic("far", num_partitions=1, replica_assignment=[[far]])])[
+        "far"
+    ].result(15)
+    wait_until(lambda: _leader(bootstrap, "far") == far, 15, "far led")
+    group = "far-readers"
+    _earliest(admin, group)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for i in range(6):
+        producer.produce("far", value=b"far-%d" % i)
+    assert producer.flush(30) == 0
+    consumer = ShareConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "share.acknowledgement.mode": "explicit",
+        }
+    )
+    consumer.subscribe(["far"])
+    try:
+        seen: set[int] = set()
+        deadline = time.monotonic() + 30
+        while seen != set(range(6)) and time.monotonic() < deadline:
+            for message in consumer.poll(0.3):
+                if message.error() is None:
+                    seen.add(message.offset())
+                    # 0..3 done; 4 and 5 given back: two records still to do.
+                    kind = (
+                        AcknowledgeType.ACCEPT if message.offset() < 4 else AcknowledgeType.RELEASE
+                    )
+                    consumer.acknowledge(message, kind)
+        assert seen == set(range(6))
+        consumer.commit_sync(10)
+    finally:
+        consumer.close()
+    expected = [[group, "far", "0", "4", "2"]]
+    node = cluster.nodes[group_coordinator]
+    wait_until(
+        lambda: table_rows(strom("share-groups", "--bootstrap-server", node.bootstrap,
+                                 "--describe", "--offsets", "--group", group).stdout) == expected,
+        30,
+        "the offsets described",
+    )  # fmt: skip
+    runs = [
+        subprocess.Popen(
+            [
+                *STROM,
+                "share-groups",
+                "--bootstrap-server",
+                n.bootstrap,
+                "--describe",
+                "--offsets",
+                "--group",
+                group,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for n in cluster.brokers
+    ]
+    described = [run.communicate(timeout=60) for run in runs]
+    for (stdout, stderr), run in zip(described, runs, strict=True):
+        assert run.returncode == 0, stderr
+        assert table_rows(stdout) == expected
 
 
 def test_kill_9_of_the_share_coordinator_loses_no_acknowledgement(cluster: Cluster) -> None:
