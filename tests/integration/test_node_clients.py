@@ -16,6 +16,7 @@ lines; the tests assert on those and on what confluent-kafka reads back.
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ import pytest
 from broker_process import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka_helpers import create_topic
+from test_ksql import KsqlServer
 
 NODE_DIR = Path(__file__).resolve().parent.parent / "node"
 
@@ -197,3 +199,54 @@ def test_kafkajs_transactions_and_idempotence(node_modules: Path, broker: Broker
     finally:
         consumer.close()
     assert offset.offset == 2
+
+
+@pytest.fixture(scope="module")
+def ksql_server(broker: BrokerProcess) -> Iterator[KsqlServer]:
+    process = KsqlServer(broker)
+    yield process
+    if process.proc.poll() is None:
+        process.stop()
+
+
+def test_ksqldb_client_over_http2(
+    node_modules: Path, broker: BrokerProcess, ksql_server: KsqlServer
+) -> None:
+    name = f"NODE_{uuid.uuid4().hex[:6].upper()}"
+    port = ksql_server.url.rsplit(":", 1)[1].rstrip("/")
+    events = run_node("ksqldb_client_scenario.js", port, broker.bootstrap, name)
+    created = one(events, "created")
+    assert created["status"] == 200
+    assert created["rows"][0]["commandStatus"]["status"] == "SUCCESS"
+    refused = one(events, "refused")
+    assert refused["status"] == 400 and refused["error"]["@type"] == "statement_error"
+    assert f"{name}_ORDERS" in [s["name"] for s in one(events, "streams")["streams"]]
+    inserted = [e for e in events if e["event"] == "inserted"]
+    assert [(e["status"], e["rows"]) for e in inserted] == [(200, [{"status": "ok", "seq": 0}])] * 2
+    # the two rows there, then the one inserted while the query ran, as they came
+    assert [e["row"] for e in events if e["event"] == "row"] == [
+        {"ID": 1, "ITEM": "apple", "TENFOLD": 30},
+        {"ID": 2, "ITEM": "pear", "TENFOLD": 50},
+        {"ID": 3, "ITEM": "plum", "TENFOLD": 70},
+    ]
+    running = one(events, "running")
+    assert running["queryIds"] == [running["queryId"]]
+    assert one(events, "terminated")["status"] == 200
+    ended = one(events, "push-ended")
+    assert ended["status"] == 200
+    assert ended["metadata"]["queryId"] == running["queryId"]
+    assert ended["metadata"]["columnNames"] == ["ID", "ITEM", "TENFOLD"]
+    assert one(events, "after-terminate")["queryIds"] == []
+    # the query of the stream the client reset ended (the script waited for it to go)
+    assert one(events, "reset")["queryId"].startswith(f"transient_{name}_ORDERS_")
+    assert one(events, "after-reset")["queryIds"] == []
+    pulled = one(events, "pulled")
+    assert pulled["status"] == 200 and pulled["rows"] == [{"ITEM": "pear", "PRICE": 6}]
+    assert pulled["metadata"]["columnNames"] == ["ITEM", "PRICE"]
+    assert one(events, "disconnected") == {"event": "disconnected"}
+    records = read_all(broker, f"{name.lower()}_orders", 1, 3)
+    assert [(r.key(), json.loads(r.value())) for r in records] == [
+        (struct.pack(">i", 1), {"ITEM": "apple", "QTY": 3}),
+        (struct.pack(">i", 2), {"ITEM": "pear", "QTY": 5}),
+        (struct.pack(">i", 3), {"ITEM": "plum", "QTY": 7}),
+    ]
