@@ -11,7 +11,10 @@ connection cut and opened again with nothing lost or repeated; heartbeats; the o
 the offsets topic in Debezium's shape; bad configs refused with a 400 naming the key; and
 the worker killed with SIGKILL while a writer keeps committing, restarted: an independent
 read_committed reader finds every committed change once (exactly once), and a standalone
-worker without exactly-once support killed the same way loses none (at least once).
+worker without exactly-once support killed the same way loses none (at least once); the
+worker killed in the middle of a snapshot: taken again, each row's ``r`` once when the
+snapshot is one transaction (``transaction.boundary=connector``), repeated with ``poll``
+boundaries but the changes made meanwhile streamed once each after it.
 """
 
 from __future__ import annotations
@@ -368,6 +371,10 @@ def test_bad_configs_are_refused_naming_the_key(
     code, message = error_of(workers.current.call("POST", "/connectors",
                                                   {"name": "bad", "config": config}))  # fmt: skip
     assert code == 400 and "topic.prefix" in message, message
+    config = cdc_config(postgres, "bad", **{"signal.data.collection": "public.signals"})
+    code, message = error_of(workers.current.call("POST", "/connectors",
+                                                  {"name": "bad", "config": config}))  # fmt: skip
+    assert code == 400 and "signal.data.collection" in message and "not served" in message
     # a database that is not there: the task fails saying so in one line
     create(workers.current, "cdc-nowhere", cdc_config(postgres, "nowhere", **{
         "database.port": "1", "database.dbname": "absent"}))  # fmt: skip
@@ -376,36 +383,44 @@ def test_bad_configs_are_refused_naming_the_key(
     workers.current.call("DELETE", "/connectors/cdc-nowhere")
 
 
-def test_snapshot_killed_midway_is_taken_again_once(
-    workers: Workers, postgres: PostgresProcess, broker: BrokerProcess
-) -> None:
-    """kill -9 of the worker in the middle of a snapshot that is one transaction
-    (``transaction.boundary=connector`` under exactly-once source support): the restarted
-    task takes the snapshot again, and a read_committed reader sees each row's ``r`` once
-    (the interrupted snapshot's records were aborted), with the changes made while the
-    worker was down in the new snapshot, and then each later change streamed once."""
-    rows = 3000
-    postgres.query("CREATE TABLE snap_a (id INT PRIMARY KEY, n INT)")
-    postgres.query("CREATE TABLE snap_b (id INT PRIMARY KEY, n INT)")
-    postgres.query(f"INSERT INTO snap_a SELECT i, 0 FROM generate_series(1, {rows}) i")
-    postgres.query("INSERT INTO snap_b SELECT i, 0 FROM generate_series(1, 10) i")
-    config = cdc_config(postgres, "snap", **{
-        "table.include.list": "public.snap_.*", "transaction.boundary": "connector",
-        "max.batch.size": "50", "snapshot.fetch.size": "50"})  # fmt: skip
-    topics = ["snap.public.snap_a", "snap.public.snap_b"]
-    made = "SELECT 1 FROM pg_replication_slots WHERE slot_name = 'slot_snap' " + (
-        "AND confirmed_flush_lsn IS NOT NULL"
-    )
+SNAPSHOT_ROWS = 1000
+
+
+def kill_mid_snapshot(
+    workers: Workers,
+    postgres: PostgresProcess,
+    broker: BrokerProcess,
+    prefix: str,
+    **settings: str,
+) -> tuple[list[tuple[str, int]], list[tuple[str, int]], Any]:
+    """A connector snapshots ``<prefix>_a`` (``SNAPSHOT_ROWS`` rows) and ``<prefix>_b``
+    (10); the worker is killed with SIGKILL once the snapshot has sent the first table's
+    rows and waits for the second (locked); while it is down row 1 is updated, row 2
+    deleted and a row inserted; restarted, one more row is inserted once its second table
+    is read. The changes (op, id) a read_committed reader then finds in each topic, and
+    the first table's last record of row 1."""
+    rows = SNAPSHOT_ROWS
+    table_a, table_b = f"{prefix}_a", f"{prefix}_b"
+    postgres.query(f"CREATE TABLE {table_a} (id INT PRIMARY KEY, n INT)")
+    postgres.query(f"CREATE TABLE {table_b} (id INT PRIMARY KEY, n INT)")
+    postgres.query(f"INSERT INTO {table_a} SELECT i, 0 FROM generate_series(1, {rows}) i")
+    postgres.query(f"INSERT INTO {table_b} SELECT i, 0 FROM generate_series(1, 10) i")
+    config = cdc_config(postgres, prefix, **{
+        "table.include.list": f"public.{prefix}_.*", "max.batch.size": "50",
+        "snapshot.fetch.size": "50", **settings})  # fmt: skip
+    topics = [f"{prefix}.public.{table_a}", f"{prefix}.public.{table_b}"]
+    made = (f"SELECT 1 FROM pg_replication_slots WHERE slot_name = 'slot_{prefix}' "
+            "AND confirmed_flush_lsn IS NOT NULL")  # fmt: skip
     waiting = ("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-               "AND query LIKE '%snap_b%'")  # fmt: skip
+               f"AND query LIKE '%{table_b}%'")  # fmt: skip
     with postgres.connect() as lock:
-        create(workers.current, "cdc-snap", config)
-        # once the slot is made (its creation waits for open transactions), snap_b is
-        # locked: the snapshot sends snap_a's rows in its open transaction, then waits
+        create(workers.current, f"cdc-{prefix}", config)
+        # once the slot is made (its creation waits for open transactions), the second
+        # table is locked: the snapshot sends the first one's rows, then waits
         wait_for(lambda: postgres.query(made), "the slot made", timeout=60)
         lock.execute("BEGIN")
-        lock.execute("LOCK TABLE snap_b IN ACCESS EXCLUSIVE MODE")
-        wait_for(lambda: postgres.query(waiting), "the snapshot waiting for snap_b", timeout=60)
+        lock.execute(f"LOCK TABLE {table_b} IN ACCESS EXCLUSIVE MODE")
+        wait_for(lambda: postgres.query(waiting), "the snapshot waiting", timeout=60)
         uncommitted = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "snap-peek",
                                 "isolation.level": "read_uncommitted"})  # fmt: skip
         uncommitted.assign([TopicPartition(topics[0], 0, 0)])
@@ -413,23 +428,23 @@ def test_snapshot_killed_midway_is_taken_again_once(
 
         def peek() -> bool:
             sent.extend(uncommitted.consume(500, 0.2))
-            return len(sent) >= rows - 50
+            return len(sent) >= rows - 50  # the last poll's rows wait with the snapshot
 
         try:
-            wait_for(peek, "snap_a's rows sent, uncommitted", timeout=60)
+            wait_for(peek, "the first table's rows sent", timeout=60)
         finally:
             uncommitted.close()
         workers.current.proc.kill()
         workers.current.proc.wait(10)
         lock.execute("COMMIT")
-    postgres.query("UPDATE snap_a SET n = 1 WHERE id = 1")
-    postgres.query("DELETE FROM snap_a WHERE id = 2")
-    postgres.query(f"INSERT INTO snap_a VALUES ({rows + 1}, 0)")
+    postgres.query(f"UPDATE {table_a} SET n = 1 WHERE id = 1")
+    postgres.query(f"DELETE FROM {table_a} WHERE id = 2")
+    postgres.query(f"INSERT INTO {table_a} VALUES ({rows + 1}, 0)")
     workers.current = Worker("distributed", workers.properties)
     readers = [TopicReader(broker, topic) for topic in topics]
     try:
         readers[1].wait(10)
-        postgres.query(f"INSERT INTO snap_a VALUES ({rows + 2}, 0)")
+        postgres.query(f"INSERT INTO {table_a} VALUES ({rows + 2}, 0)")
 
         def last_change_seen() -> bool:
             readers[0].read()
@@ -437,18 +452,49 @@ def test_snapshot_killed_midway_is_taken_again_once(
             return bool(seen) and seen[-1] == ("c", rows + 2)
 
         wait_for(last_change_seen, "the change after the snapshot", timeout=90)
-        seen_a = changes_seen(readers[0])
-        seen_b = changes_seen(readers[1])
-        first = next(v for k, v in readers[0].records if k["payload"]["id"] == 1)
+        row_1 = [v for k, v in readers[0].records if k["payload"]["id"] == 1][-1]
+        return changes_seen(readers[0]), changes_seen(readers[1]), row_1
     finally:
         for reader in readers:
             reader.close()
-    expected = [i for i in range(1, rows + 2) if i != 2]
+        workers.current.call("DELETE", f"/connectors/cdc-{prefix}")
+
+
+def test_snapshot_killed_midway_is_taken_again_once(
+    workers: Workers, postgres: PostgresProcess, broker: BrokerProcess
+) -> None:
+    """The snapshot one transaction (``transaction.boundary=connector`` under exactly-once
+    source support), the worker killed in its middle: the restarted task takes it again,
+    and a read_committed reader sees each row's ``r`` once (the interrupted snapshot's
+    records were aborted), the changes made while the worker was down in the new
+    snapshot, then the later change streamed once."""
+    seen_a, seen_b, row_1 = kill_mid_snapshot(
+        workers, postgres, broker, "snap", **{"transaction.boundary": "connector"}
+    )
+    expected = [i for i in range(1, SNAPSHOT_ROWS + 2) if i != 2]
     assert sorted(i for op, i in seen_a if op == "r") == expected  # once each
-    assert seen_a[-1] == ("c", rows + 2) and len(seen_a) == len(expected) + 1
+    assert seen_a[-1] == ("c", SNAPSHOT_ROWS + 2) and len(seen_a) == len(expected) + 1
     assert sorted(seen_b) == [("r", i) for i in range(1, 11)]
-    assert first["payload"]["after"]["n"] == 1  # as the new snapshot found it
-    workers.current.call("DELETE", "/connectors/cdc-snap")
+    assert row_1["payload"]["after"]["n"] == 1  # as the new snapshot found it
+
+
+def test_snapshot_killed_midway_repeats_and_loses_nothing(
+    workers: Workers, postgres: PostgresProcess, broker: BrokerProcess
+) -> None:
+    """Each poll its own transaction (``transaction.boundary=poll``), the worker killed in
+    the middle of the snapshot: the snapshot is taken again (its ``r`` events repeat, as
+    Debezium's), and streaming then starts at the LSN the first snapshot recorded, on the
+    slot kept, so the changes made while the worker was down come once each after it,
+    the delete of a row the first snapshot had sent among them: no gap, no change twice."""
+    seen_a, seen_b, _ = kill_mid_snapshot(workers, postgres, broker, "again")
+    rows = SNAPSHOT_ROWS
+    first_change = next(n for n, (op, _) in enumerate(seen_a) if op != "r")
+    assert all(op == "r" for op, _ in seen_a[:first_change])
+    assert seen_a[first_change:] == [("u", 1), ("d", 2), ("c", rows + 1), ("c", rows + 2)]
+    snapshot_ids = {i for _, i in seen_a[:first_change]}
+    assert snapshot_ids == set(range(1, rows + 2))  # the first snapshot's row 2 too
+    assert len(seen_a[:first_change]) > rows  # the first snapshot's records repeated
+    assert sorted(seen_b) == [("r", i) for i in range(1, 11)]
 
 
 class Writer(threading.Thread):

@@ -15,7 +15,9 @@ exist), ``table.include.list`` / ``table.exclude.list`` and ``schema.include.lis
 ``max.batch.size``, ``decimal.handling.mode``, ``interval.handling.mode``,
 ``money.fraction.digits``, ``binary.handling.mode``,
 ``time.precision.mode`` (adaptive), ``tombstones.on.delete``, ``heartbeat.interval.ms``
-(0: none) and ``topic.heartbeat.prefix``.
+(0: none) and ``topic.heartbeat.prefix``. Signals and incremental snapshots
+(``signal.data.collection``, ``signal.enabled.channels``,
+``incremental.snapshot.chunk.size``) are refused naming the key.
 
 The task: with no completed snapshot in its offsets (``initial``), or at every start
 (``always``), it (re)creates the slot exporting its snapshot, reads every captured table
@@ -150,6 +152,16 @@ def _regex_list(name: str, value: Any) -> None:
             re.compile(pattern)
         except re.error as exc:
             raise cd.invalid(name, pattern, f"not a regular expression: {exc}") from None
+
+
+def _no_signals(name: str, value: Any) -> None:
+    if value is not None:
+        raise cd.invalid(
+            name,
+            value,
+            "signals and incremental snapshots (execute-snapshot) are not served by Strom; "
+            "a snapshot is taken at the start, by snapshot.mode",
+        )
 
 
 def _key(name: str, kind: str, default: Any, doc: str, **extra: Any) -> cd.ConfigKey:
@@ -311,6 +323,20 @@ CONFIG_DEF = cd.ConfigDef(
             cd.STRING,
             "__debezium-heartbeat",
             "The prefix of the heartbeat topic, <prefix>.<topic.prefix>.",
+        ),
+        *(
+            _key(
+                name,
+                cd.STRING,
+                None,
+                "Not served: signals and incremental snapshots.",
+                check=_no_signals,
+            )  # fmt: skip
+            for name in (
+                "signal.data.collection",
+                "signal.enabled.channels",
+                "incremental.snapshot.chunk.size",
+            )
         ),
     ]
 )
