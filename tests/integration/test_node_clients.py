@@ -1,5 +1,6 @@
 """Node.js clients against Strom: KafkaJS against the broker, and ksqldb-client (which
-speaks HTTP/2 with prior knowledge, as ksqlDB's own clients do) against the ksql server.
+speaks HTTP/2 with prior knowledge, as ksqlDB's own clients do) against the ksql server;
+and the HTTP/2 path of a ksqlDB client from PyPI (ksql-python-ng) beside it.
 
 The Node programs are under tests/node/ (``./dev test`` installs their packages, pinned
 by its package-lock.json, into tests/node/node_modules). Each prints what it saw as JSON
@@ -250,3 +251,25 @@ def test_ksqldb_client_over_http2(
         (struct.pack(">i", 2), {"ITEM": "pear", "QTY": 5}),
         (struct.pack(">i", 3), {"ITEM": "plum", "QTY": 7}),
     ]
+
+
+def test_ksql_python_push_query_over_http2(ksql_server: KsqlServer) -> None:
+    """ksql-python-ng from PyPI takes HTTP/2 (httpx, prior knowledge) for /query-stream
+    when asked to: the same server answers it on the same port."""
+    from ksql import KSQLAPI
+
+    name = f"PY_{uuid.uuid4().hex[:6].upper()}"
+    ksql_server.ok(
+        f"CREATE STREAM {name} (id INT KEY, kind STRING) "
+        f"WITH (kafka_topic='{name.lower()}', value_format='JSON', partitions=1);"
+        f"INSERT INTO {name} (id, kind) VALUES (1, 'view');"
+        f"INSERT INTO {name} (id, kind) VALUES (2, 'click');"
+    )
+    lines = KSQLAPI(ksql_server.url).query(
+        f"SELECT kind, id FROM {name} EMIT CHANGES LIMIT 2;",
+        stream_properties={"auto.offset.reset": "earliest"},
+        use_http2=True,
+    )
+    header, *rows = [json.loads(line) for line in lines]
+    assert header["columnNames"] == ["KIND", "ID"]
+    assert rows == [["view", 1], ["click", 2]]
