@@ -11,7 +11,9 @@ lines; the tests assert on those and on what confluent-kafka reads back.
   consuming every record once with their offsets committed, transactions (committed,
   aborted, with a group's offsets) and an idempotent producer.
 - ksqldb-client: connect, CREATE STREAM, listStreams, insertInto, a push query's rows
-  as they come, a pull query, terminatePushQuery, disconnect.
+  as they come, terminatePushQuery, a pull query, disconnect; beside it on Node's own
+  HTTP/2 client, a push query whose stream is reset (the query ends) and
+  /inserts-stream with each row sent after the previous one's acknowledgement.
 """
 
 from __future__ import annotations
@@ -245,11 +247,18 @@ def test_ksqldb_client_over_http2(
     assert pulled["status"] == 200 and pulled["rows"] == [{"ITEM": "pear", "PRICE": 6}]
     assert pulled["metadata"]["columnNames"] == ["ITEM", "PRICE"]
     assert one(events, "disconnected") == {"event": "disconnected"}
-    records = read_all(broker, f"{name.lower()}_orders", 1, 3)
+    # rows written one at a time, each after the last one's acknowledgement
+    assert one(events, "inserts-stream")["acks"] == [
+        {"status": "ok", "seq": 0},
+        {"status": "ok", "seq": 1},
+    ]
+    records = read_all(broker, f"{name.lower()}_orders", 1, 5)
     assert [(r.key(), json.loads(r.value())) for r in records] == [
         (struct.pack(">i", 1), {"ITEM": "apple", "QTY": 3}),
         (struct.pack(">i", 2), {"ITEM": "pear", "QTY": 5}),
         (struct.pack(">i", 3), {"ITEM": "plum", "QTY": 7}),
+        (struct.pack(">i", 4), {"ITEM": "fig", "QTY": 1}),
+        (struct.pack(">i", 5), {"ITEM": "kiwi", "QTY": 2}),
     ]
 
 

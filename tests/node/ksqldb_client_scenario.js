@@ -58,6 +58,40 @@ function pushQueryThenReset() {
   });
 }
 
+// /inserts-stream as ksqlDB's Java client uses it: one HTTP/2 stream, each row written
+// only once the previous one's acknowledgement came back on the same stream
+function insertsOneByOne(rows) {
+  return new Promise((resolve, reject) => {
+    const session = http2.connect(`http://127.0.0.1:${port}`);
+    session.on("error", reject);
+    const request = session.request({
+      ":method": "POST",
+      ":path": "/inserts-stream",
+      "content-type": "application/vnd.ksqlapi.delimited.v1",
+    });
+    request.setEncoding("utf8");
+    request.on("error", reject);
+    const acks = [];
+    let pending = "";
+    request.on("data", (chunk) => {
+      pending += chunk;
+      let newline;
+      while ((newline = pending.indexOf("\n")) >= 0) {
+        acks.push(JSON.parse(pending.slice(0, newline)));
+        pending = pending.slice(newline + 1);
+        if (acks.length < rows.length) request.write(JSON.stringify(rows[acks.length]) + "\n");
+        else request.end();
+      }
+    });
+    request.on("end", () => {
+      session.close();
+      resolve(acks);
+    });
+    request.write(JSON.stringify({ target: stream }) + "\n");
+    request.write(JSON.stringify(rows[0]) + "\n");
+  });
+}
+
 async function main() {
   const client = new KsqldbClient({ host: "http://127.0.0.1", port: Number(port) });
   await client.connect();
@@ -134,6 +168,12 @@ async function main() {
     return answer.data.rows.length ? answer : null;
   });
   emit("pulled", { status: pulled.status, metadata: pulled.data.metadata, rows: pulled.data.rows });
+
+  const acks = await insertsOneByOne([
+    { ID: 4, ITEM: "fig", QTY: 1 },
+    { ID: 5, ITEM: "kiwi", QTY: 2 },
+  ]);
+  emit("inserts-stream", { acks });
 
   await client.disconnect();
   emit("disconnected", {});
