@@ -9,6 +9,10 @@ the connection's principal and client id it records, as Kafka's quota managers d
   against ``consumer_byte_rate``. The fetch's ``max_bytes`` is first cut to what the
   quota allows in ten windows, and a fetch over its quota is answered empty (its bytes
   taken back off the rate), as Kafka does both;
+- ShareFetch (78): the record bytes of the response against ``consumer_byte_rate``
+  too, its ``max_bytes`` cut alike; a share fetch over its quota still carries its
+  records (they are acquired for the member: emptied, they would stay locked until
+  their lock expires), the throttle and the muting hold the consumer back;
 - every request but ApiVersions and the SASL handshake: the time its handler ran
   (the steps of an awaiting handler, not the time it waited on the log, a long poll or
   a replica) against ``request_percentage``, 100 being one thread's whole time.
@@ -55,7 +59,7 @@ from strom.security.quotas import (
     resolve,
 )
 
-PRODUCE, FETCH = 0, 1
+PRODUCE, FETCH, SHARE_FETCH = 0, 1, 78
 # Not held to request quotas: what a client must be able to send before anything else.
 REQUEST_QUOTA_EXEMPT = frozenset({17, 18, 36})  # SaslHandshake, ApiVersions, SaslAuthenticate
 
@@ -131,7 +135,7 @@ class ClientQuotas:
         quotas = self.state.image.client_quotas
         if not quotas or ctx.routes is not ctx.broker.routes:
             return handler(ctx, body)
-        if ctx.api_key == FETCH and replica_id_of(body) < 0:
+        if (ctx.api_key == FETCH and replica_id_of(body) < 0) or ctx.api_key == SHARE_FETCH:
             body = self._fetch_within_quota(quotas, ctx, body)
         started = time.perf_counter_ns()
         result = handler(ctx, body)
@@ -184,6 +188,9 @@ class ClientQuotas:
         elif ctx.api_key == FETCH and response is not None and replica_id_of(body) < 0:
             fetched = fetched_bytes(response)
             bandwidth_ms = self.fetch.record(quotas, user, client_id, fetched, now)
+        elif ctx.api_key == SHARE_FETCH and response is not None:
+            shared = fetched_bytes(response)
+            bandwidth_ms = self.fetch.record(quotas, user, client_id, shared, now)
         request_ms = 0
         if ctx.api_key not in REQUEST_QUOTA_EXEMPT and not (
             ctx.api_key == FETCH and replica_id_of(body) >= 0

@@ -6,6 +6,7 @@ the delivery state kept across a restart (in ``__share_group_state``)."""
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import re
 import subprocess
@@ -15,31 +16,48 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from broker_process import BrokerProcess
 from cli_helpers import ok, table_rows, tool
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ResourcePatternType,
     ResourceType,
 )
 from kafka_helpers import create_topic, wait_until
+from kio.schema.alter_client_quotas.v1 import request as alter_quotas
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+from kio.schema.delete_share_group_state.v0 import request as delete_state
 from kio.schema.describe_share_group_offsets.v1.request import (
     DescribeShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsRequestGroup,
     DescribeShareGroupOffsetsRequestTopic,
 )
 from kio.schema.find_coordinator.v6.request import FindCoordinatorRequest
+from kio.schema.initialize_share_group_state.v0 import request as init_state
 from kio.schema.list_groups.v5.request import ListGroupsRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.read_share_group_state.v0 import request as read_state
+from kio.schema.read_share_group_state_summary.v1 import request as read_summary
+from kio.schema.share_acknowledge.v1 import request as share_ack
+from kio.schema.share_fetch.v1 import request as share_fetch
 from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
+from kio.schema.share_group_heartbeat.v1 import request as share_heartbeat
+from kio.schema.write_share_group_state.v1 import request as write_state
 from raw_client import RawClient
 
 from strom.protocol.errors import ErrorCode
+from strom.wire_client import WireConnection
 
 LOCK_MS = 2000  # short, so a dead consumer's records come back quickly
 OVERRIDES = {
@@ -49,6 +67,9 @@ OVERRIDES = {
     "group.share.heartbeat.interval.ms": "200",
     "offsets.topic.num.partitions": "1",
     "share.coordinator.state.topic.num.partitions": "1",
+    # An authorizer that allows what no ACL names: the ACLs of the authorization test.
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "allow.everyone.if.no.acl.found": "true",
 }
 
 
@@ -548,3 +569,290 @@ def test_the_share_groups_tool_lists_describes_resets_and_deletes(broker: Broker
     assert _start_offset(broker, group, topic) == (3, 5)  # five to read again
     deleted = ok(tool(broker, "share-groups", "--delete", "--group", group)).stdout
     assert table_rows(deleted) == [[group, "Deleted"]]
+
+
+def _set_client_quota(port: int, client_id: str, consumer_byte_rate: float | None) -> None:
+    """consumer_byte_rate for a client id (None: removed), with AlterClientQuotas."""
+    entry = alter_quotas.EntryData(
+        entity=(alter_quotas.EntityData(entity_type="client-id", entity_name=client_id),),
+        ops=(
+            alter_quotas.OpData(
+                key="consumer_byte_rate",
+                value=consumer_byte_rate or 0.0,
+                remove=consumer_byte_rate is None,
+            ),
+        ),
+    )
+    with RawClient(port) as client:
+        response = client.request(
+            alter_quotas.AlterClientQuotasRequest(entries=(entry,), validate_only=False)
+        )
+    assert all(e.error_code == ErrorCode.none for e in response.entries), response
+
+
+def _raw_share_fetch(
+    client: RawClient, group: str, epoch: int, topic_id: uuid.UUID, max_bytes: int
+) -> Any:
+    return client.request(
+        share_fetch.ShareFetchRequest(
+            group_id=group,
+            member_id="raw-member",
+            share_session_epoch=epoch,
+            max_wait=datetime.timedelta(milliseconds=200),
+            min_bytes=1,
+            max_bytes=max_bytes,
+            max_records=10_000,
+            batch_size=100,
+            topics=(
+                share_fetch.FetchTopic(
+                    topic_id=topic_id,
+                    partitions=(
+                        share_fetch.FetchPartition(partition_index=0, acknowledgement_batches=()),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        )
+    )
+
+
+def _topic_id(port: int, topic: str) -> uuid.UUID:
+    with RawClient(port) as client:
+        response = client.request(
+            MetadataRequest(
+                topics=(MetadataRequestTopic(topic_id=None, name=topic),),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+        )
+    topic_id = response.topics[0].topic_id
+    assert topic_id is not None
+    return topic_id
+
+
+def test_a_share_fetch_is_held_to_the_consumers_byte_rate_quota(broker: BrokerProcess) -> None:
+    """consumer_byte_rate holds ShareFetch as it holds Fetch: the request's max_bytes cut
+    to ten windows' worth, the record bytes counted, a throttle time answered (and the
+    connection muted) once over the quota; another client id is not throttled."""
+    topic, group = _new_queue(broker)
+    _produce(broker.bootstrap, topic, ["v" * 10_000] * 40, batches=40)  # 400 KB
+    topic_id = _topic_id(broker.port, topic)
+    # 20 KB/s: at most 200 KB in ten windows.
+    _set_client_quota(broker.port, "share-slow", 20_000.0)
+    try:
+        with RawClient(broker.port) as client:
+            client.client_id = "share-slow"
+            first = _raw_share_fetch(client, group, 0, topic_id, 10 * 1024 * 1024)
+            (part,) = first.responses[0].partitions
+            assert part.acquired_records, part
+            assert 100_000 < len(part.records) <= 200_000 + 12_000
+            throttled = first.throttle_time.total_seconds() > 0
+            epoch, deadline = 1, time.monotonic() + 20
+            while not throttled and time.monotonic() < deadline:
+                response = _raw_share_fetch(client, group, epoch, topic_id, 10 * 1024 * 1024)
+                throttled = response.throttle_time.total_seconds() > 0
+                epoch += 1
+            assert throttled, "the share fetches were never throttled"
+        # The same records read by a client id without a quota: no throttle.
+        other_group = f"sg-{uuid.uuid4().hex[:8]}"
+        _group_configs(broker.bootstrap, other_group, share_auto_offset_reset="earliest")
+        with RawClient(broker.port) as client:
+            client.client_id = "share-fast"
+            free = _raw_share_fetch(client, other_group, 0, topic_id, 10 * 1024 * 1024)
+            (part,) = free.responses[0].partitions
+            assert len(part.records) > 300_000
+            assert free.throttle_time.total_seconds() == 0
+    finally:
+        _set_client_quota(broker.port, "share-slow", None)
+
+
+def _acl(
+    kind: ResourceType, name: str, op: AclOperation, permission: AclPermissionType
+) -> AclBinding:
+    return AclBinding(
+        kind, name, ResourcePatternType.LITERAL, "User:ANONYMOUS", "*", op, permission
+    )
+
+
+def test_share_requests_are_authorized_as_kafka_authorizes_them(broker: BrokerProcess) -> None:
+    """READ on the group for ShareGroupHeartbeat, ShareFetch and ShareAcknowledge
+    (GROUP_AUTHORIZATION_FAILED), READ on a topic fetched (TOPIC_AUTHORIZATION_FAILED),
+    CLUSTER_ACTION for the share coordinator's RPCs (CLUSTER_AUTHORIZATION_FAILED), on
+    the wire as a client that is not a super user sends them."""
+    topic, group = _new_queue(broker)
+    denied_topic, _ = _new_queue(broker)
+    _produce(broker.bootstrap, topic, ["a", "b"])
+    _produce(broker.bootstrap, denied_topic, ["c"])
+    topic_id = _topic_id(broker.port, topic)
+    denied_topic_id = _topic_id(broker.port, denied_topic)
+    closed_group = f"sg-{uuid.uuid4().hex[:8]}"
+    acls = [
+        _acl(ResourceType.GROUP, closed_group, AclOperation.READ, AclPermissionType.DENY),
+        _acl(ResourceType.TOPIC, denied_topic, AclOperation.READ, AclPermissionType.DENY),
+        # Everything on the cluster but CLUSTER_ACTION (the ACL tools still work).
+        _acl(ResourceType.BROKER, "kafka-cluster", AclOperation.ALL, AclPermissionType.ALLOW),
+        _acl(
+            ResourceType.BROKER,
+            "kafka-cluster",
+            AclOperation.CLUSTER_ACTION,
+            AclPermissionType.DENY,
+        ),
+    ]
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.create_acls(acls).values():
+        future.result(10)
+    try:
+        connection = WireConnection(
+            "127.0.0.1", broker.port, "share-authz", connect_timeout_s=10, request_timeout_s=30
+        )
+        try:
+            heartbeat = connection.request(
+                share_heartbeat.ShareGroupHeartbeatRequest(
+                    group_id=closed_group,
+                    member_id="m-1",
+                    member_epoch=0,
+                    rack_id=None,
+                    subscribed_topic_names=(topic,),
+                )
+            )
+            assert heartbeat.error_code == ErrorCode.group_authorization_failed
+            fetch = connection.request(
+                share_fetch.ShareFetchRequest(
+                    group_id=closed_group,
+                    member_id="m-1",
+                    share_session_epoch=0,
+                    max_wait=datetime.timedelta(0),
+                    min_bytes=1,
+                    max_records=10,
+                    batch_size=10,
+                    topics=(
+                        share_fetch.FetchTopic(
+                            topic_id=topic_id,
+                            partitions=(
+                                share_fetch.FetchPartition(
+                                    partition_index=0, acknowledgement_batches=()
+                                ),
+                            ),
+                        ),
+                    ),
+                    forgotten_topics_data=(),
+                )
+            )
+            assert fetch.error_code == ErrorCode.group_authorization_failed
+            acknowledge = connection.request(
+                share_ack.ShareAcknowledgeRequest(
+                    group_id=closed_group, member_id="m-1", share_session_epoch=1, topics=()
+                )
+            )
+            assert acknowledge.error_code == ErrorCode.group_authorization_failed
+            # The group may be read, one of the two topics may not.
+            fetch = connection.request(
+                share_fetch.ShareFetchRequest(
+                    group_id=group,
+                    member_id="m-2",
+                    share_session_epoch=0,
+                    max_wait=datetime.timedelta(milliseconds=500),
+                    min_bytes=1,
+                    max_records=10,
+                    batch_size=10,
+                    topics=tuple(
+                        share_fetch.FetchTopic(
+                            topic_id=t,
+                            partitions=(
+                                share_fetch.FetchPartition(
+                                    partition_index=0, acknowledgement_batches=()
+                                ),
+                            ),
+                        )
+                        for t in (topic_id, denied_topic_id)
+                    ),
+                    forgotten_topics_data=(),
+                )
+            )
+            assert fetch.error_code == ErrorCode.none
+            errors = {t.topic_id: [p.error_code for p in t.partitions] for t in fetch.responses}
+            assert errors[denied_topic_id] == [ErrorCode.topic_authorization_failed]
+            assert errors[topic_id] == [ErrorCode.none]
+            # The share coordinator's RPCs are for nodes: CLUSTER_ACTION.
+            rpcs = [
+                init_state.InitializeShareGroupStateRequest(
+                    group_id=group,
+                    topics=(
+                        init_state.InitializeStateData(
+                            topic_id=topic_id,
+                            partitions=(
+                                init_state.PartitionData(
+                                    partition=0, state_epoch=9, start_offset=0
+                                ),
+                            ),
+                        ),
+                    ),
+                ),
+                read_state.ReadShareGroupStateRequest(
+                    group_id=group,
+                    topics=(
+                        read_state.ReadStateData(
+                            topic_id=topic_id,
+                            partitions=(read_state.PartitionData(partition=0, leader_epoch=0),),
+                        ),
+                    ),
+                ),
+                write_state.WriteShareGroupStateRequest(
+                    group_id=group,
+                    topics=(
+                        write_state.WriteStateData(
+                            topic_id=topic_id,
+                            partitions=(
+                                write_state.PartitionData(
+                                    partition=0,
+                                    state_epoch=0,
+                                    leader_epoch=0,
+                                    start_offset=2,
+                                    state_batches=(),
+                                ),
+                            ),
+                        ),
+                    ),
+                ),
+                delete_state.DeleteShareGroupStateRequest(
+                    group_id=group,
+                    topics=(
+                        delete_state.DeleteStateData(
+                            topic_id=topic_id,
+                            partitions=(delete_state.PartitionData(partition=0),),
+                        ),
+                    ),
+                ),
+                read_summary.ReadShareGroupStateSummaryRequest(
+                    group_id=group,
+                    topics=(
+                        read_summary.ReadStateSummaryData(
+                            topic_id=topic_id,
+                            partitions=(read_summary.PartitionData(partition=0, leader_epoch=0),),
+                        ),
+                    ),
+                ),
+            ]
+            for rpc in rpcs:
+                response = connection.request(rpc)
+                codes = [p.error_code for r in response.results for p in r.partitions]
+                assert codes == [ErrorCode.cluster_authorization_failed], (type(rpc), codes)
+        finally:
+            connection.close()
+        # Nothing the refused RPCs asked was done: the state is as the fetch left it.
+        assert _start_offset(broker, group, topic)[0] == 0
+    finally:
+        filters = [
+            AclBindingFilter(
+                b.restype,
+                b.name,
+                b.resource_pattern_type,
+                b.principal,
+                b.host,
+                b.operation,
+                b.permission_type,
+            )
+            for b in acls
+        ]
+        for future in admin.delete_acls(filters).values():
+            future.result(10)
