@@ -34,6 +34,7 @@ column types come from the schema (Confluent's mapping, ``jdbc_dialects``).
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import json
 import logging
@@ -55,7 +56,13 @@ from strom.connect.connectors.jdbc_dialects import (
     connection_keys,
     parse_url,
 )
-from strom.connect.converters import Converter, JsonConverter, schema_from_json
+from strom.connect.converters import (
+    ByteArrayConverter,
+    Converter,
+    JsonConverter,
+    StringConverter,
+    schema_from_json,
+)
 from strom.connect.data import (
     BYTES,
     DATE,
@@ -354,6 +361,44 @@ class _Row:
     schema: Schema | None  # the columns' schema (key columns first)
 
 
+@dataclass
+class _Payloads:
+    """A Spark partition's records whose values PostgreSQL reads itself."""
+
+    rows: pa.Table  # topic, partition, offset, payload (JSON; null writes nothing), number
+    columns: Schema  # the table's columns (the key's first, required)
+    key_count: int
+
+
+def _unwritten(
+    rows: pa.Table,
+    offsets: OffsetsTable,
+    connection: Any,
+    stored: dict[tuple[str, int], int | None],
+    ends: dict[tuple[str, int], int],
+) -> pa.Table:
+    """``rows`` without those below each topic-partition's stored offset (written
+    before); ``stored`` gets the offsets read, ``ends`` the next offset of each
+    topic-partition with a row left."""
+    import pyarrow.compute as pc
+
+    spans = rows.group_by(["topic", "partition"]).aggregate([("offset", "min"), ("offset", "max")])
+    below = None
+    for span in spans.to_pylist():
+        where = (str(span["topic"]), int(span["partition"]))
+        stored[where] = offsets.read(connection, *where).get(where)
+        floor = stored[where] or 0
+        if span["offset_max"] >= floor:
+            ends[where] = int(span["offset_max"]) + 1
+        if span["offset_min"] < floor:
+            mine = pc.and_(
+                pc.and_(pc.equal(rows["topic"], where[0]), pc.equal(rows["partition"], where[1])),
+                pc.less(rows["offset"], floor),
+            )
+            below = mine if below is None else pc.or_(below, mine)
+    return rows if below is None else rows.filter(pc.invert(below))
+
+
 class PartitionWriter:
     """Writes one Spark partition of a micro-batch (runs on the executors)."""
 
@@ -369,13 +414,147 @@ class PartitionWriter:
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
-        by_table: dict[str, dict[Any, _Row]] = {}
-        ordered: dict[str, list[_Row]] = {}
+        arrows = list(batches)
+        payloads = self.payloads_of(arrows) if self.database_reads_json else None
+        if payloads is not None:
+            written = self.write_payloads(payloads)
+        else:
+            written = self.write_records(arrows)
+        yield pa.RecordBatch.from_arrays([pa.array([written], pa.int64())], ["written"])
+
+    @property
+    def database_reads_json(self) -> bool:
+        """Whether PostgreSQL may read the JsonConverter payloads itself: written as they
+        are (insert or upsert), keyed by value fields or not at all (no deletes)."""
+        settings = self.settings
+        converter = self.value_converter
+        return (
+            settings.database.kind == POSTGRESQL
+            and settings.insert_mode in (INSERT, UPSERT)
+            and settings.pk_mode in (NONE, RECORD_VALUE)
+            and isinstance(converter, JsonConverter)
+            and converter.schemas_enabled
+        )
+
+    def payloads_of(self, arrows: list[pa.RecordBatch]) -> _Payloads | None:
+        """The records as payloads for the database to read, when every value is an
+        envelope of one plain struct schema (primitive fields; a null payload or value
+        writes nothing); None otherwise (decoded record by record)."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from strom.connect.connectors.jdbc_envelopes import split_envelopes
+
+        if not arrows:
+            return None
+        records = pa.Table.from_batches(arrows)
+        envelopes = split_envelopes(records["value"].combine_chunks())
+        if envelopes is None:
+            return None
+        value_schema = self.plain_schema(envelopes.schema_text)
+        if value_schema is None:
+            return None
+        self.check_keys(records)
+        first = int(pc.index(pc.is_valid(envelopes.payloads), True).as_py())
+        if first < 0:
+            first = 0
+        where = (
+            f"{records['topic'][first].as_py()}-{records['partition'][first].as_py()} "
+            f"at offset {records['offset'][first].as_py()}"
+        )
+        key_columns = self.value_key_columns(value_schema, where)
+        key_names = tuple(name for name, _ in key_columns)
+        fields = self.chosen_fields(value_schema)
+        columns, _ = self.layout(value_schema, key_names, [s for _, s in key_columns], fields)
+        positions = pa.array(np.arange(len(records), dtype=np.int64))
+        rows = records.select(["topic", "partition", "offset"])
+        rows = rows.append_column("payload", envelopes.payloads).append_column("number", positions)
+        return _Payloads(rows, columns, len(key_names))
+
+    def check_keys(self, records: pa.Table) -> None:
+        """The key converter's failures on the records' keys, as decoding each record
+        meets them (the keys themselves are not written in these pk modes)."""
+        import pyarrow as pa
+
+        keys = records["key"]
+        converter = self.key_converter
+        if keys.null_count == len(keys) or isinstance(converter, ByteArrayConverter):
+            return
+        if (
+            isinstance(converter, StringConverter)
+            and codecs.lookup(converter.encoding).name == "utf-8"
+        ):
+            try:
+                keys.cast(pa.string())  # checks that each key is UTF-8
+                return
+            except pa.ArrowInvalid:
+                pass  # decoded one by one below, the failing record named
+        columns = records.select(["key", "topic", "partition", "offset"]).to_pydict()
+        for key, topic, partition, offset in zip(
+            columns["key"], columns["topic"], columns["partition"], columns["offset"], strict=True
+        ):
+            if key is None:
+                continue
+            try:
+                converter.to_connect_data(topic, key)
+            except Exception as exc:
+                raise ConnectException(
+                    f"Conversion failed for the record of {topic}-{partition} at offset "
+                    f"{offset}: {exc}"
+                ) from exc
+
+    def write_payloads(self, payloads: _Payloads) -> int:
+        """Write the payloads of each topic to its table in one transaction (with their
+        offsets under exactly.once.delivery), PostgreSQL reading each payload."""
+        import pyarrow.compute as pc
+
+        from strom.connect.connectors.jdbc_envelopes import copy_text
+
+        offsets = OffsetsTable(self.settings) if self.settings.offsets_table else None
+        rows = payloads.rows
+        if offsets is None and rows["payload"].null_count == len(rows):
+            return 0  # tombstones only, and no offsets to store
+        written = 0
+        connection = self.settings.database.connect()
+        try:
+            stored: dict[tuple[str, int], int | None] = {}
+            ends: dict[tuple[str, int], int] = {}
+            if offsets is not None:
+                offsets.ensure(connection)
+                rows = _unwritten(rows, offsets, connection, stored, ends)
+            by_table: dict[str, list[str]] = {}
+            for topic in pc.unique(rows["topic"]).to_pylist():
+                table = self.settings.table_format.replace("${topic}", topic)
+                by_table.setdefault(table, []).append(topic)
+            tables = TableWriter(self.settings, connection)
+            texts = {}
+            for table, topics in by_table.items():
+                mine = rows.filter(pc.is_in(rows["topic"], value_set=pc.unique(topics)))
+                text = copy_text(mine["payload"].combine_chunks(), mine["number"].to_numpy())
+                if text.size:
+                    texts[table] = text
+                    tables.ensure_table(table, payloads.columns, payloads.key_count)
+            for table, text in texts.items():
+                written += tables.write_payloads(table, payloads.columns, payloads.key_count, text)
+            if offsets is not None:
+                for (topic, partition), end in ends.items():
+                    offsets.store(connection, topic, partition, stored[(topic, partition)], end)
+            connection.commit()
+        finally:
+            connection.close()
+        return written
+
+    def write_records(self, arrows: list[pa.RecordBatch]) -> int:
+        """Decode each record, keep what the insert mode needs, and write the rows of each
+        table in one transaction (with their offsets under exactly.once.delivery)."""
         offsets = OffsetsTable(self.settings) if self.settings.offsets_table else None
         connection: Any = None
         stored: dict[tuple[str, int], int | None] = {}  # exactly once: the offsets read
         ends: dict[tuple[str, int], int] = {}  # and the next offsets once written
-        for arrow in batches:
+        by_table: dict[str, dict[Any, _Row]] = {}
+        ordered: dict[str, list[_Row]] = {}
+        for arrow in arrows:
             columns = arrow.to_pydict()
             for key, value, topic, partition, offset in zip(
                 columns["key"],
@@ -424,7 +603,7 @@ class PartitionWriter:
         finally:
             if connection is not None:
                 connection.close()
-        yield pa.RecordBatch.from_arrays([pa.array([written], pa.int64())], ["written"])
+        return written
 
     def decode_value(self, topic: str, value: bytes | None) -> tuple[Schema | None, Any]:
         """The value converter's answer; for JsonConverter's envelope, its schema parsed
@@ -438,23 +617,27 @@ class PartitionWriter:
         ):
             return converter.to_connect_data(topic, value)
         split = value.find(PAYLOAD_KEY)
-        head = value[len(ENVELOPE_START) : split]
-        if head in self.schemas:
-            schema = self.schemas[head]
-        else:
-            try:
-                schema = schema_from_json(json.loads(head))
-            except ValueError:
-                schema = None
-            if schema is not None and not _plain_struct(schema):
-                schema = None  # logical, bytes or nested fields: the converter decodes them
-            self.schemas[head] = schema
+        schema = self.plain_schema(value[len(ENVELOPE_START) : split])
         if schema is None or split < 0 or not value.endswith(b"}"):
             return converter.to_connect_data(topic, value)
         payload = json.loads(value[split + len(PAYLOAD_KEY) : -1])
         if not isinstance(payload, dict):
             return converter.to_connect_data(topic, value)
         return schema, Struct(schema, payload)
+
+    def plain_schema(self, text: bytes) -> Schema | None:
+        """The schema of an envelope's schema text when it is a plain struct (its payload's
+        JSON values are its Connect values), else None; parsed once per text."""
+        if text in self.schemas:
+            return self.schemas[text]
+        try:
+            schema: Schema | None = schema_from_json(json.loads(text))
+        except ValueError:
+            schema = None
+        if schema is not None and not _plain_struct(schema):
+            schema = None  # logical, bytes or nested fields: the converter decodes them
+        self.schemas[text] = schema
+        return schema
 
     @property
     def keeps_last(self) -> bool:
@@ -489,11 +672,7 @@ class PartitionWriter:
                 f"{type(value_data).__name__} value and "
                 f"{'null' if value_schema is None else value_schema.type} value schema."
             )
-        fields = [
-            f
-            for f in value_schema.fields
-            if not settings.fields or f.name in settings.fields or self.is_value_pk(f.name)
-        ]
+        fields = self.chosen_fields(value_schema)
         key_columns: list[tuple[str, Schema, Any]] = []
         if settings.pk_mode == KAFKA:
             names = list(settings.pk_fields) or KAFKA_PK_FIELDS
@@ -514,12 +693,10 @@ class PartitionWriter:
                 )
             )
         elif settings.pk_mode == RECORD_VALUE:
-            names = list(settings.pk_fields) or [f.name for f in value_schema.fields]
-            for name in names:
-                found = value_schema.field(name)
-                if found is None:
-                    raise ConnectException(f"PK field {name} is not in the record value of {where}")
-                key_columns.append((name, found.schema, value_data.values.get(name)))
+            key_columns = [
+                (name, schema, value_data.values.get(name))
+                for name, schema in self.value_key_columns(value_schema, where)
+            ]
         key_names = tuple(name for name, _, _ in key_columns)
         schema, others = self.layout(
             value_schema, key_names, [s for _, s, _ in key_columns], fields
@@ -530,6 +707,29 @@ class PartitionWriter:
             values[name] = struct_values.get(name)
         key = tuple(v for _, _, v in key_columns) or (topic, partition, offset)
         return _Row(key, key_names, values, schema)
+
+    def chosen_fields(self, value_schema: Schema) -> list[Field]:
+        """The value's fields written: ``fields.whitelist``'s (all when empty) and the
+        key's."""
+        chosen = self.settings.fields
+        return [
+            f
+            for f in value_schema.fields
+            if not chosen or f.name in chosen or self.is_value_pk(f.name)
+        ]
+
+    def value_key_columns(self, value_schema: Schema, where: str) -> list[tuple[str, Schema]]:
+        """The primary key's columns taken from the value (pk.mode=record_value)."""
+        if self.settings.pk_mode != RECORD_VALUE:
+            return []
+        names = list(self.settings.pk_fields) or [f.name for f in value_schema.fields]
+        columns = []
+        for name in names:
+            found = value_schema.field(name)
+            if found is None:
+                raise ConnectException(f"PK field {name} is not in the record value of {where}")
+            columns.append((name, found.schema))
+        return columns
 
     def layout(
         self,
@@ -666,20 +866,9 @@ class TableWriter:
                 for values in data:
                     copy.write_row(values)
             if mode == UPSERT:
-                updates = [n for n in names if n not in keys]
-                action = (
-                    "DO UPDATE SET "
-                    + ", ".join(
-                        f"{self.database.quote(n)}=EXCLUDED.{self.database.quote(n)}"
-                        for n in updates
-                    )
-                    if updates
-                    else "DO NOTHING"
-                )
-                conflict = ", ".join(self.database.quote(k) for k in keys)
                 cursor.execute(
                     f"INSERT INTO {quoted} ({column_list}) SELECT {column_list} FROM {target} "
-                    f"ON CONFLICT ({conflict}) {action}"
+                    + self.on_conflict(names, keys)
                 )
                 cursor.execute(f"DROP TABLE {target}")
             return
@@ -699,6 +888,48 @@ class TableWriter:
             statement = f"INSERT INTO {quoted} ({column_list}) VALUES ({marks})"
         for chunk in _chunks(data, self.settings.batch_size):
             cursor.executemany(statement, chunk)
+
+    def on_conflict(self, names: list[str], keys: list[str]) -> str:
+        """PostgreSQL's upsert clause: the row of an existing key takes the new values."""
+        q = self.database.quote
+        updates = [n for n in names if n not in keys]
+        action = (
+            "DO UPDATE SET " + ", ".join(f"{q(n)}=EXCLUDED.{q(n)}" for n in updates)
+            if updates
+            else "DO NOTHING"
+        )
+        return f"ON CONFLICT ({', '.join(q(k) for k in keys)}) {action}"
+
+    def write_payloads(self, table: str, columns: Schema, key_count: int, text: pa.Buffer) -> int:
+        """Insert or upsert PostgreSQL rows from JSON payloads (``copy_text``'s numbered
+        lines, in the records' order): copied into a staging table, then one ``INSERT ...
+        SELECT`` in which the database reads each payload as a row of the table; an upsert
+        takes each key's last payload. The rows written."""
+        q = self.database.quote
+        quoted = self.database.table(table)
+        names = [f.name for f in columns.fields]
+        keys = names[:key_count]
+        stage = q(f"strom_stage_{abs(hash(table))}")
+        read = ", ".join(f"r.{q(n)}" for n in names)
+        source = f"{stage} s, json_populate_record(NULL::{quoted}, s.payload) r"
+        if self.settings.insert_mode == UPSERT:
+            key_list = ", ".join(f"r.{q(k)}" for k in keys)
+            select = (
+                f"SELECT DISTINCT ON ({key_list}) {read} FROM {source} "
+                f"ORDER BY {key_list}, s.number DESC {self.on_conflict(names, keys)}"
+            )
+        else:
+            select = f"SELECT {read} FROM {source}"
+        with closing(self.connection.cursor()) as cursor:
+            cursor.execute(
+                f"CREATE TEMP TABLE {stage} (number BIGINT, payload JSON) ON COMMIT DROP"
+            )
+            with cursor.copy(f"COPY {stage} (number, payload) FROM STDIN") as copy:
+                copy.write(memoryview(text))
+            cursor.execute(f"INSERT INTO {quoted} ({', '.join(q(n) for n in names)}) {select}")
+            written = max(int(cursor.rowcount), 0)
+            cursor.execute(f"DROP TABLE {stage}")
+        return written
 
     def existing_columns(self, table: str) -> set[str] | None:
         """The table's columns, None when there is no such table."""

@@ -1,0 +1,78 @@
+"""JsonConverter envelopes (``{"schema":...,"payload":...}``) handled a column at a time with
+Arrow, for the JDBC sink's PostgreSQL path, where the database itself reads each payload:
+``split_envelopes`` checks that every record of a column carries one schema text and
+cuts out the payloads, and ``copy_text`` lays payloads out as the rows of a ``COPY ...
+FROM STDIN`` in PostgreSQL's text format, numbered in their order.
+
+No Python code runs per record here. Does not own what a schema means or where the rows
+go (``jdbc_sink``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+ENVELOPE_START = b'{"schema":'
+PAYLOAD_KEY = b',"payload":'
+# COPY's text format: a backslash starts an escape, a newline ends a row, a tab a column.
+# A JSON text holds raw ones only as whitespace between tokens.
+_COPY_ESCAPES = ((b"\\", b"\\\\"), (b"\n", b"\\n"), (b"\r", b"\\r"), (b"\t", b"\\t"))
+
+
+@dataclass(frozen=True)
+class Envelopes:
+    """A column of envelopes that all carry the schema text ``schema_text``."""
+
+    schema_text: bytes
+    payloads: pa.BinaryArray  # JSON objects; null where the record's value is null
+
+
+def split_envelopes(values: pa.BinaryArray) -> Envelopes | None:
+    """The payloads of ``values`` when every non-null value is an envelope with the same
+    schema text whose payload is a JSON object or ``null`` (both null in the answer);
+    None otherwise (the caller decodes record by record)."""
+    present = values.drop_null()
+    if len(present) == 0:
+        return None
+    first = present[0].as_py()
+    split = first.find(PAYLOAD_KEY)
+    if not first.startswith(ENVELOPE_START) or split < 0:
+        return None
+    prefix = first[: split + len(PAYLOAD_KEY)]
+    alike = pc.and_(pc.starts_with(values, prefix), pc.ends_with(values, b"}"))
+    if not pc.all(pc.fill_null(alike, True)).as_py():
+        return None
+    payloads = pc.binary_slice(values, len(prefix), -1)
+    nulls = pc.equal(payloads, pa.scalar(b"null", pa.binary()))
+    payloads = pc.if_else(nulls, pa.scalar(None, pa.binary()), payloads)
+    objects = pc.starts_with(payloads, b"{")
+    if not pc.all(pc.fill_null(objects, True)).as_py():
+        return None  # a payload that is not a struct: decoded and refused record by record
+    return Envelopes(prefix[len(ENVELOPE_START) : split], payloads)
+
+
+def copy_text(payloads: pa.BinaryArray, numbers: np.ndarray) -> pa.Buffer:
+    """``number<TAB>payload<NEWLINE>`` for each non-null payload, in order: the rows of a
+    COPY in text format into ``(BIGINT, JSON)`` columns."""
+    chosen = pc.invert(pc.is_null(payloads))
+    texts = pc.filter(payloads, chosen)
+    for raw, escaped in _COPY_ESCAPES:
+        if pc.any(pc.match_substring(texts.cast(pa.binary()), raw.decode())).as_py():
+            texts = pc.replace_substring(texts, raw, escaped)
+    numbered = pc.filter(pa.array(numbers, pa.int64()), chosen).cast(pa.string())
+    lines = pc.binary_join_element_wise(
+        numbered.cast(pa.binary()), texts, pa.scalar(b"\t", pa.binary())
+    )
+    lines = pc.binary_join_element_wise(lines, b"", pa.scalar(b"\n", pa.binary()))
+    lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
+    if len(lines) == 0:
+        return pa.py_buffer(b"")
+    offsets = np.frombuffer(lines.buffers()[1], np.int32)
+    start, end = int(offsets[lines.offset]), int(offsets[lines.offset + len(lines)])
+    data = lines.buffers()[2]
+    assert data is not None
+    return data[start:end]
