@@ -399,10 +399,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ),
         # Members of one KIP-848 group; a newcomer past it gets GROUP_MAX_SIZE_REACHED.
         ConfigDef("group.consumer.max.size", "int", 2147483647, minimum=1),
-        # Share groups (KIP-932; strom/coordinator/share_*.py): on unless turned off here
-        # (Kafka gates them with the share.version feature). The group's own share.*
-        # configs (GROUP_CONFIGS) override the middle values within the min/max bounds.
-        ConfigDef("group.share.enable", "bool", True),
+        # Share groups (KIP-932; strom/coordinator/share_*.py): served when the cluster's
+        # share.version feature is 1 (a new cluster's level, strom/cluster/features.py) or
+        # this is true, as Kafka gates them. The group's own share.* configs
+        # (GROUP_CONFIGS) override the middle values within the min/max bounds.
+        ConfigDef("group.share.enable", "bool", False),
         ConfigDef("group.share.session.timeout.ms", "int", 45000, minimum=1),
         ConfigDef("group.share.min.session.timeout.ms", "int", 45000, minimum=1),
         ConfigDef("group.share.max.session.timeout.ms", "int", 60000, minimum=1),

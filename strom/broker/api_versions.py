@@ -34,6 +34,7 @@ from kio.serial._introspect import (
 
 from strom.broker.common import NO_THROTTLE
 from strom.broker.router import ROUTES, RequestContext, Route, handles, handles_controller
+from strom.cluster.features import SUPPORTED as SUPPORTED_FEATURES
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 from strom.protocol.legacy_versions import response_schema
@@ -55,12 +56,40 @@ def advertised(api_version_type: type, routes: dict[int, Route]) -> tuple:
 @handles(18, 0, 4)
 def handle_api_versions(ctx: RequestContext, request: object) -> object:
     response_type = ctx.response_type
+    features: dict[str, object] = {}
+    if ctx.api_version >= 3:
+        features = _features(ctx, response_type)
     return build(
         response_type,
         error_code=ErrorCode.none,
         api_keys=advertised(nested(response_type, "ApiVersion"), ctx.routes),
         throttle_time=NO_THROTTLE,
+        **features,
     )
+
+
+def _features(ctx: RequestContext, response_type: type) -> dict[str, object]:
+    """v3+: the features this node supports and those the cluster finalized (KIP-584),
+    share.version among them, with the metadata offset they were read at."""
+    from strom.broker.lifecycle import METADATA_VERSION_FEATURE
+
+    supported_type = nested(response_type, "SupportedFeatureKey")
+    finalized_type = nested(response_type, "FinalizedFeatureKey")
+    name, low, high = METADATA_VERSION_FEATURE
+    supported = {name: (low, high), **SUPPORTED_FEATURES}
+    image = ctx.broker.state.image
+    finalized = {n: level for n, level in image.features.items() if level > 0}
+    return {
+        "supported_features": tuple(
+            build(supported_type, name=n, min_version=lo, max_version=hi)
+            for n, (lo, hi) in sorted(supported.items())
+        ),
+        "finalized_features_epoch": image.last_offset if finalized else -1,
+        "finalized_features": tuple(
+            build(finalized_type, name=n, max_version_level=level, min_version_level=level)
+            for n, level in sorted(finalized.items())
+        ),
+    }
 
 
 def unsupported_version_response(

@@ -36,6 +36,7 @@ from strom.broker.quorum import NotLeaderError
 from strom.cluster import records as mr
 from strom.cluster.bootstrap import bootstrap_records, read_legacy
 from strom.cluster.controller_api import ControllerConfig, ControllerError, ControllerResult
+from strom.cluster.features import BOOTSTRAP_LEVELS
 from strom.cluster.meta_properties import bootstrap_scram_records
 from strom.cluster.quorum_controller import QuorumController
 from strom.protocol.errors import ErrorCode
@@ -180,7 +181,7 @@ class ControllerService:
     # Background duties ----------------------------------------------------------------
 
     async def _write_bootstrap(self) -> None:
-        records = bootstrap_records()
+        records = bootstrap_records(features=BOOTSTRAP_LEVELS)  # share.version=1, as Kafka 4.2
         records += bootstrap_scram_records(self.config.metadata_log_dir)  # --add-scram
         legacy = self._legacy
         if self._legacy_records and legacy.exists():

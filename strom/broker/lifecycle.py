@@ -29,6 +29,7 @@ from kio.static.primitive import i16, i64, u16
 
 from strom.broker.common import stop_task
 from strom.broker.controller_channel import ControllerUnavailable
+from strom.cluster.features import SUPPORTED as SUPPORTED_FEATURES
 from strom.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -81,6 +82,12 @@ class BrokerLifecycle:
                     name=METADATA_VERSION_FEATURE[0],
                     min_supported_version=i16(METADATA_VERSION_FEATURE[1]),
                     max_supported_version=i16(METADATA_VERSION_FEATURE[2]),
+                ),
+                *(
+                    registration.Feature(
+                        name=name, min_supported_version=i16(low), max_supported_version=i16(high)
+                    )
+                    for name, (low, high) in sorted(SUPPORTED_FEATURES.items())
                 ),
             ),
             rack=self.config["broker.rack"],

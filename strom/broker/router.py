@@ -127,6 +127,7 @@ def load_handlers() -> tuple[dict[int, Route], dict[int, Route]]:
         share_coordinator,
         share_groups,
         transactions,
+        update_features,
     )
 
     return ROUTES, CONTROLLER_ROUTES

@@ -39,11 +39,13 @@ state partition, the share coordinator: written after each request that changed 
 read when the share-partition is first needed here (ReadShareGroupState
 from another node, which a ShareFetch awaits).
 
-Gated by ``group.share.enable`` (on by default): when off every share API answers
-UNSUPPORTED_VERSION with a message naming the setting. Authorization as Kafka checks
-it: READ on the group for heartbeats, fetches and acknowledgements
-(GROUP_AUTHORIZATION_FAILED), READ on each topic fetched or acknowledged
-(TOPIC_AUTHORIZATION_FAILED), DESCRIBE on the group to describe it or its offsets,
+Gated as Kafka 4.2 gates them: served when the cluster's ``share.version`` feature is
+finalized at 1 (a new cluster's level; UpdateFeatures changes it) or the broker's
+``group.share.enable`` is true; otherwise every share API answers UNSUPPORTED_VERSION
+with a message saying so (the APIs stay in ApiVersions, as Kafka keeps them).
+Authorization as Kafka checks it: READ on the group for heartbeats, fetches and
+acknowledgements (GROUP_AUTHORIZATION_FAILED), READ on each topic fetched or
+acknowledged (TOPIC_AUTHORIZATION_FAILED), DESCRIBE on the group to describe it or its offsets,
 DELETE / ALTER for the offsets' admin calls.
 
 An acknowledgement (ShareAcknowledge, or a ShareFetch carrying some) is answered once
@@ -95,6 +97,7 @@ from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.groups import client_host
 from strom.broker.peer_client import PeerError, PeerPool
 from strom.broker.router import RequestContext, handles
+from strom.cluster.features import share_groups_enabled
 from strom.config import parse_iso_duration_ms
 from strom.coordinator.internal_log import Appended
 from strom.coordinator.share_group import ShareGroup, ShareHeartbeat, ShareHeartbeatResult
@@ -700,9 +703,13 @@ def service_of(broker: Broker) -> ShareService:
 
 
 def _disabled(ctx: RequestContext) -> str | None:
-    if ctx.broker.config["group.share.enable"]:
+    broker = ctx.broker
+    if share_groups_enabled(broker.state.image.features, bool(broker.config["group.share.enable"])):
         return None
-    return "Share groups are not enabled on this broker (group.share.enable=false)"
+    return (
+        "Share groups are not enabled: the cluster's share.version is 0 (strom features "
+        "upgrade --feature share.version=1) and group.share.enable is false"
+    )
 
 
 async def _ensure_state_topic(ctx: RequestContext) -> None:

@@ -68,6 +68,7 @@ TOOL_MODULES = {
     "leader-election": "leader_election",
     "log-dirs": "log_dirs",
     "metadata-quorum": "metadata_quorum",
+    "features": "features",
     "cluster": "cluster",
     "transactions": "transactions",
     "acls": "acls",

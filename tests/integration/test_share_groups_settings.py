@@ -7,6 +7,8 @@ Covered elsewhere: group.share.record.lock.duration.ms and group.share.heartbeat
 share.coordinator.write.timeout.ms (the three-node test: an acknowledgement whose write
 cannot be replicated answers REQUEST_TIMED_OUT). share.coordinator.state.topic
 .replication.factor is capped by the live brokers: the three-node test runs the default.
+group.share.enable (false by default) turns share groups on whatever share.version says
+(tests/unit/test_share_features.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 from broker_process import BrokerProcess
+from cli_helpers import ok, tool
 from confluent_kafka import Producer
 from confluent_kafka.admin import (
     AdminClient,
@@ -225,25 +228,36 @@ def test_the_state_topic_is_made_as_configured(tight: BrokerProcess) -> None:
     assert configs["cleanup.policy"].value == "compact"
 
 
-def test_share_groups_turned_off(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """group.share.enable=false: every share API answers UNSUPPORTED_VERSION, saying why."""
-    process = BrokerProcess(
-        tmp_path_factory.mktemp("share-off") / "data", {"group.share.enable": "false"}
-    )
-    process.start()
+def test_share_version_turns_share_groups_off_and_on(tight: BrokerProcess) -> None:
+    """share.version (Kafka's ShareVersion feature): finalized at 1 on a new cluster; a
+    downgrade to 0 turns share groups off (every share API answers UNSUPPORTED_VERSION,
+    saying why; group.share.enable is false by default), an upgrade to 1 back on.
+    Through ``strom features`` (ApiVersions' features, UpdateFeatures)."""
+    topic, group, topic_id = _queue(tight, 1, 1)
+    described = ok(tool(tight, "features", "describe")).stdout
+    line = next(x for x in described.splitlines() if x.startswith("Feature: share.version\t"))
+    assert "SupportedMinVersion: 0\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 1" in line
+    refused = tool(tight, "features", "upgrade", "--feature", "share.version=2")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stdout.startswith("Could not upgrade share.version to 2. "), refused.stdout
+    assert len(refused.stdout.strip().splitlines()) == 1
+    downgraded = ok(tool(tight, "features", "downgrade", "--feature", "share.version=0"))
+    assert downgraded.stdout.strip() == "share.version was downgraded to 0."
     try:
-        create_topic(process.bootstrap, "jobs", 1)
-        with RawClient(process.port) as client:
-            joined = _join(client, "off", "m-1", "jobs")
+        with RawClient(tight.port) as client:
+            joined = _join(client, group, "off-1", topic)
             assert joined.error_code == ErrorCode.unsupported_version
-            assert "group.share.enable" in (joined.error_message or "")
-            fetched = _fetch(client, "off", "m-1", 0, uuid.uuid4())
+            assert "share.version" in (joined.error_message or "")
+            fetched = _fetch(client, group, "off-1", 0, topic_id)
             assert fetched.error_code == ErrorCode.unsupported_version
             acked = client.request(
                 share_ack.ShareAcknowledgeRequest(
-                    group_id="off", member_id="m-1", share_session_epoch=1, topics=()
+                    group_id=group, member_id="off-1", share_session_epoch=1, topics=()
                 )
             )
             assert acked.error_code == ErrorCode.unsupported_version
     finally:
-        process.stop()
+        upgraded = ok(tool(tight, "features", "upgrade", "--feature", "share.version=1"))
+    assert upgraded.stdout.strip() == "share.version was upgraded to 1."
+    with RawClient(tight.port) as client:
+        assert _join(client, group, "on-1", topic).error_code == ErrorCode.none
