@@ -13,7 +13,8 @@ from strom.cluster.features import (
 )
 from strom.protocol.errors import ErrorCode
 
-BOTH = [(1, (0, 1)), (2, (0, 1))]
+Brokers = list[tuple[int, tuple[int, int] | None]]
+BOTH: Brokers = [(1, (0, 1)), (2, (0, 1))]
 
 
 def test_share_groups_are_on_at_share_version_1_or_with_group_share_enable() -> None:
@@ -29,7 +30,7 @@ def test_an_upgrade_and_a_safe_downgrade_pass() -> None:
     assert check_update(down, {SHARE_VERSION: 1}, BOTH) == (ErrorCode.none, None)
 
 
-def _refused(update: FeatureUpdate, finalized: dict[str, int], brokers: list) -> str:
+def _refused(update: FeatureUpdate, finalized: dict[str, int], brokers: Brokers) -> str:
     code, message = check_update(update, finalized, brokers)
     assert code == ErrorCode.invalid_update_version
     assert message is not None and "\n" not in message
