@@ -77,66 +77,21 @@ def compile_stateless(plan: QueryPlan) -> ArrowStateless | None:
         return None
 
 
-class ArrowStateless:
-    """A compiled filter and projection over Arrow batches of the ``strom`` source."""
+class ArrowExpressions:
+    """Expressions over a scope compiled into Arrow compute calls over ``Columns``
+    (``available``: the scope's keys the columns hold)."""
 
-    def __init__(self, plan: QueryPlan) -> None:
-        source, sink = plan.source, plan.sink
-        if (
-            sink is None
-            or plan.aggregation is not None
-            or plan.joins
-            or plan.table_functions
-            or source.kind != "STREAM"
-            or source.is_windowed
-            or sink.is_windowed
-            or source.timestamp_column is not None
-            or sink.timestamp_column is not None
-            or any(c.namespace == "HEADER" for c in source.columns)
-        ):
-            raise Unsupported("the plan's shape")
-        if source.value_format != "JSON" or sink.value_format != "JSON":
-            raise Unsupported("formats")
-        if source.wrap_single_value is False and len(source.value_columns) == 1:
-            raise Unsupported("an unwrapped value")
-        if sink.wrap_single_value is False and len(sink.value_columns) == 1:
-            raise Unsupported("an unwrapped value")
-        for side in (source, sink):
-            keys = side.key_columns
-            if keys and (
-                side.key_format != "KAFKA" or len(keys) != 1 or v.base(keys[0].type) != "STRING"
-            ):
-                raise Unsupported("key format")
-        self.source_key = source.key_columns[0].name if source.key_columns else None
-        self.value_columns = [(c.name, _arrow_type(c.type)) for c in source.value_columns]
-        self.scope: Scope = plan.source_scope()
-        self.where = self._compile(plan.where)[0] if plan.where is not None else None
-        by_name = {(p.namespace, p.name): p for p in plan.projection}
-        self.sink_key: Evaluator | None = None
-        if sink.key_columns:
-            found = by_name.get(("KEY", sink.key_columns[0].name))
-            if found is None:
-                raise Unsupported("a key the projection does not give")
-            self.sink_key = self._typed(found.expression, "STRING")
-        self.sink_values: list[tuple[str, str, Evaluator]] = []
-        for column in sink.value_columns:
-            found = by_name.get(("VALUE", column.name))
-            if found is None:
-                raise Unsupported("a value the projection does not give")
-            kind = v.base(column.type)
-            self.sink_values.append(
-                (json.dumps(column.name), kind, self._typed(found.expression, kind))
-            )
-        self.sink_topic = sink.topic
+    def __init__(self, scope: Scope, available: set[str]) -> None:
+        self.scope = scope
+        self.available = available
 
-    # ---- compiling expressions into Arrow compute calls
-    def _typed(self, node: ex.Expression, kind: str) -> Evaluator:
-        evaluator, sql_type = self._compile(node)
+    def typed(self, node: ex.Expression, kind: str) -> Evaluator:
+        evaluator, sql_type = self.compile(node)
         if v.base(sql_type) != kind:
             raise Unsupported("a projection of another type than its column")
         return evaluator
 
-    def _compile(self, node: ex.Expression) -> tuple[Evaluator, ex.SqlType]:
+    def compile(self, node: ex.Expression) -> tuple[Evaluator, ex.SqlType]:
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -144,11 +99,7 @@ class ArrowStateless:
             key = self.scope.resolve(node)
             sql_type = self.scope.type_of(key)
             _arrow_type(sql_type)
-            if (
-                key != self.source_key
-                and key not in _PSEUDO
-                and key not in dict(self.value_columns)
-            ):
+            if key not in self.available:
                 raise Unsupported(f"column {key}")
             return (lambda columns: columns[key]), sql_type
         if isinstance(node, ex.Literal):
@@ -166,8 +117,8 @@ class ArrowStateless:
             scalar = pa.scalar(value, _arrow_type(literal_type))
             return (lambda columns: scalar), literal_type
         if isinstance(node, ex.Comparison):
-            left, left_type = self._compile(node.left)
-            right, right_type = self._compile(node.right)
+            left, left_type = self.compile(node.left)
+            right, right_type = self.compile(node.right)
             kinds = (v.base(left_type), v.base(right_type))
             integers = ("INTEGER", "BIGINT")
             if kinds[0] in integers and kinds[1] in integers:
@@ -185,15 +136,15 @@ class ArrowStateless:
 
             return comparison, v.BOOLEAN
         if isinstance(node, ex.Logical):
-            left = self._typed(node.left, "BOOLEAN")
-            right = self._typed(node.right, "BOOLEAN")
+            left = self.typed(node.left, "BOOLEAN")
+            right = self.typed(node.right, "BOOLEAN")
             combine = pc.and_kleene if node.operator == "AND" else pc.or_kleene
             return (lambda columns: combine(left(columns), right(columns))), v.BOOLEAN
         if isinstance(node, ex.Not):
-            operand = self._typed(node.operand, "BOOLEAN")
+            operand = self.typed(node.operand, "BOOLEAN")
             return (lambda columns: pc.invert(operand(columns))), v.BOOLEAN
         if isinstance(node, ex.IsNull):
-            operand = self._compile(node.operand)[0]
+            operand = self.compile(node.operand)[0]
             test = pc.is_valid if node.negated else pc.is_null
             return (lambda columns: test(operand(columns))), v.BOOLEAN
         if isinstance(node, ex.Arithmetic):
@@ -203,8 +154,8 @@ class ArrowStateless:
     def _arithmetic(self, node: ex.Arithmetic) -> tuple[Evaluator, ex.SqlType]:
         import pyarrow.compute as pc
 
-        left, left_type = self._compile(node.left)
-        right, right_type = self._compile(node.right)
+        left, left_type = self.compile(node.left)
+        right, right_type = self.compile(node.right)
         result_type = arithmetic_result_type(node, node.operator, left_type, right_type)
         kind = v.base(result_type)
         if kind == "STRING" and node.operator in ("+", "||"):
@@ -218,21 +169,35 @@ class ArrowStateless:
         operation = getattr(pc, _ARITHMETIC[node.operator])  # wraps, as Java's long and int
         return (lambda columns: operation(left(columns), right(columns))), result_type
 
-    # ---- running a batch
-    def run(self, batch: Any) -> Any:
-        """The output batch (topic, key, value, timestamp) of a source batch, or None
-        when the batch must be run record at a time."""
-        import pyarrow as pa
 
-        try:
-            columns = self._read(batch)
-            if columns is None:
-                return None
-            return self._output(columns)
-        except (pa.ArrowException, UnicodeError, ValueError, TypeError, OverflowError):
-            return None
+class JsonSourceReader:
+    """A stream's records (JSON values, a KAFKA STRING key or none) read into Arrow
+    columns: the value columns, the key column, ROWTIME, ROWPARTITION, ROWOFFSET."""
 
-    def _read(self, batch: Any) -> Columns | None:
+    def __init__(self, plan: QueryPlan) -> None:
+        source = plan.source
+        if (
+            plan.joins
+            or plan.table_functions
+            or source.kind != "STREAM"
+            or source.is_windowed
+            or source.timestamp_column is not None
+            or any(c.namespace == "HEADER" for c in source.columns)
+        ):
+            raise Unsupported("the plan's shape")
+        if source.value_format != "JSON":
+            raise Unsupported("formats")
+        if source.wrap_single_value is False and len(source.value_columns) == 1:
+            raise Unsupported("an unwrapped value")
+        _check_key(source.key_format, source.key_columns)
+        self.key = source.key_columns[0].name if source.key_columns else None
+        self.value_columns = [(c.name, _arrow_type(c.type)) for c in source.value_columns]
+        self.available = {*_PSEUDO, *(name for name, _ in self.value_columns)}
+        if self.key is not None:
+            self.available.add(self.key)
+
+    def read(self, batch: Any) -> Columns | None:
+        """The batch's columns, or None when it must be read record at a time."""
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.json as pj
@@ -248,8 +213,8 @@ class ArrowStateless:
             "ROWPARTITION": batch.column(names.index("partition")).cast(pa.int32()),
             "ROWOFFSET": batch.column(names.index("offset")).cast(pa.int64()),
         }
-        if self.source_key is not None:
-            columns[self.source_key] = batch.column(names.index("key")).cast(pa.string())
+        if self.key is not None:
+            columns[self.key] = batch.column(names.index("key")).cast(pa.string())
         if not self.value_columns:
             return columns
         values = batch.column(names.index("value"))
@@ -261,70 +226,146 @@ class ArrowStateless:
             and not pc.any(pc.match_substring(values, "\n")).as_py()
         ):
             return None  # each value one line holding one object, or record at a time
-        text = b"\n".join(values.to_pylist()) if rows else b""
-        if rows:
-            table = pj.read_json(
-                io.BytesIO(text),
-                read_options=pj.ReadOptions(use_threads=False, block_size=len(text) + 1),
-            )
-            if table.num_rows != rows:
-                return None
-            by_upper: dict[str, list[str]] = {}
-            for name in table.column_names:
-                by_upper.setdefault(name.upper(), []).append(name)
+        if not rows:
+            columns.update({name: pa.array([], kind) for name, kind in self.value_columns})
+            return columns
+        text = b"\n".join(values.to_pylist())
+        table = pj.read_json(
+            io.BytesIO(text),
+            read_options=pj.ReadOptions(use_threads=False, block_size=len(text) + 1),
+        )
+        if table.num_rows != rows:
+            return None
+        by_upper: dict[str, list[str]] = {}
+        for name in table.column_names:
+            by_upper.setdefault(name.upper(), []).append(name)
         for name, arrow_type in self.value_columns:
-            if not rows:
-                columns[name] = pa.array([], arrow_type)
-                continue
             found = by_upper.get(name.upper(), [])
             if len(found) > 1:
                 return None  # an exact name and a case variant: record at a time
             if not found:
                 columns[name] = pa.nulls(rows, arrow_type)
                 continue
-            column = table.column(found[0]).combine_chunks()
-            read = _column(column, arrow_type)
+            read = _column(table.column(found[0]).combine_chunks(), arrow_type)
             if read is None:
                 return None
             columns[name] = read
         return columns
 
-    def _output(self, columns: Columns) -> Any:
+
+class JsonSinkWriter:
+    """A sink's records from its projection over Arrow columns: the KAFKA STRING key
+    (or none) and the JSON value, as ``strom.ksql.formats`` writes them."""
+
+    def __init__(self, plan: QueryPlan, expressions: ArrowExpressions) -> None:
+        sink = plan.sink
+        if sink is None or sink.timestamp_column is not None or sink.window_type == "SESSION":
+            raise Unsupported("the sink's shape")
+        if sink.value_format != "JSON":
+            raise Unsupported("formats")
+        if sink.wrap_single_value is False and len(sink.value_columns) == 1:
+            raise Unsupported("an unwrapped value")
+        _check_key(sink.key_format, sink.key_columns)
+        by_name = {(p.namespace, p.name): p for p in plan.projection}
+        self.key: Evaluator | None = None
+        if sink.key_columns:
+            found = by_name.get(("KEY", sink.key_columns[0].name))
+            if found is None:
+                raise Unsupported("a key the projection does not give")
+            self.key = expressions.typed(found.expression, "STRING")
+        self.values: list[tuple[str, str, Evaluator]] = []
+        for column in sink.value_columns:
+            found = by_name.get(("VALUE", column.name))
+            if found is None:
+                raise Unsupported("a value the projection does not give")
+            kind = v.base(column.type)
+            self.values.append(
+                (json.dumps(column.name), kind, expressions.typed(found.expression, kind))
+            )
+        self.topic = sink.topic
+
+    def key_bytes(self, columns: Columns, rows: int) -> Any:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        rows = len(columns["ROWTIME"])
-        if self.where is not None and rows:
-            passed = self.where(columns)
-            if isinstance(passed, pa.Scalar):
-                passed = pa.array([passed.as_py()] * rows, pa.bool_())
-            selected = pc.fill_null(passed, False)
-            columns = {name: pc.filter(array, selected) for name, array in columns.items()}
-            rows = len(columns["ROWTIME"])
-        if self.sink_key is not None:
-            keys = pc.cast(_full(self.sink_key(columns), rows), pa.binary())
-        else:
-            keys = pa.nulls(rows, pa.binary())
+        if self.key is None:
+            return pa.nulls(rows, pa.binary())
+        return pc.cast(_full(self.key(columns), rows), pa.binary())
+
+    def value_bytes(self, columns: Columns, rows: int) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not rows:
+            return pa.array([], pa.binary())
         pieces: list[Any] = []
-        for index, (quoted_name, kind, evaluate) in enumerate(self.sink_values):
+        for index, (quoted_name, kind, evaluate) in enumerate(self.values):
             pieces.append(("{" if index == 0 else ",") + quoted_name + ":")
             pieces.append(_json_texts(_full(evaluate(columns), rows), kind))
-        pieces.append("}" if self.sink_values else "{}")
-        if rows:
-            value_text = pc.binary_join_element_wise(*pieces, "")
-            if isinstance(value_text, pa.Scalar):
-                value_text = pa.array([value_text.as_py()] * rows, pa.string())
-        else:
-            value_text = pa.array([], pa.string())
+        pieces.append("}" if self.values else "{}")
+        text = pc.binary_join_element_wise(*pieces, "")
+        if isinstance(text, pa.Scalar):
+            text = pa.array([text.as_py()] * rows, pa.string())
+        return pc.cast(text, pa.binary())
+
+    def batch(self, keys: Any, values: Any, timestamps: Any) -> Any:
+        """The output batch (topic, key, value, timestamp)."""
+        import pyarrow as pa
+
         return pa.RecordBatch.from_arrays(
-            [
-                pa.array([self.sink_topic] * rows, pa.string()),
-                keys,
-                pc.cast(value_text, pa.binary()),
-                columns["ROWTIME"],
-            ],
+            [pa.array([self.topic] * len(values), pa.string()), keys, values, timestamps],
             names=["topic", "key", "value", "timestamp"],
         )
+
+
+class ArrowStateless:
+    """A compiled filter and projection over Arrow batches of the ``strom`` source."""
+
+    def __init__(self, plan: QueryPlan) -> None:
+        if plan.aggregation is not None or plan.sink is None or plan.sink.is_windowed:
+            raise Unsupported("the plan's shape")
+        self.reader = JsonSourceReader(plan)
+        expressions = ArrowExpressions(plan.source_scope(), self.reader.available)
+        self.where = expressions.compile(plan.where)[0] if plan.where is not None else None
+        self.writer = JsonSinkWriter(plan, expressions)
+
+    def run(self, batch: Any) -> Any:
+        """The output batch (topic, key, value, timestamp) of a source batch, or None
+        when the batch must be run record at a time."""
+
+        try:
+            columns = self.reader.read(batch)
+            if columns is None:
+                return None
+            columns = _filtered(columns, self.where)
+            rows = len(columns["ROWTIME"])
+            return self.writer.batch(
+                self.writer.key_bytes(columns, rows),
+                self.writer.value_bytes(columns, rows),
+                columns["ROWTIME"],
+            )
+        except Exception:  # noqa: BLE001 - whatever it cannot do, the record path does
+            return None
+
+
+def _filtered(columns: Columns, where: Evaluator | None) -> Columns:
+    """The rows whose WHERE is true."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows = len(columns["ROWTIME"])
+    if where is None or not rows:
+        return columns
+    passed = where(columns)
+    if isinstance(passed, pa.Scalar):
+        passed = pa.array([passed.as_py()] * rows, pa.bool_())
+    selected = pc.fill_null(passed, False)
+    return {name: pc.filter(array, selected) for name, array in columns.items()}
+
+
+def _check_key(key_format: str, keys: tuple[Any, ...]) -> None:
+    if keys and (key_format != "KAFKA" or len(keys) != 1 or v.base(keys[0].type) != "STRING"):
+        raise Unsupported("key format")
 
 
 def _exact_double(node: ex.Comparison, kinds: tuple[str, str]) -> bool:

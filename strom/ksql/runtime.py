@@ -85,6 +85,7 @@ class _TaskParts:
     """A query's reader, operators and writer, built once per Python worker."""
 
     def __init__(self, spec: QuerySpec) -> None:
+        from strom.ksql.arrow_aggregate import compile_counting, compile_grouping
         from strom.ksql.arrow_stateless import compile_stateless
         from strom.ksql.operators import Operators
         from strom.ksql.readers import RecordReader, RecordWriter
@@ -107,6 +108,8 @@ class _TaskParts:
         assert spec.plan.sink is not None
         self.writer = RecordWriter(spec.plan.sink, registry)
         self.batch_stateless = compile_stateless(spec.plan)  # None: record at a time
+        self.batch_grouping = compile_grouping(spec.plan)
+        self.batch_counting = compile_counting(spec.plan)
 
     def _on_error(self, message: str) -> None:
         self.errors.append(processing_log.processing_error(self.spec.query_id, message))
@@ -264,6 +267,11 @@ def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
     parts = _parts(spec)
     table = spec.plan.source.kind == "TABLE"
     for batch in batches:
+        if parts.batch_grouping is not None:  # a counting aggregation's batch on Arrow
+            done = parts.batch_grouping.run(batch)
+            if done is not None:
+                yield done
+                continue
         grouped = _Grouped()
         for record in _source_records(batch):
             out: list[tuple[Any, ...]] = []
@@ -485,7 +493,11 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
             import pandas as pd
 
             parts = _parts(spec)
-            frame = pd.concat(list(rows), ignore_index=True)
+            frames = list(rows)
+            if parts.batch_counting is not None and key[0] != LOG_GROUP:
+                yield from self._count(parts, key, frames, timerValues)
+                return
+            frame = pd.concat(frames, ignore_index=True)
             frame = frame.sort_values(["part", "off", "seq"], kind="stable")
             out: list[tuple[Any, ...]] = []
             if key[0] == LOG_GROUP:
@@ -512,6 +524,32 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
             self._save(parts, stored)
             yield from _frames(out)
 
+        def _count(
+            self, parts: _TaskParts, key: Any, frames: list[pd.DataFrame], timerValues: Any
+        ) -> Iterator[pd.DataFrame]:
+            """COUNT(*) on Arrow (``strom.ksql.arrow_aggregate``): the rows' times, in
+            (partition, offset) order, are all it reads."""
+            import numpy as np
+            import pandas as pd
+
+            assert parts.batch_counting is not None
+            frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+            order = np.lexsort(
+                (frame["seq"].to_numpy(), frame["off"].to_numpy(), frame["part"].to_numpy())
+            )
+            times = _row_times(frame)[order].tolist()
+            stored = self._load()
+            watermark = _watermark(timerValues) if parts.plan_windowed else -1
+            floor = watermark + parts.grace if watermark >= 0 else -1
+            counted = parts.batch_counting.run(stored, pickle.loads(key[0]), times, floor)
+            self._timer(parts, stored)
+            self._save(parts, stored)
+            if counted is not None:
+                yield pd.DataFrame(
+                    {name: counted.column(name).to_numpy(zero_copy_only=False)
+                     for name in counted.schema.names}
+                )  # fmt: skip
+
         def handleExpiredTimer(
             self, key: Any, timerValues: Any, expiredTimerInfo: Any
         ) -> Iterator[pd.DataFrame]:
@@ -531,6 +569,12 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
             return None
 
     return AggregateProcessor()
+
+
+def _row_times(frame: pd.DataFrame) -> Any:
+    """The grouped rows' ROWTIME (their ``ts``, in ms; numpy's int64), in the frame's
+    order (``values`` of a zoned column: the UTC instants)."""
+    return frame["ts"].values.astype("datetime64[ms]").astype("int64")
 
 
 def _watermark(timer_values: Any) -> int:

@@ -1,0 +1,217 @@
+"""A counting aggregation (``COUNT(*)`` per group, with or without a TUMBLING window,
+EMIT CHANGES, no HAVING) run a batch at a time: the fast path of both of
+``strom.ksql.runtime``'s steps for it.
+
+- ``ArrowGrouping`` is the grouping ``mapInArrow``: a batch read with
+  ``strom.ksql.arrow_stateless``' JSON reader, WHERE and the GROUP BY expressions as
+  Arrow compute calls, each row's group pickled as the record-at-a-time step pickles
+  it (so a group's state is the same whichever step keyed its rows). Its payload is
+  empty: the count needs only the row's time, which travels in ``ts``. A batch it
+  cannot vouch for answers None and runs record at a time (its payloads, the rows,
+  are then not read either).
+- ``ArrowCounting`` is the aggregation of one group's rows in a micro-batch: the
+  windows and counts kept in the same state as ``strom.ksql.operators``' (so either
+  may carry on the other's), each row's update computed in one plain loop (late rows
+  dropped by the same rule: the window's end plus the grace at or before the stream
+  time), then the projection and the records written on Arrow.
+
+What it gives is what the record-at-a-time operators give, record for record. Does
+not own Spark's state store, timers or the query's other shapes.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from typing import Any
+
+from strom.ksql.arrow_stateless import (
+    ArrowExpressions,
+    Columns,
+    JsonSinkWriter,
+    JsonSourceReader,
+    Unsupported,
+    _arrow_type,
+    _filtered,
+    _full,
+)
+from strom.ksql.metastore import KsqlStatementError
+from strom.ksql.planner import QueryPlan
+
+
+def _counting_only(plan: QueryPlan) -> None:
+    aggregation = plan.aggregation
+    if aggregation is None or plan.emit_final or aggregation.having is not None:
+        raise Unsupported("the aggregation's shape")
+    if not aggregation.calls or any(
+        c.name.upper() != "COUNT" or c.arguments for c in aggregation.calls
+    ):
+        raise Unsupported("aggregate functions other than COUNT(*)")
+    window = aggregation.window
+    if window is not None and window.kind != "TUMBLING":
+        raise Unsupported("the window")
+
+
+def compile_grouping(plan: QueryPlan) -> ArrowGrouping | None:
+    try:
+        return ArrowGrouping(plan)
+    except (Unsupported, KsqlStatementError):
+        return None
+
+
+def compile_counting(plan: QueryPlan) -> ArrowCounting | None:
+    try:
+        return ArrowCounting(plan)
+    except (Unsupported, KsqlStatementError):
+        return None
+
+
+class ArrowGrouping:
+    """WHERE and the group of each row of a batch, as the grouped frame's rows."""
+
+    def __init__(self, plan: QueryPlan) -> None:
+        _counting_only(plan)
+        ArrowCounting(plan)  # the aggregation step must read these rows' empty payloads
+        aggregation = plan.aggregation
+        assert aggregation is not None
+        self.reader = JsonSourceReader(plan)
+        expressions = ArrowExpressions(plan.source_scope(), self.reader.available)
+        self.where = expressions.compile(plan.where)[0] if plan.where is not None else None
+        self.group_by = [expressions.compile(e)[0] for e in aggregation.group_by]
+
+    def run(self, batch: Any) -> Any:
+        """The grouped rows (grp, part, off, seq, ts, payload), or None when the batch
+        must be run record at a time."""
+
+        try:
+            columns = self.reader.read(batch)
+            if columns is None:
+                return None
+            return self._grouped(_filtered(columns, self.where))
+        except Exception:  # noqa: BLE001 - whatever it cannot do, the record path does
+            return None
+
+    def _grouped(self, columns: Columns) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        rows = len(columns["ROWTIME"])
+        keys = [_full(g(columns), rows) for g in self.group_by]
+        if rows:  # a null in the group: the row is dropped, as ksqlDB drops it
+            present = pc.and_(*[pc.is_valid(k) for k in keys]) if len(keys) > 1 else None
+            present = pc.is_valid(keys[0]) if present is None else present
+            if not pc.all(present).as_py():
+                keys = [pc.filter(k, present) for k in keys]
+                columns = {name: pc.filter(array, present) for name, array in columns.items()}
+                rows = len(columns["ROWTIME"])
+        if len(keys) == 1:
+            encoded = pc.dictionary_encode(keys[0])
+            pickled = pa.array(
+                [pickle.dumps((k,)) for k in encoded.dictionary.to_pylist()], pa.binary()
+            )
+            groups = pc.take(pickled, encoded.indices)
+        else:
+            known: dict[tuple[Any, ...], bytes] = {}
+            pickles = []
+            for group in zip(*[k.to_pylist() for k in keys], strict=True):
+                found = known.get(group)
+                if found is None:
+                    found = known[group] = pickle.dumps(group)
+                pickles.append(found)
+            groups = pa.array(pickles, pa.binary())
+        micros = pc.multiply(columns["ROWTIME"], 1000)
+        return pa.RecordBatch.from_arrays(
+            [
+                groups,
+                columns["ROWPARTITION"],
+                columns["ROWOFFSET"],
+                pa.array([0] * rows, pa.int32()),
+                micros.cast(pa.timestamp("us", tz="UTC")),
+                pa.array([b""] * rows, pa.binary()),
+            ],
+            names=["grp", "part", "off", "seq", "ts", "payload"],
+        )
+
+
+class ArrowCounting:
+    """One group's rows counted into its windows, the updates written as records."""
+
+    def __init__(self, plan: QueryPlan) -> None:
+        from strom.ksql.operators import DEFAULT_GRACE_MS
+
+        _counting_only(plan)
+        aggregation = plan.aggregation
+        assert aggregation is not None and plan.sink is not None
+        if plan.source.kind != "STREAM" or plan.joins or plan.table_functions:
+            raise Unsupported("the plan's shape")
+        window = aggregation.window
+        self.size = window.size_ms if window is not None else None
+        self.grace = (
+            DEFAULT_GRACE_MS if window is None or window.grace_ms is None else window.grace_ms
+        )
+        self.calls = [c.column for c in aggregation.calls]
+        self.group_columns = list(aggregation.group_columns)
+        self.group_types = [_arrow_type(t) for t in aggregation.group_types]
+        expressions = ArrowExpressions(plan.output_scope(), set(aggregation.columns))
+        self.writer = JsonSinkWriter(plan, expressions)
+        if plan.sink.is_windowed != (window is not None):
+            raise Unsupported("the sink's window")
+
+    def run(self, stored: dict[str, Any], group: tuple[Any, ...], times: Any, floor: int) -> Any:
+        """``times`` (the rows' ROWTIME in offset order) counted into ``stored`` (the
+        group's state, changed in place); the records of the updates (None: none)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        windows: dict[int, dict[str, Any]] = stored["windows"]
+        stream_time: int = stored["stream_time"]
+        size, grace, width = self.size, self.grace, len(self.calls)
+        starts: list[int] = []
+        counts: list[Any] = []
+        stamps: list[int] = []
+        for timestamp in times:
+            stream_time = max(stream_time, floor, timestamp)
+            if size is None:
+                start = end = -1
+            else:
+                start = timestamp - timestamp % size
+                end = start + size
+                if end + grace <= stream_time:
+                    continue  # late: its window has closed
+            slot = windows.get(start)
+            if slot is None:
+                slot = windows[start] = {"end": end, "acc": [0] * width, "ts": timestamp}
+            accumulators = slot["acc"]
+            for index in range(width):
+                accumulators[index] += 1
+            if timestamp > slot["ts"]:
+                slot["ts"] = timestamp
+            starts.append(start)
+            counts.append(accumulators[0] if width == 1 else tuple(accumulators))
+            stamps.append(slot["ts"])
+        stored["stream_time"] = stream_time
+        if size is not None:
+            for start in [s for s, slot in windows.items() if slot["end"] + grace <= stream_time]:
+                del windows[start]
+        rows = len(starts)
+        if not rows:
+            return None
+        columns: Columns = {
+            name: pa.array([value] * rows, kind)
+            for name, value, kind in zip(self.group_columns, group, self.group_types, strict=True)
+        }
+        for index, name in enumerate(self.calls):
+            column = counts if width == 1 else [c[index] for c in counts]
+            columns[name] = pa.array(column, pa.int64())
+        columns["ROWTIME"] = timestamps = pa.array(stamps, pa.int64())
+        if size is not None:
+            columns["WINDOWSTART"] = pa.array(starts, pa.int64())
+            columns["WINDOWEND"] = pa.array([s + size for s in starts], pa.int64())
+        keys = self.writer.key_bytes(columns, rows)
+        if size is not None:
+            bounds = {s: struct.pack(">q", s) for s in set(starts)}
+            keys = pc.binary_join_element_wise(
+                pc.fill_null(keys, b""), pa.array([bounds[s] for s in starts], pa.binary()), b""
+            )
+        values = self.writer.value_bytes(columns, rows)
+        return self.writer.batch(keys, values, timestamps)

@@ -1,0 +1,207 @@
+"""The batch path of a counting aggregation (``strom.ksql.arrow_aggregate``) against the
+record-at-a-time one: the grouping step keys rows by the same pickled groups (and drops
+the same rows: WHERE, null groups), and the counting step, over several micro-batches
+of a group with late records and windows closing, writes the same records and leaves
+the same state. The aggregation step runs in ``runtime``'s processor with a state
+handle kept in a dict (what Spark's state store does for it). No Spark."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from strom.ksql import runtime
+from strom.ksql import statements as st
+from strom.ksql.arrow_aggregate import compile_counting, compile_grouping
+from strom.ksql.metastore import Metastore
+from strom.ksql.parser import parse_statement
+from strom.ksql.planner import QueryPlan, SinkRequest, plan_query
+from strom.ksql.runtime import QuerySpec, _TaskParts
+
+BASE = 1_767_225_600_000
+MINUTE = 60_000
+
+
+@pytest.fixture(scope="module")
+def metastore() -> Metastore:
+    store = Metastore()
+    text = (
+        "CREATE STREAM views (user_id STRING KEY, page STRING, region STRING, n INTEGER) "
+        "WITH (KAFKA_TOPIC='views', VALUE_FORMAT='JSON');"
+    )
+    statement = parse_statement(text)
+    assert isinstance(statement, st.CreateSource)
+    store.put_source(store.source_from_statement(statement, text))
+    return store
+
+
+def plan(metastore: Metastore, text: str) -> QueryPlan:
+    statement = parse_statement(text)
+    assert isinstance(statement, st.CreateAsSelect)
+    request = SinkRequest(statement.name, statement.kind, statement.properties, None, 1)
+    return plan_query(statement.query, metastore, request, text)
+
+
+QUERIES = [
+    "CREATE TABLE a AS SELECT user_id, COUNT(*) AS views FROM views "
+    "WINDOW TUMBLING (SIZE 1 MINUTE, GRACE PERIOD 2 MINUTES) GROUP BY user_id EMIT CHANGES;",
+    "CREATE TABLE b AS SELECT page, COUNT(*) AS c, COUNT(*) * 2 AS twice, "
+    "WINDOWSTART AS ws, WINDOWEND AS we FROM views WINDOW TUMBLING (SIZE 1 MINUTE) "
+    "WHERE region = 'eu' GROUP BY page EMIT CHANGES;",
+    "CREATE TABLE c AS SELECT region, COUNT(*) AS c FROM views GROUP BY region EMIT CHANGES;",
+]
+
+
+def batch(records: list[tuple[bytes | None, bytes | None, int]], first: int) -> pa.RecordBatch:
+    n = len(records)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([r[0] for r in records], pa.binary()),
+            pa.array([r[1] for r in records], pa.binary()),
+            pa.array(["views"] * n, pa.string()),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(first, first + n), pa.int64()),
+            pa.array([r[2] * 1000 for r in records], pa.timestamp("us", tz="UTC")),
+            pa.array([0] * n, pa.int32()),
+        ],
+        names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"],
+    )
+
+
+class _State:
+    def __init__(self, store: dict[str, Any], key: bytes) -> None:
+        self.store, self.key = store, key
+
+    def exists(self) -> bool:
+        return self.key in self.store
+
+    def get(self) -> tuple[bytes]:
+        return (self.store[self.key],)
+
+    def update(self, value: tuple[bytes]) -> None:
+        self.store[self.key] = value[0]
+
+    def clear(self) -> None:
+        self.store.pop(self.key, None)
+
+
+class _Handle:
+    def __init__(self, store: dict[str, Any], key: bytes) -> None:
+        self.state = _State(store, key)
+
+    def getValueState(self, name: str, schema: Any) -> _State:
+        return self.state
+
+    def registerTimer(self, due: int) -> None:
+        return None
+
+    def deleteTimer(self, due: int) -> None:
+        return None
+
+
+class _Timers:
+    def __init__(self, watermark: int) -> None:
+        self.watermark = watermark
+
+    def getCurrentWatermarkInMs(self) -> int:
+        return self.watermark
+
+
+def run(
+    query: QueryPlan, micro_batches: list[pa.RecordBatch], fast: bool, name: str
+) -> tuple[list[Any], list[Any], dict[bytes, Any]]:
+    """The micro-batches through both steps: (grouped rows, output rows, state)."""
+    spec = QuerySpec(name, query, {"bootstrap.servers": "x"}, None, {}, "log", False, "x", 500)
+    parts = _TaskParts(spec)
+    if not fast:
+        parts.batch_grouping = parts.batch_counting = None
+    runtime._PARTS[name] = parts
+    processor = runtime._aggregate_processor(spec)
+    store: dict[bytes, Any] = {}
+    grouped_rows: list[Any] = []
+    outputs: list[Any] = []
+    watermark = -1
+    for micro_batch in micro_batches:
+        grouped = pa.Table.from_batches(list(runtime.run_grouping(spec, iter([micro_batch]))))
+        grouped_rows += [
+            (r["grp"], r["part"], r["off"], r["ts"], r["payload"] == b"")
+            for r in grouped.to_pylist()
+        ]
+        frame = grouped.to_pandas()
+        for key, rows in frame.groupby("grp", sort=True):
+            processor.init(_Handle(store, key))
+            for out in processor.handleInputRows((key,), iter([rows]), _Timers(watermark)):
+                outputs += out.to_dict("records")
+        times = micro_batch.column("timestamp").cast(pa.int64()).to_pylist()
+        watermark = max(watermark, max(times) // 1000 - 2 * MINUTE)
+    state = {k: pickle.loads(v) for k, v in store.items()}
+    return grouped_rows, outputs, state
+
+
+def views(start: int, count: int, at: int) -> list[tuple[bytes | None, bytes | None, int]]:
+    regions = ["eu", "us", None]
+    records: list[tuple[bytes | None, bytes | None, int]] = []
+    for i in range(start, start + count):
+        value = {"page": f"/p/{i % 4}" if i % 7 else None, "region": regions[i % 3], "n": i}
+        records.append((f"u{i % 5}".encode(), json.dumps(value).encode(), at + i * 7_000))
+    return records
+
+
+@pytest.mark.parametrize("text", QUERIES)
+def test_counting_on_arrow_writes_what_the_operators_write(metastore: Metastore, text: str) -> None:
+    query = plan(metastore, text)
+    assert compile_grouping(query) is not None and compile_counting(query) is not None
+    late = [(b"u1", b'{"page": "/p/1", "region": "eu"}', BASE - 10 * MINUTE)]
+    micro_batches = [
+        batch(views(0, 40, BASE), 0),
+        batch(views(40, 30, BASE) + late + [(b"u2", None, BASE + 300_000)], 40),
+        batch(views(100, 25, BASE + 20 * MINUTE), 80),  # windows of the start close
+    ]
+    fast = run(query, micro_batches, True, f"fast-{text[13]}")
+    slow = run(query, micro_batches, False, f"slow-{text[13]}")
+    assert [r[:4] for r in fast[0]] == [r[:4] for r in slow[0]]  # groups, rows, times
+    assert all(r[4] for r in fast[0]) and not any(r[4] for r in slow[0])  # Arrow's rows
+    assert fast[1] == slow[1]
+    assert fast[2] == slow[2]
+    assert len(slow[1]) > 20
+
+
+def test_a_batch_it_cannot_vouch_for_is_grouped_record_at_a_time(metastore: Metastore) -> None:
+    query = plan(metastore, QUERIES[0])
+    grouping = compile_grouping(query)
+    assert grouping is not None
+    good = batch(views(0, 3, BASE), 0)
+    assert grouping.run(good) is not None
+    bad = batch(views(0, 3, BASE) + [(b"u9", b"not json", BASE)], 0)
+    assert grouping.run(bad) is None
+    grouped, outputs, _ = run(query, [bad], True, "bad")
+    assert len(grouped) == 4  # three rows and the processing log entry
+    assert [o["topic"] for o in outputs].count("log") == 1
+    assert [o["topic"] for o in outputs].count("A") == 3
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "CREATE TABLE d AS SELECT user_id, SUM(n) AS s FROM views GROUP BY user_id EMIT CHANGES;",
+        "CREATE TABLE e AS SELECT user_id, COUNT(*) AS c FROM views GROUP BY user_id "
+        "HAVING COUNT(*) > 1 EMIT CHANGES;",
+        "CREATE TABLE f AS SELECT user_id, COUNT(*) AS c FROM views "
+        "WINDOW HOPPING (SIZE 2 MINUTES, ADVANCE BY 1 MINUTE) GROUP BY user_id EMIT CHANGES;",
+        "CREATE TABLE g AS SELECT user_id, COUNT(*) AS c FROM views "
+        "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY user_id EMIT FINAL;",
+    ],
+)
+def test_other_aggregations_run_record_at_a_time(metastore: Metastore, text: str) -> None:
+    query = plan(metastore, text)
+    assert compile_grouping(query) is None and compile_counting(query) is None
+
+
+def test_pandas_frames_hold_what_spark_gives() -> None:
+    frame = pd.DataFrame({"ts": pd.to_datetime([BASE + 5], unit="ms", utc=True)})
+    assert runtime._row_times(frame).tolist() == [BASE + 5]
