@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -117,14 +118,27 @@ class _Http2Connection(asyncio.Protocol):
     def __init__(self, handlers: ProtocolFactory, transport: asyncio.Transport) -> None:
         self.handlers = handlers
         self.transport = transport
+        # What comes in is checked (a name or value h2 refuses never reaches aiohttp's
+        # HTTP/1.1 parser); what goes out is aiohttp's answer, its values already checked
+        # there and its names made lower-case here: h2 need not go over them again.
         self.h2 = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=False, header_encoding=None)
+            h2.config.H2Configuration(
+                client_side=False,
+                header_encoding=None,
+                validate_outbound_headers=False,
+                normalize_outbound_headers=False,
+            )
         )
         self.streams: dict[int, _StreamTransport] = {}
         self.writing_paused = False
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # as aiohttp does for its connections: a small frame is not held back for
+            # the peer's acknowledgement of the one before
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.h2.initiate_connection()
         self.send_pending()
 
