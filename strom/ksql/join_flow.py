@@ -58,6 +58,14 @@ class Message:
     order: int = 1  # 0: a table's change, served first at a tie
 
 
+def flowing(plan: QueryPlan) -> bool:
+    """Whether a join runs as a flow of stages: a chain of joins, a foreign-key join,
+    an aggregation over a join, or sources sharing a topic (a join of two sources on
+    their keys runs as one keyed step)."""
+    topics = [s.topic for s in plan.sources]
+    return plan.join is not None and (len(stages(plan)) > 1 or len(set(topics)) < len(topics))
+
+
 def stages(plan: QueryPlan) -> tuple[Stage, ...]:
     found: list[Stage] = []
     for step, join in enumerate(plan.joins):

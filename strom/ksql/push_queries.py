@@ -39,7 +39,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from strom.ksql import expressions as ex
 from strom.ksql import processing_log
+from strom.ksql.join_flow import JoinFlow, flowing
 from strom.ksql.metastore import DataSource
 from strom.ksql.operators import Change, Operators, TableRegrouping
 from strom.ksql.planner import QueryPlan
@@ -97,6 +99,9 @@ class PushQuery:
         join = plan.join
         self.right_reader = RecordReader(join.right, registry) if join is not None else None
         self.join_states: dict[Any, dict[str, Any]] = {}
+        self.flow = JoinFlow(self.operators) if flowing(plan) else None
+        self.readers = [RecordReader(s, registry) for s in plan.sources]
+        self.flow_states: dict[tuple[int, Any], dict[Any, Any]] = {}
 
     def _expression_error(self, message: str) -> None:
         self._log(processing_log.processing_error(self.query_id, message))
@@ -112,6 +117,8 @@ class PushQuery:
     def run(self, emit: Callable[[list[Any]], None], partitions: list[int]) -> bool:
         """Runs until LIMIT (True) or until stopped (False). A join's table is read from
         its start, and up to its end before the first stream record is joined."""
+        if self.flow is not None:
+            return self._run_flow(emit, partitions)
         consumer = Consumer(
             {
                 **self.client,
@@ -179,6 +186,98 @@ class PushQuery:
             if self.log_producer is not None:
                 self.log_producer.flush(5)
         return False
+
+    def _run_flow(self, emit: Callable[[list[Any]], None], partitions: list[int]) -> bool:
+        """A chain of joins, a foreign-key join or GROUP BY over a join
+        (``strom.ksql.join_flow``): every source's topic read, a table's from its start
+        and to its end before the first stream record joins; each record through the
+        flow's stages."""
+        consumer = Consumer(
+            {
+                **self.client,
+                "group.id": f"_strom-ksql-{self.query_id}-{uuid.uuid4()}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        start = OFFSET_BEGINNING if self.offset_reset == "earliest" else OFFSET_END
+        tables = {s.topic for s in self.plan.sources if s.kind == "TABLE"}
+        assigned: list[TopicPartition] = []
+        loading: dict[tuple[str, int], int] = {}  # the tables' partitions still to read
+        for topic in dict.fromkeys(s.topic for s in self.plan.sources):
+            if topic == self.plan.source.topic and topic not in tables:
+                assigned += [TopicPartition(topic, p, start) for p in partitions]
+                continue
+            metadata = consumer.list_topics(topic, timeout=30).topics[topic]
+            for partition in sorted(metadata.partitions):
+                if topic not in tables:
+                    assigned.append(TopicPartition(topic, partition, start))
+                    continue
+                assigned.append(TopicPartition(topic, partition, OFFSET_BEGINNING))
+                end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[
+                    1
+                ]
+                if end > 0:
+                    loading[(topic, partition)] = end
+        consumer.assign(assigned)
+        held: list[SourceRecord] = []  # stream records waiting for the tables
+        emitted = 0
+        limit = self.plan.limit
+        try:
+            while not self.stopped.is_set():
+                records: list[SourceRecord] = []
+                for message in consumer.consume(500, POLL_S):
+                    error = message.error()
+                    if error is not None:
+                        if error.code() != KafkaError._PARTITION_EOF:
+                            log.warning("push query %s: %s", self.query_id, error.str())
+                        continue
+                    record = _record(message)
+                    if record.topic in tables:
+                        records.append(record)
+                        position = (record.topic, record.partition)
+                        if record.offset + 1 >= loading.get(position, 0):
+                            loading.pop(position, None)
+                    elif loading:
+                        held.append(record)
+                    else:
+                        records.append(record)
+                if not loading and held:
+                    records, held = records + held, []
+                for record in records:
+                    for change in self._flow_record(record):
+                        if change.value is None:
+                            continue
+                        emit([change.value.get(n) for n in self.names])
+                        emitted += 1
+                        if limit is not None and emitted >= limit:
+                            return True
+        finally:
+            consumer.close()
+            if self.log_producer is not None:
+                self.log_producer.flush(5)
+        return False
+
+    def _flow_record(self, record: SourceRecord) -> list[Change]:
+        """A record as a row of each source over its topic, through the flow."""
+        assert self.flow is not None
+        changes: list[Change] = []
+        for index, source in enumerate(self.plan.sources):
+            if source.topic != record.topic:
+                continue
+            try:
+                row = self.readers[index].read(record)
+            except RecordError as exc:
+                self._log(
+                    processing_log.deserialization_error(
+                        self.query_id, exc.target, exc.message, record.topic
+                    )
+                )
+                continue
+            stream_time = max(self.stream_times.get(-1, -1), row.timestamp)
+            self.stream_times[-1] = stream_time
+            changes += self.flow.process(index, row, self.flow_states, stream_time)
+        return changes
 
     def update_table(self, record: SourceRecord) -> None:
         """A stream-table join's table record: its row kept by key."""
@@ -258,6 +357,8 @@ class Materialized:
         self.source = source
         self.reader = RecordReader(source, registry)
         self.rows: dict[Any, Row] = {}
+        # a table's rows by their key columns' values (their record keys, in rows' order)
+        self.by_key: dict[tuple[Any, ...], dict[Any, None]] = {}
         self.stream_rows: list[Row] = []
         self.lock = threading.Lock()
         self.consumer = Consumer(
@@ -311,15 +412,60 @@ class Materialized:
             return
         key = (record.key,)
         if row.tombstone:
-            self.rows.pop(key, None)
+            gone = self.rows.pop(key, None)
+            if gone is not None:
+                found = self.by_key.get(self._key_columns(gone))
+                if found is not None:
+                    found.pop(key, None)
+                    if not found:
+                        del self.by_key[self._key_columns(gone)]
         else:
+            if key not in self.rows:  # an update keeps its place, in both
+                self.by_key.setdefault(self._key_columns(row), {})[key] = None
             self.rows[key] = row
 
-    def current(self) -> list[Row]:
-        return list(self.rows.values()) if self.source.kind == "TABLE" else list(self.stream_rows)
+    def _key_columns(self, row: Row) -> tuple[Any, ...]:
+        return tuple(row.columns.get(c.name) for c in self.source.key_columns)
+
+    def current(self, where: ex.Expression | None = None) -> list[Row]:
+        """The rows (in the order they came) that may satisfy ``where``: a table's rows
+        of one key when ``where`` requires that key (``KEY = literal``, alone or in an
+        AND), else all of them."""
+        if self.source.kind != "TABLE":
+            return list(self.stream_rows)
+        wanted = _key_wanted(where, self.source)
+        if wanted is None:
+            return list(self.rows.values())
+        return [self.rows[k] for k in self.by_key.get(wanted, ())]
 
     def close(self) -> None:
         self.consumer.close()
+
+
+def _key_wanted(where: ex.Expression | None, source: DataSource) -> tuple[Any] | None:
+    """The key a pull query's WHERE requires (``KEY = literal``, of the key column's
+    type, alone or in an AND), or None."""
+    keys = source.key_columns
+    if where is None or len(keys) != 1:
+        return None
+    if isinstance(where, ex.Logical):
+        if where.operator != "AND":
+            return None
+        return _key_wanted(where.left, source) or _key_wanted(where.right, source)
+    if not isinstance(where, ex.Comparison) or where.operator != "=":
+        return None
+    for column, literal in ((where.left, where.right), (where.right, where.left)):
+        if (
+            isinstance(column, ex.ColumnReference)
+            and column.name == keys[0].name
+            and isinstance(literal, ex.Literal)
+        ):
+            kind, value = str(keys[0].type), literal.value
+            if kind == "STRING" and isinstance(value, str):
+                return (value,)
+            if kind in ("INTEGER", "BIGINT") and type(value) is int:
+                return (value,)
+    return None
 
 
 def pull_rows(plan: QueryPlan, rows: list[Row]) -> list[list[Any]]:

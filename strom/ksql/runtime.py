@@ -42,18 +42,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from strom.ksql import processing_log
+from strom.ksql.join_flow import flowing
 from strom.ksql.planner import QueryPlan
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
+
+    from strom.ksql.join_flow import JoinFlow
 
 log = logging.getLogger(__name__)
 
 OUTPUT_SCHEMA = "topic string, key binary, value binary, timestamp long"
 GROUPED_SCHEMA = "grp binary, part int, off long, seq int, ts timestamp, payload binary"
+CHAINED_SCHEMA = "grp binary, stage int, part int, off long, seq int, ts timestamp, payload binary"
 LOG_GROUP = b"\x00processing-log"  # the group of processing log entries, passed through
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -104,12 +108,22 @@ class _TaskParts:
         self.reader = RecordReader(spec.plan.source, registry)
         join = spec.plan.join
         self.right_reader = RecordReader(join.right, registry) if join is not None else None
+        self.readers = [RecordReader(s, registry) for s in spec.plan.sources]
+        self._flow: JoinFlow | None = None
         self.operators = Operators(spec.plan, self._on_error)
         assert spec.plan.sink is not None
         self.writer = RecordWriter(spec.plan.sink, registry)
         self.batch_stateless = compile_stateless(spec.plan)  # None: record at a time
         self.batch_grouping = compile_grouping(spec.plan)
         self.batch_counting = compile_counting(spec.plan)
+
+    def flow(self) -> JoinFlow:
+        """The plan's join stages (a chain, a foreign-key join, GROUP BY over a join)."""
+        if self._flow is None:
+            from strom.ksql.join_flow import JoinFlow
+
+            self._flow = JoinFlow(self.operators)
+        return self._flow
 
     def _on_error(self, message: str) -> None:
         self.errors.append(processing_log.processing_error(self.spec.query_id, message))
@@ -160,11 +174,20 @@ def _source_records(batch: pa.RecordBatch) -> Iterator[Any]:
         )
 
 
-def _read(parts: _TaskParts, record: Any, out: list[tuple[Any, ...]], right: bool = False) -> Any:
-    """The record's row, or None (its processing log entry added to ``out``)."""
+def _read(
+    parts: _TaskParts,
+    record: Any,
+    out: list[tuple[Any, ...]],
+    right: bool = False,
+    source: int | None = None,
+) -> Any:
+    """The record's row (as a row of the plan's ``source``-th source when given), or
+    None (its processing log entry added to ``out``)."""
     from strom.ksql.readers import RecordError
 
     try:
+        if source is not None:
+            return parts.readers[source].read(record)
         if right:
             assert parts.right_reader is not None
             return parts.right_reader.read(record)
@@ -390,6 +413,226 @@ def _join_processor(spec: QuerySpec) -> Any:
             return None
 
     return JoinProcessor()
+
+
+def run_flow_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow before a flow of join stages: each record read as a row of every
+    source over its topic, keyed for its first stage (the stage, the tie order and the
+    message in the row)."""
+    parts = _parts(spec)
+    flow = parts.flow()
+    sources = spec.plan.sources
+    for batch in batches:
+        chained = _Chained()
+        for record in _source_records(batch):
+            for index, source in enumerate(sources):
+                if source.topic != record.topic:
+                    continue
+                out: list[tuple[Any, ...]] = []
+                row = _read(parts, record, out, source=index)
+                messages = flow.entries(index, row) if row is not None else []
+                for entry in [o[2] for o in out] + parts.take_errors():
+                    chained.add(LOG_GROUP, -1, record, 0, record.timestamp, entry)
+                for message in messages:
+                    chained.add(
+                        pickle.dumps(message.key), message.stage, record, message.order,
+                        message.timestamp, pickle.dumps(message.payload),
+                    )  # fmt: skip
+        yield chained.batch()
+
+
+class _Chained:
+    """Rows of a flow of join stages: (group, stage, partition, offset, tie order,
+    timestamp in microseconds, payload); the stage -1 for processing log entries."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[bytes, int, int, int, int, int, bytes]] = []
+
+    def add(
+        self, group: bytes, stage: int, record: Any, order: int, ms: int, payload: bytes
+    ) -> None:
+        self.rows.append((group, stage, record.partition, record.offset, order, ms * 1000, payload))
+
+    def batch(self) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        columns: list[Any] = list(zip(*self.rows, strict=True)) if self.rows else [()] * 7
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(columns[0], pa.binary()),
+                pa.array(columns[1], pa.int32()),
+                pa.array(columns[2], pa.int32()),
+                pa.array(columns[3], pa.int64()),
+                pa.array(columns[4], pa.int32()),
+                pa.array(columns[5], pa.timestamp("us", tz="UTC")),
+                pa.array(columns[6], pa.binary()),
+            ],
+            names=["grp", "stage", "part", "off", "seq", "ts", "payload"],
+        )
+
+
+def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
+    """One stage of a flow of joins: the rows for it run in their key's state (Spark's
+    state store), in timestamp order (a table's change first at a tie); the rows for
+    later stages pass through. ``output``: "chain" (rows for the next stages), "grouped"
+    (rows for the aggregation after the last join) or "records" (the sink's)."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    class FlowProcessor(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.handle = handle
+            self.state = handle.getValueState(
+                "flow_state", StructType([StructField("state", BinaryType())])
+            )
+
+        def _windowed(self, parts: _TaskParts) -> int | None:
+            """Stream-stream: the stage's join (its reach from the watermark)."""
+            from strom.ksql.join_flow import JOIN
+
+            stage = parts.flow().stages[stage_index]
+            if stage.kind == JOIN and spec.plan.joins[stage.step].shape == "stream-stream":
+                return stage.step
+            return None
+
+        def _emit(
+            self, parts: _TaskParts, messages: list[Any], changes: list[Any], position: Any
+        ) -> list[tuple[Any, ...]]:
+            rows: list[tuple[Any, ...]] = []
+            if output == "records":
+                _write(parts, changes, rows)
+                rows.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
+                return rows
+            errors = parts.take_errors()
+            for message in messages:
+                row = (
+                    pickle.dumps(message.key), message.stage, position.partition,
+                    position.offset, message.order, message.timestamp * 1000,
+                    pickle.dumps(message.payload),
+                )  # fmt: skip
+                rows.append(row)
+            rows.extend((LOG_GROUP, -1, 0, 0, 0, 0, e) for e in errors)
+            return rows
+
+        def _frame(self, rows: list[tuple[Any, ...]]) -> Iterator[pd.DataFrame]:
+            if not rows:
+                return
+            if output == "records":
+                yield _frame(rows)
+                return
+            yield _chained_frame(rows, grouped=output == "grouped")
+
+        def _save(self, parts: _TaskParts, stored: dict[str, Any], step: int | None) -> None:
+            if step is not None:  # an event-time timer for the next record to leave
+                due = parts.operators.next_join_close(stored, step)
+                due = None if due is None else due + 1 - parts.operators.join_reach(step)
+                if stored.get("timer") not in (None, due):
+                    self.handle.deleteTimer(stored["timer"])
+                    stored["timer"] = None
+                if due is not None and stored.get("timer") is None:
+                    self.handle.registerTimer(due)
+                    stored["timer"] = due
+            if any(v for k, v in stored.items() if k not in ("time", "timer")):
+                self.state.update((pickle.dumps(stored),))
+            else:
+                self.state.clear()
+
+        def handleInputRows(
+            self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+        ) -> Iterator[pd.DataFrame]:
+            import pandas as pd
+
+            from strom.ksql.join_flow import Message
+
+            parts = _parts(spec)
+            frame = pd.concat(list(rows), ignore_index=True)
+            passing = frame[frame["stage"] != stage_index]
+            out: list[tuple[Any, ...]] = []
+            if len(passing):
+                if output == "records":  # only processing log entries are left
+                    out = [(spec.log_topic, None, p, None) for p in passing["payload"]]
+                else:
+                    out = list(passing.itertuples(index=False, name=None))
+            mine = frame[frame["stage"] == stage_index]
+            if len(mine):
+                mine = mine.sort_values(["ts", "seq", "part", "off"], kind="stable")
+                group = pickle.loads(key[0])
+                stored = pickle.loads(self.state.get()[0]) if self.state.exists() else {}
+                step = self._windowed(parts)
+                if step is not None:
+                    watermark = _watermark(timerValues)
+                    if watermark >= 0:
+                        reach = watermark + parts.operators.join_reach(step)
+                        stored["time"] = max(stored.get("time", -1), reach)
+                flow = parts.flow()
+                for part, off, seq, ts, payload in zip(
+                    mine["part"], mine["off"], mine["seq"], mine["ts"], mine["payload"],
+                    strict=True,
+                ):  # fmt: skip
+                    timestamp = int(ts.value // 1_000_000)
+                    stored["time"] = max(stored.get("time", -1), timestamp)
+                    content = pickle.loads(payload)
+                    message = Message(stage_index, group, content, timestamp, int(seq))
+                    state = stored.setdefault("state", {})
+                    messages, changes = flow.step(message, state, stored["time"])
+                    out += self._emit(parts, messages, changes, _Position(int(part), int(off)))
+                self._save(parts, stored, step)
+            if output != "records":
+                out = [_chained_row(r, output == "grouped") for r in out]
+            yield from self._frame(out)
+
+        def handleExpiredTimer(
+            self, key: Any, timerValues: Any, expiredTimerInfo: Any
+        ) -> Iterator[pd.DataFrame]:
+            parts = _parts(spec)
+            step = self._windowed(parts)
+            stored = pickle.loads(self.state.get()[0]) if self.state.exists() else {}
+            stored["timer"] = None
+            if step is None:
+                return
+            reach = _watermark(timerValues) + parts.operators.join_reach(step)
+            stored["time"] = max(stored.get("time", -1), reach)
+            group = pickle.loads(key[0])
+            state = stored.setdefault("state", {})
+            messages, changes = parts.flow().close(stage_index, group, state, stored["time"])
+            out = self._emit(parts, messages, changes, _Position(0, 0))
+            self._save(parts, stored, step)
+            if output != "records":
+                out = [_chained_row(r, output == "grouped") for r in out]
+            yield from self._frame(out)
+
+        def close(self) -> None:
+            return None
+
+    return FlowProcessor()
+
+
+def _chained_row(row: tuple[Any, ...], grouped: bool) -> tuple[Any, ...]:
+    """A chained row (group, stage, partition, offset, order, timestamp, payload) as the
+    aggregation's grouped row (the stage dropped, the payload as it expects) when
+    ``grouped``; a timestamp in microseconds either way."""
+    ts = row[5]
+    if hasattr(ts, "value"):  # a pandas Timestamp passing through
+        ts = int(ts.value // 1000)
+    if not grouped:
+        return (*row[:5], ts, row[6])
+    return (row[0], row[2], row[3], row[4], ts, row[6])
+
+
+def _chained_frame(rows: list[tuple[Any, ...]], grouped: bool) -> pd.DataFrame:
+    import pandas as pd
+
+    names = (
+        ["grp", "part", "off", "seq", "ts", "payload"]
+        if grouped
+        else ["grp", "stage", "part", "off", "seq", "ts", "payload"]
+    )
+    frame = pd.DataFrame(rows, columns=names)
+    frame["ts"] = pd.to_datetime(frame["ts"], unit="us", utc=True)
+    for column in ("part", "seq", *(() if grouped else ("stage",))):
+        frame[column] = frame[column].astype("int32")
+    frame["off"] = frame["off"].astype("int64")
+    return frame
 
 
 def _regroup_processor(spec: QuerySpec) -> Any:
@@ -651,7 +894,7 @@ class SparkQueries:
         reader = (
             spark.readStream.format("strom")
             .option("kafka.bootstrap.servers", spec.client["bootstrap.servers"])
-            .option("subscribe", ",".join(s.topic for s in plan.sources))
+            .option("subscribe", ",".join(dict.fromkeys(s.topic for s in plan.sources)))
             .option("startingOffsets", spec.offset_reset)
             .option("failOnDataLoss", "false")
         )
@@ -663,7 +906,9 @@ class SparkQueries:
         if any(c.namespace == "HEADER" for s in plan.sources for c in s.columns):
             reader = reader.option("includeHeaders", "true")
         frame = reader.load()
-        if plan.join is not None:
+        if flowing(plan):
+            output = _flow_output(frame, spec)
+        elif plan.join is not None:
             keyed = frame.mapInArrow(lambda batches: run_join_keying(spec, batches), GROUPED_SCHEMA)
             windowed = plan.join.shape == "stream-stream"
             if windowed:  # the watermark trails the stream time by the join's reach
@@ -679,23 +924,7 @@ class SparkQueries:
             output = frame.mapInArrow(lambda batches: run_stateless(spec, batches), OUTPUT_SCHEMA)
         else:
             grouped = frame.mapInArrow(lambda batches: run_grouping(spec, batches), GROUPED_SCHEMA)
-            if source.kind == "TABLE":
-                grouped = grouped.groupBy("grp").transformWithStateInPandas(
-                    statefulProcessor=_regroup_processor(spec),
-                    outputStructType=GROUPED_SCHEMA,
-                    outputMode="Append",
-                    timeMode="None",
-                )
-            windowed = plan.aggregation.window is not None
-            if windowed:
-                grace = _grace_ms(plan)
-                grouped = grouped.withWatermark("ts", f"{grace} milliseconds")
-            output = grouped.groupBy("grp").transformWithStateInPandas(
-                statefulProcessor=_aggregate_processor(spec),
-                outputStructType=OUTPUT_SCHEMA,
-                outputMode="Append",
-                timeMode="EventTime" if windowed else "None",
-            )
+            output = _aggregated(grouped, spec, regroup=source.kind == "TABLE")
         writer = (
             output.writeStream.format("strom")
             .queryName(spec.query_id)
@@ -744,11 +973,69 @@ class SparkQueries:
                 self.session = None
 
 
-def _join_reach(plan: QueryPlan) -> int:
+def _aggregated(grouped: DataFrame, spec: QuerySpec, regroup: bool) -> DataFrame:
+    """The aggregation's steps over the grouped rows: over a table's changes the
+    regrouping first (the undo of a key's old row), then the groups' accumulators."""
+    plan = spec.plan
+    assert plan.aggregation is not None
+    if regroup:
+        grouped = grouped.groupBy("grp").transformWithStateInPandas(
+            statefulProcessor=_regroup_processor(spec),
+            outputStructType=GROUPED_SCHEMA,
+            outputMode="Append",
+            timeMode="None",
+        )
+    windowed = plan.aggregation.window is not None
+    if windowed:
+        grace = _grace_ms(plan)
+        grouped = grouped.withWatermark("ts", f"{grace} milliseconds")
+    return grouped.groupBy("grp").transformWithStateInPandas(
+        statefulProcessor=_aggregate_processor(spec),
+        outputStructType=OUTPUT_SCHEMA,
+        outputMode="Append",
+        timeMode="EventTime" if windowed else "None",
+    )
+
+
+def _flow_output(frame: DataFrame, spec: QuerySpec) -> DataFrame:
+    """A flow of join stages (``strom.ksql.join_flow``) on Spark: the records keyed for
+    their first stage, then one ``transformWithStateInPandas`` per join stage (each
+    passing on the rows of the stages after it), then the aggregation, if any."""
+    from strom.ksql.join_flow import JOIN, REGROUP, stages
+
+    plan = spec.plan
+    flow_stages = stages(plan)
+    joins = [i for i, s in enumerate(flow_stages) if s.kind not in (REGROUP, "aggregate")]
+    current = frame.mapInArrow(lambda batches: run_flow_keying(spec, batches), CHAINED_SCHEMA)
+    windowed = [
+        s.step
+        for s in flow_stages
+        if s.kind == JOIN and plan.joins[s.step].shape == "stream-stream"
+    ]
+    if windowed:  # the watermark trails the stream time by the longest join reach
+        reach = max(_join_reach(plan, step) for step in windowed)
+        current = current.withWatermark("ts", f"{reach} milliseconds")
+    for index in joins:
+        last = index == joins[-1]
+        output = "chain" if not last else ("records" if plan.aggregation is None else "grouped")
+        schema = {"chain": CHAINED_SCHEMA, "grouped": GROUPED_SCHEMA}.get(output, OUTPUT_SCHEMA)
+        stage = flow_stages[index]
+        event_time = stage.kind == JOIN and stage.step in windowed
+        current = current.groupBy("grp").transformWithStateInPandas(
+            statefulProcessor=_flow_processor(spec, index, output),
+            outputStructType=schema,
+            outputMode="Append",
+            timeMode="EventTime" if event_time else "None",
+        )
+    if plan.aggregation is None:
+        return current
+    return _aggregated(current, spec, regroup=any(s.kind == REGROUP for s in flow_stages))
+
+
+def _join_reach(plan: QueryPlan, step: int = 0) -> int:
     from strom.ksql.operators import DEFAULT_GRACE_MS
 
-    join = plan.join
-    assert join is not None
+    join = plan.joins[step]
     grace = DEFAULT_GRACE_MS if join.grace_ms is None else join.grace_ms
     return join.before_ms + join.after_ms + grace
 
