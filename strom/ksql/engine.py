@@ -889,7 +889,7 @@ class KsqlEngine:
                 self._materialized[source.name] = found
         with found.lock:
             found.catch_up(partitions)
-            rows = found.current()
+            rows = found.current(plan.where)
         return pull_rows(plan, rows)
 
     def _show(self, statement: st.Show, text: str, scope: RequestScope) -> dict[str, Any]:
