@@ -66,8 +66,7 @@ held on this node, or the stored state when this node keeps it (else
 COORDINATOR_NOT_AVAILABLE), with a new state epoch; DescribeShareGroupOffsets
 with no topics named does not know the share-partitions of an empty group whose state
 is kept in __share_group_state partitions this node has no replica of (Kafka keeps
-the initialized partitions in the group's records); share group membership is not stored
-(members rejoin after a restart or a coordinator move); ``batch_size`` and
+the initialized partitions in the group's records); ``batch_size`` and
 ``share_acquire_mode`` are not used (acquisition is batch-optimized).
 """
 

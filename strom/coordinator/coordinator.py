@@ -14,7 +14,8 @@ When it becomes a partition's leader (at start-up too) the partition is replayed
 (``load_partition``): the last record per key wins and a tombstone deletes, which
 rebuilds classic groups (members, generation, assignments; their sessions restart),
 KIP-848 groups (from their records in consumer_group_records.py: group epoch,
-members, target and current assignments; sessions restart too) and offsets. When the
+members, target and current assignments; sessions restart too), share groups (from
+theirs in share_group_records.py, alike) and offsets. When the
 leadership moves away the partition's groups are dropped (``unload_partition``;
 waiting members are answered NOT_COORDINATOR). An empty group that changes protocol
 leaves tombstones for its old kind's records. On a replicated offsets partition an
@@ -48,7 +49,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from strom.coordinator import consumer_group_records
+from strom.coordinator import consumer_group_records, share_group_records
 from strom.coordinator.classic import ClassicGroup, GroupState
 from strom.coordinator.consumer_group import ConsumerGroup, ConsumerGroupMember
 from strom.coordinator.consumer_group_records import ConsumerGroupKey
@@ -74,6 +75,7 @@ from strom.coordinator.offsets_topic import (
     partition_for,
 )
 from strom.coordinator.share_group import ShareGroup
+from strom.coordinator.share_group_records import ShareGroupKey
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import control_type, decode_records
 from strom.storage.errors import StorageError
@@ -86,6 +88,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+# A key of __consumer_offsets: a classic group's, an offset's, a KIP-848 or a share group's.
+RecordKey = GroupKey | OffsetKey | ConsumerGroupKey | ShareGroupKey
 
 
 @dataclass(frozen=True)
@@ -306,10 +310,10 @@ class GroupCoordinator:
         if topic is None:
             return 0
         count = 0
-        records: dict[GroupKey | OffsetKey | ConsumerGroupKey, bytes | None] = {}
+        records: dict[RecordKey, bytes | None] = {}
         for partition in partitions:
             # Offsets of open transactions wait for their marker, per producer id.
-            open_txns: dict[int, dict[GroupKey | OffsetKey | ConsumerGroupKey, bytes | None]] = {}
+            open_txns: dict[int, dict[RecordKey, bytes | None]] = {}
             for data, header in replay_batches(self.controller, OFFSETS_TOPIC, partition):
                 if header.is_control:
                     held = open_txns.pop(header.producer_id, None)
@@ -324,10 +328,12 @@ class GroupCoordinator:
                 for record in decode_records(data, header):
                     if record.key is None:
                         continue
-                    key: GroupKey | OffsetKey | ConsumerGroupKey | None
+                    key: RecordKey | None
                     try:
-                        key = decode_key(record.key) or consumer_group_records.decode_key(
-                            record.key
+                        key = (
+                            decode_key(record.key)
+                            or consumer_group_records.decode_key(record.key)
+                            or share_group_records.decode_key(record.key)
                         )
                     except OffsetsRecordError:
                         key = None
@@ -345,10 +351,15 @@ class GroupCoordinator:
                         groups = self.pending_txn.setdefault(producer_id, {})
                         groups.setdefault(key.group, {})[(key.topic, key.partition)] = offset
         consumer_groups: dict[str, dict[ConsumerGroupKey, bytes]] = {}
+        share_groups: dict[str, dict[ShareGroupKey, bytes]] = {}
         for key, value in records.items():
             if isinstance(key, ConsumerGroupKey):
                 if value is not None:
                     consumer_groups.setdefault(key.group, {})[key] = value
+                continue
+            if isinstance(key, ShareGroupKey):
+                if value is not None:
+                    share_groups.setdefault(key.group, {})[key] = value
                 continue
             try:
                 self._apply(key, value)
@@ -359,6 +370,19 @@ class GroupCoordinator:
                 self._restore_consumer_group(group_id, group_records)
             except OffsetsRecordError as exc:
                 log.warning("skipping unreadable records of group %s: %s", group_id, exc)
+        for group_id, found in share_groups.items():
+            if ShareGroupKey(share_group_records.GROUP_METADATA, group_id) not in found:
+                continue  # deleted: the rest are leftovers
+            if group_id in self.groups:
+                log.warning("group %s has records of two kinds: share records ignored", group_id)
+                continue
+            share = ShareGroup(group_id, self, self.share_member_gone)
+            try:
+                share.restore(found)
+            except OffsetsRecordError as exc:
+                log.warning("skipping unreadable records of share group %s: %s", group_id, exc)
+                continue
+            self.groups[group_id] = share
         return count
 
     def _restore_consumer_group(self, group_id: str, found: dict[ConsumerGroupKey, bytes]) -> None:
@@ -491,6 +515,7 @@ class GroupCoordinator:
         if isinstance(group, ConsumerGroup):
             records += group.tombstones()
         elif isinstance(group, ShareGroup):
+            records += group.tombstones()
             if self.share_group_deleted is not None:
                 self.share_group_deleted(group_id)
         else:

@@ -18,10 +18,15 @@ A member that sends no heartbeat for the group's ``share.session.timeout.ms``
 ``share.heartbeat.interval.ms`` (else ``group.share.heartbeat.interval.ms``). At most
 ``group.share.max.size`` members (GROUP_MAX_SIZE_REACHED past it).
 
-Not kept in ``__consumer_offsets`` yet: after a restart or a coordinator move the group
-is empty and its members rejoin (their next heartbeat is UNKNOWN_MEMBER_ID). The share
-partitions' delivery state is durable (share_state.py). Not owned here: the wire
-(strom/broker/share_groups.py), the records' delivery state (share_partition.py).
+Kept in ``__consumer_offsets`` as Kafka keeps it (share_group_records.py): the group
+epoch, each member's metadata, the target assignment and each member's current
+assignment are written when they change (a member's, or everything after a group or
+assignment epoch change), and a member that left is tombstoned; the coordinator that
+loads the partition next (after a restart or a move) restores the group from them, so
+members go on heartbeating with their epochs (their session timers start afresh). The
+share partitions' delivery state is durable apart (share_state.py). Not owned here:
+the wire (strom/broker/share_groups.py), the records' delivery state
+(share_partition.py).
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from strom.config import GROUP_CONFIGS
+from strom.coordinator import share_group_records as sgr
+from strom.coordinator.offsets_topic import OFFSETS_TOPIC
+from strom.coordinator.share_group_records import ShareGroupKey
 from strom.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -93,6 +101,7 @@ class ShareGroupMember:
     client_host: str
     subscribed_topic_names: list[str]
     epoch: int = 0
+    previous_epoch: int = 0
     assigned: TopicAssignment = field(default_factory=dict)
     last_sent: TopicAssignment | None = None
     session_timer: asyncio.TimerHandle | None = None
@@ -126,6 +135,9 @@ class ShareGroup:
         # Called with (group id, member id) when a member leaves or is removed, so that
         # what it holds is released at once rather than when its locks expire.
         self.on_member_gone = on_member_gone
+        # What was last written to __consumer_offsets, per key, and at which epochs.
+        self._written: dict[ShareGroupKey, bytes] = {}
+        self._written_epochs = (0, 0)
 
     # Reads -------------------------------------------------------------------------
 
@@ -162,7 +174,106 @@ class ShareGroup:
         return ErrorCode.group_id_not_found
 
     def tombstones(self) -> list[tuple[bytes, bytes | None]]:
-        return []  # nothing of the group itself is in __consumer_offsets yet
+        """Every record the group has in __consumer_offsets, as tombstones (the members'
+        first, as Kafka orders them)."""
+        keys = sorted(self._written, key=lambda k: (k.member_id is None, k.record_type))
+        return [(sgr.key_bytes(k), None) for k in keys]
+
+    # __consumer_offsets ------------------------------------------------------------
+
+    def _records(self, members: list[ShareGroupMember] | None) -> dict[ShareGroupKey, bytes]:
+        """The group's records: its own and those of ``members`` (None: every member)."""
+        gid = self.group_id
+        out = {
+            ShareGroupKey(sgr.GROUP_METADATA, gid): sgr.epoch_value(self.group_epoch),
+            ShareGroupKey(sgr.TARGET_ASSIGNMENT_METADATA, gid): sgr.epoch_value(
+                self.assignment_epoch
+            ),
+        }
+        for member in self.members.values() if members is None else members:
+            mid = member.member_id
+            out[ShareGroupKey(sgr.MEMBER_METADATA, gid, mid)] = sgr.member_metadata_value(
+                sgr.MemberMetadata(
+                    member.rack_id,
+                    member.client_id,
+                    member.client_host,
+                    list(member.subscribed_topic_names),
+                )
+            )
+            out[ShareGroupKey(sgr.TARGET_ASSIGNMENT_MEMBER, gid, mid)] = (
+                sgr.target_assignment_member_value(self.target.get(mid, {}))
+            )
+            out[ShareGroupKey(sgr.CURRENT_MEMBER_ASSIGNMENT, gid, mid)] = (
+                sgr.current_assignment_value(
+                    sgr.CurrentAssignment(member.epoch, member.previous_epoch, member.assigned)
+                )
+            )
+        return out
+
+    def _persist(self, member: ShareGroupMember | None = None) -> None:
+        """Write what changed since the last write: every record after a group or
+        assignment epoch change or without ``member``, else ``member``'s (and the
+        group's own); members gone are tombstoned. Nothing while ``__consumer_offsets``
+        does not exist (a client that did not ask FindCoordinator first): the first
+        write after it does is a whole one."""
+        if self.coordinator.controller.topic(OFFSETS_TOPIC) is None:
+            self._written_epochs = (-1, -1)
+            return
+        full = member is None or self._written_epochs != (self.group_epoch, self.assignment_epoch)
+        desired = self._records(None if full or member is None else [member])
+        changes: list[tuple[bytes, bytes | None]] = [
+            (sgr.key_bytes(k), v) for k, v in desired.items() if self._written.get(k) != v
+        ]
+        if full:
+            gone = sorted(
+                (k for k in self._written if k not in desired),
+                key=lambda k: (k.member_id or "", -k.record_type),
+            )
+            changes += [(sgr.key_bytes(k), None) for k in gone]
+            for key in gone:
+                del self._written[key]
+        self._written.update(desired)
+        self._written_epochs = (self.group_epoch, self.assignment_epoch)
+        if changes:
+            self.coordinator.store_consumer_group(self.group_id, changes)
+
+    def restore(self, found: Mapping[ShareGroupKey, bytes]) -> None:
+        """Take the group's state from its live records (a coordinator loading the
+        partition): epochs, members with their epochs and assignments, the target."""
+        gid = self.group_id
+        group_epoch = found.get(ShareGroupKey(sgr.GROUP_METADATA, gid))
+        assignment_epoch = found.get(ShareGroupKey(sgr.TARGET_ASSIGNMENT_METADATA, gid))
+        self.group_epoch = 0 if group_epoch is None else sgr.decode_epoch_value(group_epoch)
+        self.assignment_epoch = (
+            0 if assignment_epoch is None else sgr.decode_epoch_value(assignment_epoch)
+        )
+        for key, value in found.items():
+            if key.member_id is None:
+                continue
+            if key.record_type == sgr.TARGET_ASSIGNMENT_MEMBER:
+                self.target[key.member_id] = sgr.decode_target_assignment_member_value(value)
+            elif key.record_type == sgr.MEMBER_METADATA:
+                metadata = sgr.decode_member_metadata_value(value)
+                member = ShareGroupMember(
+                    key.member_id,
+                    metadata.rack_id,
+                    metadata.client_id,
+                    metadata.client_host,
+                    metadata.subscribed_topic_names,
+                )
+                current = found.get(
+                    ShareGroupKey(sgr.CURRENT_MEMBER_ASSIGNMENT, gid, key.member_id)
+                )
+                if current is not None:
+                    assignment = sgr.decode_current_assignment_value(current)
+                    member.epoch = assignment.member_epoch
+                    member.previous_epoch = assignment.previous_member_epoch
+                    member.assigned = assignment.assigned
+                self.members[key.member_id] = member
+        self.target = {m: t for m, t in self.target.items() if m in self.members}
+        self.topic_snapshot = self._subscribed_topic_metadata()
+        self._written = dict(found)  # what is not rebuilt goes at the next full write
+        self._written_epochs = (self.group_epoch, self.assignment_epoch)
 
     # Heartbeat ---------------------------------------------------------------------
 
@@ -177,6 +288,7 @@ class ShareGroup:
                 )
             log.info("share group %s: member %s left", self.group_id, member.member_id)
             self._remove(member)
+            self._persist()
             return ShareHeartbeatResult(ErrorCode.none, member.member_id, epoch, interval)
         member = self.members.get(request.member_id)
         if epoch == 0:
@@ -239,11 +351,13 @@ class ShareGroup:
         self._refresh_topics()
         self._maybe_assign()
         member.assigned = {t: set(ps) for t, ps in self.target.get(member.member_id, {}).items()}
-        member.epoch = self.assignment_epoch
+        if member.epoch != self.assignment_epoch:
+            member.previous_epoch, member.epoch = member.epoch, self.assignment_epoch
         assignment = None
         if member.last_sent != member.assigned:
             assignment = {t: set(ps) for t, ps in member.assigned.items()}
             member.last_sent = assignment
+        self._persist(member)
         return ShareHeartbeatResult(
             ErrorCode.none, member.member_id, member.epoch, interval, assignment
         )
@@ -318,6 +432,7 @@ class ShareGroup:
                 member_id,
             )
             self._remove(member)
+            self._persist()
 
     def mark_dead(self, error: ErrorCode | None = None) -> None:
         for member in self.members.values():

@@ -342,9 +342,46 @@ def test_share_groups_are_listed_described_and_deleted(broker: BrokerProcess) ->
     assert _start_offset(broker, group, topic) == (-1, -1)  # its state went with it
 
 
-def test_a_restart_keeps_what_was_accepted(broker: BrokerProcess) -> None:
+def _heartbeat(client: RawClient, group: str, member: str, epoch: int, topic: str) -> Any:
+    return client.request(
+        share_heartbeat.ShareGroupHeartbeatRequest(
+            group_id=group,
+            member_id=member,
+            member_epoch=epoch,
+            rack_id=None,
+            subscribed_topic_names=(topic,) if epoch == 0 else None,
+        )
+    )
+
+
+def test_a_restart_keeps_what_was_accepted_and_the_members(broker: BrokerProcess) -> None:
+    """The share-partition state and the group's membership (its records in
+    __consumer_offsets) are kept across a restart: accepted records never come back, and
+    a member goes on heartbeating with its member epoch."""
     topic, group = _new_queue(broker)
     _produce(broker.bootstrap, topic, [f"r{i}" for i in range(6)])
+    kept_group = f"sg-{uuid.uuid4().hex[:8]}"
+    with RawClient(broker.port) as client:
+        client.client_id = "kept-client"
+        # As a consumer starts: the group's coordinator found (__consumer_offsets made).
+        wait_until(
+            lambda: (
+                client.request(FindCoordinatorRequest(key_type=0, coordinator_keys=(kept_group,)))
+                .coordinators[0]
+                .error_code
+                == ErrorCode.none
+            ),
+            15,
+            "the group's coordinator",
+        )
+        joined = _heartbeat(client, kept_group, "kept-1", 0, topic)
+        assert joined.error_code == ErrorCode.none, joined.error_message
+        assert _heartbeat(client, kept_group, "kept-2", 0, topic).error_code == ErrorCode.none
+        first = _heartbeat(client, kept_group, "kept-1", joined.member_epoch, topic)
+        assert first.error_code == ErrorCode.none
+        left = _heartbeat(client, kept_group, "kept-2", -1, topic)  # tombstoned
+        assert left.error_code == ErrorCode.none
+        epoch = _heartbeat(client, kept_group, "kept-1", first.member_epoch, topic).member_epoch
     consumer = _consumer(broker.bootstrap, group, topic, explicit=True)
     try:
         got = []
@@ -366,6 +403,22 @@ def test_a_restart_keeps_what_was_accepted(broker: BrokerProcess) -> None:
         consumer.poll(0.5)
     finally:
         consumer.close()
+    with RawClient(broker.port) as client:
+        described = client.request(
+            ShareGroupDescribeRequest(group_ids=(kept_group,), include_authorized_operations=False)
+        ).groups[0]
+        assert described.error_code == ErrorCode.none
+        assert [(m.member_id, m.client_id, m.member_epoch) for m in described.members] == [
+            ("kept-1", "kept-client", epoch)
+        ]
+        assert described.group_epoch >= epoch
+        # The member goes on with its epoch: no UNKNOWN_MEMBER_ID, no rejoin.
+        going_on = _heartbeat(client, kept_group, "kept-1", epoch, topic)
+        assert going_on.error_code == ErrorCode.none, going_on.error_message
+        assert going_on.member_epoch == epoch
+        assert _heartbeat(client, kept_group, "kept-2", 1, topic).error_code == (
+            ErrorCode.unknown_member_id
+        )
 
 
 def test_the_share_coordinator_rpcs_keep_a_state(broker: BrokerProcess) -> None:
