@@ -24,7 +24,10 @@ Built from a ``QueryPlan`` (``Operators(plan)`` compiles its expressions):
   it), table-table (both rows kept, the joined row upserted or deleted as either side
   changes), stream-stream (each side's records kept for the window, pairs within it
   joined; ``close_joins`` drops those past the window and grace, an outer join's
-  unmatched ones giving a row with the other side null).
+  unmatched ones giving a row with the other side null); ``join_rows`` gives the joined
+  rows of any join of a chain (``step``) for the next one, ``finish`` projects the
+  last's; ``foreign_key_route`` and ``foreign_key_join``: a foreign-key join's two keyed
+  steps (``strom.ksql.join_flow`` puts the steps of a plan together).
 
 The state of a group is a plain picklable dict (the host keeps it: a dict in the
 server, Spark's state store in a task); the stream time is the host's (the largest

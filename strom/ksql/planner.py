@@ -25,10 +25,10 @@ Owns ksqlDB's output schema rules:
   VALUE_FORMAT), window, as a ``DataSource`` the metastore takes.
 
 Types come from the expression compiler (``strom.ksql.evaluation``); nothing here
-evaluates. Joins of two sources are planned as ``JoinPlan``s (stream-table, table-table
-on primary keys, stream-stream WITHIN), with ksqlDB's joined columns and refusals; more
-sources, foreign keys and GROUP BY over a join are refused. Does not own I/O, topics or
-the metastore's changes.
+evaluates. Joins are planned as a left-deep chain of ``JoinPlan``s (stream-table,
+table-table on primary keys or on the left's foreign key, stream-stream WITHIN), each
+with its own key and ksqlDB's rules, joined columns and refusals; GROUP BY and PARTITION
+BY apply to the joined row. Does not own I/O, topics or the metastore's changes.
 """
 
 from __future__ import annotations

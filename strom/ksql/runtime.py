@@ -17,7 +17,10 @@ inside Spark's tasks.
 - A join reads both sources' topics in one query: a ``mapInArrow`` keys each row by
   its join key, then ``groupBy(key).transformWithStateInPandas`` keeps each key's join
   state (a table's row, a stream's records within the window) and joins the rows in
-  timestamp order; a stream-stream join's window closes on an event-time timer.
+  timestamp order; a stream-stream join's window closes on an event-time timer. A
+  chain of joins, a foreign-key join or an aggregation over a join runs its stages
+  (``strom.ksql.join_flow``) as one ``transformWithStateInPandas`` each, every stage
+  passing on the rows of the stages after it, then the aggregation's steps.
 - Records keep their timestamps (ROWTIME, or the sink's TIMESTAMP column); the sink
   places them by key (murmur2, as Kafka's partitioner). With
   ``processing.guarantee=exactly_once_v2`` the sink writes each micro-batch in Kafka
