@@ -16,7 +16,10 @@ only by the peer's flow-control window and frame size; a stream whose window is 
 pauses its handler's writes (aiohttp's drain) until WINDOW_UPDATE. A request body is
 acknowledged (its window opened again) as aiohttp reads it. A stream the client resets
 is a connection lost to its handler (a push query ends there). A frame that breaks the
-protocol closes that one connection with GOAWAY and one log line.
+protocol closes that one connection with GOAWAY and one log line. A client's GOAWAY
+(without an error) has the streams it opened before it answered, then the connection
+closes; so does the server's, sent when the site stops. h2 sends nothing once it has
+sent or received a GOAWAY, so those are framed and read here, beside it.
 
 Chosen over forwarding each stream to the application over a loopback HTTP/1.1
 connection: no second socket or port per stream, and the handlers see the client's own
@@ -42,6 +45,7 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
+import hyperframe.frame
 from aiohttp import web
 
 log = logging.getLogger(__name__)
@@ -52,6 +56,11 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _WRITE_HIGH = 256 * 1024
 _WRITE_LOW = _WRITE_HIGH // 2
 # Headers of one HTTP/1.1 connection that HTTP/2 forbids (RFC 9113 8.2.2).
+# A connection that has not said which protocol it speaks after this long is closed
+# (aiohttp's keep-alive time, after which it closes a connection that sent no request).
+_FIRST_BYTES_TIMEOUT = 75.0
+_GOAWAY = 0x7  # the frame type
+_LINGER = 5.0  # how long a connection closed on our side waits for the client to close
 _CONNECTION_HEADERS = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
 )
@@ -59,7 +68,18 @@ ProtocolFactory = Callable[[], asyncio.Protocol]
 
 
 class Http2Site(web.TCPSite):
-    """aiohttp's TCP site whose connections may speak HTTP/2 (see the module's text)."""
+    """aiohttp's TCP site whose connections may speak HTTP/2 (see the module's text).
+    aiohttp closes its own connections when the runner is cleaned up; the HTTP/2
+    connections are closed here when the site stops (GOAWAY, then the socket)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.http2_connections: set[_Http2Connection] = set()
+
+    async def stop(self) -> None:
+        for connection in list(self.http2_connections):
+            connection.go_away(tell_client=True)
+        await super().stop()
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registered with the runner, as TCPSite's start does
@@ -69,7 +89,7 @@ class Http2Site(web.TCPSite):
             self._ssl_context.set_alpn_protocols(["h2", "http/1.1"])
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _FrontDoor(handlers),
+            lambda: _FrontDoor(handlers, self.http2_connections),
             self._host,
             self._port,
             ssl=self._ssl_context,
@@ -84,25 +104,31 @@ class Http2Site(web.TCPSite):
 class _FrontDoor(asyncio.Protocol):
     """A new connection until its first bytes say which protocol it speaks."""
 
-    def __init__(self, handlers: ProtocolFactory) -> None:
+    def __init__(self, handlers: ProtocolFactory, live: set[_Http2Connection]) -> None:
         self._handlers = handlers
+        self._live = live
         self._transport: asyncio.Transport | None = None
         self._seen = b""
+        self._silence: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        # as aiohttp closes a connection that sends no request in its keep-alive time
+        self._silence = asyncio.get_running_loop().call_later(_FIRST_BYTES_TIMEOUT, transport.close)
 
     def data_received(self, data: bytes) -> None:
         self._seen += data
         transport = self._transport
         assert transport is not None
         if self._seen.startswith(PREFACE):
-            protocol: asyncio.Protocol = _Http2Connection(self._handlers, transport)
+            protocol: asyncio.Protocol = _Http2Connection(self._handlers, transport, self._live)
         elif PREFACE.startswith(self._seen):
             return  # the preface so far: wait for the rest of it
         else:
             protocol = self._handlers()
+        if self._silence is not None:
+            self._silence.cancel()
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
         protocol.data_received(self._seen)
@@ -110,14 +136,30 @@ class _FrontDoor(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         return None  # closed before it said anything: nothing to serve
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._silence is not None:
+            self._silence.cancel()
+
 
 class _Http2Connection(asyncio.Protocol):
     """One HTTP/2 connection: frames in and out through ``h2``, each stream served by an
     aiohttp request handler of its own."""
 
-    def __init__(self, handlers: ProtocolFactory, transport: asyncio.Transport) -> None:
+    def __init__(
+        self,
+        handlers: ProtocolFactory,
+        transport: asyncio.Transport,
+        live: set[_Http2Connection],
+    ) -> None:
         self.handlers = handlers
         self.transport = transport
+        self.live = live
+        live.add(self)
+        self.going_away = False  # GOAWAY sent or received: closed once its streams are done
+        self.inbound = bytearray()  # bytes of a frame not yet whole
+        self.client_goaway: str | None = None  # "done", or "error" (its error code)
+        self.linger: asyncio.TimerHandle | None = None
+        self.preface_left = len(PREFACE)
         # What comes in is checked (a name or value h2 refuses never reaches aiohttp's
         # HTTP/1.1 parser); what goes out is aiohttp's answer, its values already checked
         # there and its names made lower-case here: h2 need not go over them again.
@@ -146,7 +188,7 @@ class _Http2Connection(asyncio.Protocol):
         if self.closed:
             return
         try:
-            events = self.h2.receive_data(data)
+            events = self.h2.receive_data(self._without_goaway(data))
         except h2.exceptions.ProtocolError as exc:
             peer = self.transport.get_extra_info("peername")
             log.warning("HTTP/2 connection from %s closed: %s", peer, exc)
@@ -156,6 +198,39 @@ class _Http2Connection(asyncio.Protocol):
         for event in events:
             self._handle(event)
         self.send_pending()
+        if self.client_goaway == "error":
+            self.close()
+        elif self.client_goaway == "done":
+            self.go_away()  # once the streams it opened before are answered
+
+    def _without_goaway(self, data: bytes) -> bytes:
+        """The bytes for h2, a client's GOAWAY taken out of them: h2 sends nothing more
+        once it has one, but the streams the client opened before it are still to be
+        answered (RFC 9113 6.8). A GOAWAY with an error code closes the connection."""
+        self.inbound += data
+        passed = bytearray()
+        if self.preface_left:
+            taken = self.inbound[: self.preface_left]
+            passed += taken
+            self.preface_left -= len(taken)
+            self.inbound = self.inbound[len(taken) :]
+        while len(self.inbound) >= 9:
+            length = int.from_bytes(self.inbound[:3], "big")
+            if length > self.h2.max_inbound_frame_size:
+                passed += self.inbound  # h2 refuses it from its header alone
+                self.inbound = bytearray()
+                break
+            if len(self.inbound) < 9 + length:
+                break
+            frame = self.inbound[: 9 + length]
+            self.inbound = self.inbound[9 + length :]
+            if frame[3] != _GOAWAY:
+                passed += frame
+            elif int.from_bytes(frame[13:17], "big"):
+                self.client_goaway = "error"  # something went wrong: no more answers
+            elif self.client_goaway is None:
+                self.client_goaway = "done"
+        return bytes(passed)
 
     def _handle(self, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.RequestReceived):
@@ -190,7 +265,7 @@ class _Http2Connection(asyncio.Protocol):
             for stream in targets:
                 stream.flush()
         elif isinstance(event, h2.events.ConnectionTerminated):
-            self.close()
+            self.close()  # not a client's GOAWAY (taken out before h2): h2's own end
 
     def send_pending(self) -> None:
         pending = self.h2.data_to_send()
@@ -199,10 +274,50 @@ class _Http2Connection(asyncio.Protocol):
 
     def finished(self, stream_id: int) -> None:
         self.streams.pop(stream_id, None)
+        if self.going_away and not self.streams and not self.closed:
+            self.close()
+
+    def go_away(self, tell_client: bool = False) -> None:
+        """No new streams; closed once the open ones are done. ``tell_client`` (the
+        server stops): a GOAWAY naming the last stream taken, framed here, as h2 would
+        send nothing more after its own."""
+        if self.closed or self.going_away:
+            return
+        self.going_away = True
+        if tell_client:
+            goaway = hyperframe.frame.GoAwayFrame(0)
+            goaway.last_stream_id = self.h2.highest_inbound_stream_id
+            self.send_pending()
+            self.transport.write(goaway.serialize())
+        if not self.streams:
+            self.close()
 
     def close(self) -> None:
+        """GOAWAY if h2 can still send one, then the socket; every open stream is lost."""
+        if self.closed:
+            return
         self.closed = True
-        self.transport.close()
+        self.live.discard(self)
+        try:
+            self.h2.close_connection()
+        except h2.exceptions.ProtocolError:
+            pass  # h2 has closed the connection itself (and written its GOAWAY)
+        self.send_pending()
+        streams, self.streams = self.streams, {}
+        for stream in streams.values():
+            stream.lost(ConnectionResetError("connection closed"))
+        if self.transport.can_write_eof():
+            # our side ends; the socket is closed when the client closes its side, or
+            # after a while: closed at once, bytes the client was still sending (its
+            # acknowledgements) would be answered with a reset, which can cost the
+            # client the answers it had not read yet
+            self.transport.write_eof()
+            self.linger = asyncio.get_running_loop().call_later(_LINGER, self.transport.close)
+        else:
+            self.transport.close()
+
+    def eof_received(self) -> bool | None:
+        return None  # the client's side ended: the transport closes
 
     def pause_writing(self) -> None:
         self.writing_paused = True
@@ -216,6 +331,9 @@ class _Http2Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.live.discard(self)
+        if self.linger is not None:
+            self.linger.cancel()
         streams, self.streams = self.streams, {}
         for stream in streams.values():
             stream.lost(exc or ConnectionResetError("connection closed"))

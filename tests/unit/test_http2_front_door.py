@@ -22,6 +22,7 @@ import h2.errors
 import h2.events
 import h2.settings
 import httpx
+import hyperframe.frame
 import pytest
 from aiohttp import web
 from tls_certs import make_ca
@@ -56,7 +57,7 @@ class Served:
         app.add_routes(
             [
                 web.get("/info", self.info),
-                web.post("/lines", self.lines),
+                web.route("*", "/lines", self.lines),
                 web.post("/until-gone", self.until_gone),
             ]
         )
@@ -133,10 +134,17 @@ class RawClient:
         return stream_id
 
     def events(self) -> list[h2.events.Event]:
-        """What the next bytes from the server are (an empty list once it closed)."""
+        """What the next bytes from the server are (perhaps nothing yet: part of a
+        frame); the server must not have closed the connection."""
+        found = self.events_or_closed()
+        assert found is not None, "the server closed the connection"
+        return found
+
+    def events_or_closed(self) -> list[h2.events.Event] | None:
+        """As ``events``, or None once the server closed the connection."""
         data = self.sock.recv(65536)
         if not data:
-            return []
+            return None
         found = self.h2.receive_data(data)
         self.flush()
         return found
@@ -254,3 +262,27 @@ def test_broken_frames_close_that_connection_only(served: Served) -> None:
         assert client.get(served.url + "/info").status_code == 200
     with httpx.Client() as client:
         assert client.get(served.url + "/info").status_code == 200
+
+
+def test_a_client_going_away_has_its_open_streams_answered(served: Served) -> None:
+    client = RawClient(served.port)
+    stream_id = client.h2.get_next_available_stream_id()
+    headers = [(":method", "GET"), (":path", "/lines?n=3"), (":scheme", "http"),
+               (":authority", "127.0.0.1")]  # fmt: skip
+    client.h2.send_headers(stream_id, headers, end_stream=True)
+    # GOAWAY in the same packet as the request, framed here: the client's h2 would take
+    # no frame after sending one itself, and the answer is what this test reads
+    goaway = hyperframe.frame.GoAwayFrame(0)
+    goaway.last_stream_id = stream_id
+    client.sock.sendall(client.h2.data_to_send() + goaway.serialize())
+    body = b""
+    ended = closed = False
+    while not closed:
+        events = client.events_or_closed()
+        closed = events is None
+        for event in events or []:
+            if isinstance(event, h2.events.DataReceived) and event.stream_id == stream_id:
+                body += event.data or b""
+            ended = ended or isinstance(event, h2.events.StreamEnded)
+    assert ended and body == b"".join(b"line %d of a body of 0\n" % i for i in range(3))
+    client.close()
