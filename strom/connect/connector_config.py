@@ -52,7 +52,6 @@ from strom.connect.converters import (
     header_converter_names,
 )
 from strom.connect.plugins import SINK, SOURCE, Plugin, PluginNotFound, Plugins
-from strom.connect.spark_tasks import SparkSourceTask
 from strom.connect.transforms import chain
 from strom.connect.transforms.base import java_list
 
@@ -532,10 +531,10 @@ def validate(
     stage_groups, stage_configs = _transform_settings(props, plugins)
     groups += stage_groups
     configs += stage_configs
-    if plugin.kind == SOURCE and not issubclass(connector.task_class(), SparkSourceTask):
+    if plugin.kind == SOURCE:
         groups += _topic_creation_settings(props, configs)
     else:
-        _refuse_topic_creation(props, configs, plugin.kind == SOURCE)
+        _refuse_topic_creation(props, configs)
     error_count = sum(len(c["value"]["errors"]) for c in configs)
     return {
         "name": props["connector.class"],
@@ -706,17 +705,9 @@ def _topic_creation_settings(props: Mapping[str, str], configs: list[dict[str, A
     return list(keys.groups)
 
 
-def _refuse_topic_creation(
-    props: Mapping[str, str], configs: list[dict[str, Any]], on_spark: bool
-) -> None:
-    """``topic.creation.*`` keys of a sink, or of a source whose tasks run on Spark (whose
-    runner creates a missing topic with the broker's defaults): refused in each's value."""
-    why = (
-        f"topic creation groups are {NOT_SERVED} for tasks on the Spark runner, which creates "
-        "a missing topic with the broker's defaults"
-        if on_spark
-        else "topic creation settings belong to source connectors; a sink creates no topic"
-    )
+def _refuse_topic_creation(props: Mapping[str, str], configs: list[dict[str, Any]]) -> None:
+    """A sink's ``topic.creation.*`` keys: refused in each's value."""
+    why = "topic creation settings belong to source connectors; a sink creates no topic"
     for key in sorted(k for k in props if k.startswith(topic_creation.PREFIX)):
         error = str(cd.invalid(key, props[key], why))
         definition = cd.ConfigKey(key, cd.STRING, None, cd.LOW).info()

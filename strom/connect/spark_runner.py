@@ -24,7 +24,10 @@ one directory per task.
   into records with the value converter (JsonConverter in Spark SQL; any other converter
   in Python on the executors), written with the ``strom`` batch writer (which fails
   unless every record is acknowledged), then the batch's source offset stored through the
-  worker's offset store.
+  worker's offset store. A missing topic is created first, by the connector's
+  ``topic.creation.*`` groups when it has them. With exactly-once source support the
+  records are brought to the driver and written by one transactional producer instead,
+  each transaction (``transaction.boundary`` poll or interval) with its offsets.
 
 Pause stops a sink's query (resumed from its checkpoint) or a source's loop between
 batches; a task that raises, or whose query dies, is FAILED with the trace. Does not own
@@ -41,15 +44,18 @@ import pickle
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from strom.connect.api import ConnectException
+from strom.connect.api import ConnectException, OffsetStorageReader, SourcePartition
 from strom.connect.connector_config import make_converter
 from strom.connect.converters import Converter, JsonConverter, schema_to_json
 from strom.connect.data import BYTES, DATE, DECIMAL, STRUCT, TIME, TIMESTAMP, Schema, Struct
 from strom.connect.runtime import (
+    INTERVAL_BOUNDARY,
+    POLL_BOUNDARY,
     RUNNING,
     InWorkerRunner,
     TaskId,
@@ -60,7 +66,8 @@ from strom.connect.runtime import (
     task_name,
 )
 from strom.connect.spark_tasks import SourceBatch, SparkSinkTask, SparkSourceTask
-from strom.connect.stores import offset_key
+from strom.connect.stores import compact_json, offset_key
+from strom.connect.topic_creation import TopicCreator
 from strom.connect.worker_config import WorkerConfig
 
 if TYPE_CHECKING:
@@ -212,33 +219,57 @@ def _make_converter_again(
 
 class _SourceThread(_SparkTaskThread):
     topics_seen: set[str]
+    topic_creator: TopicCreator | None
 
     def run_on(self, spark: SparkSession) -> None:
         connector = self.spec.task_id[0]
         task = self.spec.task_class()
         assert isinstance(task, SparkSourceTask)
         self.task = task
-        task.initialize(spark, _StoreReader(self.runner.offset_store, connector))
+        transactions = (
+            _SourceTransactions(self, connector) if self.runner.exactly_once_source else None
+        )
+        reader: OffsetStorageReader = _StoreReader(self.runner.offset_store, connector)
+        if transactions is not None:
+            reader = _OpenTransactionReader(reader, transactions)
+        task.initialize(spark, reader)
         task.start(dict(self.spec.task_config))
         value_converter = self.converter("value")
         self.topics_seen = set()
+        self.topic_creator = TopicCreator.for_connector(
+            self.config["topic.creation.enable"],
+            self.spec.connector_config,
+            self.client_settings("admin"),
+        )
         kafka_options = kafka_writer_options(self.runner.worker_config)
         self.report(RUNNING)
         try:
             while not self.stopping.is_set():
-                self.wait_while_paused(lambda: None)
+                self.wait_while_paused(lambda: None if transactions is None else transactions.end())
                 if self.stopping.is_set():
                     break
                 batches = task.poll_batches(lambda: self.stopping.is_set() or self.paused)
+                if transactions is not None:
+                    transactions.write(batches, value_converter)
+                    continue
                 for batch in batches:
                     self.write(batch, value_converter, kafka_options, connector)
+            if transactions is not None:
+                transactions.end()
         finally:
+            if transactions is not None:
+                transactions.close()
             task.stop()
 
     def ensure_topic(self, topic: str) -> None:
-        """Create a missing topic with the broker's defaults (partitions, replication), as
-        Kafka Connect's worker does with topic creation enabled."""
+        """Create a missing topic: by the connector's ``topic.creation.*`` groups when it
+        uses topic creation (KIP-158, as the in-worker runner does), else with the broker's
+        defaults (partitions, replication)."""
         if topic in self.topics_seen:
+            return
+        if self.topic_creator is not None:
+            self.topic_creator.ensure(topic)
+            self.topics_seen.add(topic)
             return
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -270,6 +301,126 @@ class _SourceThread(_SparkTaskThread):
             partition = dict(batch.source_partition)
             key = offset_key(connector, partition)
             self.runner.offset_store.put(connector, {key: (partition, dict(batch.source_offset))})
+
+
+class _SourceTransactions:
+    """Exactly-once source support (KIP-618) for a task on Spark: each batch's records,
+    converted by Spark, are brought to the driver and written by one transactional
+    producer (``transactional.id`` ``<group.id>-<connector>-<task>``, as the in-worker
+    runner's, so a task started elsewhere fences this one and aborts its open
+    transaction), in one transaction with the batch's source offsets in the offsets
+    topic. ``transaction.boundary`` ``poll`` ends a transaction after each poll's batches,
+    ``interval`` after the first poll once ``transaction.boundary.interval.ms`` (default
+    ``offset.flush.interval.ms``) has passed since it began; ``connector`` is refused at
+    validation (no Spark connector defines its own)."""
+
+    def __init__(self, thread: _SourceThread, connector: str) -> None:
+        from confluent_kafka import Producer
+
+        config = thread.config
+        settings = thread.spec.connector_config
+        self.thread = thread
+        self.connector = connector
+        boundary = (settings.get("transaction.boundary") or POLL_BOUNDARY).lower()
+        if boundary not in (POLL_BOUNDARY, INTERVAL_BOUNDARY):
+            raise ConnectException(
+                f"transaction.boundary={boundary}: tasks on the Spark runner take poll or interval"
+            )
+        interval_ms = settings.get("transaction.boundary.interval.ms")
+        self.interval_s = (
+            (int(interval_ms) if interval_ms else config["offset.flush.interval.ms"]) / 1000
+            if boundary == INTERVAL_BOUNDARY
+            else 0.0
+        )
+        self.offsets_topic: str = config["offset.storage.topic"]
+        self.timeout_s = thread.flush_timeout_s * 6
+        number = thread.spec.task_id[1]
+        self.producer = Producer(
+            {
+                **thread.client_settings("producer"),
+                "transactional.id": f"{config['group.id']}-{connector}-{number}",
+                "linger.ms": 5,
+                "partitioner": "murmur2_random",
+            }
+        )
+        self.producer.init_transactions(self.timeout_s)
+        self.failures: list[str] = []
+        self.pending: dict[bytes, tuple[Any, Any]] = {}
+        self.began: float | None = None
+
+    def delivered(self, error: Any, message: Any) -> None:
+        if error is not None:
+            self.failures.append(f"{message.topic()}: {error}")
+
+    def write(self, batches: list[SourceBatch], value_converter: Converter) -> None:
+        for batch in batches:
+            self.thread.ensure_topic(batch.topic)
+            if self.began is None:
+                self.producer.begin_transaction()
+                self.began = time.monotonic()
+            for row in record_frame(batch, value_converter).toLocalIterator():
+                self.produce(batch.topic, row["value"])
+            if batch.source_offset is not None:
+                partition = dict(batch.source_partition)
+                key = offset_key(self.connector, partition)
+                self.pending[key] = (partition, dict(batch.source_offset))
+        if self.began is not None and time.monotonic() - self.began >= self.interval_s:
+            self.end()
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None = None) -> None:
+        from confluent_kafka import KafkaException
+
+        while True:
+            try:
+                self.producer.produce(topic, value, key, on_delivery=self.delivered)
+                return
+            except BufferError:  # the producer's queue is full: let it drain
+                self.producer.poll(0.1)
+            except KafkaException:  # the transaction failed: say why (a record refused)
+                self.producer.poll(0)
+                if self.failures:
+                    raise ConnectException(
+                        f"Unrecoverable exception from producer: {self.failures[0]}"
+                    ) from None
+                raise
+
+    def end(self) -> None:
+        """Commit the open transaction, with the offsets of its batches."""
+        from confluent_kafka import KafkaException
+
+        if self.began is None:
+            return
+        for key, (_, offset) in self.pending.items():
+            self.produce(self.offsets_topic, compact_json(offset), key)
+        try:
+            self.producer.commit_transaction(self.timeout_s)
+        except KafkaException:
+            self.producer.abort_transaction(self.timeout_s)
+            raise
+        if self.failures:
+            raise ConnectException(f"Unrecoverable exception from producer: {self.failures[0]}")
+        self.thread.runner.offset_store.note(self.pending)
+        self.pending.clear()
+        self.began = None
+
+    def close(self) -> None:
+        self.producer.flush(self.thread.flush_timeout_s)
+
+
+class _OpenTransactionReader(OffsetStorageReader):
+    """A source task's offsets as its open transaction will commit them, else as stored: a
+    task that reads its position at each poll (the JDBC source) goes on from the batches
+    written in a transaction spanning polls (``transaction.boundary=interval``)."""
+
+    def __init__(self, stored: OffsetStorageReader, transactions: _SourceTransactions) -> None:
+        self.stored = stored
+        self.transactions = transactions
+
+    def offset(self, partition: SourcePartition) -> dict[str, Any] | None:
+        pending = self.transactions.pending.get(
+            offset_key(self.transactions.connector, dict(partition))
+        )
+        return dict(pending[1]) if pending is not None else self.stored.offset(partition)
 
 
 class _SinkThread(_SparkTaskThread):

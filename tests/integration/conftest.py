@@ -1,5 +1,6 @@
 """The Connect stack the Spark-runner tests share (test_connect_jdbc.py, test_connect_lake.py):
-one broker, one distributed Connect worker whose tasks run on its local SparkSession, one
+one broker (with a schema registry inside), one distributed Connect worker with
+exactly-once source support whose tasks run on its local SparkSession, one
 PostgreSQL and one MariaDB, each started when a test first asks for it. The worker's JVM
 is the dear part (a session's start and first job take 15-25 s on this machine), so the
 modules share it: tests/conftest.py's scheduler sends both to one pytest-xdist worker,
@@ -55,8 +56,7 @@ def _once(stop: Callable[[], None]) -> Callable[[], None]:
 @pytest.fixture(scope="session")
 def spark_connect_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """Groups form at once: each sink connector's group would wait Kafka's 3 s first. A
-    schema registry runs inside the broker (``registry_url``) for the Avro tests
-    (``spark_connect_registry``)."""
+    schema registry runs inside the broker for the Avro tests (``spark_connect_registry``)."""
     process = BrokerProcess(
         tmp_path_factory.mktemp("spark-connect-broker") / "data",
         {"group.initial.rebalance.delay.ms": "0"},
@@ -92,6 +92,8 @@ def spark_worker(spark_connect_broker: BrokerProcess, spark_connect_dir: Path) -
             f"spark.sql.streaming.checkpointLocation={spark_connect_dir / 'checkpoints'}\n"
             # the worker killed by test_connect_jdbc.py leaves the group sooner
             "session.timeout.ms=6000\n"
+            # source tasks on Spark write each poll in a transaction with its offsets
+            "exactly.once.source.support=enabled\n"
         )
     process = Worker("distributed", properties)
     stop = _once(lambda: process.stop() if process.proc.poll() is None else None)

@@ -13,7 +13,10 @@ the key; a failed sink task's trace; MariaDB as a source (incrementing) and as a
 kill -9 of the worker proving three things at once (one JVM restart for all): the JDBC
 sink with exactly.once.delivery in insert mode and the lake sink write each record once,
 and an incrementing source resumes at its stored offset (Confluent's shape) with no row
-lost or repeated.
+lost or repeated. Also: Confluent's AvroConverter through the schema registry from a
+JDBC source to a JDBC sink, read by confluent-kafka's deserializer on the way; and
+a source's topic.creation group and its polls in transactions (the worker has
+exactly-once source support, so every source here writes through transactions).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import pyarrow.parquet as pq
 import pytest
 from broker_process import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -309,16 +312,13 @@ def read_avro(broker: BrokerProcess, registry: str, topic: str, count: int) -> l
     return values
 
 
-def test_avro_through_the_registry_source_to_sinks(
-    worker: Worker,
-    postgres: PostgresProcess,
-    broker: BrokerProcess,
-    spark_connect_dir: Path,
-    spark_connect_registry: str,
+def test_avro_through_the_registry_source_to_sink(
+    worker: Worker, postgres: PostgresProcess, broker: BrokerProcess, spark_connect_registry: str
 ) -> None:
     """Confluent's AvroConverter on tasks that run on Spark: the JDBC source registers its
     schema and writes Confluent's wire format (confluent-kafka's deserializer reads it),
-    and the JDBC sink and the lake sink read those records into rows and Parquet."""
+    and the JDBC sink reads those records into rows (the lake sink decodes a record with
+    the same converter call)."""
     registry = spark_connect_registry
     avro = {"value.converter": "io.confluent.connect.avro.AvroConverter",
             "value.converter.schema.registry.url": registry}  # fmt: skip
@@ -336,6 +336,12 @@ def test_avro_through_the_registry_source_to_sinks(
         "incrementing.column.name": "id", "table.whitelist": "products",
         "topic.prefix": "avro-", "poll.interval.ms": "200",
     })  # fmt: skip
+    create(worker, "avro-jdbc", {
+        **avro, "connector.class": SINK_CLASS, "connection.url": postgres.jdbc_url,
+        "connection.user": "postgres", "topics": "avro-products",
+        "table.name.format": "products_copy", "insert.mode": "upsert",
+        "pk.mode": "record_value", "pk.fields": "id", "auto.create": "true",
+    })  # fmt: skip
     values = read_avro(broker, registry, "avro-products", 40)
     assert sorted(v["id"] for v in values) == list(range(1, 41))
     first = min(values, key=lambda v: v["id"])
@@ -348,20 +354,8 @@ def test_avro_through_the_registry_source_to_sinks(
     assert registered["name"] == "products"
     assert [f["name"] for f in registered["fields"]] == ["id", "name", "price", "added"]
 
-    lake_dir = spark_connect_dir / "lake-avro"
-    create(worker, "avro-jdbc", {
-        **avro, "connector.class": SINK_CLASS, "connection.url": postgres.jdbc_url,
-        "connection.user": "postgres", "topics": "avro-products",
-        "table.name.format": "products_copy", "insert.mode": "upsert",
-        "pk.mode": "record_value", "pk.fields": "id", "auto.create": "true",
-    })  # fmt: skip
-    create(worker, "avro-lake", {
-        **avro, "connector.class": "LakeSink", "path": str(lake_dir),
-        "topics": "avro-products", "rotate.interval.ms": "200",
-    })  # fmt: skip
-
     def copied() -> list[tuple[Any, ...]]:
-        no_task_failed(worker, "avro-source", "avro-jdbc", "avro-lake")
+        no_task_failed(worker, "avro-source", "avro-jdbc")
         try:
             return postgres.query("SELECT id, name, price, added FROM products_copy ORDER BY id")
         except Exception:  # not created yet
@@ -369,21 +363,78 @@ def test_avro_through_the_registry_source_to_sinks(
 
     rows = wait_for(lambda: len(copied()) == 40 and copied(), "the copied products", timeout=90)
     assert rows[0] == (1, "product 1", Decimal("1.25"), dt.datetime(2026, 1, 2, 3, 4, 5))
-    table = lake_dir / "topics" / "avro-products"
-
-    def lake_rows() -> list[dict[str, Any]]:
-        no_task_failed(worker, "avro-lake")
-        found: list[dict[str, Any]] = []
-        for path in committed_files(table):
-            found += pq.read_table(path).to_pylist()
-        return found
-
-    files = wait_for(lambda: len(lake_rows()) >= 40 and lake_rows(), "the lake's rows", timeout=90)
-    assert sorted(r["id"] for r in files) == list(range(1, 41))
-    one = next(r for r in files if r["id"] == 1)
-    assert one["name"] == "product 1" and one["price"] == Decimal("1.25")
-    for name in ("avro-source", "avro-jdbc", "avro-lake"):
+    for name in ("avro-source", "avro-jdbc"):
         worker.call("DELETE", f"/connectors/{name}")
+
+
+def test_topic_creation_and_transactions_on_spark(
+    worker: Worker, postgres: PostgresProcess, broker: BrokerProcess
+) -> None:
+    """A JDBC source on Spark creates its topic by its topic.creation group (partitions,
+    retention.ms) and, the worker having exactly-once source support, writes its polls
+    in transactions with their offsets (``interval`` boundary): a read_committed reader
+    sees each row once and the topic holds the transactions' markers. A header converter
+    is taken (the JDBC source's records have no headers); a boundary the connector cannot
+    define is refused in Kafka's words."""
+    postgres.query("CREATE TABLE widgets (id SERIAL PRIMARY KEY, name TEXT NOT NULL)")
+    postgres.query("INSERT INTO widgets (name) SELECT 'w' || i FROM generate_series(1, 30) i")
+    config = {
+        "connector.class": SOURCE_CLASS, "connection.url": postgres.jdbc_url,
+        "connection.user": "postgres", "mode": "incrementing",
+        "incrementing.column.name": "id", "table.whitelist": "widgets",
+        "topic.prefix": "tc-", "poll.interval.ms": "200",
+        "topic.creation.default.replication.factor": "1",
+        "topic.creation.default.partitions": "1",
+        "topic.creation.groups": "wide",
+        "topic.creation.wide.include": "tc-.*",
+        "topic.creation.wide.partitions": "3",
+        "topic.creation.wide.retention.ms": "86400000",
+        "transaction.boundary": "interval", "transaction.boundary.interval.ms": "500",
+        "exactly.once.support": "required",
+        "header.converter": "org.apache.kafka.connect.storage.StringConverter",
+    }  # fmt: skip
+    create(worker, "tc-source", config)
+    code, message = error_of(worker.call("POST", "/connectors", {"name": "tc-bad", "config": {
+        **config, "transaction.boundary": "connector"}}))  # fmt: skip
+    assert code == 400 and "connector-defined transaction boundaries" in message, message
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def topic() -> Any:
+        found = admin.list_topics(timeout=10).topics.get("tc-widgets")  # no auto-creation
+        return found if found is not None and found.error is None else None
+
+    assert len(wait_for(topic, "the created topic", timeout=90).partitions) == 3
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "tc-widgets")
+    described = admin.describe_configs([resource])[resource].result(30)
+    assert described["retention.ms"].value == "86400000"
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "tc-check",
+                         "isolation.level": "read_committed"})  # fmt: skip
+    consumer.assign([TopicPartition("tc-widgets", p, 0) for p in range(3)])
+    ids: list[int] = []
+
+    def read(count: int) -> bool:
+        no_task_failed(worker, "tc-source")
+        ids.extend(json.loads(m.value())["payload"]["id"]
+                   for m in consumer.consume(100, 0.2) if not m.error())  # fmt: skip
+        return len(ids) >= count
+
+    try:
+        wait_for(lambda: read(30), "the first 30 rows", timeout=90)
+        postgres.query("INSERT INTO widgets (name) SELECT 'x' || i FROM generate_series(1, 10) i")
+        wait_for(lambda: read(40), "the 10 rows more", timeout=90)
+        ends = [consumer.get_watermark_offsets(TopicPartition("tc-widgets", p))[1]
+                for p in range(3)]  # fmt: skip
+    finally:
+        consumer.close()
+    assert sorted(ids) == list(range(1, 41))
+    assert sum(ends) > 40  # each transaction's commit marker takes an offset
+
+    def stored() -> Any:
+        code, body = worker.call("GET", "/connectors/tc-source/offsets")
+        return code == 200 and body["offsets"] and body["offsets"][0]["offset"]
+
+    wait_for(lambda: stored() == {"incrementing": 40}, "the source's offset at 40")
+    worker.call("DELETE", "/connectors/tc-source")
 
 
 class StreamProducer(threading.Thread):
