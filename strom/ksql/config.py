@@ -13,8 +13,11 @@ Owns reading ``config/ksql-server.properties``'s keys into ``KsqlServerConfig``:
   ``ksql.spark.trigger.interval.ms`` (how often a persistent query looks for new
   records), ``ksql.streams.state.dir`` (the queries' checkpoints),
   ``ksql.streams.processing.guarantee`` (``at_least_once``, or ``exactly_once_v2``:
-  the sinks write in transactions) and ``ksql.streams.auto.offset.reset`` (where a
-  query without the request's ``auto.offset.reset`` starts);
+  the sinks write in transactions), ``ksql.streams.auto.offset.reset`` (where a
+  query without the request's ``auto.offset.reset`` starts),
+  ``ksql.streams.session.timeout.ms`` (how long the servers of a service id wait for a
+  silent one before its queries move) and ``ksql.query.retry.backoff.initial.ms`` /
+  ``.max.ms`` (when a failed query is started again);
 - the Kafka clients' settings: ``security.protocol``, ``sasl.*``, ``ssl.*`` (with a
   SSL or SASL_SSL protocol) and anything under ``ksql.streams.`` that is a client
   setting, the Java names translated for librdkafka (``strom.client_security``);
@@ -72,6 +75,11 @@ class KsqlServerConfig:
     client: dict[str, Any] = field(default_factory=dict)  # librdkafka settings
     listener_security: dict[str, str] = field(default_factory=dict)
     properties: dict[str, str] = field(default_factory=dict)  # every ksql.* property
+    # the servers of a service id: how long a silent one keeps its queries
+    session_timeout_ms: int = 10_000
+    # a failed persistent query is started again after these (doubling) backoffs
+    query_retry_backoff_initial_ms: int = 15_000
+    query_retry_backoff_max_ms: int = 900_000
 
     @property
     def command_topic(self) -> str:
@@ -189,4 +197,9 @@ def server_config(props: dict[str, str]) -> KsqlServerConfig:
         client=_client_settings(props),
         listener_security=listener_security,
         properties={k: v for k, v in props.items() if k.startswith("ksql.")},
+        session_timeout_ms=_positive_int(props, STREAMS_PREFIX + "session.timeout.ms", 10_000),
+        query_retry_backoff_initial_ms=_positive_int(
+            props, "ksql.query.retry.backoff.initial.ms", 15_000
+        ),
+        query_retry_backoff_max_ms=_positive_int(props, "ksql.query.retry.backoff.max.ms", 900_000),
     )

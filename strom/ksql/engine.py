@@ -144,7 +144,11 @@ class KsqlEngine:
         self.rows = RowWriter(config, self.registry)
         self.metadata = MetadataStatements(self.metastore, self.admin, config)
         self.cluster_id = ""
-        self.queries = QueryRegistry(self._spark_queries, config.listener)
+        self.queries = QueryRegistry(
+            self._spark_queries,
+            config.listener,
+            (config.query_retry_backoff_initial_ms, config.query_retry_backoff_max_ms),
+        )
         self._materialized: dict[str, Any] = {}
         self._materialized_lock = threading.Lock()
         self.log_topic = processing_log.topic_name(config.service_id)

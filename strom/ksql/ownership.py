@@ -45,7 +45,6 @@ from strom.ksql.kafka_calls import TIMEOUT_S, KafkaCallError, create_topic
 log = logging.getLogger(__name__)
 
 QUERY_SLOTS = 12
-DEFAULT_SESSION_TIMEOUT_MS = 10_000
 
 
 def slot_of(query_id: str) -> int:
@@ -72,17 +71,15 @@ class QueryOwnership:
         self._on_change = on_change
         self.owned: frozenset[int] = frozenset()
         self._stopped = threading.Event()
-        session = config.properties.get(
-            "ksql.streams.session.timeout.ms", str(DEFAULT_SESSION_TIMEOUT_MS)
-        )
+        session = config.session_timeout_ms
         self._consumer = Consumer(
             config.client_config(
                 **{
                     "group.id": self.group,
                     "client.id": member_url,
                     "enable.auto.commit": False,
-                    "session.timeout.ms": int(session),
-                    "heartbeat.interval.ms": max(int(session) // 5, 100),
+                    "session.timeout.ms": session,
+                    "heartbeat.interval.ms": max(session // 5, 100),
                     "partition.assignment.strategy": "roundrobin",
                 }
             )

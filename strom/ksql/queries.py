@@ -13,7 +13,8 @@ Spark queries start and stop on one thread of the registry's, in order: a statem
 answers once its query is recorded, not once Spark runs it (a session starts in
 seconds); TERMINATE waits for the stop. Only the persistent queries this server owns
 run here (``owns``, set from ``strom.ksql.ownership``); ``rebalance`` stops those it
-gave up, keeping their checkpoints, and starts those it received.
+gave up, keeping their checkpoints, and starts those it received. A query Spark failed
+is started again from its checkpoint after a doubling backoff, as ksqlDB retries one.
 
 Does not own planning (``strom.ksql.planner``), Spark (``strom.ksql.runtime``) or the
 statements (``strom.ksql.engine``).
@@ -24,6 +25,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +35,9 @@ from strom.ksql.planner import QueryPlan
 log = logging.getLogger(__name__)
 
 PERSISTENT = "PERSISTENT"
+_RETRY_CHECK_S = 1.0  # how often the registry looks for failed queries
+_SETTLE_S = 60.0  # the longest wait for a started query's sources
+_INITIALIZING = "Initializing sources"  # Spark's status of a query not yet reading
 PUSH = "PUSH"
 
 
@@ -123,7 +128,12 @@ def describe_topology(plan: QueryPlan) -> str:
 class QueryRegistry:
     """The queries by id; Spark starts and stops them on the registry's thread."""
 
-    def __init__(self, runtime_factory: Callable[[], Any], host: str = "") -> None:
+    def __init__(
+        self,
+        runtime_factory: Callable[[], Any],
+        host: str = "",
+        retry_backoff_ms: tuple[int, int] = (15_000, 900_000),
+    ) -> None:
         self.queries: dict[str, RunningQuery] = {}
         self.host = host
         self._runtime_factory = runtime_factory
@@ -133,6 +143,10 @@ class QueryRegistry:
         self.owns: Callable[[str], bool] = lambda query_id: False
         self._specs: dict[str, Any] = {}  # the Spark spec of each persistent query
         self._starting: set[str] = set()  # starts queued, not yet run
+        # A failed query is started again (ksqlDB's ksql.query.retry.backoff.*): the
+        # first backoff and the largest; each query's next try (monotonic s) and backoff.
+        self._retry_backoff_ms = retry_backoff_ms
+        self._retries: dict[str, tuple[float, int]] = {}
         # The server (REST URL) that runs each of the given persistent queries.
         self.hosts_of: Callable[[list[str]], dict[str, str]] = lambda ids: dict.fromkeys(
             ids, self.host
@@ -205,7 +219,11 @@ class QueryRegistry:
 
     def _run(self) -> None:
         while True:
-            action, argument, done = self._actions.get()
+            try:
+                action, argument, done = self._actions.get(timeout=_RETRY_CHECK_S)
+            except queue.Empty:
+                self._retry_failed()
+                continue
             try:
                 if action == "close":
                     if self._runtime is not None:
@@ -226,6 +244,7 @@ class QueryRegistry:
                             self.runtime.stop(query.query_id, False)  # its checkpoint kept
                         self.runtime.start(spec)
                         query.started = True
+                        self._settle(query.query_id)
                     except Exception as exc:  # Spark refused the query: its state says why
                         log.warning("query %s did not start: %s", query.query_id, exc)
                         query.state, query.error = "ERROR", str(exc).splitlines()[0]
@@ -237,6 +256,51 @@ class QueryRegistry:
             finally:
                 if done is not None:
                     done.set()
+
+    def _settle(self, query_id: str) -> None:
+        """Waits (a bounded time) while Spark initializes the query's sources: each
+        starts Python processes that must connect back to the JVM within Spark's fixed
+        10 s, which several queries starting at once on a busy machine miss."""
+        streaming = self.runtime.queries.get(query_id)
+        deadline = time.monotonic() + _SETTLE_S
+        while streaming is not None and time.monotonic() < deadline:
+            try:
+                if not streaming.isActive or streaming.status["message"] != _INITIALIZING:
+                    return
+            except Exception:  # the JVM's answer, whatever went wrong: stop waiting
+                return
+            time.sleep(0.1)
+
+    def _retry_failed(self) -> None:
+        """A persistent query Spark failed (a Python worker that did not start in time,
+        the cluster gone for a while...) is started again from its checkpoint after a
+        backoff that doubles at each failure, as ksqlDB retries a query in ERROR."""
+        runtime = self._runtime
+        if runtime is None:
+            return
+        now = time.monotonic()
+        for query in list(self.queries.values()):
+            if query.query_type != PERSISTENT or not query.started:
+                continue
+            state, error = runtime.state(query.query_id)
+            if state != "ERROR":
+                continue
+            query.state, query.error = "ERROR", error
+            initial, largest = self._retry_backoff_ms
+            due, backoff = self._retries.setdefault(query.query_id, (now + initial / 1000, initial))
+            spec = self._specs.get(query.query_id)
+            if now < due or spec is None or not self.owns(query.query_id):
+                continue
+            log.warning("query %s failed (%s); starting it again", query.query_id, error)
+            try:
+                runtime.stop(query.query_id, False)
+                runtime.start(spec)
+                query.state, query.error = "RUNNING", None
+                self._settle(query.query_id)
+            except Exception as exc:  # Spark refused it again: its state says why
+                query.error = str(exc).splitlines()[0]
+            backoff = min(backoff * 2, largest)
+            self._retries[query.query_id] = (time.monotonic() + backoff / 1000, backoff)
 
     def refresh(self) -> None:
         """Takes the states of the Spark queries (one that failed is ERROR)."""

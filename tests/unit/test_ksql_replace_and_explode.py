@@ -1,6 +1,7 @@
 """CREATE OR REPLACE's checks (``strom.ksql.upgrades``: which changes of a source and of
 a persistent query are accepted, ksqlDB's messages for the rest) and the table
-functions EXPLODE and CUBE_EXPLODE planned and run record at a time. No broker."""
+functions EXPLODE and CUBE_EXPLODE planned and run record at a time; the query slots
+and settings of the servers that share a service id. No broker."""
 
 from __future__ import annotations
 
@@ -176,3 +177,23 @@ def test_table_functions_refused_over_a_table(metastore: Metastore) -> None:
     with pytest.raises(KsqlStatementError) as refused:
         planned(metastore, "SELECT id, EXPLODE(a) FROM t EMIT CHANGES;")
     assert str(refused.value) == "Table source is not supported with table functions"
+
+
+def test_query_slots_and_the_settings_of_servers_sharing_a_service_id() -> None:
+    from strom.config import ConfigError
+    from strom.ksql.config import server_config
+    from strom.ksql.ownership import QUERY_SLOTS, slot_of
+
+    # every server computes the same slot for a query id (not Python's salted hash)
+    assert slot_of("CSAS_BIG_ORDERS_7") == 7  # CRC-32 % 12
+    assert {slot_of(f"CSAS_S_{n}") for n in range(200)} == set(range(QUERY_SLOTS))
+    config = server_config(
+        {"ksql.streams.session.timeout.ms": "6000", "ksql.query.retry.backoff.initial.ms": "2000"}
+    )
+    assert (config.session_timeout_ms, config.query_retry_backoff_initial_ms) == (6000, 2000)
+    assert config.query_retry_backoff_max_ms == 900_000
+    with pytest.raises(ConfigError) as refused:
+        server_config({"ksql.streams.session.timeout.ms": "soon"})
+    assert str(refused.value) == (
+        "Invalid value 'soon' for configuration ksql.streams.session.timeout.ms"
+    )
