@@ -65,6 +65,13 @@ def _record(message: Any) -> SourceRecord:
     )
 
 
+def _consume(consumer: Consumer) -> list[Any]:
+    """The records that have come: waits up to POLL_S for the first, then takes those
+    already fetched (a consume() of many waits its whole timeout for them to come)."""
+    first = consumer.poll(POLL_S)
+    return [] if first is None else [first, *consumer.consume(499, 0)]
+
+
 class PushQuery:
     """One push query's consumer loop."""
 
@@ -152,7 +159,7 @@ class PushQuery:
         limit = self.plan.limit
         try:
             while not self.stopped.is_set():
-                messages = consumer.consume(500, POLL_S)
+                messages = _consume(consumer)
                 records = []
                 for message in messages:
                     error = message.error()
