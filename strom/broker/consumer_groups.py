@@ -22,27 +22,38 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strom.broker import authz
 from strom.broker.common import (
     GROUP_OPERATIONS,
     NO_THROTTLE,
     OPERATIONS_NOT_REQUESTED,
+    ZERO_UUID,
 )
 from strom.broker.groups import client_host, millis
 from strom.broker.router import RequestContext, handles
 from strom.coordinator.assignors import assignor_name
-from strom.coordinator.consumer_group import ConsumerGroup, HeartbeatRequest, HeartbeatResult
+from strom.coordinator.consumer_group import (
+    ConsumerGroup,
+    HeartbeatRequest,
+    HeartbeatResult,
+    TopicAssignment,
+)
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC
 from strom.coordinator.safe_regex import InvalidRegex, compile_pattern
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
+if TYPE_CHECKING:
+    from strom.protocol import request_types as req
+
 MEMBER_TYPE_CONSUMER = 1
 
 
-def _fail(ctx: RequestContext, error: ErrorCode, message: str, request: Any) -> Any:
+def _fail(
+    ctx: RequestContext, error: ErrorCode, message: str | None, request: req.ConsumerGroupHeartbeat
+) -> Any:
     return _response(
         ctx,
         HeartbeatResult(error, request.member_id or None, request.member_epoch, 0, None, message),
@@ -75,7 +86,9 @@ def _response(ctx: RequestContext, result: HeartbeatResult) -> Any:
 
 
 @handles(68, 0, 1)
-def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
+def handle_consumer_group_heartbeat(
+    ctx: RequestContext, request: req.ConsumerGroupHeartbeat
+) -> Any:
     coordinator = ctx.broker.coordinator
     if not request.group_id:
         return _fail(ctx, ErrorCode.invalid_request, "GroupId can't be empty.", request)
@@ -120,9 +133,10 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
             else ErrorCode.unknown_member_id
         )
         return _fail(ctx, error, None, request)
-    owned = None
+    owned: TopicAssignment | None = None
     if request.topic_partitions is not None:
-        owned = {tp.topic_id: set(tp.partitions) for tp in request.topic_partitions}
+        # kio reads the zero topic id as None: kept as the zero id, which names no topic.
+        owned = {tp.topic_id or ZERO_UUID: set(tp.partitions) for tp in request.topic_partitions}
     coordinator.appended_at = None
     result = group.heartbeat(
         HeartbeatRequest(
@@ -163,7 +177,7 @@ async def _after_replication(
 
 
 @handles(69, 0, 1)
-def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
+def handle_consumer_group_describe(ctx: RequestContext, request: req.ConsumerGroupDescribe) -> Any:
     coordinator = ctx.broker.coordinator
     response_type = ctx.response_type
     group_type = nested(response_type, "DescribedGroup")
@@ -248,7 +262,7 @@ def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
                     authz.GROUP,
                     group_id,
                     GROUP_OPERATIONS,
-                    getattr(request, "include_authorized_operations", False),
+                    request.include_authorized_operations,
                 ),
             )
         )

@@ -36,9 +36,11 @@ member metadata or assignments (ConsumerGroupDescribe and ShareGroupDescribe hav
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.create_topics.v7 import request as create_topics
+from kio.schema.types import TopicName
+from kio.static.primitive import i16, i32, i32Timedelta
 
 from strom.broker import authz
 from strom.broker.cluster_view import broker_endpoint, live_brokers
@@ -55,6 +57,11 @@ from strom.coordinator.share_state import SHARE_STATE_TOPIC
 from strom.coordinator.transaction_log import TRANSACTION_TOPIC
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+    from strom.protocol import request_types as req
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
@@ -84,7 +91,7 @@ def client_host(ctx: RequestContext) -> str:
 
 
 @handles(10, 0, 6)
-def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+def handle_find_coordinator(ctx: RequestContext, request: req.FindCoordinator) -> Any:
     broker = ctx.broker
     key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
     topic = _COORDINATOR_TOPICS.get(key_type)
@@ -106,7 +113,9 @@ def _internal_topic_request(ctx: RequestContext, topic: str) -> tuple[int, int, 
     return wanted.partitions, wanted.replication_factor, wanted.configs
 
 
-async def _create_internal_topic_then_find(ctx: RequestContext, request: Any, topic: str) -> Any:
+async def _create_internal_topic_then_find(
+    ctx: RequestContext, request: req.FindCoordinator, topic: str
+) -> Any:
     """Kafka creates the offsets and transaction state topics on the first
     FindCoordinator that needs them, and so do we."""
     broker = ctx.broker
@@ -114,9 +123,9 @@ async def _create_internal_topic_then_find(ctx: RequestContext, request: Any, to
     create = create_topics.CreateTopicsRequest(
         topics=(
             create_topics.CreatableTopic(
-                name=topic,
-                num_partitions=partitions,
-                replication_factor=replication_factor,
+                name=TopicName(topic),
+                num_partitions=i32(partitions),
+                replication_factor=i16(replication_factor),
                 assignments=(),
                 configs=tuple(
                     create_topics.CreatableTopicConfig(name=k, value=v)
@@ -124,7 +133,7 @@ async def _create_internal_topic_then_find(ctx: RequestContext, request: Any, to
                 ),
             ),
         ),
-        timeout=datetime.timedelta(seconds=OFFSETS_TOPIC_WAIT_S),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=OFFSETS_TOPIC_WAIT_S)),
         validate_only=False,
     )
     try:
@@ -151,7 +160,11 @@ def _coordinator_of(
     return ErrorCode.none, None, endpoint
 
 
-def _find_coordinator(ctx: RequestContext, request: Any) -> Any:
+def _asks_for_one_key(request: req.FindCoordinator) -> TypeIs[req.FindCoordinatorV0ToV3]:
+    return request.__version__ < 4
+
+
+def _find_coordinator(ctx: RequestContext, request: req.FindCoordinator) -> Any:
     key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
 
     def answer(key: str) -> tuple[ErrorCode, str | None, int, str, int]:
@@ -176,7 +189,7 @@ def _find_coordinator(ctx: RequestContext, request: Any) -> Any:
         return error, message, endpoint.node_id, endpoint.host, endpoint.port
 
     response_type = ctx.response_type
-    if ctx.api_version < 4:
+    if _asks_for_one_key(request):
         error, message, node, host, port = answer(request.key)
         return build(
             response_type,
@@ -209,7 +222,7 @@ def _find_coordinator(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(11, 0, 9)
-def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+def handle_join_group(ctx: RequestContext, request: req.JoinGroup) -> Any:
     coordinator = ctx.broker.coordinator
     session_ms = millis(request.session_timeout)
     rebalance_ms = millis(getattr(request, "rebalance_timeout", None))
@@ -282,7 +295,7 @@ def _join_response(ctx: RequestContext, result: JoinResult) -> Any:
 
 
 @handles(14, 0, 5)
-def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+def handle_sync_group(ctx: RequestContext, request: req.SyncGroup) -> Any:
     if not request.group_id:
         return _sync_response(ctx, SyncResult(ErrorCode.invalid_group_id))
     if not authz.allowed(ctx, authz.Op.READ, authz.GROUP, request.group_id):
@@ -321,7 +334,7 @@ def _sync_response(ctx: RequestContext, result: SyncResult) -> Any:
 
 
 @handles(12, 0, 4)
-def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+def handle_heartbeat(ctx: RequestContext, request: req.Heartbeat) -> Any:
     if not request.group_id:
         error = ErrorCode.invalid_group_id
     elif not authz.allowed(ctx, authz.Op.READ, authz.GROUP, request.group_id):
@@ -341,10 +354,16 @@ def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     return build(ctx.response_type, throttle_time=NO_THROTTLE, error_code=error)
 
 
+def _names_one_member(request: req.LeaveGroup) -> TypeIs[req.LeaveGroupV0ToV2]:
+    return request.__version__ < 3
+
+
 @handles(13, 0, 5)
-def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+def handle_leave_group(ctx: RequestContext, request: req.LeaveGroup) -> Any:
     response_type = ctx.response_type
-    if ctx.api_version < 3:
+    leaving: list[tuple[str, str | None]]
+    errors: list[ErrorCode]
+    if _names_one_member(request):
         leaving = [(request.member_id, None)]
     else:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
@@ -378,7 +397,7 @@ def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(15, 0, 6)
-def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
+def handle_describe_groups(ctx: RequestContext, request: req.DescribeGroups) -> Any:
     coordinator = ctx.broker.coordinator
     response_type = ctx.response_type
     group_type = nested(response_type, "DescribedGroup")
@@ -457,7 +476,7 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(16, 0, 5)
-def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+def handle_list_groups(ctx: RequestContext, request: req.ListGroups) -> Any:
     response_type = ctx.response_type
     listed_type = nested(response_type, "ListedGroup")
     states = {s.lower() for s in getattr(request, "states_filter", ())}
@@ -488,7 +507,7 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(42, 0, 2)
-def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
+def handle_delete_groups(ctx: RequestContext, request: req.DeleteGroups) -> Any:
     response_type = ctx.response_type
     result_type = nested(response_type, "DeletableGroupResult")
     coordinator = ctx.broker.coordinator

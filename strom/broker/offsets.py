@@ -38,7 +38,7 @@ left out of an all-topics answer); OffsetDelete DELETE on the group and READ on 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strom.broker import authz
 from strom.broker.common import NO_THROTTLE, resolve_topic
@@ -47,6 +47,9 @@ from strom.coordinator.coordinator import OffsetToCommit
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC, CommittedOffset
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
+
+if TYPE_CHECKING:
+    from strom.protocol import request_types as req
 
 NO_GENERATION = -1
 
@@ -93,6 +96,7 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
             )
         resolved.append((name, topic_id, meta, topic.partitions))
     waiting = None
+    errors: list[ErrorCode]
     if group_error != ErrorCode.none:
         errors = [group_error] * len(wanted)
     else:
@@ -257,7 +261,7 @@ def _fetch_group(
 
 
 @handles(47, 0, 0)
-def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
+def handle_offset_delete(ctx: RequestContext, request: req.OffsetDelete) -> Any:
     coordinator = ctx.broker.coordinator
     response_type = ctx.response_type
     topic_type = nested(response_type, "OffsetDeleteResponseTopic")
@@ -285,7 +289,7 @@ def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
             throttle_time=NO_THROTTLE,
             topics=(),
         )
-    doomed = []
+    doomed: list[tuple[str, int]] = []
     topics = []
     for topic in request.topics:
         if not authz.allowed(ctx, authz.Op.READ, authz.TOPIC, topic.name):

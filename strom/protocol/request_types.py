@@ -1,0 +1,376 @@
+"""kio's request classes as unions over the versions of each API, for type annotations.
+
+Owns one name per API (``JoinGroup``: kio's JoinGroupRequest of v0 | v1 | ... of every
+version kio has), so that a handler says which request it takes
+(``request: request_types.JoinGroup``) and the type checker sees the fields each
+version has: a field every version has is read as an attribute, one that older
+versions lack needs the version's class or ``getattr`` with its default.
+
+Imported for type checking only (``if TYPE_CHECKING:``): at run time the broker loads
+a version's classes when a request of that version first arrives (``framing.codec_for``),
+and importing this module would load every version of every API named here.
+
+Does not own which versions are served (the router's table) nor the versions kio lacks
+(``legacy_versions``, built at run time: a handler that serves one takes ``Any``).
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+from kio.schema.add_offsets_to_txn.v0.request import AddOffsetsToTxnRequest as _AddOffsetsToTxnV0
+from kio.schema.add_offsets_to_txn.v1.request import AddOffsetsToTxnRequest as _AddOffsetsToTxnV1
+from kio.schema.add_offsets_to_txn.v2.request import AddOffsetsToTxnRequest as _AddOffsetsToTxnV2
+from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest as _AddOffsetsToTxnV3
+from kio.schema.add_offsets_to_txn.v4.request import AddOffsetsToTxnRequest as _AddOffsetsToTxnV4
+from kio.schema.add_partitions_to_txn.v0.request import (
+    AddPartitionsToTxnRequest as _AddPartitionsToTxnV0,
+)
+from kio.schema.add_partitions_to_txn.v1.request import (
+    AddPartitionsToTxnRequest as _AddPartitionsToTxnV1,
+)
+from kio.schema.add_partitions_to_txn.v2.request import (
+    AddPartitionsToTxnRequest as _AddPartitionsToTxnV2,
+)
+from kio.schema.add_partitions_to_txn.v3.request import (
+    AddPartitionsToTxnRequest as _AddPartitionsToTxnV3,
+)
+from kio.schema.add_partitions_to_txn.v4.request import (
+    AddPartitionsToTxnRequest as _AddPartitionsToTxnV4,
+)
+from kio.schema.add_partitions_to_txn.v5.request import (
+    AddPartitionsToTxnRequest as _AddPartitionsToTxnV5,
+)
+from kio.schema.alter_client_quotas.v0.request import (
+    AlterClientQuotasRequest as _AlterClientQuotasV0,
+)
+from kio.schema.alter_client_quotas.v1.request import (
+    AlterClientQuotasRequest as _AlterClientQuotasV1,
+)
+from kio.schema.alter_configs.v0.request import AlterConfigsRequest as _AlterConfigsV0
+from kio.schema.alter_configs.v1.request import AlterConfigsRequest as _AlterConfigsV1
+from kio.schema.alter_configs.v2.request import AlterConfigsRequest as _AlterConfigsV2
+from kio.schema.alter_partition_reassignments.v0.request import (
+    AlterPartitionReassignmentsRequest as _AlterPartitionReassignmentsV0,
+)
+from kio.schema.alter_partition_reassignments.v1.request import (
+    AlterPartitionReassignmentsRequest as _AlterPartitionReassignmentsV1,
+)
+from kio.schema.alter_user_scram_credentials.v0.request import (
+    AlterUserScramCredentialsRequest as _AlterUserScramCredentialsV0,
+)
+from kio.schema.consumer_group_describe.v0.request import (
+    ConsumerGroupDescribeRequest as _ConsumerGroupDescribeV0,
+)
+from kio.schema.consumer_group_describe.v1.request import (
+    ConsumerGroupDescribeRequest as _ConsumerGroupDescribeV1,
+)
+from kio.schema.consumer_group_heartbeat.v0.request import (
+    ConsumerGroupHeartbeatRequest as _ConsumerGroupHeartbeatV0,
+)
+from kio.schema.consumer_group_heartbeat.v1.request import (
+    ConsumerGroupHeartbeatRequest as _ConsumerGroupHeartbeatV1,
+)
+from kio.schema.create_partitions.v0.request import CreatePartitionsRequest as _CreatePartitionsV0
+from kio.schema.create_partitions.v1.request import CreatePartitionsRequest as _CreatePartitionsV1
+from kio.schema.create_partitions.v2.request import CreatePartitionsRequest as _CreatePartitionsV2
+from kio.schema.create_partitions.v3.request import CreatePartitionsRequest as _CreatePartitionsV3
+from kio.schema.delete_groups.v0.request import DeleteGroupsRequest as _DeleteGroupsV0
+from kio.schema.delete_groups.v1.request import DeleteGroupsRequest as _DeleteGroupsV1
+from kio.schema.delete_groups.v2.request import DeleteGroupsRequest as _DeleteGroupsV2
+from kio.schema.delete_records.v0.request import DeleteRecordsRequest as _DeleteRecordsV0
+from kio.schema.delete_records.v1.request import DeleteRecordsRequest as _DeleteRecordsV1
+from kio.schema.delete_records.v2.request import DeleteRecordsRequest as _DeleteRecordsV2
+from kio.schema.describe_client_quotas.v0.request import (
+    DescribeClientQuotasRequest as _DescribeClientQuotasV0,
+)
+from kio.schema.describe_client_quotas.v1.request import (
+    DescribeClientQuotasRequest as _DescribeClientQuotasV1,
+)
+from kio.schema.describe_cluster.v0.request import DescribeClusterRequest as _DescribeClusterV0
+from kio.schema.describe_cluster.v1.request import DescribeClusterRequest as _DescribeClusterV1
+from kio.schema.describe_cluster.v2.request import DescribeClusterRequest as _DescribeClusterV2
+from kio.schema.describe_groups.v0.request import DescribeGroupsRequest as _DescribeGroupsV0
+from kio.schema.describe_groups.v1.request import DescribeGroupsRequest as _DescribeGroupsV1
+from kio.schema.describe_groups.v2.request import DescribeGroupsRequest as _DescribeGroupsV2
+from kio.schema.describe_groups.v3.request import DescribeGroupsRequest as _DescribeGroupsV3
+from kio.schema.describe_groups.v4.request import DescribeGroupsRequest as _DescribeGroupsV4
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest as _DescribeGroupsV5
+from kio.schema.describe_groups.v6.request import DescribeGroupsRequest as _DescribeGroupsV6
+from kio.schema.describe_producers.v0.request import (
+    DescribeProducersRequest as _DescribeProducersV0,
+)
+from kio.schema.describe_transactions.v0.request import (
+    DescribeTransactionsRequest as _DescribeTransactionsV0,
+)
+from kio.schema.describe_user_scram_credentials.v0.request import (
+    DescribeUserScramCredentialsRequest as _DescribeUserScramCredentialsV0,
+)
+from kio.schema.elect_leaders.v0.request import ElectLeadersRequest as _ElectLeadersV0
+from kio.schema.elect_leaders.v1.request import ElectLeadersRequest as _ElectLeadersV1
+from kio.schema.elect_leaders.v2.request import ElectLeadersRequest as _ElectLeadersV2
+from kio.schema.end_txn.v0.request import EndTxnRequest as _EndTxnV0
+from kio.schema.end_txn.v1.request import EndTxnRequest as _EndTxnV1
+from kio.schema.end_txn.v2.request import EndTxnRequest as _EndTxnV2
+from kio.schema.end_txn.v3.request import EndTxnRequest as _EndTxnV3
+from kio.schema.end_txn.v4.request import EndTxnRequest as _EndTxnV4
+from kio.schema.end_txn.v5.request import EndTxnRequest as _EndTxnV5
+from kio.schema.find_coordinator.v0.request import FindCoordinatorRequest as _FindCoordinatorV0
+from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest as _FindCoordinatorV1
+from kio.schema.find_coordinator.v2.request import FindCoordinatorRequest as _FindCoordinatorV2
+from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest as _FindCoordinatorV3
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as _FindCoordinatorV4
+from kio.schema.find_coordinator.v5.request import FindCoordinatorRequest as _FindCoordinatorV5
+from kio.schema.find_coordinator.v6.request import FindCoordinatorRequest as _FindCoordinatorV6
+from kio.schema.heartbeat.v0.request import HeartbeatRequest as _HeartbeatV0
+from kio.schema.heartbeat.v1.request import HeartbeatRequest as _HeartbeatV1
+from kio.schema.heartbeat.v2.request import HeartbeatRequest as _HeartbeatV2
+from kio.schema.heartbeat.v3.request import HeartbeatRequest as _HeartbeatV3
+from kio.schema.heartbeat.v4.request import HeartbeatRequest as _HeartbeatV4
+from kio.schema.incremental_alter_configs.v0.request import (
+    IncrementalAlterConfigsRequest as _IncrementalAlterConfigsV0,
+)
+from kio.schema.incremental_alter_configs.v1.request import (
+    IncrementalAlterConfigsRequest as _IncrementalAlterConfigsV1,
+)
+from kio.schema.join_group.v0.request import JoinGroupRequest as _JoinGroupV0
+from kio.schema.join_group.v1.request import JoinGroupRequest as _JoinGroupV1
+from kio.schema.join_group.v2.request import JoinGroupRequest as _JoinGroupV2
+from kio.schema.join_group.v3.request import JoinGroupRequest as _JoinGroupV3
+from kio.schema.join_group.v4.request import JoinGroupRequest as _JoinGroupV4
+from kio.schema.join_group.v5.request import JoinGroupRequest as _JoinGroupV5
+from kio.schema.join_group.v6.request import JoinGroupRequest as _JoinGroupV6
+from kio.schema.join_group.v7.request import JoinGroupRequest as _JoinGroupV7
+from kio.schema.join_group.v8.request import JoinGroupRequest as _JoinGroupV8
+from kio.schema.join_group.v9.request import JoinGroupRequest as _JoinGroupV9
+from kio.schema.leave_group.v0.request import LeaveGroupRequest as _LeaveGroupV0
+from kio.schema.leave_group.v1.request import LeaveGroupRequest as _LeaveGroupV1
+from kio.schema.leave_group.v2.request import LeaveGroupRequest as _LeaveGroupV2
+from kio.schema.leave_group.v3.request import LeaveGroupRequest as _LeaveGroupV3
+from kio.schema.leave_group.v4.request import LeaveGroupRequest as _LeaveGroupV4
+from kio.schema.leave_group.v5.request import LeaveGroupRequest as _LeaveGroupV5
+from kio.schema.list_groups.v0.request import ListGroupsRequest as _ListGroupsV0
+from kio.schema.list_groups.v1.request import ListGroupsRequest as _ListGroupsV1
+from kio.schema.list_groups.v2.request import ListGroupsRequest as _ListGroupsV2
+from kio.schema.list_groups.v3.request import ListGroupsRequest as _ListGroupsV3
+from kio.schema.list_groups.v4.request import ListGroupsRequest as _ListGroupsV4
+from kio.schema.list_groups.v5.request import ListGroupsRequest as _ListGroupsV5
+from kio.schema.list_partition_reassignments.v0.request import (
+    ListPartitionReassignmentsRequest as _ListPartitionReassignmentsV0,
+)
+from kio.schema.list_transactions.v0.request import ListTransactionsRequest as _ListTransactionsV0
+from kio.schema.list_transactions.v1.request import ListTransactionsRequest as _ListTransactionsV1
+from kio.schema.list_transactions.v2.request import ListTransactionsRequest as _ListTransactionsV2
+from kio.schema.metadata.v0.request import MetadataRequest as _MetadataV0
+from kio.schema.metadata.v1.request import MetadataRequest as _MetadataV1
+from kio.schema.metadata.v2.request import MetadataRequest as _MetadataV2
+from kio.schema.metadata.v3.request import MetadataRequest as _MetadataV3
+from kio.schema.metadata.v4.request import MetadataRequest as _MetadataV4
+from kio.schema.metadata.v5.request import MetadataRequest as _MetadataV5
+from kio.schema.metadata.v6.request import MetadataRequest as _MetadataV6
+from kio.schema.metadata.v7.request import MetadataRequest as _MetadataV7
+from kio.schema.metadata.v8.request import MetadataRequest as _MetadataV8
+from kio.schema.metadata.v9.request import MetadataRequest as _MetadataV9
+from kio.schema.metadata.v10.request import MetadataRequest as _MetadataV10
+from kio.schema.metadata.v11.request import MetadataRequest as _MetadataV11
+from kio.schema.metadata.v12.request import MetadataRequest as _MetadataV12
+from kio.schema.metadata.v13.request import MetadataRequest as _MetadataV13
+from kio.schema.offset_delete.v0.request import OffsetDeleteRequest as _OffsetDeleteV0
+from kio.schema.sync_group.v0.request import SyncGroupRequest as _SyncGroupV0
+from kio.schema.sync_group.v1.request import SyncGroupRequest as _SyncGroupV1
+from kio.schema.sync_group.v2.request import SyncGroupRequest as _SyncGroupV2
+from kio.schema.sync_group.v3.request import SyncGroupRequest as _SyncGroupV3
+from kio.schema.sync_group.v4.request import SyncGroupRequest as _SyncGroupV4
+from kio.schema.sync_group.v5.request import SyncGroupRequest as _SyncGroupV5
+from kio.schema.txn_offset_commit.v0.request import TxnOffsetCommitRequest as _TxnOffsetCommitV0
+from kio.schema.txn_offset_commit.v1.request import TxnOffsetCommitRequest as _TxnOffsetCommitV1
+from kio.schema.txn_offset_commit.v2.request import TxnOffsetCommitRequest as _TxnOffsetCommitV2
+from kio.schema.txn_offset_commit.v3.request import TxnOffsetCommitRequest as _TxnOffsetCommitV3
+from kio.schema.txn_offset_commit.v4.request import TxnOffsetCommitRequest as _TxnOffsetCommitV4
+from kio.schema.txn_offset_commit.v5.request import TxnOffsetCommitRequest as _TxnOffsetCommitV5
+from kio.schema.unregister_broker.v0.request import UnregisterBrokerRequest as _UnregisterBrokerV0
+
+# key 25, v0-4
+AddOffsetsToTxn: TypeAlias = (
+    _AddOffsetsToTxnV0
+    | _AddOffsetsToTxnV1
+    | _AddOffsetsToTxnV2
+    | _AddOffsetsToTxnV3
+    | _AddOffsetsToTxnV4
+)
+
+# key 24, v0-5
+AddPartitionsToTxn: TypeAlias = (
+    _AddPartitionsToTxnV0
+    | _AddPartitionsToTxnV1
+    | _AddPartitionsToTxnV2
+    | _AddPartitionsToTxnV3
+    | _AddPartitionsToTxnV4
+    | _AddPartitionsToTxnV5
+)
+
+# key 49, v0-1
+AlterClientQuotas: TypeAlias = _AlterClientQuotasV0 | _AlterClientQuotasV1
+
+# key 33, v0-2
+AlterConfigs: TypeAlias = _AlterConfigsV0 | _AlterConfigsV1 | _AlterConfigsV2
+
+# key 45, v0-1
+AlterPartitionReassignments: TypeAlias = (
+    _AlterPartitionReassignmentsV0 | _AlterPartitionReassignmentsV1
+)
+
+# key 51, v0-0
+AlterUserScramCredentials: TypeAlias = _AlterUserScramCredentialsV0
+
+# key 69, v0-1
+ConsumerGroupDescribe: TypeAlias = _ConsumerGroupDescribeV0 | _ConsumerGroupDescribeV1
+
+# key 68, v0-1
+ConsumerGroupHeartbeat: TypeAlias = _ConsumerGroupHeartbeatV0 | _ConsumerGroupHeartbeatV1
+
+# key 37, v0-3
+CreatePartitions: TypeAlias = (
+    _CreatePartitionsV0 | _CreatePartitionsV1 | _CreatePartitionsV2 | _CreatePartitionsV3
+)
+
+# key 42, v0-2
+DeleteGroups: TypeAlias = _DeleteGroupsV0 | _DeleteGroupsV1 | _DeleteGroupsV2
+
+# key 21, v0-2
+DeleteRecords: TypeAlias = _DeleteRecordsV0 | _DeleteRecordsV1 | _DeleteRecordsV2
+
+# key 48, v0-1
+DescribeClientQuotas: TypeAlias = _DescribeClientQuotasV0 | _DescribeClientQuotasV1
+
+# key 60, v0-2
+DescribeCluster: TypeAlias = _DescribeClusterV0 | _DescribeClusterV1 | _DescribeClusterV2
+
+# key 15, v0-6
+DescribeGroups: TypeAlias = (
+    _DescribeGroupsV0
+    | _DescribeGroupsV1
+    | _DescribeGroupsV2
+    | _DescribeGroupsV3
+    | _DescribeGroupsV4
+    | _DescribeGroupsV5
+    | _DescribeGroupsV6
+)
+
+# key 61, v0-0
+DescribeProducers: TypeAlias = _DescribeProducersV0
+
+# key 65, v0-0
+DescribeTransactions: TypeAlias = _DescribeTransactionsV0
+
+# key 50, v0-0
+DescribeUserScramCredentials: TypeAlias = _DescribeUserScramCredentialsV0
+
+# key 43, v0-2
+ElectLeaders: TypeAlias = _ElectLeadersV0 | _ElectLeadersV1 | _ElectLeadersV2
+
+# key 26, v0-5
+EndTxn: TypeAlias = _EndTxnV0 | _EndTxnV1 | _EndTxnV2 | _EndTxnV3 | _EndTxnV4 | _EndTxnV5
+
+# key 10, v0-6
+FindCoordinator: TypeAlias = (
+    _FindCoordinatorV0
+    | _FindCoordinatorV1
+    | _FindCoordinatorV2
+    | _FindCoordinatorV3
+    | _FindCoordinatorV4
+    | _FindCoordinatorV5
+    | _FindCoordinatorV6
+)
+
+# key 12, v0-4
+Heartbeat: TypeAlias = _HeartbeatV0 | _HeartbeatV1 | _HeartbeatV2 | _HeartbeatV3 | _HeartbeatV4
+
+# key 44, v0-1
+IncrementalAlterConfigs: TypeAlias = _IncrementalAlterConfigsV0 | _IncrementalAlterConfigsV1
+
+# key 11, v0-9
+JoinGroup: TypeAlias = (
+    _JoinGroupV0
+    | _JoinGroupV1
+    | _JoinGroupV2
+    | _JoinGroupV3
+    | _JoinGroupV4
+    | _JoinGroupV5
+    | _JoinGroupV6
+    | _JoinGroupV7
+    | _JoinGroupV8
+    | _JoinGroupV9
+)
+
+# key 13, v0-5
+LeaveGroup: TypeAlias = (
+    _LeaveGroupV0 | _LeaveGroupV1 | _LeaveGroupV2 | _LeaveGroupV3 | _LeaveGroupV4 | _LeaveGroupV5
+)
+
+# key 16, v0-5
+ListGroups: TypeAlias = (
+    _ListGroupsV0 | _ListGroupsV1 | _ListGroupsV2 | _ListGroupsV3 | _ListGroupsV4 | _ListGroupsV5
+)
+
+# key 46, v0-0
+ListPartitionReassignments: TypeAlias = _ListPartitionReassignmentsV0
+
+# key 66, v0-2
+ListTransactions: TypeAlias = _ListTransactionsV0 | _ListTransactionsV1 | _ListTransactionsV2
+
+# key 3, v0-13
+Metadata: TypeAlias = (
+    _MetadataV0
+    | _MetadataV1
+    | _MetadataV2
+    | _MetadataV3
+    | _MetadataV4
+    | _MetadataV5
+    | _MetadataV6
+    | _MetadataV7
+    | _MetadataV8
+    | _MetadataV9
+    | _MetadataV10
+    | _MetadataV11
+    | _MetadataV12
+    | _MetadataV13
+)
+
+# key 47, v0-0
+OffsetDelete: TypeAlias = _OffsetDeleteV0
+
+# key 14, v0-5
+SyncGroup: TypeAlias = (
+    _SyncGroupV0 | _SyncGroupV1 | _SyncGroupV2 | _SyncGroupV3 | _SyncGroupV4 | _SyncGroupV5
+)
+
+# key 28, v0-5
+TxnOffsetCommit: TypeAlias = (
+    _TxnOffsetCommitV0
+    | _TxnOffsetCommitV1
+    | _TxnOffsetCommitV2
+    | _TxnOffsetCommitV3
+    | _TxnOffsetCommitV4
+    | _TxnOffsetCommitV5
+)
+
+# key 64, v0-0
+UnregisterBroker: TypeAlias = _UnregisterBrokerV0
+
+
+# Versions a handler tells apart where a request changed its shape.
+
+# LeaveGroup v0-2 names one member (member_id); v3+ a batch (members).
+LeaveGroupV0ToV2: TypeAlias = _LeaveGroupV0 | _LeaveGroupV1 | _LeaveGroupV2
+
+# AddPartitionsToTxn v0-3 carries one transaction at the top (v3_and_below_*); v4+ a
+# batch of them (transactions), sent by brokers.
+AddPartitionsToTxnV0ToV3: TypeAlias = (
+    _AddPartitionsToTxnV0 | _AddPartitionsToTxnV1 | _AddPartitionsToTxnV2 | _AddPartitionsToTxnV3
+)
+
+# FindCoordinator v0-3 asks for one key; v4+ for a batch (coordinator_keys).
+FindCoordinatorV0ToV3: TypeAlias = (
+    _FindCoordinatorV0 | _FindCoordinatorV1 | _FindCoordinatorV2 | _FindCoordinatorV3
+)
