@@ -32,7 +32,7 @@ may describe); READ on the topic for DescribeProducers.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strom.broker import authz
 from strom.broker.common import NO_THROTTLE
@@ -43,6 +43,11 @@ from strom.coordinator.offsets_topic import OFFSETS_TOPIC
 from strom.coordinator.transaction_log import STATE_BY_LABEL, TxnState
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+    from strom.protocol import request_types as req
 
 TopicPartition = tuple[str, int]
 
@@ -106,7 +111,7 @@ async def _add_one(
 
 def _topic_results(
     response_type: type, results: dict[TopicPartition, ErrorCode], version: int
-) -> tuple:
+) -> tuple[Any, ...]:
     topic_type = nested(response_type, "AddPartitionsToTxnTopicResult")
     partition_type = nested(response_type, "AddPartitionsToTxnPartitionResult")
     by_topic: dict[str, list[Any]] = {}
@@ -124,8 +129,12 @@ def _topic_results(
     )
 
 
+def _one_transaction(request: req.AddPartitionsToTxn) -> TypeIs[req.AddPartitionsToTxnV0ToV3]:
+    return request.__version__ < 4
+
+
 @handles(24, 0, 5)
-async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
+async def handle_add_partitions_to_txn(ctx: RequestContext, request: req.AddPartitionsToTxn) -> Any:
     response_type = ctx.response_type
     if ctx.api_version >= 4 and not authz.cluster_allowed(ctx, authz.Op.CLUSTER_ACTION):
         # Batched requests (v4+) come from brokers, as in Kafka.
@@ -135,7 +144,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
             error_code=ErrorCode.cluster_authorization_failed,
             results_by_transaction=(),
         )
-    if ctx.api_version < 4:
+    if _one_transaction(request):
         results = await _add_one(
             ctx,
             request.v3_and_below_transactional_id,
@@ -179,7 +188,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
 
 
 @handles(25, 0, 4)
-async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
+async def handle_add_offsets_to_txn(ctx: RequestContext, request: req.AddOffsetsToTxn) -> Any:
     broker = ctx.broker
     topic = broker.state.topic(OFFSETS_TOPIC)
     partitions = (
@@ -207,7 +216,7 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(26, 0, 4)
-async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
+async def handle_end_txn(ctx: RequestContext, request: req.EndTxn) -> Any:
     if not authz.allowed(ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, request.transactional_id):
         return build(
             ctx.response_type,
@@ -273,7 +282,7 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(28, 0, 5)
-async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
+async def handle_txn_offset_commit(ctx: RequestContext, request: req.TxnOffsetCommit) -> Any:
     broker = ctx.broker
     coordinator = broker.coordinator
     wanted = [
@@ -346,7 +355,7 @@ def _txn_commit_response(ctx: RequestContext, wanted: list[Any], errors: list[Er
 
 
 @handles(65, 0, 0)
-def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
+def handle_describe_transactions(ctx: RequestContext, request: req.DescribeTransactions) -> Any:
     coordinator = ctx.broker.transactions
     response_type = ctx.response_type
     state_type = nested(response_type, "TransactionState")
@@ -397,7 +406,7 @@ def _when(ms: int) -> datetime.datetime:
 
 
 @handles(66, 0, 1)
-def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
+def handle_list_transactions(ctx: RequestContext, request: req.ListTransactions) -> Any:
     coordinator = ctx.broker.transactions
     known: list[TxnState] = []
     unknown: list[str] = []
@@ -442,7 +451,7 @@ def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(61, 0, 0)
-def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
+def handle_describe_producers(ctx: RequestContext, request: req.DescribeProducers) -> Any:
     state = ctx.broker.state
     response_type = ctx.response_type
     topic_type = nested(response_type, "TopicResponse")
@@ -452,8 +461,8 @@ def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
     for topic in request.topics:
         meta = state.topic(topic.name)
         partitions = []
-        for index in topic.partition_indexes:
-            index = int(index)
+        for wire_index in topic.partition_indexes:
+            index = int(wire_index)
             partition_log = state.partition_log(topic.name, index)
             if not authz.allowed(ctx, authz.Op.READ, authz.TOPIC, topic.name):
                 error, producers = ErrorCode.topic_authorization_failed, ()
