@@ -34,6 +34,7 @@ from strom.broker.common import NO_THROTTLE
 from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.router import RequestContext, handles, handles_controller
 from strom.cluster.controller_api import ControllerError, ControllerResult
+from strom.cluster.quorum_controller import QuorumController
 from strom.cluster.records import AccessControlEntryRecord, RemoveAccessControlEntryRecord
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
@@ -264,7 +265,7 @@ async def controller_create_acls(ctx: RequestContext, request: Any) -> Any:
         errors.append((ErrorCode.none, None))
         wanted.append(binding)
 
-    def decide(controller: Any) -> ControllerResult[None]:
+    def decide(controller: QuorumController) -> ControllerResult[None]:
         stored = _image_bindings(controller.image)
         records = []
         for b in wanted:
@@ -301,7 +302,7 @@ async def controller_delete_acls(ctx: RequestContext, request: Any) -> Any:
     matching_type = nested(response_type, "DeleteAclsMatchingAcl")
     filters = [_filter(f) for f in request.filters]
 
-    def decide(controller: Any) -> ControllerResult[list[list[AclBinding]]]:
+    def decide(controller: QuorumController) -> ControllerResult[list[list[AclBinding]]]:
         acls = controller.image.acls
         matched: list[list[AclBinding]] = []
         removed: list[uuid.UUID] = []

@@ -17,9 +17,10 @@ cluster, ListPartitionReassignments DESCRIBE (CLUSTER_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.elect_leaders.v2 import request as elect_v2
+from kio.static.primitive import i8
 
 from strom.broker import authz
 from strom.broker.common import NO_THROTTLE
@@ -27,6 +28,9 @@ from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
+
+if TYPE_CHECKING:
+    from strom.protocol import request_types as req
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +40,14 @@ DENIED = "Cluster authorization failed."
 
 
 @handles(43, 0, 2)
-async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
+async def handle_elect_leaders(ctx: RequestContext, request: req.ElectLeaders) -> Any:
     response_type = ctx.response_type
     topic_type = nested(response_type, "ReplicaElectionResult")
     partition_type = nested(response_type, "PartitionResult")
     if not authz.cluster_allowed(ctx, authz.Op.ALTER):
         return _elect_failed(ctx, request, ErrorCode.cluster_authorization_failed, DENIED)
     forwarded = elect_v2.ElectLeadersRequest(
-        election_type=getattr(request, "election_type", 0),
+        election_type=i8(getattr(request, "election_type", 0)),  # v1+
         topic_partitions=None
         if request.topic_partitions is None
         else tuple(
@@ -80,7 +84,9 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-def _elect_failed(ctx: RequestContext, request: Any, error: ErrorCode, message: str) -> Any:
+def _elect_failed(
+    ctx: RequestContext, request: req.ElectLeaders, error: ErrorCode, message: str
+) -> Any:
     response_type = ctx.response_type
     topic_type = nested(response_type, "ReplicaElectionResult")
     partition_type = nested(response_type, "PartitionResult")
@@ -103,7 +109,9 @@ def _elect_failed(ctx: RequestContext, request: Any, error: ErrorCode, message: 
 
 
 @handles(45, 0, 1)
-async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+async def handle_alter_partition_reassignments(
+    ctx: RequestContext, request: req.AlterPartitionReassignments
+) -> Any:
     broker = ctx.broker
     if not authz.cluster_allowed(ctx, authz.Op.ALTER):
         return build(
@@ -151,7 +159,9 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any
 
 
 @handles(46, 0, 0)
-async def handle_list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+async def handle_list_partition_reassignments(
+    ctx: RequestContext, request: req.ListPartitionReassignments
+) -> Any:
     if not authz.cluster_allowed(ctx, authz.Op.DESCRIBE):
         return build(
             ctx.response_type,
@@ -174,7 +184,7 @@ async def handle_list_partition_reassignments(ctx: RequestContext, request: Any)
 
 
 @handles(64, 0, 0)
-async def handle_unregister_broker(ctx: RequestContext, request: Any) -> Any:
+async def handle_unregister_broker(ctx: RequestContext, request: req.UnregisterBroker) -> Any:
     if not authz.cluster_allowed(ctx, authz.Op.ALTER):
         return build(
             ctx.response_type,

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from strom.broker import authz
 from strom.broker.common import NO_THROTTLE, ZERO_UUID
@@ -37,6 +37,9 @@ from strom.broker.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 from strom.storage.errors import OffsetOutOfRangeError
+
+if TYPE_CHECKING:
+    from strom.protocol import request_types as req
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +78,7 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
         if validate_only:
             return 0
         if topic.num_partitions > 0:
-            return topic.num_partitions
+            return int(topic.num_partitions)
         return len(topic.assignments) or int(ctx.broker.config["num.partitions"])
 
     may_create = authz.cluster_allowed(ctx, authz.Op.CREATE)
@@ -113,7 +116,7 @@ def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(37, 0, 3)
-def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
+def handle_create_partitions(ctx: RequestContext, request: req.CreatePartitions) -> Any:
     state = ctx.broker.state
     wanted = {t.name: t.count for t in request.topics}
 
@@ -131,7 +134,7 @@ def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
         known = state.topics.get(topic.name)
         if request.validate_only or known is None:
             return 0
-        return max(0, topic.count - known.partitions)
+        return max(0, int(topic.count) - known.partitions)
 
     return _admitted(
         ctx,
@@ -219,7 +222,11 @@ async def _answered(ctx: RequestContext, request: Any, visible: Any, field: str,
     # Every entry gets REQUEST_TIMED_OUT, which clients may retry.
     entry_type = nested(ctx.response_type, entry)
     entries = []
-    for item in getattr(request, "topics", None) or getattr(request, "topic_names", ()):
+    # DeleteTopics before v6 names its topics in topic_names.
+    items: Iterable[Any] = (
+        getattr(request, "topics", None) or getattr(request, "topic_names", None) or ()
+    )
+    for item in items:
         name = item if isinstance(item, str) else item.name
         values = {"name": name, "error_code": ErrorCode.request_timed_out}
         values["error_message"] = "No active controller answered in time."
@@ -228,7 +235,7 @@ async def _answered(ctx: RequestContext, request: Any, visible: Any, field: str,
 
 
 @handles(21, 0, 2)
-def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
+def handle_delete_records(ctx: RequestContext, request: req.DeleteRecords) -> Any:
     controller = ctx.broker.controller
     response_type = ctx.response_type
     topic_type = nested(response_type, "DeleteRecordsTopicResult")

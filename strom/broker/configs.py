@@ -35,9 +35,10 @@ controller. (What brokers forward, the full AlterConfigs, is ``controller_handle
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.alter_configs.v2 import request as alter
 
@@ -46,6 +47,8 @@ from strom.broker.common import NO_THROTTLE
 from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.router import RequestContext, handles, handles_controller
 from strom.cluster.controller_api import ControllerError
+from strom.cluster.node_state import NodeState
+from strom.cluster.quorum_controller import QuorumController
 from strom.config import (
     BROKER_CONFIGS,
     DYNAMIC_BROKER_CONFIGS,
@@ -64,6 +67,9 @@ from strom.config import (
 )
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
+
+if TYPE_CHECKING:
+    from strom.protocol import request_types as req
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -236,7 +242,7 @@ def _describe(
 
 
 @handles(33, 0, 2)
-def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
+def handle_alter_configs(ctx: RequestContext, request: req.AlterConfigs) -> Any:
     def new_configs(resource: Any, current: dict[str, str]) -> dict[str, str]:
         return {c.name: c.value for c in resource.configs}
 
@@ -244,7 +250,9 @@ def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(44, 0, 1)
-def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+def handle_incremental_alter_configs(
+    ctx: RequestContext, request: req.IncrementalAlterConfigs
+) -> Any:
     def new_configs(resource: Any, current: dict[str, str]) -> dict[str, str]:
         result = dict(current)
         table = _TABLES.get(resource.resource_type, BROKER_CONFIGS)
@@ -400,7 +408,7 @@ def _alter(ctx: RequestContext, request: Any, new_configs: Any) -> Any:
     return written()
 
 
-def _shows(state: Any, resource: Any, configs: dict[str, str]) -> bool:
+def _shows(state: NodeState, resource: Any, configs: dict[str, str]) -> bool:
     """Whether this node's metadata holds exactly these overrides for the resource."""
     if resource.resource_type == RESOURCE_TOPIC:
         return state.image.topic_configs(resource.resource_name) == configs
@@ -431,7 +439,9 @@ def _check_own_node(ctx: RequestContext, name: str) -> None:
 
 
 @handles_controller(44, 0, 1)
-async def handle_controller_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+async def handle_controller_incremental_alter_configs(
+    ctx: RequestContext, request: req.IncrementalAlterConfigs
+) -> Any:
     """IncrementalAlterConfigs sent to a controller itself (KIP-919; brokers forward
     AlterConfigs instead), as Kafka's controller takes it: a resource named twice is
     INVALID_REQUEST ("Duplicate resource.", answered once); each other one needs
@@ -453,9 +463,15 @@ async def handle_controller_incremental_alter_configs(ctx: RequestContext, reque
             if named[key] > 1:
                 raise _ResourceError(ErrorCode.invalid_request, "Duplicate resource.")
             _authorize(ctx, *key, authz.Op.ALTER_CONFIGS)
-            await ctx.broker.controller_service.run(
-                lambda c, key=key, changes=changes: c.incremental_alter_configs(
-                    *key, changes, validate_only=request.validate_only
+            service = ctx.broker.controller_service
+            assert service is not None, "only a controller serves the controller listener"
+            await service.run(
+                functools.partial(
+                    QuorumController.incremental_alter_configs,
+                    resource_type=key[0],
+                    resource_name=key[1],
+                    changes=changes,
+                    validate_only=request.validate_only,
                 )
             )
         except (_ResourceError, ControllerError) as exc:

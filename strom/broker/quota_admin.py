@@ -23,13 +23,15 @@ Does not own quota semantics (``strom.security.quotas``) or enforcement
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from strom.broker import authz
 from strom.broker.common import NO_THROTTLE
 from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.router import RequestContext, handles, handles_controller
 from strom.cluster.controller_api import ControllerError, ControllerResult
+from strom.cluster.quorum_controller import QuorumController
 from strom.cluster.records import ClientQuotaRecord, EntityData
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
@@ -42,12 +44,15 @@ from strom.security.quotas import (
     validate_value,
 )
 
+if TYPE_CHECKING:
+    from strom.protocol import request_types as req
+
 FORWARD_WAIT_S = 5.0
 CLUSTER_DENIED = "Cluster authorization failed."
 
 
 @handles(48, 0, 1)
-def handle_describe_client_quotas(ctx: RequestContext, request: Any) -> Any:
+def handle_describe_client_quotas(ctx: RequestContext, request: req.DescribeClientQuotas) -> Any:
     response_type = ctx.response_type
 
     def failed(code: ErrorCode, message: str) -> Any:
@@ -93,7 +98,9 @@ def _entity_parts(entry: Any) -> list[tuple[str, str | None]]:
 
 
 def _alter_response(
-    ctx: RequestContext, request: Any, errors: list[tuple[ErrorCode, str | None]]
+    ctx: RequestContext,
+    request: req.AlterClientQuotas,
+    errors: Sequence[tuple[ErrorCode, str | None]],
 ) -> Any:
     response_type = ctx.response_type
     entry_type = nested(response_type, "EntryData")
@@ -113,7 +120,7 @@ def _alter_response(
 
 
 @handles(49, 0, 1)
-async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
+async def handle_alter_client_quotas(ctx: RequestContext, request: req.AlterClientQuotas) -> Any:
     if not authz.cluster_allowed(ctx, authz.Op.ALTER_CONFIGS):
         every = [(ErrorCode.cluster_authorization_failed, CLUSTER_DENIED)] * len(request.entries)
         return _alter_response(ctx, request, every)
@@ -123,7 +130,11 @@ async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
         if request.validate_only:
             return True
         quotas = state.image.client_quotas
-        for entry, result in zip(request.entries, response.entries, strict=False):
+        answered = iter(response.entries)
+        for entry in request.entries:
+            result = next(answered, None)
+            if result is None:
+                break
             if result.error_code != ErrorCode.none:
                 continue
             try:
@@ -163,7 +174,9 @@ def _checked(entry: Any, seen: set[QuotaEntity]) -> tuple[QuotaEntity, dict[str,
 
 
 @handles_controller(49, 0, 1)
-async def controller_alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
+async def controller_alter_client_quotas(
+    ctx: RequestContext, request: req.AlterClientQuotas
+) -> Any:
     errors: list[tuple[ErrorCode, str | None]] = []
     wanted: list[tuple[QuotaEntity, dict[str, float | None]]] = []
     seen: set[QuotaEntity] = set()
@@ -175,7 +188,7 @@ async def controller_alter_client_quotas(ctx: RequestContext, request: Any) -> A
             continue
         errors.append((ErrorCode.none, None))
 
-    def decide(controller: Any) -> ControllerResult[None]:
+    def decide(controller: QuorumController) -> ControllerResult[None]:
         stored = controller.image.client_quotas
         records = []
         for entity, changes in wanted:

@@ -23,13 +23,14 @@ Does not own the SCRAM exchange (``strom.security.sasl``) or its use (``authenti
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strom.broker import authz
 from strom.broker.common import NO_THROTTLE
 from strom.broker.controller_channel import ControllerUnavailable
 from strom.broker.router import RequestContext, handles, handles_controller
 from strom.cluster.controller_api import ControllerError, ControllerResult
+from strom.cluster.quorum_controller import QuorumController
 from strom.cluster.records import (
     MetadataRecord,
     RemoveUserScramCredentialRecord,
@@ -39,6 +40,10 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 from strom.security.authorizer import AclOperation
 from strom.security.sasl import SCRAM_BY_TYPE, credential_from_salted
+
+if TYPE_CHECKING:
+    from strom.cluster.image import MetadataImage
+    from strom.protocol import request_types as req
 
 FORWARD_WAIT_S = 5.0
 
@@ -53,14 +58,17 @@ def _mechanisms_of(image: Any, user: str) -> list[tuple[int, int]]:
 
 
 @handles(50, 0, 0)
-def handle_describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
+def handle_describe_user_scram_credentials(
+    ctx: RequestContext, request: req.DescribeUserScramCredentials
+) -> Any:
     response_type = ctx.response_type
     result_type = nested(response_type, "DescribeUserScramCredentialsResult")
     info_type = nested(response_type, "CredentialInfo")
     if not authz.cluster_allowed(ctx, AclOperation.DESCRIBE):
         # The error on the response and on each user asked about, as Kafka answers
         # (librdkafka crashes on a refusal without the users' results).
-        code, message = ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
+        code = ErrorCode.cluster_authorization_failed
+        message: str | None = "Cluster authorization failed."
         return build(
             response_type,
             throttle_time=NO_THROTTLE,
@@ -129,7 +137,9 @@ def _users_of(request: Any) -> list[str]:
 
 
 @handles(51, 0, 0)
-async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
+async def handle_alter_user_scram_credentials(
+    ctx: RequestContext, request: req.AlterUserScramCredentials
+) -> Any:
     response_type = ctx.response_type
     result_type = nested(response_type, "AlterUserScramCredentialsResult")
 
@@ -151,13 +161,13 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any)
 
     def visible() -> bool:
         credentials = state.image.scram_credentials
-        for change in request.deletions:
-            if change.name in done and (change.name, change.mechanism) in credentials:
+        for deletion in request.deletions:
+            if deletion.name in done and (deletion.name, deletion.mechanism) in credentials:
                 return False
-        for change in request.upsertions:
-            if change.name in done:
-                stored = credentials.get((change.name, change.mechanism))
-                if stored is None or stored.salt != bytes(change.salt):
+        for upsertion in request.upsertions:
+            if upsertion.name in done:
+                stored = credentials.get((upsertion.name, upsertion.mechanism))
+                if stored is None or stored.salt != bytes(upsertion.salt):
                     return False
         return True
 
@@ -165,7 +175,7 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any)
     return response
 
 
-def _problem(image: Any, request: Any, name: str) -> tuple[ErrorCode, str] | None:
+def _problem(image: MetadataImage, request: Any, name: str) -> tuple[ErrorCode, str] | None:
     """Why the changes to one user's credentials cannot be made, if they cannot."""
     changes = [c for c in (*request.deletions, *request.upsertions) if c.name == name]
     if len({c.mechanism for c in changes}) != len(changes):
@@ -195,12 +205,16 @@ def _problem(image: Any, request: Any, name: str) -> tuple[ErrorCode, str] | Non
 
 
 @handles_controller(51, 0, 0)
-async def controller_alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
+async def controller_alter_user_scram_credentials(
+    ctx: RequestContext, request: req.AlterUserScramCredentials
+) -> Any:
     response_type = ctx.response_type
     result_type = nested(response_type, "AlterUserScramCredentialsResult")
     names = _users_of(request)
 
-    def decide(controller: Any) -> ControllerResult[dict[str, tuple[ErrorCode, str | None]]]:
+    def decide(
+        controller: QuorumController,
+    ) -> ControllerResult[dict[str, tuple[ErrorCode, str | None]]]:
         image = controller.image
         outcome: dict[str, tuple[ErrorCode, str | None]] = {}
         records: list[MetadataRecord] = []
