@@ -19,7 +19,7 @@ ACLs when asked for.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strom.broker import authz
 from strom.broker.cluster_view import controller_id, live_brokers
@@ -27,6 +27,10 @@ from strom.broker.common import CLUSTER_OPERATIONS, NO_THROTTLE, authorized_oper
 from strom.broker.router import RequestContext, handles, handles_controller
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
+from strom.security.authorizer import CLUSTER_NAME
+
+if TYPE_CHECKING:
+    from strom.protocol import request_types as req
 
 BROKERS = 1
 CONTROLLERS = 2
@@ -34,7 +38,7 @@ ENDPOINT_NAMES = {BROKERS: "BROKER", CONTROLLERS: "CONTROLLER"}
 
 
 @handles(60, 0, 2)
-def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
+def handle_describe_cluster(ctx: RequestContext, request: req.DescribeCluster) -> Any:
     if not authz.cluster_allowed(ctx, authz.Op.DESCRIBE):
         return _failed(ctx, request, ErrorCode.cluster_authorization_failed)
     if getattr(request, "endpoint_type", BROKERS) == CONTROLLERS:
@@ -56,7 +60,7 @@ def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles_controller(60, 0, 2)
-def handle_controller_describe_cluster(ctx: RequestContext, request: Any) -> Any:
+def handle_controller_describe_cluster(ctx: RequestContext, request: req.DescribeCluster) -> Any:
     if not authz.node_request_allowed(ctx, authz.Op.ALTER):
         return _failed(ctx, request, ErrorCode.cluster_authorization_failed)
     wanted = getattr(request, "endpoint_type", BROKERS)
@@ -91,7 +95,9 @@ def _controllers(ctx: RequestContext) -> tuple[Any, ...]:
     )
 
 
-def _answer(ctx: RequestContext, request: Any, nodes: tuple[Any, ...], controller: int) -> Any:
+def _answer(
+    ctx: RequestContext, request: req.DescribeCluster, nodes: tuple[Any, ...], controller: int
+) -> Any:
     return build(
         ctx.response_type,
         throttle_time=NO_THROTTLE,
@@ -104,7 +110,7 @@ def _answer(ctx: RequestContext, request: Any, nodes: tuple[Any, ...], controlle
         cluster_authorized_operations=authz.operations(
             ctx,
             authz.CLUSTER,
-            authz.CLUSTER_NAME,
+            CLUSTER_NAME,
             CLUSTER_OPERATIONS,
             request.include_cluster_authorized_operations,
         ),
@@ -113,7 +119,7 @@ def _answer(ctx: RequestContext, request: Any, nodes: tuple[Any, ...], controlle
 
 def _failed(
     ctx: RequestContext,
-    request: Any,
+    request: req.DescribeCluster,
     code: ErrorCode,
     message: str = "Cluster authorization failed.",
 ) -> Any:

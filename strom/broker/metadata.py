@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import datetime
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.create_topics.v7 import request as create_topics
+from kio.schema.create_topics.v7 import response as create_topics_response
+from kio.schema.types import TopicName
+from kio.static.primitive import i16, i32, i32Timedelta
 
 from strom.broker import authz
 from strom.broker.cluster_view import controller_id, live_brokers
@@ -41,6 +44,10 @@ from strom.cluster.metadata import InvalidTopicError, validate_topic_name
 from strom.cluster.node_state import TopicView
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
+from strom.security.authorizer import CLUSTER_NAME
+
+if TYPE_CHECKING:
+    from strom.protocol import request_types as req
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +55,7 @@ AUTO_CREATE_TIMEOUT_S = 5.0
 
 
 @handles(3, 0, 13)
-def handle_metadata(ctx: RequestContext, request: Any) -> Any:
+def handle_metadata(ctx: RequestContext, request: req.Metadata) -> Any:
     broker = ctx.broker
     state = broker.state
     requested = request.topics
@@ -58,7 +65,7 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         getattr(request, "allow_auto_topic_creation", True)
         and broker.config["auto.create.topics.enable"]
     )
-    missing = []
+    missing: list[str] = []
     for entry in requested:
         name = entry.name
         if not name or name in state.topics:
@@ -81,22 +88,28 @@ def _may_create(ctx: RequestContext, name: str) -> bool:
     )
 
 
-async def _create_then_answer(ctx: RequestContext, request: Any, names: list[str]) -> Any:
+async def _create_then_answer(ctx: RequestContext, request: req.Metadata, names: list[str]) -> Any:
     """Auto-create through the active controller, then answer (LEADER_NOT_AVAILABLE for
     a topic not yet seen here, which clients retry)."""
     broker = ctx.broker
     create = create_topics.CreateTopicsRequest(
         topics=tuple(
             create_topics.CreatableTopic(
-                name=name, num_partitions=-1, replication_factor=-1, assignments=(), configs=()
+                name=TopicName(name),
+                num_partitions=i32(-1),
+                replication_factor=i16(-1),
+                assignments=(),
+                configs=(),
             )
             for name in dict.fromkeys(names)
         ),
-        timeout=datetime.timedelta(seconds=AUTO_CREATE_TIMEOUT_S),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=AUTO_CREATE_TIMEOUT_S)),
         validate_only=False,
     )
     try:
-        response = await broker.controller_channel.forward(ctx, create)
+        response: create_topics_response.CreateTopicsResponse = (
+            await broker.controller_channel.forward(ctx, create)
+        )
     except ControllerUnavailable:
         return _answer(ctx, request, names)
     created = [t.name for t in response.topics if t.error_code == ErrorCode.none]
@@ -215,7 +228,7 @@ def _answer(ctx: RequestContext, request: Any, creating: list[str]) -> Any:
         cluster_authorized_operations=authz.operations(
             ctx,
             authz.CLUSTER,
-            authz.CLUSTER_NAME,
+            CLUSTER_NAME,
             CLUSTER_OPERATIONS,
             getattr(request, "include_cluster_authorized_operations", False),
         ),
