@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -44,14 +44,15 @@ def store() -> Metastore:
     return metastore
 
 
-@pytest.fixture
-def materialize(store: Metastore) -> Iterator[object]:
+@pytest.fixture(scope="module")
+def materialize(store: Metastore) -> Iterator[Callable[[str], Materialized]]:
+    """Materialized tables whose consumer never connects (nothing is polled)."""
     made: list[Materialized] = []
 
     def make(name: str) -> Materialized:
         found = store.source(name)
         assert found is not None
-        table = Materialized(found, {"bootstrap.servers": "127.0.0.1:1"}, None)
+        table = Materialized(found, {"bootstrap.servers": "127.0.0.1:1", "log_level": 0}, None)
         made.append(table)
         return table
 
@@ -78,11 +79,9 @@ WHERES = [
 ]
 
 
-@pytest.mark.parametrize("where", WHERES)
-def test_a_lookup_by_key_answers_what_the_scan_answers(
-    store: Metastore, materialize: object, where: str
-) -> None:
-    table = materialize("USERS")  # type: ignore[operator]
+@pytest.fixture(scope="module")
+def users(materialize: Callable[[str], Materialized]) -> Materialized:
+    table = materialize("USERS")
     changes = [
         (b"a", {"name": "ann", "n": 1}),
         (b"b", {"name": "bob", "n": 2}),
@@ -95,6 +94,14 @@ def test_a_lookup_by_key_answers_what_the_scan_answers(
     ]
     for offset, (key, value) in enumerate(changes):
         table._apply(record(key, value, offset))
+    return table
+
+
+@pytest.mark.parametrize("where", WHERES)
+def test_a_lookup_by_key_answers_what_the_scan_answers(
+    store: Metastore, users: Materialized, where: str
+) -> None:
+    table = users
     statement = parse_statement(f"SELECT * FROM users {where};")
     assert isinstance(statement, st.Query)
     plan = plan_query(statement, store)
@@ -108,9 +115,9 @@ def test_a_lookup_by_key_answers_what_the_scan_answers(
 
 
 def test_a_windowed_table_keeps_every_window_of_a_key(
-    store: Metastore, materialize: object
+    store: Metastore, materialize: Callable[[str], Materialized]
 ) -> None:
-    table = materialize("COUNTS")  # type: ignore[operator]
+    table = materialize("COUNTS")
     for offset, (key, start, count) in enumerate(
         [(b"a", 0, 1), (b"a", 60_000, 1), (b"b", 0, 1), (b"a", 0, 2)]
     ):
