@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from kio.schema.alter_partition.v3 import request as alter
 from kio.schema.alter_partition.v3.response import AlterPartitionResponse
@@ -27,26 +27,7 @@ from strom.protocol.errors import ErrorCode
 from strom.replication.leader import IsrChange
 
 if TYPE_CHECKING:
-    from strom.broker.controller_channel import ControllerChannel
-
-
-class _Registration(Protocol):
-    @property
-    def broker_epoch(self) -> int: ...
-
-
-class IsrChangeSender(Protocol):
-    """What sending AlterPartition reads of the node: its id, the broker epoch its
-    registration holds (None: not a registered broker), its way to the controller."""
-
-    @property
-    def node_id(self) -> int: ...
-
-    @property
-    def lifecycle(self) -> _Registration | None: ...
-
-    @property
-    def controller_channel(self) -> ControllerChannel: ...
+    from strom.broker.lifecycle import RegisteredNode
 
 
 class IsrChangeRefused(Exception):
@@ -64,7 +45,7 @@ class IsrChangeMade:
 
 
 async def send_alter_partition(
-    broker: IsrChangeSender,
+    broker: RegisteredNode,
     topic_id: uuid.UUID,
     partition: int,
     leader_epoch: int,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_heartbeat.v1.response import BrokerHeartbeatResponse
@@ -28,7 +28,7 @@ from kio.schema.types import BrokerId
 from kio.static.primitive import i16, i64, u16
 
 from strom.broker.common import stop_task
-from strom.broker.controller_channel import ControllerUnavailable
+from strom.broker.controller_channel import ControllerChannel, ControllerUnavailable
 from strom.cluster.features import SUPPORTED as SUPPORTED_FEATURES
 from strom.protocol.errors import ErrorCode
 
@@ -40,6 +40,26 @@ log = logging.getLogger(__name__)
 SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 METADATA_VERSION_FEATURE = ("metadata.version", 1, 27)  # name, min, max supported
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
+
+
+class Registration(Protocol):
+    @property
+    def broker_epoch(self) -> int: ...
+
+
+class RegisteredNode(Protocol):
+    """What a request this node makes of the active controller reads of the node: its
+    id, the broker epoch its registration holds (None: a node that is not a broker),
+    and its channel to the controller. ``Broker`` is one."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def lifecycle(self) -> Registration | None: ...
+
+    @property
+    def controller_channel(self) -> ControllerChannel: ...
 
 
 class BrokerLifecycle:

@@ -22,7 +22,7 @@ from kio.static.primitive import i64
 from strom.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from strom.broker.server import Broker
+    from strom.broker.lifecycle import RegisteredNode
 
 ALLOCATE_TIMEOUT_S = 10.0
 
@@ -32,7 +32,7 @@ class ProducerIdsUnavailable(Exception):
 
 
 class ProducerIdBlocks:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: RegisteredNode) -> None:
         self.broker = broker
         self._next = 0
         self._end = 0
