@@ -7,14 +7,21 @@ Starts a real broker and a real PostgreSQL (tests/postgres_process.py) in temp d
 runs the tasks through ``SparkRunner`` itself (the code a worker runs, without its REST
 API) on a local[2] SparkSession started before the clock starts (a worker starts it once).
 The source figure is from the task's start to the last record acknowledged in the topic;
-the sink figures from the task's start to the last row in the table (the lake's: in its
-committed files). Prints one line per figure. Usage: python bench/connect.py [--rows N] [--profile]
+the sink figures from the task's start to the last row written (each sink's table is made
+beforehand, as ``auto.create`` makes it, with one more column the database fills with the
+time each row is written), the lake's to the last row in its committed files. Each figure also gives the CPU time a row cost, all processes together
+(the driver's JVM, Spark's Python workers, the broker, PostgreSQL's backends), which the
+load of others on a shared machine changes much less than the rows/s. Prints one line
+per figure. Usage: python bench/connect.py [--rows N] [--batch-size N] [--fetch-rows N]
+[--figures source,upsert,once,lake] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import datetime
+import os
 import pstats
 import shutil
 import sys
@@ -41,38 +48,112 @@ COLUMNS = 10
 WARM_ROWS = 20_000
 
 
-def end_offset(bootstrap: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watch"})
-    try:
-        metadata = consumer.list_topics(topic, timeout=5).topics.get(topic)
+class TopicWatch:
+    """The end offsets of a topic, asked by one consumer (not one made for each look: the
+    watching should cost the machine little beside the copy it watches)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watch"})
+
+    def end_offset(self, topic: str) -> int:
+        metadata = self.consumer.list_topics(topic, timeout=5).topics.get(topic)
         if metadata is None or metadata.error is not None:
             return 0
         return sum(
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+            self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
             for p in metadata.partitions
         )
-    finally:
-        consumer.close()
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
-def wait(check: object, what: str, timeout: float = 600.0) -> None:
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+PART_OF_COMMAND = (  # the part of the pipeline a process is, by its command line
+    ("pyspark", "Spark's Python workers"),
+    ("java", "Spark's JVM"),
+    ("strom.cli.main broker", "broker"),
+    ("postgres", "PostgreSQL"),
+)
+
+
+def cpu_by_part(roots: list[int]) -> dict[str, float]:
+    """CPU seconds (user and system) of the processes under ``roots`` by part of the
+    pipeline, with what their reaped children used (a Python worker that exited counts
+    in its parent)."""
+    children: dict[int, list[int]] = {}
+    times: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        pid, parent = int(entry), int(fields[1])
+        children.setdefault(parent, []).append(pid)
+        times[pid] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    parts: dict[str, float] = {}
+    seen: set[int] = set()
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                command = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            command = ""
+        part = next((name for key, name in PART_OF_COMMAND if key in command), "the driver")
+        parts[part] = parts.get(part, 0.0) + times.get(pid, 0) / TICKS_PER_S
+        todo.extend(children.get(pid, []))
+    return parts
+
+
+def cpu_seconds(roots: list[int]) -> float:
+    return sum(cpu_by_part(roots).values())
+
+
+def wait(check: object, what: str, timeout: float = 600.0, step: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while not check():  # type: ignore[operator]
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(step)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--profile", action="store_true", help="profile the driver's thread")
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="the sinks' batch.size (default: theirs)"
+    )
+    parser.add_argument(
+        "--fetch-rows",
+        type=int,
+        default=10_000,
+        help="the source's batch.max.rows, its JDBC fetch size (0: the connector's default)",
+    )
+    parser.add_argument(
+        "--figures",
+        default="source,upsert,once,lake",
+        help="which figures (source is always run: the sinks read its topic)",
+    )
     args = parser.parse_args()
+    figures = set(args.figures.split(","))
     rows = args.rows
     work = Path(tempfile.mkdtemp(prefix="strom-bench-connect-"))
     broker = BrokerProcess(work / "broker", {"num.partitions": "4"})
     broker.start()
     postgres = PostgresProcess().start()
+    postmaster = int((postgres.data / "postmaster.pid").read_text().split()[0])
+    roots = [os.getpid(), postmaster]
     try:
         columns = ", ".join(f"c{i} BIGINT" for i in range(1, COLUMNS))
         postgres.query(f"CREATE TABLE wide (id BIGINT PRIMARY KEY, {columns})")
@@ -98,9 +179,10 @@ def main() -> None:
             config, Plugins.builtin(), store, lambda t, s, tr: states.append((t, s, tr))
         )
         runner.sessions.get()  # the worker's JVM, started once
+        watch = TopicWatch(broker.bootstrap)
         profiler = cProfile.Profile() if args.profile else None
 
-        def copy_source(table: str, count: int) -> float:
+        def copy_source(table: str, count: int) -> str:
             config = {
                 "connector.class": "JdbcSourceConnector",
                 "connection.url": postgres.jdbc_url,
@@ -109,19 +191,22 @@ def main() -> None:
                 "tables": table,
                 "topic.prefix": "bench-",
                 "poll.interval.ms": "3600000",
-                "batch.max.rows": "10000",
             }
+            if args.fetch_rows:
+                config["batch.max.rows"] = str(args.fetch_rows)
             spec = TaskSpec((f"source-{table}", 0), SOURCE, JdbcSourceTask, config, config)
+            cpu = cpu_by_part(roots)
             started = time.perf_counter()
             runner.start(spec, STARTED)
             topic = f"bench-{table}"
-            wait(lambda: end_offset(broker.bootstrap, topic) >= count, f"{topic}'s records")
+            wait(lambda: watch.end_offset(topic) >= count, f"{topic}'s records")
             elapsed = time.perf_counter() - started
+            used = spent(cpu)
             runner.stop([spec.task_id])
             check_failures()
-            return count / elapsed
+            return figure(count, elapsed, used)
 
-        def copy_sink(table: str, count: int, exactly_once: bool = False) -> float:
+        def copy_sink(table: str, count: int, exactly_once: bool = False) -> str:
             target = f"{table}_once" if exactly_once else f"{table}_copy"
             config = {
                 "name": f"sink-{target}",
@@ -137,24 +222,34 @@ def main() -> None:
             }
             if exactly_once:
                 config.update({"insert.mode": "insert", "exactly.once.delivery": "true"})
+            if args.batch_size:
+                config["batch.size"] = str(args.batch_size)
             spec = TaskSpec((f"sink-{target}", 0), SINK, JdbcSinkTask, config, config)
+            # The table the sink would create, and a column the database fills as each row
+            # is written: the copy's end is read from it, the count of rows looked at only
+            # twice a second (a count scans the table, time taken from the copy).
+            postgres.query(
+                f"CREATE TABLE {target} (id BIGINT PRIMARY KEY, {columns}, "
+                "copied_at TIMESTAMPTZ DEFAULT clock_timestamp())"
+            )
 
             def copied() -> bool:
-                try:
-                    found = postgres.query(f"SELECT count(*) FROM {target}")[0][0]
-                except Exception:
-                    return False
+                found = postgres.query(f"SELECT count(*) FROM {target}")[0][0]
                 return isinstance(found, int) and found >= count
 
-            started = time.perf_counter()
+            cpu = cpu_by_part(roots)
+            started = time.time()
             runner.start(spec, STARTED)
-            wait(copied, f"{target}'s rows")
-            elapsed = time.perf_counter() - started
+            wait(copied, f"{target}'s rows", step=0.5)
+            last = postgres.query(f"SELECT max(copied_at) FROM {target}")[0][0]
+            used = spent(cpu)
+            assert isinstance(last, datetime.datetime)
+            elapsed = last.timestamp() - started
             runner.stop([spec.task_id])
             check_failures()
-            return count / elapsed
+            return figure(count, elapsed, used)
 
-        def copy_lake(table: str, count: int) -> float:
+        def copy_lake(table: str, count: int) -> str:
             config = {
                 "name": f"lake-{table}",
                 "connector.class": "LakeSink",
@@ -171,13 +266,31 @@ def main() -> None:
                 rows: int = sum(pq.read_metadata(p).num_rows for p in committed_files(files))
                 return rows >= count
 
+            cpu = cpu_by_part(roots)
             started = time.perf_counter()
             runner.start(spec, STARTED)
-            wait(written, f"{files}'s rows")
+            wait(written, f"{files}'s rows", step=0.2)
             elapsed = time.perf_counter() - started
+            used = spent(cpu)
             runner.stop([spec.task_id])
             check_failures()
-            return count / elapsed
+            return figure(count, elapsed, used)
+
+        def spent(before: dict[str, float]) -> dict[str, float]:
+            after = cpu_by_part(roots)
+            return {part: after[part] - before.get(part, 0.0) for part in after}
+
+        def figure(count: int, elapsed: float, cpu: dict[str, float]) -> str:
+            load = os.getloadavg()[0]
+            total = sum(cpu.values())
+            parts = ", ".join(
+                f"{part} {seconds / count * 1e6:.1f}"
+                for part, seconds in sorted(cpu.items(), key=lambda item: -item[1])
+            )
+            return (
+                f"{count / elapsed:,.0f} rows/s; CPU {total / count * 1e6:.1f} us a row "
+                f"({parts}; {total / elapsed:.2f} cores busy; load average {load:.1f})"
+            )
 
         def check_failures() -> None:
             failed = [s for s in states if s[1] == "FAILED"]
@@ -187,25 +300,32 @@ def main() -> None:
         # A worker's first Spark jobs start its Python workers and warm the JVM: a small
         # table first, as a worker that has been running a while.
         copy_source("warm", WARM_ROWS)
-        copy_sink("warm", WARM_ROWS)
-        copy_lake("warm", WARM_ROWS)
+        if figures & {"upsert", "once"}:
+            copy_sink("warm", WARM_ROWS)
+        if "lake" in figures:
+            copy_lake("warm", WARM_ROWS)
         if profiler is not None:
             profiler.enable()
-        rate = copy_source("wide", rows)
-        print(f"JDBC source bulk, {COLUMNS} columns, {rows} rows: {rate:,.0f} rows/s")
-        rate = copy_sink("wide", rows)
-        print(f"JDBC sink upsert, {COLUMNS} columns, {rows} rows: {rate:,.0f} rows/s")
-        rate = copy_sink("wide", rows, exactly_once=True)
-        print(
-            f"JDBC sink insert, exactly.once.delivery, {COLUMNS} columns, {rows} rows: "
-            f"{rate:,.0f} rows/s"
-        )
-        rate = copy_lake("wide", rows)
-        print(f"Lake sink, Parquet, {COLUMNS} columns, {rows} rows: {rate:,.0f} rows/s")
+        result = copy_source("wide", rows)
+        print(f"JDBC source bulk, {COLUMNS} columns, {rows} rows: {result}", flush=True)
+        if "upsert" in figures:
+            result = copy_sink("wide", rows)
+            print(f"JDBC sink upsert, {COLUMNS} columns, {rows} rows: {result}", flush=True)
+        if "once" in figures:
+            result = copy_sink("wide", rows, exactly_once=True)
+            print(
+                f"JDBC sink insert, exactly.once.delivery, {COLUMNS} columns, {rows} rows: "
+                f"{result}",
+                flush=True,
+            )
+        if "lake" in figures:
+            result = copy_lake("wide", rows)
+            print(f"Lake sink, Parquet, {COLUMNS} columns, {rows} rows: {result}", flush=True)
         if profiler is not None:
             profiler.disable()
             pstats.Stats(profiler).sort_stats("cumulative").print_stats(15)
         runner.stop_all()
+        watch.close()
     finally:
         postgres.stop()
         broker.stop()
