@@ -16,6 +16,14 @@ MariaDB/MySQL (PyMySQL) and SQLite through ``executemany`` (``INSERT ... ON DUPL
 UPDATE`` on MariaDB/MySQL). Upsert is idempotent, so a replayed micro-batch leaves the
 table as one delivery does.
 
+Into PostgreSQL, insert and upsert with ``pk.mode`` none or record_value, when a Spark
+task's records are JsonConverter envelopes of one schema of primitive fields, nothing is
+decoded in Python: the payloads go by ``COPY`` into a staging table as numbered JSON text
+(``jdbc_envelopes``, a column at a time) and one ``INSERT ... SELECT`` reads each as a row
+of the table (``json_populate_record``), an upsert taking each key's last payload
+(``DISTINCT ON`` the key, the latest first). Such a JSON payload is its Connect value as it
+is; any other batch is decoded record by record as above.
+
 With ``exactly.once.delivery=true`` each Spark task also stores, in the same transaction
 as its rows, the next offset of each topic-partition it wrote in the table
 ``offsets.table.name`` (``__strom_connect_offsets``: connector, topic, partition, offset,
