@@ -159,41 +159,54 @@ class ArrowCounting:
 
     def run(self, stored: dict[str, Any], group: tuple[Any, ...], times: Any, floor: int) -> Any:
         """``times`` (the rows' ROWTIME in offset order) counted into ``stored`` (the
-        group's state, changed in place); the records of the updates (None: none)."""
+        group's state, changed in place); the records of the updates (None: none).
+
+        Row by row this is the operators' rule; it is computed a window at a time: each
+        row's stream time is the running maximum, a row whose window has closed by then
+        is dropped, and a window's kept rows count on from its stored counts."""
+        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
         windows: dict[int, dict[str, Any]] = stored["windows"]
-        stream_time: int = stored["stream_time"]
         size, grace, width = self.size, self.grace, len(self.calls)
-        starts: list[int] = []
-        counts: list[Any] = []
-        stamps: list[int] = []
-        for timestamp in times:
-            stream_time = max(stream_time, floor, timestamp)
-            if size is None:
-                start = end = -1
-            else:
-                start = timestamp - timestamp % size
-                end = start + size
-                if end + grace <= stream_time:
-                    continue  # late: its window has closed
+        times = np.asarray(times, dtype=np.int64)
+        if not len(times):
+            return None
+        stream = np.maximum.accumulate(np.maximum(times, max(stored["stream_time"], floor)))
+        stored["stream_time"] = int(stream[-1])
+        if size is None:
+            starts = np.full(len(times), -1, dtype=np.int64)
+        else:
+            starts = times - times % size  # numpy's % floors, as Python's
+            kept = starts + size + grace > stream  # late: its window has closed
+            times, starts = times[kept], starts[kept]
+        rows = len(times)
+        counts = np.empty((width, rows), dtype=np.int64)
+        stamps = np.empty(rows, dtype=np.int64)
+        order = np.argsort(starts, kind="stable")  # each window's rows, in offset order
+        ordered = starts[order]
+        edges = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), rows]
+        for first, last in zip(edges, edges[1:], strict=False):
+            if first == last:
+                continue
+            at = order[first:last]
+            start = int(ordered[first])
             slot = windows.get(start)
             if slot is None:
-                slot = windows[start] = {"end": end, "acc": [0] * width, "ts": timestamp}
-            accumulators = slot["acc"]
+                end = -1 if size is None else start + size
+                slot = windows[start] = {"end": end, "acc": [0] * width, "ts": int(times[at[0]])}
+            running = np.arange(1, last - first + 1, dtype=np.int64)
             for index in range(width):
-                accumulators[index] += 1
-            if timestamp > slot["ts"]:
-                slot["ts"] = timestamp
-            starts.append(start)
-            counts.append(accumulators[0] if width == 1 else tuple(accumulators))
-            stamps.append(slot["ts"])
-        stored["stream_time"] = stream_time
+                counts[index, at] = slot["acc"][index] + running
+            slot["acc"] = [count + last - first for count in slot["acc"]]
+            slot_stamps = np.maximum.accumulate(np.maximum(times[at], slot["ts"]))
+            stamps[at] = slot_stamps
+            slot["ts"] = int(slot_stamps[-1])
         if size is not None:
-            for start in [s for s, slot in windows.items() if slot["end"] + grace <= stream_time]:
+            ended = stored["stream_time"]
+            for start in [s for s, slot in windows.items() if slot["end"] + grace <= ended]:
                 del windows[start]
-        rows = len(starts)
         if not rows:
             return None
         columns: Columns = {
@@ -201,17 +214,17 @@ class ArrowCounting:
             for name, value, kind in zip(self.group_columns, group, self.group_types, strict=True)
         }
         for index, name in enumerate(self.calls):
-            column = counts if width == 1 else [c[index] for c in counts]
-            columns[name] = pa.array(column, pa.int64())
-        columns["ROWTIME"] = timestamps = pa.array(stamps, pa.int64())
+            columns[name] = pa.array(counts[index])
+        columns["ROWTIME"] = timestamps = pa.array(stamps)
         if size is not None:
-            columns["WINDOWSTART"] = pa.array(starts, pa.int64())
-            columns["WINDOWEND"] = pa.array([s + size for s in starts], pa.int64())
+            columns["WINDOWSTART"] = pa.array(starts)
+            columns["WINDOWEND"] = pa.array(starts + size)
         keys = self.writer.key_bytes(columns, rows)
         if size is not None:
-            bounds = {s: struct.pack(">q", s) for s in set(starts)}
+            unique, where = np.unique(starts, return_inverse=True)
+            bounds = pa.array([struct.pack(">q", int(s)) for s in unique], pa.binary())
             keys = pc.binary_join_element_wise(
-                pc.fill_null(keys, b""), pa.array([bounds[s] for s in starts], pa.binary()), b""
+                pc.fill_null(keys, b""), pc.take(bounds, pa.array(where)), b""
             )
         values = self.writer.value_bytes(columns, rows)
         return self.writer.batch(keys, values, timestamps)
