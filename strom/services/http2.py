@@ -389,7 +389,7 @@ class _StreamTransport(asyncio.Transport):
                 data = b"%x\r\n%s\r\n" % (len(data), data)
             self.protocol.data_received(data)
         self.unacknowledged += flow_controlled
-        if not self.reading_paused:
+        if not self.reading_paused or self.closing:
             self._acknowledge()
 
     def body_end(self) -> None:
@@ -400,7 +400,10 @@ class _StreamTransport(asyncio.Transport):
             self.connection.finished(self.stream_id)
 
     def _acknowledge(self) -> None:
-        if self.unacknowledged and not self.finished:
+        """The window taken by the body so far given back: the stream's while it is
+        open, the connection's always (a body sent on after the answer, or never read,
+        would otherwise narrow the connection's window for good)."""
+        if self.unacknowledged and not self.connection.closed:
             self.h2.acknowledge_received_data(self.unacknowledged, self.stream_id)
             self.unacknowledged = 0
             self.connection.send_pending()
@@ -502,6 +505,7 @@ class _StreamTransport(asyncio.Transport):
         if self.closing:
             return
         self.closing = True
+        self._acknowledge()  # what the handler left unread
         if self.response.reads_to_close and not self.ended:
             self.ended = True
             self.flush()
@@ -533,6 +537,7 @@ class _StreamTransport(asyncio.Transport):
         self.closing = True
         self.finished = True
         self.outgoing.clear()
+        self._acknowledge()
         self._tell_lost(exc)
 
     def _tell_lost(self, exc: Exception | None) -> None:

@@ -59,6 +59,7 @@ class Served:
                 web.get("/info", self.info),
                 web.route("*", "/lines", self.lines),
                 web.post("/until-gone", self.until_gone),
+                web.post("/refuse", self.refuse),
             ]
         )
         return app
@@ -76,6 +77,10 @@ class Served:
             await response.write(b"line %d of a body of %d\n" % (i, len(body)))
         await response.write_eof()
         return response
+
+    async def refuse(self, request: web.Request) -> web.Response:
+        """An answer before the body is read (as a refused request is)."""
+        return web.json_response({"refused": True}, status=400)
 
     async def until_gone(self, request: web.Request) -> web.StreamResponse:
         """A line whenever the previous one is written, until the client goes."""
@@ -285,4 +290,48 @@ def test_a_client_going_away_has_its_open_streams_answered(served: Served) -> No
                 body += event.data or b""
             ended = ended or isinstance(event, h2.events.StreamEnded)
     assert ended and body == b"".join(b"line %d of a body of 0\n" % i for i in range(3))
+    client.close()
+
+
+def test_a_body_sent_after_the_answer_gives_the_window_back(served: Served) -> None:
+    """Bytes of a request body the handler never reads still count against the
+    connection's window: unless given back, a few such requests would stop the
+    connection's uploads for good."""
+    client = RawClient(served.port)
+    refused = client.h2.get_next_available_stream_id()
+    headers = [(":method", "POST"), (":path", "/refuse"), (":scheme", "http"),
+               (":authority", "127.0.0.1")]  # fmt: skip
+    client.h2.send_headers(refused, headers)
+    client.flush()
+    answered = False
+    while not answered:
+        answered = any(isinstance(e, h2.events.StreamEnded) for e in client.events())
+    # the body after the answer, a frame at a time as the window has room: three times
+    # the connection's first window
+    left = 3 * client.h2.outbound_flow_control_window
+    while left:
+        room = min(client.h2.local_flow_control_window(refused), left)
+        if not room:
+            client.events()  # the server's WINDOW_UPDATE; without it this waits (fails)
+            continue
+        piece = min(room, client.h2.max_outbound_frame_size)
+        client.h2.send_data(refused, b"x" * piece)
+        client.flush()
+        left -= piece
+    client.h2.end_stream(refused)
+    client.flush()
+    body = b"y" * 1000
+    while client.h2.outbound_flow_control_window < len(body):
+        client.events()  # the last of the window given back
+    stream_id = client.request("POST", "/lines?n=1", body)
+    received = b""
+    ended = False
+    while not ended:
+        for event in client.events():
+            if isinstance(event, h2.events.DataReceived) and event.stream_id == stream_id:
+                received += event.data or b""
+            ended = ended or (
+                isinstance(event, h2.events.StreamEnded) and event.stream_id == stream_id
+            )
+    assert received == b"line 0 of a body of 1000\n"
     client.close()
