@@ -4,7 +4,9 @@ loop of whoever serves (the broker's admin listener, and the services).
 Owns starting and stopping an aiohttp application on a host and port
 (``HttpServer``), with TLS and basic authentication when given (their settings are
 ``http_security``'s), reporting the port bound (port 0 picks a free one), and its
-access log staying out of the broker's log unless debugging.
+access log staying out of the broker's log unless debugging. An application that sets
+``app[SERVES_HTTP2]`` is served over HTTP/2 too, on the same listener
+(``strom.services.http2``).
 
 Chosen because it serves asyncio natively (the broker's own loop, uvloop included, with
 no thread and no second server process), is a long-stable, widely used library, and
