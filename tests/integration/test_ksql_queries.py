@@ -3,10 +3,13 @@ over HTTP as ksqlDB's clients drive ksqlDB: push queries on ``/query-stream`` an
 ``/query`` (run in the server), persistent queries (CREATE STREAM / TABLE AS SELECT) on
 the server's Spark, their output read back with confluent-kafka, the processing log,
 a restart that resumes a query from its checkpoint without writing anything twice
-(exactly_once_v2, read_committed), pull queries, TERMINATE and DROP.
+(exactly_once_v2, read_committed), pull queries, TERMINATE and DROP; EMIT FINAL, session
+windows and a stream-stream LEFT join with ksqlDB's records; two servers of one service
+id sharing a query, one killed (-9) and the other taking it over exactly once, and
+CREATE OR REPLACE of the query.
 
-One broker and one server (one Spark driver) for the module; the tests build on each
-other in order.
+One broker and one server (one Spark driver) for the module, and a second server for
+the last test; the tests build on each other in order.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ SERVICE_ID = "q_"
 LOG_TOPIC = f"{SERVICE_ID}ksql_processing_log"
 MINUTE = 60_000
 BASE = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a minute boundary
+SLOW_S = 300  # the bound on a stateful query's first output on a loaded machine
 
 
 class Server:
@@ -48,6 +52,11 @@ class Server:
             "ksql.spark.trigger.interval.ms": "200",
             "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
             "spark.sql.shuffle.partitions": "1",
+            "ksql.streams.session.timeout.ms": "6000",  # a dead server's queries move on
+            # a query whose Python workers did not connect back in time on a loaded
+            # machine (Spark waits 10 s) is started again soon
+            "ksql.query.retry.backoff.initial.ms": "1000",
+            "ksql.query.retry.backoff.max.ms": "5000",
         }
         args = [arg for k, v in overrides.items() for arg in ("--override", f"{k}={v}")]
         self.process = ServiceProcess(["ksql-server", *args, "--log-level", "WARNING"])
@@ -452,3 +461,159 @@ def test_n_way_foreign_key_and_grouped_joins_on_spark(
     server.ok(ids + "DROP TABLE region_totals_j; DROP TABLE account_owners_j;"
               "DROP STREAM orders_j; DROP TABLE customers_j; DROP TABLE items_j;"
               "DROP TABLE accounts_j;")  # fmt: skip
+
+
+def windowed(records: list[Any], session: bool = False) -> list[tuple[Any, ...]]:
+    """(key, window start, [end,] value, timestamp) of windowed records, sorted."""
+    found = []
+    for key, value, timestamp in records:
+        if session:
+            end, start = struct.unpack(">qq", key[-16:])
+            bounds: tuple[int, ...] = (start - BASE, end - BASE)
+            key = key[:-16]
+        else:
+            bounds, key = (struct.unpack(">q", key[-8:])[0] - BASE,), key[:-8]
+        found.append((key, *bounds, json.loads(value) if value else None, timestamp - BASE))
+    return sorted(found, key=repr)
+
+
+def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
+    server: Server, broker: BrokerProcess
+) -> None:
+    server.ok(
+        "CREATE STREAM events (id STRING KEY, v INTEGER) "
+        "WITH (kafka_topic='events', value_format='JSON', partitions=1);"
+        "CREATE STREAM pays (id STRING KEY, amount INTEGER) "
+        "WITH (kafka_topic='pays', value_format='JSON', partitions=1);"
+    )
+    second = 1000
+    produce(
+        broker,
+        "events",
+        [(b"a", {"V": 1}, BASE + 1 * second), (b"a", {"V": 2}, BASE + 2 * second),
+         (b"b", {"V": 3}, BASE + 30 * second), (b"a", {"V": 4}, BASE + 65 * second),
+         (b"z", {"V": 0}, BASE + 600 * second)],
+    )  # fmt: skip
+    produce(broker, "pays", [(b"a", {"AMOUNT": 10}, BASE + 5 * second),
+                             (b"b", {"AMOUNT": 20}, BASE + 50 * second)])  # fmt: skip
+    join = (
+        "SELECT e.id AS id, e.v AS v, p.amount AS amount FROM events e LEFT JOIN pays p "
+        "WITHIN 10 SECONDS GRACE PERIOD 0 SECONDS ON e.id = p.id;"
+    )
+    created = server.ok(
+        "CREATE TABLE final_counts AS SELECT id, COUNT(*) AS n FROM events "
+        "WINDOW TUMBLING (SIZE 1 MINUTE, GRACE PERIOD 0 SECONDS) GROUP BY id EMIT FINAL;"
+        "CREATE TABLE sessions AS SELECT id, COUNT(*) AS n FROM events "
+        "WINDOW SESSION (30 SECONDS) GROUP BY id EMIT CHANGES;"
+        f"CREATE STREAM maybe_paid AS {join}",
+        **{"auto.offset.reset": "earliest"},
+    )  # three queries started at once, on the module's Spark
+    # EMIT FINAL: one row per window once the stream time passes its end and grace,
+    # stamped with the window's last record's time
+    assert windowed(read_topic(broker, "FINAL_COUNTS", 3, SLOW_S)) == [
+        (b"a", 0, {"N": 2}, 2 * second),
+        (b"a", MINUTE, {"N": 1}, 65 * second),
+        (b"b", 0, {"N": 1}, 30 * second),
+    ]
+    # sessions: a record within the gap merges (the old session's tombstone, then the
+    # merged one); the key ends with the session's end and start; stamped with its end
+    assert windowed(read_topic(broker, "SESSIONS", 6, SLOW_S), session=True) == sorted(
+        [
+            (b"a", 1 * second, 1 * second, {"N": 1}, 1 * second),
+            (b"a", 1 * second, 1 * second, None, 1 * second),
+            (b"a", 1 * second, 2 * second, {"N": 2}, 2 * second),
+            (b"a", 65 * second, 65 * second, {"N": 1}, 65 * second),
+            (b"b", 30 * second, 30 * second, {"N": 1}, 30 * second),
+            (b"z", 600 * second, 600 * second, {"N": 1}, 600 * second),
+        ],
+        key=repr,
+    )
+    # a stream-stream join: the pairs within the window (the inner join's rows, stamped
+    # with the later record's time) as they meet; a record left without a match is
+    # emitted with the right side null once its window and grace have passed (z's has not)
+    maybe = read_topic(broker, "MAYBE_PAID", 4, SLOW_S)
+    assert sorted(((t - BASE, k, json.loads(v)) for k, v, t in maybe), key=repr) == sorted(
+        [
+            (5 * second, b"a", {"V": 1, "AMOUNT": 10}),
+            (5 * second, b"a", {"V": 2, "AMOUNT": 10}),
+            (30 * second, b"b", {"V": 3, "AMOUNT": None}),
+            (65 * second, b"a", {"V": 4, "AMOUNT": None}),
+        ],
+        key=repr,
+    )
+    ids = " ".join(f"TERMINATE {c['commandStatus']['queryId']};" for c in created)
+    server.ok(ids + "DROP TABLE final_counts; DROP TABLE sessions; DROP STREAM maybe_paid;"
+              "DROP STREAM events; DROP STREAM pays;")  # fmt: skip
+
+
+def owner_of(servers: list[Server], query_id: str, deadline_s: float = SLOW_S) -> str:
+    """The REST URL of the server that runs ``query_id``, as each server reports it."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        hosts = []
+        for each in servers:
+            [described] = each.ok("SHOW QUERIES EXTENDED;")
+            [query] = [q for q in described["queryDescriptions"] if q["id"] == query_id]
+            hosts.append(query["ksqlHostQueryStatus"])
+        if all(h == hosts[0] and len(h) == 1 for h in hosts):
+            [(host, state)] = hosts[0].items()
+            assert state == "RUNNING"
+            return host
+    raise AssertionError(f"no single owner of {query_id} reported: {hosts}")
+
+
+def test_two_servers_of_one_service_id_share_the_queries_and_take_over(
+    server: Server, broker: BrokerProcess
+) -> None:
+    second = Server(broker, server.state_dir, server.registry)  # type: ignore[attr-defined]
+    servers = {server.url: server, second.url: second}
+    try:
+        server.ok(
+            "CREATE STREAM orders (id STRING KEY, n INTEGER) "
+            "WITH (kafka_topic='orders', value_format='JSON', partitions=2);"
+        )
+        produce(broker, "orders", [(f"o{i}".encode(), {"N": i}, BASE + i) for i in range(6)])
+        [created] = second.ok(
+            "CREATE STREAM big_orders AS SELECT id, n FROM orders WHERE n >= 0;",
+            **{"auto.offset.reset": "earliest"},
+        )  # accepted by one server, run by whichever owns it: once
+        query_id = created["commandStatus"]["queryId"]
+        records = read_topic(broker, "BIG_ORDERS", 6, SLOW_S)
+        assert sorted(k for k, _, _ in records) == [f"o{i}".encode() for i in range(6)]
+        owner = owner_of(list(servers.values()), query_id)
+        survivor = next(s for url, s in servers.items() if url != owner)
+        lines = survivor.stream("/query-stream", {"sql": "SELECT * FROM big_orders;"})
+        assert len(lines) == 7  # any server answers a pull query: header and six rows
+        servers[owner].process.proc.kill()  # kill -9 of the server running the query
+        servers[owner].process.proc.wait(30)
+        produce(broker, "orders", [(f"o{i}".encode(), {"N": i}, BASE + i) for i in range(6, 9)])
+        records = read_topic(broker, "BIG_ORDERS", 9, SLOW_S)
+        assert sorted(k for k, _, _ in records) == [f"o{i}".encode() for i in range(9)]
+        assert owner_of([survivor], query_id) == survivor.url
+        # CREATE OR REPLACE: a new column and filter; the query keeps its id and progress
+        [replaced] = survivor.ok(
+            "CREATE OR REPLACE STREAM big_orders AS "
+            "SELECT id, n, n * 10 AS tenfold FROM orders WHERE n >= 1;"
+        )
+        assert replaced["commandStatus"]["queryId"] == query_id
+        status, refused = survivor.ksql(
+            "CREATE OR REPLACE STREAM big_orders AS SELECT id FROM orders;"
+        )
+        assert status == 400
+        assert refused["message"].startswith(
+            "Cannot upgrade data source: DataSource '`BIG_ORDERS`' has schema = `ID` STRING KEY, "
+            "`N` INTEGER, `TENFOLD` INTEGER which is not upgradeable to `ID` STRING KEY."
+        )
+        produce(broker, "orders", [(b"o9", {"N": 9}, BASE + 9), (b"o10", {"N": 0}, BASE + 10)])
+        records = read_topic(broker, "BIG_ORDERS", 10, SLOW_S)
+        assert sorted((k, json.loads(v)) for k, v, _ in records if k == b"o9") == [
+            (b"o9", {"N": 9, "TENFOLD": 90})
+        ]
+        assert sorted(k for k, _, _ in records) == sorted(f"o{i}".encode() for i in range(10))
+        survivor.ok(f"TERMINATE {query_id}; DROP STREAM big_orders; DROP STREAM orders;")
+    finally:
+        alive = [s for s in servers.values() if s.process.proc.poll() is None]
+        for extra in alive[1:]:
+            extra.stop()
+        if alive:  # the module's fixture stops the one left
+            server.process, server.url = alive[0].process, alive[0].url
