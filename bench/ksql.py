@@ -177,13 +177,13 @@ def persistent_rates(
         create_stream(server, source)
         producing = produce(broker.bootstrap, source, 0, count)
         expected = outputs(0, count)
+        server.ksql("TERMINATE ALL;")  # idle queries would still poll; the last one stays
         started = time.perf_counter()
         server.ksql(statement.format(source=source, sink=sink))
         wait(holds(broker, sink, 1), f"{sink}'s first record")
         first = time.perf_counter()
         wait(holds(broker, sink, expected), f"{sink}'s records")
         done = time.perf_counter()
-        server.ksql("TERMINATE ALL;")  # idle queries would still poll their sources
         if round_ == 0:
             print(f"  {sink} (warm-up, {count:,} records): {done - started:.1f} s; {load()}")
             continue

@@ -24,7 +24,6 @@ Does not own reading records of other formats, the operators' semantics, or Spar
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable
 from typing import Any
@@ -198,6 +197,7 @@ class JsonSourceReader:
 
     def read(self, batch: Any) -> Columns | None:
         """The batch's columns, or None when it must be read record at a time."""
+        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.json as pj
@@ -229,10 +229,13 @@ class JsonSourceReader:
         if not rows:
             columns.update({name: pa.array([], kind) for name, kind in self.value_columns})
             return columns
-        text = b"\n".join(values.to_pylist())
+        lines = pc.binary_join_element_wise(values, b"\n", b"")  # one line a value
+        bounds = np.frombuffer(lines.buffers()[1], dtype=np.int32)
+        start, end = int(bounds[lines.offset]), int(bounds[lines.offset + rows])
+        text = lines.buffers()[2].slice(start, end - start)
         table = pj.read_json(
-            io.BytesIO(text),
-            read_options=pj.ReadOptions(use_threads=False, block_size=len(text) + 1),
+            pa.BufferReader(text),
+            read_options=pj.ReadOptions(use_threads=False, block_size=end - start + 1),
         )
         if table.num_rows != rows:
             return None
