@@ -710,8 +710,9 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
             self.state = handle.getValueState("windows", schema)
 
         def _load(self) -> dict[str, Any]:
-            if self.state.exists():
-                loaded: dict[str, Any] = pickle.loads(self.state.get()[0])
+            found = self.state.get()  # None when there is none: one call to the JVM
+            if found is not None:
+                loaded: dict[str, Any] = pickle.loads(found[0])
                 return loaded
             return {"windows": {}, "stream_time": -1, "timer": None}
 

@@ -80,8 +80,8 @@ class _State:
     def exists(self) -> bool:
         return self.key in self.store
 
-    def get(self) -> tuple[bytes]:
-        return (self.store[self.key],)
+    def get(self) -> tuple[bytes] | None:
+        return (self.store[self.key],) if self.key in self.store else None
 
     def update(self, value: tuple[bytes]) -> None:
         self.store[self.key] = value[0]
