@@ -402,7 +402,7 @@ def _join_processor(spec: QuerySpec) -> Any:
             operators = parts.operators
             windowed = operators.join is not None and operators.join.shape == "stream-stream"
             watermark = _watermark(timerValues) if windowed else -1
-            if watermark >= 0:
+            if watermark > 0:  # none before the first batch's end (0 then)
                 stored["time"] = max(stored.get("time", -1), watermark + operators.join_reach())
             for payload in frame["payload"]:
                 side, row = pickle.loads(payload)
@@ -564,7 +564,7 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
                 step = self._windowed(parts)
                 if step is not None:
                     watermark = _watermark(timerValues)
-                    if watermark >= 0:
+                    if watermark > 0:  # none before the first batch's end (0 then)
                         reach = watermark + parts.operators.join_reach(step)
                         stored["time"] = max(stored.get("time", -1), reach)
                 flow = parts.flow()
