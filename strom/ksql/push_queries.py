@@ -368,15 +368,17 @@ class Materialized:
         self.by_key: dict[tuple[Any, ...], dict[Any, None]] = {}
         self.stream_rows: list[Row] = []
         self.lock = threading.Lock()
-        self.consumer = Consumer(
-            {
-                **client,
-                "group.id": f"_strom-ksql-pull-{uuid.uuid4()}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "isolation.level": "read_committed",
-            }
-        )
+        settings = {
+            **client,
+            "group.id": f"_strom-ksql-pull-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+        }
+        self.consumer = Consumer(settings)
+        # The topic's ends asked on a connection of their own: on the reading consumer's
+        # the question waits behind its idle fetch (up to fetch.wait.max.ms, 500 ms).
+        self.ends = Consumer(settings)
         self.partitions: list[int] = []
 
     def catch_up(self, partitions: list[int]) -> None:
@@ -389,7 +391,7 @@ class Materialized:
                 [TopicPartition(topic, p, OFFSET_BEGINNING) for p in new]
             )
         ends = {
-            p: self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            p: self.ends.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
             for p in self.partitions
         }
         positions = {tp.partition: tp.offset for tp in self.consumer.position(
@@ -447,6 +449,7 @@ class Materialized:
 
     def close(self) -> None:
         self.consumer.close()
+        self.ends.close()
 
 
 def _key_wanted(where: ex.Expression | None, source: DataSource) -> tuple[Any] | None:
