@@ -9,10 +9,12 @@ API) on a local[2] SparkSession started before the clock starts (a worker starts
 The source figure is from the task's start to the last record acknowledged in the topic;
 the sink figures from the task's start to the last row written (each sink's table is made
 beforehand, as ``auto.create`` makes it, with one more column the database fills with the
-time each row is written), the lake's to the last row in its committed files. Each figure also gives the CPU time a row cost, all processes together
-(the driver's JVM, Spark's Python workers, the broker, PostgreSQL's backends), which the
-load of others on a shared machine changes much less than the rows/s. Prints one line
-per figure. Usage: python bench/connect.py [--rows N] [--batch-size N] [--fetch-rows N]
+time each row is written), the lake's to the last row in its committed files. Each
+figure also gives the CPU time a row cost, all processes together and by part (the
+driver's JVM, Spark's Python workers, the broker, PostgreSQL's backends; a process that
+exited unreaped is lost, so a part may come out a little short), which the load of others
+on a shared machine changes much less than the rows/s. Prints one line per figure.
+Usage: python bench/connect.py [--rows N] [--batch-size N] [--fetch-rows N]
 [--figures source,upsert,once,lake] [--profile]
 """
 
@@ -72,8 +74,8 @@ TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 PART_OF_COMMAND = (  # the part of the pipeline a process is, by its command line
+    ("bin/java", "Spark's JVM"),  # first: its class path names pyspark too
     ("pyspark", "Spark's Python workers"),
-    ("java", "Spark's JVM"),
     ("strom.cli.main broker", "broker"),
     ("postgres", "PostgreSQL"),
 )
@@ -227,7 +229,7 @@ def main() -> None:
             spec = TaskSpec((f"sink-{target}", 0), SINK, JdbcSinkTask, config, config)
             # The table the sink would create, and a column the database fills as each row
             # is written: the copy's end is read from it, the count of rows looked at only
-            # twice a second (a count scans the table, time taken from the copy).
+            # once a second (a count scans the table: CPU taken from the copy).
             postgres.query(
                 f"CREATE TABLE {target} (id BIGINT PRIMARY KEY, {columns}, "
                 "copied_at TIMESTAMPTZ DEFAULT clock_timestamp())"
@@ -240,7 +242,7 @@ def main() -> None:
             cpu = cpu_by_part(roots)
             started = time.time()
             runner.start(spec, STARTED)
-            wait(copied, f"{target}'s rows", step=0.5)
+            wait(copied, f"{target}'s rows", step=1.0)
             last = postgres.query(f"SELECT max(copied_at) FROM {target}")[0][0]
             used = spent(cpu)
             assert isinstance(last, datetime.datetime)
