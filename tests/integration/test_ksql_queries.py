@@ -1,12 +1,12 @@
 """ksql queries run by the server (``strom ksql-server``) against a real broker, driven
 over HTTP as ksqlDB's clients drive ksqlDB: push queries on ``/query-stream`` and
 ``/query`` (run in the server), persistent queries (CREATE STREAM / TABLE AS SELECT) on
-the server's Spark, their output read back with confluent-kafka, the processing log,
-a restart that resumes a query from its checkpoint without writing anything twice
+the server's Spark, their output read back with confluent-kafka, the processing log, a
+restart that resumes a query from its checkpoint without writing anything twice
 (exactly_once_v2, read_committed), pull queries, TERMINATE and DROP; EMIT FINAL, session
-windows and a stream-stream LEFT join with ksqlDB's records; two servers of one service
-id sharing a query, one killed (-9) and the other taking it over exactly once, and
-CREATE OR REPLACE of the query.
+windows, a stream-stream LEFT join and EXPLODE with ksqlDB's records; two servers of one
+service id sharing a query, one killed (-9) and the other taking it over exactly once,
+and CREATE OR REPLACE of the query.
 
 One broker and one server (one Spark driver) for the module, and a second server for
 the last test; the tests build on each other in order.
@@ -505,9 +505,18 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
         "WINDOW TUMBLING (SIZE 1 MINUTE, GRACE PERIOD 0 SECONDS) GROUP BY id EMIT FINAL;"
         "CREATE TABLE sessions AS SELECT id, COUNT(*) AS n FROM events "
         "WINDOW SESSION (30 SECONDS) GROUP BY id EMIT CHANGES;"
-        f"CREATE STREAM maybe_paid AS {join}",
+        f"CREATE STREAM maybe_paid AS {join}"
+        "CREATE STREAM exploded AS SELECT id, EXPLODE(ARRAY[v, v * 10]) AS x FROM events;",
         **{"auto.offset.reset": "earliest"},
-    )  # three queries started at once, on the module's Spark
+    )  # four queries started at once, on the module's Spark
+    # EXPLODE: a record a element, the key and timestamp copied
+    exploded = read_topic(broker, "EXPLODED", 10, SLOW_S)
+    assert sorted((t - BASE, k, json.loads(v)["X"]) for k, v, t in exploded) == [
+        (1 * second, b"a", 1), (1 * second, b"a", 10), (2 * second, b"a", 2),
+        (2 * second, b"a", 20), (30 * second, b"b", 3), (30 * second, b"b", 30),
+        (65 * second, b"a", 4), (65 * second, b"a", 40), (600 * second, b"z", 0),
+        (600 * second, b"z", 0),
+    ]  # fmt: skip
     # EMIT FINAL: one row per window once the stream time passes its end and grace,
     # stamped with the window's last record's time
     assert windowed(read_topic(broker, "FINAL_COUNTS", 3, SLOW_S)) == [
@@ -543,7 +552,7 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
     )
     ids = " ".join(f"TERMINATE {c['commandStatus']['queryId']};" for c in created)
     server.ok(ids + "DROP TABLE final_counts; DROP TABLE sessions; DROP STREAM maybe_paid;"
-              "DROP STREAM events; DROP STREAM pays;")  # fmt: skip
+              "DROP STREAM exploded; DROP STREAM events; DROP STREAM pays;")  # fmt: skip
 
 
 def owner_of(servers: list[Server], query_id: str, deadline_s: float = SLOW_S) -> str:
