@@ -2,7 +2,8 @@
 the sink's writer fed the Arrow batches a micro-batch hands it (no Spark, no broker),
 against a real PostgreSQL. An upsert keeps each key's last record of the batch, in offset
 order, and skips null values; text with JSON escapes, COPY's special characters and
-non-ASCII letters, floats, booleans and nulls arrive as they were sent; insert with
+non-ASCII letters, floats, booleans and nulls arrive as they were sent, whether Arrow's JSON
+reader or (for payloads it does not take) PostgreSQL reads the payloads; insert with
 exactly.once.delivery writes a replayed batch once; a batch whose records carry two
 schemas, a key its converter refuses and a missing key field are handled as record by
 record decoding handles them."""
@@ -89,6 +90,17 @@ def test_upsert_keeps_each_keys_last_record(postgres: PostgresProcess) -> None:
     write(sink, batch([envelope({"id": 2, "name": "again", "price": 2.0, "active": True})], 7))
     assert postgres.query("SELECT name, price FROM json_upsert WHERE id = 2") == [("again", 2.0)]
     assert postgres.query("SELECT count(*) FROM json_upsert") == [(3,)]
+    # payloads Arrow's JSON reader does not take (a number written as a string, a payload
+    # over two lines): PostgreSQL reads them, with the same outcome
+    odd = [envelope({"id": 4, "name": "four", "price": "2.5", "active": None}),
+           envelope({"id": 3, "name": "three", "price": 3.0, "active": True}),
+           envelope({"id": 4, "name": "four again", "price": "4.5", "active": None})]  # fmt: skip
+    split = envelope({"id": 5, "name": "five", "price": 5.0, "active": False}).replace(
+        b',"name"', b',\n"name"'
+    )
+    write(sink, batch(odd, 8), batch([split], 11))
+    rows = postgres.query("SELECT id, name, price FROM json_upsert WHERE id >= 3 ORDER BY id")
+    assert rows == [(3, "three", 3.0), (4, "four again", 4.5), (5, "five", 5.0)]
 
 
 def test_insert_exactly_once_writes_a_replayed_batch_once(postgres: PostgresProcess) -> None:

@@ -1,8 +1,10 @@
 """JsonConverter envelopes (``{"schema":...,"payload":...}``) handled a column at a time with
-Arrow, for the JDBC sink's PostgreSQL path, where the database itself reads each payload:
-``split_envelopes`` checks that every record of a column carries one schema text and
-cuts out the payloads, and ``copy_text`` lays payloads out as the rows of a ``COPY ...
-FROM STDIN`` in PostgreSQL's text format, numbered in their order.
+Arrow, for the JDBC sink's PostgreSQL path: ``split_envelopes`` checks that every record
+of a column carries one schema text and cuts out the payloads; ``typed_rows`` reads the
+payloads with Arrow's JSON reader into typed columns and ``csv_text`` writes those as the
+rows of a ``COPY ... (FORMAT csv)``; where Arrow's reader refuses a payload (a number
+written as a string...) ``copy_text`` lays the payloads out, numbered in their order, as
+the rows of a ``COPY`` in PostgreSQL's text format, for the database to read the JSON.
 
 No Python code runs per record here. Does not own what a schema means or where the rows
 go (``jdbc_sink``).
@@ -10,11 +12,14 @@ go (``jdbc_sink``).
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.json as pa_json
 
 ENVELOPE_START = b'{"schema":'
 PAYLOAD_KEY = b',"payload":'
@@ -55,6 +60,49 @@ def split_envelopes(values: pa.BinaryArray) -> Envelopes | None:
     return Envelopes(prefix[len(ENVELOPE_START) : split], payloads)
 
 
+def typed_rows(payloads: pa.BinaryArray, schema: pa.Schema) -> pa.Table | None:
+    """The non-null payloads as rows of ``schema``'s columns (a field missing from a
+    payload is null, one not in ``schema`` ignored); None when Arrow's JSON reader does
+    not take them as they are (a value of another JSON type than its column's, a raw line
+    break between tokens)."""
+    present = pc.drop_null(payloads)
+    if len(present) == 0:
+        return schema.empty_table()
+    if (
+        pc.any(pc.match_substring(present, "\n")).as_py()
+        or pc.any(pc.match_substring(present, "\r")).as_py()
+    ):
+        return None  # a payload over several lines: one JSON document a line is read here
+    lines = pc.binary_join_element_wise(
+        present, pa.scalar(b"", pa.binary()), pa.scalar(b"\n", pa.binary())
+    )
+    options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    try:
+        table = pa_json.read_json(pa.BufferReader(_data(lines)), parse_options=options)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return table.select(schema.names) if table.num_rows == len(present) else None
+
+
+def csv_text(rows: pa.Table) -> pa.Buffer:
+    """``rows`` as CSV lines without a header: a null is an empty field, an empty string
+    ``""``, as PostgreSQL's ``COPY ... (FORMAT csv)`` reads them."""
+    out = io.BytesIO()
+    pa_csv.write_csv(rows, out, write_options=pa_csv.WriteOptions(include_header=False))
+    return pa.py_buffer(out.getbuffer())
+
+
+def _data(strings: pa.BinaryArray) -> pa.Buffer:
+    """The bytes of ``strings`` one after the other (the array's data buffer, sliced)."""
+    if len(strings) == 0:
+        return pa.py_buffer(b"")
+    offsets = np.frombuffer(strings.buffers()[1], np.int32)
+    start, end = int(offsets[strings.offset]), int(offsets[strings.offset + len(strings)])
+    data = strings.buffers()[2]
+    assert data is not None
+    return data[start:end]
+
+
 def copy_text(payloads: pa.BinaryArray, numbers: np.ndarray) -> pa.Buffer:
     """``number<TAB>payload<NEWLINE>`` for each non-null payload, in order: the rows of a
     COPY in text format into ``(BIGINT, JSON)`` columns."""
@@ -69,10 +117,4 @@ def copy_text(payloads: pa.BinaryArray, numbers: np.ndarray) -> pa.Buffer:
     )
     lines = pc.binary_join_element_wise(lines, b"", pa.scalar(b"\n", pa.binary()))
     lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
-    if len(lines) == 0:
-        return pa.py_buffer(b"")
-    offsets = np.frombuffer(lines.buffers()[1], np.int32)
-    start, end = int(offsets[lines.offset]), int(offsets[lines.offset + len(lines)])
-    data = lines.buffers()[2]
-    assert data is not None
-    return data[start:end]
+    return _data(lines)

@@ -72,9 +72,17 @@ from strom.connect.converters import (
     schema_from_json,
 )
 from strom.connect.data import (
+    BOOLEAN,
     BYTES,
     DATE,
+    FLOAT32,
+    FLOAT64,
+    INT8,
+    INT16,
+    INT32,
+    INT64,
     PRIMITIVE_TYPES,
+    STRING,
     STRUCT,
     TIME,
     TIMESTAMP,
@@ -407,6 +415,36 @@ def _unwritten(
     return rows if below is None else rows.filter(pc.invert(below))
 
 
+def _arrow_schema(columns: Schema) -> pa.Schema:
+    """The Arrow columns of a struct of primitive fields (no bytes)."""
+    import pyarrow as pa
+
+    kinds = {
+        INT8: pa.int8(),
+        INT16: pa.int16(),
+        INT32: pa.int32(),
+        INT64: pa.int64(),
+        FLOAT32: pa.float32(),
+        FLOAT64: pa.float64(),
+        BOOLEAN: pa.bool_(),
+        STRING: pa.string(),
+    }
+    return pa.schema([pa.field(f.name, kinds[f.schema.type]) for f in columns.fields])
+
+
+def _last_of_each_key(rows: pa.Table, numbers: pa.ChunkedArray, keys: list[str]) -> pa.Table:
+    """``rows`` (in the records' order, ``numbers`` their positions) keeping each key's
+    last row only, as applying them one after the other leaves the table."""
+    import pyarrow.compute as pc
+
+    number = "__strom_record_number"
+    numbered = rows.append_column(number, numbers)
+    last = numbered.group_by(keys, use_threads=False).aggregate([(number, "max")])
+    if last.num_rows < numbered.num_rows:
+        numbered = numbered.filter(pc.is_in(numbered[number], value_set=last[f"{number}_max"]))
+    return numbered.drop_columns([number])
+
+
 class PartitionWriter:
     """Writes one Spark partition of a micro-batch (runs on the executors)."""
 
@@ -517,7 +555,7 @@ class PartitionWriter:
         offsets under exactly.once.delivery), PostgreSQL reading each payload."""
         import pyarrow.compute as pc
 
-        from strom.connect.connectors.jdbc_envelopes import copy_text
+        from strom.connect.connectors.jdbc_envelopes import copy_text, csv_text, typed_rows
 
         offsets = OffsetsTable(self.settings) if self.settings.offsets_table else None
         rows = payloads.rows
@@ -536,15 +574,29 @@ class PartitionWriter:
                 table = self.settings.table_format.replace("${topic}", topic)
                 by_table.setdefault(table, []).append(topic)
             tables = TableWriter(self.settings, connection)
-            texts = {}
+            columns, key_count = payloads.columns, payloads.key_count
+            arrow_schema = _arrow_schema(columns)
+            keys = [f.name for f in columns.fields][:key_count]
+            texts: dict[str, tuple[bool, pa.Buffer]] = {}  # by table: (CSV, else JSON; text)
             for table, topics in by_table.items():
                 mine = rows.filter(pc.is_in(rows["topic"], value_set=pc.unique(topics)))
-                text = copy_text(mine["payload"].combine_chunks(), mine["number"].to_numpy())
-                if text.size:
-                    texts[table] = text
-                    tables.ensure_table(table, payloads.columns, payloads.key_count)
-            for table, text in texts.items():
-                written += tables.write_payloads(table, payloads.columns, payloads.key_count, text)
+                mine = mine.filter(pc.is_valid(mine["payload"]))
+                payload_column = mine["payload"].combine_chunks()
+                typed = typed_rows(payload_column, arrow_schema)
+                if typed is not None:
+                    if self.settings.insert_mode == UPSERT:
+                        typed = _last_of_each_key(typed, mine["number"], keys)
+                    if typed.num_rows:
+                        texts[table] = (True, csv_text(typed))
+                elif len(mine):
+                    texts[table] = (False, copy_text(payload_column, mine["number"].to_numpy()))
+                if table in texts:
+                    tables.ensure_table(table, columns, key_count)
+            for table, (is_csv, text) in texts.items():
+                if is_csv:
+                    written += tables.write_csv(table, columns, key_count, text)
+                else:
+                    written += tables.write_payloads(table, columns, key_count, text)
             if offsets is not None:
                 for (topic, partition), end in ends.items():
                     offsets.store(connection, topic, partition, stored[(topic, partition)], end)
@@ -907,6 +959,34 @@ class TableWriter:
             else "DO NOTHING"
         )
         return f"ON CONFLICT ({', '.join(q(k) for k in keys)}) {action}"
+
+    def write_csv(self, table: str, columns: Schema, key_count: int, text: pa.Buffer) -> int:
+        """Insert or upsert PostgreSQL rows from CSV lines (``csv_text``, a row per key for
+        an upsert): copied into the table (insert), or into a staging table of its columns
+        and then one ``INSERT ... SELECT ... ON CONFLICT`` (upsert). The rows written."""
+        q = self.database.quote
+        quoted = self.database.table(table)
+        names = [f.name for f in columns.fields]
+        column_list = ", ".join(q(n) for n in names)
+        with closing(self.connection.cursor()) as cursor:
+            if self.settings.insert_mode != UPSERT:
+                with cursor.copy(f"COPY {quoted} ({column_list}) FROM STDIN (FORMAT csv)") as copy:
+                    copy.write(memoryview(text))
+                return max(int(cursor.rowcount), 0)
+            stage = q(f"strom_stage_{abs(hash(table))}")
+            cursor.execute(
+                f"CREATE TEMP TABLE {stage} ON COMMIT DROP AS SELECT {column_list} "
+                f"FROM {quoted} WITH NO DATA"
+            )
+            with cursor.copy(f"COPY {stage} ({column_list}) FROM STDIN (FORMAT csv)") as copy:
+                copy.write(memoryview(text))
+            cursor.execute(
+                f"INSERT INTO {quoted} ({column_list}) SELECT {column_list} FROM {stage} "
+                + self.on_conflict(names, names[:key_count])
+            )
+            written = max(int(cursor.rowcount), 0)
+            cursor.execute(f"DROP TABLE {stage}")
+        return written
 
     def write_payloads(self, table: str, columns: Schema, key_count: int, text: pa.Buffer) -> int:
         """Insert or upsert PostgreSQL rows from JSON payloads (``copy_text``'s numbered
