@@ -550,6 +550,24 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
         ],
         key=repr,
     )
+    # CREATE OR REPLACE of a stream: a column added at the end is taken; one removed is not
+    server.ok(
+        "CREATE OR REPLACE STREAM pays (id STRING KEY, amount INTEGER, note STRING) "
+        "WITH (kafka_topic='pays', value_format='JSON');"
+    )
+    [described] = server.ok("DESCRIBE pays;")
+    fields = [f["name"] for f in described["sourceDescription"]["fields"]]
+    assert fields == ["ID", "AMOUNT", "NOTE"]
+    status, refused = server.ksql(
+        "CREATE OR REPLACE STREAM pays (id STRING KEY, note STRING) "
+        "WITH (kafka_topic='pays', value_format='JSON');"
+    )
+    assert status == 400 and refused["message"] == (
+        "Cannot upgrade data source: DataSource '`PAYS`' has schema = `ID` STRING KEY, "
+        "`AMOUNT` INTEGER, `NOTE` STRING which is not upgradeable to `ID` STRING KEY, "
+        "`NOTE` STRING. (The following columns are changed, missing or reordered: "
+        "[`AMOUNT` INTEGER, `NOTE` STRING])"
+    )
     ids = " ".join(f"TERMINATE {c['commandStatus']['queryId']};" for c in created)
     server.ok(ids + "DROP TABLE final_counts; DROP TABLE sessions; DROP STREAM maybe_paid;"
               "DROP STREAM exploded; DROP STREAM events; DROP STREAM pays;")  # fmt: skip
