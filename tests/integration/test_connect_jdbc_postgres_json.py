@@ -64,8 +64,12 @@ def write(sink: PartitionWriter, *batches: pa.RecordBatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def postgres(jdbc_postgres: PostgresProcess) -> Iterator[PostgresProcess]:
-    yield jdbc_postgres
+def postgres() -> Iterator[PostgresProcess]:
+    """A PostgreSQL of this module's own: the Connect stack's (``jdbc_postgres``) is
+    stopped once its modules are done, which may be before this one runs."""
+    process = PostgresProcess().start()
+    yield process
+    process.stop()
 
 
 TRICKY = 'tab\tnewline\nback\\slash "quoted" \u00e9t\u00e9 \u2603'
