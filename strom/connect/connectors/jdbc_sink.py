@@ -17,12 +17,15 @@ UPDATE`` on MariaDB/MySQL). Upsert is idempotent, so a replayed micro-batch leav
 table as one delivery does.
 
 Into PostgreSQL, insert and upsert with ``pk.mode`` none or record_value, when a Spark
-task's records are JsonConverter envelopes of one schema of primitive fields, nothing is
-decoded in Python: the payloads go by ``COPY`` into a staging table as numbered JSON text
-(``jdbc_envelopes``, a column at a time) and one ``INSERT ... SELECT`` reads each as a row
-of the table (``json_populate_record``), an upsert taking each key's last payload
-(``DISTINCT ON`` the key, the latest first). Such a JSON payload is its Connect value as it
-is; any other batch is decoded record by record as above.
+task's records are JsonConverter envelopes of one schema of primitive fields (whose JSON
+payload is its Connect value as it is), nothing is decoded record by record in Python
+(``jdbc_envelopes``, a column at a time): Arrow's JSON reader reads the payloads into typed
+columns, an upsert keeps each key's last row, and the rows go by ``COPY`` in CSV into the
+table (insert) or into a staging table and one ``INSERT ... ON CONFLICT`` (upsert). Payloads
+Arrow's reader does not take as they are (a number written as a string...) go as numbered
+JSON text into a staging table, and one ``INSERT ... SELECT`` reads each as a row of the
+table (``json_populate_record``), ``DISTINCT ON`` the key keeping the latest. Any other
+batch is decoded record by record as above.
 
 With ``exactly.once.delivery=true`` each Spark task also stores, in the same transaction
 as its rows, the next offset of each topic-partition it wrote in the table
