@@ -573,8 +573,11 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
               "DROP STREAM exploded; DROP STREAM events; DROP STREAM pays;")  # fmt: skip
 
 
-def owner_of(servers: list[Server], query_id: str, deadline_s: float = SLOW_S) -> str:
-    """The REST URL of the server that runs ``query_id``, as each server reports it."""
+def owner_of(
+    servers: list[Server], query_id: str, expected: str | None = None, deadline_s: float = SLOW_S
+) -> str:
+    """The REST URL of the server that runs ``query_id``, as each server reports it (once
+    it is ``expected``: a dead server is reported until the group's session timeout)."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         hosts = []
@@ -585,8 +588,9 @@ def owner_of(servers: list[Server], query_id: str, deadline_s: float = SLOW_S) -
         if all(h == hosts[0] and len(h) == 1 for h in hosts):
             [(host, state)] = hosts[0].items()
             assert state == "RUNNING"
-            return host
-    raise AssertionError(f"no single owner of {query_id} reported: {hosts}")
+            if expected in (None, host):
+                return host
+    raise AssertionError(f"no single owner {expected or ''} of {query_id} reported: {hosts}")
 
 
 def test_two_servers_of_one_service_id_share_the_queries_and_take_over(
@@ -616,8 +620,11 @@ def test_two_servers_of_one_service_id_share_the_queries_and_take_over(
         produce(broker, "orders", [(f"o{i}".encode(), {"N": i}, BASE + i) for i in range(6, 9)])
         records = read_topic(broker, "BIG_ORDERS", 9, SLOW_S)
         assert sorted(k for k, _, _ in records) == [f"o{i}".encode() for i in range(9)]
-        assert owner_of([survivor], query_id) == survivor.url
-        # CREATE OR REPLACE: a new column and filter; the query keeps its id and progress
+        # the group gives the dead server's query to the survivor (the output above may
+        # be the dying server's last micro-batch: its Spark exits once its driver is gone)
+        assert owner_of([survivor], query_id, survivor.url) == survivor.url
+        # CREATE OR REPLACE: a new column and filter; the query keeps its id and progress,
+        # and the records after it are written by the survivor, once
         [replaced] = survivor.ok(
             "CREATE OR REPLACE STREAM big_orders AS "
             "SELECT id, n, n * 10 AS tenfold FROM orders WHERE n >= 1;"
