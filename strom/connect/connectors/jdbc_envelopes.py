@@ -33,14 +33,15 @@ class Envelopes:
     """A column of envelopes that all carry the schema text ``schema_text``."""
 
     schema_text: bytes
-    payloads: pa.BinaryArray  # JSON objects; null where the record's value is null
+    payloads: pa.ChunkedArray  # JSON objects; null where the record's value is null
 
 
-def split_envelopes(values: pa.BinaryArray) -> Envelopes | None:
+def split_envelopes(values: pa.ChunkedArray) -> Envelopes | None:
     """The payloads of ``values`` when every non-null value is an envelope with the same
     schema text whose payload is a JSON object or ``null`` (both null in the answer);
-    None otherwise (the caller decodes record by record)."""
-    present = values.drop_null()
+    None otherwise (the caller decodes record by record). ``values`` stays in its chunks:
+    the envelopes are large (the schema text in each), their payloads small."""
+    present = pc.drop_null(values)
     if len(present) == 0:
         return None
     first = present[0].as_py()

@@ -498,7 +498,7 @@ class PartitionWriter:
         if not arrows:
             return None
         records = pa.Table.from_batches(arrows)
-        envelopes = split_envelopes(records["value"].combine_chunks())
+        envelopes = split_envelopes(records["value"])
         if envelopes is None:
             return None
         value_schema = self.plain_schema(envelopes.schema_text)
