@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,30 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
                 return "spark-connect"  # one Connect worker's JVM for them all
             return "spark" if module.startswith("tests/spark/") else module
 
+        def _assign_work_unit(self, node: Any) -> None:
+            # Longest first: a long scope handed out last would run alone at the end.
+            if not getattr(self, "_longest_put_first", False):
+                for scope in reversed(_LONGEST_SCOPES):
+                    if scope in self.workqueue:
+                        self.workqueue.move_to_end(scope, last=False)
+                self._longest_put_first = True
+            super()._assign_work_unit(node)
+
     return ModuleAndSparkScheduling(config, log)
+
+
+# The scopes that take longest (./dev test's --durations), handed out first, longest
+# first; the others follow by their number of tests, as xdist orders them.
+_LONGEST_SCOPES = (
+    "spark",
+    "tests/integration/test_ksql_queries.py",
+    "spark-connect",
+    "tests/integration/test_connect_cdc.py",
+    "tests/integration/test_readme.py",
+    "tests/integration/test_transactions_clients.py",
+    "tests/integration/test_replication.py",
+    "tests/integration/test_nemesis.py",
+)
 
 
 # The modules sharing tests/integration/conftest.py's Connect worker (its JVM starts once).
