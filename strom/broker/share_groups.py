@@ -60,8 +60,11 @@ coordinator fences a stale leader (FENCED_LEADER_EPOCH) or a state initialized a
 since (FENCED_STATE_EPOCH, after AlterShareGroupOffsets), and the fenced share-
 partition is dropped here and read again when next needed.
 
-Differences from Kafka: a failed state write does not roll the acknowledgement back in
-memory (the next write carries it); AlterShareGroupOffsets resets a share-partition
+A failed write rolls its acknowledgements back in memory, as Kafka's SharePartition
+does: the records are held again by their members and delivered again when their locks
+expire.
+
+Differences from Kafka: AlterShareGroupOffsets resets a share-partition
 held on this node, or the stored state when this node keeps it (else
 COORDINATOR_NOT_AVAILABLE), with a new state epoch; DescribeShareGroupOffsets
 with no topics named does not know the share-partitions of an empty group whose state
@@ -100,7 +103,7 @@ from strom.cluster.features import share_groups_enabled
 from strom.config import parse_iso_duration_ms
 from strom.coordinator.internal_log import Appended
 from strom.coordinator.share_group import ShareGroup, ShareHeartbeat, ShareHeartbeatResult
-from strom.coordinator.share_partition import SharePartition, StateBatch
+from strom.coordinator.share_partition import Changes, SharePartition, StateBatch
 from strom.coordinator.share_sessions import ShareSession, ShareSessionCache
 from strom.coordinator.share_state import (
     SHARE_STATE_TOPIC,
@@ -274,12 +277,46 @@ class ShareService:
         says when the write is durable: an error code at once (NONE: nothing to write,
         or a write no follower has to copy), else a future of the error code: the local
         append's high watermark awaited, or another node's WriteShareGroupState
-        answered. A failed write leaves the state to write again."""
+        answered. A failed write leaves the state to write again. The
+        acknowledgements the write carries are settled with its outcome: committed,
+        or rolled back in memory (``SharePartition.settle``)."""
         sp = held.partition
         if not sp.dirty:
             return ErrorCode.none
+        changes = sp.take_changes()
+        outcome = self._write(held, durable=durable or bool(changes))
+        if changes:
+            if isinstance(outcome, int):
+                self._settle(held, changes, outcome)
+            else:
+                outcome.add_done_callback(
+                    lambda done: self._settle(
+                        held,
+                        changes,
+                        ErrorCode.unknown_server_error if done.cancelled() else done.result(),
+                    )
+                )
+        return outcome
+
+    def _settle(self, held: _Held, changes: Changes, error: int) -> None:
+        """Settle the acknowledgements a state write carried; rolled back, their records
+        are held again by their members until their locks expire."""
+        if self.held.get(held.key) is not held:
+            return  # dropped (fenced, led elsewhere): read again when next needed
+        if held.partition.settle(changes, committed=error == ErrorCode.none):
+            log.info(
+                "share state of %s-%d for group %s not written (%s): acknowledgements rolled back",
+                held.key.topic_id,
+                held.key.partition,
+                held.key.group_id,
+                ErrorCode(error).name,
+            )
+            self.arm(held)
+
+    def _write(self, held: _Held, *, durable: bool) -> Durable:
+        sp = held.partition
         state = ShareState(
-            sp.start_offset,
+            sp.durable_start(),
             sp.durable_state(),
             state_epoch=held.state_epoch,
             leader_epoch=held.leader_epoch,

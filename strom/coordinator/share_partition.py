@@ -24,6 +24,13 @@ Acknowledgement types as on the wire: GAP 0, ACCEPT 1, RELEASE 2, REJECT 3, RENE
 (RENEW extends the lock). A release, or a lock that expires, makes the record
 AVAILABLE again, or ARCHIVED when its delivery count has reached the limit.
 
+An acknowledgement takes effect in memory at once (the record is no longer held) but
+stays unsettled until the state write that carries it is settled, as Kafka's
+SharePartition keeps a transition's rollback state: ``take_changes`` hands the
+unsettled changes to the write, ``settle`` commits them or rolls them back (the record
+ACQUIRED again by its member with its lock deadline, so it is delivered again when the
+lock expires). The window's start does not move past an unsettled offset.
+
 What is kept durably (``durable_state`` / ``restore``) is Kafka's ShareSnapshot shape:
 the start offset and state batches (first, last, state, delivery count) covering the
 window, an ACQUIRED record written as AVAILABLE (a lock does not survive its broker).
@@ -66,6 +73,23 @@ class _InFlight:
     deadline_ms: int = 0
 
 
+# An acknowledged offset's entry, the state the acknowledgement left it in, and what
+# it was before: (offset, entry, state after, state before, member, lock deadline).
+_Change = tuple[int, _InFlight, RecordState, RecordState, str | None, int]
+
+
+class Changes:
+    """Acknowledgements applied in memory, not yet settled by a state write."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self, entries: list[_Change]) -> None:
+        self.entries = entries
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+
 @dataclass(frozen=True, slots=True)
 class AcquiredRange:
     """Offsets first..last (inclusive) given to one member, delivered ``delivery_count``
@@ -106,6 +130,10 @@ class SharePartition:
         self._records: dict[int, _InFlight] = {}
         # Whether the durable state changed since ``mark_stored``.
         self.dirty = False
+        # Acknowledgements not yet handed to a write, and offsets not yet settled
+        # (how many unsettled changes each has).
+        self._changes: list[_Change] = []
+        self._unsettled: dict[int, int] = {}
 
     # Reads ---------------------------------------------------------------------------
 
@@ -288,10 +316,15 @@ class SharePartition:
             if entry is None or entry.state != acquired or entry.member_id != member_id:
                 return ErrorCode.invalid_record_state
         records = self._records
+        changes = self._changes
+        unsettled = self._unsettled
         if len(types) == 1 and types[0] == AcknowledgeType.ACCEPT:  # the common case
+            done = RecordState.ACKNOWLEDGED
             for offset in range(first_offset, last_offset + 1):
                 entry = records[offset]
-                entry.state = RecordState.ACKNOWLEDGED
+                changes.append((offset, entry, done, acquired, member_id, entry.deadline_ms))
+                unsettled[offset] = unsettled.get(offset, 0) + 1
+                entry.state = done
                 entry.member_id = None
             self.dirty = True
             self._advance()
@@ -302,14 +335,52 @@ class SharePartition:
             if kind == AcknowledgeType.RENEW:
                 entry.deadline_ms = now_ms + self.lock_duration_ms
                 continue
+            deadline = entry.deadline_ms
             if kind == AcknowledgeType.ACCEPT:
                 self._finish(entry, RecordState.ACKNOWLEDGED)
             elif kind == AcknowledgeType.RELEASE:
                 self._release(entry)
             else:  # GAP, REJECT
                 self._finish(entry, RecordState.ARCHIVED)
+            changes.append((offset, entry, entry.state, acquired, member_id, deadline))
+            unsettled[offset] = unsettled.get(offset, 0) + 1
         self._advance()
         return ErrorCode.none
+
+    def take_changes(self) -> Changes:
+        """The acknowledgements applied since the last call, for the state write about
+        to carry them (to ``settle`` with its outcome)."""
+        changes, self._changes = Changes(self._changes), []
+        return changes
+
+    def settle(self, changes: Changes, *, committed: bool) -> bool:
+        """The write carrying ``changes`` is settled. Committed: the window may move
+        past them. Failed: each record still in the state its acknowledgement left is
+        ACQUIRED again by its member with its former lock deadline, and the state is
+        to be written again. Whether anything was rolled back."""
+        unsettled = self._unsettled
+        records = self._records
+        rolled_back = False
+        for offset, entry, after, before, member_id, deadline in changes.entries:
+            left = unsettled.get(offset, 0) - 1
+            if left > 0:
+                unsettled[offset] = left
+            else:
+                unsettled.pop(offset, None)
+            if committed or records.get(offset) is not entry or entry.state != after:
+                continue  # committed, or changed again since (acquired anew, moved past)
+            entry.state = before
+            entry.member_id = member_id
+            entry.deadline_ms = deadline
+            rolled_back = True
+        if rolled_back:
+            self.dirty = True
+        dirty = self.dirty
+        self._advance()
+        # The write carried the finished records (``durable_start``): the window's
+        # start catching up with it is no change to write.
+        self.dirty = dirty
+        return rolled_back
 
     def _finish(self, entry: _InFlight, state: RecordState) -> None:
         entry.state = state
@@ -347,9 +418,10 @@ class SharePartition:
     def _advance(self) -> None:
         start = self.start_offset
         records = self._records
+        unsettled = self._unsettled
         while start < self.end_offset:
             entry = records.get(start)
-            if entry is None or entry.state not in FINISHED:
+            if entry is None or entry.state not in FINISHED or start in unsettled:
                 break
             del records[start]
             start += 1
@@ -359,11 +431,23 @@ class SharePartition:
 
     # Durable state ------------------------------------------------------------------
 
+    def durable_start(self) -> int:
+        """The start offset to write: past the finished records at the window's start,
+        settled or not (a write carries the acknowledgements not yet settled)."""
+        start = self.start_offset
+        records = self._records
+        while start < self.end_offset:
+            entry = records.get(start)
+            if entry is None or entry.state not in FINISHED:
+                break
+            start += 1
+        return start
+
     def durable_state(self) -> list[StateBatch]:
-        """The window as state batches: runs of one durable state and delivery count
-        (ACQUIRED written as AVAILABLE)."""
+        """The window from ``durable_start`` as state batches: runs of one durable
+        state and delivery count (ACQUIRED written as AVAILABLE)."""
         out: list[StateBatch] = []
-        for offset in range(self.start_offset, self.end_offset):
+        for offset in range(self.durable_start(), self.end_offset):
             entry = self._records.get(offset)
             state = RecordState.AVAILABLE if entry is None else entry.state
             if state == RecordState.ACQUIRED:
@@ -385,6 +469,7 @@ class SharePartition:
         """Take a durable state (a snapshot with its updates applied): the window starts
         at ``start_offset`` and ends after the last batch; no lock is held."""
         self._records = {}
+        self._changes, self._unsettled = [], {}
         self.start_offset = self.end_offset = start_offset
         for batch in sorted(batches, key=lambda b: b.first_offset):
             state = RecordState(batch.state) if batch.state in (0, 2, 4) else RecordState.AVAILABLE
@@ -397,6 +482,7 @@ class SharePartition:
     def reset(self, start_offset: int) -> None:
         """Start afresh at ``start_offset`` (AlterShareGroupOffsets): nothing in flight."""
         self._records = {}
+        self._changes, self._unsettled = [], {}
         self.start_offset = self.end_offset = start_offset
         self.dirty = True
 

@@ -20,37 +20,46 @@ RELEASE = AcknowledgeType.RELEASE
 REJECT = AcknowledgeType.REJECT
 
 
+def _committed(
+    sp: SharePartition, member: str, first: int, last: int, types: list[int], now_ms: int
+) -> ErrorCode:
+    """Acknowledge, and settle the acknowledgement as its state write committed."""
+    error = sp.acknowledge(member, first, last, types, now_ms)
+    sp.settle(sp.take_changes(), committed=True)
+    return error
+
+
 def test_two_members_get_distinct_records_and_the_window_moves_on_accept() -> None:
     sp = SharePartition(0, lock_duration_ms=1000)
     first = sp.acquire("a", [(0, 4), (5, 9)], now_ms=0, max_records=5)
     assert first == [AcquiredRange(0, 4, 1)]  # a whole batch, then the limit
     second = sp.acquire("b", [(0, 4), (5, 9)], now_ms=0, max_records=100)
     assert second == [AcquiredRange(5, 9, 1)]
-    assert sp.acknowledge("b", 5, 9, [ACCEPT], now_ms=1) == ErrorCode.none
+    assert _committed(sp, "b", 5, 9, [ACCEPT], now_ms=1) == ErrorCode.none
     assert sp.start_offset == 0  # 0-4 still acquired by a
-    assert sp.acknowledge("a", 0, 4, [ACCEPT], now_ms=1) == ErrorCode.none
+    assert _committed(sp, "a", 0, 4, [ACCEPT], now_ms=1) == ErrorCode.none
     assert (sp.start_offset, sp.end_offset, sp.in_flight()) == (10, 10, 0)
 
 
 def test_only_the_holder_may_acknowledge_and_nothing_applies_on_a_bad_batch() -> None:
     sp = SharePartition(0)
     sp.acquire("a", [(0, 2)], now_ms=0, max_records=10)
-    assert sp.acknowledge("b", 0, 2, [ACCEPT], now_ms=0) == ErrorCode.invalid_record_state
-    assert sp.acknowledge("a", 0, 3, [ACCEPT], now_ms=0) == ErrorCode.invalid_record_state
-    assert sp.acknowledge("a", 0, 2, [ACCEPT, ACCEPT], now_ms=0) == ErrorCode.invalid_request
+    assert _committed(sp, "b", 0, 2, [ACCEPT], now_ms=0) == ErrorCode.invalid_record_state
+    assert _committed(sp, "a", 0, 3, [ACCEPT], now_ms=0) == ErrorCode.invalid_record_state
+    assert _committed(sp, "a", 0, 2, [ACCEPT, ACCEPT], now_ms=0) == ErrorCode.invalid_request
     assert [sp.state_of(o) for o in range(3)] == [RecordState.ACQUIRED] * 3
 
 
 def test_release_and_reject_per_record() -> None:
     sp = SharePartition(0)
     sp.acquire("a", [(0, 2)], now_ms=0, max_records=10)
-    assert sp.acknowledge("a", 0, 2, [RELEASE, REJECT, ACCEPT], now_ms=0) == ErrorCode.none
+    assert _committed(sp, "a", 0, 2, [RELEASE, REJECT, ACCEPT], now_ms=0) == ErrorCode.none
     assert sp.state_of(0) == RecordState.AVAILABLE
     assert sp.state_of(1) == RecordState.ARCHIVED
     assert sp.next_fetch_offset() == 0
     again = sp.acquire("b", [(0, 2)], now_ms=0, max_records=10)
     assert again == [AcquiredRange(0, 0, 2)]  # only the released one, its second delivery
-    assert sp.acknowledge("b", 0, 0, [ACCEPT], now_ms=0) == ErrorCode.none
+    assert _committed(sp, "b", 0, 0, [ACCEPT], now_ms=0) == ErrorCode.none
     assert sp.start_offset == 3
 
 
@@ -61,13 +70,13 @@ def test_an_expired_lock_makes_the_record_available_to_others() -> None:
     assert sp.expire_locks(99) == 0
     assert sp.expire_locks(100) == 2
     assert sp.acquire("b", [(0, 1)], now_ms=100, max_records=10) == [AcquiredRange(0, 1, 2)]
-    assert sp.acknowledge("a", 0, 1, [ACCEPT], now_ms=101) == ErrorCode.invalid_record_state
+    assert _committed(sp, "a", 0, 1, [ACCEPT], now_ms=101) == ErrorCode.invalid_record_state
 
 
 def test_renew_extends_the_lock() -> None:
     sp = SharePartition(0, lock_duration_ms=100)
     sp.acquire("a", [(0, 0)], now_ms=0, max_records=10)
-    assert sp.acknowledge("a", 0, 0, [AcknowledgeType.RENEW], now_ms=90) == ErrorCode.none
+    assert _committed(sp, "a", 0, 0, [AcknowledgeType.RENEW], now_ms=90) == ErrorCode.none
     assert sp.expire_locks(150) == 0
     assert sp.holder_of(0) == "a"
 
@@ -78,8 +87,8 @@ def test_the_delivery_count_limit_archives_a_poison_record() -> None:
         got = sp.acquire(f"m{delivery}", [(0, 1)], now_ms=0, max_records=10)
         assert got[0].first_offset == 0 and got[0].delivery_count == delivery
         if delivery == 1:
-            assert sp.acknowledge("m1", 1, 1, [ACCEPT], now_ms=0) == ErrorCode.none
-        assert sp.acknowledge(f"m{delivery}", 0, 0, [RELEASE], now_ms=0) == ErrorCode.none
+            assert _committed(sp, "m1", 1, 1, [ACCEPT], now_ms=0) == ErrorCode.none
+        assert _committed(sp, f"m{delivery}", 0, 0, [RELEASE], now_ms=0) == ErrorCode.none
     assert sp.state_of(0) is None and sp.start_offset == 2  # archived, the window moved
     assert sp.acquire("m4", [(0, 1)], now_ms=0, max_records=10) == []
 
@@ -89,7 +98,7 @@ def test_the_window_holds_at_most_max_in_flight_records() -> None:
     got = sp.acquire("a", [(0, 9)], now_ms=0, max_records=100)
     assert got == [AcquiredRange(0, 3, 1)]
     assert not sp.can_acquire_new()
-    sp.acknowledge("a", 0, 1, [ACCEPT], now_ms=0)
+    _committed(sp, "a", 0, 1, [ACCEPT], now_ms=0)
     assert sp.acquire("b", [(4, 9)], now_ms=0, max_records=100) == [AcquiredRange(4, 5, 1)]
 
 
@@ -98,7 +107,7 @@ def test_offsets_between_batches_are_gaps_and_archived() -> None:
     got = sp.acquire("a", [(0, 1), (5, 6)], now_ms=0, max_records=100)
     assert got == [AcquiredRange(0, 1, 1), AcquiredRange(5, 6, 1)]
     assert [sp.state_of(o) for o in (2, 3, 4)] == [RecordState.ARCHIVED] * 3
-    sp.acknowledge("a", 0, 1, [ACCEPT], now_ms=0)
+    _committed(sp, "a", 0, 1, [ACCEPT], now_ms=0)
     assert sp.start_offset == 5
 
 
@@ -114,14 +123,14 @@ def test_the_log_start_moving_drops_what_is_below_it() -> None:
     sp.acquire("a", [(0, 4)], now_ms=0, max_records=100)
     sp.move_start(3)
     assert (sp.start_offset, sp.end_offset) == (3, 5)
-    assert sp.acknowledge("a", 3, 4, [ACCEPT], now_ms=0) == ErrorCode.none
+    assert _committed(sp, "a", 3, 4, [ACCEPT], now_ms=0) == ErrorCode.none
     assert sp.start_offset == 5
 
 
 def test_durable_state_round_trips_and_locks_do_not_survive() -> None:
     sp = SharePartition(10)
     sp.acquire("a", [(10, 15)], now_ms=0, max_records=100)
-    sp.acknowledge("a", 10, 15, [ACCEPT, RELEASE, REJECT, ACCEPT, ACCEPT, ACCEPT], now_ms=0)
+    _committed(sp, "a", 10, 15, [ACCEPT, RELEASE, REJECT, ACCEPT, ACCEPT, ACCEPT], now_ms=0)
     sp.acquire("a", [(16, 17)], now_ms=0, max_records=100)
     assert sp.start_offset == 11
     batches = sp.durable_state()
@@ -184,7 +193,7 @@ def test_no_record_is_held_twice_accepted_is_final_and_everything_finishes(
             mine = sorted(o for o, m in held.items() if m == member)
             if mine:
                 offset = mine[0]
-                assert sp.acknowledge(member, offset, offset, [kind], now) == ErrorCode.none
+                assert _committed(sp, member, offset, offset, [kind], now) == ErrorCode.none
                 del held[offset]
                 if kind == ACCEPT:
                     accepted.add(offset)
@@ -206,7 +215,7 @@ def test_no_record_is_held_twice_accepted_is_final_and_everything_finishes(
         for r in got:
             for offset in range(r.first_offset, r.last_offset + 1):
                 assert offset not in accepted
-                sp.acknowledge("z", offset, offset, [ACCEPT], now)
+                _committed(sp, "z", offset, offset, [ACCEPT], now)
                 accepted.add(offset)
         if sp.start_offset == LOG_END:
             break
@@ -266,3 +275,43 @@ def test_share_assignor_shares_partitions_when_members_outnumber_them() -> None:
     assert sorted(len(a["t"]) for a in spread.values()) == [1, 2, 2]
     two = share_assign(subs, {"t": 2})
     assert sorted(p for a in two.values() for p in a["t"]) == [0, 0, 1]
+
+
+def test_a_failed_state_write_rolls_its_acknowledgements_back() -> None:
+    """As Kafka's SharePartition: the records are the member's again, with their lock
+    deadline, and are delivered again once it passes; the window waits for the write."""
+    sp = SharePartition(0, lock_duration_ms=100, delivery_limit=5)
+    sp.acquire("a", [(0, 5)], now_ms=0, max_records=10)
+    assert sp.acknowledge("a", 0, 1, [ACCEPT], now_ms=10) == ErrorCode.none
+    assert sp.acknowledge("a", 2, 4, [ACCEPT, RELEASE, REJECT], now_ms=10) == ErrorCode.none
+    assert sp.state_of(0) == RecordState.ACKNOWLEDGED
+    assert sp.start_offset == 0  # not past unsettled acknowledgements
+    assert sp.durable_start() == 3  # what the write carries
+    assert sp.durable_state()[0] == StateBatch(3, 3, int(RecordState.AVAILABLE), 1)
+    changes = sp.take_changes()
+    sp.mark_stored()
+    assert sp.settle(changes, committed=False)
+    assert [sp.holder_of(o) for o in range(6)] == ["a"] * 6
+    assert sp.dirty  # the truth is written again
+    assert sp.acquire("b", [(0, 5)], now_ms=50, max_records=10) == []
+    assert sp.next_deadline() == 100
+    assert sp.expire_locks(100) == 6
+    assert sp.acquire("b", [(0, 5)], now_ms=100, max_records=10) == [AcquiredRange(0, 5, 2)]
+
+
+def test_a_committed_write_moves_the_window_and_a_stale_rollback_is_ignored() -> None:
+    sp = SharePartition(0, lock_duration_ms=100)
+    sp.acquire("a", [(0, 3)], now_ms=0, max_records=10)
+    assert sp.acknowledge("a", 0, 1, [RELEASE], now_ms=0) == ErrorCode.none
+    first = sp.take_changes()
+    assert sp.acquire("b", [(0, 3)], now_ms=1, max_records=10) == [AcquiredRange(0, 1, 2)]
+    assert sp.acknowledge("a", 2, 3, [ACCEPT], now_ms=1) == ErrorCode.none
+    second = sp.take_changes()
+    # The release's write failed, but b holds the records since: they stay b's.
+    assert not sp.settle(first, committed=False)
+    assert [sp.holder_of(o) for o in range(2)] == ["b", "b"]
+    sp.mark_stored()
+    assert not sp.settle(second, committed=True)
+    assert not sp.dirty  # the write carried the start that the window now reaches
+    assert _committed(sp, "b", 0, 1, [ACCEPT], now_ms=2) == ErrorCode.none
+    assert (sp.start_offset, sp.in_flight()) == (4, 0)
