@@ -146,6 +146,13 @@ def _defaults(partition_type: type) -> dict[str, Any]:
     return out
 
 
+def _drop_held(ctx: RequestContext, key: ShareKey) -> None:
+    """The share-partition of ``key`` held on this node, if any, forgotten."""
+    from strom.broker.share_groups import service_of
+
+    service_of(ctx.broker).drop(key)
+
+
 def _now() -> int:
     return time.time_ns() // 1_000_000
 
@@ -162,6 +169,7 @@ def handle_initialize_share_group_state(ctx: RequestContext, request: Any) -> An
     store = _store(ctx)
 
     def serve(key: ShareKey, part: Any) -> dict[str, Any]:
+        _drop_held(ctx, key)  # started anew: a copy held here is read again
         state = ShareState(part.start_offset, [], state_epoch=part.state_epoch)
         appended = store.write(key, state, _now())
         return {"appended": appended} if appended is not None else _write_failed()
@@ -225,6 +233,7 @@ def handle_delete_share_group_state(ctx: RequestContext, request: Any) -> Any:
     store = _store(ctx)
 
     def serve(key: ShareKey, part: Any) -> dict[str, Any]:
+        _drop_held(ctx, key)
         store.delete([key], _now())
         return {}
 

@@ -64,9 +64,12 @@ A failed write rolls its acknowledgements back in memory, as Kafka's SharePartit
 does: the records are held again by their members and delivered again when their locks
 expire.
 
-Differences from Kafka: AlterShareGroupOffsets resets a share-partition
-held on this node, or the stored state when this node keeps it (else
-COORDINATOR_NOT_AVAILABLE), with a new state epoch; DescribeShareGroupOffsets
+AlterShareGroupOffsets resets a share-partition held on this node, or the stored state
+(with a new state epoch) where it is kept: here, or through the node that keeps it
+(ReadShareGroupStateSummary, then InitializeShareGroupState), as Kafka's group
+coordinator does; DeleteShareGroupOffsets deletes through it (DeleteShareGroupState).
+
+Differences from Kafka: DescribeShareGroupOffsets
 with no topics named does not know the share-partitions of an empty group whose state
 is kept in __share_group_state partitions this node has no replica of (Kafka keeps
 the initialized partitions in the group's records); ``batch_size`` and
@@ -81,12 +84,13 @@ import logging
 import time
 import uuid
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.delete_share_group_state.v0 import request as delete_state
+from kio.schema.initialize_share_group_state.v0 import request as initialize_state
 from kio.schema.list_offsets.v7 import request as list_offsets
 from kio.schema.read_share_group_state.v0 import request as read_state
 from kio.schema.read_share_group_state_summary.v1 import request as read_summary
@@ -150,6 +154,7 @@ class _Summary:
     error: ErrorCode
     start_offset: int  # -1: no state stored
     delivery_complete_count: int  # offsets past the start accepted or archived
+    state_epoch: int = 0
 
 
 Durable = int | asyncio.Future[int]
@@ -478,7 +483,10 @@ class ShareService:
             return {}
         return {
             ShareKey(group_id, result.topic_id, part.partition): _Summary(
-                ErrorCode(part.error_code), part.start_offset, part.delivery_complete_count
+                ErrorCode(part.error_code),
+                part.start_offset,
+                part.delivery_complete_count,
+                part.state_epoch,
             )
             for result in response.results
             for part in result.partitions
@@ -628,6 +636,89 @@ class ShareService:
                 ),
             )
             asyncio.get_running_loop().create_task(self._call(self.store.leader_of(key), body))
+
+    async def initialize_remote(self, starts: dict[ShareKey, int]) -> dict[ShareKey, ErrorCode]:
+        """Start the stored states of ``starts`` anew at their offsets, on the nodes that
+        keep them, as Kafka's group coordinator resets them: the stored state epoch read
+        (ReadShareGroupStateSummary), then InitializeShareGroupState with the next one
+        (a share-partition held elsewhere with the older epoch is fenced at its next
+        write and read again). The error of each key."""
+        summaries = await self.read_summaries(list(starts))
+        out: dict[ShareKey, ErrorCode] = {}
+        calls: dict[tuple[int, str], list[tuple[ShareKey, int, int]]] = {}
+        for key, start in starts.items():
+            summary = summaries.get(key)
+            if summary is None or summary.error != ErrorCode.none:
+                out[key] = summary.error if summary else ErrorCode.coordinator_not_available
+                continue
+            epoch = summary.state_epoch + 1
+            leader = self.store.leader_of(key)
+            calls.setdefault((leader, key.group_id), []).append((key, start, epoch))
+        for (leader, group_id), entries in calls.items():
+            body = build(
+                initialize_state.InitializeShareGroupStateRequest,
+                group_id=group_id,
+                topics=tuple(
+                    build(
+                        initialize_state.InitializeStateData,
+                        topic_id=key.topic_id,
+                        partitions=(
+                            build(
+                                initialize_state.PartitionData,
+                                partition=key.partition,
+                                state_epoch=epoch,
+                                start_offset=start,
+                            ),
+                        ),
+                    )
+                    for key, start, epoch in entries
+                ),
+            )
+            out.update(await self._state_call(leader, group_id, body, [k for k, _, _ in entries]))
+        return out
+
+    async def delete_remote(self, keys: list[ShareKey]) -> dict[ShareKey, ErrorCode]:
+        """Delete the stored states of ``keys`` on the nodes that keep them
+        (DeleteShareGroupState, awaited). The error of each key."""
+        calls: dict[tuple[int, str], list[ShareKey]] = {}
+        for key in keys:
+            calls.setdefault((self.store.leader_of(key), key.group_id), []).append(key)
+        out: dict[ShareKey, ErrorCode] = {}
+        for (leader, group_id), doomed in calls.items():
+            by_topic: dict[uuid.UUID, list[int]] = {}
+            for key in doomed:
+                by_topic.setdefault(key.topic_id, []).append(key.partition)
+            body = build(
+                delete_state.DeleteShareGroupStateRequest,
+                group_id=group_id,
+                topics=tuple(
+                    build(
+                        delete_state.DeleteStateData,
+                        topic_id=t,
+                        partitions=tuple(
+                            build(delete_state.PartitionData, partition=p) for p in ps
+                        ),
+                    )
+                    for t, ps in by_topic.items()
+                ),
+            )
+            out.update(await self._state_call(leader, group_id, body, doomed))
+        return out
+
+    async def _state_call(
+        self, leader: int, group_id: str, body: Any, keys: list[ShareKey]
+    ) -> dict[ShareKey, ErrorCode]:
+        """A share coordinator RPC's error per key (COORDINATOR_NOT_AVAILABLE for a key
+        it did not answer for)."""
+        response = await self._call(leader, body)
+        out = dict.fromkeys(keys, ErrorCode.coordinator_not_available)
+        if response is not None:
+            for result in response.results:
+                for part in result.partitions:
+                    key = ShareKey(group_id, result.topic_id, part.partition)
+                    if key in out:
+                        out[key] = ErrorCode(part.error_code)
+        return out
 
     def arm(self, held: _Held) -> None:
         """Keep the share-partition's lock timer at its earliest deadline."""
@@ -1781,6 +1872,8 @@ def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
     service = service_of(ctx.broker)
     now = service.now_ms()
     topics = []
+    # Partitions whose state another node keeps: (entry fields, key, start offset).
+    remote: list[tuple[dict[str, Any], ShareKey, int]] = []
     for topic in request.topics:
         topic_id = _topic_id_of(ctx, topic.topic_name)
         denied = not authz.allowed(ctx, authz.Op.READ, authz.TOPIC, topic.topic_name)
@@ -1788,6 +1881,7 @@ def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
         for part in topic.partitions:
             error: ErrorCode = ErrorCode.none
             message = None
+            elsewhere: tuple[ShareKey, int] | None = None
             if denied:
                 error = ErrorCode.topic_authorization_failed
             elif topic_id is None:
@@ -1796,19 +1890,25 @@ def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
                 partition_log = ctx.broker.state.partition_log(
                     topic.topic_name, part.partition_index
                 )
-                if partition_log is None:
+                view = ctx.broker.state.topic(topic.topic_name)
+                if view is None or not 0 <= part.partition_index < view.partitions:
                     error = ErrorCode.unknown_topic_or_partition
+                elif partition_log is None and part.start_offset < 0:
+                    error = ErrorCode.invalid_request
+                    message = "No replica here: the start offset must be an offset."
                 else:
                     start = part.start_offset
-                    if start < 0:  # -1: the latest offset, -2: the earliest, as resets go
-                        start = (
-                            partition_log.log_start_offset
-                            if start == -2
-                            else partition_log.high_watermark
+                    if partition_log is not None:  # else the partition's leader bounds it
+                        if start < 0:  # -1: the latest offset, -2: the earliest
+                            start = (
+                                partition_log.log_start_offset
+                                if start == -2
+                                else partition_log.high_watermark
+                            )
+                        start = max(
+                            min(start, partition_log.high_watermark),
+                            partition_log.log_start_offset,
                         )
-                    start = max(
-                        min(start, partition_log.high_watermark), partition_log.log_start_offset
-                    )
                     key = ShareKey(request.group_id, topic_id, part.partition_index)
                     held = service.held.get(key)
                     stored = service.store.read(key)
@@ -1818,32 +1918,56 @@ def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
                         held.partition.reset(start)
                         held.state_epoch = max(held.state_epoch + 1, epoch)
                         service.persist(held)
+                    elif service.store.topic_exists() and not service.store.leads(key):
+                        elsewhere = (key, start)
                     elif not service.store.write(key, ShareState(start, state_epoch=epoch), now):
                         error = ErrorCode.coordinator_not_available
                         message = "The share-partition state could not be written."
-            entries.append(
+            fields: dict[str, Any] = {
+                "partition_index": part.partition_index,
+                "error_code": error,
+                "error_message": message,
+            }
+            if elsewhere is not None:
+                remote.append((fields, *elsewhere))
+            entries.append(fields)
+        topics.append((topic.topic_name, topic_id, entries))
+
+    def response() -> Any:
+        return build(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.none,
+            error_message=None,
+            responses=tuple(
                 build(
-                    partition_type,
-                    partition_index=part.partition_index,
-                    error_code=error,
-                    error_message=message,
+                    topic_type,
+                    topic_name=name,
+                    topic_id=topic_id or uuid.UUID(int=0),
+                    partitions=tuple(build(partition_type, **f) for f in entries),
                 )
-            )
-        topics.append(
-            build(
-                topic_type,
-                topic_name=topic.topic_name,
-                topic_id=topic_id or uuid.UUID(int=0),
-                partitions=tuple(entries),
-            )
+                for name, topic_id, entries in topics
+            ),
         )
-    return build(
-        response_type,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
-        responses=tuple(topics),
-    )
+
+    if not remote:
+        return response()
+    return _alter_remote(service, remote, response)
+
+
+async def _alter_remote(
+    service: ShareService,
+    remote: list[tuple[dict[str, Any], ShareKey, int]],
+    response: Callable[[], Any],
+) -> Any:
+    """AlterShareGroupOffsets' partitions whose state another node keeps, written there."""
+    errors = await service.initialize_remote({key: start for _, key, start in remote})
+    for fields, key, _ in remote:
+        error = errors.get(key, ErrorCode.coordinator_not_available)
+        if error != ErrorCode.none:
+            fields["error_code"] = error
+            fields["error_message"] = "The share coordinator did not write the state."
+    return response()
 
 
 @handles(92, 0, 0)
@@ -1860,13 +1984,16 @@ def handle_delete_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
             responses=(),
         )
     service = service_of(ctx.broker)
-    topics = []
+    topics: list[dict[str, Any]] = []
+    # Topics with states another node keeps: (topic fields, keys).
+    remote: list[tuple[dict[str, Any], list[ShareKey]]] = []
     for topic in request.topics:
         topic_id = _topic_id_of(ctx, topic.topic_name)
+        view = ctx.broker.state.topic(topic.topic_name)
         error: ErrorCode = ErrorCode.none
         if not authz.allowed(ctx, authz.Op.READ, authz.TOPIC, topic.topic_name):
             error = ErrorCode.topic_authorization_failed
-        elif topic_id is None:
+        elif topic_id is None or view is None:
             error = ErrorCode.unknown_topic_or_partition
         else:
             keys = {
@@ -1875,22 +2002,57 @@ def handle_delete_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
             keys |= {
                 k for k in service.store.keys_of_group(request.group_id) if k.topic_id == topic_id
             }
+            keys |= {ShareKey(request.group_id, topic_id, p) for p in range(view.partitions)}
             for key in keys:
                 service.drop(key)
-            service.store.delete(keys, service.now_ms())
+            elsewhere = [
+                k for k in keys if service.store.topic_exists() and not service.store.leads(k)
+            ]
+            service.store.delete(keys - set(elsewhere), service.now_ms())
+            fields = {
+                "topic_name": topic.topic_name,
+                "topic_id": topic_id,
+                "error_code": error,
+                "error_message": None,
+            }
+            topics.append(fields)
+            if elsewhere:
+                remote.append((fields, sorted(elsewhere, key=lambda k: k.partition)))
+            continue
         topics.append(
-            build(
-                topic_type,
-                topic_name=topic.topic_name,
-                topic_id=topic_id or uuid.UUID(int=0),
-                error_code=error,
-                error_message=None,
-            )
+            {
+                "topic_name": topic.topic_name,
+                "topic_id": topic_id or uuid.UUID(int=0),
+                "error_code": error,
+                "error_message": None,
+            }
         )
-    return build(
-        response_type,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
-        responses=tuple(topics),
-    )
+
+    def response() -> Any:
+        return build(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.none,
+            error_message=None,
+            responses=tuple(build(topic_type, **f) for f in topics),
+        )
+
+    if not remote:
+        return response()
+    return _delete_offsets_remote(service, remote, response)
+
+
+async def _delete_offsets_remote(
+    service: ShareService,
+    remote: list[tuple[dict[str, Any], list[ShareKey]]],
+    response: Callable[[], Any],
+) -> Any:
+    """DeleteShareGroupOffsets' states kept by other nodes, deleted there."""
+    errors = await service.delete_remote([k for _, keys in remote for k in keys])
+    for fields, keys in remote:
+        failed = [errors.get(k, ErrorCode.coordinator_not_available) for k in keys]
+        error = next((e for e in failed if e != ErrorCode.none), ErrorCode.none)
+        if error != ErrorCode.none:
+            fields["error_code"] = error
+            fields["error_message"] = "The share coordinator did not delete the state."
+    return response()

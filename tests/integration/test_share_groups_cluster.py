@@ -8,7 +8,8 @@
   what is acknowledged when);
 - ``strom share-groups --describe --offsets`` through each node: the same start offset
   and lag, the group's coordinator asking the share coordinator and the partition's
-  leader for what it does not have;
+  leader for what it does not have; ``--reset-offsets`` and ``--delete-offsets``
+  through the group's coordinator, written by the share coordinator;
 - ``kill -9`` of the share coordinator's node (the leader of the group's
   ``__share_group_state`` partition) while share consumers consume and acknowledge.
 
@@ -22,12 +23,14 @@ write is replicated, so the next share coordinator knows it.
 from __future__ import annotations
 
 import datetime
+import json
 import subprocess
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from cli_helpers import STROM, strom, table_rows
@@ -426,7 +429,37 @@ def test_an_acknowledgement_is_confirmed_only_once_its_state_write_is_committed(
         _whole(cluster)
 
 
-def test_offsets_described_alike_from_every_bootstrap_broker(cluster: Cluster) -> None:
+def _state_led_elsewhere_than(cluster: Cluster, node_id: int, tmp_path: Path) -> None:
+    """``__share_group_state`` led by another node than ``node_id``: its replicas
+    reordered (strom reassign-partitions) and the first elected (strom leader-election)
+    when ``node_id`` leads it."""
+    bootstrap = cluster.bootstrap()
+    leader, replicas = _partition_0(bootstrap, STATE_TOPIC)
+    if leader != node_id:
+        return
+    order = [r for r in replicas if r != node_id] + [node_id]
+    plan = tmp_path / "state-plan.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "partitions": [{"topic": STATE_TOPIC, "partition": 0, "replicas": order}],
+            }
+        )
+    )
+    moved = strom("reassign-partitions", "--bootstrap-server", bootstrap, "--execute",
+                  "--reassignment-json-file", str(plan))  # fmt: skip
+    assert moved.returncode == 0, moved.stderr
+    wait_until(lambda: _partition_0(bootstrap, STATE_TOPIC)[1] == order, 15, "replicas reordered")
+    elected = strom("leader-election", "--bootstrap-server", bootstrap, "--election-type",
+                    "PREFERRED", "--topic", STATE_TOPIC, "--partition", "0")  # fmt: skip
+    assert elected.returncode == 0, elected.stderr
+    wait_until(lambda: _leader(bootstrap, STATE_TOPIC) == order[0], 15, "the state led elsewhere")
+
+
+def test_offsets_described_alike_from_every_bootstrap_broker(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     """``strom share-groups --describe --offsets`` through each node: the group's
     coordinator asks the share coordinator for the stored state
     (ReadShareGroupStateSummary) and the partition's leader for its high watermark
@@ -500,6 +533,19 @@ def test_offsets_described_alike_from_every_bootstrap_broker(cluster: Cluster) -
     for (stdout, stderr), run in zip(described, runs, strict=True):
         assert run.returncode == 0, stderr
         assert table_rows(stdout) == expected
+    # Reset and deleted through the group's coordinator, which neither keeps the state
+    # nor holds the share-partition: it writes through the share coordinator
+    # (InitializeShareGroupState, DeleteShareGroupState).
+    _state_led_elsewhere_than(cluster, group_coordinator, tmp_path)
+    reset = strom("share-groups", "--bootstrap-server", node.bootstrap, "--reset-offsets",
+                  "--group", group, "--topic", "far", "--to-offset", "1", "--execute")  # fmt: skip
+    assert reset.returncode == 0, reset.stderr
+    assert _start_offsets(cluster, group, "far") == [1, 1, 1]
+    deleted = strom("share-groups", "--bootstrap-server", node.bootstrap, "--delete-offsets",
+                    "--group", group, "--topic", "far")  # fmt: skip
+    assert deleted.returncode == 0, deleted.stderr
+    assert table_rows(deleted.stdout) == [["far", "Successful"]]
+    assert _start_offsets(cluster, group, "far") == [-1, -1, -1]
 
 
 def test_kill_9_of_the_share_coordinator_loses_no_acknowledgement(cluster: Cluster) -> None:
