@@ -40,7 +40,7 @@ from strom.protocol.framing import build, nested
 from strom.protocol.legacy_versions import response_schema
 
 
-def advertised(api_version_type: type, routes: dict[int, Route]) -> tuple:
+def advertised(api_version_type: type, routes: dict[int, Route]) -> tuple[Any, ...]:
     return tuple(
         build(
             api_version_type,
@@ -189,7 +189,7 @@ def _same_kind(field: Any, kind: Any, value: Any) -> bool:
         return isinstance(value, tuple) and not any(is_dataclass(v) for v in value)
     if isinstance(value, tuple) or is_dataclass(value):
         return False
-    kafka_type = field.metadata.get("kafka_type", "")
+    kafka_type: str = field.metadata.get("kafka_type", "")
     if isinstance(value, bool):
         return kafka_type == "bool"
     if isinstance(value, int):

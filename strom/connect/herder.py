@@ -139,7 +139,7 @@ class Herder:
         self.running: dict[str, _Running] = {}
         self.task_restarts: set[TaskId] = set()
         self.generation_seen = -1
-        self._requests: queue.Queue[tuple[Callable[[], Any], concurrent.futures.Future]] = (
+        self._requests: queue.Queue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = (
             queue.Queue()
         )
         self._wake = threading.Event()

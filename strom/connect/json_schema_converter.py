@@ -37,7 +37,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]
+import jsonschema
 
 from strom.connect import config_def as cd
 from strom.connect.data import (

@@ -48,7 +48,7 @@ from confluent_kafka.schema_registry import Schema as RegistrySchema
 from confluent_kafka.schema_registry.confluent import meta_pb2
 from confluent_kafka.schema_registry.confluent.type import decimal_pb2
 from confluent_kafka.schema_registry.confluent.type.decimal_utils import to_proto_decimal
-from google.protobuf import (  # type: ignore[import-untyped]
+from google.protobuf import (
     any_pb2,
     descriptor_pb2,
     descriptor_pool,
@@ -60,7 +60,7 @@ from google.protobuf import (  # type: ignore[import-untyped]
     timestamp_pb2,
     wrappers_pb2,
 )
-from google.protobuf.message import DecodeError, Message  # type: ignore[import-untyped]
+from google.protobuf.message import DecodeError, Message
 from google.type import date_pb2, timeofday_pb2  # type: ignore[import-untyped]
 
 from strom.connect import config_def as cd
@@ -769,7 +769,8 @@ class ProtobufConverter(RegistryConverter):
             if schema.name == DECIMAL:
                 raise DataException("A Decimal is written by Protobuf inside a struct only")
             _set(message, message.DESCRIPTOR.fields_by_name["value"], schema, value)
-        return framing + message.SerializeToString()
+        serialized: bytes = message.SerializeToString()
+        return framing + serialized
 
     def to_connect_data(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
         if data is None:

@@ -148,7 +148,8 @@ class _StoreReader(OffsetStorageReader):
         # What another worker committed last (a task moved here) is read first, as Kafka's
         # offset reader reads the offsets topic to its end before it answers.
         self.store.refresh()
-        return self.store.get(self.connector, dict(partition))
+        stored: dict[str, Any] | None = self.store.get(self.connector, dict(partition))
+        return stored
 
 
 class _TaskThread(threading.Thread):

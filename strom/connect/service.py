@@ -109,7 +109,9 @@ class ConnectWorker:
         """Read the stores (blocking); the Kafka cluster's id."""
         admin = AdminClient(self.admin_settings)
         try:
-            cluster_id = admin.describe_cluster(request_timeout=TIMEOUT_S).result().cluster_id
+            cluster_id: str | None = (
+                admin.describe_cluster(request_timeout=TIMEOUT_S).result().cluster_id
+            )
         except Exception as exc:
             raise WorkerStartError(
                 f"cannot reach the Kafka cluster at {','.join(self.config['bootstrap.servers'])}: "

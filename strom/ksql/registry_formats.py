@@ -373,7 +373,7 @@ class _ProtoMessages:
     """The message types of one row schema, declared into a FileDescriptorProto."""
 
     def __init__(self) -> None:
-        from google.protobuf import descriptor_pb2  # type: ignore[import-untyped]
+        from google.protobuf import descriptor_pb2
 
         self.file = descriptor_pb2.FileDescriptorProto(name="ksql_row.proto", syntax="proto3")
         self._descriptor = descriptor_pb2
