@@ -4,12 +4,10 @@ over HTTP as ksqlDB's clients drive ksqlDB: push queries on ``/query-stream`` an
 the server's Spark, their output read back with confluent-kafka, the processing log, a
 restart that resumes a query from its checkpoint without writing anything twice
 (exactly_once_v2, read_committed), pull queries, TERMINATE and DROP; EMIT FINAL, session
-windows, a stream-stream LEFT join and EXPLODE with ksqlDB's records; two servers of one
-service id sharing a query, one killed (-9) and the other taking it over exactly once,
-and CREATE OR REPLACE of the query.
+windows, a stream-stream LEFT join and EXPLODE with ksqlDB's records.
 
-One broker and one server (one Spark driver) for the module, and a second server for
-the last test; the tests build on each other in order.
+One broker and one server (one Spark driver) for the module; the tests build on each
+other in order.
 """
 
 from __future__ import annotations
@@ -571,83 +569,3 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
     ids = " ".join(f"TERMINATE {c['commandStatus']['queryId']};" for c in created)
     server.ok(ids + "DROP TABLE final_counts; DROP TABLE sessions; DROP STREAM maybe_paid;"
               "DROP STREAM exploded; DROP STREAM events; DROP STREAM pays;")  # fmt: skip
-
-
-def owner_of(
-    servers: list[Server], query_id: str, expected: str | None = None, deadline_s: float = SLOW_S
-) -> str:
-    """The REST URL of the server that runs ``query_id``, as each server reports it (once
-    it is ``expected``: a dead server is reported until the group's session timeout)."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        hosts = []
-        for each in servers:
-            [described] = each.ok("SHOW QUERIES EXTENDED;")
-            [query] = [q for q in described["queryDescriptions"] if q["id"] == query_id]
-            hosts.append(query["ksqlHostQueryStatus"])
-        if all(h == hosts[0] and len(h) == 1 for h in hosts):
-            [(host, state)] = hosts[0].items()
-            assert state == "RUNNING"
-            if expected in (None, host):
-                return host
-    raise AssertionError(f"no single owner {expected or ''} of {query_id} reported: {hosts}")
-
-
-def test_two_servers_of_one_service_id_share_the_queries_and_take_over(
-    server: Server, broker: BrokerProcess
-) -> None:
-    second = Server(broker, server.state_dir, server.registry)  # type: ignore[attr-defined]
-    servers = {server.url: server, second.url: second}
-    try:
-        server.ok(
-            "CREATE STREAM orders (id STRING KEY, n INTEGER) "
-            "WITH (kafka_topic='orders', value_format='JSON', partitions=2);"
-        )
-        produce(broker, "orders", [(f"o{i}".encode(), {"N": i}, BASE + i) for i in range(6)])
-        [created] = second.ok(
-            "CREATE STREAM big_orders AS SELECT id, n FROM orders WHERE n >= 0;",
-            **{"auto.offset.reset": "earliest"},
-        )  # accepted by one server, run by whichever owns it: once
-        query_id = created["commandStatus"]["queryId"]
-        records = read_topic(broker, "BIG_ORDERS", 6, SLOW_S)
-        assert sorted(k for k, _, _ in records) == [f"o{i}".encode() for i in range(6)]
-        owner = owner_of(list(servers.values()), query_id)
-        survivor = next(s for url, s in servers.items() if url != owner)
-        lines = survivor.stream("/query-stream", {"sql": "SELECT * FROM big_orders;"})
-        assert len(lines) == 7  # any server answers a pull query: header and six rows
-        servers[owner].process.proc.kill()  # kill -9 of the server running the query
-        servers[owner].process.proc.wait(30)
-        produce(broker, "orders", [(f"o{i}".encode(), {"N": i}, BASE + i) for i in range(6, 9)])
-        records = read_topic(broker, "BIG_ORDERS", 9, SLOW_S)
-        assert sorted(k for k, _, _ in records) == [f"o{i}".encode() for i in range(9)]
-        # the group gives the dead server's query to the survivor (the output above may
-        # be the dying server's last micro-batch: its Spark exits once its driver is gone)
-        assert owner_of([survivor], query_id, survivor.url) == survivor.url
-        # CREATE OR REPLACE: a new column and filter; the query keeps its id and progress,
-        # and the records after it are written by the survivor, once
-        [replaced] = survivor.ok(
-            "CREATE OR REPLACE STREAM big_orders AS "
-            "SELECT id, n, n * 10 AS tenfold FROM orders WHERE n >= 1;"
-        )
-        assert replaced["commandStatus"]["queryId"] == query_id
-        status, refused = survivor.ksql(
-            "CREATE OR REPLACE STREAM big_orders AS SELECT id FROM orders;"
-        )
-        assert status == 400
-        assert refused["message"].startswith(
-            "Cannot upgrade data source: DataSource '`BIG_ORDERS`' has schema = `ID` STRING KEY, "
-            "`N` INTEGER, `TENFOLD` INTEGER which is not upgradeable to `ID` STRING KEY."
-        )
-        produce(broker, "orders", [(b"o9", {"N": 9}, BASE + 9), (b"o10", {"N": 0}, BASE + 10)])
-        records = read_topic(broker, "BIG_ORDERS", 10, SLOW_S)
-        assert sorted((k, json.loads(v)) for k, v, _ in records if k == b"o9") == [
-            (b"o9", {"N": 9, "TENFOLD": 90})
-        ]
-        assert sorted(k for k, _, _ in records) == sorted(f"o{i}".encode() for i in range(10))
-        survivor.ok(f"TERMINATE {query_id}; DROP STREAM big_orders; DROP STREAM orders;")
-    finally:
-        alive = [s for s in servers.values() if s.process.proc.poll() is None]
-        for extra in alive[1:]:
-            extra.stop()
-        if alive:  # the module's fixture stops the one left
-            server.process, server.url = alive[0].process, alive[0].url
