@@ -1,5 +1,5 @@
 """Shared fixtures: a real broker process per test module, and per test when asked; and
-how ``./dev test`` shares the suite between two pytest-xdist workers."""
+how ``./dev test`` shares the suite between its pytest-xdist workers."""
 
 from __future__ import annotations
 
@@ -51,12 +51,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 _LONGEST_SCOPES = (
     "spark",
     "tests/integration/test_ksql_queries.py",
-    "spark-connect",
+    # not a third Spark driver at the start, beside the two above
     "tests/integration/test_connect_cdc.py",
+    "tests/integration/test_nemesis.py",
+    "tests/integration/test_replication.py",
+    "spark-connect",
     "tests/integration/test_readme.py",
     "tests/integration/test_transactions_clients.py",
-    "tests/integration/test_replication.py",
-    "tests/integration/test_nemesis.py",
 )
 
 
