@@ -392,9 +392,7 @@ class ShareService:
         )
 
     async def _read_remote(self, leader: int, group_id: str, keys: list[ShareKey]) -> None:
-        by_topic: dict[uuid.UUID, list[int]] = {}
-        for key in keys:
-            by_topic.setdefault(key.topic_id, []).append(key.partition)
+        by_topic = _partitions_by_topic(keys)
         state = self.broker.state
 
         def leader_epoch(topic_id: uuid.UUID, partition: int) -> int:
@@ -461,9 +459,7 @@ class ShareService:
     async def _read_summary(
         self, leader: int, group_id: str, keys: list[ShareKey]
     ) -> dict[ShareKey, _Summary]:
-        by_topic: dict[uuid.UUID, list[int]] = {}
-        for key in keys:
-            by_topic.setdefault(key.topic_id, []).append(key.partition)
+        by_topic = _partitions_by_topic(keys)
         body = build(
             read_summary.ReadShareGroupStateSummaryRequest,
             group_id=group_id,
@@ -685,9 +681,7 @@ class ShareService:
             calls.setdefault((self.store.leader_of(key), key.group_id), []).append(key)
         out: dict[ShareKey, ErrorCode] = {}
         for (leader, group_id), doomed in calls.items():
-            by_topic: dict[uuid.UUID, list[int]] = {}
-            for key in doomed:
-                by_topic.setdefault(key.topic_id, []).append(key.partition)
+            by_topic = _partitions_by_topic(doomed)
             body = build(
                 delete_state.DeleteShareGroupStateRequest,
                 group_id=group_id,
@@ -2056,3 +2050,11 @@ async def _delete_offsets_remote(
             fields["error_code"] = error
             fields["error_message"] = "The share coordinator did not delete the state."
     return response()
+
+
+def _partitions_by_topic(keys: list[ShareKey]) -> dict[uuid.UUID, list[int]]:
+    """The partitions of ``keys`` by topic id, as the share coordinator's requests list them."""
+    by_topic: dict[uuid.UUID, list[int]] = {}
+    for key in keys:
+        by_topic.setdefault(key.topic_id, []).append(key.partition)
+    return by_topic
