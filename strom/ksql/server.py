@@ -274,6 +274,7 @@ class KsqlServerApp:
                 loop.call_soon_threadsafe(rows.put_nowait, None)
 
         runner = loop.run_in_executor(None, run)
+        client_left = False
         try:
             while True:
                 try:
@@ -281,20 +282,27 @@ class KsqlServerApp:
                 except TimeoutError:
                     transport = request.transport
                     if transport is None or transport.is_closing():
+                        client_left = True
                         break
                     continue
                 if row is None:
                     break
                 await response.write(writer.row(row))
-            final = "Limit Reached" if outcome.get("limit") else outcome.get("error")
-            await response.write(writer.end(final))
-            await response.write_eof()
         except ConnectionResetError:
-            pass  # the client left: returned, the answer is ended quietly (raised, a traceback)
+            client_left = True  # returned, the answer is ended quietly (raised, a traceback)
         finally:
             push.stopped.set()
             await runner
+            # gone from the list of queries before the client sees the end of its answer
             self.engine.end_transient(push.query_id)
+        if client_left:
+            return
+        final = "Limit Reached" if outcome.get("limit") else outcome.get("error")
+        try:
+            await response.write(writer.end(final))
+            await response.write_eof()
+        except ConnectionResetError:
+            pass
 
     async def close_query(self, request: web.Request) -> web.Response:
         """``{"queryId": ...}``: the push query ends."""
