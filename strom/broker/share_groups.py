@@ -175,6 +175,7 @@ class ShareService:
             lambda: int(broker.config["group.share.max.share.sessions"]),
             self._member_left,
             lambda group: int(self.group_setting(group, "share.session.timeout.ms")),
+            self.group_idle,
         )
         self.peers = PeerPool(f"strom-share-{broker.node_id}", broker.inter_broker_security)
         # States read from other nodes, waiting for their share-partition to be built.
@@ -384,6 +385,9 @@ class ShareService:
     async def load_remote(self, keys: list[ShareKey]) -> None:
         """Read the states of ``keys`` from the nodes that keep them
         (ReadShareGroupState); a key whose read failed stays unread (tried again)."""
+        writing = [self._writers[k] for k in keys if k in self._writers]
+        if writing:  # a state let go of is read back after its last write (not cancelled)
+            await asyncio.wait(writing, timeout=RPC_TIMEOUT_S)
         by_call: dict[tuple[int, str], list[ShareKey]] = {}
         for key in keys:
             by_call.setdefault((self.store.leader_of(key), key.group_id), []).append(key)
@@ -751,10 +755,34 @@ class ShareService:
         return outcome
 
     def member_gone(self, group_id: str, member_id: str) -> None:
-        self.sessions.pop((group_id, member_id), None)
+        """The member closed its share session here or left its group: what it holds
+        is released (and written), then its session ends."""
         for held in list(self.held.values()):
             if held.key.group_id == group_id and held.partition.release_member(member_id):
                 self.released(held)
+        self.sessions.end(group_id, member_id)
+
+    def group_idle(self, group_id: str) -> None:
+        """The group's last share session on this node ended: its share-partitions held
+        here are let go of (their last changes written first), as Kafka's share-partition
+        manager lets go of them when its share session cache finds the group empty. The
+        next ShareFetch reads their state again, so an AlterShareGroupOffsets or
+        DeleteShareGroupOffsets made meanwhile (they need an empty group) is what it
+        finds, wherever the group's and the state's coordinators are."""
+        keys = [k for k in self.held if k.group_id == group_id]
+        for key in keys:
+            held = self.held[key]
+            if held.partition.dirty:
+                self.persist(held)
+            self.drop(key)
+        for key in [k for k in self._remote_states if k.group_id == group_id]:
+            del self._remote_states[key]
+        if keys:
+            log.info(
+                "share group %s has no share session here: %d share-partition(s) let go of",
+                group_id,
+                len(keys),
+            )
 
     def group_deleted(self, group_id: str) -> None:
         keys = {k for k in self.held if k.group_id == group_id}
@@ -1343,7 +1371,6 @@ def _fetch_after_acks(
     service = service_of(ctx.broker)
     epoch = request.share_session_epoch
     if epoch == FINAL_EPOCH:
-        service.sessions.pop((request.group_id, request.member_id), None)
         service.member_gone(request.group_id, request.member_id)
         return _fetch_response(ctx, request, [], acks, full=False)
     parts = _fetch(ctx, request, session, denied)
@@ -1569,7 +1596,6 @@ def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
     denied = _denied_topics(ctx, [t.topic_id for t in request.topics])
     acks, writes = _acknowledge(ctx, request.group_id, request.member_id, request.topics, denied)
     if epoch == FINAL_EPOCH:
-        service.sessions.pop((request.group_id, request.member_id), None)
         service.member_gone(request.group_id, request.member_id)
     if _pending(writes):
         return _acknowledge_after_durable(ctx, request, acks, writes)

@@ -6,6 +6,9 @@ Owns the sessions and the room for a new one: when the cache is full, the sessio
 members that left their group go first, then those idle for longer than their group's
 share session timeout (their member was removed from the group by then); if none can
 go, the new session is refused (SHARE_SESSION_LIMIT_REACHED, the caller's answer).
+When the last session of a group here ends (closed, its member gone, evicted), the
+``group_empty`` callback is told, as Kafka's share session cache tells its share group
+listener: the node then lets go of the group's share-partitions.
 Knows nothing of the wire or of share-partitions.
 """
 
@@ -35,12 +38,23 @@ class ShareSessionCache(dict[SessionKey, ShareSession]):
         limit: Callable[[], int],
         member_left: Callable[[str, str], bool],
         idle_limit_ms: Callable[[str], int],
+        group_empty: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__()
         self.limit = limit
         self.member_left = member_left
         self.idle_limit_ms = idle_limit_ms
+        self.group_empty = group_empty
         self.evicted = 0
+
+    def end(self, group_id: str, member_id: str) -> bool:
+        """End the member's session, if it has one here; when it was its group's last
+        one here, ``group_empty`` is told. Whether there was one."""
+        if self.pop((group_id, member_id), None) is None:
+            return False
+        if self.group_empty is not None and not any(g == group_id for g, _ in self):
+            self.group_empty(group_id)
+        return True
 
     def open(self, group_id: str, member_id: str, now_ms: int) -> ShareSession | None:
         """A new session (epoch 1 next) in place of the member's old one; None when the
@@ -56,7 +70,7 @@ class ShareSessionCache(dict[SessionKey, ShareSession]):
         """Evict to leave room for one more session: members that left, then the
         longest idle beyond their group's session timeout; whether there is room."""
         for key in [k for k in self if self.member_left(*k)]:
-            del self[key]
+            self.end(*key)
             self.evicted += 1
         idle = sorted(
             (s.last_used_ms, k)
@@ -66,6 +80,6 @@ class ShareSessionCache(dict[SessionKey, ShareSession]):
         for _, key in idle:
             if len(self) < self.limit():
                 break
-            del self[key]
+            self.end(*key)
             self.evicted += 1
         return len(self) < self.limit()

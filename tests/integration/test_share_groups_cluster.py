@@ -466,12 +466,15 @@ def test_offsets_described_alike_from_every_bootstrap_broker(
     """``strom share-groups --describe --offsets`` through each node: the group's
     coordinator asks the share coordinator for the stored state
     (ReadShareGroupStateSummary) and the partition's leader for its high watermark
-    (ListOffsets) when it has neither here; the topic has one replica, not on the
-    group coordinator's node."""
+    (ListOffsets) when it has neither here; the topic has one replica, on the third
+    node: neither the group's coordinator nor the share coordinator. Reset and deleted
+    offsets are then described alike by every node, the partition's leader included."""
     bootstrap = cluster.bootstrap()
     admin = _admin(bootstrap)
     group_coordinator = _leader(bootstrap, "__consumer_offsets")
-    far = next(n for n in sorted(cluster.nodes) if n != group_coordinator)
+    _state_led_elsewhere_than(cluster, group_coordinator, tmp_path)
+    share_coordinator = _leader(bootstrap, STATE_TOPIC)
+    far = next(n for n in sorted(cluster.nodes) if n not in (group_coordinator, share_coordinator))
     admin.create_topics([NewTopic("far", num_partitions=1, replica_assignment=[[far]])])[
         "far"
     ].result(15)
@@ -539,19 +542,17 @@ def test_offsets_described_alike_from_every_bootstrap_broker(
     # Reset and deleted through the group's coordinator, which neither keeps the state
     # nor holds the share-partition: it writes through the share coordinator
     # (InitializeShareGroupState, DeleteShareGroupState).
-    _state_led_elsewhere_than(cluster, group_coordinator, tmp_path)
     reset = strom("share-groups", "--bootstrap-server", node.bootstrap, "--reset-offsets",
                   "--group", group, "--topic", "far", "--to-offset", "1", "--execute")  # fmt: skip
     assert reset.returncode == 0, reset.stderr
-    # As the group's coordinator describes it (from the share coordinator). Not yet
-    # through every node: one holding the share-partition in memory keeps its old start
-    # until its next state write is fenced (docs/share-groups.md).
-    assert _start_offsets(cluster, group, "far", [node]) == [1]
+    # Every node describes the new start: the partition's leader let go of its
+    # share-partition when the group's last share session there ended.
+    assert _start_offsets(cluster, group, "far") == [1, 1, 1]
     deleted = strom("share-groups", "--bootstrap-server", node.bootstrap, "--delete-offsets",
                     "--group", group, "--topic", "far")  # fmt: skip
     assert deleted.returncode == 0, deleted.stderr
     assert table_rows(deleted.stdout) == [["far", "Successful"]]
-    assert _start_offsets(cluster, group, "far", [node]) == [-1]
+    assert _start_offsets(cluster, group, "far") == [-1, -1, -1]
 
 
 def test_kill_9_of_the_share_coordinator_loses_no_acknowledgement(cluster: Cluster) -> None:

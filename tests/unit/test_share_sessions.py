@@ -1,5 +1,6 @@
 """The share session cache: bounded, making room by evicting sessions of members that
-left, then sessions idle beyond their group's session timeout, else refusing."""
+left, then sessions idle beyond their group's session timeout, else refusing; telling
+when a group's last session here ended."""
 
 from __future__ import annotations
 
@@ -42,3 +43,20 @@ def test_reopening_a_members_session_replaces_it_without_room() -> None:
     first.next_epoch = 7
     again = cache.open("g", "a", 1)
     assert again is not None and again.next_epoch == 1 and len(cache) == 1
+
+
+def test_the_end_of_a_groups_last_session_here_is_told_once() -> None:
+    emptied: list[str] = []
+    cache = ShareSessionCache(lambda: 3, lambda _g, _m: False, lambda _g: IDLE_MS, emptied.append)
+    cache.open("g", "a", 0)
+    cache.open("g", "b", 0)
+    cache.open("h", "c", 0)
+    assert cache.end("g", "a") and emptied == []  # b is still here
+    cache.open("g", "b", 1)  # reopened in place: not an end
+    assert emptied == []
+    assert cache.end("g", "b") and emptied == ["g"]
+    assert not cache.end("g", "b") and emptied == ["g"]  # no session: nothing to tell
+    cache.open("g", "d", 10)
+    cache.open("g", "e", 10)
+    assert cache.open("k", "f", 5000) is not None  # h's idle session evicted to make room
+    assert emptied == ["g", "h"] and sorted(cache) == [("g", "d"), ("g", "e"), ("k", "f")]
