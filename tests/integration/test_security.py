@@ -15,6 +15,7 @@ and SCRAM credentials through it; the SSL listener asks for client certificates
 from __future__ import annotations
 
 import asyncio
+import datetime
 import errno
 import json
 import socket
@@ -63,6 +64,8 @@ from kio.schema.describe_user_scram_credentials.v0.request import (
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeaturesRequest
+from kio.static.primitive import i8, i16
 from raw_client import RawClient
 from tls_certs import Authority, Issued, make_ca
 
@@ -1147,3 +1150,82 @@ def test_tools_at_a_sasl_controller_listener(tmp_path: Path) -> None:
     (overview,) = cluster
     assert f"1\t{controller}\tactive" in ok(overview).stdout
     assert ok(reassignments).stdout.strip() == "No partition reassignments found."
+
+
+def _cluster_acl(operation: AclOperation, principal: str = "User:carol") -> AclBinding:
+    return AclBinding(
+        ResourceType.BROKER,
+        "kafka-cluster",
+        ResourcePatternType.LITERAL,
+        principal,
+        "*",
+        operation,
+        AclPermissionType.ALLOW,
+    )
+
+
+def test_update_features_needs_alter_on_the_cluster(secure: SecureBroker) -> None:
+    """carol (SASL PLAIN, not a super user; the cluster's ACLs give her DESCRIBE, not
+    ALTER) is refused UpdateFeatures with CLUSTER_AUTHORIZATION_FAILED and the feature
+    stays where it was, while ApiVersions still tells her the finalized features; given
+    ALTER, the same request (validate only) passes."""
+
+    def finalized(raw: RawClient) -> dict[str, int]:
+        versions = raw.request(
+            ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        )
+        assert versions.error_code == ErrorCode.none
+        return {f.name: int(f.max_version_level) for f in versions.finalized_features}
+
+    def share_off(raw: RawClient, validate_only: bool) -> Any:
+        return raw.request(
+            UpdateFeaturesRequest(
+                timeout=datetime.timedelta(seconds=10),
+                feature_updates=(
+                    # A safe downgrade: share groups turned off, were it allowed.
+                    FeatureUpdateKey(
+                        feature="share.version", max_version_level=i16(0), upgrade_type=i8(2)
+                    ),
+                ),
+                validate_only=validate_only,
+            )
+        )
+
+    admin = AdminClient({"bootstrap.servers": secure.process.bootstrap})
+    describe, alter = _cluster_acl(AclOperation.DESCRIBE), _cluster_acl(AclOperation.ALTER)
+    for future in admin.create_acls([describe]).values():
+        future.result(15)
+    try:
+        with RawClient(secure.ports["SASL_PLAINTEXT"]) as raw:
+            assert handshake(raw, "PLAIN").error_code == ErrorCode.none
+            assert authenticate(raw, b"\0carol\0carol-secret").error_code == ErrorCode.none
+            assert finalized(raw)["share.version"] == 1
+            refused = share_off(raw, validate_only=False)
+            assert refused.error_code == ErrorCode.cluster_authorization_failed
+            assert [(r.feature, r.error_code) for r in refused.results] == [
+                ("share.version", ErrorCode.cluster_authorization_failed)
+            ]
+            assert finalized(raw)["share.version"] == 1
+            for future in admin.create_acls([alter]).values():
+                future.result(15)
+            deadline = time.monotonic() + 15
+            while (answer := share_off(raw, validate_only=True)).error_code != ErrorCode.none:
+                assert answer.error_code == ErrorCode.cluster_authorization_failed, answer
+                assert time.monotonic() < deadline, "ALTER on the cluster never took effect"
+                time.sleep(0.1)
+            assert finalized(raw)["share.version"] == 1  # validated, not written
+    finally:
+        filters = [
+            AclBindingFilter(
+                b.restype,
+                b.name,
+                b.resource_pattern_type,
+                b.principal,
+                b.host,
+                b.operation,
+                b.permission_type,
+            )
+            for b in (describe, alter)
+        ]
+        for future in admin.delete_acls(filters).values():
+            future.result(15)
