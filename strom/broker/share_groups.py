@@ -68,6 +68,9 @@ AlterShareGroupOffsets resets a share-partition held on this node, or the stored
 (with a new state epoch) where it is kept: here, or through the node that keeps it
 (ReadShareGroupStateSummary, then InitializeShareGroupState), as Kafka's group
 coordinator does; DeleteShareGroupOffsets deletes through it (DeleteShareGroupState).
+A partition's leader elsewhere sees either when it next reads the state: as Kafka's
+share-partition manager, a node lets go of a group's share-partitions when the group's
+last share session there ends, and both need a group without members.
 
 Differences from Kafka: DescribeShareGroupOffsets
 with no topics named does not know the share-partitions of an empty group whose state
