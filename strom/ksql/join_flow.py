@@ -176,8 +176,8 @@ class JoinFlow:
             row = item.row
             if not last:
                 following = self.plan.joins[step + 1]
-                key = item.key
-                if following.shape != "table-table" or key is None:
+                key = item.key  # a foreign-key join's is the left primary key, a tuple
+                if following.shape != "table-table" or key is None or isinstance(key, tuple):
                     key = operators.key_of("left", row, step + 1)
                 if key is not None:
                     messages.append(Message(index + 1, key, ("left", row), row.timestamp))

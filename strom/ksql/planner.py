@@ -635,8 +635,10 @@ def _join_projection(
             keyed, namespace = True, "KEY"
         projection.append(Projection(name, sql_type, expression, namespace))
     if persistent and not keyed:
-        shown = [expression_text(k) for k in keys if isinstance(k, ex.ColumnReference)]
-        shown = shown or [expression_text(k) for k in keys]
+        names = [joins[0].left_name, *(j.right_name for j in joins)]
+        texts = [expression_text(_qualified(k, scope, names)) for k in keys]
+        shown = [t for t, k in zip(texts, keys, strict=True) if isinstance(k, ex.ColumnReference)]
+        shown = shown or texts
         listed = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]
         plural = "s" if len(shown) > 1 else ""
         raise KsqlStatementError(
@@ -879,7 +881,10 @@ def _join_plan(
 ) -> JoinPlan:
     """One join of the chain, after ksqlDB's checks of its keys."""
     right_name, right = sources[index + 1]
-    condition = f"{expression_text(left_key)} = {expression_text(right_key)}"
+    names = [name for name, _ in sources]
+    left_text = expression_text(_qualified(left_key, scope, names))
+    right_text = expression_text(_qualified(right_key, scope, names))
+    condition = f"{left_text} = {right_text}"
 
     def key_column(expression: ex.Expression, name: str, source: DataSource) -> bool:
         keys = {f"{name}_{c.name}" for c in source.key_columns}
@@ -900,13 +905,16 @@ def _join_plan(
         if index == 0:
             left_name, left = sources[0]
             foreign_key = not key_column(left_key, left_name, left)
-        else:  # the earlier join's key, or a foreign key of its result
-            keys = _equal_keys(tuple(earlier), scope)
-            foreign_key = not any(_resolved(left_key, scope) == _resolved(k, scope) for k in keys)
-            if foreign_key or earlier[-1].foreign_key:
+        else:  # on the key of the result so far; ksqlDB refuses a foreign key there
+            keys: list[ex.Expression] = (
+                [ex.ColumnReference(c) for c in earlier[-1].left_key_columns]
+                if earlier[-1].foreign_key
+                else _equal_keys(tuple(earlier), scope)
+            )
+            if not any(_resolved(left_key, scope) == _resolved(k, scope) for k in keys):
                 raise KsqlStatementError(
-                    "Foreign-key table-table joins in a chain of joins are not executed "
-                    f"yet. Got {condition}."
+                    "Invalid join condition: foreign-key table-table joins are not supported "
+                    f"as part of n-way joins. Got {condition}."
                 )
         if foreign_key and join.kind in ("RIGHT", "FULL"):
             shown = "RIGHT OUTER" if join.kind == "RIGHT" else "FULL OUTER"
@@ -915,8 +923,8 @@ def _join_plan(
     right_type = compile_expression(right_key, scope).sql_type
     if left_type != right_type:
         raise KsqlStatementError(
-            f"Invalid join condition: types don't match. Got {expression_text(left_key)}"
-            f"{{{left_type}}} = {expression_text(right_key)}{{{right_type}}}."
+            f"Invalid join condition: types don't match. Got {left_text}"
+            f"{{{left_type}}} = {right_text}{{{right_type}}}."
         )
     within = join.within
     left_name, left = sources[0]
@@ -938,6 +946,23 @@ def _join_plan(
         foreign_key=foreign_key,
         left_key_columns=tuple(f"{left_name}_{c.name}" for c in left.key_columns),
     )
+
+
+def _qualified(expression: ex.Expression, scope: Scope, names: list[str]) -> ex.Expression:
+    """``expression`` with each unqualified column qualified by the name of its source,
+    as ksqlDB writes a join condition in its messages."""
+
+    def replace(node: ex.Expression, bound: frozenset[str]) -> ex.Expression | None:
+        if isinstance(node, ex.ColumnReference) and node.source is None and node.name not in bound:
+            try:
+                column = scope.resolve(node)
+            except KsqlStatementError:
+                return None
+            owner = next((n for n in names if scope.qualified.get((n, node.name)) == column), None)
+            return None if owner is None else ex.ColumnReference(node.name, owner)
+        return None
+
+    return transform(expression, replace)
 
 
 def _same(key: ex.Expression, expression: ex.Expression) -> bool:

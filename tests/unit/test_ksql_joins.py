@@ -241,6 +241,78 @@ def test_a_foreign_key_left_join_follows_a_changed_foreign_key() -> None:
     assert outputs[8:] == [(1, None, 19000)]
 
 
+ACCOUNTS = (
+    "CREATE TABLE accounts (acct BIGINT PRIMARY KEY, plan_id BIGINT) "
+    "WITH (kafka_topic='accounts', format='JSON')"
+)
+PLANS = (
+    "CREATE TABLE plans (plan_id BIGINT PRIMARY KEY, fee BIGINT, label STRING) "
+    "WITH (kafka_topic='plans', format='JSON')"
+)
+LIMITS = (
+    "CREATE TABLE limits (acct BIGINT PRIMARY KEY, cap BIGINT) "
+    "WITH (kafka_topic='limits', format='JSON')"
+)
+
+
+@pytest.mark.parametrize("key", ["a.acct", "l.acct"])  # named A_ACCT, L_ACCT: two have ACCT
+def test_a_foreign_key_join_then_a_join_on_the_left_tables_key(key: str) -> None:
+    plan = planned(
+        ACCOUNTS, PLANS, LIMITS,
+        f"CREATE TABLE billed AS SELECT {key}, p.plan_id AS plan, fee, cap FROM accounts a "
+        "JOIN plans p ON a.plan_id = p.plan_id LEFT JOIN limits l ON a.acct = l.acct",
+    )  # fmt: skip
+    assert [s.kind for s in stages(plan)] == ["fk-route", "fk-join", "join"]
+    assert plan.key_columns[0].name == key.upper().replace(".", "_")
+    records: list[Record] = [
+        ("plans", 7, {"FEE": 30, "LABEL": "basic"}, 100),
+        ("accounts", 5, {"PLAN_ID": 7}, 2000),
+        ("limits", 5, {"CAP": 900}, 2500),
+        ("plans", 9, {"FEE": 80, "LABEL": "pro"}, 3000),
+        ("accounts", 5, {"PLAN_ID": 9}, 4000),  # the account moves to another plan
+        ("plans", 9, {"FEE": 85, "LABEL": "pro"}, 4500),  # its new plan changes
+        ("limits", 5, None, 5000),  # LEFT: the cap goes null
+        ("accounts", 5, None, 6000),
+    ]
+    assert run(plan, records) == [  # as ksqlDB gives them
+        (5, {"PLAN": 7, "FEE": 30, "CAP": None}, 2000),
+        (5, {"PLAN": 7, "FEE": 30, "CAP": 900}, 2500),
+        (5, {"PLAN": 9, "FEE": 80, "CAP": 900}, 4000),
+        (5, {"PLAN": 9, "FEE": 85, "CAP": 900}, 4500),
+        (5, {"PLAN": 9, "FEE": 85, "CAP": None}, 5000),
+        (5, None, 6000),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        (
+            "SELECT a.acct, fee FROM accounts a JOIN limits l ON a.acct = l.acct "
+            "JOIN plans p ON a.plan_id = p.plan_id",
+            "Invalid join condition: foreign-key table-table joins are not supported as part "
+            "of n-way joins. Got A.PLAN_ID = P.PLAN_ID.",
+        ),
+        (  # after a foreign-key join the result is keyed by the left table's key
+            "SELECT a.acct, fee FROM accounts a JOIN plans p ON a.plan_id = p.plan_id "
+            "JOIN limits l ON a.plan_id = l.acct",
+            "Invalid join condition: foreign-key table-table joins are not supported as part "
+            "of n-way joins. Got A.PLAN_ID = L.ACCT.",
+        ),
+        (
+            "SELECT fee, cap FROM accounts a JOIN plans p ON a.plan_id = p.plan_id "
+            "JOIN limits l ON a.acct = l.acct",
+            "The query used to build `O` must include the join expressions A.ACCT or L.ACCT "
+            "in its projection (eg, SELECT A.ACCT...).",
+        ),
+    ],
+)  # fmt: skip
+def test_foreign_key_joins_in_a_chain_ksqldb_refuses(query: str, message: str) -> None:
+    with pytest.raises(KsqlStatementError) as refused:
+        planned(ACCOUNTS, PLANS, LIMITS, f"CREATE TABLE O AS {query}")
+    assert message in str(refused.value)
+
+
 # ---- GROUP BY over a join ---------------------------------------------------------------
 
 

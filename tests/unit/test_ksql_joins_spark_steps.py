@@ -27,6 +27,8 @@ SOURCES = (
     "WITH (kafka_topic='items', value_format='JSON')",
     "CREATE TABLE accounts (id STRING PRIMARY KEY, customer STRING, balance INTEGER) "
     "WITH (kafka_topic='accounts', value_format='JSON')",
+    "CREATE TABLE limits (id STRING PRIMARY KEY, cap INTEGER) "
+    "WITH (kafka_topic='limits', value_format='JSON')",
 )
 RECORDS: list[tuple[str, str, dict[str, Any] | None, int]] = [
     ("customers", "c1", {"NAME": "Ada"}, 1),
@@ -34,6 +36,7 @@ RECORDS: list[tuple[str, str, dict[str, Any] | None, int]] = [
     ("items", "i2", {"PRICE": 5}, 4),
     ("accounts", "a1", {"CUSTOMER": "c1", "BALANCE": 100}, 5),
     ("accounts", "a2", {"CUSTOMER": "c9", "BALANCE": 50}, 6),
+    ("limits", "a1", {"CAP": 500}, 7),
     ("orders", "o1", {"CUSTOMER": "c1", "ITEM": "i1", "QTY": 2}, 10),
     ("orders", "o2", {"CUSTOMER": "c1", "ITEM": "i2", "QTY": 3}, 11),
     ("orders", "o3", {"CUSTOMER": "c2", "ITEM": "i1", "QTY": 1}, 12),  # no customer c2
@@ -140,6 +143,18 @@ def test_a_foreign_key_join_on_spark_steps() -> None:
     assert [o for o in outputs if o[0] == b"a2"] == [
         (b"a2", {"NAME": None, "BALANCE": 50}, 6),
         (b"a2", None, 21),
+    ]
+
+
+def test_a_foreign_key_join_then_a_key_join_on_spark_steps() -> None:
+    plan = planned(
+        *SOURCES,
+        "CREATE TABLE capped AS SELECT a.id, c.name, l.cap FROM accounts a "
+        "LEFT JOIN customers c ON a.customer = c.id JOIN limits l ON a.id = l.id",
+    )
+    assert sorted(run_on_spark_steps(plan), key=lambda record: record[2]) == [
+        (b"a1", {"NAME": "Ada", "CAP": 500}, 7),
+        (b"a1", {"NAME": "Ada L", "CAP": 500}, 20),
     ]
 
 
