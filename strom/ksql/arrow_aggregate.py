@@ -5,10 +5,14 @@ EMIT CHANGES, no HAVING) run a batch at a time: the fast path of both of
 - ``ArrowGrouping`` is the grouping ``mapInArrow``: a batch read with
   ``strom.ksql.arrow_stateless``' JSON reader, WHERE and the GROUP BY expressions as
   Arrow compute calls, each row's group pickled as the record-at-a-time step pickles
-  it (so a group's state is the same whichever step keyed its rows). Its payload is
-  empty: the count needs only the row's time, which travels in ``ts``. A batch it
-  cannot vouch for answers None and runs record at a time (its payloads, the rows,
-  are then not read either).
+  it (so a group's state is the same whichever step keyed its rows). ``GroupPacker``
+  then packs a task's rows by (group, partition): one grouped row holding the rows'
+  times in offset order (the count needs nothing else), so the aggregation step gets
+  a few rows per group and micro-batch, not one per record. A batch it cannot vouch
+  for answers None and runs record at a time (its payloads, the rows, are then not
+  read either). Spark drops a grouped row older than the watermark before the
+  aggregation step sees it; a packed row is as old as its latest time, so its older
+  rows reach the step, which drops them by ksqlDB's rule (their window has closed).
 - ``ArrowCounting`` is the aggregation of one group's rows in a micro-batch: the
   windows and counts kept in the same state as ``strom.ksql.operators``' (so either
   may carry on the other's), each row's update computed in one plain loop (late rows
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import pickle
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 from strom.ksql.arrow_stateless import (
@@ -37,6 +42,8 @@ from strom.ksql.arrow_stateless import (
 )
 from strom.ksql.metastore import KsqlStatementError
 from strom.ksql.planner import QueryPlan
+
+PACKED = -1  # the ``seq`` of a grouped row that packs a group's rows (``GroupPacker``)
 
 
 def _counting_only(plan: QueryPlan) -> None:
@@ -80,18 +87,28 @@ class ArrowGrouping:
         self.group_by = [expressions.compile(e)[0] for e in aggregation.group_by]
 
     def run(self, batch: Any) -> Any:
-        """The grouped rows (grp, part, off, seq, ts, payload), or None when the batch
-        must be run record at a time."""
+        """The batch's grouped rows, packed (see ``GroupPacker``), or None when the
+        batch must be run record at a time."""
+        keyed = self.keyed(batch)
+        if keyed is None:
+            return None
+        packer = GroupPacker()
+        packer.add(keyed)
+        return packer.flush()
 
+    def keyed(self, batch: Any) -> Keyed | None:
+        """Each kept row's pickled group, partition, offset and time, or None when the
+        batch must be run record at a time."""
         try:
             columns = self.reader.read(batch)
             if columns is None:
                 return None
-            return self._grouped(_filtered(columns, self.where))
+            return self._keyed(_filtered(columns, self.where))
         except Exception:  # noqa: BLE001 - whatever it cannot do, the record path does
             return None
 
-    def _grouped(self, columns: Columns) -> Any:
+    def _keyed(self, columns: Columns) -> Keyed:
+        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -119,18 +136,100 @@ class ArrowGrouping:
                     found = known[group] = pickle.dumps(group)
                 pickles.append(found)
             groups = pa.array(pickles, pa.binary())
-        micros = pc.multiply(columns["ROWTIME"], 1000)
+        return Keyed(
+            groups,
+            np.asarray(columns["ROWPARTITION"], dtype=np.int32),
+            np.asarray(columns["ROWOFFSET"], dtype=np.int64),
+            np.asarray(columns["ROWTIME"], dtype=np.int64),
+        )
+
+
+@dataclass
+class Keyed:
+    """A batch's kept rows: the pickled group (Arrow binary), partition, offset and
+    ROWTIME in ms (numpy)."""
+
+    groups: Any
+    partitions: Any
+    offsets: Any
+    times: Any
+
+
+class GroupPacker:
+    """Keyed rows gathered over a task's batches and packed: one grouped row per
+    (group, partition), its ``seq`` ``PACKED``, its ``off`` the first row's offset, its
+    ``ts`` the latest row's time (so the watermark is the one the rows would give), its
+    payload the rows' times in offset order (little-endian int64s). The aggregation
+    step then gets a few rows per group instead of one per record: a row per record
+    costs PySpark a Python row and a pandas frame row on its way in."""
+
+    def __init__(self) -> None:
+        self.parts: list[Keyed] = []
+        self.rows = 0
+
+    def add(self, keyed: Keyed) -> None:
+        self.parts.append(keyed)
+        self.rows += len(keyed.times)
+
+    def flush(self) -> Any:
+        """The packed rows of what was added (then forgotten), as a grouped batch."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        parts, self.parts, self.rows = self.parts, [], 0
+        if parts:
+            groups = pa.chunked_array([k.groups for k in parts], pa.binary()).combine_chunks()
+            partitions = np.concatenate([k.partitions for k in parts])
+            offsets = np.concatenate([k.offsets for k in parts])
+            times = np.concatenate([k.times for k in parts])
+        else:
+            groups = pa.array([], pa.binary())
+            partitions = np.empty(0, np.int32)
+            offsets = times = np.empty(0, np.int64)
+        encoded = pc.dictionary_encode(groups)
+        codes = np.asarray(encoded.indices, dtype=np.int64)
+        order = np.lexsort((offsets, partitions, codes))
+        codes, partitions = codes[order], partitions[order]
+        offsets, times = offsets[order], times[order]
+        starts = np.flatnonzero(
+            np.concatenate(
+                ([True], (codes[1:] != codes[:-1]) | (partitions[1:] != partitions[:-1]))
+            )
+        ) if len(codes) else np.empty(0, np.int64)  # fmt: skip
+        latest = np.maximum.reduceat(times, starts) if len(starts) else times[:0]
+        bounds = np.append(starts, len(times)).astype(np.int32) * 8
+        payload = pa.Array.from_buffers(
+            pa.binary(),
+            len(starts),
+            [None, pa.py_buffer(bounds.tobytes()), pa.py_buffer(times.astype("<i8").tobytes())],
+        )
+        packs = len(starts)
         return pa.RecordBatch.from_arrays(
             [
-                groups,
-                columns["ROWPARTITION"],
-                columns["ROWOFFSET"],
-                pa.array([0] * rows, pa.int32()),
-                micros.cast(pa.timestamp("us", tz="UTC")),
-                pa.array([b""] * rows, pa.binary()),
+                pc.take(encoded.dictionary, pa.array(codes[starts])),
+                pa.array(partitions[starts], pa.int32()),
+                pa.array(offsets[starts], pa.int64()),
+                pa.array(np.full(packs, PACKED, np.int32)),
+                pa.array(latest * 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                payload,
             ],
             names=["grp", "part", "off", "seq", "ts", "payload"],
         )
+
+
+def packed_times(seqs: Any, stamps: Any, payloads: Any) -> Any:
+    """The times (ms, numpy int64) of a group's grouped rows, already in (partition,
+    offset, seq) order: a packed row's times, or a record-at-a-time row's own time."""
+    import numpy as np
+
+    if not (seqs == PACKED).any():
+        return stamps
+    pieces = [
+        np.frombuffer(payload, dtype="<i8") if seq == PACKED else stamps[i : i + 1]
+        for i, (seq, payload) in enumerate(zip(seqs, payloads, strict=True))
+    ]
+    return np.concatenate(pieces).astype(np.int64, copy=False)
 
 
 class ArrowCounting:

@@ -63,6 +63,7 @@ GROUPED_SCHEMA = "grp binary, part int, off long, seq int, ts timestamp, payload
 CHAINED_SCHEMA = "grp binary, stage int, part int, off long, seq int, ts timestamp, payload binary"
 LOG_GROUP = b"\x00processing-log"  # the group of processing log entries, passed through
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+PACKED_ROWS = 500_000  # a grouping task's rows packed by group at most at once
 
 
 @dataclass(frozen=True)
@@ -290,13 +291,18 @@ def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
     """mapInArrow before an aggregation: each row's group (pickled) and the row with its
     sign (pickled). Over a table, the group is the source key's, for the regrouping step
     that follows (which knows the row's previous group)."""
+    from strom.ksql.arrow_aggregate import GroupPacker
+
     parts = _parts(spec)
     table = spec.plan.source.kind == "TABLE"
+    packer = GroupPacker()  # a counting aggregation's batches on Arrow, packed by group
     for batch in batches:
-        if parts.batch_grouping is not None:  # a counting aggregation's batch on Arrow
-            done = parts.batch_grouping.run(batch)
-            if done is not None:
-                yield done
+        if parts.batch_grouping is not None:
+            keyed = parts.batch_grouping.keyed(batch)
+            if keyed is not None:
+                packer.add(keyed)
+                if packer.rows >= PACKED_ROWS:
+                    yield packer.flush()
                 continue
         grouped = _Grouped()
         for record in _source_records(batch):
@@ -314,6 +320,8 @@ def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
                 payload = pickle.dumps((columns, 1))
                 grouped.add(pickle.dumps(group), record, 0, int(columns["ROWTIME"]), payload)
         yield grouped.batch()
+    if packer.rows:
+        yield packer.flush()
 
 
 def run_join_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -775,16 +783,18 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
             self, parts: _TaskParts, key: Any, frames: list[pd.DataFrame], timerValues: Any
         ) -> Iterator[pd.DataFrame]:
             """COUNT(*) on Arrow (``strom.ksql.arrow_aggregate``): the rows' times, in
-            (partition, offset) order, are all it reads."""
+            (partition, offset) order, are all it reads (a packed row holds several)."""
             import numpy as np
             import pandas as pd
 
+            from strom.ksql.arrow_aggregate import packed_times
+
             assert parts.batch_counting is not None
             frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-            order = np.lexsort(
-                (frame["seq"].to_numpy(), frame["off"].to_numpy(), frame["part"].to_numpy())
-            )
-            times = _row_times(frame)[order].tolist()
+            seqs = frame["seq"].to_numpy()
+            order = np.lexsort((seqs, frame["off"].to_numpy(), frame["part"].to_numpy()))
+            payloads = frame["payload"].to_numpy()[order]
+            times = packed_times(seqs[order], _row_times(frame)[order], payloads)
             stored = self._load()
             watermark = _watermark(timerValues) if parts.plan_windowed else -1
             floor = watermark + parts.grace if watermark >= 0 else -1

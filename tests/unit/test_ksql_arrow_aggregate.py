@@ -11,13 +11,14 @@ import json
 import pickle
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
 
 from strom.ksql import runtime
 from strom.ksql import statements as st
-from strom.ksql.arrow_aggregate import compile_counting, compile_grouping
+from strom.ksql.arrow_aggregate import PACKED, compile_counting, compile_grouping
 from strom.ksql.metastore import Metastore
 from strom.ksql.parser import parse_statement
 from strom.ksql.planner import QueryPlan, SinkRequest, plan_query
@@ -57,14 +58,16 @@ QUERIES = [
 ]
 
 
-def batch(records: list[tuple[bytes | None, bytes | None, int]], first: int) -> pa.RecordBatch:
+def batch(
+    records: list[tuple[bytes | None, bytes | None, int]], first: int, partition: int = 0
+) -> pa.RecordBatch:
     n = len(records)
     return pa.RecordBatch.from_arrays(
         [
             pa.array([r[0] for r in records], pa.binary()),
             pa.array([r[1] for r in records], pa.binary()),
             pa.array(["views"] * n, pa.string()),
-            pa.array([0] * n, pa.int32()),
+            pa.array([partition] * n, pa.int32()),
             pa.array(range(first, first + n), pa.int64()),
             pa.array([r[2] * 1000 for r in records], pa.timestamp("us", tz="UTC")),
             pa.array([0] * n, pa.int32()),
@@ -113,9 +116,10 @@ class _Timers:
 
 
 def run(
-    query: QueryPlan, micro_batches: list[pa.RecordBatch], fast: bool, name: str
-) -> tuple[list[Any], list[Any], dict[bytes, Any]]:
-    """The micro-batches through both steps: (grouped rows, output rows, state)."""
+    query: QueryPlan, micro_batches: list[list[pa.RecordBatch]], fast: bool, name: str
+) -> tuple[dict[Any, list[int]], list[Any], dict[bytes, Any], int]:
+    """The micro-batches (each a task's Arrow batches) through both steps: (each group's
+    and partition's row times in offset order, output rows, state, packed rows)."""
     spec = QuerySpec(name, query, {"bootstrap.servers": "x"}, None, {}, "log", False, "x", 500)
     parts = _TaskParts(spec)
     if not fast:
@@ -123,24 +127,32 @@ def run(
     runtime._PARTS[name] = parts
     processor = runtime._aggregate_processor(spec)
     store: dict[bytes, Any] = {}
-    grouped_rows: list[Any] = []
+    grouped_rows: dict[Any, list[tuple[float, int]]] = {}
+    packs = 0
     outputs: list[Any] = []
     watermark = -1
     for micro_batch in micro_batches:
-        grouped = pa.Table.from_batches(list(runtime.run_grouping(spec, iter([micro_batch]))))
-        grouped_rows += [
-            (r["grp"], r["part"], r["off"], r["ts"], r["payload"] == b"")
-            for r in grouped.to_pylist()
-        ]
+        grouped = pa.Table.from_batches(list(runtime.run_grouping(spec, iter(micro_batch))))
+        for r in grouped.to_pylist():
+            ms = int(r["ts"].timestamp() * 1000)
+            if r["seq"] == PACKED:  # a group's rows of one partition, packed
+                times = np.frombuffer(r["payload"], "<i8").tolist()
+                assert fast and ms == max(times)  # the watermark the rows would give
+                rows = [(r["off"] + i / len(times), t) for i, t in enumerate(times)]
+                packs += 1
+            else:
+                rows = [(r["off"], ms)]
+            grouped_rows.setdefault((r["grp"], r["part"]), []).extend(rows)
         frame = grouped.to_pandas()
         for key, rows in frame.groupby("grp", sort=True):
             processor.init(_Handle(store, key))
             for out in processor.handleInputRows((key,), iter([rows]), _Timers(watermark)):
                 outputs += out.to_dict("records")
-        times = micro_batch.column("timestamp").cast(pa.int64()).to_pylist()
-        watermark = max(watermark, max(times) // 1000 - 2 * MINUTE)
+        times = pa.concat_arrays([b.column("timestamp") for b in micro_batch])
+        watermark = max(watermark, max(times.cast(pa.int64()).to_pylist()) // 1000 - 2 * MINUTE)
     state = {k: pickle.loads(v) for k, v in store.items()}
-    return grouped_rows, outputs, state
+    in_order = {k: [t for _, t in sorted(rows)] for k, rows in grouped_rows.items()}
+    return in_order, outputs, state, packs
 
 
 def views(start: int, count: int, at: int) -> list[tuple[bytes | None, bytes | None, int]]:
@@ -158,14 +170,21 @@ def test_counting_on_arrow_writes_what_the_operators_write(metastore: Metastore,
     assert compile_grouping(query) is not None and compile_counting(query) is not None
     late = [(b"u1", b'{"page": "/p/1", "region": "eu"}', BASE - 10 * MINUTE)]
     micro_batches = [
-        batch(views(0, 40, BASE), 0),
-        batch(views(40, 30, BASE) + late + [(b"u2", None, BASE + 300_000)], 40),
-        batch(views(100, 25, BASE + 20 * MINUTE), 80),  # windows of the start close
+        [batch(views(0, 40, BASE), 0)],
+        [batch(views(40, 30, BASE) + late + [(b"u2", None, BASE + 300_000)], 40)],
+        [batch(views(100, 25, BASE + 20 * MINUTE), 80)],  # windows of the start close
+        # a task's several batches (packed together) of two partitions, out of order
+        [
+            batch(views(125, 9, BASE + 19 * MINUTE), 105),
+            batch(views(134, 7, BASE), 0, 1),
+            batch(views(141, 11, BASE + 21 * MINUTE), 114),
+        ],  # fmt: skip
     ]
     fast = run(query, micro_batches, True, f"fast-{text[13]}")
     slow = run(query, micro_batches, False, f"slow-{text[13]}")
-    assert [r[:4] for r in fast[0]] == [r[:4] for r in slow[0]]  # groups, rows, times
-    assert all(r[4] for r in fast[0]) and not any(r[4] for r in slow[0])  # Arrow's rows
+    assert fast[0] == slow[0]  # the same rows of each group and partition, in order
+    assert fast[3] and not slow[3]  # Arrow's rows packed, a row a record else
+    assert fast[3] < sum(len(times) for times in fast[0].values()) / 2
     assert fast[1] == slow[1]
     assert fast[2] == slow[2]
     assert len(slow[1]) > 20
@@ -179,8 +198,9 @@ def test_a_batch_it_cannot_vouch_for_is_grouped_record_at_a_time(metastore: Meta
     assert grouping.run(good) is not None
     bad = batch(views(0, 3, BASE) + [(b"u9", b"not json", BASE)], 0)
     assert grouping.run(bad) is None
-    grouped, outputs, _ = run(query, [bad], True, "bad")
-    assert len(grouped) == 4  # three rows and the processing log entry
+    grouped, outputs, _, packs = run(query, [[bad]], True, "bad")
+    assert packs == 0
+    assert sum(len(times) for times in grouped.values()) == 4  # three rows and a log entry
     assert [o["topic"] for o in outputs].count("log") == 1
     assert [o["topic"] for o in outputs].count("A") == 3
 
