@@ -45,6 +45,7 @@ import datetime
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -316,6 +317,9 @@ class ConnectionSession:
         self.reauthenticating = False
         self.reauthentication_started = float("-inf")
         self.reauthentications = 0
+        # Called once when the connection closes, by key (a later one of the same key
+        # replaces it): the share sessions opened on it end then.
+        self.on_close: dict[object, Callable[[], None]] = {}
 
     def expired(self) -> bool:
         """Whether the session has ended (a request other than SaslHandshake then closes

@@ -619,6 +619,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.broker._connections.discard(self)
+        closing, self.session.on_close = self.session.on_close, {}
+        for callback in closing.values():
+            try:
+                callback()
+            except Exception:
+                log.exception("a callback of the closed connection from %s failed", self.peer)
         self._release_frame_memory()
         self.direct = None
         if self.ip is not None:

@@ -7,7 +7,8 @@
   for the id of a classic or consumer group.
 - ShareGroupDescribe (77), version 1: members with their assignments.
 - ShareFetch (78), versions 1-2: share sessions (member id + session epoch: 0 opens,
-  -1 closes, else the next epoch; SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH),
+  -1 closes, else the next epoch; SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH;
+  as in Kafka, a session also ends when the connection it was opened on closes),
   acknowledgements piggy-backed and applied first, then records acquired from each
   session partition's log: whole batches, with the AcquiredRecords ranges this member
   holds (share_partition.py), at most ``max_records`` (a batch is finished), ``max_bytes``
@@ -765,6 +766,13 @@ class ShareService:
                 self.released(held)
         self.sessions.end(group_id, member_id)
 
+    def connection_closed(self, session: ShareSession) -> None:
+        """The connection a share session was opened on closed: the session ends and
+        what its member holds here is released, as Kafka's share session cache ends it
+        then (unless the member opened another session since)."""
+        if self.sessions.get((session.group_id, session.member_id)) is session:
+            self.member_gone(session.group_id, session.member_id)
+
     def group_idle(self, group_id: str) -> None:
         """The group's last share session on this node ended: its share-partitions held
         here are let go of (their last changes written first), as Kafka's share-partition
@@ -1314,6 +1322,10 @@ def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
     if step.error != ErrorCode.none or step.session is None:
         return _refusal(response_type, step.error, step.message)
     session = step.session
+    if epoch == 0 and ctx.session is not None:  # it ends when this connection closes
+        ctx.session.on_close[(ShareSession, request.group_id, request.member_id)] = lambda: (
+            service.connection_closed(session)
+        )
     for topic in request.topics:
         for part in topic.partitions:
             session.partitions.add((topic.topic_id, part.partition_index))

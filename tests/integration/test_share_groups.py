@@ -644,12 +644,17 @@ def _set_client_quota(port: int, client_id: str, consumer_byte_rate: float | Non
 
 
 def _raw_share_fetch(
-    client: RawClient, group: str, epoch: int, topic_id: uuid.UUID, max_bytes: int
+    client: RawClient,
+    group: str,
+    epoch: int,
+    topic_id: uuid.UUID,
+    max_bytes: int,
+    member: str = "raw-member",
 ) -> Any:
     return client.request(
         share_fetch.ShareFetchRequest(
             group_id=group,
-            member_id="raw-member",
+            member_id=member,
             share_session_epoch=epoch,
             max_wait=datetime.timedelta(milliseconds=200),
             min_bytes=1,
@@ -681,6 +686,41 @@ def _topic_id(port: int, topic: str) -> uuid.UUID:
     topic_id = response.topics[0].topic_id
     assert topic_id is not None
     return topic_id
+
+
+def test_a_closed_connection_ends_its_share_session_and_releases_its_records(
+    broker: BrokerProcess,
+) -> None:
+    """As in Kafka, a share session ends with the connection it was opened on: a member
+    that acquired records and dropped its connection (no final epoch) holds them no
+    more, so another member gets them long before their one-minute locks expire; the
+    dropped member's session epoch is then unknown."""
+    topic, group = _new_queue(broker, share_record_lock_duration_ms="60000")
+    _produce(broker.bootstrap, topic, [f"d{i}" for i in range(5)])
+    topic_id = _topic_id(broker.port, topic)
+
+    def acquired(response: Any) -> set[int]:
+        return {
+            offset
+            for t in response.responses
+            for p in t.partitions
+            for r in p.acquired_records
+            for offset in range(r.first_offset, r.last_offset + 1)
+        }
+
+    with RawClient(broker.port) as dropped:
+        assert acquired(_raw_share_fetch(dropped, group, 0, topic_id, 1 << 20, "dropped")) == set(
+            range(5)
+        )
+    with RawClient(broker.port) as other:
+        got = acquired(_raw_share_fetch(other, group, 0, topic_id, 1 << 20, "other"))
+        epoch, deadline = 1, time.monotonic() + 15
+        while got != set(range(5)) and time.monotonic() < deadline:
+            got |= acquired(_raw_share_fetch(other, group, epoch, topic_id, 1 << 20, "other"))
+            epoch += 1
+        assert got == set(range(5))
+        gone = _raw_share_fetch(other, group, 1, topic_id, 1 << 20, "dropped")
+        assert gone.error_code == ErrorCode.share_session_not_found
 
 
 def test_a_share_fetch_is_held_to_the_consumers_byte_rate_quota(broker: BrokerProcess) -> None:
