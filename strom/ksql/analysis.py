@@ -87,8 +87,18 @@ def analyze(query: st.Query, metastore: Metastore) -> Analysis:
                 raise KsqlStatementError(
                     f"Exception while preparing statement: {item.source} does not exist."
                 )
+    # ksqlDB's synthetic join key (ROWKEY, ROWKEY_n) is known once the join is planned:
+    # the planner resolves an unqualified one in the SELECT of a join (not aggregated)
+    synthetic = bool(query.source.joins) and query.group_by is None
     for prefix, expression in clauses:
         for reference in _references(expression):
+            if (
+                synthetic
+                and prefix == "SELECT"
+                and reference.source is None
+                and reference.name.startswith("ROWKEY")
+            ):
+                continue
             if not _resolves(reference, sources, windowed):
                 where = (
                     f"Line: {reference.line}, Col: {reference.column}: " if reference.line else ""

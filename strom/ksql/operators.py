@@ -294,6 +294,8 @@ class Operators:
         names for it: an outer join's missing side has it too)."""
         last = self.join_steps[-1].plan
         row = joined.row
+        if last.synthetic_key is not None:  # ksqlDB's ROWKEY: the join's key
+            row.columns[last.synthetic_key] = joined.key
         if row.tombstone:
             changes = [self._tombstone(row.columns, None)]
         else:
@@ -403,7 +405,8 @@ class Operators:
                 if entry["row"].timestamp + reach + grace < stream_time:
                     if side in outer and not entry["matched"]:
                         pair = (entry["row"], None) if side == "left" else (None, entry["row"])
-                        out.append(Joined(key, self._joined_row(pair[0], pair[1], step)))
+                        joined_key = self.key_of(side, entry["row"], step) if key is None else key
+                        out.append(Joined(joined_key, self._joined_row(pair[0], pair[1], step)))
                 else:
                     kept.append(entry)
             state[side] = kept

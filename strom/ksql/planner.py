@@ -34,6 +34,7 @@ BY apply to the joined row. Does not own I/O, topics or the metastore's changes.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,6 +151,9 @@ class JoinPlan:
     # and the right table's primary key: the result is keyed by the left's primary key
     foreign_key: bool = False
     left_key_columns: tuple[str, ...] = ()  # foreign key: the left's primary key columns
+    # The last join's key column when no source column equals it (a FULL OUTER join, or
+    # a condition of expressions): ksqlDB's synthetic ROWKEY, which the joined row holds.
+    synthetic_key: str | None = None
 
     def prefixed(self, side: str, columns: dict[str, Any]) -> dict[str, Any]:
         """A side's row with its columns prefixed (the left keeps its pseudo columns
@@ -165,6 +169,8 @@ class JoinPlan:
         return row
 
 
+SYNTHETIC_KEY = "ROWKEY"  # the prefix of ksqlDB's synthetic join key column
+SYNTHETIC_KEY_DOC = "https://cnfl.io/2LV7ouS"  # ksqlDB's page on it, which its message names
 TABLE_FUNCTIONS = ("EXPLODE", "CUBE_EXPLODE")
 SYNTH_PREFIX = "KSQL_SYNTH_"  # the columns table functions add to the row
 
@@ -518,6 +524,9 @@ def _select_items(
     items: list[tuple[str | None, ex.Expression]] = []
     for item in query.select:
         if isinstance(item, st.AllColumns) and joins:
+            synthetic = joins[-1].synthetic_key
+            if synthetic is not None and item.source is None:
+                items.append((synthetic, ex.ColumnReference(synthetic)))
             sides = [(joins[0].left_name, source), *((j.right_name, j.right) for j in joins)]
             for name, side in sides:
                 if item.source is not None and item.source != name and item.source != side.name:
@@ -624,7 +633,8 @@ def _join_projection(
 
     if last.foreign_key:
         return _foreign_key_projection(named, last, scope, persistent, sink, resolved)
-    keys = _equal_keys(joins, scope)
+    synthetic = last.synthetic_key
+    keys = [ex.ColumnReference(synthetic)] if synthetic else _equal_keys(joins, scope)
     wanted = {resolved(k) for k in keys}
     projection: list[Projection] = []
     keyed = False
@@ -641,11 +651,19 @@ def _join_projection(
         shown = shown or texts
         listed = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]
         plural = "s" if len(shown) > 1 else ""
+        see = f"See {SYNTHETIC_KEY_DOC}." if synthetic else ""
+        why = (
+            f"\n{synthetic} was added as a synthetic key column because the join criteria did "
+            "not match any source column. This expression must be included in the projection "
+            "and may be aliased."
+            if synthetic
+            else ""
+        )
         raise KsqlStatementError(
-            "Key missing from projection (ie, SELECT). \n"
+            f"Key missing from projection (ie, SELECT). {see}\n"
             f"The query used to build {_sink_name(sink.name if sink else '')} must include "
             f"the join expression{plural} {listed} in its projection (eg, SELECT "
-            f"{shown[0]}...)."
+            f"{shown[0]}...).{why}"
         )
     return _keys_first(projection)
 
@@ -660,6 +678,8 @@ def _equal_keys(joins: tuple[JoinPlan, ...], scope: Scope) -> list[ex.Expression
 
     equal = [joins[-1].left_key, joins[-1].right_key]
     for join in reversed(joins[:-1]):
+        if join.kind == "FULL":  # its key equals neither side: nothing before it either
+            break
         if any(same(k, e) for k in (join.left_key, join.right_key) for e in equal):
             equal += [join.left_key, join.right_key]
     order = [k for join in joins for k in (join.left_key, join.right_key)]
@@ -821,7 +841,36 @@ def _plan_join(
         plan = _join_plan(join, shape, plans, sources, index, scope, left_key, right_key)
         plans.append(plan)
         left_kind = "TABLE" if shape == "table-table" else "STREAM"
+    synthetic = _synthetic_key(query, tuple(plans), scope, [s for _, s in sources])
+    if synthetic is not None:
+        columns[synthetic] = compile_expression(plans[-1].left_key, scope).sql_type
+        qualified[(None, synthetic)] = synthetic
+        plans[-1] = dataclasses.replace(plans[-1], synthetic_key=synthetic)
     return tuple(plans), columns, qualified
+
+
+def _synthetic_key(
+    query: st.Query, joins: tuple[JoinPlan, ...], scope: Scope, sources: list[DataSource]
+) -> str | None:
+    """The name of ksqlDB's synthetic key column when the join's result has one: a FULL
+    OUTER join (either side's key may be null), or a join whose key no source column
+    equals (``ABS(l.id) = ABS(r.id)``). It is ``ROWKEY``, or ``ROWKEY_n`` with the
+    first n no source column is numbered with. None for a foreign-key join, and under
+    GROUP BY or PARTITION BY (their key is the query's)."""
+    last = joins[-1]
+    if last.foreign_key or query.group_by is not None or query.partition_by is not None:
+        return None
+    keys = _equal_keys(joins, scope)
+    if last.kind != "FULL" and any(isinstance(k, ex.ColumnReference) for k in keys):
+        return None
+    used: set[int] = set()
+    for source in sources:
+        for column in source.columns:
+            found = re.fullmatch(r"(.*?)(?:_(\d+))?", column.name)
+            if found is not None and found.group(1) == SYNTHETIC_KEY:
+                used.add(int(found.group(2) or 0))
+    index = next(i for i in range(len(used) + 1) if i not in used)
+    return SYNTHETIC_KEY if index == 0 else f"{SYNTHETIC_KEY}_{index}"
 
 
 def _join_sides(

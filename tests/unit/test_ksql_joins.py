@@ -313,6 +313,94 @@ def test_foreign_key_joins_in_a_chain_ksqldb_refuses(query: str, message: str) -
     assert message in str(refused.value)
 
 
+# ---- the synthetic join key (ROWKEY) ------------------------------------------------------
+
+
+def test_a_full_outer_join_is_keyed_by_a_synthetic_rowkey() -> None:
+    plan = planned(
+        T1, T2, "CREATE TABLE O AS SELECT ROWKEY, t1.V0, t2.V0 FROM T1 FULL OUTER JOIN T2 "
+        "ON T1.ID = T2.ID",
+    )  # fmt: skip
+    assert [(p.name, p.namespace, str(p.type)) for p in plan.projection] == [
+        ("ROWKEY", "KEY", "INTEGER"), ("T1_V0", "VALUE", "BIGINT"), ("T2_V0", "VALUE", "INTEGER")
+    ]  # fmt: skip
+    records: list[Record] = [
+        ("right", 4, {"V0": 40}, 1),  # no left row: the key is the right's
+        ("left", 4, {"V0": 7}, 2),
+        ("left", 5, {"V0": 8}, 3),
+        ("right", 4, None, 4),
+        ("left", 4, None, 5),
+    ]
+    assert run(plan, records) == [
+        (4, {"T1_V0": None, "T2_V0": 40}, 1),
+        (4, {"T1_V0": 7, "T2_V0": 40}, 2),
+        (5, {"T1_V0": 8, "T2_V0": None}, 3),
+        (4, {"T1_V0": 7, "T2_V0": None}, 4),
+        (4, None, 5),
+    ]
+
+
+def test_a_synthetic_key_is_named_past_the_sources_rowkey_columns() -> None:
+    left = "CREATE TABLE A (ROWKEY INT PRIMARY KEY, ROWKEY_2 INT) WITH (kafka_topic='a', "
+    right = "CREATE TABLE B (K INT PRIMARY KEY, ROWKEY_3 INT) WITH (kafka_topic='b', "
+    left, right = left + "format='JSON')", right + "format='JSON')"
+    plan = planned(
+        left, right, "CREATE TABLE O AS SELECT ROWKEY_1 AS ID, A.ROWKEY, ROWKEY_3 FROM A "
+        "FULL JOIN B ON A.ROWKEY = B.K",
+    )  # fmt: skip
+    assert [(p.name, p.namespace) for p in plan.projection] == [
+        ("ID", "KEY"), ("ROWKEY", "VALUE"), ("ROWKEY_3", "VALUE")
+    ]  # fmt: skip
+    assert run(plan, [("b", 9, {"ROWKEY_3": 1}, 1)]) == [(9, {"ROWKEY": None, "ROWKEY_3": 1}, 1)]
+
+
+def test_select_star_starts_with_the_synthetic_key() -> None:
+    streams = [
+        f"CREATE STREAM {n} (K INT KEY, V INT) WITH (kafka_topic='{n.lower()}', format='JSON')"
+        for n in ("L", "R")
+    ]
+    transient = planned(
+        *streams, "SELECT * FROM L JOIN R WITHIN 1 MINUTE ON ABS(L.K) = ABS(R.K) EMIT CHANGES"
+    )
+    assert [p.name for p in transient.projection] == ["ROWKEY", "L_K", "L_V", "R_K", "R_V"]
+    records: list[Record] = [("l", -3, {"V": 1}, 10), ("r", 3, {"V": 2}, 20)]
+    assert run(transient, records) == [  # the join's key: ABS(k)
+        ([], {"ROWKEY": 3, "L_K": -3, "L_V": 1, "R_K": 3, "R_V": 2}, 20)
+    ]
+    persistent = planned(
+        *streams, "CREATE STREAM O AS SELECT * FROM L FULL JOIN R WITHIN 1 MINUTE ON L.K = R.K"
+    )
+    assert [(p.name, p.namespace) for p in persistent.key_columns] == [("ROWKEY", "KEY")]
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        (
+            "CREATE TABLE O AS SELECT t1.V0, t2.V0 FROM T1 FULL JOIN T2 ON T1.ID = T2.ID",
+            "Key missing from projection (ie, SELECT). See https://cnfl.io/2LV7ouS.\n"
+            "The query used to build `O` must include the join expression ROWKEY in its "
+            "projection (eg, SELECT ROWKEY...).\nROWKEY was added as a synthetic key column "
+            "because the join criteria did not match any source column. This expression must "
+            "be included in the projection and may be aliased.",
+        ),
+        (  # an inner join on keys has none
+            "CREATE TABLE O AS SELECT ROWKEY, t2.V0 FROM T1 JOIN T2 ON T1.ID = T2.ID",
+            "Column 'ROWKEY' cannot be resolved.",
+        ),
+        (  # nor has a query aggregating a join
+            "CREATE TABLE O AS SELECT ROWKEY, COUNT(*) FROM T1 FULL JOIN T2 ON T1.ID = T2.ID "
+            "GROUP BY T1.V0",
+            "SELECT column 'ROWKEY' cannot be resolved.",
+        ),
+    ],
+)  # fmt: skip
+def test_synthetic_keys_ksqldb_refuses(query: str, message: str) -> None:
+    with pytest.raises(KsqlStatementError) as refused:
+        planned(T1, T2, query)
+    assert message in str(refused.value)
+
+
 # ---- GROUP BY over a join ---------------------------------------------------------------
 
 
