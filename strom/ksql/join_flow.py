@@ -91,6 +91,14 @@ class JoinFlow:
         self._join_stage = {
             s.step: index for index, s in enumerate(self.stages) if s.kind in (JOIN, FK_JOIN)
         }
+        # the stages whose state a moving stream time closes (stream-stream joins), and
+        # the stream time ``process`` last closed them at
+        self._windowed = [
+            index
+            for index, s in enumerate(self.stages)
+            if s.kind == JOIN and self.plan.joins[s.step].shape == "stream-stream"
+        ]
+        self._closed_at: int | None = None
 
     @property
     def _regrouped(self) -> bool:
@@ -205,7 +213,10 @@ class JoinFlow:
             onward, out = self.step(message, state, stream_time)
             pending = onward + pending
             changes += out
-        for stage_index in range(len(self.stages)):
+        if not self._windowed or self._closed_at == stream_time:
+            return changes  # nothing closes: no window, or no time has passed
+        self._closed_at = stream_time
+        for stage_index in self._windowed:
             for (index, key), state in list(states.items()):
                 if index != stage_index:
                     continue

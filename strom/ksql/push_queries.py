@@ -198,7 +198,7 @@ class PushQuery:
         """A chain of joins, a foreign-key join or GROUP BY over a join
         (``strom.ksql.join_flow``): every source's topic read, a table's from its start
         and to its end before the first stream record joins; each record through the
-        flow's stages."""
+        flow's stages as soon as it comes, as a single source's."""
         consumer = Consumer(
             {
                 **self.client,
@@ -233,7 +233,7 @@ class PushQuery:
         try:
             while not self.stopped.is_set():
                 records: list[SourceRecord] = []
-                for message in consumer.consume(500, POLL_S):
+                for message in _consume(consumer):
                     error = message.error()
                     if error is not None:
                         if error.code() != KafkaError._PARTITION_EOF:
