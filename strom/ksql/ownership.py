@@ -45,6 +45,7 @@ from strom.ksql.kafka_calls import TIMEOUT_S, KafkaCallError, create_topic
 log = logging.getLogger(__name__)
 
 QUERY_SLOTS = 12
+FIRST_ASSIGNMENT_S = 60.0  # the longest wait for the group's first answer at start
 
 
 def slot_of(query_id: str) -> int:
@@ -70,6 +71,7 @@ class QueryOwnership:
         self._config = config
         self._on_change = on_change
         self.owned: frozenset[int] = frozenset()
+        self._first_assignment = threading.Event()
         self._stopped = threading.Event()
         session = config.session_timeout_ms
         self._consumer = Consumer(
@@ -86,8 +88,12 @@ class QueryOwnership:
         )
         self._thread = threading.Thread(target=self._run, name="ksql-query-owners", daemon=True)
 
-    def start(self) -> None:
-        """Creates the slots topic when missing and joins the group."""
+    def start(self, wait_s: float = FIRST_ASSIGNMENT_S) -> None:
+        """Creates the slots topic when missing, joins the group and waits (up to
+        ``wait_s``) for the group's first assignment: until then the servers already in
+        the group still own every slot, and a query created in between would start
+        there only to move here at once (a Spark start, a stop and another start, the
+        group's rebalance waiting for the stop all the while)."""
         new = NewTopic(
             self.topic,
             num_partitions=QUERY_SLOTS,
@@ -101,6 +107,8 @@ class QueryOwnership:
             [self.topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
         )
         self._thread.start()
+        if not self._first_assignment.wait(wait_s):
+            log.warning("no query slots assigned by %s after %.0f s; serving", self.group, wait_s)
 
     def owns(self, query_id: str) -> bool:
         return slot_of(query_id) in self.owned
@@ -109,6 +117,7 @@ class QueryOwnership:
         self.owned = frozenset(p.partition for p in partitions)
         log.info("query slots owned: %s", sorted(self.owned))
         self._on_change(self.owned)
+        self._first_assignment.set()
 
     def _revoked(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self.owned = self.owned - {p.partition for p in partitions}

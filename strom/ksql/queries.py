@@ -264,6 +264,8 @@ class QueryRegistry:
         streaming = self.runtime.queries.get(query_id)
         deadline = time.monotonic() + _SETTLE_S
         while streaming is not None and time.monotonic() < deadline:
+            if not self.owns(query_id):  # given up: the group waits for its release
+                return
             try:
                 if not streaming.isActive or streaming.status["message"] != _INITIALIZING:
                     return
