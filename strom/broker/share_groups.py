@@ -1406,6 +1406,7 @@ async def _long_poll(
 ) -> Any:
     deadline = time.monotonic() + max_wait_ms / 1000
     purgatory = ctx.broker.purgatory
+    sessions = service_of(ctx.broker).sessions
     parts: list[_Part] = []
     while True:
         keys = [
@@ -1414,6 +1415,8 @@ async def _long_poll(
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not await purgatory.wait(keys, remaining):
             break
+        if sessions.get((request.group_id, request.member_id)) is not session:
+            break  # ended meanwhile (its connection closed): nothing more is acquired
         parts = _fetch(ctx, request, session, denied)
         if any(p.acquired or p.error != ErrorCode.none for p in parts):
             return _fetch_response(ctx, request, parts, acks, full)

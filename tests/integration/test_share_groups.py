@@ -59,6 +59,7 @@ from kio.schema.write_share_group_state.v1 import request as write_state
 from raw_client import RawClient
 
 from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import encode_request
 from strom.wire_client import WireConnection
 
 LOCK_MS = 2000  # short, so a dead consumer's records come back quickly
@@ -650,6 +651,30 @@ def _set_client_quota(port: int, client_id: str, consumer_byte_rate: float | Non
     assert all(e.error_code == ErrorCode.none for e in response.entries), response
 
 
+def _share_fetch_request(
+    group: str, epoch: int, topic_id: uuid.UUID, max_bytes: int, member: str, max_wait_ms: int
+) -> Any:
+    return share_fetch.ShareFetchRequest(
+        group_id=group,
+        member_id=member,
+        share_session_epoch=epoch,
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        min_bytes=1,
+        max_bytes=max_bytes,
+        max_records=10_000,
+        batch_size=100,
+        topics=(
+            share_fetch.FetchTopic(
+                topic_id=topic_id,
+                partitions=(
+                    share_fetch.FetchPartition(partition_index=0, acknowledgement_batches=()),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+
+
 def _raw_share_fetch(
     client: RawClient,
     group: str,
@@ -657,27 +682,10 @@ def _raw_share_fetch(
     topic_id: uuid.UUID,
     max_bytes: int,
     member: str = "raw-member",
+    max_wait_ms: int = 200,
 ) -> Any:
     return client.request(
-        share_fetch.ShareFetchRequest(
-            group_id=group,
-            member_id=member,
-            share_session_epoch=epoch,
-            max_wait=datetime.timedelta(milliseconds=200),
-            min_bytes=1,
-            max_bytes=max_bytes,
-            max_records=10_000,
-            batch_size=100,
-            topics=(
-                share_fetch.FetchTopic(
-                    topic_id=topic_id,
-                    partitions=(
-                        share_fetch.FetchPartition(partition_index=0, acknowledgement_batches=()),
-                    ),
-                ),
-            ),
-            forgotten_topics_data=(),
-        )
+        _share_fetch_request(group, epoch, topic_id, max_bytes, member, max_wait_ms)
     )
 
 
@@ -701,7 +709,8 @@ def test_a_closed_connection_ends_its_share_session_and_releases_its_records(
     """As in Kafka, a share session ends with the connection it was opened on: a member
     that acquired records and dropped its connection (no final epoch) holds them no
     more, so another member gets them long before their one-minute locks expire; the
-    dropped member's session epoch is then unknown."""
+    dropped member's session epoch is then unknown. A fetch left waiting by a closed
+    connection acquires nothing when records come."""
     topic, group = _new_queue(broker, share_record_lock_duration_ms="60000")
     _produce(broker.bootstrap, topic, [f"d{i}" for i in range(5)])
     topic_id = _topic_id(broker.port, topic)
@@ -728,6 +737,28 @@ def test_a_closed_connection_ends_its_share_session_and_releases_its_records(
         assert got == set(range(5))
         gone = _raw_share_fetch(other, group, 1, topic_id, 1 << 20, "dropped")
         assert gone.error_code == ErrorCode.share_session_not_found
+        # A member whose connection closed while its fetch waited for records: the wait
+        # ends with the session, acquiring nothing for it when the records come.
+        with RawClient(broker.port) as sleeper:
+            sleeper.send_bytes(
+                encode_request(
+                    1, "t", _share_fetch_request(group, 0, topic_id, 1 << 20, "sleeper", 30_000)
+                )
+            )
+        wait_until(
+            lambda: (
+                _raw_share_fetch(other, group, 1, topic_id, 1 << 20, "sleeper", 0).error_code
+                == ErrorCode.share_session_not_found
+            ),
+            15,
+            "the sleeper's session to end",
+        )
+        _produce(broker.bootstrap, topic, [f"e{i}" for i in range(5)])
+        deadline = time.monotonic() + 15
+        while got != set(range(10)) and time.monotonic() < deadline:
+            got |= acquired(_raw_share_fetch(other, group, epoch, topic_id, 1 << 20, "other"))
+            epoch += 1
+        assert got == set(range(10))
 
 
 def test_a_share_fetch_is_held_to_the_consumers_byte_rate_quota(broker: BrokerProcess) -> None:
