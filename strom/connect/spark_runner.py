@@ -30,8 +30,10 @@ one directory per task.
   each transaction (``transaction.boundary`` poll or interval) with its offsets.
 
 Pause stops a sink's query (resumed from its checkpoint) or a source's loop between
-batches; a task that raises, or whose query dies, is FAILED with the trace. Does not own
-what a task reads or writes (the connectors).
+batches; a task that raises, or whose query dies, is FAILED with the trace, except a
+sink's queries failed because Spark's Python process for a streaming source did not
+connect back in time on a busy machine: started again (``TransientRestarts``). Does not
+own what a task reads or writes (the connectors).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -85,8 +87,16 @@ JDBC_JARS = (
 )
 SINK_TRIGGER = "200 milliseconds"
 WATCH_S = 1  # seconds between looks at a query (its offsets commit then)
+# Spark starts a streaming query's Python source runner as a fresh process (not forked
+# from its daemon, as executors' workers are) and gives it 10 s, fixed in Spark's
+# ``PythonWorkerFactory.createSimpleWorker``, to connect back; a machine at a load of 20
+# on 2 cores misses that for minutes on end. Such a failure restarts the task's queries
+# after a pause that grows (``RESTART_PAUSES_S``), for as long as
+# ``TRANSIENT_PATIENCE_S`` passes without a micro-batch done; a batch done forgets the
+# failures before it.
 TRANSIENT_FAILURES = ("Python worker failed to connect back",)
-TRANSIENT_RETRIES = 5
+RESTART_PAUSES_S = (1.0, 2.0, 5.0, 10.0)
+TRANSIENT_PATIENCE_S = 600.0
 
 
 class SparkSessionHolder:
@@ -137,7 +147,7 @@ class _SparkTaskThread(_TaskThread):
         super().__init__(spec, target_state, runner, runner.generation)
         self.name = f"spark task {task_name(spec.task_id)}"
         self.job_group = f"connect-{task_name(spec.task_id)}"
-        self.transient_retries = 0
+        self.restarts = TransientRestarts()
 
     def execute(self) -> None:
         config = self.spec.connector_config
@@ -459,6 +469,7 @@ class _SinkThread(_SparkTaskThread):
                         self.commit_progress(query, group)
                 failures = [str(f) for f in (q.exception() for q in queries) if f is not None]
                 if failures and self.transient(failures):
+                    self.stopping.wait(self.restarts.pause_s())
                     continue
                 if failures and not all(task.restart_after(f) for f in failures):
                     raise RuntimeError(f"the task's streaming query failed: {failures[0]}")
@@ -467,16 +478,15 @@ class _SinkThread(_SparkTaskThread):
             task.stop()
 
     def transient(self, failures: list[str]) -> bool:
-        """Whether the queries failed only as Spark does when a Python worker starts too
-        slowly on a busy machine (it waits 10 s for a new one): started again, at most
-        ``TRANSIENT_RETRIES`` times in a task's run."""
+        """Whether the queries failed only as Spark does when a Python process starts
+        too slowly on a busy machine, and are to start again (``TransientRestarts``)."""
         if not all(any(m in f for m in TRANSIENT_FAILURES) for f in failures):
             return False
-        self.transient_retries += 1
-        if self.transient_retries > TRANSIENT_RETRIES:
+        if not self.restarts.failed():
             return False
-        log.warning("task %s: %s; starting its queries again",
-                    task_name(self.spec.task_id), failures[0].splitlines()[0])  # fmt: skip
+        log.warning("task %s: %s; starting its queries again (restart %d)",
+                    task_name(self.spec.task_id), failures[0].splitlines()[0],
+                    self.restarts.count)  # fmt: skip
         return True
 
     def topics(self) -> list[str]:
@@ -542,11 +552,40 @@ class _SinkThread(_SparkTaskThread):
             if progress.batchId <= group.last_batch.get(run, -1):
                 continue
             group.last_batch[run] = progress.batchId
+            self.restarts.progressed()
             for source in progress.sources:
                 end = source.endOffset
                 offsets = json.loads(end) if isinstance(end, str) else end
                 if offsets:
                     group.commit(offsets)
+
+
+class TransientRestarts:
+    """When a sink task's queries, failed as Spark fails when a Python process is slow
+    to start, are started again: each time after a longer pause (``RESTART_PAUSES_S``,
+    its last repeated), until ``TRANSIENT_PATIENCE_S`` has passed since the first of the
+    failures with no micro-batch done between them; a batch done starts afresh."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.count = 0  # failures since the last batch done
+        self.first_at: float | None = None
+
+    def failed(self) -> bool:
+        """Note a failure; whether to start the queries again."""
+        now = self.clock()
+        if self.first_at is None:
+            self.first_at = now
+        self.count += 1
+        return now - self.first_at < TRANSIENT_PATIENCE_S
+
+    def pause_s(self) -> float:
+        """How long to wait before the next start."""
+        return RESTART_PAUSES_S[min(self.count, len(RESTART_PAUSES_S)) - 1]
+
+    def progressed(self) -> None:
+        self.count = 0
+        self.first_at = None
 
 
 class GroupOffsets:

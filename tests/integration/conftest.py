@@ -1,8 +1,8 @@
 """The Connect stack the Spark-runner tests share (test_connect_jdbc.py, test_connect_lake.py):
-one broker (with a schema registry inside), one distributed Connect worker whose tasks run
-on its local SparkSession, one
-PostgreSQL and one MariaDB, each started when a test first asks for it. The worker's JVM
-is the dear part (a session's start and first job take 15-25 s on this machine), so the
+one broker (with a schema registry inside), one distributed Connect worker with
+exactly-once source support whose tasks run on its local SparkSession, one PostgreSQL
+and one MariaDB, each started when a test first asks for it. The worker's JVM is the
+dear part (a session's start and first job take 15-25 s on this machine), so the
 modules share it: tests/conftest.py's scheduler sends both to one pytest-xdist worker,
 one after the other. A test that kills the worker starts it again before it ends.
 
@@ -92,6 +92,8 @@ def spark_worker(spark_connect_broker: BrokerProcess, spark_connect_dir: Path) -
             f"spark.sql.streaming.checkpointLocation={spark_connect_dir / 'checkpoints'}\n"
             # the worker killed by test_connect_jdbc.py leaves the group sooner
             "session.timeout.ms=6000\n"
+            # source tasks on Spark write each poll in a transaction with its offsets
+            "exactly.once.source.support=enabled\n"
         )
     process = Worker("distributed", properties)
     stop = _once(lambda: process.stop() if process.proc.poll() is None else None)

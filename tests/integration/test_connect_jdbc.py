@@ -12,10 +12,13 @@ the key; a failed sink task's trace; MariaDB as a source (incrementing) and as a
 (insert with exactly.once.delivery, upsert by ON DUPLICATE KEY UPDATE, delete); and one
 kill -9 of the worker proving three things at once (one JVM restart for all): the JDBC
 sink with exactly.once.delivery in insert mode and the lake sink write each record once,
-and an incrementing source resumes at its stored offset (Confluent's shape) with no row
-lost or repeated. Also: Confluent's AvroConverter through the schema registry from a
-JDBC source to a JDBC sink, read by confluent-kafka's deserializer on the way; and a
-source's topic created by its topic.creation group.
+and an incrementing source, killed while rows keep coming, resumes at the offset its last
+committed transaction stored (Confluent's shape) with no row lost or repeated. Also:
+Confluent's AvroConverter through the schema registry from a JDBC source to a JDBC sink,
+read by confluent-kafka's deserializer on the way; and a source's topic created by its
+topic.creation group. The worker has exactly-once source support: every source here
+writes its polls in transactions with their offsets, and the topics are read with
+read_committed.
 """
 
 from __future__ import annotations
@@ -75,7 +78,8 @@ def mariadb(jdbc_mariadb: MariaDBProcess) -> MariaDBProcess:
 def read_topic(broker: BrokerProcess, topic: str, at_least: int) -> list[Any]:
     """Every value of the topic (all partitions) once ``at_least`` have come, JSON-decoded."""
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"read-{topic}",
-                         "enable.auto.commit": False})  # fmt: skip
+                         "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})  # fmt: skip
 
     def partitions_of_topic() -> Any:
         found = consumer.list_topics(topic, timeout=10).topics[topic]
@@ -366,15 +370,18 @@ def test_avro_through_the_registry_source_to_sink(
         worker.call("DELETE", f"/connectors/{name}")
 
 
-def test_topic_creation_on_spark(
+def test_topic_creation_and_transactions_on_spark(
     worker: Worker, postgres: PostgresProcess, broker: BrokerProcess
 ) -> None:
     """A JDBC source on Spark creates its topic by its topic.creation group (partitions,
-    retention.ms), and writes each row once, its offset stored; a header converter is
-    taken (the JDBC source's records have no headers)."""
+    retention.ms) and, the worker having exactly-once source support, writes its polls
+    in transactions with their offsets (``interval`` boundary): a read_committed reader
+    sees each row once and the topic holds the transactions' markers. A header converter
+    is taken (the JDBC source's records have no headers); a boundary the connector cannot
+    define is refused in Kafka's words."""
     postgres.query("CREATE TABLE widgets (id SERIAL PRIMARY KEY, name TEXT NOT NULL)")
     postgres.query("INSERT INTO widgets (name) SELECT 'w' || i FROM generate_series(1, 30) i")
-    create(worker, "tc-source", {
+    config = {
         "connector.class": SOURCE_CLASS, "connection.url": postgres.jdbc_url,
         "connection.user": "postgres", "mode": "incrementing",
         "incrementing.column.name": "id", "table.whitelist": "widgets",
@@ -385,8 +392,14 @@ def test_topic_creation_on_spark(
         "topic.creation.wide.include": "tc-.*",
         "topic.creation.wide.partitions": "3",
         "topic.creation.wide.retention.ms": "86400000",
+        "transaction.boundary": "interval", "transaction.boundary.interval.ms": "500",
+        "exactly.once.support": "required",
         "header.converter": "org.apache.kafka.connect.storage.StringConverter",
-    })  # fmt: skip
+    }  # fmt: skip
+    create(worker, "tc-source", config)
+    code, message = error_of(worker.call("POST", "/connectors", {"name": "tc-bad", "config": {
+        **config, "transaction.boundary": "connector"}}))  # fmt: skip
+    assert code == 400 and "connector-defined transaction boundaries" in message, message
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
 
     def topic() -> Any:
@@ -397,7 +410,8 @@ def test_topic_creation_on_spark(
     resource = ConfigResource(ConfigResource.Type.TOPIC, "tc-widgets")
     described = admin.describe_configs([resource])[resource].result(30)
     assert described["retention.ms"].value == "86400000"
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "tc-check"})
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "tc-check",
+                         "isolation.level": "read_committed"})  # fmt: skip
     consumer.assign([TopicPartition("tc-widgets", p, 0) for p in range(3)])
     ids: list[int] = []
 
@@ -408,16 +422,21 @@ def test_topic_creation_on_spark(
         return len(ids) >= count
 
     try:
-        wait_for(lambda: read(30), "the 30 rows", timeout=90)
+        wait_for(lambda: read(30), "the first 30 rows", timeout=90)
+        postgres.query("INSERT INTO widgets (name) SELECT 'x' || i FROM generate_series(1, 10) i")
+        wait_for(lambda: read(40), "the 10 rows more", timeout=90)
+        ends = [consumer.get_watermark_offsets(TopicPartition("tc-widgets", p))[1]
+                for p in range(3)]  # fmt: skip
     finally:
         consumer.close()
-    assert sorted(ids) == list(range(1, 31))
+    assert sorted(ids) == list(range(1, 41))
+    assert sum(ends) > 40  # each transaction's commit marker takes an offset
 
     def stored() -> Any:
         code, body = worker.call("GET", "/connectors/tc-source/offsets")
         return code == 200 and body["offsets"] and body["offsets"][0]["offset"]
 
-    wait_for(lambda: stored() == {"incrementing": 30}, "the source's offset at 30")
+    wait_for(lambda: stored() == {"incrementing": 40}, "the source's offset at 40")
     worker.call("DELETE", "/connectors/tc-source")
 
 
@@ -453,6 +472,30 @@ class StreamProducer(threading.Thread):
         self.stop_at = self.total
 
 
+class RowWriter(threading.Thread):
+    """Inserts rows into ``events`` a few at a time, each statement its own commit (ids
+    rise in commit order, as an incrementing source needs), until told to stop."""
+
+    def __init__(self, postgres: PostgresProcess) -> None:
+        super().__init__(daemon=True)
+        self.postgres = postgres
+        self.written = 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(0.05):
+            self.postgres.query(
+                "INSERT INTO events (body) SELECT 'w' || i FROM generate_series(1, 5) i"
+            )
+            self.written += 5
+
+    def stop(self) -> int:
+        """Stop; the rows written."""
+        self.halt.set()
+        self.join(30)
+        return self.written
+
+
 def no_task_failed(worker: Worker, *names: str) -> None:
     """Raise with its trace if a task of these connectors FAILED (no waiting for it)."""
     for name in names:
@@ -471,10 +514,13 @@ def lake_ids(table: Path) -> list[int]:
 def test_killed_worker_resumes_each_record_once(
     worker: Worker, postgres: PostgresProcess, broker: BrokerProcess, spark_connect_dir: Path
 ) -> None:
-    """kill -9 of the worker while two exactly-once sinks are mid-stream, and after a JDBC
-    source stored its offset: once restarted, the JDBC sink in insert mode (no key: a
-    record written twice would be two rows) and the lake sink's committed files hold each
-    record once, and the source resumes where its offset says, no row lost or repeated."""
+    """kill -9 of the worker while two exactly-once sinks are mid-stream and an
+    exactly-once JDBC source keeps reading new rows: once restarted, the JDBC sink in
+    insert mode (no key: a record written twice would be two rows) and the lake sink's
+    committed files hold each record once, and a read_committed reader of the source's
+    topic sees each row once (a poll's transaction cut by the kill is aborted by the
+    restarted task's producer; the offset committed with the last whole one says where
+    to go on)."""
     postgres.query("CREATE TABLE events (id BIGSERIAL PRIMARY KEY, body TEXT)")
     postgres.query("INSERT INTO events (body) SELECT 'e' || i FROM generate_series(1, 100) i")
     create(worker, "pg-inc", {
@@ -523,13 +569,17 @@ def test_killed_worker_resumes_each_record_once(
         return rows() >= STREAM_PRIME and len(lake_ids(table)) >= STREAM_PRIME
 
     wait_for(primed, "both sinks' queries running", timeout=120)
+    writer = RowWriter(postgres)
+    writer.start()
     stream.start()  # and kill once the table has a few batches more
     wait_for(lambda: rows() >= 2 * STREAM_PRIME, "the sinks mid-stream", timeout=60)
+    wait_for(lambda: source_offsets()[0]["offset"]["incrementing"] > 100,  # type: ignore[index]
+             "the source reading the new rows", timeout=60)  # fmt: skip
     worker.proc.kill()  # SIGKILL: batches in flight, offsets not yet committed in the group
     worker.proc.wait(30)
     assert rows() < STREAM_TOTAL or stream.sent < STREAM_TOTAL, "killed after the stream ended"
-    postgres.query("INSERT INTO events (body) SELECT 'f' || i FROM generate_series(1, 50) i")
     worker.start()
+    events = 100 + writer.stop()
     stream.join(120)
     wait_for(lambda: rows() >= STREAM_TOTAL, "every record in the table", timeout=120)
     ids = [r[0] for r in postgres.query("SELECT id FROM stream_rows ORDER BY id")]
@@ -542,7 +592,7 @@ def test_killed_worker_resumes_each_record_once(
         "WHERE connector = 'eos-jdbc' ORDER BY 2"
     )
     assert stored == [("stream", 0, STREAM_TOTAL // 2), ("stream", 1, STREAM_TOTAL // 2)]
-    values = read_topic(broker, "inc-events", 150)
-    assert sorted(v["payload"]["id"] for v in values) == list(range(1, 151))
+    values = read_topic(broker, "inc-events", events)
+    assert sorted(v["payload"]["id"] for v in values) == list(range(1, events + 1))
     for name in ("pg-inc", "eos-jdbc", "eos-lake"):
         worker.call("DELETE", f"/connectors/{name}")
