@@ -23,6 +23,7 @@ import pyarrow.json as pa_json
 
 ENVELOPE_START = b'{"schema":'
 PAYLOAD_KEY = b',"payload":'
+_NEWLINE, _RETURN = ord("\n"), ord("\r")
 # COPY's text format: a backslash starts an escape, a newline ends a row, a tab a column.
 # A JSON text holds raw ones only as whitespace between tokens.
 _COPY_ESCAPES = ((b"\\", b"\\\\"), (b"\n", b"\\n"), (b"\r", b"\\r"), (b"\t", b"\\t"))
@@ -69,10 +70,8 @@ def typed_rows(payloads: pa.BinaryArray, schema: pa.Schema) -> pa.Table | None:
     present = pc.drop_null(payloads)
     if len(present) == 0:
         return schema.empty_table()
-    if (
-        pc.any(pc.match_substring(present, "\n")).as_py()
-        or pc.any(pc.match_substring(present, "\r")).as_py()
-    ):
+    text = np.frombuffer(_data(present), np.uint8)
+    if (text == _NEWLINE).any() or (text == _RETURN).any():
         return None  # a payload over several lines: one JSON document a line is read here
     lines = pc.binary_join_element_wise(
         present, pa.scalar(b"", pa.binary()), pa.scalar(b"\n", pa.binary())
