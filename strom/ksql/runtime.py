@@ -93,7 +93,7 @@ class _TaskParts:
     """A query's reader, operators and writer, built once per Python worker."""
 
     def __init__(self, spec: QuerySpec) -> None:
-        from strom.ksql.arrow_aggregate import compile_counting, compile_grouping
+        from strom.ksql.arrow_aggregate import compile_aggregation, compile_grouping
         from strom.ksql.arrow_stateless import compile_stateless
         from strom.ksql.operators import Operators
         from strom.ksql.readers import RecordReader, RecordWriter
@@ -119,7 +119,7 @@ class _TaskParts:
         self.writer = RecordWriter(spec.plan.sink, registry)
         self.batch_stateless = compile_stateless(spec.plan)  # None: record at a time
         self.batch_grouping = compile_grouping(spec.plan)
-        self.batch_counting = compile_counting(spec.plan)
+        self.batch_aggregation = compile_aggregation(spec.plan)
 
     def flow(self) -> JoinFlow:
         """The plan's join stages (a chain, a foreign-key join, GROUP BY over a join)."""
@@ -295,7 +295,7 @@ def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
 
     parts = _parts(spec)
     table = spec.plan.source.kind == "TABLE"
-    packer = GroupPacker()  # a counting aggregation's batches on Arrow, packed by group
+    packer = GroupPacker()  # an aggregation's batches on Arrow, packed by group
     for batch in batches:
         if parts.batch_grouping is not None:
             keyed = parts.batch_grouping.keyed(batch)
@@ -749,8 +749,8 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
 
             parts = _parts(spec)
             frames = list(rows)
-            if parts.batch_counting is not None and key[0] != LOG_GROUP:
-                yield from self._count(parts, key, frames, timerValues)
+            if parts.batch_aggregation is not None and key[0] != LOG_GROUP:
+                yield from self._batch(parts, key, frames, timerValues)
                 return
             frame = pd.concat(frames, ignore_index=True)
             frame = frame.sort_values(["part", "off", "seq"], kind="stable")
@@ -779,32 +779,33 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
             self._save(parts, stored)
             yield from _frames(out)
 
-        def _count(
+        def _batch(
             self, parts: _TaskParts, key: Any, frames: list[pd.DataFrame], timerValues: Any
         ) -> Iterator[pd.DataFrame]:
-            """COUNT(*) on Arrow (``strom.ksql.arrow_aggregate``): the rows' times, in
-            (partition, offset) order, are all it reads (a packed row holds several)."""
+            """The aggregation on Arrow (``strom.ksql.arrow_aggregate``): the rows'
+            times and arguments, in (partition, offset) order, are all it reads (a
+            packed row holds several rows')."""
             import numpy as np
             import pandas as pd
 
-            from strom.ksql.arrow_aggregate import packed_times
-
-            assert parts.batch_counting is not None
+            aggregation = parts.batch_aggregation
+            assert aggregation is not None
             frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
             seqs = frame["seq"].to_numpy()
             order = np.lexsort((seqs, frame["off"].to_numpy(), frame["part"].to_numpy()))
             payloads = frame["payload"].to_numpy()[order]
-            times = packed_times(seqs[order], _row_times(frame)[order], payloads)
+            stamps = _row_times(frame)[order]
+            records = aggregation.records(seqs[order], stamps, payloads, parts.operators._values)
             stored = self._load()
             watermark = _watermark(timerValues) if parts.plan_windowed else -1
             floor = watermark + parts.grace if watermark >= 0 else -1
-            counted = parts.batch_counting.run(stored, pickle.loads(key[0]), times, floor)
+            done = aggregation.run(stored, pickle.loads(key[0]), records, floor)
             self._timer(parts, stored)
             self._save(parts, stored)
-            if counted is not None:
+            if done is not None:
                 yield pd.DataFrame(
-                    {name: counted.column(name).to_numpy(zero_copy_only=False)
-                     for name in counted.schema.names}
+                    {name: done.column(name).to_numpy(zero_copy_only=False)
+                     for name in done.schema.names}
                 )  # fmt: skip
 
         def handleExpiredTimer(

@@ -18,7 +18,7 @@ import pytest
 
 from strom.ksql import runtime
 from strom.ksql import statements as st
-from strom.ksql.arrow_aggregate import PACKED, compile_counting, compile_grouping
+from strom.ksql.arrow_aggregate import PACKED, compile_aggregation, compile_grouping
 from strom.ksql.metastore import Metastore
 from strom.ksql.parser import parse_statement
 from strom.ksql.planner import QueryPlan, SinkRequest, plan_query
@@ -32,7 +32,8 @@ MINUTE = 60_000
 def metastore() -> Metastore:
     store = Metastore()
     text = (
-        "CREATE STREAM views (user_id STRING KEY, page STRING, region STRING, n INTEGER) "
+        "CREATE STREAM views (user_id STRING KEY, page STRING, region STRING, n INTEGER, "
+        "d DOUBLE, big BIGINT) "
         "WITH (KAFKA_TOPIC='views', VALUE_FORMAT='JSON');"
     )
     statement = parse_statement(text)
@@ -55,6 +56,12 @@ QUERIES = [
     "WINDOWSTART AS ws, WINDOWEND AS we FROM views WINDOW TUMBLING (SIZE 1 MINUTE) "
     "WHERE region = 'eu' GROUP BY page EMIT CHANGES;",
     "CREATE TABLE c AS SELECT region, COUNT(*) AS c FROM views GROUP BY region EMIT CHANGES;",
+    "CREATE TABLE h AS SELECT user_id, SUM(n) AS s, AVG(n) AS a, MIN(n) AS lo, MAX(n * 3) AS hi, "
+    "COUNT(page) AS pages, SUM(d) AS sd, AVG(d) AS ad, MIN(d) AS dlo, MAX(d) AS dhi, "
+    "SUM(big) AS sb, MIN(big) AS bl FROM views WINDOW TUMBLING (SIZE 2 MINUTES) "
+    "GROUP BY user_id EMIT CHANGES;",
+    "CREATE TABLE i AS SELECT region, SUM(n) AS s, MAX(d) AS m, COUNT(*) AS c FROM views "
+    "WHERE n > 3 GROUP BY region EMIT CHANGES;",
 ]
 
 
@@ -123,8 +130,9 @@ def run(
     spec = QuerySpec(name, query, {"bootstrap.servers": "x"}, None, {}, "log", False, "x", 500)
     parts = _TaskParts(spec)
     if not fast:
-        parts.batch_grouping = parts.batch_counting = None
+        parts.batch_grouping = parts.batch_aggregation = None
     runtime._PARTS[name] = parts
+    layout = parts.batch_aggregation.layout if parts.batch_aggregation is not None else None
     processor = runtime._aggregate_processor(spec)
     store: dict[bytes, Any] = {}
     grouped_rows: dict[Any, list[tuple[float, int]]] = {}
@@ -136,7 +144,8 @@ def run(
         for r in grouped.to_pylist():
             ms = int(r["ts"].timestamp() * 1000)
             if r["seq"] == PACKED:  # a group's rows of one partition, packed
-                times = np.frombuffer(r["payload"], "<i8").tolist()
+                assert layout is not None
+                times = np.frombuffer(r["payload"], layout)["t"].tolist()
                 assert fast and ms == max(times)  # the watermark the rows would give
                 rows = [(r["off"] + i / len(times), t) for i, t in enumerate(times)]
                 packs += 1
@@ -159,7 +168,15 @@ def views(start: int, count: int, at: int) -> list[tuple[bytes | None, bytes | N
     regions = ["eu", "us", None]
     records: list[tuple[bytes | None, bytes | None, int]] = []
     for i in range(start, start + count):
-        value = {"page": f"/p/{i % 4}" if i % 7 else None, "region": regions[i % 3], "n": i}
+        value: dict[str, Any] = {
+            "page": f"/p/{i % 4}" if i % 7 else None,
+            "region": regions[i % 3],
+            "n": i,
+            "d": [i / 3, None, -i * 1.5, float("nan"), 0.0, -0.0, 1e300][i % 7],
+            "big": None if i % 5 == 0 else (2**62 + i) * (-1) ** i,
+        }
+        if i == 61:  # near INTEGER's end: a SUM of INTEGER wraps as Java's int
+            value["n"] = 2**31 - 2
         records.append((f"u{i % 5}".encode(), json.dumps(value).encode(), at + i * 7_000))
     return records
 
@@ -167,7 +184,7 @@ def views(start: int, count: int, at: int) -> list[tuple[bytes | None, bytes | N
 @pytest.mark.parametrize("text", QUERIES)
 def test_counting_on_arrow_writes_what_the_operators_write(metastore: Metastore, text: str) -> None:
     query = plan(metastore, text)
-    assert compile_grouping(query) is not None and compile_counting(query) is not None
+    assert compile_grouping(query) is not None and compile_aggregation(query) is not None
     late = [(b"u1", b'{"page": "/p/1", "region": "eu"}', BASE - 10 * MINUTE)]
     micro_batches = [
         [batch(views(0, 40, BASE), 0)],
@@ -179,14 +196,23 @@ def test_counting_on_arrow_writes_what_the_operators_write(metastore: Metastore,
             batch(views(134, 7, BASE), 0, 1),
             batch(views(141, 11, BASE + 21 * MINUTE), 114),
         ],  # fmt: skip
+        # a batch run record at a time (a record that does not read) and a packed one
+        [
+            batch(views(152, 6, BASE + 22 * MINUTE) + [(b"u1", b"x", BASE + 22 * MINUTE)], 130),
+            batch(views(158, 8, BASE + 22 * MINUTE), 20, 1),
+        ],
     ]
     fast = run(query, micro_batches, True, f"fast-{text[13]}")
     slow = run(query, micro_batches, False, f"slow-{text[13]}")
     assert fast[0] == slow[0]  # the same rows of each group and partition, in order
     assert fast[3] and not slow[3]  # Arrow's rows packed, a row a record else
     assert fast[3] < sum(len(times) for times in fast[0].values()) / 2
-    assert fast[1] == slow[1]
-    assert fast[2] == slow[2]
+    logged = [o for o in slow[1] if o["topic"] == "log"]  # its query id and time differ
+    assert len(logged) == 1 and len([o for o in fast[1] if o["topic"] == "log"]) == 1
+    assert [o for o in fast[1] if o["topic"] != "log"] == [
+        o for o in slow[1] if o["topic"] != "log"
+    ]
+    assert repr(fast[2]) == repr(slow[2])  # the same state (a NaN is not equal to itself)
     assert len(slow[1]) > 20
 
 
@@ -208,7 +234,8 @@ def test_a_batch_it_cannot_vouch_for_is_grouped_record_at_a_time(metastore: Meta
 @pytest.mark.parametrize(
     "text",
     [
-        "CREATE TABLE d AS SELECT user_id, SUM(n) AS s FROM views GROUP BY user_id EMIT CHANGES;",
+        "CREATE TABLE d AS SELECT user_id, COLLECT_LIST(n) AS s FROM views GROUP BY user_id "
+        "EMIT CHANGES;",
         "CREATE TABLE e AS SELECT user_id, COUNT(*) AS c FROM views GROUP BY user_id "
         "HAVING COUNT(*) > 1 EMIT CHANGES;",
         "CREATE TABLE f AS SELECT user_id, COUNT(*) AS c FROM views "
@@ -219,7 +246,7 @@ def test_a_batch_it_cannot_vouch_for_is_grouped_record_at_a_time(metastore: Meta
 )
 def test_other_aggregations_run_record_at_a_time(metastore: Metastore, text: str) -> None:
     query = plan(metastore, text)
-    assert compile_grouping(query) is None and compile_counting(query) is None
+    assert compile_grouping(query) is None and compile_aggregation(query) is None
 
 
 def test_pandas_frames_hold_what_spark_gives() -> None:
