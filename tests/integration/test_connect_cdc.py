@@ -14,7 +14,9 @@ read_committed reader finds every committed change once (exactly once), and a st
 worker without exactly-once support killed the same way loses none (at least once); the
 worker killed in the middle of a snapshot: taken again, each row's ``r`` once when the
 snapshot is one transaction (``transaction.boundary=connector``), repeated with ``poll``
-boundaries but the changes made meanwhile streamed once each after it.
+boundaries but the changes made meanwhile streamed once each after it; an incremental
+snapshot asked for by a signal table's row, read in chunks between streamed changes, a
+change made while a chunk's window is open winning over the chunk's copy of the row.
 """
 
 from __future__ import annotations
@@ -371,16 +373,109 @@ def test_bad_configs_are_refused_naming_the_key(
     code, message = error_of(workers.current.call("POST", "/connectors",
                                                   {"name": "bad", "config": config}))  # fmt: skip
     assert code == 400 and "topic.prefix" in message, message
-    config = cdc_config(postgres, "bad", **{"signal.data.collection": "public.signals"})
+    config = cdc_config(postgres, "bad", **{"signal.data.collection": "signals"})
     code, message = error_of(workers.current.call("POST", "/connectors",
                                                   {"name": "bad", "config": config}))  # fmt: skip
-    assert code == 400 and "signal.data.collection" in message and "not served" in message
+    assert code == 400 and "signal.data.collection" in message and "schema.table" in message
+    config = cdc_config(postgres, "bad", **{"signal.enabled.channels": "source,kafka"})
+    code, message = error_of(workers.current.call("POST", "/connectors",
+                                                  {"name": "bad", "config": config}))  # fmt: skip
+    assert code == 400 and "signal.enabled.channels" in message and "kafka" in message, message
     # a database that is not there: the task fails saying so in one line
     create(workers.current, "cdc-nowhere", cdc_config(postgres, "nowhere", **{
         "database.port": "1", "database.dbname": "absent"}))  # fmt: skip
     task = workers.current.wait_task_failed("cdc-nowhere")["tasks"][0]
     assert "cannot connect to PostgreSQL 127.0.0.1:1/absent as postgres" in task["trace"]
     workers.current.call("DELETE", "/connectors/cdc-nowhere")
+
+
+SIGNAL_TABLE = (
+    "CREATE TABLE dbz_signal (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, "
+    "data VARCHAR(2048))"
+)
+# The first chunk's closing watermark updates row 5 in its own transaction, after the
+# chunk was read and before the window closes: the streamed update must win over the
+# chunk's older copy of the row.
+CHANGE_IN_WINDOW = """
+CREATE FUNCTION change_in_window() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.type = 'snapshot-window-close'
+     AND NOT EXISTS (SELECT 1 FROM parts WHERE name = 'changed in window') THEN
+    UPDATE parts SET name = 'changed in window' WHERE id = 5;
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER change_in_window BEFORE INSERT ON dbz_signal
+  FOR EACH ROW EXECUTE FUNCTION change_in_window();
+"""
+
+
+def test_incremental_snapshot_by_signal(
+    workers: Workers, postgres: PostgresProcess, broker: BrokerProcess
+) -> None:
+    """An ``execute-snapshot`` row in the signal table makes a streaming connector read a
+    table in chunks of its primary key between streamed changes: each row an ``r`` event
+    (``source.snapshot`` incremental) once, except a row changed while its chunk's window
+    was open, whose streamed update wins; a ``stop-snapshot`` in the same transaction as
+    an ``execute-snapshot`` leaves that table unread; the watermarks and signals are not
+    sent as changes; a missing signal table fails the task in one line."""
+    postgres.query("CREATE TABLE parts (id INT PRIMARY KEY, name TEXT NOT NULL)")
+    postgres.query("INSERT INTO parts SELECT i, 'part ' || i FROM generate_series(1, 45) i")
+    postgres.query("CREATE TABLE spares (id INT PRIMARY KEY)")
+    postgres.query("INSERT INTO spares SELECT generate_series(1, 5)")
+    postgres.query(SIGNAL_TABLE)
+    postgres.query(CHANGE_IN_WINDOW)
+    create(workers.current, "cdc-inc", cdc_config(postgres, "inc", **{
+        "table.include.list": "public.parts,public.spares", "snapshot.mode": "never",
+        "publication.autocreate.mode": "filtered", "slot.drop.on.stop": "true",
+        "signal.data.collection": "public.dbz_signal",
+        "incremental.snapshot.chunk.size": "10"}))  # fmt: skip
+    wait_streaming(postgres, "slot_inc")
+    postgres.query(
+        "INSERT INTO dbz_signal VALUES ('ad-hoc-1', 'execute-snapshot', "
+        '\'{"data-collections": ["public.parts", "public.spares"], "type": "incremental"}\'), '
+        "('ad-hoc-2', 'stop-snapshot', '{\"data-collections\": [\"public.spares\"]}')"
+    )
+    reader = TopicReader(broker, "inc.public.parts")
+    try:
+
+        def snapshotted() -> bool:
+            task = (workers.current.status("cdc-inc") or {"tasks": [{}]})["tasks"][0]
+            assert task.get("state") != "FAILED", task.get("trace")
+            reader.read()
+            ids = {v["payload"]["after"]["id"] for _, v in reader.records if v}
+            return ids >= set(range(1, 46))
+
+        wait_for(snapshotted, "every row of parts")
+        postgres.query("INSERT INTO parts VALUES (46, 'after')")
+
+        def inserted() -> bool:
+            reader.read()
+            return any(v and v["payload"]["op"] == "c" for _, v in reader.records)
+
+        wait_for(inserted, "the insert after the snapshot")
+        records = reader.records
+    finally:
+        reader.close()
+    values = payloads(records)
+    reads = [v for v in values if v["op"] == "r"]
+    assert sorted(v["after"]["id"] for v in reads) == [i for i in range(1, 46) if i != 5]
+    assert {v["source"]["snapshot"] for v in reads} == {"incremental"}
+    assert reads[0]["after"] == {"id": 1, "name": "part 1"}
+    updates = [v for v in values if v["op"] == "u"]
+    assert [v["after"] for v in updates] == [{"id": 5, "name": "changed in window"}]
+    assert values[-1]["op"] == "c" and values[-1]["after"] == {"id": 46, "name": "after"}
+    assert not topic_exists(broker, "inc.public.spares")
+    assert not topic_exists(broker, "inc.public.dbz_signal")
+    offsets = committed_offsets(broker, "connect-cdc-offsets")
+    last = offsets[json.dumps(["cdc-inc", {"server": "inc"}], separators=(",", ":"))]
+    assert "incremental_snapshot_collections" not in last  # done: no progress kept
+    workers.current.call("DELETE", "/connectors/cdc-inc")
+    create(workers.current, "cdc-nosignal", cdc_config(postgres, "nosignal", **{
+        "snapshot.mode": "never", "signal.data.collection": "public.absent"}))  # fmt: skip
+    task = workers.current.wait_task_failed("cdc-nosignal")["tasks"][0]
+    assert "signal.data.collection public.absent: no such table" in task["trace"]
+    workers.current.call("DELETE", "/connectors/cdc-nosignal")
 
 
 SNAPSHOT_ROWS = 1000

@@ -15,9 +15,10 @@ exist), ``table.include.list`` / ``table.exclude.list`` and ``schema.include.lis
 ``max.batch.size``, ``decimal.handling.mode``, ``interval.handling.mode``,
 ``money.fraction.digits``, ``binary.handling.mode``,
 ``time.precision.mode`` (adaptive), ``tombstones.on.delete``, ``heartbeat.interval.ms``
-(0: none) and ``topic.heartbeat.prefix``. Signals and incremental snapshots
-(``signal.data.collection``, ``signal.enabled.channels``,
-``incremental.snapshot.chunk.size``) are refused naming the key.
+(0: none), ``topic.heartbeat.prefix``, and for incremental snapshots
+``signal.data.collection`` (the signal table, ``schema.table``),
+``signal.enabled.channels`` (``source`` only) and ``incremental.snapshot.chunk.size``
+(1024).
 
 The task: with no completed snapshot in its offsets (``initial``), or at every start
 (``always``), it (re)creates the slot exporting its snapshot, reads every captured table
@@ -32,7 +33,10 @@ start. With ``transaction.boundary=connector`` the snapshot is one transaction, 
 after its last record, and each streamed poll one more. Each change is
 Debezium's envelope on ``<topic.prefix>.<schema>.<table>`` keyed by the primary key; a
 delete is followed by a tombstone; an update that changes the key is a delete, a
-tombstone and a create. Truncates are skipped with a log line.
+tombstone and a create. Truncates are skipped with a log line. With a signal table, its
+``execute-snapshot`` and ``stop-snapshot`` rows, read from the stream, start and stop
+incremental snapshots: tables read in chunks between streamed changes
+(``postgres_cdc_incremental``); the signal table's own rows are not sent.
 
 Offsets are Debezium's: partition ``{"server": topic.prefix}``; a snapshot record's offset
 ``{"snapshot": "INITIAL", "last_snapshot_record", "snapshot_completed", "lsn", "txId",
@@ -47,7 +51,8 @@ before it are stored (``commit()``, after the runtime has stored their offsets),
 keeps whatever is not yet in Kafka.
 
 Does not own the decoding (``postgres_cdc_decoder``), the connections
-(``postgres_cdc_stream``), the snapshot's reads (``postgres_cdc_snapshot``) or the events'
+(``postgres_cdc_stream``), the snapshot's reads (``postgres_cdc_snapshot``), the
+incremental snapshots' state and chunk reads (``postgres_cdc_incremental``) or the events'
 schemas (``postgres_cdc_schema``).
 """
 
@@ -82,6 +87,19 @@ from strom.connect.connectors.postgres_cdc_decoder import (
     epoch_micros,
     lsn_text,
     parse_lsn,
+)
+from strom.connect.connectors.postgres_cdc_incremental import (
+    EXECUTE_SNAPSHOT,
+    INCREMENTAL,
+    STOP_SNAPSHOT,
+    WINDOW_CLOSE,
+    WINDOW_OPEN,
+    Chunk,
+    ChunkReader,
+    IncrementalSnapshot,
+    Key,
+    Signal,
+    new_chunk_id,
 )
 from strom.connect.connectors.postgres_cdc_schema import (
     BASE64_MODE,
@@ -119,6 +137,7 @@ INITIAL, NEVER, NO_DATA, INITIAL_ONLY, ALWAYS = (
 )
 ALL_TABLES, FILTERED, DISABLED = "all_tables", "filtered", "disabled"
 SERVER = "server"
+SOURCE_CHANNEL = "source"
 SNAPSHOT_TYPE = "INITIAL"
 STATUS_INTERVAL_S = 10.0
 CONFIRM_INTERVAL_S = 0.2
@@ -154,14 +173,17 @@ def _regex_list(name: str, value: Any) -> None:
             raise cd.invalid(name, pattern, f"not a regular expression: {exc}") from None
 
 
-def _no_signals(name: str, value: Any) -> None:
-    if value is not None:
-        raise cd.invalid(
-            name,
-            value,
-            "signals and incremental snapshots (execute-snapshot) are not served by Strom; "
-            "a snapshot is taken at the start, by snapshot.mode",
-        )
+def _schema_table(name: str, value: Any) -> None:
+    if value is not None and len(str(value).split(".")) != 2:
+        raise cd.invalid(name, value, "give the signal table as schema.table")
+
+
+def _only_source_channel(name: str, value: Any) -> None:
+    for channel in value or []:
+        if channel != SOURCE_CHANNEL:
+            raise cd.invalid(
+                name, channel, "only the source channel (the signal table) is served by Strom"
+            )
 
 
 def _key(name: str, kind: str, default: Any, doc: str, **extra: Any) -> cd.ConfigKey:
@@ -324,19 +346,27 @@ CONFIG_DEF = cd.ConfigDef(
             "__debezium-heartbeat",
             "The prefix of the heartbeat topic, <prefix>.<topic.prefix>.",
         ),
-        *(
-            _key(
-                name,
-                cd.STRING,
-                None,
-                "Not served: signals and incremental snapshots.",
-                check=_no_signals,
-            )  # fmt: skip
-            for name in (
-                "signal.data.collection",
-                "signal.enabled.channels",
-                "incremental.snapshot.chunk.size",
-            )
+        _key(
+            "signal.data.collection",
+            cd.STRING,
+            None,
+            "The signal table, schema.table (columns id, type, data): its execute-snapshot and "
+            "stop-snapshot rows, read from the stream, start and stop incremental snapshots.",
+            check=_schema_table,
+        ),
+        _key(
+            "signal.enabled.channels",
+            cd.LIST,
+            SOURCE_CHANNEL,
+            "Where signals come from: source (the signal table).",
+            check=_only_source_channel,
+        ),
+        _key(
+            "incremental.snapshot.chunk.size",
+            cd.INT,
+            1024,
+            "Rows an incremental snapshot reads at a time, between streamed changes.",
+            check=cd.at_least(1),
         ),
     ]
 )
@@ -456,6 +486,15 @@ def _texts(columns: tuple[Column, ...] | None) -> list[str | Unchanged | None] |
     return texts
 
 
+def _key_of(texts: list[str | Unchanged | None], positions: list[int]) -> Key:
+    """A row's key as texts (a key is never an unchanged TOASTed value)."""
+    return tuple(text if isinstance(text, str) else None for text in (texts[i] for i in positions))
+
+
+def _now_text() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 HEARTBEAT_KEY_SCHEMA = Schema.struct(
     [("serverName", Schema(data.STRING))], name="io.debezium.connector.common.ServerNameKey"
 )
@@ -514,6 +553,18 @@ class PostgresConnectorTask(SourceTask):
         self.last_record = time.monotonic()
         self.stream_start = 0
         self.catalog = Catalog(self.database)
+        signal_table = self.settings["signal.data.collection"]
+        channels = self.settings["signal.enabled.channels"] or []
+        self.signal_table: tuple[str, str] | None = None
+        if signal_table and SOURCE_CHANNEL in channels:
+            signal_schema, signal_name = str(signal_table).split(".", 1)
+            self.signal_table = (signal_schema, signal_name)
+        self.signal_columns: dict[int, list[str]] = {}  # the signal table's relations
+        self.incremental = IncrementalSnapshot()
+        self.chunk: Chunk | None = None
+        self.chunk_reader: ChunkReader | None = None
+        self.chunk_size: int = self.settings["incremental.snapshot.chunk.size"]
+        self.incremental_tables: dict[str, tuple[TableInfo, TableSchema]] = {}
         try:
             self._prepare()
         except Exception:
@@ -531,6 +582,10 @@ class PostgresConnectorTask(SourceTask):
         interrupted = snapshot and mode != ALWAYS and bool(offset) and "lsn" in (offset or {})
         self.streams = mode != INITIAL_ONLY
         tables = self._captured_tables()
+        if self.signal_table is not None and self.streams:
+            self._check_signal_table()
+            self.chunk_reader = ChunkReader(self.database, self.signal_table)
+            self.incremental = IncrementalSnapshot.from_offset(offset)
         self._ensure_publication(tables)
         exported: str | None = None
         if self.streams:
@@ -580,7 +635,25 @@ class PostgresConnectorTask(SourceTask):
         self._start_streaming()
 
     def _captured_tables(self) -> list[tuple[str, str]]:
-        return [(s, t) for s, t in self.catalog.tables() if self.filter.captures(s, t)]
+        return [
+            (s, t)
+            for s, t in self.catalog.tables()
+            if self.filter.captures(s, t) and (s, t) != self.signal_table
+        ]
+
+    def _check_signal_table(self) -> None:
+        assert self.signal_table is not None
+        name = ".".join(self.signal_table)
+        try:
+            info = self.catalog.describe(*self.signal_table)
+        except ConnectException:
+            raise ConnectException(f"signal.data.collection {name}: no such table") from None
+        missing = {"id", "type", "data"} - {c.name for c in info.columns}
+        if missing:
+            raise ConnectException(
+                f"signal.data.collection {name}: the signal table needs the columns id, type "
+                f"and data (missing: {', '.join(sorted(missing))})"
+            )
 
     def _ensure_publication(self, tables: list[tuple[str, str]]) -> None:
         mode = self.settings["publication.autocreate.mode"]
@@ -602,6 +675,8 @@ class PostgresConnectorTask(SourceTask):
                 "publication.autocreate.mode=filtered, but no table matches the include and "
                 "exclude lists"
             )
+        if self.signal_table is not None:
+            tables = [*tables, self.signal_table]  # signals are read from the stream
         if exists is None:
             log.info("creating publication %s for %d tables", self.publication, len(tables))
             self.catalog.create_publication(self.publication, tables)
@@ -665,6 +740,8 @@ class PostgresConnectorTask(SourceTask):
                     self._send_status()
                 continue
             self._handle(message, records)
+        if self.incremental.active and self.chunk is None and self.transaction is None:
+            self._next_chunk()
         self.polled_lsn = self.transaction.commit_lsn if self.transaction else self.clean_lsn
         if records:
             self.unstored = True
@@ -745,6 +822,8 @@ class PostgresConnectorTask(SourceTask):
             self.clean_lsn = max(self.clean_lsn, message.end_lsn)
             self.transaction = None
         elif isinstance(message, Relation):
+            if (message.namespace or "pg_catalog", message.name) == self.signal_table:
+                self.signal_columns[message.oid] = [c.name for c in message.columns]
             self.relations[message.oid] = self._relation_schema(message)
         elif isinstance(message, Insert | Update | Delete):
             self._change(frame.wal_start, message, records)
@@ -755,6 +834,8 @@ class PostgresConnectorTask(SourceTask):
         schema_name = relation.namespace or "pg_catalog"
         if not self.filter.captures(schema_name, relation.name):
             return None
+        if (schema_name, relation.name) == self.signal_table:
+            return None  # its rows are signals, not changes to send
         try:
             described = self.catalog.describe_oid(relation.oid)
             catalog = {c.name: c for c in described.columns}
@@ -795,6 +876,19 @@ class PostgresConnectorTask(SourceTask):
             raise ConnectException(
                 f"a change of relation {message.relation_oid} before its Relation"
             )
+        position = {
+            "lsn": lsn,
+            "lsn_proc": lsn,
+            "lsn_commit": transaction.commit_lsn,
+            "lsn_events_processed": self.events_at_lsn,
+            "txId": transaction.xid,
+            "ts_usec": transaction.commit_us,
+        }
+        if message.relation_oid in self.signal_columns and isinstance(message, Insert):
+            signal = Signal.of(self.signal_columns[message.relation_oid], _texts(message.new) or [])
+            if signal is not None:
+                self._signal(signal, transaction, lsn, position, records)
+            return
         schema = self.relations[message.relation_oid]
         if schema is None:
             return  # a table not captured
@@ -813,14 +907,15 @@ class PostgresConnectorTask(SourceTask):
             after_texts = None
         self.last_position = ResumePoint(transaction.commit_lsn, lsn, self.events_at_lsn)
         offset = {
-            "lsn": lsn,
-            "lsn_proc": lsn,
-            "lsn_commit": transaction.commit_lsn,
-            "lsn_events_processed": self.events_at_lsn,
-            "txId": transaction.xid,
-            "ts_usec": transaction.commit_us,
+            **position,
             "messageType": OPERATIONS[op],
+            **self.incremental.offset_fields(),
         }
+        chunk = self.chunk
+        if chunk is not None and chunk.window_open and chunk.table == schema.table.qualified:
+            for texts in (before_texts, after_texts):  # the streamed change wins
+                if texts is not None:
+                    chunk.rows.pop(_key_of(texts, schema.key_positions), None)
         before = None if before_texts is None else schema.row(before_texts)
         after = None if after_texts is None else schema.row(after_texts)
         if op == "u" and before is not None and after is not None:
@@ -837,6 +932,124 @@ class PostgresConnectorTask(SourceTask):
             key = schema.key(before)
             if key is not None:
                 records.append(self._tombstone(schema, key, offset))
+
+    # --- incremental snapshots (postgres_cdc_incremental) ----------------------------------
+
+    def _signal(
+        self,
+        signal: Signal,
+        transaction: _Transaction,
+        lsn: int,
+        position: dict[str, Any],
+        records: list[SourceRecord],
+    ) -> None:
+        chunk = self.chunk
+        if signal.type == EXECUTE_SNAPSHOT:
+            kind = str(signal.data.get("type") or INCREMENTAL).lower()
+            if kind != INCREMENTAL:
+                log.warning("signal %s: a %s snapshot is not served (incremental is); ignored",
+                            signal.id, kind)  # fmt: skip
+                return
+            unserved = [k for k in ("additional-conditions", "surrogate-key") if signal.data.get(k)]
+            if unserved:  # a snapshot of more rows than asked for would mislead: none
+                log.warning("signal %s: %s not served; ignored", signal.id, ", ".join(unserved))
+                return
+            added = self.incremental.add(
+                [t for t in signal.collections() if self._incremental_table(t, signal.id)]
+            )
+            log.info("signal %s: incremental snapshot of %s", signal.id, ", ".join(added) or "-")
+        elif signal.type == STOP_SNAPSHOT:
+            tables = signal.collections() or None
+            self.incremental.remove(tables)
+            if chunk is not None and (tables is None or chunk.table in tables):
+                self.chunk = None
+            log.info("signal %s: incremental snapshot of %s stopped", signal.id,
+                     ", ".join(tables) if tables else "every table")  # fmt: skip
+        elif chunk is not None and signal.id == f"{chunk.id}-open" and signal.type == WINDOW_OPEN:
+            chunk.window_open = True
+        elif chunk is not None and signal.id == f"{chunk.id}-close" and signal.type == WINDOW_CLOSE:
+            self._send_chunk(chunk, transaction, lsn, position, records)
+            self.chunk = None
+
+    def _incremental_table(self, name: str, signal_id: str) -> bool:
+        """Whether ``name`` (schema.table) can be snapshotted incrementally: captured, with
+        a primary key. Its description is kept for the chunks."""
+        schema_name, _, table = name.partition(".")
+        if (
+            not table
+            or not self.filter.captures(schema_name, table)
+            or ((schema_name, table) == self.signal_table)
+        ):
+            log.warning("signal %s: %s is not a captured table; skipped", signal_id, name)
+            return False
+        try:
+            info = self.catalog.describe(schema_name, table)
+        except ConnectException:
+            log.warning("signal %s: no table %s; skipped", signal_id, name)
+            return False
+        if not info.key_columns:
+            log.warning("signal %s: %s has no primary key to read it in chunks by; skipped",
+                        signal_id, name)  # fmt: skip
+            return False
+        self.incremental_tables[name] = (info, TableSchema.of(info, self.prefix, self.values))
+        return True
+
+    def _next_chunk(self) -> None:
+        """Read the next chunk of the first queued table between two watermarks."""
+        assert self.chunk_reader is not None
+        while self.incremental.active:
+            name = self.incremental.tables[0]
+            if name not in self.incremental_tables and not self._incremental_table(name, "-"):
+                self.incremental.table_finished()
+                continue
+            info, schema = self.incremental_tables[name]
+            if self.incremental.maximum_key is None:
+                self.incremental.maximum_key = self.chunk_reader.maximum_key(info)
+                if self.incremental.maximum_key is None:
+                    log.info("incremental snapshot of %s: the table is empty", name)
+                    self.incremental.table_finished()
+                    continue
+            chunk_id = new_chunk_id()
+            self.chunk_reader.signal(
+                f"{chunk_id}-open", WINDOW_OPEN, {"openWindowTimestamp": _now_text()}
+            )
+            rows = self.chunk_reader.chunk(
+                info, self.incremental.last_key, self.incremental.maximum_key, self.chunk_size
+            )
+            self.chunk_reader.signal(
+                f"{chunk_id}-close", WINDOW_CLOSE, {"closeWindowTimestamp": _now_text()}
+            )
+            keyed: dict[Key, tuple[str | None, ...]] = {
+                tuple(row[i] for i in schema.key_positions): row for row in rows
+            }
+            last_key = tuple(rows[-1][i] for i in schema.key_positions) if rows else None
+            done = len(rows) < self.chunk_size or last_key == self.incremental.maximum_key
+            self.chunk = Chunk(chunk_id, name, keyed, last_key or self.incremental.last_key, done)
+            return
+
+    def _send_chunk(
+        self,
+        chunk: Chunk,
+        transaction: _Transaction,
+        lsn: int,
+        position: dict[str, Any],
+        records: list[SourceRecord],
+    ) -> None:
+        """The chunk's rows no streamed change replaced, as ``r`` events here in the stream;
+        each record's offset carries its key as the progress."""
+        _, schema = self.incremental_tables[chunk.table]
+        source = EventSource(
+            transaction.commit_us, INCREMENTAL, transaction.xid, lsn, self.last_commit_lsn
+        )
+        self.last_position = ResumePoint(transaction.commit_lsn, lsn, self.events_at_lsn)
+        for key, texts in chunk.rows.items():
+            self.incremental.last_key = key
+            offset = {**position, "messageType": "READ", **self.incremental.offset_fields()}
+            records.append(self._record(schema, "r", None, schema.row(list(texts)), source, offset))
+        self.incremental.last_key = chunk.last_key
+        if chunk.table_done:
+            log.info("incremental snapshot of %s done", chunk.table)
+            self.incremental.table_finished()
 
     def _record(
         self,
@@ -891,6 +1104,7 @@ class PostgresConnectorTask(SourceTask):
             "lsn_commit": self.last_commit_lsn,
             "lsn_events_processed": 0,
             "ts_usec": epoch_micros_now(),
+            **self.incremental.offset_fields(),
         }
         now_ms = epoch_micros_now() // 1000
         return SourceRecord(
@@ -930,7 +1144,7 @@ class PostgresConnectorTask(SourceTask):
         self.stopping = True
         with self.lock:
             catalog = getattr(self, "catalog", None)
-            for closing in (self.snapshot, self.replication):
+            for closing in (self.snapshot, self.replication, getattr(self, "chunk_reader", None)):
                 if closing is None:
                     continue
                 try:
@@ -948,3 +1162,4 @@ class PostgresConnectorTask(SourceTask):
             self.snapshot = None
             self.snapshot_rows = None
             self.replication = None
+            self.chunk_reader = None
