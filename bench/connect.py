@@ -9,13 +9,17 @@ API) on a local[2] SparkSession started before the clock starts (a worker starts
 The source figure is from the task's start to the last record acknowledged in the topic;
 the sink figures from the task's start to the last row written (each sink's table is made
 beforehand, as ``auto.create`` makes it, with one more column the database fills with the
-time each row is written), the lake's to the last row in its committed files. Each
-figure also gives the CPU time a row cost, all processes together and by part (the
-driver's JVM, Spark's Python workers, the broker, PostgreSQL's backends; a process that
-exited unreaped is lost, so a part may come out a little short), which the load of others
-on a shared machine changes much less than the rows/s. Prints one line per figure.
-Usage: python bench/connect.py [--rows N] [--batch-size N] [--fetch-rows N]
-[--figures source,upsert,once,lake] [--profile]
+time each row is written), the lake's to the last row in its committed files. Each copy
+follows a warm-up copy of the same kind (``--warm-rows``; a running worker's JIT has
+compiled the copy's code). Each figure also gives the CPU time a row cost, all processes
+together and by part (the driver's JVM, Spark's Python workers running the tasks, Spark's
+Python planning processes: data sources looked up, planned and committed, a stream's
+offsets asked; the broker, PostgreSQL's backends; a process that exited unreaped is lost,
+so a part may come out a little short), which the load of others on a shared machine
+changes much less than the rows/s; ``--jvm-threads`` splits the JVM's by its threads (the
+JIT compilers, the garbage collector, Spark's tasks...). Prints one line per figure.
+Usage: python bench/connect.py [--rows N] [--warm-rows N] [--batch-size N] [--fetch-rows N]
+[--figures source,upsert,once,lake] [--profile] [--jvm-threads]
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import cProfile
 import datetime
 import os
 import pstats
+import re
 import shutil
 import sys
 import tempfile
@@ -47,7 +52,6 @@ from strom.connect.stores import STARTED, FileOffsetStore  # noqa: E402
 from strom.connect.worker_config import STANDALONE, WorkerConfig  # noqa: E402
 
 COLUMNS = 10
-WARM_ROWS = 20_000
 
 
 class TopicWatch:
@@ -73,9 +77,12 @@ class TopicWatch:
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
+SPARK_JVM, PYTHON_PLANNING = "Spark's JVM", "Spark's Python planning"
 PART_OF_COMMAND = (  # the part of the pipeline a process is, by its command line
-    ("bin/java", "Spark's JVM"),  # first: its class path names pyspark too
-    ("pyspark", "Spark's Python workers"),
+    ("bin/java", SPARK_JVM),  # first: its class path names pyspark too
+    ("pyspark.daemon pyspark.worker", "Spark's Python workers"),  # the tasks' Python
+    # the others: data sources looked up, planned, committed, a stream's offsets asked
+    ("pyspark", PYTHON_PLANNING),
     ("strom.cli.main broker", "broker"),
     ("postgres", "PostgreSQL"),
 )
@@ -84,9 +91,11 @@ PART_OF_COMMAND = (  # the part of the pipeline a process is, by its command lin
 def cpu_by_part(roots: list[int]) -> dict[str, float]:
     """CPU seconds (user and system) of the processes under ``roots`` by part of the
     pipeline, with what their reaped children used (a Python worker that exited counts
-    in its parent)."""
+    in its parent; one the JVM started, a data source's planning or a stream's offsets
+    runner, in Spark's Python planning)."""
     children: dict[int, list[int]] = {}
     times: dict[int, int] = {}
+    reaped: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -97,7 +106,8 @@ def cpu_by_part(roots: list[int]) -> dict[str, float]:
             continue  # exited meanwhile
         pid, parent = int(entry), int(fields[1])
         children.setdefault(parent, []).append(pid)
-        times[pid] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        times[pid] = int(fields[11]) + int(fields[12])  # utime stime
+        reaped[pid] = int(fields[13]) + int(fields[14])  # cutime cstime
     parts: dict[str, float] = {}
     seen: set[int] = set()
     todo = list(roots)
@@ -113,12 +123,78 @@ def cpu_by_part(roots: list[int]) -> dict[str, float]:
             command = ""
         part = next((name for key, name in PART_OF_COMMAND if key in command), "the driver")
         parts[part] = parts.get(part, 0.0) + times.get(pid, 0) / TICKS_PER_S
+        children_part = PYTHON_PLANNING if part == SPARK_JVM else part
+        parts[children_part] = parts.get(children_part, 0.0) + reaped.get(pid, 0) / TICKS_PER_S
         todo.extend(children.get(pid, []))
     return parts
 
 
 def cpu_seconds(roots: list[int]) -> float:
     return sum(cpu_by_part(roots).values())
+
+
+JVM_THREADS = (  # a JVM thread's group, by the start of its name (/proc's comm: 15 bytes)
+    ("C1 CompilerThre", "JIT"),
+    ("C2 CompilerThre", "JIT"),
+    ("GC Thread", "GC"),
+    ("G1 ", "GC"),
+    ("VM Thread", "GC"),
+    ("Executor task", "Spark's tasks"),
+)
+
+
+def jvm_threads(root: int) -> dict[str, float]:
+    """CPU seconds of the JVMs under ``root`` by group of threads: the JIT compilers, the
+    garbage collector, Spark's task threads, the others by their names' start, and
+    (``exited``) what threads that ended used (the process's own times less its live
+    threads')."""
+    groups: dict[str, float] = {}
+    for pid in _descendants(root):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"bin/java" not in command:
+                continue
+            own = _ticks(Path(f"/proc/{pid}/stat").read_text())
+            live = 0
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                try:
+                    name = (task / "comm").read_text().strip()
+                    ticks = _ticks((task / "stat").read_text())
+                except OSError:
+                    continue
+                live += ticks
+                group = next(
+                    (g for start, g in JVM_THREADS if name.startswith(start)),
+                    re.sub(r"[-#]?\d+$", "", name),  # Thread-4, pool-2-thread-1...: the kind
+                )
+                groups[group] = groups.get(group, 0.0) + ticks / TICKS_PER_S
+            groups["exited"] = groups.get("exited", 0.0) + (own - live) / TICKS_PER_S
+        except OSError:
+            continue
+    return groups
+
+
+def _ticks(stat: str) -> int:
+    """A process's or thread's own CPU ticks (user and system) from its ``stat``."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
 
 
 def wait(check: object, what: str, timeout: float = 600.0, step: float = 0.05) -> None:
@@ -132,7 +208,18 @@ def wait(check: object, what: str, timeout: float = 600.0, step: float = 0.05) -
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument(
+        "--warm-rows",
+        type=int,
+        default=200_000,
+        help="rows of the warm-up copies (a running worker's JIT has compiled the copy's code)",
+    )
     parser.add_argument("--profile", action="store_true", help="profile the driver's thread")
+    parser.add_argument(
+        "--jvm-threads",
+        action="store_true",
+        help="also the JVM's CPU a row by group of threads (JIT, GC, Spark's tasks...)",
+    )
     parser.add_argument(
         "--batch-size", type=int, default=None, help="the sinks' batch.size (default: theirs)"
     )
@@ -161,7 +248,7 @@ def main() -> None:
         postgres.query(f"CREATE TABLE wide (id BIGINT PRIMARY KEY, {columns})")
         values = ", ".join(f"i * {i}" for i in range(1, COLUMNS))
         postgres.query(f"INSERT INTO wide SELECT i, {values} FROM generate_series(1, {rows}) i")
-        postgres.query(f"CREATE TABLE warm AS SELECT * FROM wide WHERE id <= {WARM_ROWS}")
+        postgres.query(f"CREATE TABLE warm AS SELECT * FROM wide WHERE id <= {args.warm_rows}")
         config = WorkerConfig(
             {
                 "bootstrap.servers": broker.bootstrap,
@@ -198,6 +285,7 @@ def main() -> None:
                 config["batch.max.rows"] = str(args.fetch_rows)
             spec = TaskSpec((f"source-{table}", 0), SOURCE, JdbcSourceTask, config, config)
             cpu = cpu_by_part(roots)
+            start_threads()
             started = time.perf_counter()
             runner.start(spec, STARTED)
             topic = f"bench-{table}"
@@ -240,6 +328,7 @@ def main() -> None:
                 return isinstance(found, int) and found >= count
 
             cpu = cpu_by_part(roots)
+            start_threads()
             started = time.time()
             runner.start(spec, STARTED)
             wait(copied, f"{target}'s rows", step=1.0)
@@ -269,6 +358,7 @@ def main() -> None:
                 return rows >= count
 
             cpu = cpu_by_part(roots)
+            start_threads()
             started = time.perf_counter()
             runner.start(spec, STARTED)
             wait(written, f"{files}'s rows", step=0.2)
@@ -278,9 +368,31 @@ def main() -> None:
             check_failures()
             return figure(count, elapsed, used)
 
+        threads_before: dict[str, float] = {}
+
         def spent(before: dict[str, float]) -> dict[str, float]:
             after = cpu_by_part(roots)
             return {part: after[part] - before.get(part, 0.0) for part in after}
+
+        def start_threads() -> None:
+            if args.jvm_threads:
+                threads_before.clear()
+                threads_before.update(jvm_threads(os.getpid()))
+
+        def threads_spent(count: int) -> str:
+            if not args.jvm_threads:
+                return ""
+            after = jvm_threads(os.getpid())
+            used = {g: after[g] - threads_before.get(g, 0.0) for g in after}
+            return (
+                " [JVM threads: "
+                + ", ".join(
+                    f"{g} {seconds / count * 1e6:.1f}"
+                    for g, seconds in sorted(used.items(), key=lambda item: -item[1])
+                    if seconds / count * 1e6 >= 0.05
+                )
+                + "]"
+            )
 
         def figure(count: int, elapsed: float, cpu: dict[str, float]) -> str:
             load = os.getloadavg()[0]
@@ -292,6 +404,7 @@ def main() -> None:
             return (
                 f"{count / elapsed:,.0f} rows/s; CPU {total / count * 1e6:.1f} us a row "
                 f"({parts}; {total / elapsed:.2f} cores busy; load average {load:.1f})"
+                + threads_spent(count)
             )
 
         def check_failures() -> None:
@@ -301,11 +414,11 @@ def main() -> None:
 
         # A worker's first Spark jobs start its Python workers and warm the JVM: a small
         # table first, as a worker that has been running a while.
-        copy_source("warm", WARM_ROWS)
+        copy_source("warm", args.warm_rows)
         if figures & {"upsert", "once"}:
-            copy_sink("warm", WARM_ROWS)
+            copy_sink("warm", args.warm_rows)
         if "lake" in figures:
-            copy_lake("warm", WARM_ROWS)
+            copy_lake("warm", args.warm_rows)
         if profiler is not None:
             profiler.enable()
         result = copy_source("wide", rows)
