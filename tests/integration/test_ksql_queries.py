@@ -4,10 +4,12 @@ over HTTP as ksqlDB's clients drive ksqlDB: push queries on ``/query-stream`` an
 the server's Spark, their output read back with confluent-kafka, the processing log, a
 restart that resumes a query from its checkpoint without writing anything twice
 (exactly_once_v2, read_committed), pull queries, TERMINATE and DROP; EMIT FINAL, session
-windows, a stream-stream LEFT join and EXPLODE with ksqlDB's records.
+windows, a stream-stream LEFT join and EXPLODE with ksqlDB's records; two servers of one
+service id sharing a query, one killed (-9) and the other taking it over exactly once,
+and CREATE OR REPLACE of the query.
 
-One broker and one server (one Spark driver) for the module; the tests build on each
-other in order.
+One broker and one server (one Spark driver) for the module, and a second server for
+the last test; the tests build on each other in order.
 """
 
 from __future__ import annotations
@@ -393,6 +395,8 @@ def test_n_way_foreign_key_and_grouped_joins_on_spark(
         "WITH (kafka_topic='items_j', value_format='JSON', partitions=1);"
         "CREATE TABLE accounts_j (id STRING PRIMARY KEY, customer STRING, balance INTEGER) "
         "WITH (kafka_topic='accounts_j', value_format='JSON', partitions=1);"
+        "CREATE TABLE limits_j (id STRING PRIMARY KEY, cap INTEGER) "
+        "WITH (kafka_topic='limits_j', value_format='JSON', partitions=1);"
     )
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
     for topic, key, value, at in [
@@ -402,6 +406,7 @@ def test_n_way_foreign_key_and_grouped_joins_on_spark(
         ("items_j", "i2", {"PRICE": 5}, 4),
         ("accounts_j", "a1", {"CUSTOMER": "c1", "BALANCE": 100}, 5),
         ("accounts_j", "a2", {"CUSTOMER": "c9", "BALANCE": 50}, 6),
+        ("limits_j", "a1", {"CAP": 500}, 7),
         ("orders_j", "o1", {"CUSTOMER": "c1", "ITEM": "i1", "QTY": 2}, 10),
         ("orders_j", "o2", {"CUSTOMER": "c2", "ITEM": "i2", "QTY": 3}, 11),
         ("orders_j", "o3", {"CUSTOMER": "c1", "ITEM": "i2", "QTY": 1}, 12),
@@ -455,10 +460,35 @@ def test_n_way_foreign_key_and_grouped_joins_on_spark(
     assert [json.loads(line) for line in lines[1:]] == [
         ["o1", "Ada L", 10], ["o2", "Bob", 5], ["o3", "Ada L", 5]
     ]  # fmt: skip
+    # a foreign-key join, then a join on the left table's key (a1 alone has both)
+    lines = server.stream(
+        "/query-stream",
+        {
+            "sql": "SELECT a.id, a.balance, l.cap FROM accounts_j a JOIN customers_j c "
+            "ON a.customer = c.id JOIN limits_j l ON a.id = l.id EMIT CHANGES LIMIT 1;",
+            "properties": {"auto.offset.reset": "earliest"},
+        },
+    )
+    assert [json.loads(line) for line in lines[1:]] == [["a1", 100, 500]]
+    # FULL OUTER: ksqlDB's synthetic key column ROWKEY, the key of the side present
+    lines = server.stream(
+        "/query-stream",
+        {
+            "sql": "SELECT * FROM customers_j c FULL OUTER JOIN limits_j l ON c.id = l.id "
+            "EMIT CHANGES LIMIT 3;",
+            "properties": {"auto.offset.reset": "earliest"},
+        },
+    )
+    header = json.loads(lines[0])
+    assert header["columnNames"] == ["ROWKEY", "C_ID", "C_NAME", "C_REGION", "L_ID", "L_CAP"]
+    rows = [json.loads(line) for line in lines[1:]]
+    assert len(rows) == 3
+    assert all(row[0] == (row[1] if row[1] is not None else row[4]) for row in rows)
+    assert {row[0] for row in rows} <= {"c1", "c2", "a1"}
     ids = " ".join(f"TERMINATE {c['commandStatus']['queryId']};" for c in created)
     server.ok(ids + "DROP TABLE region_totals_j; DROP TABLE account_owners_j;"
               "DROP STREAM orders_j; DROP TABLE customers_j; DROP TABLE items_j;"
-              "DROP TABLE accounts_j;")  # fmt: skip
+              "DROP TABLE accounts_j; DROP TABLE limits_j;")  # fmt: skip
 
 
 def windowed(records: list[Any], session: bool = False) -> list[tuple[Any, ...]]:
@@ -569,3 +599,88 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
     ids = " ".join(f"TERMINATE {c['commandStatus']['queryId']};" for c in created)
     server.ok(ids + "DROP TABLE final_counts; DROP TABLE sessions; DROP STREAM maybe_paid;"
               "DROP STREAM exploded; DROP STREAM events; DROP STREAM pays;")  # fmt: skip
+
+
+def owner_of(
+    servers: list[Server], query_id: str, expected: str | None = None, deadline_s: float = SLOW_S
+) -> str:
+    """The REST URL of the server that runs ``query_id``, as each server reports it (once
+    it is ``expected``: a dead server is reported until the group's session timeout)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        hosts = []
+        for each in servers:
+            [described] = each.ok("SHOW QUERIES EXTENDED;")
+            [query] = [q for q in described["queryDescriptions"] if q["id"] == query_id]
+            hosts.append(query["ksqlHostQueryStatus"])
+        if all(h == hosts[0] and len(h) == 1 for h in hosts):
+            [(host, state)] = hosts[0].items()
+            assert state == "RUNNING"
+            if expected in (None, host):
+                return host
+    raise AssertionError(f"no single owner {expected or ''} of {query_id} reported: {hosts}")
+
+
+@pytest.mark.timeout(900)  # each wait is bounded (SLOW_S); the second server's Spark starts cold
+def test_two_servers_of_one_service_id_share_the_queries_and_take_over(
+    server: Server, broker: BrokerProcess
+) -> None:
+    # The second server announces itself once the group has given it its slots: the
+    # query below starts on its owner, and only there (it started on the first server
+    # and moved at once, which took minutes on a loaded machine: the group waited for
+    # the first server's Spark to start the query before it could stop it)
+    second = Server(broker, server.state_dir, server.registry)  # type: ignore[attr-defined]
+    servers = {server.url: server, second.url: second}
+    try:
+        server.ok(
+            "CREATE STREAM orders (id STRING KEY, n INTEGER) "
+            "WITH (kafka_topic='orders', value_format='JSON', partitions=2);"
+        )
+        produce(broker, "orders", [(f"o{i}".encode(), {"N": i}, BASE + i) for i in range(6)])
+        [created] = second.ok(
+            "CREATE STREAM big_orders AS SELECT id, n FROM orders WHERE n >= 0;",
+            **{"auto.offset.reset": "earliest"},
+        )  # accepted by one server, run by whichever owns it: once
+        query_id = created["commandStatus"]["queryId"]
+        records = read_topic(broker, "BIG_ORDERS", 6, SLOW_S)
+        assert sorted(k for k, _, _ in records) == [f"o{i}".encode() for i in range(6)]
+        owner = owner_of(list(servers.values()), query_id)
+        survivor = next(s for url, s in servers.items() if url != owner)
+        lines = survivor.stream("/query-stream", {"sql": "SELECT * FROM big_orders;"})
+        assert len(lines) == 7  # any server answers a pull query: header and six rows
+        servers[owner].process.proc.kill()  # kill -9 of the server running the query
+        servers[owner].process.proc.wait(30)
+        produce(broker, "orders", [(f"o{i}".encode(), {"N": i}, BASE + i) for i in range(6, 9)])
+        records = read_topic(broker, "BIG_ORDERS", 9, SLOW_S)
+        assert sorted(k for k, _, _ in records) == [f"o{i}".encode() for i in range(9)]
+        # the group gives the dead server's query to the survivor (the output above may
+        # be the dying server's last micro-batch: its Spark exits once its driver is gone)
+        assert owner_of([survivor], query_id, survivor.url) == survivor.url
+        # CREATE OR REPLACE: a new column and filter; the query keeps its id and progress,
+        # and the records after it are written by the survivor, once
+        [replaced] = survivor.ok(
+            "CREATE OR REPLACE STREAM big_orders AS "
+            "SELECT id, n, n * 10 AS tenfold FROM orders WHERE n >= 1;"
+        )
+        assert replaced["commandStatus"]["queryId"] == query_id
+        status, refused = survivor.ksql(
+            "CREATE OR REPLACE STREAM big_orders AS SELECT id FROM orders;"
+        )
+        assert status == 400
+        assert refused["message"].startswith(
+            "Cannot upgrade data source: DataSource '`BIG_ORDERS`' has schema = `ID` STRING KEY, "
+            "`N` INTEGER, `TENFOLD` INTEGER which is not upgradeable to `ID` STRING KEY."
+        )
+        produce(broker, "orders", [(b"o9", {"N": 9}, BASE + 9), (b"o10", {"N": 0}, BASE + 10)])
+        records = read_topic(broker, "BIG_ORDERS", 10, SLOW_S)
+        assert sorted((k, json.loads(v)) for k, v, _ in records if k == b"o9") == [
+            (b"o9", {"N": 9, "TENFOLD": 90})
+        ]
+        assert sorted(k for k, _, _ in records) == sorted(f"o{i}".encode() for i in range(10))
+        survivor.ok(f"TERMINATE {query_id}; DROP STREAM big_orders; DROP STREAM orders;")
+    finally:
+        alive = [s for s in servers.values() if s.process.proc.poll() is None]
+        for extra in alive[1:]:
+            extra.stop()
+        if alive:  # the module's fixture stops the one left
+            server.process, server.url = alive[0].process, alive[0].url
