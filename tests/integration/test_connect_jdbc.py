@@ -511,6 +511,7 @@ def lake_ids(table: Path) -> list[int]:
     return sorted(ids)
 
 
+@pytest.mark.timeout(480)  # two JVM starts: at a load of 20 on 2 cores, 150-240 s
 def test_killed_worker_resumes_each_record_once(
     worker: Worker, postgres: PostgresProcess, broker: BrokerProcess, spark_connect_dir: Path
 ) -> None:
@@ -571,15 +572,15 @@ def test_killed_worker_resumes_each_record_once(
     wait_for(primed, "both sinks' queries running", timeout=120)
     writer = RowWriter(postgres)
     writer.start()
-    stream.start()  # and kill once the table has a few batches more
-    wait_for(lambda: rows() >= 2 * STREAM_PRIME, "the sinks mid-stream", timeout=60)
     wait_for(lambda: source_offsets()[0]["offset"]["incrementing"] > 100,  # type: ignore[index]
              "the source reading the new rows", timeout=60)  # fmt: skip
+    stream.start()  # and kill once the table has a few batches more
+    wait_for(lambda: rows() >= 2 * STREAM_PRIME, "the sinks mid-stream", timeout=60)
     worker.proc.kill()  # SIGKILL: batches in flight, offsets not yet committed in the group
     worker.proc.wait(30)
+    events = 100 + writer.stop()  # rows up to the kill (and a few while it is down)
     assert rows() < STREAM_TOTAL or stream.sent < STREAM_TOTAL, "killed after the stream ended"
     worker.start()
-    events = 100 + writer.stop()
     stream.join(120)
     wait_for(lambda: rows() >= STREAM_TOTAL, "every record in the table", timeout=120)
     ids = [r[0] for r in postgres.query("SELECT id FROM stream_rows ORDER BY id")]
