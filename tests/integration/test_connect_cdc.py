@@ -16,7 +16,8 @@ worker killed in the middle of a snapshot: taken again, each row's ``r`` once wh
 snapshot is one transaction (``transaction.boundary=connector``), repeated with ``poll``
 boundaries but the changes made meanwhile streamed once each after it; an incremental
 snapshot asked for by a signal table's row, read in chunks between streamed changes, a
-change made while a chunk's window is open winning over the chunk's copy of the row.
+change made while a chunk's window is open winning over the chunk's copy of the row, and
+the worker killed in the middle of one: each row's ``r`` once after the restart.
 """
 
 from __future__ import annotations
@@ -476,6 +477,70 @@ def test_incremental_snapshot_by_signal(
     task = workers.current.wait_task_failed("cdc-nosignal")["tasks"][0]
     assert "signal.data.collection public.absent: no such table" in task["trace"]
     workers.current.call("DELETE", "/connectors/cdc-nosignal")
+
+
+# The ninth chunk's closing watermark waits for an advisory lock the test holds, so the
+# worker can be killed at a known point of an incremental snapshot.
+HOLD_AT_NINTH_CHUNK = """
+CREATE FUNCTION hold_at_ninth_chunk() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.type = 'snapshot-window-close'
+     AND (SELECT count(*) FROM held_signal WHERE type = 'snapshot-window-close') = 8 THEN
+    PERFORM pg_advisory_xact_lock_shared(4242);
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER hold_at_ninth_chunk BEFORE INSERT ON held_signal
+  FOR EACH ROW EXECUTE FUNCTION hold_at_ninth_chunk();
+"""
+
+
+def test_incremental_snapshot_resumes_after_a_kill(
+    workers: Workers, postgres: PostgresProcess, broker: BrokerProcess
+) -> None:
+    """The worker killed with SIGKILL in the middle of an incremental snapshot (100 rows
+    in chunks of 5, held while it reads its ninth chunk), restarted: the snapshot goes on
+    after the last row its stored offsets name, with a new chunk (the old chunk's
+    watermarks, written after the kill, ignored); a read_committed reader sees each row's
+    ``r`` once."""
+    postgres.query("CREATE TABLE bolts (id INT PRIMARY KEY, size INT NOT NULL)")
+    postgres.query("INSERT INTO bolts SELECT i, i % 7 FROM generate_series(1, 100) i")
+    postgres.query(SIGNAL_TABLE.replace("dbz_signal", "held_signal"))
+    postgres.query(HOLD_AT_NINTH_CHUNK)
+    held = ("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND wait_event = 'advisory'")  # fmt: skip
+    reader = TopicReader(broker, "held.public.bolts")
+    try:
+        with postgres.connect() as lock:
+            lock.execute("SELECT pg_advisory_lock(4242)")
+            create(workers.current, "cdc-held", cdc_config(postgres, "held", **{
+                "table.include.list": "public.bolts", "snapshot.mode": "never",
+                "signal.data.collection": "public.held_signal",
+                "incremental.snapshot.chunk.size": "5"}))  # fmt: skip
+            wait_streaming(postgres, "slot_held")
+            postgres.query(
+                "INSERT INTO held_signal VALUES ('held-1', 'execute-snapshot', "
+                '\'{"data-collections": ["public.bolts"]}\')'
+            )
+            wait_for(lambda: postgres.query(held), "the ninth chunk held")
+            before_kill = len(reader.wait(1))
+            workers.restart_after_kill()
+            lock.execute("SELECT pg_advisory_unlock(4242)")
+
+        def every_row() -> bool:
+            reader.read()
+            return {v["payload"]["after"]["id"] for _, v in reader.records} >= set(range(1, 101))
+
+        wait_for(every_row, "every row of bolts", timeout=90)
+        reader.read()
+        records = reader.records
+    finally:
+        reader.close()
+    assert 0 < before_kill < 100  # killed mid-snapshot
+    reads = [v["payload"] for _, v in records]
+    assert {v["op"] for v in reads} == {"r"}
+    assert sorted(v["after"]["id"] for v in reads) == list(range(1, 101))  # each once
+    workers.current.call("DELETE", "/connectors/cdc-held")
 
 
 SNAPSHOT_ROWS = 1000
