@@ -25,6 +25,7 @@ Does not own reading records of other formats, the operators' semantics, or Spar
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -445,10 +446,15 @@ def _json_texts(array: Any, kind: str) -> Any:
                 [None if s is None else json.dumps(s) for s in array.to_pylist()], pa.string()
             )
     elif kind == "DOUBLE":  # Python's float text, as json.dumps writes it
+        text = formats._json_text
+        finite = math.isfinite
         texts = pa.array(
-            [None if d is None else formats._json_text(d) for d in array.to_pylist()],
+            [
+                None if d is None else float.__repr__(d) if finite(d) else text(d)
+                for d in array.to_pylist()
+            ],
             pa.string(),
-        )
+        )  # a finite float's json.dumps is its repr, at a tenth of the cost
     else:  # integers in decimal; booleans as true / false
         texts = pc.cast(array, pa.string())
     return pc.fill_null(texts, "null")
