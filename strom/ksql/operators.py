@@ -351,6 +351,13 @@ class Operators:
                 joined = self._joined_row(pair[0], pair[1], step)
                 joined.columns["ROWTIME"] = max(r.timestamp for r in pair)
                 out.append(Joined(key, joined))
+        outer = {"LEFT": ("left",), "RIGHT": ("right",), "FULL": ("left", "right")}
+        if join.grace_ms is None and not entry["matched"] and side in outer.get(join.kind, ()):
+            # without GRACE PERIOD ksqlDB joins with Kafka Streams' old join windows: a
+            # record that meets none gives its row at once (a later match its joined row)
+            pair = (row, None) if side == "left" else (None, row)
+            out.append(Joined(key, self._joined_row(pair[0], pair[1], step)))
+            entry["padded"] = True
         state.setdefault(side, []).append(entry)
         return out + self.close_join_rows(state, stream_time, step, key)
 
@@ -403,7 +410,7 @@ class Operators:
             kept = []
             for entry in state.get(side, []):
                 if entry["row"].timestamp + reach + grace < stream_time:
-                    if side in outer and not entry["matched"]:
+                    if side in outer and not entry["matched"] and not entry.get("padded"):
                         pair = (entry["row"], None) if side == "left" else (None, entry["row"])
                         joined_key = self.key_of(side, entry["row"], step) if key is None else key
                         out.append(Joined(joined_key, self._joined_row(pair[0], pair[1], step)))

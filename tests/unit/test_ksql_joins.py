@@ -401,6 +401,37 @@ def test_synthetic_keys_ksqldb_refuses(query: str, message: str) -> None:
     assert message in str(refused.value)
 
 
+def test_outer_stream_joins_without_grace_give_unmatched_rows_at_once() -> None:
+    """Without GRACE PERIOD ksqlDB joins streams with Kafka Streams' old join windows: a
+    record that meets nothing gives its null-padded row as it comes, a later match its
+    joined row too (with GRACE PERIOD the padded row waits for the window to close)."""
+    streams = [
+        f"CREATE STREAM {n} (ID INT KEY, V BIGINT) WITH (kafka_topic='{n.lower()}', "
+        "value_format='JSON')"
+        for n in ("P", "Q", "R")
+    ]
+    plan = planned(
+        *streams, "CREATE STREAM O AS SELECT ROWKEY AS K, p.V, q.V, r.V FROM P "
+        "FULL JOIN Q WITHIN 2 SECONDS ON P.ID = Q.ID FULL JOIN R WITHIN 4 SECONDS "
+        "ON P.ID = R.ID",
+    )  # fmt: skip
+    records: list[Record] = [
+        ("p", 7, {"V": 1}, 1000),
+        ("q", 7, {"V": 2}, 1500),
+        ("r", 8, {"V": 3}, 2000),  # nothing with key 8 on the left: its row at once
+        # p's record is 8 s away: Q's row alone, whose P.ID is null: the next join (on
+        # P.ID) drops it, a null key joining nothing
+        ("q", 7, {"V": 4}, 9000),
+        ("p", 7, {"V": 5}, 9500),  # meets the last q
+    ]
+    assert run(plan, records) == [
+        (7, {"P_V": 1, "Q_V": None, "R_V": None}, 1000),
+        (7, {"P_V": 1, "Q_V": 2, "R_V": None}, 1500),
+        (8, {"P_V": None, "Q_V": None, "R_V": 3}, 2000),
+        (7, {"P_V": 5, "Q_V": 4, "R_V": None}, 9500),
+    ]
+
+
 # ---- GROUP BY over a join ---------------------------------------------------------------
 
 
