@@ -1,0 +1,1 @@
+"""Handlers of the admin APIs: topics, partitions and reassignment, configs, client quotas."""

@@ -1,0 +1,1 @@
+"""Handlers of the cluster APIs: Metadata, DescribeCluster, ApiVersions, UpdateFeatures."""

@@ -1,0 +1,2 @@
+"""Handlers of the transaction APIs: InitProducerId, AddPartitionsToTxn, EndTxn,
+transaction markers and the transaction admin APIs."""
