@@ -103,7 +103,7 @@ def per_request_cost(calls: int = 200_000) -> float:
     from types import SimpleNamespace
 
     from strom.broker.metrics import BrokerMetrics
-    from strom.broker.router import RequestContext
+    from strom.broker.network.router import RequestContext
     from strom.protocol.framing import codec_for
 
     metrics = BrokerMetrics()

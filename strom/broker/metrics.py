@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from strom.broker.loop_lag import LoopLagProbe
+from strom.broker.network.loop_lag import LoopLagProbe
 
 if TYPE_CHECKING:
-    from strom.broker.router import RequestContext
+    from strom.broker.network.router import RequestContext
     from strom.broker.server import Broker
 
 FETCH = 1
@@ -462,7 +462,7 @@ class KafkaCollector(Collector):
     # share groups (KIP-932) -------------------------------------------------------------
 
     def _share_group_metrics(self) -> Iterator[Metric]:
-        from strom.broker.share_groups import service_of
+        from strom.broker.handlers.groups.share_groups import service_of
         from strom.coordinator.share_group import ShareGroup
 
         service = service_of(self.broker)

@@ -44,24 +44,28 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from strom.broker.access.authentication import SASL_HANDSHAKE as SASL_HANDSHAKE_KEY
+from strom.broker.access.authentication import ConnectionSession, ListenerSecurity, peer_security
+from strom.broker.access.client_quotas import ClientQuotas
 from strom.broker.admin_http import AdminListener
-from strom.broker.api_versions import unsupported_version_answer, unsupported_version_response
-from strom.broker.authentication import SASL_HANDSHAKE as SASL_HANDSHAKE_KEY
-from strom.broker.authentication import ConnectionSession, ListenerSecurity, peer_security
-from strom.broker.client_quotas import ClientQuotas
-from strom.broker.controller_channel import ControllerChannel
-from strom.broker.controller_service import ControllerService
-from strom.broker.fetch_sessions import FetchSessionCache
-from strom.broker.group_commit import GroupCommit
-from strom.broker.lifecycle import BrokerLifecycle
+from strom.broker.controller.channel import ControllerChannel
+from strom.broker.controller.lifecycle import BrokerLifecycle
+from strom.broker.controller.producer_ids import ProducerIdBlocks
+from strom.broker.controller.quorum import QuorumDriver
+from strom.broker.controller.service import ControllerService
+from strom.broker.handler_tables import route_tables
+from strom.broker.handlers.cluster.api_versions import (
+    unsupported_version_answer,
+    unsupported_version_response,
+)
+from strom.broker.handlers.data.fetch_sessions import FetchSessionCache
 from strom.broker.metrics import BrokerMetrics
-from strom.broker.producer_ids import ProducerIdBlocks
-from strom.broker.purgatory import Purgatory
-from strom.broker.quorum import QuorumDriver
-from strom.broker.replication import ReplicaManager
-from strom.broker.router import RequestContext, Route, load_handlers
-from strom.broker.txn_markers import TxnMarkerSender
-from strom.broker.txn_verification import TxnVerifier
+from strom.broker.network.purgatory import Purgatory
+from strom.broker.network.router import RequestContext, Route
+from strom.broker.replica.group_commit import GroupCommit
+from strom.broker.replica.manager import ReplicaManager
+from strom.broker.replica.txn_markers import TxnMarkerSender
+from strom.broker.replica.txn_verification import TxnVerifier
 from strom.cluster.meta_properties import ensure_formatted
 from strom.cluster.node_state import NodeState
 from strom.config import BrokerConfig, ConfigError, Listener, parse_listener
@@ -123,7 +127,7 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.node_id = config.node_id
-        self.routes, self.controller_routes = load_handlers()
+        self.routes, self.controller_routes = route_tables()
         self.is_broker = config.is_broker
         self.is_controller = config.is_controller
         meta = ensure_formatted(

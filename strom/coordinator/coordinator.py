@@ -37,7 +37,7 @@ with the markers it meets; offsets still pending make OffsetFetch with require_s
 answer UNSTABLE_OFFSET_COMMIT for their partitions.
 
 Talks to storage through the cluster controller, never to sockets: the wire
-handlers (strom.broker.groups, offsets, consumer_groups) call it.
+handlers (strom.broker.handlers.groups.classic_groups, offsets, consumer_groups) call it.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ assignment epoch change), and a member that left is tombstoned; the coordinator 
 loads the partition next (after a restart or a move) restores the group from them, so
 members go on heartbeating with their epochs (their session timers start afresh). The
 share partitions' delivery state is durable apart (share_state.py). Not owned here:
-the wire (strom/broker/share_groups.py), the records' delivery state
+the wire (strom/broker/handlers/groups/share_groups.py), the records' delivery state
 (share_partition.py).
 """
 

@@ -26,7 +26,7 @@ replayed once, when one of its keys is first needed on the node that leads it, a
 kept. This store is the share coordinator's storage: the node
 leading a key's state partition reads and writes it here, for itself (the share-
 partition's leader is often that node) or for other nodes through the share
-coordinator's RPCs (strom/broker/share_coordinator.py).
+coordinator's RPCs (strom/broker/handlers/groups/share_coordinator.py).
 """
 
 from __future__ import annotations

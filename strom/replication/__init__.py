@@ -6,7 +6,7 @@ watermark, which follower joins or leaves, and whether an acks=all append is ans
 ``follower``: where a follower truncates when the leader says its log diverged.
 
 No sockets, no clock, no threads: the caller passes the time and the facts and carries
-out the decisions. The broker drives it over the network (``strom.broker.replication``)
+out the decisions. The broker drives it over the network (``strom.broker.replica.manager``)
 and a deterministic simulator drives it in the tests (``tests/sim``). Imports only the
 protocol's error codes.
 """

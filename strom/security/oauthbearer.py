@@ -20,10 +20,10 @@ as Kafka's OAuthBearerSaslServer does), and two token validators:
   PrincipalClaimName``, ``...RequiredScope``, ``...AllowableClockSkewMs``).
 
 A validated token gives the principal's name and its expiry, which bounds the
-session's lifetime for re-authentication (KIP-368, ``strom.broker.authentication``).
+session's lifetime for re-authentication (KIP-368, ``strom.broker.access.authentication``).
 
 Does not own the Kafka requests that carry the tokens, sockets, or where the JWKS
-location is configured (``strom.broker.authentication``).
+location is configured (``strom.broker.access.authentication``).
 """
 
 from __future__ import annotations

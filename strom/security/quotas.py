@@ -36,7 +36,7 @@ call takes ``now_ms``):
   taken, the response throttled).
 
 Does not own where quotas are stored (the metadata image), or measuring and muting
-connections (``strom.broker.client_quotas``).
+connections (``strom.broker.access.client_quotas``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ password="admin-secret" user_alice="alice-secret";``). Proofs and passwords are 
 in constant time.
 
 Does not own where credentials are stored, the Kafka requests that carry the tokens
-(``strom.broker.authentication``) or sockets.
+(``strom.broker.access.authentication``) or sockets.
 """
 
 from __future__ import annotations

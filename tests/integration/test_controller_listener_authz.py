@@ -60,7 +60,7 @@ from kio.schema.describe_configs.v4 import request as describe_configs
 from kio.schema.incremental_alter_configs.v1 import request as alter_configs
 from raw_client import RawClient
 
-from strom.broker.router import load_handlers
+from strom.broker.handler_tables import route_tables
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import codec_for
 
@@ -403,7 +403,7 @@ def _error_codes(value: Any) -> Iterator[ErrorCode]:
 
 CONTROLLER_APIS = sorted(
     (key, route.max_version)
-    for key, route in load_handlers()[1].items()
+    for key, route in route_tables()[1].items()
     if key not in UNAUTHENTICATED | ADMIN_APIS
 )
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from strom.broker.client_quotas import _Timed
+from strom.broker.access.client_quotas import _Timed
 from strom.security.quotas import (
     CLIENT_ID,
     CONSUMER_BYTE_RATE,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from strom.broker import fetch_sessions
-from strom.broker.fetch_sessions import (
+from strom.broker.handlers.data import fetch_sessions
+from strom.broker.handlers.data.fetch_sessions import (
     EVICTABLE_AFTER_S,
     FetchSessionCache,
     SessionPartition,

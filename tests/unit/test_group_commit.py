@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from strom.broker.group_commit import GroupCommit
+from strom.broker.replica.group_commit import GroupCommit
 from strom.protocol.records import build_batch, validate_batches
 from strom.storage import FileHandleCache, LogConfig, PartitionLog
 

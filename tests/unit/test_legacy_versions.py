@@ -301,7 +301,7 @@ def _every_known_version() -> list[tuple[int, int]]:
 def test_an_unsupported_version_answer_can_be_built_for_every_known_version() -> None:
     """The broker's UNSUPPORTED_VERSION answer (a mirror of the request) encodes for
     every request and response type known, legacy ones included."""
-    from strom.broker.api_versions import unsupported_version_answer
+    from strom.broker.handlers.cluster.api_versions import unsupported_version_answer
 
     checked = 0
     for key, version in _every_known_version():
@@ -316,7 +316,7 @@ def test_an_unsupported_version_answer_can_be_built_for_every_known_version() ->
 
 
 def test_an_unsupported_version_answer_echoes_topics_and_partitions() -> None:
-    from strom.broker.api_versions import unsupported_version_answer
+    from strom.broker.handlers.cluster.api_versions import unsupported_version_answer
 
     request_type = request_schema(2, 0)
     request = sample(request_type, PLAIN)

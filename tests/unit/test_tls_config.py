@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tls_certs import Authority, make_ca
 
-from strom.broker.authentication import ListenerSecurity, peer_security
+from strom.broker.access.authentication import ListenerSecurity, peer_security
 from strom.config import BrokerConfig, ConfigError
 from strom.security.tls import (
     NoMatchingRule,

@@ -29,10 +29,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from strom.broker import authz
+from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE
-from strom.broker.controller_channel import ControllerUnavailable
-from strom.broker.router import RequestContext, handles, handles_controller
+from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.network.router import RequestContext, handles, handles_controller
 from strom.cluster.controller_api import ControllerError, ControllerResult
 from strom.cluster.quorum_controller import QuorumController
 from strom.cluster.records import AccessControlEntryRecord, RemoveAccessControlEntryRecord

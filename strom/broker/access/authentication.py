@@ -49,8 +49,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from strom.broker.peer_client import PeerSecurity
-from strom.broker.router import RequestContext, handles, handles_controller
+from strom.broker.network.peer_client import PeerSecurity
+from strom.broker.network.router import RequestContext, handles, handles_controller
 from strom.config import (
     SASL_MECHANISMS,
     SASL_PROTOCOLS,

@@ -32,7 +32,7 @@ from strom.security.authorizer import (
 )
 
 if TYPE_CHECKING:
-    from strom.broker.router import RequestContext
+    from strom.broker.network.router import RequestContext
     from strom.broker.server import Broker
     from strom.cluster.image import MetadataImage
     from strom.cluster.records import AccessControlEntryRecord

@@ -44,8 +44,8 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from strom.broker.common import now_ms
-from strom.broker.fetch import replica_id_of
-from strom.broker.router import Handler, RequestContext
+from strom.broker.handlers.data.fetch import replica_id_of
+from strom.broker.network.router import Handler, RequestContext
 from strom.cluster.node_state import NodeState
 from strom.security.quotas import (
     CONSUMER_BYTE_RATE,

@@ -23,8 +23,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from strom.broker.peer_client import PeerError, PeerPool
-from strom.broker.router import CONTROLLER_ROUTES, RequestContext
+from strom.broker.network.peer_client import PeerError, PeerPool
+from strom.broker.network.router import CONTROLLER_ROUTES, RequestContext
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import codec_for
 

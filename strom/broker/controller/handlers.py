@@ -31,10 +31,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from strom.broker import authz
+from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE, ZERO_UUID
-from strom.broker.configs import resource_result
-from strom.broker.router import RequestContext, handles_controller
+from strom.broker.handlers.admin.configs import resource_result
+from strom.broker.network.router import RequestContext, handles_controller
 from strom.cluster.controller_api import (
     AlterPartitionEntry,
     ControllerError,
@@ -81,7 +81,7 @@ def _service(
 
 
 def _now_ms() -> int:
-    from strom.broker.controller_service import _now_ms as now
+    from strom.broker.controller.service import _now_ms as now
 
     return now()
 

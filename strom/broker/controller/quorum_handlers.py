@@ -23,8 +23,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from strom.broker import authz, quorum_wire
-from strom.broker.router import RequestContext, handles, handles_controller
+from strom.broker.access import authz
+from strom.broker.controller import quorum_wire
+from strom.broker.network.router import RequestContext, handles, handles_controller
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 from strom.raft.messages import Message

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from strom.broker.quorum import NotLeaderError
+from strom.broker.controller.quorum import NotLeaderError
 from strom.cluster import records as mr
 from strom.cluster.bootstrap import bootstrap_records, read_legacy
 from strom.cluster.controller_api import ControllerConfig, ControllerError, ControllerResult
@@ -42,7 +42,7 @@ from strom.cluster.quorum_controller import QuorumController
 from strom.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from strom.broker.quorum import QuorumDriver
+    from strom.broker.controller.quorum import QuorumDriver
     from strom.cluster.node_state import NodeState
     from strom.config import BrokerConfig
 

@@ -98,36 +98,3 @@ class RequestContext:
     @property
     def response_type(self) -> type:
         return self.codec.response_type
-
-
-def load_handlers() -> tuple[dict[int, Route], dict[int, Route]]:
-    """Import every handler module so that their routes are registered; both tables."""
-    from strom.broker import (  # noqa: F401
-        acls,
-        admin_partitions,
-        admin_topics,
-        api_versions,
-        authentication,
-        configs,
-        consumer_groups,
-        controller_handlers,
-        describe_cluster,
-        fetch,
-        groups,
-        init_producer_id,
-        list_offsets,
-        log_dirs,
-        metadata,
-        offset_for_leader_epoch,
-        offsets,
-        produce,
-        quorum_handlers,
-        quota_admin,
-        scram_credentials,
-        share_coordinator,
-        share_groups,
-        transactions,
-        update_features,
-    )
-
-    return ROUTES, CONTROLLER_ROUTES

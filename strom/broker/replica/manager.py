@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.fetch.v17 import request as fetch_req
 
 from strom.broker.common import stop_task
-from strom.broker.peer_client import PeerConnection, PeerError
+from strom.broker.network.peer_client import PeerConnection, PeerError
 from strom.cluster.image import NO_LEADER
 from strom.cluster.partition_change import LEADER_RECOVERING
 from strom.config import LONG_MAX, TOPIC_CONFIGS, ConfigError, throttled
@@ -577,7 +577,7 @@ class ReplicaManager:
     ) -> None:
         """Send ``change`` until it is settled: answered, refused for good, or made moot by
         a newer state of the partition (``PartitionLeader.refused``)."""
-        from strom.broker.alter_partition import (
+        from strom.broker.replica.alter_partition import (
             IsrChangeRefused,
             send_alter_partition,
         )
@@ -743,7 +743,7 @@ class ReplicaFetcher:
         return request, keys
 
     async def _fetch_once(self) -> bool:
-        from strom.broker.cluster_view import inter_broker_endpoint
+        from strom.broker.network.cluster_view import inter_broker_endpoint
 
         built = self._request()
         if built is None:

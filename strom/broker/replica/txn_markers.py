@@ -31,9 +31,9 @@ from kio.schema.write_txn_markers.v1 import request as markers_v1
 from kio.schema.write_txn_markers.v1.response import WriteTxnMarkersResponse
 from kio.static.primitive import i16, i32
 
-from strom.broker.cluster_view import inter_broker_endpoint
-from strom.broker.peer_client import PeerError, PeerPool
-from strom.broker.replication import LeaderAppend
+from strom.broker.network.cluster_view import inter_broker_endpoint
+from strom.broker.network.peer_client import PeerError, PeerPool
+from strom.broker.replica.manager import LeaderAppend
 from strom.cluster.image import NO_LEADER
 from strom.coordinator.internal_log import AppendRefused
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC

@@ -24,8 +24,8 @@ from kio.schema.add_partitions_to_txn.v4.response import AddPartitionsToTxnRespo
 from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i16, i32
 
-from strom.broker.cluster_view import inter_broker_endpoint
-from strom.broker.peer_client import PeerError, PeerPool
+from strom.broker.network.cluster_view import inter_broker_endpoint
+from strom.broker.network.peer_client import PeerError, PeerPool
 from strom.coordinator.transaction_log import TRANSACTION_TOPIC
 from strom.protocol.errors import ErrorCode
 

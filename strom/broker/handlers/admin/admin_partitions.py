@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.elect_leaders.v2 import request as elect_v2
 from kio.static.primitive import i8
 
-from strom.broker import authz
+from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE
-from strom.broker.controller_channel import ControllerUnavailable
-from strom.broker.router import RequestContext, handles
+from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.network.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 

@@ -30,10 +30,10 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from strom.broker import authz
+from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE, ZERO_UUID
-from strom.broker.controller_channel import ControllerUnavailable
-from strom.broker.router import RequestContext, handles
+from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.network.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 from strom.storage.errors import OffsetOutOfRangeError

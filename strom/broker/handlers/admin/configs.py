@@ -42,10 +42,10 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.alter_configs.v2 import request as alter
 
-from strom.broker import authz
+from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE
-from strom.broker.controller_channel import ControllerUnavailable
-from strom.broker.router import RequestContext, handles, handles_controller
+from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.network.router import RequestContext, handles, handles_controller
 from strom.cluster.controller_api import ControllerError
 from strom.cluster.node_state import NodeState
 from strom.cluster.quorum_controller import QuorumController

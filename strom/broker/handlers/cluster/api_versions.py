@@ -33,7 +33,7 @@ from kio.serial._introspect import (
 )
 
 from strom.broker.common import NO_THROTTLE
-from strom.broker.router import ROUTES, RequestContext, Route, handles, handles_controller
+from strom.broker.network.router import ROUTES, RequestContext, Route, handles, handles_controller
 from strom.cluster.features import SUPPORTED as SUPPORTED_FEATURES
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
@@ -71,7 +71,7 @@ def handle_api_versions(ctx: RequestContext, request: object) -> object:
 def _features(ctx: RequestContext, response_type: type) -> dict[str, object]:
     """v3+: the features this node supports and those the cluster finalized (KIP-584),
     share.version among them, with the metadata offset they were read at."""
-    from strom.broker.lifecycle import METADATA_VERSION_FEATURE
+    from strom.broker.controller.lifecycle import METADATA_VERSION_FEATURE
 
     supported_type = nested(response_type, "SupportedFeatureKey")
     finalized_type = nested(response_type, "FinalizedFeatureKey")

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from strom.broker import authz
-from strom.broker.cluster_view import controller_id, live_brokers
+from strom.broker.access import authz
 from strom.broker.common import CLUSTER_OPERATIONS, NO_THROTTLE, authorized_operations
-from strom.broker.router import RequestContext, handles, handles_controller
+from strom.broker.network.cluster_view import controller_id, live_brokers
+from strom.broker.network.router import RequestContext, handles, handles_controller
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 from strom.security.authorizer import CLUSTER_NAME

@@ -30,16 +30,16 @@ from kio.schema.create_topics.v7 import response as create_topics_response
 from kio.schema.types import TopicName
 from kio.static.primitive import i16, i32, i32Timedelta
 
-from strom.broker import authz
-from strom.broker.cluster_view import controller_id, live_brokers
+from strom.broker.access import authz
 from strom.broker.common import (
     CLUSTER_OPERATIONS,
     NO_THROTTLE,
     TOPIC_OPERATIONS,
     ZERO_UUID,
 )
-from strom.broker.controller_channel import ControllerUnavailable
-from strom.broker.router import RequestContext, handles
+from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.network.cluster_view import controller_id, live_brokers
+from strom.broker.network.router import RequestContext, handles
 from strom.cluster.metadata import InvalidTopicError, validate_topic_name
 from strom.cluster.node_state import TopicView
 from strom.protocol.errors import ErrorCode

@@ -23,10 +23,10 @@ from typing import Any
 from kio.schema.update_features.v1 import request as update_v1
 from kio.static.primitive import i8, i16
 
-from strom.broker import authz
+from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE
-from strom.broker.controller_channel import ControllerUnavailable
-from strom.broker.router import RequestContext, handles, handles_controller
+from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.network.router import RequestContext, handles, handles_controller
 from strom.cluster.controller_api import ControllerError
 from strom.cluster.features import (
     SAFE_DOWNGRADE,

@@ -60,11 +60,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from strom.broker import authz, fetch_sessions
-from strom.broker.cluster_view import leader_hints
+from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE, resolve_topic
-from strom.broker.fetch_sessions import SessionPartition, SessionStep, partition_key
-from strom.broker.router import RequestContext, handles
+from strom.broker.handlers.data import fetch_sessions
+from strom.broker.handlers.data.fetch_sessions import SessionPartition, SessionStep, partition_key
+from strom.broker.network.cluster_view import leader_hints
+from strom.broker.network.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested, nested_if_any
 from strom.protocol.message_sets import MAGIC_V0, MAGIC_V1, MessageSetError, down_convert

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from strom.broker import authz
+from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE
-from strom.broker.router import RequestContext, handles
+from strom.broker.network.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 

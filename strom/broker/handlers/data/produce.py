@@ -96,12 +96,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from strom.broker import authz
-from strom.broker.cluster_view import leader_hints
+from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE, now_ms, resolve_topic
-from strom.broker.replication import LeaderAppend
-from strom.broker.router import RequestContext, handles
-from strom.broker.txn_verification import transactional_producer
+from strom.broker.network.cluster_view import leader_hints
+from strom.broker.network.router import RequestContext, handles
+from strom.broker.replica.manager import LeaderAppend
+from strom.broker.replica.txn_verification import transactional_producer
 from strom.cluster.node_state import TopicView
 from strom.coordinator.internal_log import AppendRefused
 from strom.protocol.codecs import CODEC_NAMES, MAX_DECOMPRESSED, DecompressedTooLarge

@@ -25,7 +25,7 @@ group or transactional id; the membership APIs READ on the group
 operations from the ACLs); ListGroups lists all groups with DESCRIBE on the cluster,
 else those the principal may describe; DeleteGroups needs DELETE.
 
-Share groups (strom/broker/share_groups.py) are listed with type and protocol type
+Share groups (strom/broker/handlers/groups/share_groups.py) are listed with type and protocol type
 "share" and deleted with their share-partition state.
 
 Differences from Kafka: a classic member cannot join a KIP-848 group
@@ -42,15 +42,15 @@ from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.types import TopicName
 from kio.static.primitive import i16, i32, i32Timedelta
 
-from strom.broker import authz
-from strom.broker.cluster_view import broker_endpoint, live_brokers
+from strom.broker.access import authz
 from strom.broker.common import (
     GROUP_OPERATIONS,
     NO_THROTTLE,
     OPERATIONS_NOT_REQUESTED,
 )
-from strom.broker.controller_channel import ControllerUnavailable
-from strom.broker.router import RequestContext, handles
+from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.network.cluster_view import broker_endpoint, live_brokers
+from strom.broker.network.router import RequestContext, handles
 from strom.coordinator.classic import ClassicGroup, JoinRequest, JoinResult, SyncResult
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC, partition_for
 from strom.coordinator.share_state import SHARE_STATE_TOPIC
@@ -106,7 +106,7 @@ def _internal_topic_request(ctx: RequestContext, topic: str) -> tuple[int, int, 
     if topic == TRANSACTION_TOPIC:
         return broker.transactions.topic_request(live)
     if topic == SHARE_STATE_TOPIC:
-        from strom.broker.share_groups import service_of
+        from strom.broker.handlers.groups.share_groups import service_of
 
         return service_of(broker).store.topic_request(live)
     wanted = broker.coordinator.offsets_topic_request(live)

@@ -24,15 +24,15 @@ import datetime
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from strom.broker import authz
+from strom.broker.access import authz
 from strom.broker.common import (
     GROUP_OPERATIONS,
     NO_THROTTLE,
     OPERATIONS_NOT_REQUESTED,
     ZERO_UUID,
 )
-from strom.broker.groups import client_host, millis
-from strom.broker.router import RequestContext, handles
+from strom.broker.handlers.groups.classic_groups import client_host, millis
+from strom.broker.network.router import RequestContext, handles
 from strom.coordinator.assignors import assignor_name
 from strom.coordinator.consumer_group import (
     ConsumerGroup,

@@ -40,9 +40,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from strom.broker import authz
+from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE, resolve_topic
-from strom.broker.router import RequestContext, handles
+from strom.broker.network.router import RequestContext, handles
 from strom.coordinator.coordinator import OffsetToCommit
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC, CommittedOffset
 from strom.protocol.errors import ErrorCode

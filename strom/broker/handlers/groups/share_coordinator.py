@@ -23,7 +23,7 @@ meanwhile or the write could not be made).
 A key (group, topic id, partition) is served by the leader of its state partition
 (share_state.py says which); elsewhere NOT_COORDINATOR. Nodes send these to each other:
 CLUSTER_ACTION on the cluster is needed (CLUSTER_AUTHORIZATION_FAILED). The client side
-is ShareService in strom/broker/share_groups.py; the storage is ShareStateStore.
+is ShareService in strom/broker/handlers/groups/share_groups.py; the storage is ShareStateStore.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from strom.broker import authz
-from strom.broker.router import RequestContext, handles
+from strom.broker.access import authz
+from strom.broker.network.router import RequestContext, handles
 from strom.coordinator.internal_log import Appended
 from strom.coordinator.share_partition import StateBatch
 from strom.coordinator.share_state import ShareKey, ShareState, ShareStateStore
@@ -42,7 +42,7 @@ from strom.protocol.framing import build, nested
 
 
 def _store(ctx: RequestContext) -> ShareStateStore:
-    from strom.broker.share_groups import service_of
+    from strom.broker.handlers.groups.share_groups import service_of
 
     return service_of(ctx.broker).store
 
@@ -120,7 +120,7 @@ async def _after_durable(
     writes: list[tuple[dict[str, Any], Appended]],
     response: Callable[[], Any],
 ) -> Any:
-    from strom.broker.share_groups import service_of
+    from strom.broker.handlers.groups.share_groups import service_of
 
     service = service_of(ctx.broker)
     for fields, appended in writes:
@@ -148,7 +148,7 @@ def _defaults(partition_type: type) -> dict[str, Any]:
 
 def _drop_held(ctx: RequestContext, key: ShareKey) -> None:
     """The share-partition of ``key`` held on this node, if any, forgotten."""
-    from strom.broker.share_groups import service_of
+    from strom.broker.handlers.groups.share_groups import service_of
 
     service_of(ctx.broker).drop(key)
 

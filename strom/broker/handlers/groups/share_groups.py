@@ -100,13 +100,13 @@ from kio.schema.read_share_group_state.v0 import request as read_state
 from kio.schema.read_share_group_state_summary.v1 import request as read_summary
 from kio.schema.write_share_group_state.v1 import request as write_state
 
-from strom.broker import authz
-from strom.broker.cluster_view import inter_broker_endpoint, live_brokers
+from strom.broker.access import authz
 from strom.broker.common import GROUP_OPERATIONS, NO_THROTTLE, OPERATIONS_NOT_REQUESTED
-from strom.broker.controller_channel import ControllerUnavailable
-from strom.broker.groups import client_host
-from strom.broker.peer_client import PeerError, PeerPool
-from strom.broker.router import RequestContext, handles
+from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.handlers.groups.classic_groups import client_host
+from strom.broker.network.cluster_view import inter_broker_endpoint, live_brokers
+from strom.broker.network.peer_client import PeerError, PeerPool
+from strom.broker.network.router import RequestContext, handles
 from strom.cluster.features import share_groups_enabled
 from strom.config import parse_iso_duration_ms
 from strom.coordinator.internal_log import Appended

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from strom.broker import authz
+from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE
-from strom.broker.producer_ids import ProducerIdBlocks, ProducerIdsUnavailable
-from strom.broker.router import RequestContext, handles
-from strom.broker.transactions import fenced_for
+from strom.broker.controller.producer_ids import ProducerIdBlocks, ProducerIdsUnavailable
+from strom.broker.handlers.transactions.transactions import fenced_for
+from strom.broker.network.router import RequestContext, handles
 from strom.coordinator.transactions import ProducerIdAndEpoch
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build

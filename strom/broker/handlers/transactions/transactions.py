@@ -34,10 +34,10 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from strom.broker import authz
+from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE
-from strom.broker.router import RequestContext, handles
-from strom.broker.txn_markers import write_markers_here
+from strom.broker.network.router import RequestContext, handles
+from strom.broker.replica.txn_markers import write_markers_here
 from strom.coordinator.coordinator import OffsetToCommit
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC
 from strom.coordinator.transaction_log import STATE_BY_LABEL, TxnState
