@@ -19,7 +19,9 @@ Owns:
   Quantiles of request times come from the histogram, whose counts halve every minute
   so that they follow recent traffic, as Kafka's decaying histograms do.
 
-Does not own the HTTP listener (``admin_http``) or the text format
+Also the node's readiness check (``readiness``), which the admin listener serves.
+
+Does not own the HTTP listener (``strom.services.admin_http``) or the text format
 (``prometheus_client``).
 """
 
@@ -29,16 +31,36 @@ import bisect
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from strom.broker.network.loop_lag import LoopLagProbe
+from strom.broker.network.router import NodeServices
 
 if TYPE_CHECKING:
+    from strom.broker.controller.lifecycle import BrokerLifecycle
     from strom.broker.network.router import RequestContext
-    from strom.broker.server import Broker
+    from strom.config import Listener
+
+
+class ObservedNode(NodeServices, Protocol):
+    """What a scrape and the readiness check read of the node beside a handler's view:
+    the listeners bound, the connections open on each, whether the client listeners
+    serve, and the broker's registration."""
+
+    @property
+    def bound(self) -> list[Listener]: ...
+
+    @property
+    def serving_clients(self) -> bool: ...
+
+    @property
+    def lifecycle(self) -> BrokerLifecycle | None: ...
+
+    def connections_per_listener(self) -> dict[str, int]: ...
+
 
 FETCH = 1
 # Upper bounds (ms) of the request time buckets; the last bucket is open.
@@ -191,7 +213,7 @@ def _family(name: str, doc: str, kind: str) -> Metric:
 class KafkaCollector(Collector):
     """Kafka's metric names, computed from the node at each scrape."""
 
-    def __init__(self, broker: Broker, metrics: BrokerMetrics) -> None:
+    def __init__(self, broker: ObservedNode, metrics: BrokerMetrics) -> None:
         self.broker = broker
         self.metrics = metrics
 
@@ -336,13 +358,11 @@ class KafkaCollector(Collector):
     # kafka.server:type=socket-server-metrics --------------------------------------------
 
     def _network_metrics(self) -> Iterator[Metric]:
-        per_listener: defaultdict[str, int] = defaultdict(int)
-        for connection in list(self.broker._connections):
-            per_listener[connection.session.listener] += 1
+        per_listener = self.broker.connections_per_listener()
         name = "kafka_server_socketservermetrics_connections"
         family = _family(name, "Open connections per listener", "gauge")
         for listener in sorted({b.name for b in self.broker.bound} | set(per_listener)):
-            family.add_sample(name, {"listener": listener}, float(per_listener[listener]))
+            family.add_sample(name, {"listener": listener}, float(per_listener.get(listener, 0)))
         yield family
         failed = _family(
             "kafka_server_socketservermetrics_failed_authentication",
@@ -530,3 +550,27 @@ class KafkaCollector(Collector):
         )
         cold_bytes.add_sample("strom_fetch_cold_read_bytes_total", {}, float(m.cold_read_bytes))
         yield cold_bytes
+
+
+def readiness(broker: ObservedNode) -> tuple[bool, dict[str, Any]]:
+    """Whether the node does its part, and each check with what it found."""
+    checks: dict[str, Any] = {}
+    if broker.is_controller:
+        checks["quorum_leader_known"] = broker.quorum.leader_id >= 0
+    if broker.is_broker:
+        lifecycle = broker.lifecycle
+        checks["registered_and_unfenced"] = lifecycle is not None and not lifecycle.fenced
+        checks["serving_clients"] = broker.serving_clients
+        node = broker.node_id
+        roles = broker.replicas.roles
+        pending = [
+            f"{name}-{index}"
+            for name, topic in broker.state.topics.items()
+            for index, state in topic.states.items()
+            if state.leader == node and roles.get((name, index)) != (node, state.leader_epoch)
+        ]
+        checks["leading_what_it_should"] = not pending
+        if pending:
+            checks["leaderships_not_taken_up"] = sorted(pending)[:20]
+    ready = all(value for key, value in checks.items() if isinstance(value, bool))
+    return ready, checks

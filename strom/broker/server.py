@@ -47,7 +47,6 @@ from typing import Any
 from strom.broker.access.authentication import SASL_HANDSHAKE as SASL_HANDSHAKE_KEY
 from strom.broker.access.authentication import ConnectionSession, ListenerSecurity, peer_security
 from strom.broker.access.client_quotas import ClientQuotas
-from strom.broker.admin_http import AdminListener
 from strom.broker.controller.channel import ControllerChannel
 from strom.broker.controller.lifecycle import BrokerLifecycle
 from strom.broker.controller.producer_ids import ProducerIdBlocks
@@ -59,7 +58,7 @@ from strom.broker.handlers.cluster.api_versions import (
     unsupported_version_response,
 )
 from strom.broker.handlers.data.fetch_sessions import FetchSessionCache
-from strom.broker.metrics import BrokerMetrics
+from strom.broker.metrics import BrokerMetrics, KafkaCollector, readiness
 from strom.broker.network.purgatory import Purgatory
 from strom.broker.network.router import RequestContext, Route
 from strom.broker.replica.group_commit import GroupCommit
@@ -83,6 +82,7 @@ from strom.protocol.framing import (
 from strom.raft.core import RaftConfig
 from strom.security.connection_limits import ConnectionLimits
 from strom.security.sasl import SaslAuthenticationFailed
+from strom.services.admin_http import AdminListener
 from strom.storage.log_manager import write_checkpoints
 from strom.storage.metadata_log import MetadataLogStore
 
@@ -193,7 +193,13 @@ class Broker:
         self.client_quotas = ClientQuotas(self.state)
         # Metrics are kept while an admin listener serves them (one None check else).
         self.metrics: BrokerMetrics | None = BrokerMetrics() if config["admin.listeners"] else None
-        self.admin = AdminListener(self, self.metrics) if self.metrics is not None else None
+        self.admin = (
+            AdminListener(
+                config, KafkaCollector(self, self.metrics), functools.partial(readiness, self)
+            )
+            if self.metrics is not None
+            else None
+        )
         self.txn_markers = TxnMarkerSender(self)
         self.txn_verifier = TxnVerifier(self)
         self.transactions = TransactionCoordinator(
@@ -239,8 +245,17 @@ class Broker:
         return self._cluster_id
 
     @property
-    def controller(self) -> NodeState:  # the name the handlers grew up with
-        return self.state
+    def serving_clients(self) -> bool:
+        """Whether the client listeners serve (the broker has caught up and is unfenced)."""
+        return self._replicating
+
+    def connections_per_listener(self) -> dict[str, int]:
+        """Open connections, by the name of the listener they came in on."""
+        counts: dict[str, int] = {}
+        for connection in list(self._connections):
+            name = connection.session.listener
+            counts[name] = counts.get(name, 0) + 1
+        return counts
 
     def security_protocol(self, listener_name: str) -> str:
         try:

@@ -42,15 +42,25 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from strom.coordinator.group_host import GroupHost
 from strom.coordinator.offsets_topic import GroupRecord, MemberRecord
 from strom.protocol.errors import ErrorCode
 
-if TYPE_CHECKING:
-    from strom.coordinator.coordinator import GroupCoordinator
-
 log = logging.getLogger(__name__)
+
+
+class ClassicGroupHost(GroupHost, Protocol):
+    """The coordinator as a classic group writes through it."""
+
+    @property
+    def max_group_size(self) -> int: ...
+
+    @property
+    def initial_rebalance_delay_ms(self) -> int: ...
+
+    def store_group(self, group: ClassicGroup) -> None: ...
 
 
 class GroupState(StrEnum):
@@ -145,7 +155,7 @@ class ClassicGroup:
 
     kind = "classic"
 
-    def __init__(self, group_id: str, coordinator: GroupCoordinator) -> None:
+    def __init__(self, group_id: str, coordinator: ClassicGroupHost) -> None:
         self.group_id = group_id
         self.coordinator = coordinator
         self.state = GroupState.EMPTY

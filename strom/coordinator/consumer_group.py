@@ -50,19 +50,17 @@ import logging
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from strom.config import GROUP_CONFIGS
 from strom.coordinator import consumer_group_records as records
 from strom.coordinator.assignors import ASSIGNORS, assignor_name
+from strom.coordinator.group_host import RecordsHost
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC
 from strom.coordinator.safe_regex import InvalidRegex, compile_pattern
 from strom.protocol.errors import ErrorCode
 
-if TYPE_CHECKING:
-    from strom.coordinator.coordinator import GroupCoordinator
-
 log = logging.getLogger(__name__)
+
 
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
@@ -205,7 +203,7 @@ def _subset(small: TopicAssignment, big: TopicAssignment) -> bool:
 class ConsumerGroup:
     kind = "consumer"
 
-    def __init__(self, group_id: str, coordinator: GroupCoordinator) -> None:
+    def __init__(self, group_id: str, coordinator: RecordsHost) -> None:
         self.group_id = group_id
         self.coordinator = coordinator
         self.members: dict[str, ConsumerGroupMember] = {}

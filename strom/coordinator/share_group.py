@@ -36,18 +36,16 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from strom.config import GROUP_CONFIGS
 from strom.coordinator import share_group_records as sgr
+from strom.coordinator.group_host import RecordsHost
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC
 from strom.coordinator.share_group_records import ShareGroupKey
 from strom.protocol.errors import ErrorCode
 
-if TYPE_CHECKING:
-    from strom.coordinator.coordinator import GroupCoordinator
-
 log = logging.getLogger(__name__)
+
 
 LEAVE_EPOCH = -1
 TopicAssignment = dict[uuid.UUID, set[int]]
@@ -120,7 +118,7 @@ class ShareGroup:
     def __init__(
         self,
         group_id: str,
-        coordinator: GroupCoordinator,
+        coordinator: RecordsHost,
         on_member_gone: Callable[[str, str], None] | None = None,
     ) -> None:
         self.group_id = group_id

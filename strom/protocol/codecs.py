@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import cramjam
 
-from strom.protocol.records import (
+from strom.protocol.batch_format import (
     CODEC_GZIP,
     CODEC_LZ4,
     CODEC_NONE,

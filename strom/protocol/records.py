@@ -56,6 +56,16 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from strom.protocol import batch_format
+
+# The format's codec ids and error, under the names records has always given them.
+CODEC_NONE = batch_format.CODEC_NONE
+CODEC_GZIP = batch_format.CODEC_GZIP
+CODEC_SNAPPY = batch_format.CODEC_SNAPPY
+CODEC_LZ4 = batch_format.CODEC_LZ4
+CODEC_ZSTD = batch_format.CODEC_ZSTD
+CorruptBatchError = batch_format.CorruptBatchError
+
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: what batchLength does not count
 WritableBuffer = bytearray | memoryview  # batches patched in place (a frame view)
@@ -77,17 +87,7 @@ ATTR_TIMESTAMP_TYPE = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 
-CODEC_NONE = 0
-CODEC_GZIP = 1
-CODEC_SNAPPY = 2
-CODEC_LZ4 = 3
-CODEC_ZSTD = 4
-
 NO_TIMESTAMP = -1
-
-
-class CorruptBatchError(ValueError):
-    """The bytes are not a well-formed, intact magic-2 record batch."""
 
 
 class UnsupportedMagicError(CorruptBatchError):

@@ -97,7 +97,7 @@ from strom.security.tls import (
 )
 
 if TYPE_CHECKING:
-    from strom.broker.server import Broker
+    from strom.broker.network.router import NodeServices
 
 log = logging.getLogger(__name__)
 
@@ -301,7 +301,7 @@ def peer_security(
 class ConnectionSession:
     """One connection's authentication: its principal, and the SASL exchange under way."""
 
-    def __init__(self, broker: Broker, security: ListenerSecurity) -> None:
+    def __init__(self, broker: NodeServices, security: ListenerSecurity) -> None:
         self.broker = broker
         self.security = security
         self.listener = security.name

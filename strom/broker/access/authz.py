@@ -33,7 +33,7 @@ from strom.security.authorizer import (
 
 if TYPE_CHECKING:
     from strom.broker.network.router import RequestContext
-    from strom.broker.server import Broker
+    from strom.broker.node import LocalNode
     from strom.cluster.image import MetadataImage
     from strom.cluster.records import AccessControlEntryRecord
 
@@ -75,10 +75,10 @@ class NodeAuthorizer:
         return self.authorizer
 
 
-_NODES: weakref.WeakKeyDictionary[Broker, NodeAuthorizer | None] = weakref.WeakKeyDictionary()
+_NODES: weakref.WeakKeyDictionary[LocalNode, NodeAuthorizer | None] = weakref.WeakKeyDictionary()
 
 
-def authorizer_of(broker: Broker) -> StandardAuthorizer | None:
+def authorizer_of(broker: LocalNode) -> StandardAuthorizer | None:
     """The node's authorizer in step with its metadata, or None when none is configured."""
     try:
         node = _NODES[broker]

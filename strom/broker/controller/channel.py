@@ -21,15 +21,12 @@ import datetime
 import inspect
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from strom.broker.network.peer_client import PeerError, PeerPool
-from strom.broker.network.router import CONTROLLER_ROUTES, RequestContext
+from strom.broker.network.router import CONTROLLER_ROUTES, NodeServices, RequestContext
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import codec_for
-
-if TYPE_CHECKING:
-    from strom.broker.server import Broker
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +52,7 @@ def _not_controller(response: Any) -> bool:
 
 
 class ControllerChannel:
-    def __init__(self, broker: Broker, voters: dict[int, tuple[str, int]]) -> None:
+    def __init__(self, broker: NodeServices, voters: dict[int, tuple[str, int]]) -> None:
         self.broker = broker
         self.voters = voters
         self.peers = PeerPool(f"strom-node-{broker.node_id}", broker.controller_security)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_heartbeat.v1.response import BrokerHeartbeatResponse
@@ -28,12 +28,10 @@ from kio.schema.types import BrokerId
 from kio.static.primitive import i16, i64, u16
 
 from strom.broker.common import stop_task
-from strom.broker.controller.channel import ControllerChannel, ControllerUnavailable
+from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.node import LocalNode
 from strom.cluster.features import SUPPORTED as SUPPORTED_FEATURES
 from strom.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from strom.broker.server import Broker
 
 log = logging.getLogger(__name__)
 
@@ -42,28 +40,15 @@ METADATA_VERSION_FEATURE = ("metadata.version", 1, 27)  # name, min, max support
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
 
 
-class Registration(Protocol):
-    @property
-    def broker_epoch(self) -> int: ...
+class RegisteringNode(LocalNode, Protocol):
+    """What registration reads of the node beside who it is: each listener's security
+    protocol, as the registration advertises it."""
 
-
-class RegisteredNode(Protocol):
-    """What a request this node makes of the active controller reads of the node: its
-    id, the broker epoch its registration holds (None: a node that is not a broker),
-    and its channel to the controller. ``Broker`` is one."""
-
-    @property
-    def node_id(self) -> int: ...
-
-    @property
-    def lifecycle(self) -> Registration | None: ...
-
-    @property
-    def controller_channel(self) -> ControllerChannel: ...
+    def security_protocol(self, listener_name: str) -> str: ...
 
 
 class BrokerLifecycle:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: RegisteringNode) -> None:
         self.broker = broker
         self.config = broker.config
         self.incarnation_id = uuid.uuid4()

@@ -22,7 +22,7 @@ from kio.static.primitive import i64
 from strom.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from strom.broker.controller.lifecycle import RegisteredNode
+    from strom.broker.node import RegisteredNode
 
 ALLOCATE_TIMEOUT_S = 10.0
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from strom.broker.server import Broker
+    from strom.broker.node import LocalNode
     from strom.cluster.image import BrokerRegistration
 
 
@@ -29,7 +29,7 @@ class BrokerEndpoint:
     fenced: bool = False
 
 
-def _listener_name(broker: Broker, listener: str | None) -> str | None:
+def _listener_name(broker: LocalNode, listener: str | None) -> str | None:
     """The listener whose endpoints a client is told: the one it came in on."""
     if listener:
         return listener
@@ -38,7 +38,7 @@ def _listener_name(broker: Broker, listener: str | None) -> str | None:
 
 
 def _endpoint_of(
-    broker: Broker, registration: BrokerRegistration, listener: str | None = None
+    broker: LocalNode, registration: BrokerRegistration, listener: str | None = None
 ) -> BrokerEndpoint | None:
     if registration.broker_id == broker.node_id and broker.is_broker:
         host, port = broker.advertised_endpoint(listener)
@@ -55,7 +55,7 @@ def _endpoint_of(
 
 
 def live_brokers(
-    broker: Broker, *, include_fenced: bool = False, listener: str | None = None
+    broker: LocalNode, *, include_fenced: bool = False, listener: str | None = None
 ) -> list[BrokerEndpoint]:
     """Registered brokers clients may use (unfenced, unless asked), by id, with their
     endpoints on ``listener`` (the client's; by default the first advertised one)."""
@@ -72,7 +72,7 @@ def live_brokers(
 
 
 def broker_endpoint(
-    broker: Broker, broker_id: int, listener: str | None = None
+    broker: LocalNode, broker_id: int, listener: str | None = None
 ) -> BrokerEndpoint | None:
     registration = broker.state.image.brokers.get(broker_id)
     if registration is None or registration.fenced:
@@ -80,7 +80,7 @@ def broker_endpoint(
     return _endpoint_of(broker, registration, listener)
 
 
-def controller_id(broker: Broker) -> int:
+def controller_id(broker: LocalNode) -> int:
     """The node named as controller to clients (see the module docstring)."""
     leader = broker.quorum.leader_id
     image = broker.state.image
@@ -90,7 +90,7 @@ def controller_id(broker: Broker) -> int:
     return live[0].broker_id if live else -1
 
 
-def inter_broker_endpoint(broker: Broker, broker_id: int) -> BrokerEndpoint | None:
+def inter_broker_endpoint(broker: LocalNode, broker_id: int) -> BrokerEndpoint | None:
     """Where this broker reaches another one: its ``inter.broker.listener.name``
     endpoint (the first one it registered when it has none of that name)."""
     registration = broker.state.image.brokers.get(broker_id)
@@ -108,7 +108,7 @@ def inter_broker_endpoint(broker: Broker, broker_id: int) -> BrokerEndpoint | No
 
 
 def leader_hints(
-    broker: Broker, partitions: list[tuple[str, int]], listener: str | None = None
+    broker: LocalNode, partitions: list[tuple[str, int]], listener: str | None = None
 ) -> tuple[dict[tuple[str, int], tuple[int, int]], list[BrokerEndpoint]]:
     """KIP-951: for partitions this broker does not lead, the current (leader id, leader
     epoch) by the local metadata, and the endpoints of those leaders."""

@@ -8,19 +8,28 @@ once per table. The advertised version ranges are read from the table of the
 listener a request came in on, never from a hand-kept list. A handler takes a
 ``RequestContext`` and the decoded kio request body and returns the response body, an
 awaitable of it (long polls), or None when no response is owed (produce with acks=0).
+
+A handler sees the node through ``NodeServices``: what it may touch (the metadata, the
+coordinators, the replica manager, the controller channel...), never the server that
+assembles them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from strom.broker.node import ControllerCalls, LocalNode
 from strom.protocol.framing import MessageCodec
 from strom.security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
-    from strom.broker.server import Broker
+    from strom.broker.controller.producer_ids import ProducerIdBlocks
+    from strom.broker.controller.service import ControllerService
+    from strom.broker.handlers.data.fetch_sessions import FetchSessionCache
+    from strom.broker.replica.manager import ReplicaManager
+    from strom.broker.replica.txn_verification import TxnVerifier
 
 Handler = Callable[["RequestContext", Any], Any | Awaitable[Any] | None]
 
@@ -31,6 +40,65 @@ class Route:
     min_version: int
     max_version: int
     handler: Handler
+
+
+class ControllerClient(ControllerCalls, Protocol):
+    """The channel to the active controller, as a handler uses it: a client's request
+    forwarded as it is, its answer returned."""
+
+    async def forward(self, ctx: RequestContext | None, request: Any) -> Any: ...
+
+
+class HandlerMetrics(Protocol):
+    """What handlers count for ``/metrics``, beside the request timings the server keeps."""
+
+    isr_shrinks: int
+    isr_expands: int
+    cold_reads: int
+    cold_read_bytes: int
+    failed_authentications: int
+
+    def appended(self, topic: str, headers: Any) -> None: ...
+
+
+class MutationQuotas(Protocol):
+    """The controller mutation quota (KIP-599) a topic-changing request is admitted by."""
+
+    def admit_mutation(self, ctx: RequestContext, partitions: int, strict: bool) -> bool: ...
+
+
+class NodeServices(LocalNode, Protocol):
+    """What a handler may touch of the node it runs on."""
+
+    @property
+    def controller_channel(self) -> ControllerClient: ...
+
+    @property
+    def controller_service(self) -> ControllerService | None: ...
+
+    @property
+    def replicas(self) -> ReplicaManager: ...
+
+    @property
+    def txn_verifier(self) -> TxnVerifier: ...
+
+    @property
+    def producer_ids(self) -> ProducerIdBlocks: ...
+
+    @property
+    def fetch_sessions(self) -> FetchSessionCache: ...
+
+    @property
+    def client_quotas(self) -> MutationQuotas: ...
+
+    @property
+    def metrics(self) -> HandlerMetrics | None: ...
+
+    @property
+    def routes(self) -> dict[int, Route]: ...
+
+    @property
+    def voters(self) -> dict[int, tuple[str, int]]: ...
 
 
 ROUTES: dict[int, Route] = {}
@@ -63,7 +131,7 @@ def handles_controller(
 
 @dataclass(slots=True)
 class RequestContext:
-    broker: Broker
+    broker: NodeServices
     api_key: int
     api_version: int
     correlation_id: int

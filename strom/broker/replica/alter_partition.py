@@ -27,7 +27,7 @@ from strom.protocol.errors import ErrorCode
 from strom.replication.leader import IsrChange
 
 if TYPE_CHECKING:
-    from strom.broker.controller.lifecycle import RegisteredNode
+    from strom.broker.node import RegisteredNode
 
 
 class IsrChangeRefused(Exception):

@@ -64,7 +64,7 @@ from strom.replication import follower
 from strom.replication.leader import IsrChange, PartitionLeader
 
 if TYPE_CHECKING:
-    from strom.broker.server import Broker
+    from strom.broker.node import LocalNode
     from strom.cluster.image import PartitionState
     from strom.protocol.records import BatchHeader
     from strom.storage.partition_log import PartitionLog
@@ -130,7 +130,7 @@ def _throttled(view: Any, key: str, partition: int, broker_id: int) -> bool:
 
 
 class ReplicaManager:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: LocalNode) -> None:
         self.broker = broker
         self.state = broker.state
         self.node_id = broker.node_id

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.types import ProducerId, TopicName
 from kio.schema.write_txn_markers.v1 import request as markers_v1
@@ -33,6 +33,7 @@ from kio.static.primitive import i16, i32
 
 from strom.broker.network.cluster_view import inter_broker_endpoint
 from strom.broker.network.peer_client import PeerError, PeerPool
+from strom.broker.node import LocalNode
 from strom.broker.replica.manager import LeaderAppend
 from strom.cluster.image import NO_LEADER
 from strom.coordinator.internal_log import AppendRefused
@@ -46,9 +47,17 @@ from strom.storage.producer_state import (
 )
 
 if TYPE_CHECKING:
-    from strom.broker.server import Broker
+    from strom.broker.replica.manager import ReplicaManager
 
 log = logging.getLogger(__name__)
+
+
+class MarkingNode(LocalNode, Protocol):
+    """The node as the marker writer reads it: who it is and its replica manager."""
+
+    @property
+    def replicas(self) -> ReplicaManager: ...
+
 
 TopicPartition = tuple[str, int]
 MARKER_TIMEOUT_S = 30.0
@@ -57,7 +66,7 @@ _BACKOFF_S = (0.02, 1.0)
 
 
 async def write_markers_here(
-    broker: Broker,
+    broker: MarkingNode,
     producer_id: int,
     producer_epoch: int,
     commit: bool,
@@ -98,7 +107,7 @@ async def write_markers_here(
 class TxnMarkerSender:
     """Delivers the markers of the transactions this node coordinates."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: MarkingNode) -> None:
         self.broker = broker
         self.peers = PeerPool(f"strom-txn-markers-{broker.node_id}", broker.inter_broker_security)
 

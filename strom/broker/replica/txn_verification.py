@@ -30,7 +30,7 @@ from strom.coordinator.transaction_log import TRANSACTION_TOPIC
 from strom.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from strom.broker.server import Broker
+    from strom.broker.node import LocalNode
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def transactional_producer(records: Any) -> tuple[int, int] | None:
 
 
 class TxnVerifier:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: LocalNode) -> None:
         self.broker = broker
         self.peers = PeerPool(f"strom-txn-verify-{broker.node_id}", broker.inter_broker_security)
 

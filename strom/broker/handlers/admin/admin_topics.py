@@ -236,7 +236,7 @@ async def _answered(ctx: RequestContext, request: Any, visible: Any, field: str,
 
 @handles(21, 0, 2)
 def handle_delete_records(ctx: RequestContext, request: req.DeleteRecords) -> Any:
-    controller = ctx.broker.controller
+    node_state = ctx.broker.state
     response_type = ctx.response_type
     topic_type = nested(response_type, "DeleteRecordsTopicResult")
     partition_type = nested(response_type, "DeleteRecordsPartitionResult")
@@ -246,7 +246,7 @@ def handle_delete_records(ctx: RequestContext, request: req.DeleteRecords) -> An
         for p in topic.partitions:
             error = ErrorCode.none
             low = -1
-            partition_log = controller.partition_log(topic.name, p.partition_index)
+            partition_log = node_state.partition_log(topic.name, p.partition_index)
             if not authz.allowed(ctx, authz.Op.DELETE, authz.TOPIC, topic.name):
                 error = ErrorCode.topic_authorization_failed
             elif partition_log is None:
@@ -268,5 +268,5 @@ def handle_delete_records(ctx: RequestContext, request: req.DeleteRecords) -> An
                 )
             )
         topics.append(build(topic_type, name=topic.name, partitions=tuple(partitions)))
-    controller.logs.checkpoint()  # a moved log start offset must survive a crash
+    node_state.logs.checkpoint()  # a moved log start offset must survive a crash
     return build(response_type, throttle_time=NO_THROTTLE, topics=tuple(topics))

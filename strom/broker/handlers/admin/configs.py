@@ -194,9 +194,9 @@ def _describe(
 ) -> list[Row]:
     _authorize(ctx, resource_type, name, authz.Op.DESCRIBE_CONFIGS)
     broker_config = ctx.broker.config
-    dynamic = ctx.broker.controller.metadata.broker_overrides
+    dynamic = ctx.broker.state.metadata.broker_overrides
     if resource_type == RESOURCE_TOPIC:
-        topic = ctx.broker.controller.topic(name)
+        topic = ctx.broker.state.topic(name)
         if topic is None:
             raise _ResourceError(
                 ErrorCode.unknown_topic_or_partition, f"Topic {name!r} does not exist"
@@ -230,7 +230,7 @@ def _describe(
         return rows
     if resource_type == RESOURCE_GROUP:
         _check_group_name(name)
-        overrides = ctx.broker.controller.metadata.image.group_configs(name)
+        overrides = ctx.broker.state.metadata.image.group_configs(name)
         rows = []
         for key, (value, is_set) in sorted(group_config_values(broker_config, overrides).items()):
             code = SOURCE_DYNAMIC_GROUP if is_set else SOURCE_DEFAULT

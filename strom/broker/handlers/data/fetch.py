@@ -135,7 +135,7 @@ def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         requested = list(step.session.partitions.values())
     elif step.session is not None:
         fetch_sessions.fill(step.session, requested)
-    wanted = _resolve(ctx.broker.controller, requested)
+    wanted = _resolve(ctx.broker.state, requested)
     denied: frozenset[str | None] = frozenset()
     if authz.authorizer_of(ctx.broker) is not None:
         denied = _unauthorized(ctx, request, wanted)
@@ -313,7 +313,7 @@ def _read(
     Raises ColdRead where records to read are not in the page cache, unless told to
     ``wait_for_disk``: nothing it did before that needs undoing (a follower's fetch
     position told again is the same)."""
-    controller = ctx.broker.controller
+    node_state = ctx.broker.state
     replica_id = replica_id_of(request)
     replicas = ctx.broker.replicas
     response_type = ctx.response_type
@@ -338,13 +338,13 @@ def _read(
             diverging = None
             refused = bool(denied) and w.name in denied
             partition_log = (
-                controller.partition_log(w.name, w.partition) if w.known and not refused else None
+                node_state.partition_log(w.name, w.partition) if w.known and not refused else None
             )
             if refused:
                 error = ErrorCode.topic_authorization_failed
             elif partition_log is None:
                 if w.known:
-                    topic = controller.topic(w.name)
+                    topic = node_state.topic(w.name)
                     # A partition whose replicas are elsewhere: go to its leader.
                     error = (
                         ErrorCode.not_leader_or_follower
@@ -355,9 +355,9 @@ def _read(
                     error = ErrorCode.unknown_topic_id
                 else:
                     error = ErrorCode.unknown_topic_or_partition
-            elif not controller.leads(partition_log.topic, w.partition):
+            elif not node_state.leads(partition_log.topic, w.partition):
                 error = ErrorCode.not_leader_or_follower
-            elif (epoch_error := _check_leader_epoch(controller, partition_log, w)) is not None:
+            elif (epoch_error := _check_leader_epoch(node_state, partition_log, w)) is not None:
                 error = epoch_error
             else:
                 high_watermark = partition_log.high_watermark

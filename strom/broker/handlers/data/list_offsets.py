@@ -40,7 +40,7 @@ CONSUMER_REPLICA_ID = -1
 
 @handles(2, 0, 10)
 def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
-    controller = ctx.broker.controller
+    node_state = ctx.broker.state
     response_type = ctx.response_type
     topic_type = nested(response_type, "ListOffsetsTopicResponse")
     partition_type = nested(response_type, "ListOffsetsPartitionResponse")
@@ -52,20 +52,20 @@ def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
         described = authz.filter_allowed(ctx, authz.Op.DESCRIBE, authz.TOPIC, names)
     for topic in request.topics:
         denied = topic.name not in described
-        meta = None if denied else controller.topic(topic.name)
+        meta = None if denied else node_state.topic(topic.name)
         partitions = []
         for p in topic.partitions:
             error = ErrorCode.none
             offset = timestamp = -1
             old_style: tuple[int, ...] = ()
             partition_log = (
-                controller.partition_log(topic.name, p.partition_index) if meta else None
+                node_state.partition_log(topic.name, p.partition_index) if meta else None
             )
             if denied:
                 error = ErrorCode.topic_authorization_failed
             elif partition_log is None:
                 error = ErrorCode.unknown_topic_or_partition
-            elif not controller.leads(topic.name, p.partition_index):
+            elif not node_state.leads(topic.name, p.partition_index):
                 error = ErrorCode.not_leader_or_follower
             elif ctx.api_version == 0:
                 if p.timestamp < EARLIEST:

@@ -175,11 +175,11 @@ def _unverified(
 ) -> dict[tuple[int, int], list[TopicPartition]]:
     """Partitions led here whose first transactional batch of a transaction this is:
     per (producer id, epoch), to be verified with the coordinator (KIP-890)."""
-    controller = ctx.broker.controller
+    node_state = ctx.broker.state
     out: dict[tuple[int, int], list[TopicPartition]] = {}
     for topic_data in request.topic_data:
         topic = resolve_topic(
-            controller, getattr(topic_data, "name", None), getattr(topic_data, "topic_id", None)
+            node_state, getattr(topic_data, "name", None), getattr(topic_data, "topic_id", None)
         )
         if topic is None:
             continue
@@ -189,7 +189,7 @@ def _unverified(
             producer = transactional_producer(data.records)
             if producer is None:
                 continue
-            partition_log = controller.partition_log(topic.name, data.index)
+            partition_log = node_state.partition_log(topic.name, data.index)
             if partition_log is None or partition_log.has_open_transaction(*producer):
                 continue
             out.setdefault(producer, []).append((topic.name, data.index))
@@ -312,13 +312,13 @@ def _targets(
     """Per topic of the request: (name, topic id, per partition either its result, a
     [partition, error, ...] list when it is refused before its records are read, or
     a _Target). Reads the node's state: on the event loop only."""
-    controller = ctx.broker.controller
+    node_state = ctx.broker.state
     acks = request.acks
     out: list[tuple[Any, Any, list[Any]]] = []
     for topic_data in request.topic_data:
         name = getattr(topic_data, "name", None)
         topic_id = getattr(topic_data, "topic_id", None)
-        topic = resolve_topic(controller, name, topic_id)
+        topic = resolve_topic(node_state, name, topic_id)
         items: list[Any] = []
         for data in topic_data.partition_data:
             if acks not in (0, 1, -1):
@@ -327,7 +327,7 @@ def _targets(
                 items.append([data.index, refused[(name, data.index)], -1, None, -1])
             else:
                 partition_log = (
-                    controller.partition_log(topic.name, data.index) if topic is not None else None
+                    node_state.partition_log(topic.name, data.index) if topic is not None else None
                 )
                 refusal = _not_here(ctx, topic, data.index, partition_log)
                 if refusal is not None:
@@ -459,7 +459,7 @@ def _response(ctx: RequestContext, results: list[tuple[Any, Any, list[list[Any]]
     leader_type = nested_if_any(response_type, "LeaderIdAndEpoch")
     names = {}
     for name, topic_id, _ in results:
-        topic = resolve_topic(ctx.broker.controller, name, topic_id)
+        topic = resolve_topic(ctx.broker.state, name, topic_id)
         names[(name, topic_id)] = topic.name if topic is not None else None
     moved = [
         (names[(name, topic_id)], index)
@@ -581,9 +581,9 @@ def _append(ctx: RequestContext, item: _Checked, acks: int, recheck: bool) -> tu
     topic, partition_log = item.topic, item.partition_log
     partition = partition_log.partition
     if recheck:  # checked off the loop: the partition may have moved meanwhile
-        controller = ctx.broker.controller
-        now_there = controller.partition_log(topic.name, partition)
-        current = resolve_topic(controller, topic.name, None)
+        node_state = ctx.broker.state
+        now_there = node_state.partition_log(topic.name, partition)
+        current = resolve_topic(node_state, topic.name, None)
         refusal = _not_here(ctx, current, partition, now_there)
         if refusal is None and now_there is not partition_log:
             refusal = (ErrorCode.not_leader_or_follower, -1, None, -1)

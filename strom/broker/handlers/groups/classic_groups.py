@@ -49,6 +49,7 @@ from strom.broker.common import (
     OPERATIONS_NOT_REQUESTED,
 )
 from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.handlers.groups.member_fields import client_host, millis
 from strom.broker.network.cluster_view import broker_endpoint, live_brokers
 from strom.broker.network.router import RequestContext, handles
 from strom.coordinator.classic import ClassicGroup, JoinRequest, JoinResult, SyncResult
@@ -72,19 +73,6 @@ _COORDINATOR_TOPICS = {
     SHARE_KEY_TYPE: SHARE_STATE_TOPIC,
 }
 OFFSETS_TOPIC_WAIT_S = 5.0
-
-
-def millis(value: datetime.timedelta | int | None, default: int = -1) -> int:
-    if value is None:
-        return default
-    if isinstance(value, datetime.timedelta):
-        return int(value.total_seconds() * 1000)
-    return int(value)
-
-
-def client_host(ctx: RequestContext) -> str:
-    host = ctx.peer.rsplit(":", 1)[0] if ":" in ctx.peer else ctx.peer
-    return "/" + host
 
 
 # FindCoordinator ---------------------------------------------------------------

@@ -31,7 +31,7 @@ from strom.broker.common import (
     OPERATIONS_NOT_REQUESTED,
     ZERO_UUID,
 )
-from strom.broker.handlers.groups.classic_groups import client_host, millis
+from strom.broker.handlers.groups.member_fields import client_host, millis
 from strom.broker.network.router import RequestContext, handles
 from strom.coordinator.assignors import assignor_name
 from strom.coordinator.consumer_group import (

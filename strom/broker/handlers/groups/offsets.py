@@ -57,7 +57,7 @@ NO_GENERATION = -1
 @handles(8, 0, 10)
 def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     coordinator = ctx.broker.coordinator
-    controller = ctx.broker.controller
+    node_state = ctx.broker.state
     group_error = ErrorCode.none
     if not request.group_id:
         group_error = ErrorCode.invalid_group_id
@@ -80,7 +80,7 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     for topic in request.topics:
         name = getattr(topic, "name", None)
         topic_id = getattr(topic, "topic_id", None)
-        meta = resolve_topic(controller, name, topic_id)
+        meta = resolve_topic(node_state, name, topic_id)
         real_name = meta.name if meta is not None else (name or "")
         for p in topic.partitions:
             wanted.append(
@@ -190,7 +190,7 @@ def _fetch_group(
     suffix = "" if legacy else "s"
     topic_type = nested(response_type, f"OffsetFetchResponseTopic{suffix}")
     partition_type = nested(response_type, f"OffsetFetchResponsePartition{suffix}")
-    controller = ctx.broker.controller
+    node_state = ctx.broker.state
     coordinator = ctx.broker.coordinator
     committed = coordinator.committed(group_id)
     if not group_id:
@@ -206,13 +206,13 @@ def _fetch_group(
         for (topic, partition), value in sorted(committed.items()):
             grouped.setdefault(topic, []).append((partition, value, ErrorCode.none))
         for topic, entries in grouped.items():
-            meta = controller.topic(topic)
+            meta = node_state.topic(topic)
             by_topic.append((topic, meta.topic_id if meta else None, entries))
     else:
         for topic in topics:
             name = getattr(topic, "name", None)
             topic_id = getattr(topic, "topic_id", None)
-            meta = resolve_topic(controller, name, topic_id)
+            meta = resolve_topic(node_state, name, topic_id)
             real = meta.name if meta is not None else name
             if meta is None and name is None:
                 entries = [(p, None, ErrorCode.unknown_topic_id) for p in topic.partition_indexes]
@@ -296,7 +296,7 @@ def handle_offset_delete(ctx: RequestContext, request: req.OffsetDelete) -> Any:
             error = ErrorCode.topic_authorization_failed
         elif topic.name in subscribed:
             error = ErrorCode.group_subscribed_to_topic
-        elif ctx.broker.controller.topic(topic.name) is None:
+        elif ctx.broker.state.topic(topic.name) is None:
             error = ErrorCode.unknown_topic_or_partition
         else:
             error = ErrorCode.none

@@ -103,7 +103,7 @@ from kio.schema.write_share_group_state.v1 import request as write_state
 from strom.broker.access import authz
 from strom.broker.common import GROUP_OPERATIONS, NO_THROTTLE, OPERATIONS_NOT_REQUESTED
 from strom.broker.controller.channel import ControllerUnavailable
-from strom.broker.handlers.groups.classic_groups import client_host
+from strom.broker.handlers.groups.member_fields import client_host
 from strom.broker.network.cluster_view import inter_broker_endpoint, live_brokers
 from strom.broker.network.peer_client import PeerError, PeerPool
 from strom.broker.network.router import RequestContext, handles
@@ -125,7 +125,7 @@ from strom.protocol.records import iter_headers
 from strom.storage.errors import OffsetOutOfRangeError
 
 if TYPE_CHECKING:
-    from strom.broker.server import Broker
+    from strom.broker.network.router import NodeServices
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class ShareService:
     """This node's share-partitions (those of the partitions it leads), share sessions
     and lock timers; the store of their durable state."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: NodeServices) -> None:
         self.broker = broker
         self.store = ShareStateStore(
             broker.state, broker.config, broker.replicas.append_for_coordinator
@@ -855,7 +855,7 @@ class ShareService:
 _SERVICES: weakref.WeakKeyDictionary[Any, ShareService] = weakref.WeakKeyDictionary()
 
 
-def service_of(broker: Broker) -> ShareService:
+def service_of(broker: NodeServices) -> ShareService:
     service = _SERVICES.get(broker)
     if service is None:
         service = _SERVICES[broker] = ShareService(broker)

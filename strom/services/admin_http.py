@@ -17,54 +17,30 @@ prefixed ``admin.`` (``admin.ssl.keystore.location``..., read by
   and unfenced (it has caught up with the metadata), serves its client listeners, and
   has taken up the leadership of every partition the metadata gives it.
 
-Does not own what the metrics count (``metrics``) or HTTP itself (``strom.services``).
+Does not own what the metrics count or what readiness checks: the node hands its
+collector and its readiness check in (``strom.broker.metrics``); it never reads the
+node itself.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
 
-from strom.broker.metrics import BrokerMetrics, KafkaCollector
 from strom.config import BrokerConfig, ConfigError
 from strom.services.http import HttpServer
 from strom.services.http_security import HttpSecurity, HttpSecurityError, http_security
 
-if TYPE_CHECKING:
-    from strom.broker.server import Broker
-
 log = logging.getLogger(__name__)
-
-
-def readiness(broker: Broker) -> tuple[bool, dict[str, Any]]:
-    """Whether the node does its part, and each check with what it found."""
-    checks: dict[str, Any] = {}
-    if broker.is_controller:
-        checks["quorum_leader_known"] = broker.quorum.leader_id >= 0
-    if broker.is_broker:
-        lifecycle = broker.lifecycle
-        checks["registered_and_unfenced"] = lifecycle is not None and not lifecycle.fenced
-        checks["serving_clients"] = broker._replicating
-        node = broker.node_id
-        roles = broker.replicas.roles
-        pending = [
-            f"{name}-{index}"
-            for name, topic in broker.state.topics.items()
-            for index, state in topic.states.items()
-            if state.leader == node and roles.get((name, index)) != (node, state.leader_epoch)
-        ]
-        checks["leading_what_it_should"] = not pending
-        if pending:
-            checks["leaderships_not_taken_up"] = sorted(pending)[:20]
-    ready = all(value for key, value in checks.items() if isinstance(value, bool))
-    return ready, checks
 
 
 def listener_security(config: BrokerConfig) -> list[HttpSecurity]:
@@ -87,14 +63,20 @@ def listener_security(config: BrokerConfig) -> list[HttpSecurity]:
 class AdminListener:
     """The HTTP admin listeners of one node."""
 
-    def __init__(self, broker: Broker, metrics: BrokerMetrics) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        config: BrokerConfig,
+        collector: Collector,
+        readiness: Callable[[], tuple[bool, dict[str, Any]]],
+    ) -> None:
+        self.node_id = config.node_id
+        self.readiness = readiness
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(KafkaCollector(broker, metrics))
+        self.registry.register(collector)
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
-        security = listener_security(broker.config)
+        security = listener_security(config)
         # /metrics only: the health checks stay open for probes.
         self.basic_auth = security[0].basic_auth if security else None
         app = web.Application()
@@ -134,11 +116,11 @@ class AdminListener:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _live(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "live", "node_id": self.broker.node_id})
+        return web.json_response({"status": "live", "node_id": self.node_id})
 
     async def _ready(self, request: web.Request) -> web.Response:
-        ready, checks = readiness(self.broker)
-        body = {"status": "ready" if ready else "not ready", "node_id": self.broker.node_id}
+        ready, checks = self.readiness()
+        body = {"status": "ready" if ready else "not ready", "node_id": self.node_id}
         return web.Response(
             text=json.dumps({**body, "checks": checks}),
             status=200 if ready else 503,
