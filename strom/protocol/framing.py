@@ -80,7 +80,7 @@ def codec_for(api_key: int, api_version: int) -> MessageCodec:
     )
 
 
-def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
+def peek_header(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
     """(api key, api version, correlation id) from the fixed start of a request."""
     if len(frame) < 8:
         raise FrameError(f"request of {len(frame)} bytes is shorter than a header")

@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import socket
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from strom.config import parse_host_counts
 
 
+class Settings(Protocol):
+    """Where the limits are read from, at each connection (they change at run time)."""
+
+    def __getitem__(self, key: str) -> Any: ...
+
+
 class ConnectionLimits:
-    def __init__(self, config: Mapping[str, Any]) -> None:
+    def __init__(self, config: Settings) -> None:
         self.config = config
         self.per_ip: Counter[str] = Counter()
         self.counted = 0  # connections that count towards max.connections

@@ -30,7 +30,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 from strom.broker.controller import quorum_wire
 from strom.broker.network.peer_client import PeerError, PeerPool, PeerSecurity
@@ -65,18 +65,16 @@ def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
-class MetadataListener:
+class MetadataListener(Protocol):
     """What the driver hands committed data to (the node's metadata image)."""
 
-    def apply_snapshot(self, snapshot: Snapshot) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
+    def apply_snapshot(self, snapshot: Snapshot) -> None: ...
 
-    def apply_batch(self, batch: Batch) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
+    def apply_batch(self, batch: Batch) -> None: ...
 
-    def snapshot_data(self) -> bytes:  # pragma: no cover - interface
+    def snapshot_data(self) -> bytes:
         """The state as of the last applied batch, serialised for a snapshot."""
-        raise NotImplementedError
+        ...
 
 
 class QuorumDriver:
