@@ -482,10 +482,9 @@ class KafkaCollector(Collector):
     # share groups (KIP-932) -------------------------------------------------------------
 
     def _share_group_metrics(self) -> Iterator[Metric]:
-        from strom.broker.handlers.groups.share_groups import service_of
         from strom.coordinator.share_group import ShareGroup
 
-        service = service_of(self.broker)
+        service = self.broker.share_service
         start = _family(
             "kafka_sharegroup_start_offset",
             "Start offset of a share-partition (the first record not yet finished with)",

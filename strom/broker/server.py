@@ -31,6 +31,7 @@ from strom.broker.controller.quorum import QuorumDriver
 from strom.broker.controller.service import ControllerService
 from strom.broker.handler_tables import route_tables
 from strom.broker.handlers.data.fetch_sessions import FetchSessionCache
+from strom.broker.handlers.groups.share_service import ShareService
 from strom.broker.metrics import BrokerMetrics, KafkaCollector, readiness
 from strom.broker.network.connection import FrameMemory, KafkaConnection
 from strom.broker.network.purgatory import Purgatory
@@ -134,6 +135,7 @@ class Broker:
         )
         self.state.on_topic_removed = self.coordinator.forget_topic
         self.client_quotas = ClientQuotas(self.state)
+        self.share_service = ShareService(self)  # after the coordinator: it sets hooks there
         # Metrics are kept while an admin listener serves them (one None check else).
         self.metrics: BrokerMetrics | None = BrokerMetrics() if config["admin.listeners"] else None
         self.admin = (

@@ -97,6 +97,17 @@ def _leader(bootstrap: str, topic: str) -> int:
     return _partition_0(bootstrap, topic)[0]
 
 
+def _in_sync(bootstrap: str, topic: str) -> set[int]:
+    """The in-sync replicas of the topic's partition 0 (none if unknown)."""
+    try:
+        found = _admin(bootstrap).list_topics(topic, timeout=5).topics.get(topic)
+    except Exception:  # noqa: BLE001 - asked again while the cluster settles
+        return set()
+    if found is None or found.error is not None or 0 not in found.partitions:
+        return set()
+    return {int(r) for r in found.partitions[0].isrs}
+
+
 def _group_configs(admin: AdminClient, group: str, configs: dict[str, str]) -> None:
     resource = ConfigResource(
         ResourceType.GROUP,
@@ -406,6 +417,16 @@ def test_an_acknowledgement_is_confirmed_only_once_its_state_write_is_committed(
                 again_here |= more
                 epoch += 1
             assert again_here == set(range(5, 10)), again_here
+        # The followers were left out of the ISR while they stood still (the controllers
+        # had their majority back once they resumed): a leader is elected only from the
+        # ISR, so the coordinator is killed once they are back in it.
+        every_replica = {coordinator, *followers}
+        for topic in ("held", STATE_TOPIC):
+            wait_until(
+                lambda topic=topic: _in_sync(bootstrap, topic) == every_replica,
+                60,
+                f"{topic} in sync again",
+            )
         cluster.nodes[coordinator].kill()
         bootstrap = cluster.bootstrap()
         wait_until(lambda: _leader(bootstrap, "held") in followers, 30, "held led again")

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from strom.broker.controller.producer_ids import ProducerIdBlocks
     from strom.broker.controller.service import ControllerService
     from strom.broker.handlers.data.fetch_sessions import FetchSessionCache
+    from strom.broker.handlers.groups.share_service import ShareService
     from strom.broker.replica.manager import ReplicaManager
     from strom.broker.replica.txn_verification import TxnVerifier
 
@@ -99,6 +100,9 @@ class NodeServices(LocalNode, Protocol):
 
     @property
     def voters(self) -> dict[int, tuple[str, int]]: ...
+
+    @property
+    def share_service(self) -> ShareService: ...
 
 
 ROUTES: dict[int, Route] = {}

@@ -46,12 +46,13 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.fetch.v17 import request as fetch_req
 
 from strom.broker.common import stop_task
 from strom.broker.network.peer_client import PeerConnection, PeerError
+from strom.broker.node import LocalNode
 from strom.cluster.image import NO_LEADER
 from strom.cluster.partition_change import LEADER_RECOVERING
 from strom.config import LONG_MAX, TOPIC_CONFIGS, ConfigError, throttled
@@ -64,7 +65,6 @@ from strom.replication import follower
 from strom.replication.leader import IsrChange, PartitionLeader
 
 if TYPE_CHECKING:
-    from strom.broker.node import LocalNode
     from strom.cluster.image import PartitionState
     from strom.protocol.records import BatchHeader
     from strom.storage.partition_log import PartitionLog
@@ -127,6 +127,14 @@ def _throttled(view: Any, key: str, partition: int, broker_id: int) -> bool:
         return throttled(TOPIC_CONFIGS[key].parse(raw), partition, broker_id)
     except ConfigError:
         return False
+
+
+class ReplicaHolder(LocalNode, Protocol):
+    """A node as the parts that write through its leaders see it: who it is and its
+    replica manager (the share-partitions' state, transaction markers)."""
+
+    @property
+    def replicas(self) -> ReplicaManager: ...
 
 
 class ReplicaManager:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.types import ProducerId, TopicName
 from kio.schema.write_txn_markers.v1 import request as markers_v1
@@ -33,8 +32,7 @@ from kio.static.primitive import i16, i32
 
 from strom.broker.network.cluster_view import inter_broker_endpoint
 from strom.broker.network.peer_client import PeerError, PeerPool
-from strom.broker.node import LocalNode
-from strom.broker.replica.manager import LeaderAppend
+from strom.broker.replica.manager import LeaderAppend, ReplicaHolder
 from strom.cluster.image import NO_LEADER
 from strom.coordinator.internal_log import AppendRefused
 from strom.coordinator.offsets_topic import OFFSETS_TOPIC
@@ -46,17 +44,7 @@ from strom.storage.producer_state import (
     TransactionCoordinatorFencedError,
 )
 
-if TYPE_CHECKING:
-    from strom.broker.replica.manager import ReplicaManager
-
 log = logging.getLogger(__name__)
-
-
-class MarkingNode(LocalNode, Protocol):
-    """The node as the marker writer reads it: who it is and its replica manager."""
-
-    @property
-    def replicas(self) -> ReplicaManager: ...
 
 
 TopicPartition = tuple[str, int]
@@ -66,7 +54,7 @@ _BACKOFF_S = (0.02, 1.0)
 
 
 async def write_markers_here(
-    broker: MarkingNode,
+    broker: ReplicaHolder,
     producer_id: int,
     producer_epoch: int,
     commit: bool,
@@ -107,7 +95,7 @@ async def write_markers_here(
 class TxnMarkerSender:
     """Delivers the markers of the transactions this node coordinates."""
 
-    def __init__(self, broker: MarkingNode) -> None:
+    def __init__(self, broker: ReplicaHolder) -> None:
         self.broker = broker
         self.peers = PeerPool(f"strom-txn-markers-{broker.node_id}", broker.inter_broker_security)
 

@@ -94,9 +94,7 @@ def _internal_topic_request(ctx: RequestContext, topic: str) -> tuple[int, int, 
     if topic == TRANSACTION_TOPIC:
         return broker.transactions.topic_request(live)
     if topic == SHARE_STATE_TOPIC:
-        from strom.broker.handlers.groups.share_groups import service_of
-
-        return service_of(broker).store.topic_request(live)
+        return broker.share_service.store.topic_request(live)
     wanted = broker.coordinator.offsets_topic_request(live)
     return wanted.partitions, wanted.replication_factor, wanted.configs
 

@@ -42,9 +42,8 @@ from strom.protocol.framing import build, nested
 
 
 def _store(ctx: RequestContext) -> ShareStateStore:
-    from strom.broker.handlers.groups.share_groups import service_of
 
-    return service_of(ctx.broker).store
+    return ctx.broker.share_service.store
 
 
 def _answer(
@@ -120,9 +119,8 @@ async def _after_durable(
     writes: list[tuple[dict[str, Any], Appended]],
     response: Callable[[], Any],
 ) -> Any:
-    from strom.broker.handlers.groups.share_groups import service_of
 
-    service = service_of(ctx.broker)
+    service = ctx.broker.share_service
     for fields, appended in writes:
         error = await service.wait_durable(appended)
         if error != ErrorCode.none:
@@ -148,9 +146,8 @@ def _defaults(partition_type: type) -> dict[str, Any]:
 
 def _drop_held(ctx: RequestContext, key: ShareKey) -> None:
     """The share-partition of ``key`` held on this node, if any, forgotten."""
-    from strom.broker.handlers.groups.share_groups import service_of
 
-    service_of(ctx.broker).drop(key)
+    ctx.broker.share_service.drop(key)
 
 
 def _now() -> int:
