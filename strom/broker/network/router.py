@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from strom.broker.controller.service import ControllerService
     from strom.broker.handlers.data.fetch_sessions import FetchSessionCache
     from strom.broker.handlers.groups.share_service import ShareService
+    from strom.broker.replica.group_commit import GroupCommit
     from strom.broker.replica.manager import ReplicaManager
     from strom.broker.replica.txn_verification import TxnVerifier
 
@@ -79,6 +80,9 @@ class NodeServices(LocalNode, Protocol):
 
     @property
     def replicas(self) -> ReplicaManager: ...
+
+    @property
+    def group_commit(self) -> GroupCommit: ...
 
     @property
     def txn_verifier(self) -> TxnVerifier: ...

@@ -49,6 +49,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.fetch.v17 import request as fetch_req
+from kio.schema.types import BrokerId
+from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from strom.broker.common import stop_task
 from strom.broker.network.peer_client import PeerConnection, PeerError
@@ -474,7 +476,11 @@ class ReplicaManager:
         return leader if leader is not None and leader.leader_epoch == leader_epoch else None
 
     def acknowledged(
-        self, key: PartitionKey, end_offset: int, leader_epoch: int, partition_log: Any
+        self,
+        key: PartitionKey,
+        end_offset: int,
+        leader_epoch: int,
+        partition_log: PartitionLog | None,
     ) -> ErrorCode | None:
         """Whether a leader's acks=all append ending at ``end_offset`` in
         ``leader_epoch`` is done: NONE once the high watermark has passed it while this
@@ -489,6 +495,7 @@ class ReplicaManager:
         if (
             state is None
             or leader is None
+            or partition_log is None
             or state.leader != self.node_id
             or state.leader_epoch != leader_epoch
             or self.state.partition_log(*key) is not partition_log
@@ -718,12 +725,12 @@ class ReplicaFetcher:
                 continue
             by_topic.setdefault(view.topic_id, []).append(
                 fetch_req.FetchPartition(
-                    partition=key[1],
-                    current_leader_epoch=partition_state.leader_epoch,
-                    fetch_offset=partition_log.log_end_offset,
-                    last_fetched_epoch=partition_log.latest_epoch,
-                    log_start_offset=partition_log.log_start_offset,
-                    partition_max_bytes=self.partition_max_bytes,
+                    partition=i32(key[1]),
+                    current_leader_epoch=i32(partition_state.leader_epoch),
+                    fetch_offset=i64(partition_log.log_end_offset),
+                    last_fetched_epoch=i32(partition_log.latest_epoch),
+                    log_start_offset=i64(partition_log.log_start_offset),
+                    partition_max_bytes=i32(self.partition_max_bytes),
                 )
             )
             keys[(view.topic_id, key[1])] = key
@@ -732,15 +739,15 @@ class ReplicaFetcher:
         request = fetch_req.FetchRequest(
             cluster_id=None,
             replica_state=fetch_req.ReplicaState(
-                replica_id=self.manager.node_id,
-                replica_epoch=lifecycle.broker_epoch if lifecycle is not None else -1,
+                replica_id=BrokerId(self.manager.node_id),
+                replica_epoch=i64(lifecycle.broker_epoch if lifecycle is not None else -1),
             ),
-            max_wait=datetime.timedelta(milliseconds=self.max_wait_ms),
-            min_bytes=self.min_bytes,
-            max_bytes=self.max_bytes,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=self.max_wait_ms)),
+            min_bytes=i32(self.min_bytes),
+            max_bytes=i32(self.max_bytes),
+            isolation_level=i8(0),
+            session_id=i32(0),
+            session_epoch=i32(-1),
             topics=tuple(
                 fetch_req.FetchTopic(topic_id=topic_id, partitions=tuple(parts))
                 for topic_id, parts in by_topic.items()

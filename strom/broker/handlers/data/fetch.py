@@ -125,7 +125,7 @@ def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         for topic in request.topics
         for p in topic.partitions
     ]
-    if step.incremental:
+    if step.incremental and step.session is not None:
         forgotten = [
             partition_key(getattr(topic, "topic", None), getattr(topic, "topic_id", None), p)
             for topic in request.forgotten_topics_data
@@ -289,8 +289,8 @@ def replica_id_of(request: Any) -> int:
     """The fetching replica's broker id (-1 for a consumer)."""
     state = getattr(request, "replica_state", None)
     if state is not None:
-        return state.replica_id
-    return getattr(request, "replica_id", -1)
+        return int(state.replica_id)
+    return int(getattr(request, "replica_id", -1))
 
 
 def replica_epoch_of(request: Any) -> int:
@@ -327,24 +327,26 @@ def _read(
     has_error = False
     moved: list[tuple[str, int]] = []  # NOT_LEADER_OR_FOLLOWER: told the leader (KIP-951)
     conversions: list[_Conversion] = []
-    topics = []
+    topics: list[Any] = []
     for name, topic_id, entries in wanted:
-        partitions = []
+        partitions: list[Any] = []
         for w in entries:
             error = ErrorCode.none
-            records = b""
+            records: bytes | memoryview = b""
             aborted = () if read_committed else None
             high_watermark = last_stable = log_start = -1
             diverging = None
             refused = bool(denied) and w.name in denied
             partition_log = (
-                node_state.partition_log(w.name, w.partition) if w.known and not refused else None
+                node_state.partition_log(w.name, w.partition)
+                if w.known and w.name is not None and not refused
+                else None
             )
             if refused:
                 error = ErrorCode.topic_authorization_failed
             elif partition_log is None:
                 if w.known:
-                    topic = node_state.topic(w.name)
+                    topic = node_state.topic(w.name) if w.name is not None else None
                     # A partition whose replicas are elsewhere: go to its leader.
                     error = (
                         ErrorCode.not_leader_or_follower
@@ -421,7 +423,7 @@ def _read(
                         )
                     if records and replica_id >= 0:
                         replicas.leader_sent(partition_log.topic, w.partition, len(records))
-                    if records and read_committed and replica_id < 0:
+                    if records and read_committed and replica_id < 0 and aborted_type is not None:
                         aborted = _aborted(
                             aborted_type, partition_log.aborted_transactions(w.offset, upper)
                         )
@@ -547,11 +549,12 @@ def _with_leader_hints(
     for topic in topics:
         name = getattr(topic, "topic", None)
         if name is None:
-            view = state.by_id.get(getattr(topic, "topic_id", None))
+            topic_id = getattr(topic, "topic_id", None)
+            view = state.by_id.get(topic_id) if topic_id is not None else None
             name = view.name if view is not None else None
         partitions = []
         for part in topic.partitions:
-            hint = leaders.get((name, part.partition_index))
+            hint = leaders.get((name, part.partition_index)) if name is not None else None
             if hint is not None and part.error_code == ErrorCode.not_leader_or_follower:
                 part = dataclasses.replace(
                     part, current_leader=build(leader_type, leader_id=hint[0], leader_epoch=hint[1])

@@ -297,7 +297,7 @@ class _Checked:
 
     topic: TopicView
     partition_log: PartitionLog
-    buf: bytes | bytearray | memoryview
+    buf: bytearray | memoryview
     headers: list[BatchHeader]
 
 
@@ -316,7 +316,7 @@ def _targets(
     acks = request.acks
     out: list[tuple[Any, Any, list[Any]]] = []
     for topic_data in request.topic_data:
-        name = getattr(topic_data, "name", None)
+        name: str = topic_data.name  # every version served (0-12) names its topics
         topic_id = getattr(topic_data, "topic_id", None)
         topic = resolve_topic(node_state, name, topic_id)
         items: list[Any] = []
@@ -457,15 +457,16 @@ def _response(ctx: RequestContext, results: list[tuple[Any, Any, list[list[Any]]
     topic_type = nested(response_type, "TopicProduceResponse")
     partition_type = nested(response_type, "PartitionProduceResponse")
     leader_type = nested_if_any(response_type, "LeaderIdAndEpoch")
-    names = {}
+    names: dict[tuple[Any, Any], str | None] = {}
     for name, topic_id, _ in results:
         topic = resolve_topic(ctx.broker.state, name, topic_id)
         names[(name, topic_id)] = topic.name if topic is not None else None
     moved = [
-        (names[(name, topic_id)], index)
+        (known, index)
         for name, topic_id, partitions in results
+        if (known := names[(name, topic_id)]) is not None
         for index, error, *_ in partitions
-        if error == ErrorCode.not_leader_or_follower and names[(name, topic_id)] is not None
+        if error == ErrorCode.not_leader_or_follower
     ]
     leaders, endpoints = (
         leader_hints(ctx.broker, moved, ctx.listener) if moved and leader_type else ({}, [])
@@ -474,7 +475,8 @@ def _response(ctx: RequestContext, results: list[tuple[Any, Any, list[list[Any]]
     for name, topic_id, partitions in results:
         built = []
         for index, error, base, append_time, start, *rejected in partitions:
-            hint = leaders.get((names[(name, topic_id)], index)) if leaders else None
+            known = names[(name, topic_id)]
+            hint = leaders.get((known, index)) if leaders and known is not None else None
             extra: dict[str, Any] = {}
             if rejected:
                 record_errors, message = rejected[0]
@@ -485,7 +487,11 @@ def _response(ctx: RequestContext, results: list[tuple[Any, Any, list[list[Any]]
                         for i, text in record_errors
                     )
                 extra["error_message"] = message
-            if hint is not None and error == ErrorCode.not_leader_or_follower:
+            if (
+                hint is not None
+                and leader_type is not None
+                and error == ErrorCode.not_leader_or_follower
+            ):
                 extra["current_leader"] = build(
                     leader_type, leader_id=hint[0], leader_epoch=hint[1]
                 )
@@ -528,8 +534,11 @@ def _checked(ctx: RequestContext, item: Any, decompress_limit: int) -> Any:
     config = partition_log.config
     records = item.records
     # A writable view into the request frame is patched and written where it lies.
-    in_place = isinstance(records, memoryview) and not records.readonly
-    buf = records if in_place else bytearray(records)
+    buf: bytearray | memoryview
+    if isinstance(records, memoryview) and not records.readonly:
+        buf = records  # a writable view into the request frame
+    else:
+        buf = bytearray(records)
     try:
         headers = validate_batches(buf, config.max_message_bytes)
     except BatchTooLargeError:
