@@ -148,3 +148,24 @@ def test_bad_keys_and_missing_key_fields_name_the_record(postgres: PostgresProce
     with pytest.raises(ConnectException, match="PK field code is not in the record value"):
         write(keyless, batch([good]))
     assert postgres.query("SELECT to_regclass('json_bad')") == [(None,)]
+
+
+def test_each_topic_of_a_batch_goes_to_its_table(postgres: PostgresProcess) -> None:
+    """One Spark partition's records of two topics (``${topic}`` in the table name) each
+    land in their own table, and a payload with a carriage return between its tokens is
+    read all the same (by PostgreSQL, as Arrow's reader takes one document a line)."""
+    sink = writer(postgres, "multi_${topic}")
+    first = [envelope({"id": 1, "name": "a1", "price": 1.0, "active": True}),
+             envelope({"id": 2, "name": "a2", "price": 2.0, "active": None})]  # fmt: skip
+    other = [envelope({"id": 1, "name": "b1", "price": None, "active": False})]
+    both = (batch(first, topic="ta"), batch(other, topic="tb"))
+    assert sink.payloads_of(list(both)) is not None
+    write(sink, *both)
+    assert postgres.query("SELECT id, name FROM multi_ta ORDER BY id") == [(1, "a1"), (2, "a2")]
+    assert postgres.query("SELECT id, name, active FROM multi_tb") == [(1, "b1", False)]
+    returned = envelope({"id": 2, "name": "a2 again", "price": 2.5, "active": True}).replace(
+        b',"name"', b',\r"name"'
+    )
+    write(sink, batch([returned], 2, topic="ta"))
+    assert postgres.query("SELECT name, price FROM multi_ta WHERE id = 2") == [("a2 again", 2.5)]
+    assert postgres.query("SELECT count(*) FROM multi_tb") == [(1,)]

@@ -50,6 +50,7 @@ import datetime as dt
 import gc
 import json
 import logging
+import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import closing
@@ -1112,12 +1113,13 @@ class TableWriter:
 
 
 def _freeze_heap() -> None:
-    """Move the objects of this Python worker, once, to the collector's permanent
-    generation. Spark's reused worker runs a full ``gc.collect()`` after every task, which
-    walks every object of its imports (PySpark, Arrow, psycopg...: over 100,000): 30-60 ms
-    of CPU a task, each micro-batch's tasks. Frozen, they are no longer walked; what the
-    tasks make afterwards is collected as before."""
-    if not _HEAP_FROZEN:
+    """In a reused Spark Python worker, move its objects, once, to the collector's
+    permanent generation. Such a worker runs a full ``gc.collect()`` after every task,
+    which walks every object of its imports (PySpark, Arrow, psycopg...: over 100,000):
+    30-60 ms of CPU a task, each micro-batch's tasks. Frozen, they are no longer walked;
+    what the tasks make afterwards is collected as before. Elsewhere (a test calling the
+    writer) nothing is done."""
+    if not _HEAP_FROZEN and os.environ.get("SPARK_REUSE_WORKER"):  # as pyspark.daemon reads it
         gc.freeze()
         _HEAP_FROZEN.append(True)
 
