@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OUTPUT_SCHEMA = "topic string, key binary, value binary, timestamp long"
+PACKED_OUTPUT_SCHEMA = OUTPUT_SCHEMA + ", packed binary"  # strom.ksql.packed_output
 GROUPED_SCHEMA = "grp binary, part int, off long, seq int, ts timestamp, payload binary"
 CHAINED_SCHEMA = "grp binary, stage int, part int, off long, seq int, ts timestamp, payload binary"
 LOG_GROUP = b"\x00processing-log"  # the group of processing log entries, passed through
@@ -705,9 +706,17 @@ class _Position:
     offset: int
 
 
-def _aggregate_processor(spec: QuerySpec) -> Any:
+def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
+    """``packed``: its output is ``PACKED_OUTPUT_SCHEMA``'s, the batch path's records of
+    a group in one row (``strom.ksql.packed_output``), others plain."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
     from pyspark.sql.types import BinaryType, StructField, StructType
+
+    def _plain(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for frame in frames:
+            if packed:
+                frame["packed"] = None
+            yield frame
 
     class AggregateProcessor(StatefulProcessor):
         """One group's windows and accumulators in Spark's state store."""
@@ -757,7 +766,7 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
             out: list[tuple[Any, ...]] = []
             if key[0] == LOG_GROUP:
                 out = [(spec.log_topic, None, payload, None) for payload in frame["payload"]]
-                yield from _frames(out)
+                yield from _plain(_frames(out))
                 return
             group = pickle.loads(key[0])
             stored = self._load()
@@ -777,7 +786,7 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
                 out.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
             self._timer(parts, stored)
             self._save(parts, stored)
-            yield from _frames(out)
+            yield from _plain(_frames(out))
 
         def _batch(
             self, parts: _TaskParts, key: Any, frames: list[pd.DataFrame], timerValues: Any
@@ -802,11 +811,20 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
             done = aggregation.run(stored, pickle.loads(key[0]), records, floor)
             self._timer(parts, stored)
             self._save(parts, stored)
-            if done is not None:
+            if done is None:
+                return
+            if packed:  # the group's records in one row, unpacked before the sink
+                from strom.ksql.packed_output import pack
+
                 yield pd.DataFrame(
-                    {name: done.column(name).to_numpy(zero_copy_only=False)
-                     for name in done.schema.names}
+                    {"topic": [None], "key": [None], "value": [None],
+                     "timestamp": pd.array([None], dtype="Int64"), "packed": [pack(done)]}
                 )  # fmt: skip
+                return
+            yield pd.DataFrame(
+                {name: done.column(name).to_numpy(zero_copy_only=False)
+                 for name in done.schema.names}
+            )  # fmt: skip
 
         def handleExpiredTimer(
             self, key: Any, timerValues: Any, expiredTimerInfo: Any
@@ -821,7 +839,7 @@ def _aggregate_processor(spec: QuerySpec) -> Any:
             _write(parts, parts.operators.close_windows(stored["windows"], group, stream_time), out)
             self._timer(parts, stored)
             self._save(parts, stored)
-            yield from _frames(out)
+            yield from _plain(_frames(out))
 
         def close(self) -> None:
             return None
@@ -1004,12 +1022,17 @@ def _aggregated(grouped: DataFrame, spec: QuerySpec, regroup: bool) -> DataFrame
     if windowed:
         grace = _grace_ms(plan)
         grouped = grouped.withWatermark("ts", f"{grace} milliseconds")
-    return grouped.groupBy("grp").transformWithStateInPandas(
-        statefulProcessor=_aggregate_processor(spec),
-        outputStructType=OUTPUT_SCHEMA,
+    from strom.ksql.arrow_aggregate import compile_aggregation
+    from strom.ksql.packed_output import unpack
+
+    packed = compile_aggregation(plan) is not None  # the batch path's records packed
+    aggregated = grouped.groupBy("grp").transformWithStateInPandas(
+        statefulProcessor=_aggregate_processor(spec, packed),
+        outputStructType=PACKED_OUTPUT_SCHEMA if packed else OUTPUT_SCHEMA,
         outputMode="Append",
         timeMode="EventTime" if windowed else "None",
     )
+    return aggregated.mapInArrow(unpack, OUTPUT_SCHEMA) if packed else aggregated
 
 
 def _flow_output(frame: DataFrame, spec: QuerySpec) -> DataFrame:

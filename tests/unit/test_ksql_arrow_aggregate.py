@@ -20,6 +20,7 @@ from strom.ksql import runtime
 from strom.ksql import statements as st
 from strom.ksql.arrow_aggregate import PACKED, compile_aggregation, compile_grouping
 from strom.ksql.metastore import Metastore
+from strom.ksql.packed_output import unpack
 from strom.ksql.parser import parse_statement
 from strom.ksql.planner import QueryPlan, SinkRequest, plan_query
 from strom.ksql.runtime import QuerySpec, _TaskParts
@@ -133,7 +134,7 @@ def run(
         parts.batch_grouping = parts.batch_aggregation = None
     runtime._PARTS[name] = parts
     layout = parts.batch_aggregation.layout if parts.batch_aggregation is not None else None
-    processor = runtime._aggregate_processor(spec)
+    processor = runtime._aggregate_processor(spec, packed=fast)
     store: dict[bytes, Any] = {}
     grouped_rows: dict[Any, list[tuple[float, int]]] = {}
     packs = 0
@@ -156,7 +157,10 @@ def run(
         for key, rows in frame.groupby("grp", sort=True):
             processor.init(_Handle(store, key))
             for out in processor.handleInputRows((key,), iter([rows]), _Timers(watermark)):
-                outputs += out.to_dict("records")
+                frame = pa.RecordBatch.from_pandas(out, preserve_index=False)
+                assert ("packed" in frame.schema.names) == fast
+                records = list(unpack(iter([frame]))) if fast else [frame]
+                outputs += [r for batch in records for r in batch.to_pylist()]
         times = pa.concat_arrays([b.column("timestamp") for b in micro_batch])
         watermark = max(watermark, max(times.cast(pa.int64()).to_pylist()) // 1000 - 2 * MINUTE)
     state = {k: pickle.loads(v) for k, v in store.items()}
