@@ -2,7 +2,7 @@
 
 Each ``QuorumNode`` is a quorum driver with its own metadata log directory behind a
 controller listener on a free port, served by the real controller-listener handlers
-(``strom.broker.controller.quorum_handlers``) and Kafka's framing; its state machine keeps every
+(``strom.controller.quorum_handlers``) and Kafka's framing; its state machine keeps every
 committed record in order. The quorum network test and ``bench/quorum.py`` use them.
 """
 
@@ -13,9 +13,9 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from strom.broker.controller import quorum_handlers  # noqa: F401 - registers the controller routes
-from strom.broker.controller.quorum import NotLeaderError, QuorumDriver
 from strom.broker.network.router import CONTROLLER_ROUTES, RequestContext
+from strom.controller import quorum_handlers  # noqa: F401 - registers the controller routes
+from strom.controller.quorum import NotLeaderError, QuorumDriver
 from strom.protocol.framing import codec_for, decode_request, encode_response_chunks, peek_header
 from strom.raft.core import RaftConfig
 from strom.raft.messages import Batch, Snapshot

@@ -5,8 +5,6 @@ handler module never imports another family's handlers through here."""
 from __future__ import annotations
 
 from strom.broker.access import acls, authentication, scram_credentials
-from strom.broker.controller import handlers as controller_handlers
-from strom.broker.controller import quorum_handlers
 from strom.broker.handlers.admin import admin_partitions, admin_topics, configs, quota_admin
 from strom.broker.handlers.cluster import api_versions, describe_cluster, metadata, update_features
 from strom.broker.handlers.data import (
@@ -25,6 +23,8 @@ from strom.broker.handlers.groups import (
 )
 from strom.broker.handlers.transactions import init_producer_id, transactions
 from strom.broker.network.router import CONTROLLER_ROUTES, ROUTES, Route
+from strom.controller import handlers as controller_handlers
+from strom.controller import quorum_handlers
 
 HANDLER_MODULES = (
     acls,

@@ -40,7 +40,7 @@ from strom.broker.network.loop_lag import LoopLagProbe
 from strom.broker.network.router import NodeServices
 
 if TYPE_CHECKING:
-    from strom.broker.controller.lifecycle import BrokerLifecycle
+    from strom.broker.controller_client.lifecycle import BrokerLifecycle
     from strom.broker.network.router import RequestContext
     from strom.config import Listener
 

@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from strom.broker.controller.quorum import QuorumDriver
     from strom.broker.network.peer_client import PeerSecurity
     from strom.broker.network.purgatory import Purgatory
     from strom.cluster.node_state import NodeState
     from strom.config import BrokerConfig, Listener
+    from strom.controller.quorum import QuorumDriver
     from strom.coordinator.coordinator import GroupCoordinator
     from strom.coordinator.transactions import TransactionCoordinator
     from strom.protocol.records import BatchHeader

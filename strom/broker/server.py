@@ -24,11 +24,9 @@ from collections.abc import Callable
 
 from strom.broker.access.authentication import ListenerSecurity, peer_security
 from strom.broker.access.client_quotas import ClientQuotas
-from strom.broker.controller.channel import ControllerChannel
-from strom.broker.controller.lifecycle import BrokerLifecycle
-from strom.broker.controller.producer_ids import ProducerIdBlocks
-from strom.broker.controller.quorum import QuorumDriver
-from strom.broker.controller.service import ControllerService
+from strom.broker.controller_client.channel import ControllerChannel
+from strom.broker.controller_client.lifecycle import BrokerLifecycle
+from strom.broker.controller_client.producer_ids import ProducerIdBlocks
 from strom.broker.handler_tables import route_tables
 from strom.broker.handlers.data.fetch_sessions import FetchSessionCache
 from strom.broker.handlers.groups.share_service import ShareService
@@ -43,6 +41,8 @@ from strom.broker.replica.txn_verification import TxnVerifier
 from strom.cluster.meta_properties import ensure_formatted
 from strom.cluster.node_state import NodeState
 from strom.config import BrokerConfig, ConfigError, Listener, parse_listener
+from strom.controller.quorum import QuorumDriver
+from strom.controller.service import ControllerService
 from strom.coordinator.coordinator import GroupCoordinator
 from strom.coordinator.transactions import TransactionCoordinator
 from strom.raft.core import RaftConfig

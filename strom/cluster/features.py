@@ -10,7 +10,7 @@ UpdateFeatures change passes before the controller writes its FeatureLevelRecord
 Does not own metadata.version's levels (``strom.cluster.records``), replaying the
 records (``strom.cluster.image``), the UpdateFeatures handlers (``strom.broker
 .update_features``) or the registration that declares what a node supports
-(``strom.broker.controller.lifecycle``).
+(``strom.broker.controller_client.lifecycle``).
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ def _service(
 
 
 def _now_ms() -> int:
-    from strom.broker.controller.service import _now_ms as now
+    from strom.controller.service import _now_ms as now
 
     return now()
 

@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from strom.broker.controller import quorum_wire
 from strom.broker.network.peer_client import PeerError, PeerPool, PeerSecurity
+from strom.controller import quorum_wire
 from strom.raft.core import QuorumInfo, RaftConfig, RaftNode, Ready, Role
 from strom.raft.messages import (
     REQUESTS,

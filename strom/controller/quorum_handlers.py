@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 from strom.broker.access import authz
-from strom.broker.controller import quorum_wire
 from strom.broker.network.router import RequestContext, handles, handles_controller
+from strom.controller import quorum_wire
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 from strom.raft.messages import Message

@@ -32,19 +32,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from strom.broker.controller.quorum import NotLeaderError
 from strom.cluster import records as mr
 from strom.cluster.bootstrap import bootstrap_records, read_legacy
 from strom.cluster.controller_api import ControllerConfig, ControllerError, ControllerResult
 from strom.cluster.features import BOOTSTRAP_LEVELS
 from strom.cluster.meta_properties import bootstrap_scram_records
 from strom.cluster.quorum_controller import QuorumController
+from strom.controller.quorum import NotLeaderError
 from strom.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from strom.broker.controller.quorum import QuorumDriver
     from strom.cluster.node_state import NodeState
     from strom.config import BrokerConfig
+    from strom.controller.quorum import QuorumDriver
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from kio.serial import entity_reader
 
-from strom.broker.controller import quorum_wire as wire
+from strom.controller import quorum_wire as wire
 from strom.protocol.framing import codec_for, decode_request, encode_request, encode_response_chunks
 from strom.raft.messages import (
     Batch,

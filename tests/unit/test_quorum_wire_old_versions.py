@@ -19,7 +19,7 @@ from kio.schema.types import BrokerId, TopicName
 from kio.schema.vote.v0 import request as vote_v0
 from kio.static.primitive import i32, i32Timedelta, i64
 
-from strom.broker.controller import quorum_wire as wire
+from strom.controller import quorum_wire as wire
 from strom.protocol.framing import codec_for, decode_request, encode_request
 from strom.raft.messages import (
     BeginQuorumEpochRequest,

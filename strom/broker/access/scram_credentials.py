@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE
-from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.controller_client.channel import ControllerUnavailable
 from strom.broker.network.router import RequestContext, handles, handles_controller
 from strom.cluster.controller_api import ControllerError, ControllerResult
 from strom.cluster.quorum_controller import QuorumController

@@ -28,7 +28,7 @@ from kio.schema.types import BrokerId
 from kio.static.primitive import i16, i64, u16
 
 from strom.broker.common import stop_task
-from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.controller_client.channel import ControllerUnavailable
 from strom.broker.node import LocalNode
 from strom.cluster.features import SUPPORTED as SUPPORTED_FEATURES
 from strom.protocol.errors import ErrorCode

@@ -2,4 +2,4 @@
 ``cluster`` (metadata, ApiVersions, features), ``groups`` (classic, consumer and share
 groups and their offsets), ``transactions`` and ``admin`` (topics, partitions, configs,
 quotas). The security APIs are in ``strom.broker.access``; the controller's in
-``strom.broker.controller``."""
+``strom.controller``."""

@@ -25,13 +25,13 @@ from strom.protocol.framing import MessageCodec
 from strom.security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
-    from strom.broker.controller.producer_ids import ProducerIdBlocks
-    from strom.broker.controller.service import ControllerService
+    from strom.broker.controller_client.producer_ids import ProducerIdBlocks
     from strom.broker.handlers.data.fetch_sessions import FetchSessionCache
     from strom.broker.handlers.groups.share_service import ShareService
     from strom.broker.replica.group_commit import GroupCommit
     from strom.broker.replica.manager import ReplicaManager
     from strom.broker.replica.txn_verification import TxnVerifier
+    from strom.controller.service import ControllerService
 
 Handler = Callable[["RequestContext", Any], Any | Awaitable[Any] | None]
 

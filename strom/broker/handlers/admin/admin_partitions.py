@@ -24,7 +24,7 @@ from kio.static.primitive import i8
 
 from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE
-from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.controller_client.channel import ControllerUnavailable
 from strom.broker.network.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE, ZERO_UUID
-from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.controller_client.channel import ControllerUnavailable
 from strom.broker.network.router import RequestContext, handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested

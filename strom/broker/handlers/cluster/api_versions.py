@@ -71,7 +71,7 @@ def handle_api_versions(ctx: RequestContext, request: object) -> object:
 def _features(ctx: RequestContext, response_type: type) -> dict[str, object]:
     """v3+: the features this node supports and those the cluster finalized (KIP-584),
     share.version among them, with the metadata offset they were read at."""
-    from strom.broker.controller.lifecycle import METADATA_VERSION_FEATURE
+    from strom.broker.controller_client.lifecycle import METADATA_VERSION_FEATURE
 
     supported_type = nested(response_type, "SupportedFeatureKey")
     finalized_type = nested(response_type, "FinalizedFeatureKey")

@@ -37,7 +37,7 @@ from strom.broker.common import (
     TOPIC_OPERATIONS,
     ZERO_UUID,
 )
-from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.controller_client.channel import ControllerUnavailable
 from strom.broker.network.cluster_view import controller_id, live_brokers
 from strom.broker.network.router import RequestContext, handles
 from strom.cluster.metadata import InvalidTopicError, validate_topic_name

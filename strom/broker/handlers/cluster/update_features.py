@@ -25,7 +25,7 @@ from kio.static.primitive import i8, i16
 
 from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE
-from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.controller_client.channel import ControllerUnavailable
 from strom.broker.network.router import RequestContext, handles, handles_controller
 from strom.cluster.controller_api import ControllerError
 from strom.cluster.features import (

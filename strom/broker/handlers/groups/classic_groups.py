@@ -48,7 +48,7 @@ from strom.broker.common import (
     NO_THROTTLE,
     OPERATIONS_NOT_REQUESTED,
 )
-from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.controller_client.channel import ControllerUnavailable
 from strom.broker.handlers.groups.member_fields import client_host, millis
 from strom.broker.network.cluster_view import broker_endpoint, live_brokers
 from strom.broker.network.router import RequestContext, handles

@@ -64,7 +64,7 @@ from kio.schema.create_topics.v7 import request as create_topics
 
 from strom.broker.access import authz
 from strom.broker.common import GROUP_OPERATIONS, NO_THROTTLE, OPERATIONS_NOT_REQUESTED
-from strom.broker.controller.channel import ControllerUnavailable
+from strom.broker.controller_client.channel import ControllerUnavailable
 from strom.broker.handlers.groups.member_fields import client_host
 from strom.broker.handlers.groups.share_service import (
     FINAL_EPOCH,

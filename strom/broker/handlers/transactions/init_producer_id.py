@@ -22,7 +22,7 @@ from typing import Any
 
 from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE
-from strom.broker.controller.producer_ids import ProducerIdBlocks, ProducerIdsUnavailable
+from strom.broker.controller_client.producer_ids import ProducerIdBlocks, ProducerIdsUnavailable
 from strom.broker.handlers.transactions.transactions import fenced_for
 from strom.broker.network.router import RequestContext, handles
 from strom.coordinator.transactions import ProducerIdAndEpoch
