@@ -41,6 +41,9 @@ from kio.schema.add_partitions_to_txn.v4.request import (
 from kio.schema.add_partitions_to_txn.v5.request import (
     AddPartitionsToTxnRequest as _AddPartitionsToTxnV5,
 )
+from kio.schema.allocate_producer_ids.v0.request import (
+    AllocateProducerIdsRequest as _AllocateProducerIdsV0,
+)
 from kio.schema.alter_client_quotas.v0.request import (
     AlterClientQuotasRequest as _AlterClientQuotasV0,
 )
@@ -56,8 +59,31 @@ from kio.schema.alter_partition_reassignments.v0.request import (
 from kio.schema.alter_partition_reassignments.v1.request import (
     AlterPartitionReassignmentsRequest as _AlterPartitionReassignmentsV1,
 )
+from kio.schema.alter_share_group_offsets.v0.request import (
+    AlterShareGroupOffsetsRequest as _AlterShareGroupOffsetsV0,
+)
 from kio.schema.alter_user_scram_credentials.v0.request import (
     AlterUserScramCredentialsRequest as _AlterUserScramCredentialsV0,
+)
+from kio.schema.begin_quorum_epoch.v0.request import BeginQuorumEpochRequest as _BeginQuorumEpochV0
+from kio.schema.begin_quorum_epoch.v1.request import BeginQuorumEpochRequest as _BeginQuorumEpochV1
+from kio.schema.broker_heartbeat.v0.request import BrokerHeartbeatRequest as _BrokerHeartbeatV0
+from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest as _BrokerHeartbeatV1
+from kio.schema.broker_heartbeat.v2.request import BrokerHeartbeatRequest as _BrokerHeartbeatV2
+from kio.schema.broker_registration.v0.request import (
+    BrokerRegistrationRequest as _BrokerRegistrationV0,
+)
+from kio.schema.broker_registration.v1.request import (
+    BrokerRegistrationRequest as _BrokerRegistrationV1,
+)
+from kio.schema.broker_registration.v2.request import (
+    BrokerRegistrationRequest as _BrokerRegistrationV2,
+)
+from kio.schema.broker_registration.v3.request import (
+    BrokerRegistrationRequest as _BrokerRegistrationV3,
+)
+from kio.schema.broker_registration.v4.request import (
+    BrokerRegistrationRequest as _BrokerRegistrationV4,
 )
 from kio.schema.consumer_group_describe.v0.request import (
     ConsumerGroupDescribeRequest as _ConsumerGroupDescribeV0,
@@ -81,6 +107,12 @@ from kio.schema.delete_groups.v2.request import DeleteGroupsRequest as _DeleteGr
 from kio.schema.delete_records.v0.request import DeleteRecordsRequest as _DeleteRecordsV0
 from kio.schema.delete_records.v1.request import DeleteRecordsRequest as _DeleteRecordsV1
 from kio.schema.delete_records.v2.request import DeleteRecordsRequest as _DeleteRecordsV2
+from kio.schema.delete_share_group_offsets.v0.request import (
+    DeleteShareGroupOffsetsRequest as _DeleteShareGroupOffsetsV0,
+)
+from kio.schema.delete_share_group_state.v0.request import (
+    DeleteShareGroupStateRequest as _DeleteShareGroupStateV0,
+)
 from kio.schema.describe_client_quotas.v0.request import (
     DescribeClientQuotasRequest as _DescribeClientQuotasV0,
 )
@@ -100,6 +132,15 @@ from kio.schema.describe_groups.v6.request import DescribeGroupsRequest as _Desc
 from kio.schema.describe_producers.v0.request import (
     DescribeProducersRequest as _DescribeProducersV0,
 )
+from kio.schema.describe_quorum.v0.request import DescribeQuorumRequest as _DescribeQuorumV0
+from kio.schema.describe_quorum.v1.request import DescribeQuorumRequest as _DescribeQuorumV1
+from kio.schema.describe_quorum.v2.request import DescribeQuorumRequest as _DescribeQuorumV2
+from kio.schema.describe_share_group_offsets.v0.request import (
+    DescribeShareGroupOffsetsRequest as _DescribeShareGroupOffsetsV0,
+)
+from kio.schema.describe_share_group_offsets.v1.request import (
+    DescribeShareGroupOffsetsRequest as _DescribeShareGroupOffsetsV1,
+)
 from kio.schema.describe_transactions.v0.request import (
     DescribeTransactionsRequest as _DescribeTransactionsV0,
 )
@@ -109,12 +150,16 @@ from kio.schema.describe_user_scram_credentials.v0.request import (
 from kio.schema.elect_leaders.v0.request import ElectLeadersRequest as _ElectLeadersV0
 from kio.schema.elect_leaders.v1.request import ElectLeadersRequest as _ElectLeadersV1
 from kio.schema.elect_leaders.v2.request import ElectLeadersRequest as _ElectLeadersV2
+from kio.schema.end_quorum_epoch.v0.request import EndQuorumEpochRequest as _EndQuorumEpochV0
+from kio.schema.end_quorum_epoch.v1.request import EndQuorumEpochRequest as _EndQuorumEpochV1
 from kio.schema.end_txn.v0.request import EndTxnRequest as _EndTxnV0
 from kio.schema.end_txn.v1.request import EndTxnRequest as _EndTxnV1
 from kio.schema.end_txn.v2.request import EndTxnRequest as _EndTxnV2
 from kio.schema.end_txn.v3.request import EndTxnRequest as _EndTxnV3
 from kio.schema.end_txn.v4.request import EndTxnRequest as _EndTxnV4
 from kio.schema.end_txn.v5.request import EndTxnRequest as _EndTxnV5
+from kio.schema.fetch_snapshot.v0.request import FetchSnapshotRequest as _FetchSnapshotV0
+from kio.schema.fetch_snapshot.v1.request import FetchSnapshotRequest as _FetchSnapshotV1
 from kio.schema.find_coordinator.v0.request import FindCoordinatorRequest as _FindCoordinatorV0
 from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest as _FindCoordinatorV1
 from kio.schema.find_coordinator.v2.request import FindCoordinatorRequest as _FindCoordinatorV2
@@ -132,6 +177,16 @@ from kio.schema.incremental_alter_configs.v0.request import (
 )
 from kio.schema.incremental_alter_configs.v1.request import (
     IncrementalAlterConfigsRequest as _IncrementalAlterConfigsV1,
+)
+from kio.schema.init_producer_id.v0.request import InitProducerIdRequest as _InitProducerIdV0
+from kio.schema.init_producer_id.v1.request import InitProducerIdRequest as _InitProducerIdV1
+from kio.schema.init_producer_id.v2.request import InitProducerIdRequest as _InitProducerIdV2
+from kio.schema.init_producer_id.v3.request import InitProducerIdRequest as _InitProducerIdV3
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest as _InitProducerIdV4
+from kio.schema.init_producer_id.v5.request import InitProducerIdRequest as _InitProducerIdV5
+from kio.schema.init_producer_id.v6.request import InitProducerIdRequest as _InitProducerIdV6
+from kio.schema.initialize_share_group_state.v0.request import (
+    InitializeShareGroupStateRequest as _InitializeShareGroupStateV0,
 )
 from kio.schema.join_group.v0.request import JoinGroupRequest as _JoinGroupV0
 from kio.schema.join_group.v1.request import JoinGroupRequest as _JoinGroupV1
@@ -176,6 +231,30 @@ from kio.schema.metadata.v11.request import MetadataRequest as _MetadataV11
 from kio.schema.metadata.v12.request import MetadataRequest as _MetadataV12
 from kio.schema.metadata.v13.request import MetadataRequest as _MetadataV13
 from kio.schema.offset_delete.v0.request import OffsetDeleteRequest as _OffsetDeleteV0
+from kio.schema.read_share_group_state.v0.request import (
+    ReadShareGroupStateRequest as _ReadShareGroupStateV0,
+)
+from kio.schema.read_share_group_state_summary.v0.request import (
+    ReadShareGroupStateSummaryRequest as _ReadShareGroupStateSummaryV0,
+)
+from kio.schema.read_share_group_state_summary.v1.request import (
+    ReadShareGroupStateSummaryRequest as _ReadShareGroupStateSummaryV1,
+)
+from kio.schema.sasl_authenticate.v0.request import SaslAuthenticateRequest as _SaslAuthenticateV0
+from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest as _SaslAuthenticateV1
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest as _SaslAuthenticateV2
+from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as _SaslHandshakeV0
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest as _SaslHandshakeV1
+from kio.schema.share_acknowledge.v1.request import ShareAcknowledgeRequest as _ShareAcknowledgeV1
+from kio.schema.share_acknowledge.v2.request import ShareAcknowledgeRequest as _ShareAcknowledgeV2
+from kio.schema.share_fetch.v1.request import ShareFetchRequest as _ShareFetchV1
+from kio.schema.share_fetch.v2.request import ShareFetchRequest as _ShareFetchV2
+from kio.schema.share_group_describe.v1.request import (
+    ShareGroupDescribeRequest as _ShareGroupDescribeV1,
+)
+from kio.schema.share_group_heartbeat.v1.request import (
+    ShareGroupHeartbeatRequest as _ShareGroupHeartbeatV1,
+)
 from kio.schema.sync_group.v0.request import SyncGroupRequest as _SyncGroupV0
 from kio.schema.sync_group.v1.request import SyncGroupRequest as _SyncGroupV1
 from kio.schema.sync_group.v2.request import SyncGroupRequest as _SyncGroupV2
@@ -189,6 +268,18 @@ from kio.schema.txn_offset_commit.v3.request import TxnOffsetCommitRequest as _T
 from kio.schema.txn_offset_commit.v4.request import TxnOffsetCommitRequest as _TxnOffsetCommitV4
 from kio.schema.txn_offset_commit.v5.request import TxnOffsetCommitRequest as _TxnOffsetCommitV5
 from kio.schema.unregister_broker.v0.request import UnregisterBrokerRequest as _UnregisterBrokerV0
+from kio.schema.update_features.v0.request import UpdateFeaturesRequest as _UpdateFeaturesV0
+from kio.schema.update_features.v1.request import UpdateFeaturesRequest as _UpdateFeaturesV1
+from kio.schema.update_features.v2.request import UpdateFeaturesRequest as _UpdateFeaturesV2
+from kio.schema.vote.v0.request import VoteRequest as _VoteV0
+from kio.schema.vote.v1.request import VoteRequest as _VoteV1
+from kio.schema.vote.v2.request import VoteRequest as _VoteV2
+from kio.schema.write_share_group_state.v0.request import (
+    WriteShareGroupStateRequest as _WriteShareGroupStateV0,
+)
+from kio.schema.write_share_group_state.v1.request import (
+    WriteShareGroupStateRequest as _WriteShareGroupStateV1,
+)
 
 # key 25, v0-4
 AddOffsetsToTxn: TypeAlias = (
@@ -209,6 +300,9 @@ AddPartitionsToTxn: TypeAlias = (
     | _AddPartitionsToTxnV5
 )
 
+# key 67, v0-0
+AllocateProducerIds: TypeAlias = _AllocateProducerIdsV0
+
 # key 49, v0-1
 AlterClientQuotas: TypeAlias = _AlterClientQuotasV0 | _AlterClientQuotasV1
 
@@ -220,8 +314,26 @@ AlterPartitionReassignments: TypeAlias = (
     _AlterPartitionReassignmentsV0 | _AlterPartitionReassignmentsV1
 )
 
+# key 91, v0-0
+AlterShareGroupOffsets: TypeAlias = _AlterShareGroupOffsetsV0
+
 # key 51, v0-0
 AlterUserScramCredentials: TypeAlias = _AlterUserScramCredentialsV0
+
+# key 53, v0-1
+BeginQuorumEpoch: TypeAlias = _BeginQuorumEpochV0 | _BeginQuorumEpochV1
+
+# key 63, v0-2
+BrokerHeartbeat: TypeAlias = _BrokerHeartbeatV0 | _BrokerHeartbeatV1 | _BrokerHeartbeatV2
+
+# key 62, v0-4
+BrokerRegistration: TypeAlias = (
+    _BrokerRegistrationV0
+    | _BrokerRegistrationV1
+    | _BrokerRegistrationV2
+    | _BrokerRegistrationV3
+    | _BrokerRegistrationV4
+)
 
 # key 69, v0-1
 ConsumerGroupDescribe: TypeAlias = _ConsumerGroupDescribeV0 | _ConsumerGroupDescribeV1
@@ -239,6 +351,12 @@ DeleteGroups: TypeAlias = _DeleteGroupsV0 | _DeleteGroupsV1 | _DeleteGroupsV2
 
 # key 21, v0-2
 DeleteRecords: TypeAlias = _DeleteRecordsV0 | _DeleteRecordsV1 | _DeleteRecordsV2
+
+# key 92, v0-0
+DeleteShareGroupOffsets: TypeAlias = _DeleteShareGroupOffsetsV0
+
+# key 86, v0-0
+DeleteShareGroupState: TypeAlias = _DeleteShareGroupStateV0
 
 # key 48, v0-1
 DescribeClientQuotas: TypeAlias = _DescribeClientQuotasV0 | _DescribeClientQuotasV1
@@ -260,6 +378,12 @@ DescribeGroups: TypeAlias = (
 # key 61, v0-0
 DescribeProducers: TypeAlias = _DescribeProducersV0
 
+# key 55, v0-2
+DescribeQuorum: TypeAlias = _DescribeQuorumV0 | _DescribeQuorumV1 | _DescribeQuorumV2
+
+# key 90, v0-1
+DescribeShareGroupOffsets: TypeAlias = _DescribeShareGroupOffsetsV0 | _DescribeShareGroupOffsetsV1
+
 # key 65, v0-0
 DescribeTransactions: TypeAlias = _DescribeTransactionsV0
 
@@ -269,8 +393,14 @@ DescribeUserScramCredentials: TypeAlias = _DescribeUserScramCredentialsV0
 # key 43, v0-2
 ElectLeaders: TypeAlias = _ElectLeadersV0 | _ElectLeadersV1 | _ElectLeadersV2
 
+# key 54, v0-1
+EndQuorumEpoch: TypeAlias = _EndQuorumEpochV0 | _EndQuorumEpochV1
+
 # key 26, v0-5
 EndTxn: TypeAlias = _EndTxnV0 | _EndTxnV1 | _EndTxnV2 | _EndTxnV3 | _EndTxnV4 | _EndTxnV5
+
+# key 59, v0-1
+FetchSnapshot: TypeAlias = _FetchSnapshotV0 | _FetchSnapshotV1
 
 # key 10, v0-6
 FindCoordinator: TypeAlias = (
@@ -288,6 +418,20 @@ Heartbeat: TypeAlias = _HeartbeatV0 | _HeartbeatV1 | _HeartbeatV2 | _HeartbeatV3
 
 # key 44, v0-1
 IncrementalAlterConfigs: TypeAlias = _IncrementalAlterConfigsV0 | _IncrementalAlterConfigsV1
+
+# key 22, v0-6
+InitProducerId: TypeAlias = (
+    _InitProducerIdV0
+    | _InitProducerIdV1
+    | _InitProducerIdV2
+    | _InitProducerIdV3
+    | _InitProducerIdV4
+    | _InitProducerIdV5
+    | _InitProducerIdV6
+)
+
+# key 83, v0-0
+InitializeShareGroupState: TypeAlias = _InitializeShareGroupStateV0
 
 # key 11, v0-9
 JoinGroup: TypeAlias = (
@@ -340,6 +484,32 @@ Metadata: TypeAlias = (
 # key 47, v0-0
 OffsetDelete: TypeAlias = _OffsetDeleteV0
 
+# key 84, v0-0
+ReadShareGroupState: TypeAlias = _ReadShareGroupStateV0
+
+# key 87, v0-1
+ReadShareGroupStateSummary: TypeAlias = (
+    _ReadShareGroupStateSummaryV0 | _ReadShareGroupStateSummaryV1
+)
+
+# key 36, v0-2
+SaslAuthenticate: TypeAlias = _SaslAuthenticateV0 | _SaslAuthenticateV1 | _SaslAuthenticateV2
+
+# key 17, v0-1
+SaslHandshake: TypeAlias = _SaslHandshakeV0 | _SaslHandshakeV1
+
+# key 79, v1-2
+ShareAcknowledge: TypeAlias = _ShareAcknowledgeV1 | _ShareAcknowledgeV2
+
+# key 78, v1-2
+ShareFetch: TypeAlias = _ShareFetchV1 | _ShareFetchV2
+
+# key 77, v1-1
+ShareGroupDescribe: TypeAlias = _ShareGroupDescribeV1
+
+# key 76, v1-1
+ShareGroupHeartbeat: TypeAlias = _ShareGroupHeartbeatV1
+
 # key 14, v0-5
 SyncGroup: TypeAlias = (
     _SyncGroupV0 | _SyncGroupV1 | _SyncGroupV2 | _SyncGroupV3 | _SyncGroupV4 | _SyncGroupV5
@@ -357,6 +527,15 @@ TxnOffsetCommit: TypeAlias = (
 
 # key 64, v0-0
 UnregisterBroker: TypeAlias = _UnregisterBrokerV0
+
+# key 57, v0-2
+UpdateFeatures: TypeAlias = _UpdateFeaturesV0 | _UpdateFeaturesV1 | _UpdateFeaturesV2
+
+# key 52, v0-2
+Vote: TypeAlias = _VoteV0 | _VoteV1 | _VoteV2
+
+# key 85, v0-1
+WriteShareGroupState: TypeAlias = _WriteShareGroupStateV0 | _WriteShareGroupStateV1
 
 
 # Versions a handler tells apart where a request changed its shape.

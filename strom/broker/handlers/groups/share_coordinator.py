@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from strom.broker.access import authz
 from strom.broker.network.router import RequestContext, handles
@@ -40,6 +40,19 @@ from strom.coordinator.share_state import ShareKey, ShareState, ShareStateStore
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
+if TYPE_CHECKING:
+    import uuid
+
+    from strom.protocol import request_types as req
+
+    ShareStateRequest: TypeAlias = (
+        req.InitializeShareGroupState
+        | req.ReadShareGroupState
+        | req.WriteShareGroupState
+        | req.DeleteShareGroupState
+        | req.ReadShareGroupStateSummary
+    )
+
 
 def _store(ctx: RequestContext) -> ShareStateStore:
 
@@ -48,7 +61,7 @@ def _store(ctx: RequestContext) -> ShareStateStore:
 
 def _answer(
     ctx: RequestContext,
-    request: Any,
+    request: ShareStateRequest,
     result_type_name: str,
     partition_type_name: str,
     serve: Callable[[ShareKey, Any], dict[str, Any]],
@@ -66,7 +79,8 @@ def _answer(
     for topic in request.topics:
         partitions: list[dict[str, Any]] = []
         for part in topic.partitions:
-            key = ShareKey(request.group_id, topic.topic_id, part.partition)
+            # kio reads a zero topic id as None; the key takes it unchecked, as it always has.
+            key = ShareKey(request.group_id, cast("uuid.UUID", topic.topic_id), part.partition)
             if not allowed:
                 error, message, extra = (
                     ErrorCode.cluster_authorization_failed,
@@ -162,7 +176,9 @@ def _write_failed() -> dict[str, Any]:
 
 
 @handles(83, 0, 0)
-def handle_initialize_share_group_state(ctx: RequestContext, request: Any) -> Any:
+def handle_initialize_share_group_state(
+    ctx: RequestContext, request: req.InitializeShareGroupState
+) -> Any:
     store = _store(ctx)
 
     def serve(key: ShareKey, part: Any) -> dict[str, Any]:
@@ -175,7 +191,7 @@ def handle_initialize_share_group_state(ctx: RequestContext, request: Any) -> An
 
 
 @handles(84, 0, 0)
-def handle_read_share_group_state(ctx: RequestContext, request: Any) -> Any:
+def handle_read_share_group_state(ctx: RequestContext, request: req.ReadShareGroupState) -> Any:
     store = _store(ctx)
     batch_type = nested(ctx.response_type, "StateBatch")
 
@@ -203,7 +219,7 @@ def handle_read_share_group_state(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(85, 0, 1)
-def handle_write_share_group_state(ctx: RequestContext, request: Any) -> Any:
+def handle_write_share_group_state(ctx: RequestContext, request: req.WriteShareGroupState) -> Any:
     store = _store(ctx)
 
     def serve(key: ShareKey, part: Any) -> dict[str, Any]:
@@ -226,7 +242,7 @@ def handle_write_share_group_state(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(86, 0, 0)
-def handle_delete_share_group_state(ctx: RequestContext, request: Any) -> Any:
+def handle_delete_share_group_state(ctx: RequestContext, request: req.DeleteShareGroupState) -> Any:
     store = _store(ctx)
 
     def serve(key: ShareKey, part: Any) -> dict[str, Any]:
@@ -238,7 +254,9 @@ def handle_delete_share_group_state(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(87, 0, 1)
-def handle_read_share_group_state_summary(ctx: RequestContext, request: Any) -> Any:
+def handle_read_share_group_state_summary(
+    ctx: RequestContext, request: req.ReadShareGroupStateSummary
+) -> Any:
     store = _store(ctx)
 
     def serve(key: ShareKey, part: Any) -> dict[str, Any]:

@@ -58,7 +58,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kio.schema.create_topics.v7 import request as create_topics
 
@@ -90,7 +90,7 @@ from strom.protocol.records import iter_headers
 from strom.storage.errors import OffsetOutOfRangeError
 
 if TYPE_CHECKING:
-    pass
+    from strom.protocol import request_types as req
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ def _heartbeat_response(ctx: RequestContext, result: ShareHeartbeatResult) -> An
 
 
 @handles(76, 1, 1)
-def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
+def handle_share_group_heartbeat(ctx: RequestContext, request: req.ShareGroupHeartbeat) -> Any:
     def fail(error: ErrorCode, message: str | None) -> Any:
         return _heartbeat_response(
             ctx,
@@ -208,12 +208,12 @@ def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
     return _heartbeat(ctx, request)
 
 
-async def _after_state_topic(ctx: RequestContext, request: Any) -> Any:
+async def _after_state_topic(ctx: RequestContext, request: req.ShareGroupHeartbeat) -> Any:
     await _ensure_state_topic(ctx)
     return _heartbeat(ctx, request)
 
 
-def _heartbeat(ctx: RequestContext, request: Any) -> Any:
+def _heartbeat(ctx: RequestContext, request: req.ShareGroupHeartbeat) -> Any:
     coordinator = ctx.broker.coordinator
     group = coordinator.share_group(request.group_id, create=request.member_epoch == 0)
     if group is None:
@@ -248,7 +248,7 @@ def _heartbeat(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(77, 1, 1)
-def handle_share_group_describe(ctx: RequestContext, request: Any) -> Any:
+def handle_share_group_describe(ctx: RequestContext, request: req.ShareGroupDescribe) -> Any:
     coordinator = ctx.broker.coordinator
     response_type = ctx.response_type
     group_type = nested(response_type, "DescribedGroup")
@@ -496,17 +496,35 @@ def _denied_topics(ctx: RequestContext, topic_ids: Iterable[uuid.UUID | None]) -
     return names - authz.filter_allowed(ctx, authz.Op.READ, authz.TOPIC, names)
 
 
-def _check_request(ctx: RequestContext, request: Any) -> tuple[ErrorCode, str | None] | None:
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """Why a ShareFetch or ShareAcknowledge is refused as a whole."""
+
+    error: ErrorCode
+    message: str | None
+
+
+def _check_request(
+    ctx: RequestContext, request: req.ShareFetch | req.ShareAcknowledge
+) -> tuple[str, str] | _Refused:
+    """The request's group id and member id, or why it is refused."""
     disabled = _disabled(ctx)
     if disabled is not None:
-        return ErrorCode.unsupported_version, disabled
-    if not request.group_id:
-        return ErrorCode.invalid_request, "GroupId can't be empty."
-    if not request.member_id:
-        return ErrorCode.invalid_request, "MemberId can't be empty."
-    if not authz.allowed(ctx, authz.Op.READ, authz.GROUP, request.group_id):
-        return ErrorCode.group_authorization_failed, "Group authorization failed."
-    return None
+        return _Refused(ErrorCode.unsupported_version, disabled)
+    group_id, member_id = request.group_id, request.member_id
+    if not group_id:
+        return _Refused(ErrorCode.invalid_request, "GroupId can't be empty.")
+    if not member_id:
+        return _Refused(ErrorCode.invalid_request, "MemberId can't be empty.")
+    if not authz.allowed(ctx, authz.Op.READ, authz.GROUP, group_id):
+        return _Refused(ErrorCode.group_authorization_failed, "Group authorization failed.")
+    return group_id, member_id
+
+
+def _as_topic_id(topic_id: uuid.UUID | None) -> uuid.UUID:
+    """A topic id of a request as the session keeps it. kio reads the zero id as None,
+    which is kept as it came: no topic has it, so it is answered as an unknown topic."""
+    return cast("uuid.UUID", topic_id)
 
 
 def _lock_timeout(ctx: RequestContext, group_id: str | None) -> datetime.timedelta:
@@ -543,28 +561,29 @@ def _refusal(response_type: type, error: ErrorCode, message: str | None) -> Any:
 
 
 @handles(78, 1, 2)
-def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
+def handle_share_fetch(ctx: RequestContext, request: req.ShareFetch) -> Any:
     response_type = ctx.response_type
-    refused = _check_request(ctx, request)
-    if refused is not None:
-        return _refusal(response_type, *refused)
+    checked = _check_request(ctx, request)
+    if isinstance(checked, _Refused):
+        return _refusal(response_type, checked.error, checked.message)
+    group_id, member_id = checked
     service = ctx.broker.share_service
     epoch = request.share_session_epoch
-    step = _session_step(service, request.group_id, request.member_id, epoch, fetch=True)
+    step = _session_step(service, group_id, member_id, epoch, fetch=True)
     if step.error != ErrorCode.none or step.session is None:
         return _refusal(response_type, step.error, step.message)
     session = step.session
     if epoch == 0 and ctx.session is not None:  # it ends when this connection closes
-        ctx.session.on_close[(ShareSession, request.group_id, request.member_id)] = lambda: (
+        ctx.session.on_close[(ShareSession, group_id, member_id)] = lambda: (
             service.connection_closed(session)
         )
     for topic in request.topics:
         for part in topic.partitions:
-            session.partitions.add((topic.topic_id, part.partition_index))
-    for topic in request.forgotten_topics_data:
-        for p in topic.partitions:
-            session.partitions.discard((topic.topic_id, p))
-    wanted = [ShareKey(request.group_id, t, p) for t, p in session.partitions]
+            session.partitions.add((_as_topic_id(topic.topic_id), part.partition_index))
+    for forgotten in request.forgotten_topics_data:
+        for p in forgotten.partitions:
+            session.partitions.discard((_as_topic_id(forgotten.topic_id), p))
+    wanted = [ShareKey(group_id, t, p) for t, p in session.partitions]
     remote = service.remote_keys(
         k
         for k in wanted
@@ -577,18 +596,18 @@ def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 async def _after_remote_reads(
-    ctx: RequestContext, request: Any, session: ShareSession, keys: list[ShareKey]
+    ctx: RequestContext, request: req.ShareFetch, session: ShareSession, keys: list[ShareKey]
 ) -> Any:
     await ctx.broker.share_service.load_remote(keys)
     result = _share_fetch(ctx, request, session)
     return await result if asyncio.iscoroutine(result) else result
 
 
-def _share_fetch(ctx: RequestContext, request: Any, session: ShareSession) -> Any:
+def _share_fetch(ctx: RequestContext, request: req.ShareFetch, session: ShareSession) -> Any:
     denied = _denied_topics(
         ctx, [t for t, _ in session.partitions] + [t.topic_id for t in request.topics]
     )
-    acks, writes = _acknowledge(ctx, request.group_id, request.member_id, request.topics, denied)
+    acks, writes = _acknowledge(ctx, session.group_id, session.member_id, request.topics, denied)
     if _pending(writes):
         return _fetch_after_durable(ctx, request, session, denied, acks, writes)
     return _fetch_after_acks(ctx, request, session, denied, _settled_now(acks, writes))
@@ -596,7 +615,7 @@ def _share_fetch(ctx: RequestContext, request: Any, session: ShareSession) -> An
 
 async def _fetch_after_durable(
     ctx: RequestContext,
-    request: Any,
+    request: req.ShareFetch,
     session: ShareSession,
     denied: set[str],
     acks: dict[tuple[uuid.UUID, int], ErrorCode],
@@ -609,7 +628,7 @@ async def _fetch_after_durable(
 
 def _fetch_after_acks(
     ctx: RequestContext,
-    request: Any,
+    request: req.ShareFetch,
     session: ShareSession,
     denied: set[str],
     acks: dict[tuple[uuid.UUID, int], ErrorCode],
@@ -618,7 +637,7 @@ def _fetch_after_acks(
     service = ctx.broker.share_service
     epoch = request.share_session_epoch
     if epoch == FINAL_EPOCH:
-        service.member_gone(request.group_id, request.member_id)
+        service.member_gone(session.group_id, session.member_id)
         return _fetch_response(ctx, request, [], acks, full=False)
     parts = _fetch(ctx, request, session, denied)
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
@@ -629,7 +648,7 @@ def _fetch_after_acks(
 
 async def _long_poll(
     ctx: RequestContext,
-    request: Any,
+    request: req.ShareFetch,
     session: ShareSession,
     denied: set[str],
     acks: dict[tuple[uuid.UUID, int], ErrorCode],
@@ -647,7 +666,7 @@ async def _long_poll(
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not await purgatory.wait(keys, remaining):
             break
-        if sessions.get((request.group_id, request.member_id)) is not session:
+        if sessions.get((session.group_id, session.member_id)) is not session:
             break  # ended meanwhile (its connection closed): nothing more is acquired
         parts = _fetch(ctx, request, session, denied)
         if any(p.acquired or p.error != ErrorCode.none for p in parts):
@@ -656,11 +675,11 @@ async def _long_poll(
 
 
 def _fetch(
-    ctx: RequestContext, request: Any, session: ShareSession, denied: set[str]
+    ctx: RequestContext, request: req.ShareFetch, session: ShareSession, denied: set[str]
 ) -> list[_Part]:
     """Acquire records for the member from each session partition."""
-    group_id = request.group_id
-    member_id = request.member_id
+    group_id = session.group_id  # the session's ids are the request's
+    member_id = session.member_id
     isolation = ctx.broker.share_service.group_setting(group_id, "share.isolation.level")
     read_committed = isolation == "read_committed"
     budget_records = max(int(request.max_records), 1) if request.max_records > 0 else 500
@@ -760,7 +779,7 @@ def _deliverable(
 
 def _fetch_response(
     ctx: RequestContext,
-    request: Any,
+    request: req.ShareFetch,
     parts: list[_Part],
     acks: dict[tuple[uuid.UUID, int], ErrorCode],
     full: bool,
@@ -833,20 +852,21 @@ def _fetch_response(
 
 
 @handles(79, 1, 2)
-def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
+def handle_share_acknowledge(ctx: RequestContext, request: req.ShareAcknowledge) -> Any:
     response_type = ctx.response_type
-    refused = _check_request(ctx, request)
-    if refused is not None:
-        return _refusal(response_type, *refused)
+    checked = _check_request(ctx, request)
+    if isinstance(checked, _Refused):
+        return _refusal(response_type, checked.error, checked.message)
+    group_id, member_id = checked
     service = ctx.broker.share_service
     epoch = request.share_session_epoch
-    step = _session_step(service, request.group_id, request.member_id, epoch, fetch=False)
+    step = _session_step(service, group_id, member_id, epoch, fetch=False)
     if step.error != ErrorCode.none:
         return _refusal(response_type, step.error, step.message)
     denied = _denied_topics(ctx, [t.topic_id for t in request.topics])
-    acks, writes = _acknowledge(ctx, request.group_id, request.member_id, request.topics, denied)
+    acks, writes = _acknowledge(ctx, group_id, member_id, request.topics, denied)
     if epoch == FINAL_EPOCH:
-        service.member_gone(request.group_id, request.member_id)
+        service.member_gone(group_id, member_id)
     if _pending(writes):
         return _acknowledge_after_durable(ctx, request, acks, writes)
     return _acknowledge_response(ctx, request, _settled_now(acks, writes))
@@ -854,7 +874,7 @@ def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
 
 async def _acknowledge_after_durable(
     ctx: RequestContext,
-    request: Any,
+    request: req.ShareAcknowledge,
     acks: dict[tuple[uuid.UUID, int], ErrorCode],
     writes: dict[tuple[uuid.UUID, int], Durable],
 ) -> Any:
@@ -862,7 +882,7 @@ async def _acknowledge_after_durable(
 
 
 def _acknowledge_response(
-    ctx: RequestContext, request: Any, acks: dict[tuple[uuid.UUID, int], ErrorCode]
+    ctx: RequestContext, request: req.ShareAcknowledge, acks: dict[tuple[uuid.UUID, int], ErrorCode]
 ) -> Any:
     response_type = ctx.response_type
     topic_type = nested(response_type, "ShareAcknowledgeTopicResponse")
@@ -942,7 +962,9 @@ def _describe_here(ctx: RequestContext, name: str, row: _OffsetsRow) -> bool:
 
 
 @handles(90, 0, 1)
-def handle_describe_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
+def handle_describe_share_group_offsets(
+    ctx: RequestContext, request: req.DescribeShareGroupOffsets
+) -> Any:
     disabled = _disabled(ctx)
     service = ctx.broker.share_service
     state = ctx.broker.state
@@ -1126,7 +1148,9 @@ def _offsets_admin_refusal(
 
 
 @handles(91, 0, 0)
-def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
+def handle_alter_share_group_offsets(
+    ctx: RequestContext, request: req.AlterShareGroupOffsets
+) -> Any:
     response_type = ctx.response_type
     topic_type = nested(response_type, "AlterShareGroupOffsetsResponseTopic")
     partition_type = nested(response_type, "AlterShareGroupOffsetsResponsePartition")
@@ -1167,7 +1191,7 @@ def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
                     error = ErrorCode.invalid_request
                     message = "No replica here: the start offset must be an offset."
                 else:
-                    start = part.start_offset
+                    start: int = part.start_offset
                     if partition_log is not None:  # else the partition's leader bounds it
                         if start < 0:  # -1: the latest offset, -2: the earliest
                             start = (
@@ -1241,7 +1265,9 @@ async def _alter_remote(
 
 
 @handles(92, 0, 0)
-def handle_delete_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
+def handle_delete_share_group_offsets(
+    ctx: RequestContext, request: req.DeleteShareGroupOffsets
+) -> Any:
     response_type = ctx.response_type
     topic_type = nested(response_type, "DeleteShareGroupOffsetsResponseTopic")
     refused = _offsets_admin_refusal(ctx, request.group_id, authz.Op.DELETE)
