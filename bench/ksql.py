@@ -19,7 +19,9 @@ Starts a real broker process and a real ksql server (``strom ksql-server``, its 
 Each persistent query runs once over W records first (the server's Spark and Python
 workers warmed), as on a server that has been running a while; each round is a new
 source stream and a new query. The server runs with its defaults (trigger interval
-500 ms, at_least_once, shuffle partitions 2) except ``ksql.spark.master=local[2]``.
+500 ms, at_least_once, shuffle partitions 2) except ``ksql.spark.master=local[2]`` and
+a session timeout of 60 s for the servers' group (its heartbeats, late on a loaded
+machine, stopped a running query).
 Prints the figures against the targets, with the machine's load. Usage: python
 bench/ksql.py [--records N] [--rounds R] [--only csas|count|push|pull|aggregates ...]
 """
@@ -134,6 +136,10 @@ class Server:
             "listeners": "http://127.0.0.1:0",
             "ksql.streams.state.dir": str(work / "ksql-state"),
             "ksql.spark.master": "local[2]",
+            # one server: its query slots stay its own while the loaded machine delays
+            # the group's heartbeats (10 s stopped a running query, which then wrote
+            # its micro-batch again)
+            "ksql.streams.session.timeout.ms": "60000",
         }
         args = [arg for k, v in overrides.items() for arg in ("--override", f"{k}={v}")]
         self.process = ServiceProcess(["ksql-server", *args, "--log-level", "WARNING"])
