@@ -29,7 +29,7 @@ Does not own the decisions (``strom.cluster.quorum_controller``) or forwarding
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE, ZERO_UUID
@@ -48,6 +48,9 @@ from strom.cluster.metadata import INTERNAL_TOPICS
 from strom.config import ConfigError, effective_topic_configs, render, validate_topic_configs
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested, nested_if_any
+
+if TYPE_CHECKING:
+    from strom.protocol import request_types as req
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -90,7 +93,7 @@ def _now_ms() -> int:
 
 
 @handles_controller(62, 0, 4)
-async def handle_broker_registration(ctx: RequestContext, request: Any) -> Any:
+async def handle_broker_registration(ctx: RequestContext, request: req.BrokerRegistration) -> Any:
     try:
         epoch = await _service(ctx).run(
             lambda c: c.register_broker(
@@ -118,7 +121,7 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles_controller(63, 0, 1)
-async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> Any:
+async def handle_broker_heartbeat(ctx: RequestContext, request: req.BrokerHeartbeat) -> Any:
     try:
         reply = await _service(ctx).run(
             lambda c: c.broker_heartbeat(
@@ -150,7 +153,7 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles_controller(64, 0, 0)
-async def handle_unregister_broker(ctx: RequestContext, request: Any) -> Any:
+async def handle_unregister_broker(ctx: RequestContext, request: req.UnregisterBroker) -> Any:
     try:
         await _service(ctx, authz.Op.ALTER).run(lambda c: c.unregister_broker(request.broker_id))
     except ControllerError as exc:
@@ -166,7 +169,9 @@ async def handle_unregister_broker(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles_controller(67, 0, 0)
-async def handle_allocate_producer_ids(ctx: RequestContext, request: Any) -> Any:
+async def handle_allocate_producer_ids(
+    ctx: RequestContext, request: req.AllocateProducerIds
+) -> Any:
     try:
         start, size = await _service(ctx).run(
             lambda c: c.allocate_producer_ids(request.broker_id, request.broker_epoch)
@@ -191,6 +196,7 @@ async def handle_allocate_producer_ids(ctx: RequestContext, request: Any) -> Any
 # Topics ----------------------------------------------------------------------------
 
 
+# request: Any, not kio's union: CreateTopics v0-1 are built at run time (legacy_versions)
 @handles_controller(19, 0, 7)
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
@@ -264,6 +270,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     return build(response_type, throttle_time=NO_THROTTLE, topics=tuple(out))
 
 
+# request: Any, not kio's union: DeleteTopics v0 is built at run time (legacy_versions)
 @handles_controller(20, 0, 6)
 async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     if hasattr(request, "topic_names"):
@@ -317,7 +324,7 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles_controller(37, 0, 3)
-async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
+async def handle_create_partitions(ctx: RequestContext, request: req.CreatePartitions) -> Any:
     response_type = ctx.response_type
     result_type = nested(response_type, "CreatePartitionsTopicResult")
     out = []
@@ -342,7 +349,7 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles_controller(33, 0, 2)
-async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
+async def handle_alter_configs(ctx: RequestContext, request: req.AlterConfigs) -> Any:
     """The overrides of each resource become exactly the ones sent (validated here too)."""
     response_type = ctx.response_type
     result_type = nested(response_type, "AlterConfigsResourceResponse")
@@ -381,6 +388,7 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
 # ISR changes -----------------------------------------------------------------------
 
 
+# request: Any, not kio's union: AlterPartition v0-1 are built at run time (legacy_versions)
 @handles_controller(56, 0, 3)
 async def handle_alter_partition(ctx: RequestContext, request: Any) -> Any:
     """AlterPartition (KIP-497) v0-3 from a partition leader, decided as Kafka does.
@@ -459,7 +467,7 @@ async def handle_alter_partition(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles_controller(43, 0, 2)
-async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
+async def handle_elect_leaders(ctx: RequestContext, request: req.ElectLeaders) -> Any:
     response_type = ctx.response_type
     topic_type = nested(response_type, "ReplicaElectionResult")
     partition_type = nested(response_type, "PartitionResult")
@@ -502,7 +510,9 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles_controller(45, 0, 1)
-async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+async def handle_alter_partition_reassignments(
+    ctx: RequestContext, request: req.AlterPartitionReassignments
+) -> Any:
     response_type = ctx.response_type
     topic_type = nested(response_type, "ReassignableTopicResponse")
     partition_type = nested(response_type, "ReassignablePartitionResponse")
@@ -540,7 +550,9 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any
 
 
 @handles_controller(46, 0, 0)
-async def handle_list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+async def handle_list_partition_reassignments(
+    ctx: RequestContext, request: req.ListPartitionReassignments
+) -> Any:
     response_type = ctx.response_type
     topic_type = nested(response_type, "OngoingTopicReassignment")
     partition_type = nested(response_type, "OngoingPartitionReassignment")

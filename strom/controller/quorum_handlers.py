@@ -21,7 +21,8 @@ Directory ids (KIP-853) and node endpoints are not sent.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from strom.broker.access import authz
 from strom.broker.network.router import RequestContext, handles, handles_controller
@@ -30,8 +31,13 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 from strom.raft.messages import Message
 
+if TYPE_CHECKING:
+    from strom.protocol import request_types as req
 
-def _cluster_mismatch(ctx: RequestContext, request: Any) -> bool:
+Body = TypeVar("Body")
+
+
+def _cluster_mismatch(ctx: RequestContext, request: object) -> bool:
     cluster_id = getattr(request, "cluster_id", None)
     return cluster_id is not None and cluster_id != ctx.broker.cluster_id
 
@@ -51,7 +57,7 @@ def _top_level_error(ctx: RequestContext, error: ErrorCode) -> Any:
     )
 
 
-def _serve(ctx: RequestContext, request: Any, translate: Any) -> Any:
+def _serve(ctx: RequestContext, request: Body, translate: Callable[[Body, int], Message]) -> Any:
     if ctx.broker.quorum is None:
         return _top_level_error(ctx, ErrorCode.not_controller)
     if not authz.node_request_allowed(ctx):
@@ -66,27 +72,27 @@ def _serve(ctx: RequestContext, request: Any, translate: Any) -> Any:
 
 
 @handles_controller(52, 0, 2)
-def handle_vote(ctx: RequestContext, request: Any) -> Any:
+def handle_vote(ctx: RequestContext, request: req.Vote) -> Any:
     return _serve(ctx, request, quorum_wire.vote_from_wire)
 
 
 @handles_controller(53, 0, 1)
-def handle_begin_quorum_epoch(ctx: RequestContext, request: Any) -> Any:
+def handle_begin_quorum_epoch(ctx: RequestContext, request: req.BeginQuorumEpoch) -> Any:
     return _serve(ctx, request, quorum_wire.begin_from_wire)
 
 
 @handles_controller(54, 0, 1)
-def handle_end_quorum_epoch(ctx: RequestContext, request: Any) -> Any:
+def handle_end_quorum_epoch(ctx: RequestContext, request: req.EndQuorumEpoch) -> Any:
     return _serve(ctx, request, quorum_wire.end_from_wire)
 
 
 @handles_controller(59, 0, 1)
-def handle_fetch_snapshot(ctx: RequestContext, request: Any) -> Any:
+def handle_fetch_snapshot(ctx: RequestContext, request: req.FetchSnapshot) -> Any:
     return _serve(ctx, request, quorum_wire.fetch_snapshot_from_wire)
 
 
 @handles_controller(1, 12, 17)
-def handle_metadata_fetch(ctx: RequestContext, request: Any) -> Any:
+def handle_metadata_fetch(ctx: RequestContext, request: quorum_wire.MetadataFetchBody) -> Any:
     if not quorum_wire.is_metadata_fetch(request):
         return _top_level_error(ctx, ErrorCode.unknown_topic_or_partition)
     return _serve(ctx, request, quorum_wire.fetch_from_wire)
@@ -94,7 +100,7 @@ def handle_metadata_fetch(ctx: RequestContext, request: Any) -> Any:
 
 @handles(55, 0, 2)
 @handles_controller(55, 0, 2)
-def handle_describe_quorum(ctx: RequestContext, request: Any) -> Any:
+def handle_describe_quorum(ctx: RequestContext, request: req.DescribeQuorum) -> Any:
     broker = ctx.broker
     if not authz.node_request_allowed(ctx, authz.Op.DESCRIBE):
         return build(
