@@ -98,6 +98,7 @@ from strom.security.tls import (
 
 if TYPE_CHECKING:
     from strom.broker.network.router import NodeServices
+    from strom.protocol import request_types as req
 
 log = logging.getLogger(__name__)
 
@@ -466,7 +467,7 @@ def _session(ctx: RequestContext) -> ConnectionSession | None:
 
 @handles_controller(SASL_HANDSHAKE, 0, 1)
 @handles(SASL_HANDSHAKE, 0, 1)
-def handle_sasl_handshake(ctx: RequestContext, request: Any) -> Any:
+def handle_sasl_handshake(ctx: RequestContext, request: req.SaslHandshake) -> Any:
     session = _session(ctx)
     if session is None:
         return build(ctx.response_type, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
@@ -478,7 +479,7 @@ def handle_sasl_handshake(ctx: RequestContext, request: Any) -> Any:
 
 @handles_controller(SASL_AUTHENTICATE, 0, 2)
 @handles(SASL_AUTHENTICATE, 0, 2)
-def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
+def handle_sasl_authenticate(ctx: RequestContext, request: req.SaslAuthenticate) -> Any:
     session = _session(ctx)
 
     def answer(code: ErrorCode, message: str | None, auth_bytes: bytes = b"") -> Any:
