@@ -18,7 +18,7 @@ features).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.update_features.v1 import request as update_v1
 from kio.static.primitive import i8, i16
@@ -38,11 +38,14 @@ from strom.cluster.features import (
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
+if TYPE_CHECKING:
+    from strom.protocol import request_types as req
+
 FORWARD_WAIT_S = 10.0
 DENIED = "Cluster authorization failed."
 
 
-def _updates(request: Any) -> list[FeatureUpdate]:
+def _updates(request: req.UpdateFeatures) -> list[FeatureUpdate]:
     out = []
     for key in request.feature_updates:
         upgrade_type = getattr(key, "upgrade_type", None)
@@ -72,7 +75,7 @@ def _response(
 
 
 @handles(57, 0, 1)
-async def handle_update_features(ctx: RequestContext, request: Any) -> Any:
+async def handle_update_features(ctx: RequestContext, request: req.UpdateFeatures) -> Any:
     updates = _updates(request)
     if not authz.cluster_allowed(ctx, authz.Op.ALTER):
         return _response(
@@ -119,7 +122,9 @@ async def handle_update_features(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles_controller(57, 0, 1)
-async def handle_update_features_on_the_controller(ctx: RequestContext, request: Any) -> Any:
+async def handle_update_features_on_the_controller(
+    ctx: RequestContext, request: req.UpdateFeatures
+) -> Any:
     updates = _updates(request)
     if not authz.controller_admin_allowed(ctx, authz.Op.ALTER):
         message = (
