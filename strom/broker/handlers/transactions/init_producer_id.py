@@ -18,7 +18,7 @@ cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED), as Kafka allows.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE
@@ -29,15 +29,19 @@ from strom.coordinator.transactions import ProducerIdAndEpoch
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build
 
+if TYPE_CHECKING:
+    from strom.protocol import request_types as req
+
 MAX_EPOCH = 32767
 
 
 @handles(22, 0, 5)
-def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
-    if request.transactional_id is not None:
-        if not authz.allowed(ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, request.transactional_id):
+def handle_init_producer_id(ctx: RequestContext, request: req.InitProducerId) -> Any:
+    transactional_id = request.transactional_id
+    if transactional_id is not None:
+        if not authz.allowed(ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, transactional_id):
             return _refused(ctx, ErrorCode.transactional_id_authorization_failed)
-        return _transactional(ctx, request)
+        return _transactional(ctx, request, transactional_id)
     if not authz.cluster_allowed(ctx, authz.Op.IDEMPOTENT_WRITE) and not authz.allowed_any(
         ctx, authz.Op.WRITE, authz.TOPIC
     ):
@@ -53,14 +57,13 @@ def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     return _from_new_block(ctx, blocks)
 
 
-async def _transactional(ctx: RequestContext, request: Any) -> Any:
-    timeout = request.transaction_timeout
-    timeout_ms = (
-        int(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else int(timeout)
-    )
+async def _transactional(
+    ctx: RequestContext, request: req.InitProducerId, transactional_id: str
+) -> Any:
+    timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
     try:
         result = await ctx.broker.transactions.init_producer_id(
-            request.transactional_id,
+            transactional_id,
             timeout_ms,
             getattr(request, "producer_id", -1),
             getattr(request, "producer_epoch", -1),

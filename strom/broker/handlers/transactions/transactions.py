@@ -239,6 +239,7 @@ async def handle_end_txn(ctx: RequestContext, request: req.EndTxn) -> Any:
 # WriteTxnMarkers --------------------------------------------------------------------
 
 
+# request: Any, not kio's union: WriteTxnMarkers v0 is built at run time (legacy_versions)
 @handles(27, 0, 2)
 async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
