@@ -1,9 +1,12 @@
-"""The batch path of a counting aggregation (``strom.ksql.arrow_aggregate``) against the
-record-at-a-time one: the grouping step keys rows by the same pickled groups (and drops
-the same rows: WHERE, null groups), and the counting step, over several micro-batches
-of a group with late records and windows closing, writes the same records and leaves
-the same state. The aggregation step runs in ``runtime``'s processor with a state
-handle kept in a dict (what Spark's state store does for it). No Spark."""
+"""The batch path of an aggregation (``strom.ksql.arrow_aggregate``: COUNT, SUM, AVG,
+MIN, MAX) against the record-at-a-time one: the grouping step keys the same rows of each
+group and partition in the same order (dropping the same: WHERE, null groups), packed,
+and the aggregation step, over several micro-batches of a group with late records,
+windows closing, a task's several batches, a batch run record at a time beside a
+packed one, wrapping sums, NaN, signed zeros and nulls, writes the same records (its
+packed output unpacked as before the sink) and leaves the same state. The aggregation
+step runs in ``runtime``'s processor with a state handle kept in a dict (what Spark's
+state store does for it). No Spark."""
 
 from __future__ import annotations
 
@@ -186,7 +189,7 @@ def views(start: int, count: int, at: int) -> list[tuple[bytes | None, bytes | N
 
 
 @pytest.mark.parametrize("text", QUERIES)
-def test_counting_on_arrow_writes_what_the_operators_write(metastore: Metastore, text: str) -> None:
+def test_the_batch_path_writes_what_the_operators_write(metastore: Metastore, text: str) -> None:
     query = plan(metastore, text)
     assert compile_grouping(query) is not None and compile_aggregation(query) is not None
     late = [(b"u1", b'{"page": "/p/1", "region": "eu"}', BASE - 10 * MINUTE)]
