@@ -13,7 +13,10 @@ inside Spark's tasks.
   windowed aggregations run in event time (a watermark of the window's grace: the
   stream time of the operators is the watermark plus the grace, or the group's own
   latest record when later), and EMIT FINAL emits each window from an event-time
-  timer when its grace has passed.
+  timer when its grace has passed. On the batch path (``strom.ksql.arrow_aggregate``)
+  a group's rows come in packed, a few rows per group and task, and its records leave
+  in one row, unpacked by a ``mapInArrow`` before the sink
+  (``strom.ksql.packed_output``).
 - A join reads both sources' topics in one query: a ``mapInArrow`` keys each row by
   its join key, then ``groupBy(key).transformWithStateInPandas`` keeps each key's join
   state (a table's row, a stream's records within the window) and joins the rows in
