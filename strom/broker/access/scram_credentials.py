@@ -25,6 +25,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.alter_user_scram_credentials.v0.request import (
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+)
+
 from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE
 from strom.broker.controller_client.channel import ControllerUnavailable
@@ -128,9 +133,15 @@ def handle_describe_user_scram_credentials(
     )
 
 
-def _users_of(request: Any) -> list[str]:
+def _changes(
+    request: req.AlterUserScramCredentials,
+) -> list[ScramCredentialDeletion | ScramCredentialUpsertion]:
+    return [*request.deletions, *request.upsertions]
+
+
+def _users_of(request: req.AlterUserScramCredentials) -> list[str]:
     names: list[str] = []
-    for change in (*request.deletions, *request.upsertions):
+    for change in _changes(request):
         if change.name not in names:
             names.append(change.name)
     return names
@@ -175,9 +186,11 @@ async def handle_alter_user_scram_credentials(
     return response
 
 
-def _problem(image: MetadataImage, request: Any, name: str) -> tuple[ErrorCode, str] | None:
+def _problem(
+    image: MetadataImage, request: req.AlterUserScramCredentials, name: str
+) -> tuple[ErrorCode, str] | None:
     """Why the changes to one user's credentials cannot be made, if they cannot."""
-    changes = [c for c in (*request.deletions, *request.upsertions) if c.name == name]
+    changes = [c for c in _changes(request) if c.name == name]
     if len({c.mechanism for c in changes}) != len(changes):
         return (
             ErrorCode.duplicate_resource,
@@ -189,7 +202,7 @@ def _problem(image: MetadataImage, request: Any, name: str) -> tuple[ErrorCode, 
         mechanism = SCRAM_BY_TYPE.get(change.mechanism)
         if mechanism is None:
             return ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism"
-        if hasattr(change, "iterations"):
+        if isinstance(change, ScramCredentialUpsertion):
             if change.iterations < mechanism.min_iterations:
                 return ErrorCode.unacceptable_credential, "Too few iterations"
             if change.iterations > mechanism.max_iterations:
