@@ -283,7 +283,8 @@ def test_csas_with_filter_projection_and_processing_log(
     assert created["commandStatus"]["message"] == f"Created query with ID {query_id}"
     # The next test's query, started now so that Spark starts both at once.
     [counting] = server.ok(
-        "CREATE TABLE per_minute AS SELECT user_id, COUNT(*) AS clicks FROM clicks "
+        "CREATE TABLE per_minute AS SELECT user_id, COUNT(*) AS clicks, SUM(ms) AS total "
+        "FROM clicks "
         "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY user_id EMIT CHANGES;",
         **{"auto.offset.reset": "earliest"},
     )
@@ -343,21 +344,22 @@ def test_ctas_counts_every_update_per_tumbling_window(
     produce(broker, "clicks", [(b"u1", {"PAGE": "/home", "MS": 4}, BASE + MINUTE + 5_000)])
     records = read_topic(broker, "PER_MINUTE", 5)
     updates = sorted(
-        (k[:-8], struct.unpack(">q", k[-8:])[0] - BASE, json.loads(v)["CLICKS"])
+        (k[:-8], struct.unpack(">q", k[-8:])[0] - BASE, *json.loads(v).values())
         for k, v, _ in records
     )
-    assert updates == [
-        (b"u1", 0, 1), (b"u1", 0, 2), (b"u1", MINUTE, 1), (b"u2", 0, 1), (b"u3", 0, 1)
+    assert updates == [  # key, window start, CLICKS, TOTAL
+        (b"u1", 0, 1, 1), (b"u1", 0, 2, 3), (b"u1", MINUTE, 1, 4), (b"u2", 0, 1, 3),
+        (b"u3", 0, 1, 5),
     ]  # fmt: skip
     lines = server.stream(
         "/query-stream", {"sql": "SELECT * FROM per_minute WHERE user_id = 'u1';"}
     )
     header = json.loads(lines[0])
-    assert header["columnNames"] == ["USER_ID", "WINDOWSTART", "WINDOWEND", "CLICKS"]
+    assert header["columnNames"] == ["USER_ID", "WINDOWSTART", "WINDOWEND", "CLICKS", "TOTAL"]
     rows = sorted(json.loads(line) for line in lines[1:])
     assert rows == [
-        ["u1", BASE, BASE + MINUTE, 2],
-        ["u1", BASE + MINUTE, BASE + 2 * MINUTE, 1],
+        ["u1", BASE, BASE + MINUTE, 2, 3],
+        ["u1", BASE + MINUTE, BASE + 2 * MINUTE, 1, 4],
     ]
 
 
@@ -370,12 +372,12 @@ def test_restart_resumes_the_query_without_repeating_output(
     server.process, server.url = restarted.process, restarted.url
     records = read_topic(broker, "PER_MINUTE", 6)
     updates = sorted(
-        (k[:-8], struct.unpack(">q", k[-8:])[0] - BASE, json.loads(v)["CLICKS"])
+        (k[:-8], struct.unpack(">q", k[-8:])[0] - BASE, *json.loads(v).values())
         for k, v, _ in records
     )
-    assert updates == [
-        (b"u1", 0, 1), (b"u1", 0, 2), (b"u1", MINUTE, 1), (b"u1", MINUTE, 2), (b"u2", 0, 1),
-        (b"u3", 0, 1),
+    assert updates == [  # the SUM carries on from the state kept across the restart
+        (b"u1", 0, 1, 1), (b"u1", 0, 2, 3), (b"u1", MINUTE, 1, 4), (b"u1", MINUTE, 2, 10),
+        (b"u2", 0, 1, 3), (b"u3", 0, 1, 5),
     ]  # fmt: skip
     server.ok("TERMINATE ALL;")
     [queries] = server.ok("SHOW QUERIES;")
