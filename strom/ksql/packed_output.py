@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 RECORD_COLUMNS = ["topic", "key", "value", "timestamp"]
+PACKED_RECORDS = 100_000  # records in one packed row at most (a big group's take several)
 
 
 def pack(records: Any) -> bytes:

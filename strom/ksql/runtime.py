@@ -816,12 +816,17 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
             self._save(parts, stored)
             if done is None:
                 return
-            if packed:  # the group's records in one row, unpacked before the sink
-                from strom.ksql.packed_output import pack
+            if packed:  # the group's records in a row (a few when many), unpacked later
+                from strom.ksql.packed_output import PACKED_RECORDS, pack
 
+                blobs = [
+                    pack(done.slice(first, PACKED_RECORDS))
+                    for first in range(0, done.num_rows, PACKED_RECORDS)
+                ]
+                nothing = [None] * len(blobs)
                 yield pd.DataFrame(
-                    {"topic": [None], "key": [None], "value": [None],
-                     "timestamp": pd.array([None], dtype="Int64"), "packed": [pack(done)]}
+                    {"topic": nothing, "key": nothing, "value": nothing,
+                     "timestamp": pd.array(nothing, dtype="Int64"), "packed": blobs}
                 )  # fmt: skip
                 return
             yield pd.DataFrame(

@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from strom.ksql import runtime
+from strom.ksql import packed_output, runtime
 from strom.ksql import statements as st
 from strom.ksql.arrow_aggregate import PACKED, compile_aggregation, compile_grouping
 from strom.ksql.metastore import Metastore
@@ -189,7 +189,10 @@ def views(start: int, count: int, at: int) -> list[tuple[bytes | None, bytes | N
 
 
 @pytest.mark.parametrize("text", QUERIES)
-def test_the_batch_path_writes_what_the_operators_write(metastore: Metastore, text: str) -> None:
+def test_the_batch_path_writes_what_the_operators_write(
+    metastore: Metastore, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(packed_output, "PACKED_RECORDS", 7)  # a group's updates in rows of 7
     query = plan(metastore, text)
     assert compile_grouping(query) is not None and compile_aggregation(query) is not None
     late = [(b"u1", b'{"page": "/p/1", "region": "eu"}', BASE - 10 * MINUTE)]
