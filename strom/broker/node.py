@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from strom.broker.access.node_authorizer import NodeAuthorizer
     from strom.broker.network.peer_client import PeerSecurity
     from strom.broker.network.purgatory import Purgatory
     from strom.cluster.node_state import NodeState
@@ -66,7 +67,7 @@ class RegisteredNode(Protocol):
 class LocalNode(RegisteredNode, Protocol):
     """Who this node is and what it holds: its settings, the metadata it has applied,
     the quorum's driver, the coordinators, how it reaches its peers, where clients
-    reach it, and the purgatory where delayed answers wait."""
+    reach it, the purgatory where delayed answers wait, and its authorizer."""
 
     @property
     def cluster_id(self) -> str: ...
@@ -100,6 +101,9 @@ class LocalNode(RegisteredNode, Protocol):
 
     @property
     def purgatory(self) -> Purgatory: ...
+
+    @property
+    def authorizer(self) -> NodeAuthorizer | None: ...
 
     @property
     def metrics(self) -> ReplicationCounters | None: ...

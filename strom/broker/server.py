@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from strom.broker.access.authentication import ListenerSecurity, peer_security
 from strom.broker.access.client_quotas import ClientQuotas
+from strom.broker.access.node_authorizer import node_authorizer
 from strom.broker.controller_client.channel import ControllerChannel
 from strom.broker.controller_client.lifecycle import BrokerLifecycle
 from strom.broker.controller_client.producer_ids import ProducerIdBlocks
@@ -80,6 +81,7 @@ class Broker:
         self._cluster_id: str = meta.cluster_id
         self.state = NodeState(config, hosts_logs=self.is_broker)
         self.purgatory = Purgatory()
+        self.authorizer = node_authorizer(config)  # None without authorizer.class.name
         slots = int(config["max.incremental.fetch.session.cache.slots"])
         self.fetch_sessions = FetchSessionCache(slots)  # KIP-227
         self.group_commit = GroupCommit()

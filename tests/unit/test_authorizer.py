@@ -343,7 +343,7 @@ def test_authorizer_config() -> None:
 def test_node_authorizer_follows_the_metadata_image() -> None:
     import uuid
 
-    from strom.broker.access.authz import NodeAuthorizer
+    from strom.broker.access.node_authorizer import NodeAuthorizer
     from strom.cluster.image import MetadataImage
     from strom.cluster.records import (
         AccessControlEntryRecord,

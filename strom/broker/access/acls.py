@@ -30,6 +30,7 @@ import uuid
 from typing import Any
 
 from strom.broker.access import authz
+from strom.broker.access.node_authorizer import binding_of
 from strom.broker.common import NO_THROTTLE
 from strom.broker.controller_client.channel import ControllerUnavailable
 from strom.broker.network.router import RequestContext, handles, handles_controller
@@ -75,7 +76,7 @@ def _binding(creation: Any) -> AclBinding:
 
 
 def _image_bindings(image: Any) -> set[AclBinding]:
-    return {authz.binding_of(r) for r in image.acls.values()}
+    return {binding_of(r) for r in image.acls.values()}
 
 
 # Client listeners ----------------------------------------------------------------
@@ -316,7 +317,7 @@ async def controller_delete_acls(ctx: RequestContext, request: Any) -> Any:
             found = []
             if acl_filter.unknown_part() is None:
                 for acl_id, record in acls.items():
-                    binding = authz.binding_of(record)
+                    binding = binding_of(record)
                     if acl_filter.matches(binding):
                         found.append(binding)
                         if acl_id not in seen:
