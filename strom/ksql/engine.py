@@ -416,6 +416,7 @@ class KsqlEngine:
             scope.properties.get(_VALUE_FORMAT_DEFAULT, self.config.default_value_format),
         )
         existing = self.metastore.source(statement.name)
+        given = statement
         if existing is None or not statement.if_not_exists:
             statement = self._with_inferred_columns(statement, defaults)
         source = self.metastore.source_from_statement(statement, text, defaults)
@@ -442,6 +443,8 @@ class KsqlEngine:
             properties.setdefault("KEY_FORMAT", source.key_format)
             properties.setdefault("VALUE_FORMAT", source.value_format)
         self._ensure_topic(statement, source, properties)
+        if statement is given:  # columns named, none read from the registry
+            self.registry.register(source)
         properties["CLEANUP_POLICY"] = "compact" if source.kind == "TABLE" else "delete"
         formatted = formatter.create_source(statement, properties)
         command_id = f"{source.kind.lower()}/`{source.name}`/create"

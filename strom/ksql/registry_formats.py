@@ -9,7 +9,9 @@ null, default null; DECIMAL as bytes with the decimal logical type, DATE, TIME a
 TIMESTAMP with theirs, a STRUCT as a nested record ``KsqlDataSourceSchema_<FIELD>``);
 JSON_SR, an object of optional properties. A single key column is written alone, as is
 a single value column with ``WRAP_SINGLE_VALUE=false``. The schema is registered under
-``<topic>-key`` / ``<topic>-value`` by the first record written with it.
+``<topic>-key`` / ``<topic>-value`` when a CREATE statement names the source's columns
+(``register``, as ksqlDB's schema register injector does), else by the first record
+written with it.
 
 A CREATE statement without value (or key) columns in AVRO or JSON_SR takes them from
 the latest schema of ``<topic>-value`` (``<topic>-key``), as ksqlDB infers them: a
@@ -172,11 +174,7 @@ class RegistryFormats:
         fmt = source.key_format if field == "key" else source.value_format
         if not columns:
             return None
-        alone = (
-            fmt != "PROTOBUF"  # a Protobuf record is always a message
-            and len(columns) == 1
-            and (field == "key" or source.wrap_single_value is False)
-        )
+        alone = _written_alone(source, field, fmt, columns)
         if alone:
             data = row.get(columns[0].name)
             if data is None:
@@ -189,18 +187,34 @@ class RegistryFormats:
         except Exception as exc:  # the serializer's, the registry's or its client's error
             raise KsqlStatementError(f"Could not serialize the {field} as {fmt}: {exc}") from None
 
+    def register(self, source: DataSource) -> None:
+        """Register the schemas of a source created with its columns, as ksqlDB does at
+        CREATE: ``<topic>-key`` and ``<topic>-value`` for an AVRO or JSON_SR key or value
+        (the schema its rows are then written with, so the first row reuses its id)."""
+        from confluent_kafka.schema_registry import Schema
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        for field, fmt, columns in (
+            ("key", source.key_format, source.key_columns),
+            ("value", source.value_format, source.value_columns),
+        ):
+            if fmt not in INFERRED_FORMATS or not columns:
+                continue
+            subject = f"{source.topic}-{field}"
+            schema_text = _schema_text(fmt, columns, _written_alone(source, field, fmt, columns))
+            kind = "AVRO" if fmt == "AVRO" else "JSON"
+            try:
+                self._registry().register_schema(subject, Schema(schema_text, kind))
+            except SchemaRegistryError as exc:
+                raise KsqlStatementError(
+                    f"Could not register schema for topic: {source.topic} "
+                    f"(subject {subject}): {exc}"
+                ) from None
+
     def _serializer(
         self, source: DataSource, field: str, fmt: str, columns: tuple[Column, ...], alone: bool
     ) -> Callable[[Any], bytes]:
-        if fmt == "AVRO":
-            schema: Any = (
-                avro_type(columns[0].type, _RECORD) if alone else avro_record(list(columns))
-            )
-        elif fmt == "PROTOBUF":
-            schema = [[c.name, str(c.type)] for c in columns]
-        else:
-            schema = json_type(columns[0].type) if alone else json_object(list(columns))
-        schema_text = json.dumps(schema)
+        schema_text = _schema_text(fmt, columns, alone)
         cache_key = (source.topic, field, schema_text)
         with self._lock:
             found = self._serializers.get(cache_key)
@@ -254,6 +268,27 @@ class RegistryFormats:
                 f"Unable to verify if the {namespace.lower()} schema for topic: {topic} is "
                 f"compatible with ksqlDB.\nReason: {exc}"
             ) from None
+
+
+def _written_alone(source: DataSource, field: str, fmt: str, columns: tuple[Column, ...]) -> bool:
+    """Whether a key or value of one column is written as that column alone, not in a
+    record: a single key column, a single value column with ``WRAP_SINGLE_VALUE=false``."""
+    return (
+        fmt != "PROTOBUF"  # a Protobuf record is always a message
+        and len(columns) == 1
+        and (field == "key" or source.wrap_single_value is False)
+    )
+
+
+def _schema_text(fmt: str, columns: tuple[Column, ...], alone: bool) -> str:
+    """The schema a key or value of ``columns`` is written with, as JSON text."""
+    if fmt == "AVRO":
+        schema: Any = avro_type(columns[0].type, _RECORD) if alone else avro_record(list(columns))
+    elif fmt == "PROTOBUF":
+        schema = [[c.name, str(c.type)] for c in columns]
+    else:
+        schema = json_type(columns[0].type) if alone else json_object(list(columns))
+    return json.dumps(schema)
 
 
 def _schema_missing(topic: str, subject: str, is_key: bool) -> str:

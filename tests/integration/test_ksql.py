@@ -387,13 +387,22 @@ def test_insert_values_in_registry_formats(
         "value_format='AVRO', partitions=1);"
         "CREATE STREAM json_sr_s (id INT KEY, n BIGINT, ok BOOLEAN) "
         "WITH (kafka_topic='json_sr_s', value_format='JSON_SR', partitions=1);"
+    )
+    # Registered at CREATE, as ksqlDB does for a source whose columns the statement names.
+    client = SchemaRegistryClient({"url": registry})
+    assert set(client.get_subjects()) >= {"avro_s-key", "avro_s-value", "json_sr_s-value"}
+    registered = client.get_latest_version("avro_s-value")
+    fields = json.loads(registered.schema.schema_str)["fields"]
+    assert [f["name"] for f in fields] == ["N", "PRICE", "TAGS", "AT"]
+    assert "json_sr_s-key" not in client.get_subjects()  # a KAFKA key has no schema
+    server.ok(
         "INSERT INTO avro_s (id, n, price, tags, at) "
         "VALUES ('a', 1, 2.5, ARRAY['x'], STRUCT(city := 'Oslo'));"
         "INSERT INTO json_sr_s (id, n, ok) VALUES (7, 9000000000, true);"
     )
-    client = SchemaRegistryClient({"url": registry})
-    assert set(client.get_subjects()) >= {"avro_s-key", "avro_s-value", "json_sr_s-value"}
     [avro_record] = read_all(broker, "avro_s", 1)
+    # the row is written with the schema registered at CREATE
+    assert int.from_bytes(avro_record.value()[1:5], "big") == registered.schema_id
     value = AvroDeserializer(client)(
         avro_record.value(), SerializationContext("avro_s", MessageField.VALUE)
     )
