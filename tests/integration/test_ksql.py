@@ -395,6 +395,12 @@ def test_insert_values_in_registry_formats(
     fields = json.loads(registered.schema.schema_str)["fields"]
     assert [f["name"] for f in fields] == ["N", "PRICE", "TAGS", "AT"]
     assert "json_sr_s-key" not in client.get_subjects()  # a KAFKA key has no schema
+    status, refused = server.ksql(
+        "CREATE STREAM avro_clash (id STRING KEY, n STRING) "
+        "WITH (kafka_topic='avro_s', key_format='AVRO', value_format='AVRO');"
+    )
+    assert status == 400, refused
+    assert refused["message"].startswith("Could not register schema for topic: avro_s")
     server.ok(
         "INSERT INTO avro_s (id, n, price, tags, at) "
         "VALUES ('a', 1, 2.5, ARRAY['x'], STRUCT(city := 'Oslo'));"
