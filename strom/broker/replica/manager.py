@@ -46,7 +46,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from kio.schema.fetch.v17 import request as fetch_req
 from kio.schema.types import BrokerId
@@ -724,13 +724,16 @@ class ReplicaFetcher:
             if partition_state is None or partition_state.leader != self.leader_id:
                 continue
             by_topic.setdefault(view.topic_id, []).append(
+                # kio's field types are phantom types whose constructors check bounds
+                # (about 0.5 us a call): these values are in range by construction, so on
+                # this per-partition, per-fetch path they are typed, not checked again.
                 fetch_req.FetchPartition(
-                    partition=i32(key[1]),
-                    current_leader_epoch=i32(partition_state.leader_epoch),
-                    fetch_offset=i64(partition_log.log_end_offset),
-                    last_fetched_epoch=i32(partition_log.latest_epoch),
-                    log_start_offset=i64(partition_log.log_start_offset),
-                    partition_max_bytes=i32(self.partition_max_bytes),
+                    partition=cast(i32, key[1]),
+                    current_leader_epoch=cast(i32, partition_state.leader_epoch),
+                    fetch_offset=cast(i64, partition_log.log_end_offset),
+                    last_fetched_epoch=cast(i32, partition_log.latest_epoch),
+                    log_start_offset=cast(i64, partition_log.log_start_offset),
+                    partition_max_bytes=cast(i32, self.partition_max_bytes),
                 )
             )
             keys[(view.topic_id, key[1])] = key
