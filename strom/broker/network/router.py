@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from strom.broker.node import ControllerCalls, LocalNode
+from strom.broker.node import ControllerCalls, LocalNode, ReplicationCounters
 from strom.protocol.framing import MessageCodec
 from strom.security.principal import ANONYMOUS, KafkaPrincipal
 
@@ -51,16 +51,13 @@ class ControllerClient(ControllerCalls, Protocol):
     async def forward(self, ctx: RequestContext | None, request: Any) -> Any: ...
 
 
-class HandlerMetrics(Protocol):
-    """What handlers count for ``/metrics``, beside the request timings the server keeps."""
+class HandlerMetrics(ReplicationCounters, Protocol):
+    """What handlers count for ``/metrics`` beside the replica manager's counters and the
+    request timings the server keeps."""
 
-    isr_shrinks: int
-    isr_expands: int
     cold_reads: int
     cold_read_bytes: int
     failed_authentications: int
-
-    def appended(self, topic: str, headers: Any) -> None: ...
 
 
 class MutationQuotas(Protocol):
