@@ -17,7 +17,7 @@ from confluent_kafka import (
     Message,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AclBinding, AclBindingFilter, AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
@@ -137,3 +137,21 @@ def read_with_aiokafka(bootstrap: str, topic: str, last_offset: int):
             await consumer.stop()
 
     return asyncio.run(read())
+
+
+def delete_acls(admin: AdminClient, *bindings: AclBinding, timeout: float = 10) -> None:
+    """Delete exactly ``bindings`` (a filter matching each one), waiting for each answer."""
+    filters = [
+        AclBindingFilter(
+            b.restype,
+            b.name,
+            b.resource_pattern_type,
+            b.principal,
+            b.host,
+            b.operation,
+            b.permission_type,
+        )
+        for b in bindings
+    ]
+    for future in admin.delete_acls(filters).values():
+        future.result(timeout)

@@ -28,6 +28,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from kafka_helpers import delete_acls
 
 ME = "User:ANONYMOUS"
 SECURED = {
@@ -67,23 +68,6 @@ def topic_acl(
 
 def create(admin: AdminClient, *bindings: AclBinding) -> None:
     for future in admin.create_acls(list(bindings)).values():
-        future.result(10)
-
-
-def delete(admin: AdminClient, *bindings: AclBinding) -> None:
-    filters = [
-        AclBindingFilter(
-            b.restype,
-            b.name,
-            b.resource_pattern_type,
-            b.principal,
-            b.host,
-            b.operation,
-            b.permission_type,
-        )
-        for b in bindings
-    ]
-    for future in admin.delete_acls(filters).values():
         future.result(10)
 
 
@@ -164,7 +148,7 @@ def test_create_describe_delete(admin: AdminClient) -> None:
         AclPermissionType.ANY,
     )
     assert admin.describe_acls(match).result(10) == [bindings[1]]
-    delete(admin, *bindings)
+    delete_acls(admin, *bindings)
     assert not set(admin.describe_acls(EVERYTHING).result(10)) & set(bindings)
     with pytest.raises(KafkaException):
         bad = AclBinding(
@@ -220,7 +204,7 @@ def test_acl_changes_take_effect_on_open_connections_and_deny_wins(
     create(admin, allow_all, deny_write)
     error = produce_error(producer, topic)
     assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
-    delete(admin, deny_write)
+    delete_acls(admin, deny_write)
     # librdkafka remembers a topic it was refused until its next metadata refresh: a new
     # producer shows the ACL gone.
     assert produce_error(Producer({"bootstrap.servers": secured.bootstrap}), topic) is None
@@ -435,7 +419,7 @@ def test_denied_admin_requests(secured: BrokerProcess, admin: AdminClient) -> No
         create(admin, topic_acl(f"{topic}-new3", AclOperation.CREATE))
         new_topic(admin, f"{topic}-new3")
     finally:
-        delete(admin, *cluster_acls)
+        delete_acls(admin, *cluster_acls)
 
 
 def test_transactional_producer_without_write_on_its_id_is_refused(
@@ -526,7 +510,7 @@ def test_idempotent_producer_needs_idempotent_write_or_write_on_a_topic(
             AclPermissionType.ALLOW,
         ),
     )
-    delete(admin, topic_acl("*", AclOperation.WRITE, AclPermissionType.DENY))
+    delete_acls(admin, topic_acl("*", AclOperation.WRITE, AclPermissionType.DENY))
     create(admin, topic_acl("idem", AclOperation.WRITE))
     producer = Producer({"bootstrap.servers": fresh_broker.bootstrap, "enable.idempotence": True})
     assert produce_error(producer, "idem") is None

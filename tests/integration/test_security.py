@@ -39,7 +39,6 @@ from cli_helpers import ok, one_line_error, strom, tool
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
-    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -54,6 +53,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
+from kafka_helpers import delete_acls
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.describe_quorum.v1.request import DescribeQuorumRequest
@@ -814,19 +814,7 @@ def test_scram_administration_is_authorized_and_checked(secure: SecureBroker) ->
             (SCRAM_USER, ErrorCode.cluster_authorization_failed)
         ]
     finally:
-        filters = [
-            AclBindingFilter(
-                deny.restype,
-                deny.name,
-                deny.resource_pattern_type,
-                deny.principal,
-                deny.host,
-                deny.operation,
-                deny.permission_type,
-            )
-        ]
-        for future in admin.delete_acls(filters).values():
-            future.result(15)
+        delete_acls(admin, deny, timeout=15)
     with RawClient(secure.process.port) as raw:
         response = raw.request(
             DescribeUserScramCredentialsRequest(
@@ -1215,17 +1203,4 @@ def test_update_features_needs_alter_on_the_cluster(secure: SecureBroker) -> Non
                 time.sleep(0.1)
             assert finalized(raw)["share.version"] == 1  # validated, not written
     finally:
-        filters = [
-            AclBindingFilter(
-                b.restype,
-                b.name,
-                b.resource_pattern_type,
-                b.principal,
-                b.host,
-                b.operation,
-                b.permission_type,
-            )
-            for b in (describe, alter)
-        ]
-        for future in admin.delete_acls(filters).values():
-            future.result(15)
+        delete_acls(admin, describe, alter, timeout=15)

@@ -26,7 +26,6 @@ from cli_helpers import ok, table_rows, tool
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import (
     AclBinding,
-    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -36,7 +35,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from kafka_helpers import create_topic, wait_until
+from kafka_helpers import create_topic, delete_acls, wait_until
 from kio.schema.alter_client_quotas.v1 import request as alter_quotas
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 from kio.schema.delete_share_group_state.v0 import request as delete_state
@@ -973,17 +972,4 @@ def test_share_requests_are_authorized_as_kafka_authorizes_them(broker: BrokerPr
         # Nothing the refused RPCs asked was done: the state is as the fetch left it.
         assert _start_offset(broker, group, topic)[0] == 0
     finally:
-        filters = [
-            AclBindingFilter(
-                b.restype,
-                b.name,
-                b.resource_pattern_type,
-                b.principal,
-                b.host,
-                b.operation,
-                b.permission_type,
-            )
-            for b in acls
-        ]
-        for future in admin.delete_acls(filters).values():
-            future.result(10)
+        delete_acls(admin, *acls)

@@ -42,6 +42,7 @@ from confluent_kafka.admin import (
     ConfigEntry,
     ConfigResource,
     NewTopic,
+    PartitionMetadata,
     ResourceType,
 )
 from kafka_helpers import wait_until
@@ -80,16 +81,22 @@ def _admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})
 
 
+def _partition_0_metadata(bootstrap: str, topic: str) -> PartitionMetadata | None:
+    """The metadata of the topic's partition 0, None while unknown."""
+    try:
+        found = _admin(bootstrap).list_topics(topic, timeout=5).topics.get(topic)
+    except Exception:  # noqa: BLE001 - asked again while the cluster settles
+        return None
+    if found is None or found.error is not None or 0 not in found.partitions:
+        return None
+    return found.partitions[0]
+
+
 def _partition_0(bootstrap: str, topic: str) -> tuple[int, list[int]]:
     """The leader and replicas of the topic's partition 0 (-1 and none if unknown)."""
-    try:
-        metadata = _admin(bootstrap).list_topics(topic, timeout=5)
-    except Exception:  # noqa: BLE001 - asked again while the cluster settles
+    partition = _partition_0_metadata(bootstrap, topic)
+    if partition is None:
         return -1, []
-    found = metadata.topics.get(topic)
-    if found is None or found.error is not None or 0 not in found.partitions:
-        return -1, []
-    partition = found.partitions[0]
     return int(partition.leader), [int(r) for r in partition.replicas]
 
 
@@ -99,13 +106,8 @@ def _leader(bootstrap: str, topic: str) -> int:
 
 def _in_sync(bootstrap: str, topic: str) -> set[int]:
     """The in-sync replicas of the topic's partition 0 (none if unknown)."""
-    try:
-        found = _admin(bootstrap).list_topics(topic, timeout=5).topics.get(topic)
-    except Exception:  # noqa: BLE001 - asked again while the cluster settles
-        return set()
-    if found is None or found.error is not None or 0 not in found.partitions:
-        return set()
-    return {int(r) for r in found.partitions[0].isrs}
+    partition = _partition_0_metadata(bootstrap, topic)
+    return set() if partition is None else {int(r) for r in partition.isrs}
 
 
 def _group_configs(admin: AdminClient, group: str, configs: dict[str, str]) -> None:
