@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.serial import entity_reader, entity_writer
 from kio.serial.readers import Reader
@@ -35,6 +35,8 @@ PRODUCE_KEY = 0
 
 _SIZE = struct.Struct(">i")
 _KEY_VERSION_CORRELATION = struct.Struct(">hhi")
+
+_Message = TypeVar("_Message")
 
 
 class FrameError(ValueError):
@@ -191,13 +193,17 @@ def _field_names(message_type: type) -> frozenset[str]:
     return frozenset(f.name for f in fields(message_type))
 
 
-def build(message_type: type, **values: Any) -> Any:
+def build(message_type: type[_Message], **values: Any) -> _Message:
     """Construct ``message_type`` from ``values``, dropping fields this version lacks.
 
     Handlers describe a response once, with every field any version has; this
-    keeps only what the requested version defines.
+    keeps only what the requested version defines. Typed as what it is handed: a
+    union of an API's versions (``response_types``) gives that union, a class named at
+    run time (``nested``) gives Any. The values are not checked by the type checker
+    (they are a superset of any one version's fields).
     """
-    names = _field_names(message_type)
+    key: type = message_type  # the type checker sees no hash on type[_Message]
+    names = _field_names(key)
     return message_type(**{k: v for k, v in values.items() if k in names})
 
 
@@ -205,7 +211,7 @@ def has_field(message_type: type, name: str) -> bool:
     return name in _field_names(message_type)
 
 
-def nested(message_type: type, name: str) -> type:
+def nested(message_type: type, name: str) -> type[Any]:
     """A nested message class (e.g. a response's topic entry) of the same version."""
     found = getattr(sys.modules[message_type.__module__], name)
     if not isinstance(found, type):
@@ -213,6 +219,6 @@ def nested(message_type: type, name: str) -> type:
     return found
 
 
-def nested_if_any(message_type: type, name: str) -> type | None:
+def nested_if_any(message_type: type, name: str) -> type[Any] | None:
     """Like ``nested`` for a class that older versions of the message lack."""
     return getattr(sys.modules[message_type.__module__], name, None)

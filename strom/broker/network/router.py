@@ -169,5 +169,9 @@ class RequestContext:
         return self.peer.rsplit(":", 1)[0]
 
     @property
-    def response_type(self) -> type:
+    def response_type(self) -> type[Any]:
+        """The response class of the request's version. A handler names it as its API's
+        union once (``response_type: type[response_types.EndTxn] = ctx.response_type``),
+        so that what it builds with ``framing.build`` is typed; the router's table, not
+        the type checker, ties an API key to its handler."""
         return self.codec.response_type
