@@ -6,7 +6,8 @@ statements before it.
 Owns the server's state (the metastore, rebuilt at start by replaying the command
 topic; the command statuses ``/status`` reports), the DDL (CREATE STREAM / TABLE /
 SOURCE TABLE with the topic created when PARTITIONS is given, DROP [DELETE TOPIC],
-CREATE / DROP TYPE, each written to the command topic before it takes effect), the
+ALTER ... ADD COLUMN, CREATE / DROP TYPE, each written to the command topic before it
+takes effect), the
 metadata statements (SHOW, LIST, DESCRIBE: answered by ``strom.ksql.metadata``),
 request-scoped SET / UNSET and DEFINE / UNDEFINE, and INSERT INTO ... VALUES (written by
 ``strom.ksql.inserts``).
@@ -282,6 +283,10 @@ class KsqlEngine:
             dropped = self.metastore.sources.get(statement.name)
             self.metastore.remove_source(statement.name)
             return _dropped_message(statement.name, dropped)
+        if isinstance(statement, st.AlterSource):
+            altered = self.metastore.altered(statement, command.statement)
+            self.metastore.put_source(altered)
+            return _altered_message(altered)
         if isinstance(statement, st.CreateType):
             self.metastore.register_type(statement)
             return _type_registered_message(statement, self.metastore)
@@ -401,7 +406,7 @@ class KsqlEngine:
             st.InsertInto: self._insert_into,
             st.Terminate: self._terminate,
             st.Explain: self._explain,
-            st.AlterSource: _needs_queries("ALTER"),
+            st.AlterSource: self._alter_source,
             st.RunScript: _cli_only,
         }
 
@@ -453,6 +458,20 @@ class KsqlEngine:
         message = f"{source.kind.capitalize()} created"
         self._succeeded(command_id, message)
         return _status_entity(formatted, command_id, message, sequence)
+
+    def _alter_source(
+        self, statement: st.AlterSource, text: str, scope: RequestScope
+    ) -> dict[str, Any]:
+        """ALTER STREAM|TABLE ... ADD COLUMN: value columns added to a source a CREATE
+        made (as ksqlDB: not a source table or stream, not a CREATE ... AS SELECT's),
+        written to the command topic before it takes effect."""
+        altered = self.metastore.altered(statement, text)
+        command_id = f"{statement.kind.lower()}/{statement.name}/alter"
+        sequence = self._record(command_id, text, scope.properties)
+        self.metastore.put_source(altered)
+        message = _altered_message(altered)
+        self._succeeded(command_id, message)
+        return _status_entity(text, command_id, message, sequence)
 
     def _with_inferred_columns(
         self, statement: st.CreateSource, defaults: tuple[str, str | None]
@@ -693,10 +712,10 @@ class KsqlEngine:
         )
         if replaced is not None:  # the upgraded query keeps its id, offsets and state
             query_id = replaced.query_id
-            self.metastore.put_source(plan.sink)
+            self.metastore.put_source(replace(plan.sink, query_sink=True))
         elif isinstance(statement, st.CreateAsSelect):
             query_id = f"{_QUERY_PREFIXES[statement.kind]}_{statement.name}_{sequence}"
-            self.metastore.put_source(plan.sink)
+            self.metastore.put_source(replace(plan.sink, query_sink=True))
         else:
             query_id = f"INSERTQUERY_{sequence}"
         query = RunningQuery(query_id, text, plan, properties=dict(properties))
@@ -962,6 +981,10 @@ def _dropped_message(name: str, dropped: DataSource | None) -> str:
     return f"Source `{name}` (topic: {dropped.topic}) was dropped."
 
 
+def _altered_message(source: DataSource) -> str:
+    return f"{source.kind.capitalize()} {source.name} altered."
+
+
 def _type_registered_message(statement: st.CreateType, metastore: Metastore) -> str:
     registered = metastore.types.get(statement.name, statement.type)
     return f"Registered custom type with name '{statement.name}' and SQL type {registered}"
@@ -983,13 +1006,6 @@ class _QueryEndpointError(KsqlStatementError):
             "The following statement types should be issued to the websocket endpoint "
             "'/query':\n\t* PRINT\n\t* SELECT"
         )
-
-
-def _needs_queries(what: str) -> Callable[[Any, str, RequestScope], None]:
-    def refuse(statement: st.Statement, text: str, scope: RequestScope) -> None:
-        raise KsqlStatementError(_NEEDS_QUERIES.format(what=what))
-
-    return refuse
 
 
 def _cli_only(statement: st.Statement, text: str, scope: RequestScope) -> None:

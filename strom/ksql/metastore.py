@@ -4,8 +4,9 @@ the DDL statements it accepted (kept in the command topic and replayed at start)
 Owns ``DataSource`` (a stream's or table's name, columns with KEY / PRIMARY KEY /
 HEADERS, topic, key and value formats, timestamp column and format, window, the
 statement that made it), turning a CREATE STREAM/TABLE statement into one with
-ksqlDB's checks and messages (``source_from_statement``), resolving custom types in
-column types, and adding and dropping sources and types (``Metastore``). Pure: no
+ksqlDB's checks and messages (``source_from_statement``), ALTER ... ADD COLUMN
+(``altered``), resolving custom types in column types, and adding and dropping sources
+and types (``Metastore``). Pure: no
 I/O; an invalid statement raises ``KsqlStatementError`` with ksqlDB's message.
 
 Does not own the command topic, topics in the cluster, or the REST shapes.
@@ -13,7 +14,7 @@ Does not own the command topic, topics in the cluster, or the REST shapes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from strom.ksql import expressions as ex
@@ -88,6 +89,7 @@ class DataSource:
     window_type: str | None = None
     window_size_ms: int | None = None
     is_source: bool = False  # CREATE SOURCE TABLE/STREAM: read-only, materialized
+    query_sink: bool = False  # made by CREATE ... AS SELECT (ksqlDB's CAS target)
     wrap_single_value: bool | None = None
     value_delimiter: str | None = None
     key_delimiter: str | None = None
@@ -233,6 +235,36 @@ class Metastore:
                 f"DROP {statement.kind}"
             )
         return existing
+
+    def altered(self, statement: st.AlterSource, text: str) -> DataSource:
+        """The source ``statement`` (ALTER STREAM|TABLE ... ADD COLUMN) makes: the new
+        columns added after the value columns, checked as ksqlDB checks them; ``text``
+        becomes the source's statement, as ksqlDB keeps the ALTER's."""
+        existing = self.sources.get(statement.name)
+        kind = statement.kind.lower()
+        if existing is None:
+            raise KsqlStatementError(f"Source {statement.name} does not exist.")
+        if existing.is_source:
+            raise KsqlStatementError(
+                f"Cannot alter {kind} '{statement.name}': ALTER operations are not supported "
+                f"on source {kind}s."
+            )
+        if existing.kind != statement.kind:
+            raise KsqlStatementError(
+                f"Incompatible data source type is {existing.kind}, but statement was "
+                f"ALTER {statement.kind}"
+            )
+        if existing.query_sink:
+            raise KsqlStatementError("ALTER command is not supported for CREATE ... AS statements.")
+        columns = list(existing.columns)
+        for element in statement.columns:
+            if any(c.name == element.name for c in columns):
+                raise KsqlStatementError(
+                    f"Cannot add column `{element.name}` to schema. A column with the same "
+                    "name already exists."
+                )
+            columns.append(Column(element.name, self.resolve(element.type)))
+        return replace(existing, columns=tuple(columns), statement=text)
 
     def remove_source(self, name: str) -> None:
         self.sources.pop(name, None)

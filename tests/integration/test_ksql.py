@@ -267,6 +267,33 @@ def test_set_define_and_session_variables(server: KsqlServer) -> None:
     assert properties["ksql.schema.registry.basic.auth.user.info"] == "[hidden]"
 
 
+def test_alter_adds_columns(server: KsqlServer, broker: BrokerProcess) -> None:
+    """ALTER ... ADD COLUMN on a stream a CREATE made, as ksqlDB: DESCRIBE and INSERT
+    VALUES see the column; a duplicate is refused (a CREATE ... AS SELECT's sink in
+    test_ksql_queries, where Spark runs)."""
+    [altered] = server.ok(
+        "CREATE STREAM altered_s (id INT KEY, col1 INT) "
+        "WITH (kafka_topic='altered_s', value_format='JSON', partitions=1);"
+        "ALTER STREAM altered_s ADD COLUMN col2 INT, ADD tags ARRAY<STRING>;"
+    )[1:]
+    assert altered["commandId"] == "stream/ALTERED_S/alter"
+    assert altered["commandStatus"]["message"] == "Stream ALTERED_S altered."
+    [described] = server.ok("DESCRIBE altered_s;")
+    names = [f["name"] for f in described["sourceDescription"]["fields"]]
+    assert names == ["ID", "COL1", "COL2", "TAGS"]
+    server.ok("INSERT INTO altered_s (id, col1, col2, tags) VALUES (1, 2, 3, ARRAY['t']);")
+    [record] = read_all(broker, "altered_s", 1)
+    assert json.loads(record.value()) == {"COL1": 2, "COL2": 3, "TAGS": ["t"]}
+    status, refused = server.ksql("ALTER STREAM altered_s ADD COLUMN col1 STRING;")
+    assert status == 400 and refused["message"] == (
+        "Cannot add column `COL1` to schema. A column with the same name already exists."
+    )
+    status, refused = server.ksql("ALTER TABLE altered_s ADD COLUMN c INT;")
+    assert status == 400 and refused["message"] == (
+        "Incompatible data source type is STREAM, but statement was ALTER TABLE"
+    )
+
+
 def read_all(broker: BrokerProcess, topic: str, count: int) -> list[Any]:
     consumer = Consumer(
         {
@@ -587,6 +614,7 @@ def test_restart_replays_and_a_second_server_follows(
             "CREATE TYPE money AS STRUCT<amount DECIMAL(10, 2), currency STRING>;"
             "CREATE TABLE accounts (id STRING PRIMARY KEY, balance money) "
             "WITH (kafka_topic='accounts', format='JSON', partitions=1);"
+            "ALTER TABLE accounts ADD COLUMN note STRING;"
         )
         before = server.ok("SHOW STREAMS; SHOW TABLES; SHOW TYPES;")
         deadline = time.monotonic() + 10
@@ -595,8 +623,10 @@ def test_restart_replays_and_a_second_server_follows(
             time.sleep(0.1)
         server.stop()
         [described] = second.ok("DESCRIBE accounts;")
-        balance = described["sourceDescription"]["fields"][1]
+        balance, note = described["sourceDescription"]["fields"][1:]
         assert balance["schema"]["type"] == "STRUCT"
+        assert note["name"] == "NOTE"  # the ALTER followed from the command topic
+        assert described["sourceDescription"]["statement"].startswith("ALTER TABLE")
         status, statuses = second.call("GET", "/status")
         assert statuses["commandStatuses"]["table/`ACCOUNTS`/create"] == "SUCCESS"
         second.ok("DROP TABLE accounts;")
