@@ -18,7 +18,8 @@ cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED), as Kafka allows.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
 from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE
@@ -31,12 +32,19 @@ from strom.protocol.framing import build
 
 if TYPE_CHECKING:
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
 MAX_EPOCH = 32767
 
 
+def _response_type(ctx: RequestContext) -> type[resp.InitProducerId]:
+    return ctx.response_type
+
+
 @handles(22, 0, 5)
-def handle_init_producer_id(ctx: RequestContext, request: req.InitProducerId) -> Any:
+def handle_init_producer_id(
+    ctx: RequestContext, request: req.InitProducerId
+) -> resp.InitProducerId | Awaitable[resp.InitProducerId]:
     transactional_id = request.transactional_id
     if transactional_id is not None:
         if not authz.allowed(ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, transactional_id):
@@ -59,7 +67,7 @@ def handle_init_producer_id(ctx: RequestContext, request: req.InitProducerId) ->
 
 async def _transactional(
     ctx: RequestContext, request: req.InitProducerId, transactional_id: str
-) -> Any:
+) -> resp.InitProducerId:
     timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
     try:
         result = await ctx.broker.transactions.init_producer_id(
@@ -71,7 +79,7 @@ async def _transactional(
     except ProducerIdsUnavailable:
         result = ProducerIdAndEpoch(ErrorCode.coordinator_load_in_progress)
     return build(
-        ctx.response_type,
+        _response_type(ctx),
         throttle_time=NO_THROTTLE,
         error_code=fenced_for(result.error, ctx.api_version, 4),
         producer_id=result.producer_id,
@@ -79,12 +87,12 @@ async def _transactional(
     )
 
 
-async def _from_new_block(ctx: RequestContext, blocks: ProducerIdBlocks) -> Any:
+async def _from_new_block(ctx: RequestContext, blocks: ProducerIdBlocks) -> resp.InitProducerId:
     try:
         producer_id = await blocks.take()
     except ProducerIdsUnavailable:
         return build(
-            ctx.response_type,
+            _response_type(ctx),
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.coordinator_load_in_progress,
             producer_id=-1,
@@ -93,9 +101,9 @@ async def _from_new_block(ctx: RequestContext, blocks: ProducerIdBlocks) -> Any:
     return _answer(ctx, producer_id, 0)
 
 
-def _refused(ctx: RequestContext, error: ErrorCode) -> Any:
+def _refused(ctx: RequestContext, error: ErrorCode) -> resp.InitProducerId:
     return build(
-        ctx.response_type,
+        _response_type(ctx),
         throttle_time=NO_THROTTLE,
         error_code=error,
         producer_id=-1,
@@ -103,9 +111,9 @@ def _refused(ctx: RequestContext, error: ErrorCode) -> Any:
     )
 
 
-def _answer(ctx: RequestContext, producer_id: int, epoch: int) -> Any:
+def _answer(ctx: RequestContext, producer_id: int, epoch: int) -> resp.InitProducerId:
     return build(
-        ctx.response_type,
+        _response_type(ctx),
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         producer_id=producer_id,

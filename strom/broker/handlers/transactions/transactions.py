@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
 TopicPartition = tuple[str, int]
 
@@ -134,8 +135,10 @@ def _one_transaction(request: req.AddPartitionsToTxn) -> TypeIs[req.AddPartition
 
 
 @handles(24, 0, 5)
-async def handle_add_partitions_to_txn(ctx: RequestContext, request: req.AddPartitionsToTxn) -> Any:
-    response_type = ctx.response_type
+async def handle_add_partitions_to_txn(
+    ctx: RequestContext, request: req.AddPartitionsToTxn
+) -> resp.AddPartitionsToTxn:
+    response_type: type[resp.AddPartitionsToTxn] = ctx.response_type
     if ctx.api_version >= 4 and not authz.cluster_allowed(ctx, authz.Op.CLUSTER_ACTION):
         # Batched requests (v4+) come from brokers, as in Kafka.
         return build(
@@ -188,7 +191,10 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: req.AddPart
 
 
 @handles(25, 0, 4)
-async def handle_add_offsets_to_txn(ctx: RequestContext, request: req.AddOffsetsToTxn) -> Any:
+async def handle_add_offsets_to_txn(
+    ctx: RequestContext, request: req.AddOffsetsToTxn
+) -> resp.AddOffsetsToTxn:
+    response_type: type[resp.AddOffsetsToTxn] = ctx.response_type
     broker = ctx.broker
     topic = broker.state.topic(OFFSETS_TOPIC)
     partitions = (
@@ -209,17 +215,18 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: req.AddOffsets
             partitions,
         )
     return build(
-        ctx.response_type,
+        response_type,
         throttle_time=NO_THROTTLE,
         error_code=fenced_for(error, ctx.api_version, 2),
     )
 
 
 @handles(26, 0, 4)
-async def handle_end_txn(ctx: RequestContext, request: req.EndTxn) -> Any:
+async def handle_end_txn(ctx: RequestContext, request: req.EndTxn) -> resp.EndTxn:
+    response_type: type[resp.EndTxn] = ctx.response_type
     if not authz.allowed(ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, request.transactional_id):
         return build(
-            ctx.response_type,
+            response_type,
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.transactional_id_authorization_failed,
         )
@@ -230,7 +237,7 @@ async def handle_end_txn(ctx: RequestContext, request: req.EndTxn) -> Any:
         bool(request.committed),
     )
     return build(
-        ctx.response_type,
+        response_type,
         throttle_time=NO_THROTTLE,
         error_code=fenced_for(error, ctx.api_version, 2),
     )
@@ -283,7 +290,9 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(28, 0, 5)
-async def handle_txn_offset_commit(ctx: RequestContext, request: req.TxnOffsetCommit) -> Any:
+async def handle_txn_offset_commit(
+    ctx: RequestContext, request: req.TxnOffsetCommit
+) -> resp.TxnOffsetCommit:
     broker = ctx.broker
     coordinator = broker.coordinator
     wanted = [
@@ -329,8 +338,10 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: req.TxnOffsetCo
     return _txn_commit_response(ctx, wanted, errors)
 
 
-def _txn_commit_response(ctx: RequestContext, wanted: list[Any], errors: list[ErrorCode]) -> Any:
-    response_type = ctx.response_type
+def _txn_commit_response(
+    ctx: RequestContext, wanted: list[Any], errors: list[ErrorCode]
+) -> resp.TxnOffsetCommit:
+    response_type: type[resp.TxnOffsetCommit] = ctx.response_type
     topic_type = nested(response_type, "TxnOffsetCommitResponseTopic")
     partition_type = nested(response_type, "TxnOffsetCommitResponsePartition")
     by_topic: dict[str, list[Any]] = {}
@@ -356,9 +367,11 @@ def _txn_commit_response(ctx: RequestContext, wanted: list[Any], errors: list[Er
 
 
 @handles(65, 0, 0)
-def handle_describe_transactions(ctx: RequestContext, request: req.DescribeTransactions) -> Any:
+def handle_describe_transactions(
+    ctx: RequestContext, request: req.DescribeTransactions
+) -> resp.DescribeTransactions:
+    response_type: type[resp.DescribeTransactions] = ctx.response_type
     coordinator = ctx.broker.transactions
-    response_type = ctx.response_type
     state_type = nested(response_type, "TransactionState")
     topic_type = nested(response_type, "TopicData")
     out = []
@@ -407,7 +420,10 @@ def _when(ms: int) -> datetime.datetime:
 
 
 @handles(66, 0, 1)
-def handle_list_transactions(ctx: RequestContext, request: req.ListTransactions) -> Any:
+def handle_list_transactions(
+    ctx: RequestContext, request: req.ListTransactions
+) -> resp.ListTransactions:
+    response_type: type[resp.ListTransactions] = ctx.response_type
     coordinator = ctx.broker.transactions
     known: list[TxnState] = []
     unknown: list[str] = []
@@ -429,7 +445,6 @@ def handle_list_transactions(ctx: RequestContext, request: req.ListTransactions)
             for meta in found
             if authz.allowed(ctx, authz.Op.DESCRIBE, authz.TRANSACTIONAL_ID, meta.transactional_id)
         ]
-    response_type = ctx.response_type
     state_type = nested(response_type, "TransactionState")
     return build(
         response_type,
@@ -452,9 +467,11 @@ def handle_list_transactions(ctx: RequestContext, request: req.ListTransactions)
 
 
 @handles(61, 0, 0)
-def handle_describe_producers(ctx: RequestContext, request: req.DescribeProducers) -> Any:
+def handle_describe_producers(
+    ctx: RequestContext, request: req.DescribeProducers
+) -> resp.DescribeProducers:
+    response_type: type[resp.DescribeProducers] = ctx.response_type
     state = ctx.broker.state
-    response_type = ctx.response_type
     topic_type = nested(response_type, "TopicResponse")
     partition_type = nested(response_type, "PartitionResponse")
     producer_type = nested(response_type, "ProducerState")
