@@ -36,6 +36,7 @@ member metadata or assignments (ConsumerGroupDescribe and ShareGroupDescribe hav
 from __future__ import annotations
 
 import datetime
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.create_topics.v7 import request as create_topics
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
@@ -79,7 +81,9 @@ OFFSETS_TOPIC_WAIT_S = 5.0
 
 
 @handles(10, 0, 6)
-def handle_find_coordinator(ctx: RequestContext, request: req.FindCoordinator) -> Any:
+def handle_find_coordinator(
+    ctx: RequestContext, request: req.FindCoordinator
+) -> resp.FindCoordinator | Awaitable[resp.FindCoordinator]:
     broker = ctx.broker
     key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
     topic = _COORDINATOR_TOPICS.get(key_type)
@@ -101,7 +105,7 @@ def _internal_topic_request(ctx: RequestContext, topic: str) -> tuple[int, int, 
 
 async def _create_internal_topic_then_find(
     ctx: RequestContext, request: req.FindCoordinator, topic: str
-) -> Any:
+) -> resp.FindCoordinator:
     """Kafka creates the offsets and transaction state topics on the first
     FindCoordinator that needs them, and so do we."""
     broker = ctx.broker
@@ -150,7 +154,8 @@ def _asks_for_one_key(request: req.FindCoordinator) -> TypeIs[req.FindCoordinato
     return request.__version__ < 4
 
 
-def _find_coordinator(ctx: RequestContext, request: req.FindCoordinator) -> Any:
+def _find_coordinator(ctx: RequestContext, request: req.FindCoordinator) -> resp.FindCoordinator:
+    response_type: type[resp.FindCoordinator] = ctx.response_type
     key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
 
     def answer(key: str) -> tuple[ErrorCode, str | None, int, str, int]:
@@ -174,7 +179,6 @@ def _find_coordinator(ctx: RequestContext, request: req.FindCoordinator) -> Any:
             return error, message, -1, "", -1
         return error, message, endpoint.node_id, endpoint.host, endpoint.port
 
-    response_type = ctx.response_type
     if _asks_for_one_key(request):
         error, message, node, host, port = answer(request.key)
         return build(
@@ -208,7 +212,9 @@ def _find_coordinator(ctx: RequestContext, request: req.FindCoordinator) -> Any:
 
 
 @handles(11, 0, 9)
-def handle_join_group(ctx: RequestContext, request: req.JoinGroup) -> Any:
+def handle_join_group(
+    ctx: RequestContext, request: req.JoinGroup
+) -> resp.JoinGroup | Awaitable[resp.JoinGroup]:
     coordinator = ctx.broker.coordinator
     session_ms = millis(request.session_timeout)
     rebalance_ms = millis(getattr(request, "rebalance_timeout", None))
@@ -250,12 +256,12 @@ def handle_join_group(ctx: RequestContext, request: req.JoinGroup) -> Any:
     return _await_join(ctx, result)
 
 
-async def _await_join(ctx: RequestContext, pending: Any) -> Any:
+async def _await_join(ctx: RequestContext, pending: Any) -> resp.JoinGroup:
     return _join_response(ctx, await pending)
 
 
-def _join_response(ctx: RequestContext, result: JoinResult) -> Any:
-    response_type = ctx.response_type
+def _join_response(ctx: RequestContext, result: JoinResult) -> resp.JoinGroup:
+    response_type: type[resp.JoinGroup] = ctx.response_type
     member_type = nested(response_type, "JoinGroupResponseMember")
     legacy = ctx.api_version < 7
     return build(
@@ -281,7 +287,9 @@ def _join_response(ctx: RequestContext, result: JoinResult) -> Any:
 
 
 @handles(14, 0, 5)
-def handle_sync_group(ctx: RequestContext, request: req.SyncGroup) -> Any:
+def handle_sync_group(
+    ctx: RequestContext, request: req.SyncGroup
+) -> resp.SyncGroup | Awaitable[resp.SyncGroup]:
     if not request.group_id:
         return _sync_response(ctx, SyncResult(ErrorCode.invalid_group_id))
     if not authz.allowed(ctx, authz.Op.READ, authz.GROUP, request.group_id):
@@ -304,13 +312,14 @@ def handle_sync_group(ctx: RequestContext, request: req.SyncGroup) -> Any:
     return _await_sync(ctx, result)
 
 
-async def _await_sync(ctx: RequestContext, pending: Any) -> Any:
+async def _await_sync(ctx: RequestContext, pending: Any) -> resp.SyncGroup:
     return _sync_response(ctx, await pending)
 
 
-def _sync_response(ctx: RequestContext, result: SyncResult) -> Any:
+def _sync_response(ctx: RequestContext, result: SyncResult) -> resp.SyncGroup:
+    response_type: type[resp.SyncGroup] = ctx.response_type
     return build(
-        ctx.response_type,
+        response_type,
         throttle_time=NO_THROTTLE,
         error_code=result.error,
         protocol_type=result.protocol_type,
@@ -320,7 +329,8 @@ def _sync_response(ctx: RequestContext, result: SyncResult) -> Any:
 
 
 @handles(12, 0, 4)
-def handle_heartbeat(ctx: RequestContext, request: req.Heartbeat) -> Any:
+def handle_heartbeat(ctx: RequestContext, request: req.Heartbeat) -> resp.Heartbeat:
+    response_type: type[resp.Heartbeat] = ctx.response_type
     if not request.group_id:
         error = ErrorCode.invalid_group_id
     elif not authz.allowed(ctx, authz.Op.READ, authz.GROUP, request.group_id):
@@ -337,7 +347,7 @@ def handle_heartbeat(ctx: RequestContext, request: req.Heartbeat) -> Any:
                 getattr(request, "group_instance_id", None),
                 request.generation_id,
             )
-    return build(ctx.response_type, throttle_time=NO_THROTTLE, error_code=error)
+    return build(response_type, throttle_time=NO_THROTTLE, error_code=error)
 
 
 def _names_one_member(request: req.LeaveGroup) -> TypeIs[req.LeaveGroupV0ToV2]:
@@ -345,8 +355,8 @@ def _names_one_member(request: req.LeaveGroup) -> TypeIs[req.LeaveGroupV0ToV2]:
 
 
 @handles(13, 0, 5)
-def handle_leave_group(ctx: RequestContext, request: req.LeaveGroup) -> Any:
-    response_type = ctx.response_type
+def handle_leave_group(ctx: RequestContext, request: req.LeaveGroup) -> resp.LeaveGroup:
+    response_type: type[resp.LeaveGroup] = ctx.response_type
     leaving: list[tuple[str, str | None]]
     errors: list[ErrorCode]
     if _names_one_member(request):
@@ -383,9 +393,9 @@ def handle_leave_group(ctx: RequestContext, request: req.LeaveGroup) -> Any:
 
 
 @handles(15, 0, 6)
-def handle_describe_groups(ctx: RequestContext, request: req.DescribeGroups) -> Any:
+def handle_describe_groups(ctx: RequestContext, request: req.DescribeGroups) -> resp.DescribeGroups:
+    response_type: type[resp.DescribeGroups] = ctx.response_type
     coordinator = ctx.broker.coordinator
-    response_type = ctx.response_type
     group_type = nested(response_type, "DescribedGroup")
     member_type = nested(response_type, "DescribedGroupMember")
     described = []
@@ -462,8 +472,8 @@ def handle_describe_groups(ctx: RequestContext, request: req.DescribeGroups) -> 
 
 
 @handles(16, 0, 5)
-def handle_list_groups(ctx: RequestContext, request: req.ListGroups) -> Any:
-    response_type = ctx.response_type
+def handle_list_groups(ctx: RequestContext, request: req.ListGroups) -> resp.ListGroups:
+    response_type: type[resp.ListGroups] = ctx.response_type
     listed_type = nested(response_type, "ListedGroup")
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     types = {t.lower() for t in getattr(request, "types_filter", ())}
@@ -493,8 +503,8 @@ def handle_list_groups(ctx: RequestContext, request: req.ListGroups) -> Any:
 
 
 @handles(42, 0, 2)
-def handle_delete_groups(ctx: RequestContext, request: req.DeleteGroups) -> Any:
-    response_type = ctx.response_type
+def handle_delete_groups(ctx: RequestContext, request: req.DeleteGroups) -> resp.DeleteGroups:
+    response_type: type[resp.DeleteGroups] = ctx.response_type
     result_type = nested(response_type, "DeletableGroupResult")
     coordinator = ctx.broker.coordinator
     return build(

@@ -47,21 +47,22 @@ from strom.protocol.framing import build, nested
 
 if TYPE_CHECKING:
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
 MEMBER_TYPE_CONSUMER = 1
 
 
 def _fail(
     ctx: RequestContext, error: ErrorCode, message: str | None, request: req.ConsumerGroupHeartbeat
-) -> Any:
+) -> resp.ConsumerGroupHeartbeat:
     return _response(
         ctx,
         HeartbeatResult(error, request.member_id or None, request.member_epoch, 0, None, message),
     )
 
 
-def _response(ctx: RequestContext, result: HeartbeatResult) -> Any:
-    response_type = ctx.response_type
+def _response(ctx: RequestContext, result: HeartbeatResult) -> resp.ConsumerGroupHeartbeat:
+    response_type: type[resp.ConsumerGroupHeartbeat] = ctx.response_type
     assignment = None
     if result.assignment is not None:
         assignment_type = nested(response_type, "Assignment")
@@ -88,7 +89,7 @@ def _response(ctx: RequestContext, result: HeartbeatResult) -> Any:
 @handles(68, 0, 1)
 def handle_consumer_group_heartbeat(
     ctx: RequestContext, request: req.ConsumerGroupHeartbeat
-) -> Any:
+) -> resp.ConsumerGroupHeartbeat:
     coordinator = ctx.broker.coordinator
     if not request.group_id:
         return _fail(ctx, ErrorCode.invalid_request, "GroupId can't be empty.", request)
@@ -177,9 +178,11 @@ async def _after_replication(
 
 
 @handles(69, 0, 1)
-def handle_consumer_group_describe(ctx: RequestContext, request: req.ConsumerGroupDescribe) -> Any:
+def handle_consumer_group_describe(
+    ctx: RequestContext, request: req.ConsumerGroupDescribe
+) -> resp.ConsumerGroupDescribe:
+    response_type: type[resp.ConsumerGroupDescribe] = ctx.response_type
     coordinator = ctx.broker.coordinator
-    response_type = ctx.response_type
     group_type = nested(response_type, "DescribedGroup")
     member_type = nested(response_type, "Member")
     assignment_type = nested(response_type, "Assignment")

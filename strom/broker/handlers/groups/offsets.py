@@ -50,6 +50,7 @@ from strom.protocol.framing import build, nested
 
 if TYPE_CHECKING:
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
 NO_GENERATION = -1
 
@@ -263,9 +264,9 @@ def _fetch_group(
 
 
 @handles(47, 0, 0)
-def handle_offset_delete(ctx: RequestContext, request: req.OffsetDelete) -> Any:
+def handle_offset_delete(ctx: RequestContext, request: req.OffsetDelete) -> resp.OffsetDelete:
+    response_type: type[resp.OffsetDelete] = ctx.response_type
     coordinator = ctx.broker.coordinator
-    response_type = ctx.response_type
     topic_type = nested(response_type, "OffsetDeleteResponseTopic")
     partition_type = nested(response_type, "OffsetDeleteResponsePartition")
     group = coordinator.groups.get(request.group_id)

@@ -29,8 +29,8 @@ is ShareService in strom/broker/handlers/groups/share_groups.py; the storage is 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 from strom.broker.access import authz
 from strom.broker.network.router import RequestContext, handles
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     import uuid
 
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
     ShareStateRequest: TypeAlias = (
         req.InitializeShareGroupState
@@ -54,6 +55,10 @@ if TYPE_CHECKING:
     )
 
 
+# The answer of one of the share coordinator's RPCs, which _answer builds alike.
+_Answer = TypeVar("_Answer")
+
+
 def _store(ctx: RequestContext) -> ShareStateStore:
 
     return ctx.broker.share_service.store
@@ -61,15 +66,15 @@ def _store(ctx: RequestContext) -> ShareStateStore:
 
 def _answer(
     ctx: RequestContext,
+    response_type: type[_Answer],
     request: ShareStateRequest,
     result_type_name: str,
     partition_type_name: str,
     serve: Callable[[ShareKey, Any], dict[str, Any]],
-) -> Any:
+) -> _Answer | Awaitable[_Answer]:
     """Each partition of the request answered by ``serve`` (its extra fields; an
     ``appended`` one is a write, answered once durable), after the checks every share
     coordinator RPC makes."""
-    response_type = ctx.response_type
     result_type = nested(response_type, result_type_name)
     partition_type = nested(response_type, partition_type_name)
     allowed = authz.node_request_allowed(ctx)
@@ -110,7 +115,7 @@ def _answer(
             partitions.append(fields)
         answers.append((topic.topic_id, partitions))
 
-    def response() -> Any:
+    def response() -> _Answer:
         return build(
             response_type,
             results=tuple(
@@ -131,8 +136,8 @@ def _answer(
 async def _after_durable(
     ctx: RequestContext,
     writes: list[tuple[dict[str, Any], Appended]],
-    response: Callable[[], Any],
-) -> Any:
+    response: Callable[[], _Answer],
+) -> _Answer:
 
     service = ctx.broker.share_service
     for fields, appended in writes:
@@ -178,7 +183,8 @@ def _write_failed() -> dict[str, Any]:
 @handles(83, 0, 0)
 def handle_initialize_share_group_state(
     ctx: RequestContext, request: req.InitializeShareGroupState
-) -> Any:
+) -> resp.InitializeShareGroupState | Awaitable[resp.InitializeShareGroupState]:
+    response_type: type[resp.InitializeShareGroupState] = ctx.response_type
     store = _store(ctx)
 
     def serve(key: ShareKey, part: Any) -> dict[str, Any]:
@@ -187,13 +193,16 @@ def handle_initialize_share_group_state(
         appended = store.write(key, state, _now())
         return {"appended": appended} if appended is not None else _write_failed()
 
-    return _answer(ctx, request, "InitializeStateResult", "PartitionResult", serve)
+    return _answer(ctx, response_type, request, "InitializeStateResult", "PartitionResult", serve)
 
 
 @handles(84, 0, 0)
-def handle_read_share_group_state(ctx: RequestContext, request: req.ReadShareGroupState) -> Any:
+def handle_read_share_group_state(
+    ctx: RequestContext, request: req.ReadShareGroupState
+) -> resp.ReadShareGroupState | Awaitable[resp.ReadShareGroupState]:
+    response_type: type[resp.ReadShareGroupState] = ctx.response_type
     store = _store(ctx)
-    batch_type = nested(ctx.response_type, "StateBatch")
+    batch_type = nested(response_type, "StateBatch")
 
     def serve(key: ShareKey, part: Any) -> dict[str, Any]:
         store.claim(key, part.leader_epoch)
@@ -215,11 +224,14 @@ def handle_read_share_group_state(ctx: RequestContext, request: req.ReadShareGro
             ),
         }
 
-    return _answer(ctx, request, "ReadStateResult", "PartitionResult", serve)
+    return _answer(ctx, response_type, request, "ReadStateResult", "PartitionResult", serve)
 
 
 @handles(85, 0, 1)
-def handle_write_share_group_state(ctx: RequestContext, request: req.WriteShareGroupState) -> Any:
+def handle_write_share_group_state(
+    ctx: RequestContext, request: req.WriteShareGroupState
+) -> resp.WriteShareGroupState | Awaitable[resp.WriteShareGroupState]:
+    response_type: type[resp.WriteShareGroupState] = ctx.response_type
     store = _store(ctx)
 
     def serve(key: ShareKey, part: Any) -> dict[str, Any]:
@@ -238,11 +250,14 @@ def handle_write_share_group_state(ctx: RequestContext, request: req.WriteShareG
         )
         return {"appended": appended} if appended is not None else _write_failed()
 
-    return _answer(ctx, request, "WriteStateResult", "PartitionResult", serve)
+    return _answer(ctx, response_type, request, "WriteStateResult", "PartitionResult", serve)
 
 
 @handles(86, 0, 0)
-def handle_delete_share_group_state(ctx: RequestContext, request: req.DeleteShareGroupState) -> Any:
+def handle_delete_share_group_state(
+    ctx: RequestContext, request: req.DeleteShareGroupState
+) -> resp.DeleteShareGroupState | Awaitable[resp.DeleteShareGroupState]:
+    response_type: type[resp.DeleteShareGroupState] = ctx.response_type
     store = _store(ctx)
 
     def serve(key: ShareKey, part: Any) -> dict[str, Any]:
@@ -250,13 +265,14 @@ def handle_delete_share_group_state(ctx: RequestContext, request: req.DeleteShar
         store.delete([key], _now())
         return {}
 
-    return _answer(ctx, request, "DeleteStateResult", "PartitionResult", serve)
+    return _answer(ctx, response_type, request, "DeleteStateResult", "PartitionResult", serve)
 
 
 @handles(87, 0, 1)
 def handle_read_share_group_state_summary(
     ctx: RequestContext, request: req.ReadShareGroupStateSummary
-) -> Any:
+) -> resp.ReadShareGroupStateSummary | Awaitable[resp.ReadShareGroupStateSummary]:
+    response_type: type[resp.ReadShareGroupStateSummary] = ctx.response_type
     store = _store(ctx)
 
     def serve(key: ShareKey, part: Any) -> dict[str, Any]:
@@ -275,4 +291,4 @@ def handle_read_share_group_state_summary(
             out["delivery_complete_count"] = complete
         return out
 
-    return _answer(ctx, request, "ReadStateSummaryResult", "PartitionResult", serve)
+    return _answer(ctx, response_type, request, "ReadStateSummaryResult", "PartitionResult", serve)

@@ -51,14 +51,13 @@ the initialized partitions in the group's records); ``batch_size`` and
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from kio.schema.create_topics.v7 import request as create_topics
 
@@ -91,6 +90,7 @@ from strom.storage.errors import OffsetOutOfRangeError
 
 if TYPE_CHECKING:
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +146,10 @@ async def _ensure_state_topic(ctx: RequestContext) -> None:
 # ShareGroupHeartbeat -----------------------------------------------------------------
 
 
-def _heartbeat_response(ctx: RequestContext, result: ShareHeartbeatResult) -> Any:
-    response_type = ctx.response_type
+def _heartbeat_response(
+    ctx: RequestContext, result: ShareHeartbeatResult
+) -> resp.ShareGroupHeartbeat:
+    response_type: type[resp.ShareGroupHeartbeat] = ctx.response_type
     assignment = None
     if result.assignment is not None:
         assignment = build(
@@ -174,8 +176,10 @@ def _heartbeat_response(ctx: RequestContext, result: ShareHeartbeatResult) -> An
 
 
 @handles(76, 1, 1)
-def handle_share_group_heartbeat(ctx: RequestContext, request: req.ShareGroupHeartbeat) -> Any:
-    def fail(error: ErrorCode, message: str | None) -> Any:
+def handle_share_group_heartbeat(
+    ctx: RequestContext, request: req.ShareGroupHeartbeat
+) -> resp.ShareGroupHeartbeat | Awaitable[resp.ShareGroupHeartbeat]:
+    def fail(error: ErrorCode, message: str | None) -> resp.ShareGroupHeartbeat:
         return _heartbeat_response(
             ctx,
             ShareHeartbeatResult(
@@ -208,12 +212,14 @@ def handle_share_group_heartbeat(ctx: RequestContext, request: req.ShareGroupHea
     return _heartbeat(ctx, request)
 
 
-async def _after_state_topic(ctx: RequestContext, request: req.ShareGroupHeartbeat) -> Any:
+async def _after_state_topic(
+    ctx: RequestContext, request: req.ShareGroupHeartbeat
+) -> resp.ShareGroupHeartbeat:
     await _ensure_state_topic(ctx)
     return _heartbeat(ctx, request)
 
 
-def _heartbeat(ctx: RequestContext, request: req.ShareGroupHeartbeat) -> Any:
+def _heartbeat(ctx: RequestContext, request: req.ShareGroupHeartbeat) -> resp.ShareGroupHeartbeat:
     coordinator = ctx.broker.coordinator
     group = coordinator.share_group(request.group_id, create=request.member_epoch == 0)
     if group is None:
@@ -248,9 +254,11 @@ def _heartbeat(ctx: RequestContext, request: req.ShareGroupHeartbeat) -> Any:
 
 
 @handles(77, 1, 1)
-def handle_share_group_describe(ctx: RequestContext, request: req.ShareGroupDescribe) -> Any:
+def handle_share_group_describe(
+    ctx: RequestContext, request: req.ShareGroupDescribe
+) -> resp.ShareGroupDescribe:
+    response_type: type[resp.ShareGroupDescribe] = ctx.response_type
     coordinator = ctx.broker.coordinator
-    response_type = ctx.response_type
     group_type = nested(response_type, "DescribedGroup")
     member_type = nested(response_type, "Member")
     assignment_type = nested(response_type, "Assignment")
@@ -547,7 +555,13 @@ class _Part:
     acquired: list[tuple[int, int, int]] = field(default_factory=list)
 
 
-def _refusal(response_type: type, error: ErrorCode, message: str | None) -> Any:
+# A ShareFetch or a ShareAcknowledge response, which _refusal builds alike.
+_WholeRefusal = TypeVar("_WholeRefusal")
+
+
+def _refusal(
+    response_type: type[_WholeRefusal], error: ErrorCode, message: str | None
+) -> _WholeRefusal:
     """A ShareFetch or ShareAcknowledge response refused as a whole."""
     return build(
         response_type,
@@ -561,8 +575,10 @@ def _refusal(response_type: type, error: ErrorCode, message: str | None) -> Any:
 
 
 @handles(78, 1, 2)
-def handle_share_fetch(ctx: RequestContext, request: req.ShareFetch) -> Any:
-    response_type = ctx.response_type
+def handle_share_fetch(
+    ctx: RequestContext, request: req.ShareFetch
+) -> resp.ShareFetch | Awaitable[resp.ShareFetch]:
+    response_type: type[resp.ShareFetch] = ctx.response_type
     checked = _check_request(ctx, request)
     if isinstance(checked, _Refused):
         return _refusal(response_type, checked.error, checked.message)
@@ -597,13 +613,15 @@ def handle_share_fetch(ctx: RequestContext, request: req.ShareFetch) -> Any:
 
 async def _after_remote_reads(
     ctx: RequestContext, request: req.ShareFetch, session: ShareSession, keys: list[ShareKey]
-) -> Any:
+) -> resp.ShareFetch:
     await ctx.broker.share_service.load_remote(keys)
     result = _share_fetch(ctx, request, session)
-    return await result if asyncio.iscoroutine(result) else result
+    return await result if isinstance(result, Awaitable) else result
 
 
-def _share_fetch(ctx: RequestContext, request: req.ShareFetch, session: ShareSession) -> Any:
+def _share_fetch(
+    ctx: RequestContext, request: req.ShareFetch, session: ShareSession
+) -> resp.ShareFetch | Awaitable[resp.ShareFetch]:
     denied = _denied_topics(
         ctx, [t for t, _ in session.partitions] + [t.topic_id for t in request.topics]
     )
@@ -620,10 +638,10 @@ async def _fetch_after_durable(
     denied: set[str],
     acks: dict[tuple[uuid.UUID, int], ErrorCode],
     writes: dict[tuple[uuid.UUID, int], Durable],
-) -> Any:
+) -> resp.ShareFetch:
     settled = await _durable(acks, writes)
     result = _fetch_after_acks(ctx, request, session, denied, settled)
-    return await result if asyncio.iscoroutine(result) else result
+    return await result if isinstance(result, Awaitable) else result
 
 
 def _fetch_after_acks(
@@ -632,7 +650,7 @@ def _fetch_after_acks(
     session: ShareSession,
     denied: set[str],
     acks: dict[tuple[uuid.UUID, int], ErrorCode],
-) -> Any:
+) -> resp.ShareFetch | Awaitable[resp.ShareFetch]:
     """The fetch of a ShareFetch whose acknowledgements are durable (or failed)."""
     service = ctx.broker.share_service
     epoch = request.share_session_epoch
@@ -654,7 +672,7 @@ async def _long_poll(
     acks: dict[tuple[uuid.UUID, int], ErrorCode],
     max_wait_ms: int,
     full: bool,
-) -> Any:
+) -> resp.ShareFetch:
     deadline = time.monotonic() + max_wait_ms / 1000
     purgatory = ctx.broker.purgatory
     sessions = ctx.broker.share_service.sessions
@@ -783,8 +801,8 @@ def _fetch_response(
     parts: list[_Part],
     acks: dict[tuple[uuid.UUID, int], ErrorCode],
     full: bool,
-) -> Any:
-    response_type = ctx.response_type
+) -> resp.ShareFetch:
+    response_type: type[resp.ShareFetch] = ctx.response_type
     topic_type = nested(response_type, "ShareFetchableTopicResponse")
     partition_type = nested(response_type, "PartitionData")
     leader_type = nested(response_type, "LeaderIdAndEpoch")
@@ -852,8 +870,10 @@ def _fetch_response(
 
 
 @handles(79, 1, 2)
-def handle_share_acknowledge(ctx: RequestContext, request: req.ShareAcknowledge) -> Any:
-    response_type = ctx.response_type
+def handle_share_acknowledge(
+    ctx: RequestContext, request: req.ShareAcknowledge
+) -> resp.ShareAcknowledge | Awaitable[resp.ShareAcknowledge]:
+    response_type: type[resp.ShareAcknowledge] = ctx.response_type
     checked = _check_request(ctx, request)
     if isinstance(checked, _Refused):
         return _refusal(response_type, checked.error, checked.message)
@@ -877,14 +897,14 @@ async def _acknowledge_after_durable(
     request: req.ShareAcknowledge,
     acks: dict[tuple[uuid.UUID, int], ErrorCode],
     writes: dict[tuple[uuid.UUID, int], Durable],
-) -> Any:
+) -> resp.ShareAcknowledge:
     return _acknowledge_response(ctx, request, await _durable(acks, writes))
 
 
 def _acknowledge_response(
     ctx: RequestContext, request: req.ShareAcknowledge, acks: dict[tuple[uuid.UUID, int], ErrorCode]
-) -> Any:
-    response_type = ctx.response_type
+) -> resp.ShareAcknowledge:
+    response_type: type[resp.ShareAcknowledge] = ctx.response_type
     topic_type = nested(response_type, "ShareAcknowledgeTopicResponse")
     partition_type = nested(response_type, "PartitionData")
     leader_type = nested(response_type, "LeaderIdAndEpoch")
@@ -964,7 +984,7 @@ def _describe_here(ctx: RequestContext, name: str, row: _OffsetsRow) -> bool:
 @handles(90, 0, 1)
 def handle_describe_share_group_offsets(
     ctx: RequestContext, request: req.DescribeShareGroupOffsets
-) -> Any:
+) -> resp.DescribeShareGroupOffsets | Awaitable[resp.DescribeShareGroupOffsets]:
     disabled = _disabled(ctx)
     service = ctx.broker.share_service
     state = ctx.broker.state
@@ -1042,7 +1062,7 @@ def _local_hw(ctx: RequestContext, name: str, partition: int) -> int:
 
 async def _describe_offsets_from_others(
     ctx: RequestContext, plan: _OffsetsPlan, remote: list[tuple[str, _OffsetsRow]]
-) -> Any:
+) -> resp.DescribeShareGroupOffsets:
     """The rows whose state another node keeps, from its summary (the node's own
     replica of ``__share_group_state`` when it does not answer); the lags with the
     high watermarks of topic partitions led elsewhere."""
@@ -1085,8 +1105,10 @@ def _fill_lags(plan: _OffsetsPlan, high_watermarks: dict[tuple[str, int], int]) 
                     row.lag = max(hw - row.start - row.complete, 0)
 
 
-def _describe_offsets_response(ctx: RequestContext, plan: _OffsetsPlan) -> Any:
-    response_type = ctx.response_type
+def _describe_offsets_response(
+    ctx: RequestContext, plan: _OffsetsPlan
+) -> resp.DescribeShareGroupOffsets:
+    response_type: type[resp.DescribeShareGroupOffsets] = ctx.response_type
     group_type = nested(response_type, "DescribeShareGroupOffsetsResponseGroup")
     topic_type = nested(response_type, "DescribeShareGroupOffsetsResponseTopic")
     partition_type = nested(response_type, "DescribeShareGroupOffsetsResponsePartition")
@@ -1150,8 +1172,8 @@ def _offsets_admin_refusal(
 @handles(91, 0, 0)
 def handle_alter_share_group_offsets(
     ctx: RequestContext, request: req.AlterShareGroupOffsets
-) -> Any:
-    response_type = ctx.response_type
+) -> resp.AlterShareGroupOffsets | Awaitable[resp.AlterShareGroupOffsets]:
+    response_type: type[resp.AlterShareGroupOffsets] = ctx.response_type
     topic_type = nested(response_type, "AlterShareGroupOffsetsResponseTopic")
     partition_type = nested(response_type, "AlterShareGroupOffsetsResponsePartition")
     refused = _offsets_admin_refusal(ctx, request.group_id, authz.Op.READ)
@@ -1227,7 +1249,7 @@ def handle_alter_share_group_offsets(
             entries.append(fields)
         topics.append((topic.topic_name, topic_id, entries))
 
-    def response() -> Any:
+    def response() -> resp.AlterShareGroupOffsets:
         return build(
             response_type,
             throttle_time=NO_THROTTLE,
@@ -1252,8 +1274,8 @@ def handle_alter_share_group_offsets(
 async def _alter_remote(
     service: ShareService,
     remote: list[tuple[dict[str, Any], ShareKey, int]],
-    response: Callable[[], Any],
-) -> Any:
+    response: Callable[[], resp.AlterShareGroupOffsets],
+) -> resp.AlterShareGroupOffsets:
     """AlterShareGroupOffsets' partitions whose state another node keeps, written there."""
     errors = await service.initialize_remote({key: start for _, key, start in remote})
     for fields, key, _ in remote:
@@ -1267,8 +1289,8 @@ async def _alter_remote(
 @handles(92, 0, 0)
 def handle_delete_share_group_offsets(
     ctx: RequestContext, request: req.DeleteShareGroupOffsets
-) -> Any:
-    response_type = ctx.response_type
+) -> resp.DeleteShareGroupOffsets | Awaitable[resp.DeleteShareGroupOffsets]:
+    response_type: type[resp.DeleteShareGroupOffsets] = ctx.response_type
     topic_type = nested(response_type, "DeleteShareGroupOffsetsResponseTopic")
     refused = _offsets_admin_refusal(ctx, request.group_id, authz.Op.DELETE)
     if refused is not None:
@@ -1324,7 +1346,7 @@ def handle_delete_share_group_offsets(
             }
         )
 
-    def response() -> Any:
+    def response() -> resp.DeleteShareGroupOffsets:
         return build(
             response_type,
             throttle_time=NO_THROTTLE,
@@ -1341,8 +1363,8 @@ def handle_delete_share_group_offsets(
 async def _delete_offsets_remote(
     service: ShareService,
     remote: list[tuple[dict[str, Any], list[ShareKey]]],
-    response: Callable[[], Any],
-) -> Any:
+    response: Callable[[], resp.DeleteShareGroupOffsets],
+) -> resp.DeleteShareGroupOffsets:
     """DeleteShareGroupOffsets' states kept by other nodes, deleted there."""
     errors = await service.delete_remote([k for _, keys in remote for k in keys])
     for fields, keys in remote:
