@@ -19,7 +19,10 @@ one directory per task.
   from the offsets the task stored with its writes where those are ahead (exactly once).
   A task may instead start queries of its own on streams the runner opens (the lake
   sink: Spark's file sink, whose checkpoint is the truth); the group's offsets follow
-  their progress all the same.
+  their progress all the same. A task with a ``range_writer`` (the JDBC sink) has no
+  query: each micro-batch is a Spark job of one task per topic-partition range that
+  fetches the range and writes it in one Python process (``spark_ranges``), its ends
+  committed in the group after it, which is the only record of where the task is.
 - A source task is a loop on a driver thread: ``poll_batches``, each batch's rows turned
   into records with the value converter (JsonConverter in Spark SQL; any other converter
   in Python on the executors), written with the ``strom`` batch writer (which fails
@@ -86,6 +89,7 @@ JDBC_JARS = (
     "/usr/share/java/sqlite-jdbc.jar",
 )
 SINK_TRIGGER = "200 milliseconds"
+RANGE_BATCH_INTERVAL_S = 0.2  # a range-reading sink's look for new records when idle
 WATCH_S = 1  # seconds between looks at a query (its offsets commit then)
 # Spark starts a streaming query's Python source runner as a fresh process (not forked
 # from its daemon, as executors' workers are) and gives it 10 s, fixed in Spark's
@@ -451,12 +455,17 @@ class _SinkThread(_SparkTaskThread):
         def open_stream(topics: list[str]) -> DataFrame:
             return self.stream(spark, topics, group.committed(topics))
 
+        range_writer = task.range_writer(key_converter, value_converter)
         try:
             while not self.stopping.is_set():
                 self.wait_while_paused(lambda: None)
                 if self.stopping.is_set():
                     break
                 queries = task.start_streams(open_stream, key_converter, value_converter)
+                if queries is None and range_writer is not None:
+                    self.report(RUNNING)
+                    self.write_ranges(spark, task, range_writer, group)
+                    continue
                 if queries is None:
                     queries = [self.start_query(spark, task, checkpoint, group, write)]
                 self.report(RUNNING)
@@ -476,6 +485,43 @@ class _SinkThread(_SparkTaskThread):
         finally:
             group.close()
             task.stop()
+
+    def write_ranges(
+        self,
+        spark: SparkSession,
+        task: SparkSinkTask,
+        writer: Callable[[list[Any]], int],
+        group: GroupOffsets,
+    ) -> None:
+        """Micro-batches of offset ranges, each read and written by the Spark tasks of one
+        job (``spark_ranges``), its ends then committed in the group, until the task is
+        stopped or paused. A topic-partition starts at the group's offsets, or the task's
+        stored ahead of them, else at the earliest."""
+        from strom.connect.spark_ranges import RangeBatches, write_ranges_job
+        from strom.spark.kafka_meta import to_json
+
+        options = kafka_reader_options(self.runner.worker_config)
+        topics = self.topics()
+        if topics:
+            options["subscribe"] = ",".join(topics)
+        else:
+            options["subscribePattern"] = self.spec.task_config.get("topics.regex", "")
+        batches = RangeBatches(
+            options, lambda named: group.committed(named, task.stored_offsets(named))
+        )
+        try:
+            while not self.stopping.is_set() and not self.paused:
+                planned = batches.next()
+                if planned is None:
+                    self.stopping.wait(RANGE_BATCH_INTERVAL_S)
+                    continue
+                ranges, ends = planned
+                if ranges:
+                    write_ranges_job(spark, ranges, batches.opts, writer)
+                batches.advance(ends)
+                group.commit(to_json(ends))
+        finally:
+            batches.close()
 
     def transient(self, failures: list[str]) -> bool:
         """Whether the queries failed only as Spark does when a Python process starts

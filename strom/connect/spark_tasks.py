@@ -6,7 +6,9 @@ The runner owns the rest, as Kafka Connect's worker does for a plain task: for a
 turning rows into records with the connector's value converter, writing them to Kafka
 with the ``strom`` batch writer and storing the source offsets once the records are
 acknowledged; for a sink, the Structured Streaming query over the ``strom`` source, its
-checkpoint and the offsets committed in the group ``connect-<name>``. A sink task that
+checkpoint and the offsets committed in the group ``connect-<name>``; or, for a task with a
+``range_writer``, micro-batches of offset ranges each read by the Spark task that writes
+it (``spark_ranges``), the group's offsets their only record. A sink task that
 stores its offsets with what it writes (exactly once) says so through ``stored_offsets``;
 one that writes through a Spark streaming sink of its own (the lake sink's file sink)
 starts its queries in ``start_streams`` on the streams the runner opens.
@@ -80,6 +82,17 @@ class SparkSinkTask(Task):
         a failure (at least once); a task that writes idempotently makes it exactly once.
         Called unless ``start_streams`` starts the task's own queries."""
         raise NotImplementedError
+
+    def range_writer(
+        self, key_converter: Converter, value_converter: Converter
+    ) -> Callable[[list[Any]], int] | None:
+        """A function run in Spark's Python workers that writes the records of one
+        topic-partition's offset range (Arrow record batches of the ``strom`` source's
+        columns: key, value, topic, partition, offset...) durably, or raises, and returns
+        the rows written. The runner then reads each micro-batch's ranges in the Spark
+        tasks that write them, without a streaming query. None (the default): each
+        micro-batch through ``write_batch``."""
+        return None
 
     def stored_offsets(self, topics: list[str]) -> dict[str, dict[str, int]]:
         """``{topic: {partition: next offset}}`` the task stored with what it wrote; the

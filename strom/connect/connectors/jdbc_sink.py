@@ -7,8 +7,10 @@ record_value) and ``pk.fields``, ``fields.whitelist`` (or ``fields.include``),
 ``batch.size`` (rows per statement); and Strom's ``exactly.once.delivery`` with
 ``offsets.table.name``.
 
-Each micro-batch is written by the Spark tasks that read it (``mapInArrow``): each decodes
-its records with the connector's converters, keeps the last record of each primary key
+Each micro-batch is written by the Spark tasks that read it: one per topic-partition range,
+which fetches the range from Kafka and writes it in the same Python process
+(``range_writer``, through the runner's ``spark_ranges``; ``write_batch`` does the same
+for a micro-batch DataFrame with ``mapInArrow``). Each decodes its records with the connector's converters, keeps the last record of each primary key
 (what the rows become once the batch is applied in order), and writes them to the table
 in one transaction: PostgreSQL through ``COPY`` into a staging table and one
 ``INSERT ... ON CONFLICT DO UPDATE`` (upsert) or ``COPY`` into the table (insert),
@@ -35,8 +37,7 @@ offset; the runner resumes the task from those offsets where they are ahead of t
 group's (``stored_offsets``). So a batch replayed after a crash, in any insert mode, is
 written once. The stored offset is updated only from the value read (another writer's
 commit in between fails the Spark task, which Spark retries). One Spark task reads one
-topic-partition's range of a micro-batch (the ``strom`` source's default); the scheme
-relies on it.
+topic-partition's range of a micro-batch; the scheme relies on it.
 
 Records need a value schema (JsonConverter with schemas, or a struct from another
 converter): a schemaless value is refused with Confluent's message, as Confluent does;
@@ -47,12 +48,10 @@ from __future__ import annotations
 
 import codecs
 import datetime as dt
-import gc
 import json
 import logging
-import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -95,6 +94,7 @@ from strom.connect.data import (
     Schema,
     Struct,
 )
+from strom.connect.spark_ranges import freeze_worker_heap
 from strom.connect.spark_tasks import SparkSinkTask
 
 if TYPE_CHECKING:
@@ -109,7 +109,6 @@ KAFKA_PK_FIELDS = ["__connect_topic", "__connect_partition", "__connect_offset"]
 CREATE_RETRIES = 5
 OFFSETS_TABLE = "__strom_connect_offsets"
 _OFFSETS_TABLES_MADE: set[tuple[str, str]] = set()  # (URL, table) known to exist here
-_HEAP_FROZEN: list[bool] = []  # whether this process's objects were frozen (_freeze_heap)
 ENVELOPE_START = b'{"schema":'
 PAYLOAD_KEY = b',"payload":'
 
@@ -267,6 +266,12 @@ class JdbcSinkTask(SparkSinkTask):
         columns = batch.select("key", "value", "topic", "partition", "offset")
         written = columns.mapInArrow(writer, "written long").collect()
         return sum(row["written"] for row in written)
+
+    def range_writer(
+        self, key_converter: Converter, value_converter: Converter
+    ) -> Callable[[list[pa.RecordBatch]], int]:
+        """Each offset range written by the Spark task that reads it."""
+        return PartitionWriter(self.settings, key_converter, value_converter).write
 
     def stored_offsets(self, topics: list[str]) -> dict[str, dict[str, int]]:
         """With exactly.once.delivery, the next offsets stored with the rows."""
@@ -466,14 +471,17 @@ class PartitionWriter:
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
-        _freeze_heap()
-        arrows = list(batches)
+        written = self.write(list(batches))
+        yield pa.RecordBatch.from_arrays([pa.array([written], pa.int64())], ["written"])
+
+    def write(self, arrows: list[pa.RecordBatch]) -> int:
+        """Write these records (one Spark partition's, or one offset range's); the rows
+        written."""
+        freeze_worker_heap()
         payloads = self.payloads_of(arrows) if self.database_reads_json else None
         if payloads is not None:
-            written = self.write_payloads(payloads)
-        else:
-            written = self.write_records(arrows)
-        yield pa.RecordBatch.from_arrays([pa.array([written], pa.int64())], ["written"])
+            return self.write_payloads(payloads)
+        return self.write_records(arrows)
 
     @property
     def database_reads_json(self) -> bool:
@@ -1110,18 +1118,6 @@ class TableWriter:
                 )
             self.connection.commit()
             self.columns.pop(table, None)
-
-
-def _freeze_heap() -> None:
-    """In a reused Spark Python worker, move its objects, once, to the collector's
-    permanent generation. Such a worker runs a full ``gc.collect()`` after every task,
-    which walks every object of its imports (PySpark, Arrow, psycopg...: over 100,000):
-    30-60 ms of CPU a task, each micro-batch's tasks. Frozen, they are no longer walked;
-    what the tasks make afterwards is collected as before. Elsewhere (a test calling the
-    writer) nothing is done."""
-    if not _HEAP_FROZEN and os.environ.get("SPARK_REUSE_WORKER"):  # as pyspark.daemon reads it
-        gc.freeze()
-        _HEAP_FROZEN.append(True)
 
 
 def _plain_struct(schema: Schema) -> bool:
