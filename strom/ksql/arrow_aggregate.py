@@ -83,11 +83,11 @@ def _batch_calls(plan: QueryPlan) -> list[tuple[str, str | None]]:
 
 
 def _layout(calls: list[tuple[str, str | None]]) -> Any:
-    """The numpy record of one packed row: its time, then each argument's value and
-    whether it is not null."""
+    """The numpy record of one packed row: its time, its source partition's stream time
+    at it, then each argument's value and whether it is not null."""
     import numpy as np
 
-    fields: list[tuple[str, str]] = [("t", "<i8")]
+    fields: list[tuple[str, str]] = [("t", "<i8"), ("s", "<i8")]
     for index, (_, kind) in enumerate(calls):
         if kind is not None:
             fields += [(f"v{index}", "<f8" if kind == "DOUBLE" else "<i8"), (f"n{index}", "?")]
@@ -178,7 +178,7 @@ class ArrowGrouping:
                 pickles.append(found)
             groups = pa.array(pickles, pa.binary())
         records = np.empty(rows, dtype=self.layout)
-        records["t"] = np.asarray(columns["ROWTIME"], dtype=np.int64)
+        records["t"] = records["s"] = np.asarray(columns["ROWTIME"], dtype=np.int64)
         for index, kind, evaluate in self.arguments:
             argument = _full(evaluate(columns), rows)
             records[f"n{index}"] = np.asarray(pc.is_valid(argument))
@@ -194,6 +194,21 @@ class ArrowGrouping:
             np.asarray(columns["ROWOFFSET"], dtype=np.int64),
             records,
         )
+
+
+def stamp_stream_times(keyed: Keyed, running: dict[int, int]) -> None:
+    """Each kept row's ``s``: its source partition's stream time at it (the largest time
+    of the partition's kept rows up to it, in offset order), running on from
+    ``running`` (the task's earlier batches; updated)."""
+    import numpy as np
+
+    records, partitions = keyed.records, keyed.partitions
+    for partition in np.unique(partitions).tolist():
+        at = np.flatnonzero(partitions == partition)
+        times = records["t"][at]
+        stream = np.maximum.accumulate(np.maximum(times, running.get(partition, -(2**63))))
+        records["s"][at] = stream
+        running[partition] = int(stream[-1])
 
 
 @dataclass
@@ -309,7 +324,9 @@ class ArrowAggregation:
                 continue
             record = np.zeros(1, dtype=self.layout)
             record["t"] = stamps[index]
-            columns = pickle.loads(payload)[0]
+            unpickled = pickle.loads(payload)
+            columns = unpickled[0]
+            record["s"] = unpickled[2] if len(unpickled) > 2 else stamps[index]
             for call, (_, kind) in enumerate(self.calls):
                 if kind is None:
                     continue
@@ -328,8 +345,9 @@ class ArrowAggregation:
         (None: none).
 
         Row by row this is the operators' rule; it is computed a window at a time: each
-        row's stream time is the running maximum, a row whose window has closed by then
-        is dropped, and a window's kept rows run on from its stored accumulators."""
+        row's stream time is its source partition's at it (``s``, at least ``floor``,
+        the stream time when the micro-batch began), a row whose window has closed by
+        then is dropped, and a window's kept rows run on from its stored accumulators."""
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -339,8 +357,8 @@ class ArrowAggregation:
         times = np.asarray(records["t"], dtype=np.int64)
         if not len(times):
             return None
-        stream = np.maximum.accumulate(np.maximum(times, max(stored["stream_time"], floor)))
-        stored["stream_time"] = int(stream[-1])
+        stream = np.maximum(np.asarray(records["s"], dtype=np.int64), floor)
+        stored["stream_time"] = max(stored["stream_time"], int(stream.max()))
         if size is None:
             starts = np.full(len(times), -1, dtype=np.int64)
         else:

@@ -10,13 +10,15 @@ inside Spark's tasks.
 - An aggregation is a ``mapInArrow`` (read, filter, the grouping key) then
   ``groupBy(key).transformWithStateInPandas``: the group's windows and accumulators in
   Spark's state store (RocksDB), the rows of a key taken in (partition, offset) order;
-  windowed aggregations run in event time (a watermark of the window's grace: the
-  stream time of the operators is the watermark plus the grace, or the group's own
-  latest record when later), and EMIT FINAL emits each window from an event-time
-  timer when its grace has passed. On the batch path (``strom.ksql.arrow_aggregate``)
-  a group's rows come in packed, a few rows per group and task, and its records leave
-  in one row, unpacked by a ``mapInArrow`` before the sink
-  (``strom.ksql.packed_output``).
+  windowed aggregations run in event time (a watermark of the window's grace). A
+  record's stream time is its source partition's, as ksqlDB's: the grouping step
+  gives each row the largest time of its partition's kept rows up to it, at least the
+  watermark plus the grace (the stream time when the micro-batch began: exact with one
+  partition; with several, the most advanced one's). EMIT FINAL emits each window from
+  an event-time timer when its grace has passed. On the batch path
+  (``strom.ksql.arrow_aggregate``) a group's rows come in packed, a few rows per
+  group and task, and its records leave in one row, unpacked by a ``mapInArrow``
+  before the sink (``strom.ksql.packed_output``).
 - A join reads both sources' topics in one query: a ``mapInArrow`` keys each row by
   its join key, then ``groupBy(key).transformWithStateInPandas`` keeps each key's join
   state (a table's row, a stream's records within the window) and joins the rows in
@@ -293,17 +295,21 @@ class _Grouped:
 
 def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow before an aggregation: each row's group (pickled) and the row with its
-    sign (pickled). Over a table, the group is the source key's, for the regrouping step
-    that follows (which knows the row's previous group)."""
-    from strom.ksql.arrow_aggregate import GroupPacker
+    sign and its source partition's stream time at it (pickled; ksqlDB's stream time:
+    the largest time of the partition's rows the aggregation keeps, up to this one).
+    Over a table, the group is the source key's, for the regrouping step that follows
+    (which knows the row's previous group)."""
+    from strom.ksql.arrow_aggregate import GroupPacker, stamp_stream_times
 
     parts = _parts(spec)
     table = spec.plan.source.kind == "TABLE"
     packer = GroupPacker()  # an aggregation's batches on Arrow, packed by group
+    stream_times: dict[int, int] = {}  # each source partition's, over the task's rows
     for batch in batches:
         if parts.batch_grouping is not None:
             keyed = parts.batch_grouping.keyed(batch)
             if keyed is not None:
+                stamp_stream_times(keyed, stream_times)
                 packer.add(keyed)
                 if packer.rows >= PACKED_ROWS:
                     yield packer.flush()
@@ -321,8 +327,11 @@ def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
                 grouped.add(LOG_GROUP, record, 0, record.timestamp, entry)
             if found is not None:
                 group, columns = found
-                payload = pickle.dumps((columns, 1))
-                grouped.add(pickle.dumps(group), record, 0, int(columns["ROWTIME"]), payload)
+                row_time = int(columns["ROWTIME"])
+                stream_time = max(stream_times.get(record.partition, row_time), row_time)
+                stream_times[record.partition] = stream_time
+                payload = pickle.dumps((columns, 1, stream_time))
+                grouped.add(pickle.dumps(group), record, 0, row_time, payload)
         yield grouped.batch()
     if packer.rows:
         yield packer.flush()
@@ -776,17 +785,24 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
             watermark = _watermark(timerValues) if parts.plan_windowed else -1
             floor = watermark + parts.grace if watermark >= 0 else -1
             for payload in frame["payload"]:
-                row, sign = pickle.loads(payload)
-                stored["stream_time"] = max(stored["stream_time"], floor, int(row["ROWTIME"]))
+                row, sign, *partition_time = pickle.loads(payload)
+                if partition_time:  # the source partition's stream time at the row
+                    stream_time = max(partition_time[0], floor)
+                else:  # a join's or a table's row: the group's own latest
+                    stream_time = max(stored["stream_time"], floor, int(row["ROWTIME"]))
+                stored["stream_time"] = max(stored["stream_time"], stream_time)
                 changes = parts.operators.aggregate(
-                    stored["windows"], group, row, stored["stream_time"], sign
+                    stored["windows"], group, row, stream_time, sign
                 )
                 _write(parts, changes, out)
-                closed = parts.operators.close_windows(
-                    stored["windows"], group, stored["stream_time"]
-                )
-                _write(parts, closed, out)
+                if not partition_time:
+                    closed = parts.operators.close_windows(stored["windows"], group, stream_time)
+                    _write(parts, closed, out)
                 out.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
+            # closed once the group's rows are in (as the batch path closes them): rows of
+            # two partitions each ran under their own partition's stream time
+            closed = parts.operators.close_windows(stored["windows"], group, stored["stream_time"])
+            _write(parts, closed, out)
             self._timer(parts, stored)
             self._save(parts, stored)
             yield from _plain(_frames(out))

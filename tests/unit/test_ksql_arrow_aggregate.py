@@ -262,3 +262,27 @@ def test_other_aggregations_run_record_at_a_time(metastore: Metastore, text: str
 def test_pandas_frames_hold_what_spark_gives() -> None:
     frame = pd.DataFrame({"ts": pd.to_datetime([BASE + 5], unit="ms", utc=True)})
     assert runtime._row_times(frame).tolist() == [BASE + 5]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_late_record_is_dropped_by_its_partitions_stream_time(
+    metastore: Metastore, fast: bool
+) -> None:
+    """ksqlDB's stream time is the source partition's: a record whose window ended a
+    grace before the latest record of its partition (any group's) is dropped, though
+    its own group saw nothing later; another partition's older record is not."""
+    query = plan(metastore, QUERIES[0])  # TUMBLING 1 minute, GRACE PERIOD 2 minutes
+    value = b'{"page": "/p", "region": "eu"}'
+    first = [(b"u1", value, BASE), (b"u2", value, BASE + 10 * MINUTE)]
+    late = [(b"u1", value, BASE + 30_000)]  # its window closed at BASE + 3 minutes
+    other = [(b"u3", value, BASE + 40_000)]  # partition 1's stream time is its own
+    _, outputs, state, _ = run(
+        query,
+        [[batch(first + late, 0), batch(other, 0, 1)]],
+        fast,
+        f"partition-time-{fast}",
+    )
+    counts = [(o["key"][:2], json.loads(o["value"])["VIEWS"]) for o in outputs]
+    assert sorted(counts) == [(b"u1", 1), (b"u2", 1), (b"u3", 1)]
+    windows = {pickle.loads(k)[0]: sorted(s["windows"]) for k, s in state.items()}
+    assert windows == {"u2": [BASE + 10 * MINUTE], "u3": [BASE]}
