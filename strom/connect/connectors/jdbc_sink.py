@@ -10,9 +10,10 @@ record_value) and ``pk.fields``, ``fields.whitelist`` (or ``fields.include``),
 Each micro-batch is written by the Spark tasks that read it: one per topic-partition range,
 which fetches the range from Kafka and writes it in the same Python process
 (``range_writer``, through the runner's ``spark_ranges``; ``write_batch`` does the same
-for a micro-batch DataFrame with ``mapInArrow``). Each decodes its records with the connector's converters, keeps the last record of each primary key
-(what the rows become once the batch is applied in order), and writes them to the table
-in one transaction: PostgreSQL through ``COPY`` into a staging table and one
+for a micro-batch DataFrame with ``mapInArrow``). Each decodes its records with the
+connector's converters, keeps the last record of each primary key (what the rows become
+once the batch is applied in order), and writes them to the table in one transaction:
+PostgreSQL through ``COPY`` into a staging table and one
 ``INSERT ... ON CONFLICT DO UPDATE`` (upsert) or ``COPY`` into the table (insert),
 MariaDB/MySQL (PyMySQL) and SQLite through ``executemany`` (``INSERT ... ON DUPLICATE KEY
 UPDATE`` on MariaDB/MySQL). Upsert is idempotent, so a replayed micro-batch leaves the
