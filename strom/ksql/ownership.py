@@ -6,10 +6,13 @@ Kafka consumer group, the broker's own group protocol: the group
 ``_confluent-ksql-<service id>_query_owners`` subscribes to the topic
 ``_confluent-ksql-<service id>_query_slots`` (``QUERY_SLOTS`` partitions, never
 written), and a query belongs to the server assigned the partition its id hashes to
-(CRC-32 of the id, so every server computes the same slot). When a server joins or
-leaves, the group rebalances: a server first stops the queries of the slots it gives
-up (their progress kept), then starts those of the slots it receives. A server that
-dies stops heartbeating; after Kafka Streams' ``session.timeout.ms``
+(CRC-32 of the id, so every server computes the same slot). The group rebalances
+incrementally (the cooperative-sticky assignor, as Kafka Streams' own rebalances are
+cooperative since 2.4): when a server joins or leaves, only the slots that must move
+change hands, in two rounds (the first takes them from their owners, which stop their
+queries, progress kept; the second gives them to their new owners, which start them);
+every other query keeps running where it runs. A server that dies stops
+heartbeating; after Kafka Streams' ``session.timeout.ms``
 (``ksql.streams.session.timeout.ms``, default 10 s here) the group gives its slots to
 the others.
 
@@ -72,6 +75,7 @@ class QueryOwnership:
         self._on_change = on_change
         self.owned: frozenset[int] = frozenset()
         self._first_assignment = threading.Event()
+        self._assignments = 0  # the group's answers so far (each round gives one)
         self._stopped = threading.Event()
         session = config.session_timeout_ms
         self._consumer = Consumer(
@@ -81,8 +85,10 @@ class QueryOwnership:
                     "client.id": member_url,
                     "enable.auto.commit": False,
                     "session.timeout.ms": session,
-                    "heartbeat.interval.ms": max(session // 5, 100),
-                    "partition.assignment.strategy": "roundrobin",
+                    # a member learns of a rebalance at its next heartbeat: a second
+                    # at most, so a server joining or leaving moves its slots soon
+                    "heartbeat.interval.ms": max(min(session // 5, 1000), 100),
+                    "partition.assignment.strategy": "cooperative-sticky",
                 }
             )
         )
@@ -114,14 +120,26 @@ class QueryOwnership:
         return slot_of(query_id) in self.owned
 
     def _assigned(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        self.owned = frozenset(p.partition for p in partitions)
-        log.info("query slots owned: %s", sorted(self.owned))
-        self._on_change(self.owned)
-        self._first_assignment.set()
+        """The slots added to this server's (cooperative: only those)."""
+        added = {p.partition for p in partitions}
+        self._assignments += 1
+        if added:
+            self.owned = self.owned | added
+            log.info("query slots owned: %s", sorted(self.owned))
+            self._on_change(self.owned)
+        # A server joining gets nothing in the round that takes its share from the
+        # others, and its share in the next: it serves once it has some, or after two
+        # answers (more servers than slots leave it none)
+        if self.owned or self._assignments >= 2:
+            self._first_assignment.set()
 
     def _revoked(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        self.owned = self.owned - {p.partition for p in partitions}
-        self._on_change(self.owned)
+        """The slots taken from this server (cooperative: only those), or lost."""
+        taken = {p.partition for p in partitions} & self.owned
+        if taken:
+            self.owned = self.owned - taken
+            log.info("query slots given up: %s", sorted(taken))
+            self._on_change(self.owned)
 
     def _run(self) -> None:
         while not self._stopped.is_set():

@@ -603,6 +603,43 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
               "DROP STREAM exploded; DROP STREAM events; DROP STREAM pays;")  # fmt: skip
 
 
+def test_query_slots_move_incrementally_between_servers(broker: BrokerProcess) -> None:
+    """The query group on the broker: a server joining takes half of the slots from the
+    one there, which keeps the others all along (no round leaves it none); a server
+    leaving gives its slots back; the two never hold a slot at once."""
+    from confluent_kafka.admin import AdminClient
+
+    from strom.ksql.config import server_config
+    from strom.ksql.ownership import QUERY_SLOTS, QueryOwnership
+
+    config = server_config({"bootstrap.servers": broker.bootstrap, "ksql.service.id": "slots_"})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    held: dict[str, list[frozenset[int]]] = {"first": [], "second": []}
+    first = QueryOwnership(config, admin, "http://first", held["first"].append)
+    second = QueryOwnership(config, admin, "http://second", held["second"].append)
+    everything = frozenset(range(QUERY_SLOTS))
+    try:
+        first.start()
+        assert held["first"] == [everything]
+        second.start()
+        deadline = time.monotonic() + 60
+        while first.owned | second.owned != everything or first.owned & second.owned:
+            assert time.monotonic() < deadline, (first.owned, second.owned)
+            time.sleep(0.05)
+        kept = first.owned
+        assert 0 < len(kept) < QUERY_SLOTS
+        assert held["first"] == [everything, kept]  # only the moved slots were given up
+        assert held["second"] == [second.owned]
+        second.close()
+        while first.owned != everything:
+            assert time.monotonic() < deadline, first.owned
+            time.sleep(0.05)
+        assert held["first"] == [everything, kept, everything]
+    finally:
+        second.close()
+        first.close()
+
+
 def owner_of(
     servers: list[Server], query_id: str, expected: str | None = None, deadline_s: float = SLOW_S
 ) -> str:
