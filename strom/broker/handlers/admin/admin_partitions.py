@@ -17,7 +17,7 @@ cluster, ListPartitionReassignments DESCRIBE (CLUSTER_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.elect_leaders.v2 import request as elect_v2
 from kio.static.primitive import i8
@@ -30,7 +30,10 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
 if TYPE_CHECKING:
+    from kio.schema.elect_leaders.v2 import response as elect_v2_response
+
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +43,8 @@ DENIED = "Cluster authorization failed."
 
 
 @handles(43, 0, 2)
-async def handle_elect_leaders(ctx: RequestContext, request: req.ElectLeaders) -> Any:
-    response_type = ctx.response_type
+async def handle_elect_leaders(ctx: RequestContext, request: req.ElectLeaders) -> resp.ElectLeaders:
+    response_type: type[resp.ElectLeaders] = ctx.response_type
     topic_type = nested(response_type, "ReplicaElectionResult")
     partition_type = nested(response_type, "PartitionResult")
     if not authz.cluster_allowed(ctx, authz.Op.ALTER):
@@ -57,7 +60,9 @@ async def handle_elect_leaders(ctx: RequestContext, request: req.ElectLeaders) -
         timeout=request.timeout,
     )
     try:
-        response = await ctx.broker.controller_channel.forward(ctx, forwarded)
+        response: elect_v2_response.ElectLeadersResponse = (
+            await ctx.broker.controller_channel.forward(ctx, forwarded)
+        )
     except ControllerUnavailable as exc:
         log.warning("ElectLeaders from %s: %s", ctx.peer, exc)
         return _elect_failed(ctx, request, ErrorCode.request_timed_out, TIMED_OUT_MESSAGE)
@@ -86,8 +91,8 @@ async def handle_elect_leaders(ctx: RequestContext, request: req.ElectLeaders) -
 
 def _elect_failed(
     ctx: RequestContext, request: req.ElectLeaders, error: ErrorCode, message: str
-) -> Any:
-    response_type = ctx.response_type
+) -> resp.ElectLeaders:
+    response_type: type[resp.ElectLeaders] = ctx.response_type
     topic_type = nested(response_type, "ReplicaElectionResult")
     partition_type = nested(response_type, "PartitionResult")
     return build(
@@ -111,22 +116,25 @@ def _elect_failed(
 @handles(45, 0, 1)
 async def handle_alter_partition_reassignments(
     ctx: RequestContext, request: req.AlterPartitionReassignments
-) -> Any:
+) -> resp.AlterPartitionReassignments:
+    response_type: type[resp.AlterPartitionReassignments] = ctx.response_type
     broker = ctx.broker
     if not authz.cluster_allowed(ctx, authz.Op.ALTER):
         return build(
-            ctx.response_type,
+            response_type,
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.cluster_authorization_failed,
             error_message=DENIED,
             responses=(),
         )
     try:
-        response = await broker.controller_channel.forward(ctx, request)
+        response: resp.AlterPartitionReassignments = await broker.controller_channel.forward(
+            ctx, request
+        )
     except ControllerUnavailable as exc:
         log.warning("AlterPartitionReassignments from %s: %s", ctx.peer, exc)
         return build(
-            ctx.response_type,
+            response_type,
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.request_timed_out,
             error_message=TIMED_OUT_MESSAGE,
@@ -161,21 +169,25 @@ async def handle_alter_partition_reassignments(
 @handles(46, 0, 0)
 async def handle_list_partition_reassignments(
     ctx: RequestContext, request: req.ListPartitionReassignments
-) -> Any:
+) -> resp.ListPartitionReassignments:
+    response_type: type[resp.ListPartitionReassignments] = ctx.response_type
     if not authz.cluster_allowed(ctx, authz.Op.DESCRIBE):
         return build(
-            ctx.response_type,
+            response_type,
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.cluster_authorization_failed,
             error_message=DENIED,
             topics=(),
         )
     try:
-        return await ctx.broker.controller_channel.forward(ctx, request)
+        answer: resp.ListPartitionReassignments = await ctx.broker.controller_channel.forward(
+            ctx, request
+        )
+        return answer
     except ControllerUnavailable as exc:
         log.warning("ListPartitionReassignments from %s: %s", ctx.peer, exc)
         return build(
-            ctx.response_type,
+            response_type,
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.request_timed_out,
             error_message=TIMED_OUT_MESSAGE,
@@ -184,20 +196,24 @@ async def handle_list_partition_reassignments(
 
 
 @handles(64, 0, 0)
-async def handle_unregister_broker(ctx: RequestContext, request: req.UnregisterBroker) -> Any:
+async def handle_unregister_broker(
+    ctx: RequestContext, request: req.UnregisterBroker
+) -> resp.UnregisterBroker:
+    response_type: type[resp.UnregisterBroker] = ctx.response_type
     if not authz.cluster_allowed(ctx, authz.Op.ALTER):
         return build(
-            ctx.response_type,
+            response_type,
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.cluster_authorization_failed,
             error_message=DENIED,
         )
     try:
-        return await ctx.broker.controller_channel.forward(ctx, request)
+        answer: resp.UnregisterBroker = await ctx.broker.controller_channel.forward(ctx, request)
+        return answer
     except ControllerUnavailable as exc:
         log.warning("UnregisterBroker from %s: %s", ctx.peer, exc)
         return build(
-            ctx.response_type,
+            response_type,
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.request_timed_out,
             error_message=TIMED_OUT_MESSAGE,

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from kio.static.protocol import ResponsePayload
 
 from strom.broker.access import authz
 from strom.broker.common import NO_THROTTLE, ZERO_UUID
@@ -40,9 +42,14 @@ from strom.storage.errors import OffsetOutOfRangeError
 
 if TYPE_CHECKING:
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
 log = logging.getLogger(__name__)
 
+
+# The answer of CreateTopics, DeleteTopics or CreatePartitions, which _admitted builds
+# alike (kio's class, or for the versions kio lacks one built at run time).
+_Answer = TypeVar("_Answer", bound=ResponsePayload)
 
 FORWARD_WAIT_S = 5.0  # how long a broker waits to see a committed change itself
 
@@ -84,7 +91,15 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
 
     may_create = authz.cluster_allowed(ctx, authz.Op.CREATE)
     return _admitted(
-        ctx, request, visible, "topics", "CreatableTopicResult", denied, partitions, strict_from=6
+        ctx,
+        ctx.response_type,
+        request,
+        visible,
+        "topics",
+        "CreatableTopicResult",
+        denied,
+        partitions,
+        strict_from=6,
     )
 
 
@@ -107,6 +122,7 @@ def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
 
     return _admitted(
         ctx,
+        ctx.response_type,
         request,
         visible,
         "responses",
@@ -118,7 +134,10 @@ def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(37, 0, 3)
-def handle_create_partitions(ctx: RequestContext, request: req.CreatePartitions) -> Any:
+def handle_create_partitions(
+    ctx: RequestContext, request: req.CreatePartitions
+) -> resp.CreatePartitions | Awaitable[resp.CreatePartitions]:
+    response_type: type[resp.CreatePartitions] = ctx.response_type
     state = ctx.broker.state
     wanted = {t.name: t.count for t in request.topics}
 
@@ -140,6 +159,7 @@ def handle_create_partitions(ctx: RequestContext, request: req.CreatePartitions)
 
     return _admitted(
         ctx,
+        response_type,
         request,
         visible,
         "results",
@@ -160,6 +180,7 @@ QUOTA_EXCEEDED = (ErrorCode.throttling_quota_exceeded, "The throttling quota has
 
 async def _admitted(
     ctx: RequestContext,
+    response_type: type[_Answer],
     request: Any,
     visible: Any,
     field: str,
@@ -167,12 +188,12 @@ async def _admitted(
     denied: Callable[[str], bool],
     partitions: Callable[[Any], int],
     strict_from: int,
-) -> Any:
+) -> _Answer:
     """Forward the topics the ACLs allow and the mutation quota admits; the others are
     TOPIC_AUTHORIZATION_FAILED or THROTTLING_QUOTA_EXCEEDED."""
     authorizing = authz.authorizer_of(ctx.broker) is not None
     if not authorizing and not ctx.broker.state.image.client_quotas:
-        return await _answered(ctx, request, visible, field, entry)
+        return await _answered(ctx, response_type, request, visible, field, entry)
     items_field = "topic_names" if getattr(request, "topic_names", None) else "topics"
     items = getattr(request, items_field)
     refused: dict[str, tuple[ErrorCode, str]] = {}
@@ -188,12 +209,17 @@ async def _admitted(
     results: dict[str, Any] = {}
     if kept:
         response = await _answered(
-            ctx, dataclasses.replace(request, **{items_field: kept}), visible, field, entry
+            ctx,
+            response_type,
+            dataclasses.replace(request, **{items_field: kept}),
+            visible,
+            field,
+            entry,
         )
         results = {r.name: r for r in getattr(response, field)}
     else:
-        response = build(ctx.response_type, throttle_time=NO_THROTTLE, **{field: ()})
-    entry_type = nested(ctx.response_type, entry)
+        response = build(response_type, throttle_time=NO_THROTTLE, **{field: ()})
+    entry_type = nested(response_type, entry)
     out = []
     for item in items:
         name = _item_name(item)
@@ -216,13 +242,21 @@ async def _admitted(
     return dataclasses.replace(response, **{field: tuple(out)})
 
 
-async def _answered(ctx: RequestContext, request: Any, visible: Any, field: str, entry: str) -> Any:
+async def _answered(
+    ctx: RequestContext,
+    response_type: type[_Answer],
+    request: Any,
+    visible: Any,
+    field: str,
+    entry: str,
+) -> _Answer:
     try:
-        return await _forward(ctx, request, visible)
+        answer: _Answer = await _forward(ctx, request, visible)
+        return answer
     except ControllerUnavailable as exc:
         _unavailable(ctx, request, exc)
     # Every entry gets REQUEST_TIMED_OUT, which clients may retry.
-    entry_type = nested(ctx.response_type, entry)
+    entry_type = nested(response_type, entry)
     entries = []
     # DeleteTopics before v6 names its topics in topic_names.
     items: Iterable[Any] = (
@@ -233,13 +267,13 @@ async def _answered(ctx: RequestContext, request: Any, visible: Any, field: str,
         values = {"name": name, "error_code": ErrorCode.request_timed_out}
         values["error_message"] = "No active controller answered in time."
         entries.append(build(entry_type, **values))
-    return build(ctx.response_type, throttle_time=NO_THROTTLE, **{field: tuple(entries)})
+    return build(response_type, throttle_time=NO_THROTTLE, **{field: tuple(entries)})
 
 
 @handles(21, 0, 2)
-def handle_delete_records(ctx: RequestContext, request: req.DeleteRecords) -> Any:
+def handle_delete_records(ctx: RequestContext, request: req.DeleteRecords) -> resp.DeleteRecords:
+    response_type: type[resp.DeleteRecords] = ctx.response_type
     node_state = ctx.broker.state
-    response_type = ctx.response_type
     topic_type = nested(response_type, "DeleteRecordsTopicResult")
     partition_type = nested(response_type, "DeleteRecordsPartitionResult")
     topics = []

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.alter_configs.v2 import request as alter
 
@@ -69,7 +69,13 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
 if TYPE_CHECKING:
+    from kio.schema.alter_configs.v2 import response as alter_response
+
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
+
+# The answer of AlterConfigs or IncrementalAlterConfigs, which _alter builds alike.
+_Answer = TypeVar("_Answer")
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -243,17 +249,23 @@ def _describe(
 
 
 @handles(33, 0, 2)
-def handle_alter_configs(ctx: RequestContext, request: req.AlterConfigs) -> Any:
+def handle_alter_configs(
+    ctx: RequestContext, request: req.AlterConfigs
+) -> resp.AlterConfigs | Awaitable[resp.AlterConfigs]:
+    response_type: type[resp.AlterConfigs] = ctx.response_type
+
     def new_configs(resource: Any, current: dict[str, str]) -> dict[str, str]:
         return {c.name: c.value for c in resource.configs}
 
-    return _alter(ctx, request, new_configs)
+    return _alter(ctx, response_type, request, new_configs)
 
 
 @handles(44, 0, 1)
 def handle_incremental_alter_configs(
     ctx: RequestContext, request: req.IncrementalAlterConfigs
-) -> Any:
+) -> resp.IncrementalAlterConfigs | Awaitable[resp.IncrementalAlterConfigs]:
+    response_type: type[resp.IncrementalAlterConfigs] = ctx.response_type
+
     def new_configs(resource: Any, current: dict[str, str]) -> dict[str, str]:
         result = dict(current)
         table = _TABLES.get(resource.resource_type, BROKER_CONFIGS)
@@ -293,7 +305,7 @@ def handle_incremental_alter_configs(
                 raise _ResourceError(ErrorCode.invalid_request, f"Unknown operation {op}")
         return result
 
-    return _alter(ctx, request, new_configs)
+    return _alter(ctx, response_type, request, new_configs)
 
 
 _TABLES = {RESOURCE_TOPIC: TOPIC_CONFIGS, RESOURCE_GROUP: GROUP_CONFIGS}
@@ -308,11 +320,15 @@ def _current_list(ctx: RequestContext, resource: Any, key: str) -> list[str]:
     return list(definition.default or []) if definition is not None else []
 
 
-def _alter(ctx: RequestContext, request: Any, new_configs: Any) -> Any:
+def _alter(
+    ctx: RequestContext,
+    response_type: type[_Answer],
+    request: Any,
+    new_configs: Any,
+) -> _Answer | Awaitable[_Answer]:
     """Check each resource's new overrides here; send the good ones, as the full sets
     they become, to the active controller in one AlterConfigs; answer in order."""
     state = ctx.broker.state
-    response_type = ctx.response_type
     result_type = nested(response_type, "AlterConfigsResourceResponse")
     outcomes: list[tuple[ErrorCode, str | None]] = []
     to_write: list[tuple[int, Any, dict[str, str]]] = []  # (position, resource, configs)
@@ -364,7 +380,7 @@ def _alter(ctx: RequestContext, request: Any, new_configs: Any) -> Any:
             error, message = exc.code, str(exc)
         outcomes.append((error, message))
 
-    def answer() -> Any:
+    def answer() -> _Answer:
         return build(
             response_type,
             throttle_time=NO_THROTTLE,
@@ -377,7 +393,7 @@ def _alter(ctx: RequestContext, request: Any, new_configs: Any) -> Any:
     if not to_write:
         return answer()
 
-    async def written() -> Any:
+    async def written() -> _Answer:
         forwarded = alter.AlterConfigsRequest(
             resources=tuple(
                 alter.AlterConfigsResource(
@@ -392,7 +408,9 @@ def _alter(ctx: RequestContext, request: Any, new_configs: Any) -> Any:
             validate_only=False,
         )
         try:
-            response = await ctx.broker.controller_channel.forward(ctx, forwarded)
+            response: alter_response.AlterConfigsResponse = (
+                await ctx.broker.controller_channel.forward(ctx, forwarded)
+            )
         except ControllerUnavailable:
             for position, _, _ in to_write:
                 outcomes[position] = (
@@ -443,14 +461,15 @@ def _check_own_node(ctx: RequestContext, name: str) -> None:
 @handles_controller(44, 0, 1)
 async def handle_controller_incremental_alter_configs(
     ctx: RequestContext, request: req.IncrementalAlterConfigs
-) -> Any:
+) -> resp.IncrementalAlterConfigs:
     """IncrementalAlterConfigs sent to a controller itself (KIP-919; brokers forward
     AlterConfigs instead), as Kafka's controller takes it: a resource named twice is
     INVALID_REQUEST ("Duplicate resource.", answered once); each other one needs
     ALTER_CONFIGS on its topic, group or (a broker) the cluster, then its changes are
     decided by the active controller (``QuorumController.incremental_alter_configs``:
     the same rules and checks as a change that came through a broker)."""
-    result_type = nested(ctx.response_type, "AlterConfigsResourceResponse")
+    response_type: type[resp.IncrementalAlterConfigs] = ctx.response_type
+    result_type = nested(response_type, "AlterConfigsResourceResponse")
     named = Counter((r.resource_type, r.resource_name) for r in request.resources)
     answered: set[tuple[int, str]] = set()
     out = []
@@ -479,4 +498,4 @@ async def handle_controller_incremental_alter_configs(
         except (_ResourceError, ControllerError) as exc:
             error, message = exc.code, str(exc)
         out.append(resource_result(result_type, resource, error, message))
-    return build(ctx.response_type, throttle_time=NO_THROTTLE, responses=tuple(out))
+    return build(response_type, throttle_time=NO_THROTTLE, responses=tuple(out))

@@ -46,16 +46,19 @@ from strom.security.quotas import (
 
 if TYPE_CHECKING:
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
 FORWARD_WAIT_S = 5.0
 CLUSTER_DENIED = "Cluster authorization failed."
 
 
 @handles(48, 0, 1)
-def handle_describe_client_quotas(ctx: RequestContext, request: req.DescribeClientQuotas) -> Any:
-    response_type = ctx.response_type
+def handle_describe_client_quotas(
+    ctx: RequestContext, request: req.DescribeClientQuotas
+) -> resp.DescribeClientQuotas:
+    response_type: type[resp.DescribeClientQuotas] = ctx.response_type
 
-    def failed(code: ErrorCode, message: str) -> Any:
+    def failed(code: ErrorCode, message: str) -> resp.DescribeClientQuotas:
         return build(
             response_type,
             throttle_time=NO_THROTTLE,
@@ -101,8 +104,8 @@ def _alter_response(
     ctx: RequestContext,
     request: req.AlterClientQuotas,
     errors: Sequence[tuple[ErrorCode, str | None]],
-) -> Any:
-    response_type = ctx.response_type
+) -> resp.AlterClientQuotas:
+    response_type: type[resp.AlterClientQuotas] = ctx.response_type
     entry_type = nested(response_type, "EntryData")
     entity_type = nested(response_type, "EntityData")
     entries = tuple(
@@ -120,7 +123,9 @@ def _alter_response(
 
 
 @handles(49, 0, 1)
-async def handle_alter_client_quotas(ctx: RequestContext, request: req.AlterClientQuotas) -> Any:
+async def handle_alter_client_quotas(
+    ctx: RequestContext, request: req.AlterClientQuotas
+) -> resp.AlterClientQuotas:
     if not authz.cluster_allowed(ctx, authz.Op.ALTER_CONFIGS):
         every = [(ErrorCode.cluster_authorization_failed, CLUSTER_DENIED)] * len(request.entries)
         return _alter_response(ctx, request, every)
@@ -147,7 +152,7 @@ async def handle_alter_client_quotas(ctx: RequestContext, request: req.AlterClie
         return True
 
     try:
-        response = await ctx.broker.controller_channel.forward(ctx, request)
+        response: resp.AlterClientQuotas = await ctx.broker.controller_channel.forward(ctx, request)
     except ControllerUnavailable:
         every = [(ErrorCode.request_timed_out, "No active controller answered in time.")]
         return _alter_response(ctx, request, every * len(request.entries))
@@ -176,7 +181,7 @@ def _checked(entry: Any, seen: set[QuotaEntity]) -> tuple[QuotaEntity, dict[str,
 @handles_controller(49, 0, 1)
 async def controller_alter_client_quotas(
     ctx: RequestContext, request: req.AlterClientQuotas
-) -> Any:
+) -> resp.AlterClientQuotas:
     errors: list[tuple[ErrorCode, str | None]] = []
     wanted: list[tuple[QuotaEntity, dict[str, float | None]]] = []
     seen: set[QuotaEntity] = set()

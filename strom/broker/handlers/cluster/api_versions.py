@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 import uuid
 from dataclasses import MISSING, fields, is_dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
@@ -39,6 +39,9 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 from strom.protocol.legacy_versions import response_schema
 
+if TYPE_CHECKING:
+    from strom.protocol import response_types as resp
+
 
 def advertised(api_version_type: type, routes: dict[int, Route]) -> tuple[Any, ...]:
     return tuple(
@@ -54,8 +57,8 @@ def advertised(api_version_type: type, routes: dict[int, Route]) -> tuple[Any, .
 
 @handles_controller(18, 0, 4)
 @handles(18, 0, 4)
-def handle_api_versions(ctx: RequestContext, request: object) -> object:
-    response_type = ctx.response_type
+def handle_api_versions(ctx: RequestContext, request: object) -> resp.ApiVersions:
+    response_type: type[resp.ApiVersions] = ctx.response_type
     features: dict[str, object] = {}
     if ctx.api_version >= 3:
         features = _features(ctx, response_type)

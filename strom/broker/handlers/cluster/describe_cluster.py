@@ -31,6 +31,7 @@ from strom.security.authorizer import CLUSTER_NAME
 
 if TYPE_CHECKING:
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
 BROKERS = 1
 CONTROLLERS = 2
@@ -38,7 +39,10 @@ ENDPOINT_NAMES = {BROKERS: "BROKER", CONTROLLERS: "CONTROLLER"}
 
 
 @handles(60, 0, 2)
-def handle_describe_cluster(ctx: RequestContext, request: req.DescribeCluster) -> Any:
+def handle_describe_cluster(
+    ctx: RequestContext, request: req.DescribeCluster
+) -> resp.DescribeCluster:
+    response_type: type[resp.DescribeCluster] = ctx.response_type
     if not authz.cluster_allowed(ctx, authz.Op.DESCRIBE):
         return _failed(ctx, request, ErrorCode.cluster_authorization_failed)
     if getattr(request, "endpoint_type", BROKERS) == CONTROLLERS:
@@ -47,7 +51,7 @@ def handle_describe_cluster(ctx: RequestContext, request: req.DescribeCluster) -
     broker = ctx.broker
     nodes = tuple(
         build(
-            nested(ctx.response_type, "DescribeClusterBroker"),
+            nested(response_type, "DescribeClusterBroker"),
             broker_id=b.node_id,
             host=b.host,
             port=b.port,
@@ -60,7 +64,9 @@ def handle_describe_cluster(ctx: RequestContext, request: req.DescribeCluster) -
 
 
 @handles_controller(60, 0, 2)
-def handle_controller_describe_cluster(ctx: RequestContext, request: req.DescribeCluster) -> Any:
+def handle_controller_describe_cluster(
+    ctx: RequestContext, request: req.DescribeCluster
+) -> resp.DescribeCluster:
     if not authz.node_request_allowed(ctx, authz.Op.ALTER):
         return _failed(ctx, request, ErrorCode.cluster_authorization_failed)
     wanted = getattr(request, "endpoint_type", BROKERS)
@@ -97,9 +103,10 @@ def _controllers(ctx: RequestContext) -> tuple[Any, ...]:
 
 def _answer(
     ctx: RequestContext, request: req.DescribeCluster, nodes: tuple[Any, ...], controller: int
-) -> Any:
+) -> resp.DescribeCluster:
+    response_type: type[resp.DescribeCluster] = ctx.response_type
     return build(
-        ctx.response_type,
+        response_type,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         error_message=None,
@@ -122,9 +129,10 @@ def _failed(
     request: req.DescribeCluster,
     code: ErrorCode,
     message: str = "Cluster authorization failed.",
-) -> Any:
+) -> resp.DescribeCluster:
+    response_type: type[resp.DescribeCluster] = ctx.response_type
     return build(
-        ctx.response_type,
+        response_type,
         throttle_time=NO_THROTTLE,
         error_code=code,
         error_message=message,

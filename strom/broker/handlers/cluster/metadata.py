@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.create_topics.v7 import request as create_topics
@@ -48,6 +49,7 @@ from strom.security.authorizer import CLUSTER_NAME
 
 if TYPE_CHECKING:
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +57,9 @@ AUTO_CREATE_TIMEOUT_S = 5.0
 
 
 @handles(3, 0, 13)
-def handle_metadata(ctx: RequestContext, request: req.Metadata) -> Any:
+def handle_metadata(
+    ctx: RequestContext, request: req.Metadata
+) -> resp.Metadata | Awaitable[resp.Metadata]:
     broker = ctx.broker
     state = broker.state
     requested = request.topics
@@ -88,7 +92,9 @@ def _may_create(ctx: RequestContext, name: str) -> bool:
     )
 
 
-async def _create_then_answer(ctx: RequestContext, request: req.Metadata, names: list[str]) -> Any:
+async def _create_then_answer(
+    ctx: RequestContext, request: req.Metadata, names: list[str]
+) -> resp.Metadata:
     """Auto-create through the active controller, then answer (LEADER_NOT_AVAILABLE for
     a topic not yet seen here, which clients retry)."""
     broker = ctx.broker
@@ -122,10 +128,10 @@ async def _create_then_answer(ctx: RequestContext, request: req.Metadata, names:
     return _answer(ctx, request, names)
 
 
-def _answer(ctx: RequestContext, request: Any, creating: list[str]) -> Any:
+def _answer(ctx: RequestContext, request: Any, creating: list[str]) -> resp.Metadata:
+    response_type: type[resp.Metadata] = ctx.response_type
     broker = ctx.broker
     state = broker.state
-    response_type = ctx.response_type
     topic_type = nested(response_type, "MetadataResponseTopic")
     partition_type = nested(response_type, "MetadataResponsePartition")
     broker_type = nested(response_type, "MetadataResponseBroker")

@@ -18,7 +18,7 @@ features).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.update_features.v1 import request as update_v1
 from kio.static.primitive import i8, i16
@@ -40,6 +40,7 @@ from strom.protocol.framing import build, nested
 
 if TYPE_CHECKING:
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
 FORWARD_WAIT_S = 10.0
 DENIED = "Cluster authorization failed."
@@ -60,10 +61,11 @@ def _response(
     results: list[tuple[str, ErrorCode, str | None]],
     error: ErrorCode = ErrorCode.none,
     message: str | None = None,
-) -> Any:
-    result_type = nested(ctx.response_type, "UpdatableFeatureResult")
+) -> resp.UpdateFeatures:
+    response_type: type[resp.UpdateFeatures] = ctx.response_type
+    result_type = nested(response_type, "UpdatableFeatureResult")
     return build(
-        ctx.response_type,
+        response_type,
         throttle_time=NO_THROTTLE,
         error_code=error,
         error_message=message,
@@ -75,7 +77,9 @@ def _response(
 
 
 @handles(57, 0, 1)
-async def handle_update_features(ctx: RequestContext, request: req.UpdateFeatures) -> Any:
+async def handle_update_features(
+    ctx: RequestContext, request: req.UpdateFeatures
+) -> resp.UpdateFeatures:
     updates = _updates(request)
     if not authz.cluster_allowed(ctx, authz.Op.ALTER):
         return _response(
@@ -124,7 +128,7 @@ async def handle_update_features(ctx: RequestContext, request: req.UpdateFeature
 @handles_controller(57, 0, 1)
 async def handle_update_features_on_the_controller(
     ctx: RequestContext, request: req.UpdateFeatures
-) -> Any:
+) -> resp.UpdateFeatures:
     updates = _updates(request)
     if not authz.controller_admin_allowed(ctx, authz.Op.ALTER):
         message = (
