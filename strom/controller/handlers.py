@@ -51,6 +51,7 @@ from strom.protocol.framing import build, nested, nested_if_any
 
 if TYPE_CHECKING:
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -93,7 +94,10 @@ def _now_ms() -> int:
 
 
 @handles_controller(62, 0, 4)
-async def handle_broker_registration(ctx: RequestContext, request: req.BrokerRegistration) -> Any:
+async def handle_broker_registration(
+    ctx: RequestContext, request: req.BrokerRegistration
+) -> resp.BrokerRegistration:
+    response_type: type[resp.BrokerRegistration] = ctx.response_type
     try:
         epoch = await _service(ctx).run(
             lambda c: c.register_broker(
@@ -114,14 +118,17 @@ async def handle_broker_registration(ctx: RequestContext, request: req.BrokerReg
             )
         )
     except ControllerError as exc:
-        return build(ctx.response_type, throttle_time=NO_THROTTLE, error_code=exc.code)
+        return build(response_type, throttle_time=NO_THROTTLE, error_code=exc.code)
     return build(
-        ctx.response_type, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, broker_epoch=epoch
+        response_type, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, broker_epoch=epoch
     )
 
 
 @handles_controller(63, 0, 1)
-async def handle_broker_heartbeat(ctx: RequestContext, request: req.BrokerHeartbeat) -> Any:
+async def handle_broker_heartbeat(
+    ctx: RequestContext, request: req.BrokerHeartbeat
+) -> resp.BrokerHeartbeat:
+    response_type: type[resp.BrokerHeartbeat] = ctx.response_type
     try:
         reply = await _service(ctx).run(
             lambda c: c.broker_heartbeat(
@@ -135,7 +142,7 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: req.BrokerHeartb
         )
     except ControllerError as exc:
         return build(
-            ctx.response_type,
+            response_type,
             throttle_time=NO_THROTTLE,
             error_code=exc.code,
             is_caught_up=False,
@@ -143,7 +150,7 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: req.BrokerHeartb
             should_shut_down=False,
         )
     return build(
-        ctx.response_type,
+        response_type,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         is_caught_up=reply.is_caught_up,
@@ -153,39 +160,43 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: req.BrokerHeartb
 
 
 @handles_controller(64, 0, 0)
-async def handle_unregister_broker(ctx: RequestContext, request: req.UnregisterBroker) -> Any:
+async def handle_unregister_broker(
+    ctx: RequestContext, request: req.UnregisterBroker
+) -> resp.UnregisterBroker:
+    response_type: type[resp.UnregisterBroker] = ctx.response_type
     try:
         await _service(ctx, authz.Op.ALTER).run(lambda c: c.unregister_broker(request.broker_id))
     except ControllerError as exc:
         return build(
-            ctx.response_type,
+            response_type,
             throttle_time=NO_THROTTLE,
             error_code=exc.code,
             error_message=str(exc),
         )
     return build(
-        ctx.response_type, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None
+        response_type, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None
     )
 
 
 @handles_controller(67, 0, 0)
 async def handle_allocate_producer_ids(
     ctx: RequestContext, request: req.AllocateProducerIds
-) -> Any:
+) -> resp.AllocateProducerIds:
+    response_type: type[resp.AllocateProducerIds] = ctx.response_type
     try:
         start, size = await _service(ctx).run(
             lambda c: c.allocate_producer_ids(request.broker_id, request.broker_epoch)
         )
     except ControllerError as exc:
         return build(
-            ctx.response_type,
+            response_type,
             throttle_time=NO_THROTTLE,
             error_code=exc.code,
             producer_id_start=-1,
             producer_id_len=0,
         )
     return build(
-        ctx.response_type,
+        response_type,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         producer_id_start=start,
@@ -196,7 +207,7 @@ async def handle_allocate_producer_ids(
 # Topics ----------------------------------------------------------------------------
 
 
-# request: Any, not kio's union: CreateTopics v0-1 are built at run time (legacy_versions)
+# Any for request and answer: CreateTopics v0-1 are built at run time (legacy_versions)
 @handles_controller(19, 0, 7)
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
@@ -270,7 +281,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     return build(response_type, throttle_time=NO_THROTTLE, topics=tuple(out))
 
 
-# request: Any, not kio's union: DeleteTopics v0 is built at run time (legacy_versions)
+# Any for request and answer: DeleteTopics v0 is built at run time (legacy_versions)
 @handles_controller(20, 0, 6)
 async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     if hasattr(request, "topic_names"):
@@ -324,8 +335,10 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles_controller(37, 0, 3)
-async def handle_create_partitions(ctx: RequestContext, request: req.CreatePartitions) -> Any:
-    response_type = ctx.response_type
+async def handle_create_partitions(
+    ctx: RequestContext, request: req.CreatePartitions
+) -> resp.CreatePartitions:
+    response_type: type[resp.CreatePartitions] = ctx.response_type
     result_type = nested(response_type, "CreatePartitionsTopicResult")
     out = []
     for topic in request.topics:
@@ -349,9 +362,9 @@ async def handle_create_partitions(ctx: RequestContext, request: req.CreateParti
 
 
 @handles_controller(33, 0, 2)
-async def handle_alter_configs(ctx: RequestContext, request: req.AlterConfigs) -> Any:
+async def handle_alter_configs(ctx: RequestContext, request: req.AlterConfigs) -> resp.AlterConfigs:
     """The overrides of each resource become exactly the ones sent (validated here too)."""
-    response_type = ctx.response_type
+    response_type: type[resp.AlterConfigs] = ctx.response_type
     result_type = nested(response_type, "AlterConfigsResourceResponse")
     out = []
     for resource in request.resources:
@@ -388,7 +401,7 @@ async def handle_alter_configs(ctx: RequestContext, request: req.AlterConfigs) -
 # ISR changes -----------------------------------------------------------------------
 
 
-# request: Any, not kio's union: AlterPartition v0-1 are built at run time (legacy_versions)
+# Any for request and answer: AlterPartition v0-1 are built at run time (legacy_versions)
 @handles_controller(56, 0, 3)
 async def handle_alter_partition(ctx: RequestContext, request: Any) -> Any:
     """AlterPartition (KIP-497) v0-3 from a partition leader, decided as Kafka does.
@@ -467,8 +480,8 @@ async def handle_alter_partition(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles_controller(43, 0, 2)
-async def handle_elect_leaders(ctx: RequestContext, request: req.ElectLeaders) -> Any:
-    response_type = ctx.response_type
+async def handle_elect_leaders(ctx: RequestContext, request: req.ElectLeaders) -> resp.ElectLeaders:
+    response_type: type[resp.ElectLeaders] = ctx.response_type
     topic_type = nested(response_type, "ReplicaElectionResult")
     partition_type = nested(response_type, "PartitionResult")
     election = getattr(request, "election_type", ElectionType.PREFERRED)
@@ -512,8 +525,8 @@ async def handle_elect_leaders(ctx: RequestContext, request: req.ElectLeaders) -
 @handles_controller(45, 0, 1)
 async def handle_alter_partition_reassignments(
     ctx: RequestContext, request: req.AlterPartitionReassignments
-) -> Any:
-    response_type = ctx.response_type
+) -> resp.AlterPartitionReassignments:
+    response_type: type[resp.AlterPartitionReassignments] = ctx.response_type
     topic_type = nested(response_type, "ReassignableTopicResponse")
     partition_type = nested(response_type, "ReassignablePartitionResponse")
     wanted = [(t.name, p.partition_index, p.replicas) for t in request.topics for p in t.partitions]
@@ -552,8 +565,8 @@ async def handle_alter_partition_reassignments(
 @handles_controller(46, 0, 0)
 async def handle_list_partition_reassignments(
     ctx: RequestContext, request: req.ListPartitionReassignments
-) -> Any:
-    response_type = ctx.response_type
+) -> resp.ListPartitionReassignments:
+    response_type: type[resp.ListPartitionReassignments] = ctx.response_type
     topic_type = nested(response_type, "OngoingTopicReassignment")
     partition_type = nested(response_type, "OngoingPartitionReassignment")
     wanted = (

@@ -21,7 +21,7 @@ Directory ids (KIP-853) and node endpoints are not sent.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from strom.broker.access import authz
@@ -33,8 +33,11 @@ from strom.raft.messages import Message
 
 if TYPE_CHECKING:
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
 Body = TypeVar("Body")
+# The answer of one of the quorum RPCs, which _serve builds alike.
+Answer = TypeVar("Answer")
 
 
 def _cluster_mismatch(ctx: RequestContext, request: object) -> bool:
@@ -42,14 +45,15 @@ def _cluster_mismatch(ctx: RequestContext, request: object) -> bool:
     return cluster_id is not None and cluster_id != ctx.broker.cluster_id
 
 
-async def _ask_core(ctx: RequestContext, message: Message) -> Any:
+async def _ask_core(ctx: RequestContext, response_type: type[Answer], message: Message) -> Answer:
     answer = await ctx.broker.quorum.handle(message)
-    return quorum_wire.response_to_wire(answer, ctx.response_type)
+    wire: Answer = quorum_wire.response_to_wire(answer, response_type)
+    return wire
 
 
-def _top_level_error(ctx: RequestContext, error: ErrorCode) -> Any:
+def _top_level_error(response_type: type[Answer], error: ErrorCode) -> Answer:
     return build(
-        ctx.response_type,
+        response_type,
         error_code=error,
         topics=(),
         responses=(),
@@ -57,54 +61,75 @@ def _top_level_error(ctx: RequestContext, error: ErrorCode) -> Any:
     )
 
 
-def _serve(ctx: RequestContext, request: Body, translate: Callable[[Body, int], Message]) -> Any:
+def _serve(
+    ctx: RequestContext,
+    response_type: type[Answer],
+    request: Body,
+    translate: Callable[[Body, int], Message],
+) -> Answer | Awaitable[Answer]:
     if ctx.broker.quorum is None:
-        return _top_level_error(ctx, ErrorCode.not_controller)
+        return _top_level_error(response_type, ErrorCode.not_controller)
     if not authz.node_request_allowed(ctx):
-        return _top_level_error(ctx, ErrorCode.cluster_authorization_failed)
+        return _top_level_error(response_type, ErrorCode.cluster_authorization_failed)
     if _cluster_mismatch(ctx, request):
-        return _top_level_error(ctx, ErrorCode.inconsistent_cluster_id)
+        return _top_level_error(response_type, ErrorCode.inconsistent_cluster_id)
     try:
         message = translate(request, ctx.broker.node_id)
     except quorum_wire.WireError:
-        return _top_level_error(ctx, ErrorCode.invalid_request)
-    return _ask_core(ctx, message)
+        return _top_level_error(response_type, ErrorCode.invalid_request)
+    return _ask_core(ctx, response_type, message)
 
 
 @handles_controller(52, 0, 2)
-def handle_vote(ctx: RequestContext, request: req.Vote) -> Any:
-    return _serve(ctx, request, quorum_wire.vote_from_wire)
+def handle_vote(ctx: RequestContext, request: req.Vote) -> resp.Vote | Awaitable[resp.Vote]:
+    response_type: type[resp.Vote] = ctx.response_type
+    return _serve(ctx, response_type, request, quorum_wire.vote_from_wire)
 
 
 @handles_controller(53, 0, 1)
-def handle_begin_quorum_epoch(ctx: RequestContext, request: req.BeginQuorumEpoch) -> Any:
-    return _serve(ctx, request, quorum_wire.begin_from_wire)
+def handle_begin_quorum_epoch(
+    ctx: RequestContext, request: req.BeginQuorumEpoch
+) -> resp.BeginQuorumEpoch | Awaitable[resp.BeginQuorumEpoch]:
+    response_type: type[resp.BeginQuorumEpoch] = ctx.response_type
+    return _serve(ctx, response_type, request, quorum_wire.begin_from_wire)
 
 
 @handles_controller(54, 0, 1)
-def handle_end_quorum_epoch(ctx: RequestContext, request: req.EndQuorumEpoch) -> Any:
-    return _serve(ctx, request, quorum_wire.end_from_wire)
+def handle_end_quorum_epoch(
+    ctx: RequestContext, request: req.EndQuorumEpoch
+) -> resp.EndQuorumEpoch | Awaitable[resp.EndQuorumEpoch]:
+    response_type: type[resp.EndQuorumEpoch] = ctx.response_type
+    return _serve(ctx, response_type, request, quorum_wire.end_from_wire)
 
 
 @handles_controller(59, 0, 1)
-def handle_fetch_snapshot(ctx: RequestContext, request: req.FetchSnapshot) -> Any:
-    return _serve(ctx, request, quorum_wire.fetch_snapshot_from_wire)
+def handle_fetch_snapshot(
+    ctx: RequestContext, request: req.FetchSnapshot
+) -> resp.FetchSnapshot | Awaitable[resp.FetchSnapshot]:
+    response_type: type[resp.FetchSnapshot] = ctx.response_type
+    return _serve(ctx, response_type, request, quorum_wire.fetch_snapshot_from_wire)
 
 
 @handles_controller(1, 12, 17)
-def handle_metadata_fetch(ctx: RequestContext, request: quorum_wire.MetadataFetchBody) -> Any:
+def handle_metadata_fetch(
+    ctx: RequestContext, request: quorum_wire.MetadataFetchBody
+) -> resp.Fetch | Awaitable[resp.Fetch]:
+    response_type: type[resp.Fetch] = ctx.response_type
     if not quorum_wire.is_metadata_fetch(request):
-        return _top_level_error(ctx, ErrorCode.unknown_topic_or_partition)
-    return _serve(ctx, request, quorum_wire.fetch_from_wire)
+        return _top_level_error(response_type, ErrorCode.unknown_topic_or_partition)
+    return _serve(ctx, response_type, request, quorum_wire.fetch_from_wire)
 
 
 @handles(55, 0, 2)
 @handles_controller(55, 0, 2)
-def handle_describe_quorum(ctx: RequestContext, request: req.DescribeQuorum) -> Any:
+def handle_describe_quorum(
+    ctx: RequestContext, request: req.DescribeQuorum
+) -> resp.DescribeQuorum | Awaitable[resp.DescribeQuorum]:
+    response_type: type[resp.DescribeQuorum] = ctx.response_type
     broker = ctx.broker
     if not authz.node_request_allowed(ctx, authz.Op.DESCRIBE):
         return build(
-            ctx.response_type,
+            response_type,
             error_code=ErrorCode.cluster_authorization_failed,
             error_message=f"{ctx.principal} may not DESCRIBE the cluster",
             topics=(),
@@ -116,8 +141,8 @@ def handle_describe_quorum(ctx: RequestContext, request: req.DescribeQuorum) -> 
     return describe_quorum(ctx, quorum.describe())
 
 
-def describe_quorum(ctx: RequestContext, info: Any) -> Any:
-    response_type = ctx.response_type
+def describe_quorum(ctx: RequestContext, info: Any) -> resp.DescribeQuorum:
+    response_type: type[resp.DescribeQuorum] = ctx.response_type
     replica_type = nested(response_type, "ReplicaState")
 
     # The quorum keeps monotonic milliseconds; the wire carries wall-clock ones.

@@ -168,6 +168,21 @@ from kio.schema.end_txn.v2.response import EndTxnResponse as _EndTxnV2
 from kio.schema.end_txn.v3.response import EndTxnResponse as _EndTxnV3
 from kio.schema.end_txn.v4.response import EndTxnResponse as _EndTxnV4
 from kio.schema.end_txn.v5.response import EndTxnResponse as _EndTxnV5
+from kio.schema.fetch.v4.response import FetchResponse as _FetchV4
+from kio.schema.fetch.v5.response import FetchResponse as _FetchV5
+from kio.schema.fetch.v6.response import FetchResponse as _FetchV6
+from kio.schema.fetch.v7.response import FetchResponse as _FetchV7
+from kio.schema.fetch.v8.response import FetchResponse as _FetchV8
+from kio.schema.fetch.v9.response import FetchResponse as _FetchV9
+from kio.schema.fetch.v10.response import FetchResponse as _FetchV10
+from kio.schema.fetch.v11.response import FetchResponse as _FetchV11
+from kio.schema.fetch.v12.response import FetchResponse as _FetchV12
+from kio.schema.fetch.v13.response import FetchResponse as _FetchV13
+from kio.schema.fetch.v14.response import FetchResponse as _FetchV14
+from kio.schema.fetch.v15.response import FetchResponse as _FetchV15
+from kio.schema.fetch.v16.response import FetchResponse as _FetchV16
+from kio.schema.fetch.v17.response import FetchResponse as _FetchV17
+from kio.schema.fetch.v18.response import FetchResponse as _FetchV18
 from kio.schema.fetch_snapshot.v0.response import FetchSnapshotResponse as _FetchSnapshotV0
 from kio.schema.fetch_snapshot.v1.response import FetchSnapshotResponse as _FetchSnapshotV1
 from kio.schema.find_coordinator.v0.response import FindCoordinatorResponse as _FindCoordinatorV0
@@ -413,6 +428,26 @@ EndQuorumEpoch: TypeAlias = _EndQuorumEpochV0 | _EndQuorumEpochV1
 
 # key 26, v0-5
 EndTxn: TypeAlias = _EndTxnV0 | _EndTxnV1 | _EndTxnV2 | _EndTxnV3 | _EndTxnV4 | _EndTxnV5
+
+# key 1, v4-18 (v0-3 are built at run time: the broker's Fetch handler answers Any; the
+# controller's fetch of the metadata log, v12-17, answers these)
+Fetch: TypeAlias = (
+    _FetchV4
+    | _FetchV5
+    | _FetchV6
+    | _FetchV7
+    | _FetchV8
+    | _FetchV9
+    | _FetchV10
+    | _FetchV11
+    | _FetchV12
+    | _FetchV13
+    | _FetchV14
+    | _FetchV15
+    | _FetchV16
+    | _FetchV17
+    | _FetchV18
+)
 
 # key 59, v0-1
 FetchSnapshot: TypeAlias = _FetchSnapshotV0 | _FetchSnapshotV1

@@ -45,7 +45,7 @@ import datetime
 import logging
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -99,6 +99,7 @@ from strom.security.tls import (
 if TYPE_CHECKING:
     from strom.broker.network.router import NodeServices
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
 log = logging.getLogger(__name__)
 
@@ -467,22 +468,28 @@ def _session(ctx: RequestContext) -> ConnectionSession | None:
 
 @handles_controller(SASL_HANDSHAKE, 0, 1)
 @handles(SASL_HANDSHAKE, 0, 1)
-def handle_sasl_handshake(ctx: RequestContext, request: req.SaslHandshake) -> Any:
+def handle_sasl_handshake(ctx: RequestContext, request: req.SaslHandshake) -> resp.SaslHandshake:
+    response_type: type[resp.SaslHandshake] = ctx.response_type
     session = _session(ctx)
     if session is None:
-        return build(ctx.response_type, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
+        return build(response_type, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
     code = session.start(request.mechanism, ctx.api_version)
     if code == ErrorCode.none and ctx.api_version == 0:
         session.raw_tokens = True
-    return build(ctx.response_type, error_code=code, mechanisms=session.security.mechanisms)
+    return build(response_type, error_code=code, mechanisms=session.security.mechanisms)
 
 
 @handles_controller(SASL_AUTHENTICATE, 0, 2)
 @handles(SASL_AUTHENTICATE, 0, 2)
-def handle_sasl_authenticate(ctx: RequestContext, request: req.SaslAuthenticate) -> Any:
+def handle_sasl_authenticate(
+    ctx: RequestContext, request: req.SaslAuthenticate
+) -> resp.SaslAuthenticate | Awaitable[resp.SaslAuthenticate]:
+    response_type: type[resp.SaslAuthenticate] = ctx.response_type
     session = _session(ctx)
 
-    def answer(code: ErrorCode, message: str | None, auth_bytes: bytes = b"") -> Any:
+    def answer(
+        code: ErrorCode, message: str | None, auth_bytes: bytes = b""
+    ) -> resp.SaslAuthenticate:
         values: dict[str, Any] = {
             "error_code": code,
             "error_message": message,
@@ -494,7 +501,7 @@ def handle_sasl_authenticate(ctx: RequestContext, request: req.SaslAuthenticate)
                 if session is not None and code == ErrorCode.none and session.authenticated
                 else NO_SESSION_LIFETIME
             )
-        return build(ctx.response_type, **values)
+        return build(response_type, **values)
 
     if session is None or session.server is None or session.authenticated:
         if session is not None and session.security.sasl and not session.authenticated:
@@ -514,7 +521,7 @@ def handle_sasl_authenticate(ctx: RequestContext, request: req.SaslAuthenticate)
     return answer(ErrorCode.none, None, token)
 
 
-async def _later(delay_s: float, response: Any) -> Any:
+async def _later(delay_s: float, response: resp.SaslAuthenticate) -> resp.SaslAuthenticate:
     """connection.failed.authentication.delay.ms: a failed login is answered (and its
     connection closed) that much later, as Kafka delays it, so that guessing passwords
     costs time; the event loop serves everyone else meanwhile."""

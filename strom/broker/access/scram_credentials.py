@@ -49,6 +49,7 @@ from strom.security.sasl import SCRAM_BY_TYPE, credential_from_salted
 if TYPE_CHECKING:
     from strom.cluster.image import MetadataImage
     from strom.protocol import request_types as req
+    from strom.protocol import response_types as resp
 
 FORWARD_WAIT_S = 5.0
 
@@ -65,8 +66,8 @@ def _mechanisms_of(image: Any, user: str) -> list[tuple[int, int]]:
 @handles(50, 0, 0)
 def handle_describe_user_scram_credentials(
     ctx: RequestContext, request: req.DescribeUserScramCredentials
-) -> Any:
-    response_type = ctx.response_type
+) -> resp.DescribeUserScramCredentials:
+    response_type: type[resp.DescribeUserScramCredentials] = ctx.response_type
     result_type = nested(response_type, "DescribeUserScramCredentialsResult")
     info_type = nested(response_type, "CredentialInfo")
     if not authz.cluster_allowed(ctx, AclOperation.DESCRIBE):
@@ -150,11 +151,11 @@ def _users_of(request: req.AlterUserScramCredentials) -> list[str]:
 @handles(51, 0, 0)
 async def handle_alter_user_scram_credentials(
     ctx: RequestContext, request: req.AlterUserScramCredentials
-) -> Any:
-    response_type = ctx.response_type
+) -> resp.AlterUserScramCredentials:
+    response_type: type[resp.AlterUserScramCredentials] = ctx.response_type
     result_type = nested(response_type, "AlterUserScramCredentialsResult")
 
-    def every(code: ErrorCode, message: str) -> Any:
+    def every(code: ErrorCode, message: str) -> resp.AlterUserScramCredentials:
         results = tuple(
             build(result_type, user=name, error_code=code, error_message=message)
             for name in _users_of(request)
@@ -165,7 +166,9 @@ async def handle_alter_user_scram_credentials(
         return every(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
     state = ctx.broker.state
     try:
-        response = await ctx.broker.controller_channel.forward(ctx, request)
+        response: resp.AlterUserScramCredentials = await ctx.broker.controller_channel.forward(
+            ctx, request
+        )
     except ControllerUnavailable:
         return every(ErrorCode.request_timed_out, "No active controller answered in time.")
     done = {r.user for r in response.results if r.error_code == ErrorCode.none}
@@ -220,8 +223,8 @@ def _problem(
 @handles_controller(51, 0, 0)
 async def controller_alter_user_scram_credentials(
     ctx: RequestContext, request: req.AlterUserScramCredentials
-) -> Any:
-    response_type = ctx.response_type
+) -> resp.AlterUserScramCredentials:
+    response_type: type[resp.AlterUserScramCredentials] = ctx.response_type
     result_type = nested(response_type, "AlterUserScramCredentialsResult")
     names = _users_of(request)
 
