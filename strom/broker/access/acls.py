@@ -82,7 +82,7 @@ def _image_bindings(image: Any) -> set[AclBinding]:
 # Client listeners ----------------------------------------------------------------
 
 
-# request: Any, not kio's union: DescribeAcls v0 is built at run time (legacy_versions)
+# Any for request and answer: DescribeAcls v0 is built at run time (legacy_versions)
 @handles_controller(29, 0, 3)
 @handles(29, 0, 3)
 def handle_describe_acls(ctx: RequestContext, request: Any) -> Any:
@@ -151,7 +151,7 @@ def _refusal(ctx: RequestContext) -> tuple[ErrorCode, str] | None:
     return None
 
 
-# request: Any, not kio's union: CreateAcls v0 is built at run time (legacy_versions)
+# Any for request and answer: CreateAcls v0 is built at run time (legacy_versions)
 @handles(30, 0, 3)
 async def handle_create_acls(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
@@ -183,7 +183,7 @@ async def handle_create_acls(ctx: RequestContext, request: Any) -> Any:
     return response
 
 
-# request: Any, not kio's union: DeleteAcls v0 is built at run time (legacy_versions)
+# Any for request and answer: DeleteAcls v0 is built at run time (legacy_versions)
 @handles(31, 0, 3)
 async def handle_delete_acls(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
@@ -244,7 +244,7 @@ def _service(ctx: RequestContext) -> Any:
     return service
 
 
-# request: Any, not kio's union: CreateAcls v0 is built at run time (legacy_versions)
+# Any for request and answer: CreateAcls v0 is built at run time (legacy_versions)
 @handles_controller(30, 0, 3)
 async def controller_create_acls(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
@@ -300,7 +300,7 @@ async def controller_create_acls(ctx: RequestContext, request: Any) -> Any:
     return build(response_type, throttle_time=NO_THROTTLE, results=results)
 
 
-# request: Any, not kio's union: DeleteAcls v0 is built at run time (legacy_versions)
+# Any for request and answer: DeleteAcls v0 is built at run time (legacy_versions)
 @handles_controller(31, 0, 3)
 async def controller_delete_acls(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type

@@ -67,7 +67,7 @@ async def _forward(ctx: RequestContext, request: Any, visible: Any) -> Any:
     return response
 
 
-# request: Any, not kio's union: CreateTopics v0-1 are built at run time (legacy_versions)
+# Any for request and answer: CreateTopics v0-1 are built at run time (legacy_versions)
 @handles(19, 0, 7)
 def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     state = ctx.broker.state
@@ -103,7 +103,7 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-# request: Any, not kio's union: DeleteTopics v0 is built at run time (legacy_versions)
+# Any for request and answer: DeleteTopics v0 is built at run time (legacy_versions)
 @handles(20, 0, 6)
 def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     state = ctx.broker.state

@@ -98,7 +98,7 @@ class _ResourceError(Exception):
         self.code = code
 
 
-# request: Any, not kio's union: DescribeConfigs v0 is built at run time (legacy_versions)
+# Any for request and answer: DescribeConfigs v0 is built at run time (legacy_versions)
 @handles(32, 0, 4)
 def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
     return _describe_configs(ctx, request, _check_broker_name)
@@ -440,7 +440,7 @@ def _shows(state: NodeState, resource: Any, configs: dict[str, str]) -> bool:
 # Controller listener ---------------------------------------------------------------
 
 
-# request: Any, not kio's union: DescribeConfigs v0 is built at run time (legacy_versions)
+# Any for request and answer: DescribeConfigs v0 is built at run time (legacy_versions)
 @handles_controller(32, 0, 4)
 def handle_controller_describe_configs(ctx: RequestContext, request: Any) -> Any:
     """DescribeConfigs asked of a controller itself (KIP-919), answered from this node's

@@ -99,7 +99,7 @@ class _Wanted:
 _WantedTopic = tuple[str | None, uuid.UUID | None, list[_Wanted]]
 
 
-# request: Any, not kio's union: Fetch v0-3 are built at run time (legacy_versions)
+# Any for request and answer: Fetch v0-3 are built at run time (legacy_versions)
 @handles(1, 0, 17)
 def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     step = SessionStep()

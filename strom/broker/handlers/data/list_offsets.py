@@ -38,7 +38,7 @@ EARLIEST_LOCAL = -4
 CONSUMER_REPLICA_ID = -1
 
 
-# request: Any, not kio's union: ListOffsets v0 is built at run time (legacy_versions)
+# Any for request and answer: ListOffsets v0 is built at run time (legacy_versions)
 @handles(2, 0, 10)
 def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     node_state = ctx.broker.state

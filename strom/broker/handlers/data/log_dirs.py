@@ -20,7 +20,7 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
 
-# request: Any, not kio's union: DescribeLogDirs v0 is built at run time (legacy_versions)
+# Any for request and answer: DescribeLogDirs v0 is built at run time (legacy_versions)
 @handles(35, 0, 4)
 def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type

@@ -25,7 +25,7 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import build, nested
 
 
-# request: Any, not kio's union: OffsetForLeaderEpoch v0-1 are built at run time (legacy_versions)
+# Any for request and answer: OffsetForLeaderEpoch v0-1 are built at run time (legacy_versions)
 @handles(23, 0, 4)
 def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     state = ctx.broker.state

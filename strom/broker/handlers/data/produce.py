@@ -139,7 +139,7 @@ TopicPartition = tuple[str, int]
 INLINE_DECOMPRESSED = 1 << 20
 
 
-# request: Any, not kio's union: Produce v0-2 are built at run time (legacy_versions)
+# Any for request and answer: Produce v0-2 are built at run time (legacy_versions)
 @handles(0, 0, 12)
 def handle_produce(ctx: RequestContext, request: Any) -> Any:
     refused: dict[TopicPartition, ErrorCode] = {}

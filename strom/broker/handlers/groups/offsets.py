@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 NO_GENERATION = -1
 
 
-# request: Any, not kio's union: OffsetCommit v0-1 are built at run time (legacy_versions)
+# Any for request and answer: OffsetCommit v0-1 are built at run time (legacy_versions)
 @handles(8, 0, 10)
 def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     coordinator = ctx.broker.coordinator
@@ -163,7 +163,7 @@ def _commit_response(ctx: RequestContext, resolved: list[Any], errors: list[Erro
     return build(response_type, throttle_time=NO_THROTTLE, topics=tuple(out))
 
 
-# request: Any, not kio's union: OffsetFetch v0 is built at run time (legacy_versions)
+# Any for request and answer: OffsetFetch v0 is built at run time (legacy_versions)
 @handles(9, 0, 10)
 def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type

@@ -246,7 +246,7 @@ async def handle_end_txn(ctx: RequestContext, request: req.EndTxn) -> resp.EndTx
 # WriteTxnMarkers --------------------------------------------------------------------
 
 
-# request: Any, not kio's union: WriteTxnMarkers v0 is built at run time (legacy_versions)
+# Any for request and answer: WriteTxnMarkers v0 is built at run time (legacy_versions)
 @handles(27, 0, 2)
 async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     response_type = ctx.response_type
