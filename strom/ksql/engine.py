@@ -654,6 +654,7 @@ class KsqlEngine:
             if replaced is not None:
                 check_query_upgrade(replaced.plan, plan)
         self._ensure_sink_topic(plan)
+        self.registry.register(plan.sink)  # before its first row, as ksqlDB does
         command_id = f"{statement.kind.lower()}/`{statement.name}`/create"
         return self._run_persistent(statement, text, scope, command_id)
 

@@ -333,6 +333,10 @@ class Metastore:
             raise KsqlStatementError(
                 f"Invalid value {wrap} for property WRAP_SINGLE_VALUE: Expected a BOOLEAN"
             )
+        if wrap is False and value_format in ("PROTOBUF", "PROTOBUF_NOSR"):
+            raise KsqlStatementError(
+                f"Format '{value_format}' does not support 'WRAP_SINGLE_VALUE' set to 'false'."
+            )
         return DataSource(
             kind=statement.kind,
             name=statement.name,

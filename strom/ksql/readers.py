@@ -14,9 +14,10 @@ as 8 big-endian bytes; a session window's end, then its start).
 Formats read: KAFKA (one column: INTEGER 4 bytes, BIGINT 8, DOUBLE 8, STRING UTF-8,
 BYTES), JSON (an object's fields matched case-insensitively, or a single column's
 value alone), DELIMITED (CSV with the source's delimiter), NONE, and through the schema
-registry's wire format AVRO (the writer's schema), JSON_SR and PROTOBUF (messages of the
-shape this server writes). A record that does not read raises ``RecordError`` naming
-the side (key or value) and why, which a query logs to the processing log and skips.
+registry's wire format AVRO (the writer's schema), JSON_SR and PROTOBUF (the writer's
+message from the registry, read by ``strom.ksql.protobuf_rows``). A record that does
+not read raises ``RecordError`` naming the side (key or value) and why, which a query
+logs to the processing log and skips.
 
 Does not own the consumer, the producer or the processing log.
 """
@@ -256,19 +257,6 @@ def _strip_registry_header(data: bytes) -> tuple[int, bytes]:
     return struct.unpack(">I", data[1:5])[0], data[5:]
 
 
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if at >= len(data):
-            raise _Mismatch("truncated message indexes")
-        byte = data[at]
-        at += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), at
-        shift += 7
-
-
 class SideReader:
     """Reads one side (key or value) of a source's records."""
 
@@ -351,25 +339,37 @@ class SideReader:
         return _fields(_avro_plain(decoded), self.columns, self.alone)
 
     def _read_protobuf(self, data: bytes) -> dict[str, Any]:
-        from google.protobuf.json_format import MessageToDict
+        from strom.ksql import protobuf_rows
+        from strom.services.protobuf_schemas import ProtoSchemaError, decode_indexes
 
-        if self._proto is None:
-            from strom.ksql.registry_formats import _ProtoMessages
-
-            messages = _ProtoMessages()
-            messages.declare([(c.name, c.type) for c in self.columns])
-            self._proto = messages.message_class()
-        _, body = _strip_registry_header(data)
-        count, at = _varint(body, 0)
-        for _ in range(max(count, 0)):
-            _, at = _varint(body, at)
-        message = self._proto()
+        schema_id, body = _strip_registry_header(data)
         try:
-            message.ParseFromString(body[at:])
-        except Exception as exc:  # protobuf's DecodeError
+            indexes, at = decode_indexes(body, 0)
+        except ProtoSchemaError as exc:
             raise _Mismatch(f"Could not read PROTOBUF: {exc}") from None
-        plain = MessageToDict(message, preserving_proto_field_name=True)
-        return _fields(_proto_plain(plain, self.columns), self.columns, False)
+        try:
+            message = self._proto_class(schema_id, indexes)()
+            message.ParseFromString(body[at:])
+        except _Mismatch:
+            raise
+        except Exception as exc:  # the registry's, or protobuf's DecodeError
+            raise _Mismatch(f"Could not read PROTOBUF: {exc}") from None
+        return _fields(protobuf_rows.plain(message), self.columns, False)
+
+    def _proto_class(self, schema_id: int, indexes: list[int]) -> Any:
+        """The writer's message class, from the registry; without one, the class of the
+        columns as ksqlDB writes them."""
+        if self.registry is not None:
+            try:
+                return self.registry.protobuf_class(schema_id, indexes)
+            except KsqlStatementError as exc:
+                raise _Mismatch(str(exc)) from None
+        if self._proto is None:
+            from strom.ksql import protobuf_rows
+
+            columns = [(c.name, c.type) for c in self.columns]
+            self._proto = protobuf_rows.RowMessages(columns).message_class()
+        return self._proto
 
 
 def _avro_plain(value: Any) -> Any:
@@ -391,17 +391,6 @@ def _avro_plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _avro_plain(v) for k, v in value.items()}
     return value
-
-
-def _proto_plain(value: dict[str, Any], columns: tuple[Column, ...]) -> dict[str, Any]:
-    """proto3's defaults for the fields MessageToDict leaves out (a number's 0...)."""
-    plain = dict(value)
-    for column in columns:
-        if column.name not in plain:
-            kind = str(column.type)
-            defaults = {"INTEGER": 0, "BIGINT": 0, "DOUBLE": 0.0, "BOOLEAN": False, "STRING": ""}
-            plain[column.name] = defaults.get(kind)
-    return plain
 
 
 # ---- timestamps -------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Rows in the schema registry's formats, AVRO and JSON_SR, for INSERT VALUES and
-``/inserts-stream``: Confluent's wire format (a zero byte, the schema id, the data)
+"""Rows in the schema registry's formats, AVRO, JSON_SR and PROTOBUF, for INSERT VALUES,
+``/inserts-stream`` and query sinks: Confluent's wire format (a zero byte, the schema id, the data)
 through confluent-kafka's serializers and the registry named by
 ``ksql.schema.registry.url``.
 
@@ -7,23 +7,22 @@ Owns the schema of a source's key or value as ksqlDB writes it: Avro, a record
 ``io.confluent.ksql.avro_schemas.KsqlDataSourceSchema`` of optional fields (a union with
 null, default null; DECIMAL as bytes with the decimal logical type, DATE, TIME and
 TIMESTAMP with theirs, a STRUCT as a nested record ``KsqlDataSourceSchema_<FIELD>``);
-JSON_SR, an object of optional properties. A single key column is written alone, as is
-a single value column with ``WRAP_SINGLE_VALUE=false``. The schema is registered under
-``<topic>-key`` / ``<topic>-value`` when a CREATE statement names the source's columns
+JSON_SR, an object of optional properties; PROTOBUF, the messages of
+``strom.ksql.protobuf_rows`` (its file as a base64 descriptor, as confluent-kafka
+registers it). A single key column is written alone, as is a single value column with
+``WRAP_SINGLE_VALUE=false`` (not in PROTOBUF: a message always). The schema is
+registered under ``<topic>-key`` / ``<topic>-value`` when a CREATE statement names the
+source's columns, and for a persistent query's sink at its CREATE ... AS SELECT
 (``register``, as ksqlDB's schema register injector does), else by the first record
 written with it.
 
-A CREATE statement without value (or key) columns in AVRO or JSON_SR takes them from
-the latest schema of ``<topic>-value`` (``<topic>-key``), as ksqlDB infers them: a
-record's or object's fields upper-cased as columns, a schema of another type as one
-column ``ROWVAL`` (``ROWKEY``), optional unions read as their type.
-
-PROTOBUF rows are messages ``ConnectDefault1`` (nested STRUCTs ``ConnectDefault2``...)
-of proto3 fields, built from a descriptor made here (no protoc): BOOLEAN, INTEGER,
-BIGINT, DOUBLE, STRING, BYTES, ARRAY (repeated), MAP (map fields) and STRUCT columns; a
-null is the field left unset, as proto3 has no null. Other types, and reading columns
-from a Protobuf schema, are not done yet. Blocking (the registry client): call from a
-worker thread.
+A CREATE statement without value (or key) columns in AVRO, JSON_SR or PROTOBUF takes
+them from the latest schema of ``<topic>-value`` (``<topic>-key``), as ksqlDB infers
+them: a record's, object's or first message's fields upper-cased as columns, a schema of
+another type as one column ``ROWVAL`` (``ROWKEY``), optional unions read as their type.
+A Protobuf record is read with its writer's message (``protobuf_class``: the schema by
+id, ``.proto`` text compiled by ``strom.services.protobuf_schemas``). Blocking (the
+registry client): call from a worker thread.
 Does not own the other formats (``strom.ksql.formats``).
 """
 
@@ -37,10 +36,11 @@ from collections.abc import Callable
 from typing import Any
 
 from strom.ksql import expressions as ex
+from strom.ksql import protobuf_rows
 from strom.ksql.metastore import Column, DataSource, KsqlStatementError
 
 REGISTRY_WRITTEN = ("AVRO", "JSON_SR", "PROTOBUF")
-INFERRED_FORMATS = ("AVRO", "JSON_SR")  # columns read from the registry when not given
+INFERRED_FORMATS = ("AVRO", "JSON_SR", "PROTOBUF")  # columns read from the registry when not given
 _NAMESPACE = "io.confluent.ksql.avro_schemas"
 _RECORD = "KsqlDataSourceSchema"
 _AVRO_PRIMITIVES = {
@@ -150,6 +150,7 @@ class RegistryFormats:
         self._settings = client_settings
         self._client: Any = None
         self._serializers: dict[tuple[str, str, str], Callable[[Any], bytes]] = {}
+        self._readers: dict[tuple[int, tuple[int, ...]], Any] = {}
         self._lock = threading.Lock()
 
     def _registry(self) -> Any:
@@ -198,11 +199,15 @@ class RegistryFormats:
             ("key", source.key_format, source.key_columns),
             ("value", source.value_format, source.value_columns),
         ):
-            if fmt not in INFERRED_FORMATS or not columns:
+            if fmt not in REGISTRY_WRITTEN or not columns:
                 continue
             subject = f"{source.topic}-{field}"
-            schema_text = _schema_text(fmt, columns, _written_alone(source, field, fmt, columns))
-            kind = "AVRO" if fmt == "AVRO" else "JSON"
+            if fmt == "PROTOBUF":
+                schema_text = _row_messages(columns).schema_text()
+            else:
+                alone = _written_alone(source, field, fmt, columns)
+                schema_text = _schema_text(fmt, columns, alone)
+            kind = {"AVRO": "AVRO", "PROTOBUF": "PROTOBUF"}.get(fmt, "JSON")
             try:
                 self._registry().register_schema(subject, Schema(schema_text, kind))
             except SchemaRegistryError as exc:
@@ -243,6 +248,22 @@ class RegistryFormats:
             self._serializers[cache_key] = made
             return made
 
+    def protobuf_class(self, schema_id: int, indexes: list[int]) -> Any:
+        """The message class a Protobuf record was written with: schema ``schema_id``
+        from the registry, the message at ``indexes``."""
+        from google.protobuf import message_factory
+
+        with self._lock:
+            found = self._readers.get((schema_id, tuple(indexes)))
+        if found is not None:
+            return found
+        registered = self._registry().get_schema(schema_id)
+        descriptor = protobuf_message(protobuf_files(registered.schema_str), indexes)
+        made = message_factory.GetMessageClass(descriptor)
+        with self._lock:
+            self._readers[(schema_id, tuple(indexes))] = made
+        return made
+
     def inferred_columns(self, topic: str, fmt: str, is_key: bool) -> list[Column]:
         """The columns of ``<topic>-key`` / ``<topic>-value``'s latest schema."""
         from confluent_kafka.schema_registry.error import SchemaRegistryError
@@ -255,15 +276,21 @@ class RegistryFormats:
                 raise KsqlStatementError(_schema_missing(topic, subject, is_key)) from None
             raise KsqlStatementError(f"Schema registry: {exc}") from None
         namespace = "KEY" if is_key else "VALUE"
+        text = registered.schema.schema_str
         try:
-            schema = json.loads(registered.schema.schema_str)
-        except ValueError as exc:
-            raise KsqlStatementError(f"Schema of subject {subject} is not JSON: {exc}") from None
-        try:
+            if fmt == "PROTOBUF":
+                message = protobuf_message(protobuf_files(text), [0])
+                return [Column(n, t, namespace) for n, t in protobuf_rows.columns_of(message)]
+            try:
+                schema = json.loads(text)
+            except ValueError as exc:
+                raise KsqlStatementError(
+                    f"Schema of subject {subject} is not JSON: {exc}"
+                ) from None
             if fmt == "AVRO":
                 return avro_columns(schema, namespace)
             return json_schema_columns(schema, namespace)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise KsqlStatementError(
                 f"Unable to verify if the {namespace.lower()} schema for topic: {topic} is "
                 f"compatible with ksqlDB.\nReason: {exc}"
@@ -394,101 +421,51 @@ def json_schema_columns(schema: dict[str, Any], namespace: str) -> list[Column]:
     return [Column("ROWKEY" if namespace == "KEY" else "ROWVAL", _from_json(schema), namespace)]
 
 
-_PROTO_TYPES = {
-    "BOOLEAN": "TYPE_BOOL",
-    "INTEGER": "TYPE_INT32",
-    "BIGINT": "TYPE_INT64",
-    "DOUBLE": "TYPE_DOUBLE",
-    "STRING": "TYPE_STRING",
-    "BYTES": "TYPE_BYTES",
-}
-
-
-class _ProtoMessages:
-    """The message types of one row schema, declared into a FileDescriptorProto."""
-
-    def __init__(self) -> None:
-        from google.protobuf import descriptor_pb2
-
-        self.file = descriptor_pb2.FileDescriptorProto(name="ksql_row.proto", syntax="proto3")
-        self._descriptor = descriptor_pb2
-        self._count = 0
-
-    def declare(self, columns: list[tuple[str, ex.SqlType]], into: Any = None) -> str:
-        """Declare a message of ``columns``; its name."""
-        self._count += 1
-        name = f"ConnectDefault{self._count}"
-        message = (
-            self.file.message_type.add(name=name)
-            if into is None
-            else into.nested_type.add(name=name)
-        )
-        for number, (column, sql_type) in enumerate(columns, start=1):
-            self._field(message, column, sql_type, number)
-        return name
-
-    def _field(self, message: Any, column: str, sql_type: ex.SqlType, number: int) -> None:
-        fd = self._descriptor.FieldDescriptorProto
-        field = message.field.add(name=column, number=number, label=fd.LABEL_OPTIONAL)
-        if isinstance(sql_type, ex.ArrayType):
-            field.label = fd.LABEL_REPEATED
-            sql_type = sql_type.element
-            if isinstance(sql_type, ex.ArrayType | ex.MapType):
-                raise KsqlStatementError("PROTOBUF does not hold an ARRAY of ARRAY or MAP")
-        if isinstance(sql_type, ex.MapType):
-            entry = message.nested_type.add(name=f"{column}Entry")
-            entry.options.map_entry = True
-            self._field(entry, "key", sql_type.key, 1)
-            self._field(entry, "value", sql_type.value, 2)
-            field.label = fd.LABEL_REPEATED
-            field.type = fd.TYPE_MESSAGE
-            field.type_name = f"{entry.name}"
-            return
-        if isinstance(sql_type, ex.StructType):
-            nested = self.declare([(f.name, f.type) for f in sql_type.fields], message)
-            field.type = fd.TYPE_MESSAGE
-            field.type_name = nested
-            return
-        kind = _PROTO_TYPES.get(str(sql_type))
-        if kind is None:
-            raise KsqlStatementError(f"PROTOBUF rows with {sql_type} columns are not written yet")
-        field.type = getattr(fd, kind)
-
-    def message_class(self) -> Any:
-        from google.protobuf import descriptor_pool, message_factory
-
-        pool = descriptor_pool.DescriptorPool()
-        pool.Add(self.file)
-        descriptor = pool.FindMessageTypeByName(self.file.message_type[0].name)
-        return message_factory.GetMessageClass(descriptor)
-
-
-def _fill(message: Any, row: dict[str, Any]) -> Any:
-    for name, value in row.items():
-        if value is None:
-            continue  # proto3: unset
-        field = message.DESCRIPTOR.fields_by_name[name]
-        if field.message_type is not None and field.message_type.GetOptions().map_entry:
-            getattr(message, name).update({k: v for k, v in value.items() if v is not None})
-        elif field.message_type is not None and isinstance(value, list):
-            for item in value:
-                _fill(getattr(message, name).add(), item)
-        elif field.message_type is not None:
-            _fill(getattr(message, name), value)
-        elif isinstance(value, list):
-            getattr(message, name).extend(v for v in value if v is not None)
-        else:
-            setattr(message, name, value)
-    return message
-
-
 def _protobuf_writer(
     client: Any, columns: tuple[Column, ...], context: Any
 ) -> Callable[[Any], bytes]:
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 
-    messages = _ProtoMessages()
-    messages.declare([(c.name, c.type) for c in columns])
-    message_class = messages.message_class()
+    message_class = _row_messages(columns).message_class()
     serializer = ProtobufSerializer(message_class, client, {"use.deprecated.format": False})
-    return lambda row: serializer(_fill(message_class(), row), context)
+    return lambda row: serializer(protobuf_rows.fill(message_class(), row), context)
+
+
+def _row_messages(columns: tuple[Column, ...]) -> protobuf_rows.RowMessages:
+    try:
+        return protobuf_rows.RowMessages([(c.name, c.type) for c in columns])
+    except protobuf_rows.ProtobufRowError as exc:
+        raise KsqlStatementError(str(exc)) from None
+
+
+def protobuf_files(text: str) -> list[Any]:
+    """The FileDescriptorProtos of a registered Protobuf schema (a base64 descriptor, or
+    ``.proto`` text compiled), the schema's own file last."""
+    from strom.services.protobuf_schemas import ProtoSchemaError, compile_proto, file_descriptor
+
+    found = file_descriptor(text)
+    if found is not None:
+        return [found]
+    from google.protobuf import descriptor_pb2
+
+    known = {}
+    for serialized in protobuf_rows.known_files():
+        proto = descriptor_pb2.FileDescriptorProto.FromString(serialized)
+        if not proto.name.startswith("google/protobuf/"):  # protoc has those
+            known[proto.name] = base64.b64encode(serialized).decode()
+    try:
+        return list(compile_proto(text, known).file)
+    except ProtoSchemaError as exc:
+        raise ValueError(f"the Protobuf schema does not compile: {exc}") from None
+
+
+def protobuf_message(files: list[Any], indexes: list[int]) -> Any:
+    """The message descriptor at Confluent's message ``indexes`` of the last file."""
+    pool = protobuf_rows.pool_with(files)
+    main = files[-1]
+    message = main.message_type[indexes[0]]
+    path = [message.name]
+    for index in indexes[1:]:
+        message = message.nested_type[index]
+        path.append(message.name)
+    return pool.FindMessageTypeByName(".".join(([main.package] if main.package else []) + path))

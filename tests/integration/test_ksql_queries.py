@@ -119,6 +119,12 @@ def produce(broker: BrokerProcess, topic: str, records: list[tuple[Any, Any, int
     assert producer.flush(30) == 0
 
 
+def registry_client(server: Server) -> Any:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    return SchemaRegistryClient({"url": server.registry})
+
+
 def read_topic(broker: BrokerProcess, topic: str, count: int, deadline_s: float = 120) -> list[Any]:
     """``count`` committed records of ``topic`` from its start (waiting for them), then
     whatever else is there: (key, value, timestamp)."""
@@ -290,6 +296,18 @@ def test_csas_with_filter_projection_and_processing_log(
     )
     counting_id = counting["commandStatus"]["queryId"]
     assert counting_id.startswith("CTAS_PER_MINUTE_")
+    # A sink in a registry format has its schema registered at CREATE, before its first
+    # row (as ksqlDB does); its rows are written with it.
+    [as_proto] = server.ok(
+        "CREATE STREAM carts_pb WITH (value_format='PROTOBUF') AS "
+        "SELECT user_id, ms FROM clicks WHERE page = '/cart';",
+        **{"auto.offset.reset": "earliest"},
+    )
+    registered = registry_client(server).get_latest_version("CARTS_PB-value")
+    assert registered.schema.schema_type == "PROTOBUF"
+    status, refused = server.ksql("ALTER STREAM carts_pb ADD COLUMN c INT;")
+    assert status == 400
+    assert refused["message"] == "ALTER command is not supported for CREATE ... AS statements."
     status = KsqlRestClient(server.url).call("GET", "/status/stream/`CARTS`/create")
     assert status == {"status": "SUCCESS", "message": f"Created query with ID {query_id}",
                       "queryId": query_id}  # fmt: skip
@@ -298,13 +316,14 @@ def test_csas_with_filter_projection_and_processing_log(
         (b"u1", {"MS": 2, "PAGE": "page:/cart"}, BASE + 10_000),
         (b"u3", {"MS": 5, "PAGE": "page:/cart"}, BASE + 31_000),
     ]
-    entries = [json.loads(v) for _, v, _ in read_topic(broker, LOG_TOPIC, 2)]  # one a query
+    proto_id = as_proto["commandStatus"]["queryId"]
+    entries = [json.loads(v) for _, v, _ in read_topic(broker, LOG_TOPIC, 3)]  # one a query
     errors = [e["message"]["deserializationError"] for e in entries if e["message"]["type"] == 0]
     assert errors and errors[0]["target"] == "value" and errors[0]["topic"] == "clicks"
-    assert sorted(e["logger"] for e in entries) == [
-        f"processing.{query_id}.KsqlTopic.Source.deserializer",
-        f"processing.{counting_id}.KsqlTopic.Source.deserializer",
-    ]
+    assert sorted(e["logger"] for e in entries) == sorted(
+        f"processing.{query}.KsqlTopic.Source.deserializer"
+        for query in (query_id, counting_id, proto_id)
+    )
     [streams] = server.ok("SHOW STREAMS;")
     assert "KSQL_PROCESSING_LOG" in [s["name"] for s in streams["streams"]]
 
@@ -314,7 +333,7 @@ def test_csas_with_filter_projection_and_processing_log(
     assert listed["queryType"] == "PERSISTENT" and listed["state"] == "RUNNING"
     [described] = server.ok("DESCRIBE clicks;")
     readers = [q["id"] for q in described["sourceDescription"]["readQueries"]]
-    assert readers == [query_id, counting_id]
+    assert sorted(readers) == sorted([query_id, counting_id, proto_id])
     [explained] = server.ok(f"EXPLAIN {query_id};")
     assert explained["queryDescription"]["sources"] == ["CLICKS"]
     fields = [f["name"] for f in explained["queryDescription"]["fields"]]
@@ -330,6 +349,9 @@ def test_csas_with_filter_projection_and_processing_log(
     assert status == 400 and refused["message"].startswith("Key missing from projection")
     status, unknown = server.ksql("TERMINATE CSAS_NOPE_1;")
     assert status == 400 and unknown["message"] == "Unknown queryId: CSAS_NOPE_1"
+    ids = {int.from_bytes(v[1:5], "big") for _, v, _ in read_topic(broker, "CARTS_PB", 2)}
+    assert ids == {registered.schema_id}
+    server.ok(f"TERMINATE {proto_id};")
     [terminated] = server.ok(f"TERMINATE {query_id};")
     assert terminated["commandStatus"]["message"] == "Query terminated."
     [queries] = server.ok("SHOW QUERIES;")

@@ -4,10 +4,13 @@ PRINT's guess of the registry formats."""
 
 from __future__ import annotations
 
+import decimal
 from dataclasses import replace
 
 import pytest
 
+from strom.ksql import expressions as ex
+from strom.ksql import protobuf_rows, registry_formats
 from strom.ksql import statements as st
 from strom.ksql.metastore import KsqlStatementError, Metastore
 from strom.ksql.parser import parse_statement
@@ -85,3 +88,99 @@ def test_alter_refusals_have_ksqldbs_messages(text: str, message: str) -> None:
     with pytest.raises(KsqlStatementError) as info:
         _alter(metastore, text)
     assert str(info.value) == message
+
+
+_ROW_COLUMNS = [
+    ("N", ex.PrimitiveType("BIGINT")),
+    ("PRICE", ex.DecimalType(5, 2)),
+    ("DAY", ex.PrimitiveType("DATE")),
+    ("AT", ex.PrimitiveType("TIME")),
+    ("TS", ex.PrimitiveType("TIMESTAMP")),
+    ("PRICES", ex.ArrayType(ex.DecimalType(4, 1))),
+    ("SEEN", ex.MapType(ex.PrimitiveType("STRING"), ex.PrimitiveType("TIMESTAMP"))),
+    ("INNER", ex.StructType((ex.StructField("D", ex.PrimitiveType("DATE")),))),
+]
+
+
+def test_protobuf_rows_with_decimal_and_time_types_both_ways() -> None:
+    """DECIMAL, DATE, TIME and TIMESTAMP as Confluent's well-known messages, in and out
+    of arrays, maps and structs; an unset message reads as null, an unset number as 0."""
+    messages = protobuf_rows.RowMessages(_ROW_COLUMNS)
+    message_class = messages.message_class()
+    row = {
+        "N": 5,
+        "PRICE": decimal.Decimal("-12.50"),
+        "DAY": 19_000,  # 2022-01-08
+        "AT": 3_723_004,  # 01:02:03.004
+        "TS": -1_500,
+        "PRICES": [decimal.Decimal("1.5")],
+        "SEEN": {"k": 1_700_000_000_123},
+        "INNER": {"D": 1},
+    }
+    data = protobuf_rows.fill(message_class(), row).SerializeToString()
+    decoded = message_class.FromString(data)
+    assert (decoded.DAY.year, decoded.DAY.month, decoded.DAY.day) == (2022, 1, 8)
+    assert (decoded.AT.hours, decoded.AT.minutes, decoded.AT.seconds) == (1, 2, 3)
+    assert (decoded.TS.seconds, decoded.TS.nanos) == (-2, 500_000_000)
+    assert (decoded.PRICE.value, decoded.PRICE.precision, decoded.PRICE.scale) == (
+        (-1250).to_bytes(2, "big", signed=True), 4, 2,
+    )  # fmt: skip
+    assert protobuf_rows.plain(decoded) == row
+    assert protobuf_rows.plain(message_class()) == {
+        "N": 0, "PRICE": None, "DAY": None, "AT": None, "TS": None, "PRICES": [], "SEEN": {},
+        "INNER": None,
+    }  # fmt: skip
+    # The schema keeps each DECIMAL's precision and scale: read back as the same columns.
+    assert protobuf_rows.columns_of(message_class.DESCRIPTOR) == _ROW_COLUMNS
+    imports = set(messages.file.dependency)
+    assert imports == {
+        "confluent/meta.proto", "confluent/type/decimal.proto", "google/type/date.proto",
+        "google/type/timeofday.proto", "google/protobuf/timestamp.proto",
+    }  # fmt: skip
+
+
+def test_protobuf_columns_inferred_from_proto_text() -> None:
+    """A schema registered as .proto text (compiled by protoc) gives ksqlDB's columns:
+    names upper-cased, unsigned and 64-bit integers BIGINT, float DOUBLE, an enum STRING,
+    wrappers their value, the well-known messages their SQL types."""
+    text = """
+        syntax = "proto3";
+        import "google/protobuf/timestamp.proto";
+        import "google/protobuf/wrappers.proto";
+        import "google/type/date.proto";
+        message Reading {
+          enum Kind { A = 0; B = 1; }
+          message Place { string city = 1; }
+          float c1 = 1; uint32 c2 = 2; sint32 c3 = 3; sfixed64 c4 = 4; Kind kind = 5;
+          google.protobuf.Int32Value maybe = 6; google.protobuf.Timestamp at = 7;
+          google.type.Date day = 8; repeated Place places = 9; map<string, bytes> blobs = 10;
+        }
+        message Other { int32 x = 1; }
+    """
+    message = registry_formats.protobuf_message(registry_formats.protobuf_files(text), [0])
+    assert [(n, str(t)) for n, t in protobuf_rows.columns_of(message)] == [
+        ("C1", "DOUBLE"), ("C2", "BIGINT"), ("C3", "INTEGER"), ("C4", "BIGINT"),
+        ("KIND", "STRING"), ("MAYBE", "INTEGER"), ("AT", "TIMESTAMP"), ("DAY", "DATE"),
+        ("PLACES", "ARRAY<STRUCT<`CITY` STRING>>"), ("BLOBS", "MAP<STRING, BYTES>"),
+    ]  # fmt: skip
+
+
+def test_protobuf_refuses_what_it_cannot_hold() -> None:
+    with pytest.raises(protobuf_rows.ProtobufRowError) as info:
+        protobuf_rows.RowMessages(
+            [("M", ex.MapType(ex.PrimitiveType("INTEGER"), ex.DecimalType(2, 1)))]
+        )
+    assert str(info.value) == "PROTOBUF format only supports MAP types with STRING keys"
+
+
+def test_protobuf_values_are_always_wrapped() -> None:
+    statement = parse_statement(
+        "CREATE STREAM s (k STRING KEY, foo INT) "
+        "WITH (WRAP_SINGLE_VALUE=false, kafka_topic='t', value_format='PROTOBUF')"
+    )
+    assert isinstance(statement, st.CreateSource)
+    with pytest.raises(KsqlStatementError) as info:
+        Metastore().source_from_statement(statement, "")
+    assert (
+        str(info.value) == "Format 'PROTOBUF' does not support 'WRAP_SINGLE_VALUE' set to 'false'."
+    )

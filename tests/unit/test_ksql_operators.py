@@ -433,7 +433,7 @@ def test_a_stream_stream_join_meets_records_within_the_window(metastore: Metasto
 
 
 def test_json_sr_and_protobuf_values_in_the_registry_wire_format() -> None:
-    from strom.ksql.registry_formats import _fill, _ProtoMessages
+    from strom.ksql.protobuf_rows import RowMessages, fill
 
     store = Metastore()
     header = b"\x00" + struct.pack(">I", 7)
@@ -451,9 +451,8 @@ def test_json_sr_and_protobuf_values_in_the_registry_wire_format() -> None:
         "CREATE STREAM pb (id STRING KEY, n BIGINT, name STRING, ok BOOLEAN) "
         "WITH (kafka_topic='pb', key_format='KAFKA', value_format='PROTOBUF')",
     )
-    messages = _ProtoMessages()
-    messages.declare([(c.name, c.type) for c in as_proto.value_columns])
-    message = _fill(messages.message_class()(), {"N": 12, "NAME": "x", "OK": None})
+    messages = RowMessages([(c.name, c.type) for c in as_proto.value_columns])
+    message = fill(messages.message_class()(), {"N": 12, "NAME": "x", "OK": None})
     data = header + b"\x00" + message.SerializeToString()  # message index 0
     row = RecordReader(as_proto).read(record(b"k", data))
     assert (row.columns["N"], row.columns["NAME"], row.columns["OK"]) == (12, "x", False)
