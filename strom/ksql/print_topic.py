@@ -2,17 +2,20 @@
 as ksqlDB's ``/query`` endpoint writes them. A plain consumer, no query engine.
 
 Owns guessing the key and value formats as ksqlDB's ``RecordFormatter`` does (each
-record removes the formats it does not decode as, in the order JSON, KAFKA_INT,
-KAFKA_BIGINT, KAFKA_DOUBLE, KAFKA_STRING; a record is shown in the first left, its raw
-bytes when none is), the ``Key format: ... / Value format: ...`` lines each time the
-guess changes, one line per record (``rowtime: 2026/01/02 03:04:05.678 Z, key: ...,
-value: ..., partition: N``; a null is ``<null>``), every INTERVAL-th record, up to
-LIMIT, and an empty line whenever a poll brings nothing (so a gone client is noticed).
-The schema registry formats are not guessed yet.
+record removes the formats it does not decode as, in the order AVRO, PROTOBUF, JSON,
+JSON_SR, KAFKA_INT, KAFKA_BIGINT, KAFKA_DOUBLE, KAFKA_STRING; a record is shown in the
+first left, its raw bytes when none is), the ``Key format: ... / Value format: ...``
+lines each time the guess changes, one line per record (``rowtime: 2026/01/02
+03:04:05.678 Z, key: ..., value: ..., partition: N``; a null is ``<null>``), every
+INTERVAL-th record, up to LIMIT, and an empty line whenever a poll brings nothing (so a
+gone client is noticed). The registry formats are Confluent's wire format (a zero
+byte, a schema id the registry has, of that format): AVRO shown as its record's JSON,
+PROTOBUF as the message's one-line text format, JSON_SR as its JSON; they are never
+guessed without ``ksql.schema.registry.url``.
 
 Reads all partitions from their start (FROM BEGINNING) or end, without a consumer
-group offset of its own. Blocking (confluent-kafka): run ``print_records`` on a worker
-thread; it stops when ``stopped`` is set.
+group offset of its own. Blocking (confluent-kafka, the registry client): run
+``print_records`` on a worker thread; it stops when ``stopped`` is set.
 """
 
 from __future__ import annotations
@@ -30,7 +33,12 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 from strom.ksql.statements import PrintTopic
 
 POLL_S = 1.0
-FORMATS = ("JSON", "KAFKA_INT", "KAFKA_BIGINT", "KAFKA_DOUBLE", "KAFKA_STRING")
+FORMATS = (
+    "AVRO", "PROTOBUF", "JSON", "JSON_SR", "KAFKA_INT", "KAFKA_BIGINT", "KAFKA_DOUBLE",
+    "KAFKA_STRING",
+)  # fmt: skip
+REGISTRY_FORMATS = ("AVRO", "PROTOBUF", "JSON_SR")
+_REGISTRY_TYPES = {"AVRO": "AVRO", "PROTOBUF": "PROTOBUF", "JSON_SR": "JSON"}
 
 
 def _as_text(data: bytes) -> str | None:
@@ -41,8 +49,64 @@ def _as_text(data: bytes) -> str | None:
     return text if text else None
 
 
+class RegistryDecoder:
+    """Confluent's wire format decoded through the schema registry, for the guess: the
+    schemas' types cached by id (a missing id too)."""
+
+    def __init__(self, registry: Any, topic: str) -> None:
+        self._registry = registry  # strom.ksql.registry_formats.RegistryFormats
+        self._topic = topic
+        self._types: dict[int, str | None] = {}
+        self._avro: Any = None
+
+    def _schema_type(self, schema_id: int) -> str | None:
+        if schema_id not in self._types:
+            try:
+                found = self._registry._registry().get_schema(schema_id)
+                self._types[schema_id] = found.schema_type or "AVRO"
+            except Exception:  # not there, or the registry's error: not this format
+                self._types[schema_id] = None
+        return self._types[schema_id]
+
+    def decoded(self, fmt: str, data: bytes, is_key: bool) -> str | None:
+        """``data`` shown in the registry format ``fmt``; None when it is not in it."""
+        if len(data) < 5 or data[0] != 0:
+            return None
+        schema_id = struct.unpack(">I", data[1:5])[0]
+        if self._schema_type(schema_id) != _REGISTRY_TYPES[fmt]:
+            return None
+        try:
+            if fmt == "JSON_SR":
+                return json.dumps(json.loads(data[5:]), separators=(",", ":"))
+            if fmt == "PROTOBUF":
+                return self._protobuf(schema_id, data[5:])
+            return self._avro_text(data, is_key)
+        except Exception:  # the decoder's: not this format
+            return None
+
+    def _protobuf(self, schema_id: int, body: bytes) -> str:
+        from google.protobuf import text_format
+
+        from strom.services.protobuf_schemas import decode_indexes
+
+        indexes, at = decode_indexes(body, 0)
+        message = self._registry.protobuf_class(schema_id, indexes)()
+        message.ParseFromString(body[at:])
+        return str(text_format.MessageToString(message, as_one_line=True))
+
+    def _avro_text(self, data: bytes, is_key: bool) -> str:
+        from confluent_kafka.schema_registry.avro import AvroDeserializer
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        if self._avro is None:
+            self._avro = AvroDeserializer(self._registry._registry())
+        field = MessageField.KEY if is_key else MessageField.VALUE
+        value = self._avro(data, SerializationContext(self._topic, field))
+        return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
 def _decoded(fmt: str, data: bytes) -> str | None:
-    """``data`` shown in ``fmt``; None when it does not decode so."""
+    """``data`` shown in the plain format ``fmt``; None when it does not decode so."""
     if fmt == "JSON":
         text = _as_text(data)
         if text is None:
@@ -62,17 +126,26 @@ def _decoded(fmt: str, data: bytes) -> str | None:
 
 
 class FormatGuess:
-    """The formats a key or a value may still be in."""
+    """The formats a key or a value may still be in; the registry formats only with a
+    ``RegistryDecoder``."""
 
-    def __init__(self) -> None:
-        self.possible = list(FORMATS)
+    def __init__(self, registry: RegistryDecoder | None = None, is_key: bool = False) -> None:
+        self.possible = [f for f in FORMATS if registry is not None or f not in REGISTRY_FORMATS]
+        self._registry = registry
+        self._is_key = is_key
+
+    def _decoded(self, fmt: str, data: bytes) -> str | None:
+        if fmt in REGISTRY_FORMATS:
+            assert self._registry is not None
+            return self._registry.decoded(fmt, data, self._is_key)
+        return _decoded(fmt, data)
 
     def show(self, data: bytes | None) -> str:
         if data is None:
             return "<null>"
         shown = None
         for fmt in list(self.possible):
-            decoded = _decoded(fmt, data)
+            decoded = self._decoded(fmt, data)
             if decoded is None:
                 self.possible.remove(fmt)
             elif shown is None:
@@ -101,8 +174,11 @@ def print_records(
     partitions: list[int],
     emit: Callable[[str], None],
     stopped: threading.Event,
+    registry: Any = None,
 ) -> None:
-    """Emit the lines of ``statement`` until LIMIT, or until ``stopped`` is set."""
+    """Emit the lines of ``statement`` until LIMIT, or until ``stopped`` is set;
+    ``registry`` (``strom.ksql.registry_formats.RegistryFormats``, None without a
+    registry) decodes the registry formats."""
     consumer = Consumer(
         {
             **client_config,
@@ -112,7 +188,8 @@ def print_records(
     )
     start = OFFSET_BEGINNING if statement.from_beginning else OFFSET_END
     consumer.assign([TopicPartition(statement.topic, p, start) for p in partitions])
-    keys, values = FormatGuess(), FormatGuess()
+    decoder = RegistryDecoder(registry, statement.topic) if registry is not None else None
+    keys, values = FormatGuess(decoder, is_key=True), FormatGuess(decoder)
     shown_formats = ["", ""]
     polled = written = 0
     try:

@@ -352,6 +352,7 @@ class KsqlServerApp:
                     sorted(topic.partitions),
                     emit,
                     stopped,
+                    self.engine.registry if self.engine.config.schema_registry_url else None,
                 )
             except Exception as exc:  # the cluster failed mid-way: the client is told
                 log.warning("PRINT %s failed: %s", statement.topic, exc)

@@ -485,6 +485,82 @@ def test_insert_values_in_registry_formats(
     )
 
 
+def test_protobuf_schemas_at_create_inferred_and_read_by_the_writers_message(
+    server: KsqlServer, registry: str, broker: BrokerProcess
+) -> None:
+    """PROTOBUF as ksqlDB: the schema registered at CREATE (DECIMAL, DATE, TIME and
+    TIMESTAMP as Confluent's well-known messages, read back by confluent-kafka's
+    deserializer); a CREATE naming no columns takes the registered message's; a record
+    another client wrote with its own .proto (other names and field numbers) is read
+    with that message by a pull query."""
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    from google.protobuf import message_factory
+
+    from strom.ksql.registry_formats import protobuf_files, protobuf_message
+
+    server.ok(
+        "CREATE STREAM proto_t (id STRING KEY, price DECIMAL(5, 2), day DATE, at TIME, "
+        "ts TIMESTAMP, prices ARRAY<DECIMAL(4, 1)>) "
+        "WITH (kafka_topic='proto_t', value_format='PROTOBUF', partitions=1);"
+    )
+    client = SchemaRegistryClient({"url": registry})
+    registered = client.get_latest_version("proto_t-value")  # at CREATE, before any row
+    assert registered.schema.schema_type == "PROTOBUF"
+    server.ok(
+        "INSERT INTO proto_t (id, price, day, at, ts, prices) VALUES ('p', 12.5, "
+        "'2024-02-29', '01:02:03.004', '2024-02-29T10:00:00.250', ARRAY[1.5, -2]);"
+    )
+    [record] = read_all(broker, "proto_t", 1)
+    assert int.from_bytes(record.value()[1:5], "big") == registered.schema_id
+    files = protobuf_files(registered.schema.schema_str)
+    message_class = message_factory.GetMessageClass(protobuf_message(files, [0]))
+    value = ProtobufDeserializer(message_class, {"use.deprecated.format": False})(
+        record.value(), SerializationContext("proto_t", MessageField.VALUE)
+    )
+    assert (value.PRICE.value, value.PRICE.scale) == ((1250).to_bytes(2, "big"), 2)
+    assert (value.DAY.year, value.DAY.month, value.DAY.day) == (2024, 2, 29)
+    assert (value.AT.hours, value.AT.minutes, value.AT.seconds, value.AT.nanos) == (
+        1, 2, 3, 4_000_000,
+    )  # fmt: skip
+    assert (value.TS.seconds, value.TS.nanos) == (1709200800, 250_000_000)
+    [created] = server.ok(
+        "CREATE STREAM proto_copy WITH (kafka_topic='proto_t', value_format='PROTOBUF');"
+    )
+    assert created["statementText"].startswith(
+        "CREATE STREAM PROTO_COPY (PRICE DECIMAL(5, 2), DAY DATE, AT TIME, TS TIMESTAMP, "
+        "PRICES ARRAY<DECIMAL(4, 1)>) WITH ("
+    )
+    # Another client's record: its .proto registered as text, its own field numbers.
+    proto_text = (
+        'syntax = "proto3"; import "google/protobuf/timestamp.proto"; '
+        "message Reading { enum Unit { C = 0; F = 1; } google.protobuf.Timestamp taken = 3; "
+        "float degrees = 1; Unit unit = 2; }"
+    )
+    schema_id = client.register_schema("sensor-value", Schema(proto_text, "PROTOBUF"))
+    reading_class = message_factory.GetMessageClass(
+        protobuf_message(protobuf_files(proto_text), [0])
+    )
+    reading = reading_class(degrees=21.5, unit=1)
+    reading.taken.seconds = 1700000000
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(
+        "sensor", b"\x00" + schema_id.to_bytes(4, "big") + b"\x00" + reading.SerializeToString()
+    )
+    producer.flush(10)
+    del producer
+    [created] = server.ok(
+        "CREATE STREAM sensor WITH (kafka_topic='sensor', value_format='PROTOBUF');"
+    )
+    assert "(TAKEN TIMESTAMP, DEGREES DOUBLE, UNIT STRING)" in created["statementText"]
+    lines = list(
+        KsqlRestClient(server.url).lines("/query-stream", {"sql": "SELECT * FROM sensor;"})
+    )
+    assert json.loads(lines[1]) == [1700000000000, 21.5, "F"]
+
+
 def strom_ksql(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
     """``strom ksql URL ARGS`` run in this process: (exit code, stdout, stderr)."""
     argv = ["ksql", url, *args]
@@ -513,6 +589,34 @@ def test_print_over_query(server: KsqlServer, capsys: pytest.CaptureFixture[str]
     assert info.value.status == 400 and info.value.body["error_code"] == 40000
     assert info.value.body["message"].endswith(
         "Topic names are case-sensitive.\nDid you mean:\n\tprint orders;"
+    )
+    # The registry formats guessed, as ksqlDB guesses them (the registry tests' records).
+    lines = [
+        line
+        for line in client.lines("/query", {"ksql": "PRINT 'json_sr_s' FROM BEGINNING LIMIT 1;"})
+        if line
+    ]
+    assert lines[:2] == [
+        "Key format: KAFKA_INT or KAFKA_STRING",
+        "Value format: JSON_SR or KAFKA_STRING",
+    ]
+    assert lines[2].endswith(', key: 7, value: {"N":9000000000,"OK":true}, partition: 0')
+    lines = [
+        line
+        for line in client.lines("/query", {"ksql": "PRINT 'proto_t' FROM BEGINNING LIMIT 1;"})
+        if line
+    ]
+    assert lines[1].startswith("Value format: PROTOBUF")
+    assert " DAY { year: 2024 month: 2 day: 29 } " in lines[2]
+    lines = [
+        line
+        for line in client.lines("/query", {"ksql": "PRINT 'avro_s' FROM BEGINNING LIMIT 1;"})
+        if line
+    ]
+    assert lines[0].startswith("Key format: AVRO") and lines[1].startswith("Value format: AVRO")
+    assert (
+        ', key: a, value: {"N": 1, "PRICE": "2.50", "TAGS": ["x"], "AT": {"CITY": "Oslo"}}'
+        in lines[2]
     )
     code, out, err = strom_ksql(
         capsys, server.url, "-e", "PRINT csv FROM BEGINNING INTERVAL 1 LIMIT 1;"
