@@ -8,10 +8,11 @@ first left, its raw bytes when none is), the ``Key format: ... / Value format: .
 lines each time the guess changes, one line per record (``rowtime: 2026/01/02
 03:04:05.678 Z, key: ..., value: ..., partition: N``; a null is ``<null>``), every
 INTERVAL-th record, up to LIMIT, and an empty line whenever a poll brings nothing (so a
-gone client is noticed). The registry formats are Confluent's wire format (a zero
-byte, a schema id the registry has, of that format): AVRO shown as its record's JSON,
-PROTOBUF as the message's one-line text format, JSON_SR as its JSON; they are never
-guessed without ``ksql.schema.registry.url``.
+gone client is noticed). A key may be windowed (``TUMBLING(KAFKA_STRING)``: shown
+``[key@start/-]``, a session's ``[key@start/end]``). The registry formats are
+Confluent's wire format (a zero byte, a schema id the registry has, of that format):
+AVRO shown as its record's JSON, PROTOBUF as the message's one-line text format,
+JSON_SR as its JSON; they are never guessed without ``ksql.schema.registry.url``.
 
 Reads all partitions from their start (FROM BEGINNING) or end, without a consumer
 group offset of its own. Blocking (confluent-kafka, the registry client): run
@@ -38,6 +39,7 @@ FORMATS = (
     "KAFKA_STRING",
 )  # fmt: skip
 REGISTRY_FORMATS = ("AVRO", "PROTOBUF", "JSON_SR")
+WINDOW_KINDS = ("SESSION", "HOPPING", "TUMBLING")
 _REGISTRY_TYPES = {"AVRO": "AVRO", "PROTOBUF": "PROTOBUF", "JSON_SR": "JSON"}
 
 
@@ -127,14 +129,34 @@ def _decoded(fmt: str, data: bytes) -> str | None:
 
 class FormatGuess:
     """The formats a key or a value may still be in; the registry formats only with a
-    ``RegistryDecoder``."""
+    ``RegistryDecoder``. A key may also be windowed, as ksqlDB guesses: ``SESSION(f)``
+    (the key in ``f``, then the window's end and start, 8 bytes each), ``HOPPING(f)``
+    and ``TUMBLING(f)`` (the key, then the window's start), each before ``f``."""
 
     def __init__(self, registry: RegistryDecoder | None = None, is_key: bool = False) -> None:
-        self.possible = [f for f in FORMATS if registry is not None or f not in REGISTRY_FORMATS]
+        plain = [f for f in FORMATS if registry is not None or f not in REGISTRY_FORMATS]
+        self.possible = (
+            [w for f in plain for w in (*(f"{k}({f})" for k in WINDOW_KINDS), f)]
+            if is_key
+            else plain
+        )
         self._registry = registry
         self._is_key = is_key
 
     def _decoded(self, fmt: str, data: bytes) -> str | None:
+        kind, _, inner = fmt.partition("(")
+        if inner:  # a windowed key
+            size = 16 if kind == "SESSION" else 8
+            if len(data) < size:
+                return None
+            key = self._decoded(inner[:-1], data[:-size])
+            if key is None:
+                return None
+            if kind == "SESSION":
+                end, start = struct.unpack(">qq", data[-16:])
+                return f"[{key}@{start}/{end}]" if 0 <= start <= end else None
+            start = struct.unpack(">q", data[-8:])[0]
+            return f"[{key}@{start}/-]" if 0 <= start < 2**63 - 1 else None  # a valid window
         if fmt in REGISTRY_FORMATS:
             assert self._registry is not None
             return self._registry.decoded(fmt, data, self._is_key)

@@ -5,12 +5,13 @@ PRINT's guess of the registry formats."""
 from __future__ import annotations
 
 import decimal
+import struct
 from dataclasses import replace
 
 import pytest
 
 from strom.ksql import expressions as ex
-from strom.ksql import protobuf_rows, registry_formats
+from strom.ksql import print_topic, protobuf_rows, registry_formats
 from strom.ksql import statements as st
 from strom.ksql.metastore import KsqlStatementError, Metastore
 from strom.ksql.parser import parse_statement
@@ -184,3 +185,34 @@ def test_protobuf_values_are_always_wrapped() -> None:
     assert (
         str(info.value) == "Format 'PROTOBUF' does not support 'WRAP_SINGLE_VALUE' set to 'false'."
     )
+
+
+def test_print_guesses_windowed_keys_and_drops_formats_a_record_refutes() -> None:
+    """PRINT's guess as ksqlDB's: a key may be windowed (the key, then the window's start;
+    a session's end and start), each windowed form before the plain one; each record
+    removes what it does not decode as, and is shown in the first format left."""
+    window_start, window_end = 1_000, 61_000  # \x03\xe8 and \xee\x48: not UTF-8
+    keys = print_topic.FormatGuess(is_key=True)
+    assert keys.show(b"user-1" + struct.pack(">q", window_start)) == "[user-1@1000/-]"
+    assert keys.line("Key format: ") == (
+        "Key format: HOPPING(KAFKA_STRING) or TUMBLING(KAFKA_STRING)"
+    )
+    keys = print_topic.FormatGuess(is_key=True)
+    session = b"user-1" + struct.pack(">qq", window_end, window_start)
+    assert keys.show(session) == "[user-1@1000/61000]"
+    assert keys.line("Key format: ") == "Key format: SESSION(KAFKA_STRING)"
+    keys = print_topic.FormatGuess(is_key=True)
+    # As ksqlDB: a string key of 9 bytes or more reads as a windowed one, until a record
+    # that cannot be one comes (a shorter key, a negative start).
+    [start] = struct.unpack(">q", b"lain key")
+    assert keys.show(b"a plain key") == f"[a p@{start}/-]"
+    assert keys.show(b"k") == "k"
+    assert keys.line("Key format: ") == "Key format: KAFKA_STRING"
+    keys = print_topic.FormatGuess(is_key=True)
+    keys.show(b"ab" + struct.pack(">q", -5))  # a negative start is no window
+    assert keys.line("Key format: ").startswith("Key format:  does not match any")  # as ksqlDB
+    values = print_topic.FormatGuess()
+    assert values.show(struct.pack(">i", 42)) == "42"
+    assert values.possible == ["KAFKA_INT", "KAFKA_STRING"]
+    assert values.show(b"\xff\xfe") == "\\xff\\xfe"  # nothing left: the raw bytes
+    assert values.line("Value format: ").startswith("Value format:  does not match any")
