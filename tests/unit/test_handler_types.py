@@ -96,9 +96,14 @@ def _unknown_build_fields(source: str, where: str) -> tuple[int, list[str]]:
     """(how many build calls were checked, the fields no version has) in ``source``."""
     checked = 0
     unknown: list[str] = []
-    for function in ast.walk(ast.parse(source)):
-        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
+    tree = ast.parse(source)
+    outermost = [
+        node
+        for top in tree.body
+        for node in (top.body if isinstance(top, ast.ClassDef) else [top])
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
+    for function in outermost:  # its inner functions are walked with it
         classes: dict[str, tuple[str, str | None]] = {}  # name -> (API, nested class)
         for node in ast.walk(function):
             if (
