@@ -15,8 +15,10 @@ value as ksqlDB does:
   CSV when they must be, null as nothing;
 - ``NONE``: no key.
 
-AVRO, JSON_SR and PROTOBUF are written by ``strom.ksql.registry_formats``; PROTOBUF_NOSR is
-refused for now.
+- ``PROTOBUF_NOSR``: the columns' message (``strom.ksql.protobuf_rows``) alone, no
+  schema registry.
+
+AVRO, JSON_SR and PROTOBUF are written by ``strom.ksql.registry_formats``.
 
 Does not own the producer or the metastore.
 """
@@ -34,10 +36,13 @@ import struct
 from typing import Any
 
 from strom.ksql import expressions as ex
+from strom.ksql import protobuf_rows
 from strom.ksql.metastore import Column, DataSource, KsqlStatementError
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-SUPPORTED_FORMATS = ("KAFKA", "JSON", "DELIMITED", "NONE", "AVRO", "JSON_SR", "PROTOBUF")
+SUPPORTED_FORMATS = (
+    "KAFKA", "JSON", "DELIMITED", "NONE", "AVRO", "JSON_SR", "PROTOBUF", "PROTOBUF_NOSR",
+)  # fmt: skip
 
 
 def _mismatch(column: str, sql_type: ex.SqlType, value: Any) -> KsqlStatementError:
@@ -205,6 +210,11 @@ def _serialize(
         writer = csv.writer(out, delimiter=delimiter or ",", lineterminator="")
         writer.writerow([_delimited_text(v) for v in values])
         return out.getvalue().encode()
+    if fmt == "PROTOBUF_NOSR":
+        try:
+            return protobuf_rows.bare_bytes(tuple((c.name, c.type) for c in columns), row)
+        except protobuf_rows.ProtobufRowError as exc:
+            raise KsqlStatementError(str(exc)) from None
     raise KsqlStatementError(f"INSERT VALUES into the {fmt} format is not supported yet")
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import datetime
 import decimal
+import functools
 from typing import Any
 
 from strom.ksql import expressions as ex
@@ -331,6 +332,26 @@ def plain(message: Any) -> dict[str, Any]:
         else:
             values[field.name] = _plain_scalar(field, value)
     return values
+
+
+# ---- PROTOBUF_NOSR: the message alone, its schema the columns' --------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def _columns_class(columns: tuple[tuple[str, ex.SqlType], ...]) -> Any:
+    return RowMessages(list(columns)).message_class()
+
+
+def bare_bytes(columns: tuple[tuple[str, ex.SqlType], ...], row: dict[str, Any]) -> bytes:
+    """``row`` as PROTOBUF_NOSR writes it: the message of ``columns``, no registry header."""
+    message_class = _columns_class(columns)
+    values = {name: row.get(name) for name, _ in columns}
+    return bytes(fill(message_class(), values).SerializeToString())
+
+
+def read_bare(columns: tuple[tuple[str, ex.SqlType], ...], data: bytes) -> dict[str, Any]:
+    """A PROTOBUF_NOSR record's fields (``plain``), read as the message of ``columns``."""
+    return plain(_columns_class(columns).FromString(data))
 
 
 # ---- columns of a schema ----------------------------------------------------------------

@@ -15,7 +15,8 @@ Formats read: KAFKA (one column: INTEGER 4 bytes, BIGINT 8, DOUBLE 8, STRING UTF
 BYTES), JSON (an object's fields matched case-insensitively, or a single column's
 value alone), DELIMITED (CSV with the source's delimiter), NONE, and through the schema
 registry's wire format AVRO (the writer's schema), JSON_SR and PROTOBUF (the writer's
-message from the registry, read by ``strom.ksql.protobuf_rows``). A record that does
+message from the registry, read by ``strom.ksql.protobuf_rows``), and PROTOBUF_NOSR (the
+columns' message alone). A record that does
 not read raises ``RecordError`` naming the side (key or value) and why, which a query
 logs to the processing log and skips.
 
@@ -316,6 +317,16 @@ class SideReader:
             return self._read_avro(data)
         if fmt == "PROTOBUF":
             return self._read_protobuf(data)
+        if fmt == "PROTOBUF_NOSR":
+            from strom.ksql import protobuf_rows
+
+            columns = tuple((c.name, c.type) for c in self.columns)
+            try:
+                return _fields(protobuf_rows.read_bare(columns, data), self.columns, False)
+            except _Mismatch:
+                raise
+            except Exception as exc:  # protobuf's DecodeError, a type it cannot hold
+                raise _Mismatch(f"Could not read PROTOBUF_NOSR: {exc}") from None
         raise _Mismatch(f"Reading the {fmt} format is not supported yet")
 
     def _read_avro(self, data: bytes) -> dict[str, Any]:

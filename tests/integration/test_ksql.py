@@ -559,6 +559,15 @@ def test_protobuf_schemas_at_create_inferred_and_read_by_the_writers_message(
         KsqlRestClient(server.url).lines("/query-stream", {"sql": "SELECT * FROM sensor;"})
     )
     assert json.loads(lines[1]) == [1700000000000, 21.5, "F"]
+    # PROTOBUF_NOSR: the message alone, nothing in the registry.
+    server.ok(
+        "CREATE STREAM bare (id STRING KEY, n BIGINT, price DECIMAL(4, 2)) "
+        "WITH (kafka_topic='bare', value_format='PROTOBUF_NOSR', partitions=1);"
+        "INSERT INTO bare (id, n, price) VALUES ('b', 7, 1.25);"
+    )
+    assert "bare-value" not in client.get_subjects()
+    lines = list(KsqlRestClient(server.url).lines("/query-stream", {"sql": "SELECT * FROM bare;"}))
+    assert json.loads(lines[1]) == ["b", 7, 1.25]
 
 
 def strom_ksql(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:

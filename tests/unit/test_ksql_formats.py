@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from strom.ksql import expressions as ex
-from strom.ksql import print_topic, protobuf_rows, registry_formats
+from strom.ksql import formats, print_topic, protobuf_rows, readers, registry_formats
 from strom.ksql import statements as st
 from strom.ksql.metastore import KsqlStatementError, Metastore
 from strom.ksql.parser import parse_statement
@@ -216,3 +216,28 @@ def test_print_guesses_windowed_keys_and_drops_formats_a_record_refutes() -> Non
     assert values.possible == ["KAFKA_INT", "KAFKA_STRING"]
     assert values.show(b"\xff\xfe") == "\\xff\\xfe"  # nothing left: the raw bytes
     assert values.line("Value format: ").startswith("Value format:  does not match any")
+
+
+def test_protobuf_nosr_rows_are_the_message_alone() -> None:
+    """PROTOBUF_NOSR: the columns' message with no registry header, written by INSERT
+    VALUES' serializer and read back by the record reader."""
+    metastore = _metastore(
+        "CREATE STREAM bare (id STRING KEY, n BIGINT, price DECIMAL(4, 2), day DATE) "
+        "WITH (kafka_topic='bare', value_format='PROTOBUF_NOSR')"
+    )
+    source = metastore.source("BARE")
+    assert source is not None
+    row = {"ID": "k", "N": 7, "PRICE": decimal.Decimal("1.25"), "DAY": None}
+    data = formats.value_bytes(source, row)
+    assert data is not None and data[0] != 0  # no magic byte: field 1 (N) first
+    message_class = protobuf_rows.RowMessages(
+        [(c.name, c.type) for c in source.value_columns]
+    ).message_class()
+    assert message_class.FromString(data).N == 7
+    reader = readers.RecordReader(source)
+    read = reader.read(readers.SourceRecord("bare", 0, 0, 5, b"k", data)).columns
+    assert (read["ID"], read["N"], read["PRICE"], read["DAY"]) == (
+        "k", 7, decimal.Decimal("1.25"), None,
+    )  # fmt: skip
+    with pytest.raises(readers.RecordError):
+        reader.read(readers.SourceRecord("bare", 0, 1, 5, b"k", b"\xff\xff"))
