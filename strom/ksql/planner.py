@@ -535,6 +535,8 @@ def _select_items(
                 items.extend(
                     (f"{name}_{c.name}", ex.ColumnReference(c.name, name)) for c in ordered
                 )
+        elif isinstance(item, st.AllColumns) and query.partition_by is not None:
+            items.extend(_repartitioned_columns(query.partition_by, source))
         elif isinstance(item, st.AllColumns):
             names = [c.name for c in source.key_columns]
             if source.is_windowed and not persistent:
@@ -545,6 +547,27 @@ def _select_items(
             items.append((_joined_name(item.expression, scope), item.expression))
         else:
             items.append((item.alias, item.expression))
+    return items
+
+
+def _repartitioned_columns(
+    partition_by: tuple[ex.Expression, ...], source: DataSource
+) -> list[tuple[str | None, ex.Expression]]:
+    """``SELECT *`` under PARTITION BY, expanded over the repartitioned schema as ksqlDB
+    expands it: the partitioning expressions first (the new key: a column's name, a
+    struct field's, else ``KSQL_COL_n``), then the value columns not moved into the key,
+    then the source's key columns (now values)."""
+    items: list[tuple[str | None, ex.Expression]] = []
+    moved: set[str] = set()
+    for expression in partition_by:
+        if isinstance(expression, ex.Literal) and expression.value is None:
+            continue  # PARTITION BY NULL: no key
+        if isinstance(expression, ex.ColumnReference):
+            moved.add(expression.name)
+        items.append((None, expression))
+    values = [c.name for c in source.columns if c.namespace != "KEY" and c.name not in moved]
+    keys = [c.name for c in source.key_columns if c.name not in moved]
+    items.extend((None, ex.ColumnReference(name)) for name in [*values, *keys])
     return items
 
 

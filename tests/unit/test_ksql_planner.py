@@ -279,3 +279,42 @@ def test_insert_into_needs_the_target_stream_schema(metastore: Metastore) -> Non
         "Result schema is `USER_ID` STRING KEY, `MS` BIGINT\n"
         "Sink schema is `USER_ID` STRING KEY, `PAGE` STRING"
     )
+
+
+def test_select_star_under_partition_by_is_the_repartitioned_schema() -> None:
+    """ksqlDB's SELECT * under PARTITION BY: the new key first (a column's name, a struct
+    field's, else KSQL_COL_0), then the value columns left, then the old key columns;
+    a DELIMITED value is written in that order."""
+    from strom.ksql.operators import Operators
+    from strom.ksql.readers import RecordWriter, Row
+
+    store = Metastore()
+    for text in (
+        "CREATE STREAM p (id INT KEY, name STRING, age INT, address STRUCT<town STRING>) "
+        "WITH (kafka_topic='p', value_format='JSON')",
+        "CREATE STREAM d (k STRING KEY, id BIGINT, name STRING, value BIGINT) "
+        "WITH (kafka_topic='d', value_format='DELIMITED')",
+    ):
+        statement = parse_statement(text)
+        assert isinstance(statement, st.CreateSource)
+        store.put_source(store.source_from_statement(statement, text))
+    by_name = plan(store, "CREATE STREAM o1 AS SELECT * FROM p PARTITION BY name")
+    assert [(c[0], c[2]) for c in columns(by_name)] == [
+        ("NAME", "KEY"), ("AGE", "VALUE"), ("ADDRESS", "VALUE"), ("ID", "VALUE")
+    ]  # fmt: skip
+    by_town = plan(store, "CREATE STREAM o2 AS SELECT * FROM p PARTITION BY address->town")
+    assert [c[0] for c in columns(by_town)] == ["TOWN", "NAME", "AGE", "ADDRESS", "ID"]
+    by_expression = plan(store, "CREATE STREAM o3 AS SELECT * FROM p PARTITION BY ABS(id)")
+    assert columns(by_expression)[0] == ("KSQL_COL_0", "INTEGER", "KEY")
+    row = Row({"ID": -10, "NAME": "bob", "AGE": 22, "ADDRESS": None, "ROWTIME": 5})
+    [change] = Operators(by_expression).stateless(row)
+    assert change.key == {"KSQL_COL_0": 10}
+    assert change.value == {"NAME": "bob", "AGE": 22, "ADDRESS": None, "ID": -10}
+    delimited = plan(store, "CREATE STREAM o4 AS SELECT * FROM d PARTITION BY name")
+    assert delimited.sink is not None
+    [change] = Operators(delimited).stateless(
+        Row({"K": "1", "ID": 0, "NAME": "zero", "VALUE": 50, "ROWTIME": 5})
+    )
+    writer = RecordWriter(delimited.sink)
+    assert writer.key(change.key, None) == b"zero"
+    assert writer.value(change.value) == b"0,50,1"
