@@ -14,11 +14,13 @@ The loop's lag is read from ``/metrics`` (``strom_event_loop_lag_seconds``, samp
 since the probe started; beside them what the producer and the tailing consumer moved.
 
 With --baseline REV, then: produce and consume of 100-B records (the client tuned and
-with its defaults) against a broker of this tree and one of REV, rounds alternated,
-medians compared (bench/hostile.py's comparison): what moving the disk off the loop
-cost the ordinary paths.
+with its defaults) against a broker of this tree and one of REV, both up at once and
+served bursts in turn (bench/same_run.py): rates, the broker's CPU a record and a
+request; what moving the disk off the loop cost the ordinary paths. --skip-lag runs
+that comparison alone.
 
-Usage: python bench/loop_lag.py [--seconds S] [--rate R] [--fill N] [--baseline REV]
+Usage: python bench/loop_lag.py [--seconds S] [--rate R] [--fill N]
+                                [--baseline REV [--records N] [--rounds R] [--skip-lag]]
 """
 
 from __future__ import annotations
@@ -107,12 +109,14 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=20_000, help="records/s produced")
     parser.add_argument("--fill", type=int, default=2_000_000, help="records in the cold topic")
     parser.add_argument("--baseline", help="a commit to compare produce and consume with")
-    parser.add_argument("--records", type=int, default=1_000_000, help="per comparison run")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--records", type=int, default=200_000, help="per comparison burst")
+    parser.add_argument("--rounds", type=int, default=5, help="comparison bursts per path")
+    parser.add_argument("--skip-lag", action="store_true", help="the comparison alone")
     args = parser.parse_args()
-    lag(args)
+    if not args.skip_lag:
+        lag(args)
     if args.baseline:
-        from hostile import compare  # bench/ is this script's directory
+        from same_run import compare  # bench/ is this script's directory
 
         with tempfile.TemporaryDirectory(prefix="strom-loop-lag-cmp-") as scratch:
             compare(Path(scratch), args.baseline, args.records, args.rounds)
