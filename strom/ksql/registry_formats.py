@@ -21,7 +21,8 @@ them from the latest schema of ``<topic>-value`` (``<topic>-key``), as ksqlDB in
 them: a record's, object's or first message's fields upper-cased as columns, a schema of
 another type as one column ``ROWVAL`` (``ROWKEY``), optional unions read as their type.
 A Protobuf record is read with its writer's message (``protobuf_class``: the schema by
-id, ``.proto`` text compiled by ``strom.services.protobuf_schemas``). Blocking (the
+id with the subjects it references, ``.proto`` text compiled by
+``strom.services.protobuf_schemas``). Blocking (the
 registry client): call from a worker thread.
 Does not own the other formats (``strom.ksql.formats``).
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import decimal
+import functools
 import json
 import threading
 from collections.abc import Callable
@@ -258,11 +260,26 @@ class RegistryFormats:
         if found is not None:
             return found
         registered = self._registry().get_schema(schema_id)
-        descriptor = protobuf_message(protobuf_files(registered.schema_str), indexes)
+        descriptor = protobuf_message(self._protobuf_files(registered)[0], indexes)
         made = message_factory.GetMessageClass(descriptor)
         with self._lock:
             self._readers[(schema_id, tuple(indexes))] = made
         return made
+
+    def _protobuf_files(self, schema: Any) -> tuple[list[Any], dict[str, str]]:
+        """The files of a registered Protobuf ``schema`` and of the subjects it
+        references (each before the files importing it), and the referenced schemas'
+        texts by import name."""
+        files: list[Any] = []
+        imports: dict[str, str] = {}
+        for reference in schema.references or []:
+            version = self._registry().get_version(reference.subject, reference.version)
+            found, deeper = self._protobuf_files(version.schema)
+            found[-1].name = reference.name  # the file as the schema imports it
+            files += found
+            imports.update(deeper)
+            imports[reference.name] = version.schema.schema_str
+        return files + protobuf_files(schema.schema_str, imports), imports
 
     def inferred_columns(self, topic: str, fmt: str, is_key: bool) -> list[Column]:
         """The columns of ``<topic>-key`` / ``<topic>-value``'s latest schema."""
@@ -279,7 +296,7 @@ class RegistryFormats:
         text = registered.schema.schema_str
         try:
             if fmt == "PROTOBUF":
-                message = protobuf_message(protobuf_files(text), [0])
+                message = protobuf_message(self._protobuf_files(registered.schema)[0], [0])
                 return [Column(n, t, namespace) for n, t in protobuf_rows.columns_of(message)]
             try:
                 schema = json.loads(text)
@@ -290,7 +307,7 @@ class RegistryFormats:
             if fmt == "AVRO":
                 return avro_columns(schema, namespace)
             return json_schema_columns(schema, namespace)
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, SchemaRegistryError) as exc:
             raise KsqlStatementError(
                 f"Unable to verify if the {namespace.lower()} schema for topic: {topic} is "
                 f"compatible with ksqlDB.\nReason: {exc}"
@@ -438,23 +455,38 @@ def _row_messages(columns: tuple[Column, ...]) -> protobuf_rows.RowMessages:
         raise KsqlStatementError(str(exc)) from None
 
 
-def protobuf_files(text: str) -> list[Any]:
+def protobuf_files(text: str, imports: dict[str, str] | None = None) -> list[Any]:
     """The FileDescriptorProtos of a registered Protobuf schema (a base64 descriptor, or
-    ``.proto`` text compiled), the schema's own file last."""
-    from strom.services.protobuf_schemas import ProtoSchemaError, compile_proto, file_descriptor
+    ``.proto`` text compiled), the schema's own file last; ``imports``: the schemas of
+    its references (and theirs) by import name, for the compiler."""
+    from strom.services.protobuf_schemas import file_descriptor
 
     found = file_descriptor(text)
     if found is not None:
         return [found]
     from google.protobuf import descriptor_pb2
 
-    known = {}
+    return [
+        descriptor_pb2.FileDescriptorProto.FromString(serialized)
+        for serialized in _compiled(text, tuple(sorted((imports or {}).items())))
+    ]
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(text: str, imports: tuple[tuple[str, str], ...]) -> tuple[bytes, ...]:
+    """``.proto`` text compiled (protoc in a child process, so once a text): its files
+    serialized, its own last."""
+    from google.protobuf import descriptor_pb2
+
+    from strom.services.protobuf_schemas import ProtoSchemaError, compile_proto
+
+    known = dict(imports)
     for serialized in protobuf_rows.known_files():
         proto = descriptor_pb2.FileDescriptorProto.FromString(serialized)
         if not proto.name.startswith("google/protobuf/"):  # protoc has those
-            known[proto.name] = base64.b64encode(serialized).decode()
+            known.setdefault(proto.name, base64.b64encode(serialized).decode())
     try:
-        return list(compile_proto(text, known).file)
+        return tuple(f.SerializeToString() for f in compile_proto(text, known).file)
     except ProtoSchemaError as exc:
         raise ValueError(f"the Protobuf schema does not compile: {exc}") from None
 

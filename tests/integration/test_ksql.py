@@ -494,7 +494,7 @@ def test_protobuf_schemas_at_create_inferred_and_read_by_the_writers_message(
     another client wrote with its own .proto (other names and field numbers) is read
     with that message by a pull query."""
     from confluent_kafka import Producer
-    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
     from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
     from google.protobuf import message_factory
@@ -533,15 +533,21 @@ def test_protobuf_schemas_at_create_inferred_and_read_by_the_writers_message(
         "CREATE STREAM PROTO_COPY (PRICE DECIMAL(5, 2), DAY DATE, AT TIME, TS TIMESTAMP, "
         "PRICES ARRAY<DECIMAL(4, 1)>) WITH ("
     )
-    # Another client's record: its .proto registered as text, its own field numbers.
+    # Another client's record: its .proto registered as text, its own field numbers, an
+    # enum from another subject it references.
+    units_text = 'syntax = "proto3"; package units; enum Unit { C = 0; F = 1; }'
+    client.register_schema("units", Schema(units_text, "PROTOBUF"))
     proto_text = (
-        'syntax = "proto3"; import "google/protobuf/timestamp.proto"; '
-        "message Reading { enum Unit { C = 0; F = 1; } google.protobuf.Timestamp taken = 3; "
-        "float degrees = 1; Unit unit = 2; }"
+        'syntax = "proto3"; import "google/protobuf/timestamp.proto"; import "units.proto"; '
+        "message Reading { google.protobuf.Timestamp taken = 3; float degrees = 1; "
+        "units.Unit unit = 2; }"
     )
-    schema_id = client.register_schema("sensor-value", Schema(proto_text, "PROTOBUF"))
+    schema_id = client.register_schema(
+        "sensor-value",
+        Schema(proto_text, "PROTOBUF", [SchemaReference("units.proto", "units", 1)]),
+    )
     reading_class = message_factory.GetMessageClass(
-        protobuf_message(protobuf_files(proto_text), [0])
+        protobuf_message(protobuf_files(proto_text, {"units.proto": units_text}), [0])
     )
     reading = reading_class(degrees=21.5, unit=1)
     reading.taken.seconds = 1700000000
