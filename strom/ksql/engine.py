@@ -492,12 +492,16 @@ class KsqlEngine:
             constraint = "PRIMARY KEY" if statement.kind == "TABLE" else "KEY"
             keys = [
                 st.TableElement(c.name, c.type, constraint)
-                for c in self.registry.inferred_columns(str(topic), key_format, is_key=True)
+                for c in self.registry.inferred_columns(
+                    str(topic), key_format, True, _schema_full_name(props, "KEY")
+                )
             ]
         if not [e for e in values if e.constraint is None] and value_format in INFERRED_FORMATS:
             values += [
                 st.TableElement(c.name, c.type)
-                for c in self.registry.inferred_columns(str(topic), value_format, is_key=False)
+                for c in self.registry.inferred_columns(
+                    str(topic), value_format, False, _schema_full_name(props, "VALUE")
+                )
             ]
         inferred = tuple(keys + values)
         return (
@@ -980,6 +984,14 @@ def _dropped_message(name: str, dropped: DataSource | None) -> str:
     if dropped is None:
         return f"Source `{name}` does not exist."
     return f"Source `{name}` (topic: {dropped.topic}) was dropped."
+
+
+def _schema_full_name(properties: dict[str, Any], side: str) -> str | None:
+    """KEY_SCHEMA_FULL_NAME / VALUE_SCHEMA_FULL_NAME (or VALUE_AVRO_SCHEMA_FULL_NAME)."""
+    found = properties.get(f"{side}_SCHEMA_FULL_NAME")
+    if found is None and side == "VALUE":
+        found = properties.get("VALUE_AVRO_SCHEMA_FULL_NAME")
+    return None if found is None else str(found)
 
 
 def _altered_message(source: DataSource) -> str:

@@ -281,8 +281,12 @@ class RegistryFormats:
             imports[reference.name] = version.schema.schema_str
         return files + protobuf_files(schema.schema_str, imports), imports
 
-    def inferred_columns(self, topic: str, fmt: str, is_key: bool) -> list[Column]:
-        """The columns of ``<topic>-key`` / ``<topic>-value``'s latest schema."""
+    def inferred_columns(
+        self, topic: str, fmt: str, is_key: bool, full_name: str | None = None
+    ) -> list[Column]:
+        """The columns of ``<topic>-key`` / ``<topic>-value``'s latest schema; PROTOBUF:
+        of its message ``full_name`` (``KEY_SCHEMA_FULL_NAME`` / ``VALUE_SCHEMA_FULL_NAME``),
+        or of its only top-level message (several refused, as ksqlDB refuses them)."""
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         subject = f"{topic}-{'key' if is_key else 'value'}"
@@ -296,7 +300,8 @@ class RegistryFormats:
         text = registered.schema.schema_str
         try:
             if fmt == "PROTOBUF":
-                message = protobuf_message(self._protobuf_files(registered.schema)[0], [0])
+                files = self._protobuf_files(registered.schema)[0]
+                message = _named_message(files, full_name, topic, subject, is_key)
                 return [Column(n, t, namespace) for n, t in protobuf_rows.columns_of(message)]
             try:
                 schema = json.loads(text)
@@ -489,6 +494,31 @@ def _compiled(text: str, imports: tuple[tuple[str, str], ...]) -> tuple[bytes, .
         return tuple(f.SerializeToString() for f in compile_proto(text, known).file)
     except ProtoSchemaError as exc:
         raise ValueError(f"the Protobuf schema does not compile: {exc}") from None
+
+
+def _named_message(
+    files: list[Any], full_name: str | None, topic: str, subject: str, is_key: bool
+) -> Any:
+    """The message a CREATE infers its columns from: ``full_name``, else the file's only
+    top-level message."""
+    pool = protobuf_rows.pool_with(files)
+    main = files[-1]
+    prefix = f"{main.package}." if main.package else ""
+    if full_name is None:
+        names = [prefix + m.name for m in main.message_type]
+        if len(names) > 1:
+            listed = "\n".join(f"- {n}" for n in names)
+            setting = "KEY_SCHEMA_FULL_NAME" if is_key else "VALUE_SCHEMA_FULL_NAME"
+            raise KsqlStatementError(
+                f"{'Key' if is_key else 'Value'} schema has multiple schema definitions. \n\n"
+                f"{listed}\n\nPlease specify a schema full name in the WITH clause using "
+                f"{setting}"
+            )
+        return protobuf_message(files, [0])
+    try:
+        return pool.FindMessageTypeByName(full_name)
+    except KeyError:
+        raise KsqlStatementError(_schema_missing(topic, subject, is_key)) from None
 
 
 def protobuf_message(files: list[Any], indexes: list[int]) -> Any:

@@ -561,6 +561,13 @@ def test_protobuf_schemas_at_create_inferred_and_read_by_the_writers_message(
         "CREATE STREAM sensor WITH (kafka_topic='sensor', value_format='PROTOBUF');"
     )
     assert "(TAKEN TIMESTAMP, DEGREES DOUBLE, UNIT STRING)" in created["statementText"]
+    status, refused = server.ksql(
+        "CREATE STREAM sensor_b WITH (kafka_topic='sensor', value_format='PROTOBUF', "
+        "value_schema_full_name='Nope');"
+    )
+    assert status == 400 and refused["message"].startswith(
+        "Schema for message values on topic 'sensor' does not exist in the Schema Registry."
+    )
     lines = list(
         KsqlRestClient(server.url).lines("/query-stream", {"sql": "SELECT * FROM sensor;"})
     )

@@ -241,3 +241,22 @@ def test_protobuf_nosr_rows_are_the_message_alone() -> None:
     )  # fmt: skip
     with pytest.raises(readers.RecordError):
         reader.read(readers.SourceRecord("bare", 0, 1, 5, b"k", b"\xff\xff"))
+
+
+def test_protobuf_inference_names_its_message_when_the_schema_has_several() -> None:
+    files = registry_formats.protobuf_files(
+        'syntax = "proto3"; package p; message One { int32 a = 1; } message Two { string b = 1; }'
+    )
+    with pytest.raises(KsqlStatementError) as info:
+        registry_formats._named_message(files, None, "t", "t-value", False)
+    assert str(info.value) == (
+        "Value schema has multiple schema definitions. \n\n- p.One\n- p.Two\n\n"
+        "Please specify a schema full name in the WITH clause using VALUE_SCHEMA_FULL_NAME"
+    )
+    two = registry_formats._named_message(files, "p.Two", "t", "t-value", False)
+    assert protobuf_rows.columns_of(two) == [("B", ex.PrimitiveType("STRING"))]
+    with pytest.raises(KsqlStatementError) as info:
+        registry_formats._named_message(files, "p.Three", "t", "t-key", True)
+    assert str(info.value).startswith(
+        "Schema for message keys on topic 't' does not exist in the Schema Registry."
+    )
