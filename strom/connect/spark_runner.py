@@ -24,11 +24,12 @@ one directory per task.
   fetches the range and writes it in one Python process (``spark_ranges``), its ends
   committed in the group after it, which is the only record of where the task is.
 - A source task is a loop on a driver thread: ``poll_batches``, each batch's rows turned
-  into records with the value converter (JsonConverter in Spark SQL; any other converter
-  in Python on the executors), written with the ``strom`` batch writer (which fails
-  unless every record is acknowledged), then the batch's source offset stored through the
-  worker's offset store. A missing topic is created first, by the connector's
-  ``topic.creation.*`` groups when it has them. With exactly-once source support the
+  into records with the value converter (JsonConverter: from the rows' Arrow columns in
+  Spark's Python workers where ``spark_envelopes`` takes the schema, else in Spark SQL;
+  any other converter in Python on the executors), written with the ``strom`` batch
+  writer (which fails unless every record is acknowledged), then the batch's source
+  offset stored through the worker's offset store. A missing topic is created first, by
+  the connector's ``topic.creation.*`` groups when it has them. With exactly-once source support the
   records are brought to the driver and written by one transactional producer instead,
   each transaction (``transaction.boundary`` poll or interval) with its offsets.
 
@@ -307,10 +308,19 @@ class _SourceThread(_SparkTaskThread):
         connector: str,
     ) -> None:
         self.ensure_topic(batch.topic)
-        records = record_frame(batch, value_converter)
-        records.write.format("strom").options(**kafka_options).option("topic", batch.topic).mode(
-            "append"
-        ).save()
+        if _envelopes_in_arrow(batch, value_converter):
+            from strom.connect.spark_envelopes import EnvelopeWriter
+
+            assert isinstance(value_converter, JsonConverter)
+            writer = EnvelopeWriter(
+                batch.topic, batch.value_schema, value_converter.schemas_enabled, kafka_options
+            )
+            batch.rows.mapInArrow(writer, "written long").collect()
+        else:
+            records = record_frame(batch, value_converter)
+            records.write.format("strom").options(**kafka_options).option(
+                "topic", batch.topic
+            ).mode("append").save()
         if batch.source_offset is not None:
             partition = dict(batch.source_partition)
             key = offset_key(connector, partition)
@@ -745,6 +755,19 @@ def record_frame(batch: SourceBatch, converter: Converter) -> DataFrame:
     if isinstance(converter, JsonConverter) and not converter.numeric_decimals:
         return _json_records(batch, converter)
     return _converted_records(batch, converter)
+
+
+def _envelopes_in_arrow(batch: SourceBatch, converter: Converter) -> bool:
+    """Whether the batch's JsonConverter values are built from its Arrow columns in
+    Spark's Python workers, which write them (``spark_envelopes``), rather than by the
+    JVM's ``to_json`` and the ``strom`` writer."""
+    from strom.connect.spark_envelopes import arrow_writes
+
+    return (
+        isinstance(converter, JsonConverter)
+        and not converter.numeric_decimals
+        and arrow_writes(batch.value_schema)
+    )
 
 
 def _json_records(batch: SourceBatch, converter: JsonConverter) -> DataFrame:
