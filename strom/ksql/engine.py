@@ -58,7 +58,7 @@ from strom.ksql.kafka_calls import (
     topic_metadata,
 )
 from strom.ksql.metadata import MetadataStatements
-from strom.ksql.metastore import DataSource, KsqlStatementError, Metastore
+from strom.ksql.metastore import Column, DataSource, KsqlStatementError, Metastore
 from strom.ksql.ownership import QueryOwnership, slot_of
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, parse_statements
 from strom.ksql.planner import QueryPlan, SinkRequest, plan_query
@@ -448,8 +448,8 @@ class KsqlEngine:
             properties.setdefault("KEY_FORMAT", source.key_format)
             properties.setdefault("VALUE_FORMAT", source.value_format)
         self._ensure_topic(statement, source, properties)
-        if statement is given:  # columns named, none read from the registry
-            self.registry.register(source)
+        # columns named (none read from the registry): their schema; a schema id's
+        self.registry.register(source, generated=statement is given)
         properties["CLEANUP_POLICY"] = "compact" if source.kind == "TABLE" else "delete"
         formatted = formatter.create_source(statement, properties)
         command_id = f"{source.kind.lower()}/`{source.name}`/create"
@@ -488,25 +488,49 @@ class KsqlEngine:
         values = [e for e in elements if not e.is_key]
         if topic is None:
             return statement
+        value_columns = [e for e in values if e.constraint is None]
+        for side, fmt, given in (("KEY", key_format, keys), ("VALUE", value_format, value_columns)):
+            if props.get(f"{side}_SCHEMA_ID") is None:
+                continue
+            if fmt not in INFERRED_FORMATS:
+                raise KsqlStatementError(
+                    f"{side}_FORMAT should support schema inference when {side}_SCHEMA_ID is "
+                    f"provided. Current format is {fmt}."
+                )
+            if given:
+                raise KsqlStatementError(
+                    f"Table elements and {side}_SCHEMA_ID cannot both exist for create statement."
+                )
         if not keys and key_format in INFERRED_FORMATS:
             constraint = "PRIMARY KEY" if statement.kind == "TABLE" else "KEY"
             keys = [
                 st.TableElement(c.name, c.type, constraint)
-                for c in self.registry.inferred_columns(
-                    str(topic), key_format, True, _schema_full_name(props, "KEY")
-                )
+                for c in self._registry_columns(str(topic), key_format, props, "KEY")
             ]
-        if not [e for e in values if e.constraint is None] and value_format in INFERRED_FORMATS:
+        if not value_columns and value_format in INFERRED_FORMATS:
             values += [
                 st.TableElement(c.name, c.type)
-                for c in self.registry.inferred_columns(
-                    str(topic), value_format, False, _schema_full_name(props, "VALUE")
-                )
+                for c in self._registry_columns(str(topic), value_format, props, "VALUE")
             ]
         inferred = tuple(keys + values)
         return (
             statement if inferred == statement.elements else replace(statement, elements=inferred)
         )
+
+    def _registry_columns(
+        self, topic: str, fmt: str, properties: dict[str, Any], side: str
+    ) -> list[Column]:
+        """A side's columns from the schema ``<side>_SCHEMA_ID`` names, else from the
+        subject's latest schema."""
+        full_name = _schema_full_name(properties, side)
+        schema_id = properties.get(f"{side}_SCHEMA_ID")
+        if schema_id is None:
+            return self.registry.inferred_columns(topic, fmt, side == "KEY", full_name)
+        if not isinstance(schema_id, int) or schema_id < 0:
+            raise KsqlStatementError(
+                f"Invalid value {schema_id} for property {side}_SCHEMA_ID: Not an integer."
+            )
+        return self.registry.columns_of_id(topic, fmt, side == "KEY", schema_id, full_name)
 
     def _ensure_topic(
         self, statement: st.CreateSource, source: DataSource, properties: dict[str, Any]

@@ -232,6 +232,8 @@ def _set_well_known(target: Any, full_name: str, value: Any) -> bool:
     elif full_name == TIMESTAMP_MESSAGE:
         seconds, millis = divmod(int(value), 1000)
         target.seconds, target.nanos = seconds, millis * 1_000_000
+    elif full_name in _WRAPPERS:
+        target.value = value
     else:
         return False
     return True
@@ -243,23 +245,45 @@ def _set_message(target: Any, value: Any) -> None:
         fill(target, value)
 
 
+def _field_named(descriptor: Any, name: str) -> Any:
+    """The field ``name`` (a column's, upper-cased) names: exactly, else ignoring case."""
+    found = descriptor.fields_by_name.get(name)
+    if found is None:
+        found = next((f for f in descriptor.fields if f.name.upper() == name.upper()), None)
+    if found is None:
+        raise ProtobufRowError(f"message {descriptor.full_name} has no field {name}")
+    return found
+
+
+def _scalar(field: Any, value: Any) -> Any:
+    """A value as ``field`` takes it: an enum's name as its number."""
+    if field.enum_type is not None and isinstance(value, str):
+        found = field.enum_type.values_by_name.get(value)
+        if found is None:
+            raise ProtobufRowError(f"{value} is not a value of enum {field.enum_type.full_name}")
+        return found.number
+    return value
+
+
 def fill(message: Any, row: dict[str, Any]) -> Any:
-    """``message`` with the non-null values of ``row`` (column name to value) set."""
-    for name, value in row.items():
+    """``message`` with the non-null values of ``row`` (column name to value) set; a
+    column fills the field of its name, its case aside (a registered message's)."""
+    for column, value in row.items():
         if value is None:
             continue  # proto3: unset
-        field = message.DESCRIPTOR.fields_by_name[name]
+        field = _field_named(message.DESCRIPTOR, column)
+        name = field.name
         target = field.message_type
         container = getattr(message, name)
         if target is not None and target.GetOptions().map_entry:
-            holds_messages = target.fields_by_name["value"].message_type is not None
+            value_field = target.fields_by_name["value"]
             for key, item in value.items():
                 if item is None:
                     continue
-                if holds_messages:
+                if value_field.message_type is not None:
                     _set_message(container[key], item)
                 else:
-                    container[key] = item
+                    container[key] = _scalar(value_field, item)
         elif field.is_repeated:
             for item in value:
                 if item is None:
@@ -267,11 +291,11 @@ def fill(message: Any, row: dict[str, Any]) -> Any:
                 if target is not None:
                     _set_message(container.add(), item)
                 else:
-                    container.append(item)
+                    container.append(_scalar(field, item))
         elif target is not None:
             _set_message(container, value)
         else:
-            setattr(message, name, value)
+            setattr(message, name, _scalar(field, value))
     return message
 
 

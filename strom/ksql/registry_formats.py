@@ -38,7 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from strom.ksql import expressions as ex
-from strom.ksql import protobuf_rows
+from strom.ksql import protobuf_rows, schema_ids
 from strom.ksql.metastore import Column, DataSource, KsqlStatementError
 
 REGISTRY_WRITTEN = ("AVRO", "JSON_SR", "PROTOBUF")
@@ -153,6 +153,7 @@ class RegistryFormats:
         self._client: Any = None
         self._serializers: dict[tuple[str, str, str], Callable[[Any], bytes]] = {}
         self._readers: dict[tuple[int, tuple[int, ...]], Any] = {}
+        self._messages: dict[tuple[int, str | None], Any] = {}  # a given schema id's
         self._lock = threading.Lock()
 
     def _registry(self) -> Any:
@@ -177,6 +178,9 @@ class RegistryFormats:
         fmt = source.key_format if field == "key" else source.value_format
         if not columns:
             return None
+        schema_id = given_schema_id(source, field)
+        if schema_id is not None:
+            return self._with_schema_id(source, field, fmt, columns, row, schema_id)
         alone = _written_alone(source, field, fmt, columns)
         if alone:
             data = row.get(columns[0].name)
@@ -190,10 +194,12 @@ class RegistryFormats:
         except Exception as exc:  # the serializer's, the registry's or its client's error
             raise KsqlStatementError(f"Could not serialize the {field} as {fmt}: {exc}") from None
 
-    def register(self, source: DataSource) -> None:
-        """Register the schemas of a source created with its columns, as ksqlDB does at
-        CREATE: ``<topic>-key`` and ``<topic>-value`` for an AVRO or JSON_SR key or value
-        (the schema its rows are then written with, so the first row reuses its id)."""
+    def register(self, source: DataSource, generated: bool = True) -> None:
+        """Register the schemas of a source as ksqlDB does at CREATE, under
+        ``<topic>-key`` and ``<topic>-value``: the schema KEY_SCHEMA_ID / VALUE_SCHEMA_ID
+        names (refused when the subject gives it another id); when ``generated`` (the
+        statement named its columns, or a query's sink), the schema ksqlDB writes the
+        columns with (so the first row reuses its id)."""
         from confluent_kafka.schema_registry import Schema
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
@@ -204,6 +210,12 @@ class RegistryFormats:
             if fmt not in REGISTRY_WRITTEN or not columns:
                 continue
             subject = f"{source.topic}-{field}"
+            schema_id = given_schema_id(source, field)
+            if schema_id is not None:
+                self._register_given(source.topic, subject, field, schema_id)
+                continue
+            if not generated:
+                continue
             if fmt == "PROTOBUF":
                 schema_text = _row_messages(columns).schema_text()
             else:
@@ -217,6 +229,95 @@ class RegistryFormats:
                     f"Could not register schema for topic: {source.topic} "
                     f"(subject {subject}): {exc}"
                 ) from None
+
+    def _registered(self, schema_id: int) -> Any:
+        """The schema ``schema_id``; one line when the registry has none."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            return self._registry().get_schema(schema_id)
+        except SchemaRegistryError as exc:
+            raise KsqlStatementError(f"Schema registry: schema id {schema_id}: {exc}") from None
+
+    def _register_given(self, topic: str, subject: str, field: str, schema_id: int) -> None:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        schema = self._registered(schema_id)
+        try:
+            registered = self._registry().register_schema(subject, schema)
+        except SchemaRegistryError as exc:
+            raise KsqlStatementError(
+                f"Could not register schema for topic: {topic} (subject {subject}): {exc}"
+            ) from None
+        if registered != schema_id:
+            raise KsqlStatementError(
+                f"Schema id registered is {registered} which is different from provided "
+                f"{schema_ids.SCHEMA_ID_PROPERTIES[field]} {schema_id}.\nTopic: {topic}\n"
+                f"Subject: {subject}\nSchema: {schema.schema_str}"
+            )
+
+    def _with_schema_id(
+        self,
+        source: DataSource,
+        field: str,
+        fmt: str,
+        columns: tuple[Column, ...],
+        row: dict[str, Any],
+        schema_id: int,
+    ) -> bytes | None:
+        """A key or value written with the registered schema ``schema_id``."""
+        schema = self._registered(schema_id)
+        data: Any = {c.name: row.get(c.name) for c in columns}
+        try:
+            if fmt == "PROTOBUF":
+                full_name = source.properties.get(f"{field.upper()}_SCHEMA_FULL_NAME")
+                message_class = self._protobuf_message_class(schema, schema_id, full_name)
+                return schema_ids.encode_protobuf(message_class, schema_id, data)
+            parsed = json.loads(schema.schema_str)
+            record = isinstance(parsed, dict) and parsed.get("type") in ("record", "object")
+            if not record:  # a column written alone: ROWKEY / ROWVAL
+                data = row.get(columns[0].name)
+                if data is None:
+                    return None
+            if fmt == "AVRO":
+                return schema_ids.encode_avro(schema.schema_str, schema_id, data)
+            return schema_ids.encode_json(schema.schema_str, schema_id, data)
+        except KsqlStatementError:
+            raise
+        except Exception as exc:  # the encoder's: a value the schema does not hold
+            raise KsqlStatementError(
+                f"Could not serialize the {field} as {fmt} with schema id {schema_id}: {exc}"
+            ) from None
+
+    def _protobuf_message_class(self, schema: Any, schema_id: int, full_name: Any) -> Any:
+        from google.protobuf import message_factory
+
+        name = None if full_name is None else str(full_name)
+        with self._lock:
+            found = self._messages.get((schema_id, name))
+        if found is not None:
+            return found
+        files = self._protobuf_files(schema)[0]
+        made = message_factory.GetMessageClass(_named_message(files, name, "", "", False))
+        with self._lock:
+            self._messages[(schema_id, name)] = made
+        return made
+
+    def columns_of_id(
+        self, topic: str, fmt: str, is_key: bool, schema_id: int, full_name: str | None
+    ) -> list[Column]:
+        """The columns of the schema KEY_SCHEMA_ID / VALUE_SCHEMA_ID names, checked to be
+        of the side's format, as ksqlDB checks it."""
+        schema = self._registered(schema_id)
+        fetched = schema.schema_type or "AVRO"
+        if fetched != {"AVRO": "AVRO", "PROTOBUF": "PROTOBUF"}.get(fmt, "JSON"):
+            setting = schema_ids.SCHEMA_ID_PROPERTIES["key" if is_key else "value"]
+            raise KsqlStatementError(
+                f"Format and fetched schema type using {setting} {schema_id} are different. "
+                f"Format: [{fmt}], Fetched schema type: [{fetched}]."
+            )
+        subject = f"{topic}-{'key' if is_key else 'value'}"
+        return self._columns_of(schema, fmt, is_key, full_name, topic, subject)
 
     def _serializer(
         self, source: DataSource, field: str, fmt: str, columns: tuple[Column, ...], alone: bool
@@ -296,11 +397,24 @@ class RegistryFormats:
             if exc.http_status_code == 404:
                 raise KsqlStatementError(_schema_missing(topic, subject, is_key)) from None
             raise KsqlStatementError(f"Schema registry: {exc}") from None
+        return self._columns_of(registered.schema, fmt, is_key, full_name, topic, subject)
+
+    def _columns_of(
+        self,
+        schema: Any,
+        fmt: str,
+        is_key: bool,
+        full_name: str | None,
+        topic: str,
+        subject: str,
+    ) -> list[Column]:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
         namespace = "KEY" if is_key else "VALUE"
-        text = registered.schema.schema_str
+        text = schema.schema_str
         try:
             if fmt == "PROTOBUF":
-                files = self._protobuf_files(registered.schema)[0]
+                files = self._protobuf_files(schema)[0]
                 message = _named_message(files, full_name, topic, subject, is_key)
                 return [Column(n, t, namespace) for n, t in protobuf_rows.columns_of(message)]
             try:
@@ -317,6 +431,12 @@ class RegistryFormats:
                 f"Unable to verify if the {namespace.lower()} schema for topic: {topic} is "
                 f"compatible with ksqlDB.\nReason: {exc}"
             ) from None
+
+
+def given_schema_id(source: DataSource, field: str) -> int | None:
+    """KEY_SCHEMA_ID / VALUE_SCHEMA_ID of a source, for its ``field`` ("key", "value")."""
+    found = source.properties.get(schema_ids.SCHEMA_ID_PROPERTIES[field])
+    return None if found is None else int(found)
 
 
 def _written_alone(source: DataSource, field: str, fmt: str, columns: tuple[Column, ...]) -> bool:

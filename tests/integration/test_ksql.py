@@ -583,6 +583,58 @@ def test_protobuf_schemas_at_create_inferred_and_read_by_the_writers_message(
     assert json.loads(lines[1]) == ["b", 7, 1.25]
 
 
+def test_sources_created_with_a_schema_id(
+    server: KsqlServer, registry: str, broker: BrokerProcess
+) -> None:
+    """VALUE_SCHEMA_ID, as ksqlDB: the columns are that schema's, its rows written with
+    it (its id, its own field names), for AVRO and PROTOBUF; columns beside it refused."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": registry})
+    avro = {
+        "type": "record", "name": "Reading", "fields": [
+            {"name": "sensor", "type": "string"}, {"name": "level", "type": "double"}],
+    }  # fmt: skip
+    avro_id = client.register_schema("levels-other", Schema(json.dumps(avro), "AVRO"))
+    [created] = server.ok(
+        f"CREATE STREAM levels WITH (kafka_topic='levels', value_format='AVRO', "
+        f"value_schema_id={avro_id}, partitions=1);"
+        "INSERT INTO levels (sensor, level) VALUES ('s1', 2.5);"
+    )
+    assert "(SENSOR STRING, LEVEL DOUBLE)" in created["statementText"]
+    assert client.get_latest_version("levels-value").schema_id == avro_id  # at CREATE
+    [record] = read_all(broker, "levels", 1)
+    assert int.from_bytes(record.value()[1:5], "big") == avro_id
+    decoded = AvroDeserializer(client)(
+        record.value(), SerializationContext("levels", MessageField.VALUE)
+    )
+    assert decoded == {"sensor": "s1", "level": 2.5}
+    proto_text = 'syntax = "proto3"; message Tick { string sym = 1; int64 qty = 2; }'
+    proto_id = client.register_schema("ticks-other", Schema(proto_text, "PROTOBUF"))
+    server.ok(
+        f"CREATE STREAM ticks WITH (kafka_topic='ticks', value_format='PROTOBUF', "
+        f"value_schema_id={proto_id}, partitions=1);"
+        "INSERT INTO ticks (sym, qty) VALUES ('X', 3);"
+    )
+    [record] = read_all(broker, "ticks", 1)
+    assert record.value()[:6] == b"\x00" + proto_id.to_bytes(4, "big") + b"\x00"
+    lines = list(KsqlRestClient(server.url).lines("/query-stream", {"sql": "SELECT * FROM ticks;"}))
+    assert json.loads(lines[1]) == ["X", 3]
+    for text, message in (
+        (f"CREATE STREAM bad (x INT) WITH (kafka_topic='levels', value_format='AVRO', "
+         f"value_schema_id={avro_id});",
+         "Table elements and VALUE_SCHEMA_ID cannot both exist for create statement."),
+        (f"CREATE STREAM bad WITH (kafka_topic='levels', value_format='PROTOBUF', "
+         f"value_schema_id={avro_id});",
+         f"Format and fetched schema type using VALUE_SCHEMA_ID {avro_id} are different. "
+         "Format: [PROTOBUF], Fetched schema type: [AVRO]."),
+    ):  # fmt: skip
+        status, refused = server.ksql(text)
+        assert (status, refused["message"]) == (400, message)
+
+
 def strom_ksql(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
     """``strom ksql URL ARGS`` run in this process: (exit code, stdout, stderr)."""
     argv = ["ksql", url, *args]

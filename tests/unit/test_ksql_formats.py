@@ -5,13 +5,23 @@ PRINT's guess of the registry formats."""
 from __future__ import annotations
 
 import decimal
+import io
+import json
 import struct
 from dataclasses import replace
 
 import pytest
+from google.protobuf import message_factory
 
 from strom.ksql import expressions as ex
-from strom.ksql import formats, print_topic, protobuf_rows, readers, registry_formats
+from strom.ksql import (
+    formats,
+    print_topic,
+    protobuf_rows,
+    readers,
+    registry_formats,
+    schema_ids,
+)
 from strom.ksql import statements as st
 from strom.ksql.metastore import KsqlStatementError, Metastore
 from strom.ksql.parser import parse_statement
@@ -260,3 +270,47 @@ def test_protobuf_inference_names_its_message_when_the_schema_has_several() -> N
     assert str(info.value).startswith(
         "Schema for message keys on topic 't' does not exist in the Schema Registry."
     )
+
+
+def test_rows_written_with_a_given_schemas_names() -> None:
+    """A source created with VALUE_SCHEMA_ID writes its rows with that schema: the
+    columns (upper-cased, as inferred) matched to the schema's own names at every level."""
+    from fastavro import parse_schema, schemaless_reader
+
+    avro = {
+        "type": "record", "name": "Order", "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "lines", "type": {"type": "array", "items": {
+                "type": "record", "name": "Line", "fields": [
+                    {"name": "sku", "type": ["null", "string"], "default": None}]}}},
+            {"name": "note", "type": ["null", "string"], "default": None},
+        ],
+    }  # fmt: skip
+    row = {"ID": 7, "LINES": [{"SKU": "a"}, {"SKU": None}], "NOTE": None}
+    data = schema_ids.encode_avro(json.dumps(avro), 42, row)
+    assert data[:5] == b"\x00" + struct.pack(">I", 42)
+    decoded = schemaless_reader(io.BytesIO(data[5:]), parse_schema(avro), None)
+    assert decoded == {"id": 7, "lines": [{"sku": "a"}, {"sku": None}], "note": None}
+    as_json = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"},
+            "tags": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"k": {"type": "string"}}},
+            },
+        },
+    }
+    data = schema_ids.encode_json(json.dumps(as_json), 9, {"ID": 1, "TAGS": [{"K": "x"}]})
+    assert data[5:] == b'{"id":1,"tags":[{"k":"x"}]}'
+    files = registry_formats.protobuf_files(
+        'syntax = "proto3"; message A { int32 x = 1; } '
+        "message B { message Inner { string city = 1; } Inner inner = 1; int64 n = 2; }"
+    )
+    inner = registry_formats.protobuf_message(files, [1]).nested_types[0]
+    assert schema_ids._message_indexes(inner) == [1, 0]
+    message_class = message_factory.GetMessageClass(registry_formats.protobuf_message(files, [1]))
+    data = schema_ids.encode_protobuf(message_class, 5, {"INNER": {"CITY": "Oslo"}, "N": 3})
+    assert data[5:7] == b"\x02\x02"  # one index, 1 (zigzag varints)
+    decoded = message_class.FromString(data[7:])
+    assert (decoded.inner.city, decoded.n) == ("Oslo", 3)
