@@ -1,6 +1,6 @@
 """Rows in the schema registry's formats, AVRO, JSON_SR and PROTOBUF, for INSERT VALUES,
-``/inserts-stream`` and query sinks: Confluent's wire format (a zero byte, the schema id, the data)
-through confluent-kafka's serializers and the registry named by
+``/inserts-stream`` and query sinks: Confluent's wire format (a zero byte, the schema
+id, the data) through confluent-kafka's serializers and the registry named by
 ``ksql.schema.registry.url``.
 
 Owns the schema of a source's key or value as ksqlDB writes it: Avro, a record
@@ -14,16 +14,20 @@ registers it). A single key column is written alone, as is a single value column
 registered under ``<topic>-key`` / ``<topic>-value`` when a CREATE statement names the
 source's columns, and for a persistent query's sink at its CREATE ... AS SELECT
 (``register``, as ksqlDB's schema register injector does), else by the first record
-written with it.
+written with it. A source created with KEY_SCHEMA_ID / VALUE_SCHEMA_ID has that schema
+registered under its subject at CREATE, and its rows written with it
+(``strom.ksql.schema_ids``).
 
 A CREATE statement without value (or key) columns in AVRO, JSON_SR or PROTOBUF takes
-them from the latest schema of ``<topic>-value`` (``<topic>-key``), as ksqlDB infers
-them: a record's, object's or first message's fields upper-cased as columns, a schema of
-another type as one column ``ROWVAL`` (``ROWKEY``), optional unions read as their type.
-A Protobuf record is read with its writer's message (``protobuf_class``: the schema by
-id with the subjects it references, ``.proto`` text compiled by
-``strom.services.protobuf_schemas``). Blocking (the
+them from the latest schema of ``<topic>-value`` (``<topic>-key``), or the schema its
+KEY_SCHEMA_ID / VALUE_SCHEMA_ID names, as ksqlDB infers them: a record's, object's or
+message's fields upper-cased as columns (PROTOBUF: the only top-level message, or the
+one ``*_SCHEMA_FULL_NAME`` names), a schema of another type as one column ``ROWVAL``
+(``ROWKEY``), optional unions read as their type. A Protobuf record is read with its
+writer's message (``protobuf_class``: the schema by id with the subjects it references,
+``.proto`` text compiled by ``strom.services.protobuf_schemas``). Blocking (the
 registry client): call from a worker thread.
+
 Does not own the other formats (``strom.ksql.formats``).
 """
 
