@@ -96,7 +96,9 @@ def avro_type(sql_type: ex.SqlType, record_name: str) -> Any:
     return _AVRO_PRIMITIVES[str(sql_type)]
 
 
-def avro_record(columns: list[Column], name: str = _RECORD, nested: bool = False) -> Any:
+def avro_record(
+    columns: list[Column], name: str = _RECORD, nested: bool = False, namespace: str = _NAMESPACE
+) -> Any:
     fields = [
         {
             "name": c.name,
@@ -106,8 +108,8 @@ def avro_record(columns: list[Column], name: str = _RECORD, nested: bool = False
         for c in columns
     ]
     record: dict[str, Any] = {"type": "record", "name": name, "fields": fields}
-    if not nested:
-        record["namespace"] = _NAMESPACE
+    if not nested and namespace:
+        record["namespace"] = namespace
     return record
 
 
@@ -224,7 +226,7 @@ class RegistryFormats:
                 schema_text = _row_messages(columns).schema_text()
             else:
                 alone = _written_alone(source, field, fmt, columns)
-                schema_text = _schema_text(fmt, columns, alone)
+                schema_text = _schema_text(fmt, columns, alone, _full_name(source, field))
             kind = {"AVRO": "AVRO", "PROTOBUF": "PROTOBUF"}.get(fmt, "JSON")
             try:
                 self._registry().register_schema(subject, Schema(schema_text, kind))
@@ -326,7 +328,7 @@ class RegistryFormats:
     def _serializer(
         self, source: DataSource, field: str, fmt: str, columns: tuple[Column, ...], alone: bool
     ) -> Callable[[Any], bytes]:
-        schema_text = _schema_text(fmt, columns, alone)
+        schema_text = _schema_text(fmt, columns, alone, _full_name(source, field))
         cache_key = (source.topic, field, schema_text)
         with self._lock:
             found = self._serializers.get(cache_key)
@@ -453,10 +455,26 @@ def _written_alone(source: DataSource, field: str, fmt: str, columns: tuple[Colu
     )
 
 
-def _schema_text(fmt: str, columns: tuple[Column, ...], alone: bool) -> str:
-    """The schema a key or value of ``columns`` is written with, as JSON text."""
+def _full_name(source: DataSource, field: str) -> str | None:
+    """KEY_SCHEMA_FULL_NAME / VALUE_SCHEMA_FULL_NAME (VALUE_AVRO_SCHEMA_FULL_NAME)."""
+    found = source.properties.get(f"{field.upper()}_SCHEMA_FULL_NAME")
+    if found is None and field == "value":
+        found = source.properties.get("VALUE_AVRO_SCHEMA_FULL_NAME")
+    return None if found is None else str(found)
+
+
+def _schema_text(
+    fmt: str, columns: tuple[Column, ...], alone: bool, full_name: str | None = None
+) -> str:
+    """The schema a key or value of ``columns`` is written with, as JSON text; an Avro
+    record named ``full_name`` when given (ksqlDB's name otherwise)."""
     if fmt == "AVRO":
-        schema: Any = avro_type(columns[0].type, _RECORD) if alone else avro_record(list(columns))
+        namespace, _, name = (full_name or f"{_NAMESPACE}.{_RECORD}").rpartition(".")
+        schema: Any = (
+            avro_type(columns[0].type, _RECORD)
+            if alone
+            else avro_record(list(columns), name, namespace=namespace)
+        )
     elif fmt == "PROTOBUF":
         schema = [[c.name, str(c.type)] for c in columns]
     else:

@@ -611,6 +611,12 @@ def test_sources_created_with_a_schema_id(
         record.value(), SerializationContext("levels", MessageField.VALUE)
     )
     assert decoded == {"sensor": "s1", "level": 2.5}
+    server.ok(
+        "CREATE STREAM named_avro (n INT) WITH (kafka_topic='named_avro', "
+        "value_format='AVRO', value_schema_full_name='com.acme.Order', partitions=1);"
+    )
+    named = json.loads(client.get_latest_version("named_avro-value").schema.schema_str)
+    assert (named["namespace"], named["name"]) == ("com.acme", "Order")
     proto_text = 'syntax = "proto3"; message Tick { string sym = 1; int64 qty = 2; }'
     proto_id = client.register_schema("ticks-other", Schema(proto_text, "PROTOBUF"))
     server.ok(

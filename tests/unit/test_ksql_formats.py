@@ -23,7 +23,7 @@ from strom.ksql import (
     schema_ids,
 )
 from strom.ksql import statements as st
-from strom.ksql.metastore import KsqlStatementError, Metastore
+from strom.ksql.metastore import Column, KsqlStatementError, Metastore
 from strom.ksql.parser import parse_statement
 
 
@@ -314,3 +314,19 @@ def test_rows_written_with_a_given_schemas_names() -> None:
     assert data[5:7] == b"\x02\x02"  # one index, 1 (zigzag varints)
     decoded = message_class.FromString(data[7:])
     assert (decoded.inner.city, decoded.n) == ("Oslo", 3)
+
+
+def test_avro_records_take_the_schema_full_name() -> None:
+    columns = (
+        Column("N", ex.PrimitiveType("INTEGER")),
+        Column("AT", ex.StructType((ex.StructField("CITY", ex.PrimitiveType("STRING")),))),
+    )
+    named = json.loads(registry_formats._schema_text("AVRO", columns, False, "com.acme.Order"))
+    assert (named["namespace"], named["name"]) == ("com.acme", "Order")
+    assert named["fields"][1]["type"][1]["name"] == "Order_AT"  # in com.acme
+    default = json.loads(registry_formats._schema_text("AVRO", columns, False))
+    assert (default["namespace"], default["name"]) == (
+        "io.confluent.ksql.avro_schemas", "KsqlDataSourceSchema",
+    )  # fmt: skip
+    plain = json.loads(registry_formats._schema_text("AVRO", columns, False, "Order"))
+    assert "namespace" not in plain and plain["name"] == "Order"
