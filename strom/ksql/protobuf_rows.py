@@ -10,11 +10,13 @@ MAP a map field, STRUCT a nested message ``ConnectDefault<n>``, DECIMAL
 ``(confluent.field_meta).params``), DATE ``google.type.Date``, TIME
 ``google.type.TimeOfDay``, TIMESTAMP ``google.protobuf.Timestamp``; a null is the field
 left unset (proto3 has no null). Read back, an unset scalar is proto3's default (0,
-"", false), an unset message null. The other way (``columns_of``), as ksqlDB infers
-columns: field names upper-cased; ``int32``/``sint32``/``sfixed32`` INTEGER, the
-other integers BIGINT (unsigned ones do not fit an INTEGER), ``float`` DOUBLE, an enum
-STRING, Google's wrappers their value's type, the well-known messages above their SQL
-types, any other message a STRUCT.
+"", false), an unset message null. A registered message is filled too (its fields
+matched to columns case aside, an enum by its name, Google's wrappers by their value).
+The other way (``columns_of``), as ksqlDB infers columns: field names upper-cased;
+``int32``/``sint32``/``sfixed32`` INTEGER, the other integers BIGINT (unsigned ones do
+not fit an INTEGER), ``float`` DOUBLE, an enum STRING, Google's wrappers their value's
+type, the well-known messages above their SQL types, any other message a STRUCT.
+PROTOBUF_NOSR rows are the same messages alone.
 
 Row values are in the query engine's forms: DECIMAL a ``decimal.Decimal``, DATE days
 since the epoch, TIME milliseconds of the day, TIMESTAMP epoch milliseconds, BYTES
@@ -39,7 +41,6 @@ DATE_MESSAGE = "google.type.Date"
 TIME_MESSAGE = "google.type.TimeOfDay"
 TIMESTAMP_MESSAGE = "google.protobuf.Timestamp"
 _EPOCH_DATE = datetime.date(1970, 1, 1)
-_DAY_MS = 86_400_000
 _SCALARS = {
     "BOOLEAN": "TYPE_BOOL",
     "INTEGER": "TYPE_INT32",
