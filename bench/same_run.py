@@ -14,13 +14,20 @@ Why per request: with linger.ms 5 a produce request carries what the client gath
 by the machine's load sends smaller requests, each costing the broker about the same);
 the CPU a request of the same shape does not. Medians over the rounds are printed.
 
-Usage: python bench/same_run.py REV [--records N] [--rounds R]
+Then the same without a client's timing: requests of one fixed shape sent raw, five in
+flight on one connection, the brokers in turn for --rounds bursts of --requests each:
+Produce v10 (acks=all, 6 partitions, a batch of 150 records of 100 B each: what the
+client sends with its defaults at about 900 records a request) and Fetch v16 reading
+those batches back, one a partition per request. The broker's CPU a request.
+
+Usage: python bench/same_run.py REV [--records N] [--rounds R] [--requests N]
        (bench/loop_lag.py --baseline REV runs it after its own figures)
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import re
 import shutil
 import statistics
@@ -29,20 +36,29 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.fetch.v16 import request as fetch_v16
+from kio.schema.produce.v10 import request as produce_v10
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from broker_process import BrokerProcess  # noqa: E402
+from raw_client import RawClient  # noqa: E402
+
+from strom.protocol.framing import encode_request  # noqa: E402
+from strom.protocol.records import build_batch  # noqa: E402
 
 PARTITIONS = 6
 VALUE = b"x" * 100
+SHAPE_RECORDS = 150  # a partition's batch in a fixed-shape request
+IN_FLIGHT = 5
 TUNED = {"acks": "1", "linger.ms": "5", "batch.size": "1000000"}
 REQUESTS = re.compile(
     r'^kafka_network_requestmetrics_requests_total\{request="(\w+)",version="\d+"\} (\S+)$', re.M
@@ -179,6 +195,76 @@ class Side:
         finally:
             consumer.close()
 
+    def topic_id(self, topic: str) -> uuid.UUID:
+        admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
+        described = admin.describe_topics(TopicCollection([topic]))[topic].result(30)
+        bits = described.topic_id
+        high = bits.get_most_significant_bits() & (2**64 - 1)
+        return uuid.UUID(int=high << 64 | bits.get_least_significant_bits() & (2**64 - 1))
+
+    def cpu_per_request_us(self, frames: list[bytes]) -> float:
+        """The broker's CPU a request over ``frames`` sent IN_FLIGHT deep, answers read."""
+        pid = self.broker.proc.pid
+        with RawClient(self.broker.port, timeout=120) as client:
+            cpu = broker_cpu_seconds(pid)
+            sent = answered = 0
+            while answered < len(frames):
+                while sent < len(frames) and sent - answered < IN_FLIGHT:
+                    client.send_bytes(frames[sent])
+                    sent += 1
+                client.read_frame()
+                answered += 1
+            return (broker_cpu_seconds(pid) - cpu) / len(frames) * 1e6
+
+
+def produce_frames(topic: str, count: int) -> list[bytes]:
+    batch = build_batch([(None, VALUE)] * SHAPE_RECORDS)
+    request = produce_v10.ProduceRequest(
+        acks=-1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            produce_v10.TopicProduceData(
+                name=topic,
+                partition_data=tuple(
+                    produce_v10.PartitionProduceData(index=p, records=batch)
+                    for p in range(PARTITIONS)
+                ),
+            ),
+        ),
+    )
+    return [encode_request(1, "same-run", request)] * count  # the answers are not read
+
+
+def fetch_frames(topic_id: uuid.UUID, count: int) -> list[bytes]:
+    """Fetches of the batches ``produce_frames`` wrote, the n-th batch of each partition
+    in the n-th request."""
+
+    def fetch(n: int) -> fetch_v16.FetchRequest:
+        partitions = tuple(
+            fetch_v16.FetchPartition(
+                partition=p,
+                current_leader_epoch=-1,
+                fetch_offset=n * SHAPE_RECORDS,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=len(VALUE) * SHAPE_RECORDS,
+            )
+            for p in range(PARTITIONS)
+        )
+        return fetch_v16.FetchRequest(
+            max_wait=datetime.timedelta(0),
+            min_bytes=1,
+            max_bytes=50 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=(fetch_v16.FetchTopic(topic_id=topic_id, partitions=partitions),),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+
+    return [encode_request(n + 1, "same-run", fetch(n)) for n in range(count)]
+
 
 @contextmanager
 def worktree(scratch: Path, revision: str) -> Iterator[Path]:
@@ -202,13 +288,14 @@ def worktree(scratch: Path, revision: str) -> Iterator[Path]:
         )
 
 
-def compare(scratch: Path, baseline: str, records: int, rounds: int) -> None:
+def compare(scratch: Path, baseline: str, records: int, rounds: int, requests: int = 1000) -> None:
     with worktree(scratch, baseline) as tree:
         sides = [
             Side("this tree", BrokerProcess(scratch / "this-tree")),
             Side(baseline, TreeBroker(tree, scratch / "baseline")),
         ]
         figures: dict[tuple[str, str, str], list[Burst]] = {}
+        shaped: dict[tuple[str, str], list[float]] = {}
         try:
             for side in sides:
                 side.start()
@@ -220,6 +307,23 @@ def compare(scratch: Path, baseline: str, records: int, rounds: int) -> None:
                                 topic, records
                             )
                             figures.setdefault((side.label, topic, path), []).append(burst)
+            for side in sides:
+                admin = AdminClient({"bootstrap.servers": side.broker.bootstrap})
+                admin.create_topics([NewTopic("shaped", PARTITIONS, 1)])["shaped"].result(30)
+            produce = produce_frames("shaped", requests)
+            fetches = {
+                side.label: fetch_frames(side.topic_id("shaped"), rounds * requests)
+                for side in sides
+            }
+            for round_ in range(rounds):
+                for side in sides if round_ % 2 == 0 else sides[::-1]:
+                    shaped.setdefault((side.label, "produce"), []).append(
+                        side.cpu_per_request_us(produce)
+                    )
+                    fetch = fetches[side.label][round_ * requests : (round_ + 1) * requests]
+                    shaped.setdefault((side.label, "fetch"), []).append(
+                        side.cpu_per_request_us(fetch)
+                    )
         finally:
             for side in sides:
                 side.broker.stop()
@@ -228,6 +332,17 @@ def compare(scratch: Path, baseline: str, records: int, rounds: int) -> None:
         for path in ("produce", "consume"):
             now, then = figures[("this tree", topic, path)], figures[(baseline, topic, path)]
             print(f"  {path}, client {topic}: " + _against(now, then, baseline))
+    print(
+        f"fixed-shape requests ({PARTITIONS} partitions x {SHAPE_RECORDS} records),"
+        f" {rounds} bursts, medians of the broker's CPU a request:"
+    )
+    for path in ("produce", "fetch"):
+        now_us = statistics.median(shaped[("this tree", path)])
+        then_us = statistics.median(shaped[(baseline, path)])
+        print(
+            f"  {path}: {now_us:.0f} us against {then_us:.0f} us at {baseline}"
+            f" ({(now_us / then_us - 1) * 100:+.1f}%)"
+        )
 
 
 def _against(now: list[Burst], then: list[Burst], baseline: str) -> str:
@@ -253,9 +368,10 @@ def main() -> None:
     parser.add_argument("baseline", help="a commit to compare produce and consume with")
     parser.add_argument("--records", type=int, default=200_000, help="per burst")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=1000, help="fixed-shape, per burst")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="strom-same-run-") as scratch:
-        compare(Path(scratch), args.baseline, args.records, args.rounds)
+        compare(Path(scratch), args.baseline, args.records, args.rounds, args.requests)
 
 
 if __name__ == "__main__":
