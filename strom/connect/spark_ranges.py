@@ -3,14 +3,15 @@ records (``SparkSinkTask.range_writer``: the JDBC sink).
 
 The driver side (:class:`RangeBatches`) is the sink's stream reader without Structured
 Streaming: it keeps where each topic-partition is, and at each micro-batch asks the
-broker for the ends and plans one range per topic-partition that moved (the ``strom``
-source's ``plan_ranges``, so a topic-partition is read by one Spark task at a time, which
-exactly-once delivery relies on). Where a topic-partition starts the first time it is
-seen is the caller's (the group's committed offsets, or the task's own stored ahead of
-them; else the earliest). :func:`write_ranges_job` runs a micro-batch as one Spark job of
-one task per range, each fetching and decoding its range with the ``strom`` source's
-reader and writing it in the same Python process (:func:`write_ranges`): the records
-never enter the JVM. Committing the batch's ends in the group is the runner's.
+broker for the ends and plans one range per topic-partition that moved, of at most
+``RANGE_RECORDS`` offsets (the ``strom`` source's ``plan_ranges``, so a topic-partition
+is read by one Spark task at a time, which exactly-once delivery relies on). Where a
+topic-partition starts the first time it is seen is the caller's (the group's committed
+offsets, or the task's own stored ahead of them; else the earliest).
+:func:`write_ranges_job` runs a micro-batch as one Spark job of one task per range, each
+fetching and decoding its range with the ``strom`` source's reader and writing it in the
+same Python process (:func:`write_ranges`): the records never enter the JVM. Committing
+the batch's ends in the group is the runner's.
 
 A position that is no longer in the log (retention, a topic deleted and made again) is
 skipped with a warning, as the ``strom`` source does with failOnDataLoss=false. Does not
@@ -41,6 +42,9 @@ RangeWriter = Callable[[list["pa.RecordBatch"]], int]
 FirstPositions = Callable[[list[str]], "JsonOffsets"]
 
 _HEAP_FROZEN: list[bool] = []
+# Offsets a range covers at most: a Spark task holds its range's records at once (about
+# 170 MB for 250,000 records of 670 bytes); a longer backlog takes several micro-batches.
+RANGE_RECORDS = 250_000
 
 
 class RangeBatches:
@@ -93,6 +97,7 @@ class RangeBatches:
                     )
                     start = low
                 starts.setdefault(topic, {})[partition] = start
+                ends[partition] = min(end, start + RANGE_RECORDS)
         return plan_ranges(starts, moved, None), moved
 
     def _start_new(self, current: dict[str, list[int]]) -> None:

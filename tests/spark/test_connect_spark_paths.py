@@ -1,9 +1,11 @@
-"""A source task's JsonConverter values built from Arrow columns in Spark's Python workers
-and written there (``strom.connect.spark_envelopes``), against the JVM's ``to_json`` path
-they replace: the same JSON for every type they take (ints, booleans, doubles and floats
-with NaN and infinities, strings with quotes, backslashes, control characters and
-non-ASCII text, Timestamp before and after 1970, Date, nulls), with and without the
-schema's envelope, each record written once to a real broker."""
+"""The Spark runner's paths around the JVM, with a real broker: a source task's
+JsonConverter values built from Arrow columns in Spark's Python workers and written there
+(``strom.connect.spark_envelopes``), against the JVM's ``to_json`` path they replace (the
+same JSON for every type they take: ints, booleans, doubles and floats with NaN and
+infinities, strings with quotes, backslashes, control characters and non-ASCII text,
+Timestamp before and after 1970, Date, nulls; with and without the schema's envelope;
+each record written once); and the JDBC sink's micro-batches of offset ranges
+(``strom.connect.spark_ranges``), read without Spark."""
 
 from __future__ import annotations
 
@@ -11,12 +13,15 @@ import datetime as dt
 import json
 import uuid
 
+import pyarrow as pa
 import pytest
 
 pytest.importorskip("pyspark", reason="needs the spark extra (pip install -e .[spark])")
 
+from confluent_kafka import Producer
 from kafka_helpers import consume_to_end, create_topic
 
+from strom.connect import spark_ranges
 from strom.connect.converters import JsonConverter
 from strom.connect.data import DATE, TIMESTAMP, Schema
 from strom.connect.spark_envelopes import EnvelopeWriter, arrow_writes
@@ -86,3 +91,50 @@ def payload(value: bytes | None) -> dict[str, object]:
     found = decoded["payload"] if "payload" in decoded else decoded
     assert isinstance(found, dict)
     return found
+
+
+def test_range_batches_cap_each_range_and_start_where_told(broker, monkeypatch) -> None:
+    """The JDBC sink's micro-batches (``spark_ranges``): a topic-partition starts at the
+    position ``first`` gives (the group's) or else at the earliest, each range holds at
+    most RANGE_RECORDS offsets, and each range's records are read whole by the task's
+    reading loop, which hands them to the writer."""
+    topic = f"ranges-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 2)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for n in range(30):
+        producer.produce(topic, f"r{n}".encode(), partition=0)
+    for n in range(5):
+        producer.produce(topic, f"s{n}".encode(), partition=1)
+    producer.flush(10)
+    monkeypatch.setattr(spark_ranges, "RANGE_RECORDS", 8)
+    asked: list[list[str]] = []
+
+    def first(topics: list[str]) -> dict[str, dict[str, int]]:
+        asked.append(topics)
+        return {topic: {"0": 10}}  # partition 1 has no commit: the earliest
+
+    batches = spark_ranges.RangeBatches(
+        {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic}, first
+    )
+    seen: list[tuple[int, int, int]] = []
+    values: list[bytes] = []
+
+    def writer(arrows: list[pa.RecordBatch]) -> int:
+        table = pa.Table.from_batches(arrows)
+        values.extend(table["value"].to_pylist())
+        return table.num_rows
+
+    try:
+        while (planned := batches.next()) is not None:
+            ranges, ends = planned
+            seen += [(r.partition, r.start, r.end) for r in ranges]
+            written = list(spark_ranges.write_ranges(writer, batches.opts, ranges))
+            assert written == [r.end - r.start for r in ranges]
+            batches.advance(ends)
+    finally:
+        batches.close()
+    assert asked == [[topic]]
+    assert seen == [(0, 10, 18), (1, 0, 5), (0, 18, 26), (0, 26, 30)]
+    assert sorted(values) == sorted(
+        [f"r{n}".encode() for n in range(10, 30)] + [f"s{n}".encode() for n in range(5)]
+    )
