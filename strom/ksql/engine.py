@@ -64,6 +64,7 @@ from strom.ksql.parser import KsqlSyntaxError, parse_statement, parse_statements
 from strom.ksql.planner import QueryPlan, SinkRequest, plan_query
 from strom.ksql.queries import QueryRegistry, RunningQuery
 from strom.ksql.registry_formats import INFERRED_FORMATS, RegistryFormats
+from strom.ksql.schema_ids import check_query_columns
 from strom.ksql.upgrades import check_query_upgrade, check_source_upgrade
 
 log = logging.getLogger(__name__)
@@ -681,10 +682,28 @@ class KsqlEngine:
             replaced = self._writer_of(statement.name)
             if replaced is not None:
                 check_query_upgrade(replaced.plan, plan)
+        self._check_schema_ids(plan.sink)
         self._ensure_sink_topic(plan)
         self.registry.register(plan.sink)  # before its first row, as ksqlDB does
         command_id = f"{statement.kind.lower()}/`{statement.name}`/create"
         return self._run_persistent(statement, text, scope, command_id)
+
+    def _check_schema_ids(self, sink: DataSource) -> None:
+        """A query sink's KEY_SCHEMA_ID / VALUE_SCHEMA_ID: of a registry format, and its
+        columns those of the schema, as ksqlDB checks them."""
+        for side, fmt, columns in (
+            ("KEY", sink.key_format, sink.key_columns),
+            ("VALUE", sink.value_format, sink.value_columns),
+        ):
+            if sink.properties.get(f"{side}_SCHEMA_ID") is None:
+                continue
+            if fmt not in INFERRED_FORMATS:
+                raise KsqlStatementError(
+                    f"{side}_FORMAT should support schema inference when {side}_SCHEMA_ID is "
+                    f"provided. Current format is {fmt}."
+                )
+            registered = self._registry_columns(sink.topic, fmt, sink.properties, side)
+            check_query_columns(list(columns), registered, side == "KEY")
 
     def _insert_into(
         self, statement: st.InsertInto, text: str, scope: RequestScope

@@ -2,7 +2,8 @@
 ksqlDB writes a source created with one: Confluent's wire format (a zero byte, that
 schema id, the data) of the registered schema, its fields named as it names them.
 
-Owns matching a row's columns (upper-cased, as inferred) to the registered schema's
+Owns checking a CREATE ... AS SELECT's columns against such a schema, matching a row's
+columns (upper-cased, as inferred) to the registered schema's
 fields, case aside, at every level (an Avro record's fields, a JSON Schema object's
 properties, a Protobuf message's fields), and encoding: Avro with the registered schema
 (fastavro), JSON_SR as JSON text, PROTOBUF as the registered message (its message
@@ -22,8 +23,27 @@ import struct
 from typing import Any
 
 from strom.ksql import protobuf_rows
+from strom.ksql.metastore import Column, KsqlStatementError
 
 SCHEMA_ID_PROPERTIES = {"key": "KEY_SCHEMA_ID", "value": "VALUE_SCHEMA_ID"}
+
+
+def _column_text(column: Column) -> str:
+    return f"`{column.name}` {column.type}"
+
+
+def check_query_columns(columns: list[Column], registered: list[Column], is_key: bool) -> None:
+    """A CREATE ... AS SELECT's key or value columns against those of the schema its
+    KEY_SCHEMA_ID / VALUE_SCHEMA_ID names, as ksqlDB checks them: each must be the
+    schema's column at its place (name and type)."""
+    at = {index: (c.name, str(c.type)) for index, c in enumerate(registered)}
+    differing = [c for index, c in enumerate(columns) if at.get(index) != (c.name, str(c.type))]
+    if differing:
+        raise KsqlStatementError(
+            f"The following {'key' if is_key else 'value'} columns are changed, missing or "
+            f"reordered: [{', '.join(_column_text(c) for c in differing)}]. Schema from "
+            f"schema registry is [{', '.join(_column_text(c) for c in registered)}]"
+        )
 
 
 def _header(schema_id: int) -> bytes:

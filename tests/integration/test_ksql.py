@@ -636,6 +636,10 @@ def test_sources_created_with_a_schema_id(
          f"value_schema_id={avro_id});",
          f"Format and fetched schema type using VALUE_SCHEMA_ID {avro_id} are different. "
          "Format: [PROTOBUF], Fetched schema type: [AVRO]."),
+        (f"CREATE STREAM levels_copy WITH (value_format='AVRO', value_schema_id={avro_id}) "
+         "AS SELECT level FROM levels;",
+         "The following value columns are changed, missing or reordered: [`LEVEL` DOUBLE]. "
+         "Schema from schema registry is [`SENSOR` STRING, `LEVEL` DOUBLE]"),
     ):  # fmt: skip
         status, refused = server.ksql(text)
         assert (status, refused["message"]) == (400, message)

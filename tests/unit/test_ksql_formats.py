@@ -330,3 +330,14 @@ def test_avro_records_take_the_schema_full_name() -> None:
     )  # fmt: skip
     plain = json.loads(registry_formats._schema_text("AVRO", columns, False, "Order"))
     assert "namespace" not in plain and plain["name"] == "Order"
+
+
+def test_a_query_sink_matches_the_schema_its_id_names() -> None:
+    registered = [Column("A", ex.PrimitiveType("STRING")), Column("B", ex.PrimitiveType("BIGINT"))]
+    schema_ids.check_query_columns(registered[:1], registered, False)  # a prefix is fine
+    with pytest.raises(KsqlStatementError) as info:
+        schema_ids.check_query_columns([registered[1], registered[0]], registered, True)
+    assert str(info.value) == (
+        "The following key columns are changed, missing or reordered: [`B` BIGINT, `A` "
+        "STRING]. Schema from schema registry is [`A` STRING, `B` BIGINT]"
+    )
