@@ -4,8 +4,9 @@ as ksqlDB's ``/query`` endpoint writes them. A plain consumer, no query engine.
 Owns guessing the key and value formats as ksqlDB's ``RecordFormatter`` does (each
 record removes the formats it does not decode as, in the order AVRO, PROTOBUF, JSON,
 JSON_SR, KAFKA_INT, KAFKA_BIGINT, KAFKA_DOUBLE, KAFKA_STRING; a record is shown in the
-first left, its raw bytes when none is), the ``Key format: ... / Value format: ...``
-lines each time the guess changes, one line per record (``rowtime: 2026/01/02
+first left, its raw bytes when none is; a poll's records are all formatted, and again
+when the first format is ruled out on the way), the ``Key format: ... / Value format:
+...`` lines each time the guess changes, one line per record (``rowtime: 2026/01/02
 03:04:05.678 Z, key: ..., value: ..., partition: N``; a null is ``<null>``), every
 INTERVAL-th record, up to LIMIT, and an empty line whenever a poll brings nothing (so a
 gone client is noticed). A key may be windowed (``TUMBLING(KAFKA_STRING)``: shown
@@ -183,6 +184,30 @@ class FormatGuess:
         return prefix + " or ".join(self.possible)
 
 
+def format_batch(
+    keys: FormatGuess,
+    values: FormatGuess,
+    records: list[tuple[int, bytes | None, bytes | None, int | None]],
+) -> list[str]:
+    """The lines of a poll's records (timestamp, key, value, partition), as ksqlDB's
+    formatter writes a batch: every record refines the guesses, and when the format the
+    batch started with is ruled out on the way, the batch is written again in the one
+    left first (a 4-byte string first shown as a KAFKA_INT is then shown as text)."""
+
+    def written() -> list[str]:
+        return [
+            f"rowtime: {rowtime(timestamp)}, key: {keys.show(key)}, "
+            f"value: {values.show(value)}, partition: {partition}"
+            for timestamp, key, value, partition in records
+        ]
+
+    active_key, active_value = keys.possible[:1], values.possible[:1]
+    lines = written()
+    if set(active_key) <= set(keys.possible) and set(active_value) <= set(values.possible):
+        return lines
+    return written()
+
+
 def rowtime(timestamp_ms: int) -> str:
     if timestamp_ms < 0:
         return "N/A"
@@ -230,12 +255,8 @@ def print_records(
                 emit("")
                 continue
             lines = []
-            for record in records:
-                text = (
-                    f"rowtime: {rowtime(record.timestamp()[1])}, "
-                    f"key: {keys.show(record.key())}, value: {values.show(record.value())}, "
-                    f"partition: {record.partition()}"
-                )
+            batch = [(r.timestamp()[1], r.key(), r.value(), r.partition()) for r in records]
+            for text in format_batch(keys, values, batch):
                 polled += 1
                 if (polled - 1) % statement.interval == 0:
                     written += 1

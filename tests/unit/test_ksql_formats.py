@@ -341,3 +341,14 @@ def test_a_query_sink_matches_the_schema_its_id_names() -> None:
         "The following key columns are changed, missing or reordered: [`B` BIGINT, `A` "
         "STRING]. Schema from schema registry is [`A` STRING, `B` BIGINT]"
     )
+
+
+def test_print_writes_a_batch_again_when_its_first_format_is_ruled_out() -> None:
+    keys, values = print_topic.FormatGuess(is_key=True), print_topic.FormatGuess()
+    batch = [(0, None, b"abcd", 0), (1, None, b"abc", 1)]  # 4 bytes: an INTEGER, until...
+    lines = print_topic.format_batch(keys, values, batch)
+    assert lines == [
+        "rowtime: 1970/01/01 00:00:00.000 Z, key: <null>, value: abcd, partition: 0",
+        "rowtime: 1970/01/01 00:00:00.001 Z, key: <null>, value: abc, partition: 1",
+    ]
+    assert values.possible == ["KAFKA_STRING"]
