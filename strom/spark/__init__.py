@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from strom.spark.kafka_meta import StromSourceError
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 FORMAT = StromDataSource.name()
+# Leads the PYTHONPATH of the Python processes of the sessions made here: its
+# sitecustomize has them import the installed PySpark (cached bytecode) rather than
+# Spark's zip of it (see worker_site/sitecustomize.py).
+WORKER_SITE = str(Path(__file__).parent / "worker_site")
 
 
 def register(spark: SparkSession) -> None:
@@ -43,12 +48,21 @@ def local_session(app_name: str = "strom", master: str = "local[2]", **conf: Any
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    _lead_pythonpath(WORKER_SITE)
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in {"spark.ui.enabled": "false", **conf}.items():
         builder = builder.config(key, str(value))
     spark = builder.getOrCreate()
     register(spark)
     return spark
+
+
+def _lead_pythonpath(directory: str) -> None:
+    """Put ``directory`` first on the PYTHONPATH that the JVM, started next, hands on to
+    the Python processes it starts."""
+    entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    if directory not in entries:
+        os.environ["PYTHONPATH"] = os.pathsep.join([directory, *entries])
 
 
 __all__ = [
