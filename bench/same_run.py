@@ -7,7 +7,8 @@ producer writes --records 100-B records to a 6-partition topic, then a fresh con
 reads them back. Kept per burst: the rate the client saw, the broker's CPU time (every
 thread's, in nanoseconds from /proc/PID/task/*/schedstat, not /proc/PID/stat's 10 ms
 ticks), the produce and fetch requests it answered (from its /metrics) and so the
-records a produce request carried.
+records a produce request carried. Before the bursts, each broker's CPU a second while
+idle, which every figure a record holds for as long as its burst lasts.
 
 Why per request: with linger.ms 5 a produce request carries what the client gathered in
 5 ms, so the broker's CPU a record moves with how fast the client ran (a client slowed
@@ -266,6 +267,20 @@ def fetch_frames(topic_id: uuid.UUID, count: int) -> list[bytes]:
     return [encode_request(n + 1, "same-run", fetch(n)) for n in range(count)]
 
 
+def idle_cpu_ms_a_second(sides: list[Side], seconds: float = 5.0) -> dict[str, float]:
+    """The CPU each broker uses a second while no client asks anything (its periodic
+    duties: Raft ticks, the loop's lag probe, flush checks)."""
+    time.sleep(1.0)  # the producers' and topics' start-up settles
+    before = {side.label: broker_cpu_seconds(side.broker.proc.pid) for side in sides}
+    started = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - started
+    return {
+        side.label: (broker_cpu_seconds(side.broker.proc.pid) - before[side.label]) / elapsed * 1e3
+        for side in sides
+    }
+
+
 @contextmanager
 def worktree(scratch: Path, revision: str) -> Iterator[Path]:
     """A detached worktree of ``revision``, with this tree's compiled record walk."""
@@ -299,6 +314,7 @@ def compare(scratch: Path, baseline: str, records: int, rounds: int, requests: i
         try:
             for side in sides:
                 side.start()
+            idle = idle_cpu_ms_a_second(sides)
             for round_ in range(rounds):
                 for topic in ("tuned", "defaults"):
                     for side in sides if round_ % 2 == 0 else sides[::-1]:
@@ -327,6 +343,11 @@ def compare(scratch: Path, baseline: str, records: int, rounds: int, requests: i
         finally:
             for side in sides:
                 side.broker.stop()
+    print(
+        "idle, the broker's CPU a second: "
+        + ", ".join(f"{ms:.1f} ms at {label}" for label, ms in idle.items())
+        + " (in every figure a record, for as long as a burst lasts)"
+    )
     print(f"same run, {rounds} rounds of {records:,} records a path, medians:")
     for topic in ("tuned", "defaults"):
         for path in ("produce", "consume"):
