@@ -527,7 +527,12 @@ class _SinkThread(_SparkTaskThread):
                     continue
                 ranges, ends = planned
                 if ranges:
-                    write_ranges_job(spark, ranges, batches.opts, writer)
+                    try:
+                        write_ranges_job(spark, ranges, batches.opts, writer)
+                    except Exception:
+                        if self.stopping.is_set():  # its jobs cancelled past the grace time
+                            return
+                        raise
                 batches.advance(ends)
                 group.commit(to_json(ends))
         finally:
