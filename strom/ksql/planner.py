@@ -617,17 +617,18 @@ def _plan_projection(
         keys = [ex.ColumnReference(c.name) for c in source.key_columns]
         what = "key column"
     projection: list[Projection] = []
-    found: set[int] = set()
+    found: dict[int, str] = {}  # each key selected: the name it is selected as
     for name, expression in named:
         sql_type = compile_expression(expression, scope).sql_type
         namespace = "VALUE"
         if persistent:
-            index = next(
-                (i for i, k in enumerate(keys) if i not in found and _same(k, expression)), None
-            )
+            matching = [i for i, k in enumerate(keys) if _same(k, expression)]
+            index = next((i for i in matching if i not in found), None)
             if index is not None:
-                found.add(index)
+                found[index] = name
                 namespace = "KEY"
+            elif matching:
+                _key_twice(found[matching[0]], name, grouped=query.group_by is not None)
         projection.append(Projection(name, sql_type, expression, namespace))
     if persistent and len(found) < len(keys):
         missing = [expression_text(k) for i, k in enumerate(keys) if i not in found]
@@ -660,14 +661,17 @@ def _join_projection(
     keys = [ex.ColumnReference(synthetic)] if synthetic else _equal_keys(joins, scope)
     wanted = {resolved(k) for k in keys}
     projection: list[Projection] = []
-    keyed = False
+    keyed: tuple[Any, str] | None = None  # the key selected: what it reads, its name
     for name, expression in named:
         sql_type = compile_expression(expression, scope).sql_type
         namespace = "VALUE"
-        if persistent and not keyed and resolved(expression) in wanted:
-            keyed, namespace = True, "KEY"
+        reads = resolved(expression)
+        if persistent and keyed is None and reads in wanted:
+            keyed, namespace = (reads, name), "KEY"
+        elif persistent and keyed is not None and reads == keyed[0]:
+            _key_twice(keyed[1], name, grouped=False)
         projection.append(Projection(name, sql_type, expression, namespace))
-    if persistent and not keyed:
+    if persistent and keyed is None:
         names = [joins[0].left_name, *(j.right_name for j in joins)]
         texts = [expression_text(_qualified(k, scope, names)) for k in keys]
         shown = [t for t, k in zip(texts, keys, strict=True) if isinstance(k, ex.ColumnReference)]
@@ -689,6 +693,18 @@ def _join_projection(
             f"{shown[0]}...).{why}"
         )
     return _keys_first(projection)
+
+
+def _key_twice(first: str, second: str, grouped: bool) -> None:
+    """ksqlDB's refusal of a key column selected twice (``first``, then ``second``)."""
+    if grouped:
+        raise KsqlStatementError(
+            f"The projection contains a key column more than once: `{first}` and `{second}`."
+        )
+    aliases = " and ".join(sorted((first, second)))
+    raise KsqlStatementError(
+        f"The projection contains a key column (`{first}`) more than once, aliased as: {aliases}."
+    )
 
 
 def _equal_keys(joins: tuple[JoinPlan, ...], scope: Scope) -> list[ex.Expression]:
@@ -1171,15 +1187,17 @@ def _plan_aggregation(
         columns.update(WINDOW_BOUND_TYPES)
     aggregate_scope = Scope(columns)
     projection: list[Projection] = []
-    found: set[int] = set()
+    found: dict[int, str] = {}  # each grouping expression selected: its name
     for name, _original, expression in rewritten:
         sql_type = compile_expression(expression, aggregate_scope).sql_type
         namespace = "VALUE"
         if isinstance(expression, ex.ColumnReference) and expression.name in group_columns:
             index = group_columns.index(expression.name)
             if index not in found:
-                found.add(index)
+                found[index] = name
                 namespace = "KEY"
+            elif persistent:
+                _key_twice(found[index], name, grouped=True)
         projection.append(Projection(name, sql_type, expression, namespace))
     if having is not None:
         having_type = compile_expression(having, aggregate_scope).sql_type

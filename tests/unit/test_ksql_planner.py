@@ -318,3 +318,36 @@ def test_select_star_under_partition_by_is_the_repartitioned_schema() -> None:
     writer = RecordWriter(delimited.sink)
     assert writer.key(change.key, None) == b"zero"
     assert writer.value(change.value) == b"0,50,1"
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        (
+            "CREATE STREAM o AS SELECT user_id, user_id AS again, page FROM clicks",
+            "The projection contains a key column (`USER_ID`) more than once, aliased as: "
+            "AGAIN and USER_ID.",
+        ),
+        (
+            "CREATE STREAM o AS SELECT page, page AS page2, ms FROM clicks PARTITION BY page",
+            "The projection contains a key column (`PAGE`) more than once, aliased as: "
+            "PAGE and PAGE2.",
+        ),
+        (
+            "CREATE TABLE o AS SELECT page, page AS p2, COUNT(*) FROM clicks GROUP BY page",
+            "The projection contains a key column more than once: `PAGE` and `P2`.",
+        ),
+        (
+            "CREATE STREAM o AS SELECT c.user_id, c.user_id AS k2, u.name FROM clicks c "
+            "JOIN users u ON c.user_id = u.id",
+            "The projection contains a key column (`USER_ID`) more than once, aliased as: "
+            "K2 and USER_ID.",
+        ),
+    ],
+)  # fmt: skip
+def test_a_key_selected_twice_is_refused_as_ksqldb_refuses_it(
+    metastore: Metastore, query: str, message: str
+) -> None:
+    assert refusal(metastore, query) == message
+    transient = query.split(" AS ", 1)[1].replace("SELECT", "SELECT", 1) + " EMIT CHANGES"
+    assert plan(metastore, transient).sink is None  # a push query may select it twice
