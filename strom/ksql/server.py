@@ -37,11 +37,12 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiohttp import web
 
+from strom.ksql import expressions as ex
 from strom.ksql.engine import (
     ERROR_BAD_STATEMENT,
     ERROR_SERVER,
@@ -54,6 +55,7 @@ from strom.ksql.metastore import KsqlStatementError
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, split_statements
 from strom.ksql.print_topic import print_records
 from strom.ksql.statements import PrintTopic, Query
+from strom.ksql.values import format_date, format_time, format_timestamp
 from strom.services.http import SERVES_HTTP2
 
 log = logging.getLogger(__name__)
@@ -232,7 +234,7 @@ class KsqlServerApp:
         except KsqlStatementError as exc:
             return self._reply(request, statement_error(str(exc), statement_text, []), 400)
         names = [p.name for p in plan.projection]
-        types = [str(p.type) for p in plan.projection]
+        types = [p.type for p in plan.projection]
         query_id = push.query_id if push is not None else f"query_{uuid.uuid4().int % 10**13}"
         writer = _RowWriter(request.path, request.headers.get("Accept", ""), query_id, names, types)
         response = web.StreamResponse(headers={"Content-Type": writer.content_type})
@@ -426,16 +428,32 @@ class KsqlServerApp:
         return response
 
 
-def _json_ready(value: Any) -> Any:
-    """A row's value as JSON: DECIMAL a number, BYTES base64."""
+def rest_json_value(value: Any, sql_type: ex.SqlType | None) -> Any:
+    """A row's value as ksqlDB's REST API writes it: DECIMAL a number, BYTES base64,
+    TIMESTAMP ``yyyy-MM-dd'T'HH:mm:ss.SSS`` (UTC), DATE ``yyyy-MM-dd``, TIME as Java's
+    ``LocalTime`` of the whole seconds, inside arrays, maps and structs too."""
+    if value is None:
+        return None
+    if isinstance(sql_type, ex.PrimitiveType) and type(value) is int:
+        if sql_type.name == "TIMESTAMP":
+            return format_timestamp(value)
+        if sql_type.name == "DATE":
+            return format_date(value)
+        if sql_type.name == "TIME":
+            return format_time(value)
     if isinstance(value, decimal.Decimal):
         return float(value)
     if isinstance(value, bytes):
         return base64.b64encode(value).decode()
     if isinstance(value, list):
-        return [_json_ready(v) for v in value]
+        element = sql_type.element if isinstance(sql_type, ex.ArrayType) else None
+        return [rest_json_value(v, element) for v in value]
     if isinstance(value, dict):
-        return {str(k): _json_ready(v) for k, v in value.items()}
+        if isinstance(sql_type, ex.StructType):
+            fields = {f.name: f.type for f in sql_type.fields}
+            return {str(k): rest_json_value(v, fields.get(str(k))) for k, v in value.items()}
+        member = sql_type.value if isinstance(sql_type, ex.MapType) else None
+        return {str(k): rest_json_value(v, member) for k, v in value.items()}
     return value
 
 
@@ -451,13 +469,19 @@ class _RowWriter:
     """
 
     def __init__(
-        self, path: str, accept: str, query_id: str, names: list[str], types: list[str]
+        self,
+        path: str,
+        accept: str,
+        query_id: str,
+        names: list[str],
+        sql_types: Sequence[ex.SqlType | None],
     ) -> None:
         self.old = path == "/query"
         self.as_array = not self.old and "application/json" in accept
         self.query_id = query_id
         self.names = names
-        self.types = types
+        self.sql_types = sql_types
+        self.types = [str(t) for t in sql_types]
         if self.old:
             self.content_type = KSQL_MEDIA_TYPE if KSQL_MEDIA_TYPE in accept else "application/json"
         else:
@@ -472,9 +496,10 @@ class _RowWriter:
         return (b"[" if self.as_array else b"") + json.dumps(head).encode() + b"\n"
 
     def row(self, values: list[Any]) -> bytes:
+        columns = [rest_json_value(v, t) for v, t in zip(values, self.sql_types, strict=False)]
         if self.old:
-            return json.dumps({"row": {"columns": _json_ready(values)}}).encode() + b",\n"
-        return (b"," if self.as_array else b"") + json.dumps(_json_ready(values)).encode() + b"\n"
+            return json.dumps({"row": {"columns": columns}}).encode() + b",\n"
+        return (b"," if self.as_array else b"") + json.dumps(columns).encode() + b"\n"
 
     def end(self, final: str | None) -> bytes:
         if self.old:

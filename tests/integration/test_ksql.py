@@ -571,7 +571,7 @@ def test_protobuf_schemas_at_create_inferred_and_read_by_the_writers_message(
     lines = list(
         KsqlRestClient(server.url).lines("/query-stream", {"sql": "SELECT * FROM sensor;"})
     )
-    assert json.loads(lines[1]) == [1700000000000, 21.5, "F"]
+    assert json.loads(lines[1]) == ["2023-11-14T22:13:20.000", 21.5, "F"]
     # PROTOBUF_NOSR: the message alone, nothing in the registry.
     server.ok(
         "CREATE STREAM bare (id STRING KEY, n BIGINT, price DECIMAL(4, 2)) "
