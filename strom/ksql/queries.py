@@ -13,7 +13,9 @@ Spark queries start and stop on one thread of the registry's, in order: a statem
 answers once its query is recorded, not once Spark runs it (a session starts in
 seconds); TERMINATE waits for the stop. Only the persistent queries this server owns
 run here (``owns``, set from ``strom.ksql.ownership``); ``rebalance`` stops those it
-gave up, keeping their checkpoints, and starts those it received. A query Spark failed
+gave up, keeping their checkpoints, and starts those it received; a server that runs
+none of the service's queries starts its SparkSession once there is one (a takeover then
+waits for the query's start, not for Spark's). A query Spark failed
 is started again from its checkpoint after a doubling backoff, as ksqlDB retries one.
 
 Does not own planning (``strom.ksql.planner``), Spark (``strom.ksql.runtime``) or the
@@ -143,6 +145,7 @@ class QueryRegistry:
         self.owns: Callable[[str], bool] = lambda query_id: False
         self._specs: dict[str, Any] = {}  # the Spark spec of each persistent query
         self._starting: set[str] = set()  # starts queued, not yet run
+        self._warming = False  # Spark's start asked for ahead of a query (``start``)
         # A failed query is started again (ksqlDB's ksql.query.retry.backoff.*): the
         # first backoff and the largest; each query's next try (monotonic s) and backoff.
         self._retry_backoff_ms = retry_backoff_ms
@@ -174,6 +177,12 @@ class QueryRegistry:
             self._specs[query.query_id] = spec
         if self.owns(query.query_id):
             self._queue_start(query, spec)
+        elif not self._warming:
+            # Another server runs it; this one starts its Spark now all the same, so
+            # that taking a query over (its owner gone) waits for the query's start,
+            # not for Spark's too (a minute on a loaded machine).
+            self._warming = True
+            self._actions.put(("warm", None, None))
 
     def _queue_start(self, query: RunningQuery, spec: Any) -> None:
         with self._lock:
@@ -225,7 +234,9 @@ class QueryRegistry:
                 self._retry_failed()
                 continue
             try:
-                if action == "close":
+                if action == "warm":
+                    self.runtime.warm()
+                elif action == "close":
                     if self._runtime is not None:
                         self._runtime.close()
                     return

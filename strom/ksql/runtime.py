@@ -940,6 +940,10 @@ class SparkQueries:
         spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[union-attr]
         return spark
 
+    def warm(self) -> None:
+        """Starts the SparkSession ahead of any query of this server's."""
+        self._session()
+
     def checkpoint(self, query_id: str) -> Path:
         return self.state_dir / query_id
 

@@ -2,7 +2,8 @@
 server's slots change only by the slots the group moves (``QueryOwnership``'s
 bookkeeping of the cooperative assignor's answers: added slots, taken slots, a joining
 server serving once it has its share), and the registry stops only the queries of the
-slots given up and starts only those of the slots received, the others left running.
+slots given up and starts only those of the slots received, the others left running
+(a server that runs none of a query starts its Spark ahead of a takeover).
 No broker: the group's answers are given to the callbacks as librdkafka gives them (the
 real group is exercised by tests/integration/test_ksql_queries.py)."""
 
@@ -77,6 +78,9 @@ class _RecordingRuntime:
         self.queries: dict[str, _Streaming] = {}
         self.calls: list[tuple[str, str]] = []
 
+    def warm(self) -> None:
+        self.calls.append(("warm", ""))
+
     def start(self, spec: str) -> None:
         self.queries[spec] = _Streaming()
         self.calls.append(("start", spec))
@@ -137,5 +141,12 @@ def test_a_rebalance_moves_only_the_queries_of_the_slots_that_move(plan: Any) ->
         _wait(lambda: len(runtime.calls) == len(moved) + len(back))
         assert runtime.calls[len(moved) :] == [("start", q) for q in back]
         assert all(registry.queries[q].started == (slot_of(q) in owned) for q in ids)
+        runtime.calls.clear()
+        elsewhere = [q for q in (f"CSAS_U_{n}" for n in range(50)) if slot_of(q) == 4][:2]
+        for query_id in elsewhere:  # run by another server: this one's Spark starts once
+            query = RunningQuery(query_id, "CREATE STREAM u AS ...", plan)
+            registry.add(query)
+            registry.start(query, query_id)
+        _wait(lambda: runtime.calls == [("warm", "")])
     finally:
         registry.close()
