@@ -7,7 +7,10 @@ Owns compiling ``.proto`` text with ``protoc`` (grpcio-tools' build, run as a ch
 process so that its messages can be read and nothing of it stays in the server
 process), with the well-known types and the schema's references as imports (``.proto``
 text or base64 descriptors); a file that does not compile is a ``ProtoSchemaError``
-with protoc's message.
+with protoc's message. The imports Confluent's registry knows without a reference
+(``confluent/meta.proto``, ``confluent/type/decimal.proto``, Google's ``google/type/``
+files beside protoc's own ``google/protobuf/``) are known here too, from the descriptors
+confluent-kafka and googleapis-common-protos ship.
 
 Does not own compatibility (``schema_registry.schemas``) or the registry's client.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import importlib
 import importlib.resources
 import subprocess
 import sys
@@ -46,12 +50,40 @@ def file_descriptor(text: str) -> descriptor_pb2.FileDescriptorProto | None:
     return proto if proto.message_type or proto.enum_type else None
 
 
+# Imports Confluent's registry resolves by name alone: file name -> the Python module
+# holding its descriptor. protoc itself has google/protobuf/.
+_KNOWN_DEPENDENCIES = {
+    "confluent/meta.proto": "confluent_kafka.schema_registry.confluent.meta_pb2",
+    "confluent/type/decimal.proto": "confluent_kafka.schema_registry.confluent.type.decimal_pb2",
+    **{
+        f"google/type/{name}.proto": f"google.type.{name}_pb2"
+        for name in (
+            "calendar_period", "color", "date", "datetime", "dayofweek", "expr",
+            "fraction", "latlng", "money", "month", "postal_address", "quaternion",
+            "timeofday",
+        )
+    },
+}  # fmt: skip
+
+
+def known_dependency(name: str) -> descriptor_pb2.FileDescriptorProto | None:
+    """The descriptor of an import Confluent's registry knows by name, or None."""
+    module_name = _KNOWN_DEPENDENCIES.get(name)
+    if module_name is None:
+        return None
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    return descriptor_pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb)
+
+
 def compile_proto(
     text: str, imports: dict[str, str] | None = None
 ) -> descriptor_pb2.FileDescriptorSet:
     """The FileDescriptorSet of ``.proto`` text and everything it imports, the text's own
     file last. ``imports``: import name to its schema (``.proto`` text or a base64
-    descriptor)."""
+    descriptor); Confluent's known imports need none."""
     with tempfile.TemporaryDirectory(prefix="strom-proto-") as folder:
         root = Path(folder)
         source = root / "src"
@@ -68,6 +100,12 @@ def compile_proto(
                 raise ProtoSchemaError(f"reference name {name!r} is not a relative path")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(dependency)
+        named = [text, *(imports or {}).values()]
+        for name in _KNOWN_DEPENDENCIES:
+            if name not in (imports or {}) and any(f'"{name}"' in t for t in named):
+                found = known_dependency(name)
+                if found is not None:
+                    known.file.append(found)
         (source / MAIN_PROTO).write_text(text)
         well_known = importlib.resources.files("grpc_tools") / "_proto"
         command = [
