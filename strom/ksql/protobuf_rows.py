@@ -10,13 +10,16 @@ MAP a map field, STRUCT a nested message ``ConnectDefault<n>``, DECIMAL
 ``(confluent.field_meta).params``), DATE ``google.type.Date``, TIME
 ``google.type.TimeOfDay``, TIMESTAMP ``google.protobuf.Timestamp``; a null is the field
 left unset (proto3 has no null). Read back, an unset scalar is proto3's default (0,
-"", false), an unset message null. A registered message is filled too (its fields
-matched to columns case aside, an enum by its name, Google's wrappers by their value).
+"", false), an unset message or proto3 ``optional`` field null. A registered message
+is filled too (its fields matched to columns case aside, an enum by its name, Google's
+wrappers by their value).
 The other way (``columns_of``), as ksqlDB infers columns: field names upper-cased;
 ``int32``/``sint32``/``sfixed32`` INTEGER, the other integers BIGINT (unsigned ones do
 not fit an INTEGER), ``float`` DOUBLE, an enum STRING, Google's wrappers their value's
-type, the well-known messages above their SQL types, any other message a STRUCT.
-PROTOBUF_NOSR rows are the same messages alone.
+type, the well-known messages above their SQL types, any other message a STRUCT; a
+oneof (not proto3's ``optional``) one STRUCT column ``<ONEOF>_<index>`` of its fields,
+before the message's other fields, null unless one is set, and holding the one set
+(Confluent's union). PROTOBUF_NOSR rows are the same messages alone.
 
 Row values are in the query engine's forms: DECIMAL a ``decimal.Decimal``, DATE days
 since the epoch, TIME milliseconds of the day, TIMESTAMP epoch milliseconds, BYTES
@@ -246,6 +249,36 @@ def _set_message(target: Any, value: Any) -> None:
         fill(target, value)
 
 
+@functools.lru_cache(maxsize=1024)
+def _optional_names(descriptor: Any) -> frozenset[str]:
+    """A message's proto3 ``optional`` fields (once a descriptor: rows read many)."""
+    from google.protobuf import descriptor_pb2
+
+    proto = descriptor_pb2.DescriptorProto()
+    descriptor.CopyToProto(proto)
+    return frozenset(f.name for f in proto.field if f.proto3_optional)
+
+
+def _real_oneofs(descriptor: Any) -> list[Any]:
+    """A message's oneofs as written in its schema: proto3's ``optional`` fields, each in
+    a oneof of its own that protoc makes up, left out."""
+    optional = _optional_names(descriptor)
+    return [
+        oneof
+        for oneof in descriptor.oneofs
+        if not (len(oneof.fields) == 1 and oneof.fields[0].name in optional)
+    ]
+
+
+def union_name(oneof: Any) -> str:
+    """The column (or struct field) a oneof is read as: its name and its index."""
+    return f"{oneof.name}_{oneof.index}".upper()
+
+
+def _union_named(descriptor: Any, name: str) -> Any:
+    return next((o for o in _real_oneofs(descriptor) if union_name(o) == name.upper()), None)
+
+
 def _field_named(descriptor: Any, name: str) -> Any:
     """The field ``name`` (a column's, upper-cased) names: exactly, else ignoring case."""
     found = descriptor.fields_by_name.get(name)
@@ -272,6 +305,13 @@ def fill(message: Any, row: dict[str, Any]) -> Any:
     for column, value in row.items():
         if value is None:
             continue  # proto3: unset
+        union = _union_named(message.DESCRIPTOR, column)
+        if union is not None and isinstance(value, dict):
+            chosen = {k: v for k, v in value.items() if v is not None}
+            if len(chosen) > 1:
+                raise ProtobufRowError(f"more than one field of oneof {union.name} is set")
+            fill(message, chosen)
+            continue
         field = _field_named(message.DESCRIPTOR, column)
         name = field.name
         target = field.message_type
@@ -336,7 +376,29 @@ def plain(message: Any) -> dict[str, Any]:
     """A message's fields by name as plain values (the JSON readers' input): an unset
     message null, an unset scalar proto3's default."""
     values: dict[str, Any] = {}
-    for field in message.DESCRIPTOR.fields:
+    in_unions: set[str] = set()
+    for oneof in _real_oneofs(message.DESCRIPTOR):
+        names = [f.name for f in oneof.fields]
+        in_unions.update(names)
+        chosen = message.WhichOneof(oneof.name)
+        if chosen is None:
+            values[union_name(oneof)] = None
+            continue
+        members = plain_fields(message, oneof.fields)
+        values[union_name(oneof)] = {n: members[n] if n == chosen else None for n in names}
+    rest = [f for f in message.DESCRIPTOR.fields if f.name not in in_unions]
+    values.update(plain_fields(message, rest))
+    return values
+
+
+def plain_fields(message: Any, fields: list[Any]) -> dict[str, Any]:
+    """``fields`` of ``message`` by name as plain values."""
+    values: dict[str, Any] = {}
+    optional = _optional_names(message.DESCRIPTOR)
+    for field in fields:
+        if field.name in optional and not message.HasField(field.name):
+            values[field.name] = None  # proto3 ``optional`` unset: null, not the default
+            continue
         value = getattr(message, field.name)
         target = field.message_type
         if target is not None and target.GetOptions().map_entry:
@@ -420,7 +482,7 @@ def _single_type(field: Any) -> ex.SqlType:
     if full_name in _WRAPPERS:
         return ex.PrimitiveType(_WRAPPERS[full_name])
     return ex.StructType(
-        tuple(ex.StructField(f.name.upper(), _field_type(f)) for f in target.fields)
+        tuple(ex.StructField(name, sql_type) for name, sql_type in columns_of(target))
     )
 
 
@@ -439,5 +501,17 @@ def _field_params(field: Any) -> dict[str, str]:
 
 
 def columns_of(descriptor: Any) -> list[tuple[str, ex.SqlType]]:
-    """The columns a message type declares, as ksqlDB infers them (names upper-cased)."""
-    return [(field.name.upper(), _field_type(field)) for field in descriptor.fields]
+    """The columns a message type declares, as ksqlDB infers them (names upper-cased): a
+    oneof's union first, then the other fields."""
+    columns: list[tuple[str, ex.SqlType]] = []
+    in_unions: set[str] = set()
+    for oneof in _real_oneofs(descriptor):
+        members = tuple(ex.StructField(f.name.upper(), _field_type(f)) for f in oneof.fields)
+        columns.append((union_name(oneof), ex.StructType(members)))
+        in_unions.update(f.name for f in oneof.fields)
+    columns += [
+        (field.name.upper(), _field_type(field))
+        for field in descriptor.fields
+        if field.name not in in_unions
+    ]
+    return columns

@@ -352,3 +352,40 @@ def test_print_writes_a_batch_again_when_its_first_format_is_ruled_out() -> None
         "rowtime: 1970/01/01 00:00:00.001 Z, key: <null>, value: abc, partition: 1",
     ]
     assert values.possible == ["KAFKA_STRING"]
+
+
+def test_protobuf_oneof_is_one_struct_column_as_confluents_union() -> None:
+    """A oneof is read as ksqlDB reads it through Confluent's conversion: one STRUCT
+    column ``<NAME>_<index>`` of its fields, ahead of the other fields, holding the field
+    that is set (null when none is); proto3's ``optional`` stays a plain column. Rows
+    written into the message set the union's one field."""
+    text = """
+        syntax = "proto3";
+        message Payment {
+          string id = 1;
+          oneof method { string card = 2; int64 account = 3; }
+          optional int32 tries = 4;
+          oneof note { string memo = 5; }
+        }
+    """
+    message = registry_formats.protobuf_message(registry_formats.protobuf_files(text), [0])
+    assert [(n, str(t)) for n, t in protobuf_rows.columns_of(message)] == [
+        ("METHOD_0", "STRUCT<`CARD` STRING, `ACCOUNT` BIGINT>"),
+        ("NOTE_1", "STRUCT<`MEMO` STRING>"),
+        ("ID", "STRING"),
+        ("TRIES", "INTEGER"),
+    ]
+    payment = message_factory.GetMessageClass(message)
+    written = protobuf_rows.fill(
+        payment(), {"ID": "p1", "METHOD_0": {"CARD": None, "ACCOUNT": 42}, "NOTE_1": None}
+    )
+    assert written.WhichOneof("method") == "account" and written.WhichOneof("note") is None
+    read = protobuf_rows.plain(payment.FromString(written.SerializeToString()))
+    assert read == {
+        "METHOD_0": {"card": None, "account": 42},
+        "NOTE_1": None,
+        "id": "p1",
+        "tries": None,  # proto3 optional, unset
+    }
+    with pytest.raises(protobuf_rows.ProtobufRowError, match="more than one field"):
+        protobuf_rows.fill(payment(), {"METHOD_0": {"CARD": "x", "ACCOUNT": 1}})
