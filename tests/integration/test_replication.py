@@ -4,16 +4,23 @@ acks=all, and leader failover by ``kill -9``, driven by confluent-kafka.
 The checker is independent of the code under test: it keeps what the producer saw
 acknowledged (delivery reports) and, after healing, reads everything back with a plain
 consumer and compares the replicas' segment files byte for byte.
+
+The tests with the same settings share one three-node cluster (``cluster``): each hurts
+it and heals it, on topics of its own, and any node a test left down is started again
+before the next. The waits after a fault are for what the fault must lead to (a new
+leader, the ISR whole again, records acknowledged since), not fixed times.
 """
 
 from __future__ import annotations
 
 import datetime
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
 from cluster_process import Cluster
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_helpers import wait_until
 
@@ -25,6 +32,8 @@ REPLICATION = {
     "replica.fetch.backoff.ms": "100",
     "default.replication.factor": "3",
     "min.insync.replicas": "2",
+    # A group's first use makes __consumer_offsets: 3 partitions, not 50 of 3 replicas.
+    "offsets.topic.num.partitions": "3",
 }
 
 
@@ -65,19 +74,36 @@ def _segment_bytes(node_dir: Path, topic: str, partition: int) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(directory.glob("*.log")))
 
 
-def test_acks_all_survives_kill_9_of_each_leader_in_turn(tmp_path: Path) -> None:
-    cluster = Cluster.combined(tmp_path, overrides=REPLICATION)
+def _every_broker_listed(cluster: Cluster) -> bool:
+    return sorted(_admin(cluster.bootstrap()).list_topics(timeout=3).brokers) == [1, 2, 3]
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    cluster = Cluster.combined(tmp_path_factory.mktemp("replication"), overrides=REPLICATION)
+    try:
+        cluster.start_all()
+        yield cluster
+    finally:
+        cluster.kill_all()
+
+
+@pytest.fixture
+def cluster(shared_cluster: Cluster) -> Cluster:
+    """The module's cluster with its three nodes up and listed (a node an earlier test
+    left down, failing midway, is started again first)."""
+    for node in shared_cluster.nodes.values():
+        if not node.alive():
+            node.start()
+    wait_until(lambda: _every_broker_listed(shared_cluster), 30, "3 brokers")
+    return shared_cluster
+
+
+def test_acks_all_survives_kill_9_of_each_leader_in_turn(cluster: Cluster) -> None:
     acked: dict[int, list[bytes]] = {0: [], 1: []}
     failed: list[str] = []
     try:
-        cluster.start_all()
-        first = cluster.brokers[0]
-        wait_until(
-            lambda: sorted(_admin(first.bootstrap).list_topics(timeout=3).brokers) == [1, 2, 3],
-            15,
-            "3 brokers",
-        )
-        admin = _admin(first.bootstrap)  # referenced until the creation is answered
+        admin = _admin(cluster.bootstrap())  # referenced until the creation is answered
         admin.create_topics([NewTopic("orders", 2, 3)])["orders"].result(15)
         producer = Producer(
             {
@@ -97,10 +123,17 @@ def test_acks_all_survives_kill_9_of_each_leader_in_turn(tmp_path: Path) -> None
 
         sequence = 0
 
-        def produce_for(seconds: float) -> None:
+        def produce_until(done: Callable[[], bool], seconds: float, what: str) -> None:
+            """Write to both partitions without pause until ``done()`` (asked every 0.2 s)."""
             nonlocal sequence
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
+            deadline = time.monotonic() + seconds
+            ask_at = time.monotonic()
+            while True:
+                if time.monotonic() >= ask_at:
+                    if done():
+                        return
+                    assert time.monotonic() < deadline, f"timed out waiting for {what}"
+                    ask_at = time.monotonic() + 0.2
                 for partition in (0, 1):
                     producer.produce(
                         "orders",
@@ -111,17 +144,64 @@ def test_acks_all_survives_kill_9_of_each_leader_in_turn(tmp_path: Path) -> None
                     sequence += 1
                 producer.poll(0.005)
 
-        produce_for(1.0)
+        def state() -> dict[int, tuple[int, list[int]]]:
+            """partition -> (leader, ISR) as the metadata shows them now ({} unanswered)."""
+            try:
+                topic = admin.list_topics("orders", timeout=2).topics["orders"]
+            except KafkaException:
+                return {}
+            return {p: (m.leader, sorted(m.isrs)) for p, m in topic.partitions.items()}
+
+        def acknowledged_since(counts: list[int]) -> Callable[[], bool]:
+            """Once both partitions have acknowledged records beyond ``counts`` (taken
+            when the condition is first asked)."""
+
+            def done() -> bool:
+                if not counts:
+                    counts.extend(len(acked[p]) for p in (0, 1))
+                return all(len(acked[p]) > counts[p] for p in (0, 1))
+
+            return done
+
+        def both(first: Callable[[], bool], then: Callable[[], bool]) -> Callable[[], bool]:
+            """``first`` until it holds once, then ``then``."""
+            held: list[bool] = []
+
+            def done() -> bool:
+                if not held and first():
+                    held.append(True)
+                return bool(held) and then()
+
+            return done
+
+        produce_until(acknowledged_since([]), 30, "the first acknowledgements")
         for _round in range(2):
             for partition in (0, 1):
-                leader = _partition(
-                    first.bootstrap if first.alive() else cluster.bootstrap(), "orders", partition
-                ).leader  # type: ignore[attr-defined]
+                leader = state().get(partition, (-1, []))[0]
                 victim = cluster.nodes[leader]
                 victim.kill()
-                produce_for(3.0)  # the controller fences it and elects a new leader
+
+                def failed_over(victim_id: int = leader, partition: int = partition) -> bool:
+                    # the controller fenced it: a new leader, and no ISR holds it
+                    now = state()
+                    return (
+                        len(now) == 2
+                        and now[partition][0] not in (victim_id, -1)
+                        and all(victim_id not in isr for _, isr in now.values())
+                    )
+
+                produce_until(
+                    both(failed_over, acknowledged_since([])), 60, f"failover from {leader}"
+                )
                 victim.start()
-                produce_for(1.0)
+
+                def caught_up() -> bool:
+                    now = state()
+                    return len(now) == 2 and all(isr == [1, 2, 3] for _, isr in now.values())
+
+                produce_until(
+                    both(caught_up, acknowledged_since([])), 60, f"node {leader} back in the ISRs"
+                )
         assert producer.flush(60) == 0
         assert not failed, failed[:5]
         assert sum(len(v) for v in acked.values()) > 100
@@ -153,20 +233,11 @@ def test_acks_all_survives_kill_9_of_each_leader_in_turn(tmp_path: Path) -> None
     except BaseException:
         print(cluster.logs())
         raise
-    finally:
-        cluster.kill_all()
 
 
-def test_acks_all_with_one_replica_alive_is_not_enough_replicas(tmp_path: Path) -> None:
-    cluster = Cluster.combined(tmp_path, overrides=REPLICATION)
+def test_acks_all_with_one_replica_alive_is_not_enough_replicas(cluster: Cluster) -> None:
     try:
-        cluster.start_all()
         one = cluster.nodes[1]
-        wait_until(
-            lambda: sorted(_admin(one.bootstrap).list_topics(timeout=3).brokers) == [1, 2, 3],
-            15,
-            "3 brokers",
-        )
         admin = _admin(one.bootstrap)
         # Replicas on brokers 1 and 2 only, min.insync.replicas=2: stopping broker 2
         # (a follower, not the controller's majority) leaves an ISR of one.
@@ -225,8 +296,6 @@ def test_acks_all_with_one_replica_alive_is_not_enough_replicas(tmp_path: Path) 
     except BaseException:
         print(cluster.logs())
         raise
-    finally:
-        cluster.kill_all()
 
 
 def test_replica_fetch_min_bytes_holds_the_followers_fetch(tmp_path: Path) -> None:
@@ -276,16 +345,8 @@ def test_replica_fetch_min_bytes_holds_the_followers_fetch(tmp_path: Path) -> No
         cluster.kill_all()
 
 
-def test_a_group_keeps_consuming_across_the_kill_of_its_coordinator(tmp_path: Path) -> None:
-    overrides = {**REPLICATION, "offsets.topic.num.partitions": "3"}
-    cluster = Cluster.combined(tmp_path, overrides=overrides)
+def test_a_group_keeps_consuming_across_the_kill_of_its_coordinator(cluster: Cluster) -> None:
     try:
-        cluster.start_all()
-        wait_until(
-            lambda: sorted(_admin(cluster.bootstrap()).list_topics(timeout=3).brokers) == [1, 2, 3],
-            15,
-            "3 brokers",
-        )
         admin = _admin(cluster.bootstrap())
         admin.create_topics([NewTopic("events", 3, 3)])["events"].result(15)
         producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all"})
@@ -351,11 +412,9 @@ def test_a_group_keeps_consuming_across_the_kill_of_its_coordinator(tmp_path: Pa
     except BaseException:
         print(cluster.logs())
         raise
-    finally:
-        cluster.kill_all()
 
 
-def test_sigterm_moves_leadership_away_before_the_broker_stops(tmp_path: Path) -> None:
+def test_sigterm_moves_leadership_away_before_the_broker_stops(cluster: Cluster) -> None:
     """A rolling restart: each broker in turn is stopped with SIGTERM and started again
     while an idempotent acks=all producer writes. Controlled shutdown moves its leaders
     away first, so the producer sees no error it does not retry. A broker that is asked
@@ -365,15 +424,10 @@ def test_sigterm_moves_leadership_away_before_the_broker_stops(tmp_path: Path) -
     from strom.protocol.records import build_batch
     from strom.wire_client import WireConnection
 
-    cluster = Cluster.combined(tmp_path, overrides=REPLICATION)
     acked: list[bytes] = []
     failed: list[str] = []
     try:
-        cluster.start_all()
         admin = _admin(cluster.bootstrap())
-        wait_until(
-            lambda: sorted(admin.list_topics(timeout=3).brokers) == [1, 2, 3], 15, "3 brokers"
-        )
         admin.create_topics([NewTopic("rolling", 3, 3)])["rolling"].result(15)
         wait_until(
             lambda: all(
@@ -423,18 +477,24 @@ def test_sigterm_moves_leadership_away_before_the_broker_stops(tmp_path: Path) -
             }
         )
 
+        latest = {p: -1 for p in range(3)}  # partition -> the last sequence acknowledged
+
         def delivered(error: KafkaError | None, message: object) -> None:
             if error is None:
                 acked.append(message.value())  # type: ignore[attr-defined]
+                latest[message.partition()] = int(message.value())  # type: ignore[attr-defined]
             else:
                 failed.append(str(error))
 
         sequence = 0
 
-        def produce_for(seconds: float) -> None:
+        def produce_until_acknowledged_on_every_partition(what: str) -> None:
+            """Write until every partition has acknowledged a record written from now on."""
             nonlocal sequence
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
+            since = sequence
+            deadline = time.monotonic() + 60
+            while min(latest.values()) < since:
+                assert time.monotonic() < deadline, f"nothing acknowledged {what}"
                 producer.produce(
                     "rolling",
                     value=b"%08d" % sequence,
@@ -461,10 +521,10 @@ def test_sigterm_moves_leadership_away_before_the_broker_stops(tmp_path: Path) -
             sequence += 1
         assert producer.flush(30) == 0
         assert len(acked) == sequence and not failed
-        produce_for(1.0)
+        produce_until_acknowledged_on_every_partition("after the burst")
         for node in list(cluster.brokers):
             assert node.stop() == 0  # SIGTERM: controlled shutdown, clean exit
-            produce_for(1.0)
+            produce_until_acknowledged_on_every_partition(f"with node {node.node_id} stopped")
             node.start()
             wait_until(
                 lambda: all(
@@ -474,7 +534,7 @@ def test_sigterm_moves_leadership_away_before_the_broker_stops(tmp_path: Path) -
                 30,
                 "full ISRs again",
             )
-            produce_for(0.5)
+            produce_until_acknowledged_on_every_partition(f"with node {node.node_id} back")
         assert producer.flush(30) == 0
         assert not failed, failed[:5]
         got = _read_all(cluster.bootstrap(), "rolling", 3)
@@ -483,5 +543,3 @@ def test_sigterm_moves_leadership_away_before_the_broker_stops(tmp_path: Path) -
     except BaseException:
         print(cluster.logs())
         raise
-    finally:
-        cluster.kill_all()
