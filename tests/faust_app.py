@@ -24,9 +24,9 @@ app = faust.App(
     topic_replication_factor=1,
     broker_commit_every=int(os.environ.get("FAUST_COMMIT_EVERY", "10")),
     broker_commit_interval=float(os.environ.get("FAUST_COMMIT_INTERVAL", "0.5")),
-    # A killed worker's member leaves the group after this, so its successor gets the
-    # partitions soon.
-    broker_session_timeout=10.0,
+    # A killed worker's member leaves the group after this (the broker's least), so its
+    # successor gets the partitions soon.
+    broker_session_timeout=6.0,
     broker_heartbeat_interval=1.0,
 )
 source = app.topic(os.environ["FAUST_SOURCE"], value_type=bytes, value_serializer="raw")

@@ -364,14 +364,19 @@ class _FaustWorker:
             return ""
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        """Signal the worker; SIGKILL it if it has not exited after 10 s (faust 0.15.3 often
-        stays on for good after "Closing event loop"). The tests stop a worker this way
-        only once its input is committed or when its transactions are to be aborted."""
+        """Signal the worker; SIGKILL it once it logs "Closing event loop" (its services
+        are stopped, its consumer has left the group: faust 0.15.3 often stays on for good
+        after that line) or if it has not exited after 10 s. The tests stop a worker this
+        way only once its input is committed or when its transactions are to be aborted."""
         if self.proc.poll() is None:
+            written = self.log_path.stat().st_size
             os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
+            deadline = time.monotonic() + 10
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                if b"Closing event loop" in self.log_path.read_bytes()[written:]:
+                    break
+                time.sleep(0.1)
+            if self.proc.poll() is None:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
 
