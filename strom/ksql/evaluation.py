@@ -104,10 +104,33 @@ def _reason(error: Exception) -> str:
     return text or type(error).__name__
 
 
-def compile_expression(expression: ex.Expression, scope: Scope) -> CompiledExpression:
+class CoercionError(KsqlStatementError):
+    """A CAST or an IN list whose values cannot be coerced: ksqlDB finds these only when
+    it generates the clause's code, so its message names the clause (``Invalid Select:``,
+    ``Invalid Predicate:``) rather than the expression's type checking."""
+
+
+_CODE_CLAUSES = {"SELECT": "Select", "WHERE": "Predicate", "HAVING": "Predicate"}
+
+
+def compile_expression(
+    expression: ex.Expression, scope: Scope, clause: str | None = None
+) -> CompiledExpression:
     """``expression`` typed and compiled over ``scope``; ``KsqlStatementError`` with
-    ksqlDB's message when it does not type."""
-    evaluator, sql_type = _Compiler(scope).compile(expression, {})
+    ksqlDB's message when it does not type. ``clause`` (SELECT, WHERE or HAVING) words
+    the message as ksqlDB's does for that clause: ``Error in WHERE expression: ...`` for
+    a type error in a filter, ``Invalid Select: ...`` / ``Invalid Predicate: ...`` for a
+    ``CoercionError``."""
+    try:
+        evaluator, sql_type = _Compiler(scope).compile(expression, {})
+    except CoercionError as exc:
+        if clause not in _CODE_CLAUSES:
+            raise
+        raise KsqlStatementError(f"Invalid {_CODE_CLAUSES[clause]}: {exc}.") from None
+    except KsqlStatementError as exc:
+        if clause not in ("WHERE", "HAVING"):
+            raise
+        raise KsqlStatementError(f"Error in {clause} expression: {exc}") from None
     if sql_type is None:
         raise KsqlStatementError(
             "Can't infer a type of null. Please explicitly cast it to a required type, e.g. "
@@ -404,7 +427,7 @@ class _Compiler:
         if isinstance(target, ex.TypeReference):
             raise KsqlStatementError(f"Unknown type: {target.name}")
         if not v.cast_supported(source, target):
-            raise KsqlStatementError(f"Cast of {source} to {target} is not supported")
+            raise CoercionError(f"Cast of {source} to {target} is not supported")
         if source is None or source == target:
             return operand, target
 
@@ -548,7 +571,8 @@ class _Compiler:
             if not _comparable(left_type, operator, right_type):
                 raise KsqlStatementError(
                     f"Cannot compare {expression_text(left_node)} ({left_type}) to "
-                    f"{expression_text(right_node)} ({right_type}) with {operator}."
+                    f"{expression_text(right_node)} ({right_type}) with "
+                    f"{_OPERATOR_NAMES[operator]}."
                 )
         key = _comparison_key(left_type, right_type)
         test = _OPERATORS[operator]
@@ -617,11 +641,25 @@ class _Compiler:
         return like, v.BOOLEAN
 
     def _inlist(self, node: ex.InList, lambdas: Any) -> Compiled:
-        (operand, operand_type), *items = self._compile_list([node.operand, *node.items], lambdas)
         try:
-            common = v.common_type([operand_type, *(t for _, t in items)])
-        except ValueError as error:
-            raise _type_error(node, f"operator does not exist: {error}") from None
+            compiled = self._compile_list([node.operand, *node.items], lambdas)
+        except CoercionError:
+            raise
+        except KsqlStatementError as exc:
+            if not str(exc).startswith("invalid input syntax"):
+                raise
+            raise CoercionError(str(exc)) from None
+        (operand, operand_type), *items = compiled
+        common = operand_type
+        for item_node, (_, item_type) in zip(node.items, items, strict=True):
+            try:
+                common = v.common_type([common, item_type])
+            except ValueError:
+                raise CoercionError(
+                    f"operator does not exist: {common} = {item_type} "
+                    f"({expression_text(item_node)})\nHint: You might need to add explicit "
+                    "type casts."
+                ) from None
         negated = node.negated
         # every value is converted to the common type first, so one key serves all
         operand_key = _comparison_key(common, common)
@@ -895,6 +933,12 @@ def _to_epoch_ms(value: Any, sql_type: ex.SqlType | None) -> int:
         return int(value) * 86_400_000
     return int(value)
 
+
+_OPERATOR_NAMES = {  # as ksqlDB's messages name them
+    "=": "EQUAL", "<>": "NOT_EQUAL", "<": "LESS_THAN", "<=": "LESS_THAN_OR_EQUAL",
+    ">": "GREATER_THAN", ">=": "GREATER_THAN_OR_EQUAL",
+    "IS DISTINCT FROM": "IS_DISTINCT_FROM", "IS NOT DISTINCT FROM": "IS_NOT_DISTINCT_FROM",
+}  # fmt: skip
 
 _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "=": lambda a, b: a == b,

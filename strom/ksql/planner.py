@@ -397,7 +397,7 @@ def plan_query(
     persistent = sink is not None
     emit_final = query.emit == "FINAL"
     if query.where is not None:
-        where_type = compile_expression(query.where, scope).sql_type
+        where_type = compile_expression(query.where, scope, "WHERE").sql_type
         if str(where_type) != "BOOLEAN":
             raise KsqlStatementError(
                 f"Type error in WHERE expression: Should evaluate to boolean but is "
@@ -619,7 +619,7 @@ def _plan_projection(
     projection: list[Projection] = []
     found: dict[int, str] = {}  # each key selected: the name it is selected as
     for name, expression in named:
-        sql_type = compile_expression(expression, scope).sql_type
+        sql_type = compile_expression(expression, scope, "SELECT").sql_type
         namespace = "VALUE"
         if persistent:
             matching = [i for i, k in enumerate(keys) if _same(k, expression)]
@@ -663,7 +663,7 @@ def _join_projection(
     projection: list[Projection] = []
     keyed: tuple[Any, str] | None = None  # the key selected: what it reads, its name
     for name, expression in named:
-        sql_type = compile_expression(expression, scope).sql_type
+        sql_type = compile_expression(expression, scope, "SELECT").sql_type
         namespace = "VALUE"
         reads = resolved(expression)
         if persistent and keyed is None and reads in wanted:
@@ -757,7 +757,7 @@ def _foreign_key_projection(
     found: dict[str, str] = {}
     projection: list[Projection] = []
     for name, expression in named:
-        sql_type = compile_expression(expression, scope).sql_type
+        sql_type = compile_expression(expression, scope, "SELECT").sql_type
         namespace = "VALUE"
         column = resolved(expression)
         if persistent and column in wanted:
@@ -1189,7 +1189,7 @@ def _plan_aggregation(
     projection: list[Projection] = []
     found: dict[int, str] = {}  # each grouping expression selected: its name
     for name, _original, expression in rewritten:
-        sql_type = compile_expression(expression, aggregate_scope).sql_type
+        sql_type = compile_expression(expression, aggregate_scope, "SELECT").sql_type
         namespace = "VALUE"
         if isinstance(expression, ex.ColumnReference) and expression.name in group_columns:
             index = group_columns.index(expression.name)
@@ -1200,7 +1200,7 @@ def _plan_aggregation(
                 _key_twice(found[index], name, grouped=True)
         projection.append(Projection(name, sql_type, expression, namespace))
     if having is not None:
-        having_type = compile_expression(having, aggregate_scope).sql_type
+        having_type = compile_expression(having, aggregate_scope, "HAVING").sql_type
         if str(having_type) != "BOOLEAN":
             raise KsqlStatementError(
                 f"Type error in HAVING expression: Should evaluate to boolean but is "

@@ -317,9 +317,9 @@ COMPILE_ERRORS: list[tuple[str, str]] = [
     ("B * 2", "Error processing expression: (B * 2). Unsupported arithmetic types. BOOLEAN INTEGER"),
     ("I + NULL", "Error processing expression: (I + null). Arithmetic on types INTEGER and null are not supported."),
     ("FOO(I)", "Can't find any functions with the name 'FOO'"),
-    ("I = 'x'", "Cannot compare I (INTEGER) to 'x' (STRING) with =."),
-    ("B < TRUE", "Cannot compare B (BOOLEAN) to true (BOOLEAN) with <."),
-    ("ARR > ARR", "Cannot compare ARR (ARRAY<INTEGER>) to ARR (ARRAY<INTEGER>) with >."),
+    ("I = 'x'", "Cannot compare I (INTEGER) to 'x' (STRING) with EQUAL."),
+    ("B < TRUE", "Cannot compare B (BOOLEAN) to true (BOOLEAN) with LESS_THAN."),
+    ("ARR > ARR", "Cannot compare ARR (ARRAY<INTEGER>) to ARR (ARRAY<INTEGER>) with GREATER_THAN."),
     ("I = NULL", "Comparison with NULL not supported: INTEGER = NULL"),
     ("CAST(B AS INT)", "Cast of BOOLEAN to INTEGER is not supported"),
     ("CAST(ARR AS MAP<STRING, INT>)", "Cast of ARRAY<INTEGER> to MAP<STRING, INTEGER> is not supported"),
@@ -425,3 +425,35 @@ def test_lambda_parameters_shadow_nothing_outside_their_function() -> None:
     assert errors == []
     assert value == [7, 14, 21]
     assert sql_type == ex.ArrayType(v.INTEGER)
+
+
+CLAUSE_ERRORS = [
+    # a type error in a filter names the filter
+    ("WHERE", "I >= 'x'", "Error in WHERE expression: Cannot compare I (INTEGER) to 'x' "
+     "(STRING) with GREATER_THAN_OR_EQUAL."),
+    ("HAVING", "TRUE + 1.5", "Error in HAVING expression: Error processing expression: "
+     "(true + 1.5). Unsupported arithmetic types. BOOLEAN DECIMAL"),
+    # values that cannot be coerced: the clause ksqlDB generates the code of
+    ("SELECT", "CAST(S AS ARRAY<INT>)", "Invalid Select: Cast of STRING to ARRAY<INTEGER> is "
+     "not supported."),
+    ("WHERE", "B IN (TRUE, 10)", "Invalid Predicate: operator does not exist: BOOLEAN = "
+     "INTEGER (10)\nHint: You might need to add explicit type casts.."),
+    ("WHERE", "I IN (10, S)", "Invalid Predicate: operator does not exist: INTEGER = STRING "
+     "(S)"),
+    ("WHERE", "L IN ('10', '1O')", "Invalid Predicate: invalid input syntax for type BIGINT: "
+     '"1O".'),
+    # without a clause, the bare message
+    (None, "CAST(S AS ARRAY<INT>)", "Cast of STRING to ARRAY<INTEGER> is not supported"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("clause", "text", "message"), CLAUSE_ERRORS)
+def test_errors_are_worded_for_their_clause(clause: str | None, text: str, message: str) -> None:
+    with pytest.raises(KsqlStatementError) as raised:
+        compile_expression(expression(text), SCOPE, clause)
+    assert str(raised.value).startswith(message)
+
+
+def test_in_list_coerces_string_literals_to_the_operands_type() -> None:
+    assert evaluate("I IN ('7', 8)")[0] is True
+    assert evaluate("L IN ('1', 2)")[0] is False
