@@ -220,7 +220,7 @@ def test_push_query_rows_limit_and_shapes(server: Server, broker: BrokerProcess)
             "properties": {"auto.offset.reset": "earliest"},
         },
     )
-    assert json.loads(lines[1]) == ["p1", 25.0, BASE + 1000]
+    assert json.loads(lines[1]) == ["p1", 25.0, "2026-01-01T00:00:01.000"]  # ksqlDB's API
 
 
 def test_close_query_ends_a_push_query_and_plain_tables_are_not_pulled(
