@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from broker_process import BrokerProcess
-from confluent_kafka import Consumer
+from kafka_helpers import consume_to_end
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -53,29 +53,6 @@ def run(language: str, code: str, broker: BrokerProcess, timeout: float) -> str:
     return done.stdout
 
 
-def read_all(bootstrap: str, topic: str) -> list[bytes]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"readme-check-{topic}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    empty_polls = 0
-    while empty_polls < 5:
-        batch = consumer.consume(1000, 1.0)
-        if not batch:
-            empty_polls += 1 if values else 0.2
-            continue
-        empty_polls = 0
-        values += [m.value() for m in batch if m.error() is None]
-    consumer.close()
-    return values
-
-
 def test_every_readme_snippet_runs_as_written(tmp_path: Path) -> None:
     blocks = runnable_blocks()
     kinds = [language for language, _ in blocks]
@@ -97,7 +74,7 @@ def test_every_readme_snippet_runs_as_written(tmp_path: Path) -> None:
         assert "billing" in out, out
 
         run("python", as_here(spark, broker, tmp_path), broker, timeout=300)
-        picked = read_all(broker.bootstrap, "orders-with-9")
+        picked = [m.value() for m in consume_to_end(broker.bootstrap, "orders-with-9")]
         expected = sorted(f"order {i}".encode() for i in range(1000) if "9" in str(i))
         assert sorted(picked) == expected
     finally:
