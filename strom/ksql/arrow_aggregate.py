@@ -203,8 +203,15 @@ def stamp_stream_times(keyed: Keyed, running: dict[int, int]) -> None:
     import numpy as np
 
     records, partitions = keyed.records, keyed.partitions
-    for partition in np.unique(partitions).tolist():
-        at = np.flatnonzero(partitions == partition)
+    if not len(partitions):
+        return
+    first = int(partitions[0])
+    if first == partitions.min() == partitions.max():  # a task reads one partition
+        found: list[int] = [first]
+    else:
+        found = np.unique(partitions).tolist()
+    for partition in found:
+        at: Any = slice(None) if len(found) == 1 else np.flatnonzero(partitions == partition)
         times = records["t"][at]
         stream = np.maximum.accumulate(np.maximum(times, running.get(partition, -(2**63))))
         records["s"][at] = stream
