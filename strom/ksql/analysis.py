@@ -77,7 +77,7 @@ def analyze(query: st.Query, metastore: Metastore) -> Analysis:
             ("GROUP BY", list(query.group_by or ())),
             ("PARTITION BY", list(query.partition_by or ())),
             ("HAVING", [query.having] if query.having is not None else []),
-            ("JOIN", [join.condition for join in query.source.joins]),
+            ("JOIN ON", [join.condition for join in query.source.joins]),
         )
         for expression in expressions
     ]

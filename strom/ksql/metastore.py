@@ -302,8 +302,9 @@ class Metastore:
             self._check_primitive_formats(key_format, value_format, key_columns, value_columns)
         if key_format == "KAFKA" and len(key_columns) > 1:
             raise KsqlStatementError(
-                "The 'KAFKA' format only supports a single field. Got: "
+                "The 'KAFKA' format only supports a single field. Got: ["
                 + ", ".join(f"`{c.name}` {c.type}" for c in key_columns)
+                + "]"
             )
         timestamp = props.get("TIMESTAMP")
         timestamp_format = props.get("TIMESTAMP_FORMAT")
@@ -403,8 +404,9 @@ class Metastore:
             if fmt == "KAFKA":
                 if what == "value" and len(columns) > 1:
                     raise KsqlStatementError(
-                        "The 'KAFKA' format only supports a single field. Got: "
+                        "The 'KAFKA' format only supports a single field. Got: ["
                         + ", ".join(f"`{c.name}` {c.type}" for c in columns)
+                        + "]"
                     )
                 for column in columns:
                     if str(column.type) not in _KAFKA_KEY_TYPES:

@@ -791,7 +791,7 @@ def _join_refusals(join: st.Join, left_kind: str, left_text: str, right: DataSou
     checks of its kind and window."""
     shape = f"{left_kind.lower()}-{right.kind.lower()}"
     if shape == "table-stream":
-        shown = "[INNER]" if join.kind == "INNER" else join.kind
+        shown = {"INNER": "[INNER]", "FULL": "[FULL] OUTER"}.get(join.kind, f"{join.kind} [OUTER]")
         raise KsqlStatementError(
             "Invalid join order: table-stream joins are not supported; only stream-table "
             f"joins. Got {left_text} {shown} JOIN {right.name}."
@@ -918,6 +918,14 @@ def _join_sides(
     """The condition's left and right expressions (the left naming the sources joined
     so far, the right the source joined), after ksqlDB's checks."""
     condition = join.condition
+    if isinstance(condition, ex.Logical) and all(
+        isinstance(side, ex.Comparison) and side.operator == "="
+        for side in (condition.left, condition.right)
+    ):
+        raise KsqlStatementError(
+            "Invalid join condition: joins on multiple conditions are not yet supported. "
+            f"Got {expression_text(condition)}."
+        )
     if not (isinstance(condition, ex.Comparison) and condition.operator == "="):
         raise KsqlStatementError(
             f"Unsupported join expression: {expression_text(condition)}. Only equality "
@@ -1094,6 +1102,13 @@ def _plan_aggregation(
     group_by = tuple(query.group_by or ())
     window = _window(query.window)
     group_columns = tuple(f"KSQL_GROUP_{i}" for i in range(len(group_by)))
+    for expression in group_by:
+        for node in walk(expression):
+            if isinstance(node, ex.FunctionCall) and is_aggregate(node.name):
+                raise KsqlStatementError(
+                    "GROUP BY does not support aggregate functions: "
+                    f"{node.name.upper()} is an aggregate function."
+                )
     group_types = tuple(compile_expression(e, scope).sql_type for e in group_by)
     for expression in group_by:
         if isinstance(expression, ex.Literal):
@@ -1297,8 +1312,9 @@ def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
         key_format = "KAFKA" if key_format in ("NONE",) else key_format
     if value_format == "KAFKA" and len(plan.value_columns) > 1:
         raise KsqlStatementError(
-            "The 'KAFKA' format only supports a single field. Got: "
+            "The 'KAFKA' format only supports a single field. Got: ["
             + ", ".join(f"`{p.name}` {p.type}" for p in plan.value_columns)
+            + "]"
         )
     partitions = props.get("PARTITIONS", request.topic_partitions)
     for name in ("PARTITIONS", "REPLICAS"):

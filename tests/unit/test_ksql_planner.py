@@ -189,6 +189,19 @@ def test_transient_queries_select_what_they_like(metastore: Metastore) -> None:
             "CREATE STREAM s WITH (nonsense=1) AS SELECT user_id FROM clicks",
             "Invalid config variable(s) in the WITH clause: NONSENSE",
         ),
+        (
+            "CREATE TABLE t AS SELECT ms, COUNT(*) FROM clicks GROUP BY ms + SUM(ms)",
+            "GROUP BY does not support aggregate functions: SUM is an aggregate function.",
+        ),
+        (
+            "CREATE STREAM s WITH (value_format='KAFKA') AS SELECT user_id, page, ms FROM clicks",
+            "The 'KAFKA' format only supports a single field. Got: [`PAGE` STRING, `MS` BIGINT]",
+        ),
+        (
+            "SELECT page FROM clicks WHERE ms > 'late' EMIT CHANGES",
+            "Error in WHERE expression: Cannot compare MS (BIGINT) to 'late' (STRING) with "
+            "GREATER_THAN.",
+        ),
     ],
 )
 def test_refusals_have_ksqldb_messages(metastore: Metastore, text: str, message: Any) -> None:
@@ -237,6 +250,21 @@ def test_the_planned_query_pickles(metastore: Metastore) -> None:
             "SELECT * FROM clicks a JOIN clicks_too b WITHIN 1 MINUTE ON a.user_id = b.page "
             "EMIT CHANGES",
             "Invalid join condition: types don't match. Got A.USER_ID{STRING} = B.PAGE{BIGINT}.",
+        ),
+        (
+            "SELECT * FROM clicks c JOIN users u ON c.user_id = u.id AND c.page = u.name "
+            "EMIT CHANGES",
+            "Invalid join condition: joins on multiple conditions are not yet supported. Got "
+            "((C.USER_ID = U.ID) AND (C.PAGE = U.NAME)).",
+        ),
+        (
+            "SELECT * FROM users u LEFT JOIN clicks c ON u.id = c.user_id EMIT CHANGES",
+            "Invalid join order: table-stream joins are not supported; only stream-table "
+            "joins. Got USERS LEFT [OUTER] JOIN CLICKS.",
+        ),
+        (
+            "SELECT * FROM clicks c JOIN users u ON c.nope = u.id EMIT CHANGES",
+            "Line: 1, Col: 40: JOIN ON column 'C.NOPE' cannot be resolved.",
         ),
     ],
 )
