@@ -250,7 +250,13 @@ class Faults:
         assert elected in BROKERS and elected != leader, "no new leader elected"
         self.node(elected).pause()
         self.history.note(f"paused node {elected} right after its election")
-        time.sleep(3.0)  # longer than the session timeout: it is fenced and deposed
+        # past the session timeout it is fenced and deposed (another broker leads, or none)
+        wait_until(
+            lambda: self.partitions().get(partition, (elected, []))[0] != elected,
+            30,
+            f"paused node {elected} deposed from partition {partition}",
+        )
+        self.history.note(f"node {elected} deposed: {self.partitions()}")
         self.node(elected).resume()
         self.history.note(f"resumed node {elected}")
         self.restart(leader)
