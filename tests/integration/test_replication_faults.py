@@ -250,9 +250,10 @@ class Faults:
         assert elected in BROKERS and elected != leader, "no new leader elected"
         self.node(elected).pause()
         self.history.note(f"paused node {elected} right after its election")
-        # past the session timeout it is fenced and deposed (another broker leads, or none)
+        # past the session timeout it is fenced and deposed: another broker leads, or none
+        # (a broker's metadata still naming the killed leader is from before the election)
         wait_until(
-            lambda: self.partitions().get(partition, (elected, []))[0] != elected,
+            lambda: self.partitions().get(partition, (elected, []))[0] not in (elected, leader),
             30,
             f"paused node {elected} deposed from partition {partition}",
         )
