@@ -14,6 +14,7 @@ Does not own the command topic, topics in the cluster, or the REST shapes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -144,6 +145,29 @@ def _formats(properties: dict[str, Any], defaults: tuple[str, str | None]) -> tu
         _format_name(key, KEY_FORMATS),
         _format_name(value, VALUE_FORMATS),
     )
+
+
+def _holds_map(sql_type: ex.SqlType) -> bool:
+    if isinstance(sql_type, ex.MapType):
+        return True
+    if isinstance(sql_type, ex.ArrayType):
+        return _holds_map(sql_type.element)
+    if isinstance(sql_type, ex.StructType):
+        return any(_holds_map(f.type) for f in sql_type.fields)
+    return False
+
+
+def refuse_map_keys(key_columns: Sequence[Column]) -> None:
+    """ksqlDB's refusal of a key column that is or holds a MAP (its serialized order is
+    not stable, so equal keys could differ)."""
+    for column in key_columns:
+        if _holds_map(column.type):
+            raise KsqlStatementError(
+                "Map keys, including types that contain maps, are not supported as they may "
+                "lead to unexpected behavior due to inconsistent serialization. Key column "
+                f"name: `{column.name}`. Column type: {column.type}. See "
+                "https://github.com/confluentinc/ksql/issues/6621 for more."
+            )
 
 
 class Metastore:
@@ -289,14 +313,16 @@ class Metastore:
         columns = self._columns(statement)
         key_columns = [c for c in columns if c.namespace == "KEY"]
         value_columns = [c for c in columns if c.namespace == "VALUE"]
+        refuse_map_keys(key_columns)
         if statement.kind == "TABLE" and not key_columns and statement.elements:
             raise KsqlStatementError("Tables require a PRIMARY KEY. Please define the PRIMARY KEY.")
         if not value_columns:  # those of the registry's formats are inferred before
             raise KsqlStatementError("The statement does not define any columns.")
         if key_columns and key_format == "NONE":
             raise KsqlStatementError(
-                "The 'NONE' format can only be used when no columns are defined. Got: "
-                + ", ".join(f"`{c.name}` {c.type}" for c in key_columns)
+                "The 'NONE' format can only be used when no columns are defined. Got: ["
+                + ", ".join(f"`{c.name}` {c.type} KEY" for c in key_columns)
+                + "]"
             )
         if key_format in ("KAFKA", "DELIMITED") or value_format in ("KAFKA", "DELIMITED"):
             self._check_primitive_formats(key_format, value_format, key_columns, value_columns)

@@ -49,6 +49,7 @@ from strom.ksql.metastore import (
     DataSource,
     KsqlStatementError,
     Metastore,
+    refuse_map_keys,
 )
 
 BIGINT = ex.PrimitiveType("BIGINT")
@@ -606,6 +607,8 @@ def _plan_projection(
     joins: tuple[JoinPlan, ...] = (),
 ) -> tuple[Projection, ...]:
     named = _named(_select_items(query, source, persistent, joins, scope))
+    if joins:
+        _check_synthetic_references([expression for _, expression in named], scope)
     if joins and query.partition_by is None:
         return _join_projection(named, joins, scope, persistent, sink)
     if query.partition_by is not None:
@@ -693,6 +696,26 @@ def _join_projection(
             f"{shown[0]}...).{why}"
         )
     return _keys_first(projection)
+
+
+def _check_synthetic_references(expressions: list[ex.Expression], scope: Scope) -> None:
+    """A join's SELECT may name ksqlDB's synthetic key (``ROWKEY``, ``ROWKEY_n``) before
+    the join is planned; one the join does not have is refused as ksqlDB refuses it once
+    its plan is built: each such column on a line of its own, with its place."""
+    unknown: list[str] = []
+    for expression in expressions:
+        for node in walk(expression):
+            if (
+                isinstance(node, ex.ColumnReference)
+                and node.source is None
+                and node.name.startswith(SYNTHETIC_KEY)
+                and (None, node.name) not in scope.qualified
+                and node.name not in scope.columns
+            ):
+                where = f"Line: {node.line}, Col: {node.column}: " if node.line else ""
+                unknown.append(f"{where}Column '{node}' cannot be resolved.")
+    if unknown:
+        raise KsqlStatementError("\n".join(dict.fromkeys(unknown)))
 
 
 def _key_twice(first: str, second: str, grouped: bool) -> None:
@@ -1306,6 +1329,7 @@ def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
         else plan.source.value_format
     )
     columns = tuple(Column(p.name, p.type, p.namespace) for p in plan.projection)
+    refuse_map_keys([c for c in columns if c.namespace == "KEY"])
     if key_format == "NONE" and plan.key_columns:
         key_format = _key_format("NONE", key_types, windowed)
     if not plan.key_columns and explicit_key is None and plan.source.key_format != "NONE":

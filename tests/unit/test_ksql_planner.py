@@ -198,6 +198,14 @@ def test_transient_queries_select_what_they_like(metastore: Metastore) -> None:
             "The 'KAFKA' format only supports a single field. Got: [`PAGE` STRING, `MS` BIGINT]",
         ),
         (
+            "CREATE TABLE t AS SELECT MAP('k' := page) AS tags, COUNT(*) AS n FROM clicks "
+            "GROUP BY MAP('k' := page)",
+            "Map keys, including types that contain maps, are not supported as they may lead "
+            "to unexpected behavior due to inconsistent serialization. Key column name: `TAGS`. "
+            "Column type: MAP<STRING, STRING>. See https://github.com/confluentinc/ksql/issues/"
+            "6621 for more.",
+        ),
+        (
             "SELECT page FROM clicks WHERE ms > 'late' EMIT CHANGES",
             "Error in WHERE expression: Cannot compare MS (BIGINT) to 'late' (STRING) with "
             "GREATER_THAN.",
@@ -379,3 +387,30 @@ def test_a_key_selected_twice_is_refused_as_ksqldb_refuses_it(
     assert refusal(metastore, query) == message
     transient = query.split(" AS ", 1)[1].replace("SELECT", "SELECT", 1) + " EMIT CHANGES"
     assert plan(metastore, transient).sink is None  # a push query may select it twice
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "CREATE STREAM m (k ARRAY<MAP<STRING, INT>> KEY, v INT) "
+            "WITH (kafka_topic='m', format='JSON')",
+            "Map keys, including types that contain maps, are not supported as they may lead "
+            "to unexpected behavior due to inconsistent serialization. Key column name: `K`. "
+            "Column type: ARRAY<MAP<STRING, INTEGER>>. See https://github.com/confluentinc/"
+            "ksql/issues/6621 for more.",
+        ),
+        (
+            "CREATE STREAM n (k INT KEY, v INT) WITH (kafka_topic='n', key_format='NONE', "
+            "value_format='JSON')",
+            "The 'NONE' format can only be used when no columns are defined. Got: "
+            "[`K` INTEGER KEY]",
+        ),
+    ],
+)
+def test_create_refusals(text: str, message: str) -> None:
+    statement = parse_statement(text)
+    assert isinstance(statement, st.CreateSource)
+    with pytest.raises(KsqlStatementError) as refused:
+        Metastore().source_from_statement(statement, text)
+    assert str(refused.value) == message
