@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import Any
 
 PARTITIONS = 2
-PER_PARTITION = 200
-PER_TRIGGER = 100  # 50 records of each partition per micro-batch: micro-batches 0-3
-LAST_BATCH = 3
-CRASH_START, CRASH_END = 100, 150  # micro-batch 2 reads these offsets of each partition
-STALL_AT = 120  # the task of source partition 1 stalls at this offset of micro-batch 2
+PER_PARTITION = 150
+PER_TRIGGER = 100  # 50 records of each partition per micro-batch: micro-batches 0-2
+LAST_BATCH = 2
+CRASH_START, CRASH_END = 50, 100  # micro-batch 1 reads these offsets of each partition
+STALL_AT = 70  # the task of source partition 1 stalls at this offset of micro-batch 1
 STALL_MS = 300_000
-# The stalled task hands the sink its rows before offset 120 in Arrow batches of 10 rows,
+# The stalled task hands the sink its rows before offset 70 in Arrow batches of 10 rows,
 # each sent to the sink's Python worker at once: Spark's JVM fills a buffer of
 # spark.buffer.size bytes (64 KiB) before it sends anything to a Python worker.
 ROWS_PER_ARROW_BATCH = 10
@@ -172,10 +172,10 @@ def _counts(bootstrap: str, topic: str, isolation: str) -> Counts:
 def _crash_mid_batch(
     bootstrap: str, source: str, sinks: dict[bool, str], checkpoints: dict[bool, Path], log: Path
 ) -> None:
-    """Run both queries in a child process until micro-batch 2 is half written by each,
+    """Run both queries in a child process until micro-batch 1 is half written by each,
     then SIGKILL the child's process group (its driver and JVM)."""
     # Source partition 0's task has written (with exactlyOnce: committed) all of
-    # micro-batch 2; partition 1's has written offsets 100-119 and stalls at 120.
+    # micro-batch 1; partition 1's has written offsets 50-69 and stalls at 70.
     written = {0: CRASH_END, 1: STALL_AT}
     want: dict[tuple[bool, str], Counts] = {
         (True, "read_uncommitted"): written,
@@ -283,7 +283,7 @@ def test_kill_mid_batch_then_restart(spark, broker, tmp_path: Path) -> None:
             markers.close()
         assert marker.offset == LAST_BATCH
 
-    # at-least-once: what micro-batch 2 wrote before the crash is there twice
+    # at-least-once: what micro-batch 1 wrote before the crash is there twice
     twice = {0: _values(0, CRASH_START, CRASH_END), 1: _values(1, CRASH_START, STALL_AT)}
     written = _read(broker.bootstrap, sinks[False], "read_uncommitted")
     for p in range(PARTITIONS):
