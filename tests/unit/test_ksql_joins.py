@@ -384,9 +384,14 @@ def test_select_star_starts_with_the_synthetic_key() -> None:
             "because the join criteria did not match any source column. This expression must "
             "be included in the projection and may be aliased.",
         ),
-        (  # an inner join on keys has none
+        (  # an inner join on keys has none (its place given, as ksqlDB gives it)
             "CREATE TABLE O AS SELECT ROWKEY, t2.V0 FROM T1 JOIN T2 ON T1.ID = T2.ID",
-            "Column 'ROWKEY' cannot be resolved.",
+            "Line: 1, Col: 26: Column 'ROWKEY' cannot be resolved.",
+        ),
+        (  # a full join's is ROWKEY here: ROWKEY_1 is no column
+            "CREATE TABLE O AS SELECT ROWKEY, ROWKEY_1 AS K, t2.V0 FROM T1 FULL JOIN T2 "
+            "ON T1.ID = T2.ID",
+            "Line: 1, Col: 34: Column 'ROWKEY_1' cannot be resolved.",
         ),
         (  # nor has a query aggregating a join
             "CREATE TABLE O AS SELECT ROWKEY, COUNT(*) FROM T1 FULL JOIN T2 ON T1.ID = T2.ID "
