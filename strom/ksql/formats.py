@@ -12,7 +12,8 @@ value as ksqlDB does:
   TIMESTAMP as epoch milliseconds, DATE as days, TIME as milliseconds of the day,
   BYTES as base64;
 - ``DELIMITED``: the columns joined by the delimiter (``,`` by default), quoted as
-  CSV when they must be, null as nothing;
+  ksqlDB's CSV printer quotes them (also a field with blanks at either end), null as
+  nothing;
 - ``NONE``: no key.
 
 - ``PROTOBUF_NOSR``: the columns' message (``strom.ksql.protobuf_rows``) alone, no
@@ -26,10 +27,8 @@ Does not own the producer or the metastore.
 from __future__ import annotations
 
 import base64
-import csv
 import datetime
 import decimal
-import io
 import json
 import math
 import struct
@@ -38,6 +37,7 @@ from typing import Any
 from strom.ksql import expressions as ex
 from strom.ksql import protobuf_rows
 from strom.ksql.metastore import Column, DataSource, KsqlStatementError
+from strom.ksql.values import double_text
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 SUPPORTED_FORMATS = (
@@ -148,7 +148,7 @@ def _json_text(value: Any) -> str:
     if isinstance(value, bytes):
         return json.dumps(base64.b64encode(value).decode())
     if isinstance(value, float) and not math.isfinite(value):
-        return json.dumps(str(value))
+        return f'"{double_text(value)}"'  # Java's names: NaN, Infinity, -Infinity
     if isinstance(value, list):
         return "[" + ",".join(_json_text(v) for v in value) + "]"
     if isinstance(value, dict):
@@ -184,7 +184,33 @@ def _delimited_text(value: Any) -> str:
         return format(value, "f")
     if isinstance(value, bytes):
         return base64.b64encode(value).decode()
+    if isinstance(value, float):
+        return double_text(value)  # Java's Double.toString, as ksqlDB's printer
     return str(value)
+
+
+def _delimited_field(text: str, delimiter: str, first: bool) -> str:
+    """One field as ksqlDB's CSV printer writes it (Commons CSV's minimal quoting): quoted
+    when empty at the line's start, when it starts with a character up to ``#`` (blanks
+    and controls among them), holds the delimiter, a quote or a line break, or ends with
+    a blank or control character; quotes inside doubled."""
+    if not text:
+        quote = first
+    else:
+        quote = (
+            text[0] <= "#"
+            or any(c in text for c in (delimiter, '"', "\n", "\r"))
+            or text[-1] <= " "
+        )
+    return '"' + text.replace('"', '""') + '"' if quote else text
+
+
+def delimited_line(values: list[Any], delimiter: str) -> str:
+    """A DELIMITED record of ``values``: a null is nothing, never quoted."""
+    return delimiter.join(
+        "" if value is None else _delimited_field(_delimited_text(value), delimiter, i == 0)
+        for i, value in enumerate(values)
+    )
 
 
 def _serialize(
@@ -206,10 +232,7 @@ def _serialize(
     if fmt == "DELIMITED":
         if all(v is None for v in values) and len(values) == 1:
             return None
-        out = io.StringIO()
-        writer = csv.writer(out, delimiter=delimiter or ",", lineterminator="")
-        writer.writerow([_delimited_text(v) for v in values])
-        return out.getvalue().encode()
+        return delimited_line(values, delimiter or ",").encode()
     if fmt == "PROTOBUF_NOSR":
         try:
             return protobuf_rows.bare_bytes(tuple((c.name, c.type) for c in columns), row)

@@ -389,3 +389,24 @@ def test_protobuf_oneof_is_one_struct_column_as_confluents_union() -> None:
     }
     with pytest.raises(protobuf_rows.ProtobufRowError, match="more than one field"):
         protobuf_rows.fill(payment(), {"METHOD_0": {"CARD": "x", "ACCOUNT": 1}})
+
+
+def test_delimited_fields_are_quoted_as_ksqldbs_csv_printer_quotes_them() -> None:
+    line = formats.delimited_line(
+        [" padded ", "plain words", "\ttabbed", None, "", "a,b", 'say "hi"', "#tag", -1.5],
+        ",",
+    )
+    assert line == '" padded ",plain words,"\ttabbed",,,"a,b","say ""hi""","#tag",-1.5'
+    assert formats.delimited_line(["", "x"], ",") == '"",x'  # empty first field
+    assert formats.delimited_line([None, "x"], "|") == "|x"  # a null is never quoted
+    assert formats.delimited_line([1e-05, 2.0], ",") == "1.0E-5,2.0"  # Java's doubles
+
+
+def test_json_doubles_that_are_not_finite_have_javas_names() -> None:
+    values = {"A": float("nan"), "B": float("inf"), "C": float("-inf"), "D": 0.5}
+    assert json.loads(formats._json_text(values)) == {
+        "A": "NaN",
+        "B": "Infinity",
+        "C": "-Infinity",
+        "D": 0.5,
+    }
