@@ -1329,6 +1329,8 @@ def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
         else plan.source.value_format
     )
     columns = tuple(Column(p.name, p.type, p.namespace) for p in plan.projection)
+    if not any(c.namespace == "VALUE" for c in columns):
+        raise KsqlStatementError("The projection contains no value columns.")
     refuse_map_keys([c for c in columns if c.namespace == "KEY"])
     if key_format == "NONE" and plan.key_columns:
         key_format = _key_format("NONE", key_types, windowed)

@@ -726,12 +726,13 @@ def test_two_servers_of_one_service_id_share_the_queries_and_take_over(
         )
         assert replaced["commandStatus"]["queryId"] == query_id
         status, refused = survivor.ksql(
-            "CREATE OR REPLACE STREAM big_orders AS SELECT id FROM orders;"
+            "CREATE OR REPLACE STREAM big_orders AS SELECT id, n FROM orders;"
         )
         assert status == 400
         assert refused["message"].startswith(
             "Cannot upgrade data source: DataSource '`BIG_ORDERS`' has schema = `ID` STRING KEY, "
-            "`N` INTEGER, `TENFOLD` INTEGER which is not upgradeable to `ID` STRING KEY."
+            "`N` INTEGER, `TENFOLD` INTEGER which is not upgradeable to `ID` STRING KEY, "
+            "`N` INTEGER."
         )
         produce(broker, "orders", [(b"o9", {"N": 9}, BASE + 9), (b"o10", {"N": 0}, BASE + 10)])
         records = read_topic(broker, "BIG_ORDERS", 10, SLOW_S)

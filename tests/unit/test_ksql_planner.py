@@ -206,6 +206,10 @@ def test_transient_queries_select_what_they_like(metastore: Metastore) -> None:
             "6621 for more.",
         ),
         (
+            "CREATE STREAM s AS SELECT user_id FROM clicks",
+            "The projection contains no value columns.",
+        ),
+        (
             "SELECT page FROM clicks WHERE ms > 'late' EMIT CHANGES",
             "Error in WHERE expression: Cannot compare MS (BIGINT) to 'late' (STRING) with "
             "GREATER_THAN.",
