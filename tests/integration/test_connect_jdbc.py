@@ -31,6 +31,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from broker_process import BrokerProcess
@@ -196,6 +197,54 @@ def test_sink_upserts_deletes_and_replays_as_once(
     assert worker.call("PUT", "/connectors/pg-sink/resume")[0] == 202
     wait_for(lambda: sorted(table()) == sorted(expected), "the replayed table", timeout=90)
     worker.call("DELETE", "/connectors/pg-sink")
+
+
+def test_upsert_of_new_keys_inserts_and_of_known_keys_updates(postgres: PostgresProcess) -> None:
+    """The PostgreSQL upsert's two ways (the sink's writer alone, no Spark): a batch of new
+    keys goes in by a plain INSERT; a batch with a key already there is undone to a
+    savepoint and upserted, and the table's next upserts in the process go straight to ON
+    CONFLICT; either way the table ends as the records say."""
+    from strom.connect.connectors import jdbc_sink
+    from strom.connect.converters import JsonConverter, StringConverter
+
+    postgres.query("CREATE TABLE plain_first (id BIGINT PRIMARY KEY, amount BIGINT)")
+    props = {"name": "plain-first", "connection.url": postgres.jdbc_url,
+             "connection.user": "postgres", "table.name.format": "plain_first",
+             "insert.mode": "upsert", "pk.mode": "record_value", "pk.fields": "id"}  # fmt: skip
+    keys, values = StringConverter(), JsonConverter()
+    keys.configure({}, is_key=True)
+    values.configure({"schemas.enable": "true"}, is_key=False)
+    writer = jdbc_sink.PartitionWriter(jdbc_sink.SinkSettings.of(props), keys, values)
+    schema = {"type": "struct", "optional": False, "fields": [
+        {"field": "id", "type": "int64", "optional": False},
+        {"field": "amount", "type": "int64", "optional": True},
+    ]}  # fmt: skip
+    where = (writer.settings.database.url, "plain_first")
+
+    def batch(rows: list[tuple[int, int]], first_offset: int) -> pa.RecordBatch:
+        envelopes = [json.dumps({"schema": schema, "payload": {"id": i, "amount": a}},
+                                separators=(",", ":")).encode() for i, a in rows]  # fmt: skip
+        return pa.RecordBatch.from_pydict({
+            "key": pa.array([None] * len(rows), pa.binary()),
+            "value": pa.array(envelopes, pa.binary()), "topic": ["plain"] * len(rows),
+            "partition": pa.array([0] * len(rows), pa.int32()),
+            "offset": pa.array(range(first_offset, first_offset + len(rows)), pa.int64()),
+        })  # fmt: skip
+
+    def write(rows: list[tuple[int, int]], first_offset: int) -> int:
+        return writer.write([batch(rows, first_offset)])
+
+    def table() -> list[tuple[object, ...]]:
+        return postgres.query("SELECT id, amount FROM plain_first ORDER BY id")
+
+    assert writer.payloads_of([batch([(1, 10)], 0)]) is not None  # Arrow reads them
+    assert write([(1, 10), (2, 20), (1, 11)], 0) == 2
+    assert where not in jdbc_sink._UPSERTS_BEFORE_PLAIN  # no key was there: plain INSERT
+    assert write([(3, 30), (2, 21)], 3) == 2  # 2 is there: upserted
+    assert jdbc_sink._UPSERTS_BEFORE_PLAIN[where] == jdbc_sink.PLAIN_INSERT_PAUSE
+    assert write([(4, 40)], 5) == 1
+    assert jdbc_sink._UPSERTS_BEFORE_PLAIN[where] == jdbc_sink.PLAIN_INSERT_PAUSE - 1
+    assert table() == [(1, 11), (2, 21), (3, 30), (4, 40)]
 
 
 def test_bad_config_names_the_key(worker: Worker, postgres: PostgresProcess) -> None:
