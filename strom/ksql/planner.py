@@ -1090,6 +1090,13 @@ def _same(key: ex.Expression, expression: ex.Expression) -> bool:
     return key == expression
 
 
+def _call_text(call: AggregateCall) -> str:
+    """An aggregate call as ksqlDB's messages show it: ``SUM(VALUE)``."""
+    arguments = [expression_text(a) for a in call.arguments]
+    arguments += [expression_text(ex.Literal(v)) for v in call.literal_arguments]
+    return f"{call.name.upper()}({', '.join(arguments)})"
+
+
 def _keys_missing(sink: SinkRequest | None, what: str, missing: list[str]) -> None:
     name = _sink_name(sink.name if sink is not None else "")
     plural = "s" if len(missing) > 1 else ""
@@ -1238,7 +1245,15 @@ def _plan_aggregation(
                 _key_twice(found[index], name, grouped=True)
         projection.append(Projection(name, sql_type, expression, namespace))
     if having is not None:
-        having_type = compile_expression(having, aggregate_scope, "HAVING").sql_type
+        try:
+            having_type = compile_expression(having, aggregate_scope, "HAVING").sql_type
+        except KsqlStatementError as exc:  # named as the user wrote them, as ksqlDB does
+            internal = {c.column: _call_text(c) for c in calls}
+            internal.update(zip(group_columns, map(expression_text, group_by), strict=True))
+            message = str(exc)
+            for column in sorted(internal, key=len, reverse=True):
+                message = message.replace(column, internal[column])
+            raise KsqlStatementError(message) from None
         if str(having_type) != "BOOLEAN":
             raise KsqlStatementError(
                 f"Type error in HAVING expression: Should evaluate to boolean but is "

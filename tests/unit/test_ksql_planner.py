@@ -210,6 +210,12 @@ def test_transient_queries_select_what_they_like(metastore: Metastore) -> None:
             "The projection contains no value columns.",
         ),
         (
+            "CREATE TABLE t AS SELECT user_id, SUM(ms) AS s FROM clicks GROUP BY user_id "
+            "HAVING SUM(ms) > 'x'",
+            "Error in HAVING expression: Cannot compare SUM(MS) (BIGINT) to 'x' (STRING) with "
+            "GREATER_THAN.",
+        ),
+        (
             "SELECT page FROM clicks WHERE ms > 'late' EMIT CHANGES",
             "Error in WHERE expression: Cannot compare MS (BIGINT) to 'late' (STRING) with "
             "GREATER_THAN.",
