@@ -20,6 +20,7 @@ from typing import Any
 
 from strom.ksql import expressions as ex
 from strom.ksql import statements as st
+from strom.ksql.values import base
 
 KEY_FORMATS = ("KAFKA", "JSON", "JSON_SR", "AVRO", "PROTOBUF", "PROTOBUF_NOSR", "DELIMITED", "NONE")
 VALUE_FORMATS = ("JSON", "JSON_SR", "AVRO", "PROTOBUF", "PROTOBUF_NOSR", "DELIMITED", "KAFKA")
@@ -436,9 +437,8 @@ class Metastore:
                     )
                 for column in columns:
                     if str(column.type) not in _KAFKA_KEY_TYPES:
-                        raise KsqlStatementError(
-                            f"The 'KAFKA' format does not support type '{column.type}', "
-                            f"column: `{column.name}`"
+                        raise KsqlStatementError(  # its base type, as ksqlDB names it
+                            f"The 'KAFKA' format does not support type '{base(column.type)}'"
                         )
             if fmt == "DELIMITED":
                 for column in columns:

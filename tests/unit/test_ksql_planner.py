@@ -411,6 +411,10 @@ def test_a_key_selected_twice_is_refused_as_ksqldb_refuses_it(
             "ksql/issues/6621 for more.",
         ),
         (
+            "CREATE STREAM a (k ARRAY<INT> KEY, v INT) WITH (kafka_topic='a', value_format='JSON')",
+            "The 'KAFKA' format does not support type 'ARRAY'",
+        ),
+        (
             "CREATE STREAM n (k INT KEY, v INT) WITH (kafka_topic='n', key_format='NONE', "
             "value_format='JSON')",
             "The 'NONE' format can only be used when no columns are defined. Got: "
