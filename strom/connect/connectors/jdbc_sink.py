@@ -14,7 +14,9 @@ for a micro-batch DataFrame with ``mapInArrow``). Each decodes its records with 
 connector's converters, keeps the last record of each primary key (what the rows become
 once the batch is applied in order), and writes them to the table in one transaction:
 PostgreSQL through ``COPY`` into a staging table and one
-``INSERT ... ON CONFLICT DO UPDATE`` (upsert) or ``COPY`` into the table (insert),
+``INSERT ... ON CONFLICT DO UPDATE`` (upsert; a plain ``INSERT`` first, undone to a
+savepoint when a key is already in the table: ``insert_new_keys``) or ``COPY`` into the
+table (insert),
 MariaDB/MySQL (PyMySQL) and SQLite through ``executemany`` (``INSERT ... ON DUPLICATE KEY
 UPDATE`` on MariaDB/MySQL). Upsert is idempotent, so a replayed micro-batch leaves the
 table as one delivery does.
