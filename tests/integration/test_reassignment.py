@@ -5,14 +5,20 @@ from brokers {1,2,3} to {2,3,4} while an idempotent acks=all producer writes, wi
 
 The checks use only what clients observe and what is on disk: delivery reports, a
 plain consumer reading everything back, Metadata, and the brokers' data directories.
+
+The move to {2,3,4} and the removal of broker 4 share one cluster of three combined
+nodes and a broker (``four_nodes``), on topics of their own, one after the other: the
+removal, which takes broker 4 away for good, comes second and stops the cluster.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from cli_helpers import ok, strom
 from cluster_process import Cluster, NodeSpec
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -76,13 +82,24 @@ def _create(
     )[topic].result(15)
 
 
-def test_reassignment_from_1_2_3_to_2_3_4_while_producing(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def four_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     specs = [NodeSpec(i, "broker,controller") for i in (1, 2, 3)] + [NodeSpec(4, "broker")]
-    cluster = Cluster(tmp_path, specs, overrides=REPLICATION)
+    cluster = Cluster(tmp_path_factory.mktemp("four-nodes"), specs, overrides=REPLICATION)
+    try:
+        cluster.start_all()
+        yield cluster
+    finally:
+        cluster.kill_all()
+
+
+def test_reassignment_from_1_2_3_to_2_3_4_while_producing(
+    four_nodes: Cluster, tmp_path: Path
+) -> None:
+    cluster = four_nodes
     acked: list[bytes] = []
     failed: list[str] = []
     try:
-        cluster.start_all()
         admin = _admin(cluster.bootstrap())
         wait_until(
             lambda: sorted(admin.list_topics(timeout=3).brokers) == [1, 2, 3, 4], 15, "4 brokers"
@@ -170,8 +187,72 @@ def test_reassignment_from_1_2_3_to_2_3_4_while_producing(tmp_path: Path) -> Non
     except BaseException:
         print(cluster.logs())
         raise
+
+
+def test_removing_a_broker_after_moving_its_replicas_off(
+    four_nodes: Cluster, tmp_path: Path
+) -> None:
+    """Scale in: move every replica off broker 4, stop it, unregister it; the cluster
+    lists three brokers and the data is intact."""
+    cluster = four_nodes
+    try:
+        admin = _admin(cluster.bootstrap())
+        wait_until(
+            lambda: sorted(admin.list_topics(timeout=3).brokers) == [1, 2, 3, 4], 15, "4 brokers"
+        )
+        _create(admin, "leaving", [4, 1, 2])
+        producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all"})
+        for i in range(200):
+            producer.produce("leaving", value=b"%04d" % i)
+        assert producer.flush(15) == 0
+        plan = tmp_path / "plan.json"
+        plan.write_text(
+            json.dumps(
+                {
+                    "version": 1,
+                    "partitions": [{"topic": "leaving", "partition": 0, "replicas": [3, 1, 2]}],
+                }
+            )
+        )
+        bootstrap = cluster.nodes[1].bootstrap
+        ok(
+            strom(
+                "reassign-partitions",
+                "--bootstrap-server",
+                bootstrap,
+                "--execute",
+                "--reassignment-json-file",
+                str(plan),
+            )
+        )
+        wait_until(
+            lambda: (
+                strom(
+                    "reassign-partitions",
+                    "--bootstrap-server",
+                    bootstrap,
+                    "--verify",
+                    "--reassignment-json-file",
+                    str(plan),
+                ).returncode
+                == 0
+            ),
+            60,
+            "the move off broker 4",
+        )
+        assert cluster.nodes[4].stop() == 0
+        done = ok(strom("cluster", "--bootstrap-server", bootstrap, "--unregister", "4"))
+        assert "Broker 4 is no longer registered." in done.stdout
+        overview = ok(strom("cluster", "--bootstrap-server", bootstrap)).stdout
+        assert "Brokers:          3" in overview and "FencedBrokers:    []" in overview
+        again = strom("cluster", "--bootstrap-server", bootstrap, "--unregister", "4")
+        assert again.returncode == 1 and "BROKER_ID_NOT_REGISTERED" in again.stderr
+        assert _read_all(cluster.bootstrap(), "leaving") == [b"%04d" % i for i in range(200)]
+    except BaseException:
+        print(cluster.logs())
+        raise
     finally:
-        cluster.kill_all()
+        cluster.kill_all()  # the cluster's last test: it stops now, not at the module's end
 
 
 def _fail_over_from_3(cluster: Cluster) -> AdminClient:
@@ -338,7 +419,7 @@ def test_a_throttled_move_keeps_to_its_rate_and_the_throttle_goes_afterwards(
             if verify.returncode == 0:
                 break
             assert time.monotonic() < deadline, "the throttled move never completed"
-            time.sleep(1)
+            time.sleep(0.2)  # each --verify is a process of its own: no longer pause
         assert "Throttle was removed." in verify.stdout
         values = _configs(admin)
         assert values["leader.replication.throttled.replicas"] in ("", None)
@@ -412,72 +493,6 @@ def test_unclean_election_only_when_allowed(tmp_path: Path) -> None:
         producer.produce("fragile", value=b"after")
         assert producer.flush(15) == 0
         assert _read_all(cluster.nodes[2].bootstrap, "fragile") == [b"after"]
-    except BaseException:
-        print(cluster.logs())
-        raise
-    finally:
-        cluster.kill_all()
-
-
-def test_removing_a_broker_after_moving_its_replicas_off(tmp_path: Path) -> None:
-    """Scale in: move every replica off broker 4, stop it, unregister it; the cluster
-    lists three brokers and the data is intact."""
-    specs = [NodeSpec(i, "broker,controller") for i in (1, 2, 3)] + [NodeSpec(4, "broker")]
-    cluster = Cluster(tmp_path, specs, overrides=REPLICATION)
-    try:
-        cluster.start_all()
-        admin = _admin(cluster.bootstrap())
-        wait_until(
-            lambda: sorted(admin.list_topics(timeout=3).brokers) == [1, 2, 3, 4], 15, "4 brokers"
-        )
-        _create(admin, "leaving", [4, 1, 2])
-        producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all"})
-        for i in range(200):
-            producer.produce("leaving", value=b"%04d" % i)
-        assert producer.flush(15) == 0
-        plan = tmp_path / "plan.json"
-        plan.write_text(
-            json.dumps(
-                {
-                    "version": 1,
-                    "partitions": [{"topic": "leaving", "partition": 0, "replicas": [3, 1, 2]}],
-                }
-            )
-        )
-        bootstrap = cluster.nodes[1].bootstrap
-        ok(
-            strom(
-                "reassign-partitions",
-                "--bootstrap-server",
-                bootstrap,
-                "--execute",
-                "--reassignment-json-file",
-                str(plan),
-            )
-        )
-        wait_until(
-            lambda: (
-                strom(
-                    "reassign-partitions",
-                    "--bootstrap-server",
-                    bootstrap,
-                    "--verify",
-                    "--reassignment-json-file",
-                    str(plan),
-                ).returncode
-                == 0
-            ),
-            60,
-            "the move off broker 4",
-        )
-        assert cluster.nodes[4].stop() == 0
-        done = ok(strom("cluster", "--bootstrap-server", bootstrap, "--unregister", "4"))
-        assert "Broker 4 is no longer registered." in done.stdout
-        overview = ok(strom("cluster", "--bootstrap-server", bootstrap)).stdout
-        assert "Brokers:          3" in overview and "FencedBrokers:    []" in overview
-        again = strom("cluster", "--bootstrap-server", bootstrap, "--unregister", "4")
-        assert again.returncode == 1 and "BROKER_ID_NOT_REGISTERED" in again.stderr
-        assert _read_all(cluster.bootstrap(), "leaving") == [b"%04d" % i for i in range(200)]
     except BaseException:
         print(cluster.logs())
         raise
