@@ -31,6 +31,7 @@ import datetime
 import decimal
 import json
 import math
+import re
 import struct
 from typing import Any
 
@@ -189,16 +190,21 @@ def _delimited_text(value: Any) -> str:
     return str(value)
 
 
+_ASCII_ALNUM = re.compile(r"[0-9A-Za-z]")
+
+
 def _delimited_field(text: str, delimiter: str, first: bool) -> str:
     """One field as ksqlDB's CSV printer writes it (Commons CSV's minimal quoting): quoted
-    when empty at the line's start, when it starts with a character up to ``#`` (blanks
-    and controls among them), holds the delimiter, a quote or a line break, or ends with
-    a blank or control character; quotes inside doubled."""
+    when it is the line's first and empty or not starting with an ASCII letter or digit
+    (``"-10"``), when it starts with a character up to ``#`` (blanks and controls among
+    them), holds the delimiter, a quote or a line break, or ends with a blank or control
+    character; quotes inside doubled."""
     if not text:
         quote = first
     else:
         quote = (
-            text[0] <= "#"
+            (first and not _ASCII_ALNUM.match(text))
+            or text[0] <= "#"
             or any(c in text for c in (delimiter, '"', "\n", "\r"))
             or text[-1] <= " "
         )

@@ -400,6 +400,9 @@ def test_delimited_fields_are_quoted_as_ksqldbs_csv_printer_quotes_them() -> Non
     assert formats.delimited_line(["", "x"], ",") == '"",x'  # empty first field
     assert formats.delimited_line([None, "x"], "|") == "|x"  # a null is never quoted
     assert formats.delimited_line([1e-05, 2.0], ",") == "1.0E-5,2.0"  # Java's doubles
+    # the line's first field is quoted unless it starts with an ASCII letter or digit
+    assert formats.delimited_line([-10, -10], ",") == '"-10",-10'
+    assert formats.delimited_line(["x.y", ".y"], ",") == "x.y,.y"
 
 
 def test_json_doubles_that_are_not_finite_have_javas_names() -> None:
