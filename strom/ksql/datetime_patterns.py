@@ -236,9 +236,24 @@ def _parser(pattern: str) -> tuple[re.Pattern[str], tuple[_Field, ...]]:
     return re.compile(regex, re.IGNORECASE), tuple(fields)
 
 
+# Zone names a text may carry (a pattern's ``z``) that Java reads as a region, with its
+# daylight time: ``PST`` in May is -07:00, as Java's parser takes it.
+_ZONE_NAMES = {
+    "PST": "America/Los_Angeles", "PDT": "America/Los_Angeles",
+    "MST": "America/Denver", "MDT": "America/Denver",
+    "CST": "America/Chicago", "CDT": "America/Chicago",
+    "EST": "America/New_York", "EDT": "America/New_York",
+    "AKST": "America/Anchorage", "AKDT": "America/Anchorage",
+    "HST": "Pacific/Honolulu", "BST": "Europe/London", "IST": "Asia/Kolkata",
+    "JST": "Asia/Tokyo", "CEST": "CET",
+}  # fmt: skip
+
+
 def _zone_from_text(text: str) -> datetime.tzinfo:
     if text.upper() in ("Z", "GMT", "UTC"):
         return datetime.UTC
+    if text.upper() in _ZONE_NAMES:
+        return zone(_ZONE_NAMES[text.upper()])
     match = re.fullmatch(r"(?:GMT|UTC)?([+-])(\d{1,2}):?(\d{2})?:?(\d{2})?", text)
     if match:
         sign = -1 if match.group(1) == "-" else 1

@@ -396,6 +396,9 @@ DATE_CASES: list[tuple[str, Any]] = [
         1590451198000,
     ),
     ("PARSE_TIMESTAMP('26/May/2020', 'dd/MMM/yyyy')", 1590451200000),
+    # a zone's short name in the text is its region, daylight time included: -07:00 in May
+    ("PARSE_TIMESTAMP('2020-05-25 16:59:58 PST', 'yyyy-MM-dd HH:mm:ss zzz')", 1590451198000),
+    ("PARSE_TIMESTAMP('2020-01-25 15:59:58 PST', 'yyyy-MM-dd HH:mm:ss zzz')", 1579996798000),
     ("TIMESTAMPTOSTRING(1590451198000, 'yyyy-MM-dd HH:mm')", "2020-05-25 23:59"),
     ("TIMESTAMPTOSTRING(1590451198000, 'yyyy-MM-dd HH:mm', 'Europe/London')", "2020-05-26 00:59"),
     ("STRINGTOTIMESTAMP('2020-05-26', 'yyyy-MM-dd')", 1590451200000),
