@@ -148,6 +148,43 @@ def _formats(properties: dict[str, Any], defaults: tuple[str, str | None]) -> tu
     )
 
 
+_MAP_KEY_REFUSALS = {  # a format that writes maps as objects: ksqlDB's message
+    "JSON": "JSON only supports MAP types with STRING keys",
+    "JSON_SR": "JSON only supports MAP types with STRING keys",
+    "AVRO": "Avro only supports MAPs with STRING keys",
+    "PROTOBUF": "PROTOBUF format only supports MAP types with STRING keys",
+    "PROTOBUF_NOSR": "PROTOBUF format only supports MAP types with STRING keys",
+}
+
+
+def _non_string_map_key(sql_type: ex.SqlType) -> bool:
+    if isinstance(sql_type, ex.MapType):
+        return str(sql_type.key) != "STRING" or _non_string_map_key(sql_type.value)
+    if isinstance(sql_type, ex.ArrayType):
+        return _non_string_map_key(sql_type.element)
+    if isinstance(sql_type, ex.StructType):
+        return any(_non_string_map_key(f.type) for f in sql_type.fields)
+    return False
+
+
+def check_serde_shapes(
+    key_format: str,
+    key_columns: Sequence[Column],
+    value_format: str,
+    value_columns: Sequence[Column],
+    wrap_single_value: bool | None,
+) -> None:
+    """ksqlDB's refusals of columns a side's format cannot write as declared: a MAP with
+    keys other than STRING in a format that writes maps as objects, WRAP_SINGLE_VALUE
+    with more than one value column."""
+    for fmt, columns in ((key_format, key_columns), (value_format, value_columns)):
+        refusal = _MAP_KEY_REFUSALS.get(fmt)
+        if refusal is not None and any(_non_string_map_key(c.type) for c in columns):
+            raise KsqlStatementError(refusal)
+    if wrap_single_value is not None and len(value_columns) > 1:
+        raise KsqlStatementError("'WRAP_SINGLE_VALUE' is only valid for single-field value schemas")
+
+
 def _holds_map(sql_type: ex.SqlType) -> bool:
     if isinstance(sql_type, ex.MapType):
         return True
@@ -365,6 +402,7 @@ class Metastore:
             raise KsqlStatementError(
                 f"Format '{value_format}' does not support 'WRAP_SINGLE_VALUE' set to 'false'."
             )
+        check_serde_shapes(key_format, key_columns, value_format, value_columns, wrap)
         return DataSource(
             kind=statement.kind,
             name=statement.name,

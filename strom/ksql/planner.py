@@ -49,6 +49,7 @@ from strom.ksql.metastore import (
     DataSource,
     KsqlStatementError,
     Metastore,
+    check_serde_shapes,
     refuse_map_keys,
 )
 
@@ -1351,6 +1352,13 @@ def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
         key_format = _key_format("NONE", key_types, windowed)
     if not plan.key_columns and explicit_key is None and plan.source.key_format != "NONE":
         key_format = "KAFKA" if key_format in ("NONE",) else key_format
+    check_serde_shapes(
+        key_format,
+        [c for c in columns if c.namespace == "KEY"],
+        value_format,
+        [c for c in columns if c.namespace == "VALUE"],
+        props.get("WRAP_SINGLE_VALUE"),
+    )
     if value_format == "KAFKA" and len(plan.value_columns) > 1:
         raise KsqlStatementError(
             "The 'KAFKA' format only supports a single field. Got: ["

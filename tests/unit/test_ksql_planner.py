@@ -216,6 +216,10 @@ def test_transient_queries_select_what_they_like(metastore: Metastore) -> None:
             "GREATER_THAN.",
         ),
         (
+            "CREATE STREAM s WITH (wrap_single_value=false) AS SELECT * FROM clicks",
+            "'WRAP_SINGLE_VALUE' is only valid for single-field value schemas",
+        ),
+        (
             "SELECT page FROM clicks WHERE ms > 'late' EMIT CHANGES",
             "Error in WHERE expression: Cannot compare MS (BIGINT) to 'late' (STRING) with "
             "GREATER_THAN.",
@@ -413,6 +417,15 @@ def test_a_key_selected_twice_is_refused_as_ksqldb_refuses_it(
         (
             "CREATE STREAM a (k ARRAY<INT> KEY, v INT) WITH (kafka_topic='a', value_format='JSON')",
             "The 'KAFKA' format does not support type 'ARRAY'",
+        ),
+        (
+            "CREATE STREAM j (v MAP<INT, DOUBLE>) WITH (kafka_topic='j', value_format='JSON')",
+            "JSON only supports MAP types with STRING keys",
+        ),
+        (
+            "CREATE STREAM w (k STRING KEY, a INT, b INT) WITH (kafka_topic='w', "
+            "value_format='JSON', wrap_single_value=true)",
+            "'WRAP_SINGLE_VALUE' is only valid for single-field value schemas",
         ),
         (
             "CREATE STREAM n (k INT KEY, v INT) WITH (kafka_topic='n', key_format='NONE', "
