@@ -365,11 +365,12 @@ class Metastore:
         if key_format in ("KAFKA", "DELIMITED") or value_format in ("KAFKA", "DELIMITED"):
             self._check_primitive_formats(key_format, value_format, key_columns, value_columns)
         if key_format == "KAFKA" and len(key_columns) > 1:
-            raise KsqlStatementError(
+            reason = (
                 "The 'KAFKA' format only supports a single field. Got: ["
-                + ", ".join(f"`{c.name}` {c.type}" for c in key_columns)
+                + ", ".join(f"`{c.name}` {c.type} KEY" for c in key_columns)
                 + "]"
             )
+            raise KsqlStatementError(serde_refusal("key", "KAFKA", key_columns, reason))
         timestamp = props.get("TIMESTAMP")
         timestamp_format = props.get("TIMESTAMP_FORMAT")
         if timestamp is not None:
@@ -466,26 +467,41 @@ class Metastore:
         key_format: str, value_format: str, keys: list[Column], values: list[Column]
     ) -> None:
         for fmt, columns, what in ((key_format, keys, "key"), (value_format, values, "value")):
-            if fmt == "KAFKA":
-                if what == "value" and len(columns) > 1:
-                    raise KsqlStatementError(
-                        "The 'KAFKA' format only supports a single field. Got: ["
-                        + ", ".join(f"`{c.name}` {c.type}" for c in columns)
-                        + "]"
-                    )
-                for column in columns:
-                    if str(column.type) not in _KAFKA_KEY_TYPES:
-                        raise KsqlStatementError(  # its base type, as ksqlDB names it
-                            f"The 'KAFKA' format does not support type '{base(column.type)}'"
-                        )
-            if fmt == "DELIMITED":
-                for column in columns:
-                    if isinstance(column.type, ex.ArrayType | ex.MapType | ex.StructType):
-                        raise KsqlStatementError(
-                            f"The 'DELIMITED' format does not support type "
-                            f"'{type(column.type).__name__.removesuffix('Type').upper()}', "
-                            f"column: `{column.name}`"
-                        )
+            reason = _primitive_format_refusal(fmt, columns, what)
+            if reason is not None:
+                raise KsqlStatementError(serde_refusal(what, fmt, columns, reason))
+
+
+def _primitive_format_refusal(fmt: str, columns: list[Column], what: str) -> str | None:
+    """Why ``fmt`` (KAFKA or DELIMITED) cannot hold ``columns`` (one side's), or None."""
+    if fmt == "KAFKA":
+        if what == "value" and len(columns) > 1:
+            return (
+                "The 'KAFKA' format only supports a single field. Got: ["
+                + ", ".join(f"`{c.name}` {c.type}" for c in columns)
+                + "]"
+            )
+        for column in columns:
+            if str(column.type) not in _KAFKA_KEY_TYPES:  # its base type, as ksqlDB names it
+                return f"The 'KAFKA' format does not support type '{base(column.type)}'"
+    if fmt == "DELIMITED":
+        for column in columns:
+            if isinstance(column.type, ex.ArrayType | ex.MapType | ex.StructType):
+                return (
+                    f"The 'DELIMITED' format does not support type '{base(column.type)}', "
+                    f"column: `{column.name}`"
+                )
+    return None
+
+
+def serde_refusal(what: str, fmt: str, columns: Sequence[Column], reason: str) -> str:
+    """ksqlDB's message for a side (``key`` or ``value``) its format cannot write: the
+    format, the side's columns and the reason."""
+    shown = ", ".join(f"`{c.name}` {c.type}{' KEY' if what == 'key' else ''}" for c in columns)
+    return (
+        f"{what.capitalize()} format does not support schema.\nformat: {fmt}\n"
+        f"schema: Persistence{{columns=[{shown}], features=[]}}\nreason: {reason}"
+    )
 
 
 def _window_size(value: Any, window_type: str) -> int | None:

@@ -51,6 +51,7 @@ from strom.ksql.metastore import (
     Metastore,
     check_serde_shapes,
     refuse_map_keys,
+    serde_refusal,
 )
 
 BIGINT = ex.PrimitiveType("BIGINT")
@@ -1360,11 +1361,13 @@ def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
         props.get("WRAP_SINGLE_VALUE"),
     )
     if value_format == "KAFKA" and len(plan.value_columns) > 1:
-        raise KsqlStatementError(
+        values = [c for c in columns if c.namespace == "VALUE"]
+        reason = (
             "The 'KAFKA' format only supports a single field. Got: ["
-            + ", ".join(f"`{p.name}` {p.type}" for p in plan.value_columns)
+            + ", ".join(f"`{c.name}` {c.type}" for c in values)
             + "]"
         )
+        raise KsqlStatementError(serde_refusal("value", "KAFKA", values, reason))
     partitions = props.get("PARTITIONS", request.topic_partitions)
     for name in ("PARTITIONS", "REPLICAS"):
         value = props.get(name)

@@ -95,7 +95,9 @@ def source_of(text: str, metastore: Metastore | None = None) -> DataSource:
         ("CREATE STREAM s (k INT KEY) WITH (kafka_topic='t', value_format='JSON')",
          "The statement does not define any columns."),
         ("CREATE STREAM s (a INT, b INT) WITH (kafka_topic='t', value_format='KAFKA')",
-         "The 'KAFKA' format only supports a single field."),
+         "Value format does not support schema.\nformat: KAFKA\nschema: Persistence{columns="
+         "[`A` INTEGER, `B` INTEGER], features=[]}\nreason: The 'KAFKA' format only supports "
+         "a single field."),
         ("CREATE STREAM s (a INT, a STRING) WITH (kafka_topic='t', value_format='JSON')",
          "Duplicate column names"),
         ("CREATE STREAM s (a INT) WITH (kafka_topic='t', value_format='JSON', timestamp='b')",

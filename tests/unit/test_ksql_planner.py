@@ -195,7 +195,9 @@ def test_transient_queries_select_what_they_like(metastore: Metastore) -> None:
         ),
         (
             "CREATE STREAM s WITH (value_format='KAFKA') AS SELECT user_id, page, ms FROM clicks",
-            "The 'KAFKA' format only supports a single field. Got: [`PAGE` STRING, `MS` BIGINT]",
+            "Value format does not support schema.\nformat: KAFKA\nschema: Persistence{"
+            "columns=[`PAGE` STRING, `MS` BIGINT], features=[]}\nreason: The 'KAFKA' format "
+            "only supports a single field. Got: [`PAGE` STRING, `MS` BIGINT]",
         ),
         (
             "CREATE TABLE t AS SELECT MAP('k' := page) AS tags, COUNT(*) AS n FROM clicks "
@@ -416,7 +418,9 @@ def test_a_key_selected_twice_is_refused_as_ksqldb_refuses_it(
         ),
         (
             "CREATE STREAM a (k ARRAY<INT> KEY, v INT) WITH (kafka_topic='a', value_format='JSON')",
-            "The 'KAFKA' format does not support type 'ARRAY'",
+            "Key format does not support schema.\nformat: KAFKA\nschema: Persistence{columns="
+            "[`K` ARRAY<INTEGER> KEY], features=[]}\nreason: The 'KAFKA' format does not "
+            "support type 'ARRAY'",
         ),
         (
             "CREATE STREAM j (v MAP<INT, DOUBLE>) WITH (kafka_topic='j', value_format='JSON')",
