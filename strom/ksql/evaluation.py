@@ -642,6 +642,9 @@ class _Compiler:
 
     def _inlist(self, node: ex.InList, lambdas: Any) -> Compiled:
         try:
+            operand_type = self.compile(node.operand, lambdas)[1]
+            coerced = tuple(_literals_as(item, operand_type) for item in node.items)
+            node = ex.InList(node.operand, coerced, node.negated)
             compiled = self._compile_list([node.operand, *node.items], lambdas)
         except CoercionError:
             raise
@@ -894,6 +897,32 @@ def _magic_timestamps(
     if is_time_column(right):
         return as_millis(left), right
     return left, right
+
+
+def _literals_as(node: ex.Expression, target: ex.SqlType | None) -> ex.Expression:
+    """An ARRAY, MAP or STRUCT constructor of an IN list with its string literals read as
+    the operand's element, value or field types where those are numbers or booleans, as
+    ksqlDB coerces them (``ARRAY['3', null]`` against ARRAY<BIGINT>)."""
+    if isinstance(node, ex.ArrayConstructor) and isinstance(target, ex.ArrayType):
+        return ex.ArrayConstructor(tuple(_literals_as(i, target.element) for i in node.items))
+    if isinstance(node, ex.MapConstructor) and isinstance(target, ex.MapType):
+        return ex.MapConstructor(
+            tuple((k, _literals_as(value, target.value)) for k, value in node.entries)
+        )
+    if isinstance(node, ex.StructConstructor) and isinstance(target, ex.StructType):
+        types = {f.name.upper(): f.type for f in target.fields}
+        return ex.StructConstructor(
+            tuple(
+                (name, _literals_as(value, types.get(name.upper()))) for name, value in node.fields
+            )
+        )
+    if (
+        isinstance(node, ex.Literal)
+        and isinstance(node.value, str)
+        and (v.is_number(target) or target == v.BOOLEAN)
+    ):
+        return _read_literal(node.value, target)
+    return node
 
 
 def _read_literal(text: str, sql_type: ex.SqlType | None) -> ex.Literal:

@@ -457,3 +457,12 @@ def test_errors_are_worded_for_their_clause(clause: str | None, text: str, messa
 def test_in_list_coerces_string_literals_to_the_operands_type() -> None:
     assert evaluate("I IN ('7', 8)")[0] is True
     assert evaluate("L IN ('1', 2)")[0] is False
+    # inside constructors too: the operand's element, value and field types
+    assert evaluate("ARR IN (ARRAY['1', '2', '3'])")[0] is True
+    assert evaluate("ARR IN (ARRAY['1', NULL])")[0] is False
+    assert evaluate("P IN (STRUCT(X := '3', LABEL := 'p'))")[0] is True
+    with pytest.raises(KsqlStatementError) as raised:
+        compile_expression(expression("ARR IN (ARRAY['1', 'x'])"), SCOPE, "WHERE")
+    assert str(raised.value).startswith(
+        'Invalid Predicate: invalid input syntax for type INTEGER: "x".'
+    )
