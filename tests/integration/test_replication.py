@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from cluster_process import Cluster
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic, PartitionMetadata
 from kafka_helpers import wait_until
 
 from strom.protocol.errors import ErrorCode
@@ -42,8 +42,13 @@ def _admin(bootstrap: str) -> AdminClient:
 
 
 def _partition(bootstrap: str, topic: str, index: int = 0) -> object:
+    """The partition as ``bootstrap``'s metadata has it; one with no leader and no replicas
+    while that broker has not yet learned of the topic (it follows the controller)."""
     metadata = _admin(bootstrap).list_topics(topic, timeout=5)
-    return metadata.topics[topic].partitions[index]
+    found = metadata.topics.get(topic)
+    if found is None or index not in found.partitions:
+        return PartitionMetadata()
+    return found.partitions[index]
 
 
 def _read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[bytes]]:
