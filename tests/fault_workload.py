@@ -12,7 +12,14 @@ reported and what it reads back after healing (``read_back``), and the replicas'
 segment files (``segment_bytes``). ``check`` finds:
 
 1. an acknowledged value not in its partition exactly once at the offset its report
-   gave, or a value in the log twice;
+   gave, or a value in the log twice. One exception, the client's and not the broker's:
+   librdkafka's idempotent producer may bump its producer epoch at a leader change and
+   send again, at sequence 0 of the new epoch, records it had sent before (its issue
+   #4953: R1 lost with the old leader, R2-R5 answered OUT_OF_ORDER_SEQUENCE_NUMBER by the
+   new one). No broker can tell those from new records, so a value whose copies were
+   written by one producer id under rising epochs (read from the segment files' batch
+   headers) counts as written once, at the copy its report gave; copies under one
+   epoch stay a violation;
 2. a producer's acknowledged values out of acknowledgement order in a partition;
 3. a record the consumer was given that is no longer at its offset.
 
@@ -21,9 +28,11 @@ segment files (``segment_bytes``). ``check`` finds:
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 from confluent_kafka import (
@@ -263,12 +272,59 @@ def segment_bytes(node_dir: Path, topic: str, partition: int) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(directory.glob("*.log")))
 
 
-def check(history: History, log: dict[int, dict[int, bytes]]) -> list[Violation]:
+# A record batch's header (magic 2): base offset, length, leader epoch, magic, CRC,
+# attributes, last offset delta, first and max timestamps, producer id and epoch.
+_BATCH_HEAD = struct.Struct(">qiibIhiqqqh")
+
+
+def batch_writers(segment: bytes) -> dict[int, tuple[int, int]]:
+    """The (producer id, producer epoch) of the batch holding each offset of a partition's
+    segment files (``segment_bytes``), read from the batch headers."""
+    writers: dict[int, tuple[int, int]] = {}
+    position = 0
+    while position + _BATCH_HEAD.size <= len(segment):
+        base, length, _, _, _, _, last_delta, _, _, producer_id, producer_epoch = (
+            _BATCH_HEAD.unpack_from(segment, position)
+        )
+        if length <= 0:
+            break
+        for offset in range(base, base + last_delta + 1):
+            writers[offset] = (producer_id, producer_epoch)
+        position += 12 + length
+    return writers
+
+
+def _sent_again_after_an_epoch_bump(
+    places: list[tuple[int, int]], writers: dict[int, dict[int, tuple[int, int]]]
+) -> bool:
+    """The copies of one value were written by one producer id under rising epochs."""
+    found = [writers.get(partition, {}).get(offset) for partition, offset in places]
+    if any(w is None for w in found) or len({w[0] for w in found if w}) != 1:
+        return False
+    epochs = [w[1] for w in found if w]
+    return all(a < b for a, b in pairwise(epochs))
+
+
+def check(
+    history: History,
+    log: dict[int, dict[int, bytes]],
+    writers: dict[int, dict[int, tuple[int, int]]] | None = None,
+) -> list[Violation]:
+    """The violations of the rules above; ``writers`` (partition -> ``batch_writers``)
+    tells a client's re-send after an epoch bump from a duplicate."""
     violations: list[Violation] = []
     where: dict[bytes, list[tuple[int, int]]] = {}
     for partition, records in log.items():
         for offset, value in records.items():
             where.setdefault(value, []).append((partition, offset))
+    resent = {
+        value
+        for value, places in where.items()
+        if len(places) > 1 and _sent_again_after_an_epoch_bump(places, writers or {})
+    }
+    for ack in history.acks:  # a re-sent value is where its report says
+        if ack.value in resent and (ack.partition, ack.offset) in where[ack.value]:
+            where[ack.value] = [(ack.partition, ack.offset)]
     end = history.now()
     acked_at = {ack.value: ack.t for ack in history.acks}
     for value, places in where.items():
@@ -481,7 +537,12 @@ def judge(
     violation; returns that violation's text, or None."""
     differing = differing_replicas(data_dirs, workload.topic, workload.partitions)
     log = read_back(workload, bootstrap)
-    violations = check(history, log) + list(extra or ())
+    some_replica = next(iter(data_dirs.values()))
+    writers = {
+        p: batch_writers(segment_bytes(some_replica, workload.topic, p))
+        for p in range(workload.partitions)
+    }
+    violations = check(history, log, writers) + list(extra or ())
     for partition, sizes in differing.items():
         violations.append(
             Violation(
