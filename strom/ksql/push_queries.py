@@ -7,10 +7,11 @@ table's topic.
 Push: the source topic's partitions are read from their start (``auto.offset.reset``
 ``earliest``) or their end (``latest``, ksqlDB's default), without a consumer group;
 each record is read into a row (one that does not read goes to the processing log and
-is skipped), run through the operators (an aggregation's groups kept in a dict, the
-stream time per source partition; a join's state per key, a stream-table join's table
-read to its end first), and each output row handed to ``emit`` in the projection's
-order; a tombstone is not a row. The query ends at LIMIT, when the
+is skipped), run through the operators (an aggregation's groups kept in a dict, a
+record's stream time its source partition's, a group's windows closed by the stream
+time of its last record's partition; a join's state per key, a stream-table join's
+table read to its end first), and each output row handed to ``emit`` in the
+projection's order; a tombstone is not a row. The query ends at LIMIT, when the
 client goes (``stopped``), or at TERMINATE / ``/close-query``.
 
 Pull: a ``Materialized`` source keeps a consumer on its topic and its rows (a table's
@@ -102,7 +103,8 @@ class PushQuery:
             else None
         )
         self.previous: dict[tuple[Any, ...], Any] = {}
-        self.stream_times: dict[int, int] = {}
+        self.stream_times: dict[int, int] = {}  # by source partition
+        self.group_partitions: dict[tuple[Any, ...], int] = {}  # a group's last record's
         join = plan.join
         self.right_reader = RecordReader(join.right, registry) if join is not None else None
         self.join_states: dict[Any, dict[str, Any]] = {}
@@ -332,9 +334,10 @@ class PushQuery:
         operators = self.operators
         if operators.plan.aggregation is None:
             return operators.stateless(row)
-        stream_time = max(self.stream_times.get(record.partition, -1), row.timestamp)
-        self.stream_times[record.partition] = stream_time
-        stream_time = max(self.stream_times.values())
+        # the record's stream time is its partition's, as a Kafka Streams task's
+        partition = record.partition
+        stream_time = max(self.stream_times.get(partition, -1), row.timestamp)
+        self.stream_times[partition] = stream_time
         if self.regrouping is not None:
             key = self.regrouping.source_key(row)
             steps, kept = self.regrouping.changes(self.previous.get(key), row)
@@ -348,12 +351,16 @@ class PushQuery:
         changes: list[Change] = []
         for group, columns, sign in steps:
             state = self.groups.setdefault(group, {})
+            self.group_partitions[group] = partition
             changes += operators.aggregate(state, group, columns, stream_time, sign)
-        if operators.window is not None:
+        if operators.window is not None:  # the windows of this partition's groups close
             for group, state in list(self.groups.items()):
+                if self.group_partitions.get(group) != partition:
+                    continue
                 changes += operators.close_windows(state, group, stream_time)
                 if not state:
                     del self.groups[group]
+                    del self.group_partitions[group]
         return changes
 
 
@@ -417,7 +424,8 @@ class Materialized:
         except RecordError:
             return  # the persistent query that writes it logged it; a pull query skips it
         if self.source.kind != "TABLE":
-            self.stream_rows.append(row)
+            if not row.tombstone:  # a stream's null value is no row
+                self.stream_rows.append(row)
             return
         key = (record.key,)
         if row.tombstone:
