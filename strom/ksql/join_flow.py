@@ -9,7 +9,12 @@ The stages of a plan (``stages(plan)``), in order:
   stream's records within the window, both tables' rows), or, for a foreign-key
   table-table join, a ``fk-route`` stage keyed by the left table's primary key (its
   state: the foreign key the row had) then a ``fk-join`` stage keyed by the foreign key
-  (its state: the right row, the left rows that refer to it);
+  (its state: the right row, the left rows that refer to it); when that join is the
+  query's last and nothing is aggregated, an ``order`` stage keyed by the result's key
+  (the left primary key) after it, without state: a left row whose foreign key changed
+  within a micro-batch has its results from several ``fk-join`` keys, which a host
+  running each key apart may give in any order, and the result's key needs them in
+  the order of the records that made them (its last one the newest, as ksqlDB's);
 - over a join with GROUP BY: ``regroup`` (a table result: each joined key's last group,
   for the undo of its old row) keyed by the join's key, then ``aggregate`` keyed by the
   group.
@@ -35,13 +40,14 @@ from strom.ksql.readers import Row
 JOIN = "join"
 FK_ROUTE = "fk-route"
 FK_JOIN = "fk-join"
+ORDER = "order"
 REGROUP = "regroup"
 AGGREGATE = "aggregate"
 
 
 @dataclass(frozen=True)
 class Stage:
-    kind: str  # JOIN, FK_ROUTE, FK_JOIN, REGROUP or AGGREGATE
+    kind: str  # JOIN, FK_ROUTE, FK_JOIN, ORDER, REGROUP or AGGREGATE
     step: int  # the join of the chain it serves (-1: after the joins)
 
 
@@ -49,7 +55,7 @@ class Stage:
 class Message:
     """A row on its way to a stage: ``payload`` is (side, row) for a join stage, a row
     for ``fk-route`` and ``regroup``, ``("right", row)`` or a routed left message for
-    ``fk-join``, (columns, sign) for ``aggregate``."""
+    ``fk-join``, a ``Joined`` for ``order``, (columns, sign) for ``aggregate``."""
 
     stage: int
     key: Any
@@ -73,6 +79,8 @@ def stages(plan: QueryPlan) -> tuple[Stage, ...]:
             found += [Stage(FK_ROUTE, step), Stage(FK_JOIN, step)]
         else:
             found.append(Stage(JOIN, step))
+    if plan.joins and plan.joins[-1].foreign_key and plan.aggregation is None:
+        found.append(Stage(ORDER, len(plan.joins) - 1))
     if plan.aggregation is not None:
         if plan.joins[-1].shape == "table-table":
             found.append(Stage(REGROUP, -1))
@@ -144,6 +152,8 @@ class JoinFlow:
         if stage.kind == FK_JOIN:
             joined = operators.foreign_key_join(state, message.payload, stage.step)
             return self._onward(message.stage, stage.step, joined)
+        if stage.kind == ORDER:
+            return [], operators.finish(message.payload)
         if stage.kind == REGROUP:
             row = message.payload
             steps, kept = self.regrouping.changes(state.get("previous"), row)
@@ -190,7 +200,10 @@ class JoinFlow:
                 if key is not None:
                     messages.append(Message(index + 1, key, ("left", row), row.timestamp))
             elif self.plan.aggregation is None:
-                changes += operators.finish(item)
+                if self.stages[-1].kind == ORDER:
+                    messages.append(Message(index + 1, item.key, item, row.timestamp))
+                else:
+                    changes += operators.finish(item)
             elif self._regrouped:
                 messages.append(Message(index + 1, item.key, row, row.timestamp))
             else:

@@ -185,7 +185,7 @@ def test_a_foreign_key_inner_join() -> None:
         "CREATE TABLE output AS SELECT l_id, r_id, name, f1 FROM left_table "
         "JOIN right_table ON foreign_key = r_id",
     )
-    assert [s.kind for s in stages(plan)] == ["fk-route", "fk-join"]
+    assert [s.kind for s in stages(plan)] == ["fk-route", "fk-join", "order"]
     assert [(p.name, p.namespace) for p in plan.projection][0] == ("L_ID", "KEY")
     records: list[Record] = [
         ("right_topic", 0, {"F1": "blah", "F2": 4}, 0),

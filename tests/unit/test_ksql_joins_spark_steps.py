@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pytest
 from test_ksql_joins import planned
 
 from strom.ksql import runtime
@@ -73,23 +74,27 @@ class _Handle:
         raise AssertionError("no stream-stream join here: no timers")
 
 
-def run_on_spark_steps(plan: QueryPlan) -> list[tuple[Any, Any, int]]:
+def run_on_spark_steps(
+    plan: QueryPlan, records: list[Any] = RECORDS, backwards: bool = False
+) -> list[tuple[Any, Any, int]]:
     """The records through the query's Spark steps: (key, value, timestamp) of each
-    sink record (processing log entries as ("log", the entry's type))."""
+    sink record (processing log entries as ("log", the entry's type)). Each step runs
+    its keys in the order their rows come, or (``backwards``) the other way round, as
+    Spark may run them."""
     spec = runtime.QuerySpec(
         "Q", plan, {"bootstrap.servers": "unused"}, None, {}, "log", False, "earliest", 100
     )
     batch = pa.RecordBatch.from_pydict(
         {
-            "key": [k.encode() for _, k, _, _ in RECORDS],
+            "key": [k.encode() for _, k, _, _ in records],
             "value": [
                 v if isinstance(v, bytes) else None if v is None else json.dumps(v).encode()
-                for _, _, v, _ in RECORDS
+                for _, _, v, _ in records
             ],
-            "topic": [t for t, _, _, _ in RECORDS],
-            "partition": [0] * len(RECORDS),
-            "offset": list(range(len(RECORDS))),
-            "timestamp": pa.array([ts * 1000 for *_, ts in RECORDS], pa.timestamp("us")),
+            "topic": [t for t, _, _, _ in records],
+            "partition": [0] * len(records),
+            "offset": list(range(len(records))),
+            "timestamp": pa.array([ts * 1000 for *_, ts in records], pa.timestamp("us")),
         }
     )
     [keyed] = list(runtime.run_flow_keying(spec, iter([batch])))
@@ -100,7 +105,8 @@ def run_on_spark_steps(plan: QueryPlan) -> list[tuple[Any, Any, int]]:
         last = index == joins[-1]
         output = "chain" if not last else ("records" if plan.aggregation is None else "grouped")
         frames = []
-        for group, rows in frame.groupby("grp", sort=False):
+        groups = list(frame.groupby("grp", sort=False))
+        for group, rows in reversed(groups) if backwards else groups:
             processor = runtime._flow_processor(spec, index, output)
             processor.init(_Handle())
             frames += list(processor.handleInputRows((group,), iter([rows]), None))
@@ -143,6 +149,30 @@ def test_a_foreign_key_join_on_spark_steps() -> None:
     assert [o for o in outputs if o[0] == b"a2"] == [
         (b"a2", {"NAME": None, "BALANCE": 50}, 6),
         (b"a2", None, 21),
+    ]
+
+
+@pytest.mark.parametrize("backwards", [False, True])
+def test_a_foreign_key_changed_within_a_micro_batch_leaves_its_newest_result_last(
+    backwards: bool,
+) -> None:
+    plan = planned(
+        *SOURCES,
+        "CREATE TABLE owners AS SELECT a.id, c.name, a.balance FROM accounts a "
+        "LEFT JOIN customers c ON a.customer = c.id",
+    )
+    records = [
+        ("customers", "c1", {"NAME": "Ada"}, 1),
+        ("customers", "c2", {"NAME": "Bob"}, 2),
+        ("accounts", "a3", {"CUSTOMER": "c2", "BALANCE": 1}, 8),
+        ("accounts", "a3", {"CUSTOMER": "c1", "BALANCE": 2}, 9),
+        ("accounts", "a3", {"CUSTOMER": "c2", "BALANCE": 3}, 10),
+        ("customers", "c1", {"NAME": "Ada L"}, 11),  # a3 no longer refers to c1
+    ]  # one micro-batch: a3's results come from the joins of c1 and of c2
+    assert run_on_spark_steps(plan, records, backwards) == [
+        (b"a3", {"NAME": "Bob", "BALANCE": 1}, 8),
+        (b"a3", {"NAME": "Ada", "BALANCE": 2}, 9),
+        (b"a3", {"NAME": "Bob", "BALANCE": 3}, 10),
     ]
 
 
