@@ -29,6 +29,7 @@ from typing import Any
 
 from strom.ksql import expressions as ex
 from strom.ksql import values as v
+from strom.ksql.function_types import declared_name
 from strom.ksql.metastore import KsqlStatementError
 
 AGGREGATE_NAMES = frozenset(
@@ -84,7 +85,9 @@ class AggregateFunction:
 
 def _refuse(name: str, argument_types: list[ex.SqlType | None]) -> KsqlStatementError:
     given = ", ".join("null" if t is None else str(t) for t in argument_types)
-    return KsqlStatementError(f"Function '{name}' does not accept parameters ({given}).")
+    return KsqlStatementError(
+        f"Function '{declared_name(name)}' does not accept parameters ({given})."
+    )
 
 
 # ---- counting -------------------------------------------------------------------------

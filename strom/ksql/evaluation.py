@@ -242,7 +242,7 @@ class _Compiler:
         elif isinstance(value, int):
             sql_type = v.INTEGER if -(2**31) <= value < 2**31 else v.BIGINT
             if not -(2**63) <= value < 2**63:
-                raise KsqlStatementError(f"Failed to parse the number {value}: out of range")
+                raise KsqlStatementError(f"Invalid numeric literal: {value}")
         elif isinstance(value, float):
             sql_type = v.DOUBLE
         elif isinstance(value, decimal.Decimal):
@@ -341,15 +341,16 @@ class _Compiler:
                 compiled[index] = self.compile(_read_literal(item.value, first), lambdas)
         return compiled
 
-    def _list_type(self, node: ex.Expression, items: list[Compiled], what: str) -> ex.SqlType:
+    def _list_type(
+        self, node: ex.Expression, items: list[Compiled], what: str, parts: str = "values"
+    ) -> ex.SqlType:
         try:
             common = v.common_type([t for _, t in items])
         except ValueError as error:
             raise _type_error(node, f"operator does not exist: {error}") from None
         if common is None:
             raise KsqlStatementError(
-                f"Cannot construct {what} with all NULL "
-                f"{'elements' if 'array' in what else 'values'}"
+                f"Cannot construct {what} with all NULL {parts}"
                 " (see https://github.com/confluentinc/ksql/issues/4239). As a workaround, you "
                 "may cast a NULL value to the desired type."
             )
@@ -362,7 +363,7 @@ class _Compiler:
                 "(see https://github.com/confluentinc/ksql/issues/4239)."
             )
         items = self._compile_list(list(node.items), lambdas)
-        element_type = self._list_type(node, items, "an array")
+        element_type = self._list_type(node, items, "an array", "elements")
         parts = [
             (_guarded(item, fn, always=True), t)
             for item, (fn, t) in zip(node.items, items, strict=True)
@@ -381,7 +382,7 @@ class _Compiler:
             )
         keys = self._compile_list([k for k, _ in node.entries], lambdas)
         values = self._compile_list([x for _, x in node.entries], lambdas)
-        key_type = self._list_type(node, keys, "a map")
+        key_type = self._list_type(node, keys, "a map", "keys")
         value_type = self._list_type(node, values, "a map")
         keys = [(_guarded(k, fn), t) for (k, _), (fn, t) in zip(node.entries, keys, strict=True)]
         values = [

@@ -154,9 +154,17 @@ def _json_text(value: Any) -> str:
         return "[" + ",".join(_json_text(v) for v in value) + "]"
     if isinstance(value, dict):
         return (
-            "{" + ",".join(f"{json.dumps(str(k))}:{_json_text(v)}" for k, v in value.items()) + "}"
+            "{"
+            + ",".join(f"{json.dumps(_map_key(k))}:{_json_text(v)}" for k, v in value.items())
+            + "}"
         )
     return json.dumps(value)
+
+
+def _map_key(key: Any) -> str:
+    """A map's key as a JSON field name: a null key is written as ``null``, as ksqlDB's
+    JSON writer does."""
+    return "null" if key is None else str(key)
 
 
 def _kafka_bytes(column: Column, value: Any) -> bytes | None:

@@ -29,6 +29,46 @@ Bindings = dict[str, ex.SqlType]
 ResultRule = Callable[[list[SqlTypeOrNull], Bindings], ex.SqlType]
 
 
+# ---- names as ksqlDB declares them -------------------------------------------------------
+
+# ksqlDB's messages name a function as its implementation declares it, which is not always
+# upper case ("Function 'dateadd' does not accept parameters ..."); the rest are upper.
+_DECLARED_LOWER = frozenset(
+    """acos array_concat array_distinct array_except array_intersect array_max array_min
+    array_remove array_sort array_union asin atan atan2 avg bigint_from_bytes cbrt
+    collect_list collect_set concat concat_ws convert_tz correlation cos cosh cot
+    cube_explode dateadd datesub datetostring degrees double_from_bytes elt encode exp
+    explode extractjsonfield field filter format_date format_time format_timestamp
+    from_bytes from_days from_unixtime geo_distance greatest histogram initcap instr
+    int_from_bytes lcase least len ln log map_keys map_union map_values mask mask_keep_left
+    mask_keep_right mask_left mask_right md5 parse_date parse_time parse_timestamp pi power
+    radians random reduce regexp_extract regexp_extract_all regexp_replace
+    regexp_split_to_array replace sign sin sinh slice split split_to_map sqrt stringtodate
+    stringtotimestamp substring sum_list tan tanh timeadd timestampadd timestampsub
+    timestamptostring timesub to_bytes transform trim trunc ucase unix_date unix_timestamp
+    url_decode_param url_encode_param url_extract_fragment url_extract_host
+    url_extract_parameter url_extract_path url_extract_port url_extract_protocol
+    url_extract_query""".split()
+)
+_DECLARED_MIXED = {
+    "ABS": "Abs",
+    "CEIL": "Ceil",
+    "CHR": "Chr",
+    "FLOOR": "Floor",
+    "LPAD": "LPad",
+    "RPAD": "RPad",
+    "ROUND": "Round",
+}
+
+
+def declared_name(name: str) -> str:
+    """``name`` (any case) as ksqlDB's messages spell the function."""
+    upper = name.upper()
+    if upper.lower() in _DECLARED_LOWER:
+        return upper.lower()
+    return _DECLARED_MIXED.get(upper, upper)
+
+
 # ---- type patterns --------------------------------------------------------------------
 
 
@@ -229,6 +269,7 @@ class ScalarFunction:
     implementation: Callable[..., Any]
     takes_types: bool = False
     deterministic: bool = True
+    one_match: bool = False  # a call fitting several signatures is ambiguous (ksqlDB's rank)
     _cache: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
 
     # -- types
@@ -236,6 +277,7 @@ class ScalarFunction:
         self, argument_types: Sequence[SqlTypeOrNull], skip: frozenset[int] = frozenset()
     ) -> tuple[Signature, Bindings] | None:
         for widen in (False, True):
+            found: list[tuple[Signature, Bindings]] = []
             for signature in self.signatures:
                 if not signature.fits(len(argument_types)):
                     continue
@@ -244,14 +286,24 @@ class ScalarFunction:
                     index in skip or _match(signature.parameter(index), actual, bindings, widen)
                     for index, actual in enumerate(argument_types)
                 ):
-                    return signature, bindings
+                    if not self.one_match:
+                        return signature, bindings
+                    found.append((signature, bindings))
+            if len(found) > 1:
+                given = ", ".join("null" if t is None else str(t) for t in argument_types)
+                raise KsqlStatementError(
+                    f"Function '{declared_name(self.name)}' cannot be resolved due to ambiguous"
+                    f" method parameters ({given})."
+                )
+            if found:
+                return found[0]
         return None
 
     def _refuse(self, argument_types: Sequence[SqlTypeOrNull]) -> KsqlStatementError:
         given = ", ".join("null" if t is None else str(t) for t in argument_types)
         alternatives = "\n".join(s.text(self.name) for s in self.signatures)
         return KsqlStatementError(
-            f"Function '{self.name}' does not accept parameters ({given}).\n"
+            f"Function '{declared_name(self.name)}' does not accept parameters ({given}).\n"
             f"Valid alternatives are:\n{alternatives}\n"
             "For detailed information on a function run: DESCRIBE FUNCTION <Function-Name>;"
         )

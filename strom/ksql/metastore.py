@@ -354,7 +354,7 @@ class Metastore:
         refuse_map_keys(key_columns)
         if statement.kind == "TABLE" and not key_columns and statement.elements:
             raise KsqlStatementError("Tables require a PRIMARY KEY. Please define the PRIMARY KEY.")
-        if not value_columns:  # those of the registry's formats are inferred before
+        if not columns:  # those of the registry's formats are inferred before
             raise KsqlStatementError("The statement does not define any columns.")
         if key_columns and key_format == "NONE":
             raise KsqlStatementError(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import decimal
 import functools
+import math
 import re
 from collections.abc import Callable, Iterator, MutableMapping
 from importlib import resources
@@ -204,6 +205,23 @@ def _name(token: Token) -> str:
     return text.upper()
 
 
+# Functions whose first argument is a time unit written as a word (DATEADD(DAYS, 1, d)):
+# ksqlDB's grammar reads DAYS, HOURS, MINUTES, SECONDS, MILLISECONDS and MILLISECOND
+# there as the unit (its other unit words are names), passed on as its text.
+_UNIT_FIRST = frozenset(
+    {"DATEADD", "DATESUB", "TIMEADD", "TIMESUB", "TIMESTAMPADD", "TIMESTAMPSUB"}
+)
+_UNIT_WORDS = frozenset({"DAYS", "HOURS", "MINUTES", "SECONDS", "MILLISECONDS", "MILLISECOND"})
+
+
+def _names_unit(argument: ex.Expression) -> bool:
+    return (
+        isinstance(argument, ex.ColumnReference)
+        and argument.source is None
+        and argument.name in _UNIT_WORDS
+    )
+
+
 def _string(token: Token) -> str:
     return str(token)[1:-1].replace("''", "'")
 
@@ -245,7 +263,10 @@ class _StatementBuilder(Transformer[Token, Any]):
 
     @_inline
     def float_literal(self, token: Token) -> ex.Literal:
-        return ex.Literal(float(token))
+        value = float(token)
+        if math.isinf(value):
+            raise _syntax_error(token, f"Number overflows DOUBLE: {token}")
+        return ex.Literal(value)
 
     def true_literal(self, _: Children) -> ex.Literal:
         return ex.Literal(True)
@@ -272,7 +293,7 @@ class _StatementBuilder(Transformer[Token, Any]):
         return ex.ArrayType(element)
 
     @_inline
-    def map_type(self, key: ex.SqlType, value: ex.SqlType) -> ex.SqlType:
+    def map_type(self, _word: Token, key: ex.SqlType, value: ex.SqlType) -> ex.SqlType:
         return ex.MapType(key, value)
 
     def struct_type(self, fields: Children) -> ex.SqlType:
@@ -313,7 +334,12 @@ class _StatementBuilder(Transformer[Token, Any]):
 
     def function_call(self, children: Children) -> ex.Expression:
         name, *args = children
-        return ex.FunctionCall(name, tuple(a for a in args if a is not None))
+        arguments = [a for a in args if a is not None]
+        if name in _UNIT_FIRST and arguments and _names_unit(arguments[0]):
+            first = arguments[0]
+            assert isinstance(first, ex.ColumnReference)
+            arguments[0] = ex.Literal(first.name)
+        return ex.FunctionCall(name, tuple(arguments))
 
     def lambda_params(self, names: Children) -> tuple[str, ...]:
         return tuple(names)
@@ -321,6 +347,15 @@ class _StatementBuilder(Transformer[Token, Any]):
     @_inline
     def lambda_(self, params: str | tuple[str, ...], body: ex.Expression) -> ex.Expression:
         return ex.Lambda(params if isinstance(params, tuple) else (params,), body)
+
+    @v_args(inline=True, meta=True)
+    def lambda_one(self, meta: Any, param: ex.Expression, body: ex.Expression) -> ex.Expression:
+        """``(x) => body``: the parenthesised expression must be a bare name."""
+        if not isinstance(param, ex.ColumnReference) or param.source is not None:
+            raise KsqlSyntaxError(
+                getattr(meta, "line", 1), getattr(meta, "column", 0), "extraneous input '=>'"
+            )
+        return ex.Lambda((param.name,), body)
 
     @_inline
     def cast(self, operand: ex.Expression, sql_type: ex.SqlType) -> ex.Expression:
@@ -354,7 +389,7 @@ class _StatementBuilder(Transformer[Token, Any]):
         return (key, value)
 
     def map_constructor(self, entries: Children) -> ex.Expression:
-        return ex.MapConstructor(tuple(e for e in entries if e is not None))
+        return ex.MapConstructor(tuple(e for e in entries[1:] if e is not None))
 
     @_inline
     def struct_entry(self, name: str, value: ex.Expression) -> tuple[Any, Any]:

@@ -42,6 +42,7 @@ from strom.ksql import expressions as ex
 from strom.ksql import statements as st
 from strom.ksql.analysis import analyze
 from strom.ksql.evaluation import Scope, compile_expression, expression_text
+from strom.ksql.function_types import declared_name
 from strom.ksql.metastore import (
     KEY_FORMATS,
     VALUE_FORMATS,
@@ -175,6 +176,10 @@ class JoinPlan:
 SYNTHETIC_KEY = "ROWKEY"  # the prefix of ksqlDB's synthetic join key column
 SYNTHETIC_KEY_DOC = "https://cnfl.io/2LV7ouS"  # ksqlDB's page on it, which its message names
 TABLE_FUNCTIONS = ("EXPLODE", "CUBE_EXPLODE")
+_TABLE_FUNCTION_SIGNATURES = {  # as ksqlDB lists them when a call fits none
+    "EXPLODE": "explode(ARRAY<DECIMAL> input)\nexplode(ARRAY<T> list)",
+    "CUBE_EXPLODE": "cube_explode(ARRAY<T> columns)",
+}
 SYNTH_PREFIX = "KSQL_SYNTH_"  # the columns table functions add to the row
 
 
@@ -493,7 +498,11 @@ def _plan_table_functions(
         types = [compile_expression(a, scope).sql_type for a in node.arguments]
         if len(types) != 1 or not isinstance(types[0], ex.ArrayType):
             shown = ", ".join(str(t) for t in types)
-            raise KsqlStatementError(f"Function '{name}' does not accept parameters ({shown}).")
+            raise KsqlStatementError(
+                f"Function '{declared_name(name)}' does not accept parameters ({shown}).\n"
+                f"Valid alternatives are:\n{_TABLE_FUNCTION_SIGNATURES[name]}\n"
+                "For detailed information on a function run: DESCRIBE FUNCTION <Function-Name>;"
+            )
         element = types[0] if name == "CUBE_EXPLODE" else types[0].element
         planned = _PlannedTableFunction(
             f"{SYNTH_PREFIX}{len(found)}", name, node.arguments[0], element
@@ -1171,7 +1180,7 @@ def _plan_aggregation(
         if function is None:
             shown = ", ".join(str(t) for t in types)
             raise KsqlStatementError(
-                f"Function '{call.name.upper()}' does not accept parameters ({shown})."
+                f"Function '{declared_name(call.name)}' does not accept parameters ({shown})."
             )
         column = f"KSQL_AGG_VARIABLE_{len(calls)}"
         calls.append(

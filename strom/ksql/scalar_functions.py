@@ -58,6 +58,7 @@ def _register(
     *,
     takes_types: bool = False,
     deterministic: bool = True,
+    one_match: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def add(implementation: Callable[..., Any]) -> Callable[..., Any]:
         _REGISTRY[name] = ScalarFunction(
@@ -66,6 +67,7 @@ def _register(
             implementation,
             takes_types,
             deterministic,
+            one_match,
         )
         return implementation
 
@@ -554,8 +556,11 @@ def _abs(value: Any) -> Any:
 
 def _integral_decimal(value: decimal.Decimal, rounding: str) -> decimal.Decimal:
     """``value`` rounded to a whole number, kept at its scale (ksqlDB's CEIL and FLOOR)."""
-    whole = value.quantize(decimal.Decimal(1), rounding=rounding)
-    return whole.quantize(decimal.Decimal(1).scaleb(value.as_tuple().exponent))  # type: ignore[arg-type]
+    whole = value.quantize(decimal.Decimal(1), rounding=rounding, context=v.DECIMAL_CONTEXT)
+    return whole.quantize(
+        decimal.Decimal(1).scaleb(value.as_tuple().exponent),  # type: ignore[arg-type]
+        context=v.DECIMAL_CONTEXT,
+    )
 
 
 @_register("CEIL", _NUMBERS_SAME)
@@ -595,7 +600,9 @@ def _java_round(value: float) -> int:
 
 def _round_decimal(value: decimal.Decimal, places: int) -> decimal.Decimal:
     rounding = decimal.ROUND_HALF_UP if value > 0 else decimal.ROUND_HALF_DOWN
-    return value.quantize(decimal.Decimal(1).scaleb(-places), rounding=rounding)
+    return value.quantize(
+        decimal.Decimal(1).scaleb(-places), rounding=rounding, context=v.DECIMAL_CONTEXT
+    )
 
 
 @_register(
@@ -622,7 +629,9 @@ def _round(value: Any, places: int | None = None) -> Any:
     scale = -int(value.as_tuple().exponent)
     if places is None:
         return _round_decimal(value, 0)
-    return _round_decimal(value, places).quantize(decimal.Decimal(1).scaleb(-scale))
+    return _round_decimal(value, places).quantize(
+        decimal.Decimal(1).scaleb(-scale), context=v.DECIMAL_CONTEXT
+    )
 
 
 @_register(
@@ -650,12 +659,20 @@ def _trunc(value: Any, places: int | None = None) -> Any:
         if not math.isfinite(value):
             return value
         quantum = decimal.Decimal(1).scaleb(-places)
-        return float(decimal.Decimal(repr(value)).quantize(quantum, rounding=decimal.ROUND_DOWN))
+        return float(
+            decimal.Decimal(repr(value)).quantize(
+                quantum, rounding=decimal.ROUND_DOWN, context=v.DECIMAL_CONTEXT
+            )
+        )
     scale = -int(value.as_tuple().exponent)
     truncated = value.quantize(
-        decimal.Decimal(1).scaleb(-(places or 0)), rounding=decimal.ROUND_DOWN
+        decimal.Decimal(1).scaleb(-(places or 0)),
+        rounding=decimal.ROUND_DOWN,
+        context=v.DECIMAL_CONTEXT,
     )
-    return truncated if places is None else truncated.quantize(decimal.Decimal(1).scaleb(-scale))
+    if places is None:
+        return truncated
+    return truncated.quantize(decimal.Decimal(1).scaleb(-scale), context=v.DECIMAL_CONTEXT)
 
 
 def _double_function(name: str, function: Callable[[float], float]) -> None:
@@ -790,12 +807,15 @@ def _widest_decimal(types: list[Any]) -> ex.SqlType:
     return result
 
 
-@_register("GREATEST", _COMPARABLE_VARIADIC)
+# GREATEST and LEAST have one variadic signature a type, all ranked alike by ksqlDB: a
+# call that fits more than one (all nulls; INTEGER with BIGINT, which widen to several)
+# is ambiguous there.
+@_register("GREATEST", _COMPARABLE_VARIADIC, one_match=True)
 def _greatest(*values: Any) -> Any:
     return _extreme(values, largest=True)
 
 
-@_register("LEAST", _COMPARABLE_VARIADIC)
+@_register("LEAST", _COMPARABLE_VARIADIC, one_match=True)
 def _least(*values: Any) -> Any:
     return _extreme(values, largest=False)
 
@@ -812,9 +832,16 @@ _EARTH_RADIUS = {"KM": 6371.0, "KILOMETERS": 6371.0, "KILOMETER": 6371.0, "KILOM
         ("DOUBLE, DOUBLE, DOUBLE, DOUBLE, STRING", "DOUBLE"),
     ],
 )
-@null_in_null_out
-def _geo_distance(lat1: float, lon1: float, lat2: float, lon2: float, unit: str = "KM") -> float:
-    radius = _EARTH_RADIUS.get(unit.strip().upper())
+def _geo_distance(
+    lat1: float | None,
+    lon1: float | None,
+    lat2: float | None,
+    lon2: float | None,
+    unit: str | None = "KM",
+) -> float | None:
+    if lat1 is None or lon1 is None or lat2 is None or lon2 is None:
+        return None
+    radius = _EARTH_RADIUS.get((unit or "").strip().upper() or "KM")  # none or blank: km
     if radius is None:
         raise v.EvaluationError(
             "GeoDistance function units parameter must be one of miles, mi, or kilometers, km"

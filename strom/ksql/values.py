@@ -49,6 +49,11 @@ _MS_PER_DAY = 86_400_000
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
+# Quantizing a DECIMAL (precision up to 38, and the scales ROUND or TRUNC ask for) needs
+# more digits than Python's default context has (28).
+DECIMAL_CONTEXT = decimal.Context(prec=1000)
+
+
 class EvaluationError(Exception):
     """A value that cannot be computed for one row (ksqlDB logs it and yields null)."""
 
@@ -235,6 +240,12 @@ def double_text(value: float) -> str:
         if "." not in text:
             text += ".0"
         return sign + text
+    if len(shortest.as_tuple().digits) == 1:
+        # Java writes at least two digits: the two closest to the exact value (4.9E-324)
+        exact = decimal.Decimal(magnitude)
+        shortest = exact.quantize(
+            decimal.Decimal(1).scaleb(exact.adjusted() - 1), rounding=decimal.ROUND_HALF_EVEN
+        )
     _, digits, exponent = shortest.as_tuple()
     assert isinstance(exponent, int)
     digit_text = "".join(map(str, digits)).rstrip("0") or "0"

@@ -413,3 +413,20 @@ def test_json_doubles_that_are_not_finite_have_javas_names() -> None:
         "C": "-Infinity",
         "D": 0.5,
     }
+
+
+def test_json_writes_a_null_map_key_as_null_and_doubles_with_javas_two_digits() -> None:
+    assert formats._json_text({"M": {None: 1, "a": 2}}) == '{"M":{"null":1,"a":2}}'
+    # Java writes at least two digits, the two closest to the exact value
+    assert formats.delimited_line([5e-324, -5e-324, 1e23, 2e-323], ",") == (
+        "4.9E-324,-4.9E-324,1.0E23,2.0E-323"
+    )
+
+
+def test_a_stream_may_declare_key_columns_alone() -> None:
+    source = _metastore(
+        "CREATE STREAM KEYS_ONLY (ID BIGINT KEY) WITH (kafka_topic='k', value_format='JSON');"
+    ).source("KEYS_ONLY")
+    assert source is not None and source.value_columns == ()
+    with pytest.raises(KsqlStatementError, match="The statement does not define any columns."):
+        _metastore("CREATE STREAM NONE_AT_ALL WITH (kafka_topic='k', value_format='JSON');")

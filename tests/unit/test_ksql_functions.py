@@ -34,6 +34,7 @@ SCOPE = Scope(
         "I": v.INTEGER,
         "NI": v.INTEGER,
         "F": v.DOUBLE,
+        "NF": v.DOUBLE,
         "DEC": ex.DecimalType(7, 2),
         "TS": v.TIMESTAMP,
         "DT": v.DATE,
@@ -50,6 +51,7 @@ ROW: dict[str, Any] = {
     "I": 5,
     "NI": None,
     "F": -1.5,
+    "NF": None,
     "DEC": D("12345.67"),
     "TS": 1590451198000,  # 2020-05-25T23:59:58.000Z
     "DT": 18408,  # 2020-05-26
@@ -426,7 +428,29 @@ DATE_CASES: list[tuple[str, Any]] = [
     ("TIMESTAMPADD(SECONDS, NI, TS)", None),
 ]
 
-ALL_CASES = STRING_CASES + MATH_CASES + COLLECTION_CASES + JSON_CASES + DATE_CASES
+# Shapes ksqlDB accepts that were refused or answered otherwise here: a time unit word as
+# the first argument, a null unit for GEO_DISTANCE (kilometres), DECIMAL beyond Python's
+# default 28 digits, a lambda's single parameter in parentheses.
+CONFORMANCE_CASES: list[tuple[str, Any]] = [
+    ("DATEADD(DAYS, 10, DT)", 18418),
+    ("DATESUB(DAYS, 8, DT)", 18400),
+    ("TIMEADD(SECONDS, 2, TM)", 5662123),
+    ("TIMESTAMPSUB(MILLISECONDS, 5, TS)", 1590451197995),
+    ("GEO_DISTANCE(0.0, 0.0, 0.0, 1.0, NS)", 111.19492664455873),
+    ("GEO_DISTANCE(0.0, 0.0, 0.0, 1.0, 'miles')", 69.09758918358688),
+    ("GEO_DISTANCE(0.0, NF, 0.0, 1.0)", None),
+    ("ROUND(CAST('98765432123456789.5' AS DECIMAL(33, 16)))", D("98765432123456790")),
+    (
+        "TRUNC(CAST('98765432123456789.75' AS DECIMAL(33, 16)), 1)",
+        D("98765432123456789.7000000000000000"),
+    ),
+    ("TRANSFORM(ARR, (x) => x * 2)", [6, None, 2, 4]),
+    ("REDUCE(M, 1, (s, k, x) => s + x)", 31),
+]
+
+ALL_CASES = (
+    STRING_CASES + MATH_CASES + COLLECTION_CASES + JSON_CASES + DATE_CASES + CONFORMANCE_CASES
+)
 
 
 @pytest.mark.parametrize(("text", "expected"), ALL_CASES, ids=[c[0][:60] for c in ALL_CASES])
@@ -453,7 +477,7 @@ TYPE_CASES: list[tuple[str, ex.SqlType]] = [
     ("SQRT(I)", v.DOUBLE),
     ("SIGN(F)", v.INTEGER),
     ("GREATEST(I, 2.5E0)", v.DOUBLE),
-    ("GREATEST(I, 3000000000)", v.BIGINT),
+    ("GREATEST(CAST(I AS BIGINT), 3000000000)", v.BIGINT),
     ("GENERATE_SERIES(CAST(1 AS BIGINT), 3)", ex.ArrayType(v.BIGINT)),
     ("COALESCE(NI, 1)", v.INTEGER),
     ("ARRAY_MAX(ARR)", v.INTEGER),
@@ -484,12 +508,28 @@ def test_function_result_type(text: str, sql_type: ex.SqlType) -> None:
 REFUSALS: list[tuple[str, str]] = [
     (
         "LEN(I)",
-        "Function 'LEN' does not accept parameters (INTEGER).\nValid alternatives are:\nLEN(STRING)\nLEN(BYTES)",
+        "Function 'len' does not accept parameters (INTEGER).\nValid alternatives are:\nLEN(STRING)\nLEN(BYTES)",
     ),
-    ("SUBSTRING(S, 'x')", "Function 'SUBSTRING' does not accept parameters (STRING, STRING)."),
+    ("SUBSTRING(S, 'x')", "Function 'substring' does not accept parameters (STRING, STRING)."),
     ("ARRAY_LENGTH(S)", "Function 'ARRAY_LENGTH' does not accept parameters (STRING)."),
-    ("TRANSFORM(ARR, (a, b) => a)", "Function 'TRANSFORM' does not accept parameters"),
-    ("FILTER(ARR, x => x + 1)", "Function 'FILTER' does not accept parameters"),
+    ("TRANSFORM(ARR, (a, b) => a)", "Function 'transform' does not accept parameters"),
+    ("FILTER(ARR, x => x + 1)", "Function 'filter' does not accept parameters"),
+    # the name as ksqlDB's implementation declares it
+    ("DATEADD(DT, 5, DT)", "Function 'dateadd' does not accept parameters (DATE, INTEGER, DATE)."),
+    ("ROUND(S)", "Function 'Round' does not accept parameters (STRING)."),
+    # GREATEST and LEAST: a call fitting several of their signatures is ambiguous
+    (
+        "GREATEST(I, 3000000000)",
+        "Function 'greatest' cannot be resolved due to ambiguous method parameters"
+        " (INTEGER, BIGINT).",
+    ),
+    (
+        "LEAST(NULL, NULL)",
+        "Function 'least' cannot be resolved due to ambiguous method parameters (null, null).",
+    ),
+    ("GREATEST()", "Function 'greatest' does not accept parameters ()."),
+    ("MAP(NULL := 1)", "Cannot construct a map with all NULL keys"),
+    ("9223372036854775808", "Invalid numeric literal: 9223372036854775808"),
     ("NOPE(1)", "Can't find any functions with the name 'NOPE'"),
     ("SUM(I)", "Use of aggregate function SUM requires a GROUP BY clause."),
 ]

@@ -249,3 +249,52 @@ def test_syntax_errors_name_line_and_column(text: str, position: str) -> None:
     with pytest.raises(KsqlSyntaxError) as info:
         parse_statement(text)
     assert str(info.value).startswith(position + " Syntax Error"), str(info.value)
+
+
+def test_names_ksqldb_reads_that_look_like_numbers_or_keywords() -> None:
+    query = parse_statement(
+        "SELECT ROUND(v, -1) AS 1R, 12, REDUCE(map, 0, (s, k, x) => s + x) AS total,"
+        " MAP('a' := 1) AS m, map_keys(map) FROM input;"
+    )
+    assert isinstance(query, st.Query)
+    first, twelve, total, built, keys = query.select
+    assert isinstance(first, st.SelectExpression) and first.alias == "1R"
+    assert isinstance(twelve, st.SelectExpression) and twelve.expression == ex.Literal(12)
+    assert isinstance(total, st.SelectExpression)
+    reduce_call = total.expression
+    assert isinstance(reduce_call, ex.FunctionCall)
+    assert isinstance(reduce_call.arguments[0], ex.ColumnReference)
+    assert reduce_call.arguments[0].name == "MAP"
+    assert isinstance(built, st.SelectExpression)
+    assert isinstance(built.expression, ex.MapConstructor)
+    assert isinstance(keys, st.SelectExpression)
+    assert isinstance(keys.expression, ex.FunctionCall) and keys.expression.name == "MAP_KEYS"
+    create = parse_statement("CREATE STREAM s (map MAP<STRING, INT>) WITH (kafka_topic='t');")
+    assert isinstance(create, st.CreateSource)
+    assert create.elements[0].name == "MAP"
+    assert create.elements[0].type == ex.MapType(
+        ex.PrimitiveType("STRING"), ex.PrimitiveType("INTEGER")
+    )
+
+
+def test_a_lambda_with_one_parenthesised_parameter_and_unit_words() -> None:
+    query = parse_statement(
+        "SELECT TRANSFORM(xs, (x) => x + 1), DATEADD(DAYS, 1, d), DATEADD(day, 1, d) FROM s;"
+    )
+    assert isinstance(query, st.Query)
+    transform, add_days, add_day = (item.expression for item in query.select)  # type: ignore[union-attr]
+    assert isinstance(transform, ex.FunctionCall)
+    assert isinstance(transform.arguments[1], ex.Lambda)
+    assert transform.arguments[1].parameters == ("X",)
+    # DAYS is the unit itself; DAY is a name in ksqlDB's grammar (a column reference)
+    assert isinstance(add_days, ex.FunctionCall) and add_days.arguments[0] == ex.Literal("DAYS")
+    assert isinstance(add_day, ex.FunctionCall)
+    assert isinstance(add_day.arguments[0], ex.ColumnReference)
+    with pytest.raises(KsqlSyntaxError, match="extraneous input '=>'"):
+        parse_statement("SELECT TRANSFORM(xs, (x + 1) => x) FROM s;")
+
+
+def test_a_double_literal_out_of_range_is_refused_by_the_parser() -> None:
+    with pytest.raises(KsqlSyntaxError) as info:
+        parse_statement("SELECT 1.7976931348623159E308 FROM s;")
+    assert "Number overflows DOUBLE: 1.7976931348623159E308" in str(info.value)

@@ -155,7 +155,9 @@ def test_cube_explode_gives_every_combination_once(metastore: Metastore) -> None
         ("SELECT EXPLODE(EXPLODE(a)) FROM readings EMIT CHANGES;",
          "Table functions cannot be nested: EXPLODE(EXPLODE())"),
         ("SELECT id, EXPLODE(id) FROM readings EMIT CHANGES;",
-         "Function 'EXPLODE' does not accept parameters (STRING)."),
+         "Function 'explode' does not accept parameters (STRING).\nValid alternatives are:\n"
+         "explode(ARRAY<DECIMAL> input)\nexplode(ARRAY<T> list)\n"
+         "For detailed information on a function run: DESCRIBE FUNCTION <Function-Name>;"),
         ("SELECT id, EXPLODE(a), COUNT(*) FROM readings GROUP BY id EMIT CHANGES;",
          "Table functions cannot be used with aggregations."),
     ],
