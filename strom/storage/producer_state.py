@@ -36,6 +36,11 @@ batches are checked by ``check_marker`` instead):
 - an unknown producer id: any epoch and sequence (its state may have aged out of
   the log, or expired).
 
+A refusal's message names the partition, producer id, epoch and sequence (and the
+producer's last batches here, for a sequence out of order); a retried batch, and an
+unknown producer's batch at a sequence other than 0, are logged at INFO with the same,
+so that a failover test's broker logs tell what each replica answered.
+
 Transactions: a transactional data batch (attribute 0x10) from a producer with no
 open transaction opens one at its base offset. A commit or abort marker (a control
 batch) ends it: the producer's epoch becomes the marker's if higher, its coordinator
@@ -190,6 +195,14 @@ def is_expired(entry: ProducerEntry, now_ms: int, expiration_ms: int) -> bool:
     return entry.current_txn_first_offset < 0 and now_ms - entry.last_timestamp >= expiration_ms
 
 
+def _known_batches(entry: ProducerEntry | None) -> str:
+    """The batches of a producer a refusal names: (first..last sequence @ first offset)."""
+    if entry is None or not entry.batches:
+        return ""
+    known = ", ".join(f"{b.first_seq}..{b.last_seq}@{b.first_offset}" for b in entry.batches)
+    return f" (its last batches here: {known})"
+
+
 def _in_sequence(last_seq: int, first_seq: int) -> bool:
     return first_seq == (last_seq + 1) % SEQUENCE_MODULUS
 
@@ -251,16 +264,36 @@ class ProducerStateManager:
                 known_epoch, known_last = entry.epoch, entry.last_seq
                 in_txn = entry.current_txn_first_offset >= 0
             else:
+                if first_seq != 0:
+                    log.info(
+                        "%s: producer %d is unknown here: its batch at epoch %d, sequence "
+                        "%d is taken as the first",
+                        self.label,
+                        pid,
+                        epoch,
+                        first_seq,
+                    )
                 pending[pid] = (epoch, last_sequence(header), transactional)
                 continue
             if epoch < known_epoch:
                 raise InvalidProducerEpochError(
-                    f"{self.label}: producer {pid} epoch {epoch} is older than {known_epoch}"
+                    f"{self.label}: producer {pid} epoch {epoch} (sequence {first_seq}) is "
+                    f"older than {known_epoch}"
                 )
             last_seq = last_sequence(header)
             if entry is not None and epoch == entry.epoch:
                 duplicate = entry.find_duplicate(first_seq, last_seq)
                 if duplicate is not None:
+                    log.info(
+                        "%s: producer %d epoch %d sent sequences %d..%d again: answered with "
+                        "offset %d, where they are",
+                        self.label,
+                        pid,
+                        epoch,
+                        first_seq,
+                        last_seq,
+                        duplicate.first_offset,
+                    )
                     return duplicate.first_offset
             if epoch > known_epoch:
                 if first_seq != 0:
@@ -271,7 +304,7 @@ class ProducerStateManager:
             elif not _in_sequence(known_last, first_seq):
                 raise OutOfOrderSequenceError(
                     f"{self.label}: producer {pid} epoch {epoch} sent sequence {first_seq} "
-                    f"after {known_last}"
+                    f"after {known_last}{_known_batches(entry)}"
                 )
             if in_txn and not transactional:
                 raise InvalidTxnStateError(

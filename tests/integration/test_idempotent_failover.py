@@ -170,9 +170,6 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
     try:
         cluster.start_all()
         yield cluster
-    except BaseException:
-        print(cluster.logs())
-        raise
     finally:
         cluster.kill_all()
 
@@ -210,6 +207,14 @@ def _start_producer(topic: str, node: ClusterNode) -> Producer:
 
 def test_new_leaders_answer_retries_as_the_old_one_would(cluster: Cluster) -> None:
     topic = "retried-after-failover"
+    try:
+        _retries_across_two_failovers(cluster, topic)
+    except BaseException:
+        print(cluster.lines_about(f"{topic}-0"))
+        raise
+
+
+def _retries_across_two_failovers(cluster: Cluster, topic: str) -> None:
     first, second, third = (cluster.nodes[i] for i in (1, 2, 3))
     assert _create(cluster, topic, [1, 2, 3]) is first
     producer = _start_producer(topic, first)
@@ -227,6 +232,16 @@ def test_new_leaders_answer_retries_as_the_old_one_would(cluster: Cluster) -> No
     assert _end_offset(second, topic) == 7 * RECORDS
     assert producer.send(second, 7 * RECORDS) == (ErrorCode.none, 7 * RECORDS)
     assert producer.send(second, 8 * RECORDS) == (ErrorCode.none, 8 * RECORDS)
+    # Both kinds of answer are in the broker's log, with the producer and its sequences.
+    said = second.output()
+    assert (
+        f"{topic}-0: producer {producer.pid} epoch {producer.epoch} sent sequences 4..5 again: "
+        in said
+    )
+    assert (
+        f"{topic}-0: producer {producer.pid} epoch {producer.epoch} sent sequence 16 after 13"
+        in said
+    )
 
     # The killed node rebuilds the state from its segments (batches 0-6) and learns
     # batches 7 and 8 from the leader as a follower.
