@@ -23,6 +23,7 @@ connection *to* the node goes through it. By default nothing is in front.
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 import signal
@@ -136,7 +137,12 @@ class ClusterNode:
         return args
 
     def launch(self) -> None:
+        """Start the process; its output goes on at the end of the node's log, after a
+        line marking the launch (a restarted node's earlier lives stay above it)."""
         with open(self.log_path, "ab") as log:
+            now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+            log.write(f"{now} === node {self.node_id} launched\n".encode())
+            log.flush()
             self._output_from = log.tell()
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log)
 
@@ -192,6 +198,13 @@ class ClusterNode:
             return self.log_path.read_text(errors="replace")
         except OSError:
             return ""
+
+    def lines_about(self, *needles: str, last: int = 200) -> list[str]:
+        """The last ``last`` lines of everything the node wrote, in all its lives, that
+        hold one of ``needles`` or mark a launch."""
+        wanted = (*needles, "=== node ")
+        lines = [line for line in self.output().splitlines() if any(n in line for n in wanted)]
+        return lines[-last:]
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -322,3 +335,12 @@ class Cluster:
 
     def logs(self) -> str:
         return "\n".join(f"--- node {i}\n{n.logs()}" for i, n in self.nodes.items())
+
+    def lines_about(self, *needles: str, last: int = 200) -> str:
+        """Each node's lines holding one of ``needles`` (``ClusterNode.lines_about``), to
+        show with a failure that the end of the logs may not explain."""
+        return "\n".join(
+            f"--- node {i}: lines with {' or '.join(map(repr, needles))}\n"
+            + "\n".join(n.lines_about(*needles, last=last))
+            for i, n in self.nodes.items()
+        )

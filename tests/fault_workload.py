@@ -23,11 +23,16 @@ segment files (``segment_bytes``). ``check`` finds:
 2. a producer's acknowledged values out of acknowledgement order in a partition;
 3. a record the consumer was given that is no longer at its offset.
 
-``report`` prints the history around the first violation.
+``report`` prints the history around the first violation, with what librdkafka said
+of its idempotence meanwhile (its ``eos`` debug lines: errors of sequence, epoch bumps,
+producer id changes; quiet while nothing goes wrong), and the wall-clock time of t=0,
+to find the brokers' log lines of the same moment.
 """
 
 from __future__ import annotations
 
+import datetime
+import logging
 import struct
 import threading
 import time
@@ -96,11 +101,17 @@ class History:
     acks: list[Ack] = field(default_factory=list)
     failures: list[tuple[float, int, int, bytes, str]] = field(default_factory=list)
     client_errors: list[tuple[float, str]] = field(default_factory=list)
+    client_log: list[tuple[float, str]] = field(default_factory=list)  # librdkafka's eos debug
     seen: list[Seen] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def now(self) -> float:
         return time.monotonic() - self.t0
+
+    def wall_clock_at_t0(self) -> str:
+        """The local time of t=0, as the brokers' log lines write theirs."""
+        at = datetime.datetime.now() - datetime.timedelta(seconds=self.now())
+        return at.strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
 
     def note(self, text: str) -> None:
         with self.lock:
@@ -155,6 +166,15 @@ def produce(
         if error.fatal() or error.code() == KafkaError._FATAL:
             note(str(error))
 
+    class ClientLog(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            text = f"producer {index} librdkafka: {record.getMessage()}"
+            with history.lock:
+                history.client_log.append((history.now(), text))
+
+    client_log = logging.Logger(f"fault-workload-producer-{index}", logging.DEBUG)
+    client_log.addHandler(ClientLog())
+
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -164,6 +184,8 @@ def produce(
             "request.timeout.ms": 5000,
             "message.timeout.ms": 90000,
             "error_cb": on_error,
+            "debug": "eos",
+            "logger": client_log,
             **CLIENT,
         }
     )
@@ -408,6 +430,7 @@ def report(
     partition, offset = first.partition, first.offset
     lines = [
         rerun,
+        f"t=0 was {history.wall_clock_at_t0()} (local time, as the brokers' logs write it)",
         f"{len(violations)} violation(s); the first: {first.text}",
         "",
         "nemesis:",
@@ -448,6 +471,9 @@ def report(
         if seen.partition == partition and abs(seen.offset - offset) <= 6:
             events.append((seen.t, f"consumed  {seen.offset:6d} {_fmt(seen.value)}"))
     events += [(t, f"ERROR     {text}") for t, text in history.client_errors]
+    events += [
+        (t, f"CLIENT    {text}") for t, text in history.client_log if first.t - 15 < t < first.t + 3
+    ]
     events.sort()
     if len(events) > 100:
         middle = min(range(len(events)), key=lambda i: abs(events[i][0] - first.t))

@@ -30,6 +30,12 @@ vanished), and adds:
 - after healing, every replica back in the ISR of every partition, and the replicas'
   segment files byte-identical.
 
+On a failure it prints the history around the first violation (with librdkafka's own
+account of its idempotence), the end of each node's log, and each node's lines about the
+topic from all its lives (a node's log is kept across restarts, each launch marked): who
+led which partition when, truncations, and what each leader answered to retried or
+out-of-order batches (producer id, epoch, sequences).
+
 ``STROM_FAULT_SEED`` (default 30) picks the partitions, victims and hold times; the seed
 fixes the schedule, not the interleaving of the processes. Nothing is asserted on time:
 the waits are bounds on liveness. A run takes about a minute and a half.
@@ -354,8 +360,12 @@ def test_acknowledged_writes_survive_slow_paused_and_killed_replicas(tmp_path: P
             print(f"fault seed {SEED}; history:")
             for t, text in history.nemesis:
                 print(f"  {t:8.3f}  {text}")
+        # The end of each node's log, then its lines about the topic in all its lives
+        # (roles, truncations, ISR changes, the idempotence answers it gave), which a
+        # busy end may have pushed out.
         print("cluster logs:")
         print(cluster.logs())
+        print(cluster.lines_about(f"{TOPIC}-", last=400))
         raise
     finally:
         if faults is not None:
