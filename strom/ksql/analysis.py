@@ -7,7 +7,9 @@ name or alias, or unqualified), a pseudo column (ROWTIME, ROWPARTITION, ROWOFFSE
 WINDOWSTART and WINDOWEND in a windowed query or over a windowed source), or a lambda's
 parameter. ``analyze`` returns the sources by the names the query may use; a query that
 does not resolve raises ``KsqlStatementError`` (``Exception while preparing statement:
-X does not exist.``, ``Line: 1, Col: 8: WHERE column 'X' cannot be resolved.``).
+X does not exist.``, ``Line: 1, Col: 8: WHERE column 'X' cannot be resolved.``; an
+unknown qualifier, a name two joined sources have, a join or GROUP BY over values in the
+KAFKA format, each as ksqlDB words it).
 
 Does not own types, the output schema or the plan (the Spark compiler's, later).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
+from typing import Any
 
 from strom.ksql import expressions as ex
 from strom.ksql import statements as st
@@ -68,25 +71,24 @@ def analyze(query: st.Query, metastore: Metastore) -> Analysis:
         sources[relation.name] = source
         if relation.alias is not None:
             sources[relation.alias] = source
+    _refuse_kafka_values(query, relations, sources)
     windowed = query.window is not None or any(s.is_windowed for s in sources.values())
     clauses: list[tuple[str, ex.Expression]] = [
         (prefix, expression)
-        for prefix, expressions in (
+        for prefix, expressions in (  # the FROM clause's first, as ksqlDB analyzes it
+            ("JOIN ON", [join.condition for join in query.source.joins]),
             ("SELECT", [i.expression for i in query.select if isinstance(i, st.SelectExpression)]),
             ("WHERE", [query.where] if query.where is not None else []),
             ("GROUP BY", list(query.group_by or ())),
             ("PARTITION BY", list(query.partition_by or ())),
             ("HAVING", [query.having] if query.having is not None else []),
-            ("JOIN ON", [join.condition for join in query.source.joins]),
         )
         for expression in expressions
     ]
     for item in query.select:
         if isinstance(item, st.AllColumns) and item.source is not None:
             if item.source not in sources:
-                raise KsqlStatementError(
-                    f"Exception while preparing statement: {item.source} does not exist."
-                )
+                raise KsqlStatementError(_unknown_qualifier(item.source))
     # ksqlDB's synthetic join key (ROWKEY, ROWKEY_n) is known once the join is planned:
     # the planner resolves an unqualified one in the SELECT of a join (not aggregated)
     synthetic = bool(query.source.joins) and query.group_by is None
@@ -99,6 +101,9 @@ def analyze(query: st.Query, metastore: Metastore) -> Analysis:
                 and reference.name.startswith("ROWKEY")
             ):
                 continue
+            if reference.source is not None and reference.source not in sources:
+                raise KsqlStatementError(_unknown_qualifier(reference.source))
+            _refuse_ambiguous(reference, relations, sources)
             if not _resolves(reference, sources, windowed):
                 where = (
                     f"Line: {reference.line}, Col: {reference.column}: " if reference.line else ""
@@ -107,6 +112,62 @@ def analyze(query: st.Query, metastore: Metastore) -> Analysis:
                     f"{where}{prefix} column '{reference}' cannot be resolved."
                 )
     return Analysis(sources, windowed)
+
+
+_KAFKA_VALUES_LIMITATION = (
+    "The KAFKA format is primarily intended for use as a key format. It can be used as a "
+    "value format, but can not be used in any operation that requires a repartition or "
+    "changelog topic.\nRemoving this limitation requires enhancements to the core of KSQL. "
+    "This will come in a future release. Until then, avoid using the KAFKA format for values."
+    "\nIf you have an existing topic with KAFKA formatted values you can duplicate the data "
+    "and serialize using Avro or JSON with a statement such as: \n\n'CREATE STREAM "
+    "<new-stream-name> WITH(VALUE_FORMAT='Avro') AS SELECT * FROM "
+    "<existing-kafka-formated-stream-name>;'\nFor more info see "
+    "https://github.com/confluentinc/ksql/issues/3060"
+)
+
+
+def _refuse_kafka_values(
+    query: st.Query, relations: list[Any], sources: dict[str, DataSource]
+) -> None:
+    """ksqlDB joins and groups no source whose values are in the KAFKA format."""
+    kafka = [r.alias or r.name for r in relations if sources[r.name].value_format == "KAFKA"]
+    if not kafka:
+        return
+    named = ", ".join(kafka)
+    if query.source.joins:
+        operation = "JOIN"
+    elif query.group_by is not None:
+        operation = "GROUP BY"
+    else:
+        return
+    raise KsqlStatementError(
+        f"Source(s) {named} are using the 'KAFKA' value format. This format does not yet "
+        f"support {operation}.\n{_KAFKA_VALUES_LIMITATION}"
+    )
+
+
+def _unknown_qualifier(name: str) -> str:
+    # ksqlDB finds it while building the statement's tree, hence its prefix
+    return f"Failed to prepare statement: '{name}' is not a valid stream/table name or alias."
+
+
+def _refuse_ambiguous(
+    reference: ex.ColumnReference, relations: list[Any], sources: dict[str, DataSource]
+) -> None:
+    """An unqualified name that more than one source of a join has is ambiguous."""
+    if reference.source is not None or len(relations) < 2 or reference.name in PSEUDO_COLUMNS:
+        return
+    having = [
+        r.alias or r.name for r in relations if sources[r.name].column(reference.name) is not None
+    ]
+    if len(having) > 1:
+        where = f"Line: {reference.line}, Col: {reference.column}: " if reference.line else ""
+        choices = " or ".join(f"{h}.{reference.name}" for h in having)
+        raise KsqlStatementError(
+            f"Exception while preparing statement: {where}Column '{reference.name}' is"
+            f" ambiguous. Could be {choices}."
+        )
 
 
 def _resolves(

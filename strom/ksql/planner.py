@@ -54,6 +54,7 @@ from strom.ksql.metastore import (
     refuse_map_keys,
     serde_refusal,
 )
+from strom.ksql.scalar_functions import scalar_function
 
 BIGINT = ex.PrimitiveType("BIGINT")
 INTEGER = ex.PrimitiveType("INTEGER")
@@ -304,6 +305,35 @@ def walk(expression: ex.Expression) -> list[ex.Expression]:
     return nodes
 
 
+# Aggregates whose running state is one value of a primitive type; the others keep a
+# struct, list or map (AVG its sum and count, TOPK a list...).
+_PRIMITIVE_STATE = frozenset({"COUNT", "SUM", "MIN", "MAX"})
+
+
+def _check_state_format(aggregation: Aggregation, source: DataSource) -> None:
+    """ksqlDB keeps an aggregation's state in the source's value format, and DELIMITED
+    cannot hold the state of an aggregate that is not one primitive value."""
+    if source.value_format != "DELIMITED":
+        return
+    if any(call.name not in _PRIMITIVE_STATE for call in aggregation.calls):
+        raise KsqlStatementError(
+            "One of the functions used in the statement has an intermediate type that the "
+            "value format can not handle. Please remove the function or change the format.\n"
+            "Consider up-voting https://github.com/confluentinc/ksql/issues/3950, which will "
+            "resolve this limitation"
+        )
+
+
+def _refuse_unknown_functions(expressions: list[ex.Expression]) -> None:
+    """ksqlDB names a function it does not have before it checks the query's shape."""
+    for expression in expressions:
+        for node in walk(expression):
+            if isinstance(node, ex.FunctionCall):
+                name = node.name.upper()
+                if not (scalar_function(name) or is_aggregate(name) or name in TABLE_FUNCTIONS):
+                    raise KsqlStatementError(f"Can't find any functions with the name '{name}'")
+
+
 def is_aggregate(name: str) -> bool:
     from strom.ksql.aggregate_functions import is_aggregate as named_aggregate
 
@@ -440,6 +470,7 @@ def plan_query(
     result_kind = "TABLE" if grouped else (joined_kind or source.kind)
     if grouped:
         aggregation, projection = _plan_aggregation(query, source, scope, persistent, sink, joins)
+        _check_state_format(aggregation, source)
     else:
         aggregation = None
         projection = _plan_projection(query, source, scope, persistent, sink, joins)
@@ -1210,6 +1241,7 @@ def _plan_aggregation(
     rewritten = [(name, expression, rewrite(expression)) for name, expression in named]
     having = rewrite(query.having) if query.having is not None else None
     if not calls:
+        _refuse_unknown_functions([e for _, e in named] + list(group_by))
         raise KsqlStatementError(
             "GROUP BY requires aggregate functions in either the SELECT or HAVING clause."
         )
@@ -1413,8 +1445,15 @@ def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
         window_type=window_type,
         window_size_ms=window_size,
         wrap_single_value=props.get("WRAP_SINGLE_VALUE"),
-        value_delimiter=props.get("VALUE_DELIMITER"),
-        key_delimiter=props.get("KEY_DELIMITER"),
+        # a format taken from the source keeps its delimiter, as ksqlDB's does
+        value_delimiter=props.get("VALUE_DELIMITER")
+        or (plan.source.value_delimiter if value_source is None else None),
+        key_delimiter=props.get("KEY_DELIMITER")
+        or (
+            plan.source.key_delimiter
+            if explicit_key is None and key_format == plan.source.key_format
+            else None
+        ),
         properties=properties,
     )
 

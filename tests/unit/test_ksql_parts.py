@@ -285,7 +285,7 @@ def test_queries_resolved_against_the_metastore() -> None:
     ):
         metastore.put_source(source_of(text, metastore))
     analysis = analyzed(
-        "SELECT o.id, c.name, at->city, TRANSFORM(items, x => x + id), ROWTIME, WINDOWSTART "
+        "SELECT o.id, c.name, at->city, TRANSFORM(items, x => x + o.id), ROWTIME, WINDOWSTART "
         "FROM orders o JOIN customers c ON o.cid = c.id "
         "WINDOW TUMBLING (SIZE 1 MINUTE) WHERE ROWPARTITION = 0 GROUP BY o.id EMIT CHANGES",
         metastore,
@@ -297,6 +297,18 @@ def test_queries_resolved_against_the_metastore() -> None:
     with pytest.raises(KsqlStatementError) as info:
         analyzed("SELECT id FROM orders\nWHERE  nope > 1 EMIT CHANGES", metastore)
     assert str(info.value) == "Line: 2, Col: 8: WHERE column 'NOPE' cannot be resolved."
+    # a name both joined sources have, an unknown qualifier: as ksqlDB words them
+    with pytest.raises(KsqlStatementError) as info:
+        analyzed("SELECT id FROM orders o JOIN customers c ON o.cid = c.id", metastore)
+    assert str(info.value) == (
+        "Exception while preparing statement: Line: 1, Col: 8: Column 'ID' is ambiguous."
+        " Could be O.ID or C.ID."
+    )
+    with pytest.raises(KsqlStatementError) as info:
+        analyzed("SELECT o.id FROM orders o JOIN customers c ON x.cid = c.id", metastore)
+    assert str(info.value) == (
+        "Failed to prepare statement: 'X' is not a valid stream/table name or alias."
+    )
     with pytest.raises(KsqlStatementError, match="SELECT column 'C.CID' cannot be resolved"):
         analyzed("SELECT c.cid FROM orders o JOIN customers c ON o.cid = c.id", metastore)
     with pytest.raises(KsqlStatementError, match="SELECT column 'WINDOWEND' cannot be"):

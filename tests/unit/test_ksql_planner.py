@@ -445,3 +445,56 @@ def test_create_refusals(text: str, message: str) -> None:
     with pytest.raises(KsqlStatementError) as refused:
         Metastore().source_from_statement(statement, text)
     assert str(refused.value) == message
+
+
+def _add(metastore: Metastore, text: str) -> None:
+    statement = parse_statement(text)
+    assert isinstance(statement, st.CreateSource)
+    metastore.put_source(metastore.source_from_statement(statement, text))
+
+
+def test_a_sink_taking_the_sources_delimited_formats_takes_their_delimiters(
+    metastore: Metastore,
+) -> None:
+    _add(
+        metastore,
+        "CREATE STREAM piped (k1 STRING KEY, k2 STRING KEY, v INT, w INT) WITH "
+        "(kafka_topic='piped', format='DELIMITED', key_delimiter=';', value_delimiter='|')",
+    )
+    same = plan(metastore, "CREATE STREAM same_formats AS SELECT * FROM piped;").sink
+    assert same is not None and (same.key_delimiter, same.value_delimiter) == (";", "|")
+    # a format the statement names again starts from its defaults
+    named = plan(
+        metastore,
+        "CREATE STREAM renamed WITH (key_format='JSON', value_format='DELIMITED') AS "
+        "SELECT * FROM piped;",
+    ).sink
+    assert named is not None and (named.key_delimiter, named.value_delimiter) == (None, None)
+
+
+def test_aggregation_refusals_ksqldb_makes_before_the_querys_shape(
+    metastore: Metastore,
+) -> None:
+    _add(
+        metastore,
+        "CREATE STREAM lines (id STRING KEY, n INT) WITH (kafka_topic='lines', "
+        "value_format='DELIMITED')",
+    )
+    # DELIMITED holds an aggregate's running state only when it is one primitive value
+    assert plan(metastore, "CREATE TABLE sums AS SELECT id, SUM(n) FROM lines GROUP BY id;")
+    assert refusal(
+        metastore, "CREATE TABLE avgs AS SELECT id, AVG(n) AS a FROM lines GROUP BY id;"
+    ).startswith(
+        "One of the functions used in the statement has an intermediate type that the value"
+        " format can not handle."
+    )
+    # an unknown function is named before a grouping without aggregates is refused
+    assert refusal(
+        metastore, "CREATE TABLE t AS SELECT id, NO_SUCH(n) FROM lines GROUP BY id;"
+    ) == ("Can't find any functions with the name 'NO_SUCH'")
+    # values in the KAFKA format are neither grouped nor joined
+    grouped = refusal(metastore, "SELECT line, COUNT(*) FROM raw GROUP BY line EMIT CHANGES;")
+    assert grouped.startswith(
+        "Source(s) RAW are using the 'KAFKA' value format. This format does not yet support"
+        " GROUP BY.\nThe KAFKA format is primarily intended for use as a key format."
+    )
