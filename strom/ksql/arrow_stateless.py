@@ -15,9 +15,11 @@ Semantics kept: JSON fields matched to columns case-insensitively (an exact name
 its case variants never both in one batch), a missing field or a null value is null,
 INTEGER read only in its range; comparisons with a null operand are false, AND / OR /
 NOT three-valued, integer arithmetic wraps as Java's does; rows whose WHERE is not
-true are dropped; values written as ``strom.ksql.formats`` writes JSON (the columns
-in the sink's order, strings as ``json.dumps`` escapes them), each record keeping
-ROWTIME as its timestamp.
+true are dropped; a record whose value is null (a stream's null row) is dropped by
+WHERE, else written with a null value (and a null key unless its key is the source's
+key alone), as the record path does; values written as ``strom.ksql.formats`` writes
+JSON (the columns in the sink's order, strings as ``json.dumps`` escapes them), each
+record keeping ROWTIME as its timestamp.
 
 Does not own reading records of other formats, the operators' semantics, or Spark.
 """
@@ -34,6 +36,7 @@ from strom.ksql import formats
 from strom.ksql import values as v
 from strom.ksql.evaluation import Scope, arithmetic_result_type
 from strom.ksql.metastore import KsqlStatementError
+from strom.ksql.operators import reads_only
 from strom.ksql.planner import QueryPlan
 
 _ARROW_TYPES = {"BOOLEAN": "bool_", "INTEGER": "int32", "BIGINT": "int64", "DOUBLE": "float64"}
@@ -47,6 +50,7 @@ _COMPARISONS = {
     ">=": "greater_equal",
 }
 _ARITHMETIC = {"+": "add", "-": "subtract", "*": "multiply"}
+NULL_ROW = "\x00null row"  # JsonSourceReader's column: the record's value was null
 # Strings json.dumps writes as they are, between quotes (printable ASCII but " and \).
 _PLAIN_TEXT = r"^[ !#-\[\]-~]*$"
 
@@ -196,15 +200,21 @@ class JsonSourceReader:
         if self.key is not None:
             self.available.add(self.key)
 
-    def read(self, batch: Any) -> Columns | None:
-        """The batch's columns, or None when it must be read record at a time."""
+    def read(self, batch: Any, null_rows: bool = False) -> Columns | None:
+        """The batch's columns, or None when it must be read record at a time. A record
+        whose value is null (a stream's null row) is left out, or with ``null_rows``
+        kept with its value columns null and marked true in ``columns[NULL_ROW]``."""
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.json as pj
 
-        rows = batch.num_rows
         names = batch.schema.names
+        present = pc.is_valid(batch.column(names.index("value")))
+        if not null_rows and batch.num_rows and not pc.all(present).as_py():
+            batch = batch.filter(present)
+            present = pc.is_valid(batch.column(names.index("value")))
+        rows = batch.num_rows
         micros = batch.column(names.index("timestamp")).cast(pa.int64())
         micros = pc.fill_null(micros, 0)
         if rows and pc.min(micros).as_py() < 0:
@@ -216,10 +226,12 @@ class JsonSourceReader:
         }
         if self.key is not None:
             columns[self.key] = batch.column(names.index("key")).cast(pa.string())
+        if null_rows:
+            columns[NULL_ROW] = pc.invert(present)
         if not self.value_columns:
             return columns
         values = batch.column(names.index("value"))
-        # a null value (a stream's) reads as every column null, as ``{}`` does
+        # a null row's value columns are null, as ``{}``'s
         values = pc.fill_null(values, pa.scalar(b"{}", pa.binary()))
         if rows and not (
             pc.all(pc.starts_with(values, "{")).as_py()
@@ -272,11 +284,14 @@ class JsonSinkWriter:
         _check_key(sink.key_format, sink.key_columns)
         by_name = {(p.namespace, p.name): p for p in plan.projection}
         self.key: Evaluator | None = None
+        self.key_of_key = True  # whether the key reads the source's key alone
         if sink.key_columns:
             found = by_name.get(("KEY", sink.key_columns[0].name))
             if found is None:
                 raise Unsupported("a key the projection does not give")
             self.key = expressions.typed(found.expression, "STRING")
+            source_keys = {c.name for c in plan.source.key_columns}
+            self.key_of_key = reads_only(found.expression, expressions.scope, source_keys)
         self.values: list[tuple[str, str, Evaluator]] = []
         for column in sink.value_columns:
             found = by_name.get(("VALUE", column.name))
@@ -337,17 +352,24 @@ class ArrowStateless:
         """The output batch (topic, key, value, timestamp) of a source batch, or None
         when the batch must be run record at a time."""
 
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         try:
-            columns = self.reader.read(batch)
+            # a stream's null row: dropped by WHERE, else passed on as a null value
+            columns = self.reader.read(batch, null_rows=self.where is None)
             if columns is None:
                 return None
+            null_rows = columns.pop(NULL_ROW, None)
             columns = _filtered(columns, self.where)
             rows = len(columns["ROWTIME"])
-            return self.writer.batch(
-                self.writer.key_bytes(columns, rows),
-                self.writer.value_bytes(columns, rows),
-                columns["ROWTIME"],
-            )
+            keys = self.writer.key_bytes(columns, rows)
+            values = self.writer.value_bytes(columns, rows)
+            if null_rows is not None and rows and pc.any(null_rows).as_py():
+                values = pc.if_else(null_rows, pa.scalar(None, pa.binary()), values)
+                if not self.writer.key_of_key:  # a key of the value's columns: null
+                    keys = pc.if_else(null_rows, pa.scalar(None, pa.binary()), keys)
+            return self.writer.batch(keys, values, columns["ROWTIME"])
         except Exception:  # noqa: BLE001 - whatever it cannot do, the record path does
             return None
 

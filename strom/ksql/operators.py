@@ -42,10 +42,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from strom.ksql import expressions as ex
+from strom.ksql.metastore import KsqlStatementError
 from strom.ksql.planner import JoinPlan, QueryPlan, Window
 from strom.ksql.readers import Row
+
+if TYPE_CHECKING:
+    from strom.ksql.evaluation import Scope
 
 DEFAULT_GRACE_MS = 24 * 3_600_000  # ksqlDB's grace for a window without GRACE PERIOD
 CUBE_MAX_COLUMNS = 20  # ksqlDB's bound on CUBE_EXPLODE's array (2^20 rows)
@@ -91,6 +96,20 @@ def _ignore(message: str) -> None:
     return None
 
 
+def reads_only(expression: ex.Expression, scope: Scope, columns: set[str]) -> bool:
+    """Whether every column ``expression`` reads is one of ``columns``."""
+    from strom.ksql.planner import walk
+
+    for node in walk(expression):
+        if isinstance(node, ex.ColumnReference):
+            try:
+                if scope.resolve(node) not in columns:
+                    return False
+            except KsqlStatementError:  # a lambda's variable: not a key column
+                return False
+    return True
+
+
 class Operators:
     """The compiled operators of one plan."""
 
@@ -109,6 +128,10 @@ class Operators:
             for p in plan.projection
         ]
         self.table_source = plan.source.kind == "TABLE"
+        source_keys = {c.name for c in plan.source.key_columns}
+        self.reads_key_only = [
+            reads_only(p.expression, output_scope, source_keys) for p in plan.projection
+        ]
         self.table_functions = [
             (f.column, f.name, compile_expression(f.argument, source_scope))
             for f in plan.table_functions
@@ -157,6 +180,22 @@ class Operators:
                 timestamp = found
         return Change(key, value, timestamp, window)
 
+    def _null_row(self, row: Row, window: tuple[int, int] | None) -> list[Change]:
+        """A stream record whose value is null: dropped by WHERE and the table functions,
+        else passed on as a null value, keyed by what the key columns alone give (a
+        PARTITION BY of other columns: a null key), as ksqlDB's projection passes it."""
+        if self.where is not None or self.table_functions:
+            return []
+        columns = row.columns
+        key = {
+            name: self._evaluate(compiled, columns) if reads_key else None
+            for (name, namespace, compiled), reads_key in zip(
+                self.projection, self.reads_key_only, strict=True
+            )
+            if namespace == "KEY"
+        }
+        return [Change(key, None, row.timestamp, window)]
+
     def _tombstone(self, row: dict[str, Any], window: tuple[int, int] | None) -> Change:
         key = {
             name: self._evaluate(compiled, row)
@@ -176,7 +215,9 @@ class Operators:
         columns = row.columns
         window = self._window_of(columns)
         if row.tombstone:
-            return [self._tombstone(columns, window)] if self.table_source else []
+            if self.table_source:
+                return [self._tombstone(columns, window)]
+            return self._null_row(row, window)
         if not self._passes(columns):
             return [self._tombstone(columns, window)] if self.table_source else []
         if self.table_functions:
@@ -277,6 +318,11 @@ class Operators:
         rows it gives (a table-table join's deleted row as a tombstone row holding the
         last columns). ``key``: the join key (computed when not given)."""
         join = self.join_steps[step].plan
+        from_stream = join.shape == "stream-stream" or (
+            join.shape == "stream-table" and side == "left"
+        )
+        if row.tombstone and from_stream:
+            return []  # a stream's null value joins nothing, as Kafka Streams skips it
         if key is None:
             key = self.key_of(side, row, step)
         if join.shape == "stream-table":
@@ -508,6 +554,8 @@ class Operators:
         """The grouping key and the row, or None when the row is filtered out or its key
         is null (a tombstone of a table source: its key only, for the undo)."""
         columns = row.columns
+        if row.tombstone and not self.table_source:
+            return None  # a stream's null value: ksqlDB's GROUP BY drops it
         if not row.tombstone and not self._passes(columns):
             return None
         key = tuple(self._evaluate(g, columns) for g in self.group_by)

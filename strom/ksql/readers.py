@@ -66,8 +66,8 @@ class SourceRecord:
 
 @dataclass
 class Row:
-    """A record read: its columns, and whether it was a tombstone (a table's delete:
-    only the key columns are set)."""
+    """A record read: its columns, and whether its value was null (``tombstone``: a
+    table's delete, a stream's null row; only the key and pseudo columns are set)."""
 
     columns: dict[str, Any]
     tombstone: bool = False
@@ -277,11 +277,13 @@ class SideReader:
         self._avro: Any = None
         self._proto: Any = None
 
-    def read(self, data: bytes | None) -> dict[str, Any]:
+    def read(self, data: bytes | None) -> dict[str, Any] | None:
+        """The side's columns; None for a value that is null (no bytes, or JSON's
+        ``null`` for columns in an object): the record's row is null, as ksqlDB's."""
         if not self.columns or self.format == "NONE":
             return {}
         if data is None:
-            return {c.name: None for c in self.columns}
+            return None if self.side == "value" else {c.name: None for c in self.columns}
         fmt = self.format
         if fmt == "KAFKA":
             return {self.columns[0].name: _kafka_value(data, self.columns[0])}
@@ -290,6 +292,8 @@ class SideReader:
                 parsed = json.loads(data)
             except (ValueError, UnicodeDecodeError) as exc:
                 raise _Mismatch(f"Invalid JSON: {exc}") from None
+            if parsed is None and self.side == "value" and not self.alone:
+                return None
             return _fields(parsed, self.columns, self.alone)
         if fmt == "DELIMITED":
             try:
@@ -469,20 +473,17 @@ class RecordReader:
             key = key[:-width]
             row["WINDOWSTART"], row["WINDOWEND"] = start, end
         try:
-            row.update(self.keys.read(key))
+            row.update(self.keys.read(key) or {})
         except _Mismatch as exc:
             raise RecordError("key", str(exc)) from None
-        tombstone = record.value is None and self.source.kind == "TABLE"
-        if not tombstone:
-            if record.value is None and self.source.value_format != "KAFKA":
-                row.update({c.name: None for c in self.source.value_columns})
-            else:
-                try:
-                    row.update(self.values.read(record.value))
-                except _Mismatch as exc:
-                    raise RecordError("value", str(exc)) from None
-        else:
-            row.update({c.name: None for c in self.source.value_columns})
+        values: dict[str, Any] | None = None
+        if record.value is not None or self.source.value_format == "NONE":
+            try:
+                values = self.values.read(record.value)
+            except _Mismatch as exc:
+                raise RecordError("value", str(exc)) from None
+        tombstone = values is None  # a null value: a table's delete, a stream's null row
+        row.update({c.name: None for c in self.source.value_columns} if values is None else values)
         for column in self.headers:
             row[column.name] = _header_value(column, record.headers or [])
         row["ROWPARTITION"] = record.partition
