@@ -4,7 +4,8 @@ the rows of ``POST /inserts-stream``, one record each in the source's formats.
 Owns ksqlDB's checks of the target (unknown, windowed, read-only source), turning an
 INSERT's column list and values, or a JSON row, into the source's columns (names
 matched as ksqlDB matches them; ROWTIME as the record's timestamp, else the TIMESTAMP
-column's value), and producing the record (acknowledged by all in-sync replicas). A
+column's value), and producing the record (acknowledged by all in-sync replicas; one
+stamped 0 through ``strom.zero_time``, as librdkafka would stamp it "now"). A
 refusal is ``KsqlStatementError`` with ksqlDB's message.
 
 Blocking (confluent-kafka): call from a worker thread. Does not own the formats'
@@ -25,6 +26,7 @@ from strom.ksql.config import KsqlServerConfig
 from strom.ksql.kafka_calls import KafkaCallError, produce_and_wait
 from strom.ksql.metastore import DataSource, KsqlStatementError, Metastore
 from strom.ksql.registry_formats import REGISTRY_WRITTEN, RegistryFormats
+from strom.zero_time import ZeroTimeError, ZeroTimeRecord, ZeroTimeWriter
 
 ROWTIME = "ROWTIME"
 
@@ -120,6 +122,7 @@ class RowWriter:
     def __init__(self, config: KsqlServerConfig, registry: RegistryFormats) -> None:
         self._config = config
         self._producer: Producer | None = None
+        self._zero_time: ZeroTimeWriter | None = None  # for ROWTIME 0
         self._registry = registry
 
     def write(self, source: DataSource, values: dict[str, ex.Expression]) -> None:
@@ -137,13 +140,25 @@ class RowWriter:
                 value = formats.value_bytes(source, row)
         except KsqlStatementError as exc:
             raise KsqlStatementError(f"{failed} {exc}") from None
+        if timestamp == 0:  # librdkafka would stamp it with the time of sending
+            try:
+                self._zero_time_writer().send([ZeroTimeRecord(source.topic, key, value)])
+            except (ZeroTimeError, OSError, ConnectionError) as exc:
+                raise KsqlStatementError(f"{failed} {exc}") from None
+            return
         if self._producer is None:
-            settings = {"acks": "all", "linger.ms": 0}
+            # keys placed as Kafka's Java producer (ksqlDB's) places them: murmur2
+            settings = {"acks": "all", "linger.ms": 0, "partitioner": "murmur2_random"}
             self._producer = Producer(self._config.client_config(**settings))
         try:
             produce_and_wait(self._producer, source.topic, key, value, timestamp=timestamp or 0)
         except KafkaCallError as exc:
             raise KsqlStatementError(f"{failed} {exc}") from None
+
+    def _zero_time_writer(self) -> ZeroTimeWriter:
+        if self._zero_time is None:
+            self._zero_time = ZeroTimeWriter(self._config.client_config())
+        return self._zero_time
 
     @staticmethod
     def _row(
@@ -166,5 +181,7 @@ class RowWriter:
         return row, timestamp
 
     def close(self) -> None:
+        if self._zero_time is not None:
+            self._zero_time.close()
         if self._producer is not None:
             self._producer.flush(30)

@@ -3,7 +3,9 @@
 Owns the column contract of Spark's Kafka sink (``value`` required; ``key``,
 ``headers``, ``topic``, ``partition`` optional; the ``topic`` option overrides the
 column; beyond Spark's, an optional ``timestamp`` column, epoch ms or a timestamp, sets
-the records' timestamps) and the delivery guarantee: each Spark task flushes its producer and fails
+the records' timestamps: one of 0 is written as 0, through :mod:`strom.zero_time`, where
+librdkafka would write the time of sending, except in transactions) and the delivery
+guarantee: each Spark task flushes its producer and fails
 if any record was not acknowledged before it reports success, so a committed batch
 is in Kafka: at-least-once, as Spark's Kafka sink (a retried task may write twice).
 Records without a partition are placed by Kafka's Java partitioner (murmur2 of the
@@ -43,6 +45,7 @@ from pyspark.sql.types import (
 
 from strom.spark.exactly_once import StromSinkError, TaskTransaction, current_write_task
 from strom.spark.options import StromOptionError, WriterOptions, parse_writer_options
+from strom.zero_time import ZeroTimeRecord, ZeroTimeWriter
 
 log = logging.getLogger(__name__)
 
@@ -144,11 +147,36 @@ class _ArrowProducer:
         return topics
 
     def _produce(
-        self, producer: Producer, batches: Iterable[pa.RecordBatch], failures: list[KafkaError]
+        self,
+        producer: Producer,
+        batches: Iterable[pa.RecordBatch],
+        failures: list[KafkaError],
+        zero_time: bool = False,
     ) -> int:
-        """Produce every row of ``batches``; stop at the first failed delivery reported."""
+        """Produce every row of ``batches``; stop at the first failed delivery reported.
+        With ``zero_time``, rows stamped 0 go through ``strom.zero_time`` (librdkafka
+        would stamp them with the time of sending), after the producer's earlier rows
+        are flushed and before its later ones, so that each partition keeps the rows'
+        order."""
         produce = producer.produce
         written = 0
+        held: list[ZeroTimeRecord] = []
+        writer: ZeroTimeWriter | None = None
+
+        def write_held() -> None:
+            nonlocal writer
+            remaining = producer.flush(FLUSH_TIMEOUT_S)
+            if failures:
+                raise KafkaException(failures[0])
+            if remaining:
+                raise KafkaException(
+                    KafkaError(KafkaError._MSG_TIMED_OUT, f"{remaining} records not acknowledged")
+                )
+            if writer is None:
+                writer = ZeroTimeWriter(self.opts.client)
+            writer.send(held)
+            held.clear()
+
         for batch in batches:
             n = batch.num_rows
             values = self._column(batch, "value")
@@ -172,6 +200,11 @@ class _ArrowProducer:
                     )
                 )
             for (topic, value, key), kwargs in zip(rows, extra, strict=False):
+                if zero_time and kwargs.get("timestamp") == 0:
+                    held.append(_zero_time_record(topic, key, value, kwargs))
+                    continue
+                if held:
+                    write_held()
                 try:
                     produce(topic, value, key, **kwargs)
                 except BufferError:
@@ -181,6 +214,12 @@ class _ArrowProducer:
             written += n
             if failures:
                 break
+        try:
+            if held:
+                write_held()
+        finally:
+            if writer is not None:
+                writer.close()
         return written
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
@@ -188,7 +227,7 @@ class _ArrowProducer:
             return self._write_in_transaction(iterator)
         failures: list[KafkaError] = []
         producer = Producer(self._config(failures))
-        written = self._produce(producer, iterator, failures)
+        written = self._produce(producer, iterator, failures, zero_time=True)
         remaining = producer.flush(FLUSH_TIMEOUT_S)
         if failures:
             raise KafkaException(failures[0])
@@ -226,6 +265,17 @@ class _ArrowProducer:
             for _ in batches:  # Spark's input is read to its end either way
                 pass
         return WrittenRecords(outcome.written, batch_id=task.batch_id, skipped=outcome.skipped)
+
+
+def _zero_time_record(
+    topic: str, key: str | bytes | None, value: str | bytes | None, kwargs: dict[str, Any]
+) -> ZeroTimeRecord:
+    def data(blob: str | bytes | None) -> bytes | None:
+        return blob.encode() if isinstance(blob, str) else blob
+
+    return ZeroTimeRecord(
+        topic, data(key), data(value), kwargs.get("headers", ()), kwargs.get("partition")
+    )
 
 
 def _extras(

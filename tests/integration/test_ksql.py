@@ -339,6 +339,29 @@ def test_insert_values_read_back(server: KsqlServer, broker: BrokerProcess) -> N
     assert json.loads(third.value()) == {"ITEM": None, "AMOUNT": None, "TS": None}
     [row] = read_all(broker, "csv", 1)
     assert (row.key(), row.value()) == (b"x", b'"hello, world",5')
+    # ROWTIME 0 is written as 0 (librdkafka would write the time of sending), each key
+    # in the partition Kafka's Java producer (murmur2) gives it, as the other records
+    server.ok(
+        "CREATE STREAM spread (k STRING KEY, n INT) "
+        "WITH (kafka_topic='spread', value_format='JSON', partitions=4);"
+        + "".join(
+            f"INSERT INTO spread (ROWTIME, k, n) VALUES ({ts}, '{k}', 1);"
+            for ts in (0, 5)
+            for k in "acdf"
+        )
+    )
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "ksql-spread"})
+    consumer.assign([TopicPartition("spread", p, 0) for p in range(4)])
+    spread: dict[tuple[bytes, int], int] = {}
+    deadline = time.monotonic() + 30
+    while len(spread) < 8 and time.monotonic() < deadline:
+        message = consumer.poll(1)
+        if message is not None and message.error() is None:
+            spread[(message.key(), message.timestamp()[1])] = message.partition()
+    consumer.close()
+    assert sorted(spread) == [(k.encode(), ts) for k in "acdf" for ts in (0, 5)]
+    assert all(spread[(k.encode(), 0)] == spread[(k.encode(), 5)] for k in "acdf")
+    assert len(set(spread.values())) == 4
     status, body = server.ksql("INSERT INTO orders (id, item) VALUES ('one', 'x');")
     assert status == 400
     assert body["message"].startswith("Failed to insert values into 'ORDERS'. Expected type")
