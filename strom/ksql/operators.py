@@ -15,8 +15,10 @@ Built from a ``QueryPlan`` (``Operators(plan)`` compiles its expressions):
 - ``aggregate(state, group, row, stream_time, sign)``: the row added to (sign 1) or
   undone from (sign -1) the accumulators of its windows (none; TUMBLING; HOPPING;
   SESSION, sessions merged), late records (their window's end + grace at or before the
-  stream time) dropped; with EMIT CHANGES each update gives the window's new row (every
-  update, as ``cache.max.bytes.buffering=0``), HAVING that fails a tombstone;
+  stream time; a session's, the merged session's end + grace before it) dropped; with
+  EMIT CHANGES each update gives the window's new row (every update, as
+  ``cache.max.bytes.buffering=0``), HAVING that fails a tombstone when the window's
+  last row passed (none else);
   ``close_windows(state, group, stream_time)``: for EMIT FINAL, one row per window once
   its grace has passed; closed windows leave the state;
 - ``join_step(state, side, row, stream_time)``: a row of a join's left or right source
@@ -587,7 +589,15 @@ class Operators:
         return DEFAULT_GRACE_MS if window is None or window.grace_ms is None else window.grace_ms
 
     def _late(self, end: int, stream_time: int) -> bool:
-        return self.window is not None and end + self._grace() <= stream_time
+        """Whether a window ending at ``end`` has closed at ``stream_time``: a time
+        window once its end plus the grace is at or before the stream time, a session
+        once it is before (ksqlDB's rules; a session's end is its last record's time)."""
+        window = self.window
+        if window is None:
+            return False
+        if window.kind == "SESSION":
+            return end + self._grace() < stream_time
+        return end + self._grace() <= stream_time
 
     def aggregate(
         self,
@@ -619,7 +629,7 @@ class Operators:
                     accumulators[index] = function.undo(accumulators[index], *values)
             slot["ts"] = max(slot["ts"], timestamp)
             if not self.plan.emit_final:
-                changes.append(self._result(group, start, slot))
+                changes.extend(self._result(group, start, slot))
         return changes
 
     def _session(
@@ -632,13 +642,14 @@ class Operators:
     ) -> list[Change]:
         assert self.window is not None
         gap = self.window.size_ms
-        if self._late(timestamp, stream_time):
-            return []
         merged = [
             start
             for start, slot in state.items()
             if slot["end"] + gap >= timestamp and start - gap <= timestamp
         ]
+        # late when the session it makes (merged with those within the gap) has closed
+        if self._late(max([timestamp, *(state[s]["end"] for s in merged)]), stream_time):
+            return []
         accumulators = [f.initial() for f in self.functions]
         start, end, latest = timestamp, timestamp, timestamp
         changes: list[Change] = []
@@ -649,7 +660,7 @@ class Operators:
                 for f, a, b in zip(self.functions, accumulators, slot["acc"], strict=True)
             ]
             if not self.plan.emit_final:
-                changes.append(self._removed(group, old, slot))
+                changes.extend(self._removed(group, old, slot))
             start, end = min(start, old), max(end, slot["end"])
             latest = max(latest, slot["ts"])
         for index, function in enumerate(self.functions):
@@ -657,7 +668,7 @@ class Operators:
         slot = {"end": end, "acc": accumulators, "ts": latest}
         state[start] = slot
         if not self.plan.emit_final:
-            changes.append(self._result(group, start, slot))
+            changes.extend(self._result(group, start, slot))
         return changes
 
     def _aggregate_row(
@@ -675,16 +686,23 @@ class Operators:
             row["WINDOWSTART"], row["WINDOWEND"] = start, slot["end"]
         return row
 
-    def _result(self, group: tuple[Any, ...], start: int, slot: dict[str, Any]) -> Change:
+    def _result(self, group: tuple[Any, ...], start: int, slot: dict[str, Any]) -> list[Change]:
+        """The window's row; when HAVING fails, a tombstone if its last row passed (the
+        slot's ``passed``), else none (ksqlDB filters the table's old and new rows)."""
         row = self._aggregate_row(group, start, slot)
         window = (start, slot["end"]) if self.window is not None else None
-        if self.having is not None and self._evaluate(self.having, row) is not True:
-            return self._tombstone(row, window)
-        return self.project(row, slot["ts"], window)
+        if self.having is not None:
+            if self._evaluate(self.having, row) is not True:
+                return [self._tombstone(row, window)] if slot.pop("passed", False) else []
+            slot["passed"] = True
+        return [self.project(row, slot["ts"], window)]
 
-    def _removed(self, group: tuple[Any, ...], start: int, slot: dict[str, Any]) -> Change:
+    def _removed(self, group: tuple[Any, ...], start: int, slot: dict[str, Any]) -> list[Change]:
+        """A session merged into another: its tombstone (if its last row passed HAVING)."""
+        if self.having is not None and not slot.get("passed"):
+            return []
         row = self._aggregate_row(group, start, slot)
-        return self._tombstone(row, (start, slot["end"]))
+        return [self._tombstone(row, (start, slot["end"]))]
 
     def close_windows(
         self, state: dict[Any, Any], group: tuple[Any, ...], stream_time: int
@@ -698,16 +716,15 @@ class Operators:
         for start in closed:
             slot = state.pop(start)
             if self.plan.emit_final:
-                change = self._result(group, start, slot)
-                if change.value is not None:
-                    changes.append(change)
+                changes.extend(self._result(group, start, slot))
         return changes
 
     def next_close(self, state: dict[Any, Any]) -> int | None:
         """The stream time at which the next window of ``state`` closes."""
         if self.window is None or not state:
             return None
-        return int(min(slot["end"] for slot in state.values())) + self._grace()
+        after = 1 if self.window.kind == "SESSION" else 0  # a session closes after it
+        return int(min(slot["end"] for slot in state.values())) + self._grace() + after
 
 
 class TableRegrouping:

@@ -220,15 +220,69 @@ def test_sessions_merge_and_the_merged_ones_are_deleted(metastore: Metastore) ->
     ]
 
 
-def test_having_deletes_the_rows_that_fail_it(metastore: Metastore) -> None:
+def test_having_deletes_a_row_that_passed_once_it_fails(metastore: Metastore) -> None:
+    """As ksqlDB filters a table's old and new rows: a tombstone only when the group's
+    last row passed (not for a first update that fails, nor twice)."""
     operators = Operators(
         plan(
             metastore,
             "SELECT page, COUNT(*) AS n FROM clicks GROUP BY page HAVING COUNT(*) = 2 EMIT CHANGES",
         )
     )
-    changes = aggregate_all(operators, [click("u", "/a", i) for i in range(3)])
-    assert [c.value for c in changes] == [None, {"PAGE": "/a", "N": 2}, None]
+    changes = aggregate_all(operators, [click("u", "/a", i) for i in range(4)])
+    assert [c.value for c in changes] == [{"PAGE": "/a", "N": 2}, None]
+    assert [c.timestamp for c in changes] == [1, 2]
+
+
+def test_a_merged_session_that_failed_having_leaves_no_tombstone(metastore: Metastore) -> None:
+    operators = Operators(
+        plan(
+            metastore,
+            "CREATE TABLE sessions AS SELECT user_id, COUNT(*) AS n FROM clicks "
+            "WINDOW SESSION (10 SECONDS) GROUP BY user_id HAVING COUNT(*) = 2",
+        )
+    )
+    changes = aggregate_all(
+        operators, [click("u1", "/", 1 * SECOND), click("u1", "/", 5 * SECOND),
+                    click("u1", "/", 9 * SECOND)]
+    )  # fmt: skip
+    assert summary(changes, "N") == [
+        ("u1", (1 * SECOND, 5 * SECOND), 2),  # [1, 1] failed: merged without a tombstone
+        ("u1", (1 * SECOND, 5 * SECOND), None),  # [1, 5] passed: its tombstone
+    ]
+
+
+def test_a_late_session_record_is_kept_while_the_session_it_joins_is_open(
+    metastore: Metastore,
+) -> None:
+    """ksqlDB drops a session record only when the session it merges into ends, plus the
+    grace, before the stream time: not by its own timestamp."""
+    operators = Operators(
+        plan(
+            metastore,
+            "CREATE TABLE sessions AS SELECT user_id, COUNT(*) AS n FROM clicks "
+            "WINDOW SESSION (10 SECONDS, GRACE PERIOD 2 SECONDS) GROUP BY user_id",
+        )
+    )
+    changes = aggregate_all(
+        operators,
+        [
+            click("u1", "/", 20 * SECOND),
+            click("u2", "/", 22 * SECOND),  # the stream time 22 s
+            click("u1", "/", 11 * SECOND),  # 11 s behind: joins [20, 20] (ends at 20 + 2)
+            click("u1", "/", 0),  # beyond the gap of [11, 20]: alone, 0 + 2 < 22, dropped
+            click("u2", "/", 24 * SECOND),  # 20 + 2 < 24: u1's session closes
+            click("u1", "/", 18 * SECOND),  # within the gap of [11, 20], which closed
+        ],
+    )
+    assert summary(changes, "N") == [
+        ("u1", (20 * SECOND, 20 * SECOND), 1),
+        ("u2", (22 * SECOND, 22 * SECOND), 1),
+        ("u1", (20 * SECOND, 20 * SECOND), None),
+        ("u1", (11 * SECOND, 20 * SECOND), 2),
+        ("u2", (22 * SECOND, 22 * SECOND), None),
+        ("u2", (22 * SECOND, 24 * SECOND), 2),
+    ]
 
 
 def test_a_table_is_aggregated_with_undo(metastore: Metastore) -> None:
