@@ -5,11 +5,11 @@ Owns ``aggregate_function(name, argument_types, literal_arguments)`` ->
 ``can_undo``, ``merge``, ``result``) for COUNT (``COUNT(*)`` and ``COUNT(col)``, which
 skips nulls), COUNT_DISTINCT, SUM, AVG, MIN, MAX, COLLECT_LIST, COLLECT_SET,
 EARLIEST_BY_OFFSET and LATEST_BY_OFFSET (with ignoreNulls and the n forms), TOPK,
-TOPKDISTINCT, HISTOGRAM, STDDEV_SAMP (which is the variance in ksqlDB), STDDEV_SAMPLE
-and CORRELATION, with ksqlDB's result types and null behaviour. Accumulators are plain
-picklable values (ints, floats, tuples, lists, dicts): the runtime keeps them in Spark's
-state store. ``add`` receives the
-aggregated columns' values only (the literal arguments, such as TOPK's k, were given
+TOPKDISTINCT, HISTOGRAM, STDDEV_SAMP (which is the variance in ksqlDB), STDDEV_SAMPLE,
+CORRELATION and ATTR (the group's one value, null when it has had several), with
+ksqlDB's result types and null behaviour. Accumulators are plain picklable values (ints,
+floats, tuples, lists, dicts): the runtime keeps them in Spark's state store. ``add``
+receives the aggregated columns' values only (the literal arguments, such as TOPK's k, were given
 when the function was made); rows arrive in offset order, which is what the BY_OFFSET
 functions rely on, and ``merge(a, b)`` takes ``a`` as the earlier session.
 
@@ -50,6 +50,7 @@ AGGREGATE_NAMES = frozenset(
         "STDDEV_SAMP",
         "STDDEV_SAMPLE",
         "CORRELATION",
+        "ATTR",
     }
 )
 HISTOGRAM_LIMIT = 1000
@@ -369,6 +370,47 @@ class _CollectList(AggregateFunction):
         return first + second
 
 
+class _Attr(AggregateFunction):
+    """Accumulator: [value, count] pairs, one per distinct value (null included) in the
+    order first seen; the result is the value when exactly one has a count above 0."""
+
+    name = "ATTR"
+    can_undo = True
+
+    def __init__(self, sql_type: ex.SqlType) -> None:
+        self.result_type = sql_type
+
+    def initial(self) -> list[list[Any]]:
+        return []
+
+    @staticmethod
+    def _counted(accumulator: list[list[Any]], value: Any, count: int) -> list[list[Any]]:
+        pairs = [list(pair) for pair in accumulator]
+        for pair in pairs:
+            if pair[0] == value:
+                pair[1] = max(0, pair[1] + count)
+                return pairs
+        if count > 0:
+            pairs.append([value, count])
+        return pairs
+
+    def add(self, accumulator: list[list[Any]], *values: Any) -> list[list[Any]]:
+        return self._counted(accumulator, values[0], 1)
+
+    def undo(self, accumulator: list[list[Any]], *values: Any) -> list[list[Any]]:
+        return self._counted(accumulator, values[0], -1)
+
+    def merge(self, first: list[list[Any]], second: list[list[Any]]) -> list[list[Any]]:
+        merged = first
+        for value, count in second:
+            merged = self._counted(merged, value, count)
+        return merged
+
+    def result(self, accumulator: list[list[Any]]) -> Any:
+        present = [value for value, count in accumulator if count > 0]
+        return present[0] if len(present) == 1 else None
+
+
 class _CollectSet(AggregateFunction):
     name = "COLLECT_SET"
 
@@ -545,6 +587,8 @@ def aggregate_function(
         return _Extreme(name, first)
     if name == "COLLECT_LIST":
         return _CollectList(first)
+    if name == "ATTR":
+        return _Attr(first)
     if name == "COLLECT_SET":
         return _CollectSet(first)
     if name == "HISTOGRAM":

@@ -99,6 +99,8 @@ FUNCTIONS: tuple[Function, ...] = (
        _sig("T col", "ARRAY<T>")),
     _f("COLLECT_SET", A, "AGGREGATE", "Gathers the distinct values into an array.",
        _sig("T col", "ARRAY<T>")),
+    _f("ATTR", A, "AGGREGATE", "The group's single value, null when it has had several.",
+       _sig("T col", "T")),
     _f("EARLIEST_BY_OFFSET", A, "AGGREGATE", "The earliest value by offset.",
        _sig("T col", "T"), _sig("T col, BOOLEAN ignoreNulls", "T"),
        _sig("T col, INT earliestN", "ARRAY<T>")),

@@ -14,6 +14,7 @@ Does not own the command topic, topics in the cluster, or the REST shapes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -290,10 +291,12 @@ class Metastore:
         if existing is None:
             if statement.if_exists:
                 return None
-            raise KsqlStatementError(f"Source `{statement.name}` does not exist.")
+            raise KsqlStatementError(
+                f"{statement.kind.capitalize()} {statement.name} does not exist."
+            )
         if existing.kind != statement.kind:
             raise KsqlStatementError(
-                f"Incompatible data source type is {existing.kind}, but statement was "
+                f"Incompatible data source type is {existing.kind.lower()}, but statement was "
                 f"DROP {statement.kind}"
             )
         return existing
@@ -342,12 +345,14 @@ class Metastore:
         unknown = sorted(set(props) - CREATE_PROPERTIES)
         if unknown:
             raise KsqlStatementError(f"Invalid config variable(s) in the WITH clause: {unknown[0]}")
+        check_delimiters(props)
         topic = props.get("KAFKA_TOPIC")
         if topic is None:
             raise KsqlStatementError(
                 'Missing required property "KAFKA_TOPIC" which has no default value.'
             )
         key_format, value_format = _formats(props, default_formats)
+        check_format_settings(props, key_format, value_format)
         columns = self._columns(statement)
         key_columns = [c for c in columns if c.namespace == "KEY"]
         value_columns = [c for c in columns if c.namespace == "VALUE"]
@@ -398,6 +403,10 @@ class Metastore:
         if wrap is not None and not isinstance(wrap, bool):
             raise KsqlStatementError(
                 f"Invalid value {wrap} for property WRAP_SINGLE_VALUE: Expected a BOOLEAN"
+            )
+        if wrap is True and value_format in ("DELIMITED", "KAFKA"):
+            raise KsqlStatementError(
+                f"Format '{value_format}' does not support 'WRAP_SINGLE_VALUE' set to 'true'."
             )
         if wrap is False and value_format in ("PROTOBUF", "PROTOBUF_NOSR"):
             raise KsqlStatementError(
@@ -504,21 +513,54 @@ def serde_refusal(what: str, fmt: str, columns: Sequence[Column], reason: str) -
     )
 
 
+# WINDOW_SIZE's units: Java's TimeUnit names (a missing final S is added), in nanoseconds
+_DURATION_UNITS_NS = {
+    "NANOSECONDS": 1,
+    "MICROSECONDS": 1_000,
+    "MILLISECONDS": 1_000_000,
+    "SECONDS": 1_000_000_000,
+    "MINUTES": 60_000_000_000,
+    "HOURS": 3_600_000_000_000,
+    "DAYS": 86_400_000_000_000,
+}
+
+
 def _window_size(value: Any, window_type: str) -> int | None:
+    if window_type == "SESSION":
+        if value is not None:
+            raise KsqlStatementError("'WINDOW_SIZE' should not be set for SESSION windows.")
+        return None
     if value is None:
-        if window_type == "SESSION":
-            return None
         raise KsqlStatementError(
             f"{window_type} windows require 'WINDOW_SIZE' to be provided in the WITH clause. "
             "For example: 'WINDOW_SIZE'='10 SECONDS'"
         )
-    amount, _, unit = str(value).strip().partition(" ")
-    if not amount.isdigit() or not st.known_time_unit(unit.strip()):
+    text = str(value)
+    try:
+        return _duration_ms(text)
+    except ValueError as exc:
         raise KsqlStatementError(
-            f"Invalid WINDOW_SIZE property : {value}. WINDOW_SIZE should be in the format "
-            "'<number> <unit>', e.g. '10 SECONDS'"
+            f"Configuration WINDOW_SIZE is invalid: Invalid duration: '{text}'. {exc}"
+        ) from None
+
+
+def _duration_ms(text: str) -> int:
+    """``'10 SECONDS'`` in milliseconds, read as ksqlDB reads a duration: two parts split
+    at each blank, a whole number and a unit."""
+    parts = re.split(r"\s", text)
+    if len(parts) != 2:
+        raise ValueError(f"Expected 2 tokens, got: {len(parts)}")
+    amount, unit = parts
+    if not re.fullmatch(r"[+-]?[0-9]+", amount):
+        raise ValueError(f"Not numeric: '{amount}'")
+    unit = unit.upper()
+    nanos = _DURATION_UNITS_NS.get(unit if unit.endswith("S") else unit + "S")
+    if nanos is None:
+        raise ValueError(
+            f"Unknown time unit: '{unit}'\nSupported time units are: "
+            + ", ".join(_DURATION_UNITS_NS)
         )
-    return st.Duration(int(amount), unit.strip().upper()).milliseconds
+    return int(amount) * nanos // 1_000_000
 
 
 def _delimiter(value: Any) -> str | None:
@@ -527,3 +569,65 @@ def _delimiter(value: Any) -> str | None:
     text = str(value)
     named = {"TAB": "\t", "SPACE": " "}
     return named.get(text.upper(), text)
+
+
+def check_delimiters(properties: dict[str, Any]) -> None:
+    """KEY_DELIMITER and VALUE_DELIMITER as ksqlDB reads them while it prepares the
+    statement: one character, or TAB or SPACE by name."""
+    for name in ("KEY_DELIMITER", "VALUE_DELIMITER"):
+        value = properties.get(name)
+        if value is None:
+            continue
+        text = str(value)
+        if not text.strip():
+            reason = (
+                "Delimiter cannot be empty, if you meant to have a tab or space for delimiter, "
+                "please use the special values 'TAB' or 'SPACE'"
+            )
+        elif len(text) == 1 or text in ("TAB", "SPACE"):
+            continue
+        else:
+            reason = (
+                f"Invalid delimiter value: '{text}'. Delimiter must be a single character or "
+                "TAB,SPACE"
+            )
+        raise KsqlStatementError(
+            f"Failed to prepare statement: Configuration {name} is invalid: {reason}\n"
+            "Example valid value: ';'"
+        )
+
+
+# The format settings each format takes (ksqlDB's names for them in its messages)
+_FORMAT_SETTINGS = {
+    "DELIMITED": {"delimiter"},
+    "AVRO": {"fullSchemaName", "schemaId"},
+    "PROTOBUF": {"fullSchemaName", "schemaId"},
+    "JSON_SR": {"fullSchemaName", "schemaId"},
+}
+
+
+def check_format_settings(properties: dict[str, Any], key_format: str, value_format: str) -> None:
+    """A delimiter, schema full name or schema id given for a format that takes none
+    (``JSON does not support the following configs: [delimiter]``), or given empty."""
+    for side, fmt in (("KEY", key_format), ("VALUE", value_format)):
+        given: dict[str, Any] = {}
+        if properties.get(f"{side}_DELIMITER") is not None:
+            given["delimiter"] = properties[f"{side}_DELIMITER"]
+        full_name = properties.get(f"{side}_SCHEMA_FULL_NAME")
+        if full_name is None and side == "VALUE":
+            full_name = properties.get("VALUE_AVRO_SCHEMA_FULL_NAME")
+        if full_name is not None:
+            given["fullSchemaName"] = full_name
+        if properties.get(f"{side}_SCHEMA_ID") is not None:
+            given["schemaId"] = properties[f"{side}_SCHEMA_ID"]
+        unsupported = [k for k in given if k not in _FORMAT_SETTINGS.get(fmt, set())]
+        if unsupported:
+            raise KsqlStatementError(
+                f"{fmt} does not support the following configs: [{', '.join(unsupported)}]"
+            )
+        for key, value in given.items():
+            if not str(value).strip():
+                shown = ", ".join(f"{k}={v}" for k, v in given.items())
+                raise KsqlStatementError(
+                    f"{key} cannot be empty. Format configuration: {{{shown}}}"
+                )

@@ -38,6 +38,7 @@ from typing import Any
 from strom.ksql import expressions as ex
 from strom.ksql import formats
 from strom.ksql.metastore import Column, DataSource, KsqlStatementError
+from strom.ksql.values import DECIMAL_CONTEXT
 
 REGISTRY_FORMATS = ("AVRO", "JSON_SR", "PROTOBUF")
 
@@ -84,6 +85,29 @@ class _Mismatch(Exception):
     pass
 
 
+class _ExactFloat(float):
+    """A JSON number with a fraction or exponent, with the text it was written as."""
+
+    text: str
+
+    def __new__(cls, text: str) -> _ExactFloat:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
+def _holds_decimal(sql_type: ex.SqlType) -> bool:
+    if isinstance(sql_type, ex.DecimalType):
+        return True
+    if isinstance(sql_type, ex.ArrayType):
+        return _holds_decimal(sql_type.element)
+    if isinstance(sql_type, ex.MapType):
+        return _holds_decimal(sql_type.value)
+    if isinstance(sql_type, ex.StructType):
+        return any(_holds_decimal(f.type) for f in sql_type.fields)
+    return False
+
+
 def _number(value: Any, path: str, sql_type: ex.SqlType) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float | str | decimal.Decimal):
         raise _Mismatch(f"Can't convert type. sourceType: {_json_kind(value)}, requiredType: "
@@ -118,10 +142,12 @@ def from_json(value: Any, sql_type: ex.SqlType, path: str = "$") -> Any:
     if isinstance(sql_type, ex.DecimalType):
         number = _number(value, path, sql_type)
         try:
-            result = decimal.Decimal(str(number))
+            result = decimal.Decimal(
+                number.text if isinstance(number, _ExactFloat) else str(number)
+            )
         except decimal.InvalidOperation:
             raise mismatch from None
-        return result.quantize(decimal.Decimal(1).scaleb(-sql_type.scale))
+        return result.quantize(decimal.Decimal(1).scaleb(-sql_type.scale), context=DECIMAL_CONTEXT)
     if isinstance(sql_type, ex.ArrayType):
         if not isinstance(value, list):
             raise mismatch
@@ -276,6 +302,8 @@ class SideReader:
         self.registry = registry
         self._avro: Any = None
         self._proto: Any = None
+        # JSON numbers keep their text for DECIMAL columns (a float has 17 digits at most)
+        self._parse_float = _ExactFloat if any(_holds_decimal(c.type) for c in columns) else None
 
     def read(self, data: bytes | None) -> dict[str, Any] | None:
         """The side's columns; None for a value that is null (no bytes, or JSON's
@@ -289,7 +317,7 @@ class SideReader:
             return {self.columns[0].name: _kafka_value(data, self.columns[0])}
         if fmt == "JSON":
             try:
-                parsed = json.loads(data)
+                parsed = json.loads(data, parse_float=self._parse_float)
             except (ValueError, UnicodeDecodeError) as exc:
                 raise _Mismatch(f"Invalid JSON: {exc}") from None
             if parsed is None and self.side == "value" and not self.alone:
@@ -313,7 +341,7 @@ class SideReader:
         if fmt == "JSON_SR":
             _, body = _strip_registry_header(data)
             try:
-                parsed = json.loads(body)
+                parsed = json.loads(body, parse_float=self._parse_float)
             except (ValueError, UnicodeDecodeError) as exc:
                 raise _Mismatch(f"Invalid JSON: {exc}") from None
             return _fields(parsed, self.columns, self.alone)

@@ -430,3 +430,55 @@ def test_a_stream_may_declare_key_columns_alone() -> None:
     assert source is not None and source.value_columns == ()
     with pytest.raises(KsqlStatementError, match="The statement does not define any columns."):
         _metastore("CREATE STREAM NONE_AT_ALL WITH (kafka_topic='k', value_format='JSON');")
+
+
+@pytest.mark.parametrize(
+    ("with_clause", "message"),
+    [
+        ("value_format='DELIMITED', value_delimiter='<~>'",
+         "Failed to prepare statement: Configuration VALUE_DELIMITER is invalid: Invalid "
+         "delimiter value: '<~>'. Delimiter must be a single character or TAB,SPACE"),
+        ("value_format='DELIMITED', value_delimiter=' '",
+         "Failed to prepare statement: Configuration VALUE_DELIMITER is invalid: Delimiter "
+         "cannot be empty, if you meant to have a tab or space for delimiter, please use the "
+         "special values 'TAB' or 'SPACE'"),
+        ("value_format='JSON', value_delimiter='|'",
+         "JSON does not support the following configs: [delimiter]"),
+        ("value_format='JSON', value_avro_schema_full_name='x.Y'",
+         "JSON does not support the following configs: [fullSchemaName]"),
+        ("value_format='DELIMITED', wrap_single_value=true",
+         "Format 'DELIMITED' does not support 'WRAP_SINGLE_VALUE' set to 'true'."),
+        ("value_format='JSON', window_type='HOPPING', window_size='30 bobs'",
+         "Configuration WINDOW_SIZE is invalid: Invalid duration: '30 bobs'. Unknown time "
+         "unit: 'BOBS'\nSupported time units are: NANOSECONDS, MICROSECONDS, MILLISECONDS, "
+         "SECONDS, MINUTES, HOURS, DAYS"),
+        ("value_format='JSON', window_type='TUMBLING', window_size='30seconds'",
+         "Configuration WINDOW_SIZE is invalid: Invalid duration: '30seconds'. Expected 2 "
+         "tokens, got: 1"),
+        ("value_format='JSON', window_type='SESSION', window_size='30 SECONDS'",
+         "'WINDOW_SIZE' should not be set for SESSION windows."),
+    ],
+)  # fmt: skip
+def test_format_settings_refused_as_ksqldb_refuses_them(with_clause: str, message: str) -> None:
+    with pytest.raises(KsqlStatementError) as refused:
+        _metastore(f"CREATE STREAM s (k STRING KEY, v INT) WITH (kafka_topic='s', {with_clause});")
+    assert str(refused.value).startswith(message)
+
+
+def test_window_sizes_in_javas_units() -> None:
+    source = _metastore(
+        "CREATE TABLE w (k STRING PRIMARY KEY, v INT) WITH (kafka_topic='w', "
+        "value_format='JSON', window_type='HOPPING', window_size='2 minute');"
+    ).source("W")
+    assert source is not None and source.window_size_ms == 120_000
+
+
+def test_decimals_wider_than_pythons_default_context_are_read() -> None:
+    metastore = _metastore(
+        "CREATE STREAM WIDE (D DECIMAL(33, 16)) WITH (kafka_topic='w', value_format='JSON');"
+    )
+    reader = readers.SideReader(
+        metastore.source("WIDE"), "value", metastore.source("WIDE").value_columns, None
+    )
+    row = reader.read(b'{"D": 12345678987654321.125}')
+    assert row == {"D": decimal.Decimal("12345678987654321.1250000000000000")}

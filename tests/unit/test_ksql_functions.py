@@ -657,6 +657,9 @@ AGGREGATES: list[
     ("MAX", [v.INTEGER], [], [(None,)], None, v.INTEGER),
     ("COLLECT_LIST", [v.INTEGER], [], [(1,), (None,), (1,)], [1, None, 1], ex.ArrayType(v.INTEGER)),
     ("COLLECT_SET", [v.INTEGER], [], [(1,), (2,), (1,)], [1, 2], ex.ArrayType(v.INTEGER)),
+    ("ATTR", [v.INTEGER], [], [(4,), (4,)], 4, v.INTEGER),
+    ("ATTR", [v.INTEGER], [], [(4,), (5,)], None, v.INTEGER),
+    ("ATTR", [v.INTEGER], [], [(4,), (None,)], None, v.INTEGER),  # null is a value too
     ("EARLIEST_BY_OFFSET", [v.STRING], [], [(None,), ("a",), ("b",)], "a", v.STRING),
     ("EARLIEST_BY_OFFSET", [v.STRING], [False], [(None,), ("a",)], None, v.STRING),
     (
@@ -745,6 +748,9 @@ UNDOABLE: list[tuple[str, list[ex.SqlType | None], list[tuple[Any, ...]], tuple[
     ("COLLECT_LIST", [v.STRING], [("a",), ("b",), ("a",)], ("a",), ["a", "b"]),
     ("HISTOGRAM", [v.STRING], [("a",), ("b",)], ("b",), {"a": 1}),
     ("STDDEV_SAMPLE", [v.DOUBLE], [(1.0,), (2.0,), (3.0,), (100.0,)], (100.0,), 1.0),
+    # ATTR: the one value again once the other is undone
+    ("ATTR", [v.STRING], [("x",), ("y",), ("x",)], ("y",), "x"),
+    ("ATTR", [ex.ArrayType(v.INTEGER)], [([1],), ([2],)], ([1],), [2]),
 ]
 
 

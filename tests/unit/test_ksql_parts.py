@@ -140,9 +140,12 @@ def test_sources_and_types_in_the_metastore() -> None:
     with pytest.raises(KsqlStatementError, match="Cannot add table 'USERS': A table with"):
         metastore.check_can_add(source, or_replace=False)
     drop_stream = st.DropSource("STREAM", "USERS")
-    with pytest.raises(KsqlStatementError, match="Incompatible data source type is TABLE"):
+    with pytest.raises(
+        KsqlStatementError,
+        match="Incompatible data source type is table, but statement was DROP STREAM",
+    ):
         metastore.droppable(drop_stream)
-    with pytest.raises(KsqlStatementError, match="Source `NONE` does not exist."):
+    with pytest.raises(KsqlStatementError, match="Stream NONE does not exist."):
         metastore.droppable(st.DropSource("STREAM", "NONE"))
     assert metastore.droppable(st.DropSource("STREAM", "NONE", if_exists=True)) is None
     assert metastore.droppable(st.DropSource("TABLE", "USERS")) is source
