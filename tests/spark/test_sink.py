@@ -64,6 +64,23 @@ def test_batch_write_places_key_value_headers_and_partition(spark, broker) -> No
     )
 
 
+def test_a_timestamp_of_0_is_written_as_0_in_the_rows_order(spark, broker) -> None:
+    """librdkafka writes a produce timestamp of 0 as the time of sending: such rows go
+    through ``strom.zero_time``, between the producer's rows before and after them."""
+    topic = _topic("sink-zero")
+    create_topic(broker.bootstrap, topic, 1)
+    stamps = [BASE_TS, 0, 0, BASE_TS + 1, 0, BASE_TS + 2]
+    rows = [(f"k{i}", f"v{i}", ts) for i, ts in enumerate(stamps)]
+    df = spark.createDataFrame(rows, "key string, value string, timestamp long").coalesce(1)
+    df.write.format("strom").mode("append").options(
+        **{"kafka.bootstrap.servers": broker.bootstrap, "topic": topic}
+    ).save()
+    got = consume_to_end(broker.bootstrap, topic, timeout=30)
+    assert [(m.key(), m.value(), m.timestamp()[1]) for m in got] == [
+        (k.encode(), v.encode(), ts) for k, v, ts in rows
+    ]
+
+
 def test_topic_option_overrides_the_topic_column(spark, broker) -> None:
     topic = _topic("sink-option")
     create_topic(broker.bootstrap, topic, 1)
