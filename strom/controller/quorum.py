@@ -1,7 +1,7 @@
 """The network side of the metadata quorum: runs this node's Raft core on the event loop.
 
 Owns the one ``RaftNode`` of this process and everything around it that is I/O: the
-tick (every TICK_MS), the driver's contract of the core (after every call: persist the
+tick, the driver's contract of the core (after every call: persist the
 Ready through the metadata log store, then send its messages, then hand what committed
 to the metadata listener; the persisting, fsyncs included, runs on a thread of its own
 so that the event loop serving clients never waits on the disk: the rest of a Ready is
@@ -15,6 +15,14 @@ that off).
 
 Voters are this node's peers in ``controller.quorum.voters``; a broker-only node
 runs the core as an observer that only fetches.
+
+The tick is a timer set for the core's next timer (``RaftNode.next_timer_ms``: a
+held fetch to answer, a request to retry, an election or fetch timeout) or the next
+snapshot by time, whichever comes first, at least TICK_MS from now and at most
+MAX_TICK_WAIT_MS; it is set again after every call into the core. An idle node (a
+single voter with nothing to do, a follower between fetches) so wakes when there is
+something to do rather than every TICK_MS; a call after which the core has nothing to
+hand out skips building a Ready.
 
 Does not own consensus (``strom.raft``), the files (``strom.storage.metadata_log``)
 or what the records mean (the metadata listener it is given).
@@ -50,7 +58,8 @@ from strom.storage.metadata_log import MetadataLogStore
 
 log = logging.getLogger(__name__)
 
-TICK_MS = 10
+TICK_MS = 10  # the shortest wait between ticks
+MAX_TICK_WAIT_MS = 1000  # the longest, whatever the core's timers say
 
 
 class NotLeaderError(Exception):
@@ -117,7 +126,8 @@ class QuorumDriver:
         self._tokens = itertools.count(1)
         self._owed: dict[int, asyncio.Future[Message]] = {}
         self._proposals: dict[int, tuple[int, asyncio.Future[int]]] = {}  # base -> epoch
-        self._ticker: asyncio.Task[None] | None = None
+        self._tick_timer: asyncio.TimerHandle | None = None
+        self._tick_due_ms = 0  # when the timer set fires (monotonic ms)
         self._sending: set[asyncio.Task[None]] = set()
         self._applied_since_snapshot = 0
         self._applied_offset = -1  # the end offset of the last batch applied
@@ -151,8 +161,7 @@ class QuorumDriver:
             now,
             **kwargs,
         )
-        self._pump()
-        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        self._pump()  # sets the first tick
 
     async def stop(self, graceful: bool = True) -> None:
         """Stop; a leader first hands over (EndQuorumEpoch) when ``graceful``."""
@@ -163,8 +172,9 @@ class QuorumDriver:
             self._pump()
             await asyncio.sleep(0.05)  # let EndQuorumEpoch leave
         self.stopped = True
-        if self._ticker is not None:
-            self._ticker.cancel()
+        if self._tick_timer is not None:
+            self._tick_timer.cancel()
+            self._tick_timer = None
         for task in list(self._sending):
             task.cancel()
         self._fail_proposals(-1)
@@ -180,15 +190,34 @@ class QuorumDriver:
         self._disk.shutdown(wait=True)
         self.store.close()
 
-    async def _tick_forever(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_MS / 1000)
-            try:
-                assert self.node is not None
-                self.node.tick(_now_ms())
-                self._pump()
-            except Exception:
-                log.exception("metadata quorum tick failed")
+    def _tick(self) -> None:
+        self._tick_timer = None
+        if self.stopped or self.node is None:
+            return
+        try:
+            self.node.tick(_now_ms())
+            self._pump()
+        except Exception:
+            log.exception("metadata quorum tick failed")
+            self._set_tick()
+
+    def _set_tick(self) -> None:
+        """Set the tick for the core's next timer or the next snapshot by time (within
+        TICK_MS..MAX_TICK_WAIT_MS from now), unless it is set for earlier already."""
+        node = self.node
+        if node is None or self.stopped:
+            return
+        now = _now_ms()
+        due = node.next_timer_ms()
+        if self.snapshot_interval_ms > 0 and self._applied_since_snapshot > 0:
+            due = min(due, self._last_snapshot_ms + self.snapshot_interval_ms)
+        due = min(max(due, now + TICK_MS), now + MAX_TICK_WAIT_MS)
+        if self._tick_timer is not None:
+            if self._tick_due_ms <= due:
+                return
+            self._tick_timer.cancel()
+        self._tick_due_ms = due
+        self._tick_timer = asyncio.get_running_loop().call_later((due - now) / 1000, self._tick)
 
     # Queries ----------------------------------------------------------------
 
@@ -211,6 +240,8 @@ class QuorumDriver:
 
     def describe(self) -> QuorumInfo:
         assert self.node is not None
+        self.node.tick(_now_ms())  # the core's clock is its last call's: bring it to now
+        self._pump()
         return self.node.describe()
 
     async def wait_applied(self, offset: int, timeout_s: float) -> bool:
@@ -273,8 +304,12 @@ class QuorumDriver:
     def _pump(self) -> None:
         node = self.node
         assert node is not None
+        self._set_tick()  # the call before may have moved the core's timers
         if self._persisting is not None:  # the Ready before is not durable yet
             self._pump_again = True
+            return
+        if not node.has_ready:
+            self._after_step()
             return
         ready = node.ready()
         if (
@@ -367,6 +402,13 @@ class QuorumDriver:
                 else:
                     still.append((offset, waiter))
             self._committed_waiters = still
+        self._after_step()
+
+    def _after_step(self) -> None:
+        """After every step, with or without a Ready: tell of a change of leadership,
+        take a snapshot when one is due."""
+        node = self.node
+        assert node is not None
         leader_ready = node.leader_ready
         if leader_ready != self._was_leader_ready:
             self._was_leader_ready = leader_ready

@@ -26,6 +26,8 @@ The driver's contract (etcd-raft's ``Ready`` loop):
 
 1. Call ``tick(now_ms)`` every few milliseconds, ``receive(message, now_ms)`` for each
    message that arrives, and ``propose`` / ``resign`` / ``take_snapshot`` as needed.
+   A tick before ``next_timer_ms()`` does nothing (no role change, nothing handed
+   out), so a driver may sleep until then, as long as it asks again after each call.
 2. After any call, take ``ready()`` and, in this order:
 
    a. persist durably (fsync) ``quorum_state``, then ``snapshot`` (a whole snapshot the
@@ -184,6 +186,7 @@ class _Outbox:
 
 
 NEVER = -(1 << 62)
+NO_TIMER = 1 << 62  # next_timer_ms(): no timer runs
 NO_STATE = QuorumState()
 
 
@@ -352,6 +355,68 @@ class RaftNode:
             leader_id=self.leader_id,
             high_watermark=self.high_watermark,
         )
+
+    @property
+    def has_ready(self) -> bool:
+        """Whether ``ready()`` would hand out anything to persist, send or apply."""
+        out = self._out
+        return bool(
+            out.messages
+            or out.append
+            or out.committed
+            or out.quorum_state is not None
+            or out.snapshot is not None
+            or out.truncate_to is not None
+            or out.delete_before is not None
+            or out.committed_snapshot is not None
+        )
+
+    def next_timer_ms(self) -> int:
+        """The earliest time at which ``tick`` may do anything: a tick before it changes no
+        role and hands nothing out. Calls other than ``tick`` may move it earlier."""
+        timeout = self.config.request_timeout_ms
+        role = self.role
+        due = NO_TIMER
+        if role == Role.LEADER:
+            for replica in self._replicas.values():
+                if replica.held is not None:
+                    due = min(due, replica.held_until)
+            for sent in self._begin_pending.values():
+                due = min(due, sent + timeout)
+            if len(self.voters) > 1:
+                # Check-quorum: from the end of the first window on, the leader resigns
+                # once fewer than a majority (itself included) fetched within the window:
+                # when enough of the voters still counted have aged out.
+                window = int(self.config.fetch_timeout_ms * CHECK_QUORUM_FACTOR)
+                ageing = sorted(
+                    self._replicas[v].last_fetch_ms + window
+                    for v in self._others
+                    if self._replicas[v].last_fetch_ms + window > self.now
+                )
+                spare = len(ageing) - (self._majority - 1)  # counted beyond a majority
+                resigns_at = self.now if spare < 0 else ageing[spare]
+                due = min(due, max(self._leader_since + window, resigns_at))
+            return due
+        if role in (Role.FOLLOWER, Role.UNATTACHED):
+            if role == Role.FOLLOWER or self.is_voter:
+                due = self._deadline
+            if role == Role.FOLLOWER or not self.is_voter:
+                if self._fetch_inflight is not None:
+                    due = min(due, self._fetch_sent_ms + timeout)
+                else:
+                    due = min(due, self._fetch_next_ms)
+            return due
+        if role in (Role.PROSPECTIVE, Role.CANDIDATE):
+            due = self._deadline
+            for voter in self._others:
+                if voter not in self._granted and voter not in self._rejected:
+                    due = min(due, self._vote_sent.get(voter, NEVER) + timeout)
+            return due
+        # Resigned
+        due = self._deadline
+        for sent in self._end_pending.values():
+            due = min(due, sent + timeout)
+        return due
 
     def propose(self, records: Sequence[bytes], now_ms: int) -> int | None:
         """Append ``records`` as one batch in the leader's epoch; its base offset, or None

@@ -409,8 +409,19 @@ class Simulation:
             self.client()
         self.deliver_due()
         for node in self.nodes.values():
-            if node.raft is not None:
-                node.raft.tick(self.now)
+            raft = node.raft
+            if raft is not None:
+                # A tick before the core's next timer must do nothing: the broker's
+                # driver sleeps until then.
+                quiet = self.now < raft.next_timer_ms() and not raft.has_ready
+                before = (raft.role, raft.epoch, raft.leader_id)
+                raft.tick(self.now)
+                if quiet and (raft.has_ready or (raft.role, raft.epoch, raft.leader_id) != before):
+                    self.fail(
+                        f"node {node.node_id} acted on a tick before its next timer "
+                        f"({raft.next_timer_ms()}): {before} -> "
+                        f"{(raft.role, raft.epoch, raft.leader_id)}"
+                    )
                 self.pump(node)
         self.snapshots()
 
