@@ -476,12 +476,12 @@ class Metastore:
         key_format: str, value_format: str, keys: list[Column], values: list[Column]
     ) -> None:
         for fmt, columns, what in ((key_format, keys, "key"), (value_format, values, "value")):
-            reason = _primitive_format_refusal(fmt, columns, what)
+            reason = primitive_format_refusal(fmt, columns, what)
             if reason is not None:
                 raise KsqlStatementError(serde_refusal(what, fmt, columns, reason))
 
 
-def _primitive_format_refusal(fmt: str, columns: list[Column], what: str) -> str | None:
+def primitive_format_refusal(fmt: str, columns: list[Column], what: str) -> str | None:
     """Why ``fmt`` (KAFKA or DELIMITED) cannot hold ``columns`` (one side's), or None."""
     if fmt == "KAFKA":
         if what == "value" and len(columns) > 1:

@@ -51,6 +51,7 @@ from strom.ksql.metastore import (
     KsqlStatementError,
     Metastore,
     check_serde_shapes,
+    primitive_format_refusal,
     refuse_map_keys,
     serde_refusal,
 )
@@ -1331,18 +1332,27 @@ def _format(value: Any, allowed: tuple[str, ...]) -> str:
 
 
 def _key_format(fmt: str, key_types: list[ex.SqlType], windowed: bool) -> str:
-    """ksqlDB's switch to JSON when KAFKA, DELIMITED or NONE cannot hold the key."""
-    if not key_types or windowed:
-        return fmt if key_types or fmt != "NONE" else fmt
-    if fmt in ("KAFKA", "NONE") and (
-        len(key_types) > 1 or any(str(t) not in _KAFKA_KEY_TYPES for t in key_types)
-    ):
-        return "JSON"
-    if fmt == "DELIMITED" and any(
-        isinstance(t, ex.ArrayType | ex.MapType | ex.StructType) for t in key_types
-    ):
-        return "JSON"
+    """The sink's key format when the statement names none: the source's, or ksqlDB's
+    default (KAFKA) when the source has no key (NONE) and the result has one. ksqlDB
+    does not switch a format that cannot hold the new key: the sink is refused."""
+    if key_types and not windowed and fmt == "NONE":
+        return "KAFKA"
     return fmt
+
+
+def _check_primitive_sink_formats(
+    key_format: str, keys: list[Column], value_format: str, values: list[Column]
+) -> None:
+    """What KAFKA or DELIMITED cannot write, refused in ksqlDB's envelope: KAFKA holds
+    one field of a primitive type, DELIMITED no ARRAY, MAP or STRUCT."""
+    for what, fmt, side in (("key", key_format, keys), ("value", value_format, values)):
+        if fmt == "KAFKA" and len(side) > 1:
+            shown = ", ".join(f"`{c.name}` {c.type}{' KEY' if what == 'key' else ''}" for c in side)
+            reason: str | None = f"The 'KAFKA' format only supports a single field. Got: [{shown}]"
+        else:
+            reason = primitive_format_refusal(fmt, side, what)
+        if reason is not None:
+            raise KsqlStatementError(serde_refusal(what, fmt, side, reason))
 
 
 def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
@@ -1394,21 +1404,10 @@ def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
         key_format = _key_format("NONE", key_types, windowed)
     if not plan.key_columns and explicit_key is None and plan.source.key_format != "NONE":
         key_format = "KAFKA" if key_format in ("NONE",) else key_format
-    check_serde_shapes(
-        key_format,
-        [c for c in columns if c.namespace == "KEY"],
-        value_format,
-        [c for c in columns if c.namespace == "VALUE"],
-        props.get("WRAP_SINGLE_VALUE"),
-    )
-    if value_format == "KAFKA" and len(plan.value_columns) > 1:
-        values = [c for c in columns if c.namespace == "VALUE"]
-        reason = (
-            "The 'KAFKA' format only supports a single field. Got: ["
-            + ", ".join(f"`{c.name}` {c.type}" for c in values)
-            + "]"
-        )
-        raise KsqlStatementError(serde_refusal("value", "KAFKA", values, reason))
+    keys = [c for c in columns if c.namespace == "KEY"]
+    values = [c for c in columns if c.namespace == "VALUE"]
+    check_serde_shapes(key_format, keys, value_format, values, props.get("WRAP_SINGLE_VALUE"))
+    _check_primitive_sink_formats(key_format, keys, value_format, values)
     partitions = props.get("PARTITIONS", request.topic_partitions)
     for name in ("PARTITIONS", "REPLICAS"):
         value = props.get(name)

@@ -114,13 +114,32 @@ def test_group_by_makes_a_table_keyed_by_the_grouping_with_a_window(
     assert (sink.window_type, sink.window_size_ms) == ("HOPPING", 60_000)
 
 
-def test_multi_column_keys_switch_a_kafka_key_format_to_json(metastore: Metastore) -> None:
-    result = plan(
+def test_a_key_its_format_cannot_hold_is_refused_not_switched(metastore: Metastore) -> None:
+    # ksqlDB keeps the source's KAFKA key format and refuses two key columns in it
+    assert refusal(
         metastore,
         "CREATE TABLE pairs AS SELECT user_id, page, COUNT(*) FROM clicks GROUP BY user_id, page",
+    ) == (
+        "Key format does not support schema.\nformat: KAFKA\nschema: Persistence{columns="
+        "[`USER_ID` STRING KEY, `PAGE` STRING KEY], features=[]}\nreason: The 'KAFKA' format "
+        "only supports a single field. Got: [`USER_ID` STRING KEY, `PAGE` STRING KEY]"
+    )
+    result = plan(
+        metastore,
+        "CREATE TABLE pairs WITH (key_format='JSON') AS SELECT user_id, page, COUNT(*) "
+        "FROM clicks GROUP BY user_id, page",
     )
     assert [p.name for p in result.key_columns] == ["USER_ID", "PAGE"]
     assert result.sink is not None and result.sink.key_format == "JSON"
+    # a source without a key gives a new key ksqlDB's default key format, KAFKA
+    rekeyed = plan(
+        metastore,
+        "CREATE STREAM by_line AS SELECT line, UCASE(line) AS u FROM raw PARTITION BY line;",
+    )
+    assert rekeyed.sink is not None and rekeyed.sink.key_format == "KAFKA"
+    assert refusal(metastore, "CREATE STREAM arrays AS SELECT ARRAY[line] AS a FROM raw;").endswith(
+        "reason: The 'KAFKA' format does not support type 'ARRAY'"
+    )
 
 
 def test_partition_by_rekeys_a_stream(metastore: Metastore) -> None:
