@@ -57,6 +57,11 @@ _KAFKA_KEY_TYPES = ("INTEGER", "BIGINT", "DOUBLE", "STRING", "BYTES")
 _LINE = "\n"
 
 
+# Columns every source has (ksqlDB's system columns): no source or query may name one
+SYSTEM_COLUMNS = frozenset({"ROWTIME", "ROWPARTITION", "ROWOFFSET", "WINDOWSTART", "WINDOWEND"})
+_HEADERS_TYPE = "ARRAY<STRUCT<`KEY` STRING, `VALUE` BYTES>>"
+
+
 class KsqlStatementError(Exception):
     """A statement ksqlDB would refuse; ``str()`` is its message."""
 
@@ -436,6 +441,11 @@ class Metastore:
         columns: list[Column] = []
         seen: set[str] = set()
         for element in statement.elements:
+            if element.name.upper() in SYSTEM_COLUMNS:
+                raise KsqlStatementError(
+                    f"'{element.name}' is a reserved column name. You cannot use it as a name "
+                    "for a column."
+                )
             if element.name in seen:
                 raise KsqlStatementError(f"Duplicate column names: `{element.name}`")
             seen.add(element.name)
@@ -444,9 +454,17 @@ class Metastore:
             if element.is_key:
                 columns.append(Column(element.name, sql_type, "KEY"))
             elif element.constraint == "HEADERS":
+                if str(sql_type) != _HEADERS_TYPE:
+                    raise KsqlStatementError(
+                        f"Invalid type for HEADERS column: expected {_HEADERS_TYPE}, got {sql_type}"
+                    )
                 columns.append(Column(element.name, sql_type, "HEADER"))
             elif element.constraint is not None:  # HEADER('key')
                 key = element.constraint[len("HEADER('") : -2]
+                if str(sql_type) != "BYTES":
+                    raise KsqlStatementError(
+                        f"Invalid type for HEADER('{key}') column: expected BYTES, got {sql_type}"
+                    )
                 columns.append(Column(element.name, sql_type, "HEADER", key))
             else:
                 columns.append(Column(element.name, sql_type))

@@ -45,6 +45,7 @@ from strom.ksql.evaluation import Scope, compile_expression, expression_text
 from strom.ksql.function_types import declared_name
 from strom.ksql.metastore import (
     KEY_FORMATS,
+    SYSTEM_COLUMNS,
     VALUE_FORMATS,
     Column,
     DataSource,
@@ -306,6 +307,29 @@ def walk(expression: ex.Expression) -> list[ex.Expression]:
     return nodes
 
 
+def _check_reserved_names(query: st.Query, persistent: bool) -> None:
+    """ksqlDB's system columns as names of the SELECT: never as an alias; selected as
+    they are only by a transient query (a persistent one's sink would have them twice)."""
+    for item in query.select:
+        if not isinstance(item, st.SelectExpression):
+            continue
+        expression = item.expression
+        named = expression.name if isinstance(expression, ex.ColumnReference) else None
+        alias = item.alias if item.alias is not None else named
+        if alias is None or alias.upper() not in SYSTEM_COLUMNS:
+            continue
+        if named is None or named.upper() != alias.upper():
+            raise KsqlStatementError(
+                f"`{alias.upper()}` is a reserved column name. You cannot use it as an alias "
+                "for a column."
+            )
+        if persistent:
+            raise KsqlStatementError(
+                f"Reserved column name in select: `{alias.upper()}`. Please remove or alias "
+                "the column."
+            )
+
+
 # Aggregates whose running state is one value of a primitive type; the others keep a
 # struct, list or map (AVG its sum and count, TOPK a list...).
 _PRIMITIVE_STATE = frozenset({"COUNT", "SUM", "MIN", "MAX"})
@@ -422,6 +446,7 @@ def plan_query(
     """The plan of ``query`` (a transient query when ``sink`` is None); ksqlDB's
     ``KsqlStatementError`` for what it refuses."""
     analyze(query, metastore)
+    _check_reserved_names(query, sink is not None)
     relation = query.source.left
     source = metastore.source(relation.name)
     assert source is not None  # analyze checked it

@@ -517,3 +517,41 @@ def test_aggregation_refusals_ksqldb_makes_before_the_querys_shape(
         "Source(s) RAW are using the 'KAFKA' value format. This format does not yet support"
         " GROUP BY.\nThe KAFKA format is primarily intended for use as a key format."
     )
+
+
+def test_system_column_names_in_a_select_and_as_aliases(metastore: Metastore) -> None:
+    # a transient query may select them as they are; a persistent one must alias them
+    assert plan(metastore, "SELECT page, ROWTIME FROM clicks EMIT CHANGES;")
+    assert refusal(metastore, "CREATE STREAM t AS SELECT user_id, ROWTIME FROM clicks;") == (
+        "Reserved column name in select: `ROWTIME`. Please remove or alias the column."
+    )
+    assert plan(metastore, "CREATE STREAM t AS SELECT user_id, ROWTIME AS at FROM clicks;")
+    assert refusal(
+        metastore, "CREATE STREAM t AS SELECT user_id, page AS rowpartition FROM clicks;"
+    ) == ("`ROWPARTITION` is a reserved column name. You cannot use it as an alias for a column.")
+
+
+def test_system_column_names_and_header_types_in_create(metastore: Metastore) -> None:
+    for text, message in (
+        (
+            "CREATE STREAM s (k STRING KEY, windowstart BIGINT) "
+            "WITH (kafka_topic='s', value_format='JSON')",
+            "'WINDOWSTART' is a reserved column name. You cannot use it as a name for a column.",
+        ),
+        (
+            "CREATE STREAM s (k STRING KEY, h BYTES HEADERS) "
+            "WITH (kafka_topic='s', value_format='JSON')",
+            "Invalid type for HEADERS column: expected ARRAY<STRUCT<`KEY` STRING, `VALUE` BYTES>>,"
+            " got BYTES",
+        ),
+        (
+            "CREATE STREAM s (k STRING KEY, h INT HEADER('key')) "
+            "WITH (kafka_topic='s', value_format='JSON')",
+            "Invalid type for HEADER('key') column: expected BYTES, got INTEGER",
+        ),
+    ):
+        statement = parse_statement(text)
+        assert isinstance(statement, st.CreateSource)
+        with pytest.raises(KsqlStatementError) as refused:
+            metastore.source_from_statement(statement, text)
+        assert str(refused.value) == message
