@@ -372,20 +372,47 @@ def _sink_name(name: str) -> str:
 # ---- the planner --------------------------------------------------------------------------
 
 
-class _Names:
-    """Output column names: aliases, column names, ``KSQL_COL_n`` for the rest."""
+_NUMBERED_NAME = re.compile(r"(?P<name>.*?)?(?:_(?P<number>\d+))?")
 
-    def __init__(self, taken: set[str]) -> None:
-        self.taken = set(taken)
-        self.next = 0
+
+def _name_and_number(name: str) -> tuple[str, int]:
+    """``ITEMID_1`` -> (ITEMID, 1); ``ITEMID`` -> (ITEMID, 0), as ksqlDB splits names."""
+    found = _NUMBERED_NAME.fullmatch(name)
+    assert found is not None
+    number = found.group("number")
+    return found.group("name") or "", int(number) if number is not None else 0
+
+
+class _Names:
+    """Names for select items without an alias, as ksqlDB's alias generator gives them:
+    ``KSQL_COL_n`` for expressions and the field's name for a struct field (``F``, then
+    ``F_1``...), skipping the numbers the sources' columns use (a source column ``ITEMID``
+    makes ``IID->ITEMID`` ``ITEMID_1``)."""
+
+    _GENERATED = "KSQL_COL"
+
+    def __init__(self, source_columns: set[str]) -> None:
+        self.used: dict[str, set[int]] = {}
+        for column in source_columns:
+            name, number = _name_and_number(column)
+            self.used.setdefault(name, set()).add(number)
+        self.next: dict[str, int] = {}
+
+    def _next(self, prefix: str) -> str:
+        used = self.used.get(prefix, set())
+        index = self.next.get(prefix, 0)
+        while index in used:
+            index += 1
+        self.next[prefix] = index + 1
+        if index == 0 and prefix != self._GENERATED:
+            return prefix
+        return f"{prefix}_{index}"
 
     def generated(self) -> str:
-        while f"KSQL_COL_{self.next}" in self.taken:
-            self.next += 1
-        name = f"KSQL_COL_{self.next}"
-        self.next += 1
-        self.taken.add(name)
-        return name
+        return self._next(self._GENERATED)
+
+    def field(self, field: str) -> str:
+        return self._next(_name_and_number(field)[0])
 
 
 def _implicit_name(expression: ex.Expression) -> str | None:
@@ -650,20 +677,27 @@ def _joined_name(expression: ex.Expression, scope: Scope) -> str | None:
 
 
 def _named(
-    items: list[tuple[str | None, ex.Expression]],
+    items: list[tuple[str | None, ex.Expression]], source_columns: set[str]
 ) -> list[tuple[str, ex.Expression]]:
-    taken = {alias for alias, _ in items if alias is not None}
-    taken |= {n for _, e in items if (n := _implicit_name(e)) is not None}
-    names = _Names(taken)
+    names = _Names(source_columns)
     named: list[tuple[str, ex.Expression]] = []
     seen: set[str] = set()
     for alias, expression in items:
-        name = alias or _implicit_name(expression) or names.generated()
+        if alias is not None:
+            name = alias
+        elif isinstance(expression, ex.Dereference):
+            name = names.field(expression.field)
+        else:
+            name = _implicit_name(expression) or names.generated()
         if name in seen:
             raise KsqlStatementError(f"Duplicate value columns found in schema: `{name}`")
         seen.add(name)
         named.append((name, expression))
     return named
+
+
+def _source_column_names(source: DataSource, joins: tuple[JoinPlan, ...]) -> set[str]:
+    return {c.name for s in (source, *(j.right for j in joins)) for c in s.columns}
 
 
 def _plan_projection(
@@ -674,7 +708,9 @@ def _plan_projection(
     sink: SinkRequest | None,
     joins: tuple[JoinPlan, ...] = (),
 ) -> tuple[Projection, ...]:
-    named = _named(_select_items(query, source, persistent, joins, scope))
+    named = _named(
+        _select_items(query, source, persistent, joins, scope), _source_column_names(source, joins)
+    )
     if joins:
         _check_synthetic_references([expression for _, expression in named], scope)
     if joins and query.partition_by is None:
@@ -1263,7 +1299,9 @@ def _plan_aggregation(
 
         return transform(expression, replace)
 
-    named = _named(_select_items(query, source, persistent, joins, scope))
+    named = _named(
+        _select_items(query, source, persistent, joins, scope), _source_column_names(source, joins)
+    )
     rewritten = [(name, expression, rewrite(expression)) for name, expression in named]
     having = rewrite(query.having) if query.having is not None else None
     if not calls:

@@ -555,3 +555,19 @@ def test_system_column_names_and_header_types_in_create(metastore: Metastore) ->
         with pytest.raises(KsqlStatementError) as refused:
             metastore.source_from_statement(statement, text)
         assert str(refused.value) == message
+
+
+def test_names_of_unaliased_items_skip_what_the_source_columns_use(metastore: Metastore) -> None:
+    _add(
+        metastore,
+        "CREATE STREAM gen (ksql_col_1 INT KEY, itemid INT, item STRUCT<itemid INT, name STRING>,"
+        " ksql_col_0 INT) WITH (kafka_topic='gen', value_format='JSON')",
+    )
+    result = plan(
+        metastore,
+        "CREATE STREAM named AS SELECT ksql_col_1, ABS(itemid), item->itemid, item->name,"
+        " ABS(ksql_col_0), item->name FROM gen;",
+    )
+    assert [p.name for p in result.projection] == [
+        "KSQL_COL_1", "KSQL_COL_2", "ITEMID_1", "NAME", "KSQL_COL_3", "NAME_1",
+    ]  # fmt: skip
