@@ -70,17 +70,29 @@ _SPARK_CONNECT_MODULES = (
 WITHOUT_HYPOTHESIS = Path(__file__).parent / "without_hypothesis"
 
 
+# The JVMs of Spark the tests start compile with C1 alone: they live seconds to minutes
+# over small data, where C2's compiler threads cost more CPU than its code saves (a local
+# session's start and first micro-batch: 25.6 s of CPU against 41.6 s at load 26-38).
+SPARK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """The processes the tests start (brokers, tools, services, Spark's Python workers)
     find hypothesis missing, as where Strom is installed without its test extra: kio
-    imports it when it can, which took 0.1-0.2 s of each of thousands of starts. Set
-    where the tests run: in each pytest-xdist worker, or in the one process of -n 0;
-    not in the process that starts the workers, which are pytest and need hypothesis."""
+    imports it when it can, which took 0.1-0.2 s of each of thousands of starts; the
+    Spark drivers they start (the shared sessions, a test's child, the README's snippet,
+    the services' sessions: SPARK_SUBMIT_OPTS) and a standalone cluster's master and
+    worker (SPARK_DAEMON_JAVA_OPTS) run with ``SPARK_JVM_OPTIONS``. Set where the tests
+    run: in each pytest-xdist worker, or in the one process of -n 0; not in the process
+    that starts the workers, which are pytest and need hypothesis."""
     starts_workers = bool(getattr(config.option, "numprocesses", None))
     if starts_workers and not hasattr(config, "workerinput"):
         return
     paths = [str(WITHOUT_HYPOTHESIS), *filter(None, [os.environ.get("PYTHONPATH")])]
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    for variable in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
+        options = [SPARK_JVM_OPTIONS, *filter(None, [os.environ.get(variable)])]
+        os.environ[variable] = " ".join(options)
 
 
 # Modules that take a minute or more of one worker: started first, with the Spark tests

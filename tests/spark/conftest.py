@@ -11,6 +11,7 @@ starts the local session once and switches to the cluster once.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -93,6 +94,8 @@ class SparkSessions:
                 "spark.pyspark.driver.python": sys.executable,
                 "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
                 "spark.executor.memory": self.cluster.memory,
+                # the executors' JVM options are the driver's (tests/conftest.py: C1 alone)
+                "spark.executor.extraJavaOptions": os.environ.get("SPARK_SUBMIT_OPTS", ""),
                 "spark.cores.max": str(self.cluster.cores),
             }
             self.session = self._create("strom-tests-cluster", self.cluster.master_url, conf)
