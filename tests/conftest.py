@@ -58,6 +58,11 @@ _LONGEST_SCOPES = (
     "spark-connect",
     "tests/integration/test_readme.py",
     "tests/integration/test_transactions_clients.py",
+    # few tests, which xdist hands out last (by their number), but long: the module 87 s
+    # alone, its one test 34 s, a test of 24 s
+    "tests/integration/test_reassignment.py",
+    "tests/integration/test_replication_faults.py",
+    "tests/integration/test_compaction.py",
 )
 
 
