@@ -19,7 +19,8 @@ a time: the fast path of both of ``strom.ksql.runtime``'s steps for it.
   either may carry on the other's), each row's update computed a window at a time
   with numpy's running sums, counts, minima and maxima (late rows dropped by the same
   rule: the window's end plus the grace at or before the stream time), then the
-  projection and the records written on Arrow.
+  projection and the records written on Arrow, each with its source record's
+  partition and offset (the order they are written in).
 
 What it gives is what the record-at-a-time operators give, record for record (a
 DOUBLE's running MIN or MAX over a NaN or a zero runs row by row, as the operators
@@ -84,10 +85,11 @@ def _batch_calls(plan: QueryPlan) -> list[tuple[str, str | None]]:
 
 def _layout(calls: list[tuple[str, str | None]]) -> Any:
     """The numpy record of one packed row: its time, its source partition's stream time
-    at it, then each argument's value and whether it is not null."""
+    at it, its source partition and offset (the order its update is written in), then
+    each argument's value and whether it is not null."""
     import numpy as np
 
-    fields: list[tuple[str, str]] = [("t", "<i8"), ("s", "<i8")]
+    fields: list[tuple[str, str]] = [("t", "<i8"), ("s", "<i8"), ("p", "<i4"), ("o", "<i8")]
     for index, (_, kind) in enumerate(calls):
         if kind is not None:
             fields += [(f"v{index}", "<f8" if kind == "DOUBLE" else "<i8"), (f"n{index}", "?")]
@@ -179,6 +181,8 @@ class ArrowGrouping:
             groups = pa.array(pickles, pa.binary())
         records = np.empty(rows, dtype=self.layout)
         records["t"] = records["s"] = np.asarray(columns["ROWTIME"], dtype=np.int64)
+        records["p"] = partitions = np.asarray(columns["ROWPARTITION"], dtype=np.int32)
+        records["o"] = offsets = np.asarray(columns["ROWOFFSET"], dtype=np.int64)
         for index, kind, evaluate in self.arguments:
             argument = _full(evaluate(columns), rows)
             records[f"n{index}"] = np.asarray(pc.is_valid(argument))
@@ -188,12 +192,7 @@ class ArrowGrouping:
                 records[f"v{index}"] = np.asarray(filled)
             else:  # COUNT's argument: only whether it is null counts
                 records[f"v{index}"] = 0
-        return Keyed(
-            groups,
-            np.asarray(columns["ROWPARTITION"], dtype=np.int32),
-            np.asarray(columns["ROWOFFSET"], dtype=np.int64),
-            records,
-        )
+        return Keyed(groups, partitions, offsets, records)
 
 
 def stamp_stream_times(keyed: Keyed, running: dict[int, int]) -> None:
@@ -314,16 +313,18 @@ class ArrowAggregation:
 
     def records(
         self,
-        seqs: Any,
+        positions: tuple[Any, Any, Any],
         stamps: Any,
         payloads: Any,
         arguments: Callable[[int, dict[str, Any]], list[Any]],
     ) -> Any:
         """A group's grouped rows, in (partition, offset, seq) order, as packed records
         in that order: a packed row's own, or a record-at-a-time row (its payload the
-        pickled row, its time ``stamps``) with its arguments by ``arguments``."""
+        pickled row, its time ``stamps``, its place the ``positions``' partition and
+        offset) with its arguments by ``arguments``."""
         import numpy as np
 
+        partitions, offsets, seqs = positions
         pieces = []
         for index, (seq, payload) in enumerate(zip(seqs, payloads, strict=True)):
             if seq == PACKED:
@@ -331,6 +332,7 @@ class ArrowAggregation:
                 continue
             record = np.zeros(1, dtype=self.layout)
             record["t"] = stamps[index]
+            record["p"], record["o"] = partitions[index], offsets[index]
             unpickled = pickle.loads(payload)
             columns = unpickled[0]
             record["s"] = unpickled[2] if len(unpickled) > 2 else stamps[index]
@@ -419,7 +421,23 @@ class ArrowAggregation:
                 pc.fill_null(keys, b""), pc.take(bounds, pa.array(where)), b""
             )
         values = self.writer.value_bytes(columns, rows)
-        return self.writer.batch(keys, values, timestamps)
+        written = self.writer.batch(keys, values, timestamps)
+        for name, array in positions(records["p"], records["o"]).items():
+            written = written.append_column(name, array)
+        return written
+
+
+def positions(partitions: Any, offsets: Any) -> dict[str, Any]:
+    """The columns that place output records in the order of the source records that
+    made them (``strom.ksql.runtime`` writes them in it): one update a record here."""
+    import numpy as np
+    import pyarrow as pa
+
+    return {
+        "part": pa.array(partitions, pa.int32()),
+        "off": pa.array(offsets, pa.int64()),
+        "seq": pa.array(np.zeros(len(offsets), np.int64)),
+    }
 
 
 _INT32 = 2**31

@@ -6,8 +6,8 @@ checking each value for null; a group's updates (one a record with EMIT CHANGES)
 that per record. The aggregation step of ``strom.ksql.runtime`` therefore yields one row
 per group and micro-batch whose ``packed`` column holds its records as one Arrow IPC
 stream (``pack``), beside the plain rows other paths yield (``packed`` null); the
-``mapInArrow`` after it (``unpack``) hands the sink both as records (topic, key, value,
-timestamp).
+``mapInArrow`` after it (``unpack``) hands on both as records (topic, key, value,
+timestamp, and the source partition, offset and sequence that order them).
 
 Imports nothing of the project: a Python worker that runs only ``unpack`` starts fast.
 Does not own the records' content, the state or the sink.
@@ -18,8 +18,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-RECORD_COLUMNS = ["topic", "key", "value", "timestamp"]
+# the records, and the place of the source record that made each (for their order)
+RECORD_COLUMNS = ["topic", "key", "value", "timestamp", "part", "off", "seq"]
 PACKED_RECORDS = 100_000  # records in one packed row at most (a big group's take several)
+ORDERED_BATCH = 100_000  # records in one batch of ``unpack_in_order`` at most
 
 
 def pack(records: Any) -> bytes:
@@ -40,6 +42,9 @@ def unpack(batches: Iterator[Any]) -> Iterator[Any]:
     import pyarrow.compute as pc
 
     for batch in batches:
+        if "packed" not in batch.schema.names:
+            yield batch.select(RECORD_COLUMNS)
+            continue
         packed = batch.column("packed")
         plain = pc.is_null(packed)
         if pc.any(plain).as_py():
@@ -48,3 +53,23 @@ def unpack(batches: Iterator[Any]) -> Iterator[Any]:
             with pa.ipc.open_stream(blob) as reader:
                 for records in reader:
                     yield records.select(RECORD_COLUMNS)
+
+
+def unpack_in_order(batches: Iterator[Any]) -> Iterator[Any]:
+    """``mapInArrow`` over a task's rows of the aggregation (plain or packed): all its
+    records (topic, key, value, timestamp), sorted by their place (source partition,
+    offset and sequence)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = pa.schema(
+        [("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
+         ("timestamp", pa.int64()), ("part", pa.int32()), ("off", pa.int64()),
+         ("seq", pa.int64())]
+    )  # fmt: skip
+    unpacked = [records.cast(schema) for records in unpack(batches)]
+    if not unpacked:
+        return
+    table = pa.Table.from_batches(unpacked, schema)
+    order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in RECORD_COLUMNS[4:]])
+    yield from table.take(order).select(RECORD_COLUMNS[:4]).to_batches(ORDERED_BATCH)

@@ -10,15 +10,19 @@ inside Spark's tasks.
 - An aggregation is a ``mapInArrow`` (read, filter, the grouping key) then
   ``groupBy(key).transformWithStateInPandas``: the group's windows and accumulators in
   Spark's state store (RocksDB), the rows of a key taken in (partition, offset) order;
-  windowed aggregations run in event time (a watermark of the window's grace). A
-  record's stream time is its source partition's, as ksqlDB's: the grouping step
-  gives each row the largest time of its partition's kept rows up to it, at least the
-  watermark plus the grace (the stream time when the micro-batch began: exact with one
-  partition; with several, the most advanced one's). EMIT FINAL emits each window from
-  an event-time timer when its grace has passed. On the batch path
-  (``strom.ksql.arrow_aggregate``) a group's rows come in packed, a few rows per
-  group and task, and its records leave in one row, unpacked by a ``mapInArrow``
-  before the sink (``strom.ksql.packed_output``).
+  windowed aggregations run in event time, on a copy of the row's time shifted by
+  as much as the watermark's delay (``_late_reach``), so that the watermark is the
+  stream time and Spark drops only rows ksqlDB would drop. A record's stream time is
+  its source partition's, as ksqlDB's: the grouping step gives each row the largest
+  time of its partition's kept rows up to it, at least the watermark (the stream time
+  when the micro-batch began: exact with one partition; with several, the most
+  advanced one's). EMIT FINAL emits each window from an event-time timer when its
+  grace has passed. On the batch path (``strom.ksql.arrow_aggregate``) a group's rows
+  come in packed, a few rows per group and task, and its records leave in one row per
+  source partition. Each record leaves with the place of the source record that made
+  it; the records are then gathered by source partition, unpacked and sorted there by
+  offset (``strom.ksql.packed_output``), so that they are written in the order of the
+  records that made them.
 - A join reads both sources' topics in one query: a ``mapInArrow`` keys each row by
   its join key, then ``groupBy(key).transformWithStateInPandas`` keeps each key's join
   state (a table's row, a stream's records within the window) and joins the rows in
@@ -64,12 +68,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OUTPUT_SCHEMA = "topic string, key binary, value binary, timestamp long"
-PACKED_OUTPUT_SCHEMA = OUTPUT_SCHEMA + ", packed binary"  # strom.ksql.packed_output
+# an aggregation's records, with the source partition, offset and sequence that order them
+PLACED_SCHEMA = OUTPUT_SCHEMA + ", part int, off long, seq long"
+PACKED_OUTPUT_SCHEMA = PLACED_SCHEMA + ", packed binary"  # strom.ksql.packed_output
+PLACE_SPAN = 1 << 20  # an input row's ``seq`` times this, plus its output's index
 GROUPED_SCHEMA = "grp binary, part int, off long, seq int, ts timestamp, payload binary"
 CHAINED_SCHEMA = "grp binary, stage int, part int, off long, seq int, ts timestamp, payload binary"
 LOG_GROUP = b"\x00processing-log"  # the group of processing log entries, passed through
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PACKED_ROWS = 500_000  # a grouping task's rows packed by group at most at once
+EVENT_TIME = "evt"  # a windowed aggregation's event time for Spark (``_late_reach``)
+SESSION_REACH_MS = 100 * 365 * 86_400_000  # a session row's: beyond any stream's times
 
 
 @dataclass(frozen=True)
@@ -113,7 +122,6 @@ class _TaskParts:
         self.spec = spec
         aggregation = spec.plan.aggregation
         self.plan_windowed = aggregation is not None and aggregation.window is not None
-        self.grace = _grace_ms(spec.plan) if self.plan_windowed else 0
         self.errors: list[bytes] = []
         self.reader = RecordReader(spec.plan.source, registry)
         join = spec.plan.join
@@ -718,9 +726,20 @@ class _Position:
     offset: int
 
 
+def _placed(
+    rows: list[tuple[Any, ...]], partition: int, offset: int, first: int
+) -> list[tuple[Any, ...]]:
+    """Output rows with the place that orders them: the source record's partition and
+    offset, and a sequence from ``first`` (``PLACED_SCHEMA``)."""
+    return [(*row, partition, offset, first + n) for n, row in enumerate(rows)]
+
+
 def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
-    """``packed``: its output is ``PACKED_OUTPUT_SCHEMA``'s, the batch path's records of
-    a group in one row (``strom.ksql.packed_output``), others plain."""
+    """Its output is ``PLACED_SCHEMA``'s: each record with the place of the source record
+    that made it (a closed window's, from a timer, the partition -1 and the window's
+    end), so that ``_in_record_order`` writes them in the source's order. ``packed``:
+    ``PACKED_OUTPUT_SCHEMA``'s, the batch path's records of a group in one row
+    (``strom.ksql.packed_output``), others plain."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
     from pyspark.sql.types import BinaryType, StructField, StructType
 
@@ -754,8 +773,8 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
         def _timer(self, parts: _TaskParts, stored: dict[str, Any]) -> None:
             if not parts.plan_windowed:
                 return
-            due = parts.operators.next_close(stored["windows"])
-            watermark_due = None if due is None else due - parts.grace
+            # the watermark is the stream time (``_aggregated``'s event time)
+            watermark_due = parts.operators.next_close(stored["windows"])
             if stored["timer"] is not None and stored["timer"] != watermark_due:
                 self.handle.deleteTimer(stored["timer"])
                 stored["timer"] = None
@@ -775,16 +794,20 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
                 return
             frame = pd.concat(frames, ignore_index=True)
             frame = frame.sort_values(["part", "off", "seq"], kind="stable")
+            places = zip(
+                frame["part"].tolist(), frame["off"].tolist(), frame["seq"].tolist(), strict=True
+            )
             out: list[tuple[Any, ...]] = []
             if key[0] == LOG_GROUP:
-                out = [(spec.log_topic, None, payload, None) for payload in frame["payload"]]
+                for (part, off, seq), payload in zip(places, frame["payload"], strict=True):
+                    out.append((spec.log_topic, None, payload, None, part, off, seq * PLACE_SPAN))
                 yield from _plain(_frames(out))
                 return
             group = pickle.loads(key[0])
             stored = self._load()
-            watermark = _watermark(timerValues) if parts.plan_windowed else -1
-            floor = watermark + parts.grace if watermark >= 0 else -1
-            for payload in frame["payload"]:
+            floor = _watermark(timerValues) if parts.plan_windowed else -1
+            place = (0, 0, 0)
+            for (part, off, seq), payload in zip(places, frame["payload"], strict=True):
                 row, sign, *partition_time = pickle.loads(payload)
                 if partition_time:  # the source partition's stream time at the row
                     stream_time = max(partition_time[0], floor)
@@ -794,15 +817,20 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
                 changes = parts.operators.aggregate(
                     stored["windows"], group, row, stream_time, sign
                 )
-                _write(parts, changes, out)
+                written: list[tuple[Any, ...]] = []
+                _write(parts, changes, written)
                 if not partition_time:
                     closed = parts.operators.close_windows(stored["windows"], group, stream_time)
-                    _write(parts, closed, out)
-                out.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
+                    _write(parts, closed, written)
+                written.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
+                out += _placed(written, part, off, seq * PLACE_SPAN)
+                place = (part, off, seq * PLACE_SPAN + len(written))
             # closed once the group's rows are in (as the batch path closes them): rows of
             # two partitions each ran under their own partition's stream time
             closed = parts.operators.close_windows(stored["windows"], group, stored["stream_time"])
-            _write(parts, closed, out)
+            written = []
+            _write(parts, closed, written)
+            out += _placed(written, *place)
             self._timer(parts, stored)
             self._save(parts, stored)
             yield from _plain(_frames(out))
@@ -823,26 +851,36 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
             order = np.lexsort((seqs, frame["off"].to_numpy(), frame["part"].to_numpy()))
             payloads = frame["payload"].to_numpy()[order]
             stamps = _row_times(frame)[order]
-            records = aggregation.records(seqs[order], stamps, payloads, parts.operators._values)
+            positions = (
+                frame["part"].to_numpy()[order],
+                frame["off"].to_numpy()[order],
+                seqs[order],
+            )
+            records = aggregation.records(positions, stamps, payloads, parts.operators._values)
             stored = self._load()
-            watermark = _watermark(timerValues) if parts.plan_windowed else -1
-            floor = watermark + parts.grace if watermark >= 0 else -1
+            floor = _watermark(timerValues) if parts.plan_windowed else -1
             done = aggregation.run(stored, pickle.loads(key[0]), records, floor)
             self._timer(parts, stored)
             self._save(parts, stored)
             if done is None:
                 return
-            if packed:  # the group's records in a row (a few when many), unpacked later
+            if packed:  # the group's records of a partition in a row (a few when many)
                 from strom.ksql.packed_output import PACKED_RECORDS, pack
 
-                blobs = [
-                    pack(done.slice(first, PACKED_RECORDS))
-                    for first in range(0, done.num_rows, PACKED_RECORDS)
-                ]
+                sources = done.column("part").to_numpy()  # in (partition, offset) order
+                edges = [0, *(np.flatnonzero(sources[1:] != sources[:-1]) + 1), len(sources)]
+                blobs, places = [], []
+                for start, end in zip(edges, edges[1:], strict=False):
+                    for first in range(start, end, PACKED_RECORDS):
+                        blobs.append(pack(done.slice(first, min(PACKED_RECORDS, end - first))))
+                        places.append(int(sources[start]))
                 nothing = [None] * len(blobs)
                 yield pd.DataFrame(
                     {"topic": nothing, "key": nothing, "value": nothing,
-                     "timestamp": pd.array(nothing, dtype="Int64"), "packed": blobs}
+                     "timestamp": pd.array(nothing, dtype="Int64"),
+                     "part": pd.array(places, dtype="int32"),
+                     "off": pd.array(nothing, dtype="Int64"),
+                     "seq": pd.array(nothing, dtype="Int64"), "packed": blobs}
                 )  # fmt: skip
                 return
             yield pd.DataFrame(
@@ -857,10 +895,14 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
             group = pickle.loads(key[0])
             stored = self._load()
             stored["timer"] = None
-            stream_time = max(stored["stream_time"], _watermark(timerValues) + parts.grace)
+            stream_time = max(stored["stream_time"], _watermark(timerValues))
             stored["stream_time"] = stream_time
-            out: list[tuple[Any, ...]] = []
-            _write(parts, parts.operators.close_windows(stored["windows"], group, stream_time), out)
+            closed: list[tuple[Any, ...]] = []
+            _write(
+                parts, parts.operators.close_windows(stored["windows"], group, stream_time), closed
+            )
+            # placed before any record's: by the window's end (in its row's timestamp)
+            out = [(*row, -1, row[3] or 0, n) for n, row in enumerate(closed)]
             self._timer(parts, stored)
             self._save(parts, stored)
             yield from _plain(_frames(out))
@@ -892,16 +934,20 @@ def _frames(rows: list[tuple[Any, ...]]) -> Iterator[pd.DataFrame]:
 
 
 def _frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    """Output rows as a frame of ``OUTPUT_SCHEMA`` (or ``PLACED_SCHEMA``: 7-tuples)."""
     import pandas as pd
 
-    return pd.DataFrame(
-        {
-            "topic": [r[0] for r in rows],
-            "key": [r[1] for r in rows],
-            "value": [r[2] for r in rows],
-            "timestamp": pd.array([r[3] for r in rows], dtype="Int64"),
-        }
-    )
+    columns = {
+        "topic": [r[0] for r in rows],
+        "key": [r[1] for r in rows],
+        "value": [r[2] for r in rows],
+        "timestamp": pd.array([r[3] for r in rows], dtype="Int64"),
+    }
+    if rows and len(rows[0]) > 4:
+        columns["part"] = pd.array([r[4] for r in rows], dtype="int32")
+        columns["off"] = pd.array([r[5] for r in rows], dtype="int64")
+        columns["seq"] = pd.array([r[6] for r in rows], dtype="int64")
+    return pd.DataFrame(columns)
 
 
 # ---- the driver ---------------------------------------------------------------------------
@@ -1047,20 +1093,28 @@ def _aggregated(grouped: DataFrame, spec: QuerySpec, regroup: bool) -> DataFrame
             timeMode="None",
         )
     windowed = plan.aggregation.window is not None
-    if windowed:
-        grace = _grace_ms(plan)
-        grouped = grouped.withWatermark("ts", f"{grace} milliseconds")
+    if windowed:  # the watermark is the stream time; Spark drops only rows ksqlDB would
+        from pyspark.sql import functions as F
+
+        reach = _late_reach(plan)
+        shifted = F.timestamp_millis(F.unix_millis(F.col("ts")) + F.lit(reach))
+        grouped = grouped.withColumn(EVENT_TIME, shifted)
+        grouped = grouped.withWatermark(EVENT_TIME, f"{reach} milliseconds")
     from strom.ksql.arrow_aggregate import compile_aggregation
-    from strom.ksql.packed_output import unpack
+    from strom.ksql.packed_output import unpack_in_order as unpack
 
     packed = compile_aggregation(plan) is not None  # the batch path's records packed
     aggregated = grouped.groupBy("grp").transformWithStateInPandas(
         statefulProcessor=_aggregate_processor(spec, packed),
-        outputStructType=PACKED_OUTPUT_SCHEMA if packed else OUTPUT_SCHEMA,
+        outputStructType=PACKED_OUTPUT_SCHEMA if packed else PLACED_SCHEMA,
         outputMode="Append",
         timeMode="EventTime" if windowed else "None",
     )
-    return aggregated.mapInArrow(unpack, OUTPUT_SCHEMA) if packed else aggregated
+    # in the order of the source records that made them, per source partition (ksqlDB
+    # writes every update so with ``cache.max.bytes.buffering`` 0): the groups' records
+    # gathered by source partition (a packed row holds one partition's), there unpacked
+    # and sorted by offset (Spark sorts no stream)
+    return aggregated.repartition("part").mapInArrow(unpack, OUTPUT_SCHEMA)
 
 
 def _flow_output(frame: DataFrame, spec: QuerySpec) -> DataFrame:
@@ -1106,10 +1160,24 @@ def _join_reach(plan: QueryPlan, step: int = 0) -> int:
     return join.before_ms + join.after_ms + grace
 
 
-def _grace_ms(plan: QueryPlan) -> int:
+def _late_reach(plan: QueryPlan) -> int:
+    """How far (ms) a windowed aggregation's row may be behind the stream time and still
+    count, at most: its event time for Spark is its timestamp plus this, its watermark
+    delay this, so the watermark is the stream time (of the most advanced partition,
+    when the micro-batch began) and a row Spark drops (at or before the watermark) is
+    one ksqlDB drops too; a timestamp of 0 stays above the first micro-batch's
+    watermark (0).
+
+    A tumbling or hopping window ends at most its size after a row's time, and ksqlDB
+    drops the row once its window's end plus the grace is at or before the stream
+    time: the reach is the size plus the grace. A session row is dropped only when the
+    session it merges into ends, plus the grace, before the stream time, and a session
+    may reach any row: its reach is ``SESSION_REACH_MS`` (Spark drops none)."""
     from strom.ksql.operators import DEFAULT_GRACE_MS
 
     window = plan.aggregation.window if plan.aggregation is not None else None
-    if window is None or window.grace_ms is None:
-        return DEFAULT_GRACE_MS
-    return window.grace_ms
+    assert window is not None
+    if window.kind == "SESSION":
+        return SESSION_REACH_MS
+    grace = DEFAULT_GRACE_MS if window.grace_ms is None else window.grace_ms
+    return window.size_ms + grace
