@@ -1244,11 +1244,6 @@ def _plan_aggregation(
                     f"{node.name.upper()} is an aggregate function."
                 )
     group_types = tuple(compile_expression(e, scope).sql_type for e in group_by)
-    for expression in group_by:
-        if isinstance(expression, ex.Literal):
-            raise KsqlStatementError(
-                f"GROUP BY does not support literal expressions: {expression_text(expression)}"
-            )
     calls: list[AggregateCall] = []
 
     def aggregate_of(call: ex.FunctionCall) -> str:
@@ -1381,7 +1376,12 @@ def _plan_aggregation(
         having=having,
         columns=columns,
     )
-    return aggregation, (_keys_first(projection) if persistent else tuple(projection))
+    if not persistent:
+        return aggregation, tuple(projection)
+    # the key columns in the order of the GROUP BY, as ksqlDB's schema has them
+    position = {name: index for index, name in found.items()}
+    keys = sorted((p for p in projection if p.namespace == "KEY"), key=lambda p: position[p.name])
+    return aggregation, (*keys, *(p for p in projection if p.namespace != "KEY"))
 
 
 # ---- the sink -----------------------------------------------------------------------------

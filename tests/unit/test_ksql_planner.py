@@ -571,3 +571,20 @@ def test_names_of_unaliased_items_skip_what_the_source_columns_use(metastore: Me
     assert [p.name for p in result.projection] == [
         "KSQL_COL_1", "KSQL_COL_2", "ITEMID_1", "NAME", "KSQL_COL_3", "NAME_1",
     ]  # fmt: skip
+
+
+def test_group_by_keys_in_grouping_order_and_literal_groupings(metastore: Metastore) -> None:
+    result = plan(
+        metastore,
+        "CREATE TABLE pairs WITH (key_format='JSON') AS SELECT page, user_id, COUNT(*) AS n "
+        "FROM clicks GROUP BY user_id, page;",
+    )
+    assert columns(result) == [
+        ("USER_ID", "STRING", "KEY"), ("PAGE", "STRING", "KEY"), ("N", "BIGINT", "VALUE"),
+    ]  # fmt: skip
+    # a literal groups every row into one group, as in ksqlDB
+    constant = plan(metastore, "CREATE TABLE total AS SELECT 1, COUNT(*) FROM clicks GROUP BY 1;")
+    assert columns(constant) == [
+        ("KSQL_COL_0", "INTEGER", "KEY"),
+        ("KSQL_COL_1", "BIGINT", "VALUE"),
+    ]
