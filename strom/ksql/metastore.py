@@ -365,7 +365,9 @@ class Metastore:
         if statement.kind == "TABLE" and not key_columns and statement.elements:
             raise KsqlStatementError("Tables require a PRIMARY KEY. Please define the PRIMARY KEY.")
         if not columns:  # those of the registry's formats are inferred before
-            raise KsqlStatementError("The statement does not define any columns.")
+            if value_format in ("AVRO", "PROTOBUF", "JSON_SR"):
+                raise KsqlStatementError("The statement does not define any columns.")
+            raise KsqlStatementError("No columns supplied.")
         if key_columns and key_format == "NONE":
             raise KsqlStatementError(
                 "The 'NONE' format can only be used when no columns are defined. Got: ["
@@ -404,6 +406,8 @@ class Metastore:
             if window_type not in WINDOW_TYPES:
                 raise KsqlStatementError(f"Unknown window type: {props['WINDOW_TYPE']}")
             window_size = _window_size(props.get("WINDOW_SIZE"), window_type)
+            if not key_columns:
+                raise KsqlStatementError("Windowed sources require a key column.")
         wrap = props.get("WRAP_SINGLE_VALUE")
         if wrap is not None and not isinstance(wrap, bool):
             raise KsqlStatementError(

@@ -1525,6 +1525,10 @@ def _check_insert_target(plan: QueryPlan, target: DataSource) -> DataSource:
         raise KsqlStatementError(
             f"INSERT INTO can only be used to insert into a stream. {target.name} is a table."
         )
+    if any(c.namespace == "HEADER" for c in target.columns):
+        raise KsqlStatementError(f"Cannot insert into {target.name} because it has header columns")
+    if target.is_source:
+        raise KsqlStatementError(f"Cannot insert into read-only stream: {target.name}")
     if plan.kind != "STREAM":
         raise KsqlStatementError(
             f"Incompatible data sink and query result. Data sink ({target.name}) type is "

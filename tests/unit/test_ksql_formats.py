@@ -428,8 +428,14 @@ def test_a_stream_may_declare_key_columns_alone() -> None:
         "CREATE STREAM KEYS_ONLY (ID BIGINT KEY) WITH (kafka_topic='k', value_format='JSON');"
     ).source("KEYS_ONLY")
     assert source is not None and source.value_columns == ()
-    with pytest.raises(KsqlStatementError, match="The statement does not define any columns."):
-        _metastore("CREATE STREAM NONE_AT_ALL WITH (kafka_topic='k', value_format='JSON');")
+    # no columns at all: ksqlDB's message for a format that cannot infer them
+    with pytest.raises(KsqlStatementError, match="No columns supplied."):
+        _metastore("CREATE STREAM NONE_AT_ALL WITH (kafka_topic='k', value_format='DELIMITED');")
+    with pytest.raises(KsqlStatementError, match="Windowed sources require a key column."):
+        _metastore(
+            "CREATE STREAM W (V INT) WITH (kafka_topic='w', value_format='JSON', "
+            "window_type='SESSION');"
+        )
 
 
 @pytest.mark.parametrize(

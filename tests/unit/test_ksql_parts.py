@@ -93,7 +93,7 @@ def source_of(text: str, metastore: Metastore | None = None) -> DataSource:
         ("CREATE STREAM s (k INT PRIMARY KEY, a INT) WITH (kafka_topic='t', value_format='JSON')",
          "Column `K` is a 'PRIMARY KEY' column: please use 'KEY' for streams."),
         ("CREATE STREAM s WITH (kafka_topic='t', value_format='JSON')",
-         "The statement does not define any columns."),
+         "No columns supplied."),
         ("CREATE STREAM s (a INT, b INT) WITH (kafka_topic='t', value_format='KAFKA')",
          "Value format does not support schema.\nformat: KAFKA\nschema: Persistence{columns="
          "[`A` INTEGER, `B` INTEGER], features=[]}\nreason: The 'KAFKA' format only supports "

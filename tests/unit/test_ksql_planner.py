@@ -588,3 +588,26 @@ def test_group_by_keys_in_grouping_order_and_literal_groupings(metastore: Metast
         ("KSQL_COL_0", "INTEGER", "KEY"),
         ("KSQL_COL_1", "BIGINT", "VALUE"),
     ]
+
+
+def test_insert_into_refuses_targets_with_headers_or_read_only(metastore: Metastore) -> None:
+    _add(
+        metastore,
+        "CREATE STREAM with_headers (user_id STRING KEY, page STRING, h BYTES HEADER('h')) "
+        "WITH (kafka_topic='wh', value_format='JSON')",
+    )
+    _add(
+        metastore,
+        "CREATE SOURCE STREAM read_only (user_id STRING KEY, page STRING) "
+        "WITH (kafka_topic='ro', value_format='JSON')",
+    )
+    for target, message in (
+        ("WITH_HEADERS", "Cannot insert into WITH_HEADERS because it has header columns"),
+        ("READ_ONLY", "Cannot insert into read-only stream: READ_ONLY"),
+    ):
+        parsed = parse_statement(f"INSERT INTO {target} SELECT user_id, page FROM clicks")
+        assert isinstance(parsed, st.InsertInto)
+        request = SinkRequest(target, None, {}, metastore.source(target), 1)
+        with pytest.raises(KsqlStatementError) as refused:
+            plan_query(parsed.query, metastore, request)
+        assert str(refused.value) == message
