@@ -77,7 +77,14 @@ def analyze(query: st.Query, metastore: Metastore) -> Analysis:
         (prefix, expression)
         for prefix, expressions in (  # the FROM clause's first, as ksqlDB analyzes it
             ("JOIN ON", [join.condition for join in query.source.joins]),
-            ("SELECT", [i.expression for i in query.select if isinstance(i, st.SelectExpression)]),
+            (
+                "SELECT",
+                [
+                    i.expression
+                    for i in query.select
+                    if isinstance(i, st.SelectExpression | st.StructAll)
+                ],
+            ),
             ("WHERE", [query.where] if query.where is not None else []),
             ("GROUP BY", list(query.group_by or ())),
             ("PARTITION BY", list(query.partition_by or ())),

@@ -565,6 +565,10 @@ class _StatementBuilder(Transformer[Token, Any]):
     def select_all_of(self, source: str) -> st.SelectItem:
         return st.AllColumns(source)
 
+    @_inline
+    def select_struct_all(self, expression: ex.Expression) -> st.SelectItem:
+        return st.StructAll(expression)
+
     def select_expr(self, children: Children) -> st.SelectItem:
         return st.SelectExpression(children[0], children[1] if len(children) > 1 else None)
 

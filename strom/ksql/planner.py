@@ -307,6 +307,27 @@ def walk(expression: ex.Expression) -> list[ex.Expression]:
     return nodes
 
 
+def _expand_struct_all(query: st.Query, scope: Scope) -> st.Query:
+    """``s->*`` as one item a field of the struct, each named by its field."""
+    if not any(isinstance(item, st.StructAll) for item in query.select):
+        return query
+    items: list[st.SelectItem] = []
+    for item in query.select:
+        if not isinstance(item, st.StructAll):
+            items.append(item)
+            continue
+        struct_type = compile_expression(item.expression, scope, "SELECT").sql_type
+        if not isinstance(struct_type, ex.StructType):
+            raise KsqlStatementError(
+                f"Expected STRUCT type, got: {struct_type} in {expression_text(item.expression)}->*"
+            )
+        items.extend(
+            st.SelectExpression(ex.Dereference(item.expression, f.name), f.name)
+            for f in struct_type.fields
+        )
+    return dataclasses.replace(query, select=tuple(items))
+
+
 def _check_reserved_names(query: st.Query, persistent: bool) -> None:
     """ksqlDB's system columns as names of the SELECT: never as an alias; selected as
     they are only by a transient query (a persistent one's sink would have them twice)."""
@@ -485,6 +506,7 @@ def plan_query(
     query, table_functions = _plan_table_functions(query, source, Scope(columns, qualified))
     columns.update({f.column: f.argument_type for f in table_functions})
     scope = Scope(columns, qualified)
+    query = _expand_struct_all(query, scope)
     persistent = sink is not None
     emit_final = query.emit == "FINAL"
     if query.where is not None:
@@ -639,6 +661,8 @@ def _select_items(
                 names += list(WINDOW_BOUND_TYPES)
             names += [c.name for c in source.columns if c.namespace != "KEY"]
             items.extend((None, ex.ColumnReference(name)) for name in names)
+        elif isinstance(item, st.StructAll):  # expanded by plan_query before
+            raise AssertionError("s->* is expanded before the select list is named")
         elif joins and scope is not None and item.alias is None:
             items.append((_joined_name(item.expression, scope), item.expression))
         else:

@@ -122,7 +122,14 @@ class SelectExpression:
     alias: str | None = None
 
 
-SelectItem = AllColumns | SelectExpression
+@dataclass(frozen=True)
+class StructAll:
+    """``s->*`` in a SELECT list: every field of the struct, each a column named by it."""
+
+    expression: Expression
+
+
+SelectItem = AllColumns | SelectExpression | StructAll
 
 
 @dataclass(frozen=True)

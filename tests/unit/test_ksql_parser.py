@@ -298,3 +298,11 @@ def test_a_double_literal_out_of_range_is_refused_by_the_parser() -> None:
     with pytest.raises(KsqlSyntaxError) as info:
         parse_statement("SELECT 1.7976931348623159E308 FROM s;")
     assert "Number overflows DOUBLE: 1.7976931348623159E308" in str(info.value)
+
+
+def test_struct_all_in_a_select_list() -> None:
+    query = parse_statement("SELECT k, v->*, s.w->x->* FROM s;")
+    assert isinstance(query, st.Query)
+    assert query.select[1] == st.StructAll(ex.ColumnReference("V", line=1, column=11))
+    last = query.select[2]
+    assert isinstance(last, st.StructAll) and isinstance(last.expression, ex.Dereference)

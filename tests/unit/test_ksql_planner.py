@@ -611,3 +611,22 @@ def test_insert_into_refuses_targets_with_headers_or_read_only(metastore: Metast
         with pytest.raises(KsqlStatementError) as refused:
             plan_query(parsed.query, metastore, request)
         assert str(refused.value) == message
+
+
+def test_struct_all_selects_each_field_named_by_it(metastore: Metastore) -> None:
+    _add(
+        metastore,
+        "CREATE STREAM nested (k STRUCT<a INT, b INT> KEY, v STRUCT<x STRUCT<`f 1` INT, g "
+        "STRING>>) WITH (kafka_topic='nested', format='JSON')",
+    )
+    result = plan(metastore, "CREATE STREAM flat AS SELECT k, k->*, v->x->* FROM nested;")
+    assert columns(result) == [
+        ("K", "STRUCT<`A` INTEGER, `B` INTEGER>", "KEY"),
+        ("A", "INTEGER", "VALUE"),
+        ("B", "INTEGER", "VALUE"),
+        ("f 1", "INTEGER", "VALUE"),
+        ("G", "STRING", "VALUE"),
+    ]
+    assert refusal(metastore, "SELECT k->a->* FROM nested EMIT CHANGES;").startswith(
+        "Expected STRUCT type, got: INTEGER"
+    )
