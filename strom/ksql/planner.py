@@ -1131,7 +1131,10 @@ def _join_plan(
     names = [name for name, _ in sources]
     left_text = expression_text(_qualified(left_key, scope, names))
     right_text = expression_text(_qualified(right_key, scope, names))
-    condition = f"{left_text} = {right_text}"
+    written = join.condition
+    flipped = isinstance(written, ex.Comparison) and written.left is right_key
+    # the condition as the statement wrote it, as ksqlDB names it
+    condition = f"{right_text} = {left_text}" if flipped else f"{left_text} = {right_text}"
 
     def key_column(expression: ex.Expression, name: str, source: DataSource) -> bool:
         keys = {f"{name}_{c.name}" for c in source.key_columns}

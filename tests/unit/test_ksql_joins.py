@@ -299,6 +299,12 @@ def test_a_foreign_key_join_then_a_join_on_the_left_tables_key(key: str) -> None
             "Invalid join condition: foreign-key table-table joins are not supported as part "
             "of n-way joins. Got A.PLAN_ID = L.ACCT.",
         ),
+        (  # the condition named as written, the right source's side first
+            "SELECT a.acct, fee FROM accounts a JOIN plans p ON a.plan_id = p.plan_id "
+            "JOIN limits l ON l.acct = a.plan_id",
+            "Invalid join condition: foreign-key table-table joins are not supported as part "
+            "of n-way joins. Got L.ACCT = A.PLAN_ID.",
+        ),
         (
             "SELECT fee, cap FROM accounts a JOIN plans p ON a.plan_id = p.plan_id "
             "JOIN limits l ON a.acct = l.acct",
@@ -560,6 +566,11 @@ def test_n_way_and_foreign_key_schemas_are_ksqldbs() -> None:
             "Primary key column missing in projection. For foreign-key table-table joins, the "
             "projection must include all primary key columns from the left input table "
             "(`LEFT_TABLE`). Missing column: `L_ID`.",
+        ),
+        (
+            [T1, T2, "SELECT * FROM T1 JOIN T2 ON T2.V0 = T1.ID EMIT CHANGES"],
+            "Invalid join condition: table-table joins require to join on the primary key of "
+            "the right input table. Got T2.V0 = T1.ID.",
         ),
         (
             [LEFT_TABLE, RIGHT_TABLE, "CREATE TABLE O AS SELECT l_id, l_id AS again, f1 FROM "
