@@ -38,7 +38,7 @@ from typing import Any
 from strom.ksql import expressions as ex
 from strom.ksql import formats
 from strom.ksql.metastore import Column, DataSource, KsqlStatementError
-from strom.ksql.values import DECIMAL_CONTEXT
+from strom.ksql.values import DECIMAL_CONTEXT, java_hash_map_order
 
 REGISTRY_FORMATS = ("AVRO", "JSON_SR", "PROTOBUF")
 
@@ -155,10 +155,13 @@ def from_json(value: Any, sql_type: ex.SqlType, path: str = "$") -> Any:
     if isinstance(sql_type, ex.MapType):
         if not isinstance(value, dict):
             raise mismatch
-        return {
+        entries = {
             from_json(k, sql_type.key, path): from_json(v, sql_type.value, f"{path}.{k}")
             for k, v in value.items()
         }
+        if all(isinstance(k, str) for k in entries):  # in the order ksqlDB's map has them
+            return java_hash_map_order(entries)
+        return entries
     if isinstance(sql_type, ex.StructType):
         if not isinstance(value, dict):
             raise mismatch

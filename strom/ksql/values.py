@@ -54,6 +54,35 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 DECIMAL_CONTEXT = decimal.Context(prec=1000)
 
 
+def _java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as an unsigned 32-bit int."""
+    units = text.encode("utf-16-be")
+    value = 0
+    for index in range(0, len(units), 2):
+        value = (31 * value + (units[index] << 8 | units[index + 1])) & 0xFFFFFFFF
+    return value
+
+
+def java_hash_map_order(mapping: dict[str, Any]) -> dict[str, Any]:
+    """``mapping`` in the order a Java ``HashMap`` made with its size as capacity and
+    filled in this order iterates it (ksqlDB's JSON reader makes maps so: functions over
+    a map's entries, REDUCE or MAP_KEYS, see them in that order)."""
+    size = len(mapping)
+    if size < 2:
+        return mapping
+    table = 1
+    while table < size:
+        table *= 2
+    while size > table * 3 // 4:  # the HashMap grows past three quarters full
+        table *= 2
+
+    def bucket(key: str) -> int:
+        hashed = _java_string_hash(key)
+        return (hashed ^ (hashed >> 16)) & (table - 1)
+
+    return {key: mapping[key] for key in sorted(mapping, key=bucket)}
+
+
 class EvaluationError(Exception):
     """A value that cannot be computed for one row (ksqlDB logs it and yields null)."""
 

@@ -25,6 +25,7 @@ from strom.ksql import (
 from strom.ksql import statements as st
 from strom.ksql.metastore import Column, KsqlStatementError, Metastore
 from strom.ksql.parser import parse_statement
+from strom.ksql.values import java_hash_map_order
 
 
 def _metastore(*texts: str) -> Metastore:
@@ -488,3 +489,21 @@ def test_decimals_wider_than_pythons_default_context_are_read() -> None:
     )
     row = reader.read(b'{"D": 12345678987654321.125}')
     assert row == {"D": decimal.Decimal("12345678987654321.1250000000000000")}
+
+
+def test_a_json_map_is_read_in_the_order_ksqldbs_hash_map_iterates() -> None:
+    metastore = _metastore(
+        "CREATE STREAM M (K STRING KEY, V MAP<STRING, DOUBLE>) "
+        "WITH (kafka_topic='m', value_format='JSON');"
+    )
+    source = metastore.source("M")
+    assert source is not None
+    reader = readers.SideReader(source, "value", source.value_columns, None)
+    row = reader.read(b'{"V": {"yes, thanks": 3.5, "nope": 7.3, "sure, yeah": 2.1}}')
+    assert row is not None and list(row["V"]) == ["yes, thanks", "sure, yeah", "nope"]
+    row = reader.read(b'{"V": {"123": 1, "12": 2, "1234": 3, "a": 4}}')  # grown to 8 buckets
+    assert row is not None and list(row["V"]) == ["12", "a", "123", "1234"]
+    keys = ["foo", "bar", "baz", "qux", "quux", "corge"]
+    assert list(java_hash_map_order(dict.fromkeys(keys, 1))) == [
+        "bar", "baz", "quux", "corge", "qux", "foo",
+    ]  # fmt: skip
