@@ -751,7 +751,7 @@ class KsqlEngine:
         sequence: int,
     ) -> RunningQuery:
         """The query of a recorded statement, its sink added to the metastore."""
-        plan = self._plan(statement, text)
+        plan = _wrapping_from_properties(self._plan(statement, text), statement, properties)
         assert plan.sink is not None
         replaced = (
             self._writer_of(statement.name)
@@ -1017,6 +1017,29 @@ class KsqlEngine:
             self._reader.close()
         self.command_topic.close()
         self.rows.close()
+
+
+_WRAP_SINGLE_VALUES = "ksql.persistence.wrap.single.values"
+
+
+def _wrapping_from_properties(
+    plan: QueryPlan, statement: st.CreateAsSelect | st.InsertInto, properties: dict[str, Any]
+) -> QueryPlan:
+    """ksqlDB's ``ksql.persistence.wrap.single.values``: whether a new sink with one value
+    column wraps it in an object, when its WITH clause does not say."""
+    setting = properties.get(_WRAP_SINGLE_VALUES)
+    sink = plan.sink
+    if (
+        setting is None
+        or sink is None
+        or not isinstance(statement, st.CreateAsSelect)
+        or "WRAP_SINGLE_VALUE" in statement.properties
+        or len(sink.value_columns) != 1
+        or sink.value_format not in ("JSON", "JSON_SR", "AVRO")
+    ):
+        return plan
+    wrap = str(setting).strip().lower() == "true"
+    return replace(plan, sink=replace(sink, wrap_single_value=wrap))
 
 
 def _with_semicolon(text: str) -> str:

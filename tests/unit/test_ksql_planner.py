@@ -630,3 +630,30 @@ def test_struct_all_selects_each_field_named_by_it(metastore: Metastore) -> None
     assert refusal(metastore, "SELECT k->a->* FROM nested EMIT CHANGES;").startswith(
         "Expected STRUCT type, got: INTEGER"
     )
+
+
+def test_wrap_single_values_setting_applies_to_a_new_single_value_sink(
+    metastore: Metastore,
+) -> None:
+    from strom.ksql.engine import _wrapping_from_properties
+
+    def wrapped(text: str, setting: str) -> bool | None:
+        statement = parse_statement(text)
+        assert isinstance(statement, st.CreateAsSelect)
+        result = _wrapping_from_properties(
+            plan(metastore, text), statement, {"ksql.persistence.wrap.single.values": setting}
+        )
+        assert result.sink is not None
+        return result.sink.wrap_single_value
+
+    assert wrapped("CREATE STREAM one AS SELECT user_id, page FROM clicks;", "false") is False
+    assert wrapped("CREATE STREAM one AS SELECT user_id, page FROM clicks;", "true") is True
+    # two value columns, or WRAP_SINGLE_VALUE in the statement: the setting does not apply
+    assert wrapped("CREATE STREAM two AS SELECT user_id, page, ms FROM clicks;", "false") is None
+    assert (
+        wrapped(
+            "CREATE STREAM one WITH (wrap_single_value=true) AS SELECT user_id, page FROM clicks;",
+            "false",
+        )
+        is True
+    )
