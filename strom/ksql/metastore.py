@@ -268,6 +268,11 @@ class Metastore:
 
     def check_can_add(self, source: DataSource, or_replace: bool) -> None:
         existing = self.sources.get(source.name)
+        if or_replace and source.is_source:  # ksqlDB refuses it even for a new name
+            raise KsqlStatementError(
+                f"Cannot add {source.kind.lower()} '{source.name}': CREATE OR REPLACE is not "
+                f"supported on source {source.kind.lower()}s."
+            )
         if existing is None:
             return
         if not or_replace:

@@ -4,6 +4,7 @@ KAFKA, JSON and DELIMITED formats, and the function catalogue."""
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import json
 import struct
@@ -139,6 +140,12 @@ def test_sources_and_types_in_the_metastore() -> None:
     metastore.put_source(source)
     with pytest.raises(KsqlStatementError, match="Cannot add table 'USERS': A table with"):
         metastore.check_can_add(source, or_replace=False)
+    fresh_source = dataclasses.replace(source, name="FRESH", is_source=True)
+    with pytest.raises(
+        KsqlStatementError,
+        match="Cannot add table 'FRESH': CREATE OR REPLACE is not supported on source tables.",
+    ):
+        metastore.check_can_add(fresh_source, or_replace=True)
     drop_stream = st.DropSource("STREAM", "USERS")
     with pytest.raises(
         KsqlStatementError,
