@@ -123,12 +123,17 @@ class Producer:
         return self.batches[key]
 
     def send(
-        self, node: ClusterNode, seq: int, epoch: int | None = None, acks: int = -1
+        self,
+        node: ClusterNode,
+        seq: int,
+        epoch: int | None = None,
+        acks: int = -1,
+        timeout_s: float = 15,
     ) -> tuple[int, int]:
         """(error code, base offset) of a Produce of the batch at ``seq`` to ``node``."""
         request = ProduceRequest(
             acks=acks,
-            timeout=datetime.timedelta(seconds=15),
+            timeout=datetime.timedelta(seconds=timeout_s),
             topic_data=(
                 TopicProduceData(
                     name=self.topic,
@@ -267,3 +272,15 @@ def _retries_across_two_failovers(cluster: Cluster, topic: str) -> None:
     assert producer.send(first, 11 * RECORDS)[0] == ErrorCode.out_of_order_sequence_number
     assert producer.send(first, 10 * RECORDS) == (ErrorCode.none, 10 * RECORDS)
     assert _end_offset(first, topic) == 11 * RECORDS
+
+    # A retry is answered once its own copy is committed, whatever comes after it: with
+    # the follower stopped, batch 11 stays above the high watermark, and the retry of
+    # batch 10 below it is answered (it would time out waiting for batch 11).
+    third.pause()
+    try:
+        assert producer.send(first, 11 * RECORDS, acks=1) == (ErrorCode.none, 11 * RECORDS)
+        retry = producer.send(first, 10 * RECORDS, timeout_s=5)
+        assert retry == (ErrorCode.none, 10 * RECORDS)
+    finally:
+        third.resume()
+    assert producer.send(first, 11 * RECORDS) == (ErrorCode.none, 11 * RECORDS)

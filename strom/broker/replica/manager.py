@@ -395,8 +395,12 @@ class ReplicaManager:
         ``min.insync.replicas``; the log's own refusals (producer epochs, sequences,
         transactions) are raised as the log raises them. After the append: fetchers
         waiting for data wake up, the high watermark moves (alone in the ISR: at once),
-        metrics count the batches."""
+        metrics count the batches. A retried batch already in the log (the log answers
+        with the offset its first copy got) ends where that copy ends: it is
+        acknowledged once the high watermark has passed that copy, as Kafka answers,
+        whatever the log holds after it."""
         partition_log, epoch, replicated = self._leader_log(topic, partition, required_acks)
+        end_before = partition_log.log_end_offset
         base_offset = partition_log.append(
             buf,
             headers,
@@ -405,15 +409,13 @@ class ReplicaManager:
             defer_flush=defer_flush,
             advance_high_watermark=not replicated,
         )
+        end_offset = partition_log.log_end_offset
+        if base_offset < end_before:  # a retry: the same records as its first copy
+            count = sum(h.last_offset_delta + 1 for h in headers)
+            end_offset = min(end_offset, base_offset + count)
         self._after_append(topic, partition, replicated, headers)
         return LeaderAppend(
-            topic,
-            partition,
-            base_offset,
-            partition_log.log_end_offset,
-            epoch,
-            partition_log,
-            replicated,
+            topic, partition, base_offset, end_offset, epoch, partition_log, replicated
         )
 
     def append_for_coordinator(
