@@ -202,7 +202,14 @@ def _crash_mid_batch(
     try:
         deadline = time.monotonic() + 300  # a loaded 2-core machine needs minutes
         while True:
-            seen = {(eos, iso): _counts(bootstrap, sinks[eos], iso) for eos, iso in want}
+            # one reader a round until the first sink has what the crash point needs,
+            # then all four (each is a consumer of its own: four a round, for a minute,
+            # cost the broker and this process more than the wait)
+            seen: dict[tuple[bool, str], Counts] = {}
+            for eos, iso in want:
+                seen[eos, iso] = _counts(bootstrap, sinks[eos], iso)
+                if seen[eos, iso] != want[eos, iso]:
+                    break
             if seen == want:
                 break
             if child.poll() is not None or time.monotonic() > deadline:
