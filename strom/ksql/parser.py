@@ -285,6 +285,8 @@ class _StatementBuilder(Transformer[Token, Any]):
     def named_type(self, token: Token) -> ex.SqlType:
         if token.type == "BACKQUOTED_IDENTIFIER":
             return ex.TypeReference(_name(token))
+        if str(token).upper() == "NULL":  # a word of ksqlDB's grammar, not a type's name
+            raise _syntax_error(token, f"mismatched input '{token}' expecting a type")
         primitive = ex.PRIMITIVE_TYPES.get(str(token).upper())
         return ex.PrimitiveType(primitive) if primitive else ex.TypeReference(_name(token))
 

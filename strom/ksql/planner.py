@@ -328,6 +328,41 @@ def _expand_struct_all(query: st.Query, scope: Scope) -> st.Query:
     return dataclasses.replace(query, select=tuple(items))
 
 
+def _refuse_aggregates_without_grouping(query: st.Query) -> None:
+    """A persistent query aggregating without GROUP BY, as ksqlDB refuses it (it groups
+    such a query by a constant): the columns that are not aggregated, else the calls."""
+    expressions = [i.expression for i in query.select if isinstance(i, st.SelectExpression)]
+
+    def aggregated(expression: ex.Expression) -> bool:
+        return any(
+            isinstance(n, ex.FunctionCall) and is_aggregate(n.name) for n in walk(expression)
+        )
+
+    loose = [
+        expression_text(e)
+        for e in expressions
+        if not aggregated(e) and any(isinstance(n, ex.ColumnReference) for n in walk(e))
+    ]
+    if loose:
+        raise KsqlStatementError(
+            "Non-aggregate SELECT expression(s) not part of GROUP BY: "
+            + ", ".join(loose)
+            + "\nEither add the column(s) to the GROUP BY or remove them from the SELECT."
+        )
+    calls = [
+        expression_text(ex.FunctionCall(n.name, (ex.ColumnReference("ROWTIME"),)))
+        if n.star
+        else expression_text(n)
+        for e in expressions
+        for n in walk(e)
+        if isinstance(n, ex.FunctionCall) and is_aggregate(n.name)
+    ]
+    raise KsqlStatementError(
+        f"CREATE TABLE AS SELECT statement does not support aggregate function "
+        f"[{', '.join(calls)}] without a GROUP BY clause."
+    )
+
+
 def _check_reserved_names(query: st.Query, persistent: bool) -> None:
     """ksqlDB's system columns as names of the SELECT: never as an alias; selected as
     they are only by a transient query (a persistent one's sink would have them twice)."""
@@ -523,6 +558,8 @@ def plan_query(
         for node in walk(item.expression)
     )
     grouped = query.group_by is not None
+    if aggregates_used and not grouped and persistent:
+        _refuse_aggregates_without_grouping(query)
     if query.window is not None and not grouped:
         raise KsqlStatementError(
             "WINDOW clause requires a GROUP BY clause."
@@ -1346,12 +1383,17 @@ def _plan_aggregation(
             + ", ".join(unmatched)
             + "\nEither add the column(s) to the GROUP BY or remove them from the SELECT."
         )
-    if having is not None and any(
-        isinstance(node, ex.ColumnReference) and node.name not in allowed for node in walk(having)
-    ):
+    loose_having = list(
+        dict.fromkeys(
+            expression_text(node)
+            for node in (walk(having) if having is not None else ())
+            if isinstance(node, ex.ColumnReference) and node.name not in allowed
+        )
+    )
+    if loose_having:  # the columns HAVING names that are neither grouped nor aggregated
         raise KsqlStatementError(
             "Non-aggregate HAVING expression not part of GROUP BY: "
-            + expression_text(query.having)  # type: ignore[arg-type]
+            + ", ".join(loose_having)
             + "\nConsider switching the HAVING clause to a WHERE clause before the GROUP BY."
         )
     columns: dict[str, ex.SqlType] = dict(zip(group_columns, group_types, strict=True))

@@ -306,3 +306,10 @@ def test_struct_all_in_a_select_list() -> None:
     assert query.select[1] == st.StructAll(ex.ColumnReference("V", line=1, column=11))
     last = query.select[2]
     assert isinstance(last, st.StructAll) and isinstance(last.expression, ex.Dereference)
+
+
+def test_null_is_no_type() -> None:
+    with pytest.raises(KsqlSyntaxError, match="mismatched input 'NULL'"):
+        parse_statement("CREATE STREAM s (a NULL) WITH (kafka_topic='t', value_format='JSON');")
+    with pytest.raises(KsqlSyntaxError, match="mismatched input 'NULL'"):
+        parse_statement("SELECT CAST(x AS MAP<STRING, NULL>) FROM s;")

@@ -657,3 +657,22 @@ def test_wrap_single_values_setting_applies_to_a_new_single_value_sink(
         )
         is True
     )
+
+
+def test_aggregates_without_grouping_and_loose_having_columns(metastore: Metastore) -> None:
+    assert refusal(metastore, "CREATE TABLE t AS SELECT page, COUNT(*) FROM clicks;") == (
+        "Non-aggregate SELECT expression(s) not part of GROUP BY: PAGE\n"
+        "Either add the column(s) to the GROUP BY or remove them from the SELECT."
+    )
+    assert refusal(metastore, "CREATE TABLE t AS SELECT COUNT(*), MAX(ms) FROM clicks;") == (
+        "CREATE TABLE AS SELECT statement does not support aggregate function "
+        "[COUNT(ROWTIME), MAX(MS)] without a GROUP BY clause."
+    )
+    assert refusal(
+        metastore,
+        "CREATE TABLE t AS SELECT user_id, COUNT(*) FROM clicks GROUP BY user_id "
+        "HAVING LEN(page) < 2 AND ms > 1 AND LEN(page) > 0;",
+    ) == (
+        "Non-aggregate HAVING expression not part of GROUP BY: PAGE, MS\n"
+        "Consider switching the HAVING clause to a WHERE clause before the GROUP BY."
+    )
