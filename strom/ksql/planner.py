@@ -799,7 +799,11 @@ def _plan_projection(
                 _key_twice(found[matching[0]], name, grouped=query.group_by is not None)
         projection.append(Projection(name, sql_type, expression, namespace))
     if persistent and len(found) < len(keys):
-        missing = [expression_text(k) for i, k in enumerate(keys) if i not in found]
+        if query.partition_by is not None:  # as ksqlDB shows them: qualified by the source
+            qualifier = query.source.left.alias or query.source.left.name
+            missing = [expression_text(_with_qualifier(k, qualifier)) for k in keys]
+        else:
+            missing = [expression_text(k) for k in keys]  # all of them, as ksqlDB lists them
         _keys_missing(sink, what, missing)
     return _keys_first(projection)
 
@@ -1263,6 +1267,17 @@ def _call_text(call: AggregateCall) -> str:
     arguments = [expression_text(a) for a in call.arguments]
     arguments += [expression_text(ex.Literal(v)) for v in call.literal_arguments]
     return f"{call.name.upper()}({', '.join(arguments)})"
+
+
+def _with_qualifier(expression: ex.Expression, qualifier: str) -> ex.Expression:
+    """``expression`` with each unqualified column reference qualified by ``qualifier``."""
+
+    def qualify(node: ex.Expression, bound: frozenset[str]) -> ex.Expression | None:
+        if isinstance(node, ex.ColumnReference) and node.source is None and node.name not in bound:
+            return ex.ColumnReference(node.name, qualifier)
+        return None
+
+    return transform(expression, qualify)
 
 
 def _keys_missing(sink: SinkRequest | None, what: str, missing: list[str]) -> None:

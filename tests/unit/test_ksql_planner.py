@@ -676,3 +676,24 @@ def test_aggregates_without_grouping_and_loose_having_columns(metastore: Metasto
         "Non-aggregate HAVING expression not part of GROUP BY: PAGE, MS\n"
         "Consider switching the HAVING clause to a WHERE clause before the GROUP BY."
     )
+
+
+def test_keys_missing_from_the_projection_listed_as_ksqldb_lists_them(
+    metastore: Metastore,
+) -> None:
+    _add(
+        metastore,
+        "CREATE STREAM two_keys (k1 STRING KEY, k2 STRING KEY, v INT) "
+        "WITH (kafka_topic='two', format='JSON')",
+    )
+    # every key column, though one is selected
+    assert refusal(metastore, "CREATE STREAM o AS SELECT k1, v FROM two_keys;").endswith(
+        "must include the key columns K1 and K2 in its projection (eg, SELECT K1, K2...)."
+    )
+    # partitioning expressions qualified by the source, as ksqlDB shows them
+    assert refusal(
+        metastore, "CREATE STREAM o AS SELECT v FROM two_keys t PARTITION BY ABS(v), k1;"
+    ).endswith(
+        "must include the partitioning expressions ABS(T.V) and T.K1 in its projection "
+        "(eg, SELECT ABS(T.V), T.K1...)."
+    )
