@@ -738,8 +738,10 @@ class KsqlEngine:
             request = SinkRequest(
                 statement.name, statement.kind, statement.properties, None, partitions, text
             )
-        else:
-            target = insertable(self.metastore, statement.target)
+        else:  # the planner refuses a table, a read-only stream or one with headers
+            target = self.metastore.source(statement.target)
+            if target is None:
+                raise KsqlStatementError(f"Source `{statement.target}` does not exist.")
             request = SinkRequest(target.name, None, statement.properties, target, partitions, text)
         return plan_query(statement.query, self.metastore, request, text)
 

@@ -248,6 +248,9 @@ def test_errors_have_ksqldb_shape(server: KsqlServer) -> None:
     )  # fmt: skip
     status, body = server.call("POST", "/ksql", {"nothing": 1})
     assert (status, body["@type"], body["error_code"]) == (400, "generic_error", 40000)
+    # INSERT INTO ... SELECT names a missing target as ksqlDB does (not as INSERT VALUES)
+    status, body = server.ksql("INSERT INTO ghosts SELECT * FROM pageviews;")
+    assert (status, body["message"]) == (400, "Source `GHOSTS` does not exist.")
 
 
 def test_set_define_and_session_variables(server: KsqlServer) -> None:
