@@ -1090,4 +1090,7 @@ class _QueryEndpointError(KsqlStatementError):
 
 
 def _cli_only(statement: st.Statement, text: str, scope: RequestScope) -> None:
-    raise KsqlStatementError("RUN SCRIPT is run by the CLI (strom ksql), which sends the script")
+    raise KsqlStatementError(  # ksqlDB's server refusal, then where to run it
+        "line 1:1: Syntax Error\nUnknown statement 'RUN'\n"
+        "RUN SCRIPT is run by the CLI (strom ksql), which sends the script"
+    )

@@ -251,6 +251,9 @@ def test_errors_have_ksqldb_shape(server: KsqlServer) -> None:
     # INSERT INTO ... SELECT names a missing target as ksqlDB does (not as INSERT VALUES)
     status, body = server.ksql("INSERT INTO ghosts SELECT * FROM pageviews;")
     assert (status, body["message"]) == (400, "Source `GHOSTS` does not exist.")
+    status, body = server.ksql("RUN SCRIPT '/nowhere.sql';")  # the CLI's, not the server's
+    assert status == 400
+    assert body["message"].startswith("line 1:1: Syntax Error\nUnknown statement 'RUN'\n")
 
 
 def test_set_define_and_session_variables(server: KsqlServer) -> None:
