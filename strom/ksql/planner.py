@@ -363,6 +363,24 @@ def _refuse_aggregates_without_grouping(query: st.Query) -> None:
     )
 
 
+def _with_joined_names(
+    error: KsqlStatementError, query: st.Query, scope: Scope
+) -> KsqlStatementError:
+    """Over a join, ksqlDB's messages name a source's column as the joined row has it
+    (``I1_BAR``, not ``I1.BAR``)."""
+    if not query.source.joins:
+        return error
+    message = str(error)
+    for source, name in scope.qualified:
+        if source is not None:
+            message = re.sub(
+                rf"(?<![\w.`]){re.escape(source)}\.{re.escape(name)}(?![\w`])",
+                f"{source}_{name}",
+                message,
+            )
+    return KsqlStatementError(message)
+
+
 def _check_reserved_names(query: st.Query, persistent: bool) -> None:
     """ksqlDB's system columns as names of the SELECT: never as an alias; selected as
     they are only by a transient query (a persistent one's sink would have them twice)."""
@@ -545,7 +563,10 @@ def plan_query(
     persistent = sink is not None
     emit_final = query.emit == "FINAL"
     if query.where is not None:
-        where_type = compile_expression(query.where, scope, "WHERE").sql_type
+        try:
+            where_type = compile_expression(query.where, scope, "WHERE").sql_type
+        except KsqlStatementError as exc:
+            raise _with_joined_names(exc, query, scope) from None
         if str(where_type) != "BOOLEAN":
             raise KsqlStatementError(
                 f"Type error in WHERE expression: Should evaluate to boolean but is "
@@ -1439,7 +1460,7 @@ def _plan_aggregation(
             message = str(exc)
             for column in sorted(internal, key=len, reverse=True):
                 message = message.replace(column, internal[column])
-            raise KsqlStatementError(message) from None
+            raise _with_joined_names(KsqlStatementError(message), query, scope) from None
         if str(having_type) != "BOOLEAN":
             raise KsqlStatementError(
                 f"Type error in HAVING expression: Should evaluate to boolean but is "

@@ -697,3 +697,19 @@ def test_keys_missing_from_the_projection_listed_as_ksqldb_lists_them(
         "must include the partitioning expressions ABS(T.V) and T.K1 in its projection "
         "(eg, SELECT ABS(T.V), T.K1...)."
     )
+
+
+def test_errors_over_a_join_name_columns_as_the_joined_row_has_them(
+    metastore: Metastore,
+) -> None:
+    _add(
+        metastore,
+        "CREATE STREAM other (user_id STRING KEY, page INT) "
+        "WITH (kafka_topic='other', value_format='JSON')",
+    )
+    assert refusal(
+        metastore,
+        "CREATE STREAM j AS SELECT c.user_id, c.page FROM clicks c JOIN other o "
+        "WITHIN 1 SECOND ON c.user_id = o.user_id WHERE c.page > o.page;",
+    ) == ("Error in WHERE expression: Cannot compare C_PAGE (STRING) to O_PAGE (INTEGER) with "
+          "GREATER_THAN.")  # fmt: skip
