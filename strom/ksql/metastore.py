@@ -361,6 +361,15 @@ class Metastore:
             raise KsqlStatementError(
                 'Missing required property "KAFKA_TOPIC" which has no default value.'
             )
+        named_value = props.get("FORMAT", props.get("VALUE_FORMAT"))
+        if named_value is not None and str(named_value).strip().upper() == "NONE":
+            values = [e for e in statement.elements if not e.is_key and e.constraint is None]
+            if values:  # NONE holds no value columns
+                raise KsqlStatementError(
+                    "The 'NONE' format can only be used when no columns are defined. Got: ["
+                    + ", ".join(f"`{e.name}` {self.resolve(e.type)}" for e in values)
+                    + "]"
+                )
         key_format, value_format = _formats(props, default_formats)
         check_format_settings(props, key_format, value_format)
         columns = self._columns(statement)

@@ -1569,6 +1569,12 @@ def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
         raise KsqlStatementError("The projection contains no value columns.")
     refuse_map_keys([c for c in columns if c.namespace == "KEY"])
     if key_format == "NONE" and plan.key_columns:
+        if explicit_key is not None:  # the statement asked for no key, yet it has one
+            raise KsqlStatementError(
+                "The 'NONE' format can only be used when no columns are defined. Got: ["
+                + ", ".join(f"`{c.name}` {c.type} KEY" for c in columns if c.namespace == "KEY")
+                + "]"
+            )
         key_format = _key_format("NONE", key_types, windowed)
     if not plan.key_columns and explicit_key is None and plan.source.key_format != "NONE":
         key_format = "KAFKA" if key_format in ("NONE",) else key_format

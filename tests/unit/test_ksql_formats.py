@@ -464,6 +464,8 @@ def test_a_stream_may_declare_key_columns_alone() -> None:
          "tokens, got: 1"),
         ("value_format='JSON', window_type='SESSION', window_size='30 SECONDS'",
          "'WINDOW_SIZE' should not be set for SESSION windows."),
+        ("value_format='NONE'",
+         "The 'NONE' format can only be used when no columns are defined. Got: [`V` INTEGER]"),
     ],
 )  # fmt: skip
 def test_format_settings_refused_as_ksqldb_refuses_them(with_clause: str, message: str) -> None:

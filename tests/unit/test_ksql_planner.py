@@ -713,3 +713,12 @@ def test_errors_over_a_join_name_columns_as_the_joined_row_has_them(
         "WITHIN 1 SECOND ON c.user_id = o.user_id WHERE c.page > o.page;",
     ) == ("Error in WHERE expression: Cannot compare C_PAGE (STRING) to O_PAGE (INTEGER) with "
           "GREATER_THAN.")  # fmt: skip
+
+
+def test_a_sink_asking_for_no_key_format_must_have_no_key(metastore: Metastore) -> None:
+    assert refusal(
+        metastore,
+        "CREATE STREAM o WITH (key_format='NONE') AS SELECT * FROM clicks PARTITION BY page;",
+    ) == (
+        "The 'NONE' format can only be used when no columns are defined. Got: [`PAGE` STRING KEY]"
+    )
