@@ -115,8 +115,14 @@ def analyze(query: st.Query, metastore: Metastore) -> Analysis:
                 where = (
                     f"Line: {reference.line}, Col: {reference.column}: " if reference.line else ""
                 )
+                hint = (  # ksqlDB's reminder that it partitions the input
+                    f" '{reference}' must be a column in the source schema since PARTITION BY "
+                    "is applied on the input."
+                    if prefix == "PARTITION BY"
+                    else ""
+                )
                 raise KsqlStatementError(
-                    f"{where}{prefix} column '{reference}' cannot be resolved."
+                    f"{where}{prefix} column '{reference}' cannot be resolved.{hint}"
                 )
     return Analysis(sources, windowed)
 

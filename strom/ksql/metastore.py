@@ -663,7 +663,7 @@ def check_format_settings(properties: dict[str, Any], key_format: str, value_for
             )
         for key, value in given.items():
             if not str(value).strip():
-                shown = ", ".join(f"{k}={v}" for k, v in given.items())
+                shown = ", ".join(f"{k}={str(v).strip()}" for k, v in given.items())
                 raise KsqlStatementError(
                     f"{key} cannot be empty. Format configuration: {{{shown}}}"
                 )

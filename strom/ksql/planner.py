@@ -595,6 +595,9 @@ def plan_query(
         raise KsqlStatementError("EMIT FINAL is only supported for windowed aggregations.")
     if query.partition_by is not None and grouped:
         raise KsqlStatementError("Cannot use PARTITION BY with GROUP BY.")
+    if query.partition_by is not None and len(query.partition_by) > 1:
+        if any(isinstance(e, ex.Literal) and e.value is None for e in query.partition_by):
+            raise KsqlStatementError("Cannot PARTITION BY multiple columns including NULL")
     joined_kind = ("TABLE" if joins[-1].shape == "table-table" else "STREAM") if joins else None
     if query.partition_by is not None and (joined_kind or source.kind) == "TABLE":
         raise KsqlStatementError(
@@ -1556,6 +1559,8 @@ def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
     explicit_key = both if both is not None else props.get("KEY_FORMAT")
     if explicit_key is not None:
         key_format = _format(explicit_key, KEY_FORMATS)
+        if not key_types and key_format != "NONE" and "KEY_FORMAT" in props:
+            raise KsqlStatementError("Key format specified for stream without key columns.")
     else:
         key_format = _key_format(plan.source.key_format, key_types, windowed)
     value_source = both if both is not None else props.get("VALUE_FORMAT")

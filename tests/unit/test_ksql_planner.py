@@ -722,3 +722,19 @@ def test_a_sink_asking_for_no_key_format_must_have_no_key(metastore: Metastore) 
     ) == (
         "The 'NONE' format can only be used when no columns are defined. Got: [`PAGE` STRING KEY]"
     )
+
+
+def test_partition_by_refusals_in_ksqldbs_words(metastore: Metastore) -> None:
+    assert refusal(
+        metastore, "CREATE STREAM o AS SELECT * FROM clicks PARTITION BY NULL, page;"
+    ) == ("Cannot PARTITION BY multiple columns including NULL")
+    assert refusal(
+        metastore,
+        "CREATE STREAM o WITH (key_format='DELIMITED') AS SELECT * FROM clicks PARTITION BY NULL;",
+    ) == ("Key format specified for stream without key columns.")
+    assert refusal(
+        metastore, "CREATE STREAM o AS SELECT page AS p FROM clicks PARTITION BY p;"
+    ).endswith(
+        "PARTITION BY column 'P' cannot be resolved. 'P' must be a column in the source schema "
+        "since PARTITION BY is applied on the input."
+    )
