@@ -414,6 +414,14 @@ class _Compiler:
                     f"Can't infer a type of null for field {name}. Please explicitly cast it "
                     "to a required type, e.g. CAST(null AS VARCHAR)."
                 )
+        seen: dict[str, ex.SqlType | None] = {}
+        for name, _, field_type in fields:
+            if name in seen:  # as ksqlDB's struct type refuses it, both fields shown
+                raise KsqlStatementError(
+                    f"Duplicate field names found in STRUCT: '`{name}` {seen[name]}' and "
+                    f"'`{name}` {field_type}'"
+                )
+            seen[name] = field_type
         sql_type = ex.StructType(tuple(ex.StructField(n, t) for n, _, t in fields if t is not None))
 
         def struct(row: Mapping[str, Any], variables: Mapping[str, Any]) -> dict[str, Any]:

@@ -529,6 +529,10 @@ REFUSALS: list[tuple[str, str]] = [
     ),
     ("GREATEST()", "Function 'greatest' does not accept parameters ()."),
     ("MAP(NULL := 1)", "Cannot construct a map with all NULL keys"),
+    (
+        "STRUCT(a := S, a := I)",
+        "Duplicate field names found in STRUCT: '`A` STRING' and '`A` INTEGER'",
+    ),
     ("9223372036854775808", "Invalid numeric literal: 9223372036854775808"),
     ("NOPE(1)", "Can't find any functions with the name 'NOPE'"),
     ("SUM(I)", "Use of aggregate function SUM requires a GROUP BY clause."),
