@@ -1337,6 +1337,16 @@ def _plan_aggregation(
     from strom.ksql.aggregate_functions import aggregate_function
 
     group_by = tuple(query.group_by or ())
+    if not joins:  # the same expression twice, however qualified, as ksqlDB names it
+        qualifier = query.source.left.alias or query.source.left.name
+        seen_groups: set[ex.Expression] = set()
+        for expression in group_by:
+            qualified = _with_qualifier(expression, qualifier)
+            if qualified in seen_groups:
+                raise KsqlStatementError(
+                    f"Duplicate GROUP BY expression: {expression_text(qualified)}"
+                )
+            seen_groups.add(qualified)
     window = _window(query.window)
     group_columns = tuple(f"KSQL_GROUP_{i}" for i in range(len(group_by)))
     for expression in group_by:

@@ -738,3 +738,10 @@ def test_partition_by_refusals_in_ksqldbs_words(metastore: Metastore) -> None:
         "PARTITION BY column 'P' cannot be resolved. 'P' must be a column in the source schema "
         "since PARTITION BY is applied on the input."
     )
+
+
+def test_a_grouping_expression_named_twice_is_refused(metastore: Metastore) -> None:
+    assert refusal(
+        metastore,
+        "CREATE TABLE t AS SELECT page, COUNT(*) FROM clicks GROUP BY page, clicks.page;",
+    ) == ("Duplicate GROUP BY expression: CLICKS.PAGE")
