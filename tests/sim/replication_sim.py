@@ -234,8 +234,9 @@ class Heartbeat:
 @dataclass(frozen=True)
 class HeartbeatAnswer:
     incarnation: uuid.UUID
-    broker_epoch: int  # -1: registration refused
+    broker_epoch: int  # -1: registration or heartbeat refused
     fenced: bool = True
+    asked_epoch: int = -1  # the broker epoch the heartbeat carried
 
 
 @dataclass(frozen=True)
@@ -263,6 +264,7 @@ class PendingAck:
     leader: PartitionLeader
     first_offset: int
     entries: tuple[tuple[int, int], ...]
+    reply: Any = None  # what a client that waits for the answer needs to match it
 
 
 @dataclass
@@ -385,6 +387,7 @@ class ReplicationSimulation:
             elif self.now == sc.fault_ms:
                 self.heal_everything()
             self.deliver()
+            self.clients_tick()
             self.controller_tick()
             for broker in self.brokers.values():
                 if broker.running(self.now):
@@ -515,6 +518,9 @@ class ReplicationSimulation:
         while self.queue and self.queue[0][0] <= self.now:
             item = heapq.heappop(self.queue)
             _, _, src, dst, msg = item
+            if dst < 0:
+                self.client_receive(msg)
+                continue
             if dst == CONTROLLER:
                 self.controller_receive(src, msg)
                 continue
@@ -570,7 +576,11 @@ class ReplicationSimulation:
             except ControllerError as exc:
                 self.note(f"controller refuses broker {src}: {exc}")
                 epoch = -1
-            self.send(CONTROLLER, src, HeartbeatAnswer(msg.incarnation, epoch, fenced))
+            self.send(
+                CONTROLLER,
+                src,
+                HeartbeatAnswer(msg.incarnation, epoch, fenced, msg.broker_epoch),
+            )
             self.maybe_create_topic()
         elif isinstance(msg, AlterPartition):
             topic = qc.image.topics[TOPIC]
@@ -770,12 +780,14 @@ class ReplicationSimulation:
                 waiting.append(ack)
             elif outcome == ErrorCode.none:
                 self.acknowledge(broker, ack)
+                self.answer_client(broker, ack, outcome)
             else:
                 self.stats["refused"] += 1
                 self.note(
                     f"broker {broker.broker_id} answers {outcome.name} for offsets "
                     f"{ack.first_offset}..{ack.end_offset - 1}"
                 )
+                self.answer_client(broker, ack, outcome)
         broker.acks = waiting
 
     def acknowledge(self, broker: SimBroker, ack: PendingAck) -> None:
@@ -834,6 +846,15 @@ class ReplicationSimulation:
                     # which it does once the broker's metadata reached its registration.
                     broker.ready = True
                     self.roles_changed(broker)
+            elif (
+                msg.incarnation == broker.incarnation
+                and msg.asked_epoch >= 0
+                and msg.asked_epoch == broker.broker_epoch
+            ):
+                # As the broker's heartbeat loop: the controller refused its epoch (a
+                # later registration of this incarnation took over): register again.
+                broker.broker_epoch = -1
+                self.note(f"broker {broker.broker_id}: epoch {msg.asked_epoch} refused")
         elif isinstance(msg, Fetch):
             self.serve_fetch(broker, msg)
         elif isinstance(msg, FetchAnswer):
@@ -887,7 +908,7 @@ class ReplicationSimulation:
                 ):
                     self.advance_high_watermark(broker)
                 start = fetch.fetch_offset
-                entries = tuple(log.entries[start : start + self.sc.fetch_max_records])
+                entries = self.fetch_entries(log, start)
                 reply = FetchAnswer(
                     fetch.leader_epoch,
                     ErrorCode.none,
@@ -896,6 +917,10 @@ class ReplicationSimulation:
                     log.high_watermark,
                 )
         self.send(broker.broker_id, fetch.follower, reply)
+
+    def fetch_entries(self, log: ModelLog, start: int) -> tuple[tuple[int, int], ...]:
+        """What one fetch from ``start`` returns (a subclass keeps batches whole)."""
+        return tuple(log.entries[start : start + self.sc.fetch_max_records])
 
     def fetched(self, broker: SimBroker, src: int, answer: FetchAnswer) -> None:
         """As ``ReplicaFetcher._handle_partition``."""
@@ -924,6 +949,17 @@ class ReplicationSimulation:
         follower.take_high_watermark(log, answer.high_watermark)
         if not answer.entries:
             broker.next_fetch_ms = self.now + self.sc.fetch_max_wait_ms
+
+    # -- clients (this one sends and forgets; a subclass may wait for answers) ----------
+
+    def clients_tick(self) -> None:
+        """Every tick: clients that retry do it here."""
+
+    def client_receive(self, msg: Any) -> None:
+        """An answer reached a client (addresses below 0)."""
+
+    def answer_client(self, broker: SimBroker, ack: PendingAck, outcome: ErrorCode) -> None:
+        """A leader answers a produce that waited for acks=all."""
 
     def client_produce(self) -> None:
         """A producer (acks=all) sends a batch to the leader its metadata names."""
