@@ -1114,7 +1114,48 @@ def _aggregated(grouped: DataFrame, spec: QuerySpec, regroup: bool) -> DataFrame
     # writes every update so with ``cache.max.bytes.buffering`` 0): the groups' records
     # gathered by source partition (a packed row holds one partition's), there unpacked
     # and sorted by offset (Spark sorts no stream)
-    return aggregated.repartition("part").mapInArrow(unpack, OUTPUT_SCHEMA)
+    return _by_source_partition(aggregated).mapInArrow(unpack, OUTPUT_SCHEMA)
+
+
+def _by_source_partition(placed: DataFrame) -> DataFrame:
+    """The rows gathered by their source partition (``part``), partition p in shuffle
+    partition p modulo their number: hashed as they are, Spark puts partitions 0 and 1
+    in one of two (and so one task would write both)."""
+    from pyspark.sql import functions as F
+
+    buckets = int(placed.sparkSession.conf.get("spark.sql.shuffle.partitions") or 1)
+    values = F.array(*[F.lit(_bucket_value(p, buckets)) for p in range(-1, SPREAD_PARTITIONS)])
+    bucket = F.coalesce(F.try_element_at(values, F.col("part") + 2), F.col("part"))
+    return placed.repartition(buckets, bucket)
+
+
+SPREAD_PARTITIONS = 256  # source partitions spread over the shuffle's (beyond: hashed)
+
+
+def _bucket_value(partition: int, buckets: int) -> int:
+    """The least int that Spark's hash partitioning (Murmur3 of the int, seed 42, taken
+    modulo ``buckets``) puts in shuffle partition ``partition`` modulo ``buckets``."""
+    wanted = partition % buckets
+    value = 0
+    while _spark_int_hash(value) % buckets != wanted:
+        value += 1
+    return value
+
+
+def _spark_int_hash(value: int) -> int:
+    """Spark's ``hash`` of an INT (Murmur3 x86 32-bit of its 4 bytes, seed 42), signed."""
+    mask = 0xFFFFFFFF
+
+    def rotated(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & mask
+
+    k1 = rotated((value & mask) * 0xCC9E2D51 & mask, 15) * 0x1B873593 & mask
+    h1 = (rotated(42 ^ k1, 13) * 5 + 0xE6546B64) & mask
+    h1 ^= 4
+    h1 = ((h1 ^ (h1 >> 16)) * 0x85EBCA6B) & mask
+    h1 = ((h1 ^ (h1 >> 13)) * 0xC2B2AE35) & mask
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
 
 
 def _flow_output(frame: DataFrame, spec: QuerySpec) -> DataFrame:

@@ -313,3 +313,15 @@ def test_a_late_record_is_dropped_by_its_partitions_stream_time(
     assert sorted(counts) == [(b"u1", 1), (b"u2", 1), (b"u3", 1)]
     windows = {pickle.loads(k)[0]: sorted(s["windows"]) for k, s in state.items()}
     assert windows == {"u2": [BASE + 10 * MINUTE], "u3": [BASE]}
+
+
+def test_source_partitions_spread_over_the_shuffle_as_spark_hashes_them() -> None:
+    """Spark's hash of an INT (read from Spark 4's ``hash``), and the bucket values that
+    put source partition p in shuffle partition p modulo their number."""
+    assert [runtime._spark_int_hash(p) for p in (-1, 0, 1, 2)] == [
+        -1604776387, 933211791, -559580957, 1765031574
+    ]  # fmt: skip
+    for buckets in (1, 2, 3, 5):
+        for partition in range(-1, 12):
+            value = runtime._bucket_value(partition, buckets)
+            assert runtime._spark_int_hash(value) % buckets == partition % buckets
