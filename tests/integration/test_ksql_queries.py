@@ -30,6 +30,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from service_process import ServiceProcess
 
 from strom.ksql.rest_client import KsqlRestClient, KsqlServerError
+from strom.zero_time import ZeroTimeRecord, ZeroTimeWriter
 
 SERVICE_ID = "q_"
 LOG_TOPIC = f"{SERVICE_ID}ksql_processing_log"
@@ -365,13 +366,13 @@ def test_ctas_counts_every_update_per_tumbling_window(
     # per_minute was created by the test before, beside carts
     produce(broker, "clicks", [(b"u1", {"PAGE": "/home", "MS": 4}, BASE + MINUTE + 5_000)])
     records = read_topic(broker, "PER_MINUTE", 5)
-    updates = sorted(
+    updates = [
         (k[:-8], struct.unpack(">q", k[-8:])[0] - BASE, *json.loads(v).values())
         for k, v, _ in records
-    )
-    assert updates == [  # key, window start, CLICKS, TOTAL
-        (b"u1", 0, 1, 1), (b"u1", 0, 2, 3), (b"u1", MINUTE, 1, 4), (b"u2", 0, 1, 3),
-        (b"u3", 0, 1, 5),
+    ]
+    assert updates == [  # key, window start, CLICKS, TOTAL: in the order of the records
+        (b"u1", 0, 1, 1), (b"u1", 0, 2, 3), (b"u2", 0, 1, 3), (b"u3", 0, 1, 5),
+        (b"u1", MINUTE, 1, 4),
     ]  # fmt: skip
     lines = server.stream(
         "/query-stream", {"sql": "SELECT * FROM per_minute WHERE user_id = 'u1';"}
@@ -539,6 +540,10 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
         "WITH (kafka_topic='pays', value_format='JSON', partitions=1);"
     )
     second = 1000
+    # first a record of time 0 (librdkafka would stamp 0 with the time of sending)
+    zero_time = ZeroTimeWriter({"bootstrap.servers": broker.bootstrap})
+    zero_time.send([ZeroTimeRecord("events", b"t0", b'{"V": 9}')])
+    zero_time.close()
     produce(
         broker,
         "events",
@@ -554,16 +559,16 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
     )
     created = server.ok(
         "CREATE TABLE final_counts AS SELECT id, COUNT(*) AS n FROM events "
-        "WINDOW TUMBLING (SIZE 1 MINUTE, GRACE PERIOD 0 SECONDS) GROUP BY id EMIT FINAL;"
+        "WINDOW TUMBLING (SIZE 1 MINUTE, GRACE PERIOD 30 SECONDS) GROUP BY id EMIT FINAL;"
         "CREATE TABLE sessions AS SELECT id, COUNT(*) AS n FROM events "
-        "WINDOW SESSION (30 SECONDS) GROUP BY id EMIT CHANGES;"
+        "WINDOW SESSION (30 SECONDS, GRACE PERIOD 10 SECONDS) GROUP BY id EMIT CHANGES;"
         f"CREATE STREAM maybe_paid AS {join}"
         "CREATE STREAM exploded AS SELECT id, EXPLODE(ARRAY[v, v * 10]) AS x FROM events;",
         **{"auto.offset.reset": "earliest"},
     )  # four queries started at once, on the module's Spark
     # EXPLODE: a record a element, the key and timestamp copied
-    exploded = read_topic(broker, "EXPLODED", 10, SLOW_S)
-    assert sorted((t - BASE, k, json.loads(v)["X"]) for k, v, t in exploded) == [
+    exploded = read_topic(broker, "EXPLODED", 12, SLOW_S)
+    assert sorted((t - BASE, k, json.loads(v)["X"]) for k, v, t in exploded if k != b"t0") == [
         (1 * second, b"a", 1), (1 * second, b"a", 10), (2 * second, b"a", 2),
         (2 * second, b"a", 20), (30 * second, b"b", 3), (30 * second, b"b", 30),
         (65 * second, b"a", 4), (65 * second, b"a", 40), (600 * second, b"z", 0),
@@ -571,14 +576,16 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
     ]  # fmt: skip
     # EMIT FINAL: one row per window once the stream time passes its end and grace,
     # stamped with the window's last record's time
-    assert windowed(read_topic(broker, "FINAL_COUNTS", 3, SLOW_S)) == [
+    finals = read_topic(broker, "FINAL_COUNTS", 4, SLOW_S)
+    assert windowed([f for f in finals if not f[0].startswith(b"t0")]) == [
         (b"a", 0, {"N": 2}, 2 * second),
         (b"a", MINUTE, {"N": 1}, 65 * second),
         (b"b", 0, {"N": 1}, 30 * second),
     ]
     # sessions: a record within the gap merges (the old session's tombstone, then the
     # merged one); the key ends with the session's end and start; stamped with its end
-    assert windowed(read_topic(broker, "SESSIONS", 6, SLOW_S), session=True) == sorted(
+    sessions = read_topic(broker, "SESSIONS", 7, SLOW_S)
+    assert windowed([s for s in sessions if not s[0].startswith(b"t0")], True) == sorted(
         [
             (b"a", 1 * second, 1 * second, {"N": 1}, 1 * second),
             (b"a", 1 * second, 1 * second, None, 1 * second),
@@ -592,13 +599,41 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
     # a stream-stream join: the pairs within the window (the inner join's rows, stamped
     # with the later record's time) as they meet; a record left without a match is
     # emitted with the right side null once its window and grace have passed (z's has not)
-    maybe = read_topic(broker, "MAYBE_PAID", 4, SLOW_S)
+    maybe = [m for m in read_topic(broker, "MAYBE_PAID", 4, SLOW_S) if m[0] != b"t0"]
     assert sorted(((t - BASE, k, json.loads(v)) for k, v, t in maybe), key=repr) == sorted(
         [
             (5 * second, b"a", {"V": 1, "AMOUNT": 10}),
             (5 * second, b"a", {"V": 2, "AMOUNT": 10}),
             (30 * second, b"b", {"V": 3, "AMOUNT": None}),
             (65 * second, b"a", {"V": 4, "AMOUNT": None}),
+        ],
+        key=repr,
+    )
+    # the record of time 0 counts, in its window (0 to 1 minute) and its session
+    assert [(k, json.loads(v)) for k, v, _ in finals if k.startswith(b"t0")] == [
+        (b"t0" + struct.pack(">q", 0), {"N": 1})
+    ]
+    assert [(k, json.loads(v)) for k, v, _ in sessions if k.startswith(b"t0")] == [
+        (b"t0" + struct.pack(">qq", 0, 0), {"N": 1})
+    ]
+    # records of a later micro-batch, behind the stream time (600 s) by more than the
+    # grace, count while their window is open: z at 585 s merges into z's session of
+    # 600 s (open until 610 s), z at 545 s is in the window of 540 to 600 s (open until
+    # 630 s), closed by z at 640 s; a at 3 s and z at 545 s make no open session
+    produce(
+        broker,
+        "events",
+        [(b"z", {"V": 1}, BASE + 585 * second), (b"a", {"V": 2}, BASE + 3 * second),
+         (b"z", {"V": 3}, BASE + 545 * second), (b"z", {"V": 4}, BASE + 640 * second)],
+    )  # fmt: skip
+    finals = read_topic(broker, "FINAL_COUNTS", 5, SLOW_S)
+    assert windowed(finals[4:]) == [(b"z", 9 * MINUTE, {"N": 2}, 585 * second)]
+    sessions = read_topic(broker, "SESSIONS", 10, SLOW_S)
+    assert windowed(sessions[7:], session=True) == sorted(
+        [
+            (b"z", 600 * second, 600 * second, None, 600 * second),
+            (b"z", 585 * second, 600 * second, {"N": 2}, 600 * second),
+            (b"z", 640 * second, 640 * second, {"N": 1}, 640 * second),
         ],
         key=repr,
     )
