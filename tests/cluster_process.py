@@ -47,6 +47,11 @@ FAST = {
     # A new group's first rebalance does not wait 3 s for more members, as in Kafka's own
     # test brokers; a test of the delay sets its own.
     "group.initial.rebalance.delay.ms": "0",
+    # 5 partitions for the group and transaction logs, not 50 (each of 3 replicas, made
+    # when a test first uses a group or a transactional id), as broker_process.py's
+    # TEST_DEFAULTS have them; a test may set its own.
+    "offsets.topic.num.partitions": "5",
+    "transaction.state.log.num.partitions": "5",
 }
 
 Front = Callable[[int, str, int], int]
