@@ -328,6 +328,39 @@ def _expand_struct_all(query: st.Query, scope: Scope) -> st.Query:
     return dataclasses.replace(query, select=tuple(items))
 
 
+def _check_window_bounds(query: st.Query) -> None:
+    """In a windowed aggregation WINDOWSTART and WINDOWEND are the window's, known once a
+    group's window is: ksqlDB takes them in the SELECT only, not in an aggregate's
+    arguments, the GROUP BY or HAVING."""
+    if query.window is None:
+        return
+
+    def bound_in(expressions: list[ex.Expression], in_aggregates_only: bool) -> str | None:
+        for expression in expressions:
+            for node in walk(expression):
+                if in_aggregates_only and not (
+                    isinstance(node, ex.FunctionCall) and is_aggregate(node.name)
+                ):
+                    continue
+                for inner in walk(node):
+                    if isinstance(inner, ex.ColumnReference) and inner.name in WINDOW_BOUND_TYPES:
+                        return inner.name
+        return None
+
+    select = [i.expression for i in query.select if isinstance(i, st.SelectExpression)]
+    found = (
+        bound_in(select, True)
+        or bound_in(list(query.group_by or ()), False)
+        or bound_in([query.having] if query.having is not None else [], False)
+    )
+    if found is not None:
+        raise KsqlStatementError(
+            f"Window bounds column {found} can only be used in the SELECT clause of windowed "
+            "aggregations and can not be passed to aggregate functions.\n"
+            "See https://github.com/confluentinc/ksql/issues/4397"
+        )
+
+
 def _refuse_aggregates_without_grouping(query: st.Query) -> None:
     """A persistent query aggregating without GROUP BY, as ksqlDB refuses it (it groups
     such a query by a constant): the columns that are not aggregated, else the calls."""
@@ -605,6 +638,7 @@ def plan_query(
         )
     result_kind = "TABLE" if grouped else (joined_kind or source.kind)
     if grouped:
+        _check_window_bounds(query)
         aggregation, projection = _plan_aggregation(query, source, scope, persistent, sink, joins)
         _check_state_format(aggregation, source)
     else:

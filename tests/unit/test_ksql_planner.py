@@ -745,3 +745,19 @@ def test_a_grouping_expression_named_twice_is_refused(metastore: Metastore) -> N
         metastore,
         "CREATE TABLE t AS SELECT page, COUNT(*) FROM clicks GROUP BY page, clicks.page;",
     ) == ("Duplicate GROUP BY expression: CLICKS.PAGE")
+
+
+def test_window_bounds_only_in_a_windowed_aggregations_select(metastore: Metastore) -> None:
+    window = "FROM clicks WINDOW TUMBLING (SIZE 1 SECOND)"
+    for tail in (
+        f"SELECT user_id, MIN(WINDOWSTART) AS m {window} GROUP BY user_id",
+        f"SELECT user_id, COUNT(*) AS n {window} GROUP BY user_id, WINDOWSTART",
+        f"SELECT user_id, COUNT(*) AS n {window} GROUP BY user_id HAVING WINDOWSTART > 1",
+    ):
+        assert refusal(metastore, f"CREATE TABLE t AS {tail};").startswith(
+            "Window bounds column WINDOWSTART can only be used in the SELECT clause of "
+            "windowed aggregations and can not be passed to aggregate functions."
+        )
+    assert plan(
+        metastore, f"CREATE TABLE t AS SELECT user_id, WINDOWEND AS e {window} GROUP BY user_id;"
+    )
