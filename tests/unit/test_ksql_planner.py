@@ -759,5 +759,7 @@ def test_window_bounds_only_in_a_windowed_aggregations_select(metastore: Metasto
             "windowed aggregations and can not be passed to aggregate functions."
         )
     assert plan(
-        metastore, f"CREATE TABLE t AS SELECT user_id, WINDOWEND AS e {window} GROUP BY user_id;"
+        metastore,
+        f"CREATE TABLE t AS SELECT user_id, WINDOWEND AS e, COUNT(*) AS n {window} "
+        "GROUP BY user_id;",
     )
