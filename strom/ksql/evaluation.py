@@ -732,6 +732,17 @@ class _Compiler:
                 return None
             return operation(a, b)
 
+        if lambdas:  # in a lambda's body ksqlDB's arithmetic fails on a null operand
+            text = expression_text(node)
+
+            def strict(row: Mapping[str, Any], variables: Mapping[str, Any]) -> Any:
+                a = left(row, variables)
+                b = right(row, variables)
+                if a is None or b is None:
+                    raise v.EvaluationError(f"Error computing {text}: a null operand in a lambda")
+                return operation(a, b)
+
+            return strict, result_type
         return arithmetic, result_type
 
     # -- functions and lambdas
