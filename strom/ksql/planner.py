@@ -437,6 +437,9 @@ def _check_reserved_names(query: st.Query, persistent: bool) -> None:
             )
 
 
+# Aggregates whose parameters after the aggregated column are literals (TOPK's k...)
+_LITERAL_PARAMETERS = frozenset({"EARLIEST_BY_OFFSET", "LATEST_BY_OFFSET", "TOPK", "TOPKDISTINCT"})
+
 # Aggregates whose running state is one value of a primitive type; the others keep a
 # struct, list or map (AVG its sum and count, TOPK a list...).
 _PRIMITIVE_STATE = frozenset({"COUNT", "SUM", "MIN", "MAX"})
@@ -1410,6 +1413,11 @@ def _plan_aggregation(
                         "Aggregate functions can not be nested: "
                         f"{call.name}({expression_text(node)})"
                     )
+        if call.name.upper() in _LITERAL_PARAMETERS and len(arguments) > 1:
+            raise KsqlStatementError(  # the parameters after the column must be literals
+                f"Parameter 2 passed to function {call.name.upper()} must be a literal "
+                f"constant, but was expression: '{expression_text(arguments[1])}'"
+            )
         types = tuple(compile_expression(a, scope).sql_type for a in arguments)
         function = aggregate_function(call.name.upper(), list(types), literals)
         if function is None:

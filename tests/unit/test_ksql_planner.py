@@ -763,3 +763,14 @@ def test_window_bounds_only_in_a_windowed_aggregations_select(metastore: Metasto
         f"CREATE TABLE t AS SELECT user_id, WINDOWEND AS e, COUNT(*) AS n {window} "
         "GROUP BY user_id;",
     )
+
+
+def test_an_aggregates_literal_parameter_given_a_column_is_refused(metastore: Metastore) -> None:
+    assert refusal(
+        metastore,
+        "CREATE TABLE t AS SELECT user_id, EARLIEST_BY_OFFSET(ms, ms) FROM clicks "
+        "GROUP BY user_id;",
+    ) == (
+        "Parameter 2 passed to function EARLIEST_BY_OFFSET must be a literal constant, but was "
+        "expression: 'MS'"
+    )
