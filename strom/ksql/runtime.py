@@ -1019,8 +1019,7 @@ class SparkQueries:
             keyed = frame.mapInArrow(lambda batches: run_join_keying(spec, batches), GROUPED_SCHEMA)
             windowed = plan.join.shape == "stream-stream"
             if windowed:  # the watermark trails the stream time by the join's reach
-                reach = _join_reach(plan)
-                keyed = keyed.withWatermark("ts", f"{reach} milliseconds")
+                keyed = _watermarked_keeping_late_rows(keyed, _join_reach(plan))
             output = keyed.groupBy("grp").transformWithStateInPandas(
                 statefulProcessor=_join_processor(spec),
                 outputStructType=OUTPUT_SCHEMA,
@@ -1175,7 +1174,7 @@ def _flow_output(frame: DataFrame, spec: QuerySpec) -> DataFrame:
     ]
     if windowed:  # the watermark trails the stream time by the longest join reach
         reach = max(_join_reach(plan, step) for step in windowed)
-        current = current.withWatermark("ts", f"{reach} milliseconds")
+        current = _watermarked_keeping_late_rows(current, reach)
     for index in joins:
         last = index == joins[-1]
         output = "chain" if not last else ("records" if plan.aggregation is None else "grouped")
@@ -1191,6 +1190,19 @@ def _flow_output(frame: DataFrame, spec: QuerySpec) -> DataFrame:
     if plan.aggregation is None:
         return current
     return _aggregated(current, spec, regroup=any(s.kind == REGROUP for s in flow_stages))
+
+
+def _watermarked_keeping_late_rows(frame: DataFrame, delay_ms: int) -> DataFrame:
+    """The query's watermark (the rows' largest time less ``delay_ms``) taken from a
+    copy of their time column that is dropped at once: the event-time steps after it
+    get their timers by it, but no row is dropped as late (Spark drops a row at or
+    before the watermark only in a step whose input has the watermarked column), so a
+    row for a later join of a chain reaches it, and each stream-stream join judges a
+    late record by ksqlDB's rules (``Operators.join_rows``)."""
+    from pyspark.sql import functions
+
+    marked = frame.withColumn("wm", functions.col("ts"))
+    return marked.withWatermark("wm", f"{delay_ms} milliseconds").drop("wm")
 
 
 def _join_reach(plan: QueryPlan, step: int = 0) -> int:
