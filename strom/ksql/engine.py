@@ -61,7 +61,7 @@ from strom.ksql.metadata import MetadataStatements
 from strom.ksql.metastore import Column, DataSource, KsqlStatementError, Metastore
 from strom.ksql.ownership import QueryOwnership, slot_of
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, parse_statements
-from strom.ksql.planner import QueryPlan, SinkRequest, plan_query
+from strom.ksql.planner import QueryPlan, SinkRequest, plan_query, wrapping_from_properties
 from strom.ksql.queries import QueryRegistry, RunningQuery
 from strom.ksql.registry_formats import INFERRED_FORMATS, RegistryFormats
 from strom.ksql.schema_ids import check_query_columns
@@ -753,7 +753,7 @@ class KsqlEngine:
         sequence: int,
     ) -> RunningQuery:
         """The query of a recorded statement, its sink added to the metastore."""
-        plan = _wrapping_from_properties(self._plan(statement, text), statement, properties)
+        plan = wrapping_from_properties(self._plan(statement, text), statement, properties)
         assert plan.sink is not None
         replaced = (
             self._writer_of(statement.name)
@@ -1022,26 +1022,6 @@ class KsqlEngine:
 
 
 _WRAP_SINGLE_VALUES = "ksql.persistence.wrap.single.values"
-
-
-def _wrapping_from_properties(
-    plan: QueryPlan, statement: st.CreateAsSelect | st.InsertInto, properties: dict[str, Any]
-) -> QueryPlan:
-    """ksqlDB's ``ksql.persistence.wrap.single.values``: whether a new sink with one value
-    column wraps it in an object, when its WITH clause does not say."""
-    setting = properties.get(_WRAP_SINGLE_VALUES)
-    sink = plan.sink
-    if (
-        setting is None
-        or sink is None
-        or not isinstance(statement, st.CreateAsSelect)
-        or "WRAP_SINGLE_VALUE" in statement.properties
-        or len(sink.value_columns) != 1
-        or sink.value_format not in ("JSON", "JSON_SR", "AVRO")
-    ):
-        return plan
-    wrap = str(setting).strip().lower() == "true"
-    return replace(plan, sink=replace(sink, wrap_single_value=wrap))
 
 
 def _with_semicolon(text: str) -> str:

@@ -1714,3 +1714,26 @@ def _check_insert_target(plan: QueryPlan, target: DataSource) -> DataSource:
             f"Result schema is {result}\nSink schema is {sink}"
         )
     return target
+
+
+_WRAP_SINGLE_VALUES = "ksql.persistence.wrap.single.values"
+
+
+def wrapping_from_properties(
+    plan: QueryPlan, statement: st.CreateAsSelect | st.InsertInto, properties: dict[str, Any]
+) -> QueryPlan:
+    """ksqlDB's ``ksql.persistence.wrap.single.values``: whether a new sink with one value
+    column wraps it in an object, when its WITH clause does not say."""
+    setting = properties.get(_WRAP_SINGLE_VALUES)
+    sink = plan.sink
+    if (
+        setting is None
+        or sink is None
+        or not isinstance(statement, st.CreateAsSelect)
+        or "WRAP_SINGLE_VALUE" in statement.properties
+        or len(sink.value_columns) != 1
+        or sink.value_format not in ("JSON", "JSON_SR", "AVRO")
+    ):
+        return plan
+    wrap = str(setting).strip().lower() == "true"
+    return dataclasses.replace(plan, sink=dataclasses.replace(sink, wrap_single_value=wrap))

@@ -11,7 +11,7 @@ import pytest
 from strom.ksql import statements as st
 from strom.ksql.metastore import KsqlStatementError, Metastore
 from strom.ksql.parser import parse_statement
-from strom.ksql.planner import QueryPlan, SinkRequest, plan_query
+from strom.ksql.planner import QueryPlan, SinkRequest, plan_query, wrapping_from_properties
 
 
 @pytest.fixture
@@ -635,12 +635,10 @@ def test_struct_all_selects_each_field_named_by_it(metastore: Metastore) -> None
 def test_wrap_single_values_setting_applies_to_a_new_single_value_sink(
     metastore: Metastore,
 ) -> None:
-    from strom.ksql.engine import _wrapping_from_properties
-
     def wrapped(text: str, setting: str) -> bool | None:
         statement = parse_statement(text)
         assert isinstance(statement, st.CreateAsSelect)
-        result = _wrapping_from_properties(
+        result = wrapping_from_properties(
             plan(metastore, text), statement, {"ksql.persistence.wrap.single.values": setting}
         )
         assert result.sink is not None
