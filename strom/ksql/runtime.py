@@ -639,6 +639,41 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
     return FlowProcessor()
 
 
+def run_in_order(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow of a foreign-key join's ``order`` stage: a task's results of the
+    micro-batch (each key's all in one task, from the joins of any foreign key) sorted
+    by the time, tie order and place of the records that made them, then written: a
+    key's last result is its newest, and the keys' results come in their records'
+    order too."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from strom.ksql.join_flow import Message
+
+    received = [batch for batch in batches if batch.num_rows]
+    if not received:
+        return
+    table = pa.Table.from_batches(received)
+    times = table.column("ts").cast(pa.int64())  # microseconds
+    table = table.set_column(table.schema.get_field_index("ts"), "ts", times)
+    keys = [(column, "ascending") for column in ("ts", "seq", "part", "off")]
+    table = table.take(pc.sort_indices(table, sort_keys=keys))
+    parts = _parts(spec)
+    flow = parts.flow()
+    out: list[tuple[Any, ...]] = []
+    for row in table.to_pylist():
+        if row["stage"] == -1:  # a processing log entry
+            out.append((spec.log_topic, None, row["payload"], None))
+            continue
+        timestamp = int(row["ts"]) // 1000
+        payload = pickle.loads(row["payload"])
+        message = Message(row["stage"], pickle.loads(row["grp"]), payload, timestamp, row["seq"])
+        _write(parts, flow.step(message, {}, timestamp)[1], out)
+        out.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
+    if out:
+        yield _output_batch(out)
+
+
 def _chained_row(row: tuple[Any, ...], grouped: bool) -> tuple[Any, ...]:
     """A chained row (group, stage, partition, offset, order, timestamp, payload) as the
     aggregation's grouped row (the stage dropped, the payload as it expects) when
@@ -1160,12 +1195,15 @@ def _spark_int_hash(value: int) -> int:
 def _flow_output(frame: DataFrame, spec: QuerySpec) -> DataFrame:
     """A flow of join stages (``strom.ksql.join_flow``) on Spark: the records keyed for
     their first stage, then one ``transformWithStateInPandas`` per join stage (each
-    passing on the rows of the stages after it), then the aggregation, if any."""
-    from strom.ksql.join_flow import JOIN, REGROUP, stages
+    passing on the rows of the stages after it), then the aggregation, if any; a
+    foreign-key join's ``order`` stage is a ``mapInArrow`` over its results gathered
+    by their key (``run_in_order``)."""
+    from strom.ksql.join_flow import JOIN, ORDER, REGROUP, stages
 
     plan = spec.plan
     flow_stages = stages(plan)
-    joins = [i for i, s in enumerate(flow_stages) if s.kind not in (REGROUP, "aggregate")]
+    ordered = flow_stages[-1].kind == ORDER
+    joins = [i for i, s in enumerate(flow_stages) if s.kind not in (REGROUP, "aggregate", ORDER)]
     current = frame.mapInArrow(lambda batches: run_flow_keying(spec, batches), CHAINED_SCHEMA)
     windowed = [
         s.step
@@ -1176,7 +1214,7 @@ def _flow_output(frame: DataFrame, spec: QuerySpec) -> DataFrame:
         reach = max(_join_reach(plan, step) for step in windowed)
         current = _watermarked_keeping_late_rows(current, reach)
     for index in joins:
-        last = index == joins[-1]
+        last = index == joins[-1] and not ordered
         output = "chain" if not last else ("records" if plan.aggregation is None else "grouped")
         schema = {"chain": CHAINED_SCHEMA, "grouped": GROUPED_SCHEMA}.get(output, OUTPUT_SCHEMA)
         stage = flow_stages[index]
@@ -1187,6 +1225,10 @@ def _flow_output(frame: DataFrame, spec: QuerySpec) -> DataFrame:
             outputMode="Append",
             timeMode="EventTime" if event_time else "None",
         )
+    if ordered:  # a key's results in one task, sorted there
+        buckets = int(current.sparkSession.conf.get("spark.sql.shuffle.partitions") or 1)
+        gathered = current.repartition(buckets, "grp")
+        return gathered.mapInArrow(lambda batches: run_in_order(spec, batches), OUTPUT_SCHEMA)
     if plan.aggregation is None:
         return current
     return _aggregated(current, spec, regroup=any(s.kind == REGROUP for s in flow_stages))

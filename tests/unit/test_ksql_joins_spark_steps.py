@@ -16,7 +16,7 @@ import pytest
 from test_ksql_joins import planned
 
 from strom.ksql import runtime
-from strom.ksql.join_flow import AGGREGATE, REGROUP, stages
+from strom.ksql.join_flow import AGGREGATE, ORDER, REGROUP, stages
 from strom.ksql.planner import QueryPlan
 
 SOURCES = (
@@ -100,9 +100,10 @@ def run_on_spark_steps(
     [keyed] = list(runtime.run_flow_keying(spec, iter([batch])))
     frame = keyed.to_pandas()
     flow_stages = stages(plan)
-    joins = [i for i, s in enumerate(flow_stages) if s.kind not in (REGROUP, AGGREGATE)]
+    ordered = flow_stages[-1].kind == ORDER
+    joins = [i for i, s in enumerate(flow_stages) if s.kind not in (REGROUP, AGGREGATE, ORDER)]
     for index in joins:
-        last = index == joins[-1]
+        last = index == joins[-1] and not ordered
         output = "chain" if not last else ("records" if plan.aggregation is None else "grouped")
         frames = []
         groups = list(frame.groupby("grp", sort=False))
@@ -111,6 +112,12 @@ def run_on_spark_steps(
             processor.init(_Handle())
             frames += list(processor.handleInputRows((group,), iter([rows]), None))
         frame = pd.concat(frames, ignore_index=True)
+    if ordered:  # the results gathered by key in one task, in either order
+        rows = frame.iloc[::-1] if backwards else frame
+        batch = pa.RecordBatch.from_pandas(rows, preserve_index=False)
+        frame = pd.concat(
+            [b.to_pandas() for b in runtime.run_in_order(spec, iter([batch]))], ignore_index=True
+        )
     assert plan.aggregation is None  # the aggregation's steps are the existing ones
     out = []
     for topic, key, value, timestamp in frame.itertuples(index=False, name=None):
@@ -153,7 +160,7 @@ def test_a_foreign_key_join_on_spark_steps() -> None:
 
 
 @pytest.mark.parametrize("backwards", [False, True])
-def test_a_foreign_key_changed_within_a_micro_batch_leaves_its_newest_result_last(
+def test_a_foreign_key_join_gives_its_results_in_the_order_of_their_records(
     backwards: bool,
 ) -> None:
     plan = planned(
@@ -165,15 +172,18 @@ def test_a_foreign_key_changed_within_a_micro_batch_leaves_its_newest_result_las
         ("customers", "c1", {"NAME": "Ada"}, 1),
         ("customers", "c2", {"NAME": "Bob"}, 2),
         ("accounts", "a3", {"CUSTOMER": "c2", "BALANCE": 1}, 8),
-        ("accounts", "a3", {"CUSTOMER": "c1", "BALANCE": 2}, 9),
-        ("accounts", "a3", {"CUSTOMER": "c2", "BALANCE": 3}, 10),
-        ("customers", "c1", {"NAME": "Ada L"}, 11),  # a3 no longer refers to c1
+        ("accounts", "a4", {"CUSTOMER": "c1", "BALANCE": 7}, 9),
+        ("accounts", "a3", {"CUSTOMER": "c1", "BALANCE": 2}, 10),
+        ("accounts", "a3", {"CUSTOMER": "c2", "BALANCE": 3}, 11),
+        ("customers", "c1", {"NAME": "Ada L"}, 12),  # a3 no longer refers to c1
     ]  # one micro-batch: a3's results come from the joins of c1 and of c2
     assert run_on_spark_steps(plan, records, backwards) == [
         (b"a3", {"NAME": "Bob", "BALANCE": 1}, 8),
-        (b"a3", {"NAME": "Ada", "BALANCE": 2}, 9),
-        (b"a3", {"NAME": "Bob", "BALANCE": 3}, 10),
-    ]
+        (b"a4", {"NAME": "Ada", "BALANCE": 7}, 9),
+        (b"a3", {"NAME": "Ada", "BALANCE": 2}, 10),
+        (b"a3", {"NAME": "Bob", "BALANCE": 3}, 11),
+        (b"a4", {"NAME": "Ada L", "BALANCE": 7}, 12),
+    ]  # each key's newest last, and the keys' results in the order of their records
 
 
 def test_a_foreign_key_join_then_a_key_join_on_spark_steps() -> None:
