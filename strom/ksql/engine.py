@@ -278,6 +278,7 @@ class KsqlEngine:
         )
         if isinstance(statement, st.CreateSource):
             source = self.metastore.source_from_statement(statement, command.statement, defaults)
+            source = _source_wrapping(source, statement, command.original_properties)
             self.metastore.put_source(source)
             return f"{statement.kind.capitalize()} created"
         if isinstance(statement, st.DropSource):
@@ -426,6 +427,7 @@ class KsqlEngine:
         if existing is None or not statement.if_not_exists:
             statement = self._with_inferred_columns(statement, defaults)
         source = self.metastore.source_from_statement(statement, text, defaults)
+        source = _source_wrapping(source, statement, scope.properties)
         if existing is not None and statement.if_not_exists:
             return {
                 "@type": "warning_entity",
@@ -1022,6 +1024,22 @@ class KsqlEngine:
 
 
 _WRAP_SINGLE_VALUES = "ksql.persistence.wrap.single.values"
+
+
+def _source_wrapping(
+    source: DataSource, statement: st.CreateSource, properties: dict[str, Any]
+) -> DataSource:
+    """``ksql.persistence.wrap.single.values`` for a created source: whether its one
+    value column is read (and written) in an object, when its WITH clause does not say."""
+    setting = properties.get(_WRAP_SINGLE_VALUES)
+    if (
+        setting is None
+        or "WRAP_SINGLE_VALUE" in statement.properties
+        or len(source.value_columns) != 1
+        or source.value_format not in ("JSON", "JSON_SR", "AVRO")
+    ):
+        return source
+    return replace(source, wrap_single_value=str(setting).strip().lower() == "true")
 
 
 def _with_semicolon(text: str) -> str:

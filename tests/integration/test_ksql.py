@@ -345,6 +345,15 @@ def test_insert_values_read_back(server: KsqlServer, broker: BrokerProcess) -> N
     assert json.loads(third.value()) == {"ITEM": None, "AMOUNT": None, "TS": None}
     [row] = read_all(broker, "csv", 1)
     assert (row.key(), row.value()) == (b"x", b'"hello, world",5')
+    # ksql.persistence.wrap.single.values=false: a created stream's one value column is
+    # read and written alone
+    server.ok(
+        "CREATE STREAM alone (k STRING KEY, foo STRING) "
+        "WITH (kafka_topic='alone', value_format='JSON', partitions=1);",
+        streamsProperties={"ksql.persistence.wrap.single.values": "false"},
+    )
+    server.ok("INSERT INTO alone (k, foo) VALUES ('a', 'bar');")
+    assert [m.value() for m in read_all(broker, "alone", 1)] == [b'"bar"']
     # ROWTIME 0 is written as 0 (librdkafka would write the time of sending), each key
     # in the partition Kafka's Java producer (murmur2) gives it, as the other records
     server.ok(
