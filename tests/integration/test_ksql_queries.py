@@ -431,6 +431,8 @@ def test_n_way_foreign_key_and_grouped_joins_on_spark(
         ("items_j", "i2", {"PRICE": 5}, 4),
         ("accounts_j", "a1", {"CUSTOMER": "c1", "BALANCE": 100}, 5),
         ("accounts_j", "a2", {"CUSTOMER": "c9", "BALANCE": 50}, 6),
+        ("accounts_j", "a3", {"CUSTOMER": "c2", "BALANCE": 1}, 8),
+        ("accounts_j", "a3", {"CUSTOMER": "c1", "BALANCE": 2}, 9),
         ("limits_j", "a1", {"CAP": 500}, 7),
         ("orders_j", "o1", {"CUSTOMER": "c1", "ITEM": "i1", "QTY": 2}, 10),
         ("orders_j", "o2", {"CUSTOMER": "c2", "ITEM": "i2", "QTY": 3}, 11),
@@ -464,7 +466,7 @@ def test_n_way_foreign_key_and_grouped_joins_on_spark(
     ]
     # a foreign-key LEFT join: keyed by the account, updated as the customer changes,
     # deleted with the account
-    owners = outputs("ACCOUNT_OWNERS_J", 4)
+    owners = outputs("ACCOUNT_OWNERS_J", 7)
     assert [o for o in owners if o[0] == b"a1"] == [
         (b"a1", {"NAME": "Ada", "BALANCE": 100}, 5),
         (b"a1", {"NAME": "Ada L", "BALANCE": 100}, 20),
@@ -472,6 +474,13 @@ def test_n_way_foreign_key_and_grouped_joins_on_spark(
     assert [o for o in owners if o[0] == b"a2"] == [
         (b"a2", {"NAME": None, "BALANCE": 50}, 6),
         (b"a2", None, 21),
+    ]
+    # a3's foreign key changed within the micro-batch: its results come from the joins
+    # of c2 and of c1, in the order of the records that made them
+    assert [o for o in owners if o[0] == b"a3"] == [
+        (b"a3", {"NAME": "Bob", "BALANCE": 1}, 8),
+        (b"a3", {"NAME": "Ada", "BALANCE": 2}, 9),
+        (b"a3", {"NAME": "Ada L", "BALANCE": 2}, 20),
     ]
     # a push query runs the same flow in the server (the tables read to their end first)
     lines = server.stream(
@@ -538,8 +547,11 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
         "WITH (kafka_topic='events', value_format='JSON', partitions=1);"
         "CREATE STREAM pays (id STRING KEY, amount INTEGER) "
         "WITH (kafka_topic='pays', value_format='JSON', partitions=1);"
+        "CREATE TABLE labels (id STRING PRIMARY KEY, tag STRING) "
+        "WITH (kafka_topic='labels', value_format='JSON', partitions=1);"
     )
     second = 1000
+    produce(broker, "labels", [(b"a", {"TAG": "first"}, BASE)])
     # first a record of time 0 (librdkafka would stamp 0 with the time of sending)
     zero_time = ZeroTimeWriter({"bootstrap.servers": broker.bootstrap})
     zero_time.send([ZeroTimeRecord("events", b"t0", b'{"V": 9}')])
@@ -563,9 +575,12 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
         "CREATE TABLE sessions AS SELECT id, COUNT(*) AS n FROM events "
         "WINDOW SESSION (30 SECONDS, GRACE PERIOD 10 SECONDS) GROUP BY id EMIT CHANGES;"
         f"CREATE STREAM maybe_paid AS {join}"
-        "CREATE STREAM exploded AS SELECT id, EXPLODE(ARRAY[v, v * 10]) AS x FROM events;",
+        "CREATE STREAM exploded AS SELECT id, EXPLODE(ARRAY[v, v * 10]) AS x FROM events;"
+        "CREATE STREAM labelled AS SELECT e.id AS id, e.v AS v, l.tag AS tag FROM events e "
+        "JOIN pays p WITHIN 10 SECONDS GRACE PERIOD 0 SECONDS ON e.id = p.id "
+        "JOIN labels l ON e.id = l.id;",
         **{"auto.offset.reset": "earliest"},
-    )  # four queries started at once, on the module's Spark
+    )  # five queries started at once, on the module's Spark
     # EXPLODE: a record a element, the key and timestamp copied
     exploded = read_topic(broker, "EXPLODED", 12, SLOW_S)
     assert sorted((t - BASE, k, json.loads(v)["X"]) for k, v, t in exploded if k != b"t0") == [
@@ -609,6 +624,20 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
         ],
         key=repr,
     )
+    # a chain: the stream-stream join's pairs joined to a table. Once the stream time is
+    # 600 s, a table row of time 1 s still updates the table (a stream-stream join's
+    # watermark does not drop the rows of the joins after it), and z's pair meets it
+    labelled = read_topic(broker, "LABELLED", 2, SLOW_S)
+    assert sorted(((t - BASE, k, json.loads(v)) for k, v, t in labelled), key=repr) == [
+        (5 * second, b"a", {"V": 1, "TAG": "first"}),
+        (5 * second, b"a", {"V": 2, "TAG": "first"}),
+    ]
+    produce(broker, "labels", [(b"z", {"TAG": "late"}, BASE + 1 * second)])
+    produce(broker, "pays", [(b"z", {"AMOUNT": 30}, BASE + 605 * second)])
+    labelled = read_topic(broker, "LABELLED", 3, SLOW_S)
+    assert [(t - BASE, k, json.loads(v)) for k, v, t in labelled[2:]] == [
+        (605 * second, b"z", {"V": 0, "TAG": "late"})
+    ]
     # the record of time 0 counts, in its window (0 to 1 minute) and its session
     assert [(k, json.loads(v)) for k, v, _ in finals if k.startswith(b"t0")] == [
         (b"t0" + struct.pack(">q", 0), {"N": 1})
@@ -657,7 +686,8 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
     )
     ids = " ".join(f"TERMINATE {c['commandStatus']['queryId']};" for c in created)
     server.ok(ids + "DROP TABLE final_counts; DROP TABLE sessions; DROP STREAM maybe_paid;"
-              "DROP STREAM exploded; DROP STREAM events; DROP STREAM pays;")  # fmt: skip
+              "DROP STREAM exploded; DROP STREAM labelled; DROP STREAM events;"
+              "DROP STREAM pays; DROP TABLE labels;")  # fmt: skip
 
 
 def test_query_slots_move_incrementally_between_servers(broker: BrokerProcess) -> None:
