@@ -1445,6 +1445,12 @@ def _plan_aggregation(
                     return ex.ColumnReference(group_columns[index])
             if isinstance(node, ex.FunctionCall) and is_aggregate(node.name):
                 return ex.ColumnReference(aggregate_of(node))
+            if (
+                isinstance(node, ex.ColumnReference)
+                and node.source is not None
+                and node.name in WINDOW_BOUND_TYPES
+            ):  # the window's bounds, however qualified
+                return ex.ColumnReference(node.name)
             return None
 
         return transform(expression, replace)

@@ -772,3 +772,12 @@ def test_an_aggregates_literal_parameter_given_a_column_is_refused(metastore: Me
         "Parameter 2 passed to function EARLIEST_BY_OFFSET must be a literal constant, but was "
         "expression: 'MS'"
     )
+
+
+def test_a_qualified_window_bound_in_a_windowed_aggregation(metastore: Metastore) -> None:
+    result = plan(
+        metastore,
+        "CREATE TABLE t AS SELECT user_id, clicks.WINDOWSTART / 2 AS half, COUNT(*) AS n "
+        "FROM clicks WINDOW TUMBLING (SIZE 30 SECONDS) GROUP BY user_id;",
+    )
+    assert columns(result)[1] == ("HALF", "BIGINT", "VALUE")
