@@ -437,8 +437,9 @@ def _check_reserved_names(query: st.Query, persistent: bool) -> None:
             )
 
 
-# Aggregates whose parameters after the aggregated column are literals (TOPK's k...)
-_LITERAL_PARAMETERS = frozenset({"EARLIEST_BY_OFFSET", "LATEST_BY_OFFSET", "TOPK", "TOPKDISTINCT"})
+# Aggregates whose parameters after the aggregated column are literals (ignoreNulls, n);
+# TOPK's are not: it may take more columns before its k
+_LITERAL_PARAMETERS = frozenset({"EARLIEST_BY_OFFSET", "LATEST_BY_OFFSET"})
 
 # Aggregates whose running state is one value of a primitive type; the others keep a
 # struct, list or map (AVG its sum and count, TOPK a list...).
