@@ -15,7 +15,7 @@ Built from a ``QueryPlan`` (``Operators(plan)`` compiles its expressions):
 - ``aggregate(state, group, row, stream_time, sign)``: the row added to (sign 1) or
   undone from (sign -1) the accumulators of its windows (none; TUMBLING; HOPPING;
   SESSION, sessions merged), late records (their window's end + grace at or before the
-  stream time; a session's, the merged session's end + grace before it) dropped; with
+  stream time; a session's, the merged session's end + gap + grace before it) dropped; with
   EMIT CHANGES each update gives the window's new row (every update, as
   ``cache.max.bytes.buffering=0``), HAVING that fails a tombstone when the window's
   last row passed (none else);
@@ -591,12 +591,13 @@ class Operators:
     def _late(self, end: int, stream_time: int) -> bool:
         """Whether a window ending at ``end`` has closed at ``stream_time``: a time
         window once its end plus the grace is at or before the stream time, a session
-        once it is before (ksqlDB's rules; a session's end is its last record's time)."""
+        once its end plus the gap and the grace is before it (Kafka Streams' rules; a
+        session's end is its last record's time)."""
         window = self.window
         if window is None:
             return False
         if window.kind == "SESSION":
-            return end + self._grace() < stream_time
+            return end + window.size_ms + self._grace() < stream_time
         return end + self._grace() <= stream_time
 
     def aggregate(

@@ -647,8 +647,9 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
     ]
     # records of a later micro-batch, behind the stream time (600 s) by more than the
     # grace, count while their window is open: z at 585 s merges into z's session of
-    # 600 s (open until 610 s), z at 545 s is in the window of 540 to 600 s (open until
-    # 630 s), closed by z at 640 s; a at 3 s and z at 545 s make no open session
+    # 600 s (open until 640 s: its end, gap and grace), z at 545 s is in the window of
+    # 540 to 600 s (open until 630 s), closed by z at 640 s; a at 3 s and z at 545 s
+    # make no open session
     produce(
         broker,
         "events",

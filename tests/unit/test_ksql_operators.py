@@ -256,7 +256,7 @@ def test_a_late_session_record_is_kept_while_the_session_it_joins_is_open(
     metastore: Metastore,
 ) -> None:
     """ksqlDB drops a session record only when the session it merges into ends, plus the
-    grace, before the stream time: not by its own timestamp."""
+    gap and the grace, before the stream time: not by its own timestamp."""
     operators = Operators(
         plan(
             metastore,
@@ -269,9 +269,9 @@ def test_a_late_session_record_is_kept_while_the_session_it_joins_is_open(
         [
             click("u1", "/", 20 * SECOND),
             click("u2", "/", 22 * SECOND),  # the stream time 22 s
-            click("u1", "/", 11 * SECOND),  # 11 s behind: joins [20, 20] (ends at 20 + 2)
-            click("u1", "/", 0),  # beyond the gap of [11, 20]: alone, 0 + 2 < 22, dropped
-            click("u2", "/", 24 * SECOND),  # 20 + 2 < 24: u1's session closes
+            click("u1", "/", 11 * SECOND),  # 11 s behind: joins [20, 20] (closes after 32)
+            click("u1", "/", 0),  # beyond the gap of [11, 20]: alone, 0 + 12 < 22, dropped
+            click("u2", "/", 33 * SECOND),  # 20 + 10 + 2 < 33: u1's session closes
             click("u1", "/", 18 * SECOND),  # within the gap of [11, 20], which closed
         ],
     )
@@ -280,8 +280,7 @@ def test_a_late_session_record_is_kept_while_the_session_it_joins_is_open(
         ("u2", (22 * SECOND, 22 * SECOND), 1),
         ("u1", (20 * SECOND, 20 * SECOND), None),
         ("u1", (11 * SECOND, 20 * SECOND), 2),
-        ("u2", (22 * SECOND, 22 * SECOND), None),
-        ("u2", (22 * SECOND, 24 * SECOND), 2),
+        ("u2", (33 * SECOND, 33 * SECOND), 1),
     ]
 
 
