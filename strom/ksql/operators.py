@@ -643,10 +643,12 @@ class Operators:
     ) -> list[Change]:
         assert self.window is not None
         gap = self.window.size_ms
-        merged = [
+        merged = [  # those closed are gone from ksqlDB's session store (its retention)
             start
             for start, slot in state.items()
-            if slot["end"] + gap >= timestamp and start - gap <= timestamp
+            if slot["end"] + gap >= timestamp
+            and start - gap <= timestamp
+            and not self._late(slot["end"], stream_time)
         ]
         # late when the session it makes (merged with those within the gap) has closed
         if self._late(max([timestamp, *(state[s]["end"] for s in merged)]), stream_time):

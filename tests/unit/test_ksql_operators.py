@@ -159,6 +159,26 @@ def test_tumbling_counts_give_every_update(metastore: Metastore) -> None:
     assert changes[1].timestamp == 2 * SECOND
 
 
+def test_a_closed_session_takes_no_later_record(metastore: Metastore) -> None:
+    """A session closed by the stream time (its end, gap and grace behind it) is gone
+    from ksqlDB's session store: a record within its gap starts a session of its own,
+    even before the host has taken the closed one out of the state."""
+    operators = Operators(
+        plan(
+            metastore,
+            "CREATE TABLE sessions AS SELECT user_id, COUNT(*) AS n FROM clicks "
+            "WINDOW SESSION (10 SECONDS, GRACE PERIOD 2 SECONDS) GROUP BY user_id",
+        )
+    )
+    state: dict[Any, Any] = {}
+    group = ("u1",)
+    operators.aggregate(state, group, click("u1", "/", 33 * SECOND).columns, 33 * SECOND)
+    changes = operators.aggregate(
+        state, group, click("u1", "/", 35 * SECOND).columns, 46 * SECOND
+    )  # [33, 33] closed at 46 (33 + 10 + 2 < 46); 35 is not late (35 + 12 >= 46)
+    assert summary(changes, "N") == [("u1", (35 * SECOND, 35 * SECOND), 1)]
+
+
 def test_emit_final_gives_one_row_per_window_once_closed(metastore: Metastore) -> None:
     operators = Operators(
         plan(
