@@ -64,8 +64,9 @@ known one is INVALID_PRODUCER_EPOCH; a batch with the same epoch and the same
 first and last sequence as one of that producer's last five batches is a
 retry: nothing is appended and the response is success with the base offset
 the first copy got, for acks=-1 once the high watermark has passed that copy
-(log_append_time is then this request's time, not the first copy's); a new epoch must start at sequence 0 and otherwise the first
-sequence must follow the last one (wrapping at 2**31-1), else
+(log_append_time is then this request's time, not the first copy's); a new
+epoch must start at sequence 0 and otherwise the first sequence must follow the
+last one (wrapping at 2**31-1), else
 OUT_OF_ORDER_SEQUENCE_NUMBER. A producer id the partition does not know is
 accepted at any sequence and epoch (its state may be older than the segments
 it is rebuilt from). Idle producer ids do not expire.
