@@ -65,6 +65,7 @@ import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,9 @@ CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 _READ_CHUNK = 1 << 20  # also the throttle's step
 UNLIMITED_IO = 1.7976931348623157e308  # log.cleaner.io.max.bytes.per.second default
 _THROTTLE_STEP_S = 0.1
+# How long shutdown waits for an aborted cleaning to stop before it kills the worker:
+# at SCHED_IDLE on a busy machine the worker may get no CPU to see the flag for minutes.
+ABORT_WAIT_S = 2.0
 _WRITE_BUFFER = 4 << 20
 _OFFSET_ENTRY = struct.Struct(">ii")
 INT64_MAX = 2**63 - 1
@@ -858,19 +862,35 @@ class LogCleaner:
     def busy(self) -> bool:
         return self._running is not None or self._swap is not None
 
+    def _kill_worker(self) -> None:
+        executor = self._executor
+        if executor is None:
+            return
+        # ProcessPoolExecutor has no public way to end its workers before Python 3.14
+        for process in list(executor._processes.values()):  # noqa: SLF001
+            process.kill()
+        log.warning(
+            "the cleaner's worker did not stop within %.0fs of its abort: killed", ABORT_WAIT_S
+        )
+
     def _stop_executor(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
 
     def shutdown(self) -> None:
-        """Abort a running cleaning (its files are removed), finish a swap under way, and
-        stop the worker and the file thread."""
+        """Abort a running cleaning (its files are removed; a worker that does not stop
+        within ABORT_WAIT_S is killed, and its files go when the log is loaded next),
+        finish a swap under way, and stop the worker and the file thread."""
         if self._running is not None:
             job, future = self._running
             self._abort.set()
             try:
-                output = future.result()  # aborted, or finished: nothing is installed
+                output = future.result(ABORT_WAIT_S)  # aborted, or finished: not installed
+            except FutureTimeout:
+                # starved: kill it; the files it was writing (*.cleaned) are discarded
+                # when the log is loaded next
+                self._kill_worker()
             except Exception:
                 pass
             else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -216,6 +217,38 @@ def test_shutdown_sees_a_swap_under_way_through(tmp_path):
     reopened = LogManager(tmp_path, CONFIG, cleaner_enabled=False)
     reopened.load()
     assert _records(reopened.get("c", 0)) == FILL_CLEANED
+    reopened.shutdown()
+
+
+def test_shutdown_kills_a_worker_that_does_not_stop(tmp_path):
+    """A worker that gets no CPU (SCHED_IDLE on a busy machine; SIGSTOP here) cannot see
+    the abort: shutdown kills it rather than wait, and the log loads as it was."""
+    manager = LogManager(
+        tmp_path, CONFIG, cleaner_backoff_ms=1, cleaner_io_max_bytes_per_second=200
+    )
+    manager.load()
+    plog = manager.create("c", 0, CONFIG)
+    _fill(plog)
+    before = _records(plog)
+    manager.maintain()
+    assert manager.cleaner.busy  # 200 bytes a second: this cleaning takes many seconds
+    executor = manager.cleaner._executor  # noqa: SLF001 - the worker is internal
+    assert executor is not None
+    deadline = time.monotonic() + 60
+    while not executor._processes:  # noqa: SLF001
+        assert time.monotonic() < deadline, "no worker process"
+        time.sleep(0.01)
+    [worker] = list(executor._processes.values())  # noqa: SLF001
+    os.kill(worker.pid, signal.SIGSTOP)
+    stopping = threading.Thread(target=manager.shutdown)
+    stopping.start()
+    stopping.join(60)
+    assert not stopping.is_alive(), "shutdown waited on a worker that cannot run"
+    assert worker.exitcode == -signal.SIGKILL
+    reopened = LogManager(tmp_path, CONFIG, cleaner_enabled=False)
+    reopened.load()
+    assert _records(reopened.get("c", 0)) == before
+    assert not list((tmp_path / "c-0").glob("*.cleaned"))
     reopened.shutdown()
 
 
