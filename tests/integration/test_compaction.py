@@ -50,6 +50,9 @@ def _produce_rounds(bootstrap: str, topic: str, rounds: range, keys: int, **conf
     assert producer.flush(30) == 0
 
 
+BACKLOG = 3_000  # records the busy writer may be ahead of the cleaner
+
+
 def _cleaned_upto(broker: BrokerProcess, topic: str) -> int:
     return read_checkpoint(Path(broker.data_dir) / "cleaner-offset-checkpoint").get((topic, 0), 0)
 
@@ -129,10 +132,19 @@ def test_writes_during_cleaning_are_kept(broker) -> None:
     def write() -> None:
         # Paced (about 40 records a millisecond at most): unpaced, the writer and the
         # broker fill both cores, the idle-priority cleaner starves, and the log grows
-        # to millions of records that the final read has to get through.
+        # to millions of records that the final read has to get through. Held back
+        # while more than BACKLOG records are beyond the cleaned offset: on a loaded
+        # machine the idle-priority cleaner falls behind, and each cleaning would take
+        # longer than the one before (a second cleaning of 110,000 records once missed
+        # the 30 s wait).
         try:
             producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1})
+            cleaned = 0
             while not stop.is_set() or rounds[0] < 30:
+                while rounds[0] * 40 - cleaned > BACKLOG and not stop.is_set():
+                    cleaned = _cleaned_upto(broker, topic)
+                    if rounds[0] * 40 - cleaned > BACKLOG:
+                        producer.poll(0.05)
                 for k in range(40):
                     value = b"%d" % rounds[0]
                     producer.produce(topic, key=b"key-%d" % k, value=value, partition=0)
