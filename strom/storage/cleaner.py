@@ -862,16 +862,28 @@ class LogCleaner:
     def busy(self) -> bool:
         return self._running is not None or self._swap is not None
 
-    def _kill_worker(self) -> None:
+    def _worker_pids(self) -> list[int]:
         executor = self._executor
         if executor is None:
-            return
-        # ProcessPoolExecutor has no public way to end its workers before Python 3.14
-        for process in list(executor._processes.values()):  # noqa: SLF001
-            process.kill()
-        log.warning(
-            "the cleaner's worker did not stop within %.0fs of its abort: killed", ABORT_WAIT_S
-        )
+            return []
+        # ProcessPoolExecutor has no public way to reach its workers before Python 3.14
+        return [p.pid for p in list(executor._processes.values()) if p.pid]  # noqa: SLF001
+
+    def _raise_worker_priority(self) -> None:
+        """Back to the normal scheduling class (nice 10 stays), so that the worker gets
+        the CPU to see an abort, or to die of a kill."""
+        for pid in self._worker_pids():
+            try:
+                os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+            except (OSError, AttributeError):
+                pass
+
+    def _kill_worker(self) -> None:
+        for pid in self._worker_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def _stop_executor(self) -> None:
         if self._executor is not None:
@@ -879,18 +891,21 @@ class LogCleaner:
             self._executor = None
 
     def shutdown(self) -> None:
-        """Abort a running cleaning (its files are removed; a worker that does not stop
-        within ABORT_WAIT_S is killed, and its files go when the log is loaded next),
-        finish a swap under way, and stop the worker and the file thread."""
+        """Abort a running cleaning (its files are removed; those of a worker that does
+        not stop within ABORT_WAIT_S go when the log is loaded next), finish a swap under
+        way, stop the file thread, and kill the worker process."""
         if self._running is not None:
             job, future = self._running
             self._abort.set()
+            self._raise_worker_priority()  # SCHED_IDLE: on a busy machine it may never run
             try:
                 output = future.result(ABORT_WAIT_S)  # aborted, or finished: not installed
             except FutureTimeout:
-                # starved: kill it; the files it was writing (*.cleaned) are discarded
-                # when the log is loaded next
-                self._kill_worker()
+                # still starved: killed below; the files it was writing (*.cleaned) are
+                # discarded when the log is loaded next
+                log.warning(
+                    "the cleaner's worker did not stop within %.0fs of its abort", ABORT_WAIT_S
+                )
             except Exception:
                 pass
             else:
@@ -906,4 +921,8 @@ class LogCleaner:
         if self._files is not None:
             self._files.shutdown(wait=True)
             self._files = None
+        # the worker holds nothing to save: killed, it needs no CPU to wind its
+        # interpreter down (at nice 10 on a busy machine that took over 40 s)
+        self._raise_worker_priority()
+        self._kill_worker()
         self._stop_executor()
