@@ -165,13 +165,7 @@ class _ArrowProducer:
 
         def write_held() -> None:
             nonlocal writer
-            remaining = producer.flush(FLUSH_TIMEOUT_S)
-            if failures:
-                raise KafkaException(failures[0])
-            if remaining:
-                raise KafkaException(
-                    KafkaError(KafkaError._MSG_TIMED_OUT, f"{remaining} records not acknowledged")
-                )
+            _flush_acknowledged(producer, failures)
             if writer is None:
                 writer = ZeroTimeWriter(self.opts.client)
             writer.send(held)
@@ -228,13 +222,7 @@ class _ArrowProducer:
         failures: list[KafkaError] = []
         producer = Producer(self._config(failures))
         written = self._produce(producer, iterator, failures, zero_time=True)
-        remaining = producer.flush(FLUSH_TIMEOUT_S)
-        if failures:
-            raise KafkaException(failures[0])
-        if remaining:
-            raise KafkaException(
-                KafkaError(KafkaError._MSG_TIMED_OUT, f"{remaining} records not acknowledged")
-            )
+        _flush_acknowledged(producer, failures)
         return WrittenRecords(written)
 
     def _write_in_transaction(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
@@ -265,6 +253,18 @@ class _ArrowProducer:
             for _ in batches:  # Spark's input is read to its end either way
                 pass
         return WrittenRecords(outcome.written, batch_id=task.batch_id, skipped=outcome.skipped)
+
+
+def _flush_acknowledged(producer: Producer, failures: list[KafkaError]) -> None:
+    """Flush ``producer``; raise the first failed delivery, or a timeout for records
+    neither acknowledged nor failed."""
+    remaining = producer.flush(FLUSH_TIMEOUT_S)
+    if failures:
+        raise KafkaException(failures[0])
+    if remaining:
+        raise KafkaException(
+            KafkaError(KafkaError._MSG_TIMED_OUT, f"{remaining} records not acknowledged")
+        )
 
 
 def _zero_time_record(
