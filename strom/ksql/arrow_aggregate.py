@@ -10,10 +10,8 @@ a time: the fast path of both of ``strom.ksql.runtime``'s steps for it.
   grouped row holding the rows' times and arguments in offset order (fixed-width
   numpy records), so the aggregation step gets a few rows per group and micro-batch,
   not one per record. A batch it cannot vouch for answers None and runs record at a
-  time (its payloads, the rows, are then not read either). Spark drops a grouped row
-  older than the watermark before the aggregation step sees it; a packed row is as
-  old as its latest time, so its older rows reach the step, which drops them by
-  ksqlDB's rule (their window has closed).
+  time (its payloads, the rows, are then not read either). Spark drops no grouped
+  row as late; the step drops late rows by ksqlDB's rule (their window has closed).
 - ``ArrowAggregation`` is the aggregation of one group's rows in a micro-batch: the
   windows and accumulators kept in the same state as ``strom.ksql.operators``' (so
   either may carry on the other's), each row's update computed a window at a time

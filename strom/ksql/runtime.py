@@ -10,9 +10,9 @@ inside Spark's tasks.
 - An aggregation is a ``mapInArrow`` (read, filter, the grouping key) then
   ``groupBy(key).transformWithStateInPandas``: the group's windows and accumulators in
   Spark's state store (RocksDB), the rows of a key taken in (partition, offset) order;
-  windowed aggregations run in event time, on a copy of the row's time shifted by
-  as much as the watermark's delay (``_late_reach``), so that the watermark is the
-  stream time and Spark drops only rows ksqlDB would drop. A record's stream time is
+  windowed aggregations run in event time, their watermark the stream time and taken
+  so that Spark drops no row (``_watermarked_keeping_late_rows``): the operators drop
+  late rows by ksqlDB's rules. A record's stream time is
   its source partition's, as ksqlDB's: the grouping step gives each row the largest
   time of its partition's kept rows up to it, at least the watermark (the stream time
   when the micro-batch began: exact with one partition; with several, the most
@@ -77,8 +77,6 @@ CHAINED_SCHEMA = "grp binary, stage int, part int, off long, seq int, ts timesta
 LOG_GROUP = b"\x00processing-log"  # the group of processing log entries, passed through
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PACKED_ROWS = 500_000  # a grouping task's rows packed by group at most at once
-EVENT_TIME = "evt"  # a windowed aggregation's event time for Spark (``_late_reach``)
-SESSION_REACH_MS = 100 * 365 * 86_400_000  # a session row's: beyond any stream's times
 
 
 @dataclass(frozen=True)
@@ -1127,13 +1125,8 @@ def _aggregated(grouped: DataFrame, spec: QuerySpec, regroup: bool) -> DataFrame
             timeMode="None",
         )
     windowed = plan.aggregation.window is not None
-    if windowed:  # the watermark is the stream time; Spark drops only rows ksqlDB would
-        from pyspark.sql import functions as F
-
-        reach = _late_reach(plan)
-        shifted = F.timestamp_millis(F.unix_millis(F.col("ts")) + F.lit(reach))
-        grouped = grouped.withColumn(EVENT_TIME, shifted)
-        grouped = grouped.withWatermark(EVENT_TIME, f"{reach} milliseconds")
+    if windowed:  # the watermark is the stream time; the operators drop late rows
+        grouped = _watermarked_keeping_late_rows(grouped, 0)
     from strom.ksql.arrow_aggregate import compile_aggregation
     from strom.ksql.packed_output import unpack_in_order as unpack
 
@@ -1239,8 +1232,10 @@ def _watermarked_keeping_late_rows(frame: DataFrame, delay_ms: int) -> DataFrame
     copy of their time column that is dropped at once: the event-time steps after it
     get their timers by it, but no row is dropped as late (Spark drops a row at or
     before the watermark only in a step whose input has the watermarked column), so a
-    row for a later join of a chain reaches it, and each stream-stream join judges a
-    late record by ksqlDB's rules (``Operators.join_rows``)."""
+    row for a later join of a chain reaches it, each stream-stream join judges a late
+    record by ksqlDB's rules (``Operators.join_rows``), and so does a windowed
+    aggregation (a record of time 0 included: Spark would drop it in the first
+    micro-batch, whose watermark is 0)."""
     from pyspark.sql import functions
 
     marked = frame.withColumn("wm", functions.col("ts"))
@@ -1253,26 +1248,3 @@ def _join_reach(plan: QueryPlan, step: int = 0) -> int:
     join = plan.joins[step]
     grace = DEFAULT_GRACE_MS if join.grace_ms is None else join.grace_ms
     return join.before_ms + join.after_ms + grace
-
-
-def _late_reach(plan: QueryPlan) -> int:
-    """How far (ms) a windowed aggregation's row may be behind the stream time and still
-    count, at most: its event time for Spark is its timestamp plus this, its watermark
-    delay this, so the watermark is the stream time (of the most advanced partition,
-    when the micro-batch began) and a row Spark drops (at or before the watermark) is
-    one ksqlDB drops too; a timestamp of 0 stays above the first micro-batch's
-    watermark (0).
-
-    A tumbling or hopping window ends at most its size after a row's time, and ksqlDB
-    drops the row once its window's end plus the grace is at or before the stream
-    time: the reach is the size plus the grace. A session row is dropped only when the
-    session it merges into ends, plus the grace, before the stream time, and a session
-    may reach any row: its reach is ``SESSION_REACH_MS`` (Spark drops none)."""
-    from strom.ksql.operators import DEFAULT_GRACE_MS
-
-    window = plan.aggregation.window if plan.aggregation is not None else None
-    assert window is not None
-    if window.kind == "SESSION":
-        return SESSION_REACH_MS
-    grace = DEFAULT_GRACE_MS if window.grace_ms is None else window.grace_ms
-    return window.size_ms + grace
