@@ -67,6 +67,7 @@ class Change:
     value: dict[str, Any] | None  # None: a tombstone
     timestamp: int
     window: tuple[int, int] | None = None
+    keyless: bool = False  # written with no key (a stream's null key passed on)
 
 
 @dataclass
@@ -130,6 +131,14 @@ class Operators:
             for p in plan.projection
         ]
         self.table_source = plan.source.kind == "TABLE"
+        # a stream's key passed on as it is (no PARTITION BY, GROUP BY or join): a null
+        # key stays null, whatever its columns (ksqlDB's projection keeps the key object)
+        self.key_passes = not (
+            self.table_source
+            or plan.partition_by is not None
+            or plan.aggregation is not None
+            or plan.joins
+        )
         source_keys = {c.name for c in plan.source.key_columns}
         self.reads_key_only = [
             reads_only(p.expression, output_scope, source_keys) for p in plan.projection
@@ -214,6 +223,13 @@ class Operators:
 
     # ---- stateless
     def stateless(self, row: Row) -> list[Change]:
+        changes = self._stateless(row)
+        if row.keyless and self.key_passes:
+            for change in changes:
+                change.keyless = True
+        return changes
+
+    def _stateless(self, row: Row) -> list[Change]:
         columns = row.columns
         window = self._window_of(columns)
         if row.tombstone:

@@ -115,6 +115,15 @@ class PushQuery:
     def _expression_error(self, message: str) -> None:
         self._log(processing_log.processing_error(self.query_id, message))
 
+    def _unread(self, exc: RecordError, record: SourceRecord) -> None:
+        """A record that does not read: logged to the processing log (unless quiet)."""
+        if not exc.quiet:
+            self._log(
+                processing_log.deserialization_error(
+                    self.query_id, exc.target, exc.message, record.topic
+                )
+            )
+
     def _log(self, entry: bytes) -> None:
         if self.log_producer is not None:
             try:
@@ -277,11 +286,7 @@ class PushQuery:
             try:
                 row = self.readers[index].read(record)
             except RecordError as exc:
-                self._log(
-                    processing_log.deserialization_error(
-                        self.query_id, exc.target, exc.message, record.topic
-                    )
-                )
+                self._unread(exc, record)
                 continue
             stream_time = max(self.stream_times.get(-1, -1), row.timestamp)
             self.stream_times[-1] = stream_time
@@ -298,11 +303,7 @@ class PushQuery:
         try:
             row = reader.read(record)
         except RecordError as exc:
-            self._log(
-                processing_log.deserialization_error(
-                    self.query_id, exc.target, exc.message, record.topic
-                )
-            )
+            self._unread(exc, record)
             return []
         key = self.operators.key_of(side, row)
         if key is None:
@@ -325,11 +326,7 @@ class PushQuery:
         try:
             row = self.reader.read(record)
         except RecordError as exc:
-            self._log(
-                processing_log.deserialization_error(
-                    self.query_id, exc.target, exc.message, record.topic
-                )
-            )
+            self._unread(exc, record)
             return []
         operators = self.operators
         if operators.plan.aggregation is None:

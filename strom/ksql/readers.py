@@ -44,12 +44,15 @@ REGISTRY_FORMATS = ("AVRO", "JSON_SR", "PROTOBUF")
 
 
 class RecordError(Exception):
-    """A record that does not read as its source's formats."""
+    """A record that does not read as its source's formats; ``quiet`` for one that is
+    dropped without a processing log entry (a table's record without a key, which Kafka
+    Streams' table source skips)."""
 
-    def __init__(self, target: str, message: str) -> None:
+    def __init__(self, target: str, message: str, quiet: bool = False) -> None:
         super().__init__(message)
         self.target = target  # key or value
         self.message = message
+        self.quiet = quiet
 
 
 @dataclass
@@ -67,11 +70,14 @@ class SourceRecord:
 
 @dataclass
 class Row:
-    """A record read: its columns, and whether its value was null (``tombstone``: a
-    table's delete, a stream's null row; only the key and pseudo columns are set)."""
+    """A record read: its columns, whether its value was null (``tombstone``: a
+    table's delete, a stream's null row; only the key and pseudo columns are set), and
+    whether its key was (``keyless``: no key bytes, or JSON's ``null`` for key columns in
+    an object; ksqlDB's null key, its key columns null)."""
 
     columns: dict[str, Any]
     tombstone: bool = False
+    keyless: bool = False
 
     @property
     def timestamp(self) -> int:
@@ -309,12 +315,12 @@ class SideReader:
         self._parse_float = _ExactFloat if any(_holds_decimal(c.type) for c in columns) else None
 
     def read(self, data: bytes | None) -> dict[str, Any] | None:
-        """The side's columns; None for a value that is null (no bytes, or JSON's
-        ``null`` for columns in an object): the record's row is null, as ksqlDB's."""
+        """The side's columns; None for a side that is null (no bytes, or JSON's
+        ``null`` for columns in an object): the record's row or key is null, as ksqlDB's."""
         if not self.columns or self.format == "NONE":
             return {}
         if data is None:
-            return None if self.side == "value" else {c.name: None for c in self.columns}
+            return None
         fmt = self.format
         if fmt == "KAFKA":
             return {self.columns[0].name: _kafka_value(data, self.columns[0])}
@@ -323,7 +329,7 @@ class SideReader:
                 parsed = json.loads(data, parse_float=self._parse_float)
             except (ValueError, UnicodeDecodeError) as exc:
                 raise _Mismatch(f"Invalid JSON: {exc}") from None
-            if parsed is None and self.side == "value" and not self.alone:
+            if parsed is None and not self.alone:
                 return None
             return _fields(parsed, self.columns, self.alone)
         if fmt == "DELIMITED":
@@ -488,6 +494,7 @@ class RecordReader:
         self.headers = [c for c in source.columns if c.namespace == "HEADER"]
         self.session = source.window_type == "SESSION"
         self.windowed = source.is_windowed
+        self.table = source.kind == "TABLE"
 
     def read(self, record: SourceRecord) -> Row:
         key = record.key
@@ -504,9 +511,15 @@ class RecordReader:
             key = key[:-width]
             row["WINDOWSTART"], row["WINDOWEND"] = start, end
         try:
-            row.update(self.keys.read(key) or {})
+            keys = self.keys.read(key)
         except _Mismatch as exc:
             raise RecordError("key", str(exc)) from None
+        keyless = keys is None
+        if keys is None:  # ksqlDB's null key: the key columns null
+            if self.table:  # Kafka Streams' table source skips it
+                raise RecordError("key", "A table's record without a key", quiet=True)
+            keys = dict.fromkeys(c.name for c in self.source.key_columns)
+        row.update(keys)
         values: dict[str, Any] | None = None
         if record.value is not None or self.source.value_format == "NONE":
             try:
@@ -520,7 +533,7 @@ class RecordReader:
         row["ROWPARTITION"] = record.partition
         row["ROWOFFSET"] = record.offset
         row["ROWTIME"] = self._timestamp(row, record)
-        return Row(row, tombstone)
+        return Row(row, tombstone, keyless)
 
     def _timestamp(self, row: dict[str, Any], record: SourceRecord) -> int:
         column = self.source.timestamp_column
