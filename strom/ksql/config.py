@@ -8,7 +8,9 @@ Owns reading ``config/ksql-server.properties``'s keys into ``KsqlServerConfig``:
   ``_confluent-ksql-<id>_command_topic``), ``ksql.schema.registry.url``,
   ``ksql.schema.registry.basic.auth.user.info`` (and the other settings of
   confluent-kafka's registry client), ``ksql.internal.topic.replicas``,
-  ``ksql.persistence.default.format.key`` / ``.value``, ``ksql.spark.master`` (where
+  ``ksql.persistence.default.format.key`` / ``.value``, ``ksql.output.topic.name.prefix``
+  (before the name of a topic a CREATE ... AS SELECT without KAFKA_TOPIC makes),
+  ``ksql.spark.master`` (where
   persistent queries run), ``spark.*`` (the Spark session's own settings),
   ``ksql.spark.trigger.interval.ms`` (how often a persistent query looks for new
   records), ``ksql.streams.state.dir`` (the queries' checkpoints),
@@ -52,6 +54,8 @@ _SERVICE_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 GUARANTEES = ("at_least_once", "exactly_once", "exactly_once_v2")
 OFFSET_RESETS = ("earliest", "latest")
 # Kafka client settings among ksql.streams.*: passed to the server's clients.
+# before the name of a topic a CREATE ... AS SELECT makes when it names none
+OUTPUT_TOPIC_PREFIX = "ksql.output.topic.name.prefix"
 _CLIENT_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.id", "request.timeout.ms")
 
 
@@ -66,6 +70,7 @@ class KsqlServerConfig:
     internal_topic_replicas: int = 1
     default_key_format: str = "KAFKA"
     default_value_format: str | None = None
+    output_topic_prefix: str = ""  # ksql.output.topic.name.prefix
     spark_master: str = "local[*]"
     spark_settings: dict[str, str] = field(default_factory=dict)  # spark.* properties
     trigger_interval_ms: int = 500
@@ -182,6 +187,7 @@ def server_config(props: dict[str, str]) -> KsqlServerConfig:
         default_key_format=_format(props, "ksql.persistence.default.format.key", "KAFKA")
         or "KAFKA",
         default_value_format=_format(props, "ksql.persistence.default.format.value", None),
+        output_topic_prefix=props.get(OUTPUT_TOPIC_PREFIX, ""),
         spark_master=props.get("ksql.spark.master", "local[*]"),
         spark_settings={k: v for k, v in props.items() if k.startswith("spark.")},
         trigger_interval_ms=_positive_int(props, "ksql.spark.trigger.interval.ms", 500),

@@ -48,7 +48,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from strom.ksql import formatter, processing_log
 from strom.ksql import statements as st
 from strom.ksql.command_topic import Command, CommandReader, CommandTopic, CommandTopicError
-from strom.ksql.config import KsqlServerConfig
+from strom.ksql.config import OUTPUT_TOPIC_PREFIX, KsqlServerConfig
 from strom.ksql.inserts import RowWriter, insertable, statement_values
 from strom.ksql.kafka_calls import (
     TIMEOUT_S,
@@ -296,8 +296,15 @@ class KsqlEngine:
             self.metastore.drop_type(st.DropType(statement.name, if_exists=True))
             return f"Dropped type '{statement.name}'"
         if isinstance(statement, st.CreateAsSelect | st.InsertInto):
+            prefix = command.streams_properties.get(
+                OUTPUT_TOPIC_PREFIX, command.original_properties.get(OUTPUT_TOPIC_PREFIX, "")
+            )
             query = self._persistent_query(
-                statement, command.statement, command.streams_properties, command.sequence_number
+                statement,
+                command.statement,
+                command.streams_properties,
+                command.sequence_number,
+                str(prefix),
             )
             if not getattr(self, "_replaying", False):
                 self._start_query(query)
@@ -315,6 +322,8 @@ class KsqlEngine:
         }
         if self.config.default_value_format is not None:
             original[_VALUE_FORMAT_DEFAULT] = self.config.default_value_format
+        if self.config.output_topic_prefix:  # the sink topics of a replay stay the same
+            original[OUTPUT_TOPIC_PREFIX] = self.config.output_topic_prefix
         command = Command(command_id, text, dict(properties), original)
         sequence = self.command_topic.append(command)
         self._applied.add(sequence)  # the caller applies it; the follower must not
@@ -676,7 +685,7 @@ class KsqlEngine:
                 f"Cannot add {statement.kind.lower()} '{statement.name}': A "
                 f"{existing.kind.lower()} with the same name already exists"
             )
-        plan = self._plan(statement, text)
+        plan = self._plan(statement, text, self._topic_prefix(scope))
         assert plan.sink is not None
         if existing is not None:  # CREATE OR REPLACE: an upgrade of the sink and its query
             self.metastore.check_can_add(plan.sink, True)
@@ -710,7 +719,7 @@ class KsqlEngine:
     def _insert_into(
         self, statement: st.InsertInto, text: str, scope: RequestScope
     ) -> dict[str, Any] | None:
-        self._plan(statement, text)
+        self._plan(statement, text, self._topic_prefix(scope))
         command_id = f"stream/`{statement.target}`/create"
         return self._run_persistent(statement, text, scope, command_id)
 
@@ -722,7 +731,9 @@ class KsqlEngine:
         command_id: str,
     ) -> dict[str, Any]:
         sequence = self._record(command_id, text, scope.properties)
-        query = self._persistent_query(statement, text, scope.properties, sequence)
+        query = self._persistent_query(
+            statement, text, scope.properties, sequence, self._topic_prefix(scope)
+        )
         self._start_query(query)
         message = f"Created query with ID {query.query_id}"
         self._succeeded(command_id, message)
@@ -730,7 +741,13 @@ class KsqlEngine:
         entity["commandStatus"]["queryId"] = query.query_id
         return entity
 
-    def _plan(self, statement: st.CreateAsSelect | st.InsertInto, text: str) -> QueryPlan:
+    def _topic_prefix(self, scope: RequestScope) -> str:
+        """ksql.output.topic.name.prefix: the request's, else the server's."""
+        return str(scope.properties.get(OUTPUT_TOPIC_PREFIX, self.config.output_topic_prefix))
+
+    def _plan(
+        self, statement: st.CreateAsSelect | st.InsertInto, text: str, topic_prefix: str = ""
+    ) -> QueryPlan:
         source = self.metastore.source(statement.query.source.left.name)
         partitions = None
         if source is not None:
@@ -738,7 +755,13 @@ class KsqlEngine:
             partitions = len(found.partitions) if found is not None else None
         if isinstance(statement, st.CreateAsSelect):
             request = SinkRequest(
-                statement.name, statement.kind, statement.properties, None, partitions, text
+                statement.name,
+                statement.kind,
+                statement.properties,
+                None,
+                partitions,
+                text,
+                topic_prefix,
             )
         else:  # the planner refuses a table, a read-only stream or one with headers
             target = self.metastore.source(statement.target)
@@ -753,9 +776,11 @@ class KsqlEngine:
         text: str,
         properties: dict[str, Any],
         sequence: int,
+        topic_prefix: str = "",
     ) -> RunningQuery:
         """The query of a recorded statement, its sink added to the metastore."""
-        plan = wrapping_from_properties(self._plan(statement, text), statement, properties)
+        plan = self._plan(statement, text, topic_prefix)
+        plan = wrapping_from_properties(plan, statement, properties)
         assert plan.sink is not None
         replaced = (
             self._writer_of(statement.name)
@@ -872,7 +897,7 @@ class KsqlEngine:
             return self.queries.explain(text, found)
         inner = statement.statement
         if isinstance(inner, st.CreateAsSelect | st.InsertInto):
-            plan = self._plan(inner, text)
+            plan = self._plan(inner, text, self._topic_prefix(scope))
         elif isinstance(inner, st.Query):
             plan = plan_query(inner, self.metastore, None, text)
         else:

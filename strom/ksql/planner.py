@@ -20,9 +20,10 @@ Owns ksqlDB's output schema rules:
   (grouping key columns, aggregate results, WINDOWSTART / WINDOWEND, ROWTIME);
 - windows (TUMBLING, HOPPING, SESSION with GRACE PERIOD and RETENTION) and EMIT
   CHANGES / FINAL;
-- the sink: name, topic (the sink's name unless KAFKA_TOPIC), partitions (the source
-  topic's unless PARTITIONS), formats (the source's unless FORMAT / KEY_FORMAT /
-  VALUE_FORMAT), window, as a ``DataSource`` the metastore takes.
+- the sink: name, topic (the sink's name after ksql.output.topic.name.prefix unless
+  KAFKA_TOPIC), partitions (the source topic's unless PARTITIONS), formats (the
+  source's unless FORMAT / KEY_FORMAT / VALUE_FORMAT), window, as a ``DataSource``
+  the metastore takes.
 
 Types come from the expression compiler (``strom.ksql.evaluation``); nothing here
 evaluates. Joins are planned as a left-deep chain of ``JoinPlan``s (stream-table,
@@ -262,6 +263,7 @@ class SinkRequest:
     existing: DataSource | None = None
     topic_partitions: int | None = None  # the source topic's, the default for the sink
     statement: str = ""
+    topic_prefix: str = ""  # ksql.output.topic.name.prefix: a new sink's topic without KAFKA_TOPIC
 
 
 # ---- expression helpers -----------------------------------------------------------------
@@ -1673,7 +1675,7 @@ def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
         kind=request.kind,
         name=request.name,
         columns=columns,
-        topic=str(props.get("KAFKA_TOPIC", request.name)),
+        topic=str(props.get("KAFKA_TOPIC", request.topic_prefix + request.name)),
         key_format=key_format,
         value_format=value_format,
         statement=statement,

@@ -271,6 +271,15 @@ def test_set_define_and_session_variables(server: KsqlServer) -> None:
     assert properties["ksql.streams.auto.offset.reset"] == "earliest"
     assert "ksql.streams.auto.offset.reset" in entities[2]["overwrittenProperties"]
     assert properties["ksql.schema.registry.basic.auth.user.info"] == "[hidden]"
+    # ksql.output.topic.name.prefix: before a new sink's name when it names no topic
+    explained = server.ok(
+        "SET 'ksql.output.topic.name.prefix' = 'thing-';"
+        "EXPLAIN CREATE STREAM vars_copy AS SELECT * FROM vars_s;"
+        "EXPLAIN CREATE STREAM vars_copy WITH (kafka_topic='foo') AS SELECT * FROM vars_s;"
+    )
+    plans = [e["queryDescription"]["executionPlan"] for e in explained]
+    assert "[ SINK ] | Schema: VARS_COPY | topic: thing-VARS_COPY" in plans[0]
+    assert "[ SINK ] | Schema: VARS_COPY | topic: foo" in plans[1]
 
 
 def test_alter_adds_columns(server: KsqlServer, broker: BrokerProcess) -> None:

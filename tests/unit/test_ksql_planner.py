@@ -88,6 +88,35 @@ def test_with_properties_override_topic_partitions_and_formats(metastore: Metast
     )  # fmt: skip
 
 
+def test_the_output_topic_prefix_names_a_new_sinks_topic_without_kafka_topic(
+    metastore: Metastore,
+) -> None:
+    """ksql.output.topic.name.prefix, as ksqlDB's Analyzer applies it: before the sink's
+    name when the statement names no topic; KAFKA_TOPIC and INSERT INTO's sink as they are."""
+
+    def topic(text: str, existing: str | None = None) -> str:
+        statement = parse_statement(text)
+        if isinstance(statement, st.CreateAsSelect):
+            request = SinkRequest(
+                statement.name, statement.kind, statement.properties, None, 1, text, "thing-"
+            )
+        else:
+            assert isinstance(statement, st.InsertInto) and existing is not None
+            target = metastore.source(existing)
+            request = SinkRequest(existing, None, {}, target, 1, text, "thing-")
+        sink = plan_query(statement.query, metastore, request, text).sink
+        assert sink is not None
+        return sink.topic
+
+    assert topic("CREATE STREAM out AS SELECT * FROM clicks") == "thing-OUT"
+    assert topic("CREATE STREAM `Out` AS SELECT * FROM clicks") == "thing-Out"
+    assert topic("CREATE TABLE n AS SELECT page, COUNT(*) AS c FROM clicks GROUP BY page") == (
+        "thing-N"
+    )
+    assert topic("CREATE STREAM o WITH (kafka_topic='foo') AS SELECT * FROM clicks") == "foo"
+    assert topic("INSERT INTO clicks_too SELECT * FROM clicks_too", "CLICKS_TOO") == "clicks_too"
+
+
 def test_group_by_makes_a_table_keyed_by_the_grouping_with_a_window(
     metastore: Metastore,
 ) -> None:

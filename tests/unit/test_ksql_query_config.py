@@ -43,3 +43,10 @@ def test_a_bad_query_setting_is_one_line(key: str, value: str) -> None:
     with pytest.raises(ConfigError) as refused:
         server_config({key: value})
     assert key in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_the_output_topic_prefix() -> None:
+    assert server_config({}).output_topic_prefix == ""
+    config = server_config({"ksql.output.topic.name.prefix": "thing-"})
+    assert config.output_topic_prefix == "thing-"
+    assert config.properties["ksql.output.topic.name.prefix"] == "thing-"  # SHOW PROPERTIES
