@@ -1,0 +1,723 @@
+"""ksqlDB conformance: ksqlDB's own query-validation test cases (QTT) run against Strom.
+
+Measures how many of ksqlDB's functional test cases Strom's ksql server passes record
+for record, and how many of the errors they expect it gives in ksqlDB's words. The
+case files (``query-validation-tests/*.json`` of ksqlDB's repository) are read at run
+time from the path given: a directory of ``.json`` files, or a bare git directory of
+ksqlDB's repository (then read at its HEAD, ``--tree`` the path inside it).
+
+Starts one real broker (``strom broker``) and one ksql server (``strom ksql-server``,
+Spark ``local[2]``, C1 JIT, trigger interval 200 ms), then runs ``--jobs`` cases at a
+time, each in its own names: every stream, table and topic the case creates gets a
+suffix (``__C<n>C``; a source named after FROM or JOIN keeps its old name as its alias,
+so that columns are qualified as ksqlDB qualifies them), and the suffix is taken out of
+error messages and topic names before comparing. For each case: its input topics
+created (one partition, or the partitions the case gives), its statements run one by
+one over ``/ksql`` (``auto.offset.reset`` earliest, the case's properties), its inputs
+produced with their keys, values and timestamps in the formats of the sources that read
+them, then the records expected on each sink topic waited for (bounded: a case that
+expects none is given a short wait) and compared in order: key, value, timestamp (when
+the case gives one) and window bounds (windowed keys). A case that expects an error
+passes when a statement fails with a message containing the expected one. Its queries
+are terminated at its end.
+
+Not runnable, counted apart with their reason: formats the harness does not write
+(AVRO, PROTOBUF, JSON_SR: the schema registry's), disabled cases, cases of ksqlDB's
+test-only UDFs, cases with input headers or windowed input keys of session windows.
+
+Usage: python bench/ksql_conformance.py PATH [--tree DIR] [--files GLOB] [--case TEXT]
+[--jobs N] [--out DIR]. Prints a line per case, then per family (file) and overall:
+cases matched / runnable, errors matched / expected, and the not runnable by reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import itertools
+import json
+import math
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from broker_process import BrokerProcess  # noqa: E402
+from service_process import ServiceProcess  # noqa: E402
+
+from strom.ksql.rest_client import KsqlRestClient, KsqlServerError  # noqa: E402
+from strom.zero_time import ZeroTimeRecord, ZeroTimeWriter  # noqa: E402
+
+TREE = "ksqldb-functional-tests/src/test/resources/query-validation-tests"
+FORMATS = {"JSON", "KAFKA", "DELIMITED", "NONE"}
+OTHER_FORMATS = ("AVRO", "PROTOBUF", "JSON_SR", "PROTOBUF_NOSR")
+# ksqlDB's functional tests' own UDFs (ksqldb-functional-tests' test-only functions)
+TEST_UDFS = ("TEST_UDF", "TEST_UDAF", "TEST_UDTF", "BAD_TEST_UDF", "WHENCONDITION", "TOSTRUCT")
+OUTPUT_WAIT_S = 240.0  # the bound on a case's expected records
+NO_OUTPUT_WAIT_S = 25.0  # a case that expects no record on a topic
+EXTRA_WAIT_S = 2.0  # records beyond the expected ones, looked for after them
+SUFFIX_RE = re.compile(r"__C\d+C", re.IGNORECASE)
+
+
+# ---------------------------------------------------------------- case files
+
+
+def load_families(path: Path, tree: str, pattern: str) -> dict[str, list[dict[str, Any]]]:
+    """The case files' tests by family (file name without .json)."""
+    texts: dict[str, str] = {}
+    if (path / "HEAD").exists() and (path / "objects").is_dir():  # a bare git dir
+        names = subprocess.run(
+            ["git", "-C", str(path), "ls-tree", "-r", "--name-only", "HEAD", tree + "/"],
+            check=True, capture_output=True, text=True,
+        ).stdout.split()  # fmt: skip
+        for name in names:
+            if name.endswith(".json") and fnmatch.fnmatch(Path(name).name, pattern):
+                texts[Path(name).stem] = subprocess.run(
+                    ["git", "-C", str(path), "show", f"HEAD:{name}"],
+                    check=True, capture_output=True, text=True,
+                ).stdout  # fmt: skip
+    else:
+        for file in sorted(path.glob("*.json")):
+            if fnmatch.fnmatch(file.name, pattern):
+                texts[file.stem] = file.read_text()
+    families = {}
+    for family, text in sorted(texts.items()):
+        # a few files hold // comment lines, which JSON has not
+        lines = [line for line in text.splitlines() if not line.lstrip().startswith("//")]
+        families[family] = json.loads("\n".join(lines)).get("tests", [])
+    return families
+
+
+def expand(test: dict[str, Any]) -> list[dict[str, Any]]:
+    """A test with a ``format`` list as one case per format ({FORMAT} filled in)."""
+    formats = test.get("format")
+    if not formats:
+        return [test]
+    cases = []
+    for fmt in formats:
+        text = json.dumps(test).replace("{FORMAT}", fmt)
+        case = json.loads(text)
+        case["name"] = f"{test['name']} - {fmt}"
+        cases.append(case)
+    return cases
+
+
+def not_runnable(case: dict[str, Any]) -> str | None:
+    """Why the harness cannot run the case, or None."""
+    if case.get("enabled") is False:
+        return "disabled"
+    text = json.dumps(case.get("statements", [])).upper()
+    for fmt in OTHER_FORMATS:
+        if re.search(rf"['\"]{fmt}['\"]|\\\"{fmt}\\\"", text) or f"'{fmt}'" in text:
+            return f"format {fmt}"
+    props = json.dumps(case.get("properties", {})).upper()
+    if any(f'"{fmt}"' in props for fmt in OTHER_FORMATS):
+        return "format (default) " + next(f for f in OTHER_FORMATS if f'"{f}"' in props)
+    for topic in case.get("topics", []):
+        for part in ("keyFormat", "valueFormat", "format"):
+            if str(topic.get(part, "")).upper() in OTHER_FORMATS:
+                return f"format {topic[part]}"
+        if "valueSchema" in topic or "keySchema" in topic or "schema" in topic:
+            return "topic with a registered schema"
+    if any(re.search(rf"\b{udf}\s*\(", text) for udf in TEST_UDFS):
+        return "test-only UDF"
+    if any("headers" in record for record in case.get("inputs", [])):
+        return "input headers"
+    if any(r.get("window", {}).get("type") == "session" for r in case.get("inputs", [])):
+        return "session-windowed input keys"
+    if "expectedException" not in case and not case.get("outputs") and not case.get("inputs"):
+        return "no inputs or outputs (checks only the plan)"
+    return None
+
+
+# ---------------------------------------------------------------- renaming
+
+TOKEN_RE = re.compile(
+    r"(?P<space>\s+|--[^\n]*)|(?P<string>'(?:[^']|'')*')|(?P<quoted>`[^`]*`|\"[^\"]*\")"
+    r"|(?P<word>[A-Za-z_][A-Za-z0-9_@$]*)|(?P<other>.)",
+    re.DOTALL,
+)
+NOT_ALIAS = {
+    "WHERE", "WINDOW", "GROUP", "PARTITION", "EMIT", "LIMIT", "HAVING", "LEFT", "RIGHT",
+    "FULL", "INNER", "OUTER", "JOIN", "WITHIN", "ON", "WITH", "SELECT", "AS",
+}  # fmt: skip
+NAME_BEFORE = {"STREAM", "TABLE", "EXISTS", "FROM", "JOIN", "INTO", "DESCRIBE", "EXTENDED"}
+
+
+def tokens(text: str) -> list[tuple[str, str]]:
+    return [(m.lastgroup or "other", m.group()) for m in TOKEN_RE.finditer(text)]
+
+
+def name_of(kind: str, text: str) -> str:
+    """An identifier as ksqlDB stores it: unquoted ones upper case."""
+    return text[1:-1] if kind == "quoted" else text.upper()
+
+
+def created_names(statements: list[str]) -> set[str]:
+    names = set()
+    for statement in statements:
+        words = [(k, t) for k, t in tokens(statement) if k != "space"]
+        upper = [t.upper() for _, t in words]
+        if not upper or upper[0] != "CREATE":
+            continue
+        for i, word in enumerate(upper):
+            if word in ("STREAM", "TABLE") and i + 1 < len(words):
+                j = i + 1
+                if upper[j : j + 3] == ["IF", "NOT", "EXISTS"]:
+                    j += 3
+                if j < len(words) and words[j][0] in ("word", "quoted"):
+                    names.add(name_of(*words[j]))
+                break
+    return names
+
+
+def rename(statement: str, names: set[str], suffix: str) -> str:
+    """The statement with the case's sources and topics under their suffixed names."""
+    parts = tokens(statement)
+    out: list[str] = []
+    significant = [i for i, (k, _) in enumerate(parts) if k != "space"]
+    previous: dict[int, str] = {}
+    following: dict[int, tuple[str, str]] = {}
+    for a, b in itertools.pairwise(significant):
+        previous[b] = parts[a][1].upper()
+        following[a] = parts[b]
+    topic_next = False
+    for i, (kind, text) in enumerate(parts):
+        if kind == "string" and topic_next:
+            out.append(text[:-1] + suffix + "'")
+            topic_next = False
+            continue
+        if kind == "word" and text.upper() == "KAFKA_TOPIC":
+            topic_next = True
+        elif kind not in ("space",) and not (kind == "other" and text == "="):
+            topic_next = False
+        if kind in ("word", "quoted") and previous.get(i) in NAME_BEFORE:
+            name = name_of(kind, text)
+            if name in names:
+                renamed = f"`{name}{suffix}`"
+                out.append(renamed)
+                if previous.get(i) in ("FROM", "JOIN"):
+                    nxt = following.get(i, ("other", ";"))
+                    alias = nxt[0] == "quoted" or (
+                        nxt[0] == "word" and nxt[1].upper() not in NOT_ALIAS
+                    )
+                    if not alias and nxt[1].upper() != "AS":
+                        out.append(f" `{name}`")
+                continue
+        out.append(text)
+    return "".join(out)
+
+
+def unsuffixed(value: Any) -> Any:
+    return SUFFIX_RE.sub("", value) if isinstance(value, str) else value
+
+
+# ---------------------------------------------------------------- serdes
+
+KAFKA_PACK = {"INTEGER": ">i", "INT": ">i", "BIGINT": ">q", "DOUBLE": ">d"}
+
+
+@dataclass
+class Source:
+    name: str
+    topic: str
+    key_format: str
+    value_format: str
+    window: str | None
+    keys: list[tuple[str, str]] = field(default_factory=list)  # (name, type)
+    values: list[tuple[str, str]] = field(default_factory=list)
+
+
+def encode_kafka(value: Any, type_: str) -> bytes | None:
+    if value is None:
+        return None
+    base = type_.split("(")[0].upper()
+    if base in KAFKA_PACK:
+        pack = KAFKA_PACK[base]
+        return struct.pack(pack, float(value) if pack == ">d" else int(value))
+    if isinstance(value, (dict, list)):
+        return json.dumps(value).encode()
+    return str(value).encode()
+
+
+def encode(value: Any, fmt: str, columns: list[tuple[str, str]]) -> bytes | None:
+    if value is None:
+        return None
+    if fmt == "KAFKA":
+        return encode_kafka(value, columns[0][1] if columns else "STRING")
+    if fmt == "DELIMITED" and isinstance(value, str):
+        return value.encode()
+    if fmt == "DELIMITED":
+        return ",".join("" if v is None else str(v) for v in _as_list(value)).encode()
+    if fmt in ("JSON", "NONE") or isinstance(value, (dict, list)):
+        return json.dumps(value).encode()
+    return json.dumps(value).encode()
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value.values()) if isinstance(value, dict) else [value]
+
+
+def decode(data: bytes | None, fmt: str, columns: list[tuple[str, str]]) -> Any:
+    if data is None:
+        return None
+    if fmt == "KAFKA" and columns:
+        base = columns[0][1].split("(")[0].upper()
+        if base in KAFKA_PACK and len(data) == struct.calcsize(KAFKA_PACK[base]):
+            return struct.unpack(KAFKA_PACK[base], data)[0]
+        return data.decode(errors="replace")
+    if fmt == "DELIMITED":
+        return data.decode(errors="replace")
+    if fmt == "KAFKA":
+        return data.decode(errors="replace")
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.decode(errors="replace")
+
+
+def window_key(key: bytes | None, window: dict[str, Any] | None) -> bytes | None:
+    if key is None or not window:
+        return key
+    if window.get("type") == "session":
+        return key + struct.pack(">qq", int(window["end"]), int(window["start"]))
+    return key + struct.pack(">q", int(window["start"]))
+
+
+def same(expected: Any, actual: Any) -> bool:
+    """JSON values equal, numbers by value (1 == 1.0, decimals as ksqlDB writes them)."""
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return expected is actual or expected == actual and type(expected) is type(actual)
+    if isinstance(expected, (int, float)) and isinstance(actual, (int, float)):
+        if isinstance(expected, float) and math.isnan(expected):
+            return isinstance(actual, float) and math.isnan(actual)
+        return expected == actual or math.isclose(expected, actual, rel_tol=1e-12)
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return expected.keys() == actual.keys() and all(
+            same(v, actual[k]) for k, v in expected.items()
+        )
+    if isinstance(expected, list) and isinstance(actual, list):
+        return len(expected) == len(actual) and all(
+            same(a, b) for a, b in zip(expected, actual, strict=True)
+        )
+    return bool(expected == actual)
+
+
+# ---------------------------------------------------------------- the harness
+
+
+@dataclass
+class Result:
+    family: str
+    name: str
+    kind: str  # "output", "error" or "skip"
+    ok: bool = False
+    reason: str = ""
+    diff: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Harness:
+    def __init__(self, work: Path, jobs: int) -> None:
+        self.broker = BrokerProcess(work / "broker")
+        (work / "broker").mkdir()
+        self.broker.start()
+        overrides = {
+            "bootstrap.servers": self.broker.bootstrap,
+            "listeners": "http://127.0.0.1:0",
+            "ksql.service.id": "conformance_",
+            "ksql.streams.state.dir": str(work / "ksql-state"),
+            "ksql.spark.master": "local[2]",
+            "ksql.spark.trigger.interval.ms": "200",
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+            "spark.sql.shuffle.partitions": "1",
+            "ksql.streams.session.timeout.ms": "60000",
+            "ksql.query.retry.backoff.initial.ms": "1000",
+            "ksql.query.retry.backoff.max.ms": "5000",
+        }
+        args = [arg for k, v in overrides.items() for arg in ("--override", f"{k}={v}")]
+        self.server = ServiceProcess(["ksql-server", *args, "--log-level", "WARNING"])
+        self.client = KsqlRestClient(self.server.url)
+        self.admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
+        self.zero = ZeroTimeWriter({"bootstrap.servers": self.broker.bootstrap})
+        self.counter = itertools.count(1)
+        self.lock = threading.Lock()
+        self.jobs = jobs
+        self.stopping = False  # Ctrl-C: the cases not yet run are not run
+
+    def stop(self) -> None:
+        self.zero.close()
+        self.server.stop()
+        self.broker.stop()
+
+    # -- server calls
+
+    def ksql(self, statement: str, properties: dict[str, Any]) -> tuple[bool, Any]:
+        try:
+            return True, self.client.ksql(statement, properties)
+        except KsqlServerError as exc:
+            return False, exc.body
+
+    def sources(self, names: set[str], suffix: str) -> dict[str, Source]:
+        """The case's streams and tables by topic."""
+        found: dict[str, Source] = {}
+        for name in sorted(names):
+            ok, answer = self.ksql(f"DESCRIBE `{name}{suffix}`;", {})
+            if not ok or not answer:
+                continue
+            desc = answer[0].get("sourceDescription", {})
+            keys, values = [], []
+            for f in desc.get("fields", []):
+                column = (f["name"], str(f.get("schema", {}).get("type", "STRING")))
+                (keys if f.get("type") == "KEY" else values).append(column)
+            found[desc["topic"]] = Source(
+                desc["name"], desc["topic"], str(desc.get("keyFormat", "KAFKA")),
+                str(desc.get("valueFormat", "JSON")), desc.get("windowType"), keys, values,
+            )  # fmt: skip
+        return found
+
+    def terminate(self, suffix: str) -> None:
+        ok, answer = self.ksql("SHOW QUERIES;", {})
+        if not ok:
+            return
+        for entity in answer:
+            for query in entity.get("queries", []):
+                if suffix.upper() in str(query.get("id", "")).upper():
+                    self.ksql(f"TERMINATE {query['id']};", {})
+
+    # -- a case
+
+    def run(self, family: str, case: dict[str, Any]) -> Result:
+        started = time.monotonic()
+        if self.stopping:
+            return Result(family, case["name"], "skip", reason="not run (stopped)")
+        result = Result(family, case["name"], "error" if "expectedException" in case else "output")
+        suffix = f"__C{next(self.counter)}C"
+        try:
+            self._run(case, suffix, result)
+        except Exception as exc:  # noqa: BLE001 - a harness failure is the case's result
+            result.ok = False
+            result.reason = f"harness: {exc!r}"
+            result.diff.append(traceback.format_exc())
+        finally:
+            try:
+                self.terminate(suffix)
+            except Exception:  # noqa: BLE001, S110 - the next case goes on
+                pass
+        result.seconds = time.monotonic() - started
+        return result
+
+    def _run(self, case: dict[str, Any], suffix: str, result: Result) -> None:
+        statements = case["statements"]
+        names = created_names(statements)
+        renamed = [rename(s, names, suffix) for s in statements]
+        properties = {"ksql.streams.auto.offset.reset": "earliest", "auto.offset.reset": "earliest"}
+        properties.update({k: str(v) for k, v in case.get("properties", {}).items()})
+        # the topics the case's inputs and sources read, made before the statements run
+        topics: dict[str, int] = {}
+        for record in case.get("inputs", []):
+            topics.setdefault(record["topic"] + suffix, 1)
+        for topic in case.get("topics", []):
+            topics[topic["name"] + suffix] = int(topic.get("partitions", 1) or 1)
+        for statement in renamed:
+            words = [(k, t) for k, t in tokens(statement) if k != "space"]
+            upper = [t.upper() for _, t in words]
+            if upper[:1] != ["CREATE"] or "AS" in upper and "SELECT" in upper:
+                continue
+            if "PARTITIONS" in upper:
+                continue
+            for i, word in enumerate(upper[:-2]):
+                if word == "KAFKA_TOPIC" and words[i + 2][0] == "string":
+                    topics.setdefault(words[i + 2][1][1:-1].replace("''", "'"), 1)
+        if topics:
+            futures = self.admin.create_topics(
+                [NewTopic(t, p, 1) for t, p in topics.items()], operation_timeout=30
+            )
+            for future in futures.values():
+                try:
+                    future.result(60)
+                except KafkaException:
+                    pass  # there already
+        failure = None
+        for original, statement in zip(statements, renamed, strict=True):
+            ok, answer = self.ksql(statement, properties)
+            if not ok:
+                failure = (original, unsuffixed(str(answer.get("message", answer))))
+                break
+        expected_error = case.get("expectedException")
+        if expected_error is not None:
+            wanted = expected_error.get("message")
+            if failure is None:
+                result.reason = "no error"
+                result.diff.append(f"expected error: {wanted}")
+                return
+            result.ok = wanted is None or wanted in failure[1]
+            if not result.ok:
+                result.reason = "other message"
+                result.diff += [f"expected: {wanted}", f"actual:   {failure[1]}"]
+            return
+        if failure is not None:
+            result.reason = "statement failed"
+            result.diff += [f"statement: {failure[0]}", f"error: {failure[1]}"]
+            return
+        sources = self.sources(names, suffix)
+        self.produce(case.get("inputs", []), suffix, sources)
+        self.compare(case.get("outputs", []), suffix, sources, result)
+
+    def produce(
+        self, inputs: list[dict[str, Any]], suffix: str, sources: dict[str, Source]
+    ) -> None:
+        producer = Producer({"bootstrap.servers": self.broker.bootstrap, "linger.ms": 0})
+        for record in inputs:
+            topic = record["topic"] + suffix
+            source = sources.get(topic)
+            key_format = source.key_format if source else "KAFKA"
+            value_format = source.value_format if source else "JSON"
+            key = encode(record.get("key"), key_format, source.keys if source else [])
+            key = window_key(key, record.get("window"))
+            value = encode(record.get("value"), value_format, source.values if source else [])
+            timestamp = int(record.get("timestamp", 0))
+            if timestamp == 0:
+                if producer.flush(60) != 0:
+                    raise RuntimeError("inputs not acknowledged")
+                self.zero.send([ZeroTimeRecord(topic, key, value)])
+            else:
+                producer.produce(topic, value, key, timestamp=timestamp)
+        if producer.flush(60) != 0:
+            raise RuntimeError("inputs not acknowledged")
+
+    def compare(
+        self, outputs: list[dict[str, Any]], suffix: str, sources: dict[str, Source], result: Result
+    ) -> None:
+        expected: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for record in outputs:
+            expected[record["topic"] + suffix].append(record)
+        problems: list[str] = []
+        for topic, wanted in expected.items():
+            source = sources.get(topic)
+            got = self.read(topic, len(wanted))
+            actual = [self.shape(r, source) for r in got]
+            problems += self.diff(topic, wanted, actual)
+        result.ok = not problems
+        if problems:
+            result.reason = problems[0].split(":")[0]
+            result.diff += problems
+
+    def read(self, topic: str, count: int) -> list[tuple[bytes | None, bytes | None, int]]:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.broker.bootstrap,
+                "group.id": f"conformance-{time.monotonic_ns()}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            }
+        )
+        records: list[tuple[bytes | None, bytes | None, int]] = []
+        deadline = time.monotonic() + (OUTPUT_WAIT_S if count else NO_OUTPUT_WAIT_S)
+        try:
+            partitions: list[int] = []
+            while not partitions and time.monotonic() < deadline:
+                found = consumer.list_topics(topic, timeout=10).topics.get(topic)
+                if found is not None and found.error is None and found.partitions:
+                    partitions = sorted(found.partitions)
+                else:
+                    time.sleep(0.5)
+            if not partitions:
+                return records
+            consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+            extra_until: float | None = None
+            while time.monotonic() < deadline:
+                if extra_until is not None and time.monotonic() > extra_until:
+                    break
+                message = consumer.poll(0.5)
+                if len(records) >= count and count and extra_until is None:
+                    extra_until = time.monotonic() + EXTRA_WAIT_S
+                if message is None or message.error() is not None:
+                    continue
+                records.append((message.key(), message.value(), message.timestamp()[1]))
+        finally:
+            consumer.close()
+        return records
+
+    @staticmethod
+    def shape(
+        record: tuple[bytes | None, bytes | None, int], source: Source | None
+    ) -> dict[str, Any]:
+        key, value, timestamp = record
+        shaped: dict[str, Any] = {"timestamp": timestamp}
+        key_format = source.key_format if source else "KAFKA"
+        if source is not None and source.window and key is not None:
+            if source.window.upper() == "SESSION" and len(key) >= 16:
+                end, start = struct.unpack(">qq", key[-16:])
+                key = key[:-16]
+            elif len(key) >= 8:
+                (start,) = struct.unpack(">q", key[-8:])
+                end = None
+                key = key[:-8]
+            shaped["window"] = {"start": start, "end": end}
+        shaped["key"] = decode(key, key_format, source.keys if source else [])
+        value_format = source.value_format if source else "JSON"
+        shaped["value"] = decode(value, value_format, source.values if source else [])
+        return shaped
+
+    @staticmethod
+    def diff(topic: str, wanted: list[dict[str, Any]], actual: list[dict[str, Any]]) -> list[str]:
+        name = unsuffixed(topic)
+        problems = []
+        if len(actual) != len(wanted):
+            problems.append(f"count: {name}: {len(actual)} records, {len(wanted)} expected")
+        for i, (w, a) in enumerate(zip(wanted, actual, strict=False)):
+            what = []
+            if not same(w.get("key"), a["key"]):
+                what.append("key")
+            if not same(w.get("value"), a["value"]):
+                what.append("value")
+            if "timestamp" in w and int(w["timestamp"]) != a["timestamp"]:
+                what.append("timestamp")
+            window = w.get("window")
+            if window and (
+                "window" not in a
+                or int(window["start"]) != a["window"]["start"]
+                or (a["window"]["end"] is not None and int(window["end"]) != a["window"]["end"])
+            ):
+                what.append("window")
+            if what:
+                problems.append(
+                    f"{'/'.join(what)}: {name} #{i}: expected {json.dumps(w)}; "
+                    f"got {json.dumps(a, default=str)}"
+                )
+        for a in actual[len(wanted) :]:
+            problems.append(f"extra: {name}: {json.dumps(a, default=str)}")
+        for w in wanted[len(actual) :]:
+            problems.append(f"missing: {name}: {json.dumps(w)}")
+        if problems and len(actual) == len(wanted):
+            rest = list(actual)
+            for w in wanted:
+                hit = next(
+                    (a for a in rest if same(w.get("key"), a["key"])
+                     and same(w.get("value"), a["value"])),
+                    None,
+                )  # fmt: skip
+                if hit is None:
+                    break
+                rest.remove(hit)
+            else:
+                problems.insert(0, f"order: {name}: the expected records, in another order")
+        return problems
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("path", type=Path, help="a directory of .json files or ksqlDB's git dir")
+    parser.add_argument("--tree", default=TREE, help="the cases' path inside a git dir")
+    parser.add_argument("--files", default="*.json", help="file names to run (a glob)")
+    parser.add_argument("--case", default="", help="only cases whose name holds this")
+    parser.add_argument("--jobs", type=int, default=4, help="cases run at a time")
+    parser.add_argument("--out", type=Path, help="a directory for per-case diff files")
+    args = parser.parse_args()
+
+    families = load_families(args.path, args.tree, args.files)
+    planned: list[tuple[str, dict[str, Any]]] = []
+    results: list[Result] = []
+    for family, tests in families.items():
+        for test in tests:
+            for case in expand(test):
+                if args.case.lower() not in case["name"].lower():
+                    continue
+                reason = not_runnable(case)
+                if reason:
+                    results.append(Result(family, case["name"], "skip", reason=reason))
+                else:
+                    planned.append((family, case))
+    # error cases first (no Spark query), then the others taken from the families in
+    # turn, so that a sweep stopped early (Ctrl-C) has seen every family
+    rank: Counter[str] = Counter()
+    order = []
+    for family, case in planned:
+        rank[family] += 1
+        order.append(("expectedException" not in case, rank[family], family))
+    planned = [fc for _, fc in sorted(zip(order, planned, strict=True), key=lambda x: x[0])]
+    print(f"{len(planned)} cases to run, {len(results)} not runnable", flush=True)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="ksql-conformance-") as work:
+        harness = Harness(Path(work), args.jobs)
+        pool = ThreadPoolExecutor(args.jobs)
+        try:
+            futures = [pool.submit(harness.run, *fc) for fc in planned]
+            for future in as_completed(futures):
+                report(future.result(), args.out)
+                results.append(future.result())
+        except KeyboardInterrupt:
+            print("stopped: the summary of the cases run so far", flush=True)
+            harness.stopping = True
+            for future in futures:
+                future.cancel()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            harness.stop()
+    summary(results)
+
+
+def report(done: Result, out: Path | None) -> None:
+    mark = "ok  " if done.ok else "FAIL"
+    print(
+        f"{mark} {done.kind:6} {done.family} / {done.name} "
+        f"({done.seconds:.0f} s){'' if done.ok else ': ' + done.reason}",
+        flush=True,
+    )
+    if out is not None:
+        with open(out / "results.jsonl", "a") as log:
+            log.write(json.dumps(done.__dict__) + "\n")
+        if not done.ok:
+            file = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{done.family}--{done.name}")
+            (out / f"{file[:150]}.txt").write_text("\n".join(done.diff) + "\n")
+
+
+def summary(results: list[Result]) -> None:
+    by_family: dict[str, list[Result]] = defaultdict(list)
+    for result in results:
+        by_family[result.family].append(result)
+    print("\nfamily: outputs matched/runnable, errors matched/expected, not runnable")
+    for family, items in sorted(by_family.items()):
+        out = [r for r in items if r.kind == "output"]
+        err = [r for r in items if r.kind == "error"]
+        skip = [r for r in items if r.kind == "skip"]
+        print(
+            f"  {family}: {sum(r.ok for r in out)}/{len(out)}, "
+            f"{sum(r.ok for r in err)}/{len(err)}, {len(skip)}"
+        )
+    out = [r for r in results if r.kind == "output"]
+    err = [r for r in results if r.kind == "error"]
+    matched = sum(r.ok for r in out)
+    print(
+        f"\noverall: {matched}/{len(out)} runnable cases matched record for record "
+        f"({100 * matched / max(len(out), 1):.0f}%) in "
+        f"{len({r.family for r in out})} families; "
+        f"{sum(r.ok for r in err)}/{len(err)} expected errors matched"
+    )
+    reasons = Counter(r.reason for r in results if r.kind == "skip")
+    print("not runnable: " + ", ".join(f"{n} {why}" for why, n in reasons.most_common()))
+    failures = Counter(r.reason.split(":")[0] for r in out if not r.ok)
+    print("output failures: " + ", ".join(f"{n} {why}" for why, n in failures.most_common()))
+
+
+if __name__ == "__main__":
+    main()
