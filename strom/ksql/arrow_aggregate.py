@@ -287,7 +287,7 @@ class ArrowAggregation:
     """One group's rows aggregated into its windows, the updates written as records."""
 
     def __init__(self, plan: QueryPlan) -> None:
-        from strom.ksql.operators import DEFAULT_GRACE_MS
+        from strom.ksql.operators import window_grace
 
         self.calls = _batch_calls(plan)
         aggregation = plan.aggregation
@@ -296,9 +296,7 @@ class ArrowAggregation:
             raise Unsupported("the plan's shape")
         window = aggregation.window
         self.size = window.size_ms if window is not None else None
-        self.grace = (
-            DEFAULT_GRACE_MS if window is None or window.grace_ms is None else window.grace_ms
-        )
+        self.grace = window_grace(window) if window is not None else 0
         self.layout = _layout(self.calls)
         self.columns = [c.column for c in aggregation.calls]
         self.result_types = [_arrow_type(c.result_type) for c in aggregation.calls]

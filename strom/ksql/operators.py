@@ -54,9 +54,17 @@ from strom.ksql.readers import Row
 if TYPE_CHECKING:
     from strom.ksql.evaluation import Scope
 
-DEFAULT_GRACE_MS = 24 * 3_600_000  # ksqlDB's grace for a window without GRACE PERIOD
+DEFAULT_GRACE_MS = 24 * 3_600_000  # ksqlDB's grace for a join without GRACE PERIOD
 CUBE_MAX_COLUMNS = 20  # ksqlDB's bound on CUBE_EXPLODE's array (2^20 rows)
 ErrorHandler = Callable[[str], None]
+
+
+def window_grace(window: Window) -> int:
+    """A window's grace: its GRACE PERIOD, else ksqlDB's default for an aggregation's
+    window, a day less its size (or gap), at least 0 (``StreamAggregateBuilder``)."""
+    if window.grace_ms is not None:
+        return window.grace_ms
+    return max(DEFAULT_GRACE_MS - window.size_ms, 0)
 
 
 @dataclass
@@ -601,8 +609,7 @@ class Operators:
         return sorted(windows)
 
     def _grace(self) -> int:
-        window = self.window
-        return DEFAULT_GRACE_MS if window is None or window.grace_ms is None else window.grace_ms
+        return DEFAULT_GRACE_MS if self.window is None else window_grace(self.window)
 
     def _late(self, end: int, stream_time: int) -> bool:
         """Whether a window ending at ``end`` has closed at ``stream_time``: a time
@@ -724,19 +731,48 @@ class Operators:
         return [self._tombstone(row, (start, slot["end"]))]
 
     def close_windows(
-        self, state: dict[Any, Any], group: tuple[Any, ...], stream_time: int
+        self,
+        state: dict[Any, Any],
+        group: tuple[Any, ...],
+        stream_time: int,
+        before: int | None = None,
     ) -> list[Change]:
-        """Windows whose grace has passed leave ``state``; with EMIT FINAL each gives its
-        one row."""
+        """Windows whose grace has passed leave ``state``, in the order of their starts;
+        with EMIT FINAL each gives its one row, unless Kafka Streams' window store had
+        let it go by then (``_expired``; ``before``: the stream time before the record
+        that brought ``stream_time``, None when not known)."""
         if self.window is None:
             return []
         closed = sorted(s for s, slot in state.items() if self._late(slot["end"], stream_time))
         changes = []
         for start in closed:
             slot = state.pop(start)
-            if self.plan.emit_final:
+            if self.plan.emit_final and not self._expired(start, slot, stream_time, before):
                 changes.extend(self._result(group, start, slot))
         return changes
+
+    def _expired(
+        self, start: int, slot: dict[str, Any], stream_time: int, before: int | None
+    ) -> bool:
+        """Whether a time window that the record bringing ``stream_time`` closed was out
+        of Kafka Streams' window store when EMIT FINAL looked for it: ksqlDB's EMIT
+        FINAL (``EmitStrategy.onWindowClose``) fetches the windows closed by the record
+        from a store that holds none whose start is more than its retention (RETENTION,
+        else size plus grace) before the latest window start put in it, the start of
+        the stream time's own window; a record that moves the stream time further than
+        that closes such windows unwritten. A session store's search keeps them; a
+        window closed before that record (``before`` past its end and grace, or not
+        known) is taken as written, its closing record's stream time unknown here."""
+        window = self.window
+        assert window is not None
+        if window.kind == "SESSION" or before is None or self._late(slot["end"], before):
+            return False
+        advance = window.advance_ms if window.kind == "HOPPING" else window.size_ms
+        latest = stream_time - stream_time % advance
+        retention = window.retention_ms
+        if retention is None:
+            retention = window.size_ms + self._grace()
+        return start < latest - retention
 
     def next_close(self, state: dict[Any, Any]) -> int | None:
         """The stream time at which the next window of ``state`` closes."""

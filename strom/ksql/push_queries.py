@@ -333,7 +333,8 @@ class PushQuery:
             return operators.stateless(row)
         # the record's stream time is its partition's, as a Kafka Streams task's
         partition = record.partition
-        stream_time = max(self.stream_times.get(partition, -1), row.timestamp)
+        before = self.stream_times.get(partition, -1)
+        stream_time = max(before, row.timestamp)
         self.stream_times[partition] = stream_time
         if self.regrouping is not None:
             key = self.regrouping.source_key(row)
@@ -354,7 +355,7 @@ class PushQuery:
             for group, state in list(self.groups.items()):
                 if self.group_partitions.get(group) != partition:
                     continue
-                changes += operators.close_windows(state, group, stream_time)
+                changes += operators.close_windows(state, group, stream_time, before)
                 if not state:
                     del self.groups[group]
                     del self.group_partitions[group]

@@ -303,8 +303,9 @@ class _Grouped:
 
 def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow before an aggregation: each row's group (pickled) and the row with its
-    sign and its source partition's stream time at it (pickled; ksqlDB's stream time:
-    the largest time of the partition's rows the aggregation keeps, up to this one).
+    sign and its source partition's stream time at it and before it (pickled; ksqlDB's
+    stream time: the largest time of the partition's rows the aggregation keeps, up to
+    this one; -1 before the task's first in the micro-batch).
     Over a table, the group is the source key's, for the regrouping step that follows
     (which knows the row's previous group)."""
     from strom.ksql.arrow_aggregate import GroupPacker, stamp_stream_times
@@ -336,9 +337,10 @@ def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
             if found is not None:
                 group, columns = found
                 row_time = int(columns["ROWTIME"])
-                stream_time = max(stream_times.get(record.partition, row_time), row_time)
+                before = stream_times.get(record.partition, -1)
+                stream_time = max(before, row_time)
                 stream_times[record.partition] = stream_time
-                payload = pickle.dumps((columns, 1, stream_time))
+                payload = pickle.dumps((columns, 1, stream_time, before))
                 grouped.add(pickle.dumps(group), record, 0, row_time, payload)
         yield grouped.batch()
     if packer.rows:
@@ -841,22 +843,37 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
             group = pickle.loads(key[0])
             stored = self._load()
             floor = _watermark(timerValues) if parts.plan_windowed else -1
+            operators = parts.operators
+            # EMIT FINAL: a window closes after the update of the record that passes its
+            # end and grace, and is written there (ksqlDB's onWindowClose); those that
+            # an earlier micro-batch's stream time closed go before every record
+            final = parts.plan_windowed and operators.plan.emit_final
+            if final:
+                out += _closed_first(
+                    parts, operators.close_windows(stored["windows"], group, floor)
+                )
+            closed_through = -1  # the stream time that closed this group's windows
             place = (0, 0, 0)
             for (part, off, seq), payload in zip(places, frame["payload"], strict=True):
                 row, sign, *partition_time = pickle.loads(payload)
+                before: int | None = None
                 if partition_time:  # the source partition's stream time at the row
-                    stream_time = max(partition_time[0], floor)
+                    stream_time = max(partition_time[0], floor, closed_through)
+                    if len(partition_time) > 1:
+                        before = max(partition_time[1], floor, closed_through)
                 else:  # a join's or a table's row: the group's own latest
                     stream_time = max(stored["stream_time"], floor, int(row["ROWTIME"]))
                 stored["stream_time"] = max(stored["stream_time"], stream_time)
-                changes = parts.operators.aggregate(
-                    stored["windows"], group, row, stream_time, sign
-                )
+                changes = operators.aggregate(stored["windows"], group, row, stream_time, sign)
                 written: list[tuple[Any, ...]] = []
                 _write(parts, changes, written)
-                if not partition_time:
-                    closed = parts.operators.close_windows(stored["windows"], group, stream_time)
+                if not partition_time or final:
+                    open_windows = len(stored["windows"])
+                    closed = operators.close_windows(stored["windows"], group, stream_time, before)
                     _write(parts, closed, written)
+                    if final and len(stored["windows"]) < open_windows:
+                        closed_through = stream_time  # a later row of another partition
+                        # is judged by it too: it would not reopen a window written
                 written.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
                 out += _placed(written, part, off, seq * PLACE_SPAN)
                 place = (part, off, seq * PLACE_SPAN + len(written))
@@ -932,12 +949,8 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
             stored["timer"] = None
             stream_time = max(stored["stream_time"], _watermark(timerValues))
             stored["stream_time"] = stream_time
-            closed: list[tuple[Any, ...]] = []
-            _write(
-                parts, parts.operators.close_windows(stored["windows"], group, stream_time), closed
-            )
-            # placed before any record's: by the window's end (in its row's timestamp)
-            out = [(*row, -1, row[3] or 0, n) for n, row in enumerate(closed)]
+            closed = parts.operators.close_windows(stored["windows"], group, stream_time)
+            out = _closed_first(parts, closed)
             self._timer(parts, stored)
             self._save(parts, stored)
             yield from _plain(_frames(out))
@@ -946,6 +959,19 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
             return None
 
     return AggregateProcessor()
+
+
+def _closed_first(parts: _TaskParts, closed: list[Any]) -> list[tuple[Any, ...]]:
+    """The rows of windows closed by the stream time of an earlier micro-batch, placed
+    before any record's (source partition -1), in the order of their windows' starts
+    (ksqlDB's EMIT FINAL fetches the closed windows in that order)."""
+    out: list[tuple[Any, ...]] = []
+    for change in closed:
+        written: list[tuple[Any, ...]] = []
+        _write(parts, [change], written)
+        start = change.window[0] if change.window is not None else change.timestamp
+        out += [(*row, -1, start, len(out) + n) for n, row in enumerate(written)]
+    return out
 
 
 def _row_times(frame: pd.DataFrame) -> Any:

@@ -315,6 +315,33 @@ def test_a_late_record_is_dropped_by_its_partitions_stream_time(
     assert windows == {"u2": [BASE + 10 * MINUTE], "u3": [BASE]}
 
 
+def test_emit_final_writes_a_window_after_the_record_that_closed_it(
+    metastore: Metastore,
+) -> None:
+    """EMIT FINAL (record at a time): a window is written right after the record whose
+    stream time passed its end and grace (its own group's), not after the group's last
+    record of the micro-batch; one that an earlier micro-batch's stream time closed,
+    before the records of the next."""
+    query = plan(
+        metastore,
+        "CREATE TABLE fin AS SELECT user_id, COUNT(*) AS views FROM views WINDOW TUMBLING "
+        "(SIZE 2 SECONDS, GRACE PERIOD 0 SECONDS) GROUP BY user_id EMIT FINAL;",
+    )
+    value = b'{"page": "/p", "region": "eu"}'
+    first = [(u, value, BASE + t * 1000) for u, t in
+             [(b"a", 0), (b"b", 0), (b"a", 2), (b"b", 2), (b"a", 4)]]  # fmt: skip
+    later = [(b"b", value, BASE + 6000)]
+    _, outputs, _, _ = run(query, [[batch(first, 0)], [batch(later, 5)]], False, "final")
+    written = [(o["key"][:1], int.from_bytes(o["key"][1:], "big") - BASE) for o in outputs]
+    assert written == [
+        (b"a", 0),  # at a's record of 2 s
+        (b"b", 0),  # at b's record of 2 s (b's first window closed by a's record)
+        (b"a", 2000),  # at a's record of 4 s
+        (b"b", 2000),  # closed by the first micro-batch's stream time (4 s)
+    ]
+    assert [json.loads(o["value"])["VIEWS"] for o in outputs] == [1, 1, 1, 1]
+
+
 def test_source_partitions_spread_over_the_shuffle_as_spark_hashes_them() -> None:
     """Spark's hash of an INT (read from Spark 4's ``hash``), and the bucket values that
     put source partition p in shuffle partition p modulo their number."""

@@ -75,18 +75,22 @@ def user(key: str, name: str | None, region: str | None, ts: int = 0) -> Row:
 
 
 def aggregate_all(operators: Operators, rows: list[Row]) -> list[Change]:
-    """Rows through an aggregation, the stream time the largest timestamp so far."""
+    """Rows through an aggregation, the stream time the largest timestamp so far (one
+    Kafka Streams task's, as ksqlDB's test driver runs them): after each row, the
+    windows it closed, by their starts, then groups."""
     states: dict[Any, dict[Any, Any]] = {}
     stream_time = -1
     out: list[Change] = []
     for row in rows:
-        stream_time = max(stream_time, row.timestamp)
+        before, stream_time = stream_time, max(stream_time, row.timestamp)
         grouped = operators.group(row)
         if grouped is not None:
             state = states.setdefault(grouped[0], {})
             out += operators.aggregate(state, grouped[0], grouped[1], stream_time)
-        for group, state in states.items():
-            out += operators.close_windows(state, group, stream_time)
+        closed = []
+        for group, state in sorted(states.items()):
+            closed += operators.close_windows(state, group, stream_time, before)
+        out += sorted(closed, key=lambda c: c.window or (0, 0))
     return out
 
 
@@ -198,6 +202,85 @@ def test_emit_final_gives_one_row_per_window_once_closed(metastore: Metastore) -
         ],
     )
     assert summary(changes, "N") == [("u1", (0, 10 * SECOND), 2)]
+
+
+FINAL_CASES = {  # ksqlDB's suppress.json: the windows, the records' keys and times, output
+    "grace zero": (
+        "TUMBLING (SIZE 2 MILLISECONDS, GRACE PERIOD 0 MILLISECONDS)",
+        [("k1", 0), ("k1", 1), ("k1", 2)],
+        [("k1", (0, 2), 2, 1)],
+    ),
+    # [0, 2) closes at 5, when the store holds no window starting before 4 - 3 (its
+    # retention: size and grace); [2, 4) is written
+    "tumbling": (
+        "TUMBLING (SIZE 2 MILLISECONDS, GRACE PERIOD 1 MILLISECONDS)",
+        [("k1", 0), ("k1", 1), ("k1", 2), ("k1", 1), ("k1", 0), ("k1", 5)],
+        [("k1", (2, 4), 1, 2)],
+    ),
+    "large jump": (
+        "TUMBLING (SIZE 2 MILLISECONDS, GRACE PERIOD 2 MILLISECONDS)",
+        [("k1", t) for t in (0, 1, 2, 0, 3, 0, 10, 0, 30)],
+        [],
+    ),
+    "hopping": (
+        "HOPPING (SIZE 5 MILLISECONDS, ADVANCE BY 2 MILLISECONDS, GRACE PERIOD 1 MILLISECONDS)",
+        [("k1", t) for t in (0, 1, 2, 1, 6, 5, 10)],
+        [("k1", (0, 5), 4, 2), ("k1", (4, 9), 2, 6)],
+    ),
+    "multiple keys": (
+        "TUMBLING (SIZE 2 MILLISECONDS, GRACE PERIOD 1 MILLISECONDS)",
+        [("k1", 0), ("k2", 1), ("k1", 2), ("k1", 1), ("k2", 0), ("k1", 5), ("k1", 0), ("k2", 2)],
+        [("k1", (2, 4), 1, 2)],
+    ),  # fmt: skip
+    # a session closes once its end, the gap and the grace are before the stream time
+    "session": (
+        "SESSION (5 MILLISECONDS, GRACE PERIOD 6 MILLISECONDS)",
+        [("k1", t) for t in (0, 4, 8, 12, 14, 30, 29, 17, 42)],
+        [("k1", (0, 14), 5, 14), ("k1", (29, 30), 2, 30)],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FINAL_CASES))
+def test_emit_final_writes_what_ksqldb_writes(metastore: Metastore, case: str) -> None:
+    """ksqlDB's EMIT FINAL cases: a window is written after the record whose stream time
+    passes its end and grace, unless Kafka Streams' window store let it go (its start
+    more than the retention before the stream time's own window's)."""
+    window, records, expected = FINAL_CASES[case]
+    operators = Operators(
+        plan(
+            metastore,
+            "CREATE TABLE final_counts AS SELECT user_id, COUNT(*) AS n FROM clicks "
+            f"WINDOW {window} GROUP BY user_id EMIT FINAL",
+        )
+    )
+    changes = aggregate_all(operators, [click(k, "/", t) for k, t in records])
+    written = [(*s, c.timestamp) for s, c in zip(summary(changes, "N"), changes, strict=True)]
+    assert written == expected
+
+
+def test_a_window_without_grace_period_has_a_day_less_its_size(metastore: Metastore) -> None:
+    """ksqlDB's default grace of an aggregation's window: 24 hours less its size."""
+    operators = Operators(
+        plan(
+            metastore,
+            "CREATE TABLE counts AS SELECT user_id, COUNT(*) AS n FROM clicks "
+            "WINDOW TUMBLING (SIZE 1 HOUR) GROUP BY user_id",
+        )
+    )
+    hour = 3_600_000
+    changes = aggregate_all(
+        operators,
+        [
+            click("u1", "/", 24 * hour),
+            click("u2", "/", 30 * 60_000),  # [0, 1 h) closed at 24 h (1 h + 23 h)
+            click("u3", "/", hour + 1),  # [1 h, 2 h) open until 25 h
+        ],
+    )
+    assert summary(changes, "N") == [
+        ("u1", (24 * hour, 25 * hour), 1),
+        ("u3", (hour, 2 * hour), 1),
+    ]
 
 
 def test_hopping_windows_each_count(metastore: Metastore) -> None:
