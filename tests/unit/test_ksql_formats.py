@@ -493,6 +493,34 @@ def test_decimals_wider_than_pythons_default_context_are_read() -> None:
     assert row == {"D": decimal.Decimal("12345678987654321.1250000000000000")}
 
 
+def test_decimal_keys_keep_their_scale_as_values_do() -> None:
+    """ksqlDB reads a DECIMAL at its column's scale (DecimalUtil.ensureFit: setScale) and
+    writes it as it is, keys as values: JSON through Kafka's JsonConverter (NUMERIC, an
+    exact JsonNodeFactory), DELIMITED as BigDecimal's plain text (query-validation cases
+    as_value.json and delimited.json: 12.30, 12.3650, "12.0" as 12.0000)."""
+    for fmt, scale, given, written in (
+        ("JSON", 2, b"12.3", b"12.30"),
+        ("JSON", 2, b"12.30", b"12.30"),
+        ("JSON", 4, b"12.365", b"12.3650"),
+        ("DELIMITED", 4, b"12.3650", b"12.3650"),
+        ("DELIMITED", 4, b'"12.0"', b"12.0000"),
+    ):
+        unwrapped = ", wrap_single_value=false" if fmt == "JSON" else ""
+        source = _metastore(
+            f"CREATE STREAM D (K DECIMAL(6, {scale}) KEY, V DECIMAL(6, {scale})) "
+            f"WITH (kafka_topic='d', format='{fmt}'{unwrapped});"
+        ).source("D")
+        assert source is not None
+        row = (
+            readers.RecordReader(source)
+            .read(readers.SourceRecord("d", 0, 0, 0, given, given))
+            .columns
+        )
+        assert str(row["K"]) == str(row["V"]) == written.decode()  # read at the scale
+        assert formats.key_bytes(source, row) == written
+        assert formats.value_bytes(source, row) == written
+
+
 def test_a_json_map_is_read_in_the_order_ksqldbs_hash_map_iterates() -> None:
     metastore = _metastore(
         "CREATE STREAM M (K STRING KEY, V MAP<STRING, DOUBLE>) "
