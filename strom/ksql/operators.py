@@ -230,11 +230,18 @@ class Operators:
         return None
 
     # ---- stateless
-    def stateless(self, row: Row) -> list[Change]:
+    def stateless(self, row: Row, stream_time: int | None = None) -> list[Change]:
+        """The row's outputs; under a sink's TIMESTAMP column a null value is stamped
+        with ``stream_time`` (the task's, this row's included), as ksqlDB's sink stamps
+        a record it cannot take the column from."""
         changes = self._stateless(row)
         if row.keyless and self.key_passes:
             for change in changes:
                 change.keyless = True
+        if self.timestamp_column is not None and stream_time is not None:
+            for change in changes:
+                if change.value is None:
+                    change.timestamp = stream_time
         return changes
 
     def _stateless(self, row: Row) -> list[Change]:

@@ -254,8 +254,11 @@ def _output_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
 
 def run_stateless(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow of a query without aggregation: a batch at a time on Arrow when the
-    plan and the batch allow it (``strom.ksql.arrow_stateless``), else record at a time."""
+    plan and the batch allow it (``strom.ksql.arrow_stateless``), else record at a time
+    (a null value under the sink's TIMESTAMP column stamped with its source partition's
+    stream time over the task's records of the micro-batch)."""
     parts = _parts(spec)
+    stream_times: dict[int, int] = {}  # each source partition's, over the task's records
     for batch in batches:
         if parts.batch_stateless is not None:
             done = parts.batch_stateless.run(batch)
@@ -267,7 +270,9 @@ def run_stateless(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterato
             row = _read(parts, record, out)
             if row is None:
                 continue
-            changes = parts.operators.stateless(row)
+            stream_time = max(stream_times.get(record.partition, -1), row.timestamp)
+            stream_times[record.partition] = stream_time
+            changes = parts.operators.stateless(row, stream_time)
             for entry in parts.take_errors():
                 out.append((spec.log_topic, None, entry, None))
             _write(parts, changes, out)

@@ -137,3 +137,45 @@ def test_group_by_and_joins_drop_a_null_value(metastore: Metastore) -> None:
     assert paired.join_step(state, "left", null_row, 5) == []
     assert paired.join_step(state, "right", read(metastore, "D", 7, None), 5) == []
     assert state == {}  # nothing kept to join or to close later
+
+
+def test_a_null_value_under_a_sinks_timestamp_column_takes_the_stream_time(
+    metastore: Metastore,
+) -> None:
+    """ksqlDB's sink stamps a record with no value to take its TIMESTAMP column from with
+    the task's stream time (its source partition's, this record's included): on Spark,
+    the record path's over the task's records of the micro-batch."""
+    import pyarrow as pa
+
+    from strom.ksql import runtime
+
+    text = "CREATE STREAM stamped WITH (timestamp='v') AS SELECT k, name, v FROM s;"
+    ops = operators(metastore, text)
+    [change] = ops.stateless(read(metastore, "S", 2, None, ts=10), stream_time=50)
+    assert (change.value, change.timestamp) == (None, 50)
+    statement = parse_statement(text)
+    assert isinstance(statement, st.CreateAsSelect)
+    request = SinkRequest(statement.name, statement.kind, statement.properties, None, 1)
+    plan = plan_query(statement.query, metastore, request, text)
+    spec = runtime.QuerySpec("stamped", plan, {"bootstrap.servers": "x"}, None, {}, "log",
+                             False, "x", 500)  # fmt: skip
+    records = [  # (partition, key, value, timestamp)
+        (0, 1, b'{"NAME": "a", "V": 100}', 50),
+        (1, 3, b'{"NAME": "b", "V": 7}', 70),
+        (0, 2, None, 10),  # partition 0's stream time: 50
+        (1, 4, None, 20),  # partition 1's: 70
+    ]
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array([k.to_bytes(8, "big") for _, k, _, _ in records], pa.binary()),
+            pa.array([v for _, _, v, _ in records], pa.binary()),
+            pa.array(["s"] * len(records), pa.string()),
+            pa.array([p for p, _, _, _ in records], pa.int32()),
+            pa.array(range(len(records)), pa.int64()),
+            pa.array([t * 1000 for *_, t in records], pa.timestamp("us", tz="UTC")),
+            pa.array([0] * len(records), pa.int32()),
+        ],
+        names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"],
+    )
+    written = pa.Table.from_batches(list(runtime.run_stateless(spec, iter([batch]))))
+    assert written.column("timestamp").to_pylist() == [100, 7, 50, 70]
