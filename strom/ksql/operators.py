@@ -19,8 +19,10 @@ Built from a ``QueryPlan`` (``Operators(plan)`` compiles its expressions):
   EMIT CHANGES each update gives the window's new row (every update, as
   ``cache.max.bytes.buffering=0``), HAVING that fails a tombstone when the window's
   last row passed (none else);
-  ``close_windows(state, group, stream_time)``: for EMIT FINAL, one row per window once
-  its grace has passed; closed windows leave the state;
+  ``close_windows(state, group, stream_time, before)``: for EMIT FINAL, one row per
+  window once its grace has passed (unless the record that closed it moved the stream
+  time past the window's retention, ksqlDB's window store then holding it no more);
+  closed windows leave the state;
 - ``join_step(state, side, row, stream_time)``: a row of a join's left or right source
   into its key's state: stream-table (the table's row kept, each stream row joined with
   it), table-table (both rows kept, the joined row upserted or deleted as either side

@@ -16,8 +16,9 @@ inside Spark's tasks.
   its source partition's, as ksqlDB's: the grouping step gives each row the largest
   time of its partition's kept rows up to it, at least the watermark (the stream time
   when the micro-batch began: exact with one partition; with several, the most
-  advanced one's). EMIT FINAL emits each window from an event-time timer when its
-  grace has passed. On the batch path (``strom.ksql.arrow_aggregate``) a group's rows
+  advanced one's). EMIT FINAL writes a window right after its group's record whose
+  stream time closes it, or, closed by other groups' records, at its group's next
+  record or from an event-time timer in the next micro-batch. On the batch path (``strom.ksql.arrow_aggregate``) a group's rows
   come in packed, a few rows per group and task, and its records leave in one row per
   source partition. Each record leaves with the place of the source record that made
   it; the records are then gathered by source partition, unpacked and sorted there by
