@@ -1,10 +1,13 @@
-"""A record with no key (``strom.ksql.readers`` and ``strom.ksql.operators``), as ksqlDB's
-query-validation cases (multi-col-keys.json, table.json) expect: a stream's row has its
-key columns null and a projection that passes the key on writes no key (not an object of
-nulls), while a PARTITION BY builds its own key; a table's record without a key is
-dropped quietly, as Kafka Streams' table source drops it. No broker."""
+"""A record with no key (``strom.ksql.readers``, ``strom.ksql.operators`` and a query's
+task in ``strom.ksql.runtime``), as ksqlDB's query-validation cases (multi-col-keys.json,
+table.json) expect: a stream's row has its key columns null and a projection that passes
+the key on writes no key (not an object of nulls), while a PARTITION BY builds its own
+key; a table's record without a key is dropped quietly, as Kafka Streams' table source
+drops it. No broker."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -103,3 +106,52 @@ def test_a_table_record_without_key_is_dropped_quietly(metastore: Metastore) -> 
     with pytest.raises(RecordError) as bad:  # a key that does not read is logged, as before
         read(metastore, "MT", b"[", b'{"V": 0}')
     assert not bad.value.quiet
+
+
+def _run(metastore: Metastore, text: str, records: list[tuple[bytes | None, bytes | None]]) -> Any:
+    """The records through a persistent query's task, record at a time (Spark's
+    ``run_stateless`` without Spark): its output rows (topic, key, value)."""
+    import pyarrow as pa
+
+    from strom.ksql import runtime
+
+    statement = parse_statement(text)
+    assert isinstance(statement, st.CreateAsSelect)
+    request = SinkRequest(statement.name, statement.kind, statement.properties, None, 1)
+    query = plan_query(statement.query, metastore, request, text)
+    spec = runtime.QuerySpec(
+        f"q{id(query)}", query, {"bootstrap.servers": "x"}, None, {}, "log", False, "earliest", 1
+    )
+    n = len(records)
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array([r[0] for r in records], pa.binary()),
+            pa.array([r[1] for r in records], pa.binary()),
+            pa.array([query.source.topic] * n, pa.string()),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(n), pa.int64()),
+            pa.array([5000] * n, pa.timestamp("us", tz="UTC")),
+            pa.array([0] * n, pa.int32()),
+        ],
+        names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"],
+    )
+    out = [r for b in runtime.run_stateless(spec, iter([batch])) for r in b.to_pylist()]
+    return [(r["topic"], r["key"], r["value"]) for r in out]
+
+
+def test_a_querys_task_writes_no_key_and_skips_a_keyless_table_record(
+    metastore: Metastore,
+) -> None:
+    written = _run(
+        metastore,
+        "CREATE STREAM r1 AS SELECT * FROM ms;",
+        [(b'{"K": 1, "K2": 2}', b'{"V": 0}'), (None, b'{"V": 1}'), (b"[", b'{"V": 2}')],
+    )
+    assert written[:2] == [("R1", b'{"K":1,"K2":2}', b'{"V":0}'), ("R1", None, b'{"V":1}')]
+    assert [topic for topic, _, _ in written[2:]] == ["log"]  # a bad key is logged
+    written = _run(
+        metastore,
+        "CREATE TABLE r2 AS SELECT * FROM mt;",
+        [(None, b'{"V": 0}'), (b'{"K": null, "K2": 2}', b'{"V": 1}'), (None, None)],
+    )
+    assert written == [("R2", b'{"K":null,"K2":2}', b'{"V":1}')]  # nothing logged
