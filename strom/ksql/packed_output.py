@@ -1,5 +1,6 @@
 """The records of an aggregation's batch path, carried packed out of its
-``transformWithStateInPandas`` and unpacked before the sink.
+``transformWithStateInPandas`` and unpacked before the sink; a join's records sorted
+before the sink (``in_join_order``).
 
 PySpark turns every row a stateful step yields from pandas into Arrow, column by column,
 checking each value for null; a group's updates (one a record with EMIT CHANGES) cost
@@ -22,6 +23,9 @@ from typing import Any
 RECORD_COLUMNS = ["topic", "key", "value", "timestamp", "part", "off", "seq"]
 PACKED_RECORDS = 100_000  # records in one packed row at most (a big group's take several)
 ORDERED_BATCH = 100_000  # records in one batch of ``unpack_in_order`` at most
+# a join's records, and what orders them: the time, tie order, source partition and
+# offset of the record its step took (as each key's step takes them), and a sequence
+JOINED_COLUMNS = ["topic", "key", "value", "timestamp", "at", "tie", "part", "off", "seq"]
 
 
 def pack(records: Any) -> bytes:
@@ -73,3 +77,19 @@ def unpack_in_order(batches: Iterator[Any]) -> Iterator[Any]:
     table = pa.Table.from_batches(unpacked, schema)
     order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in RECORD_COLUMNS[4:]])
     yield from table.take(order).select(RECORD_COLUMNS[:4]).to_batches(ORDERED_BATCH)
+
+
+def in_join_order(batches: Iterator[Any]) -> Iterator[Any]:
+    """``mapInArrow`` over a task's records of a join (gathered by source partition):
+    the records (topic, key, value, timestamp) sorted by the time, tie order and place
+    of the records that made them, then their sequence: each key's in the order its
+    step made them, and the keys' interleaved as their records are."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    received = [batch for batch in batches if batch.num_rows]
+    if not received:
+        return
+    table = pa.Table.from_batches(received)
+    order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in JOINED_COLUMNS[4:]])
+    yield from table.take(order).select(JOINED_COLUMNS[:4]).to_batches(ORDERED_BATCH)

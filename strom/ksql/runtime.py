@@ -30,7 +30,11 @@ inside Spark's tasks.
   timestamp order; a stream-stream join's window closes on an event-time timer. A
   chain of joins, a foreign-key join or an aggregation over a join runs its stages
   (``strom.ksql.join_flow``) as one ``transformWithStateInPandas`` each, every stage
-  passing on the rows of the stages after it, then the aggregation's steps.
+  passing on the rows of the stages after it, then the aggregation's steps. A join's
+  records are gathered by source partition and sorted there by the time and place of
+  the records that made them (``packed_output.in_join_order``), as ksqlDB writes them
+  (not key by key); rows for an aggregation are placed by their time when records of
+  two topics make them.
 - Records keep their timestamps (ROWTIME, or the sink's TIMESTAMP column); the sink
   places them by key (murmur2, as Kafka's partitioner). With
   ``processing.guarantee=exactly_once_v2`` the sink writes each micro-batch in Kafka
@@ -72,6 +76,9 @@ OUTPUT_SCHEMA = "topic string, key binary, value binary, timestamp long"
 # an aggregation's records, with the source partition, offset and sequence that order them
 PLACED_SCHEMA = OUTPUT_SCHEMA + ", part int, off long, seq long"
 PACKED_OUTPUT_SCHEMA = PLACED_SCHEMA + ", packed binary"  # strom.ksql.packed_output
+# a join's records, with the time, tie order, source partition and offset of the record
+# its step took, and a sequence, that order them (``packed_output.in_join_order``)
+JOINED_SCHEMA = OUTPUT_SCHEMA + ", at long, tie int, part int, off long, seq long"
 PLACE_SPAN = 1 << 20  # an input row's ``seq`` times this, plus its output's index
 GROUPED_SCHEMA = "grp binary, part int, off long, seq int, ts timestamp, payload binary"
 CHAINED_SCHEMA = "grp binary, stage int, part int, off long, seq int, ts timestamp, payload binary"
@@ -420,7 +427,8 @@ def _join_processor(spec: QuerySpec) -> Any:
             out: list[tuple[Any, ...]] = []
             _write(parts, parts.operators.close_joins(stored, stored["time"]), out)
             self._save(parts, stored)
-            yield from _frames(out)
+            # after the records of the stream time that closed them
+            yield from _frames(_joined(out, stored["time"], 2, stored.get("part", -1), -1))
 
         def handleInputRows(
             self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
@@ -431,8 +439,7 @@ def _join_processor(spec: QuerySpec) -> Any:
             frame = pd.concat(list(rows), ignore_index=True)
             out: list[tuple[Any, ...]] = []
             if key[0] == LOG_GROUP:
-                out = [(spec.log_topic, None, payload, None) for payload in frame["payload"]]
-                yield from _frames(out)
+                yield from _frames(_logged(spec, frame))
                 return
             frame = frame.sort_values(["ts", "seq", "part", "off"], kind="stable")
             stored = pickle.loads(self.state.get()[0]) if self.state.exists() else {}
@@ -441,11 +448,17 @@ def _join_processor(spec: QuerySpec) -> Any:
             watermark = _watermark(timerValues) if windowed else -1
             if watermark > 0:  # none before the first batch's end (0 then)
                 stored["time"] = max(stored.get("time", -1), watermark + operators.join_reach())
-            for payload in frame["payload"]:
+            for tie, part, off, payload in zip(
+                frame["seq"].tolist(), frame["part"].tolist(), frame["off"].tolist(),
+                frame["payload"], strict=True,
+            ):  # fmt: skip
                 side, row = pickle.loads(payload)
                 stored["time"] = max(stored.get("time", -1), row.timestamp)
-                _write(parts, operators.join_step(stored, side, row, stored["time"]), out)
-                out.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
+                stored["part"] = part
+                written: list[tuple[Any, ...]] = []
+                _write(parts, operators.join_step(stored, side, row, stored["time"]), written)
+                written.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
+                out += _joined(written, row.timestamp, tie, part, off)
             self._save(parts, stored)
             yield from _frames(out)
 
@@ -536,19 +549,31 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
             return None
 
         def _emit(
-            self, parts: _TaskParts, messages: list[Any], changes: list[Any], position: Any
+            self,
+            parts: _TaskParts,
+            messages: list[Any],
+            changes: list[Any],
+            place: tuple[int, int, int, int],
         ) -> list[tuple[Any, ...]]:
+            """The rows a message gave; ``place``: the time, tie order, source
+            partition and offset of the record it came from."""
             rows: list[tuple[Any, ...]] = []
             if output == "records":
                 _write(parts, changes, rows)
                 rows.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
-                return rows
+                return _joined(rows, *place)
             errors = parts.take_errors()
+            at, tie, part, off = place
+            timed = output == "grouped" and _timed_places(spec.plan)
+            if timed:  # for the aggregation, which takes a group's rows in (partition,
+                # offset, sequence) order: the offset is the time, the sequence the tie
+                # order and the offset (mod 2^29) at a tie
+                off, tie = at, tie + 2 * (off % (1 << 29))
             for message in messages:
+                order = tie if timed else message.order
                 row = (
-                    pickle.dumps(message.key), message.stage, position.partition,
-                    position.offset, message.order, message.timestamp * 1000,
-                    pickle.dumps(message.payload),
+                    pickle.dumps(message.key), message.stage, part, off, order,
+                    message.timestamp * 1000, pickle.dumps(message.payload),
                 )  # fmt: skip
                 rows.append(row)
             rows.extend((LOG_GROUP, -1, 0, 0, 0, 0, e) for e in errors)
@@ -572,7 +597,7 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
                 if due is not None and stored.get("timer") is None:
                     self.handle.registerTimer(due)
                     stored["timer"] = due
-            if any(v for k, v in stored.items() if k not in ("time", "timer")):
+            if any(v for k, v in stored.items() if k not in ("time", "timer", "part")):
                 self.state.update((pickle.dumps(stored),))
             else:
                 self.state.clear()
@@ -590,7 +615,7 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
             out: list[tuple[Any, ...]] = []
             if len(passing):
                 if output == "records":  # only processing log entries are left
-                    out = [(spec.log_topic, None, p, None) for p in passing["payload"]]
+                    out = _logged(spec, passing)
                 else:
                     out = list(passing.itertuples(index=False, name=None))
             mine = frame[frame["stage"] == stage_index]
@@ -611,11 +636,13 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
                 ):  # fmt: skip
                     timestamp = int(ts.value // 1_000_000)
                     stored["time"] = max(stored.get("time", -1), timestamp)
+                    stored["part"] = int(part)
                     content = pickle.loads(payload)
                     message = Message(stage_index, group, content, timestamp, int(seq))
                     state = stored.setdefault("state", {})
                     messages, changes = flow.step(message, state, stored["time"])
-                    out += self._emit(parts, messages, changes, _Position(int(part), int(off)))
+                    place = (timestamp, int(seq), int(part), int(off))
+                    out += self._emit(parts, messages, changes, place)
                 self._save(parts, stored, step)
             if output != "records":
                 out = [_chained_row(r, output == "grouped") for r in out]
@@ -635,7 +662,9 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
             group = pickle.loads(key[0])
             state = stored.setdefault("state", {})
             messages, changes = parts.flow().close(stage_index, group, state, stored["time"])
-            out = self._emit(parts, messages, changes, _Position(0, 0))
+            # after the records of the stream time that closed them
+            place = (stored["time"], 2, stored.get("part", -1), -1)
+            out = self._emit(parts, messages, changes, place)
             self._save(parts, stored, step)
             if output != "records":
                 out = [_chained_row(r, output == "grouped") for r in out]
@@ -967,6 +996,34 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
     return AggregateProcessor()
 
 
+def _timed_places(plan: QueryPlan) -> bool:
+    """Whether the rows a query's joins give an aggregation are placed by their time:
+    when records of more than one topic make them (a table-table, stream-stream or
+    foreign-key join in the chain), whose offsets do not compare; else (only the first
+    stream's records) by their offsets."""
+    return any(j.shape != "stream-table" or j.foreign_key for j in plan.joins)
+
+
+def _joined(
+    rows: list[tuple[Any, ...]], at: int, tie: int, part: int, off: int
+) -> list[tuple[Any, ...]]:
+    """A join's output rows with what orders them (``JOINED_SCHEMA``): the time, tie
+    order, source partition and offset of the record its step took, and a sequence."""
+    return [(*row, at, tie, part, off, n) for n, row in enumerate(rows)]
+
+
+def _logged(spec: QuerySpec, frame: pd.DataFrame) -> list[tuple[Any, ...]]:
+    """Processing log entries passed on (a keyed frame's payloads) as a join's output
+    rows, at their records' places."""
+    return [
+        (spec.log_topic, None, payload, None, at, 0, part, off, 0)
+        for payload, at, part, off in zip(
+            frame["payload"], _row_times(frame).tolist(), frame["part"].tolist(),
+            frame["off"].tolist(), strict=True,
+        )
+    ]  # fmt: skip
+
+
 def _closed_first(parts: _TaskParts, closed: list[Any]) -> list[tuple[Any, ...]]:
     """The rows of windows closed by the stream time of an earlier micro-batch, placed
     before any record's (source partition -1), in the order of their windows' starts
@@ -1001,7 +1058,8 @@ def _frames(rows: list[tuple[Any, ...]]) -> Iterator[pd.DataFrame]:
 
 
 def _frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
-    """Output rows as a frame of ``OUTPUT_SCHEMA`` (or ``PLACED_SCHEMA``: 7-tuples)."""
+    """Output rows as a frame of ``OUTPUT_SCHEMA`` (or ``PLACED_SCHEMA``: 7-tuples;
+    ``JOINED_SCHEMA``: 9-tuples)."""
     import pandas as pd
 
     columns = {
@@ -1010,7 +1068,13 @@ def _frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
         "value": [r[2] for r in rows],
         "timestamp": pd.array([r[3] for r in rows], dtype="Int64"),
     }
-    if rows and len(rows[0]) > 4:
+    if rows and len(rows[0]) == 9:  # JOINED_SCHEMA
+        for index, (name, dtype) in enumerate(
+            [("at", "int64"), ("tie", "int32"), ("part", "int32"), ("off", "int64"),
+             ("seq", "int64")], start=4,
+        ):  # fmt: skip
+            columns[name] = pd.array([r[index] for r in rows], dtype=dtype)
+    elif rows and len(rows[0]) > 4:
         columns["part"] = pd.array([r[4] for r in rows], dtype="int32")
         columns["off"] = pd.array([r[5] for r in rows], dtype="int64")
         columns["seq"] = pd.array([r[6] for r in rows], dtype="int64")
@@ -1087,12 +1151,13 @@ class SparkQueries:
             windowed = plan.join.shape == "stream-stream"
             if windowed:  # the watermark trails the stream time by the join's reach
                 keyed = _watermarked_keeping_late_rows(keyed, _join_reach(plan))
-            output = keyed.groupBy("grp").transformWithStateInPandas(
+            joined = keyed.groupBy("grp").transformWithStateInPandas(
                 statefulProcessor=_join_processor(spec),
-                outputStructType=OUTPUT_SCHEMA,
+                outputStructType=JOINED_SCHEMA,
                 outputMode="Append",
                 timeMode="EventTime" if windowed else "None",
             )
+            output = _in_join_order(joined)
         elif plan.aggregation is None:
             output = frame.mapInArrow(lambda batches: run_stateless(spec, batches), OUTPUT_SCHEMA)
         else:
@@ -1243,7 +1308,7 @@ def _flow_output(frame: DataFrame, spec: QuerySpec) -> DataFrame:
     for index in joins:
         last = index == joins[-1] and not ordered
         output = "chain" if not last else ("records" if plan.aggregation is None else "grouped")
-        schema = {"chain": CHAINED_SCHEMA, "grouped": GROUPED_SCHEMA}.get(output, OUTPUT_SCHEMA)
+        schema = {"chain": CHAINED_SCHEMA, "grouped": GROUPED_SCHEMA}.get(output, JOINED_SCHEMA)
         stage = flow_stages[index]
         event_time = stage.kind == JOIN and stage.step in windowed
         current = current.groupBy("grp").transformWithStateInPandas(
@@ -1257,8 +1322,18 @@ def _flow_output(frame: DataFrame, spec: QuerySpec) -> DataFrame:
         gathered = current.repartition(buckets, "grp")
         return gathered.mapInArrow(lambda batches: run_in_order(spec, batches), OUTPUT_SCHEMA)
     if plan.aggregation is None:
-        return current
+        return _in_join_order(current)
     return _aggregated(current, spec, regroup=any(s.kind == REGROUP for s in flow_stages))
+
+
+def _in_join_order(joined: DataFrame) -> DataFrame:
+    """A join's records (``JOINED_SCHEMA``) gathered by source partition, as ksqlDB's
+    task of a partition writes them, and sorted there by the records that made them
+    (``packed_output.in_join_order``): each key's in the order its step made them, the
+    keys' interleaved as their records are, not key by key."""
+    from strom.ksql.packed_output import in_join_order
+
+    return _by_source_partition(joined).mapInArrow(in_join_order, OUTPUT_SCHEMA)
 
 
 def _watermarked_keeping_late_rows(frame: DataFrame, delay_ms: int) -> DataFrame:

@@ -16,7 +16,8 @@ import pytest
 from test_ksql_joins import planned
 
 from strom.ksql import runtime
-from strom.ksql.join_flow import AGGREGATE, ORDER, REGROUP, stages
+from strom.ksql.join_flow import AGGREGATE, ORDER, REGROUP, flowing, stages
+from strom.ksql.packed_output import in_join_order, unpack_in_order
 from strom.ksql.planner import QueryPlan
 
 SOURCES = (
@@ -93,15 +94,27 @@ def run_on_spark_steps(
             ],
             "topic": [t for t, _, _, _ in records],
             "partition": [0] * len(records),
-            "offset": list(range(len(records))),
+            "offset": [  # each topic's own, as Kafka gives them
+                sum(1 for other in records[:index] if other[0] == record[0])
+                for index, record in enumerate(records)
+            ],
             "timestamp": pa.array([ts * 1000 for *_, ts in records], pa.timestamp("us")),
         }
     )
-    [keyed] = list(runtime.run_flow_keying(spec, iter([batch])))
-    frame = keyed.to_pandas()
     flow_stages = stages(plan)
     ordered = flow_stages[-1].kind == ORDER
     joins = [i for i, s in enumerate(flow_stages) if s.kind not in (REGROUP, AGGREGATE, ORDER)]
+    if not flowing(plan):  # a join on the sources' keys: one keyed step
+        [keyed] = list(runtime.run_join_keying(spec, iter([batch])))
+        frames = []
+        groups = list(keyed.to_pandas().groupby("grp", sort=False))
+        for group, rows in reversed(groups) if backwards else groups:
+            processor = runtime._join_processor(spec)
+            processor.init(_Handle())
+            frames += list(processor.handleInputRows((group,), iter([rows]), None))
+        joins = []
+    [keyed] = list(runtime.run_flow_keying(spec, iter([batch])))
+    frame = keyed.to_pandas() if joins else pd.concat(frames, ignore_index=True)
     for index in joins:
         last = index == joins[-1] and not ordered
         output = "chain" if not last else ("records" if plan.aggregation is None else "grouped")
@@ -112,13 +125,21 @@ def run_on_spark_steps(
             processor.init(_Handle())
             frames += list(processor.handleInputRows((group,), iter([rows]), None))
         frame = pd.concat(frames, ignore_index=True)
-    if ordered:  # the results gathered by key in one task, in either order
-        rows = frame.iloc[::-1] if backwards else frame
-        batch = pa.RecordBatch.from_pandas(rows, preserve_index=False)
-        frame = pd.concat(
-            [b.to_pandas() for b in runtime.run_in_order(spec, iter([batch]))], ignore_index=True
-        )
-    assert plan.aggregation is None  # the aggregation's steps are the existing ones
+    if plan.aggregation is not None:  # the aggregation's steps, then its order
+        if any(s.kind == REGROUP for s in flow_stages):
+            frame = _by_group(frame, runtime._regroup_processor(spec), backwards)
+        frame = _by_group(frame, runtime._aggregate_processor(spec), backwards)
+    # the results gathered in one task (one source partition), in either order
+    rows = frame.iloc[::-1] if backwards else frame
+    batch = pa.RecordBatch.from_pandas(rows, preserve_index=False)
+    ordering = (
+        runtime.run_in_order(spec, iter([batch]))
+        if ordered
+        else in_join_order(iter([batch]))
+        if plan.aggregation is None
+        else unpack_in_order(iter([batch]))
+    )
+    frame = pd.concat([b.to_pandas() for b in ordering], ignore_index=True)
     out = []
     for topic, key, value, timestamp in frame.itertuples(index=False, name=None):
         if topic == "log":
@@ -126,6 +147,16 @@ def run_on_spark_steps(
         else:
             out.append((key, None if value is None else json.loads(value), int(timestamp)))
     return out
+
+
+def _by_group(frame: pd.DataFrame, processor: Any, backwards: bool) -> pd.DataFrame:
+    """A keyed step's processor run group by group (its groups in either order)."""
+    frames = []
+    groups = list(frame.groupby("grp", sort=False))
+    for group, rows in reversed(groups) if backwards else groups:
+        processor.init(_Handle())
+        frames += list(processor.handleInputRows((group,), iter([rows]), None))
+    return pd.concat(frames, ignore_index=True)
 
 
 def test_a_chain_of_joins_on_spark_steps() -> None:
@@ -139,6 +170,111 @@ def test_a_chain_of_joins_on_spark_steps() -> None:
         ("log", 0, 0),  # o4 does not read: a deserialization error, passed on to the sink
         (b"i1", {"ORDER_ID": "o1", "NAME": "Ada", "TOTAL": 20}, 10),
         (b"i2", {"ORDER_ID": "o2", "NAME": "Ada", "TOTAL": 15}, 11),
+    ]
+
+
+INTERLEAVED = [
+    ("customers", "c1", {"NAME": "Ada"}, 1),
+    ("customers", "c2", {"NAME": "Bob"}, 2),
+    ("items", "i1", {"PRICE": 10}, 3),
+    ("items", "i2", {"PRICE": 5}, 4),
+    ("orders", "o1", {"CUSTOMER": "c1", "ITEM": "i1", "QTY": 1}, 10),
+    ("orders", "o2", {"CUSTOMER": "c2", "ITEM": "i2", "QTY": 2}, 11),
+    ("orders", "o3", {"CUSTOMER": "c1", "ITEM": "i2", "QTY": 3}, 12),
+    ("customers", "c2", {"NAME": "Bob B"}, 13),
+    ("orders", "o4", {"CUSTOMER": "c2", "ITEM": "i1", "QTY": 4}, 14),
+    ("orders", "o5", {"CUSTOMER": "c1", "ITEM": "i1", "QTY": 5}, 15),
+]  # one micro-batch: the keys' records interleaved
+
+
+@pytest.mark.parametrize("backwards", [False, True])
+def test_a_stream_table_join_gives_its_results_in_the_order_of_their_records(
+    backwards: bool,
+) -> None:
+    plan = planned(
+        *SOURCES,
+        "CREATE STREAM named AS SELECT o.customer, o.id AS order_id, c.name FROM orders o "
+        "JOIN customers c ON o.customer = c.id",
+    )
+    assert not flowing(plan)  # one keyed step, its keys run in either order
+    assert run_on_spark_steps(plan, INTERLEAVED, backwards) == [
+        (b"c1", {"ORDER_ID": "o1", "NAME": "Ada"}, 10),
+        (b"c2", {"ORDER_ID": "o2", "NAME": "Bob"}, 11),
+        (b"c1", {"ORDER_ID": "o3", "NAME": "Ada"}, 12),
+        (b"c2", {"ORDER_ID": "o4", "NAME": "Bob B"}, 14),
+        (b"c1", {"ORDER_ID": "o5", "NAME": "Ada"}, 15),
+    ]  # as ksqlDB writes them, not key by key
+
+
+@pytest.mark.parametrize("backwards", [False, True])
+def test_a_chain_of_joins_gives_its_results_in_the_order_of_their_records(
+    backwards: bool,
+) -> None:
+    plan = planned(
+        *SOURCES,
+        "CREATE STREAM priced AS SELECT o.item, o.id AS order_id, c.name, "
+        "i.price * o.qty AS total FROM orders o JOIN customers c ON o.customer = c.id "
+        "JOIN items i ON o.item = i.id",
+    )
+    assert run_on_spark_steps(plan, INTERLEAVED, backwards) == [
+        (b"i1", {"ORDER_ID": "o1", "NAME": "Ada", "TOTAL": 10}, 10),
+        (b"i2", {"ORDER_ID": "o2", "NAME": "Bob", "TOTAL": 10}, 11),
+        (b"i2", {"ORDER_ID": "o3", "NAME": "Ada", "TOTAL": 15}, 12),
+        (b"i1", {"ORDER_ID": "o4", "NAME": "Bob B", "TOTAL": 40}, 14),
+        (b"i1", {"ORDER_ID": "o5", "NAME": "Ada", "TOTAL": 50}, 15),
+    ]
+
+
+@pytest.mark.parametrize("backwards", [False, True])
+def test_grouped_table_table_join_takes_its_rows_in_the_order_of_their_records(
+    backwards: bool,
+) -> None:
+    plan = planned(
+        *SOURCES,
+        "CREATE TABLE caps AS SELECT a.customer, SUM(l.cap) AS cap, COUNT(*) AS n "
+        "FROM accounts a JOIN limits l ON a.id = l.id GROUP BY a.customer",
+    )
+    records = [
+        ("limits", "a1", {"CAP": 10}, 1),  # the limits' offset 0
+        ("accounts", "a8", {"CUSTOMER": "c8", "BALANCE": 0}, 2),  # no limit: no row
+        ("accounts", "a9", {"CUSTOMER": "c9", "BALANCE": 0}, 3),
+        ("accounts", "a1", {"CUSTOMER": "c1", "BALANCE": 1}, 4),  # the accounts' offset 2
+        ("limits", "a1", {"CAP": 20}, 5),  # the limits' offset 1: a1's row of time 5 last
+        ("accounts", "a2", {"CUSTOMER": "c1", "BALANCE": 1}, 6),
+        ("limits", "a2", {"CAP": 300}, 7),
+    ]  # two topics' offsets do not order the joined rows: their times do
+    assert run_on_spark_steps(plan, records, backwards) == [
+        (b"c1", {"CAP": 10, "N": 1}, 4),
+        (b"c1", {"CAP": 0, "N": 0}, 5),
+        (b"c1", {"CAP": 20, "N": 1}, 5),
+        (b"c1", {"CAP": 320, "N": 2}, 7),
+    ]
+
+
+@pytest.mark.parametrize("backwards", [False, True])
+def test_a_table_table_join_gives_its_results_in_the_order_of_their_records(
+    backwards: bool,
+) -> None:
+    plan = planned(
+        *SOURCES,
+        "CREATE TABLE capped AS SELECT a.id, a.balance, l.cap FROM accounts a "
+        "LEFT JOIN limits l ON a.id = l.id",
+    )
+    records = [
+        ("accounts", "a1", {"CUSTOMER": "c1", "BALANCE": 1}, 1),
+        ("accounts", "a2", {"CUSTOMER": "c1", "BALANCE": 2}, 2),
+        ("limits", "a1", {"CAP": 10}, 3),
+        ("limits", "a2", {"CAP": 20}, 3),  # a tie: the limits' offsets order them
+        ("accounts", "a1", {"CUSTOMER": "c1", "BALANCE": 3}, 4),
+        ("limits", "a2", None, 5),
+    ]
+    assert run_on_spark_steps(plan, records, backwards) == [
+        (b"a1", {"BALANCE": 1, "CAP": None}, 1),
+        (b"a2", {"BALANCE": 2, "CAP": None}, 2),
+        (b"a1", {"BALANCE": 1, "CAP": 10}, 3),
+        (b"a2", {"BALANCE": 2, "CAP": 20}, 3),
+        (b"a1", {"BALANCE": 3, "CAP": 10}, 4),
+        (b"a2", {"BALANCE": 2, "CAP": None}, 5),
     ]
 
 
