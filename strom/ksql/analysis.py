@@ -67,6 +67,7 @@ def analyze(query: st.Query, metastore: Metastore) -> Analysis:
         if source is None:
             raise KsqlStatementError(
                 f"Exception while preparing statement: {relation.name} does not exist."
+                + metastore.alternatives(relation.name)
             )
         sources[relation.name] = source
         if relation.alias is not None:

@@ -35,7 +35,10 @@ def insertable(metastore: Metastore, target: str) -> DataSource:
     """The source rows may be written into, or ksqlDB's refusal."""
     source = metastore.source(target)
     if source is None:
-        raise KsqlStatementError(f"Cannot insert values into an unknown stream/table: `{target}`")
+        raise KsqlStatementError(
+            f"Cannot insert values into an unknown stream/table: `{target}`"
+            + metastore.alternatives(target)
+        )
     if source.is_windowed:
         raise KsqlStatementError("Cannot insert values into windowed stream/table!")
     if source.is_source:

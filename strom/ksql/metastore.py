@@ -266,6 +266,32 @@ class Metastore:
     def source(self, name: str) -> DataSource | None:
         return self.sources.get(name)
 
+    def alternatives(self, name: str, kind: str | None = None) -> str:
+        """ksqlDB's hint after "unknown source" errors: the sources (of ``kind``, if
+        given) whose names differ from ``name`` only in case, "" when there are none."""
+        found = sorted(
+            (s for s in self.sources.values() if s.name.lower() == name.lower()),
+            key=lambda s: s.name,
+        )
+        if kind is not None:
+            found = [s for s in found if s.kind == kind.upper()]
+        if not found:
+            return ""
+        if len(found) == 1:
+            only = found[0].name
+            if any(c.islower() for c in only):
+                return (
+                    f'\nDid you mean "{only}"? Hint: wrap the source name in double quotes to '
+                    "make it case-sensitive."
+                )
+            return f"\nDid you mean {only}? Hint: try removing double quotes from the source name."
+        listed = [f'"{s.name}" ({s.kind})' for s in found]
+        joined = ", ".join(listed[:-1]) + ("," if len(listed) > 2 else "") + " or " + listed[-1]
+        return (
+            f"\nDid you mean {joined}? Hint: wrap the source name in double quotes to make it "
+            "case-sensitive."
+        )
+
     def check_can_add(self, source: DataSource, or_replace: bool) -> None:
         existing = self.sources.get(source.name)
         if or_replace and source.is_source:  # ksqlDB refuses it even for a new name
@@ -303,6 +329,7 @@ class Metastore:
                 return None
             raise KsqlStatementError(
                 f"{statement.kind.capitalize()} {statement.name} does not exist."
+                + self.alternatives(statement.name, statement.kind)
             )
         if existing.kind != statement.kind:
             raise KsqlStatementError(

@@ -1,0 +1,148 @@
+"""ksqlDB's words for refusals found by its query-validation cases
+(``bench/ksql_conformance.py``): the "Did you mean" hint after an unknown source, a
+column name given twice (with its type), aggregations a table cannot take, persistent
+queries over windowed tables and a TIMESTAMP column of the wrong type. No broker."""
+
+from __future__ import annotations
+
+import pytest
+
+from strom.ksql import statements as st
+from strom.ksql.inserts import insertable
+from strom.ksql.metastore import KsqlStatementError, Metastore
+from strom.ksql.parser import parse_statement
+from strom.ksql.planner import SinkRequest, plan_query
+
+
+def store(*texts: str) -> Metastore:
+    metastore = Metastore()
+    for text in texts:
+        statement = parse_statement(text)
+        assert isinstance(statement, st.CreateSource)
+        metastore.put_source(metastore.source_from_statement(statement, text))
+    return metastore
+
+
+def refusal(metastore: Metastore, text: str) -> str:
+    statement = parse_statement(text)
+    with pytest.raises(KsqlStatementError) as refused:
+        if isinstance(statement, st.Query):
+            plan_query(statement, metastore)
+        else:
+            assert isinstance(statement, st.CreateAsSelect)
+            request = SinkRequest(statement.name, statement.kind, statement.properties, None, 1)
+            plan_query(statement.query, metastore, request, text)
+    return str(refused.value)
+
+
+UPPER = "CREATE STREAM INPUT (K INT KEY, V INT) WITH (kafka_topic='a', value_format='JSON');"
+LOWER = "CREATE STREAM `input` (K INT KEY, V INT) WITH (kafka_topic='b', value_format='JSON');"
+TABLE = "CREATE TABLE `Input` (K INT PRIMARY KEY, V INT) WITH (kafka_topic='c', format='JSON');"
+
+
+def test_an_unknown_source_names_the_ones_differing_only_in_case() -> None:
+    with pytest.raises(KsqlStatementError) as refused:
+        insertable(store(UPPER), "input")
+    assert str(refused.value) == (
+        "Cannot insert values into an unknown stream/table: `input`\n"
+        "Did you mean INPUT? Hint: try removing double quotes from the source name."
+    )
+    with pytest.raises(KsqlStatementError) as refused:
+        insertable(store(LOWER), "INPUT")
+    assert str(refused.value).endswith(
+        '\nDid you mean "input"? Hint: wrap the source name in double quotes to make it '
+        "case-sensitive."
+    )
+    three = store(UPPER, LOWER, TABLE)
+    assert three.alternatives("INPUt") == (
+        '\nDid you mean "INPUT" (STREAM), "Input" (TABLE), or "input" (STREAM)? Hint: wrap '
+        "the source name in double quotes to make it case-sensitive."
+    )
+    assert three.alternatives("INPUt", "TABLE") == (
+        '\nDid you mean "Input"? Hint: wrap the source name in double quotes to make it '
+        "case-sensitive."
+    )
+    assert store(UPPER).alternatives("OTHER") == ""
+    assert refusal(store(LOWER), "SELECT * FROM INPUT EMIT CHANGES;").endswith(
+        'INPUT does not exist.\nDid you mean "input"? Hint: wrap the source name in double '
+        "quotes to make it case-sensitive."
+    )
+
+
+def test_a_name_given_twice_is_refused_with_the_value_columns_type() -> None:
+    metastore = store(
+        "CREATE STREAM TEST (ID INT KEY, data STRING) WITH (kafka_topic='t', value_format='JSON');"
+    )
+    assert refusal(
+        metastore,
+        "CREATE TABLE OUTPUT AS SELECT DATA AS COUNT, COUNT(*) AS COUNT FROM TEST GROUP BY DATA;",
+    ) == ("Duplicate value columns found in schema: `COUNT` BIGINT")
+    assert refusal(
+        metastore, "CREATE STREAM O AS SELECT ID, DATA AS X, LEN(DATA) AS X FROM TEST;"
+    ) == ("Duplicate value columns found in schema: `X` INTEGER")
+
+
+def test_aggregations_over_a_table_take_only_functions_that_can_undo() -> None:
+    metastore = store(
+        "CREATE TABLE INPUT (ID BIGINT PRIMARY KEY, F0 INT, F1 BIGINT) "
+        "WITH (kafka_topic='t', value_format='JSON');"
+    )
+    assert refusal(
+        metastore,
+        "CREATE TABLE OUTPUT AS SELECT ID, LATEST_BY_OFFSET(F0), MIN(F1), MAX(F1) FROM INPUT "
+        "GROUP BY ID;",
+    ) == (
+        "The aggregation functions LATEST_BY_OFFSET, MIN and MAX cannot be applied to a table "
+        "source, only to a stream source."
+    )
+    assert refusal(
+        metastore, "CREATE TABLE O2 AS SELECT ID, COUNT(*), MAX(F1) FROM INPUT GROUP BY ID;"
+    ) == (
+        "The aggregation function MAX cannot be applied to a table source, only to a stream source."
+    )
+    statement = parse_statement(
+        "CREATE TABLE O3 AS SELECT ID, COUNT(*), SUM(F1), AVG(F0), COLLECT_LIST(F0) FROM INPUT "
+        "GROUP BY ID;"
+    )
+    assert isinstance(statement, st.CreateAsSelect)
+    plan_query(statement.query, metastore, SinkRequest("O3", "TABLE", {}, None, 1))
+
+
+def test_no_persistent_query_over_a_windowed_table() -> None:
+    metastore = store(
+        "CREATE TABLE INPUT (K STRING PRIMARY KEY, X INT) WITH (kafka_topic='t', "
+        "value_format='JSON', WINDOW_TYPE='Session');"
+    )
+    assert refusal(metastore, "CREATE TABLE OUTPUT AS SELECT * FROM INPUT;") == (
+        "KSQL does not support persistent queries on windowed tables."
+    )
+    statement = parse_statement("SELECT * FROM INPUT EMIT CHANGES;")
+    assert isinstance(statement, st.Query)
+    plan_query(statement, metastore)  # a push query may read one
+
+
+def test_a_sinks_timestamp_column_must_be_a_time() -> None:
+    metastore = store(
+        "CREATE STREAM TEST (K STRING KEY, ID BIGINT, EVENT_TS INT, S STRING) "
+        "WITH (kafka_topic='t', value_format='JSON');"
+    )
+    assert refusal(
+        metastore,
+        "CREATE STREAM TS WITH (timestamp='event_ts') AS SELECT K, ID, EVENT_TS FROM TEST;",
+    ) == (
+        "Timestamp column, `EVENT_TS`, should be LONG(INT64), TIMESTAMP, or a String with a "
+        "timestamp_format specified."
+    )
+    assert refusal(
+        metastore, "CREATE STREAM TS WITH (timestamp='s') AS SELECT K, S FROM TEST;"
+    ) == (
+        "A String timestamp field has been specified without also specifying the timestamp_format"
+    )
+    assert refusal(
+        metastore,
+        "CREATE STREAM TS WITH (timestamp='id', timestamp_format='yyyy') AS SELECT K, ID "
+        "FROM TEST;",
+    ) == (
+        "'TIMESTAMP_FORMAT' set in the WITH clause can only be used when the timestamp column is "
+        "of type STRING."
+    )
