@@ -587,6 +587,17 @@ def plan_query(
     ``KsqlStatementError`` for what it refuses."""
     analyze(query, metastore)
     _check_reserved_names(query, sink is not None)
+    if sink is not None:
+        relations = [query.source.left, *(join.right for join in query.source.joins)]
+        for named_source in (metastore.source(r.name) for r in relations):
+            if (
+                named_source is not None
+                and named_source.kind == "TABLE"
+                and named_source.is_windowed
+            ):
+                raise KsqlStatementError(
+                    "KSQL does not support persistent queries on windowed tables."
+                )
     relation = query.source.left
     source = metastore.source(relation.name)
     assert source is not None  # analyze checked it
@@ -802,8 +813,12 @@ def _joined_name(expression: ex.Expression, scope: Scope) -> str | None:
 
 
 def _named(
-    items: list[tuple[str | None, ex.Expression]], source_columns: set[str]
+    items: list[tuple[str | None, ex.Expression]],
+    source_columns: set[str],
+    duplicates: list[str] | None = None,
 ) -> list[tuple[str, ex.Expression]]:
+    """The SELECT items with their names; a name given twice is refused, or, with
+    ``duplicates``, listed there (refused by ``_refuse_duplicates`` once typed)."""
     names = _Names(source_columns)
     named: list[tuple[str, ex.Expression]] = []
     seen: set[str] = set()
@@ -815,10 +830,28 @@ def _named(
         else:
             name = _implicit_name(expression) or names.generated()
         if name in seen:
-            raise KsqlStatementError(f"Duplicate value columns found in schema: `{name}`")
+            if duplicates is None:
+                raise KsqlStatementError(f"Duplicate value columns found in schema: `{name}`")
+            duplicates.append(name)
         seen.add(name)
         named.append((name, expression))
     return named
+
+
+def _refuse_duplicates(duplicates: list[str], projection: list[Projection]) -> None:
+    """ksqlDB's refusal of a column name given twice, naming the column as its schema
+    builder does: the keys come first, so the second of the name is a value column
+    unless both are keys; with its type."""
+    if not duplicates:
+        return
+    name = duplicates[0]
+    columns = [p for p in projection if p.name == name]
+    values = [p for p in columns if p.namespace != "KEY"]
+    second = values[-1] if values and len(values) < len(columns) else columns[-1]
+    namespace = "key" if not values else "value"
+    raise KsqlStatementError(
+        f"Duplicate {namespace} columns found in schema: `{name}` {second.type}"
+    )
 
 
 def _source_column_names(source: DataSource, joins: tuple[JoinPlan, ...]) -> set[str]:
@@ -833,8 +866,11 @@ def _plan_projection(
     sink: SinkRequest | None,
     joins: tuple[JoinPlan, ...] = (),
 ) -> tuple[Projection, ...]:
+    duplicates: list[str] = []
     named = _named(
-        _select_items(query, source, persistent, joins, scope), _source_column_names(source, joins)
+        _select_items(query, source, persistent, joins, scope),
+        _source_column_names(source, joins),
+        None if joins else duplicates,
     )
     if joins:
         _check_synthetic_references([expression for _, expression in named], scope)
@@ -869,6 +905,7 @@ def _plan_projection(
         else:
             missing = [expression_text(k) for k in keys]  # all of them, as ksqlDB lists them
         _keys_missing(sink, what, missing)
+    _refuse_duplicates(duplicates, projection)
     return _keys_first(projection)
 
 
@@ -1366,6 +1403,53 @@ def _keys_first(projection: list[Projection]) -> tuple[Projection, ...]:
     )
 
 
+def _check_timestamp_type(column: Column, timestamp_format: Any) -> None:
+    """ksqlDB's refusals of a TIMESTAMP column its extraction cannot read."""
+    kind = str(column.type)
+    if kind == "STRING":
+        if not timestamp_format:
+            raise KsqlStatementError(
+                "A String timestamp field has been specified without also specifying the "
+                "timestamp_format"
+            )
+        return
+    if timestamp_format:
+        raise KsqlStatementError(
+            "'TIMESTAMP_FORMAT' set in the WITH clause can only be used when the timestamp "
+            "column is of type STRING."
+        )
+    if kind not in ("BIGINT", "TIMESTAMP"):
+        raise KsqlStatementError(
+            f"Timestamp column, `{column.name}`, should be LONG(INT64), TIMESTAMP, or a String "
+            "with a timestamp_format specified."
+        )
+
+
+def _refuse_table_aggregation(calls: list[AggregateCall], window: Window | None) -> None:
+    """ksqlDB's refusals of an aggregation over a table: no window, and only functions
+    that can take a row back out (the table's updates and deletes)."""
+    from strom.ksql.aggregate_functions import aggregate_function
+
+    if window is not None:
+        raise KsqlStatementError("Windowing not supported for table aggregations.")
+    refused: list[str] = []
+    for call in calls:
+        function = aggregate_function(
+            call.name, list(call.argument_types), list(call.literal_arguments)
+        )
+        if function is not None and not function.can_undo and call.name not in refused:
+            refused.append(call.name)
+    if refused:
+        listed = (
+            refused[0] if len(refused) == 1 else ", ".join(refused[:-1]) + " and " + refused[-1]
+        )
+        plural = "s" if len(refused) > 1 else ""
+        raise KsqlStatementError(
+            f"The aggregation function{plural} {listed} cannot be applied to a table source, "
+            "only to a stream source."
+        )
+
+
 def _plan_aggregation(
     query: st.Query,
     source: DataSource,
@@ -1458,8 +1542,11 @@ def _plan_aggregation(
 
         return transform(expression, replace)
 
+    duplicates: list[str] = []
     named = _named(
-        _select_items(query, source, persistent, joins, scope), _source_column_names(source, joins)
+        _select_items(query, source, persistent, joins, scope),
+        _source_column_names(source, joins),
+        duplicates,
     )
     rewritten = [(name, expression, rewrite(expression)) for name, expression in named]
     having = rewrite(query.having) if query.having is not None else None
@@ -1496,6 +1583,8 @@ def _plan_aggregation(
             + ", ".join(loose_having)
             + "\nConsider switching the HAVING clause to a WHERE clause before the GROUP BY."
         )
+    if source.kind == "TABLE" and not joins:
+        _refuse_table_aggregation(calls, window)
     columns: dict[str, ex.SqlType] = dict(zip(group_columns, group_types, strict=True))
     columns.update({c.column: c.result_type for c in calls})
     columns["ROWTIME"] = BIGINT
@@ -1533,6 +1622,7 @@ def _plan_aggregation(
     if persistent and len(found) < len(group_by):
         missing = [expression_text(g) for i, g in enumerate(group_by) if i not in found]
         _keys_missing(sink, "grouping expression", missing)
+    _refuse_duplicates(duplicates, projection)
     if not persistent:
         # A transient query's key columns are what it selects, in its order.
         projection = [dataclasses.replace(p, namespace="VALUE") for p in projection]
@@ -1658,11 +1748,13 @@ def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
     timestamp = props.get("TIMESTAMP")
     if timestamp is not None:
         timestamp = str(timestamp).strip("`").upper()
-        if not any(c.name == timestamp for c in columns):
+        found = next((c for c in columns if c.name == timestamp), None)
+        if found is None:
             raise KsqlStatementError(
                 "The TIMESTAMP column set in the WITH clause does not exist in the schema: "
                 f"'{timestamp}'"
             )
+        _check_timestamp_type(found, props.get("TIMESTAMP_FORMAT"))
     window_type = window.kind if window is not None else plan.source.window_type
     window_size = (
         window.size_ms
