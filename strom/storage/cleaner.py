@@ -39,9 +39,12 @@ list is switched and the files renamed (no fsync); then the directory fsync, the
 manifest's removal and the checkpoint run on the file thread again. Appends only
 touch the active segment, so none is lost. A process, not a thread, cleans: a thread
 decoding records holds the GIL so much that the event loop's produce latency went
-from 13 ms to 500 ms at p99 (bench/cleaner.py); the process runs at idle priority
-(SCHED_IDLE, else nice 10) and dies with the broker. The swap's fsyncs on the loop
-had cost 10-14 ms per cleaned run (more while the disk was busy).
+from 13 ms to 500 ms at p99 (bench/cleaner.py); the process runs at nice 10 and
+dies with the broker. Each cleaning starts at idle priority (SCHED_IDLE: only spare
+CPU) and is moved back to the normal class once it has waited STARVED_AFTER_S for a
+CPU: on a machine that stays busy an idle-priority cleaning never ends (where the
+move back is not permitted, cleanings run at nice 10 only). The swap's fsyncs on
+the loop had cost 10-14 ms per cleaned run (more while the disk was busy).
 
 Differences from Kafka: tombstone expiry is judged by the batch's max timestamp
 (not by when the tombstone was first cleaned); empty batches are never written (a
@@ -415,21 +418,23 @@ def build_cleaned_segments(job: CleaningSpec, abort: _Abort) -> CleaningOutput:
 # -- the worker process ------------------------------------------------------------------
 
 _worker_abort: _Abort | None = None
+_worker_idle = False  # its cleanings start at SCHED_IDLE
 
 
 def _worker_init(abort: _Abort, parent: int) -> None:
-    """Runs in the cleaner process: lower priority than the broker, no Ctrl-C of its
-    own, and (Linux) killed with its parent, so a ``kill -9`` of the broker leaves no
-    cleaner behind."""
-    global _worker_abort
+    """Runs in the cleaner process: lower priority than the broker (nice 10; each
+    cleaning starts at SCHED_IDLE when the broker may raise it out of that class
+    again), no Ctrl-C of its own, and (Linux) killed with its parent, so a ``kill -9``
+    of the broker leaves no cleaner behind."""
+    global _worker_abort, _worker_idle
     _worker_abort = abort
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         os.nice(10)
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # only spare CPU
-    except (OSError, AttributeError):
+    except OSError:
         pass
+    _worker_idle = can_leave_idle_priority()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -441,7 +446,34 @@ def _worker_init(abort: _Abort, parent: int) -> None:
 
 def _clean_in_worker(spec: CleaningSpec) -> CleaningOutput:
     assert _worker_abort is not None
+    if _worker_idle:  # only spare CPU, until the broker sees it starve (_StarvationWatch)
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except OSError:
+            pass
     return build_cleaned_segments(spec, _worker_abort)
+
+
+def can_leave_idle_priority() -> bool:
+    """Whether this process's user may move a thread from SCHED_IDLE back to the normal
+    class at nice 10 (root, CAP_SYS_NICE, or an RLIMIT_NICE of 10 or more): tried on a
+    thread of its own, since scheduling classes are a thread's. A worker that could
+    not be raised never goes idle: at nice 10 it still gets a share of a busy CPU."""
+    allowed: list[bool] = []
+
+    def probe() -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        except (OSError, AttributeError):
+            allowed.append(False)
+        else:
+            allowed.append(True)
+
+    thread = threading.Thread(target=probe, name="priority-probe")
+    thread.start()
+    thread.join()
+    return allowed == [True]
 
 
 class _AbortedRanges:
@@ -581,6 +613,85 @@ class _Inline:
         return future
 
 
+# A cleaning at idle priority (SCHED_IDLE: only the CPU time no other thread wants)
+# that has waited this long in all for a CPU goes on in the normal class at nice 10,
+# where a busy machine still gives it a share (about a tenth of a core against one
+# nice-0 process). Kafka's cleaner threads run at normal priority; an idle-priority
+# cleaner on a machine that stays busy could wait for ever while the dirty part of
+# its logs grows.
+STARVED_AFTER_S = 2.0
+_WATCH_INTERVAL_S = 0.25
+
+
+def _pids(executor: ProcessPoolExecutor | None) -> list[int]:
+    """The ids of a pool's worker processes (ProcessPoolExecutor has no public way to
+    reach them before Python 3.14; a pool shut down has none)."""
+    processes = executor._processes if executor is not None else None  # noqa: SLF001
+    if not processes:
+        return []
+    return [p.pid for p in list(processes.values()) if p.pid]
+
+
+def _run_delay_s(pid: int) -> float | None:
+    """How long the main thread of process ``pid`` has waited, runnable, for a CPU in
+    all (Linux's /proc/PID/schedstat); None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as stats:
+            return int(stats.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class _StarvationWatch:
+    """Watches the worker through one cleaning, from a thread of the broker's: once it
+    has waited ``starved_after_s`` for a CPU since the cleaning began (its run delay;
+    the time elapsed where the kernel does not tell), it is moved out of SCHED_IDLE
+    (nice 10 stays). Checked again at every look, since the worker puts itself back at
+    SCHED_IDLE as it takes the cleaning up."""
+
+    def __init__(self, pids: Callable[[], list[int]], what: str, starved_after_s: float) -> None:
+        self._pids = pids
+        self.what = what
+        self.starved_after_s = starved_after_s
+        self.raised = False
+        self._stopped = threading.Event()
+        self._started = time.monotonic()
+        self._baseline: dict[int, float] = {}
+        for pid in pids():
+            self._waited(pid)
+        threading.Thread(target=self._run, name="cleaner-watch", daemon=True).start()
+
+    def _waited(self, pid: int) -> float:
+        delay = _run_delay_s(pid)
+        if delay is None:
+            return time.monotonic() - self._started
+        return delay - self._baseline.setdefault(pid, delay)
+
+    def _run(self) -> None:
+        while not self._stopped.wait(_WATCH_INTERVAL_S):
+            for pid in self._pids():
+                waited = self._waited(pid)
+                if waited < self.starved_after_s:
+                    continue
+                try:
+                    if os.sched_getscheduler(pid) != os.SCHED_IDLE:
+                        continue
+                    os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+                except (OSError, AttributeError):
+                    continue  # gone, or not Linux
+                if not self.raised:
+                    self.raised = True
+                    log.info(
+                        "%s: the cleaning waited %.1fs for a CPU at idle priority: "
+                        "it goes on at nice 10",
+                        self.what,
+                        waited,
+                    )
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+
 class LogCleaner:
     """Cleans the compacted logs of one LogManager, one log at a time, in one worker
     process (started on first use); swaps the results in with the fsyncs on a thread.
@@ -611,6 +722,9 @@ class LogCleaner:
         self._files: ThreadPoolExecutor | None = None  # manifest, renames, fsyncs
         self._abort: _AbortSwitch = threading.Event()  # replaced by the worker's shared Event
         self._running: tuple[CleaningJob, Future[CleaningOutput]] | None = None
+        self._watch: _StarvationWatch | None = None
+        self.starved_after_s = STARVED_AFTER_S
+        self.starved_cleanings = 0  # cleanings moved out of SCHED_IDLE
         self._swap: _Swap | None = None
         self._next_check_ms = 0
         self.last_stats: CleaningStats | None = None
@@ -719,6 +833,7 @@ class LogCleaner:
             if not future.done():
                 return
             self._running = None
+            self._end_watch()
             self._next_check_ms = 0
             try:
                 self._swap = self._begin_swap(job, future.result(), self._file_thread())
@@ -757,8 +872,16 @@ class LogCleaner:
         self._abort.clear()
         spec = best.spec(self.max_map_entries, self.io_max_bytes_per_second)
         future = self._executor.submit(_clean_in_worker, spec)
+        executor = self._executor
+        watch = _StarvationWatch(
+            lambda: _pids(executor),
+            f"{best.log.topic}-{best.log.partition}",
+            self.starved_after_s,
+        )
+        future.add_done_callback(lambda _done: watch.stop())
         future.add_done_callback(self._notify)
         self._running = (best, future)
+        self._watch = watch
         log.info(
             "%s-%d: cleaning started for offsets %d..%d (dirty from %d, ratio %.2f)",
             best.log.topic,
@@ -768,6 +891,12 @@ class LogCleaner:
             best.first_dirty,
             best.dirty_ratio,
         )
+
+    def _end_watch(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+            self.starved_cleanings += self._watch.raised
+            self._watch = None
 
     def _file_thread(self) -> ThreadPoolExecutor:
         if self._files is None:
@@ -863,11 +992,7 @@ class LogCleaner:
         return self._running is not None or self._swap is not None
 
     def _worker_pids(self) -> list[int]:
-        executor = self._executor
-        if executor is None:
-            return []
-        # ProcessPoolExecutor has no public way to reach its workers before Python 3.14
-        return [p.pid for p in list(executor._processes.values()) if p.pid]  # noqa: SLF001
+        return _pids(self._executor)
 
     def _raise_worker_priority(self) -> None:
         """Back to the normal scheduling class (nice 10 stays), so that the worker gets
@@ -912,6 +1037,7 @@ class LogCleaner:
                 for done in output.cleaned:
                     swap.discard_cleaned(job.log.directory, done.base)
             self._running = None
+        self._end_watch()
         while self._swap is not None:  # a few ms of renames and fsyncs: see it through
             try:
                 self._swap.files.result()

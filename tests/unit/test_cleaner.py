@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -21,6 +23,7 @@ from strom.storage.cleaner import (
     UNLIMITED_IO,
     LogCleaner,
     build_cleaned_segments,
+    can_leave_idle_priority,
 )
 
 NOW = 1_800_000_000_000
@@ -250,6 +253,42 @@ def test_shutdown_kills_a_worker_that_does_not_stop(tmp_path):
     assert _records(reopened.get("c", 0)) == before
     assert not list((tmp_path / "c-0").glob("*.cleaned"))
     reopened.shutdown()
+
+
+def test_a_starved_cleaning_leaves_idle_priority(tmp_path):
+    """A worker sharing its CPU with a busy process gets next to no CPU at SCHED_IDLE:
+    once its cleaning has waited starved_after_s for one, the worker goes on in the
+    normal class (nice 10) and finishes. Where leaving SCHED_IDLE is not permitted,
+    cleanings never enter it."""
+    manager, plog = _managed(tmp_path)
+    _fill(plog)
+    manager.maintain()
+    _finish_cleaning(manager)  # the worker process is started
+    [worker] = manager.cleaner._worker_pids()  # noqa: SLF001 - the worker is internal
+    starved_before = manager.cleaner.starved_cleanings
+    cpu = min(os.sched_getaffinity(0))
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {cpu})
+        os.sched_setaffinity(worker, {cpu})
+        manager.cleaner.starved_after_s = 0.2
+        for r in range(30):  # a cleaning of some tens of milliseconds of CPU
+            _append(plog, [(b"k%d" % (i % 7), b"%d-%d" % (r, i)) for i in range(20)])
+        _append(plog, [(b"tail", b"y" * 700)])
+        manager.maintain()
+        assert manager.cleaner.busy
+        _finish_cleaning(manager)
+        policy = os.sched_getscheduler(worker)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert manager.cleaner.cleanings == 2
+    idle = can_leave_idle_priority()
+    assert manager.cleaner.starved_cleanings - starved_before == (1 if idle else 0)
+    assert policy == os.SCHED_OTHER
+    latest = {key: value for _, (key, value) in sorted(_records(plog).items())}
+    assert latest[b"k0"] == b"29-14" and latest[b"tail"] == b"y" * 700
+    manager.shutdown()
 
 
 def _cleaned_files(tmp_path: Path) -> tuple[PartitionLog, dict, dict, list]:
