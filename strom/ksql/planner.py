@@ -1165,11 +1165,34 @@ def _plan_join(
     scope = Scope(columns, qualified)
     plans: list[JoinPlan] = []
     left_kind = left.kind
+    # ksqlDB's analysis checks every condition and the sides' windows before its
+    # planner checks the joins' kinds
+    keys: list[tuple[ex.Expression, ex.Expression, list[tuple[str, ex.Expression]]]] = []
+    by_name = dict(sources)
     for index, join in enumerate(query.source.joins):
         left_names = [name for name, _ in sources[: index + 1]]
-        right_name, right = sources[index + 1]
+        right_name = sources[index + 1][0]
+        left_key, right_key, left_name = _join_sides(join, scope, left_names, right_name)
+        written = [(left_name, left_key), (right_name, right_key)]
+        if isinstance(join.condition, ex.Comparison) and join.condition.left is right_key:
+            written.reverse()
+        _refuse_window_mix([(name, by_name[name]) for name, _ in written])
+        keys.append((left_key, right_key, written))
+    for index, join in enumerate(query.source.joins):
+        right = sources[index + 1][1]
         shape = _join_refusals(join, left_kind, sources[0][1].name, right)
-        left_key, right_key = _join_sides(join, scope, left_names, right_name)
+        left_key, right_key, written = keys[index]
+        for name, expression in written:  # a windowed side joined on other than its key
+            side = by_name[name]
+            side_keys = {f"{name}_{c.name}" for c in side.key_columns}
+            if side.is_windowed and not (
+                isinstance(expression, ex.ColumnReference)
+                and scope.resolve(expression) in side_keys
+            ):
+                raise KsqlStatementError(
+                    "Implicit repartitioning of windowed sources is not supported. See "
+                    "https://github.com/confluentinc/ksql/issues/4385."
+                )
         plan = _join_plan(join, shape, plans, sources, index, scope, left_key, right_key)
         plans.append(plan)
         left_kind = "TABLE" if shape == "table-table" else "STREAM"
@@ -1205,11 +1228,37 @@ def _synthetic_key(
     return SYNTHETIC_KEY if index == 0 else f"{SYNTHETIC_KEY}_{index}"
 
 
+def _refuse_window_mix(sides: list[tuple[str, DataSource]]) -> None:
+    """ksqlDB's refusal of a join of a windowed source to one not windowed, or of
+    session windows to time windows (``sides``: the condition's, as written)."""
+    (left_name, left), (right_name, right) = sides
+    if left.is_windowed != right.is_windowed:
+        raise KsqlStatementError(
+            "Can not join windowed source to non-windowed source.\n"
+            f"`{left_name}` is {left.window_type or 'not'} windowed\n"
+            f"`{right_name}` is {right.window_type or 'not'} windowed"
+        )
+    if left.window_type is None or right.window_type is None:
+        return
+    if (left.window_type == "SESSION") != (right.window_type == "SESSION"):
+        raise KsqlStatementError(
+            "Incompatible windowed sources.\n"
+            f"Left source: {left.window_type}\n"
+            f"Right source: {right.window_type}\n"
+            "Session windowed sources can only be joined to other session windowed sources, "
+            "and may still not result in expected behaviour as session bounds must be an exact "
+            "match for the join to work\n"
+            "Hopping and tumbling windowed sources can only be joined to other hopping and "
+            "tumbling windowed sources"
+        )
+
+
 def _join_sides(
     join: st.Join, scope: Scope, left_names: list[str], right_name: str
-) -> tuple[ex.Expression, ex.Expression]:
+) -> tuple[ex.Expression, ex.Expression, str]:
     """The condition's left and right expressions (the left naming the sources joined
-    so far, the right the source joined), after ksqlDB's checks."""
+    so far, the right the source joined), after ksqlDB's checks, and the name of the
+    source the left one names."""
     condition = join.condition
     if isinstance(condition, ex.Logical) and all(
         isinstance(side, ex.Comparison) and side.operator == "="
@@ -1255,7 +1304,7 @@ def _join_sides(
             f"FROM clause, instead the right source references `{second_sides.pop()}` and "
             f"the left source references `{first_sides.pop()}`"
         )
-    return first, second
+    return first, second, first_sides.pop()
 
 
 def _join_plan(

@@ -146,3 +146,51 @@ def test_a_sinks_timestamp_column_must_be_a_time() -> None:
         "'TIMESTAMP_FORMAT' set in the WITH clause can only be used when the timestamp column is "
         "of type STRING."
     )
+
+
+WINDOWED = (
+    "CREATE STREAM S1 (K INT KEY, ID INT, V BIGINT) WITH (kafka_topic='l', value_format='JSON', "
+    "WINDOW_TYPE='SESSION');",
+    "CREATE STREAM S2 (K INT KEY, ID INT, V BIGINT) WITH (kafka_topic='r', value_format='JSON');",
+    "CREATE STREAM S3 (K INT KEY, ID INT, V BIGINT) WITH (kafka_topic='t', value_format='JSON', "
+    "WINDOW_TYPE='TUMBLING', WINDOW_SIZE='2 SECONDS');",
+    "CREATE STREAM S4 (K INT KEY, ID INT, V BIGINT) WITH (kafka_topic='s', value_format='JSON', "
+    "WINDOW_TYPE='SESSION');",
+)
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        (
+            "SELECT * FROM S1 JOIN S2 WITHIN 1 MINUTE ON S1.K = S2.K",
+            "Can not join windowed source to non-windowed source.\n`S1` is SESSION windowed\n"
+            "`S2` is not windowed",
+        ),
+        (  # the sides as the condition writes them
+            "SELECT * FROM S1 JOIN S2 WITHIN 1 MINUTE ON S2.K = S1.K",
+            "Can not join windowed source to non-windowed source.\n`S2` is not windowed\n"
+            "`S1` is SESSION windowed",
+        ),
+        (
+            "SELECT * FROM S1 JOIN S3 WITHIN 1 MINUTE ON S1.K = S3.K",
+            "Incompatible windowed sources.\nLeft source: SESSION\nRight source: TUMBLING\n"
+            "Session windowed sources can only be joined to other session windowed sources, and "
+            "may still not result in expected behaviour as session bounds must be an exact match "
+            "for the join to work\nHopping and tumbling windowed sources can only be joined to "
+            "other hopping and tumbling windowed sources",
+        ),
+        (
+            "SELECT * FROM S1 JOIN S4 WITHIN 1 MINUTE ON S1.ID = S4.ID",
+            "Implicit repartitioning of windowed sources is not supported. See "
+            "https://github.com/confluentinc/ksql/issues/4385.",
+        ),
+        (  # the condition is checked before the missing WITHIN
+            "SELECT * FROM S2 JOIN S4 T ON T.ID = 0",
+            "Invalid comparison expression '0' in join '(T.ID = 0)'. Each side of the join "
+            "comparision must contain references from exactly one source.",
+        ),
+    ],
+)
+def test_join_refusals_of_windows_and_conditions_come_first(query: str, message: str) -> None:
+    assert refusal(store(*WINDOWED), query + " EMIT CHANGES;") == message
