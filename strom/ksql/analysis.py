@@ -5,11 +5,13 @@ Owns resolving a query's sources (FROM and each JOIN, by name or alias) and the 
 its clauses name: each column reference must be a column of a source (qualified by its
 name or alias, or unqualified), a pseudo column (ROWTIME, ROWPARTITION, ROWOFFSET;
 WINDOWSTART and WINDOWEND in a windowed query or over a windowed source), or a lambda's
-parameter. ``analyze`` returns the sources by the names the query may use; a query that
-does not resolve raises ``KsqlStatementError`` (``Exception while preparing statement:
-X does not exist.``, ``Line: 1, Col: 8: WHERE column 'X' cannot be resolved.``; an
-unknown qualifier, a name two joined sources have, a join or GROUP BY over values in the
-KAFKA format, each as ksqlDB words it).
+parameter; a system column's name as a SELECT alias, or selected by a persistent query,
+is refused before the columns are resolved, as ksqlDB refuses it. ``analyze`` returns
+the sources by the names the query may use; a query that does not resolve raises
+``KsqlStatementError`` (``Exception while preparing statement: X does not exist.``,
+``Line: 1, Col: 8: WHERE column 'X' cannot be resolved.``; an unknown qualifier, a name
+two joined sources have, a join or GROUP BY over values in the KAFKA format, each as
+ksqlDB words it).
 
 Does not own types, the output schema or the plan (the Spark compiler's, later).
 """
@@ -22,7 +24,7 @@ from typing import Any
 
 from strom.ksql import expressions as ex
 from strom.ksql import statements as st
-from strom.ksql.metastore import DataSource, KsqlStatementError, Metastore
+from strom.ksql.metastore import SYSTEM_COLUMNS, DataSource, KsqlStatementError, Metastore
 
 PSEUDO_COLUMNS = frozenset({"ROWTIME", "ROWPARTITION", "ROWOFFSET"})
 WINDOW_BOUNDS = frozenset({"WINDOWSTART", "WINDOWEND"})
@@ -59,7 +61,9 @@ def _children(value: object, bound: frozenset[str]) -> Iterator[ex.ColumnReferen
             yield from _children(item, bound)
 
 
-def analyze(query: st.Query, metastore: Metastore) -> Analysis:
+def analyze(query: st.Query, metastore: Metastore, persistent: bool = False) -> Analysis:
+    """The query's sources and whether it is windowed, after ksqlDB's analysis: its
+    sources known, the SELECT's system column names, then every column reference."""
     relations = [query.source.left, *(join.right for join in query.source.joins)]
     sources: dict[str, DataSource] = {}
     for relation in relations:
@@ -73,6 +77,7 @@ def analyze(query: st.Query, metastore: Metastore) -> Analysis:
         if relation.alias is not None:
             sources[relation.alias] = source
     _refuse_kafka_values(query, relations, sources)
+    check_reserved_names(query, persistent)
     windowed = query.window is not None or any(s.is_windowed for s in sources.values())
     clauses: list[tuple[str, ex.Expression]] = [
         (prefix, expression)
@@ -126,6 +131,29 @@ def analyze(query: st.Query, metastore: Metastore) -> Analysis:
                     f"{where}{prefix} column '{reference}' cannot be resolved.{hint}"
                 )
     return Analysis(sources, windowed)
+
+
+def check_reserved_names(query: st.Query, persistent: bool) -> None:
+    """ksqlDB's system columns as names of the SELECT: never as an alias; selected as
+    they are only by a transient query (a persistent one's sink would have them twice)."""
+    for item in query.select:
+        if not isinstance(item, st.SelectExpression):
+            continue
+        expression = item.expression
+        named = expression.name if isinstance(expression, ex.ColumnReference) else None
+        alias = item.alias if item.alias is not None else named
+        if alias is None or alias.upper() not in SYSTEM_COLUMNS:
+            continue
+        if named is None or named.upper() != alias.upper():
+            raise KsqlStatementError(
+                f"`{alias.upper()}` is a reserved column name. You cannot use it as an alias "
+                "for a column."
+            )
+        if persistent:
+            raise KsqlStatementError(
+                f"Reserved column name in select: `{alias.upper()}`. Please remove or alias "
+                "the column."
+            )
 
 
 _KAFKA_VALUES_LIMITATION = (

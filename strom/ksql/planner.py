@@ -46,7 +46,6 @@ from strom.ksql.evaluation import Scope, compile_expression, expression_text
 from strom.ksql.function_types import declared_name
 from strom.ksql.metastore import (
     KEY_FORMATS,
-    SYSTEM_COLUMNS,
     VALUE_FORMATS,
     Column,
     DataSource,
@@ -416,29 +415,6 @@ def _with_joined_names(
     return KsqlStatementError(message)
 
 
-def _check_reserved_names(query: st.Query, persistent: bool) -> None:
-    """ksqlDB's system columns as names of the SELECT: never as an alias; selected as
-    they are only by a transient query (a persistent one's sink would have them twice)."""
-    for item in query.select:
-        if not isinstance(item, st.SelectExpression):
-            continue
-        expression = item.expression
-        named = expression.name if isinstance(expression, ex.ColumnReference) else None
-        alias = item.alias if item.alias is not None else named
-        if alias is None or alias.upper() not in SYSTEM_COLUMNS:
-            continue
-        if named is None or named.upper() != alias.upper():
-            raise KsqlStatementError(
-                f"`{alias.upper()}` is a reserved column name. You cannot use it as an alias "
-                "for a column."
-            )
-        if persistent:
-            raise KsqlStatementError(
-                f"Reserved column name in select: `{alias.upper()}`. Please remove or alias "
-                "the column."
-            )
-
-
 # Aggregates whose parameters after the aggregated column are literals (ignoreNulls, n);
 # TOPK's are not: it may take more columns before its k
 _LITERAL_PARAMETERS = frozenset({"EARLIEST_BY_OFFSET", "LATEST_BY_OFFSET"})
@@ -585,8 +561,7 @@ def plan_query(
 ) -> QueryPlan:
     """The plan of ``query`` (a transient query when ``sink`` is None); ksqlDB's
     ``KsqlStatementError`` for what it refuses."""
-    analyze(query, metastore)
-    _check_reserved_names(query, sink is not None)
+    analyze(query, metastore, sink is not None)
     if sink is not None:
         relations = [query.source.left, *(join.right for join in query.source.joins)]
         for named_source in (metastore.source(r.name) for r in relations):
@@ -1331,7 +1306,10 @@ def _join_plan(
         keys = {f"{name}_{c.name}" for c in source.key_columns}
         return isinstance(expression, ex.ColumnReference) and scope.resolve(expression) in keys
 
-    if shape == "stream-table" and not key_column(right_key, right_name, right):
+    # a join is on one column: a table keyed by several is never joined on its key
+    if shape == "stream-table" and (
+        len(right.key_columns) != 1 or not key_column(right_key, right_name, right)
+    ):
         raise KsqlStatementError(
             "Invalid join condition: stream-table joins require to join on the table's "
             f"primary key. Got {condition}."

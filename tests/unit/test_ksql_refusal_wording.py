@@ -194,3 +194,31 @@ WINDOWED = (
 )
 def test_join_refusals_of_windows_and_conditions_come_first(query: str, message: str) -> None:
     assert refusal(store(*WINDOWED), query + " EMIT CHANGES;") == message
+
+
+def test_a_window_bound_selected_outside_a_window_is_a_reserved_name_first() -> None:
+    metastore = store(
+        "CREATE STREAM INPUT (K STRING KEY, F0 INT) WITH (kafka_topic='i', value_format='JSON');"
+    )
+    assert refusal(
+        metastore,
+        "CREATE TABLE OUTPUT AS SELECT K, WINDOWSTART, COUNT(*) AS COUNT FROM INPUT "
+        "GROUP BY WINDOWSTART;",
+    ) == ("Reserved column name in select: `WINDOWSTART`. Please remove or alias the column.")
+    assert refusal(metastore, "SELECT NOPE FROM INPUT EMIT CHANGES;") == (
+        "Line: 1, Col: 8: SELECT column 'NOPE' cannot be resolved."
+    )
+
+
+def test_a_stream_table_join_on_part_of_a_multi_column_key_is_not_on_the_key() -> None:
+    metastore = store(
+        "CREATE STREAM S (K STRING KEY, ID VARCHAR) WITH (kafka_topic='s', format='JSON');",
+        "CREATE TABLE T2 (K STRING PRIMARY KEY, K2 STRING PRIMARY KEY, NAME STRING) "
+        "WITH (kafka_topic='t', format='JSON');",
+    )
+    assert refusal(
+        metastore, "CREATE STREAM OUTPUT AS SELECT S.K, NAME FROM S JOIN T2 T ON S.K = T.K;"
+    ) == (
+        "Invalid join condition: stream-table joins require to join on the table's primary key. "
+        "Got S.K = T.K."
+    )
