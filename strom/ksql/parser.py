@@ -127,7 +127,10 @@ def parse_statement(text: str) -> st.Statement:
             _last_line(text), _end_column(text), "mismatched input '<EOF>'"
         ) from None
     try:
-        statement = _StatementBuilder().transform(tree)
+        builder = _StatementBuilder()
+        statement = builder.transform(tree)
+        if builder.overflow is not None:  # a DOUBLE literal too large, not negated
+            raise _syntax_error(builder.overflow, f"Number overflows DOUBLE: {builder.overflow}")
     except lark.exceptions.VisitError as exc:
         if isinstance(exc.orig_exc, KsqlSyntaxError):
             raise exc.orig_exc from None
@@ -239,6 +242,12 @@ _inline: Callable[[Any], Any] = v_args(inline=True)
 class _StatementBuilder(Transformer[Token, Any]):
     """lark's tree to ``strom.ksql.statements`` values, bottom up."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        # a DOUBLE literal that overflows, refused once it is known whether a minus sign
+        # makes it negative (ksqlDB's message shows the literal with its sign)
+        self.overflow: Token | None = None
+
     # ---- names, literals, types
     @_inline
     def identifier(self, token: Token) -> str:
@@ -264,8 +273,8 @@ class _StatementBuilder(Transformer[Token, Any]):
     @_inline
     def float_literal(self, token: Token) -> ex.Literal:
         value = float(token)
-        if math.isinf(value):
-            raise _syntax_error(token, f"Number overflows DOUBLE: {token}")
+        if math.isinf(value) and self.overflow is None:
+            self.overflow = token
         return ex.Literal(value)
 
     def true_literal(self, _: Children) -> ex.Literal:
@@ -429,6 +438,9 @@ class _StatementBuilder(Transformer[Token, Any]):
 
     @_inline
     def negate(self, operand: ex.Expression) -> ex.Expression:
+        overflow = self.overflow
+        if overflow is not None and isinstance(operand, ex.Literal) and operand.value == math.inf:
+            raise _syntax_error(overflow, f"Number overflows DOUBLE: -{overflow}")
         if isinstance(operand, ex.Literal) and isinstance(operand.value, int | float):
             return ex.Literal(-operand.value)
         if isinstance(operand, ex.Literal) and isinstance(operand.value, decimal.Decimal):

@@ -222,3 +222,14 @@ def test_a_stream_table_join_on_part_of_a_multi_column_key_is_not_on_the_key() -
         "Invalid join condition: stream-table joins require to join on the table's primary key. "
         "Got S.K = T.K."
     )
+
+
+def test_a_double_literal_overflowing_is_shown_with_its_sign() -> None:
+    from strom.ksql.parser import KsqlSyntaxError
+
+    for literal in ("1.7976931348623159E308", "-1.7976931348623160E308"):
+        with pytest.raises(KsqlSyntaxError) as refused:
+            parse_statement(f"SELECT K, {literal} FROM INPUT EMIT CHANGES;")
+        assert str(refused.value).endswith(f"Number overflows DOUBLE: {literal}")
+    statement = parse_statement("SELECT -1.5E308 FROM INPUT EMIT CHANGES;")
+    assert isinstance(statement, st.Query)
