@@ -18,11 +18,12 @@ inside Spark's tasks.
   when the micro-batch began: exact with one partition; with several, the most
   advanced one's). EMIT FINAL writes a window right after its group's record whose
   stream time closes it, or, closed by other groups' records, at its group's next
-  record or from an event-time timer in the next micro-batch. On the batch path (``strom.ksql.arrow_aggregate``) a group's rows
-  come in packed, a few rows per group and task, and its records leave in one row per
-  source partition. Each record leaves with the place of the source record that made
-  it; the records are then gathered by source partition, unpacked and sorted there by
-  offset (``strom.ksql.packed_output``), so that they are written in the order of the
+  record or from an event-time timer in the next micro-batch. On the batch path
+  (``strom.ksql.arrow_aggregate``) a group's rows come in packed, a few rows per group
+  and task, and its records leave in one row per source partition. Each record
+  leaves with the place of the source record that made it; the records are then
+  gathered by source partition, unpacked and sorted there by offset
+  (``strom.ksql.packed_output``), so that they are written in the order of the
   records that made them.
 - A join reads both sources' topics in one query: a ``mapInArrow`` keys each row by
   its join key, then ``groupBy(key).transformWithStateInPandas`` keeps each key's join
