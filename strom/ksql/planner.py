@@ -1168,6 +1168,11 @@ def _plan_join(
                     "Implicit repartitioning of windowed sources is not supported. See "
                     "https://github.com/confluentinc/ksql/issues/4385."
                 )
+            # a stream joined on a value column is repartitioned by it: its new key
+            if side.kind == "STREAM" and isinstance(expression, ex.ColumnReference):
+                column = scope.resolve(expression)
+                if column not in side_keys:
+                    refuse_map_keys([Column(column, scope.columns[column], "KEY")])
         plan = _join_plan(join, shape, plans, sources, index, scope, left_key, right_key)
         plans.append(plan)
         left_kind = "TABLE" if shape == "table-table" else "STREAM"

@@ -233,3 +233,22 @@ def test_a_double_literal_overflowing_is_shown_with_its_sign() -> None:
         assert str(refused.value).endswith(f"Number overflows DOUBLE: {literal}")
     statement = parse_statement("SELECT -1.5E308 FROM INPUT EMIT CHANGES;")
     assert isinstance(statement, st.Query)
+
+
+def test_a_stream_joined_on_a_map_is_refused_naming_its_repartition_key() -> None:
+    metastore = store(
+        "CREATE STREAM L (ID STRING KEY, L0 MAP<STRING, INT>, L1 INT) "
+        "WITH (kafka_topic='l', format='JSON');",
+        "CREATE STREAM R (ID STRING KEY, R0 MAP<STRING, INT>, R1 INT) "
+        "WITH (kafka_topic='r', format='JSON');",
+    )
+    assert refusal(
+        metastore,
+        "CREATE STREAM OUTPUT AS SELECT L.L0, L.ID, L1, R1 FROM L JOIN R WITHIN 11 SECONDS "
+        "ON L.L0 = R.R0;",
+    ) == (
+        "Map keys, including types that contain maps, are not supported as they may lead to "
+        "unexpected behavior due to inconsistent serialization. Key column name: `L_L0`. Column "
+        "type: MAP<STRING, INTEGER>. See https://github.com/confluentinc/ksql/issues/6621 for "
+        "more."
+    )
