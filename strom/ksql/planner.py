@@ -1170,9 +1170,9 @@ def _plan_join(
                 )
             # a stream joined on a value column is repartitioned by it: its new key
             if side.kind == "STREAM" and isinstance(expression, ex.ColumnReference):
-                column = scope.resolve(expression)
-                if column not in side_keys:
-                    refuse_map_keys([Column(column, scope.columns[column], "KEY")])
+                new_key = scope.resolve(expression)
+                if new_key not in side_keys:
+                    refuse_map_keys([Column(new_key, scope.columns[new_key], "KEY")])
         plan = _join_plan(join, shape, plans, sources, index, scope, left_key, right_key)
         plans.append(plan)
         left_kind = "TABLE" if shape == "table-table" else "STREAM"
