@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from strom.ksql import processing_log
-from strom.ksql.join_flow import flowing
+from strom.ksql.join_flow import ORDER, flowing
 from strom.ksql.planner import QueryPlan
 
 if TYPE_CHECKING:
@@ -86,6 +86,7 @@ CHAINED_SCHEMA = "grp binary, stage int, part int, off long, seq int, ts timesta
 LOG_GROUP = b"\x00processing-log"  # the group of processing log entries, passed through
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PACKED_ROWS = 500_000  # a grouping task's rows packed by group at most at once
+STEPS_KEPT = 64  # EMIT FINAL's moves of the stream time a grouped row carries at most
 
 
 @dataclass(frozen=True)
@@ -319,15 +320,19 @@ def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
     """mapInArrow before an aggregation: each row's group (pickled) and the row with its
     sign and its source partition's stream time at it and before it (pickled; ksqlDB's
     stream time: the largest time of the partition's rows the aggregation keeps, up to
-    this one; -1 before the task's first in the micro-batch).
-    Over a table, the group is the source key's, for the regrouping step that follows
-    (which knows the row's previous group)."""
+    this one; -1 before the task's first in the micro-batch); with EMIT FINAL, also the
+    partition's moves of the stream time so far that close a window unwritten (the last
+    ``STEPS_KEPT``), by which a group whose window another group's record closed tells
+    whether ksqlDB wrote it (``Operators.close_windows``). Over a table, the group is
+    the source key's, for the regrouping step that follows (which knows the row's
+    previous group)."""
     from strom.ksql.arrow_aggregate import GroupPacker, stamp_stream_times
 
     parts = _parts(spec)
     table = spec.plan.source.kind == "TABLE"
     packer = GroupPacker()  # an aggregation's batches on Arrow, packed by group
     stream_times: dict[int, int] = {}  # each source partition's, over the task's rows
+    steps: dict[int, tuple[tuple[int, int], ...]] = {}  # EMIT FINAL's, by partition
     for batch in batches:
         if parts.batch_grouping is not None:
             keyed = parts.batch_grouping.keyed(batch)
@@ -354,7 +359,10 @@ def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
                 before = stream_times.get(record.partition, -1)
                 stream_time = max(before, row_time)
                 stream_times[record.partition] = stream_time
-                payload = pickle.dumps((columns, 1, stream_time, before))
+                made = steps.get(record.partition, ())
+                if stream_time > before and parts.operators.expiring(before, stream_time):
+                    made = steps[record.partition] = (*made, (before, stream_time))[-STEPS_KEPT:]
+                payload = pickle.dumps((columns, 1, stream_time, before, made))
                 grouped.add(pickle.dumps(group), record, 0, row_time, payload)
         yield grouped.batch()
     if packer.rows:
@@ -570,11 +578,15 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
                 # offset, sequence) order: the offset is the time, the sequence the tie
                 # order and the offset (mod 2^29) at a tie
                 off, tie = at, tie + 2 * (off % (1 << 29))
+            flow_stages = parts.flow().stages
             for message in messages:
                 order = tie if timed else message.order
+                source = part
+                if flow_stages[message.stage].kind == ORDER:  # by the left row's partition
+                    source = message.payload.row.columns.get("ROWPARTITION", part)
                 row = (
-                    pickle.dumps(message.key), message.stage, part, off, order,
-                    message.timestamp * 1000, pickle.dumps(message.payload),
+                    pickle.dumps(message.key), message.stage, part if source is None else source,
+                    off, order, message.timestamp * 1000, pickle.dumps(message.payload),
                 )  # fmt: skip
                 rows.append(row)
             rows.extend((LOG_GROUP, -1, 0, 0, 0, 0, e) for e in errors)
@@ -679,10 +691,11 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
 
 def run_in_order(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow of a foreign-key join's ``order`` stage: a task's results of the
-    micro-batch (each key's all in one task, from the joins of any foreign key) sorted
-    by the time, tie order and place of the records that made them, then written: a
-    key's last result is its newest, and the keys' results come in their records'
-    order too."""
+    micro-batch (gathered by the left rows' source partition, as ksqlDB's task of the
+    left table's partition writes them: each key's all in one task, from the joins of
+    any foreign key) sorted by the time, tie order and place of the records that made
+    them, then written: a key's last result is its newest, and the keys' results come
+    in their records' order too."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -893,10 +906,12 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
             for (part, off, seq), payload in zip(places, frame["payload"], strict=True):
                 row, sign, *partition_time = pickle.loads(payload)
                 before: int | None = None
+                steps: tuple[tuple[int, int], ...] = ()
                 if partition_time:  # the source partition's stream time at the row
                     stream_time = max(partition_time[0], floor, closed_through)
-                    if len(partition_time) > 1:
+                    if len(partition_time) > 2:
                         before = max(partition_time[1], floor, closed_through)
+                        steps = tuple((max(a, floor), b) for a, b in partition_time[2])
                 else:  # a join's or a table's row: the group's own latest
                     stream_time = max(stored["stream_time"], floor, int(row["ROWTIME"]))
                 stored["stream_time"] = max(stored["stream_time"], stream_time)
@@ -905,7 +920,9 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
                 _write(parts, changes, written)
                 if not partition_time or final:
                     open_windows = len(stored["windows"])
-                    closed = operators.close_windows(stored["windows"], group, stream_time, before)
+                    closed = operators.close_windows(
+                        stored["windows"], group, stream_time, before, steps
+                    )
                     _write(parts, closed, written)
                     if final and len(stored["windows"]) < open_windows:
                         closed_through = stream_time  # a later row of another partition
@@ -1291,7 +1308,7 @@ def _flow_output(frame: DataFrame, spec: QuerySpec) -> DataFrame:
     passing on the rows of the stages after it), then the aggregation, if any; a
     foreign-key join's ``order`` stage is a ``mapInArrow`` over its results gathered
     by their key (``run_in_order``)."""
-    from strom.ksql.join_flow import JOIN, ORDER, REGROUP, stages
+    from strom.ksql.join_flow import JOIN, REGROUP, stages
 
     plan = spec.plan
     flow_stages = stages(plan)
@@ -1318,9 +1335,8 @@ def _flow_output(frame: DataFrame, spec: QuerySpec) -> DataFrame:
             outputMode="Append",
             timeMode="EventTime" if event_time else "None",
         )
-    if ordered:  # a key's results in one task, sorted there
-        buckets = int(current.sparkSession.conf.get("spark.sql.shuffle.partitions") or 1)
-        gathered = current.repartition(buckets, "grp")
+    if ordered:  # a left row's results in its partition's task, sorted there
+        gathered = _by_source_partition(current)
         return gathered.mapInArrow(lambda batches: run_in_order(spec, batches), OUTPUT_SCHEMA)
     if plan.aggregation is None:
         return _in_join_order(current)

@@ -76,12 +76,17 @@ class _Handle:
 
 
 def run_on_spark_steps(
-    plan: QueryPlan, records: list[Any] = RECORDS, backwards: bool = False
+    plan: QueryPlan,
+    records: list[Any] = RECORDS,
+    backwards: bool = False,
+    partitions: dict[str, int] | None = None,
 ) -> list[tuple[Any, Any, int]]:
     """The records through the query's Spark steps: (key, value, timestamp) of each
     sink record (processing log entries as ("log", the entry's type)). Each step runs
     its keys in the order their rows come, or (``backwards``) the other way round, as
-    Spark may run them."""
+    Spark may run them. ``partitions``: a topic's source partition (0 when not given);
+    the results are gathered by the partition they carry, one task's after another's."""
+    partitions = partitions or {}
     spec = runtime.QuerySpec(
         "Q", plan, {"bootstrap.servers": "unused"}, None, {}, "log", False, "earliest", 100
     )
@@ -93,7 +98,7 @@ def run_on_spark_steps(
                 for _, _, v, _ in records
             ],
             "topic": [t for t, _, _, _ in records],
-            "partition": [0] * len(records),
+            "partition": [partitions.get(t, 0) for t, _, _, _ in records],
             "offset": [  # each topic's own, as Kafka gives them
                 sum(1 for other in records[:index] if other[0] == record[0])
                 for index, record in enumerate(records)
@@ -129,17 +134,20 @@ def run_on_spark_steps(
         if any(s.kind == REGROUP for s in flow_stages):
             frame = _by_group(frame, runtime._regroup_processor(spec), backwards)
         frame = _by_group(frame, runtime._aggregate_processor(spec), backwards)
-    # the results gathered in one task (one source partition), in either order
-    rows = frame.iloc[::-1] if backwards else frame
-    batch = pa.RecordBatch.from_pandas(rows, preserve_index=False)
-    ordering = (
-        runtime.run_in_order(spec, iter([batch]))
-        if ordered
-        else in_join_order(iter([batch]))
-        if plan.aggregation is None
-        else unpack_in_order(iter([batch]))
-    )
-    frame = pd.concat([b.to_pandas() for b in ordering], ignore_index=True)
+    # the results gathered by source partition, a task each, its rows in either order
+    tasks = []
+    for _, task in frame.groupby("part", sort=True):
+        rows = task.iloc[::-1] if backwards else task
+        batch = pa.RecordBatch.from_pandas(rows, preserve_index=False)
+        ordering = (
+            runtime.run_in_order(spec, iter([batch]))
+            if ordered
+            else in_join_order(iter([batch]))
+            if plan.aggregation is None
+            else unpack_in_order(iter([batch]))
+        )
+        tasks += [b.to_pandas() for b in ordering]
+    frame = pd.concat(tasks, ignore_index=True)
     out = []
     for topic, key, value, timestamp in frame.itertuples(index=False, name=None):
         if topic == "log":
@@ -320,6 +328,25 @@ def test_a_foreign_key_join_gives_its_results_in_the_order_of_their_records(
         (b"a3", {"NAME": "Bob", "BALANCE": 3}, 11),
         (b"a4", {"NAME": "Ada L", "BALANCE": 7}, 12),
     ]  # each key's newest last, and the keys' results in the order of their records
+
+
+def test_a_foreign_key_join_gathers_its_results_by_the_left_rows_partition() -> None:
+    plan = planned(
+        *SOURCES,
+        "CREATE TABLE owners AS SELECT a.id, c.name, a.balance FROM accounts a "
+        "LEFT JOIN customers c ON a.customer = c.id",
+    )
+    records = [
+        ("customers", "c1", {"NAME": "Ada"}, 1),
+        ("accounts", "a1", {"CUSTOMER": "c1", "BALANCE": 1}, 2),
+        ("customers", "c1", {"NAME": "Ada L"}, 3),  # made a1's result from partition 0
+        ("accounts", "a1", {"CUSTOMER": "c1", "BALANCE": 2}, 4),
+    ]  # the accounts in partition 1: a1's results all in its task, ksqlDB's
+    assert run_on_spark_steps(plan, records, partitions={"accounts": 1}) == [
+        (b"a1", {"NAME": "Ada", "BALANCE": 1}, 2),
+        (b"a1", {"NAME": "Ada L", "BALANCE": 1}, 3),
+        (b"a1", {"NAME": "Ada L", "BALANCE": 2}, 4),
+    ]
 
 
 def test_a_foreign_key_join_then_a_key_join_on_spark_steps() -> None:
