@@ -61,12 +61,13 @@ CUBE_MAX_COLUMNS = 20  # ksqlDB's bound on CUBE_EXPLODE's array (2^20 rows)
 ErrorHandler = Callable[[str], None]
 
 
-def window_grace(window: Window) -> int:
+def window_grace(window: Window, emit_final: bool = False) -> int:
     """A window's grace: its GRACE PERIOD, else ksqlDB's default for an aggregation's
-    window, a day less its size (or gap), at least 0 (``StreamAggregateBuilder``)."""
+    window: none with EMIT FINAL (ksqlDB's ``RewrittenAnalysis``), else a day less its
+    size (or gap), at least 0 (``StreamAggregateBuilder``)."""
     if window.grace_ms is not None:
         return window.grace_ms
-    return max(DEFAULT_GRACE_MS - window.size_ms, 0)
+    return 0 if emit_final else max(DEFAULT_GRACE_MS - window.size_ms, 0)
 
 
 @dataclass
@@ -618,7 +619,9 @@ class Operators:
         return sorted(windows)
 
     def _grace(self) -> int:
-        return DEFAULT_GRACE_MS if self.window is None else window_grace(self.window)
+        if self.window is None:
+            return DEFAULT_GRACE_MS
+        return window_grace(self.window, self.plan.emit_final)
 
     def _late(self, end: int, stream_time: int) -> bool:
         """Whether a window ending at ``end`` has closed at ``stream_time``: a time
@@ -745,43 +748,83 @@ class Operators:
         group: tuple[Any, ...],
         stream_time: int,
         before: int | None = None,
+        steps: tuple[tuple[int, int], ...] = (),
     ) -> list[Change]:
         """Windows whose grace has passed leave ``state``, in the order of their starts;
         with EMIT FINAL each gives its one row, unless Kafka Streams' window store had
         let it go by then (``_expired``; ``before``: the stream time before the record
-        that brought ``stream_time``, None when not known)."""
+        that brought ``stream_time``, None when not known; ``steps``: earlier moves of
+        the stream time, from and to, that could close a window unwritten)."""
         if self.window is None:
             return []
         closed = sorted(s for s, slot in state.items() if self._late(slot["end"], stream_time))
         changes = []
         for start in closed:
             slot = state.pop(start)
-            if self.plan.emit_final and not self._expired(start, slot, stream_time, before):
+            if self.plan.emit_final and not self._expired(
+                start, slot["end"], stream_time, before, steps
+            ):
                 changes.extend(self._result(group, start, slot))
         return changes
 
-    def _expired(
-        self, start: int, slot: dict[str, Any], stream_time: int, before: int | None
-    ) -> bool:
-        """Whether a time window that the record bringing ``stream_time`` closed was out
-        of Kafka Streams' window store when EMIT FINAL looked for it: ksqlDB's EMIT
-        FINAL (``EmitStrategy.onWindowClose``) fetches the windows closed by the record
-        from a store that holds none whose start is more than its retention (RETENTION,
-        else size plus grace) before the latest window start put in it, the start of
-        the stream time's own window; a record that moves the stream time further than
-        that closes such windows unwritten. A session store's search keeps them; a
-        window closed before that record (``before`` past its end and grace, or not
-        known) is taken as written, its closing record's stream time unknown here."""
+    def _retention(self) -> int:
         window = self.window
         assert window is not None
-        if window.kind == "SESSION" or before is None or self._late(slot["end"], before):
+        if window.retention_ms is not None:
+            return window.retention_ms
+        return window.size_ms + self._grace()
+
+    def _latest_start(self, stream_time: int) -> int:
+        """The start of the latest time window holding ``stream_time``."""
+        window = self.window
+        assert window is not None
+        advance = window.advance_ms if window.kind == "HOPPING" else window.size_ms
+        return stream_time - stream_time % advance
+
+    def _expired(
+        self,
+        start: int,
+        end: int,
+        stream_time: int,
+        before: int | None,
+        steps: tuple[tuple[int, int], ...] = (),
+    ) -> bool:
+        """Whether a time window was out of Kafka Streams' window store when EMIT FINAL
+        looked for it: ksqlDB's EMIT FINAL (``EmitStrategy.onWindowClose``) fetches the
+        windows a record closed from a store that holds none whose start is more than
+        its retention (RETENTION, else size plus grace) before the latest window start
+        put in it, the start of the stream time's own window; a record that moves the
+        stream time further than that closes such windows unwritten. The move that
+        closed the window: the record bringing ``stream_time`` (from ``before``), else
+        the one of ``steps`` that passed its end and grace; none known (``before``
+        None, or past its end and grace with no step found), it is taken as written.
+        A session store's search keeps closed sessions."""
+        window = self.window
+        assert window is not None
+        if window.kind == "SESSION" or before is None:
+            return False
+        if self._late(end, before):  # an earlier record closed it
+            closing = end + self._grace()
+            found = [b for a, b in steps if a < closing <= b]
+            if not found:
+                return False
+            stream_time = found[0]
+        return start < self._latest_start(stream_time) - self._retention()
+
+    def expiring(self, before: int, stream_time: int) -> bool:
+        """Whether moving the stream time from ``before`` to ``stream_time`` closes some
+        time window that EMIT FINAL would then find out of the store (``_expired``): the
+        earliest window it closes, the one most behind, tells."""
+        window = self.window
+        if window is None or window.kind == "SESSION" or not self.plan.emit_final:
             return False
         advance = window.advance_ms if window.kind == "HOPPING" else window.size_ms
-        latest = stream_time - stream_time % advance
-        retention = window.retention_ms
-        if retention is None:
-            retention = window.size_ms + self._grace()
-        return start < latest - retention
+        reach = window.size_ms + self._grace()  # a window's start to its closing time
+        first = max(0, before + 1 - reach)  # the earliest closing after ``before``
+        start = first + (-first) % advance
+        return start + reach <= stream_time and start < (
+            self._latest_start(stream_time) - self._retention()
+        )
 
     def next_close(self, state: dict[Any, Any]) -> int | None:
         """The stream time at which the next window of ``state`` closes."""

@@ -86,6 +86,7 @@ CHAINED_SCHEMA = "grp binary, stage int, part int, off long, seq int, ts timesta
 LOG_GROUP = b"\x00processing-log"  # the group of processing log entries, passed through
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PACKED_ROWS = 500_000  # a grouping task's rows packed by group at most at once
+STEPS_KEPT = 64  # EMIT FINAL's moves of the stream time a grouped row carries at most
 
 
 @dataclass(frozen=True)
@@ -319,15 +320,19 @@ def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
     """mapInArrow before an aggregation: each row's group (pickled) and the row with its
     sign and its source partition's stream time at it and before it (pickled; ksqlDB's
     stream time: the largest time of the partition's rows the aggregation keeps, up to
-    this one; -1 before the task's first in the micro-batch).
-    Over a table, the group is the source key's, for the regrouping step that follows
-    (which knows the row's previous group)."""
+    this one; -1 before the task's first in the micro-batch); with EMIT FINAL, also the
+    partition's moves of the stream time so far that close a window unwritten (the last
+    ``STEPS_KEPT``), by which a group whose window another group's record closed tells
+    whether ksqlDB wrote it (``Operators.close_windows``). Over a table, the group is
+    the source key's, for the regrouping step that follows (which knows the row's
+    previous group)."""
     from strom.ksql.arrow_aggregate import GroupPacker, stamp_stream_times
 
     parts = _parts(spec)
     table = spec.plan.source.kind == "TABLE"
     packer = GroupPacker()  # an aggregation's batches on Arrow, packed by group
     stream_times: dict[int, int] = {}  # each source partition's, over the task's rows
+    steps: dict[int, tuple[tuple[int, int], ...]] = {}  # EMIT FINAL's, by partition
     for batch in batches:
         if parts.batch_grouping is not None:
             keyed = parts.batch_grouping.keyed(batch)
@@ -354,7 +359,10 @@ def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
                 before = stream_times.get(record.partition, -1)
                 stream_time = max(before, row_time)
                 stream_times[record.partition] = stream_time
-                payload = pickle.dumps((columns, 1, stream_time, before))
+                made = steps.get(record.partition, ())
+                if stream_time > before and parts.operators.expiring(before, stream_time):
+                    made = steps[record.partition] = (*made, (before, stream_time))[-STEPS_KEPT:]
+                payload = pickle.dumps((columns, 1, stream_time, before, made))
                 grouped.add(pickle.dumps(group), record, 0, row_time, payload)
         yield grouped.batch()
     if packer.rows:
@@ -898,10 +906,12 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
             for (part, off, seq), payload in zip(places, frame["payload"], strict=True):
                 row, sign, *partition_time = pickle.loads(payload)
                 before: int | None = None
+                steps: tuple[tuple[int, int], ...] = ()
                 if partition_time:  # the source partition's stream time at the row
                     stream_time = max(partition_time[0], floor, closed_through)
-                    if len(partition_time) > 1:
+                    if len(partition_time) > 2:
                         before = max(partition_time[1], floor, closed_through)
+                        steps = tuple((max(a, floor), b) for a, b in partition_time[2])
                 else:  # a join's or a table's row: the group's own latest
                     stream_time = max(stored["stream_time"], floor, int(row["ROWTIME"]))
                 stored["stream_time"] = max(stored["stream_time"], stream_time)
@@ -910,7 +920,9 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
                 _write(parts, changes, written)
                 if not partition_time or final:
                     open_windows = len(stored["windows"])
-                    closed = operators.close_windows(stored["windows"], group, stream_time, before)
+                    closed = operators.close_windows(
+                        stored["windows"], group, stream_time, before, steps
+                    )
                     _write(parts, closed, written)
                     if final and len(stored["windows"]) < open_windows:
                         closed_through = stream_time  # a later row of another partition

@@ -342,6 +342,28 @@ def test_emit_final_writes_a_window_after_the_record_that_closed_it(
     assert [json.loads(o["value"])["VIEWS"] for o in outputs] == [1, 1, 1, 1]
 
 
+def test_emit_final_leaves_unwritten_a_window_another_groups_record_expired(
+    metastore: Metastore,
+) -> None:
+    """ksqlDB's suppress.json 'should suppress multiple keys': k1's record of 5 moves
+    the stream time from 2 to 5, closing both keys' windows [0, 2) when the window store
+    holds none starting before 4 - 3 (its retention, size and grace): neither is
+    written, though k2's closes at k2's own later record."""
+    query = plan(
+        metastore,
+        "CREATE TABLE fin2 AS SELECT user_id, COUNT(*) AS views FROM views WINDOW TUMBLING "
+        "(SIZE 2 MILLISECONDS, GRACE PERIOD 1 MILLISECONDS) GROUP BY user_id EMIT FINAL;",
+    )
+    value = b'{"page": "/p", "region": "eu"}'
+    records = [(u, value, BASE + t) for u, t in
+               [(b"k1", 0), (b"k2", 1), (b"k1", 2), (b"k1", 1), (b"k2", 0), (b"k1", 5),
+                (b"k1", 0), (b"k2", 2)]]  # fmt: skip
+    _, outputs, _, _ = run(query, [[batch(records, 0)]], False, "final-keys")
+    assert [(o["key"], json.loads(o["value"])["VIEWS"], o["timestamp"]) for o in outputs] == [
+        (b"k1" + (BASE + 2).to_bytes(8, "big"), 1, BASE + 2)
+    ]
+
+
 def test_source_partitions_spread_over_the_shuffle_as_spark_hashes_them() -> None:
     """Spark's hash of an INT (read from Spark 4's ``hash``), and the bucket values that
     put source partition p in shuffle partition p modulo their number."""

@@ -205,6 +205,11 @@ def test_emit_final_gives_one_row_per_window_once_closed(metastore: Metastore) -
 
 
 FINAL_CASES = {  # ksqlDB's suppress.json: the windows, the records' keys and times, output
+    "no grace": (  # EMIT FINAL's default grace is none
+        "TUMBLING (SIZE 2 MILLISECONDS)",
+        [("k1", 0), ("k1", 1), ("k1", 2)],
+        [("k1", (0, 2), 2, 1)],
+    ),
     "grace zero": (
         "TUMBLING (SIZE 2 MILLISECONDS, GRACE PERIOD 0 MILLISECONDS)",
         [("k1", 0), ("k1", 1), ("k1", 2)],
