@@ -879,6 +879,8 @@ def _plan_projection(
             missing = [expression_text(_with_qualifier(k, qualifier)) for k in keys]
         else:
             missing = [expression_text(k) for k in keys]  # all of them, as ksqlDB lists them
+        if sink is not None:  # ksqlDB's output node checks the TIMESTAMP column first
+            _sink_timestamp(sink.properties, [(p.name, p.type) for p in projection])
         _keys_missing(sink, what, missing)
     _refuse_duplicates(duplicates, projection)
     return _keys_first(projection)
@@ -1435,6 +1437,23 @@ def _keys_first(projection: list[Projection]) -> tuple[Projection, ...]:
     )
 
 
+def _sink_timestamp(props: dict[str, Any], columns: list[tuple[str, ex.SqlType]]) -> str | None:
+    """The sink's TIMESTAMP column (WITH), after ksqlDB's checks that the query's
+    output has it, of a type its extraction reads."""
+    timestamp = props.get("TIMESTAMP")
+    if timestamp is None:
+        return None
+    timestamp = str(timestamp).strip("`").upper()
+    found = next((t for name, t in columns if name == timestamp), None)
+    if found is None:
+        raise KsqlStatementError(
+            "The TIMESTAMP column set in the WITH clause does not exist in the schema: "
+            f"'{timestamp}'"
+        )
+    _check_timestamp_type(Column(timestamp, found, "VALUE"), props.get("TIMESTAMP_FORMAT"))
+    return timestamp
+
+
 def _check_timestamp_type(column: Column, timestamp_format: Any) -> None:
     """ksqlDB's refusals of a TIMESTAMP column its extraction cannot read."""
     kind = str(column.type)
@@ -1777,16 +1796,7 @@ def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
             raise KsqlStatementError(
                 f"Invalid value {value} for property {name}: must be a positive integer"
             )
-    timestamp = props.get("TIMESTAMP")
-    if timestamp is not None:
-        timestamp = str(timestamp).strip("`").upper()
-        found = next((c for c in columns if c.name == timestamp), None)
-        if found is None:
-            raise KsqlStatementError(
-                "The TIMESTAMP column set in the WITH clause does not exist in the schema: "
-                f"'{timestamp}'"
-            )
-        _check_timestamp_type(found, props.get("TIMESTAMP_FORMAT"))
+    timestamp = _sink_timestamp(props, [(c.name, c.type) for c in columns])
     window_type = window.kind if window is not None else plan.source.window_type
     window_size = (
         window.size_ms

@@ -252,3 +252,14 @@ def test_a_stream_joined_on_a_map_is_refused_naming_its_repartition_key() -> Non
         "type: MAP<STRING, INTEGER>. See https://github.com/confluentinc/ksql/issues/6621 for "
         "more."
     )
+
+
+def test_a_missing_timestamp_column_is_refused_before_a_missing_key() -> None:
+    metastore = store(
+        "CREATE STREAM TEST (K STRING KEY, ID BIGINT, EVENT_TS BIGINT) "
+        "WITH (kafka_topic='t', value_format='JSON');"
+    )
+    assert refusal(
+        metastore,
+        "CREATE STREAM TS WITH (timestamp='invalid_ts') AS SELECT id, event_ts FROM test;",
+    ) == ("The TIMESTAMP column set in the WITH clause does not exist in the schema: 'INVALID_TS'")
