@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from broker_process import BrokerProcess  # noqa: E402
+from spark_class_archive import jvm_option  # noqa: E402
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -87,7 +88,9 @@ def pytest_configure(config: pytest.Config) -> None:
     imports it when it can, which took 0.1-0.2 s of each of thousands of starts; the
     Spark drivers they start (the shared sessions, a test's child, the README's snippet,
     the services' sessions: SPARK_SUBMIT_OPTS) and a standalone cluster's master and
-    worker (SPARK_DAEMON_JAVA_OPTS) run with ``SPARK_JVM_OPTIONS``. Set where the tests
+    worker (SPARK_DAEMON_JAVA_OPTS) run with ``SPARK_JVM_OPTIONS`` and the class archive
+    that ./dev test makes (tests/spark_class_archive.py: half a JVM's CPU to start a
+    session and run its first job). Set where the tests
     run: in each pytest-xdist worker, or in the one process of -n 0; not in the process
     that starts the workers, which are pytest and need hypothesis."""
     starts_workers = bool(getattr(config.option, "numprocesses", None))
@@ -95,8 +98,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     paths = [str(WITHOUT_HYPOTHESIS), *filter(None, [os.environ.get("PYTHONPATH")])]
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    archive = jvm_option()
     for variable in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
-        options = [SPARK_JVM_OPTIONS, *filter(None, [os.environ.get(variable)])]
+        options = [SPARK_JVM_OPTIONS, *filter(None, [archive, os.environ.get(variable)])]
         os.environ[variable] = " ".join(options)
 
 
