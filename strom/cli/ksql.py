@@ -77,8 +77,9 @@ class KsqlShell:
         self.properties: dict[str, str] = {}
         self.variables = variables
         self.json_output = json_output
-        self.console = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
-        self.errors = Console(stderr=True)
+        # Text is never cut into lines (a statement, a message), tables fit the width.
+        self.console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+        self.errors = Console(stderr=True, soft_wrap=True)
 
     def run_text(self, text: str) -> None:
         """Each statement of ``text`` in order; ``StatementFailed`` at the first refused."""
@@ -180,14 +181,19 @@ class KsqlShell:
         if self.json_output:
             self.console.print_json(json.dumps(header))
         else:
-            self.console.print(Text(_bar(header["columnNames"])))
+            self.console.print(Text(tabular_row(header["columnNames"], self._width(), True)))
 
     def _row(self, values: list[Any]) -> None:
         if self.json_output:
             self.console.print_json(json.dumps(values))
             return
         cells = [v if isinstance(v, str) else json.dumps(v) for v in values]  # None: null
-        self.console.print(Text(_bar(cells)))
+        self.console.print(Text(tabular_row(cells, self._width())))
+
+    def _width(self) -> int:
+        """The terminal's width (read again for each row, as ksqlDB's CLI does), 200
+        when the output is not a terminal."""
+        return self.console.size.width
 
     def _note(self, text: str) -> None:
         if not self.json_output:
@@ -234,7 +240,7 @@ class KsqlShell:
 
     def _show_kafka_topics(self, entity: dict[str, Any]) -> None:
         rows = [
-            [t["name"], len(t["replicaInfo"]), " ".join(map(str, t["replicaInfo"]))]
+            [t["name"], len(t["replicaInfo"]), _replicas(t["replicaInfo"])]
             for t in entity["topics"]
         ]
         self._table("Kafka Topic", "Partitions", "Partition Replicas", rows=rows)
@@ -244,7 +250,7 @@ class KsqlShell:
             [
                 t["name"],
                 len(t["replicaInfo"]),
-                " ".join(map(str, t["replicaInfo"])),
+                _replicas(t["replicaInfo"]),
                 t["consumerCount"],
                 t["consumerGroupCount"],
             ]
@@ -322,14 +328,12 @@ class KsqlShell:
                 f"\nStatement            : {description['statement']}"
             )
         self.console.print(Text(header))
-        rows = []
-        for field in description["fields"]:
-            marker = {"KEY": " (key)", "HEADER": " (header)"}.get(field.get("type", ""), "")
-            if field.get("type") == "KEY" and description["type"] == "TABLE":
-                marker = " (primary key)"
-            rows.append([field["name"], _schema_text(field["schema"]) + marker])
-        self._table("Field", "Type", rows=rows)
-        if not description.get("extended"):
+        self._fields(description["fields"], description["type"] == "TABLE")
+        if description.get("extended"):
+            kind = description["type"]
+            self._queries_of(description.get("readQueries") or [], f"read from this {kind}")
+            self._queries_of(description.get("writeQueries") or [], f"write from this {kind}")
+        else:
             self.console.print(
                 Text(
                     "For runtime statistics and query details run: DESCRIBE <Stream,Table> "
@@ -337,10 +341,108 @@ class KsqlShell:
                 )
             )
 
+    def _fields(self, fields: list[dict[str, Any]], is_table: bool) -> None:
+        rows = []
+        for field in fields:
+            marker = {"KEY": " (key)", "HEADER": " (header)"}.get(field.get("type", ""), "")
+            if field.get("type") == "KEY" and is_table:
+                marker = " (primary key)"
+            rows.append([field["name"], _schema_text(field["schema"]) + marker])
+        self._table("Field", "Type", rows=rows)
 
-def _bar(cells: list[str]) -> str:
-    """A row of a streamed query as ksqlDB's CLI prints it: ``|A           |B           |``."""
-    return "|" + "|".join(f"{cell:<12}" for cell in cells) + "|"
+    def _heading(self, title: str, lines: list[str]) -> None:
+        """A section of DESCRIBE EXTENDED or EXPLAIN: a blank line, the title underlined,
+        then its lines."""
+        self.console.print(Text(f"\n{title}\n{'-' * len(title)}"))
+        for line in lines:
+            self.console.print(Text(line))
+
+    def _queries_of(self, queries: list[dict[str, Any]], what: str) -> None:
+        if not queries:
+            return
+        self._heading(
+            f"Queries that {what}",
+            [
+                f"{q['id']} ({q.get('state') or 'N/A'}) : "
+                + " ".join(q.get("queryString", "").split())
+                for q in queries
+            ],
+        )
+        self.console.print(
+            Text("\nFor query topology and execution plan please run: EXPLAIN <QueryId>")
+        )
+
+    def _show_queryDescription(self, entity: dict[str, Any]) -> None:  # noqa: N802
+        self._describe_query(entity["queryDescription"])
+
+    def _show_query_descriptions(self, entity: dict[str, Any]) -> None:
+        for description in entity["queryDescriptions"]:
+            self._describe_query(description)
+            self.console.print()
+
+    def _describe_query(self, query: dict[str, Any]) -> None:
+        """EXPLAIN and SHOW QUERIES EXTENDED, as ksqlDB's CLI prints a query."""
+        lines = [f"{'ID':<20} : {query['id']}", f"{'Query Type':<20} : {query['queryType']}"]
+        if query.get("statementText"):
+            lines.append(f"{'SQL':<20} : {query['statementText']}")
+        hosts = query.get("ksqlHostQueryStatus") or {}
+        if hosts:
+            status = ", ".join(f"{host}={state}" for host, state in hosts.items())
+            lines.append(f"{'Host Query Status':<20} : {{{status}}}")
+        self.console.print(Text("\n".join(lines) + "\n"))
+        self._fields(query.get("fields") or [], False)
+        for title, names, hint in (
+            ("Sources that this query reads from:", query.get("sources"), "source"),
+            ("Sinks that this query writes to:", query.get("sinks"), "sink"),
+        ):  # fmt: skip
+            if names:
+                self._heading(title, list(names))
+                self.console.print(
+                    Text(
+                        f"\nFor {hint} description please run: "
+                        f"DESCRIBE [EXTENDED] <{hint.title()}Id>"
+                    )
+                )
+        if query.get("executionPlan"):
+            self._heading("Execution plan", [query["executionPlan"]])
+        if query.get("topology"):
+            self._heading("Processing topology", [query["topology"]])
+        overridden = query.get("overriddenProperties") or {}
+        if overridden:
+            self._heading("Overridden Properties", [])
+            rows = [[name, str(overridden[name])] for name in sorted(overridden)]
+            self._table("Property", "Value", rows=rows)
+        for error in query.get("queryErrors") or []:
+            self.console.print(
+                Text(f"\n{'Error Details':<20} : {error.get('errorMessage', '')}", style="red")
+            )
+
+
+def tabular_row(cells: list[str], width: int, header: bool = False) -> str:
+    """A row of a streamed query as ksqlDB's CLI prints it: each cell the console's
+    width shared among the columns (at least 5 characters), a value longer than its cell
+    continued on the next lines, a header between ``+-----+`` lines."""
+    if not cells:
+        return ""
+    size = max(width // len(cells) - 2, 5)
+    parts = [[value[i : i + size] for i in range(0, len(value), size)] or [""] for value in cells]
+    height = max(len(chunks) for chunks in parts)
+    lines = [
+        "|" + "".join(f"{chunks[i] if i < len(chunks) else '':<{size}}|" for chunks in parts)
+        for i in range(height)
+    ]
+    if header:
+        rule = "+" + ("-" * size + "+") * len(cells)
+        lines = [rule, *lines, rule]
+    return "\n".join(lines)
+
+
+def _replicas(counts: list[int]) -> str:
+    """A topic's replicas per partition as ksqlDB's CLI shows them: one number when all
+    partitions have as many, else each partition's."""
+    if not counts:
+        return "0"
+    return str(counts[0]) if len(set(counts)) == 1 else ", ".join(map(str, counts))
 
 
 def _schema_text(schema: dict[str, Any]) -> str:

@@ -1,0 +1,116 @@
+"""``strom ksql``'s printing of the server's answers, as ksqlDB's CLI prints them: a
+push query's rows, EXPLAIN and SHOW QUERIES EXTENDED, DESCRIBE EXTENDED's queries, SHOW
+TOPICS' replicas; and why a persistent query did not start when PySpark is missing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from strom.cli.ksql import KsqlShell, tabular_row
+from strom.ksql.queries import start_error
+
+STRING = {"type": "STRING", "fields": None, "memberSchema": None}
+BIGINT = {"type": "BIGINT", "fields": None, "memberSchema": None}
+
+
+def test_rows_share_the_width_and_wrap_long_values() -> None:
+    assert tabular_row(["A", "B"], 20, header=True).splitlines() == [
+        "+--------+--------+",
+        "|A       |B       |",
+        "+--------+--------+",
+    ]
+    # a value longer than its cell goes on in the next line, the columns kept aligned
+    assert tabular_row(["u1", "1767225600000"], 20).splitlines() == [
+        "|u1      |17672256|",
+        "|        |00000   |",
+    ]
+    assert tabular_row(["x"] * 10, 20) == "|" + "x    |" * 10  # cells of 5 at least
+
+
+def shell_output(capsys: pytest.CaptureFixture[str], entity: dict[str, Any]) -> str:
+    shell = KsqlShell("http://127.0.0.1:1", {}, json_output=False)  # no call is made
+    shell.show(entity)
+    out, err = capsys.readouterr()
+    assert err == ""
+    return out
+
+
+def test_explain_prints_the_query_not_json(capsys: pytest.CaptureFixture[str]) -> None:
+    description = {
+        "id": "CTAS_T_2",
+        "statementText": "CREATE TABLE t AS SELECT k, COUNT(*) AS n FROM s GROUP BY k;",
+        "windowType": None,
+        "fields": [{"name": "K", "schema": STRING, "type": "KEY"},
+                   {"name": "N", "schema": BIGINT}],
+        "sources": ["S"],
+        "sinks": ["T"],
+        "topology": " > [ SOURCE ] | Schema: S",
+        "executionPlan": " > [ SOURCE ] | Schema: S",
+        "overriddenProperties": {"auto.offset.reset": "earliest"},
+        "ksqlHostQueryStatus": {"http://127.0.0.1:8088": "ERROR"},
+        "queryType": "PERSISTENT",
+        "queryErrors": [{"errorMessage": "the reason"}],
+        "state": "ERROR",
+    }  # fmt: skip
+    out = shell_output(capsys, {"@type": "queryDescription", "queryDescription": description})
+    assert "{" not in out.replace("{http://127.0.0.1:8088=ERROR}", "")  # no JSON
+    lines = [line.rstrip() for line in out.splitlines()]
+    assert lines[:4] == [
+        "ID                   : CTAS_T_2",
+        "Query Type           : PERSISTENT",
+        "SQL                  : CREATE TABLE t AS SELECT k, COUNT(*) AS n FROM s GROUP BY k;",
+        "Host Query Status    : {http://127.0.0.1:8088=ERROR}",
+    ]
+    for heading, first in (
+        ("Sources that this query reads from:", "S"),
+        ("Sinks that this query writes to:", "T"),
+        ("Execution plan", " > [ SOURCE ] | Schema: S"),
+        ("Processing topology", " > [ SOURCE ] | Schema: S"),
+    ):
+        at = lines.index(heading)
+        assert set(lines[at + 1]) == {"-"} and lines[at + 2] == first
+    assert any("K" in line and "VARCHAR(STRING) (key)" in line for line in lines)
+    assert any("auto.offset.reset" in line and "earliest" in line for line in lines)
+    assert "Error Details        : the reason" in lines
+    # SHOW QUERIES EXTENDED: each query so
+    both = {"@type": "query_descriptions", "queryDescriptions": [description, description]}
+    assert shell_output(capsys, both).count("ID                   : CTAS_T_2") == 2
+
+
+def test_describe_extended_lists_the_queries(capsys: pytest.CaptureFixture[str]) -> None:
+    source = {
+        "name": "S", "type": "STREAM", "timestamp": "", "keyFormat": "KAFKA",
+        "valueFormat": "JSON", "topic": "s", "partitions": 1, "replication": 1,
+        "statement": "CREATE STREAM S (K STRING KEY, V BIGINT) WITH (...);", "extended": True,
+        "fields": [{"name": "K", "schema": STRING, "type": "KEY"},
+                   {"name": "V", "schema": BIGINT}],
+        "readQueries": [{"id": "CSAS_C_3", "state": "RUNNING",
+                         "queryString": "CREATE STREAM c AS\n  SELECT * FROM s;"}],
+        "writeQueries": [],
+    }  # fmt: skip
+    out = shell_output(capsys, {"@type": "sourceDescription", "sourceDescription": source})
+    lines = out.splitlines()
+    at = lines.index("Queries that read from this STREAM")
+    assert lines[at + 2] == "CSAS_C_3 (RUNNING) : CREATE STREAM c AS SELECT * FROM s;"
+    assert "Queries that write from this STREAM" not in lines
+    assert "For query topology and execution plan please run: EXPLAIN <QueryId>" in lines
+
+
+def test_topics_show_replicas_as_ksqldb(capsys: pytest.CaptureFixture[str]) -> None:
+    topics = [{"name": "even", "replicaInfo": [3, 3]}, {"name": "uneven", "replicaInfo": [3, 1]}]
+    out = shell_output(capsys, {"@type": "kafka_topics", "topics": topics})
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines()]
+    assert ["even", "2", "3"] in rows and ["uneven", "2", "3, 1"] in rows
+
+
+def test_a_query_without_pyspark_says_what_to_install() -> None:
+    try:
+        import strom_module_that_is_not_there  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError as exc:
+        message = start_error(exc)
+    assert message.startswith("No module named 'strom_module_that_is_not_there': ")
+    assert "pip install 'strom[spark]'" in message and "\n" not in message
+    assert start_error(RuntimeError("first line\nsecond")) == "first line"
+    assert start_error(RuntimeError()) == "RuntimeError"
