@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
+from importlib.util import find_spec
 from typing import Any
 
 from strom.cli import broker_logging
@@ -66,6 +68,11 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(config, security))
 
 
+def missing_spark_modules() -> list[str]:
+    """The modules persistent queries need (the spark extra's) that are not installed."""
+    return [name for name in ("pyspark", "pyarrow", "pandas") if find_spec(name) is None]
+
+
 async def _serve(config: Any, security: Any) -> int:
     from confluent_kafka import KafkaException
 
@@ -91,6 +98,14 @@ async def _serve(config: Any, security: Any) -> int:
         f"({replayed} commands replayed from {config.command_topic})",
         flush=True,
     )
+    missing = missing_spark_modules()
+    if missing:
+        logging.getLogger("strom.ksql").warning(
+            "%s not installed: persistent queries (CREATE ... AS SELECT, INSERT INTO ... "
+            "SELECT) will not start; install Strom's spark extra (pip install 'strom[spark]', "
+            "or -e '.[spark]' in a checkout) and Java 17+",
+            " and ".join(missing),
+        )
     await until_stopped()
     await server.stop()
     await asyncio.to_thread(engine.close)

@@ -106,6 +106,19 @@ class RunningQuery:
         }
 
 
+def start_error(exc: Exception) -> str:
+    """Why a persistent query did not start, in one line: a server installed without
+    PySpark (``pip install strom``, not ``strom[spark]``) says what to install."""
+    if isinstance(exc, ImportError):
+        return (
+            f"{exc}: persistent queries run on Spark, which needs Strom's spark extra "
+            "(pip install 'strom[spark]', or -e '.[spark]' in a checkout) and Java 17+; "
+            "restart the server after installing it"
+        )
+    lines = str(exc).splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 def describe_topology(plan: QueryPlan) -> str:
     """The query's steps, one a line (ksqlDB's ``executionPlan`` in spirit)."""
     steps = [f" > [ SOURCE ] | Schema: {plan.source.name} | topic: {plan.source.topic}"]
@@ -257,8 +270,8 @@ class QueryRegistry:
                         query.started = True
                         self._settle(query.query_id)
                     except Exception as exc:  # Spark refused the query: its state says why
-                        log.warning("query %s did not start: %s", query.query_id, exc)
-                        query.state, query.error = "ERROR", str(exc).splitlines()[0]
+                        query.state, query.error = "ERROR", start_error(exc)
+                        log.warning("query %s did not start: %s", query.query_id, query.error)
                 elif action == "stop" and self._runtime is not None:
                     query_id, delete_state = argument
                     self._runtime.stop(query_id, delete_state)
@@ -311,7 +324,7 @@ class QueryRegistry:
                 query.state, query.error = "RUNNING", None
                 self._settle(query.query_id)
             except Exception as exc:  # Spark refused it again: its state says why
-                query.error = str(exc).splitlines()[0]
+                query.error = start_error(exc)
             backoff = min(backoff * 2, largest)
             self._retries[query.query_id] = (time.monotonic() + backoff / 1000, backoff)
 
