@@ -214,7 +214,9 @@ def rename(statement: str, names: set[str], suffix: str) -> str:
             topic_next = False
         if kind in ("word", "quoted") and previous.get(i) in NAME_BEFORE:
             name = name_of(kind, text)
-            if name in names:
+            # a name differing from a created one only in case too: ksqlDB's hint then
+            # finds the created one under the same suffix
+            if name.upper() in {n.upper() for n in names}:
                 renamed = f"`{name}{suffix}`"
                 out.append(renamed)
                 if previous.get(i) in ("FROM", "JOIN"):
@@ -374,7 +376,7 @@ class Harness:
         args = [arg for k, v in overrides.items() for arg in ("--override", f"{k}={v}")]
         self.server = ServiceProcess(["ksql-server", *args, "--log-level", "WARNING"])
         self.client = KsqlRestClient(self.server.url)
-        self.admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
+        self.admin = AdminClient({"bootstrap.servers": self.broker.bootstrap, "log_level": 0})
         self.zero = ZeroTimeWriter({"bootstrap.servers": self.broker.bootstrap})
         self.counter = itertools.count(1)
         self.lock = threading.Lock()
