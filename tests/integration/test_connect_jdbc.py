@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from broker_process import BrokerProcess
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
@@ -77,29 +77,31 @@ def mariadb(jdbc_mariadb: MariaDBProcess) -> MariaDBProcess:
 
 
 def read_topic(broker: BrokerProcess, topic: str, at_least: int) -> list[Any]:
-    """Every value of the topic (all partitions) once ``at_least`` have come, JSON-decoded."""
+    """Every value of the topic (all partitions), JSON-decoded, once ``at_least`` have come
+    and the reader is at the end of every partition (read_committed: what is committed)."""
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"read-{topic}",
-                         "enable.auto.commit": False,
+                         "enable.auto.commit": False, "enable.partition.eof": True,
                          "isolation.level": "read_committed"})  # fmt: skip
 
     def partitions_of_topic() -> Any:
         found = consumer.list_topics(topic, timeout=10).topics[topic]
         return found.partitions if found.error is None else None
 
-    partitions = wait_for(partitions_of_topic, f"topic {topic}", timeout=90)
+    partitions = set(wait_for(partitions_of_topic, f"topic {topic}", timeout=90))
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     values: list[Any] = []
-
-    def take(timeout: float) -> None:
-        values.extend(json.loads(m.value() or b"null") for m in consumer.consume(1000, timeout)
-                      if not m.error())  # fmt: skip
+    at_end: set[int] = set()
 
     def enough() -> bool:
-        take(0.2)
-        return len(values) >= at_least
+        for m in consumer.consume(1000, 0.2):
+            if m.error() is None:
+                at_end.discard(m.partition())
+                values.append(json.loads(m.value() or b"null"))
+            elif m.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(m.partition())
+        return len(values) >= at_least and at_end >= partitions
 
     wait_for(enough, f"{at_least} records in {topic}", timeout=90)
-    take(1.0)
     consumer.close()
     return values
 
