@@ -677,6 +677,9 @@ class _StatementBuilder(Transformer[Token, Any]):
     def partition_by(self, expressions: Children) -> tuple[str, Any]:
         return ("partition_by", tuple(expressions))
 
+    def partition_by_empty(self, _: Children) -> tuple[str, Any]:
+        return ("partition_by", ())
+
     @_inline
     def having(self, expression: ex.Expression) -> tuple[str, Any]:
         return ("having", expression)

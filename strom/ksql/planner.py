@@ -561,6 +561,8 @@ def plan_query(
 ) -> QueryPlan:
     """The plan of ``query`` (a transient query when ``sink`` is None); ksqlDB's
     ``KsqlStatementError`` for what it refuses."""
+    if query.partition_by == ():  # PARTITION BY (), which ksqlDB's parser refuses so
+        raise KsqlStatementError("PARTITION BY requires at least one expression")
     analyze(query, metastore, sink is not None)
     if sink is not None:
         relations = [query.source.left, *(join.right for join in query.source.joins)]

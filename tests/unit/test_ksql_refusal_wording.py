@@ -263,3 +263,12 @@ def test_a_missing_timestamp_column_is_refused_before_a_missing_key() -> None:
         metastore,
         "CREATE STREAM TS WITH (timestamp='invalid_ts') AS SELECT id, event_ts FROM test;",
     ) == ("The TIMESTAMP column set in the WITH clause does not exist in the schema: 'INVALID_TS'")
+
+
+def test_partition_by_nothing_is_refused() -> None:
+    metastore = store(
+        "CREATE STREAM INPUT (ID INT KEY, NAME STRING) WITH (kafka_topic='i', format='JSON');"
+    )
+    assert refusal(
+        metastore, "CREATE STREAM OUTPUT AS SELECT ID, NAME FROM INPUT PARTITION BY ();"
+    ) == ("PARTITION BY requires at least one expression")
