@@ -272,3 +272,18 @@ def test_partition_by_nothing_is_refused() -> None:
     assert refusal(
         metastore, "CREATE STREAM OUTPUT AS SELECT ID, NAME FROM INPUT PARTITION BY ();"
     ) == ("PARTITION BY requires at least one expression")
+
+
+def test_group_by_and_partition_by_take_value_expressions_only() -> None:
+    from strom.ksql.parser import KsqlSyntaxError
+
+    for clause in ("GROUP BY DATA AND ID", "PARTITION BY DATA AND ID", "GROUP BY ID = 1"):
+        with pytest.raises(KsqlSyntaxError) as refused:
+            parse_statement(f"CREATE TABLE OUTPUT AS SELECT ID, COUNT(*) FROM TEST {clause};")
+        assert "Syntax Error" in str(refused.value)
+    statement = parse_statement(
+        "CREATE TABLE OUTPUT AS SELECT ID + 1, COUNT(*) FROM TEST GROUP BY ID + 1, "
+        "CASE WHEN ID > 1 THEN 'a' ELSE 'b' END;"
+    )
+    assert isinstance(statement, st.CreateAsSelect)
+    assert statement.query.group_by is not None and len(statement.query.group_by) == 2
