@@ -356,7 +356,8 @@ class Result:
 
 
 class Harness:
-    def __init__(self, work: Path, jobs: int) -> None:
+    def __init__(self, work: Path, jobs: int, wait_s: float = OUTPUT_WAIT_S) -> None:
+        self.wait_s = wait_s
         self.broker = BrokerProcess(work / "broker")
         (work / "broker").mkdir()
         self.broker.start()
@@ -552,7 +553,7 @@ class Harness:
             }
         )
         records: list[tuple[bytes | None, bytes | None, int]] = []
-        deadline = time.monotonic() + (OUTPUT_WAIT_S if count else NO_OUTPUT_WAIT_S)
+        deadline = time.monotonic() + (self.wait_s if count else NO_OUTPUT_WAIT_S)
         try:
             partitions: list[int] = []
             while not partitions and time.monotonic() < deadline:
@@ -660,6 +661,9 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, help="a directory for per-case diff files")
     parser.add_argument(
+        "--wait", type=float, default=OUTPUT_WAIT_S, help="seconds to wait for a case's records"
+    )
+    parser.add_argument(
         "--rerun",
         type=Path,
         help="a results.jsonl of an earlier run (--out): run only the cases it failed",
@@ -717,7 +721,7 @@ def main() -> None:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ksql-conformance-") as work:
-        harness = Harness(Path(work), args.jobs)
+        harness = Harness(Path(work), args.jobs, args.wait)
         pool = ThreadPoolExecutor(args.jobs)
         try:
             futures = [pool.submit(harness.run, *fc) for fc in planned]
