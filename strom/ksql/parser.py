@@ -295,7 +295,10 @@ class _StatementBuilder(Transformer[Token, Any]):
         if token.type == "BACKQUOTED_IDENTIFIER":
             return ex.TypeReference(_name(token))
         if str(token).upper() == "NULL":  # a word of ksqlDB's grammar, not a type's name
-            raise _syntax_error(token, f"mismatched input '{token}' expecting a type")
+            line = token.line or 1
+            raise _syntax_error(  # ksqlDB's words for a token no rule takes (no viable alt)
+                token, f"Syntax error at or near '{token}' at line {line}:{token.column or 1}"
+            )
         primitive = ex.PRIMITIVE_TYPES.get(str(token).upper())
         return ex.PrimitiveType(primitive) if primitive else ex.TypeReference(_name(token))
 

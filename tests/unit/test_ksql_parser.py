@@ -309,7 +309,7 @@ def test_struct_all_in_a_select_list() -> None:
 
 
 def test_null_is_no_type() -> None:
-    with pytest.raises(KsqlSyntaxError, match="mismatched input 'NULL'"):
+    with pytest.raises(KsqlSyntaxError, match="Syntax error at or near 'NULL'"):
         parse_statement("CREATE STREAM s (a NULL) WITH (kafka_topic='t', value_format='JSON');")
-    with pytest.raises(KsqlSyntaxError, match="mismatched input 'NULL'"):
+    with pytest.raises(KsqlSyntaxError, match="Syntax error at or near 'NULL'"):
         parse_statement("SELECT CAST(x AS MAP<STRING, NULL>) FROM s;")

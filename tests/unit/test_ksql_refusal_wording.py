@@ -287,3 +287,13 @@ def test_group_by_and_partition_by_take_value_expressions_only() -> None:
     )
     assert isinstance(statement, st.CreateAsSelect)
     assert statement.query.group_by is not None and len(statement.query.group_by) == 2
+
+
+def test_null_as_a_type_is_a_syntax_error_at_it() -> None:
+    from strom.ksql.parser import KsqlSyntaxError
+
+    with pytest.raises(KsqlSyntaxError) as refused:
+        parse_statement("CREATE STREAM OUTPUT AS SELECT K, CAST(ID AS NULL) FROM INPUT;")
+    assert str(refused.value) == (
+        "line 1:45: Syntax Error\nSyntax error at or near 'NULL' at line 1:46"
+    )
