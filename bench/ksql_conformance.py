@@ -77,7 +77,10 @@ EXTRA_WAIT_S = 2.0  # records beyond the expected ones, looked for after them
 SUFFIX_RE = re.compile(r"__C\d+C", re.IGNORECASE)
 # where in the statements an error is: the cases' statements are run one by one here,
 # under longer names, so the line and column are not ksqlDB's; compared without them
-PLACE_RE = re.compile(r"Failed to prepare statement: |\b[Ll]ine \d+:\d+: ?|Line: \d+, Col: \d+: ?")
+PLACE_RE = re.compile(
+    r"Failed to prepare statement: |\b[Ll]ine \d+:\d+: ?|Line: \d+, Col: \d+: ?"
+    r"| at line \d+:\d+"
+)
 
 
 # ---------------------------------------------------------------- case files
