@@ -867,7 +867,7 @@ def _plan_projection(
         sql_type = compile_expression(expression, scope, "SELECT").sql_type
         namespace = "VALUE"
         if persistent:
-            matching = [i for i, k in enumerate(keys) if _same(k, expression)]
+            matching = [i for i, k in enumerate(keys) if _same(k, expression, scope, joins)]
             index = next((i for i in matching if i not in found), None)
             if index is not None:
                 found[index] = name
@@ -1393,8 +1393,21 @@ def _qualified(expression: ex.Expression, scope: Scope, names: list[str]) -> ex.
     return transform(expression, replace)
 
 
-def _same(key: ex.Expression, expression: ex.Expression) -> bool:
+def _same(
+    key: ex.Expression,
+    expression: ex.Expression,
+    scope: Scope | None = None,
+    joins: tuple[JoinPlan, ...] = (),
+) -> bool:
+    """Whether ``expression`` is the key ``key``: the same column however qualified,
+    or, over a join (``scope`` its row), the same column of the same source (L.K is not
+    R.K, whatever the join's condition)."""
     if isinstance(key, ex.ColumnReference) and isinstance(expression, ex.ColumnReference):
+        if joins and scope is not None:
+            try:
+                return scope.resolve(key) == scope.resolve(expression)
+            except KsqlStatementError:
+                pass
         return key.name == expression.name
     return key == expression
 

@@ -297,3 +297,21 @@ def test_null_as_a_type_is_a_syntax_error_at_it() -> None:
     assert str(refused.value) == (
         "line 1:45: Syntax Error\nSyntax error at or near 'NULL' at line 1:46"
     )
+
+
+def test_partition_by_one_sides_key_of_a_join_keeps_the_other_sides_as_a_value() -> None:
+    metastore = store(
+        "CREATE STREAM L (K STRING KEY, A STRING) WITH (kafka_topic='l', value_format='JSON');",
+        "CREATE STREAM R (K STRING KEY, C STRING) WITH (kafka_topic='r', value_format='JSON');",
+    )
+    text = (
+        "CREATE STREAM OUTPUT AS SELECT L.K AS LK, R.K FROM L JOIN R WITHIN 10 SECONDS "
+        "ON L.K = R.K PARTITION BY L.K;"
+    )
+    statement = parse_statement(text)
+    assert isinstance(statement, st.CreateAsSelect)
+    plan = plan_query(
+        statement.query, metastore, SinkRequest("OUTPUT", "STREAM", {}, None, 1), text
+    )
+    assert plan.sink is not None
+    assert [(c.name, c.namespace) for c in plan.sink.columns] == [("LK", "KEY"), ("R_K", "VALUE")]
