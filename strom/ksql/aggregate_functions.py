@@ -3,12 +3,13 @@
 Owns ``aggregate_function(name, argument_types, literal_arguments)`` ->
 ``AggregateFunction`` (``result_type``, ``initial``, ``add``, ``undo`` with
 ``can_undo``, ``merge``, ``result``) for COUNT (``COUNT(*)`` and ``COUNT(col)``, which
-skips nulls), COUNT_DISTINCT, SUM, AVG, MIN, MAX, COLLECT_LIST, COLLECT_SET,
-EARLIEST_BY_OFFSET and LATEST_BY_OFFSET (with ignoreNulls and the n forms), TOPK,
-TOPKDISTINCT, HISTOGRAM, STDDEV_SAMP (which is the variance in ksqlDB), STDDEV_SAMPLE,
-CORRELATION and ATTR (the group's one value, null when it has had several), with
-ksqlDB's result types and null behaviour. Accumulators are plain picklable values (ints,
-floats, tuples, lists, dicts): the runtime keeps them in Spark's state store. ``add``
+skips nulls), COUNT_DISTINCT, SUM, SUM_LIST (the sum of lists' elements), AVG, MIN, MAX,
+COLLECT_LIST, COLLECT_SET, EARLIEST_BY_OFFSET and LATEST_BY_OFFSET (with ignoreNulls and
+the n forms), TOPK, TOPKDISTINCT, HISTOGRAM, STDDEV_SAMP (which is the variance in
+ksqlDB), STDDEV_SAMPLE, CORRELATION and ATTR (the group's one value, null when it has
+had several), with ksqlDB's result types and null behaviour. Accumulators are plain
+picklable values (ints, floats, tuples, lists, dicts): the runtime keeps them in Spark's
+state store. ``add``
 receives the aggregated columns' values only (the literal arguments, such as TOPK's k, were given
 when the function was made); rows arrive in offset order, which is what the BY_OFFSET
 functions rely on, and ``merge(a, b)`` takes ``a`` as the earlier session.
@@ -37,6 +38,7 @@ AGGREGATE_NAMES = frozenset(
         "COUNT",
         "COUNT_DISTINCT",
         "SUM",
+        "SUM_LIST",
         "AVG",
         "MIN",
         "MAX",
@@ -190,6 +192,25 @@ class _Sum(AggregateFunction):
 
     def merge(self, first: Any, second: Any) -> Any:
         return self._fit(first + second)
+
+
+class _SumList(_Sum):
+    """SUM_LIST: the sum of the elements of every list (null lists and elements
+    skipped), as ksqlDB's ListSumUdaf; a table's old list is taken back out."""
+
+    name = "SUM_LIST"
+
+    def add(self, accumulator: Any, *values: Any) -> Any:
+        elements = values[0]
+        if elements is None:
+            return accumulator
+        return self._fit(accumulator + sum(e for e in elements if e is not None))
+
+    def undo(self, accumulator: Any, *values: Any) -> Any:
+        elements = values[0]
+        if elements is None:
+            return accumulator
+        return self._fit(accumulator - sum(e for e in elements if e is not None))
 
 
 class _Average(AggregateFunction):
@@ -567,6 +588,11 @@ def aggregate_function(
         if kind not in _SUMMABLE:
             raise _refuse(name, argument_types)
         return _Sum(first)
+    if name == "SUM_LIST":
+        element = first.element if isinstance(first, ex.ArrayType) else None
+        if element is None or v.base(element) not in ("INTEGER", "BIGINT", "DOUBLE"):
+            raise _refuse(name, argument_types)
+        return _SumList(element)
     if name == "AVG":
         if kind not in ("INTEGER", "BIGINT", "DOUBLE"):
             raise _refuse(name, argument_types)

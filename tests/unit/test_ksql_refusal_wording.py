@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from strom.ksql import expressions as ex
 from strom.ksql import statements as st
 from strom.ksql.inserts import insertable
 from strom.ksql.metastore import KsqlStatementError, Metastore
@@ -315,3 +316,32 @@ def test_partition_by_one_sides_key_of_a_join_keeps_the_other_sides_as_a_value()
     )
     assert plan.sink is not None
     assert [(c.name, c.namespace) for c in plan.sink.columns] == [("LK", "KEY"), ("R_K", "VALUE")]
+
+
+def test_sum_list_sums_the_elements_of_every_list() -> None:
+    from strom.ksql.aggregate_functions import aggregate_function
+
+    metastore = store(
+        "CREATE STREAM INPUT (ID STRING KEY, V ARRAY<INTEGER>) "
+        "WITH (kafka_topic='t', value_format='JSON');"
+    )
+    text = "CREATE TABLE OUTPUT AS SELECT ID, SUM_LIST(V) AS S FROM INPUT GROUP BY ID;"
+    statement = parse_statement(text)
+    assert isinstance(statement, st.CreateAsSelect)
+    plan = plan_query(statement.query, metastore, SinkRequest("OUTPUT", "TABLE", {}, None, 1), text)
+    assert plan.sink is not None
+    assert [(c.name, str(c.type)) for c in plan.sink.columns] == [
+        ("ID", "STRING"),
+        ("S", "INTEGER"),
+    ]
+    function = aggregate_function("SUM_LIST", [ex.ArrayType(ex.PrimitiveType("INTEGER"))], [])
+    assert function is not None and function.can_undo
+    total = function.initial()
+    for values in ([1, 1], [2, 2], None, [100, 100, None], [2**31 - 1]):
+        total = function.add(total, values)
+    assert total == 206 + 2**31 - 1 - 2**32  # an INTEGER's sum wraps, as Java's does
+    assert function.undo(function.add(0, [1, 2]), [1, 2]) == 0
+    doubles = aggregate_function("SUM_LIST", [ex.ArrayType(ex.PrimitiveType("DOUBLE"))], [])
+    assert doubles is not None and doubles.add(doubles.initial(), [1.5, None, 2.0]) == 3.5
+    with pytest.raises(KsqlStatementError):
+        aggregate_function("SUM_LIST", [ex.ArrayType(ex.PrimitiveType("STRING"))], [])
