@@ -166,7 +166,9 @@ class BrokerProcess:
             args += ["--override", f"{key}={value}"]
         return args
 
-    def start(self, timeout: float = 20.0) -> None:
+    def start(self, timeout: float = 60.0) -> None:
+        # A start is 2 s of CPU or so (1.2 s of it importing): on two cores shared by
+        # some twenty busy processes it took over 20 s of wall time.
         deadline = time.monotonic() + timeout
         while True:
             taken = self._launch(deadline, timeout)
