@@ -35,6 +35,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from strom.ksql import datetime_patterns as patterns
 from strom.ksql import expressions as ex
 from strom.ksql import formats
 from strom.ksql.metastore import Column, DataSource, KsqlStatementError
@@ -447,38 +448,14 @@ def _avro_plain(value: Any) -> Any:
 
 # ---- timestamps -------------------------------------------------------------------------
 
-_JAVA_PATTERN = [
-    ("yyyy", "%Y"), ("MM", "%m"), ("dd", "%d"), ("HH", "%H"), ("mm", "%M"), ("ss", "%S"),
-    ("SSS", "%f"), ("XXX", "%z"), ("Z", "%z"), ("X", "%z"),
-]  # fmt: skip
-
-
-def _strptime_pattern(java: str) -> str:
-    out, at = [], 0
-    while at < len(java):
-        if java[at] == "'":
-            end = java.index("'", at + 1)
-            out.append(java[at + 1 : end].replace("%", "%%") or "'")
-            at = end + 1
-            continue
-        for token, directive in _JAVA_PATTERN:
-            if java.startswith(token, at):
-                out.append(directive)
-                at += len(token)
-                break
-        else:
-            out.append(java[at].replace("%", "%%"))
-            at += 1
-    return "".join(out)
-
 
 def parse_timestamp(text: str, java_pattern: str) -> int:
     """A string timestamp in a Java DateTimeFormatter pattern, as epoch ms (UTC when the
-    pattern has no zone)."""
-    moment = datetime.datetime.strptime(text, _strptime_pattern(java_pattern))
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return int(moment.timestamp() * 1000)
+    pattern has no zone), read as STRINGTOTIMESTAMP reads it (``ValueError`` when it
+    does not fit)."""
+    moment, _, _ = patterns.parse_datetime(text, java_pattern, datetime.UTC)
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    return (moment - epoch) // datetime.timedelta(milliseconds=1)
 
 
 # ---- whole records ----------------------------------------------------------------------

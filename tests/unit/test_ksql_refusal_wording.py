@@ -345,3 +345,19 @@ def test_sum_list_sums_the_elements_of_every_list() -> None:
     assert doubles is not None and doubles.add(doubles.initial(), [1.5, None, 2.0]) == 3.5
     with pytest.raises(KsqlStatementError):
         aggregate_function("SUM_LIST", [ex.ArrayType(ex.PrimitiveType("STRING"))], [])
+
+
+def test_a_sources_string_timestamp_reads_as_stringtotimestamp_reads_it() -> None:
+    from strom.ksql.readers import RecordError, RecordReader, SourceRecord
+
+    metastore = store(
+        "CREATE STREAM TEST (K STRING KEY, TS VARCHAR) WITH (kafka_topic='t', "
+        "value_format='JSON', timestamp='ts', timestamp_format='yyyy-MM-dd''T''HH:mm:ss.SX');"
+    )
+    source = metastore.source("TEST")
+    assert source is not None
+    reader = RecordReader(source)
+    row = reader.read(SourceRecord("t", 0, 0, 10, b"k", b'{"TS": "2019-08-27T13:31:09.2+0000"}'))
+    assert row.timestamp == 1566912669200  # one digit of a second's fraction: 200 ms
+    with pytest.raises(RecordError):
+        reader.read(SourceRecord("t", 0, 1, 10, b"k", b'{"TS": "not a timestamp"}'))
