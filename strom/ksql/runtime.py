@@ -898,9 +898,8 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
             # an earlier micro-batch's stream time closed go before every record
             final = parts.plan_windowed and operators.plan.emit_final
             if final:
-                out += _closed_first(
-                    parts, operators.close_windows(stored["windows"], group, floor)
-                )
+                closed = operators.close_windows(stored["windows"], group, floor)
+                out += _closed_first(parts, closed, stored.get("part"))
             closed_through = -1  # the stream time that closed this group's windows
             place = (0, 0, 0)
             for (part, off, seq), payload in zip(places, frame["payload"], strict=True):
@@ -908,6 +907,8 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
                 before: int | None = None
                 steps: tuple[tuple[int, int], ...] = ()
                 if partition_time:  # the source partition's stream time at the row
+                    if final:  # where a later micro-batch writes its closed windows
+                        stored["part"] = part
                     stream_time = max(partition_time[0], floor, closed_through)
                     if len(partition_time) > 2:
                         before = max(partition_time[1], floor, closed_through)
@@ -1003,7 +1004,7 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
             stream_time = max(stored["stream_time"], _watermark(timerValues))
             stored["stream_time"] = stream_time
             closed = parts.operators.close_windows(stored["windows"], group, stream_time)
-            out = _closed_first(parts, closed)
+            out = _closed_first(parts, closed, stored.get("part"))
             self._timer(parts, stored)
             self._save(parts, stored)
             yield from _plain(_frames(out))
@@ -1042,16 +1043,23 @@ def _logged(spec: QuerySpec, frame: pd.DataFrame) -> list[tuple[Any, ...]]:
     ]  # fmt: skip
 
 
-def _closed_first(parts: _TaskParts, closed: list[Any]) -> list[tuple[Any, ...]]:
+def _closed_first(
+    parts: _TaskParts, closed: list[Any], partition: int | None
+) -> list[tuple[Any, ...]]:
     """The rows of windows closed by the stream time of an earlier micro-batch, placed
-    before any record's (source partition -1), in the order of their windows' starts
-    (ksqlDB's EMIT FINAL fetches the closed windows in that order)."""
+    before the records of the group's source ``partition`` (its last; offset -1, the
+    window's start as the sequence), so that the task writing that partition's records
+    writes them first (no partition known: source partition -1), in the order of their
+    windows' starts (ksqlDB's EMIT FINAL fetches the closed windows in that order)."""
     out: list[tuple[Any, ...]] = []
     for change in closed:
         written: list[tuple[Any, ...]] = []
         _write(parts, [change], written)
         start = change.window[0] if change.window is not None else change.timestamp
-        out += [(*row, -1, start, len(out) + n) for n, row in enumerate(written)]
+        if partition is None:
+            out += [(*row, -1, start, len(out) + n) for n, row in enumerate(written)]
+        else:
+            out += [(*row, partition, -1, start) for row in written]
     return out
 
 

@@ -340,6 +340,13 @@ def test_emit_final_writes_a_window_after_the_record_that_closed_it(
         (b"b", 2000),  # closed by the first micro-batch's stream time (4 s)
     ]
     assert [json.loads(o["value"])["VIEWS"] for o in outputs] == [1, 1, 1, 1]
+    # placed before the records of the group's source partition (offset -1), so that
+    # the task writing that partition's records writes it first
+    parts = runtime._PARTS["final"]
+    closed = parts.operators.close_windows({BASE: {"end": BASE + 2000, "acc": [1], "ts": BASE}},
+                                           ("b",), BASE + 2000)  # fmt: skip
+    [placed] = runtime._closed_first(parts, closed, 3)
+    assert placed[4:] == (3, -1, BASE)
 
 
 def test_emit_final_leaves_unwritten_a_window_another_groups_record_expired(
