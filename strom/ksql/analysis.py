@@ -106,7 +106,11 @@ def analyze(query: st.Query, metastore: Metastore, persistent: bool = False) -> 
     # the planner resolves an unqualified one in the SELECT of a join (not aggregated)
     synthetic = bool(query.source.joins) and query.group_by is None
     for prefix, expression in clauses:
-        for reference in _references(expression):
+        references = list(_references(expression))
+        for reference in references:  # an unknown qualifier is named before the rest
+            if reference.source is not None and reference.source not in sources:
+                raise KsqlStatementError(_unknown_qualifier(reference.source))
+        for reference in references:
             if (
                 synthetic
                 and prefix == "SELECT"

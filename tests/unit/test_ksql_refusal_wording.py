@@ -361,3 +361,13 @@ def test_a_sources_string_timestamp_reads_as_stringtotimestamp_reads_it() -> Non
     assert row.timestamp == 1566912669200  # one digit of a second's fraction: 200 ms
     with pytest.raises(RecordError):
         reader.read(SourceRecord("t", 0, 1, 10, b"k", b'{"TS": "not a timestamp"}'))
+
+
+def test_an_unknown_qualifier_is_named_before_an_ambiguous_column() -> None:
+    metastore = store(
+        "CREATE TABLE LT (ID BIGINT PRIMARY KEY, F1 BIGINT) WITH (kafka_topic='l', format='JSON');",
+        "CREATE TABLE RT (ID BIGINT PRIMARY KEY, F2 BIGINT) WITH (kafka_topic='r', format='JSON');",
+    )
+    assert refusal(
+        metastore, "CREATE TABLE OUTPUT AS SELECT F1, F2 FROM LT JOIN RT ON ID = UNKNOWN.ID;"
+    ) == ("Failed to prepare statement: 'UNKNOWN' is not a valid stream/table name or alias.")
