@@ -509,6 +509,41 @@ class _TopK(AggregateFunction):
         return sorted(merged, key=_order_key, reverse=True)[: self.k]
 
 
+class _TopKRows(AggregateFunction):
+    """TOPK(col, other..., k): the k records with the largest col, as ksqlDB's TopkKudaf
+    keeps them: structs of ``sort_col`` and the other columns ``col0``, ``col1``...,
+    largest first, a later record after an equal one (and not kept when the list is
+    full and it is no larger than the last)."""
+
+    name = "TOPK"
+
+    def __init__(self, sql_type: ex.SqlType, others: list[ex.SqlType], k: int) -> None:
+        self.fields = ["sort_col", *(f"col{i}" for i in range(len(others)))]
+        self.result_type = ex.ArrayType(
+            ex.StructType(
+                tuple(
+                    ex.StructField(name, field_type)
+                    for name, field_type in zip(self.fields, [sql_type, *others], strict=True)
+                )
+            )
+        )
+        self.k = k
+
+    def initial(self) -> list[Any]:
+        return []
+
+    def add(self, accumulator: list[Any], *values: Any) -> list[Any]:
+        if values[0] is None:
+            return accumulator
+        row = dict(zip(self.fields, values, strict=True))
+        ordered = sorted([*accumulator, row], key=lambda r: _order_key(r["sort_col"]), reverse=True)
+        return ordered[: self.k]
+
+    def merge(self, first: list[Any], second: list[Any]) -> list[Any]:
+        merged = sorted(first + second, key=lambda r: _order_key(r["sort_col"]), reverse=True)
+        return merged[: self.k]
+
+
 # ---- by offset ------------------------------------------------------------------------
 
 
@@ -627,6 +662,11 @@ def aggregate_function(
         k = literal_arguments[0]
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise KsqlStatementError(f"{name}: k must be a positive INTEGER literal, got {k!r}")
+        if name == "TOPK" and len(argument_types) > 1:  # with other columns: structs
+            others = argument_types[1:]
+            if any(t is None for t in others):
+                raise _refuse(name, argument_types)
+            return _TopKRows(first, [t for t in others if t is not None], k)
         return _TopK(name, first, k, distinct=name == "TOPKDISTINCT")
     return _by_offset(name, first, argument_types, literal_arguments)
 

@@ -371,3 +371,25 @@ def test_an_unknown_qualifier_is_named_before_an_ambiguous_column() -> None:
     assert refusal(
         metastore, "CREATE TABLE OUTPUT AS SELECT F1, F2 FROM LT JOIN RT ON ID = UNKNOWN.ID;"
     ) == ("Failed to prepare statement: 'UNKNOWN' is not a valid stream/table name or alias.")
+
+
+def test_topk_with_other_columns_keeps_structs_of_the_records() -> None:
+    from strom.ksql.aggregate_functions import aggregate_function
+
+    metastore = store(
+        "CREATE STREAM TEST (ID BIGINT KEY, NAME VARCHAR, VALUE INTEGER) "
+        "WITH (kafka_topic='t', value_format='JSON');"
+    )
+    text = "CREATE TABLE S2 AS SELECT ID, TOPK(VALUE, NAME, 3) AS TOPK FROM TEST GROUP BY ID;"
+    statement = parse_statement(text)
+    assert isinstance(statement, st.CreateAsSelect)
+    plan = plan_query(statement.query, metastore, SinkRequest("S2", "TABLE", {}, None, 1), text)
+    assert plan.sink is not None
+    assert str(plan.sink.columns[1].type) == "ARRAY<STRUCT<`sort_col` INTEGER, `col0` STRING>>"
+    integer, string = ex.PrimitiveType("INTEGER"), ex.PrimitiveType("STRING")
+    function = aggregate_function("TOPK", [integer, string], [2])
+    assert function is not None
+    top = function.initial()
+    for value, name in ((0, "zero"), (100, "one"), (None, "skipped"), (100, "later"), (5, "x")):
+        top = function.add(top, value, name)
+    assert top == [{"sort_col": 100, "col0": "one"}, {"sort_col": 100, "col0": "later"}]
