@@ -111,11 +111,15 @@ def parse_statement(text: str) -> st.Statement:
     except lark.exceptions.UnexpectedToken as exc:
         token = exc.token
         shown = "<EOF>" if token.type == "$END" else str(token)
-        expected = ", ".join(sorted(_readable(name) for name in exc.expected))
+        readable = sorted({_readable(name) for name in exc.expected})
+        expected = ", ".join(readable)
         raise KsqlSyntaxError(
             exc.line if exc.line > 0 else _last_line(text),
             max(exc.column - 1, 0) if exc.column > 0 else _end_column(text),
-            f"mismatched input '{shown}' expecting {{{expected}}}",
+            # ksqlDB names a short list of what it expected alone
+            f"Expecting {{{expected}}}"
+            if len(readable) <= 3 and token.type != "$END"
+            else f"mismatched input '{shown}' expecting {{{expected}}}",
         ) from None
     except lark.exceptions.UnexpectedCharacters as exc:
         rest = text[exc.pos_in_stream :].split("\n", 1)[0]
@@ -182,6 +186,7 @@ _TOKEN_TEXT = {
     "LESSTHAN": "'<'",
     "MORETHAN": "'>'",
     "STRING": "STRING",
+    "TYPE_STRING": "'STRING'",
     "INTEGER_VALUE": "INTEGER_VALUE",
     "IDENTIFIER": "IDENTIFIER",
 }
@@ -289,6 +294,13 @@ class _StatementBuilder(Transformer[Token, Any]):
     @_inline
     def literal(self, value: ex.Literal) -> ex.Literal:
         return value
+
+    def parameterized_type(self, children: Children) -> ex.SqlType:
+        """A type with parameters ksqlDB's grammar takes and its types ignore."""
+        return self.named_type(children[0])  # type: ignore[no-any-return]
+
+    def type_parameter(self, _: Children) -> None:
+        return None
 
     @_inline
     def named_type(self, token: Token) -> ex.SqlType:

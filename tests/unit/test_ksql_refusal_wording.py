@@ -393,3 +393,19 @@ def test_topk_with_other_columns_keeps_structs_of_the_records() -> None:
     for value, name in ((0, "zero"), (100, "one"), (None, "skipped"), (100, "later"), (5, "x")):
         top = function.add(top, value, name)
     assert top == [{"sort_col": 100, "col0": "one"}, {"sort_col": 100, "col0": "later"}]
+
+
+def test_type_parameters_parse_and_a_short_expectation_is_named_alone() -> None:
+    from strom.ksql.parser import KsqlSyntaxError
+
+    statement = parse_statement(
+        "CREATE STREAM INPUT (K VARCHAR(STRING) KEY, V VARCHAR(STRING), N INT) "
+        "WITH (kafka_topic='input', value_format='JSON');"
+    )
+    assert isinstance(statement, st.CreateSource)
+    assert [str(e.type) for e in statement.elements] == ["STRING", "STRING", "INTEGER"]
+    with pytest.raises(KsqlSyntaxError) as refused:
+        parse_statement(
+            "CREATE STREAM INPUT (K INT (KEY)) WITH (kafka_topic='i', value_format='JSON');"
+        )
+    assert str(refused.value) == "line 1:28: Syntax Error\nExpecting {'STRING', INTEGER_VALUE}"
