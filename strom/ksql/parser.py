@@ -675,9 +675,8 @@ class _StatementBuilder(Transformer[Token, Any]):
     def session(self, children: Children) -> st.WindowExpression:
         return self._window("SESSION", children[0], None, children[1:])
 
-    @_inline
-    def window(self, expression: st.WindowExpression) -> tuple[str, Any]:
-        return ("window", expression)
+    def window(self, children: Children) -> tuple[str, Any]:
+        return ("window", children[-1])  # after the window's name, if it has one
 
     @_inline
     def where(self, expression: ex.Expression) -> tuple[str, Any]:

@@ -409,3 +409,12 @@ def test_type_parameters_parse_and_a_short_expectation_is_named_alone() -> None:
             "CREATE STREAM INPUT (K INT (KEY)) WITH (kafka_topic='i', value_format='JSON');"
         )
     assert str(refused.value) == "line 1:28: Syntax Error\nExpecting {'STRING', INTEGER_VALUE}"
+
+
+def test_a_window_may_be_named() -> None:
+    statement = parse_statement(
+        "CREATE TABLE OUTPUT AS SELECT ID, COUNT(*) AS N FROM INPUT "
+        "WINDOW nWINDOW SESSION (1 SECONDS) GROUP BY ID;"
+    )
+    assert isinstance(statement, st.CreateAsSelect)
+    assert statement.query.window is not None and statement.query.window.kind == "SESSION"
