@@ -162,7 +162,7 @@ class ClusterNode:
             self.started = True
         return started
 
-    def wait_listening(self, timeout: float = 30.0) -> bool | int:
+    def wait_listening(self, timeout: float = 60.0) -> bool | int:
         """Wait until the node has started (True), or it exited because a port of its was
         taken (that port)."""
         assert self.proc is not None
@@ -176,7 +176,7 @@ class ClusterNode:
             self.started = True
         return started
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 60.0) -> None:
         """Start (or restart) the node with the ports it has, waiting for a taken one to
         be let go (a broker's client port not yet known to anyone is picked again)."""
         deadline = time.monotonic() + timeout
@@ -294,7 +294,7 @@ class Cluster:
     def bootstrap(self) -> str:
         return ",".join(n.bootstrap for n in self.brokers if n.alive())
 
-    def start_all(self, timeout: float = 40.0) -> None:
+    def start_all(self, timeout: float = 90.0) -> None:
         """Launch every node at once and wait until each has started. A node that exits
         because a port was taken is started again: at the first start with a new port in
         place of it, every node with it (killed, their fresh data wiped, launched again),
