@@ -113,6 +113,9 @@ class CoercionError(KsqlStatementError):
 _CODE_CLAUSES = {"SELECT": "Select", "WHERE": "Predicate", "HAVING": "Predicate"}
 
 
+_UNRESOLVED = re.compile(r"Column '([^']*)' cannot be resolved\.")
+
+
 def compile_expression(
     expression: ex.Expression, scope: Scope, clause: str | None = None
 ) -> CompiledExpression:
@@ -130,7 +133,11 @@ def compile_expression(
     except KsqlStatementError as exc:
         if clause not in ("WHERE", "HAVING"):
             raise
-        raise KsqlStatementError(f"Error in {clause} expression: {exc}") from None
+        # a column the analysis let through (a window bound of a windowed aggregation)
+        # that the filter's row has not: ksqlDB's type checker's words
+        unknown = _UNRESOLVED.fullmatch(str(exc))
+        message = f"Unknown column {unknown.group(1)}." if unknown else str(exc)
+        raise KsqlStatementError(f"Error in {clause} expression: {message}") from None
     if sql_type is None:
         raise KsqlStatementError(
             "Can't infer a type of null. Please explicitly cast it to a required type, e.g. "
@@ -751,6 +758,9 @@ class _Compiler:
         function = scalar_function(name)
         if function is None:
             if is_aggregate(name):
+                for argument in node.arguments:  # ksqlDB types the arguments first
+                    if not isinstance(argument, ex.Lambda):
+                        self.compile(argument, lambdas)
                 raise KsqlStatementError(
                     f"Use of aggregate function {name} requires a GROUP BY clause."
                 )

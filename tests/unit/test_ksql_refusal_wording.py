@@ -418,3 +418,20 @@ def test_a_window_may_be_named() -> None:
     )
     assert isinstance(statement, st.CreateAsSelect)
     assert statement.query.window is not None and statement.query.window.kind == "SESSION"
+
+
+def test_a_window_bound_in_a_windowed_aggregations_where_is_an_unknown_column() -> None:
+    metastore = store(
+        "CREATE STREAM TEST (ROWKEY INT KEY, IGNORED INT) WITH (kafka_topic='t', "
+        "value_format='JSON');"
+    )
+    assert refusal(
+        metastore,
+        "CREATE TABLE S2 AS SELECT ROWKEY, COUNT(1) AS COUNT FROM TEST WINDOW TUMBLING "
+        "(SIZE 1 SECOND) WHERE MIN(windowEnd) < 15000 GROUP BY ROWKEY;",
+    ) == ("Error in WHERE expression: Unknown column WINDOWEND.")
+    assert refusal(  # an aggregate over columns the row has: refused as an aggregate
+        metastore,
+        "CREATE TABLE S3 AS SELECT ROWKEY, COUNT(1) AS COUNT FROM TEST WINDOW TUMBLING "
+        "(SIZE 1 SECOND) WHERE MIN(IGNORED) < 15000 GROUP BY ROWKEY;",
+    ) == ("Error in WHERE expression: Use of aggregate function MIN requires a GROUP BY clause.")
