@@ -111,7 +111,7 @@ def test_delete_records_moves_log_start(broker) -> None:
     )
     consumer.assign([TopicPartition(topic, 0, 3)])
     msg = None
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         msg = consumer.poll(0.5)
         if msg is not None:

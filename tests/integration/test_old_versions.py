@@ -309,7 +309,7 @@ def test_acls_v0_round_trip(client: RawClient) -> None:
         operation=1,  # ANY
         permission_type=1,  # ANY
     )
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while True:
         described = client.request(describe_request)
         assert described.error_code == ErrorCode.none
