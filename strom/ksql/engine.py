@@ -153,6 +153,9 @@ class KsqlEngine:
         )
         self._materialized: dict[str, Any] = {}
         self._materialized_lock = threading.Lock()
+        # The sources each CREATE ... AS SELECT's sink was made from: ksqlDB's drop
+        # constraints (a source cannot be dropped while a sink made from it exists).
+        self._made_from: dict[str, set[str]] = {}
         self.log_topic = processing_log.topic_name(config.service_id)
         self.ownership: QueryOwnership | None = None
 
@@ -283,7 +286,7 @@ class KsqlEngine:
             return f"{statement.kind.capitalize()} created"
         if isinstance(statement, st.DropSource):
             dropped = self.metastore.sources.get(statement.name)
-            self.metastore.remove_source(statement.name)
+            self._remove_source(statement.name)
             return _dropped_message(statement.name, dropped)
         if isinstance(statement, st.AlterSource):
             altered = self.metastore.altered(statement, command.statement)
@@ -593,24 +596,53 @@ class KsqlEngine:
     ) -> dict[str, Any]:
         dropped = self.metastore.droppable(statement)
         if dropped is not None:
-            reads, writes = self.queries.using(dropped.name)
-            if reads or writes:
-                raise KsqlStatementError(
-                    f"Cannot drop {dropped.name}.\n"
-                    f"The following queries read from this source: [{', '.join(reads)}].\n"
-                    f"The following queries write into this source: [{', '.join(writes)}].\n"
-                    f"You need to terminate them before dropping {dropped.name}."
-                )
+            self._check_droppable(dropped.name)
         if dropped is not None and statement.delete_topic and dropped.is_source:
             raise KsqlStatementError(f"Cannot delete topic for read-only source: {dropped.name}")
         command_id = f"{statement.kind.lower()}/{statement.name}/drop"
         sequence = self._record(command_id, text, scope.properties)
-        self.metastore.remove_source(statement.name)
+        self._remove_source(statement.name)
         if dropped is not None and statement.delete_topic:
             self._delete_topic(dropped.topic)
         message = _dropped_message(statement.name, dropped)
         self._succeeded(command_id, message)
         return _status_entity(text, command_id, message, sequence)
+
+    def _check_droppable(self, name: str) -> None:
+        """ksqlDB's refusals of DROP: while an INSERT INTO ... SELECT reads or writes the
+        source, or while a sink a CREATE ... AS SELECT made from it exists. The query
+        of the source's own CREATE ... AS SELECT does not stop it: the DROP ends it."""
+        inserts = [q for q in self.queries.queries.values() if _is_insert(q.query_id)]
+        reads = sorted(q.query_id for q in inserts if name in q.sources)
+        writes = sorted(q.query_id for q in inserts if name in q.sinks)
+        if reads or writes:
+            raise KsqlStatementError(
+                f"Cannot drop {name}.\n"
+                f"The following queries read from this source: [{', '.join(reads)}].\n"
+                f"The following queries write into this source: [{', '.join(writes)}].\n"
+                f"You need to terminate them before dropping {name}."
+            )
+        readers = sorted(
+            sink
+            for sink, sources in self._made_from.items()
+            if name in sources and sink != name and sink in self.metastore.sources
+        )
+        if readers:
+            raise KsqlStatementError(
+                f"Cannot drop {name}.\n"
+                f"The following streams and/or tables read from this source: "
+                f"[{', '.join(readers)}].\n"
+                f"You need to drop them before dropping {name}."
+            )
+
+    def _remove_source(self, name: str) -> None:
+        """The source gone from the metastore, and the query its CREATE ... AS SELECT
+        made with it (as ksqlDB terminates it on DROP), its checkpoint deleted."""
+        self.metastore.remove_source(name)
+        self._made_from.pop(name, None)
+        writer = self._writer_of(name)
+        if writer is not None:
+            self.queries.terminate(writer.query_id)
 
     def _delete_topic(self, topic: str) -> None:
         try:
@@ -796,6 +828,8 @@ class KsqlEngine:
         else:
             query_id = f"INSERTQUERY_{sequence}"
         query = RunningQuery(query_id, text, plan, properties=dict(properties))
+        if isinstance(statement, st.CreateAsSelect):
+            self._made_from[statement.name] = set(query.sources)
         self.queries.add(query)
         return query
 
@@ -803,7 +837,7 @@ class KsqlEngine:
         """The persistent query CREATE ... AS SELECT made to write ``sink``."""
         for query_id in self.queries.using(sink)[1]:
             found = self.queries.queries[query_id]
-            if not query_id.startswith("INSERTQUERY_"):
+            if not _is_insert(query_id):
                 return found
         return None
 
@@ -1069,6 +1103,11 @@ def _source_wrapping(
 
 def _with_semicolon(text: str) -> str:
     return text if text.endswith(";") else text + ";"
+
+
+def _is_insert(query_id: str) -> bool:
+    """Whether the persistent query is an INSERT INTO ... SELECT's."""
+    return query_id.startswith("INSERTQUERY_")
 
 
 def _dropped_message(name: str, dropped: DataSource | None) -> str:
