@@ -176,11 +176,14 @@ class KsqlShell:
             self._refused(exc)
         except KeyboardInterrupt:
             pass
+        self._note("Query terminated")  # as ksqlDB's CLI ends a query's rows
 
     def _header(self, header: dict[str, Any]) -> None:
         if self.json_output:
             self.console.print_json(json.dumps(header))
         else:
+            if self.console.is_terminal:  # ksqlDB's CLI shows it on its status line
+                self.console.print(Text("Press CTRL-C to interrupt", style="dim"))
             self.console.print(Text(tabular_row(header["columnNames"], self._width(), True)))
 
     def _row(self, values: list[Any]) -> None:
