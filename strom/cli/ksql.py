@@ -43,6 +43,17 @@ from strom.ksql.rest_client import (
 
 DEFAULT_URL = os.environ.get("STROM_KSQL_URL") or "http://localhost:8088"
 PROMPT = "ksql> "
+HELP = """\
+Statements end with ';' and may span lines; they go to the server, except:
+  SET 'property' = 'value';    a property sent with each statement (UNSET 'property';)
+  DEFINE name = 'value';       a variable for ${name} (UNDEFINE name;)
+  RUN SCRIPT 'file.sql';       the statements of a file
+  SELECT ... EMIT CHANGES;     a push query: its rows as they come (Ctrl-C stops it)
+  SELECT ... ;                 a pull query: a table's current rows
+  PRINT 'topic' [FROM BEGINNING] [LIMIT n];   a topic's records
+For example: SHOW STREAMS; SHOW TABLES; SHOW TOPICS; SHOW QUERIES; DESCRIBE name [EXTENDED];
+EXPLAIN query_id; TERMINATE query_id; DROP STREAM name [DELETE TOPIC]; SHOW FUNCTIONS;
+'exit' or Ctrl-D leaves."""
 
 
 def add_parser(commands: Any) -> None:
@@ -475,7 +486,7 @@ def _interactive(shell: KsqlShell) -> int:
         Text(
             f"Strom ksql CLI, server {shell.client.url} "
             f"(version {info.get('version', '?')}, service {info.get('ksqlServiceId', '?')})\n"
-            "Statements end with ';'. 'exit' or Ctrl-D leaves."
+            "Statements end with ';'. 'help' lists what you can type; 'exit' or Ctrl-D leaves."
         )
     )
     pending = ""
@@ -489,8 +500,12 @@ def _interactive(shell: KsqlShell) -> int:
             shell.console.print()
             pending = ""
             continue
-        if not pending and line.strip().rstrip(";").lower() in ("exit", "quit"):
+        word = line.strip().rstrip(";").strip().lower()
+        if not pending and word in ("exit", "quit"):
             return 0
+        if not pending and word == "help":
+            shell.console.print(Text(HELP))
+            continue
         pending += line + "\n"
         pieces = split_statements(pending)
         if not pieces:

@@ -800,14 +800,15 @@ def test_cli_select_streams_a_push_querys_rows(
 def test_cli_interactive(
     server: KsqlServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The prompt: a statement over several lines, one refused, then exit."""
-    typed = iter(["SHOW", "  STREAMS;", "DESCRIBE nothing;", "SET 'a'='b';", "exit"])
+    """The prompt: a statement over several lines, one refused, help, then exit."""
+    typed = iter(["SHOW", "  STREAMS;", "DESCRIBE nothing;", "SET 'a'='b';", "help", "exit"])
     monkeypatch.setattr("builtins.input", lambda prompt="": next(typed))
     code, out, err = strom_ksql(capsys, server.url)
     assert code == 0
     assert "version 0.29.0" in out and "Stream Name" in out and "PAGEVIEWS" in out
     assert "Could not find STREAM/TABLE 'NOTHING' in the Metastore" in err
     assert "Successfully changed local property 'a' to 'b'." in out
+    assert "RUN SCRIPT 'file.sql';" in out and "Syntax Error" not in err  # help is the CLI's
 
 
 def test_a_ksqldb_client_from_pypi(server: KsqlServer, broker: BrokerProcess) -> None:
