@@ -12,7 +12,7 @@ ksqlDB's CLI, ``SET`` / ``UNSET`` change the properties sent with each statement
 statements; PRINT shows the topic's records as the server streams them, and SELECT a
 query's rows (``/query-stream``; Ctrl-C stops either); every other statement goes to
 the server, and its answer prints as
-ksqlDB's CLI prints it (rich tables), or as the server's JSON with ``--output JSON``.
+ksqlDB's CLI prints it (its dashed tables), or as the server's JSON with ``--output JSON``.
 
 A statement the server refuses prints its message; non-interactive, the statements after
 it are not run and the exit code is 1. A server that cannot be reached is one line and
@@ -28,7 +28,6 @@ import sys
 from typing import Any, NoReturn
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from strom.cli.common import ToolError, parse_properties
@@ -225,11 +224,10 @@ class KsqlShell:
         else:
             printer(entity)
 
-    def _table(self, *columns: str, rows: list[list[Any]], title: str | None = None) -> None:
-        table = Table(*columns, title=title, title_justify="left")
-        for row in rows:
-            table.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
-        self.console.print(table)
+    def _table(self, *columns: str, rows: list[list[Any]]) -> None:
+        """A table as ksqlDB's CLI prints one (its ``Table``): each column as wide as its
+        widest cell, cells between `` | ``, the header and the end under a dashed line."""
+        self.console.print(Text(ascii_table(list(columns), rows, self._width())))
 
     def _show_currentStatus(self, entity: dict[str, Any]) -> None:  # noqa: N802 - ksqlDB's name
         self._table("Message", rows=[[entity["commandStatus"]["message"]]])
@@ -430,6 +428,22 @@ class KsqlShell:
             self.console.print(
                 Text(f"\n{'Error Details':<20} : {error.get('errorMessage', '')}", style="red")
             )
+
+
+def ascii_table(columns: list[str], rows: list[list[Any]], width: int) -> str:
+    """``columns`` and ``rows`` laid out as ksqlDB's CLI lays out a table; the dashed
+    lines no longer than ``width``."""
+    cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    widths = [
+        max([len(name)] + [max(map(len, row[i].split("\n"))) for row in cells])
+        for i, name in enumerate(columns)
+    ]
+    rule = "-" * min(width, sum(w + 3 for w in widths) - 1)
+
+    def line(values: list[str]) -> str:
+        return " " + " | ".join(f"{v:<{w}}" for v, w in zip(values, widths, strict=True)) + " "
+
+    return "\n".join([line(columns), rule, *(line(row) for row in cells), rule])
 
 
 def tabular_row(cells: list[str], width: int, header: bool = False) -> str:

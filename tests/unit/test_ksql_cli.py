@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from strom.cli.ksql import KsqlShell, tabular_row
+from strom.cli.ksql import KsqlShell, ascii_table, tabular_row
 from strom.ksql.queries import start_error
 
 STRING = {"type": "STRING", "fields": None, "memberSchema": None}
@@ -27,6 +27,18 @@ def test_rows_share_the_width_and_wrap_long_values() -> None:
         "|        |00000   |",
     ]
     assert tabular_row(["x"] * 10, 20) == "|" + "x    |" * 10  # cells of 5 at least
+
+
+def test_tables_as_ksqldb_lays_them_out() -> None:
+    assert ascii_table(["Message"], [["Stream created"]], 200).splitlines() == [
+        " Message        ",
+        "----------------",
+        " Stream created ",
+        "----------------",
+    ]
+    # a cell of several lines is as wide as its longest; None is empty; the dashes are cut
+    lines = ascii_table(["A", "B"], [["x\nlonger", None]], 8).splitlines()
+    assert lines[:4] == [" A      | B ", "-" * 8, " x", "longer |   "]
 
 
 def shell_output(capsys: pytest.CaptureFixture[str], entity: dict[str, Any]) -> str:
@@ -101,8 +113,13 @@ def test_describe_extended_lists_the_queries(capsys: pytest.CaptureFixture[str])
 def test_topics_show_replicas_as_ksqldb(capsys: pytest.CaptureFixture[str]) -> None:
     topics = [{"name": "even", "replicaInfo": [3, 3]}, {"name": "uneven", "replicaInfo": [3, 1]}]
     out = shell_output(capsys, {"@type": "kafka_topics", "topics": topics})
-    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines()]
-    assert ["even", "2", "3"] in rows and ["uneven", "2", "3, 1"] in rows
+    assert out.splitlines() == [
+        " Kafka Topic | Partitions | Partition Replicas ",
+        "-----------------------------------------------",
+        " even        | 2          | 3                  ",
+        " uneven      | 2          | 3, 1               ",
+        "-----------------------------------------------",
+    ]  # ksqlDB's CLI's layout: columns as wide as their widest cell, dashed lines
 
 
 def test_a_query_without_pyspark_says_what_to_install() -> None:
