@@ -464,7 +464,7 @@ class KsqlEngine:
             properties.setdefault("VALUE_FORMAT", source.value_format)
         self._ensure_topic(statement, source, properties)
         # columns named (none read from the registry): their schema; a schema id's
-        self.registry.register(source, generated=statement is given)
+        self.registry.register(source, generated=statement is given, if_absent=True)
         properties["CLEANUP_POLICY"] = "compact" if source.kind == "TABLE" else "delete"
         formatted = formatter.create_source(statement, properties)
         command_id = f"{source.kind.lower()}/`{source.name}`/create"

@@ -200,12 +200,14 @@ class RegistryFormats:
         except Exception as exc:  # the serializer's, the registry's or its client's error
             raise KsqlStatementError(f"Could not serialize the {field} as {fmt}: {exc}") from None
 
-    def register(self, source: DataSource, generated: bool = True) -> None:
+    def register(self, source: DataSource, generated: bool = True, if_absent: bool = False) -> None:
         """Register the schemas of a source as ksqlDB does at CREATE, under
         ``<topic>-key`` and ``<topic>-value``: the schema KEY_SCHEMA_ID / VALUE_SCHEMA_ID
         names (refused when the subject gives it another id); when ``generated`` (the
         statement named its columns, or a query's sink), the schema ksqlDB writes the
-        columns with (so the first row reuses its id)."""
+        columns with (so the first row reuses its id), unless ``if_absent`` (a CREATE
+        STREAM or TABLE, not AS SELECT) and the subject has a schema already: ksqlDB's
+        schema register injector leaves an existing subject to the source's reads."""
         from confluent_kafka.schema_registry import Schema
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
@@ -228,6 +230,8 @@ class RegistryFormats:
                 alone = _written_alone(source, field, fmt, columns)
                 schema_text = _schema_text(fmt, columns, alone, _full_name(source, field))
             kind = {"AVRO": "AVRO", "PROTOBUF": "PROTOBUF"}.get(fmt, "JSON")
+            if if_absent and self._subject_exists(subject):
+                continue
             try:
                 self._registry().register_schema(subject, Schema(schema_text, kind))
             except SchemaRegistryError as exc:
@@ -235,6 +239,17 @@ class RegistryFormats:
                     f"Could not register schema for topic: {source.topic} "
                     f"(subject {subject}): {exc}"
                 ) from None
+
+    def _subject_exists(self, subject: str) -> bool:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            self._registry().get_latest_version(subject)
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                return False
+            raise KsqlStatementError(f"Could not read subject {subject}: {exc}") from None
+        return True
 
     def _registered(self, schema_id: int) -> Any:
         """The schema ``schema_id``; one line when the registry has none."""

@@ -692,6 +692,27 @@ def test_sources_created_with_a_schema_id(
         assert (status, refused["message"]) == (400, message)
 
 
+def test_create_with_columns_keeps_a_subjects_schema(server: KsqlServer, registry: str) -> None:
+    """A CREATE naming its columns registers their schema only under a subject that has
+    none, as ksqlDB's schema register injector does: a topic's writers' schema (an int)
+    stays, the column (a STRING) reads it; a query's sink registers its own."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": registry})
+    given = client.register_schema("coerced-value", Schema('"int"', "AVRO"))
+    server.ok(
+        "CREATE STREAM coerced (k STRING KEY, foo STRING) WITH (kafka_topic='coerced', "
+        "value_format='AVRO', wrap_single_value=false, partitions=1);"
+    )
+    assert client.get_latest_version("coerced-value").schema_id == given
+    server.ok(
+        "CREATE STREAM fresh (k STRING KEY, foo STRING) WITH (kafka_topic='fresh', "
+        "value_format='AVRO', partitions=1);"
+    )
+    fresh = json.loads(client.get_latest_version("fresh-value").schema.schema_str)
+    assert [f["name"] for f in fresh["fields"]] == ["FOO"]
+
+
 def strom_ksql(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
     """``strom ksql URL ARGS`` run in this process: (exit code, stdout, stderr)."""
     argv = ["ksql", url, *args]
