@@ -21,8 +21,10 @@ the case gives one) and window bounds (windowed keys). A case that expects an er
 passes when a statement fails with a message containing the expected one. Its queries
 are terminated at its end.
 
-Not runnable, counted apart with their reason: formats the harness does not write
-(AVRO, PROTOBUF, JSON_SR: the schema registry's), disabled cases, cases of ksqlDB's
+The schema registry's formats (AVRO, PROTOBUF, JSON_SR) go through a schema registry
+started beside the broker (``ksql_conformance_formats``).
+
+Not runnable, counted apart with their reason: PROTOBUF_NOSR, disabled cases, cases of ksqlDB's
 test-only UDFs, cases with input headers or windowed input keys of session windows.
 
 Usage: python bench/ksql_conformance.py PATH [--tree DIR] [--files GLOB] [--case TEXT]
@@ -56,6 +58,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from broker_process import BrokerProcess  # noqa: E402
+from ksql_conformance_formats import REGISTRY_FORMATS, RegistryCodec, start_registry  # noqa: E402
 from service_process import ServiceProcess  # noqa: E402
 
 from strom.ksql.rest_client import KsqlRestClient, KsqlServerError  # noqa: E402
@@ -63,7 +66,7 @@ from strom.zero_time import ZeroTimeRecord, ZeroTimeWriter  # noqa: E402
 
 TREE = "ksqldb-functional-tests/src/test/resources/query-validation-tests"
 FORMATS = {"JSON", "KAFKA", "DELIMITED", "NONE"}
-OTHER_FORMATS = ("AVRO", "PROTOBUF", "JSON_SR", "PROTOBUF_NOSR")
+OTHER_FORMATS = ("PROTOBUF_NOSR",)
 # ksqlDB's functional tests' own UDFs (ksqldb-functional-tests' test-only functions)
 TEST_UDFS = (
     "TEST_UDF", "TEST_UDAF", "TEST_UDTF", "BAD_TEST_UDF", "BAD_TEST_UDAF", "BAD_TEST_UDTF",
@@ -141,7 +144,7 @@ def not_runnable(case: dict[str, Any]) -> str | None:
         for part in ("keyFormat", "valueFormat", "format"):
             if str(topic.get(part, "")).upper() in OTHER_FORMATS:
                 return f"format {topic[part]}"
-        if "valueSchema" in topic or "keySchema" in topic or "schema" in topic:
+        if "schema" in topic:
             return "topic with a registered schema"
     if any(re.search(rf"\b{udf}\s*\(", text) for udf in TEST_UDFS):
         return "test-only UDF"
@@ -325,7 +328,9 @@ def as_written(record: dict[str, Any], source: Source | None) -> dict[str, Any]:
     driver reads it: its value columns (by name, case aside), a column it lacks null,
     fields the schema has not dropped."""
     value = record.get("value")
-    if source is None or source.value_format != "JSON" or not isinstance(value, dict):
+    if source is None or not isinstance(value, dict):
+        return record
+    if source.value_format not in ("JSON", *REGISTRY_FORMATS):
         return record
     if not source.values:
         return record
@@ -391,7 +396,10 @@ class Harness:
         self.broker = BrokerProcess(work / "broker")
         (work / "broker").mkdir()
         self.broker.start()
+        self.registry = start_registry(self.broker.bootstrap)
+        self.codec = RegistryCodec(self.registry.url)
         overrides = {
+            "ksql.schema.registry.url": self.registry.url,
             "bootstrap.servers": self.broker.bootstrap,
             "listeners": "http://127.0.0.1:0",
             "ksql.service.id": "conformance_",
@@ -417,6 +425,7 @@ class Harness:
     def stop(self) -> None:
         self.zero.close()
         self.server.stop()
+        self.registry.stop()
         self.broker.stop()
 
     # -- server calls
@@ -498,6 +507,7 @@ class Harness:
             for i, word in enumerate(upper[:-2]):
                 if word == "KAFKA_TOPIC" and words[i + 2][0] == "string":
                     topics.setdefault(words[i + 2][1][1:-1].replace("''", "'"), 1)
+        self.codec.register_topics(case, suffix)
         if topics:
             futures = self.admin.create_topics(
                 [NewTopic(t, p, 1) for t, p in topics.items()], operation_timeout=30
@@ -545,9 +555,15 @@ class Harness:
             source = sources.get(topic)
             key_format = source.key_format if source else "KAFKA"
             value_format = source.value_format if source else "JSON"
-            key = encode(record.get("key"), key_format, source.keys if source else [])
+            if key_format in REGISTRY_FORMATS:
+                key = self.codec.encode(record.get("key"), key_format, topic, True)
+            else:
+                key = encode(record.get("key"), key_format, source.keys if source else [])
             key = window_key(key, record.get("window"))
-            value = encode(record.get("value"), value_format, source.values if source else [])
+            if value_format in REGISTRY_FORMATS:
+                value = self.codec.encode(record.get("value"), value_format, topic, False)
+            else:
+                value = encode(record.get("value"), value_format, source.values if source else [])
             timestamp = int(record.get("timestamp", 0))
             if timestamp == 0:
                 if producer.flush(60) != 0:
@@ -621,9 +637,8 @@ class Harness:
             consumer.close()
         return records
 
-    @staticmethod
     def shape(
-        record: tuple[bytes | None, bytes | None, int], source: Source | None
+        self, record: tuple[bytes | None, bytes | None, int], source: Source | None
     ) -> dict[str, Any]:
         key, value, timestamp = record
         shaped: dict[str, Any] = {"timestamp": timestamp}
@@ -637,9 +652,15 @@ class Harness:
                 end = None
                 key = key[:-8]
             shaped["window"] = {"start": start, "end": end}
-        shaped["key"] = decode(key, key_format, source.keys if source else [])
         value_format = source.value_format if source else "JSON"
-        shaped["value"] = decode(value, value_format, source.values if source else [])
+        if key is not None and key_format in REGISTRY_FORMATS:
+            shaped["key"] = self.codec.decode(key, key_format)
+        else:
+            shaped["key"] = decode(key, key_format, source.keys if source else [])
+        if value is not None and value_format in REGISTRY_FORMATS:
+            shaped["value"] = self.codec.decode(value, value_format)
+        else:
+            shaped["value"] = decode(value, value_format, source.values if source else [])
         return shaped
 
     @staticmethod

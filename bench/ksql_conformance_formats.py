@@ -1,0 +1,328 @@
+"""ksqlDB conformance: the schema registry's formats (AVRO, PROTOBUF, JSON_SR) for
+``bench/ksql_conformance.py``.
+
+Starts a schema registry (``strom schema-registry``) beside the harness's broker, for
+the ksql server's ``ksql.schema.registry.url``. Before a case's statements run, the
+schemas its ``topics`` entries give (``keySchema`` / ``valueSchema``: an Avro schema, a
+JSON schema, or ``.proto`` text) are registered under ``<topic>-key`` / ``<topic>-value``
+in the format the entry, or the CREATE statement reading the topic, names (the registry
+checks no compatibility, as the mock of ksqlDB's test driver does). An input is
+written with the schema the case gives its topic, else the latest of its subject (the
+one the server registered at CREATE) in Confluent's wire format: a zero byte, the schema id
+(4 bytes), then Avro binary, Protobuf message indexes and the message, or JSON. A
+record read back is decoded with the schema its id names, as plain JSON values (Avro's
+and Protobuf's decimals, dates, times and timestamps as ksqlDB's test driver gives them:
+numbers, days, milliseconds).
+
+An input value is fitted to the schema as ksqlDB's test driver fits its JSON to it:
+fields matched by name, case aside; a field the value lacks null; numbers converted to
+the schema's type.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import io
+import json
+import re
+import struct
+import threading
+from typing import Any
+
+from service_process import ServiceProcess
+
+REGISTRY_FORMATS = ("AVRO", "PROTOBUF", "JSON_SR")
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_EPOCH_DATE = datetime.date(1970, 1, 1)
+
+
+def start_registry(bootstrap: str) -> ServiceProcess:
+    """A schema registry on the broker ``bootstrap`` (its ``url`` for the server)."""
+    return ServiceProcess(
+        ["schema-registry", "--bootstrap-server", bootstrap, "--listener", "http://127.0.0.1:0"]
+    )
+
+
+def topic_format(topic: dict[str, Any], statements: list[str], part: str) -> str | None:
+    """The format of ``part`` ("key" or "value") of a case's ``topics`` entry: the
+    entry's, else that of a CREATE statement reading the topic."""
+    for name in (f"{part}Format", "format"):
+        if topic.get(name):
+            return str(topic[name]).upper()
+    wanted = str(topic["name"]).upper()
+    for statement in statements:
+        upper = statement.upper()
+        found = re.search(r"KAFKA_TOPIC\s*=\s*'([^']*)'", upper)
+        if found is None or found.group(1) != wanted:
+            continue
+        for setting in (f"{part.upper()}_FORMAT", "FORMAT"):
+            given = re.search(rf"(?<![A-Z_]){setting}\s*=\s*'([^']*)'", upper)
+            if given:
+                return given.group(1)
+    return None
+
+
+class RegistryCodec:
+    """Schemas registered, records written and read in the registry's formats."""
+
+    def __init__(self, url: str) -> None:
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        from strom.ksql.registry_formats import RegistryFormats
+
+        self.client = SchemaRegistryClient({"url": url})
+        # ksqlDB's test driver's registry (a mock) checks no compatibility: a case's
+        # schema for a query's sink is replaced by the query's own
+        self.client.set_compatibility(level="NONE")
+        self.formats = RegistryFormats(url, {})  # Protobuf readers of registered schemas
+        self._lock = threading.Lock()
+        self._schemas: dict[int, Any] = {}
+        self._given: dict[str, int] = {}  # a case's schemas' ids by subject
+
+    # -- registering
+
+    def register_topics(self, case: dict[str, Any], suffix: str) -> None:
+        """The schemas the case's ``topics`` entries give, under its suffixed topics."""
+        from confluent_kafka.schema_registry import Schema
+
+        for topic in case.get("topics", []):
+            for part in ("key", "value"):
+                given = topic.get(f"{part}Schema")
+                if given is None:
+                    continue
+                fmt = topic_format(topic, case.get("statements", []), part)
+                if fmt not in REGISTRY_FORMATS:
+                    fmt = _guessed_format(given)
+                schema_type = {"AVRO": "AVRO", "PROTOBUF": "PROTOBUF", "JSON_SR": "JSON"}[fmt]
+                text = given if isinstance(given, str) and fmt == "PROTOBUF" else json.dumps(given)
+                subject = f"{topic['name']}{suffix}-{part}"
+                schema_id = self.client.register_schema(subject, Schema(text, schema_type))
+                with self._lock:
+                    self._given[subject] = schema_id
+
+    # -- writing
+
+    def encode(self, value: Any, fmt: str, topic: str, is_key: bool) -> bytes | None:
+        """``value`` (the case's JSON) written with the schema the case gives its topic,
+        else with the subject's latest (the server's)."""
+        if value is None:
+            return None
+        subject = f"{topic}-{'key' if is_key else 'value'}"
+        with self._lock:
+            schema_id = self._given.get(subject)
+        if schema_id is None:
+            schema_id = self.client.get_latest_version(subject).schema_id
+        header = b"\0" + struct.pack(">I", schema_id)
+        if fmt == "AVRO":
+            import fastavro
+
+            parsed = self._schema(schema_id)
+            out = io.BytesIO()
+            fastavro.schemaless_writer(out, parsed, avro_value(parsed, value))
+            return header + out.getvalue()
+        if fmt == "PROTOBUF":
+            from strom.ksql import protobuf_rows
+
+            message_class = self.formats.protobuf_class(schema_id, [0])
+            row = value if isinstance(value, dict) else {_only_field(message_class): value}
+            message = protobuf_rows.fill(message_class(), protobuf_row(message_class, row))
+            return header + b"\0" + message.SerializeToString()
+        return header + json.dumps(value).encode()
+
+    # -- reading
+
+    def decode(self, data: bytes, fmt: str) -> Any:
+        """A record written in Confluent's wire format as plain JSON values."""
+        if len(data) < 5 or data[0] != 0:
+            return data.decode(errors="replace")
+        (schema_id,) = struct.unpack(">I", data[1:5])
+        body = data[5:]
+        if fmt == "JSON_SR":
+            return json.loads(body)
+        if fmt == "PROTOBUF":
+            from strom.ksql import protobuf_rows
+
+            indexes, body = _message_indexes(body)
+            message = self.formats.protobuf_class(schema_id, indexes).FromString(body)
+            return plain_json(protobuf_rows.plain(message))
+        import fastavro
+
+        schema = self._schema(schema_id)
+        return plain_json(fastavro.schemaless_reader(io.BytesIO(body), schema, None))
+
+    def _schema(self, schema_id: int) -> Any:
+        import fastavro
+
+        with self._lock:
+            found = self._schemas.get(schema_id)
+        if found is None:
+            found = fastavro.parse_schema(json.loads(self.client.get_schema(schema_id).schema_str))
+            with self._lock:
+                self._schemas[schema_id] = found
+        return found
+
+
+def _guessed_format(schema: Any) -> str:
+    if isinstance(schema, str) and "syntax" in schema:
+        return "PROTOBUF"
+    if isinstance(schema, dict) and ("properties" in schema or "$schema" in schema):
+        return "JSON_SR"
+    return "AVRO"
+
+
+def _message_indexes(body: bytes) -> tuple[list[int], bytes]:
+    """Confluent's Protobuf message indexes (zigzag varints: a count, then the indexes;
+    a lone 0 for [0]) and the message after them."""
+    position = 0
+
+    def varint() -> int:
+        nonlocal position
+        shift = result = 0
+        while True:
+            byte = body[position]
+            position += 1
+            result |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return (result >> 1) ^ -(result & 1)
+
+    count = varint()
+    indexes = [varint() for _ in range(count)] if count else [0]
+    return indexes, body[position:]
+
+
+def _only_field(message_class: Any) -> str:
+    fields = message_class.DESCRIPTOR.fields
+    return str(fields[0].name) if fields else ""
+
+
+def protobuf_row(message_class: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """A case's row for ``protobuf_rows.fill``: a DECIMAL given as a number or text as
+    a Decimal, a TIMESTAMP's or DATE's number as it is."""
+    out: dict[str, Any] = {}
+    for name, value in row.items():
+        if isinstance(value, float) or isinstance(value, str) and _DECIMAL_RE.fullmatch(value):
+            field = next(
+                (f for f in message_class.DESCRIPTOR.fields if f.name.upper() == name.upper()),
+                None,
+            )
+            if field is not None and field.message_type is not None:
+                if field.message_type.full_name == "confluent.type.Decimal":
+                    value = decimal.Decimal(str(value))
+        out[name] = value
+    return out
+
+
+_DECIMAL_RE = re.compile(r"-?\d+(\.\d+)?")
+
+
+# ---------------------------------------------------------------- Avro values
+
+
+def avro_value(schema: Any, value: Any) -> Any:
+    """The case's JSON ``value`` fitted to the parsed Avro ``schema``."""
+    if value is None:
+        return None
+    if isinstance(schema, list):
+        branches = [b for b in schema if b != "null"]
+        if len(branches) == 1:
+            return avro_value(branches[0], value)
+        for branch in branches:  # the first branch the value fits
+            try:
+                fitted = avro_value(branch, value)
+            except (TypeError, ValueError, KeyError, AttributeError):
+                continue
+            if _fits(branch, fitted):
+                return fitted
+        return value
+    if isinstance(schema, str):
+        return _avro_primitive(schema, value)
+    kind = schema.get("type")
+    logical = schema.get("logicalType")
+    if logical == "decimal":
+        return decimal.Decimal(str(value)).quantize(
+            decimal.Decimal(1).scaleb(-schema.get("scale", 0))
+        )
+    if logical == "date" and isinstance(value, int):
+        return _EPOCH_DATE + datetime.timedelta(days=value)
+    if logical == "time-millis" and isinstance(value, int):
+        return (datetime.datetime.min + datetime.timedelta(milliseconds=value)).time()
+    if logical in ("timestamp-millis", "timestamp-micros") and isinstance(value, int):
+        return _EPOCH + datetime.timedelta(milliseconds=value)
+    if kind == "record":
+        if not isinstance(value, dict):
+            raise TypeError("not a record")
+        by_name = {k.upper(): v for k, v in value.items()}
+        return {
+            f["name"]: avro_value(f["type"], value.get(f["name"], by_name.get(f["name"].upper())))
+            for f in schema["fields"]
+        }
+    if kind == "array":
+        if not isinstance(value, list):
+            raise TypeError("not an array")
+        return [avro_value(schema["items"], item) for item in value]
+    if kind == "map":
+        if not isinstance(value, dict):
+            raise TypeError("not a map")
+        return {k: avro_value(schema["values"], v) for k, v in value.items()}
+    if kind == "enum":
+        return value
+    if isinstance(kind, (str, list, dict)) and kind not in ("fixed",):
+        return avro_value(kind, value)
+    return value
+
+
+def _avro_primitive(name: str, value: Any) -> Any:
+    if name in ("int", "long"):
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise TypeError(f"not an {name}")
+        return int(value)
+    if name in ("float", "double"):
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise TypeError(f"not a {name}")
+        return float(value)
+    if name == "string":
+        if not isinstance(value, str):
+            raise TypeError("not a string")
+        return value
+    if name == "boolean":
+        if not isinstance(value, bool):
+            raise TypeError("not a boolean")
+        return value
+    if name == "bytes":
+        return base64.b64decode(value) if isinstance(value, str) else bytes(value)
+    return value
+
+
+def _fits(schema: Any, value: Any) -> bool:
+    import fastavro.validation
+
+    try:
+        return bool(fastavro.validation.validate(value, schema, raise_errors=False))
+    except Exception:  # noqa: BLE001 - a schema the validator does not take: not this branch
+        return False
+
+
+def plain_json(value: Any) -> Any:
+    """A decoded record as JSON values: decimals as numbers, dates as days, times and
+    timestamps as milliseconds, bytes as base64 text."""
+    if isinstance(value, dict):
+        return {k: plain_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_json(v) for v in value]
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, datetime.datetime):
+        stamp = value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
+        return (stamp - _EPOCH) // datetime.timedelta(milliseconds=1)
+    if isinstance(value, datetime.date):
+        return (value - _EPOCH_DATE).days
+    if isinstance(value, datetime.time):
+        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1000 + (
+            value.microsecond // 1000
+        )
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return value
