@@ -96,9 +96,26 @@ def avro_type(sql_type: ex.SqlType, record_name: str) -> Any:
     return _AVRO_PRIMITIVES[str(sql_type)]
 
 
+def _avro_name(name: str) -> str:
+    """A field's name as Avro takes it, or Avro's refusal in ksqlDB's words."""
+    if not name:
+        raise KsqlStatementError("Schema is not compatible with Avro: Empty name")
+    if not (name[0].isalpha() or name[0] == "_"):
+        raise KsqlStatementError(
+            f"Schema is not compatible with Avro: Illegal initial character: {name}"
+        )
+    if not all(c.isalnum() or c in "_." for c in name[1:]):  # a dot: ksqlDB makes it "_"
+        raise KsqlStatementError(
+            f"Schema is not compatible with Avro: Illegal character in: {name}"
+        )
+    return name
+
+
 def avro_record(
     columns: list[Column], name: str = _RECORD, nested: bool = False, namespace: str = _NAMESPACE
 ) -> Any:
+    for column in columns:
+        _avro_name(column.name)
     fields = [
         {
             "name": c.name,

@@ -333,6 +333,25 @@ def test_avro_records_take_the_schema_full_name() -> None:
     assert "namespace" not in plain and plain["name"] == "Order"
 
 
+def test_avro_refuses_field_names_avro_does_not_take() -> None:
+    for name, message in (
+        ("1Bad", "Illegal initial character: 1Bad"),
+        ("a-b", "Illegal character in: a-b"),
+    ):
+        columns = (Column(name, ex.PrimitiveType("DOUBLE")),)
+        with pytest.raises(KsqlStatementError) as info:
+            registry_formats._schema_text("AVRO", columns, False)
+        assert str(info.value) == f"Schema is not compatible with Avro: {message}"
+    nested = ex.StructType((ex.StructField("2x", ex.PrimitiveType("STRING")),))
+    with pytest.raises(KsqlStatementError, match="Illegal initial character: 2x"):
+        registry_formats._schema_text("AVRO", (Column("S", nested),), False)
+    fine = (Column("_ok1", ex.PrimitiveType("STRING")),)
+    assert (
+        json.loads(registry_formats._schema_text("AVRO", fine, False))["fields"][0]["name"]
+        == "_ok1"
+    )
+
+
 def test_a_query_sink_matches_the_schema_its_id_names() -> None:
     registered = [Column("A", ex.PrimitiveType("STRING")), Column("B", ex.PrimitiveType("BIGINT"))]
     schema_ids.check_query_columns(registered[:1], registered, False)  # a prefix is fine
