@@ -435,7 +435,6 @@ class KsqlEngine:
             scope.properties.get(_VALUE_FORMAT_DEFAULT, self.config.default_value_format),
         )
         existing = self.metastore.source(statement.name)
-        given = statement
         if existing is None or not statement.if_not_exists:
             statement = self._with_inferred_columns(statement, defaults)
         source = self.metastore.source_from_statement(statement, text, defaults)
@@ -463,8 +462,9 @@ class KsqlEngine:
             properties.setdefault("KEY_FORMAT", source.key_format)
             properties.setdefault("VALUE_FORMAT", source.value_format)
         self._ensure_topic(statement, source, properties)
-        # columns named (none read from the registry): their schema; a schema id's
-        self.registry.register(source, generated=statement is given, if_absent=True)
+        # the columns' schema under a subject that has none (a side read from the
+        # registry has one), as ksqlDB's injectors: inference first, then registration
+        self.registry.register(source, if_absent=True)
         properties["CLEANUP_POLICY"] = "compact" if source.kind == "TABLE" else "delete"
         formatted = formatter.create_source(statement, properties)
         command_id = f"{source.kind.lower()}/`{source.name}`/create"

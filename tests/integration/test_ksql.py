@@ -469,12 +469,13 @@ def test_insert_values_in_registry_formats(
     fields = json.loads(registered.schema.schema_str)["fields"]
     assert [f["name"] for f in fields] == ["N", "PRICE", "TAGS", "AT"]
     assert "json_sr_s-key" not in client.get_subjects()  # a KAFKA key has no schema
-    status, refused = server.ksql(
+    # over subjects that have schemas: they stay, as ksqlDB's schema register injector
+    # leaves them (the source reads the topic's records with its columns)
+    server.ok(
         "CREATE STREAM avro_clash (id STRING KEY, n STRING) "
         "WITH (kafka_topic='avro_s', key_format='AVRO', value_format='AVRO');"
     )
-    assert status == 400, refused
-    assert refused["message"].startswith("Could not register schema for topic: avro_s")
+    assert client.get_latest_version("avro_s-value").schema_id == registered.schema_id
     server.ok(
         "INSERT INTO avro_s (id, n, price, tags, at) "
         "VALUES ('a', 1, 2.5, ARRAY['x'], STRUCT(city := 'Oslo'));"
@@ -695,7 +696,7 @@ def test_sources_created_with_a_schema_id(
 def test_create_with_columns_keeps_a_subjects_schema(server: KsqlServer, registry: str) -> None:
     """A CREATE naming its columns registers their schema only under a subject that has
     none, as ksqlDB's schema register injector does: a topic's writers' schema (an int)
-    stays, the column (a STRING) reads it; a query's sink registers its own."""
+    stays, the column (a STRING) reads it."""
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
     client = SchemaRegistryClient({"url": registry})
@@ -711,6 +712,14 @@ def test_create_with_columns_keeps_a_subjects_schema(server: KsqlServer, registr
     )
     fresh = json.loads(client.get_latest_version("fresh-value").schema.schema_str)
     assert [f["name"] for f in fresh["fields"]] == ["FOO"]
+    # the key read from the registry, the value columns named: the value's registered
+    key_id = client.register_schema("keyed-key", Schema('"boolean"', "AVRO"))
+    server.ok(
+        "CREATE STREAM keyed (foo INT) WITH (kafka_topic='keyed', format='AVRO', partitions=1);"
+    )
+    assert client.get_latest_version("keyed-key").schema_id == key_id
+    keyed = json.loads(client.get_latest_version("keyed-value").schema.schema_str)
+    assert [f["name"] for f in keyed["fields"]] == ["FOO"]
 
 
 def strom_ksql(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
