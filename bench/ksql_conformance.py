@@ -58,7 +58,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from broker_process import BrokerProcess  # noqa: E402
-from ksql_conformance_formats import REGISTRY_FORMATS, RegistryCodec, start_registry  # noqa: E402
+from ksql_conformance_formats import (  # noqa: E402
+    REGISTRY_FORMATS,
+    RegistryCodec,
+    start_registry,
+    with_schema_ids,
+)
 from service_process import ServiceProcess  # noqa: E402
 
 from strom.ksql.rest_client import KsqlRestClient, KsqlServerError  # noqa: E402
@@ -507,7 +512,8 @@ class Harness:
             for i, word in enumerate(upper[:-2]):
                 if word == "KAFKA_TOPIC" and words[i + 2][0] == "string":
                     topics.setdefault(words[i + 2][1][1:-1].replace("''", "'"), 1)
-        self.codec.register_topics(case, suffix)
+        ids = self.codec.register_topics(case, suffix)
+        renamed = [with_schema_ids(s, ids) for s in renamed]
         if topics:
             futures = self.admin.create_topics(
                 [NewTopic(t, p, 1) for t, p in topics.items()], operation_timeout=30

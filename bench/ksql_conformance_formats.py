@@ -83,9 +83,14 @@ class RegistryCodec:
 
     # -- registering
 
-    def register_topics(self, case: dict[str, Any], suffix: str) -> None:
-        """The schemas the case's ``topics`` entries give, under its suffixed topics."""
+    def register_topics(self, case: dict[str, Any], suffix: str) -> dict[int, int]:
+        """The schemas the case's ``topics`` entries give, under its suffixed topics;
+        the ids the registry gave those the case names (``keySchemaId`` /
+        ``valueSchemaId``, which its statements' KEY_SCHEMA_ID / VALUE_SCHEMA_ID use) by
+        the case's id."""
         from confluent_kafka.schema_registry import Schema
+
+        ids: dict[int, int] = {}
 
         for topic in case.get("topics", []):
             for part in ("key", "value"):
@@ -101,6 +106,9 @@ class RegistryCodec:
                 schema_id = self.client.register_schema(subject, Schema(text, schema_type))
                 with self._lock:
                     self._given[subject] = schema_id
+                if topic.get(f"{part}SchemaId") is not None:
+                    ids[int(topic[f"{part}SchemaId"])] = schema_id
+        return ids
 
     # -- writing
 
@@ -162,6 +170,17 @@ class RegistryCodec:
             with self._lock:
                 self._schemas[schema_id] = found
         return found
+
+
+def with_schema_ids(statement: str, ids: dict[int, int]) -> str:
+    """The statement's KEY_SCHEMA_ID / VALUE_SCHEMA_ID as the registry gave the ids."""
+    if not ids:
+        return statement
+    return re.sub(
+        r"(?i)\b((?:KEY|VALUE)_SCHEMA_ID\s*=\s*)(\d+)",
+        lambda m: m.group(1) + str(ids.get(int(m.group(2)), m.group(2))),
+        statement,
+    )
 
 
 def _guessed_format(schema: Any) -> str:
