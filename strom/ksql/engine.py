@@ -539,13 +539,19 @@ class KsqlEngine:
         subject's latest schema."""
         full_name = _schema_full_name(properties, side)
         schema_id = properties.get(f"{side}_SCHEMA_ID")
+        # WRAP_SINGLE_VALUE=false: the value's schema is one column, a record's too
+        wrapped = side == "KEY" or properties.get("WRAP_SINGLE_VALUE") is not False
         if schema_id is None:
-            return self.registry.inferred_columns(topic, fmt, side == "KEY", full_name)
+            return self.registry.inferred_columns(
+                topic, fmt, side == "KEY", full_name, wrapped=wrapped
+            )
         if not isinstance(schema_id, int) or schema_id < 0:
             raise KsqlStatementError(
                 f"Invalid value {schema_id} for property {side}_SCHEMA_ID: Not an integer."
             )
-        return self.registry.columns_of_id(topic, fmt, side == "KEY", schema_id, full_name)
+        return self.registry.columns_of_id(
+            topic, fmt, side == "KEY", schema_id, full_name, wrapped=wrapped
+        )
 
     def _ensure_topic(
         self, statement: st.CreateSource, source: DataSource, properties: dict[str, Any]

@@ -342,7 +342,13 @@ class RegistryFormats:
         return made
 
     def columns_of_id(
-        self, topic: str, fmt: str, is_key: bool, schema_id: int, full_name: str | None
+        self,
+        topic: str,
+        fmt: str,
+        is_key: bool,
+        schema_id: int,
+        full_name: str | None,
+        wrapped: bool = True,
     ) -> list[Column]:
         """The columns of the schema KEY_SCHEMA_ID / VALUE_SCHEMA_ID names, checked to be
         of the side's format, as ksqlDB checks it."""
@@ -355,7 +361,7 @@ class RegistryFormats:
                 f"Format: [{fmt}], Fetched schema type: [{fetched}]."
             )
         subject = f"{topic}-{'key' if is_key else 'value'}"
-        return self._columns_of(schema, fmt, is_key, full_name, topic, subject)
+        return self._columns_of(schema, fmt, is_key, full_name, topic, subject, wrapped)
 
     def _serializer(
         self, source: DataSource, field: str, fmt: str, columns: tuple[Column, ...], alone: bool
@@ -421,11 +427,17 @@ class RegistryFormats:
         return files + protobuf_files(schema.schema_str, imports), imports
 
     def inferred_columns(
-        self, topic: str, fmt: str, is_key: bool, full_name: str | None = None
+        self,
+        topic: str,
+        fmt: str,
+        is_key: bool,
+        full_name: str | None = None,
+        wrapped: bool = True,
     ) -> list[Column]:
         """The columns of ``<topic>-key`` / ``<topic>-value``'s latest schema; PROTOBUF:
         of its message ``full_name`` (``KEY_SCHEMA_FULL_NAME`` / ``VALUE_SCHEMA_FULL_NAME``),
-        or of its only top-level message (several refused, as ksqlDB refuses them)."""
+        or of its only top-level message (several refused, as ksqlDB refuses them); not
+        ``wrapped`` (WRAP_SINGLE_VALUE=false), a record or object one column too."""
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         subject = f"{topic}-{'key' if is_key else 'value'}"
@@ -435,7 +447,7 @@ class RegistryFormats:
             if exc.http_status_code == 404:
                 raise KsqlStatementError(_schema_missing(topic, subject, is_key)) from None
             raise KsqlStatementError(f"Schema registry: {exc}") from None
-        return self._columns_of(registered.schema, fmt, is_key, full_name, topic, subject)
+        return self._columns_of(registered.schema, fmt, is_key, full_name, topic, subject, wrapped)
 
     def _columns_of(
         self,
@@ -445,6 +457,7 @@ class RegistryFormats:
         full_name: str | None,
         topic: str,
         subject: str,
+        wrapped: bool = True,
     ) -> list[Column]:
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
@@ -462,8 +475,8 @@ class RegistryFormats:
                     f"Schema of subject {subject} is not JSON: {exc}"
                 ) from None
             if fmt == "AVRO":
-                return avro_columns(schema, namespace)
-            return json_schema_columns(schema, namespace)
+                return avro_columns(schema, namespace, wrapped)
+            return json_schema_columns(schema, namespace, wrapped)
         except (KeyError, TypeError, ValueError, IndexError, SchemaRegistryError) as exc:
             raise KsqlStatementError(
                 f"Unable to verify if the {namespace.lower()} schema for topic: {topic} is "
@@ -568,8 +581,8 @@ def _from_avro(schema: Any) -> ex.SqlType:
     return _from_avro(kind)
 
 
-def avro_columns(schema: Any, namespace: str) -> list[Column]:
-    if isinstance(schema, dict) and schema.get("type") == "record":
+def avro_columns(schema: Any, namespace: str, wrapped: bool = True) -> list[Column]:
+    if wrapped and isinstance(schema, dict) and schema.get("type") == "record":
         return [
             Column(f["name"].upper(), _from_avro(f["type"]), namespace) for f in schema["fields"]
         ]
@@ -608,8 +621,10 @@ def _from_json(schema: dict[str, Any]) -> ex.SqlType:
     return ex.PrimitiveType(_FROM_JSON[str(kind)])
 
 
-def json_schema_columns(schema: dict[str, Any], namespace: str) -> list[Column]:
-    if schema.get("type") == "object" and "properties" in schema:
+def json_schema_columns(
+    schema: dict[str, Any], namespace: str, wrapped: bool = True
+) -> list[Column]:
+    if wrapped and schema.get("type") == "object" and "properties" in schema:
         return [
             Column(name.upper(), _from_json(sub), namespace)
             for name, sub in schema["properties"].items()

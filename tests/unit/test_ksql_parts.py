@@ -277,6 +277,17 @@ def test_registry_schemas_read_back_as_the_columns_written() -> None:
     assert [(c.name, str(c.type)) for c in read][:4] == [
         ("N", "BIGINT"), ("P", "DOUBLE"), ("TAGS", "ARRAY<STRING>"), ("M", "MAP<STRING, BIGINT>"),
     ]  # fmt: skip
+    # WRAP_SINGLE_VALUE=false: a record (an object) is one column of its struct
+    [alone] = registry_formats.avro_columns(
+        {"type": "record", "name": "r", "fields": [{"name": "F0", "type": ["null", "int"]}]},
+        "VALUE",
+        wrapped=False,
+    )
+    assert (alone.name, str(alone.type)) == ("ROWVAL", "STRUCT<`F0` INTEGER>")
+    [alone] = registry_formats.json_schema_columns(
+        {"type": "object", "properties": {"F0": {"type": "integer"}}}, "VALUE", wrapped=False
+    )
+    assert (alone.name, str(alone.type)) == ("ROWVAL", "STRUCT<`F0` BIGINT>")
 
 
 def analyzed(text: str, metastore: Metastore) -> Analysis:
