@@ -445,12 +445,13 @@ def _join_processor(spec: QuerySpec) -> Any:
             import pandas as pd
 
             parts = _parts(spec)
-            frame = pd.concat(list(rows), ignore_index=True)
+            frames = list(rows)
+            frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
             out: list[tuple[Any, ...]] = []
             if key[0] == LOG_GROUP:
                 yield from _frames(_logged(spec, frame))
                 return
-            frame = frame.sort_values(["ts", "seq", "part", "off"], kind="stable")
+            order = _in_time_order(frame)
             stored = pickle.loads(self.state.get()[0]) if self.state.exists() else {}
             operators = parts.operators
             windowed = operators.join is not None and operators.join.shape == "stream-stream"
@@ -458,8 +459,9 @@ def _join_processor(spec: QuerySpec) -> Any:
             if watermark > 0:  # none before the first batch's end (0 then)
                 stored["time"] = max(stored.get("time", -1), watermark + operators.join_reach())
             for tie, part, off, payload in zip(
-                frame["seq"].tolist(), frame["part"].tolist(), frame["off"].tolist(),
-                frame["payload"], strict=True,
+                frame["seq"].to_numpy()[order].tolist(), frame["part"].to_numpy()[order].tolist(),
+                frame["off"].to_numpy()[order].tolist(), frame["payload"].to_numpy()[order],
+                strict=True,
             ):  # fmt: skip
                 side, row = pickle.loads(payload)
                 stored["time"] = max(stored.get("time", -1), row.timestamp)
@@ -469,12 +471,63 @@ def _join_processor(spec: QuerySpec) -> Any:
                 written.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
                 out += _joined(written, row.timestamp, tie, part, off)
             self._save(parts, stored)
-            yield from _frames(out)
+            if out:
+                yield _joined_frame(out)
 
         def close(self) -> None:
             return None
 
     return JoinProcessor()
+
+
+def _in_time_order(frame: pd.DataFrame) -> Any:
+    """The positions of a keyed step's rows in the order its key takes them: by time,
+    then sequence (a table's change first at a tie), source partition and offset;
+    numpy's stable lexsort (pandas' multi-column sort costs milliseconds a key, most
+    keys having few rows)."""
+    import numpy as np
+
+    return np.lexsort(
+        (
+            frame["off"].to_numpy(),
+            frame["part"].to_numpy(),
+            frame["seq"].to_numpy(),
+            _row_micros(frame),
+        )
+    )
+
+
+def _row_micros(frame: pd.DataFrame) -> Any:
+    """The grouped rows' ``ts`` in microseconds (numpy's int64)."""
+    return frame["ts"].values.astype("datetime64[us]").astype("int64")
+
+
+def _joined_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    """A join step's output rows (``JOINED_SCHEMA``) as a frame, built from numpy
+    arrays (``_frame``'s nullable columns cost more than the rows, most keys giving a
+    few): the timestamp nullable only when a row has none (a processing log entry)."""
+    import numpy as np
+    import pandas as pd
+
+    topics, keys, values, timestamps, at, tie, part, off, seq = zip(*rows, strict=True)
+    return pd.DataFrame(
+        {
+            "topic": np.array(topics, dtype=object),
+            "key": np.array(keys, dtype=object),
+            "value": np.array(values, dtype=object),
+            "timestamp": (
+                pd.array(timestamps, dtype="Int64")
+                if None in timestamps
+                else np.array(timestamps, dtype=np.int64)
+            ),
+            "at": np.array(at, dtype=np.int64),
+            "tie": np.array(tie, dtype=np.int32),
+            "part": np.array(part, dtype=np.int32),
+            "off": np.array(off, dtype=np.int64),
+            "seq": np.array(seq, dtype=np.int64),
+        },
+        copy=False,
+    )
 
 
 def run_flow_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
