@@ -1,7 +1,7 @@
 """A class-data archive (AppCDS) for the Spark JVMs the tests start: the classes a
-SparkSession loads to start, run a job and a streaming query, parsed and verified once
-and mapped by each later JVM (a local session's start and first job: 3.9-4.7 s of the
-JVM's CPU against 7.8-8.9 s without, at load 4-10 on 2 cores).
+SparkSession loads to start, run jobs and a streaming query (``_workload``), parsed and
+verified once and mapped by each later JVM (a local session's start and first job:
+3.9-4.7 s of the JVM's CPU against 7.8-8.9 s without, at load 4-10 on 2 cores).
 
 ``./dev test`` makes it once (``python tests/spark_class_archive.py``) in the venv, beside
 the PySpark whose jars it holds, named after the Java and the jars; tests/conftest.py
@@ -19,34 +19,37 @@ import fcntl
 import hashlib
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-# run in a child Python: the session, a job with a shuffle and an Arrow UDF, and a
-# stateful streaming query over files, then the JVM's normal exit (which writes the
-# archive), waited for
-_WORKLOAD = """
-import sys, tempfile
-import strom.spark
-spark = strom.spark.local_session("class-archive", **{
-    "spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"})
-df = spark.range(1000).selectExpr("id % 7 AS k", "id AS v")
-df.groupBy("k").count().collect()
-df.mapInArrow(lambda batches: batches, df.schema).collect()
-with tempfile.TemporaryDirectory() as work:
-    df.write.json(work + "/in")
-    query = (spark.readStream.schema(df.schema).json(work + "/in").groupBy("k").count()
-             .writeStream.format("memory").queryName("counts").outputMode("complete")
-             .option("checkpointLocation", work + "/checkpoint").trigger(availableNow=True)
-             .start())
-    query.awaitTermination()
-jvm = spark.sparkContext._gateway.proc
-spark.stop()
-jvm.stdin.close()  # the gateway's JVM exits, writing the archive
-sys.exit(jvm.wait(240))
-"""
+
+def _workload() -> None:
+    """What the archive's classes are loaded by, in a child Python (``--workload``): the
+    session, a job with a shuffle and an Arrow UDF, and a stateful streaming query over
+    files; then the JVM's normal exit, which writes the archive, waited for. (A query from
+    a Python data source through transformWithStateInPandas on RocksDB, tried, added 5%
+    to the archive.)"""
+    import strom.spark
+
+    spark = strom.spark.local_session("class-archive", **{"spark.sql.shuffle.partitions": "2"})
+    df = spark.range(1000).selectExpr("id % 7 AS k", "id AS v")
+    df.groupBy("k").count().collect()
+    df.mapInArrow(lambda batches: batches, df.schema).collect()
+    with tempfile.TemporaryDirectory() as work:
+        df.write.json(work + "/in")
+        query = (spark.readStream.schema(df.schema).json(work + "/in").groupBy("k").count()
+                 .writeStream.format("memory").queryName("counts").outputMode("complete")
+                 .option("checkpointLocation", work + "/checkpoint").trigger(availableNow=True)
+                 .start())  # fmt: skip
+        query.awaitTermination()
+    jvm = spark.sparkContext._gateway.proc  # type: ignore[attr-defined]
+    spark.stop()
+    jvm.stdin.close()  # the gateway's JVM exits, writing the archive
+    sys.exit(jvm.wait(240))
 
 
 def _fingerprint() -> str:
@@ -94,9 +97,12 @@ def _archive_options(archive: Path) -> str:
 
 
 def make(timeout: float = 300.0) -> bool:
-    """Make the archive unless it is there (or being made): True once it is there."""
+    """Make the archive unless it is there, being made, or failed within the day (a
+    machine too loaded to make it in ``timeout`` does not hold ./dev test up each run):
+    True once it is there."""
     archive, argfile = _paths()
     archive.parent.mkdir(parents=True, exist_ok=True)
+    failed = archive.parent / "failed"
     with open(archive.parent / "lock", "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -105,28 +111,40 @@ def make(timeout: float = 300.0) -> bool:
         for left in archive.parent.glob("*.partial"):  # of a maker that was killed
             left.unlink(missing_ok=True)
         if not archive.exists():
+            if failed.exists() and time.time() - failed.stat().st_mtime < 86_400:
+                return False
             partial = archive.with_suffix(f".{os.getpid()}.partial")
             options = f"-XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit={partial} -Xlog:cds*=off"
             env = {**os.environ, "SPARK_SUBMIT_OPTS": options}
             try:
-                subprocess.run(
-                    [sys.executable, "-c", _WORKLOAD],
+                with subprocess.Popen(
+                    [sys.executable, __file__, "--workload"],
                     env=env,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
-                    timeout=timeout,
-                    check=True,
-                )
-                if not partial.exists():
-                    return False
+                    start_new_session=True,  # its JVM too: both are ended on a timeout
+                ) as child:
+                    try:
+                        code = child.wait(timeout)
+                    finally:
+                        if child.poll() is None:
+                            os.killpg(child.pid, signal.SIGKILL)
+                            child.wait()
+                if code != 0 or not partial.exists():
+                    raise RuntimeError(f"the Spark run exited with {code}, no archive written")
                 os.replace(partial, archive)
+            except BaseException:
+                failed.touch()
+                raise
             finally:
                 partial.unlink(missing_ok=True)
         _write_aside(argfile, _archive_options(archive))
     return True
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and sys.argv[1:] == ["--workload"]:
+    _workload()
+elif __name__ == "__main__":
     # ./dev test: a failure leaves the JVMs as they were, so it is told, not raised
     try:
         make()
