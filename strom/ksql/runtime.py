@@ -452,6 +452,7 @@ def _join_processor(spec: QuerySpec) -> Any:
                 yield from _frames(_logged(spec, frame))
                 return
             order = _in_time_order(frame)
+            join_key = pickle.loads(key[0])  # the rows' join key, as the keying found it
             stored = pickle.loads(self.state.get()[0]) if self.state.exists() else {}
             operators = parts.operators
             windowed = operators.join is not None and operators.join.shape == "stream-stream"
@@ -467,7 +468,8 @@ def _join_processor(spec: QuerySpec) -> Any:
                 stored["time"] = max(stored.get("time", -1), row.timestamp)
                 stored["part"] = part
                 written: list[tuple[Any, ...]] = []
-                _write(parts, operators.join_step(stored, side, row, stored["time"]), written)
+                joined = operators.join_rows(stored, side, row, stored["time"], 0, join_key)
+                _write(parts, [c for j in joined for c in operators.finish(j)], written)
                 written.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
                 out += _joined(written, row.timestamp, tie, part, off)
             self._save(parts, stored)
