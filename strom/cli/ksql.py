@@ -200,7 +200,7 @@ class KsqlShell:
         if self.json_output:
             self.console.print_json(json.dumps(values))
             return
-        cells = [v if isinstance(v, str) else json.dumps(v) for v in values]  # None: null
+        cells = [java_text(value) for value in values]
         self.console.print(Text(tabular_row(cells, self._width())))
 
     def _width(self) -> int:
@@ -444,6 +444,38 @@ def ascii_table(columns: list[str], rows: list[list[Any]], width: int) -> str:
         return " " + " | ".join(f"{v:<{w}}" for v, w in zip(values, widths, strict=True)) + " "
 
     return "\n".join([line(columns), rule, *(line(row) for row in cells), rule])
+
+
+def java_text(value: Any) -> str:
+    """A value of a query's row as ksqlDB's CLI prints it: the Java ``toString`` of what
+    its JSON reads as (``[a, b]``, ``{K=v}``, ``null``, ``1.0E7``), strings bare."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return _java_double(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(map(java_text, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={java_text(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def _java_double(value: float) -> str:
+    """Java's ``Double.toString``: plain from 10^-3 up to 10^7, else ``d.dddE<n>``."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return repr(value)  # the shortest digits, as Java's, and never an exponent here
+    # the fewest digits after the point that give the value back (repr's digits)
+    places = next(p for p in range(1, 18) if float(f"{value:.{p}e}") == value)
+    digits, exponent = f"{value:.{places}e}".split("e")
+    return f"{digits}E{int(exponent)}"
 
 
 def tabular_row(cells: list[str], width: int, header: bool = False) -> str:

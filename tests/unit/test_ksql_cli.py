@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from strom.cli.ksql import KsqlShell, ascii_table, tabular_row
+from strom.cli.ksql import KsqlShell, ascii_table, java_text, tabular_row
 from strom.ksql.queries import start_error
 
 STRING = {"type": "STRING", "fields": None, "memberSchema": None}
@@ -39,6 +39,16 @@ def test_tables_as_ksqldb_lays_them_out() -> None:
     # a cell of several lines is as wide as its longest; None is empty; the dashes are cut
     lines = ascii_table(["A", "B"], [["x\nlonger", None]], 8).splitlines()
     assert lines[:4] == [" A      | B ", "-" * 8, " x", "longer |   "]
+
+
+def test_row_values_as_ksqldb_prints_them() -> None:
+    """ksqlDB's CLI prints the Java toString of each value its JSON reads as."""
+    values = [None, True, "a b", 3, 10.0, 0.001, 1e7, 1.5e-4, ["4ab5cbad", "8b6eae59"],
+              {"F1": 1, "S": {"X": None}}]  # fmt: skip
+    assert [java_text(v) for v in values] == [
+        "null", "true", "a b", "3", "10.0", "0.001", "1.0E7", "1.5E-4",
+        "[4ab5cbad, 8b6eae59]", "{F1=1, S={X=null}}",
+    ]  # fmt: skip
 
 
 def shell_output(capsys: pytest.CaptureFixture[str], entity: dict[str, Any]) -> str:
