@@ -79,6 +79,11 @@ def analyze(query: st.Query, metastore: Metastore, persistent: bool = False) -> 
     _refuse_kafka_values(query, relations, sources)
     check_reserved_names(query, persistent)
     windowed = query.window is not None or any(s.is_windowed for s in sources.values())
+    # ksqlDB resolves no WINDOWSTART / WINDOWEND in the windowed aggregation of a join
+    # (its query-validation case 'windowed join with window bounds', issue 5931)
+    bounds = windowed and not (
+        query.source.joins and not any(s.is_windowed for s in sources.values())
+    )
     clauses: list[tuple[str, ex.Expression]] = [
         (prefix, expression)
         for prefix, expressions in (  # the FROM clause's first, as ksqlDB analyzes it
@@ -121,7 +126,7 @@ def analyze(query: st.Query, metastore: Metastore, persistent: bool = False) -> 
             if reference.source is not None and reference.source not in sources:
                 raise KsqlStatementError(_unknown_qualifier(reference.source))
             _refuse_ambiguous(reference, relations, sources)
-            if not _resolves(reference, sources, windowed):
+            if not _resolves(reference, sources, bounds):
                 where = (
                     f"Line: {reference.line}, Col: {reference.column}: " if reference.line else ""
                 )

@@ -305,13 +305,17 @@ def test_queries_resolved_against_the_metastore() -> None:
         "WITH (kafka_topic='c', value_format='JSON')",
     ):
         metastore.put_source(source_of(text, metastore))
-    analysis = analyzed(
-        "SELECT o.id, c.name, at->city, TRANSFORM(items, x => x + o.id), ROWTIME, WINDOWSTART "
+    windowed_join = (
+        "SELECT o.id, c.name, at->city, TRANSFORM(items, x => x + o.id), ROWTIME{} "
         "FROM orders o JOIN customers c ON o.cid = c.id "
-        "WINDOW TUMBLING (SIZE 1 MINUTE) WHERE ROWPARTITION = 0 GROUP BY o.id EMIT CHANGES",
-        metastore,
+        "WINDOW TUMBLING (SIZE 1 MINUTE) WHERE ROWPARTITION = 0 GROUP BY o.id EMIT CHANGES"
     )
+    analysis = analyzed(windowed_join.format(""), metastore)
     assert set(analysis.sources) == {"ORDERS", "O", "CUSTOMERS", "C"} and analysis.windowed
+    # ksqlDB resolves no window bound in a join's windowed aggregation (issue 5931)
+    with pytest.raises(KsqlStatementError) as info:
+        analyzed(windowed_join.format(", WINDOWSTART"), metastore)
+    assert str(info.value) == "Line: 1, Col: 74: SELECT column 'WINDOWSTART' cannot be resolved."
     with pytest.raises(KsqlStatementError) as info:
         analyzed("SELECT * FROM nowhere EMIT CHANGES", metastore)
     assert str(info.value) == "Exception while preparing statement: NOWHERE does not exist."
