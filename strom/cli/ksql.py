@@ -122,7 +122,7 @@ class KsqlShell:
         elif isinstance(statement, st.PrintTopic):
             self._print(text)
         elif isinstance(statement, st.Query):
-            self._query(text)
+            self._query(text, statement.limit)
         else:
             self._send(text)
 
@@ -164,11 +164,12 @@ class KsqlShell:
         except KeyboardInterrupt:
             pass
 
-    def _query(self, text: str) -> None:
+    def _query(self, text: str, limit: int | None = None) -> None:
         """SELECT: a push query's rows as the server streams them (until its LIMIT or
         Ctrl-C), a pull query's all at once, on ``/query-stream`` as ksqlDB's CLI does."""
         body = {"sql": text + ";", "properties": self.properties,
                 "sessionVariables": self.variables}  # fmt: skip
+        rows = 0
         try:
             for line in self.client.lines("/query-stream", body, DELIMITED_MEDIA_TYPE):
                 if not line.strip():
@@ -176,6 +177,7 @@ class KsqlShell:
                 item = json.loads(line)
                 if isinstance(item, list):
                     self._row(item)
+                    rows += 1
                 elif isinstance(item, dict) and "columnNames" in item:
                     self._header(item)
                 else:  # an error in the stream
@@ -186,6 +188,8 @@ class KsqlShell:
             self._refused(exc)
         except KeyboardInterrupt:
             pass
+        if limit is not None and rows >= limit:
+            self._note("Limit Reached")  # the final message ksqlDB's /query sends its CLI
         self._note("Query terminated")  # as ksqlDB's CLI ends a query's rows
 
     def _header(self, header: dict[str, Any]) -> None:

@@ -822,7 +822,7 @@ def test_cli_select_streams_a_push_querys_rows(
     rows = [[cell.strip() for cell in line.split("|")[1:-1]]
             for line in out.splitlines() if line.startswith("|")]  # fmt: skip
     assert rows == [["ID", "ITEM"], ["1", "book"], ["2", "pen"]]
-    assert out.endswith("Query terminated\n")
+    assert out.endswith("Limit Reached\nQuery terminated\n")
     code, out, err = strom_ksql(capsys, server.url, "-e", "SELECT nope FROM ORDERS EMIT CHANGES;")
     assert code == 1 and "cannot be resolved" in err
 
