@@ -539,6 +539,11 @@ def _interactive(shell: KsqlShell) -> int:
             "Statements end with ';'. 'help' lists what you can type; 'exit' or Ctrl-D leaves."
         )
     )
+    if sys.stdin.isatty():
+        try:  # line editing and the session's history at the prompt (arrow keys)
+            import readline  # noqa: F401
+        except ImportError:  # not on every platform
+            pass
     pending = ""
     while True:
         try:
