@@ -116,7 +116,10 @@ def start_error(exc: Exception) -> str:
             "restart the server after installing it"
         )
     lines = str(exc).splitlines()
-    return lines[0] if lines else type(exc).__name__
+    first = lines[0] if lines else type(exc).__name__
+    if "JAVA_GATEWAY_EXITED" in first:  # Spark's JVM did not start
+        first += " (Spark needs Java 17+: java on the PATH, or JAVA_HOME)"
+    return first
 
 
 def describe_topology(plan: QueryPlan) -> str:

@@ -141,3 +141,8 @@ def test_a_query_without_pyspark_says_what_to_install() -> None:
     assert "pip install 'strom[spark]'" in message and "\n" not in message
     assert start_error(RuntimeError("first line\nsecond")) == "first line"
     assert start_error(RuntimeError()) == "RuntimeError"
+    # what PySpark raises when its JVM cannot start (JAVA_HOME=/nonexistent, say)
+    gateway = RuntimeError(
+        "[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port number."
+    )
+    assert start_error(gateway).endswith("(Spark needs Java 17+: java on the PATH, or JAVA_HOME)")
