@@ -21,6 +21,7 @@ import base64
 import binascii
 import importlib
 import importlib.resources
+import re
 import subprocess
 import sys
 import tempfile
@@ -78,12 +79,27 @@ def known_dependency(name: str) -> descriptor_pb2.FileDescriptorProto | None:
     return descriptor_pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb)
 
 
+_SYNTAX_RE = re.compile(r"""^\s*(?:syntax|edition)\s*=\s*["'][^"']*["']\s*;""")
+
+
+def _with_meta_import(text: str) -> str:
+    """The text importing ``confluent/meta.proto`` when it uses its option
+    ``(confluent.field_meta)`` without the import (a decimal's precision and scale,
+    beside ``confluent/type/decimal.proto``): Confluent's registry takes such a schema."""
+    if "(confluent.field_meta)" not in text or "confluent/meta.proto" in text:
+        return text
+    found = _SYNTAX_RE.match(text)
+    at = found.end() if found else 0
+    return f'{text[:at]} import "confluent/meta.proto";{text[at:]}'
+
+
 def compile_proto(
     text: str, imports: dict[str, str] | None = None
 ) -> descriptor_pb2.FileDescriptorSet:
     """The FileDescriptorSet of ``.proto`` text and everything it imports, the text's own
     file last. ``imports``: import name to its schema (``.proto`` text or a base64
     descriptor); Confluent's known imports need none."""
+    text = _with_meta_import(text)
     with tempfile.TemporaryDirectory(prefix="strom-proto-") as folder:
         root = Path(folder)
         source = root / "src"
@@ -102,7 +118,8 @@ def compile_proto(
             path.write_text(dependency)
         named = [text, *(imports or {}).values()]
         for name in _KNOWN_DEPENDENCIES:
-            if name not in (imports or {}) and any(f'"{name}"' in t for t in named):
+            quoted = (f'"{name}"', f"'{name}'")
+            if name not in (imports or {}) and any(q in t for t in named for q in quoted):
                 found = known_dependency(name)
                 if found is not None:
                     known.file.append(found)

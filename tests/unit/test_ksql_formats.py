@@ -177,6 +177,20 @@ def test_protobuf_columns_inferred_from_proto_text() -> None:
     ]  # fmt: skip
 
 
+def test_protobuf_decimal_options_without_the_meta_import() -> None:
+    """A decimal's (confluent.field_meta) option used with decimal.proto imported alone
+    (as ksqlDB's cases register it, and Confluent's registry takes it) compiles."""
+    text = (
+        "syntax = \"proto3\"; import 'confluent/type/decimal.proto'; message M { int32 c1 = 1; "
+        'confluent.type.Decimal c2 = 2 [(confluent.field_meta) = { params: [{ value: "4", '
+        'key: "precision" }, { value: "2", key: "scale" }]}];}'
+    )
+    message = registry_formats.protobuf_message(registry_formats.protobuf_files(text), [0])
+    assert [(n, str(t)) for n, t in protobuf_rows.columns_of(message)] == [
+        ("C1", "INTEGER"), ("C2", "DECIMAL(4, 2)"),
+    ]  # fmt: skip
+
+
 def test_protobuf_refuses_what_it_cannot_hold() -> None:
     with pytest.raises(protobuf_rows.ProtobufRowError) as info:
         protobuf_rows.RowMessages(
