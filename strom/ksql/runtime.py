@@ -453,9 +453,13 @@ def _join_processor(spec: QuerySpec) -> Any:
                 return
             order = _in_time_order(frame)
             join_key = pickle.loads(key[0])  # the rows' join key, as the keying found it
-            stored = pickle.loads(self.state.get()[0]) if self.state.exists() else {}
+            found = self.state.get()  # None when the key has none (one call, not two)
+            stored = pickle.loads(found[0]) if found is not None else {}
             operators = parts.operators
             windowed = operators.join is not None and operators.join.shape == "stream-stream"
+            # a stream-table join's state is the table's row: stream records alone leave
+            # it as it was (its time is not read), and it is not written again
+            changed = operators.join is None or operators.join.shape != "stream-table"
             watermark = _watermark(timerValues) if windowed else -1
             if watermark > 0:  # none before the first batch's end (0 then)
                 stored["time"] = max(stored.get("time", -1), watermark + operators.join_reach())
@@ -465,6 +469,7 @@ def _join_processor(spec: QuerySpec) -> Any:
                 strict=True,
             ):  # fmt: skip
                 side, row = pickle.loads(payload)
+                changed = changed or side == "right"
                 stored["time"] = max(stored.get("time", -1), row.timestamp)
                 stored["part"] = part
                 written: list[tuple[Any, ...]] = []
@@ -472,7 +477,8 @@ def _join_processor(spec: QuerySpec) -> Any:
                 _write(parts, [c for j in joined for c in operators.finish(j)], written)
                 written.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
                 out += _joined(written, row.timestamp, tie, part, off)
-            self._save(parts, stored)
+            if changed:
+                self._save(parts, stored)
             if out:
                 yield _joined_frame(out)
 
