@@ -539,8 +539,12 @@ class KsqlEngine:
         subject's latest schema."""
         full_name = _schema_full_name(properties, side)
         schema_id = properties.get(f"{side}_SCHEMA_ID")
-        # WRAP_SINGLE_VALUE=false: the value's schema is one column, a record's too
-        wrapped = side == "KEY" or properties.get("WRAP_SINGLE_VALUE") is not False
+        # WRAP_SINGLE_VALUE=false: the value's schema is one column, a record's too; a
+        # key's always is (ksqlDB infers keys unwrapped), but in PROTOBUF (a message)
+        if side == "KEY":
+            wrapped = fmt == "PROTOBUF"
+        else:
+            wrapped = properties.get("WRAP_SINGLE_VALUE") is not False
         if schema_id is None:
             return self.registry.inferred_columns(
                 topic, fmt, side == "KEY", full_name, wrapped=wrapped

@@ -720,6 +720,16 @@ def test_create_with_columns_keeps_a_subjects_schema(server: KsqlServer, registr
     assert client.get_latest_version("keyed-key").schema_id == key_id
     keyed = json.loads(client.get_latest_version("keyed-value").schema.schema_str)
     assert [f["name"] for f in keyed["fields"]] == ["FOO"]
+    # a record key's schema is one key column, as ksqlDB infers keys (unwrapped)
+    record = {"type": "record", "name": "K", "fields": [{"name": "F1", "type": "string"}]}
+    client.register_schema("struct_key-key", Schema(json.dumps(record), "AVRO"))
+    server.ok(
+        "CREATE STREAM struct_key (foo INT) WITH (kafka_topic='struct_key', format='AVRO', "
+        "partitions=1);"
+    )
+    [described] = server.ok("DESCRIBE struct_key;")
+    key = [f for f in described["sourceDescription"]["fields"] if f.get("type") == "KEY"]
+    assert [(f["name"], f["schema"]["type"]) for f in key] == [("ROWKEY", "STRUCT")]
 
 
 def strom_ksql(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
