@@ -51,16 +51,22 @@ def topic_format(topic: dict[str, Any], statements: list[str], part: str) -> str
     for name in (f"{part}Format", "format"):
         if topic.get(name):
             return str(topic[name]).upper()
-    wanted = str(topic["name"]).upper()
+    for setting in (f"{part.upper()}_FORMAT", "FORMAT"):
+        given = statement_setting(str(topic["name"]), statements, setting)
+        if given:
+            return given.upper()
+    return None
+
+
+def statement_setting(topic: str, statements: list[str], setting: str) -> str | None:
+    """A WITH setting's text in the first statement naming KAFKA_TOPIC ``topic``."""
     for statement in statements:
-        upper = statement.upper()
-        found = re.search(r"KAFKA_TOPIC\s*=\s*'([^']*)'", upper)
-        if found is None or found.group(1) != wanted:
+        found = re.search(r"(?i)KAFKA_TOPIC\s*=\s*'([^']*)'", statement)
+        if found is None or found.group(1).upper() != topic.upper():
             continue
-        for setting in (f"{part.upper()}_FORMAT", "FORMAT"):
-            given = re.search(rf"(?<![A-Z_]){setting}\s*=\s*'([^']*)'", upper)
-            if given:
-                return given.group(1)
+        given = re.search(rf"(?i)(?<![A-Z_]){setting}\s*=\s*'([^']*)'", statement)
+        if given:
+            return given.group(1)
     return None
 
 
@@ -80,6 +86,7 @@ class RegistryCodec:
         self._lock = threading.Lock()
         self._schemas: dict[int, Any] = {}
         self._given: dict[str, int] = {}  # a case's schemas' ids by subject
+        self._full_names: dict[str, str] = {}  # a case's Protobuf messages by subject
 
     # -- registering
 
@@ -88,24 +95,39 @@ class RegistryCodec:
         the ids the registry gave those the case names (``keySchemaId`` /
         ``valueSchemaId``, which its statements' KEY_SCHEMA_ID / VALUE_SCHEMA_ID use) by
         the case's id."""
-        from confluent_kafka.schema_registry import Schema
+        from confluent_kafka.schema_registry import Schema, SchemaReference
 
         ids: dict[int, int] = {}
-
+        statements = case.get("statements", [])
         for topic in case.get("topics", []):
             for part in ("key", "value"):
                 given = topic.get(f"{part}Schema")
                 if given is None:
                     continue
-                fmt = topic_format(topic, case.get("statements", []), part)
+                fmt = topic_format(topic, statements, part)
                 if fmt not in REGISTRY_FORMATS:
                     fmt = _guessed_format(given)
                 schema_type = {"AVRO": "AVRO", "PROTOBUF": "PROTOBUF", "JSON_SR": "JSON"}[fmt]
                 text = given if isinstance(given, str) and fmt == "PROTOBUF" else json.dumps(given)
                 subject = f"{topic['name']}{suffix}-{part}"
-                schema_id = self.client.register_schema(subject, Schema(text, schema_type))
+                references = []
+                for reference in topic.get(f"{part}SchemaReferences", []):
+                    named = reference["schema"]
+                    named = named if isinstance(named, str) else json.dumps(named)
+                    kind = {"JSON_SR": "JSON"}.get(reference.get("format", fmt), schema_type)
+                    where = f"{reference['name']}{suffix}"
+                    self.client.register_schema(where, Schema(named, kind))
+                    version = self.client.get_latest_version(where).version
+                    references.append(SchemaReference(reference["name"], where, version))
+                schema = Schema(text, schema_type, references)
+                schema_id = self.client.register_schema(subject, schema)
+                full_name = statement_setting(
+                    str(topic["name"]), statements, f"{part.upper()}_SCHEMA_FULL_NAME"
+                )
                 with self._lock:
                     self._given[subject] = schema_id
+                    if full_name:
+                        self._full_names[subject] = full_name
                 if topic.get(f"{part}SchemaId") is not None:
                     ids[int(topic[f"{part}SchemaId"])] = schema_id
         return ids
@@ -133,10 +155,13 @@ class RegistryCodec:
         if fmt == "PROTOBUF":
             from strom.ksql import protobuf_rows
 
-            message_class = self.formats.protobuf_class(schema_id, [0])
+            with self._lock:
+                full_name = self._full_names.get(subject)
+            indexes = self._message_index(schema_id, full_name)
+            message_class = self.formats.protobuf_class(schema_id, indexes)
             row = value if isinstance(value, dict) else {_only_field(message_class): value}
             message = protobuf_rows.fill(message_class(), protobuf_row(message_class, row))
-            return header + b"\0" + message.SerializeToString()
+            return header + _indexes_bytes(indexes) + message.SerializeToString()
         return header + json.dumps(value).encode()
 
     # -- reading
@@ -159,6 +184,18 @@ class RegistryCodec:
 
         schema = self._schema(schema_id)
         return plain_json(fastavro.schemaless_reader(io.BytesIO(body), schema, None))
+
+    def _message_index(self, schema_id: int, full_name: str | None) -> list[int]:
+        """The indexes of top-level message ``full_name`` in the schema, else [0]."""
+        if full_name is None:
+            return [0]
+        files = self.formats._protobuf_files(self.client.get_schema(schema_id))[0]
+        main = files[-1]
+        prefix = f"{main.package}." if main.package else ""
+        for index, message in enumerate(main.message_type):
+            if full_name in (message.name, prefix + message.name):
+                return [index]
+        return [0]
 
     def _schema(self, schema_id: int) -> Any:
         import fastavro
@@ -210,6 +247,21 @@ def _message_indexes(body: bytes) -> tuple[list[int], bytes]:
     count = varint()
     indexes = [varint() for _ in range(count)] if count else [0]
     return indexes, body[position:]
+
+
+def _indexes_bytes(indexes: list[int]) -> bytes:
+    """Confluent's message indexes: a lone 0 for [0], else zigzag varints of the count
+    and the indexes."""
+    if indexes == [0]:
+        return b"\0"
+    out = bytearray()
+    for number in (len(indexes), *indexes):
+        value = (number << 1) ^ (number >> 63)
+        while value > 0x7F:
+            out.append(value & 0x7F | 0x80)
+            value >>= 7
+        out.append(value)
+    return bytes(out)
 
 
 def _only_field(message_class: Any) -> str:
