@@ -104,7 +104,7 @@ async def _serve(config: Any, security: Any) -> int:
             "%s not installed: persistent queries (CREATE ... AS SELECT, INSERT INTO ... "
             "SELECT) will not start; install Strom's spark extra (pip install 'strom[spark]', "
             "or -e '.[spark]' in a checkout) and Java 17+",
-            " and ".join(missing),
+            ", ".join(missing),
         )
     await until_stopped()
     await server.stop()
