@@ -22,9 +22,10 @@ passes when a statement fails with a message containing the expected one. Its qu
 are terminated at its end.
 
 The schema registry's formats (AVRO, PROTOBUF, JSON_SR) go through a schema registry
-started beside the broker (``ksql_conformance_formats``).
+started beside the broker, PROTOBUF_NOSR as the message of the source's columns
+(``ksql_conformance_formats``).
 
-Not runnable, counted apart with their reason: PROTOBUF_NOSR, disabled cases, cases of ksqlDB's
+Not runnable, counted apart with their reason: disabled cases, cases of ksqlDB's
 test-only UDFs, cases with input headers or windowed input keys of session windows.
 
 Usage: python bench/ksql_conformance.py PATH [--tree DIR] [--files GLOB] [--case TEXT]
@@ -59,9 +60,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from broker_process import BrokerProcess  # noqa: E402
 from ksql_conformance_formats import (  # noqa: E402
+    NOSR,
     REGISTRY_FORMATS,
     RegistryCodec,
+    decode_nosr,
+    encode_nosr,
     start_registry,
+    type_text,
     with_schema_ids,
 )
 from service_process import ServiceProcess  # noqa: E402
@@ -71,7 +76,7 @@ from strom.zero_time import ZeroTimeRecord, ZeroTimeWriter  # noqa: E402
 
 TREE = "ksqldb-functional-tests/src/test/resources/query-validation-tests"
 FORMATS = {"JSON", "KAFKA", "DELIMITED", "NONE"}
-OTHER_FORMATS = ("PROTOBUF_NOSR",)
+OTHER_FORMATS: tuple[str, ...] = ()
 # ksqlDB's functional tests' own UDFs (ksqldb-functional-tests' test-only functions)
 TEST_UDFS = (
     "TEST_UDF", "TEST_UDAF", "TEST_UDTF", "BAD_TEST_UDF", "BAD_TEST_UDAF", "BAD_TEST_UDTF",
@@ -335,7 +340,7 @@ def as_written(record: dict[str, Any], source: Source | None) -> dict[str, Any]:
     value = record.get("value")
     if source is None or not isinstance(value, dict):
         return record
-    if source.value_format not in ("JSON", *REGISTRY_FORMATS):
+    if source.value_format not in ("JSON", NOSR, *REGISTRY_FORMATS):
         return record
     if not source.values:
         return record
@@ -451,7 +456,7 @@ class Harness:
             desc = answer[0].get("sourceDescription", {})
             keys, values = [], []
             for f in desc.get("fields", []):
-                column = (f["name"], str(f.get("schema", {}).get("type", "STRING")))
+                column = (f["name"], type_text(f.get("schema") or {}))
                 (keys if f.get("type") == "KEY" else values).append(column)
             found[desc["topic"]] = Source(
                 desc["name"], desc["topic"], str(desc.get("keyFormat", "KAFKA")),
@@ -563,11 +568,15 @@ class Harness:
             value_format = source.value_format if source else "JSON"
             if key_format in REGISTRY_FORMATS:
                 key = self.codec.encode(record.get("key"), key_format, topic, True)
+            elif key_format == NOSR and source is not None:
+                key = encode_nosr(record.get("key"), source.keys)
             else:
                 key = encode(record.get("key"), key_format, source.keys if source else [])
             key = window_key(key, record.get("window"))
             if value_format in REGISTRY_FORMATS:
                 value = self.codec.encode(record.get("value"), value_format, topic, False)
+            elif value_format == NOSR and source is not None:
+                value = encode_nosr(record.get("value"), source.values)
             else:
                 value = encode(record.get("value"), value_format, source.values if source else [])
             timestamp = int(record.get("timestamp", 0))
@@ -661,10 +670,14 @@ class Harness:
         value_format = source.value_format if source else "JSON"
         if key is not None and key_format in REGISTRY_FORMATS:
             shaped["key"] = self.codec.decode(key, key_format)
+        elif key is not None and key_format == NOSR and source is not None:
+            shaped["key"] = decode_nosr(key, source.keys)
         else:
             shaped["key"] = decode(key, key_format, source.keys if source else [])
         if value is not None and value_format in REGISTRY_FORMATS:
             shaped["value"] = self.codec.decode(value, value_format)
+        elif value is not None and value_format == NOSR and source is not None:
+            shaped["value"] = decode_nosr(value, source.values)
         else:
             shaped["value"] = decode(value, value_format, source.values if source else [])
         return shaped

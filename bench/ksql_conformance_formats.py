@@ -34,6 +34,8 @@ from typing import Any
 from service_process import ServiceProcess
 
 REGISTRY_FORMATS = ("AVRO", "PROTOBUF", "JSON_SR")
+NOSR = "PROTOBUF_NOSR"  # the message alone, its schema the columns'
+
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _EPOCH_DATE = datetime.date(1970, 1, 1)
 
@@ -218,6 +220,56 @@ def with_schema_ids(statement: str, ids: dict[int, int]) -> str:
         lambda m: m.group(1) + str(ids.get(int(m.group(2)), m.group(2))),
         statement,
     )
+
+
+def type_text(schema: dict[str, Any]) -> str:
+    """A column's SQL type from its schema in DESCRIBE's answer (ksqlDB's FieldInfo)."""
+    kind = str(schema.get("type", "STRING"))
+    if kind == "DECIMAL":
+        params = schema.get("parameters") or {}
+        return f"DECIMAL({params.get('precision', 10)}, {params.get('scale', 0)})"
+    if kind == "ARRAY":
+        return f"ARRAY<{type_text(schema.get('memberSchema') or {})}>"
+    if kind == "MAP":
+        return f"MAP<STRING, {type_text(schema.get('memberSchema') or {})}>"
+    if kind == "STRUCT":
+        inner = ", ".join(
+            f"`{f['name']}` {type_text(f.get('schema') or {})}" for f in schema.get("fields") or []
+        )
+        return f"STRUCT<{inner}>"
+    return kind
+
+
+def _sql_columns(columns: list[tuple[str, str]]) -> tuple[tuple[str, Any], ...]:
+    """(name, type text) columns as (name, SqlType), read by Strom's parser."""
+    from strom.ksql.parser import parse_statement
+
+    listed = ", ".join(f"`{name}` {text}" for name, text in columns)
+    statement: Any = parse_statement(
+        f"CREATE STREAM x ({listed}) WITH (kafka_topic='x', value_format='JSON');"
+    )
+    return tuple((e.name, e.type) for e in statement.elements)
+
+
+def encode_nosr(value: Any, columns: list[tuple[str, str]]) -> bytes | None:
+    """A PROTOBUF_NOSR key or value: the message of the columns, no header."""
+    from strom.ksql import protobuf_rows
+
+    if value is None or not columns:
+        return None
+    typed = _sql_columns(columns)
+    if not isinstance(value, dict):
+        value = {typed[0][0]: value}
+    by_name = {k.upper(): v for k, v in value.items()}
+    row = {name: value.get(name, by_name.get(name.upper())) for name, _ in typed}
+    message_class = protobuf_rows._columns_class(typed)
+    return bytes(protobuf_rows.fill(message_class(), row).SerializeToString())
+
+
+def decode_nosr(data: bytes, columns: list[tuple[str, str]]) -> Any:
+    from strom.ksql import protobuf_rows
+
+    return plain_json(protobuf_rows.read_bare(_sql_columns(columns), data))
 
 
 def _guessed_format(schema: Any) -> str:
