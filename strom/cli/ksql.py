@@ -344,7 +344,9 @@ class KsqlShell:
                 f"\nStatement            : {description['statement']}"
             )
         self.console.print(Text(header))
-        self._fields(description["fields"], description["type"] == "TABLE")
+        self._fields(
+            description["fields"], description["type"] == "TABLE", description.get("windowType")
+        )
         if description.get("extended"):
             kind = description["type"]
             self._queries_of(description.get("readQueries") or [], f"read from this {kind}")
@@ -357,14 +359,26 @@ class KsqlShell:
                 )
             )
 
-    def _fields(self, fields: list[dict[str, Any]], is_table: bool) -> None:
+    def _fields(
+        self, fields: list[dict[str, Any]], is_table: bool, window: str | None = None
+    ) -> None:
+        """The schema as ksqlDB's CLI prints it: a key's or header's type padded to 16,
+        then ``(key)`` / ``(primary key)`` and the window type, or ``(headers)`` /
+        ``(header('k'))``."""
         rows = []
         for field in fields:
-            marker = {"KEY": " (key)", "HEADER": " (header)"}.get(field.get("type", ""), "")
-            if field.get("type") == "KEY" and is_table:
-                marker = " (primary key)"
-            rows.append([field["name"], _schema_text(field["schema"]) + marker])
-        self._table("Field", "Type", rows=rows)
+            text = _schema_text(field["schema"])
+            if field.get("type") == "KEY":
+                marker = "(primary key)" if is_table else "(key)"
+                if window:
+                    marker += f" (Window type: {window})"
+                text = f"{text:<16} {marker}"
+            elif field.get("type") == "HEADER":
+                key = field.get("headerKey")
+                text = f"{text:<16} " + ("(headers)" if key is None else f"(header('{key}'))")
+            rows.append([field["name"], text])
+        if rows:
+            self._table("Field", "Type", rows=rows)
 
     def _heading(self, title: str, lines: list[str]) -> None:
         """A section of DESCRIBE EXTENDED or EXPLAIN: a blank line, the title underlined,
@@ -406,7 +420,7 @@ class KsqlShell:
             status = ", ".join(f"{host}={state}" for host, state in hosts.items())
             lines.append(f"{'Host Query Status':<20} : {{{status}}}")
         self.console.print(Text("\n".join(lines) + "\n"))
-        self._fields(query.get("fields") or [], False)
+        self._fields(query.get("fields") or [], False, query.get("windowType"))
         for title, names, hint in (
             ("Sources that this query reads from:", query.get("sources"), "source"),
             ("Sinks that this query writes to:", query.get("sinks"), "sink"),

@@ -93,7 +93,7 @@ def test_explain_prints_the_query_not_json(capsys: pytest.CaptureFixture[str]) -
     ):
         at = lines.index(heading)
         assert set(lines[at + 1]) == {"-"} and lines[at + 2] == first
-    assert any("K" in line and "VARCHAR(STRING) (key)" in line for line in lines)
+    assert " K     | VARCHAR(STRING)  (key)" in lines  # ksqlDB's %-16s before (key)
     assert any("auto.offset.reset" in line and "earliest" in line for line in lines)
     assert "Error Details        : the reason" in lines
     # SHOW QUERIES EXTENDED: each query so
@@ -114,10 +114,31 @@ def test_describe_extended_lists_the_queries(capsys: pytest.CaptureFixture[str])
     }  # fmt: skip
     out = shell_output(capsys, {"@type": "sourceDescription", "sourceDescription": source})
     lines = out.splitlines()
+    assert (
+        " K     | VARCHAR(STRING)  (key) " in lines and " V     | BIGINT                 " in lines
+    )
     at = lines.index("Queries that read from this STREAM")
     assert lines[at + 2] == "CSAS_C_3 (RUNNING) : CREATE STREAM c AS SELECT * FROM s;"
     assert "Queries that write from this STREAM" not in lines
     assert "For query topology and execution plan please run: EXPLAIN <QueryId>" in lines
+
+
+def test_windowed_keys_and_headers_as_ksqldb(capsys: pytest.CaptureFixture[str]) -> None:
+    source = {
+        "name": "T", "type": "TABLE", "windowType": "SESSION", "timestamp": "",
+        "fields": [{"name": "K", "schema": STRING, "type": "KEY"},
+                   {"name": "H", "schema": {"type": "BYTES"}, "type": "HEADER", "headerKey": "k"},
+                   {"name": "HS", "schema": {"type": "ARRAY"} | {"memberSchema": BIGINT},
+                    "type": "HEADER"}],
+    }  # fmt: skip
+    out = shell_output(capsys, {"@type": "sourceDescription", "sourceDescription": source})
+    cells = [line.split(" | ")[1].rstrip() for line in out.splitlines() if " | " in line]
+    assert cells == [
+        "Type",
+        "VARCHAR(STRING)  (primary key) (Window type: SESSION)",
+        "BYTES            (header('k'))",
+        "ARRAY<BIGINT>    (headers)",
+    ]
 
 
 def test_topics_show_replicas_as_ksqldb(capsys: pytest.CaptureFixture[str]) -> None:
