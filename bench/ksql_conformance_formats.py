@@ -344,24 +344,26 @@ _DECIMAL_RE = re.compile(r"-?\d+(\.\d+)?")
 # ---------------------------------------------------------------- Avro values
 
 
-def avro_value(schema: Any, value: Any) -> Any:
-    """The case's JSON ``value`` fitted to the parsed Avro ``schema``."""
+def avro_value(schema: Any, value: Any, strict: bool = False) -> Any:
+    """The case's JSON ``value`` fitted to the parsed Avro ``schema``; a number given
+    for a string as its text, unless ``strict`` (a union's branches tried first)."""
     if value is None:
         return None
     if isinstance(schema, list):
         branches = [b for b in schema if b != "null"]
         if len(branches) == 1:
-            return avro_value(branches[0], value)
-        for branch in branches:  # the first branch the value fits
-            try:
-                fitted = avro_value(branch, value)
-            except (TypeError, ValueError, KeyError, AttributeError):
-                continue
-            if _fits(branch, fitted):
-                return fitted
+            return avro_value(branches[0], value, strict)
+        for loose in (False, True) if not strict else (False,):
+            for branch in branches:  # the first branch the value fits
+                try:
+                    fitted = avro_value(branch, value, not loose)
+                except (TypeError, ValueError, KeyError, AttributeError):
+                    continue
+                if _fits(branch, fitted):
+                    return fitted
         return value
     if isinstance(schema, str):
-        return _avro_primitive(schema, value)
+        return _avro_primitive(schema, value, strict)
     kind = schema.get("type")
     logical = schema.get("logicalType")
     if logical == "decimal":
@@ -379,25 +381,27 @@ def avro_value(schema: Any, value: Any) -> Any:
             raise TypeError("not a record")
         by_name = {k.upper(): v for k, v in value.items()}
         return {
-            f["name"]: avro_value(f["type"], value.get(f["name"], by_name.get(f["name"].upper())))
+            f["name"]: avro_value(
+                f["type"], value.get(f["name"], by_name.get(f["name"].upper())), strict
+            )
             for f in schema["fields"]
         }
     if kind == "array":
         if not isinstance(value, list):
             raise TypeError("not an array")
-        return [avro_value(schema["items"], item) for item in value]
+        return [avro_value(schema["items"], item, strict) for item in value]
     if kind == "map":
         if not isinstance(value, dict):
             raise TypeError("not a map")
-        return {k: avro_value(schema["values"], v) for k, v in value.items()}
+        return {k: avro_value(schema["values"], v, strict) for k, v in value.items()}
     if kind == "enum":
         return value
     if isinstance(kind, (str, list, dict)) and kind not in ("fixed",):
-        return avro_value(kind, value)
+        return avro_value(kind, value, strict)
     return value
 
 
-def _avro_primitive(name: str, value: Any) -> Any:
+def _avro_primitive(name: str, value: Any, strict: bool) -> Any:
     if name in ("int", "long"):
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise TypeError(f"not an {name}")
@@ -407,6 +411,8 @@ def _avro_primitive(name: str, value: Any) -> Any:
             raise TypeError(f"not a {name}")
         return float(value)
     if name == "string":
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not strict:
+            return str(value)
         if not isinstance(value, str):
             raise TypeError("not a string")
         return value
