@@ -341,7 +341,7 @@ class KsqlShell:
                 f"\nKafka topic          : {description['topic']} "
                 f"(partitions: {description['partitions']}, "
                 f"replication: {description['replication']})"
-                f"\nStatement            : {description['statement']}"
+                f"\nStatement            : {description['statement']}\n"  # then a blank line
             )
         self.console.print(Text(header))
         self._fields(
