@@ -208,6 +208,19 @@ def created_names(statements: list[str]) -> set[str]:
     return names
 
 
+def created_types(statements: list[str]) -> list[str]:
+    """The custom types the statements create (CREATE TYPE name AS ...), as written."""
+    found = []
+    for statement in statements:
+        words = [t for k, t in tokens(statement) if k != "space"]
+        upper = [w.upper() for w in words]
+        if upper[:2] == ["CREATE", "TYPE"] and len(words) > 2:
+            found.append(words[2])
+        elif upper[:3] == ["CREATE", "TYPE", "IF"] and len(words) > 5:
+            found.append(words[5])
+    return found
+
+
 def query_sinks(statements: list[str]) -> set[str]:
     """The names (upper case) of the streams and tables the statements create AS SELECT."""
     sinks = set()
@@ -490,6 +503,8 @@ class Harness:
         finally:
             try:
                 self.terminate(suffix)
+                for name in created_types(case["statements"]):  # types are the server's
+                    self.ksql(f"DROP TYPE IF EXISTS {name};", {})
             except Exception:  # noqa: BLE001, S110 - the next case goes on
                 pass
         result.seconds = time.monotonic() - started
