@@ -214,10 +214,10 @@ def created_types(statements: list[str]) -> list[str]:
     for statement in statements:
         words = [t for k, t in tokens(statement) if k != "space"]
         upper = [w.upper() for w in words]
-        if upper[:2] == ["CREATE", "TYPE"] and len(words) > 2:
+        if upper[:3] == ["CREATE", "TYPE", "IF"] and len(words) > 5:
+            found.append(words[5])  # CREATE TYPE IF NOT EXISTS name
+        elif upper[:2] == ["CREATE", "TYPE"] and len(words) > 2:
             found.append(words[2])
-        elif upper[:3] == ["CREATE", "TYPE", "IF"] and len(words) > 5:
-            found.append(words[5])
     return found
 
 
