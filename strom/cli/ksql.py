@@ -221,12 +221,15 @@ class KsqlShell:
         if self.json_output:
             self.console.print_json(json.dumps(entity))
             return
+        self.console.print()  # ksqlDB's CLI opens each answer with a blank line
         kind = entity.get("@type")
         printer = getattr(self, f"_show_{kind}", None)
         if printer is None:
             self.console.print_json(json.dumps(entity))
         else:
             printer(entity)
+        for warning in entity.get("warnings") or []:  # and closes it with its warnings
+            self.console.print(Text(f"WARNING: {warning.get('message', '')}"))
 
     def _table(self, *columns: str, rows: list[list[Any]]) -> None:
         """A table as ksqlDB's CLI prints one (its ``Table``): each column as wide as its

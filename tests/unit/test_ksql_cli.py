@@ -79,7 +79,8 @@ def test_explain_prints_the_query_not_json(capsys: pytest.CaptureFixture[str]) -
     out = shell_output(capsys, {"@type": "queryDescription", "queryDescription": description})
     assert "{" not in out.replace("{http://127.0.0.1:8088=ERROR}", "")  # no JSON
     lines = [line.rstrip() for line in out.splitlines()]
-    assert lines[:4] == [
+    assert lines[:5] == [
+        "",
         "ID                   : CTAS_T_2",
         "Query Type           : PERSISTENT",
         "SQL                  : CREATE TABLE t AS SELECT k, COUNT(*) AS n FROM s GROUP BY k;",
@@ -143,8 +144,11 @@ def test_windowed_keys_and_headers_as_ksqldb(capsys: pytest.CaptureFixture[str])
 
 def test_topics_show_replicas_as_ksqldb(capsys: pytest.CaptureFixture[str]) -> None:
     topics = [{"name": "even", "replicaInfo": [3, 3]}, {"name": "uneven", "replicaInfo": [3, 1]}]
+    warned = {"@type": "kafka_topics", "topics": [], "warnings": [{"message": "careful"}]}
+    assert shell_output(capsys, warned).splitlines()[-1] == "WARNING: careful"
     out = shell_output(capsys, {"@type": "kafka_topics", "topics": topics})
     assert out.splitlines() == [
+        "",
         " Kafka Topic | Partitions | Partition Replicas ",
         "-----------------------------------------------",
         " even        | 2          | 3                  ",
