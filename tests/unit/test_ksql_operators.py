@@ -617,3 +617,18 @@ def test_json_sr_and_protobuf_values_in_the_registry_wire_format() -> None:
     data = header + b"\x00" + message.SerializeToString()  # message index 0
     row = RecordReader(as_proto).read(record(b"k", data))
     assert (row.columns["N"], row.columns["NAME"], row.columns["OK"]) == (12, "x", False)
+
+
+def test_a_json_value_of_another_type_is_refused_in_ksqldbs_words() -> None:
+    from strom.ksql import readers
+    from strom.ksql import values as v
+
+    assert readers.from_json("5", v.INTEGER) == 5
+    for value, sql_type, message in [
+        ("x", v.INTEGER, "sourceType: TextNode, requiredType: INTEGER, path: $.A"),
+        (2**31, v.INTEGER, "sourceType: LongNode, requiredType: INTEGER, path: $.A"),
+        (True, v.BIGINT, "sourceType: BooleanNode, requiredType: BIGINT, path: $.A"),
+        (3, v.BOOLEAN, "sourceType: IntNode, requiredType: BOOLEAN, path: $.A"),
+    ]:
+        with pytest.raises(readers._Mismatch, match=message.replace("$", r"\$")):
+            readers.from_json(value, sql_type, "$.A")
