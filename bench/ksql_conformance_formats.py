@@ -96,10 +96,12 @@ class RegistryCodec:
         """The schemas the case's ``topics`` entries give, under its suffixed topics;
         the ids the registry gave those the case names (``keySchemaId`` /
         ``valueSchemaId``, which its statements' KEY_SCHEMA_ID / VALUE_SCHEMA_ID use) by
-        the case's id."""
+        the case's id; the others by the id ksqlDB's test driver's registry (a mock
+        counting from 1) gives them, in the order registered."""
         from confluent_kafka.schema_registry import Schema, SchemaReference
 
         ids: dict[int, int] = {}
+        counted: list[int] = []  # the ids in the order registered
         statements = case.get("statements", [])
         for topic in case.get("topics", []):
             for part in ("key", "value"):
@@ -118,11 +120,12 @@ class RegistryCodec:
                     named = named if isinstance(named, str) else json.dumps(named)
                     kind = {"JSON_SR": "JSON"}.get(reference.get("format", fmt), schema_type)
                     where = f"{reference['name']}{suffix}"
-                    self.client.register_schema(where, Schema(named, kind))
+                    counted.append(self.client.register_schema(where, Schema(named, kind)))
                     version = self.client.get_latest_version(where).version
                     references.append(SchemaReference(reference["name"], where, version))
                 schema = Schema(text, schema_type, references)
                 schema_id = self.client.register_schema(subject, schema)
+                counted.append(schema_id)
                 full_name = statement_setting(
                     str(topic["name"]), statements, f"{part.upper()}_SCHEMA_FULL_NAME"
                 )
@@ -132,6 +135,8 @@ class RegistryCodec:
                         self._full_names[subject] = full_name
                 if topic.get(f"{part}SchemaId") is not None:
                     ids[int(topic[f"{part}SchemaId"])] = schema_id
+        for number, schema_id in enumerate(counted, start=1):
+            ids.setdefault(number, schema_id)
         return ids
 
     # -- writing
