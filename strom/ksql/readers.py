@@ -138,17 +138,19 @@ def _json_kind(value: Any) -> str:
     return "NullNode"
 
 
+def _mismatch(value: Any, sql_type: ex.SqlType, path: str) -> _Mismatch:
+    """A JSON value ``sql_type`` does not take (made when raised: its text costs more
+    than reading most values)."""
+    return _Mismatch(
+        f"Can't convert type. sourceType: {_json_kind(value)}, requiredType: {sql_type}, "
+        f"path: {path}"
+    )
+
+
 def from_json(value: Any, sql_type: ex.SqlType, path: str = "$") -> Any:
     """A JSON value as ``sql_type``'s Python form, as ksqlDB's JSON deserializer coerces."""
     if value is None:
         return None
-
-    def mismatch() -> _Mismatch:  # made when raised (its text costs more than most values)
-        return _Mismatch(
-            f"Can't convert type. sourceType: {_json_kind(value)}, requiredType: {sql_type}, "
-            f"path: {path}"
-        )
-
     if isinstance(sql_type, ex.DecimalType):
         number = _number(value, path, sql_type)
         try:
@@ -156,15 +158,15 @@ def from_json(value: Any, sql_type: ex.SqlType, path: str = "$") -> Any:
                 number.text if isinstance(number, _ExactFloat) else str(number)
             )
         except decimal.InvalidOperation:
-            raise mismatch() from None
+            raise _mismatch(value, sql_type, path) from None
         return result.quantize(decimal.Decimal(1).scaleb(-sql_type.scale), context=DECIMAL_CONTEXT)
     if isinstance(sql_type, ex.ArrayType):
         if not isinstance(value, list):
-            raise mismatch()
+            raise _mismatch(value, sql_type, path)
         return [from_json(v, sql_type.element, f"{path}[{i}]") for i, v in enumerate(value)]
     if isinstance(sql_type, ex.MapType):
         if not isinstance(value, dict):
-            raise mismatch()
+            raise _mismatch(value, sql_type, path)
         entries = {
             from_json(k, sql_type.key, path): from_json(v, sql_type.value, f"{path}.{k}")
             for k, v in value.items()
@@ -174,7 +176,7 @@ def from_json(value: Any, sql_type: ex.SqlType, path: str = "$") -> Any:
         return entries
     if isinstance(sql_type, ex.StructType):
         if not isinstance(value, dict):
-            raise mismatch()
+            raise _mismatch(value, sql_type, path)
         by_upper = {str(k).upper(): v for k, v in value.items()}
         return {
             f.name: from_json(
@@ -190,7 +192,7 @@ def from_json(value: Any, sql_type: ex.SqlType, path: str = "$") -> Any:
             return value
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
-        raise mismatch()
+        raise _mismatch(value, sql_type, path)
     if name == "STRING":
         if isinstance(value, str):
             return value
@@ -201,27 +203,27 @@ def from_json(value: Any, sql_type: ex.SqlType, path: str = "$") -> Any:
         return str(value)
     if name == "BYTES":
         if not isinstance(value, str):
-            raise mismatch()
+            raise _mismatch(value, sql_type, path)
         try:
             return base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
-            raise mismatch() from None
+            raise _mismatch(value, sql_type, path) from None
     if name in ("INTEGER", "BIGINT", "TIMESTAMP", "DATE", "TIME"):
         number = _number(value, path, sql_type)
         try:
             whole = int(number) if not isinstance(number, str) else int(number.strip())
         except ValueError:
-            raise mismatch() from None
+            raise _mismatch(value, sql_type, path) from None
         if name == "INTEGER" and not -(2**31) <= whole < 2**31:
-            raise mismatch()
+            raise _mismatch(value, sql_type, path)
         return whole
     if name == "DOUBLE":
         number = _number(value, path, sql_type)
         try:
             return float(number)
         except ValueError:
-            raise mismatch() from None
-    raise mismatch()
+            raise _mismatch(value, sql_type, path) from None
+    raise _mismatch(value, sql_type, path)
 
 
 def _text_value(text: str, sql_type: ex.SqlType, path: str) -> Any:
