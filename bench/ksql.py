@@ -15,7 +15,10 @@ Starts a real broker process and a real ksql server (``strom ksql-server``, its 
      ``/query-stream``) on the table of 2, one after another: latency p50 / p99 of the
      whole HTTP request (the first one, which materializes the table, is shown apart);
   5. only when asked (``--only aggregates``, no target in the issue): the CTAS of 2 with
-     SUM, AVG, MIN and MAX of a column beside the COUNT, measured as 2.
+     SUM, AVG, MIN and MAX of a column beside the COUNT, measured as 2;
+  6. only when asked (``--only join``, no target in the issue): a stream-table join CSAS
+     (the source stream enriched from a table of the 1,000 users, written before the
+     query starts, JSON, ``JOIN ... ON`` the table's primary key), measured as 1.
 Each persistent query runs once over W records first (the server's Spark and Python
 workers warmed), as on a server that has been running a while; each round is a new
 source stream and a new query. The server runs with its defaults (trigger interval
@@ -23,7 +26,7 @@ source stream and a new query. The server runs with its defaults (trigger interv
 a session timeout of 60 s for the servers' group (its heartbeats, late on a loaded
 machine, stopped a running query).
 Prints the figures against the targets, with the machine's load. Usage: python
-bench/ksql.py [--records N] [--rounds R] [--only csas|count|push|pull|aggregates ...]
+bench/ksql.py [--records N] [--rounds R] [--only csas|count|push|pull|aggregates|join ...]
 """
 
 from __future__ import annotations
@@ -217,6 +220,35 @@ def persistent_rates(
     return processing, with_start
 
 
+def join_rates(
+    server: Server, broker: BrokerProcess, records: int, rounds: int
+) -> tuple[list[float], list[float]]:
+    """The source streams enriched from a table of the USERS users (a name each, written
+    before the queries start): ``persistent_rates`` of the stream-table join CSAS."""
+    server.ksql(
+        "CREATE TABLE users (id STRING PRIMARY KEY, name STRING) WITH "
+        f"(KAFKA_TOPIC='users', VALUE_FORMAT='JSON', PARTITIONS={PARTITIONS});"
+    )
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(USERS):
+        producer.produce(
+            "users", json.dumps({"name": f"n{i}"}).encode(), f"u{i}".encode(),
+            timestamp=BASE_MS - 1000,
+        )  # fmt: skip
+    if producer.flush(120) != 0:
+        raise SystemExit("the users were not acknowledged")
+    return persistent_rates(
+        server,
+        broker,
+        "enriched",
+        "CREATE STREAM {sink} AS SELECT v.user_id, v.page, u.name FROM {source} v "
+        "JOIN users u ON v.user_id = u.id EMIT CHANGES;",
+        lambda first, count: count,
+        records,
+        rounds,
+    )
+
+
 def eu_outputs(first: int, count: int) -> int:
     return sum(1 for i in range(first, first + count) if REGIONS[i % len(REGIONS)] == "eu")
 
@@ -304,7 +336,7 @@ def main() -> None:
     parser.add_argument("--pulls", type=int, default=300)
     parser.add_argument(
         "--only",
-        choices=("csas", "count", "push", "pull", "aggregates"),
+        choices=("csas", "count", "push", "pull", "aggregates", "join"),
         action="append",
         default=None,
     )
@@ -382,6 +414,19 @@ def main() -> None:
                 (
                     f"CTAS tumbling COUNT, SUM, AVG, MIN, MAX ({USERS} keys), "
                     f"{args.records:,} records",
+                    " / ".join(f"{r:,.0f}" for r in rates)
+                    + " records/s ("
+                    + " / ".join(f"{r:,.0f}" for r in with_start)
+                    + " with the query's start)",
+                    "(none)",
+                    True,
+                )
+            )
+        if "join" in only:
+            rates, with_start = join_rates(server, broker, args.records, args.rounds)
+            results.append(
+                (
+                    f"CSAS stream-table JOIN ({USERS}-row table), {args.records:,} records",
                     " / ".join(f"{r:,.0f}" for r in rates)
                     + " records/s ("
                     + " / ".join(f"{r:,.0f}" for r in with_start)
