@@ -21,7 +21,8 @@ registered under its subject at CREATE, and its rows written with it
 A CREATE statement without value (or key) columns in AVRO, JSON_SR or PROTOBUF takes
 them from the latest schema of ``<topic>-value`` (``<topic>-key``), or the schema its
 KEY_SCHEMA_ID / VALUE_SCHEMA_ID names, as ksqlDB infers them: a record's, object's or
-message's fields upper-cased as columns (PROTOBUF: the only top-level message, or the
+message's fields upper-cased as columns (an Avro schema an id names: its own names, as
+ksqlDB's ORIGINAL_FIELD_NAME policy) (PROTOBUF: the only top-level message, or the
 one ``*_SCHEMA_FULL_NAME`` names), a schema of another type as one column ``ROWVAL``
 (``ROWKEY``), optional unions read as their type. A Protobuf record is read with its
 writer's message (``protobuf_class``: the schema by id with the subjects it references,
@@ -361,7 +362,10 @@ class RegistryFormats:
                 f"Format: [{fmt}], Fetched schema type: [{fetched}]."
             )
         subject = f"{topic}-{'key' if is_key else 'value'}"
-        return self._columns_of(schema, fmt, is_key, full_name, topic, subject, wrapped)
+        # AVRO: the schema's own field names, as ksqlDB reads a schema an id names (its
+        # ORIGINAL_FIELD_NAME policy); a subject's latest schema's upper-cased
+        upper = fmt != "AVRO"
+        return self._columns_of(schema, fmt, is_key, full_name, topic, subject, wrapped, upper)
 
     def _serializer(
         self, source: DataSource, field: str, fmt: str, columns: tuple[Column, ...], alone: bool
@@ -458,6 +462,7 @@ class RegistryFormats:
         topic: str,
         subject: str,
         wrapped: bool = True,
+        upper: bool = True,
     ) -> list[Column]:
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
@@ -475,7 +480,7 @@ class RegistryFormats:
                     f"Schema of subject {subject} is not JSON: {exc}"
                 ) from None
             if fmt == "AVRO":
-                return avro_columns(schema, namespace, wrapped)
+                return avro_columns(schema, namespace, wrapped, upper)
             return json_schema_columns(schema, namespace, wrapped)
         except (KeyError, TypeError, ValueError, IndexError, SchemaRegistryError) as exc:
             raise KsqlStatementError(
@@ -555,12 +560,12 @@ _FROM_AVRO = {
 _FROM_AVRO_LOGICAL = {"date": "DATE", "time-millis": "TIME", "timestamp-millis": "TIMESTAMP"}
 
 
-def _from_avro(schema: Any) -> ex.SqlType:
+def _from_avro(schema: Any, upper: bool = True) -> ex.SqlType:
     if isinstance(schema, list):
         present = [s for s in schema if s != "null"]
         if len(present) != 1:
             raise ValueError(f"unions of several types are not supported: {schema}")
-        return _from_avro(present[0])
+        return _from_avro(present[0], upper)
     if isinstance(schema, str):
         return ex.PrimitiveType(_FROM_AVRO[schema])
     kind = schema["type"]
@@ -570,23 +575,34 @@ def _from_avro(schema: Any) -> ex.SqlType:
     if logical in _FROM_AVRO_LOGICAL:
         return ex.PrimitiveType(_FROM_AVRO_LOGICAL[logical])
     if kind == "array":
-        return ex.ArrayType(_from_avro(schema["items"]))
+        return ex.ArrayType(_from_avro(schema["items"], upper))
     if kind == "map":
-        return ex.MapType(ex.PrimitiveType("STRING"), _from_avro(schema["values"]))
+        return ex.MapType(ex.PrimitiveType("STRING"), _from_avro(schema["values"], upper))
     if kind == "record":
         fields = tuple(
-            ex.StructField(f["name"].upper(), _from_avro(f["type"])) for f in schema["fields"]
+            ex.StructField(_named(f["name"], upper), _from_avro(f["type"], upper))
+            for f in schema["fields"]
         )
         return ex.StructType(fields)
-    return _from_avro(kind)
+    return _from_avro(kind, upper)
 
 
-def avro_columns(schema: Any, namespace: str, wrapped: bool = True) -> list[Column]:
+def _named(name: str, upper: bool) -> str:
+    """A field's name as a column's or struct field's: upper-cased, or (a schema named
+    by KEY_SCHEMA_ID / VALUE_SCHEMA_ID) as the schema has it, as ksqlDB names them."""
+    return name.upper() if upper else name
+
+
+def avro_columns(
+    schema: Any, namespace: str, wrapped: bool = True, upper: bool = True
+) -> list[Column]:
     if wrapped and isinstance(schema, dict) and schema.get("type") == "record":
         return [
-            Column(f["name"].upper(), _from_avro(f["type"]), namespace) for f in schema["fields"]
+            Column(_named(f["name"], upper), _from_avro(f["type"], upper), namespace)
+            for f in schema["fields"]
         ]
-    return [Column("ROWKEY" if namespace == "KEY" else "ROWVAL", _from_avro(schema), namespace)]
+    alone = "ROWKEY" if namespace == "KEY" else "ROWVAL"
+    return [Column(alone, _from_avro(schema, upper), namespace)]
 
 
 _FROM_JSON = {"integer": "BIGINT", "number": "DOUBLE", "string": "STRING", "boolean": "BOOLEAN"}

@@ -634,8 +634,9 @@ def test_protobuf_schemas_at_create_inferred_and_read_by_the_writers_message(
 def test_sources_created_with_a_schema_id(
     server: KsqlServer, registry: str, broker: BrokerProcess
 ) -> None:
-    """VALUE_SCHEMA_ID, as ksqlDB: the columns are that schema's, its rows written with
-    it (its id, its own field names), for AVRO and PROTOBUF; columns beside it refused."""
+    """VALUE_SCHEMA_ID, as ksqlDB: the columns are that schema's (an Avro schema's under
+    its own field names), its rows written with it (its id, its own field names), for
+    AVRO and PROTOBUF; columns beside it refused."""
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -649,9 +650,9 @@ def test_sources_created_with_a_schema_id(
     [created] = server.ok(
         f"CREATE STREAM levels WITH (kafka_topic='levels', value_format='AVRO', "
         f"value_schema_id={avro_id}, partitions=1);"
-        "INSERT INTO levels (sensor, level) VALUES ('s1', 2.5);"
+        "INSERT INTO levels (`sensor`, `level`) VALUES ('s1', 2.5);"
     )
-    assert "(SENSOR STRING, LEVEL DOUBLE)" in created["statementText"]
+    assert "(`sensor` STRING, `level` DOUBLE)" in created["statementText"]
     assert client.get_latest_version("levels-value").schema_id == avro_id  # at CREATE
     [record] = read_all(broker, "levels", 1)
     assert int.from_bytes(record.value()[1:5], "big") == avro_id
@@ -685,9 +686,9 @@ def test_sources_created_with_a_schema_id(
          f"Format and fetched schema type using VALUE_SCHEMA_ID {avro_id} are different. "
          "Format: [PROTOBUF], Fetched schema type: [AVRO]."),
         (f"CREATE STREAM levels_copy WITH (value_format='AVRO', value_schema_id={avro_id}) "
-         "AS SELECT level FROM levels;",
-         "The following value columns are changed, missing or reordered: [`LEVEL` DOUBLE]. "
-         "Schema from schema registry is [`SENSOR` STRING, `LEVEL` DOUBLE]"),
+         "AS SELECT `level` FROM levels;",
+         "The following value columns are changed, missing or reordered: [`level` DOUBLE]. "
+         "Schema from schema registry is [`sensor` STRING, `level` DOUBLE]"),
     ):  # fmt: skip
         status, refused = server.ksql(text)
         assert (status, refused["message"]) == (400, message)
