@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 from strom.ksql import expressions as ex
 from strom.ksql.metastore import KsqlStatementError
 from strom.ksql.planner import JoinPlan, QueryPlan, Window
-from strom.ksql.readers import Row
+from strom.ksql.readers import Row, parse_timestamp
 
 if TYPE_CHECKING:
     from strom.ksql.evaluation import Scope
@@ -79,6 +79,7 @@ class Change:
     timestamp: int
     window: tuple[int, int] | None = None
     keyless: bool = False  # written with no key (a stream's null key passed on)
+    dropped: bool = False  # its sink TIMESTAMP column gave no valid time: not written
 
 
 @dataclass
@@ -179,6 +180,7 @@ class Operators:
                 self.having = compile_expression(aggregation.having, output_scope)
             self.window = aggregation.window
         self.timestamp_column = plan.sink.timestamp_column if plan.sink is not None else None
+        self.timestamp_format = plan.sink.timestamp_format if plan.sink is not None else None
         self.join = plan.join
         self.join_steps = [_CompiledJoin(join, source_scope) for join in plan.joins]
 
@@ -196,11 +198,20 @@ class Operators:
         value: dict[str, Any] = {}
         for name, namespace, compiled in self.projection:
             (key if namespace == "KEY" else value)[name] = self._evaluate(compiled, row)
+        change = Change(key, value, timestamp, window)
         if self.timestamp_column is not None:
             found = value.get(self.timestamp_column, key.get(self.timestamp_column))
-            if isinstance(found, int):
-                timestamp = found
-        return Change(key, value, timestamp, window)
+            if isinstance(found, str):  # the sink's TIMESTAMP_FORMAT reads it
+                try:
+                    found = parse_timestamp(found, self.timestamp_format or "")
+                except ValueError:
+                    found = -1
+            if isinstance(found, int) and not isinstance(found, bool):
+                change.timestamp = found
+                # ksqlDB's sink cannot take a time before the epoch (or one that does not
+                # parse) from the column: the record is not written
+                change.dropped = found < 0
+        return change
 
     def _null_row(self, row: Row, window: tuple[int, int] | None) -> list[Change]:
         """A stream record whose value is null: dropped by WHERE and the table functions,
@@ -257,8 +268,10 @@ class Operators:
         if not self._passes(columns):
             return [self._tombstone(columns, window)] if self.table_source else []
         if self.table_functions:
-            return [self.project(c, row.timestamp, window) for c in self._exploded(columns)]
-        return [self.project(columns, row.timestamp, window)]
+            projected = [self.project(c, row.timestamp, window) for c in self._exploded(columns)]
+            return [c for c in projected if not c.dropped]
+        change = self.project(columns, row.timestamp, window)
+        return [] if change.dropped else [change]
 
     # ---- table functions
     def _exploded(self, columns: dict[str, Any]) -> list[dict[str, Any]]:
@@ -733,7 +746,8 @@ class Operators:
             if self._evaluate(self.having, row) is not True:
                 return [self._tombstone(row, window)] if slot.pop("passed", False) else []
             slot["passed"] = True
-        return [self.project(row, slot["ts"], window)]
+        change = self.project(row, slot["ts"], window)
+        return [] if change.dropped else [change]
 
     def _removed(self, group: tuple[Any, ...], start: int, slot: dict[str, Any]) -> list[Change]:
         """A session merged into another: its tombstone (if its last row passed HAVING)."""

@@ -526,10 +526,14 @@ class RecordReader:
             raise RecordError("value", f"The TIMESTAMP column {column} is null")
         if isinstance(value, str):
             try:
-                return parse_timestamp(value, self.source.timestamp_format or "")
+                moment = parse_timestamp(value, self.source.timestamp_format or "")
             except ValueError as exc:
                 raise RecordError("value", f"Could not parse timestamp '{value}': {exc}") from None
-        return int(value)
+        else:
+            moment = int(value)
+        if moment < 0:  # Kafka Streams skips a record its extractor gives no valid time
+            raise RecordError("value", f"The TIMESTAMP column {column} is negative: {moment}")
+        return moment
 
 
 def _header_value(column: Column, headers: list[tuple[str, bytes | None]]) -> Any:

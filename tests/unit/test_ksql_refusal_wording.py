@@ -435,3 +435,44 @@ def test_a_window_bound_in_a_windowed_aggregations_where_is_an_unknown_column() 
         "CREATE TABLE S3 AS SELECT ROWKEY, COUNT(1) AS COUNT FROM TEST WINDOW TUMBLING "
         "(SIZE 1 SECOND) WHERE MIN(IGNORED) < 15000 GROUP BY ROWKEY;",
     ) == ("Error in WHERE expression: Use of aggregate function MIN requires a GROUP BY clause.")
+
+
+def test_a_sinks_timestamp_column_stamps_its_records_and_an_invalid_one_drops_them() -> None:
+    from strom.ksql.operators import Operators
+    from strom.ksql.readers import RecordError, RecordReader, SourceRecord
+
+    metastore = store(
+        "CREATE STREAM TEST (K STRING KEY, ID BIGINT, TS VARCHAR) "
+        "WITH (kafka_topic='t', value_format='JSON');"
+    )
+    texts = {
+        "number": "CREATE STREAM TS WITH (timestamp='sink_ts') AS SELECT K, ID AS SINK_TS, ID "
+        "FROM TEST;",
+        "text": "CREATE STREAM TS2 WITH (timestamp='ts', "
+        "timestamp_format='yyyy-MM-dd''T''HH:mm:ssX') AS SELECT K, ID, TS FROM TEST;",
+    }
+    operators = {}
+    for name, text in texts.items():
+        statement = parse_statement(text)
+        assert isinstance(statement, st.CreateAsSelect)
+        request = SinkRequest(statement.name, "STREAM", statement.properties, None, 1)
+        operators[name] = Operators(plan_query(statement.query, metastore, request, text))
+    source = metastore.source("TEST")
+    assert source is not None
+    reader = RecordReader(source)
+
+    def times(name: str, value: bytes) -> list[int]:
+        row = reader.read(SourceRecord("t", 0, 0, 10, b"k", value))
+        return [c.timestamp for c in operators[name].stateless(row)]
+
+    assert times("number", b'{"ID": 3}') == [3]
+    assert times("number", b'{"ID": -2}') == []  # no time before the epoch
+    assert times("text", b'{"ID": 1, "TS": "2018-05-11T21:58:33Z"}') == [1526075913000]
+    assert times("text", b'{"ID": 2, "TS": "not a timestamp"}') == []
+    bigint = store(
+        "CREATE STREAM S (K STRING KEY, TS BIGINT) WITH (kafka_topic='s', value_format='JSON', "
+        "timestamp='ts');"
+    ).source("S")
+    assert bigint is not None
+    with pytest.raises(RecordError):  # a source's negative time: the record is skipped
+        RecordReader(bigint).read(SourceRecord("s", 0, 0, 10, b"k", b'{"TS": -1}'))
