@@ -85,7 +85,6 @@ GROUPED_SCHEMA = "grp binary, part int, off long, seq int, ts timestamp, payload
 CHAINED_SCHEMA = "grp binary, stage int, part int, off long, seq int, ts timestamp, payload binary"
 LOG_GROUP = b"\x00processing-log"  # the group of processing log entries, passed through
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-PACKED = -1  # a grouped row's sequence: its payload packs a join key's rows of a batch
 PACKED_ROWS = 500_000  # a grouping task's rows packed by group at most at once
 STEPS_KEPT = 64  # EMIT FINAL's moves of the stream time a grouped row carries at most
 
@@ -378,9 +377,6 @@ def run_join_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Itera
     join = spec.plan.join
     assert join is not None
     right_topic = join.right.topic
-    if join.shape == "stream-table":
-        yield from _packed_join_keying(spec, parts, right_topic, batches)
-        return
     for batch in batches:
         grouped = _Grouped()
         for record in _source_records(batch):
@@ -394,38 +390,6 @@ def run_join_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Itera
             if key is not None:
                 payload = pickle.dumps((side, row))
                 grouped.add(pickle.dumps(key), record, 0 if right else 1, row.timestamp, payload)
-        yield grouped.batch()
-
-
-def _packed_join_keying(
-    spec: QuerySpec, parts: _TaskParts, right_topic: str, batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    """A stream-table join's keying: a batch's rows of a join key packed into one
-    grouped row (sequence ``PACKED``; its payload the pickled list of (time, tie order,
-    partition, offset, side, row) in the batch's order, its place the first one's):
-    PySpark turns each grouped row into a Python then a pandas row, and the step then
-    takes a few rows a key where it took one a record."""
-    for batch in batches:
-        grouped = _Grouped()
-        packs: dict[Any, tuple[Any, list[tuple[Any, ...]]]] = {}
-        for record in _source_records(batch):
-            out: list[tuple[Any, ...]] = []
-            right = record.topic == right_topic
-            row = _read(parts, record, out, right)
-            side = "right" if right else "left"
-            key = parts.operators.key_of(side, row) if row is not None else None
-            for entry in [o[2] for o in out] + parts.take_errors():
-                grouped.add(LOG_GROUP, record, 0, record.timestamp, entry)
-            if key is not None:
-                tie = 0 if right else 1
-                item = (row.timestamp, tie, record.partition, record.offset, side, row)
-                found = packs.get(key)
-                if found is None:
-                    packs[key] = (record, [item])
-                else:
-                    found[1].append(item)
-        for key, (first, items) in packs.items():
-            grouped.add(pickle.dumps(key), first, PACKED, items[0][0], pickle.dumps(items))
         yield grouped.batch()
 
 
@@ -487,6 +451,7 @@ def _join_processor(spec: QuerySpec) -> Any:
             if key[0] == LOG_GROUP:
                 yield from _frames(_logged(spec, frame))
                 return
+            order = _in_time_order(frame)
             join_key = pickle.loads(key[0])  # the rows' join key, as the keying found it
             found = self.state.get()  # None when the key has none (one call, not two)
             stored = pickle.loads(found[0]) if found is not None else {}
@@ -498,7 +463,12 @@ def _join_processor(spec: QuerySpec) -> Any:
             watermark = _watermark(timerValues) if windowed else -1
             if watermark > 0:  # none before the first batch's end (0 then)
                 stored["time"] = max(stored.get("time", -1), watermark + operators.join_reach())
-            for _, tie, part, off, side, row in _join_items(frame):
+            for tie, part, off, payload in zip(
+                frame["seq"].to_numpy()[order].tolist(), frame["part"].to_numpy()[order].tolist(),
+                frame["off"].to_numpy()[order].tolist(), frame["payload"].to_numpy()[order],
+                strict=True,
+            ):  # fmt: skip
+                side, row = pickle.loads(payload)
                 changed = changed or side == "right"
                 stored["time"] = max(stored.get("time", -1), row.timestamp)
                 stored["part"] = part
@@ -516,27 +486,6 @@ def _join_processor(spec: QuerySpec) -> Any:
             return None
 
     return JoinProcessor()
-
-
-def _join_items(frame: pd.DataFrame) -> list[tuple[Any, ...]]:
-    """A join key's grouped rows as (time, tie order, partition, offset, side, row) in
-    the order the key takes them (packed rows unpacked)."""
-    seqs = frame["seq"].to_numpy()
-    if len(seqs) and (seqs == PACKED).all():
-        items: list[tuple[Any, ...]] = []
-        for payload in frame["payload"].tolist():
-            items += pickle.loads(payload)
-        items.sort(key=lambda item: item[:4])  # stable: a task's own in offset order
-        return items
-    order = _in_time_order(frame)
-    return [
-        (at, tie, part, off, *pickle.loads(payload))
-        for at, tie, part, off, payload in zip(
-            _row_micros(frame)[order].tolist(), seqs[order].tolist(),
-            frame["part"].to_numpy()[order].tolist(), frame["off"].to_numpy()[order].tolist(),
-            frame["payload"].to_numpy()[order], strict=True,
-        )
-    ]  # fmt: skip
 
 
 def _in_time_order(frame: pd.DataFrame) -> Any:
