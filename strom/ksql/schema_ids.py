@@ -76,7 +76,7 @@ def avro_named(schema: Any, value: Any) -> Any:
         if kind == "record" and isinstance(value, dict):
             given = _by_upper(value)
             return {
-                f["name"]: avro_named(f["type"], given.get(f["name"].upper()))
+                f["name"]: _with_default(f, avro_named(f["type"], given.get(f["name"].upper())))
                 for f in schema["fields"]
             }
         if kind == "array" and isinstance(value, list):
@@ -84,6 +84,12 @@ def avro_named(schema: Any, value: Any) -> Any:
         if kind == "map" and isinstance(value, dict):
             return {k: avro_named(schema["values"], v) for k, v in value.items()}
     return value
+
+
+def _with_default(field: dict[str, Any], value: Any) -> Any:
+    """A null written in a record's field as the field's default, when it has one (as
+    ksqlDB's Avro serializer writes it)."""
+    return field["default"] if value is None and "default" in field else value
 
 
 def encode_avro(schema_text: str, schema_id: int, value: Any) -> bytes:

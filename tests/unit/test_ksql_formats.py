@@ -366,6 +366,20 @@ def test_avro_refuses_field_names_avro_does_not_take() -> None:
     )
 
 
+def test_avro_with_a_schema_id_writes_a_null_as_the_fields_default() -> None:
+    from fastavro import parse_schema, schemaless_reader
+
+    schema = {
+        "type": "record", "name": "T", "fields": [
+            {"name": "n", "type": "int", "default": 0}, {"name": "s", "type": ["null", "string"]},
+        ],
+    }  # fmt: skip
+    data = schema_ids.encode_avro(json.dumps(schema), 7, {"N": None, "S": None})
+    assert data[:5] == b"\0\0\0\0\x07"
+    read = schemaless_reader(io.BytesIO(data[5:]), parse_schema(schema), None)
+    assert read == {"n": 0, "s": None}
+
+
 def test_a_query_sink_matches_the_schema_its_id_names() -> None:
     registered = [Column("A", ex.PrimitiveType("STRING")), Column("B", ex.PrimitiveType("BIGINT"))]
     schema_ids.check_query_columns(registered[:1], registered, False)  # a prefix is fine
