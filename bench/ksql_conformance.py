@@ -65,6 +65,7 @@ from ksql_conformance_formats import (  # noqa: E402
     RegistryCodec,
     decode_nosr,
     encode_nosr,
+    sink_fields,
     start_registry,
     type_text,
     with_schema_ids,
@@ -690,7 +691,8 @@ class Harness:
         else:
             shaped["key"] = decode(key, key_format, source.keys if source else [])
         if value is not None and value_format in REGISTRY_FORMATS:
-            shaped["value"] = self.codec.decode(value, value_format)
+            decoded = self.codec.decode(value, value_format)
+            shaped["value"] = sink_fields(decoded, source.values if source else [])
         elif value is not None and value_format == NOSR and source is not None:
             shaped["value"] = decode_nosr(value, source.values)
         else:
