@@ -15,8 +15,9 @@ when the function was made); rows arrive in offset order, which is what the BY_O
 functions rely on, and ``merge(a, b)`` takes ``a`` as the earlier session.
 
 Differences from ksqlDB: COUNT_DISTINCT counts exactly (ksqlDB estimates with a
-HyperLogLog: equal for small counts); COLLECT_LIST and COLLECT_SET are not limited
-(ksqlDB's ``ksql.functions.collect_*.limit`` defaults to no limit as well).
+HyperLogLog: equal for small counts); COLLECT_LIST and COLLECT_SET keep at most
+``collect_limit`` elements (ksqlDB's ``ksql.functions.collect_list.limit`` and
+``ksql.functions.collect_set.limit``, no limit by default): the first ones added.
 
 Does not own grouping, windows or state (the runtime's) or scalar functions.
 """
@@ -372,13 +373,16 @@ class _CollectList(AggregateFunction):
     name = "COLLECT_LIST"
     can_undo = True
 
-    def __init__(self, sql_type: ex.SqlType) -> None:
+    def __init__(self, sql_type: ex.SqlType, limit: int | None = None) -> None:
         self.result_type = ex.ArrayType(sql_type)
+        self.limit = limit
 
     def initial(self) -> list[Any]:
         return []
 
     def add(self, accumulator: list[Any], *values: Any) -> list[Any]:
+        if self.limit is not None and len(accumulator) >= self.limit:
+            return accumulator
         return [*accumulator, values[0]]
 
     def undo(self, accumulator: list[Any], *values: Any) -> list[Any]:
@@ -388,6 +392,8 @@ class _CollectList(AggregateFunction):
         return accumulator
 
     def merge(self, first: list[Any], second: list[Any]) -> list[Any]:
+        if self.limit is not None:
+            return first + second[: max(0, self.limit - len(first))]
         return first + second
 
 
@@ -435,8 +441,9 @@ class _Attr(AggregateFunction):
 class _CollectSet(AggregateFunction):
     name = "COLLECT_SET"
 
-    def __init__(self, sql_type: ex.SqlType) -> None:
+    def __init__(self, sql_type: ex.SqlType, limit: int | None = None) -> None:
         self.result_type = ex.ArrayType(sql_type)
+        self.limit = limit
 
     def initial(self) -> list[Any]:
         return []
@@ -444,10 +451,15 @@ class _CollectSet(AggregateFunction):
     def add(self, accumulator: list[Any], *values: Any) -> list[Any]:
         if values[0] in accumulator:
             return accumulator
+        if self.limit is not None and len(accumulator) >= self.limit:
+            return accumulator
         return [*accumulator, values[0]]
 
     def merge(self, first: list[Any], second: list[Any]) -> list[Any]:
-        return first + [x for x in second if x not in first]
+        merged = list(first)
+        for value in second:
+            merged = self.add(merged, value)
+        return merged
 
 
 class _Histogram(AggregateFunction):
@@ -597,11 +609,15 @@ _SUMMABLE = ("INTEGER", "BIGINT", "DOUBLE", "DECIMAL")
 
 
 def aggregate_function(
-    name: str, argument_types: list[ex.SqlType | None], literal_arguments: list[Any]
+    name: str,
+    argument_types: list[ex.SqlType | None],
+    literal_arguments: list[Any],
+    collect_limit: int | None = None,
 ) -> AggregateFunction | None:
     """The aggregate ``name`` over columns of ``argument_types`` (for COUNT(*): none),
     with ``literal_arguments`` the literal values after the first (TOPK's k,
-    ignoreNulls, n); None when ``name`` is no aggregate; ksqlDB's refusal when the
+    ignoreNulls, n) and ``collect_limit`` the most elements COLLECT_LIST / COLLECT_SET
+    keep (None: no limit); None when ``name`` is no aggregate; ksqlDB's refusal when the
     types do not fit."""
     name = name.upper()
     if name not in AGGREGATE_NAMES:
@@ -647,11 +663,11 @@ def aggregate_function(
             raise _refuse(name, argument_types)
         return _Extreme(name, first)
     if name == "COLLECT_LIST":
-        return _CollectList(first)
+        return _CollectList(first, collect_limit)
     if name == "ATTR":
         return _Attr(first)
     if name == "COLLECT_SET":
-        return _CollectSet(first)
+        return _CollectSet(first, collect_limit)
     if name == "HISTOGRAM":
         if kind != "STRING":
             raise _refuse(name, argument_types)

@@ -61,7 +61,13 @@ from strom.ksql.metadata import MetadataStatements
 from strom.ksql.metastore import Column, DataSource, KsqlStatementError, Metastore
 from strom.ksql.ownership import QueryOwnership, slot_of
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, parse_statements
-from strom.ksql.planner import QueryPlan, SinkRequest, plan_query, wrapping_from_properties
+from strom.ksql.planner import (
+    QueryPlan,
+    SinkRequest,
+    collect_limits_from_properties,
+    plan_query,
+    wrapping_from_properties,
+)
 from strom.ksql.queries import QueryRegistry, RunningQuery
 from strom.ksql.registry_formats import INFERRED_FORMATS, RegistryFormats
 from strom.ksql.schema_ids import check_query_columns
@@ -823,6 +829,7 @@ class KsqlEngine:
         """The query of a recorded statement, its sink added to the metastore."""
         plan = self._plan(statement, text, topic_prefix)
         plan = wrapping_from_properties(plan, statement, properties)
+        plan = collect_limits_from_properties(plan, {**self.config.properties, **properties})
         assert plan.sink is not None
         replaced = (
             self._writer_of(statement.name)
@@ -1000,6 +1007,7 @@ class KsqlEngine:
             "auto.offset.reset",
             properties.get("ksql.streams.auto.offset.reset", self.config.auto_offset_reset),
         )
+        plan = collect_limits_from_properties(plan, {**self.config.properties, **properties})
         query_id = f"transient_{plan.source.name}_{uuid.uuid4().int % 10**19}"
         producer = Producer(self.config.client_config(**{"linger.ms": 5}))
         push = PushQuery(

@@ -171,7 +171,10 @@ class Operators:
             self.group_by = [compile_expression(e, source_scope) for e in aggregation.group_by]
             for call in aggregation.calls:
                 function = aggregate_function(
-                    call.name, list(call.argument_types), list(call.literal_arguments)
+                    call.name,
+                    list(call.argument_types),
+                    list(call.literal_arguments),
+                    call.collect_limit,
                 )
                 assert function is not None  # the planner found it
                 self.functions.append(function)

@@ -51,6 +51,7 @@ from strom.ksql.metastore import (
     DataSource,
     KsqlStatementError,
     Metastore,
+    check_protobuf_nullable,
     check_serde_shapes,
     primitive_format_refusal,
     refuse_map_keys,
@@ -86,6 +87,8 @@ SINK_PROPERTIES = frozenset(
         "VALUE_SCHEMA_ID",
         "KEY_SCHEMA_FULL_NAME",
         "VALUE_SCHEMA_FULL_NAME",
+        "KEY_PROTOBUF_NULLABLE_REPRESENTATION",
+        "VALUE_PROTOBUF_NULLABLE_REPRESENTATION",
     }
 )
 
@@ -111,6 +114,8 @@ class AggregateCall:
     literal_arguments: tuple[Any, ...]  # trailing literal arguments (TOPK's k...)
     argument_types: tuple[ex.SqlType, ...]
     result_type: ex.SqlType
+    # COLLECT_LIST / COLLECT_SET: the most elements kept (ksql.functions.collect_*.limit)
+    collect_limit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -1802,6 +1807,7 @@ def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
         key_format = "KAFKA" if key_format in ("NONE",) else key_format
     keys = [c for c in columns if c.namespace == "KEY"]
     values = [c for c in columns if c.namespace == "VALUE"]
+    check_protobuf_nullable(props)
     check_serde_shapes(key_format, keys, value_format, values, props.get("WRAP_SINGLE_VALUE"))
     _check_primitive_sink_formats(key_format, keys, value_format, values)
     partitions = props.get("PARTITIONS", request.topic_partitions)
@@ -1875,6 +1881,40 @@ def _check_insert_target(plan: QueryPlan, target: DataSource) -> DataSource:
 
 
 _WRAP_SINGLE_VALUES = "ksql.persistence.wrap.single.values"
+COLLECT_LIMITS = {
+    "COLLECT_LIST": "ksql.functions.collect_list.limit",
+    "COLLECT_SET": "ksql.functions.collect_set.limit",
+}
+
+
+def _collect_limit(value: Any) -> int | None:
+    """A ``ksql.functions.collect_*.limit`` value as ksqlDB reads it: a number or a
+    string of one; a negative one (or none) is no limit."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        limit = int(value) if isinstance(value, int | float) else int(str(value).strip())
+    except ValueError:
+        return None
+    return None if limit < 0 else limit
+
+
+def collect_limits_from_properties(plan: QueryPlan, properties: dict[str, Any]) -> QueryPlan:
+    """ksqlDB's ``ksql.functions.collect_list.limit`` and ``collect_set.limit`` (the
+    query's properties over the server's): how many elements COLLECT_LIST and
+    COLLECT_SET keep."""
+    aggregation = plan.aggregation
+    if aggregation is None:
+        return plan
+    calls = tuple(
+        dataclasses.replace(call, collect_limit=_collect_limit(properties.get(key)))
+        if (key := COLLECT_LIMITS.get(call.name)) is not None
+        else call
+        for call in aggregation.calls
+    )
+    if calls == aggregation.calls:
+        return plan
+    return dataclasses.replace(plan, aggregation=dataclasses.replace(aggregation, calls=calls))
 
 
 def wrapping_from_properties(

@@ -793,6 +793,32 @@ def test_aggregates_that_cannot_undo_say_so() -> None:
         assert function is not None and not function.can_undo
 
 
+def test_collect_limit_keeps_the_first_elements() -> None:
+    """ksqlDB's ksql.functions.collect_list.limit / collect_set.limit: the first ones kept,
+    in adds and in merges (of sessions)."""
+    collect_list = aggregate_function("COLLECT_LIST", [v.INTEGER], [], collect_limit=2)
+    collect_set = aggregate_function("COLLECT_SET", [v.INTEGER], [], collect_limit=2)
+    unlimited = aggregate_function("COLLECT_LIST", [v.INTEGER], [])
+    assert collect_list is not None and collect_set is not None and unlimited is not None
+
+    def collected(function: Any, values: list[Any]) -> Any:
+        accumulator = function.initial()
+        for value in values:
+            accumulator = function.add(accumulator, value)
+        return accumulator
+
+    assert collect_list.result(collected(collect_list, [1, 1, 2, 3])) == [1, 1]
+    assert collect_set.result(collected(collect_set, [1, 1, 2, 3])) == [1, 2]
+    assert unlimited.result(collected(unlimited, [1, 1, 2, 3])) == [1, 1, 2, 3]
+    assert collect_list.merge([5], [6, 7]) == [5, 6]
+    assert collect_list.merge([5, 6], [7]) == [5, 6]
+    assert collect_set.merge([5], [5, 6, 7]) == [5, 6]
+    # undoing a value the limit kept out leaves the list as it is
+    assert collect_list.undo([1, 1], 3) == [1, 1]
+    none_kept = aggregate_function("COLLECT_LIST", [v.INTEGER], [], collect_limit=0)
+    assert none_kept is not None and collected(none_kept, [1, 2]) == []
+
+
 def test_session_merge_joins_two_accumulators() -> None:
     count = aggregate_function("COUNT", [], [])
     latest = aggregate_function("LATEST_BY_OFFSET", [v.STRING], [])

@@ -11,7 +11,13 @@ import pytest
 from strom.ksql import statements as st
 from strom.ksql.metastore import KsqlStatementError, Metastore
 from strom.ksql.parser import parse_statement
-from strom.ksql.planner import QueryPlan, SinkRequest, plan_query, wrapping_from_properties
+from strom.ksql.planner import (
+    QueryPlan,
+    SinkRequest,
+    collect_limits_from_properties,
+    plan_query,
+    wrapping_from_properties,
+)
 
 
 @pytest.fixture
@@ -684,6 +690,25 @@ def test_wrap_single_values_setting_applies_to_a_new_single_value_sink(
         )
         is True
     )
+
+
+def test_collect_limits_from_properties_reach_the_collect_calls(metastore: Metastore) -> None:
+    text = (
+        "CREATE TABLE t AS SELECT user_id, COLLECT_LIST(page) AS l, COLLECT_SET(page) AS s, "
+        "COUNT(*) AS n FROM clicks GROUP BY user_id;"
+    )
+
+    def limits(properties: dict[str, Any]) -> list[tuple[str, int | None]]:
+        result = collect_limits_from_properties(plan(metastore, text), properties)
+        assert result.aggregation is not None
+        return [(c.name, c.collect_limit) for c in result.aggregation.calls]
+
+    assert limits({}) == [("COLLECT_LIST", None), ("COLLECT_SET", None), ("COUNT", None)]
+    assert limits(
+        {"ksql.functions.collect_list.limit": 1, "ksql.functions.collect_set.limit": "3"}
+    ) == [("COLLECT_LIST", 1), ("COLLECT_SET", 3), ("COUNT", None)]
+    # a negative limit is none, as in ksqlDB
+    assert limits({"ksql.functions.collect_set.limit": -1})[1] == ("COLLECT_SET", None)
 
 
 def test_aggregates_without_grouping_and_loose_having_columns(metastore: Metastore) -> None:
