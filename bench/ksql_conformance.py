@@ -65,6 +65,7 @@ from ksql_conformance_formats import (  # noqa: E402
     RegistryCodec,
     decode_nosr,
     encode_nosr,
+    nullable_setting,
     sink_fields,
     start_registry,
     type_text,
@@ -289,6 +290,8 @@ class Source:
     window: str | None
     keys: list[tuple[str, str]] = field(default_factory=list)  # (name, type)
     values: list[tuple[str, str]] = field(default_factory=list)
+    # *_PROTOBUF_NULLABLE_REPRESENTATION of the statement creating it (PROTOBUF_NOSR)
+    nullable: dict[str, str | None] = field(default_factory=dict)
 
 
 def encode_kafka(value: Any, type_: str) -> bytes | None:
@@ -567,6 +570,9 @@ class Harness:
             result.diff += [f"statement: {failure[0]}", f"error: {failure[1]}"]
             return
         sources = self.sources(names, suffix)
+        for source in sources.values():
+            name = unsuffixed(source.name)
+            source.nullable = {s: nullable_setting(name, statements, s) for s in ("KEY", "VALUE")}
         self.produce(case.get("inputs", []), suffix, sources)
         # a case that expects no record at all: its queries' sinks are read for a while
         made = query_sinks(statements) if not case.get("outputs") else set()
@@ -585,14 +591,16 @@ class Harness:
             if key_format in REGISTRY_FORMATS:
                 key = self.codec.encode(record.get("key"), key_format, topic, True)
             elif key_format == NOSR and source is not None:
-                key = encode_nosr(record.get("key"), source.keys)
+                key = encode_nosr(record.get("key"), source.keys, source.nullable.get("KEY"))
             else:
                 key = encode(record.get("key"), key_format, source.keys if source else [])
             key = window_key(key, record.get("window"))
             if value_format in REGISTRY_FORMATS:
                 value = self.codec.encode(record.get("value"), value_format, topic, False)
             elif value_format == NOSR and source is not None:
-                value = encode_nosr(record.get("value"), source.values)
+                value = encode_nosr(
+                    record.get("value"), source.values, source.nullable.get("VALUE")
+                )
             else:
                 value = encode(record.get("value"), value_format, source.values if source else [])
             timestamp = int(record.get("timestamp", 0))
@@ -687,14 +695,14 @@ class Harness:
         if key is not None and key_format in REGISTRY_FORMATS:
             shaped["key"] = self.codec.decode(key, key_format)
         elif key is not None and key_format == NOSR and source is not None:
-            shaped["key"] = decode_nosr(key, source.keys)
+            shaped["key"] = decode_nosr(key, source.keys, source.nullable.get("KEY"))
         else:
             shaped["key"] = decode(key, key_format, source.keys if source else [])
         if value is not None and value_format in REGISTRY_FORMATS:
             decoded = self.codec.decode(value, value_format)
             shaped["value"] = sink_fields(decoded, source.values if source else [])
         elif value is not None and value_format == NOSR and source is not None:
-            shaped["value"] = decode_nosr(value, source.values)
+            shaped["value"] = decode_nosr(value, source.values, source.nullable.get("VALUE"))
         else:
             shaped["value"] = decode(value, value_format, source.values if source else [])
         return shaped

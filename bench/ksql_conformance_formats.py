@@ -72,6 +72,24 @@ def statement_setting(topic: str, statements: list[str], setting: str) -> str | 
     return None
 
 
+def nullable_setting(name: str, statements: list[str], side: str) -> str | None:
+    """``<side>_PROTOBUF_NULLABLE_REPRESENTATION`` (upper case) of the statement creating
+    the stream or table ``name``, for PROTOBUF_NOSR's message of its columns."""
+    for statement in statements:
+        created = re.match(
+            r"(?is)\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:STREAM|TABLE)\s+(?:IF\s+NOT\s+EXISTS\s+)?"
+            r"`?([A-Za-z0-9_]+)`?",
+            statement,
+        )
+        if created is None or created.group(1).upper() != name.upper():
+            continue
+        given = re.search(
+            rf"(?i)(?<![A-Z_]){side}_PROTOBUF_NULLABLE_REPRESENTATION\s*=\s*'([^']*)'", statement
+        )
+        return given.group(1).upper() if given else None
+    return None
+
+
 class RegistryCodec:
     """Schemas registered, records written and read in the registry's formats."""
 
@@ -256,8 +274,11 @@ def _sql_columns(columns: list[tuple[str, str]]) -> tuple[tuple[str, Any], ...]:
     return tuple((e.name, e.type) for e in statement.elements)
 
 
-def encode_nosr(value: Any, columns: list[tuple[str, str]]) -> bytes | None:
-    """A PROTOBUF_NOSR key or value: the message of the columns, no header."""
+def encode_nosr(
+    value: Any, columns: list[tuple[str, str]], nullable: str | None = None
+) -> bytes | None:
+    """A PROTOBUF_NOSR key or value: the message of the columns (its nullable
+    representation ``nullable``), no header."""
     from strom.ksql import protobuf_rows
 
     if value is None or not columns:
@@ -267,14 +288,14 @@ def encode_nosr(value: Any, columns: list[tuple[str, str]]) -> bytes | None:
         value = {typed[0][0]: value}
     by_name = {k.upper(): v for k, v in value.items()}
     row = {name: value.get(name, by_name.get(name.upper())) for name, _ in typed}
-    message_class = protobuf_rows._columns_class(typed)
+    message_class = protobuf_rows._columns_class(typed, nullable)
     return bytes(protobuf_rows.fill(message_class(), row).SerializeToString())
 
 
-def decode_nosr(data: bytes, columns: list[tuple[str, str]]) -> Any:
+def decode_nosr(data: bytes, columns: list[tuple[str, str]], nullable: str | None = None) -> Any:
     from strom.ksql import protobuf_rows
 
-    return plain_json(protobuf_rows.read_bare(_sql_columns(columns), data))
+    return plain_json(protobuf_rows.read_bare(_sql_columns(columns), data, nullable))
 
 
 def sink_fields(value: Any, columns: list[tuple[str, str]]) -> Any:

@@ -233,6 +233,7 @@ def _serialize(
     row: dict[str, Any],
     delimiter: str | None,
     unwrap_single: bool,
+    nullable: str | None = None,
 ) -> bytes | None:
     if fmt == "NONE" or not columns:
         return None
@@ -249,20 +250,25 @@ def _serialize(
         return delimited_line(values, delimiter or ",").encode()
     if fmt == "PROTOBUF_NOSR":
         try:
-            return protobuf_rows.bare_bytes(tuple((c.name, c.type) for c in columns), row)
+            typed = tuple((c.name, c.type) for c in columns)
+            return protobuf_rows.bare_bytes(typed, row, nullable)
         except protobuf_rows.ProtobufRowError as exc:
             raise KsqlStatementError(str(exc)) from None
     raise KsqlStatementError(f"INSERT VALUES into the {fmt} format is not supported yet")
 
 
 def key_bytes(source: DataSource, row: dict[str, Any]) -> bytes | None:
-    return _serialize(source.key_format, source.key_columns, row, source.key_delimiter, True)
+    nullable = protobuf_rows.nullable_representation(source.properties, "key")
+    return _serialize(
+        source.key_format, source.key_columns, row, source.key_delimiter, True, nullable
+    )
 
 
 def value_bytes(source: DataSource, row: dict[str, Any]) -> bytes | None:
     unwrap = source.wrap_single_value is False
+    nullable = protobuf_rows.nullable_representation(source.properties, "value")
     return _serialize(
-        source.value_format, source.value_columns, row, source.value_delimiter, unwrap
+        source.value_format, source.value_columns, row, source.value_delimiter, unwrap, nullable
     )
 
 

@@ -46,6 +46,8 @@ CREATE_PROPERTIES = frozenset(
         "KEY_SCHEMA_FULL_NAME",
         "VALUE_SCHEMA_FULL_NAME",
         "VALUE_AVRO_SCHEMA_FULL_NAME",
+        "KEY_PROTOBUF_NULLABLE_REPRESENTATION",
+        "VALUE_PROTOBUF_NULLABLE_REPRESENTATION",
         "WINDOW_TYPE",
         "WINDOW_SIZE",
         "SOURCE_CONNECTOR",
@@ -53,6 +55,7 @@ CREATE_PROPERTIES = frozenset(
     }
 )
 WINDOW_TYPES = ("TUMBLING", "HOPPING", "SESSION")
+_PROTOBUF_NULLABLES = ("OPTIONAL", "WRAPPER")
 _KAFKA_KEY_TYPES = ("INTEGER", "BIGINT", "DOUBLE", "STRING", "BYTES")
 _LINE = "\n"
 
@@ -171,6 +174,19 @@ def _non_string_map_key(sql_type: ex.SqlType) -> bool:
     if isinstance(sql_type, ex.StructType):
         return any(_non_string_map_key(f.type) for f in sql_type.fields)
     return False
+
+
+def check_protobuf_nullable(props: dict[str, Any]) -> None:
+    """KEY_ / VALUE_PROTOBUF_NULLABLE_REPRESENTATION, if given, OPTIONAL or WRAPPER (any
+    case; a format other than PROTOBUF and PROTOBUF_NOSR leaves it unused, as ksqlDB)."""
+    for side in ("KEY", "VALUE"):
+        name = f"{side}_PROTOBUF_NULLABLE_REPRESENTATION"
+        given = props.get(name)
+        if given is not None and str(given).upper() not in _PROTOBUF_NULLABLES:
+            raise KsqlStatementError(
+                f"Invalid value {given} for configuration {name}: String must be one of: "
+                + ", ".join(_PROTOBUF_NULLABLES)
+            )
 
 
 def check_serde_shapes(
@@ -462,6 +478,7 @@ class Metastore:
             raise KsqlStatementError(
                 f"Format '{value_format}' does not support 'WRAP_SINGLE_VALUE' set to 'false'."
             )
+        check_protobuf_nullable(props)
         check_serde_shapes(key_format, key_columns, value_format, value_columns, wrap)
         return DataSource(
             kind=statement.kind,

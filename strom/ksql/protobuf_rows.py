@@ -116,15 +116,41 @@ def pool_with(files: list[Any]) -> Any:
     return pool
 
 
+NULLABLE_REPRESENTATIONS = ("OPTIONAL", "WRAPPER")
+_WRAPPER_OF = {  # SQL type -> Google's wrapper of it (WRAPPER)
+    "BOOLEAN": "google.protobuf.BoolValue",
+    "INTEGER": "google.protobuf.Int32Value",
+    "BIGINT": "google.protobuf.Int64Value",
+    "DOUBLE": "google.protobuf.DoubleValue",
+    "STRING": "google.protobuf.StringValue",
+    "BYTES": "google.protobuf.BytesValue",
+}
+
+
+def nullable_representation(properties: dict[str, Any], field: str) -> str | None:
+    """``KEY_`` / ``VALUE_PROTOBUF_NULLABLE_REPRESENTATION`` of a source's WITH
+    properties (``field`` "key" or "value"), upper-cased: OPTIONAL, WRAPPER or None."""
+    given = properties.get(f"{field.upper()}_PROTOBUF_NULLABLE_REPRESENTATION")
+    return None if given is None else str(given).upper()
+
+
 class RowMessages:
     """The message types of one row's columns, declared into a FileDescriptorProto
-    (``file``): ``ConnectDefault1`` the row, nested STRUCTs ``ConnectDefault2``..."""
+    (``file``): ``ConnectDefault1`` the row, nested STRUCTs ``ConnectDefault2``...
 
-    def __init__(self, columns: list[tuple[str, ex.SqlType]]) -> None:
+    ``nullable`` (``*_PROTOBUF_NULLABLE_REPRESENTATION``) is how a scalar field keeps a
+    null apart from proto3's default: OPTIONAL a proto3 ``optional`` field, WRAPPER
+    Google's wrapper message of its type (``google.protobuf.Int32Value``...); None a
+    plain scalar, its null written as the default."""
+
+    def __init__(self, columns: list[tuple[str, ex.SqlType]], nullable: str | None = None) -> None:
         from google.protobuf import descriptor_pb2
 
+        if nullable is not None and nullable not in NULLABLE_REPRESENTATIONS:
+            raise ProtobufRowError(f"unknown PROTOBUF nullable representation {nullable}")
         self.file = descriptor_pb2.FileDescriptorProto(name=ROW_FILE, syntax="proto3")
         self._descriptor = descriptor_pb2
+        self._nullable = nullable
         self._count = 0
         self._class: Any = None
         self._declare(columns, None)
@@ -143,7 +169,23 @@ class RowMessages:
         )
         for number, (column, sql_type) in enumerate(columns, start=1):
             self._field(message, column, sql_type, number)
+            if self._nullable is not None:
+                self._nullable_field(message, message.field[-1], str(sql_type))
         return name
+
+    def _nullable_field(self, message: Any, field: Any, sql_type: str) -> None:
+        """A scalar column's field made to hold a null (OPTIONAL or WRAPPER)."""
+        fd = self._descriptor.FieldDescriptorProto
+        if field.label == fd.LABEL_REPEATED or field.type == fd.TYPE_MESSAGE:
+            return  # a message has presence; a repeated field none to keep
+        if self._nullable == "WRAPPER":
+            self._import("google/protobuf/wrappers.proto")
+            field.type = fd.TYPE_MESSAGE
+            field.type_name = "." + _WRAPPER_OF[sql_type]
+            return
+        field.proto3_optional = True  # in a synthetic oneof of its own, as protoc does
+        field.oneof_index = len(message.oneof_decl)
+        message.oneof_decl.add(name=f"_{field.name}")
 
     def _field(self, message: Any, column: str, sql_type: ex.SqlType, number: int) -> None:
         fd = self._descriptor.FieldDescriptorProto
@@ -425,20 +467,27 @@ def plain_fields(message: Any, fields: list[Any]) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=256)
-def _columns_class(columns: tuple[tuple[str, ex.SqlType], ...]) -> Any:
-    return RowMessages(list(columns)).message_class()
+def _columns_class(columns: tuple[tuple[str, ex.SqlType], ...], nullable: str | None = None) -> Any:
+    return RowMessages(list(columns), nullable).message_class()
 
 
-def bare_bytes(columns: tuple[tuple[str, ex.SqlType], ...], row: dict[str, Any]) -> bytes:
-    """``row`` as PROTOBUF_NOSR writes it: the message of ``columns``, no registry header."""
-    message_class = _columns_class(columns)
+def bare_bytes(
+    columns: tuple[tuple[str, ex.SqlType], ...],
+    row: dict[str, Any],
+    nullable: str | None = None,
+) -> bytes:
+    """``row`` as PROTOBUF_NOSR writes it: the message of ``columns`` (``nullable`` as
+    ``RowMessages`` takes it), no registry header."""
+    message_class = _columns_class(columns, nullable)
     values = {name: row.get(name) for name, _ in columns}
     return bytes(fill(message_class(), values).SerializeToString())
 
 
-def read_bare(columns: tuple[tuple[str, ex.SqlType], ...], data: bytes) -> dict[str, Any]:
+def read_bare(
+    columns: tuple[tuple[str, ex.SqlType], ...], data: bytes, nullable: str | None = None
+) -> dict[str, Any]:
     """A PROTOBUF_NOSR record's fields (``plain``), read as the message of ``columns``."""
-    return plain(_columns_class(columns).FromString(data))
+    return plain(_columns_class(columns, nullable).FromString(data))
 
 
 # ---- columns of a schema ----------------------------------------------------------------

@@ -315,6 +315,9 @@ class SideReader:
         self.delimiter = (source.key_delimiter if side == "key" else source.value_delimiter) or ","
         self.alone = len(columns) == 1 and (side == "key" or source.wrap_single_value is False)
         self.registry = registry
+        # KEY_ / VALUE_PROTOBUF_NULLABLE_REPRESENTATION: the columns' message without a registry
+        nullable = source.properties.get(f"{side.upper()}_PROTOBUF_NULLABLE_REPRESENTATION")
+        self.nullable = None if nullable is None else str(nullable).upper()
         self._avro: Any = None
         self._proto: Any = None
         # JSON numbers keep their text for DECIMAL columns (a float has 17 digits at most)
@@ -369,7 +372,8 @@ class SideReader:
 
             columns = tuple((c.name, c.type) for c in self.columns)
             try:
-                return _fields(protobuf_rows.read_bare(columns, data), self.columns, False)
+                read = protobuf_rows.read_bare(columns, data, self.nullable)
+                return _fields(read, self.columns, False)
             except _Mismatch:
                 raise
             except Exception as exc:  # protobuf's DecodeError, a type it cannot hold
@@ -426,7 +430,7 @@ class SideReader:
             from strom.ksql import protobuf_rows
 
             columns = [(c.name, c.type) for c in self.columns]
-            self._proto = protobuf_rows.RowMessages(columns).message_class()
+            self._proto = protobuf_rows.RowMessages(columns, self.nullable).message_class()
         return self._proto
 
 

@@ -243,7 +243,7 @@ class RegistryFormats:
             if not generated:
                 continue
             if fmt == "PROTOBUF":
-                schema_text = _row_messages(columns).schema_text()
+                schema_text = _row_messages(columns, _nullable(source, field)).schema_text()
             else:
                 alone = _written_alone(source, field, fmt, columns)
                 schema_text = _schema_text(fmt, columns, alone, _full_name(source, field))
@@ -371,7 +371,8 @@ class RegistryFormats:
         self, source: DataSource, field: str, fmt: str, columns: tuple[Column, ...], alone: bool
     ) -> Callable[[Any], bytes]:
         schema_text = _schema_text(fmt, columns, alone, _full_name(source, field))
-        cache_key = (source.topic, field, schema_text)
+        nullable = _nullable(source, field)
+        cache_key = (source.topic, field, schema_text + (nullable or ""))
         with self._lock:
             found = self._serializers.get(cache_key)
             if found is not None:
@@ -390,7 +391,7 @@ class RegistryFormats:
                     avro = AvroSerializer(client, schema_text)
                     made: Callable[[Any], bytes] = lambda data: avro(data, context)  # noqa: E731
                 elif fmt == "PROTOBUF":
-                    made = _protobuf_writer(client, columns, context)
+                    made = _protobuf_writer(client, columns, context, nullable)
                 else:
                     as_json = JSONSerializer(schema_text, client)
                     made = lambda data: as_json(_json_ready(data), context)  # noqa: E731
@@ -649,18 +650,25 @@ def json_schema_columns(
 
 
 def _protobuf_writer(
-    client: Any, columns: tuple[Column, ...], context: Any
+    client: Any, columns: tuple[Column, ...], context: Any, nullable: str | None
 ) -> Callable[[Any], bytes]:
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 
-    message_class = _row_messages(columns).message_class()
+    message_class = _row_messages(columns, nullable).message_class()
     serializer = ProtobufSerializer(message_class, client, {"use.deprecated.format": False})
     return lambda row: serializer(protobuf_rows.fill(message_class(), row), context)
 
 
-def _row_messages(columns: tuple[Column, ...]) -> protobuf_rows.RowMessages:
+def _nullable(source: DataSource, field: str) -> str | None:
+    """The source's ``*_PROTOBUF_NULLABLE_REPRESENTATION`` of ``field`` (key or value)."""
+    return protobuf_rows.nullable_representation(source.properties, field)
+
+
+def _row_messages(
+    columns: tuple[Column, ...], nullable: str | None = None
+) -> protobuf_rows.RowMessages:
     try:
-        return protobuf_rows.RowMessages([(c.name, c.type) for c in columns])
+        return protobuf_rows.RowMessages([(c.name, c.type) for c in columns], nullable)
     except protobuf_rows.ProtobufRowError as exc:
         raise KsqlStatementError(str(exc)) from None
 

@@ -268,6 +268,58 @@ def test_protobuf_nosr_rows_are_the_message_alone() -> None:
         reader.read(readers.SourceRecord("bare", 0, 1, 5, b"k", b"\xff\xff"))
 
 
+@pytest.mark.parametrize(
+    ("representation", "written"),
+    [
+        (None, {"I": 0, "S": "", "B": False}),  # proto3: a null is the default
+        ("OPTIONAL", {"I": 0, "S": None, "B": None}),
+        ("wrapper", {"I": 0, "S": None, "B": None}),
+    ],
+)
+def test_protobuf_nullable_representation_keeps_nulls_apart_from_defaults(
+    representation: str | None, written: dict[str, object]
+) -> None:
+    """VALUE_PROTOBUF_NULLABLE_REPRESENTATION: OPTIONAL declares proto3 ``optional``
+    fields, WRAPPER Google's wrappers; either way a null reads back as null, a 0 as 0."""
+    setting = f", value_protobuf_nullable_representation='{representation}'"
+    metastore = _metastore(
+        "CREATE STREAM bare (id STRING KEY, i INT, s STRING, b BOOLEAN, m MAP<STRING, INT>) "
+        f"WITH (kafka_topic='bare', value_format='PROTOBUF_NOSR'"
+        f"{setting if representation else ''})"
+    )
+    source = metastore.source("BARE")
+    assert source is not None
+    data = formats.value_bytes(source, {"I": 0, "S": None, "B": None, "M": {"a": 0}})
+    assert data is not None
+    read = readers.RecordReader(source).read(readers.SourceRecord("bare", 0, 0, 5, b"k", data))
+    assert {k: read.columns[k] for k in written} == written
+    assert read.columns["M"] == {"a": 0}  # a map's entries are left as they are
+    nullable = protobuf_rows.nullable_representation(source.properties, "value")
+    columns = [(c.name, c.type) for c in source.value_columns]
+    fields = protobuf_rows.RowMessages(columns, nullable).file.message_type[0].field
+    kinds = {f.name: (f.proto3_optional, f.type_name) for f in fields}
+    if nullable == "OPTIONAL":
+        assert kinds["I"] == (True, "") and kinds["S"] == (True, "")
+    elif nullable == "WRAPPER":
+        assert kinds["I"] == (False, ".google.protobuf.Int32Value")
+        assert kinds["B"] == (False, ".google.protobuf.BoolValue")
+    else:
+        assert kinds["I"] == (False, "")
+    assert not kinds["M"][0] and kinds["M"][1] == "MEntry"
+
+
+def test_protobuf_nullable_representation_takes_optional_or_wrapper() -> None:
+    with pytest.raises(KsqlStatementError) as info:
+        _metastore(
+            "CREATE STREAM s (k STRING KEY, i INT) WITH (kafka_topic='t', "
+            "value_format='PROTOBUF', key_protobuf_nullable_representation='NULLS')"
+        )
+    assert str(info.value) == (
+        "Invalid value NULLS for configuration KEY_PROTOBUF_NULLABLE_REPRESENTATION: "
+        "String must be one of: OPTIONAL, WRAPPER"
+    )
+
+
 def test_protobuf_inference_names_its_message_when_the_schema_has_several() -> None:
     files = registry_formats.protobuf_files(
         'syntax = "proto3"; package p; message One { int32 a = 1; } message Two { string b = 1; }'
