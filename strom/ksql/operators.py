@@ -12,8 +12,9 @@ Built from a ``QueryPlan`` (``Operators(plan)`` compiles its expressions):
   null grouping key is dropped, as ksqlDB drops it;
 - ``TableRegrouping``: over a table, each source key's last grouped row kept, so an
   update gives the undo of the old row (under its old group) and the add of the new;
-- ``aggregate(state, group, row, stream_time, sign)``: the row added to (sign 1) or
-  undone from (sign -1) the accumulators of its windows (none; TUMBLING; HOPPING;
+- ``aggregate(state, group, row, stream_time, sign)``: the row added to (sign ``ADD``) or
+  undone from (``UNDO``; ``UNDO_QUIETLY``: no row given, the add of the same record to
+  the same group follows) the accumulators of its windows (none; TUMBLING; HOPPING;
   SESSION, sessions merged), late records (their window's end + grace at or before the
   stream time; a session's, the merged session's end + gap + grace before it) dropped; with
   EMIT CHANGES each update gives the window's new row (every update, as
@@ -680,7 +681,7 @@ class Operators:
                 else:
                     accumulators[index] = function.undo(accumulators[index], *values)
             slot["ts"] = max(slot["ts"], timestamp)
-            if not self.plan.emit_final:
+            if not self.plan.emit_final and sign != UNDO_QUIETLY:
                 changes.extend(self._result(group, start, slot))
         return changes
 
@@ -851,10 +852,21 @@ class Operators:
         return int(min(slot["end"] for slot in state.values())) + self._grace() + after
 
 
+# The signs of ``Operators.aggregate``'s rows: added, undone, or undone without a row of
+# its own (an update staying in its group: the add right after gives the one row)
+ADD = 1
+UNDO = -1
+UNDO_QUIETLY = -2
+
+
 class TableRegrouping:
     """For an aggregation over a table: each source key's last grouped row, so that an
     update undoes the old row in its group before the new row is added (ksqlDB's
-    table GROUP BY). ``state`` maps a source key to (group, row)."""
+    table GROUP BY). An update whose group stays the same gives one row, the group's
+    after both (Kafka Streams hands the old and new row to the aggregation together
+    when their group is the same: ksqlDB's cases write no row between the undo and the
+    add); one that moves gives a row in each group. ``state`` maps a source key to
+    (group, row)."""
 
     def __init__(self, operators: Operators) -> None:
         self.operators = operators
@@ -873,11 +885,13 @@ class TableRegrouping:
         steps: list[tuple[tuple[Any, ...], dict[str, Any], int]] = []
         if previous is not None:
             old_group, old_row = previous
-            steps.append((old_group, {**old_row, "ROWTIME": row.timestamp}, -1))
+            steps.append((old_group, {**old_row, "ROWTIME": row.timestamp}, UNDO))
         if row.tombstone:
             return steps, None
         grouped = self.operators.group(row)
         if grouped is None:
             return steps, None
-        steps.append((grouped[0], grouped[1], 1))
+        if steps and steps[0][0] == grouped[0]:  # the same group: one row, after the add
+            steps[0] = (steps[0][0], steps[0][1], UNDO_QUIETLY)
+        steps.append((grouped[0], grouped[1], ADD))
         return steps, grouped
