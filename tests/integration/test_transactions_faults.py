@@ -244,17 +244,20 @@ def test_transaction_of_a_killed_producer_is_aborted_after_its_timeout(tmp_path:
     try:
         topic = f"abandoned-{uuid.uuid4().hex[:8]}"
         create_topic(broker.bootstrap, topic, 1)
-        proc = _spawn_producer(broker.bootstrap, topic, f"gone-{topic}", 0, timeout_ms=2000)
+        # The transaction times out 6 s after it began: the check that it holds the LSO
+        # comes right after the kill (with 2 s, a loaded machine's kill, produce and
+        # ListOffsets once came after the abort and the check failed).
+        proc = _spawn_producer(broker.bootstrap, topic, f"gone-{topic}", 0, timeout_ms=6000)
         _wait_line(proc, "ready")
         _wait_line(proc, "open")
         os.kill(proc.pid, signal.SIGKILL)
+        # While the transaction is open the LSO holds read_committed readers before it.
+        assert not _lso_reaches_end(broker.bootstrap, topic, 1)
         proc.wait(10)
         plain = Producer({"bootstrap.servers": broker.bootstrap})
         plain.produce(topic, b"plain:0:after")
         plain.flush(10)
-        # While the transaction is open the LSO holds read_committed readers before it.
-        assert not _lso_reaches_end(broker.bootstrap, topic, 1)
-        wait_until(lambda: _lso_reaches_end(broker.bootstrap, topic, 1), 20, "the abort")
+        wait_until(lambda: _lso_reaches_end(broker.bootstrap, topic, 1), 30, "the abort")
         assert _read_all(broker.bootstrap, topic, 1, "read_committed") == ["plain:0:after"]
         assert _read_all(broker.bootstrap, topic, 1, "read_uncommitted") == [
             f"gone-{topic}:0:open",
