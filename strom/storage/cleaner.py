@@ -642,6 +642,16 @@ def _run_delay_s(pid: int) -> float | None:
         return None
 
 
+def _to_normal_class(pid: int) -> bool:
+    """Process ``pid`` moved out of SCHED_IDLE into the normal class (its nice value
+    stays); False where that failed (gone, not permitted, not Linux)."""
+    try:
+        os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
 class _StarvationWatch:
     """Watches the worker through one cleaning, from a thread of the broker's: once it
     has waited ``starved_after_s`` for a CPU since the cleaning began (its run delay;
@@ -676,9 +686,10 @@ class _StarvationWatch:
                 try:
                     if os.sched_getscheduler(pid) != os.SCHED_IDLE:
                         continue
-                    os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
                 except (OSError, AttributeError):
                     continue  # gone, or not Linux
+                if not _to_normal_class(pid):
+                    continue
                 if not self.raised:
                     self.raised = True
                     log.info(
@@ -998,10 +1009,7 @@ class LogCleaner:
         """Back to the normal scheduling class (nice 10 stays), so that the worker gets
         the CPU to see an abort, or to die of a kill."""
         for pid in self._worker_pids():
-            try:
-                os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
-            except (OSError, AttributeError):
-                pass
+            _to_normal_class(pid)
 
     def _kill_worker(self) -> None:
         for pid in self._worker_pids():
