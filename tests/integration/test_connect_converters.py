@@ -363,9 +363,15 @@ def test_a_worker_writes_a_file_source_with_each_converter(
             "auto.offset.reset": "earliest",
         }
     )
-    consumer.subscribe(list(readers))
     lines: dict[str, list[Any]] = {topic: [] for topic in readers}
     try:
+        # librdkafka looks again for a subscribed topic that does not exist yet only every
+        # topic.metadata.refresh.interval.ms (5 min): subscribe once the worker made both.
+        wait_for(
+            lambda: set(readers) <= set(consumer.list_topics(timeout=5).topics),
+            "the worker's two topics",
+        )
+        consumer.subscribe(list(readers))
 
         def all_four() -> bool:
             message = consumer.poll(0.2)
