@@ -150,6 +150,14 @@ def check_reserved_names(query: st.Query, persistent: bool) -> None:
             continue
         expression = item.expression
         named = expression.name if isinstance(expression, ex.ColumnReference) else None
+        if (
+            query.source.joins
+            and item.alias is None
+            and isinstance(expression, ex.ColumnReference)
+            and expression.source is not None
+            and expression.name.upper() in PSEUDO_COLUMNS
+        ):
+            continue  # a join names L.ROWTIME L_ROWTIME
         alias = item.alias if item.alias is not None else named
         if alias is None or alias.upper() not in SYSTEM_COLUMNS:
             continue
@@ -206,15 +214,23 @@ def _unknown_qualifier(name: str) -> str:
 def _refuse_ambiguous(
     reference: ex.ColumnReference, relations: list[Any], sources: dict[str, DataSource]
 ) -> None:
-    """An unqualified name that more than one source of a join has is ambiguous."""
-    if reference.source is not None or len(relations) < 2 or reference.name in PSEUDO_COLUMNS:
+    """An unqualified name that more than one source of a join has is ambiguous: every
+    source has the pseudo columns, every windowed source the window bounds (ksqlDB lists
+    the choices sorted)."""
+    if reference.source is not None or len(relations) < 2:
         return
+    name = reference.name
     having = [
-        r.alias or r.name for r in relations if sources[r.name].column(reference.name) is not None
+        r.alias or r.name
+        for r in relations
+        if name in PSEUDO_COLUMNS
+        or (name in WINDOW_BOUNDS and sources[r.name].is_windowed)
+        or sources[r.name].column(name) is not None
     ]
     if len(having) > 1:
         where = f"Line: {reference.line}, Col: {reference.column}: " if reference.line else ""
-        choices = " or ".join(f"{h}.{reference.name}" for h in having)
+        shown = sorted(f"{h}.{name}" for h in having)
+        choices = ", ".join(shown[:-1]) + " or " + shown[-1]
         raise KsqlStatementError(
             f"Exception while preparing statement: {where}Column '{reference.name}' is"
             f" ambiguous. Could be {choices}."

@@ -816,7 +816,13 @@ class KsqlEngine:
             if target is None:
                 raise KsqlStatementError(f"Source `{statement.target}` does not exist.")
             request = SinkRequest(target.name, None, statement.properties, target, partitions, text)
-        return plan_query(statement.query, self.metastore, request, text)
+        return plan_query(statement.query, self.metastore, request, text, self._partition_count)
+
+    def _partition_count(self, topic: str) -> int | None:
+        """A topic's partition count (None when it does not exist), for the planner's
+        check that a join's sides have the same."""
+        found = topic_metadata(self.admin, topic)
+        return len(found.partitions) if found is not None else None
 
     def _persistent_query(
         self,
@@ -963,7 +969,8 @@ class KsqlEngine:
         """The plan of a push or pull query; ``KsqlStatementError`` with ksqlDB's message."""
         self._await_commands()
         with self.lock:
-            plan = plan_query(query, self.metastore, None, text)
+            counts = None if query.is_pull else self._partition_count
+            plan = plan_query(query, self.metastore, None, text, counts)
             if query.is_pull:
                 self._check_pull(plan)
         return plan

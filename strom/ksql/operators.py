@@ -51,7 +51,13 @@ from typing import TYPE_CHECKING, Any
 
 from strom.ksql import expressions as ex
 from strom.ksql.metastore import KsqlStatementError
-from strom.ksql.planner import JoinPlan, QueryPlan, Window
+from strom.ksql.planner import (
+    JOINED_SYSTEM_COLUMNS,
+    JoinPlan,
+    QueryPlan,
+    Window,
+    side_system_columns,
+)
 from strom.ksql.readers import Row, parse_timestamp
 
 if TYPE_CHECKING:
@@ -104,8 +110,26 @@ class _CompiledJoin:
         self.right_key = compile_expression(plan.right_key, scope)
         self.nulls = {
             "left": dict.fromkeys(plan.left_columns),
-            "right": {f"{plan.right_name}_{c.name}": None for c in plan.right.columns},
+            "right": {
+                f"{plan.right_name}_{column}": None
+                for column in [
+                    *(c.name for c in plan.right.columns),
+                    *side_system_columns(plan.right),
+                ]
+            },
         }
+
+
+def _same_window(one: Row, other: Row, session: bool) -> bool:
+    """Whether the records of two windowed sources have the same windowed key (their key
+    being equal): the same start (a time window's key holds no end), and the same end
+    for session windows; records of sources not windowed always do."""
+    a, b = one.columns, other.columns
+    if "WINDOWSTART" not in a or "WINDOWSTART" not in b:
+        return True
+    if a["WINDOWSTART"] != b["WINDOWSTART"]:
+        return False
+    return not session or a.get("WINDOWEND") == b.get("WINDOWEND")
 
 
 def _ignore(message: str) -> None:
@@ -336,9 +360,10 @@ class Operators:
         columns.update(
             join.nulls["right"] if right is None else join.plan.prefixed("right", right.columns)
         )
-        if left is None and right is not None:  # the row's time is the right side's
-            for pseudo in ("ROWTIME", "ROWPARTITION", "ROWOFFSET"):
-                columns[pseudo] = right.columns.get(pseudo)
+        if left is None and right is not None:  # the row's time (window) is the right's
+            for system in JOINED_SYSTEM_COLUMNS:
+                if system in right.columns:
+                    columns[system] = right.columns[system]
         return Row(columns)
 
     def joined(self, row: Row, table_row: Row | None, step: int = 0) -> list[Change]:
@@ -444,7 +469,9 @@ class Operators:
         out: list[Joined] = []
         entry = {"row": row, "matched": False}
         for candidate in state.get(other, []):
-            if low <= candidate["row"].timestamp <= high:
+            if low <= candidate["row"].timestamp <= high and _same_window(
+                row, candidate["row"], join.right.window_type == "SESSION"
+            ):
                 candidate["matched"] = entry["matched"] = True
                 pair = (row, candidate["row"]) if side == "left" else (candidate["row"], row)
                 joined = self._joined_row(pair[0], pair[1], step)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +68,9 @@ PSEUDO_TYPES: dict[str, ex.SqlType] = {
     "ROWOFFSET": BIGINT,
 }
 WINDOW_BOUND_TYPES: dict[str, ex.SqlType] = {"WINDOWSTART": BIGINT, "WINDOWEND": BIGINT}
+# The system columns a joined row holds unprefixed: its own time and, over windowed
+# sources, its window (the left record's, else the right's)
+JOINED_SYSTEM_COLUMNS = (*PSEUDO_TYPES, *WINDOW_BOUND_TYPES)
 # Key types each primitive key format can hold (ksqlDB's supportsKeyType).
 _KAFKA_KEY_TYPES = ("INTEGER", "BIGINT", "DOUBLE", "STRING", "BYTES")
 SINK_PROPERTIES = frozenset(
@@ -138,6 +142,15 @@ class Aggregation:
     columns: dict[str, ex.SqlType] = field(hash=False)  # the aggregation row's columns
 
 
+def side_system_columns(source: DataSource) -> dict[str, ex.SqlType]:
+    """The system columns a source brings to a join under its name (``L_ROWTIME``...):
+    the pseudo columns, and the window bounds of a windowed source."""
+    found = dict(PSEUDO_TYPES)
+    if source.is_windowed:
+        found.update(WINDOW_BOUND_TYPES)
+    return found
+
+
 @dataclass(frozen=True)
 class JoinPlan:
     """A join of two sources on equal keys: stream-table (each stream record looks up
@@ -166,18 +179,23 @@ class JoinPlan:
     # The last join's key column when no source column equals it (a FULL OUTER join, or
     # a condition of expressions): ksqlDB's synthetic ROWKEY, which the joined row holds.
     synthetic_key: str | None = None
+    # A windowed side would be repartitioned: joined on other than its key, or its key
+    # in another format or window than the other's (ksqlDB refuses it as it builds the
+    # query's streams, after its planner's checks).
+    windowed_rekey: bool = False
 
     def prefixed(self, side: str, columns: dict[str, Any]) -> dict[str, Any]:
-        """A side's row with its columns prefixed (the left keeps its pseudo columns
-        unprefixed too: they are the joined row's)."""
+        """A side's row with its columns prefixed, its pseudo columns (and window bounds)
+        too: ``L.ROWTIME`` is ``L_ROWTIME``, the left record's time. The left keeps them
+        unprefixed as well: they are the joined row's (its time, its window)."""
         if side == "left" and self.left_joined:
             return columns
         name = self.left_name if side == "left" else self.right_name
         row = {f"{name}_{column}": value for column, value in columns.items()}
         if side == "left":
-            for pseudo in PSEUDO_TYPES:
-                if pseudo in columns:
-                    row[pseudo] = columns[pseudo]
+            for system in JOINED_SYSTEM_COLUMNS:
+                if system in columns:
+                    row[system] = columns[system]
         return row
 
 
@@ -563,9 +581,11 @@ def plan_query(
     metastore: Metastore,
     sink: SinkRequest | None = None,
     statement: str = "",
+    partitions: Callable[[str], int | None] | None = None,
 ) -> QueryPlan:
     """The plan of ``query`` (a transient query when ``sink`` is None); ksqlDB's
-    ``KsqlStatementError`` for what it refuses."""
+    ``KsqlStatementError`` for what it refuses (``partitions(topic)``: a topic's
+    partition count, for a join's check that its sides' match)."""
     if query.partition_by == ():  # PARTITION BY (), which ksqlDB's parser refuses so
         raise KsqlStatementError("PARTITION BY requires at least one expression")
     analyze(query, metastore, sink is not None)
@@ -662,8 +682,11 @@ def plan_query(
         table_functions=tuple(TableFunction(f.column, f.name, f.argument) for f in table_functions),
     )
     if sink is None:
+        stream_refusals(plan, partitions)
         return plan
-    return dataclasses.replace(plan, sink=_sink(plan, sink, statement))
+    planned = dataclasses.replace(plan, sink=_sink(plan, sink, statement))
+    stream_refusals(planned, partitions)
+    return planned
 
 
 @dataclass(frozen=True)
@@ -743,10 +766,12 @@ def _select_items(
             for name, side in sides:
                 if item.source is not None and item.source != name and item.source != side.name:
                     continue
-                ordered = [*side.key_columns, *(c for c in side.columns if c.namespace != "KEY")]
-                items.extend(
-                    (f"{name}_{c.name}", ex.ColumnReference(c.name, name)) for c in ordered
-                )
+                # its key columns, a windowed side's window bounds, its value columns
+                ordered = [c.name for c in side.key_columns]
+                if side.is_windowed:
+                    ordered += list(WINDOW_BOUND_TYPES)
+                ordered += [c.name for c in side.columns if c.namespace != "KEY"]
+                items.extend((f"{name}_{c}", ex.ColumnReference(c, name)) for c in ordered)
         elif isinstance(item, st.AllColumns) and query.partition_by is not None:
             items.extend(_repartitioned_columns(query.partition_by, source))
         elif isinstance(item, st.AllColumns):
@@ -786,8 +811,10 @@ def _repartitioned_columns(
 
 
 def _joined_name(expression: ex.Expression, scope: Scope) -> str | None:
-    """A joined column's name when more than one source has it (``<name>_<column>``)."""
-    if not isinstance(expression, ex.ColumnReference) or expression.name in PSEUDO_TYPES:
+    """A joined column's name when more than one source has it (``<name>_<column>``),
+    as every source has the pseudo columns (``L.ROWTIME`` is ``L_ROWTIME``); a window
+    bound keeps its name, as ksqlDB names it."""
+    if not isinstance(expression, ex.ColumnReference) or expression.name in WINDOW_BOUND_TYPES:
         return None
     if (None, expression.name) in scope.qualified:
         return None
@@ -1137,10 +1164,11 @@ def _plan_join(
             for alias in aliases:
                 qualified[(alias, column.name)] = f"{name}_{column.name}"
             counts[column.name] = counts.get(column.name, 0) + 1
-        for pseudo in PSEUDO_TYPES:
+        for system, sql_type in side_system_columns(side).items():
+            columns[f"{name}_{system}"] = sql_type
             for alias in aliases:
-                qualified.setdefault((alias, pseudo), pseudo)
-    for name, sql_type in PSEUDO_TYPES.items():
+                qualified[(alias, system)] = f"{name}_{system}"
+    for name, sql_type in PSEUDO_TYPES.items():  # the joined row's own, named by no query
         columns[name] = sql_type
     for column_name, count in counts.items():
         if count == 1:
@@ -1166,24 +1194,22 @@ def _plan_join(
         right = sources[index + 1][1]
         shape = _join_refusals(join, left_kind, sources[0][1].name, right)
         left_key, right_key, written = keys[index]
-        for name, expression in written:  # a windowed side joined on other than its key
+        windowed_rekey = _rekeys_window([(name, by_name[name]) for name, _ in written])
+        for name, expression in written:
             side = by_name[name]
             side_keys = {f"{name}_{c.name}" for c in side.key_columns}
-            if side.is_windowed and not (
+            if side.is_windowed and not (  # a windowed side joined on other than its key
                 isinstance(expression, ex.ColumnReference)
                 and scope.resolve(expression) in side_keys
             ):
-                raise KsqlStatementError(
-                    "Implicit repartitioning of windowed sources is not supported. See "
-                    "https://github.com/confluentinc/ksql/issues/4385."
-                )
+                windowed_rekey = True
             # a stream joined on a value column is repartitioned by it: its new key
             if side.kind == "STREAM" and isinstance(expression, ex.ColumnReference):
                 new_key = scope.resolve(expression)
                 if new_key not in side_keys:
                     refuse_map_keys([Column(new_key, scope.columns[new_key], "KEY")])
         plan = _join_plan(join, shape, plans, sources, index, scope, left_key, right_key)
-        plans.append(plan)
+        plans.append(dataclasses.replace(plan, windowed_rekey=windowed_rekey))
         left_kind = "TABLE" if shape == "table-table" else "STREAM"
     synthetic = _synthetic_key(query, tuple(plans), scope, [s for _, s in sources])
     if synthetic is not None:
@@ -1215,6 +1241,57 @@ def _synthetic_key(
                 used.add(int(found.group(2) or 0))
     index = next(i for i in range(len(used) + 1) if i not in used)
     return SYNTHETIC_KEY if index == 0 else f"{SYNTHETIC_KEY}_{index}"
+
+
+# Key formats whose serializer infers the schema: ksqlDB repartitions a join's sides in
+# them whatever their key, in the join's key format (no windowed key is refused for it)
+_INFERRED_KEY_FORMATS = frozenset({"AVRO", "PROTOBUF", "JSON_SR"})
+
+
+def _rekeys_window(sides: list[tuple[str, DataSource]]) -> bool:
+    """Whether joining two windowed sources on their keys rewrites one's key: in a key
+    format without an inferred schema, a key in another format or window than the
+    other's is written again in the join's (ksqlDB refuses that for a windowed key)."""
+    (_, one), (_, other) = sides
+    if not (one.is_windowed and other.is_windowed):
+        return False
+    if one.key_format in _INFERRED_KEY_FORMATS and other.key_format in _INFERRED_KEY_FORMATS:
+        return False
+    return (one.key_format, one.window_type, one.window_size_ms) != (
+        other.key_format,
+        other.window_type,
+        other.window_size_ms,
+    )
+
+
+def stream_refusals(plan: QueryPlan, partitions: Callable[[str], int | None] | None = None) -> None:
+    """ksqlDB's refusals of a join once it builds the query's streams (after its
+    planner's checks), in its order: each join but a foreign-key one, the last first, of
+    sides whose topics' partition counts differ (the left side's count its right-most
+    source's, its name its left-most's; ``partitions(topic)``: a topic's count, None
+    when unknown), then a windowed side that would be repartitioned."""
+    joins = plan.joins
+    if partitions is not None:
+        for index in reversed(range(len(joins))):
+            join = joins[index]
+            if join.foreign_key:
+                continue
+            left_topic = plan.source.topic if index == 0 else joins[index - 1].right.topic
+            left, right = partitions(left_topic), partitions(join.right.topic)
+            if left is None or right is None or left == right:
+                continue
+            left_name, right_name = f"`{join.left_name}`", f"`{join.right_name}`"
+            raise KsqlStatementError(
+                f"Can't join {left_name} with {right_name} since the number of partitions "
+                f"don't match. {left_name} partitions = {left}; {right_name} partitions = "
+                f"{right}. Please repartition either one so that the number of partitions "
+                "match."
+            )
+    if any(join.windowed_rekey for join in joins):
+        raise KsqlStatementError(
+            "Implicit repartitioning of windowed sources is not supported. See "
+            "https://github.com/confluentinc/ksql/issues/4385."
+        )
 
 
 def _refuse_window_mix(sides: list[tuple[str, DataSource]]) -> None:
@@ -1374,7 +1451,9 @@ def _join_plan(
         grace_ms=within.grace.milliseconds if within and within.grace is not None else None,
         left_joined=index > 0,
         left_columns=tuple(
-            f"{name}_{c.name}" for name, source in sources[: index + 1] for c in source.columns
+            f"{name}_{column}"
+            for name, source in sources[: index + 1]
+            for column in [*(c.name for c in source.columns), *side_system_columns(source)]
         ),
         foreign_key=foreign_key,
         left_key_columns=tuple(f"{left_name}_{c.name}" for c in left.key_columns),

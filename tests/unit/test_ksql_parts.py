@@ -306,16 +306,16 @@ def test_queries_resolved_against_the_metastore() -> None:
     ):
         metastore.put_source(source_of(text, metastore))
     windowed_join = (
-        "SELECT o.id, c.name, at->city, TRANSFORM(items, x => x + o.id), ROWTIME{} "
+        "SELECT o.id, c.name, at->city, TRANSFORM(items, x => x + o.id), o.ROWTIME{} "
         "FROM orders o JOIN customers c ON o.cid = c.id "
-        "WINDOW TUMBLING (SIZE 1 MINUTE) WHERE ROWPARTITION = 0 GROUP BY o.id EMIT CHANGES"
+        "WINDOW TUMBLING (SIZE 1 MINUTE) WHERE c.ROWPARTITION = 0 GROUP BY o.id EMIT CHANGES"
     )
     analysis = analyzed(windowed_join.format(""), metastore)
     assert set(analysis.sources) == {"ORDERS", "O", "CUSTOMERS", "C"} and analysis.windowed
     # ksqlDB resolves no window bound in a join's windowed aggregation (issue 5931)
     with pytest.raises(KsqlStatementError) as info:
         analyzed(windowed_join.format(", WINDOWSTART"), metastore)
-    assert str(info.value) == "Line: 1, Col: 74: SELECT column 'WINDOWSTART' cannot be resolved."
+    assert str(info.value) == "Line: 1, Col: 76: SELECT column 'WINDOWSTART' cannot be resolved."
     with pytest.raises(KsqlStatementError) as info:
         analyzed("SELECT * FROM nowhere EMIT CHANGES", metastore)
     assert str(info.value) == "Exception while preparing statement: NOWHERE does not exist."
@@ -327,7 +327,14 @@ def test_queries_resolved_against_the_metastore() -> None:
         analyzed("SELECT id FROM orders o JOIN customers c ON o.cid = c.id", metastore)
     assert str(info.value) == (
         "Exception while preparing statement: Line: 1, Col: 8: Column 'ID' is ambiguous."
-        " Could be O.ID or C.ID."
+        " Could be C.ID or O.ID."
+    )
+    # every joined source has the pseudo columns (ksqlDB lists the choices sorted)
+    with pytest.raises(KsqlStatementError) as info:
+        analyzed("SELECT o.id, ROWTIME FROM orders o JOIN customers c ON o.cid = c.id", metastore)
+    assert str(info.value) == (
+        "Exception while preparing statement: Line: 1, Col: 14: Column 'ROWTIME' is "
+        "ambiguous. Could be C.ROWTIME or O.ROWTIME."
     )
     with pytest.raises(KsqlStatementError) as info:
         analyzed("SELECT o.id FROM orders o JOIN customers c ON x.cid = c.id", metastore)
