@@ -20,8 +20,9 @@ The stages of a plan (``stages(plan)``), in order:
   group.
 
 A ``Message`` is a row on its way to a stage: the stage's index, the key, what the stage
-takes, its timestamp and a tie order (a table's change before a stream record of the
-same time). ``JoinFlow.step`` runs one message in its key's state and gives the messages
+takes, its timestamp and a tie order (``tie_order``: a table's change before a stream
+record of the same time; of two tables joined on their keys, the left one's change
+first). ``JoinFlow.step`` runs one message in its key's state and gives the messages
 for the next stages and, from the last one, the output ``Change``s.
 
 Does not own the operators' semantics (``strom.ksql.operators``), reading or writing
@@ -61,7 +62,18 @@ class Message:
     key: Any
     payload: Any
     timestamp: int
-    order: int = 1  # 0: a table's change, served first at a tie
+    order: int = 1  # 0: served first at a tie (``tie_order``)
+
+
+def tie_order(plan: QueryPlan, step: int, side: str) -> int:
+    """A join's row's place at a tie of timestamps (0 first, 1 second): a table's change
+    before a stream record it serves; of a table-table join on the keys, the left table's
+    change before the right one's, as ksqlDB's test driver takes records in the order they
+    were written and its cases write the left table's first (``sum int left join of
+    table``: each left row joins, then the right rows change the sums)."""
+    join = plan.joins[step]
+    left_first = join.shape == "table-table" and not join.foreign_key
+    return int(side == "right") if left_first else int(side == "left")
 
 
 def flowing(plan: QueryPlan) -> bool:
@@ -124,14 +136,15 @@ class JoinFlow:
             key = operators.key_of("left", row, 0)
             if key is None:
                 return []
-            return [Message(0, key, ("left", row), row.timestamp)]
+            order = tie_order(self.plan, 0, "left")
+            return [Message(0, key, ("left", row), row.timestamp, order)]
         step = source - 1
         stage = self._join_stage[step]
         key = operators.key_of("right", row, step)
         if key is None:
             return []
         payload = ("right", row)
-        return [Message(stage, key, payload, row.timestamp, 0)]
+        return [Message(stage, key, payload, row.timestamp, tie_order(self.plan, step, "right"))]
 
     def step(
         self, message: Message, state: dict[Any, Any], stream_time: int
@@ -198,7 +211,8 @@ class JoinFlow:
                 if following.shape != "table-table" or key is None or isinstance(key, tuple):
                     key = operators.key_of("left", row, step + 1)
                 if key is not None:
-                    messages.append(Message(index + 1, key, ("left", row), row.timestamp))
+                    order = tie_order(self.plan, step + 1, "left")
+                    messages.append(Message(index + 1, key, ("left", row), row.timestamp, order))
             elif self.plan.aggregation is None:
                 if self.stages[-1].kind == ORDER:
                     messages.append(Message(index + 1, item.key, item, row.timestamp))

@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from strom.ksql import processing_log
-from strom.ksql.join_flow import ORDER, flowing
+from strom.ksql.join_flow import ORDER, flowing, tie_order
 from strom.ksql.planner import QueryPlan
 
 if TYPE_CHECKING:
@@ -371,8 +371,8 @@ def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
 
 def run_join_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow before a join: each row of either source keyed by its join key, with
-    its side; sequence 0 for the right side's rows, 1 for the left's (the right first
-    at a tie, as a table's change before the stream record it serves)."""
+    its side and its sequence, its place at a tie (``join_flow.tie_order``: a table's
+    change before the stream record it serves, a left table's before a right one's)."""
     parts = _parts(spec)
     join = spec.plan.join
     assert join is not None
@@ -389,14 +389,14 @@ def run_join_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Itera
                 grouped.add(LOG_GROUP, record, 0, record.timestamp, entry)
             if key is not None:
                 payload = pickle.dumps((side, row))
-                grouped.add(pickle.dumps(key), record, 0 if right else 1, row.timestamp, payload)
+                tie = tie_order(spec.plan, 0, side)
+                grouped.add(pickle.dumps(key), record, tie, row.timestamp, payload)
         yield grouped.batch()
 
 
 def _join_processor(spec: QuerySpec) -> Any:
     """A join key's state in Spark's state store (a table's row, a stream's records
-    within the window), its rows joined in timestamp order (the right side first at a
-    tie)."""
+    within the window), its rows joined in timestamp order (``tie_order`` at a tie)."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
     from pyspark.sql.types import BinaryType, StructField, StructType
 
@@ -490,7 +490,7 @@ def _join_processor(spec: QuerySpec) -> Any:
 
 def _in_time_order(frame: pd.DataFrame) -> Any:
     """The positions of a keyed step's rows in the order its key takes them: by time,
-    then sequence (a table's change first at a tie), source partition and offset;
+    then sequence (``tie_order`` at a tie), source partition and offset;
     numpy's stable lexsort (pandas' multi-column sort costs milliseconds a key, most
     keys having few rows)."""
     import numpy as np
@@ -596,7 +596,7 @@ class _Chained:
 
 def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
     """One stage of a flow of joins: the rows for it run in their key's state (Spark's
-    state store), in timestamp order (a table's change first at a tie); the rows for
+    state store), in timestamp order (``tie_order`` at a tie); the rows for
     later stages pass through. ``output``: "chain" (rows for the next stages), "grouped"
     (rows for the aggregation after the last join) or "records" (the sink's)."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -637,8 +637,9 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
             timed = output == "grouped" and _timed_places(spec.plan)
             if timed:  # for the aggregation, which takes a group's rows in (partition,
                 # offset, sequence) order: the offset is the time, the sequence the tie
-                # order and the offset (mod 2^29) at a tie
-                off, tie = at, tie + 2 * (off % (1 << 29))
+                # order then the offset (mod 2^27), as the join steps take them at a
+                # tie (the regrouping doubles it: within int32)
+                off, tie = at, (tie << 27) + off % (1 << 27)
             flow_stages = parts.flow().stages
             for message in messages:
                 order = tie if timed else message.order
@@ -834,12 +835,14 @@ def _regroup_processor(spec: QuerySpec) -> Any:
             from strom.ksql.operators import TableRegrouping
 
             parts = _parts(spec)
-            frame = pd.concat(list(rows), ignore_index=True).sort_values(["part", "off"])
+            frame = pd.concat(list(rows), ignore_index=True).sort_values(
+                ["part", "off", "seq"], kind="stable"
+            )
             regrouping = TableRegrouping(parts.operators)
             previous = pickle.loads(self.state.get()[0]) if self.state.exists() else None
             grouped = _Grouped()
-            for part, off, payload in zip(
-                frame["part"], frame["off"], frame["payload"], strict=True
+            for part, off, seq, payload in zip(
+                frame["part"], frame["off"], frame["seq"], frame["payload"], strict=True
             ):
                 if key[0] == LOG_GROUP:  # processing log entries pass through
                     grouped.add(LOG_GROUP, _Position(int(part), int(off)), 0, 0, payload)
@@ -847,9 +850,11 @@ def _regroup_processor(spec: QuerySpec) -> Any:
                 row = pickle.loads(payload)
                 steps, previous = regrouping.changes(previous, row)
                 record = _Position(int(part), int(off))
-                for sequence, (group, columns, sign) in enumerate(steps):
+                # a join's rows of one time keep their order (their ``seq``) in the
+                # groups: an undo and an add (at most two) after it
+                for step, (group, columns, sign) in enumerate(steps):
                     grouped.add(
-                        pickle.dumps(group), record, sequence, row.timestamp,
+                        pickle.dumps(group), record, 2 * int(seq) + step, row.timestamp,
                         pickle.dumps((columns, sign)),
                     )  # fmt: skip
             for entry in parts.take_errors():

@@ -286,6 +286,54 @@ def test_a_table_table_join_gives_its_results_in_the_order_of_their_records(
     ]
 
 
+@pytest.mark.parametrize("backwards", [False, True])
+def test_a_grouped_table_table_join_takes_the_left_tables_change_first_at_a_tie(
+    backwards: bool,
+) -> None:
+    """Every record at one time: each account joins with no limit first, then the
+    limits change the sums (ksqlDB's sum int left join of table)."""
+    plan = planned(
+        *SOURCES,
+        "CREATE TABLE caps AS SELECT a.id, SUM(l.cap) AS cap FROM accounts a "
+        "LEFT JOIN limits l ON a.id = l.id GROUP BY a.id",
+    )
+    records = [
+        ("accounts", "a1", {"CUSTOMER": "c1", "BALANCE": 1}, 0),
+        ("accounts", "a2", {"CUSTOMER": "c1", "BALANCE": 2}, 0),
+        ("limits", "a1", {"CAP": 5}, 0),
+        ("limits", "a2", {"CAP": 10}, 0),
+        ("limits", "a1", {"CAP": 20}, 0),
+        ("limits", "a1", None, 0),
+    ]
+    assert run_on_spark_steps(plan, records, backwards) == [
+        (b"a1", {"CAP": 0}, 0),
+        (b"a2", {"CAP": 0}, 0),
+        (b"a1", {"CAP": 5}, 0),
+        (b"a2", {"CAP": 10}, 0),
+        (b"a1", {"CAP": 20}, 0),
+        (b"a1", {"CAP": 0}, 0),
+    ]
+
+
+@pytest.mark.parametrize("backwards", [False, True])
+def test_a_table_table_join_takes_the_left_tables_change_first_at_a_tie(
+    backwards: bool,
+) -> None:
+    plan = planned(
+        *SOURCES,
+        "CREATE TABLE capped AS SELECT a.id, a.balance, l.cap FROM accounts a "
+        "LEFT JOIN limits l ON a.id = l.id",
+    )
+    records = [
+        ("limits", "a1", {"CAP": 10}, 0),  # written first, taken after the account
+        ("accounts", "a1", {"CUSTOMER": "c1", "BALANCE": 1}, 0),
+    ]
+    assert run_on_spark_steps(plan, records, backwards) == [
+        (b"a1", {"BALANCE": 1, "CAP": None}, 0),
+        (b"a1", {"BALANCE": 1, "CAP": 10}, 0),
+    ]
+
+
 def test_a_foreign_key_join_on_spark_steps() -> None:
     plan = planned(
         *SOURCES,
