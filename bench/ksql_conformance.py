@@ -18,7 +18,11 @@ produced with their keys, values and timestamps in the formats of the sources th
 them, then the records expected on each sink topic waited for (bounded: a case that
 expects none is given a short wait) and compared in order: key, value, timestamp (when
 the case gives one) and window bounds (windowed keys). A case that expects an error
-passes when a statement fails with a message containing the expected one. Its queries
+passes when a statement fails with a message containing the expected one; one that
+expects its query to fail at a record (a StreamsException: ksqlDB's test driver stops
+there) when the statements succeed, the records before that one made what it expects
+(repeats of them after them allowed: a query in ERROR is retried) and a query of the
+case has the expected message and cause message in its queryErrors. Its queries
 are terminated at its end.
 
 The schema registry's formats (AVRO, PROTOBUF, JSON_SR) go through a schema registry
@@ -87,6 +91,7 @@ TEST_UDFS = (
     "DECIMALSTRUCT", "KSQLSTRUCTUDF", "COMPLEXFUNCTION", "CONFIGURABLEUDF", "TOSTRUCT",
 )  # fmt: skip
 OUTPUT_WAIT_S = 240.0  # the bound on a case's expected records
+QUERY_ERROR_WAIT_S = 60.0  # the bound on a failing query's error
 NO_OUTPUT_WAIT_S = 25.0  # a case that expects no record on a topic
 EXTRA_WAIT_S = 2.0  # records beyond the expected ones, looked for after them
 SUFFIX_RE = re.compile(r"__C\d+C", re.IGNORECASE)
@@ -560,6 +565,13 @@ class Harness:
                 failure = (original, unsuffixed(str(answer.get("message", answer))))
                 break
         expected_error = case.get("expectedException")
+        if expected_error is not None and processing_failure(expected_error):
+            if failure is not None:  # ksqlDB takes the statements, then fails the query
+                result.reason = "statement failed"
+                result.diff += [f"statement: {failure[0]}", f"error: {failure[1]}"]
+                return
+            self._run_to_failure(case, suffix, names, statements, result)
+            return
         if expected_error is not None:
             wanted = expected_error.get("message")
             if failure is None:
@@ -584,6 +596,56 @@ class Harness:
         made = query_sinks(statements) if not case.get("outputs") else set()
         sinks = {s.topic for s in sources.values() if unsuffixed(s.name).upper() in made}
         self.compare(case.get("outputs", []), suffix, sources, result, sinks)
+
+    def _run_to_failure(
+        self,
+        case: dict[str, Any],
+        suffix: str,
+        names: set[str],
+        statements: list[str],
+        result: Result,
+    ) -> None:
+        """A case whose query fails at a record (a StreamsException in ksqlDB's test
+        driver): the records the case expects, those the records before it made, are
+        written (a retry of the query may write them again: repeats of them are not
+        extra), and a query of the case has the error in its queryErrors."""
+        sources = self.sources(names, suffix)
+        for source in sources.values():
+            name = unsuffixed(source.name)
+            source.nullable = {s: nullable_setting(name, statements, s) for s in ("KEY", "VALUE")}
+        self.produce(case.get("inputs", []), suffix, sources)
+        made = query_sinks(statements) if not case.get("outputs") else set()
+        sinks = {s.topic for s in sources.values() if unsuffixed(s.name).upper() in made}
+        self.compare(case.get("outputs", []), suffix, sources, result, sinks, repeats=True)
+        problem = self.query_error(suffix, case["expectedException"])
+        if problem is not None:
+            result.ok = False
+            result.reason = result.reason or "no query error"
+            result.diff.append(problem)
+
+    def query_error(self, suffix: str, expected: dict[str, Any]) -> str | None:
+        """None once a query of the case has an error (SHOW QUERIES EXTENDED's
+        queryErrors, as ksqlDB keeps its queries' failures) holding the expected message
+        and cause message; else what the case's queries have (bounded wait)."""
+        wanted = [str(expected[k]) for k in ("message", "causeMessage") if expected.get(k)]
+        seen: list[str] = []
+        deadline = time.monotonic() + QUERY_ERROR_WAIT_S
+        while True:
+            ok, answer = self.ksql("SHOW QUERIES EXTENDED;", {})
+            seen = []
+            for entity in answer if ok else []:
+                for query in entity.get("queryDescriptions", []):
+                    if suffix.upper() not in str(query.get("id", "")).upper():
+                        continue
+                    seen += [
+                        unsuffixed(str(e.get("errorMessage")))
+                        for e in query.get("queryErrors") or []
+                    ]
+            if any(all(w in message for w in wanted) for message in seen):
+                return None
+            if time.monotonic() > deadline:
+                return f"query errors: expected {' / '.join(wanted)}; got {seen or 'none'}"
+            time.sleep(1.0)
 
     def produce(
         self, inputs: list[dict[str, Any]], suffix: str, sources: dict[str, Source]
@@ -626,9 +688,11 @@ class Harness:
         sources: dict[str, Source],
         result: Result,
         sinks: set[str] | None = None,
+        repeats: bool = False,
     ) -> None:
         """The records of each topic the case expects records on, and of the case's
-        query sinks it expects none on (read for a short while)."""
+        query sinks it expects none on (read for a short while); with ``repeats``,
+        records after the expected ones that repeat one of them are not extra."""
         expected: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for record in outputs:
             expected[record["topic"] + suffix].append(record)
@@ -639,7 +703,14 @@ class Harness:
             source = sources.get(topic)
             got = self.read(topic, len(wanted))
             actual = [self.shape(r, source) for r in got]
-            problems += self.diff(topic, [as_written(w, source) for w in wanted], actual)
+            written = [as_written(w, source) for w in wanted]
+            if repeats:
+                actual = actual[: len(written)] + [
+                    a for a in actual[len(written) :]
+                    if not any(same(w.get("key"), a["key"]) and same(w.get("value"), a["value"])
+                               for w in written)
+                ]  # fmt: skip
+            problems += self.diff(topic, written, actual)
         result.ok = not problems
         if problems:
             result.reason = problems[0].split(":")[0]
@@ -861,6 +932,12 @@ def rejudged(result: Result) -> Result:
     if wanted.startswith("expected: ") and actual.startswith("actual:   "):
         result.ok = error_matches(wanted[len("expected: ") :], actual[len("actual:   ") :])
     return result
+
+
+def processing_failure(expected: dict[str, Any]) -> bool:
+    """Whether a case's expected exception is its query's failure at a record (Kafka
+    Streams' StreamsException out of ksqlDB's test driver), not a statement's error."""
+    return str(expected.get("type", "")).endswith(".StreamsException")
 
 
 def error_matches(wanted: str, actual: str) -> bool:

@@ -183,7 +183,26 @@ class _Sum(AggregateFunction):
         value = values[0]
         if value is None:
             return accumulator
+        if self.kind == "DECIMAL":
+            return self._fit(self._decimal_total(accumulator, value))
         return self._fit(accumulator + value)
+
+    def _decimal_total(self, accumulator: decimal.Decimal, value: Any) -> decimal.Decimal:
+        """ksqlDB's DecimalSumKudaf: the sum rounded to the type's precision (HALF_UP);
+        one whose whole digits overflow fails the query (a KsqlFunctionException in
+        its aggregation, which ksqlDB does not catch)."""
+        target = self.result_type
+        assert isinstance(target, ex.DecimalType)
+        context = decimal.Context(prec=max(target.precision, 1), rounding=decimal.ROUND_HALF_UP)
+        total = context.add(accumulator, value)
+        digits = target.precision - target.scale
+        if abs(total) >= decimal.Decimal(10) ** digits:
+            raise v.ProcessingFailure(
+                f"Numeric field overflow: A field with precision {target.precision} and scale "
+                f"{target.scale} must round to an absolute value less than 10^{digits}. Got "
+                f"{v.decimal_text(total)}"
+            )
+        return total
 
     def undo(self, accumulator: Any, *values: Any) -> Any:
         value = values[0]

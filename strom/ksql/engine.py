@@ -873,6 +873,9 @@ class KsqlEngine:
             value = properties.get(name, properties.get("ksql.streams." + name, default))
             return str(value).strip().lower()
 
+        merged = {**self.config.properties, **properties}
+        throw = merged.get("ksql.timestamp.throw.on.invalid", "false")
+        throw_on_invalid = str(throw).strip().lower() == "true"
         spec = QuerySpec(
             query_id=query.query_id,
             plan=query.plan,
@@ -884,6 +887,7 @@ class KsqlEngine:
             in ("exactly_once", "exactly_once_v2"),
             offset_reset=setting("auto.offset.reset", self.config.auto_offset_reset),
             trigger_ms=self.config.trigger_interval_ms,
+            timestamp_throw_on_invalid=throw_on_invalid,
         )
         self.queries.start(query, spec)
 

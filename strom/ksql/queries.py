@@ -6,7 +6,7 @@ Owns the registry by query id (ksqlDB's ids: ``CSAS_<SINK>_<n>``, ``CTAS_<SINK>_
 names them alike; ``transient_<SOURCE>_<n>`` for push queries), which sources each
 reads and writes (DROP is refused while a query uses a source, as ksqlDB refuses it),
 their states (RUNNING from its creation on, as ksqlDB; ERROR with the reason when Spark
-refused or failed it), and the
+refused or failed it, each failure kept in its queryErrors while it is retried), and the
 answers of SHOW QUERIES [EXTENDED] and EXPLAIN in ksqlDB 0.29's shapes.
 
 Spark queries start and stop on one thread of the registry's, in order: a statement
@@ -41,6 +41,7 @@ _RETRY_CHECK_S = 1.0  # how often the registry looks for failed queries
 _SETTLE_S = 60.0  # the longest wait for a started query's sources
 _INITIALIZING = "Initializing sources"  # Spark's status of a query not yet reading
 PUSH = "PUSH"
+_ERRORS_KEPT = 10  # a query's errors kept (ksqlDB's ksql.query.error.max.queue.size)
 
 
 @dataclass
@@ -54,6 +55,18 @@ class RunningQuery:
     started: bool = False  # Spark runs it
     properties: dict[str, Any] = field(default_factory=dict)
     stop: Callable[[], None] | None = None  # a push query's
+    # ksqlDB's queryErrors: each failure's time (ms), message and type, the last
+    # _ERRORS_KEPT (ksql.query.error.max.queue.size), kept while the query is retried
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def failed(self, error: str) -> None:
+        """The query is in ERROR for ``error``; a new failure joins its errors."""
+        if self.state != "ERROR" or self.error != error:
+            self.errors.append(
+                {"timestamp": int(time.time() * 1000), "errorMessage": error, "type": "UNKNOWN"}
+            )
+            del self.errors[:-_ERRORS_KEPT]
+        self.state, self.error = "ERROR", error
 
     @property
     def sources(self) -> list[str]:
@@ -100,7 +113,7 @@ class RunningQuery:
             "overriddenProperties": dict(self.properties),
             "ksqlHostQueryStatus": {host: self.state} if host is not None else {},
             "queryType": self.query_type,
-            "queryErrors": [] if self.error is None else [{"errorMessage": self.error}],
+            "queryErrors": list(self.errors),
             "tasksMetadata": [],
             "state": self.state,
         }
@@ -273,7 +286,7 @@ class QueryRegistry:
                         query.started = True
                         self._settle(query.query_id)
                     except Exception as exc:  # Spark refused the query: its state says why
-                        query.state, query.error = "ERROR", start_error(exc)
+                        query.failed(start_error(exc))
                         log.warning("query %s did not start: %s", query.query_id, query.error)
                 elif action == "stop" and self._runtime is not None:
                     query_id, delete_state = argument
@@ -314,7 +327,7 @@ class QueryRegistry:
             state, error = runtime.state(query.query_id)
             if state != "ERROR":
                 continue
-            query.state, query.error = "ERROR", error
+            query.failed(error or "")
             initial, largest = self._retry_backoff_ms
             due, backoff = self._retries.setdefault(query.query_id, (now + initial / 1000, initial))
             spec = self._specs.get(query.query_id)
@@ -327,7 +340,7 @@ class QueryRegistry:
                 query.state, query.error = "RUNNING", None
                 self._settle(query.query_id)
             except Exception as exc:  # Spark refused it again: its state says why
-                query.error = start_error(exc)
+                query.failed(start_error(exc))
             backoff = min(backoff * 2, largest)
             self._retries[query.query_id] = (time.monotonic() + backoff / 1000, backoff)
 
@@ -341,7 +354,7 @@ class QueryRegistry:
                 continue
             state, error = runtime.state(query.query_id)
             if state == "ERROR":
-                query.state, query.error = "ERROR", error
+                query.failed(error or "")
 
     # ---- questions
     def using(self, source: str) -> tuple[list[str], list[str]]:

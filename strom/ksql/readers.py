@@ -49,11 +49,14 @@ class RecordError(Exception):
     dropped without a processing log entry (a table's record without a key, which Kafka
     Streams' table source skips)."""
 
-    def __init__(self, target: str, message: str, quiet: bool = False) -> None:
+    def __init__(
+        self, target: str, message: str, quiet: bool = False, timestamp: bool = False
+    ) -> None:
         super().__init__(message)
         self.target = target  # key or value
         self.message = message
         self.quiet = quiet
+        self.timestamp = timestamp  # its TIMESTAMP column does not read
 
 
 @dataclass
@@ -527,12 +530,14 @@ class RecordReader:
             return record.timestamp
         value = row.get(column)
         if value is None:
-            raise RecordError("value", f"The TIMESTAMP column {column} is null")
+            raise RecordError("value", f"The TIMESTAMP column {column} is null", timestamp=True)
         if isinstance(value, str):
             try:
                 moment = parse_timestamp(value, self.source.timestamp_format or "")
             except ValueError as exc:
-                raise RecordError("value", f"Could not parse timestamp '{value}': {exc}") from None
+                raise RecordError(
+                    "value", f"Could not parse timestamp '{value}': {exc}", timestamp=True
+                ) from None
         else:
             moment = int(value)
         if moment < 0:  # Kafka Streams skips a record its extractor gives no valid time

@@ -41,6 +41,13 @@ inside Spark's tasks.
   ``processing.guarantee=exactly_once_v2`` the sink writes each micro-batch in Kafka
   transactions (``exactlyOnce``): a restarted query resumes from its checkpoint without
   writing anything twice for read_committed readers.
+- A record the query cannot get past (``values.ProcessingFailure``: a DECIMAL SUM that
+  overflows, a TIMESTAMP column that does not read under
+  ksql.timestamp.throw.on.invalid) fails the query as ksqlDB's task fails at it: the
+  step gives the sink, in the record's place, a row to ``FAILED_TOPIC`` holding the
+  error in ksqlDB's words; the sink writes the records before it, then fails the
+  micro-batch, and the query's state gives the error (``failure_reason``). A reading
+  step that fails so outside the stateless path fails its task at once.
 - Checkpoints live under ``ksql.streams.state.dir`` / query id, so a query restarted by
   the server (the command topic replayed) resumes where it stopped.
 
@@ -52,6 +59,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import re
 import shutil
 import threading
 from collections.abc import Iterator
@@ -62,6 +70,7 @@ from typing import TYPE_CHECKING, Any
 from strom.ksql import processing_log
 from strom.ksql.join_flow import ORDER, flowing, tie_order
 from strom.ksql.planner import QueryPlan
+from strom.ksql.values import ProcessingFailure
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -84,6 +93,9 @@ PLACE_SPAN = 1 << 20  # an input row's ``seq`` times this, plus its output's ind
 GROUPED_SCHEMA = "grp binary, part int, off long, seq int, ts timestamp, payload binary"
 CHAINED_SCHEMA = "grp binary, stage int, part int, off long, seq int, ts timestamp, payload binary"
 LOG_GROUP = b"\x00processing-log"  # the group of processing log entries, passed through
+# the sink's failureTopic: a row to it, after the records its failing record's
+# predecessors made, fails the micro-batch with its value (``ProcessingFailure``)
+FAILED_TOPIC = "!query-failed"  # no Kafka topic is named so ('!' is not allowed)
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PACKED_ROWS = 500_000  # a grouping task's rows packed by group at most at once
 STEPS_KEPT = 64  # EMIT FINAL's moves of the stream time a grouped row carries at most
@@ -102,6 +114,8 @@ class QuerySpec:
     exactly_once: bool
     offset_reset: str  # earliest or latest
     trigger_ms: int
+    # ksql.timestamp.throw.on.invalid: a TIMESTAMP column that does not read fails the query
+    timestamp_throw_on_invalid: bool = False
 
     @property
     def sink_topic(self) -> str:
@@ -225,7 +239,29 @@ def _read(
             parts.spec.query_id, exc.target, exc.message, record.topic
         )
         out.append((parts.spec.log_topic, None, entry, None))
+        if exc.timestamp and parts.spec.timestamp_throw_on_invalid:  # logged, then fatal
+            raise ProcessingFailure(
+                "Fatal user code error in TimestampExtractor callback for record (topic = "
+                f"{record.topic}, partition = {record.partition}, offset = {record.offset}, "
+                f"timestamp = {record.timestamp}): {exc.message}"
+            ) from None
         return None
+
+
+def _failed(text: str) -> tuple[Any, ...]:
+    """The sink's row that fails the micro-batch with ``text`` (``FAILED_TOPIC``)."""
+    return (FAILED_TOPIC, None, text.encode(), None)
+
+
+def _failure_text(spec: QuerySpec, error: Exception, part: int, off: int) -> str:
+    """A record's processing failure as ksqlDB's Kafka Streams words it (the record's
+    place when the query reads one source, whose offsets the aggregation keeps)."""
+    if spec.plan.joins:
+        return f"Exception caught in process. {error}"
+    return (
+        f"Exception caught in process. topic={spec.plan.source.topic}, partition={part}, "
+        f"offset={off}: {error}"
+    )
 
 
 def _write(parts: _TaskParts, changes: list[Any], out: list[tuple[Any, ...]]) -> None:
@@ -277,7 +313,12 @@ def run_stateless(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterato
                 continue
         out: list[tuple[Any, ...]] = []
         for record in _source_records(batch):
-            row = _read(parts, record, out)
+            try:
+                row = _read(parts, record, out)
+            except ProcessingFailure as exc:  # the records before it written, then fatal
+                out.append(_failed(str(exc)))
+                yield _output_batch(out)
+                return
             if row is None:
                 continue
             stream_time = max(stream_times.get(record.partition, -1), row.timestamp)
@@ -982,7 +1023,13 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
                 else:  # a join's or a table's row: the group's own latest
                     stream_time = max(stored["stream_time"], floor, int(row["ROWTIME"]))
                 stored["stream_time"] = max(stored["stream_time"], stream_time)
-                changes = operators.aggregate(stored["windows"], group, row, stream_time, sign)
+                try:
+                    changes = operators.aggregate(stored["windows"], group, row, stream_time, sign)
+                except ProcessingFailure as exc:  # the group's rows after it not taken
+                    failure = _failed(_failure_text(spec, exc, part, off))
+                    out += _placed([failure], part, off, seq * PLACE_SPAN)
+                    yield from _plain(_frames(out))  # the micro-batch fails: nothing saved
+                    return
                 written: list[tuple[Any, ...]] = []
                 _write(parts, changes, written)
                 if not partition_time or final:
@@ -1175,6 +1222,20 @@ def _frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
 
 # ---- the driver ---------------------------------------------------------------------------
 
+# a record's processing failure in the text of the Spark exception that ended the query:
+# the sink's (after the records before it) or one raised in a step
+_FAILURE_RE = re.compile(r"\b(?:FailedRowError|ProcessingFailure): ([^\n]+)")
+
+
+def failure_reason(text: str) -> str:
+    """Why Spark ended a query, in one line: a record's processing failure as the query
+    gave it, else the first line of Spark's exception."""
+    found = _FAILURE_RE.search(text)
+    if found is not None:
+        return found.group(1).strip()
+    lines = text.splitlines()
+    return lines[0] if lines else text
+
 
 class SparkQueries:
     """The server's SparkSession (started with the first query) and its streaming
@@ -1260,6 +1321,7 @@ class SparkQueries:
             .queryName(spec.query_id)
             .option("kafka.bootstrap.servers", spec.client["bootstrap.servers"])
             .option("checkpointLocation", str(self.checkpoint(spec.query_id)))
+            .option("failureTopic", FAILED_TOPIC)
             .trigger(processingTime=f"{spec.trigger_ms} milliseconds")
         )
         for key, value in spec.client.items():
@@ -1281,7 +1343,7 @@ class SparkQueries:
         if query.isActive:
             return "RUNNING", None
         error = query.exception()
-        return ("ERROR", str(error).splitlines()[0]) if error is not None else ("NOT_RUNNING", None)
+        return ("ERROR", failure_reason(str(error))) if error is not None else ("NOT_RUNNING", None)
 
     def stop(self, query_id: str, delete_state: bool = False) -> None:
         with self._lock:

@@ -87,6 +87,12 @@ class EvaluationError(Exception):
     """A value that cannot be computed for one row (ksqlDB logs it and yields null)."""
 
 
+class ProcessingFailure(Exception):
+    """A record the query cannot get past (an aggregate function's error, a timestamp
+    it cannot extract under ksql.timestamp.throw.on.invalid): ksqlDB's Kafka Streams
+    task stops at it and the query fails with the error."""
+
+
 def base(sql_type: ex.SqlType | None) -> str:
     """ksqlDB's base type name: a primitive's name, DECIMAL, ARRAY, MAP, STRUCT or NULL."""
     if sql_type is None:

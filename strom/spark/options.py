@@ -4,8 +4,9 @@ connector names them.
 Owns: which topics a reader subscribes to (``subscribe`` / ``subscribePattern`` /
 ``assign``), how its starting and ending positions are written (``earliest``,
 ``latest``, per-partition JSON with -2/-1, timestamps), the per-trigger limits, and
-the ``kafka.*`` options handed to confluent-kafka; for a writer, the topic and whether
-it writes exactly once (``exactlyOnce``, ``transactionalIdPrefix``). Does not talk to a
+the ``kafka.*`` options handed to confluent-kafka; for a writer, the topic, whether
+it writes exactly once (``exactlyOnce``, ``transactionalIdPrefix``) and the topic name
+of rows that fail the write (``failureTopic``, the sink's own: not Spark's). Does not talk to a
 broker: turning a position into an offset is :mod:`strom.spark.kafka_meta`'s job.
 
 Spark gives a Python data source its options in a case-insensitive dict whose keys are
@@ -123,6 +124,7 @@ class WriterOptions:
     topic: str | None = None
     exactly_once: bool = False
     transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX
+    failure_topic: str | None = None  # a row to it fails the write (``strom.spark.sink``)
 
 
 def _lower(options: Mapping[str, Any]) -> dict[str, str]:
@@ -371,12 +373,16 @@ def parse_writer_options(options: Mapping[str, Any], *, streaming: bool) -> Writ
         raise StromOptionError("option transactionalIdPrefix needs exactlyOnce=true")
     if prefix is not None and not prefix.strip():
         raise StromOptionError("option transactionalIdPrefix must not be empty")
+    failure_topic = opts.get("failuretopic")
+    if failure_topic is not None and not failure_topic:
+        raise StromOptionError("option failureTopic must not be empty")
     return WriterOptions(
         bootstrap=bootstrap,
         client=client,
         topic=topic.strip() if topic else None,
         exactly_once=exactly_once,
         transactional_id_prefix=prefix.strip() if prefix else DEFAULT_TRANSACTIONAL_ID_PREFIX,
+        failure_topic=failure_topic,
     )
 
 

@@ -13,6 +13,12 @@ key), as Spark's sink places them. With ``exactlyOnce=true`` a stream write task
 its rows in one Kafka transaction per micro-batch instead, and a replayed micro-batch
 writes nothing a committed one wrote (:mod:`strom.spark.exactly_once`).
 
+A row whose topic is the ``failureTopic`` option's is not a record: the task writes the
+rows before it (flushed, acknowledged), then fails with ``FailedRowError``, the row's
+value its message, and writes none after it. A ksql query whose record fails its
+processing ends so, as a Kafka Streams task stops at the record its processor threw
+on; with exactlyOnce the task's transaction is aborted, its rows unseen.
+
 Differs from Spark's Kafka sink: PySpark lets Python stream writers run in append mode
 only (no update or complete mode); an aggregation in update mode writes through
 ``foreachBatch`` and ``batch.write.format("strom")``. ``df.write`` needs
@@ -50,6 +56,10 @@ from strom.zero_time import ZeroTimeRecord, ZeroTimeWriter
 log = logging.getLogger(__name__)
 
 FLUSH_TIMEOUT_S = 120.0
+
+
+class FailedRowError(Exception):
+    """A row to the ``failureTopic`` option's topic: the write fails with its value."""
 
 
 @dataclass
@@ -194,6 +204,14 @@ class _ArrowProducer:
                     )
                 )
             for (topic, value, key), kwargs in zip(rows, extra, strict=False):
+                if topic == self.opts.failure_topic and topic is not None:
+                    if held:
+                        write_held()
+                    if writer is not None:
+                        writer.close()
+                    _flush_acknowledged(producer, failures)
+                    text = value.decode(errors="replace") if isinstance(value, bytes) else value
+                    raise FailedRowError(text or "a row failed")
                 if zero_time and kwargs.get("timestamp") == 0:
                     held.append(_zero_time_record(topic, key, value, kwargs))
                     continue

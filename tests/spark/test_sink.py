@@ -91,6 +91,18 @@ def test_topic_option_overrides_the_topic_column(spark, broker) -> None:
     assert sorted(m.value() for m in consume_to_end(broker.bootstrap, topic)) == [b"a", b"b"]
 
 
+def test_a_row_to_the_failure_topic_fails_the_write_after_the_rows_before_it(spark, broker) -> None:
+    topic = _topic("sink-failure")
+    create_topic(broker.bootstrap, topic, 1)
+    rows = [(topic, "v0"), (topic, "v1"), ("!failed", "the reason"), (topic, "v3")]
+    df = spark.createDataFrame(rows, "topic string, value string").coalesce(1)
+    with pytest.raises(Exception, match="FailedRowError: the reason"):
+        df.write.format("strom").mode("append").options(
+            **{"kafka.bootstrap.servers": broker.bootstrap, "failureTopic": "!failed"}
+        ).save()
+    assert [m.value() for m in consume_to_end(broker.bootstrap, topic)] == [b"v0", b"v1"]
+
+
 def test_windowed_count_is_written_by_the_streaming_sink(spark, broker, tmp_path: Path) -> None:
     source, sink = _topic("clicks"), _topic("clicks-per-10s")
     create_topic(broker.bootstrap, source, 6)

@@ -1,0 +1,174 @@
+"""Records a query cannot get past, as ksqlDB fails its query at them: a DECIMAL SUM that
+overflows and a TIMESTAMP column that does not read under ksql.timestamp.throw.on.invalid.
+The query's Spark steps run without Spark (a state per group in a dict): what they give
+the sink is the records the earlier records made, then the row that fails the micro-batch
+(``runtime.FAILED_TOPIC``) with ksqlDB's words. Then the failure as the query's state
+keeps it (``RunningQuery.failed``, ``runtime.failure_reason``)."""
+
+from __future__ import annotations
+
+import decimal
+import json
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from test_ksql_arrow_aggregate import _Handle, _Timers
+from test_ksql_joins import planned
+
+from strom.ksql import aggregate_functions, runtime
+from strom.ksql import expressions as ex
+from strom.ksql.packed_output import unpack_in_order
+from strom.ksql.planner import QueryPlan
+from strom.ksql.queries import RunningQuery
+from strom.ksql.values import ProcessingFailure
+
+PRICES = (
+    "CREATE STREAM prices (id BIGINT KEY, price DECIMAL(4,1)) "
+    "WITH (kafka_topic='prices', value_format='JSON')"
+)
+
+
+def source_batch(topic: str, records: list[tuple[bytes | None, Any, int]]) -> pa.RecordBatch:
+    """A source's records (key, value as JSON, timestamp) as the reader gives them."""
+    n = len(records)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([k for k, _, _ in records], pa.binary()),
+            pa.array([json.dumps(v).encode() for _, v, _ in records], pa.binary()),
+            pa.array([topic] * n, pa.string()),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(n), pa.int64()),
+            pa.array([ts * 1000 for *_, ts in records], pa.timestamp("us", tz="UTC")),
+            pa.array([0] * n, pa.int32()),
+        ],
+        names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"],
+    )
+
+
+def spec_of(name: str, plan: QueryPlan, throw: bool = False) -> runtime.QuerySpec:
+    return runtime.QuerySpec(
+        name, plan, {"bootstrap.servers": "x"}, None, {}, "log", False, "earliest", 100, throw
+    )
+
+
+def aggregated(spec: runtime.QuerySpec, batch: pa.RecordBatch) -> list[tuple[Any, ...]]:
+    """The batch through the grouping and aggregation steps, as the sink gets it:
+    (topic, key, value) in the order of the records that made them."""
+    grouped = pa.Table.from_batches(list(runtime.run_grouping(spec, iter([batch]))))
+    processor = runtime._aggregate_processor(spec)
+    store: dict[bytes, Any] = {}
+    written = []
+    for key, rows in grouped.to_pandas().groupby("grp", sort=True):
+        processor.init(_Handle(store, key))
+        for out in processor.handleInputRows((key,), iter([rows]), _Timers(0)):
+            written.append(pa.RecordBatch.from_pandas(out, preserve_index=False))
+    return [
+        (r["topic"], r["key"], r["value"])
+        for b in unpack_in_order(iter(written))
+        for r in b.to_pylist()
+    ]
+
+
+def test_a_decimal_sum_that_overflows_fails_after_the_records_before_it() -> None:
+    plan = planned(
+        PRICES, "CREATE TABLE totals AS SELECT id, SUM(price) AS total FROM prices GROUP BY id"
+    )
+    spec = spec_of("decimal-overflow", plan)
+    batch = source_batch(
+        "prices",
+        [
+            (b"\x00" * 7 + b"\x00", 5.4, 1),
+            (b"\x00" * 7 + b"\x00", 100.1, 2),
+            (b"\x00" * 7 + b"\x64", 500.9, 3),
+            (b"\x00" * 7 + b"\x64", 300.8, 4),
+            (b"\x00" * 7 + b"\x64", 400.8, 5),  # 1202.5: 1203 at precision 4
+            (b"\x00" * 7 + b"\x00", 1.0, 6),  # after the failure: not written
+        ],
+    )
+    rows = aggregated(spec, batch)
+    failed = [i for i, r in enumerate(rows) if r[0] == runtime.FAILED_TOPIC]
+    assert failed == [4]
+    assert [json.loads(r[2]) for r in rows[:4]] == [
+        {"TOTAL": 5.4}, {"TOTAL": 105.5}, {"TOTAL": 500.9}, {"TOTAL": 801.7}
+    ]  # fmt: skip
+    assert rows[4][2].decode() == (
+        "Exception caught in process. topic=prices, partition=0, offset=4: Numeric field "
+        "overflow: A field with precision 4 and scale 1 must round to an absolute value "
+        "less than 10^3. Got 1203"
+    )
+
+
+def test_a_decimal_sum_rounds_to_its_precision_before_it_checks() -> None:
+    """ksqlDB adds in the type's precision (HALF_UP), then refuses a total whose whole
+    digits do not fit: a DECIMAL(3,1) sum of 50.9 and 50.8 is 102."""
+    total = aggregate_functions._Sum(ex.DecimalType(3, 1))
+    first = total.add(total.initial(), decimal.Decimal("50.9"))
+    assert first == decimal.Decimal("50.9")
+    with pytest.raises(ProcessingFailure, match=r"less than 10\^2\. Got 102$"):
+        total.add(first, decimal.Decimal("50.8"))
+    assert total.add(first, decimal.Decimal("-60.8")) == decimal.Decimal("-9.9")
+
+
+EVENTS = (
+    "CREATE STREAM events (k STRING KEY, id BIGINT, ts STRING) WITH (kafka_topic='events', "
+    "value_format='JSON', timestamp='ts', timestamp_format='yyyy-MM-dd HH:mm:ss')"
+)
+
+
+@pytest.mark.parametrize("throw", [False, True])
+def test_a_timestamp_that_does_not_read_fails_the_query_when_it_throws(throw: bool) -> None:
+    plan = planned(EVENTS, "CREATE STREAM copied AS SELECT k, id FROM events")
+    spec = spec_of(f"timestamps-{throw}", plan, throw)
+    batch = source_batch(
+        "events",
+        [
+            (b"a", {"ID": 1, "TS": "2026-01-01 00:00:00"}, 0),
+            (b"b", {"ID": 2, "TS": "!!!!"}, 0),
+            (b"c", {"ID": 3, "TS": "2026-01-01 00:00:01"}, 0),
+        ],
+    )
+    rows = [
+        (r["topic"], r["key"], r["value"])
+        for b in runtime.run_stateless(spec, iter([batch]))
+        for r in b.to_pylist()
+    ]
+    assert [(t, k) for t, k, _ in rows] == [
+        ("COPIED", b"a"),
+        ("log", None),  # logged, as ksqlDB logs it before it throws
+        (runtime.FAILED_TOPIC, None) if throw else ("COPIED", b"c"),
+    ]
+    if throw:
+        message = rows[2][2].decode()
+        assert message.startswith(
+            "Fatal user code error in TimestampExtractor callback for record (topic = events, "
+            "partition = 0, offset = 1, timestamp = 0): Could not parse timestamp '!!!!'"
+        )
+
+
+def test_the_failure_reason_is_the_records_in_sparks_exception() -> None:
+    text = (
+        "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: Job aborted\n"
+        "Traceback (most recent call last):\n"
+        '  File "sink.py", line 214, in _produce\n'
+        "strom.spark.sink.FailedRowError: Exception caught in process. Numeric field overflow\n"
+        " SQLSTATE: 38000\n"
+    )
+    assert runtime.failure_reason(text) == "Exception caught in process. Numeric field overflow"
+    assert runtime.failure_reason("Python worker exited\nat ...") == "Python worker exited"
+
+
+def test_a_querys_errors_are_kept_while_it_is_retried() -> None:
+    plan = planned(PRICES, "CREATE STREAM copy AS SELECT * FROM prices")
+    query = RunningQuery("CSAS_COPY_1", "CREATE STREAM copy AS SELECT * FROM prices;", plan)
+    query.failed("the first")
+    query.failed("the first")  # the same failure seen again: one error
+    query.state, query.error = "RUNNING", None  # started again
+    query.failed("the first")
+    described = query.description_json("host")
+    assert described["state"] == "ERROR"
+    assert [e["errorMessage"] for e in described["queryErrors"]] == ["the first", "the first"]
+    assert {e["type"] for e in described["queryErrors"]} == {"UNKNOWN"}
+    for n in range(20):
+        query.failed(f"failure {n}")
+    assert len(query.errors) == 10 and query.errors[-1]["errorMessage"] == "failure 19"
