@@ -318,6 +318,16 @@ _register_partial_mask("MASK_LEFT", keep=False, left=True)
 _register_partial_mask("MASK_RIGHT", keep=False, left=False)
 
 
+def _joined_surrogates(units: str) -> str:
+    """Java's UTF-16 text as Python's: a surrogate pair (``\\ud820\\udeb8``) is one
+    character; a lone surrogate is ``?``, as Java writes it in UTF-8."""
+    raw = units.encode("utf-16-le", "surrogatepass")
+    try:
+        return raw.decode("utf-16-le")
+    except UnicodeDecodeError:
+        return raw.decode("utf-16-le", "replace").replace("\ufffd", "?")
+
+
 @_register("CHR", [("INT", "STRING"), ("STRING", "STRING")])
 @null_in_null_out
 def _chr(code: Any) -> str | None:
@@ -325,9 +335,10 @@ def _chr(code: Any) -> str | None:
         if len(code) < 6 or not code.startswith("\\u"):
             return None
         try:
-            return code.encode("latin-1", "backslashreplace").decode("unicode_escape")
+            units = code.encode("latin-1", "backslashreplace").decode("unicode_escape")
         except UnicodeDecodeError:
             return None
+        return _joined_surrogates(units)
     if not 0 <= code <= 0x10FFFF:
         return None
     return chr(code)

@@ -131,6 +131,8 @@ STRING_CASES: list[tuple[str, Any]] = [
     ("CHR('\\u004b')", "K"),
     ("CHR(22909)", "好"),
     ("CHR('\\u597d')", "好"),
+    ("CHR('\\ud820\\udeb8')", "\U000182b8"),  # a surrogate pair: one character
+    ("CHR('\\ud820')", "?"),  # a lone surrogate, as Java writes it in UTF-8
     ("CHR(-1)", None),
     ("ELT(2, 'a', 'b', 'c')", "b"),
     ("ELT(4, 'a', 'b', 'c')", None),
