@@ -119,6 +119,9 @@ class JoinFlow:
             if s.kind == JOIN and self.plan.joins[s.step].shape == "stream-stream"
         ]
         self._closed_at: int | None = None
+        # the largest time each side of a stream-stream join stage has seen (its window
+        # stores' time, across keys), by stage index
+        self._observed: dict[int, dict[str, int]] = {}
 
     @property
     def _regrouped(self) -> bool:
@@ -147,15 +150,22 @@ class JoinFlow:
         return [Message(stage, key, payload, row.timestamp, tie_order(self.plan, step, "right"))]
 
     def step(
-        self, message: Message, state: dict[Any, Any], stream_time: int
+        self,
+        message: Message,
+        state: dict[Any, Any],
+        stream_time: int,
+        observed: dict[str, int] | None = None,
     ) -> tuple[list[Message], list[Change]]:
         """``message`` run in its key's ``state`` (changed in place): the messages for
-        the following stages, and the output changes."""
+        the following stages, and the output changes. ``observed``: a stream-stream
+        join's sides' times as far as the host knows them (``Operators.join_rows``)."""
         stage = self.stages[message.stage]
         operators = self.operators
         if stage.kind == JOIN:
             side, row = message.payload
-            joined = operators.join_rows(state, side, row, stream_time, stage.step, message.key)
+            joined = operators.join_rows(
+                state, side, row, stream_time, stage.step, message.key, observed
+            )
             return self._onward(message.stage, stage.step, joined)
         if stage.kind == FK_ROUTE:
             routed = operators.foreign_key_route(state, message.payload, stage.step)
@@ -184,14 +194,19 @@ class JoinFlow:
         return [], changes
 
     def close(
-        self, stage_index: int, key: Any, state: dict[Any, Any], stream_time: int
+        self,
+        stage_index: int,
+        key: Any,
+        state: dict[Any, Any],
+        stream_time: int,
+        observed: dict[str, int] | None = None,
     ) -> tuple[list[Message], list[Change]]:
         """Stream-stream: the records of a join stage's ``state`` whose window has passed
         (an outer join's unmatched ones give their rows)."""
         stage = self.stages[stage_index]
         if stage.kind != JOIN:
             return [], []
-        joined = self.operators.close_join_rows(state, stream_time, stage.step, key)
+        joined = self.operators.close_join_rows(state, stream_time, stage.step, key, observed)
         return self._onward(stage_index, stage.step, joined)
 
     def _onward(
@@ -231,28 +246,38 @@ class JoinFlow:
         self, source: int, row: Row, states: dict[tuple[int, Any], dict[Any, Any]], stream_time: int
     ) -> list[Change]:
         """A row of a source through every stage in one process (``states`` by stage
-        and key, changed in place); the output changes."""
-        pending = self.entries(source, row)
+        and key, changed in place); the output changes. As Kafka Streams' stream-stream
+        joins, a row that moves the stream time on first closes every key's windows it
+        has passed (an outer join's unmatched records give their rows), then joins."""
+        changes: list[Change] = []
+        if self._windowed and self._closed_at != stream_time:
+            self._closed_at = stream_time
+            for stage_index in self._windowed:
+                for (index, key), state in list(states.items()):
+                    if index != stage_index:
+                        continue
+                    observed = self._observed.get(index)
+                    onward, out = self.close(index, key, state, stream_time, observed)
+                    changes += out + self._run(onward, states, stream_time)
+        return changes + self._run(self.entries(source, row), states, stream_time)
+
+    def _run(
+        self,
+        pending: list[Message],
+        states: dict[tuple[int, Any], dict[Any, Any]],
+        stream_time: int,
+    ) -> list[Change]:
+        """Messages through their stages, each one's onward messages first."""
         changes: list[Change] = []
         while pending:
             message = pending.pop(0)
             state = states.setdefault((message.stage, message.key), {})
-            onward, out = self.step(message, state, stream_time)
+            observed = None
+            if message.stage in self._windowed:
+                side = message.payload[0]
+                observed = self._observed.setdefault(message.stage, {"left": -1, "right": -1})
+                observed[side] = max(observed[side], message.timestamp)
+            onward, out = self.step(message, state, stream_time, observed)
             pending = onward + pending
             changes += out
-        if not self._windowed or self._closed_at == stream_time:
-            return changes  # nothing closes: no window, or no time has passed
-        self._closed_at = stream_time
-        for stage_index in self._windowed:
-            for (index, key), state in list(states.items()):
-                if index != stage_index:
-                    continue
-                onward, out = self.close(index, key, state, stream_time)
-                changes += out
-                while onward:
-                    message = onward.pop(0)
-                    state = states.setdefault((message.stage, message.key), {})
-                    more, out = self.step(message, state, stream_time)
-                    onward = more + onward
-                    changes += out
         return changes

@@ -27,9 +27,12 @@ Built from a ``QueryPlan`` (``Operators(plan)`` compiles its expressions):
 - ``join_step(state, side, row, stream_time)``: a row of a join's left or right source
   into its key's state: stream-table (the table's row kept, each stream row joined with
   it), table-table (both rows kept, the joined row upserted or deleted as either side
-  changes), stream-stream (each side's records kept for the window, pairs within it
-  joined; ``close_joins`` drops those past the window and grace, an outer join's
-  unmatched ones giving a row with the other side null); ``join_rows`` gives the joined
+  changes), stream-stream (Kafka Streams 3.x's: each side's records kept while the
+  side's window store keeps them, pairs within the window joined, a record that goes
+  back in time joined too; an outer join's unmatched record gives a row with the other
+  side null at once without GRACE PERIOD or when its window has closed, else
+  ``close_joins`` gives it once the stream time passes its window and grace, and drops
+  the records the stores no longer keep); ``join_rows`` gives the joined
   rows of any join of a chain (``step``) for the next one, ``finish`` projects the
   last's; ``foreign_key_route`` and ``foreign_key_join``: a foreign-key join's two keyed
   steps (``strom.ksql.join_flow`` puts the steps of a plan together).
@@ -376,11 +379,17 @@ class Operators:
         return [Joined(key, self._joined_row(row, table_row, step))]
 
     def join_step(
-        self, state: dict[str, Any], side: str, row: Row, stream_time: int, step: int = 0
+        self,
+        state: dict[str, Any],
+        side: str,
+        row: Row,
+        stream_time: int,
+        step: int = 0,
+        observed: dict[str, int] | None = None,
     ) -> list[Change]:
         """A row of ``side`` ("left" or "right") into its key's join ``state`` (changed
         in place); the joined rows it gives, projected (the last join of a chain)."""
-        joined = self.join_rows(state, side, row, stream_time, step)
+        joined = self.join_rows(state, side, row, stream_time, step, observed=observed)
         return [c for j in joined for c in self.finish(j)]
 
     def join_rows(
@@ -391,10 +400,14 @@ class Operators:
         stream_time: int,
         step: int = 0,
         key: Any = None,
+        observed: dict[str, int] | None = None,
     ) -> list[Joined]:
         """A row of ``side`` into its key's join ``state`` (changed in place); the joined
         rows it gives (a table-table join's deleted row as a tombstone row holding the
-        last columns). ``key``: the join key (computed when not given)."""
+        last columns). ``key``: the join key (computed when not given). ``stream_time``:
+        the time both sides of the join have reached; ``observed`` (stream-stream): the
+        largest time each side's records have reached, across keys, as far as the host
+        knows (the key's own records count too)."""
         join = self.join_steps[step].plan
         from_stream = join.shape == "stream-stream" or (
             join.shape == "stream-table" and side == "left"
@@ -410,7 +423,7 @@ class Operators:
             return self._lookup(row, state.get("right"), step, key)
         if join.shape == "table-table":
             return self._table_join(state, side, row, step, key)
-        return self._stream_join(state, side, row, stream_time, step, key)
+        return self._stream_join(state, side, row, stream_time, step, key, observed)
 
     def finish(self, joined: Joined) -> list[Change]:
         """A row of the last join (of a query without aggregation) as its output: WHERE,
@@ -455,21 +468,43 @@ class Operators:
         return [Joined(key, joined)]
 
     def _stream_join(
-        self, state: dict[str, Any], side: str, row: Row, stream_time: int, step: int, key: Any
+        self,
+        state: dict[str, Any],
+        side: str,
+        row: Row,
+        stream_time: int,
+        step: int,
+        key: Any,
+        observed: dict[str, int] | None,
     ) -> list[Joined]:
+        """Kafka Streams' stream-stream join (3.x) of a record in its key's ``state``: the
+        pending outer rows the stream time has closed first (when the record does not go
+        back in time), then the pairs with the other side's records still in its window
+        store, then, for an outer side the record found nothing for, its row at once
+        when it has no GRACE PERIOD (the old join windows) or its window has already
+        closed (it went back in time), else later (``close_join_rows``). The record is
+        kept unless its own side's store has already let its time go."""
         join = self.join_steps[step].plan
         other = "right" if side == "left" else "left"
         timestamp = row.timestamp
+        seen = self._seen(state, observed)
+        seen[side] = max(seen[side], timestamp)
+        retention = self._join_retention(step)
+        out: list[Joined] = []
+        if timestamp >= stream_time:
+            out += self.close_join_rows(state, stream_time, step, key, observed)
         # a left record at t meets right records in [t - before, t + after]
         low, high = (
             (timestamp - join.before_ms, timestamp + join.after_ms)
             if side == "left"
             else (timestamp - join.after_ms, timestamp + join.before_ms)
         )
-        out: list[Joined] = []
-        entry = {"row": row, "matched": False}
+        entry: dict[str, Any] = {"row": row, "matched": False}
         for candidate in state.get(other, []):
-            if low <= candidate["row"].timestamp <= high and _same_window(
+            there = candidate["row"].timestamp
+            if there <= seen[other] - retention:
+                continue  # gone from the other side's window store
+            if low <= there <= high and _same_window(
                 row, candidate["row"], join.right.window_type == "SESSION"
             ):
                 candidate["matched"] = entry["matched"] = True
@@ -478,24 +513,48 @@ class Operators:
                 joined.columns["ROWTIME"] = max(r.timestamp for r in pair)
                 out.append(Joined(key, joined))
         outer = {"LEFT": ("left",), "RIGHT": ("right",), "FULL": ("left", "right")}
-        if join.grace_ms is None and not entry["matched"] and side in outer.get(join.kind, ()):
-            # without GRACE PERIOD ksqlDB joins with Kafka Streams' old join windows: a
-            # record that meets none gives its row at once (a later match its joined row)
-            pair = (row, None) if side == "left" else (None, row)
-            out.append(Joined(key, self._joined_row(pair[0], pair[1], step)))
-            entry["padded"] = True
-        state.setdefault(side, []).append(entry)
-        return out + self.close_join_rows(state, stream_time, step, key)
+        if not entry["matched"] and side in outer.get(join.kind, ()):
+            if join.grace_ms is None or high < stream_time:
+                # without GRACE PERIOD ksqlDB joins with Kafka Streams' old join windows:
+                # a record that meets none gives its row at once (a later match its
+                # joined row); with one, a record whose window has closed gives it too
+                pair = (row, None) if side == "left" else (None, row)
+                out.append(Joined(key, self._joined_row(pair[0], pair[1], step)))
+                entry["padded"] = True
+        if timestamp > seen[side] - retention:
+            state.setdefault(side, []).append(entry)
+        return out
+
+    @staticmethod
+    def _seen(state: dict[str, Any], observed: dict[str, int] | None) -> dict[str, int]:
+        """The largest time each side's window store has seen: the host's (``observed``)
+        or the key's own records', whichever is later; kept in ``state``."""
+        seen: dict[str, int] = state.setdefault("seen", {"left": -1, "right": -1})
+        for side, time in (observed or {}).items():
+            seen[side] = max(seen[side], time)
+        return seen
 
     def _join_grace(self, step: int) -> int:
         grace = self.join_steps[step].plan.grace_ms
         return DEFAULT_GRACE_MS if grace is None else grace
 
+    def _join_retention(self, step: int) -> int:
+        """How long a side's window store keeps a record behind the latest time it has
+        seen: the join's window (before and after) and its grace."""
+        join = self.join_steps[step].plan
+        return join.before_ms + join.after_ms + self._join_grace(step)
+
     def join_reach(self, step: int = 0) -> int:
         """Stream-stream: how far behind the stream time a record may still join (its
         window and grace): the watermark delay of a host that has one."""
+        return self._join_retention(step)
+
+    def _pending(self, entry: dict[str, Any], side: str, step: int) -> bool:
+        """Whether a kept record still owes its outer row (an outer side's record that
+        met nothing, its row not given at once)."""
         join = self.join_steps[step].plan
-        return join.before_ms + join.after_ms + self._join_grace(step)
+        outer = {"LEFT": ("left",), "RIGHT": ("right",), "FULL": ("left", "right")}
+        return side in outer.get(join.kind, ()) and not entry["matched"] and not entry.get("padded")
 
     def next_join_close(self, state: dict[str, Any], step: int = 0) -> int | None:
         """Stream-stream: the stream time after which the next record of ``state``
@@ -504,46 +563,66 @@ class Operators:
             return None
         join = self.join_steps[step].plan
         grace = self._join_grace(step)
+        retention = self._join_retention(step)
         due = [
-            entry["row"].timestamp + (join.after_ms if side == "left" else join.before_ms) + grace
+            entry["row"].timestamp
+            + (
+                (join.after_ms if side == "left" else join.before_ms) + grace
+                if self._pending(entry, side, step)
+                else retention
+            )
             for side in ("left", "right")
             for entry in state.get(side, [])
         ]
         return min(due) if due else None
 
     def close_joins(
-        self, state: dict[str, Any], stream_time: int, step: int = 0, key: Any = None
+        self,
+        state: dict[str, Any],
+        stream_time: int,
+        step: int = 0,
+        key: Any = None,
+        observed: dict[str, int] | None = None,
     ) -> list[Change]:
-        """Stream-stream: records whose window (and grace) has passed leave ``state``; an
-        outer join's unmatched ones give their row with the other side null."""
-        closed = self.close_join_rows(state, stream_time, step, key)
+        """Stream-stream: an outer join's unmatched records whose window (and grace) has
+        passed give their row with the other side null; records that have left their
+        side's window store leave ``state``."""
+        closed = self.close_join_rows(state, stream_time, step, key, observed)
         return [c for j in closed for c in self.finish(j)]
 
     def close_join_rows(
-        self, state: dict[str, Any], stream_time: int, step: int = 0, key: Any = None
+        self,
+        state: dict[str, Any],
+        stream_time: int,
+        step: int = 0,
+        key: Any = None,
+        observed: dict[str, int] | None = None,
     ) -> list[Joined]:
-        """``close_joins``' rows, not projected."""
+        """``close_joins``' rows, not projected, in the order of their records' times
+        (as Kafka Streams' outer join store gives them)."""
         if not self.join_steps or self.join_steps[step].plan.shape != "stream-stream":
             return []
         join = self.join_steps[step].plan
         grace = self._join_grace(step)
-        outer = {"LEFT": ("left",), "RIGHT": ("right",), "FULL": ("left", "right")}.get(
-            join.kind, ()
-        )
-        out: list[Joined] = []
+        retention = self._join_retention(step)
+        seen = self._seen(state, observed)
+        closed: list[tuple[int, Joined]] = []
         for side in ("left", "right"):
             reach = join.after_ms if side == "left" else join.before_ms
             kept = []
             for entry in state.get(side, []):
-                if entry["row"].timestamp + reach + grace < stream_time:
-                    if side in outer and not entry["matched"] and not entry.get("padded"):
-                        pair = (entry["row"], None) if side == "left" else (None, entry["row"])
-                        joined_key = self.key_of(side, entry["row"], step) if key is None else key
-                        out.append(Joined(joined_key, self._joined_row(pair[0], pair[1], step)))
-                else:
+                timestamp = entry["row"].timestamp
+                if self._pending(entry, side, step) and timestamp + reach + grace < stream_time:
+                    entry["padded"] = True
+                    pair = (entry["row"], None) if side == "left" else (None, entry["row"])
+                    joined_key = self.key_of(side, entry["row"], step) if key is None else key
+                    joined = Joined(joined_key, self._joined_row(pair[0], pair[1], step))
+                    closed.append((timestamp, joined))
+                if self._pending(entry, side, step) or timestamp > seen[side] - retention:
                     kept.append(entry)
             state[side] = kept
-        return out
+        closed.sort(key=lambda item: item[0])
+        return [joined for _, joined in closed]
 
     # ---- foreign-key joins
     def left_primary_key(self, row: Row, step: int = 0) -> tuple[Any, ...]:

@@ -108,6 +108,7 @@ class PushQuery:
         join = plan.join
         self.right_reader = RecordReader(join.right, registry) if join is not None else None
         self.join_states: dict[Any, dict[str, Any]] = {}
+        self.join_observed: dict[str, int] = {}  # by join side
         self.flow = JoinFlow(self.operators) if flowing(plan) else None
         self.readers = [RecordReader(s, registry) for s in plan.sources]
         self.flow_states: dict[tuple[int, Any], dict[Any, Any]] = {}
@@ -310,11 +311,14 @@ class PushQuery:
             return []
         stream_time = max(self.stream_times.get(-1, -1), row.timestamp)
         self.stream_times[-1] = stream_time
+        # each side's time, for a stream-stream join's window stores
+        observed = self.join_observed
+        observed[side] = max(observed.get(side, -1), row.timestamp)
         state = self.join_states.setdefault(key, {})
-        changes = self.operators.join_step(state, side, row, stream_time)
+        changes = self.operators.join_step(state, side, row, stream_time, 0, observed)
         for other, kept in list(self.join_states.items()):
             if other != key:  # the stream time moved on for every key's window
-                changes += self.operators.close_joins(kept, stream_time)
+                changes += self.operators.close_joins(kept, stream_time, 0, None, observed)
             if not any(kept.get(s) for s in ("left", "right")) and not kept.get("emitted"):
                 del self.join_states[other]
         return changes
