@@ -28,7 +28,9 @@ inside Spark's tasks.
 - A join reads both sources' topics in one query: a ``mapInArrow`` keys each row by
   its join key, then ``groupBy(key).transformWithStateInPandas`` keeps each key's join
   state (a table's row, a stream's records within the window) and joins the rows in
-  timestamp order; a stream-stream join's window closes on an event-time timer. A
+  the order Kafka Streams' task takes their records (each source partition's in offset
+  order, partitions chosen between by their next record's own timestamp:
+  ``run_join_keying``); a stream-stream join's window closes on an event-time timer. A
   chain of joins, a foreign-key join or an aggregation over a join runs its stages
   (``strom.ksql.join_flow``) as one ``transformWithStateInPandas`` each, every stage
   passing on the rows of the stages after it, then the aggregation's steps. A join's
@@ -91,6 +93,9 @@ PACKED_OUTPUT_SCHEMA = PLACED_SCHEMA + ", packed binary"  # strom.ksql.packed_ou
 JOINED_SCHEMA = OUTPUT_SCHEMA + ", at long, tie int, part int, off long, seq long"
 PLACE_SPAN = 1 << 20  # an input row's ``seq`` times this, plus its output's index
 GROUPED_SCHEMA = "grp binary, part int, off long, seq int, ts timestamp, payload binary"
+# a join's keyed rows: with the place of their record among the task's records (``at``)
+# and their source partition's stream time (``pt``) (``run_join_keying``)
+JOIN_KEYED_SCHEMA = GROUPED_SCHEMA + ", at long, pt long"
 CHAINED_SCHEMA = "grp binary, stage int, part int, off long, seq int, ts timestamp, payload binary"
 LOG_GROUP = b"\x00processing-log"  # the group of processing log entries, passed through
 # the sink's failureTopic: a row to it, after the records its failing record's
@@ -413,31 +418,80 @@ def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
 def run_join_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow before a join: each row of either source keyed by its join key, with
     its side and its sequence, its place at a tie (``join_flow.tie_order``: a table's
-    change before the stream record it serves, a left table's before a right one's)."""
+    change before the stream record it serves, a left table's before a right one's),
+    and where its record comes among the task's records (``at``, ``pt``).
+
+    A join's task takes each source partition's records in offset order and, between
+    partitions, the one whose next record's timestamp is the lowest (Kafka Streams'
+    choice). Taken so, a record comes after every record of a partition whose largest
+    record timestamp so far is lower than its partition's: ``at``, the largest record
+    timestamp of its partition in the micro-batch up to it, orders the task's records
+    as that choice does (ties: ``tie_order``, then partition and offset). The record
+    timestamps are the records' own, as written, not a TIMESTAMP column's: they follow
+    the order the records were written in (ksqlDB's test driver takes a case's records
+    in that order, whatever their TIMESTAMP columns say). ``pt``: the largest row time
+    of the record's partition up to it, the time its side of the join has reached."""
     parts = _parts(spec)
     join = spec.plan.join
     assert join is not None
     right_topic = join.right.topic
+    written_times: dict[tuple[str, int], int] = {}  # by source partition, the largest
+    row_times: dict[tuple[str, int], int] = {}
     for batch in batches:
-        grouped = _Grouped()
+        grouped = _JoinKeyed()
         for record in _source_records(batch):
             out: list[tuple[Any, ...]] = []
+            place = (record.topic, record.partition)
+            at = written_times[place] = max(written_times.get(place, -1), record.timestamp)
             right = record.topic == right_topic
             row = _read(parts, record, out, right)
             side = "right" if right else "left"
             key = parts.operators.key_of(side, row) if row is not None else None
             for entry in [o[2] for o in out] + parts.take_errors():
-                grouped.add(LOG_GROUP, record, 0, record.timestamp, entry)
+                grouped.add(LOG_GROUP, record, 0, record.timestamp, entry, at, -1)
+            if row is not None:
+                row_times[place] = max(row_times.get(place, -1), row.timestamp)
             if key is not None:
                 payload = pickle.dumps((side, row))
                 tie = tie_order(spec.plan, 0, side)
-                grouped.add(pickle.dumps(key), record, tie, row.timestamp, payload)
+                pt = row_times[place]
+                grouped.add(pickle.dumps(key), record, tie, row.timestamp, payload, at, pt)
         yield grouped.batch()
+
+
+class _JoinKeyed:
+    """Rows of a join's keyed frame (``JOIN_KEYED_SCHEMA``): ``_Grouped``'s, then the
+    record's place among the task's records and its partition's stream time."""
+
+    def __init__(self) -> None:
+        self.grouped = _Grouped()
+        self.at: list[int] = []
+        self.pt: list[int] = []
+
+    def add(
+        self, group: bytes, record: Any, sequence: int, ms: int, payload: bytes, at: int, pt: int
+    ) -> None:
+        self.grouped.add(group, record, sequence, ms, payload)
+        self.at.append(at)
+        self.pt.append(pt)
+
+    def batch(self) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        batch = self.grouped.batch()
+        return pa.RecordBatch.from_arrays(
+            [*batch.columns, pa.array(self.at, pa.int64()), pa.array(self.pt, pa.int64())],
+            names=[*batch.schema.names, "at", "pt"],
+        )
 
 
 def _join_processor(spec: QuerySpec) -> Any:
     """A join key's state in Spark's state store (a table's row, a stream's records
-    within the window), its rows joined in timestamp order (``tie_order`` at a tie)."""
+    within the window), its rows joined in the order the task takes their records
+    (``run_join_keying``'s ``at``, ``tie_order`` at a tie, then partition and offset).
+    A stream-stream join's stream time at a record: the latest of its partition's
+    (``pt``), the key's own records' and the watermark's (the stream time when the
+    micro-batch began, less the join's reach)."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
     from pyspark.sql.types import BinaryType, StructField, StructType
 
@@ -475,7 +529,11 @@ def _join_processor(spec: QuerySpec) -> Any:
             stream_time = _watermark(timerValues) + parts.operators.join_reach()
             stored["time"] = max(stored.get("time", -1), stream_time)
             out: list[tuple[Any, ...]] = []
-            _write(parts, parts.operators.close_joins(stored, stored["time"]), out)
+            # both sides taken to have reached the stream time: records the stores no
+            # longer keep leave the state
+            observed = {"left": stored["time"], "right": stored["time"]}
+            closed = parts.operators.close_joins(stored, stored["time"], 0, None, observed)
+            _write(parts, closed, out)
             self._save(parts, stored)
             # after the records of the stream time that closed them
             yield from _frames(_joined(out, stored["time"], 2, stored.get("part", -1), -1))
@@ -504,20 +562,24 @@ def _join_processor(spec: QuerySpec) -> Any:
             watermark = _watermark(timerValues) if windowed else -1
             if watermark > 0:  # none before the first batch's end (0 then)
                 stored["time"] = max(stored.get("time", -1), watermark + operators.join_reach())
-            for tie, part, off, payload in zip(
+            for tie, part, off, at, pt, payload in zip(
                 frame["seq"].to_numpy()[order].tolist(), frame["part"].to_numpy()[order].tolist(),
-                frame["off"].to_numpy()[order].tolist(), frame["payload"].to_numpy()[order],
+                frame["off"].to_numpy()[order].tolist(), frame["at"].to_numpy()[order].tolist(),
+                frame["pt"].to_numpy()[order].tolist(), frame["payload"].to_numpy()[order],
                 strict=True,
             ):  # fmt: skip
                 side, row = pickle.loads(payload)
                 changed = changed or side == "right"
-                stored["time"] = max(stored.get("time", -1), row.timestamp)
+                stored["time"] = max(stored.get("time", -1), row.timestamp, pt)
                 stored["part"] = part
                 written: list[tuple[Any, ...]] = []
-                joined = operators.join_rows(stored, side, row, stored["time"], 0, join_key)
+                observed = {side: pt} if windowed else None
+                joined = operators.join_rows(
+                    stored, side, row, stored["time"], 0, join_key, observed
+                )
                 _write(parts, [c for j in joined for c in operators.finish(j)], written)
                 written.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
-                out += _joined(written, row.timestamp, tie, part, off)
+                out += _joined(written, at, tie, part, off)
             if changed:
                 self._save(parts, stored)
             if out:
@@ -530,8 +592,9 @@ def _join_processor(spec: QuerySpec) -> Any:
 
 
 def _in_time_order(frame: pd.DataFrame) -> Any:
-    """The positions of a keyed step's rows in the order its key takes them: by time,
-    then sequence (``tie_order`` at a tie), source partition and offset;
+    """The positions of a keyed step's rows in the order its key takes them: by their
+    place among the task's records (``at``; the time when the rows have none), then
+    sequence (``tie_order`` at a tie), source partition and offset;
     numpy's stable lexsort (pandas' multi-column sort costs milliseconds a key, most
     keys having few rows)."""
     import numpy as np
@@ -541,7 +604,7 @@ def _in_time_order(frame: pd.DataFrame) -> Any:
             frame["off"].to_numpy(),
             frame["part"].to_numpy(),
             frame["seq"].to_numpy(),
-            _row_micros(frame),
+            frame["at"].to_numpy() * 1000 if "at" in frame else _row_micros(frame),
         )
     )
 
@@ -777,7 +840,11 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
             stored["time"] = max(stored.get("time", -1), reach)
             group = pickle.loads(key[0])
             state = stored.setdefault("state", {})
-            messages, changes = parts.flow().close(stage_index, group, state, stored["time"])
+            # both sides taken to have reached the stream time: records the stores no
+            # longer keep leave the state
+            observed = {"left": stored["time"], "right": stored["time"]}
+            flow = parts.flow()
+            messages, changes = flow.close(stage_index, group, state, stored["time"], observed)
             # after the records of the stream time that closed them
             place = (stored["time"], 2, stored.get("part", -1), -1)
             out = self._emit(parts, messages, changes, place)
@@ -1300,7 +1367,9 @@ class SparkQueries:
         if flowing(plan):
             output = _flow_output(frame, spec)
         elif plan.join is not None:
-            keyed = frame.mapInArrow(lambda batches: run_join_keying(spec, batches), GROUPED_SCHEMA)
+            keyed = frame.mapInArrow(
+                lambda batches: run_join_keying(spec, batches), JOIN_KEYED_SCHEMA
+            )
             windowed = plan.join.shape == "stream-stream"
             if windowed:  # the watermark trails the stream time by the join's reach
                 keyed = _watermarked_keeping_late_rows(keyed, _join_reach(plan))
