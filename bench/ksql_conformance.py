@@ -535,18 +535,22 @@ class Harness:
         # a join of sources whose partition counts differ
         joins = any(re.search(r"\bJOIN\b", s, re.IGNORECASE) for s in statements)
         inferred = 4 if joins and any(count > 1 for count in topics.values()) else 1
+        made: set[str] = set()  # the topics CREATE statements make with their PARTITIONS
         for statement in renamed:
             words = [(k, t) for k, t in tokens(statement) if k != "space"]
             upper = [t.upper() for _, t in words]
             if upper[:1] != ["CREATE"] or "AS" in upper and "SELECT" in upper:
                 continue
-            if "PARTITIONS" in upper:
-                continue
             for i, word in enumerate(upper[:-2]):
                 if word == "KAFKA_TOPIC" and words[i + 2][0] == "string":
-                    topics.setdefault(words[i + 2][1][1:-1].replace("''", "'"), inferred)
+                    name = words[i + 2][1][1:-1].replace("''", "'")
+                    if "PARTITIONS" in upper:
+                        made.add(name)
+                    else:
+                        topics.setdefault(name, inferred)
         for record in case.get("inputs", []):
-            topics.setdefault(record["topic"] + suffix, 1)
+            if record["topic"] + suffix not in made:
+                topics.setdefault(record["topic"] + suffix, 1)
         ids = self.codec.register_topics(case, suffix)
         renamed = [with_schema_ids(s, ids) for s in renamed]
         if topics:
