@@ -76,6 +76,7 @@ def analyze(query: st.Query, metastore: Metastore, persistent: bool = False) -> 
         sources[relation.name] = source
         if relation.alias is not None:
             sources[relation.alias] = source
+    _refuse_unknown_and_ambiguous(query, relations, sources)
     _refuse_kafka_values(query, relations, sources)
     check_reserved_names(query, persistent)
     windowed = query.window is not None or any(s.is_windowed for s in sources.values())
@@ -140,6 +141,33 @@ def analyze(query: st.Query, metastore: Metastore, persistent: bool = False) -> 
                     f"{where}{prefix} column '{reference}' cannot be resolved.{hint}"
                 )
     return Analysis(sources, windowed)
+
+
+def _refuse_unknown_and_ambiguous(
+    query: st.Query, relations: list[Any], sources: dict[str, DataSource]
+) -> None:
+    """An unknown qualifier, then a name more than one joined source has, as ksqlDB's
+    parser and sanitizer refuse them before its analyzer's checks (``SELECT ROWTIME``
+    over a join is ambiguous before it is a reserved name)."""
+    if not query.source.joins:
+        return
+    expressions = [
+        *(join.condition for join in query.source.joins),
+        *(i.expression for i in query.select if isinstance(i, st.SelectExpression | st.StructAll)),
+        *([query.where] if query.where is not None else []),
+        *(query.group_by or ()),
+        *(query.partition_by or ()),
+        *([query.having] if query.having is not None else []),
+    ]
+    for expression in expressions:
+        references = list(_references(expression))
+        for reference in references:
+            if reference.source is not None and reference.source not in sources:
+                raise KsqlStatementError(_unknown_qualifier(reference.source))
+        for reference in references:
+            if reference.source is None and reference.name.startswith("ROWKEY"):
+                continue  # maybe ksqlDB's synthetic join key, which the planner resolves
+            _refuse_ambiguous(reference, relations, sources)
 
 
 def check_reserved_names(query: st.Query, persistent: bool) -> None:

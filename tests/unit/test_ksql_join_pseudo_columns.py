@@ -144,6 +144,10 @@ def test_a_right_join_row_without_its_left_side_has_the_rights_time() -> None:
             "CREATE STREAM O AS SELECT S1.ID, ROWTIME AS T FROM S1 JOIN T2 ON S1.ID = T2.ID",
             "Column 'ROWTIME' is ambiguous. Could be S1.ROWTIME or T2.ROWTIME.",
         ),
+        (  # ambiguous before it is a reserved name, as ksqlDB's sanitizer finds it first
+            "CREATE STREAM O AS SELECT S1.ID, ROWTIME FROM S1 JOIN T2 ON S1.ID = T2.ID",
+            "Column 'ROWTIME' is ambiguous. Could be S1.ROWTIME or T2.ROWTIME.",
+        ),
         (
             "CREATE STREAM O AS SELECT S1.ID FROM S1 JOIN T2 ON S1.ID = T2.ID "
             "JOIN T3 ON S1.ID = T3.ID WHERE ROWOFFSET > 1",
