@@ -794,8 +794,15 @@ class KsqlEngine:
         return str(scope.properties.get(OUTPUT_TOPIC_PREFIX, self.config.output_topic_prefix))
 
     def _plan(
-        self, statement: st.CreateAsSelect | st.InsertInto, text: str, topic_prefix: str = ""
+        self,
+        statement: st.CreateAsSelect | st.InsertInto,
+        text: str,
+        topic_prefix: str = "",
+        check_partitions: bool = True,
     ) -> QueryPlan:
+        """The statement's plan; ``check_partitions``: with the check that a join's sides
+        have as many partitions (not for a command of the command topic, checked when it
+        was written: a topic's partitions added since stop no query at a restart)."""
         source = self.metastore.source(statement.query.source.left.name)
         partitions = None
         if source is not None:
@@ -816,7 +823,8 @@ class KsqlEngine:
             if target is None:
                 raise KsqlStatementError(f"Source `{statement.target}` does not exist.")
             request = SinkRequest(target.name, None, statement.properties, target, partitions, text)
-        return plan_query(statement.query, self.metastore, request, text, self._partition_count)
+        counts = self._partition_count if check_partitions else None
+        return plan_query(statement.query, self.metastore, request, text, counts)
 
     def _partition_count(self, topic: str) -> int | None:
         """A topic's partition count (None when it does not exist), for the planner's
@@ -833,7 +841,7 @@ class KsqlEngine:
         topic_prefix: str = "",
     ) -> RunningQuery:
         """The query of a recorded statement, its sink added to the metastore."""
-        plan = self._plan(statement, text, topic_prefix)
+        plan = self._plan(statement, text, topic_prefix, check_partitions=False)
         plan = wrapping_from_properties(plan, statement, properties)
         plan = collect_limits_from_properties(plan, {**self.config.properties, **properties})
         assert plan.sink is not None
