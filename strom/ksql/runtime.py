@@ -45,11 +45,12 @@ inside Spark's tasks.
   writing anything twice for read_committed readers.
 - A record the query cannot get past (``values.ProcessingFailure``: a DECIMAL SUM that
   overflows, a TIMESTAMP column that does not read under
-  ksql.timestamp.throw.on.invalid) fails the query as ksqlDB's task fails at it: the
-  step gives the sink, in the record's place, a row to ``FAILED_TOPIC`` holding the
-  error in ksqlDB's words; the sink writes the records before it, then fails the
-  micro-batch, and the query's state gives the error (``failure_reason``). A reading
-  step that fails so outside the stateless path fails its task at once.
+  ksql.timestamp.throw.on.invalid; a row that does not serialize) fails the query as
+  ksqlDB's task fails at it: the step gives the sink, in the record's place, a row to
+  ``FAILED_TOPIC`` holding the error in ksqlDB's words; the sink writes the records
+  before it, then fails the micro-batch, and the query's state gives the error
+  (``failure_reason``). A reading step that fails so outside the stateless path fails
+  its task at once.
 - Checkpoints live under ``ksql.streams.state.dir`` / query id, so a query restarted by
   the server (the command topic replayed) resumes where it stopped.
 
@@ -270,6 +271,9 @@ def _failure_text(spec: QuerySpec, error: Exception, part: int, off: int) -> str
 
 
 def _write(parts: _TaskParts, changes: list[Any], out: list[tuple[Any, ...]]) -> None:
+    """The changes as the sink's records; one that does not serialize is logged, then
+    fails the query there (ksqlDB's LoggingSerializer logs and throws again, and Kafka
+    Streams fails the task): the rows after it are not written."""
     from strom.ksql.metastore import KsqlStatementError
 
     topic = parts.spec.sink_topic
@@ -282,6 +286,11 @@ def _write(parts: _TaskParts, changes: list[Any], out: list[tuple[Any, ...]]) ->
                 parts.spec.query_id, f"Error serializing the row: {exc}"
             )
             out.append((parts.spec.log_topic, None, entry, None))
+            out.append(
+                _failed(
+                    f"Exception caught in process. Unable to serialize record to {topic}: {exc}"
+                )
+            )
             continue
         out.append((topic, key, value, change.timestamp))
 

@@ -1,9 +1,10 @@
 """Records a query cannot get past, as ksqlDB fails its query at them: a DECIMAL SUM that
-overflows and a TIMESTAMP column that does not read under ksql.timestamp.throw.on.invalid.
-The query's Spark steps run without Spark (a state per group in a dict): what they give
-the sink is the records the earlier records made, then the row that fails the micro-batch
-(``runtime.FAILED_TOPIC``) with ksqlDB's words. Then the failure as the query's state
-keeps it (``RunningQuery.failed``, ``runtime.failure_reason``)."""
+overflows, a TIMESTAMP column that does not read under ksql.timestamp.throw.on.invalid,
+a row that does not serialize. The query's Spark steps run without Spark (a state per
+group in a dict): what they give the sink is the records the earlier records made, then
+the row that fails the micro-batch (``runtime.FAILED_TOPIC``) with ksqlDB's words. Then
+the failure as the query's state keeps it (``RunningQuery.failed``,
+``runtime.failure_reason``)."""
 
 from __future__ import annotations
 
@@ -172,3 +173,28 @@ def test_a_querys_errors_are_kept_while_it_is_retried() -> None:
     for n in range(20):
         query.failed(f"failure {n}")
     assert len(query.errors) == 10 and query.errors[-1]["errorMessage"] == "failure 19"
+
+
+def test_a_row_that_does_not_serialize_is_logged_then_fails_the_query() -> None:
+    """Without a schema registry an AVRO sink's rows do not serialize: logged, then the
+    failure (ksqlDB's LoggingSerializer logs and throws again)."""
+    plan = planned(
+        EVENTS,
+        "CREATE STREAM copied WITH (value_format='AVRO') AS SELECT k, id FROM events WHERE id > 1",
+    )
+    spec = spec_of("serializing", plan)
+    batch = source_batch(
+        "events",
+        [
+            (b"a", {"ID": 1, "TS": "2026-01-01 00:00:00"}, 0),  # filtered out
+            (b"b", {"ID": 2, "TS": "2026-01-01 00:00:01"}, 0),
+        ],
+    )
+    rows = [
+        (r["topic"], r["value"])
+        for b in runtime.run_stateless(spec, iter([batch]))
+        for r in b.to_pylist()
+    ]
+    assert [t for t, _ in rows] == ["log", runtime.FAILED_TOPIC]
+    message = rows[1][1].decode()
+    assert message.startswith("Exception caught in process. Unable to serialize record to COPIED")
