@@ -156,7 +156,8 @@ class JoinPlan:
     """A join of two sources on equal keys: stream-table (each stream record looks up
     the table's row), table-table (on both primary keys: each change joins the other
     side's row), stream-stream (records of both sides within the WITHIN window). The
-    joined row's columns are ``<name>_<column>`` for each side's name (alias)."""
+    joined row's columns are ``<name>_<column>`` for each side's name (alias), its
+    pseudo columns and window bounds too (``L_ROWTIME``: the left record's time)."""
 
     kind: str  # INNER, LEFT, RIGHT or FULL
     right: DataSource
