@@ -416,7 +416,7 @@ def _plain_scalar(field: Any, value: Any) -> Any:
 
 def plain(message: Any) -> dict[str, Any]:
     """A message's fields by name as plain values (the JSON readers' input): an unset
-    message null, an unset scalar proto3's default."""
+    message null, an unset scalar proto3's default (``bytes``: null)."""
     values: dict[str, Any] = {}
     in_unions: set[str] = set()
     for oneof in _real_oneofs(message.DESCRIPTOR):
@@ -458,6 +458,8 @@ def plain_fields(message: Any, fields: list[Any]) -> dict[str, Any]:
             ]
         elif target is not None:
             values[field.name] = _plain_message(value) if message.HasField(field.name) else None
+        elif field.type == field.TYPE_BYTES and not value and not field.has_presence:
+            values[field.name] = None  # proto3 ``bytes`` unset (or empty): null, as ksqlDB reads it
         else:
             values[field.name] = _plain_scalar(field, value)
     return values
@@ -493,18 +495,18 @@ def read_bare(
 # ---- columns of a schema ----------------------------------------------------------------
 
 
-def _field_type(field: Any) -> ex.SqlType:
+def _field_type(field: Any, upper: bool = True) -> ex.SqlType:
     target = field.message_type
     if target is not None and target.GetOptions().map_entry:
         return ex.MapType(
-            _single_type(target.fields_by_name["key"]),
-            _field_type(target.fields_by_name["value"]),
+            _single_type(target.fields_by_name["key"], upper),
+            _field_type(target.fields_by_name["value"], upper),
         )
-    single = _single_type(field)
+    single = _single_type(field, upper)
     return ex.ArrayType(single) if field.is_repeated else single
 
 
-def _single_type(field: Any) -> ex.SqlType:
+def _single_type(field: Any, upper: bool = True) -> ex.SqlType:
     from google.protobuf import descriptor_pb2
 
     target = field.message_type
@@ -531,7 +533,7 @@ def _single_type(field: Any) -> ex.SqlType:
     if full_name in _WRAPPERS:
         return ex.PrimitiveType(_WRAPPERS[full_name])
     return ex.StructType(
-        tuple(ex.StructField(name, sql_type) for name, sql_type in columns_of(target))
+        tuple(ex.StructField(name, sql_type) for name, sql_type in columns_of(target, upper))
     )
 
 
@@ -549,17 +551,22 @@ def _field_params(field: Any) -> dict[str, str]:
     return dict(options.Extensions[_field_meta()].params)
 
 
-def columns_of(descriptor: Any) -> list[tuple[str, ex.SqlType]]:
-    """The columns a message type declares, as ksqlDB infers them (names upper-cased): a
-    oneof's union first, then the other fields."""
+def columns_of(descriptor: Any, upper: bool = True) -> list[tuple[str, ex.SqlType]]:
+    """The columns a message type declares, as ksqlDB infers them: a oneof's union
+    first, then the other fields; names upper-cased, unless not ``upper`` (the schema
+    KEY_SCHEMA_ID / VALUE_SCHEMA_ID names: its own names, nested ones too)."""
+
+    def named(name: str) -> str:
+        return name.upper() if upper else name
+
     columns: list[tuple[str, ex.SqlType]] = []
     in_unions: set[str] = set()
     for oneof in _real_oneofs(descriptor):
-        members = tuple(ex.StructField(f.name.upper(), _field_type(f)) for f in oneof.fields)
+        members = tuple(ex.StructField(named(f.name), _field_type(f, upper)) for f in oneof.fields)
         columns.append((union_name(oneof), ex.StructType(members)))
         in_unions.update(f.name for f in oneof.fields)
     columns += [
-        (field.name.upper(), _field_type(field))
+        (named(field.name), _field_type(field, upper))
         for field in descriptor.fields
         if field.name not in in_unions
     ]

@@ -362,10 +362,10 @@ class RegistryFormats:
                 f"Format: [{fmt}], Fetched schema type: [{fetched}]."
             )
         subject = f"{topic}-{'key' if is_key else 'value'}"
-        # AVRO: the schema's own field names, as ksqlDB reads a schema an id names (its
-        # ORIGINAL_FIELD_NAME policy); a subject's latest schema's upper-cased
-        upper = fmt != "AVRO"
-        return self._columns_of(schema, fmt, is_key, full_name, topic, subject, wrapped, upper)
+        # the schema's own field names (nested too), as ksqlDB reads a schema an id
+        # names in any format (its ORIGINAL_FIELD_NAME policy); a subject's latest
+        # schema's upper-cased
+        return self._columns_of(schema, fmt, is_key, full_name, topic, subject, wrapped, False)
 
     def _serializer(
         self, source: DataSource, field: str, fmt: str, columns: tuple[Column, ...], alone: bool
@@ -473,7 +473,9 @@ class RegistryFormats:
             if fmt == "PROTOBUF":
                 files = self._protobuf_files(schema)[0]
                 message = _named_message(files, full_name, topic, subject, is_key)
-                return [Column(n, t, namespace) for n, t in protobuf_rows.columns_of(message)]
+                return [
+                    Column(n, t, namespace) for n, t in protobuf_rows.columns_of(message, upper)
+                ]
             try:
                 schema = json.loads(text)
             except ValueError as exc:
@@ -482,7 +484,7 @@ class RegistryFormats:
                 ) from None
             if fmt == "AVRO":
                 return avro_columns(schema, namespace, wrapped, upper)
-            return json_schema_columns(schema, namespace, wrapped)
+            return json_schema_columns(schema, namespace, wrapped, upper)
         except (KeyError, TypeError, ValueError, IndexError, SchemaRegistryError) as exc:
             raise KsqlStatementError(
                 f"Unable to verify if the {namespace.lower()} schema for topic: {topic} is "
@@ -609,44 +611,45 @@ def avro_columns(
 _FROM_JSON = {"integer": "BIGINT", "number": "DOUBLE", "string": "STRING", "boolean": "BOOLEAN"}
 
 
-def _from_json(schema: dict[str, Any]) -> ex.SqlType:
+def _from_json(schema: dict[str, Any], upper: bool = True) -> ex.SqlType:
     for union in ("oneOf", "anyOf"):
         if union in schema:
             present = [s for s in schema[union] if s.get("type") != "null"]
             if len(present) != 1:
                 raise ValueError(f"unions of several types are not supported: {schema}")
-            return _from_json(present[0])
+            return _from_json(present[0], upper)
     kind = schema.get("type")
     if isinstance(kind, list):
         present = [k for k in kind if k != "null"]
-        return _from_json({**schema, "type": present[0]})
+        return _from_json({**schema, "type": present[0]}, upper)
     if kind == "array":
-        return ex.ArrayType(_from_json(schema.get("items", {"type": "string"})))
+        return ex.ArrayType(_from_json(schema.get("items", {"type": "string"}), upper))
     if kind == "object":
         if "properties" in schema:
             return ex.StructType(
                 tuple(
-                    ex.StructField(name.upper(), _from_json(sub))
+                    ex.StructField(_named(name, upper), _from_json(sub, upper))
                     for name, sub in schema["properties"].items()
                 )
             )
         values = schema.get("additionalProperties")
         return ex.MapType(
             ex.PrimitiveType("STRING"),
-            _from_json(values) if isinstance(values, dict) else ex.PrimitiveType("STRING"),
+            _from_json(values, upper) if isinstance(values, dict) else ex.PrimitiveType("STRING"),
         )
     return ex.PrimitiveType(_FROM_JSON[str(kind)])
 
 
 def json_schema_columns(
-    schema: dict[str, Any], namespace: str, wrapped: bool = True
+    schema: dict[str, Any], namespace: str, wrapped: bool = True, upper: bool = True
 ) -> list[Column]:
     if wrapped and schema.get("type") == "object" and "properties" in schema:
         return [
-            Column(name.upper(), _from_json(sub), namespace)
+            Column(_named(name, upper), _from_json(sub, upper), namespace)
             for name, sub in schema["properties"].items()
         ]
-    return [Column("ROWKEY" if namespace == "KEY" else "ROWVAL", _from_json(schema), namespace)]
+    alone = "ROWKEY" if namespace == "KEY" else "ROWVAL"
+    return [Column(alone, _from_json(schema, upper), namespace)]
 
 
 def _protobuf_writer(

@@ -634,9 +634,9 @@ def test_protobuf_schemas_at_create_inferred_and_read_by_the_writers_message(
 def test_sources_created_with_a_schema_id(
     server: KsqlServer, registry: str, broker: BrokerProcess
 ) -> None:
-    """VALUE_SCHEMA_ID, as ksqlDB: the columns are that schema's (an Avro schema's under
-    its own field names), its rows written with it (its id, its own field names), for
-    AVRO and PROTOBUF; columns beside it refused."""
+    """VALUE_SCHEMA_ID, as ksqlDB: the columns are that schema's (under its own field
+    names), its rows written with it (its id, its own field names), for AVRO and
+    PROTOBUF; columns beside it refused."""
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -668,11 +668,12 @@ def test_sources_created_with_a_schema_id(
     assert (named["namespace"], named["name"]) == ("com.acme", "Order")
     proto_text = 'syntax = "proto3"; message Tick { string sym = 1; int64 qty = 2; }'
     proto_id = client.register_schema("ticks-other", Schema(proto_text, "PROTOBUF"))
-    server.ok(
+    [created] = server.ok(
         f"CREATE STREAM ticks WITH (kafka_topic='ticks', value_format='PROTOBUF', "
         f"value_schema_id={proto_id}, partitions=1);"
-        "INSERT INTO ticks (sym, qty) VALUES ('X', 3);"
+        "INSERT INTO ticks (`sym`, `qty`) VALUES ('X', 3);"
     )
+    assert "(`sym` STRING, `qty` BIGINT)" in created["statementText"]
     [record] = read_all(broker, "ticks", 1)
     assert record.value()[:6] == b"\x00" + proto_id.to_bytes(4, "big") + b"\x00"
     lines = list(KsqlRestClient(server.url).lines("/query-stream", {"sql": "SELECT * FROM ticks;"}))

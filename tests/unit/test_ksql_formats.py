@@ -177,6 +177,41 @@ def test_protobuf_columns_inferred_from_proto_text() -> None:
     ]  # fmt: skip
 
 
+def test_schema_id_columns_keep_the_schemas_field_names() -> None:
+    """The columns of a schema KEY_SCHEMA_ID / VALUE_SCHEMA_ID names keep its own field
+    names, nested ones too, in PROTOBUF and JSON_SR as in AVRO (ksqlDB's
+    ORIGINAL_FIELD_NAME policy); a subject's latest schema's are upper-cased."""
+    text = """
+        syntax = "proto3";
+        message Event { int64 timestamp = 1; }
+        message Logistics { Event event = 1; string Code = 2; }
+    """
+    files = registry_formats.protobuf_files(text)
+    message = registry_formats.protobuf_message(files, [1])
+    assert [(n, str(t)) for n, t in protobuf_rows.columns_of(message, upper=False)] == [
+        ("event", "STRUCT<`timestamp` BIGINT>"), ("Code", "STRING"),
+    ]  # fmt: skip
+    assert [n for n, _ in protobuf_rows.columns_of(message)] == ["EVENT", "CODE"]
+    schema = {"type": "object", "properties": {"c1": {"type": "object", "properties": {
+        "inner": {"type": "integer"}}}}}  # fmt: skip
+    kept = registry_formats.json_schema_columns(schema, "VALUE", upper=False)
+    assert [(c.name, str(c.type)) for c in kept] == [("c1", "STRUCT<`inner` BIGINT>")]
+    upper = registry_formats.json_schema_columns(schema, "VALUE")
+    assert [(c.name, str(c.type)) for c in upper] == [("C1", "STRUCT<`INNER` BIGINT>")]
+
+
+def test_protobuf_unset_bytes_read_as_null() -> None:
+    """A proto3 ``bytes`` field left unset (proto3 writes an empty one so too) reads as
+    null, as ksqlDB reads it; one set reads as its base64 text, an unset string as ""."""
+    text = 'syntax = "proto3"; message M { int32 expected = 1; bytes c2 = 2; string s = 3; }'
+    descriptor = registry_formats.protobuf_message(registry_formats.protobuf_files(text), [0])
+    message_class = message_factory.GetMessageClass(descriptor)
+    read = message_class.FromString(message_class(expected=1).SerializeToString())
+    assert protobuf_rows.plain(read) == {"expected": 1, "c2": None, "s": ""}
+    read = message_class.FromString(message_class(c2=b"hi").SerializeToString())
+    assert protobuf_rows.plain(read) == {"expected": 0, "c2": "aGk=", "s": ""}
+
+
 def test_protobuf_decimal_options_without_the_meta_import() -> None:
     """A decimal's (confluent.field_meta) option used with decimal.proto imported alone
     (as ksqlDB's cases register it, and Confluent's registry takes it) compiles."""
