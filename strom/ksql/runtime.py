@@ -97,7 +97,11 @@ GROUPED_SCHEMA = "grp binary, part int, off long, seq int, ts timestamp, payload
 # a join's keyed rows: with the place of their record among the task's records (``at``)
 # and their source partition's stream time (``pt``) (``run_join_keying``)
 JOIN_KEYED_SCHEMA = GROUPED_SCHEMA + ", at long, pt long"
-CHAINED_SCHEMA = "grp binary, stage int, part int, off long, seq int, ts timestamp, payload binary"
+# a flow's rows, with the place of the source record they come from among the task's
+# records (``at``: ``run_join_keying``'s)
+CHAINED_SCHEMA = (
+    "grp binary, stage int, part int, off long, seq int, ts timestamp, payload binary, at long"
+)
 LOG_GROUP = b"\x00processing-log"  # the group of processing log entries, passed through
 # the sink's failureTopic: a row to it, after the records its failing record's
 # predecessors made, fails the micro-batch with its value (``ProcessingFailure``)
@@ -654,13 +658,17 @@ def _joined_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
 def run_flow_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow before a flow of join stages: each record read as a row of every
     source over its topic, keyed for its first stage (the stage, the tie order and the
-    message in the row)."""
+    message in the row), with its place among the task's records (``at``, as
+    ``run_join_keying`` gives it)."""
     parts = _parts(spec)
     flow = parts.flow()
     sources = spec.plan.sources
+    written_times: dict[tuple[str, int], int] = {}  # by source partition, the largest
     for batch in batches:
         chained = _Chained()
         for record in _source_records(batch):
+            place = (record.topic, record.partition)
+            at = written_times[place] = max(written_times.get(place, -1), record.timestamp)
             for index, source in enumerate(sources):
                 if source.topic != record.topic:
                     continue
@@ -668,31 +676,34 @@ def run_flow_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Itera
                 row = _read(parts, record, out, source=index)
                 messages = flow.entries(index, row) if row is not None else []
                 for entry in [o[2] for o in out] + parts.take_errors():
-                    chained.add(LOG_GROUP, -1, record, 0, record.timestamp, entry)
+                    chained.add(LOG_GROUP, -1, record, 0, record.timestamp, entry, at)
                 for message in messages:
                     chained.add(
                         pickle.dumps(message.key), message.stage, record, message.order,
-                        message.timestamp, pickle.dumps(message.payload),
+                        message.timestamp, pickle.dumps(message.payload), at,
                     )  # fmt: skip
         yield chained.batch()
 
 
 class _Chained:
     """Rows of a flow of join stages: (group, stage, partition, offset, tie order,
-    timestamp in microseconds, payload); the stage -1 for processing log entries."""
+    timestamp in microseconds, payload, place among the task's records); the stage -1
+    for processing log entries."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple[bytes, int, int, int, int, int, bytes]] = []
+        self.rows: list[tuple[bytes, int, int, int, int, int, bytes, int]] = []
 
     def add(
-        self, group: bytes, stage: int, record: Any, order: int, ms: int, payload: bytes
+        self, group: bytes, stage: int, record: Any, order: int, ms: int, payload: bytes, at: int
     ) -> None:
-        self.rows.append((group, stage, record.partition, record.offset, order, ms * 1000, payload))
+        self.rows.append(
+            (group, stage, record.partition, record.offset, order, ms * 1000, payload, at)
+        )
 
     def batch(self) -> pa.RecordBatch:
         import pyarrow as pa
 
-        columns: list[Any] = list(zip(*self.rows, strict=True)) if self.rows else [()] * 7
+        columns: list[Any] = list(zip(*self.rows, strict=True)) if self.rows else [()] * 8
         return pa.RecordBatch.from_arrays(
             [
                 pa.array(columns[0], pa.binary()),
@@ -702,14 +713,16 @@ class _Chained:
                 pa.array(columns[4], pa.int32()),
                 pa.array(columns[5], pa.timestamp("us", tz="UTC")),
                 pa.array(columns[6], pa.binary()),
+                pa.array(columns[7], pa.int64()),
             ],
-            names=["grp", "stage", "part", "off", "seq", "ts", "payload"],
+            names=["grp", "stage", "part", "off", "seq", "ts", "payload", "at"],
         )
 
 
 def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
     """One stage of a flow of joins: the rows for it run in their key's state (Spark's
-    state store), in timestamp order (``tie_order`` at a tie); the rows for
+    state store), in the order the task takes the records they come from (``at``,
+    ``tie_order`` at a tie, then partition and offset); the rows for
     later stages pass through. ``output``: "chain" (rows for the next stages), "grouped"
     (rows for the aggregation after the last join) or "records" (the sink's)."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -738,8 +751,8 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
             changes: list[Any],
             place: tuple[int, int, int, int],
         ) -> list[tuple[Any, ...]]:
-            """The rows a message gave; ``place``: the time, tie order, source
-            partition and offset of the record it came from."""
+            """The rows a message gave; ``place``: the place among the task's records,
+            tie order, source partition and offset of the record it came from."""
             rows: list[tuple[Any, ...]] = []
             if output == "records":
                 _write(parts, changes, rows)
@@ -747,6 +760,7 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
                 return _joined(rows, *place)
             errors = parts.take_errors()
             at, tie, part, off = place
+            taken = at
             timed = output == "grouped" and _timed_places(spec.plan)
             if timed:  # for the aggregation, which takes a group's rows in (partition,
                 # offset, sequence) order: the offset is the time, the sequence the tie
@@ -761,10 +775,10 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
                     source = message.payload.row.columns.get("ROWPARTITION", part)
                 row = (
                     pickle.dumps(message.key), message.stage, part if source is None else source,
-                    off, order, message.timestamp * 1000, pickle.dumps(message.payload),
+                    off, order, message.timestamp * 1000, pickle.dumps(message.payload), taken,
                 )  # fmt: skip
                 rows.append(row)
-            rows.extend((LOG_GROUP, -1, 0, 0, 0, 0, e) for e in errors)
+            rows.extend((LOG_GROUP, -1, 0, 0, 0, 0, e, 0) for e in errors)
             return rows
 
         def _frame(self, rows: list[tuple[Any, ...]]) -> Iterator[pd.DataFrame]:
@@ -808,7 +822,7 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
                     out = list(passing.itertuples(index=False, name=None))
             mine = frame[frame["stage"] == stage_index]
             if len(mine):
-                mine = mine.sort_values(["ts", "seq", "part", "off"], kind="stable")
+                mine = mine.sort_values(["at", "seq", "part", "off"], kind="stable")
                 group = pickle.loads(key[0])
                 stored = pickle.loads(self.state.get()[0]) if self.state.exists() else {}
                 step = self._windowed(parts)
@@ -818,9 +832,9 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
                         reach = watermark + parts.operators.join_reach(step)
                         stored["time"] = max(stored.get("time", -1), reach)
                 flow = parts.flow()
-                for part, off, seq, ts, payload in zip(
+                for part, off, seq, ts, payload, at in zip(
                     mine["part"], mine["off"], mine["seq"], mine["ts"], mine["payload"],
-                    strict=True,
+                    mine["at"], strict=True,
                 ):  # fmt: skip
                     timestamp = int(ts.value // 1_000_000)
                     stored["time"] = max(stored.get("time", -1), timestamp)
@@ -829,7 +843,7 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
                     message = Message(stage_index, group, content, timestamp, int(seq))
                     state = stored.setdefault("state", {})
                     messages, changes = flow.step(message, state, stored["time"])
-                    place = (timestamp, int(seq), int(part), int(off))
+                    place = (int(at), int(seq), int(part), int(off))
                     out += self._emit(parts, messages, changes, place)
                 self._save(parts, stored, step)
             if output != "records":
@@ -886,7 +900,7 @@ def run_in_order(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
     table = pa.Table.from_batches(received)
     times = table.column("ts").cast(pa.int64())  # microseconds
     table = table.set_column(table.schema.get_field_index("ts"), "ts", times)
-    keys = [(column, "ascending") for column in ("ts", "seq", "part", "off")]
+    keys = [(column, "ascending") for column in ("at", "seq", "part", "off")]
     table = table.take(pc.sort_indices(table, sort_keys=keys))
     parts = _parts(spec)
     flow = parts.flow()
@@ -905,14 +919,14 @@ def run_in_order(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
 
 
 def _chained_row(row: tuple[Any, ...], grouped: bool) -> tuple[Any, ...]:
-    """A chained row (group, stage, partition, offset, order, timestamp, payload) as the
-    aggregation's grouped row (the stage dropped, the payload as it expects) when
-    ``grouped``; a timestamp in microseconds either way."""
+    """A chained row (group, stage, partition, offset, order, timestamp, payload, place)
+    as the aggregation's grouped row (the stage and place dropped, the payload as it
+    expects) when ``grouped``; a timestamp in microseconds either way."""
     ts = row[5]
     if hasattr(ts, "value"):  # a pandas Timestamp passing through
         ts = int(ts.value // 1000)
     if not grouped:
-        return (*row[:5], ts, row[6])
+        return (*row[:5], ts, row[6], row[7])
     return (row[0], row[2], row[3], row[4], ts, row[6])
 
 
@@ -922,13 +936,15 @@ def _chained_frame(rows: list[tuple[Any, ...]], grouped: bool) -> pd.DataFrame:
     names = (
         ["grp", "part", "off", "seq", "ts", "payload"]
         if grouped
-        else ["grp", "stage", "part", "off", "seq", "ts", "payload"]
+        else ["grp", "stage", "part", "off", "seq", "ts", "payload", "at"]
     )
     frame = pd.DataFrame(rows, columns=names)
     frame["ts"] = pd.to_datetime(frame["ts"], unit="us", utc=True)
     for column in ("part", "seq", *(() if grouped else ("stage",))):
         frame[column] = frame[column].astype("int32")
     frame["off"] = frame["off"].astype("int64")
+    if not grouped:
+        frame["at"] = frame["at"].astype("int64")
     return frame
 
 

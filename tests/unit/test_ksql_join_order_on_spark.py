@@ -125,3 +125,23 @@ def test_partitions_are_taken_by_their_lowest_next_timestamp() -> None:
         ("o2", "Ada", 2),
         ("o3", "Ada", 25),
     ]
+
+
+def test_a_chain_of_joins_takes_a_table_change_that_goes_back_in_time_after_the_first() -> None:
+    """The flow's stages take records as the single join does: the customer's second
+    name, stamped before the first but written after it, is the one the order joins."""
+    plan = planned(
+        *steps.SOURCES,
+        "CREATE STREAM priced AS SELECT o.item, o.id AS order_id, c.name, "
+        "i.price * o.qty AS total FROM orders o JOIN customers c ON o.customer = c.id "
+        "JOIN items i ON o.item = i.id",
+    )
+    records = [
+        ("items", "i1", {"PRICE": 10}, 1),
+        ("customers", "c1", {"NAME": "first"}, 10),
+        ("customers", "c1", {"NAME": "second"}, 5),
+        ("orders", "o1", {"CUSTOMER": "c1", "ITEM": "i1", "QTY": 2}, 20),
+    ]
+    assert _both_ways(plan, records) == [
+        (b"i1", {"ORDER_ID": "o1", "NAME": "second", "TOTAL": 20}, 20),
+    ]

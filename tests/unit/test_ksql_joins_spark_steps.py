@@ -423,11 +423,11 @@ def test_a_join_before_an_aggregation_gives_the_aggregations_rows() -> None:
     rows = pd.DataFrame(
         [
             (pickle.dumps("c1"), 0, 0, 0, 1, pd.Timestamp(1000, unit="us", tz="UTC"),
-             pickle.dumps(("left", runtime_row(order)))),
+             pickle.dumps(("left", runtime_row(order))), 1),
             (pickle.dumps("c1"), 0, 0, 1, 0, pd.Timestamp(1000, unit="us", tz="UTC"),
-             pickle.dumps(("right", runtime_row(customer)))),
+             pickle.dumps(("right", runtime_row(customer))), 1),
         ],
-        columns=["grp", "stage", "part", "off", "seq", "ts", "payload"],
+        columns=["grp", "stage", "part", "off", "seq", "ts", "payload", "at"],
     )  # fmt: skip
     processor = runtime._flow_processor(spec, 0, "grouped")
     processor.init(_Handle())
