@@ -6,7 +6,11 @@ the ksql server's ``ksql.schema.registry.url``. Before a case's statements run, 
 schemas its ``topics`` entries give (``keySchema`` / ``valueSchema``: an Avro schema, a
 JSON schema, or ``.proto`` text) are registered under ``<topic>-key`` / ``<topic>-value``
 in the format the entry, or the CREATE statement reading the topic, names (the registry
-checks no compatibility, as the mock of ksqlDB's test driver does). An input is
+checks no compatibility, as the mock of ksqlDB's test driver does). The schema ids a
+case's statements name (KEY_SCHEMA_ID / VALUE_SCHEMA_ID) are the ids that mock gives:
+those the case names, then, counting from 1, every topic's schemas (the case's, or those
+of a CREATE statement's columns) in the order of ksqlDB's HashMap of topics; each is
+rewritten to the id its schema has here (``SchemaIds``). An input is
 written with the schema the case gives its topic, else the latest of its subject (the
 one the server registered at CREATE) in Confluent's wire format: a zero byte, the schema id
 (4 bytes), then Avro binary, Protobuf message indexes and the message, or JSON. A
@@ -110,40 +114,42 @@ class RegistryCodec:
 
     # -- registering
 
-    def register_topics(self, case: dict[str, Any], suffix: str) -> dict[int, int]:
-        """The schemas the case's ``topics`` entries give, under its suffixed topics;
-        the ids the registry gave those the case names (``keySchemaId`` /
-        ``valueSchemaId``, which its statements' KEY_SCHEMA_ID / VALUE_SCHEMA_ID use) by
-        the case's id; the others by the id ksqlDB's test driver's registry (a mock
-        counting from 1) gives them, in the order registered."""
+    def register_topics(self, case: dict[str, Any], suffix: str) -> SchemaIds:
+        """The schemas the case's ``topics`` entries give, registered under its suffixed
+        topics; and the ids ksqlDB's test driver's registry (a mock) gives the schemas of
+        the case, which its statements' KEY_SCHEMA_ID / VALUE_SCHEMA_ID name
+        (``SchemaIds``)."""
         from confluent_kafka.schema_registry import Schema, SchemaReference
 
-        ids: dict[int, int] = {}
-        counted: list[int] = []  # the ids in the order registered
+        ids = SchemaIds(self.client)
         statements = case.get("statements", [])
+        given: dict[tuple[str, str], str] = {}  # (topic, part): the schema's identity
         for topic in case.get("topics", []):
             for part in ("key", "value"):
-                given = topic.get(f"{part}Schema")
-                if given is None:
+                text = topic.get(f"{part}Schema")
+                if text is None:
                     continue
                 fmt = topic_format(topic, statements, part)
                 if fmt not in REGISTRY_FORMATS:
-                    fmt = _guessed_format(given)
+                    fmt = _guessed_format(text)
                 schema_type = {"AVRO": "AVRO", "PROTOBUF": "PROTOBUF", "JSON_SR": "JSON"}[fmt]
-                text = given if isinstance(given, str) and fmt == "PROTOBUF" else json.dumps(given)
+                text = text if isinstance(text, str) and fmt == "PROTOBUF" else json.dumps(text)
                 subject = f"{topic['name']}{suffix}-{part}"
                 references = []
+                numbered = topic.get(f"{part}SchemaId") is not None
                 for reference in topic.get(f"{part}SchemaReferences", []):
                     named = reference["schema"]
                     named = named if isinstance(named, str) else json.dumps(named)
                     kind = {"JSON_SR": "JSON"}.get(reference.get("format", fmt), schema_type)
                     where = f"{reference['name']}{suffix}"
-                    counted.append(self.client.register_schema(where, Schema(named, kind)))
+                    reference_id = self.client.register_schema(where, Schema(named, kind))
+                    if numbered:  # the driver registers a numbered schema's references
+                        ids.register(str(reference["name"]), f"id {reference_id}", reference_id)
                     version = self.client.get_latest_version(where).version
                     references.append(SchemaReference(reference["name"], where, version))
-                schema = Schema(text, schema_type, references)
-                schema_id = self.client.register_schema(subject, schema)
-                counted.append(schema_id)
+                schema_id = self.client.register_schema(
+                    subject, Schema(text, schema_type, references)
+                )
                 full_name = statement_setting(
                     str(topic["name"]), statements, f"{part.upper()}_SCHEMA_FULL_NAME"
                 )
@@ -151,10 +157,33 @@ class RegistryCodec:
                     self._given[subject] = schema_id
                     if full_name:
                         self._full_names[subject] = full_name
-                if topic.get(f"{part}SchemaId") is not None:
-                    ids[int(topic[f"{part}SchemaId"])] = schema_id
-        for number, schema_id in enumerate(counted, start=1):
-            ids.setdefault(number, schema_id)
+                given[(str(topic["name"]), part)] = f"id {schema_id}"
+                if numbered:
+                    ids.register(
+                        f"{topic['name']}-{part}",
+                        f"id {schema_id}",
+                        schema_id,
+                        int(topic[f"{part}SchemaId"]),
+                    )
+        # then, as the driver makes its topics, every topic's schemas, named by the case
+        # or made of a CREATE statement's columns, in the order of Java's HashMap
+        derived = statement_schemas(statements, case.get("properties", {}))
+        names = [str(t["name"]) for t in case.get("topics", [])]
+        names += [name for name, _ in derived if name not in names]
+        for record in [*case.get("inputs", []), *case.get("outputs", [])]:
+            if record["topic"] not in names:
+                names.append(str(record["topic"]))
+        schemas: dict[tuple[str, str], tuple[str, int | str]] = {}
+        for name, parts in derived:
+            for part, identity in parts.items():
+                schemas[(name, part)] = (identity, f"{name}{suffix}-{part}")
+        for (name, part), identity in given.items():
+            schemas[(name, part)] = (identity, int(identity.split()[1]))
+        for name in java_hash_order(names):
+            for part in ("key", "value"):
+                if (name, part) in schemas:
+                    identity, target = schemas[(name, part)]
+                    ids.register(f"{name}-{part}", identity, target)
         return ids
 
     # -- writing
@@ -234,15 +263,118 @@ class RegistryCodec:
         return found
 
 
-def with_schema_ids(statement: str, ids: dict[int, int]) -> str:
+def with_schema_ids(statement: str, ids: SchemaIds) -> str:
     """The statement's KEY_SCHEMA_ID / VALUE_SCHEMA_ID as the registry gave the ids."""
-    if not ids:
-        return statement
     return re.sub(
         r"(?i)\b((?:KEY|VALUE)_SCHEMA_ID\s*=\s*)(\d+)",
-        lambda m: m.group(1) + str(ids.get(int(m.group(2)), m.group(2))),
+        lambda m: m.group(1) + str(ids.real(int(m.group(2)))),
         statement,
     )
+
+
+class SchemaIds:
+    """The ids ksqlDB's test driver's registry (a mock) gives a case's schemas, and the
+    schemas they stand for here. The mock counts from 1, gives a schema registered
+    again (under any subject) its first id, and a schema registered with an id that id
+    (the counter untouched). A schema the case names stands for the id the registry
+    gave it; one a CREATE statement's columns make, for its subject's latest, read when
+    a statement names it (the server registers it at CREATE)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._count = 0
+        self._by_identity: dict[str, int] = {}
+        self._by_subject: dict[tuple[str, str], int] = {}
+        self._targets: dict[int, int | str] = {}  # a mock id: a registry id or a subject
+
+    def register(
+        self, subject: str, identity: str, target: int | str, given: int | None = None
+    ) -> int:
+        """The mock's id of the schema ``identity`` registered under ``subject``."""
+        known = self._by_subject.get((subject, identity))
+        if known is not None and given in (None, known):
+            return known
+        if given is not None:
+            number = self._by_identity[identity] = given
+        elif identity in self._by_identity:
+            number = self._by_identity[identity]
+        else:
+            self._count += 1
+            number = self._by_identity[identity] = self._count
+        self._by_subject[(subject, identity)] = number
+        self._targets[number] = target
+        return number
+
+    def real(self, number: int) -> int:
+        """The registry's id for the mock's ``number`` (the number when none)."""
+        target = self._targets.get(number)
+        if isinstance(target, int):
+            return target
+        if target is None:
+            return number
+        try:
+            return int(self._client.get_latest_version(target).schema_id)
+        except Exception:  # noqa: BLE001 - not registered (yet): the number as it is
+            return number
+
+
+def java_hash_order(names: list[str]) -> list[str]:
+    """Distinct ``names`` (in the order put) in the order a Java HashMap of them gives:
+    by bucket (the String hash's spread, masked by the table's size), then as put."""
+    capacity = 16
+    while len(names) > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(name: str) -> int:
+        data = name.encode("utf-16-be")  # Java's chars: UTF-16 code units
+        h = 0
+        for i in range(0, len(data), 2):
+            h = (31 * h + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+
+    return sorted(names, key=bucket)
+
+
+def statement_schemas(
+    statements: list[str], properties: dict[str, Any]
+) -> list[tuple[str, dict[str, str]]]:
+    """The topics of the CREATE STREAM / TABLE statements naming their columns, with the
+    identity of each part's schema (``key`` / ``value``) in a registry format: the
+    format, the columns and the settings ksqlDB makes the schema of, as ksqlDB's test
+    driver infers them before the statements run."""
+    from strom.ksql import statements as st
+    from strom.ksql.parser import parse_statement
+
+    defaults = {k.lower(): str(v) for k, v in properties.items()}
+    found: list[tuple[str, dict[str, str]]] = []
+    for text in statements:
+        try:
+            statement = parse_statement(text)
+        except Exception:  # noqa: BLE001 - one ksqlDB refuses later, or ours does not read
+            continue
+        if not isinstance(statement, st.CreateSource) or not statement.elements:
+            continue
+        props = {k.upper(): str(v) for k, v in statement.properties.items()}
+        topic = props.get("KAFKA_TOPIC")
+        if topic is None:
+            continue
+        parts: dict[str, str] = {}
+        for part in ("key", "value"):
+            fmt = props.get(f"{part.upper()}_FORMAT") or props.get("FORMAT")
+            fmt = fmt or defaults.get(f"ksql.persistence.default.format.{part}")
+            fmt = (fmt or ("KAFKA" if part == "key" else "")).upper()
+            columns = [
+                (e.name, str(e.type))
+                for e in statement.elements
+                if e.is_key == (part == "key") and (part == "key" or e.constraint is None)
+            ]
+            if fmt not in REGISTRY_FORMATS or not columns:
+                continue
+            settings = sorted((k, v) for k, v in props.items() if _shapes_schema(k, part))
+            parts[part] = json.dumps(["columns", fmt, part, columns, settings])
+        if parts:
+            found.append((topic, parts))
+    return found
 
 
 def type_text(schema: dict[str, Any]) -> str:
@@ -308,6 +440,13 @@ def sink_fields(value: Any, columns: list[tuple[str, str]]) -> Any:
     if not any(k.upper() in names for k in value):
         return value  # an unwrapped struct value: its own fields
     return {k: v for k, v in value.items() if k.upper() in names}
+
+
+def _shapes_schema(setting: str, part: str) -> bool:
+    """A WITH setting that changes the schema ksqlDB makes of ``part``'s columns."""
+    if part == "value" and setting == "WRAP_SINGLE_VALUE":
+        return True
+    return setting.startswith(part.upper()) and setting.endswith(("FULL_NAME", "REPRESENTATION"))
 
 
 def _guessed_format(schema: Any) -> str:
