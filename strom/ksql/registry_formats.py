@@ -314,7 +314,9 @@ class RegistryFormats:
                 return schema_ids.encode_protobuf(message_class, schema_id, data)
             parsed = json.loads(schema.schema_str)
             record = isinstance(parsed, dict) and parsed.get("type") in ("record", "object")
-            if not record:  # a column written alone: ROWKEY / ROWVAL
+            if not record or _written_alone(source, field, fmt, columns):
+                # a column written alone: ROWKEY / ROWVAL, or a key's one column (a STRUCT
+                # key written as the schema's record or object itself)
                 data = row.get(columns[0].name)
                 if data is None:
                     return None

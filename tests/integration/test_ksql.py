@@ -678,6 +678,16 @@ def test_sources_created_with_a_schema_id(
     assert record.value()[:6] == b"\x00" + proto_id.to_bytes(4, "big") + b"\x00"
     lines = list(KsqlRestClient(server.url).lines("/query-stream", {"sql": "SELECT * FROM ticks;"}))
     assert json.loads(lines[1]) == ["X", 3]
+    # a key's one column, a STRUCT, is written as the schema's object itself (unwrapped)
+    key_text = json.dumps({"type": "object", "properties": {"id": {"type": "integer"}}})
+    key_id = client.register_schema("struct_keys-other", Schema(key_text, "JSON"))
+    server.ok(
+        f"CREATE STREAM struct_keys (v INT) WITH (kafka_topic='struct_keys', "
+        f"key_format='JSON_SR', value_format='JSON', key_schema_id={key_id}, partitions=1);"
+        "INSERT INTO struct_keys (ROWKEY, v) VALUES (STRUCT(`id` := 42), 1);"
+    )
+    [record] = read_all(broker, "struct_keys", 1)
+    assert record.key() == b"\x00" + key_id.to_bytes(4, "big") + b'{"id":42}'
     for text, message in (
         (f"CREATE STREAM bad (x INT) WITH (kafka_topic='levels', value_format='AVRO', "
          f"value_schema_id={avro_id});",
