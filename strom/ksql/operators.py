@@ -96,10 +96,16 @@ class Change:
 class Joined:
     """A join's row: the joined columns (a tombstone row when a table join's result
     went away), and its key when the join decides it (table-table: the join key; a
-    foreign-key join: the left primary key; None when the projection does)."""
+    foreign-key join: the left primary key; None when the projection does).
+
+    ``old``: a table-table key join's row before this change (None: there was none), as
+    Kafka Streams passes the old value on (the join's sources are materialized): the
+    filter after the join gives a tombstone only for a key whose old row passed it."""
 
     key: Any
     row: Row
+    old: dict[str, Any] | None = None
+    table: bool = False  # a table-table key join's row: ``old`` is known
 
 
 class _CompiledJoin:
@@ -433,7 +439,17 @@ class Operators:
         row = joined.row
         if last.synthetic_key is not None:  # ksqlDB's ROWKEY: the join's key
             row.columns[last.synthetic_key] = joined.key
-        if row.tombstone:
+        if (
+            joined.table
+            and self.where is not None
+            and (row.tombstone or not self._passes(row.columns))
+        ):
+            # Kafka Streams' KTable filter with old values: a key whose old row failed
+            # the filter too (or had none) gives nothing, else a tombstone
+            if joined.old is None or not self._passes(joined.old):
+                return []
+            changes = [self._tombstone(row.columns, None)]
+        elif row.tombstone:
             changes = [self._tombstone(row.columns, None)]
         else:
             changes = self.stateless(row)
@@ -450,22 +466,31 @@ class Operators:
         previous = {"left": state.get("left"), "right": state.get("right")}
         state[side] = None if row.tombstone else row
         left, right = state.get("left"), state.get("right")
-        present = {
-            "INNER": left is not None and right is not None,
-            "LEFT": left is not None,
-            "RIGHT": right is not None,
-            "FULL": left is not None or right is not None,
-        }[join.kind]
-        if not present:
+        if not self._table_join_present(join.kind, left, right):
             if not state.pop("emitted", False):
                 return []
             last = self._joined_row(left or previous["left"], right or previous["right"], step)
             last.columns["ROWTIME"] = row.timestamp
-            return [Joined(key, Row(last.columns, tombstone=True))]
+            return [Joined(key, Row(last.columns, tombstone=True), last.columns, table=True)]
         state["emitted"] = True
         joined = self._joined_row(left, right, step)
         joined.columns["ROWTIME"] = row.timestamp
-        return [Joined(key, joined)]
+        old = None
+        if self.where is not None and step == len(self.join_steps) - 1:
+            if self._table_join_present(join.kind, previous["left"], previous["right"]):
+                old = self._joined_row(previous["left"], previous["right"], step).columns
+                old["ROWTIME"] = row.timestamp
+        return [Joined(key, joined, old, table=True)]
+
+    @staticmethod
+    def _table_join_present(kind: str, left: Row | None, right: Row | None) -> bool:
+        """Whether a table-table join of ``kind`` has a row for a key with these sides."""
+        return {
+            "INNER": left is not None and right is not None,
+            "LEFT": left is not None,
+            "RIGHT": right is not None,
+            "FULL": left is not None or right is not None,
+        }[kind]
 
     def _stream_join(
         self,

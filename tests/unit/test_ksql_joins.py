@@ -584,3 +584,53 @@ def test_joins_ksqldb_refuses(statements: list[str], message: str) -> None:
     with pytest.raises(KsqlStatementError) as refused:
         planned(*statements)
     assert message in str(refused.value)
+
+
+# ---- a filter after a table-table join ----------------------------------------------------
+
+
+def test_a_filter_after_a_table_table_join_tombstones_only_rows_it_passed_before() -> None:
+    plan = planned(
+        T1,
+        T2,
+        "CREATE TABLE OUTPUT AS SELECT T1.ID, T1.V0 A, T2.V0 B FROM T1 "
+        "JOIN T2 ON T1.ID = T2.ID WHERE T1.V0 > 10 AND T2.V0 > 5",
+    )
+    records: list[Record] = [
+        ("left", 1, {"V0": 1}, 0),  # no right row: no result
+        ("right", 1, {"V0": 2}, 10),  # a result the filter drops, never passed: nothing
+        ("left", 1, {"V0": 50}, 20),  # still dropped (B): nothing
+        ("right", 1, {"V0": 7}, 30),  # passes
+        ("left", 1, {"V0": 3}, 40),  # passed before, fails now: a tombstone
+        ("left", 1, {"V0": 4}, 50),  # failed before and now: nothing
+        ("right", 1, None, 60),  # the result goes, its last row failed: nothing
+        ("left", 2, {"V0": 20}, 70),
+        ("right", 2, {"V0": 9}, 80),  # passes
+        ("right", 2, None, 90),  # the result goes, its last row passed: a tombstone
+    ]
+    assert run(plan, records) == [
+        (1, {"A": 50, "B": 7}, 30),
+        (1, None, 40),
+        (2, {"A": 20, "B": 9}, 80),
+        (2, None, 90),
+    ]
+
+
+def test_a_filter_after_a_left_table_join_sees_the_old_row_with_the_right_side_null() -> None:
+    plan = planned(
+        T1,
+        T2,
+        "CREATE TABLE OUTPUT AS SELECT T1.ID, T1.V0 A, T2.V0 B FROM T1 "
+        "LEFT JOIN T2 ON T1.ID = T2.ID WHERE T2.V0 IS NULL",
+    )
+    records: list[Record] = [
+        ("left", 1, {"V0": 1}, 0),  # passes: no right row
+        ("right", 1, {"V0": 2}, 10),  # fails now, passed before: a tombstone
+        ("right", 1, {"V0": 3}, 20),  # failed before and now: nothing
+        ("right", 1, None, 30),  # passes again
+    ]
+    assert run(plan, records) == [
+        (1, {"A": 1, "B": None}, 0),
+        (1, None, 10),
+        (1, {"A": 1, "B": None}, 30),
+    ]
