@@ -30,6 +30,7 @@ import binascii
 import csv
 import datetime
 import decimal
+import io
 import json
 import struct
 from dataclasses import dataclass
@@ -321,7 +322,6 @@ class SideReader:
         # KEY_ / VALUE_PROTOBUF_NULLABLE_REPRESENTATION: the columns' message without a registry
         nullable = source.properties.get(f"{side.upper()}_PROTOBUF_NULLABLE_REPRESENTATION")
         self.nullable = None if nullable is None else str(nullable).upper()
-        self._avro: Any = None
         self._proto: Any = None
         # JSON numbers keep their text for DECIMAL columns (a float has 17 digits at most)
         self._parse_float = _ExactFloat if any(_holds_decimal(c.type) for c in columns) else None
@@ -384,21 +384,16 @@ class SideReader:
         raise _Mismatch(f"Reading the {fmt} format is not supported yet")
 
     def _read_avro(self, data: bytes) -> dict[str, Any]:
-        if self._avro is None:
-            from confluent_kafka.schema_registry.avro import AvroDeserializer
+        import fastavro
 
-            if self.registry is None:
-                raise _Mismatch("AVRO needs 'ksql.schema.registry.url'")
-            try:
-                self._avro = AvroDeserializer(self.registry._registry())
-            except KsqlStatementError as exc:
-                raise _Mismatch(str(exc)) from None
-        from confluent_kafka.serialization import MessageField, SerializationContext
-
-        _strip_registry_header(data)
-        field = MessageField.KEY if self.side == "key" else MessageField.VALUE
+        if self.registry is None:
+            raise _Mismatch("AVRO needs 'ksql.schema.registry.url'")
+        schema_id, body = _strip_registry_header(data)
         try:
-            decoded = self._avro(data, SerializationContext("", field))
+            schema = self.registry.avro_schema(schema_id)
+            decoded = fastavro.schemaless_reader(io.BytesIO(body), schema, None)
+        except KsqlStatementError as exc:
+            raise _Mismatch(str(exc)) from None
         except Exception as exc:  # the registry's or the decoder's error
             raise _Mismatch(f"Could not read AVRO: {exc}") from None
         return _fields(_avro_plain(decoded), self.columns, self.alone)

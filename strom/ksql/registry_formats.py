@@ -178,6 +178,7 @@ class RegistryFormats:
         self._serializers: dict[tuple[str, str, str], Callable[[Any], bytes]] = {}
         self._readers: dict[tuple[int, tuple[int, ...]], Any] = {}
         self._messages: dict[tuple[int, str | None], Any] = {}  # a given schema id's
+        self._avro_schemas: dict[int, Any] = {}  # parsed, for reading (``avro_schema``)
         self._lock = threading.Lock()
 
     def _registry(self) -> Any:
@@ -277,6 +278,37 @@ class RegistryFormats:
             return self._registry().get_schema(schema_id)
         except SchemaRegistryError as exc:
             raise KsqlStatementError(f"Schema registry: schema id {schema_id}: {exc}") from None
+
+    def avro_schema(self, schema_id: int) -> Any:
+        """The AVRO schema ``schema_id`` (its references too) parsed by fastavro for reading,
+        its DATE, TIME and TIMESTAMP logical types read as their numbers
+        (``plain_temporal``). Raises the registry's error."""
+        from fastavro import parse_schema
+
+        with self._lock:
+            found = self._avro_schemas.get(schema_id)
+        if found is not None:
+            return found
+        schema = self._registry().get_schema(schema_id)
+        named: dict[str, Any] = {}
+        self._avro_references(schema, named, set())
+        found = parse_schema(plain_temporal(json.loads(schema.schema_str)), named_schemas=named)
+        with self._lock:
+            self._avro_schemas[schema_id] = found
+        return found
+
+    def _avro_references(self, schema: Any, named: dict[str, Any], seen: set[Any]) -> None:
+        """The named types of the schemas ``schema`` refers to (theirs first) into ``named``."""
+        from fastavro import parse_schema
+
+        for reference in schema.references or []:
+            at = (reference.subject, reference.version)
+            if at in seen:
+                continue
+            seen.add(at)
+            referred = self._registry().get_version(reference.subject, reference.version).schema
+            self._avro_references(referred, named, seen)
+            parse_schema(plain_temporal(json.loads(referred.schema_str)), named_schemas=named)
 
     def _register_given(self, topic: str, subject: str, field: str, schema_id: int) -> None:
         from confluent_kafka.schema_registry.error import SchemaRegistryError
@@ -563,6 +595,25 @@ _FROM_AVRO = {
     "fixed": "BYTES",
 }
 _FROM_AVRO_LOGICAL = {"date": "DATE", "time-millis": "TIME", "timestamp-millis": "TIMESTAMP"}
+
+
+_PLAIN_TEMPORAL = ("date", "time-millis", "timestamp-millis")
+
+
+def plain_temporal(schema: Any) -> Any:
+    """The Avro schema (parsed JSON) without its ``date``, ``time-millis`` and
+    ``timestamp-millis`` logical types: fastavro then reads the int of days, the ms of
+    the day and the epoch ms that ksqlDB's DATE, TIME and TIMESTAMP hold, where it would
+    make Python dates and datetimes, which hold only the years 1 to 9999 (ksqlDB's DATE
+    is any int32 of days)."""
+    if isinstance(schema, list):
+        return [plain_temporal(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: plain_temporal(v) for k, v in schema.items() if k != "logicalType"}
+    if "logicalType" in schema and schema["logicalType"] not in _PLAIN_TEMPORAL:
+        out["logicalType"] = schema["logicalType"]
+    return out
 
 
 def _from_avro(schema: Any, upper: bool = True) -> ex.SqlType:

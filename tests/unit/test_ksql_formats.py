@@ -671,3 +671,25 @@ def test_a_json_map_is_read_in_the_order_ksqldbs_hash_map_iterates() -> None:
     assert list(java_hash_map_order(dict.fromkeys(keys, 1))) == [
         "bar", "baz", "quux", "corge", "qux", "foo",
     ]  # fmt: skip
+
+
+def test_avro_dates_and_times_read_as_the_numbers_ksqldb_holds() -> None:
+    """DATE is any int32 of days (before year 1 too), TIME ms of the day, TIMESTAMP epoch
+    ms: read as those numbers, where fastavro's logical types would give Python dates,
+    which stop at years 1 and 9999; a DECIMAL keeps its logical type."""
+    import fastavro
+
+    columns = (
+        Column("D", ex.PrimitiveType("DATE")),
+        Column("T", ex.PrimitiveType("TIME")),
+        Column("TS", ex.PrimitiveType("TIMESTAMP")),
+        Column("DEC", ex.DecimalType(4, 2)),
+    )
+    schema = json.loads(registry_formats._schema_text("AVRO", columns, False))
+    row = {"D": -(2**31) + 1, "T": 86_399_999, "TS": 2**62, "DEC": decimal.Decimal("12.34")}
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), row)
+    with pytest.raises(ValueError):  # Python's date has no year before 1
+        fastavro.schemaless_reader(io.BytesIO(out.getvalue()), fastavro.parse_schema(schema))
+    plain = fastavro.parse_schema(registry_formats.plain_temporal(schema))
+    assert fastavro.schemaless_reader(io.BytesIO(out.getvalue()), plain, None) == row
