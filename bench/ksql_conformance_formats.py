@@ -421,7 +421,8 @@ def encode_nosr(
     by_name = {k.upper(): v for k, v in value.items()}
     row = {name: value.get(name, by_name.get(name.upper())) for name, _ in typed}
     message_class = protobuf_rows._columns_class(typed, nullable)
-    return bytes(protobuf_rows.fill(message_class(), row).SerializeToString())
+    filled = protobuf_rows.fill(message_class(), protobuf_row(message_class, row))
+    return bytes(filled.SerializeToString())
 
 
 def decode_nosr(data: bytes, columns: list[tuple[str, str]], nullable: str | None = None) -> Any:
@@ -499,20 +500,55 @@ def _only_field(message_class: Any) -> str:
 
 
 def protobuf_row(message_class: Any, row: dict[str, Any]) -> dict[str, Any]:
-    """A case's row for ``protobuf_rows.fill``: a DECIMAL given as a number or text as
-    a Decimal, a TIMESTAMP's or DATE's number as it is."""
+    """A case's row for ``protobuf_rows.fill``, fitted to the message as ksqlDB's test
+    driver fits its JSON to a schema: a field the message lacks (its case aside) left
+    out, at any depth; a DECIMAL given as a number or text as a Decimal; BYTES given as
+    base64 text as bytes; a TIMESTAMP's or DATE's number as it is."""
+    return _fit_message(message_class.DESCRIPTOR, row)
+
+
+def _fit_message(descriptor: Any, row: dict[str, Any]) -> dict[str, Any]:
+    from strom.ksql import protobuf_rows
+
     out: dict[str, Any] = {}
     for name, value in row.items():
-        if isinstance(value, float) or isinstance(value, str) and _DECIMAL_RE.fullmatch(value):
-            field = next(
-                (f for f in message_class.DESCRIPTOR.fields if f.name.upper() == name.upper()),
-                None,
-            )
-            if field is not None and field.message_type is not None:
-                if field.message_type.full_name == "confluent.type.Decimal":
-                    value = decimal.Decimal(str(value))
-        out[name] = value
+        union = protobuf_rows._union_named(descriptor, name)
+        if union is not None and isinstance(value, dict):
+            out[name] = _fit_message(descriptor, value)
+            continue
+        field = next((f for f in descriptor.fields if f.name.upper() == name.upper()), None)
+        if field is None:
+            continue  # the driver's struct takes only the schema's fields
+        target = field.message_type
+        if target is not None and target.GetOptions().map_entry and isinstance(value, dict):
+            entry = target.fields_by_name["value"]
+            out[name] = {k: _fit_field(entry, v) for k, v in value.items()}
+        elif field.is_repeated and isinstance(value, list):
+            out[name] = [_fit_field(field, item) for item in value]
+        else:
+            out[name] = _fit_field(field, value)
     return out
+
+
+def _fit_field(field: Any, value: Any) -> Any:
+    """One value (not a list's or map's whole) as ``field`` takes it."""
+    if value is None:
+        return None
+    target = field.message_type
+    if target is None:
+        if field.type == field.TYPE_BYTES and isinstance(value, str):
+            return base64.b64decode(value)
+        return value
+    full_name = target.full_name
+    if full_name == "confluent.type.Decimal":
+        if isinstance(value, float) or isinstance(value, str) and _DECIMAL_RE.fullmatch(value):
+            return decimal.Decimal(str(value))
+        return value
+    if full_name == "google.protobuf.BytesValue" and isinstance(value, str):
+        return base64.b64decode(value)
+    if isinstance(value, dict) and not full_name.startswith(("google.", "confluent.")):
+        return _fit_message(target, value)
+    return value
 
 
 _DECIMAL_RE = re.compile(r"-?\d+(\.\d+)?")
