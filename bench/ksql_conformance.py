@@ -388,14 +388,53 @@ def as_written(record: dict[str, Any], source: Source | None) -> dict[str, Any]:
 
 
 def as_decimal(value: Any, sql_type: str) -> Any:
-    """A DECIMAL column's expected value given as text ("3.40"), as the number ksqlDB's
-    test driver reads it into."""
-    if isinstance(value, str) and sql_type.upper().startswith("DECIMAL"):
+    """A DECIMAL's expected value given as text ("3.40"), as the number ksqlDB's test
+    driver reads it into: a column's, or one inside its ARRAY, MAP or STRUCT (the
+    driver compares text with a decimal by its value)."""
+    text = sql_type.strip()
+    upper = text.upper()
+    if isinstance(value, str) and upper.startswith("DECIMAL"):
         try:
             return float(value)
         except ValueError:
             return value
+    if upper.startswith("ARRAY<") and isinstance(value, list):
+        return [as_decimal(item, text[6:-1]) for item in value]
+    if upper.startswith("MAP<") and isinstance(value, dict):
+        parts = _type_parts(text[4:-1])
+        inner = parts[1] if len(parts) == 2 else ""
+        return {k: as_decimal(v, inner) for k, v in value.items()}
+    if upper.startswith("STRUCT<") and isinstance(value, dict):
+        fields: dict[str, str] = {}
+        for part in _type_parts(text[7:-1]):
+            found = re.match(r"\s*(`[^`]*`|\S+)\s+(.*)", part, re.S)
+            if found:
+                fields[found.group(1).strip("`").upper()] = found.group(2)
+        return {k: as_decimal(v, fields.get(k.upper(), "")) for k, v in value.items()}
     return value
+
+
+def _type_parts(text: str) -> list[str]:
+    """A type list's parts ("STRING, DECIMAL(2, 1)"): split at its top-level commas."""
+    parts: list[str] = []
+    depth = 0
+    current = ""
+    quoted = False
+    for char in text:
+        if char == "`":
+            quoted = not quoted
+        elif not quoted and char in "<(":
+            depth += 1
+        elif not quoted and char in ">)":
+            depth -= 1
+        elif not quoted and char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+            continue
+        current += char
+    if current.strip():
+        parts.append(current.strip())
+    return parts
 
 
 def same(expected: Any, actual: Any) -> bool:
