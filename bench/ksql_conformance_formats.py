@@ -108,7 +108,7 @@ class RegistryCodec:
         self.client.set_compatibility(level="NONE")
         self.formats = RegistryFormats(url, {})  # Protobuf readers of registered schemas
         self._lock = threading.Lock()
-        self._schemas: dict[int, Any] = {}
+        self._schemas: dict[tuple[int, bool], Any] = {}
         self._given: dict[str, int] = {}  # a case's schemas' ids by subject
         self._full_names: dict[str, str] = {}  # a case's Protobuf messages by subject
 
@@ -236,7 +236,7 @@ class RegistryCodec:
             return plain_json(protobuf_rows.plain(message))
         import fastavro
 
-        schema = self._schema(schema_id)
+        schema = self._schema(schema_id, for_reading=True)
         return plain_json(fastavro.schemaless_reader(io.BytesIO(body), schema, None))
 
     def _message_index(self, schema_id: int, full_name: str | None) -> list[int]:
@@ -251,16 +251,31 @@ class RegistryCodec:
                 return [index]
         return [0]
 
-    def _schema(self, schema_id: int) -> Any:
+    def _schema(self, schema_id: int, for_reading: bool = False) -> Any:
+        """The id's Avro schema parsed; ``for_reading``: without the date logical type, so
+        that a DATE outside Python's years 1-9999 reads as its int of days."""
         import fastavro
 
+        cache_key = (schema_id, for_reading)
         with self._lock:
-            found = self._schemas.get(schema_id)
+            found = self._schemas.get(cache_key)
         if found is None:
-            found = fastavro.parse_schema(json.loads(self.client.get_schema(schema_id).schema_str))
+            text = json.loads(self.client.get_schema(schema_id).schema_str)
+            found = fastavro.parse_schema(_without_dates(text) if for_reading else text)
             with self._lock:
-                self._schemas[schema_id] = found
+                self._schemas[cache_key] = found
         return found
+
+
+def _without_dates(schema: Any) -> Any:
+    """An Avro schema (JSON) whose date-typed ints are plain ints."""
+    if isinstance(schema, list):
+        return [_without_dates(branch) for branch in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if schema.get("logicalType") == "date":
+        return {k: v for k, v in schema.items() if k != "logicalType"}
+    return {k: _without_dates(v) for k, v in schema.items()}
 
 
 def with_schema_ids(statement: str, ids: SchemaIds) -> str:
@@ -584,7 +599,7 @@ def avro_value(schema: Any, value: Any, strict: bool = False) -> Any:
             decimal.Decimal(1).scaleb(-schema.get("scale", 0))
         )
     if logical == "date" and isinstance(value, int):
-        return _EPOCH_DATE + datetime.timedelta(days=value)
+        return value  # fastavro writes the days as they are (a date would stop at year 1)
     if logical == "time-millis" and isinstance(value, int):
         return (datetime.datetime.min + datetime.timedelta(milliseconds=value)).time()
     if logical in ("timestamp-millis", "timestamp-micros") and isinstance(value, int):
