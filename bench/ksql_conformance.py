@@ -34,8 +34,9 @@ Not runnable, counted apart with their reason: disabled cases, cases of ksqlDB's
 test-only UDFs, cases with input headers or windowed input keys of session windows.
 
 Usage: python bench/ksql_conformance.py PATH [--tree DIR] [--files GLOB] [--case TEXT]
-[--jobs N] [--out DIR]. Prints a line per case, then per family (file) and overall:
-cases matched / runnable, errors matched / expected, and the not runnable by reason.
+[--jobs N] [--out DIR] [--rerun | --resume RESULTS] [--summary RESULTS...]. Prints a
+line per case, then per family (file) and overall: cases matched / runnable, errors
+matched / expected, and the not runnable by reason.
 """
 
 from __future__ import annotations
@@ -923,6 +924,12 @@ def main() -> None:
         help="a results.jsonl of an earlier run (--out): run only the cases it failed",
     )
     parser.add_argument(
+        "--resume",
+        type=Path,
+        help="a results.jsonl of an earlier run (--out), stopped or not: run the cases it "
+        "failed and those it did not reach",
+    )
+    parser.add_argument(
         "--summary",
         type=Path,
         nargs="+",
@@ -931,7 +938,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     earlier: dict[tuple[str, str], dict[str, Any]] = {}
-    for file in args.summary or ([args.rerun] if args.rerun else []):
+    for file in args.summary or [f for f in (args.rerun, args.resume) if f is not None]:
         for line in file.read_text().splitlines():
             row = json.loads(line)
             earlier[(row["family"], row["name"])] = row
@@ -957,6 +964,8 @@ def main() -> None:
                     else:
                         results.append(rejudged(Result(**before)))
                 elif args.rerun and (before is None or before["ok"]):
+                    continue
+                elif args.resume and before is not None and before["ok"]:
                     continue
                 else:
                     planned.append((family, case))
