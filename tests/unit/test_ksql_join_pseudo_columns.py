@@ -132,9 +132,7 @@ def test_a_right_join_row_without_its_left_side_has_the_rights_time() -> None:
         "CREATE STREAM OUTPUT AS SELECT S2.ID, S1.ROWTIME AS LT, S2.ROWTIME AS RT FROM S1 "
         "RIGHT JOIN S2 WITHIN 1 SECOND ON S1.ID = S2.ID",
     )
-    assert run(plan, [("right", 0, {"V1": 2}, 200, 0)]) == [
-        (0, {"LT": None, "RT": 200}, 200, None)
-    ]
+    assert run(plan, [("right", 0, {"V1": 2}, 200, 0)]) == [(0, {"LT": None, "RT": 200}, 200, None)]
 
 
 @pytest.mark.parametrize(
@@ -151,8 +149,7 @@ def test_a_right_join_row_without_its_left_side_has_the_rights_time() -> None:
         (
             "CREATE STREAM O AS SELECT S1.ID FROM S1 JOIN T2 ON S1.ID = T2.ID "
             "JOIN T3 ON S1.ID = T3.ID WHERE ROWOFFSET > 1",
-            "Column 'ROWOFFSET' is ambiguous. Could be S1.ROWOFFSET, T2.ROWOFFSET or "
-            "T3.ROWOFFSET.",
+            "Column 'ROWOFFSET' is ambiguous. Could be S1.ROWOFFSET, T2.ROWOFFSET or T3.ROWOFFSET.",
         ),
         (
             "CREATE STREAM O AS SELECT S1.ID, S1.ROWTIME AS ROWTIME FROM S1 "
