@@ -649,15 +649,22 @@ class Harness:
             result.reason = "statement failed"
             result.diff += [f"statement: {failure[0]}", f"error: {failure[1]}"]
             return
+        sources, sinks = self._produce_inputs(case, suffix, names, statements)
+        self.compare(case.get("outputs", []), suffix, sources, result, sinks)
+
+    def _produce_inputs(
+        self, case: dict[str, Any], suffix: str, names: set[str], statements: list[str]
+    ) -> tuple[dict[str, Source], set[str]]:
+        """The case's inputs written to its sources; gives the sources and, for a case
+        that expects no record at all, its queries' sink topics (read for a while)."""
         sources = self.sources(names, suffix)
         for source in sources.values():
             name = unsuffixed(source.name)
             source.nullable = {s: nullable_setting(name, statements, s) for s in ("KEY", "VALUE")}
         self.produce(case.get("inputs", []), suffix, sources)
-        # a case that expects no record at all: its queries' sinks are read for a while
         made = query_sinks(statements) if not case.get("outputs") else set()
         sinks = {s.topic for s in sources.values() if unsuffixed(s.name).upper() in made}
-        self.compare(case.get("outputs", []), suffix, sources, result, sinks)
+        return sources, sinks
 
     def _run_to_failure(
         self,
@@ -673,13 +680,7 @@ class Harness:
         repeats of them are not extra; a failure to serialize is at one of them, so the
         first ones may be all), and a query of the case has the error in its
         queryErrors."""
-        sources = self.sources(names, suffix)
-        for source in sources.values():
-            name = unsuffixed(source.name)
-            source.nullable = {s: nullable_setting(name, statements, s) for s in ("KEY", "VALUE")}
-        self.produce(case.get("inputs", []), suffix, sources)
-        made = query_sinks(statements) if not case.get("outputs") else set()
-        sinks = {s.topic for s in sources.values() if unsuffixed(s.name).upper() in made}
+        sources, sinks = self._produce_inputs(case, suffix, names, statements)
         # a record that fails to serialize is one the case lists: those before it written
         upto = "serialize" in str(case["expectedException"].get("causeMessage", "")).lower()
         outputs = case.get("outputs", [])
