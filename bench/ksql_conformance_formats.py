@@ -42,6 +42,7 @@ NOSR = "PROTOBUF_NOSR"  # the message alone, its schema the columns'
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _EPOCH_DATE = datetime.date(1970, 1, 1)
+_WIDE_DECIMALS = decimal.Context(prec=1000)  # ksqlDB's DECIMAL precision is at most 38
 
 
 def start_registry(bootstrap: str) -> ServiceProcess:
@@ -595,8 +596,9 @@ def avro_value(schema: Any, value: Any, strict: bool = False) -> Any:
     kind = schema.get("type")
     logical = schema.get("logicalType")
     if logical == "decimal":
+        # an Avro decimal may hold more digits than the default context's 28
         return decimal.Decimal(str(value)).quantize(
-            decimal.Decimal(1).scaleb(-schema.get("scale", 0))
+            decimal.Decimal(1).scaleb(-schema.get("scale", 0)), context=_WIDE_DECIMALS
         )
     if logical == "date" and isinstance(value, int):
         return value  # fastavro writes the days as they are (a date would stop at year 1)
