@@ -1415,7 +1415,8 @@ def _join_plan(
             )
         if index == 0:
             left_name, left = sources[0]
-            foreign_key = not key_column(left_key, left_name, left)
+            # one of several key columns is a foreign key: the output keeps the whole key
+            foreign_key = len(left.key_columns) != 1 or not key_column(left_key, left_name, left)
         else:  # on the key of the result so far; ksqlDB refuses a foreign key there
             keys: list[ex.Expression] = (
                 [ex.ColumnReference(c) for c in earlier[-1].left_key_columns]

@@ -64,8 +64,9 @@ def run(plan: QueryPlan, records: list[Record]) -> list[tuple[Any, Any, int]]:
         for index, source in enumerate(plan.sources):
             if source.topic != topic:
                 continue
-            [key_column] = [c.name for c in source.key_columns]
-            columns = {key_column: key, **(value or {})}
+            key_names = [c.name for c in source.key_columns]
+            key_columns = key if len(key_names) > 1 else {key_names[0]: key}  # several: a dict
+            columns = {**key_columns, **(value or {})}
             columns.update(ROWTIME=timestamp, ROWPARTITION=0, ROWOFFSET=offset)
             row = Row(columns, tombstone=value is None)
             for change in flow.process(index, row, states, stream_time):
@@ -633,4 +634,31 @@ def test_a_filter_after_a_left_table_join_sees_the_old_row_with_the_right_side_n
         (1, {"A": 1, "B": None}, 0),
         (1, None, 10),
         (1, {"A": 1, "B": None}, 30),
+    ]
+
+
+def test_a_join_on_one_of_the_left_tables_key_columns_is_on_a_foreign_key() -> None:
+    """A left table keyed by two columns, joined on one of them: a foreign-key join whose
+    result keeps the left's whole key (ksqlDB's fk-join.json cases)."""
+    plan = planned(
+        "CREATE TABLE left_table (l_id BIGINT PRIMARY KEY, l_fk BIGINT PRIMARY KEY, "
+        "name VARCHAR) WITH (kafka_topic='left_topic', format='JSON')",
+        RIGHT_TABLE,
+        "CREATE TABLE output AS SELECT l_id, l_fk, r_id, name, f1 FROM left_table "
+        "JOIN right_table ON l_fk = r_id",
+    )
+    assert plan.join is not None and plan.join.foreign_key
+    assert [s.kind for s in stages(plan)] == ["fk-route", "fk-join", "order"]
+    assert [p.name for p in plan.projection if p.namespace == "KEY"] == ["L_ID", "L_FK"]
+    outputs = run(
+        plan,
+        [
+            ("right_topic", 0, {"F1": "blah", "F2": 4}, 0),
+            ("left_topic", {"L_ID": 1, "L_FK": 0}, {"NAME": "zero"}, 10000),
+            ("right_topic", 0, None, 17000),
+        ],
+    )
+    assert outputs == [
+        ([1, 0], {"R_ID": 0, "NAME": "zero", "F1": "blah"}, 10000),
+        ([1, 0], None, 17000),
     ]
