@@ -35,6 +35,7 @@ BY apply to the joined row. Does not own I/O, topics or the metastore's changes.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -685,9 +686,54 @@ def plan_query(
     if sink is None:
         stream_refusals(plan, partitions)
         return plan
+    if sink.kind is None and sink.existing is not None:  # INSERT INTO: literals fitted
+        plan = _fitted_to_insert_target(plan, sink.existing)
     planned = dataclasses.replace(plan, sink=_sink(plan, sink, statement))
     stream_refusals(planned, partitions)
     return planned
+
+
+def _fitted_to_insert_target(plan: QueryPlan, target: DataSource) -> QueryPlan:
+    """ksqlDB's implicit casts of INSERT INTO ... SELECT: a column of the target that is a
+    DECIMAL takes, at its place in the projection, a number literal whose digits it holds
+    or a DECIMAL whose digits it holds, as that DECIMAL (other types must be the same)."""
+    targets = [c for c in target.columns if c.namespace != "HEADER"]
+    fitted = []
+    for projection, column in zip(plan.projection, targets, strict=False):
+        wanted = column.type
+        have: ex.SqlType | None = projection.type
+        expression = projection.expression
+        if isinstance(expression, ex.Literal) and isinstance(
+            expression.value, int | float | decimal.Decimal
+        ):
+            have = None if isinstance(expression.value, bool) else _decimal_of(expression.value)
+        if (
+            isinstance(wanted, ex.DecimalType)
+            and isinstance(have, ex.DecimalType)
+            and projection.type != wanted
+            and have.scale <= wanted.scale
+            and have.precision - have.scale <= wanted.precision - wanted.scale
+        ):
+            projection = Projection(
+                projection.name, wanted, ex.Cast(expression, wanted), projection.namespace
+            )
+        fitted.append(projection)
+    fitted.extend(plan.projection[len(fitted) :])
+    return dataclasses.replace(plan, projection=tuple(fitted))
+
+
+def _decimal_of(number: int | float | decimal.Decimal) -> ex.DecimalType:
+    """The DECIMAL a number literal's value is, as ksqlDB's ``DecimalUtil.fromValue``
+    types it: its digits and scale, a value between -1 and 1 one digit more than its
+    scale."""
+    value = decimal.Decimal(str(number))
+    _, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)
+    scale = max(-exponent, 0)
+    precision = len(digits) + max(exponent, 0)
+    if -1 < value < 1:
+        precision = scale + 1
+    return ex.DecimalType(max(precision, scale, 1), scale)
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,14 @@ partitions, formats and window), and ksqlDB's refusals. No broker."""
 
 from __future__ import annotations
 
+import decimal
 from typing import Any
 
 import pytest
 
 from strom.ksql import statements as st
+from strom.ksql import values as v
+from strom.ksql.evaluation import Scope, compile_expression
 from strom.ksql.metastore import KsqlStatementError, Metastore
 from strom.ksql.parser import parse_statement
 from strom.ksql.planner import (
@@ -385,6 +388,49 @@ def test_insert_into_needs_the_target_stream_schema(metastore: Metastore) -> Non
         "Result schema is `USER_ID` STRING KEY, `MS` BIGINT\n"
         "Sink schema is `USER_ID` STRING KEY, `PAGE` STRING"
     )
+
+
+def test_insert_into_fits_number_literals_and_decimals_to_a_decimal_target(
+    metastore: Metastore,
+) -> None:
+    """ksqlDB's implicit casts into an INSERT INTO target's DECIMAL columns: a number
+    literal or a DECIMAL whose digits the column holds takes its type; one that does not
+    fit, or another type, is still refused."""
+    statement = parse_statement(
+        "CREATE STREAM money (c1 DECIMAL(5,2), c2 DECIMAL(5,2), c3 DECIMAL(5,2)) "
+        "WITH (kafka_topic='money', value_format='JSON')"
+    )
+    assert isinstance(statement, st.CreateSource)
+    metastore.put_source(metastore.source_from_statement(statement, ""))
+    target = metastore.source("MONEY")
+    keyless = parse_statement(
+        "CREATE STREAM nums (ms BIGINT) WITH (kafka_topic='n', format='JSON')"
+    )
+    assert isinstance(keyless, st.CreateSource)
+    metastore.put_source(metastore.source_from_statement(keyless, ""))
+
+    def insert(text: str) -> QueryPlan:
+        parsed = parse_statement(text)
+        assert isinstance(parsed, st.InsertInto)
+        return plan_query(parsed.query, metastore, SinkRequest("MONEY", None, {}, target, 1))
+
+    result = insert(
+        "INSERT INTO money SELECT 1 AS c1, 2.0 AS c2, CAST(ms AS DECIMAL(3, 1)) AS c3 FROM nums"
+    )
+    assert columns(result) == [(f"C{i}", "DECIMAL(5, 2)", "VALUE") for i in (1, 2, 3)]
+    scope = Scope({"MS": v.BIGINT})
+    row = {"MS": 12}
+    values = [
+        compile_expression(p.expression, scope).evaluate(row, print) for p in result.projection
+    ]
+    assert values == [decimal.Decimal("1.00"), decimal.Decimal("2.00"), decimal.Decimal("12.00")]
+    for refused_text in (
+        "INSERT INTO money SELECT 1234 AS c1, 2.0 AS c2, 3 AS c3 FROM nums",  # 4 digits left
+        "INSERT INTO money SELECT 1 AS c1, 2.125 AS c2, 3 AS c3 FROM nums",  # scale 3
+        "INSERT INTO money SELECT 1 AS c1, 2.0 AS c2, ms AS c3 FROM nums",  # a BIGINT column
+    ):
+        with pytest.raises(KsqlStatementError, match="Incompatible schema between results"):
+            insert(refused_text)
 
 
 def test_select_star_under_partition_by_is_the_repartitioned_schema() -> None:
