@@ -38,7 +38,14 @@ def _admin(bootstrap: str) -> AdminClient:
 
 
 def _partition(admin: AdminClient, topic: str, index: int = 0) -> object:
-    return admin.list_topics(topic, timeout=5).topics[topic].partitions[index]
+    """The partition's metadata, once the broker asked knows it: a broker answers for a
+    topic created a moment ago only after it has applied the creation (up to 30 s)."""
+    deadline = time.monotonic() + 30
+    while True:
+        partitions = admin.list_topics(topic, timeout=5).topics[topic].partitions
+        if index in partitions or time.monotonic() > deadline:
+            return partitions[index]
+        time.sleep(0.1)
 
 
 def _read_all(bootstrap: str, topic: str) -> list[bytes]:
