@@ -129,6 +129,9 @@ class _CompiledJoin:
         }
 
 
+_OUTER_SIDES = {"LEFT": ("left",), "RIGHT": ("right",), "FULL": ("left", "right")}  # null-padded
+
+
 def _same_window(one: Row, other: Row, session: bool) -> bool:
     """Whether the records of two windowed sources have the same windowed key (their key
     being equal): the same start (a time window's key holds no end), and the same end
@@ -537,8 +540,7 @@ class Operators:
                 joined = self._joined_row(pair[0], pair[1], step)
                 joined.columns["ROWTIME"] = max(r.timestamp for r in pair)
                 out.append(Joined(key, joined))
-        outer = {"LEFT": ("left",), "RIGHT": ("right",), "FULL": ("left", "right")}
-        if not entry["matched"] and side in outer.get(join.kind, ()):
+        if not entry["matched"] and side in _OUTER_SIDES.get(join.kind, ()):
             if join.grace_ms is None or high < stream_time:
                 # without GRACE PERIOD ksqlDB joins with Kafka Streams' old join windows:
                 # a record that meets none gives its row at once (a later match its
@@ -578,8 +580,8 @@ class Operators:
         """Whether a kept record still owes its outer row (an outer side's record that
         met nothing, its row not given at once)."""
         join = self.join_steps[step].plan
-        outer = {"LEFT": ("left",), "RIGHT": ("right",), "FULL": ("left", "right")}
-        return side in outer.get(join.kind, ()) and not entry["matched"] and not entry.get("padded")
+        outer = _OUTER_SIDES.get(join.kind, ())
+        return side in outer and not entry["matched"] and not entry.get("padded")
 
     def next_join_close(self, state: dict[str, Any], step: int = 0) -> int | None:
         """Stream-stream: the stream time after which the next record of ``state``

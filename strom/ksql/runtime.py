@@ -455,7 +455,7 @@ def run_join_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Itera
         for record in _source_records(batch):
             out: list[tuple[Any, ...]] = []
             place = (record.topic, record.partition)
-            at = written_times[place] = max(written_times.get(place, -1), record.timestamp)
+            at = _task_place(written_times, record)
             right = record.topic == right_topic
             row = _read(parts, record, out, right)
             side = "right" if right else "left"
@@ -470,6 +470,16 @@ def run_join_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Itera
                 pt = row_times[place]
                 grouped.add(pickle.dumps(key), record, tie, row.timestamp, payload, at, pt)
         yield grouped.batch()
+
+
+def _task_place(written_times: dict[tuple[str, int], int], record: Any) -> int:
+    """A record's place among its task's records (``run_join_keying``'s ``at``): the
+    largest record timestamp of its source partition up to it, kept in
+    ``written_times``."""
+    place = (record.topic, record.partition)
+    at: int = max(written_times.get(place, -1), record.timestamp)
+    written_times[place] = at
+    return at
 
 
 class _JoinKeyed:
@@ -667,8 +677,7 @@ def run_flow_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Itera
     for batch in batches:
         chained = _Chained()
         for record in _source_records(batch):
-            place = (record.topic, record.partition)
-            at = written_times[place] = max(written_times.get(place, -1), record.timestamp)
+            at = _task_place(written_times, record)
             for index, source in enumerate(sources):
                 if source.topic != record.topic:
                     continue
