@@ -23,6 +23,7 @@ group offset of its own. Blocking (confluent-kafka, the registry client): run
 from __future__ import annotations
 
 import datetime
+import io
 import json
 import struct
 import threading
@@ -60,7 +61,6 @@ class RegistryDecoder:
         self._registry = registry  # strom.ksql.registry_formats.RegistryFormats
         self._topic = topic
         self._types: dict[int, str | None] = {}
-        self._avro: Any = None
 
     def _schema_type(self, schema_id: int) -> str | None:
         if schema_id not in self._types:
@@ -83,7 +83,7 @@ class RegistryDecoder:
                 return json.dumps(json.loads(data[5:]), separators=(",", ":"))
             if fmt == "PROTOBUF":
                 return self._protobuf(schema_id, data[5:])
-            return self._avro_text(data, is_key)
+            return self._avro_text(schema_id, data[5:])
         except Exception:  # the decoder's: not this format
             return None
 
@@ -97,14 +97,17 @@ class RegistryDecoder:
         message.ParseFromString(body[at:])
         return str(text_format.MessageToString(message, as_one_line=True))
 
-    def _avro_text(self, data: bytes, is_key: bool) -> str:
-        from confluent_kafka.schema_registry.avro import AvroDeserializer
-        from confluent_kafka.serialization import MessageField, SerializationContext
+    def _avro_text(self, schema_id: int, body: bytes) -> str:
+        """The record read with its writer's schema as Strom's queries read it
+        (``RegistryFormats.avro_schema``): a DATE, TIME or TIMESTAMP is its number (epoch
+        days, ms of the day, epoch ms), as ksqlDB's PRINT shows it (Confluent's Avro
+        deserializer without logical type conversions), any int32 of days too; a string
+        shown as it is, anything else as the JSON of Avro's ``toString``."""
+        import fastavro
 
-        if self._avro is None:
-            self._avro = AvroDeserializer(self._registry._registry())
-        field = MessageField.KEY if is_key else MessageField.VALUE
-        value = self._avro(data, SerializationContext(self._topic, field))
+        value = fastavro.schemaless_reader(
+            io.BytesIO(body), self._registry.avro_schema(schema_id), None
+        )
         return value if isinstance(value, str) else json.dumps(value, default=str)
 
 

@@ -808,6 +808,39 @@ def test_print_over_query(server: KsqlServer, capsys: pytest.CaptureFixture[str]
     assert 'key: x, value: "hello, world",5, partition: 0' in out
 
 
+def test_print_avro_dates_times_and_timestamps_as_numbers(
+    server: KsqlServer, broker: BrokerProcess, registry: str
+) -> None:
+    """PRINT shows an AVRO record's DATE, TIME and TIMESTAMP as the numbers they hold
+    (epoch days, ms of the day, epoch ms), as ksqlDB's PRINT does: a DATE before the
+    year 1 too, which a Python date cannot hold."""
+    import io
+
+    import fastavro
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    server.ok(
+        "CREATE STREAM dated (d DATE, t TIME, ts TIMESTAMP) WITH (kafka_topic='dated', "
+        "value_format='AVRO', partitions=1);"
+    )
+    registered = SchemaRegistryClient({"url": registry}).get_latest_version("dated-value")
+    schema = fastavro.parse_schema(json.loads(registered.schema.schema_str))
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, schema, {"D": -2147483647, "T": 1000, "TS": 0})
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce("dated", b"\x00" + registered.schema_id.to_bytes(4, "big") + body.getvalue())
+    producer.flush(10)
+    del producer
+    client = KsqlRestClient(server.url)
+    body_sent = {"ksql": "PRINT 'dated' FROM BEGINNING LIMIT 1;"}
+    lines = [line for line in client.lines("/query", body_sent) if line]
+    assert lines[1].startswith("Value format: AVRO"), lines
+    assert lines[2].endswith(
+        ', key: <null>, value: {"D": -2147483647, "T": 1000, "TS": 0}, partition: 0'
+    ), lines
+
+
 def test_cli_execute_file_and_run_script(
     server: KsqlServer, capsys: pytest.CaptureFixture[str], tmp_path: Any
 ) -> None:
