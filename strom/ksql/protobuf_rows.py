@@ -31,7 +31,6 @@ Does not own the registry, its wire format or its client (``strom.ksql.registry_
 from __future__ import annotations
 
 import base64
-import datetime
 import decimal
 import functools
 from typing import Any
@@ -43,7 +42,6 @@ DECIMAL_MESSAGE = "confluent.type.Decimal"
 DATE_MESSAGE = "google.type.Date"
 TIME_MESSAGE = "google.type.TimeOfDay"
 TIMESTAMP_MESSAGE = "google.protobuf.Timestamp"
-_EPOCH_DATE = datetime.date(1970, 1, 1)
 _SCALARS = {
     "BOOLEAN": "TYPE_BOOL",
     "INTEGER": "TYPE_INT32",
@@ -256,6 +254,35 @@ def _decimal_bytes(unscaled: int) -> bytes:
     return unscaled.to_bytes(length, "big", signed=True)
 
 
+def civil_date(days: int) -> tuple[int, int, int]:
+    """The proleptic Gregorian (year, month, day) ``days`` after 1970-01-01, as Java's
+    ``LocalDate.ofEpochDay`` gives it: any int32 of days (ksqlDB's DATE), a year 0 and
+    negative years too, where Python's date stops at the years 1 and 9999."""
+    shifted = days + 719_468  # days since 0000-03-01, the start of a 400-year era
+    era = shifted // 146_097
+    day_of_era = shifted - era * 146_097
+    year_of_era = (
+        day_of_era - day_of_era // 1460 + day_of_era // 36_524 - day_of_era // 146_096
+    ) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    month_from_march = (5 * day_of_year + 2) // 153
+    day = day_of_year - (153 * month_from_march + 2) // 5 + 1
+    month = month_from_march + 3 if month_from_march < 10 else month_from_march - 9
+    year = year_of_era + era * 400 + (1 if month <= 2 else 0)
+    return year, month, day
+
+
+def epoch_days(year: int, month: int, day: int) -> int:
+    """The days from 1970-01-01 to the proleptic Gregorian ``year``-``month``-``day``
+    (``civil_date``'s inverse, Java's ``LocalDate.toEpochDay``), any year."""
+    year -= 1 if month <= 2 else 0
+    era = year // 400
+    year_of_era = year - era * 400
+    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    return era * 146_097 + day_of_era - 719_468
+
+
 def _set_well_known(target: Any, full_name: str, value: Any) -> bool:
     """Writes ``value`` into a well-known message; whether ``full_name`` is one."""
     if full_name == DECIMAL_MESSAGE:
@@ -267,8 +294,7 @@ def _set_well_known(target: Any, full_name: str, value: Any) -> bool:
         target.precision = len(digits)
         target.scale = -exponent
     elif full_name == DATE_MESSAGE:
-        day = _EPOCH_DATE + datetime.timedelta(days=int(value))
-        target.year, target.month, target.day = day.year, day.month, day.day
+        target.year, target.month, target.day = civil_date(int(value))
     elif full_name == TIME_MESSAGE:
         ms = int(value)
         target.hours, rest = divmod(ms, 3_600_000)
@@ -391,9 +417,9 @@ def _plain_message(message: Any) -> Any:
         unscaled = int.from_bytes(message.value, "big", signed=True) if message.value else 0
         return decimal.Decimal(unscaled).scaleb(-message.scale)
     if full_name == DATE_MESSAGE:
-        if not message.year:
+        if not (message.year or message.month or message.day):  # the message left unset
             return None
-        return (datetime.date(message.year, message.month, message.day) - _EPOCH_DATE).days
+        return epoch_days(message.year, message.month, message.day)
     if full_name == TIME_MESSAGE:
         return (
             (message.hours * 60 + message.minutes) * 60 + message.seconds

@@ -151,6 +151,28 @@ def test_protobuf_rows_with_decimal_and_time_types_both_ways() -> None:
     }  # fmt: skip
 
 
+def test_protobuf_dates_outside_pythons_years_both_ways() -> None:
+    """A DATE is any int32 of days, as ksqlDB holds it: written as google.type.Date's
+    proleptic Gregorian year, month and day (Java's LocalDate: a year 0, negative
+    years, years past 9999) and read back as the same days, where Python's date holds
+    only the years 1 to 9999."""
+    message_class = protobuf_rows.RowMessages(_ROW_COLUMNS[2:3]).message_class()
+    for days, civil in (
+        (-2_147_483_647, (-5_877_641, 6, 24)),
+        (2_147_483_647, (5_881_580, 7, 11)),
+        (-719_528, (0, 1, 1)),
+        (-719_529, (-1, 12, 31)),
+        (-719_162, (1, 1, 1)),
+        (2_932_897, (10_000, 1, 1)),
+        (-1, (1969, 12, 31)),
+        (11_016, (2000, 2, 29)),
+    ):
+        data = protobuf_rows.fill(message_class(), {"DAY": days}).SerializeToString()
+        decoded = message_class.FromString(data)
+        assert (decoded.DAY.year, decoded.DAY.month, decoded.DAY.day) == civil
+        assert protobuf_rows.plain(decoded) == {"DAY": days}
+
+
 def test_protobuf_columns_inferred_from_proto_text() -> None:
     """A schema registered as .proto text (compiled by protoc) gives ksqlDB's columns:
     names upper-cased, unsigned and 64-bit integers BIGINT, float DOUBLE, an enum STRING,
