@@ -279,7 +279,7 @@ class Operators:
 
     @staticmethod
     def _window_of(row: dict[str, Any]) -> tuple[int, int] | None:
-        if "WINDOWSTART" in row:
+        if row.get("WINDOWSTART") is not None:  # a windowed source's null key has none
             return int(row["WINDOWSTART"]), int(row["WINDOWEND"])
         return None
 

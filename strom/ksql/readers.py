@@ -9,7 +9,8 @@ TIMESTAMP epoch ms, DATE epoch days, TIME ms of the day, ARRAY list, MAP dict, S
 dict, null None), with the pseudo columns ROWTIME (the record's timestamp, or the
 source's TIMESTAMP column), ROWPARTITION and ROWOFFSET, and WINDOWSTART / WINDOWEND for
 a windowed source (its key carries the window: the key's bytes, then the window start
-as 8 big-endian bytes; a session window's end, then its start).
+as 8 big-endian bytes; a session window's end, then its start; a record without key
+bytes has a null key, its key columns and window bounds null, as ksqlDB reads it).
 
 Formats read: KAFKA (one column: INTEGER 4 bytes, BIGINT 8, DOUBLE 8, STRING UTF-8,
 BYTES), JSON (an object's fields matched case-insensitively, or a single column's
@@ -483,9 +484,11 @@ class RecordReader:
     def read(self, record: SourceRecord) -> Row:
         key = record.key
         row: dict[str, Any] = {}
-        if self.windowed:
+        if self.windowed and key is None:  # Kafka Streams' windowed key deserializers: null
+            row["WINDOWSTART"] = row["WINDOWEND"] = None  # ksqlDB's null windowed key
+        elif self.windowed and key is not None:
             width = 16 if self.session else 8
-            if key is None or len(key) < width:
+            if len(key) < width:
                 raise RecordError("key", "A windowed key is shorter than its window")
             if self.session:
                 end, start = struct.unpack(">qq", key[-16:])

@@ -493,6 +493,46 @@ def test_windowed_keys_carry_their_window() -> None:
     assert tombstone.tombstone and tombstone.columns["PAGE"] == "/a"
 
 
+def test_a_windowed_records_null_key_is_a_null_key_and_window() -> None:
+    """A windowed stream's record without key bytes reads as ksqlDB reads it (Kafka
+    Streams' windowed key deserializers give a null key): its key columns, WINDOWSTART
+    and WINDOWEND null, the row kept and passed on with a null key; a windowed table
+    skips it, as Kafka Streams' table source skips a null key."""
+    store = Metastore()
+    for window in ("TUMBLING', window_size='1 MINUTE", "SESSION"):
+        views = source(
+            store,
+            f"CREATE STREAM views_{window[:7]} (page STRING KEY, n BIGINT) WITH "
+            f"(kafka_topic='v', format='JSON', window_type='{window}')",
+        )
+        row = RecordReader(views).read(record(None, b'{"N": 3}'))
+        assert row.keyless and not row.tombstone
+        assert row.columns["PAGE"] is None and row.columns["N"] == 3
+        assert (row.columns["WINDOWSTART"], row.columns["WINDOWEND"]) == (None, None)
+        errors: list[Any] = []
+        operators = Operators(
+            plan(
+                store,
+                f"CREATE STREAM out_{window[:7]} AS SELECT page, n, windowstart AS ws "
+                f"FROM views_{window[:7]} EMIT CHANGES;",
+            ),
+            errors.append,
+        )
+        [change] = operators.stateless(row)
+        assert (change.key, change.value, change.window) == (
+            {"PAGE": None}, {"N": 3, "WS": None}, None,
+        )  # fmt: skip
+        assert errors == []
+    counts = source(
+        store,
+        "CREATE TABLE counts (page STRING PRIMARY KEY, n BIGINT) WITH (kafka_topic='c', "
+        "format='JSON', window_type='TUMBLING', window_size='1 MINUTE')",
+    )
+    with pytest.raises(RecordError) as failed:
+        RecordReader(counts).read(record(None, b'{"N": 3}'))
+    assert failed.value.target == "key"
+
+
 def test_a_stream_table_join_looks_up_the_table_row(metastore: Metastore) -> None:
     inner = Operators(
         plan(
