@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import decimal
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -931,7 +931,7 @@ def _plan_projection(
     if joins:
         _check_synthetic_references([expression for _, expression in named], scope)
     if joins and query.partition_by is None:
-        return _join_projection(named, joins, scope, persistent, sink)
+        return _join_projection(query, named, joins, scope, persistent, sink)
     if query.partition_by is not None:
         keys = [
             e for e in query.partition_by if not (isinstance(e, ex.Literal) and e.value is None)
@@ -968,14 +968,18 @@ def _plan_projection(
 
 
 def _join_projection(
+    query: st.Query,
     named: list[tuple[str, ex.Expression]],
     joins: tuple[JoinPlan, ...],
     scope: Scope,
     persistent: bool,
     sink: SinkRequest | None,
 ) -> tuple[Projection, ...]:
-    """A join's columns: its key is the last join's (any expression of the chain's
-    conditions equal to it), or, for a foreign-key join, the left table's primary key."""
+    """A join's columns. Its key column is ksqlDB's: the first of the chain's viable key
+    columns (``_viable_keys``) that the SELECT names (``*`` names them all, ``s.*``
+    those of ``s``), or the synthetic key; the items that read that column (once) are
+    the key, any other column equal to it a value. A foreign-key join is keyed by the
+    left table's primary key."""
     last = joins[-1]
 
     def resolved(expression: ex.Expression) -> Any:
@@ -989,24 +993,27 @@ def _join_projection(
     if last.foreign_key:
         return _foreign_key_projection(named, last, scope, persistent, sink, resolved)
     synthetic = last.synthetic_key
-    keys = [ex.ColumnReference(synthetic)] if synthetic else _equal_keys(joins, scope)
-    wanted = {resolved(k) for k in keys}
+    keys = [ex.ColumnReference(synthetic)] if synthetic else _viable_keys(joins, scope)
+    chosen = next((resolved(k) for k in keys if _selects(query, k, scope)), None)
     projection: list[Projection] = []
-    keyed: tuple[Any, str] | None = None  # the key selected: what it reads, its name
+    aliases: list[str] = []  # the names the key column is selected as
     for name, expression in named:
         sql_type = compile_expression(expression, scope, "SELECT").sql_type
         namespace = "VALUE"
-        reads = resolved(expression)
-        if persistent and keyed is None and reads in wanted:
-            keyed, namespace = (reads, name), "KEY"
-        elif persistent and keyed is not None and reads == keyed[0]:
-            _key_twice(keyed[1], name, grouped=False)
+        if persistent and chosen is not None and resolved(expression) == chosen:
+            aliases.append(name)
+            namespace = "KEY"
         projection.append(Projection(name, sql_type, expression, namespace))
-    if persistent and keyed is None:
+    if len(aliases) > 1:
+        shown = sorted(aliases)
+        listed = ", ".join(shown[:-1]) + " and " + shown[-1]
+        raise KsqlStatementError(
+            f"The projection contains a key column (`{chosen}`) more than once, aliased as: "
+            f"{listed}."
+        )
+    if persistent and chosen is None:
         names = [joins[0].left_name, *(j.right_name for j in joins)]
-        texts = [expression_text(_qualified(k, scope, names)) for k in keys]
-        shown = [t for t, k in zip(texts, keys, strict=True) if isinstance(k, ex.ColumnReference)]
-        shown = shown or texts
+        shown = [expression_text(_qualified(k, scope, names)) for k in keys]
         listed = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]
         plural = "s" if len(shown) > 1 else ""
         see = f"See {SYNTHETIC_KEY_DOC}." if synthetic else ""
@@ -1024,6 +1031,29 @@ def _join_projection(
             f"{shown[0]}...).{why}"
         )
     return _keys_first(projection)
+
+
+def _selects(query: st.Query, column: ex.ColumnReference, scope: Scope) -> bool:
+    """Whether the SELECT names ``column`` (a joined column), as ksqlDB's projection
+    contains it: a ``*`` names every column, ``s.*`` each of source ``s``, else an item
+    that is the column itself (aliased or not)."""
+    try:
+        wanted = scope.resolve(column)
+    except KsqlStatementError:
+        return False
+    for item in query.select:
+        if isinstance(item, st.AllColumns):
+            if item.source is None or scope.qualified.get((item.source, column.name)) == wanted:
+                return True
+        elif isinstance(item, st.SelectExpression) and isinstance(
+            item.expression, ex.ColumnReference
+        ):
+            try:
+                if scope.resolve(item.expression) == wanted:
+                    return True
+            except KsqlStatementError:
+                continue
+    return False
 
 
 def _check_synthetic_references(expressions: list[ex.Expression], scope: Scope) -> None:
@@ -1078,6 +1108,32 @@ def _equal_keys(joins: tuple[JoinPlan, ...], scope: Scope) -> list[ex.Expression
         if any(same(key, e) for e in equal) and not any(same(key, k) for k in keys):
             keys.append(key)
     return keys
+
+
+def _viable_keys(joins: tuple[JoinPlan, ...], scope: Scope) -> list[ex.ColumnReference]:
+    """ksqlDB's viable key columns of a join chain: the columns of its conditions that
+    equal its key, one of which the SELECT must name to key the result (in the order
+    the conditions name them, left before right). A join's key equals both sides of
+    its condition, and what the join before it equals when one side does; a FULL OUTER
+    join's key equals neither side (none: the key is synthetic)."""
+
+    def among(one: ex.Expression, others: Sequence[ex.Expression]) -> bool:
+        return any(_resolved(one, scope) == _resolved(other, scope) for other in others)
+
+    equal: list[ex.Expression] = []
+    viable: list[ex.ColumnReference] = []
+    for join in joins:
+        if join.kind == "FULL":
+            equal, viable = [], []
+            continue
+        sides = [join.left_key, join.right_key]
+        equal = sides + equal if any(among(side, equal) for side in sides) else sides
+        found: list[ex.ColumnReference] = []
+        for key in [*viable, *sides]:
+            if isinstance(key, ex.ColumnReference) and among(key, equal) and not among(key, found):
+                found.append(key)
+        viable = found
+    return viable
 
 
 def _resolved(expression: ex.Expression, scope: Scope) -> Any:
@@ -1277,8 +1333,7 @@ def _synthetic_key(
     last = joins[-1]
     if last.foreign_key or query.group_by is not None or query.partition_by is not None:
         return None
-    keys = _equal_keys(joins, scope)
-    if last.kind != "FULL" and any(isinstance(k, ex.ColumnReference) for k in keys):
+    if _viable_keys(joins, scope):
         return None
     used: set[int] = set()
     for source in sources:

@@ -5,9 +5,9 @@ Owns the registry by query id (ksqlDB's ids: ``CSAS_<SINK>_<n>``, ``CTAS_<SINK>_
 ``INSERTQUERY_<n>``, n the command's sequence number in the command topic, so a replay
 names them alike; ``transient_<SOURCE>_<n>`` for push queries), which sources each
 reads and writes (DROP is refused while a query uses a source, as ksqlDB refuses it),
-their states (RUNNING from its creation on, as ksqlDB; ERROR with the reason when Spark
-refused or failed it, each failure kept in its queryErrors while it is retried), and the
-answers of SHOW QUERIES [EXTENDED] and EXPLAIN in ksqlDB 0.29's shapes.
+their states (RUNNING from its creation on, as ksqlDB; ERROR with the reason only when
+Spark refused to start it), and the answers of SHOW QUERIES [EXTENDED] and EXPLAIN in
+ksqlDB 0.29's shapes.
 
 Spark queries start and stop on one thread of the registry's, in order: a statement
 answers once its query is recorded, not once Spark runs it (a session starts in
@@ -15,8 +15,19 @@ seconds); TERMINATE waits for the stop. Only the persistent queries this server 
 run here (``owns``, set from ``strom.ksql.ownership``); ``rebalance`` stops those it
 gave up, keeping their checkpoints, and starts those it received; a server that runs
 none of the service's queries starts its SparkSession once there is one (a takeover then
-waits for the query's start, not for Spark's). A query Spark failed
-is started again from its checkpoint after a doubling backoff, as ksqlDB retries one.
+waits for the query's start, not for Spark's).
+
+A query whose Spark run failed (a record it cannot get past, a Python worker that did not
+start...) is retried as ksqlDB 0.29 retries one: its Kafka Streams uncaught-exception
+handler adds the failure to the query's queryErrors, sleeps, and has the failed thread
+replaced (REPLACE_THREAD), so the client never reaches ERROR and SHOW QUERIES keeps the
+query RUNNING while its queryErrors grow, one a failure, each kept an hour (its
+``ksql.query.error.max.queue.size`` bounds nothing: the size-bounded queue is only copied
+into an unbounded one). The sleep doubles the previous one (from
+``ksql.query.retry.backoff.initial.ms``, so the first is twice it) up to
+``ksql.query.retry.backoff.max.ms``, and is never shortened again; both are read from the
+query's own properties, else the server's. Strom starts the Spark query again from its
+checkpoint after that wait.
 
 Does not own planning (``strom.ksql.planner``), Spark (``strom.ksql.runtime``) or the
 statements (``strom.ksql.engine``).
@@ -41,7 +52,9 @@ _RETRY_CHECK_S = 1.0  # how often the registry looks for failed queries
 _SETTLE_S = 60.0  # the longest wait for a started query's sources
 _INITIALIZING = "Initializing sources"  # Spark's status of a query not yet reading
 PUSH = "PUSH"
-_ERRORS_KEPT = 10  # a query's errors kept (ksqlDB's ksql.query.error.max.queue.size)
+_ERRORS_KEPT_MS = 3_600_000  # how long a query's errors are kept (ksqlDB's hour)
+_RETRY_INITIAL = "ksql.query.retry.backoff.initial.ms"
+_RETRY_MAX = "ksql.query.retry.backoff.max.ms"
 
 
 @dataclass
@@ -50,23 +63,32 @@ class RunningQuery:
     statement: str
     plan: QueryPlan
     query_type: str = PERSISTENT
-    state: str = "RUNNING"  # as ksqlDB, from its creation on (its states: RUNNING, ERROR)
+    state: str = "RUNNING"  # as ksqlDB, from its creation on (ERROR: Spark refused it)
     error: str | None = None
     started: bool = False  # Spark runs it
     properties: dict[str, Any] = field(default_factory=dict)
     stop: Callable[[], None] | None = None  # a push query's
-    # ksqlDB's queryErrors: each failure's time (ms), message and type, the last
-    # _ERRORS_KEPT (ksql.query.error.max.queue.size), kept while the query is retried
+    # ksqlDB's queryErrors: each failure's time (ms), message and type, kept an hour
     errors: list[dict[str, Any]] = field(default_factory=list)
+    failing: bool = False  # its Spark run failed: it is started again after a backoff
 
-    def failed(self, error: str) -> None:
-        """The query is in ERROR for ``error``; a new failure joins its errors."""
-        if self.state != "ERROR" or self.error != error:
-            self.errors.append(
-                {"timestamp": int(time.time() * 1000), "errorMessage": error, "type": "UNKNOWN"}
-            )
-            del self.errors[:-_ERRORS_KEPT]
-        self.state, self.error = "ERROR", error
+    def failed(self, error: str, retried: bool = True, now_ms: int | None = None) -> None:
+        """A run of the query ended with ``error``: the failure joins its errors. A
+        query that is retried stays RUNNING, as ksqlDB's (its failed thread replaced);
+        one Spark refused to start is ERROR."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        self.errors.append({"timestamp": now, "errorMessage": error, "type": "UNKNOWN"})
+        self.error = error
+        if not retried:
+            self.state = "ERROR"
+        self.query_errors(now)
+
+    def query_errors(self, now_ms: int | None = None) -> list[dict[str, Any]]:
+        """Its errors of the last hour, the oldest first (older ones forgotten)."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        while self.errors and self.errors[0]["timestamp"] <= now - _ERRORS_KEPT_MS:
+            del self.errors[0]
+        return list(self.errors)
 
     @property
     def sources(self) -> list[str]:
@@ -113,7 +135,7 @@ class RunningQuery:
             "overriddenProperties": dict(self.properties),
             "ksqlHostQueryStatus": {host: self.state} if host is not None else {},
             "queryType": self.query_type,
-            "queryErrors": list(self.errors),
+            "queryErrors": self.query_errors(),
             "tasksMetadata": [],
             "state": self.state,
         }
@@ -133,6 +155,13 @@ def start_error(exc: Exception) -> str:
     if "JAVA_GATEWAY_EXITED" in first:  # Spark's JVM did not start
         first += " (Spark needs Java 17+: java on the PATH, or JAVA_HOME)"
     return first
+
+
+def next_backoff_ms(waited_ms: int, largest_ms: int) -> int:
+    """The wait before a failed query's next run, after ``waited_ms`` before its last
+    (the initial backoff before the first): doubled, at most ``largest_ms``, as
+    ksqlDB's RetryEvent."""
+    return waited_ms * 2 if waited_ms * 2 < largest_ms else largest_ms
 
 
 def describe_topology(plan: QueryPlan) -> str:
@@ -176,9 +205,11 @@ class QueryRegistry:
         self._starting: set[str] = set()  # starts queued, not yet run
         self._warming = False  # Spark's start asked for ahead of a query (``start``)
         # A failed query is started again (ksqlDB's ksql.query.retry.backoff.*): the
-        # first backoff and the largest; each query's next try (monotonic s) and backoff.
+        # initial backoff and the largest; each query's next try (monotonic s) and the
+        # wait before it.
         self._retry_backoff_ms = retry_backoff_ms
         self._retries: dict[str, tuple[float, int]] = {}
+        self._failures = threading.Lock()  # a failed run is seen once
         # The server (REST URL) that runs each of the given persistent queries.
         self.hosts_of: Callable[[list[str]], dict[str, str]] = lambda ids: dict.fromkeys(
             ids, self.host
@@ -283,10 +314,10 @@ class QueryRegistry:
                         if query.query_id in self.runtime.queries:  # CREATE OR REPLACE
                             self.runtime.stop(query.query_id, False)  # its checkpoint kept
                         self.runtime.start(spec)
-                        query.started = True
+                        query.started, query.failing = True, False
                         self._settle(query.query_id)
                     except Exception as exc:  # Spark refused the query: its state says why
-                        query.failed(start_error(exc))
+                        query.failed(start_error(exc), retried=False)
                         log.warning("query %s did not start: %s", query.query_id, query.error)
                 elif action == "stop" and self._runtime is not None:
                     query_id, delete_state = argument
@@ -314,47 +345,73 @@ class QueryRegistry:
             time.sleep(0.1)
 
     def _retry_failed(self) -> None:
-        """A persistent query Spark failed (a Python worker that did not start in time,
-        the cluster gone for a while...) is started again from its checkpoint after a
-        backoff that doubles at each failure, as ksqlDB retries a query in ERROR."""
+        """A persistent query Spark failed (a record it cannot get past, a Python worker
+        that did not start in time, the cluster gone for a while...) is started again
+        from its checkpoint once its backoff has passed (``_observe``)."""
         runtime = self._runtime
         if runtime is None:
             return
-        now = time.monotonic()
         for query in list(self.queries.values()):
             if query.query_type != PERSISTENT or not query.started:
                 continue
-            state, error = runtime.state(query.query_id)
-            if state != "ERROR":
+            self._observe(query)
+            if not query.failing:
                 continue
-            query.failed(error or "")
-            initial, largest = self._retry_backoff_ms
-            due, backoff = self._retries.setdefault(query.query_id, (now + initial / 1000, initial))
+            due, _ = self._retries[query.query_id]
             spec = self._specs.get(query.query_id)
-            if now < due or spec is None or not self.owns(query.query_id):
+            if time.monotonic() < due or spec is None or not self.owns(query.query_id):
                 continue
-            log.warning("query %s failed (%s); starting it again", query.query_id, error)
+            log.warning("query %s failed (%s); starting it again", query.query_id, query.error)
             try:
                 runtime.stop(query.query_id, False)
                 runtime.start(spec)
-                query.state, query.error = "RUNNING", None
+                with self._failures:
+                    query.failing, query.error = False, None
                 self._settle(query.query_id)
-            except Exception as exc:  # Spark refused it again: its state says why
-                query.failed(start_error(exc))
-            backoff = min(backoff * 2, largest)
-            self._retries[query.query_id] = (time.monotonic() + backoff / 1000, backoff)
+            except Exception as exc:  # Spark refused it again: retried after a longer wait
+                with self._failures:
+                    self._failed_run(query, start_error(exc))
 
-    def refresh(self) -> None:
-        """Takes the states of the Spark queries (one that failed is ERROR)."""
+    def _observe(self, query: RunningQuery) -> None:
+        """A failed Spark run of the query, seen for the first time, joins its errors
+        and has its next run scheduled."""
         runtime = self._runtime
         if runtime is None:
             return
-        for query in list(self.queries.values()):
-            if query.query_type != PERSISTENT or not query.started:
-                continue
+        with self._failures:
+            if query.failing:
+                return
             state, error = runtime.state(query.query_id)
             if state == "ERROR":
-                query.failed(error or "")
+                self._failed_run(query, error or "")
+
+    def _failed_run(self, query: RunningQuery, error: str) -> None:
+        query.failing = True
+        query.failed(error)
+        initial, largest = self._backoff_ms(query)
+        _, waited = self._retries.get(query.query_id, (0.0, initial))
+        wait = next_backoff_ms(waited, largest)
+        self._retries[query.query_id] = (time.monotonic() + wait / 1000, wait)
+
+    def _backoff_ms(self, query: RunningQuery) -> tuple[int, int]:
+        """The query's ksql.query.retry.backoff.initial.ms and .max.ms: its own
+        properties', else the server's."""
+        backoff = []
+        for name, default in zip((_RETRY_INITIAL, _RETRY_MAX), self._retry_backoff_ms, strict=True):
+            try:
+                value = int(str(query.properties.get(name, default)).strip())
+            except ValueError:
+                value = default
+            backoff.append(value if value > 0 else default)
+        return backoff[0], backoff[1]
+
+    def refresh(self) -> None:
+        """Takes the failures of the Spark queries (``_observe``)."""
+        if self._runtime is None:
+            return
+        for query in list(self.queries.values()):
+            if query.query_type == PERSISTENT and query.started:
+                self._observe(query)
 
     # ---- questions
     def using(self, source: str) -> tuple[list[str], list[str]]:

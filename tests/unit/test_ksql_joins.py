@@ -587,6 +587,73 @@ def test_joins_ksqldb_refuses(statements: list[str], message: str) -> None:
     assert message in str(refused.value)
 
 
+# ---- the join's key column, chosen from the projection -----------------------------------
+
+S2 = "CREATE STREAM S2 (ID INT KEY, K INT, V0 INT) WITH (kafka_topic='right', value_format='JSON')"
+T4 = "CREATE TABLE T4 (ID INT PRIMARY KEY, V0 INT) WITH (kafka_topic='right3', format='JSON')"
+
+
+def schema(plan: QueryPlan) -> list[str]:
+    """The plan's columns as ksqlDB's schema lists them: the key first."""
+    return [f"{p.name}{' KEY' if p.namespace == 'KEY' else ''}" for p in plan.projection]
+
+
+@pytest.mark.parametrize(
+    ("select", "expected"),
+    [
+        # the left source's column keys the result wherever the SELECT names it
+        ("b.*, a.V0, a.ID", ["A_ID KEY", "B_ID", "B_K", "B_V0", "A_V0"]),
+        ("b.*, a.*", ["A_ID KEY", "B_ID", "B_K", "B_V0", "A_K", "A_V0"]),
+        ("*", ["A_ID KEY", "A_K", "A_V0", "B_ID", "B_K", "B_V0"]),
+        # the right's when only it is named, under its alias if it has one
+        ("b.ID, a.V0", ["B_ID KEY", "A_V0"]),
+        ("b.*, a.V0", ["B_ID KEY", "B_K", "B_V0", "A_V0"]),
+        ("b.ID AS k, a.V0", ["K KEY", "A_V0"]),
+        ("a.ID AS k, b.ID AS other", ["K KEY", "OTHER"]),
+    ],
+)
+def test_a_joins_key_is_the_first_condition_column_the_select_names(
+    select: str, expected: list[str]
+) -> None:
+    plan = planned(
+        S1, S2, f"CREATE STREAM O AS SELECT {select} FROM S1 a JOIN S2 b WITHIN 10 SECONDS "
+        "ON b.ID = a.ID",
+    )  # fmt: skip
+    assert schema(plan) == expected
+
+
+def test_an_expression_equal_to_the_join_key_is_a_value() -> None:
+    plan = planned(
+        S1, S2, "CREATE STREAM O AS SELECT b.ID + 1 AS next, a.ID FROM S1 a JOIN S2 b "
+        "WITHIN 10 SECONDS ON a.ID = b.ID + 1",
+    )  # fmt: skip
+    assert schema(plan) == ["A_ID KEY", "NEXT"]
+
+
+def test_an_n_way_joins_key_columns_are_those_equal_to_the_last_joins_key() -> None:
+    # the second join's key (S1.K) equals neither side of the third's: the first join's
+    # columns are not the result's key, though the third joins on one of them
+    chain = "FROM S1 JOIN T2 ON S1.ID = T2.ID JOIN T3 ON S1.K = T3.ID JOIN T4 ON S1.ID = T4.ID"
+    plan = planned(S1, T2, T3, T4, f"CREATE STREAM O AS SELECT T4.ID, S1.ID AS I {chain}")
+    assert schema(plan) == ["I KEY", "T4_ID"]
+    with pytest.raises(KsqlStatementError) as refused:
+        planned(S1, T2, T3, T4, f"CREATE STREAM O AS SELECT T2.ID, S1.V0 {chain}")
+    assert "must include the join expressions S1.ID or T4.ID in its projection" in str(
+        refused.value
+    )
+
+
+def test_a_joins_key_column_selected_twice_is_refused_under_its_joined_name() -> None:
+    with pytest.raises(KsqlStatementError) as refused:
+        planned(
+            S1, S2, "CREATE STREAM O AS SELECT a.ID AS X, b.V0, a.ID AS W FROM S1 a JOIN S2 b "
+            "WITHIN 10 SECONDS ON a.ID = b.ID",
+        )  # fmt: skip
+    assert "The projection contains a key column (`A_ID`) more than once, aliased as: W and X." in (
+        str(refused.value)
+    )
+
+
 # ---- a filter after a table-table join ----------------------------------------------------
 
 

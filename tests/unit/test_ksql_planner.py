@@ -491,8 +491,8 @@ def test_select_star_under_partition_by_is_the_repartitioned_schema() -> None:
         ),
         (
             "CREATE STREAM o AS SELECT c.user_id, c.user_id AS k2, u.name FROM clicks c "
-            "JOIN users u ON c.user_id = u.id",
-            "The projection contains a key column (`USER_ID`) more than once, aliased as: "
+            "JOIN users u ON c.user_id = u.id",  # the key: the join's column, as it names it
+            "The projection contains a key column (`C_USER_ID`) more than once, aliased as: "
             "K2 and USER_ID.",
         ),
     ],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import decimal
 import json
+import time
 from typing import Any
 
 import pyarrow as pa
@@ -21,7 +22,7 @@ from strom.ksql import aggregate_functions, runtime
 from strom.ksql import expressions as ex
 from strom.ksql.packed_output import unpack_in_order
 from strom.ksql.planner import QueryPlan
-from strom.ksql.queries import RunningQuery
+from strom.ksql.queries import QueryRegistry, RunningQuery, next_backoff_ms
 from strom.ksql.values import ProcessingFailure
 
 PRICES = (
@@ -159,20 +160,37 @@ def test_the_failure_reason_is_the_records_in_sparks_exception() -> None:
     assert runtime.failure_reason("Python worker exited\nat ...") == "Python worker exited"
 
 
-def test_a_querys_errors_are_kept_while_it_is_retried() -> None:
+def test_a_querys_errors_are_kept_an_hour_while_it_is_retried_running() -> None:
+    """As ksqlDB's: each failed run adds its error; the query stays RUNNING (Kafka
+    Streams replaces the failed thread); the errors of the last hour are listed, as many
+    as there were (ksql.query.error.max.queue.size bounds nothing in 0.29)."""
     plan = planned(PRICES, "CREATE STREAM copy AS SELECT * FROM prices")
     query = RunningQuery("CSAS_COPY_1", "CREATE STREAM copy AS SELECT * FROM prices;", plan)
-    query.failed("the first")
-    query.failed("the first")  # the same failure seen again: one error
-    query.state, query.error = "RUNNING", None  # started again
-    query.failed("the first")
-    described = query.description_json("host")
-    assert described["state"] == "ERROR"
-    assert [e["errorMessage"] for e in described["queryErrors"]] == ["the first", "the first"]
-    assert {e["type"] for e in described["queryErrors"]} == {"UNKNOWN"}
+    start = int(time.time() * 1000) - 25 * 60_000  # 25 minutes ago
+    query.failed("the first", now_ms=start)
     for n in range(20):
-        query.failed(f"failure {n}")
-    assert len(query.errors) == 10 and query.errors[-1]["errorMessage"] == "failure 19"
+        query.failed(f"failure {n}", now_ms=start + 60_000 * (n + 1))
+    described = query.description_json("host")
+    assert described["state"] == "RUNNING"
+    assert described["ksqlHostQueryStatus"] == {"host": "RUNNING"}
+    assert query.running_json()["statusCount"] == {"RUNNING": 1}
+    messages = [e["errorMessage"] for e in described["queryErrors"]]
+    assert messages == ["the first"] + [f"failure {n}" for n in range(20)]
+    assert {e["type"] for e in described["queryErrors"]} == {"UNKNOWN"}
+    # an hour after the first, it is forgotten
+    kept = query.query_errors(now_ms=start + 3_600_000)
+    assert [e["errorMessage"] for e in kept] == [f"failure {n}" for n in range(20)]
+    refused = RunningQuery("CSAS_COPY_2", "CREATE STREAM copy AS SELECT * FROM prices;", plan)
+    refused.failed("Spark refused it", retried=False)  # not retried: ERROR
+    assert refused.description_json("host")["state"] == "ERROR"
+
+
+def test_the_backoff_doubles_up_to_its_largest_from_twice_the_initial() -> None:
+    waits, waited = [], 15_000
+    for _ in range(8):
+        waited = next_backoff_ms(waited, 900_000)
+        waits.append(waited)
+    assert waits == [30_000, 60_000, 120_000, 240_000, 480_000, 900_000, 900_000, 900_000]
 
 
 def test_a_row_that_does_not_serialize_is_logged_then_fails_the_query() -> None:
@@ -198,3 +216,57 @@ def test_a_row_that_does_not_serialize_is_logged_then_fails_the_query() -> None:
     assert [t for t, _ in rows] == ["log", runtime.FAILED_TOPIC]
     message = rows[1][1].decode()
     assert message.startswith("Exception caught in process. Unable to serialize record to COPIED")
+
+
+class _FailingRuntime:
+    """Spark as the registry sees it, each run of a query failing at once."""
+
+    def __init__(self) -> None:
+        self.queries: dict[str, object] = {}
+        self.starts = 0
+
+    def start(self, spec: str) -> None:
+        self.starts += 1
+        self.queries[spec] = object()
+
+    def stop(self, query_id: str, delete_state: bool = False) -> None:
+        self.queries.pop(query_id, None)
+
+    def state(self, query_id: str) -> tuple[str, str | None]:
+        if query_id not in self.queries:
+            return "NOT_RUNNING", None
+        return "ERROR", f"Exception caught in process. run {self.starts}"
+
+    def close(self) -> None:
+        return None
+
+
+def test_a_failed_query_is_retried_after_its_own_backoff_and_shown_running() -> None:
+    plan = planned(PRICES, "CREATE STREAM copy AS SELECT * FROM prices")
+    runtime = _FailingRuntime()
+    registry = QueryRegistry(lambda: runtime, "http://host:8088")
+    registry.owns = lambda query_id: True
+    properties = {"ksql.query.retry.backoff.initial.ms": "100"}  # the query's own
+    query = RunningQuery("CSAS_COPY_1", "CREATE ...;", plan, properties=properties)
+    registry.add(query)
+    try:
+        registry.start(query, "CSAS_COPY_1")
+        deadline = time.monotonic() + 30
+        while runtime.starts < 2:  # the registry retries it by itself
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        shown = registry.show("SHOW QUERIES EXTENDED;", True)["queryDescriptions"][0]
+        assert shown["state"] == "RUNNING"
+        assert shown["ksqlHostQueryStatus"] == {"http://host:8088": "RUNNING"}
+        messages = [e["errorMessage"] for e in shown["queryErrors"]]
+        # each run's failure once, however often its state was looked at
+        assert messages[:2] == [
+            "Exception caught in process. run 1",
+            "Exception caught in process. run 2",
+        ]
+        assert len(messages) == len(set(messages))
+        with registry._failures:  # the wait after the n-th failure: 100 ms doubled n times
+            failures, wait = len(query.errors), registry._retries["CSAS_COPY_1"][1]
+        assert wait == 100 * 2**failures
+    finally:
+        registry.close()
