@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -69,6 +70,7 @@ from strom.ksql.planner import (
     wrapping_from_properties,
 )
 from strom.ksql.queries import QueryRegistry, RunningQuery
+from strom.ksql.query_stats import RuntimeStats
 from strom.ksql.registry_formats import INFERRED_FORMATS, RegistryFormats
 from strom.ksql.schema_ids import check_query_columns
 from strom.ksql.upgrades import check_query_upgrade, check_source_upgrade
@@ -152,6 +154,8 @@ class KsqlEngine:
         self.rows = RowWriter(config, self.registry)
         self.metadata = MetadataStatements(self.metastore, self.admin, config)
         self.cluster_id = ""
+        # The figures of the persistent queries Spark runs here (DESCRIBE ... EXTENDED)
+        self.runtime_stats = RuntimeStats()
         self.queries = QueryRegistry(
             self._spark_queries,
             config.listener,
@@ -172,6 +176,7 @@ class KsqlEngine:
             self.config.spark_master,
             self.config.spark_settings,
             self.config.state_dir / self.config.service_id,
+            self.runtime_stats,
         )
 
     # ---- start: the command topic replayed
@@ -1084,7 +1089,32 @@ class KsqlEngine:
                 description["readQueries"].append(query.running_json())
             if statement.name in query.sinks:
                 description["writeQueries"].append(query.running_json())
+        if statement.extended:
+            self._runtime_statistics(description)
         return entity
+
+    def _runtime_statistics(self, description: dict[str, Any]) -> None:
+        """The local runtime statistics of ``DESCRIBE <source> EXTENDED`` (ksqlDB's
+        ``statistics`` and ``clusterStatistics`` of the source's topic, and the
+        ``queryOffsetSummaries`` of the queries writing it), from the queries that run
+        on this server."""
+        stats = self.runtime_stats
+        topic = description["topic"]
+        description["statistics"] = stats.statistics(topic)
+        parsed = urllib.parse.urlsplit(self.queries.host)
+        host = f"{parsed.hostname}:{parsed.port}" if parsed.hostname else self.queries.host
+        description["clusterStatistics"] = stats.host_stats(topic, host)
+        consumed: dict[str, dict[str, dict[int, int]]] = {}
+        for written in description["writeQueries"]:
+            query = self.queries.queries.get(written["id"])
+            if query is None or not query.started:
+                continue
+            offsets = stats.consumed_offsets(query.query_id)
+            topics = dict.fromkeys(s.topic for s in query.plan.sources)
+            group = f"_confluent-ksql-{self.config.service_id}query_{query.query_id}"
+            consumed[group] = {t: offsets.get(t, {}) for t in topics}
+        if consumed:
+            description["queryOffsetSummaries"] = self.metadata.offset_summaries(consumed)
 
     # ---- SHOW, LIST, DESCRIBE
     # ---- SET and UNSET

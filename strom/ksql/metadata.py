@@ -17,8 +17,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from strom.ksql import statements as st
 from strom.ksql.config import KsqlServerConfig
@@ -218,6 +218,55 @@ class MetadataStatements:
             "sourceDescription": self._description(source, statement.extended),
             "warnings": [],
         }
+
+    def offset_summaries(
+        self, consumed: dict[str, dict[str, dict[int, int]]]
+    ) -> list[dict[str, Any]]:
+        """ksqlDB's ``queryOffsetSummaries``: for each consumer group (a query), the
+        next offset it reads of each partition of each of its topics (0 before it read
+        one), with the partition's log start and end offsets."""
+        partitions: dict[str, list[int]] = {}
+        for topics in consumed.values():
+            for topic in topics:
+                if topic not in partitions:
+                    found = topic_metadata(self.admin, topic)
+                    partitions[topic] = sorted(found.partitions) if found is not None else []
+        every = [TopicPartition(t, p) for t, ps in partitions.items() for p in ps]
+        starts = self._log_offsets(every, OffsetSpec.earliest())
+        ends = self._log_offsets(every, OffsetSpec.latest())
+        return [
+            {
+                "groupId": group,
+                "topicSummaries": [
+                    {
+                        "kafkaTopic": topic,
+                        "offsets": [
+                            {
+                                "partition": p,
+                                "logStartOffset": starts.get((topic, p), 0),
+                                "logEndOffset": ends.get((topic, p), 0),
+                                "consumerOffset": offsets.get(p, 0),
+                            }
+                            for p in partitions[topic]
+                        ],
+                    }
+                    for topic, offsets in topics.items()
+                ],
+            }
+            for group, topics in consumed.items()
+        ]
+
+    def _log_offsets(self, every: list[TopicPartition], spec: OffsetSpec) -> dict[Any, int]:
+        if not every:
+            return {}
+        futures = self.admin.list_offsets({tp: spec for tp in every}, request_timeout=TIMEOUT_S)
+        found: dict[Any, int] = {}
+        for tp, future in futures.items():
+            try:
+                found[(tp.topic, tp.partition)] = future.result().offset
+            except KafkaException:
+                continue
+        return found
 
     def describe_sources(self, statement: st.DescribeSources, text: str) -> dict[str, Any]:
         sources = [s for s in self._sorted_sources() if s.kind == statement.kind]

@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any
 from strom.ksql import processing_log
 from strom.ksql.join_flow import ORDER, flowing, tie_order
 from strom.ksql.planner import QueryPlan
+from strom.ksql.query_stats import OBSERVED, RuntimeStats
 from strom.ksql.values import ProcessingFailure
 
 if TYPE_CHECKING:
@@ -1338,11 +1339,54 @@ def failure_reason(text: str) -> str:
     return lines[0] if lines else text
 
 
-class SparkQueries:
-    """The server's SparkSession (started with the first query) and its streaming
-    queries by ksql query id."""
+def _progress_listener(stats: RuntimeStats) -> Any:
+    """A listener giving ``stats`` each finished micro-batch's progress (Spark calls it
+    on its listener thread, the query's name its ksql query id)."""
+    import json
 
-    def __init__(self, master: str, settings: dict[str, str], state_dir: Path) -> None:
+    from pyspark.sql.streaming.listener import StreamingQueryListener
+
+    class ProgressListener(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            progress = event.progress
+            if progress.name:
+                stats.progress(progress.name, json.loads(progress.json))
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    return ProgressListener()
+
+
+def _observed(output: DataFrame, spec: QuerySpec) -> DataFrame:
+    """``output`` reporting in each micro-batch's progress (``OBSERVED``) the rows it
+    wrote and those of them that are processing-log entries (the rest are the sink's)."""
+    from pyspark.sql import functions as F
+
+    logged = F.when(F.col("topic") == F.lit(spec.log_topic), 1).otherwise(0)
+    return output.observe(
+        OBSERVED, F.count(F.lit(1)).alias("written"), F.sum(logged).alias("logged")
+    )
+
+
+class SparkQueries:
+    """The server's SparkSession (started with the first query), its streaming
+    queries by ksql query id, and their runtime statistics (``stats``, fed by Spark's
+    progress reports)."""
+
+    def __init__(
+        self,
+        master: str,
+        settings: dict[str, str],
+        state_dir: Path,
+        stats: RuntimeStats | None = None,
+    ) -> None:
         self.master = master
         self.settings = {
             "spark.ui.showConsoleProgress": "false",
@@ -1354,6 +1398,7 @@ class SparkQueries:
         self.state_dir = state_dir
         self.session: SparkSession | None = None
         self.queries: dict[str, StreamingQuery] = {}
+        self.stats = stats if stats is not None else RuntimeStats()
         self._lock = threading.RLock()
 
     def _session(self) -> SparkSession:
@@ -1366,6 +1411,7 @@ class SparkQueries:
                     "strom-ksql", master=self.master, **self.settings
                 )
                 self.session.sparkContext.setLogLevel("ERROR")
+                self.session.streams.addListener(_progress_listener(self.stats))
             spark = self.session
         # The ``strom`` data source is found through the JVM thread's active session.
         spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[union-attr]
@@ -1420,7 +1466,8 @@ class SparkQueries:
             grouped = frame.mapInArrow(lambda batches: run_grouping(spec, batches), GROUPED_SCHEMA)
             output = _aggregated(grouped, spec, regroup=source.kind == "TABLE")
         writer = (
-            output.writeStream.format("strom")
+            _observed(output, spec)
+            .writeStream.format("strom")
             .queryName(spec.query_id)
             .option("kafka.bootstrap.servers", spec.client["bootstrap.servers"])
             .option("checkpointLocation", str(self.checkpoint(spec.query_id)))
@@ -1434,6 +1481,7 @@ class SparkQueries:
             writer = writer.option("exactlyOnce", "true").option(
                 "transactionalIdPrefix", f"ksql-{spec.query_id}"
             )
+        self.stats.started(spec.query_id, spec.sink_topic)
         query = writer.start()
         with self._lock:
             self.queries[spec.query_id] = query
@@ -1451,6 +1499,7 @@ class SparkQueries:
     def stop(self, query_id: str, delete_state: bool = False) -> None:
         with self._lock:
             query = self.queries.pop(query_id, None)
+        self.stats.stopped(query_id)
         if query is not None:
             try:
                 query.stop()

@@ -1,9 +1,10 @@
 """ksql queries run by the server (``strom ksql-server``) against a real broker, driven
 over HTTP as ksqlDB's clients drive ksqlDB: push queries on ``/query-stream`` and
 ``/query`` (run in the server), persistent queries (CREATE STREAM / TABLE AS SELECT) on
-the server's Spark, their output read back with confluent-kafka, the processing log, a
-restart that resumes a query from its checkpoint without writing anything twice
-(exactly_once_v2, read_committed), pull queries, TERMINATE and DROP; EMIT FINAL, session
+the server's Spark, their output read back with confluent-kafka, the processing log,
+DESCRIBE ... EXTENDED's runtime statistics and offsets, a restart that resumes a query
+from its checkpoint without writing anything twice (exactly_once_v2, read_committed),
+pull queries, TERMINATE and DROP; EMIT FINAL, session
 windows, a stream-stream LEFT join and EXPLODE with ksqlDB's records; two servers of one
 service id sharing a query, one killed (-9) and the other taking it over exactly once,
 and CREATE OR REPLACE of the query.
@@ -15,6 +16,7 @@ the last test; the tests build on each other in order.
 from __future__ import annotations
 
 import json
+import re
 import struct
 import threading
 import time
@@ -159,6 +161,29 @@ def read_topic(broker: BrokerProcess, topic: str, count: int, deadline_s: float 
     finally:
         consumer.close()
     return records
+
+
+def describe(server: Server, name: str) -> dict[str, Any]:
+    [described] = server.ok(f"DESCRIBE {name} EXTENDED;")
+    return described["sourceDescription"]
+
+
+def caught_up(server: Server, sink: str) -> dict[str, Any]:
+    """``DESCRIBE sink EXTENDED`` once the query writing ``sink`` has read (processed,
+    its output written) every record of its sources, by its ``queryOffsetSummaries``."""
+    deadline = time.monotonic() + SLOW_S
+    while True:
+        described = describe(server, sink)
+        offsets = [
+            p
+            for s in described["queryOffsetSummaries"]
+            for t in s["topicSummaries"]
+            for p in t["offsets"]
+        ]
+        if offsets and all(p["consumerOffset"] >= p["logEndOffset"] for p in offsets):
+            return described
+        assert time.monotonic() < deadline, described
+        time.sleep(0.2)
 
 
 def test_push_query_rows_limit_and_shapes(server: Server, broker: BrokerProcess) -> None:
@@ -318,6 +343,28 @@ def test_csas_with_filter_projection_and_processing_log(
         (b"u3", {"MS": 5, "PAGE": "page:/cart"}, BASE + 31_000),
     ]
     proto_id = as_proto["commandStatus"]["queryId"]
+    # DESCRIBE ... EXTENDED's local runtime statistics, from the queries' progress on Spark
+    carts = caught_up(server, "carts")
+    assert carts["clusterStatistics"][1]["value"] == 2.0  # CARTS' two records written
+    assert re.fullmatch(
+        r"messages-per-sec: +\d+(\.\d\d)?   total-messages: +2 +last-message: "
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z",
+        carts["statistics"],
+    ), carts["statistics"]
+    [summary] = carts["queryOffsetSummaries"]
+    assert summary["groupId"] == f"_confluent-ksql-{SERVICE_ID}query_{query_id}"
+    [read] = summary["topicSummaries"]
+    assert read["kafkaTopic"] == "clicks"
+    in_clicks = sum(p["logEndOffset"] - p["logStartOffset"] for p in read["offsets"])
+    for other in ("carts_pb", "per_minute"):
+        caught_up(server, other)
+    clicks = describe(server, "clicks")  # read by the three queries, written by none
+    assert [(s["name"], s["value"]) for s in clicks["clusterStatistics"]][1] == (
+        "consumer-total-messages",
+        3.0 * in_clicks,
+    )
+    assert clicks["statistics"].startswith("consumer-messages-per-sec:")
+    assert f"consumer-total-messages:{3 * in_clicks:>10} " in clicks["statistics"]
     entries = [json.loads(v) for _, v, _ in read_topic(broker, LOG_TOPIC, 3)]  # one a query
     errors = [e["message"]["deserializationError"] for e in entries if e["message"]["type"] == 0]
     assert errors and errors[0]["target"] == "value" and errors[0]["topic"] == "clicks"
