@@ -29,6 +29,11 @@ How a task writes micro-batch ``B`` of query ``Q`` as Spark partition ``P``:
    So a task whose JVM is gone aborts instead (Linux: the nearest ``java`` ancestor,
    found when the task starts, read from ``/proc``; elsewhere the check is skipped).
 
+A task whose rows include one stamped 0 writes its transaction by Strom's own requests
+(``ZeroTimeTaskTransaction``: ``strom.zero_time.ZeroTimeTransaction``, the same steps):
+librdkafka stamps a produce timestamp of 0 with the time of sending, where Kafka keeps a
+producer's 0 (CreateTime).
+
 Spark's query id is kept in the checkpoint, so it is the same across restarts of a query
 from the same checkpoint (the run id is not); the micro-batch id of a replayed batch is
 the id it had. Spark hands neither to a Python writer's ``write()``; it sets them as the
@@ -57,6 +62,8 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+
+from strom.zero_time import ZeroTimeError, ZeroTimeTransaction
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +190,8 @@ class TaskOutcome:
 
 
 class TaskTransaction:
-    """One write task's Kafka transaction for one micro-batch (see the module docstring)."""
+    """One write task's Kafka transaction for one micro-batch (see the module docstring),
+    written by a confluent-kafka transactional producer."""
 
     def __init__(
         self,
@@ -197,7 +205,8 @@ class TaskTransaction:
         self.jvm = jvm_ancestor()
         self.id = task.transactional_id(prefix)
         self.marker = TopicPartition(marker_topic, MARKER_PARTITION)
-        self.producer = Producer({**producer_config, "transactional.id": self.id})
+        self.producer_config = producer_config
+        self.client_config = client_config
         self.consumer = Consumer(
             {
                 **{k: v for k, v in client_config.items() if k not in _PRODUCER_ONLY},
@@ -207,12 +216,17 @@ class TaskTransaction:
                 "isolation.level": "read_committed",
             }
         )
+        self.producer = self._producer()
 
-    def run(self, produce: Callable[[Producer], int]) -> TaskOutcome:
+    def _producer(self) -> Any:
+        """What ``run``'s ``produce`` writes with (here a confluent-kafka Producer)."""
+        return Producer({**self.producer_config, "transactional.id": self.id})
+
+    def run(self, produce: Callable[[Any], int]) -> TaskOutcome:
         """Fence, check the marker, and unless the micro-batch is already in Kafka, write it
         with ``produce`` (which returns how many records it produced) in one transaction."""
         try:
-            self.producer.init_transactions(TIMEOUT_S)
+            self._init()
             committed = self._marker_offset()
             if already_committed(committed, self.task.batch_id):
                 log.info(
@@ -222,30 +236,43 @@ class TaskTransaction:
                     committed,
                 )
                 return TaskOutcome(written=0, skipped=True)
-            self.producer.begin_transaction()
+            self._begin()
             try:
                 written = produce(self.producer)
-                marker = TopicPartition(
-                    self.marker.topic,
-                    self.marker.partition,
-                    self.task.batch_id,
-                    f"strom exactlyOnce micro-batch {self.task.batch_id}: {written} records",
-                )
-                self.producer.send_offsets_to_transaction(
-                    [marker], self.consumer.consumer_group_metadata(), TIMEOUT_S
+                self._send_marker(
+                    f"strom exactlyOnce micro-batch {self.task.batch_id}: {written} records"
                 )
                 if not jvm_alive(self.jvm):
                     raise StromSinkError(
                         f"{self.id}: the JVM running micro-batch {self.task.batch_id} is gone; "
                         "its rows may be cut short, so the transaction is aborted"
                     )
-                self.producer.commit_transaction(TIMEOUT_S)
+                self._commit()
             except BaseException:
                 self._abort()
                 raise
             return TaskOutcome(written=written, skipped=False)
         finally:
             self.consumer.close()
+            self._close()
+
+    def _init(self) -> None:
+        self.producer.init_transactions(TIMEOUT_S)
+
+    def _begin(self) -> None:
+        self.producer.begin_transaction()
+
+    def _send_marker(self, text: str) -> None:
+        marker = TopicPartition(self.marker.topic, self.marker.partition, self.task.batch_id, text)
+        self.producer.send_offsets_to_transaction(
+            [marker], self.consumer.consumer_group_metadata(), TIMEOUT_S
+        )
+
+    def _commit(self) -> None:
+        self.producer.commit_transaction(TIMEOUT_S)
+
+    def _close(self) -> None:
+        return None
 
     def _marker_offset(self) -> int:
         (position,) = self.consumer.committed([self.marker], timeout=TIMEOUT_S)
@@ -259,3 +286,37 @@ class TaskTransaction:
         except KafkaException as exc:  # fenced or fatal: the coordinator aborts it anyway
             error: KafkaError = exc.args[0]
             log.warning("%s: abort of micro-batch %d: %s", self.id, self.task.batch_id, error)
+
+
+class ZeroTimeTaskTransaction(TaskTransaction):
+    """A task's transaction written by Strom's own requests
+    (``strom.zero_time.ZeroTimeTransaction``), for micro-batches with records stamped 0:
+    librdkafka stamps a 0 with the time of sending, Kafka keeps a producer's 0
+    (CreateTime). The same fencing (the same transactional id), marker and commit."""
+
+    def _producer(self) -> Any:
+        timeout = int(self.producer_config.get("transaction.timeout.ms", 60_000))
+        return ZeroTimeTransaction(self.client_config, self.id, timeout)
+
+    def _init(self) -> None:
+        self.producer.init()
+
+    def _begin(self) -> None:
+        return None  # the first partition added begins it on the coordinator's side
+
+    def _send_marker(self, text: str) -> None:
+        self.producer.send_offsets(
+            self.id, self.marker.topic, self.marker.partition, self.task.batch_id, text
+        )
+
+    def _commit(self) -> None:
+        self.producer.commit()
+
+    def _close(self) -> None:
+        self.producer.close()
+
+    def _abort(self) -> None:
+        try:
+            self.producer.abort()
+        except (ZeroTimeError, OSError, ConnectionError) as exc:  # the coordinator aborts it
+            log.warning("%s: abort of micro-batch %d: %s", self.id, self.task.batch_id, exc)

@@ -4,7 +4,9 @@ Owns the column contract of Spark's Kafka sink (``value`` required; ``key``,
 ``headers``, ``topic``, ``partition`` optional; the ``topic`` option overrides the
 column; beyond Spark's, an optional ``timestamp`` column, epoch ms or a timestamp, sets
 the records' timestamps: one of 0 is written as 0, through :mod:`strom.zero_time`, where
-librdkafka would write the time of sending, except in transactions) and the delivery
+librdkafka would write the time of sending; under exactlyOnce a micro-batch task with
+such rows writes its whole transaction through ``strom.zero_time.ZeroTimeTransaction``)
+and the delivery
 guarantee: each Spark task flushes its producer and fails
 if any record was not acknowledged before it reports success, so a committed batch
 is in Kafka: at-least-once, as Spark's Kafka sink (a retried task may write twice).
@@ -28,6 +30,7 @@ only (no update or complete mode); an aggregation in update mode writes through
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain, repeat
@@ -49,9 +52,14 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from strom.spark.exactly_once import StromSinkError, TaskTransaction, current_write_task
+from strom.spark.exactly_once import (
+    StromSinkError,
+    TaskTransaction,
+    ZeroTimeTaskTransaction,
+    current_write_task,
+)
 from strom.spark.options import StromOptionError, WriterOptions, parse_writer_options
-from strom.zero_time import ZeroTimeRecord, ZeroTimeWriter
+from strom.zero_time import ZeroTimeRecord, ZeroTimeTransaction, ZeroTimeWriter
 
 log = logging.getLogger(__name__)
 
@@ -244,9 +252,17 @@ class _ArrowProducer:
         return WrittenRecords(written)
 
     def _write_in_transaction(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
-        """exactlyOnce: the task's rows in one transaction with its micro-batch marker."""
+        """exactlyOnce: the task's rows in one transaction with its micro-batch marker.
+        Under a ``timestamp`` column the task's rows are read first: when one is stamped
+        0 the transaction is written by Strom's own requests (``ZeroTimeTaskTransaction``),
+        as librdkafka would stamp it with the time of sending."""
         task = current_write_task()
-        batches = (b for b in iterator if b.num_rows)
+        batches: Iterator[pa.RecordBatch] = (b for b in iterator if b.num_rows)
+        zero_time = False
+        if "timestamp" in self.columns:
+            held = list(batches)
+            zero_time = any(0 in (self._timestamps(b) or ()) for b in held)
+            batches = iter(held)
         first = next(batches, None)
         if first is None:  # nothing to write, nothing to mark
             return WrittenRecords(0, batch_id=task.batch_id)
@@ -259,18 +275,53 @@ class _ArrowProducer:
                 raise KafkaException(failures[0])
             return written
 
-        transaction = TaskTransaction(
+        def produce_own(transaction: ZeroTimeTransaction) -> int:
+            return self._produce_own(transaction, chain([first], batches))
+
+        kind = ZeroTimeTaskTransaction if zero_time else TaskTransaction
+        transaction = kind(
             task,
             self.opts.transactional_id_prefix,
             self._config(failures),
             self.opts.client,
             marker_topic,
         )
-        outcome = transaction.run(produce)
+        outcome = transaction.run(produce_own if zero_time else produce)
         if outcome.skipped:
             for _ in batches:  # Spark's input is read to its end either way
                 pass
         return WrittenRecords(outcome.written, batch_id=task.batch_id, skipped=outcome.skipped)
+
+    def _produce_own(
+        self, transaction: ZeroTimeTransaction, batches: Iterable[pa.RecordBatch]
+    ) -> int:
+        """Every row of ``batches`` written in ``transaction``, each with its timestamp (0
+        kept; a null the time of writing); at a ``failureTopic`` row, the rows before it
+        written, then ``FailedRowError``."""
+        written = 0
+        for batch in batches:
+            n = batch.num_rows
+            values = self._column(batch, "value")
+            assert values is not None  # a column every sink has (_check_columns)
+            keys = self._column(batch, "key") or repeat(None, n)
+            partitions = self._column(batch, "partition") or repeat(None, n)
+            headers = self._column(batch, "headers") or repeat(None, n)
+            timestamps = self._timestamps(batch) or repeat(None, n)
+            records: list[ZeroTimeRecord] = []
+            rows = zip(
+                self._topics(batch), values, keys, partitions, headers, timestamps, strict=False
+            )
+            for topic, value, key, partition, header, timestamp in rows:
+                if topic == self.opts.failure_topic and topic is not None:
+                    transaction.send(records)
+                    text = value.decode(errors="replace") if isinstance(value, bytes) else value
+                    raise FailedRowError(text or "a row failed")
+                record = _zero_time_record(topic, key, value, _extras(partition, header))
+                record.timestamp = int(time.time() * 1000) if timestamp is None else timestamp
+                records.append(record)
+            transaction.send(records)
+            written += n
+        return written
 
 
 def _flush_acknowledged(producer: Producer, failures: list[KafkaError]) -> None:

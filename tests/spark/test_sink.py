@@ -81,6 +81,47 @@ def test_a_timestamp_of_0_is_written_as_0_in_the_rows_order(spark, broker) -> No
     ]
 
 
+@pytest.mark.parametrize("stamps", [[BASE_TS, 0, BASE_TS + 1, 0], [BASE_TS, BASE_TS + 1]])
+def test_exactly_once_keeps_a_timestamp_of_0(
+    spark, broker, tmp_path: Path, stamps: list[int]
+) -> None:
+    """exactlyOnce: a micro-batch with rows stamped 0 is written in its transaction by
+    Strom's own requests (librdkafka would stamp a 0 with the time of sending), one
+    without by confluent-kafka's transactional producer: either way each record has its
+    row's timestamp, 0 included, in the rows' order."""
+    source, sink = _topic("eos-zero-in"), _topic("eos-zero")
+    create_topic(broker.bootstrap, source, 1)
+    create_topic(broker.bootstrap, sink, 1)
+    produce(
+        broker.bootstrap,
+        source,
+        [{"key": f"k{i}".encode(), "value": str(ts).encode()} for i, ts in enumerate(stamps)],
+    )
+    rows = (
+        spark.readStream.format("strom")
+        .option("kafka.bootstrap.servers", broker.bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .load()
+        .select("key", "value", F.col("value").cast("string").cast("long").alias("timestamp"))
+    )
+    query = (
+        rows.writeStream.format("strom")
+        .option("kafka.bootstrap.servers", broker.bootstrap)
+        .option("topic", sink)
+        .option("exactlyOnce", "true")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None
+    got = consume_to_end(broker.bootstrap, sink, timeout=30)
+    assert [(m.key(), m.timestamp()[1]) for m in got] == [
+        (f"k{i}".encode(), ts) for i, ts in enumerate(stamps)
+    ]
+
+
 def test_topic_option_overrides_the_topic_column(spark, broker) -> None:
     topic = _topic("sink-option")
     create_topic(broker.bootstrap, topic, 1)
