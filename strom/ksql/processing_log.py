@@ -6,7 +6,8 @@ Owns the stream's declaration (its columns as ksqlDB's ``ProcessingLogMessageSch
 and the entries' JSON: ``{"level": "ERROR", "logger":
 "processing.<query id>.KsqlTopic.Source.deserializer", "time": ms, "message": {"type":
 0, "deserializationError": {"target", "errorMessage", "recordB64", "cause", "topic"},
-...}}`` (type 0 a record that does not deserialize, 1 a row an expression failed on).
+...}}`` (type 0 a record that does not deserialize, 1 a row an expression failed on or whose
+TIMESTAMP column gives no time).
 The record's bytes are left out (``recordB64`` null), as ksqlDB leaves them out unless
 ``ksql.logging.processing.rows.include`` is true.
 
@@ -68,6 +69,22 @@ def deserialization_error(query_id: str, target: str, error: str, topic: str) ->
                 "recordB64": None,
                 "cause": [error],
                 "topic": topic,
+            },
+        },
+    )
+
+
+def timestamp_error(query_id: str, error: str) -> bytes:
+    """A record whose TIMESTAMP column gives no time, as ksqlDB's
+    LoggingTimestampExtractor logs it (whether or not the query then fails on it)."""
+    return _entry(
+        f"processing.{query_id}.KsqlTopic.Source",
+        {
+            "type": RECORD_PROCESSING_ERROR,
+            "recordProcessingError": {
+                "errorMessage": "Failed to extract timestamp from row",
+                "record": None,
+                "cause": [error],
             },
         },
     )

@@ -49,8 +49,11 @@ inside Spark's tasks.
   ksqlDB's task fails at it: the step gives the sink, in the record's place, a row to
   ``FAILED_TOPIC`` holding the error in ksqlDB's words; the sink writes the records
   before it, then fails the micro-batch, and the query's state gives the error
-  (``failure_reason``). A reading step that fails so outside the stateless path fails
-  its task at once.
+  (``failure_reason``). The reading step before an aggregation or a join (a bad
+  TIMESTAMP column) passes the failure on with the processing log entries, marked
+  (``FAILURE_MARK``), at its record's place, and reads none of the task's records after
+  it: the records before it, and its entry, are written, then the query fails, as for
+  a query without state.
 - Checkpoints live under ``ksql.streams.state.dir`` / query id, so a query restarted by
   the server (the command topic replayed) resumes where it stopped.
 
@@ -107,6 +110,10 @@ LOG_GROUP = b"\x00processing-log"  # the group of processing log entries, passed
 # the sink's failureTopic: a row to it, after the records its failing record's
 # predecessors made, fails the micro-batch with its value (``ProcessingFailure``)
 FAILED_TOPIC = "!query-failed"  # no Kafka topic is named so ('!' is not allowed)
+# a processing log entry so marked (in ``LOG_GROUP``) is the query's failure, its text
+# after the mark: the steps pass it on with the entries, the sink gets it as its
+# ``FAILED_TOPIC`` row (``_log_row``)
+FAILURE_MARK = b"\x00query-failed\x00"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PACKED_ROWS = 500_000  # a grouping task's rows packed by group at most at once
 STEPS_KEPT = 64  # EMIT FINAL's moves of the stream time a grouped row carries at most
@@ -246,9 +253,12 @@ def _read(
     except RecordError as exc:
         if exc.quiet:
             return None
-        entry = processing_log.deserialization_error(
-            parts.spec.query_id, exc.target, exc.message, record.topic
-        )
+        if exc.timestamp:  # ksqlDB's timestamp extractor logs it
+            entry = processing_log.timestamp_error(parts.spec.query_id, exc.message)
+        else:
+            entry = processing_log.deserialization_error(
+                parts.spec.query_id, exc.target, exc.message, record.topic
+            )
         out.append((parts.spec.log_topic, None, entry, None))
         if exc.timestamp and parts.spec.timestamp_throw_on_invalid:  # logged, then fatal
             raise ProcessingFailure(
@@ -262,6 +272,28 @@ def _read(
 def _failed(text: str) -> tuple[Any, ...]:
     """The sink's row that fails the micro-batch with ``text`` (``FAILED_TOPIC``)."""
     return (FAILED_TOPIC, None, text.encode(), None)
+
+
+def _read_entries(
+    parts: _TaskParts, record: Any, source: int | None = None, right: bool = False
+) -> tuple[Any, list[bytes], bool]:
+    """A reading step's record before a step with state: its row (None when it has
+    none), its processing log entries and whether the query fails at it (then its
+    entries end with the failure, marked: ``FAILURE_MARK``)."""
+    out: list[tuple[Any, ...]] = []
+    try:
+        row = _read(parts, record, out, right, source)
+    except ProcessingFailure as exc:  # logged, then the query fails there
+        return None, [o[2] for o in out] + [FAILURE_MARK + str(exc).encode()], True
+    return row, [o[2] for o in out], False
+
+
+def _log_row(spec: QuerySpec, payload: bytes) -> tuple[Any, ...]:
+    """A processing log entry passed on as the sink's row: the query's failure
+    (``FAILURE_MARK``) as the row that fails the micro-batch."""
+    if payload.startswith(FAILURE_MARK):
+        return _failed(payload[len(FAILURE_MARK) :].decode())
+    return (spec.log_topic, None, payload, None)
 
 
 def _failure_text(spec: QuerySpec, error: Exception, part: int, off: int) -> str:
@@ -404,14 +436,20 @@ def run_grouping(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
                 continue
         grouped = _Grouped()
         for record in _source_records(batch):
-            out: list[tuple[Any, ...]] = []
-            row = _read(parts, record, out)
+            row, entries, failing = _read_entries(parts, record)
+            if failing:  # passed on: the task's records after it are not read
+                for entry in entries:
+                    grouped.add(LOG_GROUP, record, 0, record.timestamp, entry)
+                yield grouped.batch()
+                if packer.rows:
+                    yield packer.flush()
+                return
             if row is not None and table:
                 key = tuple(row.columns.get(c.name) for c in spec.plan.source.key_columns)
                 grouped.add(pickle.dumps(key), record, 0, row.timestamp, pickle.dumps(row))
                 continue
             found = parts.operators.group(row) if row is not None else None
-            for entry in [o[2] for o in out] + parts.take_errors():
+            for entry in entries + parts.take_errors():
                 grouped.add(LOG_GROUP, record, 0, record.timestamp, entry)
             if found is not None:
                 group, columns = found
@@ -454,14 +492,19 @@ def run_join_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Itera
     for batch in batches:
         grouped = _JoinKeyed()
         for record in _source_records(batch):
-            out: list[tuple[Any, ...]] = []
             place = (record.topic, record.partition)
             at = _task_place(written_times, record)
             right = record.topic == right_topic
-            row = _read(parts, record, out, right)
+            row, entries, failing = _read_entries(parts, record, right=right)
             side = "right" if right else "left"
+            if failing:  # at its place; the task's records after it are not read
+                tie = tie_order(spec.plan, 0, side)
+                for entry in entries:
+                    grouped.add(LOG_GROUP, record, tie, record.timestamp, entry, at, -1)
+                yield grouped.batch()
+                return
             key = parts.operators.key_of(side, row) if row is not None else None
-            for entry in [o[2] for o in out] + parts.take_errors():
+            for entry in entries + parts.take_errors():
                 grouped.add(LOG_GROUP, record, 0, record.timestamp, entry, at, -1)
             if row is not None:
                 row_times[place] = max(row_times.get(place, -1), row.timestamp)
@@ -682,10 +725,15 @@ def run_flow_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Itera
             for index, source in enumerate(sources):
                 if source.topic != record.topic:
                     continue
-                out: list[tuple[Any, ...]] = []
-                row = _read(parts, record, out, source=index)
+                row, entries, failing = _read_entries(parts, record, source=index)
+                if failing:  # at its place; the task's records after it are not read
+                    tie = _source_tie(spec.plan, index)
+                    for entry in entries:
+                        chained.add(LOG_GROUP, -1, record, tie, record.timestamp, entry, at)
+                    yield chained.batch()
+                    return
                 messages = flow.entries(index, row) if row is not None else []
-                for entry in [o[2] for o in out] + parts.take_errors():
+                for entry in entries + parts.take_errors():
                     chained.add(LOG_GROUP, -1, record, 0, record.timestamp, entry, at)
                 for message in messages:
                     chained.add(
@@ -693,6 +741,14 @@ def run_flow_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Itera
                         message.timestamp, pickle.dumps(message.payload), at,
                     )  # fmt: skip
         yield chained.batch()
+
+
+def _source_tie(plan: QueryPlan, source: int) -> int:
+    """The tie order (``tie_order``) of the rows of the plan's ``source``-th source at
+    its first join."""
+    if source == 0:
+        return 0 if plan.joins[0].foreign_key else tie_order(plan, 0, "left")
+    return tie_order(plan, source - 1, "right")
 
 
 class _Chained:
@@ -830,6 +886,8 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
                     out = _logged(spec, passing)
                 else:
                     out = list(passing.itertuples(index=False, name=None))
+                if output == "grouped" and _timed_places(spec.plan):
+                    out = [_timed_log_row(r) for r in out]
             mine = frame[frame["stage"] == stage_index]
             if len(mine):
                 mine = mine.sort_values(["at", "seq", "part", "off"], kind="stable")
@@ -892,6 +950,14 @@ def _flow_processor(spec: QuerySpec, stage_index: int, output: str) -> Any:
     return FlowProcessor()
 
 
+def _timed_log_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A processing log entry's chained row passed on to an aggregation whose rows are
+    placed by their time (as a flow stage's ``_emit`` places them): placed so too, by its
+    record's place among the task's records (``at``) and tie order."""
+    group, stage, part, off, tie, ts, payload, at = row
+    return (group, stage, part, at, (tie << 27) + off % (1 << 27), ts, payload, at)
+
+
 def run_in_order(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow of a foreign-key join's ``order`` stage: a task's results of the
     micro-batch (gathered by the left rows' source partition, as ksqlDB's task of the
@@ -915,9 +981,12 @@ def run_in_order(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Iterator
     parts = _parts(spec)
     flow = parts.flow()
     out: list[tuple[Any, ...]] = []
-    for row in table.to_pylist():
+    rows = table.to_pylist()  # a failure after the entries at its place (stable)
+    rows.sort(key=lambda r: r["stage"] == -1 and r["payload"].startswith(FAILURE_MARK))
+    rows.sort(key=lambda r: (r["at"], r["seq"], r["part"], r["off"]))
+    for row in rows:
         if row["stage"] == -1:  # a processing log entry
-            out.append((spec.log_topic, None, row["payload"], None))
+            out.append(_log_row(spec, row["payload"]))
             continue
         timestamp = int(row["ts"]) // 1000
         payload = pickle.loads(row["payload"])
@@ -1093,9 +1162,11 @@ def _aggregate_processor(spec: QuerySpec, packed: bool = False) -> Any:
                 frame["part"].tolist(), frame["off"].tolist(), frame["seq"].tolist(), strict=True
             )
             out: list[tuple[Any, ...]] = []
-            if key[0] == LOG_GROUP:
+            if key[0] == LOG_GROUP:  # a failure after the entries at its place
                 for (part, off, seq), payload in zip(places, frame["payload"], strict=True):
-                    out.append((spec.log_topic, None, payload, None, part, off, seq * PLACE_SPAN))
+                    row = _log_row(spec, payload)
+                    last = int(row[0] == FAILED_TOPIC)
+                    out.append((*row, part, off, seq * PLACE_SPAN + last))
                 yield from _plain(_frames(out))
                 return
             group = pickle.loads(key[0])
@@ -1248,14 +1319,19 @@ def _joined(
 
 def _logged(spec: QuerySpec, frame: pd.DataFrame) -> list[tuple[Any, ...]]:
     """Processing log entries passed on (a keyed frame's payloads) as a join's output
-    rows, at their records' places."""
-    return [
-        (spec.log_topic, None, payload, None, at, 0, part, off, 0)
-        for payload, at, part, off in zip(
-            frame["payload"], _row_times(frame).tolist(), frame["part"].tolist(),
-            frame["off"].tolist(), strict=True,
-        )
-    ]  # fmt: skip
+    rows, at their records' places (a failure's: its place among the task's records and
+    its tie order, after its record's entries)."""
+    rows = []
+    for payload, ts, at, tie, part, off in zip(
+        frame["payload"], _row_times(frame).tolist(), frame["at"].tolist(),
+        frame["seq"].tolist(), frame["part"].tolist(), frame["off"].tolist(), strict=True,
+    ):  # fmt: skip
+        row = _log_row(spec, payload)
+        if row[0] == FAILED_TOPIC:  # after its entries (at its time, or before it)
+            rows.append((*row, at, tie, part, off, 1))
+        else:
+            rows.append((*row, ts, 0, part, off, 0))
+    return rows
 
 
 def _closed_first(

@@ -81,15 +81,18 @@ def run_on_spark_steps(
     records: list[Any] = RECORDS,
     backwards: bool = False,
     partitions: dict[str, int] | None = None,
+    throw: bool = False,
 ) -> list[tuple[Any, Any, int]]:
     """The records through the query's Spark steps: (key, value, timestamp) of each
     sink record (processing log entries as ("log", the entry's type)). Each step runs
     its keys in the order their rows come, or (``backwards``) the other way round, as
     Spark may run them. ``partitions``: a topic's source partition (0 when not given);
-    the results are gathered by the partition they carry, one task's after another's."""
+    the results are gathered by the partition they carry, one task's after another's.
+    ``throw``: ksql.timestamp.throw.on.invalid (the row that fails the query: ("failed",
+    its text, 0))."""
     partitions = partitions or {}
     spec = runtime.QuerySpec(
-        "Q", plan, {"bootstrap.servers": "unused"}, None, {}, "log", False, "earliest", 100
+        "Q", plan, {"bootstrap.servers": "unused"}, None, {}, "log", False, "earliest", 100, throw
     )
     batch = pa.RecordBatch.from_pydict(
         {
@@ -153,6 +156,8 @@ def run_on_spark_steps(
     for topic, key, value, timestamp in frame.itertuples(index=False, name=None):
         if topic == "log":
             out.append(("log", json.loads(value)["message"]["type"], 0))
+        elif topic == runtime.FAILED_TOPIC:
+            out.append(("failed", value.decode(), 0))
         else:
             out.append((key, None if value is None else json.loads(value), int(timestamp)))
     return out

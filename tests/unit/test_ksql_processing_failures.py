@@ -17,8 +17,9 @@ import pyarrow as pa
 import pytest
 from test_ksql_arrow_aggregate import _Handle, _Timers
 from test_ksql_joins import planned
+from test_ksql_joins_spark_steps import run_on_spark_steps
 
-from strom.ksql import aggregate_functions, runtime
+from strom.ksql import aggregate_functions, processing_log, runtime
 from strom.ksql import expressions as ex
 from strom.ksql.packed_output import unpack_in_order
 from strom.ksql.planner import QueryPlan
@@ -270,3 +271,138 @@ def test_a_failed_query_is_retried_after_its_own_backoff_and_shown_running() -> 
         assert wait == 100 * 2**failures
     finally:
         registry.close()
+
+
+# A bad TIMESTAMP under ksql.timestamp.throw.on.invalid before a step with state: the
+# records before it are written, then its processing log entry, then the row that fails
+# the query; the task's records after it are not read.
+TIMED_SOURCES = (
+    "CREATE STREAM visits (id STRING KEY, customer STRING, item STRING, ts STRING) WITH "
+    "(kafka_topic='visits', value_format='JSON', timestamp='ts', "
+    "timestamp_format='yyyy-MM-dd HH:mm:ss')",
+    "CREATE TABLE customers (id STRING PRIMARY KEY, name STRING) "
+    "WITH (kafka_topic='customers', value_format='JSON')",
+    "CREATE TABLE items (id STRING PRIMARY KEY, price INTEGER) "
+    "WITH (kafka_topic='items', value_format='JSON')",
+    "CREATE TABLE ratings (id STRING PRIMARY KEY, stars INTEGER, ts STRING) WITH "
+    "(kafka_topic='ratings', value_format='JSON', timestamp='ts', "
+    "timestamp_format='yyyy-MM-dd HH:mm:ss')",
+)
+JAN_1 = 1767225600000  # 2026-01-01 00:00:00 UTC
+VISITS = [
+    ("customers", "c1", {"NAME": "Ada"}, 1),
+    ("items", "i1", {"PRICE": 10}, 2),
+    ("visits", "v1", {"CUSTOMER": "c1", "ITEM": "i1", "TS": "2026-01-01 00:00:00"}, 10),
+    ("visits", "v2", {"CUSTOMER": "c1", "ITEM": "i1", "TS": "!!!!"}, 11),
+    ("visits", "v3", {"CUSTOMER": "c1", "ITEM": "i1", "TS": "2026-01-01 00:00:01"}, 12),
+]
+EXTRACTOR = "Fatal user code error in TimestampExtractor callback for record (topic = visits, "
+
+
+def _failed_at_v2(written: list[tuple[Any, Any, int]]) -> list[tuple[Any, Any, int]]:
+    """What the sink writes: the rows up to the one that fails the micro-batch."""
+    failed = [n for n, row in enumerate(written) if row[0] == "failed"]
+    assert failed, written
+    kept = written[: failed[0] + 1]
+    assert kept[-1][1].startswith(EXTRACTOR + "partition = 0, offset = 1, timestamp = 11)")
+    assert kept[-2] == ("log", processing_log.RECORD_PROCESSING_ERROR, 0)  # logged first
+    return kept[:-2]
+
+
+@pytest.mark.parametrize("backwards", [False, True])
+def test_a_bad_timestamp_fails_a_join_after_the_records_before_it(backwards: bool) -> None:
+    plan = planned(
+        *TIMED_SOURCES,
+        "CREATE STREAM named AS SELECT v.customer, v.id AS visit, c.name FROM visits v "
+        "JOIN customers c ON v.customer = c.id",
+    )
+    records = [r for r in VISITS if r[0] != "items"]  # the topics the query reads
+    written = run_on_spark_steps(plan, records, backwards, throw=True)
+    assert _failed_at_v2(written) == [(b"c1", {"VISIT": "v1", "NAME": "Ada"}, JAN_1)]
+    assert all("v3" not in repr(row) for row in written)  # not read
+
+
+@pytest.mark.parametrize("backwards", [False, True])
+def test_a_bad_timestamp_fails_a_chain_of_joins_after_the_records_before_it(
+    backwards: bool,
+) -> None:
+    plan = planned(
+        *TIMED_SOURCES,
+        "CREATE STREAM priced AS SELECT v.item, v.id AS visit, c.name, i.price FROM visits v "
+        "JOIN customers c ON v.customer = c.id JOIN items i ON v.item = i.id",
+    )
+    written = run_on_spark_steps(plan, VISITS, backwards, throw=True)
+    assert _failed_at_v2(written) == [(b"i1", {"VISIT": "v1", "NAME": "Ada", "PRICE": 10}, JAN_1)]
+
+
+@pytest.mark.parametrize("backwards", [False, True])
+def test_a_bad_timestamp_fails_an_aggregation_over_a_join_after_the_records_before_it(
+    backwards: bool,
+) -> None:
+    plan = planned(
+        *TIMED_SOURCES,
+        "CREATE TABLE visited AS SELECT c.name, COUNT(*) AS visits FROM visits v "
+        "JOIN customers c ON v.customer = c.id GROUP BY c.name",
+    )
+    records = [r for r in VISITS if r[0] != "items"]
+    written = run_on_spark_steps(plan, records, backwards, throw=True)
+    assert _failed_at_v2(written) == [(b"Ada", {"VISITS": 1}, JAN_1)]
+
+
+@pytest.mark.parametrize("backwards", [False, True])
+def test_a_bad_timestamp_fails_a_table_join_aggregation_placed_by_time(backwards: bool) -> None:
+    """Rows of two tables' records are placed by their time before the aggregation: the
+    failure too, after the records before it."""
+    plan = planned(
+        *TIMED_SOURCES,
+        "CREATE TABLE rated AS SELECT c.name, SUM(r.stars) AS stars FROM ratings r "
+        "JOIN customers c ON r.id = c.id GROUP BY c.name",
+    )
+    records = [
+        ("customers", "c1", {"NAME": "Ada"}, 1),
+        ("ratings", "c1", {"STARS": 4, "TS": "2026-01-01 00:00:00"}, 10),
+        ("ratings", "c1", {"STARS": 5, "TS": "!!!!"}, 11),
+        ("customers", "c1", {"NAME": "Ada L"}, 12),
+    ]
+    written = run_on_spark_steps(plan, records, backwards, throw=True)
+    failed = [n for n, row in enumerate(written) if row[0] == "failed"]
+    assert failed and written[failed[0]][1].startswith(
+        "Fatal user code error in TimestampExtractor callback for record (topic = ratings, "
+        "partition = 0, offset = 1, timestamp = 11)"
+    )
+    assert written[: failed[0]] == [
+        (b"Ada", {"STARS": 4}, JAN_1),
+        ("log", processing_log.RECORD_PROCESSING_ERROR, 0),
+    ]
+
+
+def test_a_bad_timestamp_fails_an_aggregation_after_the_records_before_it() -> None:
+    plan = planned(EVENTS, "CREATE TABLE counted AS SELECT k, COUNT(*) AS n FROM events GROUP BY k")
+    spec = spec_of("aggregate-timestamps", plan, throw=True)
+    batch = source_batch(
+        "events",
+        [
+            (b"a", {"ID": 1, "TS": "2026-01-01 00:00:00"}, 0),
+            (b"b", {"ID": 2, "TS": "2026-01-01 00:00:01"}, 0),
+            (b"a", {"ID": 3, "TS": "!!!!"}, 0),
+            (b"a", {"ID": 4, "TS": "2026-01-01 00:00:02"}, 0),  # not read
+        ],
+    )
+    rows = aggregated(spec, batch)
+    assert [(t, k) for t, k, _ in rows] == [
+        ("COUNTED", b"a"), ("COUNTED", b"b"), ("log", None), (runtime.FAILED_TOPIC, None)
+    ]  # fmt: skip
+    entry = json.loads(rows[2][2])
+    assert entry["logger"] == "processing.aggregate-timestamps.KsqlTopic.Source"
+    assert entry["message"]["type"] == processing_log.RECORD_PROCESSING_ERROR
+    error = entry["message"]["recordProcessingError"]
+    assert error["errorMessage"] == "Failed to extract timestamp from row"
+    assert error["cause"][0].startswith("Could not parse timestamp '!!!!'")
+    assert (
+        rows[3][2]
+        .decode()
+        .startswith(
+            "Fatal user code error in TimestampExtractor callback for record (topic = events, "
+            "partition = 0, offset = 2, timestamp = 0): Could not parse timestamp '!!!!'"
+        )
+    )
