@@ -239,6 +239,16 @@ class KsqlShell:
     def _show_currentStatus(self, entity: dict[str, Any]) -> None:  # noqa: N802 - ksqlDB's name
         self._table("Message", rows=[[entity["commandStatus"]["message"]]])
 
+    def _show_assert_topic(self, entity: dict[str, Any]) -> None:
+        existence = "exists" if entity.get("exists") else "does not exist"
+        self.console.print(Text(f"Topic {entity.get('topicName')} {existence}."))
+
+    def _show_assert_schema(self, entity: dict[str, Any]) -> None:
+        existence = "exists" if entity.get("exists") else "does not exist"
+        subject = f" subject {entity['subject']}" if entity.get("subject") is not None else ""
+        schema_id = f" id {entity['id']}" if entity.get("id") is not None else ""
+        self.console.print(Text(f"Schema with{subject}{schema_id} {existence}."))
+
     def _show_warning_entity(self, entity: dict[str, Any]) -> None:
         self.console.print(Text(entity.get("message", ""), style="yellow"))
 

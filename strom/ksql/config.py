@@ -19,7 +19,8 @@ Owns reading ``config/ksql-server.properties``'s keys into ``KsqlServerConfig``:
   query without the request's ``auto.offset.reset`` starts),
   ``ksql.streams.session.timeout.ms`` (how long the servers of a service id wait for a
   silent one before its queries move) and ``ksql.query.retry.backoff.initial.ms`` /
-  ``.max.ms`` (when a failed query is started again);
+  ``.max.ms`` (when a failed query is started again), ``ksql.assert.topic.default.timeout.ms``
+  / ``ksql.assert.schema.default.timeout.ms`` (how long an ASSERT without TIMEOUT waits);
 - the Kafka clients' settings: ``security.protocol``, ``sasl.*``, ``ssl.*`` (with a
   SSL or SASL_SSL protocol) and anything under ``ksql.streams.`` that is a client
   setting, the Java names translated for librdkafka (``strom.client_security``);
@@ -85,6 +86,9 @@ class KsqlServerConfig:
     # a failed persistent query is started again after these (doubling) backoffs
     query_retry_backoff_initial_ms: int = 15_000
     query_retry_backoff_max_ms: int = 900_000
+    # how long an ASSERT TOPIC / ASSERT SCHEMA without a TIMEOUT waits
+    assert_topic_timeout_ms: int = 1000
+    assert_schema_timeout_ms: int = 1000
 
     @property
     def command_topic(self) -> str:
@@ -208,4 +212,8 @@ def server_config(props: dict[str, str]) -> KsqlServerConfig:
             props, "ksql.query.retry.backoff.initial.ms", 15_000
         ),
         query_retry_backoff_max_ms=_positive_int(props, "ksql.query.retry.backoff.max.ms", 900_000),
+        assert_topic_timeout_ms=_positive_int(props, "ksql.assert.topic.default.timeout.ms", 1000),
+        assert_schema_timeout_ms=_positive_int(
+            props, "ksql.assert.schema.default.timeout.ms", 1000
+        ),
     )

@@ -46,7 +46,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from strom.ksql import formatter, processing_log
+from strom.ksql import asserts, formatter, processing_log
 from strom.ksql import statements as st
 from strom.ksql.command_topic import Command, CommandReader, CommandTopic, CommandTopicError
 from strom.ksql.config import OUTPUT_TOPIC_PREFIX, KsqlServerConfig
@@ -80,6 +80,7 @@ log = logging.getLogger(__name__)
 ERROR_BAD_STATEMENT = 40001
 ERROR_QUERY_ENDPOINT = 40002
 ERROR_SERVER = 50000
+ERROR_ASSERTION_FAILED = 41700  # HTTP 417, as ksqlDB
 _KEY_FORMAT_DEFAULT = "ksql.persistence.default.format.key"
 _VALUE_FORMAT_DEFAULT = "ksql.persistence.default.format.value"
 _CLEANUP_POLICY_SET = (
@@ -433,7 +434,47 @@ class KsqlEngine:
             st.Explain: self._explain,
             st.AlterSource: self._alter_source,
             st.RunScript: _cli_only,
+            st.AssertTopic: self._assert_topic,
+            st.AssertSchema: self._assert_schema,
         }
+
+    # ---- ASSERT TOPIC / SCHEMA
+    def _assert_topic(
+        self, statement: st.AssertTopic, text: str, scope: RequestScope
+    ) -> dict[str, Any]:
+        timeout = asserts.timeout_ms(statement, self.config.assert_topic_timeout_ms)
+        self._asserted(lambda: asserts.check_topic(self.admin, statement), timeout)
+        return asserts.topic_entity(text, statement)
+
+    def _assert_schema(
+        self, statement: st.AssertSchema, text: str, scope: RequestScope
+    ) -> dict[str, Any]:
+        try:
+            asserts.schema_id_of(statement)
+        except ValueError as exc:
+            raise KsqlStatementError(str(exc)) from None
+        registry = self.registry.client()
+        timeout = asserts.timeout_ms(statement, self.config.assert_schema_timeout_ms)
+        self._asserted(lambda: asserts.check_schema(registry, statement), timeout)
+        return asserts.schema_entity(text, statement)
+
+    def _asserted(self, check: Callable[[], None], timeout_ms: int) -> None:
+        """Wait for an assertion with the engine's lock let go (a TIMEOUT may be long,
+        and other requests go on meanwhile); ksqlDB's 417 answer when it does not hold."""
+        self.lock.release()
+        try:
+            asserts.retried(check, timeout_ms)
+        except asserts.AssertionFailed as exc:
+            raise KsqlRequestError(
+                417,
+                {
+                    "@type": "generic_error",
+                    "error_code": ERROR_ASSERTION_FAILED,
+                    "message": str(exc),
+                },
+            ) from None
+        finally:
+            self.lock.acquire()
 
     # ---- DDL
     def _create_source(

@@ -40,7 +40,8 @@ class KsqlSyntaxError(ValueError):
     """A statement that does not parse; ``str()`` is ksqlDB's message."""
 
     def __init__(self, line: int, column: int, detail: str) -> None:
-        super().__init__(f"line {line}:{column}: Syntax Error\n{detail}")
+        # ``column`` counts from 0 (ANTLR's char position in line); ksqlDB shows it from 1
+        super().__init__(f"line {line}:{column + 1}: Syntax Error\n{detail}")
         self.line = line
         self.column = column
         self.statement_text = ""  # the statement that failed, set by parse_statements
@@ -111,6 +112,15 @@ def parse_statement(text: str) -> st.Statement:
     except lark.exceptions.UnexpectedToken as exc:
         token = exc.token
         shown = "<EOF>" if token.type == "$END" else str(token)
+        if {"TOPIC", "SCHEMA"} <= set(exc.expected) and token.type != "$END":
+            # after ASSERT, ksqlDB's grammar also has its test-only ASSERT VALUES /
+            # NULL VALUES / STREAM / TABLE: none takes the token (no viable alternative)
+            line = exc.line if exc.line > 0 else 1
+            raise KsqlSyntaxError(
+                line,
+                exc.column - 1,
+                f"Syntax error at or near '{shown}' at line {line}:{exc.column}",
+            ) from None
         readable = sorted({_readable(name) for name in exc.expected})
         expected = ", ".join(readable)
         raise KsqlSyntaxError(
@@ -379,7 +389,7 @@ class _StatementBuilder(Transformer[Token, Any]):
         """``(x) => body``: the parenthesised expression must be a bare name."""
         if not isinstance(param, ex.ColumnReference) or param.source is not None:
             raise KsqlSyntaxError(
-                getattr(meta, "line", 1), getattr(meta, "column", 0), "extraneous input '=>'"
+                getattr(meta, "line", 1), getattr(meta, "column", 1) - 1, "extraneous input '=>'"
             )
         return ex.Lambda((param.name,), body)
 
@@ -809,3 +819,33 @@ class _StatementBuilder(Transformer[Token, Any]):
     @_inline
     def run_script(self, path: Token) -> st.Statement:
         return st.RunScript(_string(path))
+
+    @_inline
+    def assert_exists(self, not_exists: Token | None) -> bool:
+        return not_exists is None
+
+    @_inline
+    def assert_timeout(self, duration: st.Duration) -> st.Duration:
+        return duration
+
+    @_inline
+    def assert_topic(
+        self,
+        exists: bool,
+        topic: str,
+        properties: dict[str, Any] | None,
+        timeout: st.Duration | None,
+    ) -> st.Statement:
+        return st.AssertTopic(topic, properties or {}, timeout, exists)
+
+    @_inline
+    def assert_schema(
+        self,
+        exists: bool,
+        subject: str | None,
+        schema_id: ex.Literal | None,
+        timeout: st.Duration | None,
+    ) -> st.Statement:
+        return st.AssertSchema(
+            subject, None if schema_id is None else schema_id.value, timeout, exists
+        )

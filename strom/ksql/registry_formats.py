@@ -196,6 +196,11 @@ class RegistryFormats:
                 raise KsqlStatementError(f"ksql.schema.registry settings: {exc}") from None
         return self._client
 
+    def client(self) -> Any:
+        """The registry's client (confluent-kafka's SchemaRegistryClient), made on first
+        use; ``KsqlStatementError`` when the server has no registry."""
+        return self._registry()
+
     def serialize(
         self, source: DataSource, field: str, columns: tuple[Column, ...], row: dict[str, Any]
     ) -> bytes | None:

@@ -298,6 +298,27 @@ class RunScript(Statement):
 
 
 @dataclass(frozen=True)
+class AssertTopic(Statement):
+    """ASSERT [NOT EXISTS] TOPIC name [WITH (PARTITIONS=n, REPLICAS=n)] [TIMEOUT n unit]."""
+
+    topic: str
+    properties: dict[str, PropertyValue] = field(default_factory=dict)
+    timeout: Duration | None = None
+    exists: bool = True  # False: ASSERT NOT EXISTS
+
+
+@dataclass(frozen=True)
+class AssertSchema(Statement):
+    """ASSERT [NOT EXISTS] SCHEMA [SUBJECT name] [ID literal] [TIMEOUT n unit]: ``schema_id``
+    as written (ksqlDB refuses one that is not an integer when it runs)."""
+
+    subject: str | None = None
+    schema_id: PropertyValue = None
+    timeout: Duration | None = None
+    exists: bool = True
+
+
+@dataclass(frozen=True)
 class ParsedStatement:
     """One statement of a request: its text (variables substituted, without the ``;``)
     and what it parsed to."""

@@ -227,7 +227,7 @@ def test_errors_have_ksqldb_shape(server: KsqlServer) -> None:
     assert body["message"].startswith("Invalid config variable in the WITH clause: CLEANUP_POLICY.")
     assert body["entities"] == []
     status, body = server.ksql("SHOW TYPES;\nSHOW STREAMS\n  EXTRA;")
-    assert status == 400 and body["message"].startswith("line 2:2: Syntax Error")
+    assert status == 400 and body["message"].startswith("line 2:3: Syntax Error")
     assert body["statementText"] == "SHOW STREAMS\n  EXTRA;"
     assert [e["@type"] for e in body["entities"]] == ["type_list"]
     status, body = server.ksql("DESCRIBE nothing;")
@@ -917,6 +917,88 @@ def test_a_ksqldb_client_from_pypi(server: KsqlServer, broker: BrokerProcess) ->
     with pytest.raises(KSQLError) as info:
         client.ksql("DESCRIBE py_nothing")
     assert info.value.error_code == 40001
+
+
+def test_assert_topic_and_schema(
+    server: KsqlServer, registry: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ASSERT TOPIC / SCHEMA answer ksqlDB's entities when the assertion holds, and its
+    417 error when it does not within the timeout; a topic made while one waits is seen."""
+    import threading
+
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    server.ok(
+        "CREATE STREAM asserted (a INT) WITH (kafka_topic='Asserted_Topic', "
+        "value_format='JSON', partitions=2);"
+    )
+    [entity] = server.ok("ASSERT TOPIC Asserted_Topic WITH (PARTITIONS=2, REPLICAS=1);")
+    assert entity["@type"] == "assert_topic"
+    assert (entity["topicName"], entity["exists"]) == ("Asserted_Topic", True)
+    status, body = server.ksql("ASSERT TOPIC Asserted_Topic WITH (partitions=3, fish=1);")
+    assert status == 417 and body["error_code"] == 41700, body
+    assert body["message"] == (
+        "Mismatched configuration for topic Asserted_Topic: For config partitions, "
+        "expected 3 got 2\nCannot assert unknown topic property: FISH"
+    )
+    status, body = server.ksql("ASSERT TOPIC 'never_made' TIMEOUT 300 MILLISECONDS;")
+    assert (status, body["message"]) == (417, "Topic never_made does not exist")
+    [entity] = server.ok("ASSERT NOT EXISTS TOPIC never_made;")
+    assert (entity["topicName"], entity["exists"]) == ("never_made", False)
+    status, body = server.ksql("ASSERT NOT EXISTS TOPIC Asserted_Topic;")
+    assert (status, body["message"]) == (417, "Topic Asserted_Topic exists")
+
+    # an ASSERT waits for a topic made meanwhile by another request (the server is not
+    # held while it waits)
+    answers: list[tuple[int, Any]] = []
+    waiter = threading.Thread(
+        target=lambda: answers.append(server.ksql("ASSERT TOPIC later_made TIMEOUT 60 SECONDS;"))
+    )
+    waiter.start()
+    server.ok(
+        "CREATE STREAM later (a INT) WITH (kafka_topic='later_made', value_format='JSON', "
+        "partitions=1);"
+    )
+    waiter.join(90)
+    assert answers and answers[0][0] == 200, answers
+    assert answers[0][1][0]["topicName"] == "later_made"
+
+    client = SchemaRegistryClient({"url": registry})
+    schema_id = client.register_schema(
+        "asserted-value", Schema('{"type": "record", "name": "R", "fields": []}', "AVRO")
+    )
+    [entity] = server.ok(f"ASSERT SCHEMA SUBJECT 'asserted-value' ID {schema_id};")
+    assert entity["@type"] == "assert_schema"
+    assert (entity["subject"], entity["id"], entity["exists"]) == (
+        "asserted-value",
+        schema_id,
+        True,
+    )
+    status, body = server.ksql("ASSERT SCHEMA SUBJECT 'missing-value' TIMEOUT 200 MILLISECONDS;")
+    assert (status, body["message"]) == (
+        417,
+        "Schema with subject name missing-value does not exist",
+    )
+    status, body = server.ksql(f"ASSERT NOT EXISTS SCHEMA ID {schema_id};")
+    assert (status, body["message"]) == (417, f"Schema with id {schema_id} exists")
+    status, body = server.ksql("ASSERT SCHEMA;")
+    assert (status, body["message"]) == (
+        400,
+        "ASSERT SCHEMA statements much include a subject name or an id",
+    )
+    status, body = server.ksql("ASSERT VALUES foo (id INT) VALUES (123);")
+    assert status == 400 and "Syntax error at or near 'VALUES' at line 1:8" in body["message"]
+
+    # the CLI prints them as ksqlDB's does
+    code, out, _ = strom_ksql(
+        capsys,
+        server.url,
+        "--execute",
+        f"ASSERT TOPIC Asserted_Topic; ASSERT SCHEMA ID {schema_id};",
+    )
+    assert code == 0
+    assert "Topic Asserted_Topic exists." in out
+    assert f"Schema with id {schema_id} exists." in out
 
 
 def test_restart_replays_and_a_second_server_follows(

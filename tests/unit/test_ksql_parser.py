@@ -237,12 +237,12 @@ def test_variables_defined_and_undefined_in_order() -> None:
 @pytest.mark.parametrize(
     ("text", "position"),
     [
-        ("SELEC * FROM x", "line 1:0:"),
-        ("SHOW STREAMS\nEXTRA", "line 2:0:"),
-        ("CREATE STREAM s (id INT WITH (kafka_topic='t')", "line 1:24:"),
-        ("SELECT * FROM x WINDOW TUMBLING (SIZE 1 FORTNIGHT)", "line 1:40:"),
-        ("CREATE STREAM s (id INT)", "line 1:0:"),
-        ("SELECT 'open FROM x", "line 1:7:"),
+        ("SELEC * FROM x", "line 1:1:"),
+        ("SHOW STREAMS\nEXTRA", "line 2:1:"),
+        ("CREATE STREAM s (id INT WITH (kafka_topic='t')", "line 1:25:"),
+        ("SELECT * FROM x WINDOW TUMBLING (SIZE 1 FORTNIGHT)", "line 1:41:"),
+        ("CREATE STREAM s (id INT)", "line 1:1:"),
+        ("SELECT 'open FROM x", "line 1:8:"),
     ],
 )
 def test_syntax_errors_name_line_and_column(text: str, position: str) -> None:
@@ -313,3 +313,20 @@ def test_null_is_no_type() -> None:
         parse_statement("CREATE STREAM s (a NULL) WITH (kafka_topic='t', value_format='JSON');")
     with pytest.raises(KsqlSyntaxError, match="Syntax error at or near 'NULL'"):
         parse_statement("SELECT CAST(x AS MAP<STRING, NULL>) FROM s;")
+
+
+def test_assert_topic_and_schema_parse() -> None:
+    assert parse_statement(
+        'ASSERT NOT EXISTS TOPIC "Odd" WITH (partitions=3) TIMEOUT 2 SECONDS'
+    ) == st.AssertTopic("Odd", {"PARTITIONS": 3}, st.Duration(2, "SECONDS"), exists=False)
+    assert parse_statement("assert topic keepsCase") == st.AssertTopic("keepsCase")
+    assert parse_statement("ASSERT SCHEMA SUBJECT 'x-value' ID 4") == st.AssertSchema("x-value", 4)
+    assert parse_statement("ASSERT NOT EXISTS SCHEMA ID 'a' TIMEOUT 1 MINUTE") == st.AssertSchema(
+        None, "a", st.Duration(1, "MINUTE"), exists=False
+    )
+    # ksqlDB's test-only ASSERT VALUES is no statement of its server
+    with pytest.raises(KsqlSyntaxError) as info:
+        parse_statement("ASSERT VALUES foo (id INT) VALUES (123)")
+    assert str(info.value) == (
+        "line 1:8: Syntax Error\nSyntax error at or near 'VALUES' at line 1:8"
+    )

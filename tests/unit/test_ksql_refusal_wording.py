@@ -296,7 +296,7 @@ def test_null_as_a_type_is_a_syntax_error_at_it() -> None:
     with pytest.raises(KsqlSyntaxError) as refused:
         parse_statement("CREATE STREAM OUTPUT AS SELECT K, CAST(ID AS NULL) FROM INPUT;")
     assert str(refused.value) == (
-        "line 1:45: Syntax Error\nSyntax error at or near 'NULL' at line 1:46"
+        "line 1:46: Syntax Error\nSyntax error at or near 'NULL' at line 1:46"
     )
 
 
@@ -408,7 +408,7 @@ def test_type_parameters_parse_and_a_short_expectation_is_named_alone() -> None:
         parse_statement(
             "CREATE STREAM INPUT (K INT (KEY)) WITH (kafka_topic='i', value_format='JSON');"
         )
-    assert str(refused.value) == "line 1:28: Syntax Error\nExpecting {'STRING', INTEGER_VALUE}"
+    assert str(refused.value) == "line 1:29: Syntax Error\nExpecting {'STRING', INTEGER_VALUE}"
 
 
 def test_a_window_may_be_named() -> None:
