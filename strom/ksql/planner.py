@@ -288,6 +288,16 @@ class SinkRequest:
     topic_partitions: int | None = None  # the source topic's, the default for the sink
     statement: str = ""
     topic_prefix: str = ""  # ksql.output.topic.name.prefix: a new sink's topic without KAFKA_TOPIC
+    new_planner: bool = False  # ksql.new.query.planner.enabled (``new_query_planner``)
+
+
+NEW_QUERY_PLANNER = "ksql.new.query.planner.enabled"
+
+
+def new_query_planner(properties: dict[str, Any]) -> bool:
+    """Whether ``properties`` ask for ksqlDB's experimental query planner of persistent
+    queries (``ksql.new.query.planner.enabled``)."""
+    return str(properties.get(NEW_QUERY_PLANNER, "false")).strip().lower() == "true"
 
 
 # ---- expression helpers -----------------------------------------------------------------
@@ -605,6 +615,8 @@ def plan_query(
     relation = query.source.left
     source = metastore.source(relation.name)
     assert source is not None  # analyze checked it
+    if sink is not None and sink.new_planner:
+        query = _new_planner_query(query, source)
     joins: tuple[JoinPlan, ...] = ()
     if query.source.joins:
         joins, columns, qualified = _plan_join(query, metastore, source)
@@ -691,6 +703,47 @@ def plan_query(
     planned = dataclasses.replace(plan, sink=_sink(plan, sink, statement))
     stream_refusals(planned, partitions)
     return planned
+
+
+def _new_planner_query(query: st.Query, source: DataSource) -> st.Query:
+    """A persistent query under ksqlDB's experimental new planner, after its refusals (in
+    its order): it selects a stream's columns by name only (an alias is not used: each
+    keeps its own name), its key columns those selected (none: no key)."""
+    clauses = (
+        ("WHERE", query.where),
+        ("GROUP BY", query.group_by),
+        ("HAVING", query.having),
+        ("WINDOWS", query.window),
+        ("PARTITION BY", query.partition_by),
+        ("LIMIT", query.limit),
+        ("joins", query.source.joins or None),
+    )
+    for name, clause in clauses:
+        if clause is not None:
+            raise KsqlStatementError(
+                f"New query planner does not support {name}. Set {NEW_QUERY_PLANNER}=false."
+            )
+    if source.kind == "TABLE":
+        raise KsqlStatementError("Input TABLES are not supported by the new planner")
+    columns = {c.name for c in source.columns}
+    select: list[st.SelectItem] = []
+    for item in query.select:
+        if isinstance(item, st.AllColumns):
+            select.append(item)
+            continue
+        if not (
+            isinstance(item, st.SelectExpression)
+            and isinstance(item.expression, ex.ColumnReference)
+        ):
+            raise KsqlStatementError(
+                "New query planner only support column references, no expressions or aliases."
+            )
+        reference = item.expression
+        if reference.name not in columns:  # a pseudo column or window bound: not the stream's
+            where = f"Line: {reference.line}, Col: {reference.column}: " if reference.line else ""
+            raise KsqlStatementError(f"{where}SELECT column '{reference}' cannot be resolved.")
+        select.append(st.SelectExpression(reference))
+    return dataclasses.replace(query, select=tuple(select))
 
 
 def _fitted_to_insert_target(plan: QueryPlan, target: DataSource) -> QueryPlan:
@@ -954,7 +1007,8 @@ def _plan_projection(
             elif matching:
                 _key_twice(found[matching[0]], name, grouped=query.group_by is not None)
         projection.append(Projection(name, sql_type, expression, namespace))
-    if persistent and len(found) < len(keys):
+    # ksqlDB's new planner keys the sink by the key columns selected, if any
+    if persistent and len(found) < len(keys) and not (sink is not None and sink.new_planner):
         if query.partition_by is not None:  # as ksqlDB shows them: qualified by the source
             qualifier = query.source.left.alias or query.source.left.name
             missing = [expression_text(_with_qualifier(k, qualifier)) for k in keys]

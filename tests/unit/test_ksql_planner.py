@@ -18,6 +18,7 @@ from strom.ksql.planner import (
     QueryPlan,
     SinkRequest,
     collect_limits_from_properties,
+    new_query_planner,
     plan_query,
     wrapping_from_properties,
 )
@@ -881,3 +882,79 @@ def test_a_qualified_window_bound_in_a_windowed_aggregation(metastore: Metastore
         "FROM clicks WINDOW TUMBLING (SIZE 30 SECONDS) GROUP BY user_id;",
     )
     assert columns(result)[1] == ("HALF", "BIGINT", "VALUE")
+
+
+# ---- ksqlDB's experimental new planner (ksql.new.query.planner.enabled) ------------------
+
+
+def new_planned(metastore: Metastore, text: str) -> QueryPlan:
+    statement = parse_statement(text)
+    assert isinstance(statement, st.CreateAsSelect)
+    request = SinkRequest(
+        statement.name, statement.kind, statement.properties, None, 1, new_planner=True
+    )
+    return plan_query(statement.query, metastore, request, text)
+
+
+def test_the_new_planner_keys_a_stream_by_the_key_columns_it_selects(
+    metastore: Metastore,
+) -> None:
+    keyless = new_planned(metastore, "CREATE STREAM o AS SELECT page FROM clicks")
+    assert columns(keyless) == [("PAGE", "STRING", "VALUE")]
+    assert keyless.sink is not None and keyless.sink.key_columns == ()
+    # an alias is not used: each column keeps its name
+    aliased = new_planned(
+        metastore, "CREATE STREAM o AS SELECT page AS p, user_id AS u FROM clicks"
+    )
+    assert columns(aliased) == [("USER_ID", "STRING", "KEY"), ("PAGE", "STRING", "VALUE")]
+    # the planner ksqlDB runs by default refuses the same query
+    assert "must include the key column USER_ID in its projection" in refusal(
+        metastore, "CREATE STREAM o AS SELECT page FROM clicks"
+    )
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        (
+            "SELECT page FROM clicks WHERE ms > 0",
+            "New query planner does not support WHERE. Set ksql.new.query.planner.enabled=false.",
+        ),
+        (
+            "SELECT page FROM clicks PARTITION BY page",
+            "New query planner does not support PARTITION BY. Set "
+            "ksql.new.query.planner.enabled=false.",
+        ),
+        (
+            "SELECT c.page, u.name FROM clicks c JOIN users u ON c.user_id = u.id",
+            "New query planner does not support joins. Set ksql.new.query.planner.enabled=false.",
+        ),
+        ("SELECT id, name FROM users", "Input TABLES are not supported by the new planner"),
+        (
+            "SELECT UCASE(page) AS up FROM clicks",
+            "New query planner only support column references, no expressions or aliases.",
+        ),
+        ("SELECT page, ROWTIME AS t FROM clicks", "SELECT column 'ROWTIME' cannot be resolved."),
+    ],
+)
+def test_the_new_planner_refuses_what_it_does_not_support(
+    metastore: Metastore, query: str, message: str
+) -> None:
+    with pytest.raises(KsqlStatementError) as refused:
+        new_planned(metastore, f"CREATE STREAM o AS {query}")
+    assert message in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("properties", "enabled"),
+    [
+        ({}, False),
+        ({"ksql.new.query.planner.enabled": "true"}, True),
+        ({"ksql.new.query.planner.enabled": True}, True),
+        ({"ksql.new.query.planner.enabled": "false"}, False),
+    ],
+)
+def test_the_new_planner_is_asked_for_by_its_property(
+    properties: dict[str, Any], enabled: bool
+) -> None:
+    assert new_query_planner(properties) is enabled
