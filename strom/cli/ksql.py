@@ -51,7 +51,8 @@ Statements end with ';' and may span lines; they go to the server, except:
   SELECT ... ;                 a pull query: a table's current rows
   PRINT 'topic' [FROM BEGINNING] [LIMIT n];   a topic's records
 For example: SHOW STREAMS; SHOW TABLES; SHOW TOPICS; SHOW QUERIES; DESCRIBE name [EXTENDED];
-EXPLAIN query_id; TERMINATE query_id; DROP STREAM name [DELETE TOPIC]; SHOW FUNCTIONS;
+EXPLAIN query_id; PAUSE query_id; RESUME query_id; TERMINATE query_id;
+DROP STREAM name [DELETE TOPIC]; SHOW FUNCTIONS;
 'exit' or Ctrl-D leaves."""
 
 
@@ -296,7 +297,7 @@ class KsqlShell:
 
     def _show_queries(self, entity: dict[str, Any]) -> None:
         rows = [
-            [q["id"], q.get("queryType", ""), q.get("state", ""), ",".join(q.get("sinks", [])),
+            [q["id"], q.get("queryType", ""), _status_count(q), ",".join(q.get("sinks", [])),
              ",".join(q.get("sinkKafkaTopics", [])), q.get("queryString", "")]
             for q in entity["queries"]
         ]  # fmt: skip
@@ -526,6 +527,17 @@ def tabular_row(cells: list[str], width: int, header: bool = False) -> str:
         rule = "+" + ("-" * size + "+") * len(cells)
         lines = [rule, *lines, rule]
     return "\n".join(lines)
+
+
+def _status_count(query: dict[str, Any]) -> str:
+    """A query's statuses as ksqlDB's CLI shows its statusCount: ``RUNNING:1``,
+    ``PAUSED:1``..., in the order of ksqlDB's KsqlQueryStatus."""
+    counts = query.get("statusCount") or {}
+    if not counts:
+        return str(query.get("state", ""))
+    order = ("RUNNING", "ERROR", "UNRESPONSIVE", "PAUSED")
+    ranked = sorted(counts, key=lambda s: order.index(s) if s in order else len(order))
+    return ",".join(f"{status}:{counts[status]}" for status in ranked)
 
 
 def _replicas(counts: list[int]) -> str:

@@ -17,8 +17,9 @@ The query statements: CREATE ... AS SELECT and INSERT INTO ... SELECT are planne
 their query registered (``strom.ksql.queries``) and started on Spark
 (``strom.ksql.runtime``) by the server of the service id that owns it
 (``join_query_group``, ``strom.ksql.ownership``), at once or, at start, once the command
-topic is replayed (TERMINATE in it removes a query again); CREATE OR REPLACE checked as
-ksqlDB upgrades (``strom.ksql.upgrades``), the query keeping its id; TERMINATE, EXPLAIN,
+topic is replayed (TERMINATE in it removes a query again, PAUSE keeps it stopped);
+CREATE OR REPLACE checked as ksqlDB upgrades (``strom.ksql.upgrades``), the query
+keeping its id; TERMINATE, PAUSE / RESUME (``QueryRegistry.pause``), EXPLAIN,
 SHOW QUERIES, DESCRIBE's read and write queries; DROP refused while a query uses the
 source. The transient queries of the server's /query endpoints are planned and
 registered here too, pull queries answered from the sources materialized here
@@ -328,6 +329,8 @@ class KsqlEngine:
             for query_id in self._terminated(statement):
                 self.queries.terminate(query_id)
             return "Query terminated."
+        if isinstance(statement, st.PauseQuery | st.ResumeQuery):
+            return self._paused_or_resumed(statement)
         raise KsqlStatementError(f"not a command: {command.statement}")
 
     def _record(self, command_id: str, text: str, properties: dict[str, Any]) -> int:
@@ -413,6 +416,8 @@ class KsqlEngine:
             st.DropSource: self._drop_source,
             st.CreateType: self._create_type,
             st.DropType: self._drop_type,
+            st.PauseQuery: self._pause_or_resume,
+            st.ResumeQuery: self._pause_or_resume,
             st.InsertValues: self._insert_values,
             st.Show: self._show,
             st.DescribeSource: self._describe_source,
@@ -1000,6 +1005,38 @@ class KsqlEngine:
         message = "Query terminated."
         self._succeeded(command_id, message)
         return _status_entity(text, command_id, message, sequence)
+
+    def _pause_or_resume(
+        self, statement: st.PauseQuery | st.ResumeQuery, text: str, scope: RequestScope
+    ) -> dict[str, Any]:
+        """PAUSE / RESUME, as ksqlDB's: a persistent query's id must be known; a
+        transient query's id (``transient_`` in it) is written all the same and pauses
+        nothing; ALL takes every persistent query. Written to the command topic, so the
+        other servers and a restart pause or resume it too."""
+        query_id = statement.query_id
+        if query_id is not None and "transient_" not in query_id.lower():
+            found = self.queries.queries.get(query_id)
+            if found is None or found.query_type != "PERSISTENT":
+                raise KsqlStatementError(f"Unknown queryId: {query_id}")
+        verb = "pause" if isinstance(statement, st.PauseQuery) else "resume"
+        command_id = f"{verb}/{query_id if query_id is not None else 'ALL'}/execute"
+        sequence = self._record(command_id, text, scope.properties)
+        message = self._paused_or_resumed(statement)
+        self._succeeded(command_id, message)
+        return _status_entity(text, command_id, message, sequence)
+
+    def _paused_or_resumed(self, statement: st.PauseQuery | st.ResumeQuery) -> str:
+        """PAUSE / RESUME applied here; ksqlDB's message."""
+        if statement.query_id is not None:
+            ids = [statement.query_id]
+        else:
+            ids = sorted(
+                q.query_id for q in self.queries.queries.values() if q.query_type == "PERSISTENT"
+            )
+        paused = isinstance(statement, st.PauseQuery)
+        for query_id in ids:
+            (self.queries.pause if paused else self.queries.resume)(query_id)
+        return "Query paused." if paused else "Query resumed."
 
     def _explain(self, statement: st.Explain, text: str, scope: RequestScope) -> dict[str, Any]:
         if statement.query_id is not None:

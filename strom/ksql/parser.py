@@ -778,6 +778,18 @@ class _StatementBuilder(Transformer[Token, Any]):
         return st.Terminate(str(target))
 
     @_inline
+    def pause_query(self, target: str | Token) -> st.Statement:
+        if isinstance(target, Token) and target.type == "ALL":
+            return st.PauseQuery(None)
+        return st.PauseQuery(str(target))
+
+    @_inline
+    def resume_query(self, target: str | Token) -> st.Statement:
+        if isinstance(target, Token) and target.type == "ALL":
+            return st.ResumeQuery(None)
+        return st.ResumeQuery(str(target))
+
+    @_inline
     def topic_name(self, token: Token) -> str:
         if token.type == "STRING":
             return _string(token)

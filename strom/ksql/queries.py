@@ -29,6 +29,12 @@ into an unbounded one). The sleep doubles the previous one (from
 query's own properties, else the server's. Strom starts the Spark query again from its
 checkpoint after that wait.
 
+PAUSE stops a persistent query's Spark query where it runs, its checkpoint kept, and
+marks it PAUSED on every server (ksqlDB's statusCount and ksqlHostQueryStatus; its
+``state`` stays RUNNING, ksqlDB's aggregate): no rebalance or retry starts it until
+RESUME starts it again from its checkpoint, so under exactly_once_v2 it goes on from
+the last micro-batch committed, nothing lost or written twice.
+
 Does not own planning (``strom.ksql.planner``), Spark (``strom.ksql.runtime``) or the
 statements (``strom.ksql.engine``).
 """
@@ -71,6 +77,7 @@ class RunningQuery:
     # ksqlDB's queryErrors: each failure's time (ms), message and type, kept an hour
     errors: list[dict[str, Any]] = field(default_factory=list)
     failing: bool = False  # its Spark run failed: it is started again after a backoff
+    paused: bool = False  # PAUSE: its Spark query stopped, its checkpoint kept
 
     def failed(self, error: str, retried: bool = True, now_ms: int | None = None) -> None:
         """A run of the query ended with ``error``: the failure joins its errors. A
@@ -91,6 +98,11 @@ class RunningQuery:
         return list(self.errors)
 
     @property
+    def status(self) -> str:
+        """ksqlDB's KsqlQueryStatus: PAUSED while paused, else its state."""
+        return "PAUSED" if self.paused else self.state
+
+    @property
     def sources(self) -> list[str]:
         return [source.name for source in self.plan.sources]
 
@@ -106,9 +118,9 @@ class RunningQuery:
             "sinks": self.sinks,
             "sinkKafkaTopics": [sink.topic] if sink is not None else [],
             "id": self.query_id,
-            "statusCount": {self.state: 1},
+            "statusCount": {self.status: 1},
             "queryType": self.query_type,
-            "state": self.state,
+            "state": "RUNNING" if self.paused else self.state,  # ksqlDB's aggregate
         }
 
     def description_json(self, host: str | None) -> dict[str, Any]:
@@ -133,11 +145,11 @@ class RunningQuery:
             "topology": describe_topology(plan),
             "executionPlan": describe_topology(plan),
             "overriddenProperties": dict(self.properties),
-            "ksqlHostQueryStatus": {host: self.state} if host is not None else {},
+            "ksqlHostQueryStatus": {host: self.status} if host is not None else {},
             "queryType": self.query_type,
             "queryErrors": self.query_errors(),
             "tasksMetadata": [],
-            "state": self.state,
+            "state": "RUNNING" if self.paused else self.state,
         }
 
 
@@ -236,7 +248,8 @@ class QueryRegistry:
         with self._lock:
             self._specs[query.query_id] = spec
         if self.owns(query.query_id):
-            self._queue_start(query, spec)
+            if not query.paused:  # a paused one waits for RESUME
+                self._queue_start(query, spec)
         elif not self._warming:
             # Another server runs it; this one starts its Spark now all the same, so
             # that taking a query over (its owner gone) waits for the query's start,
@@ -257,13 +270,14 @@ class QueryRegistry:
                 q for q in self.queries.values() if q.query_type == PERSISTENT and q.plan.sink
             ]
         released = []
+        starting = self._starting
         for query in persistent:
             owned = self.owns(query.query_id)
             if not owned and (query.started or query.query_id in self._starting):
                 done = threading.Event()
                 self._actions.put(("release", query, done))
                 released.append(done)
-            elif owned and not query.started and query.query_id not in self._starting:
+            elif owned and not (query.started or query.paused or query.query_id in starting):
                 spec = self._specs.get(query.query_id)
                 if spec is not None:
                     self._queue_start(query, spec)
@@ -283,8 +297,34 @@ class QueryRegistry:
             self._specs.pop(query_id, None)
         done = threading.Event()
         # The checkpoint goes with the query where it ran; elsewhere its owner deletes it.
-        self._actions.put(("stop", (query_id, delete_state and query.started), done))
+        ran_here = query.started or (query.paused and self.owns(query_id))
+        self._actions.put(("stop", (query_id, delete_state and ran_here), done))
         done.wait()
+
+    def pause(self, query_id: str) -> None:
+        """PAUSE (ksqlDB's ``PersistentQueryMetadata.pause``): the persistent query is
+        PAUSED on every server; where it runs, its Spark query is stopped (waited for)
+        with its checkpoint kept, and neither a rebalance nor a retry starts it until
+        RESUME. A query already paused, or not known, is left as it is."""
+        query = self.queries.get(query_id)
+        if query is None or query.query_type != PERSISTENT or query.paused:
+            return
+        query.paused = True
+        done = threading.Event()
+        self._actions.put(("pause", query, done))
+        done.wait()
+
+    def resume(self, query_id: str) -> None:
+        """RESUME: a paused persistent query runs again where it is owned, from its
+        checkpoint: from the offsets after the last micro-batch it committed."""
+        query = self.queries.get(query_id)
+        if query is None or not query.paused:
+            return
+        query.paused = False
+        spec = self._specs.get(query_id)
+        if spec is not None and self.owns(query_id) and not query.started:
+            if query_id not in self._starting:
+                self._queue_start(query, spec)
 
     def _run(self) -> None:
         while True:
@@ -300,7 +340,11 @@ class QueryRegistry:
                     if self._runtime is not None:
                         self._runtime.close()
                     return
-                if action == "release":
+                if action == "pause":
+                    if self._runtime is not None and argument.query_id in self._runtime.queries:
+                        self._runtime.stop(argument.query_id, False)  # its checkpoint kept
+                    argument.started = False
+                elif action == "release":
                     if self._runtime is not None:
                         self._runtime.stop(argument.query_id, False)
                     argument.started = False
@@ -310,6 +354,8 @@ class QueryRegistry:
                         self._starting.discard(query.query_id)
                     if query.query_id not in self.queries or not self.owns(query.query_id):
                         continue  # terminated, or given to another server, before it started
+                    if query.paused:
+                        continue  # paused before it started: RESUME starts it
                     try:
                         if query.query_id in self.runtime.queries:  # CREATE OR REPLACE
                             self.runtime.stop(query.query_id, False)  # its checkpoint kept
@@ -319,9 +365,9 @@ class QueryRegistry:
                     except Exception as exc:  # Spark refused the query: its state says why
                         query.failed(start_error(exc), retried=False)
                         log.warning("query %s did not start: %s", query.query_id, query.error)
-                elif action == "stop" and self._runtime is not None:
-                    query_id, delete_state = argument
-                    self._runtime.stop(query_id, delete_state)
+                elif action == "stop" and (self._runtime is not None or argument[1]):
+                    query_id, delete_state = argument  # (a paused query's checkpoint too)
+                    self.runtime.stop(query_id, delete_state)
             except Exception:
                 log.exception("ksql query action %s failed", action)
             finally:

@@ -228,6 +228,20 @@ class Terminate(Statement):
 
 
 @dataclass(frozen=True)
+class PauseQuery(Statement):
+    """PAUSE query_id | ALL: the persistent query stops consuming, its state kept."""
+
+    query_id: str | None  # None: PAUSE ALL
+
+
+@dataclass(frozen=True)
+class ResumeQuery(Statement):
+    """RESUME query_id | ALL: a paused persistent query consumes again where it stopped."""
+
+    query_id: str | None  # None: RESUME ALL
+
+
+@dataclass(frozen=True)
 class Show(Statement):
     """SHOW/LIST ``what``: STREAMS, TABLES, TOPICS, QUERIES, PROPERTIES, FUNCTIONS, TYPES,
     VARIABLES, CONNECTORS."""
