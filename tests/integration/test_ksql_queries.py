@@ -2,8 +2,9 @@
 over HTTP as ksqlDB's clients drive ksqlDB: push queries on ``/query-stream`` and
 ``/query`` (run in the server), persistent queries (CREATE STREAM / TABLE AS SELECT) on
 the server's Spark, their output read back with confluent-kafka, the processing log,
-DESCRIBE ... EXTENDED's runtime statistics and offsets, a restart that resumes a query
-from its checkpoint without writing anything twice (exactly_once_v2, read_committed),
+DESCRIBE ... EXTENDED's runtime statistics and offsets, PAUSE (kept across a restart)
+and RESUME of a query, which goes on from its checkpoint without losing or writing
+anything twice (exactly_once_v2, read_committed),
 pull queries, TERMINATE and DROP; EMIT FINAL, session
 windows, a stream-stream LEFT join and EXPLODE with ksqlDB's records; two servers of one
 service id sharing a query, one killed (-9) and the other taking it over exactly once,
@@ -433,23 +434,56 @@ def test_ctas_counts_every_update_per_tumbling_window(
     ]
 
 
-def test_restart_resumes_the_query_without_repeating_output(
+def statuses(server: Server) -> dict[str, dict[str, int]]:
+    """Each query's ``statusCount`` in SHOW QUERIES."""
+    [queries] = server.ok("SHOW QUERIES;")
+    return {q["id"]: q["statusCount"] for q in queries["queries"]}
+
+
+def test_pause_survives_a_restart_and_resume_goes_on_without_repeating_output(
     server: Server, broker: BrokerProcess
 ) -> None:
-    server.stop()
+    [counting_id] = statuses(server)
+    [paused] = server.ok(f"PAUSE {counting_id.lower()};")
+    assert paused["commandId"] == f"pause/{counting_id}/execute"
+    assert paused["commandStatus"] == {"status": "SUCCESS", "message": "Query paused.",
+                                       "queryId": None}  # fmt: skip
+    assert statuses(server) == {counting_id: {"PAUSED": 1}}
+    [explained] = server.ok(f"EXPLAIN {counting_id};")
+    assert list(explained["queryDescription"]["ksqlHostQueryStatus"].values()) == ["PAUSED"]
+    status, unknown = server.ksql("PAUSE CSAS_NOPE_1;")
+    assert status == 400 and unknown["message"] == "Unknown queryId: CSAS_NOPE_1"
     produce(broker, "clicks", [(b"u1", {"PAGE": "/cart", "MS": 6}, BASE + MINUTE + 6_000)])
+    # a query running beside it reads the record; the paused one writes nothing for it
+    [probe] = server.ok(
+        "CREATE STREAM pages AS SELECT user_id, page FROM clicks;",
+        **{"auto.offset.reset": "earliest"},
+    )
+    probe_id = probe["commandStatus"]["queryId"]
+    caught_up(server, "pages")
+    assert len(read_topic(broker, "PER_MINUTE", 5)) == 5
+    server.stop()
+    produce(broker, "clicks", [(b"u2", {"PAGE": "/home", "MS": 7}, BASE + MINUTE + 7_000)])
     restarted = Server(broker, server.state_dir, server.registry)  # type: ignore[attr-defined]
     server.process, server.url = restarted.process, restarted.url
-    records = read_topic(broker, "PER_MINUTE", 6)
+    # replayed from the command topic: still paused after the restart
+    assert statuses(server) == {counting_id: {"PAUSED": 1}, probe_id: {"RUNNING": 1}}
+    caught_up(server, "pages")  # both records read by the query running
+    assert len(read_topic(broker, "PER_MINUTE", 5)) == 5
+    [resumed] = server.ok("RESUME ALL;")
+    assert resumed["commandId"] == "resume/ALL/execute"
+    assert resumed["commandStatus"]["message"] == "Query resumed."
+    assert statuses(server)[counting_id] == {"RUNNING": 1}
+    records = read_topic(broker, "PER_MINUTE", 7)
     updates = sorted(
         (k[:-8], struct.unpack(">q", k[-8:])[0] - BASE, *json.loads(v).values())
         for k, v, _ in records
     )
-    assert updates == [  # the SUM carries on from the state kept across the restart
+    assert updates == [  # the SUM carries on from the state kept, each record once
         (b"u1", 0, 1, 1), (b"u1", 0, 2, 3), (b"u1", MINUTE, 1, 4), (b"u1", MINUTE, 2, 10),
-        (b"u2", 0, 1, 3), (b"u3", 0, 1, 5),
+        (b"u2", 0, 1, 3), (b"u2", MINUTE, 1, 7), (b"u3", 0, 1, 5),
     ]  # fmt: skip
-    server.ok("TERMINATE ALL;")
+    server.ok("TERMINATE ALL; DROP STREAM pages;")
     [queries] = server.ok("SHOW QUERIES;")
     assert queries["queries"] == []
     server.ok("DROP TABLE per_minute; DROP STREAM clicks;")
