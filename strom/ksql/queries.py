@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -84,7 +85,7 @@ class RunningQuery:
         query that is retried stays RUNNING, as ksqlDB's (its failed thread replaced);
         one Spark refused to start is ERROR."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        self.errors.append({"timestamp": now, "errorMessage": error, "type": "UNKNOWN"})
+        self.errors.append({"timestamp": now, "errorMessage": error, "type": error_type(error)})
         self.error = error
         if not retried:
             self.state = "ERROR"
@@ -167,6 +168,19 @@ def start_error(exc: Exception) -> str:
     if "JAVA_GATEWAY_EXITED" in first:  # Spark's JVM did not start
         first += " (Spark needs Java 17+: java on the PATH, or JAVA_HOME)"
     return first
+
+
+# the failures ksqlDB's classifiers call the user's (QueryError's type USER): a function's
+# (KsqlFunctionClassifier: a DECIMAL SUM that overflows) and a row the sink cannot
+# serialize (KsqlSerializationClassifier: its topic is no internal one); others UNKNOWN
+_USER_ERRORS = re.compile(
+    r"^Exception caught in process\. (?:.*Numeric field overflow|Unable to serialize record)"
+)
+
+
+def error_type(error: str) -> str:
+    """A query failure's type in its queryErrors, as ksqlDB classifies it."""
+    return "USER" if _USER_ERRORS.match(error) else "UNKNOWN"
 
 
 def next_backoff_ms(waited_ms: int, largest_ms: int) -> int:

@@ -23,7 +23,7 @@ from strom.ksql import aggregate_functions, processing_log, runtime
 from strom.ksql import expressions as ex
 from strom.ksql.packed_output import unpack_in_order
 from strom.ksql.planner import QueryPlan
-from strom.ksql.queries import QueryRegistry, RunningQuery, next_backoff_ms
+from strom.ksql.queries import QueryRegistry, RunningQuery, error_type, next_backoff_ms
 from strom.ksql.values import ProcessingFailure
 
 PRICES = (
@@ -406,3 +406,21 @@ def test_a_bad_timestamp_fails_an_aggregation_after_the_records_before_it() -> N
             "partition = 0, offset = 2, timestamp = 0): Could not parse timestamp '!!!!'"
         )
     )
+
+
+def test_a_failures_type_is_ksqldbs_classifiers() -> None:
+    """A function's failure and a row the sink cannot serialize are the user's (ksqlDB's
+    KsqlFunctionClassifier, KsqlSerializationClassifier); others unknown."""
+    assert (
+        error_type(
+            "Exception caught in process. topic=prices, partition=0, offset=4: Numeric field "
+            "overflow: A field with precision 4 and scale 1 must round to an absolute value "
+            "less than 10^3. Got 1203"
+        )
+        == "USER"
+    )
+    assert error_type("Exception caught in process. Unable to serialize record to C: x") == "USER"
+    assert error_type("Fatal user code error in TimestampExtractor callback for record") == (
+        "UNKNOWN"
+    )
+    assert error_type("Python worker failed to connect back.") == "UNKNOWN"
