@@ -336,6 +336,53 @@ class KsqlShell:
         rows = [[v["name"], v["value"]] for v in entity["variables"]]
         self._table("Variable Name", "Value", rows=rows)
 
+    # ---- the connector statements, as ksqlDB's CLI prints them
+    def _show_connector_info(self, entity: dict[str, Any]) -> None:
+        self._table("Message", rows=[[f"Created connector {entity['info']['name']}"]])
+
+    def _show_drop_connector(self, entity: dict[str, Any]) -> None:
+        self._table("Message", rows=[[f'Dropped connector "{entity["connectorName"]}"']])
+
+    def _show_connector_list(self, entity: dict[str, Any]) -> None:
+        rows = [
+            [c["name"], str(c.get("type") or "unknown").upper(), c.get("className") or "",
+             c.get("state") or ""]
+            for c in entity["connectors"]
+        ]  # fmt: skip
+        self._table("Connector Name", "Type", "Class", "Status", rows=rows)
+
+    def _show_connector_plugins_list(self, entity: dict[str, Any]) -> None:
+        rows = [
+            [p["className"], str(p.get("type") or "unknown").upper(), p.get("version") or ""]
+            for p in entity["connectorsPlugins"]
+        ]
+        self._table("Class", "Type", "Version", rows=rows)
+
+    def _show_connector_description(self, entity: dict[str, Any]) -> None:
+        status = entity["status"]
+        connector = status.get("connector") or {}
+        lines = [
+            f"{'Name':<20} : {status.get('name')}",
+            f"{'Class':<20} : {entity.get('connectorClass')}",
+            f"{'Type':<20} : {status.get('type')}",
+            f"{'State':<20} : {connector.get('state')}",
+            f"{'WorkerId':<20} : {connector.get('worker_id')}",
+        ]
+        if connector.get("trace"):
+            lines.append(f"{'Trace':<20} : {connector['trace']}")
+        self.console.print(Text("\n".join(lines)))
+        if status.get("tasks"):
+            self.console.print()
+            rows = [[t.get("id"), t.get("state"), t.get("trace") or ""] for t in status["tasks"]]
+            self._table("Task ID", "State", "Error Trace", rows=rows)
+        if entity.get("sources"):
+            self.console.print()
+            rows = [[s["name"], s["topic"], s["type"]] for s in entity["sources"]]
+            self._table("KSQL Source Name", "Kafka Topic", "Type", rows=rows)
+        if entity.get("topics"):
+            self.console.print()
+            self._table("Related Topics", rows=[[t] for t in entity["topics"]])
+
     def _show_sourceDescription(self, entity: dict[str, Any]) -> None:  # noqa: N802
         self._describe(entity["sourceDescription"])
 

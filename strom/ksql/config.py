@@ -26,7 +26,13 @@ Owns reading ``config/ksql-server.properties``'s keys into ``KsqlServerConfig``:
   setting, the Java names translated for librdkafka (``strom.client_security``);
 - the HTTP listener's own TLS (``ssl.keystore.location``... with an ``https``
   listener) and basic authentication (``authentication.*``), read by
-  ``strom.services.http_security``.
+  ``strom.services.http_security``;
+- the Kafka Connect cluster of the connector statements: ``ksql.connect.url`` (default
+  ``http://localhost:8083``), ``ksql.connect.request.timeout.ms`` (default 5000) and
+  ``ksql.connect.basic.auth.credentials.source`` (``NONE``, or ``FILE``: the
+  ``username`` and ``password`` of the properties file
+  ``ksql.connect.basic.auth.credentials.file``, read again when it changes with
+  ``ksql.connect.basic.auth.credentials.reload=true``).
 
 Every ``ksql.*`` property is also kept (``properties``) for SHOW PROPERTIES. A value
 that cannot be used raises ``ConfigError`` with one line naming the property.
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +65,9 @@ OFFSET_RESETS = ("earliest", "latest")
 # before the name of a topic a CREATE ... AS SELECT makes when it names none
 OUTPUT_TOPIC_PREFIX = "ksql.output.topic.name.prefix"
 _CLIENT_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.id", "request.timeout.ms")
+DEFAULT_CONNECT_URL = "http://localhost:8083"
+CONNECT_URL = "ksql.connect.url"
+_CONNECT_CREDENTIALS = "ksql.connect.basic.auth.credentials."
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,11 @@ class KsqlServerConfig:
     default_key_format: str = "KAFKA"
     default_value_format: str | None = None
     output_topic_prefix: str = ""  # ksql.output.topic.name.prefix
+    # the Kafka Connect cluster CREATE / DROP / DESCRIBE / SHOW CONNECTOR(S) speak to
+    connect_url: str = DEFAULT_CONNECT_URL
+    connect_timeout_ms: int = 5_000
+    connect_credentials_file: str | None = None  # basic auth's username and password
+    connect_credentials_reload: bool = False
     spark_master: str = "local[*]"
     spark_settings: dict[str, str] = field(default_factory=dict)  # spark.* properties
     trigger_interval_ms: int = 500
@@ -157,6 +172,37 @@ def _client_settings(props: dict[str, str]) -> dict[str, Any]:
         raise ConfigError(str(exc)) from None
 
 
+def _connect_settings(props: dict[str, str]) -> dict[str, Any]:
+    """The ``connect_*`` fields from the ``ksql.connect.*`` properties."""
+    url = props.get(CONNECT_URL, DEFAULT_CONNECT_URL).strip()
+    parsed = urllib.parse.urlsplit(url)
+    try:
+        parsed.port  # noqa: B018 - a port that is not a number raises
+    except ValueError:
+        parsed = parsed._replace(netloc="")
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ConfigError(
+            f"Invalid value {url!r} for configuration {CONNECT_URL}: "
+            "not an http:// or https:// URL with a host"
+        )
+    source = _choice(props, _CONNECT_CREDENTIALS + "source", ("none", "file"), "none")
+    credentials = None
+    if source == "file":
+        credentials = props.get(_CONNECT_CREDENTIALS + "file", "").strip()
+        if not credentials:
+            raise ConfigError(
+                f"'{_CONNECT_CREDENTIALS}file' cannot be empty if "
+                f"'{_CONNECT_CREDENTIALS}source' is set to 'FILE'"
+            )
+    reload = _choice(props, _CONNECT_CREDENTIALS + "reload", ("true", "false"), "false")
+    return {
+        "connect_url": url.rstrip("/"),
+        "connect_timeout_ms": _positive_int(props, "ksql.connect.request.timeout.ms", 5_000),
+        "connect_credentials_file": credentials,
+        "connect_credentials_reload": reload == "true",
+    }
+
+
 def server_config(props: dict[str, str]) -> KsqlServerConfig:
     """The server's settings from its properties; ``ConfigError`` names a bad one."""
     listener = props.get("listeners", DEFAULT_LISTENER).split(",")[0].strip()
@@ -192,6 +238,7 @@ def server_config(props: dict[str, str]) -> KsqlServerConfig:
         or "KAFKA",
         default_value_format=_format(props, "ksql.persistence.default.format.value", None),
         output_topic_prefix=props.get(OUTPUT_TOPIC_PREFIX, ""),
+        **_connect_settings(props),
         spark_master=props.get("ksql.spark.master", "local[*]"),
         spark_settings={k: v for k, v in props.items() if k.startswith("spark.")},
         trigger_interval_ms=_positive_int(props, "ksql.spark.trigger.interval.ms", 500),

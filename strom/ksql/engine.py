@@ -51,6 +51,7 @@ from strom.ksql import asserts, formatter, processing_log
 from strom.ksql import statements as st
 from strom.ksql.command_topic import Command, CommandReader, CommandTopic, CommandTopicError
 from strom.ksql.config import OUTPUT_TOPIC_PREFIX, KsqlServerConfig
+from strom.ksql.connectors import ConnectorError, ConnectorStatements
 from strom.ksql.inserts import RowWriter, insertable, statement_values
 from strom.ksql.kafka_calls import (
     TIMEOUT_S,
@@ -169,6 +170,10 @@ class KsqlEngine:
         # constraints (a source cannot be dropped while a sink made from it exists).
         self._made_from: dict[str, set[str]] = {}
         self.log_topic = processing_log.topic_name(config.service_id)
+        # the connector statements, on the Kafka Connect cluster of ksql.connect.url
+        self.connectors = ConnectorStatements(
+            config, self.metastore, lambda source: self.metadata._description(source, False)
+        )
         self.ownership: QueryOwnership | None = None
 
     def _spark_queries(self) -> Any:
@@ -416,6 +421,11 @@ class KsqlEngine:
             st.DropSource: self._drop_source,
             st.CreateType: self._create_type,
             st.DropType: self._drop_type,
+            st.CreateConnector: self._connector_statement,
+            st.DropConnector: self._connector_statement,
+            st.DescribeConnector: self._connector_statement,
+            st.ListConnectors: self._connector_statement,
+            st.ListConnectorPlugins: self._connector_statement,
             st.PauseQuery: self._pause_or_resume,
             st.ResumeQuery: self._pause_or_resume,
             st.InsertValues: self._insert_values,
@@ -751,6 +761,15 @@ class KsqlEngine:
         created = "Created query with ID "
         query_id = message.removeprefix(created) if message.startswith(created) else None
         self.statuses[command_id] = {"status": "SUCCESS", "message": message, "queryId": query_id}
+
+    # ---- the connector statements: answered by the Connect cluster
+    def _connector_statement(
+        self, statement: st.Statement, text: str, scope: RequestScope
+    ) -> dict[str, Any]:
+        try:
+            return self.connectors.execute(statement, text)
+        except ConnectorError as exc:  # ksqlDB's error of the whole request
+            raise KsqlRequestError(exc.status, exc.body) from None
 
     # ---- INSERT VALUES
     def _insert_values(

@@ -250,6 +250,22 @@ def _syntax_error(token: Token | None, detail: str) -> KsqlSyntaxError:
     return KsqlSyntaxError(line, column, detail)
 
 
+_MASKED = "'[string]'"  # a connector property's value in the statement shown back
+
+
+def _config_text(value: Any) -> str:
+    """A literal as the text of a Connect config value (Java's ``toString``)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _literal_text(value: Any) -> str:
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return _config_text(value)
+
+
 Children = list[Any]
 _inline: Callable[[Any], Any] = v_args(inline=True)
 
@@ -743,7 +759,62 @@ class _StatementBuilder(Transformer[Token, Any]):
     show_functions = _show("FUNCTIONS")
     show_types = _show("TYPES")
     show_variables = _show("VARIABLES")
-    show_connectors = _show("CONNECTORS")
+
+    # ---- the connector statements
+    def show_connectors(self, _: Children) -> st.Statement:
+        return st.ListConnectors("ALL")
+
+    def show_source_connectors(self, _: Children) -> st.Statement:
+        return st.ListConnectors("SOURCE")
+
+    def show_sink_connectors(self, _: Children) -> st.Statement:
+        return st.ListConnectors("SINK")
+
+    def show_connector_plugins(self, _: Children) -> st.Statement:
+        return st.ListConnectorPlugins()
+
+    @_inline
+    def connector_name(self, token: Token) -> tuple[str, str]:
+        return _name(token), str(token)
+
+    @_inline
+    def connector_property(self, key: Token, value: ex.Literal) -> tuple[str, str, Any]:
+        """(the key as ksqlDB reads it, the key as written, the value)."""
+        name = _string(key) if key.type == "STRING" else _name(key)
+        return name, str(key), value.value
+
+    def connector_props(self, properties: Children) -> list[tuple[str, str, Any]]:
+        return list(properties)
+
+    @_inline
+    def create_connector(
+        self,
+        kind: Token,
+        if_not_exists: bool,
+        name: tuple[str, str],
+        properties: list[tuple[str, str, Any]],
+    ) -> st.Statement:
+        """The config's values as text, as ksqlDB passes them to Connect (a NULL one is
+        left out); ``masked_text`` the statement as ksqlDB shows it back, every value but
+        connector.class's masked."""
+        resolved, written = name
+        kind_word = str(kind).split()[0].upper()
+        config = {key: _config_text(value) for key, _, value in properties if value is not None}
+        shown = [
+            f"{raw}={_literal_text(value) if key.lower() == 'connector.class' else _MASKED}"
+            for key, raw, value in properties
+        ]
+        exists = " IF NOT EXISTS" if if_not_exists else ""
+        masked = f"CREATE {kind_word} CONNECTOR{exists} {written} WITH ({', '.join(shown)})"
+        return st.CreateConnector(resolved, kind_word, config, if_not_exists, masked)
+
+    @_inline
+    def drop_connector(self, if_exists: bool, name: str) -> st.Statement:
+        return st.DropConnector(name, if_exists)
+
+    @_inline
+    def describe_connector(self, name: str) -> st.Statement:
+        return st.DescribeConnector(name)
 
     @_inline
     def describe_source(self, name: str, extended: bool) -> st.Statement:

@@ -242,9 +242,45 @@ class ResumeQuery(Statement):
 
 
 @dataclass(frozen=True)
+class CreateConnector(Statement):
+    """CREATE SOURCE|SINK CONNECTOR [IF NOT EXISTS] name WITH (...): ``config`` keyed as
+    written (a bare name upper-cased), each value as text; ``masked_text`` the statement
+    with every value but connector.class's shown as '[string]', as ksqlDB echoes it."""
+
+    name: str
+    kind: str  # SOURCE or SINK
+    config: dict[str, str] = field(default_factory=dict, hash=False)
+    if_not_exists: bool = False
+    masked_text: str = ""
+
+
+@dataclass(frozen=True)
+class DropConnector(Statement):
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DescribeConnector(Statement):
+    name: str
+
+
+@dataclass(frozen=True)
+class ListConnectors(Statement):
+    """SHOW / LIST [SOURCE | SINK] CONNECTORS."""
+
+    scope: str = "ALL"  # ALL, SOURCE or SINK
+
+
+@dataclass(frozen=True)
+class ListConnectorPlugins(Statement):
+    """SHOW / LIST CONNECTOR PLUGINS."""
+
+
+@dataclass(frozen=True)
 class Show(Statement):
     """SHOW/LIST ``what``: STREAMS, TABLES, TOPICS, QUERIES, PROPERTIES, FUNCTIONS, TYPES,
-    VARIABLES, CONNECTORS."""
+    VARIABLES (the connectors are ``ListConnectors``)."""
 
     what: str
     extended: bool = False
