@@ -68,6 +68,7 @@ from strom.ksql.planner import (
     QueryPlan,
     SinkRequest,
     collect_limits_from_properties,
+    new_query_planner,
     plan_query,
     wrapping_from_properties,
 )
@@ -803,7 +804,7 @@ class KsqlEngine:
                 f"Cannot add {statement.kind.lower()} '{statement.name}': A "
                 f"{existing.kind.lower()} with the same name already exists"
             )
-        plan = self._plan(statement, text, self._topic_prefix(scope))
+        plan = self._plan(statement, text, self._topic_prefix(scope), scope.properties)
         assert plan.sink is not None
         if existing is not None:  # CREATE OR REPLACE: an upgrade of the sink and its query
             self.metastore.check_can_add(plan.sink, True)
@@ -837,7 +838,7 @@ class KsqlEngine:
     def _insert_into(
         self, statement: st.InsertInto, text: str, scope: RequestScope
     ) -> dict[str, Any] | None:
-        self._plan(statement, text, self._topic_prefix(scope))
+        self._plan(statement, text, self._topic_prefix(scope), scope.properties)
         command_id = f"stream/`{statement.target}`/create"
         return self._run_persistent(statement, text, scope, command_id)
 
@@ -868,11 +869,14 @@ class KsqlEngine:
         statement: st.CreateAsSelect | st.InsertInto,
         text: str,
         topic_prefix: str = "",
+        properties: dict[str, Any] | None = None,
         check_partitions: bool = True,
     ) -> QueryPlan:
-        """The statement's plan; ``check_partitions``: with the check that a join's sides
-        have as many partitions (not for a command of the command topic, checked when it
-        was written: a topic's partitions added since stop no query at a restart)."""
+        """The statement's plan (``properties``: the request's, over the server's);
+        ``check_partitions``: with the check that a join's sides have as many partitions
+        (not for a command of the command topic, checked when it was written: a topic's
+        partitions added since stop no query at a restart)."""
+        new_planner = new_query_planner({**self.config.properties, **(properties or {})})
         source = self.metastore.source(statement.query.source.left.name)
         partitions = None
         if source is not None:
@@ -887,12 +891,21 @@ class KsqlEngine:
                 partitions,
                 text,
                 topic_prefix,
+                new_planner,
             )
         else:  # the planner refuses a table, a read-only stream or one with headers
             target = self.metastore.source(statement.target)
             if target is None:
                 raise KsqlStatementError(f"Source `{statement.target}` does not exist.")
-            request = SinkRequest(target.name, None, statement.properties, target, partitions, text)
+            request = SinkRequest(
+                target.name,
+                None,
+                statement.properties,
+                target,
+                partitions,
+                text,
+                new_planner=new_planner,
+            )
         counts = self._partition_count if check_partitions else None
         return plan_query(statement.query, self.metastore, request, text, counts)
 
@@ -911,7 +924,7 @@ class KsqlEngine:
         topic_prefix: str = "",
     ) -> RunningQuery:
         """The query of a recorded statement, its sink added to the metastore."""
-        plan = self._plan(statement, text, topic_prefix, check_partitions=False)
+        plan = self._plan(statement, text, topic_prefix, properties, check_partitions=False)
         plan = wrapping_from_properties(plan, statement, properties)
         plan = collect_limits_from_properties(plan, {**self.config.properties, **properties})
         assert plan.sink is not None
@@ -1068,7 +1081,7 @@ class KsqlEngine:
             return self.queries.explain(text, found)
         inner = statement.statement
         if isinstance(inner, st.CreateAsSelect | st.InsertInto):
-            plan = self._plan(inner, text, self._topic_prefix(scope))
+            plan = self._plan(inner, text, self._topic_prefix(scope), scope.properties)
         elif isinstance(inner, st.Query):
             plan = plan_query(inner, self.metastore, None, text)
         else:
