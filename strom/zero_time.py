@@ -320,6 +320,7 @@ class ZeroTimeTransaction(ZeroTimeWriter):
         self.producer_epoch = -1
         self._sequences: dict[tuple[str, int], int] = {}
         self._added: set[tuple[str, int]] = set()
+        self._open = False  # a partition or a group's offsets added: EndTxn ends it
         self._coordinators: dict[tuple[str, int], tuple[str, int]] = {}  # (key, kind)
 
     def _transactional_id(self) -> TransactionalId | None:
@@ -458,6 +459,7 @@ class ZeroTimeTransaction(ZeroTimeWriter):
         )
         del response
         self._added.update(places)
+        self._open = True
 
     def send_offsets(
         self, group_id: str, topic: str, partition: int, offset: int, metadata: str | None
@@ -475,6 +477,7 @@ class ZeroTimeTransaction(ZeroTimeWriter):
             ),
             "AddOffsetsToTxn",
         )
+        self._open = True
         self._ask(
             group_id,
             0,
@@ -507,8 +510,8 @@ class ZeroTimeTransaction(ZeroTimeWriter):
         self._end(False)
 
     def _end(self, committed: bool) -> None:
-        if self.producer_id < 0 or (not self._added and not committed):
-            return  # nothing begun on the coordinator's side
+        if self.producer_id < 0 or not self._open:
+            return  # nothing begun on the coordinator's side: nothing to end
         self._ask(
             self.transactional_id,
             1,
@@ -521,6 +524,7 @@ class ZeroTimeTransaction(ZeroTimeWriter):
             "EndTxn",
         )
         self._added.clear()
+        self._open = False
 
 
 # Errors a coordinator answers that pass: asked again after a while.
