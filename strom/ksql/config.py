@@ -29,8 +29,8 @@ Owns reading ``config/ksql-server.properties``'s keys into ``KsqlServerConfig``:
   ``strom.services.http_security``;
 - the Kafka Connect cluster of the connector statements: ``ksql.connect.url`` (default
   ``http://localhost:8083``), ``ksql.connect.request.timeout.ms`` (default 5000) and
-  ``ksql.connect.basic.auth.credentials.source`` (``NONE``, or ``FILE``: the
-  ``username`` and ``password`` of the properties file
+  ``ksql.connect.basic.auth.credentials.source`` (``NONE``: the request's own
+  credentials, or ``FILE``: the ``username`` and ``password`` of the properties file
   ``ksql.connect.basic.auth.credentials.file``, read again when it changes with
   ``ksql.connect.basic.auth.credentials.reload=true``).
 

@@ -8,7 +8,9 @@ Owns the calls to Connect (aiohttp; each statement's calls on an event loop of t
 so that the engine's synchronous handlers can make them from their worker thread), as
 ksqlDB's DefaultConnectClient makes them: up to three attempts while Connect answers a
 5xx or 409 or cannot be reached, each attempt bounded by ``ksql.connect.request.timeout.ms``,
-the basic auth credentials of ``ksql.connect.basic.auth.credentials.file`` when set. And
+with the basic auth credentials of ``ksql.connect.basic.auth.credentials.file`` when set,
+else with the ``Authorization`` header of the request being executed, forwarded
+(``FORWARDED_AUTHORIZATION``, set by the server around its statements). And
 ksqlDB's answers: the entities (``connector_info``, ``drop_connector``,
 ``connector_description``, ``connector_list``, ``connector_plugins_list``, a
 ``warning_entity`` for IF [NOT] EXISTS), the CREATE statement echoed with its values
@@ -29,6 +31,7 @@ import json
 import os
 import urllib.parse
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -44,6 +47,14 @@ CONNECTOR_CLASS = "connector.class"
 JDBC_SOURCE_CLASS = "io.confluent.connect.jdbc.JdbcSourceConnector"
 _TRANSFORMS = "org.apache.kafka.connect.transforms."
 BAD_REQUEST = 400
+
+
+# The Authorization header of the /ksql request executing: ksqlDB forwards it to Connect
+# when no credentials of its own are configured. Set by the server around a request; a
+# context variable, so it reaches the engine's worker thread and no other request.
+FORWARDED_AUTHORIZATION: ContextVar[str | None] = ContextVar(
+    "forwarded_authorization", default=None
+)
 
 
 class ConnectorError(Exception):
@@ -88,11 +99,12 @@ class ConnectClient:
 
     def authorization(self) -> str | None:
         """The ``Authorization`` header: basic auth from the credentials file (read once,
-        or again after it changed when reloading), None without one, or when the file
-        cannot be read or lacks a username or a password (as ksqlDB, which logs it)."""
+        or again after it changed when reloading; None when the file cannot be read or
+        lacks a username or a password, as ksqlDB, which logs it); without a credentials
+        file, the request's own header (``FORWARDED_AUTHORIZATION``) if it had one."""
         path = self.credentials_file
         if path is None:
-            return None
+            return FORWARDED_AUTHORIZATION.get()
         try:
             mtime: float | None = os.stat(path).st_mtime
         except OSError:

@@ -81,10 +81,7 @@ class MetadataStatements:
                 "variables": listed,
                 "warnings": [],
             }
-        raise KsqlStatementError(
-            "No Kafka Connect cluster is configured for this server: SHOW CONNECTORS has "
-            "nothing to list (see strom connect-distributed)"
-        )
+        raise KsqlStatementError(f"SHOW {what} is not a metadata statement")
 
     def _sorted_sources(self) -> list[DataSource]:
         return sorted(self.metastore.sources.values(), key=lambda s: s.name)
@@ -138,6 +135,7 @@ class MetadataStatements:
             "ksql.streams.cache.max.bytes.buffering": "10485760",
             "ksql.internal.topic.replicas": str(self.config.internal_topic_replicas),
             "ksql.spark.master": self.config.spark_master,
+            "ksql.connect.url": self.config.connect_url,
         }
         if self.config.default_value_format:
             props["ksql.persistence.default.format.value"] = self.config.default_value_format

@@ -43,6 +43,7 @@ from typing import Any
 from aiohttp import web
 
 from strom.ksql import expressions as ex
+from strom.ksql.connectors import FORWARDED_AUTHORIZATION
 from strom.ksql.engine import (
     ERROR_BAD_STATEMENT,
     ERROR_SERVER,
@@ -189,10 +190,14 @@ class KsqlServerApp:
                 ),
                 400,
             )
+        # the request's credentials go on to Connect with the connector statements
+        forwarded = FORWARDED_AUTHORIZATION.set(request.headers.get("Authorization"))
         try:
             entities = await asyncio.to_thread(self.engine.execute, text, properties, variables)
         except KsqlRequestError as exc:
             return self._reply(request, exc.body, exc.status)
+        finally:
+            FORWARDED_AUTHORIZATION.reset(forwarded)
         return self._reply(request, entities)
 
     async def query(self, request: web.Request) -> web.StreamResponse:

@@ -57,7 +57,9 @@ def test_a_file_source_created_listed_described_and_dropped(
 ) -> None:
     source_file = tmp_path / "lines.txt"
     source_file.write_text("first\nsecond\n")
-    [plugins] = server.ok("SHOW CONNECTOR PLUGINS;")
+    [properties, plugins] = server.ok("SHOW PROPERTIES; SHOW CONNECTOR PLUGINS;")
+    listed = {p["name"]: p["value"] for p in properties["properties"]}
+    assert listed["ksql.connect.url"] == worker.url.rstrip("/")
     assert plugins["@type"] == "connector_plugins_list"
     assert {"className": FILE_SOURCE, "type": "source"}.items() <= next(
         p for p in plugins["connectorsPlugins"] if p["className"] == FILE_SOURCE

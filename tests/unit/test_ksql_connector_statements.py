@@ -1,7 +1,8 @@
 """The connector statements without a Connect cluster: their parsing (names, keys, the
 statement echoed with its values masked), the config ksqlDB resolves for the JDBC source,
-the ``ksql.connect.*`` settings, the basic auth header, an unreachable Connect as one
-readable error, and the CLI's printing of ksqlDB's connector entities."""
+the ``ksql.connect.*`` settings, the basic auth header (a file's, or the request's own),
+an unreachable Connect as one readable error, and the CLI's printing of ksqlDB's
+connector entities."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from strom.config import ConfigError
 from strom.ksql import statements as st
 from strom.ksql.config import server_config
 from strom.ksql.connectors import (
+    FORWARDED_AUTHORIZATION,
     ConnectClient,
     ConnectorError,
     ConnectorStatements,
@@ -118,6 +120,20 @@ def test_basic_auth_from_the_credentials_file(tmp_path: Path) -> None:
     os.utime(path, (2, 2))
     assert reloading.authorization() is None  # no password: no header, as ksqlDB
     assert ConnectClient("http://c:8083").authorization() is None
+
+
+def test_the_requests_own_authorization_forwarded_without_a_credentials_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "connect.credentials"
+    path.write_text("username=ksql\npassword=s3cret\n")
+    forwarded = FORWARDED_AUTHORIZATION.set("Basic dXNlcjpwYXNz")
+    try:
+        assert ConnectClient("http://c:8083").authorization() == "Basic dXNlcjpwYXNz"
+        own = ConnectClient("http://c:8083", credentials_file=str(path)).authorization()
+        assert own == "Basic " + base64.b64encode(b"ksql:s3cret").decode()
+    finally:
+        FORWARDED_AUTHORIZATION.reset(forwarded)
 
 
 def test_an_unreachable_connect_is_one_readable_error() -> None:
