@@ -29,6 +29,7 @@ import asyncio
 import base64
 import json
 import os
+import socket
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -142,7 +143,7 @@ class ConnectClient:
                 return answer
         if answer is not None:
             return answer
-        raise ConnectorError(BAD_REQUEST, _unreachable(self.url + path, failure))
+        raise ConnectorError(BAD_REQUEST, _unreachable(self.url, failure))
 
     async def _once(
         self,
@@ -172,10 +173,18 @@ class ConnectClient:
 
 
 def _unreachable(url: str, failure: Exception | None) -> str:
+    """Why Connect could not be reached, in one line: ``Connect to <url> failed:
+    Connection refused`` (the system's words for the socket's error), ``timed out``..."""
     reason = str(failure) or type(failure).__name__
-    if isinstance(failure, TimeoutError):
+    if isinstance(failure, aiohttp.ClientConnectorError):
+        error = failure.os_error
+        if isinstance(error, socket.gaierror) or not error.errno:
+            reason = error.strerror or str(error)
+        else:
+            reason = os.strerror(error.errno)
+    elif isinstance(failure, TimeoutError):
         reason = "timed out"
-    return f"Connect to {url} failed: {reason}"
+    return f"Connect to {url} failed: {' '.join(reason.split())}"
 
 
 def _basic_auth(path: str) -> str | None:

@@ -8,7 +8,8 @@ topic; the command statuses ``/status`` reports), the DDL (CREATE STREAM / TABLE
 SOURCE TABLE with the topic created when PARTITIONS is given, DROP [DELETE TOPIC],
 ALTER ... ADD COLUMN, CREATE / DROP TYPE, each written to the command topic before it
 takes effect), the
-metadata statements (SHOW, LIST, DESCRIBE: answered by ``strom.ksql.metadata``),
+metadata statements (SHOW, LIST, DESCRIBE: answered by ``strom.ksql.metadata``), the
+connector statements (answered by the Connect cluster: ``strom.ksql.connectors``),
 request-scoped SET / UNSET and DEFINE / UNDEFINE, and INSERT INTO ... VALUES (written by
 ``strom.ksql.inserts``).
 
