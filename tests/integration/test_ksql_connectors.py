@@ -149,6 +149,21 @@ def test_a_config_connect_refuses(server: KsqlServer, worker: Worker) -> None:
     assert refused["message"] == (
         "Validation error: Connector config {file=/tmp/x, name=NO_CLASS} contains no connector type"
     )
+    # the JDBC source's key made into ksqlDB's transforms, which the worker accepts (only
+    # the missing connection is refused), where it refuses a transform it does not have
+    code, refused = server.ksql(
+        "CREATE SOURCE CONNECTOR jdbc_in WITH ("
+        "'connector.class'='io.confluent.connect.jdbc.JdbcSourceConnector', 'key'='id');"
+    )
+    assert code == 400 and refused["message"].startswith("Validation error: ")
+    assert "connection.url" in refused["message"]
+    assert "transforms" not in refused["message"]
+    code, refused = server.ksql(
+        "CREATE SOURCE CONNECTOR jdbc_in WITH ("
+        "'connector.class'='io.confluent.connect.jdbc.JdbcSourceConnector', 'key'='id', "
+        "'transforms'='mine', 'transforms.mine.type'='no.such.Transform');"
+    )
+    assert code == 400 and "transforms.mine.type" in refused["message"]
     assert worker.call("GET", "/connectors")[1] == []
 
 
