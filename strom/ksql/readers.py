@@ -538,8 +538,11 @@ class RecordReader:
                 ) from None
         else:
             moment = int(value)
-        if moment < 0:  # Kafka Streams skips a record its extractor gives no valid time
-            raise RecordError("value", f"The TIMESTAMP column {column} is negative: {moment}")
+        if moment < 0:  # Kafka Streams skips a record its extractor gives no valid time,
+            # with a warning of its own, not in the processing log (nor fatal)
+            raise RecordError(
+                "value", f"The TIMESTAMP column {column} is negative: {moment}", quiet=True
+            )
         return moment
 
 

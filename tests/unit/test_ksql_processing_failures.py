@@ -424,3 +424,28 @@ def test_a_failures_type_is_ksqldbs_classifiers() -> None:
         "UNKNOWN"
     )
     assert error_type("Python worker failed to connect back.") == "UNKNOWN"
+
+
+def test_a_negative_timestamp_skips_its_record_unlogged_even_when_it_throws() -> None:
+    """Kafka Streams skips a record its extractor gives a negative time (a warning of its
+    own): ksqlDB's extractor threw nothing, so nothing is logged and nothing fails."""
+    plan = planned(
+        "CREATE STREAM times (k STRING KEY, id BIGINT, ts BIGINT) WITH (kafka_topic='times', "
+        "value_format='JSON', timestamp='ts')",
+        "CREATE STREAM copied AS SELECT k, id FROM times",
+    )
+    spec = spec_of("negative-times", plan, throw=True)
+    batch = source_batch(
+        "times",
+        [
+            (b"a", {"ID": 1, "TS": 1000}, 0),
+            (b"b", {"ID": 2, "TS": -5}, 0),
+            (b"c", {"ID": 3, "TS": 2000}, 0),
+        ],
+    )
+    rows = [
+        (r["topic"], r["key"], r["timestamp"])
+        for b in runtime.run_stateless(spec, iter([batch]))
+        for r in b.to_pylist()
+    ]
+    assert rows == [("COPIED", b"a", 1000), ("COPIED", b"c", 2000)]
