@@ -20,6 +20,11 @@ Who runs what is the ``membership``'s answer:
   only once the task is gone from the configs. When the leader's connectors change their
   tasks, it asks for a new plan (``work_changed``).
 
+Active topics (KIP-558, ``topic.tracking.enable``): a task records each topic it
+produces to or consumes from, once, in the status store; a worker that stops a deleted
+connector or its tasks resets the connector's topics after they have stopped (as
+Kafka's distributed herder does, so that no late record writes one back). Both modes.
+
 Errors are ``HerderError``s with Kafka Connect's status codes and messages (404 for an
 unknown connector, 409 for an existing one, 400 for a bad config naming its keys).
 
@@ -32,6 +37,7 @@ import concurrent.futures
 import logging
 import queue
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,6 +61,7 @@ from strom.connect.stores import (
     OffsetStore,
     Status,
     StatusStore,
+    TopicStatus,
     offset_key,
 )
 
@@ -126,6 +133,7 @@ class Herder:
         membership: Membership,
         admin_settings: dict[str, Any],
         exactly_once_source: bool = False,
+        topic_tracking: bool = True,
     ) -> None:
         self.worker_id = worker_id
         self.plugins = plugins
@@ -135,6 +143,7 @@ class Herder:
         self.membership = membership
         self.admin_settings = admin_settings
         self.exactly_once_source = exactly_once_source
+        self.topic_tracking = topic_tracking
         self.runner: TaskRunner | None = None
         self.running: dict[str, _Running] = {}
         self.task_restarts: set[TaskId] = set()
@@ -220,6 +229,14 @@ class Herder:
         """The runner's listener."""
         self.status_store.put_task(task_id[0], task_id[1], self._status(state, trace))
 
+    def record_active_topic(self, task_id: TaskId, topic: str) -> None:
+        """The runner's: a task produced to or consumed from ``topic`` (on its thread).
+        Written once per connector and topic, as Kafka's WorkerTask does."""
+        if not self.topic_tracking or self.status_store.topic(task_id[0], topic) is not None:
+            return
+        now_ms = int(time.time() * 1000)
+        self.status_store.put_topic(TopicStatus(topic, task_id[0], task_id[1], now_ms))
+
     def request_task_reconfiguration(self, name: str) -> None:
         def mark() -> None:
             if name in self.running:
@@ -249,15 +266,21 @@ class Herder:
             self.offset_store.refresh()
         self.generation_seen = self.membership.generation
         snapshot = self.config_store.snapshot()
+        deleted: set[str] = set()
         for name in list(self.running):
             if not leads or name not in snapshot.connectors:
                 self._stop_instance(name, UNASSIGNED, remove=name not in snapshot.connectors)
                 del self.running[name]
+                if name not in snapshot.connectors:
+                    deleted.add(name)
         if leads:
             for name, config in snapshot.connectors.items():
                 self._reconcile_connector(name, config, snapshot)
             self.membership.work_changed(set(tasks_of(snapshot)))
-        self._reconcile_tasks(snapshot, holds, leads)
+        deleted |= self._reconcile_tasks(snapshot, holds, leads)
+        if self.topic_tracking:
+            for name in sorted(deleted):  # now that its connector and tasks have stopped
+                self.reset_active_topics(name)
 
     def _reconcile_connector(
         self, name: str, config: dict[str, str], snapshot: ConfigState
@@ -356,10 +379,11 @@ class Herder:
         if configs != snapshot.tasks.get(name) and self.membership.is_leader():
             self.config_store.put_task_configs(name, configs)
 
-    def _reconcile_tasks(self, snapshot: ConfigState, holds: bool, leads: bool) -> None:
+    def _reconcile_tasks(self, snapshot: ConfigState, holds: bool, leads: bool) -> set[str]:
         """Run here the tasks the membership gives this worker (none unless it holds
         work); stop the others. A task's status is removed only once the task itself is
-        gone from the configs (a task that moved is written by its new worker)."""
+        gone from the configs (a task that moved is written by its new worker). The
+        deleted connectors whose tasks were stopped here."""
         assert self.runner is not None
         wanted: dict[TaskId, tuple[TaskSpec, str]] = {}
         for name, task_configs in snapshot.tasks.items() if holds else ():
@@ -398,6 +422,7 @@ class Herder:
             if task_id not in wanted or wanted[task_id][0] != spec or task_id in self.task_restarts
         ]
         existing = set(tasks_of(snapshot))
+        deleted = {name for name, _ in stale if name not in snapshot.connectors}
         if stale:
             self.runner.stop(stale)
             for task_id in stale:
@@ -416,6 +441,7 @@ class Herder:
             for number in gone:
                 if (name, number) not in have:
                     self.status_store.put_task(name, number, None)
+        return deleted
 
     # What the REST API asks.
 
@@ -536,6 +562,15 @@ class Herder:
             "tasks": [{"id": n, **_state_json(tasks[n])} for n in sorted(tasks)],
             "type": self.connector_type(snapshot.connectors[name]),
         }
+
+    def connector_active_topics(self, name: str) -> dict[str, Any]:
+        """Kafka's ActiveTopicsInfo keyed by the connector's name (an unknown connector
+        has none, as in Kafka)."""
+        return {name: {"topics": [t.topic for t in self.status_store.connector_topics(name)]}}
+
+    def reset_active_topics(self, name: str) -> None:
+        for status in self.status_store.connector_topics(name):
+            self.status_store.delete_topic(status.connector, status.topic)
 
     def task_status(self, name: str, task: int) -> dict[str, Any]:
         status = self.status_store.task(name, task)

@@ -12,6 +12,10 @@ error JSON ``{"error_code": N, "message": "..."}``.
   ``PUT .../pause`` and ``.../resume`` (202), ``PUT .../stop`` (204);
 - ``GET|PATCH|DELETE .../offsets`` (KIP-875; altering and resetting need the connector
   STOPPED, else 400 with Kafka's message);
+- ``GET .../topics`` (``{"<name>": {"topics": [...]}}``) and ``PUT .../topics/reset``
+  (202), KIP-558's active topics: 403 "Topic tracking is disabled." without
+  ``topic.tracking.enable``, and a reset 403 "Topic tracking reset is disabled." without
+  ``topic.tracking.allow.reset``;
 - ``GET /connector-plugins`` (``?connectorsOnly=false`` adds the converters, transforms
   and predicates),
   ``GET /connector-plugins/{plugin}/config``,
@@ -93,9 +97,17 @@ def _flag(request: web.Request, name: str) -> bool:
 class ConnectRest:
     """The aiohttp application of one worker."""
 
-    def __init__(self, plugins: Plugins, cluster_id: str | None) -> None:
+    def __init__(
+        self,
+        plugins: Plugins,
+        cluster_id: str | None,
+        topic_tracking: bool = True,
+        topic_tracking_reset: bool = True,
+    ) -> None:
         self.plugins = plugins
         self.cluster_id = cluster_id
+        self.topic_tracking = topic_tracking
+        self.topic_tracking_reset = topic_tracking_reset
         self.herder: Herder | None = None  # set once the worker has started
         self.forwarding_tls: Any = None
         self.logger_changes: dict[str, int] = {}
@@ -121,6 +133,8 @@ class ConnectRest:
         r.add_get("/connectors/{name}/offsets", self.get_offsets)
         r.add_patch("/connectors/{name}/offsets", self.alter_offsets)
         r.add_delete("/connectors/{name}/offsets", self.reset_offsets)
+        r.add_get("/connectors/{name}/topics", self.get_topics)
+        r.add_put("/connectors/{name}/topics/reset", self.reset_topics)
         r.add_get("/connector-plugins", self.list_plugins)
         r.add_get("/connector-plugins/{plugin}/config", self.plugin_config)
         r.add_put("/connector-plugins/{plugin}/config/validate", self.validate)
@@ -412,6 +426,26 @@ class ConnectRest:
         herder = self._herder()
         name = request.match_info["name"]
         return web.json_response(await self._on_herder(lambda: herder.reset_offsets(name)))
+
+    # Active topics (KIP-558).
+
+    def _require_topic_tracking(self) -> None:
+        if not self.topic_tracking:
+            raise HerderError(403, "Topic tracking is disabled.")
+
+    async def get_topics(self, request: web.Request) -> web.Response:
+        self._require_topic_tracking()
+        name = request.match_info["name"]
+        return web.json_response(self._herder().connector_active_topics(name))
+
+    async def reset_topics(self, request: web.Request) -> web.Response:
+        self._require_topic_tracking()
+        if not self.topic_tracking_reset:
+            raise HerderError(403, "Topic tracking reset is disabled.")
+        name = request.match_info["name"]
+        herder = self._herder()
+        await self._blocking(lambda: herder.reset_active_topics(name))
+        return web.Response(status=202)
 
     # Plugins.
 

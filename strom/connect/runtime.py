@@ -31,6 +31,10 @@ In the worker, each task is a thread with confluent-kafka clients:
   its group. Its ``stop()`` is called by its own thread after the last commit (a source
   task's from the stopping thread, to end a waiting ``poll``), as in Kafka.
 
+Each topic a source task's record was written to (acknowledged) and each topic a sink
+task consumed from is told to the runner's ``topic_listener`` (KIP-558's active topics;
+the herder records it once).
+
 After a clean stop a restarted task resumes exactly after the last record written (no
 record lost or repeated); after a crash it resumes at the last commit (at least once).
 
@@ -50,7 +54,6 @@ import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -115,6 +118,7 @@ class TaskSpec:
 
 
 StateListener = Callable[[TaskId, str, str | None], None]
+TopicListener = Callable[[TaskId, str], None]  # a task's active topic (KIP-558)
 
 
 class TaskRunner(ABC):
@@ -171,6 +175,14 @@ class _TaskThread(threading.Thread):
         self.flush_timeout_s = self.config["offset.flush.timeout.ms"] / 1000
         self.log_errors = spec.connector_config.get("errors.log.enable", "false") == "true"
         self.errors: ErrorHandler | None = None
+
+    def active_topic(self, topic: str) -> None:
+        """A topic this task produced to or consumed from (the listener keeps it once;
+        asked each time, as Kafka's tasks ask the status store, so a topic reset while
+        the task still uses it is recorded again)."""
+        listener = self.runner.topic_listener
+        if listener is not None:
+            listener(self.spec.task_id, topic)
 
     def report(self, state: str, trace: str | None = None) -> None:
         if state != self.reported or trace is not None:
@@ -449,6 +461,13 @@ class _SourceTaskThread(_TaskThread):
         message = path.produced_message(record)
         if message is None:
             return  # dropped by a transform, or its failure tolerated
+        topic = message.topic
+
+        def acknowledged(error: Any, produced: Any) -> None:
+            delivered(record, error, produced)
+            if error is None:
+                self.active_topic(topic)
+
         if self.topics is not None:
             self.topics.ensure(message.topic)
         extra: dict[str, Any] = {}
@@ -464,7 +483,7 @@ class _SourceTaskThread(_TaskThread):
                     message.topic,
                     message.value,
                     message.key,
-                    on_delivery=partial(delivered, record),
+                    on_delivery=acknowledged,
                     **extra,
                 )
                 return
@@ -552,6 +571,8 @@ class _SinkTaskThread(_TaskThread):
                 consumed = [
                     _consumed(m) for m in consumer.consume(SINK_BATCH, POLL_S) if m.error() is None
                 ]
+                for topic in sorted({message.topic for message in consumed}):
+                    self.active_topic(topic)
                 records = [r for r in map(path.sink_record, consumed) if r is not None]
                 if records:
                     originals = {(m.topic, m.partition, m.offset): m for m in consumed}
@@ -627,11 +648,13 @@ class InWorkerRunner(TaskRunner):
         plugins: Plugins,
         offset_store: OffsetStore,
         listener: StateListener,
+        topic_listener: TopicListener | None = None,
     ) -> None:
         self.worker_config = worker_config
         self.plugins = plugins
         self.offset_store = offset_store
         self.listener = listener
+        self.topic_listener = topic_listener
         self.threads: dict[TaskId, _TaskThread] = {}
         self.generation = 0
         # KIP-618: source tasks write their records and offsets in transactions

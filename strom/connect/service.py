@@ -85,7 +85,12 @@ class ConnectWorker:
             self.config_store = MemoryConfigStore()
             self.offset_store = FileOffsetStore(config["offset.storage.file.filename"])
             self.status_store = StatusStore()
-        self.rest = ConnectRest(self.plugins, None)
+        self.rest = ConnectRest(
+            self.plugins,
+            None,
+            config["topic.tracking.enable"],
+            config["topic.tracking.allow.reset"],
+        )
         self.server: HttpServer | None = None
         self.herder: Herder | None = None
         self.url = ""
@@ -170,9 +175,14 @@ class ConnectWorker:
             membership,
             self.admin_settings,
             exactly_once_source=self.config.exactly_once_source,
+            topic_tracking=self.config["topic.tracking.enable"],
         )
         in_worker = InWorkerRunner(
-            self.config, self.plugins, self.offset_store, herder.task_state_changed
+            self.config,
+            self.plugins,
+            self.offset_store,
+            herder.task_state_changed,
+            herder.record_active_topic,
         )
         on_spark = SparkRunner(
             self.config, self.plugins, self.offset_store, herder.task_state_changed

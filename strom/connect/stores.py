@@ -17,7 +17,9 @@ writes them without schemas):
 The offsets topic: key ``["<connector>", {partition}]``, value ``{offset}`` or null, both
 compact JSON with sorted keys. The status topic: ``status-connector-<name>`` and
 ``status-task-<name>-<n>`` with ``{"state", "trace", "worker_id", "generation"}``, null
-when gone.
+when gone; a connector's active topics (KIP-558) as ``status-topic-<topic>:connector-<name>``
+with ``{"topic": {"name", "connector", "task", "discoverTimestamp"}}``, null once reset
+(``:`` cannot be in a topic's name, so the first one ends it).
 
 Standalone: configs and statuses in memory (connectors come from the command line's
 files each start, as in Kafka), offsets in ``offset.storage.file.filename`` as one JSON
@@ -278,8 +280,44 @@ class Status:
         }
 
 
+@dataclass(frozen=True)
+class TopicStatus:
+    """A topic a connector's task produced to or consumed from (KIP-558)."""
+
+    topic: str
+    connector: str
+    task: int
+    discover_timestamp: int  # ms since the epoch
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "topic": {
+                "name": self.topic,
+                "connector": self.connector,
+                "task": self.task,
+                "discoverTimestamp": self.discover_timestamp,
+            }
+        }
+
+
 CONNECTOR_STATUS_PREFIX = "status-connector-"
 TASK_STATUS_PREFIX = "status-task-"
+TOPIC_STATUS_PREFIX = "status-topic-"
+TOPIC_STATUS_SEPARATOR = ":connector-"
+
+
+def topic_status_key(connector: str, topic: str) -> str:
+    """The status topic's key of a connector's active topic."""
+    return f"{TOPIC_STATUS_PREFIX}{topic}{TOPIC_STATUS_SEPARATOR}{connector}"
+
+
+def _topic_status_names(key: str) -> tuple[str, str] | None:
+    """(topic, connector) of a topic status key, None when it is not one."""
+    topic, separator, connector = key[len(TOPIC_STATUS_PREFIX) :].partition(":")
+    if not topic or not separator or not connector.startswith("connector-"):
+        return None
+    connector = connector[len("connector-") :]
+    return (topic, connector) if connector else None
 
 
 class StatusStore:
@@ -290,12 +328,45 @@ class StatusStore:
         self.lock = threading.Lock()
         self.connectors: dict[str, Status] = {}
         self.tasks: dict[str, dict[int, Status]] = {}
+        self.topics: dict[str, dict[str, TopicStatus]] = {}  # by connector, then topic
 
     def start(self) -> None:
         pass
 
     def close(self) -> None:
         pass
+
+    def _set_topic(self, key: str, status: TopicStatus | None) -> None:
+        names = _topic_status_names(key)
+        if names is None:
+            log.warning("status topic: discarding a record with an invalid key %s", key)
+            return
+        topic, connector = names
+        with self.lock:
+            if status is None:
+                active = self.topics.get(connector)
+                if active is not None:
+                    active.pop(topic, None)
+                    if not active:
+                        del self.topics[connector]
+            else:
+                self.topics.setdefault(connector, {})[topic] = status
+
+    def put_topic(self, status: TopicStatus) -> None:
+        self._set_topic(topic_status_key(status.connector, status.topic), status)
+
+    def delete_topic(self, connector: str, topic: str) -> None:
+        self._set_topic(topic_status_key(connector, topic), None)
+
+    def topic(self, connector: str, topic: str) -> TopicStatus | None:
+        with self.lock:
+            return self.topics.get(connector, {}).get(topic)
+
+    def connector_topics(self, connector: str) -> list[TopicStatus]:
+        """The connector's active topics, by name."""
+        with self.lock:
+            active = self.topics.get(connector, {})
+            return [active[topic] for topic in sorted(active)]
 
     def _set(self, key: str, status: Status | None) -> None:
         with self.lock:
@@ -351,6 +422,9 @@ class TopicStatusStore(_TopicBacked, StatusStore):
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
         if key is None:
             return
+        if key.startswith(TOPIC_STATUS_PREFIX.encode()):
+            self._apply_topic(key.decode("utf-8", "replace"), value)
+            return
         status = None
         if value is not None:
             document = json.loads(value)
@@ -362,10 +436,35 @@ class TopicStatusStore(_TopicBacked, StatusStore):
             )
         self._set(key.decode("utf-8", "replace"), status)
 
+    def _apply_topic(self, key: str, value: bytes | None) -> None:
+        status = None
+        if value is not None:
+            try:
+                document = json.loads(value)["topic"]
+                status = TopicStatus(
+                    str(document["name"]),
+                    str(document["connector"]),
+                    int(document["task"]),
+                    int(document["discoverTimestamp"]),
+                )
+            except (ValueError, TypeError, KeyError):
+                log.warning("status topic: discarding a topic status that cannot be read: %s", key)
+                return
+        self._set_topic(key, status)
+
     def put(self, key: str, status: Status | None) -> None:
         self._set(key, status)  # seen at once here; the topic tells the other workers
         value = None if status is None else compact_json(status.document())
         self.log.send(key.encode(), value)
+
+    def put_topic(self, status: TopicStatus) -> None:
+        super().put_topic(status)
+        key = topic_status_key(status.connector, status.topic)
+        self.log.send(key.encode(), compact_json(status.document()))
+
+    def delete_topic(self, connector: str, topic: str) -> None:
+        super().delete_topic(connector, topic)
+        self.log.send(topic_status_key(connector, topic).encode(), None)
 
 
 OffsetEntries = dict[bytes, tuple[Any, Any]]  # key JSON -> (partition, offset or None)

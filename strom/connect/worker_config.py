@@ -11,7 +11,8 @@ from ``listeners.https.ssl.*`` as Kafka Connect's), ``rest.advertised.host.name`
 ignored, with one line saying so: Strom's plugins are Python classes it ships), and the
 client security settings (``security.protocol``, ``ssl.*``, ``sasl.*``, Java names
 translated by ``strom.client_security``) with ``producer.*``, ``consumer.*`` and
-``admin.*`` overrides, passed to the worker's Kafka clients.
+``admin.*`` overrides, passed to the worker's Kafka clients; ``topic.tracking.enable``
+and ``topic.tracking.allow.reset`` (both true) govern KIP-558's active topics.
 
 Standalone adds ``offset.storage.file.filename`` (required). Distributed adds
 ``group.id``, ``config.storage.topic``, ``offset.storage.topic``, ``status.storage.topic``
@@ -214,6 +215,20 @@ COMMON_KEYS = [
         True,
         cd.LOW,
         "Whether connectors may create topics (topic.creation.* of a connector).",
+    ),
+    cd.ConfigKey(
+        "topic.tracking.enable",
+        cd.BOOLEAN,
+        True,
+        cd.LOW,
+        "Enable tracking the set of active topics per connector during runtime (KIP-558).",
+    ),
+    cd.ConfigKey(
+        "topic.tracking.allow.reset",
+        cd.BOOLEAN,
+        True,
+        cd.LOW,
+        "If set to true, it allows user requests to reset the set of active topics per connector.",
     ),
     cd.ConfigKey(
         "rest.extension.classes",

@@ -5,6 +5,7 @@ with a Kafka Connect client from PyPI (kafka-connect-py), and a standalone worke
 Covers every REST path's answer and its errors (Kafka Connect's codes and error JSON),
 FileStream source -> topic -> FileStream sink end to end with the JsonConverter
 envelope, pause/resume/stop, restarts, a failed task with its trace, KIP-875 offsets,
+KIP-558 active topics (listed, reset, cleared on delete, tracking or its reset off),
 config validation listing every error, single message transforms chained from a
 FileStream source, a sink tolerating a bad record into a dead letter queue with Kafka's
 context headers (and the same record failing a task that tolerates nothing), a source
@@ -406,6 +407,82 @@ def test_file_source_to_topic_to_file_sink(
     )
 
 
+def status_records(broker: BrokerProcess, topic: str, key: bytes) -> list[bytes | None]:
+    """The values of every record of ``topic`` with ``key``, oldest first."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"check-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+        }
+    )
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in partitions}
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    values: list[bytes | None] = []
+    positions = dict.fromkeys(partitions, 0)
+    deadline = time.monotonic() + WAIT_S
+    while any(positions[p] < ends[p] for p in partitions) and time.monotonic() < deadline:
+        for message in consumer.consume(100, 0.2):
+            if message.error() is None:
+                positions[message.partition()] = message.offset() + 1
+                if message.key() == key:
+                    values.append(message.value())
+    consumer.close()
+    return values
+
+
+def test_active_topics(worker: Worker, broker: BrokerProcess, workdir: Path) -> None:
+    """KIP-558: the topic a source wrote to and the one a sink read from are listed, with
+    Kafka's records in the status topic; a reset empties the list (a source writing
+    again lists its topic again), and a deleted connector's topics are gone."""
+    source_file, sink_file = workdir / "active-in.txt", workdir / "active-out.txt"
+    source_file.write_text("first\n")
+    assert (
+        worker.call("POST", "/connectors", file_source("at-src", source_file, "active"))[0] == 201
+    )
+    assert worker.call("POST", "/connectors", file_sink("at-sink", sink_file, "active"))[0] == 201
+    for name in ("at-src", "at-sink"):
+        wait_for(
+            lambda name=name: (
+                worker.call("GET", f"/connectors/{name}/topics")
+                == (200, {name: {"topics": ["active"]}})
+            ),
+            f"{name}'s active topic",
+        )
+    written = status_records(broker, "connect-it-status", b"status-topic-active:connector-at-src")
+    assert written and written[-1] is not None
+    document = json.loads(written[-1])
+    assert set(document) == {"topic"} and isinstance(document["topic"]["discoverTimestamp"], int)
+    assert {k: v for k, v in document["topic"].items() if k != "discoverTimestamp"} == {
+        "name": "active",
+        "connector": "at-src",
+        "task": 0,
+    }
+    assert worker.call("GET", "/connectors/no-such/topics") == (200, {"no-such": {"topics": []}})
+    assert worker.call("PUT", "/connectors/at-src/topics/reset") == (202, None)
+    assert worker.call("GET", "/connectors/at-src/topics") == (200, {"at-src": {"topics": []}})
+    written = status_records(broker, "connect-it-status", b"status-topic-active:connector-at-src")
+    assert written[-1] is None  # Kafka's tombstone
+    with source_file.open("a") as handle:
+        handle.write("second\n")
+    wait_for(lambda: lines_of(sink_file) == ["first", "second"], "the sink file")
+    wait_for(
+        lambda: (
+            worker.call("GET", "/connectors/at-src/topics")[1] == {"at-src": {"topics": ["active"]}}
+        ),
+        "the source's topic recorded again",
+    )
+    assert worker.call("DELETE", "/connectors/at-sink")[0] == 204
+    wait_for(
+        lambda: worker.call("GET", "/connectors/at-sink/topics")[1] == {"at-sink": {"topics": []}},
+        "the deleted sink's topics reset",
+    )
+    written = status_records(broker, "connect-it-status", b"status-topic-active:connector-at-sink")
+    assert written[-1] is None
+    assert worker.call("DELETE", "/connectors/at-src")[0] == 204
+
+
 def test_pause_resume_stop_and_offsets(worker: Worker, workdir: Path) -> None:
     source_file, sink_file = workdir / "pause-in.txt", workdir / "pause-out.txt"
     source_file.write_text("one\n")
@@ -757,6 +834,7 @@ def test_standalone_worker(broker: BrokerProcess, tmp_path: Path) -> None:
         "value.converter=org.apache.kafka.connect.storage.StringConverter\n"
         f"offset.storage.file.filename={tmp_path / 'offsets'}\n"
         "offset.flush.interval.ms=200\nlisteners=http://127.0.0.1:0\n"
+        "topic.tracking.allow.reset=false\n"
     )
     source = tmp_path / "source.properties"
     source.write_text(
@@ -768,6 +846,25 @@ def test_standalone_worker(broker: BrokerProcess, tmp_path: Path) -> None:
     try:
         wait_for(lambda: lines_of(sink_file) == ["standalone"], "the standalone sink")
         assert process.call("GET", "/connectors")[1] == ["sa-sink", "sa-src"]
+        for name in ("sa-src", "sa-sink"):  # KIP-558's active topics, kept in memory
+            wait_for(
+                lambda name=name: (
+                    process.call("GET", f"/connectors/{name}/topics")[1]
+                    == {name: {"topics": ["standalone"]}}
+                ),
+                f"{name}'s active topic",
+            )
+        assert error_of(process.call("PUT", "/connectors/sa-src/topics/reset")) == (
+            403,
+            "Topic tracking reset is disabled.",
+        )
+        assert process.call("DELETE", "/connectors/sa-sink")[0] == 204
+        wait_for(
+            lambda: (
+                process.call("GET", "/connectors/sa-sink/topics")[1] == {"sa-sink": {"topics": []}}
+            ),
+            "the deleted sink's topics reset",
+        )
     finally:
         process.stop()
     offsets = json.loads((tmp_path / "offsets").read_text())
@@ -776,6 +873,24 @@ def test_standalone_worker(broker: BrokerProcess, tmp_path: Path) -> None:
             "position": 11
         }
     }
+
+
+def test_topic_tracking_disabled(broker: BrokerProcess, tmp_path: Path) -> None:
+    worker_file = tmp_path / "untracked.properties"
+    worker_file.write_text(
+        f"bootstrap.servers={broker.bootstrap}\n"
+        "key.converter=org.apache.kafka.connect.storage.StringConverter\n"
+        "value.converter=org.apache.kafka.connect.storage.StringConverter\n"
+        f"offset.storage.file.filename={tmp_path / 'offsets'}\n"
+        "listeners=http://127.0.0.1:0\ntopic.tracking.enable=false\n"
+    )
+    process = Worker("standalone", worker_file)
+    try:
+        for method, path in (("GET", "/topics"), ("PUT", "/topics/reset")):
+            answer = process.call(method, "/connectors/any" + path)
+            assert error_of(answer) == (403, "Topic tracking is disabled.")
+    finally:
+        process.stop()
 
 
 def run_standalone(worker_file: Path) -> subprocess.CompletedProcess[str]:

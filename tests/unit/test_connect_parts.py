@@ -45,7 +45,7 @@ from strom.connect.data import (
 from strom.connect.errors import ConsumedMessage
 from strom.connect.plugins import Plugins
 from strom.connect.record_path import RecordPath
-from strom.connect.stores import offset_key
+from strom.connect.stores import TopicStatus, TopicStatusStore, offset_key
 from strom.connect.worker_config import DISTRIBUTED, STANDALONE, WorkerConfig
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
@@ -80,6 +80,8 @@ def test_worker_defaults_are_kafkas() -> None:
     assert config["config.storage.replication.factor"] == 3
     assert config.listener.host == "127.0.0.1" and config.listener.port == 8083
     assert config.advertised_url(8083) == "http://127.0.0.1:8083"
+    assert config["topic.tracking.enable"] is True
+    assert config["topic.tracking.allow.reset"] is True
 
 
 RF_RULE = "Replication factor must be positive or -1 to use the broker's default"
@@ -112,6 +114,11 @@ PARTITIONS_RULE = "Number of partitions must be positive, or -1 to use the broke
             "Invalid value sometimes for configuration exactly.once.source.support",
         ),
         ({"group.id": ""}, "Invalid value  for configuration group.id: String must be non-empty"),
+        (
+            {"topic.tracking.enable": "maybe"},
+            "Invalid value maybe for configuration topic.tracking.enable: "
+            "Expected value to be either true or false",
+        ),
     ],
 )
 def test_worker_refuses_bad_values_in_kafkas_words(props: dict[str, str], message: str) -> None:
@@ -356,6 +363,28 @@ def test_file_source_lines_offsets_and_resume(tmp_path: Path) -> None:
 
 def test_offset_keys_are_kafkas() -> None:
     assert offset_key("src", {"filename": "/f"}) == b'["src",{"filename":"/f"}]'
+
+
+def test_active_topic_records_are_kafkas() -> None:
+    """KIP-558's records in the status topic, as a Kafka Connect worker writes them (its
+    internal JsonConverter, no schemas): read into the connector's active topics, a
+    tombstone removing one, and written back alike."""
+    store = TopicStatusStore({"bootstrap.servers": "127.0.0.1:9", "log_level": 0}, "status", 1, 1)
+    kafkas = b'{"topic":{"name":"foo","connector":"some-source","task":0,"discoverTimestamp":15}}'
+    store._apply(b"status-topic-foo:connector-some-source", kafkas)
+    store._apply(b"status-topic-bar:connector-some-source", kafkas.replace(b'"foo"', b'"bar"'))
+    store._apply(b"status-topic-foo:connector-other:connector-x", kafkas)  # a name with ':'
+    assert [t.topic for t in store.connector_topics("some-source")] == ["bar", "foo"]
+    assert store.topic("some-source", "foo") == TopicStatus("foo", "some-source", 0, 15)
+    assert store.topic("other:connector-x", "foo") is not None
+    store._apply(b"status-topic-foo:connector-some-source", None)
+    assert [t.topic for t in store.connector_topics("some-source")] == ["bar"]
+    for bad in (b"status-topic-:connector-c", b"status-topic-foo", b"status-topic-foo:connector-"):
+        store._apply(bad, kafkas)
+    assert set(store.topics) == {"some-source", "other:connector-x"}
+    assert json.dumps(
+        TopicStatus("foo", "some-source", 0, 15).document(), separators=(",", ":")
+    ) == (kafkas.decode())
 
 
 def test_connect_samples_load() -> None:
