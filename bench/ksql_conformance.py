@@ -15,7 +15,8 @@ error messages and topic names before comparing. For each case: its input topics
 created (one partition, or the partitions the case gives), its statements run one by
 one over ``/ksql`` (``auto.offset.reset`` earliest, the case's properties), its inputs
 produced with their keys, values and timestamps in the formats of the sources that read
-them, then the records expected on each sink topic waited for (bounded: a case that
+them (one at a time where the file's order matters, below), then the records
+expected on each sink topic waited for (bounded: a case that
 expects none is given a short wait) and compared in order: key, value, timestamp (when
 the case gives one) and window bounds (windowed keys). A case that expects an error
 passes when a statement fails with a message containing the expected one; one that
@@ -25,6 +26,17 @@ there) when the statements succeed, the records before that one made what it exp
 when a record fails to serialize, itself one the case lists) and a query of the case
 has the expected message and cause message in its queryErrors. Its queries
 are terminated at its end.
+
+ksqlDB's test driver feeds a case's inputs one by one in the file's order, each
+processed fully before the next. Written at once, inputs on several topics are taken
+by the timestamp rule instead (Strom's, as Kafka Streams' on a broker): of the topics
+with records waiting, the one whose next record has the smallest time (its source's
+TIMESTAMP column, else the record's timestamp). A case whose inputs that rule would
+take in another order than the file's (``in_file_order_only``) has them written one
+at a time: each record, then a wait until every query of the case has read all of its
+sources' records, by the consumer offsets the server gives in ``DESCRIBE <sink>
+EXTENDED`` (``queryOffsetSummaries``: a query's offsets move once a micro-batch's
+output is written). The other cases' inputs are written at once.
 
 The schema registry's formats (AVRO, PROTOBUF, JSON_SR) go through a schema registry
 started beside the broker, PROTOBUF_NOSR as the message of the source's columns
@@ -55,6 +67,7 @@ import threading
 import time
 import traceback
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +109,8 @@ OUTPUT_WAIT_S = 240.0  # the bound on a case's expected records
 QUERY_ERROR_WAIT_S = 60.0  # the bound on a failing query's error
 NO_OUTPUT_WAIT_S = 25.0  # a case that expects no record on a topic
 EXTRA_WAIT_S = 2.0  # records beyond the expected ones, looked for after them
+SETTLE_WAIT_S = 120.0  # the bound on the queries' reading of one input fed alone
+SETTLE_POLL_S = 0.1  # how often the server is asked whether they read it
 SUFFIX_RE = re.compile(r"__C\d+C", re.IGNORECASE)
 # where in the statements an error is: the cases' statements are run one by one here,
 # under longer names, so the line and column are not ksqlDB's; compared without them
@@ -240,6 +255,43 @@ def query_sinks(statements: list[str]) -> set[str]:
     return sinks
 
 
+def record_time(record: dict[str, Any], source: Source | None) -> int:
+    """The time a processor orders a record by: its source's TIMESTAMP column's value
+    when the source has one and the value is a number, else the record's timestamp."""
+    if source is not None and source.timestamp:
+        value = record.get("value")
+        if isinstance(value, dict):
+            found = {k.upper(): v for k, v in value.items()}.get(source.timestamp.upper())
+            if isinstance(found, int) and not isinstance(found, bool):
+                return found
+    return int(record.get("timestamp", 0) or 0)
+
+
+def in_file_order_only(
+    inputs: list[dict[str, Any]], suffix: str, sources: dict[str, Source]
+) -> bool:
+    """Whether the inputs must be fed one at a time to be processed in the file's order,
+    as ksqlDB's test driver feeds them. Written at once to several topics, they are
+    taken (by Strom, as by Kafka Streams on a broker) by the timestamp rule: of the
+    topics with records waiting, the one whose next record has the smallest time
+    (``record_time``; ties in the file's order). True when the inputs are on several
+    topics and that rule takes them in another order than the file's."""
+    queues: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for index, record in enumerate(inputs):
+        topic = record["topic"] + suffix
+        queues[topic].append((record_time(record, sources.get(topic)), index))
+    if len(queues) < 2:
+        return False
+    heads = dict.fromkeys(queues, 0)
+    taken: list[int] = []
+    while len(taken) < len(inputs):
+        waiting = [queues[t][i] for t, i in heads.items() if i < len(queues[t])]
+        _, index = min(waiting)
+        taken.append(index)
+        heads[inputs[index]["topic"] + suffix] += 1
+    return taken != sorted(taken)
+
+
 def without_topic_counts(statement: str) -> str:
     """The CREATE statement without its WITH clause's PARTITIONS and REPLICAS settings
     (it keeps its KAFKA_TOPIC)."""
@@ -307,6 +359,7 @@ class Source:
     values: list[tuple[str, str]] = field(default_factory=list)
     # *_PROTOBUF_NULLABLE_REPRESENTATION of the statement creating it (PROTOBUF_NOSR)
     nullable: dict[str, str | None] = field(default_factory=dict)
+    timestamp: str = ""  # the column giving its records' times (TIMESTAMP=), if any
 
 
 def encode_kafka(value: Any, type_: str) -> bytes | None:
@@ -535,6 +588,7 @@ class Harness:
             found[desc["topic"]] = Source(
                 desc["name"], desc["topic"], str(desc.get("keyFormat", "KAFKA")),
                 str(desc.get("valueFormat", "JSON")), desc.get("windowType"), keys, values,
+                timestamp=str(desc.get("timestamp") or ""),
             )  # fmt: skip
         return found
 
@@ -666,7 +720,11 @@ class Harness:
         for source in sources.values():
             name = unsuffixed(source.name)
             source.nullable = {s: nullable_setting(name, statements, s) for s in ("KEY", "VALUE")}
-        self.produce(case.get("inputs", []), suffix, sources)
+        inputs = case.get("inputs", [])
+        settle = None
+        if in_file_order_only(inputs, suffix, sources):
+            settle = lambda: self.settle(suffix)  # noqa: E731
+        self.produce(inputs, suffix, sources, settle)
         made = query_sinks(statements) if not case.get("outputs") else set()
         sinks = {s.topic for s in sources.values() if unsuffixed(s.name).upper() in made}
         return sources, sinks
@@ -720,9 +778,66 @@ class Harness:
                 return f"query errors: expected {' / '.join(wanted)}; got {seen or 'none'}"
             time.sleep(1.0)
 
+    def settle(self, suffix: str) -> None:
+        """Returns once every query of the case has read (processed, its output
+        written) every record of its sources, as the server reports it: each query's
+        consumer offsets in ``DESCRIBE <sink> EXTENDED``'s ``queryOffsetSummaries`` at
+        the partitions' log end offsets, in two passes in a row over all of them (a
+        query's output read by another written before the first pass saw it caught up
+        is seen by the second). Polls the server; bounded by ``SETTLE_WAIT_S``."""
+        deadline = time.monotonic() + SETTLE_WAIT_S
+        clean = 0
+        behind: list[str] = []
+        while clean < 2:
+            behind = self._behind(suffix)
+            clean = clean + 1 if not behind else 0
+            if clean < 2:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the case's queries did not read their inputs: {behind}")
+                time.sleep(SETTLE_POLL_S)
+
+    def _behind(self, suffix: str) -> list[str]:
+        """What the case's queries have not read yet (empty: all read)."""
+        ok, answer = self.ksql("SHOW QUERIES;", {})
+        if not ok:
+            return ["SHOW QUERIES failed"]
+        sinks = {
+            sink
+            for entity in answer
+            for query in entity.get("queries", [])
+            if suffix.upper() in str(query.get("id", "")).upper()
+            for sink in query.get("sinks", [])
+        }
+        behind: list[str] = []
+        for sink in sorted(sinks):
+            ok, described = self.ksql(f"DESCRIBE `{sink}` EXTENDED;", {})
+            if not ok:
+                behind.append(f"DESCRIBE {sink} failed")
+                continue
+            desc = described[0]["sourceDescription"]
+            summaries = desc.get("queryOffsetSummaries") or []
+            if len(summaries) < len(desc.get("writeQueries") or []):
+                behind.append(f"{sink}: a query not reading yet")
+            for summary in summaries:
+                for topic in summary["topicSummaries"]:
+                    for p in topic["offsets"]:
+                        if p["consumerOffset"] < p["logEndOffset"]:
+                            behind.append(
+                                f"{summary['groupId']} at {p['consumerOffset']} of "
+                                f"{topic['kafkaTopic']}-{p['partition']} "
+                                f"(end {p['logEndOffset']})"
+                            )
+        return behind
+
     def produce(
-        self, inputs: list[dict[str, Any]], suffix: str, sources: dict[str, Source]
+        self,
+        inputs: list[dict[str, Any]],
+        suffix: str,
+        sources: dict[str, Source],
+        settle: Callable[[], None] | None = None,
     ) -> None:
+        """Writes the inputs in the file's order; with ``settle``, one at a time,
+        each written record followed by ``settle()``."""
         producer = Producer({"bootstrap.servers": self.broker.bootstrap, "linger.ms": 0})
         for record in inputs:
             topic = record["topic"] + suffix
@@ -751,6 +866,10 @@ class Harness:
                 self.zero.send([ZeroTimeRecord(topic, key, value)])
             else:
                 producer.produce(topic, value, key, timestamp=timestamp)
+            if settle is not None:
+                if producer.flush(60) != 0:
+                    raise RuntimeError("inputs not acknowledged")
+                settle()
         if producer.flush(60) != 0:
             raise RuntimeError("inputs not acknowledged")
 
