@@ -80,6 +80,7 @@ TOOL_MODULES = {
     "connectors": "connectors",
     "ksql-server": "ksql_server",
     "ksql": "ksql",
+    "ksql-migrations": "ksql_migrations",
     "storage": "storage",
     "dump-log": "dump_log",
     "completion": "completion",

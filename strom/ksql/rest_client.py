@@ -1,8 +1,10 @@
 """A client of a ksql server's REST API (Strom's or ksqlDB's), for ``strom ksql``.
 
 Owns the HTTP calls: ``POST /ksql`` with the statements, the CLI's properties
-(``streamsProperties``) and variables (``sessionVariables``), ``GET /info``, and the
-lines of a streamed answer (PRINT on ``POST /query``). An
+(``streamsProperties``) and variables (``sessionVariables``), ``GET /info``, the
+lines of a streamed answer (PRINT on ``POST /query``) and rows written through
+``POST /inserts-stream``; extra headers (basic authentication) and a TLS context go
+with every request. An
 error answer (ksqlDB's ``{"@type", "error_code", "message", ...}``) is a
 ``KsqlServerError`` carrying the body; a server that cannot be reached is a
 ``KsqlUnreachable``. Blocking (urllib).
@@ -11,6 +13,7 @@ error answer (ksqlDB's ``{"@type", "error_code", "message", ...}``) is a
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -35,8 +38,15 @@ class KsqlServerError(Exception):
 
 
 class KsqlRestClient:
-    def __init__(self, url: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        headers: dict[str, str] | None = None,
+        context: ssl.SSLContext | None = None,
+    ) -> None:
         self.url = url.rstrip("/")
+        self.headers = dict(headers or {})
+        self.context = context
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         with self._open(method, path, body) as response:
@@ -49,16 +59,35 @@ class KsqlRestClient:
             for line in response:
                 yield line.decode("utf-8", errors="replace").rstrip("\n")
 
+    def inserts(self, target: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` written into the stream ``target`` on ``/inserts-stream``: the
+        server's acknowledgement of each (``{"status": "ok", "seq": n}`` or its error)."""
+        lines = [json.dumps({"target": target, "properties": {}})]
+        lines.extend(json.dumps(row) for row in rows)
+        data = ("\n".join(lines) + "\n").encode()
+        acks: list[dict[str, Any]] = []
+        with self._open("POST", "/inserts-stream", data, DELIMITED_MEDIA_TYPE) as response:
+            for line in response:
+                if line.strip():
+                    ack = json.loads(line)
+                    acks.append(ack if isinstance(ack, dict) else {"message": str(ack)})
+        return acks
+
     def _open(self, method: str, path: str, body: Any, accept: str = MEDIA_TYPE) -> Any:
-        data = None if body is None else json.dumps(body).encode()
+        if isinstance(body, bytes):
+            data: bytes | None = body
+            content_type = DELIMITED_MEDIA_TYPE
+        else:
+            data = None if body is None else json.dumps(body).encode()
+            content_type = MEDIA_TYPE
         request = urllib.request.Request(
             self.url + path,
             data=data,
             method=method,
-            headers={"Content-Type": MEDIA_TYPE, "Accept": accept},
+            headers={**self.headers, "Content-Type": content_type, "Accept": accept},
         )
         try:
-            return urllib.request.urlopen(request, timeout=TIMEOUT_S)
+            return urllib.request.urlopen(request, timeout=TIMEOUT_S, context=self.context)
         except urllib.error.HTTPError as exc:
             text = exc.read()
             try:
