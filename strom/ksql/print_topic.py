@@ -225,10 +225,15 @@ def print_records(
     emit: Callable[[str], None],
     stopped: threading.Event,
     registry: Any = None,
+    *,
+    format_lines: bool = True,
+    failed: Callable[[str], None] | None = None,
 ) -> None:
     """Emit the lines of ``statement`` until LIMIT, or until ``stopped`` is set;
     ``registry`` (``strom.ksql.registry_formats.RegistryFormats``, None without a
-    registry) decodes the registry formats."""
+    registry) decodes the registry formats. Without ``format_lines`` the ``Key format:
+    / Value format:`` lines are left out (ksqlDB's websocket PRINT sends the records
+    only); a consumer error goes to ``failed`` (by default emitted as a line)."""
     consumer = Consumer(
         {
             **client_config,
@@ -252,7 +257,7 @@ def print_records(
             for message in messages:
                 error = message.error()
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    emit(error.str())
+                    (failed or emit)(error.str())
                     return
             if not records:
                 emit("")
@@ -269,7 +274,8 @@ def print_records(
             for index, line in enumerate(
                 (keys.line("Key format: "), values.line("Value format: "))
             ):
-                if shown_formats[index] != line:  # each line again when its guess changes
+                # each line again when its guess changes
+                if format_lines and shown_formats[index] != line:
                     shown_formats[index] = line
                     emit(line)
             for line in lines:

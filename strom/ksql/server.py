@@ -14,7 +14,13 @@
   thread; the query ends at LIMIT, when the client goes, or at ``POST /close-query``),
   pull queries answered at once, in the shapes of ``_RowWriter``;
 - ``POST /inserts-stream``: rows streamed into a stream or table, each acknowledged as
-  it is written (``strom.ksql.inserts``).
+  it is written (``strom.ksql.inserts``);
+- ``GET /ws/query``: the websocket query endpoint (SELECT and PRINT), in the messages
+  and close codes of ksqlDB's;
+- ``GET /v1/metadata``, ``/v1/metadata/id`` (``ServerMetadata``, ``ServerClusterId``)
+  and ``GET /is_valid_property/{property}`` (the request properties' denylist);
+- ``GET /clusterStatus``, ``POST /heartbeat``, ``POST /lag``: 404 without a body, as
+  ksqlDB's without heartbeats and lag reporting (their default).
 
 HTTP/1.1 and HTTP/2 (cleartext with prior knowledge, or TLS with ALPN ``h2``) are served on
 the one listener, as ksqlDB serves them (``strom.services.http2``).
@@ -65,6 +71,12 @@ KSQL_MEDIA_TYPE = "application/vnd.ksql.v1+json"
 DELIMITED_MEDIA_TYPE = "application/vnd.ksqlapi.delimited.v1"
 ERROR_BAD_REQUEST = 40000
 ERROR_NOT_FOUND = 40400
+OVERRIDES_DENYLIST = "ksql.properties.overrides.denylist"
+# the websocket close codes ksqlDB's /ws/query ends with
+WS_NORMAL_CLOSURE = 1000
+WS_INVALID_MESSAGE_TYPE = 1003  # a request or statement refused
+WS_INTERNAL_ERROR = 1011  # the query failed while it ran
+WS_REASON_BYTES = 123  # the longest close reason a frame carries
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -90,6 +102,13 @@ class KsqlServerApp:
                 web.post("/query-stream", self.query),
                 web.post("/close-query", self.close_query),
                 web.post("/inserts-stream", self.inserts_stream),
+                web.get("/ws/query", self.ws_query),
+                web.get("/v1/metadata", self.server_metadata),
+                web.get("/v1/metadata/id", self.server_cluster_id),
+                web.get("/is_valid_property/{property}", self.is_valid_property),
+                web.get("/clusterStatus", self.cluster_status),
+                web.post("/heartbeat", self.heartbeat),
+                web.post("/lag", self.lag),
             ]
         )
 
@@ -148,6 +167,55 @@ class KsqlServerApp:
             "commandRunner": {"isHealthy": True},
         }
         return self._reply(request, {"isHealthy": kafka, "details": details}, 200 if kafka else 503)
+
+    async def server_metadata(self, request: web.Request) -> web.Response:
+        """ksqlDB's ``ServerMetadata``: the version and the cluster ids."""
+        return self._reply(request, {"version": KSQL_VERSION, "clusterId": self._cluster_id()})
+
+    async def server_cluster_id(self, request: web.Request) -> web.Response:
+        return self._reply(request, self._cluster_id())
+
+    def _cluster_id(self) -> dict[str, Any]:
+        """ksqlDB's ``ServerClusterId``: an empty id, the Kafka cluster's and the service's."""
+        clusters = {
+            "kafka-cluster": self.engine.cluster_id,
+            "ksql-cluster": self.engine.config.service_id,
+        }
+        return {"id": "", "scope": {"path": [], "clusters": clusters}}
+
+    async def is_valid_property(self, request: web.Request) -> web.Response:
+        """``true``, or ksqlDB's refusal of a property a request may not set."""
+        refused = self._denied_overrides([request.match_info["property"]])
+        if refused is not None:
+            return self._reply(request, _generic_error(ERROR_BAD_REQUEST, refused), 400)
+        return self._reply(request, True)
+
+    def _denied_overrides(self, names: Sequence[str]) -> str | None:
+        """ksqlDB's refusal of request properties among ``ksql.properties.overrides.denylist``
+        and ``ksql.service.id`` (in the list's order), None when there are none."""
+        listed = self.engine.config.properties.get(OVERRIDES_DENYLIST, "").split(",")
+        denylist = dict.fromkeys([*(n.strip() for n in listed if n.strip()), "ksql.service.id"])
+        denied = [name for name in denylist if name in names]
+        if not denied:
+            return None
+        return (
+            "One or more properties overrides set locally are prohibited by the KSQL server "
+            f"(use UNSET to reset their default value): [{', '.join(denied)}]"
+        )
+
+    async def cluster_status(self, request: web.Request) -> web.Response:
+        """ksqlDB answers 404 with no body without its heartbeat agent
+        (``ksql.heartbeat.enable``, default false); Strom has none."""
+        return web.Response(status=404, content_type="application/json")
+
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        """As ``cluster_status``: a server without heartbeats takes none."""
+        return web.Response(status=404, content_type="application/json")
+
+    async def lag(self, request: web.Request) -> web.Response:
+        """ksqlDB answers 404 with no body without its lag reporting agent
+        (``ksql.lag.reporting.enable``, default false); Strom has none."""
+        return web.Response(status=404, content_type="application/json")
 
     async def statuses(self, request: web.Request) -> web.Response:
         statuses = {cid: s["status"] for cid, s in self.engine.statuses.items()}
@@ -310,6 +378,170 @@ class KsqlServerApp:
             await response.write_eof()
         except ConnectionResetError:
             pass
+
+    async def ws_query(self, request: web.Request) -> web.StreamResponse:
+        """ksqlDB's websocket query endpoint: the ``request`` parameter's JSON ``{"ksql",
+        "streamsProperties"}`` (and an optional ``version``, 1). A query's schema goes
+        first (a list of ``FieldInfo``), then each row as ``{"row": {"columns"}}``; PRINT
+        sends each record's line as a JSON string. The end of a pull query, a push
+        query's LIMIT or TERMINATE, and PRINT's LIMIT send ``{"error": "done"}`` and close
+        (1000, ``done``); a refused request or statement closes with 1003, a query that
+        fails while it runs with 1011, after ``{"error": message}`` (the close reason
+        being the message, cut to 123 bytes). The client closing ends the query."""
+        ws = web.WebSocketResponse()
+        if not ws.can_prepare(request).ok:
+            message = "/ws/query takes a websocket upgrade request"
+            return self._reply(request, _generic_error(ERROR_BAD_REQUEST, message), 400)
+        await ws.prepare(request)
+        try:
+            statement, statement_text, properties = self._ws_request(request.query)
+        except _BadRequest as exc:
+            await _ws_close(ws, WS_INVALID_MESSAGE_TYPE, str(exc))
+            return ws
+        if isinstance(statement, PrintTopic):
+            await self._ws_print(ws, statement)
+        elif isinstance(statement, Query):
+            await self._ws_select(ws, statement, statement_text, properties)
+        else:
+            message = f"Unexpected statement type {statement_text}"
+            await _ws_close(ws, WS_INVALID_MESSAGE_TYPE, message)
+        return ws
+
+    def _ws_request(self, params: Any) -> tuple[Any, str, dict[str, Any]]:
+        """The statement of a /ws/query request, its text and its properties, or
+        ``_BadRequest`` with ksqlDB's words."""
+        version = params.get("version")
+        if version is not None and not (version.isdigit() and int(version) == 1):
+            raise _BadRequest(f"Received invalid api version: {version}")
+        raw = params.get("request")
+        if not raw:
+            raise _BadRequest("Error parsing request: missing request parameter")
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise _BadRequest(f"Error parsing request: {exc}") from None
+        if not isinstance(body, dict):
+            raise _BadRequest("Error parsing request: the request must be a JSON object")
+        text = body.get("ksql")
+        if not isinstance(text, str) or not text:
+            raise _BadRequest('Error parsing request: "ksql" field of "request" must be populated')
+        properties = body.get("streamsProperties") or {}
+        if not isinstance(properties, dict):
+            raise _BadRequest("Error parsing request: streamsProperties must be an object")
+        refused = self._denied_overrides(list(properties))
+        if refused is not None:
+            raise _BadRequest(f"Error parsing request: {refused}")
+        pieces = split_statements(text)
+        if len(pieces) != 1:
+            raise _BadRequest(
+                "Error parsing query: Expected exactly one KSQL statement; "
+                f"found {len(pieces)} instead"
+            )
+        try:
+            statement = parse_statement(pieces[0])
+        except KsqlSyntaxError as exc:
+            raise _BadRequest(f"Error parsing query: {exc}") from None
+        return statement, pieces[0] + ";", properties
+
+    async def _ws_select(
+        self,
+        ws: web.WebSocketResponse,
+        statement: Query,
+        statement_text: str,
+        properties: dict[str, Any],
+    ) -> None:
+        push = None
+        try:
+            plan = await asyncio.to_thread(self.engine.transient_plan, statement, statement_text)
+            if statement.is_pull:
+                rows = await asyncio.to_thread(self.engine.pull_query, plan)
+            else:
+                partitions = await asyncio.to_thread(self.engine.partitions, plan.source.topic)
+                push = await asyncio.to_thread(
+                    self.engine.push_query, plan, statement_text, properties
+                )
+        except KsqlStatementError as exc:
+            await _ws_close(ws, WS_INVALID_MESSAGE_TYPE, str(exc))
+            return
+        except Exception as exc:  # the cluster failed: refused as ksqlDB refuses any error
+            log.warning("websocket query %s failed: %s", statement_text, exc)
+            await _ws_close(ws, WS_INVALID_MESSAGE_TYPE, str(exc) or type(exc).__name__)
+            return
+        sql_types = [p.type for p in plan.projection]
+        keys: set[str] = set()
+        if statement.is_pull and plan.source.kind == "TABLE":  # a pull query's marks them
+            keys = {c.name for c in plan.source.columns if c.namespace == "KEY"}
+            if plan.source.window_type is not None:
+                keys |= {"WINDOWSTART", "WINDOWEND"}
+        schema = []
+        for column in plan.projection:
+            field_info: dict[str, Any] = {"name": column.name, "schema": column.type.schema_json()}
+            expression = column.expression
+            if isinstance(expression, ex.ColumnReference) and expression.name in keys:
+                field_info["type"] = "KEY"
+            schema.append(field_info)
+
+        def row_message(values: list[Any]) -> str:
+            columns = [rest_json_value(v, t) for v, t in zip(values, sql_types, strict=False)]
+            return _ws_json({"row": {"columns": columns}})
+
+        try:
+            await ws.send_str(_ws_json(schema))
+        except ConnectionResetError:
+            if push is not None:
+                self.engine.end_transient(push.query_id)
+            return
+        if push is None:
+
+            def send_rows(emit: Callable[[str], None]) -> None:
+                for row in rows:
+                    emit(row_message(row))
+
+            await _ws_pump(ws, send_rows, lambda: None)
+            return
+        try:
+            await _ws_pump(
+                ws,
+                lambda emit: push.run(lambda row: emit(row_message(row)), partitions),
+                push.stopped.set,
+            )
+        finally:
+            self.engine.end_transient(push.query_id)
+
+    async def _ws_print(self, ws: web.WebSocketResponse, statement: PrintTopic) -> None:
+        try:
+            metadata = await asyncio.to_thread(self.engine.admin.list_topics, timeout=30)
+        except Exception as exc:  # the cluster failed: refused as ksqlDB refuses any error
+            log.warning("websocket PRINT %s failed: %s", statement.topic, exc)
+            await _ws_close(ws, WS_INVALID_MESSAGE_TYPE, str(exc) or type(exc).__name__)
+            return
+        topic = metadata.topics.get(statement.topic)
+        if topic is None or topic.error is not None:
+            message = (
+                "Topic does not exist, or KSQL does not have permission to list the topic: "
+                + statement.topic
+            )
+            await _ws_close(ws, WS_INVALID_MESSAGE_TYPE, message)
+            return
+        stopped = threading.Event()
+        registry = self.engine.registry if self.engine.config.schema_registry_url else None
+
+        def print_lines(emit: Callable[[str], None]) -> None:
+            failures: list[str] = []
+            print_records(
+                self.engine.config.client_config(),
+                statement,
+                sorted(topic.partitions),
+                lambda line: emit(_ws_json(line)) if line else None,
+                stopped,
+                registry,
+                format_lines=False,
+                failed=failures.append,
+            )
+            if failures:
+                raise _QueryFailed(failures[0])
+
+        await _ws_pump(ws, print_lines, stopped.set)
 
     async def close_query(self, request: web.Request) -> web.Response:
         """``{"queryId": ...}``: the push query ends."""
@@ -513,9 +745,97 @@ class _RowWriter:
         return b"]" if self.as_array else b""
 
 
+def _ws_json(value: Any) -> str:
+    """JSON as ksqlDB's websocket messages are written: compact, UTF-8 as it is."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def ws_close_reason(message: str) -> str:
+    """A close reason of at most 123 bytes: a longer message is cut (ending ``...``)."""
+    if len(message.encode()) <= WS_REASON_BYTES:
+        return message
+    cut = message[: WS_REASON_BYTES - 3]
+    while len(cut.encode()) > WS_REASON_BYTES - 3:
+        cut = cut[:-1]
+    return cut + "..."
+
+
+async def _ws_close(ws: web.WebSocketResponse, code: int, message: str) -> None:
+    """ksqlDB's end of a websocket query: ``{"error": message}``, then the close frame."""
+    try:
+        await ws.send_str(_ws_json({"error": message}))
+    except ConnectionResetError:
+        return  # the client has gone
+    await ws.close(code=code, message=ws_close_reason(message).encode())
+
+
+async def _ws_pump(
+    ws: web.WebSocketResponse,
+    work: Callable[[Callable[[str], None]], None],
+    stop: Callable[[], None],
+) -> None:
+    """Runs ``work`` on a worker thread, sending each message it emits, until it returns
+    (``done``), fails (1011 with its message) or the client closes (``stop`` is called
+    and ``work`` awaited in every case)."""
+    loop = asyncio.get_running_loop()
+    messages: asyncio.Queue[str | None] = asyncio.Queue()
+    failures: list[str] = []
+
+    def emit(text: str) -> None:
+        loop.call_soon_threadsafe(messages.put_nowait, text)
+
+    def run() -> None:
+        try:
+            work(emit)
+        except Exception as exc:  # the cluster failed mid-way: the client is told
+            log.warning("websocket query failed: %s", exc)
+            failures.append(str(exc).strip() or f"KSQL exception: {type(exc).__name__}")
+        finally:
+            loop.call_soon_threadsafe(messages.put_nowait, None)
+
+    runner = loop.run_in_executor(None, run)
+    closed = asyncio.ensure_future(_ws_closed(ws))  # the client sends nothing but its close
+    client_left = False
+    try:
+        while True:
+            if closed.done():
+                client_left = True
+                break
+            following = asyncio.ensure_future(messages.get())
+            await asyncio.wait({following, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if not following.done():
+                following.cancel()
+                client_left = True
+                break
+            text = following.result()
+            if text is None:
+                break
+            await ws.send_str(text)
+    except ConnectionResetError:
+        client_left = True
+    finally:
+        stop()
+        await runner
+    if not client_left:
+        if failures:
+            await _ws_close(ws, WS_INTERNAL_ERROR, failures[0])
+        else:
+            await _ws_close(ws, WS_NORMAL_CLOSURE, "done")
+    await closed
+
+
+async def _ws_closed(ws: web.WebSocketResponse) -> None:
+    async for _message in ws:
+        pass
+
+
 def _insert_error(sequence: int, code: int, message: str) -> dict[str, Any]:
     return {"status": "error", "seq": sequence, "error_code": code, "message": message}
 
 
 class _BadRequest(Exception):
+    pass
+
+
+class _QueryFailed(Exception):
     pass

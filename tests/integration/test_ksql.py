@@ -9,6 +9,7 @@ and types back from the command topic.
 
 from __future__ import annotations
 
+import asyncio
 import decimal
 import json
 import struct
@@ -18,11 +19,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from broker_process import BrokerProcess, served_url
 from confluent_kafka import Consumer, TopicPartition
+from ksql_websocket import ws_query
 
 from strom.cli.main import _parser as strom_parser
 from strom.ksql.rest_client import KsqlRestClient, KsqlServerError
@@ -999,6 +1002,213 @@ def test_assert_topic_and_schema(
     assert code == 0
     assert "Topic Asserted_Topic exists." in out
     assert f"Schema with id {schema_id} exists." in out
+
+
+def push_queries(server: KsqlServer) -> list[dict[str, Any]]:
+    [queries] = server.ok("SHOW QUERIES;")
+    return [q for q in queries["queries"] if q["queryType"] == "PUSH"]
+
+
+def test_websocket_queries_and_print(server: KsqlServer) -> None:
+    """``/ws/query``, as Control Center and ksqlDB's older clients query: the schema,
+    the rows, ``{"error": "done"}`` and a normal close at the end of a pull query or a
+    push query's LIMIT; PRINT's records as JSON strings; a client closing ends its
+    query."""
+    server.ok(
+        "CREATE STREAM ws_clicks (user_id STRING KEY, page STRING, ms BIGINT) "
+        "WITH (kafka_topic='ws_clicks', value_format='JSON', partitions=1);"
+        "INSERT INTO ws_clicks (user_id, page, ms) VALUES ('u1', '/home', 1);"
+        "INSERT INTO ws_clicks (user_id, page, ms) VALUES ('u2', '/cart', 2);"
+        "INSERT INTO ws_clicks (user_id, page, ms) VALUES ('u1', '/é', 3);"
+    )
+    schema = (
+        '[{"name":"USER_ID","schema":{"type":"STRING","fields":null,"memberSchema":null}},'
+        '{"name":"PAGE","schema":{"type":"STRING","fields":null,"memberSchema":null}},'
+        '{"name":"MS","schema":{"type":"BIGINT","fields":null,"memberSchema":null}}]'
+    )
+    messages, code, reason = ws_query(
+        server.url,
+        "SELECT user_id, page, ms FROM ws_clicks EMIT CHANGES LIMIT 2;",
+        {"auto.offset.reset": "earliest"},
+    )
+    assert messages == [
+        schema,
+        '{"row":{"columns":["u1","/home",1]}}',
+        '{"row":{"columns":["u2","/cart",2]}}',
+        '{"error":"done"}',
+    ]
+    assert (code, reason) == (1000, "done")
+    # a pull query: every row, then the end
+    messages, code, reason = ws_query(server.url, "SELECT * FROM ws_clicks;")
+    assert messages == [
+        schema,
+        '{"row":{"columns":["u1","/home",1]}}',
+        '{"row":{"columns":["u2","/cart",2]}}',
+        '{"row":{"columns":["u1","/é",3]}}',
+        '{"error":"done"}',
+    ]
+    assert (code, reason) == (1000, "done")
+    # the client closing ends its push query
+    messages, code, _ = ws_query(
+        server.url,
+        "SELECT page FROM ws_clicks EMIT CHANGES;",
+        {"ksql.streams.auto.offset.reset": "earliest"},
+        close_after=2,
+    )
+    assert json.loads(messages[0])[0]["name"] == "PAGE"
+    assert json.loads(messages[1]) == {"row": {"columns": ["/home"]}}
+    assert code is None
+    deadline = time.monotonic() + 60
+    while push_queries(server) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert push_queries(server) == []
+    # PRINT: each record's line as a JSON string
+    messages, code, reason = ws_query(server.url, "PRINT 'ws_clicks' FROM BEGINNING LIMIT 2;")
+    assert len(messages) == 3 and messages[2] == '{"error":"done"}'
+    lines = [json.loads(m) for m in messages[:2]]
+    assert lines[0].startswith("rowtime: ") and lines[0].endswith(
+        ', key: u1, value: {"PAGE":"/home","MS":1}, partition: 0'
+    )
+    assert lines[1].endswith(', key: u2, value: {"PAGE":"/cart","MS":2}, partition: 0')
+    assert (code, reason) == (1000, "done")
+
+
+def test_websocket_refusals_close_with_ksqldbs_codes(server: KsqlServer) -> None:
+    """A refused request or statement: ``{"error": message}``, then close 1003 with the
+    message as its reason (cut to 123 bytes)."""
+    messages, code, reason = ws_query(server.url, "", params={})
+    assert messages == ['{"error":"Error parsing request: missing request parameter"}']
+    assert (code, reason) == (1003, "Error parsing request: missing request parameter")
+    request = json.dumps({"ksql": "SELECT * FROM ws_nope;"})
+    messages, code, reason = ws_query(server.url, "", params={"request": request, "version": "2"})
+    assert (code, reason) == (1003, "Received invalid api version: 2")
+    messages, code, reason = ws_query(server.url, "SELECT * FROM ws_nope EMIT CHANGES;")
+    message = json.loads(messages[0])["error"]
+    assert message.startswith("Exception while preparing statement: WS_NOPE does not exist.")
+    assert (code, reason) == (1003, message)
+    messages, code, reason = ws_query(server.url, "SHOW STREAMS; SHOW TABLES;")
+    assert (code, reason) == (
+        1003,
+        "Error parsing query: Expected exactly one KSQL statement; found 2 instead",
+    )
+    messages, code, reason = ws_query(server.url, "PRINT 'ws_nope';")
+    assert (code, reason) == (
+        1003,
+        "Topic does not exist, or KSQL does not have permission to list the topic: ws_nope",
+    )
+    messages, code, reason = ws_query(
+        server.url, "SELECT * FROM ws_clicks EMIT CHANGES;", {"ksql.service.id": "other"}
+    )
+    message = (
+        "Error parsing request: One or more properties overrides set locally are prohibited "
+        "by the KSQL server (use UNSET to reset their default value): [ksql.service.id]"
+    )
+    assert messages == [json.dumps({"error": message}, separators=(",", ":"))]
+    assert code == 1003 and reason == message[:120] + "..."
+    assert len(reason.encode()) == 123
+
+
+def test_server_metadata_and_valid_properties(server: KsqlServer) -> None:
+    status, info = server.call("GET", "/info")
+    kafka_cluster = info["KsqlServerInfo"]["kafkaClusterId"]
+    cluster_id = {
+        "id": "",
+        "scope": {
+            "path": [],
+            "clusters": {"kafka-cluster": kafka_cluster, "ksql-cluster": SERVICE_ID},
+        },
+    }
+    assert server.call("GET", "/v1/metadata") == (
+        200,
+        {"version": "0.29.0", "clusterId": cluster_id},
+    )
+    assert server.call("GET", "/v1/metadata/id") == (200, cluster_id)
+    assert server.call("GET", "/is_valid_property/ksql.streams.auto.offset.reset") == (200, True)
+    status, refused = server.call("GET", "/is_valid_property/ksql.service.id")
+    assert status == 400 and refused == {
+        "@type": "generic_error",
+        "error_code": 40000,
+        "message": "One or more properties overrides set locally are prohibited by the KSQL "
+        "server (use UNSET to reset their default value): [ksql.service.id]",
+    }
+    # heartbeats and lag reporting are off (ksqlDB's defaults): 404 without a body
+    for method, path in (("GET", "/clusterStatus"), ("POST", "/heartbeat"), ("POST", "/lag")):
+        request = urllib.request.Request(
+            server.url + path, data=b"{}" if method == "POST" else None, method=method
+        )
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(request, timeout=30)
+        assert missing.value.code == 404 and missing.value.read() == b""
+
+
+def test_basic_auth_guards_the_new_routes(broker: BrokerProcess, tmp_path: Path) -> None:
+    """The listener's basic authentication covers /ws/query, /v1/metadata,
+    /is_valid_property, /clusterStatus, /heartbeat and /lag as every other route: the
+    ksql server's application on the real HTTP server, a real engine (not started)."""
+    import aiohttp
+
+    from strom.cli.http_service import http_server
+    from strom.ksql.config import server_config
+    from strom.ksql.engine import KsqlEngine
+    from strom.ksql.server import KsqlServerApp
+    from strom.services.http_security import http_security
+
+    users = tmp_path / "users.properties"
+    users.write_text("ada: secret,admin\n")
+    props = {
+        "bootstrap.servers": broker.bootstrap,
+        "listeners": "http://127.0.0.1:0",
+        "ksql.service.id": "auth_",
+        "authentication.method": "BASIC",
+        "authentication.users.file": str(users),
+    }
+    config = server_config(props)
+
+    engine = KsqlEngine(config)
+
+    async def run() -> None:
+        server = http_server(
+            KsqlServerApp(engine).app,
+            http_security(config.listener, config.listener_security),
+        )
+        port = await server.start()
+        url = f"http://127.0.0.1:{port}"
+        guarded = [
+            ("GET", "/ws/query"),
+            ("GET", "/v1/metadata"),
+            ("GET", "/v1/metadata/id"),
+            ("GET", "/is_valid_property/ksql.service.id"),
+            ("GET", "/clusterStatus"),
+            ("POST", "/heartbeat"),
+            ("POST", "/lag"),
+        ]
+        try:
+            async with aiohttp.ClientSession() as session:
+                for method, path in guarded:
+                    async with session.request(method, url + path) as response:
+                        assert response.status == 401, path
+                        assert response.headers["WWW-Authenticate"].startswith("Basic")
+                with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                    await session.ws_connect(url + "/ws/query")
+                assert refused.value.status == 401
+                ada = {"Authorization": aiohttp.encode_basic_auth("ada", "secret")}
+                async with session.get(url + "/v1/metadata", headers=ada) as response:
+                    assert response.status == 200
+                    assert (await response.json())["clusterId"]["scope"]["clusters"][
+                        "ksql-cluster"
+                    ] == "auth_"
+                async with session.ws_connect(
+                    url + "/ws/query", params={"version": "9"}, headers=ada
+                ) as ws:
+                    message = await ws.receive(timeout=30)
+                    assert json.loads(message.data) == {"error": "Received invalid api version: 9"}
+        finally:
+            await server.stop()
+
+    try:
+        asyncio.run(run())
+    finally:
+        engine.close()
 
 
 def test_restart_replays_and_a_second_server_follows(

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 from broker_process import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
+from ksql_websocket import ws_query
 from service_process import ServiceProcess
 
 from strom.ksql.rest_client import KsqlRestClient, KsqlServerError
@@ -432,6 +433,17 @@ def test_ctas_counts_every_update_per_tumbling_window(
         ["u1", BASE, BASE + MINUTE, 2, 3],
         ["u1", BASE + MINUTE, BASE + 2 * MINUTE, 1, 4],
     ]
+    # on /ws/query: the key columns, window bounds too, marked KEY in the schema
+    messages, code, _ = ws_query(
+        server.url, "SELECT clicks, windowstart, user_id FROM per_minute WHERE user_id = 'u1';"
+    )
+    assert [(f["name"], f.get("type")) for f in json.loads(messages[0])] == [
+        ("CLICKS", None), ("WINDOWSTART", "KEY"), ("USER_ID", "KEY")
+    ]  # fmt: skip
+    assert sorted(json.loads(m)["row"]["columns"] for m in messages[1:-1]) == [
+        [1, BASE + MINUTE, "u1"], [2, BASE, "u1"]
+    ]  # fmt: skip
+    assert (messages[-1], code) == ('{"error":"done"}', 1000)
 
 
 def statuses(server: Server) -> dict[str, dict[str, int]]:
