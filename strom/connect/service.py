@@ -185,7 +185,11 @@ class ConnectWorker:
             herder.record_active_topic,
         )
         on_spark = SparkRunner(
-            self.config, self.plugins, self.offset_store, herder.task_state_changed
+            self.config,
+            self.plugins,
+            self.offset_store,
+            herder.task_state_changed,
+            herder.record_active_topic,
         )
         herder.start(RunnerByTask(in_worker, on_spark))
         self.herder = herder

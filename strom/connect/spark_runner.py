@@ -32,6 +32,8 @@ one directory per task.
   the connector's ``topic.creation.*`` groups when it has them. With exactly-once source support the
   records are brought to the driver and written by one transactional producer instead,
   each transaction (``transaction.boundary`` poll or interval) with its offsets.
+- KIP-558's active topics: a source's topic once a batch is written to it (each record
+  acknowledged, with transactions), a sink's once a micro-batch or range read from it.
 
 Pause stops a sink's query (resumed from its checkpoint) or a source's loop between
 batches; a task that raises, or whose query dies, is FAILED with the trace, except a
@@ -321,6 +323,7 @@ class _SourceThread(_SparkTaskThread):
             records.write.format("strom").options(**kafka_options).option(
                 "topic", batch.topic
             ).mode("append").save()
+        self.active_topic(batch.topic)  # KIP-558: its records are written
         if batch.source_offset is not None:
             partition = dict(batch.source_partition)
             key = offset_key(connector, partition)
@@ -375,6 +378,8 @@ class _SourceTransactions:
     def delivered(self, error: Any, message: Any) -> None:
         if error is not None:
             self.failures.append(f"{message.topic()}: {error}")
+        elif message.topic() != self.offsets_topic:
+            self.thread.active_topic(message.topic())  # KIP-558
 
     def write(self, batches: list[SourceBatch], value_converter: Converter) -> None:
         for batch in batches:
@@ -533,6 +538,8 @@ class _SinkThread(_SparkTaskThread):
                         if self.stopping.is_set():  # its jobs cancelled past the grace time
                             return
                         raise
+                    for topic in sorted({r.topic for r in ranges if r.size > 0}):
+                        self.active_topic(topic)  # KIP-558: consumed from
                 batches.advance(ends)
                 group.commit(to_json(ends))
         finally:
@@ -619,6 +626,24 @@ class _SinkThread(_SparkTaskThread):
                 offsets = json.loads(end) if isinstance(end, str) else end
                 if offsets:
                     group.commit(offsets)
+                    for topic in _moved_topics(source.startOffset, offsets):
+                        self.active_topic(topic)  # KIP-558: consumed from
+
+
+def _moved_topics(start: Any, end: dict[str, Any]) -> list[str]:
+    """The topics whose offsets a micro-batch's progress moved (the first batch has no
+    start: the topics with an offset past 0)."""
+    before = json.loads(start) if isinstance(start, str) else start
+    moved = []
+    for topic, ends in end.items():
+        if not isinstance(ends, dict):
+            continue
+        if isinstance(before, dict) and topic in before:
+            if ends != before[topic]:
+                moved.append(topic)
+        elif any(isinstance(o, int) and o > 0 for o in ends.values()):
+            moved.append(topic)
+    return sorted(moved)
 
 
 class TransientRestarts:

@@ -138,6 +138,13 @@ def test_source_bulk_copies_a_table(
     assert schema["fields"][0] == {"type": "int32", "optional": False, "field": "id"}
     assert schema["fields"][2] == {"type": "float64", "optional": True, "field": "price"}
     assert schema["fields"][3]["name"] == "org.apache.kafka.connect.data.Timestamp"
+    wait_for(  # KIP-558: the topic its task on Spark wrote to
+        lambda: (
+            worker.call("GET", "/connectors/pg-bulk/topics")
+            == (200, {"pg-bulk": {"topics": ["bulk-items"]}})
+        ),
+        "the source's active topic",
+    )
     worker.call("DELETE", "/connectors/pg-bulk")
 
 
@@ -179,6 +186,13 @@ def test_sink_upserts_deletes_and_replays_as_once(
             return []
 
     wait_for(lambda: sorted(table()) == sorted(expected), "the upserted table", timeout=90)
+    wait_for(  # KIP-558: the topic its task on Spark read from
+        lambda: (
+            worker.call("GET", "/connectors/pg-sink/topics")
+            == (200, {"pg-sink": {"topics": ["accounts"]}})
+        ),
+        "the sink's active topic",
+    )
     # every offset is committed in the group Kafka users see
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "connect-pg-sink"})
     wait_for(

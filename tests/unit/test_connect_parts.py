@@ -387,6 +387,15 @@ def test_active_topic_records_are_kafkas() -> None:
     ) == (kafkas.decode())
 
 
+def test_a_spark_sink_batch_s_topics_are_those_it_moved() -> None:
+    from strom.connect.spark_runner import _moved_topics
+
+    first = {"a": {"0": 5, "1": 0}, "b": {"0": 0}}
+    assert _moved_topics(None, first) == ["a"]
+    assert _moved_topics(json.dumps(first), {"a": {"0": 5, "1": 0}, "b": {"0": 2}}) == ["b"]
+    assert _moved_topics(json.dumps(first), {**first, "c": {"0": 1}}) == ["c"]
+
+
 def test_connect_samples_load() -> None:
     standalone = WorkerConfig(
         read_properties_file(str(CONFIG / "connect-standalone.properties")), STANDALONE
