@@ -47,6 +47,9 @@ from strom.ksql.rest_client import (
 COMMAND = "ksql-migrations"
 VERIFY_RETRIES = 10
 VERIFY_BACKOFF_S = 1.0
+# after apply: how long (in VERIFY_BACKOFF_S) the table's query may take to show the
+# last migration (a Spark micro-batch on a loaded machine, the first after a cold start)
+CATCH_UP_RETRIES = 60
 
 
 def add_parser(commands: Any) -> None:
@@ -594,7 +597,11 @@ class Migrations:
             previous = str(migration.version)
         if chosen and not args.dry_run:
             # the next command reads the table: wait until it shows the last state
-            self.verify_migrated(previous, report=False, current=True)
+            if not self.verify_migrated(previous, False, True, CATCH_UP_RETRIES):
+                _error(
+                    f"{self.table} does not show version {previous} as the current "
+                    "version yet: its query has not caught up"
+                )
         return 0
 
     def _to_apply(self, args: argparse.Namespace, previous: str) -> list[mg.MigrationFile]:
@@ -621,14 +628,20 @@ class Migrations:
             return chosen[:1]
         return chosen
 
-    def verify_migrated(self, version: str, report: bool = True, current: bool = False) -> bool:
+    def verify_migrated(
+        self,
+        version: str,
+        report: bool = True,
+        current: bool = False,
+        retries: int = VERIFY_RETRIES,
+    ) -> bool:
         """``version`` shows MIGRATED in the table (and with ``current`` is the current
         version), asked again (a second apart, as ksqlDB's tool does) while the table's
         query has not caught up."""
         if version == mg.NONE_VERSION:
             return True
         problem = ""
-        for attempt in range(VERIFY_RETRIES + 1):
+        for attempt in range(retries + 1):
             if attempt:
                 time.sleep(VERIFY_BACKOFF_S)
             try:

@@ -792,6 +792,134 @@ def test_emit_final_session_windows_and_stream_stream_joins_on_spark(
               "DROP STREAM pays; DROP TABLE labels;")  # fmt: skip
 
 
+def ksql_migrations(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``strom ksql-migrations ARGS`` run in this process: (exit code, stdout, stderr)."""
+    from strom.cli.main import _parser
+
+    argv = ["ksql-migrations", *args]
+    parsed = _parser(argv).parse_args(argv)
+    code = parsed.run(parsed)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def migration_rows(info_output: str) -> dict[str, list[str]]:
+    """``info``'s table: each version's cells (name, state, previous version, started
+    on, completed on, error reason)."""
+    rows = [line.strip().split(" | ") for line in info_output.splitlines() if " | " in line]
+    return {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows[1:]}
+
+
+def migrations_info(
+    capsys: pytest.CaptureFixture[str], config: str, current: str, state: str
+) -> str:
+    """``info`` once the table (a query on Spark) shows version ``current`` in ``state``."""
+    deadline = time.monotonic() + SLOW_S
+    while True:
+        out = ksql_migrations(capsys, "-c", config, "info")[1]
+        shown = migration_rows(out).get(current, ["", ""])[1]
+        if f"Current migration version: {current}\n" in out and shown == state:
+            return out
+        assert time.monotonic() < deadline, out
+        time.sleep(0.5)
+
+
+def test_ksql_migrations_apply_info_validate_and_a_failed_migration(
+    server: Server, broker: BrokerProcess, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``strom ksql-migrations`` as ksqlDB's tool: a project, its metadata stream and
+    table (the table a persistent query on Spark), two migrations applied one and then
+    all, their states and checksums in the table, a file edited after it was applied
+    refused by validate, and a refused statement leaving its migration in ERROR with
+    the server's message."""
+    project = tmp_path / "project"
+    code, out, _ = ksql_migrations(capsys, "new-project", str(project), server.url)
+    assert code == 0 and "Migrations project directory created successfully" in out
+    config = str(project / "ksql-migrations.properties")
+    assert f"ksql.server.url={server.url}\n" in Path(config).read_text()
+    try:
+        code, out, err = ksql_migrations(capsys, "--config-file", config, "initialize-metadata")
+        assert code == 0, err
+        assert "Migrations metadata initialized successfully" in out
+        [described] = server.ok("DESCRIBE MIGRATION_EVENTS;")
+        topic = described["sourceDescription"]["topic"]
+        assert topic == f"{SERVICE_ID}ksql_MIGRATION_EVENTS"
+        for description in ("add users", "add orders"):
+            assert ksql_migrations(capsys, "create", description, "-c", config)[0] == 0
+        migrations = project / "migrations"
+        first = migrations / "V000001__add_users.sql"
+        second = migrations / "V000002__add_orders.sql"
+        assert sorted(p.name for p in migrations.iterdir()) == [first.name, second.name]
+        first.write_text(
+            "-- the users; with a variable\n"
+            "DEFINE topic = 'mig_users';\n"
+            "CREATE STREAM mig_users (id INT KEY, name STRING) "
+            "WITH (kafka_topic='${topic}', partitions=1, value_format='JSON');\n"
+            "INSERT INTO mig_users (id, name) VALUES (1, 'a;b');\n"
+        )
+        second.write_text(
+            "SET 'auto.offset.reset' = 'earliest';\n"
+            "/* from --define */ CREATE STREAM mig_names AS SELECT id, name FROM ${source};\n"
+        )
+
+        code, out, err = ksql_migrations(capsys, "-c", config, "apply", "--next")
+        assert code == 0, err
+        assert "Applying migration version 1: add users" in out
+        assert "Successfully migrated" in out
+        out = migrations_info(capsys, config, "1", "MIGRATED")
+        rows = migration_rows(out)
+        assert [rows["1"][:3], rows["2"][:3]] == [
+            ["add users", "MIGRATED", "<none>"],
+            ["add orders", "PENDING", "N/A"],
+        ]
+
+        code, out, err = ksql_migrations(
+            capsys, "-c", config, "apply", "--all", "--define", "source=mig_users"
+        )
+        assert code == 0, err
+        assert "1 migration file(s) loaded." in out
+        out = migrations_info(capsys, config, "2", "MIGRATED")
+        rows = migration_rows(out)
+        assert [rows[v][:3] + rows[v][5:] for v in ("1", "2")] == [
+            ["add users", "MIGRATED", "<none>", "N/A"],
+            ["add orders", "MIGRATED", "1", "N/A"],
+        ]
+        [names] = server.ok("DESCRIBE mig_names;")
+        assert [f["name"] for f in names["sourceDescription"]["fields"]] == ["ID", "NAME"]
+
+        code, out, _ = ksql_migrations(capsys, "-c", config, "validate")
+        assert code == 0
+        assert "Successfully validated checksums" in out
+        original = first.read_text()
+        first.write_text(original + "-- edited after it was applied\n")
+        code, _, err = ksql_migrations(capsys, "-c", config, "validate")
+        assert code == 1
+        assert "Migrations file found for version 1 does not match the checksum" in err
+        first.write_text(original)
+
+        assert ksql_migrations(capsys, "-c", config, "create", "bad")[0] == 0
+        (migrations / "V000003__bad.sql").write_text(
+            "CREATE STREAM mig_bad AS SELECT * FROM no_such_stream;\n"
+        )
+        code, _, err = ksql_migrations(capsys, "-c", config, "apply", "--all")
+        expected = (
+            "Failed to execute sql: CREATE STREAM mig_bad AS SELECT * FROM no_such_stream;. "
+            "Error: Received 400 response from server: Exception while preparing statement: "
+            "NO_SUCH_STREAM does not exist.. Error code: 40001"
+        )
+        assert code == 1 and expected in err
+
+        out = migrations_info(capsys, config, "3", "ERROR")
+        assert migration_rows(out)["3"][2:3] + migration_rows(out)["3"][5:] == ["2", expected]
+    finally:
+        code, out, _ = ksql_migrations(capsys, "-c", config, "destroy-metadata")
+        server.ksql("DROP STREAM IF EXISTS mig_names DELETE TOPIC;")
+        server.ksql("DROP STREAM IF EXISTS mig_users DELETE TOPIC;")
+    assert code == 0 and "Migrations metadata cleaned successfully" in out
+    listed = json.dumps(server.ok("SHOW STREAMS; SHOW TABLES;"))
+    assert "MIGRATION_EVENTS" not in listed and "MIGRATION_SCHEMA_VERSIONS" not in listed
+
+
 def test_query_slots_move_incrementally_between_servers(broker: BrokerProcess) -> None:
     """The query group on the broker: a server joining takes half of the slots from the
     one there, which keeps the others all along (no round leaves it none); a server
