@@ -166,3 +166,33 @@ def test_bad_arguments_and_config_are_one_line(
     assert result == code
     captured = capsys.readouterr()
     assert captured.err == message
+
+
+def test_the_servers_client_takes_basic_auth_tls_and_headers(tmp_path: Path) -> None:
+    from strom.cli.ksql_migrations import _client
+
+    def config(**properties: str) -> mg.MigrationConfig:
+        values = {key.replace("_", "."): value for key, value in properties.items()}
+        return mg.MigrationConfig.of(values, str(tmp_path / "ksql-migrations.properties"))
+
+    basic = _client(
+        config(ksql_server_url="http://h:1", ksql_auth_basic_username="u",
+               ksql_auth_basic_password="p"), None
+    )  # fmt: skip
+    assert basic.headers == {"Authorization": "Basic dTpw"} and basic.context is None
+    headers = tmp_path / "headers.properties"
+    headers.write_text("X-Request-Id: abc\n")
+    assert _client(config(ksql_server_url="http://h:1"), str(headers)).headers == {
+        "X-Request-Id": "abc"
+    }
+    tls = _client(config(ksql_server_url="https://h:1", ssl_verify_host="false"), None)
+    assert tls.context is not None and not tls.context.check_hostname
+    with pytest.raises(mg.MigrationError) as refused:
+        _client(config(ksql_server_url="https://h:1", ssl_truststore_location="/no.pem"), None)
+    assert str(refused.value) == (
+        "ssl.truststore.location: cannot read /no.pem: No such file or directory"
+    )
+    with pytest.raises(mg.MigrationError) as refused:
+        _client(config(ksql_server_url="http://h:1"), str(tmp_path / "missing"))
+    assert str(refused.value) == f"Could not parse headers file '{tmp_path / 'missing'}'."
+    assert config(ksql_server_url="http://h:1").migrations_dir == str(tmp_path / "migrations")
