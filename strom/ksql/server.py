@@ -19,8 +19,9 @@
   and close codes of ksqlDB's;
 - ``GET /v1/metadata``, ``/v1/metadata/id`` (``ServerMetadata``, ``ServerClusterId``)
   and ``GET /is_valid_property/{property}`` (the request properties' denylist);
-- ``GET /clusterStatus``, ``POST /heartbeat``, ``POST /lag``: 404 without a body, as
-  ksqlDB's without heartbeats and lag reporting (their default).
+- ``GET /clusterStatus`` and ``POST /heartbeat`` with ``ksql.heartbeat.enable``, from
+  the service id's query group (``strom.ksql.ownership``); without it, and ``POST
+  /lag`` always, 404 without a body, as ksqlDB's without heartbeats and lag reporting.
 
 HTTP/1.1 and HTTP/2 (cleartext with prior knowledge, or TLS with ALPN ``h2``) are served on
 the one listener, as ksqlDB serves them (``strom.services.http2``).
@@ -42,6 +43,8 @@ import decimal
 import json
 import logging
 import threading
+import time
+import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -59,6 +62,7 @@ from strom.ksql.engine import (
 )
 from strom.ksql.inserts import insertable, json_values
 from strom.ksql.metastore import KsqlStatementError
+from strom.ksql.ownership import slot_of
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, split_statements
 from strom.ksql.print_topic import print_records
 from strom.ksql.statements import PrintTopic, Query
@@ -71,6 +75,7 @@ KSQL_MEDIA_TYPE = "application/vnd.ksql.v1+json"
 DELIMITED_MEDIA_TYPE = "application/vnd.ksqlapi.delimited.v1"
 ERROR_BAD_REQUEST = 40000
 ERROR_NOT_FOUND = 40400
+HEARTBEAT_ENABLE = "ksql.heartbeat.enable"
 OVERRIDES_DENYLIST = "ksql.properties.overrides.denylist"
 # the websocket close codes ksqlDB's /ws/query ends with
 WS_NORMAL_CLOSURE = 1000
@@ -203,14 +208,74 @@ class KsqlServerApp:
             f"(use UNSET to reset their default value): [{', '.join(denied)}]"
         )
 
+    def _enabled(self, name: str) -> bool:
+        return self.engine.config.properties.get(name, "false").strip().lower() == "true"
+
     async def cluster_status(self, request: web.Request) -> web.Response:
-        """ksqlDB answers 404 with no body without its heartbeat agent
-        (``ksql.heartbeat.enable``, default false); Strom has none."""
-        return web.Response(status=404, content_type="application/json")
+        """With ``ksql.heartbeat.enable`` (default false; without it ksqlDB answers 404
+        with no body), ksqlDB's ``ClusterStatusResponse`` from the service id's query
+        group (``strom.ksql.ownership``): its members are the servers alive, each with
+        the persistent queries of its slots and their source partitions; no state store
+        names or lags (Spark's state is not Kafka Streams' stores, nor is lag reported)."""
+        if not self._enabled(HEARTBEAT_ENABLE):
+            return web.Response(status=404, content_type="application/json")
+        status = await asyncio.to_thread(self._cluster_status)
+        return self._reply(request, {"clusterStatus": status})
+
+    def _cluster_status(self) -> dict[str, Any]:
+        engine = self.engine
+        owners = engine.ownership.owners() if engine.ownership is not None else {}
+        hosts: dict[str, dict[str, Any]] = {engine.queries.host: {}}
+        for url in sorted(set(owners.values())):
+            hosts.setdefault(url, {})
+        running = sorted(engine.queries.queries.values(), key=lambda q: q.query_id)
+        partitions: dict[str, list[int]] = {}
+        for query in running:
+            owner = owners.get(slot_of(query.query_id))
+            if query.query_type != "PERSISTENT" or owner is None:
+                continue
+            active = []
+            for topic in dict.fromkeys(s.topic for s in query.plan.sources):
+                if topic not in partitions:
+                    try:
+                        partitions[topic] = engine.partitions(topic)
+                    except Exception as exc:  # a source's topic gone: its partitions unknown
+                        log.warning("cluster status: partitions of %s: %s", topic, exc)
+                        partitions[topic] = []
+                active += [{"topic": topic, "partition": p} for p in partitions[topic]]
+            hosts[owner][query.query_id] = {
+                "activeStores": [],
+                "activePartitions": active,
+                "standByStores": [],
+                "standByPartitions": [],
+            }
+        now = int(time.time() * 1000)
+        return {
+            _host_and_port(url): {
+                "hostAlive": True,
+                "lastStatusUpdateMs": now,
+                "activeStandbyPerQuery": queries,
+                "hostStoreLags": {"stateStoreLags": {}, "updateTimeMs": 0},
+            }
+            for url, queries in hosts.items()
+        }
 
     async def heartbeat(self, request: web.Request) -> web.Response:
-        """As ``cluster_status``: a server without heartbeats takes none."""
-        return web.Response(status=404, content_type="application/json")
+        """With ``ksql.heartbeat.enable``, ksqlDB's ``{"isOk": true}`` for a heartbeat
+        message (``{"hostInfo", "timestamp"}``); whether a server is alive is its
+        membership of the query group. Without it, 404 with no body, as ksqlDB's."""
+        if not self._enabled(HEARTBEAT_ENABLE):
+            return web.Response(status=404, content_type="application/json")
+        try:
+            body = await self._body(request)
+        except _BadRequest as exc:
+            return self._reply(request, _generic_error(ERROR_BAD_REQUEST, str(exc)), 400)
+        if not isinstance(body.get("hostInfo"), str | dict) or not isinstance(
+            body.get("timestamp"), int
+        ):
+            message = "A heartbeat has a hostInfo and a timestamp"
+            return self._reply(request, _generic_error(ERROR_BAD_REQUEST, message), 400)
+        return self._reply(request, {"isOk": True})
 
     async def lag(self, request: web.Request) -> web.Response:
         """ksqlDB answers 404 with no body without its lag reporting agent
@@ -743,6 +808,12 @@ class _RowWriter:
             last: dict[str, Any] = {"finalMessage": final or "Query Completed"}
             return json.dumps(last).encode() + b"]\n"
         return b"]" if self.as_array else b""
+
+
+def _host_and_port(url: str) -> str:
+    """``host:port`` of a server's URL, as ksqlDB's ``KsqlHostInfoEntity`` is written."""
+    parsed = urllib.parse.urlsplit(url)
+    return f"{parsed.hostname}:{parsed.port}" if parsed.hostname else url
 
 
 def _ws_json(value: Any) -> str:

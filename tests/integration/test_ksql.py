@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import decimal
+import gc
 import json
 import struct
 import subprocess
@@ -95,6 +96,7 @@ def server(broker: BrokerProcess, registry: str) -> Iterator[KsqlServer]:
         f"ksql.schema.registry.url={registry}",
         # sent, and unused: this registry asks for no credentials
         "ksql.schema.registry.basic.auth.user.info=ksql:secret",
+        "ksql.heartbeat.enable=true",  # /clusterStatus and /heartbeat answer
     )
     yield process
     if process.proc.poll() is None:
@@ -1131,14 +1133,23 @@ def test_server_metadata_and_valid_properties(server: KsqlServer) -> None:
         "message": "One or more properties overrides set locally are prohibited by the KSQL "
         "server (use UNSET to reset their default value): [ksql.service.id]",
     }
-    # heartbeats and lag reporting are off (ksqlDB's defaults): 404 without a body
-    for method, path in (("GET", "/clusterStatus"), ("POST", "/heartbeat"), ("POST", "/lag")):
-        request = urllib.request.Request(
-            server.url + path, data=b"{}" if method == "POST" else None, method=method
-        )
-        with pytest.raises(urllib.error.HTTPError) as missing:
-            urllib.request.urlopen(request, timeout=30)
-        assert missing.value.code == 404 and missing.value.read() == b""
+    # with heartbeats on, the servers of the service id are its query group's members
+    status, cluster = server.call("GET", "/clusterStatus")
+    host = server.url.removeprefix("http://")
+    assert status == 200 and list(cluster["clusterStatus"]) == [host]
+    assert cluster["clusterStatus"][host] == {
+        "hostAlive": True,
+        "lastStatusUpdateMs": cluster["clusterStatus"][host]["lastStatusUpdateMs"],
+        "activeStandbyPerQuery": {},  # no persistent query here
+        "hostStoreLags": {"stateStoreLags": {}, "updateTimeMs": 0},
+    }
+    beat = {"hostInfo": "127.0.0.1:8088", "timestamp": 1}
+    assert server.call("POST", "/heartbeat", beat) == (200, {"isOk": True})
+    # lag reporting is off (ksqlDB's default): 404 without a body
+    request = urllib.request.Request(server.url + "/lag", data=b"{}", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(request, timeout=30)
+    assert missing.value.code == 404 and missing.value.read() == b""
 
 
 def test_basic_auth_guards_the_new_routes(broker: BrokerProcess, tmp_path: Path) -> None:
@@ -1164,9 +1175,8 @@ def test_basic_auth_guards_the_new_routes(broker: BrokerProcess, tmp_path: Path)
     }
     config = server_config(props)
 
-    engine = KsqlEngine(config)
-
     async def run() -> None:
+        engine = KsqlEngine(config)
         server = http_server(
             KsqlServerApp(engine).app,
             http_security(config.listener, config.listener_security),
@@ -1197,6 +1207,10 @@ def test_basic_auth_guards_the_new_routes(broker: BrokerProcess, tmp_path: Path)
                     assert (await response.json())["clusterId"]["scope"]["clusters"][
                         "ksql-cluster"
                     ] == "auth_"
+                # heartbeats off (ksqlDB's default): 404 without a body
+                for method, path in (("GET", "/clusterStatus"), ("POST", "/heartbeat")):
+                    async with session.request(method, url + path, headers=ada) as response:
+                        assert response.status == 404 and await response.read() == b""
                 async with session.ws_connect(
                     url + "/ws/query", params={"version": "9"}, headers=ada
                 ) as ws:
@@ -1204,11 +1218,10 @@ def test_basic_auth_guards_the_new_routes(broker: BrokerProcess, tmp_path: Path)
                     assert json.loads(message.data) == {"error": "Received invalid api version: 9"}
         finally:
             await server.stop()
+            engine.close()
 
-    try:
-        asyncio.run(run())
-    finally:
-        engine.close()
+    asyncio.run(run())
+    gc.collect()  # the engine's clients go now, not after the broker (logging its absence)
 
 
 def test_restart_replays_and_a_second_server_follows(
@@ -1220,6 +1233,16 @@ def test_restart_replays_and_a_second_server_follows(
     second = KsqlServer(broker, *server.overrides)
     try:
         assert " commands replayed from " + COMMAND_TOPIC in second.banner
+        # both are members of the service id's query group: /clusterStatus lists both
+        hosts = {url.removeprefix("http://") for url in (server.url, second.url)}
+        deadline = time.monotonic() + 60
+        while set(server.call("GET", "/clusterStatus")[1]["clusterStatus"]) != hosts:
+            assert time.monotonic() < deadline, "the second server is not in the group"
+            time.sleep(0.2)
+        status, cluster = second.call("GET", "/clusterStatus")
+        assert {h: s["hostAlive"] for h, s in cluster["clusterStatus"].items()} == dict.fromkeys(
+            hosts, True
+        )
         assert second.ok("SHOW STREAMS;") == server.ok("SHOW STREAMS;")
         server.ok(
             "CREATE TYPE money AS STRUCT<amount DECIMAL(10, 2), currency STRING>;"

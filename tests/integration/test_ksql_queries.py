@@ -62,6 +62,7 @@ class Server:
             # machine (Spark waits 10 s) is started again soon
             "ksql.query.retry.backoff.initial.ms": "1000",
             "ksql.query.retry.backoff.max.ms": "5000",
+            "ksql.heartbeat.enable": "true",  # /clusterStatus answers
         }
         args = [arg for k, v in overrides.items() for arg in ("--override", f"{k}={v}")]
         self.process = ServiceProcess(["ksql-server", *args, "--log-level", "WARNING"])
@@ -444,6 +445,18 @@ def test_ctas_counts_every_update_per_tumbling_window(
         [1, BASE + MINUTE, "u1"], [2, BASE, "u1"]
     ]  # fmt: skip
     assert (messages[-1], code) == ('{"error":"done"}', 1000)
+    # /clusterStatus: the server runs the query, reading its source's partition
+    [queries] = server.ok("SHOW QUERIES;")
+    [counting] = [q["id"] for q in queries["queries"] if q["sinks"] == ["PER_MINUTE"]]
+    cluster = KsqlRestClient(server.url).call("GET", "/clusterStatus")["clusterStatus"]
+    [host] = cluster
+    assert host == server.url.removeprefix("http://") and cluster[host]["hostAlive"] is True
+    assert cluster[host]["activeStandbyPerQuery"][counting] == {
+        "activeStores": [],
+        "activePartitions": [{"topic": "clicks", "partition": 0}],
+        "standByStores": [],
+        "standByPartitions": [],
+    }
 
 
 def statuses(server: Server) -> dict[str, dict[str, int]]:
