@@ -431,7 +431,7 @@ class Migrations:
             except _Refused as exc:
                 raise mg.MigrationError(
                     f"Failed to verify existence of migrations metadata {kind} '{name}'. "
-                    f"Did you run `{COMMAND} initialize-metadata`? Error message: {exc}"
+                    f"Did you run `strom {COMMAND} initialize-metadata`? Error message: {exc}"
                 ) from None
 
     def initialize(self) -> int:

@@ -850,6 +850,13 @@ def test_ksql_migrations_apply_info_validate_and_a_failed_migration(
     assert code == 0 and "Migrations project directory created successfully" in out
     config = str(project / "ksql-migrations.properties")
     assert f"ksql.server.url={server.url}\n" in Path(config).read_text()
+    code, _, err = ksql_migrations(capsys, "-c", config, "info")
+    assert code == 1
+    assert err.startswith(
+        "Failed to verify existence of migrations metadata stream 'MIGRATION_EVENTS'. Did you "
+        "run `strom ksql-migrations initialize-metadata`? Error message: Received 400 response "
+        "from server: "
+    )
     try:
         code, out, err = ksql_migrations(capsys, "--config-file", config, "initialize-metadata")
         assert code == 0, err
