@@ -20,7 +20,10 @@ numbers, days, milliseconds).
 
 An input value is fitted to the schema as ksqlDB's test driver fits its JSON to it:
 fields matched by name, case aside; a field the value lacks null; numbers converted to
-the schema's type.
+the schema's type. A JSON_SR value too (``json_sr_value``), as the driver's Connect
+data of the JSON schema written by the JSON Schema converter: written under the
+schema's field names, a field the schema lacks left out, scalars as the schema types
+them, a Connect DECIMAL to its scale.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import datetime
 import decimal
 import io
 import json
+import math
 import re
 import struct
 import threading
@@ -217,7 +221,8 @@ class RegistryCodec:
             row = value if isinstance(value, dict) else {_only_field(message_class): value}
             message = protobuf_rows.fill(message_class(), protobuf_row(message_class, row))
             return header + _indexes_bytes(indexes) + message.SerializeToString()
-        return header + json.dumps(value).encode()
+        schema = json.loads(self.client.get_schema(schema_id).schema_str)
+        return header + json_text(json_sr_value(schema, value)).encode()
 
     # -- reading
 
@@ -568,6 +573,122 @@ def _fit_field(field: Any, value: Any) -> Any:
 
 
 _DECIMAL_RE = re.compile(r"-?\d+(\.\d+)?")
+
+
+# ---------------------------------------------------------------- JSON_SR values
+
+_CONNECT_INTEGERS = ("int8", "int16", "int32", "int64")
+_CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+
+
+def json_sr_value(schema: Any, value: Any) -> Any:
+    """The case's JSON ``value`` fitted to the JSON ``schema`` as ksqlDB's test driver
+    fits it (its spec turned into Connect data of the schema's Connect type, then
+    written by the JSON Schema converter): an object's fields matched by name, case
+    aside, and written under the schema's names, a field the schema lacks left out, at
+    any depth; an integer or number given as text a number; a string given as a number
+    or boolean its text; a boolean given as text ``true`` (case aside) or not; a
+    DECIMAL (``connect.type`` bytes, ``connect.name`` Connect's Decimal) to its scale.
+    What the schema does not say (a union of several types, a reference) is left as it
+    is."""
+    if value is None or not isinstance(schema, dict):
+        return value
+    for union in ("oneOf", "anyOf"):
+        if union in schema:
+            present = [s for s in schema[union] if s.get("type") != "null"]
+            return json_sr_value(present[0], value) if len(present) == 1 else value
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        present = [k for k in kind if k != "null"]
+        kind = present[0] if len(present) == 1 else None
+    connect = schema.get("connect.type")
+    if connect == "bytes" and schema.get("connect.name") == _CONNECT_DECIMAL:
+        scale = int((schema.get("connect.parameters") or {}).get("scale", 0))
+        return decimal.Decimal(str(value)).quantize(
+            decimal.Decimal(1).scaleb(-scale), context=_WIDE_DECIMALS
+        )
+    if kind == "object" and isinstance(value, dict):
+        if "properties" in schema:
+            names = {name.upper(): name for name in schema["properties"]}
+            out = {}
+            for name, item in value.items():
+                real = names.get(str(name).upper())
+                if real is not None:  # the driver's struct takes only the schema's fields
+                    out[real] = json_sr_value(schema["properties"][real], item)
+            return out
+        values = schema.get("additionalProperties")
+        return {str(k): json_sr_value(values, v) for k, v in value.items()}
+    if kind == "array" and isinstance(value, list):
+        return [json_sr_value(schema.get("items"), item) for item in value]
+    if kind == "integer" or connect in _CONNECT_INTEGERS:
+        return _json_number(value, int)
+    if kind == "number":
+        return _json_number(value, float)
+    if kind == "string" and not isinstance(value, (dict, list)):
+        return _java_text(value)
+    if kind == "boolean" and not isinstance(value, (dict, list)):
+        return value if isinstance(value, bool) else str(value).lower() == "true"
+    return value
+
+
+def _json_number(value: Any, kind: type) -> Any:
+    """A number given as text parsed as Java's ``Long.valueOf`` / ``Double.valueOf``
+    parse it; a number is written as given; what the driver would refuse (a fraction
+    for an integer, text not a number) is left as it is (the case's error)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return int(value) if kind is int else float(value)
+    except ValueError:
+        return value
+
+
+def _java_text(value: Any) -> Any:
+    """A scalar's text as the driver's ``toString`` makes it (Java's for a boolean and
+    a double)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return java_double_text(value)
+    return str(value)
+
+
+def java_double_text(value: float) -> str:
+    """Java's ``Double.toString``: positional from 10^-3 to 10^7 (at least one decimal),
+    else ``d.dddE<n>``."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        text = repr(value)
+        return text if "." in text else text + ".0"
+    sign, digits, exponent = decimal.Decimal(repr(value)).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    shown = "".join(map(str, digits))
+    mantissa = shown[0] + "." + (shown[1:] or "0")
+    return f"{'-' if sign else ''}{mantissa}E{len(digits) - 1 + exponent}"
+
+
+def json_text(value: Any) -> str:
+    """``value`` as JSON text, a Decimal as its number (its digits, scale kept)."""
+    marks: dict[str, str] = {}
+
+    def marked(item: Any) -> Any:
+        if isinstance(item, decimal.Decimal):
+            mark = f"@@decimal{len(marks)}@@"
+            marks[f'"{mark}"'] = str(item)
+            return mark
+        if isinstance(item, dict):
+            return {k: marked(v) for k, v in item.items()}
+        if isinstance(item, list):
+            return [marked(v) for v in item]
+        return item
+
+    text = json.dumps(marked(value))
+    for mark, number in marks.items():
+        text = text.replace(mark, number, 1)
+    return text
 
 
 # ---------------------------------------------------------------- Avro values
