@@ -104,6 +104,15 @@ def test_a_file_source_created_listed_described_and_dropped(
     assert status["connector"]["state"] == "RUNNING"
     assert [(t["id"], t["state"]) for t in status["tasks"]] == [(0, "RUNNING")]
     assert described["sources"] == [] and described["topics"] == []
+    # Connect lists the topic the source wrote to (KIP-558), but ksqlDB asks for a
+    # connector's topics only when it knows the connector's class (the JDBC source)
+    wait_for(
+        lambda: (
+            worker.call("GET", "/connectors/LINES_IN/topics")
+            == (200, {"LINES_IN": {"topics": ["ksql-lines"]}})
+        ),
+        "the source's active topic",
+    )
 
     # ksqlDB's answers for a connector that exists
     code, exists = server.ksql(create)
