@@ -1,7 +1,8 @@
 """ksqlDB 0.29's REST API on the project's HTTP stack (aiohttp, ``strom.services.http``):
 
 - ``GET /info``: ``{"KsqlServerInfo": {version, kafkaClusterId, ksqlServiceId,
-  serverStatus}}``;
+  serverStatus}}`` (``GET /`` redirects there); ``GET /chc/ready`` and ``/chc/live``:
+  ``{}``;
 - ``GET /healthcheck``: ``{"isHealthy", "details": {metastore, kafka, commandRunner}}``
   (kafka: the cluster answered a metadata request now);
 - ``GET /status`` and ``GET /status/{type}/{entity}/{action}``: the command statuses;
@@ -98,6 +99,9 @@ class KsqlServerApp:
         self.app[SERVES_HTTP2] = True  # as ksqlDB: HTTP/1.1 and HTTP/2 on the one listener
         self.app.add_routes(
             [
+                web.get("/", self.root),
+                web.get("/chc/ready", self.container_health),
+                web.get("/chc/live", self.container_health),
                 web.get("/info", self.info),
                 web.get("/healthcheck", self.healthcheck),
                 web.get("/status", self.statuses),
@@ -143,6 +147,14 @@ class KsqlServerApp:
         except Exception:
             log.exception("request %s %s failed", request.method, request.path)
             return self._reply(request, _generic_error(ERROR_SERVER, "Internal server error"), 500)
+
+    async def root(self, request: web.Request) -> web.Response:
+        """As ksqlDB's: a temporary redirect to ``/info``."""
+        return web.Response(status=307, headers={"Location": "/info"})
+
+    async def container_health(self, request: web.Request) -> web.Response:
+        """ksqlDB's container health checks (``/chc/ready``, ``/chc/live``): ``{}``."""
+        return web.Response(text="{}", content_type="application/json")
 
     async def info(self, request: web.Request) -> web.Response:
         return self._reply(

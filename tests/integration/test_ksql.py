@@ -1125,6 +1125,11 @@ def test_server_metadata_and_valid_properties(server: KsqlServer) -> None:
         {"version": "0.29.0", "clusterId": cluster_id},
     )
     assert server.call("GET", "/v1/metadata/id") == (200, cluster_id)
+    # / redirects to /info; the container health checks answer {}
+    with urllib.request.urlopen(server.url + "/", timeout=30) as redirected:
+        assert redirected.url == server.url + "/info"
+        assert json.load(redirected)["KsqlServerInfo"]["ksqlServiceId"] == SERVICE_ID
+    assert server.call("GET", "/chc/ready") == server.call("GET", "/chc/live") == (200, {})
     assert server.call("GET", "/is_valid_property/ksql.streams.auto.offset.reset") == (200, True)
     status, refused = server.call("GET", "/is_valid_property/ksql.service.id")
     assert status == 400 and refused == {
