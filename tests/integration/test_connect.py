@@ -794,6 +794,14 @@ def test_second_worker_forwards_and_takes_over(worker: Worker, workdir: Path) ->
         )
         leader_id = follower.wait_state("t-sink", "RUNNING")["connector"]["worker_id"]
         wait_for(lambda: lines_of(sink_file) == ["before", "before"], "the leader's copies")
+        for one in workers.values():  # one of them has it from the status topic (KIP-558)
+            wait_for(
+                lambda one=one: (
+                    one.call("GET", "/connectors/t-sink/topics")[1]
+                    == {"t-sink": {"topics": ["takeover"]}}
+                ),
+                "the sink's active topic on each worker",
+            )
         names = ("t-src-True", "t-src-False", "t-sink")
 
         def owners() -> dict[str, str] | None:
