@@ -834,12 +834,13 @@ def _ws_json(value: Any) -> str:
 
 
 def ws_close_reason(message: str) -> str:
-    """A close reason of at most 123 bytes: a longer message is cut (ending ``...``)."""
+    """A close reason of at most 123 bytes: a longer message is cut as ksqlDB cuts it (to
+    120 characters, then two at a time until 120 bytes) and ends ``...``."""
     if len(message.encode()) <= WS_REASON_BYTES:
         return message
     cut = message[: WS_REASON_BYTES - 3]
     while len(cut.encode()) > WS_REASON_BYTES - 3:
-        cut = cut[:-1]
+        cut = cut[:-2]
     return cut + "..."
 
 
