@@ -335,6 +335,9 @@ class KsqlServerApp:
                 ),
                 400,
             )
+        refused = self._denied_overrides(list(properties))
+        if refused is not None:
+            return self._reply(request, _generic_error(ERROR_BAD_REQUEST, refused), 400)
         # the request's credentials go on to Connect with the connector statements
         forwarded = FORWARDED_AUTHORIZATION.set(request.headers.get("Authorization"))
         try:
@@ -360,6 +363,11 @@ class KsqlServerApp:
             statement = parse_statement(pieces[0])
         except KsqlSyntaxError as exc:
             return self._reply(request, statement_error(str(exc), statement_text, []), 400)
+        overrides = body.get("streamsProperties")
+        if request.path == "/query" and isinstance(overrides, dict):  # not /query-stream's
+            refused = self._denied_overrides(list(overrides))
+            if refused is not None:
+                return self._reply(request, _generic_error(ERROR_BAD_REQUEST, refused), 400)
         if isinstance(statement, PrintTopic) and request.path == "/query":
             return await self._print(request, statement)
         if not isinstance(statement, Query):

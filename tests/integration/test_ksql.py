@@ -1138,6 +1138,13 @@ def test_server_metadata_and_valid_properties(server: KsqlServer) -> None:
         "message": "One or more properties overrides set locally are prohibited by the KSQL "
         "server (use UNSET to reset their default value): [ksql.service.id]",
     }
+    # /ksql and /query refuse them too (/query-stream does not look)
+    denied = {"ksql.service.id": "other"}
+    assert server.ksql("SHOW STREAMS;", streamsProperties=denied) == (400, refused)
+    status, answer = server.call(
+        "POST", "/query", {"ksql": "PRINT 'ws_clicks' LIMIT 1;", "streamsProperties": denied}
+    )
+    assert (status, answer) == (400, refused)
     # with heartbeats on, the servers of the service id are its query group's members
     status, cluster = server.call("GET", "/clusterStatus")
     host = server.url.removeprefix("http://")
