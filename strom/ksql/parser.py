@@ -112,6 +112,14 @@ def parse_statement(text: str) -> st.Statement:
     except lark.exceptions.UnexpectedToken as exc:
         token = exc.token
         shown = "<EOF>" if token.type == "$END" else str(token)
+        if set(exc.expected) == {"_ARROW"}:
+            # a parenthesised list of names that is no lambda's: ksqlDB's grammar takes
+            # only one expression in parentheses there (GROUP BY a, (b, c))
+            raise KsqlSyntaxError(
+                exc.line if exc.line > 0 else _last_line(text),
+                max(exc.column - 1, 0) if exc.column > 0 else _end_column(text),
+                "missing ')' at ','",
+            ) from None
         if {"TOPIC", "SCHEMA"} <= set(exc.expected) and token.type != "$END":
             # after ASSERT, ksqlDB's grammar also has its test-only ASSERT VALUES /
             # NULL VALUES / STREAM / TABLE: none takes the token (no viable alternative)
@@ -198,6 +206,7 @@ _TOKEN_TEXT = {
     "STRING": "STRING",
     "TYPE_STRING": "'STRING'",
     "INTEGER_VALUE": "INTEGER_VALUE",
+    "_ARROW": "'=>'",
     "IDENTIFIER": "IDENTIFIER",
 }
 
@@ -713,6 +722,13 @@ class _StatementBuilder(Transformer[Token, Any]):
 
     def group_by_empty(self, _: Children) -> tuple[str, Any]:
         return ("group_by", ())
+
+    @v_args(inline=True, meta=True)
+    def group_by_names(self, meta: Any, names: tuple[str, ...]) -> tuple[str, Any]:
+        """GROUP BY (a, b): the columns, which the grammar reads as a lambda's names
+        first (the two agree up to the ``)``)."""
+        line, column = getattr(meta, "line", 0), getattr(meta, "column", 0)
+        return ("group_by", tuple(ex.ColumnReference(n, line=line, column=column) for n in names))
 
     def partition_by(self, expressions: Children) -> tuple[str, Any]:
         return ("partition_by", tuple(expressions))

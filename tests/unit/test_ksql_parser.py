@@ -330,3 +330,16 @@ def test_assert_topic_and_schema_parse() -> None:
     assert str(info.value) == (
         "line 1:8: Syntax Error\nSyntax error at or near 'VALUES' at line 1:8"
     )
+
+
+def test_group_by_a_parenthesised_list() -> None:
+    """GROUP BY (a, b) groups by a and b, as ksqlDB's grammar has it; a list of names
+    in parentheses after another item is its 'missing ')''."""
+    statement = parse_statement("SELECT f1, COUNT(*) FROM t GROUP BY (f3, f2, f1) EMIT CHANGES")
+    assert isinstance(statement, st.Query)
+    assert [e.name for e in statement.group_by] == ["F3", "F2", "F1"]  # type: ignore[attr-defined]
+    statement = parse_statement("SELECT COUNT(*) FROM t GROUP BY (f3 + 1, f2) EMIT CHANGES")
+    assert isinstance(statement, st.Query) and len(statement.group_by) == 2
+    with pytest.raises(KsqlSyntaxError) as info:
+        parse_statement("SELECT COUNT(*) FROM t GROUP BY f3, (f2, f1) EMIT CHANGES")
+    assert "missing ')' at ','" in str(info.value)
