@@ -65,6 +65,7 @@ from strom.ksql.inserts import insertable, json_values
 from strom.ksql.metastore import KsqlStatementError
 from strom.ksql.ownership import slot_of
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, split_statements
+from strom.ksql.planner import QueryPlan
 from strom.ksql.print_topic import print_records
 from strom.ksql.statements import PrintTopic, Query
 from strom.ksql.values import format_date, format_time, format_timestamp
@@ -394,15 +395,19 @@ class KsqlServerApp:
         names = [p.name for p in plan.projection]
         types = [p.type for p in plan.projection]
         query_id = push.query_id if push is not None else f"query_{uuid.uuid4().int % 10**13}"
-        writer = _RowWriter(request.path, request.headers.get("Accept", ""), query_id, names, types)
+        keys = pull_key_columns(plan, statement.is_pull)
+        accept = request.headers.get("Accept", "")
+        writer = _RowWriter(request.path, accept, query_id, names, types, keys)
         response = web.StreamResponse(headers={"Content-Type": writer.content_type})
         response.enable_chunked_encoding()
         await response.prepare(request)
-        await response.write(writer.header())
+        # ksqlDB's pull query on a table ends its /query answer without a final message
+        bare = push is None and writer.old and plan.source.kind == "TABLE"
+        await response.write(writer.header(closing=bare and not rows))
         if push is None:
-            for row in rows:
-                await response.write(writer.row(row))
-            await response.write(writer.end(None))
+            for index, row in enumerate(rows):
+                await response.write(writer.row(row, closing=bare and index == len(rows) - 1))
+            await response.write(writer.close() if bare else writer.end(None))
             await response.write_eof()
             return response
         await self._stream_push(request, response, writer, push, partitions)
@@ -787,7 +792,11 @@ class _RowWriter:
       one JSON array a row;
     - ``/query-stream`` with ``application/json``: one JSON array of the same;
     - ``/query`` (ksqlDB's older shape): ``[{"header": {"queryId", "schema"}},
-      {"row": {"columns": [...]}}, ..., {"finalMessage": "Limit Reached"}]``.
+      {"row": {"columns": [...]}}, ..., {"finalMessage": "Limit Reached"}]``; the
+      schema marks the ``keys`` columns ``KEY`` (a pull query's on a table, as ksqlDB's
+      logical schema of it), and a pull query on a table has no final message (ksqlDB
+      buffers its last row instead): its header or last row is written ``closing``,
+      then ``close()``.
     """
 
     def __init__(
@@ -797,8 +806,10 @@ class _RowWriter:
         query_id: str,
         names: list[str],
         sql_types: Sequence[ex.SqlType | None],
+        keys: frozenset[str] = frozenset(),
     ) -> None:
         self.old = path == "/query"
+        self.keys = keys
         self.as_array = not self.old and "application/json" in accept
         self.query_id = query_id
         self.names = names
@@ -809,18 +820,21 @@ class _RowWriter:
         else:
             self.content_type = "application/json" if self.as_array else DELIMITED_MEDIA_TYPE
 
-    def header(self) -> bytes:
+    def header(self, closing: bool = False) -> bytes:
         if self.old:
-            schema = ", ".join(f"`{n}` {t}" for n, t in zip(self.names, self.types, strict=True))
+            schema = ", ".join(
+                f"`{n}` {t}{' KEY' if n in self.keys else ''}"
+                for n, t in zip(self.names, self.types, strict=True)
+            )
             old_head = {"header": {"queryId": self.query_id, "schema": schema}}
-            return b"[" + json.dumps(old_head).encode() + b",\n"
+            return b"[" + json.dumps(old_head).encode() + (b"" if closing else b",\n")
         head = {"queryId": self.query_id, "columnNames": self.names, "columnTypes": self.types}
         return (b"[" if self.as_array else b"") + json.dumps(head).encode() + b"\n"
 
-    def row(self, values: list[Any]) -> bytes:
+    def row(self, values: list[Any], closing: bool = False) -> bytes:
         columns = [rest_json_value(v, t) for v, t in zip(values, self.sql_types, strict=False)]
         if self.old:
-            return json.dumps({"row": {"columns": columns}}).encode() + b",\n"
+            return json.dumps({"row": {"columns": columns}}).encode() + (b"" if closing else b",\n")
         return (b"," if self.as_array else b"") + json.dumps(columns).encode() + b"\n"
 
     def end(self, final: str | None) -> bytes:
@@ -828,6 +842,22 @@ class _RowWriter:
             last: dict[str, Any] = {"finalMessage": final or "Query Completed"}
             return json.dumps(last).encode() + b"]\n"
         return b"]" if self.as_array else b""
+
+    def close(self) -> bytes:
+        """The end of a ``/query`` answer without a final message."""
+        return b"]\n"
+
+
+def pull_key_columns(plan: QueryPlan, is_pull: bool) -> frozenset[str]:
+    """The columns of a query's answer that ksqlDB's logical schema of it marks KEY: a
+    pull query's on a table, those named (by their alias) as a key column of the table,
+    or WINDOWSTART and WINDOWEND; none for another query (ksqlDB's push queries give
+    their key columns as values)."""
+    if not is_pull or plan.source.kind != "TABLE":
+        return frozenset()
+    keys = {c.name for c in plan.source.columns if c.namespace == "KEY"}
+    keys |= {"WINDOWSTART", "WINDOWEND"}
+    return frozenset(p.name for p in plan.projection if p.name in keys)
 
 
 def _host_and_port(url: str) -> str:
