@@ -53,7 +53,7 @@ from strom.ksql import statements as st
 from strom.ksql.command_topic import Command, CommandReader, CommandTopic, CommandTopicError
 from strom.ksql.config import OUTPUT_TOPIC_PREFIX, KsqlServerConfig
 from strom.ksql.connectors import ConnectorError, ConnectorStatements
-from strom.ksql.inserts import RowWriter, insertable, statement_values
+from strom.ksql.inserts import RowWriter, check_value_count, insertable, statement_values
 from strom.ksql.kafka_calls import (
     TIMEOUT_S,
     KafkaCallError,
@@ -777,6 +777,7 @@ class KsqlEngine:
     def _insert_values(
         self, statement: st.InsertValues, text: str, scope: RequestScope
     ) -> dict[str, Any] | None:
+        check_value_count(statement)
         source = insertable(self.metastore, statement.target)
         try:
             values = statement_values(source, statement)

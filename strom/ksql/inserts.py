@@ -52,11 +52,28 @@ def _header_refusal(names: list[str]) -> KsqlStatementError:
     return KsqlStatementError("Cannot insert into HEADER columns: " + ", ".join(names))
 
 
+# pseudo columns INSERT VALUES may not set (ksqlDB's SystemColumns)
+NOT_INSERTABLE = ("ROWPARTITION", "ROWOFFSET")
+
+
+def check_value_count(statement: st.InsertValues) -> None:
+    """ksqlDB's parser's refusal of a column list and values of different lengths (before
+    the target is looked up)."""
+    if statement.columns and len(statement.columns) != len(statement.values):
+        raise KsqlStatementError(
+            "Failed to prepare statement: Expected number columns and values to match: "
+            f"{len(statement.columns)}, {len(statement.values)}"
+        )
+
+
 def statement_values(source: DataSource, statement: st.InsertValues) -> dict[str, ex.Expression]:
     """INSERT VALUES' values by column name (all key and value columns without a list)."""
     headers = [c.name for c in source.columns if c.namespace == "HEADER"]
     if statement.columns:
         names = list(statement.columns)
+        for name in names:
+            if name in NOT_INSERTABLE:
+                raise KsqlStatementError(f"Inserting into column `{name}` is not allowed.")
         if [n for n in names if n in headers]:
             raise _header_refusal([n for n in names if n in headers])
     else:
