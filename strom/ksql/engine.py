@@ -49,6 +49,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.ksql import asserts, formatter, processing_log
+from strom.ksql import expressions as ex
 from strom.ksql import statements as st
 from strom.ksql.command_topic import Command, CommandReader, CommandTopic, CommandTopicError
 from strom.ksql.config import OUTPUT_TOPIC_PREFIX, KsqlServerConfig
@@ -71,6 +72,7 @@ from strom.ksql.planner import (
     collect_limits_from_properties,
     new_query_planner,
     plan_query,
+    walk,
     wrapping_from_properties,
 )
 from strom.ksql.queries import QueryRegistry, RunningQuery
@@ -137,6 +139,33 @@ def _status_entity(text: str, command_id: str, message: str, sequence: int) -> d
         "commandSequenceNumber": sequence,
         "warnings": [],
     }
+
+
+# pseudo columns a pull query may not read (ksqlDB's SystemColumns, version 1 on)
+PULL_DISALLOWED = ("ROWPARTITION", "ROWOFFSET")
+
+
+def pull_pseudo_column_refusal(plan: QueryPlan) -> str | None:
+    """ksqlDB's refusal of a pull query reading ROWPARTITION or ROWOFFSET: in its
+    selected expressions, else in its WHERE clause (the columns in the order they come,
+    each once); None when it reads neither."""
+    clauses = (
+        ("SELECT", [p.expression for p in plan.projection]),
+        ("WHERE", [plan.where] if plan.where is not None else []),
+    )
+    for clause, expressions in clauses:
+        found: list[str] = []
+        for expression in expressions:
+            for part in walk(expression):
+                name = part.name if isinstance(part, ex.ColumnReference) else None
+                if name in PULL_DISALLOWED and name not in found:
+                    found.append(name)
+        if found:
+            columns = ", ".join(f"`{name}`" for name in found)
+            return (
+                f"Pull queries don't support the following columns in {clause} clauses: {columns}\n"
+            )
+    return None
 
 
 class KsqlEngine:
@@ -1115,6 +1144,9 @@ class KsqlEngine:
             raise KsqlStatementError("Pull queries don't support JOIN clauses." + tail)
         if plan.partition_by is not None:
             raise KsqlStatementError("Pull queries don't support PARTITION BY clauses." + tail)
+        refused = pull_pseudo_column_refusal(plan)
+        if refused is not None:
+            raise KsqlStatementError(refused + tail)
         source = plan.source
         if (
             source.kind == "TABLE"
