@@ -122,8 +122,8 @@ def compile_expression(
     """``expression`` typed and compiled over ``scope``; ``KsqlStatementError`` with
     ksqlDB's message when it does not type. ``clause`` (SELECT, WHERE or HAVING) words
     the message as ksqlDB's does for that clause: ``Error in WHERE expression: ...`` for
-    a type error in a filter, ``Invalid Select: ...`` / ``Invalid Predicate: ...`` for a
-    ``CoercionError``."""
+    a type error in a filter (a line ``Statement: `` and the filter's text after it),
+    ``Invalid Select: ...`` / ``Invalid Predicate: ...`` for a ``CoercionError``."""
     try:
         evaluator, sql_type = _Compiler(scope).compile(expression, {})
     except CoercionError as exc:
@@ -137,7 +137,10 @@ def compile_expression(
         # that the filter's row has not: ksqlDB's type checker's words
         unknown = _UNRESOLVED.fullmatch(str(exc))
         message = f"Unknown column {unknown.group(1)}." if unknown else str(exc)
-        raise KsqlStatementError(f"Error in {clause} expression: {message}") from None
+        # ksqlDB's FilterTypeValidator: the filter's text follows, as its statement
+        raise KsqlStatementError(
+            f"Error in {clause} expression: {message}\nStatement: {expression_text(expression)}"
+        ) from None
     if sql_type is None:
         raise KsqlStatementError(
             "Can't infer a type of null. Please explicitly cast it to a required type, e.g. "

@@ -273,7 +273,7 @@ def test_transient_queries_select_what_they_like(metastore: Metastore) -> None:
             "CREATE TABLE t AS SELECT user_id, SUM(ms) AS s FROM clicks GROUP BY user_id "
             "HAVING SUM(ms) > 'x'",
             "Error in HAVING expression: Cannot compare SUM(MS) (BIGINT) to 'x' (STRING) with "
-            "GREATER_THAN.",
+            "GREATER_THAN.\nStatement: (SUM(MS) > 'x')",
         ),
         (
             "CREATE STREAM s WITH (wrap_single_value=false) AS SELECT * FROM clicks",
@@ -282,7 +282,7 @@ def test_transient_queries_select_what_they_like(metastore: Metastore) -> None:
         (
             "SELECT page FROM clicks WHERE ms > 'late' EMIT CHANGES",
             "Error in WHERE expression: Cannot compare MS (BIGINT) to 'late' (STRING) with "
-            "GREATER_THAN.",
+            "GREATER_THAN.\nStatement: (MS > 'late')",
         ),
     ],
 )
@@ -811,7 +811,7 @@ def test_errors_over_a_join_name_columns_as_the_joined_row_has_them(
         "CREATE STREAM j AS SELECT c.user_id, c.page FROM clicks c JOIN other o "
         "WITHIN 1 SECOND ON c.user_id = o.user_id WHERE c.page > o.page;",
     ) == ("Error in WHERE expression: Cannot compare C_PAGE (STRING) to O_PAGE (INTEGER) with "
-          "GREATER_THAN.")  # fmt: skip
+          "GREATER_THAN.\nStatement: (C_PAGE > O_PAGE)")  # fmt: skip
 
 
 def test_a_sink_asking_for_no_key_format_must_have_no_key(metastore: Metastore) -> None:

@@ -429,12 +429,17 @@ def test_a_window_bound_in_a_windowed_aggregations_where_is_an_unknown_column() 
         metastore,
         "CREATE TABLE S2 AS SELECT ROWKEY, COUNT(1) AS COUNT FROM TEST WINDOW TUMBLING "
         "(SIZE 1 SECOND) WHERE MIN(windowEnd) < 15000 GROUP BY ROWKEY;",
-    ) == ("Error in WHERE expression: Unknown column WINDOWEND.")
+    ) == (
+        "Error in WHERE expression: Unknown column WINDOWEND.\nStatement: (MIN(WINDOWEND) < 15000)"
+    )
     assert refusal(  # an aggregate over columns the row has: refused as an aggregate
         metastore,
         "CREATE TABLE S3 AS SELECT ROWKEY, COUNT(1) AS COUNT FROM TEST WINDOW TUMBLING "
         "(SIZE 1 SECOND) WHERE MIN(IGNORED) < 15000 GROUP BY ROWKEY;",
-    ) == ("Error in WHERE expression: Use of aggregate function MIN requires a GROUP BY clause.")
+    ) == (
+        "Error in WHERE expression: Use of aggregate function MIN requires a GROUP BY clause."
+        "\nStatement: (MIN(IGNORED) < 15000)"
+    )
 
 
 def test_a_sinks_timestamp_column_stamps_its_records_and_an_invalid_one_drops_them() -> None:
