@@ -141,6 +141,28 @@ def _status_entity(text: str, command_id: str, message: str, sequence: int) -> d
     }
 
 
+PULL_HELP = (
+    " See https://cnfl.io/queries for more info.\n"
+    "Add EMIT CHANGES if you intended to issue a push query."
+)
+
+
+def pull_clause_refusal(query: st.Query) -> str | None:
+    """ksqlDB's PullQueryValidator's refusal of a clause a pull query may not have
+    (checked, in its order, before the query is planned); None when it has none."""
+    clauses = (
+        (bool(query.source.joins), "JOIN"),
+        (query.window is not None, "WINDOW"),
+        (query.group_by is not None, "GROUP BY"),
+        (query.partition_by is not None, "PARTITION BY"),
+        (query.having is not None, "HAVING"),
+    )
+    for present, clause in clauses:
+        if present:
+            return f"Pull queries don't support {clause} clauses."
+    return None
+
+
 # pseudo columns a pull query may not read (ksqlDB's SystemColumns, version 1 on)
 PULL_DISALLOWED = ("ROWPARTITION", "ROWOFFSET")
 
@@ -1128,6 +1150,9 @@ class KsqlEngine:
         self._await_commands()
         with self.lock:
             counts = None if query.is_pull else self._partition_count
+            refused = pull_clause_refusal(query) if query.is_pull else None
+            if refused is not None:
+                raise KsqlStatementError(refused + PULL_HELP)
             plan = plan_query(query, self.metastore, None, text, counts)
             if query.is_pull:
                 self._check_pull(plan)
