@@ -3,8 +3,9 @@
 Measures how many of ksqlDB's REST test cases (``rest-query-validation-tests/*.json``
 of ksqlDB's repository: INSERT VALUES, pull queries, push queries) Strom's ksql server
 answers as ksqlDB does. The case files are read at run time from the path given (a
-directory of ``.json`` files, or ksqlDB's bare git dir, read at its HEAD); they may hold
-``//`` and ``/* */`` comments (ksqlDB's loader allows them), which are taken out.
+directory of ``.json`` files, or ksqlDB's bare git dir); they may hold
+``//`` and ``/* */`` comments (ksqlDB's loader allows them), which are taken out. From
+a git dir they are read at ``--ref`` (v0.29.0 unless told).
 
 The processes (a broker, a schema registry, a ksql server), the suffixing of a case's
 names (``__C<n>C``) and the writing of its inputs are ``ksql_conformance.py``'s. Each
@@ -32,7 +33,7 @@ A case's ``outputs`` (records on topics) are compared as ``ksql_conformance.py``
 Not runnable, counted apart: disabled cases, cases with input headers, and cases
 checking the protobuf form of pull queries (``testPullWithProtoFormat``).
 
-Usage: python bench/ksql_rest_conformance.py PATH [--tree DIR] [--files GLOB]
+Usage: python bench/ksql_rest_conformance.py PATH [--tree DIR] [--ref REF] [--files GLOB]
 [--case TEXT] [--jobs N] [--out DIR]. Prints a line per case, then per file: cases
 matched / runnable and not runnable, and overall.
 """
@@ -42,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -107,20 +109,22 @@ def without_comments(text: str) -> str:
     return "".join(out)
 
 
-def load_files(path: Path, tree: str, pattern: str) -> dict[str, list[dict[str, Any]]]:
-    """The case files' tests by file name (without .json)."""
+def load_files(
+    path: Path, tree: str, pattern: str, ref: str = "v0.29.0"
+) -> dict[str, list[dict[str, Any]]]:
+    """The case files' tests by file name (without .json); from a git dir, at ``ref``."""
     import fnmatch
 
     texts: dict[str, str] = {}
     if (path / "HEAD").exists() and (path / "objects").is_dir():
         names = subprocess.run(
-            ["git", "-C", str(path), "ls-tree", "-r", "--name-only", "HEAD", tree + "/"],
+            ["git", "-C", str(path), "ls-tree", "-r", "--name-only", ref, tree + "/"],
             check=True, capture_output=True, text=True,
         ).stdout.split()  # fmt: skip
         for name in names:
             if name.endswith(".json") and fnmatch.fnmatch(Path(name).name, pattern):
                 texts[Path(name).stem] = subprocess.run(
-                    ["git", "-C", str(path), "show", f"HEAD:{name}"],
+                    ["git", "-C", str(path), "show", f"{ref}:{name}"],
                     check=True, capture_output=True, text=True,
                 ).stdout  # fmt: skip
     else:
@@ -482,14 +486,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("path", type=Path, help="a directory of .json files or ksqlDB's git dir")
     parser.add_argument("--tree", default=TREE, help="the cases' path inside a git dir")
+    parser.add_argument("--ref", default="v0.29.0", help="the git dir's tag or commit to read")
     parser.add_argument("--files", default="*.json", help="file names to run (a glob)")
     parser.add_argument("--case", default="", help="only cases whose name holds this")
     parser.add_argument("--jobs", type=int, default=3, help="cases run at a time")
     parser.add_argument("--out", type=Path, help="a directory for per-case diff files")
     args = parser.parse_args()
+    # Ctrl-C (SIGINT) stops the run even when started in the background, which ignores it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     planned: list[tuple[str, dict[str, Any]]] = []
     results: list[Result] = []
-    for family, tests in load_files(args.path, args.tree, args.files).items():
+    for family, tests in load_files(args.path, args.tree, args.files, args.ref).items():
         for test in tests:
             for case in expand(test):
                 if args.case.lower() not in case["name"].lower():
