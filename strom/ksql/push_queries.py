@@ -444,7 +444,7 @@ class Materialized:
             self.rows[key] = row
 
     def _key_columns(self, row: Row) -> tuple[Any, ...]:
-        return tuple(row.columns.get(c.name) for c in self.source.key_columns)
+        return tuple(_hashable(row.columns.get(c.name)) for c in self.source.key_columns)
 
     def current(self, where: ex.Expression | None = None) -> list[Row]:
         """The rows (in the order they came) that may satisfy ``where``: a table's rows
@@ -460,6 +460,16 @@ class Materialized:
     def close(self) -> None:
         self.consumer.close()
         self.ends.close()
+
+
+def _hashable(value: Any) -> Any:
+    """A key column's value as an index's key: an ARRAY's a tuple, a MAP's or STRUCT's a
+    tuple of its (name, value) pairs, at every depth."""
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _hashable(v)) for k, v in value.items())
+    return value
 
 
 def _key_wanted(where: ex.Expression | None, source: DataSource) -> tuple[Any] | None:

@@ -134,3 +134,33 @@ def test_a_windowed_table_keeps_every_window_of_a_key(
         (0, 2),
         (60_000, 1),
     ]
+
+
+@pytest.mark.parametrize(
+    ("key_type", "key", "where"),
+    [
+        ("ARRAY<STRING>", ["1", "0"], "ARRAY['1', '0']"),
+        ("STRUCT<F1 STRING, F2 STRING>", {"F1": "1", "F2": "0"}, "STRUCT(F1 := '1', F2 := '0')"),
+    ],
+)
+def test_a_table_keyed_by_an_array_or_a_struct_is_materialized_and_looked_up(
+    key_type: str, key: object, where: str
+) -> None:
+    store = Metastore()
+    table = source(
+        store,
+        f"CREATE TABLE agg (id {key_type} PRIMARY KEY, c BIGINT) "
+        "WITH (KAFKA_TOPIC='agg', FORMAT='JSON');",
+    )
+    other = ["2", "0"] if isinstance(key, list) else {"F1": "2", "F2": "0"}
+    materialized = Materialized(table, {"bootstrap.servers": "127.0.0.1:1", "log_level": 0}, None)
+    try:
+        for offset, (k, c) in enumerate([(key, 1), (other, 5), (key, 2)]):
+            materialized._apply(record(json.dumps(k).encode(), {"C": c}, offset))
+        query = parse_statement(f"SELECT id, c FROM agg WHERE id = {where};")
+        assert isinstance(query, st.Query)
+        plan = plan_query(query, store)
+        assert pull_rows(plan, materialized.current(plan.where)) == [[key, 2]]
+        assert len(materialized.current()) == 2
+    finally:
+        materialized.close()
