@@ -37,6 +37,7 @@ from typing import Any
 
 from strom.ksql import expressions as ex
 from strom.ksql import protobuf_rows
+from strom.ksql.evaluation import Scope, compile_expression
 from strom.ksql.metastore import Column, DataSource, KsqlStatementError
 from strom.ksql.values import double_text
 
@@ -55,7 +56,8 @@ def _mismatch(column: str, sql_type: ex.SqlType, value: Any) -> KsqlStatementErr
 
 
 def coerce(expression: ex.Expression, sql_type: ex.SqlType, column: str) -> Any:
-    """The value of a literal expression in ``sql_type``'s Python form."""
+    """The value of an expression in ``sql_type``'s Python form: a literal's or a
+    constructor's converted, another one evaluated first."""
     if isinstance(expression, ex.Cast):
         return coerce(expression.operand, sql_type, column)
     if isinstance(expression, ex.Literal):
@@ -68,18 +70,40 @@ def coerce(expression: ex.Expression, sql_type: ex.SqlType, column: str) -> Any:
             for k, v in expression.entries
         }
     if isinstance(expression, ex.StructConstructor) and isinstance(sql_type, ex.StructType):
+        # the column's fields; one the constructor has and the column not is dropped, as
+        # ksqlDB's coercion of a struct drops it
         given = dict(expression.fields)
-        unknown = set(given) - {f.name for f in sql_type.fields}
-        if unknown:
-            raise KsqlStatementError(f"Unknown field {sorted(unknown)[0]} in STRUCT `{column}`")
         return {
             f.name: coerce(given[f.name], f.type, column) if f.name in given else None
             for f in sql_type.fields
         }
-    raise KsqlStatementError(
-        f"Failed to insert values into column `{column}`: only literals and ARRAY, MAP and "
-        "STRUCT constructors are evaluated in INSERT VALUES for now"
-    )
+    # another expression (ksqlDB evaluates any): its value over no row
+    compiled = compile_expression(expression, Scope({}))
+    return _coerce_value(compiled.evaluate({}), compiled.sql_type, sql_type, column)
+
+
+def _coerce_value(value: Any, given: ex.SqlType, sql_type: ex.SqlType, column: str) -> Any:
+    """An evaluated value of type ``given`` in ``sql_type``'s Python form."""
+    if value is None or given == sql_type:
+        return value
+    if isinstance(sql_type, ex.ArrayType) and isinstance(given, ex.ArrayType):
+        return [_coerce_value(v, given.element, sql_type.element, column) for v in value]
+    if isinstance(sql_type, ex.MapType) and isinstance(given, ex.MapType):
+        return {
+            _coerce_value(k, given.key, sql_type.key, column): _coerce_value(
+                v, given.value, sql_type.value, column
+            )
+            for k, v in value.items()
+        }
+    if isinstance(sql_type, ex.StructType) and isinstance(given, ex.StructType):
+        types = {f.name: f.type for f in given.fields}
+        return {
+            f.name: _coerce_value(value.get(f.name), types[f.name], f.type, column)
+            if f.name in types
+            else None
+            for f in sql_type.fields
+        }
+    return _convert(value, sql_type, column)
 
 
 def _convert(value: Any, sql_type: ex.SqlType, column: str) -> Any:

@@ -25,6 +25,7 @@ from strom.ksql import statements as st
 from strom.ksql.config import KsqlServerConfig
 from strom.ksql.kafka_calls import KafkaCallError, produce_and_wait
 from strom.ksql.metastore import DataSource, KsqlStatementError, Metastore
+from strom.ksql.planner import walk
 from strom.ksql.registry_formats import REGISTRY_WRITTEN, RegistryFormats
 from strom.zero_time import ZeroTimeError, ZeroTimeRecord, ZeroTimeWriter
 
@@ -57,13 +58,21 @@ NOT_INSERTABLE = ("ROWPARTITION", "ROWOFFSET")
 
 
 def check_value_count(statement: st.InsertValues) -> None:
-    """ksqlDB's parser's refusal of a column list and values of different lengths (before
-    the target is looked up)."""
+    """ksqlDB's parser's refusals (before the target is looked up): a column list and
+    values of different lengths; a value naming a column of a source (``FOO.BAR``: no
+    source is read)."""
     if statement.columns and len(statement.columns) != len(statement.values):
         raise KsqlStatementError(
             "Failed to prepare statement: Expected number columns and values to match: "
             f"{len(statement.columns)}, {len(statement.values)}"
         )
+    for value in statement.values:
+        for part in walk(value):
+            if isinstance(part, ex.ColumnReference) and part.source is not None:
+                raise KsqlStatementError(
+                    f"Failed to prepare statement: '{part.source}' is not a valid "
+                    "stream/table name or alias."
+                )
 
 
 def statement_values(source: DataSource, statement: st.InsertValues) -> dict[str, ex.Expression]:

@@ -1,11 +1,15 @@
 """INSERT VALUES' refusals that come before any row is written (``strom.ksql.inserts``),
-in ksqlDB's words: a column list and values of different lengths, and the pseudo columns
-ROWPARTITION and ROWOFFSET. No broker."""
+in ksqlDB's words: a column list and values of different lengths, a source's column
+named in a value, and the pseudo columns ROWPARTITION and ROWOFFSET; and the values as
+written: any expression evaluated, a struct's fields the column lacks dropped. No
+broker."""
 
 from __future__ import annotations
 
 import pytest
 
+from strom.ksql import expressions as ex
+from strom.ksql import formats
 from strom.ksql import statements as st
 from strom.ksql.inserts import check_value_count, statement_values
 from strom.ksql.metastore import DataSource, KsqlStatementError, Metastore
@@ -48,3 +52,23 @@ def test_pseudo_columns_other_than_rowtime_are_not_insertable(column: str) -> No
     assert str(refused.value) == f"Inserting into column `{column}` is not allowed."
     values = statement_values(source, _insert("INSERT INTO input (K, ROWTIME) VALUES ('a', 1);"))
     assert sorted(values) == ["K", "ROWTIME"]
+
+
+def test_a_value_naming_a_sources_column_fails_to_prepare() -> None:
+    with pytest.raises(KsqlStatementError) as refused:
+        check_value_count(_insert("INSERT INTO test (K, ID) VALUES (FOO.bar, '10');"))
+    assert str(refused.value) == (
+        "Failed to prepare statement: 'FOO' is not a valid stream/table name or alias."
+    )
+
+
+def test_values_are_evaluated_and_coerced_to_the_columns_types() -> None:
+    values = _insert(
+        "INSERT INTO t (A, D, S) VALUES (ARRAY[1, 1 + 1, 3], 2 * 1.5, "
+        "STRUCT(X := 'x', EXTRA := 'dropped'));"
+    ).values
+    array = ex.ArrayType(ex.PrimitiveType("BIGINT"))
+    assert formats.coerce(values[0], array, "A") == [1, 2, 3]
+    assert formats.coerce(values[1], ex.PrimitiveType("DOUBLE"), "D") == 3.0
+    struct = ex.StructType((ex.StructField("X", ex.PrimitiveType("STRING")),))
+    assert formats.coerce(values[2], struct, "S") == {"X": "x"}
