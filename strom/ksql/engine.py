@@ -75,6 +75,7 @@ from strom.ksql.planner import (
     walk,
     wrapping_from_properties,
 )
+from strom.ksql.pull_where import check_without_table_scan
 from strom.ksql.queries import QueryRegistry, RunningQuery
 from strom.ksql.query_stats import RuntimeStats
 from strom.ksql.registry_formats import INFERRED_FORMATS, RegistryFormats
@@ -161,6 +162,15 @@ def pull_clause_refusal(query: st.Query) -> str | None:
         if present:
             return f"Pull queries don't support {clause} clauses."
     return None
+
+
+PULL_TABLE_SCANS = "ksql.query.pull.table.scan.enabled"
+PULL_RANGE_SCANS = "ksql.query.pull.range.scan.enabled"
+
+
+def _enabled(settings: dict[str, Any], name: str) -> bool:
+    """A boolean setting (true unless set false), as a request's JSON or a file gives it."""
+    return str(settings.get(name, "true")).strip().lower() != "false"
 
 
 # pseudo columns a pull query may not read (ksqlDB's SystemColumns, version 1 on)
@@ -1221,11 +1231,18 @@ class KsqlEngine:
     def end_transient(self, query_id: str) -> None:
         self.queries.queries.pop(query_id, None)
 
-    def pull_query(self, plan: QueryPlan) -> list[list[Any]]:
-        """The rows of a pull query, from the source's materialized rows."""
+    def pull_query(
+        self, plan: QueryPlan, properties: dict[str, Any] | None = None
+    ) -> list[list[Any]]:
+        """The rows of a pull query, from the source's materialized rows; refused as
+        ksqlDB refuses it when the request's properties (or the server's) disable table
+        scans and the query would need one."""
         from strom.ksql.push_queries import Materialized, pull_rows
 
         source = plan.source
+        settings = {**self.config.properties, **(properties or {})}
+        if source.kind == "TABLE" and not _enabled(settings, PULL_TABLE_SCANS):
+            check_without_table_scan(plan.where, source, _enabled(settings, PULL_RANGE_SCANS))
         partitions = self.partitions(source.topic)
         with self._materialized_lock:
             found = self._materialized.get(source.name)

@@ -383,7 +383,7 @@ class KsqlServerApp:
         try:
             plan = await asyncio.to_thread(self.engine.transient_plan, statement, statement_text)
             if statement.is_pull:
-                rows = await asyncio.to_thread(self.engine.pull_query, plan)
+                rows = await asyncio.to_thread(self.engine.pull_query, plan, properties)
                 push = None
             else:
                 partitions = await asyncio.to_thread(self.engine.partitions, plan.source.topic)
