@@ -369,7 +369,13 @@ def parse_timestamp(text: str) -> int:
             time_part = _complete_time(time_part.removesuffix("Z"))
         else:
             date_part, time_part, zone = _complete_date(text), _complete_time(""), ""
+        # hour 24 of a day is its end, the next day's midnight, as Java's parser reads it
+        end_of_day = time_part == "24:00:00.000"
+        if end_of_day:
+            time_part = "00:00:00.000"
         moment = datetime.datetime.strptime(f"{date_part}T{time_part}", "%Y-%m-%dT%H:%M:%S.%f")
+        if end_of_day:
+            moment += datetime.timedelta(days=1)
         if not re.fullmatch(
             r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}", f"{date_part}T{time_part}"
         ):
