@@ -460,12 +460,15 @@ def test_request_percentage_throttles_and_mutes(quotas_cleared: BrokerProcess) -
         # Past the first few ms of throttle: the mute is timed from the server's answer, this
         # clock from after the answer arrived, so a throttle of 3 ms is within that gap.
         while throttle_ms < 50 and time.monotonic() < deadline:
+            sent = time.monotonic()
             throttle_ms = client.request(request).throttle_time.total_seconds() * 1000
         assert throttle_ms >= 50, "Metadata requests were never throttled for 50 ms"
-        # Muted: the next request is read only once the throttle time is up.
-        started = time.monotonic()
+        # Muted: the next request is read only once the throttle time is up. The mute
+        # starts when the server answers, after ``sent``, so the next answer comes at
+        # least the throttle time after ``sent``, however late this process saw the first
+        # answer (on a loaded machine it may see it most of the throttle time late).
         client.request(request)
-        assert time.monotonic() - started >= 0.9 * throttle_ms / 1000
+        assert time.monotonic() - sent >= throttle_ms / 1000
     set_quotas(broker.port, {"client-id": "raw-test"}, {"request_percentage": None})
 
 

@@ -10,7 +10,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+# appended, not put first: bench/ksql.py must not hide the PyPI package ``ksql`` from
+# the tests that import it in the same process
+sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from ksql_conformance_formats import (  # noqa: E402
     java_double_text,
