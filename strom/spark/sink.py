@@ -5,7 +5,8 @@ Owns the column contract of Spark's Kafka sink (``value`` required; ``key``,
 column; beyond Spark's, an optional ``timestamp`` column, epoch ms or a timestamp, sets
 the records' timestamps: one of 0 is written as 0, through :mod:`strom.zero_time`, where
 librdkafka would write the time of sending; under exactlyOnce a micro-batch task with
-such rows writes its whole transaction through ``strom.zero_time.ZeroTimeTransaction``)
+such a row in its first 64 MB writes its whole transaction through
+``strom.zero_time.ZeroTimeTransaction``)
 and the delivery
 guarantee: each Spark task flushes its producer and fails
 if any record was not acknowledged before it reports success, so a committed batch
@@ -62,6 +63,10 @@ from strom.spark.options import StromOptionError, WriterOptions, parse_writer_op
 from strom.zero_time import ZeroTimeRecord, ZeroTimeTransaction, ZeroTimeWriter
 
 log = logging.getLogger(__name__)
+
+# exactlyOnce under a timestamp column: how much of a task's rows may be read ahead to
+# find a row stamped 0 (which needs Strom's own transaction requests)
+_HOLD_BYTES = 64 * 1024 * 1024
 
 FLUSH_TIMEOUT_S = 120.0
 
@@ -260,9 +265,20 @@ class _ArrowProducer:
         batches: Iterator[pa.RecordBatch] = (b for b in iterator if b.num_rows)
         zero_time = False
         if "timestamp" in self.columns:
-            held = list(batches)
-            zero_time = any(0 in (self._timestamps(b) or ()) for b in held)
-            batches = iter(held)
+            # read ahead until a row stamped 0, held in memory up to _HOLD_BYTES: past
+            # that the task goes the librdkafka way (a later row stamped 0 is written
+            # with the time of writing), so a large backlog is not held whole
+            held: list[pa.RecordBatch] = []
+            size = 0
+            for batch in batches:
+                held.append(batch)
+                size += batch.nbytes
+                if 0 in (self._timestamps(batch) or ()):
+                    zero_time = True
+                    break
+                if size > _HOLD_BYTES:
+                    break
+            batches = chain(held, batches)
         first = next(batches, None)
         if first is None:  # nothing to write, nothing to mark
             return WrittenRecords(0, batch_id=task.batch_id)
