@@ -75,7 +75,7 @@ from strom.ksql.planner import (
     walk,
     wrapping_from_properties,
 )
-from strom.ksql.pull_where import check_without_table_scan
+from strom.ksql.pull_where import check_key_values, check_without_table_scan
 from strom.ksql.queries import QueryRegistry, RunningQuery
 from strom.ksql.query_stats import RuntimeStats
 from strom.ksql.registry_formats import INFERRED_FORMATS, RegistryFormats
@@ -1243,6 +1243,8 @@ class KsqlEngine:
         settings = {**self.config.properties, **(properties or {})}
         if source.kind == "TABLE" and not _enabled(settings, PULL_TABLE_SCANS):
             check_without_table_scan(plan.where, source, _enabled(settings, PULL_RANGE_SCANS))
+        if source.kind == "TABLE":
+            check_key_values(plan.where, source)
         partitions = self.partitions(source.topic)
         with self._materialized_lock:
             found = self._materialized.get(source.name)

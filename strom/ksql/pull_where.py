@@ -8,10 +8,13 @@ column once, with ``=`` (or, for a single STRING or BYTES key, a range bound), t
 expression without columns; anything else is refused with ksqlDB's message, and a query
 that would still need a table scan with ``Query requires table scan to be enabled``.
 Strom itself answers any pull query by a lookup or a scan (``push_queries``); this only
-refuses what ksqlDB refuses.
+refuses what ksqlDB refuses. Whatever the setting, a key lookup's values are resolved as
+ksqlDB resolves them: null, or a literal of another type than the key's, is refused.
 """
 
 from __future__ import annotations
+
+import decimal
 
 from strom.ksql import expressions as ex
 from strom.ksql.evaluation import expression_text
@@ -148,3 +151,64 @@ def check_without_table_scan(
     if ranged and range_scans and not windowed:
         return  # a range scan
     raise KsqlStatementError(TABLE_SCAN_REQUIRED)
+
+
+# the key types a literal's Python value may be read as without conversion (ksqlDB's
+# strict coercion: numbers widen, nothing else converts)
+_STRICT = {
+    "STRING": (str,),
+    "INTEGER": (int,),
+    "BIGINT": (int,),
+    "DOUBLE": (int, float, decimal.Decimal),
+    "BOOLEAN": (bool,),
+}
+
+
+def check_key_values(where: ex.Expression | None, source: DataSource) -> None:
+    """Refuses (``KsqlStatementError``, ksqlDB's message) a key lookup's value that is
+    null or a literal of another type than the key column's: ksqlDB resolves the key
+    values when every disjunct of the WHERE clause binds every key column with ``=``
+    (a lookup, whatever the table scan setting)."""
+    if where is None:
+        return
+    keys = {c.name: c for c in source.key_columns}
+    lookups: list[tuple[ex.Comparison, ex.Expression, str]] = []
+    for conditions in disjuncts(where):
+        bound: set[str] = set()
+        for condition in conditions:
+            if not isinstance(condition, ex.Comparison):
+                if isinstance(condition, ex.Like):
+                    continue
+                return  # not a lookup
+            if isinstance(condition.right, ex.ColumnReference):
+                column, other = condition.right, condition.left
+            elif isinstance(condition.left, ex.ColumnReference):
+                column, other = condition.left, condition.right
+            else:
+                return
+            if any(isinstance(part, ex.ColumnReference) for part in walk(other)):
+                return
+            if column.name in keys:
+                if condition.operator != "=" or column.name in bound:
+                    return
+                bound.add(column.name)
+                lookups.append((condition, other, column.name))
+        if len(bound) != len(keys):
+            return
+    for condition, other, name in lookups:
+        if not isinstance(other, ex.Literal):
+            continue
+        value, key = other.value, keys[name]
+        if value is None:
+            text = expression_text(condition)
+            raise KsqlStatementError(f"Primary key columns can not be NULL: {text}")
+        allowed = _STRICT.get(str(key.type))
+        if allowed is None:
+            continue
+        if isinstance(value, bool) != (str(key.type) == "BOOLEAN") or not isinstance(
+            value, allowed
+        ):
+            raise KsqlStatementError(
+                f"'{value}' can not be converted to the type of the key column: "
+                f"{name} {key.type} KEY"
+            )

@@ -10,7 +10,7 @@ from strom.ksql import statements as st
 from strom.ksql.metastore import KsqlStatementError, Metastore
 from strom.ksql.parser import parse_statement
 from strom.ksql.planner import plan_query
-from strom.ksql.pull_where import TABLE_SCAN_REQUIRED, check_without_table_scan
+from strom.ksql.pull_where import TABLE_SCAN_REQUIRED, check_key_values, check_without_table_scan
 
 TABLES = (
     "CREATE TABLE t (id STRING PRIMARY KEY, n INT) WITH (kafka_topic='t', format='JSON')",
@@ -75,3 +75,42 @@ def test_what_needs_a_table_scan_is_refused(text: str, message: str) -> None:
 def test_a_range_scan_needs_range_scans() -> None:
     with pytest.raises(KsqlStatementError, match="Query requires table scan"):
         _check("SELECT * FROM t WHERE id > 'a';", range_scans=False)
+
+
+def _check_keys(text: str) -> None:
+    store = Metastore()
+    for create in TABLES:
+        statement = parse_statement(create)
+        assert isinstance(statement, st.CreateSource)
+        store.put_source(store.source_from_statement(statement, create))
+    query = parse_statement(text)
+    assert isinstance(query, st.Query)
+    plan = plan_query(query, store)
+    check_key_values(plan.where, plan.source)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("SELECT * FROM i WHERE id IN ('10', 11);", "'10' can not be converted to the type of "
+         "the key column: ID INTEGER KEY"),
+        ("SELECT * FROM i WHERE id IN (10, null);", "Primary key columns can not be NULL: "
+         "(ID = null)"),
+    ],
+)  # fmt: skip
+def test_a_lookups_key_values_must_be_of_the_keys_type(text: str, message: str) -> None:
+    with pytest.raises(KsqlStatementError) as refused:
+        _check_keys(text)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "SELECT * FROM i WHERE id IN (10, 11);",
+        "SELECT * FROM i WHERE id = 10 OR n = 1;",  # a table scan: nothing resolved
+        "SELECT * FROM t WHERE id > 'a';",
+    ],
+)
+def test_other_where_clauses_pass(text: str) -> None:
+    _check_keys(text)
