@@ -447,19 +447,25 @@ class Materialized:
         return tuple(_hashable(row.columns.get(c.name)) for c in self.source.key_columns)
 
     def current(self, where: ex.Expression | None = None) -> list[Row]:
-        """The rows (in the order they came) that may satisfy ``where``: a table's rows
-        of one key when ``where`` requires that key (``KEY = literal``, alone or in an
-        AND), else all of them."""
+        """The rows that may satisfy ``where``: a table's rows of one key when ``where``
+        requires that key (``KEY = literal``, alone or in an AND), else all of them; a
+        table's in the order of their record keys' bytes (a windowed key's window
+        after them), as ksqlDB's state store gives them (a LIMIT takes the first), a
+        stream's in the order they came."""
         if self.source.kind != "TABLE":
             return list(self.stream_rows)
         wanted = _key_wanted(where, self.source)
-        if wanted is None:
-            return list(self.rows.values())
-        return [self.rows[k] for k in self.by_key.get(wanted, ())]
+        keys = self.rows if wanted is None else self.by_key.get(wanted, {})
+        return [self.rows[k] for k in sorted(keys, key=_key_bytes)]
 
     def close(self) -> None:
         self.consumer.close()
         self.ends.close()
+
+
+def _key_bytes(key: tuple[bytes | None]) -> bytes:
+    """A materialized row's record key, for ordering (a null key first)."""
+    return key[0] or b""
 
 
 def _hashable(value: Any) -> Any:

@@ -87,10 +87,10 @@ def users(materialize: Callable[[str], Materialized]) -> Materialized:
         (b"b", {"name": "bob", "n": 2}),
         (b"gone", {"name": "x", "n": 3}),
         (b"c", {"name": "cy", "n": 4}),
-        (b"a", {"name": "ann2", "n": 5}),  # an update keeps its place
+        (b"a", {"name": "ann2", "n": 5}),  # an update
         (b"gone", None),  # a tombstone
         (b"b", None),
-        (b"b", {"name": "bob2", "n": 6}),  # back, at the end
+        (b"b", {"name": "bob2", "n": 6}),  # back
     ]
     for offset, (key, value) in enumerate(changes):
         table._apply(record(key, value, offset))
@@ -110,8 +110,8 @@ def test_a_lookup_by_key_answers_what_the_scan_answers(
     if where == "WHERE id = 'a'":
         assert [row[1] for row in looked_up] == ["ann2"]
         assert len(table.current(plan.where)) == 1  # not a scan
-    if where == "":
-        assert [row[0] for row in looked_up] == ["a", "c", "b"]
+    if where == "":  # in the order of the record keys' bytes, as ksqlDB's store scans
+        assert [row[0] for row in looked_up] == ["a", "b", "c"]
 
 
 def test_a_windowed_table_keeps_every_window_of_a_key(
@@ -164,3 +164,15 @@ def test_a_table_keyed_by_an_array_or_a_struct_is_materialized_and_looked_up(
         assert len(materialized.current()) == 2
     finally:
         materialized.close()
+
+
+def test_a_limit_takes_the_first_rows_in_key_order(
+    store: Metastore, materialize: Callable[[str], Materialized]
+) -> None:
+    table = materialize("USERS")
+    for offset, key in enumerate([b"these", b"after", b"which", b"could"]):
+        table._apply(record(key, {"name": key.decode(), "n": offset}, offset))
+    statement = parse_statement("SELECT id FROM users LIMIT 2;")
+    assert isinstance(statement, st.Query)
+    plan = plan_query(statement, store)
+    assert pull_rows(plan, table.current(plan.where)) == [["after"], ["could"]]
