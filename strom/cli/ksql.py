@@ -412,6 +412,7 @@ class KsqlShell:
             kind = description["type"]
             self._queries_of(description.get("readQueries") or [], f"read from this {kind}")
             self._queries_of(description.get("writeQueries") or [], f"write from this {kind}")
+            self._statistics(description)
         else:
             self.console.print(
                 Text(
@@ -419,6 +420,55 @@ class KsqlShell:
                     "EXTENDED;"
                 )
             )
+
+    def _statistics(self, description: dict[str, Any]) -> None:
+        """DESCRIBE EXTENDED's runtime statistics and consumer groups, as ksqlDB's CLI
+        prints them: the figures by host when the server gives them so, else its lines;
+        then each query's offsets and lag on each partition of its topics."""
+        stats = description.get("clusterStatistics") or []
+        errors = description.get("clusterErrorStats") or []
+        if not stats and not errors:
+            self.console.print(Text(f"\n{'Local runtime statistics':<20}\n{'-' * 24}"))
+            self.console.print(Text(str(description.get("statistics") or "")))
+            self.console.print(Text(str(description.get("errorStats") or "")))
+        else:
+            self.console.print(Text(f"\n{'Runtime statistics by host':<20}\n{'-' * 25}"))
+            ranked = sorted([*stats, *errors], key=lambda s: (str(s["host"]), str(s["name"])))
+            rows = [
+                [str(s["host"]), str(s["name"]), f"{float(s.get('value') or 0):10.0f}",
+                 str(s.get("timestamp", ""))]
+                for s in ranked
+            ]  # fmt: skip
+            self._table("Host", "Metric", "Value", "Last Message", rows=rows)
+        self.console.print(
+            Text(
+                "(Statistics of the local KSQL server interaction with the Kafka topic "
+                f"{description.get('topic')})"
+            )
+        )
+        summaries = description.get("queryOffsetSummaries") or []
+        if summaries:
+            self.console.print(Text("\nConsumer Groups summary:"))
+        for summary in summaries:
+            self.console.print(Text(f"\n{'Consumer Group':<20} : {summary.get('groupId')}"))
+            topics = summary.get("topicSummaries") or []
+            if not topics:
+                self.console.print(Text("<no offsets committed by this group yet>"))
+            for topic in topics:
+                offsets = topic.get("offsets") or []
+                lags = [o["logEndOffset"] - o["consumerOffset"] for o in offsets]
+                self.console.print(
+                    Text(
+                        f"\n{'Kafka topic':<20} : {topic.get('kafkaTopic')}"
+                        f"\n{'Max lag':<20} : {max(lags, default=0)}\n"
+                    )
+                )
+                rows = [
+                    [str(o["partition"]), str(o["logStartOffset"]), str(o["logEndOffset"]),
+                     str(o["consumerOffset"]), str(lag)]
+                    for o, lag in zip(offsets, lags, strict=True)
+                ]  # fmt: skip
+                self._table("Partition", "Start Offset", "End Offset", "Offset", "Lag", rows=rows)
 
     def _fields(
         self, fields: list[dict[str, Any]], is_table: bool, window: str | None = None

@@ -171,3 +171,43 @@ def test_a_query_without_pyspark_says_what_to_install() -> None:
         "[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port number."
     )
     assert start_error(gateway).endswith("(Spark needs Java 17+: java on the PATH, or JAVA_HOME)")
+
+
+def test_describe_extended_prints_runtime_statistics_and_consumer_groups(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """DESCRIBE ... EXTENDED ends as ksqlDB's CLI ends it: the figures by host, the topic
+    they are of, then each query's offsets and lag on its topic's partitions."""
+    description = {
+        "name": "CARTS", "type": "STREAM", "extended": True, "timestamp": "",
+        "keyFormat": "KAFKA", "valueFormat": "JSON", "topic": "carts", "partitions": 2,
+        "replication": 1, "statement": "CREATE STREAM CARTS ...;", "windowType": None,
+        "fields": [{"name": "ID", "schema": {"type": "INTEGER"}, "type": "KEY"}],
+        "readQueries": [], "writeQueries": [],
+        "statistics": "messages-per-sec: 1.5 total-messages: 7", "errorStats": "",
+        "clusterStatistics": [
+            {"host": "127.0.0.1:8088", "name": "total-messages", "value": 7.0, "timestamp": 1},
+            {"host": "127.0.0.1:8088", "name": "messages-per-sec", "value": 1.5, "timestamp": 1},
+        ],
+        "clusterErrorStats": [],
+        "queryOffsetSummaries": [{
+            "groupId": "_confluent-ksql-default_query_CSAS_CARTS_1",
+            "topicSummaries": [{"kafkaTopic": "clicks", "offsets": [
+                {"partition": 0, "logStartOffset": 0, "logEndOffset": 5, "consumerOffset": 5},
+                {"partition": 1, "logStartOffset": 1, "logEndOffset": 9, "consumerOffset": 6},
+            ]}],
+        }],
+    }  # fmt: skip
+    KsqlShell("http://127.0.0.1:1", {}, json_output=False).show(
+        {"@type": "sourceDescription", "sourceDescription": description}
+    )
+    out = capsys.readouterr().out
+    assert "Runtime statistics by host\n-------------------------" in out
+    lines = out.splitlines()
+    assert any("messages-per-sec" in line and "         2" in line for line in lines)
+    assert any("total-messages" in line and "         7" in line for line in lines)
+    assert "(Statistics of the local KSQL server interaction with the Kafka topic carts)" in out
+    assert "Consumer Group       : _confluent-ksql-default_query_CSAS_CARTS_1" in out
+    assert "Max lag              : 3" in out
+    lag_row = next(line for line in lines if line.strip().startswith("1 ") and "|" in line)
+    assert [c.strip() for c in lag_row.split("|")] == ["1", "1", "9", "6", "3"]
