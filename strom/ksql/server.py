@@ -407,7 +407,8 @@ class KsqlServerApp:
         if push is None:
             for index, row in enumerate(rows):
                 await response.write(writer.row(row, closing=bare and index == len(rows) - 1))
-            await response.write(writer.close() if bare else writer.end(None))
+            final = pull_final_message(plan, len(rows))
+            await response.write(writer.close() if bare else writer.end(final))
             await response.write_eof()
             return response
         await self._stream_push(request, response, writer, push, partitions)
@@ -846,6 +847,14 @@ class _RowWriter:
     def close(self) -> bytes:
         """The end of a ``/query`` answer without a final message."""
         return b"]\n"
+
+
+def pull_final_message(plan: QueryPlan, row_count: int) -> str | None:
+    """The final message of a pull query's ``/query`` answer on a stream: ``Limit
+    Reached`` when its LIMIT cut the rows, as ksqlDB's; else None (``Query Completed``)."""
+    if plan.limit is not None and row_count >= plan.limit:
+        return "Limit Reached"
+    return None
 
 
 def pull_key_columns(plan: QueryPlan, is_pull: bool) -> frozenset[str]:

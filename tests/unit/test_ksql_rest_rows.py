@@ -13,7 +13,7 @@ from strom.ksql import statements as st
 from strom.ksql.metastore import Metastore
 from strom.ksql.parser import parse_statement
 from strom.ksql.planner import QueryPlan, plan_query
-from strom.ksql.server import _RowWriter, pull_key_columns, rest_json_value
+from strom.ksql.server import _RowWriter, pull_final_message, pull_key_columns, rest_json_value
 from strom.ksql.values import BIGINT, DATE, TIME, TIMESTAMP
 
 READING = ex.StructType((ex.StructField("AT", TIMESTAMP), ex.StructField("COUNT", BIGINT)))
@@ -99,3 +99,10 @@ def test_a_closing_row_ends_the_query_answer_without_a_final_message() -> None:
     assert json.loads(body)[1:] == [{"row": {"columns": [1]}}, {"row": {"columns": [2]}}]
     empty = json.loads(writer.header(closing=True) + writer.close())
     assert empty == [{"header": {"queryId": "q1", "schema": "`ID` BIGINT KEY"}}]
+
+
+def test_a_stream_pull_query_cut_by_its_limit_ends_with_limit_reached() -> None:
+    plan, _ = _plan("SELECT * FROM clicks LIMIT 2;")
+    assert pull_final_message(plan, 2) == "Limit Reached"
+    assert pull_final_message(plan, 1) is None  # fewer rows: "Query Completed"
+    assert pull_final_message(_plan("SELECT * FROM clicks;")[0], 5) is None
