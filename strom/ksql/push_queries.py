@@ -135,7 +135,10 @@ class PushQuery:
 
     def run(self, emit: Callable[[list[Any]], None], partitions: list[int]) -> bool:
         """Runs until LIMIT (True) or until stopped (False). A join's table is read from
-        its start, and up to its end before the first stream record is joined."""
+        its start, and up to its end before the first stream record is joined. LIMIT 0
+        is reached at once."""
+        if self.plan.limit is not None and self.plan.limit <= 0:
+            return True
         if self.flow is not None:
             return self._run_flow(emit, partitions)
         consumer = Consumer(

@@ -54,3 +54,12 @@ def test_a_push_aggregation_judges_late_records_by_their_own_partition() -> None
         ("cart", (0, 10_000), 2),
         ("cart", (20_000, 30_000), 1),
     ]
+
+
+def test_a_push_query_with_limit_0_reaches_its_limit_at_once() -> None:
+    plan = planned(CLICKS, "SELECT * FROM clicks EMIT CHANGES LIMIT 0")
+    # no consumer is made: the client configuration names no broker
+    query = PushQuery("push", plan, {}, None, "earliest", None, "log")
+    emitted: list[list[Any]] = []
+    assert query.run(emitted.append, [0]) is True
+    assert emitted == []
