@@ -34,8 +34,9 @@ Not runnable, counted apart: disabled cases, cases with input headers, and cases
 checking the protobuf form of pull queries (``testPullWithProtoFormat``).
 
 Usage: python bench/ksql_rest_conformance.py PATH [--tree DIR] [--ref REF] [--files GLOB]
-[--case TEXT] [--jobs N] [--out DIR]. Prints a line per case, then per file: cases
-matched / runnable and not runnable, and overall.
+[--case TEXT] [--jobs N] [--out DIR] [--rerun RESULTS] (``--rerun``: only the cases an
+earlier run's results.jsonl failed, the summary of both). Prints a line per case, then
+per file: cases matched / runnable and not runnable, and overall.
 """
 
 from __future__ import annotations
@@ -491,7 +492,18 @@ def main() -> None:
     parser.add_argument("--case", default="", help="only cases whose name holds this")
     parser.add_argument("--jobs", type=int, default=3, help="cases run at a time")
     parser.add_argument("--out", type=Path, help="a directory for per-case diff files")
+    parser.add_argument(
+        "--rerun",
+        type=Path,
+        help="a results.jsonl of an earlier run (--out): run only the cases it failed, and "
+        "print the summary of both (this run's result of a case replacing the earlier's)",
+    )
     args = parser.parse_args()
+    earlier: dict[tuple[str, str], Result] = {}
+    if args.rerun is not None:
+        for line in args.rerun.read_text().splitlines():
+            row = json.loads(line)
+            earlier[(row["family"], row["name"])] = Result(**row)
     # Ctrl-C (SIGINT) stops the run even when started in the background, which ignores it
     signal.signal(signal.SIGINT, signal.default_int_handler)
     planned: list[tuple[str, dict[str, Any]]] = []
@@ -502,8 +514,11 @@ def main() -> None:
                 if args.case.lower() not in case["name"].lower():
                     continue
                 reason = not_runnable(case)
+                before = earlier.get((family, case["name"]))
                 if reason:
                     results.append(Result(family, case["name"], "skip", reason=reason))
+                elif before is not None and before.ok:
+                    results.append(before)
                 else:
                     planned.append((family, case))
     print(f"{len(planned)} cases to run, {len(results)} not runnable", flush=True)
