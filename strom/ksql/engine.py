@@ -173,6 +173,26 @@ def _enabled(settings: dict[str, Any], name: str) -> bool:
     return str(settings.get(name, "true")).strip().lower() != "false"
 
 
+PUSH_V2 = "ksql.query.push.v2.enabled"
+
+
+def scalable_push(plan: QueryPlan, settings: dict[str, Any], reset: str, writers: int) -> bool:
+    """Whether ksqlDB runs a push query as a scalable push query (its id then starts
+    ``SCALABLE_PUSH_QUERY_``, as ksqlDB's ScalablePushUtil decides): push queries v2
+    enabled (off unless set), no GROUP BY, WINDOW, HAVING, PARTITION BY or JOIN, read
+    from ``latest``, from a source one persistent query writes, without ROWPARTITION or
+    ROWOFFSET."""
+    return (
+        str(settings.get(PUSH_V2, "false")).strip().lower() == "true"
+        and plan.aggregation is None
+        and plan.join is None
+        and plan.partition_by is None
+        and reset == "latest"
+        and writers == 1
+        and pull_pseudo_column_refusal(plan) is None
+    )
+
+
 # pseudo columns a pull query may not read (ksqlDB's SystemColumns, version 1 on)
 PULL_DISALLOWED = ("ROWPARTITION", "ROWOFFSET")
 
@@ -1211,7 +1231,12 @@ class KsqlEngine:
             properties.get("ksql.streams.auto.offset.reset", self.config.auto_offset_reset),
         )
         plan = collect_limits_from_properties(plan, {**self.config.properties, **properties})
-        query_id = f"transient_{plan.source.name}_{uuid.uuid4().int % 10**19}"
+        settings = {**self.config.properties, **properties}
+        writers = len(self.queries.using(plan.source.name)[1])
+        if scalable_push(plan, settings, str(reset).strip().lower(), writers):
+            query_id = f"SCALABLE_PUSH_QUERY_{uuid.uuid4()}"
+        else:
+            query_id = f"transient_{plan.source.name}_{uuid.uuid4().int % 10**19}"
         producer = Producer(self.config.client_config(**{"linger.ms": 5}))
         push = PushQuery(
             query_id,
