@@ -20,7 +20,8 @@ persistent queries waited for until they have read all their inputs (their consu
 offsets, as ``ksql_conformance.py`` waits), then each query sent on ``/query`` (its
 answer: a JSON array of ``header``, ``row``, ``finalMessage``, ``errorMessage``
 objects). The case's properties go with every request (``streamsProperties``); when
-they set no ``auto.offset.reset``, ``earliest``, as ksqlDB's test server is configured.
+they set no ``auto.offset.reset``, ``earliest``, as ksqlDB's test server is configured, and
+its ``ksql.query.push.v2.enabled=true`` (``SERVER_SETTINGS``) unless they set it.
 The responses (one per admin statement's entity, one per query) are then compared
 with the expected ones as ksqlDB's executor compares them: a response holds at least
 as many entries as expected; an expected object only the fields it gives (``name|
@@ -77,6 +78,9 @@ TREE = "ksqldb-functional-tests/src/test/resources/rest-query-validation-tests"
 QUERY_TIMEOUT_S = 30.0  # a query's answer: no byte for this long ends it
 PUSH_START_S = 1.0  # after the server lists the push query, before inputs are written
 MEDIA_TYPE = "application/vnd.ksql.v1+json"
+# ksqlDB's RQTT server's settings (RestQueryTranslationTest) Strom's does not default to,
+# sent with every request (a case's properties win)
+SERVER_SETTINGS = {"ksql.query.push.v2.enabled": "true"}
 
 
 def without_comments(text: str) -> str:
@@ -284,7 +288,7 @@ class RestHarness(Harness):
         statements = case["statements"]
         names = created_names(statements)
         renamed = [rename(s, names, suffix) for s in statements]
-        props = {k: str(v) for k, v in case.get("properties", {}).items()}
+        props = {**SERVER_SETTINGS, **{k: str(v) for k, v in case.get("properties", {}).items()}}
         if not any(k.endswith("auto.offset.reset") for k in props):
             props["ksql.streams.auto.offset.reset"] = "earliest"
         self._make_topics(case, statements, renamed, suffix)
