@@ -165,7 +165,19 @@ def pull_clause_refusal(query: st.Query) -> str | None:
 
 
 PULL_TABLE_SCANS = "ksql.query.pull.table.scan.enabled"
+PULL_LIMITS = "ksql.query.pull.limit.clause.enabled"
+PULL_LIMIT_DISABLED = (
+    "LIMIT clause in pull queries is currently disabled. You can enable them by setting "
+    "ksql.query.pull.limit.clause.enabled=true."
+)
 PULL_RANGE_SCANS = "ksql.query.pull.range.scan.enabled"
+
+
+def pull_limit_refusal(plan: QueryPlan, settings: dict[str, Any]) -> str | None:
+    """ksqlDB's refusal of a pull query's LIMIT when the settings disable it."""
+    if plan.limit is not None and not _enabled(settings, PULL_LIMITS):
+        return PULL_LIMIT_DISABLED + PULL_HELP
+    return None
 
 
 def _enabled(settings: dict[str, Any], name: str) -> bool:
@@ -1266,6 +1278,9 @@ class KsqlEngine:
 
         source = plan.source
         settings = {**self.config.properties, **(properties or {})}
+        refused = pull_limit_refusal(plan, settings)
+        if refused is not None:
+            raise KsqlStatementError(refused)
         if source.kind == "TABLE" and not _enabled(settings, PULL_TABLE_SCANS):
             check_without_table_scan(plan.where, source, _enabled(settings, PULL_RANGE_SCANS))
         if source.kind == "TABLE":
