@@ -524,7 +524,8 @@ def protobuf_row(message_class: Any, row: dict[str, Any]) -> dict[str, Any]:
     """A case's row for ``protobuf_rows.fill``, fitted to the message as ksqlDB's test
     driver fits its JSON to a schema: a field the message lacks (its case aside) left
     out, at any depth; a DECIMAL given as a number or text as a Decimal; BYTES given as
-    base64 text as bytes; a TIMESTAMP's or DATE's number as it is."""
+    base64 text as bytes; an integer given as text a number; a TIMESTAMP's or DATE's
+    number as it is."""
     return _fit_message(message_class.DESCRIPTOR, row)
 
 
@@ -559,6 +560,11 @@ def _fit_field(field: Any, value: Any) -> Any:
     if target is None:
         if field.type == field.TYPE_BYTES and isinstance(value, str):
             return base64.b64decode(value)
+        if field.cpp_type in _PROTO_INTEGERS and isinstance(value, str):
+            try:
+                return int(value)  # an integer given as text, as the driver converts it
+            except ValueError:
+                return value
         return value
     full_name = target.full_name
     if full_name == "confluent.type.Decimal":
@@ -573,6 +579,7 @@ def _fit_field(field: Any, value: Any) -> Any:
 
 
 _DECIMAL_RE = re.compile(r"-?\d+(\.\d+)?")
+_PROTO_INTEGERS = (1, 2, 3, 4)  # FieldDescriptor.CPPTYPE_INT32, INT64, UINT32, UINT64
 
 
 # ---------------------------------------------------------------- JSON_SR values
