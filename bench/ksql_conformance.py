@@ -645,7 +645,8 @@ class Harness:
         # but with 4 in a case that joins and gives a topic more than one: ksqlDB refuses
         # a join of sources whose partition counts differ
         joins = any(re.search(r"\bJOIN\b", s, re.IGNORECASE) for s in statements)
-        inferred = 4 if joins and any(count > 1 for count in topics.values()) else 1
+        counts = {t["name"]: int(t.get("partitions", 1) or 1) for t in case.get("topics", [])}
+        inferred = 4 if joins and any(count > 1 for count in counts.values()) else 1
         made: set[str] = set()  # the topics CREATE statements make with their PARTITIONS
         listed = set(topics)
         for index, statement in enumerate(renamed):
@@ -665,9 +666,11 @@ class Harness:
                         made.add(name)
                     else:
                         topics.setdefault(name, inferred)
+        # an input topic a CREATE ... AS SELECT writes too is made first, with the
+        # partitions the case lists for it (its statement then finds them as it wants)
         for record in case.get("inputs", []):
             if record["topic"] + suffix not in made:
-                topics.setdefault(record["topic"] + suffix, 1)
+                topics.setdefault(record["topic"] + suffix, counts.get(record["topic"], 1))
         ids = self.codec.register_topics(case, suffix)
         if topics:
             futures = self.admin.create_topics(
