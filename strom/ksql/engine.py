@@ -972,6 +972,9 @@ class KsqlEngine:
         (not for a command of the command topic, checked when it was written: a topic's
         partitions added since stop no query at a restart)."""
         new_planner = new_query_planner({**self.config.properties, **(properties or {})})
+        default_key_format = str(
+            (properties or {}).get(_KEY_FORMAT_DEFAULT, self.config.default_key_format)
+        ).upper()
         source = self.metastore.source(statement.query.source.left.name)
         partitions = None
         if source is not None:
@@ -987,6 +990,7 @@ class KsqlEngine:
                 text,
                 topic_prefix,
                 new_planner,
+                default_key_format,
             )
         else:  # the planner refuses a table, a read-only stream or one with headers
             target = self.metastore.source(statement.target)
@@ -1000,6 +1004,7 @@ class KsqlEngine:
                 partitions,
                 text,
                 new_planner=new_planner,
+                default_key_format=default_key_format,
             )
         counts = self._partition_count if check_partitions else None
         return plan_query(statement.query, self.metastore, request, text, counts)

@@ -289,6 +289,8 @@ class SinkRequest:
     statement: str = ""
     topic_prefix: str = ""  # ksql.output.topic.name.prefix: a new sink's topic without KAFKA_TOPIC
     new_planner: bool = False  # ksql.new.query.planner.enabled (``new_query_planner``)
+    # ksql.persistence.default.format.key: a keyed sink's format over sources without keys
+    default_key_format: str = "KAFKA"
 
 
 NEW_QUERY_PLANNER = "ksql.new.query.planner.enabled"
@@ -1960,12 +1962,14 @@ def _format(value: Any, allowed: tuple[str, ...]) -> str:
     return text
 
 
-def _key_format(fmt: str, key_types: list[ex.SqlType], windowed: bool) -> str:
-    """The sink's key format when the statement names none: the source's, or ksqlDB's
-    default (KAFKA) when the source has no key (NONE) and the result has one. ksqlDB
-    does not switch a format that cannot hold the new key: the sink is refused."""
+def _key_format(fmt: str, key_types: list[ex.SqlType], windowed: bool, keyed: str) -> str:
+    """The sink's key format when the statement names none: the source's, or ``keyed``
+    when the source has no key (NONE) and the result has one: a join's first source
+    with a key format, else ``ksql.persistence.default.format.key`` (ksqlDB's JoinNode
+    and its repartitions). ksqlDB does not switch a format that cannot hold the new
+    key: the sink is refused."""
     if key_types and not windowed and fmt == "NONE":
-        return "KAFKA"
+        return keyed
     return fmt
 
 
@@ -2014,13 +2018,17 @@ def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
     window = plan.aggregation.window if plan.aggregation is not None else None
     windowed = window is not None or plan.source.is_windowed
     key_types = [p.type for p in plan.key_columns]
+    keyed = next(
+        (s.key_format for s in plan.sources if s.key_format != "NONE"),
+        request.default_key_format,
+    )
     explicit_key = both if both is not None else props.get("KEY_FORMAT")
     if explicit_key is not None:
         key_format = _format(explicit_key, KEY_FORMATS)
         if not key_types and key_format != "NONE" and "KEY_FORMAT" in props:
             raise KsqlStatementError("Key format specified for stream without key columns.")
     else:
-        key_format = _key_format(plan.source.key_format, key_types, windowed)
+        key_format = _key_format(plan.source.key_format, key_types, windowed, keyed)
     value_source = both if both is not None else props.get("VALUE_FORMAT")
     value_format = (
         _format(value_source, VALUE_FORMATS)
@@ -2038,7 +2046,7 @@ def _sink(plan: QueryPlan, request: SinkRequest, statement: str) -> DataSource:
                 + ", ".join(f"`{c.name}` {c.type} KEY" for c in columns if c.namespace == "KEY")
                 + "]"
             )
-        key_format = _key_format("NONE", key_types, windowed)
+        key_format = _key_format("NONE", key_types, windowed, keyed)
     if not plan.key_columns and explicit_key is None and plan.source.key_format != "NONE":
         key_format = "KAFKA" if key_format in ("NONE",) else key_format
     keys = [c for c in columns if c.namespace == "KEY"]

@@ -958,3 +958,46 @@ def test_the_new_planner_is_asked_for_by_its_property(
     properties: dict[str, Any], enabled: bool
 ) -> None:
     assert new_query_planner(properties) is enabled
+
+
+def test_a_keyed_sink_over_keyless_sources_takes_a_joined_sides_or_the_default_key_format(
+    metastore: Metastore,
+) -> None:
+    """Over a source without a key (NONE) a keyed sink takes the first join side's key
+    format that has one, else ksql.persistence.default.format.key, as ksqlDB's JoinNode
+    and its repartitions do (joins.json's 'stream-stream value-to-value - keyless')."""
+    for text in (
+        "CREATE STREAM s1 (id INT, foo INT) WITH (kafka_topic='s1', key_format='NONE', "
+        "value_format='JSON')",
+        "CREATE STREAM s2 (id INT, val STRING) WITH (kafka_topic='s2', key_format='NONE', "
+        "value_format='JSON')",
+        "CREATE STREAM s3 (id INT KEY, val STRING) WITH (kafka_topic='s3', key_format='JSON', "
+        "value_format='JSON')",
+    ):
+        statement = parse_statement(text)
+        assert isinstance(statement, st.CreateSource)
+        metastore.put_source(metastore.source_from_statement(statement, text))
+
+    def key_format(text: str, default: str) -> str:
+        statement = parse_statement(text)
+        assert isinstance(statement, st.CreateAsSelect)
+        request = SinkRequest(
+            statement.name, statement.kind, {}, None, 1, text, default_key_format=default
+        )
+        sink = plan_query(statement.query, metastore, request, text).sink
+        assert sink is not None
+        return sink.key_format
+
+    keyless = (
+        "CREATE STREAM out AS SELECT s1.id, s2.val FROM s1 LEFT JOIN s2 WITHIN 10 SECONDS "
+        "ON s1.id = s2.id;"
+    )
+    assert key_format(keyless, "DELIMITED") == "DELIMITED"
+    assert key_format(keyless, "KAFKA") == "KAFKA"
+    half = (
+        "CREATE STREAM out2 AS SELECT s1.id, s3.val FROM s1 LEFT JOIN s3 WITHIN 10 SECONDS "
+        "ON s1.id = s3.id;"
+    )
+    assert key_format(half, "DELIMITED") == "JSON"
+    grouped = "CREATE TABLE counts AS SELECT foo, COUNT(*) FROM s1 GROUP BY foo;"
+    assert key_format(grouped, "DELIMITED") == "DELIMITED"
