@@ -561,6 +561,23 @@ class Operators:
             seen[side] = max(seen[side], time)
         return seen
 
+    @staticmethod
+    def note_side_lags(state: dict[str, Any], stream_time: int) -> None:
+        """How far each side's window store (the largest time it has seen, ``_seen``)
+        is behind the stream time, kept in ``state`` after a key's records: a side's
+        store moves on only with its own side's records, which may lag the other's."""
+        seen = state.get("seen", {})
+        state["lag"] = {
+            side: max(0, stream_time - time) for side, time in seen.items() if time >= 0
+        }
+
+    @staticmethod
+    def sides_at(state: dict[str, Any], stream_time: int) -> dict[str, int]:
+        """The largest time each side's window store is taken to have seen at
+        ``stream_time`` when the key has no record to tell: as far behind it as the
+        key's last records found it (``note_side_lags``)."""
+        return {side: stream_time - lag for side, lag in state.get("lag", {}).items()}
+
     def _join_grace(self, step: int) -> int:
         grace = self.join_steps[step].plan.grace_ms
         return DEFAULT_GRACE_MS if grace is None else grace
@@ -591,12 +608,13 @@ class Operators:
         join = self.join_steps[step].plan
         grace = self._join_grace(step)
         retention = self._join_retention(step)
+        lag = state.get("lag", {})  # a store behind the stream time lets its records go later
         due = [
             entry["row"].timestamp
             + (
                 (join.after_ms if side == "left" else join.before_ms) + grace
                 if self._pending(entry, side, step)
-                else retention
+                else retention + lag.get(side, 0)
             )
             for side in ("left", "right")
             for entry in state.get(side, [])

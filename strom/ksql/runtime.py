@@ -100,7 +100,7 @@ PLACE_SPAN = 1 << 20  # an input row's ``seq`` times this, plus its output's ind
 GROUPED_SCHEMA = "grp binary, part int, off long, seq int, ts timestamp, payload binary"
 # a join's keyed rows: with the place of their record among the task's records (``at``)
 # and their source partition's stream time (``pt``) (``run_join_keying``)
-JOIN_KEYED_SCHEMA = GROUPED_SCHEMA + ", at long, pt long"
+JOIN_KEYED_SCHEMA = GROUPED_SCHEMA + ", at long, pt long, wm timestamp"
 # a flow's rows, with the place of the source record they come from among the task's
 # records (``at``: ``run_join_keying``'s)
 CHAINED_SCHEMA = (
@@ -512,7 +512,7 @@ def run_join_keying(spec: QuerySpec, batches: Iterator[pa.RecordBatch]) -> Itera
                 payload = pickle.dumps((side, row))
                 tie = tie_order(spec.plan, 0, side)
                 pt = row_times[place]
-                grouped.add(pickle.dumps(key), record, tie, row.timestamp, payload, at, pt)
+                grouped.add(pickle.dumps(key), record, tie, row.timestamp, payload, at, pt, side)
         yield grouped.batch()
 
 
@@ -528,28 +528,60 @@ def _task_place(written_times: dict[tuple[str, int], int], record: Any) -> int:
 
 class _JoinKeyed:
     """Rows of a join's keyed frame (``JOIN_KEYED_SCHEMA``): ``_Grouped``'s, then the
-    record's place among the task's records and its partition's stream time."""
+    record's place among the task's records, its partition's stream time and the time
+    the stream-stream join's watermark is taken from (``_side_watermark_ms``)."""
 
     def __init__(self) -> None:
         self.grouped = _Grouped()
         self.at: list[int] = []
         self.pt: list[int] = []
+        self.wm: list[int] = []
 
     def add(
-        self, group: bytes, record: Any, sequence: int, ms: int, payload: bytes, at: int, pt: int
+        self,
+        group: bytes,
+        record: Any,
+        sequence: int,
+        ms: int,
+        payload: bytes,
+        at: int,
+        pt: int,
+        side: str | None = None,
     ) -> None:
         self.grouped.add(group, record, sequence, ms, payload)
         self.at.append(at)
         self.pt.append(pt)
+        # a processing log entry's record never reaches the join: its time counts not
+        self.wm.append(0 if side is None else _side_watermark_ms(ms, side) * 1000)
 
     def batch(self) -> pa.RecordBatch:
         import pyarrow as pa
 
         batch = self.grouped.batch()
         return pa.RecordBatch.from_arrays(
-            [*batch.columns, pa.array(self.at, pa.int64()), pa.array(self.pt, pa.int64())],
-            names=[*batch.schema.names, "at", "pt"],
+            [
+                *batch.columns,
+                pa.array(self.at, pa.int64()),
+                pa.array(self.pt, pa.int64()),
+                pa.array(self.wm, pa.timestamp("us", tz="UTC")),
+            ],
+            names=[*batch.schema.names, "at", "pt", "wm"],
         )
+
+
+def _side_watermark_ms(ms: int, side: str) -> int:
+    """A stream-stream join row's time as its watermark is taken from: twice its time,
+    plus one on the right side, so that the watermark (the largest of them) gives both
+    the stream time and the side that reached it (``_stream_time_and_side``)."""
+    return 2 * ms + (side == "right")
+
+
+def _stream_time_and_side(timer_values: Any) -> tuple[int, str]:
+    """A stream-stream join's stream time (the largest record time of the micro-batches
+    before; 0 before any) and the side whose window store has reached it, from its
+    watermark (``_side_watermark_ms``)."""
+    watermark = max(_watermark(timer_values), 0)
+    return watermark // 2, "right" if watermark % 2 else "left"
 
 
 def _join_processor(spec: QuerySpec) -> Any:
@@ -558,7 +590,7 @@ def _join_processor(spec: QuerySpec) -> Any:
     (``run_join_keying``'s ``at``, ``tie_order`` at a tie, then partition and offset).
     A stream-stream join's stream time at a record: the latest of its partition's
     (``pt``), the key's own records' and the watermark's (the stream time when the
-    micro-batch began, less the join's reach)."""
+    micro-batch began, and the side that reached it: ``_stream_time_and_side``)."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
     from pyspark.sql.types import BinaryType, StructField, StructType
 
@@ -571,11 +603,12 @@ def _join_processor(spec: QuerySpec) -> Any:
         def _save(self, parts: _TaskParts, stored: dict[str, Any]) -> None:
             """The key's state kept, and (stream-stream) a timer for its next record to
             leave the window: an event-time timer, the watermark being the stream time
-            less the join's reach."""
+            (the largest record time of the micro-batches before; 0 before any) with its
+            side (``_side_watermark_ms``: twice the stream time, plus one)."""
             operators = parts.operators
             if operators.join is not None and operators.join.shape == "stream-stream":
                 due = operators.next_join_close(stored)
-                due = None if due is None else due + 1 - operators.join_reach()
+                due = None if due is None else 2 * (due + 1)
                 if stored.get("timer") not in (None, due):
                     self.handle.deleteTimer(stored["timer"])
                     stored["timer"] = None
@@ -593,12 +626,15 @@ def _join_processor(spec: QuerySpec) -> Any:
             parts = _parts(spec)
             stored = pickle.loads(self.state.get()[0]) if self.state.exists() else {}
             stored["timer"] = None
-            stream_time = _watermark(timerValues) + parts.operators.join_reach()
+            # the timer fires once the stream time (of records: the watermark starts at 0
+            # and a timer is due after its records' times) has passed its record's close
+            stream_time, ahead = _stream_time_and_side(timerValues)
             stored["time"] = max(stored.get("time", -1), stream_time)
             out: list[tuple[Any, ...]] = []
-            # both sides taken to have reached the stream time: records the stores no
-            # longer keep leave the state
-            observed = {"left": stored["time"], "right": stored["time"]}
+            # the side that reached the stream time has its window store there, the other
+            # taken to have moved on with it as far behind as the key last saw it: records
+            # the stores no longer keep leave the state
+            observed = {**parts.operators.sides_at(stored, stream_time), ahead: stream_time}
             closed = parts.operators.close_joins(stored, stored["time"], 0, None, observed)
             _write(parts, closed, out)
             self._save(parts, stored)
@@ -626,9 +662,10 @@ def _join_processor(spec: QuerySpec) -> Any:
             # a stream-table join's state is the table's row: stream records alone leave
             # it as it was (its time is not read), and it is not written again
             changed = operators.join is None or operators.join.shape != "stream-table"
-            watermark = _watermark(timerValues) if windowed else -1
-            if watermark > 0:  # none before the first batch's end (0 then)
-                stored["time"] = max(stored.get("time", -1), watermark + operators.join_reach())
+            # the stream time of the micro-batches before (0: none), and the side there
+            stream_time, ahead = _stream_time_and_side(timerValues) if windowed else (-1, "")
+            if stream_time > 0:
+                stored["time"] = max(stored.get("time", -1), stream_time)
             for tie, part, off, at, pt, payload in zip(
                 frame["seq"].to_numpy()[order].tolist(), frame["part"].to_numpy()[order].tolist(),
                 frame["off"].to_numpy()[order].tolist(), frame["at"].to_numpy()[order].tolist(),
@@ -640,13 +677,19 @@ def _join_processor(spec: QuerySpec) -> Any:
                 stored["time"] = max(stored.get("time", -1), row.timestamp, pt)
                 stored["part"] = part
                 written: list[tuple[Any, ...]] = []
+                # a side's window store has seen its partition's records; the one that
+                # reached the stream time, that time
                 observed = {side: pt} if windowed else None
+                if observed is not None and stream_time > 0:
+                    observed[ahead] = max(observed.get(ahead, -1), stream_time)
                 joined = operators.join_rows(
                     stored, side, row, stored["time"], 0, join_key, observed
                 )
                 _write(parts, [c for j in joined for c in operators.finish(j)], written)
                 written.extend((spec.log_topic, None, e, None) for e in parts.take_errors())
                 out += _joined(written, at, tie, part, off)
+            if windowed:
+                operators.note_side_lags(stored, stored["time"])
             if changed:
                 self._save(parts, stored)
             if out:
@@ -1527,8 +1570,11 @@ class SparkQueries:
                 lambda batches: run_join_keying(spec, batches), JOIN_KEYED_SCHEMA
             )
             windowed = plan.join.shape == "stream-stream"
-            if windowed:  # the watermark trails the stream time by the join's reach
-                keyed = _watermarked_keeping_late_rows(keyed, _join_reach(plan))
+            if windowed:  # the watermark gives the stream time and its side
+                marked = keyed.withWatermark("wm", "0 milliseconds")
+                keyed = marked.drop("wm")
+            else:
+                keyed = keyed.drop("wm")
             joined = keyed.groupBy("grp").transformWithStateInPandas(
                 statefulProcessor=_join_processor(spec),
                 outputStructType=JOINED_SCHEMA,
