@@ -5,7 +5,8 @@ on a table or stream), answered from the rows the server materializes by reading
 table's topic.
 
 Push: the source topic's partitions are read from their start (``auto.offset.reset``
-``earliest``) or their end (``latest``, ksqlDB's default), without a consumer group;
+``earliest``) or their end (``latest``, ksqlDB's default: the end offsets taken before
+the server writes the query's header), without a consumer group;
 each record is read into a row (one that does not read goes to the processing log and
 is skipped), run through the operators (an aggregation's groups kept in a dict, a
 record's stream time its source partition's, a group's windows closed by the stream
@@ -112,6 +113,54 @@ class PushQuery:
         self.flow = JoinFlow(self.operators) if flowing(plan) else None
         self.readers = [RecordReader(s, registry) for s in plan.sources]
         self.flow_states: dict[tuple[int, Any], dict[Any, Any]] = {}
+        # where a ``latest`` query starts: each partition's end when it was asked
+        self.positions: dict[tuple[str, int], int] | None = None
+
+    def take_position(self, partitions: list[int]) -> None:
+        """Fixes where a ``latest`` query starts reading: the end offsets, now, of every
+        partition it reads from its end (the source's ``partitions``, a stream-stream
+        join's other side, a flow's other streams), so that records written once the
+        client has the header (which is written after this) are read, as ksqlDB
+        registers a push query before it answers. ``earliest`` starts at the
+        beginning; a table joined is read from its start anyway."""
+        if self.positions is not None:
+            return
+        if self.offset_reset == "earliest":
+            self.positions = {}
+            return
+        topics: dict[str, list[int] | None] = {self.plan.source.topic: partitions}
+        join = self.plan.join
+        if self.flow is not None:
+            tables = {s.topic for s in self.plan.sources if s.kind == "TABLE"}
+            for source in self.plan.sources:
+                if source.topic not in tables:
+                    topics.setdefault(source.topic, None)
+        elif join is not None and join.shape != "stream-table":
+            topics.setdefault(join.right.topic, None)
+        asking = Consumer(
+            {**self.client, "group.id": f"_strom-ksql-{self.query_id}-{uuid.uuid4()}"}
+        )
+        positions: dict[tuple[str, int], int] = {}
+        try:
+            for topic, chosen in topics.items():
+                if chosen is None:
+                    metadata = asking.list_topics(topic, timeout=30).topics[topic]
+                    chosen = sorted(metadata.partitions)
+                for partition in chosen:
+                    end = asking.get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=30
+                    )[1]
+                    positions[(topic, partition)] = end
+        finally:
+            asking.close()
+        self.positions = positions
+
+    def _start(self, topic: str, partition: int) -> int:
+        """Where a partition read from its start or end (``auto.offset.reset``) starts."""
+        if self.offset_reset == "earliest":
+            return OFFSET_BEGINNING
+        assert self.positions is not None
+        return self.positions.get((topic, partition), OFFSET_END)
 
     def _expression_error(self, message: str) -> None:
         self._log(processing_log.processing_error(self.query_id, message))
@@ -139,6 +188,7 @@ class PushQuery:
         is reached at once."""
         if self.plan.limit is not None and self.plan.limit <= 0:
             return True
+        self.take_position(partitions)
         if self.flow is not None:
             return self._run_flow(emit, partitions)
         consumer = Consumer(
@@ -149,15 +199,17 @@ class PushQuery:
                 "isolation.level": "read_committed",
             }
         )
-        start = OFFSET_BEGINNING if self.offset_reset == "earliest" else OFFSET_END
-        assigned = [TopicPartition(self.plan.source.topic, p, start) for p in partitions]
+        source = self.plan.source.topic
+        assigned = [TopicPartition(source, p, self._start(source, p)) for p in partitions]
         loading: dict[int, int] = {}  # the table's partitions still to read: their ends
         held: list[SourceRecord] = []  # stream records waiting for the table
         join = self.plan.join
         if join is not None and join.shape != "stream-table":  # both sides as one
             table = consumer.list_topics(join.right.topic, timeout=30).topics[join.right.topic]
             assigned += [
-                TopicPartition(join.right.topic, partition, start)
+                TopicPartition(
+                    join.right.topic, partition, self._start(join.right.topic, partition)
+                )
                 for partition in sorted(table.partitions)
             ]
         elif join is not None:  # the table read to its end before the stream joins it
@@ -222,18 +274,17 @@ class PushQuery:
                 "isolation.level": "read_committed",
             }
         )
-        start = OFFSET_BEGINNING if self.offset_reset == "earliest" else OFFSET_END
         tables = {s.topic for s in self.plan.sources if s.kind == "TABLE"}
         assigned: list[TopicPartition] = []
         loading: dict[tuple[str, int], int] = {}  # the tables' partitions still to read
         for topic in dict.fromkeys(s.topic for s in self.plan.sources):
             if topic == self.plan.source.topic and topic not in tables:
-                assigned += [TopicPartition(topic, p, start) for p in partitions]
+                assigned += [TopicPartition(topic, p, self._start(topic, p)) for p in partitions]
                 continue
             metadata = consumer.list_topics(topic, timeout=30).topics[topic]
             for partition in sorted(metadata.partitions):
                 if topic not in tables:
-                    assigned.append(TopicPartition(topic, partition, start))
+                    assigned.append(TopicPartition(topic, partition, self._start(topic, partition)))
                     continue
                 assigned.append(TopicPartition(topic, partition, OFFSET_BEGINNING))
                 end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[

@@ -390,6 +390,12 @@ class KsqlServerApp:
                 push = await asyncio.to_thread(
                     self.engine.push_query, plan, statement_text, properties
                 )
+                # its start fixed before the header: a record written after it is read
+                try:
+                    await asyncio.to_thread(push.take_position, partitions)
+                except BaseException:
+                    self.engine.end_transient(push.query_id)
+                    raise
         except KsqlStatementError as exc:
             return self._reply(request, statement_error(str(exc), statement_text, []), 400)
         names = [p.name for p in plan.projection]
@@ -551,6 +557,12 @@ class KsqlServerApp:
                 push = await asyncio.to_thread(
                     self.engine.push_query, plan, statement_text, properties
                 )
+                # its start fixed before the header: a record written after it is read
+                try:
+                    await asyncio.to_thread(push.take_position, partitions)
+                except BaseException:
+                    self.engine.end_transient(push.query_id)
+                    raise
         except KsqlStatementError as exc:
             await _ws_close(ws, WS_INVALID_MESSAGE_TYPE, str(exc))
             return

@@ -1075,6 +1075,42 @@ def test_websocket_queries_and_print(server: KsqlServer) -> None:
     assert (code, reason) == (1000, "done")
 
 
+def test_a_latest_push_query_reads_what_is_written_once_its_header_came(
+    server: KsqlServer, broker: BrokerProcess
+) -> None:
+    """A push query from ``latest`` has its position (every partition's end) before its
+    header is written: records a client writes as soon as it has the header, to any of
+    the source's partitions, are its rows."""
+    from confluent_kafka import Producer
+
+    server.ok(
+        "CREATE STREAM late_clicks (user_id STRING KEY, page STRING) "
+        "WITH (kafka_topic='late_clicks', value_format='JSON', partitions=3);"
+        "INSERT INTO late_clicks (user_id, page) VALUES ('u0', '/before');"
+    )
+    request = urllib.request.Request(
+        server.url + "/query-stream",
+        data=json.dumps(
+            {
+                "sql": "SELECT page FROM late_clicks EMIT CHANGES LIMIT 3;",
+                "properties": {"auto.offset.reset": "latest"},
+            }
+        ).encode(),
+        headers={"Content-Type": "application/vnd.ksql.v1+json"},
+        method="POST",
+    )
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        header = json.loads(response.readline())
+        assert header["columnNames"] == ["PAGE"]
+        for partition in range(3):
+            page = json.dumps({"PAGE": f"/p{partition}"}).encode()
+            producer.produce("late_clicks", value=page, key=b"u", partition=partition)
+        producer.flush(10)
+        rows = sorted(json.loads(line)[0] for line in response.read().splitlines()[:3])
+    assert rows == ["/p0", "/p1", "/p2"]
+
+
 def test_websocket_refusals_close_with_ksqldbs_codes(server: KsqlServer) -> None:
     """A refused request or statement: ``{"error": message}``, then close 1003 with the
     message as its reason (cut to 123 bytes)."""
