@@ -12,7 +12,8 @@ is skipped), run through the operators (an aggregation's groups kept in a dict, 
 record's stream time its source partition's, a group's windows closed by the stream
 time of its last record's partition; a join's state per key, a stream-table join's
 table read to its end first), and each output row handed to ``emit`` in the
-projection's order; a tombstone is not a row. The query ends at LIMIT, when the
+projection's order; a table's tombstone is a ``TombstoneRow`` (a stream's null value
+no row). The query ends at LIMIT, when the
 client goes (``stopped``), or at TERMINATE / ``/close-query``.
 
 Pull: a ``Materialized`` source keeps a consumer on its topic and its rows (a table's
@@ -53,6 +54,19 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.2
 CATCH_UP_S = 30.0
+
+
+class TombstoneRow(list[Any]):
+    """A table's delete as a push query's row (a list of the projection's values): the
+    source's key columns (and a windowed table's WINDOWSTART and WINDOWEND) that the
+    projection has by name, every other column null, as ksqlDB's ``TombstoneFactory``
+    makes it. ``/query`` writes it with ``"tombstone": true``; ``/query-stream`` and the
+    websocket drop it, as ksqlDB's writers do. It counts towards LIMIT."""
+
+
+class _Deleted(Change):
+    """A table source's tombstone passed through a push query (its ``key``: the
+    projection's values)."""
 
 
 def _record(message: Any) -> SourceRecord:
@@ -249,9 +263,12 @@ class PushQuery:
                     records, held = held + records, []
                 for record in records:
                     for change in self.process(record):
-                        if change.value is None:
+                        if isinstance(change, _Deleted):
+                            emit(TombstoneRow(change.key[n] for n in self.names))
+                        elif change.value is None:
                             continue
-                        emit([change.value.get(n) for n in self.names])
+                        else:
+                            emit([change.value.get(n) for n in self.names])
                         emitted += 1
                         if limit is not None and emitted >= limit:
                             return True
@@ -377,6 +394,16 @@ class PushQuery:
                 del self.join_states[other]
         return changes
 
+    def _deleted(self, row: Row) -> Change:
+        """A table's delete, as ksqlDB's transient query passes it on (WHERE does not
+        stop it): the projection's columns named as the source's key columns (and a
+        windowed table's bounds) have the key's values, the others are null."""
+        keys = {c.name for c in self.plan.source.key_columns}
+        if self.plan.source.window_type is not None:
+            keys |= {"WINDOWSTART", "WINDOWEND"}
+        values = {n: row.columns.get(n) if n in keys else None for n in self.names}
+        return _Deleted(values, None, row.timestamp)
+
     def process(self, record: SourceRecord) -> list[Change]:
         join = self.plan.join
         if join is not None:
@@ -388,6 +415,8 @@ class PushQuery:
             return []
         operators = self.operators
         if operators.plan.aggregation is None:
+            if row.tombstone and self.plan.source.kind == "TABLE" and self.plan.join is None:
+                return [] if row.keyless else [self._deleted(row)]
             return operators.stateless(row)
         # the record's stream time is its partition's, as a Kafka Streams task's
         partition = record.partition

@@ -67,6 +67,7 @@ from strom.ksql.ownership import slot_of
 from strom.ksql.parser import KsqlSyntaxError, parse_statement, split_statements
 from strom.ksql.planner import QueryPlan
 from strom.ksql.print_topic import print_records
+from strom.ksql.push_queries import TombstoneRow
 from strom.ksql.statements import PrintTopic, Query
 from strom.ksql.values import format_date, format_time, format_timestamp
 from strom.services.http import SERVES_HTTP2
@@ -459,7 +460,9 @@ class KsqlServerApp:
                     continue
                 if row is None:
                     break
-                await response.write(writer.row(row))
+                written = writer.row(row)
+                if written:  # b"" (a dropped tombstone) would end a chunked answer
+                    await response.write(written)
         except ConnectionResetError:
             client_left = True  # returned, the answer is ended quietly (raised, a traceback)
         finally:
@@ -605,7 +608,10 @@ class KsqlServerApp:
         try:
             await _ws_pump(
                 ws,
-                lambda emit: push.run(lambda row: emit(row_message(row)), partitions),
+                lambda emit: push.run(
+                    lambda row: None if isinstance(row, TombstoneRow) else emit(row_message(row)),
+                    partitions,
+                ),
                 push.stopped.set,
             )
         finally:
@@ -845,9 +851,16 @@ class _RowWriter:
         return (b"[" if self.as_array else b"") + json.dumps(head).encode() + b"\n"
 
     def row(self, values: list[Any], closing: bool = False) -> bytes:
+        """A row's bytes; a table's tombstone (``TombstoneRow``) is ``"tombstone": true``
+        on ``/query`` and nothing (b"") on ``/query-stream``, as ksqlDB's writers."""
         columns = [rest_json_value(v, t) for v, t in zip(values, self.sql_types, strict=False)]
         if self.old:
-            return json.dumps({"row": {"columns": columns}}).encode() + (b"" if closing else b",\n")
+            row: dict[str, Any] = {"columns": columns}
+            if isinstance(values, TombstoneRow):
+                row["tombstone"] = True
+            return json.dumps({"row": row}).encode() + (b"" if closing else b",\n")
+        if isinstance(values, TombstoneRow):
+            return b""
         return (b"," if self.as_array else b"") + json.dumps(columns).encode() + b"\n"
 
     def end(self, final: str | None) -> bytes:
