@@ -67,12 +67,14 @@ class Message:
 
 def tie_order(plan: QueryPlan, step: int, side: str) -> int:
     """A join's row's place at a tie of timestamps (0 first, 1 second): a table's change
-    before a stream record it serves; of a table-table join on the keys, the left table's
-    change before the right one's, as ksqlDB's test driver takes records in the order they
-    were written and its cases write the left table's first (``sum int left join of
-    table``: each left row joins, then the right rows change the sums)."""
+    before a stream record it serves; of a table-table join on the keys, and of a
+    stream-stream join, the left side's record before the right one's, as ksqlDB's test
+    driver takes records in the order they were written and its cases write the left
+    side's first (``sum int left join of table``: each left row joins, then the right rows
+    change the sums; ``stream-stream value-to-key - key format mismatch``: a left join's
+    left record at 0 is written padded with nulls, then joined with the right one at 0)."""
     join = plan.joins[step]
-    left_first = join.shape == "table-table" and not join.foreign_key
+    left_first = join.shape in ("table-table", "stream-stream") and not join.foreign_key
     return int(side == "right") if left_first else int(side == "left")
 
 

@@ -1001,3 +1001,23 @@ def test_a_keyed_sink_over_keyless_sources_takes_a_joined_sides_or_the_default_k
     assert key_format(half, "DELIMITED") == "JSON"
     grouped = "CREATE TABLE counts AS SELECT foo, COUNT(*) FROM s1 GROUP BY foo;"
     assert key_format(grouped, "DELIMITED") == "DELIMITED"
+
+
+def test_at_a_tie_of_timestamps_a_join_takes_its_sides_in_ksqldbs_order(
+    metastore: Metastore,
+) -> None:
+    """A table's change comes before the stream record it serves; of two tables, and of
+    two streams, the left side's record comes first."""
+    from strom.ksql.join_flow import tie_order
+
+    def order(text: str) -> tuple[int, int]:
+        planned = plan(metastore, text)
+        return tie_order(planned, 0, "left"), tie_order(planned, 0, "right")
+
+    stream_table = "SELECT * FROM clicks c JOIN users u ON c.user_id = u.id EMIT CHANGES;"
+    assert order(stream_table) == (1, 0)
+    stream_stream = (
+        "SELECT * FROM clicks c JOIN clicks_too t WITHIN 1 MINUTE ON c.user_id = t.user_id "
+        "EMIT CHANGES;"
+    )
+    assert order(stream_stream) == (0, 1)
