@@ -36,6 +36,7 @@ Does not own HTTP (``strom.ksql.server``), parsing or serialization.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -1055,6 +1056,35 @@ class KsqlEngine:
                 return found
         return None
 
+    def _starting_offsets(self, plan: QueryPlan, reset: str) -> str:
+        """Where a new persistent query starts: ``earliest``, or for ``latest`` the end
+        offsets of its sources' partitions now, as Spark's JSON (a query resuming from
+        its checkpoint ignores it). Spark resolves ``latest`` only once its stream has
+        started, seconds later, so records written as soon as the statement is answered
+        were skipped; ksqlDB's query has its consumer's position by then."""
+        if reset != "latest":
+            return reset
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        every = []
+        for topic in dict.fromkeys(s.topic for s in plan.sources):
+            found = topic_metadata(self.admin, topic)
+            if found is None:
+                return reset
+            every += [TopicPartition(topic, p) for p in sorted(found.partitions)]
+        try:
+            futures = self.admin.list_offsets(
+                {tp: OffsetSpec.latest() for tp in every}, request_timeout=30
+            )
+            ends: dict[str, dict[str, int]] = {}
+            for tp, future in futures.items():
+                ends.setdefault(tp.topic, {})[str(tp.partition)] = future.result().offset
+        except KafkaException as exc:  # Spark resolves latest itself, later
+            log.warning("end offsets of %s: %s", [tp.topic for tp in every], exc)
+            return reset
+        return json.dumps(ends)
+
     def _start_query(self, query: RunningQuery) -> None:
         from strom.ksql.runtime import QuerySpec
 
@@ -1076,7 +1106,9 @@ class KsqlEngine:
             log_topic=self.log_topic,
             exactly_once=setting("processing.guarantee", self.config.processing_guarantee)
             in ("exactly_once", "exactly_once_v2"),
-            offset_reset=setting("auto.offset.reset", self.config.auto_offset_reset),
+            offset_reset=self._starting_offsets(
+                query.plan, setting("auto.offset.reset", self.config.auto_offset_reset)
+            ),
             trigger_ms=self.config.trigger_interval_ms,
             timestamp_throw_on_invalid=throw_on_invalid,
         )

@@ -130,7 +130,7 @@ class QuerySpec:
     registry_settings: dict[str, str] = field(hash=False)
     log_topic: str
     exactly_once: bool
-    offset_reset: str  # earliest or latest
+    offset_reset: str  # earliest, latest, or the offsets latest stood for at creation (JSON)
     trigger_ms: int
     # ksql.timestamp.throw.on.invalid: a TIMESTAMP column that does not read fails the query
     timestamp_throw_on_invalid: bool = False

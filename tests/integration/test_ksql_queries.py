@@ -465,6 +465,27 @@ def statuses(server: Server) -> dict[str, dict[str, int]]:
     return {q["id"]: q["statusCount"] for q in queries["queries"]}
 
 
+def test_a_persistent_query_from_latest_reads_what_is_written_once_it_is_created(
+    server: Server, broker: BrokerProcess
+) -> None:
+    """CREATE ... AS SELECT with auto.offset.reset latest starts at the ends its sources'
+    partitions have when the statement is answered (Spark's own latest is taken only
+    once its stream has started, later): records written right after are read, those
+    before are not."""
+    server.ok(
+        "CREATE STREAM late_in (id STRING KEY, n INT) "
+        "WITH (kafka_topic='late_in', value_format='JSON', partitions=2);"
+    )
+    produce(broker, "late_in", [(b"old", {"N": 0}, BASE)])
+    server.ok(
+        "CREATE STREAM late_out AS SELECT id, n * 10 AS n FROM late_in EMIT CHANGES;",
+        **{"auto.offset.reset": "latest"},
+    )
+    produce(broker, "late_in", [(b"a", {"N": 1}, BASE + 1), (b"b", {"N": 2}, BASE + 2)])
+    records = read_topic(broker, "LATE_OUT", 2, deadline_s=SLOW_S)
+    assert sorted((k, json.loads(v)["N"]) for k, v, _ in records) == [(b"a", 10), (b"b", 20)]
+
+
 def test_pause_survives_a_restart_and_resume_goes_on_without_repeating_output(
     server: Server, broker: BrokerProcess
 ) -> None:
