@@ -111,6 +111,7 @@ class PushQuery:
         self.log_topic = log_topic
         self.names = [p.name for p in plan.projection]
         self.stopped = threading.Event()
+        self.scalable = query_id.startswith("SCALABLE_PUSH_QUERY_")
         self.groups: dict[tuple[Any, ...], dict[Any, Any]] = {}
         self.regrouping = (
             TableRegrouping(self.operators)
@@ -414,6 +415,8 @@ class PushQuery:
             self._unread(exc, record)
             return []
         operators = self.operators
+        if row.keyless and self.scalable and self.plan.source.key_columns:
+            return []  # ksqlDB's scalable push query skips a null key (its registry's)
         if operators.plan.aggregation is None:
             if row.tombstone and self.plan.source.kind == "TABLE" and self.plan.join is None:
                 return [] if row.keyless else [self._deleted(row)]
