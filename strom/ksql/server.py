@@ -382,21 +382,9 @@ class KsqlServerApp:
         if not isinstance(properties, dict):
             properties = {}
         try:
-            plan = await asyncio.to_thread(self.engine.transient_plan, statement, statement_text)
-            if statement.is_pull:
-                rows = await asyncio.to_thread(self.engine.pull_query, plan, properties)
-                push = None
-            else:
-                partitions = await asyncio.to_thread(self.engine.partitions, plan.source.topic)
-                push = await asyncio.to_thread(
-                    self.engine.push_query, plan, statement_text, properties
-                )
-                # its start fixed before the header: a record written after it is read
-                try:
-                    await asyncio.to_thread(push.take_position, partitions)
-                except BaseException:
-                    self.engine.end_transient(push.query_id)
-                    raise
+            plan, rows, push, partitions = await self._start_query(
+                statement, statement_text, properties
+            )
         except KsqlStatementError as exc:
             return self._reply(request, statement_error(str(exc), statement_text, []), 400)
         names = [p.name for p in plan.projection]
@@ -543,6 +531,26 @@ class KsqlServerApp:
             raise _BadRequest(f"Error parsing query: {exc}") from None
         return statement, pieces[0] + ";", properties
 
+    async def _start_query(
+        self, statement: Query, statement_text: str, properties: dict[str, Any]
+    ) -> tuple[Any, Any, Any, Any]:
+        """A SELECT's plan and, for a pull query, its rows, or, for a push query, the
+        running query with its start fixed (the ends of the partitions it reads, taken
+        before the caller writes its header: a record written after that is read) and
+        those partitions."""
+        plan = await asyncio.to_thread(self.engine.transient_plan, statement, statement_text)
+        if statement.is_pull:
+            rows = await asyncio.to_thread(self.engine.pull_query, plan, properties)
+            return plan, rows, None, None
+        partitions = await asyncio.to_thread(self.engine.partitions, plan.source.topic)
+        push = await asyncio.to_thread(self.engine.push_query, plan, statement_text, properties)
+        try:
+            await asyncio.to_thread(push.take_position, partitions)
+        except BaseException:
+            self.engine.end_transient(push.query_id)
+            raise
+        return plan, None, push, partitions
+
     async def _ws_select(
         self,
         ws: web.WebSocketResponse,
@@ -550,22 +558,10 @@ class KsqlServerApp:
         statement_text: str,
         properties: dict[str, Any],
     ) -> None:
-        push = None
         try:
-            plan = await asyncio.to_thread(self.engine.transient_plan, statement, statement_text)
-            if statement.is_pull:
-                rows = await asyncio.to_thread(self.engine.pull_query, plan)
-            else:
-                partitions = await asyncio.to_thread(self.engine.partitions, plan.source.topic)
-                push = await asyncio.to_thread(
-                    self.engine.push_query, plan, statement_text, properties
-                )
-                # its start fixed before the header: a record written after it is read
-                try:
-                    await asyncio.to_thread(push.take_position, partitions)
-                except BaseException:
-                    self.engine.end_transient(push.query_id)
-                    raise
+            plan, rows, push, partitions = await self._start_query(
+                statement, statement_text, properties
+            )
         except KsqlStatementError as exc:
             await _ws_close(ws, WS_INVALID_MESSAGE_TYPE, str(exc))
             return
