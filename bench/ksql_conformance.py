@@ -255,6 +255,32 @@ def query_sinks(statements: list[str]) -> set[str]:
     return sinks
 
 
+def created_topics(renamed: list[str], topics: dict[str, int], inferred: int) -> set[str]:
+    """The topics the (renamed) CREATE statements, not AS SELECT, name in KAFKA_TOPIC:
+    one ``topics`` lists keeps its count, and its statement loses PARTITIONS and REPLICAS
+    (QTT makes a listed topic with its partitions and runs no topic creation for a
+    CREATE: they are not checked against it, a server checks them); one the statement
+    makes with its PARTITIONS is given back; any other is added to ``topics`` with
+    ``inferred`` partitions."""
+    made: set[str] = set()
+    listed = set(topics)
+    for index, statement in enumerate(renamed):
+        words = [(k, t) for k, t in tokens(statement) if k != "space"]
+        upper = [t.upper() for _, t in words]
+        if upper[:1] != ["CREATE"] or "AS" in upper and "SELECT" in upper:
+            continue
+        for i, word in enumerate(upper[:-2]):
+            if word == "KAFKA_TOPIC" and words[i + 2][0] == "string":
+                name = words[i + 2][1][1:-1].replace("''", "'")
+                if name in listed:
+                    renamed[index] = without_topic_counts(statement)
+                elif "PARTITIONS" in upper:
+                    made.add(name)
+                else:
+                    topics.setdefault(name, inferred)
+    return made
+
+
 def record_time(record: dict[str, Any], source: Source | None) -> int:
     """The time a processor orders a record by: its source's TIMESTAMP column's value
     when the source has one and the value is a number, else the record's timestamp."""
@@ -647,25 +673,7 @@ class Harness:
         joins = any(re.search(r"\bJOIN\b", s, re.IGNORECASE) for s in statements)
         counts = {t["name"]: int(t.get("partitions", 1) or 1) for t in case.get("topics", [])}
         inferred = 4 if joins and any(count > 1 for count in counts.values()) else 1
-        made: set[str] = set()  # the topics CREATE statements make with their PARTITIONS
-        listed = set(topics)
-        for index, statement in enumerate(renamed):
-            words = [(k, t) for k, t in tokens(statement) if k != "space"]
-            upper = [t.upper() for _, t in words]
-            if upper[:1] != ["CREATE"] or "AS" in upper and "SELECT" in upper:
-                continue
-            for i, word in enumerate(upper[:-2]):
-                if word == "KAFKA_TOPIC" and words[i + 2][0] == "string":
-                    name = words[i + 2][1][1:-1].replace("''", "'")
-                    if name in listed:
-                        # QTT makes a topic "topics" lists with its partitions and runs
-                        # no topic creation for a CREATE: the statement's PARTITIONS
-                        # and REPLICAS are not checked against it (a server checks them)
-                        renamed[index] = without_topic_counts(statement)
-                    elif "PARTITIONS" in upper:
-                        made.add(name)
-                    else:
-                        topics.setdefault(name, inferred)
+        made = created_topics(renamed, topics, inferred)
         # an input topic a CREATE ... AS SELECT writes too is made first, with the
         # partitions the case lists for it (its statement then finds them as it wants)
         for record in case.get("inputs", []):

@@ -65,12 +65,11 @@ from ksql_conformance import (  # noqa: E402
     Harness,
     Result,
     created_names,
+    created_topics,
     expand,
     rename,
     report,
-    tokens,
     unsuffixed,
-    without_topic_counts,
 )
 from ksql_conformance_formats import with_schema_ids  # noqa: E402
 
@@ -366,27 +365,12 @@ class RestHarness(Harness):
         topics: dict[str, int] = {
             t["name"] + suffix: int(t.get("partitions", 1) or 1) for t in case.get("topics", [])
         }
-        listed = set(topics)
         # ksqlDB's test driver makes a CREATE's topic the case does not list with 4
         # partitions; here 1 (the records' order kept), but 4 in a case that joins and
         # lists a topic of more than one, as a join needs sources of one count
         joins = any(re.search(r"\bJOIN\b", s, re.IGNORECASE) for s in statements)
         inferred = 4 if joins and any(count > 1 for count in topics.values()) else 1
-        made: set[str] = set()
-        for index, statement in enumerate(renamed):
-            words = [(k, t) for k, t in tokens(statement) if k != "space"]
-            upper = [t.upper() for _, t in words]
-            if upper[:1] != ["CREATE"] or "AS" in upper and "SELECT" in upper:
-                continue
-            for i, word in enumerate(upper[:-2]):
-                if word == "KAFKA_TOPIC" and words[i + 2][0] == "string":
-                    name = words[i + 2][1][1:-1].replace("''", "'")
-                    if name in listed:
-                        renamed[index] = without_topic_counts(statement)
-                    elif "PARTITIONS" in upper:
-                        made.add(name)
-                    else:
-                        topics.setdefault(name, inferred)
+        made = created_topics(renamed, topics, inferred)
         for record in case.get("inputs", []):
             if record["topic"] + suffix not in made:
                 topics.setdefault(record["topic"] + suffix, 1)
